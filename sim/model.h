@@ -1,0 +1,90 @@
+// Model: the per-layer costs of one model, as read from model.json
+// (`pipecast-model/1`, see docs/formats.md).
+//
+// A layer carries one profile per measured micro-batch size. CostAt() answers
+// for any micro-batch size: measured sizes exactly, others interpolated
+// piecewise-linearly between the two nearest measured sizes, or scaled in
+// proportion to the nearest measured size outside the measured range; the
+// result says which, so tools can tell the user the number is not measured.
+//
+// Units: time in ns, sizes in bytes. Plain value types; not synchronised.
+#ifndef PIPECAST_SIM_MODEL_H_
+#define PIPECAST_SIM_MODEL_H_
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sim/units.h"
+
+namespace pipecast {
+
+// One measurement of one layer at one micro-batch size.
+struct LayerProfile {
+  int microbatch_size = 0;
+  TimeNs forward_ns = 0;
+  TimeNs backward_ns = 0;  // the whole backward (input + weight gradient)
+  // Weight-gradient part of backward_ns; absent when not measured.
+  std::optional<TimeNs> backward_weight_ns;
+  Bytes activation_bytes = 0;  // kept alive from forward until backward
+  Bytes output_bytes = 0;      // sent to the next stage
+  Bytes workspace_bytes = 0;   // transient, only while an op runs
+};
+
+struct Layer {
+  std::string name;
+  int64_t parameters = 0;
+  std::optional<double> forward_flops;  // per sample
+  std::vector<LayerProfile> profiles;   // sorted by microbatch_size, unique
+};
+
+// Where the numbers came from: `source` in model.json. `method` is one of
+// cupti, cpu, analytic, manual; `details` keeps every other key verbatim
+// (as JSON text) so writers can round-trip it.
+struct ModelSource {
+  std::string method = "manual";
+  std::string device;
+  std::map<std::string, std::string> details;  // key -> JSON text of value
+};
+
+struct Model {
+  std::string name;
+  ModelSource source;
+  std::string dtype;                       // optional, e.g. "bf16"
+  std::optional<int> sequence_length;      // enables tokens/s
+  std::optional<double> flops_per_sample;  // enables TFLOP/s and MFU
+  std::optional<int> global_batch;         // default for the planner
+  std::vector<Layer> layers;
+
+  int64_t TotalParameters() const;
+  // Forward FLOPs of one sample: flops_per_sample, else the sum of the
+  // layers' forward_flops when every layer has one, else nullopt.
+  std::optional<double> ForwardFlopsPerSample() const;
+};
+
+enum class CostOrigin {
+  kMeasured,      // the size was measured
+  kInterpolated,  // linear between two measured sizes
+  kExtrapolated,  // proportional to the nearest measured size
+};
+const char* CostOriginName(CostOrigin origin);
+
+// The cost of one layer at one micro-batch size.
+struct LayerCost {
+  TimeNs forward_ns = 0;
+  TimeNs backward_ns = 0;
+  TimeNs backward_weight_ns = 0;  // 0 when the model has no split
+  bool has_backward_split = false;
+  Bytes activation_bytes = 0;
+  Bytes output_bytes = 0;
+  Bytes workspace_bytes = 0;
+  CostOrigin origin = CostOrigin::kMeasured;
+};
+
+// REQUIRES: layer.profiles non-empty and sorted; microbatch_size >= 1.
+LayerCost CostAt(const Layer& layer, int microbatch_size);
+
+}  // namespace pipecast
+
+#endif  // PIPECAST_SIM_MODEL_H_

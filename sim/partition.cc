@@ -1,0 +1,1 @@
+#include "sim/partition.h"

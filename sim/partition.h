@@ -1,0 +1,36 @@
+// Partition: which contiguous run of layers each (virtual) stage holds.
+#ifndef PIPECAST_SIM_PARTITION_H_
+#define PIPECAST_SIM_PARTITION_H_
+
+#include <string>
+#include <vector>
+
+#include "sim/status.h"
+#include "sim/units.h"
+
+namespace pipecast {
+
+struct StageLayers {
+  int first_layer = 0;  // inclusive
+  int last_layer = 0;   // inclusive
+  int NumLayers() const { return last_layer - first_layer + 1; }
+  bool operator==(const StageLayers&) const = default;
+};
+
+// Parses "0-3,4-7" (single layers may be written "5"). The ranges must be in
+// order, contiguous, non-empty, cover layers 0..num_layers-1 exactly and
+// number `num_stages`; errors name the range and what is wrong.
+Result<std::vector<StageLayers>> ParsePartition(const std::string& text, int num_layers,
+                                                int num_stages);
+std::string PartitionToString(const std::vector<StageLayers>& partition);
+
+// Splits layers into `num_stages` contiguous stages minimising the largest
+// stage cost (sum of `layer_cost`), exactly (dynamic programming, O(p·n²)).
+// Ties go to the split that puts layers on earlier stages... deterministic.
+// InvalidArgument when num_stages < 1 or > number of layers.
+Result<std::vector<StageLayers>> BalancedPartition(const std::vector<TimeNs>& layer_cost,
+                                                   int num_stages);
+
+}  // namespace pipecast
+
+#endif  // PIPECAST_SIM_PARTITION_H_

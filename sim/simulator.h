@@ -1,0 +1,156 @@
+// Simulator: a deterministic discrete-event replay of one training iteration
+// of a pipeline schedule on a cluster (DESIGN section 3).
+//
+// Model. Each rank (GPU) has one compute stream that runs its actions in the
+// schedule's order. An action starts when the stream is free, the previous
+// action of its rank has ended and its inputs are present: F(s,m) needs the
+// activation of F(s-1,m); B(s,m)/I(s,m) need F(s,m) and the gradient from
+// B/I(s+1,m); W(s,m) needs I(s,m). Between ranks, activations and gradients
+// travel as transfers on the directed link between the two GPUs: a transfer
+// starts when its producer ends and the link is free (links are FIFO: one
+// transfer serialises at a time), occupies the link for bytes/bandwidth, and
+// arrives latency + bytes/bandwidth after it starts. Transfers run on a
+// communication stream and overlap compute. Stages on the same rank hand data
+// over at no cost.
+//
+// Memory per rank: static weights, gradients and optimizer state (from
+// MemoryConfig), plus a live set over time: activations of a (stage,
+// micro-batch) from its F start until its B (or W) ends; a send buffer from the
+// producer's end until the transfer arrives; a receive buffer from arrival
+// until the consuming op ends; the stage's workspace while an op runs.
+//
+// After the pipeline, each stage's gradients are all-reduced across the
+// data-parallel replicas (ring: 2(d-1) latency + 2(d-1)/d · bytes/bandwidth,
+// on the intra-node link when the whole group is in one node, else the
+// inter-node link), starting when that rank's last op ends; then the optimizer
+// step. Replicas are identical; one is simulated. Replica r's rank k sits on
+// GPU r·ranks + k.
+//
+// Time is integer ns; ties in the event queue break by insertion order, so the
+// same input gives the same output, bit for bit. A Simulator holds no globals;
+// Simulate() is a pure function and is safe to call from several threads.
+#ifndef PIPECAST_SIM_SIMULATOR_H_
+#define PIPECAST_SIM_SIMULATOR_H_
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sim/cluster.h"
+#include "sim/memory.h"
+#include "sim/model.h"
+#include "sim/partition.h"
+#include "sim/schedule.h"
+#include "sim/status.h"
+#include "sim/units.h"
+
+namespace pipecast {
+
+struct SimOptions {
+  int microbatch_size = 1;
+  int data_parallel = 1;
+  // Layers of each virtual stage; empty = balanced on forward+backward time.
+  std::vector<StageLayers> partition;
+  MemoryConfig memory;
+  TimeNs optimizer_step_ns = 0;  // 0 = not modelled
+  // Keep every op, transfer and memory change (needed for traces); off in
+  // planner searches to save time and memory.
+  bool record_timeline = true;
+
+  Status Validate() const;
+};
+
+struct OpRecord {
+  int rank = 0;
+  Action action;
+  TimeNs start_ns = 0;
+  TimeNs end_ns = 0;
+};
+
+struct TransferRecord {
+  int src_rank = 0;
+  int dst_rank = 0;
+  int src_stage = 0;
+  int dst_stage = 0;
+  int microbatch = 0;
+  bool gradient = false;  // false: activation going forward
+  Bytes bytes = 0;
+  TimeNs ready_ns = 0;  // producer ended
+  TimeNs start_ns = 0;  // link became free
+  TimeNs end_ns = 0;    // arrived
+};
+
+// One change of a rank's live memory (excluding static weights/grads/optimizer).
+struct MemorySample {
+  TimeNs time_ns = 0;
+  Bytes activations = 0;
+  Bytes comm_buffers = 0;
+  Bytes workspace = 0;
+};
+
+struct MemoryBreakdown {
+  Bytes weights = 0;
+  Bytes gradients = 0;
+  Bytes optimizer = 0;
+  Bytes activations_peak = 0;    // peak of the activation live set alone
+  Bytes comm_buffers_peak = 0;   // peak of send + receive buffers alone
+  Bytes workspace_peak = 0;
+};
+
+struct StageResult {
+  int rank = 0;
+  std::vector<int> stages;               // virtual stages on this rank
+  std::vector<StageLayers> layers;       // their layers, same order
+  TimeNs busy_ns = 0;
+  TimeNs first_start_ns = 0;
+  TimeNs last_end_ns = 0;
+  double bubble_ratio = 0;               // 1 - busy / pipeline span
+  double bubble_fraction_of_ideal = 0;   // (span - busy) / busy
+  int peak_inflight_microbatches = 0;    // (stage, micro-batch) activations held
+  Bytes peak_memory_bytes = 0;           // static + peak of the live set
+  MemoryBreakdown memory;
+  TimeNs allreduce_ns = 0;
+  std::vector<MemorySample> memory_timeline;  // when record_timeline
+};
+
+struct SimResult {
+  std::string schedule_name;
+  int ranks = 0;
+  int stages = 0;
+  int microbatches = 0;
+  int microbatch_size = 0;
+  int data_parallel = 1;
+  int64_t global_batch = 0;
+
+  TimeNs iteration_ns = 0;  // pipeline span + all-reduce tail + optimizer
+  TimeNs pipeline_ns = 0;   // first op start to last pipeline op end
+  TimeNs allreduce_ns = 0;  // longest per-rank all-reduce
+  TimeNs optimizer_ns = 0;
+  double bubble_ratio = 0;              // mean over ranks of 1 - busy/span (R1)
+  double bubble_fraction_of_ideal = 0;  // sum idle / sum busy (Megatron, R2)
+  double samples_per_s = 0;
+  std::optional<double> tokens_per_s;
+  std::optional<double> tflops_per_gpu;
+  std::optional<double> mfu;
+  Bytes memory_capacity_bytes = 0;  // 0 = unlimited
+  bool costs_measured = true;       // false when any cost was interpolated
+  std::vector<std::string> notes;   // e.g. which costs were interpolated
+
+  std::vector<StageResult> per_rank;
+  std::vector<OpRecord> ops;             // when record_timeline, in start order
+  std::vector<TransferRecord> transfers; // when record_timeline
+
+  int64_t NumOps() const;
+};
+
+// Runs the simulation.
+// REQUIRES: nothing; every precondition is checked.
+// InvalidArgument for a bad option, partition or schedule (not a complete
+// iteration); FailedPrecondition naming the cycle of waiting ops when the
+// schedule's order can never finish.
+Result<SimResult> Simulate(const Model& model, const Cluster& cluster,
+                           const Schedule& schedule, const SimOptions& options);
+
+}  // namespace pipecast
+
+#endif  // PIPECAST_SIM_SIMULATOR_H_

@@ -1,0 +1,1 @@
+#include "sim/trace.h"
