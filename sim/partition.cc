@@ -1,1 +1,130 @@
 #include "sim/partition.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <limits>
+
+namespace pipecast {
+
+namespace {
+
+bool ParseInt(std::string_view s, int* out) {
+  if (s.empty()) return false;
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
+  return ec == std::errc() && ptr == s.data() + s.size();
+}
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+}  // namespace
+
+Result<std::vector<StageLayers>> ParsePartition(const std::string& text, int num_layers,
+                                                int num_stages) {
+  std::vector<StageLayers> out;
+  std::string_view rest = text;
+  int expected_first = 0;
+  while (true) {
+    size_t comma = rest.find(',');
+    std::string_view item = Trim(rest.substr(0, comma));
+    size_t dash = item.find('-');
+    StageLayers st;
+    bool ok = dash == std::string_view::npos
+                  ? ParseInt(item, &st.first_layer) && ParseInt(item, &st.last_layer)
+                  : ParseInt(Trim(item.substr(0, dash)), &st.first_layer) &&
+                        ParseInt(Trim(item.substr(dash + 1)), &st.last_layer);
+    if (!ok) {
+      return Status::InvalidArgument(fmt::format(
+          "--partition: range {} is '{}': expected FIRST-LAST layer indices such as 0-3",
+          out.size(), item));
+    }
+    if (st.first_layer != expected_first) {
+      return Status::InvalidArgument(fmt::format(
+          "--partition: range {} ('{}') starts at layer {}, expected {}: ranges must be "
+          "contiguous and in order from layer 0",
+          out.size(), item, st.first_layer, expected_first));
+    }
+    if (st.last_layer < st.first_layer) {
+      return Status::InvalidArgument(fmt::format(
+          "--partition: range {} ('{}') is empty: the last layer is before the first",
+          out.size(), item));
+    }
+    if (st.last_layer >= num_layers) {
+      return Status::InvalidArgument(fmt::format(
+          "--partition: range {} ('{}') goes past the model's last layer {}", out.size(), item,
+          num_layers - 1));
+    }
+    expected_first = st.last_layer + 1;
+    out.push_back(st);
+    if (comma == std::string_view::npos) break;
+    rest.remove_prefix(comma + 1);
+  }
+  if (expected_first != num_layers) {
+    return Status::InvalidArgument(fmt::format(
+        "--partition: covers layers 0-{} but the model has {} layers (0-{})", expected_first - 1,
+        num_layers, num_layers - 1));
+  }
+  if (static_cast<int>(out.size()) != num_stages) {
+    return Status::InvalidArgument(fmt::format(
+        "--partition: has {} ranges but the pipeline has {} stages", out.size(), num_stages));
+  }
+  return out;
+}
+
+std::string PartitionToString(const std::vector<StageLayers>& partition) {
+  std::string s;
+  for (size_t i = 0; i < partition.size(); ++i) {
+    if (i) s += ',';
+    s += fmt::format("{}-{}", partition[i].first_layer, partition[i].last_layer);
+  }
+  return s;
+}
+
+Result<std::vector<StageLayers>> BalancedPartition(const std::vector<TimeNs>& layer_cost,
+                                                   int num_stages) {
+  const int n = static_cast<int>(layer_cost.size());
+  if (num_stages < 1) {
+    return Status::InvalidArgument(fmt::format("{} stages: need at least 1", num_stages));
+  }
+  if (num_stages > n) {
+    return Status::InvalidArgument(fmt::format(
+        "{} stages but the model has only {} layers: use at most {} stages", num_stages, n, n));
+  }
+  std::vector<TimeNs> prefix(n + 1, 0);
+  for (int i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + layer_cost[i];
+  constexpr TimeNs kInf = std::numeric_limits<TimeNs>::max();
+  // best[k][i]: smallest bottleneck placing the first i layers on k stages;
+  // cut[k][i]: where stage k-1 starts in that split.
+  std::vector<std::vector<TimeNs>> best(num_stages + 1, std::vector<TimeNs>(n + 1, kInf));
+  std::vector<std::vector<int>> cut(num_stages + 1, std::vector<int>(n + 1, 0));
+  best[0][0] = 0;
+  for (int k = 1; k <= num_stages; ++k) {
+    for (int i = k; i <= n - (num_stages - k); ++i) {
+      for (int j = k - 1; j < i; ++j) {
+        if (best[k - 1][j] == kInf) continue;
+        TimeNs v = std::max(best[k - 1][j], prefix[i] - prefix[j]);
+        // Strict `<` keeps the earliest cut on ties, so later stages take the
+        // extra layers: early stages hold more in-flight activations (1F1B).
+        if (v < best[k][i]) {
+          best[k][i] = v;
+          cut[k][i] = j;
+        }
+      }
+    }
+  }
+  std::vector<StageLayers> out(num_stages);
+  int end = n;
+  for (int k = num_stages; k >= 1; --k) {
+    int start = cut[k][end];
+    out[k - 1] = StageLayers{start, end - 1};
+    end = start;
+  }
+  return out;
+}
+
+}  // namespace pipecast

@@ -26,7 +26,8 @@ std::string PartitionToString(const std::vector<StageLayers>& partition);
 
 // Splits layers into `num_stages` contiguous stages minimising the largest
 // stage cost (sum of `layer_cost`), exactly (dynamic programming, O(p·n²)).
-// Ties go to the split that puts layers on earlier stages... deterministic.
+// On ties later stages take the extra layers, since early stages hold more
+// in-flight activations under 1F1B. Deterministic.
 // InvalidArgument when num_stages < 1 or > number of layers.
 Result<std::vector<StageLayers>> BalancedPartition(const std::vector<TimeNs>& layer_cost,
                                                    int num_stages);

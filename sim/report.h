@@ -17,12 +17,15 @@ namespace pipecast {
 // throughput_samples_per_s, tokens_per_s?, tflops_per_gpu?, mfu?,
 // bubble_ratio, bubble_fraction_of_ideal, schedule, ranks, stages_count,
 // microbatches, microbatch_size, data_parallel, global_batch,
-// costs_measured, notes, memory_capacity_bytes, and `stages`: per rank
-// stage, first_layer, last_layer, chunks, busy_us, first_start_us,
-// last_end_us, bubble_ratio, bubble_fraction_of_ideal,
-// peak_inflight_microbatches, peak_memory_bytes, allreduce_us, and `memory`
-// {weights_bytes, gradients_bytes, optimizer_bytes, activations_peak_bytes,
-// comm_buffers_peak_bytes, workspace_peak_bytes}.
+// costs_measured, notes, memory_capacity_bytes, iterations_simulated, and
+// `stages`: per rank stage, first_layer, last_layer, chunks, busy_us,
+// first_start_us, last_end_us, bubble_ratio, bubble_fraction_of_ideal,
+// peak_inflight_microbatches, peak_memory_bytes, allreduce_us,
+// weight_versions, and `memory` {weights_bytes, gradients_bytes,
+// optimizer_bytes, activations_peak_bytes, comm_buffers_peak_bytes,
+// workspace_peak_bytes, stashed_weights_bytes}; then `critical_path` when
+// the timeline was recorded {length_us, compute_us, communication_us,
+// waiting_us, compute_by_stage, communication_by_link, steps}.
 std::string ResultToJson(const SimResult& result);
 
 // A few lines of summary and a table per rank, for people.

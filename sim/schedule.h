@@ -24,6 +24,10 @@ namespace pipecast {
 enum class OpKind : uint8_t { kForward, kBackward, kBackwardInput, kBackwardWeight };
 char OpKindLetter(OpKind kind);  // F, B, I, W
 
+// Iterations simulated for PipeDream's asynchronous steady state: the first
+// holds the warm-up, the later ones repeat the steady state.
+inline constexpr int kPipeDreamIterations = 4;
+
 struct Action {
   int stage = 0;       // virtual stage
   OpKind kind = OpKind::kForward;
@@ -32,10 +36,26 @@ struct Action {
 };
 std::string ActionName(const Action& action);  // e.g. "2B5"
 
-enum class ScheduleKind { kNaive, kGPipe, k1F1B, kCustom };
-const char* ScheduleKindName(ScheduleKind kind);  // "naive", "gpipe", "1f1b", "custom"
+enum class ScheduleKind {
+  kNaive,             // "naive": one micro-batch at a time through the pipeline
+  kGPipe,             // "gpipe": all forwards, then all backwards
+  k1F1B,              // "1f1b": PipeDream-Flush / Megatron non-interleaved
+  kInterleaved1F1B,   // "interleaved": Megatron interleaved, v chunks per rank
+  kPipeDream,         // "pipedream": asynchronous 1F1B, weight stashing, no flush
+  kZBH1,              // "zb-h1": zero bubble, 1F1B memory
+  kZBH2,              // "zb-h2": zero bubble, about twice the memory
+  kLoopedBFS,         // "looped-bfs": breadth-first, v chunks per rank
+  kCustom,            // "custom": schedule text
+};
+const char* ScheduleKindName(ScheduleKind kind);
 // Parses a --schedule value; InvalidArgument listing the known names.
 Result<ScheduleKind> ParseScheduleKind(const std::string& name);
+// Every built-in kind, in a stable order.
+std::vector<ScheduleKind> BuiltinScheduleKinds();
+// True for kinds that take v > 1 chunks per rank (interleaved, looped BFS).
+bool UsesChunks(ScheduleKind kind);
+// True for kinds that split the backward into I and W (zero bubble).
+bool SplitsBackward(ScheduleKind kind);
 
 struct Schedule {
   std::string name;
@@ -46,14 +66,24 @@ struct Schedule {
   std::vector<std::vector<Action>> actions;   // per rank, in execution order
   // True when the schedule splits the backward into I and W.
   bool split_backward = false;
+  // Training iterations the action lists cover. 1, except for asynchronous
+  // schedules without a flush (PipeDream), whose micro-batches are numbered
+  // across iterations: iteration k holds micro-batches [k·m, (k+1)·m) with
+  // m = num_microbatches / iterations.
+  int iterations = 1;
+  bool flush = true;  // false: no pipeline flush between iterations
 
   int ChunksPerRank() const { return num_ranks ? num_stages / num_ranks : 0; }
   int64_t NumActions() const;
 };
 
-// Builds a built-in schedule with one stage per rank.
-// InvalidArgument when ranks < 1 or microbatches < 1, or for kCustom.
-Result<Schedule> MakeSchedule(ScheduleKind kind, int num_ranks, int num_microbatches);
+// Builds a built-in schedule. `chunks` (v) is the number of model chunks per
+// rank for kinds that UsesChunks(); others require chunks == 1. Virtual stage
+// c·p + r lives on rank r (Megatron's looped placement).
+// InvalidArgument when ranks < 1, microbatches < 1, chunks < 1, for kCustom,
+// and for a kind's own constraints (interleaved: m a multiple of p).
+Result<Schedule> MakeSchedule(ScheduleKind kind, int num_ranks, int num_microbatches,
+                              int chunks = 1);
 
 // Checks that the schedule is a complete training iteration: every (stage,
 // micro-batch) has exactly one F and either one B or one I and one W, each on

@@ -1,1 +1,569 @@
 #include "sim/simulator.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <queue>
+#include <set>
+
+namespace pipecast {
+
+Status SimOptions::Validate() const {
+  if (microbatch_size < 1) {
+    return Status::InvalidArgument(
+        fmt::format("--microbatch-size is {}: must be at least 1", microbatch_size));
+  }
+  if (data_parallel < 1) {
+    return Status::InvalidArgument(
+        fmt::format("--data-parallel is {}: must be at least 1", data_parallel));
+  }
+  if (optimizer_step_ns < 0) {
+    return Status::InvalidArgument("--optimizer-step-us is negative: must be >= 0");
+  }
+  if (memory.weight_bytes_per_param < 0 || memory.gradient_bytes_per_param < 0 ||
+      memory.optimizer_bytes_per_param < 0) {
+    return Status::InvalidArgument("bytes per parameter must be >= 0");
+  }
+  return Status::Ok();
+}
+
+int64_t SimResult::NumOps() const {
+  int64_t n = 0;
+  for (const OpRecord& op : ops) n += op.end_ns >= op.start_ns;
+  return n;
+}
+
+namespace {
+
+constexpr TimeNs kNotYet = -1;
+
+// Costs of one virtual stage at the simulated micro-batch size.
+struct StageCost {
+  TimeNs forward = 0;
+  TimeNs backward = 0;         // whole backward
+  TimeNs backward_weight = 0;  // W part of `backward`
+  bool has_split = true;
+  Bytes activations = 0;  // sum over the stage's layers
+  Bytes held = 0;         // kept from F start until B (or W) ends
+  Bytes recomputed = 0;   // rebuilt at B (or I) start, freed with `held`
+  Bytes output = 0;       // the last layer's output, sent to the next stage
+  Bytes workspace = 0;    // largest over the stage's layers
+  int64_t parameters = 0;
+};
+
+// Costs per stage, and notes about interpolated ones.
+std::vector<StageCost> StageCosts(const Model& model, const std::vector<StageLayers>& partition,
+                                  int microbatch_size, bool recompute,
+                                  std::vector<std::string>* notes) {
+  std::vector<StageCost> costs(partition.size());
+  int interpolated = 0, extrapolated = 0;
+  for (size_t s = 0; s < partition.size(); ++s) {
+    StageCost& c = costs[s];
+    for (int l = partition[s].first_layer; l <= partition[s].last_layer; ++l) {
+      LayerCost lc = CostAt(model.layers[l], microbatch_size);
+      c.forward += lc.forward_ns;
+      c.backward += lc.backward_ns;
+      c.backward_weight += lc.backward_weight_ns;
+      c.has_split = c.has_split && lc.has_backward_split;
+      c.activations += lc.activation_bytes;
+      c.output = lc.output_bytes;
+      c.workspace = std::max(c.workspace, lc.workspace_bytes);
+      c.parameters += model.layers[l].parameters;
+      interpolated += lc.origin == CostOrigin::kInterpolated;
+      extrapolated += lc.origin == CostOrigin::kExtrapolated;
+    }
+    c.held = c.activations;
+    if (recompute) {
+      c.held = s > 0 ? costs[s - 1].output : 0;
+      c.recomputed = c.activations;
+      c.backward += c.forward;  // rerun the forward before the backward
+    }
+  }
+  const int n = static_cast<int>(model.layers.size());
+  if (interpolated > 0) {
+    notes->push_back(fmt::format(
+        "micro-batch size {} was not measured for {} of {} layers: their costs are interpolated "
+        "linearly between the nearest measured sizes",
+        microbatch_size, interpolated, n));
+  }
+  if (extrapolated > 0) {
+    notes->push_back(fmt::format(
+        "micro-batch size {} is outside the measured sizes for {} of {} layers: their costs are "
+        "extrapolated in proportion to the nearest measured size",
+        microbatch_size, extrapolated, n));
+  }
+  return costs;
+}
+
+Status CheckPartition(const std::vector<StageLayers>& partition, int num_layers,
+                      int num_stages) {
+  if (static_cast<int>(partition.size()) != num_stages) {
+    return Status::InvalidArgument(fmt::format(
+        "the partition has {} stages but the schedule has {}", partition.size(), num_stages));
+  }
+  int next = 0;
+  for (size_t s = 0; s < partition.size(); ++s) {
+    if (partition[s].first_layer != next || partition[s].last_layer < partition[s].first_layer ||
+        partition[s].last_layer >= num_layers) {
+      return Status::InvalidArgument(fmt::format(
+          "partition stage {} holds layers {}-{}: stages must be non-empty, contiguous and "
+          "within layers 0-{}",
+          s, partition[s].first_layer, partition[s].last_layer, num_layers - 1));
+    }
+    next = partition[s].last_layer + 1;
+  }
+  if (next != num_layers) {
+    return Status::InvalidArgument(fmt::format(
+        "the partition covers layers 0-{} but the model has {} layers", next - 1, num_layers));
+  }
+  return Status::Ok();
+}
+
+// Ring all-reduce of `bytes` over `d` ranks on `link`: 2(d-1) steps, each
+// moving bytes/d and paying the latency once.
+TimeNs RingAllReduceNs(Bytes bytes, int d, const Link& link) {
+  if (d <= 1) return 0;
+  double moved = 2.0 * (d - 1) / d * static_cast<double>(bytes);
+  return 2 * (d - 1) * link.LatencyNs() + TransferNs(static_cast<Bytes>(std::ceil(moved)),
+                                                     link.bandwidth_gbps);
+}
+
+class Engine {
+ public:
+  Engine(const Cluster& cluster, const Schedule& schedule, const std::vector<StageCost>& costs,
+         const SimOptions& options, SimResult* result)
+      : cluster_(cluster), sched_(schedule), costs_(costs), options_(options), out_(result) {}
+
+  Status Run();
+
+ private:
+  enum EventType : uint8_t { kOpEnd, kArrive };
+  struct Event {
+    TimeNs time;
+    uint64_t seq;
+    EventType type;
+    int index;  // rank for kOpEnd, pending transfer for kArrive
+    bool operator>(const Event& o) const {
+      return time != o.time ? time > o.time : seq > o.seq;
+    }
+  };
+  struct Pending {  // a transfer in flight
+    int src_rank, dst_rank, stage, microbatch;
+    bool gradient;
+    Bytes bytes;
+  };
+  struct RankState {
+    size_t next = 0;
+    bool running = false;
+    TimeNs busy = 0, first_start = kNotYet, last_end = 0;
+    Bytes act = 0, comm = 0, ws = 0, peak_total = 0;
+    int inflight = 0;
+  };
+
+  int64_t Cell(int stage, int mb) const { return int64_t{stage} * sched_.num_microbatches + mb; }
+  TimeNs Duration(const Action& a) const;
+  bool Ready(const Action& a) const;
+  void Push(TimeNs t, EventType type, int index) { queue_.push(Event{t, seq_++, type, index}); }
+  void TryStart(int rank, TimeNs now);
+  void OnOpEnd(int rank, TimeNs now);
+  void Send(int src_stage, int dst_stage, int mb, bool gradient, TimeNs now);
+  void OnArrive(int index, TimeNs now);
+  void ChangeMemory(int rank, TimeNs now, Bytes act, Bytes comm, Bytes ws);
+  int LinkIndex(int src_rank, int dst_rank);
+  Status Deadlock() const;
+  void Finish();
+
+  const Cluster& cluster_;
+  const Schedule& sched_;
+  const std::vector<StageCost>& costs_;
+  const SimOptions& options_;
+  SimResult* out_;
+
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> queue_;
+  uint64_t seq_ = 0;
+  std::vector<RankState> ranks_;
+  std::vector<TimeNs> f_end_, bi_end_, f_input_, b_input_;  // per cell
+  std::vector<Pending> pending_;
+  std::vector<int> free_pending_;
+  std::map<std::pair<int, int>, int> link_index_;
+  std::vector<TimeNs> link_free_;
+  std::vector<TimeNs> iteration_end_;  // per iteration (PipeDream)
+};
+
+TimeNs Engine::Duration(const Action& a) const {
+  const StageCost& c = costs_[a.stage];
+  switch (a.kind) {
+    case OpKind::kForward:
+      return c.forward;
+    case OpKind::kBackward:
+      return c.backward;
+    case OpKind::kBackwardInput:
+      return c.backward - c.backward_weight;
+    case OpKind::kBackwardWeight:
+      return c.backward_weight;
+  }
+  return 0;
+}
+
+bool Engine::Ready(const Action& a) const {
+  const int64_t cell = Cell(a.stage, a.microbatch);
+  switch (a.kind) {
+    case OpKind::kForward:
+      return a.stage == 0 || f_input_[cell] != kNotYet;
+    case OpKind::kBackward:
+    case OpKind::kBackwardInput:
+      return f_end_[cell] != kNotYet &&
+             (a.stage == sched_.num_stages - 1 || b_input_[cell] != kNotYet);
+    case OpKind::kBackwardWeight:
+      return bi_end_[cell] != kNotYet;
+  }
+  return false;
+}
+
+void Engine::ChangeMemory(int rank, TimeNs now, Bytes act, Bytes comm, Bytes ws) {
+  RankState& st = ranks_[rank];
+  StageResult& sr = out_->per_rank[rank];
+  st.act += act;
+  st.comm += comm;
+  st.ws += ws;
+  sr.memory.activations_peak = std::max(sr.memory.activations_peak, st.act);
+  sr.memory.comm_buffers_peak = std::max(sr.memory.comm_buffers_peak, st.comm);
+  sr.memory.workspace_peak = std::max(sr.memory.workspace_peak, st.ws);
+  st.peak_total = std::max(st.peak_total, st.act + st.comm + st.ws);
+  if (!options_.record_timeline) return;
+  auto& tl = sr.memory_timeline;
+  if (!tl.empty() && tl.back().time_ns == now) tl.pop_back();
+  tl.push_back(MemorySample{now, st.act, st.comm, st.ws});
+}
+
+void Engine::TryStart(int rank, TimeNs now) {
+  RankState& st = ranks_[rank];
+  const auto& list = sched_.actions[rank];
+  if (st.running || st.next >= list.size()) return;
+  const Action& a = list[st.next];
+  if (!Ready(a)) return;
+  const TimeNs dur = Duration(a);
+  st.running = true;
+  ++st.next;
+  st.busy += dur;
+  if (st.first_start == kNotYet) st.first_start = now;
+  Bytes act = 0;
+  if (a.kind == OpKind::kForward) {
+    act = costs_[a.stage].held;
+    StageResult& sr = out_->per_rank[rank];
+    sr.peak_inflight_microbatches = std::max(sr.peak_inflight_microbatches, ++st.inflight);
+  } else if (a.kind != OpKind::kBackwardWeight) {
+    act = costs_[a.stage].recomputed;
+  }
+  ChangeMemory(rank, now, act, 0, costs_[a.stage].workspace);
+  if (options_.record_timeline) out_->ops.push_back(OpRecord{rank, a, now, now + dur});
+  Push(now + dur, kOpEnd, rank);
+}
+
+void Engine::OnOpEnd(int rank, TimeNs now) {
+  RankState& st = ranks_[rank];
+  const Action& a = sched_.actions[rank][st.next - 1];
+  const int64_t cell = Cell(a.stage, a.microbatch);
+  const int last = sched_.num_stages - 1;
+  st.running = false;
+  st.last_end = now;
+  TimeNs& iter_end = iteration_end_[a.microbatch / (sched_.num_microbatches / sched_.iterations)];
+  iter_end = std::max(iter_end, now);
+  Bytes act = 0, comm = 0;
+  switch (a.kind) {
+    case OpKind::kForward:
+      f_end_[cell] = now;
+      if (a.stage > 0 && sched_.stage_rank[a.stage - 1] != rank) comm -= costs_[a.stage - 1].output;
+      if (a.stage < last) Send(a.stage, a.stage + 1, a.microbatch, false, now);
+      break;
+    case OpKind::kBackward:
+    case OpKind::kBackwardInput:
+      bi_end_[cell] = now;
+      if (a.stage < last && sched_.stage_rank[a.stage + 1] != rank) comm -= costs_[a.stage].output;
+      if (a.stage > 0) Send(a.stage, a.stage - 1, a.microbatch, true, now);
+      break;
+    case OpKind::kBackwardWeight:
+      break;
+  }
+  if (a.kind == OpKind::kBackward || a.kind == OpKind::kBackwardWeight) {
+    act = -(costs_[a.stage].held + costs_[a.stage].recomputed);
+    --st.inflight;
+  }
+  ChangeMemory(rank, now, act, comm, -costs_[a.stage].workspace);
+  TryStart(rank, now);
+}
+
+int Engine::LinkIndex(int src_rank, int dst_rank) {
+  auto [it, inserted] = link_index_.try_emplace({src_rank, dst_rank}, link_free_.size());
+  if (inserted) link_free_.push_back(0);
+  return it->second;
+}
+
+void Engine::Send(int src_stage, int dst_stage, int mb, bool gradient, TimeNs now) {
+  const int src = sched_.stage_rank[src_stage];
+  const int dst = sched_.stage_rank[dst_stage];
+  const int64_t dst_cell = Cell(dst_stage, mb);
+  if (src == dst) {  // same GPU: hand-over at no cost
+    (gradient ? b_input_ : f_input_)[dst_cell] = now;
+    return;
+  }
+  // Activations forward are the source stage's output; gradients backward
+  // have the shape of the destination stage's output.
+  const Bytes bytes = costs_[gradient ? dst_stage : src_stage].output;
+  const Link& link = cluster_.LinkBetween(src, dst);
+  const int li = LinkIndex(src, dst);
+  const TimeNs start = std::max(now, link_free_[li]);
+  const TimeNs serial = TransferNs(bytes, link.bandwidth_gbps);
+  link_free_[li] = start + serial;
+  const TimeNs arrive = start + link.LatencyNs() + serial;
+  ChangeMemory(src, now, 0, bytes, 0);
+  int index;
+  if (!free_pending_.empty()) {
+    index = free_pending_.back();
+    free_pending_.pop_back();
+  } else {
+    index = static_cast<int>(pending_.size());
+    pending_.emplace_back();
+  }
+  pending_[index] = Pending{src, dst, dst_stage, mb, gradient, bytes};
+  if (options_.record_timeline) {
+    out_->transfers.push_back(
+        TransferRecord{src, dst, src_stage, dst_stage, mb, gradient, bytes, now, start, arrive});
+  }
+  Push(arrive, kArrive, index);
+}
+
+void Engine::OnArrive(int index, TimeNs now) {
+  const Pending p = pending_[index];
+  free_pending_.push_back(index);
+  ChangeMemory(p.src_rank, now, 0, -p.bytes, 0);
+  ChangeMemory(p.dst_rank, now, 0, p.bytes, 0);
+  (p.gradient ? b_input_ : f_input_)[Cell(p.stage, p.microbatch)] = now;
+  TryStart(p.dst_rank, now);
+}
+
+Status Engine::Run() {
+  const int p = sched_.num_ranks;
+  const int64_t cells = Cell(sched_.num_stages, 0);
+  ranks_.assign(p, RankState{});
+  f_end_.assign(cells, kNotYet);
+  bi_end_.assign(cells, kNotYet);
+  f_input_.assign(cells, kNotYet);
+  b_input_.assign(cells, kNotYet);
+  iteration_end_.assign(sched_.iterations, 0);
+  if (options_.record_timeline) {
+    out_->ops.reserve(sched_.NumActions());
+    out_->transfers.reserve(2 * cells);
+  }
+  for (int r = 0; r < p; ++r) TryStart(r, 0);
+  while (!queue_.empty()) {
+    const Event e = queue_.top();
+    queue_.pop();
+    if (e.type == kOpEnd) {
+      OnOpEnd(e.index, e.time);
+    } else {
+      OnArrive(e.index, e.time);
+    }
+  }
+  for (int r = 0; r < p; ++r) {
+    if (ranks_[r].next < sched_.actions[r].size() || ranks_[r].running) return Deadlock();
+  }
+  Finish();
+  return Status::Ok();
+}
+
+Status Engine::Deadlock() const {
+  // Each stuck rank waits at its next op for one op that has not run; follow
+  // those waits from rank to rank until one repeats: that is the cycle.
+  auto op_on = [&](int stage, OpKind kind, int mb) {
+    return fmt::format("{} (rank {})", ActionName(Action{stage, kind, mb}),
+                       sched_.stage_rank[stage]);
+  };
+  auto waits_for = [&](int rank, std::string* what) -> int {
+    const Action& a = sched_.actions[rank][ranks_[rank].next];
+    const int64_t cell = Cell(a.stage, a.microbatch);
+    int stage = a.stage;
+    OpKind kind = OpKind::kForward;
+    if (a.kind == OpKind::kForward) {
+      stage = a.stage - 1;
+    } else if (a.kind == OpKind::kBackwardWeight) {
+      kind = OpKind::kBackwardInput;
+    } else if (f_end_[cell] != kNotYet) {
+      stage = a.stage + 1;
+      kind = sched_.split_backward ? OpKind::kBackwardInput : OpKind::kBackward;
+    }
+    *what = fmt::format("rank {} waits at {} for {}", rank, ActionName(a),
+                        op_on(stage, kind, a.microbatch));
+    return sched_.stage_rank[stage];
+  };
+  int rank = 0;
+  while (ranks_[rank].next >= sched_.actions[rank].size()) ++rank;
+  std::vector<int> seen_at(sched_.num_ranks, -1);
+  std::vector<std::string> chain;
+  while (seen_at[rank] < 0) {
+    seen_at[rank] = static_cast<int>(chain.size());
+    std::string what;
+    rank = waits_for(rank, &what);
+    chain.push_back(what);
+  }
+  std::string cycle;
+  for (size_t i = seen_at[rank]; i < chain.size(); ++i) cycle += "\n  " + chain[i];
+  int stuck = 0;
+  for (int r = 0; r < sched_.num_ranks; ++r) {
+    stuck += ranks_[r].next < sched_.actions[r].size();
+  }
+  return Status::FailedPrecondition(fmt::format(
+      "schedule '{}' can never finish: {} rank(s) are stuck, and these ops wait on each other "
+      "in a cycle:{}\nreorder the ranks' action lists so each op's inputs are produced first",
+      sched_.name, stuck, cycle));
+}
+
+void Engine::Finish() {
+  SimResult& r = *out_;
+  const int p = sched_.num_ranks;
+  const int k_iter = sched_.iterations;
+  TimeNs span = 0;
+  for (const RankState& st : ranks_) span = std::max(span, st.last_end);
+  r.iterations_simulated = k_iter;
+  r.first_iteration_ns = iteration_end_[0];
+  if (k_iter > 1) {
+    // Steady state of an asynchronous pipeline: the first iteration carries
+    // the fill; later ones repeat. Per-iteration busy time is busy / K.
+    span = (iteration_end_[k_iter - 1] - iteration_end_[0]) / (k_iter - 1);
+  }
+  r.pipeline_ns = span;
+  double sum_ratio = 0, sum_idle = 0, sum_busy = 0;
+  TimeNs end = 0;
+  for (int k = 0; k < p; ++k) {
+    const RankState& st = ranks_[k];
+    StageResult& sr = r.per_rank[k];
+    const TimeNs busy = st.busy / k_iter;
+    sr.busy_ns = busy;
+    sr.first_start_ns = std::max<TimeNs>(st.first_start, 0);
+    sr.last_end_ns = st.last_end;
+    sr.bubble_ratio = span > 0 ? 1.0 - static_cast<double>(busy) / span : 0.0;
+    sr.bubble_fraction_of_ideal = busy > 0 ? static_cast<double>(span - busy) / busy : 0.0;
+    sum_ratio += sr.bubble_ratio;
+    sum_idle += static_cast<double>(span - busy);
+    sum_busy += static_cast<double>(busy);
+    if (!sched_.flush) {
+      // Weight stashing: one version per in-flight micro-batch (SOSP'19 §3.3).
+      sr.weight_versions = std::max(1, sr.peak_inflight_microbatches);
+      sr.memory.stashed_weights = (sr.weight_versions - 1) * sr.memory.weights;
+    }
+    sr.peak_memory_bytes = sr.memory.weights + sr.memory.stashed_weights + sr.memory.gradients +
+                           sr.memory.optimizer + st.peak_total;
+    // The data-parallel group of rank k: GPU r·p + k of every replica r.
+    const int d = options_.data_parallel;
+    const Link& link =
+        cluster_.SameNode(k, (d - 1) * p + k) ? cluster_.intra_node : cluster_.inter_node;
+    sr.allreduce_ns = RingAllReduceNs(sr.memory.gradients, d, link);
+    r.allreduce_ns = std::max(r.allreduce_ns, sr.allreduce_ns);
+    end = std::max(end, (k_iter > 1 ? span : st.last_end) + sr.allreduce_ns);
+  }
+  r.bubble_ratio = sum_ratio / p;
+  r.bubble_fraction_of_ideal = sum_busy > 0 ? sum_idle / sum_busy : 0.0;
+  r.optimizer_ns = options_.optimizer_step_ns;
+  r.iteration_ns = end + r.optimizer_ns;
+}
+
+}  // namespace
+
+Result<SimResult> Simulate(const Model& model, const Cluster& cluster, const Schedule& schedule,
+                           const SimOptions& options) {
+  PIPECAST_RETURN_IF_ERROR(options.Validate());
+  PIPECAST_RETURN_IF_ERROR(ValidateSchedule(schedule));
+  const int num_layers = static_cast<int>(model.layers.size());
+  if (num_layers == 0) return Status::InvalidArgument("the model has no layers");
+  std::vector<StageLayers> partition = options.partition;
+  if (partition.empty()) {
+    std::vector<TimeNs> layer_time;
+    for (const Layer& layer : model.layers) {
+      LayerCost c = CostAt(layer, options.microbatch_size);
+      layer_time.push_back(c.forward_ns + c.backward_ns);
+    }
+    auto balanced = BalancedPartition(layer_time, schedule.num_stages);
+    if (!balanced.ok()) return balanced.status();
+    partition = std::move(balanced.value());
+  }
+  PIPECAST_RETURN_IF_ERROR(CheckPartition(partition, num_layers, schedule.num_stages));
+
+  SimResult result;
+  std::vector<StageCost> costs =
+      StageCosts(model, partition, options.microbatch_size, options.recompute, &result.notes);
+  result.costs_measured = result.notes.empty();
+  if (schedule.split_backward) {
+    for (size_t s = 0; s < costs.size(); ++s) {
+      if (!costs[s].has_split) {
+        return Status::InvalidArgument(fmt::format(
+            "schedule '{}' splits the backward into I and W, but stage {} (layers {}-{}) has "
+            "layers without backward_weight_us: profile the weight-gradient time or use a "
+            "schedule with whole backwards",
+            schedule.name, s, partition[s].first_layer, partition[s].last_layer));
+      }
+    }
+  }
+  result.schedule_name = schedule.name;
+  result.ranks = schedule.num_ranks;
+  result.stages = schedule.num_stages;
+  result.microbatches = schedule.num_microbatches;
+  result.microbatch_size = options.microbatch_size;
+  result.data_parallel = options.data_parallel;
+  result.global_batch = int64_t{options.microbatch_size} * schedule.num_microbatches *
+                        options.data_parallel;
+  result.memory_capacity_bytes = cluster.gpu.memory_bytes;
+  result.per_rank.resize(schedule.num_ranks);
+  for (int s = 0; s < schedule.num_stages; ++s) {
+    StageResult& sr = result.per_rank[schedule.stage_rank[s]];
+    sr.stages.push_back(s);
+    sr.layers.push_back(partition[s]);
+    const double params = static_cast<double>(costs[s].parameters);
+    sr.memory.weights += std::llround(params * options.memory.weight_bytes_per_param);
+    sr.memory.gradients += std::llround(params * options.memory.gradient_bytes_per_param);
+    sr.memory.optimizer += std::llround(params * options.memory.optimizer_bytes_per_param);
+  }
+  for (int k = 0; k < schedule.num_ranks; ++k) {
+    result.per_rank[k].rank = k;
+    if (schedule.actions[k].empty()) {
+      return Status::InvalidArgument(fmt::format(
+          "rank {} has no ops in schedule '{}': every rank must own at least one stage", k,
+          schedule.name));
+    }
+  }
+
+  Engine engine(cluster, schedule, costs, options, &result);
+  PIPECAST_RETURN_IF_ERROR(engine.Run());
+  result.microbatches = schedule.num_microbatches / schedule.iterations;
+  result.global_batch =
+      int64_t{options.microbatch_size} * result.microbatches * options.data_parallel;
+  if (options.record_timeline && !result.ops.empty()) {
+    result.critical_path = ComputeCriticalPath(schedule, result.ops, result.transfers);
+  }
+  if (!schedule.flush) {
+    result.notes.push_back(fmt::format(
+        "{} is asynchronous: no flush between iterations, weights updated while micro-batches "
+        "are in flight, so training semantics change (weight stashing keeps each micro-batch's "
+        "forward and backward on one version); times are the steady state over {} simulated "
+        "iterations, the first taking {:.3f} ms",
+        schedule.name, schedule.iterations, NsToUs(result.first_iteration_ns) / 1e3));
+  }
+
+  if (result.iteration_ns > 0) {
+    const double seconds = static_cast<double>(result.iteration_ns) / kNsPerS;
+    result.samples_per_s = static_cast<double>(result.global_batch) / seconds;
+    if (model.sequence_length) result.tokens_per_s = result.samples_per_s * *model.sequence_length;
+    if (auto flops = model.ForwardFlopsPerSample()) {
+      // Forward + backward = 3x the forward FLOPs (the backward costs two
+      // forwards); recomputation is not counted, as in MFU's definition.
+      const double gpus = static_cast<double>(schedule.num_ranks) * options.data_parallel;
+      result.tflops_per_gpu = 3.0 * *flops * result.samples_per_s / gpus / 1e12;
+      if (cluster.gpu.peak_tflops > 0) result.mfu = *result.tflops_per_gpu / cluster.gpu.peak_tflops;
+    }
+  } else {
+    result.notes.push_back("the iteration takes 0 ns (every cost is zero): throughput is undefined");
+  }
+  return result;
+}
+
+}  // namespace pipecast

@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "sim/cluster.h"
+#include "sim/critical_path.h"
 #include "sim/memory.h"
 #include "sim/model.h"
 #include "sim/partition.h"
@@ -53,6 +54,12 @@ struct SimOptions {
   std::vector<StageLayers> partition;
   MemoryConfig memory;
   TimeNs optimizer_step_ns = 0;  // 0 = not modelled
+  // Full activation recomputation (Chen et al. 2016; Megatron-LM
+  // --recompute-granularity full): the forward keeps only each stage's input;
+  // the backward (or I) first reruns the stage's forward, which costs one more
+  // forward and holds the stage's full activations until the backward (or W)
+  // ends. The stage input of stage 0 (token ids) is taken as 0 bytes.
+  bool recompute = false;
   // Keep every op, transfer and memory change (needed for traces); off in
   // planner searches to save time and memory.
   bool record_timeline = true;
@@ -95,6 +102,9 @@ struct MemoryBreakdown {
   Bytes activations_peak = 0;    // peak of the activation live set alone
   Bytes comm_buffers_peak = 0;   // peak of send + receive buffers alone
   Bytes workspace_peak = 0;
+  // Extra weight versions PipeDream stashes for in-flight micro-batches
+  // ((versions - 1) x weights); 0 for schedules with a flush.
+  Bytes stashed_weights = 0;
 };
 
 struct StageResult {
@@ -110,6 +120,7 @@ struct StageResult {
   Bytes peak_memory_bytes = 0;           // static + peak of the live set
   MemoryBreakdown memory;
   TimeNs allreduce_ns = 0;
+  int weight_versions = 1;  // weight versions held at once (PipeDream: p - s)
   std::vector<MemorySample> memory_timeline;  // when record_timeline
 };
 
@@ -136,7 +147,16 @@ struct SimResult {
   bool costs_measured = true;       // false when any cost was interpolated
   std::vector<std::string> notes;   // e.g. which costs were interpolated
 
+  // Asynchronous schedules (PipeDream) simulate several iterations without a
+  // flush; iteration and pipeline times are then the steady state:
+  // (end of the last iteration - end of the first) / (iterations - 1).
+  int iterations_simulated = 1;
+  TimeNs first_iteration_ns = 0;  // PipeDream: the first, with its warm-up
+
   std::vector<StageResult> per_rank;
+  // When record_timeline: the chain of ops and transfers that sets the
+  // pipeline's length.
+  std::optional<CriticalPath> critical_path;
   std::vector<OpRecord> ops;             // when record_timeline, in start order
   std::vector<TransferRecord> transfers; // when record_timeline
 

@@ -1,1 +1,396 @@
+#include "sim/simulator.h"
+
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include "sim/sim_test_util.h"
+
+namespace pipecast {
+namespace {
+
+using ::pipecast::test_util::B;
+using ::pipecast::test_util::CustomSchedule;
+using ::pipecast::test_util::F;
+using ::pipecast::test_util::IdealCluster;
+using ::pipecast::test_util::UniformModel;
+using ::testing::HasSubstr;
+
+constexpr TimeNs kF = 1000 * kNsPerUs;  // 1 ms forward per stage
+constexpr TimeNs kB = 2000 * kNsPerUs;  // 2 ms backward per stage
+constexpr Bytes kAct = 100 * kMiB;
+
+SimResult SimulateOk(ScheduleKind kind, int p, int m, const Cluster& cluster = IdealCluster(),
+              const Model& model = {}, SimOptions opts = {}) {
+  Model mdl = model.layers.empty() ? UniformModel(p, kF, kB, kAct) : model;
+  auto sched = MakeSchedule(kind, p, m);
+  EXPECT_TRUE(sched.ok()) << sched.status().message();
+  auto r = Simulate(mdl, cluster, *sched, opts);
+  EXPECT_TRUE(r.ok()) << r.status().message();
+  return r.ok() ? *r : SimResult{};
+}
+
+TEST(SimulatorClosedForm, NaiveTakesMTimesPTimesFPlusB) {
+  for (int p : {1, 2, 4, 8}) {
+    for (int m : {1, 3, 8}) {
+      SimResult r = SimulateOk(ScheduleKind::kNaive, p, m);
+      EXPECT_EQ(r.iteration_ns, int64_t{m} * p * (kF + kB)) << "p=" << p << " m=" << m;
+      EXPECT_NEAR(r.bubble_ratio, (p - 1.0) / p, 1e-12);
+      for (const StageResult& s : r.per_rank) EXPECT_EQ(s.peak_inflight_microbatches, 1);
+    }
+  }
+}
+
+TEST(SimulatorClosedForm, WorkedCaseNaiveP4M1Is12WithBubble075) {
+  SimResult r = SimulateOk(ScheduleKind::kNaive, 4, 1);
+  EXPECT_EQ(r.iteration_ns, 12 * kF);
+  EXPECT_DOUBLE_EQ(r.bubble_ratio, 0.75);
+}
+
+TEST(SimulatorClosedForm, GPipeAnd1F1BTakeMPlusPMinus1TimesFPlusB) {
+  for (ScheduleKind kind : {ScheduleKind::kGPipe, ScheduleKind::k1F1B}) {
+    for (int p : {1, 2, 4, 8}) {
+      for (int m : {1, 2, 3, 4, 8, 16}) {  // below, equal to and above p
+        SimResult r = SimulateOk(kind, p, m);
+        SCOPED_TRACE(::testing::Message() << ScheduleKindName(kind) << " p=" << p << " m=" << m);
+        EXPECT_EQ(r.iteration_ns, int64_t{m + p - 1} * (kF + kB));
+        EXPECT_NEAR(r.bubble_ratio, (p - 1.0) / (m + p - 1), 1e-12);
+        EXPECT_NEAR(r.bubble_fraction_of_ideal, (p - 1.0) / m, 1e-12);
+        for (const StageResult& s : r.per_rank) {
+          EXPECT_EQ(s.busy_ns, m * (kF + kB));
+          EXPECT_NEAR(s.bubble_ratio, (p - 1.0) / (m + p - 1), 1e-12);
+        }
+      }
+    }
+  }
+}
+
+TEST(SimulatorClosedForm, GPipeHoldsAllMicrobatchesOnEveryStage) {
+  SimResult r = SimulateOk(ScheduleKind::kGPipe, 4, 8);
+  EXPECT_EQ(r.iteration_ns, 33 * kF);  // SCHEDULES.md worked case
+  for (const StageResult& s : r.per_rank) {
+    EXPECT_EQ(s.peak_inflight_microbatches, 8);
+    EXPECT_EQ(s.memory.activations_peak, 8 * kAct);
+  }
+}
+
+TEST(SimulatorClosedForm, OneFOneBHoldsMinOfPMinusSAndM) {
+  for (int p : {2, 4, 8}) {
+    for (int m : {1, 2, 3, 8, 16}) {
+      SimResult r = SimulateOk(ScheduleKind::k1F1B, p, m);
+      for (int s = 0; s < p; ++s) {
+        EXPECT_EQ(r.per_rank[s].peak_inflight_microbatches, std::min(p - s, m))
+            << "p=" << p << " m=" << m << " s=" << s;
+        EXPECT_EQ(r.per_rank[s].memory.activations_peak, std::min(p - s, m) * kAct);
+      }
+    }
+  }
+}
+
+TEST(SimulatorClosedForm, WorkedCase1F1BP4M3) {
+  SimResult r = SimulateOk(ScheduleKind::k1F1B, 4, 3);
+  EXPECT_EQ(r.iteration_ns, 18 * kF);
+  std::vector<int> peaks;
+  for (const StageResult& s : r.per_rank) peaks.push_back(s.peak_inflight_microbatches);
+  EXPECT_EQ(peaks, (std::vector<int>{3, 3, 2, 1}));
+}
+
+TEST(SimulatorHandWorked, SlowestStageSetsThePace) {
+  // Stage 0: one layer (F=1, B=2); stage 1: two layers (F=2, B=4). GPipe, m=2.
+  // rank0 F0 [0,1] F1 [1,2]; rank1 F0 [1,3] F1 [3,5] B0 [5,9] B1 [9,13];
+  // rank0 B0 [9,11] B1 [13,15].
+  Model model = UniformModel(3, kF, kB);
+  SimOptions opts;
+  opts.partition = {{0, 0}, {1, 2}};
+  SimResult r = SimulateOk(ScheduleKind::kGPipe, 2, 2, IdealCluster(), model, opts);
+  EXPECT_EQ(r.iteration_ns, 15 * kF);
+  EXPECT_EQ(r.per_rank[0].busy_ns, 6 * kF);
+  EXPECT_EQ(r.per_rank[1].busy_ns, 12 * kF);
+  EXPECT_EQ(r.per_rank[1].first_start_ns, 1 * kF);
+  EXPECT_EQ(r.per_rank[1].last_end_ns, 13 * kF);
+  EXPECT_NEAR(r.per_rank[0].bubble_ratio, 1.0 - 6.0 / 15, 1e-12);
+  EXPECT_NEAR(r.bubble_fraction_of_ideal, (9.0 + 3.0) / 18.0, 1e-12);
+}
+
+TEST(SimulatorHandWorked, TransferPaysLatencyPlusBytesOverBandwidth) {
+  // 1 MB at 1 GB/s = 1 ms, plus 10 us latency, on each hop, both ways.
+  Cluster c = IdealCluster();
+  c.intra_node = Link{1.0, 10.0};
+  Model model = UniformModel(2, kF, kB, 0, 1'000'000);
+  SimResult r = SimulateOk(ScheduleKind::kGPipe, 2, 1, c, model);
+  // rank0 F [0,1]; act arrives 2.010; rank1 F [2.010,3.010] B [3.010,5.010];
+  // grad arrives 6.020; rank0 B [6.020, 8.020].
+  EXPECT_EQ(r.iteration_ns, 8'020'000);
+  ASSERT_EQ(r.transfers.size(), 2u);
+  EXPECT_EQ(r.transfers[0].end_ns, 2'010'000);
+  EXPECT_FALSE(r.transfers[0].gradient);
+  EXPECT_EQ(r.transfers[1].start_ns, 5'010'000);
+  EXPECT_EQ(r.transfers[1].end_ns, 6'020'000);
+  EXPECT_TRUE(r.transfers[1].gradient);
+  // The send buffer lives until arrival, the receive buffer until its consumer ends.
+  EXPECT_EQ(r.per_rank[0].memory.comm_buffers_peak, 1'000'000);
+  EXPECT_EQ(r.per_rank[1].memory.comm_buffers_peak, 1'000'000);
+}
+
+TEST(SimulatorHandWorked, TransfersShareALinkInArrivalOrder) {
+  // Each 2 MB activation takes 2 ms on a 1 GB/s link; forwards take 1 ms,
+  // so the second send waits for the first: [1,3] then [3,5].
+  Cluster c = IdealCluster();
+  c.intra_node = Link{1.0, 0.0};
+  Model model = UniformModel(2, kF, kB, 0, 2'000'000);
+  SimResult r = SimulateOk(ScheduleKind::kGPipe, 2, 2, c, model);
+  ASSERT_GE(r.transfers.size(), 2u);
+  EXPECT_EQ(r.transfers[0].start_ns, 1 * kF);
+  EXPECT_EQ(r.transfers[1].ready_ns, 2 * kF);
+  EXPECT_EQ(r.transfers[1].start_ns, 3 * kF);
+  EXPECT_EQ(r.transfers[1].end_ns, 5 * kF);
+}
+
+TEST(SimulatorHandWorked, InterNodeHopUsesTheSlowerLink) {
+  Cluster c = IdealCluster();
+  c.gpus_per_node = 1;  // every hop crosses nodes
+  c.intra_node = Link{1000.0, 0.0};
+  c.inter_node = Link{1.0, 0.0};
+  Model model = UniformModel(2, kF, kB, 0, 1'000'000);
+  SimResult r = SimulateOk(ScheduleKind::kGPipe, 2, 1, c, model);
+  // F 1 + act 1 + F 1 + B 2 + grad 1 + B 2 = 8 ms.
+  EXPECT_EQ(r.iteration_ns, 8 * kF);
+}
+
+TEST(SimulatorHandWorked, RingAllReduceAfterTheFlushAndOptimizerStep) {
+  // 1 layer of 50M parameters per stage: 100 MB of bf16 gradients. d=2 in one
+  // node at 100 GB/s, 5 us latency: 2·5 us + 2·(1/2)·100 MB / 100 GB/s = 1.010 ms.
+  Cluster c = IdealCluster();
+  c.intra_node = Link{100.0, 5.0};
+  Model model = UniformModel(2, kF, kB, 0, 0, 50'000'000);
+  SimOptions opts;
+  opts.data_parallel = 2;
+  opts.optimizer_step_ns = 500'000;
+  SimResult r = SimulateOk(ScheduleKind::k1F1B, 2, 4, c, model, opts);
+  // The 5 us latency sits on four hops of 1F1B's critical path (p=2, m=4:
+  // F0 act, B0 grad, F2 act, B3 grad): 15 ms + 4 x 5 us.
+  EXPECT_EQ(r.pipeline_ns, 5 * (kF + kB) + 20'000);
+  EXPECT_EQ(r.per_rank[0].allreduce_ns, 1'010'000);
+  EXPECT_EQ(r.allreduce_ns, 1'010'000);
+  // Rank 0 ends last; its all-reduce then the optimizer step close the iteration.
+  EXPECT_EQ(r.iteration_ns, 5 * (kF + kB) + 20'000 + 1'010'000 + 500'000);
+  EXPECT_EQ(r.global_batch, 8);
+  EXPECT_NEAR(r.samples_per_s, 8 / (r.iteration_ns / 1e9), 1e-9);
+}
+
+TEST(SimulatorHandWorked, AllReduceAcrossNodesUsesInterNodeLink) {
+  Cluster c = IdealCluster();
+  c.gpus_per_node = 2;
+  c.intra_node = Link{100.0, 0.0};
+  c.inter_node = Link{10.0, 0.0};
+  Model model = UniformModel(2, kF, kB, 0, 0, 50'000'000);
+  SimOptions opts;
+  opts.data_parallel = 2;  // replica 1 sits on GPUs 2-3: another node
+  SimResult r = SimulateOk(ScheduleKind::k1F1B, 2, 2, c, model, opts);
+  EXPECT_EQ(r.per_rank[0].allreduce_ns, 10'000'000);  // 100 MB at 10 GB/s
+}
+
+TEST(SimulatorHandWorked, MemoryBreakdown) {
+  // 2 layers per stage, 10M parameters each: 20M per stage at 2+2+12 bytes.
+  Model model = UniformModel(4, kF, kB, kAct, 0, 10'000'000);
+  model.layers[1].profiles[0].workspace_bytes = 7 * kMiB;
+  SimResult r = SimulateOk(ScheduleKind::k1F1B, 2, 4, IdealCluster(), model);
+  const StageResult& s0 = r.per_rank[0];
+  EXPECT_EQ(s0.memory.weights, 40'000'000);
+  EXPECT_EQ(s0.memory.gradients, 40'000'000);
+  EXPECT_EQ(s0.memory.optimizer, 240'000'000);
+  EXPECT_EQ(s0.memory.activations_peak, 2 * 2 * kAct);  // 2 in flight x 2 layers
+  EXPECT_EQ(s0.memory.workspace_peak, 7 * kMiB);
+  EXPECT_EQ(s0.peak_memory_bytes, 320'000'000 + 4 * kAct + 7 * kMiB);
+  EXPECT_EQ(r.per_rank[1].memory.activations_peak, 2 * kAct);
+}
+
+TEST(SimulatorHandWorked, ActivationsLiveFromForwardStartToBackwardEnd) {
+  SimResult r = SimulateOk(ScheduleKind::kGPipe, 1, 2);
+  // F0 [0,1] F1 [1,2] B0 [2,4] B1 [4,6]: 2 live from 1 ms until 4 ms.
+  const auto& tl = r.per_rank[0].memory_timeline;
+  ASSERT_FALSE(tl.empty());
+  Bytes at_3ms = 0;
+  for (const MemorySample& m : tl)
+    if (m.time_ns <= 3 * kF) at_3ms = m.activations;
+  EXPECT_EQ(at_3ms, 2 * kAct);
+  EXPECT_EQ(tl.back().activations, 0);
+}
+
+TEST(SimulatorHandWorked, RecomputeCostsAForwardAndKeepsOnlyStageInputs) {
+  // GPipe p=2 m=2: backward becomes B+F = 3 ms, so (m+p-1)(F+B+F) = 12 ms.
+  // Stage 1 keeps two 1 MiB inputs plus one stage's activations while a
+  // backward recomputes them; stage 0's input (tokens) counts as 0.
+  Model model = UniformModel(2, kF, kB, kAct, kMiB);
+  SimOptions opts;
+  opts.recompute = true;
+  SimResult r = SimulateOk(ScheduleKind::kGPipe, 2, 2, IdealCluster(), model, opts);
+  EXPECT_EQ(r.iteration_ns, 12 * kF);
+  EXPECT_EQ(r.per_rank[1].memory.activations_peak, 2 * kMiB + kAct);
+  EXPECT_EQ(r.per_rank[0].memory.activations_peak, kAct);
+  EXPECT_EQ(r.per_rank[0].peak_inflight_microbatches, 2);
+}
+
+TEST(SimulatorDeadlock, OpBeforeItsOwnForwardIsNamed) {
+  Model model = UniformModel(1, kF, kB);
+  Schedule s = CustomSchedule(1, {{B(0, 0), F(0, 0)}});
+  auto r = Simulate(model, IdealCluster(), s, SimOptions{});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(r.status().message(), HasSubstr("rank 0 waits at 0B0 for 0F0 (rank 0)"));
+}
+
+TEST(SimulatorDeadlock, CycleAcrossRanksIsNamed) {
+  Model model = UniformModel(2, kF, kB);
+  Schedule s = CustomSchedule(2, {{F(0, 0), B(0, 0), F(0, 1), B(0, 1)},
+                                  {F(1, 1), F(1, 0), B(1, 0), B(1, 1)}});
+  auto r = Simulate(model, IdealCluster(), s, SimOptions{});
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("can never finish"));
+  EXPECT_THAT(r.status().message(), HasSubstr("rank 1 waits at 1F1 for 0F1 (rank 0)"));
+  EXPECT_THAT(r.status().message(), HasSubstr("rank 0 waits at 0B0 for 1B0 (rank 1)"));
+}
+
+TEST(SimulatorErrors, MoreStagesThanLayers) {
+  Model model = UniformModel(2, kF, kB);
+  auto s = MakeSchedule(ScheduleKind::k1F1B, 4, 4);
+  auto r = Simulate(model, IdealCluster(), *s, SimOptions{});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("4 stages but the model has only 2 layers"));
+}
+
+TEST(SimulatorErrors, IncompleteScheduleIsRejected) {
+  Model model = UniformModel(1, kF, kB);
+  Schedule s = CustomSchedule(2, {{F(0, 0), B(0, 0), F(0, 1)}});
+  auto r = Simulate(model, IdealCluster(), s, SimOptions{});
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("0B1 is missing"));
+}
+
+TEST(SimulatorErrors, SplitBackwardNeedsWeightGradientTimes) {
+  Model model = UniformModel(1, kF, kB);
+  Schedule s = CustomSchedule(1, {{F(0, 0), Action{0, OpKind::kBackwardInput, 0},
+                                   Action{0, OpKind::kBackwardWeight, 0}}});
+  auto r = Simulate(model, IdealCluster(), s, SimOptions{});
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("backward_weight_us"));
+}
+
+TEST(SimulatorErrors, BadOptions) {
+  Model model = UniformModel(2, kF, kB);
+  auto s = MakeSchedule(ScheduleKind::k1F1B, 2, 2);
+  SimOptions opts;
+  opts.microbatch_size = 0;
+  EXPECT_THAT(Simulate(model, IdealCluster(), *s, opts).status().message(),
+              HasSubstr("--microbatch-size"));
+  opts = SimOptions{};
+  opts.partition = {{0, 0}, {2, 3}};
+  EXPECT_THAT(Simulate(model, IdealCluster(), *s, opts).status().message(),
+              HasSubstr("partition stage 1"));
+}
+
+TEST(SimulatorCosts, UnmeasuredSizeIsInterpolatedAndSaysSo) {
+  Model model = UniformModel(2, kF, kB);
+  for (Layer& l : model.layers) {
+    LayerProfile p = l.profiles[0];
+    p.microbatch_size = 4;
+    p.forward_ns *= 4;
+    p.backward_ns *= 4;
+    l.profiles.push_back(p);
+  }
+  SimOptions opts;
+  opts.microbatch_size = 2;  // between 1 and 4: F = 1 + (4-1)/3 = 2 ms
+  SimResult r = SimulateOk(ScheduleKind::kGPipe, 2, 1, IdealCluster(), model, opts);
+  EXPECT_FALSE(r.costs_measured);
+  ASSERT_EQ(r.notes.size(), 1u);
+  EXPECT_THAT(r.notes[0], HasSubstr("interpolated"));
+  EXPECT_EQ(r.iteration_ns, 2 * (2 * kF + 2 * kB));
+}
+
+TEST(SimulatorPipeDream, SteadyStateHasNoBubbleAndStashesPMinusSVersions) {
+  // Asynchronous 1F1B, no flush: in steady state each equal stage is busy
+  // all the time, so an iteration takes m(F+B) = 8 x 3 ms.
+  Model model = UniformModel(4, kF, kB, kAct, 0, 10'000'000);
+  SimResult r = SimulateOk(ScheduleKind::kPipeDream, 4, 8, IdealCluster(), model);
+  EXPECT_EQ(r.iterations_simulated, kPipeDreamIterations);
+  EXPECT_EQ(r.microbatches, 8);
+  EXPECT_EQ(r.global_batch, 8);
+  EXPECT_EQ(r.iteration_ns, 8 * (kF + kB));
+  EXPECT_EQ(r.first_iteration_ns, 33 * kF);  // the first iteration carries the fill
+  EXPECT_NEAR(r.bubble_ratio, 0.0, 1e-12);
+  for (int s = 0; s < 4; ++s) {
+    EXPECT_EQ(r.per_rank[s].weight_versions, 4 - s);
+    EXPECT_EQ(r.per_rank[s].memory.stashed_weights, (3 - s) * r.per_rank[s].memory.weights);
+    EXPECT_EQ(r.per_rank[s].memory.activations_peak, (4 - s) * kAct);
+  }
+  ASSERT_FALSE(r.notes.empty());
+  EXPECT_THAT(r.notes.back(), HasSubstr("training semantics change"));
+}
+
+TEST(SimulatorCriticalPath, RunsThroughTheSlowStage) {
+  // Stage 1 is three times slower than stages 0 and 2; GPipe, m=4.
+  Model model = UniformModel(5, kF, kB);
+  SimOptions opts;
+  opts.partition = {{0, 0}, {1, 3}, {4, 4}};
+  SimResult r = SimulateOk(ScheduleKind::kGPipe, 3, 4, IdealCluster(), model, opts);
+  ASSERT_TRUE(r.critical_path.has_value());
+  const CriticalPath& cp = *r.critical_path;
+  EXPECT_EQ(cp.length_ns, r.pipeline_ns);
+  EXPECT_EQ(cp.compute_ns + cp.communication_ns + cp.waiting_ns, cp.length_ns);
+  EXPECT_EQ(cp.steps.front().start_ns, 0);
+  EXPECT_EQ(cp.steps.back().end_ns, r.pipeline_ns);
+  // Path: 0F0 (1) -> 1F0..1F3 (12) -> 2F3 (1) -> 2B0 (2) -> 1B0..1B3 (24)
+  // -> 0B3 (2) = 42 ms, 36 of them on the slow stage.
+  EXPECT_EQ(r.pipeline_ns, 42 * kF);
+  EXPECT_EQ(cp.compute_by_rank[1], 4 * 9 * kF);
+  EXPECT_GT(cp.compute_by_rank[1], cp.compute_by_rank[0] + cp.compute_by_rank[2]);
+  for (size_t i = 1; i < cp.steps.size(); ++i) {
+    EXPECT_EQ(cp.steps[i].start_ns, cp.steps[i - 1].end_ns);  // contiguous
+  }
+}
+
+TEST(SimulatorCriticalPath, CountsTransfersOnThePath) {
+  // GPipe p=2 m=1 with 1 ms hops: F, act, F, B, grad, B = 1+1+1+2+1+2.
+  Cluster c = IdealCluster();
+  c.intra_node = Link{1.0, 0.0};
+  Model model = UniformModel(2, kF, kB, 0, 1'000'000);
+  SimResult r = SimulateOk(ScheduleKind::kGPipe, 2, 1, c, model);
+  ASSERT_TRUE(r.critical_path.has_value());
+  EXPECT_EQ(r.critical_path->compute_ns, 6 * kF);
+  EXPECT_EQ(r.critical_path->communication_ns, 2 * kF);
+  ASSERT_EQ(r.critical_path->communication_by_link.size(), 2u);
+  EXPECT_EQ(r.critical_path->steps.size(), 6u);
+}
+
+TEST(SimulatorDeterminism, SameInputSameTimeline) {
+  Cluster c = IdealCluster();
+  c.intra_node = Link{1.0, 3.0};
+  Model model = UniformModel(8, kF, kB, kAct, 1'234'567);
+  SimResult a = SimulateOk(ScheduleKind::k1F1B, 4, 16, c, model);
+  SimResult b = SimulateOk(ScheduleKind::k1F1B, 4, 16, c, model);
+  ASSERT_EQ(a.ops.size(), b.ops.size());
+  for (size_t i = 0; i < a.ops.size(); ++i) {
+    EXPECT_EQ(a.ops[i].action, b.ops[i].action);
+    EXPECT_EQ(a.ops[i].start_ns, b.ops[i].start_ns);
+  }
+  EXPECT_EQ(a.iteration_ns, b.iteration_ns);
+}
+
+TEST(SimulatorThroughput, TokensAndMfuWhenTheModelAllows) {
+  Model model = UniformModel(2, kF, kB);
+  model.sequence_length = 1000;
+  model.flops_per_sample = 1e12;
+  Cluster c = IdealCluster();
+  c.gpu.peak_tflops = 100;
+  SimResult r = SimulateOk(ScheduleKind::kGPipe, 2, 2, c, model);
+  // 3 ms x 3 = 9 ms for 2 samples.
+  EXPECT_NEAR(r.samples_per_s, 2 / 9e-3, 1e-6);
+  ASSERT_TRUE(r.tokens_per_s.has_value());
+  EXPECT_NEAR(*r.tokens_per_s, 2000 / 9e-3, 1e-3);
+  ASSERT_TRUE(r.tflops_per_gpu.has_value());
+  EXPECT_NEAR(*r.tflops_per_gpu, 3e12 * (2 / 9e-3) / 2 / 1e12, 1e-9);
+  EXPECT_NEAR(*r.mfu, *r.tflops_per_gpu / 100, 1e-12);
+}
+
+}  // namespace
+}  // namespace pipecast

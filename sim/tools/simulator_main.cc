@@ -1,1 +1,231 @@
-int main() { return 0; }
+// simulator: replays one pipeline schedule for one configuration and prints
+// the predicted iteration time, throughput, bubble and memory per stage.
+// Thin by design: flags -> options -> library calls -> exit code.
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <utility>
+
+#include "sim/file_util.h"
+#include "sim/formats.h"
+#include "sim/partition.h"
+#include "sim/plan.h"
+#include "sim/report.h"
+#include "sim/schedule.h"
+#include "sim/schedule_text.h"
+#include "sim/simulator.h"
+#include "sim/trace.h"
+
+namespace pipecast {
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitBadInput = 1;
+constexpr int kExitUsage = 2;
+
+struct Flags {
+  std::string model_path;
+  int stages = 0;        // 0: from --partition or --schedule-in
+  int microbatches = 0;  // 0: from --schedule-in, else the number of stages
+  std::string schedule = "1f1b";
+  int microbatch_size = 1;
+  std::string partition;
+  std::string cluster;  // empty: the preset named by the model's source.device, else ideal
+  double memory_gb = -1;
+  int data_parallel = 1;
+  double optimizer_step_us = 0;
+  std::string trace_path;
+  std::string schedule_out;
+  std::string schedule_in;
+  std::string plan_path;  // --plan: the configuration comes from plan.json
+  bool json = false;
+};
+
+int Fail(const Status& status) {
+  fmt::print(stderr, "simulator: error: {}\n", status.message());
+  return kExitBadInput;
+}
+
+Result<Cluster> PickCluster(const Flags& flags, const Model& model) {
+  std::string spec = flags.cluster;
+  if (spec.empty()) {
+    spec = "ideal";
+    for (const std::string& name : ClusterPresetNames()) {
+      if (name == model.source.device) spec = name;
+    }
+    fmt::print(stderr, "simulator: cluster '{}' ({}; choose with --cluster)\n", spec,
+               spec == "ideal" ? "no communication cost, unlimited memory"
+                               : "the GPU the model was measured on");
+  }
+  auto cluster = LoadCluster(spec);
+  if (!cluster.ok()) return cluster.status().WithPrefix("--cluster");
+  if (flags.memory_gb >= 0) {
+    cluster->gpu.memory_bytes = static_cast<Bytes>(flags.memory_gb * static_cast<double>(kGiB));
+  }
+  return cluster;
+}
+
+Result<Schedule> PickSchedule(const Flags& flags, int num_layers) {
+  if (!flags.schedule_in.empty()) {
+    auto s = LoadScheduleText(flags.schedule_in);
+    if (!s.ok()) return s.status();
+    if (flags.stages > 0 && flags.stages != s->num_ranks) {
+      return Status::InvalidArgument(fmt::format("--stages {} but '{}' has {} ranks", flags.stages,
+                                                 flags.schedule_in, s->num_ranks));
+    }
+    if (flags.microbatches > 0 && flags.microbatches != s->num_microbatches) {
+      return Status::InvalidArgument(fmt::format("--microbatches {} but '{}' has {}",
+                                                 flags.microbatches, flags.schedule_in,
+                                                 s->num_microbatches));
+    }
+    return s;
+  }
+  auto kind = ParseScheduleKind(flags.schedule);
+  if (!kind.ok()) return kind.status().WithPrefix("--schedule");
+  int stages = flags.stages;
+  if (stages == 0 && !flags.partition.empty()) {
+    stages = 1 + static_cast<int>(std::count(flags.partition.begin(), flags.partition.end(), ','));
+  }
+  if (stages == 0) {
+    return Status::InvalidArgument("give the number of pipeline stages with --stages P");
+  }
+  if (stages > num_layers) {
+    return Status::InvalidArgument(
+        fmt::format("--stages {} but the model has only {} layers: use at most {} stages", stages,
+                    num_layers, num_layers));
+  }
+  return MakeSchedule(*kind, stages, flags.microbatches > 0 ? flags.microbatches : stages);
+}
+
+// What to simulate: the cluster, the schedule and the options.
+struct Setup {
+  Cluster cluster;
+  Schedule schedule;
+  SimOptions options;
+};
+
+Result<Setup> SetupFromFlags(const Flags& flags, const Model& model) {
+  Setup s;
+  auto cluster = PickCluster(flags, model);
+  if (!cluster.ok()) return cluster.status();
+  s.cluster = std::move(cluster.value());
+  auto schedule = PickSchedule(flags, static_cast<int>(model.layers.size()));
+  if (!schedule.ok()) return schedule.status();
+  s.schedule = std::move(schedule.value());
+  s.options.microbatch_size = flags.microbatch_size;
+  s.options.data_parallel = flags.data_parallel;
+  s.options.optimizer_step_ns = UsToNs(flags.optimizer_step_us);
+  if (!flags.partition.empty()) {
+    auto part = ParsePartition(flags.partition, static_cast<int>(model.layers.size()),
+                               s.schedule.num_stages);
+    if (!part.ok()) return part.status();
+    s.options.partition = *part;
+  }
+  return s;
+}
+
+// --plan: everything but the model comes from the plan. The plan stores only
+// the model's hash, so a different model file is a warning, not an error.
+Result<Setup> SetupFromPlan(const Flags& flags, const std::string& model_bytes) {
+  auto plan = LoadPlan(flags.plan_path);
+  if (!plan.ok()) return plan.status().WithPrefix("--plan");
+  const std::string hash = ModelHash(model_bytes);
+  if (hash != plan->model_hash) {
+    fmt::print(stderr,
+               "simulator: warning: {} has hash {}, but {} was made for model '{}' with hash {}: "
+               "the model file changed since the plan was made\n",
+               flags.model_path, hash, flags.plan_path, plan->model_name, plan->model_hash);
+  }
+  return Setup{plan->cluster, plan->schedule, PlanSimOptions(*plan)};
+}
+
+int Run(const Flags& flags) {
+  auto bytes = ReadFile(flags.model_path);
+  if (!bytes.ok()) return Fail(bytes.status());
+  auto model = ParseModel(*bytes, flags.model_path);
+  if (!model.ok()) return Fail(model.status());
+  auto setup =
+      flags.plan_path.empty() ? SetupFromFlags(flags, *model) : SetupFromPlan(flags, *bytes);
+  if (!setup.ok()) return Fail(setup.status());
+  setup->options.record_timeline = !flags.trace_path.empty();
+  auto result = Simulate(*model, setup->cluster, setup->schedule, setup->options);
+  if (!result.ok()) return Fail(result.status());
+
+  if (!flags.schedule_out.empty()) {
+    Status st = WriteFileAtomic(flags.schedule_out, ScheduleToText(setup->schedule));
+    if (!st.ok()) return Fail(st.WithPrefix("--schedule-out"));
+  }
+  if (!flags.trace_path.empty()) {
+    Status st = WriteFileAtomic(flags.trace_path, TraceJson(*result));
+    if (!st.ok()) return Fail(st.WithPrefix("--trace"));
+  }
+  const std::string out =
+      flags.json ? ResultToJson(*result) : ResultToText(*result, setup->cluster);
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  return kExitOk;
+}
+
+}  // namespace
+}  // namespace pipecast
+
+int main(int argc, char** argv) {
+  using pipecast::Flags;
+  Flags f;
+  CLI::App app{
+      "simulator: replay a pipeline-parallel training schedule and predict its iteration time, "
+      "throughput, bubble and per-stage memory.\n"
+      "Example: simulator --model examples/gpt-small.json --stages 4 --microbatches 8 "
+      "--schedule 1f1b --cluster h100-sxm"};
+  app.add_option("--model", f.model_path, "model.json (pipecast-model/1)")->required();
+  CLI::Option* stages = app.add_option("--stages", f.stages, "pipeline stages P (one per GPU)")
+                            ->check(CLI::PositiveNumber);
+  CLI::Option* microbatches =
+      app.add_option("--microbatches", f.microbatches, "micro-batches per iteration (default P)")
+          ->check(CLI::PositiveNumber);
+  CLI::Option* schedule =
+      app.add_option("--schedule", f.schedule, "naive, gpipe or 1f1b")->capture_default_str();
+  CLI::Option* microbatch_size =
+      app.add_option("--microbatch-size", f.microbatch_size,
+                     "samples per micro-batch; unmeasured sizes are interpolated")
+          ->check(CLI::PositiveNumber)
+          ->capture_default_str();
+  CLI::Option* partition = app.add_option(
+      "--partition", f.partition, "layers per stage, e.g. 0-3,4-7 (default: balanced on time)");
+  CLI::Option* cluster =
+      app.add_option("--cluster", f.cluster,
+                     "preset (ideal, a100-80gb, h100-sxm, h200) or cluster JSON file (default: the "
+                     "model's device if it is a preset, else ideal)");
+  CLI::Option* memory_gb =
+      app.add_option("--memory-gb", f.memory_gb, "override the GPU memory, in GiB")
+          ->check(CLI::NonNegativeNumber);
+  CLI::Option* data_parallel =
+      app.add_option("--data-parallel", f.data_parallel, "data-parallel replicas")
+          ->check(CLI::PositiveNumber)
+          ->capture_default_str();
+  CLI::Option* optimizer_step =
+      app.add_option("--optimizer-step-us", f.optimizer_step_us, "optimizer step time, in us")
+          ->check(CLI::NonNegativeNumber);
+  app.add_option("--trace", f.trace_path, "write a Chrome trace (Perfetto) of the timeline");
+  app.add_option("--schedule-out", f.schedule_out, "write the schedule as text");
+  CLI::Option* schedule_in =
+      app.add_option("--schedule-in", f.schedule_in, "read a custom schedule text");
+  CLI::Option* plan = app.add_option(
+      "--plan", f.plan_path,
+      "replay a plan.json (from planner --out): its schedule, partition, micro-batch size, "
+      "data-parallel degree, recomputation and cluster; --model is still required");
+  for (CLI::Option* fixed : {stages, microbatches, schedule, microbatch_size, partition, cluster,
+                             memory_gb, data_parallel, optimizer_step, schedule_in}) {
+    plan->excludes(fixed);
+  }
+  app.add_flag("--json", f.json, "print one JSON object instead of the summary");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);
+    return code == 0 ? 0 : pipecast::kExitUsage;
+  }
+  return pipecast::Run(f);
+}

@@ -1,0 +1,118 @@
+// Benchmarks of the simulator: how many compute ops per second Simulate()
+// replays, for the built-in schedules at a small and a large pipeline, with
+// and without recording the timeline (traces need it; planner searches turn
+// it off).
+//
+// The model is synthetic: 2 identical layers per stage, one profile at
+// micro-batch size 1. The cluster is the h100-sxm preset, so pipelines past
+// 8 GPUs cross nodes. items_per_second in the output is compute ops per second
+// (Schedule::NumActions() per simulated iteration).
+//
+//   build/bench/sim_bench --benchmark_min_time=0.2   (or scripts/bench.sh)
+#include <benchmark/benchmark.h>
+
+#include <string>
+#include <utility>
+
+#include "sim/cluster.h"
+#include "sim/formats.h"
+#include "sim/model.h"
+#include "sim/schedule.h"
+#include "sim/simulator.h"
+#include "sim/units.h"
+
+namespace pipecast {
+namespace {
+
+// The synthetic layer. Round numbers; backward costs twice the forward, as a
+// transformer layer roughly does.
+constexpr int kLayersPerStage = 2;
+constexpr TimeNs kForwardNs = 100 * kNsPerUs;
+constexpr TimeNs kBackwardNs = 200 * kNsPerUs;
+constexpr Bytes kActivationBytes = 1 * kMiB;
+constexpr Bytes kOutputBytes = 1 * kMiB;
+constexpr int64_t kParametersPerLayer = 1'000'000;
+
+constexpr char kClusterPreset[] = "h100-sxm";
+
+// (pipeline ranks, micro-batches): a single node, and a large pipeline.
+constexpr std::pair<int, int> kShapes[] = {{8, 64}, {64, 1024}};
+constexpr ScheduleKind kSchedules[] = {
+    ScheduleKind::kNaive, ScheduleKind::kGPipe, ScheduleKind::k1F1B};
+
+Model SyntheticModel(int num_layers) {
+  Model model;
+  model.name = "synthetic";
+  model.source.method = "manual";
+  for (int i = 0; i < num_layers; ++i) {
+    Layer layer;
+    layer.name = "layer" + std::to_string(i);
+    layer.parameters = kParametersPerLayer;
+    LayerProfile profile;
+    profile.microbatch_size = 1;
+    profile.forward_ns = kForwardNs;
+    profile.backward_ns = kBackwardNs;
+    profile.activation_bytes = kActivationBytes;
+    profile.output_bytes = kOutputBytes;
+    layer.profiles.push_back(profile);
+    model.layers.push_back(std::move(layer));
+  }
+  return model;
+}
+
+void BM_Simulate(benchmark::State& state, ScheduleKind kind, int ranks,
+                 int microbatches, bool record_timeline) {
+  const Model model = SyntheticModel(ranks * kLayersPerStage);
+  const Result<Cluster> cluster = ClusterPreset(kClusterPreset);
+  if (!cluster.ok()) {
+    state.SkipWithError(cluster.status().message().c_str());
+    return;
+  }
+  const Result<Schedule> schedule = MakeSchedule(kind, ranks, microbatches);
+  if (!schedule.ok()) {
+    state.SkipWithError(schedule.status().message().c_str());
+    return;
+  }
+  SimOptions options;
+  options.record_timeline = record_timeline;
+
+  for (auto _ : state) {
+    Result<SimResult> result = Simulate(model, *cluster, *schedule, options);
+    if (!result.ok()) {
+      state.SkipWithError(result.status().message().c_str());
+      break;
+    }
+    benchmark::DoNotOptimize(result);
+  }
+  state.SetItemsProcessed(state.iterations() * schedule->NumActions());
+  state.counters["ops"] = static_cast<double>(schedule->NumActions());
+}
+
+void RegisterAll() {
+  for (const auto& [ranks, microbatches] : kShapes) {
+    for (ScheduleKind kind : kSchedules) {
+      for (bool record_timeline : {false, true}) {
+        const std::string name =
+            std::string("BM_Simulate/") + ScheduleKindName(kind) +
+            "/p:" + std::to_string(ranks) +
+            "/m:" + std::to_string(microbatches) +
+            "/timeline:" + (record_timeline ? "on" : "off");
+        benchmark::RegisterBenchmark(name.c_str(), BM_Simulate, kind, ranks,
+                                     microbatches, record_timeline)
+            ->Unit(benchmark::kMicrosecond);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pipecast
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  pipecast::RegisterAll();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

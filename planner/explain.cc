@@ -1,0 +1,370 @@
+// Pass 7, explain: the text and JSON views of a PlanReport (planner/explain.h).
+#include "planner/explain.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "planner/internal/text_table.h"
+#include "sim/report.h"
+
+namespace pipecast {
+namespace {
+
+using Json = nlohmann::ordered_json;
+using internal::TextTable;
+
+constexpr RejectReason kReasons[] = {RejectReason::kOutOfMemory, RejectReason::kPruned,
+                                     RejectReason::kBatchNotDivisible,
+                                     RejectReason::kSimulationError};
+
+double Ms(TimeNs ns) { return static_cast<double>(ns) / 1e6; }
+std::string Percent(double fraction) { return fmt::format("{:.1f}%", 100.0 * fraction); }
+std::string GiB(Bytes bytes) { return fmt::format("{:.2f}", ToGiB(bytes)); }
+
+const char* ReasonId(RejectReason reason) {
+  switch (reason) {
+    case RejectReason::kBatchNotDivisible:
+      return "batch_not_divisible";
+    case RejectReason::kOutOfMemory:
+      return "out_of_memory";
+    case RejectReason::kPruned:
+      return "pruned";
+    case RejectReason::kSimulationError:
+      return "simulation_error";
+  }
+  return "unknown";
+}
+
+// "layers 0-7 (embedding … block6)", "layers 3-4 (block2, block3)", "layer 5 (block4)".
+std::string LayerSpan(const Model& model, const StageLayers& s) {
+  auto name = [&](int l) {
+    return l >= 0 && l < static_cast<int>(model.layers.size()) ? model.layers[l].name
+                                                               : std::string("?");
+  };
+  if (s.first_layer == s.last_layer) {
+    return fmt::format("layer {} ({})", s.first_layer, name(s.first_layer));
+  }
+  const char* sep = s.last_layer == s.first_layer + 1 ? ", " : " … ";
+  return fmt::format("layers {}-{} ({}{}{})", s.first_layer, s.last_layer, name(s.first_layer), sep,
+                     name(s.last_layer));
+}
+
+// "80.00 GiB per GPU (h100-sxm)" or "unlimited memory (ideal)".
+std::string CapacityText(const Cluster& cluster) {
+  const Bytes b = cluster.gpu.memory_bytes;
+  if (b <= 0) return fmt::format("unlimited memory ({})", cluster.name);
+  if (b < kGiB / 10)
+    return fmt::format("{:.2f} MiB per GPU ({})", static_cast<double>(b) / kMiB, cluster.name);
+  return fmt::format("{} GiB per GPU ({})", GiB(b), cluster.name);
+}
+
+// Rejections of one reason: how many, the nearest to being chosen, examples.
+struct RejectGroup {
+  RejectReason reason;
+  std::vector<const Rejection*> all;
+  const Rejection* closest = nullptr;
+  std::vector<const Rejection*> examples;
+};
+
+std::vector<RejectGroup> GroupRejections(const std::vector<Rejection>& rejected) {
+  std::vector<RejectGroup> groups;
+  for (RejectReason reason : kReasons) {
+    RejectGroup g{reason, {}, nullptr, {}};
+    for (const Rejection& r : rejected) {
+      if (r.reason == reason) g.all.push_back(&r);
+    }
+    if (g.all.empty()) continue;
+    // Closest miss: the least memory over capacity, or the best lower bound.
+    for (const Rejection* r : g.all) {
+      if (reason == RejectReason::kOutOfMemory &&
+          (g.closest == nullptr || r->memory_ratio < g.closest->memory_ratio)) {
+        g.closest = r;
+      }
+      if (reason == RejectReason::kPruned &&
+          (g.closest == nullptr ||
+           r->candidate.lower_bound_ns < g.closest->candidate.lower_bound_ns)) {
+        g.closest = r;
+      }
+    }
+    for (const Rejection* r : g.all) {
+      if (r == g.closest) continue;
+      if (static_cast<int>(g.examples.size()) >= kRejectionExamples) break;
+      g.examples.push_back(r);
+    }
+    groups.push_back(std::move(g));
+  }
+  return groups;
+}
+
+// ---------------------------------------------------------------------------
+// Text
+
+std::string ChosenText(const PlanReport& report, const Model& model) {
+  const Candidate& c = report.ranked[0];
+  const SimResult& r = *c.result;
+  std::string out = fmt::format("chosen plan: {}\n", c.Label());
+  out += fmt::format("  pipeline stages      {} (p), data-parallel degree {} (d): {} GPUs\n",
+                     c.pipeline_stages, c.data_parallel, c.pipeline_stages * c.data_parallel);
+  out += fmt::format("  schedule             {}\n", ScheduleKindName(c.schedule));
+  out += fmt::format(
+      "  micro-batches        {} of size {} (global batch {} = {} x {} x {}: size x count x d)\n",
+      c.microbatches, c.microbatch_size, r.global_batch, c.microbatch_size, c.microbatches,
+      c.data_parallel);
+  out += fmt::format("  recomputation        {}\n", c.recompute ? "on (full)" : "off");
+  out += fmt::format(
+      "  iteration time       {:.3f} ms (pipeline {:.3f} ms, all-reduce {:.3f} ms, optimizer "
+      "{:.3f} ms)\n",
+      Ms(r.iteration_ns), Ms(r.pipeline_ns), Ms(r.allreduce_ns), Ms(r.optimizer_ns));
+  out += fmt::format("  throughput           {:.1f} samples/s\n", r.samples_per_s);
+  if (r.tokens_per_s)
+    out += fmt::format("                       {:.0f} tokens/s\n", *r.tokens_per_s);
+  if (r.tflops_per_gpu) {
+    out += fmt::format("                       {:.1f} TFLOP/s per GPU", *r.tflops_per_gpu);
+    if (r.mfu) {
+      out += fmt::format(", MFU {} of {:.0f} TFLOP/s peak", Percent(*r.mfu),
+                         report.cluster.gpu.peak_tflops);
+    }
+    out += "\n";
+  }
+  out += fmt::format("  bubble ratio         {} (idle share of the pipeline span)\n",
+                     Percent(r.bubble_ratio));
+  out += fmt::format("  bubble/ideal         {} (Megatron-LM's bubble time fraction)\n",
+                     Percent(r.bubble_fraction_of_ideal));
+
+  out += "\n  layers per stage:\n";
+  // With v chunks per rank, stages are virtual: say which rank holds each.
+  std::vector<int> owner(c.partition.size(), -1);
+  for (const StageResult& rank : r.per_rank) {
+    for (int v : rank.stages) {
+      if (v >= 0 && v < static_cast<int>(owner.size())) owner[v] = rank.rank;
+    }
+  }
+  const bool chunked = c.partition.size() != static_cast<size_t>(c.pipeline_stages);
+  for (size_t s = 0; s < c.partition.size(); ++s) {
+    out += chunked ? fmt::format("    stage {} (rank {}): {}\n", s, owner[s],
+                                 LayerSpan(model, c.partition[s]))
+                   : fmt::format("    stage {}: {}\n", s, LayerSpan(model, c.partition[s]));
+  }
+
+  out += fmt::format("\n  memory per stage, GiB; capacity {}; each part at its own peak:\n",
+                     CapacityText(report.cluster));
+  TextTable t;
+  for (const char* h : {"stage", "peak", "of capacity", "weights", "gradients", "optimizer",
+                        "activations", "comm", "workspace"}) {
+    t.AddColumn(h, TextTable::kRight);
+  }
+  const Bytes cap = report.cluster.gpu.memory_bytes;
+  for (const StageResult& s : r.per_rank) {
+    const MemoryBreakdown& m = s.memory;
+    t.AddRow({fmt::format("{}", s.rank), GiB(s.peak_memory_bytes),
+              cap > 0 ? Percent(static_cast<double>(s.peak_memory_bytes) / cap) : "unlimited",
+              GiB(m.weights), GiB(m.gradients), GiB(m.optimizer), GiB(m.activations_peak),
+              GiB(m.comm_buffers_peak), GiB(m.workspace_peak)});
+  }
+  out += t.Render("    ");
+  return out;
+}
+
+std::string RunnersUpText(const PlanReport& report) {
+  if (report.ranked.size() < 2) return "runners-up: none (only one configuration fits)\n";
+  TextTable t;
+  t.AddColumn("#", TextTable::kRight);
+  t.AddColumn("configuration", TextTable::kLeft);
+  t.AddColumn("iteration ms", TextTable::kRight);
+  t.AddColumn("samples/s", TextTable::kRight);
+  t.AddColumn("bubble ratio", TextTable::kRight);
+  t.AddColumn("bubble/ideal", TextTable::kRight);
+  t.AddColumn("peak GiB", TextTable::kRight);
+  for (size_t i = 1; i < report.ranked.size(); ++i) {
+    const Candidate& c = report.ranked[i];
+    const SimResult& r = *c.result;
+    t.AddRow({fmt::format("{}", i + 1), c.Label(), fmt::format("{:.3f}", Ms(r.iteration_ns)),
+              fmt::format("{:.1f}", r.samples_per_s), Percent(r.bubble_ratio),
+              Percent(r.bubble_fraction_of_ideal), GiB(c.PeakMemory())});
+  }
+  return "runners-up (bubble ratio: idle share of the pipeline span; bubble/ideal: Megatron-LM's "
+         "bubble time fraction):\n" +
+         t.Render("  ");
+}
+
+std::string RejectedText(const PlanReport& report) {
+  if (report.rejected.empty()) return "rejected: none\n";
+  std::string out = fmt::format("rejected: {} configuration{}\n", report.rejected.size(),
+                                report.rejected.size() == 1 ? "" : "s");
+  for (const RejectGroup& g : GroupRejections(report.rejected)) {
+    out += fmt::format("  {}: {}\n", RejectReasonName(g.reason), g.all.size());
+    if (g.closest) {
+      out += fmt::format("    closest miss: {}: {}\n", g.closest->candidate.Label(),
+                         g.closest->detail);
+    }
+    for (const Rejection* r : g.examples) {
+      out += fmt::format("    e.g. {}: {}\n", r->candidate.Label(), r->detail);
+    }
+    const size_t shown = g.examples.size() + (g.closest ? 1 : 0);
+    if (g.all.size() > shown) out += fmt::format("    ... and {} more\n", g.all.size() - shown);
+  }
+  return out;
+}
+
+std::string SweepText(const PlanReport& report) {
+  if (report.sweep.empty()) return "";
+  const Candidate& c = report.ranked[0];
+  TextTable t;
+  for (const char* h : {"m", "global batch", "iteration ms", "samples/s", "bubble ratio",
+                        "bubble/ideal", "peak GiB", "fits"}) {
+    t.AddColumn(h, TextTable::kRight);
+  }
+  t.AddColumn("", TextTable::kLeft);
+  for (const SweepPoint& p : report.sweep) {
+    t.AddRow({fmt::format("{}", p.microbatches), fmt::format("{}", p.global_batch),
+              fmt::format("{:.3f}", Ms(p.iteration_ns)), fmt::format("{:.1f}", p.samples_per_s),
+              Percent(p.bubble_ratio), Percent(p.bubble_fraction_of_ideal),
+              GiB(p.peak_memory_bytes), p.fits ? "yes" : "NO",
+              p.microbatches == c.microbatches ? "<- chosen" : ""});
+  }
+  return fmt::format(
+             "micro-batch count sweep: the chosen p={} d={} {} mbs={} at other counts m (the "
+             "global batch changes with m):\n",
+             c.pipeline_stages, c.data_parallel, ScheduleKindName(c.schedule), c.microbatch_size) +
+         t.Render("  ");
+}
+
+// ---------------------------------------------------------------------------
+// JSON
+
+Json PartitionJson(const Model& model, const std::vector<StageLayers>& partition) {
+  Json list = Json::array();
+  for (size_t s = 0; s < partition.size(); ++s) {
+    const StageLayers& l = partition[s];
+    auto name = [&](int i) {
+      return i >= 0 && i < static_cast<int>(model.layers.size()) ? Json(model.layers[i].name)
+                                                                 : Json(nullptr);
+    };
+    list.push_back({{"stage", s},
+                    {"first_layer", l.first_layer},
+                    {"last_layer", l.last_layer},
+                    {"first_layer_name", name(l.first_layer)},
+                    {"last_layer_name", name(l.last_layer)}});
+  }
+  return list;
+}
+
+Json CandidateJson(const Candidate& c, const Model& model, bool with_predicted) {
+  Json j;
+  j["label"] = c.Label();
+  j["pipeline_stages"] = c.pipeline_stages;
+  j["data_parallel"] = c.data_parallel;
+  j["schedule"] = ScheduleKindName(c.schedule);
+  j["microbatch_size"] = c.microbatch_size;
+  j["microbatches"] = c.microbatches;
+  j["recompute"] = c.recompute;
+  j["partition"] = PartitionJson(model, c.partition);
+  if (!c.result) return j;
+  const SimResult& r = *c.result;
+  j["global_batch"] = r.global_batch;
+  j["iteration_time_us"] = NsToUs(r.iteration_ns);
+  j["throughput_samples_per_s"] = r.samples_per_s;
+  j["bubble_ratio"] = r.bubble_ratio;
+  j["bubble_fraction_of_ideal"] = r.bubble_fraction_of_ideal;
+  j["peak_memory_bytes"] = c.PeakMemory();
+  if (with_predicted) j["predicted"] = Json::parse(ResultToJson(r), nullptr, false);
+  return j;
+}
+
+Json RejectedJson(const PlanReport& report) {
+  Json list = Json::array();
+  auto one = [](const Rejection& r) {
+    Json j{{"label", r.candidate.Label()}, {"detail", r.detail}};
+    if (r.reason == RejectReason::kOutOfMemory) j["memory_ratio"] = r.memory_ratio;
+    return j;
+  };
+  for (const RejectGroup& g : GroupRejections(report.rejected)) {
+    Json j;
+    j["reason"] = ReasonId(g.reason);
+    j["description"] = RejectReasonName(g.reason);
+    j["count"] = g.all.size();
+    j["closest_miss"] = g.closest ? one(*g.closest) : Json(nullptr);
+    j["examples"] = Json::array();
+    for (const Rejection* r : g.examples) j["examples"].push_back(one(*r));
+    list.push_back(std::move(j));
+  }
+  return list;
+}
+
+Json SweepJson(const PlanReport& report) {
+  Json list = Json::array();
+  for (const SweepPoint& p : report.sweep) {
+    list.push_back(
+        {{"microbatches", p.microbatches},
+         {"global_batch", p.global_batch},
+         {"iteration_time_us", NsToUs(p.iteration_ns)},
+         {"throughput_samples_per_s", p.samples_per_s},
+         {"bubble_ratio", p.bubble_ratio},
+         {"bubble_fraction_of_ideal", p.bubble_fraction_of_ideal},
+         {"peak_memory_bytes", p.peak_memory_bytes},
+         {"fits", p.fits},
+         {"chosen", report.Feasible() && p.microbatches == report.ranked[0].microbatches}});
+  }
+  return list;
+}
+
+}  // namespace
+
+std::string PlanReportToText(const PlanReport& report, const Model& model) {
+  std::string out = fmt::format("planner: {} on {} GPUs, {}, global batch {}\n", model.name,
+                                report.gpus, CapacityText(report.cluster), report.global_batch);
+  out += fmt::format("searched {} configurations, simulated {}\n\n", report.enumerated,
+                     report.simulated);
+  if (!report.Feasible()) {
+    out += fmt::format(
+        "no configuration fits: none of the {} configurations of {} on {} GPUs with {} can run; "
+        "why, by reason:\n",
+        report.enumerated, model.name, report.gpus, CapacityText(report.cluster));
+    out += RejectedText(report);
+    out += "\nsuggestions:\n";
+    for (const std::string& s : report.suggestions) out += "  - " + s + "\n";
+    if (report.suggestions.empty()) out += "  (none)\n";
+    for (const std::string& note : report.notes) out += "note: " + note + "\n";
+    return out;
+  }
+  out += ChosenText(report, model);
+  for (const std::string& note : report.notes) out += "note: " + note + "\n";
+  out += "\n" + RunnersUpText(report);
+  out += "\n" + RejectedText(report);
+  const std::string sweep = SweepText(report);
+  if (!sweep.empty()) out += "\n" + sweep;
+  return out;
+}
+
+std::string PlanReportToJson(const PlanReport& report, const Model& model,
+                             const CheckOutcome* check) {
+  Json j;
+  j["feasible"] = report.Feasible();
+  j["model"] = model.name;
+  j["gpus"] = report.gpus;
+  j["global_batch"] = report.global_batch;
+  j["cluster"] = report.cluster.name;
+  j["memory_capacity_bytes"] = report.cluster.gpu.memory_bytes;
+  j["enumerated"] = report.enumerated;
+  j["simulated"] = report.simulated;
+  j["chosen"] = report.Feasible() ? CandidateJson(report.ranked[0], model, true) : Json(nullptr);
+  j["runners_up"] = Json::array();
+  for (size_t i = 1; i < report.ranked.size(); ++i) {
+    j["runners_up"].push_back(CandidateJson(report.ranked[i], model, false));
+  }
+  j["rejected"] = RejectedJson(report);
+  j["sweep"] = SweepJson(report);
+  j["notes"] = report.notes;
+  j["suggestions"] = report.suggestions;
+  if (check != nullptr) {
+    j["check"] = {{"passed", check->passed}, {"failures", check->failures}, {"diff", check->diff}};
+  }
+  return j.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
+}
+
+}  // namespace pipecast

@@ -1,0 +1,41 @@
+// Explain: the planner's last pass, turning a PlanReport into what people and
+// scripts read. Text for people: the chosen plan (stages with their layers,
+// schedule, micro-batches, iteration time, throughput, both bubble forms
+// named plainly, memory per stage against capacity with its breakdown), the
+// runners-up, the rejections grouped by reason with the closest miss, and the
+// micro-batch count sweep; when nothing fits, why and what to try. JSON for
+// scripts: the same content as one object.
+//
+// Units in the output: times in ms (text) or us (JSON, `*_us`), memory in GiB
+// (text) or bytes (JSON, `*_bytes`).
+//
+// Thread-safety: pure functions of their arguments.
+#ifndef PIPECAST_PLANNER_EXPLAIN_H_
+#define PIPECAST_PLANNER_EXPLAIN_H_
+
+#include <string>
+
+#include "planner/check.h"
+#include "planner/planner.h"
+#include "sim/model.h"
+
+namespace pipecast {
+
+// Examples kept per rejection group in the text and JSON.
+inline constexpr int kRejectionExamples = 3;
+
+// REQUIRES: `report` came from RunPlanner on `model` (layer indices valid).
+std::string PlanReportToText(const PlanReport& report, const Model& model);
+
+// One JSON object (2-space indent, trailing newline) with keys: feasible,
+// model, gpus, global_batch, cluster, enumerated, simulated, chosen (null
+// when nothing fits; its `predicted` is ResultToJson's object), runners_up,
+// rejected ([{reason, description, count, closest_miss, examples}]), sweep,
+// notes, suggestions; and `check` ({passed, failures, diff}) when `check` is
+// given.
+std::string PlanReportToJson(const PlanReport& report, const Model& model,
+                             const CheckOutcome* check = nullptr);
+
+}  // namespace pipecast
+
+#endif  // PIPECAST_PLANNER_EXPLAIN_H_

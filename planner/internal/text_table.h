@@ -1,0 +1,60 @@
+// TextTable: columns of text for the planner's human output (explain.cc,
+// check.cc). Numbers right-aligned, text left-aligned, two spaces apart, no
+// trailing blanks. Internal to the planner.
+#ifndef PIPECAST_PLANNER_INTERNAL_TEXT_TABLE_H_
+#define PIPECAST_PLANNER_INTERNAL_TEXT_TABLE_H_
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace pipecast::internal {
+
+class TextTable {
+ public:
+  enum Align { kLeft, kRight };
+
+  void AddColumn(std::string header, Align align) {
+    headers_.push_back(std::move(header));
+    aligns_.push_back(align);
+  }
+  // REQUIRES: one cell per column.
+  void AddRow(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  bool empty() const { return rows_.empty(); }
+
+  // Every line starts with `indent`.
+  std::string Render(const std::string& indent = "") const {
+    std::vector<size_t> width(headers_.size());
+    for (size_t c = 0; c < headers_.size(); ++c) {
+      width[c] = headers_[c].size();
+      for (const auto& row : rows_) width[c] = std::max(width[c], row[c].size());
+    }
+    std::string out = RenderRow(headers_, width, indent);
+    for (const auto& row : rows_) out += RenderRow(row, width, indent);
+    return out;
+  }
+
+ private:
+  std::string RenderRow(const std::vector<std::string>& row, const std::vector<size_t>& width,
+                        const std::string& indent) const {
+    std::string line = indent;
+    for (size_t c = 0; c < row.size(); ++c) {
+      if (c > 0) line += "  ";
+      line += aligns_[c] == kRight ? fmt::format("{:>{}}", row[c], width[c])
+                                   : fmt::format("{:<{}}", row[c], width[c]);
+    }
+    line.erase(line.find_last_not_of(' ') + 1);
+    return line + "\n";
+  }
+
+  std::vector<std::string> headers_;
+  std::vector<Align> aligns_;
+  std::vector<std::vector<std::string>> rows_;
+};
+
+}  // namespace pipecast::internal
+
+#endif  // PIPECAST_PLANNER_INTERNAL_TEXT_TABLE_H_

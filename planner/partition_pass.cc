@@ -1,0 +1,165 @@
+// Pass 2, partition: split the layers into p stages balanced on time, with
+// every stage's estimated peak memory under the GPU's capacity. The estimate
+// follows the schedule: stage s holds InflightMicrobatches() micro-batches of
+// activations, so under 1F1B stage 0 may take fewer layers than the last.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <functional>
+#include <limits>
+
+#include "planner/passes.h"
+
+namespace pipecast::passes {
+
+int InflightMicrobatches(ScheduleKind schedule, int stage, int p, int m) {
+  switch (schedule) {
+    case ScheduleKind::kNaive:
+      return 1;
+    case ScheduleKind::kGPipe:
+      return m;
+    case ScheduleKind::k1F1B:
+    case ScheduleKind::kPipeDream:
+    case ScheduleKind::kCustom:
+      return std::min(p - stage, m);
+    case ScheduleKind::kZBH1:
+      // p - s until the input gradient; deferred W ops keep up to p in all.
+      return std::min(p, m);
+    case ScheduleKind::kZBH2:
+      return std::min(2 * (p - stage) - 1, m);  // its warm-up forwards
+    case ScheduleKind::kInterleaved1F1B:
+    case ScheduleKind::kLoopedBFS:
+      return m;  // estimated per chunk by the simulate pass instead
+  }
+  return m;
+}
+
+namespace {
+
+// Per-layer costs at one micro-batch size, with prefix sums for O(1) ranges.
+class LayerTable {
+ public:
+  LayerTable(const Model& model, int microbatch_size, bool recompute) {
+    const size_t n = model.layers.size();
+    time_.assign(n + 1, 0);
+    act_.assign(n + 1, 0);
+    params_.assign(n + 1, 0);
+    for (size_t l = 0; l < n; ++l) {
+      LayerCost c = CostAt(model.layers[l], microbatch_size);
+      TimeNs t = c.forward_ns + c.backward_ns + (recompute ? c.forward_ns : 0);
+      time_[l + 1] = time_[l] + t;
+      act_[l + 1] = act_[l] + c.activation_bytes;
+      params_[l + 1] = params_[l] + model.layers[l].parameters;
+      output_.push_back(c.output_bytes);
+      workspace_.push_back(c.workspace_bytes);
+    }
+  }
+  TimeNs Time(int first, int last) const { return time_[last + 1] - time_[first]; }
+  Bytes Activations(int first, int last) const { return act_[last + 1] - act_[first]; }
+  int64_t Parameters(int first, int last) const { return params_[last + 1] - params_[first]; }
+  Bytes Output(int layer) const { return output_[layer]; }
+  Bytes Workspace(int first, int last) const {
+    return *std::max_element(workspace_.begin() + first, workspace_.begin() + last + 1);
+  }
+  int NumLayers() const { return static_cast<int>(output_.size()); }
+
+ private:
+  std::vector<TimeNs> time_;
+  std::vector<Bytes> act_;
+  std::vector<int64_t> params_;
+  std::vector<Bytes> output_, workspace_;
+};
+
+Bytes StageMemory(const LayerTable& t, const Candidate& c, const MemoryConfig& memory, int stage,
+                  int first, int last) {
+  const double per_param = memory.weight_bytes_per_param + memory.gradient_bytes_per_param +
+                           memory.optimizer_bytes_per_param;
+  const Bytes fixed = std::llround(static_cast<double>(t.Parameters(first, last)) * per_param);
+  const Bytes input = first > 0 ? t.Output(first - 1) : 0;
+  const Bytes output = last + 1 < t.NumLayers() ? t.Output(last) : 0;
+  const Bytes act = t.Activations(first, last);
+  const Bytes held = c.recompute ? input : act;
+  const Bytes recomputed = c.recompute ? act : 0;
+  const int inflight =
+      InflightMicrobatches(c.schedule, stage, c.pipeline_stages, c.microbatches);
+  return fixed + inflight * held + recomputed + t.Workspace(first, last) + input + output;
+}
+
+// Splits n layers into p contiguous stages minimising the largest
+// value(stage, first, last) among splits where every stage is allowed.
+// Returns an empty vector when no split is allowed. O(p n^2).
+std::vector<StageLayers> MinMaxSplit(int n, int p,
+                                     const std::function<int64_t(int, int, int)>& value,
+                                     const std::function<bool(int, int, int)>& allowed) {
+  constexpr int64_t kInf = std::numeric_limits<int64_t>::max();
+  std::vector<std::vector<int64_t>> best(p + 1, std::vector<int64_t>(n + 1, kInf));
+  std::vector<std::vector<int>> cut(p + 1, std::vector<int>(n + 1, -1));
+  best[0][0] = 0;
+  for (int k = 1; k <= p; ++k) {
+    for (int i = k; i <= n - (p - k); ++i) {
+      for (int j = k - 1; j < i; ++j) {
+        if (best[k - 1][j] == kInf || !allowed(k - 1, j, i - 1)) continue;
+        int64_t v = std::max(best[k - 1][j], value(k - 1, j, i - 1));
+        if (v < best[k][i]) {
+          best[k][i] = v;
+          cut[k][i] = j;
+        }
+      }
+    }
+  }
+  if (best[p][n] == kInf) return {};
+  std::vector<StageLayers> out(p);
+  for (int k = p, end = n; k >= 1; --k) {
+    out[k - 1] = StageLayers{cut[k][end], end - 1};
+    end = cut[k][end];
+  }
+  return out;
+}
+
+}  // namespace
+
+Bytes EstimateStageMemory(const Model& model, const Candidate& c, const MemoryConfig& memory,
+                          int stage, int first, int last) {
+  LayerTable t(model, c.microbatch_size, c.recompute);
+  return StageMemory(t, c, memory, stage, first, last);
+}
+
+bool PartitionForMemory(const Model& model, const MemoryConfig& memory, Bytes capacity,
+                        Candidate* c, Rejection* rejection) {
+  const LayerTable t(model, c->microbatch_size, c->recompute);
+  const int n = t.NumLayers();
+  const int p = c->pipeline_stages;
+  auto time = [&](int, int first, int last) { return t.Time(first, last); };
+  auto mem = [&](int stage, int first, int last) {
+    return StageMemory(t, *c, memory, stage, first, last);
+  };
+  auto fits = [&](int stage, int first, int last) {
+    return capacity <= 0 || mem(stage, first, last) <= capacity;
+  };
+  c->partition = MinMaxSplit(n, p, time, fits);
+  if (!c->partition.empty()) return true;
+  // Nothing fits: find the split that needs the least memory, for the
+  // closest miss, and name its fullest stage.
+  std::vector<StageLayers> lean = MinMaxSplit(n, p, mem, [](int, int, int) { return true; });
+  int worst = 0;
+  Bytes worst_bytes = 0;
+  for (int s = 0; s < p; ++s) {
+    Bytes b = mem(s, lean[s].first_layer, lean[s].last_layer);
+    if (b > worst_bytes) {
+      worst_bytes = b;
+      worst = s;
+    }
+  }
+  Candidate copy = *c;
+  copy.partition = lean;
+  *rejection = Rejection{
+      RejectReason::kOutOfMemory, copy,
+      fmt::format("stage {} (layers {}-{}) needs {:.1f} GiB of {:.1f} GiB even in the split "
+                  "that needs least memory",
+                  worst, lean[worst].first_layer, lean[worst].last_layer, ToGiB(worst_bytes),
+                  ToGiB(capacity)),
+      static_cast<double>(worst_bytes) / static_cast<double>(capacity)};
+  return false;
+}
+
+}  // namespace pipecast::passes

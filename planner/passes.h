@@ -1,0 +1,61 @@
+// The planner's passes, one function each, in the order RunPlanner() chains
+// them. Internal to the planner part (tests use them one by one).
+#ifndef PIPECAST_PLANNER_PASSES_H_
+#define PIPECAST_PLANNER_PASSES_H_
+
+#include <vector>
+
+#include "planner/planner.h"
+
+namespace pipecast::passes {
+
+// Every candidate the options allow: p divides gpus and p <= layers; each
+// schedule, micro-batch size and recompute mode; m = global / (size * d).
+// Sizes that do not divide the global batch become kBatchNotDivisible.
+std::vector<Candidate> Enumerate(const Model& model, const PlannerOptions& options,
+                                 int64_t global_batch, std::vector<Rejection>* rejected);
+
+// The activation micro-batches stage s of p holds at its peak under a schedule
+// with m micro-batches: naive 1, GPipe m, 1F1B and PipeDream min(p - s, m),
+// ZB-H1 min(p, m) (deferred W ops keep activations), ZB-H2 min(2(p-s)-1, m).
+int InflightMicrobatches(ScheduleKind schedule, int stage, int p, int m);
+
+// Estimated peak bytes of layers [first, last] as stage `stage` of the
+// candidate: static state + in-flight activations + workspace + comm buffers.
+// The simulate pass checks the exact, simulated peak afterwards.
+Bytes EstimateStageMemory(const Model& model, const Candidate& c, const MemoryConfig& memory,
+                          int stage, int first, int last);
+
+// Fills candidate.partition with the time-balanced split whose every stage
+// fits in `capacity` (0 = unlimited). Returns false and fills `rejection`
+// (kOutOfMemory, with the closest miss) when no split fits.
+bool PartitionForMemory(const Model& model, const MemoryConfig& memory, Bytes capacity,
+                        Candidate* candidate, Rejection* rejection);
+
+// Fills lower_bound_ns for each candidate and sorts by it (ties by label).
+// The bound holds for any schedule with a flush and free communication: the
+// busiest stage k runs m·(F_k+B_k), after micro-batch 0's forwards on the
+// stages before it and before the last micro-batch's backwards on them
+// (naive: m·sum of F+B).
+void Prune(const Model& model, std::vector<Candidate>* candidates);
+
+// Simulates candidates in lower-bound order, in fixed chunks spread over
+// `options.threads` threads, until the next lower bound exceeds the
+// iteration time of the (top_k+1)-th best fitting candidate so far: the rest
+// cannot enter the top and go to `rejected` as kPruned. Candidates whose
+// simulated peak memory exceeds the capacity go to `rejected` as
+// kOutOfMemory. The outcome does not depend on the thread count.
+void SimulateAll(const Model& model, const Cluster& cluster, const PlannerOptions& options,
+                 std::vector<Candidate>* candidates, std::vector<Rejection>* rejected);
+
+// Best throughput first; ties: less peak memory, then fewer stages, then label.
+void Rank(std::vector<Candidate>* candidates);
+
+// The chosen layout at other micro-batch counts (1, 2, 4, ... up to 4x the
+// chosen m, plus the chosen m itself), same p, d, size, schedule, partition.
+std::vector<SweepPoint> Sweep(const Model& model, const Cluster& cluster,
+                              const PlannerOptions& options, const Candidate& chosen);
+
+}  // namespace pipecast::passes
+
+#endif  // PIPECAST_PLANNER_PASSES_H_

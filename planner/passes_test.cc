@@ -1,0 +1,218 @@
+#include "planner/passes.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "sim/sim_test_util.h"
+
+namespace pipecast::passes {
+namespace {
+
+using ::pipecast::test_util::IdealCluster;
+using ::pipecast::test_util::UniformModel;
+using ::testing::HasSubstr;
+
+constexpr TimeNs kF = 1000 * kNsPerUs;
+constexpr TimeNs kB = 2000 * kNsPerUs;
+
+PlannerOptions Options(int gpus) {
+  PlannerOptions o;
+  o.gpus = gpus;
+  o.schedules = {ScheduleKind::kNaive, ScheduleKind::kGPipe, ScheduleKind::k1F1B};
+  o.microbatch_sizes = {1, 2};
+  o.threads = 2;
+  return o;
+}
+
+TEST(PassEnumerate, DivisorsSizesSchedulesAndRecompute) {
+  Model model = UniformModel(8, kF, kB);
+  std::vector<Rejection> rejected;
+  std::vector<Candidate> c = Enumerate(model, Options(8), 16, &rejected);
+  // p in {1,2,4,8} x 2 sizes x 3 schedules x 2 recompute modes.
+  EXPECT_EQ(c.size(), 48u);
+  EXPECT_TRUE(rejected.empty());
+  for (const Candidate& x : c) {
+    EXPECT_EQ(x.pipeline_stages * x.data_parallel, 8);
+    EXPECT_EQ(int64_t{x.microbatch_size} * x.microbatches * x.data_parallel, 16);
+  }
+}
+
+TEST(PassEnumerate, StagesNeverExceedLayersAndBatchMustDivide) {
+  Model model = UniformModel(3, kF, kB);
+  std::vector<Rejection> rejected;
+  PlannerOptions o = Options(6);
+  o.recompute = RecomputeMode::kOff;
+  std::vector<Candidate> c = Enumerate(model, o, 6, &rejected);
+  for (const Candidate& x : c) EXPECT_LE(x.pipeline_stages, 3);
+  // p=1 (d=6) and p=3 (d=2) with mbs 2: 6 % 12 and 6 % 4 fail; p=2 (d=3) with mbs 2: 6 % 6 ok.
+  ASSERT_FALSE(rejected.empty());
+  EXPECT_EQ(rejected[0].reason, RejectReason::kBatchNotDivisible);
+  EXPECT_THAT(rejected[0].detail, HasSubstr("not a multiple of micro-batch size 2"));
+}
+
+TEST(PassPartition, InflightByScheduleAndStage) {
+  EXPECT_EQ(InflightMicrobatches(ScheduleKind::kNaive, 0, 4, 8), 1);
+  EXPECT_EQ(InflightMicrobatches(ScheduleKind::kGPipe, 3, 4, 8), 8);
+  EXPECT_EQ(InflightMicrobatches(ScheduleKind::k1F1B, 0, 4, 8), 4);
+  EXPECT_EQ(InflightMicrobatches(ScheduleKind::k1F1B, 3, 4, 8), 1);
+  EXPECT_EQ(InflightMicrobatches(ScheduleKind::k1F1B, 0, 4, 2), 2);
+}
+
+TEST(PassPartition, EstimateMatchesTheSimulatedPeakWithoutCommBuffers) {
+  Model model = UniformModel(8, kF, kB, 300 * kMiB, 0, 10'000'000);
+  model.layers[2].profiles[0].workspace_bytes = 5 * kMiB;
+  for (ScheduleKind kind : {ScheduleKind::kGPipe, ScheduleKind::k1F1B}) {
+    Candidate c;
+    c.pipeline_stages = 4;
+    c.schedule = kind;
+    c.microbatches = 6;
+    c.partition = {{0, 0}, {1, 3}, {4, 6}, {7, 7}};
+    auto sched = MakeSchedule(kind, 4, 6);
+    SimOptions opts = CandidateSimOptions(c, PlannerOptions{});
+    auto r = Simulate(model, IdealCluster(), *sched, opts);
+    ASSERT_TRUE(r.ok());
+    for (int s = 0; s < 4; ++s) {
+      EXPECT_EQ(EstimateStageMemory(model, c, MemoryConfig{}, s, c.partition[s].first_layer,
+                                    c.partition[s].last_layer),
+                r->per_rank[s].peak_memory_bytes)
+          << ScheduleKindName(kind) << " stage " << s;
+    }
+  }
+}
+
+// Brute force: the smallest bottleneck over splits whose stages all fit.
+TimeNs BestFitting(const Model& model, const Candidate& c, Bytes cap, int stage, int first) {
+  const int n = static_cast<int>(model.layers.size());
+  const int p = c.pipeline_stages;
+  TimeNs best = std::numeric_limits<TimeNs>::max();
+  for (int last = first; last <= n - (p - stage); ++last) {
+    if (stage == p - 1 && last != n - 1) continue;
+    if (EstimateStageMemory(model, c, MemoryConfig{}, stage, first, last) > cap) continue;
+    TimeNs t = 0;
+    for (int l = first; l <= last; ++l) t += model.layers[l].profiles[0].forward_ns +
+                                             model.layers[l].profiles[0].backward_ns;
+    TimeNs rest = stage == p - 1 ? 0 : BestFitting(model, c, cap, stage + 1, last + 1);
+    if (rest == std::numeric_limits<TimeNs>::max()) continue;
+    best = std::min(best, std::max(t, rest));
+  }
+  return best;
+}
+
+TEST(PassPartition, MemoryAwareSplitMatchesBruteForce) {
+  // Unequal layers; 1F1B: stage 0 holds 4 micro-batches, so it must stay small.
+  Model model = UniformModel(8, kF, kB, 1 * kGiB, 0, 100'000'000);
+  for (int l = 0; l < 8; ++l) model.layers[l].profiles[0].forward_ns = kF * (1 + l % 3);
+  Candidate c;
+  c.pipeline_stages = 4;
+  c.schedule = ScheduleKind::k1F1B;
+  c.microbatches = 8;
+  for (Bytes cap : {Bytes{6} * kGiB, Bytes{8} * kGiB, Bytes{12} * kGiB, Bytes{100} * kGiB}) {
+    Rejection why;
+    bool ok = PartitionForMemory(model, MemoryConfig{}, cap, &c, &why);
+    TimeNs brute = BestFitting(model, c, cap, 0, 0);
+    ASSERT_EQ(ok, brute != std::numeric_limits<TimeNs>::max()) << ToGiB(cap);
+    if (!ok) continue;
+    TimeNs worst = 0;
+    for (int s = 0; s < 4; ++s) {
+      const StageLayers& st = c.partition[s];
+      EXPECT_LE(EstimateStageMemory(model, c, MemoryConfig{}, s, st.first_layer, st.last_layer),
+                cap);
+      TimeNs t = 0;
+      for (int l = st.first_layer; l <= st.last_layer; ++l) {
+        t += model.layers[l].profiles[0].forward_ns + model.layers[l].profiles[0].backward_ns;
+      }
+      worst = std::max(worst, t);
+    }
+    EXPECT_EQ(worst, brute) << ToGiB(cap);
+  }
+}
+
+TEST(PassPartition, NothingFitsNamesTheClosestMiss) {
+  // 8 layers of 1e9 parameters = 16 GB of state each; 2 stages hold 4 each.
+  Model model = UniformModel(8, kF, kB, 0, 0, 1'000'000'000);
+  Candidate c;
+  c.pipeline_stages = 2;
+  c.schedule = ScheduleKind::k1F1B;
+  c.microbatches = 4;
+  Rejection why;
+  ASSERT_FALSE(PartitionForMemory(model, MemoryConfig{}, 40 * kGiB, &c, &why));
+  EXPECT_EQ(why.reason, RejectReason::kOutOfMemory);
+  EXPECT_THAT(why.detail, HasSubstr("needs 59.6 GiB of 40.0 GiB"));  // 64e9 bytes
+  EXPECT_NEAR(why.memory_ratio, 64e9 / (40.0 * kGiB), 1e-9);
+}
+
+TEST(PassPrune, BoundIsExactForEqualStagesOnIdealAndNeverAboveTheSimulation) {
+  Model model = UniformModel(8, kF, kB);
+  std::vector<Rejection> rejected;
+  PlannerOptions o = Options(8);
+  std::vector<Candidate> cands = Enumerate(model, o, 16, &rejected);
+  for (Candidate& c : cands) {
+    Rejection why;
+    ASSERT_TRUE(PartitionForMemory(model, MemoryConfig{}, 0, &c, &why));
+  }
+  Prune(model, &cands);
+  for (size_t i = 1; i < cands.size(); ++i) {
+    EXPECT_LE(cands[i - 1].lower_bound_ns, cands[i].lower_bound_ns);
+  }
+  for (const Candidate& c : cands) {
+    auto sched = MakeSchedule(c.schedule, c.pipeline_stages, c.microbatches);
+    auto r = Simulate(model, IdealCluster(), *sched, CandidateSimOptions(c, o));
+    ASSERT_TRUE(r.ok());
+    EXPECT_LE(c.lower_bound_ns, r->iteration_ns) << c.Label();
+    if (c.schedule != ScheduleKind::kNaive && !c.recompute) {
+      EXPECT_EQ(c.lower_bound_ns, r->iteration_ns) << c.Label();  // (m+p-1)(F+B)
+    }
+  }
+}
+
+TEST(PassSimulate, PrunesOnlyWhatCannotReachTheTop) {
+  Model model = UniformModel(8, kF, kB);
+  std::vector<Rejection> rejected;
+  PlannerOptions o = Options(8);
+  o.top_k = 1;
+  std::vector<Candidate> cands = Enumerate(model, o, 16, &rejected);
+  for (Candidate& c : cands) {
+    Rejection why;
+    ASSERT_TRUE(PartitionForMemory(model, MemoryConfig{}, 0, &c, &why));
+  }
+  Prune(model, &cands);
+  std::vector<Candidate> all = cands;
+  SimulateAll(model, IdealCluster(), o, &cands, &rejected);
+  Rank(&cands);
+  ASSERT_GE(cands.size(), 2u);
+  // Whatever was pruned has a bound above the second best simulated time.
+  for (const Rejection& r : rejected) {
+    ASSERT_EQ(r.reason, RejectReason::kPruned);
+    EXPECT_GT(r.candidate.lower_bound_ns, cands[1].result->iteration_ns);
+  }
+  EXPECT_EQ(cands.size() + rejected.size(), all.size());
+}
+
+TEST(PassSimulate, SameOutcomeOnOneThreadAndTwo) {
+  Model model = UniformModel(8, kF, kB, 10 * kMiB, kMiB, 1000);
+  Cluster c = IdealCluster();
+  c.intra_node = Link{10.0, 5.0};
+  PlannerOptions o = Options(8);
+  auto run = [&](int threads) {
+    o.threads = threads;
+    std::vector<Rejection> rejected;
+    std::vector<Candidate> cands = Enumerate(model, o, 32, &rejected);
+    for (Candidate& x : cands) {
+      Rejection why;
+      EXPECT_TRUE(PartitionForMemory(model, MemoryConfig{}, 0, &x, &why));
+    }
+    Prune(model, &cands);
+    SimulateAll(model, c, o, &cands, &rejected);
+    Rank(&cands);
+    std::vector<std::string> labels;
+    for (const Candidate& x : cands) labels.push_back(x.Label());
+    return labels;
+  };
+  EXPECT_EQ(run(1), run(2));
+}
+
+}  // namespace
+}  // namespace pipecast::passes

@@ -1,0 +1,172 @@
+#include "planner/planner.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "planner/passes.h"
+
+namespace pipecast {
+
+Status PlannerOptions::Validate() const {
+  if (gpus < 1) {
+    return Status::InvalidArgument(fmt::format("--gpus is {}: need at least 1 GPU", gpus));
+  }
+  if (global_batch < 0) {
+    return Status::InvalidArgument(
+        fmt::format("--global-batch is {}: must be at least 1", global_batch));
+  }
+  for (int size : microbatch_sizes) {
+    if (size < 1) {
+      return Status::InvalidArgument(
+          fmt::format("--microbatch-sizes has {}: sizes must be at least 1", size));
+    }
+  }
+  if (top_k < 0) return Status::InvalidArgument("--top must be >= 0");
+  if (optimizer_step_ns < 0) return Status::InvalidArgument("optimizer step time is negative");
+  return Status::Ok();
+}
+
+std::string Candidate::Label() const {
+  return fmt::format("p={} d={} {} mbs={} m={} recompute={}", pipeline_stages, data_parallel,
+                     ScheduleKindName(schedule), microbatch_size, microbatches,
+                     recompute ? "on" : "off");
+}
+
+Bytes Candidate::PeakMemory() const {
+  Bytes peak = 0;
+  for (const StageResult& s : result->per_rank) peak = std::max(peak, s.peak_memory_bytes);
+  return peak;
+}
+
+const char* RejectReasonName(RejectReason reason) {
+  switch (reason) {
+    case RejectReason::kBatchNotDivisible:
+      return "global batch not divisible";
+    case RejectReason::kOutOfMemory:
+      return "out of memory";
+    case RejectReason::kPruned:
+      return "cannot reach the top (lower bound)";
+    case RejectReason::kSimulationError:
+      return "simulation error";
+  }
+  return "?";
+}
+
+SimOptions CandidateSimOptions(const Candidate& c, const PlannerOptions& options) {
+  SimOptions o;
+  o.microbatch_size = c.microbatch_size;
+  o.data_parallel = c.data_parallel;
+  o.partition = c.partition;
+  o.memory = options.memory;
+  o.optimizer_step_ns = options.optimizer_step_ns;
+  o.recompute = c.recompute;
+  return o;
+}
+
+namespace {
+
+std::vector<std::string> Suggestions(const Model& model, const Cluster& cluster,
+                                     const PlannerOptions& options,
+                                     const std::vector<Rejection>& rejected) {
+  std::vector<std::string> out;
+  const Bytes cap = cluster.gpu.memory_bytes;
+  const double per_param = options.memory.weight_bytes_per_param +
+                           options.memory.gradient_bytes_per_param +
+                           options.memory.optimizer_bytes_per_param;
+  const double fixed = static_cast<double>(model.TotalParameters()) * per_param;
+  if (cap > 0) {
+    const int need = static_cast<int>(std::ceil(fixed / static_cast<double>(cap)));
+    if (need > options.gpus) {
+      out.push_back(fmt::format(
+          "the weights, gradients and optimizer state alone take {:.1f} GiB ({:.0f} bytes per "
+          "parameter): a pipeline needs at least {} GPUs of {:.1f} GiB, so try --gpus {} or more",
+          fixed / kGiB, per_param, need, ToGiB(cap), need));
+    } else {
+      out.push_back(fmt::format("more GPUs split the layers further: try --gpus {}",
+                                options.gpus * 2));
+    }
+  }
+  if (options.recompute == RecomputeMode::kOff) {
+    out.push_back("activation recomputation keeps only each stage's input: try --recompute auto");
+  }
+  if (*std::min_element(options.microbatch_sizes.begin(), options.microbatch_sizes.end()) > 1) {
+    out.push_back("smaller micro-batches hold fewer activations: try --microbatch-sizes 1");
+  }
+  bool only_gpipe = std::all_of(options.schedules.begin(), options.schedules.end(),
+                                [](ScheduleKind k) { return k == ScheduleKind::kGPipe; });
+  if (only_gpipe) out.push_back("1F1B holds p micro-batches instead of m: try --schedules 1f1b");
+  if (rejected.empty()) out.push_back("no configuration was possible with these options");
+  return out;
+}
+
+}  // namespace
+
+Result<PlanReport> RunPlanner(const Model& model, const Cluster& cluster,
+                              const PlannerOptions& options_in) {
+  PIPECAST_RETURN_IF_ERROR(options_in.Validate());
+  if (model.layers.empty()) return Status::InvalidArgument("the model has no layers");
+  PlannerOptions options = options_in;
+  if (options.schedules.empty()) {
+    options.schedules = {ScheduleKind::kNaive, ScheduleKind::kGPipe, ScheduleKind::k1F1B};
+  }
+  if (options.microbatch_sizes.empty()) {
+    std::set<int> sizes;
+    for (const LayerProfile& p : model.layers[0].profiles) sizes.insert(p.microbatch_size);
+    options.microbatch_sizes.assign(sizes.begin(), sizes.end());
+  }
+  PlanReport report;
+  report.gpus = options.gpus;
+  report.cluster = cluster;
+  report.global_batch = options.global_batch > 0 ? options.global_batch
+                                                 : model.global_batch.value_or(0);
+  if (report.global_batch <= 0) {
+    return Status::InvalidArgument(
+        "no global batch: give --global-batch N or set global_batch in the model file");
+  }
+
+  std::vector<Candidate> cands =
+      passes::Enumerate(model, options, report.global_batch, &report.rejected);
+  report.enumerated = static_cast<int>(cands.size() + report.rejected.size());
+  if (cands.empty() && !report.rejected.empty()) {
+    return Status::InvalidArgument(fmt::format(
+        "--global-batch {} is not a multiple of any micro-batch size x data-parallel degree on "
+        "{} GPUs (e.g. {}): choose a global batch divisible by the sizes in "
+        "--microbatch-sizes times N/p",
+        report.global_batch, options.gpus, report.rejected.front().detail));
+  }
+  std::vector<Candidate> fitting;
+  for (Candidate& c : cands) {
+    Rejection why;
+    if (passes::PartitionForMemory(model, options.memory, cluster.gpu.memory_bytes, &c, &why)) {
+      fitting.push_back(std::move(c));
+    } else {
+      report.rejected.push_back(std::move(why));
+    }
+  }
+  passes::Prune(model, &fitting);
+  const size_t before = fitting.size();
+  const size_t rejected_before = report.rejected.size();
+  passes::SimulateAll(model, cluster, options, &fitting, &report.rejected);
+  size_t pruned = 0;
+  for (size_t i = rejected_before; i < report.rejected.size(); ++i) {
+    pruned += report.rejected[i].reason == RejectReason::kPruned;
+  }
+  report.simulated = static_cast<int>(before - pruned);
+  passes::Rank(&fitting);
+  report.ranked = std::move(fitting);
+  if (report.ranked.size() > static_cast<size_t>(options.top_k) + 1) {
+    report.ranked.resize(options.top_k + 1);
+  }
+  if (report.Feasible()) {
+    report.notes = report.ranked[0].result->notes;
+    report.sweep = passes::Sweep(model, cluster, options, report.ranked[0]);
+  } else {
+    report.suggestions = Suggestions(model, cluster, options, report.rejected);
+  }
+  return report;
+}
+
+}  // namespace pipecast

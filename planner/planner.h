@@ -1,0 +1,128 @@
+// Planner: searches pipeline degree, partition, schedule, micro-batch size and
+// count, and activation recomputation for a model on N GPUs, and ranks what
+// fits by simulated throughput (DESIGN section 4).
+//
+// The search is a chain of named passes, each in its own file and testable
+// alone:
+//   enumerate  (enumerate.cc)  every (p, d, schedule, micro-batch size, count,
+//                              recompute) the GPU count and global batch allow
+//   partition  (partition_pass.cc) memory-aware balanced split of the layers;
+//                              rejects what cannot fit even when balanced for memory
+//   prune      (prune.cc)      orders candidates by a lower bound on iteration
+//                              time and drops those that cannot reach the top K
+//   simulate   (simulate_pass.cc) runs the simulator on every survivor, on
+//                              all cores; rejects what the simulated peak memory
+//                              does not fit
+//   rank       (rank.cc)       best throughput first; ties to less memory
+//   sweep      (sweep.cc)      the chosen layout at other micro-batch counts
+// RunPlanner() runs them in that order. Libraries never print; see
+// explain.h for the text and JSON views of a PlanReport.
+//
+// Thread-safety: RunPlanner may use several threads internally; the result is
+// the same whatever the thread count.
+#ifndef PIPECAST_PLANNER_PLANNER_H_
+#define PIPECAST_PLANNER_PLANNER_H_
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sim/cluster.h"
+#include "sim/memory.h"
+#include "sim/model.h"
+#include "sim/partition.h"
+#include "sim/schedule.h"
+#include "sim/simulator.h"
+#include "sim/status.h"
+
+namespace pipecast {
+
+enum class RecomputeMode { kAuto, kOff, kOn };
+
+struct PlannerOptions {
+  int gpus = 0;                          // N, required
+  int64_t global_batch = 0;              // 0: the model's global_batch
+  std::vector<ScheduleKind> schedules;   // empty: every built-in schedule
+  std::vector<int> microbatch_sizes;     // empty: the sizes the model was measured at
+  RecomputeMode recompute = RecomputeMode::kAuto;  // auto tries off and on
+  int top_k = 3;                         // runners-up kept, besides the choice
+  MemoryConfig memory;
+  TimeNs optimizer_step_ns = 0;
+  int threads = 0;                       // 0: every core
+
+  Status Validate() const;
+};
+
+// One configuration the search considers.
+struct Candidate {
+  int pipeline_stages = 1;  // p
+  int data_parallel = 1;    // d = N / p
+  ScheduleKind schedule = ScheduleKind::k1F1B;
+  int microbatch_size = 1;
+  int microbatches = 1;     // m = global batch / (size * d)
+  bool recompute = false;
+  std::vector<StageLayers> partition;  // filled by the partition pass
+  TimeNs lower_bound_ns = 0;           // filled by the prune pass
+  std::optional<SimResult> result;     // filled by the simulate pass
+
+  std::string Label() const;  // "p=4 d=2 1f1b mbs=2 m=16 recompute=off"
+  Bytes PeakMemory() const;   // largest per-rank peak; REQUIRES: result
+};
+
+// Why a candidate (or a group of them) was not chosen.
+enum class RejectReason {
+  kBatchNotDivisible,  // global batch not a multiple of size x d
+  kOutOfMemory,        // no partition fits in memory (partition or simulate pass)
+  kPruned,             // its lower bound cannot reach the top K
+  kSimulationError,    // the simulator refused it
+};
+const char* RejectReasonName(RejectReason reason);
+
+struct Rejection {
+  RejectReason reason;
+  Candidate candidate;
+  std::string detail;  // "stage 0 needs 97.3 GiB of 80.0 GiB"
+  // For kOutOfMemory: needed / capacity of the worst stage, for "closest miss".
+  double memory_ratio = 0;
+};
+
+// One point of the micro-batch count trade-off for the chosen layout.
+struct SweepPoint {
+  int microbatches = 0;
+  int64_t global_batch = 0;
+  TimeNs iteration_ns = 0;
+  double samples_per_s = 0;
+  double bubble_ratio = 0;
+  double bubble_fraction_of_ideal = 0;
+  Bytes peak_memory_bytes = 0;
+  bool fits = true;
+};
+
+struct PlanReport {
+  int gpus = 0;
+  int64_t global_batch = 0;
+  Cluster cluster;
+  std::vector<Candidate> ranked;       // fits in memory, best first; [0] is the choice
+  std::vector<Rejection> rejected;
+  std::vector<SweepPoint> sweep;       // for ranked[0]
+  int enumerated = 0;
+  int simulated = 0;
+  std::vector<std::string> notes;      // interpolated costs, assumptions
+  // When nothing fits: what would (more GPUs, recompute, smaller micro-batches).
+  std::vector<std::string> suggestions;
+
+  bool Feasible() const { return !ranked.empty(); }
+};
+
+// Runs every pass. InvalidArgument for bad options (gpus < 1, a global batch
+// that no micro-batch size divides, unknown sizes). When nothing fits the
+// result is OK with ranked empty, rejected and suggestions filled.
+Result<PlanReport> RunPlanner(const Model& model, const Cluster& cluster,
+                              const PlannerOptions& options);
+
+// The SimOptions that replay a candidate exactly (partition included).
+SimOptions CandidateSimOptions(const Candidate& candidate, const PlannerOptions& options);
+
+}  // namespace pipecast
+
+#endif  // PIPECAST_PLANNER_PLANNER_H_

@@ -1,0 +1,40 @@
+// Pass 6, sweep: the chosen layout at other micro-batch counts — the
+// trade-off between bubble (fewer, larger steps) and global batch a user is
+// really choosing.
+#include <algorithm>
+#include <set>
+
+#include "planner/passes.h"
+
+namespace pipecast::passes {
+
+std::vector<SweepPoint> Sweep(const Model& model, const Cluster& cluster,
+                              const PlannerOptions& options, const Candidate& chosen) {
+  std::set<int> counts = {chosen.microbatches};
+  for (int m = 1; m <= 4 * chosen.microbatches; m *= 2) counts.insert(m);
+  counts.insert(chosen.pipeline_stages);
+  std::vector<SweepPoint> out;
+  for (int m : counts) {
+    auto sched = MakeSchedule(chosen.schedule, chosen.pipeline_stages, m);
+    if (!sched.ok()) continue;
+    SimOptions opts = CandidateSimOptions(chosen, options);
+    opts.record_timeline = false;
+    auto r = Simulate(model, cluster, *sched, opts);
+    if (!r.ok()) continue;
+    SweepPoint pt;
+    pt.microbatches = m;
+    pt.global_batch = r->global_batch;
+    pt.iteration_ns = r->iteration_ns;
+    pt.samples_per_s = r->samples_per_s;
+    pt.bubble_ratio = r->bubble_ratio;
+    pt.bubble_fraction_of_ideal = r->bubble_fraction_of_ideal;
+    for (const StageResult& s : r->per_rank) {
+      pt.peak_memory_bytes = std::max(pt.peak_memory_bytes, s.peak_memory_bytes);
+    }
+    pt.fits = cluster.gpu.memory_bytes <= 0 || pt.peak_memory_bytes <= cluster.gpu.memory_bytes;
+    out.push_back(pt);
+  }
+  return out;
+}
+
+}  // namespace pipecast::passes

@@ -1,0 +1,241 @@
+// planner: chooses pipeline stages, partition, schedule, micro-batch size and
+// count, and recomputation for a model on N GPUs, and explains the choice.
+// With --check it is a CI guard: exit 3 when the prediction regressed against
+// a stored plan. Thin by design: flags -> options -> library calls -> exit code.
+//
+// Exit codes: 0 ok (or check passed), 1 bad input or failure, 2 usage
+// (including --gpus 0 and a --tolerance outside [0, 1)), 3 the --check failed
+// (also when nothing fits under --check), 4 no configuration fits.
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "planner/check.h"
+#include "planner/explain.h"
+#include "planner/planner.h"
+#include "sim/file_util.h"
+#include "sim/formats.h"
+#include "sim/plan.h"
+#include "sim/schedule.h"
+#include "sim/trace.h"
+
+namespace pipecast {
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitBadInput = 1;
+constexpr int kExitUsage = 2;
+constexpr int kExitCheckFailed = 3;
+constexpr int kExitNoFeasiblePlan = 4;
+
+struct Flags {
+  std::string model_path;
+  int gpus = 0;
+  int64_t global_batch = 0;  // 0: the model's global_batch
+  std::string cluster;       // empty: the model's device if it is a preset, else ideal
+  double memory_gb = -1;     // < 0: the cluster's
+  std::vector<std::string> schedules;
+  std::vector<int> microbatch_sizes;
+  std::string recompute = "auto";
+  int top = 3;
+  int threads = 0;
+  double optimizer_step_us = 0;
+  bool json = false;
+  std::string out;
+  std::string trace;
+  std::string check;
+  double tolerance = 0.02;
+};
+
+int Fail(const Status& status, int code = kExitBadInput) {
+  fmt::print(stderr, "planner: error: {}\n", status.message());
+  return code;
+}
+
+// The cluster, and a note saying how it was chosen when --cluster was not given.
+Result<Cluster> PickCluster(const Flags& flags, const Model& model, std::string* note) {
+  std::string spec = flags.cluster;
+  if (spec.empty()) {
+    spec = "ideal";
+    for (const std::string& name : ClusterPresetNames()) {
+      if (name == model.source.device) spec = name;
+    }
+    *note = fmt::format("cluster '{}' chosen by default ({}); choose with --cluster", spec,
+                        spec == "ideal" ? "the model names no preset device; ideal has no "
+                                          "communication cost and unlimited memory"
+                                        : "the GPU the model was measured on");
+  }
+  auto cluster = LoadCluster(spec);
+  if (!cluster.ok()) return cluster.status().WithPrefix("--cluster");
+  if (flags.memory_gb >= 0) {
+    cluster->gpu.memory_bytes = static_cast<Bytes>(flags.memory_gb * static_cast<double>(kGiB));
+    if (!note->empty()) {
+      *note += fmt::format("; its GPU memory is set to {:g} GiB by --memory-gb", flags.memory_gb);
+    }
+  }
+  if (!note->empty()) fmt::print(stderr, "planner: {}\n", *note);
+  return cluster;
+}
+
+Result<PlannerOptions> MakeOptions(const Flags& flags) {
+  PlannerOptions o;
+  o.gpus = flags.gpus;
+  o.global_batch = flags.global_batch;
+  for (const std::string& name : flags.schedules) {
+    auto kind = ParseScheduleKind(name);
+    if (!kind.ok()) return kind.status().WithPrefix("--schedules");
+    o.schedules.push_back(*kind);
+  }
+  o.microbatch_sizes = flags.microbatch_sizes;
+  o.recompute = flags.recompute == "on"    ? RecomputeMode::kOn
+                : flags.recompute == "off" ? RecomputeMode::kOff
+                                           : RecomputeMode::kAuto;
+  o.top_k = flags.top;
+  o.threads = flags.threads;
+  o.optimizer_step_ns = UsToNs(flags.optimizer_step_us);
+  PIPECAST_RETURN_IF_ERROR(o.Validate());
+  return o;
+}
+
+// --out and --trace for the chosen plan.
+Status WriteOutputs(const Flags& flags, const Model& model, const std::string& model_hash,
+                    const Cluster& cluster, const PlannerOptions& options,
+                    const Candidate& chosen) {
+  auto schedule = MakeSchedule(chosen.schedule, chosen.pipeline_stages, chosen.microbatches);
+  if (!schedule.ok()) return schedule.status();
+  SimOptions sim = CandidateSimOptions(chosen, options);
+  if (!flags.out.empty()) {
+    PlanFile plan = MakePlanFile(model.name, model_hash, cluster, *schedule, sim, *chosen.result);
+    PIPECAST_RETURN_IF_ERROR(WriteFileAtomic(flags.out, PlanToJson(plan)).WithPrefix("--out"));
+    fmt::print(stderr, "planner: wrote the chosen plan to {}\n", flags.out);
+  }
+  if (!flags.trace.empty()) {
+    sim.record_timeline = true;
+    auto replay = Simulate(model, cluster, *schedule, sim);
+    if (!replay.ok()) return replay.status().WithPrefix("--trace");
+    PIPECAST_RETURN_IF_ERROR(
+        WriteFileAtomic(flags.trace, TraceJson(*replay)).WithPrefix("--trace"));
+    fmt::print(stderr, "planner: wrote the chosen plan's trace to {}\n", flags.trace);
+  }
+  return Status::Ok();
+}
+
+int Run(const Flags& flags) {
+  auto bytes = ReadFile(flags.model_path);
+  if (!bytes.ok()) return Fail(bytes.status());
+  auto model = ParseModel(*bytes, flags.model_path);
+  if (!model.ok()) return Fail(model.status());
+  const std::string model_hash = ModelHash(*bytes);
+  CheckOptions check_options;
+  check_options.tolerance = flags.tolerance;
+  check_options.model_hash = model_hash;
+  if (Status st = check_options.Validate(); !st.ok()) return Fail(st, kExitUsage);
+  auto options = MakeOptions(flags);
+  if (!options.ok()) return Fail(options.status());
+  std::string cluster_note;
+  auto cluster = PickCluster(flags, *model, &cluster_note);
+  if (!cluster.ok()) return Fail(cluster.status());
+  std::optional<PlanFile> baseline;
+  if (!flags.check.empty()) {
+    auto loaded = LoadPlan(flags.check);
+    if (!loaded.ok()) return Fail(loaded.status().WithPrefix("--check"));
+    baseline = std::move(loaded.value());
+  }
+
+  fmt::print(stderr, "planner: searching plans for {} ({} layers) on {} GPUs of {}\n", model->name,
+             model->layers.size(), flags.gpus, cluster->name);
+  auto report = RunPlanner(*model, *cluster, *options);
+  if (!report.ok()) return Fail(report.status());
+  if (!cluster_note.empty()) report->notes.push_back(cluster_note);
+  fmt::print(stderr, "planner: {} configurations, {} simulated, {}\n", report->enumerated,
+             report->simulated, report->Feasible() ? "a plan was chosen" : "none fits in memory");
+
+  if (report->Feasible()) {
+    Status st = WriteOutputs(flags, *model, model_hash, *cluster, *options, report->ranked[0]);
+    if (!st.ok()) return Fail(st);
+  } else if (!flags.out.empty() || !flags.trace.empty()) {
+    fmt::print(stderr, "planner: nothing fits, so no --out or --trace file was written\n");
+  }
+  std::optional<CheckOutcome> check;
+  if (baseline) {
+    auto outcome = CheckAgainstBaseline(*baseline, *report, *model, *cluster, check_options);
+    if (!outcome.ok()) return Fail(outcome.status());
+    check = std::move(outcome.value());
+  }
+
+  std::string text = flags.json ? PlanReportToJson(*report, *model, check ? &*check : nullptr)
+                                : PlanReportToText(*report, *model);
+  if (check && !flags.json) text += "\n" + check->diff;
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  if (check) {
+    fmt::print(stderr, "planner: check against {} {}\n", flags.check,
+               check->passed ? "passed" : "FAILED");
+    return check->passed ? kExitOk : kExitCheckFailed;
+  }
+  return report->Feasible() ? kExitOk : kExitNoFeasiblePlan;
+}
+
+}  // namespace
+}  // namespace pipecast
+
+int main(int argc, char** argv) {
+  pipecast::Flags f;
+  CLI::App app{
+      "planner: choose pipeline stages, layer partition, schedule, micro-batch size and count, "
+      "and recomputation for a model on N GPUs, ranked by simulated throughput.\n"
+      "Example: planner --model examples/gpt-small.json --gpus 8 --cluster h100-sxm --out "
+      "plan.json\n"
+      "Exit codes: 0 ok, 1 bad input, 2 usage, 3 --check failed, 4 no configuration fits."};
+  app.add_option("--model", f.model_path, "model.json (pipecast-model/1)")->required();
+  app.add_option("--gpus", f.gpus, "GPUs N: p pipeline stages x N/p data-parallel replicas")
+      ->required()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--global-batch", f.global_batch,
+                 "samples per iteration (default: the model's global_batch)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--cluster", f.cluster,
+                 "preset (ideal, a100-80gb, h100-sxm, h200) or cluster JSON file (default: the "
+                 "model's device if it is a preset, else ideal)");
+  app.add_option("--memory-gb", f.memory_gb, "override the GPU memory, in GiB (0 = unlimited)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--schedules", f.schedules,
+                 "comma list of schedules to try: naive, gpipe, 1f1b (default: all)")
+      ->delimiter(',');
+  app.add_option("--microbatch-sizes", f.microbatch_sizes,
+                 "comma list of micro-batch sizes (default: the sizes the model was measured at)")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  app.add_option("--recompute", f.recompute,
+                 "activation recomputation: auto (try off and on), off or on")
+      ->check(CLI::IsMember({"auto", "off", "on"}))
+      ->capture_default_str();
+  app.add_option("--top", f.top, "runners-up to keep besides the choice")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--threads", f.threads, "simulation threads (0 = every core)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--optimizer-step-us", f.optimizer_step_us, "optimizer step time, in us")
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("--json", f.json, "print one JSON object instead of the text report");
+  app.add_option("--out", f.out, "write the chosen plan (pipecast-plan/1) here");
+  app.add_option("--trace", f.trace, "write a Chrome trace (Perfetto) of the chosen plan");
+  app.add_option("--check", f.check,
+                 "compare with a baseline plan.json; exit 3 when throughput or bubble ratio "
+                 "regressed beyond --tolerance or the baseline no longer fits");
+  app.add_option("--tolerance", f.tolerance,
+                 "--check tolerance: relative for throughput (0.02 = 2% drop allowed), absolute "
+                 "for bubble ratio (0.02 = 2 points rise allowed)")
+      ->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);
+    return code == 0 ? 0 : pipecast::kExitUsage;
+  }
+  return pipecast::Run(f);
+}

@@ -1,0 +1,452 @@
+// The analytic estimate (profiler/analytic.h). Each layer's cost is first
+// worked out for one sample (SampleCost, closed forms only), then scaled to
+// every requested micro-batch size. docs/profiler.md derives every formula.
+#include "profiler/analytic.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "sim/cluster.h"
+#include "sim/formats.h"
+
+namespace pipecast {
+namespace {
+
+using json = nlohmann::json;
+
+// Upper bounds on the architecture, far past any real model: they keep int
+// arithmetic (4 * hidden) exact and the layer list a sane size.
+constexpr int kMaxLayers = 100'000;
+constexpr int kMaxWidth = 1 << 20;           // hidden, ffn_hidden
+constexpr int kMaxVocab = 1 << 24;           // 16.7M tokens, 65x the largest LLM vocabularies
+constexpr int kMaxSequenceLength = 1 << 24;  // 16.7M tokens per sample
+constexpr int kMaxMicrobatchSize = 1 << 20;  // model.json's own limit (sim/formats.cc)
+
+// What model.json accepts (sim/formats.cc); an estimate past these is refused.
+constexpr double kMaxFileBytes = 1125899906842624.0;  // 2^50 bytes
+constexpr double kMaxFileTimeNs = 1e15;               // 1e12 us
+constexpr double kMaxFileFlops = 1e24;                // per sample
+constexpr int64_t kMaxFileParameters = int64_t{1} << 50;
+
+// Element sizes that do not follow bytes_per_element.
+constexpr double kTokenIdBytes = 8;      // int64 token ids, PyTorch's index type
+constexpr double kMaskBytes = 1;         // dropout masks, one byte per element (Korthikanti)
+constexpr double kLossSoftmaxBytes = 4;  // fp32 softmax the cross-entropy loss keeps
+// Forward element-wise HBM traffic per byte kept for the backward: every kept
+// tensor is written once by one kernel and read once by the next.
+constexpr double kTrafficPerActivationByte = 2;
+// Backward over forward: each forward matrix product has two in the backward
+// (input gradient and weight gradient), Narayanan et al. SC'21, appendix.
+constexpr double kBackwardOverForward = 2;
+
+// The architecture as the formulas' symbols, in double so that products of
+// widths do not overflow (every value stays an exact integer below 2^53 for
+// any estimate that model.json can hold).
+struct Dims {
+  double s;             // sequence length
+  double h;             // hidden
+  double a;             // attention heads
+  double hkv;           // key/value width: kv_heads * h / a
+  double f;             // MLP width
+  double v;             // vocabulary
+  double e;             // bytes per element (B)
+  double mlp_matrices;  // 2, or 3 for a gated (SwiGLU) MLP
+};
+
+// One layer's cost for one sample; a micro-batch of b samples costs b times
+// as much (the estimate is linear in b).
+struct SampleCost {
+  int64_t parameters = 0;
+  double weight_flops = 0;      // forward products with a weight; also the weight-gradient FLOPs
+  double other_flops = 0;       // forward products without a weight (attention scores, values)
+  double activation_bytes = 0;  // kept from forward to backward
+  double traffic_bytes = 0;     // forward element-wise HBM traffic
+  double output_bytes = 0;      // sent to the next layer
+  Bytes workspace_bytes = 0;
+  bool has_input_gradient = true;  // false: the whole backward is weight gradient
+};
+
+// Achievable throughput: FLOP/s for products, bytes/s for element-wise work.
+struct Rates {
+  double flops_per_s;
+  double bytes_per_s;
+};
+
+Status CheckRange(const char* flag, int64_t value, int64_t min, int64_t max, const char* about) {
+  if (value < min) {
+    return Status::InvalidArgument(
+        fmt::format("{} {} must be at least {} ({})", flag, value, min, about));
+  }
+  if (value > max) {
+    return Status::InvalidArgument(
+        fmt::format("{} {} is over the limit of {} ({})", flag, value, max, about));
+  }
+  return Status::Ok();
+}
+
+SampleCost EmbeddingCost(const TransformerSpec& spec, const Dims& d) {
+  const double tables = spec.learned_positions ? 2 : 1;
+  SampleCost c;
+  c.parameters = int64_t{spec.vocab} * spec.hidden +
+                 (spec.learned_positions ? int64_t{spec.sequence_length} * spec.hidden : 0);
+  // Read the ids, gather one row per token from each table, write their sum;
+  // dropout reads it and writes the output and its mask.
+  c.traffic_bytes =
+      d.s * kTokenIdBytes + d.s * d.h * (tables * d.e + d.e) + d.s * d.h * (2 * d.e + kMaskBytes);
+  c.activation_bytes = d.s * kTokenIdBytes + d.s * d.h * kMaskBytes;
+  c.output_bytes = d.s * d.h * d.e;
+  c.has_input_gradient = false;  // token ids have no gradient
+  return c;
+}
+
+SampleCost BlockCost(const TransformerSpec& spec, const Dims& d) {
+  const int64_t h = spec.hidden;
+  const int64_t f = spec.FfnHidden();
+  const int64_t hkv = int64_t{spec.KvHeads()} * (h / spec.heads);
+  const int64_t attention = h * (h + 2 * hkv) + (h + 2 * hkv) + h * h + h;
+  const int64_t mlp = spec.gated_mlp ? 3 * h * f + 2 * f + h : 2 * h * f + f + h;
+  SampleCost c;
+  c.parameters = attention + mlp + 4 * h;  // + two layernorms
+  c.weight_flops = 2 * d.s * (2 * d.h * d.h + 2 * d.h * d.hkv + d.mlp_matrices * d.h * d.f);
+  c.other_flops = 4 * d.s * d.s * d.h;
+  // Korthikanti et al. 2022 sec. 4.1, generalised to B, f, h_kv and SwiGLU.
+  const double attention_bytes = d.s * (d.e * (3 * d.h + 2 * d.hkv) + kMaskBytes * d.h) +
+                                 (2 * d.e + kMaskBytes) * d.a * d.s * d.s;
+  const double fc1_outputs = spec.gated_mlp ? 2 * d.f : d.f;
+  const double mlp_bytes = d.s * (d.e * (d.h + fc1_outputs + d.f) + kMaskBytes * d.h);
+  const double layernorm_bytes = d.s * 2 * d.e * d.h;
+  c.activation_bytes = attention_bytes + mlp_bytes + layernorm_bytes;
+  c.traffic_bytes = kTrafficPerActivationByte * c.activation_bytes;
+  c.output_bytes = d.s * d.h * d.e;
+  c.workspace_bytes = kMatmulWorkspaceBytes;
+  return c;
+}
+
+SampleCost HeadCost(const TransformerSpec& spec, const Dims& d) {
+  SampleCost c;
+  c.parameters =
+      2 * int64_t{spec.hidden} + (spec.tied_embeddings ? 0 : int64_t{spec.vocab} * spec.hidden);
+  c.weight_flops = 2 * d.s * d.h * d.v;
+  // Inputs of the final layernorm and of the projection, the logits, and the
+  // fp32 softmax the loss keeps for its backward.
+  c.activation_bytes = d.s * (2 * d.e * d.h + d.e * d.v + kLossSoftmaxBytes * d.v);
+  c.traffic_bytes = kTrafficPerActivationByte * c.activation_bytes;
+  c.output_bytes = 0;  // the last layer: only the loss leaves it
+  c.workspace_bytes = kMatmulWorkspaceBytes;
+  return c;
+}
+
+// An estimate past model.json's limits: a unit mistake or an absurd size.
+Status OverLimit(const std::string& layer, int b, const char* what, double value,
+                 const char* limit) {
+  return Status::FailedPrecondition(fmt::format(
+      "{} at micro-batch size {}: {} {:.4g} is over the {} model.json can hold; check --seq, "
+      "--hidden, --vocab and --microbatch-sizes",
+      layer, b, what, value, limit));
+}
+
+Result<LayerProfile> ProfileAt(const std::string& name, const SampleCost& c, const Rates& r,
+                               int b) {
+  const double forward_s =
+      (c.weight_flops + c.other_flops) / r.flops_per_s + c.traffic_bytes / r.bytes_per_s;
+  const double backward_s = kBackwardOverForward * forward_s;
+  const double weight_s = c.has_input_gradient ? c.weight_flops / r.flops_per_s : backward_s;
+  const double backward_ns = b * backward_s * 1e9;
+  const double activation = b * c.activation_bytes;
+  const double output = b * c.output_bytes;
+  if (backward_ns > kMaxFileTimeNs) {
+    return OverLimit(name, b, "backward ns", backward_ns, "1e12 us");
+  }
+  if (activation > kMaxFileBytes) return OverLimit(name, b, "activation bytes", activation, "2^50");
+  if (output > kMaxFileBytes) return OverLimit(name, b, "output bytes", output, "2^50");
+  LayerProfile p;
+  p.microbatch_size = b;
+  p.forward_ns = std::llround(b * forward_s * 1e9);
+  p.backward_ns = std::llround(backward_ns);
+  p.backward_weight_ns = std::min<TimeNs>(p.backward_ns, std::llround(b * weight_s * 1e9));
+  p.activation_bytes = std::llround(activation);
+  p.output_bytes = std::llround(output);
+  p.workspace_bytes = c.workspace_bytes;
+  return p;
+}
+
+// REQUIRES: `sizes` sorted and unique.
+Result<Layer> ToLayer(std::string name, const SampleCost& c, const Rates& r,
+                      const std::vector<int>& sizes) {
+  Layer layer;
+  layer.name = std::move(name);
+  layer.parameters = c.parameters;
+  layer.forward_flops = c.weight_flops + c.other_flops;
+  if (c.parameters > kMaxFileParameters || *layer.forward_flops > kMaxFileFlops) {
+    return Status::FailedPrecondition(fmt::format(
+        "{}: {} parameters and {:.4g} forward FLOPs per sample; model.json holds at most 2^50 "
+        "and 1e24: check --hidden, --ffn-hidden, --seq and --vocab",
+        layer.name, c.parameters, *layer.forward_flops));
+  }
+  for (int b : sizes) {
+    Result<LayerProfile> p = ProfileAt(layer.name, c, r, b);
+    if (!p.ok()) return p.status();
+    layer.profiles.push_back(*p);
+  }
+  return layer;
+}
+
+Result<GpuSpec> LoadGpu(const std::string& spec, std::string* device) {
+  Result<Cluster> cluster = LoadCluster(spec);
+  if (!cluster.ok()) return cluster.status().WithPrefix("--gpu");
+  const GpuSpec& gpu = cluster->gpu;
+  if (gpu.peak_tflops <= 0 || gpu.memory_bandwidth_gbps <= 0) {
+    return Status::FailedPrecondition(fmt::format(
+        "--gpu {}: the GPU '{}' has no {}; the analytic estimate needs peak_tflops and "
+        "memory_bandwidth_gbps: use a100-80gb, h100-sxm or h200, or a cluster file that sets both",
+        spec, gpu.name, gpu.peak_tflops <= 0 ? "peak_tflops" : "memory_bandwidth_gbps"));
+  }
+  *device = cluster->name;
+  return gpu;
+}
+
+const char* DtypeName(int bytes_per_element) {
+  switch (bytes_per_element) {
+    case 1:
+      return "fp8";
+    case 4:
+      return "fp32";
+    default:
+      return "bf16";
+  }
+}
+
+// The assumption strings of `source`, worded for the variant in use.
+std::map<std::string, std::string> Formulas(const TransformerSpec& spec) {
+  const std::string mlp_params = spec.gated_mlp ? "3*h*f + 2*f + h (SwiGLU gate, up and down "
+                                                  "matrices; biases counted though LLaMA has "
+                                                  "none: under 0.01% of the block)"
+                                                : "2*h*f + f + h (two matrices with biases)";
+  const std::string mlp_flops = spec.gated_mlp ? "3*h*f" : "2*h*f";
+  const std::string mlp_bytes = spec.gated_mlp ? "B*(h + 2*f + f) + h [MLP: fc1 input, gate and "
+                                                 "up outputs, down-projection input; mask]"
+                                               : "B*(h + f + f) + h [MLP: fc1 input, GeLU input, "
+                                                 "fc2 input; mask]";
+  std::map<std::string, std::string> formulas;
+  formulas["symbols"] =
+      "s sequence length, b micro-batch size, h hidden, a heads, h_kv = kv_heads*h/a, f ffn "
+      "hidden, V vocabulary, B bytes per element";
+  formulas["parameter_formula"] =
+      "block = h*(h + 2*h_kv) + (h + 2*h_kv) + h^2 + h [QKV and output projections with "
+      "biases] + " +
+      mlp_params +
+      " + 4*h [two layernorms]; = 12*h^2 + 13*h for f = 4*h, h_kv = h, as in Narayanan et al., "
+      "SC'21, sec. 5.1 (P = 12*l*h^2*(1 + 13/(12*h) + (V + s)/(12*l*h)) for the whole model)";
+  formulas["flops_formula"] =
+      "forward, per sample (Narayanan et al., 'Efficient Large-Scale Language Model Training on "
+      "GPU Clusters Using Megatron-LM', SC'21, appendix 'Floating-point operations': "
+      "24*s*h^2 + 4*s^2*h per block, generalised to f and h_kv): block 2*s*(2*h^2 + 2*h*h_kv + " +
+      mlp_flops +
+      ") [products with a weight] + 4*s^2*h [scores Q*K^T and scores*V, full s x s, no causal "
+      "saving]; lm_head 2*s*h*V; embedding 0 (a gather). Backward = 2 x forward; its "
+      "weight-gradient part (backward_weight_us) = the forward products with a weight, the "
+      "input-gradient part is the rest";
+  formulas["activation_formula"] =
+      "block, bytes kept per micro-batch (Korthikanti et al., 'Reducing Activation Recomputation "
+      "in Large Transformer Models', 2022, sec. 4.1: s*b*h*(34 + 5*a*s/h) for 16-bit, f = 4*h, "
+      "no tensor or sequence parallelism, no recomputation, dropout on, attention scores "
+      "materialised, i.e. no FlashAttention), generalised to B, f and h_kv: s*b*(B*(3*h + "
+      "2*h_kv) + h [attention: QKV input, Q, K, V, projection input; 1-byte dropout mask] + " +
+      mlp_bytes +
+      " + 2*B*h [two layernorm inputs]) + (2*B + 1)*a*s^2*b [softmax output, its "
+      "dropout mask and dropout output]; output_bytes = B*s*b*h";
+  formulas["time_formula"] =
+      "time = FLOPs / (peak_tflops*1e12*matmul_efficiency) + element-wise bytes / "
+      "(memory_bandwidth_gbps*1e9*memory_efficiency); forward element-wise bytes = 2 x "
+      "activation bytes (each tensor kept for the backward is written once and read once by a "
+      "memory-bound kernel: layernorm, GeLU, softmax, dropout, residual add); backward = 2 x "
+      "forward; linear in b";
+  formulas["embedding_formula"] =
+      std::string("parameters V*h") + (spec.learned_positions ? " + s*h (learned positions)" : "") +
+      "; FLOPs 0; forward traffic: 8*s*b bytes of int64 token ids, one B-byte row per token from "
+      "each table, their sum written, dropout (read, write, 1-byte mask); activation = 8*s*b "
+      "(token ids) + s*b*h (dropout mask); output_bytes = B*s*b*h; backward = 2 x forward, all "
+      "of it weight gradient (token ids have no gradient)";
+  formulas["lm_head_formula"] =
+      std::string("final layernorm 2*h parameters + projection ") +
+      (spec.tied_embeddings ? "0 (tied: the token table is counted in the embedding)" : "V*h") +
+      "; forward FLOPs 2*s*h*V per sample; activation = s*b*(2*B*h [layernorm and projection "
+      "inputs] + B*V [logits] + 4*V [fp32 softmax the cross-entropy loss keeps]); output_bytes "
+      "0 (last layer)";
+  formulas["workspace_formula"] =
+      "32 MiB cuBLAS workspace on every block and on lm_head (what the cuBLAS documentation, "
+      "cublasSetWorkspace, recommends for Hopper; 4 MiB would do before Hopper); 0 on the "
+      "embedding";
+  return formulas;
+}
+
+// JSON text of a value, as ModelSource::details holds it.
+std::string JsonText(const json& value) {
+  return value.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+ModelSource MakeSource(const TransformerSpec& spec, const AnalyticOptions& options,
+                       const GpuSpec& gpu, std::string device) {
+  ModelSource source;
+  source.method = "analytic";
+  source.device = std::move(device);
+  for (auto& [key, text] : Formulas(spec)) source.details[key] = JsonText(text);
+  const json architecture = {{"layers", spec.layers},
+                             {"hidden", spec.hidden},
+                             {"heads", spec.heads},
+                             {"kv_heads", spec.KvHeads()},
+                             {"ffn_hidden", spec.FfnHidden()},
+                             {"gated_mlp", spec.gated_mlp},
+                             {"sequence_length", spec.sequence_length},
+                             {"vocab", spec.vocab},
+                             {"tied_embeddings", spec.tied_embeddings},
+                             {"learned_positions", spec.learned_positions}};
+  const json limitations = {
+      "an estimate from datasheet numbers, not a measurement; measure on the GPU when one is "
+      "available (profiler cupti, planned)",
+      "linear in the micro-batch size: small micro-batches run below matmul_efficiency on real "
+      "GPUs",
+      "no FlashAttention, no activation recomputation, no tensor, sequence or context "
+      "parallelism",
+      "kernel launch gaps, communication and the optimizer step are not in the per-layer times",
+      "tied embeddings: Megatron-LM with pipeline parallelism keeps a copy of the table on the "
+      "last stage; this file counts the table once, in the embedding"};
+  source.details["architecture"] = JsonText(architecture);
+  source.details["limitations"] = JsonText(limitations);
+  source.details["gpu"] = JsonText(gpu.name);
+  source.details["peak_tflops"] = JsonText(gpu.peak_tflops);
+  source.details["memory_bandwidth_gbps"] = JsonText(gpu.memory_bandwidth_gbps);
+  source.details["matmul_efficiency"] = JsonText(options.matmul_efficiency);
+  source.details["memory_efficiency"] = JsonText(options.memory_efficiency);
+  source.details["bytes_per_element"] = JsonText(options.bytes_per_element);
+  source.details["workspace_bytes"] = JsonText(kMatmulWorkspaceBytes);
+  return source;
+}
+
+}  // namespace
+
+Status TransformerSpec::Validate() const {
+  if (name.empty()) return Status::InvalidArgument("--name is empty; give the model a name");
+  PIPECAST_RETURN_IF_ERROR(CheckRange("--layers", layers, 1, kMaxLayers, "transformer blocks"));
+  PIPECAST_RETURN_IF_ERROR(CheckRange("--hidden", hidden, 1, kMaxWidth, "the model width"));
+  PIPECAST_RETURN_IF_ERROR(CheckRange("--heads", heads, 1, hidden, "attention heads"));
+  if (hidden % heads != 0) {
+    return Status::InvalidArgument(fmt::format(
+        "--hidden {} is not divisible by --heads {}: each head needs hidden/heads channels", hidden,
+        heads));
+  }
+  PIPECAST_RETURN_IF_ERROR(
+      CheckRange("--kv-heads", kv_heads, 0, heads, "key/value heads; 0 means --heads"));
+  if (heads % KvHeads() != 0) {
+    return Status::InvalidArgument(fmt::format(
+        "--heads {} is not divisible by --kv-heads {}: each key/value head serves a whole group "
+        "of query heads",
+        heads, kv_heads));
+  }
+  PIPECAST_RETURN_IF_ERROR(
+      CheckRange("--ffn-hidden", ffn_hidden, 0, kMaxWidth, "the MLP width; 0 means 4 x --hidden"));
+  PIPECAST_RETURN_IF_ERROR(
+      CheckRange("--seq", sequence_length, 1, kMaxSequenceLength, "tokens per sample"));
+  PIPECAST_RETURN_IF_ERROR(CheckRange("--vocab", vocab, 1, kMaxVocab, "the vocabulary size"));
+  PIPECAST_RETURN_IF_ERROR(CheckRange("--global-batch", global_batch, 0, int64_t{1} << 30,
+                                      "samples per iteration; 0 leaves it out"));
+  if (microbatch_sizes.empty()) {
+    return Status::InvalidArgument("--microbatch-sizes is empty; give at least one, e.g. 1,2,4,8");
+  }
+  std::set<int> seen;
+  for (int b : microbatch_sizes) {
+    if (b < 1 || b > kMaxMicrobatchSize) {
+      return Status::InvalidArgument(
+          fmt::format("--microbatch-sizes lists {}; sizes are samples per micro-batch, 1 to {}", b,
+                      kMaxMicrobatchSize));
+    }
+    if (!seen.insert(b).second) {
+      return Status::InvalidArgument(
+          fmt::format("--microbatch-sizes lists {} twice; give each size once", b));
+    }
+  }
+  return Status::Ok();
+}
+
+Status AnalyticOptions::Validate() const {
+  if (gpu_preset.empty()) {
+    return Status::InvalidArgument("--gpu is empty; name a preset such as h100-sxm or a file");
+  }
+  if (!(matmul_efficiency > 0 && matmul_efficiency <= 1)) {
+    return Status::InvalidArgument(
+        fmt::format("--matmul-efficiency {} must be in (0, 1]: the share of peak TFLOP/s reached",
+                    matmul_efficiency));
+  }
+  if (!(memory_efficiency > 0 && memory_efficiency <= 1)) {
+    return Status::InvalidArgument(
+        fmt::format("--memory-efficiency {} must be in (0, 1]: the share of HBM bandwidth reached",
+                    memory_efficiency));
+  }
+  if (bytes_per_element != 1 && bytes_per_element != 2 && bytes_per_element != 4) {
+    return Status::InvalidArgument(fmt::format(
+        "--bytes-per-element {} must be 1 (fp8), 2 (bf16) or 4 (fp32)", bytes_per_element));
+  }
+  return Status::Ok();
+}
+
+Result<Model> EstimateTransformer(const TransformerSpec& spec, const AnalyticOptions& options) {
+  PIPECAST_RETURN_IF_ERROR(spec.Validate());
+  PIPECAST_RETURN_IF_ERROR(options.Validate());
+  std::string device;
+  Result<GpuSpec> gpu = LoadGpu(options.gpu_preset, &device);
+  if (!gpu.ok()) return gpu.status();
+  const Rates rates{gpu->peak_tflops * 1e12 * options.matmul_efficiency,
+                    gpu->memory_bandwidth_gbps * 1e9 * options.memory_efficiency};
+  const Dims dims{.s = static_cast<double>(spec.sequence_length),
+                  .h = static_cast<double>(spec.hidden),
+                  .a = static_cast<double>(spec.heads),
+                  .hkv = static_cast<double>(spec.KvHeads()) * (spec.hidden / spec.heads),
+                  .f = static_cast<double>(spec.FfnHidden()),
+                  .v = static_cast<double>(spec.vocab),
+                  .e = static_cast<double>(options.bytes_per_element),
+                  .mlp_matrices = spec.gated_mlp ? 3.0 : 2.0};
+  std::vector<int> sizes = spec.microbatch_sizes;
+  std::sort(sizes.begin(), sizes.end());
+
+  Model model;
+  model.name = spec.name;
+  model.source = MakeSource(spec, options, *gpu, device);
+  model.dtype = DtypeName(options.bytes_per_element);
+  model.sequence_length = spec.sequence_length;
+  if (spec.global_batch > 0) model.global_batch = spec.global_batch;
+
+  Result<Layer> embedding = ToLayer("embedding", EmbeddingCost(spec, dims), rates, sizes);
+  if (!embedding.ok()) return embedding.status();
+  model.layers.push_back(std::move(*embedding));
+  // Every block has the same cost: estimate it once.
+  Result<Layer> block = ToLayer("block.0", BlockCost(spec, dims), rates, sizes);
+  if (!block.ok()) return block.status();
+  for (int i = 0; i < spec.layers; ++i) {
+    model.layers.push_back(*block);
+    model.layers.back().name = fmt::format("block.{}", i);
+  }
+  Result<Layer> head = ToLayer("lm_head", HeadCost(spec, dims), rates, sizes);
+  if (!head.ok()) return head.status();
+  model.layers.push_back(std::move(*head));
+
+  double flops = 0;
+  for (const Layer& layer : model.layers) flops += layer.forward_flops.value_or(0);
+  if (flops > kMaxFileFlops) {
+    return Status::FailedPrecondition(fmt::format(
+        "forward FLOPs per sample {:.4g} are over the 1e24 model.json can hold; check --layers",
+        flops));
+  }
+  model.flops_per_sample = flops;
+  return model;
+}
+
+}  // namespace pipecast

@@ -1,0 +1,339 @@
+#include "profiler/analytic.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+
+#include "sim/file_util.h"
+#include "sim/formats.h"
+
+namespace pipecast {
+namespace {
+
+using ::testing::HasSubstr;
+
+// The tiny world of the hand computations below: h 4, a 2, s 8, V 10,
+// 2 blocks, f = 4h = 16, bf16, learned positions, untied head.
+TransformerSpec TinySpec() {
+  TransformerSpec spec;
+  spec.name = "tiny";
+  spec.layers = 2;
+  spec.hidden = 4;
+  spec.heads = 2;
+  spec.sequence_length = 8;
+  spec.vocab = 10;
+  spec.microbatch_sizes = {1};
+  return spec;
+}
+
+// GPT-3 6.7B (Brown et al. 2020, table 2.1): 32 layers, h 4096, 32 heads,
+// s 2048, GPT-2 vocabulary, tied embeddings as in GPT-3.
+TransformerSpec Gpt3_6_7B() {
+  TransformerSpec spec;
+  spec.name = "gpt3-6.7b";
+  spec.layers = 32;
+  spec.hidden = 4096;
+  spec.heads = 32;
+  spec.sequence_length = 2048;
+  spec.vocab = 50257;
+  spec.tied_embeddings = true;
+  spec.microbatch_sizes = {1, 2, 4, 8};
+  return spec;
+}
+
+// A GPU with round numbers, so that times are easy to compute by hand:
+// 1e6 FLOP/s and 1e6 bytes/s at efficiency 1, i.e. 1 us per FLOP and per byte.
+std::string UnitGpuFile() {
+  const std::string path = ::testing::TempDir() + "/analytic_test_unit_gpu.json";
+  const std::string text = R"({
+    "format": "pipecast-cluster/1", "name": "unit-gpu", "gpus_per_node": 8,
+    "gpu": {"name": "unit", "memory_bytes": 0, "peak_tflops": 1e-6,
+            "memory_bandwidth_gbps": 1e-3},
+    "intra_node": {"bandwidth_gbps": 0, "latency_us": 0},
+    "inter_node": {"bandwidth_gbps": 0, "latency_us": 0}})";
+  EXPECT_TRUE(WriteFileAtomic(path, text).ok());
+  return path;
+}
+
+AnalyticOptions UnitOptions() {
+  AnalyticOptions options;
+  options.gpu_preset = UnitGpuFile();
+  options.matmul_efficiency = 1.0;
+  options.memory_efficiency = 1.0;
+  return options;
+}
+
+Model Estimate(const TransformerSpec& spec, const AnalyticOptions& options = {}) {
+  Result<Model> model = EstimateTransformer(spec, options);
+  EXPECT_TRUE(model.ok()) << model.status().message();
+  return model.ok() ? *model : Model{};
+}
+
+Status EstimateError(const TransformerSpec& spec, const AnalyticOptions& options = {}) {
+  Result<Model> model = EstimateTransformer(spec, options);
+  EXPECT_FALSE(model.ok());
+  return model.status();
+}
+
+TEST(AnalyticTest, TinyModelLayersAndParametersMatchHandCount) {
+  const Model model = Estimate(TinySpec());
+  ASSERT_EQ(model.layers.size(), 4u);
+  EXPECT_EQ(model.layers[0].name, "embedding");
+  EXPECT_EQ(model.layers[1].name, "block.0");
+  EXPECT_EQ(model.layers[2].name, "block.1");
+  EXPECT_EQ(model.layers[3].name, "lm_head");
+  // embedding: V*h + s*h = 40 + 32.
+  EXPECT_EQ(model.layers[0].parameters, 72);
+  // block: attention 4h^2 + 4h = 64 + 16; MLP 2*h*f + f + h = 128 + 16 + 4;
+  // layernorms 4h = 16; total 244 = 12h^2 + 13h.
+  EXPECT_EQ(model.layers[1].parameters, 244);
+  // lm_head: final layernorm 2h + projection V*h = 8 + 40.
+  EXPECT_EQ(model.layers[3].parameters, 48);
+  EXPECT_EQ(model.TotalParameters(), 72 + 2 * 244 + 48);
+}
+
+TEST(AnalyticTest, TinyModelFlopsMatchHandCount) {
+  const Model model = Estimate(TinySpec());
+  // block: 2*s*(4h^2 + 2*h*f) = 16 * (64 + 128) = 3072, + 4*s^2*h = 1024.
+  EXPECT_DOUBLE_EQ(*model.layers[1].forward_flops, 4096);
+  // lm_head: 2*s*h*V = 2 * 8 * 4 * 10.
+  EXPECT_DOUBLE_EQ(*model.layers[3].forward_flops, 640);
+  EXPECT_DOUBLE_EQ(*model.layers[0].forward_flops, 0);
+  EXPECT_DOUBLE_EQ(*model.flops_per_sample, 2 * 4096 + 640);
+}
+
+TEST(AnalyticTest, TinyModelMemoryMatchesHandCount) {
+  const Model model = Estimate(TinySpec());
+  const LayerProfile& embedding = model.layers[0].profiles.at(0);
+  const LayerProfile& block = model.layers[1].profiles.at(0);
+  const LayerProfile& head = model.layers[3].profiles.at(0);
+  // Korthikanti: s*b*h*(34 + 5*a*s/h) = 8 * 4 * (34 + 5 * 2 * 8 / 4) = 32 * 54.
+  EXPECT_EQ(block.activation_bytes, 1728);
+  EXPECT_EQ(block.output_bytes, 2 * 8 * 4);  // bf16 hidden state of each token
+  EXPECT_EQ(block.workspace_bytes, 32 * kMiB);
+  // int64 token ids 8*s + 1-byte dropout mask s*h.
+  EXPECT_EQ(embedding.activation_bytes, 64 + 32);
+  EXPECT_EQ(embedding.output_bytes, 64);
+  EXPECT_EQ(embedding.workspace_bytes, 0);
+  // s * (2*2*h [norm and projection inputs] + 2*V [bf16 logits] + 4*V [fp32 softmax]).
+  EXPECT_EQ(head.activation_bytes, 8 * (16 + 20 + 40));
+  EXPECT_EQ(head.output_bytes, 0);
+}
+
+TEST(AnalyticTest, TinyModelTimesMatchHandCount) {
+  // 1 us per FLOP and per byte of element-wise traffic.
+  const Model model = Estimate(TinySpec(), UnitOptions());
+  const LayerProfile& embedding = model.layers[0].profiles.at(0);
+  const LayerProfile& block = model.layers[1].profiles.at(0);
+  const LayerProfile& head = model.layers[3].profiles.at(0);
+  // block: 4096 FLOPs + 2 x 1728 bytes of traffic; backward twice that; the
+  // weight gradient is the 3072 FLOPs of the products with a weight.
+  EXPECT_EQ(block.forward_ns, UsToNs(4096 + 3456));
+  EXPECT_EQ(block.backward_ns, UsToNs(2 * 7552));
+  EXPECT_EQ(block.backward_weight_ns, UsToNs(3072));
+  // embedding: ids 64 + gather 2 tables x 64 + sum 64 + dropout (64 + 64 + 32)
+  // = 416 bytes; the whole backward is weight gradient.
+  EXPECT_EQ(embedding.forward_ns, UsToNs(416));
+  EXPECT_EQ(embedding.backward_ns, UsToNs(832));
+  EXPECT_EQ(embedding.backward_weight_ns, UsToNs(832));
+  // lm_head: 640 FLOPs + 2 x 608 bytes.
+  EXPECT_EQ(head.forward_ns, UsToNs(640 + 1216));
+  EXPECT_EQ(head.backward_ns, UsToNs(2 * 1856));
+  EXPECT_EQ(head.backward_weight_ns, UsToNs(640));
+  EXPECT_EQ(model.source.device, "unit-gpu");
+}
+
+TEST(AnalyticTest, TiedEmbeddingsAddNoHeadParameters) {
+  TransformerSpec spec = TinySpec();
+  spec.tied_embeddings = true;
+  const Model model = Estimate(spec);
+  EXPECT_EQ(model.layers.back().parameters, 8);               // the final layernorm only
+  EXPECT_DOUBLE_EQ(*model.layers.back().forward_flops, 640);  // the product still runs
+}
+
+TEST(AnalyticTest, RotaryPositionsDropThePositionTable) {
+  TransformerSpec spec = TinySpec();
+  spec.learned_positions = false;
+  EXPECT_EQ(Estimate(spec).layers[0].parameters, 40);  // V*h
+}
+
+TEST(AnalyticTest, Gpt3SixPointSevenBillionMatchesPublishedSize) {
+  const Model model = Estimate(Gpt3_6_7B());
+  ASSERT_EQ(model.layers.size(), 34u);
+  const int64_t h = 4096;
+  EXPECT_EQ(model.layers[1].parameters, 12 * h * h + 13 * h);  // 201.4M, about 12h^2
+  EXPECT_NEAR(static_cast<double>(model.TotalParameters()), 6.7e9, 0.02 * 6.7e9);
+}
+
+TEST(AnalyticTest, BlockActivationsAreKorthikantiExactly) {
+  const Model model = Estimate(Gpt3_6_7B());
+  const double s = 2048, h = 4096, a = 32;
+  for (const LayerProfile& p : model.layers[1].profiles) {
+    const double b = p.microbatch_size;
+    EXPECT_EQ(p.activation_bytes, static_cast<Bytes>(s * b * h * (34 + 5 * a * s / h))) << b;
+    EXPECT_EQ(p.output_bytes, static_cast<Bytes>(2 * s * b * h)) << b;
+  }
+}
+
+TEST(AnalyticTest, CostsScaleLinearlyWithMicrobatchSize) {
+  const Model model = Estimate(Gpt3_6_7B());
+  for (const Layer& layer : model.layers) {
+    const LayerProfile& one = layer.profiles.at(0);
+    ASSERT_EQ(one.microbatch_size, 1);
+    for (const LayerProfile& p : layer.profiles) {
+      const int b = p.microbatch_size;
+      // Each time is rounded to whole ns on its own.
+      EXPECT_NEAR(p.forward_ns, b * one.forward_ns, b) << layer.name << " b=" << b;
+      EXPECT_NEAR(p.backward_ns, b * one.backward_ns, b) << layer.name << " b=" << b;
+      EXPECT_EQ(p.activation_bytes, b * one.activation_bytes) << layer.name << " b=" << b;
+    }
+  }
+}
+
+TEST(AnalyticTest, BlockTimeFollowsTheDatasheet) {
+  const Model model = Estimate(Gpt3_6_7B());
+  const double s = 2048, h = 4096;
+  const double flops = 24 * s * h * h + 4 * s * s * h;
+  const double activation = s * h * (34 + 5 * 32 * s / h);
+  // h100-sxm: 989 TFLOP/s at 0.5, 3350 GB/s at 0.8.
+  const double forward_s = flops / (989e12 * 0.5) + 2 * activation / (3350e9 * 0.8);
+  const LayerProfile& p = model.layers[1].profiles.at(0);
+  EXPECT_NEAR(static_cast<double>(p.forward_ns), forward_s * 1e9, 1);
+  EXPECT_NEAR(static_cast<double>(p.backward_ns), 2 * forward_s * 1e9, 1);
+  EXPECT_NEAR(static_cast<double>(*p.backward_weight_ns), 24 * s * h * h / (989e12 * 0.5) * 1e9, 1);
+}
+
+TEST(AnalyticTest, LlamaShapeWithSwigluAndGqaMatchesPublishedSize) {
+  TransformerSpec spec;
+  spec.name = "llama-2-70b";
+  spec.layers = 80;
+  spec.hidden = 8192;
+  spec.heads = 64;
+  spec.kv_heads = 8;
+  spec.ffn_hidden = 28672;
+  spec.gated_mlp = true;
+  spec.learned_positions = false;
+  spec.sequence_length = 4096;
+  spec.vocab = 32000;
+  spec.microbatch_sizes = {1};
+  const Model model = Estimate(spec);
+  // LLaMA 2 70B has 68,976,648,192 parameters (no biases, RMSNorm); the
+  // biases and layernorm shifts counted here add about 0.01%.
+  EXPECT_NEAR(static_cast<double>(model.TotalParameters()), 68'976'648'192.0, 0.001 * 69e9);
+}
+
+TEST(AnalyticTest, SourceRecordsEveryAssumption) {
+  TransformerSpec spec = TinySpec();
+  spec.global_batch = 64;
+  const Model model = Estimate(spec);
+  EXPECT_EQ(model.source.method, "analytic");
+  EXPECT_EQ(model.source.device, "h100-sxm");
+  EXPECT_EQ(model.dtype, "bf16");
+  EXPECT_EQ(model.sequence_length, 8);
+  EXPECT_EQ(model.global_batch, 64);
+  const auto& d = model.source.details;
+  EXPECT_EQ(d.at("peak_tflops"), "989.0");
+  EXPECT_EQ(d.at("memory_bandwidth_gbps"), "3350.0");
+  EXPECT_EQ(d.at("matmul_efficiency"), "0.5");
+  EXPECT_EQ(d.at("memory_efficiency"), "0.8");
+  EXPECT_EQ(d.at("bytes_per_element"), "2");
+  EXPECT_EQ(d.at("workspace_bytes"), "33554432");
+  EXPECT_THAT(d.at("flops_formula"), HasSubstr("Narayanan"));
+  EXPECT_THAT(d.at("activation_formula"), HasSubstr("Korthikanti"));
+  for (const char* key : {"parameter_formula", "time_formula", "embedding_formula",
+                          "lm_head_formula", "workspace_formula", "architecture", "limitations"}) {
+    EXPECT_TRUE(d.count(key)) << key;
+  }
+}
+
+TEST(AnalyticTest, GlobalBatchZeroIsOmitted) {
+  EXPECT_FALSE(Estimate(TinySpec()).global_batch.has_value());
+}
+
+TEST(AnalyticTest, ModelRoundTripsThroughModelJson) {
+  TransformerSpec spec = TinySpec();
+  spec.microbatch_sizes = {4, 1, 2};
+  const Model model = Estimate(spec);
+  Result<Model> parsed = ParseModel(ModelToJson(model), "estimate");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  EXPECT_EQ(parsed->TotalParameters(), model.TotalParameters());
+  ASSERT_EQ(parsed->layers[1].profiles.size(), 3u);
+  EXPECT_EQ(parsed->layers[1].profiles[0].microbatch_size, 1);  // sorted
+  EXPECT_EQ(parsed->layers[1].profiles[2].activation_bytes, 4 * 1728);
+  EXPECT_EQ(parsed->source.details.at("peak_tflops"), "989.0");
+}
+
+TEST(AnalyticTest, InvalidSpecsNameTheFlag) {
+  const auto error_for = [](auto change) {
+    TransformerSpec spec = TinySpec();
+    change(spec);
+    return EstimateError(spec).message();
+  };
+  EXPECT_THAT(error_for([](TransformerSpec& s) { s.hidden = 5; }),
+              HasSubstr("--hidden 5 is not divisible by --heads 2"));
+  EXPECT_THAT(error_for([](TransformerSpec& s) { s.layers = 0; }), HasSubstr("--layers"));
+  EXPECT_THAT(error_for([](TransformerSpec& s) { s.vocab = -1; }), HasSubstr("--vocab"));
+  EXPECT_THAT(error_for([](TransformerSpec& s) { s.sequence_length = 0; }), HasSubstr("--seq"));
+  EXPECT_THAT(error_for([](TransformerSpec& s) { s.ffn_hidden = -4; }), HasSubstr("--ffn-hidden"));
+  EXPECT_THAT(error_for([](TransformerSpec& s) { s.name.clear(); }), HasSubstr("--name"));
+  EXPECT_THAT(error_for([](TransformerSpec& s) { s.kv_heads = 3; }), HasSubstr("--kv-heads"));
+  EXPECT_THAT(error_for([](TransformerSpec& s) { s.microbatch_sizes.clear(); }),
+              HasSubstr("--microbatch-sizes is empty"));
+  EXPECT_THAT(error_for([](TransformerSpec& s) {
+                s.microbatch_sizes = {1, 0};
+              }),
+              HasSubstr("--microbatch-sizes lists 0"));
+  EXPECT_THAT(error_for([](TransformerSpec& s) {
+                s.microbatch_sizes = {2, 1, 2};
+              }),
+              HasSubstr("--microbatch-sizes lists 2 twice"));
+  EXPECT_THAT(error_for([](TransformerSpec& s) { s.global_batch = -1; }),
+              HasSubstr("--global-batch"));
+  EXPECT_EQ(EstimateError([] {
+              TransformerSpec s = TinySpec();
+              s.heads = 0;
+              return s;
+            }())
+                .code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST(AnalyticTest, InvalidOptionsNameTheFlag) {
+  AnalyticOptions options;
+  options.matmul_efficiency = 1.5;
+  EXPECT_THAT(EstimateError(TinySpec(), options).message(), HasSubstr("--matmul-efficiency 1.5"));
+  options = {};
+  options.memory_efficiency = 0;
+  EXPECT_THAT(EstimateError(TinySpec(), options).message(), HasSubstr("--memory-efficiency"));
+  options = {};
+  options.bytes_per_element = 3;
+  EXPECT_THAT(EstimateError(TinySpec(), options).message(), HasSubstr("--bytes-per-element 3"));
+}
+
+TEST(AnalyticTest, GpuMustExistAndHaveADatasheet) {
+  AnalyticOptions options;
+  options.gpu_preset = "no-such-gpu";
+  const Status unknown = EstimateError(TinySpec(), options);
+  EXPECT_EQ(unknown.code(), StatusCode::kNotFound);
+  EXPECT_THAT(unknown.message(), HasSubstr("--gpu"));
+  options.gpu_preset = "ideal";
+  const Status ideal = EstimateError(TinySpec(), options);
+  EXPECT_EQ(ideal.code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(ideal.message(), HasSubstr("peak_tflops"));
+}
+
+TEST(AnalyticTest, EstimatePastWhatModelJsonHoldsIsRefused) {
+  TransformerSpec spec = TinySpec();
+  spec.sequence_length = 1 << 24;
+  spec.hidden = 1 << 16;
+  spec.heads = 1 << 10;
+  spec.microbatch_sizes = {1 << 20};
+  const Status st = EstimateError(spec);
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(st.message(), HasSubstr("model.json can hold"));
+}
+
+}  // namespace
+}  // namespace pipecast

@@ -1,0 +1,109 @@
+// Runs the built `profiler` tool (PIPECAST_PROFILER_BIN) and checks its exit
+// codes and files: 0 ok, 1 bad input, 2 usage.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <string>
+
+#include "sim/file_util.h"
+#include "sim/formats.h"
+
+namespace pipecast {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct ToolRun {
+  int exit_code = -1;
+  std::string output;  // stdout, and stderr when asked for
+};
+
+// Runs the profiler with `args` (already shell-quoted where needed).
+ToolRun RunProfiler(const std::string& args, bool with_stderr = true) {
+  const std::string command = std::string("'") + PIPECAST_PROFILER_BIN + "' " + args +
+                              (with_stderr ? " 2>&1" : " 2>/dev/null");
+  ToolRun run;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return run;
+  std::array<char, 4096> buffer;
+  size_t n = 0;
+  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0)
+    run.output.append(buffer.data(), n);
+  const int status = pclose(pipe);
+  if (WIFEXITED(status)) run.exit_code = WEXITSTATUS(status);
+  return run;
+}
+
+constexpr char kTinyFlags[] =
+    "analytic --name tiny --layers 2 --hidden 64 --heads 4 --seq 32 --vocab 100 "
+    "--microbatch-sizes 1,2";
+
+TEST(ProfilerCliTest, HelpExitsZero) {
+  ToolRun run = RunProfiler("--help");
+  EXPECT_EQ(run.exit_code, 0);
+  EXPECT_THAT(run.output, HasSubstr("analytic"));
+  run = RunProfiler("analytic --help");
+  EXPECT_EQ(run.exit_code, 0);
+  EXPECT_THAT(run.output, HasSubstr("--microbatch-sizes"));
+}
+
+TEST(ProfilerCliTest, UsageErrorsExitTwo) {
+  EXPECT_EQ(RunProfiler("").exit_code, 2);                   // no subcommand
+  EXPECT_EQ(RunProfiler("analytic --name x").exit_code, 2);  // required flags missing
+  EXPECT_EQ(RunProfiler(std::string(kTinyFlags) + " --layers many").exit_code, 2);
+  EXPECT_EQ(RunProfiler(std::string(kTinyFlags) + " --no-such-flag").exit_code, 2);
+}
+
+TEST(ProfilerCliTest, BadValuesExitOneNamingTheFlag) {
+  ToolRun run =
+      RunProfiler("analytic --name x --layers 2 --hidden 100 --heads 3 --seq 8 --vocab 10");
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_THAT(run.output, HasSubstr("--hidden 100 is not divisible by --heads 3"));
+  run = RunProfiler(std::string(kTinyFlags) + " --gpu no-such-gpu");
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_THAT(run.output, HasSubstr("--gpu"));
+  run = RunProfiler(std::string(kTinyFlags) + " --out /no/such/folder/model.json");
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_THAT(run.output, HasSubstr("--out"));
+}
+
+TEST(ProfilerCliTest, PlannedSubcommandsSaySoAndExitOne) {
+  for (const char* args : {"cupti -- python train.py", "cpu"}) {
+    const ToolRun run = RunProfiler(args);
+    EXPECT_EQ(run.exit_code, 1) << args;
+    EXPECT_THAT(run.output, HasSubstr("not implemented yet in this build")) << args;
+  }
+}
+
+TEST(ProfilerCliTest, PrintsTheModelToStdout) {
+  const ToolRun run = RunProfiler(kTinyFlags, /*with_stderr=*/false);
+  ASSERT_EQ(run.exit_code, 0);
+  Result<Model> model = ParseModel(run.output, "stdout");
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  EXPECT_EQ(model->name, "tiny");
+  EXPECT_EQ(model->layers.size(), 4u);
+}
+
+TEST(ProfilerCliTest, OutWritesALoadableModel) {
+  const std::string path = ::testing::TempDir() + "/profiler_cli_test_model.json";
+  const ToolRun run = RunProfiler(std::string(kTinyFlags) +
+                                  " --ffn-hidden 128 --tied-embeddings --global-batch 16 "
+                                  "--matmul-efficiency 0.4 --out '" +
+                                  path + "'");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  Result<Model> model = LoadModel(path);
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  EXPECT_EQ(model->source.method, "analytic");
+  EXPECT_EQ(model->source.device, "h100-sxm");
+  EXPECT_EQ(model->global_batch, 16);
+  EXPECT_EQ(model->layers.back().parameters, 2 * 64);  // tied: the final layernorm only
+  EXPECT_EQ(model->source.details.at("matmul_efficiency"), "0.4");
+  ASSERT_EQ(model->layers[1].profiles.size(), 2u);
+  EXPECT_EQ(model->layers[1].profiles[1].microbatch_size, 2);
+}
+
+}  // namespace
+}  // namespace pipecast

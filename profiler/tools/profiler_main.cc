@@ -1,0 +1,141 @@
+// profiler: writes a model.json with the per-layer costs of a model.
+//   profiler analytic ...  estimate a GPT-style transformer from its shape and a GPU preset
+//   profiler cupti ...     measure on an NVIDIA GPU (planned; not in this build)
+//   profiler cpu ...       measure a built-in CPU workload (planned; not in this build)
+// Thin by design: flags -> spec and options -> library call -> exit code.
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "profiler/analytic.h"
+#include "sim/file_util.h"
+#include "sim/formats.h"
+
+namespace pipecast {
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitBadInput = 1;
+constexpr int kExitUsage = 2;
+
+struct AnalyticFlags {
+  TransformerSpec spec;
+  AnalyticOptions options;
+  bool rotary_positions = false;
+  std::string out;  // empty: stdout
+};
+
+int RunAnalytic(const AnalyticFlags& flags) {
+  TransformerSpec spec = flags.spec;
+  spec.learned_positions = !flags.rotary_positions;
+  Result<Model> model = EstimateTransformer(spec, flags.options);
+  if (!model.ok()) {
+    fmt::print(stderr, "profiler: error: {}\n", model.status().message());
+    return kExitBadInput;
+  }
+  const std::string text = ModelToJson(*model);
+  if (flags.out.empty()) {
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    return kExitOk;
+  }
+  Status st = WriteFileAtomic(flags.out, text);
+  if (!st.ok()) {
+    fmt::print(stderr, "profiler: error: {}\n", st.WithPrefix("--out").message());
+    return kExitBadInput;
+  }
+  fmt::print(stderr,
+             "profiler: wrote {}: {}, {} layers, {:.3f}B parameters (analytic estimate for {}; "
+             "every assumption is in its \"source\")\n",
+             flags.out, model->name, model->layers.size(),
+             static_cast<double>(model->TotalParameters()) / 1e9, model->source.device);
+  return kExitOk;
+}
+
+CLI::App* AddAnalytic(CLI::App& app, AnalyticFlags& f) {
+  CLI::App* cmd = app.add_subcommand(
+      "analytic",
+      "estimate per-layer time and memory of a GPT-style transformer from its architecture and "
+      "a GPU's datasheet (no GPU needed; formulas in docs/profiler.md)");
+  TransformerSpec& s = f.spec;
+  AnalyticOptions& o = f.options;
+  cmd->add_option("--name", s.name, "the model's name")->required();
+  cmd->add_option("--layers", s.layers, "transformer blocks")->required();
+  cmd->add_option("--hidden", s.hidden, "hidden size h")->required();
+  cmd->add_option("--heads", s.heads, "attention heads a (must divide --hidden)")->required();
+  cmd->add_option("--seq", s.sequence_length, "sequence length s, tokens per sample")->required();
+  cmd->add_option("--vocab", s.vocab, "vocabulary size V")->required();
+  s.microbatch_sizes = {1, 2, 4, 8};
+  cmd->add_option("--microbatch-sizes", s.microbatch_sizes, "micro-batch sizes to estimate")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--gpu", o.gpu_preset,
+                  "GPU: a cluster preset (a100-80gb, h100-sxm, h200) or a cluster JSON file")
+      ->capture_default_str();
+  cmd->add_option("--ffn-hidden", s.ffn_hidden, "MLP width (default 4 x --hidden)");
+  cmd->add_option("--kv-heads", s.kv_heads,
+                  "key/value heads for grouped-query attention "
+                  "(default --heads)");
+  cmd->add_flag("--gated-mlp", s.gated_mlp, "SwiGLU MLP with three matrices (LLaMA)");
+  cmd->add_flag("--rotary-positions", f.rotary_positions,
+                "rotary position embeddings: no learned position table (LLaMA)");
+  cmd->add_flag("--tied-embeddings", s.tied_embeddings,
+                "lm_head reuses the token embedding table (no extra parameters)");
+  cmd->add_option("--matmul-efficiency", o.matmul_efficiency,
+                  "share of peak TFLOP/s reached by matrix products")
+      ->capture_default_str();
+  cmd->add_option("--memory-efficiency", o.memory_efficiency,
+                  "share of HBM bandwidth reached by element-wise kernels")
+      ->capture_default_str();
+  cmd->add_option("--bytes-per-element", o.bytes_per_element, "2 (bf16), 1 (fp8) or 4 (fp32)")
+      ->capture_default_str();
+  cmd->add_option("--global-batch", s.global_batch,
+                  "samples per iteration, written as the planner's default (default: omitted)");
+  cmd->add_option("--out", f.out, "write model.json here (default: stdout)");
+  return cmd;
+}
+
+// Declared so that --help lists them; running one, with any arguments, says
+// plainly that it is missing.
+void AddPlanned(CLI::App& app, const std::string& name, const std::string& what,
+                std::vector<std::string>& ignored) {
+  CLI::App* cmd = app.add_subcommand(name, what + " (planned; not in this build)");
+  cmd->allow_extras();
+  cmd->add_option("--out", ignored, "model.json to write (once implemented)");
+  cmd->add_option("args", ignored, "arguments of the planned command, e.g. -- python train.py");
+}
+
+int RunPlanned(const std::string& name) {
+  fmt::print(stderr,
+             "profiler: '{}' is not implemented yet in this build: see docs/profiler.md "
+             "(planned work); use 'profiler analytic' for an estimate without a GPU\n",
+             name);
+  return kExitBadInput;
+}
+
+}  // namespace
+}  // namespace pipecast
+
+int main(int argc, char** argv) {
+  pipecast::AnalyticFlags flags;
+  CLI::App app{
+      "profiler: write a model.json (pipecast-model/1) with the per-layer time and memory of a "
+      "model.\nExample: profiler analytic --name gpt-7b --layers 32 --hidden 4096 --heads 32 "
+      "--seq 2048 --vocab 50257 --gpu h100-sxm --out gpt-7b.json"};
+  app.require_subcommand(1);
+  CLI::App* analytic = pipecast::AddAnalytic(app, flags);
+  std::vector<std::string> ignored;
+  pipecast::AddPlanned(app, "cupti",
+                       "measure per-layer time and memory with CUPTI on an NVIDIA GPU", ignored);
+  pipecast::AddPlanned(app, "cpu", "measure a built-in CPU workload layer by layer", ignored);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? pipecast::kExitOk : pipecast::kExitUsage;
+  }
+  if (analytic->parsed()) return pipecast::RunAnalytic(flags);
+  return pipecast::RunPlanned(app.get_subcommands().front()->get_name());
+}

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Regenerates the shipped analytic model examples in examples/ with the built
+# profiler (docs/profiler.md). Deterministic: the same profiler writes the
+# same bytes, so `git diff examples/` after a run shows what a formula change did.
+#
+#   scripts/make-examples.sh
+#
+# Environment:
+#   PIPECAST_BUILD_DIR  build folder holding profiler/profiler (default: build)
+#   PIPECAST_PROFILER   the profiler binary (default: $PIPECAST_BUILD_DIR/profiler/profiler)
+#
+# Leaves examples/toy-uniform.json and examples/gpt-small.json alone: they
+# are written by hand.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+profiler="${PIPECAST_PROFILER:-${PIPECAST_BUILD_DIR:-build}/profiler/profiler}"
+if [[ ! -x "${profiler}" ]]; then
+  echo "make-examples.sh: no profiler at ${profiler}: build it first (scripts/build.sh)," \
+    "or set PIPECAST_PROFILER" >&2
+  exit 1
+fi
+
+# Shared by every example: GPT-2 vocabulary unless said, s = 2048, bf16 on
+# an H100 SXM, the default efficiencies.
+common=(--seq 2048 --microbatch-sizes 1,2,4,8 --gpu h100-sxm)
+
+make_example() {
+  local name="$1"
+  shift
+  "${profiler}" analytic --name "${name}" "${common[@]}" "$@" --out "examples/${name}.json"
+}
+
+# GPT-3 shapes (Brown et al. 2020, table 2.1), untied head: Megatron-LM with
+# pipeline parallelism holds a copy of the table on the last stage anyway.
+make_example gpt-1.3b --layers 24 --hidden 2048 --heads 16 --vocab 50257 --global-batch 256
+make_example gpt-7b --layers 32 --hidden 4096 --heads 32 --vocab 50257 --global-batch 512
+make_example gpt-13b --layers 40 --hidden 5120 --heads 40 --vocab 50257 --global-batch 512
+# LLaMA 2 70B (Touvron et al. 2023): SwiGLU MLP, 8 key/value heads (GQA),
+# rotary positions; its 4096-token context is shortened to 2048 like the rest.
+make_example llama-70b --layers 80 --hidden 8192 --heads 64 --kv-heads 8 --ffn-hidden 28672 \
+  --gated-mlp --rotary-positions --vocab 32000 --global-batch 512
+# The 1.3B body with a 256k vocabulary (Gemma-size): embedding and lm_head
+# outweigh several blocks, which tests the planner's first and last stages.
+make_example gpt-bigvocab --layers 24 --hidden 2048 --heads 16 --vocab 256000 --global-batch 256

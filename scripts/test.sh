@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The README's test command: sets up the machine, builds, and runs every test
+# with ctest. Exits non-zero when a test fails, or when no test was found.
+#
+#   scripts/test.sh [extra ctest arguments...]    e.g. -R Schedule, -L unit
+#
+# Environment:
+#   PIPECAST_SANITIZE=1   build into build-asan with AddressSanitizer and
+#                         UndefinedBehaviorSanitizer (benchmarks off) and test
+#                         that build instead of the normal one in build/.
+#                         .ci/run runs both, one after the other.
+#   PIPECAST_TEST_JOBS    tests run in parallel (default: 2)
+#   PIPECAST_CUDA, PIPECAST_JOBS: as for scripts/build.sh
+#
+# Tests labelled `gpu` run too: without a CUDA device they skip themselves.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+log() { echo "test.sh: $*" >&2; }
+
+scripts/setup.sh
+
+if [[ "${PIPECAST_SANITIZE:-0}" == 1 ]]; then
+  build_dir=build-asan
+  cmake_args=(-DPIPECAST_SANITIZE=ON -DPIPECAST_BUILD_BENCH=OFF)
+  # Fail on the first report, with a stack; leaks are errors.
+  export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:strict_string_checks=1:check_initialization_order=1}"
+  export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
+else
+  build_dir=build
+  cmake_args=(-DPIPECAST_SANITIZE=OFF)
+fi
+
+PIPECAST_BUILD_DIR="${build_dir}" scripts/build.sh "${cmake_args[@]}"
+
+ctest_cmd=(
+  ctest --test-dir "${build_dir}" --output-on-failure --no-tests=error
+  -j "${PIPECAST_TEST_JOBS:-2}" "$@"
+)
+log "${ctest_cmd[*]}"
+"${ctest_cmd[@]}"

@@ -1,0 +1,169 @@
+// Generators of the built-in schedules beyond naive, GPipe and 1F1B: interleaved 1F1B, looped
+// BFS, ZB-H1 and ZB-H2. MakeSchedule() (schedule.cc) sizes the Schedule and calls one of these to
+// fill `actions`. Each generator cites its source and the closed form it reaches with equal
+// stages and free communication (shared/SCHEDULES.md); schedule_zoo_test.cc checks each one in
+// the simulator.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "sim/internal/schedule_builders.h"
+
+namespace pipecast::internal {
+namespace {
+
+Action Op(int stage, OpKind kind, int microbatch) { return Action{stage, kind, microbatch}; }
+
+// InvalidArgument unless the iteration has at least one micro-batch per pipeline stage.
+Status RequireMicrobatchesAtLeastStages(const Schedule& s, const char* why) {
+  if (s.num_microbatches >= s.num_ranks) return Status::Ok();
+  return Status::InvalidArgument(fmt::format(
+      "{} needs at least as many micro-batches (N = {}) as pipeline stages (P = {}): {}; use "
+      "--microbatches {} or more",
+      s.name, s.num_microbatches, s.num_ranks, why, s.num_ranks));
+}
+
+// The chunk and micro-batch of rank-local op k in Megatron-LM's interleaved order
+// (`get_model_chunk_id` and `get_microbatch_id_in_model_chunk` in schedules.py): ops go in
+// groups of p micro-batches per chunk, chunk after chunk; backwards visit the chunks in reverse.
+struct ChunkOp {
+  int chunk = 0;
+  int microbatch = 0;
+};
+ChunkOp InterleavedChunkOp(int k, int p, int v, bool forward) {
+  const int group = k % (p * v);
+  const int chunk = group / p;
+  return ChunkOp{forward ? chunk : v - 1 - chunk, (k / (p * v)) * p + k % p};
+}
+
+// Appends one zero-bubble rank's ops (stage == rank, one chunk): `warmup` forwards, then for each
+// micro-batch i its input gradient I(i), the weight gradient W(i - lag) once i >= lag, and the
+// next forward; the `lag` weight gradients still owed at the end close the list. The rank holds
+// warmup + lag activations at most (each from F start until its W ends).
+void AppendZeroBubbleRank(int rank, int m, int warmup, int lag, std::vector<Action>& list) {
+  for (int i = 0; i < warmup; ++i) list.push_back(Op(rank, OpKind::kForward, i));
+  int next_w = 0;
+  for (int i = 0; i < m; ++i) {
+    list.push_back(Op(rank, OpKind::kBackwardInput, i));
+    if (i >= lag) list.push_back(Op(rank, OpKind::kBackwardWeight, next_w++));
+    if (warmup + i < m) list.push_back(Op(rank, OpKind::kForward, warmup + i));
+  }
+  while (next_w < m) list.push_back(Op(rank, OpKind::kBackwardWeight, next_w++));
+}
+
+}  // namespace
+
+// Interleaved 1F1B (Narayanan et al., SC'21, section 2.2.2), in the order of Megatron-LM's
+// `forward_backward_pipelining_with_interleaving` (megatron/core/pipeline_parallel/
+// schedules.py). Rank r owns chunks c = 0..v-1, chunk c being virtual stage c·p + r. Its k-th
+// forward runs chunk (k / p) % v on micro-batch (k / (p·v))·p + k % p; its k-th backward the
+// same micro-batch on chunk v-1 - (k / p) % v. It runs min(2(p-r-1) + (v-1)p, m·v) warm-up
+// forwards (all m·v when m == p, as Megatron does), then pairs (forward warm-up + i, backward i),
+// then the remaining backwards. Equal stages, no communication: m(F+B) + (p-1)(F+B)/v; rank r
+// holds min(2(p-r-1) + (v-1)p + 1, m·v) chunk activations at peak.
+Status BuildInterleaved1F1B(Schedule& s) {
+  const int p = s.num_ranks;
+  const int m = s.num_microbatches;
+  const int v = s.ChunksPerRank();
+  if (m % p != 0) {
+    return Status::InvalidArgument(fmt::format(
+        "interleaved 1F1B needs the micro-batch count (N = {}) to be a multiple of the "
+        "pipeline stages (P = {}), as Megatron-LM requires: use --microbatches K·P, e.g. {}",
+        m, p, (m / p + 1) * p));
+  }
+  const int total = m * v;
+  for (int r = 0; r < p; ++r) {
+    const int warmup = m == p ? total : std::min(2 * (p - r - 1) + (v - 1) * p, total);
+    const int steady = total - warmup;
+    auto& list = s.actions[r];
+    auto append = [&](int k, bool forward) {
+      const ChunkOp op = InterleavedChunkOp(k, p, v, forward);
+      list.push_back(
+          Op(op.chunk * p + r, forward ? OpKind::kForward : OpKind::kBackward, op.microbatch));
+    };
+    for (int k = 0; k < warmup; ++k) append(k, true);
+    for (int k = 0; k < steady; ++k) {
+      append(warmup + k, true);
+      append(k, false);
+    }
+    for (int k = steady; k < total; ++k) append(k, false);
+  }
+  return Status::Ok();
+}
+
+// Looped breadth-first schedule (Lamy-Poirier, "Breadth-First Pipeline Parallelism", 2022;
+// PyTorch pipelining's ScheduleLoopedBFS): each rank runs every micro-batch's forward of its
+// chunk 0, then of chunk 1, ..., then the backwards chunk by chunk in reverse, micro-batches in
+// order. With m >= p a rank's next chunk is always ready when it finishes the previous one, so
+// equal stages without communication take m(F+B) + (p-1)(F+B)/v; every rank holds all m·v
+// chunk activations (m·A) before its first backward.
+Status BuildLoopedBFS(Schedule& s) {
+  PIPECAST_RETURN_IF_ERROR(RequireMicrobatchesAtLeastStages(
+      s,
+      "with fewer, each rank idles between its chunks waiting for the first micro-batch to "
+      "come round"));
+  const int p = s.num_ranks;
+  const int m = s.num_microbatches;
+  const int v = s.ChunksPerRank();
+  for (int r = 0; r < p; ++r) {
+    auto& list = s.actions[r];
+    for (int c = 0; c < v; ++c) {
+      for (int i = 0; i < m; ++i) list.push_back(Op(c * p + r, OpKind::kForward, i));
+    }
+    for (int c = v - 1; c >= 0; --c) {
+      for (int i = 0; i < m; ++i) list.push_back(Op(c * p + r, OpKind::kBackward, i));
+    }
+  }
+  return Status::Ok();
+}
+
+// ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR'24, section 3.1, figure 3 top;
+// reference code sail-sg/zero-bubble-pipeline-parallelism). 1F1B's skeleton with the backward
+// split into I (input gradient, on the critical path) and W (weight gradient, deferrable):
+// stage s runs p-s warm-up forwards, then I, W, F per micro-batch, its W ops lagging s
+// micro-batches behind its I ops, so the s weight gradients it owes fill the cool-down where
+// 1F1B idles. PyTorch pipelining's zero-bubble 1F1B (`_get_1f1b_rank_ops`) delays rank r's W
+// ops by r the same way. Equal stages, no communication, m >= p and W <= F (B the time of I):
+// m(F+B+W) + (p-1)(F+B-W); with W > F the cool-down's W ops run past it. Stage s holds p-s
+// activations until their I, and p in all until their W.
+Status BuildZBH1(Schedule& s) {
+  PIPECAST_RETURN_IF_ERROR(RequireMicrobatchesAtLeastStages(
+      s, "with fewer there is no steady state to hide the weight gradients in"));
+  for (int r = 0; r < s.num_ranks; ++r) {
+    AppendZeroBubbleRank(r, s.num_microbatches, /*warmup=*/s.num_ranks - r, /*lag=*/r,
+                         s.actions[r]);
+  }
+  return Status::Ok();
+}
+
+// ZB-H2 (Qi et al., ICLR'24, section 3.1, figure 3 bottom): more warm-up forwards fill the
+// bubble before the first I, and W ops are held back to the tail, turning 1F1B's trapezoid into
+// a parallelogram. Stage s runs 2(p-s)-1 warm-up forwards (7/5/3/1 for p = 4), then I(i),
+// W(i - 2s), F(i + warm-up) per micro-batch; its last 2s+1 W ops close the list, mirroring the
+// warm-up of stage p-1-s. openxla/shardy's JAX MPMD schedules spell out the same constraints
+// (`zero_bubble_h2_schedule_predicate`): I(i) < F(i + warm-up), F(i + warm-up - 1) < I(i),
+// I(i + 2s) < W(i) < I(i + 2s + 1); W before F inside that gap keeps the peak at 2p-1
+// activations instead of 2p. Unlike a (B, W, F) loop with W right after its own B, the lag of 2s
+// leaves no tail gaps: with F = B = W and m >= 2p-1 every stage runs from its first F to its
+// last W without idling (span 3m); in general the longest per-stage span, stage 0's, is
+// m(F+B+W) + (p-1)(F+B-2W) when W <= F. With p <= m < 2p-1 the warm-up is capped at m and some
+// bubble remains. Stages hold up to 2p-1 activations (stage 0 at the end of its warm-up, stage
+// p-1 before its tail of W ops).
+// The paper's gain needs the optimizer step not to synchronise the stages (it replaces the
+// synchronisation with post-validation), else each iteration pays the parallelogram's (p-1)F
+// fill again. The simulator's optimizer step does not synchronise stages; a single simulated
+// iteration still contains that fill: with F = B = W its iteration_ns is (3m + p - 1)·F.
+Status BuildZBH2(Schedule& s) {
+  PIPECAST_RETURN_IF_ERROR(RequireMicrobatchesAtLeastStages(
+      s, "with fewer there is no steady state to hide the weight gradients in"));
+  const int p = s.num_ranks;
+  const int m = s.num_microbatches;
+  for (int r = 0; r < p; ++r) {
+    AppendZeroBubbleRank(r, m, /*warmup=*/std::min(2 * (p - r) - 1, m), /*lag=*/2 * r,
+                         s.actions[r]);
+  }
+  return Status::Ok();
+}
+
+}  // namespace pipecast::internal

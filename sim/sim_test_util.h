@@ -1,0 +1,66 @@
+// Tiny worlds for tests: uniform models, the ideal cluster, hand-made
+// schedules. Test-only; not part of the library.
+#ifndef PIPECAST_SIM_SIM_TEST_UTIL_H_
+#define PIPECAST_SIM_SIM_TEST_UTIL_H_
+
+#include <string>
+#include <vector>
+
+#include "sim/cluster.h"
+#include "sim/model.h"
+#include "sim/schedule.h"
+#include "sim/units.h"
+
+namespace pipecast::test_util {
+
+// `n` identical layers measured at micro-batch size 1.
+inline Model UniformModel(int n, TimeNs forward_ns, TimeNs backward_ns,
+                          Bytes activation_bytes = 0, Bytes output_bytes = 0,
+                          int64_t parameters = 0) {
+  Model m;
+  m.name = "uniform";
+  for (int i = 0; i < n; ++i) {
+    Layer l;
+    l.name = "layer" + std::to_string(i);
+    l.parameters = parameters;
+    LayerProfile p;
+    p.microbatch_size = 1;
+    p.forward_ns = forward_ns;
+    p.backward_ns = backward_ns;
+    p.activation_bytes = activation_bytes;
+    p.output_bytes = output_bytes;
+    l.profiles.push_back(p);
+    m.layers.push_back(l);
+  }
+  return m;
+}
+
+// No communication cost, unlimited memory.
+inline Cluster IdealCluster() {
+  Cluster c;
+  c.name = "ideal";
+  return c;
+}
+
+// A one-stage-per-rank schedule from explicit action lists.
+inline Schedule CustomSchedule(int microbatches, std::vector<std::vector<Action>> actions) {
+  Schedule s;
+  s.name = "custom";
+  s.num_ranks = static_cast<int>(actions.size());
+  s.num_stages = s.num_ranks;
+  s.num_microbatches = microbatches;
+  for (int r = 0; r < s.num_ranks; ++r) s.stage_rank.push_back(r);
+  s.actions = std::move(actions);
+  for (const auto& list : s.actions)
+    for (const Action& a : list)
+      if (a.kind == OpKind::kBackwardInput || a.kind == OpKind::kBackwardWeight)
+        s.split_backward = true;
+  return s;
+}
+
+inline Action F(int s, int m) { return Action{s, OpKind::kForward, m}; }
+inline Action B(int s, int m) { return Action{s, OpKind::kBackward, m}; }
+
+}  // namespace pipecast::test_util
+
+#endif  // PIPECAST_SIM_SIM_TEST_UTIL_H_

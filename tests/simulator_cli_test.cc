@@ -1,0 +1,145 @@
+// `simulator` run as a user runs it: closed forms on the toy example,
+// determinism, schedule export/import, traces, and every documented error
+// with its exit code (0 ok, 1 bad input, 2 usage).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "tests/cli_test_util.h"
+
+namespace pipecast::cli_test {
+namespace {
+
+using ::testing::HasSubstr;
+using json = nlohmann::json;
+
+const std::string kSimulator = PIPECAST_SIMULATOR_BIN;
+
+// examples/toy-uniform.json: 8 layers, F = 1000 us and B = 2000 us each at
+// micro-batch size 1.
+constexpr double kToyLayerFBUs = 3000;
+constexpr int kToyLayers = 8;
+
+std::string Toy() { return Quote(Example("toy-uniform.json")); }
+
+class SimulatorCli : public ::testing::Test {
+ protected:
+  ToolRun Sim(const std::string& args) { return RunTool(dir_, kSimulator, args); }
+  TempDir dir_;
+};
+
+TEST_F(SimulatorCli, GPipeAnd1F1BMatchTheClosedFormOnTheIdealCluster) {
+  // One layer per stage: iteration = (m + p - 1)(F + B), bubble ratio (p-1)/(m+p-1).
+  const int p = kToyLayers;
+  for (const char* schedule : {"gpipe", "1f1b"}) {
+    for (int m : {1, 8, 16}) {
+      ToolRun run = Sim("--model " + Toy() + " --stages 8 --microbatches " + std::to_string(m) +
+                        " --schedule " + schedule + " --cluster ideal --json");
+      ASSERT_EQ(run.exit_code, 0) << run.err;
+      json j = json::parse(run.out);
+      EXPECT_DOUBLE_EQ(j["iteration_time_us"].get<double>(), (m + p - 1) * kToyLayerFBUs)
+          << schedule << " m=" << m;
+      EXPECT_NEAR(j["bubble_ratio"].get<double>(), (p - 1.0) / (m + p - 1), 1e-12);
+      EXPECT_NEAR(j["bubble_fraction_of_ideal"].get<double>(), (p - 1.0) / m, 1e-12);
+      EXPECT_EQ(j["schedule"], schedule);
+    }
+  }
+}
+
+TEST_F(SimulatorCli, JsonIsByteIdenticalAcrossRuns) {
+  const std::string args = "--model " + Toy() +
+                           " --stages 4 --microbatches 8 --cluster h100-sxm "
+                           "--data-parallel 2 --json";
+  ToolRun a = Sim(args);
+  ToolRun b = Sim(args);
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_EQ(a.out, b.out);
+  EXPECT_FALSE(a.out.empty());
+}
+
+TEST_F(SimulatorCli, ScheduleOutThenScheduleInReproducesTheResult) {
+  const std::string text = dir_.File("1f1b.txt");
+  ToolRun out = Sim("--model " + Toy() +
+                    " --stages 4 --microbatches 8 --cluster h100-sxm "
+                    "--schedule-out " +
+                    Quote(text) + " --json");
+  ASSERT_EQ(out.exit_code, 0) << out.err;
+  ASSERT_TRUE(Exists(text));
+  ToolRun in =
+      Sim("--model " + Toy() + " --schedule-in " + Quote(text) + " --cluster h100-sxm --json");
+  ASSERT_EQ(in.exit_code, 0) << in.err;
+  // Imported schedules are named "custom"; everything else is the same.
+  json a = json::parse(out.out), b = json::parse(in.out);
+  EXPECT_EQ(a["schedule"], "1f1b");
+  EXPECT_EQ(b["schedule"], "custom");
+  a.erase("schedule");
+  b.erase("schedule");
+  EXPECT_EQ(a, b);
+}
+
+TEST_F(SimulatorCli, TraceIsValidJson) {
+  const std::string trace = dir_.File("t.json");
+  ToolRun run = Sim("--model " + Toy() + " --stages 4 --microbatches 4 --trace " + Quote(trace));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  json j = json::parse(ReadText(trace));
+  ASSERT_TRUE(j.contains("traceEvents"));
+  EXPECT_FALSE(j["traceEvents"].empty());
+}
+
+TEST_F(SimulatorCli, MissingModelFileIsBadInputNamingTheFile) {
+  const std::string missing = dir_.File("no-such-model.json");
+  ToolRun run = Sim("--model " + Quote(missing) + " --stages 2");
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_THAT(run.err, HasSubstr(missing));
+}
+
+TEST_F(SimulatorCli, MalformedModelJsonIsBadInput) {
+  const std::string model = dir_.File("bad.json");
+  WriteText(model, "{\"format\": \"pipecast-model/1\", \"name\": ");
+  ToolRun run = Sim("--model " + Quote(model) + " --stages 2");
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_THAT(run.err, HasSubstr("bad.json"));
+  EXPECT_THAT(run.err, HasSubstr("not valid JSON"));
+}
+
+TEST_F(SimulatorCli, ZeroStagesIsAUsageError) {
+  ToolRun run = Sim("--model " + Toy() + " --stages 0");
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_THAT(run.err, HasSubstr("--stages"));
+}
+
+TEST_F(SimulatorCli, MoreStagesThanLayersIsBadInputNamingIt) {
+  ToolRun run = Sim("--model " + Toy() + " --stages 9");
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_THAT(run.err, HasSubstr("--stages 9"));
+  EXPECT_THAT(run.err, HasSubstr("8 layers"));
+}
+
+TEST_F(SimulatorCli, UnknownScheduleIsBadInput) {
+  ToolRun run = Sim("--model " + Toy() + " --stages 2 --schedule zigzag");
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_THAT(run.err, HasSubstr("zigzag"));
+}
+
+TEST_F(SimulatorCli, UnwritableTracePathIsBadInputAndLeavesNoFile) {
+  ToolRun run = Sim("--model " + Toy() + " --stages 2 --trace /nonexistent/dir/t.json");
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_THAT(run.err, HasSubstr("/nonexistent/dir/t.json"));
+  EXPECT_FALSE(Exists("/nonexistent/dir/t.json"));
+  EXPECT_TRUE(run.out.empty());
+}
+
+TEST_F(SimulatorCli, DeadlockingScheduleIsBadInputNamingTheCycle) {
+  // Rank 1 waits for its own forward after its backward: 1B0 can never start.
+  const std::string text = dir_.File("deadlock.txt");
+  WriteText(text, "0F0 0B0\n1B0 1F0\n");
+  ToolRun run = Sim("--model " + Toy() + " --schedule-in " + Quote(text));
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_THAT(run.err, HasSubstr("1B0"));
+  EXPECT_THAT(run.err, HasSubstr("cycle"));
+}
+
+}  // namespace
+}  // namespace pipecast::cli_test
