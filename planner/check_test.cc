@@ -34,7 +34,7 @@ World MakeWorld() {
   w.options.global_batch = 16;
   w.report = RunPlanner(w.model, w.cluster, w.options).value();
   const Candidate& c = w.report.ranked.at(0);
-  Schedule s = MakeSchedule(c.schedule, c.pipeline_stages, c.microbatches).value();
+  Schedule s = MakeSchedule(c.schedule, c.pipeline_stages, c.microbatches, c.chunks).value();
   w.baseline = MakePlanFile(w.model.name, "fnv1a64:0000000000000001", w.cluster, s,
                             CandidateSimOptions(c, w.options), *c.result);
   return w;

@@ -1,14 +1,55 @@
 // Pass 1, enumerate: every configuration the GPU count and global batch allow.
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "planner/passes.h"
 
 namespace pipecast::passes {
+
+namespace {
+
+bool HasWeightGradientSplit(const Model& model) {
+  return std::all_of(model.layers.begin(), model.layers.end(), [](const Layer& l) {
+    return l.profiles.front().backward_weight_ns.has_value();
+  });
+}
+
+// Why `c` cannot run as its schedule requires, or "" when it can.
+std::string ScheduleConstraint(const Candidate& c, int layers, bool split) {
+  const int p = c.pipeline_stages, m = c.microbatches;
+  switch (c.schedule) {
+    case ScheduleKind::kInterleaved1F1B:
+    case ScheduleKind::kLoopedBFS:
+      if (p < 2) return "chunked schedules need at least 2 stages";
+      if (c.VirtualStages() > layers) {
+        return fmt::format("{} chunks x {} stages exceeds the model's {} layers", c.chunks, p,
+                           layers);
+      }
+      if (c.schedule == ScheduleKind::kInterleaved1F1B && m % p != 0) {
+        return fmt::format("interleaved 1F1B needs m ({}) to be a multiple of p ({})", m, p);
+      }
+      if (c.schedule == ScheduleKind::kLoopedBFS && m < p) {
+        return fmt::format("looped BFS needs m ({}) >= p ({})", m, p);
+      }
+      return "";
+    case ScheduleKind::kZBH1:
+    case ScheduleKind::kZBH2:
+      if (!split) return "zb-h1 and zb-h2 split the backward: the model needs backward_weight_us";
+      if (m < p) return fmt::format("zb-h1 and zb-h2 need m ({}) >= p ({})", m, p);
+      return "";
+    default:
+      return "";
+  }
+}
+
+}  // namespace
 
 std::vector<Candidate> Enumerate(const Model& model, const PlannerOptions& options,
                                  int64_t global_batch, std::vector<Rejection>* rejected) {
   std::vector<Candidate> out;
   const int layers = static_cast<int>(model.layers.size());
+  const bool split = HasWeightGradientSplit(model);
   std::vector<bool> recompute_modes;
   if (options.recompute != RecomputeMode::kOn) recompute_modes.push_back(false);
   if (options.recompute != RecomputeMode::kOff) recompute_modes.push_back(true);
@@ -17,26 +58,34 @@ std::vector<Candidate> Enumerate(const Model& model, const PlannerOptions& optio
     const int d = options.gpus / p;
     for (int size : options.microbatch_sizes) {
       for (ScheduleKind schedule : options.schedules) {
-        for (bool recompute : recompute_modes) {
-          Candidate c;
-          c.pipeline_stages = p;
-          c.data_parallel = d;
-          c.schedule = schedule;
-          c.microbatch_size = size;
-          c.recompute = recompute;
-          const int64_t per_step = int64_t{size} * d;
-          if (global_batch % per_step != 0) {
-            c.microbatches = 0;
-            rejected->push_back(Rejection{
-                RejectReason::kBatchNotDivisible, c,
-                fmt::format("global batch {} is not a multiple of micro-batch size {} x "
-                            "data-parallel {}",
-                            global_batch, size, d),
-                0});
-            continue;
+        const std::vector<int> chunk_counts =
+            UsesChunks(schedule) ? options.chunks : std::vector<int>{1};
+        for (int v : chunk_counts) {
+          for (bool recompute : recompute_modes) {
+            Candidate c;
+            c.pipeline_stages = p;
+            c.data_parallel = d;
+            c.schedule = schedule;
+            c.chunks = v;
+            c.microbatch_size = size;
+            c.recompute = recompute;
+            const int64_t per_step = int64_t{size} * d;
+            if (global_batch % per_step != 0) {
+              rejected->push_back(Rejection{
+                  RejectReason::kBatchNotDivisible, c,
+                  fmt::format("global batch {} is not a multiple of micro-batch size {} x "
+                              "data-parallel {}",
+                              global_batch, size, d),
+                  0});
+              continue;
+            }
+            c.microbatches = static_cast<int>(global_batch / per_step);
+            if (std::string why = ScheduleConstraint(c, layers, split); !why.empty()) {
+              rejected->push_back(Rejection{RejectReason::kScheduleConstraint, c, why, 0});
+              continue;
+            }
+            out.push_back(std::move(c));
           }
-          c.microbatches = static_cast<int>(global_batch / per_step);
-          out.push_back(std::move(c));
         }
       }
     }

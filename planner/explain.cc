@@ -20,6 +20,7 @@ using internal::TextTable;
 
 constexpr RejectReason kReasons[] = {RejectReason::kOutOfMemory, RejectReason::kPruned,
                                      RejectReason::kBatchNotDivisible,
+                                     RejectReason::kScheduleConstraint,
                                      RejectReason::kSimulationError};
 
 double Ms(TimeNs ns) { return static_cast<double>(ns) / 1e6; }
@@ -36,6 +37,8 @@ const char* ReasonId(RejectReason reason) {
       return "pruned";
     case RejectReason::kSimulationError:
       return "simulation_error";
+    case RejectReason::kScheduleConstraint:
+      return "schedule_constraint";
   }
   return "unknown";
 }

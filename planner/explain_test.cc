@@ -33,6 +33,7 @@ PlanReport Plan(const Model& model, Bytes memory) {
   PlannerOptions o;
   o.gpus = 8;
   o.global_batch = 16;
+  o.schedules = {ScheduleKind::kNaive, ScheduleKind::kGPipe, ScheduleKind::k1F1B};
   return RunPlanner(model, c, o).value();
 }
 

@@ -82,7 +82,14 @@ Bytes StageMemory(const LayerTable& t, const Candidate& c, const MemoryConfig& m
   const Bytes recomputed = c.recompute ? act : 0;
   const int inflight =
       InflightMicrobatches(c.schedule, stage, c.pipeline_stages, c.microbatches);
-  return fixed + inflight * held + recomputed + t.Workspace(first, last) + input + output;
+  // PipeDream stashes one weight version per in-flight micro-batch.
+  const Bytes stashed =
+      c.schedule == ScheduleKind::kPipeDream
+          ? (inflight - 1) * std::llround(static_cast<double>(t.Parameters(first, last)) *
+                                          memory.weight_bytes_per_param)
+          : 0;
+  return fixed + stashed + inflight * held + recomputed + t.Workspace(first, last) + input +
+         output;
 }
 
 // Splits n layers into p contiguous stages minimising the largest
@@ -130,6 +137,13 @@ bool PartitionForMemory(const Model& model, const MemoryConfig& memory, Bytes ca
   const int n = t.NumLayers();
   const int p = c->pipeline_stages;
   auto time = [&](int, int first, int last) { return t.Time(first, last); };
+  if (c->chunks > 1) {
+    // A rank's memory sums v separate chunks, which a split over contiguous
+    // ranges cannot bound stage by stage: balance the p·v chunks on time and
+    // let the simulate pass check the exact peak.
+    c->partition = MinMaxSplit(n, c->VirtualStages(), time, [](int, int, int) { return true; });
+    return true;
+  }
   auto mem = [&](int stage, int first, int last) {
     return StageMemory(t, *c, memory, stage, first, last);
   };

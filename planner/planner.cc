@@ -18,6 +18,12 @@ Status PlannerOptions::Validate() const {
     return Status::InvalidArgument(
         fmt::format("--global-batch is {}: must be at least 1", global_batch));
   }
+  for (int v : chunks) {
+    if (v < 2) {
+      return Status::InvalidArgument(
+          fmt::format("--chunks has {}: chunked schedules take at least 2 chunks per GPU", v));
+    }
+  }
   for (int size : microbatch_sizes) {
     if (size < 1) {
       return Status::InvalidArgument(
@@ -30,9 +36,9 @@ Status PlannerOptions::Validate() const {
 }
 
 std::string Candidate::Label() const {
-  return fmt::format("p={} d={} {} mbs={} m={} recompute={}", pipeline_stages, data_parallel,
-                     ScheduleKindName(schedule), microbatch_size, microbatches,
-                     recompute ? "on" : "off");
+  return fmt::format("p={} d={} {}{} mbs={} m={} recompute={}", pipeline_stages, data_parallel,
+                     ScheduleKindName(schedule), chunks > 1 ? fmt::format(" v={}", chunks) : "",
+                     microbatch_size, microbatches, recompute ? "on" : "off");
 }
 
 Bytes Candidate::PeakMemory() const {
@@ -51,6 +57,8 @@ const char* RejectReasonName(RejectReason reason) {
       return "cannot reach the top (lower bound)";
     case RejectReason::kSimulationError:
       return "simulation error";
+    case RejectReason::kScheduleConstraint:
+      return "schedule constraint";
   }
   return "?";
 }
@@ -110,7 +118,9 @@ Result<PlanReport> RunPlanner(const Model& model, const Cluster& cluster,
   if (model.layers.empty()) return Status::InvalidArgument("the model has no layers");
   PlannerOptions options = options_in;
   if (options.schedules.empty()) {
-    options.schedules = {ScheduleKind::kNaive, ScheduleKind::kGPipe, ScheduleKind::k1F1B};
+    for (ScheduleKind k : BuiltinScheduleKinds()) {
+      if (k != ScheduleKind::kPipeDream) options.schedules.push_back(k);
+    }
   }
   if (options.microbatch_sizes.empty()) {
     std::set<int> sizes;

@@ -42,7 +42,11 @@ enum class RecomputeMode { kAuto, kOff, kOn };
 struct PlannerOptions {
   int gpus = 0;                          // N, required
   int64_t global_batch = 0;              // 0: the model's global_batch
-  std::vector<ScheduleKind> schedules;   // empty: every built-in schedule
+  // Empty: every built-in schedule except pipedream, which changes training
+  // semantics and is searched only when named.
+  std::vector<ScheduleKind> schedules;
+  // Chunks per GPU tried for interleaved and looped-bfs schedules.
+  std::vector<int> chunks = {2};
   std::vector<int> microbatch_sizes;     // empty: the sizes the model was measured at
   RecomputeMode recompute = RecomputeMode::kAuto;  // auto tries off and on
   int top_k = 3;                         // runners-up kept, besides the choice
@@ -58,6 +62,7 @@ struct Candidate {
   int pipeline_stages = 1;  // p
   int data_parallel = 1;    // d = N / p
   ScheduleKind schedule = ScheduleKind::k1F1B;
+  int chunks = 1;           // v, model chunks per GPU (interleaved, looped-bfs)
   int microbatch_size = 1;
   int microbatches = 1;     // m = global batch / (size * d)
   bool recompute = false;
@@ -65,7 +70,8 @@ struct Candidate {
   TimeNs lower_bound_ns = 0;           // filled by the prune pass
   std::optional<SimResult> result;     // filled by the simulate pass
 
-  std::string Label() const;  // "p=4 d=2 1f1b mbs=2 m=16 recompute=off"
+  std::string Label() const;  // "p=4 d=2 1f1b mbs=2 m=16 recompute=off", "interleaved v=2"
+  int VirtualStages() const { return pipeline_stages * chunks; }
   Bytes PeakMemory() const;   // largest per-rank peak; REQUIRES: result
 };
 
@@ -75,6 +81,7 @@ enum class RejectReason {
   kOutOfMemory,        // no partition fits in memory (partition or simulate pass)
   kPruned,             // its lower bound cannot reach the top K
   kSimulationError,    // the simulator refused it
+  kScheduleConstraint, // the schedule cannot run this shape (m vs p, layers vs p·v, no W split)
 };
 const char* RejectReasonName(RejectReason reason);
 

@@ -8,10 +8,16 @@ namespace pipecast::passes {
 
 namespace {
 
+// A lower bound on the pipeline time of `c` with free communication.
+// Every rank must do its m micro-batches of work after the forwards of
+// micro-batch 0 on the virtual stages before its first one. With whole
+// backwards and one chunk per rank, the backwards of the last micro-batch
+// on the stages before it must follow as well (the flush).
 TimeNs LowerBound(const Model& model, const Candidate& c) {
+  const int stages = c.VirtualStages();
   const int p = c.pipeline_stages;
-  std::vector<TimeNs> fwd(p, 0), bwd(p, 0);
-  for (int s = 0; s < p; ++s) {
+  std::vector<TimeNs> fwd(stages, 0), bwd(stages, 0);
+  for (int s = 0; s < stages; ++s) {
     for (int l = c.partition[s].first_layer; l <= c.partition[s].last_layer; ++l) {
       LayerCost lc = CostAt(model.layers[l], c.microbatch_size);
       fwd[s] += lc.forward_ns;
@@ -21,13 +27,21 @@ TimeNs LowerBound(const Model& model, const Candidate& c) {
   const TimeNs m = c.microbatches;
   if (c.schedule == ScheduleKind::kNaive) {
     TimeNs sum = 0;
-    for (int s = 0; s < p; ++s) sum += fwd[s] + bwd[s];
+    for (int s = 0; s < stages; ++s) sum += fwd[s] + bwd[s];
     return m * sum;
   }
-  TimeNs best = 0, before = 0;
+  std::vector<TimeNs> work(p, 0);
+  for (int s = 0; s < stages; ++s) work[s % p] += fwd[s] + bwd[s];
+  if (c.schedule == ScheduleKind::kPipeDream) {  // steady state: no fill, no flush
+    return m * *std::max_element(work.begin(), work.end());
+  }
+  const bool with_tail = c.chunks == 1 && !SplitsBackward(c.schedule) &&
+                         c.schedule != ScheduleKind::kPipeDream;
+  TimeNs best = 0, fill = 0, tail = 0;
   for (int k = 0; k < p; ++k) {
-    best = std::max(best, before + m * (fwd[k] + bwd[k]));
-    before += fwd[k] + bwd[k];  // stages before k: one forward and one backward each
+    best = std::max(best, fill + m * work[k] + (with_tail ? tail : 0));
+    fill += fwd[k];
+    tail += bwd[k];
   }
   return best;
 }

@@ -15,7 +15,7 @@ std::vector<SweepPoint> Sweep(const Model& model, const Cluster& cluster,
   counts.insert(chosen.pipeline_stages);
   std::vector<SweepPoint> out;
   for (int m : counts) {
-    auto sched = MakeSchedule(chosen.schedule, chosen.pipeline_stages, m);
+    auto sched = MakeSchedule(chosen.schedule, chosen.pipeline_stages, m, chosen.chunks);
     if (!sched.ok()) continue;
     SimOptions opts = CandidateSimOptions(chosen, options);
     opts.record_timeline = false;

@@ -25,7 +25,8 @@ Result<std::vector<StageLayers>> ParsePartition(const std::string& text, int num
 std::string PartitionToString(const std::vector<StageLayers>& partition);
 
 // Splits layers into `num_stages` contiguous stages minimising the largest
-// stage cost (sum of `layer_cost`), exactly (dynamic programming, O(p·n²)).
+// stage cost (sum of `layer_cost`), exactly (binary search on the
+// bottleneck with a greedy check, O(n log total)).
 // On ties later stages take the extra layers, since early stages hold more
 // in-flight activations under 1F1B. Deterministic.
 // InvalidArgument when num_stages < 1 or > number of layers.

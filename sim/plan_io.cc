@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <exception>
 #include <initializer_list>
 #include <limits>
@@ -544,7 +545,7 @@ std::string PlanToJson(const PlanFile& plan) {
   json root;
   root["format"] = kPlanFormat;
   root["model"] = {{"name", plan.model_name}, {"hash", plan.model_hash}};
-  root["cluster"] = json::parse(ClusterToJson(plan.cluster));
+  root["cluster"] = json::parse(ClusterToJson(plan.cluster), nullptr, false);
   root["gpus"] = plan.gpus;
   root["pipeline_stages"] = plan.pipeline_stages;
   root["data_parallel"] = plan.data_parallel;

@@ -1,10 +1,13 @@
 #include "sim/simulator.h"
 
+#include "sim/internal/event_queue.h"
+#include "sim/schedule_graph.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <deque>
 #include <map>
-#include <queue>
 #include <set>
 
 namespace pipecast {
@@ -139,38 +142,45 @@ class Engine {
 
  private:
   enum EventType : uint8_t { kOpEnd, kArrive };
-  struct Event {
-    TimeNs time;
-    uint64_t seq;
-    EventType type;
-    int index;  // rank for kOpEnd, pending transfer for kArrive
-    bool operator>(const Event& o) const {
-      return time != o.time ? time > o.time : seq > o.seq;
-    }
-  };
+  // 16 bytes: time, then insertion order (high 40 bits), type (1 bit) and
+  // index (23 bits) packed so one integer compare breaks ties by insertion.
+  using Event = internal::QueuedEvent;
+  static EventType TypeOf(const Event& e) {
+    return static_cast<EventType>((e.key >> kIndexBits) & 1);
+  }
+  static int IndexOf(const Event& e) {
+    return static_cast<int>(e.key & ((uint64_t{1} << kIndexBits) - 1));
+  }
+  static constexpr int kIndexBits = 23;  // ranks and in-flight transfers < 8M
   struct Pending {  // a transfer in flight
     int src_rank, dst_rank, stage, microbatch;
     bool gradient;
     Bytes bytes;
+    TimeNs arrive;
   };
   struct RankState {
     size_t next = 0;
     bool running = false;
     TimeNs busy = 0, first_start = kNotYet, last_end = 0;
-    Bytes act = 0, comm = 0, ws = 0, peak_total = 0;
+    Bytes act = 0, comm = 0, ws = 0;
+    Bytes peak_act = 0, peak_comm = 0, peak_ws = 0, peak_total = 0;
     int inflight = 0;
   };
 
   int64_t Cell(int stage, int mb) const { return int64_t{stage} * sched_.num_microbatches + mb; }
   TimeNs Duration(const Action& a) const;
   bool Ready(const Action& a) const;
-  void Push(TimeNs t, EventType type, int index) { queue_.push(Event{t, seq_++, type, index}); }
+  void Push(TimeNs t, EventType type, int index) {
+    queue_.push(Event{t, (seq_++ << (kIndexBits + 1)) | (uint64_t{type} << kIndexBits) |
+                             static_cast<uint64_t>(index)});
+  }
   void TryStart(int rank, TimeNs now);
   void OnOpEnd(int rank, TimeNs now);
   void Send(int src_stage, int dst_stage, int mb, bool gradient, TimeNs now);
   void OnArrive(int index, TimeNs now);
-  void ChangeMemory(int rank, TimeNs now, Bytes act, Bytes comm, Bytes ws);
-  int LinkIndex(int src_rank, int dst_rank);
+  [[gnu::always_inline]] inline void ChangeMemory(int rank, TimeNs now, Bytes act, Bytes comm,
+                                                  Bytes ws);
+  void PrepareLinks();
   Status Deadlock() const;
   void Finish();
 
@@ -180,14 +190,25 @@ class Engine {
   const SimOptions& options_;
   SimResult* out_;
 
-  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> queue_;
+  internal::EventQueue queue_;
   uint64_t seq_ = 0;
   std::vector<RankState> ranks_;
-  std::vector<TimeNs> f_end_, bi_end_, f_input_, b_input_;  // per cell
-  std::vector<Pending> pending_;
-  std::vector<int> free_pending_;
-  std::map<std::pair<int, int>, int> link_index_;
+  // Per (stage, micro-batch) cell, together so one op touches one cache line.
+  struct CellState {
+    TimeNs f_end = kNotYet;    // its F ended
+    TimeNs bi_end = kNotYet;   // its B or I ended
+    TimeNs f_input = kNotYet;  // the activation it needs arrived
+    TimeNs b_input = kNotYet;  // the gradient it needs arrived
+  };
+  std::vector<CellState> cells_;
+  std::vector<std::deque<Pending>> link_queue_;  // per link, in flight
+  // Per virtual stage s: the link carrying s's activations to s+1, and the
+  // one carrying s+1's gradients back to s (-1 when both are on one rank).
+  std::vector<int> fwd_link_, bwd_link_;
   std::vector<TimeNs> link_free_;
+  // Per virtual stage s: serialisation and latency of s's activation hop
+  // (fwd) and of the gradient hop back into s (bwd), precomputed.
+  std::vector<TimeNs> fwd_serial_, fwd_latency_, bwd_serial_, bwd_latency_;
   std::vector<TimeNs> iteration_end_;  // per iteration (PipeDream)
 };
 
@@ -210,29 +231,30 @@ bool Engine::Ready(const Action& a) const {
   const int64_t cell = Cell(a.stage, a.microbatch);
   switch (a.kind) {
     case OpKind::kForward:
-      return a.stage == 0 || f_input_[cell] != kNotYet;
+      return a.stage == 0 || cells_[cell].f_input != kNotYet;
     case OpKind::kBackward:
     case OpKind::kBackwardInput:
-      return f_end_[cell] != kNotYet &&
-             (a.stage == sched_.num_stages - 1 || b_input_[cell] != kNotYet);
+      return cells_[cell].f_end != kNotYet &&
+             (a.stage == sched_.num_stages - 1 || cells_[cell].b_input != kNotYet);
     case OpKind::kBackwardWeight:
-      return bi_end_[cell] != kNotYet;
+      return cells_[cell].bi_end != kNotYet;
   }
   return false;
 }
 
-void Engine::ChangeMemory(int rank, TimeNs now, Bytes act, Bytes comm, Bytes ws) {
+inline void Engine::ChangeMemory(int rank, TimeNs now, Bytes act, Bytes comm, Bytes ws) {
   RankState& st = ranks_[rank];
-  StageResult& sr = out_->per_rank[rank];
   st.act += act;
   st.comm += comm;
   st.ws += ws;
-  sr.memory.activations_peak = std::max(sr.memory.activations_peak, st.act);
-  sr.memory.comm_buffers_peak = std::max(sr.memory.comm_buffers_peak, st.comm);
-  sr.memory.workspace_peak = std::max(sr.memory.workspace_peak, st.ws);
-  st.peak_total = std::max(st.peak_total, st.act + st.comm + st.ws);
+  if (act > 0 || comm > 0 || ws > 0) {  // peaks only move up
+    st.peak_act = std::max(st.peak_act, st.act);
+    st.peak_comm = std::max(st.peak_comm, st.comm);
+    st.peak_ws = std::max(st.peak_ws, st.ws);
+    st.peak_total = std::max(st.peak_total, st.act + st.comm + st.ws);
+  }
   if (!options_.record_timeline) return;
-  auto& tl = sr.memory_timeline;
+  auto& tl = out_->per_rank[rank].memory_timeline;
   if (!tl.empty() && tl.back().time_ns == now) tl.pop_back();
   tl.push_back(MemorySample{now, st.act, st.comm, st.ws});
 }
@@ -273,13 +295,13 @@ void Engine::OnOpEnd(int rank, TimeNs now) {
   Bytes act = 0, comm = 0;
   switch (a.kind) {
     case OpKind::kForward:
-      f_end_[cell] = now;
+      cells_[cell].f_end = now;
       if (a.stage > 0 && sched_.stage_rank[a.stage - 1] != rank) comm -= costs_[a.stage - 1].output;
       if (a.stage < last) Send(a.stage, a.stage + 1, a.microbatch, false, now);
       break;
     case OpKind::kBackward:
     case OpKind::kBackwardInput:
-      bi_end_[cell] = now;
+      cells_[cell].bi_end = now;
       if (a.stage < last && sched_.stage_rank[a.stage + 1] != rank) comm -= costs_[a.stage].output;
       if (a.stage > 0) Send(a.stage, a.stage - 1, a.microbatch, true, now);
       break;
@@ -294,10 +316,35 @@ void Engine::OnOpEnd(int rank, TimeNs now) {
   TryStart(rank, now);
 }
 
-int Engine::LinkIndex(int src_rank, int dst_rank) {
-  auto [it, inserted] = link_index_.try_emplace({src_rank, dst_rank}, link_free_.size());
-  if (inserted) link_free_.push_back(0);
-  return it->second;
+void Engine::PrepareLinks() {
+  std::map<std::pair<int, int>, int> index;
+  auto link = [&](int src, int dst) {
+    if (src == dst) return -1;
+    auto [it, fresh] = index.try_emplace({src, dst}, static_cast<int>(link_free_.size()));
+    if (fresh) {
+      link_free_.push_back(0);
+      link_queue_.emplace_back();
+    }
+    return it->second;
+  };
+  const int n = sched_.num_stages;
+  fwd_link_.assign(n, -1);
+  bwd_link_.assign(n, -1);
+  fwd_serial_.assign(n, 0);
+  fwd_latency_.assign(n, 0);
+  bwd_serial_.assign(n, 0);
+  bwd_latency_.assign(n, 0);
+  for (int s = 0; s + 1 < n; ++s) {
+    const int a = sched_.stage_rank[s], b = sched_.stage_rank[s + 1];
+    fwd_link_[s] = link(a, b);
+    bwd_link_[s] = link(b, a);
+    if (a == b) continue;
+    // Both directions carry s's output shape: activations out, gradients back.
+    fwd_serial_[s] = TransferNs(costs_[s].output, cluster_.LinkBetween(a, b).bandwidth_gbps);
+    fwd_latency_[s] = cluster_.LinkBetween(a, b).LatencyNs();
+    bwd_serial_[s] = TransferNs(costs_[s].output, cluster_.LinkBetween(b, a).bandwidth_gbps);
+    bwd_latency_[s] = cluster_.LinkBetween(b, a).LatencyNs();
+  }
 }
 
 void Engine::Send(int src_stage, int dst_stage, int mb, bool gradient, TimeNs now) {
@@ -305,41 +352,41 @@ void Engine::Send(int src_stage, int dst_stage, int mb, bool gradient, TimeNs no
   const int dst = sched_.stage_rank[dst_stage];
   const int64_t dst_cell = Cell(dst_stage, mb);
   if (src == dst) {  // same GPU: hand-over at no cost
-    (gradient ? b_input_ : f_input_)[dst_cell] = now;
+    CellState& c = cells_[dst_cell];
+    (gradient ? c.b_input : c.f_input) = now;
     return;
   }
   // Activations forward are the source stage's output; gradients backward
   // have the shape of the destination stage's output.
-  const Bytes bytes = costs_[gradient ? dst_stage : src_stage].output;
-  const Link& link = cluster_.LinkBetween(src, dst);
-  const int li = LinkIndex(src, dst);
+  const int hop = gradient ? dst_stage : src_stage;  // the boundary hop..hop+1
+  const Bytes bytes = costs_[hop].output;
+  const int li = gradient ? bwd_link_[hop] : fwd_link_[hop];
   const TimeNs start = std::max(now, link_free_[li]);
-  const TimeNs serial = TransferNs(bytes, link.bandwidth_gbps);
+  const TimeNs serial = gradient ? bwd_serial_[hop] : fwd_serial_[hop];
   link_free_[li] = start + serial;
-  const TimeNs arrive = start + link.LatencyNs() + serial;
+  const TimeNs arrive = start + (gradient ? bwd_latency_[hop] : fwd_latency_[hop]) + serial;
   ChangeMemory(src, now, 0, bytes, 0);
-  int index;
-  if (!free_pending_.empty()) {
-    index = free_pending_.back();
-    free_pending_.pop_back();
-  } else {
-    index = static_cast<int>(pending_.size());
-    pending_.emplace_back();
-  }
-  pending_[index] = Pending{src, dst, dst_stage, mb, gradient, bytes};
+  // A link is FIFO and its latency fixed, so its arrivals come in request
+  // order: only the head of each link's queue waits in the event queue,
+  // which keeps that queue as small as the number of ranks and links.
+  std::deque<Pending>& q = link_queue_[li];
+  q.push_back(Pending{src, dst, dst_stage, mb, gradient, bytes, arrive});
   if (options_.record_timeline) {
     out_->transfers.push_back(
         TransferRecord{src, dst, src_stage, dst_stage, mb, gradient, bytes, now, start, arrive});
   }
-  Push(arrive, kArrive, index);
+  if (q.size() == 1) Push(arrive, kArrive, li);
 }
 
-void Engine::OnArrive(int index, TimeNs now) {
-  const Pending p = pending_[index];
-  free_pending_.push_back(index);
+void Engine::OnArrive(int link, TimeNs now) {
+  std::deque<Pending>& q = link_queue_[link];
+  const Pending p = q.front();
+  q.pop_front();
+  if (!q.empty()) Push(q.front().arrive, kArrive, link);
   ChangeMemory(p.src_rank, now, 0, -p.bytes, 0);
   ChangeMemory(p.dst_rank, now, 0, p.bytes, 0);
-  (p.gradient ? b_input_ : f_input_)[Cell(p.stage, p.microbatch)] = now;
+  CellState& c = cells_[Cell(p.stage, p.microbatch)];
+  (p.gradient ? c.b_input : c.f_input) = now;
   TryStart(p.dst_rank, now);
 }
 
@@ -347,11 +394,9 @@ Status Engine::Run() {
   const int p = sched_.num_ranks;
   const int64_t cells = Cell(sched_.num_stages, 0);
   ranks_.assign(p, RankState{});
-  f_end_.assign(cells, kNotYet);
-  bi_end_.assign(cells, kNotYet);
-  f_input_.assign(cells, kNotYet);
-  b_input_.assign(cells, kNotYet);
+  cells_.assign(cells, CellState{});
   iteration_end_.assign(sched_.iterations, 0);
+  PrepareLinks();
   if (options_.record_timeline) {
     out_->ops.reserve(sched_.NumActions());
     out_->transfers.reserve(2 * cells);
@@ -360,10 +405,10 @@ Status Engine::Run() {
   while (!queue_.empty()) {
     const Event e = queue_.top();
     queue_.pop();
-    if (e.type == kOpEnd) {
-      OnOpEnd(e.index, e.time);
+    if (TypeOf(e) == kOpEnd) {
+      OnOpEnd(IndexOf(e), e.time);
     } else {
-      OnArrive(e.index, e.time);
+      OnArrive(IndexOf(e), e.time);
     }
   }
   for (int r = 0; r < p; ++r) {
@@ -374,49 +419,20 @@ Status Engine::Run() {
 }
 
 Status Engine::Deadlock() const {
-  // Each stuck rank waits at its next op for one op that has not run; follow
-  // those waits from rank to rank until one repeats: that is the cycle.
-  auto op_on = [&](int stage, OpKind kind, int mb) {
-    return fmt::format("{} (rank {})", ActionName(Action{stage, kind, mb}),
-                       sched_.stage_rank[stage]);
-  };
-  auto waits_for = [&](int rank, std::string* what) -> int {
-    const Action& a = sched_.actions[rank][ranks_[rank].next];
-    const int64_t cell = Cell(a.stage, a.microbatch);
-    int stage = a.stage;
-    OpKind kind = OpKind::kForward;
-    if (a.kind == OpKind::kForward) {
-      stage = a.stage - 1;
-    } else if (a.kind == OpKind::kBackwardWeight) {
-      kind = OpKind::kBackwardInput;
-    } else if (f_end_[cell] != kNotYet) {
-      stage = a.stage + 1;
-      kind = sched_.split_backward ? OpKind::kBackwardInput : OpKind::kBackward;
-    }
-    *what = fmt::format("rank {} waits at {} for {}", rank, ActionName(a),
-                        op_on(stage, kind, a.microbatch));
-    return sched_.stage_rank[stage];
-  };
-  int rank = 0;
-  while (ranks_[rank].next >= sched_.actions[rank].size()) ++rank;
-  std::vector<int> seen_at(sched_.num_ranks, -1);
-  std::vector<std::string> chain;
-  while (seen_at[rank] < 0) {
-    seen_at[rank] = static_cast<int>(chain.size());
-    std::string what;
-    rank = waits_for(rank, &what);
-    chain.push_back(what);
-  }
-  std::string cycle;
-  for (size_t i = seen_at[rank]; i < chain.size(); ++i) cycle += "\n  " + chain[i];
-  int stuck = 0;
+  // The event queue ran dry with ops left: name where each rank is stuck,
+  // then the cycle of dependencies that holds them (a DFS over the op graph).
+  std::string stuck;
   for (int r = 0; r < sched_.num_ranks; ++r) {
-    stuck += ranks_[r].next < sched_.actions[r].size();
+    if (ranks_[r].next < sched_.actions[r].size()) {
+      stuck += fmt::format("{}rank {} at {}", stuck.empty() ? "" : ", ", r,
+                           ActionName(sched_.actions[r][ranks_[r].next]));
+    }
   }
+  const std::vector<DependencyEdge> cycle = FindDependencyCycle(sched_);
   return Status::FailedPrecondition(fmt::format(
-      "schedule '{}' can never finish: {} rank(s) are stuck, and these ops wait on each other "
-      "in a cycle:{}\nreorder the ranks' action lists so each op's inputs are produced first",
-      sched_.name, stuck, cycle));
+      "schedule '{}' can never finish: stuck are {}; these ops wait on each other in a cycle:{}"
+      "\nreorder the ranks' action lists so that every op's inputs are produced first",
+      sched_.name, stuck, DescribeCycle(cycle)));
 }
 
 void Engine::Finish() {
@@ -438,6 +454,9 @@ void Engine::Finish() {
   for (int k = 0; k < p; ++k) {
     const RankState& st = ranks_[k];
     StageResult& sr = r.per_rank[k];
+    sr.memory.activations_peak = st.peak_act;
+    sr.memory.comm_buffers_peak = st.peak_comm;
+    sr.memory.workspace_peak = st.peak_ws;
     const TimeNs busy = st.busy / k_iter;
     sr.busy_ns = busy;
     sr.first_start_ns = std::max<TimeNs>(st.first_start, 0);

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "sim/schedule_text.h"
 #include "sim/sim_test_util.h"
 
 namespace pipecast {
@@ -236,7 +237,9 @@ TEST(SimulatorDeadlock, OpBeforeItsOwnForwardIsNamed) {
   auto r = Simulate(model, IdealCluster(), s, SimOptions{});
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_THAT(r.status().message(), HasSubstr("rank 0 waits at 0B0 for 0F0 (rank 0)"));
+  EXPECT_THAT(r.status().message(), HasSubstr("stuck are rank 0 at 0B0"));
+  EXPECT_THAT(r.status().message(), HasSubstr("0B0 (rank 0) waits for the output of 0F0 (rank 0)"));
+  EXPECT_THAT(r.status().message(), HasSubstr("0F0 (rank 0) runs after 0B0 on rank 0's list"));
 }
 
 TEST(SimulatorDeadlock, CycleAcrossRanksIsNamed) {
@@ -246,8 +249,11 @@ TEST(SimulatorDeadlock, CycleAcrossRanksIsNamed) {
   auto r = Simulate(model, IdealCluster(), s, SimOptions{});
   ASSERT_FALSE(r.ok());
   EXPECT_THAT(r.status().message(), HasSubstr("can never finish"));
-  EXPECT_THAT(r.status().message(), HasSubstr("rank 1 waits at 1F1 for 0F1 (rank 0)"));
-  EXPECT_THAT(r.status().message(), HasSubstr("rank 0 waits at 0B0 for 1B0 (rank 1)"));
+  EXPECT_THAT(r.status().message(), HasSubstr("stuck are rank 0 at 0B0, rank 1 at 1F1"));
+  EXPECT_THAT(r.status().message(), HasSubstr("1F1 (rank 1) waits for the output of 0F1 (rank 0)"));
+  EXPECT_THAT(r.status().message(), HasSubstr("0B0 (rank 0) waits for the output of 1B0 (rank 1)"));
+  EXPECT_THAT(r.status().message(), HasSubstr("0F1 (rank 0) runs after 0B0 on rank 0's list"));
+  EXPECT_THAT(r.status().message(), HasSubstr("1F0 (rank 1) runs after 1F1 on rank 1's list"));
 }
 
 TEST(SimulatorErrors, MoreStagesThanLayers) {
@@ -360,6 +366,33 @@ TEST(SimulatorCriticalPath, CountsTransfersOnThePath) {
   EXPECT_EQ(r.critical_path->communication_ns, 2 * kF);
   ASSERT_EQ(r.critical_path->communication_by_link.size(), 2u);
   EXPECT_EQ(r.critical_path->steps.size(), 6u);
+}
+
+TEST(SimulatorRoundTrip, EveryBuiltinScheduleExportsAndReimportsToTheSameTimeline) {
+  Cluster c = IdealCluster();
+  c.intra_node = Link{2.0, 3.0};  // real links, so transfers order matters too
+  for (ScheduleKind kind : BuiltinScheduleKinds()) {
+    const int p = 4, m = 8, v = UsesChunks(kind) ? 2 : 1;
+    Model model = UniformModel(p * v, kF, kB, kAct, 1'000'000);
+    for (Layer& l : model.layers) l.profiles[0].backward_weight_ns = kB / 2;
+    auto built = MakeSchedule(kind, p, m, v);
+    ASSERT_TRUE(built.ok()) << built.status().message();
+    const std::string text = ScheduleToText(*built);
+    auto parsed = ParseScheduleText(text, "export.txt");
+    ASSERT_TRUE(parsed.ok()) << ScheduleKindName(kind) << ": " << parsed.status().message();
+    EXPECT_EQ(ScheduleToText(*parsed), text);
+    EXPECT_EQ(parsed->actions, built->actions);
+    EXPECT_EQ(parsed->stage_rank, built->stage_rank);
+    auto a = Simulate(model, c, *built, SimOptions{});
+    auto b = Simulate(model, c, *parsed, SimOptions{});
+    ASSERT_TRUE(a.ok() && b.ok()) << ScheduleKindName(kind);
+    ASSERT_EQ(a->ops.size(), b->ops.size());
+    for (size_t i = 0; i < a->ops.size(); ++i) {
+      EXPECT_EQ(a->ops[i].action, b->ops[i].action) << ScheduleKindName(kind);
+      EXPECT_EQ(a->ops[i].start_ns, b->ops[i].start_ns) << ScheduleKindName(kind);
+      EXPECT_EQ(a->ops[i].end_ns, b->ops[i].end_ns) << ScheduleKindName(kind);
+    }
+  }
 }
 
 TEST(SimulatorDeterminism, SameInputSameTimeline) {

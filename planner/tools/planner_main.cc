@@ -106,7 +106,8 @@ Result<PlannerOptions> MakeOptions(const Flags& flags) {
 Status WriteOutputs(const Flags& flags, const Model& model, const std::string& model_hash,
                     const Cluster& cluster, const PlannerOptions& options,
                     const Candidate& chosen) {
-  auto schedule = MakeSchedule(chosen.schedule, chosen.pipeline_stages, chosen.microbatches);
+  auto schedule = MakeSchedule(chosen.schedule, chosen.pipeline_stages, chosen.microbatches,
+                                chosen.chunks);
   if (!schedule.ok()) return schedule.status();
   SimOptions sim = CandidateSimOptions(chosen, options);
   if (!flags.out.empty()) {
@@ -203,8 +204,12 @@ int main(int argc, char** argv) {
                  "model's device if it is a preset, else ideal)");
   app.add_option("--memory-gb", f.memory_gb, "override the GPU memory, in GiB (0 = unlimited)")
       ->check(CLI::NonNegativeNumber);
+  std::string kinds;
+  for (pipecast::ScheduleKind k : pipecast::BuiltinScheduleKinds()) {
+    kinds += (kinds.empty() ? "" : ", ") + std::string(pipecast::ScheduleKindName(k));
+  }
   app.add_option("--schedules", f.schedules,
-                 "comma list of schedules to try: naive, gpipe, 1f1b (default: all)")
+                 "comma list of schedules to try: " + kinds + " (default: the planner's set)")
       ->delimiter(',');
   app.add_option("--microbatch-sizes", f.microbatch_sizes,
                  "comma list of micro-batch sizes (default: the sizes the model was measured at)")
