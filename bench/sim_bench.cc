@@ -37,8 +37,8 @@ constexpr char kClusterPreset[] = "h100-sxm";
 
 // (pipeline ranks, micro-batches): a single node, and a large pipeline.
 constexpr std::pair<int, int> kShapes[] = {{8, 64}, {64, 1024}};
-constexpr ScheduleKind kSchedules[] = {
-    ScheduleKind::kNaive, ScheduleKind::kGPipe, ScheduleKind::k1F1B};
+// Chunks per GPU for interleaved and looped-bfs.
+constexpr int kChunks = 2;
 
 Model SyntheticModel(int num_layers) {
   Model model;
@@ -52,6 +52,7 @@ Model SyntheticModel(int num_layers) {
     profile.microbatch_size = 1;
     profile.forward_ns = kForwardNs;
     profile.backward_ns = kBackwardNs;
+    profile.backward_weight_ns = kBackwardNs / 2;  // for the zero-bubble schedules
     profile.activation_bytes = kActivationBytes;
     profile.output_bytes = kOutputBytes;
     layer.profiles.push_back(profile);
@@ -62,13 +63,14 @@ Model SyntheticModel(int num_layers) {
 
 void BM_Simulate(benchmark::State& state, ScheduleKind kind, int ranks,
                  int microbatches, bool record_timeline) {
-  const Model model = SyntheticModel(ranks * kLayersPerStage);
+  const int chunks = UsesChunks(kind) ? kChunks : 1;
+  const Model model = SyntheticModel(ranks * chunks * kLayersPerStage);
   const Result<Cluster> cluster = ClusterPreset(kClusterPreset);
   if (!cluster.ok()) {
     state.SkipWithError(cluster.status().message().c_str());
     return;
   }
-  const Result<Schedule> schedule = MakeSchedule(kind, ranks, microbatches);
+  const Result<Schedule> schedule = MakeSchedule(kind, ranks, microbatches, chunks);
   if (!schedule.ok()) {
     state.SkipWithError(schedule.status().message().c_str());
     return;
@@ -90,7 +92,7 @@ void BM_Simulate(benchmark::State& state, ScheduleKind kind, int ranks,
 
 void RegisterAll() {
   for (const auto& [ranks, microbatches] : kShapes) {
-    for (ScheduleKind kind : kSchedules) {
+    for (ScheduleKind kind : BuiltinScheduleKinds()) {
       for (bool record_timeline : {false, true}) {
         const std::string name =
             std::string("BM_Simulate/") + ScheduleKindName(kind) +

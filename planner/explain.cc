@@ -341,6 +341,7 @@ std::string PlanReportToText(const PlanReport& report, const Model& model) {
   out += "\n" + RejectedText(report);
   const std::string sweep = SweepText(report);
   if (!sweep.empty()) out += "\n" + sweep;
+  if (!out.empty() && out.back() != '\n') out += '\n';
   return out;
 }
 

@@ -13,12 +13,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # The example: change this command to change what the README's main command
 # runs. Paths are relative to the repository root.
 example=(
-  build/sim/simulator
-  --model examples/gpt-small.json
-  --stages 4
-  --microbatches 8
-  --schedule 1f1b
-  --cluster h100-sxm
+  build/planner/planner
+  --model examples/gpt-7b.json
+  --gpus 8
 )
 
 scripts/setup.sh

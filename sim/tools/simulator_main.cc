@@ -31,6 +31,8 @@ struct Flags {
   int stages = 0;        // 0: from --partition or --schedule-in
   int microbatches = 0;  // 0: from --schedule-in, else the number of stages
   std::string schedule = "1f1b";
+  int chunks = 1;  // v, model chunks per GPU (interleaved, looped-bfs)
+  bool recompute = false;
   int microbatch_size = 1;
   std::string partition;
   std::string cluster;  // empty: the preset named by the model's source.device, else ideal
@@ -87,17 +89,25 @@ Result<Schedule> PickSchedule(const Flags& flags, int num_layers) {
   if (!kind.ok()) return kind.status().WithPrefix("--schedule");
   int stages = flags.stages;
   if (stages == 0 && !flags.partition.empty()) {
-    stages = 1 + static_cast<int>(std::count(flags.partition.begin(), flags.partition.end(), ','));
+    // --partition lists every virtual stage: p·v ranges.
+    stages = (1 + static_cast<int>(std::count(flags.partition.begin(), flags.partition.end(), ','))) /
+             flags.chunks;
   }
   if (stages == 0) {
     return Status::InvalidArgument("give the number of pipeline stages with --stages P");
+  }
+  if (stages * flags.chunks > num_layers && flags.chunks > 1) {
+    return Status::InvalidArgument(fmt::format(
+        "--stages {} x --chunks {} = {} virtual stages but the model has only {} layers", stages,
+        flags.chunks, stages * flags.chunks, num_layers));
   }
   if (stages > num_layers) {
     return Status::InvalidArgument(
         fmt::format("--stages {} but the model has only {} layers: use at most {} stages", stages,
                     num_layers, num_layers));
   }
-  return MakeSchedule(*kind, stages, flags.microbatches > 0 ? flags.microbatches : stages);
+  return MakeSchedule(*kind, stages, flags.microbatches > 0 ? flags.microbatches : stages,
+                      flags.chunks);
 }
 
 // What to simulate: the cluster, the schedule and the options.
@@ -118,6 +128,7 @@ Result<Setup> SetupFromFlags(const Flags& flags, const Model& model) {
   s.options.microbatch_size = flags.microbatch_size;
   s.options.data_parallel = flags.data_parallel;
   s.options.optimizer_step_ns = UsToNs(flags.optimizer_step_us);
+  s.options.recompute = flags.recompute;
   if (!flags.partition.empty()) {
     auto part = ParsePartition(flags.partition, static_cast<int>(model.layers.size()),
                                s.schedule.num_stages);
@@ -186,7 +197,18 @@ int main(int argc, char** argv) {
       app.add_option("--microbatches", f.microbatches, "micro-batches per iteration (default P)")
           ->check(CLI::PositiveNumber);
   CLI::Option* schedule =
-      app.add_option("--schedule", f.schedule, "naive, gpipe or 1f1b")->capture_default_str();
+      app.add_option("--schedule", f.schedule,
+                     "naive, gpipe, 1f1b, interleaved, pipedream, zb-h1, zb-h2 or looped-bfs "
+                     "(docs/schedules.md)")
+          ->capture_default_str();
+  CLI::Option* chunks =
+      app.add_option("--chunks", f.chunks,
+                     "model chunks per GPU (v) for interleaved and looped-bfs")
+          ->check(CLI::PositiveNumber)
+          ->capture_default_str();
+  CLI::Option* recompute = app.add_flag(
+      "--recompute", f.recompute,
+      "full activation recomputation: keep only stage inputs, rerun the forward in the backward");
   CLI::Option* microbatch_size =
       app.add_option("--microbatch-size", f.microbatch_size,
                      "samples per micro-batch; unmeasured sizes are interpolated")
@@ -216,8 +238,9 @@ int main(int argc, char** argv) {
       "--plan", f.plan_path,
       "replay a plan.json (from planner --out): its schedule, partition, micro-batch size, "
       "data-parallel degree, recomputation and cluster; --model is still required");
-  for (CLI::Option* fixed : {stages, microbatches, schedule, microbatch_size, partition, cluster,
-                             memory_gb, data_parallel, optimizer_step, schedule_in}) {
+  for (CLI::Option* fixed : {stages, microbatches, schedule, chunks, recompute, microbatch_size,
+                             partition, cluster, memory_gb, data_parallel, optimizer_step,
+                             schedule_in}) {
     plan->excludes(fixed);
   }
   app.add_flag("--json", f.json, "print one JSON object instead of the summary");
