@@ -15,4 +15,5 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 scripts/setup.sh
 PIPECAST_BUILD_DIR=build scripts/build.sh -DPIPECAST_BUILD_BENCH=ON >&2
 
-exec build/bench/sim_bench --benchmark_min_time=0.2 "$@"
+build/bench/sim_bench --benchmark_min_time=0.2 "$@"
+exec build/bench/planner_bench "$@"

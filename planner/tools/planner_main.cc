@@ -41,6 +41,7 @@ struct Flags {
   double memory_gb = -1;     // < 0: the cluster's
   std::vector<std::string> schedules;
   std::vector<int> microbatch_sizes;
+  std::vector<int> chunks = {2};
   std::string recompute = "auto";
   int top = 3;
   int threads = 0;
@@ -92,6 +93,7 @@ Result<PlannerOptions> MakeOptions(const Flags& flags) {
     o.schedules.push_back(*kind);
   }
   o.microbatch_sizes = flags.microbatch_sizes;
+  o.chunks = flags.chunks;
   o.recompute = flags.recompute == "on"    ? RecomputeMode::kOn
                 : flags.recompute == "off" ? RecomputeMode::kOff
                                            : RecomputeMode::kAuto;
@@ -211,6 +213,10 @@ int main(int argc, char** argv) {
   app.add_option("--schedules", f.schedules,
                  "comma list of schedules to try: " + kinds + " (default: the planner's set)")
       ->delimiter(',');
+  app.add_option("--chunks", f.chunks,
+                 "comma list of chunks per GPU tried for interleaved and looped-bfs (default 2)")
+      ->delimiter(',')
+      ->check(CLI::Range(2, 64));
   app.add_option("--microbatch-sizes", f.microbatch_sizes,
                  "comma list of micro-batch sizes (default: the sizes the model was measured at)")
       ->delimiter(',')

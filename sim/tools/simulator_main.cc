@@ -161,7 +161,8 @@ int Run(const Flags& flags) {
   auto setup =
       flags.plan_path.empty() ? SetupFromFlags(flags, *model) : SetupFromPlan(flags, *bytes);
   if (!setup.ok()) return Fail(setup.status());
-  setup->options.record_timeline = !flags.trace_path.empty();
+  // Always: the critical path in the summary and --json is derived from the timeline.
+  setup->options.record_timeline = true;
   auto result = Simulate(*model, setup->cluster, setup->schedule, setup->options);
   if (!result.ok()) return Fail(result.status());
 
