@@ -7,13 +7,12 @@
 #include <cmath>
 #include <optional>
 
-#include "planner/internal/text_table.h"
+#include "sim/text_table.h"
 #include "sim/simulator.h"
 
 namespace pipecast {
 namespace {
 
-using internal::TextTable;
 
 constexpr char kOk[] = "ok";
 constexpr char kInfo[] = "info";

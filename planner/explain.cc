@@ -9,14 +9,13 @@
 #include <utility>
 #include <vector>
 
-#include "planner/internal/text_table.h"
+#include "sim/text_table.h"
 #include "sim/report.h"
 
 namespace pipecast {
 namespace {
 
 using Json = nlohmann::ordered_json;
-using internal::TextTable;
 
 constexpr RejectReason kReasons[] = {RejectReason::kOutOfMemory, RejectReason::kPruned,
                                      RejectReason::kBatchNotDivisible,

@@ -1,5 +1,7 @@
 #include "sim/report.h"
 
+#include "sim/text_table.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -149,46 +151,6 @@ std::string CriticalPathText(const SimResult& result) {
   out += "  path: " + chain + "\n";
   return out;
 }
-
-// Columns of text: numbers right-aligned, text left-aligned, two spaces
-// apart, no trailing blanks.
-class TextTable {
- public:
-  enum Align { kLeft, kRight };
-  void AddColumn(std::string header, Align align) {
-    headers_.push_back(std::move(header));
-    aligns_.push_back(align);
-  }
-  void AddRow(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
-
-  std::string Render() const {
-    std::vector<size_t> width(headers_.size());
-    for (size_t c = 0; c < headers_.size(); ++c) {
-      width[c] = headers_[c].size();
-      for (const auto& row : rows_) width[c] = std::max(width[c], row[c].size());
-    }
-    std::string out = RenderRow(headers_, width);
-    for (const auto& row : rows_) out += RenderRow(row, width);
-    return out;
-  }
-
- private:
-  std::string RenderRow(const std::vector<std::string>& row,
-                        const std::vector<size_t>& width) const {
-    std::string line;
-    for (size_t c = 0; c < row.size(); ++c) {
-      if (c > 0) line += "  ";
-      line += aligns_[c] == kRight ? fmt::format("{:>{}}", row[c], width[c])
-                                   : fmt::format("{:<{}}", row[c], width[c]);
-    }
-    line.erase(line.find_last_not_of(' ') + 1);
-    return line + "\n";
-  }
-
-  std::vector<std::string> headers_;
-  std::vector<Align> aligns_;
-  std::vector<std::vector<std::string>> rows_;
-};
 
 // "0-3", or "0-1,8-9" for a rank with two chunks; a single layer is "5".
 std::string LayerRanges(const std::vector<StageLayers>& layers) {

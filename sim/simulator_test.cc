@@ -395,6 +395,25 @@ TEST(SimulatorRoundTrip, EveryBuiltinScheduleExportsAndReimportsToTheSameTimelin
   }
 }
 
+TEST(SimulatorHandWorked, InterleavedPaysEveryChunkHopOnItsLink) {
+  // p=2, v=2, m=2 (m == p: all forwards, then all backwards). Virtual stages
+  // 0,2 on rank 0 and 1,3 on rank 1; each F 1 ms, B 2 ms; every hop 1 ms.
+  // r0: 0F0 [0,1] 0F1 [1,2]; r1: 1F0 [2,3] 1F1 [3,4]; r0: 2F0 [4,5] 2F1 [5,6];
+  // r1: 3F0 [6,7] 3F1 [7,8] 3B0 [8,10] 3B1 [10,12]; r0: 2B0 [11,13] 2B1 [13,15];
+  // r1: 1B0 [14,16] 1B1 [16,18]; r0: 0B0 [17,19] 0B1 [19,21]. Ideal: 15 ms.
+  Cluster c = IdealCluster();
+  c.intra_node = Link{1.0, 0.0};
+  Model model = UniformModel(4, kF, kB, 0, 1'000'000);
+  auto sched = MakeSchedule(ScheduleKind::kInterleaved1F1B, 2, 2, 2);
+  ASSERT_TRUE(sched.ok()) << sched.status().message();
+  auto r = Simulate(model, c, *sched, SimOptions{});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->iteration_ns, 21 * kF);
+  EXPECT_EQ(r->transfers.size(), 12u);  // 3 boundaries x 2 micro-batches x 2 directions
+  auto ideal = Simulate(model, IdealCluster(), *sched, SimOptions{});
+  EXPECT_EQ(ideal->iteration_ns, 15 * kF);  // m(F+B) + (p-1)(F+B)/v with F+B = 6 per rank
+}
+
 TEST(SimulatorDeterminism, SameInputSameTimeline) {
   Cluster c = IdealCluster();
   c.intra_node = Link{1.0, 3.0};

@@ -1,8 +1,9 @@
-// TextTable: columns of text for the planner's human output (explain.cc,
-// check.cc). Numbers right-aligned, text left-aligned, two spaces apart, no
-// trailing blanks. Internal to the planner.
-#ifndef PIPECAST_PLANNER_INTERNAL_TEXT_TABLE_H_
-#define PIPECAST_PLANNER_INTERNAL_TEXT_TABLE_H_
+// TextTable: columns of text for the tools' human output (the simulator's
+// summary, the planner's explanation and check). Numbers right-aligned, text
+// left-aligned, two spaces apart, no trailing blanks. A value type; not
+// synchronised.
+#ifndef PIPECAST_SIM_TEXT_TABLE_H_
+#define PIPECAST_SIM_TEXT_TABLE_H_
 
 #include <fmt/format.h>
 
@@ -11,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-namespace pipecast::internal {
+namespace pipecast {
 
 class TextTable {
  public:
@@ -55,6 +56,6 @@ class TextTable {
   std::vector<std::vector<std::string>> rows_;
 };
 
-}  // namespace pipecast::internal
+}  // namespace pipecast
 
-#endif  // PIPECAST_PLANNER_INTERNAL_TEXT_TABLE_H_
+#endif  // PIPECAST_SIM_TEXT_TABLE_H_
