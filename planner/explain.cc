@@ -262,6 +262,7 @@ Json CandidateJson(const Candidate& c, const Model& model, bool with_predicted) 
   j["pipeline_stages"] = c.pipeline_stages;
   j["data_parallel"] = c.data_parallel;
   j["schedule"] = ScheduleKindName(c.schedule);
+  j["chunks"] = c.chunks;
   j["microbatch_size"] = c.microbatch_size;
   j["microbatches"] = c.microbatches;
   j["recompute"] = c.recompute;

@@ -26,7 +26,9 @@ int InflightMicrobatches(ScheduleKind schedule, int stage, int p, int m) {
       // p - s until the input gradient; deferred W ops keep up to p in all.
       return std::min(p, m);
     case ScheduleKind::kZBH2:
-      return std::min(2 * (p - stage) - 1, m);  // its warm-up forwards
+      // Warm-up forwards 2(p-s)-1, and W ops deferred until the tail keep
+      // 2p-1 activations on every stage (schedule_zoo.cc).
+      return std::min(2 * p - 1, m);
     case ScheduleKind::kInterleaved1F1B:
     case ScheduleKind::kLoopedBFS:
       return m;  // estimated per chunk by the simulate pass instead

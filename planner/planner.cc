@@ -140,6 +140,16 @@ Result<PlanReport> RunPlanner(const Model& model, const Cluster& cluster,
   std::vector<Candidate> cands =
       passes::Enumerate(model, options, report.global_batch, &report.rejected);
   report.enumerated = static_cast<int>(cands.size() + report.rejected.size());
+  const bool all_batch = std::all_of(report.rejected.begin(), report.rejected.end(),
+                                     [](const Rejection& r) {
+                                       return r.reason == RejectReason::kBatchNotDivisible;
+                                     });
+  if (cands.empty() && !report.rejected.empty() && !all_batch) {
+    return Status::InvalidArgument(fmt::format(
+        "no configuration of {} GPUs can run the requested schedules (e.g. {}: {}): allow more "
+        "schedules with --schedules or change --gpus",
+        options.gpus, report.rejected.back().candidate.Label(), report.rejected.back().detail));
+  }
   if (cands.empty() && !report.rejected.empty()) {
     return Status::InvalidArgument(fmt::format(
         "--global-batch {} is not a multiple of any micro-batch size x data-parallel degree on "

@@ -297,6 +297,9 @@ std::string ResultToJson(const SimResult& result) {
   j["notes"] = result.notes;
   j["memory_capacity_bytes"] = result.memory_capacity_bytes;
   j["iterations_simulated"] = result.iterations_simulated;
+  if (result.iterations_simulated > 1) {
+    j["first_iteration_time_us"] = Us(result.first_iteration_ns);  // with the warm-up
+  }
   j["stages"] = Json::array();
   for (const StageResult& r : result.per_rank) j["stages"].push_back(StageJson(r));
   if (result.critical_path) j["critical_path"] = CriticalPathJson(result);

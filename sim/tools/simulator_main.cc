@@ -31,7 +31,7 @@ struct Flags {
   int stages = 0;        // 0: from --partition or --schedule-in
   int microbatches = 0;  // 0: from --schedule-in, else the number of stages
   std::string schedule = "1f1b";
-  int chunks = 1;  // v, model chunks per GPU (interleaved, looped-bfs)
+  int chunks = 0;  // v, model chunks per GPU; 0: 2 for interleaved and looped-bfs, else 1
   bool recompute = false;
   int microbatch_size = 1;
   std::string partition;
@@ -87,19 +87,20 @@ Result<Schedule> PickSchedule(const Flags& flags, int num_layers) {
   }
   auto kind = ParseScheduleKind(flags.schedule);
   if (!kind.ok()) return kind.status().WithPrefix("--schedule");
+  const int chunks = flags.chunks > 0 ? flags.chunks : (UsesChunks(*kind) ? 2 : 1);
   int stages = flags.stages;
   if (stages == 0 && !flags.partition.empty()) {
     // --partition lists every virtual stage: p·v ranges.
     stages = (1 + static_cast<int>(std::count(flags.partition.begin(), flags.partition.end(), ','))) /
-             flags.chunks;
+             chunks;
   }
   if (stages == 0) {
     return Status::InvalidArgument("give the number of pipeline stages with --stages P");
   }
-  if (stages * flags.chunks > num_layers && flags.chunks > 1) {
+  if (stages * chunks > num_layers && chunks > 1) {
     return Status::InvalidArgument(fmt::format(
         "--stages {} x --chunks {} = {} virtual stages but the model has only {} layers", stages,
-        flags.chunks, stages * flags.chunks, num_layers));
+        chunks, stages * chunks, num_layers));
   }
   if (stages > num_layers) {
     return Status::InvalidArgument(
@@ -107,7 +108,7 @@ Result<Schedule> PickSchedule(const Flags& flags, int num_layers) {
                     num_layers, num_layers));
   }
   return MakeSchedule(*kind, stages, flags.microbatches > 0 ? flags.microbatches : stages,
-                      flags.chunks);
+                      chunks);
 }
 
 // What to simulate: the cluster, the schedule and the options.
@@ -204,9 +205,8 @@ int main(int argc, char** argv) {
           ->capture_default_str();
   CLI::Option* chunks =
       app.add_option("--chunks", f.chunks,
-                     "model chunks per GPU (v) for interleaved and looped-bfs")
-          ->check(CLI::PositiveNumber)
-          ->capture_default_str();
+                     "model chunks per GPU (v) for interleaved and looped-bfs (default 2)")
+          ->check(CLI::PositiveNumber);
   CLI::Option* recompute = app.add_flag(
       "--recompute", f.recompute,
       "full activation recomputation: keep only stage inputs, rerun the forward in the backward");
