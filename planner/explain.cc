@@ -26,22 +26,6 @@ double Ms(TimeNs ns) { return static_cast<double>(ns) / 1e6; }
 std::string Percent(double fraction) { return fmt::format("{:.1f}%", 100.0 * fraction); }
 std::string GiB(Bytes bytes) { return fmt::format("{:.2f}", ToGiB(bytes)); }
 
-const char* ReasonId(RejectReason reason) {
-  switch (reason) {
-    case RejectReason::kBatchNotDivisible:
-      return "batch_not_divisible";
-    case RejectReason::kOutOfMemory:
-      return "out_of_memory";
-    case RejectReason::kPruned:
-      return "pruned";
-    case RejectReason::kSimulationError:
-      return "simulation_error";
-    case RejectReason::kScheduleConstraint:
-      return "schedule_constraint";
-  }
-  return "unknown";
-}
-
 // "layers 0-7 (embedding … block6)", "layers 3-4 (block2, block3)", "layer 5 (block4)".
 std::string LayerSpan(const Model& model, const StageLayers& s) {
   auto name = [&](int l) {
@@ -63,44 +47,6 @@ std::string CapacityText(const Cluster& cluster) {
   if (b < kGiB / 10)
     return fmt::format("{:.2f} MiB per GPU ({})", static_cast<double>(b) / kMiB, cluster.name);
   return fmt::format("{} GiB per GPU ({})", GiB(b), cluster.name);
-}
-
-// Rejections of one reason: how many, the nearest to being chosen, examples.
-struct RejectGroup {
-  RejectReason reason;
-  std::vector<const Rejection*> all;
-  const Rejection* closest = nullptr;
-  std::vector<const Rejection*> examples;
-};
-
-std::vector<RejectGroup> GroupRejections(const std::vector<Rejection>& rejected) {
-  std::vector<RejectGroup> groups;
-  for (RejectReason reason : kReasons) {
-    RejectGroup g{reason, {}, nullptr, {}};
-    for (const Rejection& r : rejected) {
-      if (r.reason == reason) g.all.push_back(&r);
-    }
-    if (g.all.empty()) continue;
-    // Closest miss: the least memory over capacity, or the best lower bound.
-    for (const Rejection* r : g.all) {
-      if (reason == RejectReason::kOutOfMemory &&
-          (g.closest == nullptr || r->memory_ratio < g.closest->memory_ratio)) {
-        g.closest = r;
-      }
-      if (reason == RejectReason::kPruned &&
-          (g.closest == nullptr ||
-           r->candidate.lower_bound_ns < g.closest->candidate.lower_bound_ns)) {
-        g.closest = r;
-      }
-    }
-    for (const Rejection* r : g.all) {
-      if (r == g.closest) continue;
-      if (static_cast<int>(g.examples.size()) >= kRejectionExamples) break;
-      g.examples.push_back(r);
-    }
-    groups.push_back(std::move(g));
-  }
-  return groups;
 }
 
 // ---------------------------------------------------------------------------
@@ -288,7 +234,7 @@ Json RejectedJson(const PlanReport& report) {
   };
   for (const RejectGroup& g : GroupRejections(report.rejected)) {
     Json j;
-    j["reason"] = ReasonId(g.reason);
+    j["reason"] = RejectReasonId(g.reason);
     j["description"] = RejectReasonName(g.reason);
     j["count"] = g.all.size();
     j["closest_miss"] = g.closest ? one(*g.closest) : Json(nullptr);
@@ -317,6 +263,52 @@ Json SweepJson(const PlanReport& report) {
 }
 
 }  // namespace
+
+const char* RejectReasonId(RejectReason reason) {
+  switch (reason) {
+    case RejectReason::kBatchNotDivisible:
+      return "batch_not_divisible";
+    case RejectReason::kOutOfMemory:
+      return "out_of_memory";
+    case RejectReason::kPruned:
+      return "pruned";
+    case RejectReason::kSimulationError:
+      return "simulation_error";
+    case RejectReason::kScheduleConstraint:
+      return "schedule_constraint";
+  }
+  return "unknown";
+}
+
+std::vector<RejectGroup> GroupRejections(const std::vector<Rejection>& rejected) {
+  std::vector<RejectGroup> groups;
+  for (RejectReason reason : kReasons) {
+    RejectGroup g{reason, {}, nullptr, {}};
+    for (const Rejection& r : rejected) {
+      if (r.reason == reason) g.all.push_back(&r);
+    }
+    if (g.all.empty()) continue;
+    // Closest miss: the least memory over capacity, or the best lower bound.
+    for (const Rejection* r : g.all) {
+      if (reason == RejectReason::kOutOfMemory &&
+          (g.closest == nullptr || r->memory_ratio < g.closest->memory_ratio)) {
+        g.closest = r;
+      }
+      if (reason == RejectReason::kPruned &&
+          (g.closest == nullptr ||
+           r->candidate.lower_bound_ns < g.closest->candidate.lower_bound_ns)) {
+        g.closest = r;
+      }
+    }
+    for (const Rejection* r : g.all) {
+      if (r == g.closest) continue;
+      if (static_cast<int>(g.examples.size()) >= kRejectionExamples) break;
+      g.examples.push_back(r);
+    }
+    groups.push_back(std::move(g));
+  }
+  return groups;
+}
 
 std::string PlanReportToText(const PlanReport& report, const Model& model) {
   std::string out = fmt::format("planner: {} on {} GPUs, {}, global batch {}\n", model.name,

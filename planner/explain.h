@@ -6,6 +6,9 @@
 // micro-batch count sweep; when nothing fits, why and what to try. JSON for
 // scripts: the same content as one object.
 //
+// GroupRejections() is the grouping all three views share (the HTML report,
+// planner/html_report.h, uses it too).
+//
 // Units in the output: times in ms (text) or us (JSON, `*_us`), memory in GiB
 // (text) or bytes (JSON, `*_bytes`).
 //
@@ -14,6 +17,7 @@
 #define PIPECAST_PLANNER_EXPLAIN_H_
 
 #include <string>
+#include <vector>
 
 #include "planner/check.h"
 #include "planner/planner.h"
@@ -21,8 +25,27 @@
 
 namespace pipecast {
 
-// Examples kept per rejection group in the text and JSON.
+// Examples kept per rejection group in the text, JSON and HTML.
 inline constexpr int kRejectionExamples = 3;
+
+// The rejections of one reason: how many, the nearest to being chosen, and
+// a few examples. Pointers into the vector given to GroupRejections().
+struct RejectGroup {
+  RejectReason reason;
+  std::vector<const Rejection*> all;  // in the report's order
+  // Out of memory: the least memory over capacity; pruned: the best lower
+  // bound; other reasons: none.
+  const Rejection* closest = nullptr;
+  std::vector<const Rejection*> examples;  // up to kRejectionExamples, not `closest`
+};
+
+// One group per reason that occurs, in a fixed order (out of memory, pruned,
+// batch not divisible, schedule constraint, simulation error).
+// REQUIRES: `rejected` outlives the result.
+std::vector<RejectGroup> GroupRejections(const std::vector<Rejection>& rejected);
+
+// A stable identifier for scripts: "out_of_memory", "pruned", ...
+const char* RejectReasonId(RejectReason reason);
 
 // REQUIRES: `report` came from RunPlanner on `model` (layer indices valid).
 std::string PlanReportToText(const PlanReport& report, const Model& model);

@@ -17,6 +17,7 @@ packages=(
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   libopenmpi-dev openmpi-bin  # the multi-process validator
   python3
+  chromium fonts-dejavu-core  # the HTML report's browser test (tests/browser/)
 )
 
 log() { echo "setup.sh: $*" >&2; }

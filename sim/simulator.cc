@@ -171,8 +171,14 @@ class Engine {
   TimeNs Duration(const Action& a) const;
   bool Ready(const Action& a) const;
   void Push(TimeNs t, EventType type, int index) {
-    queue_.push(Event{t, (seq_++ << (kIndexBits + 1)) | (uint64_t{type} << kIndexBits) |
-                             static_cast<uint64_t>(index)});
+    const Event e{t, (seq_++ << (kIndexBits + 1)) | (uint64_t{type} << kIndexBits) |
+                         static_cast<uint64_t>(index)};
+    if (top_consumed_) {  // the event being handled leaves: take its place
+      queue_.replace_top(e);
+      top_consumed_ = false;
+    } else {
+      queue_.push(e);
+    }
   }
   void TryStart(int rank, TimeNs now);
   void OnOpEnd(int rank, TimeNs now);
@@ -191,6 +197,9 @@ class Engine {
   SimResult* out_;
 
   internal::EventQueue queue_;
+  // True while the handled event still sits on top of the queue: the first
+  // Push() replaces it (one sift instead of a pop and a push).
+  bool top_consumed_ = false;
   uint64_t seq_ = 0;
   std::vector<RankState> ranks_;
   // Per (stage, micro-batch) cell, together so one op touches one cache line.
@@ -404,11 +413,15 @@ Status Engine::Run() {
   for (int r = 0; r < p; ++r) TryStart(r, 0);
   while (!queue_.empty()) {
     const Event e = queue_.top();
-    queue_.pop();
+    top_consumed_ = true;
     if (TypeOf(e) == kOpEnd) {
       OnOpEnd(IndexOf(e), e.time);
     } else {
       OnArrive(IndexOf(e), e.time);
+    }
+    if (top_consumed_) {
+      queue_.pop();
+      top_consumed_ = false;
     }
   }
   for (int r = 0; r < p; ++r) {

@@ -170,5 +170,15 @@ TEST_F(PlannerCli, SimulatorPlanWithABrokenPlanIsBadInputNamingThePath) {
   EXPECT_THAT(run.err, HasSubstr("broken.json: partition[0].last_layer"));
 }
 
+TEST_F(PlannerCli, GanttDrawsTheChosenPlanAfterTheReport) {
+  ToolRun run = Plan(ToyOn8() + " --gantt");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const size_t chart = run.out.find(" cells of ");
+  ASSERT_NE(chart, std::string::npos) << run.out;
+  EXPECT_LT(run.out.find("chosen plan: p="), chart);
+  EXPECT_THAT(run.out.substr(chart), HasSubstr("\nrank 0  "));
+  EXPECT_THAT(run.out.substr(chart), HasSubstr("digits: a forward"));
+}
+
 }  // namespace
 }  // namespace pipecast::cli_test

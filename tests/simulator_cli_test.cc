@@ -141,5 +141,21 @@ TEST_F(SimulatorCli, DeadlockingScheduleIsBadInputNamingTheCycle) {
   EXPECT_THAT(run.err, HasSubstr("cycle"));
 }
 
+TEST_F(SimulatorCli, GanttDrawsTheTimelineAfterTheSummaryButNotWithJson) {
+  // Two toy layers per stage: F = 2 ms, B = 4 ms, so 1F1B p=4 m=8 is 33 cells of 2 ms.
+  const std::string args =
+      "--model " + Toy() + " --stages 4 --microbatches 8 --cluster ideal --gantt";
+  ToolRun run = Sim(args);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("1f1b, 4 ranks, 8 micro-batches: 66 ms as 33 cells of 2 ms"));
+  EXPECT_THAT(run.out, HasSubstr("\nrank 0  0123······██4██5██6██7██·██·██·██\n"));
+  EXPECT_LT(run.out.find("iteration time"), run.out.find("cells of"));
+  EXPECT_THAT(run.out, ::testing::Not(HasSubstr("\x1b[")));  // stdout is a file: no colour
+
+  ToolRun with_json = Sim(args + " --json");
+  ASSERT_EQ(with_json.exit_code, 0) << with_json.err;
+  EXPECT_NO_THROW(json::parse(with_json.out));
+}
+
 }  // namespace
 }  // namespace pipecast::cli_test

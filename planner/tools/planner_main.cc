@@ -7,19 +7,23 @@
 // (including --gpus 0 and a --tolerance outside [0, 1)), 3 the --check failed
 // (also when nothing fits under --check), 4 no configuration fits.
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "planner/check.h"
 #include "planner/explain.h"
+#include "planner/html_report.h"
 #include "planner/planner.h"
 #include "sim/file_util.h"
 #include "sim/formats.h"
+#include "sim/gantt.h"
 #include "sim/plan.h"
 #include "sim/schedule.h"
 #include "sim/trace.h"
@@ -49,8 +53,11 @@ struct Flags {
   bool json = false;
   std::string out;
   std::string trace;
+  bool gantt = false;  // --gantt: the chosen plan's timeline as a terminal chart
   std::string check;
   double tolerance = 0.02;
+  std::string report;        // --report: the self-contained HTML report
+  std::string command_line;  // as typed, shown in the report's inputs
 };
 
 int Fail(const Status& status, int code = kExitBadInput) {
@@ -104,10 +111,10 @@ Result<PlannerOptions> MakeOptions(const Flags& flags) {
   return o;
 }
 
-// --out and --trace for the chosen plan.
+// --out and --trace for the chosen plan; with --gantt, its chart into *gantt.
 Status WriteOutputs(const Flags& flags, const Model& model, const std::string& model_hash,
-                    const Cluster& cluster, const PlannerOptions& options,
-                    const Candidate& chosen) {
+                    const Cluster& cluster, const PlannerOptions& options, const Candidate& chosen,
+                    std::string* gantt) {
   auto schedule = MakeSchedule(chosen.schedule, chosen.pipeline_stages, chosen.microbatches,
                                 chosen.chunks);
   if (!schedule.ok()) return schedule.status();
@@ -117,14 +124,50 @@ Status WriteOutputs(const Flags& flags, const Model& model, const std::string& m
     PIPECAST_RETURN_IF_ERROR(WriteFileAtomic(flags.out, PlanToJson(plan)).WithPrefix("--out"));
     fmt::print(stderr, "planner: wrote the chosen plan to {}\n", flags.out);
   }
-  if (!flags.trace.empty()) {
+  if (!flags.trace.empty() || flags.gantt) {
     sim.record_timeline = true;
     auto replay = Simulate(model, cluster, *schedule, sim);
-    if (!replay.ok()) return replay.status().WithPrefix("--trace");
-    PIPECAST_RETURN_IF_ERROR(
-        WriteFileAtomic(flags.trace, TraceJson(*replay)).WithPrefix("--trace"));
-    fmt::print(stderr, "planner: wrote the chosen plan's trace to {}\n", flags.trace);
+    if (!replay.ok()) return replay.status().WithPrefix(flags.gantt ? "--gantt" : "--trace");
+    if (flags.gantt) {
+      GanttOptions chart;
+      chart.color = GanttColorWanted(isatty(STDOUT_FILENO) != 0, std::getenv("NO_COLOR"));
+      *gantt = GanttChart(*replay, chart);
+    }
+    if (!flags.trace.empty()) {
+      PIPECAST_RETURN_IF_ERROR(
+          WriteFileAtomic(flags.trace, TraceJson(*replay)).WithPrefix("--trace"));
+      fmt::print(stderr, "planner: wrote the chosen plan's trace to {}\n", flags.trace);
+    }
   }
+  return Status::Ok();
+}
+
+// --report: the HTML report, with the chosen plan replayed with its timeline
+// as --trace does; when nothing fits, the rejections and suggestions only.
+Status WriteReport(const Flags& flags, const Model& model, const Cluster& cluster,
+                   const PlannerOptions& options, const PlanReport& report) {
+  ReportInputs inputs;
+  inputs.model_name = model.name;
+  inputs.model_layers = static_cast<int>(model.layers.size());
+  inputs.cluster = cluster;
+  std::optional<SimResult> replay;
+  if (report.Feasible()) {
+    const Candidate& chosen = report.ranked[0];
+    auto schedule =
+        MakeSchedule(chosen.schedule, chosen.pipeline_stages, chosen.microbatches, chosen.chunks);
+    if (!schedule.ok()) return schedule.status().WithPrefix("--report");
+    SimOptions sim = CandidateSimOptions(chosen, options);
+    sim.record_timeline = true;
+    auto result = Simulate(model, cluster, *schedule, sim);
+    if (!result.ok()) return result.status().WithPrefix("--report");
+    replay = std::move(result.value());
+    inputs = MakeReportInputs(model, cluster, *schedule, sim, "");
+  }
+  inputs.tool = "planner";
+  inputs.command_line = flags.command_line;
+  const std::string html = PlanReportHtml(report, model, replay ? &*replay : nullptr, inputs);
+  PIPECAST_RETURN_IF_ERROR(WriteFileAtomic(flags.report, html).WithPrefix("--report"));
+  fmt::print(stderr, "planner: wrote the HTML report to {}\n", flags.report);
   return Status::Ok();
 }
 
@@ -158,11 +201,17 @@ int Run(const Flags& flags) {
   fmt::print(stderr, "planner: {} configurations, {} simulated, {}\n", report->enumerated,
              report->simulated, report->Feasible() ? "a plan was chosen" : "none fits in memory");
 
+  std::string gantt;
   if (report->Feasible()) {
-    Status st = WriteOutputs(flags, *model, model_hash, *cluster, *options, report->ranked[0]);
+    Status st =
+        WriteOutputs(flags, *model, model_hash, *cluster, *options, report->ranked[0], &gantt);
     if (!st.ok()) return Fail(st);
   } else if (!flags.out.empty() || !flags.trace.empty()) {
     fmt::print(stderr, "planner: nothing fits, so no --out or --trace file was written\n");
+  }
+  if (!flags.report.empty()) {
+    Status st = WriteReport(flags, *model, *cluster, *options, *report);
+    if (!st.ok()) return Fail(st);
   }
   std::optional<CheckOutcome> check;
   if (baseline) {
@@ -174,6 +223,9 @@ int Run(const Flags& flags) {
   std::string text = flags.json ? PlanReportToJson(*report, *model, check ? &*check : nullptr)
                                 : PlanReportToText(*report, *model);
   if (check && !flags.json) text += "\n" + check->diff;
+  if (flags.gantt && !flags.json) {
+    text += report->Feasible() ? "\n" + gantt : "\nno chart (--gantt): no configuration fits\n";
+  }
   std::fwrite(text.data(), 1, text.size(), stdout);
   if (check) {
     fmt::print(stderr, "planner: check against {} {}\n", flags.check,
@@ -235,6 +287,12 @@ int main(int argc, char** argv) {
   app.add_flag("--json", f.json, "print one JSON object instead of the text report");
   app.add_option("--out", f.out, "write the chosen plan (pipecast-plan/1) here");
   app.add_option("--trace", f.trace, "write a Chrome trace (Perfetto) of the chosen plan");
+  app.add_option("--report", f.report,
+                 "write a self-contained HTML report: trade-off charts, the chosen plan's "
+                 "timeline and memory, candidates, rejections (docs/report.md)");
+  app.add_flag("--gantt", f.gantt,
+               "after the report, draw the chosen plan's timeline in the terminal (a per-rank "
+               "summary past 16 ranks or 240 columns); not printed with --json");
   app.add_option("--check", f.check,
                  "compare with a baseline plan.json; exit 3 when throughput or bubble ratio "
                  "regressed beyond --tolerance or the baseline no longer fits");
@@ -248,5 +306,6 @@ int main(int argc, char** argv) {
     int code = app.exit(e);
     return code == 0 ? 0 : pipecast::kExitUsage;
   }
+  f.command_line = pipecast::QuoteCommandLine(std::vector<std::string>(argv, argv + argc));
   return pipecast::Run(f);
 }

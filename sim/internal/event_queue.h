@@ -7,6 +7,7 @@
 #ifndef PIPECAST_SIM_INTERNAL_EVENT_QUEUE_H_
 #define PIPECAST_SIM_INTERNAL_EVENT_QUEUE_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -44,6 +45,16 @@ class EventQueue {
     QueuedEvent last = heap_.back();
     heap_.pop_back();
     if (heap_.empty()) return;
+    SiftDown(last);
+  }
+
+  // pop() then push(e), in one pass down the heap.
+  // REQUIRES: !empty().
+  void replace_top(QueuedEvent e) { SiftDown(e); }
+
+ private:
+  // Places `last` starting from the root, which is free.
+  void SiftDown(QueuedEvent last) {
     const size_t n = heap_.size();
     size_t i = 0;
     while (true) {
@@ -61,7 +72,6 @@ class EventQueue {
     heap_[i] = last;
   }
 
- private:
   static constexpr size_t kArity = 4;
   std::vector<QueuedEvent> heap_;
 };

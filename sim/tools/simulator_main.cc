@@ -2,15 +2,20 @@
 // the predicted iteration time, throughput, bubble and memory per stage.
 // Thin by design: flags -> options -> library calls -> exit code.
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "sim/file_util.h"
 #include "sim/formats.h"
+#include "sim/gantt.h"
+#include "sim/html_report.h"
 #include "sim/partition.h"
 #include "sim/plan.h"
 #include "sim/report.h"
@@ -40,10 +45,13 @@ struct Flags {
   int data_parallel = 1;
   double optimizer_step_us = 0;
   std::string trace_path;
+  std::string report_path;   // --report: the self-contained HTML report
+  std::string command_line;  // as typed, shown in the report's inputs
   std::string schedule_out;
   std::string schedule_in;
   std::string plan_path;  // --plan: the configuration comes from plan.json
   bool json = false;
+  bool gantt = false;  // --gantt: the timeline as a terminal chart, after the summary
 };
 
 int Fail(const Status& status) {
@@ -175,9 +183,21 @@ int Run(const Flags& flags) {
     Status st = WriteFileAtomic(flags.trace_path, TraceJson(*result));
     if (!st.ok()) return Fail(st.WithPrefix("--trace"));
   }
+  if (!flags.report_path.empty()) {
+    const ReportInputs inputs = MakeReportInputs(*model, setup->cluster, setup->schedule,
+                                                 setup->options, flags.command_line);
+    Status st = WriteFileAtomic(flags.report_path, SimulationReportHtml(*result, inputs));
+    if (!st.ok()) return Fail(st.WithPrefix("--report"));
+  }
   const std::string out =
       flags.json ? ResultToJson(*result) : ResultToText(*result, setup->cluster);
   std::fwrite(out.data(), 1, out.size(), stdout);
+  if (flags.gantt && !flags.json) {
+    GanttOptions gantt;
+    gantt.color = GanttColorWanted(isatty(STDOUT_FILENO) != 0, std::getenv("NO_COLOR"));
+    const std::string chart = "\n" + GanttChart(*result, gantt);
+    std::fwrite(chart.data(), 1, chart.size(), stdout);
+  }
   return kExitOk;
 }
 
@@ -232,6 +252,8 @@ int main(int argc, char** argv) {
       app.add_option("--optimizer-step-us", f.optimizer_step_us, "optimizer step time, in us")
           ->check(CLI::NonNegativeNumber);
   app.add_option("--trace", f.trace_path, "write a Chrome trace (Perfetto) of the timeline");
+  app.add_option("--report", f.report_path,
+                 "write a self-contained HTML report: timeline, memory, inputs (docs/report.md)");
   app.add_option("--schedule-out", f.schedule_out, "write the schedule as text");
   CLI::Option* schedule_in =
       app.add_option("--schedule-in", f.schedule_in, "read a custom schedule text");
@@ -245,11 +267,15 @@ int main(int argc, char** argv) {
     plan->excludes(fixed);
   }
   app.add_flag("--json", f.json, "print one JSON object instead of the summary");
+  app.add_flag("--gantt", f.gantt,
+               "after the summary, draw the timeline in the terminal (a per-rank summary past 16 "
+               "ranks or 240 columns); not printed with --json");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     int code = app.exit(e);
     return code == 0 ? 0 : pipecast::kExitUsage;
   }
+  f.command_line = pipecast::QuoteCommandLine(std::vector<std::string>(argv, argv + argc));
   return pipecast::Run(f);
 }
