@@ -263,9 +263,10 @@ inline void Engine::ChangeMemory(int rank, TimeNs now, Bytes act, Bytes comm, By
     st.peak_total = std::max(st.peak_total, st.act + st.comm + st.ws);
   }
   if (!options_.record_timeline) return;
-  auto& tl = out_->per_rank[rank].memory_timeline;
-  if (!tl.empty() && tl.back().time_ns == now) tl.pop_back();
-  tl.push_back(MemorySample{now, st.act, st.comm, st.ws});
+  // Every change is kept, several per instant included, so a high that
+  // lasts zero time (an op's output allocated before its workspace is
+  // freed) still shows in the timeline as it does in the peak.
+  out_->per_rank[rank].memory_timeline.push_back(MemorySample{now, st.act, st.comm, st.ws});
 }
 
 void Engine::TryStart(int rank, TimeNs now) {

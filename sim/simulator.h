@@ -88,6 +88,7 @@ struct TransferRecord {
 };
 
 // One change of a rank's live memory (excluding static weights/grads/optimizer).
+// A timeline holds every change in order, several at one instant included.
 struct MemorySample {
   TimeNs time_ns = 0;
   Bytes activations = 0;
