@@ -167,6 +167,8 @@ class Engine {
     int inflight = 0;
   };
 
+  // Micro-batch major: the stages of one micro-batch share cache lines, and
+  // the ranks of a pipeline work on nearby micro-batches at any moment.
   int64_t Cell(int stage, int mb) const { return int64_t{stage} * sched_.num_microbatches + mb; }
   TimeNs Duration(const Action& a) const;
   bool Ready(const Action& a) const;
@@ -402,7 +404,7 @@ void Engine::OnArrive(int link, TimeNs now) {
 
 Status Engine::Run() {
   const int p = sched_.num_ranks;
-  const int64_t cells = Cell(sched_.num_stages, 0);
+  const int64_t cells = int64_t{sched_.num_stages} * sched_.num_microbatches;
   ranks_.assign(p, RankState{});
   cells_.assign(cells, CellState{});
   iteration_end_.assign(sched_.iterations, 0);
