@@ -205,11 +205,13 @@ class Engine {
   uint64_t seq_ = 0;
   std::vector<RankState> ranks_;
   // Per (stage, micro-batch) cell, together so one op touches one cache line.
+  // Flags only: an op starts at the event that makes it ready, so no time
+  // needs keeping, and 4 bytes a cell keep large pipelines in cache.
   struct CellState {
-    TimeNs f_end = kNotYet;    // its F ended
-    TimeNs bi_end = kNotYet;   // its B or I ended
-    TimeNs f_input = kNotYet;  // the activation it needs arrived
-    TimeNs b_input = kNotYet;  // the gradient it needs arrived
+    bool f_end = false;    // its F ended
+    bool bi_end = false;   // its B or I ended
+    bool f_input = false;  // the activation it needs arrived
+    bool b_input = false;  // the gradient it needs arrived
   };
   std::vector<CellState> cells_;
   std::vector<std::deque<Pending>> link_queue_;  // per link, in flight
@@ -242,13 +244,12 @@ bool Engine::Ready(const Action& a) const {
   const int64_t cell = Cell(a.stage, a.microbatch);
   switch (a.kind) {
     case OpKind::kForward:
-      return a.stage == 0 || cells_[cell].f_input != kNotYet;
+      return a.stage == 0 || cells_[cell].f_input;
     case OpKind::kBackward:
     case OpKind::kBackwardInput:
-      return cells_[cell].f_end != kNotYet &&
-             (a.stage == sched_.num_stages - 1 || cells_[cell].b_input != kNotYet);
+      return cells_[cell].f_end && (a.stage == sched_.num_stages - 1 || cells_[cell].b_input);
     case OpKind::kBackwardWeight:
-      return cells_[cell].bi_end != kNotYet;
+      return cells_[cell].bi_end;
   }
   return false;
 }
@@ -307,13 +308,13 @@ void Engine::OnOpEnd(int rank, TimeNs now) {
   Bytes act = 0, comm = 0;
   switch (a.kind) {
     case OpKind::kForward:
-      cells_[cell].f_end = now;
+      cells_[cell].f_end = true;
       if (a.stage > 0 && sched_.stage_rank[a.stage - 1] != rank) comm -= costs_[a.stage - 1].output;
       if (a.stage < last) Send(a.stage, a.stage + 1, a.microbatch, false, now);
       break;
     case OpKind::kBackward:
     case OpKind::kBackwardInput:
-      cells_[cell].bi_end = now;
+      cells_[cell].bi_end = true;
       if (a.stage < last && sched_.stage_rank[a.stage + 1] != rank) comm -= costs_[a.stage].output;
       if (a.stage > 0) Send(a.stage, a.stage - 1, a.microbatch, true, now);
       break;
@@ -365,7 +366,7 @@ void Engine::Send(int src_stage, int dst_stage, int mb, bool gradient, TimeNs no
   const int64_t dst_cell = Cell(dst_stage, mb);
   if (src == dst) {  // same GPU: hand-over at no cost
     CellState& c = cells_[dst_cell];
-    (gradient ? c.b_input : c.f_input) = now;
+    (gradient ? c.b_input : c.f_input) = true;
     return;
   }
   // Activations forward are the source stage's output; gradients backward
@@ -398,7 +399,7 @@ void Engine::OnArrive(int link, TimeNs now) {
   ChangeMemory(p.src_rank, now, 0, -p.bytes, 0);
   ChangeMemory(p.dst_rank, now, 0, p.bytes, 0);
   CellState& c = cells_[Cell(p.stage, p.microbatch)];
-  (p.gradient ? c.b_input : c.f_input) = now;
+  (p.gradient ? c.b_input : c.f_input) = true;
   TryStart(p.dst_rank, now);
 }
 
