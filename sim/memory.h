@@ -6,6 +6,10 @@
 #ifndef PIPECAST_SIM_MEMORY_H_
 #define PIPECAST_SIM_MEMORY_H_
 
+#include <string>
+
+#include "sim/status.h"
+
 namespace pipecast {
 
 struct MemoryConfig {
@@ -13,6 +17,16 @@ struct MemoryConfig {
   double gradient_bytes_per_param = 2;    // bf16 gradients
   double optimizer_bytes_per_param = 12;  // fp32 master + Adam m + v
 };
+
+// Bytes per parameter for a training precision and an optimizer:
+//   precision bf16 or fp16 (mixed): 2 B weights, 2 B gradients, and the
+//     optimizer keeps a 4 B fp32 master copy besides its state;
+//   precision fp32: 4 B weights, 4 B gradients, no master copy;
+//   optimizer adam: 8 B state (fp32 m and v); sgd: 4 B (fp32 momentum);
+//     sgd-nomomentum: none.
+// So bf16 + adam = 2 + 2 + 12 = 16 B (the default), fp32 + adam = 16 B,
+// bf16 + sgd = 2 + 2 + 8 = 12 B. InvalidArgument names the flag otherwise.
+Result<MemoryConfig> MemoryConfigFor(const std::string& precision, const std::string& optimizer);
 
 }  // namespace pipecast
 

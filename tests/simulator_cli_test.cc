@@ -157,5 +157,23 @@ TEST_F(SimulatorCli, GanttDrawsTheTimelineAfterTheSummaryButNotWithJson) {
   EXPECT_NO_THROW(json::parse(with_json.out));
 }
 
+TEST_F(SimulatorCli, PrecisionAndOptimizerSetBytesPerParameter) {
+  // One toy layer per stage: 50,000,000 parameters. fp32 + SGD with momentum:
+  // 4 B weights, 4 B gradients, 4 B momentum; the default is 2 + 2 + 12.
+  ToolRun fp32 = Sim("--model " + Toy() +
+                     " --stages 8 --cluster ideal --precision fp32 --optimizer sgd --json");
+  ASSERT_EQ(fp32.exit_code, 0) << fp32.err;
+  const json m = json::parse(fp32.out)["stages"][0]["memory"];
+  EXPECT_EQ(m["weights_bytes"], 200'000'000);
+  EXPECT_EQ(m["gradients_bytes"], 200'000'000);
+  EXPECT_EQ(m["optimizer_bytes"], 200'000'000);
+  ToolRun defaults = Sim("--model " + Toy() + " --stages 8 --cluster ideal --json");
+  ASSERT_EQ(defaults.exit_code, 0) << defaults.err;
+  EXPECT_EQ(json::parse(defaults.out)["stages"][0]["memory"]["optimizer_bytes"], 600'000'000);
+  ToolRun bad = Sim("--model " + Toy() + " --stages 8 --optimizer lamb");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_THAT(bad.err, HasSubstr("--optimizer is 'lamb'"));
+}
+
 }  // namespace
 }  // namespace pipecast::cli_test

@@ -24,6 +24,7 @@
 #include "sim/file_util.h"
 #include "sim/formats.h"
 #include "sim/gantt.h"
+#include "sim/memory.h"
 #include "sim/plan.h"
 #include "sim/schedule.h"
 #include "sim/trace.h"
@@ -50,6 +51,8 @@ struct Flags {
   int top = 3;
   int threads = 0;
   double optimizer_step_us = 0;
+  std::string precision = "bf16";
+  std::string optimizer = "adam";
   bool json = false;
   std::string out;
   std::string trace;
@@ -107,6 +110,9 @@ Result<PlannerOptions> MakeOptions(const Flags& flags) {
   o.top_k = flags.top;
   o.threads = flags.threads;
   o.optimizer_step_ns = UsToNs(flags.optimizer_step_us);
+  auto memory = MemoryConfigFor(flags.precision, flags.optimizer);
+  if (!memory.ok()) return memory.status();
+  o.memory = *memory;
   PIPECAST_RETURN_IF_ERROR(o.Validate());
   return o;
 }
@@ -284,6 +290,8 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--optimizer-step-us", f.optimizer_step_us, "optimizer step time, in us")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--precision", f.precision, "training precision, for bytes per parameter: bf16, fp16 (mixed) or fp32 (docs/simulator.md)")->capture_default_str();
+  app.add_option("--optimizer", f.optimizer, "optimizer, for bytes per parameter: adam, sgd or sgd-nomomentum")->capture_default_str();
   app.add_flag("--json", f.json, "print one JSON object instead of the text report");
   app.add_option("--out", f.out, "write the chosen plan (pipecast-plan/1) here");
   app.add_option("--trace", f.trace, "write a Chrome trace (Perfetto) of the chosen plan");

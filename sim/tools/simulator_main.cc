@@ -16,6 +16,7 @@
 #include "sim/formats.h"
 #include "sim/gantt.h"
 #include "sim/html_report.h"
+#include "sim/memory.h"
 #include "sim/partition.h"
 #include "sim/plan.h"
 #include "sim/report.h"
@@ -44,6 +45,8 @@ struct Flags {
   double memory_gb = -1;
   int data_parallel = 1;
   double optimizer_step_us = 0;
+  std::string precision = "bf16";
+  std::string optimizer = "adam";
   std::string trace_path;
   std::string report_path;   // --report: the self-contained HTML report
   std::string command_line;  // as typed, shown in the report's inputs
@@ -138,6 +141,9 @@ Result<Setup> SetupFromFlags(const Flags& flags, const Model& model) {
   s.options.data_parallel = flags.data_parallel;
   s.options.optimizer_step_ns = UsToNs(flags.optimizer_step_us);
   s.options.recompute = flags.recompute;
+  auto memory = MemoryConfigFor(flags.precision, flags.optimizer);
+  if (!memory.ok()) return memory.status();
+  s.options.memory = *memory;
   if (!flags.partition.empty()) {
     auto part = ParsePartition(flags.partition, static_cast<int>(model.layers.size()),
                                s.schedule.num_stages);
@@ -251,6 +257,10 @@ int main(int argc, char** argv) {
   CLI::Option* optimizer_step =
       app.add_option("--optimizer-step-us", f.optimizer_step_us, "optimizer step time, in us")
           ->check(CLI::NonNegativeNumber);
+  CLI::Option* precision =
+      app.add_option("--precision", f.precision, "training precision, for bytes per parameter: bf16, fp16 (mixed) or fp32 (docs/simulator.md)")->capture_default_str();
+  CLI::Option* optimizer =
+      app.add_option("--optimizer", f.optimizer, "optimizer, for bytes per parameter: adam, sgd or sgd-nomomentum")->capture_default_str();
   app.add_option("--trace", f.trace_path, "write a Chrome trace (Perfetto) of the timeline");
   app.add_option("--report", f.report_path,
                  "write a self-contained HTML report: timeline, memory, inputs (docs/report.md)");
@@ -263,7 +273,7 @@ int main(int argc, char** argv) {
       "data-parallel degree, recomputation and cluster; --model is still required");
   for (CLI::Option* fixed : {stages, microbatches, schedule, chunks, recompute, microbatch_size,
                              partition, cluster, memory_gb, data_parallel, optimizer_step,
-                             schedule_in}) {
+                             schedule_in, precision, optimizer}) {
     plan->excludes(fixed);
   }
   app.add_flag("--json", f.json, "print one JSON object instead of the summary");
