@@ -17,9 +17,6 @@ namespace {
 constexpr char kOk[] = "ok";
 constexpr char kInfo[] = "info";
 
-double Ms(TimeNs ns) { return static_cast<double>(ns) / 1e6; }
-std::string Percent(double fraction) { return fmt::format("{:.1f}%", 100.0 * fraction); }
-std::string GiB(Bytes bytes) { return fmt::format("{:.2f}", ToGiB(bytes)); }
 
 // "+3.1%" relative change, or "-" when the baseline is 0.
 std::string Relative(double baseline, double now) {
@@ -82,23 +79,23 @@ void AddMetricRows(const Comparison& c, double tolerance, TextTable* t,
     failures->push_back(fmt::format(
         "bubble ratio (idle share of the pipeline span) rose from {} to {} ({}), more than the "
         "{:.1f} points tolerance",
-        Percent(b.predicted_bubble_ratio), Percent(n.bubble_ratio),
+        PercentText(b.predicted_bubble_ratio), PercentText(n.bubble_ratio),
         Points(b.predicted_bubble_ratio, n.bubble_ratio), 100 * tolerance));
   }
-  t->AddRow({"bubble ratio (idle share of span)", Percent(b.predicted_bubble_ratio),
-             Percent(n.bubble_ratio), Points(b.predicted_bubble_ratio, n.bubble_ratio), verdict});
-  t->AddRow({"bubble/ideal (Megatron-LM)", Percent(b.predicted_bubble_fraction_of_ideal),
-             Percent(n.bubble_fraction_of_ideal),
+  t->AddRow({"bubble ratio (idle share of span)", PercentText(b.predicted_bubble_ratio),
+             PercentText(n.bubble_ratio), Points(b.predicted_bubble_ratio, n.bubble_ratio), verdict});
+  t->AddRow({"bubble/ideal (Megatron-LM)", PercentText(b.predicted_bubble_fraction_of_ideal),
+             PercentText(n.bubble_fraction_of_ideal),
              Points(b.predicted_bubble_fraction_of_ideal, n.bubble_fraction_of_ideal), kInfo});
   t->AddRow(
-      {"iteration time (ms)", fmt::format("{:.3f}", Ms(b.predicted_iteration_ns)),
-       fmt::format("{:.3f}", Ms(n.iteration_ns)),
+      {"iteration time (ms)", fmt::format("{:.3f}", NsToMs(b.predicted_iteration_ns)),
+       fmt::format("{:.3f}", NsToMs(n.iteration_ns)),
        Relative(static_cast<double>(b.predicted_iteration_ns), static_cast<double>(n.iteration_ns)),
        kInfo});
   Bytes now_peak = 0;
   for (const StageResult& r : n.per_rank) now_peak = std::max(now_peak, r.peak_memory_bytes);
   const Bytes base_peak = LargestPeak(b.predicted_peak_memory_bytes);
-  t->AddRow({"peak memory, largest rank (GiB)", GiB(base_peak), GiB(now_peak),
+  t->AddRow({"peak memory, largest rank (GiB)", GiBText(base_peak), GiBText(now_peak),
              Relative(static_cast<double>(base_peak), static_cast<double>(now_peak)), kInfo});
 }
 
@@ -129,7 +126,7 @@ void AddReplayRows(const Comparison& c, TextTable* t, std::vector<std::string>* 
     }
   }
   std::string verdict =
-      c.capacity <= 0 ? "fits (unlimited)" : fmt::format("fits ({} GiB)", GiB(c.capacity));
+      c.capacity <= 0 ? "fits (unlimited)" : fmt::format("fits ({} GiB)", GiBText(c.capacity));
   if (!over_lines->empty()) {
     verdict = "OVER";
     failures->push_back(
@@ -137,8 +134,8 @@ void AddReplayRows(const Comparison& c, TextTable* t, std::vector<std::string>* 
         (over_lines->size() > 1 ? fmt::format(" (and {} more stages)", over_lines->size() - 1)
                                 : ""));
   }
-  t->AddRow({"baseline plan replayed: peak GiB", GiB(LargestPeak(b.predicted_peak_memory_bytes)),
-             GiB(peak),
+  t->AddRow({"baseline plan replayed: peak GiB", GiBText(LargestPeak(b.predicted_peak_memory_bytes)),
+             GiBText(peak),
              Relative(static_cast<double>(LargestPeak(b.predicted_peak_memory_bytes)),
                       static_cast<double>(peak)),
              verdict});

@@ -22,9 +22,6 @@ constexpr RejectReason kReasons[] = {RejectReason::kOutOfMemory, RejectReason::k
                                      RejectReason::kScheduleConstraint,
                                      RejectReason::kSimulationError};
 
-double Ms(TimeNs ns) { return static_cast<double>(ns) / 1e6; }
-std::string Percent(double fraction) { return fmt::format("{:.1f}%", 100.0 * fraction); }
-std::string GiB(Bytes bytes) { return fmt::format("{:.2f}", ToGiB(bytes)); }
 
 // "layers 0-7 (embedding … block6)", "layers 3-4 (block2, block3)", "layer 5 (block4)".
 std::string LayerSpan(const Model& model, const StageLayers& s) {
@@ -46,7 +43,7 @@ std::string CapacityText(const Cluster& cluster) {
   if (b <= 0) return fmt::format("unlimited memory ({})", cluster.name);
   if (b < kGiB / 10)
     return fmt::format("{:.2f} MiB per GPU ({})", static_cast<double>(b) / kMiB, cluster.name);
-  return fmt::format("{} GiB per GPU ({})", GiB(b), cluster.name);
+  return fmt::format("{} GiB per GPU ({})", GiBText(b), cluster.name);
 }
 
 // ---------------------------------------------------------------------------
@@ -67,22 +64,22 @@ std::string ChosenText(const PlanReport& report, const Model& model) {
   out += fmt::format(
       "  iteration time       {:.3f} ms (pipeline {:.3f} ms, all-reduce {:.3f} ms, optimizer "
       "{:.3f} ms)\n",
-      Ms(r.iteration_ns), Ms(r.pipeline_ns), Ms(r.allreduce_ns), Ms(r.optimizer_ns));
+      NsToMs(r.iteration_ns), NsToMs(r.pipeline_ns), NsToMs(r.allreduce_ns), NsToMs(r.optimizer_ns));
   out += fmt::format("  throughput           {:.1f} samples/s\n", r.samples_per_s);
   if (r.tokens_per_s)
     out += fmt::format("                       {:.0f} tokens/s\n", *r.tokens_per_s);
   if (r.tflops_per_gpu) {
     out += fmt::format("                       {:.1f} TFLOP/s per GPU", *r.tflops_per_gpu);
     if (r.mfu) {
-      out += fmt::format(", MFU {} of {:.0f} TFLOP/s peak", Percent(*r.mfu),
+      out += fmt::format(", MFU {} of {:.0f} TFLOP/s peak", PercentText(*r.mfu),
                          report.cluster.gpu.peak_tflops);
     }
     out += "\n";
   }
   out += fmt::format("  bubble ratio         {} (idle share of the pipeline span)\n",
-                     Percent(r.bubble_ratio));
+                     PercentText(r.bubble_ratio));
   out += fmt::format("  bubble/ideal         {} (Megatron-LM's bubble time fraction)\n",
-                     Percent(r.bubble_fraction_of_ideal));
+                     PercentText(r.bubble_fraction_of_ideal));
 
   out += "\n  layers per stage:\n";
   // With v chunks per rank, stages are virtual: say which rank holds each.
@@ -109,10 +106,10 @@ std::string ChosenText(const PlanReport& report, const Model& model) {
   const Bytes cap = report.cluster.gpu.memory_bytes;
   for (const StageResult& s : r.per_rank) {
     const MemoryBreakdown& m = s.memory;
-    t.AddRow({fmt::format("{}", s.rank), GiB(s.peak_memory_bytes),
-              cap > 0 ? Percent(static_cast<double>(s.peak_memory_bytes) / cap) : "unlimited",
-              GiB(m.weights), GiB(m.gradients), GiB(m.optimizer), GiB(m.activations_peak),
-              GiB(m.comm_buffers_peak), GiB(m.workspace_peak)});
+    t.AddRow({fmt::format("{}", s.rank), GiBText(s.peak_memory_bytes),
+              cap > 0 ? PercentText(static_cast<double>(s.peak_memory_bytes) / cap) : "unlimited",
+              GiBText(m.weights), GiBText(m.gradients), GiBText(m.optimizer), GiBText(m.activations_peak),
+              GiBText(m.comm_buffers_peak), GiBText(m.workspace_peak)});
   }
   out += t.Render("    ");
   return out;
@@ -131,9 +128,9 @@ std::string RunnersUpText(const PlanReport& report) {
   for (size_t i = 1; i < report.ranked.size(); ++i) {
     const Candidate& c = report.ranked[i];
     const SimResult& r = *c.result;
-    t.AddRow({fmt::format("{}", i + 1), c.Label(), fmt::format("{:.3f}", Ms(r.iteration_ns)),
-              fmt::format("{:.1f}", r.samples_per_s), Percent(r.bubble_ratio),
-              Percent(r.bubble_fraction_of_ideal), GiB(c.PeakMemory())});
+    t.AddRow({fmt::format("{}", i + 1), c.Label(), fmt::format("{:.3f}", NsToMs(r.iteration_ns)),
+              fmt::format("{:.1f}", r.samples_per_s), PercentText(r.bubble_ratio),
+              PercentText(r.bubble_fraction_of_ideal), GiBText(c.PeakMemory())});
   }
   return "runners-up (bubble ratio: idle share of the pipeline span; bubble/ideal: Megatron-LM's "
          "bubble time fraction):\n" +
@@ -170,9 +167,9 @@ std::string SweepText(const PlanReport& report) {
   t.AddColumn("", TextTable::kLeft);
   for (const SweepPoint& p : report.sweep) {
     t.AddRow({fmt::format("{}", p.microbatches), fmt::format("{}", p.global_batch),
-              fmt::format("{:.3f}", Ms(p.iteration_ns)), fmt::format("{:.1f}", p.samples_per_s),
-              Percent(p.bubble_ratio), Percent(p.bubble_fraction_of_ideal),
-              GiB(p.peak_memory_bytes), p.fits ? "yes" : "NO",
+              fmt::format("{:.3f}", NsToMs(p.iteration_ns)), fmt::format("{:.1f}", p.samples_per_s),
+              PercentText(p.bubble_ratio), PercentText(p.bubble_fraction_of_ideal),
+              GiBText(p.peak_memory_bytes), p.fits ? "yes" : "NO",
               p.microbatches == c.microbatches ? "<- chosen" : ""});
   }
   return fmt::format(

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include "sim/text_table.h"
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -27,9 +29,6 @@ constexpr int kValueTicks = 5;
 // Head room above the highest point.
 constexpr double kHeadroom = 1.1;
 
-double Ms(TimeNs ns) { return static_cast<double>(ns) / 1e6; }
-std::string Percent(double fraction) { return fmt::format("{:.1f}%", 100.0 * fraction); }
-std::string GiB(Bytes b) { return fmt::format("{:.2f}", ToGiB(b)); }
 
 struct Series {
   std::string id;     // data-series, e.g. "bubble_ratio"
@@ -95,7 +94,7 @@ class SweepChart {
           "<line class=\"capacity\" data-bytes=\"{0}\" x1=\"{1}\" y1=\"{2}\" x2=\"{3}\" "
           "y2=\"{2}\"><title>capacity {4} GiB</title></line>\n",
           spec.capacity_bytes, Px(kLeftPx), Px(Y(spec.capacity)), Px(kChartW - kRightPx),
-          GiB(spec.capacity_bytes));
+          GiBText(spec.capacity_bytes));
     }
     for (size_t s = 0; s < spec.series.size(); ++s) out += SeriesSvg(spec, spec.series[s], s);
     return out + "</svg>\n";
@@ -210,8 +209,8 @@ std::string SweepHtml(const PlanReport& report) {
         "<tr class=\"{}\" data-m=\"{}\"><td>{}</td><td>{}</td><td>{:.3f}</td><td>{:.1f}</td>"
         "<td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
         p.microbatches == c.microbatches ? "chosen" : "", p.microbatches, p.microbatches,
-        p.global_batch, Ms(p.iteration_ns), p.samples_per_s, Percent(p.bubble_ratio),
-        Percent(p.bubble_fraction_of_ideal), GiB(p.peak_memory_bytes), p.fits ? "yes" : "no");
+        p.global_batch, NsToMs(p.iteration_ns), p.samples_per_s, PercentText(p.bubble_ratio),
+        PercentText(p.bubble_fraction_of_ideal), GiBText(p.peak_memory_bytes), p.fits ? "yes" : "no");
   }
   return out + "</table></details>\n";
 }
@@ -231,9 +230,9 @@ std::string CandidatesHtml(const PlanReport& report) {
         "class=\"l\">{}</td><td>{:.3f}</td>"
         "<td>{:.1f}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
         i == 0 ? " chosen" : "", i + 1, i == 0 ? "1 (chosen)" : fmt::format("{}", i + 1),
-        HtmlEscape(c.Label()), Ms(r.iteration_ns), r.samples_per_s, Percent(r.bubble_ratio),
-        Percent(r.bubble_fraction_of_ideal), GiB(c.PeakMemory()),
-        cap > 0 ? Percent(static_cast<double>(c.PeakMemory()) / static_cast<double>(cap))
+        HtmlEscape(c.Label()), NsToMs(r.iteration_ns), r.samples_per_s, PercentText(r.bubble_ratio),
+        PercentText(r.bubble_fraction_of_ideal), GiBText(c.PeakMemory()),
+        cap > 0 ? PercentText(static_cast<double>(c.PeakMemory()) / static_cast<double>(cap))
                 : std::string("unlimited"));
   }
   return out + "</table>\n";

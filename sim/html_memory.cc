@@ -13,11 +13,10 @@
 namespace pipecast {
 namespace {
 
-using internal::GiBText;
+using internal::GiBWithUnit;
 using internal::kAxisPx;
 using internal::kGutterPx;
 using internal::kSvgWidthPx;
-using internal::PercentText;
 using internal::TimeAxis;
 using internal::UsAttr;
 
@@ -135,7 +134,7 @@ class MemoryChart {
         "width=\"{}\" height=\"{}\"><title>rank {}: static {} (weights, gradients, optimizer "
         "state{})</title></rect>\n",
         s.rank, base, Px(x0), Px(Y(y0, base)), Px(x1 - x0), Px(y0 + size_.h - Y(y0, base)), s.rank,
-        GiBText(base), s.memory.stashed_weights > 0 ? ", stashed weight versions" : "");
+        GiBWithUnit(base), s.memory.stashed_weights > 0 ? ", stashed weight versions" : "");
     // The dot is the simulator's peak; it sits above the line when the peak
     // was an allocation made and freed within one instant (see MemoryHtml).
     out += fmt::format(
@@ -143,12 +142,12 @@ class MemoryChart {
         "data-drawn-peak-bytes=\"{}\" data-static-bytes=\"{}\" data-samples=\"{}\" "
         "points=\"{}\"><title>rank {}: peak {}</title></polyline>\n",
         s.rank, s.peak_memory_bytes, drawn_peak, base, s.memory_timeline.size(), pts, s.rank,
-        GiBText(s.peak_memory_bytes));
+        GiBWithUnit(s.peak_memory_bytes));
     out += fmt::format(
         "<circle class=\"mem-peak\" data-rank=\"{}\" data-bytes=\"{}\" data-time-us=\"{}\" "
         "cx=\"{}\" cy=\"{}\" r=\"2.5\"><title>rank {}: peak {} at {}</title></circle>\n",
         s.rank, s.peak_memory_bytes, UsAttr(peak.time_ns), Px(axis_.X(peak.time_ns)),
-        Px(Y(y0, s.peak_memory_bytes)), s.rank, GiBText(s.peak_memory_bytes),
+        Px(Y(y0, s.peak_memory_bytes)), s.rank, GiBWithUnit(s.peak_memory_bytes),
         axis_.Time(peak.time_ns));
     if (r_.memory_capacity_bytes > 0) {
       const double yc = Y(y0, r_.memory_capacity_bytes);
@@ -156,13 +155,13 @@ class MemoryChart {
           "<line class=\"capacity\" data-rank=\"{}\" data-bytes=\"{}\" x1=\"{}\" y1=\"{}\" "
           "x2=\"{}\" y2=\"{}\"><title>capacity {}</title></line>\n",
           s.rank, r_.memory_capacity_bytes, Px(x0), Px(yc), Px(x1), Px(yc),
-          GiBText(r_.memory_capacity_bytes));
+          GiBWithUnit(r_.memory_capacity_bytes));
     }
     out += fmt::format("<text class=\"rank-label\" x=\"8\" y=\"{}\">rank {}</text>",
                        Px(y0 + std::min(14.0, size_.h / 2)), s.rank);
     if (size_.h >= 40) {
       out += fmt::format("<text class=\"rank-note\" x=\"8\" y=\"{}\">peak {}</text>", Px(y0 + 28),
-                         GiBText(s.peak_memory_bytes));
+                         GiBWithUnit(s.peak_memory_bytes));
     }
     if (size_.h >= 60 && r_.memory_capacity_bytes > 0) {
       out += fmt::format("<text class=\"rank-note\" x=\"8\" y=\"{}\">{} of capacity</text>",
@@ -226,7 +225,7 @@ std::string MemoryHtml(const SimResult& r) {
       "receive buffers, and the running op's workspace. The dot marks each rank's peak.";
   if (r.memory_capacity_bytes > 0) {
     caption += fmt::format(" The dashed red line is the GPU's capacity, {}.",
-                           GiBText(r.memory_capacity_bytes));
+                           GiBWithUnit(r.memory_capacity_bytes));
   } else {
     caption += " The cluster has unlimited memory, so there is no capacity line.";
   }

@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "sim/text_table.h"
+
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -15,10 +17,8 @@
 namespace pipecast {
 namespace {
 
-using internal::GiBText;
-using internal::PercentText;
+using internal::GiBWithUnit;
 
-double Ms(TimeNs ns) { return static_cast<double>(ns) / 1e6; }
 
 // The report's stylesheet. Op colours: Tableau 10, which stays distinct for
 // the common colour-vision deficiencies.
@@ -273,7 +273,7 @@ std::string InputsHtml(const ReportInputs& in, std::string_view extra_rows) {
   out += extra_rows;
   if (in.pipeline_stages > 0) out += ConfigurationRows(in);
   std::string gpu = HtmlEscape(c.gpu.name.empty() ? std::string("GPU") : c.gpu.name);
-  gpu += c.gpu.memory_bytes > 0 ? ", " + GiBText(c.gpu.memory_bytes) : ", unlimited memory";
+  gpu += c.gpu.memory_bytes > 0 ? ", " + GiBWithUnit(c.gpu.memory_bytes) : ", unlimited memory";
   if (c.gpu.peak_tflops > 0) gpu += fmt::format(", {:g} TFLOP/s peak", c.gpu.peak_tflops);
   out += Row("cluster",
              fmt::format("{}: {}, {} GPUs per node", HtmlEscape(c.name), gpu, c.gpus_per_node));
@@ -290,15 +290,15 @@ std::string HeadlineHtml(const SimResult& r, const Cluster& cluster) {
   std::string out = "<div class=\"metrics\">\n";
   std::string detail =
       fmt::format("pipeline {:.3f} ms + all-reduce {:.3f} ms + optimizer {:.3f} ms",
-                  Ms(r.pipeline_ns), Ms(r.allreduce_ns), Ms(r.optimizer_ns));
+                  NsToMs(r.pipeline_ns), NsToMs(r.allreduce_ns), NsToMs(r.optimizer_ns));
   if (r.iterations_simulated > 1) {
     detail += fmt::format(
         "; steady state of {} iterations without a flush (the first, with its "
         "warm-up, took {:.3f} ms)",
-        r.iterations_simulated, Ms(r.first_iteration_ns));
+        r.iterations_simulated, NsToMs(r.first_iteration_ns));
   }
   out += Metric("iteration_time_us", NsToUs(r.iteration_ns), "iteration time",
-                fmt::format("{:.3f} ms", Ms(r.iteration_ns)), detail);
+                fmt::format("{:.3f} ms", NsToMs(r.iteration_ns)), detail);
   std::string tput = fmt::format("global batch {}", r.global_batch);
   if (r.tokens_per_s) tput += fmt::format(", {:.0f} tokens/s", *r.tokens_per_s);
   out += Metric("throughput_samples_per_s", r.samples_per_s, "throughput",
@@ -327,18 +327,18 @@ std::string HeadlineHtml(const SimResult& r, const Cluster& cluster) {
         cap > 0
             ? fmt::format("rank {}; {} of {} ({})", top->rank,
                           PercentText(static_cast<double>(top->peak_memory_bytes) / cap),
-                          GiBText(cap), HtmlEscape(cluster.name))
+                          GiBWithUnit(cap), HtmlEscape(cluster.name))
             : fmt::format("rank {}; unlimited memory ({})", top->rank, HtmlEscape(cluster.name));
     out += Metric("peak_memory_bytes", static_cast<double>(top->peak_memory_bytes),
-                  "largest peak memory", GiBText(top->peak_memory_bytes), of,
+                  "largest peak memory", GiBWithUnit(top->peak_memory_bytes), of,
                   cap > 0 && top->peak_memory_bytes > cap);
   }
   if (r.critical_path) {
     const CriticalPath& cp = *r.critical_path;
     out += Metric("critical_path_us", NsToUs(cp.length_ns), "critical path",
-                  fmt::format("{:.3f} ms", Ms(cp.length_ns)),
+                  fmt::format("{:.3f} ms", NsToMs(cp.length_ns)),
                   fmt::format("compute {:.3f} ms + communication {:.3f} ms + waiting {:.3f} ms",
-                              Ms(cp.compute_ns), Ms(cp.communication_ns), Ms(cp.waiting_ns)));
+                              NsToMs(cp.compute_ns), NsToMs(cp.communication_ns), NsToMs(cp.waiting_ns)));
   }
   out += "</div>\n";
   if (!r.costs_measured) {

@@ -19,7 +19,6 @@ namespace {
 using internal::kAxisPx;
 using internal::kGutterPx;
 using internal::kSvgWidthPx;
-using internal::PercentText;
 using internal::TimeAxis;
 using internal::UsAttr;
 

@@ -14,10 +14,6 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-double Us(TimeNs ns) { return static_cast<double>(ns) / 1000.0; }
-double Ms(TimeNs ns) { return static_cast<double>(ns) / 1e6; }
-std::string Percent(double fraction) { return fmt::format("{:.1f}%", 100.0 * fraction); }
-std::string GiB(Bytes bytes) { return fmt::format("{:.2f}", ToGiB(bytes)); }
 
 Json StageJson(const StageResult& r) {
   Json j;
@@ -37,14 +33,14 @@ Json StageJson(const StageResult& r) {
     chunk["last_layer"] = r.layers[i].last_layer;
     j["chunks"].push_back(std::move(chunk));
   }
-  j["busy_us"] = Us(r.busy_ns);
-  j["first_start_us"] = Us(r.first_start_ns);
-  j["last_end_us"] = Us(r.last_end_ns);
+  j["busy_us"] = NsToUs(r.busy_ns);
+  j["first_start_us"] = NsToUs(r.first_start_ns);
+  j["last_end_us"] = NsToUs(r.last_end_ns);
   j["bubble_ratio"] = r.bubble_ratio;
   j["bubble_fraction_of_ideal"] = r.bubble_fraction_of_ideal;
   j["peak_inflight_microbatches"] = r.peak_inflight_microbatches;
   j["peak_memory_bytes"] = r.peak_memory_bytes;
-  j["allreduce_us"] = Us(r.allreduce_ns);
+  j["allreduce_us"] = NsToUs(r.allreduce_ns);
   j["weight_versions"] = r.weight_versions;
   Json& m = j["memory"];
   m["weights_bytes"] = r.memory.weights;
@@ -87,26 +83,26 @@ const char* StepKind(CriticalStep::Kind kind) {
 Json CriticalPathJson(const SimResult& result) {
   const CriticalPath& cp = *result.critical_path;
   Json j;
-  j["length_us"] = Us(cp.length_ns);
-  j["compute_us"] = Us(cp.compute_ns);
-  j["communication_us"] = Us(cp.communication_ns);
-  j["waiting_us"] = Us(cp.waiting_ns);
+  j["length_us"] = NsToUs(cp.length_ns);
+  j["compute_us"] = NsToUs(cp.compute_ns);
+  j["communication_us"] = NsToUs(cp.communication_ns);
+  j["waiting_us"] = NsToUs(cp.waiting_ns);
   j["compute_by_stage"] = Json::array();
   for (size_t r = 0; r < cp.compute_by_rank.size(); ++r) {
-    j["compute_by_stage"].push_back({{"stage", r}, {"us", Us(cp.compute_by_rank[r])}});
+    j["compute_by_stage"].push_back({{"stage", r}, {"us", NsToUs(cp.compute_by_rank[r])}});
   }
   j["communication_by_link"] = Json::array();
   for (const auto& l : cp.communication_by_link) {
     j["communication_by_link"].push_back(
-        {{"src_stage", l.src_rank}, {"dst_stage", l.dst_rank}, {"us", Us(l.ns)}});
+        {{"src_stage", l.src_rank}, {"dst_stage", l.dst_rank}, {"us", NsToUs(l.ns)}});
   }
   j["steps"] = Json::array();
   for (const CriticalStep& step : cp.steps) {
     j["steps"].push_back({{"kind", StepKind(step.kind)},
                           {"what", StepName(result, step)},
                           {"stage", step.rank},
-                          {"start_us", Us(step.start_ns)},
-                          {"end_us", Us(step.end_ns)}});
+                          {"start_us", NsToUs(step.start_ns)},
+                          {"end_us", NsToUs(step.end_ns)}});
   }
   return j;
 }
@@ -118,7 +114,7 @@ std::string CriticalPathText(const SimResult& result) {
   std::string out = fmt::format(
       "critical path       {:.3f} ms = compute {:.3f} ms + communication {:.3f} ms + waiting "
       "{:.3f} ms\n",
-      Ms(cp.length_ns), Ms(cp.compute_ns), Ms(cp.communication_ns), Ms(cp.waiting_ns));
+      NsToMs(cp.length_ns), NsToMs(cp.compute_ns), NsToMs(cp.communication_ns), NsToMs(cp.waiting_ns));
   std::vector<std::pair<TimeNs, int>> ranks;
   for (size_t r = 0; r < cp.compute_by_rank.size(); ++r) {
     if (cp.compute_by_rank[r] > 0) ranks.push_back({-cp.compute_by_rank[r], static_cast<int>(r)});
@@ -126,13 +122,13 @@ std::string CriticalPathText(const SimResult& result) {
   std::sort(ranks.begin(), ranks.end());
   std::string by_rank;
   for (const auto& [neg, r] : ranks) {
-    by_rank += fmt::format("{}rank {} {:.3f} ms ({})", by_rank.empty() ? "" : ", ", r, Ms(-neg),
-                           Percent(static_cast<double>(-neg) / std::max<TimeNs>(cp.length_ns, 1)));
+    by_rank += fmt::format("{}rank {} {:.3f} ms ({})", by_rank.empty() ? "" : ", ", r, NsToMs(-neg),
+                           PercentText(static_cast<double>(-neg) / std::max<TimeNs>(cp.length_ns, 1)));
   }
   out += "  compute on the path by rank: " + by_rank + "\n";
   for (const auto& l : cp.communication_by_link) {
     out += fmt::format("  communication on the path, rank {} -> {}: {:.3f} ms\n", l.src_rank,
-                       l.dst_rank, Ms(l.ns));
+                       l.dst_rank, NsToMs(l.ns));
   }
   std::string chain;
   for (size_t i = 0; i < cp.steps.size();) {
@@ -182,8 +178,8 @@ std::string Summary(const SimResult& result, const Cluster& cluster) {
   out += fmt::format(
       "iteration time      {:.3f} ms  (pipeline {:.3f} ms, all-reduce {:.3f} ms, optimizer "
       "{:.3f} ms)\n",
-      Ms(result.iteration_ns), Ms(result.pipeline_ns), Ms(result.allreduce_ns),
-      Ms(result.optimizer_ns));
+      NsToMs(result.iteration_ns), NsToMs(result.pipeline_ns), NsToMs(result.allreduce_ns),
+      NsToMs(result.optimizer_ns));
   out += fmt::format("throughput          {:.1f} samples/s\n", result.samples_per_s);
   if (result.tokens_per_s) {
     out += fmt::format("                    {:.0f} tokens/s\n", *result.tokens_per_s);
@@ -197,16 +193,16 @@ std::string Summary(const SimResult& result, const Cluster& cluster) {
       peak = fmt::format(" of {:.1f} TFLOP/s peak per GPU ({})", cluster.gpu.peak_tflops,
                          cluster.name);
     }
-    out += fmt::format("MFU                 {}{}\n", Percent(*result.mfu), peak);
+    out += fmt::format("MFU                 {}{}\n", PercentText(*result.mfu), peak);
   }
   out += fmt::format(
       "bubble ratio        {} of the pipeline span idle (mean over ranks: 1 - busy/span)\n",
-      Percent(result.bubble_ratio));
+      PercentText(result.bubble_ratio));
   out += fmt::format("bubble / ideal      {} (Megatron-LM's bubble time fraction: idle / busy)\n",
-                     Percent(result.bubble_fraction_of_ideal));
+                     PercentText(result.bubble_fraction_of_ideal));
   if (result.memory_capacity_bytes > 0) {
     out += fmt::format("memory capacity     {} GiB per GPU ({})\n",
-                       GiB(result.memory_capacity_bytes), cluster.name);
+                       GiBText(result.memory_capacity_bytes), cluster.name);
   } else {
     out += fmt::format("memory capacity     unlimited ({})\n", cluster.name);
   }
@@ -232,21 +228,21 @@ std::string RankTable(const SimResult& result) {
   for (const StageResult& r : result.per_rank) {
     std::string of_capacity = "unlimited";
     if (result.memory_capacity_bytes > 0) {
-      of_capacity = Percent(static_cast<double>(r.peak_memory_bytes) /
+      of_capacity = PercentText(static_cast<double>(r.peak_memory_bytes) /
                             static_cast<double>(result.memory_capacity_bytes));
     }
     t.AddRow({fmt::format("{}", r.rank), LayerRanges(r.layers),
-              fmt::format("{:.3f}", Ms(r.busy_ns)), fmt::format("{:.3f}", Ms(r.first_start_ns)),
-              fmt::format("{:.3f}", Ms(r.last_end_ns)), Percent(r.bubble_ratio),
-              Percent(r.bubble_fraction_of_ideal), fmt::format("{}", r.peak_inflight_microbatches),
-              GiB(r.peak_memory_bytes), of_capacity, OverCapacity(result, r) ? "OVER" : ""});
+              fmt::format("{:.3f}", NsToMs(r.busy_ns)), fmt::format("{:.3f}", NsToMs(r.first_start_ns)),
+              fmt::format("{:.3f}", NsToMs(r.last_end_ns)), PercentText(r.bubble_ratio),
+              PercentText(r.bubble_fraction_of_ideal), fmt::format("{}", r.peak_inflight_microbatches),
+              GiBText(r.peak_memory_bytes), of_capacity, OverCapacity(result, r) ? "OVER" : ""});
   }
   std::string out = t.Render();
   for (const StageResult& r : result.per_rank) {
     if (OverCapacity(result, r)) {
       out += fmt::format("OVER: rank {} needs {} GiB, over the {} GiB capacity by {} GiB\n", r.rank,
-                         GiB(r.peak_memory_bytes), GiB(result.memory_capacity_bytes),
-                         GiB(r.peak_memory_bytes - result.memory_capacity_bytes));
+                         GiBText(r.peak_memory_bytes), GiBText(result.memory_capacity_bytes),
+                         GiBText(r.peak_memory_bytes - result.memory_capacity_bytes));
     }
   }
   return out;
@@ -264,9 +260,9 @@ std::string MemoryTable(const SimResult& result) {
   t.AddColumn("total peak", TextTable::kRight);
   for (const StageResult& r : result.per_rank) {
     const MemoryBreakdown& m = r.memory;
-    t.AddRow({fmt::format("{}", r.rank), GiB(m.weights), GiB(m.gradients), GiB(m.optimizer),
-              GiB(m.activations_peak), GiB(m.comm_buffers_peak), GiB(m.workspace_peak),
-              GiB(r.peak_memory_bytes)});
+    t.AddRow({fmt::format("{}", r.rank), GiBText(m.weights), GiBText(m.gradients), GiBText(m.optimizer),
+              GiBText(m.activations_peak), GiBText(m.comm_buffers_peak), GiBText(m.workspace_peak),
+              GiBText(r.peak_memory_bytes)});
   }
   return "memory per rank, GiB (each part's own peak; the total is the peak of their sum)\n" +
          t.Render();
@@ -276,10 +272,10 @@ std::string MemoryTable(const SimResult& result) {
 
 std::string ResultToJson(const SimResult& result) {
   Json j;
-  j["iteration_time_us"] = Us(result.iteration_ns);
-  j["pipeline_time_us"] = Us(result.pipeline_ns);
-  j["allreduce_time_us"] = Us(result.allreduce_ns);
-  j["optimizer_time_us"] = Us(result.optimizer_ns);
+  j["iteration_time_us"] = NsToUs(result.iteration_ns);
+  j["pipeline_time_us"] = NsToUs(result.pipeline_ns);
+  j["allreduce_time_us"] = NsToUs(result.allreduce_ns);
+  j["optimizer_time_us"] = NsToUs(result.optimizer_ns);
   j["throughput_samples_per_s"] = result.samples_per_s;
   if (result.tokens_per_s) j["tokens_per_s"] = *result.tokens_per_s;
   if (result.tflops_per_gpu) j["tflops_per_gpu"] = *result.tflops_per_gpu;
@@ -298,7 +294,7 @@ std::string ResultToJson(const SimResult& result) {
   j["memory_capacity_bytes"] = result.memory_capacity_bytes;
   j["iterations_simulated"] = result.iterations_simulated;
   if (result.iterations_simulated > 1) {
-    j["first_iteration_time_us"] = Us(result.first_iteration_ns);  // with the warm-up
+    j["first_iteration_time_us"] = NsToUs(result.first_iteration_ns);  // with the warm-up
   }
   j["stages"] = Json::array();
   for (const StageResult& r : result.per_rank) j["stages"].push_back(StageJson(r));

@@ -40,7 +40,6 @@ struct Event {
   Json json;
 };
 
-double Us(TimeNs ns) { return static_cast<double>(ns) / 1000.0; }
 
 // Compact JSON; invalid UTF-8 in a label or name becomes U+FFFD instead of
 // throwing.
@@ -137,7 +136,7 @@ class TraceBuilder {
     e.json["ph"] = ph;
     e.json["pid"] = e.pid;
     e.json["tid"] = tid;
-    e.json["ts"] = Us(ts_ns);
+    e.json["ts"] = NsToUs(ts_ns);
     return e.json;
   }
 
@@ -150,14 +149,14 @@ class TraceBuilder {
     std::string name = step.op >= 0 ? ActionName(result_.ops[step.op].action) : kind;
     Json& e = Add(step.start_ns, std::max(step.rank, 0), kCriticalTid, Order::kSlice, "X",
                   std::move(name), "critical");
-    e["dur"] = Us(step.end_ns - step.start_ns);
+    e["dur"] = NsToUs(step.end_ns - step.start_ns);
     e["args"] = {{"kind", kind}};
   }
 
   void AddOp(size_t index, const OpRecord& op) {
     Json& e = Add(op.start_ns, op.rank, kComputeTid, Order::kSlice, "X", ActionName(op.action),
                   std::string(1, OpKindLetter(op.action.kind)));
-    e["dur"] = Us(op.end_ns - op.start_ns);
+    e["dur"] = NsToUs(op.end_ns - op.start_ns);
     e["args"] = {{"stage", op.action.stage}, {"microbatch", op.action.microbatch}};
     if (critical_ops_.count(static_cast<int>(index))) e["args"]["critical"] = true;
     if (op.action.kind != OpKind::kBackwardWeight) {
@@ -180,8 +179,8 @@ class TraceBuilder {
                                    t.src_stage, t.dst_stage, t.microbatch);
     Json& slice = Add(t.start_ns, t.src_rank, kCommTid, Order::kSlice, "X", name,
                       t.gradient ? "grad" : "act");
-    slice["dur"] = Us(t.end_ns - t.start_ns);
-    slice["args"] = {{"bytes", t.bytes},          {"ready_us", Us(t.ready_ns)},
+    slice["dur"] = NsToUs(t.end_ns - t.start_ns);
+    slice["args"] = {{"bytes", t.bytes},          {"ready_us", NsToUs(t.ready_ns)},
                      {"src_rank", t.src_rank},    {"dst_rank", t.dst_rank},
                      {"src_stage", t.src_stage},  {"dst_stage", t.dst_stage},
                      {"microbatch", t.microbatch}};
@@ -220,8 +219,8 @@ class TraceBuilder {
     d["microbatches"] = result_.microbatches;
     d["microbatch_size"] = result_.microbatch_size;
     d["data_parallel"] = result_.data_parallel;
-    d["iteration_time_us"] = Us(result_.iteration_ns);
-    d["pipeline_time_us"] = Us(result_.pipeline_ns);
+    d["iteration_time_us"] = NsToUs(result_.iteration_ns);
+    d["pipeline_time_us"] = NsToUs(result_.pipeline_ns);
     d["bubble_ratio"] = result_.bubble_ratio;
     d["bubble_fraction_of_ideal"] = result_.bubble_fraction_of_ideal;
     return d;

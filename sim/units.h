@@ -21,6 +21,7 @@ inline constexpr TimeNs kNsPerS = 1000 * 1000 * 1000;
 // Microseconds from a file to nanoseconds, rounded to the nearest ns.
 inline TimeNs UsToNs(double us) { return static_cast<TimeNs>(std::llround(us * 1e3)); }
 inline double NsToUs(TimeNs ns) { return static_cast<double>(ns) / 1e3; }
+inline double NsToMs(TimeNs ns) { return static_cast<double>(ns) / 1e6; }
 inline double ToGiB(Bytes b) { return static_cast<double>(b) / static_cast<double>(kGiB); }
 
 // Time to move `bytes` at `gigabytes_per_s` (10^9 bytes/s), rounded up to

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "sim/simulator.h"
+#include "sim/text_table.h"
 #include "sim/units.h"
 
 namespace pipecast::internal {
@@ -32,8 +33,7 @@ inline std::string UsAttr(TimeNs ns) {
   const TimeNs a = ns < 0 ? -ns : ns;
   return fmt::format("{}{}.{:03d}", sign, a / 1000, static_cast<int>(a % 1000));
 }
-inline std::string GiBText(Bytes b) { return fmt::format("{:.2f} GiB", ToGiB(b)); }
-inline std::string PercentText(double fraction) { return fmt::format("{:.1f}%", 100.0 * fraction); }
+inline std::string GiBWithUnit(Bytes b) { return fmt::format("{:.2f} GiB", ToGiB(b)); }
 
 // The x axis of the timeline and memory charts: time 0 at the gutter's edge,
 // `end_ns` at the right end of the plot.
