@@ -117,61 +117,67 @@ Result<PlannerOptions> MakeOptions(const Flags& flags) {
   return o;
 }
 
+// The chosen plan's schedule and options, and, when --trace, --gantt or
+// --report needs it, one replay with its timeline recorded (the search
+// simulates without timelines).
+struct ChosenReplay {
+  Schedule schedule;
+  SimOptions sim;
+  std::optional<SimResult> timeline;
+};
+
+Result<ChosenReplay> ReplayChosen(const Flags& flags, const Model& model, const Cluster& cluster,
+                                  const PlannerOptions& options, const Candidate& chosen) {
+  auto schedule =
+      MakeSchedule(chosen.schedule, chosen.pipeline_stages, chosen.microbatches, chosen.chunks);
+  if (!schedule.ok()) return schedule.status();
+  ChosenReplay r{std::move(schedule.value()), CandidateSimOptions(chosen, options), std::nullopt};
+  if (!flags.trace.empty() || flags.gantt || !flags.report.empty()) {
+    SimOptions sim = r.sim;
+    sim.record_timeline = true;
+    auto replay = Simulate(model, cluster, r.schedule, sim);
+    if (!replay.ok()) return replay.status().WithPrefix("replaying the chosen plan");
+    r.timeline = std::move(replay.value());
+  }
+  return r;
+}
+
 // --out and --trace for the chosen plan; with --gantt, its chart into *gantt.
 Status WriteOutputs(const Flags& flags, const Model& model, const std::string& model_hash,
-                    const Cluster& cluster, const PlannerOptions& options, const Candidate& chosen,
+                    const Cluster& cluster, const Candidate& chosen, const ChosenReplay& replay,
                     std::string* gantt) {
-  auto schedule = MakeSchedule(chosen.schedule, chosen.pipeline_stages, chosen.microbatches,
-                                chosen.chunks);
-  if (!schedule.ok()) return schedule.status();
-  SimOptions sim = CandidateSimOptions(chosen, options);
   if (!flags.out.empty()) {
-    PlanFile plan = MakePlanFile(model.name, model_hash, cluster, *schedule, sim, *chosen.result);
+    PlanFile plan =
+        MakePlanFile(model.name, model_hash, cluster, replay.schedule, replay.sim, *chosen.result);
     PIPECAST_RETURN_IF_ERROR(WriteFileAtomic(flags.out, PlanToJson(plan)).WithPrefix("--out"));
     fmt::print(stderr, "planner: wrote the chosen plan to {}\n", flags.out);
   }
-  if (!flags.trace.empty() || flags.gantt) {
-    sim.record_timeline = true;
-    auto replay = Simulate(model, cluster, *schedule, sim);
-    if (!replay.ok()) return replay.status().WithPrefix(flags.gantt ? "--gantt" : "--trace");
-    if (flags.gantt) {
-      GanttOptions chart;
-      chart.color = GanttColorWanted(isatty(STDOUT_FILENO) != 0, std::getenv("NO_COLOR"));
-      *gantt = GanttChart(*replay, chart);
-    }
-    if (!flags.trace.empty()) {
-      PIPECAST_RETURN_IF_ERROR(
-          WriteFileAtomic(flags.trace, TraceJson(*replay)).WithPrefix("--trace"));
-      fmt::print(stderr, "planner: wrote the chosen plan's trace to {}\n", flags.trace);
-    }
+  if (flags.gantt) {
+    GanttOptions chart;
+    chart.color = GanttColorWanted(isatty(STDOUT_FILENO) != 0, std::getenv("NO_COLOR"));
+    *gantt = GanttChart(*replay.timeline, chart);
+  }
+  if (!flags.trace.empty()) {
+    PIPECAST_RETURN_IF_ERROR(
+        WriteFileAtomic(flags.trace, TraceJson(*replay.timeline)).WithPrefix("--trace"));
+    fmt::print(stderr, "planner: wrote the chosen plan's trace to {}\n", flags.trace);
   }
   return Status::Ok();
 }
 
-// --report: the HTML report, with the chosen plan replayed with its timeline
-// as --trace does; when nothing fits, the rejections and suggestions only.
+// --report: the HTML report with the chosen plan's timeline; when nothing
+// fits (`replay` null), the rejections and suggestions only.
 Status WriteReport(const Flags& flags, const Model& model, const Cluster& cluster,
-                   const PlannerOptions& options, const PlanReport& report) {
+                   const PlanReport& report, const ChosenReplay* replay) {
   ReportInputs inputs;
   inputs.model_name = model.name;
   inputs.model_layers = static_cast<int>(model.layers.size());
   inputs.cluster = cluster;
-  std::optional<SimResult> replay;
-  if (report.Feasible()) {
-    const Candidate& chosen = report.ranked[0];
-    auto schedule =
-        MakeSchedule(chosen.schedule, chosen.pipeline_stages, chosen.microbatches, chosen.chunks);
-    if (!schedule.ok()) return schedule.status().WithPrefix("--report");
-    SimOptions sim = CandidateSimOptions(chosen, options);
-    sim.record_timeline = true;
-    auto result = Simulate(model, cluster, *schedule, sim);
-    if (!result.ok()) return result.status().WithPrefix("--report");
-    replay = std::move(result.value());
-    inputs = MakeReportInputs(model, cluster, *schedule, sim, "");
-  }
+  if (replay) inputs = MakeReportInputs(model, cluster, replay->schedule, replay->sim, "");
   inputs.tool = "planner";
   inputs.command_line = flags.command_line;
-  const std::string html = PlanReportHtml(report, model, replay ? &*replay : nullptr, inputs);
+  const std::string html =
+      PlanReportHtml(report, model, replay ? &*replay->timeline : nullptr, inputs);
   PIPECAST_RETURN_IF_ERROR(WriteFileAtomic(flags.report, html).WithPrefix("--report"));
   fmt::print(stderr, "planner: wrote the HTML report to {}\n", flags.report);
   return Status::Ok();
@@ -208,15 +214,19 @@ int Run(const Flags& flags) {
              report->simulated, report->Feasible() ? "a plan was chosen" : "none fits in memory");
 
   std::string gantt;
+  std::optional<ChosenReplay> replay;
   if (report->Feasible()) {
+    auto chosen = ReplayChosen(flags, *model, *cluster, *options, report->ranked[0]);
+    if (!chosen.ok()) return Fail(chosen.status());
+    replay = std::move(chosen.value());
     Status st =
-        WriteOutputs(flags, *model, model_hash, *cluster, *options, report->ranked[0], &gantt);
+        WriteOutputs(flags, *model, model_hash, *cluster, report->ranked[0], *replay, &gantt);
     if (!st.ok()) return Fail(st);
   } else if (!flags.out.empty() || !flags.trace.empty()) {
     fmt::print(stderr, "planner: nothing fits, so no --out or --trace file was written\n");
   }
   if (!flags.report.empty()) {
-    Status st = WriteReport(flags, *model, *cluster, *options, *report);
+    Status st = WriteReport(flags, *model, *cluster, *report, replay ? &*replay : nullptr);
     if (!st.ok()) return Fail(st);
   }
   std::optional<CheckOutcome> check;
