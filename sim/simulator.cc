@@ -543,11 +543,11 @@ Result<SimResult> Simulate(const Model& model, const Cluster& cluster, const Sch
   result.schedule_name = schedule.name;
   result.ranks = schedule.num_ranks;
   result.stages = schedule.num_stages;
-  result.microbatches = schedule.num_microbatches;
+  result.microbatches = schedule.num_microbatches / schedule.iterations;  // per iteration
   result.microbatch_size = options.microbatch_size;
   result.data_parallel = options.data_parallel;
-  result.global_batch = int64_t{options.microbatch_size} * schedule.num_microbatches *
-                        options.data_parallel;
+  result.global_batch =
+      int64_t{options.microbatch_size} * result.microbatches * options.data_parallel;
   result.memory_capacity_bytes = cluster.gpu.memory_bytes;
   result.per_rank.resize(schedule.num_ranks);
   for (int s = 0; s < schedule.num_stages; ++s) {
@@ -570,9 +570,6 @@ Result<SimResult> Simulate(const Model& model, const Cluster& cluster, const Sch
 
   Engine engine(cluster, schedule, costs, options, &result);
   PIPECAST_RETURN_IF_ERROR(engine.Run());
-  result.microbatches = schedule.num_microbatches / schedule.iterations;
-  result.global_batch =
-      int64_t{options.microbatch_size} * result.microbatches * options.data_parallel;
   if (options.record_timeline && !result.ops.empty()) {
     result.critical_path = ComputeCriticalPath(schedule, result.ops, result.transfers);
   }
