@@ -1,14 +1,13 @@
 #include "sim/simulator.h"
 
-#include "sim/internal/event_queue.h"
 #include "sim/schedule_graph.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <deque>
+#include <limits>
 #include <map>
-#include <set>
+#include <memory>
 
 namespace pipecast {
 
@@ -132,6 +131,40 @@ TimeNs RingAllReduceNs(Bytes bytes, int d, const Link& link) {
                                                      link.bandwidth_gbps);
 }
 
+// The engine: a dataflow replay in two passes, with no global event queue
+// (docs/simulator.md, section 2).
+//
+// Pass 1 (times). An op starts at max(its rank's previous op end, the arrival
+// of its input from another rank); a transfer starts at max(its producer's
+// end, its link's previous transfer's start + serialisation). Every transfer
+// on a link comes from the link's one sending rank, in that rank's order, so
+// each rank's list can be replayed on its own as far as its inputs are known:
+// a worklist of ranks advances each one until its next op waits for an
+// input no rank has produced yet, and a rank that produces that input wakes
+// it. When no rank can advance and ops remain, the schedule deadlocks.
+//
+// The event order. Times alone do not fix everything the old event-queue
+// engine reported: several changes of one rank's memory can fall on one
+// instant, and their order decides the peaks and the memory timeline (and
+// the order of `ops` and `transfers`). That engine processed events by
+// (time, insertion order), an event being inserted while the one that
+// caused it was processed. So each event records its cause (`parent`): an
+// op's end was inserted when the op started, i.e. by the later-processed of
+// its rank's previous op end and its input's arrival; a transfer's arrival
+// by the later-processed of its producer's end and the previous arrival on
+// its link (a link's queue holds one arrival event at a time); the first op
+// of each rank, when it needs no input, by the start (in rank order). An
+// event's place in the processing order is then (time, place of its parent,
+// order within the parent's handling, where a transfer arrival was always
+// inserted before an op end), which TieBefore() compares by walking up the
+// parents while the times are equal. Ties are rare with real links and
+// common on the ideal cluster; either way the result is the old engine's.
+//
+// Pass 2 (memory). Each rank's memory changes come from its own ops and
+// from the arrivals on the links into and out of it: each of those streams
+// is already in processing order, so one small merge per rank replays the
+// changes in exactly the old order, with an op's start applied right after
+// the event that caused it.
 class Engine {
  public:
   Engine(const Cluster& cluster, const Schedule& schedule, const std::vector<StageCost>& costs,
@@ -141,55 +174,68 @@ class Engine {
   Status Run();
 
  private:
-  enum EventType : uint8_t { kOpEnd, kArrive };
-  // 16 bytes: time, then insertion order (high 40 bits), type (1 bit) and
-  // index (23 bits) packed so one integer compare breaks ties by insertion.
-  using Event = internal::QueuedEvent;
-  static EventType TypeOf(const Event& e) {
-    return static_cast<EventType>((e.key >> kIndexBits) & 1);
-  }
-  static int IndexOf(const Event& e) {
-    return static_cast<int>(e.key & ((uint64_t{1} << kIndexBits) - 1));
-  }
-  static constexpr int kIndexBits = 23;  // ranks and in-flight transfers < 8M
-  struct Pending {  // a transfer in flight
-    int src_rank, dst_rank, stage, microbatch;
-    bool gradient;
-    Bytes bytes;
-    TimeNs arrive;
+  // An op's end or a transfer's arrival. Ids: ops [0, num_ops_) numbered rank
+  // by rank in list order, then transfers link by link in send order. A
+  // parent below 0 is the start of the simulation: -1 - rank.
+  struct Event {
+    TimeNs time;
+    int32_t parent;
+    int32_t hop;  // transfers: the stage boundary hop..hop+1 it crosses
+  };
+  // What an op of one (stage, kind) does, precomputed.
+  struct OpCost {
+    TimeNs duration = 0;
+    Bytes start_act = 0;  // activations added at start
+    Bytes end_act = 0;    // activations freed at end (<= 0)
+    Bytes recv_free = 0;  // receive buffer of its input freed at end (<= 0)
+    Bytes send = 0;       // send buffer of its output (0: none or same rank)
+    Bytes workspace = 0;
+  };
+  // Per (stage, micro-batch): what the dataflow knows of its inputs.
+  struct Cell {
+    TimeNs f_in = kNotYet;  // activation available at (arrival, or producer end)
+    TimeNs b_in = kNotYet;  // gradient available at
+    int32_t f_in_event = 0; // its arrival event, or kSameRank
+    int32_t b_in_event = 0;
+    bool f_end = false;     // its F is computed
+    bool bi_end = false;    // its B or I is computed
+  };
+  struct LinkState {
+    int src = 0, dst = 0;
+    int32_t first = 0;  // id of its first transfer
+    int32_t count = 0;  // transfers sent so far
+    TimeNs free = 0;    // when its last transfer stops occupying it
   };
   struct RankState {
-    size_t next = 0;
-    bool running = false;
-    TimeNs busy = 0, first_start = kNotYet, last_end = 0;
-    Bytes act = 0, comm = 0, ws = 0;
-    Bytes peak_act = 0, peak_comm = 0, peak_ws = 0, peak_total = 0;
-    int inflight = 0;
+    int32_t next = 0;     // next op in the list to compute
+    int32_t prev = 0;     // event of the previous op's end (or -1 - rank)
+    TimeNs prev_end = 0;  // its time
+    int64_t waiting_on = kNotWaiting;  // input key that would let it advance
+    TimeNs busy = 0;
   };
+  static constexpr int32_t kSameRank = -1;  // an input handed over on one rank
+  static constexpr int64_t kNotWaiting = -1;
 
-  // Micro-batch major: the stages of one micro-batch share cache lines, and
-  // the ranks of a pipeline work on nearby micro-batches at any moment.
-  int64_t Cell(int stage, int mb) const { return int64_t{stage} * sched_.num_microbatches + mb; }
-  TimeNs Duration(const Action& a) const;
-  bool Ready(const Action& a) const;
-  void Push(TimeNs t, EventType type, int index) {
-    const Event e{t, (seq_++ << (kIndexBits + 1)) | (uint64_t{type} << kIndexBits) |
-                         static_cast<uint64_t>(index)};
-    if (top_consumed_) {  // the event being handled leaves: take its place
-      queue_.replace_top(e);
-      top_consumed_ = false;
-    } else {
-      queue_.push(e);
-    }
+  int64_t CellIndex(int stage, int mb) const {
+    return int64_t{stage} * sched_.num_microbatches + mb;
   }
-  void TryStart(int rank, TimeNs now);
-  void OnOpEnd(int rank, TimeNs now);
-  void Send(int src_stage, int dst_stage, int mb, bool gradient, TimeNs now);
-  void OnArrive(int index, TimeNs now);
-  [[gnu::always_inline]] inline void ChangeMemory(int rank, TimeNs now, Bytes act, Bytes comm,
-                                                  Bytes ws);
-  void PrepareLinks();
+  const OpCost& CostOf(const Action& a) const {
+    return op_cost_[a.stage * 4 + static_cast<int>(a.kind)];
+  }
+  // Processing order of two distinct events (or starts) at one time.
+  bool TieBefore(int32_t x, int32_t y) const;
+  bool Before(int32_t x, int32_t y) const {
+    const TimeNs tx = TimeOf(x), ty = TimeOf(y);
+    return tx != ty ? tx < ty : TieBefore(x, y);
+  }
+  TimeNs TimeOf(int32_t e) const { return e < 0 ? -1 : events_[e].time; }
+
+  void Prepare();
+  void Advance(int rank);
+  void Deliver(int dst_stage, int mb, bool gradient, int32_t producer, TimeNs end);
   Status Deadlock() const;
+  void SweepMemory(int rank);
+  void RecordTimeline();
   void Finish();
 
   const Cluster& cluster_;
@@ -198,249 +244,276 @@ class Engine {
   const SimOptions& options_;
   SimResult* out_;
 
-  internal::EventQueue queue_;
-  // True while the handled event still sits on top of the queue: the first
-  // Push() replaces it (one sift instead of a pop and a push).
-  bool top_consumed_ = false;
-  uint64_t seq_ = 0;
-  std::vector<RankState> ranks_;
-  // Per (stage, micro-batch) cell, together so one op touches one cache line.
-  // Flags only: an op starts at the event that makes it ready, so no time
-  // needs keeping, and 4 bytes a cell keep large pipelines in cache.
-  struct CellState {
-    bool f_end = false;    // its F ended
-    bool bi_end = false;   // its B or I ended
-    bool f_input = false;  // the activation it needs arrived
-    bool b_input = false;  // the gradient it needs arrived
-  };
-  std::vector<CellState> cells_;
-  std::vector<std::deque<Pending>> link_queue_;  // per link, in flight
-  // Per virtual stage s: the link carrying s's activations to s+1, and the
-  // one carrying s+1's gradients back to s (-1 when both are on one rank).
+  int32_t num_ops_ = 0;
+  std::vector<int32_t> op_first_;  // per rank: id of its first op
+  std::unique_ptr<Event[]> events_;
+  std::vector<OpCost> op_cost_;    // per (stage, kind)
+  std::vector<Cell> cells_;
+  std::vector<LinkState> links_;
+  // Per stage s: the link carrying s's activations to s+1 and the one
+  // carrying the gradients back from s+1 (-1 when both are on one rank), and
+  // their serialisation and latency.
   std::vector<int> fwd_link_, bwd_link_;
-  std::vector<TimeNs> link_free_;
-  // Per virtual stage s: serialisation and latency of s's activation hop
-  // (fwd) and of the gradient hop back into s (bwd), precomputed.
   std::vector<TimeNs> fwd_serial_, fwd_latency_, bwd_serial_, bwd_latency_;
+  std::vector<std::vector<int>> rank_links_;  // per rank: links into or out of it
+  std::vector<RankState> ranks_;
+  std::vector<int> worklist_;
   std::vector<TimeNs> iteration_end_;  // per iteration (PipeDream)
+  int mb_per_iteration_ = 1;
+  // Results of the memory sweep, per rank.
+  struct Peaks {
+    Bytes act = 0, comm = 0, ws = 0, total = 0;
+  };
+  std::vector<Peaks> peaks_;
+  // The sweep's streams: their heads (time and event) and ends.
+  std::vector<TimeNs> head_time_;
+  std::vector<int32_t> head_id_, stream_end_;
 };
 
-TimeNs Engine::Duration(const Action& a) const {
-  const StageCost& c = costs_[a.stage];
-  switch (a.kind) {
-    case OpKind::kForward:
-      return c.forward;
-    case OpKind::kBackward:
-      return c.backward;
-    case OpKind::kBackwardInput:
-      return c.backward - c.backward_weight;
-    case OpKind::kBackwardWeight:
-      return c.backward_weight;
+bool Engine::TieBefore(int32_t x, int32_t y) const {
+  while (true) {
+    if (x < 0 || y < 0) {
+      // The start comes first; starts in rank order (-1 - rank).
+      return x < 0 && y < 0 ? x > y : x < 0;
+    }
+    const int32_t px = events_[x].parent, py = events_[y].parent;
+    // Siblings: an arrival is inserted before an op end.
+    if (px == py) return x >= num_ops_;
+    const TimeNs tx = TimeOf(px), ty = TimeOf(py);
+    if (tx != ty) return tx < ty;
+    x = px;
+    y = py;
   }
-  return 0;
 }
 
-bool Engine::Ready(const Action& a) const {
-  const int64_t cell = Cell(a.stage, a.microbatch);
-  switch (a.kind) {
-    case OpKind::kForward:
-      return a.stage == 0 || cells_[cell].f_input;
-    case OpKind::kBackward:
-    case OpKind::kBackwardInput:
-      return cells_[cell].f_end && (a.stage == sched_.num_stages - 1 || cells_[cell].b_input);
-    case OpKind::kBackwardWeight:
-      return cells_[cell].bi_end;
+void Engine::Prepare() {
+  const int p = sched_.num_ranks;
+  const int n = sched_.num_stages;
+  const int m = sched_.num_microbatches;
+  op_first_.resize(p + 1);
+  int64_t ops = 0;
+  for (int r = 0; r < p; ++r) {
+    op_first_[r] = static_cast<int32_t>(ops);
+    ops += static_cast<int64_t>(sched_.actions[r].size());
   }
-  return false;
-}
+  op_first_[p] = static_cast<int32_t>(ops);
+  num_ops_ = static_cast<int32_t>(ops);
 
-inline void Engine::ChangeMemory(int rank, TimeNs now, Bytes act, Bytes comm, Bytes ws) {
-  RankState& st = ranks_[rank];
-  st.act += act;
-  st.comm += comm;
-  st.ws += ws;
-  if (act > 0 || comm > 0 || ws > 0) {  // peaks only move up
-    st.peak_act = std::max(st.peak_act, st.act);
-    st.peak_comm = std::max(st.peak_comm, st.comm);
-    st.peak_ws = std::max(st.peak_ws, st.ws);
-    st.peak_total = std::max(st.peak_total, st.act + st.comm + st.ws);
-  }
-  if (!options_.record_timeline) return;
-  // Every change is kept, several per instant included, so a high that
-  // lasts zero time (an op's output allocated before its workspace is
-  // freed) still shows in the timeline as it does in the peak.
-  out_->per_rank[rank].memory_timeline.push_back(MemorySample{now, st.act, st.comm, st.ws});
-}
-
-void Engine::TryStart(int rank, TimeNs now) {
-  RankState& st = ranks_[rank];
-  const auto& list = sched_.actions[rank];
-  if (st.running || st.next >= list.size()) return;
-  const Action& a = list[st.next];
-  if (!Ready(a)) return;
-  const TimeNs dur = Duration(a);
-  st.running = true;
-  ++st.next;
-  st.busy += dur;
-  if (st.first_start == kNotYet) st.first_start = now;
-  Bytes act = 0;
-  if (a.kind == OpKind::kForward) {
-    act = costs_[a.stage].held;
-    StageResult& sr = out_->per_rank[rank];
-    sr.peak_inflight_microbatches = std::max(sr.peak_inflight_microbatches, ++st.inflight);
-  } else if (a.kind != OpKind::kBackwardWeight) {
-    act = costs_[a.stage].recomputed;
-  }
-  ChangeMemory(rank, now, act, 0, costs_[a.stage].workspace);
-  if (options_.record_timeline) out_->ops.push_back(OpRecord{rank, a, now, now + dur});
-  Push(now + dur, kOpEnd, rank);
-}
-
-void Engine::OnOpEnd(int rank, TimeNs now) {
-  RankState& st = ranks_[rank];
-  const Action& a = sched_.actions[rank][st.next - 1];
-  const int64_t cell = Cell(a.stage, a.microbatch);
-  const int last = sched_.num_stages - 1;
-  st.running = false;
-  st.last_end = now;
-  TimeNs& iter_end = iteration_end_[a.microbatch / (sched_.num_microbatches / sched_.iterations)];
-  iter_end = std::max(iter_end, now);
-  Bytes act = 0, comm = 0;
-  switch (a.kind) {
-    case OpKind::kForward:
-      cells_[cell].f_end = true;
-      if (a.stage > 0 && sched_.stage_rank[a.stage - 1] != rank) comm -= costs_[a.stage - 1].output;
-      if (a.stage < last) Send(a.stage, a.stage + 1, a.microbatch, false, now);
-      break;
-    case OpKind::kBackward:
-    case OpKind::kBackwardInput:
-      cells_[cell].bi_end = true;
-      if (a.stage < last && sched_.stage_rank[a.stage + 1] != rank) comm -= costs_[a.stage].output;
-      if (a.stage > 0) Send(a.stage, a.stage - 1, a.microbatch, true, now);
-      break;
-    case OpKind::kBackwardWeight:
-      break;
-  }
-  if (a.kind == OpKind::kBackward || a.kind == OpKind::kBackwardWeight) {
-    act = -(costs_[a.stage].held + costs_[a.stage].recomputed);
-    --st.inflight;
-  }
-  ChangeMemory(rank, now, act, comm, -costs_[a.stage].workspace);
-  TryStart(rank, now);
-}
-
-void Engine::PrepareLinks() {
+  // Links, numbered as first used from stage 0 up (the numbering is internal).
   std::map<std::pair<int, int>, int> index;
   auto link = [&](int src, int dst) {
     if (src == dst) return -1;
-    auto [it, fresh] = index.try_emplace({src, dst}, static_cast<int>(link_free_.size()));
-    if (fresh) {
-      link_free_.push_back(0);
-      link_queue_.emplace_back();
-    }
+    auto [it, fresh] = index.try_emplace({src, dst}, static_cast<int>(links_.size()));
+    if (fresh) links_.push_back(LinkState{src, dst, 0, 0, 0});
     return it->second;
   };
-  const int n = sched_.num_stages;
   fwd_link_.assign(n, -1);
   bwd_link_.assign(n, -1);
   fwd_serial_.assign(n, 0);
   fwd_latency_.assign(n, 0);
   bwd_serial_.assign(n, 0);
   bwd_latency_.assign(n, 0);
+  // Every stage boundary carries one activation and one gradient per
+  // micro-batch (the schedule is complete), so each link's share of the
+  // transfer ids is known up front.
+  std::vector<int64_t> per_link;
   for (int s = 0; s + 1 < n; ++s) {
     const int a = sched_.stage_rank[s], b = sched_.stage_rank[s + 1];
     fwd_link_[s] = link(a, b);
     bwd_link_[s] = link(b, a);
     if (a == b) continue;
+    per_link.resize(links_.size(), 0);
+    per_link[fwd_link_[s]] += m;
+    per_link[bwd_link_[s]] += m;
     // Both directions carry s's output shape: activations out, gradients back.
     fwd_serial_[s] = TransferNs(costs_[s].output, cluster_.LinkBetween(a, b).bandwidth_gbps);
     fwd_latency_[s] = cluster_.LinkBetween(a, b).LatencyNs();
     bwd_serial_[s] = TransferNs(costs_[s].output, cluster_.LinkBetween(b, a).bandwidth_gbps);
     bwd_latency_[s] = cluster_.LinkBetween(b, a).LatencyNs();
   }
+  int64_t next_id = ops;
+  rank_links_.assign(p, {});
+  for (size_t l = 0; l < links_.size(); ++l) {
+    links_[l].first = static_cast<int32_t>(next_id);
+    next_id += per_link[l];
+    rank_links_[links_[l].src].push_back(static_cast<int>(l));
+    rank_links_[links_[l].dst].push_back(static_cast<int>(l));
+  }
+  events_.reset(new Event[next_id]);
+
+  op_cost_.assign(static_cast<size_t>(n) * 4, OpCost{});
+  for (int s = 0; s < n; ++s) {
+    const StageCost& c = costs_[s];
+    const int r = sched_.stage_rank[s];
+    const bool send_fwd = s + 1 < n && sched_.stage_rank[s + 1] != r;
+    const bool send_bwd = s > 0 && sched_.stage_rank[s - 1] != r;
+    for (int k = 0; k < 4; ++k) {
+      OpCost& oc = op_cost_[s * 4 + k];
+      const OpKind kind = static_cast<OpKind>(k);
+      oc.workspace = c.workspace;
+      switch (kind) {
+        case OpKind::kForward:
+          oc.duration = c.forward;
+          oc.start_act = c.held;
+          oc.recv_free = send_bwd ? -costs_[s - 1].output : 0;  // its input came from s-1
+          oc.send = send_fwd ? c.output : 0;
+          break;
+        case OpKind::kBackward:
+        case OpKind::kBackwardInput:
+          oc.duration = kind == OpKind::kBackward ? c.backward : c.backward - c.backward_weight;
+          oc.start_act = c.recomputed;
+          oc.end_act = kind == OpKind::kBackward ? -(c.held + c.recomputed) : 0;
+          oc.recv_free = send_fwd ? -c.output : 0;  // its gradient came from s+1
+          oc.send = send_bwd ? costs_[s - 1].output : 0;
+          break;
+        case OpKind::kBackwardWeight:
+          oc.duration = c.backward_weight;
+          oc.end_act = -(c.held + c.recomputed);
+          break;
+      }
+    }
+  }
+  cells_.assign(static_cast<size_t>(n) * m, Cell{});
+  ranks_.assign(p, RankState{});
+  for (int r = 0; r < p; ++r) ranks_[r].prev = -1 - r;
+  iteration_end_.assign(sched_.iterations, 0);
+  mb_per_iteration_ = m / sched_.iterations;
 }
 
-void Engine::Send(int src_stage, int dst_stage, int mb, bool gradient, TimeNs now) {
-  const int src = sched_.stage_rank[src_stage];
-  const int dst = sched_.stage_rank[dst_stage];
-  const int64_t dst_cell = Cell(dst_stage, mb);
-  if (src == dst) {  // same GPU: hand-over at no cost
-    CellState& c = cells_[dst_cell];
-    (gradient ? c.b_input : c.f_input) = true;
+// Sends the output of op `producer` (ended at `end`) to stage `dst_stage`,
+// micro-batch `mb`, and wakes the receiving rank if it waits for it.
+inline void Engine::Deliver(int dst_stage, int mb, bool gradient, int32_t producer, TimeNs end) {
+  Cell& c = cells_[CellIndex(dst_stage, mb)];
+  const int hop = gradient ? dst_stage : dst_stage - 1;  // the boundary hop..hop+1
+  const int li = gradient ? bwd_link_[hop] : fwd_link_[hop];
+  if (li < 0) {  // same GPU: hand-over at no cost
+    (gradient ? c.b_in : c.f_in) = end;
+    (gradient ? c.b_in_event : c.f_in_event) = kSameRank;
     return;
   }
-  // Activations forward are the source stage's output; gradients backward
-  // have the shape of the destination stage's output.
-  const int hop = gradient ? dst_stage : src_stage;  // the boundary hop..hop+1
-  const Bytes bytes = costs_[hop].output;
-  const int li = gradient ? bwd_link_[hop] : fwd_link_[hop];
-  const TimeNs start = std::max(now, link_free_[li]);
+  LinkState& link = links_[li];
+  const int32_t id = link.first + link.count;
   const TimeNs serial = gradient ? bwd_serial_[hop] : fwd_serial_[hop];
-  link_free_[li] = start + serial;
+  const TimeNs start = std::max(end, link.free);
+  link.free = start + serial;
   const TimeNs arrive = start + (gradient ? bwd_latency_[hop] : fwd_latency_[hop]) + serial;
-  ChangeMemory(src, now, 0, bytes, 0);
-  // A link is FIFO and its latency fixed, so its arrivals come in request
-  // order: only the head of each link's queue waits in the event queue,
-  // which keeps that queue as small as the number of ranks and links.
-  std::deque<Pending>& q = link_queue_[li];
-  q.push_back(Pending{src, dst, dst_stage, mb, gradient, bytes, arrive});
-  if (options_.record_timeline) {
-    out_->transfers.push_back(
-        TransferRecord{src, dst, src_stage, dst_stage, mb, gradient, bytes, now, start, arrive});
+  // Inserted when its producer ended, unless the previous arrival on the
+  // link was still pending then: inserted when that one was processed.
+  int32_t parent = producer;
+  if (link.count > 0) {
+    const TimeNs prev = events_[id - 1].time;
+    if (prev > end || (prev == end && TieBefore(producer, id - 1))) parent = id - 1;
   }
-  if (q.size() == 1) Push(arrive, kArrive, li);
+  ++link.count;
+  events_[id] = Event{arrive, parent, hop};
+  (gradient ? c.b_in : c.f_in) = arrive;
+  (gradient ? c.b_in_event : c.f_in_event) = id;
+  RankState& dst = ranks_[link.dst];
+  const int64_t key = CellIndex(dst_stage, mb) * 2 + gradient;
+  if (dst.waiting_on == key) {
+    dst.waiting_on = kNotWaiting;
+    worklist_.push_back(link.dst);
+  }
 }
 
-void Engine::OnArrive(int link, TimeNs now) {
-  std::deque<Pending>& q = link_queue_[link];
-  const Pending p = q.front();
-  q.pop_front();
-  if (!q.empty()) Push(q.front().arrive, kArrive, link);
-  ChangeMemory(p.src_rank, now, 0, -p.bytes, 0);
-  ChangeMemory(p.dst_rank, now, 0, p.bytes, 0);
-  CellState& c = cells_[Cell(p.stage, p.microbatch)];
-  (p.gradient ? c.b_input : c.f_input) = true;
-  TryStart(p.dst_rank, now);
+// Computes `rank`'s ops in list order as far as their inputs are known.
+void Engine::Advance(int rank) {
+  RankState& st = ranks_[rank];
+  const std::vector<Action>& list = sched_.actions[rank];
+  const int32_t size = static_cast<int32_t>(list.size());
+  const int last = sched_.num_stages - 1;
+  int32_t i = st.next;
+  int32_t prev = st.prev;
+  TimeNs prev_end = st.prev_end;
+  TimeNs busy = st.busy;
+  for (; i < size; ++i) {
+    const Action& a = list[i];
+    Cell& c = cells_[CellIndex(a.stage, a.microbatch)];
+    TimeNs in = kNotYet;
+    int32_t in_event = kSameRank;
+    if (a.kind == OpKind::kForward) {
+      if (a.stage > 0) {
+        if (c.f_in == kNotYet) {
+          // Waiting for an activation; one from this rank would already be here.
+          if (fwd_link_[a.stage - 1] >= 0) st.waiting_on = CellIndex(a.stage, a.microbatch) * 2;
+          break;
+        }
+        in = c.f_in;
+        in_event = c.f_in_event;
+      }
+    } else if (a.kind == OpKind::kBackwardWeight) {
+      if (!c.bi_end) break;  // its I runs later on this rank: never
+    } else {
+      if (!c.f_end) break;  // its F runs later on this rank: never
+      if (a.stage < last) {
+        if (c.b_in == kNotYet) {
+          if (bwd_link_[a.stage] >= 0) st.waiting_on = CellIndex(a.stage, a.microbatch) * 2 + 1;
+          break;
+        }
+        in = c.b_in;
+        in_event = c.b_in_event;
+      }
+    }
+    // It starts when the later of its rank's previous op and its input is
+    // processed; a hand-over on one rank came no later than the previous op.
+    TimeNs start = prev_end;
+    int32_t parent = prev;
+    if (in_event != kSameRank &&
+        (in > prev_end || (in == prev_end && TieBefore(prev, in_event)))) {
+      start = in;
+      parent = in_event;
+    }
+    const OpCost& oc = CostOf(a);
+    const TimeNs end = start + oc.duration;
+    busy += oc.duration;
+    const int32_t id = op_first_[rank] + i;
+    events_[id] = Event{end, parent, 0};
+    if (sched_.iterations > 1) {
+      TimeNs& iter_end = iteration_end_[a.microbatch / mb_per_iteration_];
+      iter_end = std::max(iter_end, end);
+    }
+    if (a.kind == OpKind::kForward) {
+      c.f_end = true;
+      if (a.stage < last) Deliver(a.stage + 1, a.microbatch, false, id, end);
+    } else if (a.kind != OpKind::kBackwardWeight) {
+      c.bi_end = true;
+      if (a.stage > 0) Deliver(a.stage - 1, a.microbatch, true, id, end);
+    }
+    prev = id;
+    prev_end = end;
+  }
+  st.next = i;
+  st.prev = prev;
+  st.prev_end = prev_end;
+  st.busy = busy;
 }
 
 Status Engine::Run() {
+  Prepare();
   const int p = sched_.num_ranks;
-  const int64_t cells = int64_t{sched_.num_stages} * sched_.num_microbatches;
-  ranks_.assign(p, RankState{});
-  cells_.assign(cells, CellState{});
-  iteration_end_.assign(sched_.iterations, 0);
-  PrepareLinks();
-  if (options_.record_timeline) {
-    out_->ops.reserve(sched_.NumActions());
-    out_->transfers.reserve(2 * cells);
-  }
-  for (int r = 0; r < p; ++r) TryStart(r, 0);
-  while (!queue_.empty()) {
-    const Event e = queue_.top();
-    top_consumed_ = true;
-    if (TypeOf(e) == kOpEnd) {
-      OnOpEnd(IndexOf(e), e.time);
-    } else {
-      OnArrive(IndexOf(e), e.time);
-    }
-    if (top_consumed_) {
-      queue_.pop();
-      top_consumed_ = false;
-    }
+  worklist_.reserve(p);
+  for (int r = p - 1; r >= 0; --r) worklist_.push_back(r);
+  while (!worklist_.empty()) {
+    const int r = worklist_.back();
+    worklist_.pop_back();
+    Advance(r);
   }
   for (int r = 0; r < p; ++r) {
-    if (ranks_[r].next < sched_.actions[r].size() || ranks_[r].running) return Deadlock();
+    if (ranks_[r].next < static_cast<int32_t>(sched_.actions[r].size())) return Deadlock();
   }
+  peaks_.assign(p, Peaks{});
+  for (int r = 0; r < p; ++r) SweepMemory(r);
+  if (options_.record_timeline) RecordTimeline();
   Finish();
   return Status::Ok();
 }
 
 Status Engine::Deadlock() const {
-  // The event queue ran dry with ops left: name where each rank is stuck,
-  // then the cycle of dependencies that holds them (a DFS over the op graph).
+  // No rank can advance and ops remain: name where each rank is stuck, then
+  // the cycle of dependencies that holds them (a DFS over the op graph).
   std::string stuck;
   for (int r = 0; r < sched_.num_ranks; ++r) {
-    if (ranks_[r].next < sched_.actions[r].size()) {
+    if (ranks_[r].next < static_cast<int32_t>(sched_.actions[r].size())) {
       stuck += fmt::format("{}rank {} at {}", stuck.empty() ? "" : ", ", r,
                            ActionName(sched_.actions[r][ranks_[r].next]));
     }
@@ -452,12 +525,201 @@ Status Engine::Deadlock() const {
       sched_.name, stuck, DescribeCycle(cycle)));
 }
 
+// A rank's live memory as the sweep replays its changes.
+struct LiveMemory {
+  Bytes act = 0, comm = 0, ws = 0;
+  Bytes peak_act = 0, peak_comm = 0, peak_ws = 0, peak_total = 0;
+  std::vector<MemorySample>* timeline = nullptr;  // when recording
+
+  [[gnu::always_inline]] void Change(TimeNs now, Bytes d_act, Bytes d_comm, Bytes d_ws) {
+    act += d_act;
+    comm += d_comm;
+    ws += d_ws;
+    if (d_act > 0 || d_comm > 0 || d_ws > 0) {  // peaks only move up
+      peak_act = std::max(peak_act, act);
+      peak_comm = std::max(peak_comm, comm);
+      peak_ws = std::max(peak_ws, ws);
+      peak_total = std::max(peak_total, act + comm + ws);
+    }
+    // Every change is kept, several per instant included, so a high that
+    // lasts zero time (an op's output allocated before its workspace is
+    // freed) still shows in the timeline as it does in the peak.
+    if (timeline != nullptr) timeline->push_back(MemorySample{now, act, comm, ws});
+  }
+};
+
+// Replays `rank`'s memory changes in processing order: its op starts and
+// ends (a send buffer allocated just before its producer's end is applied)
+// and the arrivals into and out of it. The streams (its ops' ends, and the
+// arrivals on each link into or out of it) are each in processing order and
+// few (two to five for the built-in schedules), so each step takes the
+// earliest head by a scan of their times, and breaks ties by TieBefore().
+// An op's end is pending only once the op has started.
+void Engine::SweepMemory(int rank) {
+  const std::vector<Action>& list = sched_.actions[rank];
+  const int32_t first = op_first_[rank];
+  const int32_t size = static_cast<int32_t>(list.size());
+  LiveMemory mem;
+  if (options_.record_timeline) {
+    mem.timeline = &out_->per_rank[rank].memory_timeline;
+    size_t samples = 2 * static_cast<size_t>(size);
+    for (int li : rank_links_[rank]) samples += links_[li].count;
+    for (const Action& a : list) samples += CostOf(a).send != 0;
+    mem.timeline->reserve(samples);
+  }
+  int inflight = 0, peak_inflight = 0;
+
+  // Stream 0 is the rank's ops; stream j > 0 is the link rank_links_[r][j-1].
+  constexpr TimeNs kNone = std::numeric_limits<TimeNs>::max();
+  const std::vector<int>& links = rank_links_[rank];
+  const int k = static_cast<int>(links.size()) + 1;
+  head_time_.resize(k);
+  head_id_.resize(k);
+  stream_end_.resize(k);
+  TimeNs* const head_time = head_time_.data();
+  int32_t* const head_id = head_id_.data();
+  int32_t* const stream_end = stream_end_.data();
+  head_time[0] = kNone;
+  for (int j = 1; j < k; ++j) {
+    const LinkState& l = links_[links[j - 1]];
+    head_id[j] = l.first;
+    stream_end[j] = l.first + l.count;
+    head_time[j] = l.count > 0 ? events_[l.first].time : kNone;
+  }
+
+  int32_t started = 0;  // ops whose start is applied; the next one's end is head 0
+  auto start = [&](TimeNs now) {
+    const Action& a = list[started];
+    const OpCost& oc = CostOf(a);
+    if (a.kind == OpKind::kForward) peak_inflight = std::max(peak_inflight, ++inflight);
+    mem.Change(now, oc.start_act, 0, oc.workspace);
+    head_id[0] = first + started;
+    head_time[0] = events_[first + started].time;
+    ++started;
+  };
+  if (size > 0 && events_[first].parent < 0) start(0);  // started at the outset
+  while (true) {
+    int best = 0;
+    TimeNs t = head_time[0];
+    bool tie = false;
+    for (int j = 1; j < k; ++j) {
+      if (head_time[j] < t) {
+        best = j;
+        t = head_time[j];
+        tie = false;
+      } else if (head_time[j] == t) {
+        tie = true;
+      }
+    }
+    if (t == kNone) break;
+    if (tie) {  // several heads at one instant: the first processed
+      for (int j = 0; j < k; ++j) {
+        if (j != best && head_time[j] == t && TieBefore(head_id[j], head_id[best])) best = j;
+      }
+    }
+    const int32_t id = head_id[best];
+    if (best == 0) {  // an op's end
+      const Action& a = list[id - first];
+      const OpCost& oc = CostOf(a);
+      if (oc.send != 0) mem.Change(t, 0, oc.send, 0);
+      if (a.kind == OpKind::kBackward || a.kind == OpKind::kBackwardWeight) --inflight;
+      mem.Change(t, oc.end_act, oc.recv_free, -oc.workspace);
+      head_time[0] = kNone;
+      if (started < size && events_[first + started].parent == id) start(t);
+      continue;
+    }
+    const int32_t next = id + 1;
+    head_id[best] = next;
+    head_time[best] = next < stream_end[best] ? events_[next].time : kNone;
+    const Bytes bytes = costs_[events_[id].hop].output;
+    if (links_[links[best - 1]].src == rank) {  // sent from here: the send buffer is freed
+      mem.Change(t, 0, -bytes, 0);
+    } else {  // received here: held until the consuming op ends
+      mem.Change(t, 0, bytes, 0);
+      if (started < size && events_[first + started].parent == id) start(t);
+    }
+  }
+  peaks_[rank] = Peaks{mem.peak_act, mem.peak_comm, mem.peak_ws, mem.peak_total};
+  out_->per_rank[rank].peak_inflight_microbatches = peak_inflight;
+}
+
+// The op and transfer records in the order the old engine appended them:
+// ops as they started (ordered by the event that started them), transfers
+// as their producers ended.
+void Engine::RecordTimeline() {
+  const int p = sched_.num_ranks;
+  // Ops: merge the ranks' lists by the event that started each op.
+  std::vector<int32_t> pos(p, 0);
+  auto trigger = [&](int r) { return events_[op_first_[r] + pos[r]].parent; };
+  auto later = [&](int a, int b) { return Before(trigger(b), trigger(a)); };
+  std::vector<int> heap;
+  heap.reserve(p);
+  for (int r = 0; r < p; ++r) {
+    if (!sched_.actions[r].empty()) heap.push_back(r);
+  }
+  std::make_heap(heap.begin(), heap.end(), later);
+  out_->ops.reserve(num_ops_);
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), later);
+    const int r = heap.back();
+    const int32_t id = op_first_[r] + pos[r];
+    const int32_t parent = events_[id].parent;
+    const TimeNs start = parent < 0 ? 0 : events_[parent].time;
+    out_->ops.push_back(OpRecord{r, sched_.actions[r][pos[r]], start, events_[id].time});
+    if (++pos[r] < static_cast<int32_t>(sched_.actions[r].size())) {
+      std::push_heap(heap.begin(), heap.end(), later);
+    } else {
+      heap.pop_back();
+    }
+  }
+  // Transfers: merge the ranks' sending ops by their end events.
+  auto sends = [&](int r, int32_t i) { return CostOf(sched_.actions[r][i]).send != 0; };
+  auto skip = [&](int r) {
+    const int32_t size = static_cast<int32_t>(sched_.actions[r].size());
+    while (pos[r] < size && !sends(r, pos[r])) ++pos[r];
+    return pos[r] < size;
+  };
+  auto end_later = [&](int a, int b) {
+    return Before(op_first_[b] + pos[b], op_first_[a] + pos[a]);
+  };
+  std::fill(pos.begin(), pos.end(), 0);
+  for (int r = 0; r < p; ++r) {
+    if (skip(r)) heap.push_back(r);
+  }
+  std::make_heap(heap.begin(), heap.end(), end_later);
+  std::vector<int32_t> sent(links_.size(), 0);
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), end_later);
+    const int r = heap.back();
+    const Action& a = sched_.actions[r][pos[r]];
+    const TimeNs ready = events_[op_first_[r] + pos[r]].time;
+    const bool gradient = a.kind != OpKind::kForward;
+    const int dst_stage = gradient ? a.stage - 1 : a.stage + 1;
+    const int hop = gradient ? dst_stage : a.stage;
+    const int li = gradient ? bwd_link_[hop] : fwd_link_[hop];
+    const LinkState& link = links_[li];
+    const TimeNs arrive = events_[link.first + sent[li]++].time;
+    const TimeNs serial = gradient ? bwd_serial_[hop] : fwd_serial_[hop];
+    const TimeNs latency = gradient ? bwd_latency_[hop] : fwd_latency_[hop];
+    out_->transfers.push_back(TransferRecord{r, link.dst, a.stage, dst_stage, a.microbatch,
+                                             gradient, costs_[hop].output, ready,
+                                             arrive - latency - serial, arrive});
+    ++pos[r];
+    if (skip(r)) {
+      std::push_heap(heap.begin(), heap.end(), end_later);
+    } else {
+      heap.pop_back();
+    }
+  }
+}
+
 void Engine::Finish() {
   SimResult& r = *out_;
   const int p = sched_.num_ranks;
   const int k_iter = sched_.iterations;
   TimeNs span = 0;
-  for (const RankState& st : ranks_) span = std::max(span, st.last_end);
+  for (const RankState& st : ranks_) span = std::max(span, st.prev_end);
+  if (k_iter == 1) iteration_end_[0] = span;
   r.iterations_simulated = k_iter;
   r.first_iteration_ns = iteration_end_[0];
   if (k_iter > 1) {
@@ -471,13 +733,15 @@ void Engine::Finish() {
   for (int k = 0; k < p; ++k) {
     const RankState& st = ranks_[k];
     StageResult& sr = r.per_rank[k];
-    sr.memory.activations_peak = st.peak_act;
-    sr.memory.comm_buffers_peak = st.peak_comm;
-    sr.memory.workspace_peak = st.peak_ws;
+    sr.memory.activations_peak = peaks_[k].act;
+    sr.memory.comm_buffers_peak = peaks_[k].comm;
+    sr.memory.workspace_peak = peaks_[k].ws;
     const TimeNs busy = st.busy / k_iter;
     sr.busy_ns = busy;
-    sr.first_start_ns = std::max<TimeNs>(st.first_start, 0);
-    sr.last_end_ns = st.last_end;
+    // The first op's start: the time of the event that started it.
+    const int32_t first_parent = events_[op_first_[k]].parent;
+    sr.first_start_ns = first_parent < 0 ? 0 : events_[first_parent].time;
+    sr.last_end_ns = st.prev_end;
     sr.bubble_ratio = span > 0 ? 1.0 - static_cast<double>(busy) / span : 0.0;
     sr.bubble_fraction_of_ideal = busy > 0 ? static_cast<double>(span - busy) / busy : 0.0;
     sum_ratio += sr.bubble_ratio;
@@ -489,14 +753,14 @@ void Engine::Finish() {
       sr.memory.stashed_weights = (sr.weight_versions - 1) * sr.memory.weights;
     }
     sr.peak_memory_bytes = sr.memory.weights + sr.memory.stashed_weights + sr.memory.gradients +
-                           sr.memory.optimizer + st.peak_total;
+                           sr.memory.optimizer + peaks_[k].total;
     // The data-parallel group of rank k: GPU r·p + k of every replica r.
     const int d = options_.data_parallel;
     const Link& link =
         cluster_.SameNode(k, (d - 1) * p + k) ? cluster_.intra_node : cluster_.inter_node;
     sr.allreduce_ns = RingAllReduceNs(sr.memory.gradients, d, link);
     r.allreduce_ns = std::max(r.allreduce_ns, sr.allreduce_ns);
-    end = std::max(end, (k_iter > 1 ? span : st.last_end) + sr.allreduce_ns);
+    end = std::max(end, (k_iter > 1 ? span : st.prev_end) + sr.allreduce_ns);
   }
   r.bubble_ratio = sum_ratio / p;
   r.bubble_fraction_of_ideal = sum_busy > 0 ? sum_idle / sum_busy : 0.0;
