@@ -8,6 +8,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <set>
 
 namespace pipecast {
 
@@ -205,6 +206,7 @@ class Engine {
     int32_t first = 0;  // id of its first transfer
     int32_t count = 0;  // transfers sent so far
     TimeNs free = 0;    // when its last transfer stops occupying it
+    Bytes bytes = -1;   // every transfer's size when they all cross one hop, else -1
   };
   struct RankState {
     int32_t next = 0;     // next op in the list to compute
@@ -235,6 +237,8 @@ class Engine {
   void Deliver(int dst_stage, int mb, bool gradient, int32_t producer, TimeNs end);
   Status Deadlock() const;
   void SweepMemory(int rank);
+  template <int kWidth, bool kRecord>
+  void SweepRank(int rank);
   void RecordTimeline();
   void Finish();
 
@@ -265,9 +269,15 @@ class Engine {
     Bytes act = 0, comm = 0, ws = 0, total = 0;
   };
   std::vector<Peaks> peaks_;
-  // The sweep's streams: their heads (time and event) and ends.
+  // The sweep's streams: the next event of each, where it ends, whether it
+  // leaves the rank, and its transfers' size (-1: they differ, look up).
+  struct Stream {
+    int32_t next = 0, end = 0;
+    bool out = false;
+    Bytes bytes = 0;
+  };
+  std::vector<Stream> streams_;
   std::vector<TimeNs> head_time_;
-  std::vector<int32_t> head_id_, stream_end_;
 };
 
 bool Engine::TieBefore(int32_t x, int32_t y) const {
@@ -304,7 +314,7 @@ void Engine::Prepare() {
   auto link = [&](int src, int dst) {
     if (src == dst) return -1;
     auto [it, fresh] = index.try_emplace({src, dst}, static_cast<int>(links_.size()));
-    if (fresh) links_.push_back(LinkState{src, dst, 0, 0, 0});
+    if (fresh) links_.push_back(LinkState{src, dst, 0, 0, 0, -1});
     return it->second;
   };
   fwd_link_.assign(n, -1);
@@ -317,6 +327,7 @@ void Engine::Prepare() {
   // micro-batch (the schedule is complete), so each link's share of the
   // transfer ids is known up front.
   std::vector<int64_t> per_link;
+  std::vector<std::set<int>> hops;  // per link: the boundaries it carries
   for (int s = 0; s + 1 < n; ++s) {
     const int a = sched_.stage_rank[s], b = sched_.stage_rank[s + 1];
     fwd_link_[s] = link(a, b);
@@ -325,6 +336,9 @@ void Engine::Prepare() {
     per_link.resize(links_.size(), 0);
     per_link[fwd_link_[s]] += m;
     per_link[bwd_link_[s]] += m;
+    hops.resize(links_.size());
+    hops[fwd_link_[s]].insert(s);
+    hops[bwd_link_[s]].insert(s);
     // Both directions carry s's output shape: activations out, gradients back.
     fwd_serial_[s] = TransferNs(costs_[s].output, cluster_.LinkBetween(a, b).bandwidth_gbps);
     fwd_latency_[s] = cluster_.LinkBetween(a, b).LatencyNs();
@@ -336,6 +350,7 @@ void Engine::Prepare() {
   for (size_t l = 0; l < links_.size(); ++l) {
     links_[l].first = static_cast<int32_t>(next_id);
     next_id += per_link[l];
+    if (hops[l].size() == 1) links_[l].bytes = costs_[*hops[l].begin()].output;
     rank_links_[links_[l].src].push_back(static_cast<int>(l));
     rank_links_[links_[l].dst].push_back(static_cast<int>(l));
   }
@@ -526,6 +541,7 @@ Status Engine::Deadlock() const {
 }
 
 // A rank's live memory as the sweep replays its changes.
+template <bool kRecord>
 struct LiveMemory {
   Bytes act = 0, comm = 0, ws = 0;
   Bytes peak_act = 0, peak_comm = 0, peak_ws = 0, peak_total = 0;
@@ -535,16 +551,17 @@ struct LiveMemory {
     act += d_act;
     comm += d_comm;
     ws += d_ws;
-    if (d_act > 0 || d_comm > 0 || d_ws > 0) {  // peaks only move up
-      peak_act = std::max(peak_act, act);
-      peak_comm = std::max(peak_comm, comm);
-      peak_ws = std::max(peak_ws, ws);
-      peak_total = std::max(peak_total, act + comm + ws);
-    }
+    // Peaks are taken after every change that adds memory. A category's own
+    // peak can only move when that category grew (its level is otherwise at
+    // most its peak already), so only those are compared.
+    if (d_act > 0) peak_act = std::max(peak_act, act);
+    if (d_comm > 0) peak_comm = std::max(peak_comm, comm);
+    if (d_ws > 0) peak_ws = std::max(peak_ws, ws);
+    if (d_act > 0 || d_comm > 0 || d_ws > 0) peak_total = std::max(peak_total, act + comm + ws);
     // Every change is kept, several per instant included, so a high that
     // lasts zero time (an op's output allocated before its workspace is
     // freed) still shows in the timeline as it does in the peak.
-    if (timeline != nullptr) timeline->push_back(MemorySample{now, act, comm, ws});
+    if constexpr (kRecord) timeline->push_back(MemorySample{now, act, comm, ws});
   }
 };
 
@@ -556,11 +573,18 @@ struct LiveMemory {
 // earliest head by a scan of their times, and breaks ties by TieBefore().
 // An op's end is pending only once the op has started.
 void Engine::SweepMemory(int rank) {
+  options_.record_timeline ? SweepRank<0, true>(rank) : SweepRank<0, false>(rank);
+}
+
+// kWidth: streams scanned per step (unused ones never come first), or 0 for
+// as many as the rank has.
+template <int kWidth, bool kRecord>
+void Engine::SweepRank(int rank) {
   const std::vector<Action>& list = sched_.actions[rank];
   const int32_t first = op_first_[rank];
   const int32_t size = static_cast<int32_t>(list.size());
-  LiveMemory mem;
-  if (options_.record_timeline) {
+  LiveMemory<kRecord> mem;
+  if constexpr (kRecord) {
     mem.timeline = &out_->per_rank[rank].memory_timeline;
     size_t samples = 2 * static_cast<size_t>(size);
     for (int li : rank_links_[rank]) samples += links_[li].count;
@@ -572,52 +596,55 @@ void Engine::SweepMemory(int rank) {
   // Stream 0 is the rank's ops; stream j > 0 is the link rank_links_[r][j-1].
   constexpr TimeNs kNone = std::numeric_limits<TimeNs>::max();
   const std::vector<int>& links = rank_links_[rank];
-  const int k = static_cast<int>(links.size()) + 1;
-  head_time_.resize(k);
-  head_id_.resize(k);
-  stream_end_.resize(k);
+  const int k = kWidth > 0 ? kWidth : static_cast<int>(links.size()) + 1;
+  streams_.assign(k, Stream{});
+  head_time_.assign(k, kNone);
+  Stream* const streams = streams_.data();
   TimeNs* const head_time = head_time_.data();
-  int32_t* const head_id = head_id_.data();
-  int32_t* const stream_end = stream_end_.data();
-  head_time[0] = kNone;
-  for (int j = 1; j < k; ++j) {
+  for (size_t j = 1; j <= links.size(); ++j) {
     const LinkState& l = links_[links[j - 1]];
-    head_id[j] = l.first;
-    stream_end[j] = l.first + l.count;
-    head_time[j] = l.count > 0 ? events_[l.first].time : kNone;
+    streams[j] = Stream{l.first, l.first + l.count, l.src == rank, l.bytes};
+    if (l.count > 0) head_time[j] = events_[l.first].time;
   }
 
   int32_t started = 0;  // ops whose start is applied; the next one's end is head 0
-  auto start = [&](TimeNs now) {
+  // The event that starts the next op (kNoTrigger once all have started).
+  constexpr int32_t kNoTrigger = std::numeric_limits<int32_t>::min();
+  int32_t trigger = size > 0 ? events_[first].parent : kNoTrigger;
+  auto start = [&](TimeNs now) __attribute__((always_inline)) {
     const Action& a = list[started];
     const OpCost& oc = CostOf(a);
     if (a.kind == OpKind::kForward) peak_inflight = std::max(peak_inflight, ++inflight);
     mem.Change(now, oc.start_act, 0, oc.workspace);
-    head_id[0] = first + started;
-    head_time[0] = events_[first + started].time;
+    const int32_t id = first + started;
+    streams[0].next = id;
+    head_time[0] = events_[id].time;
     ++started;
+    trigger = started < size ? events_[id + 1].parent : kNoTrigger;
   };
-  if (size > 0 && events_[first].parent < 0) start(0);  // started at the outset
+  if (trigger < 0 && trigger != kNoTrigger) start(0);  // started at the outset
   while (true) {
+    // The earliest head, without branches when the width is fixed.
     int best = 0;
     TimeNs t = head_time[0];
     bool tie = false;
     for (int j = 1; j < k; ++j) {
-      if (head_time[j] < t) {
-        best = j;
-        t = head_time[j];
-        tie = false;
-      } else if (head_time[j] == t) {
-        tie = true;
-      }
+      const TimeNs h = head_time[j];
+      const bool earlier = h < t;
+      tie = !earlier && (tie || h == t);
+      t = earlier ? h : t;
+      best = earlier ? j : best;
     }
     if (t == kNone) break;
-    if (tie) {  // several heads at one instant: the first processed
+    if (tie) [[unlikely]] {  // several heads at one instant: the first processed
       for (int j = 0; j < k; ++j) {
-        if (j != best && head_time[j] == t && TieBefore(head_id[j], head_id[best])) best = j;
+        if (j != best && head_time[j] == t && TieBefore(streams[j].next, streams[best].next)) {
+          best = j;
+        }
       }
     }
-    const int32_t id = head_id[best];
+    Stream& st = streams[best];
+    const int32_t id = st.next;
     if (best == 0) {  // an op's end
       const Action& a = list[id - first];
       const OpCost& oc = CostOf(a);
@@ -625,18 +652,17 @@ void Engine::SweepMemory(int rank) {
       if (a.kind == OpKind::kBackward || a.kind == OpKind::kBackwardWeight) --inflight;
       mem.Change(t, oc.end_act, oc.recv_free, -oc.workspace);
       head_time[0] = kNone;
-      if (started < size && events_[first + started].parent == id) start(t);
+      if (trigger == id) start(t);
       continue;
     }
-    const int32_t next = id + 1;
-    head_id[best] = next;
-    head_time[best] = next < stream_end[best] ? events_[next].time : kNone;
-    const Bytes bytes = costs_[events_[id].hop].output;
-    if (links_[links[best - 1]].src == rank) {  // sent from here: the send buffer is freed
+    st.next = id + 1;
+    head_time[best] = id + 1 < st.end ? events_[id + 1].time : kNone;
+    const Bytes bytes = st.bytes >= 0 ? st.bytes : costs_[events_[id].hop].output;
+    if (st.out) {  // sent from here: the send buffer is freed
       mem.Change(t, 0, -bytes, 0);
     } else {  // received here: held until the consuming op ends
       mem.Change(t, 0, bytes, 0);
-      if (started < size && events_[first + started].parent == id) start(t);
+      if (trigger == id) start(t);
     }
   }
   peaks_[rank] = Peaks{mem.peak_act, mem.peak_comm, mem.peak_ws, mem.peak_total};
