@@ -35,8 +35,9 @@ constexpr int64_t kParametersPerLayer = 1'000'000;
 
 constexpr char kClusterPreset[] = "h100-sxm";
 
-// (pipeline ranks, micro-batches): a single node, and a large pipeline.
-constexpr std::pair<int, int> kShapes[] = {{8, 64}, {64, 1024}};
+// (pipeline ranks, micro-batches): a single node, a large pipeline, and the
+// largest one issue 8 asks for (cost per op should not grow with size).
+constexpr std::pair<int, int> kShapes[] = {{8, 64}, {64, 1024}, {128, 4096}};
 // Chunks per GPU for interleaved and looped-bfs.
 constexpr int kChunks = 2;
 

@@ -257,8 +257,13 @@ class Engine {
   // Per stage s: the link carrying s's activations to s+1 and the one
   // carrying the gradients back from s+1 (-1 when both are on one rank), and
   // their serialisation and latency.
-  std::vector<int> fwd_link_, bwd_link_;
-  std::vector<TimeNs> fwd_serial_, fwd_latency_, bwd_serial_, bwd_latency_;
+  struct HopCost {
+    int link = -1;
+    TimeNs serial = 0;
+    TimeNs latency = 0;
+  };
+  std::vector<HopCost> hops_;  // [2 * s]: forward over boundary s, [2 * s + 1]: backward
+  const HopCost& Hop(int boundary, bool gradient) const { return hops_[2 * boundary + gradient]; }
   std::vector<std::vector<int>> rank_links_;  // per rank: links into or out of it
   std::vector<RankState> ranks_;
   std::vector<int> worklist_;
@@ -317,12 +322,7 @@ void Engine::Prepare() {
     if (fresh) links_.push_back(LinkState{src, dst, 0, 0, 0, -1});
     return it->second;
   };
-  fwd_link_.assign(n, -1);
-  bwd_link_.assign(n, -1);
-  fwd_serial_.assign(n, 0);
-  fwd_latency_.assign(n, 0);
-  bwd_serial_.assign(n, 0);
-  bwd_latency_.assign(n, 0);
+  hops_.assign(2 * static_cast<size_t>(n), HopCost{});
   // Every stage boundary carries one activation and one gradient per
   // micro-batch (the schedule is complete), so each link's share of the
   // transfer ids is known up front.
@@ -330,20 +330,22 @@ void Engine::Prepare() {
   std::vector<std::set<int>> hops;  // per link: the boundaries it carries
   for (int s = 0; s + 1 < n; ++s) {
     const int a = sched_.stage_rank[s], b = sched_.stage_rank[s + 1];
-    fwd_link_[s] = link(a, b);
-    bwd_link_[s] = link(b, a);
+    HopCost& fwd = hops_[2 * s];
+    HopCost& bwd = hops_[2 * s + 1];
+    fwd.link = link(a, b);
+    bwd.link = link(b, a);
     if (a == b) continue;
     per_link.resize(links_.size(), 0);
-    per_link[fwd_link_[s]] += m;
-    per_link[bwd_link_[s]] += m;
+    per_link[fwd.link] += m;
+    per_link[bwd.link] += m;
     hops.resize(links_.size());
-    hops[fwd_link_[s]].insert(s);
-    hops[bwd_link_[s]].insert(s);
+    hops[fwd.link].insert(s);
+    hops[bwd.link].insert(s);
     // Both directions carry s's output shape: activations out, gradients back.
-    fwd_serial_[s] = TransferNs(costs_[s].output, cluster_.LinkBetween(a, b).bandwidth_gbps);
-    fwd_latency_[s] = cluster_.LinkBetween(a, b).LatencyNs();
-    bwd_serial_[s] = TransferNs(costs_[s].output, cluster_.LinkBetween(b, a).bandwidth_gbps);
-    bwd_latency_[s] = cluster_.LinkBetween(b, a).LatencyNs();
+    fwd.serial = TransferNs(costs_[s].output, cluster_.LinkBetween(a, b).bandwidth_gbps);
+    fwd.latency = cluster_.LinkBetween(a, b).LatencyNs();
+    bwd.serial = TransferNs(costs_[s].output, cluster_.LinkBetween(b, a).bandwidth_gbps);
+    bwd.latency = cluster_.LinkBetween(b, a).LatencyNs();
   }
   int64_t next_id = ops;
   rank_links_.assign(p, {});
@@ -397,21 +399,20 @@ void Engine::Prepare() {
 
 // Sends the output of op `producer` (ended at `end`) to stage `dst_stage`,
 // micro-batch `mb`, and wakes the receiving rank if it waits for it.
-inline void Engine::Deliver(int dst_stage, int mb, bool gradient, int32_t producer, TimeNs end) {
+[[gnu::always_inline]] inline void Engine::Deliver(int dst_stage, int mb, bool gradient, int32_t producer, TimeNs end) {
   Cell& c = cells_[CellIndex(dst_stage, mb)];
   const int hop = gradient ? dst_stage : dst_stage - 1;  // the boundary hop..hop+1
-  const int li = gradient ? bwd_link_[hop] : fwd_link_[hop];
-  if (li < 0) {  // same GPU: hand-over at no cost
+  const HopCost& hc = Hop(hop, gradient);
+  if (hc.link < 0) {  // same GPU: hand-over at no cost
     (gradient ? c.b_in : c.f_in) = end;
     (gradient ? c.b_in_event : c.f_in_event) = kSameRank;
     return;
   }
-  LinkState& link = links_[li];
+  LinkState& link = links_[hc.link];
   const int32_t id = link.first + link.count;
-  const TimeNs serial = gradient ? bwd_serial_[hop] : fwd_serial_[hop];
   const TimeNs start = std::max(end, link.free);
-  link.free = start + serial;
-  const TimeNs arrive = start + (gradient ? bwd_latency_[hop] : fwd_latency_[hop]) + serial;
+  link.free = start + hc.serial;
+  const TimeNs arrive = start + hc.latency + hc.serial;
   // Inserted when its producer ended, unless the previous arrival on the
   // link was still pending then: inserted when that one was processed.
   int32_t parent = producer;
@@ -450,7 +451,7 @@ void Engine::Advance(int rank) {
       if (a.stage > 0) {
         if (c.f_in == kNotYet) {
           // Waiting for an activation; one from this rank would already be here.
-          if (fwd_link_[a.stage - 1] >= 0) st.waiting_on = CellIndex(a.stage, a.microbatch) * 2;
+          if (Hop(a.stage - 1, false).link >= 0) st.waiting_on = CellIndex(a.stage, a.microbatch) * 2;
           break;
         }
         in = c.f_in;
@@ -462,7 +463,7 @@ void Engine::Advance(int rank) {
       if (!c.f_end) break;  // its F runs later on this rank: never
       if (a.stage < last) {
         if (c.b_in == kNotYet) {
-          if (bwd_link_[a.stage] >= 0) st.waiting_on = CellIndex(a.stage, a.microbatch) * 2 + 1;
+          if (Hop(a.stage, true).link >= 0) st.waiting_on = CellIndex(a.stage, a.microbatch) * 2 + 1;
           break;
         }
         in = c.b_in;
@@ -623,17 +624,34 @@ void Engine::SweepRank(int rank) {
     trigger = started < size ? events_[id + 1].parent : kNoTrigger;
   };
   if (trigger < 0 && trigger != kNoTrigger) start(0);  // started at the outset
-  while (true) {
-    // The earliest head, without branches when the width is fixed.
-    int best = 0;
-    TimeNs t = head_time[0];
-    bool tie = false;
-    for (int j = 1; j < k; ++j) {
+  // The earliest link head (scanned again only when a link advances) and
+  // whether another link head shares its time.
+  int link_best = 0;
+  TimeNs link_t = kNone;
+  bool link_tie = false;
+  auto scan_links = [&]() __attribute__((always_inline)) {
+    link_best = 0;
+    link_t = kNone;
+    link_tie = false;
+    for (int j = 1; j < k; ++j) {  // without branches
       const TimeNs h = head_time[j];
-      const bool earlier = h < t;
-      tie = !earlier && (tie || h == t);
-      t = earlier ? h : t;
-      best = earlier ? j : best;
+      const bool earlier = h < link_t;
+      link_tie = !earlier && (link_tie || h == link_t);
+      link_t = earlier ? h : link_t;
+      link_best = earlier ? j : link_best;
+    }
+  };
+  scan_links();
+  while (true) {
+    int best = link_best;
+    TimeNs t = link_t;
+    bool tie = link_tie;
+    if (head_time[0] < t) {
+      best = 0;
+      t = head_time[0];
+      tie = false;
+    } else if (head_time[0] == t) {
+      tie = true;
     }
     if (t == kNone) break;
     if (tie) [[unlikely]] {  // several heads at one instant: the first processed
@@ -657,6 +675,7 @@ void Engine::SweepRank(int rank) {
     }
     st.next = id + 1;
     head_time[best] = id + 1 < st.end ? events_[id + 1].time : kNone;
+    scan_links();
     const Bytes bytes = st.bytes >= 0 ? st.bytes : costs_[events_[id].hop].output;
     if (st.out) {  // sent from here: the send buffer is freed
       mem.Change(t, 0, -bytes, 0);
@@ -722,11 +741,12 @@ void Engine::RecordTimeline() {
     const bool gradient = a.kind != OpKind::kForward;
     const int dst_stage = gradient ? a.stage - 1 : a.stage + 1;
     const int hop = gradient ? dst_stage : a.stage;
-    const int li = gradient ? bwd_link_[hop] : fwd_link_[hop];
+    const HopCost& hc = Hop(hop, gradient);
+    const int li = hc.link;
     const LinkState& link = links_[li];
     const TimeNs arrive = events_[link.first + sent[li]++].time;
-    const TimeNs serial = gradient ? bwd_serial_[hop] : fwd_serial_[hop];
-    const TimeNs latency = gradient ? bwd_latency_[hop] : fwd_latency_[hop];
+    const TimeNs serial = hc.serial;
+    const TimeNs latency = hc.latency;
     out_->transfers.push_back(TransferRecord{r, link.dst, a.stage, dst_stage, a.microbatch,
                                              gradient, costs_[hop].output, ready,
                                              arrive - latency - serial, arrive});
