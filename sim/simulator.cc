@@ -39,7 +39,6 @@ int64_t SimResult::NumOps() const {
 
 namespace {
 
-constexpr TimeNs kNotYet = -1;
 
 // Costs of one virtual stage at the simulated micro-batch size.
 struct StageCost {
@@ -175,14 +174,10 @@ class Engine {
   Status Run();
 
  private:
-  // An op's end or a transfer's arrival. Ids: ops [0, num_ops_) numbered rank
-  // by rank in list order, then transfers link by link in send order. A
-  // parent below 0 is the start of the simulation: -1 - rank.
-  struct Event {
-    TimeNs time;
-    int32_t parent;
-    int32_t hop;  // transfers: the stage boundary hop..hop+1 it crosses
-  };
+  // Events are an op's end or a transfer's arrival. Ids: ops [0, num_ops_)
+  // numbered rank by rank in list order, then transfers link by link in send
+  // order. Each has a time and a parent, the event that inserted it; a parent
+  // below 0 is the start of the simulation: -1 - rank.
   // What an op of one (stage, kind) does, precomputed.
   struct OpCost {
     TimeNs duration = 0;
@@ -192,14 +187,16 @@ class Engine {
     Bytes send = 0;       // send buffer of its output (0: none or same rank)
     Bytes workspace = 0;
   };
-  // Per (stage, micro-batch): what the dataflow knows of its inputs.
+  // Per (stage, micro-batch), 8 bytes: the state of its activation input
+  // and F (f), and of its gradient input and B or I (b): kNotDelivered (not
+  // delivered), kHandedOver (delivered on the same rank), the arrival event
+  // (>= 0), or kDone once the op that consumes it is computed.
+  static constexpr int32_t kNotDelivered = -1;
+  static constexpr int32_t kHandedOver = -2;
+  static constexpr int32_t kDone = -3;
   struct Cell {
-    TimeNs f_in = kNotYet;  // activation available at (arrival, or producer end)
-    TimeNs b_in = kNotYet;  // gradient available at
-    int32_t f_in_event = 0; // its arrival event, or kSameRank
-    int32_t b_in_event = 0;
-    bool f_end = false;     // its F is computed
-    bool bi_end = false;    // its B or I is computed
+    int32_t f = kNotDelivered;
+    int32_t b = kNotDelivered;
   };
   struct LinkState {
     int src = 0, dst = 0;
@@ -215,7 +212,6 @@ class Engine {
     int64_t waiting_on = kNotWaiting;  // input key that would let it advance
     TimeNs busy = 0;
   };
-  static constexpr int32_t kSameRank = -1;  // an input handed over on one rank
   static constexpr int64_t kNotWaiting = -1;
 
   int64_t CellIndex(int stage, int mb) const {
@@ -230,7 +226,7 @@ class Engine {
     const TimeNs tx = TimeOf(x), ty = TimeOf(y);
     return tx != ty ? tx < ty : TieBefore(x, y);
   }
-  TimeNs TimeOf(int32_t e) const { return e < 0 ? -1 : events_[e].time; }
+  TimeNs TimeOf(int32_t e) const { return e < 0 ? -1 : time_[e]; }
 
   void Prepare();
   void Advance(int rank);
@@ -250,7 +246,9 @@ class Engine {
 
   int32_t num_ops_ = 0;
   std::vector<int32_t> op_first_;  // per rank: id of its first op
-  std::unique_ptr<Event[]> events_;
+  std::unique_ptr<TimeNs[]> time_;     // per event
+  std::unique_ptr<int32_t[]> parent_;  // per event
+  std::unique_ptr<int32_t[]> hop_;     // per transfer (id - num_ops_): the boundary it crosses
   std::vector<OpCost> op_cost_;    // per (stage, kind)
   std::vector<Cell> cells_;
   std::vector<LinkState> links_;
@@ -291,7 +289,7 @@ bool Engine::TieBefore(int32_t x, int32_t y) const {
       // The start comes first; starts in rank order (-1 - rank).
       return x < 0 && y < 0 ? x > y : x < 0;
     }
-    const int32_t px = events_[x].parent, py = events_[y].parent;
+    const int32_t px = parent_[x], py = parent_[y];
     // Siblings: an arrival is inserted before an op end.
     if (px == py) return x >= num_ops_;
     const TimeNs tx = TimeOf(px), ty = TimeOf(py);
@@ -356,7 +354,9 @@ void Engine::Prepare() {
     rank_links_[links_[l].src].push_back(static_cast<int>(l));
     rank_links_[links_[l].dst].push_back(static_cast<int>(l));
   }
-  events_.reset(new Event[next_id]);
+  time_.reset(new TimeNs[next_id]);
+  parent_.reset(new int32_t[next_id]);
+  hop_.reset(new int32_t[next_id - ops]);
 
   op_cost_.assign(static_cast<size_t>(n) * 4, OpCost{});
   for (int s = 0; s < n; ++s) {
@@ -403,9 +403,9 @@ void Engine::Prepare() {
   Cell& c = cells_[CellIndex(dst_stage, mb)];
   const int hop = gradient ? dst_stage : dst_stage - 1;  // the boundary hop..hop+1
   const HopCost& hc = Hop(hop, gradient);
+  int32_t& input = gradient ? c.b : c.f;
   if (hc.link < 0) {  // same GPU: hand-over at no cost
-    (gradient ? c.b_in : c.f_in) = end;
-    (gradient ? c.b_in_event : c.f_in_event) = kSameRank;
+    input = kHandedOver;
     return;
   }
   LinkState& link = links_[hc.link];
@@ -417,13 +417,14 @@ void Engine::Prepare() {
   // link was still pending then: inserted when that one was processed.
   int32_t parent = producer;
   if (link.count > 0) {
-    const TimeNs prev = events_[id - 1].time;
+    const TimeNs prev = time_[id - 1];
     if (prev > end || (prev == end && TieBefore(producer, id - 1))) parent = id - 1;
   }
   ++link.count;
-  events_[id] = Event{arrive, parent, hop};
-  (gradient ? c.b_in : c.f_in) = arrive;
-  (gradient ? c.b_in_event : c.f_in_event) = id;
+  time_[id] = arrive;
+  parent_[id] = parent;
+  hop_[id - num_ops_] = hop;
+  input = id;
   RankState& dst = ranks_[link.dst];
   const int64_t key = CellIndex(dst_stage, mb) * 2 + gradient;
   if (dst.waiting_on == key) {
@@ -445,54 +446,54 @@ void Engine::Advance(int rank) {
   for (; i < size; ++i) {
     const Action& a = list[i];
     Cell& c = cells_[CellIndex(a.stage, a.microbatch)];
-    TimeNs in = kNotYet;
-    int32_t in_event = kSameRank;
+    int32_t in_event = kHandedOver;  // or the arrival of its input from another rank
     if (a.kind == OpKind::kForward) {
       if (a.stage > 0) {
-        if (c.f_in == kNotYet) {
+        if (c.f == kNotDelivered) {
           // Waiting for an activation; one from this rank would already be here.
           if (Hop(a.stage - 1, false).link >= 0) st.waiting_on = CellIndex(a.stage, a.microbatch) * 2;
           break;
         }
-        in = c.f_in;
-        in_event = c.f_in_event;
+        in_event = c.f;
       }
     } else if (a.kind == OpKind::kBackwardWeight) {
-      if (!c.bi_end) break;  // its I runs later on this rank: never
+      if (c.b != kDone) break;  // its I runs later on this rank: never
     } else {
-      if (!c.f_end) break;  // its F runs later on this rank: never
+      if (c.f != kDone) break;  // its F runs later on this rank: never
       if (a.stage < last) {
-        if (c.b_in == kNotYet) {
+        if (c.b == kNotDelivered) {
           if (Hop(a.stage, true).link >= 0) st.waiting_on = CellIndex(a.stage, a.microbatch) * 2 + 1;
           break;
         }
-        in = c.b_in;
-        in_event = c.b_in_event;
+        in_event = c.b;
       }
     }
     // It starts when the later of its rank's previous op and its input is
     // processed; a hand-over on one rank came no later than the previous op.
     TimeNs start = prev_end;
     int32_t parent = prev;
-    if (in_event != kSameRank &&
-        (in > prev_end || (in == prev_end && TieBefore(prev, in_event)))) {
-      start = in;
-      parent = in_event;
+    if (in_event >= 0) {
+      const TimeNs in = time_[in_event];
+      if (in > prev_end || (in == prev_end && TieBefore(prev, in_event))) {
+        start = in;
+        parent = in_event;
+      }
     }
     const OpCost& oc = CostOf(a);
     const TimeNs end = start + oc.duration;
     busy += oc.duration;
     const int32_t id = op_first_[rank] + i;
-    events_[id] = Event{end, parent, 0};
+    time_[id] = end;
+    parent_[id] = parent;
     if (sched_.iterations > 1) {
       TimeNs& iter_end = iteration_end_[a.microbatch / mb_per_iteration_];
       iter_end = std::max(iter_end, end);
     }
     if (a.kind == OpKind::kForward) {
-      c.f_end = true;
+      c.f = kDone;
       if (a.stage < last) Deliver(a.stage + 1, a.microbatch, false, id, end);
     } else if (a.kind != OpKind::kBackwardWeight) {
-      c.bi_end = true;
+      c.b = kDone;
       if (a.stage > 0) Deliver(a.stage - 1, a.microbatch, true, id, end);
     }
     prev = id;
@@ -605,13 +606,13 @@ void Engine::SweepRank(int rank) {
   for (size_t j = 1; j <= links.size(); ++j) {
     const LinkState& l = links_[links[j - 1]];
     streams[j] = Stream{l.first, l.first + l.count, l.src == rank, l.bytes};
-    if (l.count > 0) head_time[j] = events_[l.first].time;
+    if (l.count > 0) head_time[j] = time_[l.first];
   }
 
   int32_t started = 0;  // ops whose start is applied; the next one's end is head 0
   // The event that starts the next op (kNoTrigger once all have started).
   constexpr int32_t kNoTrigger = std::numeric_limits<int32_t>::min();
-  int32_t trigger = size > 0 ? events_[first].parent : kNoTrigger;
+  int32_t trigger = size > 0 ? parent_[first] : kNoTrigger;
   auto start = [&](TimeNs now) __attribute__((always_inline)) {
     const Action& a = list[started];
     const OpCost& oc = CostOf(a);
@@ -619,9 +620,9 @@ void Engine::SweepRank(int rank) {
     mem.Change(now, oc.start_act, 0, oc.workspace);
     const int32_t id = first + started;
     streams[0].next = id;
-    head_time[0] = events_[id].time;
+    head_time[0] = time_[id];
     ++started;
-    trigger = started < size ? events_[id + 1].parent : kNoTrigger;
+    trigger = started < size ? parent_[id + 1] : kNoTrigger;
   };
   if (trigger < 0 && trigger != kNoTrigger) start(0);  // started at the outset
   // The earliest link head (scanned again only when a link advances) and
@@ -674,9 +675,9 @@ void Engine::SweepRank(int rank) {
       continue;
     }
     st.next = id + 1;
-    head_time[best] = id + 1 < st.end ? events_[id + 1].time : kNone;
+    head_time[best] = id + 1 < st.end ? time_[id + 1] : kNone;
     scan_links();
-    const Bytes bytes = st.bytes >= 0 ? st.bytes : costs_[events_[id].hop].output;
+    const Bytes bytes = st.bytes >= 0 ? st.bytes : costs_[hop_[id - num_ops_]].output;
     if (st.out) {  // sent from here: the send buffer is freed
       mem.Change(t, 0, -bytes, 0);
     } else {  // received here: held until the consuming op ends
@@ -695,7 +696,7 @@ void Engine::RecordTimeline() {
   const int p = sched_.num_ranks;
   // Ops: merge the ranks' lists by the event that started each op.
   std::vector<int32_t> pos(p, 0);
-  auto trigger = [&](int r) { return events_[op_first_[r] + pos[r]].parent; };
+  auto trigger = [&](int r) { return parent_[op_first_[r] + pos[r]]; };
   auto later = [&](int a, int b) { return Before(trigger(b), trigger(a)); };
   std::vector<int> heap;
   heap.reserve(p);
@@ -708,9 +709,9 @@ void Engine::RecordTimeline() {
     std::pop_heap(heap.begin(), heap.end(), later);
     const int r = heap.back();
     const int32_t id = op_first_[r] + pos[r];
-    const int32_t parent = events_[id].parent;
-    const TimeNs start = parent < 0 ? 0 : events_[parent].time;
-    out_->ops.push_back(OpRecord{r, sched_.actions[r][pos[r]], start, events_[id].time});
+    const int32_t parent = parent_[id];
+    const TimeNs start = parent < 0 ? 0 : time_[parent];
+    out_->ops.push_back(OpRecord{r, sched_.actions[r][pos[r]], start, time_[id]});
     if (++pos[r] < static_cast<int32_t>(sched_.actions[r].size())) {
       std::push_heap(heap.begin(), heap.end(), later);
     } else {
@@ -737,14 +738,14 @@ void Engine::RecordTimeline() {
     std::pop_heap(heap.begin(), heap.end(), end_later);
     const int r = heap.back();
     const Action& a = sched_.actions[r][pos[r]];
-    const TimeNs ready = events_[op_first_[r] + pos[r]].time;
+    const TimeNs ready = time_[op_first_[r] + pos[r]];
     const bool gradient = a.kind != OpKind::kForward;
     const int dst_stage = gradient ? a.stage - 1 : a.stage + 1;
     const int hop = gradient ? dst_stage : a.stage;
     const HopCost& hc = Hop(hop, gradient);
     const int li = hc.link;
     const LinkState& link = links_[li];
-    const TimeNs arrive = events_[link.first + sent[li]++].time;
+    const TimeNs arrive = time_[link.first + sent[li]++];
     const TimeNs serial = hc.serial;
     const TimeNs latency = hc.latency;
     out_->transfers.push_back(TransferRecord{r, link.dst, a.stage, dst_stage, a.microbatch,
@@ -785,8 +786,8 @@ void Engine::Finish() {
     const TimeNs busy = st.busy / k_iter;
     sr.busy_ns = busy;
     // The first op's start: the time of the event that started it.
-    const int32_t first_parent = events_[op_first_[k]].parent;
-    sr.first_start_ns = first_parent < 0 ? 0 : events_[first_parent].time;
+    const int32_t first_parent = parent_[op_first_[k]];
+    sr.first_start_ns = first_parent < 0 ? 0 : time_[first_parent];
     sr.last_end_ns = st.prev_end;
     sr.bubble_ratio = span > 0 ? 1.0 - static_cast<double>(busy) / span : 0.0;
     sr.bubble_fraction_of_ideal = busy > 0 ? static_cast<double>(span - busy) / busy : 0.0;
