@@ -5,10 +5,18 @@
 //
 // The model is synthetic: 2 identical layers per stage, one profile at
 // micro-batch size 1. The cluster is the h100-sxm preset, so pipelines past
-// 8 GPUs cross nodes. items_per_second in the output is compute ops per second
-// (Schedule::NumActions() per simulated iteration).
+// 8 GPUs cross nodes. items_per_second in the output is compute ops per second:
+// Schedule::NumActions(), the F, B, I and W actions of all ranks (for
+// PipeDream, of all 4 simulated iterations), per Simulate() call; transfers
+// and other events are not counted.
 //
 //   build/bench/sim_bench --benchmark_min_time=0.2   (or scripts/bench.sh)
+//   build/bench/sim_bench --benchmark_filter='/p:64/.*timeline:off'
+//
+// Instructions per op (steadier than time on a shared machine), e.g.:
+//   valgrind --tool=callgrind --toggle-collect='pipecast::Simulate*' \
+//     build/bench/sim_bench --benchmark_filter='1f1b/p:64/.*off' --benchmark_min_time=0.01
+// then divide the collected Ir by ops x calls (callgrind_annotate --inclusive=yes).
 #include <benchmark/benchmark.h>
 
 #include <string>

@@ -281,6 +281,7 @@ class Engine {
   };
   std::vector<Stream> streams_;
   std::vector<TimeNs> head_time_;
+  std::vector<int> order_;
 };
 
 bool Engine::TieBefore(int32_t x, int32_t y) const {
@@ -625,43 +626,34 @@ void Engine::SweepRank(int rank) {
     trigger = started < size ? parent_[id + 1] : kNoTrigger;
   };
   if (trigger < 0 && trigger != kNoTrigger) start(0);  // started at the outset
-  // The earliest link head (scanned again only when a link advances) and
-  // whether another link head shares its time.
-  int link_best = 0;
-  TimeNs link_t = kNone;
-  bool link_tie = false;
-  auto scan_links = [&]() __attribute__((always_inline)) {
-    link_best = 0;
-    link_t = kNone;
-    link_tie = false;
-    for (int j = 1; j < k; ++j) {  // without branches
-      const TimeNs h = head_time[j];
-      const bool earlier = h < link_t;
-      link_tie = !earlier && (link_tie || h == link_t);
-      link_t = earlier ? h : link_t;
-      link_best = earlier ? j : link_best;
-    }
+  // The links with arrivals left, in the processing order of their heads:
+  // a link that advances sinks back into place (usually to the end, as the
+  // links take turns), so the earliest is always first.
+  order_.resize(k);
+  int* const order = order_.data();
+  int n = 0;
+  auto head_before = [&](int x, int y) __attribute__((always_inline)) {
+    return head_time[x] < head_time[y] ||
+           (head_time[x] == head_time[y] && TieBefore(streams[x].next, streams[y].next));
   };
-  scan_links();
+  for (int j = 1; j < k; ++j) {
+    if (head_time[j] == kNone) continue;
+    int pos = n++;
+    while (pos > 0 && head_before(j, order[pos - 1])) {
+      order[pos] = order[pos - 1];
+      --pos;
+    }
+    order[pos] = j;
+  }
   while (true) {
-    int best = link_best;
-    TimeNs t = link_t;
-    bool tie = link_tie;
-    if (head_time[0] < t) {
+    int best = n > 0 ? order[0] : 0;
+    TimeNs t = head_time[best];
+    const TimeNs own = head_time[0];
+    if (own < t || (own == t && best != 0 && TieBefore(streams[0].next, streams[best].next))) {
       best = 0;
-      t = head_time[0];
-      tie = false;
-    } else if (head_time[0] == t) {
-      tie = true;
+      t = own;
     }
     if (t == kNone) break;
-    if (tie) [[unlikely]] {  // several heads at one instant: the first processed
-      for (int j = 0; j < k; ++j) {
-        if (j != best && head_time[j] == t && TieBefore(streams[j].next, streams[best].next)) {
-          best = j;
-        }
-      }
-    }
     Stream& st = streams[best];
     const int32_t id = st.next;
     if (best == 0) {  // an op's end
@@ -675,8 +667,19 @@ void Engine::SweepRank(int rank) {
       continue;
     }
     st.next = id + 1;
-    head_time[best] = id + 1 < st.end ? time_[id + 1] : kNone;
-    scan_links();
+    if (id + 1 < st.end) {
+      head_time[best] = time_[id + 1];
+      int pos = 0;
+      while (pos + 1 < n && head_before(order[pos + 1], best)) {
+        order[pos] = order[pos + 1];
+        ++pos;
+      }
+      order[pos] = best;
+    } else {  // this link is done
+      head_time[best] = kNone;
+      --n;
+      for (int pos = 0; pos < n; ++pos) order[pos] = order[pos + 1];
+    }
     const Bytes bytes = st.bytes >= 0 ? st.bytes : costs_[hop_[id - num_ops_]].output;
     if (st.out) {  // sent from here: the send buffer is freed
       mem.Change(t, 0, -bytes, 0);
