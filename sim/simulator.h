@@ -26,9 +26,12 @@
 // step. Replicas are identical; one is simulated. Replica r's rank k sits on
 // GPU r·ranks + k.
 //
-// Time is integer ns; ties in the event queue break by insertion order, so the
-// same input gives the same output, bit for bit. A Simulator holds no globals;
-// Simulate() is a pure function and is safe to call from several threads.
+// Time is integer ns; events (op ends, transfer arrivals) are ordered by
+// (time, insertion order) as in a discrete-event loop, so the same input gives
+// the same output, bit for bit. The engine computes that order by a dataflow
+// replay, without an event queue (docs/simulator.md, section 4). A Simulator
+// holds no globals; Simulate() is a pure function and is safe to call from
+// several threads.
 #ifndef PIPECAST_SIM_SIMULATOR_H_
 #define PIPECAST_SIM_SIMULATOR_H_
 
