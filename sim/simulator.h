@@ -26,12 +26,9 @@
 // step. Replicas are identical; one is simulated. Replica r's rank k sits on
 // GPU r·ranks + k.
 //
-// Time is integer ns; events (op ends, transfer arrivals) are ordered by
-// (time, insertion order) as in a discrete-event loop, so the same input gives
-// the same output, bit for bit. The engine computes that order by a dataflow
-// replay, without an event queue (docs/simulator.md, section 4). A Simulator
-// holds no globals; Simulate() is a pure function and is safe to call from
-// several threads.
+// Time is integer ns; events tie-break by (time, insertion order), computed by a dataflow replay
+// (docs/simulator.md section 4), so the same input gives the same output, bit for bit. No globals;
+// Simulate() is a pure function and is safe to call from several threads.
 #ifndef PIPECAST_SIM_SIMULATOR_H_
 #define PIPECAST_SIM_SIMULATOR_H_
 
