@@ -507,6 +507,16 @@ void Engine::Advance(int rank) {
 }
 
 Status Engine::Run() {
+  // Events are numbered with 32-bit ids: ops, plus at most one activation
+  // and one gradient transfer per (stage boundary, micro-batch).
+  const int64_t events = sched_.NumActions() + 2 * int64_t{sched_.num_stages - 1} *
+                                                   sched_.num_microbatches;
+  if (events >= std::numeric_limits<int32_t>::max()) {
+    return Status::InvalidArgument(fmt::format(
+        "schedule '{}' has {} ops and transfers: the simulator handles fewer than 2^31; use "
+        "fewer micro-batches or stages",
+        sched_.name, events));
+  }
   Prepare();
   const int p = sched_.num_ranks;
   worklist_.reserve(p);
