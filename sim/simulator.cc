@@ -226,7 +226,7 @@ class Engine {
     const TimeNs tx = TimeOf(x), ty = TimeOf(y);
     return tx != ty ? tx < ty : TieBefore(x, y);
   }
-  TimeNs TimeOf(int32_t e) const { return e < 0 ? -1 : time_[e]; }
+  TimeNs TimeOf(int32_t e) const { return e < 0 ? -1 : ev_[e].time; }
 
   void Prepare();
   void Advance(int rank);
@@ -246,9 +246,12 @@ class Engine {
 
   int32_t num_ops_ = 0;
   std::vector<int32_t> op_first_;  // per rank: id of its first op
-  std::unique_ptr<TimeNs[]> time_;     // per event
-  std::unique_ptr<int32_t[]> parent_;  // per event
-  std::unique_ptr<int32_t[]> hop_;     // per transfer (id - num_ops_): the boundary it crosses
+  struct Event {
+    TimeNs time;
+    int32_t parent;
+    int32_t hop;  // transfers on a link with several sizes: the boundary crossed
+  };
+  std::unique_ptr<Event[]> ev_;  // per event, one cache line holds four
   std::vector<OpCost> op_cost_;    // per (stage, kind)
   std::vector<Cell> cells_;
   std::vector<LinkState> links_;
@@ -290,7 +293,7 @@ bool Engine::TieBefore(int32_t x, int32_t y) const {
       // The start comes first; starts in rank order (-1 - rank).
       return x < 0 && y < 0 ? x > y : x < 0;
     }
-    const int32_t px = parent_[x], py = parent_[y];
+    const int32_t px = ev_[x].parent, py = ev_[y].parent;
     // Siblings: an arrival is inserted before an op end.
     if (px == py) return x >= num_ops_;
     const TimeNs tx = TimeOf(px), ty = TimeOf(py);
@@ -355,9 +358,7 @@ void Engine::Prepare() {
     rank_links_[links_[l].src].push_back(static_cast<int>(l));
     rank_links_[links_[l].dst].push_back(static_cast<int>(l));
   }
-  time_.reset(new TimeNs[next_id]);
-  parent_.reset(new int32_t[next_id]);
-  hop_.reset(new int32_t[next_id - ops]);
+  ev_.reset(new Event[next_id]);
 
   op_cost_.assign(static_cast<size_t>(n) * 4, OpCost{});
   for (int s = 0; s < n; ++s) {
@@ -418,13 +419,11 @@ void Engine::Prepare() {
   // link was still pending then: inserted when that one was processed.
   int32_t parent = producer;
   if (link.count > 0) {
-    const TimeNs prev = time_[id - 1];
+    const TimeNs prev = ev_[id - 1].time;
     if (prev > end || (prev == end && TieBefore(producer, id - 1))) parent = id - 1;
   }
   ++link.count;
-  time_[id] = arrive;
-  parent_[id] = parent;
-  hop_[id - num_ops_] = hop;
+  ev_[id] = Event{arrive, parent, hop};
   input = id;
   RankState& dst = ranks_[link.dst];
   const int64_t key = CellIndex(dst_stage, mb) * 2 + gradient;
@@ -474,7 +473,7 @@ void Engine::Advance(int rank) {
     TimeNs start = prev_end;
     int32_t parent = prev;
     if (in_event >= 0) {
-      const TimeNs in = time_[in_event];
+      const TimeNs in = ev_[in_event].time;
       if (in > prev_end || (in == prev_end && TieBefore(prev, in_event))) {
         start = in;
         parent = in_event;
@@ -484,8 +483,8 @@ void Engine::Advance(int rank) {
     const TimeNs end = start + oc.duration;
     busy += oc.duration;
     const int32_t id = op_first_[rank] + i;
-    time_[id] = end;
-    parent_[id] = parent;
+    ev_[id].time = end;
+    ev_[id].parent = parent;
     if (sched_.iterations > 1) {
       TimeNs& iter_end = iteration_end_[a.microbatch / mb_per_iteration_];
       iter_end = std::max(iter_end, end);
@@ -617,13 +616,13 @@ void Engine::SweepRank(int rank) {
   for (size_t j = 1; j <= links.size(); ++j) {
     const LinkState& l = links_[links[j - 1]];
     streams[j] = Stream{l.first, l.first + l.count, l.src == rank, l.bytes};
-    if (l.count > 0) head_time[j] = time_[l.first];
+    if (l.count > 0) head_time[j] = ev_[l.first].time;
   }
 
   int32_t started = 0;  // ops whose start is applied; the next one's end is head 0
   // The event that starts the next op (kNoTrigger once all have started).
   constexpr int32_t kNoTrigger = std::numeric_limits<int32_t>::min();
-  int32_t trigger = size > 0 ? parent_[first] : kNoTrigger;
+  int32_t trigger = size > 0 ? ev_[first].parent : kNoTrigger;
   auto start = [&](TimeNs now) __attribute__((always_inline)) {
     const Action& a = list[started];
     const OpCost& oc = CostOf(a);
@@ -631,9 +630,9 @@ void Engine::SweepRank(int rank) {
     mem.Change(now, oc.start_act, 0, oc.workspace);
     const int32_t id = first + started;
     streams[0].next = id;
-    head_time[0] = time_[id];
+    head_time[0] = ev_[id].time;
     ++started;
-    trigger = started < size ? parent_[id + 1] : kNoTrigger;
+    trigger = started < size ? ev_[id + 1].parent : kNoTrigger;
   };
   if (trigger < 0 && trigger != kNoTrigger) start(0);  // started at the outset
   // The links with arrivals left, in the processing order of their heads:
@@ -678,7 +677,7 @@ void Engine::SweepRank(int rank) {
     }
     st.next = id + 1;
     if (id + 1 < st.end) {
-      head_time[best] = time_[id + 1];
+      head_time[best] = ev_[id + 1].time;
       int pos = 0;
       while (pos + 1 < n && head_before(order[pos + 1], best)) {
         order[pos] = order[pos + 1];
@@ -690,7 +689,7 @@ void Engine::SweepRank(int rank) {
       --n;
       for (int pos = 0; pos < n; ++pos) order[pos] = order[pos + 1];
     }
-    const Bytes bytes = st.bytes >= 0 ? st.bytes : costs_[hop_[id - num_ops_]].output;
+    const Bytes bytes = st.bytes >= 0 ? st.bytes : costs_[ev_[id].hop].output;
     if (st.out) {  // sent from here: the send buffer is freed
       mem.Change(t, 0, -bytes, 0);
     } else {  // received here: held until the consuming op ends
@@ -709,7 +708,7 @@ void Engine::RecordTimeline() {
   const int p = sched_.num_ranks;
   // Ops: merge the ranks' lists by the event that started each op.
   std::vector<int32_t> pos(p, 0);
-  auto trigger = [&](int r) { return parent_[op_first_[r] + pos[r]]; };
+  auto trigger = [&](int r) { return ev_[op_first_[r] + pos[r]].parent; };
   auto later = [&](int a, int b) { return Before(trigger(b), trigger(a)); };
   std::vector<int> heap;
   heap.reserve(p);
@@ -722,9 +721,9 @@ void Engine::RecordTimeline() {
     std::pop_heap(heap.begin(), heap.end(), later);
     const int r = heap.back();
     const int32_t id = op_first_[r] + pos[r];
-    const int32_t parent = parent_[id];
-    const TimeNs start = parent < 0 ? 0 : time_[parent];
-    out_->ops.push_back(OpRecord{r, sched_.actions[r][pos[r]], start, time_[id]});
+    const int32_t parent = ev_[id].parent;
+    const TimeNs start = parent < 0 ? 0 : ev_[parent].time;
+    out_->ops.push_back(OpRecord{r, sched_.actions[r][pos[r]], start, ev_[id].time});
     if (++pos[r] < static_cast<int32_t>(sched_.actions[r].size())) {
       std::push_heap(heap.begin(), heap.end(), later);
     } else {
@@ -751,14 +750,14 @@ void Engine::RecordTimeline() {
     std::pop_heap(heap.begin(), heap.end(), end_later);
     const int r = heap.back();
     const Action& a = sched_.actions[r][pos[r]];
-    const TimeNs ready = time_[op_first_[r] + pos[r]];
+    const TimeNs ready = ev_[op_first_[r] + pos[r]].time;
     const bool gradient = a.kind != OpKind::kForward;
     const int dst_stage = gradient ? a.stage - 1 : a.stage + 1;
     const int hop = gradient ? dst_stage : a.stage;
     const HopCost& hc = Hop(hop, gradient);
     const int li = hc.link;
     const LinkState& link = links_[li];
-    const TimeNs arrive = time_[link.first + sent[li]++];
+    const TimeNs arrive = ev_[link.first + sent[li]++].time;
     const TimeNs serial = hc.serial;
     const TimeNs latency = hc.latency;
     out_->transfers.push_back(TransferRecord{r, link.dst, a.stage, dst_stage, a.microbatch,
@@ -799,8 +798,8 @@ void Engine::Finish() {
     const TimeNs busy = st.busy / k_iter;
     sr.busy_ns = busy;
     // The first op's start: the time of the event that started it.
-    const int32_t first_parent = parent_[op_first_[k]];
-    sr.first_start_ns = first_parent < 0 ? 0 : time_[first_parent];
+    const int32_t first_parent = ev_[op_first_[k]].parent;
+    sr.first_start_ns = first_parent < 0 ? 0 : ev_[first_parent].time;
     sr.last_end_ns = st.prev_end;
     sr.bubble_ratio = span > 0 ? 1.0 - static_cast<double>(busy) / span : 0.0;
     sr.bubble_fraction_of_ideal = busy > 0 ? static_cast<double>(span - busy) / busy : 0.0;
