@@ -288,7 +288,8 @@ TEST_P(SimulatorEquivalenceGrid, SameResultsAsTheReference) {
       UsesChunks(kind) ? std::vector<int>{1, 2, 3} : std::vector<int>{1};
   for (int v : chunk_counts) {
     for (int p : {1, 2, 3, 4, 5, 8}) {
-      for (int m : {1, 2, 3, 4, 5, 8, 12}) {
+      for (int m : {1, 2, 3, 4, 5, 8}) {
+        if (v == 3 && p > 4) continue;  // keeps the test short; v=2 covers the large p
         Result<Schedule> sched = MakeSchedule(kind, p, m, v);
         if (!sched.ok()) continue;  // e.g. interleaved needs m a multiple of p
         for (int variant = 0; variant < 4; ++variant, ++config) {
