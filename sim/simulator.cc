@@ -401,7 +401,8 @@ void Engine::Prepare() {
 
 // Sends the output of op `producer` (ended at `end`) to stage `dst_stage`,
 // micro-batch `mb`, and wakes the receiving rank if it waits for it.
-[[gnu::always_inline]] inline void Engine::Deliver(int dst_stage, int mb, bool gradient, int32_t producer, TimeNs end) {
+[[gnu::always_inline]] inline void Engine::Deliver(int dst_stage, int mb, bool gradient,
+                                                   int32_t producer, TimeNs end) {
   Cell& c = cells_[CellIndex(dst_stage, mb)];
   const int hop = gradient ? dst_stage : dst_stage - 1;  // the boundary hop..hop+1
   const HopCost& hc = Hop(hop, gradient);
@@ -451,7 +452,9 @@ void Engine::Advance(int rank) {
       if (a.stage > 0) {
         if (c.f == kNotDelivered) {
           // Waiting for an activation; one from this rank would already be here.
-          if (Hop(a.stage - 1, false).link >= 0) st.waiting_on = CellIndex(a.stage, a.microbatch) * 2;
+          if (Hop(a.stage - 1, false).link >= 0) {
+            st.waiting_on = CellIndex(a.stage, a.microbatch) * 2;
+          }
           break;
         }
         in_event = c.f;
@@ -462,7 +465,9 @@ void Engine::Advance(int rank) {
       if (c.f != kDone) break;  // its F runs later on this rank: never
       if (a.stage < last) {
         if (c.b == kNotDelivered) {
-          if (Hop(a.stage, true).link >= 0) st.waiting_on = CellIndex(a.stage, a.microbatch) * 2 + 1;
+          if (Hop(a.stage, true).link >= 0) {  // else handed over here: never
+            st.waiting_on = CellIndex(a.stage, a.microbatch) * 2 + 1;
+          }
           break;
         }
         in_event = c.b;
