@@ -1,15 +1,19 @@
 // The error catalogue (issue 8, docs/errors.md): one table of bad inputs
 // across the tools, each run through the real binary as a user runs it, with
 // the exact exit code and a fragment of the message it must print. Every row
-// is its own test (ErrorCatalogue/Case.Run/<name>). A row says which files to
+// is its own test (Case/ErrorCatalogue.Run/<name>). A row says which files to
 // write into a fresh folder and the command line; `{dir}` in the command is
 // that folder and `{ex}` the repository's examples/ folder.
 //
 // Exit codes (DESIGN section 7): 1 bad input or failure, 2 usage, 4 no plan.
 //
-// The validator: when tools/validator exists (another helper builds it), add
-// its rows here with tool = kValidator and a PIPECAST_VALIDATOR_BIN
-// definition in tests/CMakeLists.txt. (Placeholder: no validator rows yet.)
+// VALIDATOR (placeholder): the validator tool (validate/) is being built
+// elsewhere and is not referenced here yet. When it lands: add kValidator to
+// Tool and Binary(), PIPECAST_VALIDATOR_BIN="$<TARGET_FILE:validator>" and
+// add_dependencies(... validator) in tests/CMakeLists.txt, and rows in the
+// "validator" section at the end of Catalogue() (bad plan.json, tolerance
+// out of range, unknown backend, unwritable --out), plus the same rows in
+// docs/errors.md.
 //
 // Writes that fail (a missing folder, a path that is a folder, a read-only
 // folder) are rows too, and every such row also checks that the folder holds
@@ -359,6 +363,7 @@ std::vector<Case> Catalogue() {
                "{dir}/missing/m.json",
                1, "cannot write '{dir}/missing/m.json': No such file or directory",
                After::kNoOutputs));
+  // --- validator: rows go here once the tool exists (see the top of the file).
   return c;
 }
 
