@@ -68,12 +68,17 @@ for t in "${targets[@]}"; do
   fi
 
   log "${t}: fuzzing for ${seconds}s (seeds fuzz/corpus/${t}/, new inputs in ${work}/)"
-  # libFuzzer's own limit on the whole run, and a hard one in case it hangs.
+  # libFuzzer's own limit on the whole run, and a hard one in case it hangs
+  # (generous: loading a large build-fuzz/corpus on a busy machine is slow).
   rc=0
-  timeout --kill-after=30 "$((seconds + 60))" \
+  timeout --kill-after=30 "$((2 * seconds + 300))" \
     "${bin}" "${common[@]}" -max_total_time="${seconds}" -print_final_stats=1 \
     "${work}" "fuzz/corpus/${t}" >"${build_dir}/${t}.log" 2>&1 || rc=$?
-  if ((rc != 0)); then
+  if ((rc == 124 || rc == 137)); then
+    log "${t}: FAILED: libFuzzer did not stop within $((2 * seconds + 300))s; log ${build_dir}/${t}.log"
+    tail -n 40 "${build_dir}/${t}.log" >&2
+    failed+=("${t} (did not stop)")
+  elif ((rc != 0)); then
     log "${t}: FAILED (exit ${rc}); input in ${artifacts}, log ${build_dir}/${t}.log"
     tail -n 40 "${build_dir}/${t}.log" >&2
     failed+=("${t}")
