@@ -318,8 +318,11 @@ Status ReadActions(const Reader& r, const json& root, PlanFile* plan) {
   Result<Schedule> schedule = ParseScheduleText(text, "\x01");
   if (!schedule.ok()) {
     std::string msg = schedule.status().message();
-    if (msg.rfind("\x01:", 0) == 0) {
-      size_t end = msg.find(':', 2);
+    // "\x01:<line>: ..." names a line; "\x01: ..." the whole text (found by
+    // fuzzing: the second form once threw out_of_range here).
+    const size_t end = msg.find(':', 2);
+    if (msg.rfind("\x01:", 0) == 0 && msg.size() > 2 && msg[2] >= '0' && msg[2] <= '9' &&
+        end != std::string::npos) {
       int line = std::atoi(msg.substr(2, end - 2).c_str());
       msg = fmt::format("actions[{}]{}", line - 1, msg.substr(end));
     } else if (msg.rfind("\x01", 0) == 0) {

@@ -161,6 +161,17 @@ Result<Schedule> MakeSchedule(ScheduleKind kind, int num_ranks, int num_microbat
         "looped-bfs take more",
         chunks, ScheduleKindName(kind)));
   }
+  // A bound far past real pipelines (1024 stages x 8192 micro-batches) that
+  // keeps the action lists, and the simulation of them, finite: without it
+  // --microbatches 100000000 ran out of memory or ran for hours (issue 8).
+  constexpr int64_t kMaxScheduleCells = int64_t{1} << 23;
+  const int64_t stages = int64_t{num_ranks} * chunks;
+  if (stages * num_microbatches > kMaxScheduleCells) {
+    return Status::InvalidArgument(fmt::format(
+        "{} stages x {} micro-batches = {} (stage, micro-batch) pairs is over the limit of "
+        "2^23 ({}): use fewer micro-batches or stages",
+        stages, num_microbatches, stages * num_microbatches, kMaxScheduleCells));
+  }
   Schedule s;
   s.name = ScheduleKindName(kind);
   s.num_ranks = num_ranks;
@@ -209,6 +220,15 @@ Status ValidateSchedule(const Schedule& s) {
     return Status::InvalidArgument(fmt::format(
         "schedule '{}' has {} ranks, {} stages and {} micro-batches: each must be at least 1",
         s.name, s.num_ranks, s.num_stages, s.num_microbatches));
+  }
+  // Asynchronous schedules number micro-batches across iterations: each
+  // iteration must hold a whole, equal share (found by fuzzing: 1 micro-batch
+  // over 3 iterations divided by zero in the simulator).
+  if (s.iterations < 1 || s.num_microbatches % s.iterations != 0) {
+    return Status::InvalidArgument(fmt::format(
+        "schedule '{}' spreads {} micro-batches over {} iterations: expected at least 1 "
+        "iteration and the same whole number of micro-batches in each",
+        s.name, s.num_microbatches, s.iterations));
   }
   if (static_cast<int>(s.actions.size()) != s.num_ranks ||
       static_cast<int>(s.stage_rank.size()) != s.num_stages) {

@@ -27,6 +27,7 @@
 #include "sim/memory.h"
 #include "sim/plan.h"
 #include "sim/schedule.h"
+#include "sim/tools/flag_checks.h"
 #include "sim/trace.h"
 
 namespace pipecast {
@@ -211,7 +212,8 @@ int Run(const Flags& flags) {
   if (!report.ok()) return Fail(report.status());
   if (!cluster_note.empty()) report->notes.push_back(cluster_note);
   fmt::print(stderr, "planner: {} configurations, {} simulated, {}\n", report->enumerated,
-             report->simulated, report->Feasible() ? "a plan was chosen" : "none fits in memory");
+             report->simulated, report->Feasible() ? "a plan was chosen"
+                                          : "none can run (the report says why)");
 
   std::string gantt;
   std::optional<ChosenReplay> replay;
@@ -273,7 +275,7 @@ int main(int argc, char** argv) {
                  "preset (ideal, a100-80gb, h100-sxm, h200) or cluster JSON file (default: the "
                  "model's device if it is a preset, else ideal)");
   app.add_option("--memory-gb", f.memory_gb, "override the GPU memory, in GiB (0 = unlimited)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(pipecast::FiniteRange(pipecast::kMaxMemoryGiB, "GiB"));
   std::string kinds;
   for (pipecast::ScheduleKind k : pipecast::BuiltinScheduleKinds()) {
     kinds += (kinds.empty() ? "" : ", ") + std::string(pipecast::ScheduleKindName(k));
@@ -299,7 +301,7 @@ int main(int argc, char** argv) {
   app.add_option("--threads", f.threads, "simulation threads (0 = every core)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--optimizer-step-us", f.optimizer_step_us, "optimizer step time, in us")
-      ->check(CLI::NonNegativeNumber);
+      ->check(pipecast::FiniteRange(pipecast::kMaxStepUs, "microseconds"));
   app.add_option("--precision", f.precision, "training precision, for bytes per parameter: bf16, fp16 (mixed) or fp32 (docs/simulator.md)")->capture_default_str();
   app.add_option("--optimizer", f.optimizer, "optimizer, for bytes per parameter: adam, sgd or sgd-nomomentum")->capture_default_str();
   app.add_flag("--json", f.json, "print one JSON object instead of the text report");

@@ -23,6 +23,7 @@
 #include "sim/schedule.h"
 #include "sim/schedule_text.h"
 #include "sim/simulator.h"
+#include "sim/tools/flag_checks.h"
 #include "sim/trace.h"
 
 namespace pipecast {
@@ -108,10 +109,10 @@ Result<Schedule> PickSchedule(const Flags& flags, int num_layers) {
   if (stages == 0) {
     return Status::InvalidArgument("give the number of pipeline stages with --stages P");
   }
-  if (stages * chunks > num_layers && chunks > 1) {
+  if (int64_t{stages} * chunks > num_layers && chunks > 1) {
     return Status::InvalidArgument(fmt::format(
         "--stages {} x --chunks {} = {} virtual stages but the model has only {} layers", stages,
-        chunks, stages * chunks, num_layers));
+        chunks, int64_t{stages} * chunks, num_layers));
   }
   if (stages > num_layers) {
     return Status::InvalidArgument(
@@ -249,14 +250,14 @@ int main(int argc, char** argv) {
                      "model's device if it is a preset, else ideal)");
   CLI::Option* memory_gb =
       app.add_option("--memory-gb", f.memory_gb, "override the GPU memory, in GiB")
-          ->check(CLI::NonNegativeNumber);
+          ->check(pipecast::FiniteRange(pipecast::kMaxMemoryGiB, "GiB"));
   CLI::Option* data_parallel =
       app.add_option("--data-parallel", f.data_parallel, "data-parallel replicas")
           ->check(CLI::PositiveNumber)
           ->capture_default_str();
   CLI::Option* optimizer_step =
       app.add_option("--optimizer-step-us", f.optimizer_step_us, "optimizer step time, in us")
-          ->check(CLI::NonNegativeNumber);
+          ->check(pipecast::FiniteRange(pipecast::kMaxStepUs, "microseconds"));
   CLI::Option* precision =
       app.add_option("--precision", f.precision, "training precision, for bytes per parameter: bf16, fp16 (mixed) or fp32 (docs/simulator.md)")->capture_default_str();
   CLI::Option* optimizer =

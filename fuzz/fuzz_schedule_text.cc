@@ -1,0 +1,33 @@
+// libFuzzer target: schedule text -> ParseScheduleText. Properties: never a
+// crash, hang or leak; clean errors; a parsed schedule passes
+// ValidateSchedule, and ScheduleToText's output parses back to the same
+// action lists.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "fuzz/fuzz_util.h"
+#include "sim/schedule.h"
+#include "sim/schedule_text.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace pipecast;
+  if (size > 64 * 1024) return -1;
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  Result<Schedule> schedule = ParseScheduleText(text, "fuzz.txt");
+  if (!schedule.ok()) {
+    fuzz::CheckCleanError(schedule.status());
+    return 0;
+  }
+  if (Status st = ValidateSchedule(*schedule); !st.ok()) {
+    fuzz::Die("parsed schedule fails ValidateSchedule: " + st.message());
+  }
+  const std::string again = ScheduleToText(*schedule);
+  Result<Schedule> reparsed = ParseScheduleText(again, "roundtrip.txt");
+  if (!reparsed.ok()) fuzz::Die("ScheduleToText output does not parse: " + reparsed.status().message());
+  if (reparsed->actions != schedule->actions || reparsed->stage_rank != schedule->stage_rank ||
+      reparsed->num_microbatches != schedule->num_microbatches) {
+    fuzz::Die("schedule text round trip changed the schedule");
+  }
+  return 0;
+}

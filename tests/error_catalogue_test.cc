@@ -1,0 +1,444 @@
+// The error catalogue (issue 8, docs/errors.md): one table of bad inputs
+// across the tools, each run through the real binary as a user runs it, with
+// the exact exit code and a fragment of the message it must print. Every row
+// is its own test (Case/ErrorCatalogue.Run/<name>). A row says which files to
+// write into a fresh folder and the command line; `{dir}` in the command is
+// that folder and `{ex}` the repository's examples/ folder.
+//
+// Exit codes (DESIGN section 7): 1 bad input or failure, 2 usage, 4 no plan.
+//
+// VALIDATOR (placeholder): the validator tool (validate/) is being built
+// elsewhere and is not referenced here yet. When it lands: add kValidator to
+// Tool and Binary(), PIPECAST_VALIDATOR_BIN="$<TARGET_FILE:validator>" and
+// add_dependencies(... validator) in tests/CMakeLists.txt, and rows in the
+// "validator" section at the end of Catalogue() (bad plan.json, tolerance
+// out of range, unknown backend, unwritable --out), plus the same rows in
+// docs/errors.md.
+//
+// Writes that fail (a missing folder, a path that is a folder, a read-only
+// folder) are rows too, and every such row also checks that the folder holds
+// no output and no temporary file afterwards (sim/file_util.h:
+// WriteFileAtomic writes `<path>.tmp.XXXXXX`, then renames it).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tests/cli_test_util.h"
+
+namespace pipecast::cli_test {
+namespace {
+
+using ::testing::HasSubstr;
+
+enum Tool { kSimulator, kPlanner, kProfiler };
+
+const char* Binary(Tool tool) {
+  switch (tool) {
+    case kSimulator:
+      return PIPECAST_SIMULATOR_BIN;
+    case kPlanner:
+      return PIPECAST_PLANNER_BIN;
+    case kProfiler:
+      return PIPECAST_PROFILER_BIN;
+  }
+  return "";
+}
+
+// A file the row writes into the test's folder before running.
+struct File {
+  std::string name;
+  std::string text;
+};
+
+// After the run, what the folder must look like.
+enum class After {
+  kAnything,
+  kNoOutputs,  // no file but the inputs (and the captured stdout/stderr): nothing half-written
+};
+
+struct Case {
+  std::string name;  // test name: letters, digits, underscores
+  Tool tool;
+  std::vector<File> files;
+  std::string args;   // shell text; {dir} and {ex} are replaced
+  int exit_code;
+  std::string error;  // must appear in stderr
+  After after = After::kAnything;
+  // A folder to create in the test's folder before the run, read-only (mode
+  // 0555) when `read_only`.
+  std::string make_dir;
+  bool read_only = false;
+  std::string output;  // when not empty: must appear in stdout
+};
+
+// gtest shows a failing row by its name.
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+// ---------------------------------------------------------------------------
+// Inputs
+
+// A valid model.json with `layers` identical layers; `profile` replaces the
+// profile object of layer 0 when given.
+std::string Model(int layers, const std::string& profile = "",
+                  const std::string& parameters = "1000") {
+  const std::string good =
+      R"({"microbatch_size": 1, "forward_us": 100, "backward_us": 200, )"
+      R"("activation_bytes": 1024, "output_bytes": 512})";
+  std::string text = R"({"format": "pipecast-model/1", "name": "m", "layers": [)";
+  for (int i = 0; i < layers; ++i) {
+    if (i > 0) text += ", ";
+    text += R"({"name": "l)" + std::to_string(i) + R"(", "parameters": )" +
+            (i == 0 ? parameters : std::string("1000")) + R"(, "profiles": [)" +
+            (i == 0 && !profile.empty() ? profile : good) + "]}";
+  }
+  return text + "]}\n";
+}
+
+// A profile with one field replaced by `value` (raw JSON text), or removed
+// when `value` is empty.
+std::string Profile(const std::string& field, const std::string& value) {
+  std::vector<std::pair<std::string, std::string>> fields = {{"microbatch_size", "1"},
+                                                             {"forward_us", "100"},
+                                                             {"backward_us", "200"},
+                                                             {"activation_bytes", "1024"},
+                                                             {"output_bytes", "512"}};
+  std::string text = "{";
+  for (const auto& [k, v] : fields) {
+    const std::string shown = k == field ? value : v;
+    if (shown.empty()) continue;
+    if (text.size() > 1) text += ", ";
+    text += "\"" + k + "\": " + shown;
+  }
+  return text + "}";
+}
+
+const char kCluster[] = R"({"format": "pipecast-cluster/1", "name": "c", "gpus_per_node": 8,
+  "gpu": {"name": "g", "memory_bytes": 85899345920, "peak_tflops": 989},
+  "intra_node": {"bandwidth_gbps": 450, "latency_us": 2},
+  "inter_node": {"bandwidth_gbps": 50, "latency_us": 5}})";
+
+std::string ClusterWith(const std::string& from, const std::string& to) {
+  std::string text = kCluster;
+  text.replace(text.find(from), from.size(), to);
+  return text;
+}
+
+const File kGoodModel = {"m.json", Model(8)};
+
+// examples/baselines/gpt-7b-8gpu.plan.json with `from` replaced by `to`.
+std::string Baseline(const std::string& from, const std::string& to) {
+  std::string text = ReadText(Example("baselines/gpt-7b-8gpu.plan.json"));
+  const size_t at = text.find(from);
+  if (at == std::string::npos) return "baseline plan lacks " + from;
+  return text.replace(at, from.size(), to);
+}
+// Simulates with: simulator --model {dir}/m.json --stages 2 --microbatches 2.
+const char kSim[] = "--model {dir}/m.json --stages 2 --microbatches 2";
+
+Case Row(std::string name, Tool tool, std::vector<File> files, std::string args, int exit_code,
+         std::string error, After after = After::kAnything, std::string make_dir = "",
+         bool read_only = false) {
+  return Case{std::move(name), tool,  std::move(files),    std::move(args), exit_code,
+              std::move(error), after, std::move(make_dir), read_only, std::string()};
+}
+
+std::vector<Case> Catalogue() {
+  std::vector<Case> c;
+  // --- malformed JSON ------------------------------------------------------
+  c.push_back(Row("model_truncated_json", kSimulator,
+               {{"m.json", R"({"format": "pipecast-model/1", "name": )"}},
+               kSim, 1, "m.json: not valid JSON at byte"));
+  c.push_back(Row("model_not_json_at_all", kPlanner, {{"m.json", "layers: 8\n"}},
+               "--model {dir}/m.json --gpus 8", 1, "m.json: not valid JSON at byte 1"));
+  c.push_back(Row("model_nan_literal", kSimulator,
+               {{"m.json", Model(8, Profile("forward_us", "NaN"))}}, kSim, 1,
+               "m.json: not valid JSON at byte"));
+  c.push_back(Row("model_repeated_key", kSimulator,
+               {{"m.json", Model(8, R"({"microbatch_size": 1, "forward_us": 1, "forward_us": 2,
+                   "backward_us": 2, "activation_bytes": 0, "output_bytes": 0})")}},
+               kSim, 1, "layers[0].profiles[0].forward_us: key appears twice"));
+  c.push_back(Row("cluster_truncated_json", kSimulator,
+               {kGoodModel, {"c.json", std::string(kCluster).substr(0, 40)}},
+               std::string(kSim) + " --cluster {dir}/c.json", 1,
+               "--cluster: {dir}/c.json: not valid JSON at byte"));
+  c.push_back(Row("plan_truncated_json", kSimulator, {kGoodModel, {"p.json", "{\"format\": "}},
+               "--model {dir}/m.json --plan {dir}/p.json", 1,
+               "--plan: {dir}/p.json: not valid JSON"));
+  c.push_back(Row("schedule_text_garbage", kSimulator, {kGoodModel, {"s.txt", "0F0 0X0\n"}},
+               "--model {dir}/m.json --schedule-in {dir}/s.txt", 1,
+               "{dir}/s.txt:1: token '0X0': unknown kind 'X', expected F, B, I or W"));
+  // --- wrong types ---------------------------------------------------------
+  c.push_back(Row("time_as_string", kSimulator,
+               {{"m.json", Model(8, Profile("forward_us", "\"12\""))}}, kSim, 1,
+               "layers[0].profiles[0].forward_us: must be a finite number >= 0, got string "
+               "\"12\""));
+  c.push_back(Row("count_as_fraction", kSimulator, {{"m.json", Model(8, "", "1.5")}}, kSim, 1,
+               "layers[0].parameters: must be an integer >= 0, got 1.5"));
+  c.push_back(Row("layers_as_object", kPlanner,
+               {{"m.json", R"({"format": "pipecast-model/1", "name": "m", "layers": {}})"}},
+               "--model {dir}/m.json --gpus 8", 1,
+               "layers: must be a list of layers, got an object"));
+  c.push_back(Row("cluster_count_as_string", kSimulator,
+               {kGoodModel, {"c.json", ClusterWith("\"gpus_per_node\": 8", "\"gpus_per_node\": \"8\"")}},
+               std::string(kSim) + " --cluster {dir}/c.json", 1,
+               "c.json: gpus_per_node: must be an integer >= 1, got string \"8\""));
+  // --- missing fields ------------------------------------------------------
+  c.push_back(Row("missing_backward_us", kSimulator,
+               {{"m.json", Model(8, Profile("backward_us", ""))}}, kSim, 1,
+               "layers[0].profiles[0].backward_us: missing; add a time in microseconds"));
+  c.push_back(Row("missing_format", kSimulator,
+               {{"m.json", R"({"name": "m", "layers": []})"}}, kSim, 1,
+               "m.json: format: missing; add \"format\": \"pipecast-model/1\""));
+  c.push_back(Row("cluster_missing_link", kPlanner,
+               {kGoodModel,
+                {"c.json", ClusterWith(R"(,
+  "inter_node": {"bandwidth_gbps": 50, "latency_us": 5})", "")}},
+               "--model {dir}/m.json --gpus 8 --cluster {dir}/c.json", 1,
+               "c.json: inter_node: missing; add an object {bandwidth_gbps, latency_us}"));
+  // --- negative, NaN, absurdly large numbers --------------------------------
+  c.push_back(Row("negative_time", kSimulator,
+               {{"m.json", Model(8, Profile("forward_us", "-1"))}}, kSim, 1,
+               "layers[0].profiles[0].forward_us: must be a finite number >= 0, got -1"));
+  c.push_back(Row("time_1e308", kSimulator,
+               {{"m.json", Model(8, Profile("forward_us", "1e308"))}}, kSim, 1,
+               "layers[0].profiles[0].forward_us: 1e+308 is over the limit of 1e12 us"));
+  c.push_back(Row("time_beyond_double", kPlanner,
+               {{"m.json", Model(8, Profile("backward_us", "1e400"))}},
+               "--model {dir}/m.json --gpus 8", 1, "m.json: not valid JSON"));
+  c.push_back(Row("parameters_2_pow_63", kSimulator,
+               {{"m.json", Model(8, "", "9223372036854775808")}}, kSim, 1,
+               "layers[0].parameters: 9223372036854775808 is over the limit of 2^50"));
+  c.push_back(Row("negative_bytes", kSimulator,
+               {{"m.json", Model(8, Profile("activation_bytes", "-4096"))}}, kSim, 1,
+               "layers[0].profiles[0].activation_bytes: must be an integer >= 0, got -4096"));
+  c.push_back(Row("cluster_negative_bandwidth", kSimulator,
+               {kGoodModel, {"c.json", ClusterWith("\"bandwidth_gbps\": 450", "\"bandwidth_gbps\": -450")}},
+               std::string(kSim) + " --cluster {dir}/c.json", 1,
+               "intra_node.bandwidth_gbps: must be a finite number >= 0, got -450"));
+  // Flags: CLI11 usage errors (exit 2). --memory-gb and --optimizer-step-us
+  // once took nan and 1e300 (then cast NaN to an integer) and printed their
+  // range as "0.000000 to 17976931348623157081452742373...": fixed by
+  // sim/tools/flag_checks.h.
+  c.push_back(Row("flag_negative_memory", kSimulator, {kGoodModel},
+                  std::string(kSim) + " --memory-gb -1", 2,
+                  "--memory-gb: '-1' is not a number of GiB from 0 to 1048576"));
+  c.push_back(Row("flag_nan_memory", kPlanner, {kGoodModel},
+                  "--model {dir}/m.json --gpus 2 --global-batch 8 --memory-gb nan", 2,
+                  "--memory-gb: 'nan' is not a number of GiB from 0 to 1048576"));
+  c.push_back(Row("flag_huge_memory", kSimulator, {kGoodModel},
+                  std::string(kSim) + " --memory-gb 1e300", 2,
+                  "--memory-gb: '1e300' is not a number of GiB from 0 to 1048576"));
+  c.push_back(Row("flag_nan_optimizer_step", kSimulator, {kGoodModel},
+                  std::string(kSim) + " --optimizer-step-us nan", 2,
+                  "--optimizer-step-us: 'nan' is not a number of microseconds from 0 to 1000000000000"));
+  c.push_back(Row("flag_huge_optimizer_step", kPlanner, {kGoodModel},
+                  "--model {dir}/m.json --gpus 2 --global-batch 8 --optimizer-step-us 1e300", 2,
+                  "--optimizer-step-us: '1e300' is not a number of microseconds from 0 to 1000000000000"));
+  c.push_back(Row("flag_stages_beyond_int", kSimulator, {kGoodModel},
+                  "--model {dir}/m.json --stages 99999999999", 2,
+                  "Could not convert: --stages = 99999999999"));
+  c.push_back(Row("profiler_hidden_beyond_int", kProfiler, {},
+                  "analytic --name x --layers 2 --hidden 1099511627776 --heads 8 --seq 8 "
+                  "--vocab 8",
+                  2, "Could not convert: --hidden = 1099511627776"));
+  c.push_back(Row("profiler_huge_hidden", kProfiler, {},
+                  "analytic --name x --layers 2 --hidden 2000000000 --heads 8 --seq 8 --vocab 8",
+                  1, "profiler: error: --hidden 2000000000 is over the limit of 1048576"));
+  c.push_back(Row("profiler_nan_efficiency", kProfiler, {},
+                  "analytic --name x --layers 2 --hidden 64 --heads 8 --seq 8 --vocab 8 "
+                  "--matmul-efficiency nan",
+                  1, "--matmul-efficiency nan must be in (0, 1]"));
+  // Once built 100 million micro-batches (out of memory or hours); now a
+  // bound in MakeSchedule (sim/schedule.cc).
+  c.push_back(Row("absurd_microbatch_count", kSimulator, {kGoodModel},
+                  "--model {dir}/m.json --stages 2 --microbatches 100000000", 1,
+                  "2 stages x 100000000 micro-batches = 200000000 (stage, micro-batch) pairs is "
+                  "over the limit of 2^23 (8388608)"));
+  c.push_back(Row("planner_absurd_global_batch", kPlanner, {kGoodModel},
+                  "--model {dir}/m.json --gpus 8 --global-batch 1000000000", 4,
+                  "planner: 56 configurations, 32 simulated, none can run (the report says why)"));
+  c.back().output = "micro-batches = 125000000 (stage, micro-batch) pairs is over the limit of 2^23";
+  // --- zero layers, more stages than layers, GPUs not divisible -------------
+  c.push_back(Row("zero_layers", kSimulator,
+               {{"m.json", R"({"format": "pipecast-model/1", "name": "m", "layers": []})"}},
+               kSim, 1, "m.json: layers: is empty; add the model's layers, in order"));
+  c.push_back(Row("profiler_zero_layers", kProfiler, {},
+               "analytic --name x --layers 0 --hidden 64 --heads 8 --seq 8 --vocab 8", 1,
+               "profiler: error: --layers 0 must be at least 1 (transformer blocks)"));
+  c.push_back(Row("more_stages_than_layers", kSimulator, {kGoodModel},
+               "--model {dir}/m.json --stages 9", 1,
+               "--stages 9 but the model has only 8 layers: use at most 8 stages"));
+  c.push_back(Row("more_virtual_stages_than_layers", kSimulator, {kGoodModel},
+               "--model {dir}/m.json --stages 8 --schedule interleaved --chunks 2", 1,
+               "--stages 8 x --chunks 2 = 16 virtual stages but the model has only 8 layers"));
+  c.push_back(Row("microbatches_not_divisible_by_stages", kSimulator, {kGoodModel},
+               "--model {dir}/m.json --stages 4 --microbatches 6 --schedule interleaved", 1,
+               "interleaved 1F1B needs the micro-batch count (N = 6) to be a multiple of the "
+               "pipeline stages (P = 4)"));
+  c.push_back(Row("plan_gpus_not_stages_times_replicas", kSimulator,
+                  {{"p.json", Baseline("\"gpus\": 8", "\"gpus\": 6")}},
+                  "--model {ex}/gpt-7b.json --plan {dir}/p.json", 1,
+                  "--plan: {dir}/p.json: gpus: is 6, expected pipeline_stages x data_parallel = 2 x 4"));
+  // Found by fuzz_plan: this message once came out as an internal error.
+  c.push_back(Row("plan_actions_stage_without_forward", kSimulator,
+                  {{"p.json", Baseline(" 0B52 ", " 8B52 ")}},
+                  "--model {ex}/gpt-7b.json --plan {dir}/p.json", 1,
+                  "--plan: {dir}/p.json: actions: stage 2 has no forward (the largest stage index "
+                  "is 8, so stages 0..8 exist)"));
+  c.push_back(Row("global_batch_not_divisible", kPlanner, {kGoodModel},
+                  "--model {dir}/m.json --gpus 8 --global-batch 8 --microbatch-sizes 3", 1,
+                  "--global-batch 8 is not a multiple of any micro-batch size x data-parallel "
+                  "degree on 8 GPUs"));
+  c.push_back(Row("plan_for_a_smaller_model", kSimulator, {kGoodModel},
+                  "--model {dir}/m.json --plan {ex}/baselines/gpt-7b-8gpu.plan.json", 1,
+                  "partition stage 0 holds layers 0-16: stages must be non-empty, contiguous and "
+                  "within layers 0-7"));
+  // --- unknown presets and names --------------------------------------------
+  c.push_back(Row("unknown_cluster_preset", kSimulator, {kGoodModel},
+               std::string(kSim) + " --cluster h100", 1,
+               "--cluster: cluster 'h100' is neither a preset (ideal, a100-80gb, h100-sxm, h200)"));
+  c.push_back(Row("unknown_cluster_preset_planner", kPlanner, {kGoodModel},
+               "--model {dir}/m.json --gpus 8 --global-batch 8 --cluster dgx", 1,
+               "--cluster: cluster 'dgx' is neither a preset"));
+  c.push_back(Row("unknown_gpu_preset_profiler", kProfiler, {},
+               "analytic --name x --layers 2 --hidden 64 --heads 8 --seq 8 --vocab 8 --gpu "
+               "tpu-v5",
+               1, "--gpu: cluster 'tpu-v5' is neither a preset (ideal, a100-80gb, h100-sxm, h200)"));
+  c.push_back(Row("unknown_schedule", kSimulator, {kGoodModel},
+               std::string(kSim) + " --schedule zigzag", 1,
+               "--schedule: unknown schedule 'zigzag': expected one of naive, gpipe, 1f1b"));
+  c.push_back(Row("unknown_schedule_planner", kPlanner, {kGoodModel},
+               "--model {dir}/m.json --gpus 8 --global-batch 8 --schedules 1f1b,zigzag", 1,
+               "--schedules: unknown schedule 'zigzag'"));
+  c.push_back(Row("unknown_precision", kSimulator, {kGoodModel},
+               std::string(kSim) + " --precision fp4", 1, "--precision is 'fp4'"));
+  // --- schedules that deadlock ----------------------------------------------
+  c.push_back(Row("schedule_deadlock_cycle", kSimulator,
+               {kGoodModel, {"s.txt", "0F0 0B0 0F1 0B1\n1B0 1F0 1F1 1B1\n"}},
+               "--model {dir}/m.json --schedule-in {dir}/s.txt", 1,
+               "schedule 'custom' can never finish: stuck are rank 0 at 0B0, rank 1 at 1B0; these "
+               "ops wait on each other in a cycle"));
+  c.push_back(Row("plan_deadlock", kSimulator,
+                  {{"p.json", Baseline("\"1F0 1B0 ", "\"1B0 1F0 ")}},
+                  "--model {ex}/gpt-7b.json --plan {dir}/p.json", 1,
+                  "can never finish: stuck are rank 0 at 0B0, rank 1 at 1B0"));
+  // --- unwritable outputs: nothing half-written, no temporary file -----------
+  c.push_back(Row("trace_into_missing_folder", kSimulator, {kGoodModel},
+               std::string(kSim) + " --trace {dir}/missing/t.json", 1,
+               "--trace: cannot write '{dir}/missing/t.json': No such file or directory",
+               After::kNoOutputs));
+  // The temporary file is written, then rename() fails: it must be removed.
+  c.push_back(Row("report_onto_a_folder", kSimulator, {kGoodModel},
+               std::string(kSim) + " --report {dir}/out", 1,
+               "--report: cannot write '{dir}/out': Is a directory", After::kNoOutputs, "out"));
+  c.push_back(Row("schedule_out_under_a_file", kSimulator, {kGoodModel},
+               std::string(kSim) + " --schedule-out {dir}/m.json/s.txt", 1,
+               "--schedule-out: cannot write '{dir}/m.json/s.txt': Not a directory",
+               After::kNoOutputs));
+  c.push_back(Row("trace_into_read_only_folder", kSimulator, {kGoodModel},
+               std::string(kSim) + " --trace {dir}/ro/t.json", 1,
+               "--trace: cannot write '{dir}/ro/t.json': Permission denied", After::kNoOutputs,
+               "ro", true));
+  c.push_back(Row("planner_out_into_missing_folder", kPlanner, {kGoodModel},
+               "--model {dir}/m.json --gpus 2 --global-batch 8 --out {dir}/missing/plan.json", 1,
+               "--out: cannot write '{dir}/missing/plan.json': No such file or directory",
+               After::kNoOutputs));
+  c.push_back(Row("planner_trace_onto_a_folder", kPlanner, {kGoodModel},
+               "--model {dir}/m.json --gpus 2 --global-batch 8 --trace {dir}/out", 1,
+               "--trace: cannot write '{dir}/out': Is a directory", After::kNoOutputs, "out"));
+  c.push_back(Row("planner_report_into_read_only_folder", kPlanner, {kGoodModel},
+               "--model {dir}/m.json --gpus 2 --global-batch 8 --report {dir}/ro/r.html", 1,
+               "--report: cannot write '{dir}/ro/r.html': Permission denied", After::kNoOutputs,
+               "ro", true));
+  c.push_back(Row("profiler_out_into_missing_folder", kProfiler, {},
+               "analytic --name x --layers 2 --hidden 64 --heads 8 --seq 8 --vocab 8 --out "
+               "{dir}/missing/m.json",
+               1, "cannot write '{dir}/missing/m.json': No such file or directory",
+               After::kNoOutputs));
+  // --- validator: rows go here once the tool exists (see the top of the file).
+  return c;
+}
+
+std::string Expand(std::string text, const TempDir& dir) {
+  const std::string examples = Example("");
+  for (const auto& [key, value] :
+       {std::pair<std::string, std::string>{"{dir}", dir.path()},
+        {"{ex}/", examples}}) {
+    for (size_t at = text.find(key); at != std::string::npos; at = text.find(key, at)) {
+      text.replace(at, key.size(), value);
+      at += value.size();
+    }
+  }
+  return text;
+}
+
+// Every file under `dir`, relative, except the captured output and `inputs`.
+std::vector<std::string> Outputs(const TempDir& dir, const std::vector<File>& inputs) {
+  std::vector<std::string> found;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir.path())) {
+    if (entry.is_directory()) continue;
+    const std::string rel = std::filesystem::relative(entry.path(), dir.path()).string();
+    if (rel == ".stdout" || rel == ".stderr") continue;
+    bool input = false;
+    for (const File& f : inputs) input = input || f.name == rel;
+    if (!input) found.push_back(rel);
+  }
+  return found;
+}
+
+class ErrorCatalogue : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ErrorCatalogue, Run) {
+  const Case& c = GetParam();
+  TempDir dir;
+  for (const File& f : c.files) WriteText(dir.File(f.name), f.text);
+  if (!c.make_dir.empty()) {
+    const std::string made = dir.File(c.make_dir);
+    ASSERT_EQ(::mkdir(made.c_str(), c.read_only ? 0555 : 0755), 0) << made;
+    // root writes anywhere: the permission bits cannot make the write fail.
+    if (c.read_only && ::access(made.c_str(), W_OK) == 0) {
+      GTEST_SKIP() << "running as root: a read-only folder is still writable (the rows "
+                      "*_onto_a_folder and *_under_a_file make writes fail for root too)";
+    }
+  }
+  const ToolRun run = RunTool(dir, Binary(c.tool), Expand(c.args, dir));
+  EXPECT_EQ(run.exit_code, c.exit_code) << "stderr:\n" << run.err;
+  EXPECT_THAT(run.err, HasSubstr(Expand(c.error, dir)));
+  // No crash report, no stack: a clean one-line diagnosis.
+  EXPECT_THAT(run.err, ::testing::Not(HasSubstr("terminate called")));
+  EXPECT_THAT(run.err, ::testing::Not(HasSubstr("Sanitizer")));
+  if (!c.output.empty()) {
+    EXPECT_THAT(run.out, HasSubstr(c.output));
+  }
+  if (c.after == After::kNoOutputs) {
+    EXPECT_THAT(Outputs(dir, c.files), ::testing::IsEmpty());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Case, ErrorCatalogue, ::testing::ValuesIn(Catalogue()),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           return info.param.name;
+                         });
+
+// Every row has a unique name and says something.
+TEST(ErrorCatalogueTable, RowsAreWellFormed) {
+  std::vector<std::string> names;
+  for (const Case& c : Catalogue()) {
+    EXPECT_FALSE(c.error.empty()) << c.name;
+    EXPECT_NE(c.exit_code, 0) << c.name;
+    names.push_back(c.name);
+  }
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(std::adjacent_find(names.begin(), names.end()), names.end());
+}
+
+}  // namespace
+}  // namespace pipecast::cli_test
