@@ -294,6 +294,18 @@ Result<Attribution> Attribute(const ActivityTrace& trace) {
   }
   std::sort(steps.begin(), steps.end());
   stats.steps = static_cast<int>(steps.size());
+  // Instantaneous markers (nvtx.mark) with a layer name carry sizes known
+  // only after the range opened, such as the output size in a forward hook.
+  std::map<std::string, LayerRangeName> marked;
+  for (const MarkerEvent& m : trace.markers) {
+    if (m.phase != MarkerEvent::Phase::kInstant) continue;
+    Result<std::optional<LayerRangeName>> name = ParseLayerRangeName(m.name);
+    if (!name.ok()) return name.status();
+    if (!name->has_value()) continue;
+    LayerRangeName& into = marked[(*name)->layer];
+    if ((*name)->parameters) into.parameters = (*name)->parameters;
+    if ((*name)->output_bytes) into.output_bytes = (*name)->output_bytes;
+  }
   RangeIndex index(&ranges);
 
   // Which ranges are samples (in start order, for stable occurrences), and
@@ -322,6 +334,10 @@ Result<Attribution> Attribute(const ActivityTrace& trace) {
     s.end_ns = r.end_ns;
     s.parameters = r.name.parameters;
     s.output_bytes = r.name.output_bytes;
+    if (auto it = marked.find(s.layer); it != marked.end()) {
+      if (!s.parameters) s.parameters = it->second.parameters;
+      if (!s.output_bytes) s.output_bytes = it->second.output_bytes;
+    }
     r.sample = static_cast<int>(result.samples.size());
     result.samples.push_back(std::move(s));
   }

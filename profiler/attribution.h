@@ -4,6 +4,9 @@
 // Layers are NVTX ranges named by the convention in docs/profiler.md:
 //   pipecast:<layer>:forward | backward | weight_grad [:params=N] [:out=BYTES]
 //   pipecast:step            one training iteration (optional)
+// Sizes may also come from an instantaneous marker (nvtx.mark) with a layer
+// name, e.g. pipecast:<layer>:forward:out=BYTES from a forward hook, which
+// knows the output only after the range opened.
 // A GPU record's correlation id finds the runtime/driver API record that
 // launched it; that record's thread and start time find the innermost
 // pipecast layer range open on that thread at that moment. Ranges of other

@@ -4,49 +4,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "profiler/activity_test_util.h"
+
 namespace pipecast {
 namespace {
 
 using ::testing::HasSubstr;
-
-// A tiny trace builder: ranges, launches and allocations in a few lines.
-class TraceBuilder {
- public:
-  // An NVTX push/pop range on `thread`.
-  TraceBuilder& Range(const std::string& name, uint32_t thread, uint64_t start, uint64_t end) {
-    const uint32_t id = ++next_marker_;
-    t_.markers.push_back({MarkerEvent::Phase::kStart, start, id, thread, name, ""});
-    t_.markers.push_back({MarkerEvent::Phase::kEnd, end, id, thread, "", ""});
-    return *this;
-  }
-  // A kernel on (device, stream) over [gpu_start, gpu_end], launched from
-  // `thread` at CPU time `launch` (no API record when thread == 0).
-  TraceBuilder& Kernel(uint32_t thread, uint64_t launch, uint64_t gpu_start, uint64_t gpu_end,
-                       uint32_t device = 0, uint32_t stream = 7) {
-    const uint32_t corr = ++next_corr_;
-    if (thread != 0) t_.api.push_back({false, 211, launch, launch + 5, thread, corr});
-    t_.gpu.push_back({GpuEvent::Kind::kKernel, gpu_start, gpu_end, device, stream, corr, 0, "k"});
-    return *this;
-  }
-  TraceBuilder& Malloc(uint32_t thread, uint64_t at, uint64_t address, uint64_t bytes) {
-    const uint32_t corr = ++next_corr_;
-    t_.api.push_back({false, 20, at, at + 1, thread, corr});
-    t_.memory.push_back({true, at, 0, corr, address, bytes, false});
-    return *this;
-  }
-  TraceBuilder& Free(uint32_t thread, uint64_t at, uint64_t address, uint64_t bytes) {
-    const uint32_t corr = ++next_corr_;
-    t_.api.push_back({false, 22, at, at + 1, thread, corr});
-    t_.memory.push_back({false, at, 0, corr, address, bytes, false});
-    return *this;
-  }
-  ActivityTrace& trace() { return t_; }
-
- private:
-  ActivityTrace t_;
-  uint32_t next_marker_ = 0;
-  uint32_t next_corr_ = 0;
-};
 
 Attribution MustAttribute(const ActivityTrace& t) {
   Result<Attribution> a = Attribute(t);
@@ -222,6 +185,19 @@ TEST(AttributionTest, UnbalancedMarkersAreCounted) {
   EXPECT_EQ(a.stats.unmatched_range_ends, 1u);
   ASSERT_EQ(a.samples.size(), 1u);
   EXPECT_EQ(a.samples[0].layer, "M");
+}
+
+TEST(AttributionTest, SizesComeFromRangeNamesOrInstantMarkers) {
+  TraceBuilder b;
+  b.Range("pipecast:A:forward:params=10", 1, 0, 10).Range("pipecast:B:forward", 1, 20, 30);
+  b.trace().markers.push_back(
+      {MarkerEvent::Phase::kInstant, 29, 99, 1, "pipecast:B:forward:params=7:out=64", ""});
+  const Attribution a = MustAttribute(b.trace());
+  ASSERT_EQ(a.samples.size(), 2u);
+  EXPECT_EQ(a.samples[0].parameters, 10);
+  EXPECT_FALSE(a.samples[0].output_bytes.has_value());
+  EXPECT_EQ(a.samples[1].parameters, 7);
+  EXPECT_EQ(a.samples[1].output_bytes, 64);
 }
 
 TEST(AttributionTest, MalformedLayerNameFailsTheTrace) {

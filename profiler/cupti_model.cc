@@ -43,6 +43,16 @@ Result<CuptiMeasurement> MeasureTraces(const std::vector<ActivityTrace>& traces,
     if (!a.ok()) return a.status().WithPrefix(fmt::format("process {}", t.process_id));
     PIPECAST_RETURN_IF_ERROR(CheckRecordLoss(t, a->stats.unmatched, max_lost_fraction)
                                  .WithPrefix(fmt::format("process {}", t.process_id)));
+    if (!a->samples.empty() && a->stats.attributed == 0) {
+      // Layer ranges and GPU work exist but never meet: a broken join would
+      // otherwise write a model of zeros.
+      return Status::FailedPrecondition(fmt::format(
+          "process {}: {} layer ranges and {} GPU records, but no GPU record was launched inside "
+          "a layer range on the same thread: are the ranges pushed on the threads that launch "
+          "the work (NVTX ranges are per thread), and did NVTX reach CUPTI before the first "
+          "launch?",
+          t.process_id, a->samples.size(), a->stats.gpu_records));
+    }
     AttributionStats& s = m.stats;
     s.gpu_records += a->stats.gpu_records;
     s.attributed += a->stats.attributed;
