@@ -6,9 +6,8 @@
 namespace pipecast {
 namespace {
 
-Status NoCuda(const char* what) {
-  return Status::Unavailable(std::string(what) +
-                             ": this build has no CUDA (configure with PIPECAST_CUDA=ON on a "
+Status NoCuda() {
+  return Status::Unavailable("this build has no CUDA (configure with PIPECAST_CUDA=ON on a "
                              "machine with the CUDA 13 toolkit); 'profiler analytic' estimates "
                              "without a GPU and 'profiler cpu' measures on the CPU");
 }
@@ -17,12 +16,12 @@ Status NoCuda(const char* what) {
 
 Result<Model> ProfileCommand(const CuptiCommandOptions& options, std::string* /*report*/) {
   PIPECAST_RETURN_IF_ERROR(options.Validate());
-  return NoCuda("profiler cupti");
+  return NoCuda();
 }
 
 Result<Model> ProfileBuiltin(const BuiltinOptions& options, std::string* /*report*/) {
   PIPECAST_RETURN_IF_ERROR(options.Validate());
-  return NoCuda("profiler builtin");
+  return NoCuda();
 }
 
 }  // namespace pipecast
