@@ -60,7 +60,8 @@ runner="${build_dir}/profiler/cupti/pipecast_block_runner"
 # 3. The gpu-labelled tests (they skip themselves without a device).
 if timeout 1200 ctest --test-dir "${build_dir}" -L gpu --output-on-failure \
     > "${OUT}/gpu-tests.log" 2>&1; then
-  log "gpu tests: $(grep -E 'tests passed|tests failed' "${OUT}/gpu-tests.log" | tail -1)"
+  log "gpu tests: $(grep -E 'tests passed|tests failed' "${OUT}/gpu-tests.log" | tail -1)," \
+    "$(grep -c '(Skipped)' "${OUT}/gpu-tests.log") skipped"
 else
   fail "gpu tests (see gpu-tests.log)"
 fi
