@@ -1,6 +1,7 @@
 // profiler: writes a model.json with the per-layer costs of a model.
 //   profiler analytic ...  estimate a GPT-style transformer from its shape and a GPU preset
-//   profiler cupti ...     measure on an NVIDIA GPU (planned; not in this build)
+//   profiler cupti ...     measure an unmodified CUDA program on an NVIDIA GPU
+//   profiler builtin ...   measure pipecast's own CUDA transformer block
 //   profiler cpu ...       measure a built-in CPU workload (planned; not in this build)
 // Thin by design: flags -> spec and options -> library call -> exit code.
 #include <fmt/format.h>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "profiler/analytic.h"
+#include "profiler/tools/cupti_commands.h"
 #include "sim/file_util.h"
 #include "sim/formats.h"
 
@@ -127,8 +129,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   CLI::App* analytic = pipecast::AddAnalytic(app, flags);
   std::vector<std::string> ignored;
-  pipecast::AddPlanned(app, "cupti",
-                       "measure per-layer time and memory with CUPTI on an NVIDIA GPU", ignored);
+  pipecast::CuptiCommands cupti_commands(app);  // cupti, builtin
   pipecast::AddPlanned(app, "cpu", "measure a built-in CPU workload layer by layer", ignored);
   try {
     app.parse(argc, argv);
@@ -137,5 +138,6 @@ int main(int argc, char** argv) {
     return code == 0 ? pipecast::kExitOk : pipecast::kExitUsage;
   }
   if (analytic->parsed()) return pipecast::RunAnalytic(flags);
+  if (const int code = cupti_commands.RunIfParsed(); code >= 0) return code;
   return pipecast::RunPlanned(app.get_subcommands().front()->get_name());
 }
