@@ -129,7 +129,13 @@ ModelSource MakeSource(const CpuProfileOptions& options, Clock& clock, const jso
   source.details["statistic"] = JsonText(
       "per layer and micro-batch size: median over the timed iterations of the forward, the "
       "input-gradient and the weight-gradient pass, each timed alone; backward_us = median "
-      "input gradient + median weight gradient (backward_weight_us)");
+      "input gradient + median weight gradient (backward_weight_us); each round measures every "
+      "layer at every size once, so all see the same stretch of the machine's load");
+  source.details["limitations"] = JsonText(json::array(
+      {"wall-clock times of one thread on this machine: other processes and the hypervisor "
+       "show up in them (see spread); rerun on a quiet machine for stable numbers",
+       "no optimizer step and no communication in the per-layer times",
+       "every pass allocates its buffers afresh (no caching allocator)"}));
   source.details["memory"] = JsonText(
       "activation_bytes: bytes the forward allocated and kept for the backward, as counted by "
       "the workload's allocator; workspace_bytes: the most a backward pass allocated beyond "
@@ -179,6 +185,10 @@ Status CpuProfileOptions::Validate() const {
           fmt::format("--microbatch-sizes lists {} twice: give each size once", size));
     }
   }
+  if (global_batch.has_value()) {
+    PIPECAST_RETURN_IF_ERROR(
+        CheckRange("--global-batch", *global_batch, 1, 1 << 24, "samples per iteration"));
+  }
   PIPECAST_RETURN_IF_ERROR(CheckRange("--warmup", warmup, 0, kMaxWarmup, "untimed iterations"));
   PIPECAST_RETURN_IF_ERROR(
       CheckRange("--iterations", iterations, 1, kMaxIterations, "timed iterations"));
@@ -220,6 +230,7 @@ Result<CpuProfile> ProfileCpu(const CpuProfileOptions& options, Clock& clock) {
   model.name = options.name;
   model.dtype = "fp32";
   model.sequence_length = options.workload.shape.tokens_per_sample;
+  model.global_batch = options.global_batch;
   std::vector<Block> blocks = options.workload.Build();
   std::vector<Probe> probes;  // layer-major, then size
   for (int i = 0; i < static_cast<int>(blocks.size()); ++i) {

@@ -17,6 +17,7 @@
 #ifndef PIPECAST_PROFILER_CPU_PROFILE_H_
 #define PIPECAST_PROFILER_CPU_PROFILE_H_
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,7 @@ struct CpuProfileOptions {
   int iterations = 10;                    // timed iterations, per layer and size
   std::string device;                     // empty: the CPU model from /proc/cpuinfo
   std::string note;                       // optional; written as source.note
+  std::optional<int> global_batch;        // optional; the planner's default batch
 
   // OK, or InvalidArgument naming the flag (--layers, --microbatch-sizes...).
   Status Validate() const;

@@ -215,8 +215,7 @@ TEST(ProfileCpuRealTest, TwoRunsAgreeWithin50Percent) {
   // between two levels about 1.4x apart for seconds at a time, and the median
   // follows whichever level holds most of a run. 15 trials of this test there
   // differed by at most 43% with ~250 ms runs (at 35%, 3 of 15 failed); with
-  // 20 ms runs single layers differed by up to 3.7x. A quiet machine agrees
-  // within a few percent.
+  // 20 ms runs single layers differed by up to 3.7x.
   CpuProfileOptions o = Real(101);
   SteadyClock clock;
   Result<CpuProfile> first = ProfileCpu(o, clock);

@@ -143,6 +143,8 @@ std::function<int()> AddCpuCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--seed", w.seed, "seed of the weights (layer i uses seed + i)")
       ->capture_default_str();
+  cmd->add_option("--global-batch", o.global_batch,
+                  "samples per iteration, written as the planner's default (default: omitted)");
   cmd->add_option("--device", o.device,
                   "device name written to source.device (default: /proc/cpuinfo's model name)");
   cmd->add_option("--note", o.note, "free text written to source.note, e.g. where it was run");

@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "profiler/cpu/workload.h"
 #include "sim/formats.h"
 #include "tests/cli_test_util.h"
 
@@ -31,7 +32,8 @@ class CpuCommand : public ::testing::Test {
 
 TEST_F(CpuCommand, WritesAModelThePlannerAndSimulatorAccept) {
   const std::string model_path = dir_.File("cpu.json");
-  ToolRun run = Profile(std::string(kSmall) + " --name tiny-mlp --out " + Quote(model_path));
+  ToolRun run = Profile(std::string(kSmall) + " --name tiny-mlp --global-batch 8 --out " +
+                        Quote(model_path));
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_THAT(run.err, HasSubstr("wrote"));
   EXPECT_EQ(run.out, "");
@@ -39,6 +41,8 @@ TEST_F(CpuCommand, WritesAModelThePlannerAndSimulatorAccept) {
   Result<Model> model = LoadModel(model_path);
   ASSERT_TRUE(model.ok()) << model.status().message();
   EXPECT_EQ(model->name, "tiny-mlp");
+  EXPECT_EQ(model->global_batch, 8);
+  EXPECT_EQ(model->sequence_length, 8);
   EXPECT_EQ(model->source.method, "cpu");
   ASSERT_EQ(model->layers.size(), 4u);
   EXPECT_EQ(model->layers[1].parameters, 2 * 32 * 256);
@@ -50,12 +54,36 @@ TEST_F(CpuCommand, WritesAModelThePlannerAndSimulatorAccept) {
   const std::string plan = dir_.File("plan.json");
   ToolRun planned = RunTool(dir_, kPlanner,
                             "--model " + Quote(model_path) +
-                                " --gpus 2 --cluster ideal --global-batch 8 --out " + Quote(plan));
+                                " --gpus 2 --cluster ideal --out " + Quote(plan));
   ASSERT_EQ(planned.exit_code, 0) << planned.err << planned.out;
   EXPECT_THAT(planned.out, HasSubstr("chosen plan"));
   ToolRun simulated =
       RunTool(dir_, kSimulator, "--model " + Quote(model_path) + " --plan " + Quote(plan));
   EXPECT_EQ(simulated.exit_code, 0) << simulated.err;
+}
+
+TEST_F(CpuCommand, ShippedExampleDescribesItsWorkloadExactly) {
+  // examples/cpu-mlp.json (scripts/make-examples.sh) loads, names the
+  // workload it measured, and its bytes are that workload's, layer by layer.
+  Result<Model> model = LoadModel(Example("cpu-mlp.json"));
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  EXPECT_EQ(model->source.method, "cpu");
+  EXPECT_THAT(model->source.details.at("note"), HasSubstr("measured on"));
+  Result<cpu::WorkloadSpec> spec = cpu::WorkloadFromSource(model->source);
+  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  ASSERT_EQ(spec->LayerCount(), static_cast<int>(model->layers.size()));
+  const std::vector<cpu::Block> blocks = spec->Build();
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    EXPECT_EQ(model->layers[i].parameters, blocks[i].Parameters()) << i;
+    for (const LayerProfile& p : model->layers[i].profiles) {
+      EXPECT_EQ(p.activation_bytes, blocks[i].ActivationBytes(p.microbatch_size)) << i;
+      EXPECT_EQ(p.output_bytes, blocks[i].OutputBytes(p.microbatch_size)) << i;
+      EXPECT_GT(p.forward_ns, 0) << i;
+    }
+  }
+  ToolRun planned = RunTool(dir_, kPlanner,
+                            "--model " + Quote(Example("cpu-mlp.json")) + " --gpus 2 --cluster ideal");
+  EXPECT_EQ(planned.exit_code, 0) << planned.err;
 }
 
 TEST_F(CpuCommand, WritesToStdoutWithoutOut) {
