@@ -2,16 +2,18 @@
 //   profiler analytic ...  estimate a GPT-style transformer from its shape and a GPU preset
 //   profiler cupti ...     measure an unmodified CUDA program on an NVIDIA GPU
 //   profiler builtin ...   measure pipecast's own CUDA transformer block
-//   profiler cpu ...       measure a built-in CPU workload (planned; not in this build)
+//   profiler cpu ...       measure the built-in CPU workload layer by layer
 // Thin by design: flags -> spec and options -> library call -> exit code.
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <string>
+#include <functional>
 #include <vector>
 
 #include "profiler/analytic.h"
+#include "profiler/tools/cpu_command.h"
 #include "profiler/tools/cupti_commands.h"
 #include "sim/file_util.h"
 #include "sim/formats.h"
@@ -99,24 +101,6 @@ CLI::App* AddAnalytic(CLI::App& app, AnalyticFlags& f) {
   return cmd;
 }
 
-// Declared so that --help lists them; running one, with any arguments, says
-// plainly that it is missing.
-void AddPlanned(CLI::App& app, const std::string& name, const std::string& what,
-                std::vector<std::string>& ignored) {
-  CLI::App* cmd = app.add_subcommand(name, what + " (planned; not in this build)");
-  cmd->allow_extras();
-  cmd->add_option("--out", ignored, "model.json to write (once implemented)");
-  cmd->add_option("args", ignored, "arguments of the planned command, e.g. -- python train.py");
-}
-
-int RunPlanned(const std::string& name) {
-  fmt::print(stderr,
-             "profiler: '{}' is not implemented yet in this build: see docs/profiler.md "
-             "(planned work); use 'profiler analytic' for an estimate without a GPU\n",
-             name);
-  return kExitBadInput;
-}
-
 }  // namespace
 }  // namespace pipecast
 
@@ -128,9 +112,8 @@ int main(int argc, char** argv) {
       "--seq 2048 --vocab 50257 --gpu h100-sxm --out gpt-7b.json"};
   app.require_subcommand(1);
   CLI::App* analytic = pipecast::AddAnalytic(app, flags);
-  std::vector<std::string> ignored;
   pipecast::CuptiCommands cupti_commands(app);  // cupti, builtin
-  pipecast::AddPlanned(app, "cpu", "measure a built-in CPU workload layer by layer", ignored);
+  const std::function<int()> run_cpu = pipecast::AddCpuCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -139,5 +122,6 @@ int main(int argc, char** argv) {
   }
   if (analytic->parsed()) return pipecast::RunAnalytic(flags);
   if (const int code = cupti_commands.RunIfParsed(); code >= 0) return code;
-  return pipecast::RunPlanned(app.get_subcommands().front()->get_name());
+  if (app.got_subcommand("cpu")) return run_cpu();
+  return pipecast::kExitUsage;  // unreachable: require_subcommand(1) and every one is handled
 }
