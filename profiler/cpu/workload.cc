@@ -1,0 +1,350 @@
+#include "profiler/cpu/workload.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string>
+#include <utility>
+
+namespace pipecast::cpu {
+namespace {
+
+constexpr std::int64_t kFloatBytes = sizeof(float);
+// Buffers start on a cache line, so rows of the products vectorise cleanly.
+constexpr std::align_val_t kBufferAlignment{64};
+
+std::atomic<std::int64_t> g_live_bytes{0};
+std::atomic<std::int64_t> g_peak_bytes{0};
+
+void CountAllocation(std::int64_t bytes) {
+  const std::int64_t live = g_live_bytes.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  std::int64_t peak = g_peak_bytes.load(std::memory_order_relaxed);
+  while (live > peak &&
+         !g_peak_bytes.compare_exchange_weak(peak, live, std::memory_order_relaxed)) {
+  }
+}
+
+// A broken REQUIRES is a bug in the caller, not bad input: stop at once
+// rather than read or write out of bounds.
+void Require(bool ok, const char* what) {
+  if (ok) return;
+  std::fprintf(stderr, "pipecast::cpu::Block: precondition failed: %s\n", what);
+  std::abort();
+}
+
+// c[m×n] += a[m×k] · b[k×n], row-major. i-k-j order: the inner loop runs
+// over contiguous rows of b and c, which the compiler vectorises.
+void MatMulAdd(const float* __restrict a, const float* __restrict b, float* __restrict c,
+               int m, int k, int n) {
+  for (int i = 0; i < m; ++i) {
+    const float* __restrict a_row = a + static_cast<std::ptrdiff_t>(i) * k;
+    float* __restrict c_row = c + static_cast<std::ptrdiff_t>(i) * n;
+    for (int p = 0; p < k; ++p) {
+      const float s = a_row[p];
+      const float* __restrict b_row = b + static_cast<std::ptrdiff_t>(p) * n;
+      for (int j = 0; j < n; ++j) c_row[j] += s * b_row[j];
+    }
+  }
+}
+
+// w[k×n] += aᵀ · b with a [m×k] and b [m×n], row-major: the weight-gradient
+// product. Row p of w stays in cache while the m rows of b stream past.
+void TransposedMatMulAdd(const float* __restrict a, const float* __restrict b,
+                         float* __restrict w, int m, int k, int n) {
+  for (int p = 0; p < k; ++p) {
+    float* __restrict w_row = w + static_cast<std::ptrdiff_t>(p) * n;
+    for (int i = 0; i < m; ++i) {
+      const float s = a[static_cast<std::ptrdiff_t>(i) * k + p];
+      const float* __restrict b_row = b + static_cast<std::ptrdiff_t>(i) * n;
+      for (int j = 0; j < n; ++j) w_row[j] += s * b_row[j];
+    }
+  }
+}
+
+// gelu, tanh form (Hendrycks & Gimpel): 0.5·a·(1 + tanh(c·(a + 0.044715·a³))).
+constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2/pi)
+constexpr float kGeluCubic = 0.044715f;
+
+float Gelu(float a) {
+  const float t = std::tanh(kGeluC * (a + kGeluCubic * a * a * a));
+  return 0.5f * a * (1.0f + t);
+}
+
+float GeluDerivative(float a) {
+  const float t = std::tanh(kGeluC * (a + kGeluCubic * a * a * a));
+  return 0.5f * (1.0f + t) +
+         0.5f * a * (1.0f - t * t) * kGeluC * (1.0f + 3.0f * kGeluCubic * a * a);
+}
+
+// splitmix64 (Steele, Lea & Flood 2014): a fixed, portable generator, so the
+// weights do not depend on the standard library's distributions.
+std::uint64_t SplitMix64(std::uint64_t& state) {
+  std::uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+// Uniform in [-bound, bound].
+float UniformWeight(std::uint64_t& state, float bound) {
+  const double unit = static_cast<double>(SplitMix64(state) >> 11) * 0x1.0p-53;  // [0, 1)
+  return static_cast<float>((2.0 * unit - 1.0) * bound);
+}
+
+void Transpose(const std::vector<float>& src, int rows, int cols, std::vector<float>& dst) {
+  dst.resize(src.size());
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c)
+      dst[static_cast<std::size_t>(c) * rows + r] = src[static_cast<std::size_t>(r) * cols + c];
+}
+
+std::size_t Floats(int tokens, int width) {
+  return static_cast<std::size_t>(tokens) * static_cast<std::size_t>(width);
+}
+
+Status CheckWidth(const char* field, int value) {
+  if (value < 1 || value > kMaxWidth) {
+    return Status::InvalidArgument(std::string(field) + " is " + std::to_string(value) +
+                                   ": use a value in [1, " + std::to_string(kMaxWidth) + "]");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+// ---- BlockShape ----
+
+Status BlockShape::Validate() const {
+  PIPECAST_RETURN_IF_ERROR(CheckWidth("hidden", hidden));
+  PIPECAST_RETURN_IF_ERROR(CheckWidth("ffn", ffn));
+  PIPECAST_RETURN_IF_ERROR(CheckWidth("tokens_per_sample", tokens_per_sample));
+  const std::int64_t sample_bytes =
+      kFloatBytes * tokens_per_sample * (2 * std::int64_t{hidden} + 2 * std::int64_t{ffn});
+  if (sample_bytes > kMaxSampleBytes) {
+    return Status::InvalidArgument(
+        "one sample would keep " + std::to_string(sample_bytes) +
+        " bytes of activations (tokens_per_sample x (2 hidden + 2 ffn) x 4), over the " +
+        std::to_string(kMaxSampleBytes) + " allowed: use smaller widths");
+  }
+  return Status::Ok();
+}
+
+// ---- Buffer ----
+
+Buffer::Buffer(std::size_t floats) : size_(floats) {
+  if (floats == 0) return;
+  data_ = static_cast<float*>(::operator new(floats * sizeof(float), kBufferAlignment));
+  CountAllocation(bytes());
+}
+
+Buffer::~Buffer() { Reset(); }
+
+Buffer::Buffer(Buffer&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+
+Buffer& Buffer::operator=(Buffer&& other) noexcept {
+  if (this != &other) {
+    Reset();
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
+}
+
+void Buffer::Reset() {
+  if (data_ == nullptr) return;
+  g_live_bytes.fetch_sub(bytes(), std::memory_order_relaxed);
+  ::operator delete(data_, kBufferAlignment);
+  data_ = nullptr;
+  size_ = 0;
+}
+
+std::int64_t Saved::Bytes() const { return x_.bytes() + a_.bytes() + g_.bytes() + dy_.bytes(); }
+
+// ---- Block ----
+
+Block::Block(BlockShape shape, std::uint64_t seed) : shape_(shape) {
+  Require(shape_.Validate().ok(), "Block shape out of range (call BlockShape::Validate first)");
+  const int h = shape_.hidden;
+  const int f = shape_.ffn;
+  std::uint64_t state = seed;
+  w1_.resize(Floats(h, f));
+  w2_.resize(Floats(f, h));
+  const float bound1 = 1.0f / std::sqrt(static_cast<float>(h));  // fan-in of W1 is H
+  const float bound2 = 1.0f / std::sqrt(static_cast<float>(f));  // fan-in of W2 is F
+  for (float& w : w1_) w = UniformWeight(state, bound1);
+  for (float& w : w2_) w = UniformWeight(state, bound2);
+  Transpose(w1_, h, f, w1t_);
+  Transpose(w2_, f, h, w2t_);
+  grad_w1_.assign(w1_.size(), 0.0f);
+  grad_w2_.assign(w2_.size(), 0.0f);
+}
+
+std::int64_t Block::Parameters() const {
+  return 2 * std::int64_t{shape_.hidden} * shape_.ffn;
+}
+
+std::int64_t Block::ActivationBytes(int microbatch_size) const {
+  return kFloatBytes * Tokens(microbatch_size) *
+         (std::int64_t{shape_.hidden} + 2 * std::int64_t{shape_.ffn});
+}
+
+std::int64_t Block::OutputBytes(int microbatch_size) const {
+  return kFloatBytes * Tokens(microbatch_size) * shape_.hidden;
+}
+
+std::int64_t Block::WeightGradientBytes(int microbatch_size) const {
+  return kFloatBytes * Tokens(microbatch_size) *
+         (2 * std::int64_t{shape_.hidden} + 2 * std::int64_t{shape_.ffn});
+}
+
+std::int64_t Block::TransientBytes(int microbatch_size) const {
+  return kFloatBytes * Tokens(microbatch_size) * shape_.ffn;
+}
+
+std::int64_t Block::MultiplyAdds(int microbatch_size) const {
+  return 2 * std::int64_t{Tokens(microbatch_size)} * shape_.hidden * shape_.ffn;
+}
+
+Saved Block::Forward(std::span<const float> x, std::span<float> y, int microbatch_size) const {
+  Require(microbatch_size >= 1, "Forward: microbatch_size >= 1");
+  const int t = Tokens(microbatch_size);
+  const int h = shape_.hidden;
+  const int f = shape_.ffn;
+  Require(x.size() == Floats(t, h), "Forward: x holds tokens x hidden floats");
+  Require(y.size() == Floats(t, h), "Forward: y holds tokens x hidden floats");
+  Saved saved;
+  saved.microbatch_size_ = microbatch_size;
+  // Copy x first: the copy is what the backward needs, and y may alias x.
+  saved.x_ = Buffer(Floats(t, h));
+  std::copy(x.begin(), x.end(), saved.x_.data());
+  saved.a_ = Buffer(Floats(t, f));
+  std::fill_n(saved.a_.data(), saved.a_.size(), 0.0f);
+  MatMulAdd(saved.x_.data(), w1_.data(), saved.a_.data(), t, h, f);
+  saved.g_ = Buffer(Floats(t, f));
+  const float* a = saved.a_.data();
+  float* g = saved.g_.data();
+  for (std::size_t i = 0; i < saved.g_.size(); ++i) g[i] = Gelu(a[i]);
+  std::copy(saved.x_.data(), saved.x_.data() + saved.x_.size(), y.begin());  // residual
+  MatMulAdd(g, w2_.data(), y.data(), t, f, h);
+  saved.stage_ = Saved::Stage::kForwardDone;
+  return saved;
+}
+
+void Block::BackwardInput(Saved& saved, std::span<const float> dy, std::span<float> dx) const {
+  Require(saved.ready_for_input_gradient(), "BackwardInput: saved comes from Forward");
+  const int t = Tokens(saved.microbatch_size_);
+  const int h = shape_.hidden;
+  const int f = shape_.ffn;
+  Require(dy.size() == Floats(t, h), "BackwardInput: dy holds tokens x hidden floats");
+  Require(dx.size() == Floats(t, h), "BackwardInput: dx holds tokens x hidden floats");
+  // Keep dy for the weight gradient, and read it from the copy: dx may alias dy.
+  saved.dy_ = Buffer(Floats(t, h));
+  std::copy(dy.begin(), dy.end(), saved.dy_.data());
+  const float* dy_kept = saved.dy_.data();
+  // dg = dy·W2ᵀ, then da = dg ⊙ gelu'(a): da replaces a, which is not needed after.
+  Buffer da(Floats(t, f));
+  std::fill_n(da.data(), da.size(), 0.0f);
+  MatMulAdd(dy_kept, w2t_.data(), da.data(), t, h, f);
+  const float* a = saved.a_.data();
+  float* d = da.data();
+  for (std::size_t i = 0; i < da.size(); ++i) d[i] *= GeluDerivative(a[i]);
+  saved.a_ = std::move(da);
+  // dx = dy (residual) + da·W1ᵀ.
+  std::copy(dy_kept, dy_kept + saved.dy_.size(), dx.begin());
+  MatMulAdd(saved.a_.data(), w1t_.data(), dx.data(), t, f, h);
+  saved.stage_ = Saved::Stage::kInputGradientDone;
+}
+
+void Block::BackwardWeight(Saved& saved) {
+  Require(saved.ready_for_weight_gradient(), "BackwardWeight: saved comes from BackwardInput");
+  const int t = Tokens(saved.microbatch_size_);
+  const int h = shape_.hidden;
+  const int f = shape_.ffn;
+  TransposedMatMulAdd(saved.x_.data(), saved.a_.data(), grad_w1_.data(), t, h, f);  // xᵀ·da
+  TransposedMatMulAdd(saved.g_.data(), saved.dy_.data(), grad_w2_.data(), t, f, h);  // gᵀ·dy
+  saved.x_.Reset();
+  saved.a_.Reset();
+  saved.g_.Reset();
+  saved.dy_.Reset();
+  saved.stage_ = Saved::Stage::kEmpty;
+}
+
+void Block::Backward(Saved& saved, std::span<const float> dy, std::span<float> dx) {
+  BackwardInput(saved, dy, dx);
+  BackwardWeight(saved);
+}
+
+void Block::ZeroGradients() {
+  std::fill(grad_w1_.begin(), grad_w1_.end(), 0.0f);
+  std::fill(grad_w2_.begin(), grad_w2_.end(), 0.0f);
+}
+
+float Block::Weight(int which, int row, int col) const {
+  Require(which == 1 || which == 2, "Weight: which is 1 or 2");
+  const int cols = which == 1 ? shape_.ffn : shape_.hidden;
+  const int rows = which == 1 ? shape_.hidden : shape_.ffn;
+  Require(row >= 0 && row < rows && col >= 0 && col < cols, "Weight: index in range");
+  const std::vector<float>& w = which == 1 ? w1_ : w2_;
+  return w[static_cast<std::size_t>(row) * cols + col];
+}
+
+void Block::SetWeight(int which, int row, int col, float value) {
+  Require(which == 1 || which == 2, "SetWeight: which is 1 or 2");
+  const int cols = which == 1 ? shape_.ffn : shape_.hidden;
+  const int rows = which == 1 ? shape_.hidden : shape_.ffn;
+  Require(row >= 0 && row < rows && col >= 0 && col < cols, "SetWeight: index in range");
+  std::vector<float>& w = which == 1 ? w1_ : w2_;
+  std::vector<float>& wt = which == 1 ? w1t_ : w2t_;
+  w[static_cast<std::size_t>(row) * cols + col] = value;
+  wt[static_cast<std::size_t>(col) * rows + row] = value;
+}
+
+// ---- counters ----
+
+std::int64_t LiveWorkloadBytes() { return g_live_bytes.load(std::memory_order_relaxed); }
+std::int64_t PeakWorkloadBytes() { return g_peak_bytes.load(std::memory_order_relaxed); }
+void ResetPeakWorkloadBytes() {
+  g_peak_bytes.store(g_live_bytes.load(std::memory_order_relaxed), std::memory_order_relaxed);
+}
+
+// ---- WorkloadSpec ----
+
+Status WorkloadSpec::Validate() const {
+  if (!per_layer.empty()) {
+    if (layers != static_cast<int>(per_layer.size())) {
+      return Status::InvalidArgument("layers is " + std::to_string(layers) + " but per_layer has " +
+                                     std::to_string(per_layer.size()) +
+                                     " shapes: they must agree");
+    }
+    for (std::size_t i = 0; i < per_layer.size(); ++i) {
+      PIPECAST_RETURN_IF_ERROR(per_layer[i].Validate().WithPrefix("layer " + std::to_string(i)));
+    }
+    return Status::Ok();
+  }
+  if (layers < 1) {
+    return Status::InvalidArgument("layers is " + std::to_string(layers) + ": use 1 or more");
+  }
+  return shape.Validate();
+}
+
+int WorkloadSpec::LayerCount() const {
+  return per_layer.empty() ? layers : static_cast<int>(per_layer.size());
+}
+
+BlockShape WorkloadSpec::LayerShape(int layer) const {
+  return per_layer.empty() ? shape : per_layer.at(static_cast<std::size_t>(layer));
+}
+
+std::vector<Block> WorkloadSpec::Build() const {
+  std::vector<Block> blocks;
+  blocks.reserve(static_cast<std::size_t>(LayerCount()));
+  for (int i = 0; i < LayerCount(); ++i) blocks.emplace_back(LayerShape(i), LayerSeed(i));
+  return blocks;
+}
+
+}  // namespace pipecast::cpu

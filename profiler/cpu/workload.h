@@ -1,0 +1,210 @@
+// The built-in CPU workload: a stack of transformer-style MLP blocks that run
+// forward, input-gradient and weight-gradient passes on real float32 buffers,
+// so that `profiler cpu` can measure per-layer costs and the validator can
+// execute a plan on any machine, with no GPU.
+//
+// One layer (Block) computes y = x + W2·gelu(W1·x) on activations of
+// [tokens × hidden], tokens = microbatch_size × tokens_per_sample, with
+// W1: hidden → ffn and W2: ffn → hidden (no biases; gelu is the tanh form).
+// Matrix products are single-threaded i-k-j loops (no BLAS), so one op uses
+// one core and a stage per thread scales with the cores available.
+//
+// Memory: every activation and transient buffer is allocated through a
+// counting allocator; LiveWorkloadBytes()/PeakWorkloadBytes() report what is
+// allocated now and at most, process-wide. Weights and weight gradients are
+// not counted (they are the model's parameters, fixed for a run).
+//
+// What each pass keeps (T = tokens, H = hidden, F = ffn, 4 bytes a float):
+//   Forward        keeps x [T×H], a = W1·x [T×F], g = gelu(a) [T×F]:
+//                  ActivationBytes = 4·T·(H + 2F).
+//   BackwardInput  computes dx, frees a, keeps what the weight gradient
+//                  needs: x, g, da [T×F] and a copy of dy [T×H]
+//                  (WeightGradientBytes = 4·T·(2H + 2F)).
+//   BackwardWeight accumulates dW1 += xᵀ·da and dW2 += gᵀ·dy, then frees all.
+//
+// Thread-safety: a Block's const methods may run concurrently (they read the
+// weights only); BackwardWeight and the mutators need exclusive access. The
+// byte counters are atomic.
+#ifndef PIPECAST_PROFILER_CPU_WORKLOAD_H_
+#define PIPECAST_PROFILER_CPU_WORKLOAD_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "sim/model.h"
+#include "sim/status.h"
+
+namespace pipecast::cpu {
+
+// Shape of one layer of the built-in CPU workload.
+struct BlockShape {
+  int hidden = 256;             // H: width of x and y
+  int ffn = 1024;               // F: width of the MLP's inner activation
+  int tokens_per_sample = 32;   // rows of x per sample
+
+  // OK when every field is in [1, kMaxWidth] and one sample's activations
+  // stay under kMaxSampleBytes; otherwise names the field.
+  Status Validate() const;
+  bool operator==(const BlockShape&) const = default;
+};
+
+// Largest hidden, ffn or tokens_per_sample accepted (a sanity bound).
+inline constexpr int kMaxWidth = 1 << 16;
+// Largest activation of one sample accepted (1 GiB): keeps T·F in int64 and
+// the machine out of swap.
+inline constexpr std::int64_t kMaxSampleBytes = std::int64_t{1} << 30;
+
+// A float array allocated through the counting allocator: its bytes are in
+// LiveWorkloadBytes() from construction to destruction. Movable, not copyable.
+class Buffer {
+ public:
+  Buffer() = default;
+  explicit Buffer(std::size_t floats);  // uninitialised contents
+  ~Buffer();
+  Buffer(Buffer&& other) noexcept;
+  Buffer& operator=(Buffer&& other) noexcept;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  float* data() { return data_; }
+  const float* data() const { return data_; }
+  std::size_t size() const { return size_; }
+  std::int64_t bytes() const { return static_cast<std::int64_t>(size_ * sizeof(float)); }
+  std::span<float> span() { return {data_, size_}; }
+  std::span<const float> span() const { return {data_, size_}; }
+  void Reset();  // frees now
+
+ private:
+  float* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+// What one forward keeps alive for its backward (the real buffers).
+// Movable, not copyable; destroying it frees whatever it still holds.
+class Saved {
+ public:
+  Saved() = default;
+  Saved(Saved&&) noexcept = default;
+  Saved& operator=(Saved&&) noexcept = default;
+  Saved(const Saved&) = delete;
+  Saved& operator=(const Saved&) = delete;
+
+  // Bytes the buffers hold now (0 after BackwardWeight).
+  std::int64_t Bytes() const;
+  int microbatch_size() const { return microbatch_size_; }
+  // True between Forward and BackwardInput.
+  bool ready_for_input_gradient() const { return stage_ == Stage::kForwardDone; }
+  // True between BackwardInput and BackwardWeight.
+  bool ready_for_weight_gradient() const { return stage_ == Stage::kInputGradientDone; }
+
+ private:
+  friend class Block;
+  enum class Stage { kEmpty, kForwardDone, kInputGradientDone };
+  Stage stage_ = Stage::kEmpty;
+  int microbatch_size_ = 0;
+  Buffer x_;   // layer input [T×H]
+  Buffer a_;   // W1·x [T×F]; after BackwardInput holds da instead
+  Buffer g_;   // gelu(a) [T×F]
+  Buffer dy_;  // copy of the output gradient [T×H], from BackwardInput on
+};
+
+// One layer: weights, their gradient accumulators, and the passes.
+class Block {
+ public:
+  // Weights uniform in ±1/sqrt(fan_in) from a fixed generator seeded by
+  // `seed`: the same (shape, seed) gives the same weights bit for bit.
+  // REQUIRES: shape.Validate().ok().
+  Block(BlockShape shape, std::uint64_t seed);
+
+  const BlockShape& shape() const { return shape_; }
+  std::int64_t Parameters() const;  // 2·H·F
+  int Tokens(int microbatch_size) const { return microbatch_size * shape_.tokens_per_sample; }
+  // Bytes Forward keeps in Saved: 4·T·(H + 2F).
+  std::int64_t ActivationBytes(int microbatch_size) const;
+  // 4·T·H: the output sent to the next stage, and the gradient sent back.
+  std::int64_t OutputBytes(int microbatch_size) const;
+  // Bytes Saved holds between BackwardInput and BackwardWeight: 4·T·(2H + 2F).
+  std::int64_t WeightGradientBytes(int microbatch_size) const;
+  // Largest transient bytes a pass allocates beyond Saved (BackwardInput's da
+  // while a is still alive): 4·T·F.
+  std::int64_t TransientBytes(int microbatch_size) const;
+  // Multiply-adds of one pass at this micro-batch size (2·T·H·F each for
+  // forward, input gradient and weight gradient).
+  std::int64_t MultiplyAdds(int microbatch_size) const;
+
+  // x and y hold Tokens(microbatch_size)·hidden floats. Allocates the Saved
+  // buffers. REQUIRES: microbatch_size >= 1; span sizes as stated (aborts
+  // otherwise: a caller bug, not input).
+  Saved Forward(std::span<const float> x, std::span<float> y, int microbatch_size) const;
+  // Writes dx = dL/dx from dy = dL/dy; keeps in `saved` what BackwardWeight
+  // needs. REQUIRES: saved.ready_for_input_gradient(); dy, dx sized like y.
+  void BackwardInput(Saved& saved, std::span<const float> dy, std::span<float> dx) const;
+  // Adds this micro-batch's weight gradients to the accumulators, then frees
+  // saved's buffers. REQUIRES: saved.ready_for_weight_gradient().
+  void BackwardWeight(Saved& saved);
+  // BackwardInput then BackwardWeight.
+  void Backward(Saved& saved, std::span<const float> dy, std::span<float> dx);
+
+  // Weight-gradient accumulators, row-major: dW1 [H×F], dW2 [F×H].
+  std::span<const float> GradientW1() const { return grad_w1_; }
+  std::span<const float> GradientW2() const { return grad_w2_; }
+  void ZeroGradients();
+  // Element (row, col) of W1 [H×F] (which = 1) or W2 [F×H] (which = 2); the
+  // setter keeps the transposed copies in step (for gradient checks).
+  float Weight(int which, int row, int col) const;
+  void SetWeight(int which, int row, int col, float value);
+
+ private:
+  BlockShape shape_;
+  // Both layouts of each weight, so that every product is an i-k-j loop over
+  // contiguous rows: w1_ [H×F], w1t_ [F×H], w2_ [F×H], w2t_ [H×F].
+  std::vector<float> w1_, w1t_, w2_, w2t_;
+  std::vector<float> grad_w1_, grad_w2_;
+};
+
+// Bytes currently allocated by workload buffers (activations and transient),
+// process-wide, thread-safe.
+std::int64_t LiveWorkloadBytes();
+// Highest LiveWorkloadBytes() since the start or the last reset.
+std::int64_t PeakWorkloadBytes();
+// Sets the peak to the current live bytes.
+void ResetPeakWorkloadBytes();
+
+// A whole workload: `layers` blocks of `shape`, or the shapes listed in
+// per_layer (when non-empty it wins and layers must equal its size). Layer i
+// is built with seed + i.
+struct WorkloadSpec {
+  BlockShape shape;
+  int layers = 4;
+  std::vector<BlockShape> per_layer;  // optional unequal layers
+  std::uint64_t seed = 1;
+
+  // OK when layers >= 1 and every shape is valid; names the layer otherwise.
+  Status Validate() const;
+  int LayerCount() const;
+  BlockShape LayerShape(int layer) const;  // REQUIRES: 0 <= layer < LayerCount()
+  std::uint64_t LayerSeed(int layer) const { return seed + static_cast<std::uint64_t>(layer); }
+  // The blocks, in order. REQUIRES: Validate().ok().
+  std::vector<Block> Build() const;
+};
+
+// The key of ModelSource::details that holds the workload description.
+inline constexpr char kWorkloadSourceKey[] = "workload";
+
+// JSON text (an object) describing `spec`, for ModelSource::details
+// [kWorkloadSourceKey]: {"kind": "mlp-block", "formula": ..., "seed": s,
+// "layers": [{"hidden": H, "ffn": F, "tokens_per_sample": T}, ...]}.
+std::string WorkloadToSourceJson(const WorkloadSpec& spec);
+// Rebuilds the spec of a model measured by `profiler cpu`. Fails with
+// InvalidArgument when source.method is not "cpu", the workload key is
+// missing, or its JSON is malformed (naming the JSON path).
+Result<WorkloadSpec> WorkloadFromSource(const ModelSource& source);
+// The same, from the JSON text WorkloadToSourceJson wrote.
+Result<WorkloadSpec> WorkloadFromJson(const std::string& text);
+
+}  // namespace pipecast::cpu
+
+#endif  // PIPECAST_PROFILER_CPU_WORKLOAD_H_

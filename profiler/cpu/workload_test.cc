@@ -1,0 +1,301 @@
+#include "profiler/cpu/workload.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <thread>
+#include <vector>
+
+namespace pipecast::cpu {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Deterministic test inputs in [-1, 1].
+std::vector<float> Pattern(std::size_t n, int salt) {
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    v[i] = static_cast<float>(std::sin(0.7 * static_cast<double>(i) + 1.3 * salt));
+  }
+  return v;
+}
+
+std::size_t Floats(const Block& block, int microbatch_size) {
+  return static_cast<std::size_t>(block.Tokens(microbatch_size)) * block.shape().hidden;
+}
+
+// L = sum_i r_i * y_i, in double, so that dL/dy = r.
+double Loss(const Block& block, const std::vector<float>& x, const std::vector<float>& r,
+            int microbatch_size) {
+  std::vector<float> y(x.size());
+  Saved saved = block.Forward(x, y, microbatch_size);
+  double loss = 0;
+  for (std::size_t i = 0; i < y.size(); ++i) loss += static_cast<double>(r[i]) * y[i];
+  return loss;
+}
+
+// Central difference with step 1e-2 on float32: truncation ~1e-4 and rounding
+// ~1e-4 of the loss's scale, hence an absolute 2e-3 plus 1% tolerance.
+constexpr double kStep = 1e-2;
+void ExpectClose(double analytic, double numeric, const std::string& what) {
+  EXPECT_NEAR(analytic, numeric, 2e-3 + 1e-2 * std::abs(numeric)) << what;
+}
+
+TEST(BlockShapeTest, ValidateNamesTheField) {
+  EXPECT_TRUE(BlockShape{}.Validate().ok());
+  Status st = BlockShape{.hidden = 0}.Validate();
+  EXPECT_THAT(st.message(), HasSubstr("hidden is 0"));
+  st = BlockShape{.hidden = 8, .ffn = kMaxWidth + 1}.Validate();
+  EXPECT_THAT(st.message(), HasSubstr("ffn is"));
+  st = BlockShape{.hidden = 8, .ffn = 8, .tokens_per_sample = -3}.Validate();
+  EXPECT_THAT(st.message(), HasSubstr("tokens_per_sample is -3"));
+  // 4 * 65536 * (2 * 65536 + 2 * 65536) bytes per sample is far over 1 GiB.
+  st = BlockShape{.hidden = kMaxWidth, .ffn = kMaxWidth, .tokens_per_sample = kMaxWidth}
+           .Validate();
+  EXPECT_THAT(st.message(), HasSubstr("activations"));
+}
+
+TEST(BlockTest, SizesFollowTheShape) {
+  // Default shape: H = 256, F = 1024, 32 tokens a sample.
+  const Block block(BlockShape{}, 1);
+  EXPECT_EQ(block.Parameters(), 2 * 256 * 1024);
+  EXPECT_EQ(block.Tokens(4), 128);
+  EXPECT_EQ(block.OutputBytes(1), 4 * 32 * 256);                       // 32768
+  EXPECT_EQ(block.ActivationBytes(1), 4 * 32 * (256 + 2 * 1024));      // 294912
+  EXPECT_EQ(block.ActivationBytes(4), 4 * block.ActivationBytes(1));
+  EXPECT_EQ(block.WeightGradientBytes(2), 4 * 64 * (2 * 256 + 2 * 1024));
+  EXPECT_EQ(block.TransientBytes(1), 4 * 32 * 1024);
+  EXPECT_EQ(block.MultiplyAdds(1), 2 * 32 * 256 * 1024);
+}
+
+TEST(BlockTest, OneByOneBlockMatchesHandWorkedValue) {
+  // Given H = F = T = 1, W1 = 2, W2 = 3 and x = 0.5: a = 1,
+  // gelu(1) = 0.5 * (1 + tanh(sqrt(2/pi) * 1.044715)) = 0.8411920,
+  // y = 0.5 + 3 * 0.8411920 = 3.0235760.
+  Block block(BlockShape{.hidden = 1, .ffn = 1, .tokens_per_sample = 1}, 7);
+  block.SetWeight(1, 0, 0, 2.0f);
+  block.SetWeight(2, 0, 0, 3.0f);
+  std::vector<float> x = {0.5f}, y(1);
+  Saved saved = block.Forward(x, y, 1);
+  EXPECT_NEAR(y[0], 3.0235760, 1e-5);
+  // dy = 1: dx = 1 + W1 * gelu'(1) * W2 with gelu'(1) = 1.0829640 (tanh form),
+  // dW2 = gelu(1) * dy, dW1 = x * W2 * gelu'(1) * dy.
+  std::vector<float> dy = {1.0f}, dx(1);
+  block.Backward(saved, dy, dx);
+  EXPECT_NEAR(dx[0], 1.0 + 2.0 * 1.0829640 * 3.0, 1e-4);
+  EXPECT_NEAR(block.GradientW2()[0], 0.8411920, 1e-5);
+  EXPECT_NEAR(block.GradientW1()[0], 0.5 * 3.0 * 1.0829640, 1e-4);
+}
+
+TEST(BlockTest, SameSeedSameWeightsAndOutputs) {
+  const BlockShape shape{.hidden = 8, .ffn = 16, .tokens_per_sample = 3};
+  const Block a(shape, 42), b(shape, 42), c(shape, 43);
+  EXPECT_EQ(a.Weight(1, 3, 5), b.Weight(1, 3, 5));
+  EXPECT_NE(a.Weight(1, 3, 5), c.Weight(1, 3, 5));
+  // Weights within +-1/sqrt(fan_in).
+  EXPECT_LE(std::abs(a.Weight(1, 7, 15)), 1.0f / std::sqrt(8.0f));
+  EXPECT_LE(std::abs(a.Weight(2, 15, 7)), 1.0f / std::sqrt(16.0f));
+  const std::vector<float> x = Pattern(Floats(a, 2), 1);
+  std::vector<float> ya(x.size()), yb(x.size());
+  Saved sa = a.Forward(x, ya, 2);
+  Saved sb = b.Forward(x, yb, 2);
+  EXPECT_EQ(ya, yb);
+}
+
+TEST(BlockTest, GradientsMatchFiniteDifferences) {
+  // Given a tiny block (H = 3, F = 5, 2 tokens a sample, micro-batch 2) and
+  // L = sum r * y, the analytic dL/dx, dL/dW1 and dL/dW2 match central
+  // differences of L.
+  Block block(BlockShape{.hidden = 3, .ffn = 5, .tokens_per_sample = 2}, 11);
+  const int mbs = 2;
+  std::vector<float> x = Pattern(Floats(block, mbs), 2);
+  const std::vector<float> r = Pattern(x.size(), 3);
+  std::vector<float> y(x.size()), dx(x.size());
+  Saved saved = block.Forward(x, y, mbs);
+  block.Backward(saved, r, dx);
+
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const float keep = x[i];
+    x[i] = keep + static_cast<float>(kStep);
+    const double plus = Loss(block, x, r, mbs);
+    x[i] = keep - static_cast<float>(kStep);
+    const double minus = Loss(block, x, r, mbs);
+    x[i] = keep;
+    ExpectClose(dx[i], (plus - minus) / (2 * kStep), "dx[" + std::to_string(i) + "]");
+  }
+  for (int which : {1, 2}) {
+    const int rows = which == 1 ? 3 : 5;
+    const int cols = which == 1 ? 5 : 3;
+    const std::span<const float> grad = which == 1 ? block.GradientW1() : block.GradientW2();
+    for (int row = 0; row < rows; ++row) {
+      for (int col = 0; col < cols; ++col) {
+        const float keep = block.Weight(which, row, col);
+        block.SetWeight(which, row, col, keep + static_cast<float>(kStep));
+        const double plus = Loss(block, x, r, mbs);
+        block.SetWeight(which, row, col, keep - static_cast<float>(kStep));
+        const double minus = Loss(block, x, r, mbs);
+        block.SetWeight(which, row, col, keep);
+        ExpectClose(grad[static_cast<std::size_t>(row) * cols + col], (plus - minus) / (2 * kStep),
+                    "dW" + std::to_string(which) + "[" + std::to_string(row) + "," +
+                        std::to_string(col) + "]");
+      }
+    }
+  }
+}
+
+TEST(BlockTest, WeightGradientsAccumulateOverMicrobatches) {
+  // Two micro-batches of 1 sample give the same gradient as one of 2 samples
+  // holding both (rows are independent), up to float rounding.
+  const BlockShape shape{.hidden = 4, .ffn = 6, .tokens_per_sample = 2};
+  Block one(shape, 5), both(shape, 5);
+  const std::vector<float> x = Pattern(16, 4), dy = Pattern(16, 5);
+  std::vector<float> y(16), dx(16);
+  for (int half : {0, 1}) {
+    std::span<const float> xs(x.data() + 8 * half, 8), dys(dy.data() + 8 * half, 8);
+    Saved saved = one.Forward(xs, std::span<float>(y.data() + 8 * half, 8), 1);
+    one.Backward(saved, dys, std::span<float>(dx.data() + 8 * half, 8));
+  }
+  std::vector<float> y2(16), dx2(16);
+  Saved saved = both.Forward(x, y2, 2);
+  both.Backward(saved, dy, dx2);
+  EXPECT_EQ(y, y2);
+  EXPECT_EQ(dx, dx2);
+  for (std::size_t i = 0; i < one.GradientW1().size(); ++i)
+    EXPECT_NEAR(one.GradientW1()[i], both.GradientW1()[i], 1e-6);
+  for (std::size_t i = 0; i < one.GradientW2().size(); ++i)
+    EXPECT_NEAR(one.GradientW2()[i], both.GradientW2()[i], 1e-6);
+  one.ZeroGradients();
+  EXPECT_EQ(one.GradientW1()[0], 0.0f);
+}
+
+TEST(BlockTest, SplitBackwardEqualsWholeBackwardAndAllowsAliasing) {
+  const BlockShape shape{.hidden = 5, .ffn = 7, .tokens_per_sample = 3};
+  Block whole(shape, 9), split(shape, 9);
+  const std::vector<float> x = Pattern(15, 6), dy = Pattern(15, 7);
+  std::vector<float> y(15), dx(15);
+  Saved s1 = whole.Forward(x, y, 1);
+  whole.Backward(s1, dy, dx);
+  // In place: y overwrites x, dx overwrites dy.
+  std::vector<float> buf = x;
+  Saved s2 = split.Forward(buf, buf, 1);
+  EXPECT_EQ(buf, y);
+  EXPECT_TRUE(s2.ready_for_input_gradient());
+  buf = dy;
+  split.BackwardInput(s2, buf, buf);
+  EXPECT_TRUE(s2.ready_for_weight_gradient());
+  EXPECT_EQ(buf, dx);
+  split.BackwardWeight(s2);
+  EXPECT_EQ(s2.Bytes(), 0);
+  EXPECT_FALSE(s2.ready_for_input_gradient());
+  for (std::size_t i = 0; i < whole.GradientW1().size(); ++i)
+    EXPECT_EQ(whole.GradientW1()[i], split.GradientW1()[i]);
+}
+
+TEST(BlockTest, CountedBytesAreTheStatedSizes) {
+  // The allocator sees exactly ActivationBytes after Forward,
+  // WeightGradientBytes after BackwardInput (with TransientBytes more at its
+  // peak), and nothing after BackwardWeight.
+  Block block(BlockShape{.hidden = 16, .ffn = 48, .tokens_per_sample = 4}, 3);
+  const int mbs = 3;
+  const std::vector<float> x = Pattern(Floats(block, mbs), 8);
+  std::vector<float> y(x.size()), dx(x.size());
+  const std::int64_t before = LiveWorkloadBytes();
+  ResetPeakWorkloadBytes();
+  Saved saved = block.Forward(x, y, mbs);
+  EXPECT_EQ(LiveWorkloadBytes() - before, block.ActivationBytes(mbs));
+  EXPECT_EQ(saved.Bytes(), block.ActivationBytes(mbs));
+  EXPECT_EQ(PeakWorkloadBytes() - before, block.ActivationBytes(mbs));  // no transient
+  EXPECT_EQ(block.ActivationBytes(mbs), 4 * 12 * (16 + 2 * 48));
+  block.BackwardInput(saved, y, dx);
+  EXPECT_EQ(LiveWorkloadBytes() - before, block.WeightGradientBytes(mbs));
+  EXPECT_EQ(PeakWorkloadBytes() - before,
+            block.WeightGradientBytes(mbs) + block.TransientBytes(mbs));
+  block.BackwardWeight(saved);
+  EXPECT_EQ(LiveWorkloadBytes(), before);
+  {
+    Saved dropped = block.Forward(x, y, mbs);  // freed when dropped, unused
+  }
+  EXPECT_EQ(LiveWorkloadBytes(), before);
+}
+
+TEST(BlockTest, CountersAreThreadSafe) {
+  const std::int64_t before = LiveWorkloadBytes();
+  ResetPeakWorkloadBytes();
+  auto work = [] {
+    for (int i = 0; i < 2000; ++i) Buffer b(256);
+  };
+  std::thread t1(work), t2(work);
+  t1.join();
+  t2.join();
+  EXPECT_EQ(LiveWorkloadBytes(), before);
+  EXPECT_GE(PeakWorkloadBytes() - before, 1024);
+  EXPECT_LE(PeakWorkloadBytes() - before, 2048);
+}
+
+TEST(WorkloadSpecTest, LayersAndSeeds) {
+  WorkloadSpec spec;
+  spec.shape = {.hidden = 4, .ffn = 8, .tokens_per_sample = 2};
+  spec.layers = 3;
+  spec.seed = 10;
+  ASSERT_TRUE(spec.Validate().ok());
+  EXPECT_EQ(spec.LayerCount(), 3);
+  EXPECT_EQ(spec.LayerSeed(2), 12u);
+  std::vector<Block> blocks = spec.Build();
+  ASSERT_EQ(blocks.size(), 3u);
+  EXPECT_EQ(blocks[2].Weight(1, 1, 1), Block(spec.shape, 12).Weight(1, 1, 1));
+  spec.layers = 0;
+  EXPECT_THAT(spec.Validate().message(), HasSubstr("layers is 0"));
+  spec.per_layer = {spec.shape, {.hidden = 4, .ffn = 0, .tokens_per_sample = 2}};
+  spec.layers = 2;
+  EXPECT_THAT(spec.Validate().message(), HasSubstr("layer 1: ffn is 0"));
+}
+
+TEST(WorkloadSpecTest, RoundTripsThroughModelSource) {
+  WorkloadSpec spec;
+  spec.shape = {.hidden = 32, .ffn = 64, .tokens_per_sample = 8};
+  spec.layers = 3;
+  spec.per_layer = {spec.shape, {.hidden = 32, .ffn = 256, .tokens_per_sample = 8}, spec.shape};
+  spec.seed = 99;
+  ModelSource source;
+  source.method = "cpu";
+  source.details[kWorkloadSourceKey] = WorkloadToSourceJson(spec);
+  Result<WorkloadSpec> back = WorkloadFromSource(source);
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->LayerCount(), 3);
+  EXPECT_EQ(back->seed, 99u);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(back->LayerShape(i), spec.LayerShape(i)) << i;
+
+  // Equal layers come back as shape x layers.
+  spec.per_layer.clear();
+  source.details[kWorkloadSourceKey] = WorkloadToSourceJson(spec);
+  back = WorkloadFromSource(source);
+  ASSERT_TRUE(back.ok());
+  EXPECT_TRUE(back->per_layer.empty());
+  EXPECT_EQ(back->layers, 3);
+  EXPECT_EQ(back->shape, spec.shape);
+}
+
+TEST(WorkloadSpecTest, BadSourcesNameWhatIsWrong) {
+  ModelSource source;
+  source.method = "analytic";
+  EXPECT_THAT(WorkloadFromSource(source).status().message(), HasSubstr("source.method"));
+  source.method = "cpu";
+  EXPECT_THAT(WorkloadFromSource(source).status().message(),
+              HasSubstr("source.workload is missing"));
+  source.details[kWorkloadSourceKey] = "{not json";
+  EXPECT_THAT(WorkloadFromSource(source).status().message(), HasSubstr("not valid JSON"));
+  source.details[kWorkloadSourceKey] =
+      R"({"kind":"mlp-block","layers":[{"hidden":4,"ffn":8,"tokens_per_sample":2},)"
+      R"({"hidden":4,"ffn":"wide","tokens_per_sample":2}]})";
+  EXPECT_THAT(WorkloadFromSource(source).status().message(),
+              HasSubstr("source.workload.layers[1].ffn"));
+  source.details[kWorkloadSourceKey] = R"({"kind":"attention","layers":[]})";
+  EXPECT_THAT(WorkloadFromSource(source).status().message(), HasSubstr("source.workload.kind"));
+  source.details[kWorkloadSourceKey] = R"({"kind":"mlp-block","layers":[]})";
+  EXPECT_THAT(WorkloadFromSource(source).status().message(), HasSubstr("non-empty"));
+}
+
+}  // namespace
+}  // namespace pipecast::cpu
