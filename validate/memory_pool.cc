@@ -52,6 +52,15 @@ MemoryPool::MemoryPool(std::string stage_name, Bytes limit_bytes, const Clock* c
     : stage_name_(std::move(stage_name)), limit_(limit_bytes), clock_(clock) {}
 
 Result<Allocation> MemoryPool::Allocate(Bytes bytes, MemoryKind kind, const std::string& what) {
+  return Take(bytes, kind, what, /*backed=*/true);
+}
+
+Result<Allocation> MemoryPool::Charge(Bytes bytes, MemoryKind kind, const std::string& what) {
+  return Take(bytes, kind, what, /*backed=*/false);
+}
+
+Result<Allocation> MemoryPool::Take(Bytes bytes, MemoryKind kind, const std::string& what,
+                                   bool backed) {
   Allocation a;
   if (bytes <= 0) return a;
   const int k = static_cast<int>(kind);
@@ -66,7 +75,7 @@ Result<Allocation> MemoryPool::Allocate(Bytes bytes, MemoryKind kind, const std:
     }
     held_[k] += bytes;  // charged first so concurrent allocations see it
   }
-  {
+  if (backed) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = cache_.find(bytes);
     if (it != cache_.end()) {
@@ -75,7 +84,7 @@ Result<Allocation> MemoryPool::Allocate(Bytes bytes, MemoryKind kind, const std:
       cached_bytes_ -= bytes;
     }
   }
-  if (a.data_ == nullptr) {
+  if (backed && a.data_ == nullptr) {
     a.data_.reset(new (std::nothrow) std::byte[static_cast<size_t>(bytes)]);
     if (a.data_ == nullptr) {
       ReleaseCache();  // give the cache back and try once more

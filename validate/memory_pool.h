@@ -74,6 +74,10 @@ class MemoryPool {
   // memory on <stage>" when the limit would be passed or the system
   // allocator refuses; nothing is charged then.
   Result<Allocation> Allocate(Bytes bytes, MemoryKind kind, const std::string& what);
+  // Counts `bytes` that someone else really allocated (the CPU workload's
+  // own buffers) as held by this stage, with the same limit check; the
+  // returned Allocation has no data and uncounts them when it dies.
+  Result<Allocation> Charge(Bytes bytes, MemoryKind kind, const std::string& what);
 
   Bytes held() const;
   Bytes peak() const;
@@ -91,6 +95,7 @@ class MemoryPool {
   void Free(MemoryKind kind, Bytes bytes, std::unique_ptr<std::byte[]> data);
   void RecordLocked();
   void ReleaseCache();
+  Result<Allocation> Take(Bytes bytes, MemoryKind kind, const std::string& what, bool backed);
 
   const std::string stage_name_;
   const Bytes limit_;

@@ -192,7 +192,7 @@ class Worker {
       const TimeNs start = clock.NowNs();
       s_.control.Set(rank_, RunControl::State::kRunning, &op, start);
       const std::string name = StageName(op, rank_);
-      Bytes act_bytes = op.activation_bytes;
+      Bytes act_bytes = s_.env.work->ManagesActivations() ? 0 : op.activation_bytes;
       if (fault == Fault::Kind::kOom) {
         act_bytes = pool_->limit() > 0 ? pool_->limit() + 1 : kOomFaultBytes;
       }
@@ -215,6 +215,7 @@ class Worker {
       call.input = std::span<const std::byte>(input.data(), static_cast<size_t>(input.size()));
       call.output = std::span<std::byte>(output->data(), static_cast<size_t>(output->size()));
       call.abort = &s_.control.abort;
+      call.pool = pool_;
       Status st = s_.env.work->Run(call);
       if (!st.ok()) {
         if (s_.control.abort.load()) return Status::FailedPrecondition("aborted");

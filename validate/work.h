@@ -23,6 +23,7 @@
 #include "sim/status.h"
 #include "sim/units.h"
 #include "validate/clock.h"
+#include "validate/memory_pool.h"
 
 namespace pipecast::validate {
 
@@ -32,6 +33,7 @@ struct OpCall {
   TimeNs predicted_ns = 0;              // the op's profiled (simulated) duration
   std::span<const std::byte> input;     // received activation or gradient; may be empty
   std::span<std::byte> output;          // what the op sends on; may be empty
+  MemoryPool* pool = nullptr;           // the stage's, for work that charges its own memory
   const std::atomic<bool>* abort = nullptr;  // stop early when it becomes true
 };
 
@@ -41,6 +43,9 @@ class OpWork {
   // Does the op. FailedPrecondition "aborted" when *call.abort became true
   // first; other errors name the op.
   virtual Status Run(const OpCall& call) = 0;
+  // True when Run allocates the op's activations itself and charges them to
+  // call.pool; the runtime then allocates none for it.
+  virtual bool ManagesActivations() const { return false; }
   // One line for the report: what the ops are.
   virtual std::string Description() const = 0;
 };

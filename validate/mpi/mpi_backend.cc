@@ -245,7 +245,14 @@ class MpiBackend final : public Backend {
       if (!e["ok"].get<bool>() && (worst == nullptr || Severity(e) > Severity(*worst))) worst = &e;
     }
     if (worst != nullptr) {
-      const std::string msg = (*worst)["message"];
+      std::string msg = (*worst)["message"];
+      if (Severity(*worst) < 2) {
+        // Only waits that timed out: every rank's view names the lost message.
+        msg = "every failed rank timed out waiting:";
+        for (const Json& e : all) {
+          if (!e["ok"].get<bool>()) msg += "\n  " + e["message"].get<std::string>();
+        }
+      }
       return (*worst)["code"].get<int>() == static_cast<int>(StatusCode::kInternal)
                  ? Status::Internal(msg)
                  : Status::FailedPrecondition(msg);
