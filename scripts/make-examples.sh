@@ -2,6 +2,8 @@
 # Regenerates the shipped analytic model examples in examples/ with the built
 # profiler (docs/profiler.md). Deterministic: the same profiler writes the
 # same bytes, so `git diff examples/` after a run shows what a formula change did.
+# Except examples/cpu-mlp.json, measured by `profiler cpu` on this machine: its
+# times change from run to run (its sizes do not).
 #
 #   scripts/make-examples.sh
 #
@@ -44,3 +46,11 @@ make_example llama-70b --layers 80 --hidden 8192 --heads 64 --kv-heads 8 --ffn-h
 # The 1.3B body with a 256k vocabulary (Gemma-size): embedding and lm_head
 # outweigh several blocks, which tests the planner's first and last stages.
 make_example gpt-bigvocab --layers 24 --hidden 2048 --heads 16 --vocab 256000 --global-batch 256
+
+# Measured, not estimated: the built-in CPU workload timed on the machine that
+# runs this script (about a minute on 2 cores). Eight MLP blocks, the last 4x
+# wider, so that a balanced partition is not simply equal layer counts.
+"${profiler}" cpu --name cpu-mlp --layers 8 --hidden 256 --ffn 1024 --tokens-per-sample 32 \
+  --layer-ffn 7:4096 --microbatch-sizes 1,2,4 --warmup 2 --iterations 10 --global-batch 16 \
+  --note "${PIPECAST_CPU_NOTE:-measured on this machine by scripts/make-examples.sh: the shipped file on the pipecast development VM (2 shared vCPUs, other builds running); regenerate it for yours}" \
+  --out examples/cpu-mlp.json

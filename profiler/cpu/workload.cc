@@ -122,6 +122,11 @@ Status BlockShape::Validate() const {
   PIPECAST_RETURN_IF_ERROR(CheckWidth("hidden", hidden));
   PIPECAST_RETURN_IF_ERROR(CheckWidth("ffn", ffn));
   PIPECAST_RETURN_IF_ERROR(CheckWidth("tokens_per_sample", tokens_per_sample));
+  if (std::int64_t{hidden} * ffn > kMaxBlockWeights) {
+    return Status::InvalidArgument("hidden x ffn is " + std::to_string(std::int64_t{hidden} * ffn) +
+                                   ", over the " + std::to_string(kMaxBlockWeights) +
+                                   " weights a block may have: use smaller widths");
+  }
   const std::int64_t sample_bytes =
       kFloatBytes * tokens_per_sample * (2 * std::int64_t{hidden} + 2 * std::int64_t{ffn});
   if (sample_bytes > kMaxSampleBytes) {
@@ -323,6 +328,17 @@ Status WorkloadSpec::Validate() const {
     }
     for (std::size_t i = 0; i < per_layer.size(); ++i) {
       PIPECAST_RETURN_IF_ERROR(per_layer[i].Validate().WithPrefix("layer " + std::to_string(i)));
+      // Layer i's output is layer i+1's input: only the MLP width may differ.
+      const BlockShape& first = per_layer.front();
+      if (per_layer[i].hidden != first.hidden ||
+          per_layer[i].tokens_per_sample != first.tokens_per_sample) {
+        return Status::InvalidArgument(
+            "layer " + std::to_string(i) + " has hidden " + std::to_string(per_layer[i].hidden) +
+            " and tokens_per_sample " + std::to_string(per_layer[i].tokens_per_sample) +
+            " but layer 0 has " + std::to_string(first.hidden) + " and " +
+            std::to_string(first.tokens_per_sample) +
+            ": layers are chained (one's output is the next one's input), so only ffn may differ");
+      }
     }
     return Status::Ok();
   }

@@ -45,8 +45,9 @@ struct BlockShape {
   int ffn = 1024;               // F: width of the MLP's inner activation
   int tokens_per_sample = 32;   // rows of x per sample
 
-  // OK when every field is in [1, kMaxWidth] and one sample's activations
-  // stay under kMaxSampleBytes; otherwise names the field.
+  // OK when every field is in [1, kMaxWidth], hidden·ffn <= kMaxBlockWeights
+  // and one sample's activations stay under kMaxSampleBytes; otherwise names
+  // the field.
   Status Validate() const;
   bool operator==(const BlockShape&) const = default;
 };
@@ -56,6 +57,9 @@ inline constexpr int kMaxWidth = 1 << 16;
 // Largest activation of one sample accepted (1 GiB): keeps T·F in int64 and
 // the machine out of swap.
 inline constexpr std::int64_t kMaxSampleBytes = std::int64_t{1} << 30;
+// Largest H·F accepted (2^27, 128 Mi): a Block keeps 6 float copies of that
+// size (two layouts of W1 and W2, two gradients), 3 GiB at the limit.
+inline constexpr std::int64_t kMaxBlockWeights = std::int64_t{1} << 27;
 
 // A float array allocated through the counting allocator: its bytes are in
 // LiveWorkloadBytes() from construction to destruction. Movable, not copyable.
@@ -182,7 +186,9 @@ struct WorkloadSpec {
   std::vector<BlockShape> per_layer;  // optional unequal layers
   std::uint64_t seed = 1;
 
-  // OK when layers >= 1 and every shape is valid; names the layer otherwise.
+  // OK when layers >= 1, every shape is valid and all layers share hidden and
+  // tokens_per_sample (they are chained; only ffn may differ); names the
+  // layer otherwise.
   Status Validate() const;
   int LayerCount() const;
   BlockShape LayerShape(int layer) const;  // REQUIRES: 0 <= layer < LayerCount()

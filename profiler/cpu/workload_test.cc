@@ -51,10 +51,14 @@ TEST(BlockShapeTest, ValidateNamesTheField) {
   EXPECT_THAT(st.message(), HasSubstr("ffn is"));
   st = BlockShape{.hidden = 8, .ffn = 8, .tokens_per_sample = -3}.Validate();
   EXPECT_THAT(st.message(), HasSubstr("tokens_per_sample is -3"));
-  // 4 * 65536 * (2 * 65536 + 2 * 65536) bytes per sample is far over 1 GiB.
-  st = BlockShape{.hidden = kMaxWidth, .ffn = kMaxWidth, .tokens_per_sample = kMaxWidth}
-           .Validate();
+  // 4 * 65536 * (2 * 64 + 2 * 64) bytes per sample is 64 MiB: fine; with
+  // 65536 tokens and widths of 2048 it is 4 * 65536 * 8192 = 2 GiB, over 1 GiB.
+  EXPECT_TRUE((BlockShape{.hidden = 64, .ffn = 64, .tokens_per_sample = kMaxWidth}.Validate().ok()));
+  st = BlockShape{.hidden = 2048, .ffn = 2048, .tokens_per_sample = kMaxWidth}.Validate();
   EXPECT_THAT(st.message(), HasSubstr("activations"));
+  // 65536 x 4096 = 2^28 weights, over 2^27.
+  st = BlockShape{.hidden = kMaxWidth, .ffn = 4096, .tokens_per_sample = 1}.Validate();
+  EXPECT_THAT(st.message(), HasSubstr("hidden x ffn"));
 }
 
 TEST(BlockTest, SizesFollowTheShape) {
@@ -250,6 +254,8 @@ TEST(WorkloadSpecTest, LayersAndSeeds) {
   spec.per_layer = {spec.shape, {.hidden = 4, .ffn = 0, .tokens_per_sample = 2}};
   spec.layers = 2;
   EXPECT_THAT(spec.Validate().message(), HasSubstr("layer 1: ffn is 0"));
+  spec.per_layer[1] = {.hidden = 8, .ffn = 8, .tokens_per_sample = 2};
+  EXPECT_THAT(spec.Validate().message(), HasSubstr("only ffn may differ"));
 }
 
 TEST(WorkloadSpecTest, RoundTripsThroughModelSource) {

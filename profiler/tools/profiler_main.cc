@@ -1,7 +1,7 @@
 // profiler: writes a model.json with the per-layer costs of a model.
 //   profiler analytic ...  estimate a GPT-style transformer from its shape and a GPU preset
 //   profiler cupti ...     measure on an NVIDIA GPU (planned; not in this build)
-//   profiler cpu ...       measure a built-in CPU workload (planned; not in this build)
+//   profiler cpu ...       measure the built-in CPU workload layer by layer
 // Thin by design: flags -> spec and options -> library call -> exit code.
 #include <fmt/format.h>
 
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "profiler/analytic.h"
+#include "profiler/tools/cpu_command.h"
 #include "sim/file_util.h"
 #include "sim/formats.h"
 
@@ -129,7 +130,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> ignored;
   pipecast::AddPlanned(app, "cupti",
                        "measure per-layer time and memory with CUPTI on an NVIDIA GPU", ignored);
-  pipecast::AddPlanned(app, "cpu", "measure a built-in CPU workload layer by layer", ignored);
+  const std::function<int()> run_cpu = pipecast::AddCpuCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -137,5 +138,6 @@ int main(int argc, char** argv) {
     return code == 0 ? pipecast::kExitOk : pipecast::kExitUsage;
   }
   if (analytic->parsed()) return pipecast::RunAnalytic(flags);
+  if (app.got_subcommand("cpu")) return run_cpu();
   return pipecast::RunPlanned(app.get_subcommands().front()->get_name());
 }
