@@ -89,10 +89,11 @@ cli_test::ToolRun MpiValidator(const TempDir& dir, const std::string& args) {
 
 bool HaveMpirun() { return std::system("command -v mpirun >/dev/null 2>&1") == 0; }
 
-void ExpectWithinLoopTolerances(const cli_test::ToolRun& r, bool check_time) {
+void ExpectWithinLoopTolerances(const cli_test::ToolRun& r, bool check_time,
+                                const std::string& ops = "busy-work") {
   ASSERT_TRUE(r.exit_code == 0 || r.exit_code == 3) << r.err;
   const nlohmann::json j = nlohmann::json::parse(r.out);
-  EXPECT_THAT(j["ops"].get<std::string>(), HasSubstr("busy-work"));
+  EXPECT_THAT(j["ops"].get<std::string>(), HasSubstr(ops));
   int memory_rows = 0;
   for (const auto& m : j["metrics"]) {
     const std::string name = m["metric"];
@@ -169,6 +170,42 @@ TEST_P(ValidatorLoop, MpiBackendMeetsThePrediction) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Schedules, ValidatorLoop, ::testing::Values("gpipe", "1f1b"));
+
+// The loop of issue 6 from the start: `profiler cpu` measures a small MLP
+// workload; the validator then runs those very layers. --memory-gb 0.0075
+// (8.05 MB) cannot hold the 4 layers' 8.4 MB of weights, gradients and Adam
+// state on one GPU, so the planner splits them over 2 stages.
+std::string ProfileAndPlan(const TempDir& dir, const std::string& schedule) {
+  const std::string model = dir.File("model.json");
+  cli_test::ToolRun prof = RunTool(
+      dir, PIPECAST_PROFILER_BIN,
+      "cpu --layers 4 --hidden 128 --ffn 512 --tokens-per-sample 16 --microbatch-sizes 1 "
+      "--warmup 2 --iterations 7 --global-batch 8 --out " + Quote(model));
+  EXPECT_EQ(prof.exit_code, 0) << prof.err;
+  const std::string plan = dir.File(schedule + ".plan.json");
+  cli_test::ToolRun r = RunTool(dir, PIPECAST_PLANNER_BIN,
+                                "--model " + Quote(model) + " --gpus 2 --cluster local "
+                                "--schedules " + schedule +
+                                " --memory-gb 0.0075 --recompute off --out " + Quote(plan));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("chosen plan: p=2 d=1 " + schedule));
+  return plan;
+}
+
+TEST_P(ValidatorLoop, ProfilerCpuLayersOnTheCpuBackend) {
+  TempDir dir;
+  const std::string plan = ProfileAndPlan(dir, GetParam());
+  ExpectWithinLoopTolerances(Validator(dir, ValidatorArgs(dir, plan) + " --backend cpu"),
+                             check_time_, "real layers of the profiler's CPU workload");
+}
+
+TEST_P(ValidatorLoop, ProfilerCpuLayersOnTheMpiBackend) {
+  if (!HaveMpirun()) GTEST_SKIP() << "no mpirun";
+  TempDir dir;
+  const std::string plan = ProfileAndPlan(dir, GetParam());
+  ExpectWithinLoopTolerances(MpiValidator(dir, ValidatorArgs(dir, plan) + " --backend mpi"),
+                             check_time_, "real layers of the profiler's CPU workload");
+}
 
 TEST(ValidatorCli, WritesASideBySideTraceAndTheHumanTable) {
   TempDir dir;
