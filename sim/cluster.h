@@ -1,7 +1,6 @@
 // Cluster: the hardware a plan runs on: GPUs grouped in nodes, a fast link
 // inside a node and a slower one between nodes (`pipecast-cluster/1`, see
-// docs/formats.md). Presets: ideal, a100-80gb, h100-sxm, h200, and local (this
-// machine's CPU workers, for the validator: docs/validator.md).
+// docs/formats.md). Presets: ideal, a100-80gb, h100-sxm, h200.
 //
 // `ideal` has no communication cost and unlimited memory, for teaching and for
 // checking closed forms. A bandwidth of 0 means "infinite", a memory of 0
