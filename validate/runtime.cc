@@ -19,8 +19,9 @@ namespace {
 constexpr TimeNs kStopGraceNs = 2'000'000'000;  // 2 s
 // The watchdog looks at the workers this often.
 constexpr auto kWatchdogPeriod = std::chrono::milliseconds(10);
-// What the stall fault multiplies the op's predicted time by.
-constexpr int kStallFactor = 1000;
+// How long a stalled op (the stall fault) would run: an hour, so only the
+// watchdog ends it.
+constexpr TimeNs kStallNs = 3600 * kNsPerS;
 // What the oom fault asks for when the stage has no limit: 1 PiB, beyond any
 // machine's address space, so the system allocator refuses.
 constexpr Bytes kOomFaultBytes = Bytes{1} << 50;
@@ -211,7 +212,7 @@ class Worker {
       OpCall call;
       call.rank = rank_;
       call.action = op.action;
-      call.predicted_ns = op.predicted_ns * (fault == Fault::Kind::kStall ? kStallFactor : 1);
+      call.predicted_ns = fault == Fault::Kind::kStall ? kStallNs : op.predicted_ns;
       call.input = std::span<const std::byte>(input.data(), static_cast<size_t>(input.size()));
       call.output = std::span<std::byte>(output->data(), static_cast<size_t>(output->size()));
       call.abort = &s_.control.abort;

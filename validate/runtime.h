@@ -41,7 +41,7 @@ namespace pipecast::validate {
 struct Fault {
   enum class Kind {
     kThrow,  // the worker throws inside the op
-    kStall,  // the op runs 1000x its predicted time (the watchdog must stop it)
+    kStall,  // the op runs for an hour (the watchdog must stop it)
     kDrop,   // the op's output message is never sent
     kOom,    // the op asks for more memory than the stage can have
   };

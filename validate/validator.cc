@@ -72,7 +72,7 @@ Result<ValidationResult> RunValidation(const ValidatorOptions& options, Backend*
   if (!model.ok()) return model.status();
   out.model_name = model->name;
   const int ranks = plan->schedule.num_ranks;
-  if (backend->processes() > 1 && backend->processes() != ranks) {
+  if (backend->processes() != 1 && backend->processes() != ranks) {
     return Status::InvalidArgument(fmt::format(
         "the plan has {} pipeline ranks but {} processes were started: run mpirun -np {}",
         ranks, backend->processes(), ranks));
@@ -145,7 +145,8 @@ Result<ValidationResult> RunValidation(const ValidatorOptions& options, Backend*
   Result<std::vector<StageRun>> runs =
       backend->Run(out.exec, options.runtime, work, out.memory_limit_bytes);
   if (!runs.ok()) return runs.status();
-  for (const std::string& n : backend->Notes()) out.notes.insert(out.notes.begin(), n);
+  const std::vector<std::string> backend_notes = backend->Notes();
+  out.notes.insert(out.notes.begin(), backend_notes.begin(), backend_notes.end());
   if (!out.is_root) return out;
   out.runs = std::move(*runs);
   const int64_t samples = int64_t{plan->microbatch_size} * plan->microbatches;

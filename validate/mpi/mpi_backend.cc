@@ -203,6 +203,10 @@ class MpiBackend final : public Backend {
   bool is_root() const override { return rank_ == 0; }
 
   Result<Link> ProbeLink(Bytes bytes) override {
+    if (size_ < 2) {
+      return Status::InvalidArgument(
+          "--backend mpi runs one process per stage: start it with mpirun -np <stages>");
+    }
     MpiTransport transport(MPI_COMM_WORLD);
     MemoryPool pool("probe", 0, &clock_);
     Result<Link> link = Link{};
@@ -217,6 +221,11 @@ class MpiBackend final : public Backend {
 
   Result<std::vector<StageRun>> Run(const ExecPlan& plan, const RuntimeOptions& options,
                                     OpWork* work, Bytes memory_limit_bytes) override {
+    if (plan.ranks != size_) {
+      return Status::InvalidArgument(fmt::format(
+          "the plan has {} pipeline stages but {} MPI processes were started: run mpirun -np {}",
+          plan.ranks, size_, plan.ranks));
+    }
     MemoryPool pool(fmt::format("stage {} (rank {})", rank_, rank_), memory_limit_bytes, &clock_);
     std::vector<MemoryPool*> pools(plan.ranks, nullptr);
     pools[rank_] = &pool;
