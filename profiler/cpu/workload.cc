@@ -28,6 +28,8 @@ void CountAllocation(std::int64_t bytes) {
   }
 }
 
+thread_local MemoryAccount* t_current_account = nullptr;
+
 // A broken REQUIRES is a bug in the caller, not bad input: stop at once
 // rather than read or write out of bounds.
 void Require(bool ok, const char* what) {
@@ -138,24 +140,43 @@ Status BlockShape::Validate() const {
   return Status::Ok();
 }
 
+// ---- MemoryAccount ----
+
+void MemoryAccount::Add(std::int64_t bytes) {
+  const std::int64_t live = live_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  std::int64_t peak = peak_.load(std::memory_order_relaxed);
+  while (live > peak && !peak_.compare_exchange_weak(peak, live, std::memory_order_relaxed)) {
+  }
+}
+
+ScopedMemoryAccount::ScopedMemoryAccount(MemoryAccount* account)
+    : previous_(std::exchange(t_current_account, account)) {}
+
+ScopedMemoryAccount::~ScopedMemoryAccount() { t_current_account = previous_; }
+
 // ---- Buffer ----
 
 Buffer::Buffer(std::size_t floats) : size_(floats) {
   if (floats == 0) return;
   data_ = static_cast<float*>(::operator new(floats * sizeof(float), kBufferAlignment));
   CountAllocation(bytes());
+  account_ = t_current_account;
+  if (account_ != nullptr) account_->Add(bytes());
 }
 
 Buffer::~Buffer() { Reset(); }
 
 Buffer::Buffer(Buffer&& other) noexcept
-    : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+    : data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)),
+      account_(std::exchange(other.account_, nullptr)) {}
 
 Buffer& Buffer::operator=(Buffer&& other) noexcept {
   if (this != &other) {
     Reset();
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
+    account_ = std::exchange(other.account_, nullptr);
   }
   return *this;
 }
@@ -163,9 +184,11 @@ Buffer& Buffer::operator=(Buffer&& other) noexcept {
 void Buffer::Reset() {
   if (data_ == nullptr) return;
   g_live_bytes.fetch_sub(bytes(), std::memory_order_relaxed);
+  if (account_ != nullptr) account_->Subtract(bytes());
   ::operator delete(data_, kBufferAlignment);
   data_ = nullptr;
   size_ = 0;
+  account_ = nullptr;
 }
 
 std::int64_t Saved::Bytes() const { return x_.bytes() + a_.bytes() + g_.bytes() + dy_.bytes(); }

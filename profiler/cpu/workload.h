@@ -28,6 +28,7 @@
 #ifndef PIPECAST_PROFILER_CPU_WORKLOAD_H_
 #define PIPECAST_PROFILER_CPU_WORKLOAD_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -61,8 +62,46 @@ inline constexpr std::int64_t kMaxSampleBytes = std::int64_t{1} << 30;
 // size (two layouts of W1 and W2, two gradients), 3 GiB at the limit.
 inline constexpr std::int64_t kMaxBlockWeights = std::int64_t{1} << 27;
 
+// Live and peak bytes of the buffers charged to it: those allocated while it
+// was their thread's current account (ScopedMemoryAccount), e.g. one
+// validator stage. Freed buffers are taken off the account they were charged
+// to, whichever thread frees them. Thread-safe (atomics).
+class MemoryAccount {
+ public:
+  MemoryAccount() = default;
+  MemoryAccount(const MemoryAccount&) = delete;
+  MemoryAccount& operator=(const MemoryAccount&) = delete;
+
+  std::int64_t live_bytes() const { return live_.load(std::memory_order_relaxed); }
+  std::int64_t peak_bytes() const { return peak_.load(std::memory_order_relaxed); }
+  // Sets the peak to the current live bytes.
+  void ResetPeak() { peak_.store(live_bytes(), std::memory_order_relaxed); }
+
+ private:
+  friend class Buffer;
+  void Add(std::int64_t bytes);
+  void Subtract(std::int64_t bytes) { live_.fetch_sub(bytes, std::memory_order_relaxed); }
+  std::atomic<std::int64_t> live_{0};
+  std::atomic<std::int64_t> peak_{0};
+};
+
+// Makes `account` the calling thread's current account until destroyed, then
+// restores the previous one (scopes nest). REQUIRES: the account outlives
+// every buffer charged to it.
+class ScopedMemoryAccount {
+ public:
+  explicit ScopedMemoryAccount(MemoryAccount* account);
+  ~ScopedMemoryAccount();
+  ScopedMemoryAccount(const ScopedMemoryAccount&) = delete;
+  ScopedMemoryAccount& operator=(const ScopedMemoryAccount&) = delete;
+
+ private:
+  MemoryAccount* previous_;
+};
+
 // A float array allocated through the counting allocator: its bytes are in
-// LiveWorkloadBytes() from construction to destruction. Movable, not copyable.
+// LiveWorkloadBytes() from construction to destruction, and in the thread's
+// current MemoryAccount if one is set. Movable, not copyable.
 class Buffer {
  public:
   Buffer() = default;
@@ -84,6 +123,7 @@ class Buffer {
  private:
   float* data_ = nullptr;
   std::size_t size_ = 0;
+  MemoryAccount* account_ = nullptr;  // charged at allocation; may be null
 };
 
 // What one forward keeps alive for its backward (the real buffers).

@@ -238,6 +238,46 @@ TEST(BlockTest, CountersAreThreadSafe) {
   EXPECT_LE(PeakWorkloadBytes() - before, 2048);
 }
 
+TEST(MemoryAccountTest, ChargesTheAccountCurrentAtAllocation) {
+  // Given two stages on two threads, each with its own account, each
+  // account sees exactly its own stage's forward; a Saved freed on another
+  // thread still comes off the account it was charged to.
+  const Block block(BlockShape{.hidden = 8, .ffn = 16, .tokens_per_sample = 2}, 1);
+  MemoryAccount stage0, stage1;
+  Saved from_stage1;
+  auto run = [&](MemoryAccount* account, int mbs, Saved* keep) {
+    ScopedMemoryAccount scope(account);
+    std::vector<float> x(static_cast<std::size_t>(block.Tokens(mbs)) * 8, 0.5f), y(x.size());
+    Saved saved = block.Forward(x, y, mbs);
+    if (keep != nullptr) *keep = std::move(saved);
+  };
+  std::thread t0(run, &stage0, 1, nullptr), t1(run, &stage1, 3, &from_stage1);
+  t0.join();
+  t1.join();
+  EXPECT_EQ(stage0.live_bytes(), 0);
+  EXPECT_EQ(stage0.peak_bytes(), block.ActivationBytes(1));
+  EXPECT_EQ(stage1.live_bytes(), block.ActivationBytes(3));
+  from_stage1 = Saved();  // freed here, on the main thread
+  EXPECT_EQ(stage1.live_bytes(), 0);
+  EXPECT_EQ(stage1.peak_bytes(), block.ActivationBytes(3));
+  stage1.ResetPeak();
+  EXPECT_EQ(stage1.peak_bytes(), 0);
+  {
+    // Scopes nest; outside every scope nothing is charged.
+    ScopedMemoryAccount outer(&stage0);
+    {
+      ScopedMemoryAccount inner(&stage1);
+      Buffer b(10);
+      EXPECT_EQ(stage1.live_bytes(), 40);
+    }
+    Buffer b(5);
+    EXPECT_EQ(stage0.live_bytes(), 20);
+  }
+  Buffer uncharged(7);
+  EXPECT_EQ(stage0.live_bytes(), 0);
+  EXPECT_EQ(stage1.live_bytes(), 0);
+}
+
 TEST(WorkloadSpecTest, LayersAndSeeds) {
   WorkloadSpec spec;
   spec.shape = {.hidden = 4, .ffn = 8, .tokens_per_sample = 2};
