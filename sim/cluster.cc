@@ -1,6 +1,7 @@
 // The built-in cluster presets (ClusterPresetNames, ClusterPreset). Each
-// number carries its source; docs/formats.md has the same table. Bandwidths
-// are per direction, in gigabytes (10^9 bytes) per second.
+// number carries its source; docs/formats.md has the same table (`local`:
+// docs/validator.md). Bandwidths are per direction, in gigabytes (10^9
+// bytes) per second.
 #include "sim/cluster.h"
 
 #include <string>
@@ -71,6 +72,22 @@ const std::vector<Cluster>& Presets() {
                          .latency_us = 2},  // NCCL p2p over NVLink, small msg
           // DGX H200: one 400 Gb/s NDR InfiniBand NIC per GPU = 50 GB/s.
           .inter_node = {.bandwidth_gbps = 50, .latency_us = 5},  // NCCL p2p over IB, small msg
+      },
+      {
+          // This machine, for the validator's cpu and mpi backends: each
+          // "GPU" is a worker (thread or process) on the CPU. Nominal figures
+          // for planning; `validator` replaces the links with a probe's
+          // measurement and the memory with this machine's RAM per stage.
+          .name = "local",
+          .gpus_per_node = 64,  // every worker on one machine
+          .gpu = {.name = "CPU worker",
+                  .memory_bytes = 16 * kGiB,    // nominal share of a small machine's RAM
+                  .peak_tflops = 0,             // unknown: no MFU
+                  .memory_bandwidth_gbps = 0},  // unknown
+          // A memory copy between workers: order of a single core's memcpy
+          // rate, and of a thread hand-over (condition variable) wake-up.
+          .intra_node = {.bandwidth_gbps = 5, .latency_us = 20},
+          .inter_node = {.bandwidth_gbps = 5, .latency_us = 20},
       },
   };
   return *kPresets;

@@ -26,9 +26,21 @@ Result<Cluster> ParseClusterJson(const json& j) { return ParseCluster(j.dump(), 
 
 // --- cluster presets and files --------------------------------------------------
 
-TEST(ClusterPresets, ListsTheFourPresetsInStableOrder) {
+TEST(ClusterPresets, ListsThePresetsInStableOrder) {
   EXPECT_EQ(ClusterPresetNames(),
-            (std::vector<std::string>{"ideal", "a100-80gb", "h100-sxm", "h200"}));
+            (std::vector<std::string>{"ideal", "a100-80gb", "h100-sxm", "h200", "local"}));
+}
+
+TEST(ClusterPresets, LocalHasNominalFiguresTheValidatorReplaces) {
+  Result<Cluster> c = ClusterPreset("local");
+
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->gpus_per_node, 64);
+  EXPECT_EQ(c->gpu.memory_bytes, 16 * kGiB);
+  EXPECT_EQ(c->gpu.peak_tflops, 0);
+  EXPECT_EQ(c->intra_node.bandwidth_gbps, 5);
+  EXPECT_EQ(c->intra_node.latency_us, 20);
+  EXPECT_TRUE(c->SameNode(0, 63));
 }
 
 TEST(ClusterPresets, IdealHasNoCommunicationCostAndUnlimitedMemory) {

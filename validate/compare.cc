@@ -1,0 +1,186 @@
+#include "validate/compare.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <tuple>
+
+#include "sim/trace.h"
+
+namespace pipecast::validate {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+struct IterationStats {
+  TimeNs origin = 0;
+  TimeNs span = 0;
+  std::vector<TimeNs> busy;  // per rank, per schedule iteration
+};
+
+IterationStats StatsOf(const ExecPlan& plan, const std::vector<StageRun>& runs, int iteration) {
+  IterationStats s;
+  s.busy.assign(runs.size(), 0);
+  TimeNs first = INT64_MAX, last = INT64_MIN;
+  const int k = std::max(plan.iterations, 1);
+  const int per_iteration = std::max(plan.microbatches / k, 1);
+  std::vector<TimeNs> iteration_end(k, INT64_MIN);
+  for (size_t r = 0; r < runs.size(); ++r) {
+    for (const OpTiming& op : runs[r].ops) {
+      if (op.iteration != iteration) continue;
+      first = std::min(first, op.start_ns);
+      last = std::max(last, op.end_ns);
+      s.busy[r] += op.end_ns - op.start_ns;
+      TimeNs& end = iteration_end[std::min(op.action.microbatch / per_iteration, k - 1)];
+      end = std::max(end, op.end_ns);
+    }
+  }
+  if (first == INT64_MAX) return s;
+  s.origin = first;
+  s.span = last - first;
+  if (k > 1) s.span = (iteration_end[k - 1] - iteration_end[0]) / (k - 1);
+  for (TimeNs& b : s.busy) b /= k;
+  return s;
+}
+
+MetricRow Row(std::string metric, int rank, std::string unit, double predicted, double measured,
+              bool relative, bool checked, double tolerance) {
+  MetricRow row{std::move(metric), rank, std::move(unit), predicted, measured};
+  row.relative = relative;
+  if (relative) {
+    row.error = predicted != 0 ? (measured - predicted) / predicted : (measured == 0 ? 0 : 1);
+  } else {
+    row.error = measured - predicted;
+  }
+  row.checked = checked;
+  row.tolerance = tolerance;
+  row.within = !checked || std::abs(row.error) <= tolerance;
+  return row;
+}
+
+}  // namespace
+
+Status Tolerances::Validate() const {
+  if (!(time > 0) || !(memory > 0) || !(bubble > 0)) {
+    return Status::InvalidArgument(
+        "--tolerance, --memory-tolerance and --bubble-tolerance must be > 0");
+  }
+  return Status::Ok();
+}
+
+Result<Comparison> Compare(const SimResult& predicted, const ExecPlan& plan,
+                           const std::vector<StageRun>& runs, int64_t samples_per_iteration,
+                           const Tolerances& tol) {
+  if (static_cast<int>(runs.size()) != plan.ranks ||
+      static_cast<int>(predicted.per_rank.size()) != plan.ranks) {
+    return Status::Internal(fmt::format("comparison needs {} ranks' records, got {}", plan.ranks,
+                                        runs.size()));
+  }
+  int iterations = 0;
+  for (const StageRun& run : runs) {
+    for (const OpTiming& op : run.ops) iterations = std::max(iterations, op.iteration + 1);
+  }
+  if (iterations == 0) return Status::Internal("no measured iteration");
+  Comparison c;
+  std::vector<std::pair<TimeNs, int>> order;
+  for (int i = 0; i < iterations; ++i) {
+    c.iteration_ns.push_back(StatsOf(plan, runs, i).span);
+    order.push_back({c.iteration_ns.back(), i});
+  }
+  std::sort(order.begin(), order.end());
+  c.median_iteration = order[(order.size() - 1) / 2].second;
+  const IterationStats s = StatsOf(plan, runs, c.median_iteration);
+
+  const double pred_span = static_cast<double>(predicted.pipeline_ns);
+  const double meas_span = static_cast<double>(s.span);
+  c.rows.push_back(Row("iteration time", -1, "ns", pred_span, meas_span, true, true, tol.time));
+  const double samples = static_cast<double>(samples_per_iteration);
+  c.rows.push_back(Row("throughput", -1, "samples/s", pred_span > 0 ? samples * 1e9 / pred_span : 0,
+                       meas_span > 0 ? samples * 1e9 / meas_span : 0, true, true, tol.time));
+  double bubble_sum = 0;
+  std::vector<double> bubble(runs.size());
+  for (size_t r = 0; r < runs.size(); ++r) {
+    bubble[r] = meas_span > 0 ? 1.0 - static_cast<double>(s.busy[r]) / meas_span : 0;
+    bubble_sum += bubble[r];
+  }
+  c.rows.push_back(Row("bubble ratio", -1, "ratio", predicted.bubble_ratio,
+                       bubble_sum / static_cast<double>(runs.size()), false, true, tol.bubble));
+  for (size_t r = 0; r < runs.size(); ++r) {
+    const StageResult& p = predicted.per_rank[r];
+    const int rank = static_cast<int>(r);
+    c.rows.push_back(Row("peak memory", rank, "bytes", static_cast<double>(p.peak_memory_bytes),
+                         static_cast<double>(runs[r].peak_bytes), true, true, tol.memory));
+    c.rows.push_back(Row("busy time", rank, "ns", static_cast<double>(p.busy_ns),
+                         static_cast<double>(s.busy[r]), true, false, tol.time));
+    c.rows.push_back(Row("bubble ratio", rank, "ratio", p.bubble_ratio, bubble[r], false, false,
+                         tol.bubble));
+  }
+  for (const MetricRow& row : c.rows) c.within_tolerance = c.within_tolerance && row.within;
+  return c;
+}
+
+SimResult MeasuredTimeline(const ExecPlan& plan, const std::vector<StageRun>& runs,
+                           int iteration) {
+  const IterationStats s = StatsOf(plan, runs, iteration);
+  SimResult m;
+  m.ranks = plan.ranks;
+  m.stages = plan.num_stages;
+  TimeNs end = 0;
+  for (const StageRun& run : runs) {
+    StageResult sr;
+    sr.rank = run.rank;
+    sr.peak_memory_bytes = run.peak_bytes;
+    for (const OpTiming& op : run.ops) {
+      if (op.iteration != iteration) continue;
+      m.ops.push_back(OpRecord{run.rank, op.action, op.start_ns - s.origin, op.end_ns - s.origin});
+      end = std::max(end, op.end_ns - s.origin);
+    }
+    m.per_rank.push_back(std::move(sr));
+  }
+  // A transfer: from its send (sender's op end) to its receipt.
+  std::map<std::tuple<int, int, int64_t>, TimeNs> received;
+  for (const StageRun& run : runs) {
+    for (const MessageTiming& r : run.recvs) {
+      if (r.iteration == iteration) received[{r.message.peer_rank, run.rank, r.message.tag}] = r.time_ns;
+    }
+  }
+  for (const StageRun& run : runs) {
+    for (const MessageTiming& snd : run.sends) {
+      if (snd.iteration != iteration) continue;
+      auto it = received.find({run.rank, snd.message.peer_rank, snd.message.tag});
+      const TimeNs t0 = snd.time_ns - s.origin;
+      const TimeNs t1 = it != received.end() ? it->second - s.origin : t0;
+      m.transfers.push_back(TransferRecord{run.rank, snd.message.peer_rank, snd.message.src_stage,
+                                           snd.message.dst_stage, snd.message.microbatch,
+                                           snd.message.gradient, snd.message.bytes, t0, t0,
+                                           std::max(t0, t1)});
+    }
+  }
+  // Memory samples inside the iteration's window.
+  for (size_t r = 0; r < runs.size(); ++r) {
+    for (const MemorySample& ms : runs[r].memory_timeline) {
+      const TimeNs t = ms.time_ns - s.origin;
+      if (t < 0 || t > end) continue;
+      MemorySample shifted = ms;
+      shifted.time_ns = t;
+      m.per_rank[r].memory_timeline.push_back(shifted);
+    }
+  }
+  std::sort(m.ops.begin(), m.ops.end(),
+            [](const OpRecord& a, const OpRecord& b) { return a.start_ns < b.start_ns; });
+  m.pipeline_ns = s.span;
+  m.iteration_ns = s.span;
+  return m;
+}
+
+std::string SideBySideTrace(const SimResult& predicted, const SimResult& measured) {
+  Json a = Json::parse(TraceJson(predicted, TraceOptions{"predicted", 0}));
+  const Json b = Json::parse(TraceJson(measured, TraceOptions{"measured", predicted.ranks}));
+  for (const Json& e : b["traceEvents"]) a["traceEvents"].push_back(e);
+  return a.dump(1) + "\n";
+}
+
+}  // namespace pipecast::validate

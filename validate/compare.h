@@ -1,0 +1,80 @@
+// Comparison: what the simulator predicted for a plan against what the
+// runtime measured, per metric and per stage, with each error and whether it
+// is within tolerance.
+//
+// Measured, like predicted (sim/simulator.h): an iteration's time is the span
+// from its first op's start to its last op's end over all ranks (for
+// schedules without a flush, the steady state between iteration ends); a
+// rank's busy time is the sum of its ops' durations; its bubble ratio is
+// 1 - busy / span; the run's bubble ratio is the mean over ranks; peak memory
+// is the stage's high-water mark of everything it held (static included);
+// throughput is samples per iteration / iteration time. The report takes the
+// median iteration (its per-rank figures too).
+//
+// Errors of times, memory and throughput are relative, (measured -
+// predicted) / predicted; bubble ratios are fractions already, so their error
+// is the absolute difference. Plain functions over values.
+#ifndef PIPECAST_VALIDATE_COMPARE_H_
+#define PIPECAST_VALIDATE_COMPARE_H_
+
+#include <string>
+#include <vector>
+
+#include "sim/simulator.h"
+#include "sim/status.h"
+#include "validate/exec_plan.h"
+#include "validate/runtime.h"
+
+namespace pipecast::validate {
+
+struct Tolerances {
+  // Iteration time and throughput, relative. 0.35: measured spread on the
+  // 2-core CI machine (docs/validator.md) with room for its noise.
+  double time = 0.35;
+  // Peak memory, relative: the runtime allocates exactly what the model
+  // says, so only transfer buffers in flight differ.
+  double memory = 0.05;
+  // Bubble ratio, absolute (percentage points / 100).
+  double bubble = 0.15;
+  Status Validate() const;
+};
+
+struct MetricRow {
+  std::string metric;  // "iteration time", "peak memory", ...
+  int rank = -1;       // -1: the whole run
+  std::string unit;    // "ns", "bytes", "samples/s", "ratio"
+  double predicted = 0;
+  double measured = 0;
+  double error = 0;
+  bool relative = true;  // false: absolute difference
+  bool checked = false;  // counts for the verdict
+  double tolerance = 0;
+  bool within = true;
+};
+
+struct Comparison {
+  std::vector<MetricRow> rows;
+  std::vector<TimeNs> iteration_ns;  // every measured iteration, in order
+  int median_iteration = 0;          // the iteration the report describes
+  bool within_tolerance = true;
+};
+
+// REQUIRES: runs has one StageRun per rank with the same number of measured
+// iterations; `predicted` simulated the same plan. `samples_per_iteration`:
+// microbatch size x micro-batches per iteration (one replica).
+Result<Comparison> Compare(const SimResult& predicted, const ExecPlan& plan,
+                           const std::vector<StageRun>& runs, int64_t samples_per_iteration,
+                           const Tolerances& tolerances);
+
+// The measured `iteration` as a SimResult timeline (ops, transfers, memory),
+// its time origin at the iteration's first op, for TraceJson.
+SimResult MeasuredTimeline(const ExecPlan& plan, const std::vector<StageRun>& runs,
+                           int iteration);
+
+// One Chrome trace: the predicted timeline as processes "predicted rank r",
+// the measured one beside it as "measured rank r".
+std::string SideBySideTrace(const SimResult& predicted, const SimResult& measured);
+
+}  // namespace pipecast::validate
+
+#endif  // PIPECAST_VALIDATE_COMPARE_H_

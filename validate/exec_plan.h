@@ -1,0 +1,77 @@
+// ExecPlan: a plan.json turned into what each rank's worker does, op by op:
+// which message to wait for before the op, how much activation memory and
+// workspace to allocate, what to free at its end, and which message to send.
+// Built once, before anything runs; plain data, safe to share between threads.
+//
+// Memory follows the simulator's model (sim/simulator.h) so measured and
+// predicted peaks count the same things: a forward allocates its stage's
+// activations (with recomputation only the stage input), freed at the end of
+// the backward (B) or weight-gradient op (W); a backward with recomputation
+// re-allocates the full activations; each op holds the stage's largest layer
+// workspace while it runs. Activations go forward and gradients back as
+// messages of the boundary stage's output_bytes; stages on one rank hand
+// over without a message. Units: ns, bytes.
+#ifndef PIPECAST_VALIDATE_EXEC_PLAN_H_
+#define PIPECAST_VALIDATE_EXEC_PLAN_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sim/model.h"
+#include "sim/plan.h"
+#include "sim/schedule.h"
+#include "sim/simulator.h"
+#include "sim/status.h"
+
+namespace pipecast::validate {
+
+struct Message {
+  int peer_rank = -1;  // -1: no message
+  int64_t tag = 0;
+  Bytes bytes = 0;
+  bool gradient = false;  // false: an activation going forward
+  int src_stage = 0;
+  int dst_stage = 0;
+  int microbatch = 0;
+  bool present() const { return peer_rank >= 0; }
+};
+
+struct ExecOp {
+  Action action;
+  TimeNs predicted_ns = 0;     // the simulator's duration of this op
+  Bytes activation_bytes = 0;  // allocated at the start (F: kept; B/I: recomputed)
+  Bytes workspace_bytes = 0;   // held while the op runs
+  bool frees_activations = false;  // B and W free the (stage, micro-batch)'s activations
+  Message recv;  // waited for before the op starts
+  Message send;  // sent when the op ends
+};
+
+struct ExecStage {
+  int rank = 0;
+  std::vector<ExecOp> ops;  // the plan's action list, in order
+  Bytes static_bytes = 0;   // weights + gradients + optimizer state (+ stashed weights)
+};
+
+struct ExecPlan {
+  int ranks = 0;
+  int num_stages = 0;
+  int microbatches = 0;  // across the `iterations` the lists cover
+  int iterations = 1;    // > 1 for schedules without a flush (PipeDream)
+  std::vector<ExecStage> per_rank;
+};
+
+// The tag of the message into `dst_stage` for `microbatch`: unique per
+// (stage, micro-batch, direction).
+int64_t MessageTag(int dst_stage, int microbatch, bool gradient, int num_stages);
+
+// REQUIRES: `predicted` is Simulate(model, ..., schedule, PlanSimOptions(plan))
+// with record_timeline (op durations and static memory are read from it).
+// InvalidArgument when the plan does not match the model (partition beyond
+// its layers).
+Result<ExecPlan> BuildExecPlan(const Model& model, const PlanFile& plan, const Schedule& schedule,
+                               const SimResult& predicted);
+
+}  // namespace pipecast::validate
+
+#endif  // PIPECAST_VALIDATE_EXEC_PLAN_H_

@@ -1,0 +1,107 @@
+#include "validate/exec_plan.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "validate/validate_test_util.h"
+
+namespace pipecast::validate {
+namespace {
+
+using testing::MakeWorld;
+
+TEST(ExecPlan, TwoStage1F1BHasTheMessagesOfEachBoundary) {
+  // Given 2 ranks, 2 layers each (1 ms F, 2 ms B, 1 MiB activations, 64 KiB outputs).
+  testing::World w = MakeWorld(ScheduleKind::k1F1B, 2, 4);
+  const ExecPlan& ep = w.exec;
+
+  ASSERT_EQ(ep.per_rank.size(), 2u);
+  const ExecOp& f0 = ep.per_rank[0].ops[0];  // 0F0
+  EXPECT_EQ(ActionName(f0.action), "0F0");
+  EXPECT_EQ(f0.predicted_ns, 2'000'000);     // 2 layers x 1 ms
+  EXPECT_EQ(f0.activation_bytes, 2 * kMiB);  // both layers' activations
+  EXPECT_EQ(f0.workspace_bytes, 256 * kKiB);  // the largest layer's, not the sum
+  EXPECT_FALSE(f0.recv.present());
+  ASSERT_TRUE(f0.send.present());
+  EXPECT_EQ(f0.send.peer_rank, 1);
+  EXPECT_EQ(f0.send.bytes, 64 * kKiB);
+  EXPECT_EQ(f0.send.tag, MessageTag(1, 0, false, 2));
+
+  const ExecOp& f1 = ep.per_rank[1].ops[0];  // 1F0 receives what 0F0 sends
+  EXPECT_EQ(ActionName(f1.action), "1F0");
+  EXPECT_EQ(f1.recv.tag, f0.send.tag);
+  EXPECT_FALSE(f1.send.present());  // last stage: nothing goes forward
+  const ExecOp& b1 = ep.per_rank[1].ops[1];  // 1B0 sends the gradient back
+  EXPECT_EQ(ActionName(b1.action), "1B0");
+  EXPECT_TRUE(b1.frees_activations);
+  EXPECT_EQ(b1.send.peer_rank, 0);
+  EXPECT_EQ(b1.send.tag, MessageTag(0, 0, true, 2));
+  EXPECT_EQ(b1.predicted_ns, 4'000'000);
+  // Static memory: 2 layers x 1000 parameters x 16 bytes.
+  EXPECT_EQ(ep.per_rank[0].static_bytes, 32'000);
+}
+
+TEST(ExecPlan, TagsAreUniquePerStageMicrobatchAndDirection) {
+  std::set<int64_t> tags;
+  for (int s = 0; s < 4; ++s) {
+    for (int m = 0; m < 5; ++m) {
+      EXPECT_TRUE(tags.insert(MessageTag(s, m, false, 4)).second);
+      EXPECT_TRUE(tags.insert(MessageTag(s, m, true, 4)).second);
+    }
+  }
+}
+
+TEST(ExecPlan, ZeroBubbleSplitsIandWAndWFreesTheActivations) {
+  testing::World w = MakeWorld(ScheduleKind::kZBH1, 2, 4);
+  for (const ExecOp& op : w.exec.per_rank[0].ops) {
+    if (op.action.kind == OpKind::kBackwardInput) {
+      EXPECT_FALSE(op.frees_activations);
+      EXPECT_EQ(op.predicted_ns, 2'000'000);  // 2 layers x (2 - 1) ms
+    }
+    if (op.action.kind == OpKind::kBackwardWeight) {
+      EXPECT_TRUE(op.frees_activations);
+      EXPECT_FALSE(op.send.present());
+    }
+  }
+}
+
+TEST(ExecPlan, InterleavedStagesOnOneRankHandOverWithoutMessages) {
+  // 2 ranks, 2 chunks: stages 0,2 on rank 0 and 1,3 on rank 1; every
+  // boundary crosses ranks, so every F but the first receives.
+  testing::World w = MakeWorld(ScheduleKind::kInterleaved1F1B, 2, 4, 2, 1);
+  int recvs = 0;
+  for (const ExecOp& op : w.exec.per_rank[0].ops) {
+    if (op.action.kind == OpKind::kForward && op.action.stage == 2) {
+      ASSERT_TRUE(op.recv.present());
+      EXPECT_EQ(op.recv.peer_rank, 1);
+      ++recvs;
+    }
+  }
+  EXPECT_EQ(recvs, 4);
+}
+
+TEST(ExecPlan, RecomputeKeepsOnlyTheStageInputAndRebuildsAtBackward) {
+  Result<Schedule> s = MakeSchedule(ScheduleKind::kGPipe, 2, 2);
+  testing::World w = testing::MakeWorld(testing::UniformModel(4), *s, /*recompute=*/true);
+  const ExecOp& f0 = w.exec.per_rank[0].ops[0];
+  EXPECT_EQ(f0.activation_bytes, 0);  // stage 0's input is token ids: 0 bytes
+  const ExecOp& f1 = w.exec.per_rank[1].ops[0];
+  EXPECT_EQ(f1.activation_bytes, 64 * kKiB);  // stage 1 keeps its input
+  for (const ExecOp& op : w.exec.per_rank[1].ops) {
+    if (op.action.kind == OpKind::kBackward) {
+      EXPECT_EQ(op.activation_bytes, 2 * kMiB);
+    }
+  }
+}
+
+TEST(ExecPlan, APartitionBeyondTheModelIsRejected) {
+  testing::World w = MakeWorld(ScheduleKind::k1F1B, 2, 2);
+  Model smaller = testing::UniformModel(3);
+  Result<ExecPlan> ep = BuildExecPlan(smaller, w.plan, w.plan.schedule, w.predicted);
+  ASSERT_FALSE(ep.ok());
+  EXPECT_NE(ep.status().message().find("--model"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace pipecast::validate

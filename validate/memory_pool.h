@@ -1,0 +1,114 @@
+// MemoryPool: the memory one pipeline stage (rank) really holds while the
+// validator runs it, and its high-water mark.
+//
+// Every byte the runtime charges to a stage is allocated for real (heap, each
+// page touched so the OS backs it) and freed when its Allocation dies:
+// static memory (weights, gradients, optimizer state), activations kept from
+// a forward to its backward, send and receive buffers, and an op's workspace.
+// The pool counts what is held now, per kind, its peak, and a timeline of
+// every change (for the trace). Like a framework's caching allocator, it
+// keeps freed blocks and hands one back to the next request of the same
+// size, so a steady iteration does not pay the OS's page faults again;
+// cached blocks are not held memory and are not counted (PyTorch's
+// "allocated", not "reserved"). With a limit, an allocation that would pass
+// it fails with FailedPrecondition ("out of memory on stage ...") instead of
+// being made, which is how the validator reports a stage that does not fit.
+//
+// Thread-safe: the in-process transport allocates receive buffers in the
+// destination's pool from the sender's thread. Units: bytes, ns.
+#ifndef PIPECAST_VALIDATE_MEMORY_POOL_H_
+#define PIPECAST_VALIDATE_MEMORY_POOL_H_
+
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "sim/simulator.h"
+#include "sim/status.h"
+#include "sim/units.h"
+#include "validate/clock.h"
+
+namespace pipecast::validate {
+
+enum class MemoryKind { kStatic, kActivation, kComm, kWorkspace };
+
+class MemoryPool;
+
+// Owns `size()` bytes charged to a pool; movable, frees on destruction.
+class Allocation {
+ public:
+  Allocation() = default;
+  ~Allocation() { Release(); }
+  Allocation(Allocation&& other) noexcept { *this = std::move(other); }
+  Allocation& operator=(Allocation&& other) noexcept;
+  Allocation(const Allocation&) = delete;
+  Allocation& operator=(const Allocation&) = delete;
+
+  std::byte* data() { return data_.get(); }
+  const std::byte* data() const { return data_.get(); }
+  Bytes size() const { return size_; }
+  // Frees now (no-op when empty).
+  void Release();
+
+ private:
+  friend class MemoryPool;
+  MemoryPool* pool_ = nullptr;
+  MemoryKind kind_ = MemoryKind::kStatic;
+  Bytes size_ = 0;
+  std::unique_ptr<std::byte[]> data_;
+};
+
+class MemoryPool {
+ public:
+  // `limit_bytes` 0 = unlimited. `stage_name` names the stage in errors
+  // ("stage 1 (rank 1)"). REQUIRES: clock outlives the pool.
+  MemoryPool(std::string stage_name, Bytes limit_bytes, const Clock* clock);
+  MemoryPool(const MemoryPool&) = delete;
+  MemoryPool& operator=(const MemoryPool&) = delete;
+
+  // Allocates and touches `bytes` (0 gives an empty allocation). `what` names
+  // the use for an error ("activations of 1F3"). FailedPrecondition "out of
+  // memory on <stage>" when the limit would be passed or the system
+  // allocator refuses; nothing is charged then.
+  Result<Allocation> Allocate(Bytes bytes, MemoryKind kind, const std::string& what);
+  // Counts `bytes` that someone else really allocated (the CPU workload's
+  // own buffers) as held by this stage, with the same limit check; the
+  // returned Allocation has no data and uncounts them when it dies.
+  Result<Allocation> Charge(Bytes bytes, MemoryKind kind, const std::string& what);
+
+  Bytes held() const;
+  Bytes peak() const;
+  Bytes peak_of(MemoryKind kind) const;
+  Bytes limit() const { return limit_; }
+  // Every change since construction (or ResetTimeline), static memory
+  // excluded, in the simulator's MemorySample shape: activations, comm
+  // buffers, workspace.
+  std::vector<MemorySample> Timeline() const;
+  // Starts the peak and the timeline afresh from what is held now.
+  void ResetPeak();
+
+ private:
+  friend class Allocation;
+  void Free(MemoryKind kind, Bytes bytes, std::unique_ptr<std::byte[]> data);
+  void RecordLocked();
+  void ReleaseCache();
+  Result<Allocation> Take(Bytes bytes, MemoryKind kind, const std::string& what, bool backed);
+
+  const std::string stage_name_;
+  const Bytes limit_;
+  const Clock* const clock_;
+  mutable std::mutex mu_;
+  Bytes held_[4] = {0, 0, 0, 0};
+  Bytes peak_[4] = {0, 0, 0, 0};
+  Bytes peak_total_ = 0;
+  std::vector<MemorySample> timeline_;
+  std::multimap<Bytes, std::unique_ptr<std::byte[]>> cache_;  // freed blocks by size
+  Bytes cached_bytes_ = 0;
+};
+
+}  // namespace pipecast::validate
+
+#endif  // PIPECAST_VALIDATE_MEMORY_POOL_H_

@@ -1,0 +1,386 @@
+#include "validate/runtime.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <exception>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+#include <utility>
+
+namespace pipecast::validate {
+namespace {
+
+// After an abort, how long RunStages waits for workers to stop before it
+// leaves the rest behind and returns the diagnosis anyway.
+constexpr TimeNs kStopGraceNs = 2'000'000'000;  // 2 s
+// The watchdog looks at the workers this often.
+constexpr auto kWatchdogPeriod = std::chrono::milliseconds(10);
+// How long a stalled op (the stall fault) would run: an hour, so only the
+// watchdog ends it.
+constexpr TimeNs kStallNs = 3600 * kNsPerS;
+// What the oom fault asks for when the stage has no limit: 1 PiB, beyond any
+// machine's address space, so the system allocator refuses.
+constexpr Bytes kOomFaultBytes = Bytes{1} << 50;
+
+std::string Ms(TimeNs ns) { return fmt::format("{:.3f} ms", NsToMs(ns)); }
+
+std::string MessageText(const Message& m) {
+  return fmt::format("the {} of {}{}{} from rank {}", m.gradient ? "gradient" : "activation",
+                     m.src_stage, m.gradient ? "B" : "F", m.microbatch, m.peer_rank);
+}
+
+// What every local worker is doing, for the watchdog and for diagnoses.
+class RunControl {
+ public:
+  enum class State { kIdle, kWaiting, kRunning, kDone };
+
+  explicit RunControl(int ranks) : slots_(ranks) {}
+
+  std::atomic<bool> abort{false};
+
+  void Fail(Status status) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (first_error_.ok()) first_error_ = std::move(status);
+    abort.store(true);
+  }
+  Status first_error() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return first_error_;
+  }
+  void Set(int rank, State state, const ExecOp* op = nullptr, TimeNs since = 0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    slots_[rank] = Slot{state, op, since};
+  }
+  // One line per local rank: what it is doing now.
+  std::string Board(const std::vector<int>& ranks, TimeNs now) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::string out;
+    for (int r : ranks) {
+      const Slot& s = slots_[r];
+      out += fmt::format("\n  rank {}: ", r);
+      switch (s.state) {
+        case State::kIdle: out += "between ops"; break;
+        case State::kDone: out += "finished"; break;
+        case State::kWaiting:
+          out += fmt::format("waits in {} for {} (for {})", ActionName(s.op->action),
+                             MessageText(s.op->recv), Ms(now - s.since));
+          break;
+        case State::kRunning:
+          out += fmt::format("runs {} (for {}, predicted {})", ActionName(s.op->action),
+                             Ms(now - s.since), Ms(s.op->predicted_ns));
+          break;
+      }
+    }
+    return out;
+  }
+  // The watchdog's look: a stuck op, or everyone waiting. Returns a
+  // diagnosis, or OK.
+  Status Check(const std::vector<int>& ranks, const RuntimeOptions& o, bool all_local,
+               TimeNs now) {
+    int waiting = 0, done = 0;
+    TimeNs waiting_since = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (int r : ranks) {
+        const Slot& s = slots_[r];
+        if (s.state == State::kRunning) {
+          const TimeNs limit = static_cast<TimeNs>(o.watchdog_factor * s.op->predicted_ns) +
+                               o.watchdog_floor_ns;
+          if (now - s.since > limit) {
+            return Status::FailedPrecondition(fmt::format(
+                "stage {} (rank {}) op {} has run {}, over the watchdog limit of {} ({}x its "
+                "predicted {} + {}; --watchdog-factor)",
+                s.op->action.stage, r, ActionName(s.op->action), Ms(now - s.since), Ms(limit),
+                o.watchdog_factor, Ms(s.op->predicted_ns), Ms(o.watchdog_floor_ns)));
+          }
+        }
+        if (s.state == State::kWaiting) {
+          ++waiting;
+          waiting_since = std::max(waiting_since, s.since);
+        }
+        if (s.state == State::kDone) ++done;
+      }
+    }
+    if (all_local && waiting > 0 && waiting + done == static_cast<int>(ranks.size()) &&
+        now - waiting_since > o.deadlock_grace_ns) {
+      return Status::FailedPrecondition(
+          "the schedule deadlocks: every unfinished rank waits for a message that no running "
+          "op will send:" +
+          Board(ranks, now));
+    }
+    return Status::Ok();
+  }
+
+ private:
+  struct Slot {
+    State state = State::kIdle;
+    const ExecOp* op = nullptr;
+    TimeNs since = 0;
+  };
+  std::mutex mu_;
+  std::vector<Slot> slots_;
+  Status first_error_;
+};
+
+struct Shared {
+  Shared(const ExecPlan& p, std::vector<int> local, const RuntimeOptions& o, const RuntimeEnv& e)
+      : plan(p), local_ranks(std::move(local)), options(o), env(e), control(p.ranks) {}
+  const ExecPlan plan;
+  const std::vector<int> local_ranks;
+  const RuntimeOptions options;
+  const RuntimeEnv env;
+  RunControl control;
+  std::mutex done_mu;
+  std::condition_variable done_cv;
+  int finished = 0;
+};
+
+std::string StageName(const ExecOp& op, int rank) {
+  return fmt::format("stage {} (rank {}) op {}", op.action.stage, rank, ActionName(op.action));
+}
+
+class Worker {
+ public:
+  Worker(Shared& s, int rank, StageRun* out)
+      : s_(s), rank_(rank), stage_(s.plan.per_rank[rank]), out_(out),
+        pool_(s.env.pools[rank]) {}
+
+  Status Run() {
+    out_->rank = rank_;
+    out_->static_bytes = stage_.static_bytes;
+    Result<Allocation> statics = pool_->Allocate(stage_.static_bytes, MemoryKind::kStatic,
+                                                 "weights, gradients and optimizer state");
+    if (!statics.ok()) return statics.status();
+    const RuntimeOptions& o = s_.options;
+    for (int it = 0; it < o.warmup_iterations + o.iterations; ++it) {
+      if (it == o.warmup_iterations) pool_->ResetPeak();
+      Status st = s_.env.transport->Barrier(rank_, o.recv_timeout_ns, s_.control.abort);
+      if (!st.ok()) return WaitFailure(st, fmt::format("rank {} before iteration {}", rank_, it));
+      PIPECAST_RETURN_IF_ERROR(RunIteration(it - o.warmup_iterations));
+    }
+    out_->peak_bytes = pool_->peak();
+    out_->peak_activation_bytes = pool_->peak_of(MemoryKind::kActivation);
+    out_->peak_comm_bytes = pool_->peak_of(MemoryKind::kComm);
+    out_->peak_workspace_bytes = pool_->peak_of(MemoryKind::kWorkspace);
+    out_->memory_timeline = pool_->Timeline();
+    return Status::Ok();
+  }
+
+ private:
+  Status RunIteration(int iteration) {
+    const Clock& clock = *s_.env.clock;
+    std::map<std::pair<int, int>, std::vector<Allocation>> held;  // (stage, mb)
+    for (const ExecOp& op : stage_.ops) {
+      const std::optional<Fault::Kind> fault = FaultHere(op);
+      Allocation input;
+      if (op.recv.present()) {
+        s_.control.Set(rank_, RunControl::State::kWaiting, &op, clock.NowNs());
+        Result<Allocation> got = s_.env.transport->Recv(op.recv.peer_rank, rank_, op.recv.tag,
+                                                         op.recv.bytes, pool_,
+                                                         s_.options.recv_timeout_ns,
+                                                         s_.control.abort);
+        if (!got.ok()) {
+          return WaitFailure(got.status(),
+                             fmt::format("{}: {}", StageName(op, rank_), MessageText(op.recv)));
+        }
+        input = std::move(*got);
+        if (iteration >= 0) out_->recvs.push_back({iteration, op.recv, clock.NowNs()});
+      }
+      const TimeNs start = clock.NowNs();
+      s_.control.Set(rank_, RunControl::State::kRunning, &op, start);
+      const std::string name = StageName(op, rank_);
+      Bytes act_bytes = s_.env.work->ManagesActivations() ? 0 : op.activation_bytes;
+      if (fault == Fault::Kind::kOom) {
+        act_bytes = pool_->limit() > 0 ? pool_->limit() + 1 : kOomFaultBytes;
+      }
+      Result<Allocation> act = pool_->Allocate(act_bytes, MemoryKind::kActivation,
+                                               "the activations of " + ActionName(op.action));
+      if (!act.ok()) return act.status();
+      Result<Allocation> ws = pool_->Allocate(op.workspace_bytes, MemoryKind::kWorkspace,
+                                              "the workspace of " + ActionName(op.action));
+      if (!ws.ok()) return ws.status();
+      Result<Allocation> output = pool_->Allocate(op.send.bytes, MemoryKind::kComm,
+                                                  "the output of " + ActionName(op.action));
+      if (!output.ok()) return output.status();
+      if (fault == Fault::Kind::kThrow) {
+        throw std::runtime_error("injected fault (--inject-fault throw)");
+      }
+      OpCall call;
+      call.rank = rank_;
+      call.action = op.action;
+      call.predicted_ns = fault == Fault::Kind::kStall ? kStallNs : op.predicted_ns;
+      call.input = std::span<const std::byte>(input.data(), static_cast<size_t>(input.size()));
+      call.output = std::span<std::byte>(output->data(), static_cast<size_t>(output->size()));
+      call.abort = &s_.control.abort;
+      call.pool = pool_;
+      Status st = s_.env.work->Run(call);
+      if (!st.ok()) {
+        if (s_.control.abort.load()) return Status::FailedPrecondition("aborted");
+        return st.WithPrefix(name);
+      }
+      ws->Release();
+      input.Release();
+      const std::pair<int, int> key{op.action.stage, op.action.microbatch};
+      if (act->size() > 0) held[key].push_back(std::move(*act));
+      if (op.frees_activations) held.erase(key);
+      const TimeNs end = clock.NowNs();
+      if (iteration >= 0) out_->ops.push_back({iteration, op.action, start, end});
+      s_.control.Set(rank_, RunControl::State::kIdle);
+      if (op.send.present() && fault != Fault::Kind::kDrop) {
+        if (iteration >= 0) out_->sends.push_back({iteration, op.send, end});
+        Status sent = s_.env.transport->Send(rank_, op.send.peer_rank, op.send.tag,
+                                             std::move(*output));
+        if (!sent.ok()) return sent.WithPrefix(name + ": sending " + MessageText(op.send));
+      }
+    }
+    Status st = s_.env.transport->FlushSends(rank_, s_.options.recv_timeout_ns,
+                                             s_.control.abort);
+    if (!st.ok()) return WaitFailure(st, fmt::format("rank {}: completing its sends", rank_));
+    if (!held.empty()) {
+      return Status::Internal(fmt::format(
+          "rank {}: activations of stage {} micro-batch {} were never freed by a B or W op",
+          rank_, held.begin()->first.first, held.begin()->first.second));
+    }
+    return Status::Ok();
+  }
+
+  std::optional<Fault::Kind> FaultHere(const ExecOp& op) {
+    const std::optional<Fault>& f = s_.options.fault;
+    if (!f || fault_fired_ || !(f->action == op.action)) return std::nullopt;
+    fault_fired_ = true;
+    return f->kind;
+  }
+
+  Status WaitFailure(const Status& st, const std::string& what) {
+    if (st.code() != StatusCode::kUnavailable) return st;  // aborted, or a transport error
+    return Status::FailedPrecondition(fmt::format(
+        "{} did not arrive within {} (--recv-timeout-ms): the message was lost, its sender "
+        "failed or is stuck, or the schedule deadlocks. Local ranks then:{}",
+        what, Ms(s_.options.recv_timeout_ns),
+        s_.control.Board(s_.local_ranks, s_.env.clock->NowNs())));
+  }
+
+  Shared& s_;
+  const int rank_;
+  const ExecStage& stage_;
+  StageRun* out_;
+  MemoryPool* pool_;
+  bool fault_fired_ = false;
+};
+
+void RunWorker(std::shared_ptr<Shared> shared, std::shared_ptr<std::vector<StageRun>> runs,
+               size_t index) {
+  const int rank = shared->local_ranks[index];
+  Status st;
+  try {
+    st = Worker(*shared, rank, &(*runs)[index]).Run();
+  } catch (const std::exception& e) {
+    st = Status::Internal(fmt::format("rank {}'s worker threw: {}", rank, e.what()));
+  } catch (...) {
+    st = Status::Internal(fmt::format("rank {}'s worker threw an unknown exception", rank));
+  }
+  if (!st.ok()) shared->control.Fail(st);
+  shared->control.Set(rank, RunControl::State::kDone);
+  std::lock_guard<std::mutex> lock(shared->done_mu);
+  ++shared->finished;
+  shared->done_cv.notify_all();
+}
+
+}  // namespace
+
+Result<Fault> ParseFault(const std::string& text) {
+  const size_t colon = text.find(':');
+  const std::string kind = text.substr(0, colon);
+  Fault f;
+  if (kind == "throw") f.kind = Fault::Kind::kThrow;
+  else if (kind == "stall") f.kind = Fault::Kind::kStall;
+  else if (kind == "drop") f.kind = Fault::Kind::kDrop;
+  else if (kind == "oom") f.kind = Fault::Kind::kOom;
+  else {
+    return Status::InvalidArgument(fmt::format(
+        "--inject-fault '{}': expected KIND:ACTION with KIND throw, stall, drop or oom and "
+        "ACTION like 1F2",
+        text));
+  }
+  if (colon == std::string::npos || colon + 4 > text.size()) {
+    return Status::InvalidArgument(
+        fmt::format("--inject-fault '{}': expected KIND:ACTION, e.g. throw:1F2", text));
+  }
+  const std::string act = text.substr(colon + 1);
+  const size_t k = act.find_first_of("FBIW");
+  try {
+    if (k == std::string::npos || k == 0 || k + 1 >= act.size()) throw std::invalid_argument("");
+    size_t used = 0;
+    f.action.stage = std::stoi(act.substr(0, k), &used);
+    if (used != k) throw std::invalid_argument("");
+    f.action.microbatch = std::stoi(act.substr(k + 1), &used);
+    if (used != act.size() - k - 1) throw std::invalid_argument("");
+  } catch (const std::exception&) {
+    return Status::InvalidArgument(
+        fmt::format("--inject-fault '{}': action '{}' is not like 1F2", text, act));
+  }
+  f.action.kind = act[k] == 'F'   ? OpKind::kForward
+                  : act[k] == 'B' ? OpKind::kBackward
+                  : act[k] == 'I' ? OpKind::kBackwardInput
+                                  : OpKind::kBackwardWeight;
+  return f;
+}
+
+Status RuntimeOptions::Validate() const {
+  if (warmup_iterations < 0) return Status::InvalidArgument("--warmup must be >= 0");
+  if (iterations < 1) return Status::InvalidArgument("--iterations must be >= 1");
+  if (!(watchdog_factor >= 1)) return Status::InvalidArgument("--watchdog-factor must be >= 1");
+  if (recv_timeout_ns <= 0) return Status::InvalidArgument("--recv-timeout-ms must be > 0");
+  return Status::Ok();
+}
+
+Result<std::vector<StageRun>> RunStages(const ExecPlan& plan, const std::vector<int>& local_ranks,
+                                        const RuntimeOptions& options, const RuntimeEnv& env) {
+  PIPECAST_RETURN_IF_ERROR(options.Validate());
+  for (int r : local_ranks) {
+    if (r < 0 || r >= plan.ranks || r >= static_cast<int>(env.pools.size()) ||
+        env.pools[r] == nullptr) {
+      return Status::Internal(fmt::format("rank {} has no memory pool or is not in the plan", r));
+    }
+  }
+  auto shared = std::make_shared<Shared>(plan, local_ranks, options, env);
+  auto runs = std::make_shared<std::vector<StageRun>>(local_ranks.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < local_ranks.size(); ++i) threads.emplace_back(RunWorker, shared, runs, i);
+  const int n = static_cast<int>(local_ranks.size());
+  {
+    std::unique_lock<std::mutex> lock(shared->done_mu);
+    while (shared->finished < n) {
+      if (shared->done_cv.wait_for(lock, kWatchdogPeriod, [&] { return shared->finished == n; })) {
+        break;
+      }
+      lock.unlock();
+      Status st = shared->control.Check(local_ranks, options, env.all_ranks_local,
+                                        env.clock->NowNs());
+      if (!st.ok()) shared->control.Fail(st);
+      lock.lock();
+      if (shared->control.abort.load()) {
+        shared->done_cv.wait_for(lock, std::chrono::nanoseconds(kStopGraceNs),
+                                 [&] { return shared->finished == n; });
+        break;
+      }
+    }
+  }
+  const bool all_stopped = [&] {
+    std::lock_guard<std::mutex> lock(shared->done_mu);
+    return shared->finished == n;
+  }();
+  for (std::thread& t : threads) {
+    if (all_stopped) t.join();
+    else t.detach();  // a worker stuck inside an op: leave it, report the diagnosis
+  }
+  Status st = shared->control.first_error();
+  if (!st.ok()) return st;
+  return std::move(*runs);
+}
+
+}  // namespace pipecast::validate

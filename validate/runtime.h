@@ -1,0 +1,118 @@
+// Runtime: executes an ExecPlan with one worker per rank, the same code for
+// every backend. Each worker runs its rank's action list in order, every
+// iteration: it waits for the op's input message, allocates the op's
+// activations and workspace for real (MemoryPool), runs the op (OpWork),
+// frees what the op frees, and sends its output (Transport). Every op's start
+// and end, every send and receive, and every memory change are read from one
+// Clock. Iterations are separated by a barrier of all ranks; warm-up
+// iterations are run and dropped.
+//
+// Faults end the run, never hang it. A worker that fails or throws, an op
+// past `watchdog_factor` x its predicted time (+ `watchdog_floor_ns`), a
+// message that does not arrive within `recv_timeout_ns`, an allocation over a
+// stage's limit, and (when every rank runs in this process) all ranks waiting
+// on each other: each sets a shared abort flag, the other workers stop at
+// their next look at it, and RunStages returns the first diagnosis, which
+// names the stage and the op. A worker stuck inside an op that cannot be
+// interrupted is left behind (detached) after kStopGraceNs.
+//
+// Thread-safety: RunStages may be called from one thread at a time per
+// Transport.
+#ifndef PIPECAST_VALIDATE_RUNTIME_H_
+#define PIPECAST_VALIDATE_RUNTIME_H_
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sim/simulator.h"
+#include "sim/status.h"
+#include "validate/clock.h"
+#include "validate/exec_plan.h"
+#include "validate/memory_pool.h"
+#include "validate/transport.h"
+#include "validate/work.h"
+
+namespace pipecast::validate {
+
+// A fault injected on purpose, to test that the validator diagnoses it
+// (`--inject-fault KIND:ACTION`, test-only). It fires the first time the
+// action runs.
+struct Fault {
+  enum class Kind {
+    kThrow,  // the worker throws inside the op
+    kStall,  // the op runs for an hour (the watchdog must stop it)
+    kDrop,   // the op's output message is never sent
+    kOom,    // the op asks for more memory than the stage can have
+  };
+  Kind kind = Kind::kThrow;
+  Action action;
+};
+// "throw:1F2", "stall:0B1", "drop:0F0", "oom:1F0"; InvalidArgument otherwise.
+Result<Fault> ParseFault(const std::string& text);
+
+struct RuntimeOptions {
+  int warmup_iterations = 1;  // run, not measured
+  int iterations = 3;         // measured; the report takes their median
+  // An op running longer than watchdog_factor x its predicted time plus
+  // watchdog_floor_ns is reported as stuck. 10x: far beyond any noise seen
+  // on a loaded 2-core machine; the floor keeps tiny ops from tripping it.
+  double watchdog_factor = 10;
+  TimeNs watchdog_floor_ns = 500'000'000;  // 0.5 s
+  // How long a worker waits for one message (or barrier) before declaring
+  // it lost.
+  TimeNs recv_timeout_ns = 10'000'000'000;  // 10 s
+  // When every rank runs in this process: all ranks waiting for messages at
+  // once for this long is a deadlock (no one is left to send).
+  TimeNs deadlock_grace_ns = 200'000'000;  // 0.2 s
+  std::optional<Fault> fault;
+
+  Status Validate() const;
+};
+
+struct OpTiming {
+  int iteration = 0;  // 0 = first measured iteration
+  Action action;
+  TimeNs start_ns = 0;
+  TimeNs end_ns = 0;
+};
+
+struct MessageTiming {
+  int iteration = 0;
+  Message message;     // peer_rank = the other side
+  TimeNs time_ns = 0;  // sender: op end (handed to the transport); receiver: message in hand
+};
+
+// What one rank measured over the measured iterations.
+struct StageRun {
+  int rank = 0;
+  std::vector<OpTiming> ops;  // in execution order
+  std::vector<MessageTiming> sends;
+  std::vector<MessageTiming> recvs;
+  Bytes static_bytes = 0;
+  Bytes peak_bytes = 0;  // high-water mark of everything held, static included
+  Bytes peak_activation_bytes = 0;
+  Bytes peak_comm_bytes = 0;
+  Bytes peak_workspace_bytes = 0;
+  std::vector<MemorySample> memory_timeline;  // static excluded
+};
+
+struct RuntimeEnv {
+  Transport* transport = nullptr;
+  OpWork* work = nullptr;
+  const Clock* clock = nullptr;
+  std::vector<MemoryPool*> pools;  // indexed by rank; set for the local ranks
+  bool all_ranks_local = false;    // enables deadlock detection
+};
+
+// Runs `local_ranks` of `plan` in threads of this process, one per rank.
+// Returns their StageRuns in the order of `local_ranks`, or the first
+// failure's diagnosis (FailedPrecondition for faults, timeouts, deadlocks and
+// out of memory; Internal for a worker that threw).
+// REQUIRES: env's pointers outlive the call; options.Validate() is OK.
+Result<std::vector<StageRun>> RunStages(const ExecPlan& plan, const std::vector<int>& local_ranks,
+                                        const RuntimeOptions& options, const RuntimeEnv& env);
+
+}  // namespace pipecast::validate
+
+#endif  // PIPECAST_VALIDATE_RUNTIME_H_

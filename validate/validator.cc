@@ -1,0 +1,237 @@
+#include "validate/validator.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "sim/formats.h"
+#include "sim/text_table.h"
+#include "validate/internal/work_select.h"
+
+namespace pipecast::validate {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+// The probe's message size: the plan's largest message, but at least enough
+// to see bandwidth over latency and at most what keeps the probe short.
+constexpr Bytes kMinProbeBytes = 256 * kKiB;
+constexpr Bytes kMaxProbeBytes = 64 * kMiB;
+// Plan message tags must stay below the probe's (probe.cc).
+constexpr int64_t kMaxPlanTag = int64_t{1} << 30;
+
+Bytes LargestOutput(const Model& model, const PlanFile& plan) {
+  Bytes most = 0;
+  for (const StageLayers& s : plan.partition) {
+    if (s.last_layer >= 0 && s.last_layer < static_cast<int>(model.layers.size())) {
+      most = std::max(most, CostAt(model.layers[s.last_layer], plan.microbatch_size).output_bytes);
+    }
+  }
+  return most;
+}
+
+// This machine's physical memory shared by the stages: the `local` cluster's
+// "GPU" memory.
+Bytes MachineMemoryPerStage(int stages) {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return 0;
+  return static_cast<Bytes>(pages) * page / std::max(stages, 1);
+}
+
+std::string TimeText(double ns) { return fmt::format("{:.3f} ms", ns / 1e6); }
+std::string MemText(double bytes) { return fmt::format("{:.2f} MiB", bytes / kMiB); }
+
+std::string ValueText(const MetricRow& row, double v) {
+  if (row.unit == "ns") return TimeText(v);
+  if (row.unit == "bytes") return MemText(v);
+  if (row.unit == "ratio") return PercentText(v);
+  return fmt::format("{:.1f} {}", v, row.unit);
+}
+
+}  // namespace
+
+Status ValidatorOptions::Validate() const {
+  if (plan_path.empty()) return Status::InvalidArgument("--plan is required");
+  if (model_path.empty()) return Status::InvalidArgument("--model is required");
+  PIPECAST_RETURN_IF_ERROR(runtime.Validate());
+  return tolerances.Validate();
+}
+
+Result<ValidationResult> RunValidation(const ValidatorOptions& options, Backend* backend,
+                                       OpWork* work_override) {
+  PIPECAST_RETURN_IF_ERROR(options.Validate());
+  ValidationResult out;
+  out.is_root = backend->is_root();
+  Result<PlanFile> plan = LoadPlan(options.plan_path);
+  if (!plan.ok()) return plan.status();
+  out.plan = *plan;
+  Result<Model> model = LoadModel(options.model_path);
+  if (!model.ok()) return model.status();
+  out.model_name = model->name;
+  const int ranks = plan->schedule.num_ranks;
+  if (backend->processes() != 1 && backend->processes() != ranks) {
+    return Status::InvalidArgument(fmt::format(
+        "the plan has {} pipeline ranks but {} processes were started: run mpirun -np {}",
+        ranks, backend->processes(), ranks));
+  }
+  if (MessageTag(plan->schedule.num_stages - 1, plan->schedule.num_microbatches, true,
+                 plan->schedule.num_stages) >= kMaxPlanTag) {
+    return Status::InvalidArgument("the plan has too many (stage, micro-batch) pairs to tag");
+  }
+
+  // The cluster the prediction assumes.
+  if (!options.cluster.empty()) {
+    Result<Cluster> c = LoadCluster(options.cluster);
+    if (!c.ok()) return c.status().WithPrefix("--cluster");
+    out.cluster = *c;
+  } else if (backend->has_link_probe()) {
+    Result<Cluster> c = ClusterPreset("local");
+    if (!c.ok()) return c.status();
+    out.cluster = *c;
+    out.cluster.gpu.memory_bytes = MachineMemoryPerStage(ranks);
+  } else {
+    out.cluster = plan->cluster;
+  }
+  if (options.cluster.empty() && backend->has_link_probe() && ranks > 1) {
+    const Bytes probe = std::clamp(LargestOutput(*model, *plan), kMinProbeBytes, kMaxProbeBytes);
+    Result<Link> link = backend->ProbeLink(probe);
+    if (!link.ok()) return link.status().WithPrefix("link probe");
+    out.cluster.intra_node = *link;
+    out.cluster.inter_node = *link;
+    out.cluster.name = "local (measured)";
+    out.link_measured = true;
+  }
+
+  SimOptions sim = PlanSimOptions(*plan);
+  sim.record_timeline = true;
+  Result<SimResult> predicted = Simulate(*model, out.cluster, plan->schedule, sim);
+  if (!predicted.ok()) {
+    return predicted.status().WithPrefix("the simulator cannot replay this plan");
+  }
+  out.predicted = std::move(*predicted);
+  for (const std::string& n : out.predicted.notes) out.notes.push_back("prediction: " + n);
+  if (plan->data_parallel > 1) {
+    out.notes.push_back(fmt::format(
+        "the plan has {} data-parallel replicas: one replica runs; its gradient all-reduce "
+        "(predicted {}) is not executed, so times compare the pipeline span",
+        plan->data_parallel, TimeText(static_cast<double>(out.predicted.allreduce_ns))));
+  }
+  if (plan->optimizer_step_ns > 0) {
+    out.notes.push_back("the optimizer step is not executed; times compare the pipeline span");
+  }
+  if (!plan->schedule.flush) {
+    out.notes.push_back("schedule without a flush: stashed weight versions are allocated as "
+                        "static memory, as the simulator counts them");
+  }
+  Result<ExecPlan> exec = BuildExecPlan(*model, *plan, plan->schedule, out.predicted);
+  if (!exec.ok()) return exec.status();
+  out.exec = std::move(*exec);
+
+  out.memory_limit_bytes = options.memory_limit_mb >= 0
+                               ? static_cast<Bytes>(std::llround(options.memory_limit_mb * kMiB))
+                               : out.cluster.gpu.memory_bytes;
+  std::unique_ptr<OpWork> owned;
+  OpWork* work = work_override;
+  if (work == nullptr) {
+    Result<std::unique_ptr<OpWork>> made = MakeWork(*model, *plan, backend->clock());
+    if (!made.ok()) return made.status();
+    owned = std::move(*made);
+    work = owned.get();
+  }
+  out.work = work->Description();
+  Result<std::vector<StageRun>> runs =
+      backend->Run(out.exec, options.runtime, work, out.memory_limit_bytes);
+  if (!runs.ok()) return runs.status();
+  const std::vector<std::string> backend_notes = backend->Notes();
+  out.notes.insert(out.notes.begin(), backend_notes.begin(), backend_notes.end());
+  if (!out.is_root) return out;
+  out.runs = std::move(*runs);
+  const int64_t samples = int64_t{plan->microbatch_size} * plan->microbatches;
+  Result<Comparison> cmp = Compare(out.predicted, out.exec, out.runs, samples, options.tolerances);
+  if (!cmp.ok()) return cmp.status();
+  out.comparison = std::move(*cmp);
+  return out;
+}
+
+std::string ValidationJson(const ValidationResult& r) {
+  Json j;
+  j["format"] = "pipecast-validation/1";
+  j["model"] = r.model_name;
+  j["schedule"] = r.plan.schedule_name;
+  j["pipeline_stages"] = r.plan.pipeline_stages;
+  j["microbatches"] = r.plan.microbatches;
+  j["microbatch_size"] = r.plan.microbatch_size;
+  j["ops"] = r.work;
+  j["cluster"] = {{"name", r.cluster.name},
+                  {"link_bandwidth_gbps", r.cluster.intra_node.bandwidth_gbps},
+                  {"link_latency_us", r.cluster.intra_node.latency_us},
+                  {"link_measured", r.link_measured},
+                  {"memory_limit_bytes", r.memory_limit_bytes}};
+  j["notes"] = r.notes;
+  Json iters = Json::array();
+  for (TimeNs t : r.comparison.iteration_ns) iters.push_back(NsToUs(t));
+  j["iterations_us"] = iters;
+  j["median_iteration"] = r.comparison.median_iteration;
+  Json rows = Json::array();
+  for (const MetricRow& row : r.comparison.rows) {
+    Json e;
+    e["metric"] = row.metric;
+    e["stage"] = row.rank >= 0 ? Json(row.rank) : Json(nullptr);
+    e["unit"] = row.unit == "ns" ? "us" : row.unit;
+    const double scale = row.unit == "ns" ? 1e-3 : 1;
+    e["predicted"] = row.predicted * scale;
+    e["measured"] = row.measured * scale;
+    e["error"] = row.error;
+    e["error_kind"] = row.relative ? "relative" : "absolute";
+    e["checked"] = row.checked;
+    e["tolerance"] = row.tolerance;
+    e["within_tolerance"] = row.within;
+    rows.push_back(std::move(e));
+  }
+  j["metrics"] = rows;
+  j["within_tolerance"] = r.comparison.within_tolerance;
+  return j.dump(2) + "\n";
+}
+
+std::string ValidationText(const ValidationResult& r) {
+  std::string out = fmt::format(
+      "validator: model {}, schedule {}, {} stages, {} micro-batches of {}\n", r.model_name,
+      r.plan.schedule_name, r.plan.pipeline_stages, r.plan.microbatches, r.plan.microbatch_size);
+  out += fmt::format("  {}\n", r.work);
+  out += fmt::format("  predicted on cluster '{}': link {:.3f} GB/s, {:.1f} us latency{}\n",
+                     r.cluster.name, r.cluster.intra_node.bandwidth_gbps,
+                     r.cluster.intra_node.latency_us,
+                     r.link_measured ? " (measured by a probe)" : "");
+  for (const std::string& n : r.notes) out += "  note: " + n + "\n";
+  std::string iters;
+  for (TimeNs t : r.comparison.iteration_ns) iters += fmt::format(" {:.3f}", NsToMs(t));
+  out += fmt::format("  measured iterations (ms):{}; the table shows the median\n\n", iters);
+  TextTable t;
+  t.AddColumn("metric", TextTable::kLeft);
+  t.AddColumn("stage", TextTable::kRight);
+  t.AddColumn("predicted", TextTable::kRight);
+  t.AddColumn("measured", TextTable::kRight);
+  t.AddColumn("error", TextTable::kRight);
+  t.AddColumn("tolerance", TextTable::kRight);
+  t.AddColumn("", TextTable::kLeft);
+  for (const MetricRow& row : r.comparison.rows) {
+    const std::string err = row.relative ? fmt::format("{:+.1f}%", 100 * row.error)
+                                         : fmt::format("{:+.1f} pt", 100 * row.error);
+    const std::string tol = !row.checked    ? "-"
+                            : row.relative ? fmt::format("{:.0f}%", 100 * row.tolerance)
+                                           : fmt::format("{:.0f} pt", 100 * row.tolerance);
+    t.AddRow({row.metric, row.rank >= 0 ? std::to_string(row.rank) : "all",
+              ValueText(row, row.predicted), ValueText(row, row.measured), err, tol,
+              row.checked ? (row.within ? "ok" : "BEYOND") : ""});
+  }
+  out += t.Render("  ");
+  out += r.comparison.within_tolerance
+             ? "\nverdict: every checked metric is within tolerance\n"
+             : "\nverdict: BEYOND TOLERANCE (exit 3)\n";
+  return out;
+}
+
+}  // namespace pipecast::validate

@@ -1,0 +1,276 @@
+// The validator as a user runs it, and the CI loop of issue 6:
+// model -> planner --gpus 2 --cluster local -> validator --backend cpu and
+// --backend mpi, for GPipe and 1F1B, holding the prediction to stated
+// tolerances. Registered RUN_SERIAL: it measures time on a shared machine.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <ctime>
+
+#include "tests/cli_test_util.h"
+
+namespace pipecast {
+namespace {
+
+using cli_test::Quote;
+using cli_test::RunTool;
+using cli_test::TempDir;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+// Tolerances the loop asserts (docs/validator.md has the measured errors):
+// time within 35% on this noisy 2-core machine; memory within 1%, since the
+// runtime allocates what the model says and only in-flight buffers differ.
+constexpr double kTimeTolerance = 0.35;
+constexpr double kMemoryTolerance = 0.01;
+
+// A busy-work model: 4 layers, 2 ms forward, 4 ms backward, 4 MiB kept per
+// layer and micro-batch, 5M parameters a layer (80 MB of weights, gradients
+// and optimizer state: with --memory-gb 0.25 one GPU cannot hold the four
+// layers' 305 MiB, so the planner must split them over 2 stages; GPipe's
+// 8 micro-batches then need about 218 MiB a stage).
+std::string BusyModel() {
+  nlohmann::json layers = nlohmann::json::array();
+  for (int i = 0; i < 4; ++i) {
+    layers.push_back({{"name", "block" + std::to_string(i)},
+                      {"parameters", 5'000'000},
+                      {"profiles",
+                       {{{"microbatch_size", 1},
+                         {"forward_us", 2000},
+                         {"backward_us", 4000},
+                         {"activation_bytes", 4 << 20},
+                         {"output_bytes", 256 << 10},
+                         {"workspace_bytes", 1 << 20}}}}});
+  }
+  return nlohmann::json{{"format", "pipecast-model/1"},
+                        {"name", "busy4"},
+                        {"global_batch", 8},
+                        {"layers", layers}}
+      .dump(1);
+}
+
+std::string Plan(const TempDir& dir, const std::string& schedule) {
+  const std::string model = dir.File("model.json");
+  cli_test::WriteText(model, BusyModel());
+  const std::string plan = dir.File(schedule + ".plan.json");
+  cli_test::ToolRun r = RunTool(dir, PIPECAST_PLANNER_BIN,
+                                "--model " + Quote(model) + " --gpus 2 --cluster local "
+                                "--schedules " + schedule +
+                                " --memory-gb 0.25 --recompute off --out " + Quote(plan));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("chosen plan: p=2 d=1 " + schedule));
+  return plan;
+}
+
+std::string ValidatorArgs(const TempDir& dir, const std::string& plan) {
+  return "--plan " + Quote(plan) + " --model " + Quote(dir.File("model.json")) +
+         " --warmup 1 --iterations 3 --json";
+}
+
+// The validator under a timeout, so a hang fails the test instead of CI.
+cli_test::ToolRun Validator(const TempDir& dir, const std::string& args) {
+  return RunTool(dir, "timeout", "120 " + Quote(PIPECAST_VALIDATOR_BIN) + " " + args);
+}
+
+// Two validator processes under mpirun, allowed to run as root (CI does).
+cli_test::ToolRun MpiValidator(const TempDir& dir, const std::string& args) {
+  // OpenMPI keeps its allocations to the end: LeakSanitizer (the CI's ASan
+  // pass) would fail every rank on them, so leak checks are off under mpirun.
+  return RunTool(dir, "env",
+                 "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+                 "ASAN_OPTIONS=detect_leaks=0 timeout 120 mpirun --oversubscribe -x ASAN_OPTIONS "
+                 "-np 2 " +
+                     Quote(PIPECAST_VALIDATOR_BIN) + " " + args);
+}
+
+bool HaveMpirun() { return std::system("command -v mpirun >/dev/null 2>&1") == 0; }
+
+void ExpectWithinLoopTolerances(const cli_test::ToolRun& r, bool check_time,
+                                const std::string& ops = "busy-work") {
+  ASSERT_TRUE(r.exit_code == 0 || r.exit_code == 3) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_THAT(j["ops"].get<std::string>(), HasSubstr(ops));
+  int memory_rows = 0;
+  for (const auto& m : j["metrics"]) {
+    const std::string name = m["metric"];
+    const double error = m["error"];
+    if (name == "iteration time" && check_time) {
+      EXPECT_LE(std::abs(error), kTimeTolerance) << "iteration time: predicted "
+                                                 << m["predicted"] << " us, measured "
+                                                 << m["measured"] << " us";
+    }
+    if (name == "peak memory") {
+      ++memory_rows;
+      EXPECT_LE(std::abs(error), kMemoryTolerance) << "stage " << m["stage"];
+    }
+  }
+  EXPECT_EQ(memory_rows, 2);
+}
+
+// The share of a core each of two busy threads gets now: CPU time over wall
+// time while both spin for kProbe. Timing assertions mean nothing on a
+// machine whose other load takes the cores away (measured ops then run
+// several times their profiled length, honestly), so the loop checks time
+// only when both threads get at least kMinCoreShare, and says so otherwise;
+// memory is checked always.
+constexpr auto kProbe = std::chrono::milliseconds(200);
+constexpr double kMinCoreShare = 0.8;
+
+double CoreShareOfTwoThreads() {
+  auto spin = [](double* share) {
+    timespec c0{}, c1{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
+    const auto start = std::chrono::steady_clock::now();
+    volatile uint64_t x = 1;
+    while (std::chrono::steady_clock::now() - start < kProbe) x = x * 3 + 1;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
+    const double cpu = (c1.tv_sec - c0.tv_sec) + (c1.tv_nsec - c0.tv_nsec) * 1e-9;
+    const double wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    *share = cpu / wall;
+  };
+  double a = 0, b = 0;
+  std::thread t(spin, &a);
+  spin(&b);
+  t.join();
+  return std::min(a, b);
+}
+
+class ValidatorLoop : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    const double share = CoreShareOfTwoThreads();
+    check_time_ = share >= kMinCoreShare;
+    if (!check_time_) {
+      std::cout << "NOTE: time not checked: the machine is too busy to time a pipeline (two "
+                << "threads get " << static_cast<int>(share * 100) << "% of a core each, need "
+                << static_cast<int>(kMinCoreShare * 100) << "%); memory is checked\n";
+    }
+  }
+  bool check_time_ = true;
+};
+
+TEST_P(ValidatorLoop, CpuBackendMeetsThePrediction) {
+  TempDir dir;
+  const std::string plan = Plan(dir, GetParam());
+  ExpectWithinLoopTolerances(Validator(dir, ValidatorArgs(dir, plan) + " --backend cpu"),
+                             check_time_);
+}
+
+TEST_P(ValidatorLoop, MpiBackendMeetsThePrediction) {
+  if (!HaveMpirun()) GTEST_SKIP() << "no mpirun";
+  TempDir dir;
+  const std::string plan = Plan(dir, GetParam());
+  ExpectWithinLoopTolerances(MpiValidator(dir, ValidatorArgs(dir, plan) + " --backend mpi"),
+                             check_time_);
+}
+
+INSTANTIATE_TEST_SUITE_P(Schedules, ValidatorLoop, ::testing::Values("gpipe", "1f1b"));
+
+// The loop of issue 6 from the start: `profiler cpu` measures a small MLP
+// workload; the validator then runs those very layers. --memory-gb 0.0075
+// (8.05 MB) cannot hold the 4 layers' 8.4 MB of weights, gradients and Adam
+// state on one GPU, so the planner splits them over 2 stages.
+std::string ProfileAndPlan(const TempDir& dir, const std::string& schedule) {
+  const std::string model = dir.File("model.json");
+  cli_test::ToolRun prof = RunTool(
+      dir, PIPECAST_PROFILER_BIN,
+      "cpu --layers 4 --hidden 128 --ffn 512 --tokens-per-sample 16 --microbatch-sizes 1 "
+      "--warmup 2 --iterations 7 --global-batch 8 --out " + Quote(model));
+  EXPECT_EQ(prof.exit_code, 0) << prof.err;
+  const std::string plan = dir.File(schedule + ".plan.json");
+  cli_test::ToolRun r = RunTool(dir, PIPECAST_PLANNER_BIN,
+                                "--model " + Quote(model) + " --gpus 2 --cluster local "
+                                "--schedules " + schedule +
+                                " --memory-gb 0.0075 --recompute off --out " + Quote(plan));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("chosen plan: p=2 d=1 " + schedule));
+  return plan;
+}
+
+TEST_P(ValidatorLoop, ProfilerCpuLayersOnTheCpuBackend) {
+  TempDir dir;
+  const std::string plan = ProfileAndPlan(dir, GetParam());
+  ExpectWithinLoopTolerances(Validator(dir, ValidatorArgs(dir, plan) + " --backend cpu"),
+                             check_time_, "real layers of the profiler's CPU workload");
+}
+
+TEST_P(ValidatorLoop, ProfilerCpuLayersOnTheMpiBackend) {
+  if (!HaveMpirun()) GTEST_SKIP() << "no mpirun";
+  TempDir dir;
+  const std::string plan = ProfileAndPlan(dir, GetParam());
+  ExpectWithinLoopTolerances(MpiValidator(dir, ValidatorArgs(dir, plan) + " --backend mpi"),
+                             check_time_, "real layers of the profiler's CPU workload");
+}
+
+TEST(ValidatorCli, WritesASideBySideTraceAndTheHumanTable) {
+  TempDir dir;
+  const std::string plan = Plan(dir, "1f1b");
+  const std::string trace = dir.File("t.json");
+  cli_test::ToolRun r =
+      Validator(dir, "--plan " + Quote(plan) + " --model " + Quote(dir.File("model.json")) +
+                  " --warmup 0 --iterations 1 --tolerance 100 --trace " + Quote(trace));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, AllOf(HasSubstr("ops are busy-work of the profiled durations"),
+                           HasSubstr("iteration time"), HasSubstr("peak memory"),
+                           HasSubstr("measured by a probe")));
+  const std::string text = cli_test::ReadText(trace);
+  EXPECT_THAT(text, AllOf(HasSubstr("predicted rank 1"), HasSubstr("measured rank 1")));
+}
+
+TEST(ValidatorCli, AnInjectedThrowEndsWithADiagnosisAndExit1) {
+  TempDir dir;
+  const std::string plan = Plan(dir, "1f1b");
+  const auto start = std::chrono::steady_clock::now();
+  cli_test::ToolRun r = Validator(dir, ValidatorArgs(dir, plan) + " --inject-fault throw:1F2");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, AllOf(HasSubstr("rank 1"), HasSubstr("threw")));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+}
+
+TEST(ValidatorCli, UnderMpiALostMessageIsDiagnosedWithinTheReceiveTimeout) {
+  if (!HaveMpirun()) GTEST_SKIP() << "no mpirun";
+  TempDir dir;
+  const std::string plan = Plan(dir, "1f1b");
+  const auto start = std::chrono::steady_clock::now();
+  cli_test::ToolRun r = MpiValidator(dir, ValidatorArgs(dir, plan) +
+                                    " --backend mpi --recv-timeout-ms 1000 --inject-fault "
+                                    "drop:0F1");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.err, AllOf(HasSubstr("the activation of 0F1 from rank 0"),
+                           HasSubstr("did not arrive")));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+}
+
+TEST(ValidatorCli, AStageOverItsMemoryLimitIsReportedAsOutOfMemory) {
+  TempDir dir;
+  const std::string plan = Plan(dir, "gpipe");
+  cli_test::ToolRun r = Validator(dir, ValidatorArgs(dir, plan) + " --memory-limit-mb 150");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, AllOf(HasSubstr("out of memory on stage"), HasSubstr("150.0 MiB")));
+}
+
+TEST(ValidatorCli, CudaWithoutADeviceOrToolkitSaysSo) {
+  TempDir dir;
+  const std::string plan = Plan(dir, "gpipe");
+  cli_test::ToolRun r = Validator(dir, ValidatorArgs(dir, plan) + " --backend cuda");
+  if (r.exit_code == 0 || r.exit_code == 3) GTEST_SKIP() << "a CUDA device is present";
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, ::testing::AnyOf(HasSubstr("this build has no CUDA"),
+                                      HasSubstr("no CUDA device")));
+}
+
+TEST(ValidatorCli, MissingFlagsAreUsageErrors) {
+  TempDir dir;
+  EXPECT_EQ(Validator(dir, "--plan x.json").exit_code, 2);
+}
+
+}  // namespace
+}  // namespace pipecast
