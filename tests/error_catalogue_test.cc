@@ -304,14 +304,14 @@ std::vector<Case> Catalogue() {
   // --- unknown presets and names --------------------------------------------
   c.push_back(Row("unknown_cluster_preset", kSimulator, {kGoodModel},
                std::string(kSim) + " --cluster h100", 1,
-               "--cluster: cluster 'h100' is neither a preset (ideal, a100-80gb, h100-sxm, h200)"));
+               "--cluster: cluster 'h100' is neither a preset (ideal, a100-80gb, h100-sxm, h200, local)"));
   c.push_back(Row("unknown_cluster_preset_planner", kPlanner, {kGoodModel},
                "--model {dir}/m.json --gpus 8 --global-batch 8 --cluster dgx", 1,
                "--cluster: cluster 'dgx' is neither a preset"));
   c.push_back(Row("unknown_gpu_preset_profiler", kProfiler, {},
                "analytic --name x --layers 2 --hidden 64 --heads 8 --seq 8 --vocab 8 --gpu "
                "tpu-v5",
-               1, "--gpu: cluster 'tpu-v5' is neither a preset (ideal, a100-80gb, h100-sxm, h200)"));
+               1, "--gpu: cluster 'tpu-v5' is neither a preset (ideal, a100-80gb, h100-sxm, h200, local)"));
   c.push_back(Row("unknown_schedule", kSimulator, {kGoodModel},
                std::string(kSim) + " --schedule zigzag", 1,
                "--schedule: unknown schedule 'zigzag': expected one of naive, gpipe, 1f1b"));

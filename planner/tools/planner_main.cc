@@ -272,7 +272,7 @@ int main(int argc, char** argv) {
                  "samples per iteration (default: the model's global_batch)")
       ->check(CLI::PositiveNumber);
   app.add_option("--cluster", f.cluster,
-                 "preset (ideal, a100-80gb, h100-sxm, h200) or cluster JSON file (default: the "
+                 "preset (ideal, a100-80gb, h100-sxm, h200, local) or cluster JSON file (default: the "
                  "model's device if it is a preset, else ideal)");
   app.add_option("--memory-gb", f.memory_gb, "override the GPU memory, in GiB (0 = unlimited)")
       ->check(pipecast::FiniteRange(pipecast::kMaxMemoryGiB, "GiB"));

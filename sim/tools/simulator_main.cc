@@ -246,7 +246,7 @@ int main(int argc, char** argv) {
       "--partition", f.partition, "layers per stage, e.g. 0-3,4-7 (default: balanced on time)");
   CLI::Option* cluster =
       app.add_option("--cluster", f.cluster,
-                     "preset (ideal, a100-80gb, h100-sxm, h200) or cluster JSON file (default: the "
+                     "preset (ideal, a100-80gb, h100-sxm, h200, local) or cluster JSON file (default: the "
                      "model's device if it is a preset, else ideal)");
   CLI::Option* memory_gb =
       app.add_option("--memory-gb", f.memory_gb, "override the GPU memory, in GiB")
