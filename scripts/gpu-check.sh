@@ -2,8 +2,9 @@
 # GPU check of the CUPTI profiler: builds with CUDA, runs the tests labelled
 # `gpu`, profiles the built-in CUDA transformer block on small cases (through
 # `profiler builtin` and through `profiler cupti -- <program>`), measures the
-# profiler's overhead on the block, and writes logs, model.json files and a
-# summary under $OUT.
+# profiler's overhead on the block, runs the validator's cuda backend on a
+# small plan (validate/gpu-check-cuda.sh), and writes logs, model.json files
+# and a summary under $OUT.
 #
 #   scripts/gpu-check.sh            OUT=./gpu-check-out by default
 #   OUT=/tmp/x scripts/gpu-check.sh
@@ -141,6 +142,17 @@ fi
 if [[ -f "${OUT}/builtin-small.json" ]]; then
   timeout 120 "${build_dir}/planner/planner" --model "${OUT}/builtin-small.json" --gpus 2 \
     > "${OUT}/planner.txt" 2>&1 || fail "planner on builtin-small.json (see planner.txt)"
+fi
+
+# 5. The validator's cuda backend on a small plan (validate/gpu-check-cuda.sh
+# writes validator-cuda-*.{txt,json} and traces into $OUT); exit 3 (beyond
+# tolerance) is a finding to record, not a failure of the check.
+if ((have_gpu == 1)); then
+  vrc=0
+  OUT="${OUT}" timeout "${step_timeout}" validate/gpu-check-cuda.sh "${build_dir}" \
+    > "${OUT}/validator-cuda.log" 2>&1 || vrc=$?
+  log "validator --backend cuda: exit ${vrc} (see validator-cuda.log)"
+  if ((vrc != 0 && vrc != 3)); then fail "validator cuda backend (see validator-cuda.log)"; fi
 fi
 
 log "finished $(date -u +%FT%TZ): ${failures} failure(s)"
