@@ -155,6 +155,13 @@ double CoreShareOfTwoThreads() {
 class ValidatorLoop : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
+#if defined(__SANITIZE_ADDRESS__)
+    // Under ASan every allocation and copy costs several times its normal
+    // time, which the profile did not see: time is not checked there.
+    check_time_ = false;
+    std::cout << "NOTE: time not checked in a sanitizer build; memory is checked\n";
+    return;
+#endif
     const double share = CoreShareOfTwoThreads();
     check_time_ = share >= kMinCoreShare;
     if (!check_time_) {
@@ -233,8 +240,11 @@ TEST(ValidatorCli, WritesASideBySideTraceAndTheHumanTable) {
   const std::string trace = dir.File("t.json");
   cli_test::ToolRun r =
       Validator(dir, "--plan " + Quote(plan) + " --model " + Quote(dir.File("model.json")) +
-                  " --warmup 0 --iterations 1 --tolerance 100 --trace " + Quote(trace));
-  EXPECT_EQ(r.exit_code, 0) << r.err;
+                  " --warmup 0 --iterations 1 --tolerance 100 --bubble-tolerance 1 "
+                  "--trace " + Quote(trace));
+  // Time and bubble checks are opened wide: this test is about the outputs,
+  // and a loaded or sanitized run may time anything (memory stays checked).
+  EXPECT_TRUE(r.exit_code == 0 || r.exit_code == 3) << r.exit_code << ": " << r.err;
   EXPECT_THAT(r.out, AllOf(HasSubstr("ops are busy-work of the profiled durations"),
                            HasSubstr("iteration time"), HasSubstr("peak memory"),
                            HasSubstr("measured by a probe")));
