@@ -28,6 +28,27 @@ void AddGpu(GpuEvent e, ActivityTrace* out) {
   out->gpu.push_back(std::move(e));
 }
 
+// The fields every GPU-side record (kernel, memcpy, memset) shares.
+template <typename Record>
+GpuEvent GpuHeader(GpuEvent::Kind kind, const Record& r) {
+  GpuEvent e;
+  e.kind = kind;
+  e.start_ns = Field(r.start);
+  e.end_ns = Field(r.end);
+  e.device_id = Field(r.deviceId);
+  e.stream_id = Field(r.streamId);
+  e.correlation_id = Field(r.correlationId);
+  return e;
+}
+
+// A memcpy or memset: the header and its byte count.
+template <typename Record>
+GpuEvent WithBytes(GpuEvent::Kind kind, const Record& r) {
+  GpuEvent e = GpuHeader(kind, r);
+  e.bytes = Field(r.bytes);
+  return e;
+}
+
 }  // namespace
 
 void DecodeActivityRecord(const CUpti_Activity* record, ActivityTrace* out) {
@@ -35,56 +56,26 @@ void DecodeActivityRecord(const CUpti_Activity* record, ActivityTrace* out) {
     case CUPTI_ACTIVITY_KIND_KERNEL:
     case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
       const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
-      GpuEvent e;
-      e.kind = GpuEvent::Kind::kKernel;
-      e.start_ns = Field(k->start);
-      e.end_ns = Field(k->end);
-      e.device_id = Field(k->deviceId);
-      e.stream_id = Field(k->streamId);
-      e.correlation_id = Field(k->correlationId);
+      GpuEvent e = GpuHeader(GpuEvent::Kind::kKernel, *k);
       e.name = Str(Field(k->name));
       AddGpu(std::move(e), out);
       return;
     }
-    case CUPTI_ACTIVITY_KIND_MEMCPY: {
-      const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(record);
-      GpuEvent e;
-      e.kind = GpuEvent::Kind::kMemcpy;
-      e.start_ns = Field(m->start);
-      e.end_ns = Field(m->end);
-      e.device_id = Field(m->deviceId);
-      e.stream_id = Field(m->streamId);
-      e.correlation_id = Field(m->correlationId);
-      e.bytes = Field(m->bytes);
-      AddGpu(std::move(e), out);
+    case CUPTI_ACTIVITY_KIND_MEMCPY:
+      AddGpu(WithBytes(GpuEvent::Kind::kMemcpy,
+                       *reinterpret_cast<const CUpti_ActivityMemcpy6*>(record)),
+             out);
       return;
-    }
-    case CUPTI_ACTIVITY_KIND_MEMCPY2: {
-      const auto* m = reinterpret_cast<const CUpti_ActivityMemcpyPtoP4*>(record);
-      GpuEvent e;
-      e.kind = GpuEvent::Kind::kMemcpy;
-      e.start_ns = Field(m->start);
-      e.end_ns = Field(m->end);
-      e.device_id = Field(m->deviceId);
-      e.stream_id = Field(m->streamId);
-      e.correlation_id = Field(m->correlationId);
-      e.bytes = Field(m->bytes);
-      AddGpu(std::move(e), out);
+    case CUPTI_ACTIVITY_KIND_MEMCPY2:
+      AddGpu(WithBytes(GpuEvent::Kind::kMemcpy,
+                       *reinterpret_cast<const CUpti_ActivityMemcpyPtoP4*>(record)),
+             out);
       return;
-    }
-    case CUPTI_ACTIVITY_KIND_MEMSET: {
-      const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(record);
-      GpuEvent e;
-      e.kind = GpuEvent::Kind::kMemset;
-      e.start_ns = Field(m->start);
-      e.end_ns = Field(m->end);
-      e.device_id = Field(m->deviceId);
-      e.stream_id = Field(m->streamId);
-      e.correlation_id = Field(m->correlationId);
-      e.bytes = Field(m->bytes);
-      AddGpu(std::move(e), out);
+    case CUPTI_ACTIVITY_KIND_MEMSET:
+      AddGpu(WithBytes(GpuEvent::Kind::kMemset,
+                       *reinterpret_cast<const CUpti_ActivityMemset4*>(record)),
+             out);
       return;
-    }
     case CUPTI_ACTIVITY_KIND_RUNTIME:
     case CUPTI_ACTIVITY_KIND_DRIVER:
     case CUPTI_ACTIVITY_KIND_INTERNAL_LAUNCH_API: {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <ostream>
 #include <string>
 
 #include "sim/file_util.h"
@@ -31,67 +32,61 @@ TEST(ClusterPresets, ListsThePresetsInStableOrder) {
             (std::vector<std::string>{"ideal", "a100-80gb", "h100-sxm", "h200", "local"}));
 }
 
-TEST(ClusterPresets, LocalHasNominalFiguresTheValidatorReplaces) {
+// Each preset's figures, as published by the vendor (local: the nominal
+// figures the validator replaces with its probe).
+struct PresetFigures {
+  std::string name;
+  int gpus_per_node;
+  Bytes memory_bytes;
+  double peak_tflops;
+  double memory_bandwidth_gbps;
+  Link intra_node;
+  Link inter_node;
+};
+
+void PrintTo(const PresetFigures& p, std::ostream* os) { *os << p.name; }
+
+class ClusterPresetFigures : public ::testing::TestWithParam<PresetFigures> {};
+
+TEST_P(ClusterPresetFigures, MatchThePublishedFigures) {
+  const PresetFigures& want = GetParam();
+  Result<Cluster> c = ClusterPreset(want.name);
+
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->name, want.name);
+  EXPECT_EQ(c->gpus_per_node, want.gpus_per_node);
+  EXPECT_EQ(c->gpu.memory_bytes, want.memory_bytes);
+  EXPECT_EQ(c->gpu.peak_tflops, want.peak_tflops);
+  EXPECT_EQ(c->gpu.memory_bandwidth_gbps, want.memory_bandwidth_gbps);
+  EXPECT_EQ(c->intra_node.bandwidth_gbps, want.intra_node.bandwidth_gbps);
+  EXPECT_EQ(c->intra_node.latency_us, want.intra_node.latency_us);
+  EXPECT_EQ(c->inter_node.bandwidth_gbps, want.inter_node.bandwidth_gbps);
+  EXPECT_EQ(c->inter_node.latency_us, want.inter_node.latency_us);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Presets, ClusterPresetFigures,
+    ::testing::Values(
+        // ideal: no communication cost, unlimited memory (0 = unlimited).
+        PresetFigures{"ideal", 8, 0, 0, 0, Link{0, 0}, Link{0, 0}},
+        PresetFigures{"a100-80gb", 8, int64_t{85'899'345'920}, 312, 2039, Link{300, 2},
+                      Link{25, 5}},
+        PresetFigures{"h100-sxm", 8, 80 * kGiB, 989, 3350, Link{450, 2}, Link{50, 5}},
+        PresetFigures{"h200", 8, int64_t{141'000'000'000}, 989, 4800, Link{450, 2}, Link{50, 5}},
+        PresetFigures{"local", 64, 16 * kGiB, 0, 0, Link{5, 20}, Link{5, 20}}),
+    [](const ::testing::TestParamInfo<PresetFigures>& info) {
+      std::string name = info.param.name;
+      for (char& ch : name) {
+        if (ch == '-') ch = '_';
+      }
+      return name;
+    });
+
+TEST(ClusterPresets, LocalPutsEveryStageOnOneNode) {
   Result<Cluster> c = ClusterPreset("local");
 
   ASSERT_TRUE(c.ok());
-  EXPECT_EQ(c->gpus_per_node, 64);
-  EXPECT_EQ(c->gpu.memory_bytes, 16 * kGiB);
-  EXPECT_EQ(c->gpu.peak_tflops, 0);
-  EXPECT_EQ(c->intra_node.bandwidth_gbps, 5);
-  EXPECT_EQ(c->intra_node.latency_us, 20);
   EXPECT_TRUE(c->SameNode(0, 63));
-}
-
-TEST(ClusterPresets, IdealHasNoCommunicationCostAndUnlimitedMemory) {
-  Result<Cluster> c = ClusterPreset("ideal");
-
-  ASSERT_TRUE(c.ok());
-  EXPECT_EQ(c->name, "ideal");
-  EXPECT_EQ(c->gpus_per_node, 8);
-  EXPECT_EQ(c->gpu.memory_bytes, 0);
-  EXPECT_EQ(c->gpu.peak_tflops, 0);
-  EXPECT_EQ(c->intra_node.bandwidth_gbps, 0);
-  EXPECT_EQ(c->intra_node.latency_us, 0);
-  EXPECT_EQ(c->inter_node.bandwidth_gbps, 0);
-  EXPECT_EQ(c->inter_node.latency_us, 0);
-}
-
-TEST(ClusterPresets, A100) {
-  Result<Cluster> c = ClusterPreset("a100-80gb");
-
-  ASSERT_TRUE(c.ok());
-  EXPECT_EQ(c->gpus_per_node, 8);
-  EXPECT_EQ(c->gpu.memory_bytes, int64_t{85'899'345'920});  // 80 GiB
-  EXPECT_EQ(c->gpu.peak_tflops, 312);
-  EXPECT_EQ(c->gpu.memory_bandwidth_gbps, 2039);
-  EXPECT_EQ(c->intra_node.bandwidth_gbps, 300);
-  EXPECT_EQ(c->intra_node.latency_us, 2);
-  EXPECT_EQ(c->inter_node.bandwidth_gbps, 25);
-  EXPECT_EQ(c->inter_node.latency_us, 5);
-}
-
-TEST(ClusterPresets, H100) {
-  Result<Cluster> c = ClusterPreset("h100-sxm");
-
-  ASSERT_TRUE(c.ok());
-  EXPECT_EQ(c->gpus_per_node, 8);
-  EXPECT_EQ(c->gpu.memory_bytes, 80 * kGiB);
-  EXPECT_EQ(c->gpu.peak_tflops, 989);
-  EXPECT_EQ(c->gpu.memory_bandwidth_gbps, 3350);
-  EXPECT_EQ(c->intra_node.bandwidth_gbps, 450);
-  EXPECT_EQ(c->inter_node.bandwidth_gbps, 50);
-}
-
-TEST(ClusterPresets, H200) {
-  Result<Cluster> c = ClusterPreset("h200");
-
-  ASSERT_TRUE(c.ok());
-  EXPECT_EQ(c->gpu.memory_bytes, int64_t{141'000'000'000});
-  EXPECT_EQ(c->gpu.peak_tflops, 989);
-  EXPECT_EQ(c->gpu.memory_bandwidth_gbps, 4800);
-  EXPECT_EQ(c->intra_node.bandwidth_gbps, 450);
-  EXPECT_EQ(c->inter_node.bandwidth_gbps, 50);
 }
 
 TEST(ClusterPresets, UnknownNameIsNotFoundListingPresets) {

@@ -33,21 +33,32 @@ Model WorkloadModel(int layers) {
   return m;
 }
 
+// Two ranks in threads of this process, with unlimited pools; runs `w`'s
+// plan for `iterations` measured iterations and no warm-up.
+struct TwoStages {
+  SteadyClock clock;
+  MemoryPool p0{"stage 0", 0, &clock};
+  MemoryPool p1{"stage 1", 0, &clock};
+  InProcessTransport transport{{&p0, &p1}};
+
+  Result<std::vector<StageRun>> Run(const testing::World& w, OpWork* work, int iterations) {
+    RuntimeOptions o;
+    o.warmup_iterations = 0;
+    o.iterations = iterations;
+    return RunStages(w.exec, {0, 1}, o,
+                     RuntimeEnv{&transport, work, &clock, {&p0, &p1}, true});
+  }
+};
+
 TEST(LayerWork, APipelinedRunGivesTheGradientsOfASequentialOne) {
   // Given 4 layers on 2 ranks under 1F1B with 3 micro-batches.
   Result<Schedule> s = MakeSchedule(ScheduleKind::k1F1B, 2, 3);
   testing::World w = testing::MakeWorld(WorkloadModel(4), *s);
   Result<std::unique_ptr<LayerWork>> work = LayerWork::Make(w.model, w.plan);
   ASSERT_TRUE(work.ok()) << work.status().message();
-  SteadyClock clock;
-  MemoryPool p0("stage 0", 0, &clock), p1("stage 1", 0, &clock);
-  InProcessTransport transport({&p0, &p1});
-  RuntimeOptions o;
-  o.warmup_iterations = 0;
-  o.iterations = 1;
+  TwoStages stages;
 
-  Result<std::vector<StageRun>> runs =
-      RunStages(w.exec, {0, 1}, o, RuntimeEnv{&transport, work->get(), &clock, {&p0, &p1}, true});
+  Result<std::vector<StageRun>> runs = stages.Run(w, work->get(), 1);
   ASSERT_TRUE(runs.ok()) << runs.status().message();
 
   // Then the same blocks run one micro-batch at a time, all layers in a row,
@@ -98,17 +109,12 @@ TEST(LayerWork, ZeroBubbleSplitRunsAndFreesEverythingAtW) {
   testing::World w = testing::MakeWorld(WorkloadModel(2), *s);
   Result<std::unique_ptr<LayerWork>> work = LayerWork::Make(w.model, w.plan);
   ASSERT_TRUE(work.ok()) << work.status().message();
-  SteadyClock clock;
-  MemoryPool p0("stage 0", 0, &clock), p1("stage 1", 0, &clock);
-  InProcessTransport transport({&p0, &p1});
-  RuntimeOptions o;
-  o.warmup_iterations = 0;
-  o.iterations = 2;
-  Result<std::vector<StageRun>> runs =
-      RunStages(w.exec, {0, 1}, o, RuntimeEnv{&transport, work->get(), &clock, {&p0, &p1}, true});
+  TwoStages stages;
+
+  Result<std::vector<StageRun>> runs = stages.Run(w, work->get(), 2);
   ASSERT_TRUE(runs.ok()) << runs.status().message();
-  EXPECT_EQ(p0.held(), 0);
-  EXPECT_EQ(p1.held(), 0);
+  EXPECT_EQ(stages.p0.held(), 0);
+  EXPECT_EQ(stages.p1.held(), 0);
 }
 
 }  // namespace
