@@ -60,4 +60,20 @@ Status WriteFileAtomic(const std::string& path, const std::string& content) {
   return Status::Ok();
 }
 
+Status CheckWritable(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    return Status::InvalidArgument("cannot write '" + path + "': " + std::strerror(EISDIR));
+  }
+  std::string tmpl = path + ".tmp.XXXXXX";
+  int fd = mkstemp(tmpl.data());
+  if (fd < 0) {
+    return Status::InvalidArgument("cannot write '" + path + "': " + std::strerror(errno) +
+                                   " (check that the folder exists and is writable)");
+  }
+  ::close(fd);
+  ::unlink(tmpl.c_str());
+  return Status::Ok();
+}
+
 }  // namespace pipecast

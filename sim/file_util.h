@@ -17,6 +17,13 @@ Result<std::string> ReadFile(const std::string& path);
 // error, and leaves neither `path` changed nor a temporary file behind.
 Status WriteFileAtomic(const std::string& path, const std::string& content);
 
+// Whether WriteFileAtomic(path, ...) can succeed, checked before a long
+// computation whose result would otherwise be lost: the folder exists and
+// takes a new file (one is created and removed again) and `path` is not a
+// folder. Same errors as WriteFileAtomic; leaves nothing behind. A disk that
+// fills up in between is only found by the write itself.
+Status CheckWritable(const std::string& path);
+
 }  // namespace pipecast
 
 #endif  // PIPECAST_SIM_FILE_UTIL_H_

@@ -6,14 +6,12 @@
 // that folder and `{ex}` the repository's examples/ folder.
 //
 // Exit codes (DESIGN section 7): 1 bad input or failure, 2 usage, 4 no plan.
+// (3, a check beyond tolerance, is not an error: planner_check_test and the
+// validator's loop test cover it.)
 //
-// VALIDATOR (placeholder): the validator tool (validate/) is being built
-// elsewhere and is not referenced here yet. When it lands: add kValidator to
-// Tool and Binary(), PIPECAST_VALIDATOR_BIN="$<TARGET_FILE:validator>" and
-// add_dependencies(... validator) in tests/CMakeLists.txt, and rows in the
-// "validator" section at the end of Catalogue() (bad plan.json, tolerance
-// out of range, unknown backend, unwritable --out), plus the same rows in
-// docs/errors.md.
+// The validator's rows fail before any stage runs (flags, files, the
+// plan's simulation, the trace's folder), so the gpt-7b baseline plan serves
+// them without executing it.
 //
 // Writes that fail (a missing folder, a path that is a folder, a read-only
 // folder) are rows too, and every such row also checks that the folder holds
@@ -38,7 +36,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-enum Tool { kSimulator, kPlanner, kProfiler };
+enum Tool { kSimulator, kPlanner, kProfiler, kValidator };
 
 const char* Binary(Tool tool) {
   switch (tool) {
@@ -48,6 +46,8 @@ const char* Binary(Tool tool) {
       return PIPECAST_PLANNER_BIN;
     case kProfiler:
       return PIPECAST_PROFILER_BIN;
+    case kValidator:
+      return PIPECAST_VALIDATOR_BIN;
   }
   return "";
 }
@@ -77,6 +77,8 @@ struct Case {
   std::string make_dir;
   bool read_only = false;
   std::string output;  // when not empty: must appear in stdout
+  // Skipped where a CUDA device exists (the row is about having none).
+  bool needs_no_gpu = false;
 };
 
 // gtest shows a failing row by its name.
@@ -147,7 +149,8 @@ Case Row(std::string name, Tool tool, std::vector<File> files, std::string args,
          std::string error, After after = After::kAnything, std::string make_dir = "",
          bool read_only = false) {
   return Case{std::move(name), tool,  std::move(files),    std::move(args), exit_code,
-              std::move(error), after, std::move(make_dir), read_only, std::string()};
+              std::move(error), after, std::move(make_dir), read_only, std::string(),
+              false};
 }
 
 std::vector<Case> Catalogue() {
@@ -363,7 +366,60 @@ std::vector<Case> Catalogue() {
                "{dir}/missing/m.json",
                1, "cannot write '{dir}/missing/m.json': No such file or directory",
                After::kNoOutputs));
-  // --- validator: rows go here once the tool exists (see the top of the file).
+  // --- validator ------------------------------------------------------------
+  const std::string v7b = "--model {ex}/gpt-7b.json --plan {ex}/baselines/gpt-7b-8gpu.plan.json";
+  c.push_back(Row("validator_plan_truncated_json", kValidator, {{"p.json", "{\"format\": "}},
+                  "--model {ex}/gpt-7b.json --plan {dir}/p.json", 1,
+                  "p.json: not valid JSON: parse error at line 1, column 12"));
+  c.push_back(Row("validator_plan_for_a_smaller_model", kValidator, {kGoodModel},
+                  "--model {dir}/m.json --plan {ex}/baselines/gpt-7b-8gpu.plan.json", 1,
+                  "partition stage 0 holds layers 0-16: stages must be non-empty, contiguous and "
+                  "within layers 0-7"));
+  c.push_back(Row("validator_model_missing", kValidator, {},
+                  "--model {dir}/nope.json --plan {ex}/baselines/gpt-7b-8gpu.plan.json", 1,
+                  "cannot read '{dir}/nope.json': No such file or directory"));
+  c.push_back(Row("validator_plan_deadlock", kValidator,
+                  {{"p.json", Baseline("\"1F0 1B0 ", "\"1B0 1F0 ")}},
+                  "--model {ex}/gpt-7b.json --plan {dir}/p.json", 1,
+                  "can never finish: stuck are rank 0 at 0B0, rank 1 at 1B0"));
+  c.push_back(Row("validator_unknown_backend", kValidator, {}, v7b + " --backend tpu", 2,
+                  "--backend: tpu not in {cpu,mpi,cuda}"));
+  c.push_back(Row("validator_zero_iterations", kValidator, {}, v7b + " --iterations 0", 2,
+                  "--iterations"));
+  c.push_back(Row("validator_negative_tolerance", kValidator, {}, v7b + " --tolerance -0.1", 2,
+                  "--tolerance: '-0.1' is not a number of relative error above 0 up to 1000"));
+  c.push_back(Row("validator_nan_memory_tolerance", kValidator, {},
+                  v7b + " --memory-tolerance nan", 2,
+                  "--memory-tolerance: 'nan' is not a number of relative error above 0"));
+  c.push_back(Row("validator_negative_memory_limit", kValidator, {},
+                  v7b + " --memory-limit-mb -5", 2,
+                  "--memory-limit-mb: '-5' is not a number of MiB from 0 to 1073741824"));
+  c.push_back(Row("validator_absurd_memory_limit", kValidator, {},
+                  v7b + " --memory-limit-mb 1e300", 2,
+                  "--memory-limit-mb: '1e300' is not a number of MiB from 0 to 1073741824"));
+  c.push_back(Row("validator_infinite_watchdog_factor", kValidator, {},
+                  v7b + " --watchdog-factor inf", 2,
+                  "--watchdog-factor: 'inf' is not a number of times from 1 to 1000000"));
+  c.push_back(Row("validator_zero_recv_timeout", kValidator, {},
+                  v7b + " --recv-timeout-ms 0", 2,
+                  "--recv-timeout-ms: '0' is not a number of ms above 0 up to 86400000"));
+  c.push_back(Row("validator_unknown_fault", kValidator, {}, v7b + " --inject-fault melt:0F0", 1,
+                  "--inject-fault 'melt:0F0': expected KIND:ACTION with KIND throw, stall, drop "
+                  "or oom"));
+  c.push_back(Row("validator_unknown_cluster", kValidator, {}, v7b + " --cluster tpu-pod", 1,
+                  "--cluster: cluster 'tpu-pod' is neither a preset"));
+  // Found before the run, not after it: nothing written, nothing left.
+  c.push_back(Row("validator_trace_into_missing_folder", kValidator, {},
+                  v7b + " --trace {dir}/missing/t.json", 1,
+                  "--trace: cannot write '{dir}/missing/t.json': No such file or directory",
+                  After::kNoOutputs));
+  c.push_back(Row("validator_trace_onto_a_folder", kValidator, {},
+                  v7b + " --trace {dir}/out", 1,
+                  "--trace: cannot write '{dir}/out': Is a directory", After::kNoOutputs, "out"));
+  Case no_gpu = Row("validator_cuda_without_a_gpu", kValidator, {}, v7b + " --backend cuda", 1,
+                    "the cuda backend needs an NVIDIA GPU; use --backend cpu or mpi");
+  no_gpu.needs_no_gpu = true;
+  c.push_back(no_gpu);
   return c;
 }
 
@@ -398,6 +454,9 @@ class ErrorCatalogue : public ::testing::TestWithParam<Case> {};
 
 TEST_P(ErrorCatalogue, Run) {
   const Case& c = GetParam();
+  if (c.needs_no_gpu && std::filesystem::exists("/dev/nvidiactl")) {
+    GTEST_SKIP() << "this machine has an NVIDIA device";
+  }
   TempDir dir;
   for (const File& f : c.files) WriteText(dir.File(f.name), f.text);
   if (!c.make_dir.empty()) {

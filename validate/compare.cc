@@ -64,9 +64,14 @@ MetricRow Row(std::string metric, int rank, std::string unit, double predicted, 
 }  // namespace
 
 Status Tolerances::Validate() const {
-  if (!(time > 0) || !(memory > 0) || !(bubble > 0)) {
-    return Status::InvalidArgument(
-        "--tolerance, --memory-tolerance and --bubble-tolerance must be > 0");
+  for (const auto& [flag, value] : {std::pair<const char*, double>{"--tolerance", time},
+                                    {"--memory-tolerance", memory},
+                                    {"--bubble-tolerance", bubble}}) {
+    if (!(value > 0) || std::isinf(value)) {
+      return Status::InvalidArgument(fmt::format(
+          "{} is {}: give a fraction > 0 (0.35 = 35%; the bubble ratio's is in points of it)",
+          flag, value));
+    }
   }
   return Status::Ok();
 }

@@ -333,7 +333,12 @@ Result<Fault> ParseFault(const std::string& text) {
 Status RuntimeOptions::Validate() const {
   if (warmup_iterations < 0) return Status::InvalidArgument("--warmup must be >= 0");
   if (iterations < 1) return Status::InvalidArgument("--iterations must be >= 1");
-  if (!(watchdog_factor >= 1)) return Status::InvalidArgument("--watchdog-factor must be >= 1");
+  // Bounded so that factor x predicted time stays far inside 64-bit ns.
+  if (!(watchdog_factor >= 1 && watchdog_factor <= 1e6)) {
+    return Status::InvalidArgument(fmt::format(
+        "--watchdog-factor is {}: give a factor between 1 and 1000000 (default 10)",
+        watchdog_factor));
+  }
   if (recv_timeout_ns <= 0) return Status::InvalidArgument("--recv-timeout-ms must be > 0");
   return Status::Ok();
 }

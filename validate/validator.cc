@@ -56,6 +56,14 @@ std::string ValueText(const MetricRow& row, double v) {
 Status ValidatorOptions::Validate() const {
   if (plan_path.empty()) return Status::InvalidArgument("--plan is required");
   if (model_path.empty()) return Status::InvalidArgument("--model is required");
+  // -1 (the default) = the cluster's GPU memory; otherwise 0 (unlimited) up
+  // to a petabyte, a bound that keeps the byte count far from overflow.
+  if (memory_limit_mb != -1 && !(memory_limit_mb >= 0 && memory_limit_mb <= kMaxMemoryLimitMb)) {
+    return Status::InvalidArgument(fmt::format(
+        "--memory-limit-mb is {}: give MiB between 0 (unlimited) and {:.0f}, or leave it out for "
+        "the cluster's GPU memory",
+        memory_limit_mb, kMaxMemoryLimitMb));
+  }
   PIPECAST_RETURN_IF_ERROR(runtime.Validate());
   return tolerances.Validate();
 }

@@ -27,6 +27,9 @@
 
 namespace pipecast::validate {
 
+// --memory-limit-mb's largest value: 1 PiB, far from overflowing bytes.
+inline constexpr double kMaxMemoryLimitMb = 1024.0 * 1024 * 1024;
+
 struct ValidatorOptions {
   std::string plan_path;   // required
   std::string model_path;  // required
@@ -36,8 +39,8 @@ struct ValidatorOptions {
   std::string cluster;
   RuntimeOptions runtime;
   Tolerances tolerances;
-  // Per-stage memory limit, MiB; < 0: the comparison cluster's GPU memory
-  // (0 = unlimited).
+  // Per-stage memory limit, MiB; -1: the comparison cluster's GPU memory
+  // (0 = unlimited); anything else negative, NaN or over 1 PiB is refused.
   double memory_limit_mb = -1;
 
   Status Validate() const;

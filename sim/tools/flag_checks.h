@@ -15,19 +15,24 @@
 
 namespace pipecast {
 
-// A finite number in [0, max], e.g. FiniteRange(1048576, "GiB").
-inline CLI::Validator FiniteRange(double max, const std::string& unit) {
+// A finite number in [min, max], e.g. FiniteRange(1048576, "GiB"); with
+// `exclusive_min`, in (min, max] ("above 0 up to 10": a tolerance of 0 makes
+// no sense).
+inline CLI::Validator FiniteRange(double max, const std::string& unit, double min = 0,
+                                  bool exclusive_min = false) {
+  const std::string range = exclusive_min ? fmt::format("above {} up to {}", min, max)
+                                          : fmt::format("from {} to {}", min, max);
   return CLI::Validator(
-      [max, unit](std::string& text) -> std::string {
+      [max, min, exclusive_min, unit, range](std::string& text) -> std::string {
         char* end = nullptr;
         const double value = std::strtod(text.c_str(), &end);
         if (text.empty() || end == nullptr || *end != '\0' || !std::isfinite(value) ||
-            value < 0 || value > max) {
-          return fmt::format("'{}' is not a number of {} from 0 to {}", text, unit, max);
+            value < min || (exclusive_min && value == min) || value > max) {
+          return fmt::format("'{}' is not a number of {} {}", text, unit, range);
         }
         return "";
       },
-      fmt::format("{} in 0..{}", unit, max));
+      fmt::format("{} {}", unit, range));
 }
 
 // --memory-gb: up to 1 PiB, the limit of memory_bytes in cluster files.

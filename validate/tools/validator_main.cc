@@ -9,6 +9,7 @@
 #include <string>
 
 #include "sim/file_util.h"
+#include "sim/tools/flag_checks.h"
 #include "validate/validator.h"
 
 namespace {
@@ -17,6 +18,7 @@ constexpr int kExitOk = 0;
 constexpr int kExitFailed = 1;
 constexpr int kExitUsage = 2;
 constexpr int kExitBeyondTolerance = 3;
+constexpr double kMaxRecvTimeoutMs = 86'400'000;  // a day
 
 struct Flags {
   pipecast::validate::ValidatorOptions options;
@@ -34,6 +36,7 @@ int Fail(const pipecast::Status& st) {
 
 int Run(Flags& f) {
   using namespace pipecast::validate;
+  // In range (the flag's check): the cast to integer ns is defined.
   f.options.runtime.recv_timeout_ns = static_cast<pipecast::TimeNs>(f.recv_timeout_ms * 1e6);
   if (!f.fault.empty()) {
     pipecast::Result<Fault> fault = ParseFault(f.fault);
@@ -48,6 +51,14 @@ int Run(Flags& f) {
         f.backend == "mpi" ? MakeMpiBackend(nullptr, nullptr) : MakeCudaBackend(0);
     if (!made.ok()) return Fail(made.status());
     backend = std::move(*made);
+  }
+  // Before the run, which may take minutes: a trace the root cannot write is
+  // found now, not after; every process learns it and exits alike.
+  if (!f.trace.empty()) {
+    pipecast::Status writable = backend->Agree(
+        backend->is_root() ? pipecast::CheckWritable(f.trace).WithPrefix("--trace")
+                           : pipecast::Status::Ok());
+    if (!writable.ok()) return backend->is_root() ? Fail(writable) : kExitFailed;
   }
   pipecast::Result<ValidationResult> result = RunValidation(f.options, backend.get());
   pipecast::Status agreed = backend->Agree(result.ok() ? pipecast::Status::Ok() : result.status());
@@ -96,21 +107,27 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--tolerance", o.tolerances.time,
                  "relative tolerance of iteration time and throughput")
+      ->check(pipecast::FiniteRange(1000, "relative error", 0, true))
       ->capture_default_str();
   app.add_option("--memory-tolerance", o.tolerances.memory,
                  "relative tolerance of per-stage peak memory")
+      ->check(pipecast::FiniteRange(1000, "relative error", 0, true))
       ->capture_default_str();
   app.add_option("--bubble-tolerance", o.tolerances.bubble,
                  "absolute tolerance of the bubble ratio (0.15 = 15 points)")
+      ->check(pipecast::FiniteRange(1, "bubble-ratio points", 0, true))
       ->capture_default_str();
   app.add_option("--memory-limit-mb", o.memory_limit_mb,
                  "memory each stage may allocate, MiB (default: the cluster's GPU memory; 0 = "
-                 "unlimited)");
+                 "unlimited)")
+      ->check(pipecast::FiniteRange(pipecast::validate::kMaxMemoryLimitMb, "MiB"));
   app.add_option("--watchdog-factor", o.runtime.watchdog_factor,
                  "an op running over this many times its predicted time (+0.5 s) is reported")
+      ->check(pipecast::FiniteRange(1e6, "times", 1))
       ->capture_default_str();
   app.add_option("--recv-timeout-ms", f.recv_timeout_ms,
                  "how long a stage waits for one message before reporting it lost")
+      ->check(pipecast::FiniteRange(kMaxRecvTimeoutMs, "ms", 0, true))
       ->capture_default_str();
   app.add_option("--trace", f.trace, "write a Chrome trace: predicted and measured side by side");
   app.add_flag("--json", f.json, "print one JSON object (pipecast-validation/1)");
