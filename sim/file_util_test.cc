@@ -93,6 +93,27 @@ TEST_F(FileUtil, FailedRenameLeavesNoTempFileBehind) {
   EXPECT_TRUE(std::filesystem::is_empty(Path("taken")));
 }
 
+TEST_F(FileUtil, CheckWritableAcceptsAFreshPathAndLeavesNothing) {
+  Status st = CheckWritable(Path("out.json"));
+
+  ASSERT_TRUE(st.ok()) << st.message();
+  EXPECT_TRUE(Listing().empty());  // the probe file was removed again
+}
+
+TEST_F(FileUtil, CheckWritableRefusesWhatWriteFileAtomicWouldRefuse) {
+  std::filesystem::create_directory(Path("taken"));
+
+  Status missing = CheckWritable(Path("missing/out.json"));
+  Status folder = CheckWritable(Path("taken"));
+
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.message(), WriteFileAtomic(Path("missing/out.json"), "x").message());
+  ASSERT_FALSE(folder.ok());
+  EXPECT_EQ(folder.message(), "cannot write '" + Path("taken") + "': Is a directory");
+  EXPECT_EQ(Listing(), std::vector<std::string>{"taken"});
+  EXPECT_TRUE(std::filesystem::is_empty(Path("taken")));
+}
+
 TEST_F(FileUtil, ReadFileOfAMissingFileIsNotFoundNamingThePath) {
   Result<std::string> text = ReadFile(Path("missing.json"));
 
