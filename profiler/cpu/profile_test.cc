@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -217,27 +218,41 @@ TEST(ProfileCpuRealTest, TimesArePositiveAndBytesExact) {
   }
 }
 
-TEST(ProfileCpuRealTest, TwoRunsAgreeWithin50Percent) {
-  // Medians of forward + backward per layer and size, run twice back to back:
-  // within 50% of each other. Why so loose: on the shared 2-vCPU development
-  // VM (load average 8-10 from other builds) the speed of a vCPU shifts
-  // between two levels about 1.4x apart for seconds at a time, and the median
-  // follows whichever level holds most of a run. 15 trials of this test there
-  // differed by at most 43% with ~250 ms runs (at 35%, 3 of 15 failed); with
-  // 20 ms runs single layers differed by up to 3.7x.
+TEST(ProfileCpuRealTest, TwoRunsAgreeOnEachLayersShare) {
+  // Two runs back to back: each (layer, size)'s share of its run's total
+  // (forward + backward medians) agrees within 25%, and absolute times within
+  // 3x. Why shares: what the planner uses is how time splits across layers,
+  // and on the shared 2-vCPU development VM the whole machine's speed shifts
+  // between runs (another build starting: one run 1.5x slower for every
+  // layer alike; a vCPU's speed moving between two levels ~1.4x apart for
+  // seconds at a time), which moves every absolute time but not the split.
+  // Seen there: shares within 3% while absolute times moved 53-59%.
   if (kSanitized) GTEST_SKIP() << "timings are not comparable under sanitizers";
   CpuProfileOptions o = Real(101);
   SteadyClock clock;
   Result<CpuProfile> first = ProfileCpu(o, clock);
   Result<CpuProfile> second = ProfileCpu(o, clock);
   ASSERT_TRUE(first.ok() && second.ok());
-  for (std::size_t l = 0; l < first->model.layers.size(); ++l) {
-    for (std::size_t s = 0; s < first->model.layers[l].profiles.size(); ++s) {
-      const double a = static_cast<double>(Total(first->model.layers[l].profiles[s]));
-      const double b = static_cast<double>(Total(second->model.layers[l].profiles[s]));
-      EXPECT_LT(std::abs(a - b) / std::min(a, b), 0.50)
-          << "layer " << l << " size " << s << ": " << a << " ns vs " << b << " ns";
+  const auto totals = [](const CpuProfile& p) {
+    std::vector<double> t;
+    for (const Layer& layer : p.model.layers) {
+      for (const LayerProfile& lp : layer.profiles) t.push_back(static_cast<double>(Total(lp)));
     }
+    return t;
+  };
+  const std::vector<double> a = totals(*first);
+  const std::vector<double> b = totals(*second);
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_GE(a.size(), 4u);
+  const double sum_a = std::accumulate(a.begin(), a.end(), 0.0);
+  const double sum_b = std::accumulate(b.begin(), b.end(), 0.0);
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const double share_a = a[i] / sum_a;
+    const double share_b = b[i] / sum_b;
+    EXPECT_LT(std::abs(share_a - share_b) / std::min(share_a, share_b), 0.25)
+        << "entry " << i << ": share " << share_a << " vs " << share_b;
+    EXPECT_LT(std::max(a[i], b[i]) / std::min(a[i], b[i]), 3.0)
+        << "entry " << i << ": " << a[i] << " ns vs " << b[i] << " ns";
   }
 }
 
