@@ -79,7 +79,9 @@ Status CudaWork::Init(const std::vector<int>& local_ranks) {
   return Status::Ok();
 }
 
-std::string CudaWork::Description() const {
+std::string CudaWork::Description() const { return KernelOpsDescription(); }
+
+std::string KernelOpsDescription() {
   return "ops are busy-work kernels of the profiled durations on the GPU (spinning on its timer "
          "over the stage's SMs), not real layers";
 }
@@ -277,6 +279,7 @@ class CudaBackend final : public Backend {
     return runs;
   }
 
+  std::string OwnOpsDescription() const override { return KernelOpsDescription(); }
   std::vector<std::string> Notes() const override { return notes_; }
   const Clock* clock() const override { return &clock_; }
 

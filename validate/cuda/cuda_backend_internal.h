@@ -71,6 +71,9 @@ Result<std::vector<StageRun>> RunOnDevices(const ExecPlan& plan, const RuntimeOp
                                            Bytes memory_limit_bytes, const DeviceRunSetup& setup,
                                            const Clock* clock, std::vector<std::string>* notes);
 
+// What the ops are: busy-work kernels (whatever the model; real layers do
+// not run on this backend).
+std::string KernelOpsDescription();
 // The report's line on how time and memory are read.
 std::string MeasurementNote();
 // The count of CUDA devices, or Unavailable "no CUDA device ...".

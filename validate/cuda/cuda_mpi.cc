@@ -71,6 +71,7 @@ class CudaMpiBackend final : public Backend {
     return all;
   }
 
+  std::string OwnOpsDescription() const override { return KernelOpsDescription(); }
   std::vector<std::string> Notes() const override { return notes_; }
   const Clock* clock() const override { return &clock_; }
   Status Agree(const Status& root_status) override { return mpi_->Agree(root_status); }
