@@ -5,6 +5,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "validate/validate_test_util.h"
 
 namespace pipecast::validate {
@@ -132,6 +134,16 @@ TEST(SendSequences, EveryBuiltinScheduleConsumesEachPairsMessagesExactlyOnce) {
                            << pair.second;
     }
   }
+}
+
+TEST(MessagePattern, IsNeverZeroSoAZeroedBufferFailsTheCheck) {
+  std::set<int> seen;
+  for (int64_t tag = 0; tag < 100'000; ++tag) {
+    ASSERT_NE(MessagePattern(tag), 0) << tag;
+    seen.insert(MessagePattern(tag));
+  }
+  EXPECT_EQ(seen.size(), 255u);  // and tells neighbouring tags apart
+  EXPECT_NE(MessagePattern(2), MessagePattern(3));
 }
 
 // A fake channel: receives are "posted" by recording their tags.

@@ -197,6 +197,7 @@ Status DeviceTransport::SendCopy(int src, int dst, int64_t tag, Allocation buffe
     Result<Event> written = Event::RecordOn(d.stream);
     if (!written.ok()) return written.status();
     cudaStreamWaitEvent(d.copy_stream, written->get(), 0);
+    cudaMemsetAsync(copy->data(), 0, n, d.copy_stream);  // see RecvNccl
     if (cudaError_t e = cudaMemcpyAsync(copy->data(), buffer.data(), n, cudaMemcpyDeviceToDevice,
                                         d.copy_stream);
         e != cudaSuccess) {
@@ -248,6 +249,9 @@ Result<Allocation> DeviceTransport::RecvNccl(int src, int dst, int64_t tag, Byte
         m.bytes, MemoryKind::kComm, fmt::format("{} from rank {}", m.what, src));
     if (!buf.ok()) return buf.status();
     PIPECAST_RETURN_IF_ERROR(UsePrimary(gpu));
+    // Zero first (no pattern is 0): a reused buffer's old bytes cannot pass
+    // the receiver's check unless NCCL really wrote the message.
+    cudaMemsetAsync(buf->data(), 0, static_cast<size_t>(m.bytes), side.stream);
     if (ncclResult_t r = nccl_->Recv(buf->data(), static_cast<size_t>(m.bytes), ncclInt8,
                                      /*peer=*/0, side.comm, side.stream);
         r != ncclSuccess) {
