@@ -217,7 +217,7 @@ Result<std::vector<StageRun>> RunOnDevices(const ExecPlan& plan, const RuntimeOp
   }
   DeviceTransport transport(&devices, raw, control, nccl);
   PIPECAST_RETURN_IF_ERROR(
-      transport.Connect(routes, seqs, local, setup.make_ids, setup.share_ids));
+      transport.Connect(routes, seqs, local, setup.make_ids, setup.share_ids, setup.ready));
   CudaWork work(&devices, plan);
   PIPECAST_RETURN_IF_ERROR(work.Init(local));
   const bool all_local = static_cast<int>(local.size()) == ranks;

@@ -61,7 +61,7 @@ struct DeviceRunSetup {
   ShareIds share_ids = [](std::vector<ncclUniqueId>*) { return Status::Ok(); };
   // Called by every process once its devices and pools are made, before the
   // NCCL communicators: a failure anywhere becomes every process's.
-  std::function<Status(const Status&)> ready = [](const Status& s) { return s; };
+  Ready ready = [](const Status& s) { return s; };
 };
 
 // Runs `setup.local_ranks` of `plan` on their GPUs: devices, device pools,

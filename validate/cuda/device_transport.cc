@@ -94,7 +94,7 @@ Status DeviceTransport::NcclError(const char* what, ncclResult_t r, int src, int
 Status DeviceTransport::Connect(const std::map<DirectedPair, P2pRoute>& routes,
                                 const std::map<DirectedPair, std::vector<PairMessage>>& sequences,
                                 const std::vector<int>& local_ranks, bool make_ids,
-                                const ShareIds& share) {
+                                const ShareIds& share, const Ready& ready) {
   routes_ = routes;
   std::vector<bool> local(pools_.size(), false);
   for (int r : local_ranks) local[r] = true;
@@ -110,13 +110,14 @@ Status DeviceTransport::Connect(const std::map<DirectedPair, P2pRoute>& routes,
   if (nccl_pairs.empty()) return Status::Ok();
   if (nccl_ == nullptr) return Status::Internal("an NCCL route without NCCL loaded");
   std::vector<ncclUniqueId> ids(nccl_pairs.size());
-  if (make_ids) {
-    for (size_t i = 0; i < ids.size(); ++i) {
-      if (ncclResult_t r = nccl_->GetUniqueId(&ids[i]); r != ncclSuccess) {
-        return NcclError("ncclGetUniqueId", r, nccl_pairs[i].first, nccl_pairs[i].second);
-      }
+  Status made;
+  for (size_t i = 0; make_ids && made.ok() && i < ids.size(); ++i) {
+    if (ncclResult_t r = nccl_->GetUniqueId(&ids[i]); r != ncclSuccess) {
+      made = NcclError("ncclGetUniqueId", r, nccl_pairs[i].first, nccl_pairs[i].second);
     }
   }
+  // Every process learns of a failure here before it would wait for ids.
+  PIPECAST_RETURN_IF_ERROR(ready(made));
   PIPECAST_RETURN_IF_ERROR(share(&ids));
   // Every local end of every NCCL pair in one group: the inits of one
   // thread (or process) then wait for their peers together, in any order.

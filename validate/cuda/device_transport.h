@@ -66,6 +66,9 @@ Status WaitEvent(const Event& event, TimeNs timeout_ns, const std::atomic<bool>&
 // Hands the NCCL unique ids of every pair to every process: in one process
 // nothing to do; under MPI a broadcast from process 0.
 using ShareIds = std::function<Status(std::vector<ncclUniqueId>* ids)>;
+// Given this process's status, returns a failure when any process failed
+// (MPI: an all-gather); in one process, the status itself.
+using Ready = std::function<Status(const Status& mine)>;
 
 class DeviceTransport final : public Transport {
  public:
@@ -77,11 +80,14 @@ class DeviceTransport final : public Transport {
 
   // Sets up every pair with a local end: `routes` for every pair of the
   // plan, `sequences` its messages in send order. Process 0 (or the only
-  // process) makes the NCCL ids, `share` gives them to all; the local
-  // communicators are created in one NCCL group.
+  // process) makes the NCCL ids, `ready` tells every process whether that
+  // worked, `share` gives them to all; the local communicators are created
+  // in one NCCL group (which waits for the peers' ends: a peer process that
+  // died before it is not detected there).
   Status Connect(const std::map<DirectedPair, P2pRoute>& routes,
                  const std::map<DirectedPair, std::vector<PairMessage>>& sequences,
-                 const std::vector<int>& local_ranks, bool make_ids, const ShareIds& share);
+                 const std::vector<int>& local_ranks, bool make_ids, const ShareIds& share,
+                 const Ready& ready);
 
   Status Send(int src, int dst, int64_t tag, Allocation buffer) override;
   Result<Allocation> Recv(int src, int dst, int64_t tag, Bytes bytes, MemoryPool* pool,
