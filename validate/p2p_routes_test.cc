@@ -12,9 +12,9 @@
 namespace pipecast::validate {
 namespace {
 
-using testing::MakeWorld;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using testing::MakeWorld;
 
 std::vector<int64_t> Tags(const std::vector<PairMessage>& seq) {
   std::vector<int64_t> out;
@@ -103,16 +103,16 @@ TEST(SendSequences, InterleavedTwoRanksTwoChunksByHand) {
   std::vector<std::string> sent01, sent10;
   for (const PairMessage& m : seqs.at({0, 1})) sent01.push_back(m.what);
   for (const PairMessage& m : seqs.at({1, 0})) sent10.push_back(m.what);
-  EXPECT_THAT(sent01, ElementsAre("the activation of 0F0", "the activation of 0F1",
-                                  "the activation of 2F0", "the activation of 2F1",
-                                  "the gradient of 2B0", "the gradient of 2B1"))
+  EXPECT_THAT(sent01,
+              ElementsAre("the activation of 0F0", "the activation of 0F1", "the activation of 2F0",
+                          "the activation of 2F1", "the gradient of 2B0", "the gradient of 2B1"))
       << order0;
   EXPECT_THAT(Tags(seqs.at({0, 1})), ElementsAre(2, 10, 6, 14, 3, 11));
   // Rank 1 runs 1F0 1F1 3F0 3F1 3B0 3B1 1B0 1B1: it sends the activations
   // of 1F0 and 1F1 (into stage 2), then the gradients of 3B0, 3B1, 1B0, 1B1.
-  EXPECT_THAT(sent10, ElementsAre("the activation of 1F0", "the activation of 1F1",
-                                  "the gradient of 3B0", "the gradient of 3B1",
-                                  "the gradient of 1B0", "the gradient of 1B1"))
+  EXPECT_THAT(sent10,
+              ElementsAre("the activation of 1F0", "the activation of 1F1", "the gradient of 3B0",
+                          "the gradient of 3B1", "the gradient of 1B0", "the gradient of 1B1"))
       << order1;
   // The built-in schedules consume each pair's messages in the order they
   // are sent; custom ones need not (see InOrderReceiver and SimulatePosting).
@@ -126,8 +126,8 @@ TEST(SendSequences, EveryBuiltinScheduleConsumesEachPairsMessagesExactlyOnce) {
     const int chunks = UsesChunks(kind) ? 2 : 1;
     testing::World w = MakeWorld(kind, 4, 8, chunks, 1);
     for (const auto& [pair, seq] : SendSequences(w.exec)) {
-      std::vector<int64_t> sent = Tags(seq), got = Tags(ConsumeSequence(w.exec, pair.first,
-                                                                        pair.second));
+      std::vector<int64_t> sent = Tags(seq),
+                           got = Tags(ConsumeSequence(w.exec, pair.first, pair.second));
       std::sort(sent.begin(), sent.end());
       std::sort(got.begin(), got.end());
       EXPECT_EQ(sent, got) << ScheduleKindName(kind) << " pair " << pair.first << "->"

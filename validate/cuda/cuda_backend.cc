@@ -97,10 +97,9 @@ Status CudaWork::Run(const OpCall& call) {
   PIPECAST_RETURN_IF_ERROR(MakeCurrent(d));
   const auto tags = tags_.at(Key(call.rank, call.action));
   if (!call.input.empty()) {
-    PIPECAST_RETURN_IF_ERROR(Check(PipecastLaunchCheck(d.stream, call.input.data(),
-                                                       call.input.size(),
-                                                       MessagePattern(tags.first), p.mismatches,
-                                                       kCheckBlocks)));
+    PIPECAST_RETURN_IF_ERROR(
+        Check(PipecastLaunchCheck(d.stream, call.input.data(), call.input.size(),
+                                  MessagePattern(tags.first), p.mismatches, kCheckBlocks)));
     ++p.checked;
   }
   cudaEventRecord(p.start, d.stream);
@@ -172,11 +171,11 @@ Result<Prepared> Prepare(const ExecPlan& plan, const DeviceRunSetup& setup,
                                          setup.placement[pair.second], p.nccl != nullptr);
     if (!route.ok()) return route.status();
     p.routes[pair] = *route;
-    notes->push_back(fmt::format(
-        "messages rank {} -> rank {}: {}{}", pair.first, pair.second, RouteName(*route),
-        *route == P2pRoute::kNccl
-            ? fmt::format(" ({}, version {})", p.nccl->library, p.nccl->version)
-            : std::string()));
+    notes->push_back(
+        fmt::format("messages rank {} -> rank {}: {}{}", pair.first, pair.second, RouteName(*route),
+                    *route == P2pRoute::kNccl
+                        ? fmt::format(" ({}, version {})", p.nccl->library, p.nccl->version)
+                        : std::string()));
   }
   if (p.nccl != nullptr) {
     PostingReport posting = SimulatePosting(plan, StreamLayout::kStreamPerDirectedPair);

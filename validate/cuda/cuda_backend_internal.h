@@ -50,7 +50,7 @@ class CudaWork final : public OpWork {
   };
   const std::vector<StageDevice>* dev_;
   std::map<OpKey, std::pair<int64_t, int64_t>> tags_;  // (recv tag, send tag), -1 = none
-  std::vector<PerRank> per_rank_;  // each touched by its rank's thread only
+  std::vector<PerRank> per_rank_;                      // each touched by its rank's thread only
 };
 
 struct DeviceRunSetup {

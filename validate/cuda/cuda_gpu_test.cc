@@ -28,9 +28,9 @@ std::unique_ptr<Backend> CudaOrSkip(std::string* why) {
   return std::move(*b);
 }
 
-#define CUDA_BACKEND_OR_SKIP(var)                               \
-  std::string why_##var;                                        \
-  std::unique_ptr<Backend> var = CudaOrSkip(&why_##var);        \
+#define CUDA_BACKEND_OR_SKIP(var)                        \
+  std::string why_##var;                                 \
+  std::unique_ptr<Backend> var = CudaOrSkip(&why_##var); \
   if (var == nullptr) GTEST_SKIP() << why_##var;
 
 std::string Joined(const std::vector<std::string>& lines) {
@@ -81,7 +81,8 @@ void RunAndCheck(ScheduleKind kind, int ranks, int microbatches, int chunks = 1,
     // Peak device memory: the simulator's, within 1%.
     const double predicted = static_cast<double>(w.predicted.per_rank[r].peak_memory_bytes);
     EXPECT_NEAR(static_cast<double>(run.peak_bytes), predicted, 0.01 * predicted)
-        << "rank " << r << "\n" << notes;
+        << "rank " << r << "\n"
+        << notes;
     EXPECT_EQ(run.static_bytes, w.exec.per_rank[r].static_bytes);
   }
 }
@@ -108,8 +109,7 @@ TEST(CudaBackendGpu, ALostMessageEndsWithADiagnosisNotAHang) {
   o.fault = Fault{Fault::Kind::kDrop, Action{0, OpKind::kForward, 1}};
   const auto t0 = std::chrono::steady_clock::now();
   Result<std::vector<StageRun>> runs = backend->Run(w.exec, o, nullptr, 0);
-  const double s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ASSERT_FALSE(runs.ok());
   EXPECT_THAT(runs.status().message(), HasSubstr("the activation of 0F1 from rank 0"));
   EXPECT_LT(s, 15.0);

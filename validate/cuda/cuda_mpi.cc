@@ -29,8 +29,8 @@ class CudaMpiBackend final : public Backend {
     return Status::Unavailable("the cuda backend predicts on the plan's cluster; no probe");
   }
 
-  Result<std::vector<StageRun>> Run(const ExecPlan& plan, const RuntimeOptions& options,
-                                    OpWork*, Bytes memory_limit_bytes) override {
+  Result<std::vector<StageRun>> Run(const ExecPlan& plan, const RuntimeOptions& options, OpWork*,
+                                    Bytes memory_limit_bytes) override {
     const int rank = mpi_->rank();
     if (plan.ranks != mpi_->size()) {
       return Status::InvalidArgument(fmt::format(
@@ -43,7 +43,8 @@ class CudaMpiBackend final : public Backend {
     std::map<std::string, int> node_ids;
     std::vector<int> node_of_process;
     for (const std::string& h : mpi_->AllGather(host)) {
-      node_of_process.push_back(node_ids.emplace(h, static_cast<int>(node_ids.size())).first->second);
+      const int next = static_cast<int>(node_ids.size());
+      node_of_process.push_back(node_ids.emplace(h, next).first->second);
     }
     Result<std::vector<RankPlacement>> placement = PlaceRanks(plan.ranks, gpus_, node_of_process);
     if (!placement.ok()) return placement.status();

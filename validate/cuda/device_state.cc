@@ -93,8 +93,7 @@ Result<std::vector<StageDevice>> MakeStageDevices(const std::vector<RankPlacemen
     auto make_streams = [&](StageDevice& d) -> Status {
       PIPECAST_RETURN_IF_ERROR(MakeCurrent(d));
       for (cudaStream_t* s : {&d.stream, &d.copy_stream}) {
-        if (cudaError_t e = cudaStreamCreateWithFlags(s, cudaStreamNonBlocking);
-            e != cudaSuccess) {
+        if (cudaError_t e = cudaStreamCreateWithFlags(s, cudaStreamNonBlocking); e != cudaSuccess) {
           return Status::Unavailable("cudaStreamCreate: " + CudaText(e));
         }
       }
@@ -107,8 +106,8 @@ Result<std::vector<StageDevice>> MakeStageDevices(const std::vector<RankPlacemen
       GetDriver()->CtxGetCurrent(&d.ctx);
       d.sms = d.total_sms = prop.multiProcessorCount;
       PIPECAST_RETURN_IF_ERROR(make_streams(d));
-      notes->push_back(fmt::format("rank {} on GPU {} ({}, all {} SMs)", mine[0], g, prop.name,
-                                   d.sms));
+      notes->push_back(
+          fmt::format("rank {} on GPU {} ({}, all {} SMs)", mine[0], g, prop.name, d.sms));
       continue;
     }
     CUdevResource sm{};
@@ -122,12 +121,11 @@ Result<std::vector<StageDevice>> MakeStageDevices(const std::vector<RankPlacemen
     std::vector<CUdevResource> groups(mine.size());
     unsigned n = static_cast<unsigned>(mine.size());
     CUdevResource rest{};
-    if (CUresult r =
-            GetDriver()->DevSmResourceSplitByCount(groups.data(), &n, &sm, &rest, 0, per);
+    if (CUresult r = GetDriver()->DevSmResourceSplitByCount(groups.data(), &n, &sm, &rest, 0, per);
         r != CUDA_SUCCESS || n < mine.size()) {
-      return Status::Unavailable(fmt::format(
-          "cannot split GPU {}'s {} SMs into {} partitions of {}: {}", g, sm.sm.smCount,
-          mine.size(), per, CuText(r)));
+      return Status::Unavailable(
+          fmt::format("cannot split GPU {}'s {} SMs into {} partitions of {}: {}", g, sm.sm.smCount,
+                      mine.size(), per, CuText(r)));
     }
     std::string ranks_text;
     for (size_t i = 0; i < mine.size(); ++i) {
@@ -138,8 +136,7 @@ Result<std::vector<StageDevice>> MakeStageDevices(const std::vector<RankPlacemen
       CUdevResourceDesc desc;
       GetDriver()->DevResourceGenerateDesc(&desc, &groups[i], 1);
       CUgreenCtx green;
-      if (CUresult r =
-              GetDriver()->GreenCtxCreate(&green, desc, dev, CU_GREEN_CTX_DEFAULT_STREAM);
+      if (CUresult r = GetDriver()->GreenCtxCreate(&green, desc, dev, CU_GREEN_CTX_DEFAULT_STREAM);
           r != CUDA_SUCCESS) {
         return Status::Unavailable("cuGreenCtxCreate: " + CuText(r));
       }
@@ -157,9 +154,9 @@ Result<std::vector<StageDevice>> MakeStageDevices(const std::vector<RankPlacemen
       d.total_sms = static_cast<int>(sm.sm.smCount);
       ranks_text += fmt::format("{}{}", i ? ", " : "", mine[i]);
     }
-    notes->push_back(fmt::format(
-        "ranks {} share GPU {} ({}), each on its own green context of {} of its {} SMs",
-        ranks_text, g, prop.name, groups[0].sm.smCount, sm.sm.smCount));
+    notes->push_back(
+        fmt::format("ranks {} share GPU {} ({}), each on its own green context of {} of its {} SMs",
+                    ranks_text, g, prop.name, groups[0].sm.smCount, sm.sm.smCount));
   }
   return out;
 }

@@ -44,12 +44,12 @@ std::string CuText(CUresult r);
 // One rank's place on its GPU.
 struct StageDevice {
   int gpu = 0;
-  CUcontext ctx = nullptr;          // green context (as a CUcontext) or the primary one
+  CUcontext ctx = nullptr;  // green context (as a CUcontext) or the primary one
   bool green = false;
-  cudaStream_t stream = nullptr;    // compute
+  cudaStream_t stream = nullptr;       // compute
   cudaStream_t copy_stream = nullptr;  // device-to-device and host-staged copies it sends
-  int sms = 0;                      // SMs the stage's kernels run on
-  int total_sms = 0;                // of the GPU
+  int sms = 0;                         // SMs the stage's kernels run on
+  int total_sms = 0;                   // of the GPU
   std::string gpu_name;
 };
 

@@ -68,7 +68,10 @@ Status WaitEvent(const Event& event, TimeNs timeout_ns, const std::atomic<bool>&
 DeviceTransport::DeviceTransport(const std::vector<StageDevice>* devices,
                                  std::vector<MemoryPool*> pools, Transport* control,
                                  const Nccl* nccl)
-    : devices_(devices), pools_(std::move(pools)), control_(control), nccl_(nccl),
+    : devices_(devices),
+      pools_(std::move(pools)),
+      control_(control),
+      nccl_(nccl),
       pending_(pools_.size()) {}
 
 DeviceTransport::~DeviceTransport() {
@@ -87,8 +90,8 @@ DeviceTransport::~DeviceTransport() {
 }
 
 Status DeviceTransport::NcclError(const char* what, ncclResult_t r, int src, int dst) const {
-  return Status::Internal(fmt::format("{} (rank {} -> rank {}): {}", what, src, dst,
-                                      nccl_->Text(r)));
+  return Status::Internal(
+      fmt::format("{} (rank {} -> rank {}): {}", what, src, dst, nccl_->Text(r)));
 }
 
 Status DeviceTransport::Connect(const std::map<DirectedPair, P2pRoute>& routes,
@@ -185,8 +188,7 @@ Status DeviceTransport::SendNccl(int src, int dst, Allocation buffer) {
   return Status::Ok();
 }
 
-Status DeviceTransport::SendCopy(int src, int dst, int64_t tag, Allocation buffer,
-                                 P2pRoute route) {
+Status DeviceTransport::SendCopy(int src, int dst, int64_t tag, Allocation buffer, P2pRoute route) {
   const StageDevice& d = (*devices_)[src];
   Result<Allocation> copy = pools_[dst]->Allocate(
       buffer.size(), MemoryKind::kComm, fmt::format("a message from rank {} (tag {})", src, tag));
@@ -202,8 +204,8 @@ Status DeviceTransport::SendCopy(int src, int dst, int64_t tag, Allocation buffe
     if (cudaError_t e = cudaMemcpyAsync(copy->data(), buffer.data(), n, cudaMemcpyDeviceToDevice,
                                         d.copy_stream);
         e != cudaSuccess) {
-      return Status::Internal(fmt::format("device-to-device copy rank {} -> rank {}: {}", src,
-                                          dst, CudaText(e)));
+      return Status::Internal(
+          fmt::format("device-to-device copy rank {} -> rank {}: {}", src, dst, CudaText(e)));
     }
     Result<Event> done = Event::RecordOn(d.copy_stream);
     if (!done.ok()) return done.status();
@@ -215,8 +217,8 @@ Status DeviceTransport::SendCopy(int src, int dst, int64_t tag, Allocation buffe
     cudaError_t e = cudaMemcpy(host.data(), buffer.data(), n, cudaMemcpyDeviceToHost);
     if (e == cudaSuccess) e = cudaMemcpy(copy->data(), host.data(), n, cudaMemcpyHostToDevice);
     if (e != cudaSuccess) {
-      return Status::Internal(fmt::format("host-staged copy rank {} -> rank {}: {}", src, dst,
-                                          CudaText(e)));
+      return Status::Internal(
+          fmt::format("host-staged copy rank {} -> rank {}: {}", src, dst, CudaText(e)));
     }
     buffer.Release();
   }
@@ -246,8 +248,8 @@ Result<Allocation> DeviceTransport::RecvNccl(int src, int dst, int64_t tag, Byte
   RecvSide& side = recv_.at({src, dst});
   const int gpu = (*devices_)[dst].gpu;
   auto post = [&](const PairMessage& m) -> Result<Posted> {
-    Result<Allocation> buf = pool->Allocate(
-        m.bytes, MemoryKind::kComm, fmt::format("{} from rank {}", m.what, src));
+    Result<Allocation> buf =
+        pool->Allocate(m.bytes, MemoryKind::kComm, fmt::format("{} from rank {}", m.what, src));
     if (!buf.ok()) return buf.status();
     PIPECAST_RETURN_IF_ERROR(UsePrimary(gpu));
     // Zero first (no pattern is 0): a reused buffer's old bytes cannot pass
@@ -292,9 +294,10 @@ Result<Allocation> DeviceTransport::RecvCopy(int src, int dst, int64_t tag, Byte
     }
   }
   if (msg.copy.size() != bytes) {
-    return Status::Internal(fmt::format("message from rank {} to rank {} (tag {}) has {} bytes, "
-                                        "expected {}",
-                                        src, dst, tag, msg.copy.size(), bytes));
+    return Status::Internal(
+        fmt::format("message from rank {} to rank {} (tag {}) has {} bytes, "
+                    "expected {}",
+                    src, dst, tag, msg.copy.size(), bytes));
   }
   const TimeNs left = std::chrono::duration_cast<std::chrono::nanoseconds>(
                           deadline - std::chrono::steady_clock::now())

@@ -27,7 +27,6 @@
 #define PIPECAST_VALIDATE_CUDA_DEVICE_TRANSPORT_H_
 
 #include <cuda_runtime.h>
-#include "validate/cuda/nccl_api.h"
 
 #include <condition_variable>
 #include <deque>
@@ -39,6 +38,7 @@
 #include <vector>
 
 #include "validate/cuda/device_state.h"
+#include "validate/cuda/nccl_api.h"
 #include "validate/internal/p2p_routes.h"
 #include "validate/transport.h"
 
@@ -114,10 +114,10 @@ class DeviceTransport final : public Transport {
     cudaStream_t stream = nullptr;
     std::unique_ptr<InOrderReceiver<Posted>> receiver;
   };
-  struct InFlight {  // a device copy or host-staged message
-    Allocation copy;   // the receiver's
-    Event done;        // empty when the copy is complete already
-    Allocation source; // the sender's, freed once the copy is done
+  struct InFlight {     // a device copy or host-staged message
+    Allocation copy;    // the receiver's
+    Event done;         // empty when the copy is complete already
+    Allocation source;  // the sender's, freed once the copy is done
   };
   struct PendingSend {
     Event done;

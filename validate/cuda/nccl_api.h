@@ -42,8 +42,8 @@ struct Nccl {
   ncclResult_t (*Send)(const void*, size_t, ncclDataType_t, int, ncclComm_t,
                        cudaStream_t) = nullptr;
   ncclResult_t (*Recv)(void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t) = nullptr;
-  int version = 0;        // e.g. 22807
-  std::string library;    // the path or name it was opened as
+  int version = 0;      // e.g. 22807
+  std::string library;  // the path or name it was opened as
 
   std::string Text(ncclResult_t r) const;
 };

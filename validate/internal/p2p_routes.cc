@@ -18,9 +18,12 @@ std::string What(const Message& m) {
 
 const char* RouteName(P2pRoute route) {
   switch (route) {
-    case P2pRoute::kNccl: return "NCCL";
-    case P2pRoute::kDeviceCopy: return "device-to-device copy";
-    case P2pRoute::kHostStaged: return "host-staged";
+    case P2pRoute::kNccl:
+      return "NCCL";
+    case P2pRoute::kDeviceCopy:
+      return "device-to-device copy";
+    case P2pRoute::kHostStaged:
+      return "host-staged";
   }
   return "?";
 }
@@ -180,11 +183,11 @@ PostingReport SimulatePosting(const ExecPlan& plan, StreamLayout layout) {
     if (!q.empty()) {
       report.completes = false;
       const CommOp& c = q.front();
-      report.stuck += fmt::format("{}a stream of rank {} is blocked in the {} of message {} "
-                                  "from rank {} to rank {}",
-                                  report.stuck.empty() ? "" : "; ",
-                                  c.send ? c.pair.first : c.pair.second,
-                                  c.send ? "send" : "receive", c.k, c.pair.first, c.pair.second);
+      report.stuck += fmt::format(
+          "{}a stream of rank {} is blocked in the {} of message {} "
+          "from rank {} to rank {}",
+          report.stuck.empty() ? "" : "; ", c.send ? c.pair.first : c.pair.second,
+          c.send ? "send" : "receive", c.k, c.pair.first, c.pair.second);
     }
   }
   return report;

@@ -150,8 +150,8 @@ enum class StreamLayout {
 
 struct PostingReport {
   bool completes = false;
-  std::string stuck;          // when not: what each rank waits for
-  size_t max_buffered = 0;    // most messages any receiver held ahead of their op
+  std::string stuck;        // when not: what each rank waits for
+  size_t max_buffered = 0;  // most messages any receiver held ahead of their op
 };
 
 // Plays one iteration of `plan` with blocking point-to-point semantics

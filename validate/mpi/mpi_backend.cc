@@ -58,10 +58,11 @@ class MpiBackend final : public Backend {
   }
 
   std::vector<std::string> Notes() const override {
-    return {fmt::format("backend mpi: {} processes (one per stage), MPI point-to-point "
-                        "messages; each rank's steady_clock aligned to rank 0's after a barrier "
-                        "by ping-pong offset estimates ({})",
-                        mpi_->size(), offsets_note_)};
+    return {
+        fmt::format("backend mpi: {} processes (one per stage), MPI point-to-point "
+                    "messages; each rank's steady_clock aligned to rank 0's after a barrier "
+                    "by ping-pong offset estimates ({})",
+                    mpi_->size(), offsets_note_)};
   }
   const Clock* clock() const override { return &clock_; }
 

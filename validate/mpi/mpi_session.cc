@@ -8,9 +8,8 @@
 // the error is at most half the best round trip.
 #include "validate/mpi/mpi_session.h"
 
-#include <mpi.h>
-
 #include <fmt/format.h>
+#include <mpi.h>
 
 #include <algorithm>
 #include <chrono>
@@ -28,8 +27,9 @@ using Json = nlohmann::json;
 // between tests, so short waits are timed sharply and long ones free the core.
 constexpr auto kSpinFor = std::chrono::microseconds(2000);
 constexpr auto kPollSleep = std::chrono::microseconds(50);
-constexpr int kClockRounds = 16;     // ping-pongs per rank for its clock offset
-constexpr int kClockTag = (1 << 30) + 100;  // above plan and probe tags (MakeMpiBackend checks MPI_TAG_UB)
+constexpr int kClockRounds = 16;  // ping-pongs per rank for its clock offset
+// Above plan and probe tags (Init checks MPI_TAG_UB).
+constexpr int kClockTag = (1 << 30) + 100;
 
 // Waits for `req` until done, the timeout, or the abort flag.
 Status WaitRequest(MPI_Request* req, TimeNs timeout_ns, const std::atomic<bool>& abort) {
@@ -213,9 +213,9 @@ Result<std::unique_ptr<MpiSession>> MpiSession::Init(int* argc, char*** argv) {
   MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &flag);
   if (!flag || *tag_ub < (1 << 30) + 128) {
     MPI_Finalize();
-    return Status::Unavailable(fmt::format(
-        "this MPI library's largest tag ({}) is below the 2^30 the validator needs",
-        flag ? *tag_ub : 0));
+    return Status::Unavailable(
+        fmt::format("this MPI library's largest tag ({}) is below the 2^30 the validator needs",
+                    flag ? *tag_ub : 0));
   }
   return std::unique_ptr<MpiSession>(new MpiSession());
 }
