@@ -130,7 +130,10 @@ Status DeviceTransport::Connect(const std::map<DirectedPair, P2pRoute>& routes,
     for (int side = 0; side < 2; ++side) {
       const int r = side == 0 ? a : b;
       if (!local[r]) continue;
-      PIPECAST_RETURN_IF_ERROR(UsePrimary((*devices_)[r].gpu));
+      if (Status st = UsePrimary((*devices_)[r].gpu); !st.ok()) {
+        nccl_->GroupEnd();
+        return st;
+      }
       cudaStream_t stream = nullptr;
       if (cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
           e != cudaSuccess) {
