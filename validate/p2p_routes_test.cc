@@ -71,6 +71,32 @@ TEST(ChooseRoute, FollowsTheGpusAndProcesses) {
   EXPECT_STREQ(RouteName(P2pRoute::kDeviceCopy), "device-to-device copy");
 }
 
+TEST(RouteTable, FourStagesOnOneGpuCopyAndOnTwoGpusUseNccl) {
+  testing::World w = MakeWorld(ScheduleKind::k1F1B, 4, 8);
+  // One GPU, one process: every pair (0<->1, 1<->2, 2<->3) copies on the device.
+  Result<std::map<DirectedPair, P2pRoute>> one = RouteTable(w.exec, *PlaceRanks(4, 1, {0}), true);
+  ASSERT_TRUE(one.ok()) << one.status().message();
+  EXPECT_EQ(one->size(), 6u);
+  for (const auto& [pair, route] : *one) EXPECT_EQ(route, P2pRoute::kDeviceCopy);
+  // Two GPUs round robin: neighbours are always on distinct GPUs.
+  Result<std::map<DirectedPair, P2pRoute>> two = RouteTable(w.exec, *PlaceRanks(4, 2, {0}), true);
+  ASSERT_TRUE(two.ok());
+  for (const auto& [pair, route] : *two) EXPECT_EQ(route, P2pRoute::kNccl);
+  // Without NCCL, host-staged.
+  EXPECT_EQ(RouteTable(w.exec, *PlaceRanks(4, 2, {0}), false)->at({1, 2}), P2pRoute::kHostStaged);
+  // mpirun -np 4 on one machine with 2 GPUs: ranks 0 and 2 share GPU 0 in
+  // different processes, but they exchange nothing; 0-1, 1-2, 2-3 cross GPUs.
+  Result<std::map<DirectedPair, P2pRoute>> mpi =
+      RouteTable(w.exec, *PlaceRanks(4, 2, {0, 0, 0, 0}), true);
+  ASSERT_TRUE(mpi.ok()) << mpi.status().message();
+  EXPECT_EQ(mpi->at({2, 3}), P2pRoute::kNccl);
+  // ... and on one GPU they are refused, naming the first pair.
+  Result<std::map<DirectedPair, P2pRoute>> shared =
+      RouteTable(w.exec, *PlaceRanks(4, 1, {0, 0, 0, 0}), true);
+  ASSERT_FALSE(shared.ok());
+  EXPECT_THAT(shared.status().message(), HasSubstr("ranks 0 and 1"));
+}
+
 TEST(SendSequences, OneFOneBTwoStagesThreeMicrobatchesByHand) {
   // 1F1B, p=2, m=3. Rank 0 runs F0 F1 B0 F2 B1 B2, rank 1 F0 B0 F1 B1 F2 B2.
   // Tags: activation into stage 1 of mb m = ((m*2)+1)*2 = 4m+2; gradient

@@ -166,14 +166,14 @@ Result<Prepared> Prepare(const ExecPlan& plan, const DeviceRunSetup& setup,
       notes->push_back(loaded.status().message());
     }
   }
-  for (const auto& [pair, seq] : seqs) {
-    Result<P2pRoute> route = ChooseRoute(pair.first, pair.second, setup.placement[pair.first],
-                                         setup.placement[pair.second], p.nccl != nullptr);
-    if (!route.ok()) return route.status();
-    p.routes[pair] = *route;
+  Result<std::map<DirectedPair, P2pRoute>> routes =
+      RouteTable(plan, setup.placement, p.nccl != nullptr);
+  if (!routes.ok()) return routes.status();
+  p.routes = std::move(*routes);
+  for (const auto& [pair, route] : p.routes) {
     notes->push_back(
-        fmt::format("messages rank {} -> rank {}: {}{}", pair.first, pair.second, RouteName(*route),
-                    *route == P2pRoute::kNccl
+        fmt::format("messages rank {} -> rank {}: {}{}", pair.first, pair.second, RouteName(route),
+                    route == P2pRoute::kNccl
                         ? fmt::format(" ({}, version {})", p.nccl->library, p.nccl->version)
                         : std::string()));
   }

@@ -83,6 +83,19 @@ std::map<DirectedPair, std::vector<PairMessage>> SendSequences(const ExecPlan& p
   return out;
 }
 
+Result<std::map<DirectedPair, P2pRoute>> RouteTable(const ExecPlan& plan,
+                                                    const std::vector<RankPlacement>& placement,
+                                                    bool nccl_available) {
+  std::map<DirectedPair, P2pRoute> out;
+  for (const auto& [pair, seq] : SendSequences(plan)) {
+    Result<P2pRoute> route = ChooseRoute(pair.first, pair.second, placement.at(pair.first),
+                                         placement.at(pair.second), nccl_available);
+    if (!route.ok()) return route.status();
+    out[pair] = *route;
+  }
+  return out;
+}
+
 std::vector<PairMessage> ConsumeSequence(const ExecPlan& plan, int src, int dst) {
   std::vector<PairMessage> out;
   for (const ExecOp& op : plan.per_rank.at(dst).ops) {

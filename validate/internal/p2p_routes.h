@@ -75,6 +75,12 @@ using DirectedPair = std::pair<int, int>;  // (sender rank, receiver rank)
 // For every directed pair that exchanges messages, the messages in the order
 // the sender issues them in one iteration (its action list's order).
 std::map<DirectedPair, std::vector<PairMessage>> SendSequences(const ExecPlan& plan);
+// The route of every directed pair that exchanges messages in `plan`
+// (ChooseRoute on each); the first pair without one fails the whole table.
+Result<std::map<DirectedPair, P2pRoute>> RouteTable(const ExecPlan& plan,
+                                                    const std::vector<RankPlacement>& placement,
+                                                    bool nccl_available);
+
 // The order rank `dst` consumes the messages from `src` in (its action
 // list's order); differs from the send order in e.g. interleaved schedules.
 std::vector<PairMessage> ConsumeSequence(const ExecPlan& plan, int src, int dst);
