@@ -46,6 +46,10 @@ class Backend {
   virtual Result<std::vector<StageRun>> Run(const ExecPlan& plan, const RuntimeOptions& options,
                                             OpWork* work, Bytes memory_limit_bytes) = 0;
 
+  // What the ops are when the backend runs its own (cuda: GPU kernels) and
+  // ignores Run's `work`; empty when it runs the OpWork it is given.
+  virtual std::string OwnOpsDescription() const { return ""; }
+
   // What ran where, and how time was read: lines for the report.
   virtual std::vector<std::string> Notes() const = 0;
   virtual const Clock* clock() const = 0;

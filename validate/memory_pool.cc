@@ -30,26 +30,47 @@ std::string Mib(Bytes b) { return fmt::format("{:.1f} MiB", static_cast<double>(
 
 }  // namespace
 
+std::byte* HostAllocator::Allocate(Bytes bytes) {
+  std::byte* p = new (std::nothrow) std::byte[static_cast<size_t>(bytes)];
+  if (p != nullptr) {
+    for (Bytes off = 0; off < bytes; off += kPageBytes) p[off] = std::byte{0};
+  }
+  return p;
+}
+
+void HostAllocator::Free(std::byte* data, Bytes) { delete[] data; }
+
+HostAllocator* HostAllocator::Get() {
+  static HostAllocator instance;
+  return &instance;
+}
+
 Allocation& Allocation::operator=(Allocation&& other) noexcept {
   if (this != &other) {
     Release();
     pool_ = std::exchange(other.pool_, nullptr);
     kind_ = other.kind_;
     size_ = std::exchange(other.size_, 0);
-    data_ = std::move(other.data_);
+    data_ = std::exchange(other.data_, nullptr);
   }
   return *this;
 }
 
 void Allocation::Release() {
-  if (pool_ != nullptr && size_ > 0) pool_->Free(kind_, size_, std::move(data_));
-  data_.reset();
+  if (pool_ != nullptr && size_ > 0) pool_->Free(kind_, size_, data_);
+  data_ = nullptr;
   pool_ = nullptr;
   size_ = 0;
 }
 
-MemoryPool::MemoryPool(std::string stage_name, Bytes limit_bytes, const Clock* clock)
-    : stage_name_(std::move(stage_name)), limit_(limit_bytes), clock_(clock) {}
+MemoryPool::MemoryPool(std::string stage_name, Bytes limit_bytes, const Clock* clock,
+                       BlockAllocator* allocator)
+    : stage_name_(std::move(stage_name)),
+      limit_(limit_bytes),
+      clock_(clock),
+      allocator_(allocator != nullptr ? allocator : HostAllocator::Get()) {}
+
+MemoryPool::~MemoryPool() { ReleaseCache(); }
 
 Result<Allocation> MemoryPool::Allocate(Bytes bytes, MemoryKind kind, const std::string& what) {
   return Take(bytes, kind, what, /*backed=*/true);
@@ -79,25 +100,24 @@ Result<Allocation> MemoryPool::Take(Bytes bytes, MemoryKind kind, const std::str
     std::lock_guard<std::mutex> lock(mu_);
     auto it = cache_.find(bytes);
     if (it != cache_.end()) {
-      a.data_ = std::move(it->second);
+      a.data_ = it->second;
       cache_.erase(it);
       cached_bytes_ -= bytes;
     }
   }
   if (backed && a.data_ == nullptr) {
-    a.data_.reset(new (std::nothrow) std::byte[static_cast<size_t>(bytes)]);
+    a.data_ = allocator_->Allocate(bytes);
     if (a.data_ == nullptr) {
       ReleaseCache();  // give the cache back and try once more
-      a.data_.reset(new (std::nothrow) std::byte[static_cast<size_t>(bytes)]);
+      a.data_ = allocator_->Allocate(bytes);
     }
     if (a.data_ == nullptr) {
       std::lock_guard<std::mutex> lock(mu_);
       held_[k] -= bytes;
       return Status::FailedPrecondition(
-          fmt::format("out of memory on {}: the system allocator refused {} of {} for {}",
-                      stage_name_, Mib(bytes), KindName(kind), what));
+          fmt::format("out of memory on {}: {} refused {} of {} for {}", stage_name_,
+                      allocator_->Name(), Mib(bytes), KindName(kind), what));
     }
-    for (Bytes off = 0; off < bytes; off += kPageBytes) a.data_[off] = std::byte{0};
   }
   a.pool_ = this;
   a.kind_ = kind;
@@ -109,20 +129,29 @@ Result<Allocation> MemoryPool::Take(Bytes bytes, MemoryKind kind, const std::str
   return a;
 }
 
-void MemoryPool::Free(MemoryKind kind, Bytes bytes, std::unique_ptr<std::byte[]> data) {
-  std::lock_guard<std::mutex> lock(mu_);
-  held_[static_cast<int>(kind)] -= bytes;
-  RecordLocked();
-  if (data != nullptr && cached_bytes_ + bytes <= kMaxCachedBytes) {
-    cache_.emplace(bytes, std::move(data));
-    cached_bytes_ += bytes;
+void MemoryPool::Free(MemoryKind kind, Bytes bytes, std::byte* data) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    held_[static_cast<int>(kind)] -= bytes;
+    RecordLocked();
+    if (data == nullptr) return;
+    if (cached_bytes_ + bytes <= kMaxCachedBytes) {
+      cache_.emplace(bytes, data);
+      cached_bytes_ += bytes;
+      return;
+    }
   }
+  allocator_->Free(data, bytes);
 }
 
 void MemoryPool::ReleaseCache() {
-  std::lock_guard<std::mutex> lock(mu_);
-  cache_.clear();
-  cached_bytes_ = 0;
+  std::multimap<Bytes, std::byte*> cache;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cache.swap(cache_);
+    cached_bytes_ = 0;
+  }
+  for (auto& [bytes, data] : cache) allocator_->Free(data, bytes);
 }
 
 void MemoryPool::RecordLocked() {

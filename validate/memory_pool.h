@@ -37,6 +37,29 @@ enum class MemoryKind { kStatic, kActivation, kComm, kWorkspace };
 
 class MemoryPool;
 
+// Where a pool's bytes come from: the host heap by default (HostAllocator),
+// the GPU for the cuda backend (validate/cuda/device_state.h). Implementations
+// are thread-safe.
+class BlockAllocator {
+ public:
+  virtual ~BlockAllocator() = default;
+  // `bytes` (> 0) really backed (host: every page touched; device: written
+  // once), or nullptr when the allocator refuses.
+  virtual std::byte* Allocate(Bytes bytes) = 0;
+  virtual void Free(std::byte* data, Bytes bytes) = 0;
+  // For errors: "the system allocator", "the device allocator (GPU 0)".
+  virtual std::string Name() const = 0;
+};
+
+// operator new[] with every page touched.
+class HostAllocator final : public BlockAllocator {
+ public:
+  std::byte* Allocate(Bytes bytes) override;
+  void Free(std::byte* data, Bytes bytes) override;
+  std::string Name() const override { return "the system allocator"; }
+  static HostAllocator* Get();  // a shared instance
+};
+
 // Owns `size()` bytes charged to a pool; movable, frees on destruction.
 class Allocation {
  public:
@@ -47,8 +70,9 @@ class Allocation {
   Allocation(const Allocation&) = delete;
   Allocation& operator=(const Allocation&) = delete;
 
-  std::byte* data() { return data_.get(); }
-  const std::byte* data() const { return data_.get(); }
+  // Host memory, or device memory when the pool's allocator is a device's.
+  std::byte* data() { return data_; }
+  const std::byte* data() const { return data_; }
   Bytes size() const { return size_; }
   // Frees now (no-op when empty).
   void Release();
@@ -58,14 +82,17 @@ class Allocation {
   MemoryPool* pool_ = nullptr;
   MemoryKind kind_ = MemoryKind::kStatic;
   Bytes size_ = 0;
-  std::unique_ptr<std::byte[]> data_;
+  std::byte* data_ = nullptr;  // owned: given back to the pool on Release
 };
 
 class MemoryPool {
  public:
   // `limit_bytes` 0 = unlimited. `stage_name` names the stage in errors
   // ("stage 1 (rank 1)"). REQUIRES: clock outlives the pool.
-  MemoryPool(std::string stage_name, Bytes limit_bytes, const Clock* clock);
+  // `allocator` (default: the host heap) must outlive the pool.
+  MemoryPool(std::string stage_name, Bytes limit_bytes, const Clock* clock,
+             BlockAllocator* allocator = nullptr);
+  ~MemoryPool();
   MemoryPool(const MemoryPool&) = delete;
   MemoryPool& operator=(const MemoryPool&) = delete;
 
@@ -92,7 +119,7 @@ class MemoryPool {
 
  private:
   friend class Allocation;
-  void Free(MemoryKind kind, Bytes bytes, std::unique_ptr<std::byte[]> data);
+  void Free(MemoryKind kind, Bytes bytes, std::byte* data);
   void RecordLocked();
   void ReleaseCache();
   Result<Allocation> Take(Bytes bytes, MemoryKind kind, const std::string& what, bool backed);
@@ -100,12 +127,13 @@ class MemoryPool {
   const std::string stage_name_;
   const Bytes limit_;
   const Clock* const clock_;
+  BlockAllocator* const allocator_;
   mutable std::mutex mu_;
   Bytes held_[4] = {0, 0, 0, 0};
   Bytes peak_[4] = {0, 0, 0, 0};
   Bytes peak_total_ = 0;
   std::vector<MemorySample> timeline_;
-  std::multimap<Bytes, std::unique_ptr<std::byte[]>> cache_;  // freed blocks by size
+  std::multimap<Bytes, std::byte*> cache_;  // freed blocks by size, owned
   Bytes cached_bytes_ = 0;
 };
 

@@ -106,5 +106,62 @@ TEST(MemoryPool, ReusesAFreedBlockOfTheSameSizeWithoutCountingTheCache) {
   EXPECT_EQ(pool.held(), kMiB);
 }
 
+// A BlockAllocator that counts its calls and can refuse (as a full GPU's
+// cudaMalloc does): what the cuda backend's device allocator plugs into.
+class CountingAllocator final : public BlockAllocator {
+ public:
+  std::byte* Allocate(Bytes bytes) override {
+    ++allocs;
+    if (refuse) return nullptr;
+    live += bytes;
+    return new std::byte[static_cast<size_t>(bytes)];
+  }
+  void Free(std::byte* data, Bytes bytes) override {
+    ++frees;
+    live -= bytes;
+    delete[] data;
+  }
+  std::string Name() const override { return "the counting allocator"; }
+  int allocs = 0, frees = 0;
+  Bytes live = 0;
+  bool refuse = false;
+};
+
+TEST(MemoryPool, AllocatesThroughItsAllocatorReusesFreedBlocksAndGivesThemBack) {
+  FakeClock clock;
+  CountingAllocator device;
+  {
+    MemoryPool pool("stage 0 (rank 0)", 0, &clock, &device);
+    for (int i = 0; i < 3; ++i) {  // three "iterations" of the same sizes
+      Result<Allocation> s = pool.Allocate(2 * kMiB, MemoryKind::kStatic, "weights");
+      Result<Allocation> a = pool.Allocate(1 * kMiB, MemoryKind::kActivation, "a");
+      ASSERT_TRUE(s.ok() && a.ok());
+    }
+    // Only the first iteration reached the allocator; the pool counted all.
+    EXPECT_EQ(device.allocs, 2);
+    EXPECT_EQ(device.live, 3 * kMiB);
+    EXPECT_EQ(pool.held(), 0);
+    EXPECT_EQ(pool.peak(), 3 * kMiB);
+  }
+  // The pool's end gives the cached blocks back to the allocator.
+  EXPECT_EQ(device.frees, 2);
+  EXPECT_EQ(device.live, 0);
+}
+
+TEST(MemoryPool, AnAllocatorThatRefusesIsOutOfMemoryNamingIt) {
+  FakeClock clock;
+  CountingAllocator device;
+  device.refuse = true;
+  MemoryPool pool("stage 1 (rank 1)", 0, &clock, &device);
+  Result<Allocation> a = pool.Allocate(kMiB, MemoryKind::kActivation, "the activations of 1F0");
+  ASSERT_FALSE(a.ok());
+  EXPECT_THAT(a.status().message(),
+              AllOf(HasSubstr("out of memory on stage 1 (rank 1)"),
+                    HasSubstr("the counting allocator refused"),
+                    HasSubstr("the activations of 1F0")));
+  EXPECT_EQ(pool.held(), 0);  // nothing charged
+  EXPECT_EQ(device.allocs, 2);  // tried once more after giving the cache back
+}
+
 }  // namespace
 }  // namespace pipecast::validate

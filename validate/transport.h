@@ -5,7 +5,8 @@
 //
 // Implementations: InProcessTransport (threads of one process; a send copies
 // the bytes into a buffer charged to the receiver, a real copy), the MPI one
-// (mpi/mpi_transport.cc: point-to-point Isend/Irecv) and, in tests, decorators
+// (mpi/mpi_session.cc: point-to-point Isend/Irecv), the cuda backend's
+// (cuda/device_transport.h: NCCL, device-to-device copies) and, in tests, decorators
 // that lose messages. A transport is shared by every rank it connects; its
 // methods are thread-safe for distinct ranks.
 //

@@ -143,13 +143,15 @@ Result<ValidationResult> RunValidation(const ValidatorOptions& options, Backend*
                                : out.cluster.gpu.memory_bytes;
   std::unique_ptr<OpWork> owned;
   OpWork* work = work_override;
-  if (work == nullptr) {
+  if (work == nullptr && !backend->OwnOpsDescription().empty()) {
+    out.work = backend->OwnOpsDescription();  // the backend's own ops; `work` unused
+  } else if (work == nullptr) {
     Result<std::unique_ptr<OpWork>> made = MakeWork(*model, *plan, backend->clock());
     if (!made.ok()) return made.status();
     owned = std::move(*made);
     work = owned.get();
   }
-  out.work = work->Description();
+  if (work != nullptr) out.work = work->Description();
   Result<std::vector<StageRun>> runs =
       backend->Run(out.exec, options.runtime, work, out.memory_limit_bytes);
   if (!runs.ok()) return runs.status();

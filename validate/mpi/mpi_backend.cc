@@ -1,219 +1,37 @@
 // The mpi backend (backend.h): one process per pipeline rank under mpirun,
 // activations and gradients as MPI point-to-point messages (Isend/Irecv on
 // MPI_COMM_WORLD, tag = the runtime's message tag), the same Runtime as the
-// cpu backend. Rank 0 gathers every rank's records and writes the report.
-//
-// Clocks: each process reads its own steady_clock. After the run, rank 0
-// estimates every other rank's offset with ping-pongs (Cristian's method:
-// offset = remote time - midpoint of the round trip, keeping the round trip
-// with the smallest duration) and shifts that rank's records onto its own
-// clock. On one machine steady_clock is shared and the offsets come out near
-// zero; across machines the error is at most half the best round trip.
-#include <mpi.h>
-
+// cpu backend. Rank 0 gathers every rank's records, on its clock, and writes
+// the report (MpiSession, mpi_session.h).
 #include <fmt/format.h>
 
-#include <algorithm>
-#include <chrono>
-#include <list>
-#include <nlohmann/json.hpp>
-#include <thread>
+#include <memory>
 
 #include "validate/backend.h"
+#include "validate/mpi/mpi_session.h"
 
 namespace pipecast::validate {
 namespace {
 
-using Json = nlohmann::json;
-
-// Waiting on a request: spin (yielding) this long, then sleep kPollSleep
-// between tests, so short waits are timed sharply and long ones free the core.
-constexpr auto kSpinFor = std::chrono::microseconds(2000);
-constexpr auto kPollSleep = std::chrono::microseconds(50);
-constexpr int kClockRounds = 16;     // ping-pongs per rank for its clock offset
-constexpr int kClockTag = (1 << 30) + 100;  // above plan and probe tags (MakeMpiBackend checks MPI_TAG_UB)
-
-// Waits for `req` until done, the timeout, or the abort flag.
-Status WaitRequest(MPI_Request* req, TimeNs timeout_ns, const std::atomic<bool>& abort) {
-  const auto start = std::chrono::steady_clock::now();
-  const auto deadline = start + std::chrono::nanoseconds(timeout_ns);
-  int done = 0;
-  while (true) {
-    MPI_Test(req, &done, MPI_STATUS_IGNORE);
-    if (done) return Status::Ok();
-    if (abort.load()) return Status::FailedPrecondition("aborted");
-    const auto now = std::chrono::steady_clock::now();
-    if (now >= deadline) return Status::Unavailable("timed out");
-    if (now - start < kSpinFor) {
-      std::this_thread::yield();
-    } else {
-      std::this_thread::sleep_for(kPollSleep);
-    }
-  }
-}
-
-class MpiTransport final : public Transport {
- public:
-  explicit MpiTransport(MPI_Comm comm) : comm_(comm) {}
-  ~MpiTransport() override {
-    for (Pending& p : pending_) {
-      int done = 0;
-      MPI_Test(&p.request, &done, MPI_STATUS_IGNORE);
-      if (!done) MPI_Request_free(&p.request);  // a failed run's unmatched send
-    }
-  }
-
-  Status Send(int, int dst, int64_t tag, Allocation buffer) override {
-    Reap();
-    pending_.push_back(Pending{MPI_REQUEST_NULL, std::move(buffer)});
-    Pending& p = pending_.back();
-    const int rc = MPI_Isend(p.buffer.data(), static_cast<int>(p.buffer.size()), MPI_BYTE, dst,
-                             static_cast<int>(tag), comm_, &p.request);
-    if (rc != MPI_SUCCESS) {
-      return Status::Unavailable(fmt::format("MPI_Isend to rank {} failed ({})", dst, rc));
-    }
-    return Status::Ok();
-  }
-
-  Result<Allocation> Recv(int src, int, int64_t tag, Bytes bytes, MemoryPool* pool,
-                          TimeNs timeout_ns, const std::atomic<bool>& abort) override {
-    Result<Allocation> buf =
-        pool->Allocate(bytes, MemoryKind::kComm, fmt::format("a message from rank {}", src));
-    if (!buf.ok()) return buf.status();
-    MPI_Request req;
-    MPI_Irecv(buf->data(), static_cast<int>(bytes), MPI_BYTE, src, static_cast<int>(tag), comm_,
-              &req);
-    Status st = WaitRequest(&req, timeout_ns, abort);
-    if (!st.ok()) {
-      MPI_Cancel(&req);
-      MPI_Wait(&req, MPI_STATUS_IGNORE);
-      return st;
-    }
-    Reap();
-    return std::move(*buf);
-  }
-
-  Status FlushSends(int, TimeNs timeout_ns, const std::atomic<bool>& abort) override {
-    while (!pending_.empty()) {
-      PIPECAST_RETURN_IF_ERROR(WaitRequest(&pending_.front().request, timeout_ns, abort));
-      pending_.pop_front();
-    }
-    return Status::Ok();
-  }
-
-  Status Barrier(int, TimeNs timeout_ns, const std::atomic<bool>& abort) override {
-    MPI_Request req;
-    MPI_Ibarrier(comm_, &req);
-    Status st = WaitRequest(&req, timeout_ns, abort);
-    if (!st.ok()) MPI_Request_free(&req);
-    return st;
-  }
-
- private:
-  struct Pending {
-    MPI_Request request;
-    Allocation buffer;
-  };
-  // Frees the buffers of completed sends.
-  void Reap() {
-    for (auto it = pending_.begin(); it != pending_.end();) {
-      int done = 0;
-      MPI_Test(&it->request, &done, MPI_STATUS_IGNORE);
-      it = done ? pending_.erase(it) : std::next(it);
-    }
-  }
-  MPI_Comm comm_;
-  std::list<Pending> pending_;
-};
-
-Json ToJson(const StageRun& r) {
-  Json j;
-  j["rank"] = r.rank;
-  j["static"] = r.static_bytes;
-  j["peak"] = {r.peak_bytes, r.peak_activation_bytes, r.peak_comm_bytes, r.peak_workspace_bytes};
-  Json ops = Json::array();
-  for (const OpTiming& o : r.ops) {
-    ops.push_back({o.iteration, o.action.stage, static_cast<int>(o.action.kind),
-                   o.action.microbatch, o.start_ns, o.end_ns});
-  }
-  j["ops"] = std::move(ops);
-  auto msgs = [](const std::vector<MessageTiming>& v) {
-    Json a = Json::array();
-    for (const MessageTiming& m : v) {
-      a.push_back({m.iteration, m.message.peer_rank, m.message.tag, m.message.bytes,
-                   m.message.gradient, m.message.src_stage, m.message.dst_stage,
-                   m.message.microbatch, m.time_ns});
-    }
-    return a;
-  };
-  j["sends"] = msgs(r.sends);
-  j["recvs"] = msgs(r.recvs);
-  Json mem = Json::array();
-  for (const MemorySample& s : r.memory_timeline) {
-    mem.push_back({s.time_ns, s.activations, s.comm_buffers, s.workspace});
-  }
-  j["memory"] = std::move(mem);
-  return j;
-}
-
-StageRun FromJson(const Json& j, TimeNs shift) {
-  StageRun r;
-  r.rank = j["rank"];
-  r.static_bytes = j["static"];
-  r.peak_bytes = j["peak"][0];
-  r.peak_activation_bytes = j["peak"][1];
-  r.peak_comm_bytes = j["peak"][2];
-  r.peak_workspace_bytes = j["peak"][3];
-  for (const Json& o : j["ops"]) {
-    r.ops.push_back(OpTiming{o[0], Action{o[1], static_cast<OpKind>(o[2].get<int>()), o[3]},
-                             o[4].get<TimeNs>() - shift, o[5].get<TimeNs>() - shift});
-  }
-  auto msgs = [&](const Json& a, std::vector<MessageTiming>* out) {
-    for (const Json& m : a) {
-      Message msg{m[1], m[2], m[3], m[4], m[5], m[6], m[7]};
-      out->push_back(MessageTiming{m[0], msg, m[8].get<TimeNs>() - shift});
-    }
-  };
-  msgs(j["sends"], &r.sends);
-  msgs(j["recvs"], &r.recvs);
-  for (const Json& s : j["memory"]) {
-    r.memory_timeline.push_back(MemorySample{s[0].get<TimeNs>() - shift, s[1], s[2], s[3]});
-  }
-  return r;
-}
-
-// A failure that is only a consequence of another (a timeout, an abort)
-// ranks after a cause (a throw, a stuck op, out of memory).
-int Severity(const Json& e) {
-  const std::string m = e["message"];
-  if (m == "aborted") return 0;
-  if (m.find("did not arrive within") != std::string::npos) return 1;
-  return 2;
-}
-
 class MpiBackend final : public Backend {
  public:
-  MpiBackend() {
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-    MPI_Comm_size(MPI_COMM_WORLD, &size_);
-  }
-  ~MpiBackend() override { MPI_Finalize(); }
+  explicit MpiBackend(std::unique_ptr<MpiSession> session) : mpi_(std::move(session)) {}
 
-  int processes() const override { return size_; }
-  bool is_root() const override { return rank_ == 0; }
+  int processes() const override { return mpi_->size(); }
+  bool is_root() const override { return mpi_->rank() == 0; }
 
   Result<Link> ProbeLink(Bytes bytes) override {
-    if (size_ < 2) {
+    if (mpi_->size() < 2) {
       return Status::InvalidArgument(
           "--backend mpi runs one process per stage: start it with mpirun -np <stages>");
     }
-    MpiTransport transport(MPI_COMM_WORLD);
+    std::unique_ptr<Transport> transport = mpi_->MakeTransport();
     MemoryPool pool("probe", 0, &clock_);
     Result<Link> link = Link{};
-    if (rank_ < 2) link = ProbeAsRank(rank_, &transport, &pool, &clock_, bytes);
+    if (mpi_->rank() < 2) link = ProbeAsRank(mpi_->rank(), transport.get(), &pool, &clock_, bytes);
     double v[3] = {link.ok() ? 1.0 : 0.0, link.ok() ? link->bandwidth_gbps : 0,
                    link.ok() ? link->latency_us : 0};
-    MPI_Bcast(v, 3, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    PIPECAST_RETURN_IF_ERROR(mpi_->Broadcast(v, sizeof(v)));
     if (!link.ok()) return link.status();
     if (v[0] == 0) return Status::Unavailable("the link probe failed on rank 0");
     return Link{v[1], v[2]};
@@ -221,158 +39,47 @@ class MpiBackend final : public Backend {
 
   Result<std::vector<StageRun>> Run(const ExecPlan& plan, const RuntimeOptions& options,
                                     OpWork* work, Bytes memory_limit_bytes) override {
-    if (plan.ranks != size_) {
+    const int rank = mpi_->rank();
+    if (plan.ranks != mpi_->size()) {
       return Status::InvalidArgument(fmt::format(
           "the plan has {} pipeline stages but {} MPI processes were started: run mpirun -np {}",
-          plan.ranks, size_, plan.ranks));
+          plan.ranks, mpi_->size(), plan.ranks));
     }
-    MemoryPool pool(fmt::format("stage {} (rank {})", rank_, rank_), memory_limit_bytes, &clock_);
+    MemoryPool pool(fmt::format("stage {} (rank {})", rank, rank), memory_limit_bytes, &clock_);
     std::vector<MemoryPool*> pools(plan.ranks, nullptr);
-    pools[rank_] = &pool;
+    pools[rank] = &pool;
     Result<std::vector<StageRun>> mine = Status::Internal("not run");
     {
-      MpiTransport transport(MPI_COMM_WORLD);
-      RuntimeEnv env{&transport, work, &clock_, pools, /*all_ranks_local=*/false};
-      mine = RunStages(plan, {rank_}, options, env);
+      std::unique_ptr<Transport> transport = mpi_->MakeTransport();
+      RuntimeEnv env{transport.get(), work, &clock_, pools, /*all_ranks_local=*/false};
+      mine = RunStages(plan, {rank}, options, env);
     }
-    MPI_Barrier(MPI_COMM_WORLD);
-    const TimeNs offset = ClockOffset();
-    Json j;
-    if (mine.ok()) {
-      j["ok"] = true;
-      j["run"] = ToJson(mine->front());
-    } else {
-      j["ok"] = false;
-      j["code"] = static_cast<int>(mine.status().code());
-      j["message"] = mine.status().message();
-    }
-    j["offset"] = offset;
-    std::vector<Json> all = Gather(j.dump());
-    if (rank_ != 0) return std::vector<StageRun>{};
-    const Json* worst = nullptr;
-    for (const Json& e : all) {
-      if (!e["ok"].get<bool>() && (worst == nullptr || Severity(e) > Severity(*worst))) worst = &e;
-    }
-    if (worst != nullptr) {
-      std::string msg = (*worst)["message"];
-      if (Severity(*worst) < 2) {
-        // Only waits that timed out: every rank's view names the lost message.
-        msg = "every failed rank timed out waiting:";
-        for (const Json& e : all) {
-          if (!e["ok"].get<bool>()) msg += "\n  " + e["message"].get<std::string>();
-        }
-      }
-      return (*worst)["code"].get<int>() == static_cast<int>(StatusCode::kInternal)
-                 ? Status::Internal(msg)
-                 : Status::FailedPrecondition(msg);
-    }
-    std::vector<StageRun> runs;
-    double worst_offset = 0;
-    for (const Json& e : all) {
-      runs.push_back(FromJson(e["run"], e["offset"].get<TimeNs>()));
-      worst_offset = std::max(worst_offset, std::abs(e["offset"].get<double>()));
-    }
-    offsets_note_ = fmt::format("largest clock offset corrected: {:.1f} us", worst_offset / 1e3);
-    return runs;
+    return mpi_->Gather(mine, clock_, &offsets_note_);
   }
 
   std::vector<std::string> Notes() const override {
-    return {fmt::format("backend mpi: {} processes (one per stage), MPI point-to-point "
-                        "messages; each rank's steady_clock aligned to rank 0's after a barrier "
-                        "by ping-pong offset estimates ({})",
-                        size_, offsets_note_)};
+    return {
+        fmt::format("backend mpi: {} processes (one per stage), MPI point-to-point "
+                    "messages; each rank's steady_clock aligned to rank 0's after a barrier "
+                    "by ping-pong offset estimates ({})",
+                    mpi_->size(), offsets_note_)};
   }
   const Clock* clock() const override { return &clock_; }
 
-  Status Agree(const Status& root_status) override {
-    int code[2] = {static_cast<int>(root_status.code()), 0};
-    MPI_Bcast(code, 2, MPI_INT, 0, MPI_COMM_WORLD);
-    if (rank_ == 0 || code[0] == 0) return root_status;
-    return Status::FailedPrecondition("rank 0 reported the failure");
-  }
+  Status Agree(const Status& root_status) override { return mpi_->Agree(root_status); }
 
  private:
-  // This rank's clock minus rank 0's (0 on rank 0). Collective.
-  TimeNs ClockOffset() {
-    TimeNs mine = 0;
-    for (int peer = 1; peer < size_; ++peer) {
-      if (rank_ == 0) {
-        TimeNs best_rtt = INT64_MAX, best_offset = 0;
-        for (int i = 0; i < kClockRounds; ++i) {
-          const TimeNs t0 = clock_.NowNs();
-          MPI_Send(&t0, 1, MPI_INT64_T, peer, kClockTag, MPI_COMM_WORLD);
-          TimeNs remote = 0;
-          MPI_Recv(&remote, 1, MPI_INT64_T, peer, kClockTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-          const TimeNs t1 = clock_.NowNs();
-          if (t1 - t0 < best_rtt) {
-            best_rtt = t1 - t0;
-            best_offset = remote - (t0 + t1) / 2;
-          }
-        }
-        MPI_Send(&best_offset, 1, MPI_INT64_T, peer, kClockTag, MPI_COMM_WORLD);
-      } else if (rank_ == peer) {
-        for (int i = 0; i < kClockRounds; ++i) {
-          TimeNs t0 = 0;
-          MPI_Recv(&t0, 1, MPI_INT64_T, 0, kClockTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-          const TimeNs now = clock_.NowNs();
-          MPI_Send(&now, 1, MPI_INT64_T, 0, kClockTag, MPI_COMM_WORLD);
-        }
-        MPI_Recv(&mine, 1, MPI_INT64_T, 0, kClockTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-      }
-    }
-    return mine;
-  }
-
-  std::vector<Json> Gather(const std::string& text) {
-    int n = static_cast<int>(text.size());
-    std::vector<int> sizes(size_), displs(size_);
-    MPI_Gather(&n, 1, MPI_INT, sizes.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
-    std::string all;
-    if (rank_ == 0) {
-      int total = 0;
-      for (int i = 0; i < size_; ++i) {
-        displs[i] = total;
-        total += sizes[i];
-      }
-      all.resize(total);
-    }
-    MPI_Gatherv(text.data(), n, MPI_CHAR, all.data(), sizes.data(), displs.data(), MPI_CHAR, 0,
-                MPI_COMM_WORLD);
-    std::vector<Json> out;
-    if (rank_ == 0) {
-      for (int i = 0; i < size_; ++i) out.push_back(Json::parse(all.substr(displs[i], sizes[i])));
-    }
-    return out;
-  }
-
+  std::unique_ptr<MpiSession> mpi_;
   SteadyClock clock_;
-  int rank_ = 0;
-  int size_ = 1;
   std::string offsets_note_ = "not measured";
 };
 
 }  // namespace
 
 Result<std::unique_ptr<Backend>> MakeMpiBackend(int* argc, char*** argv) {
-  int provided = 0;
-  if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
-    return Status::Unavailable("MPI_Init_thread failed: run under mpirun (docs/validator.md)");
-  }
-  if (provided < MPI_THREAD_SERIALIZED) {
-    MPI_Finalize();
-    return Status::Unavailable(
-        "this MPI library does not allow calls from the worker thread (MPI_THREAD_SERIALIZED)");
-  }
-  int* tag_ub = nullptr;
-  int flag = 0;
-  MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &flag);
-  if (!flag || *tag_ub < (1 << 30) + 128) {
-    MPI_Finalize();
-    return Status::Unavailable(fmt::format(
-        "this MPI library's largest tag ({}) is below the 2^30 the validator needs",
-        flag ? *tag_ub : 0));
-  }
-  return std::unique_ptr<Backend>(std::make_unique<MpiBackend>());
+  Result<std::unique_ptr<MpiSession>> session = MpiSession::Init(argc, argv);
+  if (!session.ok()) return session.status();
+  return std::unique_ptr<Backend>(std::make_unique<MpiBackend>(std::move(*session)));
 }
 
 }  // namespace pipecast::validate

@@ -1,0 +1,132 @@
+// The cuda backend on a real GPU (ctest label `gpu`): each test skips itself
+// when this machine has no CUDA device. With one GPU the stages share it
+// (green contexts, device-to-device copies); with several, stages on
+// distinct GPUs talk over NCCL. Every run checks on the device that each
+// received message holds the bytes its sender wrote (the run fails
+// otherwise), and here that the measured peak device memory is the
+// simulator's within 1%.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+
+#include "validate/backend.h"
+#include "validate/validate_test_util.h"
+
+namespace pipecast::validate {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::unique_ptr<Backend> CudaOrSkip(std::string* why) {
+  Result<std::unique_ptr<Backend>> b = MakeCudaBackend(0);
+  if (!b.ok()) {
+    *why = b.status().message();
+    return nullptr;
+  }
+  return std::move(*b);
+}
+
+#define CUDA_BACKEND_OR_SKIP(var)                        \
+  std::string why_##var;                                 \
+  std::unique_ptr<Backend> var = CudaOrSkip(&why_##var); \
+  if (var == nullptr) GTEST_SKIP() << why_##var;
+
+std::string Joined(const std::vector<std::string>& lines) {
+  std::string s;
+  for (const std::string& l : lines) s += l + "\n";
+  return s;
+}
+
+// 2 layers per stage of 1 ms / 2 ms, 4 MiB activations, 1 MiB messages.
+testing::World GpuWorld(ScheduleKind kind, int ranks, int microbatches, int chunks = 1) {
+  testing::LayerSpec spec;
+  spec.forward_ns = 200'000;
+  spec.backward_ns = 400'000;
+  spec.backward_weight_ns = 150'000;
+  spec.activation_bytes = 4 * kMiB;
+  spec.output_bytes = 1 * kMiB;
+  spec.workspace_bytes = 2 * kMiB;
+  spec.parameters = 1'000'000;
+  Result<Schedule> s = MakeSchedule(kind, ranks, microbatches, chunks);
+  EXPECT_TRUE(s.ok());
+  return testing::MakeWorld(testing::UniformModel(ranks * chunks * 2, spec), *s);
+}
+
+void RunAndCheck(ScheduleKind kind, int ranks, int microbatches, int chunks = 1,
+                 bool swap_first_two_on_rank1 = false) {
+  CUDA_BACKEND_OR_SKIP(backend);
+  testing::World w = GpuWorld(kind, ranks, microbatches, chunks);
+  if (swap_first_two_on_rank1) {
+    std::swap(w.exec.per_rank[1].ops[0], w.exec.per_rank[1].ops[1]);
+  }
+  RuntimeOptions o;
+  o.warmup_iterations = 1;
+  o.iterations = 2;
+  o.recv_timeout_ns = 20'000'000'000;
+  Result<std::vector<StageRun>> runs = backend->Run(w.exec, o, nullptr, 0);
+  const std::string notes = Joined(backend->Notes());
+  ASSERT_TRUE(runs.ok()) << runs.status().message() << "\n" << notes;
+  ASSERT_EQ(runs->size(), static_cast<size_t>(ranks));
+  EXPECT_THAT(notes, HasSubstr("checked on the device to hold the bytes its sender wrote"));
+  EXPECT_THAT(notes, ::testing::AnyOf(HasSubstr("NCCL"), HasSubstr("device-to-device copy")));
+  for (int r = 0; r < ranks; ++r) {
+    const StageRun& run = (*runs)[r];
+    // Each rank ran exactly its action list, every measured iteration.
+    ASSERT_EQ(run.ops.size(), w.exec.per_rank[r].ops.size() * o.iterations) << "rank " << r;
+    for (size_t i = 0; i < w.exec.per_rank[r].ops.size(); ++i) {
+      EXPECT_EQ(run.ops[i].action, w.exec.per_rank[r].ops[i].action) << "rank " << r;
+    }
+    // Peak device memory: the simulator's, within 1%.
+    const double predicted = static_cast<double>(w.predicted.per_rank[r].peak_memory_bytes);
+    EXPECT_NEAR(static_cast<double>(run.peak_bytes), predicted, 0.01 * predicted)
+        << "rank " << r << "\n"
+        << notes;
+    EXPECT_EQ(run.static_bytes, w.exec.per_rank[r].static_bytes);
+  }
+}
+
+TEST(CudaBackendGpu, TwoStageOneFOneB) { RunAndCheck(ScheduleKind::k1F1B, 2, 4); }
+TEST(CudaBackendGpu, TwoStageGPipe) { RunAndCheck(ScheduleKind::kGPipe, 2, 4); }
+TEST(CudaBackendGpu, FourStageOneFOneB) { RunAndCheck(ScheduleKind::k1F1B, 4, 8); }
+TEST(CudaBackendGpu, FourStageGPipe) { RunAndCheck(ScheduleKind::kGPipe, 4, 8); }
+TEST(CudaBackendGpu, Interleaved) { RunAndCheck(ScheduleKind::kInterleaved1F1B, 2, 4, 2); }
+// Rank 1 runs 1F1 before 1F0: it consumes in another order than rank 0
+// sends (NCCL: the reordering buffer; one GPU: the copies' mailbox).
+TEST(CudaBackendGpu, ReceivesOutOfSendOrder) {
+  RunAndCheck(ScheduleKind::kGPipe, 2, 4, 1, /*swap_first_two_on_rank1=*/true);
+}
+TEST(CudaBackendGpu, ZeroBubbleH1) { RunAndCheck(ScheduleKind::kZBH1, 4, 8); }
+
+TEST(CudaBackendGpu, ALostMessageEndsWithADiagnosisNotAHang) {
+  CUDA_BACKEND_OR_SKIP(backend);
+  testing::World w = GpuWorld(ScheduleKind::k1F1B, 2, 4);
+  RuntimeOptions o;
+  o.warmup_iterations = 0;
+  o.iterations = 1;
+  o.recv_timeout_ns = 2'000'000'000;
+  o.fault = Fault{Fault::Kind::kDrop, Action{0, OpKind::kForward, 1}};
+  const auto t0 = std::chrono::steady_clock::now();
+  Result<std::vector<StageRun>> runs = backend->Run(w.exec, o, nullptr, 0);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_FALSE(runs.ok());
+  EXPECT_THAT(runs.status().message(), HasSubstr("the activation of 0F1 from rank 0"));
+  EXPECT_LT(s, 15.0);
+}
+
+TEST(CudaBackendGpu, OutOfDeviceMemoryIsReportedAsSuch) {
+  CUDA_BACKEND_OR_SKIP(backend);
+  testing::World w = GpuWorld(ScheduleKind::kGPipe, 2, 4);
+  RuntimeOptions o;
+  o.warmup_iterations = 0;
+  o.iterations = 1;
+  // Room for the static bytes and little else.
+  const Bytes limit = w.exec.per_rank[0].static_bytes + 6 * kMiB;
+  Result<std::vector<StageRun>> runs = backend->Run(w.exec, o, nullptr, limit);
+  ASSERT_FALSE(runs.ok());
+  EXPECT_THAT(runs.status().message(), HasSubstr("out of memory on stage"));
+}
+
+}  // namespace
+}  // namespace pipecast::validate

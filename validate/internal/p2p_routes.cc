@@ -1,0 +1,209 @@
+#include "validate/internal/p2p_routes.h"
+
+#include <fmt/format.h>
+
+#include <deque>
+#include <set>
+#include <tuple>
+
+namespace pipecast::validate {
+namespace {
+
+std::string What(const Message& m) {
+  return fmt::format("the {} of {}{}{}", m.gradient ? "gradient" : "activation", m.src_stage,
+                     m.gradient ? "B" : "F", m.microbatch);
+}
+
+}  // namespace
+
+const char* RouteName(P2pRoute route) {
+  switch (route) {
+    case P2pRoute::kNccl:
+      return "NCCL";
+    case P2pRoute::kDeviceCopy:
+      return "device-to-device copy";
+    case P2pRoute::kHostStaged:
+      return "host-staged";
+  }
+  return "?";
+}
+
+Result<std::vector<RankPlacement>> PlaceRanks(int ranks, int gpus_per_node,
+                                              const std::vector<int>& node_of_process) {
+  if (ranks < 1 || gpus_per_node < 1) {
+    return Status::InvalidArgument(
+        fmt::format("cannot place {} ranks on {} GPUs per machine", ranks, gpus_per_node));
+  }
+  const int processes = static_cast<int>(node_of_process.size());
+  if (processes != 1 && processes != ranks) {
+    return Status::InvalidArgument(fmt::format(
+        "{} processes for {} ranks: run one process, or mpirun -np {}", processes, ranks, ranks));
+  }
+  std::vector<RankPlacement> out(ranks);
+  std::map<int, int> next_local;  // node -> ranks placed on it so far
+  for (int r = 0; r < ranks; ++r) {
+    const int p = processes == 1 ? 0 : r;
+    out[r].process = p;
+    out[r].node = node_of_process[p];
+    out[r].gpu = next_local[out[r].node]++ % gpus_per_node;
+  }
+  return out;
+}
+
+Result<P2pRoute> ChooseRoute(int a, int b, const RankPlacement& pa, const RankPlacement& pb,
+                             bool nccl_available) {
+  const bool same_gpu = pa.node == pb.node && pa.gpu == pb.gpu;
+  const bool same_process = pa.process == pb.process;
+  if (same_gpu && same_process) return P2pRoute::kDeviceCopy;
+  if (same_gpu) {
+    return Status::FailedPrecondition(fmt::format(
+        "ranks {} and {} run in different processes on the same GPU {} (NCCL cannot put two "
+        "ranks of a communicator on one GPU, and CUDA IPC is not implemented): run the cuda "
+        "backend as one process (without mpirun) to share GPUs, or start at most as many "
+        "processes per machine as it has GPUs",
+        a, b, pa.gpu));
+  }
+  if (nccl_available) return P2pRoute::kNccl;
+  if (same_process) return P2pRoute::kHostStaged;
+  return Status::FailedPrecondition(fmt::format(
+      "ranks {} and {} run in different processes and NCCL could not be loaded: install NCCL "
+      "(libnccl.so.2) or run the cuda backend as one process (without mpirun)",
+      a, b));
+}
+
+std::map<DirectedPair, std::vector<PairMessage>> SendSequences(const ExecPlan& plan) {
+  std::map<DirectedPair, std::vector<PairMessage>> out;
+  for (const ExecStage& st : plan.per_rank) {
+    for (const ExecOp& op : st.ops) {
+      if (!op.send.present()) continue;
+      out[{st.rank, op.send.peer_rank}].push_back(
+          PairMessage{op.send.tag, op.send.bytes, What(op.send)});
+    }
+  }
+  return out;
+}
+
+Result<std::map<DirectedPair, P2pRoute>> RouteTable(const ExecPlan& plan,
+                                                    const std::vector<RankPlacement>& placement,
+                                                    bool nccl_available) {
+  std::map<DirectedPair, P2pRoute> out;
+  for (const auto& [pair, seq] : SendSequences(plan)) {
+    Result<P2pRoute> route = ChooseRoute(pair.first, pair.second, placement.at(pair.first),
+                                         placement.at(pair.second), nccl_available);
+    if (!route.ok()) return route.status();
+    out[pair] = *route;
+  }
+  return out;
+}
+
+std::vector<PairMessage> ConsumeSequence(const ExecPlan& plan, int src, int dst) {
+  std::vector<PairMessage> out;
+  for (const ExecOp& op : plan.per_rank.at(dst).ops) {
+    if (op.recv.present() && op.recv.peer_rank == src) {
+      out.push_back(PairMessage{op.recv.tag, op.recv.bytes, What(op.recv)});
+    }
+  }
+  return out;
+}
+
+PostingReport SimulatePosting(const ExecPlan& plan, StreamLayout layout) {
+  // A comm op on a stream: a send or a receive of the pair's k-th message.
+  struct CommOp {
+    bool send = false;
+    DirectedPair pair;
+    size_t k = 0;
+  };
+  using StreamKey = std::tuple<int, int, int>;  // per pair: (send?, a, b); per rank: (rank, -1, -1)
+  auto stream_of = [&](bool send, const DirectedPair& p) -> StreamKey {
+    if (layout == StreamLayout::kStreamPerRank) return {send ? p.first : p.second, -1, -1};
+    return {send ? 1 : 0, p.first, p.second};
+  };
+  const std::map<DirectedPair, std::vector<PairMessage>> seqs = SendSequences(plan);
+  std::map<DirectedPair, InOrderReceiver<size_t>> receivers;
+  std::map<DirectedPair, size_t> index_of_posted;  // next k to post, per pair
+  for (const auto& [pair, seq] : seqs) receivers.emplace(pair, InOrderReceiver<size_t>(seq));
+  std::map<StreamKey, std::deque<CommOp>> streams;
+  std::set<std::tuple<int, int, size_t>> done_recvs;  // (a, b, k)
+  std::map<DirectedPair, size_t> sent;                // sends issued per pair
+  const int ranks = plan.ranks;
+  std::vector<size_t> pc(ranks, 0);
+  std::vector<int64_t> waiting_k(ranks, -1);  // the receive the host waits for
+  PostingReport report;
+
+  bool progress = true;
+  while (progress) {
+    progress = false;
+    // Hosts: run ops until one waits for a receive that has not completed.
+    for (int r = 0; r < ranks; ++r) {
+      const std::vector<ExecOp>& ops = plan.per_rank[r].ops;
+      while (pc[r] < ops.size()) {
+        const ExecOp& op = ops[pc[r]];
+        if (op.recv.present()) {
+          const DirectedPair pair{op.recv.peer_rank, r};
+          if (waiting_k[r] < 0) {
+            Result<size_t> k = receivers.at(pair).Take(
+                op.recv.tag, op.recv.bytes, [&](const PairMessage&) -> Result<size_t> {
+                  const size_t k = index_of_posted[pair]++;
+                  streams[stream_of(false, pair)].push_back(CommOp{false, pair, k});
+                  return k;
+                });
+            if (!k.ok()) {
+              report.stuck = k.status().message();
+              return report;
+            }
+            report.max_buffered = std::max(report.max_buffered, receivers.at(pair).buffered());
+            waiting_k[r] = static_cast<int64_t>(*k);
+            progress = true;
+          }
+          if (!done_recvs.count({pair.first, pair.second, static_cast<size_t>(waiting_k[r])})) {
+            break;
+          }
+          waiting_k[r] = -1;
+        }
+        if (op.send.present()) {
+          const DirectedPair pair{r, op.send.peer_rank};
+          streams[stream_of(true, pair)].push_back(CommOp{true, pair, sent[pair]++});
+        }
+        ++pc[r];
+        progress = true;
+      }
+    }
+    // Streams: a send and a receive at the heads of their streams match.
+    for (auto& [key, q] : streams) {
+      if (q.empty() || !q.front().send) continue;
+      const CommOp s = q.front();
+      auto& peer = streams[stream_of(false, s.pair)];
+      if (peer.empty() || peer.front().send || peer.front().pair != s.pair ||
+          peer.front().k != s.k) {
+        continue;
+      }
+      peer.pop_front();
+      streams[key].pop_front();
+      done_recvs.insert({s.pair.first, s.pair.second, s.k});
+      progress = true;
+    }
+  }
+  report.completes = true;
+  for (int r = 0; r < ranks; ++r) {
+    if (pc[r] < plan.per_rank[r].ops.size()) {
+      report.completes = false;
+      const ExecOp& op = plan.per_rank[r].ops[pc[r]];
+      report.stuck += fmt::format("{}rank {} waits in {} for {}", report.stuck.empty() ? "" : "; ",
+                                  r, ActionName(op.action), What(op.recv));
+    }
+  }
+  for (const auto& [key, q] : streams) {
+    if (!q.empty()) {
+      report.completes = false;
+      const CommOp& c = q.front();
+      report.stuck += fmt::format(
+          "{}a stream of rank {} is blocked in the {} of message {} "
+          "from rank {} to rank {}",
+          report.stuck.empty() ? "" : "; ", c.send ? c.pair.first : c.pair.second,
+          c.send ? "send" : "receive", c.k, c.pair.first, c.pair.second);
+    }
+  }
+  return report;
+}
+
+}  // namespace pipecast::validate

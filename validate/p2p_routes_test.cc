@@ -1,0 +1,270 @@
+// The cuda backend's routing and message ordering, on the CPU
+// (validate/internal/p2p_routes.h).
+#include "validate/internal/p2p_routes.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "validate/validate_test_util.h"
+
+namespace pipecast::validate {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using testing::MakeWorld;
+
+std::vector<int64_t> Tags(const std::vector<PairMessage>& seq) {
+  std::vector<int64_t> out;
+  for (const PairMessage& m : seq) out.push_back(m.tag);
+  return out;
+}
+
+TEST(PlaceRanks, OneProcessSharesGpusRoundRobin) {
+  // 4 ranks on 2 GPUs: ranks 0 and 2 on GPU 0, 1 and 3 on GPU 1.
+  Result<std::vector<RankPlacement>> p = PlaceRanks(4, 2, {0});
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  EXPECT_EQ((*p)[0].gpu, 0);
+  EXPECT_EQ((*p)[1].gpu, 1);
+  EXPECT_EQ((*p)[2].gpu, 0);
+  EXPECT_EQ((*p)[3].gpu, 1);
+  for (const RankPlacement& r : *p) EXPECT_EQ(r.process, 0);
+}
+
+TEST(PlaceRanks, ProcessesTakeTheirLocalIndexModuloTheMachinesGpus) {
+  // 4 processes on 2 machines of 2 GPUs (mpirun -np 4, two per machine).
+  Result<std::vector<RankPlacement>> p = PlaceRanks(4, 2, {7, 7, 9, 9});
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ((*p)[0].gpu, 0);
+  EXPECT_EQ((*p)[1].gpu, 1);
+  EXPECT_EQ((*p)[2].gpu, 0);  // first on machine 9
+  EXPECT_EQ((*p)[2].node, 9);
+  EXPECT_EQ((*p)[3].gpu, 1);
+  EXPECT_EQ((*p)[3].process, 3);
+}
+
+TEST(PlaceRanks, RejectsAProcessCountThatIsNeitherOneNorTheRanks) {
+  Result<std::vector<RankPlacement>> p = PlaceRanks(4, 1, {0, 0});
+  ASSERT_FALSE(p.ok());
+  EXPECT_THAT(p.status().message(), HasSubstr("mpirun -np 4"));
+}
+
+TEST(ChooseRoute, FollowsTheGpusAndProcesses) {
+  const RankPlacement gpu0{0, 0, 0}, gpu1{0, 0, 1}, gpu0_other_process{0, 1, 0},
+      gpu1_other_process{0, 1, 1}, other_node_gpu0{1, 1, 0};
+  EXPECT_EQ(*ChooseRoute(0, 1, gpu0, gpu1, true), P2pRoute::kNccl);
+  EXPECT_EQ(*ChooseRoute(0, 1, gpu0, gpu0, true), P2pRoute::kDeviceCopy);
+  EXPECT_EQ(*ChooseRoute(0, 1, gpu0, gpu0, false), P2pRoute::kDeviceCopy);
+  EXPECT_EQ(*ChooseRoute(0, 1, gpu0, gpu1, false), P2pRoute::kHostStaged);
+  EXPECT_EQ(*ChooseRoute(0, 1, gpu0, gpu1_other_process, true), P2pRoute::kNccl);
+  // GPU 0 of another machine is another GPU.
+  EXPECT_EQ(*ChooseRoute(0, 1, gpu0, other_node_gpu0, true), P2pRoute::kNccl);
+  Result<P2pRoute> shared = ChooseRoute(0, 1, gpu0, gpu0_other_process, true);
+  ASSERT_FALSE(shared.ok());
+  EXPECT_THAT(shared.status().message(), HasSubstr("same GPU 0"));
+  EXPECT_THAT(shared.status().message(), HasSubstr("without mpirun"));
+  Result<P2pRoute> no_nccl = ChooseRoute(0, 1, gpu0, gpu1_other_process, false);
+  ASSERT_FALSE(no_nccl.ok());
+  EXPECT_THAT(no_nccl.status().message(), HasSubstr("libnccl.so.2"));
+  EXPECT_STREQ(RouteName(P2pRoute::kDeviceCopy), "device-to-device copy");
+}
+
+TEST(RouteTable, FourStagesOnOneGpuCopyAndOnTwoGpusUseNccl) {
+  testing::World w = MakeWorld(ScheduleKind::k1F1B, 4, 8);
+  // One GPU, one process: every pair (0<->1, 1<->2, 2<->3) copies on the device.
+  Result<std::map<DirectedPair, P2pRoute>> one = RouteTable(w.exec, *PlaceRanks(4, 1, {0}), true);
+  ASSERT_TRUE(one.ok()) << one.status().message();
+  EXPECT_EQ(one->size(), 6u);
+  for (const auto& [pair, route] : *one) EXPECT_EQ(route, P2pRoute::kDeviceCopy);
+  // Two GPUs round robin: neighbours are always on distinct GPUs.
+  Result<std::map<DirectedPair, P2pRoute>> two = RouteTable(w.exec, *PlaceRanks(4, 2, {0}), true);
+  ASSERT_TRUE(two.ok());
+  for (const auto& [pair, route] : *two) EXPECT_EQ(route, P2pRoute::kNccl);
+  // Without NCCL, host-staged.
+  EXPECT_EQ(RouteTable(w.exec, *PlaceRanks(4, 2, {0}), false)->at({1, 2}), P2pRoute::kHostStaged);
+  // mpirun -np 4 on one machine with 2 GPUs: ranks 0 and 2 share GPU 0 in
+  // different processes, but they exchange nothing; 0-1, 1-2, 2-3 cross GPUs.
+  Result<std::map<DirectedPair, P2pRoute>> mpi =
+      RouteTable(w.exec, *PlaceRanks(4, 2, {0, 0, 0, 0}), true);
+  ASSERT_TRUE(mpi.ok()) << mpi.status().message();
+  EXPECT_EQ(mpi->at({2, 3}), P2pRoute::kNccl);
+  // ... and on one GPU they are refused, naming the first pair.
+  Result<std::map<DirectedPair, P2pRoute>> shared =
+      RouteTable(w.exec, *PlaceRanks(4, 1, {0, 0, 0, 0}), true);
+  ASSERT_FALSE(shared.ok());
+  EXPECT_THAT(shared.status().message(), HasSubstr("ranks 0 and 1"));
+}
+
+TEST(SendSequences, OneFOneBTwoStagesThreeMicrobatchesByHand) {
+  // 1F1B, p=2, m=3. Rank 0 runs F0 F1 B0 F2 B1 B2, rank 1 F0 B0 F1 B1 F2 B2.
+  // Tags: activation into stage 1 of mb m = ((m*2)+1)*2 = 4m+2; gradient
+  // into stage 0 of mb m = (m*2)*2+1 = 4m+1.
+  testing::World w = MakeWorld(ScheduleKind::k1F1B, 2, 3);
+  const auto seqs = SendSequences(w.exec);
+  ASSERT_EQ(seqs.size(), 2u);
+  EXPECT_THAT(Tags(seqs.at({0, 1})), ElementsAre(2, 6, 10));
+  EXPECT_THAT(Tags(seqs.at({1, 0})), ElementsAre(1, 5, 9));
+  EXPECT_EQ(seqs.at({0, 1})[0].what, "the activation of 0F0");
+  EXPECT_EQ(seqs.at({1, 0})[2].what, "the gradient of 1B2");
+  EXPECT_EQ(seqs.at({0, 1})[0].bytes, 64 * kKiB);
+  // 1F1B consumes in the order it sends: nothing to reorder.
+  EXPECT_THAT(Tags(ConsumeSequence(w.exec, 0, 1)), ElementsAre(2, 6, 10));
+  EXPECT_THAT(Tags(ConsumeSequence(w.exec, 1, 0)), ElementsAre(1, 5, 9));
+}
+
+TEST(SendSequences, InterleavedTwoRanksTwoChunksByHand) {
+  // Interleaved 1F1B, p=2, v=2, m=2: stages 0,2 on rank 0 and 1,3 on rank 1.
+  // Rank 0 runs 0F0 0F1 2F0 2F1 2B0 ... (warm-up of (p-1)*2 + (v-1)*p = 4
+  // forwards), so rank 0 -> 1 carries, in order, the activations of 0F0,
+  // 0F1 (into stage 1) and 2F0, 2F1 (into stage 3); rank 1 -> 0 carries the
+  // activations of 1F0, 1F1 (into stage 2) and the gradients of 3B0, 3B1,
+  // 1B0, 1B1 in the order rank 1 runs them. Tag = ((mb*4)+dst)*2 + grad.
+  testing::World w = MakeWorld(ScheduleKind::kInterleaved1F1B, 2, 2, 2, 1);
+  std::string order0, order1;
+  for (const ExecOp& op : w.exec.per_rank[0].ops) order0 += ActionName(op.action) + " ";
+  for (const ExecOp& op : w.exec.per_rank[1].ops) order1 += ActionName(op.action) + " ";
+  const auto seqs = SendSequences(w.exec);
+  std::vector<std::string> sent01, sent10;
+  for (const PairMessage& m : seqs.at({0, 1})) sent01.push_back(m.what);
+  for (const PairMessage& m : seqs.at({1, 0})) sent10.push_back(m.what);
+  EXPECT_THAT(sent01,
+              ElementsAre("the activation of 0F0", "the activation of 0F1", "the activation of 2F0",
+                          "the activation of 2F1", "the gradient of 2B0", "the gradient of 2B1"))
+      << order0;
+  EXPECT_THAT(Tags(seqs.at({0, 1})), ElementsAre(2, 10, 6, 14, 3, 11));
+  // Rank 1 runs 1F0 1F1 3F0 3F1 3B0 3B1 1B0 1B1: it sends the activations
+  // of 1F0 and 1F1 (into stage 2), then the gradients of 3B0, 3B1, 1B0, 1B1.
+  EXPECT_THAT(sent10,
+              ElementsAre("the activation of 1F0", "the activation of 1F1", "the gradient of 3B0",
+                          "the gradient of 3B1", "the gradient of 1B0", "the gradient of 1B1"))
+      << order1;
+  // The built-in schedules consume each pair's messages in the order they
+  // are sent; custom ones need not (see InOrderReceiver and SimulatePosting).
+  EXPECT_EQ(Tags(ConsumeSequence(w.exec, 1, 0)), Tags(seqs.at({1, 0})));
+  EXPECT_EQ(Tags(ConsumeSequence(w.exec, 0, 1)), Tags(seqs.at({0, 1})));
+}
+
+TEST(SendSequences, EveryBuiltinScheduleConsumesEachPairsMessagesExactlyOnce) {
+  for (ScheduleKind kind : BuiltinScheduleKinds()) {
+    if (kind == ScheduleKind::kCustom) continue;
+    const int chunks = UsesChunks(kind) ? 2 : 1;
+    testing::World w = MakeWorld(kind, 4, 8, chunks, 1);
+    for (const auto& [pair, seq] : SendSequences(w.exec)) {
+      std::vector<int64_t> sent = Tags(seq),
+                           got = Tags(ConsumeSequence(w.exec, pair.first, pair.second));
+      std::sort(sent.begin(), sent.end());
+      std::sort(got.begin(), got.end());
+      EXPECT_EQ(sent, got) << ScheduleKindName(kind) << " pair " << pair.first << "->"
+                           << pair.second;
+    }
+  }
+}
+
+TEST(MessagePattern, IsNeverZeroSoAZeroedBufferFailsTheCheck) {
+  std::set<int> seen;
+  for (int64_t tag = 0; tag < 100'000; ++tag) {
+    ASSERT_NE(MessagePattern(tag), 0) << tag;
+    seen.insert(MessagePattern(tag));
+  }
+  EXPECT_EQ(seen.size(), 255u);  // and tells neighbouring tags apart
+  EXPECT_NE(MessagePattern(2), MessagePattern(3));
+}
+
+// A fake channel: receives are "posted" by recording their tags.
+TEST(InOrderReceiver, BuffersMessagesWantedOutOfOrder) {
+  InOrderReceiver<std::string> rx({{10, 4, "a"}, {20, 8, "b"}, {30, 4, "c"}});
+  std::vector<int64_t> posted;
+  auto post = [&](const PairMessage& m) -> Result<std::string> {
+    posted.push_back(m.tag);
+    return "buf" + m.what;
+  };
+  // The receiver wants 30 first: 10 and 20 are posted ahead of it and kept.
+  Result<std::string> c = rx.Take(30, 4, post);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(*c, "bufc");
+  EXPECT_THAT(posted, ElementsAre(10, 20, 30));
+  EXPECT_EQ(rx.buffered(), 2u);
+  // Then 10 and 20 come from the buffer, posting nothing new.
+  EXPECT_EQ(*rx.Take(10, 4, post), "bufa");
+  EXPECT_EQ(*rx.Take(20, 8, post), "bufb");
+  EXPECT_EQ(posted.size(), 3u);
+  EXPECT_EQ(rx.buffered(), 0u);
+  // The next iteration starts over in the sender's order.
+  EXPECT_EQ(*rx.Take(20, 8, post), "bufb");
+  EXPECT_THAT(posted, ElementsAre(10, 20, 30, 10, 20));
+  EXPECT_EQ(*rx.Take(10, 4, post), "bufa");
+  EXPECT_EQ(*rx.Take(30, 4, post), "bufc");
+  EXPECT_EQ(posted.size(), 6u);
+}
+
+TEST(InOrderReceiver, RejectsUnknownTagsWrongSizesAndPassesPostFailures) {
+  InOrderReceiver<int> rx({{1, 4, "a"}, {2, 4, "b"}});
+  int n = 0;
+  auto post = [&](const PairMessage&) -> Result<int> { return n++; };
+  EXPECT_EQ(rx.Take(3, 4, post).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(rx.Take(1, 8, post).status().code(), StatusCode::kInternal);
+  InOrderReceiver<int> failing({{1, 4, "a"}});
+  Result<int> r = failing.Take(
+      1, 4, [](const PairMessage&) -> Result<int> { return Status::FailedPrecondition("oom"); });
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "oom");
+}
+
+TEST(SimulatePosting, OneStreamPerRankDeadlocksOneFOneB) {
+  // By hand, p=2 m=3: rank 0's stream holds send A0, send A1, recv G0, ...;
+  // rank 1's recv A0, send G0, recv A1, ... A0 matches; then rank 0's send A1
+  // waits for rank 1's recv A1, which is behind send G0, which waits for
+  // rank 0's recv G0, behind send A1.
+  testing::World w = MakeWorld(ScheduleKind::k1F1B, 2, 3);
+  PostingReport bad = SimulatePosting(w.exec, StreamLayout::kStreamPerRank);
+  EXPECT_FALSE(bad.completes);
+  EXPECT_THAT(bad.stuck, HasSubstr("send of message 1 from rank 0 to rank 1"));
+  PostingReport good = SimulatePosting(w.exec, StreamLayout::kStreamPerDirectedPair);
+  EXPECT_TRUE(good.completes) << good.stuck;
+  EXPECT_EQ(good.max_buffered, 0u);  // 1F1B receives in the order it is sent
+  // GPipe sends every activation before any gradient: one stream would do.
+  testing::World gpipe = MakeWorld(ScheduleKind::kGPipe, 2, 3);
+  EXPECT_TRUE(SimulatePosting(gpipe.exec, StreamLayout::kStreamPerRank).completes);
+}
+
+TEST(SimulatePosting, AReceiverThatConsumesOutOfOrderBuffersAndCompletes) {
+  // GPipe p=2 m=2 with rank 1 running 1F1 before 1F0 (a custom order): rank
+  // 0 sends A0 then A1; rank 1 wants A1 first, so it posts A0's receive
+  // ahead of it and keeps A0 until 1F0.
+  testing::World w = MakeWorld(ScheduleKind::kGPipe, 2, 2);
+  std::vector<ExecOp>& ops1 = w.exec.per_rank[1].ops;
+  ASSERT_EQ(ActionName(ops1[0].action), "1F0");
+  std::swap(ops1[0], ops1[1]);
+  EXPECT_THAT(Tags(ConsumeSequence(w.exec, 0, 1)), ElementsAre(6, 2));
+  EXPECT_THAT(Tags(SendSequences(w.exec).at({0, 1})), ElementsAre(2, 6));
+  PostingReport r = SimulatePosting(w.exec, StreamLayout::kStreamPerDirectedPair);
+  EXPECT_TRUE(r.completes) << r.stuck;
+  EXPECT_EQ(r.max_buffered, 1u);
+}
+
+TEST(SimulatePosting, StreamPerDirectedPairNeverDeadlocksABuiltinSchedule) {
+  for (ScheduleKind kind : BuiltinScheduleKinds()) {
+    if (kind == ScheduleKind::kCustom) continue;
+    for (int p : {2, 4}) {
+      const int chunks = UsesChunks(kind) ? 2 : 1;
+      testing::World w = MakeWorld(kind, p, 2 * p, chunks, 1);
+      PostingReport r = SimulatePosting(w.exec, StreamLayout::kStreamPerDirectedPair);
+      EXPECT_TRUE(r.completes) << ScheduleKindName(kind) << " p=" << p << ": " << r.stuck;
+    }
+  }
+}
+
+TEST(SimulatePosting, ReportsAScheduleThatDeadlocksOnItsOwn) {
+  // Rank 1 waits for the gradient before the forward that would let rank 0
+  // continue... made by hand: rank 0 runs B0 before F0.
+  testing::World w = MakeWorld(ScheduleKind::kGPipe, 2, 1);
+  std::swap(w.exec.per_rank[0].ops[0], w.exec.per_rank[0].ops[1]);
+  PostingReport r = SimulatePosting(w.exec, StreamLayout::kStreamPerDirectedPair);
+  EXPECT_FALSE(r.completes);
+  EXPECT_THAT(r.stuck, HasSubstr("rank 0 waits in 0B0 for the gradient of 1B0"));
+}
+
+}  // namespace
+}  // namespace pipecast::validate
