@@ -100,9 +100,13 @@ cli_test::ToolRun MpiValidator(const TempDir& dir, const std::string& args) {
 
 bool HaveMpirun() { return std::system("command -v mpirun >/dev/null 2>&1") == 0; }
 
+// `sender_held_bytes`: message bytes a stage may hold beyond the forecast
+// (see kMpiSenderHeldBytes); the memory check allows kMemoryTolerance of the
+// predicted peak plus that.
 void ExpectWithinLoopTolerances(const cli_test::ToolRun& r, bool check_time,
                                 const std::string& ops = "busy-work",
-                                double time_tolerance = kTimeTolerance) {
+                                double time_tolerance = kTimeTolerance,
+                                double sender_held_bytes = 0) {
   ASSERT_TRUE(r.exit_code == 0 || r.exit_code == 3) << r.err;
   const nlohmann::json j = nlohmann::json::parse(r.out);
   EXPECT_THAT(j["ops"].get<std::string>(), HasSubstr(ops));
@@ -117,7 +121,11 @@ void ExpectWithinLoopTolerances(const cli_test::ToolRun& r, bool check_time,
     }
     if (name == "peak memory") {
       ++memory_rows;
-      EXPECT_LE(std::abs(error), kMemoryTolerance) << "stage " << m["stage"];
+      const double predicted = m["predicted"];
+      const double measured = m["measured"];
+      EXPECT_LE(std::abs(measured - predicted), kMemoryTolerance * predicted + sender_held_bytes)
+          << "stage " << m["stage"] << ": predicted " << predicted << " B, measured " << measured
+          << " B (error " << error << ")";
     }
   }
   EXPECT_EQ(memory_rows, 2);
@@ -190,6 +198,17 @@ TEST_P(ValidatorLoop, MpiBackendMeetsThePrediction) {
 
 INSTANTIATE_TEST_SUITE_P(Schedules, ValidatorLoop, ::testing::Values("gpipe", "1f1b"));
 
+// Under MPI a message stays with its sender until the receiver posts the
+// matching receive: OpenMPI sends messages over its shared-memory eager
+// limit (4 KiB) by rendezvous, and this workload's are 32 KiB (64 tokens x
+// hidden 128 x 4 B). The simulator charges an in-flight message to its
+// receiver from its arrival, so when the receiving stage runs behind, the
+// sender's peak holds up to all 8 micro-batches' forward outputs the
+// forecast puts on the receiver: GPipe's stage 0 was measured 1.1% and 1.8%
+// over (3 and 5 messages) on the loaded 2-core VM, against a 1% check. A real
+// pipeline over NCCL behaves like MPI here; docs/validator.md says so.
+constexpr double kMpiSenderHeldBytes = 8 * 64 * 128 * 4;
+
 // The loop of issue 6 from the start: `profiler cpu` measures a small MLP
 // workload; the validator then runs those very layers. --memory-gb 0.0075
 // (8.05 MB) cannot hold the 4 layers' 8.4 MB of weights, gradients and Adam
@@ -237,7 +256,7 @@ TEST_P(ValidatorLoop, ProfilerCpuLayersOnTheMpiBackend) {
   const std::string plan = ProfileAndPlan(dir, GetParam());
   ExpectWithinLoopTolerances(MpiValidator(dir, ValidatorArgs(dir, plan) + " --backend mpi"),
                              check_time_, "real layers of the profiler's CPU workload",
-                             kRealLayerTimeTolerance);
+                             kRealLayerTimeTolerance, kMpiSenderHeldBytes);
 }
 
 TEST(ValidatorCli, WritesASideBySideTraceAndTheHumanTable) {
