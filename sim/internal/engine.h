@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "sim/cluster.h"
+#include "sim/internal/large_array.h"
 #include "sim/schedule.h"
 #include "sim/simulator.h"
 #include "sim/status.h"
@@ -113,6 +114,10 @@ class Engine {
     TimeNs busy = 0;
   };
   static constexpr int64_t kNotWaiting = -1;
+  // How far ahead pass 1 prefetches: ops of a rank's list, and events of a
+  // stream (four to a cache line).
+  static constexpr int32_t kPrefetchOps = 4;
+  static constexpr int32_t kPrefetchEvents = 4;
 
   int64_t CellIndex(int stage, int mb) const {
     return int64_t{stage} * sched_.num_microbatches + mb;
@@ -151,9 +156,9 @@ class Engine {
     int32_t parent;
     int32_t hop;  // transfers on a link with several sizes: the boundary crossed
   };
-  std::unique_ptr<Event[]> ev_;  // per event, one cache line holds four
+  LargeArray<Event> ev_;  // per event, one cache line holds four
   std::vector<OpCost> op_cost_;    // per (stage, kind)
-  std::vector<Cell> cells_;
+  LargeArray<Cell> cells_;
   std::vector<LinkState> links_;
   // Per stage s: the link carrying s's activations to s+1 and the one
   // carrying the gradients back from s+1 (-1 when both are on one rank), and
@@ -184,7 +189,6 @@ class Engine {
   };
   std::vector<Stream> streams_;
   std::vector<TimeNs> head_time_;
-  std::vector<int> order_;
 };
 
 inline bool Engine::TieBefore(int32_t x, int32_t y) const {

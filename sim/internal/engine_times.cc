@@ -67,7 +67,7 @@ void Engine::Prepare() {
     rank_links_[links_[l].src].push_back(static_cast<int>(l));
     rank_links_[links_[l].dst].push_back(static_cast<int>(l));
   }
-  ev_.reset(new Event[next_id]);
+  ev_.Reset(static_cast<size_t>(next_id));
 
   op_cost_.assign(static_cast<size_t>(n) * 4, OpCost{});
   for (int s = 0; s < n; ++s) {
@@ -101,7 +101,8 @@ void Engine::Prepare() {
       }
     }
   }
-  cells_.assign(static_cast<size_t>(n) * m, Cell{});
+  cells_.Reset(static_cast<size_t>(n) * m);
+  std::fill_n(cells_.data(), static_cast<size_t>(n) * m, Cell{});
   ranks_.assign(p, RankState{});
   for (int r = 0; r < p; ++r) ranks_[r].prev = -1 - r;
   iteration_end_.assign(sched_.iterations, 0);
@@ -134,6 +135,8 @@ void Engine::Prepare() {
   }
   ++link.count;
   ev_[id] = Event{arrive, parent, hop};
+  // The link's next slots, for its next transfers (see Advance()).
+  __builtin_prefetch(ev_.data() + id + kPrefetchEvents, 1);
   input = id;
   RankState& dst = ranks_[link.dst];
   const int64_t key = CellIndex(dst_stage, mb) * 2 + gradient;
@@ -154,6 +157,19 @@ void Engine::Advance(int rank) {
   TimeNs prev_end = st.prev_end;
   TimeNs busy = st.busy;
   for (; i < size; ++i) {
+    // At p=128, m=4096 the tables hold tens of MiB and the replay turns to
+    // another rank every op or two, too many streams for the hardware
+    // prefetcher: fetch what this rank's op a few ahead will touch (its
+    // action, its cell and the cell its output goes to, its end's slot) while
+    // the other ranks run, so that it is in cache when this rank gets there.
+    __builtin_prefetch(list.data() + i + 2 * kPrefetchOps);
+    __builtin_prefetch(ev_.data() + op_first_[rank] + i + kPrefetchEvents, 1);
+    if (i + kPrefetchOps < size) {
+      const Action& ahead = list[i + kPrefetchOps];
+      __builtin_prefetch(&cells_[CellIndex(ahead.stage, ahead.microbatch)], 1);
+      const int to = ahead.kind == OpKind::kForward ? ahead.stage + 1 : ahead.stage - 1;
+      if (to >= 0 && to <= last) __builtin_prefetch(&cells_[CellIndex(to, ahead.microbatch)], 1);
+    }
     const Action& a = list[i];
     Cell& c = cells_[CellIndex(a.stage, a.microbatch)];
     int32_t in_event = kHandedOver;  // or the arrival of its input from another rank
