@@ -114,10 +114,11 @@ class Engine {
     TimeNs busy = 0;
   };
   static constexpr int64_t kNotWaiting = -1;
-  // How far ahead pass 1 prefetches: ops of a rank's list, and events of a
-  // stream (four to a cache line).
-  static constexpr int32_t kPrefetchOps = 4;
+  // How far ahead pass 1 prefetches, one cache line: actions of a rank's
+  // list (12 bytes), events of a stream (16) and cells of a stage (8).
+  static constexpr int32_t kPrefetchOps = 6;
   static constexpr int32_t kPrefetchEvents = 4;
+  static constexpr int32_t kPrefetchCells = 8;
 
   int64_t CellIndex(int stage, int mb) const {
     return int64_t{stage} * sched_.num_microbatches + mb;
@@ -189,6 +190,7 @@ class Engine {
   };
   std::vector<Stream> streams_;
   std::vector<TimeNs> head_time_;
+  std::vector<int> order_;
 };
 
 inline bool Engine::TieBefore(int32_t x, int32_t y) const {

@@ -41,15 +41,7 @@ struct LiveMemory {
 // earliest head by a scan of their times, and breaks ties by TieBefore().
 // An op's end is pending only once the op has started.
 void Engine::SweepMemory(int rank) {
-  // Ranks with up to 2 or 4 links (every built-in schedule) scan a fixed
-  // number of streams, which the compiler unrolls.
-  const size_t k = rank_links_[rank].size() + 1;
-  if (options_.record_timeline) {
-    k <= 3 ? SweepRank<3, true>(rank) : k <= 5 ? SweepRank<5, true>(rank) : SweepRank<0, true>(rank);
-  } else {
-    k <= 3 ? SweepRank<3, false>(rank)
-           : k <= 5 ? SweepRank<5, false>(rank) : SweepRank<0, false>(rank);
-  }
+  options_.record_timeline ? SweepRank<0, true>(rank) : SweepRank<0, false>(rank);
 }
 
 // kWidth: streams scanned per step (unused ones never come first), or 0 for
@@ -70,7 +62,6 @@ void Engine::SweepRank(int rank) {
   int inflight = 0, peak_inflight = 0;
 
   // Stream 0 is the rank's ops; stream j > 0 is the link rank_links_[r][j-1].
-  // head_time[j]: the time of stream j's next event (kNone: none pending).
   constexpr TimeNs kNone = std::numeric_limits<TimeNs>::max();
   const std::vector<int>& links = rank_links_[rank];
   const int k = kWidth > 0 ? kWidth : static_cast<int>(links.size()) + 1;
@@ -100,29 +91,34 @@ void Engine::SweepRank(int rank) {
     trigger = started < size ? ev_[id + 1].parent : kNoTrigger;
   };
   if (trigger < 0 && trigger != kNoTrigger) start(0);  // started at the outset
+  // The links with arrivals left, in the processing order of their heads:
+  // a link that advances sinks back into place (usually to the end, as the
+  // links take turns), so the earliest is always first.
+  order_.resize(k);
+  int* const order = order_.data();
+  int n = 0;
+  auto head_before = [&](int x, int y) __attribute__((always_inline)) {
+    return head_time[x] < head_time[y] ||
+           (head_time[x] == head_time[y] && TieBefore(streams[x].next, streams[y].next));
+  };
+  for (int j = 1; j < k; ++j) {
+    if (head_time[j] == kNone) continue;
+    int pos = n++;
+    while (pos > 0 && head_before(j, order[pos - 1])) {
+      order[pos] = order[pos - 1];
+      --pos;
+    }
+    order[pos] = j;
+  }
   while (true) {
-    // The earliest head (branch-free over the few streams); among equal
-    // times, the first in processing order.
-    int best = 0;
-    TimeNs t = head_time[0];
-    bool tie = false;
-#pragma GCC unroll 8
-    for (int j = 1; j < k; ++j) {
-      const TimeNs h = head_time[j];
-      tie = h < t ? false : (h == t || tie);
-      best = h < t ? j : best;
-      t = h < t ? h : t;
+    int best = n > 0 ? order[0] : 0;
+    TimeNs t = head_time[best];
+    const TimeNs own = head_time[0];
+    if (own < t || (own == t && best != 0 && TieBefore(streams[0].next, streams[best].next))) {
+      best = 0;
+      t = own;
     }
     if (t == kNone) break;
-    if (tie) {
-      const int first_tied = best;
-      for (int j = 0; j < k; ++j) {
-        if (j != first_tied && head_time[j] == t &&
-            TieBefore(streams[j].next, streams[best].next)) {
-          best = j;
-        }
-      }
-    }
     Stream& st = streams[best];
     const int32_t id = st.next;
     if (best == 0) {  // an op's end
@@ -136,7 +132,19 @@ void Engine::SweepRank(int rank) {
       continue;
     }
     st.next = id + 1;
-    head_time[best] = id + 1 < st.end ? ev_[id + 1].time : kNone;
+    if (id + 1 < st.end) {
+      head_time[best] = ev_[id + 1].time;
+      int pos = 0;
+      while (pos + 1 < n && head_before(order[pos + 1], best)) {
+        order[pos] = order[pos + 1];
+        ++pos;
+      }
+      order[pos] = best;
+    } else {  // this link is done
+      head_time[best] = kNone;
+      --n;
+      for (int pos = 0; pos < n; ++pos) order[pos] = order[pos + 1];
+    }
     const Bytes bytes = st.bytes >= 0 ? st.bytes : costs_[ev_[id].hop].output;
     if (st.out) {  // sent from here: the send buffer is freed
       mem.Change(t, 0, -bytes, 0);

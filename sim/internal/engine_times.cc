@@ -114,6 +114,7 @@ void Engine::Prepare() {
 [[gnu::always_inline]] inline void Engine::Deliver(int dst_stage, int mb, bool gradient,
                                                    int32_t producer, TimeNs end) {
   Cell& c = cells_[CellIndex(dst_stage, mb)];
+  __builtin_prefetch(&c + kPrefetchCells, 1);
   const int hop = gradient ? dst_stage : dst_stage - 1;  // the boundary hop..hop+1
   const HopCost& hc = Hop(hop, gradient);
   int32_t& input = gradient ? c.b : c.f;
@@ -158,20 +159,15 @@ void Engine::Advance(int rank) {
   TimeNs busy = st.busy;
   for (; i < size; ++i) {
     // At p=128, m=4096 the tables hold tens of MiB and the replay turns to
-    // another rank every op or two, too many streams for the hardware
-    // prefetcher: fetch what this rank's op a few ahead will touch (its
-    // action, its cell and the cell its output goes to, its end's slot) while
-    // the other ranks run, so that it is in cache when this rank gets there.
-    __builtin_prefetch(list.data() + i + 2 * kPrefetchOps);
+    // another rank every op or two: too many streams for the hardware
+    // prefetcher. So each stream fetches its next cache line itself (the
+    // rank's actions and op ends; the cells of its stage, which the built-in
+    // schedules visit in micro-batch order) while the other ranks run.
+    __builtin_prefetch(list.data() + i + kPrefetchOps);
     __builtin_prefetch(ev_.data() + op_first_[rank] + i + kPrefetchEvents, 1);
-    if (i + kPrefetchOps < size) {
-      const Action& ahead = list[i + kPrefetchOps];
-      __builtin_prefetch(&cells_[CellIndex(ahead.stage, ahead.microbatch)], 1);
-      const int to = ahead.kind == OpKind::kForward ? ahead.stage + 1 : ahead.stage - 1;
-      if (to >= 0 && to <= last) __builtin_prefetch(&cells_[CellIndex(to, ahead.microbatch)], 1);
-    }
     const Action& a = list[i];
     Cell& c = cells_[CellIndex(a.stage, a.microbatch)];
+    __builtin_prefetch(&c + kPrefetchCells, 1);
     int32_t in_event = kHandedOver;  // or the arrival of its input from another rank
     if (a.kind == OpKind::kForward) {
       if (a.stage > 0) {
