@@ -345,6 +345,32 @@ TEST(SimulatorEquivalence, LargerPipelinesAcrossNodes) {
   EXPECT_EQ(tally.ran, 2 * 2 * static_cast<int>(BuiltinScheduleKinds().size()));
 }
 
+// Event tables of several MiB take the engine's large-allocation path
+// (huge pages, blocks kept by the thread and reused by the next call): a
+// larger run, a smaller one that reuses its block, and the first again.
+TEST(SimulatorEquivalence, RunsWithLargeTablesInARow) {
+  Tally tally;
+  const Cluster h100 = *ClusterPreset("h100-sxm");
+  struct Run {
+    ScheduleKind kind;
+    int p, m;
+  };
+  // 1F1B p=64 m=1280: 163840 ops + 161280 transfers, 16 bytes each = 5.2 MB.
+  for (const Run& run : {Run{ScheduleKind::k1F1B, 64, 1280},
+                         Run{ScheduleKind::kInterleaved1F1B, 32, 1152},
+                         Run{ScheduleKind::k1F1B, 64, 1280}}) {
+    const int v = UsesChunks(run.kind) ? 2 : 1;
+    Result<Schedule> sched = MakeSchedule(run.kind, run.p, run.m, v);
+    ASSERT_TRUE(sched.ok()) << sched.status().message();
+    SimOptions opts;
+    opts.record_timeline = false;
+    EXPECT_TRUE(SameAsReference(TestModel(run.p * v, /*unequal=*/true), h100, *sched, opts,
+                                &tally, /*compare_text=*/false))
+        << ScheduleKindName(run.kind) << " p=" << run.p << " m=" << run.m;
+  }
+  EXPECT_EQ(tally.ran, 3);
+}
+
 // A random complete schedule: `stages` virtual stages placed on ranks at
 // random (every rank owns at least one), ops in a random order that respects
 // every dependency (so it can finish), with whole or split backwards.

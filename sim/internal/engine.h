@@ -1,0 +1,214 @@
+// The simulator's engine (Simulate() in sim/simulator.cc drives it): a
+// dataflow replay in two passes, pass 1 (times) in sim/internal/engine_times.cc
+// and pass 2 (memory) in sim/internal/engine_memory.cc; the records and totals
+// are in sim/simulator.cc. Internal: only sim/ includes it.
+#ifndef PIPECAST_SIM_INTERNAL_ENGINE_H_
+#define PIPECAST_SIM_INTERNAL_ENGINE_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "sim/cluster.h"
+#include "sim/internal/large_array.h"
+#include "sim/schedule.h"
+#include "sim/simulator.h"
+#include "sim/status.h"
+#include "sim/units.h"
+
+namespace pipecast::internal {
+
+// Costs of one virtual stage at the simulated micro-batch size.
+struct StageCost {
+  TimeNs forward = 0;
+  TimeNs backward = 0;         // whole backward
+  TimeNs backward_weight = 0;  // W part of `backward`
+  bool has_split = true;
+  Bytes activations = 0;  // sum over the stage's layers
+  Bytes held = 0;         // kept from F start until B (or W) ends
+  Bytes recomputed = 0;   // rebuilt at B (or I) start, freed with `held`
+  Bytes output = 0;       // the last layer's output, sent to the next stage
+  Bytes workspace = 0;    // largest over the stage's layers
+  int64_t parameters = 0;
+};
+
+// The engine: a dataflow replay in two passes, with no global event queue
+// (docs/simulator.md, section 2).
+//
+// Pass 1 (times). An op starts at max(its rank's previous op end, the arrival
+// of its input from another rank); a transfer starts at max(its producer's
+// end, its link's previous transfer's start + serialisation). Every transfer
+// on a link comes from the link's one sending rank, in that rank's order, so
+// each rank's list can be replayed on its own as far as its inputs are known:
+// a worklist of ranks advances each one until its next op waits for an
+// input no rank has produced yet, and a rank that produces that input wakes
+// it. When no rank can advance and ops remain, the schedule deadlocks.
+//
+// The event order. Times alone do not fix everything the old event-queue
+// engine reported: several changes of one rank's memory can fall on one
+// instant, and their order decides the peaks and the memory timeline (and
+// the order of `ops` and `transfers`). That engine processed events by
+// (time, insertion order), an event being inserted while the one that
+// caused it was processed. So each event records its cause (`parent`): an
+// op's end was inserted when the op started, i.e. by the later-processed of
+// its rank's previous op end and its input's arrival; a transfer's arrival
+// by the later-processed of its producer's end and the previous arrival on
+// its link (a link's queue holds one arrival event at a time); the first op
+// of each rank, when it needs no input, by the start (in rank order). An
+// event's place in the processing order is then (time, place of its parent,
+// order within the parent's handling, where a transfer arrival was always
+// inserted before an op end), which TieBefore() compares by walking up the
+// parents while the times are equal. Ties are rare with real links and
+// common on the ideal cluster; either way the result is the old engine's.
+//
+// Pass 2 (memory). Each rank's memory changes come from its own ops and
+// from the arrivals on the links into and out of it: each of those streams
+// is already in processing order, so one small merge per rank replays the
+// changes in exactly the old order, with an op's start applied right after
+// the event that caused it.
+class Engine {
+ public:
+  Engine(const Cluster& cluster, const Schedule& schedule, const std::vector<StageCost>& costs,
+         const SimOptions& options, SimResult* result)
+      : cluster_(cluster), sched_(schedule), costs_(costs), options_(options), out_(result) {}
+
+  Status Run();
+
+ private:
+  // Events are an op's end or a transfer's arrival. Ids: ops [0, num_ops_)
+  // numbered rank by rank in list order, then transfers link by link in send
+  // order. Each has a time and a parent, the event that inserted it; a parent
+  // below 0 is the start of the simulation: -1 - rank.
+  // What an op of one (stage, kind) does, precomputed.
+  struct OpCost {
+    TimeNs duration = 0;
+    Bytes start_act = 0;  // activations added at start
+    Bytes end_act = 0;    // activations freed at end (<= 0)
+    Bytes recv_free = 0;  // receive buffer of its input freed at end (<= 0)
+    Bytes send = 0;       // send buffer of its output (0: none or same rank)
+    Bytes workspace = 0;
+  };
+  // Per (stage, micro-batch), 8 bytes: the state of its activation input
+  // and F (f), and of its gradient input and B or I (b): kNotDelivered (not
+  // delivered), kHandedOver (delivered on the same rank), the arrival event
+  // (>= 0), or kDone once the op that consumes it is computed.
+  static constexpr int32_t kNotDelivered = -1;
+  static constexpr int32_t kHandedOver = -2;
+  static constexpr int32_t kDone = -3;
+  struct Cell {
+    int32_t f = kNotDelivered;
+    int32_t b = kNotDelivered;
+  };
+  struct LinkState {
+    int src = 0, dst = 0;
+    int32_t first = 0;  // id of its first transfer
+    int32_t count = 0;  // transfers sent so far
+    TimeNs free = 0;    // when its last transfer stops occupying it
+    Bytes bytes = -1;   // every transfer's size when they all cross one hop, else -1
+  };
+  struct RankState {
+    int32_t next = 0;     // next op in the list to compute
+    int32_t prev = 0;     // event of the previous op's end (or -1 - rank)
+    TimeNs prev_end = 0;  // its time
+    int64_t waiting_on = kNotWaiting;  // input key that would let it advance
+    TimeNs busy = 0;
+  };
+  static constexpr int64_t kNotWaiting = -1;
+  // How far ahead pass 1 prefetches, one cache line: actions of a rank's
+  // list (12 bytes), events of a stream (16) and cells of a stage (8).
+  static constexpr int32_t kPrefetchOps = 6;
+  static constexpr int32_t kPrefetchEvents = 4;
+  static constexpr int32_t kPrefetchCells = 8;
+
+  int64_t CellIndex(int stage, int mb) const {
+    return int64_t{stage} * sched_.num_microbatches + mb;
+  }
+  const OpCost& CostOf(const Action& a) const {
+    return op_cost_[a.stage * 4 + static_cast<int>(a.kind)];
+  }
+  // Processing order of two distinct events (or starts) at one time.
+  bool TieBefore(int32_t x, int32_t y) const;
+  bool Before(int32_t x, int32_t y) const {
+    const TimeNs tx = TimeOf(x), ty = TimeOf(y);
+    return tx != ty ? tx < ty : TieBefore(x, y);
+  }
+  TimeNs TimeOf(int32_t e) const { return e < 0 ? -1 : ev_[e].time; }
+
+  void Prepare();
+  void Advance(int rank);
+  void Deliver(int dst_stage, int mb, bool gradient, int32_t producer, TimeNs end);
+  Status Deadlock() const;
+  void SweepMemory(int rank);
+  template <int kWidth, bool kRecord>
+  void SweepRank(int rank);
+  void RecordTimeline();
+  void Finish();
+
+  const Cluster& cluster_;
+  const Schedule& sched_;
+  const std::vector<StageCost>& costs_;
+  const SimOptions& options_;
+  SimResult* out_;
+
+  int32_t num_ops_ = 0;
+  std::vector<int32_t> op_first_;  // per rank: id of its first op
+  struct Event {
+    TimeNs time;
+    int32_t parent;
+    int32_t hop;  // transfers on a link with several sizes: the boundary crossed
+  };
+  LargeArray<Event> ev_;  // per event, one cache line holds four
+  std::vector<OpCost> op_cost_;    // per (stage, kind)
+  LargeArray<Cell> cells_;
+  std::vector<LinkState> links_;
+  // Per stage s: the link carrying s's activations to s+1 and the one
+  // carrying the gradients back from s+1 (-1 when both are on one rank), and
+  // their serialisation and latency.
+  struct HopCost {
+    int link = -1;
+    TimeNs serial = 0;
+    TimeNs latency = 0;
+  };
+  std::vector<HopCost> hops_;  // [2 * s]: forward over boundary s, [2 * s + 1]: backward
+  const HopCost& Hop(int boundary, bool gradient) const { return hops_[2 * boundary + gradient]; }
+  std::vector<std::vector<int>> rank_links_;  // per rank: links into or out of it
+  std::vector<RankState> ranks_;
+  std::vector<int> worklist_;
+  std::vector<TimeNs> iteration_end_;  // per iteration (PipeDream)
+  int mb_per_iteration_ = 1;
+  // Results of the memory sweep, per rank.
+  struct Peaks {
+    Bytes act = 0, comm = 0, ws = 0, total = 0;
+  };
+  std::vector<Peaks> peaks_;
+  // The sweep's streams: the next event of each, where it ends, whether it
+  // leaves the rank, and its transfers' size (-1: they differ, look up).
+  struct Stream {
+    int32_t next = 0, end = 0;
+    bool out = false;
+    Bytes bytes = 0;
+  };
+  std::vector<Stream> streams_;
+  std::vector<TimeNs> head_time_;
+  std::vector<int> order_;
+};
+
+inline bool Engine::TieBefore(int32_t x, int32_t y) const {
+  while (true) {
+    if (x < 0 || y < 0) {
+      // The start comes first; starts in rank order (-1 - rank).
+      return x < 0 && y < 0 ? x > y : x < 0;
+    }
+    const int32_t px = ev_[x].parent, py = ev_[y].parent;
+    // Siblings: an arrival is inserted before an op end.
+    if (px == py) return x >= num_ops_;
+    const TimeNs tx = TimeOf(px), ty = TimeOf(py);
+    if (tx != ty) return tx < ty;
+    x = px;
+    y = py;
+  }
+}
+
+}  // namespace pipecast::internal
+
+#endif  // PIPECAST_SIM_INTERNAL_ENGINE_H_

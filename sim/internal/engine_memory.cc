@@ -1,0 +1,160 @@
+// Pass 2 of the engine (sim/internal/engine.h): each rank's memory changes
+// replayed in the old engine's processing order, for the peaks and the
+// memory timeline.
+#include <algorithm>
+#include <limits>
+
+#include "sim/internal/engine.h"
+
+namespace pipecast::internal {
+
+// A rank's live memory as the sweep replays its changes.
+template <bool kRecord>
+struct LiveMemory {
+  Bytes act = 0, comm = 0, ws = 0;
+  Bytes peak_act = 0, peak_comm = 0, peak_ws = 0, peak_total = 0;
+  std::vector<MemorySample>* timeline = nullptr;  // when recording
+
+  [[gnu::always_inline]] void Change(TimeNs now, Bytes d_act, Bytes d_comm, Bytes d_ws) {
+    act += d_act;
+    comm += d_comm;
+    ws += d_ws;
+    // Peaks are taken after every change that adds memory. A category's own
+    // peak can only move when that category grew (its level is otherwise at
+    // most its peak already), so only those are compared.
+    if (d_act > 0) peak_act = std::max(peak_act, act);
+    if (d_comm > 0) peak_comm = std::max(peak_comm, comm);
+    if (d_ws > 0) peak_ws = std::max(peak_ws, ws);
+    if (d_act > 0 || d_comm > 0 || d_ws > 0) peak_total = std::max(peak_total, act + comm + ws);
+    // Every change is kept, several per instant included, so a high that
+    // lasts zero time (an op's output allocated before its workspace is
+    // freed) still shows in the timeline as it does in the peak.
+    if constexpr (kRecord) timeline->push_back(MemorySample{now, act, comm, ws});
+  }
+};
+
+// Replays `rank`'s memory changes in processing order: its op starts and
+// ends (a send buffer allocated just before its producer's end is applied)
+// and the arrivals into and out of it. The streams (its ops' ends, and the
+// arrivals on each link into or out of it) are each in processing order and
+// few (two to five for the built-in schedules), so each step takes the
+// earliest head by a scan of their times, and breaks ties by TieBefore().
+// An op's end is pending only once the op has started.
+void Engine::SweepMemory(int rank) {
+  options_.record_timeline ? SweepRank<0, true>(rank) : SweepRank<0, false>(rank);
+}
+
+// kWidth: streams scanned per step (unused ones never come first), or 0 for
+// as many as the rank has.
+template <int kWidth, bool kRecord>
+void Engine::SweepRank(int rank) {
+  const std::vector<Action>& list = sched_.actions[rank];
+  const int32_t first = op_first_[rank];
+  const int32_t size = static_cast<int32_t>(list.size());
+  LiveMemory<kRecord> mem;
+  if constexpr (kRecord) {
+    mem.timeline = &out_->per_rank[rank].memory_timeline;
+    size_t samples = 2 * static_cast<size_t>(size);
+    for (int li : rank_links_[rank]) samples += links_[li].count;
+    for (const Action& a : list) samples += CostOf(a).send != 0;
+    mem.timeline->reserve(samples);
+  }
+  int inflight = 0, peak_inflight = 0;
+
+  // Stream 0 is the rank's ops; stream j > 0 is the link rank_links_[r][j-1].
+  constexpr TimeNs kNone = std::numeric_limits<TimeNs>::max();
+  const std::vector<int>& links = rank_links_[rank];
+  const int k = kWidth > 0 ? kWidth : static_cast<int>(links.size()) + 1;
+  streams_.assign(k, Stream{});
+  head_time_.assign(k, kNone);
+  Stream* const streams = streams_.data();
+  TimeNs* const head_time = head_time_.data();
+  for (size_t j = 1; j <= links.size(); ++j) {
+    const LinkState& l = links_[links[j - 1]];
+    streams[j] = Stream{l.first, l.first + l.count, l.src == rank, l.bytes};
+    if (l.count > 0) head_time[j] = ev_[l.first].time;
+  }
+
+  int32_t started = 0;  // ops whose start is applied; the next one's end is head 0
+  // The event that starts the next op (kNoTrigger once all have started).
+  constexpr int32_t kNoTrigger = std::numeric_limits<int32_t>::min();
+  int32_t trigger = size > 0 ? ev_[first].parent : kNoTrigger;
+  auto start = [&](TimeNs now) __attribute__((always_inline)) {
+    const Action& a = list[started];
+    const OpCost& oc = CostOf(a);
+    if (a.kind == OpKind::kForward) peak_inflight = std::max(peak_inflight, ++inflight);
+    mem.Change(now, oc.start_act, 0, oc.workspace);
+    const int32_t id = first + started;
+    streams[0].next = id;
+    head_time[0] = ev_[id].time;
+    ++started;
+    trigger = started < size ? ev_[id + 1].parent : kNoTrigger;
+  };
+  if (trigger < 0 && trigger != kNoTrigger) start(0);  // started at the outset
+  // The links with arrivals left, in the processing order of their heads:
+  // a link that advances sinks back into place (usually to the end, as the
+  // links take turns), so the earliest is always first.
+  order_.resize(k);
+  int* const order = order_.data();
+  int n = 0;
+  auto head_before = [&](int x, int y) __attribute__((always_inline)) {
+    return head_time[x] < head_time[y] ||
+           (head_time[x] == head_time[y] && TieBefore(streams[x].next, streams[y].next));
+  };
+  for (int j = 1; j < k; ++j) {
+    if (head_time[j] == kNone) continue;
+    int pos = n++;
+    while (pos > 0 && head_before(j, order[pos - 1])) {
+      order[pos] = order[pos - 1];
+      --pos;
+    }
+    order[pos] = j;
+  }
+  while (true) {
+    int best = n > 0 ? order[0] : 0;
+    TimeNs t = head_time[best];
+    const TimeNs own = head_time[0];
+    if (own < t || (own == t && best != 0 && TieBefore(streams[0].next, streams[best].next))) {
+      best = 0;
+      t = own;
+    }
+    if (t == kNone) break;
+    Stream& st = streams[best];
+    const int32_t id = st.next;
+    if (best == 0) {  // an op's end
+      const Action& a = list[id - first];
+      const OpCost& oc = CostOf(a);
+      if (oc.send != 0) mem.Change(t, 0, oc.send, 0);
+      if (a.kind == OpKind::kBackward || a.kind == OpKind::kBackwardWeight) --inflight;
+      mem.Change(t, oc.end_act, oc.recv_free, -oc.workspace);
+      head_time[0] = kNone;
+      if (trigger == id) start(t);
+      continue;
+    }
+    st.next = id + 1;
+    if (id + 1 < st.end) {
+      head_time[best] = ev_[id + 1].time;
+      int pos = 0;
+      while (pos + 1 < n && head_before(order[pos + 1], best)) {
+        order[pos] = order[pos + 1];
+        ++pos;
+      }
+      order[pos] = best;
+    } else {  // this link is done
+      head_time[best] = kNone;
+      --n;
+      for (int pos = 0; pos < n; ++pos) order[pos] = order[pos + 1];
+    }
+    const Bytes bytes = st.bytes >= 0 ? st.bytes : costs_[ev_[id].hop].output;
+    if (st.out) {  // sent from here: the send buffer is freed
+      mem.Change(t, 0, -bytes, 0);
+    } else {  // received here: held until the consuming op ends
+      mem.Change(t, 0, bytes, 0);
+      if (trigger == id) start(t);
+    }
+  }
+  peaks_[rank] = Peaks{mem.peak_act, mem.peak_comm, mem.peak_ws, mem.peak_total};
+  out_->per_rank[rank].peak_inflight_microbatches = peak_inflight;
+}
+
+}  // namespace pipecast::internal

@@ -1,0 +1,251 @@
+// Pass 1 of the engine (sim/internal/engine.h): every op's end and every
+// transfer's arrival, with the event that caused each.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <string>
+
+#include "sim/internal/engine.h"
+#include "sim/schedule_graph.h"
+
+namespace pipecast::internal {
+
+void Engine::Prepare() {
+  const int p = sched_.num_ranks;
+  const int n = sched_.num_stages;
+  const int m = sched_.num_microbatches;
+  op_first_.resize(p + 1);
+  int64_t ops = 0;
+  for (int r = 0; r < p; ++r) {
+    op_first_[r] = static_cast<int32_t>(ops);
+    ops += static_cast<int64_t>(sched_.actions[r].size());
+  }
+  op_first_[p] = static_cast<int32_t>(ops);
+  num_ops_ = static_cast<int32_t>(ops);
+
+  // Links, numbered as first used from stage 0 up (the numbering is internal).
+  std::map<std::pair<int, int>, int> index;
+  auto link = [&](int src, int dst) {
+    if (src == dst) return -1;
+    auto [it, fresh] = index.try_emplace({src, dst}, static_cast<int>(links_.size()));
+    if (fresh) links_.push_back(LinkState{src, dst, 0, 0, 0, -1});
+    return it->second;
+  };
+  hops_.assign(2 * static_cast<size_t>(n), HopCost{});
+  // Every stage boundary carries one activation and one gradient per
+  // micro-batch (the schedule is complete), so each link's share of the
+  // transfer ids is known up front.
+  std::vector<int64_t> per_link;
+  std::vector<std::set<int>> hops;  // per link: the boundaries it carries
+  for (int s = 0; s + 1 < n; ++s) {
+    const int a = sched_.stage_rank[s], b = sched_.stage_rank[s + 1];
+    HopCost& fwd = hops_[2 * s];
+    HopCost& bwd = hops_[2 * s + 1];
+    fwd.link = link(a, b);
+    bwd.link = link(b, a);
+    if (a == b) continue;
+    per_link.resize(links_.size(), 0);
+    per_link[fwd.link] += m;
+    per_link[bwd.link] += m;
+    hops.resize(links_.size());
+    hops[fwd.link].insert(s);
+    hops[bwd.link].insert(s);
+    // Both directions carry s's output shape: activations out, gradients back.
+    fwd.serial = TransferNs(costs_[s].output, cluster_.LinkBetween(a, b).bandwidth_gbps);
+    fwd.latency = cluster_.LinkBetween(a, b).LatencyNs();
+    bwd.serial = TransferNs(costs_[s].output, cluster_.LinkBetween(b, a).bandwidth_gbps);
+    bwd.latency = cluster_.LinkBetween(b, a).LatencyNs();
+  }
+  int64_t next_id = ops;
+  rank_links_.assign(p, {});
+  for (size_t l = 0; l < links_.size(); ++l) {
+    links_[l].first = static_cast<int32_t>(next_id);
+    next_id += per_link[l];
+    if (hops[l].size() == 1) links_[l].bytes = costs_[*hops[l].begin()].output;
+    rank_links_[links_[l].src].push_back(static_cast<int>(l));
+    rank_links_[links_[l].dst].push_back(static_cast<int>(l));
+  }
+  ev_.Reset(static_cast<size_t>(next_id));
+
+  op_cost_.assign(static_cast<size_t>(n) * 4, OpCost{});
+  for (int s = 0; s < n; ++s) {
+    const StageCost& c = costs_[s];
+    const int r = sched_.stage_rank[s];
+    const bool send_fwd = s + 1 < n && sched_.stage_rank[s + 1] != r;
+    const bool send_bwd = s > 0 && sched_.stage_rank[s - 1] != r;
+    for (int k = 0; k < 4; ++k) {
+      OpCost& oc = op_cost_[s * 4 + k];
+      const OpKind kind = static_cast<OpKind>(k);
+      oc.workspace = c.workspace;
+      switch (kind) {
+        case OpKind::kForward:
+          oc.duration = c.forward;
+          oc.start_act = c.held;
+          oc.recv_free = send_bwd ? -costs_[s - 1].output : 0;  // its input came from s-1
+          oc.send = send_fwd ? c.output : 0;
+          break;
+        case OpKind::kBackward:
+        case OpKind::kBackwardInput:
+          oc.duration = kind == OpKind::kBackward ? c.backward : c.backward - c.backward_weight;
+          oc.start_act = c.recomputed;
+          oc.end_act = kind == OpKind::kBackward ? -(c.held + c.recomputed) : 0;
+          oc.recv_free = send_fwd ? -c.output : 0;  // its gradient came from s+1
+          oc.send = send_bwd ? costs_[s - 1].output : 0;
+          break;
+        case OpKind::kBackwardWeight:
+          oc.duration = c.backward_weight;
+          oc.end_act = -(c.held + c.recomputed);
+          break;
+      }
+    }
+  }
+  cells_.Reset(static_cast<size_t>(n) * m);
+  std::fill_n(cells_.data(), static_cast<size_t>(n) * m, Cell{});
+  ranks_.assign(p, RankState{});
+  for (int r = 0; r < p; ++r) ranks_[r].prev = -1 - r;
+  iteration_end_.assign(sched_.iterations, 0);
+  mb_per_iteration_ = m / sched_.iterations;
+}
+
+// Sends the output of op `producer` (ended at `end`) to stage `dst_stage`,
+// micro-batch `mb`, and wakes the receiving rank if it waits for it.
+[[gnu::always_inline]] inline void Engine::Deliver(int dst_stage, int mb, bool gradient,
+                                                   int32_t producer, TimeNs end) {
+  Cell& c = cells_[CellIndex(dst_stage, mb)];
+  __builtin_prefetch(&c + kPrefetchCells, 1);
+  const int hop = gradient ? dst_stage : dst_stage - 1;  // the boundary hop..hop+1
+  const HopCost& hc = Hop(hop, gradient);
+  int32_t& input = gradient ? c.b : c.f;
+  if (hc.link < 0) {  // same GPU: hand-over at no cost
+    input = kHandedOver;
+    return;
+  }
+  LinkState& link = links_[hc.link];
+  const int32_t id = link.first + link.count;
+  const TimeNs start = std::max(end, link.free);
+  link.free = start + hc.serial;
+  const TimeNs arrive = start + hc.latency + hc.serial;
+  // Inserted when its producer ended, unless the previous arrival on the
+  // link was still pending then: inserted when that one was processed.
+  int32_t parent = producer;
+  if (link.count > 0) {
+    const TimeNs prev = ev_[id - 1].time;
+    if (prev > end || (prev == end && TieBefore(producer, id - 1))) parent = id - 1;
+  }
+  ++link.count;
+  ev_[id] = Event{arrive, parent, hop};
+  // The link's next slots, for its next transfers (see Advance()).
+  __builtin_prefetch(ev_.data() + id + kPrefetchEvents, 1);
+  input = id;
+  RankState& dst = ranks_[link.dst];
+  const int64_t key = CellIndex(dst_stage, mb) * 2 + gradient;
+  if (dst.waiting_on == key) {
+    dst.waiting_on = kNotWaiting;
+    worklist_.push_back(link.dst);
+  }
+}
+
+// Computes `rank`'s ops in list order as far as their inputs are known.
+void Engine::Advance(int rank) {
+  RankState& st = ranks_[rank];
+  const std::vector<Action>& list = sched_.actions[rank];
+  const int32_t size = static_cast<int32_t>(list.size());
+  const int last = sched_.num_stages - 1;
+  int32_t i = st.next;
+  int32_t prev = st.prev;
+  TimeNs prev_end = st.prev_end;
+  TimeNs busy = st.busy;
+  for (; i < size; ++i) {
+    // At p=128, m=4096 the tables hold tens of MiB and the replay turns to
+    // another rank every op or two: too many streams for the hardware
+    // prefetcher. So each stream fetches its next cache line itself (the
+    // rank's actions and op ends; the cells of its stage, which the built-in
+    // schedules visit in micro-batch order) while the other ranks run.
+    __builtin_prefetch(list.data() + i + kPrefetchOps);
+    __builtin_prefetch(ev_.data() + op_first_[rank] + i + kPrefetchEvents, 1);
+    const Action& a = list[i];
+    Cell& c = cells_[CellIndex(a.stage, a.microbatch)];
+    __builtin_prefetch(&c + kPrefetchCells, 1);
+    int32_t in_event = kHandedOver;  // or the arrival of its input from another rank
+    if (a.kind == OpKind::kForward) {
+      if (a.stage > 0) {
+        if (c.f == kNotDelivered) {
+          // Waiting for an activation; one from this rank would already be here.
+          if (Hop(a.stage - 1, false).link >= 0) {
+            st.waiting_on = CellIndex(a.stage, a.microbatch) * 2;
+          }
+          break;
+        }
+        in_event = c.f;
+      }
+    } else if (a.kind == OpKind::kBackwardWeight) {
+      if (c.b != kDone) break;  // its I runs later on this rank: never
+    } else {
+      if (c.f != kDone) break;  // its F runs later on this rank: never
+      if (a.stage < last) {
+        if (c.b == kNotDelivered) {
+          if (Hop(a.stage, true).link >= 0) {  // else handed over here: never
+            st.waiting_on = CellIndex(a.stage, a.microbatch) * 2 + 1;
+          }
+          break;
+        }
+        in_event = c.b;
+      }
+    }
+    // It starts when the later of its rank's previous op and its input is
+    // processed; a hand-over on one rank came no later than the previous op.
+    TimeNs start = prev_end;
+    int32_t parent = prev;
+    if (in_event >= 0) {
+      const TimeNs in = ev_[in_event].time;
+      if (in > prev_end || (in == prev_end && TieBefore(prev, in_event))) {
+        start = in;
+        parent = in_event;
+      }
+    }
+    const OpCost& oc = CostOf(a);
+    const TimeNs end = start + oc.duration;
+    busy += oc.duration;
+    const int32_t id = op_first_[rank] + i;
+    ev_[id].time = end;
+    ev_[id].parent = parent;
+    if (sched_.iterations > 1) {
+      TimeNs& iter_end = iteration_end_[a.microbatch / mb_per_iteration_];
+      iter_end = std::max(iter_end, end);
+    }
+    if (a.kind == OpKind::kForward) {
+      c.f = kDone;
+      if (a.stage < last) Deliver(a.stage + 1, a.microbatch, false, id, end);
+    } else if (a.kind != OpKind::kBackwardWeight) {
+      c.b = kDone;
+      if (a.stage > 0) Deliver(a.stage - 1, a.microbatch, true, id, end);
+    }
+    prev = id;
+    prev_end = end;
+  }
+  st.next = i;
+  st.prev = prev;
+  st.prev_end = prev_end;
+  st.busy = busy;
+}
+
+Status Engine::Deadlock() const {
+  // No rank can advance and ops remain: name where each rank is stuck, then
+  // the cycle of dependencies that holds them (a DFS over the op graph).
+  std::string stuck;
+  for (int r = 0; r < sched_.num_ranks; ++r) {
+    if (ranks_[r].next < static_cast<int32_t>(sched_.actions[r].size())) {
+      stuck += fmt::format("{}rank {} at {}", stuck.empty() ? "" : ", ", r,
+                           ActionName(sched_.actions[r][ranks_[r].next]));
+    }
+  }
+  const std::vector<DependencyEdge> cycle = FindDependencyCycle(sched_);
+  return Status::FailedPrecondition(fmt::format(
+      "schedule '{}' can never finish: stuck are {}; these ops wait on each other in a cycle:{}"
+      "\nreorder the ranks' action lists so that every op's inputs are produced first",
+      sched_.name, stuck, DescribeCycle(cycle)));
+}
+
+}  // namespace pipecast::internal
