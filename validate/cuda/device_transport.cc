@@ -3,15 +3,11 @@
 #include <fmt/format.h>
 
 #include <chrono>
-#include <thread>
+
+#include "validate/internal/poll.h"
 
 namespace pipecast::validate::cuda {
 namespace {
-
-// Polling a CUDA event: spin (yielding) this long, then sleep between
-// queries, as the MPI transport waits for its requests.
-constexpr auto kSpinFor = std::chrono::microseconds(2000);
-constexpr auto kPollSleep = std::chrono::microseconds(50);
 
 // Makes GPU `gpu`'s primary context current (NCCL's streams live there).
 Status UsePrimary(int gpu) {
@@ -48,21 +44,14 @@ Result<Event> Event::RecordOn(cudaStream_t stream) {
 
 Status WaitEvent(const Event& event, TimeNs timeout_ns, const std::atomic<bool>& abort) {
   if (event.get() == nullptr) return Status::Ok();
-  const auto start = std::chrono::steady_clock::now();
-  const auto deadline = start + std::chrono::nanoseconds(timeout_ns);
-  while (true) {
-    const cudaError_t e = cudaEventQuery(event.get());
-    if (e == cudaSuccess) return Status::Ok();
-    if (e != cudaErrorNotReady) return Status::Internal("cudaEventQuery: " + CudaText(e));
-    if (abort.load()) return Status::FailedPrecondition("aborted");
-    const auto now = std::chrono::steady_clock::now();
-    if (now >= deadline) return Status::Unavailable("timed out");
-    if (now - start < kSpinFor) {
-      std::this_thread::yield();
-    } else {
-      std::this_thread::sleep_for(kPollSleep);
-    }
-  }
+  return internal::PollUntil(
+      [&event]() -> Result<bool> {
+        const cudaError_t e = cudaEventQuery(event.get());
+        if (e == cudaSuccess) return true;
+        if (e != cudaErrorNotReady) return Status::Internal("cudaEventQuery: " + CudaText(e));
+        return false;
+      },
+      timeout_ns, abort);
 }
 
 DeviceTransport::DeviceTransport(const std::vector<StageDevice>* devices,

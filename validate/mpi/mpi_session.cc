@@ -16,38 +16,27 @@
 #include <cmath>
 #include <list>
 #include <nlohmann/json.hpp>
-#include <thread>
+
+#include "validate/internal/poll.h"
 
 namespace pipecast::validate {
 namespace {
 
 using Json = nlohmann::json;
 
-// Waiting on a request: spin (yielding) this long, then sleep kPollSleep
-// between tests, so short waits are timed sharply and long ones free the core.
-constexpr auto kSpinFor = std::chrono::microseconds(2000);
-constexpr auto kPollSleep = std::chrono::microseconds(50);
 constexpr int kClockRounds = 16;  // ping-pongs per rank for its clock offset
 // Above plan and probe tags (Init checks MPI_TAG_UB).
 constexpr int kClockTag = (1 << 30) + 100;
 
 // Waits for `req` until done, the timeout, or the abort flag.
 Status WaitRequest(MPI_Request* req, TimeNs timeout_ns, const std::atomic<bool>& abort) {
-  const auto start = std::chrono::steady_clock::now();
-  const auto deadline = start + std::chrono::nanoseconds(timeout_ns);
-  int done = 0;
-  while (true) {
-    MPI_Test(req, &done, MPI_STATUS_IGNORE);
-    if (done) return Status::Ok();
-    if (abort.load()) return Status::FailedPrecondition("aborted");
-    const auto now = std::chrono::steady_clock::now();
-    if (now >= deadline) return Status::Unavailable("timed out");
-    if (now - start < kSpinFor) {
-      std::this_thread::yield();
-    } else {
-      std::this_thread::sleep_for(kPollSleep);
-    }
-  }
+  return internal::PollUntil(
+      [req]() -> Result<bool> {
+        int done = 0;
+        MPI_Test(req, &done, MPI_STATUS_IGNORE);
+        return done != 0;
+      },
+      timeout_ns, abort);
 }
 
 class MpiTransport final : public Transport {
