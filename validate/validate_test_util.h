@@ -14,6 +14,7 @@
 #include "sim/formats.h"
 #include "sim/plan.h"
 #include "sim/schedule.h"
+#include "sim/sim_test_util.h"
 #include "sim/simulator.h"
 #include "validate/exec_plan.h"
 #include "validate/work.h"
@@ -30,23 +31,13 @@ struct LayerSpec {
   int64_t parameters = 1000;
 };
 
+// sim's UniformModel, plus the weight-gradient time and workspace.
 inline Model UniformModel(int layers, const LayerSpec& spec = {}) {
-  Model m;
-  m.name = "uniform";
-  for (int i = 0; i < layers; ++i) {
-    Layer l;
-    l.name = "layer" + std::to_string(i);
-    l.parameters = spec.parameters;
-    LayerProfile p;
-    p.microbatch_size = 1;
-    p.forward_ns = spec.forward_ns;
-    p.backward_ns = spec.backward_ns;
-    p.backward_weight_ns = spec.backward_weight_ns;
-    p.activation_bytes = spec.activation_bytes;
-    p.output_bytes = spec.output_bytes;
-    p.workspace_bytes = spec.workspace_bytes;
-    l.profiles.push_back(p);
-    m.layers.push_back(l);
+  Model m = test_util::UniformModel(layers, spec.forward_ns, spec.backward_ns,
+                                    spec.activation_bytes, spec.output_bytes, spec.parameters);
+  for (Layer& l : m.layers) {
+    l.profiles[0].backward_weight_ns = spec.backward_weight_ns;
+    l.profiles[0].workspace_bytes = spec.workspace_bytes;
   }
   return m;
 }
