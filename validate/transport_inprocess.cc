@@ -69,8 +69,16 @@ Status InProcessTransport::Barrier(int, TimeNs timeout_ns, const std::atomic<boo
     return Status::Ok();
   }
   while (barrier_generation_ == generation) {
-    if (abort.load()) return Status::FailedPrecondition("aborted");
-    if (std::chrono::steady_clock::now() >= deadline) return Status::Unavailable("timed out");
+    // Giving up takes this rank out of the count, so a later barrier on the
+    // same transport is not released one rank early.
+    if (abort.load()) {
+      --barrier_waiting_;
+      return Status::FailedPrecondition("aborted");
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      --barrier_waiting_;
+      return Status::Unavailable("timed out");
+    }
     cv_.wait_for(lock, std::chrono::nanoseconds(kAbortPollNs));
   }
   return Status::Ok();
