@@ -142,7 +142,10 @@ Result<std::vector<StageDevice>> MakeStageDevices(const std::vector<RankPlacemen
       }
       GetDriver()->CtxFromGreenCtx(&d.ctx, green);
       CUstream s;
-      GetDriver()->GreenCtxStreamCreate(&s, green, CU_STREAM_NON_BLOCKING, 0);
+      if (CUresult r = GetDriver()->GreenCtxStreamCreate(&s, green, CU_STREAM_NON_BLOCKING, 0);
+          r != CUDA_SUCCESS) {
+        return Status::Unavailable("cuGreenCtxStreamCreate: " + CuText(r));
+      }
       d.stream = reinterpret_cast<cudaStream_t>(s);
       CUstream c;
       if (CUresult r = GetDriver()->GreenCtxStreamCreate(&c, green, CU_STREAM_NON_BLOCKING, 0);

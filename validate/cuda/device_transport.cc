@@ -258,7 +258,11 @@ Result<Allocation> DeviceTransport::RecvNccl(int src, int dst, int64_t tag, Byte
   };
   Result<Posted> got = side.receiver->Take(tag, bytes, post);
   if (!got.ok()) return got.status();
-  max_buffered_.store(std::max(max_buffered_.load(), side.receiver->buffered()));
+  // Receivers of several ranks run at once: raise the maximum atomically.
+  const auto buffered = side.receiver->buffered();
+  for (auto seen = max_buffered_.load();
+       buffered > seen && !max_buffered_.compare_exchange_weak(seen, buffered);) {
+  }
   Status st = WaitEvent(got->done, timeout_ns, abort);
   if (!st.ok()) return st;
   PIPECAST_RETURN_IF_ERROR(MakeCurrent((*devices_)[dst]));
