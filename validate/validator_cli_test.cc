@@ -26,9 +26,11 @@ using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 // Tolerances the loop asserts (docs/validator.md has the measured errors):
-// time within 35% on this noisy 2-core machine; memory within 1%, since the
+// time within 50% on this noisy 2-core machine (busy-work under MPI, GPipe,
+// came out +40% once in ~40 runs, 2026-11-29, with the machine otherwise
+// idle; every other run within 35%); memory within 1%, since the
 // runtime allocates what the model says and only in-flight buffers differ.
-constexpr double kTimeTolerance = 0.35;
+constexpr double kTimeTolerance = 0.50;
 constexpr double kMemoryTolerance = 0.01;
 // Real layers are held to a wider time tolerance. `profiler cpu` times one
 // layer at a time on one core; the pipeline runs its stages at once on both.
@@ -36,7 +38,7 @@ constexpr double kMemoryTolerance = 0.01;
 // profile run side by side (2026-11-29) measured 1.6 ms and 2.7 ms for the
 // same forward, so a stage on the slower core takes up to ~1.6x its profiled
 // time and the measured iteration came out 5% to 66% over the forecast (busy
-// work, calibrated against thread CPU time, is immune: within 35%).
+// work, calibrated against thread CPU time, is immune: within 50%).
 constexpr double kRealLayerTimeTolerance = 0.75;
 
 // A busy-work model: 4 layers, 2 ms forward, 4 ms backward, 4 MiB kept per
