@@ -34,10 +34,10 @@
 
 #include <algorithm>
 #include <chrono>
-#include <ctime>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <map>
 #include <string>
 #include <utility>
@@ -113,9 +113,8 @@ void BM_Scaling(benchmark::State& state, ScheduleKind kind, int ranks, int micro
     }
     benchmark::DoNotOptimize(result);
   }
-  const double wall_ns = std::chrono::duration<double, std::nano>(
-                             std::chrono::steady_clock::now() - start)
-                             .count();
+  const double wall_ns =
+      std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count();
   const double cpu_ns = ThreadCpuNs() - cpu_start_ns;
   const double total_ops = static_cast<double>(state.iterations()) * static_cast<double>(ops);
   state.SetItemsProcessed(static_cast<int64_t>(total_ops));
@@ -143,8 +142,7 @@ std::map<std::string, std::vector<Point>>& Points() {
 class CollectingReporter : public benchmark::ConsoleReporter {
  public:
   // Colour only on a terminal.
-  CollectingReporter()
-      : ConsoleReporter(isatty(STDOUT_FILENO) ? OO_Defaults : OO_Tabular) {}
+  CollectingReporter() : ConsoleReporter(isatty(STDOUT_FILENO) ? OO_Defaults : OO_Tabular) {}
 
   void ReportRuns(const std::vector<Run>& runs) override {
     for (const Run& run : runs) {
@@ -217,7 +215,8 @@ void RegisterAll() {
         // Only what the schedule can take (interleaved: m % p == 0).
         if (!MakeSchedule(kind, ranks, microbatches, ChunksFor(kind)).ok()) continue;
         const std::string name = std::string("BM_Scaling/") + ScheduleKindName(kind) +
-                                 "/p:" + std::to_string(ranks) + "/m:" + std::to_string(microbatches);
+                                 "/p:" + std::to_string(ranks) +
+                                 "/m:" + std::to_string(microbatches);
         benchmark::RegisterBenchmark(name.c_str(), BM_Scaling, kind, ranks, microbatches)
             ->Unit(benchmark::kMillisecond)
             ->UseRealTime();

@@ -70,8 +70,8 @@ Model SyntheticModel(int num_layers) {
   return model;
 }
 
-void BM_Simulate(benchmark::State& state, ScheduleKind kind, int ranks,
-                 int microbatches, bool record_timeline) {
+void BM_Simulate(benchmark::State& state, ScheduleKind kind, int ranks, int microbatches,
+                 bool record_timeline) {
   const int chunks = UsesChunks(kind) ? kChunks : 1;
   const Model model = SyntheticModel(ranks * chunks * kLayersPerStage);
   const Result<Cluster> cluster = ClusterPreset(kClusterPreset);
@@ -104,12 +104,10 @@ void RegisterAll() {
     for (ScheduleKind kind : BuiltinScheduleKinds()) {
       for (bool record_timeline : {false, true}) {
         const std::string name =
-            std::string("BM_Simulate/") + ScheduleKindName(kind) +
-            "/p:" + std::to_string(ranks) +
-            "/m:" + std::to_string(microbatches) +
-            "/timeline:" + (record_timeline ? "on" : "off");
-        benchmark::RegisterBenchmark(name.c_str(), BM_Simulate, kind, ranks,
-                                     microbatches, record_timeline)
+            std::string("BM_Simulate/") + ScheduleKindName(kind) + "/p:" + std::to_string(ranks) +
+            "/m:" + std::to_string(microbatches) + "/timeline:" + (record_timeline ? "on" : "off");
+        benchmark::RegisterBenchmark(name.c_str(), BM_Simulate, kind, ranks, microbatches,
+                                     record_timeline)
             ->Unit(benchmark::kMicrosecond);
       }
     }

@@ -19,7 +19,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   const std::string again = ModelToJson(*model);
   Result<Model> reparsed = ParseModel(again, "roundtrip.json");
-  if (!reparsed.ok()) fuzz::Die("ModelToJson output does not parse: " + reparsed.status().message());
+  if (!reparsed.ok())
+    fuzz::Die("ModelToJson output does not parse: " + reparsed.status().message());
   if (reparsed->layers.size() != model->layers.size()) fuzz::Die("round trip changed the layers");
   if (ModelToJson(*reparsed) != again) fuzz::Die("ModelToJson is not stable across a round trip");
   return 0;

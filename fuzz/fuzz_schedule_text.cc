@@ -24,7 +24,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   const std::string again = ScheduleToText(*schedule);
   Result<Schedule> reparsed = ParseScheduleText(again, "roundtrip.txt");
-  if (!reparsed.ok()) fuzz::Die("ScheduleToText output does not parse: " + reparsed.status().message());
+  if (!reparsed.ok())
+    fuzz::Die("ScheduleToText output does not parse: " + reparsed.status().message());
   if (reparsed->actions != schedule->actions || reparsed->stage_rank != schedule->stage_rank ||
       reparsed->num_microbatches != schedule->num_microbatches) {
     fuzz::Die("schedule text round trip changed the schedule");

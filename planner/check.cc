@@ -7,16 +7,14 @@
 #include <cmath>
 #include <optional>
 
-#include "sim/text_table.h"
 #include "sim/simulator.h"
+#include "sim/text_table.h"
 
 namespace pipecast {
 namespace {
 
-
 constexpr char kOk[] = "ok";
 constexpr char kInfo[] = "info";
-
 
 // "+3.1%" relative change, or "-" when the baseline is 0.
 std::string Relative(double baseline, double now) {
@@ -83,7 +81,8 @@ void AddMetricRows(const Comparison& c, double tolerance, TextTable* t,
         Points(b.predicted_bubble_ratio, n.bubble_ratio), 100 * tolerance));
   }
   t->AddRow({"bubble ratio (idle share of span)", PercentText(b.predicted_bubble_ratio),
-             PercentText(n.bubble_ratio), Points(b.predicted_bubble_ratio, n.bubble_ratio), verdict});
+             PercentText(n.bubble_ratio), Points(b.predicted_bubble_ratio, n.bubble_ratio),
+             verdict});
   t->AddRow({"bubble/ideal (Megatron-LM)", PercentText(b.predicted_bubble_fraction_of_ideal),
              PercentText(n.bubble_fraction_of_ideal),
              Points(b.predicted_bubble_fraction_of_ideal, n.bubble_fraction_of_ideal), kInfo});
@@ -134,8 +133,8 @@ void AddReplayRows(const Comparison& c, TextTable* t, std::vector<std::string>* 
         (over_lines->size() > 1 ? fmt::format(" (and {} more stages)", over_lines->size() - 1)
                                 : ""));
   }
-  t->AddRow({"baseline plan replayed: peak GiB", GiBText(LargestPeak(b.predicted_peak_memory_bytes)),
-             GiBText(peak),
+  t->AddRow({"baseline plan replayed: peak GiB",
+             GiBText(LargestPeak(b.predicted_peak_memory_bytes)), GiBText(peak),
              Relative(static_cast<double>(LargestPeak(b.predicted_peak_memory_bytes)),
                       static_cast<double>(peak)),
              verdict});

@@ -9,19 +9,17 @@
 #include <utility>
 #include <vector>
 
-#include "sim/text_table.h"
 #include "sim/report.h"
+#include "sim/text_table.h"
 
 namespace pipecast {
 namespace {
 
 using Json = nlohmann::ordered_json;
 
-constexpr RejectReason kReasons[] = {RejectReason::kOutOfMemory, RejectReason::kPruned,
-                                     RejectReason::kBatchNotDivisible,
-                                     RejectReason::kScheduleConstraint,
-                                     RejectReason::kSimulationError};
-
+constexpr RejectReason kReasons[] = {
+    RejectReason::kOutOfMemory, RejectReason::kPruned, RejectReason::kBatchNotDivisible,
+    RejectReason::kScheduleConstraint, RejectReason::kSimulationError};
 
 // "layers 0-7 (embedding … block6)", "layers 3-4 (block2, block3)", "layer 5 (block4)".
 std::string LayerSpan(const Model& model, const StageLayers& s) {
@@ -64,7 +62,8 @@ std::string ChosenText(const PlanReport& report, const Model& model) {
   out += fmt::format(
       "  iteration time       {:.3f} ms (pipeline {:.3f} ms, all-reduce {:.3f} ms, optimizer "
       "{:.3f} ms)\n",
-      NsToMs(r.iteration_ns), NsToMs(r.pipeline_ns), NsToMs(r.allreduce_ns), NsToMs(r.optimizer_ns));
+      NsToMs(r.iteration_ns), NsToMs(r.pipeline_ns), NsToMs(r.allreduce_ns),
+      NsToMs(r.optimizer_ns));
   out += fmt::format("  throughput           {:.1f} samples/s\n", r.samples_per_s);
   if (r.tokens_per_s)
     out += fmt::format("                       {:.0f} tokens/s\n", *r.tokens_per_s);
@@ -108,8 +107,9 @@ std::string ChosenText(const PlanReport& report, const Model& model) {
     const MemoryBreakdown& m = s.memory;
     t.AddRow({fmt::format("{}", s.rank), GiBText(s.peak_memory_bytes),
               cap > 0 ? PercentText(static_cast<double>(s.peak_memory_bytes) / cap) : "unlimited",
-              GiBText(m.weights), GiBText(m.gradients), GiBText(m.optimizer), GiBText(m.activations_peak),
-              GiBText(m.comm_buffers_peak), GiBText(m.workspace_peak)});
+              GiBText(m.weights), GiBText(m.gradients), GiBText(m.optimizer),
+              GiBText(m.activations_peak), GiBText(m.comm_buffers_peak),
+              GiBText(m.workspace_peak)});
   }
   out += t.Render("    ");
   return out;

@@ -3,8 +3,6 @@
 
 #include <fmt/format.h>
 
-#include "sim/text_table.h"
-
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -12,6 +10,7 @@
 #include <vector>
 
 #include "planner/explain.h"
+#include "sim/text_table.h"
 
 namespace pipecast {
 namespace {
@@ -28,7 +27,6 @@ constexpr double kBottomPx = 40;
 constexpr int kValueTicks = 5;
 // Head room above the highest point.
 constexpr double kHeadroom = 1.1;
-
 
 struct Series {
   std::string id;     // data-series, e.g. "bubble_ratio"
@@ -210,7 +208,8 @@ std::string SweepHtml(const PlanReport& report) {
         "<td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
         p.microbatches == c.microbatches ? "chosen" : "", p.microbatches, p.microbatches,
         p.global_batch, NsToMs(p.iteration_ns), p.samples_per_s, PercentText(p.bubble_ratio),
-        PercentText(p.bubble_fraction_of_ideal), GiBText(p.peak_memory_bytes), p.fits ? "yes" : "no");
+        PercentText(p.bubble_fraction_of_ideal), GiBText(p.peak_memory_bytes),
+        p.fits ? "yes" : "no");
   }
   return out + "</table></details>\n";
 }

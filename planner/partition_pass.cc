@@ -82,16 +82,14 @@ Bytes StageMemory(const LayerTable& t, const Candidate& c, const MemoryConfig& m
   const Bytes act = t.Activations(first, last);
   const Bytes held = c.recompute ? input : act;
   const Bytes recomputed = c.recompute ? act : 0;
-  const int inflight =
-      InflightMicrobatches(c.schedule, stage, c.pipeline_stages, c.microbatches);
+  const int inflight = InflightMicrobatches(c.schedule, stage, c.pipeline_stages, c.microbatches);
   // PipeDream stashes one weight version per in-flight micro-batch.
   const Bytes stashed =
       c.schedule == ScheduleKind::kPipeDream
           ? (inflight - 1) * std::llround(static_cast<double>(t.Parameters(first, last)) *
                                           memory.weight_bytes_per_param)
           : 0;
-  return fixed + stashed + inflight * held + recomputed + t.Workspace(first, last) + input +
-         output;
+  return fixed + stashed + inflight * held + recomputed + t.Workspace(first, last) + input + output;
 }
 
 // Splits n layers into p contiguous stages minimising the largest

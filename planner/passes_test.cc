@@ -92,8 +92,8 @@ TimeNs BestFitting(const Model& model, const Candidate& c, Bytes cap, int stage,
     if (stage == p - 1 && last != n - 1) continue;
     if (EstimateStageMemory(model, c, MemoryConfig{}, stage, first, last) > cap) continue;
     TimeNs t = 0;
-    for (int l = first; l <= last; ++l) t += model.layers[l].profiles[0].forward_ns +
-                                             model.layers[l].profiles[0].backward_ns;
+    for (int l = first; l <= last; ++l)
+      t += model.layers[l].profiles[0].forward_ns + model.layers[l].profiles[0].backward_ns;
     TimeNs rest = stage == p - 1 ? 0 : BestFitting(model, c, cap, stage + 1, last + 1);
     if (rest == std::numeric_limits<TimeNs>::max()) continue;
     best = std::min(best, std::max(t, rest));

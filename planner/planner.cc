@@ -93,8 +93,8 @@ std::vector<std::string> Suggestions(const Model& model, const Cluster& cluster,
           "parameter): a pipeline needs at least {} GPUs of {:.1f} GiB, so try --gpus {} or more",
           fixed / kGiB, per_param, need, ToGiB(cap), need));
     } else {
-      out.push_back(fmt::format("more GPUs split the layers further: try --gpus {}",
-                                options.gpus * 2));
+      out.push_back(
+          fmt::format("more GPUs split the layers further: try --gpus {}", options.gpus * 2));
     }
   }
   if (options.recompute == RecomputeMode::kOff) {
@@ -130,8 +130,8 @@ Result<PlanReport> RunPlanner(const Model& model, const Cluster& cluster,
   PlanReport report;
   report.gpus = options.gpus;
   report.cluster = cluster;
-  report.global_batch = options.global_batch > 0 ? options.global_batch
-                                                 : model.global_batch.value_or(0);
+  report.global_batch =
+      options.global_batch > 0 ? options.global_batch : model.global_batch.value_or(0);
   if (report.global_batch <= 0) {
     return Status::InvalidArgument(
         "no global batch: give --global-batch N or set global_batch in the model file");
@@ -140,10 +140,9 @@ Result<PlanReport> RunPlanner(const Model& model, const Cluster& cluster,
   std::vector<Candidate> cands =
       passes::Enumerate(model, options, report.global_batch, &report.rejected);
   report.enumerated = static_cast<int>(cands.size() + report.rejected.size());
-  const bool all_batch = std::all_of(report.rejected.begin(), report.rejected.end(),
-                                     [](const Rejection& r) {
-                                       return r.reason == RejectReason::kBatchNotDivisible;
-                                     });
+  const bool all_batch =
+      std::all_of(report.rejected.begin(), report.rejected.end(),
+                  [](const Rejection& r) { return r.reason == RejectReason::kBatchNotDivisible; });
   if (cands.empty() && !report.rejected.empty() && !all_batch) {
     return Status::InvalidArgument(fmt::format(
         "no configuration of {} GPUs can run the requested schedules (e.g. {}: {}): allow more "

@@ -40,19 +40,19 @@ namespace pipecast {
 enum class RecomputeMode { kAuto, kOff, kOn };
 
 struct PlannerOptions {
-  int gpus = 0;                          // N, required
-  int64_t global_batch = 0;              // 0: the model's global_batch
+  int gpus = 0;              // N, required
+  int64_t global_batch = 0;  // 0: the model's global_batch
   // Empty: every built-in schedule except pipedream, which changes training
   // semantics and is searched only when named.
   std::vector<ScheduleKind> schedules;
   // Chunks per GPU tried for interleaved and looped-bfs schedules.
   std::vector<int> chunks = {2};
-  std::vector<int> microbatch_sizes;     // empty: the sizes the model was measured at
+  std::vector<int> microbatch_sizes;               // empty: the sizes the model was measured at
   RecomputeMode recompute = RecomputeMode::kAuto;  // auto tries off and on
-  int top_k = 3;                         // runners-up kept, besides the choice
+  int top_k = 3;                                   // runners-up kept, besides the choice
   MemoryConfig memory;
   TimeNs optimizer_step_ns = 0;
-  int threads = 0;                       // 0: every core
+  int threads = 0;  // 0: every core
 
   Status Validate() const;
 };
@@ -62,9 +62,9 @@ struct Candidate {
   int pipeline_stages = 1;  // p
   int data_parallel = 1;    // d = N / p
   ScheduleKind schedule = ScheduleKind::k1F1B;
-  int chunks = 1;           // v, model chunks per GPU (interleaved, looped-bfs)
+  int chunks = 1;  // v, model chunks per GPU (interleaved, looped-bfs)
   int microbatch_size = 1;
-  int microbatches = 1;     // m = global batch / (size * d)
+  int microbatches = 1;  // m = global batch / (size * d)
   bool recompute = false;
   std::vector<StageLayers> partition;  // filled by the partition pass
   TimeNs lower_bound_ns = 0;           // filled by the prune pass
@@ -72,16 +72,16 @@ struct Candidate {
 
   std::string Label() const;  // "p=4 d=2 1f1b mbs=2 m=16 recompute=off", "interleaved v=2"
   int VirtualStages() const { return pipeline_stages * chunks; }
-  Bytes PeakMemory() const;   // largest per-rank peak; REQUIRES: result
+  Bytes PeakMemory() const;  // largest per-rank peak; REQUIRES: result
 };
 
 // Why a candidate (or a group of them) was not chosen.
 enum class RejectReason {
-  kBatchNotDivisible,  // global batch not a multiple of size x d
-  kOutOfMemory,        // no partition fits in memory (partition or simulate pass)
-  kPruned,             // its lower bound cannot reach the top K
-  kSimulationError,    // the simulator refused it
-  kScheduleConstraint, // the schedule cannot run this shape (m vs p, layers vs p·v, no W split)
+  kBatchNotDivisible,   // global batch not a multiple of size x d
+  kOutOfMemory,         // no partition fits in memory (partition or simulate pass)
+  kPruned,              // its lower bound cannot reach the top K
+  kSimulationError,     // the simulator refused it
+  kScheduleConstraint,  // the schedule cannot run this shape (m vs p, layers vs p·v, no W split)
 };
 const char* RejectReasonName(RejectReason reason);
 
@@ -109,12 +109,12 @@ struct PlanReport {
   int gpus = 0;
   int64_t global_batch = 0;
   Cluster cluster;
-  std::vector<Candidate> ranked;       // fits in memory, best first; [0] is the choice
+  std::vector<Candidate> ranked;  // fits in memory, best first; [0] is the choice
   std::vector<Rejection> rejected;
-  std::vector<SweepPoint> sweep;       // for ranked[0]
+  std::vector<SweepPoint> sweep;  // for ranked[0]
   int enumerated = 0;
   int simulated = 0;
-  std::vector<std::string> notes;      // interpolated costs, assumptions
+  std::vector<std::string> notes;  // interpolated costs, assumptions
   // When nothing fits: what would (more GPUs, recompute, smaller micro-batches).
   std::vector<std::string> suggestions;
 

@@ -89,8 +89,7 @@ TEST(Planner, BadOptions) {
   EXPECT_THAT(RunPlanner(model, IdealCluster(), o).status().message(),
               HasSubstr("no global batch"));
   o.global_batch = 3;  // p in {1,2}: d 4 or 2, never divides 3
-  EXPECT_THAT(RunPlanner(model, IdealCluster(), o).status().message(),
-              HasSubstr("not a multiple"));
+  EXPECT_THAT(RunPlanner(model, IdealCluster(), o).status().message(), HasSubstr("not a multiple"));
 }
 
 }  // namespace

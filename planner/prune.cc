@@ -35,8 +35,8 @@ TimeNs LowerBound(const Model& model, const Candidate& c) {
   if (c.schedule == ScheduleKind::kPipeDream) {  // steady state: no fill, no flush
     return m * *std::max_element(work.begin(), work.end());
   }
-  const bool with_tail = c.chunks == 1 && !SplitsBackward(c.schedule) &&
-                         c.schedule != ScheduleKind::kPipeDream;
+  const bool with_tail =
+      c.chunks == 1 && !SplitsBackward(c.schedule) && c.schedule != ScheduleKind::kPipeDream;
   TimeNs best = 0, fill = 0, tail = 0;
   for (int k = 0; k < p; ++k) {
     best = std::max(best, fill + m * work[k] + (with_tail ? tail : 0));

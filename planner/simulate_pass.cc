@@ -18,8 +18,8 @@ constexpr size_t kChunk = 16;
 void SimulateChunk(const Model& model, const Cluster& cluster, const PlannerOptions& options,
                    std::vector<Candidate>& cands, size_t begin, size_t end,
                    std::vector<Status>& errors) {
-  int threads = options.threads > 0 ? options.threads
-                                    : static_cast<int>(std::thread::hardware_concurrency());
+  int threads =
+      options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
   threads = std::max(1, std::min<int>(threads, static_cast<int>(end - begin)));
   auto work = [&](int t) {
     for (size_t i = begin + t; i < end; i += threads) {
@@ -75,11 +75,11 @@ void SimulateAll(const Model& model, const Cluster& cluster, const PlannerOption
             break;
           }
         }
-        rejected->push_back(Rejection{
-            RejectReason::kOutOfMemory, c,
-            fmt::format("stage {} needs {:.1f} GiB of {:.1f} GiB (simulated peak)", worst,
-                        ToGiB(peak), ToGiB(capacity)),
-            static_cast<double>(peak) / static_cast<double>(capacity)});
+        rejected->push_back(
+            Rejection{RejectReason::kOutOfMemory, c,
+                      fmt::format("stage {} needs {:.1f} GiB of {:.1f} GiB (simulated peak)", worst,
+                                  ToGiB(peak), ToGiB(capacity)),
+                      static_cast<double>(peak) / static_cast<double>(capacity)});
         continue;
       }
       best.insert(std::upper_bound(best.begin(), best.end(), c.result->iteration_ns),

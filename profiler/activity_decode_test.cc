@@ -107,12 +107,25 @@ TEST(ActivityDecodeTest, EachRecordStructDecodesItsFields) {
     const auto* rec = reinterpret_cast<const CUpti_Activity*>(bytes.data() + at);
     DecodeActivityRecord(rec, &t);
     switch (rec->kind) {
-      case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: at += sizeof(CUpti_ActivityKernel10); break;
-      case CUPTI_ACTIVITY_KIND_RUNTIME: case CUPTI_ACTIVITY_KIND_NAME: at += sizeof(CUpti_ActivityAPI); break;
-      case CUPTI_ACTIVITY_KIND_MARKER: at += sizeof(CUpti_ActivityMarker2); break;
-      case CUPTI_ACTIVITY_KIND_MEMORY2: at += sizeof(CUpti_ActivityMemory4); break;
-      case CUPTI_ACTIVITY_KIND_DEVICE: at += sizeof(CUpti_ActivityDevice5); break;
-      default: at += sizeof(CUpti_ActivityOverhead3); break;
+      case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
+        at += sizeof(CUpti_ActivityKernel10);
+        break;
+      case CUPTI_ACTIVITY_KIND_RUNTIME:
+      case CUPTI_ACTIVITY_KIND_NAME:
+        at += sizeof(CUpti_ActivityAPI);
+        break;
+      case CUPTI_ACTIVITY_KIND_MARKER:
+        at += sizeof(CUpti_ActivityMarker2);
+        break;
+      case CUPTI_ACTIVITY_KIND_MEMORY2:
+        at += sizeof(CUpti_ActivityMemory4);
+        break;
+      case CUPTI_ACTIVITY_KIND_DEVICE:
+        at += sizeof(CUpti_ActivityDevice5);
+        break;
+      default:
+        at += sizeof(CUpti_ActivityOverhead3);
+        break;
     }
   }
   ASSERT_EQ(t.gpu.size(), 1u);
@@ -146,7 +159,8 @@ TEST(ActivityDecodeTest, ZeroTimestampsAreCountedNotKept) {
   ActivityTrace t;
   DecodeActivityRecord(reinterpret_cast<const CUpti_Activity*>(b.bytes().data()), &t);
   DecodeActivityRecord(
-      reinterpret_cast<const CUpti_Activity*>(b.bytes().data() + sizeof(CUpti_ActivityKernel10)), &t);
+      reinterpret_cast<const CUpti_Activity*>(b.bytes().data() + sizeof(CUpti_ActivityKernel10)),
+      &t);
   EXPECT_EQ(t.zero_timestamp_records, 1u);
   ASSERT_EQ(t.gpu.size(), 1u);
   EXPECT_EQ(t.gpu[0].correlation_id, 2u);
@@ -163,7 +177,7 @@ void AddStep(RecordBuffer& b, int k, uint32_t* marker, uint32_t* corr) {
   b.Marker(step, main, t0, "pipecast:step");
   b.Marker(fw, main, t0 + 10, "pipecast:L:forward:params=1000:out=256");
   b.Runtime(++*corr, main, t0 + 20);
-  b.Kernel(*corr, g0, g0 + 100 * scale, 0, 1);             // stream 1
+  b.Kernel(*corr, g0, g0 + 100 * scale, 0, 1);  // stream 1
   b.Runtime(++*corr, main, t0 + 30);
   b.Kernel(*corr, g0 + 50 * scale, g0 + 150 * scale, 0, 2);  // stream 2, overlapping 50
   b.Runtime(++*corr, main, t0 + 35);
@@ -210,7 +224,7 @@ TEST(ActivityDecodeTest, BufferThroughLibcuptiToPerLayerMedians) {
   ASSERT_TRUE(agg.ok()) << agg.status().message();
   ASSERT_EQ(agg->layers.size(), 1u);
   const LayerAggregate& l = agg->layers[0];
-  EXPECT_DOUBLE_EQ(l.forward_ns.median, 150 * 3);   // union of [0,100] and [50,150]
+  EXPECT_DOUBLE_EQ(l.forward_ns.median, 150 * 3);  // union of [0,100] and [50,150]
   EXPECT_DOUBLE_EQ(l.forward_ns.min, 150 * 2);
   EXPECT_DOUBLE_EQ(l.forward_ns.max, 150 * 4);
   EXPECT_DOUBLE_EQ(l.backward_ns.median, 100 * 3);  // input 60 + weight 40
@@ -253,7 +267,8 @@ TEST(ActivityDecodeTest, CollectorTakesBuffersFromManyThreadsOnce) {
   collector.CompleteBuffer(buffer, 0);
   collector.AddDropped(3);
   const ActivityTrace t = collector.Take();
-  EXPECT_EQ(t.gpu.size(), static_cast<size_t>(kThreads * kBuffersPerThread * kKernelsPerBuffer + 1));
+  EXPECT_EQ(t.gpu.size(),
+            static_cast<size_t>(kThreads * kBuffersPerThread * kKernelsPerBuffer + 1));
   EXPECT_EQ(t.zero_timestamp_records, static_cast<uint64_t>(kThreads * kBuffersPerThread));
   EXPECT_EQ(t.dropped_records, 3u);
   ASSERT_EQ(t.errors.size(), 1u);

@@ -112,7 +112,8 @@ std::string HeaderLine(const ActivityTrace& t) {
 Status ParseHeader(const json& h, const std::string& where, ActivityTrace* t) {
   LineReader r(h, where);
   if (!h.contains("format") || !h["format"].is_string() || h["format"] != kActivityFormat) {
-    return Status::InvalidArgument(where + ": not a records file: the first line must have \"format\": \"" +
+    return Status::InvalidArgument(where +
+                                   ": not a records file: the first line must have \"format\": \"" +
                                    kActivityFormat + "\"");
   }
   t->process_id = r.Unsigned<uint32_t>("pid");
@@ -201,8 +202,9 @@ Status ParseEvent(const json& o, const std::string& where, ActivityTrace* t) {
     e.is_async = r.Bool("async");
     t->memory.push_back(e);
   } else {
-    return Status::InvalidArgument(where + ": unknown event kind 'k': \"" + k +
-                                   "\" (known: kernel, memcpy, memset, rt, drv, mark, alloc, free)");
+    return Status::InvalidArgument(
+        where + ": unknown event kind 'k': \"" + k +
+        "\" (known: kernel, memcpy, memset, rt, drv, mark, alloc, free)");
   }
   return r.status();
 }
@@ -213,21 +215,28 @@ std::string ActivityTraceToText(const ActivityTrace& t) {
   std::string out = HeaderLine(t);
   out += '\n';
   for (const GpuEvent& e : t.gpu) {
-    json o = {{"k", GpuKindName(e.kind)}, {"s", e.start_ns},       {"e", e.end_ns},
-              {"d", e.device_id},         {"st", e.stream_id},     {"c", e.correlation_id}};
+    json o = {{"k", GpuKindName(e.kind)}, {"s", e.start_ns},   {"e", e.end_ns},
+              {"d", e.device_id},         {"st", e.stream_id}, {"c", e.correlation_id}};
     if (e.kind != GpuEvent::Kind::kKernel) o["b"] = e.bytes;
     if (!e.name.empty()) o["n"] = e.name;
     out += Dump(o);
     out += '\n';
   }
   for (const ApiEvent& e : t.api) {
-    json o = {{"k", e.driver ? "drv" : "rt"}, {"cb", e.cbid},         {"s", e.start_ns},
-              {"e", e.end_ns},                {"t", e.thread_id},     {"c", e.correlation_id}};
+    json o = {{"k", e.driver ? "drv" : "rt"},
+              {"cb", e.cbid},
+              {"s", e.start_ns},
+              {"e", e.end_ns},
+              {"t", e.thread_id},
+              {"c", e.correlation_id}};
     out += Dump(o);
     out += '\n';
   }
   for (const MarkerEvent& e : t.markers) {
-    json o = {{"k", "mark"}, {"p", PhaseName(e.phase)}, {"ts", e.timestamp_ns}, {"id", e.id},
+    json o = {{"k", "mark"},
+              {"p", PhaseName(e.phase)},
+              {"ts", e.timestamp_ns},
+              {"id", e.id},
               {"t", e.thread_id}};
     if (!e.name.empty()) o["n"] = e.name;
     if (!e.domain.empty()) o["dom"] = e.domain;
@@ -235,8 +244,12 @@ std::string ActivityTraceToText(const ActivityTrace& t) {
     out += '\n';
   }
   for (const MemoryEvent& e : t.memory) {
-    json o = {{"k", e.allocation ? "alloc" : "free"}, {"ts", e.timestamp_ns}, {"d", e.device_id},
-              {"c", e.correlation_id}, {"a", e.address}, {"b", e.bytes}};
+    json o = {{"k", e.allocation ? "alloc" : "free"},
+              {"ts", e.timestamp_ns},
+              {"d", e.device_id},
+              {"c", e.correlation_id},
+              {"a", e.address},
+              {"b", e.bytes}};
     if (e.is_async) o["async"] = true;
     out += Dump(o);
     out += '\n';
@@ -266,8 +279,9 @@ Result<ActivityTrace> ParseActivityTrace(std::string_view text, const std::strin
     have_header = true;
   }
   if (!have_header) {
-    return Status::InvalidArgument(origin + ": empty records file (the profiled process wrote "
-                                            "nothing: did it exit before CUDA was initialised?)");
+    return Status::InvalidArgument(origin +
+                                   ": empty records file (the profiled process wrote "
+                                   "nothing: did it exit before CUDA was initialised?)");
   }
   return trace;
 }

@@ -52,7 +52,8 @@ TEST(ActivityFileTest, ErrorsNameTheLineAndKey) {
   Result<ActivityTrace> r = ParseActivityTrace(header + "{\"k\":\"kernel\",\"s\":-1}\n", "x");
   ASSERT_FALSE(r.ok());
   EXPECT_THAT(r.status().message(), HasSubstr("x: line 2: key 's' must be an unsigned integer"));
-  r = ParseActivityTrace(header + "{\"k\":\"kernel\",\"s\":9,\"e\":1,\"d\":0,\"st\":0,\"c\":1}\n", "x");
+  r = ParseActivityTrace(header + "{\"k\":\"kernel\",\"s\":9,\"e\":1,\"d\":0,\"st\":0,\"c\":1}\n",
+                         "x");
   EXPECT_THAT(r.status().message(), HasSubstr("end 'e' before start 's'"));
   r = ParseActivityTrace(header + "{\"k\":\"nope\"}\n", "x");
   EXPECT_THAT(r.status().message(), HasSubstr("unknown event kind"));

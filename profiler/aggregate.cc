@@ -35,8 +35,11 @@ TimeNs RoundNs(double ns) { return static_cast<TimeNs>(std::llround(ns)); }
 
 json SpreadUs(const Spread& s) {
   const auto us = [](double ns) { return std::round(ns) / 1000.0; };
-  return json{{"median_us", us(s.median)}, {"min_us", us(s.min)}, {"max_us", us(s.max)},
-              {"iqr_rel", std::round(s.RelativeIqr() * 1e4) / 1e4}, {"samples", s.samples}};
+  return json{{"median_us", us(s.median)},
+              {"min_us", us(s.min)},
+              {"max_us", us(s.max)},
+              {"iqr_rel", std::round(s.RelativeIqr() * 1e4) / 1e4},
+              {"samples", s.samples}};
 }
 
 }  // namespace
@@ -102,7 +105,8 @@ Result<Aggregation> Aggregate(const std::vector<Attribution>& processes,
       if (s.pass == Pass::kForward) c.first_forward = std::min(c.first_forward, s.start_ns);
       if (!used.count(s.step)) continue;
       const double busy = static_cast<double>(s.busy_ns);
-      const double transient = static_cast<double>(std::max<int64_t>(0, s.peak_bytes - s.kept_bytes));
+      const double transient =
+          static_cast<double>(std::max<int64_t>(0, s.peak_bytes - s.kept_bytes));
       switch (s.pass) {
         case Pass::kForward:
           c.forward.push_back(busy);
@@ -139,18 +143,21 @@ Result<Aggregation> Aggregate(const std::vector<Attribution>& processes,
     l.parameters = c.parameters;
     l.output_bytes = c.output_bytes;
     if (c.forward.empty()) {
-      out.warnings.push_back(fmt::format("layer {}: no forward range in the iterations used; "
-                                         "forward_us = 0",
-                                         name));
+      out.warnings.push_back(
+          fmt::format("layer {}: no forward range in the iterations used; "
+                      "forward_us = 0",
+                      name));
       c.forward.push_back(0);
       c.kept.push_back(0);
     }
     if (c.backward.empty() && c.weight_grad.empty()) {
-      out.warnings.push_back(fmt::format("layer {}: no backward range in the iterations used; "
-                                         "backward_us = 0 (is its backward hook firing?)",
-                                         name));
+      out.warnings.push_back(
+          fmt::format("layer {}: no backward range in the iterations used; "
+                      "backward_us = 0 (is its backward hook firing?)",
+                      name));
     }
-    if (c.backward.empty()) c.backward = c.weight_grad.empty() ? std::vector<double>{0} : c.weight_grad;
+    if (c.backward.empty())
+      c.backward = c.weight_grad.empty() ? std::vector<double>{0} : c.weight_grad;
     l.forward_ns = Summarize(c.forward);
     l.backward_ns = Summarize(c.backward);
     if (!c.weight_grad.empty()) l.weight_grad_ns = Summarize(c.weight_grad);
@@ -167,10 +174,10 @@ Result<Aggregation> Aggregate(const std::vector<Attribution>& processes,
           name));
     }
     if (!l.output_bytes) {
-      out.warnings.push_back(fmt::format(
-          "layer {}: output size unknown (add :out=BYTES to its forward range name); "
-          "written as 0",
-          name));
+      out.warnings.push_back(
+          fmt::format("layer {}: output size unknown (add :out=BYTES to its forward range name); "
+                      "written as 0",
+                      name));
     }
     out.layers.push_back(std::move(l));
   }
@@ -190,9 +197,9 @@ Status AddProfiles(const Aggregation& aggregation, int microbatch_size, Model* m
         if (m.name == l.name) layer = &m;
       }
       if (layer == nullptr) {
-        return Status::InvalidArgument(fmt::format(
-            "micro-batch size {}: layer {} was not seen at the other sizes", microbatch_size,
-            l.name));
+        return Status::InvalidArgument(
+            fmt::format("micro-batch size {}: layer {} was not seen at the other sizes",
+                        microbatch_size, l.name));
       }
     }
     LayerProfile p;
@@ -205,12 +212,12 @@ Status AddProfiles(const Aggregation& aggregation, int microbatch_size, Model* m
     p.activation_bytes = static_cast<Bytes>(std::llround(l.activation_bytes.median));
     p.output_bytes = l.output_bytes.value_or(0);
     p.workspace_bytes = l.workspace_bytes;
-    auto pos = std::lower_bound(
-        layer->profiles.begin(), layer->profiles.end(), microbatch_size,
-        [](const LayerProfile& a, int mb) { return a.microbatch_size < mb; });
+    auto pos =
+        std::lower_bound(layer->profiles.begin(), layer->profiles.end(), microbatch_size,
+                         [](const LayerProfile& a, int mb) { return a.microbatch_size < mb; });
     if (pos != layer->profiles.end() && pos->microbatch_size == microbatch_size) {
-      return Status::InvalidArgument(fmt::format("layer {}: micro-batch size {} measured twice",
-                                                 l.name, microbatch_size));
+      return Status::InvalidArgument(
+          fmt::format("layer {}: micro-batch size {} measured twice", l.name, microbatch_size));
     }
     layer->profiles.insert(pos, p);
   }
@@ -229,8 +236,9 @@ std::string SpreadJson(const Aggregation& aggregation) {
     layers[l.name] = std::move(j);
   }
   json out;
-  out["statistic"] = "median over the iterations used; spread: min, max, and iqr_rel = "
-                     "(q3 - q1) / median";
+  out["statistic"] =
+      "median over the iterations used; spread: min, max, and iqr_rel = "
+      "(q3 - q1) / median";
   out["max_iqr_rel"] = std::round(worst * 1e4) / 1e4;
   if (aggregation.step_busy_ns) out["step_busy"] = SpreadUs(*aggregation.step_busy_ns);
   out["layers"] = std::move(layers);

@@ -45,9 +45,9 @@ struct LayerAggregate {
   std::optional<int64_t> parameters;    // from the range names; unknown otherwise
   std::optional<int64_t> output_bytes;  // likewise
   Spread forward_ns;
-  Spread backward_ns;                  // input + weight gradient
+  Spread backward_ns;                    // input + weight gradient
   std::optional<Spread> weight_grad_ns;  // when weight_grad ranges exist
-  Spread activation_bytes;  // kept_bytes of the forward samples
+  Spread activation_bytes;               // kept_bytes of the forward samples
   int64_t workspace_bytes = 0;  // median transient peak above what the pass keeps, max over passes
 };
 
@@ -67,8 +67,7 @@ struct Aggregation {
 // layers are created in order when the model has none, else matched by name
 // (a layer missing from the aggregation is InvalidArgument). Unknown
 // parameters and output sizes are written as 0 (the warnings say so).
-[[nodiscard]] Status AddProfiles(const Aggregation& aggregation, int microbatch_size,
-                                 Model* model);
+[[nodiscard]] Status AddProfiles(const Aggregation& aggregation, int microbatch_size, Model* model);
 
 // JSON text for model.json's source: per layer, per pass, {median_us,
 // min_us, max_us, iqr_rel, samples}, plus the largest relative IQR.

@@ -12,8 +12,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-LayerSample Sample(const std::string& layer, Pass pass, int step, uint64_t busy,
-                   int64_t kept = 0) {
+LayerSample Sample(const std::string& layer, Pass pass, int step, uint64_t busy, int64_t kept = 0) {
   LayerSample s;
   s.layer = layer;
   s.pass = pass;

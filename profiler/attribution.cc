@@ -27,14 +27,15 @@ struct LayerRange {
   uint32_t thread_id = 0;
   uint64_t start_ns = 0;
   uint64_t end_ns = 0;
-  int parent = -1;       // index into the layer ranges; enclosing range on the thread
-  int sample = -1;       // index into the samples when this range is one
+  int parent = -1;                // index into the layer ranges; enclosing range on the thread
+  int sample = -1;                // index into the samples when this range is one
   std::vector<int> sample_chain;  // samples that include this range's work
 };
 
 // Pairs START and END markers by id. END before START in the vector is fine
 // (buffers from several threads arrive in any order).
-std::vector<RangeRec> PairMarkers(const std::vector<MarkerEvent>& markers, AttributionStats* stats) {
+std::vector<RangeRec> PairMarkers(const std::vector<MarkerEvent>& markers,
+                                  AttributionStats* stats) {
   std::unordered_map<uint32_t, const MarkerEvent*> starts;
   for (const MarkerEvent& m : markers) {
     if (m.phase == MarkerEvent::Phase::kStart) starts[m.id] = &m;
@@ -48,7 +49,8 @@ std::vector<RangeRec> PairMarkers(const std::vector<MarkerEvent>& markers, Attri
       continue;
     }
     const MarkerEvent& s = *it->second;
-    ranges.push_back({s.name, s.thread_id, s.timestamp_ns, std::max(s.timestamp_ns, m.timestamp_ns)});
+    ranges.push_back(
+        {s.name, s.thread_id, s.timestamp_ns, std::max(s.timestamp_ns, m.timestamp_ns)});
     starts.erase(it);
   }
   stats->unclosed_ranges += starts.size();
@@ -178,9 +180,8 @@ class MemoryReplay {
     int64_t peak = 0;
     for (const auto& [device, list] : by_device_) {
       const std::vector<int64_t>& live = live_after_.at(device);
-      auto first = std::lower_bound(list.begin(), list.end(), start, [&](int i, uint64_t t) {
-        return memory_[i].timestamp_ns < t;
-      });
+      auto first = std::lower_bound(list.begin(), list.end(), start,
+                                    [&](int i, uint64_t t) { return memory_[i].timestamp_ns < t; });
       const size_t k0 = static_cast<size_t>(first - list.begin());
       const int64_t before = k0 == 0 ? 0 : live[k0 - 1];
       int64_t best = 0;
@@ -203,9 +204,9 @@ Result<int64_t> ParseCount(std::string_view value, std::string_view name) {
   int64_t v = 0;
   auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
   if (ec != std::errc() || ptr != value.data() + value.size() || v < 0) {
-    return Status::InvalidArgument(fmt::format(
-        "NVTX range \"{}\": '{}' is not a count >= 0 (docs/profiler.md, range names)", name,
-        value));
+    return Status::InvalidArgument(
+        fmt::format("NVTX range \"{}\": '{}' is not a count >= 0 (docs/profiler.md, range names)",
+                    name, value));
   }
   return v;
 }
@@ -366,8 +367,8 @@ Result<Attribution> Attribute(const ActivityTrace& trace) {
     const ApiEvent* api = nullptr;
     const int r = owner(trace.gpu[i].correlation_id, &api);
     if (api != nullptr && !steps.empty()) {
-      auto it = std::upper_bound(steps.begin(), steps.end(),
-                                 std::make_pair(api->start_ns, UINT64_MAX));
+      auto it =
+          std::upper_bound(steps.begin(), steps.end(), std::make_pair(api->start_ns, UINT64_MAX));
       if (it != steps.begin() && Contains((it - 1)->first, (it - 1)->second, api->start_ns)) {
         step_gpu[it - 1 - steps.begin()].push_back(static_cast<int>(i));
       }
@@ -400,7 +401,8 @@ Result<Attribution> Attribute(const ActivityTrace& trace) {
   std::map<std::pair<std::string, int>, int> weight_grad_of;
   for (size_t s = 0; s < result.samples.size(); ++s) {
     const LayerSample& ls = result.samples[s];
-    if (ls.pass == Pass::kWeightGrad) weight_grad_of[{ls.layer, ls.occurrence}] = static_cast<int>(s);
+    if (ls.pass == Pass::kWeightGrad)
+      weight_grad_of[{ls.layer, ls.occurrence}] = static_cast<int>(s);
   }
   for (size_t s = 0; s < result.samples.size(); ++s) {
     const LayerSample& ls = result.samples[s];
@@ -419,13 +421,15 @@ Result<Attribution> Attribute(const ActivityTrace& trace) {
     for (int e : sample_gpu[s]) ls.sum_ns += trace.gpu[e].end_ns - trace.gpu[e].start_ns;
     ls.busy_ns = BusyOf(trace.gpu, sample_gpu[s]);
     for (int a : sample_alloc[s]) {
-      if (replay.AliveAt(a, ls.end_ns)) ls.kept_bytes += static_cast<int64_t>(trace.memory[a].bytes);
+      if (replay.AliveAt(a, ls.end_ns))
+        ls.kept_bytes += static_cast<int64_t>(trace.memory[a].bytes);
     }
     ls.peak_bytes = replay.PeakAbove(ls.start_ns, ls.end_ns);
     if (steps.empty()) {
       ls.step = ls.occurrence;
     } else {
-      auto it = std::upper_bound(steps.begin(), steps.end(), std::make_pair(ls.start_ns, UINT64_MAX));
+      auto it =
+          std::upper_bound(steps.begin(), steps.end(), std::make_pair(ls.start_ns, UINT64_MAX));
       if (it != steps.begin() && Contains((it - 1)->first, (it - 1)->second, ls.start_ns)) {
         ls.step = static_cast<int>(it - 1 - steps.begin());
       } else {
@@ -442,8 +446,8 @@ Result<Attribution> Attribute(const ActivityTrace& trace) {
 
 Status CheckRecordLoss(const ActivityTrace& trace, uint64_t unmatched, double max_fraction) {
   const uint64_t gpu_total = trace.gpu.size() + trace.zero_timestamp_records;
-  const uint64_t kept = trace.gpu.size() + trace.api.size() + trace.markers.size() +
-                        trace.memory.size();
+  const uint64_t kept =
+      trace.gpu.size() + trace.api.size() + trace.markers.size() + trace.memory.size();
   struct Loss {
     uint64_t lost;
     uint64_t total;

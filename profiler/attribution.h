@@ -90,17 +90,17 @@ struct StepSample {
 };
 
 struct AttributionStats {
-  uint64_t gpu_records = 0;         // kept (non-zero timestamps)
-  uint64_t attributed = 0;          // joined to a layer range
-  uint64_t outside_layers = 0;      // API record found, no layer range open
-  uint64_t unmatched = 0;           // no API record with that correlation id
+  uint64_t gpu_records = 0;           // kept (non-zero timestamps)
+  uint64_t attributed = 0;            // joined to a layer range
+  uint64_t outside_layers = 0;        // API record found, no layer range open
+  uint64_t unmatched = 0;             // no API record with that correlation id
   uint64_t unattributed_busy_ns = 0;  // busy time of outside_layers + unmatched
   uint64_t memory_records = 0;
   uint64_t memory_attributed = 0;
-  uint64_t unclosed_ranges = 0;      // START without END
-  uint64_t unmatched_range_ends = 0; // END without START
+  uint64_t unclosed_ranges = 0;       // START without END
+  uint64_t unmatched_range_ends = 0;  // END without START
   uint64_t samples_outside_steps = 0;
-  int steps = 0;                     // pipecast:step ranges (0: none used)
+  int steps = 0;  // pipecast:step ranges (0: none used)
 };
 
 struct Attribution {

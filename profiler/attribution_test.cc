@@ -56,7 +56,7 @@ TEST(AttributionTest, KernelsGoToTheInnermostLayerRangeOnTheLaunchingThread) {
   TraceBuilder b;
   b.Range("pipecast:L0:forward", 1, 100, 200)
       .Range("pipecast:L0.attn:forward", 1, 120, 150)  // a sub-layer: folded into L0
-      .Range("aten::mm", 1, 125, 140)                   // not a layer: transparent
+      .Range("aten::mm", 1, 125, 140)                  // not a layer: transparent
       .Kernel(1, 110, 1000, 1100)
       .Kernel(1, 130, 1100, 1300)
       .Kernel(1, 250, 1400, 1500)   // after the range: outside layers

@@ -95,12 +95,13 @@ Result<Model> BuildCuptiModel(const std::string& name,
   model.source.device = DeviceLabel(measurements.front().devices);
   json devices = json::array();
   for (const DeviceInfo& d : measurements.front().devices) {
-    devices.push_back({{"id", d.id},
-                       {"name", d.name},
-                       {"compute_capability", fmt::format("{}.{}", d.compute_major, d.compute_minor)},
-                       {"sm_clock_mhz", d.core_clock_khz / 1000},
-                       {"memory_bytes", d.memory_bytes},
-                       {"multiprocessors", d.multiprocessors}});
+    devices.push_back(
+        {{"id", d.id},
+         {"name", d.name},
+         {"compute_capability", fmt::format("{}.{}", d.compute_major, d.compute_minor)},
+         {"sm_clock_mhz", d.core_clock_khz / 1000},
+         {"memory_bytes", d.memory_bytes},
+         {"multiprocessors", d.multiprocessors}});
   }
   json spread = json::object();
   json records = json::object();
@@ -128,22 +129,25 @@ Result<Model> BuildCuptiModel(const std::string& name,
   }
   auto& d = model.source.details;
   d["devices"] = devices.dump();
-  d["clocks"] = json("GPU clocks as the driver reported them at start-up (sm_clock_mhz per "
-                     "device); pipecast does not lock clocks: lock them (nvidia-smi "
-                     "--lock-gpu-clocks) for repeatable numbers")
+  d["clocks"] = json(
+                    "GPU clocks as the driver reported them at start-up (sm_clock_mhz per "
+                    "device); pipecast does not lock clocks: lock them (nvidia-smi "
+                    "--lock-gpu-clocks) for repeatable numbers")
                     .dump();
   d["cupti_version"] = json(measurements.front().cupti_version).dump();
   d["warmup"] = json(options.warmup).dump();
   d["iterations"] = json(options.iterations).dump();
   d["time_metric"] =
-      json("per layer and pass: union of the intervals of its kernels, copies and sets on each "
-           "GPU (overlapping streams counted once), summed over GPUs; median over iterations. "
-           "backward_us includes the weight_grad ranges of the same occurrence")
+      json(
+          "per layer and pass: union of the intervals of its kernels, copies and sets on each "
+          "GPU (overlapping streams counted once), summed over GPUs; median over iterations. "
+          "backward_us includes the weight_grad ranges of the same occurrence")
           .dump();
   d["memory_metric"] =
-      json("activation_bytes: device allocations made inside the layer's forward range and "
-           "still allocated when it ends (CUPTI MEMORY2 records), median over iterations. A "
-           "caching allocator (PyTorch's default) hides these: see docs/profiler.md")
+      json(
+          "activation_bytes: device allocations made inside the layer's forward range and "
+          "still allocated when it ends (CUPTI MEMORY2 records), median over iterations. A "
+          "caching allocator (PyTorch's default) hides these: see docs/profiler.md")
           .dump();
   d["max_lost_record_fraction"] = json(kMaxLostRecordFraction).dump();
   d["records"] = records.dump();

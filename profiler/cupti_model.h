@@ -33,7 +33,7 @@ struct CuptiMeasurement {
   uint64_t invalid_records = 0;
   uint64_t overhead_ns = 0;
   uint32_t cupti_version = 0;
-  int processes = 0;  // traces that held GPU work
+  int processes = 0;                  // traces that held GPU work
   std::vector<std::string> warnings;  // from the traces; aggregation.warnings has the rest
 };
 
@@ -43,15 +43,16 @@ struct CuptiMeasurement {
 // than `max_lost_fraction` of its records (CheckRecordLoss), or when
 // aggregation fails; InvalidArgument for a malformed pipecast range name.
 [[nodiscard]] Result<CuptiMeasurement> MeasureTraces(
-    const std::vector<ActivityTrace>& traces, int microbatch_size,
-    const AggregateOptions& options, double max_lost_fraction = kMaxLostRecordFraction);
+    const std::vector<ActivityTrace>& traces, int microbatch_size, const AggregateOptions& options,
+    double max_lost_fraction = kMaxLostRecordFraction);
 
 // The model: one profile per measurement (distinct micro-batch sizes), and a
 // source with method "cupti". `extra_source` adds keys (JSON text values),
 // e.g. the command or the builtin architecture.
-[[nodiscard]] Result<Model> BuildCuptiModel(
-    const std::string& name, const std::vector<CuptiMeasurement>& measurements,
-    const AggregateOptions& options, const std::map<std::string, std::string>& extra_source);
+[[nodiscard]] Result<Model> BuildCuptiModel(const std::string& name,
+                                            const std::vector<CuptiMeasurement>& measurements,
+                                            const AggregateOptions& options,
+                                            const std::map<std::string, std::string>& extra_source);
 
 // A few lines for stderr: records seen, attributed, lost, warnings.
 std::string DescribeMeasurement(const CuptiMeasurement& m);

@@ -46,8 +46,8 @@ TEST(MeasureTracesTest, PoolsProcessesAndSkipsThoseWithoutGpuWork) {
   EXPECT_EQ(m->stats.attributed, 16u);
   ASSERT_EQ(m->aggregation.layers.size(), 1u);
   const LayerAggregate& l = m->aggregation.layers[0];
-  EXPECT_EQ(l.forward_ns.samples, 6);          // 3 iterations x 2 processes
-  EXPECT_DOUBLE_EQ(l.forward_ns.median, 30);   // 20, 20, 30, 30, 40, 40
+  EXPECT_EQ(l.forward_ns.samples, 6);         // 3 iterations x 2 processes
+  EXPECT_DOUBLE_EQ(l.forward_ns.median, 30);  // 20, 20, 30, 30, 40, 40
   EXPECT_DOUBLE_EQ(l.backward_ns.median, 20);
   EXPECT_THAT(m->warnings, testing::Contains(HasSubstr("process 3: enabling activity kind")));
   EXPECT_THAT(DescribeMeasurement(*m), HasSubstr("16 attributed to layers"));

@@ -12,11 +12,13 @@ constexpr int kMaxDeviceBufferMib = 16384;
 
 Status CuptiCommandOptions::Validate() const {
   if (command.empty()) {
-    return Status::InvalidArgument("no command to profile: put it after --, e.g. "
-                                   "profiler cupti --out model.json -- python train.py");
+    return Status::InvalidArgument(
+        "no command to profile: put it after --, e.g. "
+        "profiler cupti --out model.json -- python train.py");
   }
   if (microbatch_size < 1) {
-    return Status::InvalidArgument(fmt::format("--microbatch-size {} must be >= 1", microbatch_size));
+    return Status::InvalidArgument(
+        fmt::format("--microbatch-size {} must be >= 1", microbatch_size));
   }
   if (device_buffer_mib < 0 || device_buffer_mib > kMaxDeviceBufferMib) {
     return Status::InvalidArgument(fmt::format("--device-buffer-mib {} must be in [0, {}]",
@@ -41,11 +43,11 @@ Status BlockShape::Validate() const {
         fmt::format("--hidden {} is not divisible by --heads {}", hidden, heads));
   }
   // One block's activations must stay far below any GPU's memory.
-  if (static_cast<int64_t>(seq) * hidden > (int64_t{1} << 28) || hidden > 65536 ||
-      seq > 65536 || Ffn() > 262144) {
-    return Status::InvalidArgument(fmt::format(
-        "--seq {} x --hidden {} (--ffn {}) is too large for the built-in block", seq, hidden,
-        Ffn()));
+  if (static_cast<int64_t>(seq) * hidden > (int64_t{1} << 28) || hidden > 65536 || seq > 65536 ||
+      Ffn() > 262144) {
+    return Status::InvalidArgument(
+        fmt::format("--seq {} x --hidden {} (--ffn {}) is too large for the built-in block", seq,
+                    hidden, Ffn()));
   }
   return Status::Ok();
 }

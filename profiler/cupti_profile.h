@@ -40,8 +40,7 @@ struct CuptiCommandOptions {
 // summary for stderr. Fails with Unavailable without CUDA, driver or device;
 // FailedPrecondition when the command fails or the trace is unusable (too
 // many lost records, too few iterations, no layer ranges).
-[[nodiscard]] Result<Model> ProfileCommand(const CuptiCommandOptions& options,
-                                           std::string* report);
+[[nodiscard]] Result<Model> ProfileCommand(const CuptiCommandOptions& options, std::string* report);
 
 // The built-in block's shape: a pre-layernorm GPT block (docs/profiler.md).
 struct BlockShape {

@@ -7,9 +7,10 @@ namespace pipecast {
 namespace {
 
 Status NoCuda() {
-  return Status::Unavailable("this build has no CUDA (configure with PIPECAST_CUDA=ON on a "
-                             "machine with the CUDA 13 toolkit); 'profiler analytic' estimates "
-                             "without a GPU and 'profiler cpu' measures on the CPU");
+  return Status::Unavailable(
+      "this build has no CUDA (configure with PIPECAST_CUDA=ON on a "
+      "machine with the CUDA 13 toolkit); 'profiler analytic' estimates "
+      "without a GPU and 'profiler cpu' measures on the CPU");
 }
 
 }  // namespace

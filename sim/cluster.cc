@@ -81,11 +81,12 @@ const std::vector<Cluster>& Presets() {
           .name = "local",
           .gpus_per_node = 64,  // every worker on one machine
           .gpu = {.name = "CPU worker",
-                  .memory_bytes = 16 * kGiB,    // nominal share of a small machine's RAM
-                  .peak_tflops = 0,             // unknown: no MFU
-                  .memory_bandwidth_gbps = 0},  // unknown
-          // A memory copy between workers: order of a single core's memcpy
-          // rate, and of a thread hand-over (condition variable) wake-up.
+                  .memory_bytes = 16 * kGiB,  // nominal share of a small machine's RAM
+                  .peak_tflops = 0,           // unknown: no MFU
+                  .memory_bandwidth_gbps =
+                      0},  // unknown
+                           // A memory copy between workers: order of a single core's memcpy
+                           // rate, and of a thread hand-over (condition variable) wake-up.
           .intra_node = {.bandwidth_gbps = 5, .latency_us = 20},
           .inter_node = {.bandwidth_gbps = 5, .latency_us = 20},
       },

@@ -23,8 +23,8 @@ struct Link {
 
 struct GpuSpec {
   std::string name;
-  Bytes memory_bytes = 0;  // 0 = unlimited
-  double peak_tflops = 0;  // dense bf16 peak, for MFU; 0 = unknown
+  Bytes memory_bytes = 0;            // 0 = unlimited
+  double peak_tflops = 0;            // dense bf16 peak, for MFU; 0 = unknown
   double memory_bandwidth_gbps = 0;  // HBM, used by the analytic profiler
 };
 

@@ -15,11 +15,11 @@ namespace pipecast {
 namespace {
 
 using nlohmann::json;
+using test_util::ErrorCase;
+using test_util::TempDir;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::Not;
-using test_util::ErrorCase;
-using test_util::TempDir;
 
 json MinimalCluster() { return json::parse(ClusterToJson(*ClusterPreset("h100-sxm"))); }
 
@@ -237,7 +237,6 @@ TEST(ClusterLoad, NeitherPresetNorFileIsNotFoundListingPresets) {
   EXPECT_THAT(c.status().message(),
               AllOf(HasSubstr("'dgx-h100'"), HasSubstr("ideal, a100-80gb, h100-sxm, h200")));
 }
-
 
 }  // namespace
 }  // namespace pipecast

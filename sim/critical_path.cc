@@ -110,15 +110,20 @@ CriticalPath Walker::Walk() const {
     std::pair<int, int> pred;
     if (cur_op != kNone) {
       const OpRecord& o = ops_[cur_op];
-      step = CriticalStep{CriticalStep::Kind::kCompute, cur_op, kNone, o.rank, kNone, o.start_ns,
-                          until};
+      step = CriticalStep{
+          CriticalStep::Kind::kCompute, cur_op, kNone, o.rank, kNone, o.start_ns, until};
       path.compute_ns += until - o.start_ns;
       path.compute_by_rank[o.rank] += until - o.start_ns;
       pred = OpPredecessor(cur_op);
     } else {
       const TransferRecord& x = xfers_[cur_xfer];
-      step = CriticalStep{CriticalStep::Kind::kCommunication, kNone, cur_xfer, x.src_rank,
-                          x.dst_rank, x.start_ns, until};
+      step = CriticalStep{CriticalStep::Kind::kCommunication,
+                          kNone,
+                          cur_xfer,
+                          x.src_rank,
+                          x.dst_rank,
+                          x.start_ns,
+                          until};
       path.communication_ns += until - x.start_ns;
       by_link[{x.src_rank, x.dst_rank}] += until - x.start_ns;
       pred = TransferPredecessor(cur_xfer);
@@ -133,8 +138,7 @@ CriticalPath Walker::Walk() const {
     const TimeNs pred_end = cur_op != kNone     ? ops_[cur_op].end_ns
                             : cur_xfer != kNone ? xfers_[cur_xfer].end_ns
                                                 : 0;
-    if (cur_xfer != kNone && xfers_[cur_xfer].start_ns < until &&
-        xfers_[cur_xfer].end_ns > until) {
+    if (cur_xfer != kNone && xfers_[cur_xfer].start_ns < until && xfers_[cur_xfer].end_ns > until) {
       continue;  // a link-wait: the previous transfer released the link at `until`
     }
     if (pred_end < until) {

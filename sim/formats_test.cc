@@ -20,11 +20,11 @@ namespace pipecast {
 namespace {
 
 using nlohmann::json;
+using test_util::ErrorCase;
+using test_util::TempDir;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::Not;
-using test_util::ErrorCase;
-using test_util::TempDir;
 
 // --- tiny worlds -------------------------------------------------------------
 
@@ -48,7 +48,6 @@ json MinimalModel() {
 }
 
 Result<Model> Parse(const json& j) { return ParseModel(j.dump(), "m.json"); }
-
 
 // --- model.json: valid input ---------------------------------------------------
 
@@ -265,7 +264,6 @@ TEST(FormatsModel, OmitsAbsentOptionalFields) {
 }
 
 // --- model.json: every kind of error, with its JSON path -------------------------
-
 
 json& P0(json& j) { return j["layers"][1]["profiles"][0]; }
 

@@ -33,8 +33,8 @@ class TempDir {
 struct ErrorCase {
   const char* name;
   std::function<void(nlohmann::json&)> change;  // turns a minimal valid file into bad input
-  const char* path;                   // must appear in the message
-  const char* what;                   // and so must this
+  const char* path;                             // must appear in the message
+  const char* what;                             // and so must this
 };
 
 inline std::ostream& operator<<(std::ostream& os, const ErrorCase& c) { return os << c.name; }

@@ -4,8 +4,6 @@
 
 #include <fmt/format.h>
 
-#include "sim/text_table.h"
-
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -13,12 +11,12 @@
 #include <vector>
 
 #include "sim/internal/html_util.h"
+#include "sim/text_table.h"
 
 namespace pipecast {
 namespace {
 
 using internal::GiBWithUnit;
-
 
 // The report's stylesheet. Op colours: Tableau 10, which stays distinct for
 // the common colour-vision deficiencies.
@@ -335,10 +333,11 @@ std::string HeadlineHtml(const SimResult& r, const Cluster& cluster) {
   }
   if (r.critical_path) {
     const CriticalPath& cp = *r.critical_path;
-    out += Metric("critical_path_us", NsToUs(cp.length_ns), "critical path",
-                  fmt::format("{:.3f} ms", NsToMs(cp.length_ns)),
-                  fmt::format("compute {:.3f} ms + communication {:.3f} ms + waiting {:.3f} ms",
-                              NsToMs(cp.compute_ns), NsToMs(cp.communication_ns), NsToMs(cp.waiting_ns)));
+    out += Metric(
+        "critical_path_us", NsToUs(cp.length_ns), "critical path",
+        fmt::format("{:.3f} ms", NsToMs(cp.length_ns)),
+        fmt::format("compute {:.3f} ms + communication {:.3f} ms + waiting {:.3f} ms",
+                    NsToMs(cp.compute_ns), NsToMs(cp.communication_ns), NsToMs(cp.waiting_ns)));
   }
   out += "</div>\n";
   if (!r.costs_measured) {

@@ -33,8 +33,8 @@ Result<MemoryConfig> MemoryConfigFor(const std::string& precision, const std::st
   } else if (optimizer == "sgd") {
     state = kMomentumBytes;
   } else if (optimizer != "sgd-nomomentum") {
-    return Status::InvalidArgument(fmt::format(
-        "--optimizer is '{}': expected adam, sgd or sgd-nomomentum", optimizer));
+    return Status::InvalidArgument(
+        fmt::format("--optimizer is '{}': expected adam, sgd or sgd-nomomentum", optimizer));
   }
   m.optimizer_bytes_per_param = master + state;
   return m;

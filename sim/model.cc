@@ -61,9 +61,9 @@ LayerCost FromProfile(const LayerProfile& p) {
 
 LayerCost CostAt(const Layer& layer, int microbatch_size) {
   const std::vector<LayerProfile>& ps = layer.profiles;
-  auto it = std::lower_bound(
-      ps.begin(), ps.end(), microbatch_size,
-      [](const LayerProfile& p, int size) { return p.microbatch_size < size; });
+  auto it =
+      std::lower_bound(ps.begin(), ps.end(), microbatch_size,
+                       [](const LayerProfile& p, int size) { return p.microbatch_size < size; });
   if (it != ps.end() && it->microbatch_size == microbatch_size) return FromProfile(*it);
 
   if (it == ps.begin() || it == ps.end()) {
@@ -91,9 +91,9 @@ LayerCost CostAt(const Layer& layer, int microbatch_size) {
   c.backward_ns = Lerp(a.backward_ns, b.backward_ns, t);
   c.has_backward_split = a.has_backward_split && b.has_backward_split;
   c.backward_weight_ns =
-      c.has_backward_split ? std::min(Lerp(a.backward_weight_ns, b.backward_weight_ns, t),
-                                      c.backward_ns)
-                           : 0;
+      c.has_backward_split
+          ? std::min(Lerp(a.backward_weight_ns, b.backward_weight_ns, t), c.backward_ns)
+          : 0;
   c.activation_bytes = Lerp(a.activation_bytes, b.activation_bytes, t);
   c.output_bytes = Lerp(a.output_bytes, b.output_bytes, t);
   c.workspace_bytes = Lerp(a.workspace_bytes, b.workspace_bytes, t);

@@ -49,14 +49,14 @@ Result<std::vector<StageLayers>> ParsePartition(const std::string& text, int num
           out.size(), item, st.first_layer, expected_first));
     }
     if (st.last_layer < st.first_layer) {
-      return Status::InvalidArgument(fmt::format(
-          "--partition: range {} ('{}') is empty: the last layer is before the first",
-          out.size(), item));
+      return Status::InvalidArgument(
+          fmt::format("--partition: range {} ('{}') is empty: the last layer is before the first",
+                      out.size(), item));
     }
     if (st.last_layer >= num_layers) {
-      return Status::InvalidArgument(fmt::format(
-          "--partition: range {} ('{}') goes past the model's last layer {}", out.size(), item,
-          num_layers - 1));
+      return Status::InvalidArgument(
+          fmt::format("--partition: range {} ('{}') goes past the model's last layer {}",
+                      out.size(), item, num_layers - 1));
     }
     expected_first = st.last_layer + 1;
     out.push_back(st);
@@ -64,9 +64,9 @@ Result<std::vector<StageLayers>> ParsePartition(const std::string& text, int num
     rest.remove_prefix(comma + 1);
   }
   if (expected_first != num_layers) {
-    return Status::InvalidArgument(fmt::format(
-        "--partition: covers layers 0-{} but the model has {} layers (0-{})", expected_first - 1,
-        num_layers, num_layers - 1));
+    return Status::InvalidArgument(
+        fmt::format("--partition: covers layers 0-{} but the model has {} layers (0-{})",
+                    expected_first - 1, num_layers, num_layers - 1));
   }
   if (static_cast<int>(out.size()) != num_stages) {
     return Status::InvalidArgument(fmt::format(

@@ -51,8 +51,8 @@ std::string ModelHash(const std::string& bytes);
 
 // A plan from a simulation of `schedule` with `options`.
 PlanFile MakePlanFile(const std::string& model_name, const std::string& model_hash,
-                      const Cluster& cluster, const Schedule& schedule,
-                      const SimOptions& options, const SimResult& result);
+                      const Cluster& cluster, const Schedule& schedule, const SimOptions& options,
+                      const SimResult& result);
 
 // The SimOptions that replay the plan.
 SimOptions PlanSimOptions(const PlanFile& plan);

@@ -1,7 +1,5 @@
 #include "sim/report.h"
 
-#include "sim/text_table.h"
-
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -9,11 +7,12 @@
 #include <utility>
 #include <vector>
 
+#include "sim/text_table.h"
+
 namespace pipecast {
 namespace {
 
 using Json = nlohmann::ordered_json;
-
 
 Json StageJson(const StageResult& r) {
   Json j;
@@ -114,7 +113,8 @@ std::string CriticalPathText(const SimResult& result) {
   std::string out = fmt::format(
       "critical path       {:.3f} ms = compute {:.3f} ms + communication {:.3f} ms + waiting "
       "{:.3f} ms\n",
-      NsToMs(cp.length_ns), NsToMs(cp.compute_ns), NsToMs(cp.communication_ns), NsToMs(cp.waiting_ns));
+      NsToMs(cp.length_ns), NsToMs(cp.compute_ns), NsToMs(cp.communication_ns),
+      NsToMs(cp.waiting_ns));
   std::vector<std::pair<TimeNs, int>> ranks;
   for (size_t r = 0; r < cp.compute_by_rank.size(); ++r) {
     if (cp.compute_by_rank[r] > 0) ranks.push_back({-cp.compute_by_rank[r], static_cast<int>(r)});
@@ -122,8 +122,9 @@ std::string CriticalPathText(const SimResult& result) {
   std::sort(ranks.begin(), ranks.end());
   std::string by_rank;
   for (const auto& [neg, r] : ranks) {
-    by_rank += fmt::format("{}rank {} {:.3f} ms ({})", by_rank.empty() ? "" : ", ", r, NsToMs(-neg),
-                           PercentText(static_cast<double>(-neg) / std::max<TimeNs>(cp.length_ns, 1)));
+    by_rank +=
+        fmt::format("{}rank {} {:.3f} ms ({})", by_rank.empty() ? "" : ", ", r, NsToMs(-neg),
+                    PercentText(static_cast<double>(-neg) / std::max<TimeNs>(cp.length_ns, 1)));
   }
   out += "  compute on the path by rank: " + by_rank + "\n";
   for (const auto& l : cp.communication_by_link) {
@@ -229,13 +230,14 @@ std::string RankTable(const SimResult& result) {
     std::string of_capacity = "unlimited";
     if (result.memory_capacity_bytes > 0) {
       of_capacity = PercentText(static_cast<double>(r.peak_memory_bytes) /
-                            static_cast<double>(result.memory_capacity_bytes));
+                                static_cast<double>(result.memory_capacity_bytes));
     }
-    t.AddRow({fmt::format("{}", r.rank), LayerRanges(r.layers),
-              fmt::format("{:.3f}", NsToMs(r.busy_ns)), fmt::format("{:.3f}", NsToMs(r.first_start_ns)),
-              fmt::format("{:.3f}", NsToMs(r.last_end_ns)), PercentText(r.bubble_ratio),
-              PercentText(r.bubble_fraction_of_ideal), fmt::format("{}", r.peak_inflight_microbatches),
-              GiBText(r.peak_memory_bytes), of_capacity, OverCapacity(result, r) ? "OVER" : ""});
+    t.AddRow(
+        {fmt::format("{}", r.rank), LayerRanges(r.layers), fmt::format("{:.3f}", NsToMs(r.busy_ns)),
+         fmt::format("{:.3f}", NsToMs(r.first_start_ns)),
+         fmt::format("{:.3f}", NsToMs(r.last_end_ns)), PercentText(r.bubble_ratio),
+         PercentText(r.bubble_fraction_of_ideal), fmt::format("{}", r.peak_inflight_microbatches),
+         GiBText(r.peak_memory_bytes), of_capacity, OverCapacity(result, r) ? "OVER" : ""});
   }
   std::string out = t.Render();
   for (const StageResult& r : result.per_rank) {
@@ -260,9 +262,9 @@ std::string MemoryTable(const SimResult& result) {
   t.AddColumn("total peak", TextTable::kRight);
   for (const StageResult& r : result.per_rank) {
     const MemoryBreakdown& m = r.memory;
-    t.AddRow({fmt::format("{}", r.rank), GiBText(m.weights), GiBText(m.gradients), GiBText(m.optimizer),
-              GiBText(m.activations_peak), GiBText(m.comm_buffers_peak), GiBText(m.workspace_peak),
-              GiBText(r.peak_memory_bytes)});
+    t.AddRow({fmt::format("{}", r.rank), GiBText(m.weights), GiBText(m.gradients),
+              GiBText(m.optimizer), GiBText(m.activations_peak), GiBText(m.comm_buffers_peak),
+              GiBText(m.workspace_peak), GiBText(r.peak_memory_bytes)});
   }
   return "memory per rank, GiB (each part's own peak; the total is the peak of their sum)\n" +
          t.Render();

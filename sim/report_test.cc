@@ -70,17 +70,19 @@ std::vector<std::string> Keys(const ordered_json& j) {
 TEST(ReportTest, JsonHasExactlyTheDocumentedKeysInOrder) {
   ordered_json j = ordered_json::parse(ResultToJson(TwoRankResult()));
   EXPECT_EQ(Keys(j),
-            (std::vector<std::string>{
-                "iteration_time_us", "pipeline_time_us", "allreduce_time_us", "optimizer_time_us",
-                "throughput_samples_per_s", "bubble_ratio", "bubble_fraction_of_ideal", "schedule",
-                "ranks", "stages_count", "microbatches", "microbatch_size", "data_parallel",
-                "global_batch", "costs_measured", "notes", "memory_capacity_bytes", "iterations_simulated", "stages"}));
+            (std::vector<std::string>{"iteration_time_us", "pipeline_time_us", "allreduce_time_us",
+                                      "optimizer_time_us", "throughput_samples_per_s",
+                                      "bubble_ratio", "bubble_fraction_of_ideal", "schedule",
+                                      "ranks", "stages_count", "microbatches", "microbatch_size",
+                                      "data_parallel", "global_batch", "costs_measured", "notes",
+                                      "memory_capacity_bytes", "iterations_simulated", "stages"}));
   ASSERT_EQ(j["stages"].size(), 2u);
-  EXPECT_EQ(Keys(j["stages"][0]),
-            (std::vector<std::string>{"stage", "first_layer", "last_layer", "chunks", "busy_us",
-                                      "first_start_us", "last_end_us", "bubble_ratio",
-                                      "bubble_fraction_of_ideal", "peak_inflight_microbatches",
-                                      "peak_memory_bytes", "allreduce_us", "weight_versions", "memory"}));
+  EXPECT_EQ(
+      Keys(j["stages"][0]),
+      (std::vector<std::string>{"stage", "first_layer", "last_layer", "chunks", "busy_us",
+                                "first_start_us", "last_end_us", "bubble_ratio",
+                                "bubble_fraction_of_ideal", "peak_inflight_microbatches",
+                                "peak_memory_bytes", "allreduce_us", "weight_versions", "memory"}));
   EXPECT_EQ(Keys(j["stages"][0]["memory"]),
             (std::vector<std::string>{"weights_bytes", "gradients_bytes", "optimizer_bytes",
                                       "activations_peak_bytes", "comm_buffers_peak_bytes",

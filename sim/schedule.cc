@@ -51,9 +51,10 @@ const char* ScheduleKindName(ScheduleKind kind) {
 }
 
 std::vector<ScheduleKind> BuiltinScheduleKinds() {
-  return {ScheduleKind::kNaive,           ScheduleKind::kGPipe,     ScheduleKind::k1F1B,
-          ScheduleKind::kInterleaved1F1B, ScheduleKind::kPipeDream, ScheduleKind::kZBH1,
-          ScheduleKind::kZBH2,            ScheduleKind::kLoopedBFS};
+  return {ScheduleKind::kNaive,     ScheduleKind::kGPipe,
+          ScheduleKind::k1F1B,      ScheduleKind::kInterleaved1F1B,
+          ScheduleKind::kPipeDream, ScheduleKind::kZBH1,
+          ScheduleKind::kZBH2,      ScheduleKind::kLoopedBFS};
 }
 
 bool UsesChunks(ScheduleKind kind) {
@@ -145,8 +146,7 @@ void BuildPipeDream(Schedule& s) {
 
 }  // namespace
 
-Result<Schedule> MakeSchedule(ScheduleKind kind, int num_ranks, int num_microbatches,
-                              int chunks) {
+Result<Schedule> MakeSchedule(ScheduleKind kind, int num_ranks, int num_microbatches, int chunks) {
   if (num_ranks < 1) {
     return Status::InvalidArgument(
         fmt::format("--stages is {}: a pipeline needs at least 1 stage", num_ranks));
@@ -156,10 +156,10 @@ Result<Schedule> MakeSchedule(ScheduleKind kind, int num_ranks, int num_microbat
         "--microbatches is {}: an iteration needs at least 1 micro-batch", num_microbatches));
   }
   if (chunks < 1 || (chunks > 1 && !UsesChunks(kind))) {
-    return Status::InvalidArgument(fmt::format(
-        "--chunks is {}: {} takes exactly 1 model chunk per GPU; only interleaved and "
-        "looped-bfs take more",
-        chunks, ScheduleKindName(kind)));
+    return Status::InvalidArgument(
+        fmt::format("--chunks is {}: {} takes exactly 1 model chunk per GPU; only interleaved and "
+                    "looped-bfs take more",
+                    chunks, ScheduleKindName(kind)));
   }
   // A bound far past real pipelines (1024 stages x 8192 micro-batches) that
   // keeps the action lists, and the simulation of them, finite: without it
@@ -232,10 +232,10 @@ Status ValidateSchedule(const Schedule& s) {
   }
   if (static_cast<int>(s.actions.size()) != s.num_ranks ||
       static_cast<int>(s.stage_rank.size()) != s.num_stages) {
-    return Status::Internal(fmt::format("schedule '{}' is inconsistent: {} action lists for {} "
-                                        "ranks, {} stage owners for {} stages",
-                                        s.name, s.actions.size(), s.num_ranks,
-                                        s.stage_rank.size(), s.num_stages));
+    return Status::Internal(
+        fmt::format("schedule '{}' is inconsistent: {} action lists for {} "
+                    "ranks, {} stage owners for {} stages",
+                    s.name, s.actions.size(), s.num_ranks, s.stage_rank.size(), s.num_stages));
   }
   for (int st = 0; st < s.num_stages; ++st) {
     if (s.stage_rank[st] < 0 || s.stage_rank[st] >= s.num_ranks) {
@@ -250,14 +250,14 @@ Status ValidateSchedule(const Schedule& s) {
   for (int r = 0; r < s.num_ranks; ++r) {
     for (const Action& a : s.actions[r]) {
       if (a.stage < 0 || a.stage >= s.num_stages) {
-        return Status::InvalidArgument(fmt::format(
-            "op {} on rank {}: stage {} is out of range 0..{}", ActionName(a), r, a.stage,
-            s.num_stages - 1));
+        return Status::InvalidArgument(
+            fmt::format("op {} on rank {}: stage {} is out of range 0..{}", ActionName(a), r,
+                        a.stage, s.num_stages - 1));
       }
       if (a.microbatch < 0 || a.microbatch >= s.num_microbatches) {
-        return Status::InvalidArgument(fmt::format(
-            "op {} on rank {}: micro-batch {} is out of range 0..{}", ActionName(a), r,
-            a.microbatch, s.num_microbatches - 1));
+        return Status::InvalidArgument(
+            fmt::format("op {} on rank {}: micro-batch {} is out of range 0..{}", ActionName(a), r,
+                        a.microbatch, s.num_microbatches - 1));
       }
       if (s.stage_rank[a.stage] != r) {
         return Status::InvalidArgument(fmt::format(
@@ -265,8 +265,8 @@ Status ValidateSchedule(const Schedule& s) {
             "rank's line",
             ActionName(a), r, a.stage, s.stage_rank[a.stage]));
       }
-      uint8_t& c = counts[static_cast<int>(a.kind)][a.stage * int64_t{s.num_microbatches} +
-                                                    a.microbatch];
+      uint8_t& c =
+          counts[static_cast<int>(a.kind)][a.stage * int64_t{s.num_microbatches} + a.microbatch];
       if (c > 0) {
         return Status::InvalidArgument(fmt::format(
             "op {} appears more than once (rank {}): each op runs exactly once per iteration",
@@ -292,15 +292,15 @@ Status ValidateSchedule(const Schedule& s) {
             st, mb, name(OpKind::kBackward)));
       }
       if (!b && !in && !w) {
-        return Status::InvalidArgument(fmt::format(
-            "op {} is missing: every stage runs a backward (B, or I and W) for every "
-            "micro-batch (rank {})",
-            name(OpKind::kBackward), s.stage_rank[st]));
+        return Status::InvalidArgument(
+            fmt::format("op {} is missing: every stage runs a backward (B, or I and W) for every "
+                        "micro-batch (rank {})",
+                        name(OpKind::kBackward), s.stage_rank[st]));
       }
       if (!b && in != w) {
-        return Status::InvalidArgument(fmt::format(
-            "op {} is missing: a split backward needs both I and W",
-            name(in ? OpKind::kBackwardWeight : OpKind::kBackwardInput)));
+        return Status::InvalidArgument(
+            fmt::format("op {} is missing: a split backward needs both I and W",
+                        name(in ? OpKind::kBackwardWeight : OpKind::kBackwardInput)));
       }
     }
   }

@@ -29,7 +29,7 @@ char OpKindLetter(OpKind kind);  // F, B, I, W
 inline constexpr int kPipeDreamIterations = 4;
 
 struct Action {
-  int stage = 0;       // virtual stage
+  int stage = 0;  // virtual stage
   OpKind kind = OpKind::kForward;
   int microbatch = 0;
   bool operator==(const Action&) const = default;
@@ -37,15 +37,15 @@ struct Action {
 std::string ActionName(const Action& action);  // e.g. "2B5"
 
 enum class ScheduleKind {
-  kNaive,             // "naive": one micro-batch at a time through the pipeline
-  kGPipe,             // "gpipe": all forwards, then all backwards
-  k1F1B,              // "1f1b": PipeDream-Flush / Megatron non-interleaved
-  kInterleaved1F1B,   // "interleaved": Megatron interleaved, v chunks per rank
-  kPipeDream,         // "pipedream": asynchronous 1F1B, weight stashing, no flush
-  kZBH1,              // "zb-h1": zero bubble, 1F1B memory
-  kZBH2,              // "zb-h2": zero bubble, about twice the memory
-  kLoopedBFS,         // "looped-bfs": breadth-first, v chunks per rank
-  kCustom,            // "custom": schedule text
+  kNaive,            // "naive": one micro-batch at a time through the pipeline
+  kGPipe,            // "gpipe": all forwards, then all backwards
+  k1F1B,             // "1f1b": PipeDream-Flush / Megatron non-interleaved
+  kInterleaved1F1B,  // "interleaved": Megatron interleaved, v chunks per rank
+  kPipeDream,        // "pipedream": asynchronous 1F1B, weight stashing, no flush
+  kZBH1,             // "zb-h1": zero bubble, 1F1B memory
+  kZBH2,             // "zb-h2": zero bubble, about twice the memory
+  kLoopedBFS,        // "looped-bfs": breadth-first, v chunks per rank
+  kCustom,           // "custom": schedule text
 };
 const char* ScheduleKindName(ScheduleKind kind);
 // Parses a --schedule value; InvalidArgument listing the known names.
@@ -60,10 +60,10 @@ bool SplitsBackward(ScheduleKind kind);
 struct Schedule {
   std::string name;
   int num_ranks = 0;
-  int num_stages = 0;      // virtual stages; == num_ranks without chunks
+  int num_stages = 0;  // virtual stages; == num_ranks without chunks
   int num_microbatches = 0;
-  std::vector<int> stage_rank;                // rank owning each stage
-  std::vector<std::vector<Action>> actions;   // per rank, in execution order
+  std::vector<int> stage_rank;               // rank owning each stage
+  std::vector<std::vector<Action>> actions;  // per rank, in execution order
   // True when the schedule splits the backward into I and W.
   bool split_backward = false;
   // Training iterations the action lists cover. 1, except for asynchronous

@@ -24,7 +24,9 @@ class CycleVisitor : public boost::default_dfs_visitor {
  public:
   CycleVisitor(std::vector<Vertex>* parent, Edge* back, bool* found)
       : parent_(parent), back_(back), found_(found) {}
-  void tree_edge(Edge e, const Graph& g) const { (*parent_)[boost::target(e, g)] = boost::source(e, g); }
+  void tree_edge(Edge e, const Graph& g) const {
+    (*parent_)[boost::target(e, g)] = boost::source(e, g);
+  }
   void back_edge(Edge e, const Graph&) const {
     if (!*found_) {
       *back_ = e;
@@ -95,11 +97,13 @@ std::vector<DependencyEdge> FindDependencyCycle(const Schedule& s) {
 std::string DescribeCycle(const std::vector<DependencyEdge>& cycle) {
   std::string out;
   for (const DependencyEdge& e : cycle) {
-    out += fmt::format("\n  {} (rank {}) {} {}", ActionName(e.to), e.to_rank,
-                       e.stream_order ? "runs after" : "waits for the output of",
-                       ActionName(e.from));
-    if (!e.stream_order) out += fmt::format(" (rank {})", e.from_rank);
-    else out += fmt::format(" on rank {}'s list", e.from_rank);
+    out +=
+        fmt::format("\n  {} (rank {}) {} {}", ActionName(e.to), e.to_rank,
+                    e.stream_order ? "runs after" : "waits for the output of", ActionName(e.from));
+    if (!e.stream_order)
+      out += fmt::format(" (rank {})", e.from_rank);
+    else
+      out += fmt::format(" on rank {}'s list", e.from_rank);
   }
   return out;
 }

@@ -63,8 +63,7 @@ TEST(ScheduleValidate, DuplicatedMissingAndMisplacedOps) {
       HasSubstr("1F0 is on rank 0's list, but stage 1 belongs to rank 1"));
   EXPECT_THAT(ValidateSchedule(CustomSchedule(1, {{F(0, 0), B(0, 3)}})).message(),
               HasSubstr("micro-batch 3 is out of range"));
-  EXPECT_THAT(ValidateSchedule(CustomSchedule(
-                                   1, {{F(0, 0), Action{0, OpKind::kBackwardInput, 0}}}))
+  EXPECT_THAT(ValidateSchedule(CustomSchedule(1, {{F(0, 0), Action{0, OpKind::kBackwardInput, 0}}}))
                   .message(),
               HasSubstr("0W0 is missing"));
 }

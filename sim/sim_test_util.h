@@ -14,9 +14,8 @@
 namespace pipecast::test_util {
 
 // `n` identical layers measured at micro-batch size 1.
-inline Model UniformModel(int n, TimeNs forward_ns, TimeNs backward_ns,
-                          Bytes activation_bytes = 0, Bytes output_bytes = 0,
-                          int64_t parameters = 0) {
+inline Model UniformModel(int n, TimeNs forward_ns, TimeNs backward_ns, Bytes activation_bytes = 0,
+                          Bytes output_bytes = 0, int64_t parameters = 0) {
   Model m;
   m.name = "uniform";
   for (int i = 0; i < n; ++i) {

@@ -40,7 +40,6 @@ int64_t SimResult::NumOps() const {
 
 namespace {
 
-
 // Costs per stage, and notes about interpolated ones.
 std::vector<StageCost> StageCosts(const Model& model, const std::vector<StageLayers>& partition,
                                   int microbatch_size, bool recompute,
@@ -85,8 +84,7 @@ std::vector<StageCost> StageCosts(const Model& model, const std::vector<StageLay
   return costs;
 }
 
-Status CheckPartition(const std::vector<StageLayers>& partition, int num_layers,
-                      int num_stages) {
+Status CheckPartition(const std::vector<StageLayers>& partition, int num_layers, int num_stages) {
   if (static_cast<int>(partition.size()) != num_stages) {
     return Status::InvalidArgument(fmt::format(
         "the partition has {} stages but the schedule has {}", partition.size(), num_stages));
@@ -114,8 +112,8 @@ Status CheckPartition(const std::vector<StageLayers>& partition, int num_layers,
 TimeNs RingAllReduceNs(Bytes bytes, int d, const Link& link) {
   if (d <= 1) return 0;
   double moved = 2.0 * (d - 1) / d * static_cast<double>(bytes);
-  return 2 * (d - 1) * link.LatencyNs() + TransferNs(static_cast<Bytes>(std::ceil(moved)),
-                                                     link.bandwidth_gbps);
+  return 2 * (d - 1) * link.LatencyNs() +
+         TransferNs(static_cast<Bytes>(std::ceil(moved)), link.bandwidth_gbps);
 }
 
 }  // namespace
@@ -125,8 +123,8 @@ namespace internal {
 Status Engine::Run() {
   // Events are numbered with 32-bit ids: ops, plus at most one activation
   // and one gradient transfer per (stage boundary, micro-batch).
-  const int64_t events = sched_.NumActions() + 2 * int64_t{sched_.num_stages - 1} *
-                                                   sched_.num_microbatches;
+  const int64_t events =
+      sched_.NumActions() + 2 * int64_t{sched_.num_stages - 1} * sched_.num_microbatches;
   if (events >= std::numeric_limits<int32_t>::max()) {
     return Status::InvalidArgument(fmt::format(
         "schedule '{}' has {} ops and transfers: the simulator handles fewer than 2^31; use "
@@ -280,7 +278,6 @@ void Engine::Finish() {
 
 }  // namespace internal
 
-
 Result<SimResult> Simulate(const Model& model, const Cluster& cluster, const Schedule& schedule,
                            const SimOptions& options) {
   PIPECAST_RETURN_IF_ERROR(options.Validate());
@@ -337,9 +334,9 @@ Result<SimResult> Simulate(const Model& model, const Cluster& cluster, const Sch
   for (int k = 0; k < schedule.num_ranks; ++k) {
     result.per_rank[k].rank = k;
     if (schedule.actions[k].empty()) {
-      return Status::InvalidArgument(fmt::format(
-          "rank {} has no ops in schedule '{}': every rank must own at least one stage", k,
-          schedule.name));
+      return Status::InvalidArgument(
+          fmt::format("rank {} has no ops in schedule '{}': every rank must own at least one stage",
+                      k, schedule.name));
     }
   }
 
@@ -366,10 +363,12 @@ Result<SimResult> Simulate(const Model& model, const Cluster& cluster, const Sch
       // forwards); recomputation is not counted, as in MFU's definition.
       const double gpus = static_cast<double>(schedule.num_ranks) * options.data_parallel;
       result.tflops_per_gpu = 3.0 * *flops * result.samples_per_s / gpus / 1e12;
-      if (cluster.gpu.peak_tflops > 0) result.mfu = *result.tflops_per_gpu / cluster.gpu.peak_tflops;
+      if (cluster.gpu.peak_tflops > 0)
+        result.mfu = *result.tflops_per_gpu / cluster.gpu.peak_tflops;
     }
   } else {
-    result.notes.push_back("the iteration takes 0 ns (every cost is zero): throughput is undefined");
+    result.notes.push_back(
+        "the iteration takes 0 ns (every cost is zero): throughput is undefined");
   }
   return result;
 }

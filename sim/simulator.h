@@ -100,8 +100,8 @@ struct MemoryBreakdown {
   Bytes weights = 0;
   Bytes gradients = 0;
   Bytes optimizer = 0;
-  Bytes activations_peak = 0;    // peak of the activation live set alone
-  Bytes comm_buffers_peak = 0;   // peak of send + receive buffers alone
+  Bytes activations_peak = 0;   // peak of the activation live set alone
+  Bytes comm_buffers_peak = 0;  // peak of send + receive buffers alone
   Bytes workspace_peak = 0;
   // Extra weight versions PipeDream stashes for in-flight micro-batches
   // ((versions - 1) x weights); 0 for schedules with a flush.
@@ -110,18 +110,18 @@ struct MemoryBreakdown {
 
 struct StageResult {
   int rank = 0;
-  std::vector<int> stages;               // virtual stages on this rank
-  std::vector<StageLayers> layers;       // their layers, same order
+  std::vector<int> stages;          // virtual stages on this rank
+  std::vector<StageLayers> layers;  // their layers, same order
   TimeNs busy_ns = 0;
   TimeNs first_start_ns = 0;
   TimeNs last_end_ns = 0;
-  double bubble_ratio = 0;               // 1 - busy / pipeline span
-  double bubble_fraction_of_ideal = 0;   // (span - busy) / busy
-  int peak_inflight_microbatches = 0;    // (stage, micro-batch) activations held
-  Bytes peak_memory_bytes = 0;           // static + peak of the live set
+  double bubble_ratio = 0;              // 1 - busy / pipeline span
+  double bubble_fraction_of_ideal = 0;  // (span - busy) / busy
+  int peak_inflight_microbatches = 0;   // (stage, micro-batch) activations held
+  Bytes peak_memory_bytes = 0;          // static + peak of the live set
   MemoryBreakdown memory;
   TimeNs allreduce_ns = 0;
-  int weight_versions = 1;  // weight versions held at once (PipeDream: p - s)
+  int weight_versions = 1;                    // weight versions held at once (PipeDream: p - s)
   std::vector<MemorySample> memory_timeline;  // when record_timeline
 };
 
@@ -158,8 +158,8 @@ struct SimResult {
   // When record_timeline: the chain of ops and transfers that sets the
   // pipeline's length.
   std::optional<CriticalPath> critical_path;
-  std::vector<OpRecord> ops;             // when record_timeline, in start order
-  std::vector<TransferRecord> transfers; // when record_timeline
+  std::vector<OpRecord> ops;              // when record_timeline, in start order
+  std::vector<TransferRecord> transfers;  // when record_timeline
 
   int64_t NumOps() const;
 };
@@ -169,8 +169,8 @@ struct SimResult {
 // InvalidArgument for a bad option, partition or schedule (not a complete
 // iteration); FailedPrecondition naming the cycle of waiting ops when the
 // schedule's order can never finish.
-Result<SimResult> Simulate(const Model& model, const Cluster& cluster,
-                           const Schedule& schedule, const SimOptions& options);
+Result<SimResult> Simulate(const Model& model, const Cluster& cluster, const Schedule& schedule,
+                           const SimOptions& options);
 
 }  // namespace pipecast
 

@@ -101,18 +101,15 @@ void CompareResults(const SimResult& a, const SimResult& b, Differ* d) {
     d->Eq(at + "first_start_ns", x.first_start_ns, y.first_start_ns);
     d->Eq(at + "last_end_ns", x.last_end_ns, y.last_end_ns);
     d->Eq(at + "bubble_ratio", x.bubble_ratio, y.bubble_ratio);
-    d->Eq(at + "bubble_fraction_of_ideal", x.bubble_fraction_of_ideal,
-          y.bubble_fraction_of_ideal);
+    d->Eq(at + "bubble_fraction_of_ideal", x.bubble_fraction_of_ideal, y.bubble_fraction_of_ideal);
     d->Eq(at + "peak_inflight_microbatches", x.peak_inflight_microbatches,
           y.peak_inflight_microbatches);
     d->Eq(at + "peak_memory_bytes", x.peak_memory_bytes, y.peak_memory_bytes);
     d->Eq(at + "memory.weights", x.memory.weights, y.memory.weights);
     d->Eq(at + "memory.gradients", x.memory.gradients, y.memory.gradients);
     d->Eq(at + "memory.optimizer", x.memory.optimizer, y.memory.optimizer);
-    d->Eq(at + "memory.activations_peak", x.memory.activations_peak,
-          y.memory.activations_peak);
-    d->Eq(at + "memory.comm_buffers_peak", x.memory.comm_buffers_peak,
-          y.memory.comm_buffers_peak);
+    d->Eq(at + "memory.activations_peak", x.memory.activations_peak, y.memory.activations_peak);
+    d->Eq(at + "memory.comm_buffers_peak", x.memory.comm_buffers_peak, y.memory.comm_buffers_peak);
     d->Eq(at + "memory.workspace_peak", x.memory.workspace_peak, y.memory.workspace_peak);
     d->Eq(at + "memory.stashed_weights", x.memory.stashed_weights, y.memory.stashed_weights);
     d->Eq(at + "allreduce_ns", x.allreduce_ns, y.allreduce_ns);
@@ -193,8 +190,8 @@ struct Tally {
 };
 
 AssertionResult SameAsReference(const Model& model, const Cluster& cluster,
-                                const Schedule& schedule, const SimOptions& options,
-                                Tally* tally, bool compare_text = true) {
+                                const Schedule& schedule, const SimOptions& options, Tally* tally,
+                                bool compare_text = true) {
   Result<SimResult> want = internal::ReferenceSimulate(model, cluster, schedule, options);
   Result<SimResult> got = Simulate(model, cluster, schedule, options);
   if (want.ok() != got.ok()) {
@@ -265,7 +262,7 @@ std::vector<Cluster> TestClusters() {
   Cluster round = test_util::IdealCluster();
   round.name = "round";
   round.gpus_per_node = 2;
-  round.intra_node = Link{1.0, 0.0};   // 1 MB takes 1 ms, as long as a forward
+  round.intra_node = Link{1.0, 0.0};  // 1 MB takes 1 ms, as long as a forward
   round.inter_node = Link{0.5, 1000.0};
   out.push_back(round);
   Cluster a100 = *ClusterPreset("a100-80gb");
@@ -336,8 +333,8 @@ TEST(SimulatorEquivalence, LargerPipelinesAcrossNodes) {
       for (bool unequal : {false, true}) {
         SimOptions opts;
         opts.data_parallel = 2;
-        EXPECT_TRUE(SameAsReference(TestModel(p * v * 2, unequal), unequal ? a100 : h100,
-                                    *sched, opts, &tally, /*compare_text=*/false))
+        EXPECT_TRUE(SameAsReference(TestModel(p * v * 2, unequal), unequal ? a100 : h100, *sched,
+                                    opts, &tally, /*compare_text=*/false))
             << ScheduleKindName(kind) << " p=" << p << " m=" << m << " unequal=" << unequal;
       }
     }
@@ -356,16 +353,16 @@ TEST(SimulatorEquivalence, RunsWithLargeTablesInARow) {
     int p, m;
   };
   // 1F1B p=64 m=1280: 163840 ops + 161280 transfers, 16 bytes each = 5.2 MB.
-  for (const Run& run : {Run{ScheduleKind::k1F1B, 64, 1280},
-                         Run{ScheduleKind::kInterleaved1F1B, 32, 1152},
-                         Run{ScheduleKind::k1F1B, 64, 1280}}) {
+  for (const Run& run :
+       {Run{ScheduleKind::k1F1B, 64, 1280}, Run{ScheduleKind::kInterleaved1F1B, 32, 1152},
+        Run{ScheduleKind::k1F1B, 64, 1280}}) {
     const int v = UsesChunks(run.kind) ? 2 : 1;
     Result<Schedule> sched = MakeSchedule(run.kind, run.p, run.m, v);
     ASSERT_TRUE(sched.ok()) << sched.status().message();
     SimOptions opts;
     opts.record_timeline = false;
-    EXPECT_TRUE(SameAsReference(TestModel(run.p * v, /*unequal=*/true), h100, *sched, opts,
-                                &tally, /*compare_text=*/false))
+    EXPECT_TRUE(SameAsReference(TestModel(run.p * v, /*unequal=*/true), h100, *sched, opts, &tally,
+                                /*compare_text=*/false))
         << ScheduleKindName(run.kind) << " p=" << run.p << " m=" << run.m;
   }
   EXPECT_EQ(tally.ran, 3);
@@ -410,8 +407,8 @@ Schedule RandomValidSchedule(std::mt19937& rng, int ranks, int stages, int micro
     // Prefer low micro-batches a little, as real schedules do.
     std::sort(ready.begin(), ready.end(),
               [](const Action& a, const Action& b) { return a.microbatch < b.microbatch; });
-    const size_t pick = std::min(ready.size() - 1, static_cast<size_t>(rng() % 4 + rng() % 3) *
-                                                       (rng() % 2) % ready.size());
+    const size_t pick = std::min(
+        ready.size() - 1, static_cast<size_t>(rng() % 4 + rng() % 3) * (rng() % 2) % ready.size());
     const Action a = ready[pick];
     ++at(a.stage, a.microbatch);
     s.actions[s.stage_rank[a.stage]].push_back(a);
@@ -500,7 +497,7 @@ TEST(SimulatorEquivalence, RandomRoundCostsMakeEveryKindOfTie) {
 // inserted by the previous arrival on its link when that arrival is
 // processed at the very instant its producer ends, after the producer's end
 // (Engine::Deliver's tie case): rare, so picked out here.
-constexpr int kBacklogTieTrials[] = {6477, 7229, 8605, 8956, 11517,
+constexpr int kBacklogTieTrials[] = {6477,  7229,  8605,  8956,  11517,
                                      12269, 13993, 20313, 21385, 29442};
 
 TEST(SimulatorEquivalence, RoundCostTrialsWithALinkBacklogTie) {

@@ -21,7 +21,7 @@ constexpr TimeNs kB = 2000 * kNsPerUs;  // 2 ms backward per stage
 constexpr Bytes kAct = 100 * kMiB;
 
 SimResult SimulateOk(ScheduleKind kind, int p, int m, const Cluster& cluster = IdealCluster(),
-              const Model& model = {}, SimOptions opts = {}) {
+                     const Model& model = {}, SimOptions opts = {}) {
   Model mdl = model.layers.empty() ? UniformModel(p, kF, kB, kAct) : model;
   auto sched = MakeSchedule(kind, p, m);
   EXPECT_TRUE(sched.ok()) << sched.status().message();
@@ -244,8 +244,8 @@ TEST(SimulatorDeadlock, OpBeforeItsOwnForwardIsNamed) {
 
 TEST(SimulatorDeadlock, CycleAcrossRanksIsNamed) {
   Model model = UniformModel(2, kF, kB);
-  Schedule s = CustomSchedule(2, {{F(0, 0), B(0, 0), F(0, 1), B(0, 1)},
-                                  {F(1, 1), F(1, 0), B(1, 0), B(1, 1)}});
+  Schedule s = CustomSchedule(
+      2, {{F(0, 0), B(0, 0), F(0, 1), B(0, 1)}, {F(1, 1), F(1, 0), B(1, 0), B(1, 1)}});
   auto r = Simulate(model, IdealCluster(), s, SimOptions{});
   ASSERT_FALSE(r.ok());
   EXPECT_THAT(r.status().message(), HasSubstr("can never finish"));
@@ -275,8 +275,8 @@ TEST(SimulatorErrors, IncompleteScheduleIsRejected) {
 
 TEST(SimulatorErrors, SplitBackwardNeedsWeightGradientTimes) {
   Model model = UniformModel(1, kF, kB);
-  Schedule s = CustomSchedule(1, {{F(0, 0), Action{0, OpKind::kBackwardInput, 0},
-                                   Action{0, OpKind::kBackwardWeight, 0}}});
+  Schedule s = CustomSchedule(
+      1, {{F(0, 0), Action{0, OpKind::kBackwardInput, 0}, Action{0, OpKind::kBackwardWeight, 0}}});
   auto r = Simulate(model, IdealCluster(), s, SimOptions{});
   ASSERT_FALSE(r.ok());
   EXPECT_THAT(r.status().message(), HasSubstr("backward_weight_us"));

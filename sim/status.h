@@ -31,18 +31,14 @@ class [[nodiscard]] Status {
   static Status InvalidArgument(std::string msg) {
     return Status(StatusCode::kInvalidArgument, std::move(msg));
   }
-  static Status NotFound(std::string msg) {
-    return Status(StatusCode::kNotFound, std::move(msg));
-  }
+  static Status NotFound(std::string msg) { return Status(StatusCode::kNotFound, std::move(msg)); }
   static Status FailedPrecondition(std::string msg) {
     return Status(StatusCode::kFailedPrecondition, std::move(msg));
   }
   static Status Unavailable(std::string msg) {
     return Status(StatusCode::kUnavailable, std::move(msg));
   }
-  static Status Internal(std::string msg) {
-    return Status(StatusCode::kInternal, std::move(msg));
-  }
+  static Status Internal(std::string msg) { return Status(StatusCode::kInternal, std::move(msg)); }
 
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }
@@ -55,8 +51,7 @@ class [[nodiscard]] Status {
   }
 
  private:
-  Status(StatusCode code, std::string msg)
-      : code_(code), message_(std::move(msg)) {}
+  Status(StatusCode code, std::string msg) : code_(code), message_(std::move(msg)) {}
   StatusCode code_ = StatusCode::kOk;
   std::string message_;
 };
@@ -65,7 +60,7 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : value_(std::move(value)) {}         // NOLINT: implicit by design
   Result(Status status) : status_(std::move(status)) {  // NOLINT
     if (status_.ok()) status_ = Status::Internal("Result built from OK status");
   }
@@ -89,10 +84,10 @@ class [[nodiscard]] Result {
 }  // namespace pipecast
 
 // Propagates a non-OK Status out of the enclosing function.
-#define PIPECAST_RETURN_IF_ERROR(expr)         \
-  do {                                         \
-    ::pipecast::Status _st = (expr);           \
-    if (!_st.ok()) return _st;                 \
+#define PIPECAST_RETURN_IF_ERROR(expr) \
+  do {                                 \
+    ::pipecast::Status _st = (expr);   \
+    if (!_st.ok()) return _st;         \
   } while (0)
 
 #endif  // PIPECAST_SIM_STATUS_H_

@@ -17,9 +17,7 @@
 namespace pipecast {
 
 // "12.3%" for 0.123: how every tool prints a ratio.
-inline std::string PercentText(double fraction) {
-  return fmt::format("{:.1f}%", 100.0 * fraction);
-}
+inline std::string PercentText(double fraction) { return fmt::format("{:.1f}%", 100.0 * fraction); }
 // "79.77" (GiB, two decimals): how every tool prints a memory size.
 inline std::string GiBText(Bytes bytes) { return fmt::format("{:.2f}", ToGiB(bytes)); }
 

@@ -40,7 +40,6 @@ struct Event {
   Json json;
 };
 
-
 // Compact JSON; invalid UTF-8 in a label or name becomes U+FFFD instead of
 // throwing.
 std::string Dump(const Json& json) {
@@ -145,7 +144,7 @@ class TraceBuilder {
   void AddCriticalStep(const CriticalStep& step) {
     const char* kind = step.kind == CriticalStep::Kind::kCompute         ? "compute"
                        : step.kind == CriticalStep::Kind::kCommunication ? "communication"
-                                                                          : "waiting";
+                                                                         : "waiting";
     std::string name = step.op >= 0 ? ActionName(result_.ops[step.op].action) : kind;
     Json& e = Add(step.start_ns, std::max(step.rank, 0), kCriticalTid, Order::kSlice, "X",
                   std::move(name), "critical");

@@ -68,7 +68,7 @@ struct Case {
   std::string name;  // test name: letters, digits, underscores
   Tool tool;
   std::vector<File> files;
-  std::string args;   // shell text; {dir} and {ex} are replaced
+  std::string args;  // shell text; {dir} and {ex} are replaced
   int exit_code;
   std::string error;  // must appear in stderr
   After after = After::kAnything;
@@ -91,9 +91,8 @@ void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 // profile object of layer 0 when given.
 std::string Model(int layers, const std::string& profile = "",
                   const std::string& parameters = "1000") {
-  const std::string good =
-      R"({"microbatch_size": 1, "forward_us": 100, "backward_us": 200, )"
-      R"("activation_bytes": 1024, "output_bytes": 512})";
+  const std::string good = R"({"microbatch_size": 1, "forward_us": 100, "backward_us": 200, )"
+                           R"("activation_bytes": 1024, "output_bytes": 512})";
   std::string text = R"({"format": "pipecast-model/1", "name": "m", "layers": [)";
   for (int i = 0; i < layers; ++i) {
     if (i > 0) text += ", ";
@@ -148,8 +147,16 @@ const char kSim[] = "--model {dir}/m.json --stages 2 --microbatches 2";
 Case Row(std::string name, Tool tool, std::vector<File> files, std::string args, int exit_code,
          std::string error, After after = After::kAnything, std::string make_dir = "",
          bool read_only = false) {
-  return Case{std::move(name), tool,  std::move(files),    std::move(args), exit_code,
-              std::move(error), after, std::move(make_dir), read_only, std::string(),
+  return Case{std::move(name),
+              tool,
+              std::move(files),
+              std::move(args),
+              exit_code,
+              std::move(error),
+              after,
+              std::move(make_dir),
+              read_only,
+              std::string(),
               false};
 }
 
@@ -157,75 +164,77 @@ std::vector<Case> Catalogue() {
   std::vector<Case> c;
   // --- malformed JSON ------------------------------------------------------
   c.push_back(Row("model_truncated_json", kSimulator,
-               {{"m.json", R"({"format": "pipecast-model/1", "name": )"}},
-               kSim, 1, "m.json: not valid JSON at byte"));
+                  {{"m.json", R"({"format": "pipecast-model/1", "name": )"}}, kSim, 1,
+                  "m.json: not valid JSON at byte"));
   c.push_back(Row("model_not_json_at_all", kPlanner, {{"m.json", "layers: 8\n"}},
-               "--model {dir}/m.json --gpus 8", 1, "m.json: not valid JSON at byte 1"));
+                  "--model {dir}/m.json --gpus 8", 1, "m.json: not valid JSON at byte 1"));
   c.push_back(Row("model_nan_literal", kSimulator,
-               {{"m.json", Model(8, Profile("forward_us", "NaN"))}}, kSim, 1,
-               "m.json: not valid JSON at byte"));
+                  {{"m.json", Model(8, Profile("forward_us", "NaN"))}}, kSim, 1,
+                  "m.json: not valid JSON at byte"));
   c.push_back(Row("model_repeated_key", kSimulator,
-               {{"m.json", Model(8, R"({"microbatch_size": 1, "forward_us": 1, "forward_us": 2,
+                  {{"m.json", Model(8, R"({"microbatch_size": 1, "forward_us": 1, "forward_us": 2,
                    "backward_us": 2, "activation_bytes": 0, "output_bytes": 0})")}},
-               kSim, 1, "layers[0].profiles[0].forward_us: key appears twice"));
+                  kSim, 1, "layers[0].profiles[0].forward_us: key appears twice"));
   c.push_back(Row("cluster_truncated_json", kSimulator,
-               {kGoodModel, {"c.json", std::string(kCluster).substr(0, 40)}},
-               std::string(kSim) + " --cluster {dir}/c.json", 1,
-               "--cluster: {dir}/c.json: not valid JSON at byte"));
+                  {kGoodModel, {"c.json", std::string(kCluster).substr(0, 40)}},
+                  std::string(kSim) + " --cluster {dir}/c.json", 1,
+                  "--cluster: {dir}/c.json: not valid JSON at byte"));
   c.push_back(Row("plan_truncated_json", kSimulator, {kGoodModel, {"p.json", "{\"format\": "}},
-               "--model {dir}/m.json --plan {dir}/p.json", 1,
-               "--plan: {dir}/p.json: not valid JSON"));
+                  "--model {dir}/m.json --plan {dir}/p.json", 1,
+                  "--plan: {dir}/p.json: not valid JSON"));
   c.push_back(Row("schedule_text_garbage", kSimulator, {kGoodModel, {"s.txt", "0F0 0X0\n"}},
-               "--model {dir}/m.json --schedule-in {dir}/s.txt", 1,
-               "{dir}/s.txt:1: token '0X0': unknown kind 'X', expected F, B, I or W"));
+                  "--model {dir}/m.json --schedule-in {dir}/s.txt", 1,
+                  "{dir}/s.txt:1: token '0X0': unknown kind 'X', expected F, B, I or W"));
   // --- wrong types ---------------------------------------------------------
   c.push_back(Row("time_as_string", kSimulator,
-               {{"m.json", Model(8, Profile("forward_us", "\"12\""))}}, kSim, 1,
-               "layers[0].profiles[0].forward_us: must be a finite number >= 0, got string "
-               "\"12\""));
+                  {{"m.json", Model(8, Profile("forward_us", "\"12\""))}}, kSim, 1,
+                  "layers[0].profiles[0].forward_us: must be a finite number >= 0, got string "
+                  "\"12\""));
   c.push_back(Row("count_as_fraction", kSimulator, {{"m.json", Model(8, "", "1.5")}}, kSim, 1,
-               "layers[0].parameters: must be an integer >= 0, got 1.5"));
+                  "layers[0].parameters: must be an integer >= 0, got 1.5"));
   c.push_back(Row("layers_as_object", kPlanner,
-               {{"m.json", R"({"format": "pipecast-model/1", "name": "m", "layers": {}})"}},
-               "--model {dir}/m.json --gpus 8", 1,
-               "layers: must be a list of layers, got an object"));
-  c.push_back(Row("cluster_count_as_string", kSimulator,
-               {kGoodModel, {"c.json", ClusterWith("\"gpus_per_node\": 8", "\"gpus_per_node\": \"8\"")}},
-               std::string(kSim) + " --cluster {dir}/c.json", 1,
-               "c.json: gpus_per_node: must be an integer >= 1, got string \"8\""));
+                  {{"m.json", R"({"format": "pipecast-model/1", "name": "m", "layers": {}})"}},
+                  "--model {dir}/m.json --gpus 8", 1,
+                  "layers: must be a list of layers, got an object"));
+  c.push_back(
+      Row("cluster_count_as_string", kSimulator,
+          {kGoodModel, {"c.json", ClusterWith("\"gpus_per_node\": 8", "\"gpus_per_node\": \"8\"")}},
+          std::string(kSim) + " --cluster {dir}/c.json", 1,
+          "c.json: gpus_per_node: must be an integer >= 1, got string \"8\""));
   // --- missing fields ------------------------------------------------------
   c.push_back(Row("missing_backward_us", kSimulator,
-               {{"m.json", Model(8, Profile("backward_us", ""))}}, kSim, 1,
-               "layers[0].profiles[0].backward_us: missing; add a time in microseconds"));
-  c.push_back(Row("missing_format", kSimulator,
-               {{"m.json", R"({"name": "m", "layers": []})"}}, kSim, 1,
-               "m.json: format: missing; add \"format\": \"pipecast-model/1\""));
+                  {{"m.json", Model(8, Profile("backward_us", ""))}}, kSim, 1,
+                  "layers[0].profiles[0].backward_us: missing; add a time in microseconds"));
+  c.push_back(Row("missing_format", kSimulator, {{"m.json", R"({"name": "m", "layers": []})"}},
+                  kSim, 1, "m.json: format: missing; add \"format\": \"pipecast-model/1\""));
   c.push_back(Row("cluster_missing_link", kPlanner,
-               {kGoodModel,
-                {"c.json", ClusterWith(R"(,
-  "inter_node": {"bandwidth_gbps": 50, "latency_us": 5})", "")}},
-               "--model {dir}/m.json --gpus 8 --cluster {dir}/c.json", 1,
-               "c.json: inter_node: missing; add an object {bandwidth_gbps, latency_us}"));
+                  {kGoodModel,
+                   {"c.json", ClusterWith(R"(,
+  "inter_node": {"bandwidth_gbps": 50, "latency_us": 5})",
+                                          "")}},
+                  "--model {dir}/m.json --gpus 8 --cluster {dir}/c.json", 1,
+                  "c.json: inter_node: missing; add an object {bandwidth_gbps, latency_us}"));
   // --- negative, NaN, absurdly large numbers --------------------------------
-  c.push_back(Row("negative_time", kSimulator,
-               {{"m.json", Model(8, Profile("forward_us", "-1"))}}, kSim, 1,
-               "layers[0].profiles[0].forward_us: must be a finite number >= 0, got -1"));
-  c.push_back(Row("time_1e308", kSimulator,
-               {{"m.json", Model(8, Profile("forward_us", "1e308"))}}, kSim, 1,
-               "layers[0].profiles[0].forward_us: 1e+308 is over the limit of 1e12 us"));
+  c.push_back(Row("negative_time", kSimulator, {{"m.json", Model(8, Profile("forward_us", "-1"))}},
+                  kSim, 1,
+                  "layers[0].profiles[0].forward_us: must be a finite number >= 0, got -1"));
+  c.push_back(Row("time_1e308", kSimulator, {{"m.json", Model(8, Profile("forward_us", "1e308"))}},
+                  kSim, 1,
+                  "layers[0].profiles[0].forward_us: 1e+308 is over the limit of 1e12 us"));
   c.push_back(Row("time_beyond_double", kPlanner,
-               {{"m.json", Model(8, Profile("backward_us", "1e400"))}},
-               "--model {dir}/m.json --gpus 8", 1, "m.json: not valid JSON"));
+                  {{"m.json", Model(8, Profile("backward_us", "1e400"))}},
+                  "--model {dir}/m.json --gpus 8", 1, "m.json: not valid JSON"));
   c.push_back(Row("parameters_2_pow_63", kSimulator,
-               {{"m.json", Model(8, "", "9223372036854775808")}}, kSim, 1,
-               "layers[0].parameters: 9223372036854775808 is over the limit of 2^50"));
+                  {{"m.json", Model(8, "", "9223372036854775808")}}, kSim, 1,
+                  "layers[0].parameters: 9223372036854775808 is over the limit of 2^50"));
   c.push_back(Row("negative_bytes", kSimulator,
-               {{"m.json", Model(8, Profile("activation_bytes", "-4096"))}}, kSim, 1,
-               "layers[0].profiles[0].activation_bytes: must be an integer >= 0, got -4096"));
-  c.push_back(Row("cluster_negative_bandwidth", kSimulator,
-               {kGoodModel, {"c.json", ClusterWith("\"bandwidth_gbps\": 450", "\"bandwidth_gbps\": -450")}},
-               std::string(kSim) + " --cluster {dir}/c.json", 1,
-               "intra_node.bandwidth_gbps: must be a finite number >= 0, got -450"));
+                  {{"m.json", Model(8, Profile("activation_bytes", "-4096"))}}, kSim, 1,
+                  "layers[0].profiles[0].activation_bytes: must be an integer >= 0, got -4096"));
+  c.push_back(Row(
+      "cluster_negative_bandwidth", kSimulator,
+      {kGoodModel, {"c.json", ClusterWith("\"bandwidth_gbps\": 450", "\"bandwidth_gbps\": -450")}},
+      std::string(kSim) + " --cluster {dir}/c.json", 1,
+      "intra_node.bandwidth_gbps: must be a finite number >= 0, got -450"));
   // Flags: CLI11 usage errors (exit 2). --memory-gb and --optimizer-step-us
   // once took nan and 1e300 (then cast NaN to an integer) and printed their
   // range as "0.000000 to 17976931348623157081452742373...": fixed by
@@ -239,12 +248,14 @@ std::vector<Case> Catalogue() {
   c.push_back(Row("flag_huge_memory", kSimulator, {kGoodModel},
                   std::string(kSim) + " --memory-gb 1e300", 2,
                   "--memory-gb: '1e300' is not a number of GiB from 0 to 1048576"));
-  c.push_back(Row("flag_nan_optimizer_step", kSimulator, {kGoodModel},
-                  std::string(kSim) + " --optimizer-step-us nan", 2,
-                  "--optimizer-step-us: 'nan' is not a number of microseconds from 0 to 1000000000000"));
-  c.push_back(Row("flag_huge_optimizer_step", kPlanner, {kGoodModel},
-                  "--model {dir}/m.json --gpus 2 --global-batch 8 --optimizer-step-us 1e300", 2,
-                  "--optimizer-step-us: '1e300' is not a number of microseconds from 0 to 1000000000000"));
+  c.push_back(
+      Row("flag_nan_optimizer_step", kSimulator, {kGoodModel},
+          std::string(kSim) + " --optimizer-step-us nan", 2,
+          "--optimizer-step-us: 'nan' is not a number of microseconds from 0 to 1000000000000"));
+  c.push_back(
+      Row("flag_huge_optimizer_step", kPlanner, {kGoodModel},
+          "--model {dir}/m.json --gpus 2 --global-batch 8 --optimizer-step-us 1e300", 2,
+          "--optimizer-step-us: '1e300' is not a number of microseconds from 0 to 1000000000000"));
   c.push_back(Row("flag_stages_beyond_int", kSimulator, {kGoodModel},
                   "--model {dir}/m.json --stages 99999999999", 2,
                   "Could not convert: --stages = 99999999999"));
@@ -253,8 +264,8 @@ std::vector<Case> Catalogue() {
                   "--vocab 8",
                   2, "Could not convert: --hidden = 1099511627776"));
   c.push_back(Row("profiler_huge_hidden", kProfiler, {},
-                  "analytic --name x --layers 2 --hidden 2000000000 --heads 8 --seq 8 --vocab 8",
-                  1, "profiler: error: --hidden 2000000000 is over the limit of 1048576"));
+                  "analytic --name x --layers 2 --hidden 2000000000 --heads 8 --seq 8 --vocab 8", 1,
+                  "profiler: error: --hidden 2000000000 is over the limit of 1048576"));
   c.push_back(Row("profiler_nan_efficiency", kProfiler, {},
                   "analytic --name x --layers 2 --hidden 64 --heads 8 --seq 8 --vocab 8 "
                   "--matmul-efficiency nan",
@@ -268,28 +279,30 @@ std::vector<Case> Catalogue() {
   c.push_back(Row("planner_absurd_global_batch", kPlanner, {kGoodModel},
                   "--model {dir}/m.json --gpus 8 --global-batch 1000000000", 4,
                   "planner: 56 configurations, 32 simulated, none can run (the report says why)"));
-  c.back().output = "micro-batches = 125000000 (stage, micro-batch) pairs is over the limit of 2^23";
+  c.back().output =
+      "micro-batches = 125000000 (stage, micro-batch) pairs is over the limit of 2^23";
   // --- zero layers, more stages than layers, GPUs not divisible -------------
   c.push_back(Row("zero_layers", kSimulator,
-               {{"m.json", R"({"format": "pipecast-model/1", "name": "m", "layers": []})"}},
-               kSim, 1, "m.json: layers: is empty; add the model's layers, in order"));
+                  {{"m.json", R"({"format": "pipecast-model/1", "name": "m", "layers": []})"}},
+                  kSim, 1, "m.json: layers: is empty; add the model's layers, in order"));
   c.push_back(Row("profiler_zero_layers", kProfiler, {},
-               "analytic --name x --layers 0 --hidden 64 --heads 8 --seq 8 --vocab 8", 1,
-               "profiler: error: --layers 0 must be at least 1 (transformer blocks)"));
+                  "analytic --name x --layers 0 --hidden 64 --heads 8 --seq 8 --vocab 8", 1,
+                  "profiler: error: --layers 0 must be at least 1 (transformer blocks)"));
   c.push_back(Row("more_stages_than_layers", kSimulator, {kGoodModel},
-               "--model {dir}/m.json --stages 9", 1,
-               "--stages 9 but the model has only 8 layers: use at most 8 stages"));
+                  "--model {dir}/m.json --stages 9", 1,
+                  "--stages 9 but the model has only 8 layers: use at most 8 stages"));
   c.push_back(Row("more_virtual_stages_than_layers", kSimulator, {kGoodModel},
-               "--model {dir}/m.json --stages 8 --schedule interleaved --chunks 2", 1,
-               "--stages 8 x --chunks 2 = 16 virtual stages but the model has only 8 layers"));
+                  "--model {dir}/m.json --stages 8 --schedule interleaved --chunks 2", 1,
+                  "--stages 8 x --chunks 2 = 16 virtual stages but the model has only 8 layers"));
   c.push_back(Row("microbatches_not_divisible_by_stages", kSimulator, {kGoodModel},
-               "--model {dir}/m.json --stages 4 --microbatches 6 --schedule interleaved", 1,
-               "interleaved 1F1B needs the micro-batch count (N = 6) to be a multiple of the "
-               "pipeline stages (P = 4)"));
-  c.push_back(Row("plan_gpus_not_stages_times_replicas", kSimulator,
-                  {{"p.json", Baseline("\"gpus\": 8", "\"gpus\": 6")}},
-                  "--model {ex}/gpt-7b.json --plan {dir}/p.json", 1,
-                  "--plan: {dir}/p.json: gpus: is 6, expected pipeline_stages x data_parallel = 2 x 4"));
+                  "--model {dir}/m.json --stages 4 --microbatches 6 --schedule interleaved", 1,
+                  "interleaved 1F1B needs the micro-batch count (N = 6) to be a multiple of the "
+                  "pipeline stages (P = 4)"));
+  c.push_back(
+      Row("plan_gpus_not_stages_times_replicas", kSimulator,
+          {{"p.json", Baseline("\"gpus\": 8", "\"gpus\": 6")}},
+          "--model {ex}/gpt-7b.json --plan {dir}/p.json", 1,
+          "--plan: {dir}/p.json: gpus: is 6, expected pipeline_stages x data_parallel = 2 x 4"));
   // Found by fuzz_plan: this message once came out as an internal error.
   c.push_back(Row("plan_actions_stage_without_forward", kSimulator,
                   {{"p.json", Baseline(" 0B52 ", " 8B52 ")}},
@@ -305,67 +318,68 @@ std::vector<Case> Catalogue() {
                   "partition stage 0 holds layers 0-16: stages must be non-empty, contiguous and "
                   "within layers 0-7"));
   // --- unknown presets and names --------------------------------------------
-  c.push_back(Row("unknown_cluster_preset", kSimulator, {kGoodModel},
-               std::string(kSim) + " --cluster h100", 1,
-               "--cluster: cluster 'h100' is neither a preset (ideal, a100-80gb, h100-sxm, h200, local)"));
+  c.push_back(Row(
+      "unknown_cluster_preset", kSimulator, {kGoodModel}, std::string(kSim) + " --cluster h100", 1,
+      "--cluster: cluster 'h100' is neither a preset (ideal, a100-80gb, h100-sxm, h200, local)"));
   c.push_back(Row("unknown_cluster_preset_planner", kPlanner, {kGoodModel},
-               "--model {dir}/m.json --gpus 8 --global-batch 8 --cluster dgx", 1,
-               "--cluster: cluster 'dgx' is neither a preset"));
-  c.push_back(Row("unknown_gpu_preset_profiler", kProfiler, {},
-               "analytic --name x --layers 2 --hidden 64 --heads 8 --seq 8 --vocab 8 --gpu "
-               "tpu-v5",
-               1, "--gpu: cluster 'tpu-v5' is neither a preset (ideal, a100-80gb, h100-sxm, h200, local)"));
+                  "--model {dir}/m.json --gpus 8 --global-batch 8 --cluster dgx", 1,
+                  "--cluster: cluster 'dgx' is neither a preset"));
+  c.push_back(Row(
+      "unknown_gpu_preset_profiler", kProfiler, {},
+      "analytic --name x --layers 2 --hidden 64 --heads 8 --seq 8 --vocab 8 --gpu "
+      "tpu-v5",
+      1, "--gpu: cluster 'tpu-v5' is neither a preset (ideal, a100-80gb, h100-sxm, h200, local)"));
   c.push_back(Row("unknown_schedule", kSimulator, {kGoodModel},
-               std::string(kSim) + " --schedule zigzag", 1,
-               "--schedule: unknown schedule 'zigzag': expected one of naive, gpipe, 1f1b"));
+                  std::string(kSim) + " --schedule zigzag", 1,
+                  "--schedule: unknown schedule 'zigzag': expected one of naive, gpipe, 1f1b"));
   c.push_back(Row("unknown_schedule_planner", kPlanner, {kGoodModel},
-               "--model {dir}/m.json --gpus 8 --global-batch 8 --schedules 1f1b,zigzag", 1,
-               "--schedules: unknown schedule 'zigzag'"));
+                  "--model {dir}/m.json --gpus 8 --global-batch 8 --schedules 1f1b,zigzag", 1,
+                  "--schedules: unknown schedule 'zigzag'"));
   c.push_back(Row("unknown_precision", kSimulator, {kGoodModel},
-               std::string(kSim) + " --precision fp4", 1, "--precision is 'fp4'"));
+                  std::string(kSim) + " --precision fp4", 1, "--precision is 'fp4'"));
   // --- schedules that deadlock ----------------------------------------------
-  c.push_back(Row("schedule_deadlock_cycle", kSimulator,
-               {kGoodModel, {"s.txt", "0F0 0B0 0F1 0B1\n1B0 1F0 1F1 1B1\n"}},
-               "--model {dir}/m.json --schedule-in {dir}/s.txt", 1,
-               "schedule 'custom' can never finish: stuck are rank 0 at 0B0, rank 1 at 1B0; these "
-               "ops wait on each other in a cycle"));
-  c.push_back(Row("plan_deadlock", kSimulator,
-                  {{"p.json", Baseline("\"1F0 1B0 ", "\"1B0 1F0 ")}},
+  c.push_back(
+      Row("schedule_deadlock_cycle", kSimulator,
+          {kGoodModel, {"s.txt", "0F0 0B0 0F1 0B1\n1B0 1F0 1F1 1B1\n"}},
+          "--model {dir}/m.json --schedule-in {dir}/s.txt", 1,
+          "schedule 'custom' can never finish: stuck are rank 0 at 0B0, rank 1 at 1B0; these "
+          "ops wait on each other in a cycle"));
+  c.push_back(Row("plan_deadlock", kSimulator, {{"p.json", Baseline("\"1F0 1B0 ", "\"1B0 1F0 ")}},
                   "--model {ex}/gpt-7b.json --plan {dir}/p.json", 1,
                   "can never finish: stuck are rank 0 at 0B0, rank 1 at 1B0"));
   // --- unwritable outputs: nothing half-written, no temporary file -----------
   c.push_back(Row("trace_into_missing_folder", kSimulator, {kGoodModel},
-               std::string(kSim) + " --trace {dir}/missing/t.json", 1,
-               "--trace: cannot write '{dir}/missing/t.json': No such file or directory",
-               After::kNoOutputs));
+                  std::string(kSim) + " --trace {dir}/missing/t.json", 1,
+                  "--trace: cannot write '{dir}/missing/t.json': No such file or directory",
+                  After::kNoOutputs));
   // The temporary file is written, then rename() fails: it must be removed.
   c.push_back(Row("report_onto_a_folder", kSimulator, {kGoodModel},
-               std::string(kSim) + " --report {dir}/out", 1,
-               "--report: cannot write '{dir}/out': Is a directory", After::kNoOutputs, "out"));
+                  std::string(kSim) + " --report {dir}/out", 1,
+                  "--report: cannot write '{dir}/out': Is a directory", After::kNoOutputs, "out"));
   c.push_back(Row("schedule_out_under_a_file", kSimulator, {kGoodModel},
-               std::string(kSim) + " --schedule-out {dir}/m.json/s.txt", 1,
-               "--schedule-out: cannot write '{dir}/m.json/s.txt': Not a directory",
-               After::kNoOutputs));
+                  std::string(kSim) + " --schedule-out {dir}/m.json/s.txt", 1,
+                  "--schedule-out: cannot write '{dir}/m.json/s.txt': Not a directory",
+                  After::kNoOutputs));
   c.push_back(Row("trace_into_read_only_folder", kSimulator, {kGoodModel},
-               std::string(kSim) + " --trace {dir}/ro/t.json", 1,
-               "--trace: cannot write '{dir}/ro/t.json': Permission denied", After::kNoOutputs,
-               "ro", true));
+                  std::string(kSim) + " --trace {dir}/ro/t.json", 1,
+                  "--trace: cannot write '{dir}/ro/t.json': Permission denied", After::kNoOutputs,
+                  "ro", true));
   c.push_back(Row("planner_out_into_missing_folder", kPlanner, {kGoodModel},
-               "--model {dir}/m.json --gpus 2 --global-batch 8 --out {dir}/missing/plan.json", 1,
-               "--out: cannot write '{dir}/missing/plan.json': No such file or directory",
-               After::kNoOutputs));
+                  "--model {dir}/m.json --gpus 2 --global-batch 8 --out {dir}/missing/plan.json", 1,
+                  "--out: cannot write '{dir}/missing/plan.json': No such file or directory",
+                  After::kNoOutputs));
   c.push_back(Row("planner_trace_onto_a_folder", kPlanner, {kGoodModel},
-               "--model {dir}/m.json --gpus 2 --global-batch 8 --trace {dir}/out", 1,
-               "--trace: cannot write '{dir}/out': Is a directory", After::kNoOutputs, "out"));
+                  "--model {dir}/m.json --gpus 2 --global-batch 8 --trace {dir}/out", 1,
+                  "--trace: cannot write '{dir}/out': Is a directory", After::kNoOutputs, "out"));
   c.push_back(Row("planner_report_into_read_only_folder", kPlanner, {kGoodModel},
-               "--model {dir}/m.json --gpus 2 --global-batch 8 --report {dir}/ro/r.html", 1,
-               "--report: cannot write '{dir}/ro/r.html': Permission denied", After::kNoOutputs,
-               "ro", true));
+                  "--model {dir}/m.json --gpus 2 --global-batch 8 --report {dir}/ro/r.html", 1,
+                  "--report: cannot write '{dir}/ro/r.html': Permission denied", After::kNoOutputs,
+                  "ro", true));
   c.push_back(Row("profiler_out_into_missing_folder", kProfiler, {},
-               "analytic --name x --layers 2 --hidden 64 --heads 8 --seq 8 --vocab 8 --out "
-               "{dir}/missing/m.json",
-               1, "cannot write '{dir}/missing/m.json': No such file or directory",
-               After::kNoOutputs));
+                  "analytic --name x --layers 2 --hidden 64 --heads 8 --seq 8 --vocab 8 --out "
+                  "{dir}/missing/m.json",
+                  1, "cannot write '{dir}/missing/m.json': No such file or directory",
+                  After::kNoOutputs));
   // --- validator ------------------------------------------------------------
   const std::string v7b = "--model {ex}/gpt-7b.json --plan {ex}/baselines/gpt-7b-8gpu.plan.json";
   c.push_back(Row("validator_plan_truncated_json", kValidator, {{"p.json", "{\"format\": "}},
@@ -384,24 +398,20 @@ std::vector<Case> Catalogue() {
                   "can never finish: stuck are rank 0 at 0B0, rank 1 at 1B0"));
   c.push_back(Row("validator_unknown_backend", kValidator, {}, v7b + " --backend tpu", 2,
                   "--backend: tpu not in {cpu,mpi,cuda}"));
-  c.push_back(Row("validator_zero_iterations", kValidator, {}, v7b + " --iterations 0", 2,
-                  "--iterations"));
+  c.push_back(
+      Row("validator_zero_iterations", kValidator, {}, v7b + " --iterations 0", 2, "--iterations"));
   c.push_back(Row("validator_negative_tolerance", kValidator, {}, v7b + " --tolerance -0.1", 2,
                   "--tolerance: '-0.1' is not a number of relative error above 0 up to 1000"));
-  c.push_back(Row("validator_nan_memory_tolerance", kValidator, {},
-                  v7b + " --memory-tolerance nan", 2,
-                  "--memory-tolerance: 'nan' is not a number of relative error above 0"));
-  c.push_back(Row("validator_negative_memory_limit", kValidator, {},
-                  v7b + " --memory-limit-mb -5", 2,
-                  "--memory-limit-mb: '-5' is not a number of MiB from 0 to 1073741824"));
-  c.push_back(Row("validator_absurd_memory_limit", kValidator, {},
-                  v7b + " --memory-limit-mb 1e300", 2,
-                  "--memory-limit-mb: '1e300' is not a number of MiB from 0 to 1073741824"));
+  c.push_back(Row("validator_nan_memory_tolerance", kValidator, {}, v7b + " --memory-tolerance nan",
+                  2, "--memory-tolerance: 'nan' is not a number of relative error above 0"));
+  c.push_back(Row("validator_negative_memory_limit", kValidator, {}, v7b + " --memory-limit-mb -5",
+                  2, "--memory-limit-mb: '-5' is not a number of MiB from 0 to 1073741824"));
+  c.push_back(Row("validator_absurd_memory_limit", kValidator, {}, v7b + " --memory-limit-mb 1e300",
+                  2, "--memory-limit-mb: '1e300' is not a number of MiB from 0 to 1073741824"));
   c.push_back(Row("validator_infinite_watchdog_factor", kValidator, {},
                   v7b + " --watchdog-factor inf", 2,
                   "--watchdog-factor: 'inf' is not a number of times from 1 to 1000000"));
-  c.push_back(Row("validator_zero_recv_timeout", kValidator, {},
-                  v7b + " --recv-timeout-ms 0", 2,
+  c.push_back(Row("validator_zero_recv_timeout", kValidator, {}, v7b + " --recv-timeout-ms 0", 2,
                   "--recv-timeout-ms: '0' is not a number of ms above 0 up to 86400000"));
   c.push_back(Row("validator_unknown_fault", kValidator, {}, v7b + " --inject-fault melt:0F0", 1,
                   "--inject-fault 'melt:0F0': expected KIND:ACTION with KIND throw, stall, drop "
@@ -413,8 +423,7 @@ std::vector<Case> Catalogue() {
                   v7b + " --trace {dir}/missing/t.json", 1,
                   "--trace: cannot write '{dir}/missing/t.json': No such file or directory",
                   After::kNoOutputs));
-  c.push_back(Row("validator_trace_onto_a_folder", kValidator, {},
-                  v7b + " --trace {dir}/out", 1,
+  c.push_back(Row("validator_trace_onto_a_folder", kValidator, {}, v7b + " --trace {dir}/out", 1,
                   "--trace: cannot write '{dir}/out': Is a directory", After::kNoOutputs, "out"));
   Case no_gpu = Row("validator_cuda_without_a_gpu", kValidator, {}, v7b + " --backend cuda", 1,
                     "the cuda backend needs an NVIDIA GPU; use --backend cpu or mpi");
@@ -426,8 +435,7 @@ std::vector<Case> Catalogue() {
 std::string Expand(std::string text, const TempDir& dir) {
   const std::string examples = Example("");
   for (const auto& [key, value] :
-       {std::pair<std::string, std::string>{"{dir}", dir.path()},
-        {"{ex}/", examples}}) {
+       {std::pair<std::string, std::string>{"{dir}", dir.path()}, {"{ex}/", examples}}) {
     for (size_t at = text.find(key); at != std::string::npos; at = text.find(key, at)) {
       text.replace(at, key.size(), value);
       at += value.size();

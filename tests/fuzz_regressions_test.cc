@@ -15,8 +15,8 @@
 #include "sim/plan.h"
 #include "sim/schedule.h"
 #include "sim/schedule_text.h"
-#include "sim/simulator.h"
 #include "sim/sim_test_util.h"
+#include "sim/simulator.h"
 
 namespace pipecast {
 namespace {
@@ -25,8 +25,8 @@ using ::testing::HasSubstr;
 
 std::string Regression(const std::string& target, const std::string& name) {
   const char* dir = std::getenv("PIPECAST_SOURCE_DIR");
-  const std::string path = std::string(dir && *dir ? dir : ".") + "/fuzz/regressions/" + target +
-                           "/" + name;
+  const std::string path =
+      std::string(dir && *dir ? dir : ".") + "/fuzz/regressions/" + target + "/" + name;
   Result<std::string> text = ReadFile(path);
   EXPECT_TRUE(text.ok()) << text.status().message();
   return text.ok() ? *text : "";
@@ -38,17 +38,15 @@ std::string Regression(const std::string& target, const std::string& name) {
 // by the iterations (1 / 2 = 0) and then divided by that: undefined behaviour.
 // ValidateSchedule now rejects it.
 TEST(FuzzRegression, SimulateIterationsOverMicrobatches) {
-  const std::string input =
-      Regression("fuzz_simulate", "iterations-over-microbatches-div-by-zero");
+  const std::string input = Regression("fuzz_simulate", "iterations-over-microbatches-div-by-zero");
   ASSERT_GE(input.size(), 2u);
   Result<Schedule> schedule = ParseScheduleText(input.substr(2), "fuzz.txt");
   ASSERT_TRUE(schedule.ok()) << schedule.status().message();
   schedule->iterations = 1 + (static_cast<uint8_t>(input[1]) >> 5);
   schedule->flush = false;
   ASSERT_EQ(schedule->iterations, 2);
-  Result<SimResult> result =
-      Simulate(test_util::UniformModel(1, 1000, 2000), test_util::IdealCluster(), *schedule,
-               SimOptions{});
+  Result<SimResult> result = Simulate(test_util::UniformModel(1, 1000, 2000),
+                                      test_util::IdealCluster(), *schedule, SimOptions{});
   ASSERT_FALSE(result.ok());
   EXPECT_EQ(result.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(result.status().message(),

@@ -71,7 +71,7 @@ Result<std::unique_ptr<Backend>> MakeCudaBackend(int stages);
 // round trips, bandwidth from `bytes`-sized ones), rank 1 a default Link.
 // REQUIRES: called by ranks 0 and 1 at once (two threads or two processes).
 Result<Link> ProbeAsRank(int rank, Transport* transport, MemoryPool* pool, const Clock* clock,
-                        Bytes bytes);
+                         Bytes bytes);
 
 }  // namespace pipecast::validate
 

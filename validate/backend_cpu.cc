@@ -41,10 +41,11 @@ class CpuBackend final : public Backend {
   }
 
   std::vector<std::string> Notes() const override {
-    return {fmt::format("backend cpu: {} worker threads in one process on {} hardware threads; "
-                        "messages are memory copies between the stages' buffers; one "
-                        "steady_clock for every record",
-                        ranks_, std::thread::hardware_concurrency())};
+    return {
+        fmt::format("backend cpu: {} worker threads in one process on {} hardware threads; "
+                    "messages are memory copies between the stages' buffers; one "
+                    "steady_clock for every record",
+                    ranks_, std::thread::hardware_concurrency())};
   }
   const Clock* clock() const override { return &clock_; }
 

@@ -69,8 +69,8 @@ Status Tolerances::Validate() const {
                                     {"--bubble-tolerance", bubble}}) {
     if (!(value > 0) || std::isinf(value)) {
       return Status::InvalidArgument(fmt::format(
-          "{} is {}: give a fraction > 0 (0.35 = 35%; the bubble ratio's is in points of it)",
-          flag, value));
+          "{} is {}: give a fraction > 0 (0.35 = 35%; the bubble ratio's is in points of it)", flag,
+          value));
     }
   }
   return Status::Ok();
@@ -81,8 +81,8 @@ Result<Comparison> Compare(const SimResult& predicted, const ExecPlan& plan,
                            const Tolerances& tol) {
   if (static_cast<int>(runs.size()) != plan.ranks ||
       static_cast<int>(predicted.per_rank.size()) != plan.ranks) {
-    return Status::Internal(fmt::format("comparison needs {} ranks' records, got {}", plan.ranks,
-                                        runs.size()));
+    return Status::Internal(
+        fmt::format("comparison needs {} ranks' records, got {}", plan.ranks, runs.size()));
   }
   int iterations = 0;
   for (const StageRun& run : runs) {
@@ -120,15 +120,14 @@ Result<Comparison> Compare(const SimResult& predicted, const ExecPlan& plan,
                          static_cast<double>(runs[r].peak_bytes), true, true, tol.memory));
     c.rows.push_back(Row("busy time", rank, "ns", static_cast<double>(p.busy_ns),
                          static_cast<double>(s.busy[r]), true, false, tol.time));
-    c.rows.push_back(Row("bubble ratio", rank, "ratio", p.bubble_ratio, bubble[r], false, false,
-                         tol.bubble));
+    c.rows.push_back(
+        Row("bubble ratio", rank, "ratio", p.bubble_ratio, bubble[r], false, false, tol.bubble));
   }
   for (const MetricRow& row : c.rows) c.within_tolerance = c.within_tolerance && row.within;
   return c;
 }
 
-SimResult MeasuredTimeline(const ExecPlan& plan, const std::vector<StageRun>& runs,
-                           int iteration) {
+SimResult MeasuredTimeline(const ExecPlan& plan, const std::vector<StageRun>& runs, int iteration) {
   const IterationStats s = StatsOf(plan, runs, iteration);
   SimResult m;
   m.ranks = plan.ranks;
@@ -149,7 +148,8 @@ SimResult MeasuredTimeline(const ExecPlan& plan, const std::vector<StageRun>& ru
   std::map<std::tuple<int, int, int64_t>, TimeNs> received;
   for (const StageRun& run : runs) {
     for (const MessageTiming& r : run.recvs) {
-      if (r.iteration == iteration) received[{r.message.peer_rank, run.rank, r.message.tag}] = r.time_ns;
+      if (r.iteration == iteration)
+        received[{r.message.peer_rank, run.rank, r.message.tag}] = r.time_ns;
     }
   }
   for (const StageRun& run : runs) {

@@ -68,8 +68,7 @@ Result<Comparison> Compare(const SimResult& predicted, const ExecPlan& plan,
 
 // The measured `iteration` as a SimResult timeline (ops, transfers, memory),
 // its time origin at the iteration's first op, for TraceJson.
-SimResult MeasuredTimeline(const ExecPlan& plan, const std::vector<StageRun>& runs,
-                           int iteration);
+SimResult MeasuredTimeline(const ExecPlan& plan, const std::vector<StageRun>& runs, int iteration);
 
 // One Chrome trace: the predicted timeline as processes "predicted rank r",
 // the measured one beside it as "measured rank r".

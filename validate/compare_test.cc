@@ -23,8 +23,8 @@ struct Fixture {
     runs[0].ops.push_back({it, {0, OpKind::kForward, 0}, origin, origin + 1'000'000});
     runs[1].ops.push_back({it, {1, OpKind::kForward, 0}, origin + 1'000'000, origin + 2'000'000});
     runs[1].ops.push_back({it, {1, OpKind::kBackward, 0}, origin + 2'000'000, origin + 4'000'000});
-    runs[0].ops.push_back({it, {0, OpKind::kBackward, 0}, origin + span - 2'000'000,
-                           origin + span});
+    runs[0].ops.push_back(
+        {it, {0, OpKind::kBackward, 0}, origin + span - 2'000'000, origin + span});
   }
   testing::World w;
   std::vector<StageRun> runs;

@@ -52,9 +52,10 @@ int64_t MessageTag(int dst_stage, int microbatch, bool gradient, int num_stages)
 Result<ExecPlan> BuildExecPlan(const Model& model, const PlanFile& plan, const Schedule& schedule,
                                const SimResult& predicted) {
   if (static_cast<int>(plan.partition.size()) != schedule.num_stages) {
-    return Status::InvalidArgument(fmt::format("the plan has {} partition stages but {} virtual "
-                                               "stages in its actions",
-                                               plan.partition.size(), schedule.num_stages));
+    return Status::InvalidArgument(
+        fmt::format("the plan has {} partition stages but {} virtual "
+                    "stages in its actions",
+                    plan.partition.size(), schedule.num_stages));
   }
   Result<std::vector<StageBytes>> bytes = StageBytesOf(model, plan);
   if (!bytes.ok()) return bytes.status();
@@ -84,8 +85,8 @@ Result<ExecPlan> BuildExecPlan(const Model& model, const PlanFile& plan, const S
       op.action = a;
       auto it = duration.find({r, key(a)});
       if (it == duration.end()) {
-        return Status::Internal(fmt::format("op {} of rank {} is missing from the prediction",
-                                            ActionName(a), r));
+        return Status::Internal(
+            fmt::format("op {} of rank {} is missing from the prediction", ActionName(a), r));
       }
       op.predicted_ns = it->second;
       const StageBytes& sb = (*bytes)[a.stage];
@@ -96,12 +97,20 @@ Result<ExecPlan> BuildExecPlan(const Model& model, const PlanFile& plan, const S
           if (a.stage > 0 && schedule.stage_rank[a.stage - 1] != r) {
             op.recv = Message{schedule.stage_rank[a.stage - 1],
                               MessageTag(a.stage, a.microbatch, false, ep.num_stages),
-                              (*bytes)[a.stage - 1].output, false, a.stage - 1, a.stage, a.microbatch};
+                              (*bytes)[a.stage - 1].output,
+                              false,
+                              a.stage - 1,
+                              a.stage,
+                              a.microbatch};
           }
           if (a.stage < last && schedule.stage_rank[a.stage + 1] != r) {
             op.send = Message{schedule.stage_rank[a.stage + 1],
                               MessageTag(a.stage + 1, a.microbatch, false, ep.num_stages),
-                              sb.output, false, a.stage, a.stage + 1, a.microbatch};
+                              sb.output,
+                              false,
+                              a.stage,
+                              a.stage + 1,
+                              a.microbatch};
           }
           break;
         case OpKind::kBackward:
@@ -110,13 +119,21 @@ Result<ExecPlan> BuildExecPlan(const Model& model, const PlanFile& plan, const S
           op.frees_activations = a.kind == OpKind::kBackward;
           if (a.stage < last && schedule.stage_rank[a.stage + 1] != r) {
             op.recv = Message{schedule.stage_rank[a.stage + 1],
-                              MessageTag(a.stage, a.microbatch, true, ep.num_stages), sb.output,
-                              true, a.stage + 1, a.stage, a.microbatch};
+                              MessageTag(a.stage, a.microbatch, true, ep.num_stages),
+                              sb.output,
+                              true,
+                              a.stage + 1,
+                              a.stage,
+                              a.microbatch};
           }
           if (a.stage > 0 && schedule.stage_rank[a.stage - 1] != r) {
             op.send = Message{schedule.stage_rank[a.stage - 1],
                               MessageTag(a.stage - 1, a.microbatch, true, ep.num_stages),
-                              (*bytes)[a.stage - 1].output, true, a.stage, a.stage - 1, a.microbatch};
+                              (*bytes)[a.stage - 1].output,
+                              true,
+                              a.stage,
+                              a.stage - 1,
+                              a.microbatch};
           }
           break;
         case OpKind::kBackwardWeight:

@@ -39,12 +39,12 @@ struct Message {
 
 struct ExecOp {
   Action action;
-  TimeNs predicted_ns = 0;     // the simulator's duration of this op
-  Bytes activation_bytes = 0;  // allocated at the start (F: kept; B/I: recomputed)
-  Bytes workspace_bytes = 0;   // held while the op runs
+  TimeNs predicted_ns = 0;         // the simulator's duration of this op
+  Bytes activation_bytes = 0;      // allocated at the start (F: kept; B/I: recomputed)
+  Bytes workspace_bytes = 0;       // held while the op runs
   bool frees_activations = false;  // B and W free the (stage, micro-batch)'s activations
-  Message recv;  // waited for before the op starts
-  Message send;  // sent when the op ends
+  Message recv;                    // waited for before the op starts
+  Message send;                    // sent when the op ends
 };
 
 struct ExecStage {

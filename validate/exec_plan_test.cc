@@ -19,8 +19,8 @@ TEST(ExecPlan, TwoStage1F1BHasTheMessagesOfEachBoundary) {
   ASSERT_EQ(ep.per_rank.size(), 2u);
   const ExecOp& f0 = ep.per_rank[0].ops[0];  // 0F0
   EXPECT_EQ(ActionName(f0.action), "0F0");
-  EXPECT_EQ(f0.predicted_ns, 2'000'000);     // 2 layers x 1 ms
-  EXPECT_EQ(f0.activation_bytes, 2 * kMiB);  // both layers' activations
+  EXPECT_EQ(f0.predicted_ns, 2'000'000);      // 2 layers x 1 ms
+  EXPECT_EQ(f0.activation_bytes, 2 * kMiB);   // both layers' activations
   EXPECT_EQ(f0.workspace_bytes, 256 * kKiB);  // the largest layer's, not the sum
   EXPECT_FALSE(f0.recv.present());
   ASSERT_TRUE(f0.send.present());
@@ -31,7 +31,7 @@ TEST(ExecPlan, TwoStage1F1BHasTheMessagesOfEachBoundary) {
   const ExecOp& f1 = ep.per_rank[1].ops[0];  // 1F0 receives what 0F0 sends
   EXPECT_EQ(ActionName(f1.action), "1F0");
   EXPECT_EQ(f1.recv.tag, f0.send.tag);
-  EXPECT_FALSE(f1.send.present());  // last stage: nothing goes forward
+  EXPECT_FALSE(f1.send.present());           // last stage: nothing goes forward
   const ExecOp& b1 = ep.per_rank[1].ops[1];  // 1B0 sends the gradient back
   EXPECT_EQ(ActionName(b1.action), "1B0");
   EXPECT_TRUE(b1.frees_activations);

@@ -42,7 +42,9 @@ Result<std::unique_ptr<LayerWork>> LayerWork::Make(const Model& model, const Pla
 }
 
 LayerWork::LayerWork(std::vector<cpu::Block> blocks, std::vector<StageLayers> partition, int mbs)
-    : blocks_(std::move(blocks)), partition_(std::move(partition)), microbatch_size_(mbs),
+    : blocks_(std::move(blocks)),
+      partition_(std::move(partition)),
+      microbatch_size_(mbs),
       cells_(partition_.size()) {
   const cpu::Block& first = blocks_.front();
   input_.resize(static_cast<size_t>(first.Tokens(mbs)) * first.shape().hidden);
@@ -58,10 +60,14 @@ Status LayerWork::Run(const OpCall& call) {
     return Status::Internal("stage out of range");
   }
   switch (call.action.kind) {
-    case OpKind::kForward: return Forward(call);
-    case OpKind::kBackward: return Backward(call, true, true);
-    case OpKind::kBackwardInput: return Backward(call, true, false);
-    case OpKind::kBackwardWeight: return Backward(call, false, true);
+    case OpKind::kForward:
+      return Forward(call);
+    case OpKind::kBackward:
+      return Backward(call, true, true);
+    case OpKind::kBackwardInput:
+      return Backward(call, true, false);
+    case OpKind::kBackwardWeight:
+      return Backward(call, false, true);
   }
   return Status::Internal("unknown op kind");
 }
@@ -79,8 +85,8 @@ Status LayerWork::Forward(const OpCall& call) {
     const cpu::Block& b = blocks_[l];
     const size_t n = static_cast<size_t>(b.Tokens(microbatch_size_)) * b.shape().hidden;
     if (x.size() != n) {
-      return Status::Internal(fmt::format("layer {} got {} input floats, expected {}", l,
-                                          x.size(), n));
+      return Status::Internal(
+          fmt::format("layer {} got {} input floats, expected {}", l, x.size(), n));
     }
     y.resize(n);
     cell.saved.push_back(b.Forward(x, y, microbatch_size_));
@@ -147,8 +153,8 @@ Status LayerWork::Recharge(const OpCall& call, Cell& cell) {
   for (const cpu::Saved& s : cell.saved) bytes += s.Bytes();
   cell.charge.Release();
   if (call.pool == nullptr) return Status::Ok();
-  Result<Allocation> charge = call.pool->Charge(
-      bytes, MemoryKind::kActivation, "the activations of " + ActionName(call.action));
+  Result<Allocation> charge = call.pool->Charge(bytes, MemoryKind::kActivation,
+                                                "the activations of " + ActionName(call.action));
   if (!charge.ok()) return charge.status();
   cell.charge = std::move(*charge);
   return Status::Ok();

@@ -57,8 +57,8 @@ class LayerWork final : public OpWork {
   std::vector<StageLayers> partition_;
   int microbatch_size_;
   std::vector<std::map<int, Cell>> cells_;  // per virtual stage: micro-batch -> cell
-  std::vector<float> input_;      // stage 0's input, fixed
-  std::vector<float> loss_grad_;  // the last stage's output gradient, fixed
+  std::vector<float> input_;                // stage 0's input, fixed
+  std::vector<float> loss_grad_;            // the last stage's output gradient, fixed
 };
 
 }  // namespace pipecast::validate

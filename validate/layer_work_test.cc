@@ -45,8 +45,7 @@ struct TwoStages {
     RuntimeOptions o;
     o.warmup_iterations = 0;
     o.iterations = iterations;
-    return RunStages(w.exec, {0, 1}, o,
-                     RuntimeEnv{&transport, work, &clock, {&p0, &p1}, true});
+    return RunStages(w.exec, {0, 1}, o, RuntimeEnv{&transport, work, &clock, {&p0, &p1}, true});
   }
 };
 

@@ -18,10 +18,14 @@ constexpr Bytes kMaxCachedBytes = 4 * kGiB;
 
 const char* KindName(MemoryKind kind) {
   switch (kind) {
-    case MemoryKind::kStatic: return "static memory";
-    case MemoryKind::kActivation: return "activations";
-    case MemoryKind::kComm: return "a transfer buffer";
-    case MemoryKind::kWorkspace: return "workspace";
+    case MemoryKind::kStatic:
+      return "static memory";
+    case MemoryKind::kActivation:
+      return "activations";
+    case MemoryKind::kComm:
+      return "a transfer buffer";
+    case MemoryKind::kWorkspace:
+      return "workspace";
   }
   return "memory";
 }
@@ -81,7 +85,7 @@ Result<Allocation> MemoryPool::Charge(Bytes bytes, MemoryKind kind, const std::s
 }
 
 Result<Allocation> MemoryPool::Take(Bytes bytes, MemoryKind kind, const std::string& what,
-                                   bool backed) {
+                                    bool backed) {
   Allocation a;
   if (bytes <= 0) return a;
   const int k = static_cast<int>(kind);

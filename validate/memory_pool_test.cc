@@ -155,11 +155,10 @@ TEST(MemoryPool, AnAllocatorThatRefusesIsOutOfMemoryNamingIt) {
   MemoryPool pool("stage 1 (rank 1)", 0, &clock, &device);
   Result<Allocation> a = pool.Allocate(kMiB, MemoryKind::kActivation, "the activations of 1F0");
   ASSERT_FALSE(a.ok());
-  EXPECT_THAT(a.status().message(),
-              AllOf(HasSubstr("out of memory on stage 1 (rank 1)"),
-                    HasSubstr("the counting allocator refused"),
-                    HasSubstr("the activations of 1F0")));
-  EXPECT_EQ(pool.held(), 0);  // nothing charged
+  EXPECT_THAT(a.status().message(), AllOf(HasSubstr("out of memory on stage 1 (rank 1)"),
+                                          HasSubstr("the counting allocator refused"),
+                                          HasSubstr("the activations of 1F0")));
+  EXPECT_EQ(pool.held(), 0);    // nothing charged
   EXPECT_EQ(device.allocs, 2);  // tried once more after giving the cache back
 }
 

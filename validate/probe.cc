@@ -27,7 +27,7 @@ TimeNs Median(std::vector<TimeNs> v) {
 }  // namespace
 
 Result<Link> ProbeAsRank(int rank, Transport* transport, MemoryPool* pool, const Clock* clock,
-                        Bytes bytes) {
+                         Bytes bytes) {
   std::atomic<bool> never{false};
   const int peer = 1 - rank;
   auto exchange = [&](Bytes size, int64_t tag, std::vector<TimeNs>* rtts) -> Status {

@@ -63,8 +63,12 @@ class RunControl {
       const Slot& s = slots_[r];
       out += fmt::format("\n  rank {}: ", r);
       switch (s.state) {
-        case State::kIdle: out += "between ops"; break;
-        case State::kDone: out += "finished"; break;
+        case State::kIdle:
+          out += "between ops";
+          break;
+        case State::kDone:
+          out += "finished";
+          break;
         case State::kWaiting:
           out += fmt::format("waits in {} for {} (for {})", ActionName(s.op->action),
                              MessageText(s.op->recv), Ms(now - s.since));
@@ -79,8 +83,7 @@ class RunControl {
   }
   // The watchdog's look: a stuck op, or everyone waiting. Returns a
   // diagnosis, or OK.
-  Status Check(const std::vector<int>& ranks, const RuntimeOptions& o, bool all_local,
-               TimeNs now) {
+  Status Check(const std::vector<int>& ranks, const RuntimeOptions& o, bool all_local, TimeNs now) {
     int waiting = 0, done = 0;
     TimeNs waiting_since = 0;
     {
@@ -88,8 +91,8 @@ class RunControl {
       for (int r : ranks) {
         const Slot& s = slots_[r];
         if (s.state == State::kRunning) {
-          const TimeNs limit = static_cast<TimeNs>(o.watchdog_factor * s.op->predicted_ns) +
-                               o.watchdog_floor_ns;
+          const TimeNs limit =
+              static_cast<TimeNs>(o.watchdog_factor * s.op->predicted_ns) + o.watchdog_floor_ns;
           if (now - s.since > limit) {
             return Status::FailedPrecondition(fmt::format(
                 "stage {} (rank {}) op {} has run {}, over the watchdog limit of {} ({}x its "
@@ -146,8 +149,7 @@ std::string StageName(const ExecOp& op, int rank) {
 class Worker {
  public:
   Worker(Shared& s, int rank, StageRun* out)
-      : s_(s), rank_(rank), stage_(s.plan.per_rank[rank]), out_(out),
-        pool_(s.env.pools[rank]) {}
+      : s_(s), rank_(rank), stage_(s.plan.per_rank[rank]), out_(out), pool_(s.env.pools[rank]) {}
 
   Status Run() {
     out_->rank = rank_;
@@ -179,10 +181,9 @@ class Worker {
       Allocation input;
       if (op.recv.present()) {
         s_.control.Set(rank_, RunControl::State::kWaiting, &op, clock.NowNs());
-        Result<Allocation> got = s_.env.transport->Recv(op.recv.peer_rank, rank_, op.recv.tag,
-                                                         op.recv.bytes, pool_,
-                                                         s_.options.recv_timeout_ns,
-                                                         s_.control.abort);
+        Result<Allocation> got =
+            s_.env.transport->Recv(op.recv.peer_rank, rank_, op.recv.tag, op.recv.bytes, pool_,
+                                   s_.options.recv_timeout_ns, s_.control.abort);
         if (!got.ok()) {
           return WaitFailure(got.status(),
                              fmt::format("{}: {}", StageName(op, rank_), MessageText(op.recv)));
@@ -232,18 +233,17 @@ class Worker {
       s_.control.Set(rank_, RunControl::State::kIdle);
       if (op.send.present() && fault != Fault::Kind::kDrop) {
         if (iteration >= 0) out_->sends.push_back({iteration, op.send, end});
-        Status sent = s_.env.transport->Send(rank_, op.send.peer_rank, op.send.tag,
-                                             std::move(*output));
+        Status sent =
+            s_.env.transport->Send(rank_, op.send.peer_rank, op.send.tag, std::move(*output));
         if (!sent.ok()) return sent.WithPrefix(name + ": sending " + MessageText(op.send));
       }
     }
-    Status st = s_.env.transport->FlushSends(rank_, s_.options.recv_timeout_ns,
-                                             s_.control.abort);
+    Status st = s_.env.transport->FlushSends(rank_, s_.options.recv_timeout_ns, s_.control.abort);
     if (!st.ok()) return WaitFailure(st, fmt::format("rank {}: completing its sends", rank_));
     if (!held.empty()) {
       return Status::Internal(fmt::format(
-          "rank {}: activations of stage {} micro-batch {} were never freed by a B or W op",
-          rank_, held.begin()->first.first, held.begin()->first.second));
+          "rank {}: activations of stage {} micro-batch {} were never freed by a B or W op", rank_,
+          held.begin()->first.first, held.begin()->first.second));
     }
     return Status::Ok();
   }
@@ -296,10 +296,14 @@ Result<Fault> ParseFault(const std::string& text) {
   const size_t colon = text.find(':');
   const std::string kind = text.substr(0, colon);
   Fault f;
-  if (kind == "throw") f.kind = Fault::Kind::kThrow;
-  else if (kind == "stall") f.kind = Fault::Kind::kStall;
-  else if (kind == "drop") f.kind = Fault::Kind::kDrop;
-  else if (kind == "oom") f.kind = Fault::Kind::kOom;
+  if (kind == "throw")
+    f.kind = Fault::Kind::kThrow;
+  else if (kind == "stall")
+    f.kind = Fault::Kind::kStall;
+  else if (kind == "drop")
+    f.kind = Fault::Kind::kDrop;
+  else if (kind == "oom")
+    f.kind = Fault::Kind::kOom;
   else {
     return Status::InvalidArgument(fmt::format(
         "--inject-fault '{}': expected KIND:ACTION with KIND throw, stall, drop or oom and "
@@ -335,9 +339,9 @@ Status RuntimeOptions::Validate() const {
   if (iterations < 1) return Status::InvalidArgument("--iterations must be >= 1");
   // Bounded so that factor x predicted time stays far inside 64-bit ns.
   if (!(watchdog_factor >= 1 && watchdog_factor <= 1e6)) {
-    return Status::InvalidArgument(fmt::format(
-        "--watchdog-factor is {}: give a factor between 1 and 1000000 (default 10)",
-        watchdog_factor));
+    return Status::InvalidArgument(
+        fmt::format("--watchdog-factor is {}: give a factor between 1 and 1000000 (default 10)",
+                    watchdog_factor));
   }
   if (recv_timeout_ns <= 0) return Status::InvalidArgument("--recv-timeout-ms must be > 0");
   return Status::Ok();
@@ -364,8 +368,8 @@ Result<std::vector<StageRun>> RunStages(const ExecPlan& plan, const std::vector<
         break;
       }
       lock.unlock();
-      Status st = shared->control.Check(local_ranks, options, env.all_ranks_local,
-                                        env.clock->NowNs());
+      Status st =
+          shared->control.Check(local_ranks, options, env.all_ranks_local, env.clock->NowNs());
       if (!st.ok()) shared->control.Fail(st);
       lock.lock();
       if (shared->control.abort.load()) {
@@ -380,8 +384,10 @@ Result<std::vector<StageRun>> RunStages(const ExecPlan& plan, const std::vector<
     return shared->finished == n;
   }();
   for (std::thread& t : threads) {
-    if (all_stopped) t.join();
-    else t.detach();  // a worker stuck inside an op: leave it, report the diagnosis
+    if (all_stopped)
+      t.join();
+    else
+      t.detach();  // a worker stuck inside an op: leave it, report the diagnosis
   }
   Status st = shared->control.first_error();
   if (!st.ok()) return st;

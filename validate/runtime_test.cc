@@ -128,8 +128,8 @@ class RuntimeFault : public ::testing::Test {
 TEST_F(RuntimeFault, AWorkerThatThrowsIsReportedWithItsStageAndOp) {
   Status st = RunWithFault("throw:1F2");
   EXPECT_EQ(st.code(), StatusCode::kInternal);
-  EXPECT_THAT(st.message(), AllOf(HasSubstr("rank 1"), HasSubstr("threw"),
-                                  HasSubstr("injected fault")));
+  EXPECT_THAT(st.message(),
+              AllOf(HasSubstr("rank 1"), HasSubstr("threw"), HasSubstr("injected fault")));
   EXPECT_LT(took, std::chrono::seconds(5));
 }
 

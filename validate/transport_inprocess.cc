@@ -7,8 +7,7 @@
 
 namespace pipecast::validate {
 
-InProcessTransport::InProcessTransport(std::vector<MemoryPool*> pools)
-    : pools_(std::move(pools)) {}
+InProcessTransport::InProcessTransport(std::vector<MemoryPool*> pools) : pools_(std::move(pools)) {}
 
 Status InProcessTransport::Send(int src, int dst, int64_t tag, Allocation buffer) {
   if (dst < 0 || dst >= static_cast<int>(pools_.size())) {
@@ -42,9 +41,10 @@ Result<Allocation> InProcessTransport::Recv(int src, int dst, int64_t tag, Bytes
       it->second.pop_front();
       if (it->second.empty()) mailbox_.erase(it);
       if (a.size() != bytes) {
-        return Status::Internal(fmt::format("message from rank {} to rank {} (tag {}) has {} "
-                                            "bytes, expected {}",
-                                            src, dst, tag, a.size(), bytes));
+        return Status::Internal(
+            fmt::format("message from rank {} to rank {} (tag {}) has {} "
+                        "bytes, expected {}",
+                        src, dst, tag, a.size(), bytes));
       }
       return a;
     }

@@ -82,8 +82,8 @@ Result<ValidationResult> RunValidation(const ValidatorOptions& options, Backend*
   const int ranks = plan->schedule.num_ranks;
   if (backend->processes() != 1 && backend->processes() != ranks) {
     return Status::InvalidArgument(fmt::format(
-        "the plan has {} pipeline ranks but {} processes were started: run mpirun -np {}",
-        ranks, backend->processes(), ranks));
+        "the plan has {} pipeline ranks but {} processes were started: run mpirun -np {}", ranks,
+        backend->processes(), ranks));
   }
   if (MessageTag(plan->schedule.num_stages - 1, plan->schedule.num_microbatches, true,
                  plan->schedule.num_stages) >= kMaxPlanTag) {
@@ -131,8 +131,9 @@ Result<ValidationResult> RunValidation(const ValidatorOptions& options, Backend*
     out.notes.push_back("the optimizer step is not executed; times compare the pipeline span");
   }
   if (!plan->schedule.flush) {
-    out.notes.push_back("schedule without a flush: stashed weight versions are allocated as "
-                        "static memory, as the simulator counts them");
+    out.notes.push_back(
+        "schedule without a flush: stashed weight versions are allocated as "
+        "static memory, as the simulator counts them");
   }
   Result<ExecPlan> exec = BuildExecPlan(*model, *plan, plan->schedule, out.predicted);
   if (!exec.ok()) return exec.status();
@@ -211,10 +212,10 @@ std::string ValidationText(const ValidationResult& r) {
       "validator: model {}, schedule {}, {} stages, {} micro-batches of {}\n", r.model_name,
       r.plan.schedule_name, r.plan.pipeline_stages, r.plan.microbatches, r.plan.microbatch_size);
   out += fmt::format("  {}\n", r.work);
-  out += fmt::format("  predicted on cluster '{}': link {:.3f} GB/s, {:.1f} us latency{}\n",
-                     r.cluster.name, r.cluster.intra_node.bandwidth_gbps,
-                     r.cluster.intra_node.latency_us,
-                     r.link_measured ? " (measured by a probe)" : "");
+  out +=
+      fmt::format("  predicted on cluster '{}': link {:.3f} GB/s, {:.1f} us latency{}\n",
+                  r.cluster.name, r.cluster.intra_node.bandwidth_gbps,
+                  r.cluster.intra_node.latency_us, r.link_measured ? " (measured by a probe)" : "");
   for (const std::string& n : r.notes) out += "  note: " + n + "\n";
   std::string iters;
   for (TimeNs t : r.comparison.iteration_ns) iters += fmt::format(" {:.3f}", NsToMs(t));
@@ -230,7 +231,7 @@ std::string ValidationText(const ValidationResult& r) {
   for (const MetricRow& row : r.comparison.rows) {
     const std::string err = row.relative ? fmt::format("{:+.1f}%", 100 * row.error)
                                          : fmt::format("{:+.1f} pt", 100 * row.error);
-    const std::string tol = !row.checked    ? "-"
+    const std::string tol = !row.checked   ? "-"
                             : row.relative ? fmt::format("{:.0f}%", 100 * row.tolerance)
                                            : fmt::format("{:.0f} pt", 100 * row.tolerance);
     t.AddRow({row.metric, row.rank >= 0 ? std::to_string(row.rank) : "all",
@@ -238,9 +239,8 @@ std::string ValidationText(const ValidationResult& r) {
               row.checked ? (row.within ? "ok" : "BEYOND") : ""});
   }
   out += t.Render("  ");
-  out += r.comparison.within_tolerance
-             ? "\nverdict: every checked metric is within tolerance\n"
-             : "\nverdict: BEYOND TOLERANCE (exit 3)\n";
+  out += r.comparison.within_tolerance ? "\nverdict: every checked metric is within tolerance\n"
+                                       : "\nverdict: BEYOND TOLERANCE (exit 3)\n";
   return out;
 }
 

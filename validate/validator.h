@@ -50,9 +50,9 @@ struct ValidationResult {
   bool is_root = true;
   PlanFile plan;
   std::string model_name;
-  Cluster cluster;            // what the prediction assumed
-  bool link_measured = false; // the cluster's links come from the probe
-  std::string work;           // what the ops did
+  Cluster cluster;             // what the prediction assumed
+  bool link_measured = false;  // the cluster's links come from the probe
+  std::string work;            // what the ops did
   std::vector<std::string> notes;
   Bytes memory_limit_bytes = 0;
   SimResult predicted;  // with its timeline

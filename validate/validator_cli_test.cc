@@ -8,11 +8,11 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <ctime>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
-#include <ctime>
 
 #include "tests/cli_test_util.h"
 
@@ -59,10 +59,8 @@ std::string BusyModel() {
                          {"output_bytes", 256 << 10},
                          {"workspace_bytes", 1 << 20}}}}});
   }
-  return nlohmann::json{{"format", "pipecast-model/1"},
-                        {"name", "busy4"},
-                        {"global_batch", 8},
-                        {"layers", layers}}
+  return nlohmann::json{
+      {"format", "pipecast-model/1"}, {"name", "busy4"}, {"global_batch", 8}, {"layers", layers}}
       .dump(1);
 }
 
@@ -70,10 +68,12 @@ std::string Plan(const TempDir& dir, const std::string& schedule) {
   const std::string model = dir.File("model.json");
   cli_test::WriteText(model, BusyModel());
   const std::string plan = dir.File(schedule + ".plan.json");
-  cli_test::ToolRun r = RunTool(dir, PIPECAST_PLANNER_BIN,
-                                "--model " + Quote(model) + " --gpus 2 --cluster local "
-                                "--schedules " + schedule +
-                                " --memory-gb 0.25 --recompute off --out " + Quote(plan));
+  cli_test::ToolRun r =
+      RunTool(dir, PIPECAST_PLANNER_BIN,
+              "--model " + Quote(model) +
+                  " --gpus 2 --cluster local "
+                  "--schedules " +
+                  schedule + " --memory-gb 0.25 --recompute off --out " + Quote(plan));
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("chosen plan: p=2 d=1 " + schedule));
   return plan;
@@ -117,9 +117,8 @@ void ExpectWithinLoopTolerances(const cli_test::ToolRun& r, bool check_time,
     const std::string name = m["metric"];
     const double error = m["error"];
     if (name == "iteration time" && check_time) {
-      EXPECT_LE(std::abs(error), time_tolerance) << "iteration time: predicted "
-                                                 << m["predicted"] << " us, measured "
-                                                 << m["measured"] << " us";
+      EXPECT_LE(std::abs(error), time_tolerance) << "iteration time: predicted " << m["predicted"]
+                                                 << " us, measured " << m["measured"] << " us";
     }
     if (name == "peak memory") {
       ++memory_rows;
@@ -222,17 +221,20 @@ constexpr double kMpiSenderHeldBytes = 8 * 64 * 128 * 4;
 // on a quiet machine, against 5-15% with 64.
 std::string ProfileAndPlan(const TempDir& dir, const std::string& schedule) {
   const std::string model = dir.File("model.json");
-  cli_test::ToolRun prof = RunTool(
-      dir, PIPECAST_PROFILER_BIN,
-      "cpu --layers 4 --hidden 128 --ffn 512 --tokens-per-sample 64 --microbatch-sizes 1 "
-      "--warmup 2 --iterations 7 --global-batch 8 --out " + Quote(model));
+  cli_test::ToolRun prof =
+      RunTool(dir, PIPECAST_PROFILER_BIN,
+              "cpu --layers 4 --hidden 128 --ffn 512 --tokens-per-sample 64 --microbatch-sizes 1 "
+              "--warmup 2 --iterations 7 --global-batch 8 --out " +
+                  Quote(model));
   EXPECT_EQ(prof.exit_code, 0) << prof.err;
   const std::string plan = dir.File(schedule + ".plan.json");
-  cli_test::ToolRun r = RunTool(dir, PIPECAST_PLANNER_BIN,
-                                "--model " + Quote(model) + " --gpus 2 --cluster local "
-                                "--schedules " + schedule +
-                                " --memory-gb " + (schedule == "gpipe" ? "0.012" : "0.0075") +
-                                " --recompute off --out " + Quote(plan));
+  cli_test::ToolRun r =
+      RunTool(dir, PIPECAST_PLANNER_BIN,
+              "--model " + Quote(model) +
+                  " --gpus 2 --cluster local "
+                  "--schedules " +
+                  schedule + " --memory-gb " + (schedule == "gpipe" ? "0.012" : "0.0075") +
+                  " --recompute off --out " + Quote(plan));
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("chosen plan: p=2 d=1 " + schedule));
   return plan;
@@ -267,8 +269,9 @@ TEST(ValidatorCli, WritesASideBySideTraceAndTheHumanTable) {
   const std::string trace = dir.File("t.json");
   cli_test::ToolRun r =
       Validator(dir, "--plan " + Quote(plan) + " --model " + Quote(dir.File("model.json")) +
-                  " --warmup 0 --iterations 1 --tolerance 100 --bubble-tolerance 1 "
-                  "--trace " + Quote(trace));
+                         " --warmup 0 --iterations 1 --tolerance 100 --bubble-tolerance 1 "
+                         "--trace " +
+                         Quote(trace));
   // Time and bubble checks are opened wide: this test is about the outputs,
   // and a loaded or sanitized run may time anything (memory stays checked).
   EXPECT_TRUE(r.exit_code == 0 || r.exit_code == 3) << r.exit_code << ": " << r.err;
@@ -294,12 +297,13 @@ TEST(ValidatorCli, UnderMpiALostMessageIsDiagnosedWithinTheReceiveTimeout) {
   TempDir dir;
   const std::string plan = Plan(dir, "1f1b");
   const auto start = std::chrono::steady_clock::now();
-  cli_test::ToolRun r = MpiValidator(dir, ValidatorArgs(dir, plan) +
-                                    " --backend mpi --recv-timeout-ms 1000 --inject-fault "
-                                    "drop:0F1");
+  cli_test::ToolRun r =
+      MpiValidator(dir, ValidatorArgs(dir, plan) +
+                            " --backend mpi --recv-timeout-ms 1000 --inject-fault "
+                            "drop:0F1");
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_THAT(r.err, AllOf(HasSubstr("the activation of 0F1 from rank 0"),
-                           HasSubstr("did not arrive")));
+  EXPECT_THAT(r.err,
+              AllOf(HasSubstr("the activation of 0F1 from rank 0"), HasSubstr("did not arrive")));
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
 }
 
@@ -317,8 +321,8 @@ TEST(ValidatorCli, CudaWithoutADeviceOrToolkitSaysSo) {
   cli_test::ToolRun r = Validator(dir, ValidatorArgs(dir, plan) + " --backend cuda");
   if (r.exit_code == 0 || r.exit_code == 3) GTEST_SKIP() << "a CUDA device is present";
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_THAT(r.err, ::testing::AnyOf(HasSubstr("this build has no CUDA"),
-                                      HasSubstr("no CUDA device")));
+  EXPECT_THAT(r.err,
+              ::testing::AnyOf(HasSubstr("this build has no CUDA"), HasSubstr("no CUDA device")));
 }
 
 TEST(ValidatorCli, MissingFlagsAreUsageErrors) {

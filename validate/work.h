@@ -5,10 +5,10 @@
 // calibrating thread's CPU time (CLOCK_THREAD_CPUTIME_ID, so a preempted
 // calibration still finds the core's true rate); each op then does a fixed
 // number of units (duration x rate), so an op that is preempted or shares its
-// core takes longer in wall-clock time, as real work would. It is what the validator runs for models that were not measured by
-// `profiler cpu` (their layers cannot run here), and it says so in its
-// output. The layer workload (ops that run the profiler's CPU layers) is a
-// second implementation.
+// core takes longer in wall-clock time, as real work would. It is what the validator runs for
+// models that were not measured by `profiler cpu` (their layers cannot run here), and it says so in
+// its output. The layer workload (ops that run the profiler's CPU layers) is a second
+// implementation.
 //
 // Run may be called from several threads at once. Units: ns.
 #ifndef PIPECAST_VALIDATE_WORK_H_
@@ -30,10 +30,10 @@ namespace pipecast::validate {
 struct OpCall {
   int rank = 0;
   Action action;
-  TimeNs predicted_ns = 0;              // the op's profiled (simulated) duration
-  std::span<const std::byte> input;     // received activation or gradient; may be empty
-  std::span<std::byte> output;          // what the op sends on; may be empty
-  MemoryPool* pool = nullptr;           // the stage's, for work that charges its own memory
+  TimeNs predicted_ns = 0;                   // the op's profiled (simulated) duration
+  std::span<const std::byte> input;          // received activation or gradient; may be empty
+  std::span<std::byte> output;               // what the op sends on; may be empty
+  MemoryPool* pool = nullptr;                // the stage's, for work that charges its own memory
   const std::atomic<bool>* abort = nullptr;  // stop early when it becomes true
 };
 

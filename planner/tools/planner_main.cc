@@ -212,8 +212,8 @@ int Run(const Flags& flags) {
   if (!report.ok()) return Fail(report.status());
   if (!cluster_note.empty()) report->notes.push_back(cluster_note);
   fmt::print(stderr, "planner: {} configurations, {} simulated, {}\n", report->enumerated,
-             report->simulated, report->Feasible() ? "a plan was chosen"
-                                          : "none can run (the report says why)");
+             report->simulated,
+             report->Feasible() ? "a plan was chosen" : "none can run (the report says why)");
 
   std::string gantt;
   std::optional<ChosenReplay> replay;
@@ -271,9 +271,10 @@ int main(int argc, char** argv) {
   app.add_option("--global-batch", f.global_batch,
                  "samples per iteration (default: the model's global_batch)")
       ->check(CLI::PositiveNumber);
-  app.add_option("--cluster", f.cluster,
-                 "preset (ideal, a100-80gb, h100-sxm, h200, local) or cluster JSON file (default: the "
-                 "model's device if it is a preset, else ideal)");
+  app.add_option(
+      "--cluster", f.cluster,
+      "preset (ideal, a100-80gb, h100-sxm, h200, local) or cluster JSON file (default: the "
+      "model's device if it is a preset, else ideal)");
   app.add_option("--memory-gb", f.memory_gb, "override the GPU memory, in GiB (0 = unlimited)")
       ->check(pipecast::FiniteRange(pipecast::kMaxMemoryGiB, "GiB"));
   std::string kinds;
@@ -302,8 +303,13 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--optimizer-step-us", f.optimizer_step_us, "optimizer step time, in us")
       ->check(pipecast::FiniteRange(pipecast::kMaxStepUs, "microseconds"));
-  app.add_option("--precision", f.precision, "training precision, for bytes per parameter: bf16, fp16 (mixed) or fp32 (docs/simulator.md)")->capture_default_str();
-  app.add_option("--optimizer", f.optimizer, "optimizer, for bytes per parameter: adam, sgd or sgd-nomomentum")->capture_default_str();
+  app.add_option("--precision", f.precision,
+                 "training precision, for bytes per parameter: bf16, fp16 (mixed) or fp32 "
+                 "(docs/simulator.md)")
+      ->capture_default_str();
+  app.add_option("--optimizer", f.optimizer,
+                 "optimizer, for bytes per parameter: adam, sgd or sgd-nomomentum")
+      ->capture_default_str();
   app.add_flag("--json", f.json, "print one JSON object instead of the text report");
   app.add_option("--out", f.out, "write the chosen plan (pipecast-plan/1) here");
   app.add_option("--trace", f.trace, "write a Chrome trace (Perfetto) of the chosen plan");

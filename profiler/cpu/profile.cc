@@ -178,8 +178,8 @@ Status CpuProfileOptions::Validate() const {
   }
   std::set<int> seen;
   for (int size : microbatch_sizes) {
-    PIPECAST_RETURN_IF_ERROR(CheckRange("--microbatch-sizes", size, 1, kMaxMicrobatchSize,
-                                        "samples per micro-batch"));
+    PIPECAST_RETURN_IF_ERROR(
+        CheckRange("--microbatch-sizes", size, 1, kMaxMicrobatchSize, "samples per micro-batch"));
     if (!seen.insert(size).second) {
       return Status::InvalidArgument(
           fmt::format("--microbatch-sizes lists {} twice: give each size once", size));
@@ -234,7 +234,8 @@ Result<CpuProfile> ProfileCpu(const CpuProfileOptions& options, Clock& clock) {
   std::vector<Block> blocks = options.workload.Build();
   std::vector<Probe> probes;  // layer-major, then size
   for (int i = 0; i < static_cast<int>(blocks.size()); ++i) {
-    for (int size : sizes) probes.push_back(MakeProbe(blocks[static_cast<std::size_t>(i)], i, size));
+    for (int size : sizes)
+      probes.push_back(MakeProbe(blocks[static_cast<std::size_t>(i)], i, size));
   }
   // Round-robin: each round runs every layer at every size once, so that all
   // of them sample the same stretch of a shared machine's load, instead of

@@ -44,14 +44,14 @@ class SteadyClock : public Clock {
 };
 
 struct CpuProfileOptions {
-  std::string name = "cpu-mlp";           // the model's name
-  WorkloadSpec workload;                  // the layers to measure
+  std::string name = "cpu-mlp";  // the model's name
+  WorkloadSpec workload;         // the layers to measure
   std::vector<int> microbatch_sizes = {1, 2, 4};
-  int warmup = 2;                         // untimed iterations first, per layer and size
-  int iterations = 10;                    // timed iterations, per layer and size
-  std::string device;                     // empty: the CPU model from /proc/cpuinfo
-  std::string note;                       // optional; written as source.note
-  std::optional<int> global_batch;        // optional; the planner's default batch
+  int warmup = 2;                   // untimed iterations first, per layer and size
+  int iterations = 10;              // timed iterations, per layer and size
+  std::string device;               // empty: the CPU model from /proc/cpuinfo
+  std::string note;                 // optional; written as source.note
+  std::optional<int> global_batch;  // optional; the planner's default batch
 
   // OK, or InvalidArgument naming the flag (--layers, --microbatch-sizes...).
   Status Validate() const;
@@ -66,8 +66,8 @@ TimeNs Median(std::vector<TimeNs> values);
 
 struct CpuProfile {
   Model model;
-  double worst_spread = 0;       // largest per-layer, per-size spread
-  std::string worst_spread_at;   // "block2 at micro-batch 4"
+  double worst_spread = 0;      // largest per-layer, per-size spread
+  std::string worst_spread_at;  // "block2 at micro-batch 4"
 };
 
 // Measures every layer at every size. Fails with InvalidArgument when the

@@ -64,10 +64,10 @@ TEST(ProfileCpuTest, MediansOfScriptedTimesSkippingWarmup) {
   CpuProfileOptions o = Tiny();
   // Each round runs layer 0 then layer 1: their steps are the same here.
   std::vector<TimeNs> steps;
-  for (std::vector<TimeNs> round : {std::vector<TimeNs>{5, 1000000, 1, 1},  // warm-up
-                                    std::vector<TimeNs>{5, 100, 40, 7},
-                                    std::vector<TimeNs>{5, 300, 60, 9},
-                                    std::vector<TimeNs>{5, 200, 50, 8}}) {
+  for (std::vector<TimeNs> round :
+       {std::vector<TimeNs>{5, 1000000, 1, 1},  // warm-up
+        std::vector<TimeNs>{5, 100, 40, 7}, std::vector<TimeNs>{5, 300, 60, 9},
+        std::vector<TimeNs>{5, 200, 50, 8}}) {
     for (int layer = 0; layer < 2; ++layer) steps.insert(steps.end(), round.begin(), round.end());
   }
   ScriptedClock clock(steps);

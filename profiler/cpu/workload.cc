@@ -40,8 +40,8 @@ void Require(bool ok, const char* what) {
 
 // c[m×n] += a[m×k] · b[k×n], row-major. i-k-j order: the inner loop runs
 // over contiguous rows of b and c, which the compiler vectorises.
-void MatMulAdd(const float* __restrict a, const float* __restrict b, float* __restrict c,
-               int m, int k, int n) {
+void MatMulAdd(const float* __restrict a, const float* __restrict b, float* __restrict c, int m,
+               int k, int n) {
   for (int i = 0; i < m; ++i) {
     const float* __restrict a_row = a + static_cast<std::ptrdiff_t>(i) * k;
     float* __restrict c_row = c + static_cast<std::ptrdiff_t>(i) * n;
@@ -55,8 +55,8 @@ void MatMulAdd(const float* __restrict a, const float* __restrict b, float* __re
 
 // w[k×n] += aᵀ · b with a [m×k] and b [m×n], row-major: the weight-gradient
 // product. Row p of w stays in cache while the m rows of b stream past.
-void TransposedMatMulAdd(const float* __restrict a, const float* __restrict b,
-                         float* __restrict w, int m, int k, int n) {
+void TransposedMatMulAdd(const float* __restrict a, const float* __restrict b, float* __restrict w,
+                         int m, int k, int n) {
   for (int p = 0; p < k; ++p) {
     float* __restrict w_row = w + static_cast<std::ptrdiff_t>(p) * n;
     for (int i = 0; i < m; ++i) {
@@ -212,9 +212,7 @@ Block::Block(BlockShape shape, std::uint64_t seed) : shape_(shape) {
   grad_w2_.assign(w2_.size(), 0.0f);
 }
 
-std::int64_t Block::Parameters() const {
-  return 2 * std::int64_t{shape_.hidden} * shape_.ffn;
-}
+std::int64_t Block::Parameters() const { return 2 * std::int64_t{shape_.hidden} * shape_.ffn; }
 
 std::int64_t Block::ActivationBytes(int microbatch_size) const {
   return kFloatBytes * Tokens(microbatch_size) *
@@ -293,7 +291,7 @@ void Block::BackwardWeight(Saved& saved) {
   const int t = Tokens(saved.microbatch_size_);
   const int h = shape_.hidden;
   const int f = shape_.ffn;
-  TransposedMatMulAdd(saved.x_.data(), saved.a_.data(), grad_w1_.data(), t, h, f);  // xᵀ·da
+  TransposedMatMulAdd(saved.x_.data(), saved.a_.data(), grad_w1_.data(), t, h, f);   // xᵀ·da
   TransposedMatMulAdd(saved.g_.data(), saved.dy_.data(), grad_w2_.data(), t, f, h);  // gᵀ·dy
   saved.x_.Reset();
   saved.a_.Reset();
@@ -346,8 +344,7 @@ Status WorkloadSpec::Validate() const {
   if (!per_layer.empty()) {
     if (layers != static_cast<int>(per_layer.size())) {
       return Status::InvalidArgument("layers is " + std::to_string(layers) + " but per_layer has " +
-                                     std::to_string(per_layer.size()) +
-                                     " shapes: they must agree");
+                                     std::to_string(per_layer.size()) + " shapes: they must agree");
     }
     for (std::size_t i = 0; i < per_layer.size(); ++i) {
       PIPECAST_RETURN_IF_ERROR(per_layer[i].Validate().WithPrefix("layer " + std::to_string(i)));

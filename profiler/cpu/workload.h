@@ -42,9 +42,9 @@ namespace pipecast::cpu {
 
 // Shape of one layer of the built-in CPU workload.
 struct BlockShape {
-  int hidden = 256;             // H: width of x and y
-  int ffn = 1024;               // F: width of the MLP's inner activation
-  int tokens_per_sample = 32;   // rows of x per sample
+  int hidden = 256;            // H: width of x and y
+  int ffn = 1024;              // F: width of the MLP's inner activation
+  int tokens_per_sample = 32;  // rows of x per sample
 
   // OK when every field is in [1, kMaxWidth], hidden·ffn <= kMaxBlockWeights
   // and one sample's activations stay under kMaxSampleBytes; otherwise names

@@ -2,7 +2,6 @@
 // The one file of pipecast_cpu_workload that touches JSON: nlohmann's
 // exceptions stop here and become errors naming the JSON path.
 #include <nlohmann/json.hpp>
-
 #include <string>
 
 #include "profiler/cpu/workload.h"
@@ -18,9 +17,8 @@ constexpr char kFormula[] =
     "tokens_per_sample; W1 hidden x ffn, W2 ffn x hidden, no biases, gelu tanh form";
 
 json ShapeJson(const BlockShape& shape) {
-  return {{"hidden", shape.hidden},
-          {"ffn", shape.ffn},
-          {"tokens_per_sample", shape.tokens_per_sample}};
+  return {
+      {"hidden", shape.hidden}, {"ffn", shape.ffn}, {"tokens_per_sample", shape.tokens_per_sample}};
 }
 
 Status ReadInt(const json& object, const std::string& path, const char* key, int& out) {

@@ -53,7 +53,8 @@ TEST(BlockShapeTest, ValidateNamesTheField) {
   EXPECT_THAT(st.message(), HasSubstr("tokens_per_sample is -3"));
   // 4 * 65536 * (2 * 64 + 2 * 64) bytes per sample is 64 MiB: fine; with
   // 65536 tokens and widths of 2048 it is 4 * 65536 * 8192 = 2 GiB, over 1 GiB.
-  EXPECT_TRUE((BlockShape{.hidden = 64, .ffn = 64, .tokens_per_sample = kMaxWidth}.Validate().ok()));
+  EXPECT_TRUE(
+      (BlockShape{.hidden = 64, .ffn = 64, .tokens_per_sample = kMaxWidth}.Validate().ok()));
   st = BlockShape{.hidden = 2048, .ffn = 2048, .tokens_per_sample = kMaxWidth}.Validate();
   EXPECT_THAT(st.message(), HasSubstr("activations"));
   // 65536 x 4096 = 2^28 weights, over 2^27.
@@ -66,8 +67,8 @@ TEST(BlockTest, SizesFollowTheShape) {
   const Block block(BlockShape{}, 1);
   EXPECT_EQ(block.Parameters(), 2 * 256 * 1024);
   EXPECT_EQ(block.Tokens(4), 128);
-  EXPECT_EQ(block.OutputBytes(1), 4 * 32 * 256);                       // 32768
-  EXPECT_EQ(block.ActivationBytes(1), 4 * 32 * (256 + 2 * 1024));      // 294912
+  EXPECT_EQ(block.OutputBytes(1), 4 * 32 * 256);                   // 32768
+  EXPECT_EQ(block.ActivationBytes(1), 4 * 32 * (256 + 2 * 1024));  // 294912
   EXPECT_EQ(block.ActivationBytes(4), 4 * block.ActivationBytes(1));
   EXPECT_EQ(block.WeightGradientBytes(2), 4 * 64 * (2 * 256 + 2 * 1024));
   EXPECT_EQ(block.TransientBytes(1), 4 * 32 * 1024);

@@ -26,8 +26,8 @@ constexpr float kLnEpsilon = 1e-5f;
 
 Status CudaError(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return Status::Ok();
-  return Status::Unavailable(fmt::format("{}: CUDA error {} ({})", what, cudaGetErrorName(e),
-                                         cudaGetErrorString(e)));
+  return Status::Unavailable(
+      fmt::format("{}: CUDA error {} ({})", what, cudaGetErrorName(e), cudaGetErrorString(e)));
 }
 Status CublasError(cublasStatus_t s, const char* what) {
   if (s == CUBLAS_STATUS_SUCCESS) return Status::Ok();
@@ -73,8 +73,8 @@ __global__ void LayerNormForward(const bf16* x, const bf16* gamma, const bf16* b
 // dx = residual + LayerNorm'(dout): g = dout * gamma,
 // dx_i = rstd * (g_i - mean(g) - xhat_i * mean(g * xhat)).
 __global__ void LayerNormBackwardInput(const bf16* dout, const bf16* x, const float* mean,
-                                       const float* rstd, const bf16* gamma,
-                                       const bf16* residual, bf16* dx, int h) {
+                                       const float* rstd, const bf16* gamma, const bf16* residual,
+                                       bf16* dx, int h) {
   __shared__ float shared[kThreads / 32];
   const int64_t row = blockIdx.x;
   const float m = mean[row], r = rstd[row];
@@ -97,8 +97,8 @@ __global__ void LayerNormBackwardInput(const bf16* dout, const bf16* x, const fl
 
 // dgamma += sum_rows dout * xhat, dbeta += sum_rows dout: one thread per column.
 __global__ void LayerNormBackwardParams(const bf16* dout, const bf16* x, const float* mean,
-                                        const float* rstd, bf16* dgamma, bf16* dbeta,
-                                        int64_t rows, int h) {
+                                        const float* rstd, bf16* dgamma, bf16* dbeta, int64_t rows,
+                                        int h) {
   const int col = blockIdx.x * blockDim.x + threadIdx.x;
   if (col >= h) return;
   float dg = 0, db = 0;
@@ -145,7 +145,8 @@ __global__ void CausalSoftmax(bf16* scores, int s, float scale) {
   const int query = static_cast<int>(row % s);
   bf16* p = scores + row * s;
   float mx = -INFINITY;
-  for (int j = threadIdx.x; j <= query; j += kThreads) mx = fmaxf(mx, __bfloat162float(p[j]) * scale);
+  for (int j = threadIdx.x; j <= query; j += kThreads)
+    mx = fmaxf(mx, __bfloat162float(p[j]) * scale);
   // Block max via shared memory.
   for (int o = 16; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
   __syncthreads();
@@ -154,7 +155,8 @@ __global__ void CausalSoftmax(bf16* scores, int s, float scale) {
   mx = -INFINITY;
   for (int w = 0; w < kThreads / 32; ++w) mx = fmaxf(mx, shared[w]);
   float sum = 0;
-  for (int j = threadIdx.x; j <= query; j += kThreads) sum += __expf(__bfloat162float(p[j]) * scale - mx);
+  for (int j = threadIdx.x; j <= query; j += kThreads)
+    sum += __expf(__bfloat162float(p[j]) * scale - mx);
   sum = BlockSum(sum, shared);
   for (int j = threadIdx.x; j < s; j += kThreads) {
     const float v = j <= query ? __expf(__bfloat162float(p[j]) * scale - mx) / sum : 0.f;
@@ -252,7 +254,8 @@ namespace {
 template <typename T>
 Status Alloc(T** p, int64_t elements, std::vector<void*>* owner, const char* what) {
   void* raw = nullptr;
-  PIPECAST_RETURN_IF_ERROR(CudaError(cudaMalloc(&raw, static_cast<size_t>(elements) * sizeof(T)), what));
+  PIPECAST_RETURN_IF_ERROR(
+      CudaError(cudaMalloc(&raw, static_cast<size_t>(elements) * sizeof(T)), what));
   *p = static_cast<T*>(raw);
   if (owner != nullptr) owner->push_back(raw);
   return Status::Ok();
@@ -260,25 +263,24 @@ Status Alloc(T** p, int64_t elements, std::vector<void*>* owner, const char* wha
 
 // Row-major C[M,N] = op(A)[M,K] op(B)[K,N] (+ beta C), through column-major
 // cuBLAS as C^T = op(B)^T op(A)^T. Batched when batch > 1 with the strides.
-Status Gemm(cublasHandle_t h, bool ta, bool tb, int m, int n, int k, const bf16* a,
-            const bf16* b, bf16* c, float beta, int batch = 1, int64_t sa = 0, int64_t sb = 0,
-            int64_t sc = 0) {
+Status Gemm(cublasHandle_t h, bool ta, bool tb, int m, int n, int k, const bf16* a, const bf16* b,
+            bf16* c, float beta, int batch = 1, int64_t sa = 0, int64_t sb = 0, int64_t sc = 0) {
   const float alpha = 1.f;
   const cublasOperation_t op_b = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_a = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   const int ldb = tb ? k : n;
   const int lda = ta ? m : k;
   if (batch == 1) {
-    return CublasError(cublasGemmEx(h, op_b, op_a, n, m, k, &alpha, b, CUDA_R_16BF, ldb, a,
-                                    CUDA_R_16BF, lda, &beta, c, CUDA_R_16BF, n,
-                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                       "cublasGemmEx");
+    return CublasError(
+        cublasGemmEx(h, op_b, op_a, n, m, k, &alpha, b, CUDA_R_16BF, ldb, a, CUDA_R_16BF, lda,
+                     &beta, c, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+        "cublasGemmEx");
   }
-  return CublasError(cublasGemmStridedBatchedEx(h, op_b, op_a, n, m, k, &alpha, b, CUDA_R_16BF,
-                                                ldb, sb, a, CUDA_R_16BF, lda, sa, &beta, c,
-                                                CUDA_R_16BF, n, sc, batch, CUBLAS_COMPUTE_32F,
-                                                CUBLAS_GEMM_DEFAULT),
-                     "cublasGemmStridedBatchedEx");
+  return CublasError(
+      cublasGemmStridedBatchedEx(h, op_b, op_a, n, m, k, &alpha, b, CUDA_R_16BF, ldb, sb, a,
+                                 CUDA_R_16BF, lda, sa, &beta, c, CUDA_R_16BF, n, sc, batch,
+                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+      "cublasGemmStridedBatchedEx");
 }
 
 Status Launched(const char* what) { return CudaError(cudaGetLastError(), what); }
@@ -321,10 +323,14 @@ Result<std::unique_ptr<TransformerBlock>> TransformerBlock::Create(const BlockSh
     int64_t n;
     float scale;  // fill range; layer-norm scales start at 1
     float offset;
-  } weights[] = {{&s.wqkv, &s.dwqkv, 3 * h * h, 0.02f, 0}, {&s.wo, &s.dwo, h * h, 0.02f, 0},
-                 {&s.w1, &s.dw1, f * h, 0.02f, 0},        {&s.w2, &s.dw2, h * f, 0.02f, 0},
-                 {&s.g1, &s.dg1, h, 0.f, 1},               {&s.b1, &s.db1, h, 0.f, 0},
-                 {&s.g2, &s.dg2, h, 0.f, 1},               {&s.b2, &s.db2, h, 0.f, 0}};
+  } weights[] = {{&s.wqkv, &s.dwqkv, 3 * h * h, 0.02f, 0},
+                 {&s.wo, &s.dwo, h * h, 0.02f, 0},
+                 {&s.w1, &s.dw1, f * h, 0.02f, 0},
+                 {&s.w2, &s.dw2, h * f, 0.02f, 0},
+                 {&s.g1, &s.dg1, h, 0.f, 1},
+                 {&s.b1, &s.db1, h, 0.f, 0},
+                 {&s.g2, &s.dg2, h, 0.f, 1},
+                 {&s.b2, &s.db2, h, 0.f, 0}};
   uint64_t k = 0;
   for (const Weight& w : weights) {
     PIPECAST_RETURN_IF_ERROR(Alloc(w.w, w.n, nullptr, "cudaMalloc (weights)"));
@@ -391,7 +397,8 @@ Status TransformerBlock::Forward(const void* x_in, void* y_out, int microbatch) 
   PIPECAST_RETURN_IF_ERROR(Alloc(&s.prob, probs, &kept, "cudaMalloc attention probabilities"));
   PIPECAST_RETURN_IF_ERROR(Gemm(s.cublas, false, true, sq, sq, d, q, k, s.prob, 0.f, batch,
                                 int64_t{sq} * d, int64_t{sq} * d, int64_t{sq} * sq));
-  CausalSoftmax<<<batch * sq, kThreads, 0, st>>>(s.prob, sq, 1.f / std::sqrt(static_cast<float>(d)));
+  CausalSoftmax<<<batch * sq, kThreads, 0, st>>>(s.prob, sq,
+                                                 1.f / std::sqrt(static_cast<float>(d)));
   PIPECAST_RETURN_IF_ERROR(Launched("CausalSoftmax"));
   bf16* ctxh = nullptr;  // temporary, head layout
   PIPECAST_RETURN_IF_ERROR(Alloc(&ctxh, t * h, nullptr, "cudaMalloc context heads"));
@@ -432,7 +439,8 @@ Status TransformerBlock::BackwardInput(const void* dy_in, void* dx_out) {
   if (s.phase != State::Phase::kForward) {
     return Status::FailedPrecondition("TransformerBlock::BackwardInput: no forward pending");
   }
-  const int b = s.microbatch, sq = shape_.seq, a = shape_.heads, h = shape_.hidden, f = shape_.Ffn();
+  const int b = s.microbatch, sq = shape_.seq, a = shape_.heads, h = shape_.hidden,
+            f = shape_.Ffn();
   const int d = h / a;
   const int64_t t = int64_t{b} * sq;
   const bf16* dy = static_cast<const bf16*>(dy_in);
@@ -449,7 +457,8 @@ Status TransformerBlock::BackwardInput(const void* dy_in, void* dx_out) {
   PIPECAST_RETURN_IF_ERROR(Alloc(&s.dln2, t * h, &kept, "cudaMalloc dln2"));
   PIPECAST_RETURN_IF_ERROR(Gemm(s.cublas, false, false, t, h, f, s.dfc1, s.w1, s.dln2, 0.f));
   PIPECAST_RETURN_IF_ERROR(Alloc(&s.dx1, t * h, &kept, "cudaMalloc dx1"));
-  LayerNormBackwardInput<<<t, kThreads, 0, st>>>(s.dln2, s.x1, s.mean2, s.rstd2, s.g2, dy, s.dx1, h);
+  LayerNormBackwardInput<<<t, kThreads, 0, st>>>(s.dln2, s.x1, s.mean2, s.rstd2, s.g2, dy, s.dx1,
+                                                 h);
   PIPECAST_RETURN_IF_ERROR(Launched("LayerNormBackwardInput"));
 
   // Attention.
@@ -471,13 +480,18 @@ Status TransformerBlock::BackwardInput(const void* dy_in, void* dx_out) {
   bf16* dscores = nullptr;
   PIPECAST_RETURN_IF_ERROR(Alloc(&dscores, probs, nullptr, "cudaMalloc dscores"));
   // dP = dctx V^T; dV = P^T dctx.
-  PIPECAST_RETURN_IF_ERROR(Gemm(s.cublas, false, true, sq, sq, d, dctxh, v, dscores, 0.f, batch, shd, shd, sss));
-  PIPECAST_RETURN_IF_ERROR(Gemm(s.cublas, true, false, sq, d, sq, s.prob, dctxh, dqkvh + 2 * t * h, 0.f, batch, sss, shd, shd));
-  SoftmaxBackward<<<batch * sq, kThreads, 0, st>>>(s.prob, dscores, sq, 1.f / std::sqrt(static_cast<float>(d)));
+  PIPECAST_RETURN_IF_ERROR(
+      Gemm(s.cublas, false, true, sq, sq, d, dctxh, v, dscores, 0.f, batch, shd, shd, sss));
+  PIPECAST_RETURN_IF_ERROR(Gemm(s.cublas, true, false, sq, d, sq, s.prob, dctxh, dqkvh + 2 * t * h,
+                                0.f, batch, sss, shd, shd));
+  SoftmaxBackward<<<batch * sq, kThreads, 0, st>>>(s.prob, dscores, sq,
+                                                   1.f / std::sqrt(static_cast<float>(d)));
   PIPECAST_RETURN_IF_ERROR(Launched("SoftmaxBackward"));
   // dQ = dS K; dK = dS^T Q.
-  PIPECAST_RETURN_IF_ERROR(Gemm(s.cublas, false, false, sq, d, sq, dscores, k, dqkvh, 0.f, batch, sss, shd, shd));
-  PIPECAST_RETURN_IF_ERROR(Gemm(s.cublas, true, false, sq, d, sq, dscores, q, dqkvh + t * h, 0.f, batch, sss, shd, shd));
+  PIPECAST_RETURN_IF_ERROR(
+      Gemm(s.cublas, false, false, sq, d, sq, dscores, k, dqkvh, 0.f, batch, sss, shd, shd));
+  PIPECAST_RETURN_IF_ERROR(
+      Gemm(s.cublas, true, false, sq, d, sq, dscores, q, dqkvh + t * h, 0.f, batch, sss, shd, shd));
   PIPECAST_RETURN_IF_ERROR(CudaError(cudaFree(dscores), "cudaFree dscores"));
   PIPECAST_RETURN_IF_ERROR(CudaError(cudaFree(tmp), "cudaFree dctx"));
   PIPECAST_RETURN_IF_ERROR(Alloc(&s.dqkv, 3 * t * h, &kept, "cudaMalloc dqkv"));
@@ -495,7 +509,8 @@ Status TransformerBlock::BackwardInput(const void* dy_in, void* dx_out) {
 Status TransformerBlock::BackwardWeight() {
   State& s = *state_;
   if (s.phase != State::Phase::kInput) {
-    return Status::FailedPrecondition("TransformerBlock::BackwardWeight: no input gradient pending");
+    return Status::FailedPrecondition(
+        "TransformerBlock::BackwardWeight: no input gradient pending");
   }
   const int h = shape_.hidden, f = shape_.Ffn();
   const int64_t t = int64_t{s.microbatch} * shape_.seq;
@@ -506,9 +521,11 @@ Status TransformerBlock::BackwardWeight() {
   PIPECAST_RETURN_IF_ERROR(Gemm(s.cublas, true, false, h, h, t, s.dx1, s.ctx, s.dwo, 1.f));
   PIPECAST_RETURN_IF_ERROR(Gemm(s.cublas, true, false, 3 * h, h, t, s.dqkv, s.ln1, s.dwqkv, 1.f));
   const int grid = (h + kThreads - 1) / kThreads;
-  LayerNormBackwardParams<<<grid, kThreads, 0, st>>>(s.dln2, s.x1, s.mean2, s.rstd2, s.dg2, s.db2, t, h);
+  LayerNormBackwardParams<<<grid, kThreads, 0, st>>>(s.dln2, s.x1, s.mean2, s.rstd2, s.dg2, s.db2,
+                                                     t, h);
   PIPECAST_RETURN_IF_ERROR(Launched("LayerNormBackwardParams"));
-  LayerNormBackwardParams<<<grid, kThreads, 0, st>>>(s.dln1, s.x, s.mean1, s.rstd1, s.dg1, s.db1, t, h);
+  LayerNormBackwardParams<<<grid, kThreads, 0, st>>>(s.dln1, s.x, s.mean1, s.rstd1, s.dg1, s.db1, t,
+                                                     h);
   PIPECAST_RETURN_IF_ERROR(Launched("LayerNormBackwardParams"));
   for (void* p : s.kept) PIPECAST_RETURN_IF_ERROR(CudaError(cudaFree(p), "cudaFree activations"));
   s.kept.clear();
@@ -516,7 +533,8 @@ Status TransformerBlock::BackwardWeight() {
   return Status::Ok();
 }
 
-Status FillDeviceBf16(void* buffer, int64_t bytes, float scale, uint64_t seed, CUstream_st* stream) {
+Status FillDeviceBf16(void* buffer, int64_t bytes, float scale, uint64_t seed,
+                      CUstream_st* stream) {
   const int64_t n = bytes / 2;
   FillPattern<<<GridFor(n), kThreads, 0, stream>>>(static_cast<bf16*>(buffer), n, scale, seed);
   return Launched("FillPattern");

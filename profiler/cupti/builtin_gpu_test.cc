@@ -12,11 +12,11 @@
 namespace pipecast {
 namespace {
 
-#define SKIP_WITHOUT_GPU()                                            \
-  do {                                                                \
-    if (Status st = CheckCudaDevice(); !st.ok()) {                    \
-      GTEST_SKIP() << "no CUDA device: " << st.message();             \
-    }                                                                 \
+#define SKIP_WITHOUT_GPU()                                \
+  do {                                                    \
+    if (Status st = CheckCudaDevice(); !st.ok()) {        \
+      GTEST_SKIP() << "no CUDA device: " << st.message(); \
+    }                                                     \
   } while (0)
 
 BuiltinOptions Tiny() {

@@ -23,14 +23,22 @@ Result<Model> ProfileBuiltin(const BuiltinOptions& options, std::string* report)
   for (int b : options.microbatch_sizes) {
     InjectionRun run;
     run.argv = {runner,
-                "--hidden", std::to_string(s.hidden),
-                "--heads", std::to_string(s.heads),
-                "--ffn", std::to_string(s.Ffn()),
-                "--seq", std::to_string(s.seq),
-                "--layers", std::to_string(s.layers),
-                "--microbatch", std::to_string(b),
-                "--steps", std::to_string(steps),
-                "--device", std::to_string(options.device)};
+                "--hidden",
+                std::to_string(s.hidden),
+                "--heads",
+                std::to_string(s.heads),
+                "--ffn",
+                std::to_string(s.Ffn()),
+                "--seq",
+                std::to_string(s.seq),
+                "--layers",
+                std::to_string(s.layers),
+                "--microbatch",
+                std::to_string(b),
+                "--steps",
+                std::to_string(steps),
+                "--device",
+                std::to_string(options.device)};
     Result<std::vector<ActivityTrace>> traces = RunInjected(run);
     if (!traces.ok()) return traces.status().WithPrefix(fmt::format("micro-batch size {}", b));
     Result<CuptiMeasurement> m = MeasureTraces(*traces, b, options.aggregate);
@@ -40,10 +48,15 @@ Result<Model> ProfileBuiltin(const BuiltinOptions& options, std::string* report)
   }
   nlohmann::ordered_json workload = {
       {"kind", "pipecast built-in pre-layernorm GPT block (profiler/cupti/builtin_block.h)"},
-      {"hidden", s.hidden}, {"heads", s.heads}, {"ffn", s.Ffn()}, {"seq", s.seq},
-      {"layers", s.layers}, {"dtype", "bf16, fp32 accumulation"},
-      {"passes", "forward, input gradient (backward ranges), weight gradient (weight_grad "
-                 "ranges) run separately; activations are cudaMalloc'd per pass"}};
+      {"hidden", s.hidden},
+      {"heads", s.heads},
+      {"ffn", s.Ffn()},
+      {"seq", s.seq},
+      {"layers", s.layers},
+      {"dtype", "bf16, fp32 accumulation"},
+      {"passes",
+       "forward, input gradient (backward ranges), weight gradient (weight_grad "
+       "ranges) run separately; activations are cudaMalloc'd per pass"}};
   Result<Model> model = BuildCuptiModel(options.name, measurements, options.aggregate,
                                         {{"workload", workload.dump()}});
   if (!model.ok()) return model.status();

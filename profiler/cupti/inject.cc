@@ -133,13 +133,16 @@ void RecordDevices() {
     if (g_driver.device_get_attribute(&v, CU_DEVICE_ATTRIBUTE_CLOCK_RATE, dev) == CUDA_SUCCESS) {
       info.core_clock_khz = static_cast<uint64_t>(v);
     }
-    if (g_driver.device_get_attribute(&v, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev) == CUDA_SUCCESS) {
+    if (g_driver.device_get_attribute(&v, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev) ==
+        CUDA_SUCCESS) {
       info.compute_major = static_cast<uint32_t>(v);
     }
-    if (g_driver.device_get_attribute(&v, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev) == CUDA_SUCCESS) {
+    if (g_driver.device_get_attribute(&v, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev) ==
+        CUDA_SUCCESS) {
       info.compute_minor = static_cast<uint32_t>(v);
     }
-    if (g_driver.device_get_attribute(&v, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev) == CUDA_SUCCESS) {
+    if (g_driver.device_get_attribute(&v, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev) ==
+        CUDA_SUCCESS) {
       info.multiprocessors = static_cast<uint32_t>(v);
     }
     size_t bytes = 0;
@@ -207,8 +210,9 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) 
   CUpti_SubscriberHandle subscriber;
   const CUptiResult sub = cuptiSubscribe(&subscriber, OnCallback, nullptr);
   if (sub == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) {
-    g_collector->AddError("another CUPTI client (Nsight Systems, torch.profiler, a debugger) is "
-                          "attached: run without it");
+    g_collector->AddError(
+        "another CUPTI client (Nsight Systems, torch.profiler, a debugger) is "
+        "attached: run without it");
   } else {
     Check(sub, "cuptiSubscribe");
     if (sub == CUPTI_SUCCESS) {

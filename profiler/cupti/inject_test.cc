@@ -28,8 +28,8 @@ TEST(InjectTest, WithoutDriverWritesItsErrorsAndExitsCleanly) {
   const std::string dir = testing::TempDir() + "/pipecast-inject-test";
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
-  const std::string cmd = "PIPECAST_CUPTI_OUT='" + dir + "' '" + PIPECAST_INJECT_SMOKE_BIN +
-                          "' '" + PIPECAST_INJECT_LIBRARY_PATH + "' > /dev/null 2>&1";
+  const std::string cmd = "PIPECAST_CUPTI_OUT='" + dir + "' '" + PIPECAST_INJECT_SMOKE_BIN + "' '" +
+                          PIPECAST_INJECT_LIBRARY_PATH + "' > /dev/null 2>&1";
   const int status = std::system(cmd.c_str());
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0);

@@ -28,7 +28,8 @@ std::string Locate(const char* env, const char* built) {
 
 std::string DescribeWait(int status) {
   if (WIFEXITED(status)) return fmt::format("exit status {}", WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) return fmt::format("signal {} ({})", WTERMSIG(status), strsignal(WTERMSIG(status)));
+  if (WIFSIGNALED(status))
+    return fmt::format("signal {} ({})", WTERMSIG(status), strsignal(WTERMSIG(status)));
   return "an unknown wait status";
 }
 
@@ -50,8 +51,8 @@ Status CheckCudaDevice() {
   if (init == nullptr || count_fn == nullptr) {
     status = Status::Unavailable("libcuda.so.1 lacks cuInit/cuDeviceGetCount: a broken driver");
   } else if (const int rc = init(0); rc != 0) {
-    status = Status::Unavailable(fmt::format(
-        "the NVIDIA driver failed to initialise (cuInit error {}): no usable GPU", rc));
+    status = Status::Unavailable(
+        fmt::format("the NVIDIA driver failed to initialise (cuInit error {}): no usable GPU", rc));
   } else if (count_fn(&count) != 0 || count == 0) {
     status = Status::Unavailable("the NVIDIA driver reports no CUDA device");
   }
@@ -74,10 +75,11 @@ Result<std::vector<ActivityTrace>> RunInjected(const InjectionRun& run) {
   const bool temporary = dir.empty();
   if (temporary) {
     const char* tmp = std::getenv("TMPDIR");
-    std::string pattern = std::string(tmp != nullptr && *tmp ? tmp : "/tmp") + "/pipecast-cupti-XXXXXX";
+    std::string pattern =
+        std::string(tmp != nullptr && *tmp ? tmp : "/tmp") + "/pipecast-cupti-XXXXXX";
     if (mkdtemp(pattern.data()) == nullptr) {
-      return Status::FailedPrecondition(fmt::format("cannot create a temporary folder {}: {}",
-                                                    pattern, std::strerror(errno)));
+      return Status::FailedPrecondition(
+          fmt::format("cannot create a temporary folder {}: {}", pattern, std::strerror(errno)));
     }
     dir = pattern;
   } else {
@@ -114,7 +116,8 @@ Result<std::vector<ActivityTrace>> RunInjected(const InjectionRun& run) {
     for (const std::string& a : run.argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
     execvp(args[0], args.data());
-    const std::string msg = fmt::format("profiler: cannot run '{}': {}\n", run.argv[0], std::strerror(errno));
+    const std::string msg =
+        fmt::format("profiler: cannot run '{}': {}\n", run.argv[0], std::strerror(errno));
     (void)!write(STDERR_FILENO, msg.data(), msg.size());
     _exit(127);
   }
@@ -127,9 +130,9 @@ Result<std::vector<ActivityTrace>> RunInjected(const InjectionRun& run) {
   }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     cleanup();
-    return Status::FailedPrecondition(fmt::format(
-        "the profiled command '{}' ended with {}; a failed run is not profiled", run.argv[0],
-        DescribeWait(status)));
+    return Status::FailedPrecondition(
+        fmt::format("the profiled command '{}' ended with {}; a failed run is not profiled",
+                    run.argv[0], DescribeWait(status)));
   }
 
   std::vector<ActivityTrace> traces;

@@ -66,7 +66,8 @@ int RunCpu(CpuFlags& flags) {
     fmt::print(stderr, "profiler: error: {}\n", st.message());
     return kExitBadInput;
   }
-  fmt::print(stderr, "profiler: measuring {} layers at micro-batch sizes {} ({} warm-up + {} "
+  fmt::print(stderr,
+             "profiler: measuring {} layers at micro-batch sizes {} ({} warm-up + {} "
              "timed iterations each, one thread)...\n",
              options.workload.LayerCount(), fmt::join(options.microbatch_sizes, ","),
              options.warmup, options.iterations);

@@ -32,8 +32,8 @@ class CpuCommand : public ::testing::Test {
 
 TEST_F(CpuCommand, WritesAModelThePlannerAndSimulatorAccept) {
   const std::string model_path = dir_.File("cpu.json");
-  ToolRun run = Profile(std::string(kSmall) + " --name tiny-mlp --global-batch 8 --out " +
-                        Quote(model_path));
+  ToolRun run =
+      Profile(std::string(kSmall) + " --name tiny-mlp --global-batch 8 --out " + Quote(model_path));
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_THAT(run.err, HasSubstr("wrote"));
   EXPECT_EQ(run.out, "");
@@ -52,9 +52,9 @@ TEST_F(CpuCommand, WritesAModelThePlannerAndSimulatorAccept) {
   }
 
   const std::string plan = dir_.File("plan.json");
-  ToolRun planned = RunTool(dir_, kPlanner,
-                            "--model " + Quote(model_path) +
-                                " --gpus 2 --cluster ideal --out " + Quote(plan));
+  ToolRun planned =
+      RunTool(dir_, kPlanner,
+              "--model " + Quote(model_path) + " --gpus 2 --cluster ideal --out " + Quote(plan));
   ASSERT_EQ(planned.exit_code, 0) << planned.err << planned.out;
   EXPECT_THAT(planned.out, HasSubstr("chosen plan"));
   ToolRun simulated =
@@ -81,14 +81,15 @@ TEST_F(CpuCommand, ShippedExampleDescribesItsWorkloadExactly) {
       EXPECT_GT(p.forward_ns, 0) << i;
     }
   }
-  ToolRun planned = RunTool(dir_, kPlanner,
-                            "--model " + Quote(Example("cpu-mlp.json")) + " --gpus 2 --cluster ideal");
+  ToolRun planned = RunTool(
+      dir_, kPlanner, "--model " + Quote(Example("cpu-mlp.json")) + " --gpus 2 --cluster ideal");
   EXPECT_EQ(planned.exit_code, 0) << planned.err;
 }
 
 TEST_F(CpuCommand, WritesToStdoutWithoutOut) {
-  ToolRun run = Profile("cpu --layers 1 --hidden 8 --ffn 8 --tokens-per-sample 2 "
-                        "--microbatch-sizes 1 --warmup 0 --iterations 1 --device 'test box'");
+  ToolRun run = Profile(
+      "cpu --layers 1 --hidden 8 --ffn 8 --tokens-per-sample 2 "
+      "--microbatch-sizes 1 --warmup 0 --iterations 1 --device 'test box'");
   ASSERT_EQ(run.exit_code, 0) << run.err;
   Result<Model> model = ParseModel(run.out, "stdout");
   ASSERT_TRUE(model.ok()) << model.status().message();
@@ -98,8 +99,8 @@ TEST_F(CpuCommand, WritesToStdoutWithoutOut) {
 TEST_F(CpuCommand, HelpListsTheFlags) {
   ToolRun run = Profile("cpu --help");
   EXPECT_EQ(run.exit_code, 0);
-  for (const char* flag : {"--layers", "--hidden", "--ffn", "--tokens-per-sample",
-                           "--layer-ffn", "--microbatch-sizes", "--warmup", "--iterations"}) {
+  for (const char* flag : {"--layers", "--hidden", "--ffn", "--tokens-per-sample", "--layer-ffn",
+                           "--microbatch-sizes", "--warmup", "--iterations"}) {
     EXPECT_THAT(run.out, HasSubstr(flag));
   }
 }
@@ -116,12 +117,12 @@ TEST_F(CpuCommand, BadValuesExitOneNamingTheFlagAndWriteNothing) {
     const char* args;
     const char* says;
   };
-  for (const Case& c : {Case{"--layers 0", "--layers 0"}, Case{"--hidden 0", "--hidden 0"},
-                        Case{"--iterations 0", "--iterations 0"},
-                        Case{"--microbatch-sizes 1,1", "--microbatch-sizes lists 1 twice"},
-                        Case{"--layers 2 --layer-ffn 5:64", "layer 5 does not exist"},
-                        Case{"--layer-ffn wide", "is not LAYER:FFN"},
-                        Case{"--layer-ffn 0:0", "--layer-ffn 0:0"}}) {
+  for (const Case& c :
+       {Case{"--layers 0", "--layers 0"}, Case{"--hidden 0", "--hidden 0"},
+        Case{"--iterations 0", "--iterations 0"},
+        Case{"--microbatch-sizes 1,1", "--microbatch-sizes lists 1 twice"},
+        Case{"--layers 2 --layer-ffn 5:64", "layer 5 does not exist"},
+        Case{"--layer-ffn wide", "is not LAYER:FFN"}, Case{"--layer-ffn 0:0", "--layer-ffn 0:0"}}) {
     ToolRun run = Profile(std::string("cpu ") + c.args + " --out " + Quote(out));
     EXPECT_EQ(run.exit_code, 1) << c.args;
     EXPECT_THAT(run.err, HasSubstr(c.says)) << c.args;

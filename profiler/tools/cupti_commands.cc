@@ -55,13 +55,15 @@ CuptiCommands::CuptiCommands(CLI::App& app) {
       "\nExample: profiler cupti --warmup 3 --iterations 20 --out model.json -- python train.py");
   cupti_->add_option("--out", cupti_out_, "write model.json here (default: stdout)");
   cupti_->add_option("--name", c.name, "the model's name (default: the program's file name)");
-  cupti_->add_option("--microbatch-size", c.microbatch_size,
-                     "the micro-batch size the program runs, written into the profile")
+  cupti_
+      ->add_option("--microbatch-size", c.microbatch_size,
+                   "the micro-batch size the program runs, written into the profile")
       ->capture_default_str();
   AddAggregateFlags(cupti_, c.aggregate);
-  cupti_->add_option("--device-buffer-mib", c.device_buffer_mib,
-                     "CUPTI device timestamp buffer in MiB (0: CUPTI's default); raise it when "
-                     "the profile is refused for records without timestamps")
+  cupti_
+      ->add_option("--device-buffer-mib", c.device_buffer_mib,
+                   "CUPTI device timestamp buffer in MiB (0: CUPTI's default); raise it when "
+                   "the profile is refused for records without timestamps")
       ->capture_default_str();
   cupti_->add_option("--keep-records", c.records_dir,
                      "write the raw records files (pipecast-activity/1) into this folder and "

@@ -8,8 +8,8 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
-#include <string>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "profiler/analytic.h"

@@ -107,9 +107,9 @@ class Engine {
     Bytes bytes = -1;   // every transfer's size when they all cross one hop, else -1
   };
   struct RankState {
-    int32_t next = 0;     // next op in the list to compute
-    int32_t prev = 0;     // event of the previous op's end (or -1 - rank)
-    TimeNs prev_end = 0;  // its time
+    int32_t next = 0;                  // next op in the list to compute
+    int32_t prev = 0;                  // event of the previous op's end (or -1 - rank)
+    TimeNs prev_end = 0;               // its time
     int64_t waiting_on = kNotWaiting;  // input key that would let it advance
     TimeNs busy = 0;
   };
@@ -157,8 +157,8 @@ class Engine {
     int32_t parent;
     int32_t hop;  // transfers on a link with several sizes: the boundary crossed
   };
-  LargeArray<Event> ev_;  // per event, one cache line holds four
-  std::vector<OpCost> op_cost_;    // per (stage, kind)
+  LargeArray<Event> ev_;         // per event, one cache line holds four
+  std::vector<OpCost> op_cost_;  // per (stage, kind)
   LargeArray<Cell> cells_;
   std::vector<LinkState> links_;
   // Per stage s: the link carrying s's activations to s+1 and the one

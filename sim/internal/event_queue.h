@@ -16,9 +16,7 @@ namespace pipecast::internal {
 struct QueuedEvent {
   int64_t time;
   uint64_t key;
-  bool Before(const QueuedEvent& o) const {
-    return time != o.time ? time < o.time : key < o.key;
-  }
+  bool Before(const QueuedEvent& o) const { return time != o.time ? time < o.time : key < o.key; }
 };
 
 class EventQueue {

@@ -4,15 +4,15 @@
 // identical results, op for op. Not compiled into the library.
 #include "sim/internal/reference_simulator.h"
 
-#include "sim/internal/event_queue.h"
-#include "sim/schedule_graph.h"
-
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <deque>
 #include <map>
 #include <set>
+
+#include "sim/internal/event_queue.h"
+#include "sim/schedule_graph.h"
 
 namespace pipecast::internal {
 
@@ -78,8 +78,7 @@ std::vector<StageCost> StageCosts(const Model& model, const std::vector<StageLay
   return costs;
 }
 
-Status CheckPartition(const std::vector<StageLayers>& partition, int num_layers,
-                      int num_stages) {
+Status CheckPartition(const std::vector<StageLayers>& partition, int num_layers, int num_stages) {
   if (static_cast<int>(partition.size()) != num_stages) {
     return Status::InvalidArgument(fmt::format(
         "the partition has {} stages but the schedule has {}", partition.size(), num_stages));
@@ -107,8 +106,8 @@ Status CheckPartition(const std::vector<StageLayers>& partition, int num_layers,
 TimeNs RingAllReduceNs(Bytes bytes, int d, const Link& link) {
   if (d <= 1) return 0;
   double moved = 2.0 * (d - 1) / d * static_cast<double>(bytes);
-  return 2 * (d - 1) * link.LatencyNs() + TransferNs(static_cast<Bytes>(std::ceil(moved)),
-                                                     link.bandwidth_gbps);
+  return 2 * (d - 1) * link.LatencyNs() +
+         TransferNs(static_cast<Bytes>(std::ceil(moved)), link.bandwidth_gbps);
 }
 
 class Engine {
@@ -131,7 +130,7 @@ class Engine {
     return static_cast<int>(e.key & ((uint64_t{1} << kIndexBits) - 1));
   }
   static constexpr int kIndexBits = 23;  // ranks and in-flight transfers < 8M
-  struct Pending {  // a transfer in flight
+  struct Pending {                       // a transfer in flight
     int src_rank, dst_rank, stage, microbatch;
     bool gradient;
     Bytes bytes;
@@ -541,9 +540,9 @@ Result<SimResult> ReferenceSimulate(const Model& model, const Cluster& cluster,
   for (int k = 0; k < schedule.num_ranks; ++k) {
     result.per_rank[k].rank = k;
     if (schedule.actions[k].empty()) {
-      return Status::InvalidArgument(fmt::format(
-          "rank {} has no ops in schedule '{}': every rank must own at least one stage", k,
-          schedule.name));
+      return Status::InvalidArgument(
+          fmt::format("rank {} has no ops in schedule '{}': every rank must own at least one stage",
+                      k, schedule.name));
     }
   }
 
@@ -570,10 +569,12 @@ Result<SimResult> ReferenceSimulate(const Model& model, const Cluster& cluster,
       // forwards); recomputation is not counted, as in MFU's definition.
       const double gpus = static_cast<double>(schedule.num_ranks) * options.data_parallel;
       result.tflops_per_gpu = 3.0 * *flops * result.samples_per_s / gpus / 1e12;
-      if (cluster.gpu.peak_tflops > 0) result.mfu = *result.tflops_per_gpu / cluster.gpu.peak_tflops;
+      if (cluster.gpu.peak_tflops > 0)
+        result.mfu = *result.tflops_per_gpu / cluster.gpu.peak_tflops;
     }
   } else {
-    result.notes.push_back("the iteration takes 0 ns (every cost is zero): throughput is undefined");
+    result.notes.push_back(
+        "the iteration takes 0 ns (every cost is zero): throughput is undefined");
   }
   return result;
 }

@@ -103,8 +103,9 @@ Result<Schedule> PickSchedule(const Flags& flags, int num_layers) {
   int stages = flags.stages;
   if (stages == 0 && !flags.partition.empty()) {
     // --partition lists every virtual stage: p·v ranges.
-    stages = (1 + static_cast<int>(std::count(flags.partition.begin(), flags.partition.end(), ','))) /
-             chunks;
+    stages =
+        (1 + static_cast<int>(std::count(flags.partition.begin(), flags.partition.end(), ','))) /
+        chunks;
   }
   if (stages == 0) {
     return Status::InvalidArgument("give the number of pipeline stages with --stages P");
@@ -119,8 +120,7 @@ Result<Schedule> PickSchedule(const Flags& flags, int num_layers) {
         fmt::format("--stages {} but the model has only {} layers: use at most {} stages", stages,
                     num_layers, num_layers));
   }
-  return MakeSchedule(*kind, stages, flags.microbatches > 0 ? flags.microbatches : stages,
-                      chunks);
+  return MakeSchedule(*kind, stages, flags.microbatches > 0 ? flags.microbatches : stages, chunks);
 }
 
 // What to simulate: the cluster, the schedule and the options.
@@ -244,10 +244,10 @@ int main(int argc, char** argv) {
           ->capture_default_str();
   CLI::Option* partition = app.add_option(
       "--partition", f.partition, "layers per stage, e.g. 0-3,4-7 (default: balanced on time)");
-  CLI::Option* cluster =
-      app.add_option("--cluster", f.cluster,
-                     "preset (ideal, a100-80gb, h100-sxm, h200, local) or cluster JSON file (default: the "
-                     "model's device if it is a preset, else ideal)");
+  CLI::Option* cluster = app.add_option(
+      "--cluster", f.cluster,
+      "preset (ideal, a100-80gb, h100-sxm, h200, local) or cluster JSON file (default: the "
+      "model's device if it is a preset, else ideal)");
   CLI::Option* memory_gb =
       app.add_option("--memory-gb", f.memory_gb, "override the GPU memory, in GiB")
           ->check(pipecast::FiniteRange(pipecast::kMaxMemoryGiB, "GiB"));
@@ -258,10 +258,14 @@ int main(int argc, char** argv) {
   CLI::Option* optimizer_step =
       app.add_option("--optimizer-step-us", f.optimizer_step_us, "optimizer step time, in us")
           ->check(pipecast::FiniteRange(pipecast::kMaxStepUs, "microseconds"));
-  CLI::Option* precision =
-      app.add_option("--precision", f.precision, "training precision, for bytes per parameter: bf16, fp16 (mixed) or fp32 (docs/simulator.md)")->capture_default_str();
+  CLI::Option* precision = app.add_option("--precision", f.precision,
+                                          "training precision, for bytes per parameter: bf16, fp16 "
+                                          "(mixed) or fp32 (docs/simulator.md)")
+                               ->capture_default_str();
   CLI::Option* optimizer =
-      app.add_option("--optimizer", f.optimizer, "optimizer, for bytes per parameter: adam, sgd or sgd-nomomentum")->capture_default_str();
+      app.add_option("--optimizer", f.optimizer,
+                     "optimizer, for bytes per parameter: adam, sgd or sgd-nomomentum")
+          ->capture_default_str();
   app.add_option("--trace", f.trace_path, "write a Chrome trace (Perfetto) of the timeline");
   app.add_option("--report", f.report_path,
                  "write a self-contained HTML report: timeline, memory, inputs (docs/report.md)");
@@ -272,9 +276,9 @@ int main(int argc, char** argv) {
       "--plan", f.plan_path,
       "replay a plan.json (from planner --out): its schedule, partition, micro-batch size, "
       "data-parallel degree, recomputation and cluster; --model is still required");
-  for (CLI::Option* fixed : {stages, microbatches, schedule, chunks, recompute, microbatch_size,
-                             partition, cluster, memory_gb, data_parallel, optimizer_step,
-                             schedule_in, precision, optimizer}) {
+  for (CLI::Option* fixed :
+       {stages, microbatches, schedule, chunks, recompute, microbatch_size, partition, cluster,
+        memory_gb, data_parallel, optimizer_step, schedule_in, precision, optimizer}) {
     plan->excludes(fixed);
   }
   app.add_flag("--json", f.json, "print one JSON object instead of the summary");

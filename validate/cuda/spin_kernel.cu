@@ -34,9 +34,8 @@ cudaError_t PipecastLaunchSpin(cudaStream_t stream, unsigned long long ns, int b
 }
 
 cudaError_t PipecastLaunchCheck(cudaStream_t stream, const void* data, size_t bytes,
-                                unsigned char value, unsigned long long* mismatches,
-                                int blocks) {
-  CountMismatches<<<blocks, 256, 0, stream>>>(static_cast<const unsigned char*>(data), bytes,
-                                              value, mismatches);
+                                unsigned char value, unsigned long long* mismatches, int blocks) {
+  CountMismatches<<<blocks, 256, 0, stream>>>(static_cast<const unsigned char*>(data), bytes, value,
+                                              mismatches);
   return cudaGetLastError();
 }

@@ -55,9 +55,9 @@ int Run(Flags& f) {
   // Before the run, which may take minutes: a trace the root cannot write is
   // found now, not after; every process learns it and exits alike.
   if (!f.trace.empty()) {
-    pipecast::Status writable = backend->Agree(
-        backend->is_root() ? pipecast::CheckWritable(f.trace).WithPrefix("--trace")
-                           : pipecast::Status::Ok());
+    pipecast::Status writable =
+        backend->Agree(backend->is_root() ? pipecast::CheckWritable(f.trace).WithPrefix("--trace")
+                                          : pipecast::Status::Ok());
     if (!writable.ok()) return backend->is_root() ? Fail(writable) : kExitFailed;
   }
   pipecast::Result<ValidationResult> result = RunValidation(f.options, backend.get());
@@ -92,7 +92,8 @@ int main(int argc, char** argv) {
   app.add_option("--plan", o.plan_path, "plan.json (pipecast-plan/1), e.g. from planner --out")
       ->required();
   app.add_option("--model", o.model_path, "the model.json the plan was made for")->required();
-  app.add_option("--backend", f.backend, "cpu (threads), mpi (one process per stage under "
+  app.add_option("--backend", f.backend,
+                 "cpu (threads), mpi (one process per stage under "
                  "mpirun) or cuda (GPUs)")
       ->check(CLI::IsMember({"cpu", "mpi", "cuda"}))
       ->capture_default_str();
