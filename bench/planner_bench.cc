@@ -8,8 +8,8 @@
 
 #include <string>
 
+#include "formats/formats.h"
 #include "planner/planner.h"
-#include "sim/formats.h"
 
 namespace pipecast {
 namespace {

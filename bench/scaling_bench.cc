@@ -43,12 +43,12 @@
 #include <utility>
 #include <vector>
 
+#include "base/units.h"
+#include "formats/formats.h"
 #include "sim/cluster.h"
-#include "sim/formats.h"
 #include "sim/model.h"
 #include "sim/schedule.h"
 #include "sim/simulator.h"
-#include "sim/units.h"
 
 namespace pipecast {
 namespace {

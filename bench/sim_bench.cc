@@ -22,12 +22,12 @@
 #include <string>
 #include <utility>
 
+#include "base/units.h"
+#include "formats/formats.h"
 #include "sim/cluster.h"
-#include "sim/formats.h"
 #include "sim/model.h"
 #include "sim/schedule.h"
 #include "sim/simulator.h"
-#include "sim/units.h"
 
 namespace pipecast {
 namespace {

@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <string>
 
+#include "formats/formats.h"
 #include "fuzz/fuzz_util.h"
-#include "sim/formats.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace pipecast;

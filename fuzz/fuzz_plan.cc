@@ -7,9 +7,9 @@
 #include <cstdint>
 #include <string>
 
+#include "formats/plan.h"
 #include "fuzz/fuzz_util.h"
 #include "sim/model.h"
-#include "sim/plan.h"
 #include "sim/simulator.h"
 
 namespace {

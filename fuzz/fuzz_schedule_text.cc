@@ -6,9 +6,9 @@
 #include <cstdint>
 #include <string>
 
+#include "formats/schedule_text.h"
 #include "fuzz/fuzz_util.h"
 #include "sim/schedule.h"
-#include "sim/schedule_text.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace pipecast;

@@ -10,15 +10,16 @@
 #include <cstdint>
 #include <string>
 
+#include "formats/formats.h"
+#include "formats/result_json.h"
+#include "formats/schedule_text.h"
 #include "fuzz/fuzz_util.h"
+#include "report/report.h"
+#include "report/trace.h"
 #include "sim/cluster.h"
-#include "sim/formats.h"
 #include "sim/model.h"
-#include "sim/report.h"
 #include "sim/schedule.h"
-#include "sim/schedule_text.h"
 #include "sim/simulator.h"
-#include "sim/trace.h"
 
 namespace {
 

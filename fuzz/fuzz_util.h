@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "sim/status.h"
+#include "base/status.h"
 
 namespace pipecast::fuzz {
 

@@ -7,8 +7,8 @@
 #include <cmath>
 #include <optional>
 
+#include "base/text_table.h"
 #include "sim/simulator.h"
-#include "sim/text_table.h"
 
 namespace pipecast {
 namespace {

@@ -21,11 +21,11 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
+#include "formats/plan.h"
 #include "planner/planner.h"
 #include "sim/cluster.h"
 #include "sim/model.h"
-#include "sim/plan.h"
-#include "sim/status.h"
 
 namespace pipecast {
 

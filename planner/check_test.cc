@@ -3,7 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "sim/plan.h"
+#include "formats/plan.h"
 #include "sim/sim_test_util.h"
 
 namespace pipecast {

@@ -9,8 +9,8 @@
 #include <utility>
 #include <vector>
 
-#include "sim/report.h"
-#include "sim/text_table.h"
+#include "base/text_table.h"
+#include "formats/result_json.h"
 
 namespace pipecast {
 namespace {

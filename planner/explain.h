@@ -7,7 +7,7 @@
 // scripts: the same content as one object.
 //
 // GroupRejections() is the grouping all three views share (the HTML report,
-// planner/html_report.h, uses it too).
+// report/planner_report.h, uses it too).
 //
 // Units in the output: times in ms (text) or us (JSON, `*_us`), memory in GiB
 // (text) or bytes (JSON, `*_bytes`).

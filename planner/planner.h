@@ -27,13 +27,13 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
 #include "sim/cluster.h"
 #include "sim/memory.h"
 #include "sim/model.h"
 #include "sim/partition.h"
 #include "sim/schedule.h"
 #include "sim/simulator.h"
-#include "sim/status.h"
 
 namespace pipecast {
 

@@ -12,8 +12,8 @@
 #include <string>
 #include <string_view>
 
+#include "base/status.h"
 #include "profiler/activity.h"
-#include "sim/status.h"
 
 namespace pipecast {
 

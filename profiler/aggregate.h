@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
 #include "profiler/attribution.h"
 #include "sim/model.h"
-#include "sim/status.h"
 
 namespace pipecast {
 

@@ -4,8 +4,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "formats/formats.h"
 #include "profiler/cupti_model.h"
-#include "sim/formats.h"
 
 namespace pipecast {
 namespace {

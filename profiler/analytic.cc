@@ -15,8 +15,8 @@
 #include <utility>
 #include <vector>
 
+#include "formats/formats.h"
 #include "sim/cluster.h"
-#include "sim/formats.h"
 
 namespace pipecast {
 namespace {
@@ -29,9 +29,9 @@ constexpr int kMaxLayers = 100'000;
 constexpr int kMaxWidth = 1 << 20;           // hidden, ffn_hidden
 constexpr int kMaxVocab = 1 << 24;           // 16.7M tokens, 65x the largest LLM vocabularies
 constexpr int kMaxSequenceLength = 1 << 24;  // 16.7M tokens per sample
-constexpr int kMaxMicrobatchSize = 1 << 20;  // model.json's own limit (sim/formats.cc)
+constexpr int kMaxMicrobatchSize = 1 << 20;  // model.json's own limit (formats/formats.cc)
 
-// What model.json accepts (sim/formats.cc); an estimate past these is refused.
+// What model.json accepts (formats/formats.cc); an estimate past these is refused.
 constexpr double kMaxFileBytes = 1125899906842624.0;  // 2^50 bytes
 constexpr double kMaxFileTimeNs = 1e15;               // 1e12 us
 constexpr double kMaxFileFlops = 1e24;                // per sample

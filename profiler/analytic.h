@@ -24,9 +24,9 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
+#include "base/units.h"
 #include "sim/model.h"
-#include "sim/status.h"
-#include "sim/units.h"
 
 namespace pipecast {
 

@@ -37,8 +37,8 @@
 #include <string_view>
 #include <vector>
 
+#include "base/status.h"
 #include "profiler/activity.h"
-#include "sim/status.h"
 
 namespace pipecast {
 

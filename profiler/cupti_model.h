@@ -14,11 +14,11 @@
 #include <utility>
 #include <vector>
 
+#include "base/status.h"
 #include "profiler/activity.h"
 #include "profiler/aggregate.h"
 #include "profiler/attribution.h"
 #include "sim/model.h"
-#include "sim/status.h"
 
 namespace pipecast {
 

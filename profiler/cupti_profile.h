@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
 #include "profiler/aggregate.h"
 #include "sim/model.h"
-#include "sim/status.h"
 
 namespace pipecast {
 

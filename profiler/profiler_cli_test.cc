@@ -8,8 +8,8 @@
 #include <cstdio>
 #include <string>
 
-#include "sim/file_util.h"
-#include "sim/formats.h"
+#include "formats/file_util.h"
+#include "formats/formats.h"
 
 namespace pipecast {
 namespace {

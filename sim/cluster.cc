@@ -7,8 +7,6 @@
 #include <string>
 #include <vector>
 
-#include "sim/formats.h"
-
 namespace pipecast {
 namespace {
 
@@ -102,7 +100,6 @@ std::vector<std::string> ClusterPresetNames() {
   return names;
 }
 
-// Declared in sim/formats.h; defined here, beside the table it reads.
 Result<Cluster> ClusterPreset(const std::string& name) {
   for (const Cluster& preset : Presets()) {
     if (preset.name == name) return preset;

@@ -11,7 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "sim/units.h"
+#include "base/status.h"
+#include "base/units.h"
 
 namespace pipecast {
 
@@ -46,6 +47,8 @@ struct Cluster {
 
 // Names of the built-in presets, in a stable order.
 std::vector<std::string> ClusterPresetNames();
+// The preset called `name`, or NotFound listing the presets.
+Result<Cluster> ClusterPreset(const std::string& name);
 
 }  // namespace pipecast
 

@@ -1,5 +1,7 @@
 #include "sim/critical_path.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <map>
 
@@ -160,6 +162,21 @@ CriticalPath Walker::Walk() const {
 CriticalPath ComputeCriticalPath(const Schedule& schedule, const std::vector<OpRecord>& ops,
                                  const std::vector<TransferRecord>& transfers) {
   return Walker(schedule, ops, transfers).Walk();
+}
+
+std::string CriticalStepName(const SimResult& result, const CriticalStep& step) {
+  switch (step.kind) {
+    case CriticalStep::Kind::kCompute:
+      return ActionName(result.ops[step.op].action);
+    case CriticalStep::Kind::kCommunication: {
+      const TransferRecord& t = result.transfers[step.transfer];
+      return fmt::format("send {} {}->{} mb{}", t.gradient ? "grad" : "act", t.src_stage,
+                         t.dst_stage, t.microbatch);
+    }
+    case CriticalStep::Kind::kWaiting:
+      return "wait";
+  }
+  return "?";
 }
 
 }  // namespace pipecast

@@ -14,8 +14,8 @@
 
 #include <vector>
 
+#include "base/units.h"
 #include "sim/schedule.h"
-#include "sim/units.h"
 
 namespace pipecast {
 

@@ -8,7 +8,7 @@
 
 #include <string>
 
-#include "sim/status.h"
+#include "base/status.h"
 
 namespace pipecast {
 

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "sim/units.h"
+#include "base/units.h"
 
 namespace pipecast {
 

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "sim/status.h"
-#include "sim/units.h"
+#include "base/status.h"
+#include "base/units.h"
 
 namespace pipecast {
 

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "sim/status.h"
+#include "base/status.h"
 
 namespace pipecast {
 

@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
+#include "base/units.h"
 #include "sim/cluster.h"
 #include "sim/model.h"
 #include "sim/schedule.h"
-#include "sim/units.h"
 
 namespace pipecast::test_util {
 

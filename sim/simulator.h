@@ -36,14 +36,14 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
+#include "base/units.h"
 #include "sim/cluster.h"
 #include "sim/critical_path.h"
 #include "sim/memory.h"
 #include "sim/model.h"
 #include "sim/partition.h"
 #include "sim/schedule.h"
-#include "sim/status.h"
-#include "sim/units.h"
 
 namespace pipecast {
 
@@ -171,6 +171,10 @@ struct SimResult {
 // schedule's order can never finish.
 Result<SimResult> Simulate(const Model& model, const Cluster& cluster, const Schedule& schedule,
                            const SimOptions& options);
+
+// What a critical-path step was, for people: "2B5", "send act 0->1 mb3", "wait".
+// REQUIRES: `step` is from result.critical_path.
+std::string CriticalStepName(const SimResult& result, const CriticalStep& step);
 
 }  // namespace pipecast
 

@@ -14,13 +14,14 @@
 #include <string>
 #include <vector>
 
-#include "sim/formats.h"
+#include "formats/formats.h"
+#include "formats/result_json.h"
+#include "formats/schedule_text.h"
+#include "report/report.h"
+#include "report/trace.h"
 #include "sim/internal/reference_simulator.h"
-#include "sim/report.h"
-#include "sim/schedule_text.h"
 #include "sim/sim_test_util.h"
 #include "sim/simulator.h"
-#include "sim/trace.h"
 
 namespace pipecast {
 namespace {

@@ -15,7 +15,7 @@
 //
 // Writes that fail (a missing folder, a path that is a folder, a read-only
 // folder) are rows too, and every such row also checks that the folder holds
-// no output and no temporary file afterwards (sim/file_util.h:
+// no output and no temporary file afterwards (formats/file_util.h:
 // WriteFileAtomic writes `<path>.tmp.XXXXXX`, then renames it).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -238,7 +238,7 @@ std::vector<Case> Catalogue() {
   // Flags: CLI11 usage errors (exit 2). --memory-gb and --optimizer-step-us
   // once took nan and 1e300 (then cast NaN to an integer) and printed their
   // range as "0.000000 to 17976931348623157081452742373...": fixed by
-  // sim/tools/flag_checks.h.
+  // base/flag_checks.h.
   c.push_back(Row("flag_negative_memory", kSimulator, {kGoodModel},
                   std::string(kSim) + " --memory-gb -1", 2,
                   "--memory-gb: '-1' is not a number of GiB from 0 to 1048576"));

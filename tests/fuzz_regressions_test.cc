@@ -9,12 +9,12 @@
 #include <cstdlib>
 #include <string>
 
+#include "formats/file_util.h"
+#include "formats/plan.h"
+#include "formats/schedule_text.h"
 #include "sim/cluster.h"
-#include "sim/file_util.h"
 #include "sim/model.h"
-#include "sim/plan.h"
 #include "sim/schedule.h"
-#include "sim/schedule_text.h"
 #include "sim/sim_test_util.h"
 #include "sim/simulator.h"
 

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
 #include "sim/cluster.h"
-#include "sim/status.h"
 #include "validate/clock.h"
 #include "validate/exec_plan.h"
 #include "validate/runtime.h"

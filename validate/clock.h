@@ -11,7 +11,7 @@
 
 #include <atomic>
 
-#include "sim/units.h"
+#include "base/units.h"
 
 namespace pipecast::validate {
 

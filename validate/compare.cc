@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <tuple>
 
-#include "sim/trace.h"
+#include "report/trace.h"
 
 namespace pipecast::validate {
 namespace {

@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
 #include "sim/simulator.h"
-#include "sim/status.h"
 #include "validate/exec_plan.h"
 #include "validate/runtime.h"
 

@@ -18,11 +18,11 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
+#include "formats/plan.h"
 #include "sim/model.h"
-#include "sim/plan.h"
 #include "sim/schedule.h"
 #include "sim/simulator.h"
-#include "sim/status.h"
 
 namespace pipecast::validate {
 

@@ -21,10 +21,10 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
+#include "formats/plan.h"
 #include "profiler/cpu/workload.h"
 #include "sim/model.h"
-#include "sim/plan.h"
-#include "sim/status.h"
 #include "validate/work.h"
 
 namespace pipecast::validate {

@@ -26,9 +26,9 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
+#include "base/units.h"
 #include "sim/simulator.h"
-#include "sim/status.h"
-#include "sim/units.h"
 #include "validate/clock.h"
 
 namespace pipecast::validate {

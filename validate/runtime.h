@@ -25,8 +25,8 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
 #include "sim/simulator.h"
-#include "sim/status.h"
 #include "validate/clock.h"
 #include "validate/exec_plan.h"
 #include "validate/memory_pool.h"

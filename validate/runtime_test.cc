@@ -6,7 +6,7 @@
 #include <chrono>
 #include <memory>
 
-#include "sim/schedule_text.h"
+#include "formats/schedule_text.h"
 #include "validate/validate_test_util.h"
 
 namespace pipecast::validate {

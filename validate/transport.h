@@ -25,8 +25,8 @@
 #include <tuple>
 #include <vector>
 
-#include "sim/status.h"
-#include "sim/units.h"
+#include "base/status.h"
+#include "base/units.h"
 #include "validate/memory_pool.h"
 
 namespace pipecast::validate {

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "sim/formats.h"
-#include "sim/plan.h"
+#include "formats/formats.h"
+#include "formats/plan.h"
 #include "sim/schedule.h"
 #include "sim/sim_test_util.h"
 #include "sim/simulator.h"

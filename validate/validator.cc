@@ -7,8 +7,8 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
-#include "sim/formats.h"
-#include "sim/text_table.h"
+#include "base/text_table.h"
+#include "formats/formats.h"
 #include "validate/internal/work_select.h"
 
 namespace pipecast::validate {

@@ -15,11 +15,11 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
+#include "formats/plan.h"
 #include "sim/cluster.h"
 #include "sim/model.h"
-#include "sim/plan.h"
 #include "sim/simulator.h"
-#include "sim/status.h"
 #include "validate/backend.h"
 #include "validate/compare.h"
 #include "validate/exec_plan.h"

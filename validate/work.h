@@ -19,9 +19,9 @@
 #include <span>
 #include <string>
 
+#include "base/status.h"
+#include "base/units.h"
 #include "sim/schedule.h"
-#include "sim/status.h"
-#include "sim/units.h"
 #include "validate/clock.h"
 #include "validate/memory_pool.h"
 

@@ -21,10 +21,10 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
+#include "base/units.h"
 #include "profiler/cpu/workload.h"
 #include "sim/model.h"
-#include "sim/status.h"
-#include "sim/units.h"
 
 namespace pipecast::cpu {
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "sim/formats.h"
+#include "formats/formats.h"
 
 namespace pipecast::cpu {
 namespace {

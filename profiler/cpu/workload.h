@@ -35,8 +35,8 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
 #include "sim/model.h"
-#include "sim/status.h"
 
 namespace pipecast::cpu {
 

@@ -23,8 +23,8 @@
 #include <memory>
 #include <string>
 
+#include "base/status.h"
 #include "profiler/cupti_profile.h"  // BlockShape
-#include "sim/status.h"
 
 struct CUstream_st;
 

@@ -14,8 +14,8 @@
 #include <filesystem>
 #include <string>
 
+#include "formats/file_util.h"
 #include "profiler/activity_file.h"
-#include "sim/file_util.h"
 
 namespace pipecast {
 namespace {

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
 #include "profiler/activity.h"
-#include "sim/status.h"
 
 namespace pipecast {
 

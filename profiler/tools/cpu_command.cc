@@ -11,9 +11,9 @@
 #include <system_error>
 #include <vector>
 
+#include "formats/file_util.h"
+#include "formats/formats.h"
 #include "profiler/cpu/profile.h"
-#include "sim/file_util.h"
-#include "sim/formats.h"
 
 namespace pipecast {
 namespace {

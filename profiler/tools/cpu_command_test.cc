@@ -6,8 +6,8 @@
 
 #include <string>
 
+#include "formats/formats.h"
 #include "profiler/cpu/workload.h"
-#include "sim/formats.h"
 #include "tests/cli_test_util.h"
 
 namespace pipecast::cli_test {

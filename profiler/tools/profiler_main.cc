@@ -12,11 +12,11 @@
 #include <string>
 #include <vector>
 
+#include "formats/file_util.h"
+#include "formats/formats.h"
 #include "profiler/analytic.h"
 #include "profiler/tools/cpu_command.h"
 #include "profiler/tools/cupti_commands.h"
-#include "sim/file_util.h"
-#include "sim/formats.h"
 
 namespace pipecast {
 namespace {

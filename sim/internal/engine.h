@@ -9,12 +9,12 @@
 #include <memory>
 #include <vector>
 
+#include "base/status.h"
+#include "base/units.h"
 #include "sim/cluster.h"
 #include "sim/internal/large_array.h"
 #include "sim/schedule.h"
 #include "sim/simulator.h"
-#include "sim/status.h"
-#include "sim/units.h"
 
 namespace pipecast::internal {
 

@@ -6,8 +6,8 @@
 #ifndef PIPECAST_SIM_INTERNAL_SCHEDULE_BUILDERS_H_
 #define PIPECAST_SIM_INTERNAL_SCHEDULE_BUILDERS_H_
 
+#include "base/status.h"
 #include "sim/schedule.h"
-#include "sim/status.h"
 
 namespace pipecast::internal {
 

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "sim/status.h"
+#include "base/status.h"
 #include "validate/internal/p2p_routes.h"
 #include "validate/memory_pool.h"
 

@@ -24,7 +24,7 @@ typedef enum { ncclInt8 = 0 } ncclDataType_t;
 
 #include <string>
 
-#include "sim/status.h"
+#include "base/status.h"
 
 namespace pipecast::validate::cuda {
 

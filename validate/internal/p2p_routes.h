@@ -24,8 +24,8 @@
 #include <utility>
 #include <vector>
 
-#include "sim/status.h"
-#include "sim/units.h"
+#include "base/status.h"
+#include "base/units.h"
 #include "validate/exec_plan.h"
 
 namespace pipecast::validate {

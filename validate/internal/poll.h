@@ -9,8 +9,8 @@
 #include <chrono>
 #include <thread>
 
-#include "sim/status.h"
-#include "sim/units.h"
+#include "base/status.h"
+#include "base/units.h"
 
 namespace pipecast::validate::internal {
 

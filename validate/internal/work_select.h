@@ -6,9 +6,9 @@
 
 #include <memory>
 
+#include "base/status.h"
+#include "formats/plan.h"
 #include "sim/model.h"
-#include "sim/plan.h"
-#include "sim/status.h"
 #include "validate/clock.h"
 #include "validate/work.h"
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "sim/status.h"
+#include "base/status.h"
 #include "validate/clock.h"
 #include "validate/runtime.h"
 #include "validate/transport.h"

@@ -1,0 +1,242 @@
+// Cluster presets and cluster files (`pipecast-cluster/1`), split from
+// formats_test.cc: formats/formats.h and sim/cluster.cc.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <ostream>
+#include <string>
+
+#include "formats/file_util.h"
+#include "formats/formats.h"
+#include "formats/formats_test_util.h"
+
+namespace pipecast {
+namespace {
+
+using nlohmann::json;
+using test_util::ErrorCase;
+using test_util::TempDir;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+json MinimalCluster() { return json::parse(ClusterToJson(*ClusterPreset("h100-sxm"))); }
+
+Result<Cluster> ParseClusterJson(const json& j) { return ParseCluster(j.dump(), "c.json"); }
+
+// --- cluster presets and files --------------------------------------------------
+
+TEST(ClusterPresets, ListsThePresetsInStableOrder) {
+  EXPECT_EQ(ClusterPresetNames(),
+            (std::vector<std::string>{"ideal", "a100-80gb", "h100-sxm", "h200", "local"}));
+}
+
+// Each preset's figures, as published by the vendor (local: the nominal
+// figures the validator replaces with its probe).
+struct PresetFigures {
+  std::string name;
+  int gpus_per_node;
+  Bytes memory_bytes;
+  double peak_tflops;
+  double memory_bandwidth_gbps;
+  Link intra_node;
+  Link inter_node;
+};
+
+void PrintTo(const PresetFigures& p, std::ostream* os) { *os << p.name; }
+
+class ClusterPresetFigures : public ::testing::TestWithParam<PresetFigures> {};
+
+TEST_P(ClusterPresetFigures, MatchThePublishedFigures) {
+  const PresetFigures& want = GetParam();
+  Result<Cluster> c = ClusterPreset(want.name);
+
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->name, want.name);
+  EXPECT_EQ(c->gpus_per_node, want.gpus_per_node);
+  EXPECT_EQ(c->gpu.memory_bytes, want.memory_bytes);
+  EXPECT_EQ(c->gpu.peak_tflops, want.peak_tflops);
+  EXPECT_EQ(c->gpu.memory_bandwidth_gbps, want.memory_bandwidth_gbps);
+  EXPECT_EQ(c->intra_node.bandwidth_gbps, want.intra_node.bandwidth_gbps);
+  EXPECT_EQ(c->intra_node.latency_us, want.intra_node.latency_us);
+  EXPECT_EQ(c->inter_node.bandwidth_gbps, want.inter_node.bandwidth_gbps);
+  EXPECT_EQ(c->inter_node.latency_us, want.inter_node.latency_us);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Presets, ClusterPresetFigures,
+    ::testing::Values(
+        // ideal: no communication cost, unlimited memory (0 = unlimited).
+        PresetFigures{"ideal", 8, 0, 0, 0, Link{0, 0}, Link{0, 0}},
+        PresetFigures{"a100-80gb", 8, int64_t{85'899'345'920}, 312, 2039, Link{300, 2},
+                      Link{25, 5}},
+        PresetFigures{"h100-sxm", 8, 80 * kGiB, 989, 3350, Link{450, 2}, Link{50, 5}},
+        PresetFigures{"h200", 8, int64_t{141'000'000'000}, 989, 4800, Link{450, 2}, Link{50, 5}},
+        PresetFigures{"local", 64, 16 * kGiB, 0, 0, Link{5, 20}, Link{5, 20}}),
+    [](const ::testing::TestParamInfo<PresetFigures>& info) {
+      std::string name = info.param.name;
+      for (char& ch : name) {
+        if (ch == '-') ch = '_';
+      }
+      return name;
+    });
+
+TEST(ClusterPresets, LocalPutsEveryStageOnOneNode) {
+  Result<Cluster> c = ClusterPreset("local");
+
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(c->SameNode(0, 63));
+}
+
+TEST(ClusterPresets, UnknownNameIsNotFoundListingPresets) {
+  Result<Cluster> c = ClusterPreset("h100");
+
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kNotFound);
+  EXPECT_THAT(c.status().message(),
+              AllOf(HasSubstr("'h100'"), HasSubstr("ideal, a100-80gb, h100-sxm, h200")));
+}
+
+TEST(ClusterFormat, EveryPresetRoundTripsThroughJson) {
+  for (const std::string& name : ClusterPresetNames()) {
+    SCOPED_TRACE(name);
+    Cluster preset = *ClusterPreset(name);
+
+    Result<Cluster> parsed = ParseCluster(ClusterToJson(preset), name);
+
+    ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+    EXPECT_EQ(parsed->name, preset.name);
+    EXPECT_EQ(parsed->gpus_per_node, preset.gpus_per_node);
+    EXPECT_EQ(parsed->gpu.name, preset.gpu.name);
+    EXPECT_EQ(parsed->gpu.memory_bytes, preset.gpu.memory_bytes);
+    EXPECT_EQ(parsed->gpu.peak_tflops, preset.gpu.peak_tflops);
+    EXPECT_EQ(parsed->gpu.memory_bandwidth_gbps, preset.gpu.memory_bandwidth_gbps);
+    EXPECT_EQ(parsed->intra_node.bandwidth_gbps, preset.intra_node.bandwidth_gbps);
+    EXPECT_EQ(parsed->intra_node.latency_us, preset.intra_node.latency_us);
+    EXPECT_EQ(parsed->inter_node.bandwidth_gbps, preset.inter_node.bandwidth_gbps);
+    EXPECT_EQ(parsed->inter_node.latency_us, preset.inter_node.latency_us);
+  }
+}
+
+TEST(ClusterFormat, HbmBandwidthIsOptional) {
+  json j = MinimalCluster();
+  j["gpu"].erase("memory_bandwidth_gbps");
+
+  Result<Cluster> c = ParseClusterJson(j);
+
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->gpu.memory_bandwidth_gbps, 0);
+}
+
+json& Gpu(json& j) { return j["gpu"]; }
+
+const ErrorCase kClusterErrors[] = {
+    {"FormatMissing", [](json& j) { j.erase("format"); }, "format: missing", "pipecast-cluster/1"},
+    {"FormatOfAModel", [](json& j) { j["format"] = "pipecast-model/1"; },
+     "format:", "expected a \"pipecast-cluster/1\" file here"},
+    {"NameMissing", [](json& j) { j.erase("name"); }, "name: missing", ""},
+    {"UnknownKey", [](json& j) { j["gpus_per_nodes"] = 8; },
+     "gpus_per_nodes:", "did you mean 'gpus_per_node'?"},
+    {"GpusPerNodeMissing", [](json& j) { j.erase("gpus_per_node"); }, "gpus_per_node: missing",
+     "a number of GPUs"},
+    {"GpusPerNodeZero", [](json& j) { j["gpus_per_node"] = 0; },
+     "gpus_per_node:", "must be an integer >= 1, got 0"},
+    {"GpuMissing", [](json& j) { j.erase("gpu"); }, "gpu: missing", ""},
+    {"GpuNotAnObject", [](json& j) { j["gpu"] = "h100"; }, "gpu:", "must be a JSON object"},
+    {"GpuNameMissing", [](json& j) { Gpu(j).erase("name"); }, "gpu.name: missing", ""},
+    {"GpuMemoryNegative", [](json& j) { Gpu(j)["memory_bytes"] = -1; },
+     "gpu.memory_bytes:", "must be an integer >= 0, got -1"},
+    {"GpuMemoryInGigabytes", [](json& j) { Gpu(j)["memory_bytes"] = 80.5; },
+     "gpu.memory_bytes:", "must be an integer >= 0, got 80.5"},
+    {"GpuMemoryInGigabytesAsInteger", [](json& j) { Gpu(j)["memory_bytes"] = 80; },
+     "gpu.memory_bytes:", "80 bytes is too little for a GPU"},
+    {"GpuMemoryAbsurd", [](json& j) { Gpu(j)["memory_bytes"] = 1e18; },
+     "gpu.memory_bytes:", "over the limit of 2^50 bytes"},
+    {"PeakTflopsAString", [](json& j) { Gpu(j)["peak_tflops"] = "989"; },
+     "gpu.peak_tflops:", "must be a finite number >= 0, got string \"989\""},
+    {"HbmNegative", [](json& j) { Gpu(j)["memory_bandwidth_gbps"] = -1; },
+     "gpu.memory_bandwidth_gbps:", "must be a finite number >= 0"},
+    {"IntraNodeMissing", [](json& j) { j.erase("intra_node"); }, "intra_node: missing",
+     "bandwidth_gbps, latency_us"},
+    {"IntraBandwidthAString", [](json& j) { j["intra_node"]["bandwidth_gbps"] = "fast"; },
+     "intra_node.bandwidth_gbps:", "got string \"fast\""},
+    {"IntraBandwidthAbsurd", [](json& j) { j["intra_node"]["bandwidth_gbps"] = 1e9; },
+     "intra_node.bandwidth_gbps:", "over the limit of 1e6 GB/s"},
+    {"InterLatencyNegative", [](json& j) { j["inter_node"]["latency_us"] = -5; },
+     "inter_node.latency_us:", "must be a finite number >= 0, got -5"},
+    {"InterLatencyMissing", [](json& j) { j["inter_node"].erase("latency_us"); },
+     "inter_node.latency_us: missing", "a time in microseconds"},
+    {"LinkUnknownKey", [](json& j) { j["inter_node"]["latency"] = 5; },
+     "inter_node.latency:", "did you mean 'latency_us'?"},
+};
+
+class ClusterFormatError : public ::testing::TestWithParam<ErrorCase> {};
+
+TEST_P(ClusterFormatError, NamesFileAndJsonPath) {
+  json j = MinimalCluster();
+  GetParam().change(j);
+
+  Result<Cluster> cluster = ParseClusterJson(j);
+
+  ASSERT_FALSE(cluster.ok());
+  EXPECT_EQ(cluster.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(cluster.status().message(),
+              AllOf(HasSubstr("c.json: "), HasSubstr(GetParam().path), HasSubstr(GetParam().what)));
+}
+
+INSTANTIATE_TEST_SUITE_P(Cluster, ClusterFormatError, ::testing::ValuesIn(kClusterErrors),
+                         [](const ::testing::TestParamInfo<ErrorCase>& info) {
+                           return std::string(info.param.name);
+                         });
+
+TEST(ClusterFormat, MalformedJsonGivesBytePosition) {
+  Result<Cluster> c = ParseCluster("{\"format\" \"x\"}", "c.json");
+
+  EXPECT_THAT(c.status().message(), HasSubstr("c.json: not valid JSON at byte 13"));
+}
+
+TEST(ClusterLoad, PresetNameGivesThePreset) {
+  Result<Cluster> c = LoadCluster("h200");
+
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->gpu.memory_bytes, int64_t{141'000'000'000});
+}
+
+TEST(ClusterLoad, ReadsAClusterFile) {
+  TempDir dir;
+  json j = MinimalCluster();
+  j["name"] = "my-cluster";
+  j["gpus_per_node"] = 4;
+  ASSERT_TRUE(WriteFileAtomic(dir.File("c.json"), j.dump()).ok());
+
+  Result<Cluster> c = LoadCluster(dir.File("c.json"));
+
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->name, "my-cluster");
+  EXPECT_EQ(c->gpus_per_node, 4);
+}
+
+TEST(ClusterLoad, FileErrorsNameTheFile) {
+  TempDir dir;
+  json j = MinimalCluster();
+  j["inter_node"]["bandwidth_gbps"] = -1;
+  ASSERT_TRUE(WriteFileAtomic(dir.File("c.json"), j.dump()).ok());
+
+  Result<Cluster> c = LoadCluster(dir.File("c.json"));
+
+  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(), HasSubstr(dir.File("c.json") + ": inter_node.bandwidth_gbps:"));
+}
+
+TEST(ClusterLoad, NeitherPresetNorFileIsNotFoundListingPresets) {
+  Result<Cluster> c = LoadCluster("dgx-h100");
+
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kNotFound);
+  EXPECT_THAT(c.status().message(),
+              AllOf(HasSubstr("'dgx-h100'"), HasSubstr("ideal, a100-80gb, h100-sxm, h200")));
+}
+
+}  // namespace
+}  // namespace pipecast

@@ -1,0 +1,67 @@
+// plan.json (`pipecast-plan/1`): one chosen configuration, complete enough to
+// replay with the simulator (`simulator --plan`), execute with the validator
+// and compare against in CI (`planner --check`). Written by the planner. It
+// lives in sim because every part reads it and sim is the common base.
+#ifndef PIPECAST_FORMATS_PLAN_H_
+#define PIPECAST_FORMATS_PLAN_H_
+
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "sim/cluster.h"
+#include "sim/memory.h"
+#include "sim/partition.h"
+#include "sim/schedule.h"
+#include "sim/simulator.h"
+
+namespace pipecast {
+
+inline constexpr char kPlanFormat[] = "pipecast-plan/1";
+
+struct PlanFile {
+  std::string model_name;
+  std::string model_hash;  // ModelHash() of the model file's bytes
+  Cluster cluster;         // embedded whole, so the plan stands alone
+  int gpus = 0;
+  int pipeline_stages = 0;
+  int data_parallel = 1;
+  int microbatch_size = 1;
+  int microbatches = 1;
+  int64_t global_batch = 0;
+  std::string schedule_name;  // "1f1b", "gpipe", ...
+  int virtual_stages = 1;     // model chunks per GPU
+  bool recompute = false;
+  std::vector<StageLayers> partition;  // per virtual stage
+  std::vector<int> placement;          // GPU of each rank (replica 0)
+  Schedule schedule;                   // the explicit per-rank action lists
+  MemoryConfig memory;
+  TimeNs optimizer_step_ns = 0;
+  // What the simulator predicted when the plan was made.
+  TimeNs predicted_iteration_ns = 0;
+  double predicted_samples_per_s = 0;
+  double predicted_bubble_ratio = 0;
+  double predicted_bubble_fraction_of_ideal = 0;
+  std::vector<Bytes> predicted_peak_memory_bytes;  // per rank
+  std::string predicted_json;  // ResultToJson() of that simulation, embedded verbatim
+};
+
+// "fnv1a64:<16 hex digits>" of `bytes`: enough to notice a changed model file.
+std::string ModelHash(const std::string& bytes);
+
+// A plan from a simulation of `schedule` with `options`.
+PlanFile MakePlanFile(const std::string& model_name, const std::string& model_hash,
+                      const Cluster& cluster, const Schedule& schedule, const SimOptions& options,
+                      const SimResult& result);
+
+// The SimOptions that replay the plan.
+SimOptions PlanSimOptions(const PlanFile& plan);
+
+std::string PlanToJson(const PlanFile& plan);
+// Errors name the file and JSON path, as for model.json.
+Result<PlanFile> ParsePlan(const std::string& text, const std::string& origin);
+Result<PlanFile> LoadPlan(const std::string& path);
+
+}  // namespace pipecast
+
+#endif  // PIPECAST_FORMATS_PLAN_H_

@@ -1,0 +1,616 @@
+// plan.json (formats/plan.h): writing and reading `pipecast-plan/1`. Like
+// formats.cc, this file catches every nlohmann::json exception and turns it
+// into a Status naming the file and the JSON path (`partition[2].last_layer`).
+// The embedded cluster goes through ParseCluster and the action lists through
+// ParseScheduleText, so their rules live in one place.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <exception>
+#include <initializer_list>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "formats/file_util.h"
+#include "formats/formats.h"
+#include "formats/plan.h"
+#include "formats/result_json.h"
+#include "formats/schedule_text.h"
+
+namespace pipecast {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+// FNV-1a, 64-bit (Fowler, Noll, Vo): not cryptographic, only a fingerprint.
+constexpr uint64_t kFnvOffsetBasis = 0xcbf29ce484222325ULL;
+constexpr uint64_t kFnvPrime = 0x100000001b3ULL;
+
+// Limits past which a count is a mistake, not a plan; they also keep every
+// product (gpus = stages x dp, global batch) far from overflow.
+constexpr int64_t kMaxCount = int64_t{1} << 24;
+constexpr int64_t kMaxGlobalBatch = int64_t{1} << 40;
+constexpr double kMaxTimeUs = 1e12;  // 11.6 days
+constexpr double kMaxBytesPerParam = 1024;
+constexpr size_t kMaxShownChars = 40;
+
+std::string Member(const std::string& path, std::string_view key) {
+  return path.empty() ? std::string(key) : path + "." + std::string(key);
+}
+std::string Element(const std::string& path, size_t index) {
+  return fmt::format("{}[{}]", path, index);
+}
+
+std::string Shown(const json& v) {
+  if (v.is_object()) return "an object";
+  if (v.is_array()) return "an array";
+  std::string text = v.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (text.size() > kMaxShownChars) text = text.substr(0, kMaxShownChars) + "...";
+  return v.is_string() ? "string " + text : text;
+}
+
+std::string Dump(const json& j) {
+  return j.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
+}
+
+// Typed field reads; every error starts with "<origin>: <path>: ".
+class Reader {
+ public:
+  explicit Reader(std::string origin) : origin_(std::move(origin)) {}
+
+  Status Error(const std::string& path, const std::string& what) const {
+    return Status::InvalidArgument(path.empty() ? fmt::format("{}: {}", origin_, what)
+                                                : fmt::format("{}: {}: {}", origin_, path, what));
+  }
+  const std::string& origin() const { return origin_; }
+
+  Status Object(const json& v, const std::string& path) const {
+    if (v.is_object()) return Status::Ok();
+    return Error(path, "expected an object {...}, got " + Shown(v));
+  }
+
+  Status Keys(const json& obj, const std::string& path,
+              std::initializer_list<std::string_view> known) const {
+    for (const auto& item : obj.items()) {
+      if (std::find(known.begin(), known.end(), item.key()) != known.end()) continue;
+      std::string list;
+      for (std::string_view k : known) list += (list.empty() ? "" : ", ") + std::string(k);
+      return Error(Member(path, item.key()), "unknown key; known keys here: " + list);
+    }
+    return Status::Ok();
+  }
+
+  Status Find(const json& obj, const std::string& path, const char* key, const json** out) const {
+    auto it = obj.find(key);
+    if (it == obj.end()) return Error(Member(path, key), "missing");
+    *out = &*it;
+    return Status::Ok();
+  }
+
+  Status String(const json& obj, const std::string& path, const char* key, std::string* out) const {
+    const json* v = nullptr;
+    PIPECAST_RETURN_IF_ERROR(Find(obj, path, key, &v));
+    if (!v->is_string()) return Error(Member(path, key), "expected a string, got " + Shown(*v));
+    *out = v->get<std::string>();
+    if (out->empty()) return Error(Member(path, key), "must not be empty");
+    return Status::Ok();
+  }
+
+  Status Bool(const json& obj, const std::string& path, const char* key, bool* out) const {
+    const json* v = nullptr;
+    PIPECAST_RETURN_IF_ERROR(Find(obj, path, key, &v));
+    if (!v->is_boolean()) {
+      return Error(Member(path, key), "expected true or false, got " + Shown(*v));
+    }
+    *out = v->get<bool>();
+    return Status::Ok();
+  }
+
+  // An integer in [min, max]; whole numbers written as floats are accepted.
+  Status Int(const json& v, const std::string& where, int64_t min, int64_t max,
+             int64_t* out) const {
+    const std::string expected = fmt::format("expected an integer >= {}, got {}", min, Shown(v));
+    if (v.is_number_unsigned()) {
+      uint64_t u = v.get<uint64_t>();
+      if (u > static_cast<uint64_t>(max)) return TooLarge(where, v, max);
+      *out = static_cast<int64_t>(u);
+    } else if (v.is_number_integer()) {
+      *out = v.get<int64_t>();
+    } else if (v.is_number_float()) {
+      double d = v.get<double>();
+      if (!std::isfinite(d) || d != std::floor(d)) return Error(where, expected);
+      if (d > static_cast<double>(max)) return TooLarge(where, v, max);
+      if (d < static_cast<double>(min)) return Error(where, expected);
+      *out = static_cast<int64_t>(d);
+    } else {
+      return Error(where, expected);
+    }
+    if (*out < min) return Error(where, expected);
+    if (*out > max) return TooLarge(where, v, max);
+    return Status::Ok();
+  }
+  template <typename T>
+  Status Int(const json& obj, const std::string& path, const char* key, int64_t min, int64_t max,
+             T* out) const {
+    const json* v = nullptr;
+    PIPECAST_RETURN_IF_ERROR(Find(obj, path, key, &v));
+    int64_t value = 0;
+    PIPECAST_RETURN_IF_ERROR(Int(*v, Member(path, key), min, max, &value));
+    *out = static_cast<T>(value);
+    return Status::Ok();
+  }
+
+  // A finite number in [0, max].
+  Status Number(const json& obj, const std::string& path, const char* key, double max,
+                double* out) const {
+    const json* v = nullptr;
+    PIPECAST_RETURN_IF_ERROR(Find(obj, path, key, &v));
+    const std::string where = Member(path, key);
+    if (!v->is_number() || !std::isfinite(v->get<double>()) || v->get<double>() < 0) {
+      return Error(where, "expected a finite number >= 0, got " + Shown(*v));
+    }
+    *out = v->get<double>();
+    if (*out > max) return Error(where, fmt::format("{} is over the limit of {}", Shown(*v), max));
+    return Status::Ok();
+  }
+
+  Status Array(const json& obj, const std::string& path, const char* key, const json** out) const {
+    PIPECAST_RETURN_IF_ERROR(Find(obj, path, key, out));
+    if (!(*out)->is_array()) {
+      return Error(Member(path, key), "expected a list [...], got " + Shown(**out));
+    }
+    return Status::Ok();
+  }
+
+ private:
+  Status TooLarge(const std::string& where, const json& v, int64_t max) const {
+    return Error(where, fmt::format("{} is over the limit of {}", Shown(v), max));
+  }
+
+  std::string origin_;
+};
+
+Status ReadModelRef(const Reader& r, const json& root, PlanFile* plan) {
+  const json* v = nullptr;
+  PIPECAST_RETURN_IF_ERROR(r.Find(root, "", "model", &v));
+  PIPECAST_RETURN_IF_ERROR(r.Object(*v, "model"));
+  PIPECAST_RETURN_IF_ERROR(r.Keys(*v, "model", {"name", "hash"}));
+  PIPECAST_RETURN_IF_ERROR(r.String(*v, "model", "name", &plan->model_name));
+  return r.String(*v, "model", "hash", &plan->model_hash);
+}
+
+// The cluster object goes through ParseCluster; its errors come back with
+// the path prefixed by "cluster.".
+Status ReadEmbeddedCluster(const Reader& r, const json& root, Cluster* cluster) {
+  const json* v = nullptr;
+  PIPECAST_RETURN_IF_ERROR(r.Find(root, "", "cluster", &v));
+  PIPECAST_RETURN_IF_ERROR(r.Object(*v, "cluster"));
+  Result<Cluster> parsed = ParseCluster(Dump(*v), "");
+  if (!parsed.ok()) {
+    // ParseCluster with an empty origin says ": <path>: <what>".
+    std::string msg = parsed.status().message();
+    if (msg.rfind(": ", 0) == 0) msg = msg.substr(2);
+    return Status::InvalidArgument(fmt::format("{}: cluster.{}", r.origin(), msg));
+  }
+  *cluster = std::move(parsed.value());
+  return Status::Ok();
+}
+
+Status ReadCounts(const Reader& r, const json& root, PlanFile* plan) {
+  PIPECAST_RETURN_IF_ERROR(r.Int(root, "", "gpus", 1, kMaxCount, &plan->gpus));
+  PIPECAST_RETURN_IF_ERROR(
+      r.Int(root, "", "pipeline_stages", 1, kMaxCount, &plan->pipeline_stages));
+  PIPECAST_RETURN_IF_ERROR(r.Int(root, "", "data_parallel", 1, kMaxCount, &plan->data_parallel));
+  PIPECAST_RETURN_IF_ERROR(
+      r.Int(root, "", "microbatch_size", 1, kMaxCount, &plan->microbatch_size));
+  PIPECAST_RETURN_IF_ERROR(r.Int(root, "", "microbatches", 1, kMaxCount, &plan->microbatches));
+  PIPECAST_RETURN_IF_ERROR(
+      r.Int(root, "", "global_batch", 1, kMaxGlobalBatch, &plan->global_batch));
+  const json* schedule = nullptr;
+  PIPECAST_RETURN_IF_ERROR(r.Find(root, "", "schedule", &schedule));
+  PIPECAST_RETURN_IF_ERROR(r.Object(*schedule, "schedule"));
+  PIPECAST_RETURN_IF_ERROR(
+      r.Keys(*schedule, "schedule", {"name", "virtual_stages", "iterations", "flush"}));
+  PIPECAST_RETURN_IF_ERROR(r.String(*schedule, "schedule", "name", &plan->schedule_name));
+  PIPECAST_RETURN_IF_ERROR(
+      r.Int(*schedule, "schedule", "virtual_stages", 1, kMaxCount, &plan->virtual_stages));
+  // Optional: only asynchronous schedules (PipeDream) differ from 1 and true.
+  // Kept in plan->schedule, whose action text cannot say them.
+  plan->schedule.iterations = 1;
+  plan->schedule.flush = true;
+  if (schedule->contains("iterations")) {
+    PIPECAST_RETURN_IF_ERROR(
+        r.Int(*schedule, "schedule", "iterations", 1, kMaxCount, &plan->schedule.iterations));
+  }
+  if (schedule->contains("flush")) {
+    PIPECAST_RETURN_IF_ERROR(r.Bool(*schedule, "schedule", "flush", &plan->schedule.flush));
+  }
+  return r.Bool(root, "", "recompute", &plan->recompute);
+}
+
+// Stage i must be entry i, and the stages must tile the layers from 0 on;
+// whether they end at the model's last layer is the simulator's check.
+Status ReadPartition(const Reader& r, const json& root, std::vector<StageLayers>* partition) {
+  const json* list = nullptr;
+  PIPECAST_RETURN_IF_ERROR(r.Array(root, "", "partition", &list));
+  if (list->empty()) return r.Error("partition", "is empty; expected one entry per stage");
+  partition->clear();
+  for (size_t i = 0; i < list->size(); ++i) {
+    const std::string path = Element("partition", i);
+    const json& e = (*list)[i];
+    PIPECAST_RETURN_IF_ERROR(r.Object(e, path));
+    PIPECAST_RETURN_IF_ERROR(r.Keys(e, path, {"stage", "first_layer", "last_layer"}));
+    int stage = 0;
+    StageLayers s;
+    PIPECAST_RETURN_IF_ERROR(r.Int(e, path, "stage", 0, kMaxCount, &stage));
+    PIPECAST_RETURN_IF_ERROR(r.Int(e, path, "first_layer", 0, kMaxCount, &s.first_layer));
+    PIPECAST_RETURN_IF_ERROR(r.Int(e, path, "last_layer", 0, kMaxCount, &s.last_layer));
+    if (stage != static_cast<int>(i)) {
+      return r.Error(Member(path, "stage"),
+                     fmt::format("is {}, expected {}: list the stages in order", stage, i));
+    }
+    const int expected_first = i == 0 ? 0 : partition->back().last_layer + 1;
+    if (s.first_layer != expected_first) {
+      return r.Error(Member(path, "first_layer"),
+                     fmt::format("is {}, expected {}: stages hold contiguous layers from 0 on",
+                                 s.first_layer, expected_first));
+    }
+    if (s.last_layer < s.first_layer) {
+      return r.Error(Member(path, "last_layer"),
+                     fmt::format("is {}, before first_layer {}: a stage holds at least one layer",
+                                 s.last_layer, s.first_layer));
+    }
+    partition->push_back(s);
+  }
+  return Status::Ok();
+}
+
+Status ReadPlacement(const Reader& r, const json& root, PlanFile* plan) {
+  const json* list = nullptr;
+  PIPECAST_RETURN_IF_ERROR(r.Array(root, "", "placement", &list));
+  if (static_cast<int64_t>(list->size()) != plan->pipeline_stages) {
+    return r.Error("placement", fmt::format("has {} entries, expected one GPU per rank ({})",
+                                            list->size(), plan->pipeline_stages));
+  }
+  std::set<int> seen;
+  plan->placement.clear();
+  for (size_t i = 0; i < list->size(); ++i) {
+    int64_t gpu = 0;
+    PIPECAST_RETURN_IF_ERROR(r.Int((*list)[i], Element("placement", i), 0, plan->gpus - 1, &gpu));
+    if (!seen.insert(static_cast<int>(gpu)).second) {
+      return r.Error(Element("placement", i),
+                     fmt::format("GPU {} is already used by another rank", gpu));
+    }
+    plan->placement.push_back(static_cast<int>(gpu));
+  }
+  return Status::Ok();
+}
+
+// The per-rank action strings, joined one per line and parsed as schedule
+// text. Each must be one non-empty line, so that line i stays rank i.
+Status ReadActions(const Reader& r, const json& root, PlanFile* plan) {
+  const json* list = nullptr;
+  PIPECAST_RETURN_IF_ERROR(r.Array(root, "", "actions", &list));
+  std::string text;
+  for (size_t i = 0; i < list->size(); ++i) {
+    const json& e = (*list)[i];
+    const std::string path = Element("actions", i);
+    if (!e.is_string()) return r.Error(path, "expected a string of actions, got " + Shown(e));
+    const std::string& line = e.get_ref<const std::string&>();
+    if (line.find_first_of("\n#") != std::string::npos) {
+      return r.Error(path, "expected one line of actions without '#' comments");
+    }
+    if (line.find_first_not_of(" \t,\r") == std::string::npos) {
+      return r.Error(path, fmt::format("is empty; rank {} must run at least one action", i));
+    }
+    text += line + "\n";
+  }
+  if (list->empty()) return r.Error("actions", "is empty; expected one string per rank");
+  // Schedule-text errors say "<origin>:<line>:"; line n is actions[n-1].
+  Result<Schedule> schedule = ParseScheduleText(text, "\x01");
+  if (!schedule.ok()) {
+    std::string msg = schedule.status().message();
+    // "\x01:<line>: ..." names a line; "\x01: ..." the whole text (found by
+    // fuzzing: the second form once threw out_of_range here).
+    const size_t end = msg.find(':', 2);
+    if (msg.rfind("\x01:", 0) == 0 && msg.size() > 2 && msg[2] >= '0' && msg[2] <= '9' &&
+        end != std::string::npos) {
+      int line = std::atoi(msg.substr(2, end - 2).c_str());
+      msg = fmt::format("actions[{}]{}", line - 1, msg.substr(end));
+    } else if (msg.rfind("\x01", 0) == 0) {
+      msg = "actions" + msg.substr(1);
+    }
+    return Status::InvalidArgument(fmt::format("{}: {}", r.origin(), msg));
+  }
+  const int iterations = plan->schedule.iterations;
+  const bool flush = plan->schedule.flush;
+  plan->schedule = std::move(schedule.value());
+  plan->schedule.name = plan->schedule_name;
+  plan->schedule.iterations = iterations;
+  plan->schedule.flush = flush;
+  return Status::Ok();
+}
+
+Status ReadMemory(const Reader& r, const json& root, PlanFile* plan) {
+  const json* v = nullptr;
+  PIPECAST_RETURN_IF_ERROR(r.Find(root, "", "memory", &v));
+  PIPECAST_RETURN_IF_ERROR(r.Object(*v, "memory"));
+  PIPECAST_RETURN_IF_ERROR(
+      r.Keys(*v, "memory",
+             {"weight_bytes_per_param", "gradient_bytes_per_param", "optimizer_bytes_per_param"}));
+  MemoryConfig& m = plan->memory;
+  PIPECAST_RETURN_IF_ERROR(r.Number(*v, "memory", "weight_bytes_per_param", kMaxBytesPerParam,
+                                    &m.weight_bytes_per_param));
+  PIPECAST_RETURN_IF_ERROR(r.Number(*v, "memory", "gradient_bytes_per_param", kMaxBytesPerParam,
+                                    &m.gradient_bytes_per_param));
+  PIPECAST_RETURN_IF_ERROR(r.Number(*v, "memory", "optimizer_bytes_per_param", kMaxBytesPerParam,
+                                    &m.optimizer_bytes_per_param));
+  double us = 0;
+  PIPECAST_RETURN_IF_ERROR(r.Number(root, "", "optimizer_step_us", kMaxTimeUs, &us));
+  plan->optimizer_step_ns = UsToNs(us);
+  return Status::Ok();
+}
+
+// The metrics the planner's check compares, from the embedded ResultToJson
+// object; the whole object is kept as text.
+Status ReadPredicted(const Reader& r, const json& root, PlanFile* plan) {
+  const json* v = nullptr;
+  const std::string path = "predicted";
+  PIPECAST_RETURN_IF_ERROR(r.Find(root, "", "predicted", &v));
+  PIPECAST_RETURN_IF_ERROR(r.Object(*v, path));
+  double us = 0;
+  PIPECAST_RETURN_IF_ERROR(r.Number(*v, path, "iteration_time_us", kMaxTimeUs, &us));
+  plan->predicted_iteration_ns = UsToNs(us);
+  PIPECAST_RETURN_IF_ERROR(r.Number(*v, path, "throughput_samples_per_s",
+                                    std::numeric_limits<double>::max(),
+                                    &plan->predicted_samples_per_s));
+  PIPECAST_RETURN_IF_ERROR(r.Number(*v, path, "bubble_ratio", 1, &plan->predicted_bubble_ratio));
+  PIPECAST_RETURN_IF_ERROR(r.Number(*v, path, "bubble_fraction_of_ideal",
+                                    std::numeric_limits<double>::max(),
+                                    &plan->predicted_bubble_fraction_of_ideal));
+  const json* stages = nullptr;
+  PIPECAST_RETURN_IF_ERROR(r.Array(*v, path, "stages", &stages));
+  const std::string list = Member(path, "stages");
+  if (static_cast<int64_t>(stages->size()) != plan->pipeline_stages) {
+    return r.Error(list, fmt::format("has {} entries, expected one per rank ({})", stages->size(),
+                                     plan->pipeline_stages));
+  }
+  plan->predicted_peak_memory_bytes.clear();
+  for (size_t i = 0; i < stages->size(); ++i) {
+    PIPECAST_RETURN_IF_ERROR(r.Object((*stages)[i], Element(list, i)));
+    Bytes peak = 0;
+    PIPECAST_RETURN_IF_ERROR(r.Int((*stages)[i], Element(list, i), "peak_memory_bytes", 0,
+                                   std::numeric_limits<int64_t>::max() / 2, &peak));
+    plan->predicted_peak_memory_bytes.push_back(peak);
+  }
+  plan->predicted_json = Dump(*v);
+  return Status::Ok();
+}
+
+// The fields must describe one configuration.
+Status CheckConsistent(const Reader& r, const PlanFile& plan) {
+  const Schedule& s = plan.schedule;
+  if (s.num_ranks != plan.pipeline_stages) {
+    return r.Error("actions", fmt::format("has {} ranks, but pipeline_stages is {}", s.num_ranks,
+                                          plan.pipeline_stages));
+  }
+  if (s.num_stages != plan.pipeline_stages * plan.virtual_stages) {
+    return r.Error("schedule.virtual_stages",
+                   fmt::format("is {}, but the actions use {} stages on {} ranks",
+                               plan.virtual_stages, s.num_stages, s.num_ranks));
+  }
+  if (static_cast<int>(plan.partition.size()) != s.num_stages) {
+    return r.Error("partition", fmt::format("has {} stages, but the actions use {}",
+                                            plan.partition.size(), s.num_stages));
+  }
+  if (s.num_microbatches != int64_t{plan.microbatches} * s.iterations) {
+    return r.Error("microbatches",
+                   s.iterations == 1
+                       ? fmt::format("is {}, but the actions run {} micro-batches",
+                                     plan.microbatches, s.num_microbatches)
+                       : fmt::format("is {} per iteration, but the actions run {} micro-batches "
+                                     "over {} iterations",
+                                     plan.microbatches, s.num_microbatches, s.iterations));
+  }
+  if (int64_t{plan.pipeline_stages} * plan.data_parallel != plan.gpus) {
+    return r.Error("gpus", fmt::format("is {}, expected pipeline_stages x data_parallel = {} x {}",
+                                       plan.gpus, plan.pipeline_stages, plan.data_parallel));
+  }
+  const int64_t batch = int64_t{plan.microbatch_size} * plan.microbatches * plan.data_parallel;
+  if (plan.global_batch != batch) {
+    return r.Error("global_batch",
+                   fmt::format("is {}, expected microbatch_size x microbatches x data_parallel "
+                               "= {} x {} x {} = {}",
+                               plan.global_batch, plan.microbatch_size, plan.microbatches,
+                               plan.data_parallel, batch));
+  }
+  return Status::Ok();
+}
+
+Status ReadPlan(const Reader& r, const json& root, PlanFile* plan) {
+  PIPECAST_RETURN_IF_ERROR(r.Object(root, ""));
+  std::string format;
+  PIPECAST_RETURN_IF_ERROR(r.String(root, "", "format", &format));
+  if (format != kPlanFormat) {
+    return r.Error("format", fmt::format("\"{}\" is not supported; this build reads \"{}\"", format,
+                                         kPlanFormat));
+  }
+  PIPECAST_RETURN_IF_ERROR(
+      r.Keys(root, "",
+             {"format", "model", "cluster", "gpus", "pipeline_stages", "data_parallel",
+              "microbatch_size", "microbatches", "global_batch", "schedule", "recompute",
+              "partition", "placement", "actions", "memory", "optimizer_step_us", "predicted"}));
+  PIPECAST_RETURN_IF_ERROR(ReadModelRef(r, root, plan));
+  PIPECAST_RETURN_IF_ERROR(ReadEmbeddedCluster(r, root, &plan->cluster));
+  PIPECAST_RETURN_IF_ERROR(ReadCounts(r, root, plan));
+  PIPECAST_RETURN_IF_ERROR(ReadPartition(r, root, &plan->partition));
+  PIPECAST_RETURN_IF_ERROR(ReadPlacement(r, root, plan));
+  PIPECAST_RETURN_IF_ERROR(ReadActions(r, root, plan));
+  PIPECAST_RETURN_IF_ERROR(ReadMemory(r, root, plan));
+  PIPECAST_RETURN_IF_ERROR(ReadPredicted(r, root, plan));
+  return CheckConsistent(r, *plan);
+}
+
+// The `predicted` object: the stored ResultToJson() text, or, when a plan
+// was built by hand without it, the metrics ParsePlan reads back.
+json PredictedJson(const PlanFile& plan) {
+  if (!plan.predicted_json.empty()) {
+    json parsed = json::parse(plan.predicted_json, nullptr, false);
+    if (!parsed.is_discarded() && parsed.is_object()) return parsed;
+  }
+  json p;
+  p["iteration_time_us"] = NsToUs(plan.predicted_iteration_ns);
+  p["throughput_samples_per_s"] = plan.predicted_samples_per_s;
+  p["bubble_ratio"] = plan.predicted_bubble_ratio;
+  p["bubble_fraction_of_ideal"] = plan.predicted_bubble_fraction_of_ideal;
+  p["stages"] = json::array();
+  for (size_t i = 0; i < plan.predicted_peak_memory_bytes.size(); ++i) {
+    p["stages"].push_back(
+        {{"stage", i}, {"peak_memory_bytes", plan.predicted_peak_memory_bytes[i]}});
+  }
+  return p;
+}
+
+}  // namespace
+
+std::string ModelHash(const std::string& bytes) {
+  uint64_t h = kFnvOffsetBasis;
+  for (unsigned char c : bytes) {
+    h ^= c;
+    h *= kFnvPrime;
+  }
+  return fmt::format("fnv1a64:{:016x}", h);
+}
+
+PlanFile MakePlanFile(const std::string& model_name, const std::string& model_hash,
+                      const Cluster& cluster, const Schedule& schedule, const SimOptions& options,
+                      const SimResult& result) {
+  PlanFile plan;
+  plan.model_name = model_name;
+  plan.model_hash = model_hash;
+  plan.cluster = cluster;
+  plan.pipeline_stages = schedule.num_ranks;
+  plan.data_parallel = options.data_parallel;
+  plan.gpus = schedule.num_ranks * options.data_parallel;
+  plan.microbatch_size = options.microbatch_size;
+  // Per iteration: asynchronous schedules number micro-batches across the
+  // iterations their action lists cover.
+  plan.microbatches = schedule.num_microbatches / std::max(1, schedule.iterations);
+  plan.global_batch = int64_t{plan.microbatch_size} * plan.microbatches * plan.data_parallel;
+  plan.schedule_name = schedule.name;
+  plan.virtual_stages = std::max(1, schedule.ChunksPerRank());
+  plan.recompute = options.recompute;
+  // The partition the simulation used (options.partition may be empty:
+  // balanced), per virtual stage.
+  plan.partition.assign(schedule.num_stages, StageLayers{});
+  for (const StageResult& rank : result.per_rank) {
+    for (size_t i = 0; i < rank.stages.size() && i < rank.layers.size(); ++i) {
+      if (rank.stages[i] >= 0 && rank.stages[i] < schedule.num_stages) {
+        plan.partition[rank.stages[i]] = rank.layers[i];
+      }
+    }
+  }
+  for (int r = 0; r < schedule.num_ranks; ++r) plan.placement.push_back(r);
+  plan.schedule = schedule;
+  plan.memory = options.memory;
+  plan.optimizer_step_ns = options.optimizer_step_ns;
+  plan.predicted_iteration_ns = result.iteration_ns;
+  plan.predicted_samples_per_s = result.samples_per_s;
+  plan.predicted_bubble_ratio = result.bubble_ratio;
+  plan.predicted_bubble_fraction_of_ideal = result.bubble_fraction_of_ideal;
+  for (const StageResult& rank : result.per_rank) {
+    plan.predicted_peak_memory_bytes.push_back(rank.peak_memory_bytes);
+  }
+  plan.predicted_json = ResultToJson(result);
+  return plan;
+}
+
+SimOptions PlanSimOptions(const PlanFile& plan) {
+  SimOptions o;
+  o.microbatch_size = plan.microbatch_size;
+  o.data_parallel = plan.data_parallel;
+  o.partition = plan.partition;
+  o.memory = plan.memory;
+  o.optimizer_step_ns = plan.optimizer_step_ns;
+  o.recompute = plan.recompute;
+  return o;
+}
+
+std::string PlanToJson(const PlanFile& plan) {
+  json root;
+  root["format"] = kPlanFormat;
+  root["model"] = {{"name", plan.model_name}, {"hash", plan.model_hash}};
+  root["cluster"] = json::parse(ClusterToJson(plan.cluster), nullptr, false);
+  root["gpus"] = plan.gpus;
+  root["pipeline_stages"] = plan.pipeline_stages;
+  root["data_parallel"] = plan.data_parallel;
+  root["microbatch_size"] = plan.microbatch_size;
+  root["microbatches"] = plan.microbatches;
+  root["global_batch"] = plan.global_batch;
+  root["schedule"] = {{"name", plan.schedule_name},
+                      {"virtual_stages", plan.virtual_stages},
+                      {"iterations", plan.schedule.iterations},
+                      {"flush", plan.schedule.flush}};
+  root["recompute"] = plan.recompute;
+  root["partition"] = json::array();
+  for (size_t i = 0; i < plan.partition.size(); ++i) {
+    root["partition"].push_back({{"stage", i},
+                                 {"first_layer", plan.partition[i].first_layer},
+                                 {"last_layer", plan.partition[i].last_layer}});
+  }
+  root["placement"] = plan.placement;
+  // One string per rank: ScheduleToText's lines.
+  json actions = json::array();
+  const std::string text = ScheduleToText(plan.schedule);
+  size_t begin = 0;
+  while (begin < text.size()) {
+    size_t end = text.find('\n', begin);
+    if (end == std::string::npos) end = text.size();
+    actions.push_back(text.substr(begin, end - begin));
+    begin = end + 1;
+  }
+  root["actions"] = std::move(actions);
+  root["memory"] = {{"weight_bytes_per_param", plan.memory.weight_bytes_per_param},
+                    {"gradient_bytes_per_param", plan.memory.gradient_bytes_per_param},
+                    {"optimizer_bytes_per_param", plan.memory.optimizer_bytes_per_param}};
+  root["optimizer_step_us"] = NsToUs(plan.optimizer_step_ns);
+  root["predicted"] = PredictedJson(plan);
+  return Dump(root);
+}
+
+Result<PlanFile> ParsePlan(const std::string& text, const std::string& origin) {
+  const Reader reader(origin);
+  try {
+    json root;
+    try {
+      root = json::parse(text);
+    } catch (const json::exception& e) {
+      std::string what = e.what();
+      if (size_t end = what.find("] "); !what.empty() && what[0] == '[' && end != what.npos) {
+        what = what.substr(end + 2);
+      }
+      return reader.Error("", "not valid JSON: " + what);
+    }
+    PlanFile plan;
+    PIPECAST_RETURN_IF_ERROR(ReadPlan(reader, root, &plan));
+    return plan;
+  } catch (const std::exception& e) {
+    return Status::Internal(origin + ": unexpected error while reading the plan: " + e.what());
+  }
+}
+
+Result<PlanFile> LoadPlan(const std::string& path) {
+  Result<std::string> text = ReadFile(path);
+  if (!text.ok()) return text.status();
+  return ParsePlan(*text, path);
+}
+
+}  // namespace pipecast

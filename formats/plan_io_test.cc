@@ -1,0 +1,210 @@
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "formats/formats.h"
+#include "formats/plan.h"
+#include "formats/result_json.h"
+#include "formats/schedule_text.h"
+#include "sim/sim_test_util.h"
+
+namespace pipecast {
+namespace {
+
+using ::testing::HasSubstr;
+using json = nlohmann::ordered_json;
+
+// Given 8 uniform layers with weights and activations on 4 ranks x 2
+// replicas of h100-sxm, 1F1B with 8 micro-batches and recomputation.
+struct World {
+  Model model =
+      test_util::UniformModel(8, UsToNs(1000), UsToNs(2000), 64 * kMiB, 16 * kMiB, 50'000'000);
+  Cluster cluster;
+  Schedule schedule;
+  SimOptions options;
+  SimResult result;
+};
+
+World MakeWorld() {
+  World w;
+  w.cluster = ClusterPreset("h100-sxm").value();
+  w.schedule = MakeSchedule(ScheduleKind::k1F1B, 4, 8).value();
+  w.options.data_parallel = 2;
+  w.options.recompute = true;
+  w.options.optimizer_step_ns = UsToNs(500);
+  w.options.partition = {{0, 1}, {2, 4}, {5, 6}, {7, 7}};
+  w.result = Simulate(w.model, w.cluster, w.schedule, w.options).value();
+  return w;
+}
+
+std::string PlanText() {
+  World w = MakeWorld();
+  return PlanToJson(
+      MakePlanFile("uniform", ModelHash("{}"), w.cluster, w.schedule, w.options, w.result));
+}
+
+// The error ParsePlan gives after `edit` changes a valid plan.
+template <typename Edit>
+std::string ErrorAfter(Edit edit) {
+  json j = json::parse(PlanText());
+  edit(j);
+  Result<PlanFile> plan = ParsePlan(j.dump(2), "plan.json");
+  EXPECT_FALSE(plan.ok());
+  return plan.ok() ? "" : plan.status().message();
+}
+
+TEST(ModelHashTest, IsFnv1a64InHex) {
+  EXPECT_EQ(ModelHash(""), "fnv1a64:cbf29ce484222325");
+  EXPECT_EQ(ModelHash("a"), "fnv1a64:af63dc4c8601ec8c");
+  EXPECT_NE(ModelHash("model A"), ModelHash("model B"));
+}
+
+TEST(PlanFileTest, MakePlanFileDescribesTheSimulation) {
+  World w = MakeWorld();
+  PlanFile p = MakePlanFile("uniform", "fnv1a64:0", w.cluster, w.schedule, w.options, w.result);
+  EXPECT_EQ(p.gpus, 8);
+  EXPECT_EQ(p.pipeline_stages, 4);
+  EXPECT_EQ(p.data_parallel, 2);
+  EXPECT_EQ(p.microbatches, 8);
+  EXPECT_EQ(p.global_batch, 16);
+  EXPECT_EQ(p.schedule_name, "1f1b");
+  EXPECT_EQ(p.virtual_stages, 1);
+  EXPECT_TRUE(p.recompute);
+  EXPECT_EQ(p.partition, w.options.partition);
+  EXPECT_EQ(p.placement, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(p.predicted_iteration_ns, w.result.iteration_ns);
+  EXPECT_EQ(p.predicted_json, ResultToJson(w.result));
+  ASSERT_EQ(p.predicted_peak_memory_bytes.size(), 4u);
+  EXPECT_EQ(p.predicted_peak_memory_bytes[0], w.result.per_rank[0].peak_memory_bytes);
+}
+
+TEST(PlanFileTest, MakePlanFileRecordsTheBalancedPartitionWhenNoneWasGiven) {
+  World w = MakeWorld();
+  w.options.partition.clear();
+  w.result = Simulate(w.model, w.cluster, w.schedule, w.options).value();
+  PlanFile p = MakePlanFile("uniform", "h", w.cluster, w.schedule, w.options, w.result);
+  EXPECT_EQ(p.partition, (std::vector<StageLayers>{{0, 1}, {2, 3}, {4, 5}, {6, 7}}));
+}
+
+TEST(PlanFileTest, RoundTripsAndReplaysToTheSamePrediction) {
+  World w = MakeWorld();
+  PlanFile made =
+      MakePlanFile("uniform", ModelHash("{}"), w.cluster, w.schedule, w.options, w.result);
+  const std::string text = PlanToJson(made);
+
+  Result<PlanFile> parsed = ParsePlan(text, "plan.json");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  EXPECT_EQ(PlanToJson(*parsed), text);
+  EXPECT_EQ(parsed->model_name, "uniform");
+  EXPECT_EQ(parsed->model_hash, made.model_hash);
+  EXPECT_EQ(parsed->cluster.name, "h100-sxm");
+  EXPECT_EQ(parsed->cluster.gpu.memory_bytes, 80 * kGiB);
+  EXPECT_EQ(parsed->schedule.name, "1f1b");
+  EXPECT_EQ(parsed->schedule.actions, w.schedule.actions);
+  EXPECT_EQ(parsed->schedule.stage_rank, w.schedule.stage_rank);
+  EXPECT_EQ(parsed->partition, made.partition);
+  EXPECT_EQ(parsed->optimizer_step_ns, UsToNs(500));
+  EXPECT_EQ(parsed->predicted_iteration_ns, made.predicted_iteration_ns);
+  EXPECT_DOUBLE_EQ(parsed->predicted_samples_per_s, made.predicted_samples_per_s);
+  EXPECT_DOUBLE_EQ(parsed->predicted_bubble_ratio, made.predicted_bubble_ratio);
+  EXPECT_DOUBLE_EQ(parsed->predicted_bubble_fraction_of_ideal,
+                   made.predicted_bubble_fraction_of_ideal);
+  EXPECT_EQ(parsed->predicted_peak_memory_bytes, made.predicted_peak_memory_bytes);
+  EXPECT_EQ(parsed->predicted_json, made.predicted_json);
+
+  // When replayed, then the simulator predicts exactly what the plan says.
+  Result<SimResult> replay =
+      Simulate(w.model, parsed->cluster, parsed->schedule, PlanSimOptions(*parsed));
+  ASSERT_TRUE(replay.ok()) << replay.status().message();
+  EXPECT_EQ(ResultToJson(*replay), parsed->predicted_json);
+}
+
+TEST(PlanFileTest, KeepsTheIterationsOfAnAsynchronousSchedule) {
+  // Given a plan whose action lists cover several iterations without a flush.
+  World w = MakeWorld();
+  PlanFile p = MakePlanFile("uniform", "h", w.cluster, w.schedule, w.options, w.result);
+  p.schedule = MakeSchedule(ScheduleKind::k1F1B, 4, 24).value();
+  p.schedule.iterations = 3;
+  p.schedule.flush = false;
+  p.microbatches = 8;
+  // When it round-trips, then iterations and flush survive the action text.
+  Result<PlanFile> parsed = ParsePlan(PlanToJson(p), "plan.json");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  EXPECT_EQ(parsed->schedule.iterations, 3);
+  EXPECT_FALSE(parsed->schedule.flush);
+  EXPECT_EQ(parsed->microbatches, 8);
+  EXPECT_EQ(parsed->schedule.num_microbatches, 24);
+}
+
+TEST(PlanFileTest, EmbedsPredictedAsAnObjectAndActionsAsLines) {
+  json j = json::parse(PlanText());
+  EXPECT_EQ(j["format"], "pipecast-plan/1");
+  EXPECT_TRUE(j["predicted"].is_object());
+  EXPECT_TRUE(j["predicted"].contains("iteration_time_us"));
+  EXPECT_EQ(j["cluster"]["format"], "pipecast-cluster/1");
+  ASSERT_EQ(j["actions"].size(), 4u);
+  EXPECT_THAT(j["actions"][0].get<std::string>(), ::testing::StartsWith("0F0 0F1 0F2 0F3 0B0"));
+  EXPECT_EQ(j["schedule"]["name"], "1f1b");
+}
+
+TEST(PlanFileTest, ErrorsNameTheFileAndThePath) {
+  EXPECT_THAT(ErrorAfter([](json& j) { j["partition"][2]["last_layer"] = "six"; }),
+              HasSubstr("plan.json: partition[2].last_layer: expected an integer"));
+  EXPECT_THAT(ErrorAfter([](json& j) { j.erase("predicted"); }),
+              HasSubstr("plan.json: predicted: missing"));
+  EXPECT_THAT(ErrorAfter([](json& j) { j["predicted"]["bubble_ratio"] = "x"; }),
+              HasSubstr("plan.json: predicted.bubble_ratio: expected a finite number"));
+  EXPECT_THAT(ErrorAfter([](json& j) { j["cluster"]["gpu"]["memory_bytes"] = -1; }),
+              HasSubstr("plan.json: cluster.gpu.memory_bytes"));
+  EXPECT_THAT(ErrorAfter([](json& j) { j["actions"][1] = "1F0 1X1"; }),
+              HasSubstr("plan.json: actions[1]: token '1X1'"));
+  EXPECT_THAT(ErrorAfter([](json& j) { j["actions"][1] = ""; }),
+              HasSubstr("plan.json: actions[1]: is empty"));
+  EXPECT_THAT(ErrorAfter([](json& j) { j["recompute"] = 1; }),
+              HasSubstr("plan.json: recompute: expected true or false"));
+  EXPECT_THAT(ErrorAfter([](json& j) { j["schedule"]["name"] = 3; }),
+              HasSubstr("plan.json: schedule.name: expected a string"));
+  EXPECT_THAT(ErrorAfter([](json& j) { j["model"]["hashh"] = "x"; }),
+              HasSubstr("plan.json: model.hashh: unknown key"));
+  EXPECT_THAT(ErrorAfter([](json& j) { j["format"] = "pipecast-plan/9"; }),
+              HasSubstr("plan.json: format: \"pipecast-plan/9\" is not supported"));
+  EXPECT_THAT(ErrorAfter([](json& j) { j["partition"][1]["first_layer"] = 3; }),
+              HasSubstr("plan.json: partition[1].first_layer: is 3, expected 2"));
+  EXPECT_THAT(ErrorAfter([](json& j) { j["placement"][3] = 0; }),
+              HasSubstr("plan.json: placement[3]: GPU 0 is already used"));
+}
+
+TEST(PlanFileTest, InconsistentFieldsAreNamed) {
+  EXPECT_THAT(ErrorAfter([](json& j) { j["microbatches"] = 4; }),
+              HasSubstr("plan.json: microbatches: is 4, but the actions run 8 micro-batches"));
+  EXPECT_THAT(ErrorAfter([](json& j) {
+                j["pipeline_stages"] = 3;
+                j["placement"] = {0, 1, 2};
+                j["predicted"]["stages"].erase(3);
+              }),
+              HasSubstr("plan.json: actions: has 4 ranks, but pipeline_stages is 3"));
+  EXPECT_THAT(ErrorAfter([](json& j) { j["gpus"] = 16; }),
+              HasSubstr("plan.json: gpus: is 16, expected pipeline_stages x data_parallel"));
+  EXPECT_THAT(ErrorAfter([](json& j) { j["partition"].erase(3); }),
+              HasSubstr("plan.json: partition: has 3 stages, but the actions use 4"));
+  EXPECT_THAT(ErrorAfter([](json& j) { j["global_batch"] = 17; }),
+              HasSubstr("plan.json: global_batch: is 17"));
+}
+
+TEST(PlanFileTest, BadJsonAndMissingFilesAreErrorsNotExceptions) {
+  Result<PlanFile> bad = ParsePlan("{\"format\": ", "plan.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("plan.json: not valid JSON"));
+  Result<PlanFile> array = ParsePlan("[]", "plan.json");
+  ASSERT_FALSE(array.ok());
+  EXPECT_THAT(array.status().message(), HasSubstr("plan.json: expected an object"));
+  Result<PlanFile> missing = LoadPlan("/nonexistent/plan.json");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_THAT(missing.status().message(), HasSubstr("/nonexistent/plan.json"));
+}
+
+}  // namespace
+}  // namespace pipecast

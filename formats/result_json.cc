@@ -1,0 +1,123 @@
+#include "formats/result_json.h"
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace pipecast {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+Json StageJson(const StageResult& r) {
+  Json j;
+  j["stage"] = r.rank;
+  if (r.layers.empty()) {
+    j["first_layer"] = nullptr;
+    j["last_layer"] = nullptr;
+  } else {
+    j["first_layer"] = r.layers.front().first_layer;
+    j["last_layer"] = r.layers.back().last_layer;
+  }
+  j["chunks"] = Json::array();
+  for (size_t i = 0; i < r.layers.size(); ++i) {
+    Json chunk;
+    chunk["stage"] = i < r.stages.size() ? Json(r.stages[i]) : Json(nullptr);
+    chunk["first_layer"] = r.layers[i].first_layer;
+    chunk["last_layer"] = r.layers[i].last_layer;
+    j["chunks"].push_back(std::move(chunk));
+  }
+  j["busy_us"] = NsToUs(r.busy_ns);
+  j["first_start_us"] = NsToUs(r.first_start_ns);
+  j["last_end_us"] = NsToUs(r.last_end_ns);
+  j["bubble_ratio"] = r.bubble_ratio;
+  j["bubble_fraction_of_ideal"] = r.bubble_fraction_of_ideal;
+  j["peak_inflight_microbatches"] = r.peak_inflight_microbatches;
+  j["peak_memory_bytes"] = r.peak_memory_bytes;
+  j["allreduce_us"] = NsToUs(r.allreduce_ns);
+  j["weight_versions"] = r.weight_versions;
+  Json& m = j["memory"];
+  m["weights_bytes"] = r.memory.weights;
+  m["gradients_bytes"] = r.memory.gradients;
+  m["optimizer_bytes"] = r.memory.optimizer;
+  m["activations_peak_bytes"] = r.memory.activations_peak;
+  m["comm_buffers_peak_bytes"] = r.memory.comm_buffers_peak;
+  m["workspace_peak_bytes"] = r.memory.workspace_peak;
+  m["stashed_weights_bytes"] = r.memory.stashed_weights;
+  return j;
+}
+
+const char* StepKind(CriticalStep::Kind kind) {
+  switch (kind) {
+    case CriticalStep::Kind::kCompute:
+      return "compute";
+    case CriticalStep::Kind::kCommunication:
+      return "communication";
+    case CriticalStep::Kind::kWaiting:
+      return "waiting";
+  }
+  return "?";
+}
+
+Json CriticalPathJson(const SimResult& result) {
+  const CriticalPath& cp = *result.critical_path;
+  Json j;
+  j["length_us"] = NsToUs(cp.length_ns);
+  j["compute_us"] = NsToUs(cp.compute_ns);
+  j["communication_us"] = NsToUs(cp.communication_ns);
+  j["waiting_us"] = NsToUs(cp.waiting_ns);
+  j["compute_by_stage"] = Json::array();
+  for (size_t r = 0; r < cp.compute_by_rank.size(); ++r) {
+    j["compute_by_stage"].push_back({{"stage", r}, {"us", NsToUs(cp.compute_by_rank[r])}});
+  }
+  j["communication_by_link"] = Json::array();
+  for (const auto& l : cp.communication_by_link) {
+    j["communication_by_link"].push_back(
+        {{"src_stage", l.src_rank}, {"dst_stage", l.dst_rank}, {"us", NsToUs(l.ns)}});
+  }
+  j["steps"] = Json::array();
+  for (const CriticalStep& step : cp.steps) {
+    j["steps"].push_back({{"kind", StepKind(step.kind)},
+                          {"what", CriticalStepName(result, step)},
+                          {"stage", step.rank},
+                          {"start_us", NsToUs(step.start_ns)},
+                          {"end_us", NsToUs(step.end_ns)}});
+  }
+  return j;
+}
+
+}  // namespace
+
+std::string ResultToJson(const SimResult& result) {
+  Json j;
+  j["iteration_time_us"] = NsToUs(result.iteration_ns);
+  j["pipeline_time_us"] = NsToUs(result.pipeline_ns);
+  j["allreduce_time_us"] = NsToUs(result.allreduce_ns);
+  j["optimizer_time_us"] = NsToUs(result.optimizer_ns);
+  j["throughput_samples_per_s"] = result.samples_per_s;
+  if (result.tokens_per_s) j["tokens_per_s"] = *result.tokens_per_s;
+  if (result.tflops_per_gpu) j["tflops_per_gpu"] = *result.tflops_per_gpu;
+  if (result.mfu) j["mfu"] = *result.mfu;
+  j["bubble_ratio"] = result.bubble_ratio;
+  j["bubble_fraction_of_ideal"] = result.bubble_fraction_of_ideal;
+  j["schedule"] = result.schedule_name;
+  j["ranks"] = result.ranks;
+  j["stages_count"] = result.stages;
+  j["microbatches"] = result.microbatches;
+  j["microbatch_size"] = result.microbatch_size;
+  j["data_parallel"] = result.data_parallel;
+  j["global_batch"] = result.global_batch;
+  j["costs_measured"] = result.costs_measured;
+  j["notes"] = result.notes;
+  j["memory_capacity_bytes"] = result.memory_capacity_bytes;
+  j["iterations_simulated"] = result.iterations_simulated;
+  if (result.iterations_simulated > 1) {
+    j["first_iteration_time_us"] = NsToUs(result.first_iteration_ns);  // with the warm-up
+  }
+  j["stages"] = Json::array();
+  for (const StageResult& r : result.per_rank) j["stages"].push_back(StageJson(r));
+  if (result.critical_path) j["critical_path"] = CriticalPathJson(result);
+  // Invalid UTF-8 in a name or note becomes U+FFFD instead of throwing.
+  return j.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
+}
+
+}  // namespace pipecast

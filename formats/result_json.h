@@ -1,0 +1,33 @@
+// The simulation result as JSON: the `--json` object of `simulator` and the
+// `predicted` block of plan.json. Names both bubble forms plainly:
+// `bubble_ratio` (idle share of the pipeline span, mean over ranks) and
+// `bubble_fraction_of_ideal` (Megatron-LM's bubble / ideal time).
+// Pure functions; thread-safe.
+#ifndef PIPECAST_FORMATS_RESULT_JSON_H_
+#define PIPECAST_FORMATS_RESULT_JSON_H_
+
+#include <string>
+
+#include "sim/simulator.h"
+
+namespace pipecast {
+
+// One JSON object (pretty, 2-space indent, trailing newline). Keys:
+// iteration_time_us, pipeline_time_us, allreduce_time_us, optimizer_time_us,
+// throughput_samples_per_s, tokens_per_s?, tflops_per_gpu?, mfu?,
+// bubble_ratio, bubble_fraction_of_ideal, schedule, ranks, stages_count,
+// microbatches, microbatch_size, data_parallel, global_batch,
+// costs_measured, notes, memory_capacity_bytes, iterations_simulated, and
+// `stages`: per rank stage, first_layer, last_layer, chunks, busy_us,
+// first_start_us, last_end_us, bubble_ratio, bubble_fraction_of_ideal,
+// peak_inflight_microbatches, peak_memory_bytes, allreduce_us,
+// weight_versions, and `memory` {weights_bytes, gradients_bytes,
+// optimizer_bytes, activations_peak_bytes, comm_buffers_peak_bytes,
+// workspace_peak_bytes, stashed_weights_bytes}; then `critical_path` when
+// the timeline was recorded {length_us, compute_us, communication_us,
+// waiting_us, compute_by_stage, communication_by_link, steps}.
+std::string ResultToJson(const SimResult& result);
+
+}  // namespace pipecast
+
+#endif  // PIPECAST_FORMATS_RESULT_JSON_H_

@@ -1,0 +1,258 @@
+// The HTML report's memory figure (MemoryHtml in report/html_report.h): a step
+// chart per rank on the timeline's time axis, the capacity line, and the
+// breakdown at each rank's peak.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "report/html_report.h"
+#include "report/internal/html_util.h"
+
+namespace pipecast {
+namespace {
+
+using internal::GiBWithUnit;
+using internal::kAxisPx;
+using internal::kGutterPx;
+using internal::kSvgWidthPx;
+using internal::TimeAxis;
+using internal::UsAttr;
+
+// Samples closer than this are drawn in one column (its highest and its last
+// value), so a rank with thousands of changes stays a small polyline.
+constexpr double kMemColumnPx = 2.0;
+// Head room above the highest peak or capacity, for the peak label.
+constexpr double kHeadroom = 1.08;
+
+struct ChartSize {
+  double h;    // one rank's chart
+  double gap;  // before the next
+};
+
+ChartSize ChartSizeFor(int ranks) {
+  if (ranks <= 8) return {80, 12};
+  if (ranks <= 24) return {52, 8};
+  return {34, 6};
+}
+
+Bytes StaticBytes(const StageResult& s) {
+  return s.memory.weights + s.memory.stashed_weights + s.memory.gradients + s.memory.optimizer;
+}
+
+Bytes Live(const MemorySample& m) { return m.activations + m.comm_buffers + m.workspace; }
+
+// The first sample with the largest live set (a zero sample when none).
+MemorySample PeakSample(const StageResult& s) {
+  MemorySample best;
+  for (const MemorySample& m : s.memory_timeline) {
+    if (Live(m) > Live(best)) best = m;
+  }
+  return best;
+}
+
+class MemoryChart {
+ public:
+  MemoryChart(const SimResult& r, const TimeAxis& axis)
+      : r_(r), axis_(axis), size_(ChartSizeFor(r.ranks)) {
+    Bytes top = std::max<Bytes>(r.memory_capacity_bytes, 1);
+    for (const StageResult& s : r.per_rank) {
+      top = std::max(top, std::max(s.peak_memory_bytes, StaticBytes(s) + Live(PeakSample(s))));
+    }
+    y_max_ = static_cast<double>(top) * kHeadroom;
+  }
+
+  double y_max() const { return y_max_; }
+
+  std::string Svg() const {
+    const double top = kAxisPx + 4;
+    const double height = top + r_.ranks * (size_.h + size_.gap) + 2;
+    std::string out = fmt::format(
+        "<svg class=\"memory\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"{1}\" "
+        "viewBox=\"0 0 {0} {1}\" data-ranks=\"{2}\" data-capacity-bytes=\"{3}\" "
+        "data-scale-bytes=\"{4:.0f}\" role=\"img\" aria-label=\"memory over time per rank\">\n",
+        Px(kSvgWidthPx), Px(height), r_.ranks, r_.memory_capacity_bytes, y_max_);
+    out += internal::TimeAxisSvg(axis_, top, height - 2);
+    for (const StageResult& s : r_.per_rank) {
+      out += RankChart(s, top + s.rank * (size_.h + size_.gap));
+    }
+    return out + "</svg>\n";
+  }
+
+ private:
+  double Y(double y0, Bytes b) const {
+    return y0 + size_.h - static_cast<double>(b) / y_max_ * size_.h;
+  }
+
+  // The step line of static + live bytes over time, as SVG points.
+  std::string Points(const StageResult& s, double y0) const {
+    const Bytes base = StaticBytes(s);
+    std::string pts;
+    double last_x = -1, last_y = -1;
+    auto add = [&](double x, double y) {
+      if (x == last_x && y == last_y) return;
+      pts += (pts.empty() ? "" : " ") + Px(x) + "," + Px(y);
+      last_x = x;
+      last_y = y;
+    };
+    double y_prev = Y(y0, base);
+    add(axis_.X(0), y_prev);
+    const auto& tl = s.memory_timeline;
+    for (size_t i = 0; i < tl.size();) {
+      const double x = axis_.X(tl[i].time_ns);
+      const long column = static_cast<long>((x - kGutterPx) / kMemColumnPx);
+      Bytes high = Live(tl[i]);
+      size_t j = i + 1;
+      while (j < tl.size() &&
+             static_cast<long>((axis_.X(tl[j].time_ns) - kGutterPx) / kMemColumnPx) == column) {
+        high = std::max(high, Live(tl[j]));
+        ++j;
+      }
+      add(x, y_prev);
+      add(x, Y(y0, base + high));
+      y_prev = Y(y0, base + Live(tl[j - 1]));
+      add(x, y_prev);
+      i = j;
+    }
+    add(axis_.X(axis_.end_ns()), y_prev);
+    return pts;
+  }
+
+  std::string RankChart(const StageResult& s, double y0) const {
+    const Bytes base = StaticBytes(s);
+    const MemorySample peak = PeakSample(s);
+    const Bytes drawn_peak = base + Live(peak);
+    const double x0 = kGutterPx, x1 = axis_.X(axis_.end_ns());
+    const std::string pts = Points(s, y0);
+    std::string out = fmt::format("<g class=\"mem-rank\" data-rank=\"{}\">\n", s.rank);
+    out +=
+        fmt::format("<rect class=\"chart-frame\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\"/>\n",
+                    Px(x0), Px(y0), Px(x1 - x0), Px(size_.h));
+    out += fmt::format(
+        "<rect class=\"mem-static\" data-rank=\"{}\" data-bytes=\"{}\" x=\"{}\" y=\"{}\" "
+        "width=\"{}\" height=\"{}\"><title>rank {}: static {} (weights, gradients, optimizer "
+        "state{})</title></rect>\n",
+        s.rank, base, Px(x0), Px(Y(y0, base)), Px(x1 - x0), Px(y0 + size_.h - Y(y0, base)), s.rank,
+        GiBWithUnit(base), s.memory.stashed_weights > 0 ? ", stashed weight versions" : "");
+    // The dot is the simulator's peak; it sits above the line when the peak
+    // was an allocation made and freed within one instant (see MemoryHtml).
+    out += fmt::format(
+        "<polyline class=\"mem\" data-rank=\"{}\" data-peak-bytes=\"{}\" "
+        "data-drawn-peak-bytes=\"{}\" data-static-bytes=\"{}\" data-samples=\"{}\" "
+        "points=\"{}\"><title>rank {}: peak {}</title></polyline>\n",
+        s.rank, s.peak_memory_bytes, drawn_peak, base, s.memory_timeline.size(), pts, s.rank,
+        GiBWithUnit(s.peak_memory_bytes));
+    out += fmt::format(
+        "<circle class=\"mem-peak\" data-rank=\"{}\" data-bytes=\"{}\" data-time-us=\"{}\" "
+        "cx=\"{}\" cy=\"{}\" r=\"2.5\"><title>rank {}: peak {} at {}</title></circle>\n",
+        s.rank, s.peak_memory_bytes, UsAttr(peak.time_ns), Px(axis_.X(peak.time_ns)),
+        Px(Y(y0, s.peak_memory_bytes)), s.rank, GiBWithUnit(s.peak_memory_bytes),
+        axis_.Time(peak.time_ns));
+    if (r_.memory_capacity_bytes > 0) {
+      const double yc = Y(y0, r_.memory_capacity_bytes);
+      out += fmt::format(
+          "<line class=\"capacity\" data-rank=\"{}\" data-bytes=\"{}\" x1=\"{}\" y1=\"{}\" "
+          "x2=\"{}\" y2=\"{}\"><title>capacity {}</title></line>\n",
+          s.rank, r_.memory_capacity_bytes, Px(x0), Px(yc), Px(x1), Px(yc),
+          GiBWithUnit(r_.memory_capacity_bytes));
+    }
+    out += fmt::format("<text class=\"rank-label\" x=\"8\" y=\"{}\">rank {}</text>",
+                       Px(y0 + std::min(14.0, size_.h / 2)), s.rank);
+    if (size_.h >= 40) {
+      out += fmt::format("<text class=\"rank-note\" x=\"8\" y=\"{}\">peak {}</text>", Px(y0 + 28),
+                         GiBWithUnit(s.peak_memory_bytes));
+    }
+    if (size_.h >= 60 && r_.memory_capacity_bytes > 0) {
+      out += fmt::format("<text class=\"rank-note\" x=\"8\" y=\"{}\">{} of capacity</text>",
+                         Px(y0 + 41),
+                         PercentText(static_cast<double>(s.peak_memory_bytes) /
+                                     static_cast<double>(r_.memory_capacity_bytes)));
+    }
+    return out + "\n</g>\n";
+  }
+
+  const SimResult& r_;
+  const TimeAxis& axis_;
+  ChartSize size_;
+  double y_max_ = 1;
+};
+
+std::string Cell(Bytes b) { return fmt::format("<td>{:.2f}</td>", ToGiB(b)); }
+
+std::string BreakdownTable(const SimResult& r) {
+  bool stashed = false;
+  for (const StageResult& s : r.per_rank) stashed = stashed || s.memory.stashed_weights > 0;
+  std::string out =
+      "<table class=\"memory-peak\"><tr><th>rank</th><th>weights</th>" +
+      std::string(stashed ? "<th>stashed weights</th>" : "") +
+      "<th>gradients</th><th>optimizer</th><th>activations</th><th>comm buffers</th>"
+      "<th>workspace</th><th>total at peak</th><th>of capacity</th><th>peak at</th></tr>\n";
+  const TimeAxis axis = internal::TimeAxisFor(r);
+  for (const StageResult& s : r.per_rank) {
+    const MemorySample peak = PeakSample(s);
+    const bool over = r.memory_capacity_bytes > 0 && s.peak_memory_bytes > r.memory_capacity_bytes;
+    out += fmt::format("<tr class=\"{}\" data-rank=\"{}\" data-peak-bytes=\"{}\"><td>{}</td>",
+                       over ? "over" : "", s.rank, s.peak_memory_bytes, s.rank);
+    out += Cell(s.memory.weights);
+    if (stashed) out += Cell(s.memory.stashed_weights);
+    out += Cell(s.memory.gradients) + Cell(s.memory.optimizer) + Cell(peak.activations) +
+           Cell(peak.comm_buffers) + Cell(peak.workspace) + Cell(s.peak_memory_bytes);
+    out += r.memory_capacity_bytes > 0
+               ? fmt::format("<td>{}{}</td>",
+                             PercentText(static_cast<double>(s.peak_memory_bytes) /
+                                         static_cast<double>(r.memory_capacity_bytes)),
+                             over ? " OVER" : "")
+               : "<td>unlimited</td>";
+    out += "<td>" + axis.Time(peak.time_ns) + "</td></tr>\n";
+  }
+  return out + "</table>\n";
+}
+
+}  // namespace
+
+std::string MemoryHtml(const SimResult& r) {
+  const TimeAxis axis = internal::TimeAxisFor(r);
+  MemoryChart chart(r, axis);
+  std::string caption =
+      "Memory per rank on the timeline's time axis. The grey band is the static part: weights, "
+      "gradients and optimizer state";
+  bool stashed = false;
+  for (const StageResult& s : r.per_rank) stashed = stashed || s.memory.stashed_weights > 0;
+  if (stashed) caption += ", and the weight versions PipeDream stashes";
+  caption +=
+      "; the blue step line adds the live set: activations held for the backward, send and "
+      "receive buffers, and the running op's workspace. The dot marks each rank's peak.";
+  if (r.memory_capacity_bytes > 0) {
+    caption += fmt::format(" The dashed red line is the GPU's capacity, {}.",
+                           GiBWithUnit(r.memory_capacity_bytes));
+  } else {
+    caption += " The cluster has unlimited memory, so there is no capacity line.";
+  }
+  caption += fmt::format(" Every chart has the same scale, 0 to {:.2f} GiB.",
+                         chart.y_max() / static_cast<double>(kGiB));
+  Bytes above = 0;
+  for (const StageResult& s : r.per_rank) {
+    above = std::max(above, s.peak_memory_bytes - StaticBytes(s) - Live(PeakSample(s)));
+  }
+  if (above > 0) {
+    caption += fmt::format(
+        " Where a dot sits above its line (by up to {:.1f} MiB here), the peak was an "
+        "allocation made and freed within one instant, such as an op's output buffer next to "
+        "its workspace as the op ends; the line keeps one sample per instant.",
+        static_cast<double>(above) / static_cast<double>(kMiB));
+  }
+  std::string out =
+      "<div class=\"legend\"><span><i class=\"sw sw-static\"></i>static</span>"
+      "<span><i class=\"sw sw-mem\"></i>static + live</span>";
+  if (r.memory_capacity_bytes > 0) out += "<span><i class=\"sw sw-cap\"></i>capacity</span>";
+  out += "</div>\n<figure class=\"memory\">\n" + chart.Svg();
+  out += "<figcaption>" + caption + "</figcaption>\n</figure>\n";
+  out +=
+      "<p class=\"sub\">Breakdown at each rank's peak, GiB: the static parts, the live set at "
+      "the highest point of the line, and the simulator's peak total.</p>\n";
+  out += BreakdownTable(r);
+  return out;
+}
+
+}  // namespace pipecast

@@ -1,0 +1,341 @@
+#include "report/html_report.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "report/html_test_util.h"
+#include "sim/sim_test_util.h"
+
+namespace pipecast {
+namespace {
+
+using ::pipecast::test_util::FindElements;
+using ::pipecast::test_util::HtmlElement;
+using ::pipecast::test_util::IdealCluster;
+using ::pipecast::test_util::UniformModel;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+constexpr TimeNs kF = 1000 * kNsPerUs;
+constexpr TimeNs kB = 2000 * kNsPerUs;
+constexpr Bytes kAct = 100 * kMiB;
+
+// A cluster with real links and 16 GiB GPUs: transfers take time, memory is finite.
+Cluster LinkedCluster() {
+  Cluster c = IdealCluster();
+  c.name = "test-16g";
+  c.gpu.memory_bytes = 16 * kGiB;
+  c.intra_node = Link{10.0, 20.0};
+  c.inter_node = Link{1.0, 50.0};
+  return c;
+}
+
+struct Simulation {
+  Model model;
+  Cluster cluster;
+  Schedule schedule;
+  SimOptions options;
+  SimResult result;
+  std::string html;
+};
+
+// Simulates `kind` on p ranks, m micro-batches, one layer per virtual stage.
+Simulation Simulated(ScheduleKind kind, int p, int m, Cluster cluster = LinkedCluster(),
+                     int chunks = 1, std::string model_name = "uniform") {
+  Simulation run;
+  run.model = UniformModel(p * chunks, kF, kB, kAct, 8 * kMiB, 10'000'000);
+  for (Layer& l : run.model.layers) l.profiles[0].backward_weight_ns = kB / 2;
+  run.model.name = std::move(model_name);
+  run.cluster = std::move(cluster);
+  run.schedule = MakeSchedule(kind, p, m, chunks).value();
+  auto result = Simulate(run.model, run.cluster, run.schedule, run.options);
+  EXPECT_TRUE(result.ok()) << result.status().message();
+  run.result = std::move(result.value());
+  run.html = SimulationReportHtml(
+      run.result, MakeReportInputs(run.model, run.cluster, run.schedule, run.options,
+                                   "simulator --model m.json --stages " + std::to_string(p)));
+  return run;
+}
+
+// (rank, stage, kind, micro-batch, start, end) of every op.
+using OpKey = std::tuple<int, int, char, int, TimeNs, TimeNs>;
+
+char KindOf(const HtmlElement& e) {
+  for (char k : std::string("FBIW")) {
+    if (e.HasClass(std::string("op-") + k)) return k;
+  }
+  return '?';
+}
+
+TEST(HtmlReportTimeline, OneRectPerOpWithTheSimulatedRankMicroBatchAndTimes) {
+  // Given 1F1B on 4 ranks with real links, drawn in detail
+  const Simulation run = Simulated(ScheduleKind::k1F1B, 4, 8);
+  const auto svg = FindElements(run.html, "svg", "timeline");
+  ASSERT_EQ(svg.size(), 1u);
+  EXPECT_EQ(svg[0].Attr("data-mode"), "detailed");
+  // When the op rects are read back, then they are the simulation's ops.
+  std::vector<OpKey> drawn, simulated;
+  for (const HtmlElement& e : FindElements(run.html, "rect", "op")) {
+    drawn.emplace_back(e.Int("data-rank"), e.Int("data-stage"), KindOf(e), e.Int("data-mb"),
+                       e.Ns("data-start-us"), e.Ns("data-end-us"));
+  }
+  for (const OpRecord& op : run.result.ops) {
+    simulated.emplace_back(op.rank, op.action.stage, OpKindLetter(op.action.kind),
+                           op.action.microbatch, op.start_ns, op.end_ns);
+  }
+  std::sort(drawn.begin(), drawn.end());
+  std::sort(simulated.begin(), simulated.end());
+  EXPECT_EQ(drawn.size(), run.result.ops.size());
+  EXPECT_EQ(drawn, simulated);
+  EXPECT_TRUE(FindElements(run.html, "rect", "busy").empty());
+  EXPECT_EQ(svg[0].Int("data-ops"), static_cast<int>(run.result.ops.size()));
+}
+
+TEST(HtmlReportTimeline, SplitBackwardOpsKeepTheirKinds) {
+  const Simulation run = Simulated(ScheduleKind::kZBH1, 4, 8);
+  std::map<char, int> kinds;
+  for (const HtmlElement& e : FindElements(run.html, "rect", "op")) ++kinds[KindOf(e)];
+  EXPECT_EQ(kinds['F'], 32);
+  EXPECT_EQ(kinds['I'], 32);
+  EXPECT_EQ(kinds['W'], 32);
+  EXPECT_EQ(kinds.count('B'), 0u);
+}
+
+// Per rank: op durations + busy spans + idle rects cover the pipeline span,
+// the idle rects and the spans' gaps sum to span - busy.
+void ExpectLanesCoverTheSpan(const Simulation& run) {
+  const auto svg = FindElements(run.html, "svg", "timeline");
+  ASSERT_EQ(svg.size(), 1u);
+  const TimeNs span = svg[0].Ns("data-span-us");
+  EXPECT_EQ(span, run.result.pipeline_ns);
+  std::map<int, TimeNs> covered, busy, idle;
+  for (const HtmlElement& e : FindElements(run.html, "rect", "op")) {
+    covered[e.Int("data-rank")] += e.Ns("data-end-us") - e.Ns("data-start-us");
+    busy[e.Int("data-rank")] += e.Ns("data-end-us") - e.Ns("data-start-us");
+  }
+  for (const HtmlElement& e : FindElements(run.html, "rect", "busy")) {
+    covered[e.Int("data-rank")] += e.Ns("data-end-us") - e.Ns("data-start-us");
+    busy[e.Int("data-rank")] += e.Ns("data-busy-us");
+  }
+  for (const HtmlElement& e : FindElements(run.html, "rect", "idle")) {
+    EXPECT_GT(e.Ns("data-end-us"), e.Ns("data-start-us"));
+    covered[e.Int("data-rank")] += e.Ns("data-end-us") - e.Ns("data-start-us");
+    idle[e.Int("data-rank")] += e.Ns("data-end-us") - e.Ns("data-start-us");
+  }
+  for (const StageResult& s : run.result.per_rank) {
+    SCOPED_TRACE(::testing::Message() << "rank " << s.rank);
+    EXPECT_EQ(covered[s.rank], span);
+    EXPECT_EQ(busy[s.rank], s.busy_ns);
+    EXPECT_LE(idle[s.rank], span - s.busy_ns);
+    if (FindElements(run.html, "rect", "busy").empty()) {
+      EXPECT_EQ(idle[s.rank], span - s.busy_ns);
+    }
+  }
+}
+
+TEST(HtmlReportTimeline, IdleAndOpsCoverEachRanksSpan) {
+  for (ScheduleKind kind :
+       {ScheduleKind::kGPipe, ScheduleKind::k1F1B, ScheduleKind::kZBH1, ScheduleKind::kNaive}) {
+    SCOPED_TRACE(ScheduleKindName(kind));
+    ExpectLanesCoverTheSpan(Simulated(kind, 4, 8));
+  }
+  ExpectLanesCoverTheSpan(Simulated(ScheduleKind::kInterleaved1F1B, 4, 8, LinkedCluster(), 2));
+}
+
+TEST(HtmlReportTimeline, IdleRectsMatchTheBubbleRatio) {
+  // Given GPipe on the ideal cluster: idle = (p-1)(F+B) per rank.
+  const Simulation run = Simulated(ScheduleKind::kGPipe, 4, 8, IdealCluster());
+  std::map<int, TimeNs> idle;
+  for (const HtmlElement& e : FindElements(run.html, "rect", "idle")) {
+    idle[e.Int("data-rank")] += e.Ns("data-end-us") - e.Ns("data-start-us");
+  }
+  for (const StageResult& s : run.result.per_rank) {
+    EXPECT_EQ(idle[s.rank], 3 * (kF + kB));
+    EXPECT_NEAR(static_cast<double>(idle[s.rank]) / run.result.pipeline_ns, s.bubble_ratio, 1e-12);
+  }
+}
+
+TEST(HtmlReportTimeline, TransfersAreDrawnOnTheSendersCommLane) {
+  const Simulation run = Simulated(ScheduleKind::k1F1B, 4, 8);
+  ASSERT_FALSE(run.result.transfers.empty());
+  int drawn = 0;
+  for (const HtmlElement& e : FindElements(run.html, "rect", "xfer")) {
+    ++drawn;
+    const bool grad = e.HasClass("xfer-grad");
+    EXPECT_EQ(e.Int("data-dst-rank"), e.Int("data-src-rank") + (grad ? -1 : 1));
+    EXPECT_GE(e.Ns("data-end-us"), e.Ns("data-start-us"));
+  }
+  for (const HtmlElement& e : FindElements(run.html, "rect", "xfer-span")) {
+    drawn += e.Int("data-transfers");
+  }
+  EXPECT_EQ(drawn, static_cast<int>(run.result.transfers.size()));
+}
+
+TEST(HtmlReportTimeline, CriticalOpsAreTheCriticalPathsComputeSteps) {
+  for (ScheduleKind kind : {ScheduleKind::k1F1B, ScheduleKind::kZBH1}) {
+    const Simulation run = Simulated(kind, 4, 8);
+    ASSERT_TRUE(run.result.critical_path.has_value());
+    std::set<OpKey> path;
+    for (const CriticalStep& s : run.result.critical_path->steps) {
+      if (s.kind != CriticalStep::Kind::kCompute) continue;
+      const OpRecord& op = run.result.ops[s.op];
+      path.emplace(op.rank, op.action.stage, OpKindLetter(op.action.kind), op.action.microbatch,
+                   op.start_ns, op.end_ns);
+    }
+    std::set<OpKey> marked;
+    for (const HtmlElement& e : FindElements(run.html, "rect", "critical")) {
+      if (!e.HasClass("op")) continue;
+      marked.emplace(e.Int("data-rank"), e.Int("data-stage"), KindOf(e), e.Int("data-mb"),
+                     e.Ns("data-start-us"), e.Ns("data-end-us"));
+    }
+    EXPECT_FALSE(path.empty());
+    EXPECT_EQ(marked, path);
+    EXPECT_FALSE(FindElements(run.html, "rect", "crit-mark").empty());
+  }
+}
+
+TEST(HtmlReportTimeline, AggregatesSliversAtP64M256) {
+  // Given 1F1B at p = 64, m = 256: 32768 ops, about 1 px each.
+  const Simulation run = Simulated(ScheduleKind::k1F1B, 64, 256);
+  const auto svg = FindElements(run.html, "svg", "timeline");
+  ASSERT_EQ(svg.size(), 1u);
+  EXPECT_EQ(svg[0].Attr("data-mode"), "dense");
+  const auto ops = FindElements(run.html, "rect", "op");
+  const auto spans = FindElements(run.html, "rect", "busy");
+  int merged = 0;
+  for (const HtmlElement& e : spans) merged += e.Int("data-ops");
+  // Then every op is drawn once, as itself or inside a span, in far fewer rects.
+  EXPECT_EQ(static_cast<int>(ops.size()) + merged, static_cast<int>(run.result.ops.size()));
+  EXPECT_EQ(svg[0].Int("data-merged-ops"), merged);
+  EXPECT_LT(ops.size() + spans.size(), run.result.ops.size() / 10);
+  EXPECT_THAT(run.html, HasSubstr("<b>Merged:</b>"));
+  ExpectLanesCoverTheSpan(run);
+  EXPECT_EQ(FindElements(run.html, "g", "rank").size(), 64u);
+}
+
+TEST(HtmlReportTimeline, SmallPipelinesAreNotMerged) {
+  const Simulation run = Simulated(ScheduleKind::k1F1B, 4, 8);
+  EXPECT_THAT(run.html, Not(HasSubstr("<b>Merged:</b>")));
+  EXPECT_THAT(run.html, HasSubstr("class=\"oplabel\""));
+}
+
+TEST(HtmlReportMemory, PolylinePeakIsTheRanksPeak) {
+  for (ScheduleKind kind : {ScheduleKind::kGPipe, ScheduleKind::k1F1B, ScheduleKind::kZBH1,
+                            ScheduleKind::kZBH2, ScheduleKind::kPipeDream}) {
+    SCOPED_TRACE(ScheduleKindName(kind));
+    const Simulation run = Simulated(kind, 4, 8);
+    const auto lines = FindElements(run.html, "polyline", "mem");
+    ASSERT_EQ(lines.size(), run.result.per_rank.size());
+    for (const HtmlElement& e : lines) {
+      const StageResult& s = run.result.per_rank.at(e.Int("data-rank"));
+      EXPECT_EQ(e.Int64("data-peak-bytes"), s.peak_memory_bytes) << "rank " << s.rank;
+      const Bytes base =
+          s.memory.weights + s.memory.stashed_weights + s.memory.gradients + s.memory.optimizer;
+      EXPECT_EQ(e.Int64("data-static-bytes"), base);
+      // The line's highest point is the timeline's; it never exceeds the peak.
+      Bytes live = 0;
+      for (const MemorySample& m : s.memory_timeline) {
+        live = std::max(live, m.activations + m.comm_buffers + m.workspace);
+      }
+      EXPECT_EQ(e.Int64("data-drawn-peak-bytes"), base + live);
+      EXPECT_LE(e.Int64("data-drawn-peak-bytes"), s.peak_memory_bytes);
+      EXPECT_FALSE(e.Attr("points").empty());
+    }
+    for (const HtmlElement& e : FindElements(run.html, "tr")) {
+      if (e.Attr("data-peak-bytes").empty()) continue;
+      EXPECT_EQ(e.Int64("data-peak-bytes"),
+                run.result.per_rank.at(e.Int("data-rank")).peak_memory_bytes);
+    }
+  }
+}
+
+TEST(HtmlReportMemory, CapacityLineOnlyWhenTheGpuHasACapacity) {
+  const Simulation limited = Simulated(ScheduleKind::k1F1B, 4, 8);
+  const auto lines = FindElements(limited.html, "line", "capacity");
+  ASSERT_EQ(lines.size(), 4u);
+  for (const HtmlElement& e : lines) EXPECT_EQ(e.Int64("data-bytes"), 16 * kGiB);
+
+  const Simulation unlimited = Simulated(ScheduleKind::k1F1B, 4, 8, IdealCluster());
+  EXPECT_TRUE(FindElements(unlimited.html, "line", "capacity").empty());
+  EXPECT_THAT(unlimited.html, HasSubstr("unlimited memory, so there is no capacity line"));
+}
+
+TEST(HtmlReportMemory, OverCapacityRanksAreFlagged) {
+  Cluster small = LinkedCluster();
+  small.gpu.memory_bytes = 300 * kMiB;
+  const Simulation run = Simulated(ScheduleKind::kGPipe, 4, 8, small);
+  EXPECT_THAT(run.html, HasSubstr(" OVER</td>"));
+  EXPECT_THAT(run.html, HasSubstr("class=\"metric over\""));
+}
+
+TEST(HtmlReportPage, EscapesTheModelName) {
+  const Simulation run = Simulated(ScheduleKind::k1F1B, 2, 2, LinkedCluster(), 1, "<b>&\"x\"");
+  EXPECT_THAT(run.html, Not(HasSubstr("<b>&\"x\"")));
+  EXPECT_THAT(run.html, HasSubstr("&lt;b&gt;&amp;&quot;x&quot;"));
+  EXPECT_THAT(run.html, HasSubstr("<title>pipecast simulator: &lt;b&gt;&amp;&quot;x&quot;"));
+  EXPECT_EQ(HtmlEscape("a'b"), "a&#39;b");
+}
+
+TEST(HtmlReportPage, SelfContainedAndDeterministic) {
+  const Simulation a = Simulated(ScheduleKind::k1F1B, 4, 8);
+  const Simulation b = Simulated(ScheduleKind::k1F1B, 4, 8);
+  EXPECT_EQ(a.html, b.html);
+  EXPECT_THAT(a.html, Not(HasSubstr("<script")));
+  EXPECT_THAT(a.html, Not(HasSubstr("src=")));
+  EXPECT_THAT(a.html, Not(HasSubstr("href=")));
+  EXPECT_THAT(a.html, Not(HasSubstr("@import")));
+  EXPECT_THAT(a.html, HasSubstr("<!DOCTYPE html>"));
+  EXPECT_THAT(a.html, HasSubstr("simulator --model m.json --stages 4"));
+}
+
+TEST(HtmlReportPage, NamesBothBubbleFormsAndNeverABareBubble) {
+  const Simulation run = Simulated(ScheduleKind::k1F1B, 4, 8);
+  EXPECT_THAT(run.html, HasSubstr("data-metric=\"bubble_ratio\""));
+  EXPECT_THAT(run.html, HasSubstr("data-metric=\"bubble_fraction_of_ideal\""));
+  const std::string& t = run.html;
+  for (size_t at = t.find("bubble"); at != std::string::npos; at = t.find("bubble", at + 1)) {
+    const std::string next = t.substr(at, 24);
+    EXPECT_TRUE(next.rfind("bubble ratio", 0) == 0 || next.rfind("bubble/ideal", 0) == 0 ||
+                next.rfind("bubble time fraction", 0) == 0 || next.rfind("bubble_ratio", 0) == 0 ||
+                next.rfind("bubble_fraction_of_ideal", 0) == 0)
+        << "bare bubble at: " << t.substr(at > 40 ? at - 40 : 0, 80);
+  }
+}
+
+TEST(HtmlReportPage, WithoutATimelineSaysSo) {
+  Simulation run = Simulated(ScheduleKind::k1F1B, 2, 2);
+  run.result.ops.clear();
+  const std::string html = SimulationReportHtml(run.result, ReportInputs{});
+  EXPECT_THAT(html, HasSubstr("The timeline was not recorded"));
+  EXPECT_TRUE(FindElements(html, "svg", "timeline").empty());
+}
+
+TEST(HtmlReportPage, InputsNameModelClusterAndOptions) {
+  const Simulation run = Simulated(ScheduleKind::kInterleaved1F1B, 2, 4, LinkedCluster(), 2);
+  EXPECT_THAT(run.html, HasSubstr("p = 2 ranks, v = 2 chunks per rank, m = 4 micro-batches"));
+  EXPECT_THAT(run.html, HasSubstr("test-16g"));
+  EXPECT_THAT(run.html, HasSubstr("inside a node 10 GB/s, latency 20 µs"));
+  EXPECT_THAT(run.html, HasSubstr("interleaved"));
+}
+
+TEST(HtmlReportUtil, QuoteCommandLineQuotesOnlyWhatNeedsIt) {
+  EXPECT_EQ(QuoteCommandLine({"planner", "--gpus", "8", "--report", "a b.html", "it's", ""}),
+            "planner --gpus 8 --report 'a b.html' 'it'\\''s' ''");
+}
+
+TEST(HtmlReportUtil, NiceTicks) {
+  EXPECT_THAT(NiceTicks(10, 5), ::testing::ElementsAre(0, 2, 4, 6, 8, 10));
+  EXPECT_THAT(NiceTicks(718.3, 11), ::testing::ElementsAre(0, 100, 200, 300, 400, 500, 600, 700));
+  EXPECT_THAT(NiceTicks(0, 5), ::testing::ElementsAre(0));
+  EXPECT_EQ(Px(-0.01), "0.0");
+}
+
+}  // namespace
+}  // namespace pipecast

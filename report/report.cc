@@ -1,0 +1,190 @@
+#include "report/report.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "base/text_table.h"
+
+namespace pipecast {
+namespace {
+
+// "critical path 42.000 ms = compute 40.000 ms + ..." and the chain, with
+// consecutive steps on one rank folded ("1F0..1F3 (4 ops)").
+std::string CriticalPathText(const SimResult& result) {
+  const CriticalPath& cp = *result.critical_path;
+  std::string out = fmt::format(
+      "critical path       {:.3f} ms = compute {:.3f} ms + communication {:.3f} ms + waiting "
+      "{:.3f} ms\n",
+      NsToMs(cp.length_ns), NsToMs(cp.compute_ns), NsToMs(cp.communication_ns),
+      NsToMs(cp.waiting_ns));
+  std::vector<std::pair<TimeNs, int>> ranks;
+  for (size_t r = 0; r < cp.compute_by_rank.size(); ++r) {
+    if (cp.compute_by_rank[r] > 0) ranks.push_back({-cp.compute_by_rank[r], static_cast<int>(r)});
+  }
+  std::sort(ranks.begin(), ranks.end());
+  std::string by_rank;
+  for (const auto& [neg, r] : ranks) {
+    by_rank +=
+        fmt::format("{}rank {} {:.3f} ms ({})", by_rank.empty() ? "" : ", ", r, NsToMs(-neg),
+                    PercentText(static_cast<double>(-neg) / std::max<TimeNs>(cp.length_ns, 1)));
+  }
+  out += "  compute on the path by rank: " + by_rank + "\n";
+  for (const auto& l : cp.communication_by_link) {
+    out += fmt::format("  communication on the path, rank {} -> {}: {:.3f} ms\n", l.src_rank,
+                       l.dst_rank, NsToMs(l.ns));
+  }
+  std::string chain;
+  for (size_t i = 0; i < cp.steps.size();) {
+    size_t j = i + 1;
+    while (j < cp.steps.size() && cp.steps[j].kind == cp.steps[i].kind &&
+           cp.steps[j].rank == cp.steps[i].rank && cp.steps[j].dst_rank == cp.steps[i].dst_rank) {
+      ++j;
+    }
+    std::string group = CriticalStepName(result, cp.steps[i]);
+    if (j - i > 1) {
+      group += fmt::format("..{} ({} steps)", CriticalStepName(result, cp.steps[j - 1]), j - i);
+    }
+    chain += (chain.empty() ? "" : " -> ") + group;
+    i = j;
+  }
+  out += "  path: " + chain + "\n";
+  return out;
+}
+
+// "0-3", or "0-1,8-9" for a rank with two chunks; a single layer is "5".
+std::string LayerRanges(const std::vector<StageLayers>& layers) {
+  std::string out;
+  for (const StageLayers& l : layers) {
+    if (!out.empty()) out += ",";
+    out += l.first_layer == l.last_layer ? fmt::format("{}", l.first_layer)
+                                         : fmt::format("{}-{}", l.first_layer, l.last_layer);
+  }
+  return out.empty() ? "-" : out;
+}
+
+bool OverCapacity(const SimResult& result, const StageResult& r) {
+  return result.memory_capacity_bytes > 0 && r.peak_memory_bytes > result.memory_capacity_bytes;
+}
+
+std::string Summary(const SimResult& result, const Cluster& cluster) {
+  std::string out;
+  std::string stages;
+  if (result.stages != result.ranks && result.ranks > 0) {
+    stages = fmt::format(", {} stages ({} chunks per rank)", result.stages,
+                         result.stages / result.ranks);
+  }
+  out += fmt::format(
+      "schedule {}: {} ranks x {} data-parallel{}, {} micro-batches of size {} (global batch "
+      "{})\n",
+      result.schedule_name, result.ranks, result.data_parallel, stages, result.microbatches,
+      result.microbatch_size, result.global_batch);
+  out += fmt::format(
+      "iteration time      {:.3f} ms  (pipeline {:.3f} ms, all-reduce {:.3f} ms, optimizer "
+      "{:.3f} ms)\n",
+      NsToMs(result.iteration_ns), NsToMs(result.pipeline_ns), NsToMs(result.allreduce_ns),
+      NsToMs(result.optimizer_ns));
+  out += fmt::format("throughput          {:.1f} samples/s\n", result.samples_per_s);
+  if (result.tokens_per_s) {
+    out += fmt::format("                    {:.0f} tokens/s\n", *result.tokens_per_s);
+  }
+  if (result.tflops_per_gpu) {
+    out += fmt::format("model FLOP/s        {:.1f} TFLOP/s per GPU\n", *result.tflops_per_gpu);
+  }
+  if (result.mfu) {
+    std::string peak;
+    if (cluster.gpu.peak_tflops > 0) {
+      peak = fmt::format(" of {:.1f} TFLOP/s peak per GPU ({})", cluster.gpu.peak_tflops,
+                         cluster.name);
+    }
+    out += fmt::format("MFU                 {}{}\n", PercentText(*result.mfu), peak);
+  }
+  out += fmt::format(
+      "bubble ratio        {} of the pipeline span idle (mean over ranks: 1 - busy/span)\n",
+      PercentText(result.bubble_ratio));
+  out += fmt::format("bubble / ideal      {} (Megatron-LM's bubble time fraction: idle / busy)\n",
+                     PercentText(result.bubble_fraction_of_ideal));
+  if (result.memory_capacity_bytes > 0) {
+    out += fmt::format("memory capacity     {} GiB per GPU ({})\n",
+                       GiBText(result.memory_capacity_bytes), cluster.name);
+  } else {
+    out += fmt::format("memory capacity     unlimited ({})\n", cluster.name);
+  }
+  if (!result.costs_measured) {
+    out += "costs               not all measured: some are interpolated (see the notes)\n";
+  }
+  return out;
+}
+
+std::string RankTable(const SimResult& result) {
+  TextTable t;
+  t.AddColumn("rank", TextTable::kRight);
+  t.AddColumn("layers", TextTable::kLeft);
+  t.AddColumn("busy ms", TextTable::kRight);
+  t.AddColumn("first start ms", TextTable::kRight);
+  t.AddColumn("last end ms", TextTable::kRight);
+  t.AddColumn("bubble ratio", TextTable::kRight);
+  t.AddColumn("bubble / ideal", TextTable::kRight);
+  t.AddColumn("peak in-flight", TextTable::kRight);
+  t.AddColumn("peak memory GiB", TextTable::kRight);
+  t.AddColumn("of capacity", TextTable::kRight);
+  t.AddColumn("", TextTable::kLeft);
+  for (const StageResult& r : result.per_rank) {
+    std::string of_capacity = "unlimited";
+    if (result.memory_capacity_bytes > 0) {
+      of_capacity = PercentText(static_cast<double>(r.peak_memory_bytes) /
+                                static_cast<double>(result.memory_capacity_bytes));
+    }
+    t.AddRow(
+        {fmt::format("{}", r.rank), LayerRanges(r.layers), fmt::format("{:.3f}", NsToMs(r.busy_ns)),
+         fmt::format("{:.3f}", NsToMs(r.first_start_ns)),
+         fmt::format("{:.3f}", NsToMs(r.last_end_ns)), PercentText(r.bubble_ratio),
+         PercentText(r.bubble_fraction_of_ideal), fmt::format("{}", r.peak_inflight_microbatches),
+         GiBText(r.peak_memory_bytes), of_capacity, OverCapacity(result, r) ? "OVER" : ""});
+  }
+  std::string out = t.Render();
+  for (const StageResult& r : result.per_rank) {
+    if (OverCapacity(result, r)) {
+      out += fmt::format("OVER: rank {} needs {} GiB, over the {} GiB capacity by {} GiB\n", r.rank,
+                         GiBText(r.peak_memory_bytes), GiBText(result.memory_capacity_bytes),
+                         GiBText(r.peak_memory_bytes - result.memory_capacity_bytes));
+    }
+  }
+  return out;
+}
+
+std::string MemoryTable(const SimResult& result) {
+  TextTable t;
+  t.AddColumn("rank", TextTable::kRight);
+  t.AddColumn("weights", TextTable::kRight);
+  t.AddColumn("grads", TextTable::kRight);
+  t.AddColumn("optimizer", TextTable::kRight);
+  t.AddColumn("activations peak", TextTable::kRight);
+  t.AddColumn("comm peak", TextTable::kRight);
+  t.AddColumn("workspace peak", TextTable::kRight);
+  t.AddColumn("total peak", TextTable::kRight);
+  for (const StageResult& r : result.per_rank) {
+    const MemoryBreakdown& m = r.memory;
+    t.AddRow({fmt::format("{}", r.rank), GiBText(m.weights), GiBText(m.gradients),
+              GiBText(m.optimizer), GiBText(m.activations_peak), GiBText(m.comm_buffers_peak),
+              GiBText(m.workspace_peak), GiBText(r.peak_memory_bytes)});
+  }
+  return "memory per rank, GiB (each part's own peak; the total is the peak of their sum)\n" +
+         t.Render();
+}
+
+}  // namespace
+
+std::string ResultToText(const SimResult& result, const Cluster& cluster) {
+  std::string out = Summary(result, cluster);
+  if (result.critical_path) out += CriticalPathText(result);
+  out += "\n" + RankTable(result);
+  out += "\n" + MemoryTable(result);
+  if (!result.notes.empty()) out += "\n";
+  for (const std::string& note : result.notes) out += "note: " + note + "\n";
+  return out;
+}
+
+}  // namespace pipecast

@@ -1,0 +1,20 @@
+// Presenting a SimResult to people: the short summary and a table per rank.
+// It names the two bubble forms plainly: the bubble ratio (idle share of the
+// pipeline span, mean over ranks) and bubble/ideal (Megatron-LM's bubble /
+// ideal time). The `--json` object is formats/result_json.h.
+#ifndef PIPECAST_REPORT_REPORT_H_
+#define PIPECAST_REPORT_REPORT_H_
+
+#include <string>
+
+#include "sim/cluster.h"
+#include "sim/simulator.h"
+
+namespace pipecast {
+
+// A few lines of summary and a table per rank, for people.
+std::string ResultToText(const SimResult& result, const Cluster& cluster);
+
+}  // namespace pipecast
+
+#endif  // PIPECAST_REPORT_REPORT_H_

@@ -1,0 +1,242 @@
+#include "report/trace.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+namespace pipecast {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+// Thread ids inside each rank's process.
+constexpr int kComputeTid = 0;
+constexpr int kCommTid = 1;
+constexpr int kCriticalTid = 2;  // the critical path's steps
+
+// Flow ids of one timeline are `pid_offset * kFlowIdsPerTimeline + n`, so two
+// timelines written with different pid offsets can share a file without
+// their arrows crossing.
+constexpr int64_t kFlowIdsPerTimeline = int64_t{1} << 32;
+
+// Among events at the same time on the same thread, slices come first so
+// that the flow events at that time bind to them.
+enum class Order { kSlice, kCounter, kFlowStart, kFlowEnd };
+
+// An event with its sort key; `seq` (creation order) breaks the last ties.
+struct Event {
+  TimeNs ts_ns = 0;
+  int pid = 0;
+  int tid = 0;
+  Order order = Order::kSlice;
+  size_t seq = 0;
+  Json json;
+};
+
+// Compact JSON; invalid UTF-8 in a label or name becomes U+FFFD instead of
+// throwing.
+std::string Dump(const Json& json) {
+  return json.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+class TraceBuilder {
+ public:
+  TraceBuilder(const SimResult& result, const TraceOptions& options)
+      : result_(result), options_(options) {}
+
+  // One event per line, so traces diff and grep well.
+  std::string Build() {
+    std::vector<Json> metadata;
+    for (int rank = 0; rank < NumRanks(); ++rank) AddMetadata(rank, &metadata);
+    if (result_.critical_path) {
+      for (const CriticalStep& step : result_.critical_path->steps) {
+        if (step.op >= 0) critical_ops_.insert(step.op);
+        if (step.transfer >= 0) critical_transfers_.insert(step.transfer);
+        AddCriticalStep(step);
+      }
+    }
+    for (size_t i = 0; i < result_.ops.size(); ++i) AddOp(i, result_.ops[i]);
+    for (size_t i = 0; i < result_.transfers.size(); ++i) AddTransfer(i, result_.transfers[i]);
+    for (const StageResult& stage : result_.per_rank) AddMemory(stage);
+    std::sort(events_.begin(), events_.end(), [](const Event& a, const Event& b) {
+      return std::tie(a.ts_ns, a.pid, a.tid, a.order, a.seq) <
+             std::tie(b.ts_ns, b.pid, b.tid, b.order, b.seq);
+    });
+
+    std::string out = "{\"traceEvents\":[\n";
+    bool first = true;
+    auto append = [&](const Json& event) {
+      if (!first) out += ",\n";
+      first = false;
+      out += Dump(event);
+    };
+    for (const Json& event : metadata) append(event);
+    for (const Event& event : events_) append(event.json);
+    out += "\n],\n\"displayTimeUnit\":\"ms\",\n\"otherData\":" + Dump(OtherData()) + "}\n";
+    return out;
+  }
+
+ private:
+  int Pid(int rank) const { return rank + options_.pid_offset; }
+
+  // Ranks named in the result: its count, and any rank a record refers to.
+  int NumRanks() const {
+    int n = std::max(result_.ranks, static_cast<int>(result_.per_rank.size()));
+    for (const OpRecord& op : result_.ops) n = std::max(n, op.rank + 1);
+    for (const TransferRecord& t : result_.transfers) {
+      n = std::max({n, t.src_rank + 1, t.dst_rank + 1});
+    }
+    for (const StageResult& s : result_.per_rank) n = std::max(n, s.rank + 1);
+    return n;
+  }
+
+  void AddMetadata(int rank, std::vector<Json>* events) const {
+    auto meta = [&](const char* name, int tid, Json args) {
+      Json e;
+      e["name"] = name;
+      e["ph"] = "M";
+      e["pid"] = Pid(rank);
+      e["tid"] = tid;
+      e["args"] = std::move(args);
+      events->push_back(std::move(e));
+    };
+    // Replica 0's rank r runs on GPU r.
+    meta("process_name", kComputeTid,
+         {{"name", fmt::format("{} rank {} (GPU {})", options_.label, rank, rank)}});
+    meta("process_sort_index", kComputeTid, {{"sort_index", Pid(rank)}});
+    meta("thread_name", kComputeTid, {{"name", "compute"}});
+    meta("thread_sort_index", kComputeTid, {{"sort_index", kComputeTid}});
+    meta("thread_name", kCommTid, {{"name", "comm"}});
+    meta("thread_sort_index", kCommTid, {{"sort_index", kCommTid}});
+    if (result_.critical_path) {
+      meta("thread_name", kCriticalTid, {{"name", "critical path"}});
+      meta("thread_sort_index", kCriticalTid, {{"sort_index", kCriticalTid}});
+    }
+  }
+
+  // A timed event; keys in the usual order: name, cat, ph, pid, tid, ts.
+  Json& Add(TimeNs ts_ns, int rank, int tid, Order order, const char* ph, std::string name,
+            std::string cat) {
+    Event& e = events_.emplace_back();
+    e.ts_ns = ts_ns;
+    e.pid = Pid(rank);
+    e.tid = tid;
+    e.order = order;
+    e.seq = events_.size();
+    e.json["name"] = std::move(name);
+    e.json["cat"] = std::move(cat);
+    e.json["ph"] = ph;
+    e.json["pid"] = e.pid;
+    e.json["tid"] = tid;
+    e.json["ts"] = NsToUs(ts_ns);
+    return e.json;
+  }
+
+  // The critical path as its own "critical path" thread on each rank: one
+  // slice per step, so Perfetto shows the chain that sets the length.
+  void AddCriticalStep(const CriticalStep& step) {
+    const char* kind = step.kind == CriticalStep::Kind::kCompute         ? "compute"
+                       : step.kind == CriticalStep::Kind::kCommunication ? "communication"
+                                                                         : "waiting";
+    std::string name = step.op >= 0 ? ActionName(result_.ops[step.op].action) : kind;
+    Json& e = Add(step.start_ns, std::max(step.rank, 0), kCriticalTid, Order::kSlice, "X",
+                  std::move(name), "critical");
+    e["dur"] = NsToUs(step.end_ns - step.start_ns);
+    e["args"] = {{"kind", kind}};
+  }
+
+  void AddOp(size_t index, const OpRecord& op) {
+    Json& e = Add(op.start_ns, op.rank, kComputeTid, Order::kSlice, "X", ActionName(op.action),
+                  std::string(1, OpKindLetter(op.action.kind)));
+    e["dur"] = NsToUs(op.end_ns - op.start_ns);
+    e["args"] = {{"stage", op.action.stage}, {"microbatch", op.action.microbatch}};
+    if (critical_ops_.count(static_cast<int>(index))) e["args"]["critical"] = true;
+    if (op.action.kind != OpKind::kBackwardWeight) {
+      consumers_.try_emplace(ConsumerKey(op.rank, op.action), op.start_ns);
+    }
+  }
+
+  // Ops that receive a transfer: F takes an activation, B or I a gradient.
+  static std::tuple<int, int, bool, int> ConsumerKey(int rank, const Action& a) {
+    return {rank, a.stage, a.kind != OpKind::kForward, a.microbatch};
+  }
+
+  // The send as a slice on the sender's comm thread, and an arrow from its
+  // start to the op that consumes it on the receiver's compute thread. The
+  // arrow ends at that op's start (bound to it): at the arrival time the
+  // receiver may be idle or running an unrelated op. Without a consuming op
+  // in the record, the arrow ends at the arrival time.
+  void AddTransfer(size_t index, const TransferRecord& t) {
+    std::string name = fmt::format("send {} {}\u2192{} mb{}", t.gradient ? "grad" : "act",
+                                   t.src_stage, t.dst_stage, t.microbatch);
+    Json& slice = Add(t.start_ns, t.src_rank, kCommTid, Order::kSlice, "X", name,
+                      t.gradient ? "grad" : "act");
+    slice["dur"] = NsToUs(t.end_ns - t.start_ns);
+    slice["args"] = {{"bytes", t.bytes},          {"ready_us", NsToUs(t.ready_ns)},
+                     {"src_rank", t.src_rank},    {"dst_rank", t.dst_rank},
+                     {"src_stage", t.src_stage},  {"dst_stage", t.dst_stage},
+                     {"microbatch", t.microbatch}};
+    if (critical_transfers_.count(static_cast<int>(index))) slice["args"]["critical"] = true;
+
+    const int64_t id =
+        int64_t{options_.pid_offset} * kFlowIdsPerTimeline + static_cast<int64_t>(index) + 1;
+    Json& start = Add(t.start_ns, t.src_rank, kCommTid, Order::kFlowStart, "s", name, "transfer");
+    start["id"] = id;
+
+    const Action consumer{t.dst_stage, t.gradient ? OpKind::kBackward : OpKind::kForward,
+                          t.microbatch};
+    auto it = consumers_.find(ConsumerKey(t.dst_rank, consumer));
+    const TimeNs end_ns = it != consumers_.end() ? it->second : t.end_ns;
+    Json& finish = Add(end_ns, t.dst_rank, kComputeTid, Order::kFlowEnd, "f", name, "transfer");
+    finish["id"] = id;
+    finish["bp"] = "e";
+  }
+
+  void AddMemory(const StageResult& stage) {
+    for (const MemorySample& sample : stage.memory_timeline) {
+      Json& e =
+          Add(sample.time_ns, stage.rank, kComputeTid, Order::kCounter, "C", "memory", "memory");
+      e["args"] = {{"activations", sample.activations},
+                   {"comm_buffers", sample.comm_buffers},
+                   {"workspace", sample.workspace}};
+    }
+  }
+
+  Json OtherData() const {
+    Json d;
+    d["label"] = options_.label;
+    d["schedule"] = result_.schedule_name;
+    d["ranks"] = result_.ranks;
+    d["stages"] = result_.stages;
+    d["microbatches"] = result_.microbatches;
+    d["microbatch_size"] = result_.microbatch_size;
+    d["data_parallel"] = result_.data_parallel;
+    d["iteration_time_us"] = NsToUs(result_.iteration_ns);
+    d["pipeline_time_us"] = NsToUs(result_.pipeline_ns);
+    d["bubble_ratio"] = result_.bubble_ratio;
+    d["bubble_fraction_of_ideal"] = result_.bubble_fraction_of_ideal;
+    return d;
+  }
+
+  const SimResult& result_;
+  const TraceOptions& options_;
+  std::vector<Event> events_;
+  // (rank, stage, backward?, micro-batch) -> start of the op, first seen.
+  std::map<std::tuple<int, int, bool, int>, TimeNs> consumers_;
+  std::set<int> critical_ops_, critical_transfers_;
+};
+
+}  // namespace
+
+std::string TraceJson(const SimResult& result, const TraceOptions& options) {
+  return TraceBuilder(result, options).Build();
+}
+
+}  // namespace pipecast

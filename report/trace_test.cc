@@ -1,0 +1,255 @@
+#include "report/trace.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "sim/sim_test_util.h"
+
+namespace pipecast {
+namespace {
+
+using nlohmann::json;
+
+OpRecord Op(int rank, int stage, OpKind kind, int mb, TimeNs start, TimeNs end) {
+  return {rank, {stage, kind, mb}, start, end};
+}
+
+// Two ranks, one micro-batch: 0F0, activation to rank 1, 1F0 1B0, gradient
+// back, 0B0. Rank 1's forward waits 250 ns after the activation arrives.
+SimResult TinyResult() {
+  SimResult r;
+  r.schedule_name = "gpipe";
+  r.ranks = 2;
+  r.stages = 2;
+  r.microbatches = 1;
+  r.microbatch_size = 1;
+  r.global_batch = 1;
+  r.iteration_ns = 7000;
+  r.pipeline_ns = 7000;
+  r.ops = {Op(0, 0, OpKind::kForward, 0, 0, 1000), Op(1, 1, OpKind::kForward, 0, 1750, 2750),
+           Op(1, 1, OpKind::kBackward, 0, 2750, 4750), Op(0, 0, OpKind::kBackward, 0, 5250, 7250)};
+  TransferRecord act;
+  act.src_rank = 0;
+  act.dst_rank = 1;
+  act.src_stage = 0;
+  act.dst_stage = 1;
+  act.bytes = 4096;
+  act.ready_ns = 1000;
+  act.start_ns = 1000;
+  act.end_ns = 1500;
+  TransferRecord grad = act;
+  grad.src_rank = 1;
+  grad.dst_rank = 0;
+  grad.src_stage = 1;
+  grad.dst_stage = 0;
+  grad.gradient = true;
+  grad.ready_ns = 4750;
+  grad.start_ns = 4800;
+  grad.end_ns = 5250;
+  r.transfers = {act, grad};
+  r.per_rank.resize(2);
+  r.per_rank[0].rank = 0;
+  r.per_rank[1].rank = 1;
+  r.per_rank[0].memory_timeline = {{0, 100, 0, 10}, {1000, 100, 4096, 0}, {7250, 0, 0, 0}};
+  return r;
+}
+
+json Parse(const std::string& text) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  EXPECT_FALSE(j.is_discarded()) << text;
+  return j;
+}
+
+// Events of one phase ("X", "M", ...), optionally on one thread.
+std::vector<json> Events(const json& trace, const std::string& ph, int tid = -1) {
+  std::vector<json> out;
+  for (const json& e : trace["traceEvents"]) {
+    if (e["ph"] == ph && (tid < 0 || e["tid"] == tid)) out.push_back(e);
+  }
+  return out;
+}
+
+TEST(TraceTest, HasTheTraceEventFileShape) {
+  json t = Parse(TraceJson(TinyResult()));
+  ASSERT_TRUE(t.is_object());
+  EXPECT_TRUE(t["traceEvents"].is_array());
+  EXPECT_EQ(t["displayTimeUnit"], "ms");
+  EXPECT_EQ(t["otherData"]["schedule"], "gpipe");
+  EXPECT_EQ(t["otherData"]["label"], "predicted");
+  EXPECT_DOUBLE_EQ(t["otherData"]["iteration_time_us"].get<double>(), 7.0);
+}
+
+TEST(TraceTest, NamesAProcessPerRankWithComputeAndCommThreads) {
+  json t = Parse(TraceJson(TinyResult()));
+  // "pid/name/tid" -> args
+  std::map<std::string, json> meta;
+  for (const json& e : Events(t, "M")) {
+    meta[e["pid"].dump() + "/" + e["name"].get<std::string>() + "/" + e["tid"].dump()] = e["args"];
+  }
+  // 2 ranks x (process name and sort index, 2 threads' names and sort indices)
+  EXPECT_EQ(meta.size(), 12u);
+  EXPECT_EQ(meta["0/process_name/0"]["name"], "predicted rank 0 (GPU 0)");
+  EXPECT_EQ(meta["1/process_name/0"]["name"], "predicted rank 1 (GPU 1)");
+  EXPECT_EQ(meta["1/process_sort_index/0"]["sort_index"], 1);
+  EXPECT_EQ(meta["0/thread_name/0"]["name"], "compute");
+  EXPECT_EQ(meta["0/thread_name/1"]["name"], "comm");
+  EXPECT_EQ(meta["1/thread_name/1"]["name"], "comm");
+}
+
+TEST(TraceTest, OneCompleteEventPerOpInMicroseconds) {
+  json t = Parse(TraceJson(TinyResult()));
+  std::vector<json> ops = Events(t, "X", 0);
+  ASSERT_EQ(ops.size(), 4u);
+  // Sorted by time: 0F0, 1F0, 1B0, 0B0.
+  EXPECT_EQ(ops[0]["name"], "0F0");
+  EXPECT_EQ(ops[1]["name"], "1F0");
+  EXPECT_EQ(ops[2]["name"], "1B0");
+  EXPECT_EQ(ops[3]["name"], "0B0");
+  const json& b = ops[2];
+  EXPECT_EQ(b["cat"], "B");
+  EXPECT_EQ(b["pid"], 1);
+  EXPECT_DOUBLE_EQ(b["ts"].get<double>(), 2.75);
+  EXPECT_DOUBLE_EQ(b["dur"].get<double>(), 2.0);
+  EXPECT_EQ(b["args"]["stage"], 1);
+  EXPECT_EQ(b["args"]["microbatch"], 0);
+}
+
+TEST(TraceTest, TransfersAreSlicesOnTheSendersCommThread) {
+  json t = Parse(TraceJson(TinyResult()));
+  std::vector<json> sends = Events(t, "X", 1);
+  ASSERT_EQ(sends.size(), 2u);
+  EXPECT_EQ(sends[0]["name"], "send act 0\u21921 mb0");
+  EXPECT_EQ(sends[0]["pid"], 0);
+  EXPECT_DOUBLE_EQ(sends[0]["ts"].get<double>(), 1.0);
+  EXPECT_DOUBLE_EQ(sends[0]["dur"].get<double>(), 0.5);
+  EXPECT_EQ(sends[0]["args"]["bytes"], 4096);
+  EXPECT_DOUBLE_EQ(sends[0]["args"]["ready_us"].get<double>(), 1.0);
+  EXPECT_EQ(sends[1]["name"], "send grad 1\u21920 mb0");
+  EXPECT_EQ(sends[1]["pid"], 1);
+  EXPECT_DOUBLE_EQ(sends[1]["ts"].get<double>(), 4.8);
+  EXPECT_DOUBLE_EQ(sends[1]["args"]["ready_us"].get<double>(), 4.75);
+}
+
+TEST(TraceTest, FlowArrowsPairSendStartWithTheConsumingOp) {
+  json t = Parse(TraceJson(TinyResult()));
+  std::vector<json> starts = Events(t, "s");
+  std::vector<json> ends = Events(t, "f");
+  ASSERT_EQ(starts.size(), 2u);
+  ASSERT_EQ(ends.size(), 2u);
+  std::map<int64_t, json> end_by_id;
+  for (const json& f : ends) end_by_id[f["id"].get<int64_t>()] = f;
+  ASSERT_EQ(end_by_id.size(), 2u) << "flow ids must be unique";
+
+  for (const json& s : starts) {
+    ASSERT_EQ(end_by_id.count(s["id"].get<int64_t>()), 1u);
+    const json& f = end_by_id[s["id"].get<int64_t>()];
+    EXPECT_EQ(s["tid"], 1);
+    EXPECT_EQ(f["tid"], 0);
+    EXPECT_EQ(f["bp"], "e");
+    EXPECT_EQ(s["name"], f["name"]);
+    EXPECT_NE(s["pid"], f["pid"]);
+  }
+  // The activation leaves rank 0's comm thread at 1 us and ends on 1F0, which
+  // starts at 1.75 us (it arrived at 1.5 us).
+  const json& act = starts[0]["pid"] == 0 ? starts[0] : starts[1];
+  const json& act_end = end_by_id[act["id"].get<int64_t>()];
+  EXPECT_DOUBLE_EQ(act["ts"].get<double>(), 1.0);
+  EXPECT_EQ(act_end["pid"], 1);
+  EXPECT_DOUBLE_EQ(act_end["ts"].get<double>(), 1.75);
+  // The gradient ends on 0B0 at 5.25 us.
+  const json& grad = starts[0]["pid"] == 1 ? starts[0] : starts[1];
+  EXPECT_DOUBLE_EQ(end_by_id[grad["id"].get<int64_t>()]["ts"].get<double>(), 5.25);
+}
+
+TEST(TraceTest, FlowEndsAtArrivalWhenTheConsumerIsNotRecorded) {
+  SimResult r = TinyResult();
+  r.ops.erase(r.ops.begin() + 1);  // drop 1F0
+  json t = Parse(TraceJson(r));
+  for (const json& f : Events(t, "f")) {
+    if (f["pid"] == 1) {
+      EXPECT_DOUBLE_EQ(f["ts"].get<double>(), 1.5);
+    }
+  }
+}
+
+TEST(TraceTest, MemoryCountersPerRank) {
+  json t = Parse(TraceJson(TinyResult()));
+  std::vector<json> counters = Events(t, "C");
+  ASSERT_EQ(counters.size(), 3u);
+  for (const json& c : counters) {
+    EXPECT_EQ(c["name"], "memory");
+    EXPECT_EQ(c["pid"], 0);
+  }
+  EXPECT_DOUBLE_EQ(counters[1]["ts"].get<double>(), 1.0);
+  EXPECT_EQ(counters[1]["args"],
+            (json{{"activations", 100}, {"comm_buffers", 4096}, {"workspace", 0}}));
+}
+
+TEST(TraceTest, PidOffsetAndLabelLetTwoTimelinesShareAFile) {
+  TraceOptions measured;
+  measured.label = "measured";
+  measured.pid_offset = 100;
+  json a = Parse(TraceJson(TinyResult()));
+  json b = Parse(TraceJson(TinyResult(), measured));
+  for (const json& e : b["traceEvents"]) {
+    EXPECT_TRUE(e["pid"] == 100 || e["pid"] == 101) << e.dump();
+  }
+  for (const json& e : Events(b, "M")) {
+    if (e["name"] == "process_name" && e["pid"] == 101) {
+      EXPECT_EQ(e["args"]["name"], "measured rank 1 (GPU 1)");
+    }
+  }
+  for (const json& fa : Events(a, "s")) {
+    for (const json& fb : Events(b, "s")) EXPECT_NE(fa["id"], fb["id"]);
+  }
+}
+
+TEST(TraceTest, EventsAreSortedAndOutputIsDeterministic) {
+  SimResult r = TinyResult();
+  const std::string once = TraceJson(r);
+  EXPECT_EQ(TraceJson(r), once);
+  std::reverse(r.ops.begin(), r.ops.end());
+  std::reverse(r.transfers.begin(), r.transfers.end());
+  std::string reordered = TraceJson(r);
+  // Only the flow ids follow the transfer order.
+  json a = Parse(once), b = Parse(reordered);
+  for (json* t : {&a, &b}) {
+    for (json& e : (*t)["traceEvents"]) e.erase("id");
+  }
+  EXPECT_EQ(a, b);
+
+  double last = -1;
+  for (const json& e : a["traceEvents"]) {
+    if (e["ph"] == "M") continue;
+    EXPECT_GE(e["ts"].get<double>(), last);
+    last = e["ts"].get<double>();
+  }
+  // The file ends with a newline and puts one event on each line.
+  EXPECT_EQ(once.back(), '\n');
+  EXPECT_EQ(std::count(once.begin(), once.end(), '\n'),
+            static_cast<long>(a["traceEvents"].size()) + 4);
+}
+
+TEST(TraceTest, MarksTheCriticalPath) {
+  // GPipe p=2 m=1: every op is on the path (F, F, B, B): 4 critical slices.
+  Model model = test_util::UniformModel(2, 1000, 2000);
+  auto sched = MakeSchedule(ScheduleKind::kGPipe, 2, 1);
+  auto r = Simulate(model, test_util::IdealCluster(), *sched, SimOptions{});
+  ASSERT_TRUE(r.ok());
+  json trace = json::parse(TraceJson(*r));
+  int critical_slices = 0, flagged_ops = 0;
+  for (const json& e : trace["traceEvents"]) {
+    if (e["ph"] == "X" && e["tid"] == 2) ++critical_slices;
+    if (e["ph"] == "X" && e["tid"] == 0 && e["args"].value("critical", false)) ++flagged_ops;
+  }
+  EXPECT_EQ(critical_slices, 4);
+  EXPECT_EQ(flagged_ops, 4);
+}
+
+}  // namespace
+}  // namespace pipecast
