@@ -14,9 +14,10 @@
 //   build/bench/sim_bench --benchmark_filter='/p:64/.*timeline:off'
 //
 // Instructions per op (steadier than time on a shared machine), e.g.:
-//   valgrind --tool=callgrind --toggle-collect='pipecast::Simulate*' \
+//   valgrind --tool=callgrind --toggle-collect='pipecast::Simulate*'
 //     build/bench/sim_bench --benchmark_filter='1f1b/p:64/.*off' --benchmark_min_time=0.01
-// then divide the collected Ir by ops x calls (callgrind_annotate --inclusive=yes).
+// (one command line), then divide the collected Ir by ops x calls (callgrind_annotate
+// --inclusive=yes).
 #include <benchmark/benchmark.h>
 
 #include <string>

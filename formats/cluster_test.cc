@@ -9,7 +9,7 @@
 
 #include "formats/file_util.h"
 #include "formats/formats.h"
-#include "formats/formats_test_util.h"
+#include "testing/formats_test_util.h"
 
 namespace pipecast {
 namespace {

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "formats/file_util.h"
-#include "formats/formats_test_util.h"
+#include "testing/formats_test_util.h"
 
 namespace pipecast {
 namespace {

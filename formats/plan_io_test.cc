@@ -8,7 +8,7 @@
 #include "formats/plan.h"
 #include "formats/result_json.h"
 #include "formats/schedule_text.h"
-#include "sim/sim_test_util.h"
+#include "testing/sim_test_util.h"
 
 namespace pipecast {
 namespace {

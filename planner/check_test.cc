@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "formats/plan.h"
-#include "sim/sim_test_util.h"
+#include "testing/sim_test_util.h"
 
 namespace pipecast {
 namespace {

@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "sim/sim_test_util.h"
+#include "testing/sim_test_util.h"
 
 namespace pipecast {
 namespace {

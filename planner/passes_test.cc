@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <limits>
 
-#include "sim/sim_test_util.h"
+#include "testing/sim_test_util.h"
 
 namespace pipecast::passes {
 namespace {

@@ -10,8 +10,8 @@
 #include <tuple>
 #include <vector>
 
-#include "report/html_test_util.h"
-#include "sim/sim_test_util.h"
+#include "testing/html_test_util.h"
+#include "testing/sim_test_util.h"
 
 namespace pipecast {
 namespace {

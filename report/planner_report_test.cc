@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "planner/explain.h"
-#include "report/html_test_util.h"
-#include "sim/sim_test_util.h"
+#include "testing/html_test_util.h"
+#include "testing/sim_test_util.h"
 
 namespace pipecast {
 namespace {

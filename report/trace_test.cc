@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "sim/sim_test_util.h"
+#include "testing/sim_test_util.h"
 
 namespace pipecast {
 namespace {

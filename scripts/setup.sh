@@ -13,6 +13,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build g++
   clang-14 libclang-rt-14-dev  # sanitizers and libFuzzer with clang
+  clang-format-14  # scripts/check-format.sh (ctest lint.format)
   libfmt-dev nlohmann-json3-dev libcli11-dev libboost-graph-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   libopenmpi-dev openmpi-bin  # the multi-process validator

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "sim/schedule.h"
-#include "sim/sim_test_util.h"
 #include "sim/simulator.h"
+#include "testing/sim_test_util.h"
 
 namespace pipecast {
 namespace {

@@ -17,11 +17,9 @@
 #include "formats/formats.h"
 #include "formats/result_json.h"
 #include "formats/schedule_text.h"
-#include "report/report.h"
-#include "report/trace.h"
 #include "sim/internal/reference_simulator.h"
-#include "sim/sim_test_util.h"
 #include "sim/simulator.h"
+#include "testing/sim_test_util.h"
 
 namespace pipecast {
 namespace {
@@ -213,13 +211,9 @@ AssertionResult SameAsReference(const Model& model, const Cluster& cluster,
   CompareResults(*want, *got, &d);
   if (!d.ok()) return AssertionFailure() << d.diff();
   if (compare_text) {
+    // The text report and traces (report/) render the same fields, which
+    // CompareResults has compared one by one; the core's tests stay off report/.
     if (ResultToJson(*want) != ResultToJson(*got)) return AssertionFailure() << "--json differs";
-    if (ResultToText(*want, cluster) != ResultToText(*got, cluster)) {
-      return AssertionFailure() << "text report differs";
-    }
-    if (options.record_timeline && TraceJson(*want) != TraceJson(*got)) {
-      return AssertionFailure() << "trace differs";
-    }
   }
   return AssertionSuccess();
 }

@@ -29,7 +29,7 @@
 #include <utility>
 #include <vector>
 
-#include "tests/cli_test_util.h"
+#include "testing/cli_test_util.h"
 
 namespace pipecast::cli_test {
 namespace {

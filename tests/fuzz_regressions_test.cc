@@ -15,8 +15,8 @@
 #include "sim/cluster.h"
 #include "sim/model.h"
 #include "sim/schedule.h"
-#include "sim/sim_test_util.h"
 #include "sim/simulator.h"
+#include "testing/sim_test_util.h"
 
 namespace pipecast {
 namespace {

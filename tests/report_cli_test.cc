@@ -8,7 +8,7 @@
 
 #include <string>
 
-#include "tests/cli_test_util.h"
+#include "testing/cli_test_util.h"
 
 namespace pipecast::cli_test {
 namespace {

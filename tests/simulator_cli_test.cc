@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "tests/cli_test_util.h"
+#include "testing/cli_test_util.h"
 
 namespace pipecast::cli_test {
 namespace {

@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "base/clock.h"
 #include "base/status.h"
 #include "sim/cluster.h"
-#include "validate/clock.h"
 #include "validate/exec_plan.h"
 #include "validate/runtime.h"
 #include "validate/work.h"

@@ -5,8 +5,8 @@
 
 #include <memory>
 
+#include "testing/validate_test_util.h"
 #include "validate/runtime.h"
-#include "validate/validate_test_util.h"
 
 namespace pipecast::validate {
 namespace {

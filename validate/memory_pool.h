@@ -26,10 +26,10 @@
 #include <string>
 #include <vector>
 
+#include "base/clock.h"
 #include "base/status.h"
 #include "base/units.h"
 #include "sim/simulator.h"
-#include "validate/clock.h"
 
 namespace pipecast::validate {
 

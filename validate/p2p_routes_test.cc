@@ -7,7 +7,7 @@
 
 #include <set>
 
-#include "validate/validate_test_util.h"
+#include "testing/validate_test_util.h"
 
 namespace pipecast::validate {
 namespace {

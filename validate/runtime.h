@@ -25,9 +25,9 @@
 #include <string>
 #include <vector>
 
+#include "base/clock.h"
 #include "base/status.h"
 #include "sim/simulator.h"
-#include "validate/clock.h"
 #include "validate/exec_plan.h"
 #include "validate/memory_pool.h"
 #include "validate/transport.h"

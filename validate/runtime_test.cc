@@ -7,7 +7,7 @@
 #include <memory>
 
 #include "formats/schedule_text.h"
-#include "validate/validate_test_util.h"
+#include "testing/validate_test_util.h"
 
 namespace pipecast::validate {
 namespace {

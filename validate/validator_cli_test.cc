@@ -14,7 +14,7 @@
 #include <string>
 #include <thread>
 
-#include "tests/cli_test_util.h"
+#include "testing/cli_test_util.h"
 
 namespace pipecast {
 namespace {

@@ -19,10 +19,10 @@
 #include <span>
 #include <string>
 
+#include "base/clock.h"
 #include "base/status.h"
 #include "base/units.h"
 #include "sim/schedule.h"
-#include "validate/clock.h"
 #include "validate/memory_pool.h"
 
 namespace pipecast::validate {

@@ -76,17 +76,17 @@ Probe MakeProbe(const Block& block, int layer, int microbatch_size) {
 
 // One forward, input gradient and weight gradient; their times are kept
 // when `timed`. Internal when the counted bytes disagree with the workload.
-Status MeasureOnce(Block& block, Probe& p, bool timed, Clock& clock) {
+Status MeasureOnce(Block& block, Probe& p, bool timed, const Clock& clock) {
   const Bytes before = LiveWorkloadBytes();
   ResetPeakWorkloadBytes();
-  const TimeNs t0 = clock.Now();
+  const TimeNs t0 = clock.NowNs();
   Saved saved = block.Forward(p.x, p.y, p.microbatch_size);
-  const TimeNs t1 = clock.Now();
+  const TimeNs t1 = clock.NowNs();
   const Bytes kept = LiveWorkloadBytes() - before;
   block.BackwardInput(saved, p.dy, p.dx);
-  const TimeNs t2 = clock.Now();
+  const TimeNs t2 = clock.NowNs();
   block.BackwardWeight(saved);
-  const TimeNs t3 = clock.Now();
+  const TimeNs t3 = clock.NowNs();
   const Bytes peak = PeakWorkloadBytes() - before;
   if (kept != block.ActivationBytes(p.microbatch_size) ||
       (p.activation >= 0 && kept != p.activation)) {
@@ -119,7 +119,7 @@ LayerProfile Summarise(const Block& block, const Probe& p) {
   return lp;
 }
 
-ModelSource MakeSource(const CpuProfileOptions& options, Clock& clock, const json& spread) {
+ModelSource MakeSource(const CpuProfileOptions& options, const Clock& clock, const json& spread) {
   ModelSource source;
   source.method = "cpu";
   source.device = options.device.empty() ? CpuModelName() : options.device;
@@ -150,12 +150,6 @@ ModelSource MakeSource(const CpuProfileOptions& options, Clock& clock, const jso
 }
 
 }  // namespace
-
-TimeNs SteadyClock::Now() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 Status CpuProfileOptions::Validate() const {
   if (name.empty()) return Status::InvalidArgument("--name is empty: give the model a name");
@@ -221,7 +215,7 @@ double RelativeSpread(std::vector<TimeNs> values) {
   return (Quantile(values, 0.75) - Quantile(values, 0.25)) / median;
 }
 
-Result<CpuProfile> ProfileCpu(const CpuProfileOptions& options, Clock& clock) {
+Result<CpuProfile> ProfileCpu(const CpuProfileOptions& options, const Clock& clock) {
   PIPECAST_RETURN_IF_ERROR(options.Validate());
   std::vector<int> sizes = options.microbatch_sizes;
   std::sort(sizes.begin(), sizes.end());

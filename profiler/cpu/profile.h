@@ -21,27 +21,13 @@
 #include <string>
 #include <vector>
 
+#include "base/clock.h"
 #include "base/status.h"
 #include "base/units.h"
 #include "profiler/cpu/workload.h"
 #include "sim/model.h"
 
 namespace pipecast::cpu {
-
-// The time source; the real one is std::chrono::steady_clock, tests script a
-// fake one.
-class Clock {
- public:
-  virtual ~Clock() = default;
-  virtual TimeNs Now() = 0;  // monotonic, ns
-  virtual std::string Name() const = 0;
-};
-
-class SteadyClock : public Clock {
- public:
-  TimeNs Now() override;
-  std::string Name() const override { return "steady_clock"; }
-};
 
 struct CpuProfileOptions {
   std::string name = "cpu-mlp";  // the model's name
@@ -73,7 +59,7 @@ struct CpuProfile {
 // Measures every layer at every size. Fails with InvalidArgument when the
 // options do not validate, Internal when the counted bytes disagree with the
 // workload's stated sizes (a bug).
-Result<CpuProfile> ProfileCpu(const CpuProfileOptions& options, Clock& clock);
+Result<CpuProfile> ProfileCpu(const CpuProfileOptions& options, const Clock& clock);
 
 // The "model name" line of a /proc/cpuinfo-style file, or "unknown CPU"
 // when it cannot be read or has none.

@@ -17,14 +17,14 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// A clock that advances by a scripted list of steps, one per Now(), cycling.
+// A clock that advances by a scripted list of steps, one per NowNs(), cycling.
 // ProfileCpu reads it four times per measurement: before the forward, after
 // the forward, after the input gradient, after the weight gradient; a round
 // measures every layer at every size in order.
 class ScriptedClock : public Clock {
  public:
   explicit ScriptedClock(std::vector<TimeNs> steps) : steps_(std::move(steps)) {}
-  TimeNs Now() override {
+  TimeNs NowNs() const override {
     now_ += steps_[next_++ % steps_.size()];
     return now_;
   }
@@ -32,8 +32,8 @@ class ScriptedClock : public Clock {
 
  private:
   std::vector<TimeNs> steps_;
-  std::size_t next_ = 0;
-  TimeNs now_ = 0;
+  mutable std::size_t next_ = 0;  // NowNs() is const in the interface
+  mutable TimeNs now_ = 0;
 };
 
 CpuProfileOptions Tiny() {

@@ -71,7 +71,7 @@ int RunCpu(CpuFlags& flags) {
              "timed iterations each, one thread)...\n",
              options.workload.LayerCount(), fmt::join(options.microbatch_sizes, ","),
              options.warmup, options.iterations);
-  cpu::SteadyClock clock;
+  SteadyClock clock;
   Result<cpu::CpuProfile> profile = cpu::ProfileCpu(options, clock);
   if (!profile.ok()) {
     fmt::print(stderr, "profiler: error: {}\n", profile.status().message());

@@ -8,7 +8,7 @@
 
 #include "formats/formats.h"
 #include "profiler/cpu/workload.h"
-#include "tests/cli_test_util.h"
+#include "testing/cli_test_util.h"
 
 namespace pipecast::cli_test {
 namespace {

@@ -8,13 +8,8 @@
 # (validate/cuda/nccl_api.h), so the validator still starts where NCCL or a
 # GPU is missing. Without nccl.h the build goes on: messages between
 # distinct GPUs are then staged through host memory, and the report says so.
-include(CheckLanguage)
-check_language(CUDA)
-if(CMAKE_CUDA_COMPILER)
-  enable_language(CUDA)
-  if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
-    set(CMAKE_CUDA_ARCHITECTURES 80 90)
-  endif()
+# The CUDA language and its architectures are enabled once, at the top level.
+if(PIPECAST_HAVE_NVCC)
   # The kernel in its own library: nvcc takes C++17, the rest is C++20.
   add_library(pipecast_validate_kernels STATIC ${CMAKE_CURRENT_SOURCE_DIR}/cuda/spin_kernel.cu)
   set_target_properties(pipecast_validate_kernels PROPERTIES CUDA_STANDARD 17)

@@ -11,8 +11,8 @@
 #include <chrono>
 #include <cmath>
 
+#include "testing/validate_test_util.h"
 #include "validate/backend.h"
-#include "validate/validate_test_util.h"
 
 namespace pipecast::validate {
 namespace {

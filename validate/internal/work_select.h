@@ -6,10 +6,10 @@
 
 #include <memory>
 
+#include "base/clock.h"
 #include "base/status.h"
 #include "formats/plan.h"
 #include "sim/model.h"
-#include "validate/clock.h"
 #include "validate/work.h"
 
 namespace pipecast::validate {

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "base/clock.h"
 #include "base/status.h"
-#include "validate/clock.h"
 #include "validate/runtime.h"
 #include "validate/transport.h"
 

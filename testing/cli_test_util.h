@@ -1,8 +1,8 @@
 // Running the built tools the way a user does, for tests/*_cli_test.cc: a
 // command line through the shell, its exit code, stdout and stderr, in a
 // fresh temporary folder per test. Test-only.
-#ifndef PIPECAST_TESTS_CLI_TEST_UTIL_H_
-#define PIPECAST_TESTS_CLI_TEST_UTIL_H_
+#ifndef PIPECAST_TESTING_CLI_TEST_UTIL_H_
+#define PIPECAST_TESTING_CLI_TEST_UTIL_H_
 
 #include <string>
 
@@ -46,4 +46,4 @@ bool Exists(const std::string& path);
 
 }  // namespace pipecast::cli_test
 
-#endif  // PIPECAST_TESTS_CLI_TEST_UTIL_H_
+#endif  // PIPECAST_TESTING_CLI_TEST_UTIL_H_

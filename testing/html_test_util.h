@@ -2,8 +2,8 @@
 // with their attributes, by a plain scan of start tags. The report writes
 // every attribute as name="value" with escaped values, so no HTML parser is
 // needed. Test-only; not part of the library.
-#ifndef PIPECAST_REPORT_HTML_TEST_UTIL_H_
-#define PIPECAST_REPORT_HTML_TEST_UTIL_H_
+#ifndef PIPECAST_TESTING_HTML_TEST_UTIL_H_
+#define PIPECAST_TESTING_HTML_TEST_UTIL_H_
 
 #include <cmath>
 #include <map>
@@ -67,4 +67,4 @@ inline std::vector<HtmlElement> FindElements(const std::string& html, const std:
 
 }  // namespace pipecast::test_util
 
-#endif  // PIPECAST_REPORT_HTML_TEST_UTIL_H_
+#endif  // PIPECAST_TESTING_HTML_TEST_UTIL_H_

@@ -1,4 +1,4 @@
-#include "tests/cli_test_util.h"
+#include "testing/cli_test_util.h"
 
 #include <sys/wait.h>
 

@@ -1,7 +1,7 @@
 // Tiny worlds for tests: uniform models, the ideal cluster, hand-made
 // schedules. Test-only; not part of the library.
-#ifndef PIPECAST_SIM_SIM_TEST_UTIL_H_
-#define PIPECAST_SIM_SIM_TEST_UTIL_H_
+#ifndef PIPECAST_TESTING_SIM_TEST_UTIL_H_
+#define PIPECAST_TESTING_SIM_TEST_UTIL_H_
 
 #include <string>
 #include <vector>
@@ -62,4 +62,4 @@ inline Action B(int s, int m) { return Action{s, OpKind::kBackward, m}; }
 
 }  // namespace pipecast::test_util
 
-#endif  // PIPECAST_SIM_SIM_TEST_UTIL_H_
+#endif  // PIPECAST_TESTING_SIM_TEST_UTIL_H_

@@ -1,7 +1,7 @@
 // Test-only helpers shared by the JSON-format tests (formats_test.cc,
 // cluster_test.cc): a temporary folder and the table-driven error case.
-#ifndef PIPECAST_FORMATS_FORMATS_TEST_UTIL_H_
-#define PIPECAST_FORMATS_FORMATS_TEST_UTIL_H_
+#ifndef PIPECAST_TESTING_FORMATS_TEST_UTIL_H_
+#define PIPECAST_TESTING_FORMATS_TEST_UTIL_H_
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -41,4 +41,4 @@ inline std::ostream& operator<<(std::ostream& os, const ErrorCase& c) { return o
 
 }  // namespace pipecast::test_util
 
-#endif  // PIPECAST_FORMATS_FORMATS_TEST_UTIL_H_
+#endif  // PIPECAST_TESTING_FORMATS_TEST_UTIL_H_

@@ -1,8 +1,8 @@
 // Tiny worlds for validate/ tests: a model of identical layers, a plan of a
 // built-in schedule over it, the simulator's prediction and the ExecPlan, in
 // one call. Test-only.
-#ifndef PIPECAST_VALIDATE_VALIDATE_TEST_UTIL_H_
-#define PIPECAST_VALIDATE_VALIDATE_TEST_UTIL_H_
+#ifndef PIPECAST_TESTING_VALIDATE_TEST_UTIL_H_
+#define PIPECAST_TESTING_VALIDATE_TEST_UTIL_H_
 
 #include <gtest/gtest.h>
 
@@ -14,8 +14,8 @@
 #include "formats/formats.h"
 #include "formats/plan.h"
 #include "sim/schedule.h"
-#include "sim/sim_test_util.h"
 #include "sim/simulator.h"
+#include "testing/sim_test_util.h"
 #include "validate/exec_plan.h"
 #include "validate/work.h"
 
@@ -102,4 +102,4 @@ class RecordingWork final : public OpWork {
 
 }  // namespace pipecast::validate::testing
 
-#endif  // PIPECAST_VALIDATE_VALIDATE_TEST_UTIL_H_
+#endif  // PIPECAST_TESTING_VALIDATE_TEST_UTIL_H_
