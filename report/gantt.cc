@@ -14,10 +14,6 @@
 namespace pipecast {
 namespace {
 
-// The chart may grow to this many times GanttOptions::max_columns rather than
-// hide ops shorter than a cell; wider than that it no longer reads in a
-// terminal and the summary is drawn instead.
-constexpr int kWidthSlack = 2;
 // A labelled tick on the time axis every this many cells.
 constexpr int kTickEvery = 10;
 // The smallest limits GanttChart draws with: one axis tick, one rank.
@@ -86,18 +82,6 @@ TimeNs RoundUp(TimeNs ns) {
   return ns;
 }
 
-// The largest not above `ns` (ns >= 1).
-TimeNs RoundDown(TimeNs ns) {
-  TimeNs best = 1;
-  for (TimeNs power = 1; power <= ns; power *= 10) {
-    for (TimeNs m : {1, 2, 5}) {
-      if (m * power <= ns) best = m * power;
-    }
-    if (power > std::numeric_limits<TimeNs>::max() / 10) break;
-  }
-  return best;
-}
-
 // How time maps onto cells, or why it cannot.
 struct Scale {
   TimeNs origin = 0;  // the first op's start: the left edge of cell 0
@@ -105,6 +89,7 @@ struct Scale {
   TimeNs cell = 1;    // ns per cell
   int64_t columns = 0;
   bool exact = true;    // every op begins and ends on a cell boundary
+  TimeNs shortest = 0;  // the shortest op
   std::string why_not;  // non-empty: draw the summary instead, for this reason
 };
 
@@ -138,22 +123,10 @@ Scale ChooseScale(const SimResult& result, int max_columns, int max_ranks) {
     return s;
   }
   auto columns = [&](TimeNs cell) { return (s.span + cell - 1) / cell; };
-  const int64_t widest = int64_t{kWidthSlack} * max_columns;
-  if (columns(unit) <= max_columns) {
-    s.cell = unit;
-  } else if (columns(shortest) > widest) {
-    s.why_not =
-        fmt::format("at one cell per shortest op ({}) its {} would take {} columns, more than {}",
-                    Duration(shortest), Duration(s.span), columns(shortest), widest);
-    return s;
-  } else {
-    s.cell = RoundUp((s.span + max_columns - 1) / max_columns);
-    if (s.cell > shortest) {
-      // Keep every op at least a cell wide, wider than max_columns if need be.
-      s.cell = RoundDown(shortest);
-      if (columns(s.cell) > widest) s.cell = shortest;
-    }
-  }
+  // Exact cells when they fit; else the round duration that fits the width.
+  // Ops shorter than a cell may then share one: FillCells marks it.
+  s.cell = columns(unit) <= max_columns ? unit : RoundUp((s.span + max_columns - 1) / max_columns);
+  s.shortest = shortest;
   s.exact = unit % s.cell == 0;
   s.columns = columns(s.cell);
   return s;
@@ -161,10 +134,23 @@ Scale ChooseScale(const SimResult& result, int max_columns, int max_ranks) {
 
 // One cell of a rank's row: the op that covers most of it.
 struct Cell {
-  int op = -1;         // index into SimResult::ops; -1 idle
+  int op = -1;         // index into SimResult::ops; -1 idle, kCrowded
   TimeNs best = 0;     // how much of the cell that op covers
   TimeNs covered = 0;  // by every op together
 };
+
+// Marks the cell where each op that won no cell has most of its time, so an
+// op shorter than a cell never vanishes from the chart.
+// Whether each op of result.ops wins at least one cell.
+std::vector<char> ShownOps(const SimResult& result, const std::vector<std::vector<Cell>>& grid) {
+  std::vector<char> shown(result.ops.size(), 0);
+  for (const auto& row : grid) {
+    for (const Cell& cell : row) {
+      if (cell.op >= 0) shown[cell.op] = 1;
+    }
+  }
+  return shown;
+}
 
 // Cells per rank. A cell shows the op covering most of it (the earlier on a
 // tie), or idle when ops cover less than half of it.
@@ -264,6 +250,45 @@ RankRows DrawRank(const SimResult& result, const std::vector<Cell>& row,
   return out;
 }
 
+// A rank's row when cells are longer than the shortest op: each cell the
+// glyph of the kind that fills most of it, without micro-batch numbers.
+std::string DrawCoarseRank(const SimResult& result, const std::vector<Cell>& row, bool color) {
+  std::string out;
+  for (const Cell& cell : row) {
+    if (cell.op < 0) {
+      out += kIdleGlyph;
+      continue;
+    }
+    const OpKind kind = result.ops[cell.op].action.kind;
+    out += Paint(StyleOf(kind).glyph, kind, color);
+  }
+  return out;
+}
+
+// The legend of a coarse chart: each kind present, and how many ops fill no
+// cell of their own.
+std::string CoarseLegend(const SimResult& result, const Scale& s, int64_t hidden, bool color) {
+  std::string kinds;
+  for (OpKind kind :
+       {OpKind::kForward, OpKind::kBackward, OpKind::kBackwardInput, OpKind::kBackwardWeight}) {
+    const bool present = std::any_of(result.ops.begin(), result.ops.end(),
+                                     [&](const OpRecord& op) { return op.action.kind == kind; });
+    if (present) kinds += Paint(StyleOf(kind).glyph, kind, color) + " " + StyleOf(kind).name + ", ";
+  }
+  std::string out = fmt::format(
+      "{}{} idle: the kind of op that fills most of each cell\n"
+      "cells of {} are longer than the shortest op ({}), so micro-batch numbers are left out and "
+      "{} of {} ops fill no cell of their own; --width widens the chart, --trace or --report "
+      "shows every op\n",
+      kinds, kIdleGlyph, Duration(s.cell), Duration(s.shortest), hidden, result.ops.size());
+  if (result.stages > result.ranks) {
+    out +=
+        fmt::format("each rank runs {} stages (model chunks); the chart does not tell them apart\n",
+                    result.stages / std::max(result.ranks, 1));
+  }
+  return out;
+}
+
 // The tick labels and the ruler, each line starting with `indent` blanks.
 std::string Axis(const Scale& s, Unit unit, size_t indent) {
   std::string labels(indent, ' ');
@@ -301,6 +326,7 @@ std::string Legend(const SimResult& result, const Scale& s, const std::vector<Op
                        labelled.size() > 1 ? "s" : "", rows);
   }
   if (notes.shortened) out += "a micro-batch number wider than its op shows its last digit only\n";
+
   if (!s.exact) {
     out +=
         "ops do not all begin and end on cell boundaries: each cell shows the op that fills "
@@ -373,6 +399,15 @@ std::string GanttChart(const SimResult& result, const GanttOptions& options) {
   const int label_width = 5 + rank_digits;  // "rank " and the number
   out += Axis(s, unit, label_width + 2);
   const std::vector<std::vector<Cell>> grid = FillCells(result, s);
+  if (s.cell > s.shortest) {
+    const std::vector<char> shown = ShownOps(result, grid);
+    const int64_t hidden = std::count(shown.begin(), shown.end(), 0);
+    for (int rank = 0; rank < result.ranks; ++rank) {
+      out += fmt::format("rank {:>{}}  {}\n", rank, rank_digits,
+                         DrawCoarseRank(result, grid[rank], options.color));
+    }
+    return out + CoarseLegend(result, s, hidden, options.color);
+  }
   const std::vector<OpKind> labelled = LabelledKinds(result);
   DrawNotes notes;
   for (int rank = 0; rank < result.ranks; ++rank) {

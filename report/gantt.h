@@ -12,11 +12,13 @@
 // op shows its last digit. Above the ranks runs a time axis with a labelled
 // tick every 10 cells; below them, a legend. A cell is one unit of time: the
 // greatest common divisor of the op boundaries when the span fits in
-// GanttOptions::max_columns cells, else a round duration (1, 2 or 5 x 10^k
-// ns), each cell then showing the op that fills most of it. Past the size a
-// terminal can show (too many ranks, or too many cells even at one cell per
-// shortest op) the chart is replaced by a per-rank summary (busy, idle, bubble
-// ratio) that says why.
+// GanttOptions::max_columns cells, else the round duration (1, 2 or 5 x 10^k
+// ns) that fits it, each cell then showing the op that fills most of it. When
+// that cell is longer than the shortest op, the rows show each cell's kind
+// of op without micro-batch numbers, and the legend says how many ops fill
+// no cell of their own. With more ranks than a terminal shows, or no
+// recorded timeline, a per-rank summary (busy, idle, bubble ratio) says why
+// instead.
 //
 // Pure functions of their arguments; safe to call from several threads. The
 // text is UTF-8, with "\n" line ends and no trailing blanks.
@@ -31,9 +33,8 @@
 namespace pipecast {
 
 struct GanttOptions {
-  // Cells on the time axis the chart aims for (the rank labels come on top).
-  // It may grow to twice this rather than hide ops shorter than a cell; past
-  // that the summary is drawn instead.
+  // Cells on the time axis at most (the rank labels come on top): the tools
+  // pass the terminal's width less the labels, or --width.
   int max_columns = 120;
   // More ranks than this: the summary instead of a chart.
   int max_ranks = 16;

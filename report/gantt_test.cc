@@ -1,6 +1,6 @@
 // The terminal chart against golden files for the worked cases of
 // shared/SCHEDULES.md (F = 1 ms, B = 2 ms per stage, ideal cluster), plus the
-// summary past the size limit, scaled cells and colour.
+// summary past the rank limit, scaled cells, marked short ops and colour.
 //
 // Golden files live in tests/golden/gantt/. After a deliberate change to the
 // chart, rerun with PIPECAST_UPDATE_GOLDEN=1 to rewrite them instead of
@@ -17,8 +17,8 @@
 
 #include "formats/file_util.h"
 #include "sim/schedule.h"
-#include "sim/sim_test_util.h"
 #include "sim/simulator.h"
+#include "testing/sim_test_util.h"
 
 namespace pipecast {
 namespace {
@@ -126,18 +126,42 @@ TEST(GanttChart, TooManyRanksFallsBackToAPerRankSummary) {
   EXPECT_THAT(chart, HasSubstr("\n  31   96.000   93.000         49.2%\n"));
 }
 
-TEST(GanttChart, TooWideAtOneCellPerShortestOpFallsBackToTheSummary) {
-  // 1F1B p=4 m=100: 309 ms at one 1 ms forward per cell is over 2 x 120 columns.
+TEST(GanttChart, CellsFitMaxColumnsEvenWhenOpsAreShorter) {
+  // 1F1B p=4 m=100: 309 ms over at most 120 columns: 2.575 ms rounds up to
+  // 5 ms cells, 62 of them; 1 ms forwards share cells, and the legend says so.
   const std::string chart = GanttChart(SimulateCase(ScheduleKind::k1F1B, 4, 100), GanttOptions{});
-  EXPECT_THAT(chart, HasSubstr("no chart, as at one cell per shortest op (1 ms) its 309 ms would "
-                               "take 309 columns, more than 240"));
+  EXPECT_THAT(chart, HasSubstr("309 ms as 62 cells of 5 ms"));
+  EXPECT_THAT(chart, HasSubstr("cells of 5 ms are longer than the shortest op (1 ms)"));
+  EXPECT_THAT(chart, Not(HasSubstr("no chart")));
 }
 
-TEST(GanttChart, WiderThanMaxColumnsRatherThanHideShortOps) {
-  // 1F1B p=4 m=60: 189 ms; a 2 ms cell would hide 1 ms forwards, so 1 ms cells.
-  const std::string chart = GanttChart(SimulateCase(ScheduleKind::k1F1B, 4, 60), GanttOptions{});
-  EXPECT_THAT(chart, HasSubstr("189 ms as 189 cells of 1 ms"));
-  EXPECT_THAT(chart, HasSubstr("a micro-batch number wider than its op shows its last digit"));
+TEST(GanttChart, MaxColumnsIsTheWidth) {
+  // 1F1B p=4 m=60 spans 189 ms: at most 120 columns gives 2 ms cells (95),
+  // at most 40 gives 5 ms cells (38) -- the width a tool passes for its
+  // terminal or --width.
+  const SimResult r = SimulateCase(ScheduleKind::k1F1B, 4, 60);
+  EXPECT_THAT(GanttChart(r, GanttOptions{}), HasSubstr("189 ms as 95 cells of 2 ms"));
+  GanttOptions narrow;
+  narrow.max_columns = 40;
+  const std::string chart = GanttChart(r, narrow);
+  EXPECT_THAT(chart, HasSubstr("189 ms as 38 cells of 5 ms"));
+  EXPECT_THAT(chart, HasSubstr("\nrank 0  "));
+}
+
+TEST(GanttChart, CellsLongerThanAnOpShowEachCellsKindAndCountTheHiddenOps) {
+  // One rank, F = 1 ms, B = 2 ms, m = 4: F0 [0,1) B0 [1,3) F1 [3,4) B1 [4,6)
+  // F2 [6,7) B2 [7,9) F3 [9,10) B3 [10,12). Twelve ms in at most 10 columns:
+  // 2 ms cells. Cell 0 holds F0 and B0 for 1 ms each (the earlier wins: F0),
+  // cell 1 B0 and F1 (B0), cell 2 B1, cell 3 F2 and B2 (F2), cell 4 B2 and F3
+  // (B2), cell 5 B3: forward, backward, backward, forward, backward,
+  // backward; F1 and F3 fill no cell of their own.
+  GanttOptions options;
+  options.max_columns = 10;
+  const std::string chart = GanttChart(SimulateCase(ScheduleKind::k1F1B, 1, 4), options);
+  EXPECT_THAT(chart, HasSubstr("12 ms as 6 cells of 2 ms"));
+  EXPECT_THAT(chart, HasSubstr("\nrank 0  \u2591\u2588\u2588\u2591\u2588\u2588\n"));
+  EXPECT_THAT(chart, HasSubstr("2 of 8 ops fill no cell of their own"));
+  EXPECT_THAT(chart, Not(HasSubstr("\n     B")));  // no micro-batch rows
 }
 
 TEST(GanttChart, OddDurationsScaleToRoundCells) {
