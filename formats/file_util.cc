@@ -7,8 +7,12 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <system_error>
+
+#include "formats/internal/temp_files.h"
 
 namespace pipecast {
 
@@ -25,9 +29,67 @@ Result<std::string> ReadFile(const std::string& path) {
   return buf.str();
 }
 
+namespace {
+
+// InvalidArgument when `path` is empty or names something other than a
+// regular file (a folder, a device such as /dev/null, a FIFO, a socket),
+// which an atomic rename would replace.
+Status CheckOutputTarget(const std::string& path) {
+  if (path.empty()) return Status::InvalidArgument("the output path is empty: give a file path");
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return Status::Ok();  // a new file
+  if (S_ISDIR(st.st_mode)) {
+    return Status::InvalidArgument("cannot write '" + path + "': " + std::strerror(EISDIR));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return Status::InvalidArgument("cannot write '" + path +
+                                   "': not a regular file (a device, FIFO or socket), which "
+                                   "writing would replace; give a file path");
+  }
+  return Status::Ok();
+}
+
+// The temporary file of an atomic write: created beside `path`, recorded for
+// RemoveTempFilesOnSignal, removed unless Keep() was called.
+class TempFile {
+ public:
+  explicit TempFile(const std::string& path) : path_(path + ".tmp.XXXXXX") {
+    fd_ = mkstemp(path_.data());
+    if (fd_ >= 0) slot_ = internal::RegisterTempFile(path_);
+  }
+  ~TempFile() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!kept_ && fd_ != kClosed) ::unlink(path_.c_str());
+    internal::ReleaseTempFile(slot_);
+  }
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+
+  int fd() const { return fd_; }
+  const std::string& path() const { return path_; }
+  // Closes the descriptor; false (errno set) when the close failed.
+  bool Close() {
+    const int fd = fd_;
+    fd_ = kClosedOk;
+    return ::close(fd) == 0;
+  }
+  void Keep() { kept_ = true; }
+
+ private:
+  static constexpr int kClosed = -1;    // mkstemp failed: nothing to remove
+  static constexpr int kClosedOk = -2;  // closed by Close(): still to remove
+  std::string path_;
+  int fd_ = kClosed;
+  int slot_ = -1;
+  bool kept_ = false;
+};
+
+}  // namespace
+
 Status WriteFileAtomic(const std::string& path, const std::string& content) {
-  std::string tmpl = path + ".tmp.XXXXXX";
-  int fd = mkstemp(tmpl.data());
+  if (Status st = CheckOutputTarget(path); !st.ok()) return st;
+  TempFile tmp(path);
+  const int fd = tmp.fd();
   if (fd < 0) {
     return Status::InvalidArgument("cannot write '" + path + "': " + std::strerror(errno) +
                                    " (check that the folder exists and is writable)");
@@ -38,33 +100,24 @@ Status WriteFileAtomic(const std::string& path, const std::string& content) {
     ssize_t n = ::write(fd, data, left);
     if (n < 0) {
       if (errno == EINTR) continue;
-      int err = errno;
-      ::close(fd);
-      ::unlink(tmpl.c_str());
-      return Status::InvalidArgument("cannot write '" + path + "': " + std::strerror(err));
+      return Status::InvalidArgument("cannot write '" + path + "': " + std::strerror(errno));
     }
     data += n;
     left -= static_cast<size_t>(n);
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    int err = errno;
-    ::unlink(tmpl.c_str());
-    return Status::InvalidArgument("cannot write '" + path + "': " + std::strerror(err));
+  if (::fsync(fd) != 0 || !tmp.Close()) {
+    return Status::InvalidArgument("cannot write '" + path + "': " + std::strerror(errno));
   }
-  ::chmod(tmpl.c_str(), 0644);
-  if (std::rename(tmpl.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    ::unlink(tmpl.c_str());
-    return Status::InvalidArgument("cannot write '" + path + "': " + std::strerror(err));
+  ::chmod(tmp.path().c_str(), 0644);
+  if (std::rename(tmp.path().c_str(), path.c_str()) != 0) {
+    return Status::InvalidArgument("cannot write '" + path + "': " + std::strerror(errno));
   }
+  tmp.Keep();
   return Status::Ok();
 }
 
 Status CheckWritable(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-    return Status::InvalidArgument("cannot write '" + path + "': " + std::strerror(EISDIR));
-  }
+  if (Status st = CheckOutputTarget(path); !st.ok()) return st;
   std::string tmpl = path + ".tmp.XXXXXX";
   int fd = mkstemp(tmpl.data());
   if (fd < 0) {
@@ -73,6 +126,45 @@ Status CheckWritable(const std::string& path) {
   }
   ::close(fd);
   ::unlink(tmpl.c_str());
+  return Status::Ok();
+}
+
+namespace {
+
+// Whether two paths name one file: the same file when both exist, else the
+// same absolute, normalised path.
+bool SameFile(const std::string& a, const std::string& b) {
+  std::error_code ec;
+  if (std::filesystem::equivalent(a, b, ec) && !ec) return true;
+  const std::filesystem::path pa = std::filesystem::absolute(a, ec).lexically_normal();
+  const std::filesystem::path pb = std::filesystem::absolute(b, ec).lexically_normal();
+  return !ec && pa == pb;
+}
+
+}  // namespace
+
+Status CheckOutputs(const std::vector<NamedPath>& outputs, const std::vector<NamedPath>& inputs) {
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const NamedPath& out = outputs[i];
+    if (out.path.empty()) {
+      return Status::InvalidArgument(out.flag + " is empty: give a file path");
+    }
+    for (const NamedPath& in : inputs) {
+      if (!in.path.empty() && SameFile(out.path, in.path)) {
+        return Status::InvalidArgument(out.flag + " '" + out.path + "' is the same file as " +
+                                       in.flag +
+                                       ": pipecast never writes over its inputs; "
+                                       "choose another path");
+      }
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (SameFile(out.path, outputs[j].path)) {
+        return Status::InvalidArgument(out.flag + " '" + out.path + "' is the same file as " +
+                                       outputs[j].flag + ": give each output its own path");
+      }
+    }
+    if (Status st = CheckWritable(out.path); !st.ok()) return st.WithPrefix(out.flag);
+  }
   return Status::Ok();
 }
 

@@ -4,6 +4,7 @@
 #define PIPECAST_FORMATS_FILE_UTIL_H_
 
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 
@@ -13,8 +14,11 @@ namespace pipecast {
 Result<std::string> ReadFile(const std::string& path);
 
 // Writes `content` to `path` atomically. On failure (folder missing, no
-// permission, disk full) returns InvalidArgument naming the path and the OS
-// error, and leaves neither `path` changed nor a temporary file behind.
+// permission, disk full; an empty path; a path naming a folder, a device, a
+// FIFO or a socket, which the rename would replace) returns InvalidArgument
+// naming the path and the OS error, and leaves neither `path` changed nor a
+// temporary file behind -- also when SIGINT, SIGTERM or SIGHUP ends the
+// process mid-write, once RemoveTempFilesOnSignal() was called.
 Status WriteFileAtomic(const std::string& path, const std::string& content);
 
 // Whether WriteFileAtomic(path, ...) can succeed, checked before a long
@@ -23,6 +27,25 @@ Status WriteFileAtomic(const std::string& path, const std::string& content);
 // folder. Same errors as WriteFileAtomic; leaves nothing behind. A disk that
 // fills up in between is only found by the write itself.
 Status CheckWritable(const std::string& path);
+
+// A path a tool reads or writes, with the flag that gave it ("--out").
+struct NamedPath {
+  std::string flag;
+  std::string path;
+};
+
+// Checks a tool's outputs before it works: each path is non-empty,
+// CheckWritable, not the same file as any input (so `--out` onto `--model`
+// cannot replace the model) and not the same file as another output (`--out`
+// and `--trace` on one file would keep only the last). InvalidArgument names
+// the flags. Same-file means the same file when both exist, else the same
+// normalised absolute path.
+Status CheckOutputs(const std::vector<NamedPath>& outputs, const std::vector<NamedPath>& inputs);
+
+// Installs handlers for SIGINT, SIGTERM and SIGHUP that remove the
+// temporary files of writes in progress and then end the process by the same
+// signal. For a tool's main, once; replaces earlier handlers of those signals.
+void RemoveTempFilesOnSignal();
 
 }  // namespace pipecast
 

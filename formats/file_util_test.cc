@@ -2,12 +2,18 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <string>
 #include <vector>
+
+#include "formats/internal/temp_files.h"
 
 namespace pipecast {
 namespace {
@@ -112,6 +118,74 @@ TEST_F(FileUtil, CheckWritableRefusesWhatWriteFileAtomicWouldRefuse) {
   EXPECT_EQ(folder.message(), "cannot write '" + Path("taken") + "': Is a directory");
   EXPECT_EQ(Listing(), std::vector<std::string>{"taken"});
   EXPECT_TRUE(std::filesystem::is_empty(Path("taken")));
+}
+
+TEST_F(FileUtil, OutputOntoADeviceIsRefusedAndTheDeviceKept) {
+  // Given /dev/null, when written atomically, then the write is refused:
+  // renaming over it would replace the device node with a file.
+  const Status st = WriteFileAtomic("/dev/null", "plan");
+  EXPECT_THAT(st.message(), HasSubstr("'/dev/null': not a regular file"));
+  EXPECT_THAT(CheckWritable("/dev/null").message(), HasSubstr("not a regular file"));
+  struct stat info {};
+  ASSERT_EQ(::stat("/dev/null", &info), 0);
+  EXPECT_TRUE(S_ISCHR(info.st_mode));
+}
+
+TEST_F(FileUtil, AnEmptyOutputPathIsRefused) {
+  EXPECT_THAT(WriteFileAtomic("", "x").message(), HasSubstr("the output path is empty"));
+  EXPECT_THAT(CheckOutputs({{"--out", ""}}, {}).message(),
+              HasSubstr("--out is empty: give a file path"));
+}
+
+TEST_F(FileUtil, OutputOntoAnInputIsRefusedNamingBothFlags) {
+  // Given a model file, when --out names it (spelled another way), then the
+  // check refuses and the model is unchanged.
+  const std::string model = Path("model.json");
+  ASSERT_TRUE(WriteFileAtomic(model, "model").ok());
+  const std::string other_spelling = (dir_ / "." / "sub" / ".." / "model.json").string();
+  const Status st = CheckOutputs({{"--out", other_spelling}}, {{"--model", model}});
+  EXPECT_THAT(st.message(), AllOf(HasSubstr("--out"), HasSubstr("is the same file as --model"),
+                                  HasSubstr("never writes over its inputs")));
+  EXPECT_EQ(*ReadFile(model), "model");
+}
+
+TEST_F(FileUtil, TwoOutputsOnOneFileAreRefused) {
+  const Status st = CheckOutputs({{"--out", Path("x.json")}, {"--trace", Path("x.json")}}, {});
+  EXPECT_THAT(st.message(),
+              HasSubstr("--trace '" + Path("x.json") + "' is the same file as --out"));
+  EXPECT_TRUE(CheckOutputs({{"--out", Path("a.json")}, {"--trace", Path("b.json")}},
+                           {{"--model", Path("m.json")}})
+                  .ok());
+  EXPECT_EQ(Listing(), std::vector<std::string>{});  // checks leave nothing behind
+}
+
+TEST_F(FileUtil, ASignalMidWriteRemovesTheTemporaryFile) {
+  // Given a temporary file recorded as WriteFileAtomic records it, when
+  // SIGTERM ends the process, then the handler removes the file and the
+  // process still dies by SIGTERM.
+  const std::string tmp = Path("plan.json.tmp.ABCDEF");
+  ASSERT_TRUE(WriteFileAtomic(tmp, "half a plan").ok());
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    RemoveTempFilesOnSignal();
+    if (internal::RegisterTempFile(tmp) < 0) _exit(2);
+    raise(SIGTERM);
+    _exit(3);  // not reached
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "exit status " << status;
+  EXPECT_EQ(WTERMSIG(status), SIGTERM);
+  EXPECT_FALSE(std::filesystem::exists(tmp));
+}
+
+TEST_F(FileUtil, ReleasedTemporaryFilesAreNotRemovedBySignals) {
+  const std::string kept = Path("kept.json");
+  ASSERT_TRUE(WriteFileAtomic(kept, "plan").ok());
+  internal::ReleaseTempFile(internal::RegisterTempFile(kept));
+  internal::UnlinkTempFiles();
+  EXPECT_TRUE(std::filesystem::exists(kept));
 }
 
 TEST_F(FileUtil, ReadFileOfAMissingFileIsNotFoundNamingThePath) {
