@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "planner/passes.h"
+#include "sim/stage_costs.h"
 
 namespace pipecast::passes {
 
@@ -38,58 +39,24 @@ int InflightMicrobatches(ScheduleKind schedule, int stage, int p, int m) {
 
 namespace {
 
-// Per-layer costs at one micro-batch size, with prefix sums for O(1) ranges.
-class LayerTable {
- public:
-  LayerTable(const Model& model, int microbatch_size, bool recompute) {
-    const size_t n = model.layers.size();
-    time_.assign(n + 1, 0);
-    act_.assign(n + 1, 0);
-    params_.assign(n + 1, 0);
-    for (size_t l = 0; l < n; ++l) {
-      LayerCost c = CostAt(model.layers[l], microbatch_size);
-      TimeNs t = c.forward_ns + c.backward_ns + (recompute ? c.forward_ns : 0);
-      time_[l + 1] = time_[l] + t;
-      act_[l + 1] = act_[l] + c.activation_bytes;
-      params_[l + 1] = params_[l] + model.layers[l].parameters;
-      output_.push_back(c.output_bytes);
-      workspace_.push_back(c.workspace_bytes);
-    }
-  }
-  TimeNs Time(int first, int last) const { return time_[last + 1] - time_[first]; }
-  Bytes Activations(int first, int last) const { return act_[last + 1] - act_[first]; }
-  int64_t Parameters(int first, int last) const { return params_[last + 1] - params_[first]; }
-  Bytes Output(int layer) const { return output_[layer]; }
-  Bytes Workspace(int first, int last) const {
-    return *std::max_element(workspace_.begin() + first, workspace_.begin() + last + 1);
-  }
-  int NumLayers() const { return static_cast<int>(output_.size()); }
-
- private:
-  std::vector<TimeNs> time_;
-  std::vector<Bytes> act_;
-  std::vector<int64_t> params_;
-  std::vector<Bytes> output_, workspace_;
-};
-
-Bytes StageMemory(const LayerTable& t, const Candidate& c, const MemoryConfig& memory, int stage,
-                  int first, int last) {
+// The stage's costs and activation memory come from the simulator's model
+// (sim/stage_costs.h); the planner adds the schedule's in-flight count and
+// the communication buffers.
+Bytes StageMemory(const StageCostTable& t, const Candidate& c, const MemoryConfig& memory,
+                  int stage, int first, int last) {
+  const StageCost sc = t.Stage(StageLayers{first, last});
   const double per_param = memory.weight_bytes_per_param + memory.gradient_bytes_per_param +
                            memory.optimizer_bytes_per_param;
-  const Bytes fixed = std::llround(static_cast<double>(t.Parameters(first, last)) * per_param);
-  const Bytes input = first > 0 ? t.Output(first - 1) : 0;
-  const Bytes output = last + 1 < t.NumLayers() ? t.Output(last) : 0;
-  const Bytes act = t.Activations(first, last);
-  const Bytes held = c.recompute ? input : act;
-  const Bytes recomputed = c.recompute ? act : 0;
+  const Bytes fixed = ParameterBytes(sc.parameters, per_param);
+  const Bytes output = last + 1 < t.NumLayers() ? sc.output_bytes : 0;
   const int inflight = InflightMicrobatches(c.schedule, stage, c.pipeline_stages, c.microbatches);
   // PipeDream stashes one weight version per in-flight micro-batch.
   const Bytes stashed =
       c.schedule == ScheduleKind::kPipeDream
-          ? (inflight - 1) * std::llround(static_cast<double>(t.Parameters(first, last)) *
-                                          memory.weight_bytes_per_param)
+          ? (inflight - 1) * ParameterBytes(sc.parameters, memory.weight_bytes_per_param)
           : 0;
-  return fixed + stashed + inflight * held + recomputed + t.Workspace(first, last) + input + output;
+  return fixed + stashed + inflight * sc.held_bytes + sc.recomputed_bytes + sc.workspace_bytes +
+         sc.input_bytes + output;
 }
 
 // Splits n layers into p contiguous stages minimising the largest
@@ -127,16 +94,16 @@ std::vector<StageLayers> MinMaxSplit(int n, int p,
 
 Bytes EstimateStageMemory(const Model& model, const Candidate& c, const MemoryConfig& memory,
                           int stage, int first, int last) {
-  LayerTable t(model, c.microbatch_size, c.recompute);
+  const StageCostTable t(model, StageCostOptions{c.microbatch_size, c.recompute});
   return StageMemory(t, c, memory, stage, first, last);
 }
 
 bool PartitionForMemory(const Model& model, const MemoryConfig& memory, Bytes capacity,
                         Candidate* c, Rejection* rejection) {
-  const LayerTable t(model, c->microbatch_size, c->recompute);
+  const StageCostTable t(model, StageCostOptions{c->microbatch_size, c->recompute});
   const int n = t.NumLayers();
   const int p = c->pipeline_stages;
-  auto time = [&](int, int first, int last) { return t.Time(first, last); };
+  auto time = [&](int, int first, int last) { return t.TrainingTimeNs(StageLayers{first, last}); };
   if (c->chunks > 1) {
     // A rank's memory sums v separate chunks, which a split over contiguous
     // ranges cannot bound stage by stage: balance the p·v chunks on time and

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "planner/passes.h"
+#include "sim/stage_costs.h"
 
 namespace pipecast::passes {
 
@@ -16,13 +17,14 @@ namespace {
 TimeNs LowerBound(const Model& model, const Candidate& c) {
   const int stages = c.VirtualStages();
   const int p = c.pipeline_stages;
+  // The stages' times by the simulator's cost model (sim/stage_costs.h):
+  // with recomputation the backward includes the rerun forward.
+  const StageCostTable table(model, StageCostOptions{c.microbatch_size, c.recompute});
   std::vector<TimeNs> fwd(stages, 0), bwd(stages, 0);
   for (int s = 0; s < stages; ++s) {
-    for (int l = c.partition[s].first_layer; l <= c.partition[s].last_layer; ++l) {
-      LayerCost lc = CostAt(model.layers[l], c.microbatch_size);
-      fwd[s] += lc.forward_ns;
-      bwd[s] += lc.backward_ns + (c.recompute ? lc.forward_ns : 0);
-    }
+    const StageCost sc = table.Stage(c.partition[s]);
+    fwd[s] = sc.forward_ns;
+    bwd[s] = sc.backward_ns;
   }
   const TimeNs m = c.microbatches;
   if (c.schedule == ScheduleKind::kNaive) {

@@ -6,18 +6,14 @@
 #include <map>
 #include <utility>
 
+#include "sim/stage_costs.h"
+
 namespace pipecast::validate {
 namespace {
 
-struct StageBytes {
-  Bytes held = 0;        // kept from F until B/W
-  Bytes recomputed = 0;  // rebuilt at B/I with recomputation
-  Bytes output = 0;      // the last layer's output
-  Bytes workspace = 0;   // largest layer workspace
-};
-
-Result<std::vector<StageBytes>> StageBytesOf(const Model& model, const PlanFile& plan) {
-  std::vector<StageBytes> out(plan.partition.size());
+// The plan's stages costed by the simulator's own model (sim/stage_costs.h),
+// so measured and predicted memory count the same bytes.
+Result<std::vector<StageCost>> StageCostsOf(const Model& model, const PlanFile& plan) {
   for (size_t s = 0; s < plan.partition.size(); ++s) {
     const StageLayers& part = plan.partition[s];
     if (part.first_layer < 0 || part.last_layer >= static_cast<int>(model.layers.size()) ||
@@ -27,20 +23,54 @@ Result<std::vector<StageBytes>> StageBytesOf(const Model& model, const PlanFile&
           "pass the model the plan was made for (--model)",
           s, part.first_layer, part.last_layer, model.name, model.layers.size() - 1));
     }
-    Bytes activations = 0;
-    for (int l = part.first_layer; l <= part.last_layer; ++l) {
-      const LayerCost c = CostAt(model.layers[l], plan.microbatch_size);
-      activations += c.activation_bytes;
-      out[s].output = c.output_bytes;
-      out[s].workspace = std::max(out[s].workspace, c.workspace_bytes);
-    }
-    out[s].held = activations;
-    if (plan.recompute) {
-      out[s].held = s > 0 ? out[s - 1].output : 0;
-      out[s].recomputed = activations;
-    }
   }
-  return out;
+  const StageCostTable table(model, StageCostOptions{plan.microbatch_size, plan.recompute});
+  return table.Stages(plan.partition);
+}
+
+// The message between `rank`'s stage and `peer_stage` that carries
+// micro-batch `mb` from `src_stage` to `dst_stage`; absent when both stages
+// are on `rank` (a hand-over).
+Message MessageWith(const Schedule& schedule, int rank, int peer_stage, int src_stage,
+                    int dst_stage, int mb, bool gradient, Bytes bytes) {
+  const int peer = schedule.stage_rank[peer_stage];
+  if (peer == rank) return Message{};
+  return Message{.peer_rank = peer,
+                 .tag = MessageTag(dst_stage, mb, gradient, schedule.num_stages),
+                 .bytes = bytes,
+                 .gradient = gradient,
+                 .src_stage = src_stage,
+                 .dst_stage = dst_stage,
+                 .microbatch = mb};
+}
+
+// An op's memory from the stage-cost model and its messages: F receives
+// the previous stage's output and sends its own; B and I receive the
+// gradient of their output and send the gradient of their input.
+void SetCostsAndMessages(const Schedule& schedule, int rank, const StageCost& sc, ExecOp* op) {
+  const Action& a = op->action;
+  const int s = a.stage, mb = a.microbatch;
+  const int last = schedule.num_stages - 1;
+  op->workspace_bytes = sc.workspace_bytes;
+  op->activation_bytes = sc.ActivationsAtStart(a.kind);
+  op->frees_activations = StageCost::FreesActivations(a.kind);
+  switch (a.kind) {
+    case OpKind::kForward:
+      if (s > 0) op->recv = MessageWith(schedule, rank, s - 1, s - 1, s, mb, false, sc.input_bytes);
+      if (s < last) {
+        op->send = MessageWith(schedule, rank, s + 1, s, s + 1, mb, false, sc.output_bytes);
+      }
+      break;
+    case OpKind::kBackward:
+    case OpKind::kBackwardInput:
+      if (s < last) {
+        op->recv = MessageWith(schedule, rank, s + 1, s + 1, s, mb, true, sc.output_bytes);
+      }
+      if (s > 0) op->send = MessageWith(schedule, rank, s - 1, s, s - 1, mb, true, sc.input_bytes);
+      break;
+    case OpKind::kBackwardWeight:
+      break;
+  }
 }
 
 }  // namespace
@@ -57,8 +87,8 @@ Result<ExecPlan> BuildExecPlan(const Model& model, const PlanFile& plan, const S
                     "stages in its actions",
                     plan.partition.size(), schedule.num_stages));
   }
-  Result<std::vector<StageBytes>> bytes = StageBytesOf(model, plan);
-  if (!bytes.ok()) return bytes.status();
+  Result<std::vector<StageCost>> costs = StageCostsOf(model, plan);
+  if (!costs.ok()) return costs.status();
   std::map<std::pair<int, int64_t>, TimeNs> duration;  // (rank, action key) -> ns
   auto key = [&](const Action& a) {
     return (int64_t{a.microbatch} * schedule.num_stages + a.stage) * 4 + static_cast<int>(a.kind);
@@ -74,7 +104,6 @@ Result<ExecPlan> BuildExecPlan(const Model& model, const PlanFile& plan, const S
   ep.num_stages = schedule.num_stages;
   ep.microbatches = schedule.num_microbatches;
   ep.iterations = schedule.iterations;
-  const int last = schedule.num_stages - 1;
   for (int r = 0; r < schedule.num_ranks; ++r) {
     ExecStage st;
     st.rank = r;
@@ -89,57 +118,7 @@ Result<ExecPlan> BuildExecPlan(const Model& model, const PlanFile& plan, const S
             fmt::format("op {} of rank {} is missing from the prediction", ActionName(a), r));
       }
       op.predicted_ns = it->second;
-      const StageBytes& sb = (*bytes)[a.stage];
-      op.workspace_bytes = sb.workspace;
-      switch (a.kind) {
-        case OpKind::kForward:
-          op.activation_bytes = sb.held;
-          if (a.stage > 0 && schedule.stage_rank[a.stage - 1] != r) {
-            op.recv = Message{schedule.stage_rank[a.stage - 1],
-                              MessageTag(a.stage, a.microbatch, false, ep.num_stages),
-                              (*bytes)[a.stage - 1].output,
-                              false,
-                              a.stage - 1,
-                              a.stage,
-                              a.microbatch};
-          }
-          if (a.stage < last && schedule.stage_rank[a.stage + 1] != r) {
-            op.send = Message{schedule.stage_rank[a.stage + 1],
-                              MessageTag(a.stage + 1, a.microbatch, false, ep.num_stages),
-                              sb.output,
-                              false,
-                              a.stage,
-                              a.stage + 1,
-                              a.microbatch};
-          }
-          break;
-        case OpKind::kBackward:
-        case OpKind::kBackwardInput:
-          op.activation_bytes = sb.recomputed;
-          op.frees_activations = a.kind == OpKind::kBackward;
-          if (a.stage < last && schedule.stage_rank[a.stage + 1] != r) {
-            op.recv = Message{schedule.stage_rank[a.stage + 1],
-                              MessageTag(a.stage, a.microbatch, true, ep.num_stages),
-                              sb.output,
-                              true,
-                              a.stage + 1,
-                              a.stage,
-                              a.microbatch};
-          }
-          if (a.stage > 0 && schedule.stage_rank[a.stage - 1] != r) {
-            op.send = Message{schedule.stage_rank[a.stage - 1],
-                              MessageTag(a.stage - 1, a.microbatch, true, ep.num_stages),
-                              (*bytes)[a.stage - 1].output,
-                              true,
-                              a.stage,
-                              a.stage - 1,
-                              a.microbatch};
-          }
-          break;
-        case OpKind::kBackwardWeight:
-          op.frees_activations = true;
-          break;
-      }
+      SetCostsAndMessages(schedule, r, (*costs)[a.stage], &op);
       st.ops.push_back(op);
     }
     ep.per_rank.push_back(std::move(st));

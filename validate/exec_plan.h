@@ -3,14 +3,14 @@
 // workspace to allocate, what to free at its end, and which message to send.
 // Built once, before anything runs; plain data, safe to share between threads.
 //
-// Memory follows the simulator's model (sim/simulator.h) so measured and
-// predicted peaks count the same things: a forward allocates its stage's
-// activations (with recomputation only the stage input), freed at the end of
-// the backward (B) or weight-gradient op (W); a backward with recomputation
-// re-allocates the full activations; each op holds the stage's largest layer
-// workspace while it runs. Activations go forward and gradients back as
-// messages of the boundary stage's output_bytes; stages on one rank hand
-// over without a message. Units: ns, bytes.
+// Memory follows the simulator's stage-cost model (sim/stage_costs.h), by the
+// same code, so measured and predicted peaks count the same things: a
+// forward allocates its stage's activations (with recomputation only the
+// stage input), freed at the end of the backward (B) or weight-gradient op
+// (W); a backward with recomputation re-allocates the full activations; each
+// op holds the stage's largest layer workspace while it runs. Activations go forward and gradients
+// back as messages of the boundary stage's output_bytes; stages on one rank hand over without a
+// message. Units: ns, bytes.
 #ifndef PIPECAST_VALIDATE_EXEC_PLAN_H_
 #define PIPECAST_VALIDATE_EXEC_PLAN_H_
 

@@ -1,7 +1,8 @@
-// The simulator's engine (Simulate() in sim/simulator.cc drives it): a
-// dataflow replay in two passes, pass 1 (times) in sim/internal/engine_times.cc
-// and pass 2 (memory) in sim/internal/engine_memory.cc; the records and totals
-// are in sim/simulator.cc. Internal: only sim/ includes it.
+// The simulator's engine (the engine step of Simulate(), see
+// sim/internal/simulate_steps.h): a dataflow replay in two passes, pass 1
+// (times) in sim/internal/engine_times.cc and pass 2 (memory) in
+// sim/internal/engine_memory.cc; the driver, the records and the totals in
+// sim/internal/engine.cc. Internal: only sim/ includes it.
 #ifndef PIPECAST_SIM_INTERNAL_ENGINE_H_
 #define PIPECAST_SIM_INTERNAL_ENGINE_H_
 
@@ -13,24 +14,12 @@
 #include "base/units.h"
 #include "sim/cluster.h"
 #include "sim/internal/large_array.h"
+#include "sim/internal/simulate_steps.h"
 #include "sim/schedule.h"
 #include "sim/simulator.h"
+#include "sim/stage_costs.h"
 
 namespace pipecast::internal {
-
-// Costs of one virtual stage at the simulated micro-batch size.
-struct StageCost {
-  TimeNs forward = 0;
-  TimeNs backward = 0;         // whole backward
-  TimeNs backward_weight = 0;  // W part of `backward`
-  bool has_split = true;
-  Bytes activations = 0;  // sum over the stage's layers
-  Bytes held = 0;         // kept from F start until B (or W) ends
-  Bytes recomputed = 0;   // rebuilt at B (or I) start, freed with `held`
-  Bytes output = 0;       // the last layer's output, sent to the next stage
-  Bytes workspace = 0;    // largest over the stage's layers
-  int64_t parameters = 0;
-};
 
 // The engine: a dataflow replay in two passes, with no global event queue
 // (docs/simulator.md, section 2).
@@ -72,7 +61,8 @@ class Engine {
          const SimOptions& options, SimResult* result)
       : cluster_(cluster), sched_(schedule), costs_(costs), options_(options), out_(result) {}
 
-  Status Run();
+  // Fills `totals` (sim/internal/simulate_steps.h) and the result.
+  Status Run(EngineTotals* totals);
 
  private:
   // Events are an op's end or a transfer's arrival. Ids: ops [0, num_ops_)
@@ -142,13 +132,14 @@ class Engine {
   template <int kWidth, bool kRecord>
   void SweepRank(int rank);
   void RecordTimeline();
-  void Finish();
+  void Totals();
 
   const Cluster& cluster_;
   const Schedule& sched_;
   const std::vector<StageCost>& costs_;
   const SimOptions& options_;
   SimResult* out_;
+  EngineTotals* totals_ = nullptr;
 
   int32_t num_ops_ = 0;
   std::vector<int32_t> op_first_;  // per rank: id of its first op
@@ -176,11 +167,6 @@ class Engine {
   std::vector<int> worklist_;
   std::vector<TimeNs> iteration_end_;  // per iteration (PipeDream)
   int mb_per_iteration_ = 1;
-  // Results of the memory sweep, per rank.
-  struct Peaks {
-    Bytes act = 0, comm = 0, ws = 0, total = 0;
-  };
-  std::vector<Peaks> peaks_;
   // The sweep's streams: the next event of each, where it ends, whether it
   // leaves the rank, and its transfers' size (-1: they differ, look up).
   struct Stream {

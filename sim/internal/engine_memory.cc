@@ -145,7 +145,7 @@ void Engine::SweepRank(int rank) {
       --n;
       for (int pos = 0; pos < n; ++pos) order[pos] = order[pos + 1];
     }
-    const Bytes bytes = st.bytes >= 0 ? st.bytes : costs_[ev_[id].hop].output;
+    const Bytes bytes = st.bytes >= 0 ? st.bytes : costs_[ev_[id].hop].output_bytes;
     if (st.out) {  // sent from here: the send buffer is freed
       mem.Change(t, 0, -bytes, 0);
     } else {  // received here: held until the consuming op ends
@@ -153,7 +153,11 @@ void Engine::SweepRank(int rank) {
       if (trigger == id) start(t);
     }
   }
-  peaks_[rank] = Peaks{mem.peak_act, mem.peak_comm, mem.peak_ws, mem.peak_total};
+  RankTotals& totals = totals_->ranks[rank];
+  totals.peak_activations = mem.peak_act;
+  totals.peak_comm = mem.peak_comm;
+  totals.peak_workspace = mem.peak_ws;
+  totals.peak_live = mem.peak_total;
   out_->per_rank[rank].peak_inflight_microbatches = peak_inflight;
 }
 

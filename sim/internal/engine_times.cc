@@ -53,9 +53,9 @@ void Engine::Prepare() {
     hops[fwd.link].insert(s);
     hops[bwd.link].insert(s);
     // Both directions carry s's output shape: activations out, gradients back.
-    fwd.serial = TransferNs(costs_[s].output, cluster_.LinkBetween(a, b).bandwidth_gbps);
+    fwd.serial = TransferNs(costs_[s].output_bytes, cluster_.LinkBetween(a, b).bandwidth_gbps);
     fwd.latency = cluster_.LinkBetween(a, b).LatencyNs();
-    bwd.serial = TransferNs(costs_[s].output, cluster_.LinkBetween(b, a).bandwidth_gbps);
+    bwd.serial = TransferNs(costs_[s].output_bytes, cluster_.LinkBetween(b, a).bandwidth_gbps);
     bwd.latency = cluster_.LinkBetween(b, a).LatencyNs();
   }
   int64_t next_id = ops;
@@ -63,7 +63,7 @@ void Engine::Prepare() {
   for (size_t l = 0; l < links_.size(); ++l) {
     links_[l].first = static_cast<int32_t>(next_id);
     next_id += per_link[l];
-    if (hops[l].size() == 1) links_[l].bytes = costs_[*hops[l].begin()].output;
+    if (hops[l].size() == 1) links_[l].bytes = costs_[*hops[l].begin()].output_bytes;
     rank_links_[links_[l].src].push_back(static_cast<int>(l));
     rank_links_[links_[l].dst].push_back(static_cast<int>(l));
   }
@@ -78,25 +78,21 @@ void Engine::Prepare() {
     for (int k = 0; k < 4; ++k) {
       OpCost& oc = op_cost_[s * 4 + k];
       const OpKind kind = static_cast<OpKind>(k);
-      oc.workspace = c.workspace;
+      oc.duration = c.DurationNs(kind);
+      oc.start_act = c.ActivationsAtStart(kind);
+      oc.end_act = -c.ActivationsFreedAtEnd(kind);
+      oc.workspace = c.workspace_bytes;
       switch (kind) {
         case OpKind::kForward:
-          oc.duration = c.forward;
-          oc.start_act = c.held;
-          oc.recv_free = send_bwd ? -costs_[s - 1].output : 0;  // its input came from s-1
-          oc.send = send_fwd ? c.output : 0;
+          oc.recv_free = send_bwd ? -c.input_bytes : 0;  // its input came from s-1
+          oc.send = send_fwd ? c.output_bytes : 0;
           break;
         case OpKind::kBackward:
         case OpKind::kBackwardInput:
-          oc.duration = kind == OpKind::kBackward ? c.backward : c.backward - c.backward_weight;
-          oc.start_act = c.recomputed;
-          oc.end_act = kind == OpKind::kBackward ? -(c.held + c.recomputed) : 0;
-          oc.recv_free = send_fwd ? -c.output : 0;  // its gradient came from s+1
-          oc.send = send_bwd ? costs_[s - 1].output : 0;
+          oc.recv_free = send_fwd ? -c.output_bytes : 0;  // its gradient came from s+1
+          oc.send = send_bwd ? c.input_bytes : 0;
           break;
         case OpKind::kBackwardWeight:
-          oc.duration = c.backward_weight;
-          oc.end_act = -(c.held + c.recomputed);
           break;
       }
     }

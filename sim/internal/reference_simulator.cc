@@ -1,7 +1,9 @@
 // The simulator's engine as it was before the dataflow replay (a global
-// event queue over ranks and links), kept verbatim for tests only: the
-// equivalence test runs it and Simulate() on the same inputs and requires
-// identical results, op for op. Not compiled into the library.
+// event queue over ranks and links), kept for tests only: the equivalence
+// test runs it and Simulate() on the same inputs and requires identical
+// results, op for op. It swaps only the engine step: preparation, stage
+// costs and metrics are Simulate()'s own (sim/internal/simulate_steps.h).
+// Not compiled into the library.
 #include "sim/internal/reference_simulator.h"
 
 #include <fmt/format.h>
@@ -12,7 +14,9 @@
 #include <set>
 
 #include "sim/internal/event_queue.h"
+#include "sim/internal/simulate_steps.h"
 #include "sim/schedule_graph.h"
+#include "sim/stage_costs.h"
 
 namespace pipecast::internal {
 
@@ -20,103 +24,14 @@ namespace {
 
 constexpr TimeNs kNotYet = -1;
 
-// Costs of one virtual stage at the simulated micro-batch size.
-struct StageCost {
-  TimeNs forward = 0;
-  TimeNs backward = 0;         // whole backward
-  TimeNs backward_weight = 0;  // W part of `backward`
-  bool has_split = true;
-  Bytes activations = 0;  // sum over the stage's layers
-  Bytes held = 0;         // kept from F start until B (or W) ends
-  Bytes recomputed = 0;   // rebuilt at B (or I) start, freed with `held`
-  Bytes output = 0;       // the last layer's output, sent to the next stage
-  Bytes workspace = 0;    // largest over the stage's layers
-  int64_t parameters = 0;
-};
-
-// Costs per stage, and notes about interpolated ones.
-std::vector<StageCost> StageCosts(const Model& model, const std::vector<StageLayers>& partition,
-                                  int microbatch_size, bool recompute,
-                                  std::vector<std::string>* notes) {
-  std::vector<StageCost> costs(partition.size());
-  int interpolated = 0, extrapolated = 0;
-  for (size_t s = 0; s < partition.size(); ++s) {
-    StageCost& c = costs[s];
-    for (int l = partition[s].first_layer; l <= partition[s].last_layer; ++l) {
-      LayerCost lc = CostAt(model.layers[l], microbatch_size);
-      c.forward += lc.forward_ns;
-      c.backward += lc.backward_ns;
-      c.backward_weight += lc.backward_weight_ns;
-      c.has_split = c.has_split && lc.has_backward_split;
-      c.activations += lc.activation_bytes;
-      c.output = lc.output_bytes;
-      c.workspace = std::max(c.workspace, lc.workspace_bytes);
-      c.parameters += model.layers[l].parameters;
-      interpolated += lc.origin == CostOrigin::kInterpolated;
-      extrapolated += lc.origin == CostOrigin::kExtrapolated;
-    }
-    c.held = c.activations;
-    if (recompute) {
-      c.held = s > 0 ? costs[s - 1].output : 0;
-      c.recomputed = c.activations;
-      c.backward += c.forward;  // rerun the forward before the backward
-    }
-  }
-  const int n = static_cast<int>(model.layers.size());
-  if (interpolated > 0) {
-    notes->push_back(fmt::format(
-        "micro-batch size {} was not measured for {} of {} layers: their costs are interpolated "
-        "linearly between the nearest measured sizes",
-        microbatch_size, interpolated, n));
-  }
-  if (extrapolated > 0) {
-    notes->push_back(fmt::format(
-        "micro-batch size {} is outside the measured sizes for {} of {} layers: their costs are "
-        "extrapolated in proportion to the nearest measured size",
-        microbatch_size, extrapolated, n));
-  }
-  return costs;
-}
-
-Status CheckPartition(const std::vector<StageLayers>& partition, int num_layers, int num_stages) {
-  if (static_cast<int>(partition.size()) != num_stages) {
-    return Status::InvalidArgument(fmt::format(
-        "the partition has {} stages but the schedule has {}", partition.size(), num_stages));
-  }
-  int next = 0;
-  for (size_t s = 0; s < partition.size(); ++s) {
-    if (partition[s].first_layer != next || partition[s].last_layer < partition[s].first_layer ||
-        partition[s].last_layer >= num_layers) {
-      return Status::InvalidArgument(fmt::format(
-          "partition stage {} holds layers {}-{}: stages must be non-empty, contiguous and "
-          "within layers 0-{}",
-          s, partition[s].first_layer, partition[s].last_layer, num_layers - 1));
-    }
-    next = partition[s].last_layer + 1;
-  }
-  if (next != num_layers) {
-    return Status::InvalidArgument(fmt::format(
-        "the partition covers layers 0-{} but the model has {} layers", next - 1, num_layers));
-  }
-  return Status::Ok();
-}
-
-// Ring all-reduce of `bytes` over `d` ranks on `link`: 2(d-1) steps, each
-// moving bytes/d and paying the latency once.
-TimeNs RingAllReduceNs(Bytes bytes, int d, const Link& link) {
-  if (d <= 1) return 0;
-  double moved = 2.0 * (d - 1) / d * static_cast<double>(bytes);
-  return 2 * (d - 1) * link.LatencyNs() +
-         TransferNs(static_cast<Bytes>(std::ceil(moved)), link.bandwidth_gbps);
-}
-
 class Engine {
  public:
   Engine(const Cluster& cluster, const Schedule& schedule, const std::vector<StageCost>& costs,
          const SimOptions& options, SimResult* result)
       : cluster_(cluster), sched_(schedule), costs_(costs), options_(options), out_(result) {}
 
-  Status Run();
+  // Fills `totals` (sim/internal/simulate_steps.h) and the result.
+  Status Run(EngineTotals* totals);
 
  private:
   enum EventType : uint8_t { kOpEnd, kArrive };
@@ -168,13 +83,14 @@ class Engine {
                                                   Bytes ws);
   void PrepareLinks();
   Status Deadlock() const;
-  void Finish();
+  void Totals();
 
   const Cluster& cluster_;
   const Schedule& sched_;
   const std::vector<StageCost>& costs_;
   const SimOptions& options_;
   SimResult* out_;
+  EngineTotals* totals_ = nullptr;
 
   internal::EventQueue queue_;
   // True while the handled event still sits on top of the queue: the first
@@ -203,20 +119,7 @@ class Engine {
   std::vector<TimeNs> iteration_end_;  // per iteration (PipeDream)
 };
 
-TimeNs Engine::Duration(const Action& a) const {
-  const StageCost& c = costs_[a.stage];
-  switch (a.kind) {
-    case OpKind::kForward:
-      return c.forward;
-    case OpKind::kBackward:
-      return c.backward;
-    case OpKind::kBackwardInput:
-      return c.backward - c.backward_weight;
-    case OpKind::kBackwardWeight:
-      return c.backward_weight;
-  }
-  return 0;
-}
+TimeNs Engine::Duration(const Action& a) const { return costs_[a.stage].DurationNs(a.kind); }
 
 bool Engine::Ready(const Action& a) const {
   const int64_t cell = Cell(a.stage, a.microbatch);
@@ -261,15 +164,12 @@ void Engine::TryStart(int rank, TimeNs now) {
   ++st.next;
   st.busy += dur;
   if (st.first_start == kNotYet) st.first_start = now;
-  Bytes act = 0;
   if (a.kind == OpKind::kForward) {
-    act = costs_[a.stage].held;
     StageResult& sr = out_->per_rank[rank];
     sr.peak_inflight_microbatches = std::max(sr.peak_inflight_microbatches, ++st.inflight);
-  } else if (a.kind != OpKind::kBackwardWeight) {
-    act = costs_[a.stage].recomputed;
   }
-  ChangeMemory(rank, now, act, 0, costs_[a.stage].workspace);
+  const StageCost& c = costs_[a.stage];
+  ChangeMemory(rank, now, c.ActivationsAtStart(a.kind), 0, c.workspace_bytes);
   if (options_.record_timeline) out_->ops.push_back(OpRecord{rank, a, now, now + dur});
   Push(now + dur, kOpEnd, rank);
 }
@@ -287,23 +187,25 @@ void Engine::OnOpEnd(int rank, TimeNs now) {
   switch (a.kind) {
     case OpKind::kForward:
       cells_[cell].f_end = true;
-      if (a.stage > 0 && sched_.stage_rank[a.stage - 1] != rank) comm -= costs_[a.stage - 1].output;
+      if (a.stage > 0 && sched_.stage_rank[a.stage - 1] != rank)
+        comm -= costs_[a.stage - 1].output_bytes;
       if (a.stage < last) Send(a.stage, a.stage + 1, a.microbatch, false, now);
       break;
     case OpKind::kBackward:
     case OpKind::kBackwardInput:
       cells_[cell].bi_end = true;
-      if (a.stage < last && sched_.stage_rank[a.stage + 1] != rank) comm -= costs_[a.stage].output;
+      if (a.stage < last && sched_.stage_rank[a.stage + 1] != rank)
+        comm -= costs_[a.stage].output_bytes;
       if (a.stage > 0) Send(a.stage, a.stage - 1, a.microbatch, true, now);
       break;
     case OpKind::kBackwardWeight:
       break;
   }
-  if (a.kind == OpKind::kBackward || a.kind == OpKind::kBackwardWeight) {
-    act = -(costs_[a.stage].held + costs_[a.stage].recomputed);
+  if (StageCost::FreesActivations(a.kind)) {
+    act = -costs_[a.stage].ActivationsFreedAtEnd(a.kind);
     --st.inflight;
   }
-  ChangeMemory(rank, now, act, comm, -costs_[a.stage].workspace);
+  ChangeMemory(rank, now, act, comm, -costs_[a.stage].workspace_bytes);
   TryStart(rank, now);
 }
 
@@ -331,9 +233,9 @@ void Engine::PrepareLinks() {
     bwd_link_[s] = link(b, a);
     if (a == b) continue;
     // Both directions carry s's output shape: activations out, gradients back.
-    fwd_serial_[s] = TransferNs(costs_[s].output, cluster_.LinkBetween(a, b).bandwidth_gbps);
+    fwd_serial_[s] = TransferNs(costs_[s].output_bytes, cluster_.LinkBetween(a, b).bandwidth_gbps);
     fwd_latency_[s] = cluster_.LinkBetween(a, b).LatencyNs();
-    bwd_serial_[s] = TransferNs(costs_[s].output, cluster_.LinkBetween(b, a).bandwidth_gbps);
+    bwd_serial_[s] = TransferNs(costs_[s].output_bytes, cluster_.LinkBetween(b, a).bandwidth_gbps);
     bwd_latency_[s] = cluster_.LinkBetween(b, a).LatencyNs();
   }
 }
@@ -350,7 +252,7 @@ void Engine::Send(int src_stage, int dst_stage, int mb, bool gradient, TimeNs no
   // Activations forward are the source stage's output; gradients backward
   // have the shape of the destination stage's output.
   const int hop = gradient ? dst_stage : src_stage;  // the boundary hop..hop+1
-  const Bytes bytes = costs_[hop].output;
+  const Bytes bytes = costs_[hop].output_bytes;
   const int li = gradient ? bwd_link_[hop] : fwd_link_[hop];
   const TimeNs start = std::max(now, link_free_[li]);
   const TimeNs serial = gradient ? bwd_serial_[hop] : fwd_serial_[hop];
@@ -381,7 +283,8 @@ void Engine::OnArrive(int link, TimeNs now) {
   TryStart(p.dst_rank, now);
 }
 
-Status Engine::Run() {
+Status Engine::Run(EngineTotals* totals) {
+  totals_ = totals;
   const int p = sched_.num_ranks;
   const int64_t cells = int64_t{sched_.num_stages} * sched_.num_microbatches;
   ranks_.assign(p, RankState{});
@@ -409,7 +312,7 @@ Status Engine::Run() {
   for (int r = 0; r < p; ++r) {
     if (ranks_[r].next < sched_.actions[r].size() || ranks_[r].running) return Deadlock();
   }
-  Finish();
+  Totals();
   return Status::Ok();
 }
 
@@ -430,153 +333,30 @@ Status Engine::Deadlock() const {
       sched_.name, stuck, DescribeCycle(cycle)));
 }
 
-void Engine::Finish() {
-  SimResult& r = *out_;
-  const int p = sched_.num_ranks;
-  const int k_iter = sched_.iterations;
-  TimeNs span = 0;
-  for (const RankState& st : ranks_) span = std::max(span, st.last_end);
-  r.iterations_simulated = k_iter;
-  r.first_iteration_ns = iteration_end_[0];
-  if (k_iter > 1) {
-    // Steady state of an asynchronous pipeline: the first iteration carries
-    // the fill; later ones repeat. Per-iteration busy time is busy / K.
-    span = (iteration_end_[k_iter - 1] - iteration_end_[0]) / (k_iter - 1);
-  }
-  r.pipeline_ns = span;
-  double sum_ratio = 0, sum_idle = 0, sum_busy = 0;
-  TimeNs end = 0;
-  for (int k = 0; k < p; ++k) {
+// What the metrics step reads (sim/internal/simulate_steps.h).
+void Engine::Totals() {
+  for (int k = 0; k < sched_.num_ranks; ++k) {
     const RankState& st = ranks_[k];
-    StageResult& sr = r.per_rank[k];
-    sr.memory.activations_peak = st.peak_act;
-    sr.memory.comm_buffers_peak = st.peak_comm;
-    sr.memory.workspace_peak = st.peak_ws;
-    const TimeNs busy = st.busy / k_iter;
-    sr.busy_ns = busy;
-    sr.first_start_ns = std::max<TimeNs>(st.first_start, 0);
-    sr.last_end_ns = st.last_end;
-    sr.bubble_ratio = span > 0 ? 1.0 - static_cast<double>(busy) / span : 0.0;
-    sr.bubble_fraction_of_ideal = busy > 0 ? static_cast<double>(span - busy) / busy : 0.0;
-    sum_ratio += sr.bubble_ratio;
-    sum_idle += static_cast<double>(span - busy);
-    sum_busy += static_cast<double>(busy);
-    if (!sched_.flush) {
-      // Weight stashing: one version per in-flight micro-batch (SOSP'19 §3.3).
-      sr.weight_versions = std::max(1, sr.peak_inflight_microbatches);
-      sr.memory.stashed_weights = (sr.weight_versions - 1) * sr.memory.weights;
-    }
-    sr.peak_memory_bytes = sr.memory.weights + sr.memory.stashed_weights + sr.memory.gradients +
-                           sr.memory.optimizer + st.peak_total;
-    // The data-parallel group of rank k: GPU r·p + k of every replica r.
-    const int d = options_.data_parallel;
-    const Link& link =
-        cluster_.SameNode(k, (d - 1) * p + k) ? cluster_.intra_node : cluster_.inter_node;
-    sr.allreduce_ns = RingAllReduceNs(sr.memory.gradients, d, link);
-    r.allreduce_ns = std::max(r.allreduce_ns, sr.allreduce_ns);
-    end = std::max(end, (k_iter > 1 ? span : st.last_end) + sr.allreduce_ns);
+    totals_->ranks[k] = RankTotals{st.busy,      std::max<TimeNs>(st.first_start, 0),
+                                   st.last_end,  st.peak_act,
+                                   st.peak_comm, st.peak_ws,
+                                   st.peak_total};
   }
-  r.bubble_ratio = sum_ratio / p;
-  r.bubble_fraction_of_ideal = sum_busy > 0 ? sum_idle / sum_busy : 0.0;
-  r.optimizer_ns = options_.optimizer_step_ns;
-  r.iteration_ns = end + r.optimizer_ns;
+  totals_->iteration_end_ns = iteration_end_;
+}
+
+Status RunReferenceEngine(const Cluster& cluster, const Schedule& schedule,
+                          const std::vector<StageCost>& costs, const SimOptions& options,
+                          SimResult* result, EngineTotals* totals) {
+  Engine engine(cluster, schedule, costs, options, result);
+  return engine.Run(totals);
 }
 
 }  // namespace
 
 Result<SimResult> ReferenceSimulate(const Model& model, const Cluster& cluster,
                                     const Schedule& schedule, const SimOptions& options) {
-  PIPECAST_RETURN_IF_ERROR(options.Validate());
-  PIPECAST_RETURN_IF_ERROR(ValidateSchedule(schedule));
-  const int num_layers = static_cast<int>(model.layers.size());
-  if (num_layers == 0) return Status::InvalidArgument("the model has no layers");
-  std::vector<StageLayers> partition = options.partition;
-  if (partition.empty()) {
-    std::vector<TimeNs> layer_time;
-    for (const Layer& layer : model.layers) {
-      LayerCost c = CostAt(layer, options.microbatch_size);
-      layer_time.push_back(c.forward_ns + c.backward_ns);
-    }
-    auto balanced = BalancedPartition(layer_time, schedule.num_stages);
-    if (!balanced.ok()) return balanced.status();
-    partition = std::move(balanced.value());
-  }
-  PIPECAST_RETURN_IF_ERROR(CheckPartition(partition, num_layers, schedule.num_stages));
-
-  SimResult result;
-  std::vector<StageCost> costs =
-      StageCosts(model, partition, options.microbatch_size, options.recompute, &result.notes);
-  result.costs_measured = result.notes.empty();
-  if (schedule.split_backward) {
-    for (size_t s = 0; s < costs.size(); ++s) {
-      if (!costs[s].has_split) {
-        return Status::InvalidArgument(fmt::format(
-            "schedule '{}' splits the backward into I and W, but stage {} (layers {}-{}) has "
-            "layers without backward_weight_us: profile the weight-gradient time or use a "
-            "schedule with whole backwards",
-            schedule.name, s, partition[s].first_layer, partition[s].last_layer));
-      }
-    }
-  }
-  result.schedule_name = schedule.name;
-  result.ranks = schedule.num_ranks;
-  result.stages = schedule.num_stages;
-  result.microbatches = schedule.num_microbatches / schedule.iterations;  // per iteration
-  result.microbatch_size = options.microbatch_size;
-  result.data_parallel = options.data_parallel;
-  result.global_batch =
-      int64_t{options.microbatch_size} * result.microbatches * options.data_parallel;
-  result.memory_capacity_bytes = cluster.gpu.memory_bytes;
-  result.per_rank.resize(schedule.num_ranks);
-  for (int s = 0; s < schedule.num_stages; ++s) {
-    StageResult& sr = result.per_rank[schedule.stage_rank[s]];
-    sr.stages.push_back(s);
-    sr.layers.push_back(partition[s]);
-    const double params = static_cast<double>(costs[s].parameters);
-    sr.memory.weights += std::llround(params * options.memory.weight_bytes_per_param);
-    sr.memory.gradients += std::llround(params * options.memory.gradient_bytes_per_param);
-    sr.memory.optimizer += std::llround(params * options.memory.optimizer_bytes_per_param);
-  }
-  for (int k = 0; k < schedule.num_ranks; ++k) {
-    result.per_rank[k].rank = k;
-    if (schedule.actions[k].empty()) {
-      return Status::InvalidArgument(
-          fmt::format("rank {} has no ops in schedule '{}': every rank must own at least one stage",
-                      k, schedule.name));
-    }
-  }
-
-  Engine engine(cluster, schedule, costs, options, &result);
-  PIPECAST_RETURN_IF_ERROR(engine.Run());
-  if (options.record_timeline && !result.ops.empty()) {
-    result.critical_path = ComputeCriticalPath(schedule, result.ops, result.transfers);
-  }
-  if (!schedule.flush) {
-    result.notes.push_back(fmt::format(
-        "{} is asynchronous: no flush between iterations, weights updated while micro-batches "
-        "are in flight, so training semantics change (weight stashing keeps each micro-batch's "
-        "forward and backward on one version); times are the steady state over {} simulated "
-        "iterations, the first taking {:.3f} ms",
-        schedule.name, schedule.iterations, NsToUs(result.first_iteration_ns) / 1e3));
-  }
-
-  if (result.iteration_ns > 0) {
-    const double seconds = static_cast<double>(result.iteration_ns) / kNsPerS;
-    result.samples_per_s = static_cast<double>(result.global_batch) / seconds;
-    if (model.sequence_length) result.tokens_per_s = result.samples_per_s * *model.sequence_length;
-    if (auto flops = model.ForwardFlopsPerSample()) {
-      // Forward + backward = 3x the forward FLOPs (the backward costs two
-      // forwards); recomputation is not counted, as in MFU's definition.
-      const double gpus = static_cast<double>(schedule.num_ranks) * options.data_parallel;
-      result.tflops_per_gpu = 3.0 * *flops * result.samples_per_s / gpus / 1e12;
-      if (cluster.gpu.peak_tflops > 0)
-        result.mfu = *result.tflops_per_gpu / cluster.gpu.peak_tflops;
-    }
-  } else {
-    result.notes.push_back(
-        "the iteration takes 0 ns (every cost is zero): throughput is undefined");
-  }
-  return result;
+  return SimulateWith(&RunReferenceEngine, model, cluster, schedule, options);
 }
 
 }  // namespace pipecast::internal

@@ -8,7 +8,8 @@
 
 namespace pipecast::internal {
 
-// Same contract and results as Simulate().
+// Same contract and results as Simulate(): the same preparation and metrics
+// around the old event-queue engine.
 Result<SimResult> ReferenceSimulate(const Model& model, const Cluster& cluster,
                                     const Schedule& schedule, const SimOptions& options);
 
