@@ -22,6 +22,43 @@ int ZBH1InFlight(int, int p, int m) { return std::min(p, m); }
 // stage (schedule_zoo.cc).
 int ZBH2InFlight(int, int p, int m) { return std::min(2 * p - 1, m); }
 
+// A synchronous one-chunk schedule with a whole backward that takes any m (naive, GPipe, 1F1B).
+constexpr ScheduleTraits OneChunk(ScheduleKind kind, const char* name, const char* source,
+                                  int (*inflight)(int, int, int), void (*generate)(Schedule&)) {
+  return {.kind = kind,
+          .name = name,
+          .rule_label = name,
+          .source = source,
+          .inflight_microbatches = inflight,
+          .generate = generate};
+}
+
+// `row` without a flush between iterations (PipeDream). The planner searches it only when asked
+// to: weight stashing trains with stale weights, which a plan should not choose silently.
+constexpr ScheduleTraits Asynchronous(ScheduleTraits row) {
+  row.flush = false;
+  row.planner_default = false;
+  return row;
+}
+
+// A schedule of v model chunks per rank (interleaved 1F1B, looped BFS): v = 2 unless --chunks
+// says otherwise; the partition pass assumes all m micro-batches in flight and the simulate pass
+// measures the real peak per chunk.
+constexpr ScheduleTraits Chunked(ScheduleKind kind, const char* name, const char* rule_label,
+                                 const char* source, MicrobatchRule rule, const char* why,
+                                 void (*generate)(Schedule&)) {
+  return {.kind = kind,
+          .name = name,
+          .rule_label = rule_label,
+          .source = source,
+          .uses_chunks = true,
+          .default_chunks = 2,
+          .microbatch_rule = rule,
+          .too_few_microbatches_why = why,
+          .inflight_microbatches = AllInFlight,
+          .generate = generate};
+}
+
 // The zero-bubble family (ZB-H1, ZB-H2): split backward, m >= p, one wording for both.
 constexpr ScheduleTraits ZeroBubble(ScheduleKind kind, const char* name, const char* source,
                                     int (*inflight)(int, int, int), void (*generate)(Schedule&)) {
@@ -42,59 +79,31 @@ constexpr ScheduleTraits ZeroBubble(ScheduleKind kind, const char* name, const c
 // of ScheduleTraits: built in, searched by the planner, one chunk, whole backward, with a flush,
 // looped placement, any micro-batch count.
 constexpr std::array<ScheduleTraits, 9> kTraits = {{
-    {.kind = ScheduleKind::kNaive,
-     .name = "naive",
-     .rule_label = "naive",
-     .source = "GPipe paper fig. 2(b); PipeDream fig. 3",
-     .inflight_microbatches = OneInFlight,
-     .generate = internal::BuildNaive},
-    {.kind = ScheduleKind::kGPipe,
-     .name = "gpipe",
-     .rule_label = "gpipe",
-     .source = "Huang et al. 2019, section 2.3",
-     .inflight_microbatches = AllInFlight,
-     .generate = internal::BuildGPipe},
-    {.kind = ScheduleKind::k1F1B,
-     .name = "1f1b",
-     .rule_label = "1f1b",
-     .source = "Narayanan et al. SC'21 section 2.2.1; Megatron-LM "
-               "forward_backward_pipelining_without_interleaving",
-     .inflight_microbatches = OneFOneBInFlight,
-     .generate = internal::Build1F1B},
-    {.kind = ScheduleKind::kInterleaved1F1B,
-     .name = "interleaved",
-     .rule_label = "interleaved 1F1B",
-     .source = "Narayanan et al. SC'21 section 2.2.2; Megatron-LM "
-               "forward_backward_pipelining_with_interleaving",
-     .uses_chunks = true,
-     .default_chunks = 2,
-     .microbatch_rule = MicrobatchRule::kMultipleOfStages,
-     .inflight_microbatches = AllInFlight,
-     .generate = internal::BuildInterleaved1F1B},
-    {.kind = ScheduleKind::kPipeDream,
-     .name = "pipedream",
-     .rule_label = "pipedream",
-     .source = "Narayanan et al. SOSP'19 (asynchronous 1F1B, weight stashing)",
-     .planner_default = false,
-     .flush = false,
-     .inflight_microbatches = OneFOneBInFlight,
-     .generate = internal::BuildPipeDream},
+    OneChunk(ScheduleKind::kNaive, "naive", "GPipe paper fig. 2(b); PipeDream fig. 3", OneInFlight,
+             internal::BuildNaive),
+    OneChunk(ScheduleKind::kGPipe, "gpipe", "Huang et al. 2019, section 2.3", AllInFlight,
+             internal::BuildGPipe),
+    OneChunk(ScheduleKind::k1F1B, "1f1b",
+             "Narayanan et al. SC'21 section 2.2.1; Megatron-LM "
+             "forward_backward_pipelining_without_interleaving",
+             OneFOneBInFlight, internal::Build1F1B),
+    Chunked(ScheduleKind::kInterleaved1F1B, "interleaved", "interleaved 1F1B",
+            "Narayanan et al. SC'21 section 2.2.2; Megatron-LM "
+            "forward_backward_pipelining_with_interleaving",
+            MicrobatchRule::kMultipleOfStages, "", internal::BuildInterleaved1F1B),
+    Asynchronous(OneChunk(ScheduleKind::kPipeDream, "pipedream",
+                          "Narayanan et al. SOSP'19 (asynchronous 1F1B, weight stashing)",
+                          OneFOneBInFlight, internal::BuildPipeDream)),
     ZeroBubble(ScheduleKind::kZBH1, "zb-h1", "Qi et al. ICLR'24 section 3.1, figure 3 top",
                ZBH1InFlight, internal::BuildZBH1),
     ZeroBubble(ScheduleKind::kZBH2, "zb-h2", "Qi et al. ICLR'24 section 3.1, figure 3 bottom",
                ZBH2InFlight, internal::BuildZBH2),
-    {.kind = ScheduleKind::kLoopedBFS,
-     .name = "looped-bfs",
-     .rule_label = "looped BFS",
-     .source = "Lamy-Poirier 2022 (breadth-first pipeline parallelism); PyTorch "
-               "ScheduleLoopedBFS",
-     .uses_chunks = true,
-     .default_chunks = 2,
-     .microbatch_rule = MicrobatchRule::kAtLeastStages,
-     .too_few_microbatches_why = "with fewer, each rank idles between its chunks waiting for the "
-                                 "first micro-batch to come round",
-     .inflight_microbatches = AllInFlight,
-     .generate = internal::BuildLoopedBFS},
+    Chunked(ScheduleKind::kLoopedBFS, "looped-bfs", "looped BFS",
+            "Lamy-Poirier 2022 (breadth-first pipeline parallelism); PyTorch ScheduleLoopedBFS",
+            MicrobatchRule::kAtLeastStages,
+            "with fewer, each rank idles between its chunks waiting for the first micro-batch to "
+            "come round",
+            internal::BuildLoopedBFS),
     {.kind = ScheduleKind::kCustom,
      .name = "custom",
      .rule_label = "custom",

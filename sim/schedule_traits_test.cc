@@ -80,20 +80,18 @@ TEST(ScheduleTraits, InflightBoundsFollowTheSchedule) {
     ScheduleKind kind;
     int stage, m, want;
   };
-  const Case cases[] = {
-      {ScheduleKind::kNaive, 0, 8, 1},
-      {ScheduleKind::kGPipe, 3, 8, 8},
-      {ScheduleKind::k1F1B, 0, 8, 4},
-      {ScheduleKind::k1F1B, 3, 8, 1},
-      {ScheduleKind::k1F1B, 0, 2, 2},
-      {ScheduleKind::kPipeDream, 1, 8, 3},
-      {ScheduleKind::kCustom, 1, 8, 3},
-      {ScheduleKind::kZBH1, 3, 8, 4},
-      {ScheduleKind::kZBH2, 3, 8, 7},
-      {ScheduleKind::kZBH2, 3, 5, 5},
-      {ScheduleKind::kInterleaved1F1B, 0, 8, 8},
-      {ScheduleKind::kLoopedBFS, 2, 8, 8},
-  };
+  const Case cases[] = {{ScheduleKind::kNaive, 0, 8, 1},
+                        {ScheduleKind::kGPipe, 3, 8, 8},
+                        {ScheduleKind::k1F1B, 0, 8, 4},
+                        {ScheduleKind::k1F1B, 3, 8, 1},
+                        {ScheduleKind::k1F1B, 0, 2, 2},
+                        {ScheduleKind::kPipeDream, 1, 8, 3},
+                        {ScheduleKind::kCustom, 1, 8, 3},
+                        {ScheduleKind::kZBH1, 3, 8, 4},
+                        {ScheduleKind::kZBH2, 3, 8, 7},
+                        {ScheduleKind::kZBH2, 3, 5, 5},
+                        {ScheduleKind::kInterleaved1F1B, 0, 8, 8},
+                        {ScheduleKind::kLoopedBFS, 2, 8, 8}};
   for (const Case& c : cases) {
     EXPECT_EQ(TraitsOf(c.kind).inflight_microbatches(c.stage, 4, c.m), c.want)
         << ScheduleKindName(c.kind) << " stage " << c.stage << " m=" << c.m;
