@@ -1,33 +1,37 @@
-// model.json and cluster files (formats/formats.h, docs/formats.md). The one file
-// of the sim library that parses JSON: nlohmann::json exceptions are caught
-// here, and every failure becomes a Status naming the file, the JSON path and
-// what to do. The cluster presets live in cluster.cc.
+// model.json and cluster files (formats/formats.h, docs/formats.md): their fields, ranges and
+// cross-field rules. The typed reads, the JSON parse and the wording of field errors come from
+// the formats part's one JSON reader (formats/internal/json_reader.h): nlohmann::json exceptions
+// are caught there and here, and every failure becomes a Status naming the file, the JSON path
+// and what to do. The cluster presets live in cluster.cc.
 #include "formats/formats.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <exception>
-#include <initializer_list>
-#include <limits>
-#include <nlohmann/json.hpp>
 #include <optional>
-#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "base/units.h"
 #include "formats/file_util.h"
+#include "formats/internal/json_reader.h"
 
 namespace pipecast {
 namespace {
 
-// Objects keep their keys in file order, so `source` details round-trip as
-// written.
-using json = nlohmann::ordered_json;
+using json = internal::Json;
+using internal::Dump;
+using internal::Element;
+using internal::IntRule;
+using internal::Join;
+using internal::Member;
+using internal::NumberRule;
+using internal::Shown;
+using internal::WithoutExceptionId;
+using Reader = internal::JsonReader;
 
 // Limits past which a number is a unit mistake, not a measurement. They also
 // keep every conversion to integer ns or bytes far from int64 overflow.
@@ -42,26 +46,8 @@ constexpr double kMaxFlops = 1e24;                    // FLOPs for one sample
 constexpr double kMaxBandwidthGbps = 1e6;             // 1 PB/s
 constexpr double kMaxTflops = 1e6;                    // 1 EFLOP/s per GPU
 constexpr Bytes kMinGpuMemoryBytes = kMiB;            // less is GB written as bytes
-constexpr size_t kMaxShownChars = 40;                 // of a bad value in a message
 
 constexpr std::string_view kSourceMethods[] = {"cupti", "cpu", "analytic", "manual"};
-
-// Allowed range of an integer field. `about` says what the field holds (for
-// "missing; add <about>"), `limit` shows `max` to a person.
-struct IntRule {
-  int64_t min;
-  int64_t max;
-  const char* limit;
-  const char* about;
-};
-// Allowed range of a number field: [min, max], or (min, max] if exclusive.
-struct NumberRule {
-  double min;
-  bool min_exclusive;
-  double max;
-  const char* limit;
-  const char* about;
-};
 
 constexpr IntRule kParameterCount = {0, kMaxParameters, "2^50", "a parameter count"};
 constexpr IntRule kMicrobatchSize = {1, kMaxMicrobatchSize, "2^20",
@@ -83,333 +69,6 @@ constexpr NumberRule kHbmBandwidth = {0, false, kMaxBandwidthGbps, "1e6 GB/s",
                                       "gigabytes (10^9 bytes) per second, 0 = unknown"};
 constexpr NumberRule kTflops = {0, false, kMaxTflops, "1e6 TFLOP/s",
                                 "dense bf16 TFLOP/s, 0 = unknown"};
-
-std::string Join(const std::vector<std::string_view>& items) {
-  std::string text;
-  for (std::string_view item : items) {
-    if (!text.empty()) text += ", ";
-    text += item;
-  }
-  return text;
-}
-
-std::string Member(const std::string& path, std::string_view key) {
-  return path.empty() ? std::string(key) : path + "." + std::string(key);
-}
-std::string Element(const std::string& path, size_t index) {
-  return path + "[" + std::to_string(index) + "]";
-}
-
-// A value as a message shows it: `string "12"`, `-2`, `an object`.
-std::string Shown(const json& v) {
-  if (v.is_object()) return "an object";
-  if (v.is_array()) return "an array";
-  std::string text = v.dump(-1, ' ', false, json::error_handler_t::replace);
-  if (text.size() > kMaxShownChars) {
-    text = text.substr(0, kMaxShownChars) + "...";
-  }
-  return v.is_string() ? "string " + text : text;
-}
-
-// nlohmann's what() without its "[json.exception.parse_error.101] " prefix.
-std::string WithoutExceptionId(const char* what) {
-  std::string text = what;
-  if (!text.empty() && text[0] == '[') {
-    size_t end = text.find("] ");
-    if (end != std::string::npos) text = text.substr(end + 2);
-  }
-  return text;
-}
-
-size_t EditDistance(std::string_view a, std::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
-
-// Parser callback state that finds the first key repeated within one object
-// (nlohmann would silently keep the last) and remembers its JSON path.
-class DuplicateKeyFinder {
- public:
-  bool OnEvent(json::parse_event_t event, const json& parsed) {
-    using E = json::parse_event_t;
-    switch (event) {
-      case E::object_start:
-      case E::array_start:
-        CountArrayElement();
-        frames_.push_back({event == E::array_start, 0, "", {}});
-        break;
-      case E::object_end:
-      case E::array_end:
-        if (!frames_.empty()) frames_.pop_back();
-        break;
-      case E::key:
-        if (!frames_.empty() && parsed.is_string()) {
-          Frame& top = frames_.back();
-          top.key = parsed.get_ref<const std::string&>();
-          if (!top.keys.insert(top.key).second && !duplicate_) {
-            duplicate_ = Path();
-          }
-        }
-        break;
-      case E::value:
-        CountArrayElement();
-        break;
-    }
-    return true;
-  }
-  // The path of the first repeated key, if any.
-  const std::optional<std::string>& duplicate() const { return duplicate_; }
-
- private:
-  struct Frame {
-    bool is_array;
-    size_t elements;  // arrays: elements seen so far
-    std::string key;  // objects: the key being read
-    std::set<std::string> keys;
-  };
-  void CountArrayElement() {
-    if (!frames_.empty() && frames_.back().is_array) ++frames_.back().elements;
-  }
-  std::string Path() const {
-    std::string path;
-    for (const Frame& frame : frames_) {
-      path = frame.is_array ? Element(path, frame.elements - 1) : Member(path, frame.key);
-    }
-    return path;
-  }
-
-  std::vector<Frame> frames_;
-  std::optional<std::string> duplicate_;
-};
-
-// Reads typed, range-checked fields out of parsed JSON. Every error message
-// starts with the file (`origin`) and the JSON path. Overloads taking a plain
-// pointer read a required field; those taking std::optional, an optional one.
-class Reader {
- public:
-  explicit Reader(const std::string& origin) : origin_(origin) {}
-
-  Status Error(const std::string& path, const std::string& what) const {
-    std::string msg = path.empty() ? what : path + ": " + what;
-    return Status::InvalidArgument(origin_.empty() ? msg : origin_ + ": " + msg);
-  }
-
-  // Parses `text` into `out`, rejecting malformed JSON and repeated keys.
-  Status Parse(const std::string& text, json* out) const {
-    DuplicateKeyFinder finder;
-    try {
-      *out = json::parse(text, [&finder](int, json::parse_event_t event, json& parsed) {
-        return finder.OnEvent(event, parsed);
-      });
-    } catch (const json::parse_error& e) {
-      return Error(
-          "", fmt::format("not valid JSON at byte {}: {}", e.byte, WithoutExceptionId(e.what())));
-    } catch (const json::exception& e) {  // e.g. out_of_range: 1e400
-      return Error("", "not valid JSON: " + WithoutExceptionId(e.what()));
-    }
-    if (finder.duplicate()) {
-      return Error(*finder.duplicate(), "key appears twice in the same object; keep one");
-    }
-    return Status::Ok();
-  }
-
-  Status CheckObject(const json& v, const std::string& path) const {
-    if (v.is_object()) return Status::Ok();
-    return Error(path, "must be a JSON object {...}, got " + Shown(v));
-  }
-
-  // Rejects keys outside `known`, suggesting the nearest known one.
-  Status CheckKeys(const json& obj, const std::string& path,
-                   std::initializer_list<std::string_view> known) const {
-    for (const auto& item : obj.items()) {
-      const std::string& key = item.key();
-      if (std::find(known.begin(), known.end(), key) != known.end()) continue;
-      std::string msg = "unknown key";
-      std::string_view nearest;
-      size_t best = 3;  // suggest keys within 2 edits, or missing a unit
-      for (std::string_view k : known) {
-        size_t d = k.rfind(key + "_", 0) == 0 ? 1 : EditDistance(key, k);
-        if (d < best) {
-          best = d;
-          nearest = k;
-        }
-      }
-      if (!nearest.empty()) msg += fmt::format(" (did you mean '{}'?)", nearest);
-      msg += "; known keys here: " + Join(known);
-      return Error(Member(path, key), msg);
-    }
-    return Status::Ok();
-  }
-
-  // The member, or nullptr (after an error when `required`) if it is absent.
-  Status Find(const json& obj, const std::string& path, const char* key, const char* about,
-              bool required, const json** out) const {
-    auto it = obj.find(key);
-    *out = it == obj.end() ? nullptr : &*it;
-    if (*out == nullptr && required) {
-      return Error(Member(path, key), fmt::format("missing; add {} (see docs/formats.md)", about));
-    }
-    return Status::Ok();
-  }
-
-  // A required string must not be empty.
-  Status String(const json& obj, const std::string& path, const char* key, const char* about,
-                std::string* out) const {
-    return ReadString(obj, path, key, about, true, out);
-  }
-  Status String(const json& obj, const std::string& path, const char* key,
-                std::optional<std::string>* out) const {
-    std::string value;
-    PIPECAST_RETURN_IF_ERROR(ReadString(obj, path, key, "", false, &value));
-    if (obj.contains(key)) *out = value;
-    return Status::Ok();
-  }
-
-  template <typename T>
-  Status Integer(const json& obj, const std::string& path, const char* key, const IntRule& rule,
-                 T* out) const {
-    std::optional<T> value;
-    PIPECAST_RETURN_IF_ERROR(ReadInteger(obj, path, key, rule, true, &value));
-    *out = *value;
-    return Status::Ok();
-  }
-  template <typename T>
-  Status Integer(const json& obj, const std::string& path, const char* key, const IntRule& rule,
-                 std::optional<T>* out) const {
-    return ReadInteger(obj, path, key, rule, false, out);
-  }
-
-  Status Number(const json& obj, const std::string& path, const char* key, const NumberRule& rule,
-                double* out) const {
-    std::optional<double> value;
-    PIPECAST_RETURN_IF_ERROR(ReadNumber(obj, path, key, rule, true, &value));
-    *out = *value;
-    return Status::Ok();
-  }
-  Status Number(const json& obj, const std::string& path, const char* key, const NumberRule& rule,
-                std::optional<double>* out) const {
-    return ReadNumber(obj, path, key, rule, false, out);
-  }
-
-  // A `*_us` field, converted to whole nanoseconds.
-  Status Time(const json& obj, const std::string& path, const char* key, TimeNs* out) const {
-    double us = 0;
-    PIPECAST_RETURN_IF_ERROR(Number(obj, path, key, kTimeUs, &us));
-    *out = UsToNs(us);
-    return Status::Ok();
-  }
-  Status Time(const json& obj, const std::string& path, const char* key,
-              std::optional<TimeNs>* out) const {
-    std::optional<double> us;
-    PIPECAST_RETURN_IF_ERROR(Number(obj, path, key, kTimeUs, &us));
-    if (us) *out = UsToNs(*us);
-    return Status::Ok();
-  }
-
-  // The "format" key: present and equal to `expected` ("pipecast-model/1").
-  Status Format(const json& root, const std::string& expected) const {
-    std::string format;
-    PIPECAST_RETURN_IF_ERROR(
-        ReadString(root, "", "format", fmt::format("\"format\": \"{}\" as the first key", expected),
-                   true, &format));
-    if (format == expected) return Status::Ok();
-    const std::string kind = expected.substr(0, expected.find('/') + 1);
-    if (format.rfind("pipecast-", 0) == 0 && format.rfind(kind, 0) != 0) {
-      return Error("format", fmt::format("\"{}\" is another kind of pipecast "
-                                         "file; expected a \"{}\" file here",
-                                         format, expected));
-    }
-    return Error("format", fmt::format("\"{}\" is not supported; this build "
-                                       "reads \"{}\"",
-                                       format, expected));
-  }
-
- private:
-  Status ReadString(const json& obj, const std::string& path, const char* key,
-                    const std::string& about, bool required, std::string* out) const {
-    const json* v = nullptr;
-    PIPECAST_RETURN_IF_ERROR(Find(obj, path, key, about.c_str(), required, &v));
-    if (v == nullptr) return Status::Ok();
-    if (!v->is_string()) {
-      return Error(Member(path, key), "must be a string, got " + Shown(*v));
-    }
-    *out = v->get<std::string>();
-    if (required && out->empty()) {
-      return Error(Member(path, key), "must not be empty");
-    }
-    return Status::Ok();
-  }
-
-  template <typename T>
-  Status ReadInteger(const json& obj, const std::string& path, const char* key, const IntRule& rule,
-                     bool required, std::optional<T>* out) const {
-    const json* v = nullptr;
-    PIPECAST_RETURN_IF_ERROR(Find(obj, path, key, rule.about, required, &v));
-    if (v == nullptr) return Status::Ok();
-    const int64_t max = std::min<int64_t>(rule.max, std::numeric_limits<T>::max());
-    const std::string where = Member(path, key);
-    const std::string expected =
-        fmt::format("must be an integer >= {}, got {}", rule.min, Shown(*v));
-    int64_t value = 0;
-    if (v->is_number_unsigned()) {
-      uint64_t u = v->get<uint64_t>();
-      if (u > static_cast<uint64_t>(max)) return OverLimit(where, *v, rule);
-      value = static_cast<int64_t>(u);
-    } else if (v->is_number_integer()) {
-      value = v->get<int64_t>();
-    } else if (v->is_number_float()) {
-      // Accept whole numbers written as floats (5e7, 2.0): JSON writers differ.
-      double d = v->get<double>();
-      if (!std::isfinite(d) || d != std::floor(d)) return Error(where, expected);
-      if (d > static_cast<double>(max)) return OverLimit(where, *v, rule);
-      if (d < static_cast<double>(rule.min)) return Error(where, expected);
-      value = static_cast<int64_t>(d);
-    } else {
-      return Error(where, expected);
-    }
-    if (value < rule.min) return Error(where, expected);
-    if (value > max) return OverLimit(where, *v, rule);
-    *out = static_cast<T>(value);
-    return Status::Ok();
-  }
-
-  Status ReadNumber(const json& obj, const std::string& path, const char* key,
-                    const NumberRule& rule, bool required, std::optional<double>* out) const {
-    const json* v = nullptr;
-    PIPECAST_RETURN_IF_ERROR(Find(obj, path, key, rule.about, required, &v));
-    if (v == nullptr) return Status::Ok();
-    const std::string where = Member(path, key);
-    const std::string expected = fmt::format("must be a finite number {} {}, got {}",
-                                             rule.min_exclusive ? ">" : ">=", rule.min, Shown(*v));
-    if (!v->is_number()) return Error(where, expected);
-    double d = v->get<double>();
-    if (!std::isfinite(d) || d < rule.min || (rule.min_exclusive && d == rule.min)) {
-      return Error(where, expected);
-    }
-    if (d > rule.max) return OverLimit(where, *v, rule);
-    *out = d;
-    return Status::Ok();
-  }
-
-  template <typename Rule>
-  Status OverLimit(const std::string& where, const json& v, const Rule& rule) const {
-    return Error(where, fmt::format("{} is over the limit of {}; expected {}: "
-                                    "check the unit",
-                                    Shown(v), rule.limit, rule.about));
-  }
-
-  std::string origin_;
-};
 
 // ---------------------------------------------------------------------------
 // model.json
@@ -443,9 +102,9 @@ Status ReadProfile(const Reader& r, const json& v, const std::string& path, Laye
                    "activation_bytes", "output_bytes", "workspace_bytes"}));
   PIPECAST_RETURN_IF_ERROR(
       r.Integer(v, path, "microbatch_size", kMicrobatchSize, &p->microbatch_size));
-  PIPECAST_RETURN_IF_ERROR(r.Time(v, path, "forward_us", &p->forward_ns));
-  PIPECAST_RETURN_IF_ERROR(r.Time(v, path, "backward_us", &p->backward_ns));
-  PIPECAST_RETURN_IF_ERROR(r.Time(v, path, "backward_weight_us", &p->backward_weight_ns));
+  PIPECAST_RETURN_IF_ERROR(r.Time(v, path, "forward_us", kTimeUs, &p->forward_ns));
+  PIPECAST_RETURN_IF_ERROR(r.Time(v, path, "backward_us", kTimeUs, &p->backward_ns));
+  PIPECAST_RETURN_IF_ERROR(r.Time(v, path, "backward_weight_us", kTimeUs, &p->backward_weight_ns));
   if (p->backward_weight_ns && *p->backward_weight_ns > p->backward_ns) {
     return r.Error(Member(path, "backward_weight_us"),
                    fmt::format("{} is more than backward_us ({}); it is the "
@@ -596,7 +255,7 @@ Status ReadCluster(const Reader& r, const json& root, Cluster* cluster) {
 // Runs `read` on the parsed text; no exception gets past this function.
 template <typename T, typename ReadFn>
 Result<T> ParseWith(const std::string& text, const std::string& origin, ReadFn read) {
-  const Reader reader(origin);
+  const Reader reader(origin, internal::kModelWording);
   try {
     json root;
     PIPECAST_RETURN_IF_ERROR(reader.Parse(text, &root));
@@ -607,10 +266,6 @@ Result<T> ParseWith(const std::string& text, const std::string& origin, ReadFn r
     return Status::Internal(origin +
                             ": unexpected error while reading: " + WithoutExceptionId(e.what()));
   }
-}
-
-std::string Dump(const json& j) {
-  return j.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
 }
 
 }  // namespace

@@ -1,26 +1,24 @@
-// plan.json (formats/plan.h): writing and reading `pipecast-plan/1`. Like
-// formats.cc, this file catches every nlohmann::json exception and turns it
-// into a Status naming the file and the JSON path (`partition[2].last_layer`).
+// plan.json (formats/plan.h): writing and reading `pipecast-plan/1`. Field reads go through the
+// formats part's JSON reader (formats/internal/json_reader.h, plan wording); like formats.cc, this
+// file catches every nlohmann::json exception and turns it into a Status naming the file and the
+// JSON path (`partition[2].last_layer`).
 // The embedded cluster goes through ParseCluster and the action lists through
 // ParseScheduleText, so their rules live in one place.
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <exception>
-#include <initializer_list>
 #include <limits>
-#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
-#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "formats/file_util.h"
 #include "formats/formats.h"
+#include "formats/internal/json_reader.h"
 #include "formats/plan.h"
 #include "formats/result_json.h"
 #include "formats/schedule_text.h"
@@ -28,7 +26,13 @@
 namespace pipecast {
 namespace {
 
-using json = nlohmann::ordered_json;
+using json = internal::Json;
+using internal::Dump;
+using internal::Element;
+using internal::Member;
+using internal::Shown;
+using internal::WithoutExceptionId;
+using Reader = internal::JsonReader;
 
 // FNV-1a, 64-bit (Fowler, Noll, Vo): not cryptographic, only a fingerprint.
 constexpr uint64_t kFnvOffsetBasis = 0xcbf29ce484222325ULL;
@@ -40,149 +44,12 @@ constexpr int64_t kMaxCount = int64_t{1} << 24;
 constexpr int64_t kMaxGlobalBatch = int64_t{1} << 40;
 constexpr double kMaxTimeUs = 1e12;  // 11.6 days
 constexpr double kMaxBytesPerParam = 1024;
-constexpr size_t kMaxShownChars = 40;
-
-std::string Member(const std::string& path, std::string_view key) {
-  return path.empty() ? std::string(key) : path + "." + std::string(key);
-}
-std::string Element(const std::string& path, size_t index) {
-  return fmt::format("{}[{}]", path, index);
-}
-
-std::string Shown(const json& v) {
-  if (v.is_object()) return "an object";
-  if (v.is_array()) return "an array";
-  std::string text = v.dump(-1, ' ', false, json::error_handler_t::replace);
-  if (text.size() > kMaxShownChars) text = text.substr(0, kMaxShownChars) + "...";
-  return v.is_string() ? "string " + text : text;
-}
-
-std::string Dump(const json& j) {
-  return j.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
-}
-
-// Typed field reads; every error starts with "<origin>: <path>: ".
-class Reader {
- public:
-  explicit Reader(std::string origin) : origin_(std::move(origin)) {}
-
-  Status Error(const std::string& path, const std::string& what) const {
-    return Status::InvalidArgument(path.empty() ? fmt::format("{}: {}", origin_, what)
-                                                : fmt::format("{}: {}: {}", origin_, path, what));
-  }
-  const std::string& origin() const { return origin_; }
-
-  Status Object(const json& v, const std::string& path) const {
-    if (v.is_object()) return Status::Ok();
-    return Error(path, "expected an object {...}, got " + Shown(v));
-  }
-
-  Status Keys(const json& obj, const std::string& path,
-              std::initializer_list<std::string_view> known) const {
-    for (const auto& item : obj.items()) {
-      if (std::find(known.begin(), known.end(), item.key()) != known.end()) continue;
-      std::string list;
-      for (std::string_view k : known) list += (list.empty() ? "" : ", ") + std::string(k);
-      return Error(Member(path, item.key()), "unknown key; known keys here: " + list);
-    }
-    return Status::Ok();
-  }
-
-  Status Find(const json& obj, const std::string& path, const char* key, const json** out) const {
-    auto it = obj.find(key);
-    if (it == obj.end()) return Error(Member(path, key), "missing");
-    *out = &*it;
-    return Status::Ok();
-  }
-
-  Status String(const json& obj, const std::string& path, const char* key, std::string* out) const {
-    const json* v = nullptr;
-    PIPECAST_RETURN_IF_ERROR(Find(obj, path, key, &v));
-    if (!v->is_string()) return Error(Member(path, key), "expected a string, got " + Shown(*v));
-    *out = v->get<std::string>();
-    if (out->empty()) return Error(Member(path, key), "must not be empty");
-    return Status::Ok();
-  }
-
-  Status Bool(const json& obj, const std::string& path, const char* key, bool* out) const {
-    const json* v = nullptr;
-    PIPECAST_RETURN_IF_ERROR(Find(obj, path, key, &v));
-    if (!v->is_boolean()) {
-      return Error(Member(path, key), "expected true or false, got " + Shown(*v));
-    }
-    *out = v->get<bool>();
-    return Status::Ok();
-  }
-
-  // An integer in [min, max]; whole numbers written as floats are accepted.
-  Status Int(const json& v, const std::string& where, int64_t min, int64_t max,
-             int64_t* out) const {
-    const std::string expected = fmt::format("expected an integer >= {}, got {}", min, Shown(v));
-    if (v.is_number_unsigned()) {
-      uint64_t u = v.get<uint64_t>();
-      if (u > static_cast<uint64_t>(max)) return TooLarge(where, v, max);
-      *out = static_cast<int64_t>(u);
-    } else if (v.is_number_integer()) {
-      *out = v.get<int64_t>();
-    } else if (v.is_number_float()) {
-      double d = v.get<double>();
-      if (!std::isfinite(d) || d != std::floor(d)) return Error(where, expected);
-      if (d > static_cast<double>(max)) return TooLarge(where, v, max);
-      if (d < static_cast<double>(min)) return Error(where, expected);
-      *out = static_cast<int64_t>(d);
-    } else {
-      return Error(where, expected);
-    }
-    if (*out < min) return Error(where, expected);
-    if (*out > max) return TooLarge(where, v, max);
-    return Status::Ok();
-  }
-  template <typename T>
-  Status Int(const json& obj, const std::string& path, const char* key, int64_t min, int64_t max,
-             T* out) const {
-    const json* v = nullptr;
-    PIPECAST_RETURN_IF_ERROR(Find(obj, path, key, &v));
-    int64_t value = 0;
-    PIPECAST_RETURN_IF_ERROR(Int(*v, Member(path, key), min, max, &value));
-    *out = static_cast<T>(value);
-    return Status::Ok();
-  }
-
-  // A finite number in [0, max].
-  Status Number(const json& obj, const std::string& path, const char* key, double max,
-                double* out) const {
-    const json* v = nullptr;
-    PIPECAST_RETURN_IF_ERROR(Find(obj, path, key, &v));
-    const std::string where = Member(path, key);
-    if (!v->is_number() || !std::isfinite(v->get<double>()) || v->get<double>() < 0) {
-      return Error(where, "expected a finite number >= 0, got " + Shown(*v));
-    }
-    *out = v->get<double>();
-    if (*out > max) return Error(where, fmt::format("{} is over the limit of {}", Shown(*v), max));
-    return Status::Ok();
-  }
-
-  Status Array(const json& obj, const std::string& path, const char* key, const json** out) const {
-    PIPECAST_RETURN_IF_ERROR(Find(obj, path, key, out));
-    if (!(*out)->is_array()) {
-      return Error(Member(path, key), "expected a list [...], got " + Shown(**out));
-    }
-    return Status::Ok();
-  }
-
- private:
-  Status TooLarge(const std::string& where, const json& v, int64_t max) const {
-    return Error(where, fmt::format("{} is over the limit of {}", Shown(v), max));
-  }
-
-  std::string origin_;
-};
 
 Status ReadModelRef(const Reader& r, const json& root, PlanFile* plan) {
   const json* v = nullptr;
   PIPECAST_RETURN_IF_ERROR(r.Find(root, "", "model", &v));
-  PIPECAST_RETURN_IF_ERROR(r.Object(*v, "model"));
-  PIPECAST_RETURN_IF_ERROR(r.Keys(*v, "model", {"name", "hash"}));
+  PIPECAST_RETURN_IF_ERROR(r.CheckObject(*v, "model"));
+  PIPECAST_RETURN_IF_ERROR(r.CheckKeys(*v, "model", {"name", "hash"}));
   PIPECAST_RETURN_IF_ERROR(r.String(*v, "model", "name", &plan->model_name));
   return r.String(*v, "model", "hash", &plan->model_hash);
 }
@@ -192,7 +59,7 @@ Status ReadModelRef(const Reader& r, const json& root, PlanFile* plan) {
 Status ReadEmbeddedCluster(const Reader& r, const json& root, Cluster* cluster) {
   const json* v = nullptr;
   PIPECAST_RETURN_IF_ERROR(r.Find(root, "", "cluster", &v));
-  PIPECAST_RETURN_IF_ERROR(r.Object(*v, "cluster"));
+  PIPECAST_RETURN_IF_ERROR(r.CheckObject(*v, "cluster"));
   Result<Cluster> parsed = ParseCluster(Dump(*v), "");
   if (!parsed.ok()) {
     // ParseCluster with an empty origin says ": <path>: <what>".
@@ -216,9 +83,9 @@ Status ReadCounts(const Reader& r, const json& root, PlanFile* plan) {
       r.Int(root, "", "global_batch", 1, kMaxGlobalBatch, &plan->global_batch));
   const json* schedule = nullptr;
   PIPECAST_RETURN_IF_ERROR(r.Find(root, "", "schedule", &schedule));
-  PIPECAST_RETURN_IF_ERROR(r.Object(*schedule, "schedule"));
+  PIPECAST_RETURN_IF_ERROR(r.CheckObject(*schedule, "schedule"));
   PIPECAST_RETURN_IF_ERROR(
-      r.Keys(*schedule, "schedule", {"name", "virtual_stages", "iterations", "flush"}));
+      r.CheckKeys(*schedule, "schedule", {"name", "virtual_stages", "iterations", "flush"}));
   PIPECAST_RETURN_IF_ERROR(r.String(*schedule, "schedule", "name", &plan->schedule_name));
   PIPECAST_RETURN_IF_ERROR(
       r.Int(*schedule, "schedule", "virtual_stages", 1, kMaxCount, &plan->virtual_stages));
@@ -246,8 +113,8 @@ Status ReadPartition(const Reader& r, const json& root, std::vector<StageLayers>
   for (size_t i = 0; i < list->size(); ++i) {
     const std::string path = Element("partition", i);
     const json& e = (*list)[i];
-    PIPECAST_RETURN_IF_ERROR(r.Object(e, path));
-    PIPECAST_RETURN_IF_ERROR(r.Keys(e, path, {"stage", "first_layer", "last_layer"}));
+    PIPECAST_RETURN_IF_ERROR(r.CheckObject(e, path));
+    PIPECAST_RETURN_IF_ERROR(r.CheckKeys(e, path, {"stage", "first_layer", "last_layer"}));
     int stage = 0;
     StageLayers s;
     PIPECAST_RETURN_IF_ERROR(r.Int(e, path, "stage", 0, kMaxCount, &stage));
@@ -284,7 +151,8 @@ Status ReadPlacement(const Reader& r, const json& root, PlanFile* plan) {
   plan->placement.clear();
   for (size_t i = 0; i < list->size(); ++i) {
     int64_t gpu = 0;
-    PIPECAST_RETURN_IF_ERROR(r.Int((*list)[i], Element("placement", i), 0, plan->gpus - 1, &gpu));
+    PIPECAST_RETURN_IF_ERROR(r.IntegerValue((*list)[i], Element("placement", i),
+                                            {0, plan->gpus - 1, nullptr, ""}, &gpu));
     if (!seen.insert(static_cast<int>(gpu)).second) {
       return r.Error(Element("placement", i),
                      fmt::format("GPU {} is already used by another rank", gpu));
@@ -342,10 +210,10 @@ Status ReadActions(const Reader& r, const json& root, PlanFile* plan) {
 Status ReadMemory(const Reader& r, const json& root, PlanFile* plan) {
   const json* v = nullptr;
   PIPECAST_RETURN_IF_ERROR(r.Find(root, "", "memory", &v));
-  PIPECAST_RETURN_IF_ERROR(r.Object(*v, "memory"));
-  PIPECAST_RETURN_IF_ERROR(
-      r.Keys(*v, "memory",
-             {"weight_bytes_per_param", "gradient_bytes_per_param", "optimizer_bytes_per_param"}));
+  PIPECAST_RETURN_IF_ERROR(r.CheckObject(*v, "memory"));
+  PIPECAST_RETURN_IF_ERROR(r.CheckKeys(
+      *v, "memory",
+      {"weight_bytes_per_param", "gradient_bytes_per_param", "optimizer_bytes_per_param"}));
   MemoryConfig& m = plan->memory;
   PIPECAST_RETURN_IF_ERROR(r.Number(*v, "memory", "weight_bytes_per_param", kMaxBytesPerParam,
                                     &m.weight_bytes_per_param));
@@ -365,7 +233,7 @@ Status ReadPredicted(const Reader& r, const json& root, PlanFile* plan) {
   const json* v = nullptr;
   const std::string path = "predicted";
   PIPECAST_RETURN_IF_ERROR(r.Find(root, "", "predicted", &v));
-  PIPECAST_RETURN_IF_ERROR(r.Object(*v, path));
+  PIPECAST_RETURN_IF_ERROR(r.CheckObject(*v, path));
   double us = 0;
   PIPECAST_RETURN_IF_ERROR(r.Number(*v, path, "iteration_time_us", kMaxTimeUs, &us));
   plan->predicted_iteration_ns = UsToNs(us);
@@ -385,7 +253,7 @@ Status ReadPredicted(const Reader& r, const json& root, PlanFile* plan) {
   }
   plan->predicted_peak_memory_bytes.clear();
   for (size_t i = 0; i < stages->size(); ++i) {
-    PIPECAST_RETURN_IF_ERROR(r.Object((*stages)[i], Element(list, i)));
+    PIPECAST_RETURN_IF_ERROR(r.CheckObject((*stages)[i], Element(list, i)));
     Bytes peak = 0;
     PIPECAST_RETURN_IF_ERROR(r.Int((*stages)[i], Element(list, i), "peak_memory_bytes", 0,
                                    std::numeric_limits<int64_t>::max() / 2, &peak));
@@ -436,18 +304,18 @@ Status CheckConsistent(const Reader& r, const PlanFile& plan) {
 }
 
 Status ReadPlan(const Reader& r, const json& root, PlanFile* plan) {
-  PIPECAST_RETURN_IF_ERROR(r.Object(root, ""));
+  PIPECAST_RETURN_IF_ERROR(r.CheckObject(root, ""));
   std::string format;
   PIPECAST_RETURN_IF_ERROR(r.String(root, "", "format", &format));
   if (format != kPlanFormat) {
     return r.Error("format", fmt::format("\"{}\" is not supported; this build reads \"{}\"", format,
                                          kPlanFormat));
   }
-  PIPECAST_RETURN_IF_ERROR(
-      r.Keys(root, "",
-             {"format", "model", "cluster", "gpus", "pipeline_stages", "data_parallel",
-              "microbatch_size", "microbatches", "global_batch", "schedule", "recompute",
-              "partition", "placement", "actions", "memory", "optimizer_step_us", "predicted"}));
+  PIPECAST_RETURN_IF_ERROR(r.CheckKeys(
+      root, "",
+      {"format", "model", "cluster", "gpus", "pipeline_stages", "data_parallel", "microbatch_size",
+       "microbatches", "global_batch", "schedule", "recompute", "partition", "placement", "actions",
+       "memory", "optimizer_step_us", "predicted"}));
   PIPECAST_RETURN_IF_ERROR(ReadModelRef(r, root, plan));
   PIPECAST_RETURN_IF_ERROR(ReadEmbeddedCluster(r, root, &plan->cluster));
   PIPECAST_RETURN_IF_ERROR(ReadCounts(r, root, plan));
@@ -587,17 +455,13 @@ std::string PlanToJson(const PlanFile& plan) {
 }
 
 Result<PlanFile> ParsePlan(const std::string& text, const std::string& origin) {
-  const Reader reader(origin);
+  const Reader reader(origin, internal::kPlanWording);
   try {
     json root;
     try {
       root = json::parse(text);
     } catch (const json::exception& e) {
-      std::string what = e.what();
-      if (size_t end = what.find("] "); !what.empty() && what[0] == '[' && end != what.npos) {
-        what = what.substr(end + 2);
-      }
-      return reader.Error("", "not valid JSON: " + what);
+      return reader.Error("", "not valid JSON: " + WithoutExceptionId(e.what()));
     }
     PlanFile plan;
     PIPECAST_RETURN_IF_ERROR(ReadPlan(reader, root, &plan));

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "planner/passes.h"
+#include "sim/schedule_traits.h"
 
 namespace pipecast::passes {
 
@@ -15,32 +16,23 @@ bool HasWeightGradientSplit(const Model& model) {
   });
 }
 
-// Why `c` cannot run as its schedule requires, or "" when it can.
+// Why `c` cannot run as its schedule requires, or "" when it can. The schedule's rules come from
+// its traits row; the chunk and layer limits are the planner's own.
 std::string ScheduleConstraint(const Candidate& c, int layers, bool split) {
+  const ScheduleTraits& traits = TraitsOf(c.schedule);
   const int p = c.pipeline_stages, m = c.microbatches;
-  switch (c.schedule) {
-    case ScheduleKind::kInterleaved1F1B:
-    case ScheduleKind::kLoopedBFS:
-      if (p < 2) return "chunked schedules need at least 2 stages";
-      if (c.VirtualStages() > layers) {
-        return fmt::format("{} chunks x {} stages exceeds the model's {} layers", c.chunks, p,
-                           layers);
-      }
-      if (c.schedule == ScheduleKind::kInterleaved1F1B && m % p != 0) {
-        return fmt::format("interleaved 1F1B needs m ({}) to be a multiple of p ({})", m, p);
-      }
-      if (c.schedule == ScheduleKind::kLoopedBFS && m < p) {
-        return fmt::format("looped BFS needs m ({}) >= p ({})", m, p);
-      }
-      return "";
-    case ScheduleKind::kZBH1:
-    case ScheduleKind::kZBH2:
-      if (!split) return "zb-h1 and zb-h2 split the backward: the model needs backward_weight_us";
-      if (m < p) return fmt::format("zb-h1 and zb-h2 need m ({}) >= p ({})", m, p);
-      return "";
-    default:
-      return "";
+  if (traits.uses_chunks) {
+    if (p < 2) return "chunked schedules need at least 2 stages";
+    if (c.VirtualStages() > layers) {
+      return fmt::format("{} chunks x {} stages exceeds the model's {} layers", c.chunks, p,
+                         layers);
+    }
   }
+  if (traits.splits_backward && !split) {
+    return fmt::format("{} split the backward: the model needs backward_weight_us",
+                       traits.rule_label);
+  }
+  return MicrobatchRuleConflict(c.schedule, p, m);
 }
 
 }  // namespace
@@ -59,7 +51,7 @@ std::vector<Candidate> Enumerate(const Model& model, const PlannerOptions& optio
     for (int size : options.microbatch_sizes) {
       for (ScheduleKind schedule : options.schedules) {
         const std::vector<int> chunk_counts =
-            UsesChunks(schedule) ? options.chunks : std::vector<int>{1};
+            TraitsOf(schedule).uses_chunks ? options.chunks : std::vector<int>{1};
         for (int v : chunk_counts) {
           for (bool recompute : recompute_modes) {
             Candidate c;

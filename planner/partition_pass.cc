@@ -9,32 +9,13 @@
 #include <limits>
 
 #include "planner/passes.h"
+#include "sim/schedule_traits.h"
 #include "sim/stage_costs.h"
 
 namespace pipecast::passes {
 
 int InflightMicrobatches(ScheduleKind schedule, int stage, int p, int m) {
-  switch (schedule) {
-    case ScheduleKind::kNaive:
-      return 1;
-    case ScheduleKind::kGPipe:
-      return m;
-    case ScheduleKind::k1F1B:
-    case ScheduleKind::kPipeDream:
-    case ScheduleKind::kCustom:
-      return std::min(p - stage, m);
-    case ScheduleKind::kZBH1:
-      // p - s until the input gradient; deferred W ops keep up to p in all.
-      return std::min(p, m);
-    case ScheduleKind::kZBH2:
-      // Warm-up forwards 2(p-s)-1, and W ops deferred until the tail keep
-      // 2p-1 activations on every stage (schedule_zoo.cc).
-      return std::min(2 * p - 1, m);
-    case ScheduleKind::kInterleaved1F1B:
-    case ScheduleKind::kLoopedBFS:
-      return m;  // estimated per chunk by the simulate pass instead
-  }
-  return m;
+  return TraitsOf(schedule).inflight_microbatches(stage, p, m);
 }
 
 namespace {

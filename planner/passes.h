@@ -16,8 +16,9 @@ std::vector<Candidate> Enumerate(const Model& model, const PlannerOptions& optio
                                  int64_t global_batch, std::vector<Rejection>* rejected);
 
 // The activation micro-batches stage s of p holds at its peak under a schedule
-// with m micro-batches: naive 1, GPipe m, 1F1B and PipeDream min(p - s, m),
-// ZB-H1 min(p, m) (deferred W ops keep activations), ZB-H2 min(2p-1, m).
+// with m micro-batches, from the schedule's traits row (sim/schedule_traits.h):
+// naive 1, GPipe m, 1F1B and PipeDream min(p - s, m), ZB-H1 min(p, m)
+// (deferred W ops keep activations), ZB-H2 min(2p-1, m).
 int InflightMicrobatches(ScheduleKind schedule, int stage, int p, int m);
 
 // Estimated peak bytes of layers [first, last] as stage `stage` of the

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "planner/passes.h"
+#include "sim/schedule_traits.h"
 
 namespace pipecast {
 
@@ -118,8 +119,8 @@ Result<PlanReport> RunPlanner(const Model& model, const Cluster& cluster,
   if (model.layers.empty()) return Status::InvalidArgument("the model has no layers");
   PlannerOptions options = options_in;
   if (options.schedules.empty()) {
-    for (ScheduleKind k : BuiltinScheduleKinds()) {
-      if (k != ScheduleKind::kPipeDream) options.schedules.push_back(k);
+    for (const ScheduleTraits& t : AllScheduleTraits()) {
+      if (t.planner_default) options.schedules.push_back(t.kind);
     }
   }
   if (options.microbatch_sizes.empty()) {

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "sim/internal/schedule_builders.h"
+#include "sim/schedule_traits.h"
 
 namespace pipecast {
 
@@ -26,44 +26,19 @@ std::string ActionName(const Action& action) {
   return fmt::format("{}{}{}", action.stage, OpKindLetter(action.kind), action.microbatch);
 }
 
-const char* ScheduleKindName(ScheduleKind kind) {
-  switch (kind) {
-    case ScheduleKind::kNaive:
-      return "naive";
-    case ScheduleKind::kGPipe:
-      return "gpipe";
-    case ScheduleKind::k1F1B:
-      return "1f1b";
-    case ScheduleKind::kInterleaved1F1B:
-      return "interleaved";
-    case ScheduleKind::kPipeDream:
-      return "pipedream";
-    case ScheduleKind::kZBH1:
-      return "zb-h1";
-    case ScheduleKind::kZBH2:
-      return "zb-h2";
-    case ScheduleKind::kLoopedBFS:
-      return "looped-bfs";
-    case ScheduleKind::kCustom:
-      return "custom";
-  }
-  return "?";
-}
+const char* ScheduleKindName(ScheduleKind kind) { return TraitsOf(kind).name; }
 
 std::vector<ScheduleKind> BuiltinScheduleKinds() {
-  return {ScheduleKind::kNaive,     ScheduleKind::kGPipe,
-          ScheduleKind::k1F1B,      ScheduleKind::kInterleaved1F1B,
-          ScheduleKind::kPipeDream, ScheduleKind::kZBH1,
-          ScheduleKind::kZBH2,      ScheduleKind::kLoopedBFS};
+  std::vector<ScheduleKind> kinds;
+  for (const ScheduleTraits& t : AllScheduleTraits()) {
+    if (t.builtin) kinds.push_back(t.kind);
+  }
+  return kinds;
 }
 
-bool UsesChunks(ScheduleKind kind) {
-  return kind == ScheduleKind::kInterleaved1F1B || kind == ScheduleKind::kLoopedBFS;
-}
+bool UsesChunks(ScheduleKind kind) { return TraitsOf(kind).uses_chunks; }
 
-bool SplitsBackward(ScheduleKind kind) {
-  return kind == ScheduleKind::kZBH1 || kind == ScheduleKind::kZBH2;
-}
+bool SplitsBackward(ScheduleKind kind) { return TraitsOf(kind).splits_backward; }
 
 Result<ScheduleKind> ParseScheduleKind(const std::string& name) {
   std::string known;
@@ -83,135 +58,25 @@ int64_t Schedule::NumActions() const {
   return n;
 }
 
-namespace {
-
-Action F(int stage, int mb) { return Action{stage, OpKind::kForward, mb}; }
-Action B(int stage, int mb) { return Action{stage, OpKind::kBackward, mb}; }
-
-// Naive model parallelism: one micro-batch at a time through the whole
-// pipeline and back (GPipe paper fig. 2(b); PipeDream fig. 3). Each rank
-// alternates F(i), B(i); the data dependencies keep a single micro-batch in
-// flight, so an iteration takes m·p·(F+B).
-void BuildNaive(Schedule& s) {
-  for (int r = 0; r < s.num_ranks; ++r) {
-    for (int i = 0; i < s.num_microbatches; ++i) {
-      s.actions[r].push_back(F(r, i));
-      s.actions[r].push_back(B(r, i));
-    }
-  }
-}
-
-// GPipe (Huang et al. 2019, section 2.3): all forwards, then all backwards,
-// then a flush. Backwards in micro-batch order, as PyTorch's ScheduleGPipe.
-void BuildGPipe(Schedule& s) {
-  for (int r = 0; r < s.num_ranks; ++r) {
-    for (int i = 0; i < s.num_microbatches; ++i) s.actions[r].push_back(F(r, i));
-    for (int i = 0; i < s.num_microbatches; ++i) s.actions[r].push_back(B(r, i));
-  }
-}
-
-// 1F1B with flush (PipeDream-Flush; Narayanan et al. SC'21 section 2.2.1).
-// Megatron-LM's `forward_backward_pipelining_without_interleaving`: rank r
-// runs min(p-r-1, m) warm-up forwards, then alternates one forward and one
-// backward, then drains the remaining backwards. Rank r holds at most
-// min(p-r, m) micro-batches' activations.
-void Build1F1B(Schedule& s) {
-  const int p = s.num_ranks;
-  const int m = s.num_microbatches;
-  for (int r = 0; r < p; ++r) {
-    const int warmup = std::min(p - r - 1, m);
-    const int steady = m - warmup;
-    auto& list = s.actions[r];
-    for (int i = 0; i < warmup; ++i) list.push_back(F(r, i));
-    for (int i = 0; i < steady; ++i) {
-      list.push_back(F(r, warmup + i));
-      list.push_back(B(r, i));
-    }
-    for (int i = steady; i < m; ++i) list.push_back(B(r, i));
-  }
-}
-
-// PipeDream asynchronous 1F1B with weight stashing (Narayanan et al.,
-// SOSP'19): the 1F1B order without a flush between iterations. Simulated as
-// kPipeDreamIterations iterations back to back, micro-batches numbered
-// across them, so the steady state shows; each rank stashes one weight
-// version per in-flight micro-batch (p - s on stage s).
-void BuildPipeDream(Schedule& s) {
-  s.iterations = kPipeDreamIterations;
-  s.flush = false;
-  const int per_iteration = s.num_microbatches;
-  s.num_microbatches = per_iteration * s.iterations;
-  Build1F1B(s);
-}
-
-}  // namespace
-
 Result<Schedule> MakeSchedule(ScheduleKind kind, int num_ranks, int num_microbatches, int chunks) {
-  if (num_ranks < 1) {
+  PIPECAST_RETURN_IF_ERROR(CheckShape(kind, num_ranks, num_microbatches, chunks));
+  const ScheduleTraits& traits = TraitsOf(kind);
+  if (traits.generate == nullptr) {
     return Status::InvalidArgument(
-        fmt::format("--stages is {}: a pipeline needs at least 1 stage", num_ranks));
-  }
-  if (num_microbatches < 1) {
-    return Status::InvalidArgument(fmt::format(
-        "--microbatches is {}: an iteration needs at least 1 micro-batch", num_microbatches));
-  }
-  if (chunks < 1 || (chunks > 1 && !UsesChunks(kind))) {
-    return Status::InvalidArgument(
-        fmt::format("--chunks is {}: {} takes exactly 1 model chunk per GPU; only interleaved and "
-                    "looped-bfs take more",
-                    chunks, ScheduleKindName(kind)));
-  }
-  // A bound far past real pipelines (1024 stages x 8192 micro-batches) that
-  // keeps the action lists, and the simulation of them, finite: without it
-  // --microbatches 100000000 ran out of memory or ran for hours (issue 8).
-  constexpr int64_t kMaxScheduleCells = int64_t{1} << 23;
-  const int64_t stages = int64_t{num_ranks} * chunks;
-  if (stages * num_microbatches > kMaxScheduleCells) {
-    return Status::InvalidArgument(fmt::format(
-        "{} stages x {} micro-batches = {} (stage, micro-batch) pairs is over the limit of "
-        "2^23 ({}): use fewer micro-batches or stages",
-        stages, num_microbatches, stages * num_microbatches, kMaxScheduleCells));
+        "the custom schedule has no generator: give its text with --schedule-in FILE");
   }
   Schedule s;
-  s.name = ScheduleKindName(kind);
+  s.name = traits.name;
   s.num_ranks = num_ranks;
   s.num_stages = num_ranks * chunks;
   s.num_microbatches = num_microbatches;
   s.stage_rank.resize(s.num_stages);
-  for (int st = 0; st < s.num_stages; ++st) s.stage_rank[st] = st % num_ranks;
-  s.actions.resize(num_ranks);
-  s.split_backward = SplitsBackward(kind);
-  Status built;
-  switch (kind) {
-    case ScheduleKind::kNaive:
-      BuildNaive(s);
-      break;
-    case ScheduleKind::kGPipe:
-      BuildGPipe(s);
-      break;
-    case ScheduleKind::k1F1B:
-      Build1F1B(s);
-      break;
-    case ScheduleKind::kPipeDream:
-      BuildPipeDream(s);
-      break;
-    case ScheduleKind::kInterleaved1F1B:
-      built = internal::BuildInterleaved1F1B(s);
-      break;
-    case ScheduleKind::kZBH1:
-      built = internal::BuildZBH1(s);
-      break;
-    case ScheduleKind::kZBH2:
-      built = internal::BuildZBH2(s);
-      break;
-    case ScheduleKind::kLoopedBFS:
-      built = internal::BuildLoopedBFS(s);
-      break;
-    case ScheduleKind::kCustom:
-      return Status::InvalidArgument(
-          "the custom schedule has no generator: give its text with --schedule-in FILE");
+  for (int st = 0; st < s.num_stages; ++st) {
+    s.stage_rank[st] = StageRank(traits.placement, st, num_ranks);
   }
-  if (!built.ok()) return built;
+  s.actions.resize(num_ranks);
+  s.split_backward = traits.splits_backward;
+  traits.generate(s);
   return s;
 }
 

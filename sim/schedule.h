@@ -47,6 +47,8 @@ enum class ScheduleKind {
   kLoopedBFS,        // "looped-bfs": breadth-first, v chunks per rank
   kCustom,           // "custom": schedule text
 };
+// The facts about each kind (name, chunks, split backward, shape rules, generator) live in one
+// record per kind, sim/schedule_traits.h; the functions below read it.
 const char* ScheduleKindName(ScheduleKind kind);
 // Parses a --schedule value; InvalidArgument listing the known names.
 Result<ScheduleKind> ParseScheduleKind(const std::string& name);
@@ -77,11 +79,11 @@ struct Schedule {
   int64_t NumActions() const;
 };
 
-// Builds a built-in schedule. `chunks` (v) is the number of model chunks per
-// rank for kinds that UsesChunks(); others require chunks == 1. Virtual stage
-// c·p + r lives on rank r (Megatron's looped placement).
-// InvalidArgument when ranks < 1, microbatches < 1, chunks < 1, for kCustom,
-// and for a kind's own constraints (interleaved: m a multiple of p).
+// Builds a built-in schedule with its traits row's generator (sim/schedule_traits.h). `chunks`
+// (v) is the number of model chunks per rank for kinds that UsesChunks(); others require
+// chunks == 1. Virtual stage c·p + r lives on rank r (Megatron's looped placement).
+// InvalidArgument with CheckShape()'s message when the kind cannot take this shape (ranks < 1,
+// microbatches < 1, chunks, the kind's micro-batch rule), and for kCustom.
 Result<Schedule> MakeSchedule(ScheduleKind kind, int num_ranks, int num_microbatches,
                               int chunks = 1);
 

@@ -1,10 +1,9 @@
-// Generators of the built-in schedules beyond naive, GPipe and 1F1B: interleaved 1F1B, looped
-// BFS, ZB-H1 and ZB-H2. MakeSchedule() (schedule.cc) sizes the Schedule and calls one of these to
+// Generators of the built-in schedules: naive, GPipe, 1F1B, PipeDream, interleaved 1F1B, looped
+// BFS, ZB-H1 and ZB-H2. MakeSchedule() (schedule.cc) checks the shape (CheckShape in
+// schedule_traits.cc), sizes the Schedule and calls the kind's generator from its traits row to
 // fill `actions`. Each generator cites its source and the closed form it reaches with equal
 // stages and free communication (shared/SCHEDULES.md); schedule_zoo_test.cc checks each one in
 // the simulator.
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <vector>
 
@@ -14,15 +13,6 @@ namespace pipecast::internal {
 namespace {
 
 Action Op(int stage, OpKind kind, int microbatch) { return Action{stage, kind, microbatch}; }
-
-// InvalidArgument unless the iteration has at least one micro-batch per pipeline stage.
-Status RequireMicrobatchesAtLeastStages(const Schedule& s, const char* why) {
-  if (s.num_microbatches >= s.num_ranks) return Status::Ok();
-  return Status::InvalidArgument(fmt::format(
-      "{} needs at least as many micro-batches (N = {}) as pipeline stages (P = {}): {}; use "
-      "--microbatches {} or more",
-      s.name, s.num_microbatches, s.num_ranks, why, s.num_ranks));
-}
 
 // The chunk and micro-batch of rank-local op k in Megatron-LM's interleaved order
 // (`get_model_chunk_id` and `get_microbatch_id_in_model_chunk` in schedules.py): ops go in
@@ -54,6 +44,63 @@ void AppendZeroBubbleRank(int rank, int m, int warmup, int lag, std::vector<Acti
 
 }  // namespace
 
+// Naive model parallelism: one micro-batch at a time through the whole
+// pipeline and back (GPipe paper fig. 2(b); PipeDream fig. 3). Each rank
+// alternates F(i), B(i); the data dependencies keep a single micro-batch in
+// flight, so an iteration takes m·p·(F+B).
+void BuildNaive(Schedule& s) {
+  for (int r = 0; r < s.num_ranks; ++r) {
+    for (int i = 0; i < s.num_microbatches; ++i) {
+      s.actions[r].push_back(Op(r, OpKind::kForward, i));
+      s.actions[r].push_back(Op(r, OpKind::kBackward, i));
+    }
+  }
+}
+
+// GPipe (Huang et al. 2019, section 2.3): all forwards, then all backwards,
+// then a flush. Backwards in micro-batch order, as PyTorch's ScheduleGPipe.
+void BuildGPipe(Schedule& s) {
+  for (int r = 0; r < s.num_ranks; ++r) {
+    for (int i = 0; i < s.num_microbatches; ++i) s.actions[r].push_back(Op(r, OpKind::kForward, i));
+    for (int i = 0; i < s.num_microbatches; ++i)
+      s.actions[r].push_back(Op(r, OpKind::kBackward, i));
+  }
+}
+
+// 1F1B with flush (PipeDream-Flush; Narayanan et al. SC'21 section 2.2.1).
+// Megatron-LM's `forward_backward_pipelining_without_interleaving`: rank r
+// runs min(p-r-1, m) warm-up forwards, then alternates one forward and one
+// backward, then drains the remaining backwards. Rank r holds at most
+// min(p-r, m) micro-batches' activations.
+void Build1F1B(Schedule& s) {
+  const int p = s.num_ranks;
+  const int m = s.num_microbatches;
+  for (int r = 0; r < p; ++r) {
+    const int warmup = std::min(p - r - 1, m);
+    const int steady = m - warmup;
+    auto& list = s.actions[r];
+    for (int i = 0; i < warmup; ++i) list.push_back(Op(r, OpKind::kForward, i));
+    for (int i = 0; i < steady; ++i) {
+      list.push_back(Op(r, OpKind::kForward, warmup + i));
+      list.push_back(Op(r, OpKind::kBackward, i));
+    }
+    for (int i = steady; i < m; ++i) list.push_back(Op(r, OpKind::kBackward, i));
+  }
+}
+
+// PipeDream asynchronous 1F1B with weight stashing (Narayanan et al.,
+// SOSP'19): the 1F1B order without a flush between iterations. Simulated as
+// kPipeDreamIterations iterations back to back, micro-batches numbered
+// across them, so the steady state shows; each rank stashes one weight
+// version per in-flight micro-batch (p - s on stage s).
+void BuildPipeDream(Schedule& s) {
+  s.iterations = kPipeDreamIterations;
+  s.flush = false;
+  const int per_iteration = s.num_microbatches;
+  s.num_microbatches = per_iteration * s.iterations;
+  Build1F1B(s);
+}
+
 // Interleaved 1F1B (Narayanan et al., SC'21, section 2.2.2), in the order of Megatron-LM's
 // `forward_backward_pipelining_with_interleaving` (megatron/core/pipeline_parallel/
 // schedules.py). Rank r owns chunks c = 0..v-1, chunk c being virtual stage c·p + r. Its k-th
@@ -62,16 +109,10 @@ void AppendZeroBubbleRank(int rank, int m, int warmup, int lag, std::vector<Acti
 // forwards (all m·v when m == p, as Megatron does), then pairs (forward warm-up + i, backward i),
 // then the remaining backwards. Equal stages, no communication: m(F+B) + (p-1)(F+B)/v; rank r
 // holds min(2(p-r-1) + (v-1)p + 1, m·v) chunk activations at peak.
-Status BuildInterleaved1F1B(Schedule& s) {
+void BuildInterleaved1F1B(Schedule& s) {
   const int p = s.num_ranks;
   const int m = s.num_microbatches;
   const int v = s.ChunksPerRank();
-  if (m % p != 0) {
-    return Status::InvalidArgument(fmt::format(
-        "interleaved 1F1B needs the micro-batch count (N = {}) to be a multiple of the "
-        "pipeline stages (P = {}), as Megatron-LM requires: use --microbatches K·P, e.g. {}",
-        m, p, (m / p + 1) * p));
-  }
   const int total = m * v;
   for (int r = 0; r < p; ++r) {
     const int warmup = m == p ? total : std::min(2 * (p - r - 1) + (v - 1) * p, total);
@@ -89,7 +130,6 @@ Status BuildInterleaved1F1B(Schedule& s) {
     }
     for (int k = steady; k < total; ++k) append(k, false);
   }
-  return Status::Ok();
 }
 
 // Looped breadth-first schedule (Lamy-Poirier, "Breadth-First Pipeline Parallelism", 2022;
@@ -98,11 +138,7 @@ Status BuildInterleaved1F1B(Schedule& s) {
 // order. With m >= p a rank's next chunk is always ready when it finishes the previous one, so
 // equal stages without communication take m(F+B) + (p-1)(F+B)/v; every rank holds all m·v
 // chunk activations (m·A) before its first backward.
-Status BuildLoopedBFS(Schedule& s) {
-  PIPECAST_RETURN_IF_ERROR(RequireMicrobatchesAtLeastStages(
-      s,
-      "with fewer, each rank idles between its chunks waiting for the first micro-batch to "
-      "come round"));
+void BuildLoopedBFS(Schedule& s) {
   const int p = s.num_ranks;
   const int m = s.num_microbatches;
   const int v = s.ChunksPerRank();
@@ -115,7 +151,6 @@ Status BuildLoopedBFS(Schedule& s) {
       for (int i = 0; i < m; ++i) list.push_back(Op(c * p + r, OpKind::kBackward, i));
     }
   }
-  return Status::Ok();
 }
 
 // ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR'24, section 3.1, figure 3 top;
@@ -127,14 +162,11 @@ Status BuildLoopedBFS(Schedule& s) {
 // ops by r the same way. Equal stages, no communication, m >= p and W <= F (B the time of I):
 // m(F+B+W) + (p-1)(F+B-W); with W > F the cool-down's W ops run past it. Stage s holds p-s
 // activations until their I, and p in all until their W.
-Status BuildZBH1(Schedule& s) {
-  PIPECAST_RETURN_IF_ERROR(RequireMicrobatchesAtLeastStages(
-      s, "with fewer there is no steady state to hide the weight gradients in"));
+void BuildZBH1(Schedule& s) {
   for (int r = 0; r < s.num_ranks; ++r) {
     AppendZeroBubbleRank(r, s.num_microbatches, /*warmup=*/s.num_ranks - r, /*lag=*/r,
                          s.actions[r]);
   }
-  return Status::Ok();
 }
 
 // ZB-H2 (Qi et al., ICLR'24, section 3.1, figure 3 bottom): more warm-up forwards fill the
@@ -154,16 +186,13 @@ Status BuildZBH1(Schedule& s) {
 // synchronisation with post-validation), else each iteration pays the parallelogram's (p-1)F
 // fill again. The simulator's optimizer step does not synchronise stages; a single simulated
 // iteration still contains that fill: with F = B = W its iteration_ns is (3m + p - 1)·F.
-Status BuildZBH2(Schedule& s) {
-  PIPECAST_RETURN_IF_ERROR(RequireMicrobatchesAtLeastStages(
-      s, "with fewer there is no steady state to hide the weight gradients in"));
+void BuildZBH2(Schedule& s) {
   const int p = s.num_ranks;
   const int m = s.num_microbatches;
   for (int r = 0; r < p; ++r) {
     AppendZeroBubbleRank(r, m, /*warmup=*/std::min(2 * (p - r) - 1, m), /*lag=*/2 * r,
                          s.actions[r]);
   }
-  return Status::Ok();
 }
 
 }  // namespace pipecast::internal

@@ -25,6 +25,7 @@
 #include "sim/memory.h"
 #include "sim/partition.h"
 #include "sim/schedule.h"
+#include "sim/schedule_traits.h"
 #include "sim/simulator.h"
 
 namespace pipecast {
@@ -100,7 +101,7 @@ Result<Schedule> PickSchedule(const Flags& flags, int num_layers) {
   }
   auto kind = ParseScheduleKind(flags.schedule);
   if (!kind.ok()) return kind.status().WithPrefix("--schedule");
-  const int chunks = flags.chunks > 0 ? flags.chunks : (UsesChunks(*kind) ? 2 : 1);
+  const int chunks = flags.chunks > 0 ? flags.chunks : TraitsOf(*kind).default_chunks;
   int stages = flags.stages;
   if (stages == 0 && !flags.partition.empty()) {
     // --partition lists every virtual stage: p·v ranges.

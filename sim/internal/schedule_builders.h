@@ -1,24 +1,35 @@
-// Generators of the built-in schedules beyond naive, GPipe and 1F1B. Private
-// to the sim part: MakeSchedule() (schedule.cc) sizes the Schedule — ranks,
-// virtual stages (chunk c of rank r is virtual stage c·p + r), micro-batches,
-// stage_rank, empty action lists — and calls one of these to fill
-// `actions`. Each cites its source next to its code (schedule_zoo.cc).
+// Generators of the built-in schedules, one per ScheduleKind that has one. Private to the sim
+// part: each kind's row in the traits table (schedule_traits.cc) points at its generator.
+// MakeSchedule() (schedule.cc) checks the shape with CheckShape(), sizes the Schedule — ranks,
+// virtual stages (chunk c of rank r is virtual stage c·p + r), micro-batches, stage_rank, empty
+// action lists — and calls the generator to fill `actions`. Each cites its source next to its
+// code (schedule_zoo.cc).
+//
+// REQUIRES (every generator): CheckShape() accepted the kind with s's ranks, micro-batches and
+// chunks; the generators do not check again.
 #ifndef PIPECAST_SIM_INTERNAL_SCHEDULE_BUILDERS_H_
 #define PIPECAST_SIM_INTERNAL_SCHEDULE_BUILDERS_H_
 
-#include "base/status.h"
 #include "sim/schedule.h"
 
 namespace pipecast::internal {
 
-// Megatron-LM interleaved 1F1B (v = ChunksPerRank() chunks). InvalidArgument
-// when m is not a multiple of p, as Megatron requires.
-Status BuildInterleaved1F1B(Schedule& s);
-// Zero bubble ZB-H1 and ZB-H2 (Qi et al., ICLR'24): I and W ops.
-Status BuildZBH1(Schedule& s);
-Status BuildZBH2(Schedule& s);
-// Breadth-first looped schedule (Lamy-Poirier 2022), v chunks per rank.
-Status BuildLoopedBFS(Schedule& s);
+// Naive model parallelism: one micro-batch at a time through the pipeline.
+void BuildNaive(Schedule& s);
+// GPipe: all forwards, then all backwards.
+void BuildGPipe(Schedule& s);
+// 1F1B with flush (PipeDream-Flush, Megatron-LM without interleaving).
+void Build1F1B(Schedule& s);
+// PipeDream asynchronous 1F1B: sets s.iterations and s.flush and numbers micro-batches across
+// the iterations.
+void BuildPipeDream(Schedule& s);
+// Megatron-LM interleaved 1F1B (v = ChunksPerRank() chunks); m a multiple of p.
+void BuildInterleaved1F1B(Schedule& s);
+// Zero bubble ZB-H1 and ZB-H2 (Qi et al., ICLR'24): I and W ops; m >= p.
+void BuildZBH1(Schedule& s);
+void BuildZBH2(Schedule& s);
+// Breadth-first looped schedule (Lamy-Poirier 2022), v chunks per rank; m >= p.
+void BuildLoopedBFS(Schedule& s);
 
 }  // namespace pipecast::internal
 

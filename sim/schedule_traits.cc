@@ -1,0 +1,202 @@
+#include "sim/schedule_traits.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+
+#include "sim/internal/schedule_builders.h"
+
+namespace pipecast {
+namespace {
+
+// In-flight bounds (ScheduleTraits::inflight_microbatches), shared/SCHEDULES.md's column
+// "activations held at peak on stage s".
+int OneInFlight(int, int, int) { return 1; }
+int AllInFlight(int, int, int m) { return m; }
+int OneFOneBInFlight(int stage, int p, int m) { return std::min(p - stage, m); }
+// p - s until the input gradient; deferred W ops keep up to p in all.
+int ZBH1InFlight(int, int p, int m) { return std::min(p, m); }
+// Warm-up forwards 2(p-s)-1, and W ops deferred until the tail keep 2p-1 activations on every
+// stage (schedule_zoo.cc).
+int ZBH2InFlight(int, int p, int m) { return std::min(2 * p - 1, m); }
+
+// A synchronous one-chunk schedule with a whole backward that takes any m (naive, GPipe, 1F1B).
+constexpr ScheduleTraits OneChunk(ScheduleKind kind, const char* name, const char* source,
+                                  int (*inflight)(int, int, int), void (*generate)(Schedule&)) {
+  return {.kind = kind,
+          .name = name,
+          .rule_label = name,
+          .source = source,
+          .inflight_microbatches = inflight,
+          .generate = generate};
+}
+
+// `row` without a flush between iterations (PipeDream). The planner searches it only when asked
+// to: weight stashing trains with stale weights, which a plan should not choose silently.
+constexpr ScheduleTraits Asynchronous(ScheduleTraits row) {
+  row.flush = false;
+  row.planner_default = false;
+  return row;
+}
+
+// A schedule of v model chunks per rank (interleaved 1F1B, looped BFS): v = 2 unless --chunks
+// says otherwise; the partition pass assumes all m micro-batches in flight and the simulate pass
+// measures the real peak per chunk.
+constexpr ScheduleTraits Chunked(ScheduleKind kind, const char* name, const char* rule_label,
+                                 const char* source, MicrobatchRule rule, const char* why,
+                                 void (*generate)(Schedule&)) {
+  return {.kind = kind,
+          .name = name,
+          .rule_label = rule_label,
+          .source = source,
+          .uses_chunks = true,
+          .default_chunks = 2,
+          .microbatch_rule = rule,
+          .too_few_microbatches_why = why,
+          .inflight_microbatches = AllInFlight,
+          .generate = generate};
+}
+
+// The zero-bubble family (ZB-H1, ZB-H2): split backward, m >= p, one wording for both.
+constexpr ScheduleTraits ZeroBubble(ScheduleKind kind, const char* name, const char* source,
+                                    int (*inflight)(int, int, int), void (*generate)(Schedule&)) {
+  return {.kind = kind,
+          .name = name,
+          .rule_label = "zb-h1 and zb-h2",
+          .rule_label_plural = true,
+          .source = source,
+          .splits_backward = true,
+          .microbatch_rule = MicrobatchRule::kAtLeastStages,
+          .too_few_microbatches_why =
+              "with fewer there is no steady state to hide the weight gradients in",
+          .inflight_microbatches = inflight,
+          .generate = generate};
+}
+
+// One row per ScheduleKind, in enum order (checked below). Fields left out keep the defaults
+// of ScheduleTraits: built in, searched by the planner, one chunk, whole backward, with a flush,
+// looped placement, any micro-batch count.
+constexpr std::array<ScheduleTraits, 9> kTraits = {{
+    OneChunk(ScheduleKind::kNaive, "naive", "GPipe paper fig. 2(b); PipeDream fig. 3", OneInFlight,
+             internal::BuildNaive),
+    OneChunk(ScheduleKind::kGPipe, "gpipe", "Huang et al. 2019, section 2.3", AllInFlight,
+             internal::BuildGPipe),
+    OneChunk(ScheduleKind::k1F1B, "1f1b",
+             "Narayanan et al. SC'21 section 2.2.1; Megatron-LM "
+             "forward_backward_pipelining_without_interleaving",
+             OneFOneBInFlight, internal::Build1F1B),
+    Chunked(ScheduleKind::kInterleaved1F1B, "interleaved", "interleaved 1F1B",
+            "Narayanan et al. SC'21 section 2.2.2; Megatron-LM "
+            "forward_backward_pipelining_with_interleaving",
+            MicrobatchRule::kMultipleOfStages, "", internal::BuildInterleaved1F1B),
+    Asynchronous(OneChunk(ScheduleKind::kPipeDream, "pipedream",
+                          "Narayanan et al. SOSP'19 (asynchronous 1F1B, weight stashing)",
+                          OneFOneBInFlight, internal::BuildPipeDream)),
+    ZeroBubble(ScheduleKind::kZBH1, "zb-h1", "Qi et al. ICLR'24 section 3.1, figure 3 top",
+               ZBH1InFlight, internal::BuildZBH1),
+    ZeroBubble(ScheduleKind::kZBH2, "zb-h2", "Qi et al. ICLR'24 section 3.1, figure 3 bottom",
+               ZBH2InFlight, internal::BuildZBH2),
+    Chunked(ScheduleKind::kLoopedBFS, "looped-bfs", "looped BFS",
+            "Lamy-Poirier 2022 (breadth-first pipeline parallelism); PyTorch ScheduleLoopedBFS",
+            MicrobatchRule::kAtLeastStages,
+            "with fewer, each rank idles between its chunks waiting for the first micro-batch to "
+            "come round",
+            internal::BuildLoopedBFS),
+    {.kind = ScheduleKind::kCustom,
+     .name = "custom",
+     .rule_label = "custom",
+     .source = "schedule text (--schedule-in)",
+     .builtin = false,
+     .planner_default = false,
+     .inflight_microbatches = OneFOneBInFlight},
+}};
+
+constexpr bool RowsInEnumOrder() {
+  for (size_t i = 0; i < kTraits.size(); ++i) {
+    if (static_cast<size_t>(kTraits[i].kind) != i) return false;
+  }
+  return true;
+}
+static_assert(RowsInEnumOrder(), "kTraits must list the kinds in ScheduleKind order");
+
+// A bound far past real pipelines (1024 stages x 8192 micro-batches) that keeps the action
+// lists, and the simulation of them, finite: without it --microbatches 100000000 ran out of
+// memory or ran for hours (issue 8).
+constexpr int64_t kMaxScheduleCells = int64_t{1} << 23;
+
+}  // namespace
+
+const ScheduleTraits& TraitsOf(ScheduleKind kind) { return kTraits[static_cast<size_t>(kind)]; }
+
+std::span<const ScheduleTraits> AllScheduleTraits() { return kTraits; }
+
+int StageRank(Placement placement, int stage, int ranks) {
+  switch (placement) {
+    case Placement::kLooped:
+      return stage % ranks;
+  }
+  return stage % ranks;
+}
+
+Status CheckShape(ScheduleKind kind, int ranks, int microbatches, int chunks) {
+  const ScheduleTraits& t = TraitsOf(kind);
+  if (ranks < 1) {
+    return Status::InvalidArgument(
+        fmt::format("--stages is {}: a pipeline needs at least 1 stage", ranks));
+  }
+  if (microbatches < 1) {
+    return Status::InvalidArgument(fmt::format(
+        "--microbatches is {}: an iteration needs at least 1 micro-batch", microbatches));
+  }
+  if (chunks < 1 || (chunks > 1 && !t.uses_chunks)) {
+    return Status::InvalidArgument(
+        fmt::format("--chunks is {}: {} takes exactly 1 model chunk per GPU; only interleaved and "
+                    "looped-bfs take more",
+                    chunks, t.name));
+  }
+  const int64_t stages = int64_t{ranks} * chunks;
+  if (stages * microbatches > kMaxScheduleCells) {
+    return Status::InvalidArgument(fmt::format(
+        "{} stages x {} micro-batches = {} (stage, micro-batch) pairs is over the limit of "
+        "2^23 ({}): use fewer micro-batches or stages",
+        stages, microbatches, stages * microbatches, kMaxScheduleCells));
+  }
+  switch (t.microbatch_rule) {
+    case MicrobatchRule::kAny:
+      return Status::Ok();
+    case MicrobatchRule::kAtLeastStages:
+      if (microbatches >= ranks) return Status::Ok();
+      return Status::InvalidArgument(fmt::format(
+          "{} needs at least as many micro-batches (N = {}) as pipeline stages (P = {}): {}; use "
+          "--microbatches {} or more",
+          t.name, microbatches, ranks, t.too_few_microbatches_why, ranks));
+    case MicrobatchRule::kMultipleOfStages:
+      if (microbatches % ranks == 0) return Status::Ok();
+      return Status::InvalidArgument(fmt::format(
+          "{} needs the micro-batch count (N = {}) to be a multiple of the pipeline stages "
+          "(P = {}), as Megatron-LM requires: use --microbatches K·P, e.g. {}",
+          t.rule_label, microbatches, ranks, (microbatches / ranks + 1) * ranks));
+  }
+  return Status::Ok();
+}
+
+std::string MicrobatchRuleConflict(ScheduleKind kind, int p, int m) {
+  const ScheduleTraits& t = TraitsOf(kind);
+  switch (t.microbatch_rule) {
+    case MicrobatchRule::kAny:
+      return "";
+    case MicrobatchRule::kAtLeastStages:
+      return m < p ? fmt::format("{} {} m ({}) >= p ({})", t.rule_label,
+                                 t.rule_label_plural ? "need" : "needs", m, p)
+                   : "";
+    case MicrobatchRule::kMultipleOfStages:
+      return m % p != 0
+                 ? fmt::format("{} needs m ({}) to be a multiple of p ({})", t.rule_label, m, p)
+                 : "";
+  }
+  return "";
+}
+
+}  // namespace pipecast

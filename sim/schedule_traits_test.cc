@@ -1,0 +1,175 @@
+#include "sim/schedule_traits.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace pipecast {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Given a kind, when its row is read, then these are its facts.
+struct Row {
+  ScheduleKind kind;
+  const char* name;
+  bool builtin, planner_default, uses_chunks;
+  int default_chunks;
+  bool splits_backward, flush;
+  MicrobatchRule rule;
+};
+
+TEST(ScheduleTraits, EveryKindHasItsRow) {
+  const Row rows[] = {
+      {ScheduleKind::kNaive, "naive", true, true, false, 1, false, true, MicrobatchRule::kAny},
+      {ScheduleKind::kGPipe, "gpipe", true, true, false, 1, false, true, MicrobatchRule::kAny},
+      {ScheduleKind::k1F1B, "1f1b", true, true, false, 1, false, true, MicrobatchRule::kAny},
+      {ScheduleKind::kInterleaved1F1B, "interleaved", true, true, true, 2, false, true,
+       MicrobatchRule::kMultipleOfStages},
+      {ScheduleKind::kPipeDream, "pipedream", true, false, false, 1, false, false,
+       MicrobatchRule::kAny},
+      {ScheduleKind::kZBH1, "zb-h1", true, true, false, 1, true, true,
+       MicrobatchRule::kAtLeastStages},
+      {ScheduleKind::kZBH2, "zb-h2", true, true, false, 1, true, true,
+       MicrobatchRule::kAtLeastStages},
+      {ScheduleKind::kLoopedBFS, "looped-bfs", true, true, true, 2, false, true,
+       MicrobatchRule::kAtLeastStages},
+      {ScheduleKind::kCustom, "custom", false, false, false, 1, false, true, MicrobatchRule::kAny},
+  };
+  ASSERT_EQ(AllScheduleTraits().size(), std::size(rows));
+  for (const Row& want : rows) {
+    const ScheduleTraits& t = TraitsOf(want.kind);
+    SCOPED_TRACE(want.name);
+    EXPECT_EQ(t.kind, want.kind);
+    EXPECT_STREQ(t.name, want.name);
+    EXPECT_STREQ(ScheduleKindName(want.kind), want.name);
+    EXPECT_EQ(t.builtin, want.builtin);
+    EXPECT_EQ(t.planner_default, want.planner_default);
+    EXPECT_EQ(t.uses_chunks, want.uses_chunks);
+    EXPECT_EQ(UsesChunks(want.kind), want.uses_chunks);
+    EXPECT_EQ(t.default_chunks, want.default_chunks);
+    EXPECT_EQ(t.splits_backward, want.splits_backward);
+    EXPECT_EQ(SplitsBackward(want.kind), want.splits_backward);
+    EXPECT_EQ(t.flush, want.flush);
+    EXPECT_EQ(t.placement, Placement::kLooped);
+    EXPECT_EQ(t.microbatch_rule, want.rule);
+    EXPECT_EQ(t.generate != nullptr, want.builtin);
+    EXPECT_NE(t.inflight_microbatches, nullptr);
+    EXPECT_STRNE(t.source, "");
+    EXPECT_STRNE(t.rule_label, "");
+    if (want.rule == MicrobatchRule::kAtLeastStages) {
+      EXPECT_STRNE(t.too_few_microbatches_why, "");
+    }
+  }
+}
+
+TEST(ScheduleTraits, RowsAreInEnumOrderAndBuiltinsSkipCustom) {
+  int i = 0;
+  for (const ScheduleTraits& t : AllScheduleTraits()) EXPECT_EQ(static_cast<int>(t.kind), i++);
+  std::vector<ScheduleKind> want;
+  for (const ScheduleTraits& t : AllScheduleTraits()) {
+    if (t.kind != ScheduleKind::kCustom) want.push_back(t.kind);
+  }
+  EXPECT_EQ(BuiltinScheduleKinds(), want);
+}
+
+// Given p = 4, the in-flight bounds of shared/SCHEDULES.md.
+TEST(ScheduleTraits, InflightBoundsFollowTheSchedule) {
+  struct Case {
+    ScheduleKind kind;
+    int stage, m, want;
+  };
+  const Case cases[] = {{ScheduleKind::kNaive, 0, 8, 1},
+                        {ScheduleKind::kGPipe, 3, 8, 8},
+                        {ScheduleKind::k1F1B, 0, 8, 4},
+                        {ScheduleKind::k1F1B, 3, 8, 1},
+                        {ScheduleKind::k1F1B, 0, 2, 2},
+                        {ScheduleKind::kPipeDream, 1, 8, 3},
+                        {ScheduleKind::kCustom, 1, 8, 3},
+                        {ScheduleKind::kZBH1, 3, 8, 4},
+                        {ScheduleKind::kZBH2, 3, 8, 7},
+                        {ScheduleKind::kZBH2, 3, 5, 5},
+                        {ScheduleKind::kInterleaved1F1B, 0, 8, 8},
+                        {ScheduleKind::kLoopedBFS, 2, 8, 8}};
+  for (const Case& c : cases) {
+    EXPECT_EQ(TraitsOf(c.kind).inflight_microbatches(c.stage, 4, c.m), c.want)
+        << ScheduleKindName(c.kind) << " stage " << c.stage << " m=" << c.m;
+  }
+}
+
+TEST(ScheduleTraits, LoopedPlacementPutsChunkCOfRankROnStageCPPlusR) {
+  EXPECT_EQ(StageRank(Placement::kLooped, 0, 4), 0);
+  EXPECT_EQ(StageRank(Placement::kLooped, 3, 4), 3);
+  EXPECT_EQ(StageRank(Placement::kLooped, 5, 4), 1);
+}
+
+std::string ShapeError(ScheduleKind kind, int ranks, int m, int chunks) {
+  Status st = CheckShape(kind, ranks, m, chunks);
+  return st.ok() ? "" : std::string(st.message());
+}
+
+TEST(ScheduleTraits, CheckShapeAcceptsWhatEachScheduleTakes) {
+  for (const ScheduleTraits& t : AllScheduleTraits()) {
+    SCOPED_TRACE(t.name);
+    EXPECT_EQ(ShapeError(t.kind, 4, 8, t.default_chunks), "");
+    EXPECT_EQ(ShapeError(t.kind, 1, 1, 1), "");
+  }
+}
+
+TEST(ScheduleTraits, CheckShapeCountErrors) {
+  EXPECT_EQ(ShapeError(ScheduleKind::k1F1B, 0, 8, 1),
+            "--stages is 0: a pipeline needs at least 1 stage");
+  EXPECT_EQ(ShapeError(ScheduleKind::k1F1B, 4, 0, 1),
+            "--microbatches is 0: an iteration needs at least 1 micro-batch");
+  EXPECT_EQ(ShapeError(ScheduleKind::kGPipe, 4, 8, 2),
+            "--chunks is 2: gpipe takes exactly 1 model chunk per GPU; only interleaved and "
+            "looped-bfs take more");
+  EXPECT_EQ(ShapeError(ScheduleKind::kInterleaved1F1B, 4, 8, 0),
+            "--chunks is 0: interleaved takes exactly 1 model chunk per GPU; only interleaved "
+            "and looped-bfs take more");
+  EXPECT_EQ(ShapeError(ScheduleKind::k1F1B, 1024, 8193, 1),
+            "1024 stages x 8193 micro-batches = 8389632 (stage, micro-batch) pairs is over the "
+            "limit of 2^23 (8388608): use fewer micro-batches or stages");
+}
+
+TEST(ScheduleTraits, CheckShapeMicrobatchRuleErrors) {
+  EXPECT_EQ(ShapeError(ScheduleKind::kInterleaved1F1B, 4, 6, 2),
+            "interleaved 1F1B needs the micro-batch count (N = 6) to be a multiple of the "
+            "pipeline stages (P = 4), as Megatron-LM requires: use --microbatches K·P, e.g. 8");
+  EXPECT_EQ(ShapeError(ScheduleKind::kLoopedBFS, 4, 3, 2),
+            "looped-bfs needs at least as many micro-batches (N = 3) as pipeline stages (P = 4): "
+            "with fewer, each rank idles between its chunks waiting for the first micro-batch to "
+            "come round; use --microbatches 4 or more");
+  for (ScheduleKind k : {ScheduleKind::kZBH1, ScheduleKind::kZBH2}) {
+    EXPECT_EQ(ShapeError(k, 4, 3, 1),
+              std::string(ScheduleKindName(k)) +
+                  " needs at least as many micro-batches (N = 3) as pipeline stages (P = 4): "
+                  "with fewer there is no steady state to hide the weight gradients in; use "
+                  "--microbatches 4 or more");
+  }
+}
+
+TEST(ScheduleTraits, MicrobatchRuleConflictIsThePlannersTerseForm) {
+  EXPECT_EQ(MicrobatchRuleConflict(ScheduleKind::k1F1B, 4, 3), "");
+  EXPECT_EQ(MicrobatchRuleConflict(ScheduleKind::kInterleaved1F1B, 4, 8), "");
+  EXPECT_EQ(MicrobatchRuleConflict(ScheduleKind::kInterleaved1F1B, 4, 6),
+            "interleaved 1F1B needs m (6) to be a multiple of p (4)");
+  EXPECT_EQ(MicrobatchRuleConflict(ScheduleKind::kLoopedBFS, 4, 3),
+            "looped BFS needs m (3) >= p (4)");
+  EXPECT_EQ(MicrobatchRuleConflict(ScheduleKind::kZBH1, 4, 3),
+            "zb-h1 and zb-h2 need m (3) >= p (4)");
+  EXPECT_EQ(MicrobatchRuleConflict(ScheduleKind::kZBH2, 4, 4), "");
+}
+
+TEST(ScheduleTraits, MakeScheduleReportsTheShapeErrorAndCustomHasNoGenerator) {
+  auto s = MakeSchedule(ScheduleKind::kZBH2, 4, 2);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().message(), ShapeError(ScheduleKind::kZBH2, 4, 2, 1));
+  auto custom = MakeSchedule(ScheduleKind::kCustom, 4, 8);
+  ASSERT_FALSE(custom.ok());
+  EXPECT_THAT(custom.status().message(), HasSubstr("--schedule-in FILE"));
+}
+
+}  // namespace
+}  // namespace pipecast
