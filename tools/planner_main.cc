@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "base/exit_codes.h"
 #include "base/flag_checks.h"
 #include "formats/file_util.h"
 #include "formats/formats.h"
@@ -32,12 +33,6 @@
 
 namespace pipecast {
 namespace {
-
-constexpr int kExitOk = 0;
-constexpr int kExitBadInput = 1;
-constexpr int kExitUsage = 2;
-constexpr int kExitCheckFailed = 3;
-constexpr int kExitNoFeasiblePlan = 4;
 
 struct Flags {
   std::string model_path;

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/exit_codes.h"
 #include "base/flag_checks.h"
 #include "formats/file_util.h"
 #include "formats/formats.h"
@@ -29,10 +30,6 @@
 
 namespace pipecast {
 namespace {
-
-constexpr int kExitOk = 0;
-constexpr int kExitBadInput = 1;
-constexpr int kExitUsage = 2;
 
 struct Flags {
   std::string model_path;
