@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "formats/result_json.h"
+#include "planner/chosen_plan.h"
 #include "sim/sim_test_util.h"
 
 namespace pipecast {
@@ -90,6 +92,34 @@ TEST(Planner, BadOptions) {
               HasSubstr("no global batch"));
   o.global_batch = 3;  // p in {1,2}: d 4 or 2, never divides 3
   EXPECT_THAT(RunPlanner(model, IdealCluster(), o).status().message(), HasSubstr("not a multiple"));
+}
+
+TEST(Planner, SimulateCandidateReplaysWhatTheSearchPredicted) {
+  // Given the planner's choice on 4 GPUs, when it is simulated again, then
+  // the metrics are the search's and the timeline is there only when asked.
+  Model model = UniformModel(8, kF, kB);
+  PlannerOptions o;
+  o.gpus = 4;
+  o.global_batch = 16;
+  auto r = RunPlanner(model, IdealCluster(), o);
+  ASSERT_TRUE(r.ok() && r->Feasible());
+  const Candidate& best = r->ranked[0];
+  auto again = SimulateCandidate(model, IdealCluster(), best, o, /*record_timeline=*/false);
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  EXPECT_EQ(ResultToJson(*again), ResultToJson(*best.result));
+  EXPECT_TRUE(again->ops.empty());
+
+  auto chosen = MakeChosenPlan(model, "fnv1a64:0", IdealCluster(), o, best, true);
+  ASSERT_TRUE(chosen.ok()) << chosen.status().message();
+  EXPECT_EQ(chosen->plan.pipeline_stages, best.pipeline_stages);
+  EXPECT_EQ(chosen->plan.gpus, 4);
+  EXPECT_EQ(ResultToJson(chosen->plan.predicted), ResultToJson(*best.result));
+  ASSERT_TRUE(chosen->timeline.has_value());
+  EXPECT_FALSE(chosen->timeline->ops.empty());
+  EXPECT_EQ(chosen->timeline->iteration_ns, best.result->iteration_ns);
+  auto without = MakeChosenPlan(model, "fnv1a64:0", IdealCluster(), o, best, false);
+  ASSERT_TRUE(without.ok());
+  EXPECT_FALSE(without->timeline.has_value());
 }
 
 }  // namespace
