@@ -17,15 +17,20 @@ using ::testing::HasSubstr;
 constexpr TimeNs kF = 1000 * kNsPerUs;
 constexpr TimeNs kB = 2000 * kNsPerUs;
 
+// The planner's defaults on `gpus` GPUs with `global_batch` samples.
+PlannerOptions OnGpus(int gpus, int64_t global_batch) {
+  PlannerOptions o;
+  o.gpus = gpus;
+  o.global_batch = global_batch;
+  return o;
+}
+
 TEST(Planner, IdealClusterPicksPureDataParallelAtTheClosedForm) {
   // With free communication and unlimited memory, p=1 has no bubble: each of
   // the 8 replicas runs m = 32/8 = 4 micro-batches through 8 layers:
   // 4 x 8 x 3 ms = 96 ms for 32 samples.
   Model model = UniformModel(8, kF, kB);
-  PlannerOptions o;
-  o.gpus = 8;
-  o.global_batch = 32;
-  auto r = RunPlanner(model, IdealCluster(), o);
+  auto r = RunPlanner(model, IdealCluster(), OnGpus(8, 32));
   ASSERT_TRUE(r.ok()) << r.status().message();
   ASSERT_TRUE(r->Feasible());
   const Candidate& best = r->ranked[0];
@@ -97,10 +102,8 @@ TEST(Planner, BadOptions) {
 TEST(Planner, SimulateCandidateReplaysWhatTheSearchPredicted) {
   // Given the planner's choice on 4 GPUs, when it is simulated again, then
   // the metrics are the search's and the timeline is there only when asked.
-  Model model = UniformModel(8, kF, kB);
-  PlannerOptions o;
-  o.gpus = 4;
-  o.global_batch = 16;
+  const Model model = UniformModel(8, kF, kB);
+  const PlannerOptions o = OnGpus(4, 16);
   auto r = RunPlanner(model, IdealCluster(), o);
   ASSERT_TRUE(r.ok() && r->Feasible());
   const Candidate& best = r->ranked[0];
