@@ -7,6 +7,7 @@
 #include <ostream>
 #include <string>
 
+#include "formats/cluster_select.h"
 #include "formats/file_util.h"
 #include "formats/formats.h"
 #include "testing/formats_test_util.h"
@@ -236,6 +237,42 @@ TEST(ClusterLoad, NeitherPresetNorFileIsNotFoundListingPresets) {
   EXPECT_EQ(c.status().code(), StatusCode::kNotFound);
   EXPECT_THAT(c.status().message(),
               AllOf(HasSubstr("'dgx-h100'"), HasSubstr("ideal, a100-80gb, h100-sxm, h200")));
+}
+
+// --- SelectCluster: --cluster, the measured device, --memory-gb ---------------
+
+TEST(SelectCluster, TheFlagWinsAndNeedsNoNote) {
+  Model model;
+  model.source.device = "h100-sxm";
+  Result<ClusterSelection> s = SelectCluster("a100-80gb", model, -1);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  EXPECT_EQ(s->cluster.name, "a100-80gb");
+  EXPECT_EQ(s->source, ClusterSource::kFlag);
+  EXPECT_EQ(s->note, "");
+}
+
+TEST(SelectCluster, DefaultsToTheMeasuredDeviceThenIdeal) {
+  Model model;
+  model.source.device = "h100-sxm";
+  Result<ClusterSelection> measured = SelectCluster("", model, -1);
+  ASSERT_TRUE(measured.ok());
+  EXPECT_EQ(measured->cluster.name, "h100-sxm");
+  EXPECT_EQ(measured->source, ClusterSource::kMeasuredDevice);
+  EXPECT_EQ(measured->note,
+            "cluster 'h100-sxm' chosen by default (the GPU the model was measured on); choose "
+            "with --cluster");
+  model.source.device = "a laptop";
+  Result<ClusterSelection> ideal = SelectCluster("", model, 16);
+  ASSERT_TRUE(ideal.ok());
+  EXPECT_EQ(ideal->source, ClusterSource::kIdeal);
+  EXPECT_EQ(ideal->cluster.gpu.memory_bytes, 16 * kGiB);
+  EXPECT_THAT(ideal->note, HasSubstr("; its GPU memory is set to 16 GiB by --memory-gb"));
+}
+
+TEST(SelectCluster, AnUnknownPresetNamesTheFlag) {
+  Result<ClusterSelection> s = SelectCluster("no-such-gpu", Model{}, -1);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.status().message(), HasSubstr("--cluster"));
 }
 
 }  // namespace

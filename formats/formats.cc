@@ -342,7 +342,7 @@ Result<Cluster> LoadCluster(const std::string& spec) {
   return ParseCluster(*text, spec);
 }
 
-std::string ClusterToJson(const Cluster& cluster) {
+nlohmann::ordered_json ClusterJson(const Cluster& cluster) {
   json root;
   root["format"] = kClusterFormat;
   root["name"] = cluster.name;
@@ -355,7 +355,9 @@ std::string ClusterToJson(const Cluster& cluster) {
                         {"latency_us", cluster.intra_node.latency_us}};
   root["inter_node"] = {{"bandwidth_gbps", cluster.inter_node.bandwidth_gbps},
                         {"latency_us", cluster.inter_node.latency_us}};
-  return Dump(root);
+  return root;
 }
+
+std::string ClusterToJson(const Cluster& cluster) { return Dump(ClusterJson(cluster)); }
 
 }  // namespace pipecast

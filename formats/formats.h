@@ -6,6 +6,7 @@
 #ifndef PIPECAST_FORMATS_FORMATS_H_
 #define PIPECAST_FORMATS_FORMATS_H_
 
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "base/status.h"
@@ -31,6 +32,8 @@ Result<Cluster> ParseCluster(const std::string& text, const std::string& origin)
 // `spec` is a preset name or a path to a cluster JSON file.
 Result<Cluster> LoadCluster(const std::string& spec);
 std::string ClusterToJson(const Cluster& cluster);
+// The same object as a JSON value, for files that embed a cluster (plan.json).
+nlohmann::ordered_json ClusterJson(const Cluster& cluster);
 
 }  // namespace pipecast
 

@@ -37,19 +37,20 @@ struct PlanFile {
   Schedule schedule;                   // the explicit per-rank action lists
   MemoryConfig memory;
   TimeNs optimizer_step_ns = 0;
-  // What the simulator predicted when the plan was made.
-  TimeNs predicted_iteration_ns = 0;
-  double predicted_samples_per_s = 0;
-  double predicted_bubble_ratio = 0;
-  double predicted_bubble_fraction_of_ideal = 0;
-  std::vector<Bytes> predicted_peak_memory_bytes;  // per rank
-  std::string predicted_json;  // ResultToJson() of that simulation, embedded verbatim
+  // What the simulator predicted when the plan was made: every metric of
+  // that simulation (written as ResultToJson's object under `predicted`),
+  // without its timeline (ops, transfers, memory samples, critical path),
+  // which is not part of a plan. per_rank has one entry per rank.
+  SimResult predicted;
+
+  Bytes LargestPredictedPeak() const;  // largest per-rank predicted peak memory
 };
 
 // "fnv1a64:<16 hex digits>" of `bytes`: enough to notice a changed model file.
 std::string ModelHash(const std::string& bytes);
 
-// A plan from a simulation of `schedule` with `options`.
+// A plan from a simulation of `schedule` with `options`; `result`'s timeline
+// is left out.
 PlanFile MakePlanFile(const std::string& model_name, const std::string& model_hash,
                       const Cluster& cluster, const Schedule& schedule, const SimOptions& options,
                       const SimResult& result);

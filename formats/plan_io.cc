@@ -11,6 +11,8 @@
 #include <cstdlib>
 #include <exception>
 #include <limits>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -227,23 +229,167 @@ Status ReadMemory(const Reader& r, const json& root, PlanFile* plan) {
   return Status::Ok();
 }
 
-// The metrics the planner's check compares, from the embedded ResultToJson
-// object; the whole object is kept as text.
+// Reads of the `predicted` object's optional fields: absent keys keep the
+// default, present ones must have the right type. Only the metrics the
+// planner's check compares are required (ReadPredicted).
+class OptionalReader {
+ public:
+  OptionalReader(const Reader& r, const json& obj, std::string path)
+      : r_(r), obj_(obj), path_(std::move(path)) {}
+
+  Status Time(const char* key, TimeNs* out) const {
+    if (!obj_.contains(key)) return Status::Ok();
+    double us = 0;
+    PIPECAST_RETURN_IF_ERROR(r_.Number(obj_, path_, key, kMaxTimeUs, &us));
+    *out = UsToNs(us);
+    return Status::Ok();
+  }
+  Status Number(const char* key, double* out) const {
+    if (!obj_.contains(key)) return Status::Ok();
+    return r_.Number(obj_, path_, key, std::numeric_limits<double>::max(), out);
+  }
+  // null (a value that was not finite) reads as absent.
+  Status Number(const char* key, std::optional<double>* out) const {
+    if (!obj_.contains(key) || obj_[key].is_null()) return Status::Ok();
+    double v = 0;
+    PIPECAST_RETURN_IF_ERROR(Number(key, &v));
+    *out = v;
+    return Status::Ok();
+  }
+  template <typename T>
+  Status Int(const char* key, int64_t max, T* out) const {
+    if (!obj_.contains(key)) return Status::Ok();
+    return r_.Int(obj_, path_, key, 0, max, out);
+  }
+  Status Bool(const char* key, bool* out) const {
+    if (!obj_.contains(key)) return Status::Ok();
+    return r_.Bool(obj_, path_, key, out);
+  }
+  Status Text(const char* key, std::string* out) const {
+    if (!obj_.contains(key)) return Status::Ok();
+    if (!obj_[key].is_string()) {
+      return r_.Error(Member(path_, key), "expected a string, got " + Shown(obj_[key]));
+    }
+    *out = obj_[key].get<std::string>();
+    return Status::Ok();
+  }
+  Status Texts(const char* key, std::vector<std::string>* out) const {
+    if (!obj_.contains(key)) return Status::Ok();
+    const json* list = nullptr;
+    PIPECAST_RETURN_IF_ERROR(r_.Array(obj_, path_, key, &list));
+    out->clear();
+    for (size_t i = 0; i < list->size(); ++i) {
+      if (!(*list)[i].is_string()) {
+        return r_.Error(Element(Member(path_, key), i),
+                        "expected a string, got " + Shown((*list)[i]));
+      }
+      out->push_back((*list)[i].get<std::string>());
+    }
+    return Status::Ok();
+  }
+
+ private:
+  const Reader& r_;
+  const json& obj_;
+  std::string path_;
+};
+
+constexpr int64_t kMaxBytes = std::numeric_limits<int64_t>::max() / 2;
+
+// One rank's chunks: the virtual stages it runs and their layers.
+Status ReadChunks(const Reader& r, const json& stage, const std::string& path, StageResult* out) {
+  if (!stage.contains("chunks")) return Status::Ok();
+  const json* chunks = nullptr;
+  PIPECAST_RETURN_IF_ERROR(r.Array(stage, path, "chunks", &chunks));
+  const std::string list = Member(path, "chunks");
+  for (size_t i = 0; i < chunks->size(); ++i) {
+    const json& c = (*chunks)[i];
+    const std::string where = Element(list, i);
+    PIPECAST_RETURN_IF_ERROR(r.CheckObject(c, where));
+    StageLayers layers;
+    PIPECAST_RETURN_IF_ERROR(r.Int(c, where, "first_layer", 0, kMaxCount, &layers.first_layer));
+    PIPECAST_RETURN_IF_ERROR(r.Int(c, where, "last_layer", 0, kMaxCount, &layers.last_layer));
+    out->layers.push_back(layers);
+    if (c.contains("stage") && !c["stage"].is_null()) {
+      int v = 0;
+      PIPECAST_RETURN_IF_ERROR(r.Int(c, where, "stage", 0, kMaxCount, &v));
+      out->stages.push_back(v);
+    }
+  }
+  return Status::Ok();
+}
+
+// One entry of `predicted.stages` (ResultToJson's StageJson).
+Status ReadPredictedStage(const Reader& r, const json& stage, const std::string& path,
+                          StageResult* out) {
+  PIPECAST_RETURN_IF_ERROR(r.CheckObject(stage, path));
+  PIPECAST_RETURN_IF_ERROR(
+      r.Int(stage, path, "peak_memory_bytes", 0, kMaxBytes, &out->peak_memory_bytes));
+  const OptionalReader o(r, stage, path);
+  PIPECAST_RETURN_IF_ERROR(o.Int("stage", kMaxCount, &out->rank));
+  PIPECAST_RETURN_IF_ERROR(ReadChunks(r, stage, path, out));
+  PIPECAST_RETURN_IF_ERROR(o.Time("busy_us", &out->busy_ns));
+  PIPECAST_RETURN_IF_ERROR(o.Time("first_start_us", &out->first_start_ns));
+  PIPECAST_RETURN_IF_ERROR(o.Time("last_end_us", &out->last_end_ns));
+  PIPECAST_RETURN_IF_ERROR(o.Number("bubble_ratio", &out->bubble_ratio));
+  PIPECAST_RETURN_IF_ERROR(o.Number("bubble_fraction_of_ideal", &out->bubble_fraction_of_ideal));
+  PIPECAST_RETURN_IF_ERROR(
+      o.Int("peak_inflight_microbatches", kMaxCount, &out->peak_inflight_microbatches));
+  PIPECAST_RETURN_IF_ERROR(o.Time("allreduce_us", &out->allreduce_ns));
+  PIPECAST_RETURN_IF_ERROR(o.Int("weight_versions", kMaxCount, &out->weight_versions));
+  if (!stage.contains("memory")) return Status::Ok();
+  const std::string where = Member(path, "memory");
+  PIPECAST_RETURN_IF_ERROR(r.CheckObject(stage["memory"], where));
+  const OptionalReader m(r, stage["memory"], where);
+  MemoryBreakdown& b = out->memory;
+  PIPECAST_RETURN_IF_ERROR(m.Int("weights_bytes", kMaxBytes, &b.weights));
+  PIPECAST_RETURN_IF_ERROR(m.Int("gradients_bytes", kMaxBytes, &b.gradients));
+  PIPECAST_RETURN_IF_ERROR(m.Int("optimizer_bytes", kMaxBytes, &b.optimizer));
+  PIPECAST_RETURN_IF_ERROR(m.Int("activations_peak_bytes", kMaxBytes, &b.activations_peak));
+  PIPECAST_RETURN_IF_ERROR(m.Int("comm_buffers_peak_bytes", kMaxBytes, &b.comm_buffers_peak));
+  PIPECAST_RETURN_IF_ERROR(m.Int("workspace_peak_bytes", kMaxBytes, &b.workspace_peak));
+  return m.Int("stashed_weights_bytes", kMaxBytes, &b.stashed_weights);
+}
+
+// The prediction's whole-pipeline fields besides the required metrics.
+Status ReadPredictedTotals(const OptionalReader& o, SimResult* p) {
+  PIPECAST_RETURN_IF_ERROR(o.Time("pipeline_time_us", &p->pipeline_ns));
+  PIPECAST_RETURN_IF_ERROR(o.Time("allreduce_time_us", &p->allreduce_ns));
+  PIPECAST_RETURN_IF_ERROR(o.Time("optimizer_time_us", &p->optimizer_ns));
+  PIPECAST_RETURN_IF_ERROR(o.Number("tokens_per_s", &p->tokens_per_s));
+  PIPECAST_RETURN_IF_ERROR(o.Number("tflops_per_gpu", &p->tflops_per_gpu));
+  PIPECAST_RETURN_IF_ERROR(o.Number("mfu", &p->mfu));
+  PIPECAST_RETURN_IF_ERROR(o.Text("schedule", &p->schedule_name));
+  PIPECAST_RETURN_IF_ERROR(o.Int("ranks", kMaxCount, &p->ranks));
+  PIPECAST_RETURN_IF_ERROR(o.Int("stages_count", kMaxCount, &p->stages));
+  PIPECAST_RETURN_IF_ERROR(o.Int("microbatches", kMaxCount, &p->microbatches));
+  PIPECAST_RETURN_IF_ERROR(o.Int("microbatch_size", kMaxCount, &p->microbatch_size));
+  PIPECAST_RETURN_IF_ERROR(o.Int("data_parallel", kMaxCount, &p->data_parallel));
+  PIPECAST_RETURN_IF_ERROR(o.Int("global_batch", kMaxGlobalBatch, &p->global_batch));
+  PIPECAST_RETURN_IF_ERROR(o.Bool("costs_measured", &p->costs_measured));
+  PIPECAST_RETURN_IF_ERROR(o.Texts("notes", &p->notes));
+  PIPECAST_RETURN_IF_ERROR(o.Int("memory_capacity_bytes", kMaxBytes, &p->memory_capacity_bytes));
+  PIPECAST_RETURN_IF_ERROR(o.Int("iterations_simulated", kMaxCount, &p->iterations_simulated));
+  return o.Time("first_iteration_time_us", &p->first_iteration_ns);
+}
+
+// The embedded ResultToJson object, typed. The metrics the planner's check
+// compares are required; the rest is read when present.
 Status ReadPredicted(const Reader& r, const json& root, PlanFile* plan) {
   const json* v = nullptr;
   const std::string path = "predicted";
   PIPECAST_RETURN_IF_ERROR(r.Find(root, "", "predicted", &v));
   PIPECAST_RETURN_IF_ERROR(r.CheckObject(*v, path));
+  SimResult& p = plan->predicted;
   double us = 0;
   PIPECAST_RETURN_IF_ERROR(r.Number(*v, path, "iteration_time_us", kMaxTimeUs, &us));
-  plan->predicted_iteration_ns = UsToNs(us);
+  p.iteration_ns = UsToNs(us);
   PIPECAST_RETURN_IF_ERROR(r.Number(*v, path, "throughput_samples_per_s",
-                                    std::numeric_limits<double>::max(),
-                                    &plan->predicted_samples_per_s));
-  PIPECAST_RETURN_IF_ERROR(r.Number(*v, path, "bubble_ratio", 1, &plan->predicted_bubble_ratio));
+                                    std::numeric_limits<double>::max(), &p.samples_per_s));
+  PIPECAST_RETURN_IF_ERROR(r.Number(*v, path, "bubble_ratio", 1, &p.bubble_ratio));
   PIPECAST_RETURN_IF_ERROR(r.Number(*v, path, "bubble_fraction_of_ideal",
                                     std::numeric_limits<double>::max(),
-                                    &plan->predicted_bubble_fraction_of_ideal));
+                                    &p.bubble_fraction_of_ideal));
   const json* stages = nullptr;
   PIPECAST_RETURN_IF_ERROR(r.Array(*v, path, "stages", &stages));
   const std::string list = Member(path, "stages");
@@ -251,16 +397,12 @@ Status ReadPredicted(const Reader& r, const json& root, PlanFile* plan) {
     return r.Error(list, fmt::format("has {} entries, expected one per rank ({})", stages->size(),
                                      plan->pipeline_stages));
   }
-  plan->predicted_peak_memory_bytes.clear();
+  p.per_rank.assign(stages->size(), StageResult{});
   for (size_t i = 0; i < stages->size(); ++i) {
-    PIPECAST_RETURN_IF_ERROR(r.CheckObject((*stages)[i], Element(list, i)));
-    Bytes peak = 0;
-    PIPECAST_RETURN_IF_ERROR(r.Int((*stages)[i], Element(list, i), "peak_memory_bytes", 0,
-                                   std::numeric_limits<int64_t>::max() / 2, &peak));
-    plan->predicted_peak_memory_bytes.push_back(peak);
+    p.per_rank[i].rank = static_cast<int>(i);
+    PIPECAST_RETURN_IF_ERROR(ReadPredictedStage(r, (*stages)[i], Element(list, i), &p.per_rank[i]));
   }
-  plan->predicted_json = Dump(*v);
-  return Status::Ok();
+  return ReadPredictedTotals(OptionalReader(r, *v, path), &p);
 }
 
 // The fields must describe one configuration.
@@ -327,23 +469,13 @@ Status ReadPlan(const Reader& r, const json& root, PlanFile* plan) {
   return CheckConsistent(r, *plan);
 }
 
-// The `predicted` object: the stored ResultToJson() text, or, when a plan
-// was built by hand without it, the metrics ParsePlan reads back.
-json PredictedJson(const PlanFile& plan) {
-  if (!plan.predicted_json.empty()) {
-    json parsed = json::parse(plan.predicted_json, nullptr, false);
-    if (!parsed.is_discarded() && parsed.is_object()) return parsed;
-  }
-  json p;
-  p["iteration_time_us"] = NsToUs(plan.predicted_iteration_ns);
-  p["throughput_samples_per_s"] = plan.predicted_samples_per_s;
-  p["bubble_ratio"] = plan.predicted_bubble_ratio;
-  p["bubble_fraction_of_ideal"] = plan.predicted_bubble_fraction_of_ideal;
-  p["stages"] = json::array();
-  for (size_t i = 0; i < plan.predicted_peak_memory_bytes.size(); ++i) {
-    p["stages"].push_back(
-        {{"stage", i}, {"peak_memory_bytes", plan.predicted_peak_memory_bytes[i]}});
-  }
+// A result's metrics without its timeline.
+SimResult PredictionOf(const SimResult& result) {
+  SimResult p = result;
+  p.critical_path.reset();
+  p.ops.clear();
+  p.transfers.clear();
+  for (StageResult& rank : p.per_rank) rank.memory_timeline.clear();
   return p;
 }
 
@@ -390,15 +522,14 @@ PlanFile MakePlanFile(const std::string& model_name, const std::string& model_ha
   plan.schedule = schedule;
   plan.memory = options.memory;
   plan.optimizer_step_ns = options.optimizer_step_ns;
-  plan.predicted_iteration_ns = result.iteration_ns;
-  plan.predicted_samples_per_s = result.samples_per_s;
-  plan.predicted_bubble_ratio = result.bubble_ratio;
-  plan.predicted_bubble_fraction_of_ideal = result.bubble_fraction_of_ideal;
-  for (const StageResult& rank : result.per_rank) {
-    plan.predicted_peak_memory_bytes.push_back(rank.peak_memory_bytes);
-  }
-  plan.predicted_json = ResultToJson(result);
+  plan.predicted = PredictionOf(result);
   return plan;
+}
+
+Bytes PlanFile::LargestPredictedPeak() const {
+  Bytes peak = 0;
+  for (const StageResult& rank : predicted.per_rank) peak = std::max(peak, rank.peak_memory_bytes);
+  return peak;
 }
 
 SimOptions PlanSimOptions(const PlanFile& plan) {
@@ -416,7 +547,7 @@ std::string PlanToJson(const PlanFile& plan) {
   json root;
   root["format"] = kPlanFormat;
   root["model"] = {{"name", plan.model_name}, {"hash", plan.model_hash}};
-  root["cluster"] = json::parse(ClusterToJson(plan.cluster), nullptr, false);
+  root["cluster"] = ClusterJson(plan.cluster);
   root["gpus"] = plan.gpus;
   root["pipeline_stages"] = plan.pipeline_stages;
   root["data_parallel"] = plan.data_parallel;
@@ -450,7 +581,7 @@ std::string PlanToJson(const PlanFile& plan) {
                     {"gradient_bytes_per_param", plan.memory.gradient_bytes_per_param},
                     {"optimizer_bytes_per_param", plan.memory.optimizer_bytes_per_param}};
   root["optimizer_step_us"] = NsToUs(plan.optimizer_step_ns);
-  root["predicted"] = PredictedJson(plan);
+  root["predicted"] = ResultJson(plan.predicted);
   return Dump(root);
 }
 

@@ -1,9 +1,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "formats/file_util.h"
 #include "formats/formats.h"
 #include "formats/plan.h"
 #include "formats/result_json.h"
@@ -74,10 +76,16 @@ TEST(PlanFileTest, MakePlanFileDescribesTheSimulation) {
   EXPECT_TRUE(p.recompute);
   EXPECT_EQ(p.partition, w.options.partition);
   EXPECT_EQ(p.placement, (std::vector<int>{0, 1, 2, 3}));
-  EXPECT_EQ(p.predicted_iteration_ns, w.result.iteration_ns);
-  EXPECT_EQ(p.predicted_json, ResultToJson(w.result));
-  ASSERT_EQ(p.predicted_peak_memory_bytes.size(), 4u);
-  EXPECT_EQ(p.predicted_peak_memory_bytes[0], w.result.per_rank[0].peak_memory_bytes);
+  EXPECT_EQ(p.predicted.iteration_ns, w.result.iteration_ns);
+  ASSERT_EQ(p.predicted.per_rank.size(), 4u);
+  EXPECT_EQ(p.predicted.per_rank[0].peak_memory_bytes, w.result.per_rank[0].peak_memory_bytes);
+  // The prediction is the metrics: the timeline is not part of a plan.
+  EXPECT_TRUE(w.result.critical_path.has_value());
+  EXPECT_FALSE(p.predicted.critical_path.has_value());
+  EXPECT_TRUE(p.predicted.ops.empty());
+  SimResult metrics = w.result;
+  metrics.critical_path.reset();
+  EXPECT_EQ(ResultToJson(p.predicted), ResultToJson(metrics));
 }
 
 TEST(PlanFileTest, MakePlanFileRecordsTheBalancedPartitionWhenNoneWasGiven) {
@@ -106,19 +114,35 @@ TEST(PlanFileTest, RoundTripsAndReplaysToTheSamePrediction) {
   EXPECT_EQ(parsed->schedule.stage_rank, w.schedule.stage_rank);
   EXPECT_EQ(parsed->partition, made.partition);
   EXPECT_EQ(parsed->optimizer_step_ns, UsToNs(500));
-  EXPECT_EQ(parsed->predicted_iteration_ns, made.predicted_iteration_ns);
-  EXPECT_DOUBLE_EQ(parsed->predicted_samples_per_s, made.predicted_samples_per_s);
-  EXPECT_DOUBLE_EQ(parsed->predicted_bubble_ratio, made.predicted_bubble_ratio);
-  EXPECT_DOUBLE_EQ(parsed->predicted_bubble_fraction_of_ideal,
-                   made.predicted_bubble_fraction_of_ideal);
-  EXPECT_EQ(parsed->predicted_peak_memory_bytes, made.predicted_peak_memory_bytes);
-  EXPECT_EQ(parsed->predicted_json, made.predicted_json);
+  EXPECT_EQ(parsed->predicted.iteration_ns, made.predicted.iteration_ns);
+  EXPECT_DOUBLE_EQ(parsed->predicted.samples_per_s, made.predicted.samples_per_s);
+  EXPECT_DOUBLE_EQ(parsed->predicted.bubble_ratio, made.predicted.bubble_ratio);
+  EXPECT_DOUBLE_EQ(parsed->predicted.bubble_fraction_of_ideal,
+                   made.predicted.bubble_fraction_of_ideal);
+  EXPECT_EQ(parsed->LargestPredictedPeak(), made.LargestPredictedPeak());
+  EXPECT_EQ(ResultToJson(parsed->predicted), ResultToJson(made.predicted));
 
   // When replayed, then the simulator predicts exactly what the plan says.
   Result<SimResult> replay =
       Simulate(w.model, parsed->cluster, parsed->schedule, PlanSimOptions(*parsed));
   ASSERT_TRUE(replay.ok()) << replay.status().message();
-  EXPECT_EQ(ResultToJson(*replay), parsed->predicted_json);
+  replay->critical_path.reset();
+  EXPECT_EQ(ResultToJson(*replay), ResultToJson(parsed->predicted));
+}
+
+// The stored baselines that `planner --check` reads: read typed, written
+// back, they give their own bytes (nothing is kept verbatim).
+TEST(PlanFileTest, TheExampleBaselinesRoundTripByteForByte) {
+  const char* root = std::getenv("PIPECAST_SOURCE_DIR");
+  const std::string dir = std::string(root ? root : ".") + "/examples/baselines/";
+  for (const char* name :
+       {"gpt-7b-8gpu.plan.json", "gpt-13b-16gpu.plan.json", "llama-70b-64gpu.plan.json"}) {
+    Result<std::string> text = ReadFile(dir + name);
+    ASSERT_TRUE(text.ok()) << text.status().message();
+    Result<PlanFile> plan = ParsePlan(*text, name);
+    ASSERT_TRUE(plan.ok()) << plan.status().message();
+    EXPECT_EQ(PlanToJson(*plan), *text) << name;
+  }
 }
 
 TEST(PlanFileTest, KeepsTheIterationsOfAnAsynchronousSchedule) {

@@ -87,7 +87,7 @@ Json CriticalPathJson(const SimResult& result) {
 
 }  // namespace
 
-std::string ResultToJson(const SimResult& result) {
+Json ResultJson(const SimResult& result) {
   Json j;
   j["iteration_time_us"] = NsToUs(result.iteration_ns);
   j["pipeline_time_us"] = NsToUs(result.pipeline_ns);
@@ -116,8 +116,12 @@ std::string ResultToJson(const SimResult& result) {
   j["stages"] = Json::array();
   for (const StageResult& r : result.per_rank) j["stages"].push_back(StageJson(r));
   if (result.critical_path) j["critical_path"] = CriticalPathJson(result);
+  return j;
+}
+
+std::string ResultToJson(const SimResult& result) {
   // Invalid UTF-8 in a name or note becomes U+FFFD instead of throwing.
-  return j.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
+  return ResultJson(result).dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
 }
 
 }  // namespace pipecast

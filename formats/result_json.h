@@ -6,6 +6,7 @@
 #ifndef PIPECAST_FORMATS_RESULT_JSON_H_
 #define PIPECAST_FORMATS_RESULT_JSON_H_
 
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "sim/simulator.h"
@@ -27,6 +28,11 @@ namespace pipecast {
 // the timeline was recorded {length_us, compute_us, communication_us,
 // waiting_us, compute_by_stage, communication_by_link, steps}.
 std::string ResultToJson(const SimResult& result);
+
+// The same object as a JSON value, for callers that embed it in their own
+// JSON (plan.json's `predicted`, the planner's --json). Strings are kept as
+// they are: dump with error_handler_t::replace where they may not be UTF-8.
+nlohmann::ordered_json ResultJson(const SimResult& result);
 
 }  // namespace pipecast
 

@@ -32,10 +32,6 @@ std::string BaselineLabel(const PlanFile& b) {
                      b.recompute ? "on" : "off");
 }
 
-Bytes LargestPeak(const std::vector<Bytes>& peaks) {
-  return peaks.empty() ? 0 : *std::max_element(peaks.begin(), peaks.end());
-}
-
 // Everything the table compares, gathered first so the rendering stays plain.
 struct Comparison {
   explicit Comparison(const PlanFile& baseline) : base(baseline) {}
@@ -51,49 +47,49 @@ void AddMetricRows(const Comparison& c, double tolerance, TextTable* t,
                    std::vector<std::string>* failures) {
   const PlanFile& b = c.base;
   if (c.now == nullptr) {
-    t->AddRow({"throughput (samples/s)", fmt::format("{:.1f}", b.predicted_samples_per_s), "-", "-",
+    t->AddRow({"throughput (samples/s)", fmt::format("{:.1f}", b.predicted.samples_per_s), "-", "-",
                "NO PLAN"});
     return;
   }
   const SimResult& n = *c.now;
   // Throughput: a relative drop beyond the tolerance fails.
   std::string verdict = kOk;
-  if (n.samples_per_s < b.predicted_samples_per_s * (1 - tolerance)) {
+  if (n.samples_per_s < b.predicted.samples_per_s * (1 - tolerance)) {
     verdict = "REGRESSED";
     failures->push_back(fmt::format(
         "throughput fell from {:.1f} to {:.1f} samples/s ({}), more than the {:.1f}% tolerance",
-        b.predicted_samples_per_s, n.samples_per_s,
-        Relative(b.predicted_samples_per_s, n.samples_per_s), 100 * tolerance));
-  } else if (n.samples_per_s > b.predicted_samples_per_s) {
+        b.predicted.samples_per_s, n.samples_per_s,
+        Relative(b.predicted.samples_per_s, n.samples_per_s), 100 * tolerance));
+  } else if (n.samples_per_s > b.predicted.samples_per_s) {
     verdict = "ok (better)";
   }
-  t->AddRow({"throughput (samples/s)", fmt::format("{:.1f}", b.predicted_samples_per_s),
+  t->AddRow({"throughput (samples/s)", fmt::format("{:.1f}", b.predicted.samples_per_s),
              fmt::format("{:.1f}", n.samples_per_s),
-             Relative(b.predicted_samples_per_s, n.samples_per_s), verdict});
+             Relative(b.predicted.samples_per_s, n.samples_per_s), verdict});
   // Bubble ratio: an absolute rise beyond the tolerance fails.
   verdict = kOk;
-  if (n.bubble_ratio > b.predicted_bubble_ratio + tolerance) {
+  if (n.bubble_ratio > b.predicted.bubble_ratio + tolerance) {
     verdict = "REGRESSED";
     failures->push_back(fmt::format(
         "bubble ratio (idle share of the pipeline span) rose from {} to {} ({}), more than the "
         "{:.1f} points tolerance",
-        PercentText(b.predicted_bubble_ratio), PercentText(n.bubble_ratio),
-        Points(b.predicted_bubble_ratio, n.bubble_ratio), 100 * tolerance));
+        PercentText(b.predicted.bubble_ratio), PercentText(n.bubble_ratio),
+        Points(b.predicted.bubble_ratio, n.bubble_ratio), 100 * tolerance));
   }
-  t->AddRow({"bubble ratio (idle share of span)", PercentText(b.predicted_bubble_ratio),
-             PercentText(n.bubble_ratio), Points(b.predicted_bubble_ratio, n.bubble_ratio),
+  t->AddRow({"bubble ratio (idle share of span)", PercentText(b.predicted.bubble_ratio),
+             PercentText(n.bubble_ratio), Points(b.predicted.bubble_ratio, n.bubble_ratio),
              verdict});
-  t->AddRow({"bubble/ideal (Megatron-LM)", PercentText(b.predicted_bubble_fraction_of_ideal),
+  t->AddRow({"bubble/ideal (Megatron-LM)", PercentText(b.predicted.bubble_fraction_of_ideal),
              PercentText(n.bubble_fraction_of_ideal),
-             Points(b.predicted_bubble_fraction_of_ideal, n.bubble_fraction_of_ideal), kInfo});
+             Points(b.predicted.bubble_fraction_of_ideal, n.bubble_fraction_of_ideal), kInfo});
   t->AddRow(
-      {"iteration time (ms)", fmt::format("{:.3f}", NsToMs(b.predicted_iteration_ns)),
+      {"iteration time (ms)", fmt::format("{:.3f}", NsToMs(b.predicted.iteration_ns)),
        fmt::format("{:.3f}", NsToMs(n.iteration_ns)),
-       Relative(static_cast<double>(b.predicted_iteration_ns), static_cast<double>(n.iteration_ns)),
+       Relative(static_cast<double>(b.predicted.iteration_ns), static_cast<double>(n.iteration_ns)),
        kInfo});
   Bytes now_peak = 0;
   for (const StageResult& r : n.per_rank) now_peak = std::max(now_peak, r.peak_memory_bytes);
-  const Bytes base_peak = LargestPeak(b.predicted_peak_memory_bytes);
+  const Bytes base_peak = b.LargestPredictedPeak();
   t->AddRow({"peak memory, largest rank (GiB)", GiBText(base_peak), GiBText(now_peak),
              Relative(static_cast<double>(base_peak), static_cast<double>(now_peak)), kInfo});
 }
@@ -111,9 +107,9 @@ void AddReplayRows(const Comparison& c, TextTable* t, std::vector<std::string>* 
     return;
   }
   const SimResult& r = *c.replay;
-  t->AddRow({"baseline plan replayed: samples/s", fmt::format("{:.1f}", b.predicted_samples_per_s),
+  t->AddRow({"baseline plan replayed: samples/s", fmt::format("{:.1f}", b.predicted.samples_per_s),
              fmt::format("{:.1f}", r.samples_per_s),
-             Relative(b.predicted_samples_per_s, r.samples_per_s), kInfo});
+             Relative(b.predicted.samples_per_s, r.samples_per_s), kInfo});
   Bytes peak = 0;
   for (const StageResult& s : r.per_rank) {
     peak = std::max(peak, s.peak_memory_bytes);
@@ -133,10 +129,8 @@ void AddReplayRows(const Comparison& c, TextTable* t, std::vector<std::string>* 
         (over_lines->size() > 1 ? fmt::format(" (and {} more stages)", over_lines->size() - 1)
                                 : ""));
   }
-  t->AddRow({"baseline plan replayed: peak GiB",
-             GiBText(LargestPeak(b.predicted_peak_memory_bytes)), GiBText(peak),
-             Relative(static_cast<double>(LargestPeak(b.predicted_peak_memory_bytes)),
-                      static_cast<double>(peak)),
+  t->AddRow({"baseline plan replayed: peak GiB", GiBText(b.LargestPredictedPeak()), GiBText(peak),
+             Relative(static_cast<double>(b.LargestPredictedPeak()), static_cast<double>(peak)),
              verdict});
 }
 

@@ -60,7 +60,7 @@ CheckOutcome Check(const World& w, const PlanFile& baseline, CheckOptions o = {}
 
 TEST(Check, TheSamePlanPasses) {
   World w = MakeWorld();
-  ASSERT_GT(w.baseline.predicted_bubble_ratio, 0);
+  ASSERT_GT(w.baseline.predicted.bubble_ratio, 0);
   CheckOutcome out = Check(w, w.baseline);
   EXPECT_TRUE(out.passed) << out.diff;
   EXPECT_TRUE(out.failures.empty());
@@ -73,7 +73,7 @@ TEST(Check, TheSamePlanPasses) {
 TEST(Check, ThroughputDropBeyondTheRelativeToleranceFails) {
   World w = MakeWorld();
   PlanFile higher = w.baseline;
-  higher.predicted_samples_per_s *= 1.10;  // now is 9.1% below it
+  higher.predicted.samples_per_s *= 1.10;  // now is 9.1% below it
   CheckOutcome out = Check(w, higher);
   EXPECT_FALSE(out.passed);
   ASSERT_EQ(out.failures.size(), 1u);
@@ -86,7 +86,7 @@ TEST(Check, ThroughputDropBeyondTheRelativeToleranceFails) {
   EXPECT_TRUE(Check(w, higher, Tolerance(0.10)).passed);
   // A 1.5% drop is within the default 2%.
   PlanFile slight = w.baseline;
-  slight.predicted_samples_per_s *= 1.015;
+  slight.predicted.samples_per_s *= 1.015;
   EXPECT_TRUE(Check(w, slight).passed);
 }
 
@@ -95,9 +95,9 @@ TEST(Check, BubbleToleranceIsAbsoluteInRatioUnits) {
   const double now = w.report.ranked[0].result->bubble_ratio;
   PlanFile b = w.baseline;
   // 1.5 points more bubble: more than 2% relative growth, but within 0.02 absolute.
-  b.predicted_bubble_ratio = now - 0.015;
+  b.predicted.bubble_ratio = now - 0.015;
   EXPECT_TRUE(Check(w, b).passed) << Check(w, b).diff;
-  b.predicted_bubble_ratio = now - 0.03;
+  b.predicted.bubble_ratio = now - 0.03;
   CheckOutcome out = Check(w, b);
   EXPECT_FALSE(out.passed);
   ASSERT_EQ(out.failures.size(), 1u);

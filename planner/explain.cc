@@ -218,7 +218,7 @@ Json CandidateJson(const Candidate& c, const Model& model, bool with_predicted) 
   j["bubble_ratio"] = r.bubble_ratio;
   j["bubble_fraction_of_ideal"] = r.bubble_fraction_of_ideal;
   j["peak_memory_bytes"] = c.PeakMemory();
-  if (with_predicted) j["predicted"] = Json::parse(ResultToJson(r), nullptr, false);
+  if (with_predicted) j["predicted"] = ResultJson(r);
   return j;
 }
 

@@ -75,6 +75,23 @@ SimOptions CandidateSimOptions(const Candidate& c, const PlannerOptions& options
   return o;
 }
 
+Result<CandidateSetup> SetUpCandidate(const Candidate& c, const PlannerOptions& options,
+                                      bool record_timeline) {
+  auto schedule = MakeSchedule(c.schedule, c.pipeline_stages, c.microbatches, c.chunks);
+  if (!schedule.ok()) return schedule.status();
+  CandidateSetup setup{std::move(schedule.value()), CandidateSimOptions(c, options)};
+  setup.options.record_timeline = record_timeline;
+  return setup;
+}
+
+Result<SimResult> SimulateCandidate(const Model& model, const Cluster& cluster,
+                                    const Candidate& candidate, const PlannerOptions& options,
+                                    bool record_timeline) {
+  auto setup = SetUpCandidate(candidate, options, record_timeline);
+  if (!setup.ok()) return setup.status();
+  return Simulate(model, cluster, setup->schedule, setup->options);
+}
+
 namespace {
 
 std::vector<std::string> Suggestions(const Model& model, const Cluster& cluster,

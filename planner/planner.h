@@ -130,6 +130,24 @@ Result<PlanReport> RunPlanner(const Model& model, const Cluster& cluster,
 // The SimOptions that replay a candidate exactly (partition included).
 SimOptions CandidateSimOptions(const Candidate& candidate, const PlannerOptions& options);
 
+// What replays a candidate: its schedule and its SimOptions
+// (CandidateSimOptions, record_timeline as asked).
+struct CandidateSetup {
+  Schedule schedule;
+  SimOptions options;
+};
+// Fails, unprefixed, when the schedule cannot be built for the candidate's shape.
+[[nodiscard]] Result<CandidateSetup> SetUpCandidate(const Candidate& candidate,
+                                                    const PlannerOptions& options,
+                                                    bool record_timeline);
+
+// Candidate -> schedule + options -> simulation: the one way every pass and
+// tool simulates a candidate. Errors come from MakeSchedule or Simulate, unprefixed.
+[[nodiscard]] Result<SimResult> SimulateCandidate(const Model& model, const Cluster& cluster,
+                                                  const Candidate& candidate,
+                                                  const PlannerOptions& options,
+                                                  bool record_timeline);
+
 }  // namespace pipecast
 
 #endif  // PIPECAST_PLANNER_PLANNER_H_

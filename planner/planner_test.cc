@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "formats/result_json.h"
+#include "planner/chosen_plan.h"
 #include "testing/sim_test_util.h"
 
 namespace pipecast {
@@ -15,15 +17,20 @@ using ::testing::HasSubstr;
 constexpr TimeNs kF = 1000 * kNsPerUs;
 constexpr TimeNs kB = 2000 * kNsPerUs;
 
+// The planner's defaults on `gpus` GPUs with `global_batch` samples.
+PlannerOptions OnGpus(int gpus, int64_t global_batch) {
+  PlannerOptions o;
+  o.gpus = gpus;
+  o.global_batch = global_batch;
+  return o;
+}
+
 TEST(Planner, IdealClusterPicksPureDataParallelAtTheClosedForm) {
   // With free communication and unlimited memory, p=1 has no bubble: each of
   // the 8 replicas runs m = 32/8 = 4 micro-batches through 8 layers:
   // 4 x 8 x 3 ms = 96 ms for 32 samples.
   Model model = UniformModel(8, kF, kB);
-  PlannerOptions o;
-  o.gpus = 8;
-  o.global_batch = 32;
-  auto r = RunPlanner(model, IdealCluster(), o);
+  auto r = RunPlanner(model, IdealCluster(), OnGpus(8, 32));
   ASSERT_TRUE(r.ok()) << r.status().message();
   ASSERT_TRUE(r->Feasible());
   const Candidate& best = r->ranked[0];
@@ -90,6 +97,32 @@ TEST(Planner, BadOptions) {
               HasSubstr("no global batch"));
   o.global_batch = 3;  // p in {1,2}: d 4 or 2, never divides 3
   EXPECT_THAT(RunPlanner(model, IdealCluster(), o).status().message(), HasSubstr("not a multiple"));
+}
+
+TEST(Planner, SimulateCandidateReplaysWhatTheSearchPredicted) {
+  // Given the planner's choice on 4 GPUs, when it is simulated again, then
+  // the metrics are the search's and the timeline is there only when asked.
+  const Model model = UniformModel(8, kF, kB);
+  const PlannerOptions o = OnGpus(4, 16);
+  auto r = RunPlanner(model, IdealCluster(), o);
+  ASSERT_TRUE(r.ok() && r->Feasible());
+  const Candidate& best = r->ranked[0];
+  auto again = SimulateCandidate(model, IdealCluster(), best, o, /*record_timeline=*/false);
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  EXPECT_EQ(ResultToJson(*again), ResultToJson(*best.result));
+  EXPECT_TRUE(again->ops.empty());
+
+  auto chosen = MakeChosenPlan(model, "fnv1a64:0", IdealCluster(), o, best, true);
+  ASSERT_TRUE(chosen.ok()) << chosen.status().message();
+  EXPECT_EQ(chosen->plan.pipeline_stages, best.pipeline_stages);
+  EXPECT_EQ(chosen->plan.gpus, 4);
+  EXPECT_EQ(ResultToJson(chosen->plan.predicted), ResultToJson(*best.result));
+  ASSERT_TRUE(chosen->timeline.has_value());
+  EXPECT_FALSE(chosen->timeline->ops.empty());
+  EXPECT_EQ(chosen->timeline->iteration_ns, best.result->iteration_ns);
+  auto without = MakeChosenPlan(model, "fnv1a64:0", IdealCluster(), o, best, false);
+  ASSERT_TRUE(without.ok());
+  EXPECT_FALSE(without->timeline.has_value());
 }
 
 }  // namespace

@@ -24,14 +24,7 @@ void SimulateChunk(const Model& model, const Cluster& cluster, const PlannerOpti
   auto work = [&](int t) {
     for (size_t i = begin + t; i < end; i += threads) {
       Candidate& c = cands[i];
-      auto sched = MakeSchedule(c.schedule, c.pipeline_stages, c.microbatches, c.chunks);
-      if (!sched.ok()) {
-        errors[i] = sched.status();
-        continue;
-      }
-      SimOptions opts = CandidateSimOptions(c, options);
-      opts.record_timeline = false;
-      auto r = Simulate(model, cluster, *sched, opts);
+      auto r = SimulateCandidate(model, cluster, c, options, /*record_timeline=*/false);
       if (r.ok()) {
         c.result = std::move(r.value());
       } else {

@@ -14,12 +14,11 @@ std::vector<SweepPoint> Sweep(const Model& model, const Cluster& cluster,
   for (int m = 1; m <= 4 * chosen.microbatches; m *= 2) counts.insert(m);
   counts.insert(chosen.pipeline_stages);
   std::vector<SweepPoint> out;
+  Candidate layout = chosen;  // the chosen layout, at each count in turn
+  layout.result.reset();
   for (int m : counts) {
-    auto sched = MakeSchedule(chosen.schedule, chosen.pipeline_stages, m, chosen.chunks);
-    if (!sched.ok()) continue;
-    SimOptions opts = CandidateSimOptions(chosen, options);
-    opts.record_timeline = false;
-    auto r = Simulate(model, cluster, *sched, opts);
+    layout.microbatches = m;
+    auto r = SimulateCandidate(model, cluster, layout, options, /*record_timeline=*/false);
     if (!r.ok()) continue;
     SweepPoint pt;
     pt.microbatches = m;

@@ -224,7 +224,7 @@ Status AddProfiles(const Aggregation& aggregation, int microbatch_size, Model* m
   return Status::Ok();
 }
 
-std::string SpreadJson(const Aggregation& aggregation) {
+json SpreadJson(const Aggregation& aggregation) {
   json layers = json::object();
   double worst = 0;
   for (const LayerAggregate& l : aggregation.layers) {
@@ -242,7 +242,7 @@ std::string SpreadJson(const Aggregation& aggregation) {
   out["max_iqr_rel"] = std::round(worst * 1e4) / 1e4;
   if (aggregation.step_busy_ns) out["step_busy"] = SpreadUs(*aggregation.step_busy_ns);
   out["layers"] = std::move(layers);
-  return out.dump();
+  return out;
 }
 
 }  // namespace pipecast

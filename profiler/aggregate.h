@@ -12,6 +12,7 @@
 #define PIPECAST_PROFILER_AGGREGATE_H_
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -69,9 +70,9 @@ struct Aggregation {
 // parameters and output sizes are written as 0 (the warnings say so).
 [[nodiscard]] Status AddProfiles(const Aggregation& aggregation, int microbatch_size, Model* model);
 
-// JSON text for model.json's source: per layer, per pass, {median_us,
+// The JSON object for model.json's source: per layer, per pass, {median_us,
 // min_us, max_us, iqr_rel, samples}, plus the largest relative IQR.
-std::string SpreadJson(const Aggregation& aggregation);
+nlohmann::ordered_json SpreadJson(const Aggregation& aggregation);
 
 }  // namespace pipecast
 

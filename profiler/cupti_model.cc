@@ -109,7 +109,7 @@ Result<Model> BuildCuptiModel(const std::string& name,
   for (const CuptiMeasurement& m : measurements) {
     PIPECAST_RETURN_IF_ERROR(AddProfiles(m.aggregation, m.microbatch_size, &model));
     const std::string key = fmt::format("microbatch_size={}", m.microbatch_size);
-    spread[key] = json::parse(SpreadJson(m.aggregation));
+    spread[key] = SpreadJson(m.aggregation);
     records[key] = {{"gpu_records", m.stats.gpu_records},
                     {"attributed", m.stats.attributed},
                     {"outside_layer_ranges", m.stats.outside_layers},

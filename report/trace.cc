@@ -51,8 +51,8 @@ class TraceBuilder {
   TraceBuilder(const SimResult& result, const TraceOptions& options)
       : result_(result), options_(options) {}
 
-  // One event per line, so traces diff and grep well.
-  std::string Build() {
+  // Every event in file order: the metadata, then the rest by time.
+  std::vector<Json> Events() {
     std::vector<Json> metadata;
     for (int rank = 0; rank < NumRanks(); ++rank) AddMetadata(rank, &metadata);
     if (result_.critical_path) {
@@ -69,18 +69,31 @@ class TraceBuilder {
       return std::tie(a.ts_ns, a.pid, a.tid, a.order, a.seq) <
              std::tie(b.ts_ns, b.pid, b.tid, b.order, b.seq);
     });
+    std::vector<Json> out = std::move(metadata);
+    for (Event& event : events_) out.push_back(std::move(event.json));
+    return out;
+  }
 
+  // One event per line, so traces diff and grep well.
+  std::string Build() {
     std::string out = "{\"traceEvents\":[\n";
     bool first = true;
-    auto append = [&](const Json& event) {
+    for (const Json& event : Events()) {
       if (!first) out += ",\n";
       first = false;
       out += Dump(event);
-    };
-    for (const Json& event : metadata) append(event);
-    for (const Event& event : events_) append(event.json);
+    }
     out += "\n],\n\"displayTimeUnit\":\"ms\",\n\"otherData\":" + Dump(OtherData()) + "}\n";
     return out;
+  }
+
+  // The same trace as one JSON value.
+  Json BuildValue() {
+    Json j;
+    j["traceEvents"] = Events();
+    j["displayTimeUnit"] = "ms";
+    j["otherData"] = OtherData();
+    return j;
   }
 
  private:
@@ -237,6 +250,10 @@ class TraceBuilder {
 
 std::string TraceJson(const SimResult& result, const TraceOptions& options) {
   return TraceBuilder(result, options).Build();
+}
+
+nlohmann::ordered_json TraceJsonValue(const SimResult& result, const TraceOptions& options) {
+  return TraceBuilder(result, options).BuildValue();
 }
 
 }  // namespace pipecast

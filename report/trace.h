@@ -8,6 +8,7 @@
 #ifndef PIPECAST_REPORT_TRACE_H_
 #define PIPECAST_REPORT_TRACE_H_
 
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "sim/simulator.h"
@@ -22,6 +23,11 @@ struct TraceOptions {
 // A complete trace file (`{"traceEvents": [...], ...}`).
 // REQUIRES: result was simulated with record_timeline.
 std::string TraceJson(const SimResult& result, const TraceOptions& options = {});
+
+// The same trace as a JSON value ({traceEvents, displayTimeUnit, otherData}),
+// for callers that merge traces. Strings are kept as they are: dump with
+// error_handler_t::replace where they may not be UTF-8.
+nlohmann::ordered_json TraceJsonValue(const SimResult& result, const TraceOptions& options = {});
 
 }  // namespace pipecast
 

@@ -8,16 +8,13 @@
 #include <memory>
 #include <string>
 
+#include "base/exit_codes.h"
 #include "base/flag_checks.h"
 #include "formats/file_util.h"
 #include "validate/validator.h"
 
 namespace {
 
-constexpr int kExitOk = 0;
-constexpr int kExitFailed = 1;
-constexpr int kExitUsage = 2;
-constexpr int kExitBeyondTolerance = 3;
 constexpr double kMaxRecvTimeoutMs = 86'400'000;  // a day
 
 struct Flags {
@@ -31,7 +28,7 @@ struct Flags {
 
 int Fail(const pipecast::Status& st) {
   fmt::print(stderr, "validator: error: {}\n", st.message());
-  return kExitFailed;
+  return pipecast::kExitBadInput;
 }
 
 int Run(Flags& f) {
@@ -58,11 +55,11 @@ int Run(Flags& f) {
     pipecast::Status writable =
         backend->Agree(backend->is_root() ? pipecast::CheckWritable(f.trace).WithPrefix("--trace")
                                           : pipecast::Status::Ok());
-    if (!writable.ok()) return backend->is_root() ? Fail(writable) : kExitFailed;
+    if (!writable.ok()) return backend->is_root() ? Fail(writable) : pipecast::kExitBadInput;
   }
   pipecast::Result<ValidationResult> result = RunValidation(f.options, backend.get());
   pipecast::Status agreed = backend->Agree(result.ok() ? pipecast::Status::Ok() : result.status());
-  if (!backend->is_root()) return agreed.ok() ? kExitOk : kExitFailed;
+  if (!backend->is_root()) return agreed.ok() ? pipecast::kExitOk : pipecast::kExitBadInput;
   if (!result.ok()) return Fail(result.status());
   if (!f.trace.empty()) {
     const ValidationResult& r = *result;
@@ -73,7 +70,7 @@ int Run(Flags& f) {
   }
   const std::string text = f.json ? ValidationJson(*result) : ValidationText(*result);
   std::fwrite(text.data(), 1, text.size(), stdout);
-  return result->comparison.within_tolerance ? kExitOk : kExitBeyondTolerance;
+  return result->comparison.within_tolerance ? pipecast::kExitOk : pipecast::kExitCheckFailed;
 }
 
 }  // namespace
@@ -139,7 +136,7 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);
-    return code == 0 ? kExitOk : kExitUsage;
+    return code == 0 ? pipecast::kExitOk : pipecast::kExitUsage;
   }
   return Run(f);
 }

@@ -182,10 +182,11 @@ SimResult MeasuredTimeline(const ExecPlan& plan, const std::vector<StageRun>& ru
 }
 
 std::string SideBySideTrace(const SimResult& predicted, const SimResult& measured) {
-  Json a = Json::parse(TraceJson(predicted, TraceOptions{"predicted", 0}));
-  const Json b = Json::parse(TraceJson(measured, TraceOptions{"measured", predicted.ranks}));
-  for (const Json& e : b["traceEvents"]) a["traceEvents"].push_back(e);
-  return a.dump(1) + "\n";
+  Json a = TraceJsonValue(predicted, TraceOptions{"predicted", 0});
+  Json b = TraceJsonValue(measured, TraceOptions{"measured", predicted.ranks});
+  for (Json& e : b["traceEvents"]) a["traceEvents"].push_back(std::move(e));
+  // Invalid UTF-8 in a name becomes U+FFFD, as in TraceJson's text.
+  return a.dump(1, ' ', false, Json::error_handler_t::replace) + "\n";
 }
 
 }  // namespace pipecast::validate

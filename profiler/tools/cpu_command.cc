@@ -11,15 +11,13 @@
 #include <system_error>
 #include <vector>
 
+#include "base/exit_codes.h"
 #include "formats/file_util.h"
 #include "formats/formats.h"
 #include "profiler/cpu/profile.h"
 
 namespace pipecast {
 namespace {
-
-constexpr int kExitOk = 0;
-constexpr int kExitBadInput = 1;
 
 struct CpuFlags {
   cpu::CpuProfileOptions options;

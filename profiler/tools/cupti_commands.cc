@@ -4,14 +4,12 @@
 
 #include <cstdio>
 
+#include "base/exit_codes.h"
 #include "formats/file_util.h"
 #include "formats/formats.h"
 
 namespace pipecast {
 namespace {
-
-constexpr int kExitOk = 0;
-constexpr int kExitFailure = 1;
 
 void AddAggregateFlags(CLI::App* cmd, AggregateOptions& a) {
   cmd->add_option("--warmup", a.warmup,
@@ -27,7 +25,7 @@ int Finish(const char* what, Result<Model> model, const std::string& report,
   if (!report.empty()) fmt::print(stderr, "{}", report);
   if (!model.ok()) {
     fmt::print(stderr, "profiler {}: error: {}\n", what, model.status().message());
-    return kExitFailure;
+    return kExitBadInput;
   }
   const std::string text = ModelToJson(*model);
   if (out.empty()) {
@@ -37,7 +35,7 @@ int Finish(const char* what, Result<Model> model, const std::string& report,
   Status st = WriteFileAtomic(out, text);
   if (!st.ok()) {
     fmt::print(stderr, "profiler {}: error: {}\n", what, st.WithPrefix("--out").message());
-    return kExitFailure;
+    return kExitBadInput;
   }
   fmt::print(stderr, "profiler {}: wrote {}: {} layers measured with CUPTI on {}\n", what, out,
              model->layers.size(), model->source.device);

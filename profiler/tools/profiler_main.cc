@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "base/exit_codes.h"
 #include "formats/file_util.h"
 #include "formats/formats.h"
 #include "profiler/analytic.h"
@@ -20,10 +21,6 @@
 
 namespace pipecast {
 namespace {
-
-constexpr int kExitOk = 0;
-constexpr int kExitBadInput = 1;
-constexpr int kExitUsage = 2;
 
 struct AnalyticFlags {
   TransformerSpec spec;

@@ -1,0 +1,42 @@
+// Which cluster a tool runs on: the one `--cluster` names (a preset or a
+// cluster JSON file), else the preset of the GPU the model was measured on,
+// else `ideal`; then `--memory-gb` overrides its GPU memory. One rule for the
+// simulator, the planner and whoever else takes those flags.
+// Pure apart from reading a cluster file; thread-safe.
+#ifndef PIPECAST_FORMATS_CLUSTER_SELECT_H_
+#define PIPECAST_FORMATS_CLUSTER_SELECT_H_
+
+#include <string>
+
+#include "base/status.h"
+#include "sim/cluster.h"
+#include "sim/model.h"
+
+namespace pipecast {
+
+// How the cluster was chosen.
+enum class ClusterSource {
+  kFlag,            // --cluster named it
+  kMeasuredDevice,  // the preset named by the model's source.device
+  kIdeal,           // the model names no preset device: ideal
+};
+
+struct ClusterSelection {
+  Cluster cluster;
+  ClusterSource source = ClusterSource::kFlag;
+  // When chosen by default: a sentence saying how, for the user ("cluster
+  // 'ideal' chosen by default (...); choose with --cluster", with the
+  // --memory-gb override appended when there is one). Empty for kFlag.
+  std::string note;
+};
+
+// `cluster_flag`: the --cluster value (empty: choose by default).
+// `memory_gb`: the --memory-gb value, in GiB; < 0 keeps the cluster's.
+// On failure (unknown preset, unreadable or bad file) the status message
+// starts with "--cluster".
+[[nodiscard]] Result<ClusterSelection> SelectCluster(const std::string& cluster_flag,
+                                                     const Model& model, double memory_gb);
+
+}  // namespace pipecast
+
+#endif  // PIPECAST_FORMATS_CLUSTER_SELECT_H_

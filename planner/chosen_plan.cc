@@ -1,0 +1,26 @@
+#include "planner/chosen_plan.h"
+
+#include <utility>
+
+namespace pipecast {
+
+Result<ChosenPlan> MakeChosenPlan(const Model& model, const std::string& model_hash,
+                                  const Cluster& cluster, const PlannerOptions& options,
+                                  const Candidate& chosen, bool with_timeline) {
+  auto setup = SetUpCandidate(chosen, options, /*record_timeline=*/false);
+  if (!setup.ok()) return setup.status();
+  ChosenPlan c;
+  c.replay = std::move(setup.value());
+  c.plan = MakePlanFile(model.name, model_hash, cluster, c.replay.schedule, c.replay.options,
+                        *chosen.result);
+  if (with_timeline) {
+    SimOptions sim = c.replay.options;
+    sim.record_timeline = true;
+    auto replay = Simulate(model, cluster, c.replay.schedule, sim);
+    if (!replay.ok()) return replay.status().WithPrefix("replaying the chosen plan");
+    c.timeline = std::move(replay.value());
+  }
+  return c;
+}
+
+}  // namespace pipecast

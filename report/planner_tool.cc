@@ -1,0 +1,198 @@
+#include "report/planner_tool.h"
+
+#include <fmt/format.h>
+
+#include <optional>
+#include <utility>
+
+#include "formats/cluster_select.h"
+#include "formats/file_util.h"
+#include "formats/formats.h"
+#include "formats/plan.h"
+#include "planner/check.h"
+#include "planner/chosen_plan.h"
+#include "planner/explain.h"
+#include "planner/planner.h"
+#include "report/gantt.h"
+#include "report/planner_report.h"
+#include "report/trace.h"
+#include "sim/memory.h"
+#include "sim/schedule.h"
+
+namespace pipecast {
+namespace {
+
+Result<PlannerOptions> MakeOptions(const PlannerToolOptions& flags) {
+  PlannerOptions o;
+  o.gpus = flags.gpus;
+  o.global_batch = flags.global_batch;
+  for (const std::string& name : flags.schedules) {
+    auto kind = ParseScheduleKind(name);
+    if (!kind.ok()) return kind.status().WithPrefix("--schedules");
+    o.schedules.push_back(*kind);
+  }
+  o.microbatch_sizes = flags.microbatch_sizes;
+  o.chunks = flags.chunks;
+  o.recompute = flags.recompute == "on"    ? RecomputeMode::kOn
+                : flags.recompute == "off" ? RecomputeMode::kOff
+                                           : RecomputeMode::kAuto;
+  o.top_k = flags.top;
+  o.threads = flags.threads;
+  o.optimizer_step_ns = UsToNs(flags.optimizer_step_us);
+  auto memory = MemoryConfigFor(flags.precision, flags.optimizer);
+  if (!memory.ok()) return memory.status();
+  o.memory = *memory;
+  PIPECAST_RETURN_IF_ERROR(o.Validate());
+  return o;
+}
+
+// What the run reads before it searches.
+struct Inputs {
+  Model model;
+  std::string model_hash;
+  PlannerOptions options;
+  ClusterSelection cluster;
+  std::optional<PlanFile> baseline;  // --check
+};
+
+Result<Inputs> LoadInputs(const PlannerToolOptions& flags, const PlannerProgress& progress) {
+  auto bytes = ReadFile(flags.model_path);
+  if (!bytes.ok()) return bytes.status();
+  auto model = ParseModel(*bytes, flags.model_path);
+  if (!model.ok()) return model.status();
+  Inputs in;
+  in.model = std::move(model.value());
+  in.model_hash = ModelHash(*bytes);
+  auto options = MakeOptions(flags);
+  if (!options.ok()) return options.status();
+  in.options = std::move(options.value());
+  auto cluster = SelectCluster(flags.cluster, in.model, flags.memory_gb);
+  if (!cluster.ok()) return cluster.status();
+  in.cluster = std::move(cluster.value());
+  if (!in.cluster.note.empty()) progress(in.cluster.note);
+  if (!flags.check.empty()) {
+    auto loaded = LoadPlan(flags.check);
+    if (!loaded.ok()) return loaded.status().WithPrefix("--check");
+    in.baseline = std::move(loaded.value());
+  }
+  return in;
+}
+
+// --out and --trace for the chosen plan; with --gantt, its chart into *gantt.
+Status WriteOutputs(const PlannerToolOptions& flags, const ChosenPlan& chosen,
+                    const PlannerProgress& progress, std::string* gantt) {
+  if (!flags.out.empty()) {
+    PIPECAST_RETURN_IF_ERROR(
+        WriteFileAtomic(flags.out, PlanToJson(chosen.plan)).WithPrefix("--out"));
+    progress(fmt::format("wrote the chosen plan to {}", flags.out));
+  }
+  if (flags.gantt) {
+    GanttOptions chart;
+    chart.color = flags.gantt_color;
+    *gantt = GanttChart(*chosen.timeline, chart);
+  }
+  if (!flags.trace.empty()) {
+    PIPECAST_RETURN_IF_ERROR(
+        WriteFileAtomic(flags.trace, TraceJson(*chosen.timeline)).WithPrefix("--trace"));
+    progress(fmt::format("wrote the chosen plan's trace to {}", flags.trace));
+  }
+  return Status::Ok();
+}
+
+// --report: the HTML report with the chosen plan's timeline; when nothing
+// fits (`chosen` null), the rejections and suggestions only.
+Status WriteReport(const PlannerToolOptions& flags, const Inputs& in, const PlanReport& report,
+                   const ChosenPlan* chosen, const PlannerProgress& progress) {
+  const Cluster& cluster = in.cluster.cluster;
+  ReportInputs inputs;
+  inputs.model_name = in.model.name;
+  inputs.model_layers = static_cast<int>(in.model.layers.size());
+  inputs.cluster = cluster;
+  if (chosen) {
+    inputs =
+        MakeReportInputs(in.model, cluster, chosen->replay.schedule, chosen->replay.options, "");
+  }
+  inputs.tool = "planner";
+  inputs.command_line = flags.command_line;
+  const std::string html =
+      PlanReportHtml(report, in.model, chosen ? &*chosen->timeline : nullptr, inputs);
+  PIPECAST_RETURN_IF_ERROR(WriteFileAtomic(flags.report, html).WithPrefix("--report"));
+  progress(fmt::format("wrote the HTML report to {}", flags.report));
+  return Status::Ok();
+}
+
+// The search, with its progress lines and the cluster note in the report.
+Result<PlanReport> Search(const PlannerToolOptions& flags, const Inputs& in,
+                          const PlannerProgress& progress) {
+  progress(fmt::format("searching plans for {} ({} layers) on {} GPUs of {}", in.model.name,
+                       in.model.layers.size(), flags.gpus, in.cluster.cluster.name));
+  auto report = RunPlanner(in.model, in.cluster.cluster, in.options);
+  if (!report.ok()) return report.status();
+  if (!in.cluster.note.empty()) report->notes.push_back(in.cluster.note);
+  progress(
+      fmt::format("{} configurations, {} simulated, {}", report->enumerated, report->simulated,
+                  report->Feasible() ? "a plan was chosen" : "none can run (the report says why)"));
+  return report;
+}
+
+// The stdout text: the report (text or JSON), the --check diff, the chart.
+std::string ReportText(const PlannerToolOptions& flags, const Inputs& in, const PlanReport& report,
+                       const CheckOutcome* check, const std::string& gantt) {
+  std::string text =
+      flags.json ? PlanReportToJson(report, in.model, check) : PlanReportToText(report, in.model);
+  if (check && !flags.json) text += "\n" + check->diff;
+  if (flags.gantt && !flags.json) {
+    text += report.Feasible() ? "\n" + gantt : "\nno chart (--gantt): no configuration fits\n";
+  }
+  return text;
+}
+
+}  // namespace
+
+Status PlannerToolOptions::Validate() const {
+  CheckOptions check_options;
+  check_options.tolerance = tolerance;
+  return check_options.Validate();
+}
+
+Result<PlannerToolResult> RunPlannerTool(const PlannerToolOptions& flags,
+                                         const PlannerProgress& progress) {
+  auto in = LoadInputs(flags, progress);
+  if (!in.ok()) return in.status();
+  auto report = Search(flags, *in, progress);
+  if (!report.ok()) return report.status();
+  std::string gantt;
+  std::optional<ChosenPlan> chosen;
+  if (report->Feasible()) {
+    const bool timeline = !flags.trace.empty() || flags.gantt || !flags.report.empty();
+    auto made = MakeChosenPlan(in->model, in->model_hash, in->cluster.cluster, in->options,
+                               report->ranked[0], timeline);
+    if (!made.ok()) return made.status();
+    chosen = std::move(made.value());
+    PIPECAST_RETURN_IF_ERROR(WriteOutputs(flags, *chosen, progress, &gantt));
+  } else if (!flags.out.empty() || !flags.trace.empty()) {
+    progress("nothing fits, so no --out or --trace file was written");
+  }
+  if (!flags.report.empty()) {
+    PIPECAST_RETURN_IF_ERROR(
+        WriteReport(flags, *in, *report, chosen ? &*chosen : nullptr, progress));
+  }
+  PlannerToolResult result;
+  std::optional<CheckOutcome> check;
+  if (in->baseline) {
+    CheckOptions check_options;
+    check_options.tolerance = flags.tolerance;
+    check_options.model_hash = in->model_hash;
+    auto outcome =
+        CheckAgainstBaseline(*in->baseline, *report, in->model, in->cluster.cluster, check_options);
+    if (!outcome.ok()) return outcome.status();
+    check = std::move(outcome.value());
+    result.checked = true;
+    result.check_passed = check->passed;
+  }
+  result.text = ReportText(flags, *in, *report, check ? &*check : nullptr, gantt);
+  result.feasible = report->Feasible();
+  return result;
+}
+
+}  // namespace pipecast

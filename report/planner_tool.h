@@ -1,0 +1,68 @@
+// The planner tool's work, as a library call: from model.json and the
+// planner's flags to the report, the plan file, the chosen plan's trace,
+// chart and HTML page, and the --check verdict. tools/planner_main.cc only
+// parses flags into PlannerToolOptions, calls RunPlannerTool, prints, and
+// maps the outcome to an exit code (base/exit_codes.h).
+//
+// Writes the files the options name (atomically); never prints: progress
+// lines go to the caller's callback, the report text comes back.
+#ifndef PIPECAST_REPORT_PLANNER_TOOL_H_
+#define PIPECAST_REPORT_PLANNER_TOOL_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+
+namespace pipecast {
+
+// The planner's flags, as typed (docs/planner.md lists them).
+struct PlannerToolOptions {
+  std::string model_path;              // required
+  int gpus = 0;                        // required
+  int64_t global_batch = 0;            // 0: the model's global_batch
+  std::string cluster;                 // empty: the model's device if it is a preset, else ideal
+  double memory_gb = -1;               // < 0: the cluster's
+  std::vector<std::string> schedules;  // empty: the planner's set
+  std::vector<int> microbatch_sizes;   // empty: the sizes the model was measured at
+  std::vector<int> chunks = {2};
+  std::string recompute = "auto";  // auto, off or on
+  int top = 3;
+  int threads = 0;  // 0: every core
+  double optimizer_step_us = 0;
+  std::string precision = "bf16";
+  std::string optimizer = "adam";
+  bool json = false;         // the report as one JSON object instead of text
+  std::string out;           // --out: the chosen plan (pipecast-plan/1)
+  std::string trace;         // --trace: the chosen plan's Chrome trace
+  bool gantt = false;        // --gantt: the chosen plan's timeline after the text report
+  bool gantt_color = false;  // ANSI colours in that chart
+  std::string check;         // --check: the baseline plan.json
+  double tolerance = 0.02;   // --check tolerance
+  std::string report;        // --report: the self-contained HTML report
+  std::string command_line;  // as typed, shown in the report's inputs
+
+  // InvalidArgument for a --tolerance outside [0, 1) (a usage error).
+  [[nodiscard]] Status Validate() const;
+};
+
+struct PlannerToolResult {
+  std::string text;       // for stdout: the text or JSON report, with the diff and chart
+  bool feasible = false;  // a configuration fits
+  bool checked = false;   // --check was given
+  bool check_passed = false;
+};
+
+// One line of progress for the user, without the tool's name.
+using PlannerProgress = std::function<void(const std::string& line)>;
+
+// Failures (unreadable or bad files, bad flag values, an unwritable output)
+// name the file or flag. REQUIRES: options.Validate() is OK.
+[[nodiscard]] Result<PlannerToolResult> RunPlannerTool(const PlannerToolOptions& options,
+                                                       const PlannerProgress& progress);
+
+}  // namespace pipecast
+
+#endif  // PIPECAST_REPORT_PLANNER_TOOL_H_

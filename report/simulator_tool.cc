@@ -1,0 +1,180 @@
+#include "report/simulator_tool.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "formats/cluster_select.h"
+#include "formats/file_util.h"
+#include "formats/formats.h"
+#include "formats/plan.h"
+#include "formats/result_json.h"
+#include "formats/schedule_text.h"
+#include "report/gantt.h"
+#include "report/html_report.h"
+#include "report/report.h"
+#include "report/trace.h"
+#include "sim/memory.h"
+#include "sim/partition.h"
+#include "sim/schedule.h"
+#include "sim/schedule_traits.h"
+#include "sim/simulator.h"
+
+namespace pipecast {
+namespace {
+
+using Flags = SimulatorToolOptions;
+
+// The simulator's line about a cluster chosen by default (SelectCluster's rule).
+Result<Cluster> PickCluster(const Flags& flags, const Model& model,
+                            const SimulatorProgress& progress) {
+  auto s = SelectCluster(flags.cluster, model, flags.memory_gb);
+  if (!s.ok()) return s.status();
+  if (s->source != ClusterSource::kFlag) {
+    progress(fmt::format("cluster '{}' ({}; choose with --cluster)", s->cluster.name,
+                         s->source == ClusterSource::kIdeal
+                             ? "no communication cost, unlimited memory"
+                             : "the GPU the model was measured on"));
+  }
+  return std::move(s->cluster);
+}
+
+Result<Schedule> PickSchedule(const Flags& flags, int num_layers) {
+  if (!flags.schedule_in.empty()) {
+    auto s = LoadScheduleText(flags.schedule_in);
+    if (!s.ok()) return s.status();
+    if (flags.stages > 0 && flags.stages != s->num_ranks) {
+      return Status::InvalidArgument(fmt::format("--stages {} but '{}' has {} ranks", flags.stages,
+                                                 flags.schedule_in, s->num_ranks));
+    }
+    if (flags.microbatches > 0 && flags.microbatches != s->num_microbatches) {
+      return Status::InvalidArgument(fmt::format("--microbatches {} but '{}' has {}",
+                                                 flags.microbatches, flags.schedule_in,
+                                                 s->num_microbatches));
+    }
+    return s;
+  }
+  auto kind = ParseScheduleKind(flags.schedule);
+  if (!kind.ok()) return kind.status().WithPrefix("--schedule");
+  const int chunks = flags.chunks > 0 ? flags.chunks : TraitsOf(*kind).default_chunks;
+  int stages = flags.stages;
+  if (stages == 0 && !flags.partition.empty()) {
+    // --partition lists every virtual stage: p·v ranges.
+    stages =
+        (1 + static_cast<int>(std::count(flags.partition.begin(), flags.partition.end(), ','))) /
+        chunks;
+  }
+  if (stages == 0) {
+    return Status::InvalidArgument("give the number of pipeline stages with --stages P");
+  }
+  if (int64_t{stages} * chunks > num_layers && chunks > 1) {
+    return Status::InvalidArgument(fmt::format(
+        "--stages {} x --chunks {} = {} virtual stages but the model has only {} layers", stages,
+        chunks, int64_t{stages} * chunks, num_layers));
+  }
+  if (stages > num_layers) {
+    return Status::InvalidArgument(
+        fmt::format("--stages {} but the model has only {} layers: use at most {} stages", stages,
+                    num_layers, num_layers));
+  }
+  return MakeSchedule(*kind, stages, flags.microbatches > 0 ? flags.microbatches : stages, chunks);
+}
+
+// What to simulate: the cluster, the schedule and the options.
+struct Setup {
+  Cluster cluster;
+  Schedule schedule;
+  SimOptions options;
+};
+
+Result<Setup> SetupFromFlags(const Flags& flags, const Model& model,
+                             const SimulatorProgress& progress) {
+  Setup s;
+  auto cluster = PickCluster(flags, model, progress);
+  if (!cluster.ok()) return cluster.status();
+  s.cluster = std::move(cluster.value());
+  auto schedule = PickSchedule(flags, static_cast<int>(model.layers.size()));
+  if (!schedule.ok()) return schedule.status();
+  s.schedule = std::move(schedule.value());
+  s.options.microbatch_size = flags.microbatch_size;
+  s.options.data_parallel = flags.data_parallel;
+  s.options.optimizer_step_ns = UsToNs(flags.optimizer_step_us);
+  s.options.recompute = flags.recompute;
+  auto memory = MemoryConfigFor(flags.precision, flags.optimizer);
+  if (!memory.ok()) return memory.status();
+  s.options.memory = *memory;
+  if (!flags.partition.empty()) {
+    auto part = ParsePartition(flags.partition, static_cast<int>(model.layers.size()),
+                               s.schedule.num_stages);
+    if (!part.ok()) return part.status();
+    s.options.partition = *part;
+  }
+  return s;
+}
+
+// --plan: everything but the model comes from the plan. The plan stores only
+// the model's hash, so a different model file is a warning, not an error.
+Result<Setup> SetupFromPlan(const Flags& flags, const std::string& model_bytes,
+                            const SimulatorProgress& progress) {
+  auto plan = LoadPlan(flags.plan_path);
+  if (!plan.ok()) return plan.status().WithPrefix("--plan");
+  const std::string hash = ModelHash(model_bytes);
+  if (hash != plan->model_hash) {
+    progress(
+        fmt::format("warning: {} has hash {}, but {} was made for model '{}' with hash {}: "
+                    "the model file changed since the plan was made",
+                    flags.model_path, hash, flags.plan_path, plan->model_name, plan->model_hash));
+  }
+  return Setup{plan->cluster, plan->schedule, PlanSimOptions(*plan)};
+}
+
+// The files the options name, after the simulation.
+Status WriteOutputs(const Flags& flags, const Model& model, const Setup& setup,
+                    const SimResult& result) {
+  if (!flags.schedule_out.empty()) {
+    PIPECAST_RETURN_IF_ERROR(WriteFileAtomic(flags.schedule_out, ScheduleToText(setup.schedule))
+                                 .WithPrefix("--schedule-out"));
+  }
+  if (!flags.trace_path.empty()) {
+    PIPECAST_RETURN_IF_ERROR(
+        WriteFileAtomic(flags.trace_path, TraceJson(result)).WithPrefix("--trace"));
+  }
+  if (!flags.report_path.empty()) {
+    const ReportInputs inputs =
+        MakeReportInputs(model, setup.cluster, setup.schedule, setup.options, flags.command_line);
+    PIPECAST_RETURN_IF_ERROR(
+        WriteFileAtomic(flags.report_path, SimulationReportHtml(result, inputs))
+            .WithPrefix("--report"));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::string> RunSimulatorTool(const SimulatorToolOptions& flags,
+                                     const SimulatorProgress& progress) {
+  auto bytes = ReadFile(flags.model_path);
+  if (!bytes.ok()) return bytes.status();
+  auto model = ParseModel(*bytes, flags.model_path);
+  if (!model.ok()) return model.status();
+  auto setup = flags.plan_path.empty() ? SetupFromFlags(flags, *model, progress)
+                                       : SetupFromPlan(flags, *bytes, progress);
+  if (!setup.ok()) return setup.status();
+  // Always: the critical path in the summary and --json is derived from the timeline.
+  setup->options.record_timeline = true;
+  auto result = Simulate(*model, setup->cluster, setup->schedule, setup->options);
+  if (!result.ok()) return result.status();
+  PIPECAST_RETURN_IF_ERROR(WriteOutputs(flags, *model, *setup, *result));
+  std::string out = flags.json ? ResultToJson(*result) : ResultToText(*result, setup->cluster);
+  if (flags.gantt && !flags.json) {
+    GanttOptions gantt;
+    gantt.color = flags.gantt_color;
+    out += "\n" + GanttChart(*result, gantt);
+  }
+  return out;
+}
+
+}  // namespace pipecast

@@ -1,0 +1,56 @@
+// The simulator tool's work, as a library call: load model.json (and a
+// plan.json or schedule text when given), build the schedule and options the
+// flags describe, simulate with the timeline recorded, write the files the
+// options name (schedule text, Chrome trace, HTML report) and return the
+// summary (text or JSON, with the terminal chart). tools/simulator_main.cc
+// only parses flags into SimulatorToolOptions, calls RunSimulatorTool,
+// prints, and maps the status to an exit code (base/exit_codes.h).
+//
+// Never prints: notes and warnings go to the caller's callback.
+#ifndef PIPECAST_REPORT_SIMULATOR_TOOL_H_
+#define PIPECAST_REPORT_SIMULATOR_TOOL_H_
+
+#include <functional>
+#include <string>
+
+#include "base/status.h"
+
+namespace pipecast {
+
+// The simulator's flags, as typed (docs/simulator.md lists them).
+struct SimulatorToolOptions {
+  std::string model_path;  // required
+  int stages = 0;          // 0: from --partition or --schedule-in
+  int microbatches = 0;    // 0: from --schedule-in, else the number of stages
+  std::string schedule = "1f1b";
+  int chunks = 0;  // v, model chunks per GPU; 0: 2 for interleaved and looped-bfs, else 1
+  bool recompute = false;
+  int microbatch_size = 1;
+  std::string partition;  // empty: balanced on time
+  std::string cluster;    // empty: the preset named by the model's source.device, else ideal
+  double memory_gb = -1;  // < 0: the cluster's
+  int data_parallel = 1;
+  double optimizer_step_us = 0;
+  std::string precision = "bf16";
+  std::string optimizer = "adam";
+  std::string trace_path;    // --trace: the Chrome trace
+  std::string report_path;   // --report: the self-contained HTML report
+  std::string command_line;  // as typed, shown in the report's inputs
+  std::string schedule_out;  // --schedule-out: the schedule as text
+  std::string schedule_in;   // --schedule-in: a custom schedule text
+  std::string plan_path;     // --plan: the configuration comes from plan.json
+  bool json = false;         // the summary as one JSON object
+  bool gantt = false;        // --gantt: the timeline as a terminal chart, after the summary
+  bool gantt_color = false;  // ANSI colours in that chart
+};
+
+// One line for the user (a note or a warning), without the tool's name.
+using SimulatorProgress = std::function<void(const std::string& line)>;
+
+// The text for stdout. Failures name the file or flag that is wrong.
+[[nodiscard]] Result<std::string> RunSimulatorTool(const SimulatorToolOptions& options,
+                                                   const SimulatorProgress& progress);
+
+}  // namespace pipecast
+
+#endif  // PIPECAST_REPORT_SIMULATOR_TOOL_H_
