@@ -12,6 +12,11 @@ inline constexpr int kExitUsage = 2;     // a flag is wrong (CLI11's parse error
 inline constexpr int kExitCheckFailed = 3;
 inline constexpr int kExitNoFeasiblePlan = 4;  // the planner found no configuration that fits
 
+// The line every tool's --help ends with.
+inline constexpr char kExitCodesHelp[] =
+    "Exit codes: 0 ok; 1 bad input or a failure; 2 usage (a wrong flag); 3 a check failed "
+    "(planner --check regressed, validator beyond tolerance); 4 no feasible plan.";
+
 }  // namespace pipecast
 
 #endif  // PIPECAST_BASE_EXIT_CODES_H_

@@ -423,6 +423,11 @@ std::string GanttChart(const SimResult& result, const GanttOptions& options) {
   return out + Legend(result, s, labelled, notes, options.color);
 }
 
+int GanttCellsForWidth(int width_columns) {
+  if (width_columns <= 0) return GanttOptions{}.max_columns;
+  return std::max(width_columns - kGanttLabelColumns, kMinColumns);
+}
+
 bool GanttColorWanted(bool stdout_is_terminal, const char* no_color) {
   return stdout_is_terminal && (no_color == nullptr || *no_color == '\0');
 }

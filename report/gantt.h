@@ -52,6 +52,13 @@ struct GanttOptions {
 // REQUIRES: options.Validate().ok(); smaller limits are raised to the minimum.
 std::string GanttChart(const SimResult& result, const GanttOptions& options);
 
+// The cells a chart `width_columns` wide leaves for the time axis: the rank
+// labels ("rank 12  ") take kGanttLabelColumns. `width_columns` is --width
+// when given, else the terminal's width; 0 (neither: not a terminal) gives
+// the default GanttOptions::max_columns. At least 10 cells.
+inline constexpr int kGanttLabelColumns = 10;
+int GanttCellsForWidth(int width_columns);
+
 // Whether a tool should colour its chart: only when stdout is a terminal and
 // NO_COLOR (https://no-color.org) is unset or empty. `no_color` is the
 // variable's value, nullptr when unset.

@@ -89,6 +89,7 @@ Status WriteOutputs(const PlannerToolOptions& flags, const ChosenPlan& chosen,
   if (flags.gantt) {
     GanttOptions chart;
     chart.color = flags.gantt_color;
+    chart.max_columns = GanttCellsForWidth(flags.gantt_width);
     *gantt = GanttChart(*chosen.timeline, chart);
   }
   if (!flags.trace.empty()) {
@@ -155,8 +156,25 @@ Status PlannerToolOptions::Validate() const {
   return check_options.Validate();
 }
 
+namespace {
+
+// Before the search: no output onto an input or onto another output.
+Status CheckToolOutputs(const PlannerToolOptions& flags) {
+  std::vector<NamedPath> outputs;
+  for (const NamedPath& p : {NamedPath{"--out", flags.out}, NamedPath{"--trace", flags.trace},
+                             NamedPath{"--report", flags.report}}) {
+    if (!p.path.empty()) outputs.push_back(p);
+  }
+  return CheckOutputs(
+      outputs,
+      {{"--model", flags.model_path}, {"--cluster", flags.cluster}, {"--check", flags.check}});
+}
+
+}  // namespace
+
 Result<PlannerToolResult> RunPlannerTool(const PlannerToolOptions& flags,
                                          const PlannerProgress& progress) {
+  PIPECAST_RETURN_IF_ERROR(CheckToolOutputs(flags));
   auto in = LoadInputs(flags, progress);
   if (!in.ok()) return in.status();
   auto report = Search(flags, *in, progress);

@@ -39,6 +39,7 @@ struct PlannerToolOptions {
   std::string trace;         // --trace: the chosen plan's Chrome trace
   bool gantt = false;        // --gantt: the chosen plan's timeline after the text report
   bool gantt_color = false;  // ANSI colours in that chart
+  int gantt_width = 0;       // columns of that chart: --width, else the terminal's; 0: the default
   std::string check;         // --check: the baseline plan.json
   double tolerance = 0.02;   // --check tolerance
   std::string report;        // --report: the self-contained HTML report

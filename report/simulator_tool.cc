@@ -154,8 +154,27 @@ Status WriteOutputs(const Flags& flags, const Model& model, const Setup& setup,
 
 }  // namespace
 
+namespace {
+
+// Before any work: no output onto an input or onto another output.
+Status CheckToolOutputs(const SimulatorToolOptions& flags) {
+  std::vector<NamedPath> outputs;
+  for (const NamedPath& p :
+       {NamedPath{"--trace", flags.trace_path}, NamedPath{"--report", flags.report_path},
+        NamedPath{"--schedule-out", flags.schedule_out}}) {
+    if (!p.path.empty()) outputs.push_back(p);
+  }
+  return CheckOutputs(outputs, {{"--model", flags.model_path},
+                                {"--plan", flags.plan_path},
+                                {"--schedule-in", flags.schedule_in},
+                                {"--cluster", flags.cluster}});
+}
+
+}  // namespace
+
 Result<std::string> RunSimulatorTool(const SimulatorToolOptions& flags,
                                      const SimulatorProgress& progress) {
+  PIPECAST_RETURN_IF_ERROR(CheckToolOutputs(flags));
   auto bytes = ReadFile(flags.model_path);
   if (!bytes.ok()) return bytes.status();
   auto model = ParseModel(*bytes, flags.model_path);
@@ -172,6 +191,7 @@ Result<std::string> RunSimulatorTool(const SimulatorToolOptions& flags,
   if (flags.gantt && !flags.json) {
     GanttOptions gantt;
     gantt.color = flags.gantt_color;
+    gantt.max_columns = GanttCellsForWidth(flags.gantt_width);
     out += "\n" + GanttChart(*result, gantt);
   }
   return out;

@@ -42,6 +42,7 @@ struct SimulatorToolOptions {
   bool json = false;         // the summary as one JSON object
   bool gantt = false;        // --gantt: the timeline as a terminal chart, after the summary
   bool gantt_color = false;  // ANSI colours in that chart
+  int gantt_width = 0;       // columns of that chart: --width, else the terminal's; 0: the default
 };
 
 // One line for the user (a note or a warning), without the tool's name.

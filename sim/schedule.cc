@@ -36,6 +36,12 @@ std::vector<ScheduleKind> BuiltinScheduleKinds() {
   return kinds;
 }
 
+std::vector<std::string> BuiltinScheduleNames() {
+  std::vector<std::string> names;
+  for (ScheduleKind kind : BuiltinScheduleKinds()) names.push_back(ScheduleKindName(kind));
+  return names;
+}
+
 bool UsesChunks(ScheduleKind kind) { return TraitsOf(kind).uses_chunks; }
 
 bool SplitsBackward(ScheduleKind kind) { return TraitsOf(kind).splits_backward; }

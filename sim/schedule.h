@@ -54,6 +54,8 @@ const char* ScheduleKindName(ScheduleKind kind);
 Result<ScheduleKind> ParseScheduleKind(const std::string& name);
 // Every built-in kind, in a stable order.
 std::vector<ScheduleKind> BuiltinScheduleKinds();
+// Their names, in the same order ("naive", "gpipe", ...): the --schedule choices.
+std::vector<std::string> BuiltinScheduleNames();
 // True for kinds that take v > 1 chunks per rank (interleaved, looped BFS).
 bool UsesChunks(ScheduleKind kind);
 // True for kinds that split the backward into I and W (zero bubble).

@@ -122,9 +122,9 @@ TEST_F(PlannerCli, IndivisibleGlobalBatchIsBadInput) {
   EXPECT_THAT(run.err, HasSubstr("--global-batch 7"));
 }
 
-TEST_F(PlannerCli, UnknownScheduleIsBadInputNamingTheFlag) {
+TEST_F(PlannerCli, UnknownScheduleIsAUsageErrorNamingTheFlag) {
   ToolRun run = Plan(ToyOn8() + " --schedules 1f1b,zigzag");
-  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_EQ(run.exit_code, 2);
   EXPECT_THAT(run.err, HasSubstr("--schedules"));
   EXPECT_THAT(run.err, HasSubstr("zigzag"));
 }

@@ -117,10 +117,44 @@ TEST_F(SimulatorCli, MoreStagesThanLayersIsBadInputNamingIt) {
   EXPECT_THAT(run.err, HasSubstr("8 layers"));
 }
 
-TEST_F(SimulatorCli, UnknownScheduleIsBadInput) {
+TEST_F(SimulatorCli, UnknownScheduleIsAUsageErrorNamingTheChoicesAndTheNearest) {
   ToolRun run = Sim("--model " + Toy() + " --stages 2 --schedule zigzag");
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_THAT(run.err, HasSubstr("--schedule: 'zigzag' is not one of naive, gpipe, 1f1b"));
+  ToolRun typo = Sim("--model " + Toy() + " --stages 2 --schedule 1f1c");
+  EXPECT_EQ(typo.exit_code, 2);
+  EXPECT_THAT(typo.err, HasSubstr("did you mean 1f1b?"));
+}
+
+TEST_F(SimulatorCli, AMistypedFlagSuggestsTheNearest) {
+  ToolRun run = Sim("--model " + Toy() + " --stagess 2");
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_THAT(run.err, HasSubstr("--stagess (did you mean --stages?)"));
+}
+
+TEST_F(SimulatorCli, VersionNamesTheGitRevisionAndHelpTheExitCodes) {
+  ToolRun version = Sim("--version");
+  EXPECT_EQ(version.exit_code, 0);
+  EXPECT_THAT(version.out, HasSubstr("simulator 0.1.0 (git "));
+  ToolRun help = Sim("--help");
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_THAT(help.out, HasSubstr("Exit codes: 0 ok; 1 bad input"));
+}
+
+TEST_F(SimulatorCli, AnEmptyOutputPathIsAUsageError) {
+  ToolRun run = Sim("--model " + Toy() + " --stages 2 --trace ''");
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_THAT(run.err, HasSubstr("--trace: is empty: give a file path"));
+}
+
+TEST_F(SimulatorCli, AnOutputOntoTheModelIsRefusedAndTheModelKept) {
+  const std::string model = dir_.File("m.json");
+  const std::string toy = ReadText(Example("toy-uniform.json"));
+  WriteText(model, toy);
+  ToolRun run = Sim("--model " + model + " --stages 2 --report " + model);
   EXPECT_EQ(run.exit_code, 1);
-  EXPECT_THAT(run.err, HasSubstr("zigzag"));
+  EXPECT_THAT(run.err, HasSubstr("--report '" + model + "' is the same file as --model"));
+  EXPECT_EQ(ReadText(model), toy);
 }
 
 TEST_F(SimulatorCli, UnwritableTracePathIsBadInputAndLeavesNoFile) {
@@ -171,8 +205,8 @@ TEST_F(SimulatorCli, PrecisionAndOptimizerSetBytesPerParameter) {
   ASSERT_EQ(defaults.exit_code, 0) << defaults.err;
   EXPECT_EQ(json::parse(defaults.out)["stages"][0]["memory"]["optimizer_bytes"], 600'000'000);
   ToolRun bad = Sim("--model " + Toy() + " --stages 8 --optimizer lamb");
-  EXPECT_EQ(bad.exit_code, 1);
-  EXPECT_THAT(bad.err, HasSubstr("--optimizer is 'lamb'"));
+  EXPECT_EQ(bad.exit_code, 2);  // a usage error, naming the choices
+  EXPECT_THAT(bad.err, HasSubstr("--optimizer: 'lamb' is not one of adam, sgd, sgd-nomomentum"));
 }
 
 }  // namespace

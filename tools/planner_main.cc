@@ -17,8 +17,10 @@
 #include <string>
 #include <vector>
 
+#include "base/cli.h"
 #include "base/exit_codes.h"
 #include "base/flag_checks.h"
+#include "formats/file_util.h"
 #include "report/gantt.h"
 #include "report/html_report.h"
 #include "report/planner_tool.h"
@@ -76,7 +78,8 @@ int main(int argc, char** argv) {
   }
   app.add_option("--schedules", f.schedules,
                  "comma list of schedules to try: " + kinds + " (default: the planner's set)")
-      ->delimiter(',');
+      ->delimiter(',')
+      ->check(pipecast::OneOf(pipecast::BuiltinScheduleNames()));
   app.add_option("--chunks", f.chunks,
                  "comma list of chunks per GPU tried for interleaved and looped-bfs (default 2)")
       ->delimiter(',')
@@ -87,7 +90,7 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--recompute", f.recompute,
                  "activation recomputation: auto (try off and on), off or on")
-      ->check(CLI::IsMember({"auto", "off", "on"}))
+      ->check(pipecast::OneOf({"auto", "off", "on"}))
       ->capture_default_str();
   app.add_option("--top", f.top, "runners-up to keep besides the choice")
       ->check(CLI::NonNegativeNumber)
@@ -99,16 +102,21 @@ int main(int argc, char** argv) {
   app.add_option("--precision", f.precision,
                  "training precision, for bytes per parameter: bf16, fp16 (mixed) or fp32 "
                  "(docs/simulator.md)")
+      ->check(pipecast::OneOf({"bf16", "fp16", "fp32"}))
       ->capture_default_str();
   app.add_option("--optimizer", f.optimizer,
                  "optimizer, for bytes per parameter: adam, sgd or sgd-nomomentum")
+      ->check(pipecast::OneOf({"adam", "sgd", "sgd-nomomentum"}))
       ->capture_default_str();
   app.add_flag("--json", f.json, "print one JSON object instead of the text report");
-  app.add_option("--out", f.out, "write the chosen plan (pipecast-plan/1) here");
-  app.add_option("--trace", f.trace, "write a Chrome trace (Perfetto) of the chosen plan");
+  app.add_option("--out", f.out, "write the chosen plan (pipecast-plan/1) here")
+      ->check(pipecast::OutputPath());
+  app.add_option("--trace", f.trace, "write a Chrome trace (Perfetto) of the chosen plan")
+      ->check(pipecast::OutputPath());
   app.add_option("--report", f.report,
                  "write a self-contained HTML report: trade-off charts, the chosen plan's "
-                 "timeline and memory, candidates, rejections (docs/report.md)");
+                 "timeline and memory, candidates, rejections (docs/report.md)")
+      ->check(pipecast::OutputPath());
   app.add_flag("--gantt", f.gantt,
                "after the report, draw the chosen plan's timeline in the terminal (a per-rank "
                "summary past 16 ranks or 240 columns); not printed with --json");
@@ -119,12 +127,12 @@ int main(int argc, char** argv) {
                  "--check tolerance: relative for throughput (0.02 = 2% drop allowed), absolute "
                  "for bubble ratio (0.02 = 2 points rise allowed)")
       ->capture_default_str();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    int code = app.exit(e);
-    return code == 0 ? 0 : pipecast::kExitUsage;
-  }
+  app.add_option("--width", f.gantt_width,
+                 "--gantt: the chart's width in columns (default: the terminal's, else 130)")
+      ->check(CLI::Range(20, 100000));
+  if (auto code = pipecast::ParseToolFlags(app, argc, argv, "planner")) return *code;
+  pipecast::RemoveTempFilesOnSignal();
+  if (f.gantt_width == 0) f.gantt_width = pipecast::TerminalColumns();
   f.command_line = pipecast::QuoteCommandLine(std::vector<std::string>(argv, argv + argc));
   f.gantt_color = pipecast::GanttColorWanted(isatty(STDOUT_FILENO) != 0, std::getenv("NO_COLOR"));
   return pipecast::Run(f);

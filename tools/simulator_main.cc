@@ -11,11 +11,14 @@
 #include <string>
 #include <vector>
 
+#include "base/cli.h"
 #include "base/exit_codes.h"
 #include "base/flag_checks.h"
+#include "formats/file_util.h"
 #include "report/gantt.h"
 #include "report/html_report.h"
 #include "report/simulator_tool.h"
+#include "sim/schedule.h"
 
 namespace pipecast {
 namespace {
@@ -51,6 +54,7 @@ int main(int argc, char** argv) {
       app.add_option("--schedule", f.schedule,
                      "naive, gpipe, 1f1b, interleaved, pipedream, zb-h1, zb-h2 or looped-bfs "
                      "(docs/schedules.md)")
+          ->check(pipecast::OneOf(pipecast::BuiltinScheduleNames()))
           ->capture_default_str();
   CLI::Option* chunks =
       app.add_option("--chunks", f.chunks,
@@ -83,15 +87,20 @@ int main(int argc, char** argv) {
   CLI::Option* precision = app.add_option("--precision", f.precision,
                                           "training precision, for bytes per parameter: bf16, fp16 "
                                           "(mixed) or fp32 (docs/simulator.md)")
+                               ->check(pipecast::OneOf({"bf16", "fp16", "fp32"}))
                                ->capture_default_str();
   CLI::Option* optimizer =
       app.add_option("--optimizer", f.optimizer,
                      "optimizer, for bytes per parameter: adam, sgd or sgd-nomomentum")
+          ->check(pipecast::OneOf({"adam", "sgd", "sgd-nomomentum"}))
           ->capture_default_str();
-  app.add_option("--trace", f.trace_path, "write a Chrome trace (Perfetto) of the timeline");
+  app.add_option("--trace", f.trace_path, "write a Chrome trace (Perfetto) of the timeline")
+      ->check(pipecast::OutputPath());
   app.add_option("--report", f.report_path,
-                 "write a self-contained HTML report: timeline, memory, inputs (docs/report.md)");
-  app.add_option("--schedule-out", f.schedule_out, "write the schedule as text");
+                 "write a self-contained HTML report: timeline, memory, inputs (docs/report.md)")
+      ->check(pipecast::OutputPath());
+  app.add_option("--schedule-out", f.schedule_out, "write the schedule as text")
+      ->check(pipecast::OutputPath());
   CLI::Option* schedule_in =
       app.add_option("--schedule-in", f.schedule_in, "read a custom schedule text");
   CLI::Option* plan = app.add_option(
@@ -105,14 +114,14 @@ int main(int argc, char** argv) {
   }
   app.add_flag("--json", f.json, "print one JSON object instead of the summary");
   app.add_flag("--gantt", f.gantt,
-               "after the summary, draw the timeline in the terminal (a per-rank summary past 16 "
-               "ranks or 240 columns); not printed with --json");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    int code = app.exit(e);
-    return code == 0 ? 0 : pipecast::kExitUsage;
-  }
+               "after the summary, draw the timeline in the terminal, fitted to its width (a "
+               "per-rank summary past 16 ranks); not printed with --json");
+  app.add_option("--width", f.gantt_width,
+                 "--gantt: the chart's width in columns (default: the terminal's, else 130)")
+      ->check(CLI::Range(20, 100000));
+  if (auto code = pipecast::ParseToolFlags(app, argc, argv, "simulator")) return *code;
+  pipecast::RemoveTempFilesOnSignal();
+  if (f.gantt_width == 0) f.gantt_width = pipecast::TerminalColumns();
   f.command_line = pipecast::QuoteCommandLine(std::vector<std::string>(argv, argv + argc));
   f.gantt_color = pipecast::GanttColorWanted(isatty(STDOUT_FILENO) != 0, std::getenv("NO_COLOR"));
   return pipecast::Run(f);

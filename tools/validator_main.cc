@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "base/cli.h"
 #include "base/exit_codes.h"
 #include "base/flag_checks.h"
 #include "formats/file_util.h"
@@ -52,9 +53,11 @@ int Run(Flags& f) {
   // Before the run, which may take minutes: a trace the root cannot write is
   // found now, not after; every process learns it and exits alike.
   if (!f.trace.empty()) {
-    pipecast::Status writable =
-        backend->Agree(backend->is_root() ? pipecast::CheckWritable(f.trace).WithPrefix("--trace")
-                                          : pipecast::Status::Ok());
+    pipecast::Status writable = backend->Agree(
+        backend->is_root()
+            ? pipecast::CheckOutputs({{"--trace", f.trace}}, {{"--plan", f.options.plan_path},
+                                                              {"--model", f.options.model_path}})
+            : pipecast::Status::Ok());
     if (!writable.ok()) return backend->is_root() ? Fail(writable) : pipecast::kExitBadInput;
   }
   pipecast::Result<ValidationResult> result = RunValidation(f.options, backend.get());
@@ -92,7 +95,7 @@ int main(int argc, char** argv) {
   app.add_option("--backend", f.backend,
                  "cpu (threads), mpi (one process per stage under "
                  "mpirun) or cuda (GPUs)")
-      ->check(CLI::IsMember({"cpu", "mpi", "cuda"}))
+      ->check(pipecast::OneOf({"cpu", "mpi", "cuda"}))
       ->capture_default_str();
   app.add_option("--cluster", o.cluster,
                  "the cluster the prediction assumes (default: cpu/mpi the `local` preset with "
@@ -127,16 +130,13 @@ int main(int argc, char** argv) {
                  "how long a stage waits for one message before reporting it lost")
       ->check(pipecast::FiniteRange(kMaxRecvTimeoutMs, "ms", 0, true))
       ->capture_default_str();
-  app.add_option("--trace", f.trace, "write a Chrome trace: predicted and measured side by side");
+  app.add_option("--trace", f.trace, "write a Chrome trace: predicted and measured side by side")
+      ->check(pipecast::OutputPath());
   app.add_flag("--json", f.json, "print one JSON object (pipecast-validation/1)");
   app.add_option("--inject-fault", f.fault,
                  "test only: KIND:ACTION with KIND throw, stall, drop or oom, e.g. throw:1F2")
       ->group("Testing");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e);
-    return code == 0 ? pipecast::kExitOk : pipecast::kExitUsage;
-  }
+  if (auto code = pipecast::ParseToolFlags(app, argc, argv, "validator")) return *code;
+  pipecast::RemoveTempFilesOnSignal();
   return Run(f);
 }

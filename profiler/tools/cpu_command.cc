@@ -11,6 +11,7 @@
 #include <system_error>
 #include <vector>
 
+#include "base/cli.h"
 #include "base/exit_codes.h"
 #include "formats/file_util.h"
 #include "formats/formats.h"
@@ -119,7 +120,8 @@ std::function<int()> AddCpuCommand(CLI::App& app) {
       "(docs/profiler.md)");
   cpu::CpuProfileOptions& o = flags->options;
   cpu::WorkloadSpec& w = o.workload;
-  cmd->add_option("--out", flags->out, "write model.json here (default: stdout)");
+  cmd->add_option("--out", flags->out, "write model.json here (default: stdout)")
+      ->check(pipecast::OutputPath());
   cmd->add_option("--name", o.name, "the model's name")->capture_default_str();
   cmd->add_option("--layers", w.layers, "MLP blocks")->capture_default_str();
   cmd->add_option("--hidden", w.shape.hidden, "hidden size H of every block")

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 
+#include "base/cli.h"
 #include "base/exit_codes.h"
 #include "formats/file_util.h"
 #include "formats/formats.h"
@@ -51,7 +52,8 @@ CuptiCommands::CuptiCommands(CLI::App& app) {
       "measure per-layer GPU time and memory of an unmodified CUDA program with CUPTI; layers "
       "are NVTX ranges named pipecast:<layer>:forward|backward|weight_grad (docs/profiler.md)."
       "\nExample: profiler cupti --warmup 3 --iterations 20 --out model.json -- python train.py");
-  cupti_->add_option("--out", cupti_out_, "write model.json here (default: stdout)");
+  cupti_->add_option("--out", cupti_out_, "write model.json here (default: stdout)")
+      ->check(pipecast::OutputPath());
   cupti_->add_option("--name", c.name, "the model's name (default: the program's file name)");
   cupti_
       ->add_option("--microbatch-size", c.microbatch_size,
@@ -76,7 +78,8 @@ CuptiCommands::CuptiCommands(CLI::App& app) {
       "GELU) with CUPTI: forward, input gradient and weight gradient per block.\nExample: "
       "profiler builtin --hidden 1024 --heads 16 --seq 512 --microbatch-sizes 1,2,4 --out "
       "block.json");
-  builtin_->add_option("--out", builtin_out_, "write model.json here (default: stdout)");
+  builtin_->add_option("--out", builtin_out_, "write model.json here (default: stdout)")
+      ->check(pipecast::OutputPath());
   builtin_->add_option("--name", b.name, "the model's name")->capture_default_str();
   builtin_->add_option("--hidden", b.shape.hidden, "hidden size h")->capture_default_str();
   builtin_->add_option("--heads", b.shape.heads, "attention heads (must divide --hidden)")

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "base/cli.h"
 #include "base/exit_codes.h"
 #include "formats/file_util.h"
 #include "formats/formats.h"
@@ -94,7 +95,8 @@ CLI::App* AddAnalytic(CLI::App& app, AnalyticFlags& f) {
       ->capture_default_str();
   cmd->add_option("--global-batch", s.global_batch,
                   "samples per iteration, written as the planner's default (default: omitted)");
-  cmd->add_option("--out", f.out, "write model.json here (default: stdout)");
+  cmd->add_option("--out", f.out, "write model.json here (default: stdout)")
+      ->check(pipecast::OutputPath());
   return cmd;
 }
 
@@ -111,12 +113,8 @@ int main(int argc, char** argv) {
   CLI::App* analytic = pipecast::AddAnalytic(app, flags);
   pipecast::CuptiCommands cupti_commands(app);  // cupti, builtin
   const std::function<int()> run_cpu = pipecast::AddCpuCommand(app);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e);
-    return code == 0 ? pipecast::kExitOk : pipecast::kExitUsage;
-  }
+  if (auto code = pipecast::ParseToolFlags(app, argc, argv, "profiler")) return *code;
+  pipecast::RemoveTempFilesOnSignal();
   if (analytic->parsed()) return pipecast::RunAnalytic(flags);
   if (const int code = cupti_commands.RunIfParsed(); code >= 0) return code;
   if (app.got_subcommand("cpu")) return run_cpu();
