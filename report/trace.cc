@@ -16,10 +16,17 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
+// Process ids start here: Perfetto and chrome://tracing treat pid 0 as the
+// idle ("swapper") process.
+constexpr int kFirstPid = 1;
 // Thread ids inside each rank's process.
-constexpr int kComputeTid = 0;
-constexpr int kCommTid = 1;
-constexpr int kCriticalTid = 2;  // the critical path's steps
+constexpr int kComputeTid = 1;
+constexpr int kDataParallelTid = 2;  // the gradient all-reduce and the optimizer step
+constexpr int kCriticalTid = 3;      // the critical path's steps
+// Sends get one thread per destination rank (a link), and more where sends to
+// one destination overlap, from here on: Perfetto cannot draw overlapping
+// slices on one thread.
+constexpr int kFirstLinkTid = 10;
 
 // Flow ids of one timeline are `pid_offset * kFlowIdsPerTimeline + n`, so two
 // timelines written with different pid offsets can share a file without
@@ -53,6 +60,7 @@ class TraceBuilder {
 
   // Every event in file order: the metadata, then the rest by time.
   std::vector<Json> Events() {
+    AssignLinkThreads();
     std::vector<Json> metadata;
     for (int rank = 0; rank < NumRanks(); ++rank) AddMetadata(rank, &metadata);
     if (result_.critical_path) {
@@ -65,6 +73,7 @@ class TraceBuilder {
     for (size_t i = 0; i < result_.ops.size(); ++i) AddOp(i, result_.ops[i]);
     for (size_t i = 0; i < result_.transfers.size(); ++i) AddTransfer(i, result_.transfers[i]);
     for (const StageResult& stage : result_.per_rank) AddMemory(stage);
+    for (const StageResult& stage : result_.per_rank) AddDataParallelSteps(stage);
     std::sort(events_.begin(), events_.end(), [](const Event& a, const Event& b) {
       return std::tie(a.ts_ns, a.pid, a.tid, a.order, a.seq) <
              std::tie(b.ts_ns, b.pid, b.tid, b.order, b.seq);
@@ -97,7 +106,42 @@ class TraceBuilder {
   }
 
  private:
-  int Pid(int rank) const { return rank + options_.pid_offset; }
+  int Pid(int rank) const { return kFirstPid + rank + options_.pid_offset; }
+
+  // The thread of each transfer: on its sender, one per destination rank,
+  // and a further one ("lane") whenever a send would overlap the previous
+  // one to that destination (a measured timeline can have that). Fills
+  // transfer_tid_ and link_threads_.
+  void AssignLinkThreads() {
+    const auto& ts = result_.transfers;
+    std::vector<size_t> order(ts.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return std::tie(ts[a].src_rank, ts[a].dst_rank, ts[a].start_ns) <
+             std::tie(ts[b].src_rank, ts[b].dst_rank, ts[b].start_ns);
+    });
+    std::map<std::pair<int, int>, std::vector<TimeNs>> lane_ends;      // (src, dst) -> per lane
+    std::map<std::tuple<int, int, int>, std::vector<size_t>> by_lane;  // (src, dst, lane)
+    for (size_t i : order) {
+      std::vector<TimeNs>& ends = lane_ends[{ts[i].src_rank, ts[i].dst_rank}];
+      size_t lane = 0;
+      while (lane < ends.size() && ends[lane] > ts[i].start_ns) ++lane;
+      if (lane == ends.size()) ends.push_back(0);
+      ends[lane] = std::max(ts[i].end_ns, ts[i].start_ns);
+      by_lane[{ts[i].src_rank, ts[i].dst_rank, static_cast<int>(lane)}].push_back(i);
+    }
+    transfer_tid_.assign(ts.size(), kFirstLinkTid);
+    std::map<int, int> next_tid;  // per sender
+    for (const auto& [key, transfers] : by_lane) {
+      const auto [src, dst, lane] = key;
+      auto [it, fresh] = next_tid.try_emplace(src, kFirstLinkTid);
+      const int tid = it->second++;
+      for (size_t i : transfers) transfer_tid_[i] = tid;
+      link_threads_[src].push_back(
+          {tid, lane == 0 ? fmt::format("send \u2192 rank {}", dst)
+                          : fmt::format("send \u2192 rank {} (lane {})", dst, lane + 1)});
+    }
+  }
 
   // Ranks named in the result: its count, and any rank a record refers to.
   int NumRanks() const {
@@ -126,8 +170,16 @@ class TraceBuilder {
     meta("process_sort_index", kComputeTid, {{"sort_index", Pid(rank)}});
     meta("thread_name", kComputeTid, {{"name", "compute"}});
     meta("thread_sort_index", kComputeTid, {{"sort_index", kComputeTid}});
-    meta("thread_name", kCommTid, {{"name", "comm"}});
-    meta("thread_sort_index", kCommTid, {{"sort_index", kCommTid}});
+    if (HasDataParallelSteps()) {
+      meta("thread_name", kDataParallelTid, {{"name", "data parallel"}});
+      meta("thread_sort_index", kDataParallelTid, {{"sort_index", kDataParallelTid}});
+    }
+    if (auto it = link_threads_.find(rank); it != link_threads_.end()) {
+      for (const auto& [tid, name] : it->second) {
+        meta("thread_name", tid, {{"name", name}});
+        meta("thread_sort_index", tid, {{"sort_index", tid}});
+      }
+    }
     if (result_.critical_path) {
       meta("thread_name", kCriticalTid, {{"name", "critical path"}});
       meta("thread_sort_index", kCriticalTid, {{"sort_index", kCriticalTid}});
@@ -189,8 +241,9 @@ class TraceBuilder {
   void AddTransfer(size_t index, const TransferRecord& t) {
     std::string name = fmt::format("send {} {}\u2192{} mb{}", t.gradient ? "grad" : "act",
                                    t.src_stage, t.dst_stage, t.microbatch);
-    Json& slice = Add(t.start_ns, t.src_rank, kCommTid, Order::kSlice, "X", name,
-                      t.gradient ? "grad" : "act");
+    const int tid = transfer_tid_[index];
+    Json& slice =
+        Add(t.start_ns, t.src_rank, tid, Order::kSlice, "X", name, t.gradient ? "grad" : "act");
     slice["dur"] = NsToUs(t.end_ns - t.start_ns);
     slice["args"] = {{"bytes", t.bytes},          {"ready_us", NsToUs(t.ready_ns)},
                      {"src_rank", t.src_rank},    {"dst_rank", t.dst_rank},
@@ -200,7 +253,7 @@ class TraceBuilder {
 
     const int64_t id =
         int64_t{options_.pid_offset} * kFlowIdsPerTimeline + static_cast<int64_t>(index) + 1;
-    Json& start = Add(t.start_ns, t.src_rank, kCommTid, Order::kFlowStart, "s", name, "transfer");
+    Json& start = Add(t.start_ns, t.src_rank, tid, Order::kFlowStart, "s", name, "transfer");
     start["id"] = id;
 
     const Action consumer{t.dst_stage, t.gradient ? OpKind::kBackward : OpKind::kForward,
@@ -212,13 +265,49 @@ class TraceBuilder {
     finish["bp"] = "e";
   }
 
+  // The live set over time on top of the static memory (weights, gradients,
+  // optimizer state, stashed weight versions), so the counter's top is the
+  // rank's whole memory; and the capacity as a counter of its own.
   void AddMemory(const StageResult& stage) {
+    const MemoryBreakdown& m = stage.memory;
+    const Bytes static_bytes = m.weights + m.gradients + m.optimizer + m.stashed_weights;
     for (const MemorySample& sample : stage.memory_timeline) {
       Json& e =
           Add(sample.time_ns, stage.rank, kComputeTid, Order::kCounter, "C", "memory", "memory");
-      e["args"] = {{"activations", sample.activations},
+      e["args"] = {{"static", static_bytes},
+                   {"activations", sample.activations},
                    {"comm_buffers", sample.comm_buffers},
                    {"workspace", sample.workspace}};
+    }
+    if (result_.memory_capacity_bytes > 0 && !stage.memory_timeline.empty()) {
+      for (TimeNs ts : {stage.memory_timeline.front().time_ns, result_.iteration_ns}) {
+        Json& e = Add(ts, stage.rank, kComputeTid, Order::kCounter, "C", "capacity", "memory");
+        e["args"] = {{"capacity", result_.memory_capacity_bytes}};
+      }
+    }
+  }
+
+  // The steps after the pipeline, where the result has them for one
+  // iteration: the rank's gradient all-reduce from its last op's end, and the
+  // optimizer step that ends the iteration (sim/simulator.h). A steady state
+  // of several iterations (PipeDream) has no such place, and leaves them out.
+  bool HasDataParallelSteps() const {
+    return result_.iterations_simulated == 1 &&
+           (result_.allreduce_ns > 0 || result_.optimizer_ns > 0);
+  }
+  void AddDataParallelSteps(const StageResult& stage) {
+    if (!HasDataParallelSteps()) return;
+    if (stage.allreduce_ns > 0) {
+      Json& e = Add(stage.last_end_ns, stage.rank, kDataParallelTid, Order::kSlice, "X",
+                    "gradient all-reduce", "allreduce");
+      e["dur"] = NsToUs(stage.allreduce_ns);
+      e["args"] = {{"data_parallel", result_.data_parallel},
+                   {"gradients_bytes", stage.memory.gradients}};
+    }
+    if (result_.optimizer_ns > 0) {
+      Json& e = Add(result_.iteration_ns - result_.optimizer_ns, stage.rank, kDataParallelTid,
+                    Order::kSlice, "X", "optimizer step", "optimizer");
+      e["dur"] = NsToUs(result_.optimizer_ns);
     }
   }
 
@@ -244,6 +333,8 @@ class TraceBuilder {
   // (rank, stage, backward?, micro-batch) -> start of the op, first seen.
   std::map<std::tuple<int, int, bool, int>, TimeNs> consumers_;
   std::set<int> critical_ops_, critical_transfers_;
+  std::vector<int> transfer_tid_;                                         // per transfer
+  std::map<int, std::vector<std::pair<int, std::string>>> link_threads_;  // per sender: tid, name
 };
 
 }  // namespace

@@ -1,7 +1,12 @@
 // Chrome trace-event JSON (opens in Perfetto and chrome://tracing) of one
-// timeline: a process per rank/GPU, a "compute" thread with one complete
-// event per op, a "comm" thread with one event per transfer, flow arrows from
-// each send to its receive, and counter events of live memory.
+// timeline: a process per rank/GPU (pids from 1: pid 0 is the idle process
+// to trace viewers), a "compute" thread with one complete event per op, a
+// thread per destination ("send → rank 3") with one event per transfer, a
+// second one where sends to one destination overlap, flow arrows from each
+// send to the op that consumes it, a "data parallel" thread with the
+// gradient all-reduce and the optimizer step, a "critical path" thread when
+// the result has one, and counters of memory (static + the live set) and of
+// the capacity.
 //
 // The same writer serves predicted and measured timelines: `pid_offset`
 // shifts process ids so two timelines can sit side by side in one file.

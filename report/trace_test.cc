@@ -84,26 +84,28 @@ TEST(TraceTest, HasTheTraceEventFileShape) {
   EXPECT_DOUBLE_EQ(t["otherData"]["iteration_time_us"].get<double>(), 7.0);
 }
 
-TEST(TraceTest, NamesAProcessPerRankWithComputeAndCommThreads) {
+TEST(TraceTest, NamesAProcessPerRankFromPidOneWithComputeAndALinkThreadPerDestination) {
   json t = Parse(TraceJson(TinyResult()));
   // "pid/name/tid" -> args
   std::map<std::string, json> meta;
   for (const json& e : Events(t, "M")) {
     meta[e["pid"].dump() + "/" + e["name"].get<std::string>() + "/" + e["tid"].dump()] = e["args"];
   }
-  // 2 ranks x (process name and sort index, 2 threads' names and sort indices)
+  // 2 ranks x (process name and sort index, 2 threads' names and sort indices);
+  // no pid 0, which trace viewers take for the idle process.
   EXPECT_EQ(meta.size(), 12u);
-  EXPECT_EQ(meta["0/process_name/0"]["name"], "predicted rank 0 (GPU 0)");
-  EXPECT_EQ(meta["1/process_name/0"]["name"], "predicted rank 1 (GPU 1)");
-  EXPECT_EQ(meta["1/process_sort_index/0"]["sort_index"], 1);
-  EXPECT_EQ(meta["0/thread_name/0"]["name"], "compute");
-  EXPECT_EQ(meta["0/thread_name/1"]["name"], "comm");
-  EXPECT_EQ(meta["1/thread_name/1"]["name"], "comm");
+  EXPECT_EQ(meta["1/process_name/1"]["name"], "predicted rank 0 (GPU 0)");
+  EXPECT_EQ(meta["2/process_name/1"]["name"], "predicted rank 1 (GPU 1)");
+  EXPECT_EQ(meta["2/process_sort_index/1"]["sort_index"], 2);
+  EXPECT_EQ(meta["1/thread_name/1"]["name"], "compute");
+  EXPECT_EQ(meta["1/thread_name/10"]["name"], "send \u2192 rank 1");
+  EXPECT_EQ(meta["2/thread_name/10"]["name"], "send \u2192 rank 0");
+  for (const json& e : t["traceEvents"]) EXPECT_NE(e["pid"], 0) << e.dump();
 }
 
 TEST(TraceTest, OneCompleteEventPerOpInMicroseconds) {
   json t = Parse(TraceJson(TinyResult()));
-  std::vector<json> ops = Events(t, "X", 0);
+  std::vector<json> ops = Events(t, "X", 1);
   ASSERT_EQ(ops.size(), 4u);
   // Sorted by time: 0F0, 1F0, 1B0, 0B0.
   EXPECT_EQ(ops[0]["name"], "0F0");
@@ -112,25 +114,25 @@ TEST(TraceTest, OneCompleteEventPerOpInMicroseconds) {
   EXPECT_EQ(ops[3]["name"], "0B0");
   const json& b = ops[2];
   EXPECT_EQ(b["cat"], "B");
-  EXPECT_EQ(b["pid"], 1);
+  EXPECT_EQ(b["pid"], 2);
   EXPECT_DOUBLE_EQ(b["ts"].get<double>(), 2.75);
   EXPECT_DOUBLE_EQ(b["dur"].get<double>(), 2.0);
   EXPECT_EQ(b["args"]["stage"], 1);
   EXPECT_EQ(b["args"]["microbatch"], 0);
 }
 
-TEST(TraceTest, TransfersAreSlicesOnTheSendersCommThread) {
+TEST(TraceTest, TransfersAreSlicesOnTheSendersLinkThread) {
   json t = Parse(TraceJson(TinyResult()));
-  std::vector<json> sends = Events(t, "X", 1);
+  std::vector<json> sends = Events(t, "X", 10);
   ASSERT_EQ(sends.size(), 2u);
   EXPECT_EQ(sends[0]["name"], "send act 0\u21921 mb0");
-  EXPECT_EQ(sends[0]["pid"], 0);
+  EXPECT_EQ(sends[0]["pid"], 1);
   EXPECT_DOUBLE_EQ(sends[0]["ts"].get<double>(), 1.0);
   EXPECT_DOUBLE_EQ(sends[0]["dur"].get<double>(), 0.5);
   EXPECT_EQ(sends[0]["args"]["bytes"], 4096);
   EXPECT_DOUBLE_EQ(sends[0]["args"]["ready_us"].get<double>(), 1.0);
   EXPECT_EQ(sends[1]["name"], "send grad 1\u21920 mb0");
-  EXPECT_EQ(sends[1]["pid"], 1);
+  EXPECT_EQ(sends[1]["pid"], 2);
   EXPECT_DOUBLE_EQ(sends[1]["ts"].get<double>(), 4.8);
   EXPECT_DOUBLE_EQ(sends[1]["args"]["ready_us"].get<double>(), 4.75);
 }
@@ -148,21 +150,21 @@ TEST(TraceTest, FlowArrowsPairSendStartWithTheConsumingOp) {
   for (const json& s : starts) {
     ASSERT_EQ(end_by_id.count(s["id"].get<int64_t>()), 1u);
     const json& f = end_by_id[s["id"].get<int64_t>()];
-    EXPECT_EQ(s["tid"], 1);
-    EXPECT_EQ(f["tid"], 0);
+    EXPECT_EQ(s["tid"], 10);
+    EXPECT_EQ(f["tid"], 1);
     EXPECT_EQ(f["bp"], "e");
     EXPECT_EQ(s["name"], f["name"]);
     EXPECT_NE(s["pid"], f["pid"]);
   }
   // The activation leaves rank 0's comm thread at 1 us and ends on 1F0, which
   // starts at 1.75 us (it arrived at 1.5 us).
-  const json& act = starts[0]["pid"] == 0 ? starts[0] : starts[1];
+  const json& act = starts[0]["pid"] == 1 ? starts[0] : starts[1];
   const json& act_end = end_by_id[act["id"].get<int64_t>()];
   EXPECT_DOUBLE_EQ(act["ts"].get<double>(), 1.0);
-  EXPECT_EQ(act_end["pid"], 1);
+  EXPECT_EQ(act_end["pid"], 2);
   EXPECT_DOUBLE_EQ(act_end["ts"].get<double>(), 1.75);
   // The gradient ends on 0B0 at 5.25 us.
-  const json& grad = starts[0]["pid"] == 1 ? starts[0] : starts[1];
+  const json& grad = starts[0]["pid"] == 2 ? starts[0] : starts[1];
   EXPECT_DOUBLE_EQ(end_by_id[grad["id"].get<int64_t>()]["ts"].get<double>(), 5.25);
 }
 
@@ -171,23 +173,93 @@ TEST(TraceTest, FlowEndsAtArrivalWhenTheConsumerIsNotRecorded) {
   r.ops.erase(r.ops.begin() + 1);  // drop 1F0
   json t = Parse(TraceJson(r));
   for (const json& f : Events(t, "f")) {
-    if (f["pid"] == 1) {
+    if (f["pid"] == 2) {
       EXPECT_DOUBLE_EQ(f["ts"].get<double>(), 1.5);
     }
   }
 }
 
-TEST(TraceTest, MemoryCountersPerRank) {
+TEST(TraceTest, MemoryCountersPerRankStackTheLiveSetOnStaticMemory) {
   json t = Parse(TraceJson(TinyResult()));
   std::vector<json> counters = Events(t, "C");
-  ASSERT_EQ(counters.size(), 3u);
+  ASSERT_EQ(counters.size(), 3u);  // no capacity: the result has none (unlimited)
   for (const json& c : counters) {
     EXPECT_EQ(c["name"], "memory");
-    EXPECT_EQ(c["pid"], 0);
+    EXPECT_EQ(c["pid"], 1);
   }
   EXPECT_DOUBLE_EQ(counters[1]["ts"].get<double>(), 1.0);
   EXPECT_EQ(counters[1]["args"],
-            (json{{"activations", 100}, {"comm_buffers", 4096}, {"workspace", 0}}));
+            (json{{"static", 0}, {"activations", 100}, {"comm_buffers", 4096}, {"workspace", 0}}));
+}
+
+TEST(TraceTest, StaticMemoryAndTheCapacityLineAreCounted) {
+  // Given rank 0 with 1000 B weights, 1000 B gradients, 6000 B optimizer state
+  // and an 80000 B capacity: the memory counter carries static = 8000, and a
+  // capacity counter holds 80000 from the first sample to the iteration's end.
+  SimResult r = TinyResult();
+  r.memory_capacity_bytes = 80000;
+  r.per_rank[0].memory.weights = 1000;
+  r.per_rank[0].memory.gradients = 1000;
+  r.per_rank[0].memory.optimizer = 6000;
+  json t = Parse(TraceJson(r));
+  std::vector<json> memory, capacity;
+  for (const json& c : Events(t, "C")) (c["name"] == "memory" ? memory : capacity).push_back(c);
+  ASSERT_EQ(memory.size(), 3u);
+  EXPECT_EQ(memory[0]["args"]["static"], 8000);
+  ASSERT_EQ(capacity.size(), 2u);
+  EXPECT_EQ(capacity[0]["args"]["capacity"], 80000);
+  EXPECT_DOUBLE_EQ(capacity[0]["ts"].get<double>(), 0.0);
+  EXPECT_DOUBLE_EQ(capacity[1]["ts"].get<double>(), 7.0);
+}
+
+TEST(TraceTest, TheAllReduceAndTheOptimizerStepHaveTheirThread) {
+  // Given rank r's all-reduce of 500 ns from its last op's end and a 300 ns
+  // optimizer step ending the iteration at 8 us: slices on tid 2.
+  SimResult r = TinyResult();
+  r.data_parallel = 2;
+  r.per_rank[0].last_end_ns = 7250;
+  r.per_rank[0].allreduce_ns = 500;
+  r.per_rank[1].last_end_ns = 4750;
+  r.per_rank[1].allreduce_ns = 500;
+  r.allreduce_ns = 500;
+  r.optimizer_ns = 300;
+  r.iteration_ns = 8050;
+  json t = Parse(TraceJson(r));
+  std::vector<json> steps = Events(t, "X", 2);
+  ASSERT_EQ(steps.size(), 4u);
+  // Sorted by time: rank 1's all-reduce at 4.75 us, rank 0's at 7.25 us, then
+  // both optimizer steps at 7.75 us.
+  EXPECT_EQ(steps[0]["name"], "gradient all-reduce");
+  EXPECT_EQ(steps[0]["pid"], 2);
+  EXPECT_DOUBLE_EQ(steps[0]["ts"].get<double>(), 4.75);
+  EXPECT_DOUBLE_EQ(steps[0]["dur"].get<double>(), 0.5);
+  EXPECT_EQ(steps[1]["pid"], 1);
+  EXPECT_DOUBLE_EQ(steps[1]["ts"].get<double>(), 7.25);
+  EXPECT_EQ(steps[2]["name"], "optimizer step");
+  EXPECT_DOUBLE_EQ(steps[2]["ts"].get<double>(), 7.75);
+  EXPECT_DOUBLE_EQ(steps[2]["dur"].get<double>(), 0.3);
+}
+
+TEST(TraceTest, OverlappingSendsToOneRankGetASecondLane) {
+  // A measured timeline can overlap two sends on one link: the second goes
+  // on a thread of its own, so no thread has overlapping slices.
+  SimResult r = TinyResult();
+  TransferRecord second = r.transfers[0];
+  second.microbatch = 1;
+  second.start_ns = 1200;  // while the first (1000-1500) is in flight
+  second.end_ns = 1700;
+  r.transfers.push_back(second);
+  json t = Parse(TraceJson(r));
+  EXPECT_EQ(Events(t, "X", 10).size(), 2u);  // rank 0's first lane and rank 1's link
+  std::vector<json> lane2 = Events(t, "X", 11);
+  ASSERT_EQ(lane2.size(), 1u);
+  EXPECT_EQ(lane2[0]["name"], "send act 0\u21921 mb1");
+  bool named = false;
+  for (const json& e : Events(t, "M")) {
+    named |= e["pid"] == 1 && e["tid"] == 11 && e["name"] == "thread_name" &&
+             e["args"]["name"] == "send \u2192 rank 1 (lane 2)";
+  }
+  EXPECT_TRUE(named);
 }
 
 TEST(TraceTest, PidOffsetAndLabelLetTwoTimelinesShareAFile) {
@@ -197,10 +269,10 @@ TEST(TraceTest, PidOffsetAndLabelLetTwoTimelinesShareAFile) {
   json a = Parse(TraceJson(TinyResult()));
   json b = Parse(TraceJson(TinyResult(), measured));
   for (const json& e : b["traceEvents"]) {
-    EXPECT_TRUE(e["pid"] == 100 || e["pid"] == 101) << e.dump();
+    EXPECT_TRUE(e["pid"] == 101 || e["pid"] == 102) << e.dump();
   }
   for (const json& e : Events(b, "M")) {
-    if (e["name"] == "process_name" && e["pid"] == 101) {
+    if (e["name"] == "process_name" && e["pid"] == 102) {
       EXPECT_EQ(e["args"]["name"], "measured rank 1 (GPU 1)");
     }
   }
@@ -244,8 +316,8 @@ TEST(TraceTest, MarksTheCriticalPath) {
   json trace = json::parse(TraceJson(*r));
   int critical_slices = 0, flagged_ops = 0;
   for (const json& e : trace["traceEvents"]) {
-    if (e["ph"] == "X" && e["tid"] == 2) ++critical_slices;
-    if (e["ph"] == "X" && e["tid"] == 0 && e["args"].value("critical", false)) ++flagged_ops;
+    if (e["ph"] == "X" && e["tid"] == 3) ++critical_slices;  // the critical-path thread
+    if (e["ph"] == "X" && e["tid"] == 1 && e["args"].value("critical", false)) ++flagged_ops;
   }
   EXPECT_EQ(critical_slices, 4);
   EXPECT_EQ(flagged_ops, 4);
