@@ -16,17 +16,30 @@
 
 namespace pipecast {
 
-Result<std::string> ReadFile(const std::string& path) {
+Result<std::string> ReadFile(const std::string& path, size_t max_bytes) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     return Status::NotFound("cannot read '" + path + "': " + std::strerror(errno));
   }
-  std::ostringstream buf;
-  buf << in.rdbuf();
+  // In chunks, so that /dev/zero or a huge file stops at the limit instead
+  // of taking all memory.
+  constexpr size_t kChunk = size_t{1} << 20;
+  std::string text;
+  while (in) {
+    const size_t have = text.size();
+    text.resize(have + kChunk);
+    in.read(text.data() + have, static_cast<std::streamsize>(kChunk));
+    text.resize(have + static_cast<size_t>(in.gcount()));
+    if (text.size() > max_bytes) {
+      return Status::InvalidArgument(
+          "'" + path + "' is larger than " + std::to_string(max_bytes >> 20) +
+          " MiB, the limit for pipecast's input files: is it the right file?");
+    }
+  }
   if (in.bad()) {
     return Status::NotFound("error reading '" + path + "': " + std::strerror(errno));
   }
-  return buf.str();
+  return text;
 }
 
 namespace {

@@ -3,6 +3,7 @@
 #ifndef PIPECAST_FORMATS_FILE_UTIL_H_
 #define PIPECAST_FORMATS_FILE_UTIL_H_
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -10,8 +11,14 @@
 
 namespace pipecast {
 
-// NotFound naming the path and the OS error when it cannot be read.
-Result<std::string> ReadFile(const std::string& path);
+// The most ReadFile reads: far above any model, cluster, plan or schedule
+// file (a plan of 2^23 stage-micro-batch pairs is about 200 MB), and a stop
+// for /dev/zero or a file given by mistake.
+inline constexpr size_t kMaxInputFileBytes = size_t{512} << 20;
+
+// NotFound naming the path and the OS error when it cannot be read;
+// InvalidArgument when it holds more than `max_bytes`.
+Result<std::string> ReadFile(const std::string& path, size_t max_bytes = kMaxInputFileBytes);
 
 // Writes `content` to `path` atomically. On failure (folder missing, no
 // permission, disk full; an empty path; a path naming a folder, a device, a

@@ -188,6 +188,17 @@ TEST_F(FileUtil, ReleasedTemporaryFilesAreNotRemovedBySignals) {
   EXPECT_TRUE(std::filesystem::exists(kept));
 }
 
+TEST_F(FileUtil, ReadFileStopsAtItsLimit) {
+  // Given /dev/zero (endless) and a limit of 1 MiB, when read, then the read
+  // stops past the limit with an error naming the path, instead of taking
+  // all memory; a file at the limit reads whole.
+  EXPECT_THAT(ReadFile("/dev/zero", size_t{1} << 20).status().message(),
+              HasSubstr("'/dev/zero' is larger than 1 MiB, the limit"));
+  const std::string exact(size_t{1} << 20, 'x');
+  ASSERT_TRUE(WriteFileAtomic(Path("a.json"), exact).ok());
+  EXPECT_EQ(ReadFile(Path("a.json"), size_t{1} << 20)->size(), exact.size());
+}
+
 TEST_F(FileUtil, ReadFileOfAMissingFileIsNotFoundNamingThePath) {
   Result<std::string> text = ReadFile(Path("missing.json"));
 

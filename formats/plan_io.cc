@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/json_depth.h"
 #include "formats/file_util.h"
 #include "formats/formats.h"
 #include "formats/internal/json_reader.h"
@@ -589,6 +590,7 @@ Result<PlanFile> ParsePlan(const std::string& text, const std::string& origin) {
   const Reader reader(origin, internal::kPlanWording);
   try {
     json root;
+    if (auto deep = JsonTooDeep(text)) return reader.Error("", *deep);
     try {
       root = json::parse(text);
     } catch (const json::exception& e) {

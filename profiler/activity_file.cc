@@ -9,6 +9,8 @@
 #include <string>
 #include <utility>
 
+#include "base/json_depth.h"
+
 namespace pipecast {
 namespace {
 
@@ -270,6 +272,7 @@ Result<ActivityTrace> ParseActivityTrace(std::string_view text, const std::strin
     ++line_no;
     if (line.empty()) continue;
     const std::string where = fmt::format("{}: line {}", origin, line_no);
+    if (auto deep = JsonTooDeep(line)) return Status::InvalidArgument(where + ": " + *deep);
     json obj = json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (obj.is_discarded() || !obj.is_object()) {
       return Status::InvalidArgument(where + ": not a JSON object (is the file cut short?)");

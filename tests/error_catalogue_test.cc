@@ -166,6 +166,16 @@ std::vector<Case> Catalogue() {
   c.push_back(Row("model_truncated_json", kSimulator,
                   {{"m.json", R"({"format": "pipecast-model/1", "name": )"}}, kSim, 1,
                   "m.json: not valid JSON at byte"));
+  // 100k nested arrays (200 KB) once overflowed the stack in every tool (issue 17).
+  c.push_back(Row("model_nested_100k_levels", kSimulator,
+                  {{"m.json", std::string(100000, '[') + std::string(100000, ']')}}, kSim, 1,
+                  "m.json: nested deeper than 64 levels at byte 65"));
+  c.push_back(Row("plan_nested_100k_levels", kSimulator,
+                  {kGoodModel, {"p.json", std::string(100000, '{') + std::string(100000, '}')}},
+                  "--model {dir}/m.json --plan {dir}/p.json", 1,
+                  "nested deeper than 64 levels at byte 65"));
+  c.push_back(Row("model_is_dev_zero", kSimulator, {}, "--model /dev/zero --stages 2", 1,
+                  "'/dev/zero' is larger than 512 MiB, the limit for pipecast's input files"));
   c.push_back(Row("model_not_json_at_all", kPlanner, {{"m.json", "layers: 8\n"}},
                   "--model {dir}/m.json --gpus 8", 1, "m.json: not valid JSON at byte 1"));
   c.push_back(Row("model_nan_literal", kSimulator,

@@ -6,6 +6,7 @@
 #include <exception>
 #include <set>
 
+#include "base/json_depth.h"
 #include "base/nearest.h"
 
 namespace pipecast::internal {
@@ -117,6 +118,7 @@ Status JsonReader::Error(const std::string& path, const std::string& what) const
 }
 
 Status JsonReader::Parse(const std::string& text, Json* out) const {
+  if (auto deep = JsonTooDeep(text)) return Error("", *deep);
   DuplicateKeyFinder finder;
   try {
     *out = Json::parse(text, [&finder](int, Json::parse_event_t event, Json& parsed) {

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "base/json_depth.h"
 #include "profiler/cpu/workload.h"
 
 namespace pipecast::cpu {
@@ -97,6 +98,9 @@ std::string WorkloadToSourceJson(const WorkloadSpec& spec) {
 }
 
 Result<WorkloadSpec> WorkloadFromJson(const std::string& text) {
+  if (auto deep = JsonTooDeep(text)) {
+    return Status::InvalidArgument(std::string("source.") + kWorkloadSourceKey + ": " + *deep);
+  }
   const json root = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded()) {
     return Status::InvalidArgument(std::string("source.") + kWorkloadSourceKey +
