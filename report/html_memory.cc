@@ -25,6 +25,9 @@ using internal::UsAttr;
 constexpr double kMemColumnPx = 2.0;
 // Head room above the highest peak or capacity, for the peak label.
 constexpr double kHeadroom = 1.08;
+// Tick labels aimed for on a rank's memory axis, by chart height.
+constexpr int kTicksTall = 5;
+constexpr int kTicksShort = 2;
 
 struct ChartSize {
   double h;    // one rank's chart
@@ -56,14 +59,14 @@ class MemoryChart {
  public:
   MemoryChart(const SimResult& r, const TimeAxis& axis)
       : r_(r), axis_(axis), size_(ChartSizeFor(r.ranks)) {
-    Bytes top = std::max<Bytes>(r.memory_capacity_bytes, 1);
+    // Each rank its own scale: 0 to the larger of its peak and the capacity,
+    // so a rank far below the others is still readable; ticks say the scale.
     for (const StageResult& s : r.per_rank) {
-      top = std::max(top, std::max(s.peak_memory_bytes, StaticBytes(s) + Live(PeakSample(s))));
+      const Bytes top = std::max({r.memory_capacity_bytes, Bytes{1}, s.peak_memory_bytes,
+                                  StaticBytes(s) + Live(PeakSample(s))});
+      y_max_.push_back(static_cast<double>(top) * kHeadroom);
     }
-    y_max_ = static_cast<double>(top) * kHeadroom;
   }
-
-  double y_max() const { return y_max_; }
 
   std::string Svg() const {
     const double top = kAxisPx + 4;
@@ -71,8 +74,8 @@ class MemoryChart {
     std::string out = fmt::format(
         "<svg class=\"memory\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"{1}\" "
         "viewBox=\"0 0 {0} {1}\" data-ranks=\"{2}\" data-capacity-bytes=\"{3}\" "
-        "data-scale-bytes=\"{4:.0f}\" role=\"img\" aria-label=\"memory over time per rank\">\n",
-        Px(kSvgWidthPx), Px(height), r_.ranks, r_.memory_capacity_bytes, y_max_);
+        "role=\"img\" aria-label=\"memory over time per rank\">\n",
+        Px(kSvgWidthPx), Px(height), r_.ranks, r_.memory_capacity_bytes);
     out += internal::TimeAxisSvg(axis_, top, height - 2);
     for (const StageResult& s : r_.per_rank) {
       out += RankChart(s, top + s.rank * (size_.h + size_.gap));
@@ -81,8 +84,26 @@ class MemoryChart {
   }
 
  private:
-  double Y(double y0, Bytes b) const {
-    return y0 + size_.h - static_cast<double>(b) / y_max_ * size_.h;
+  double YMax(int rank) const {
+    return rank >= 0 && rank < static_cast<int>(y_max_.size()) ? y_max_[rank] : 1.0;
+  }
+  double Y(double y0, Bytes b, int rank) const {
+    return y0 + size_.h - static_cast<double>(b) / YMax(rank) * size_.h;
+  }
+
+  // Grid lines and labels in GiB inside a rank's chart, at round values.
+  std::string Ticks(int rank, double y0, double x0, double x1) const {
+    const double top_gib = YMax(rank) / static_cast<double>(kGiB);
+    std::string out;
+    for (double t : NiceTicks(top_gib, size_.h >= 60 ? kTicksTall : kTicksShort)) {
+      if (t <= 0 || t > top_gib) continue;
+      const double y = y0 + size_.h - t / top_gib * size_.h;
+      out += fmt::format(
+          "<line class=\"mem-grid\" x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\"/>"
+          "<text class=\"mem-tick\" data-gib=\"{:g}\" x=\"{}\" y=\"{}\">{:g} GiB</text>\n",
+          Px(x0), Px(y), Px(x1), Px(y), t, Px(x1 - 3), Px(y + 10), t);
+    }
+    return out;
   }
 
   // The step line of static + live bytes over time, as SVG points.
@@ -96,7 +117,7 @@ class MemoryChart {
       last_x = x;
       last_y = y;
     };
-    double y_prev = Y(y0, base);
+    double y_prev = Y(y0, base, s.rank);
     add(axis_.X(0), y_prev);
     const auto& tl = s.memory_timeline;
     for (size_t i = 0; i < tl.size();) {
@@ -110,8 +131,8 @@ class MemoryChart {
         ++j;
       }
       add(x, y_prev);
-      add(x, Y(y0, base + high));
-      y_prev = Y(y0, base + Live(tl[j - 1]));
+      add(x, Y(y0, base + high, s.rank));
+      y_prev = Y(y0, base + Live(tl[j - 1]), s.rank);
       add(x, y_prev);
       i = j;
     }
@@ -125,16 +146,20 @@ class MemoryChart {
     const Bytes drawn_peak = base + Live(peak);
     const double x0 = kGutterPx, x1 = axis_.X(axis_.end_ns());
     const std::string pts = Points(s, y0);
-    std::string out = fmt::format("<g class=\"mem-rank\" data-rank=\"{}\">\n", s.rank);
+    std::string out =
+        fmt::format("<g class=\"mem-rank\" data-rank=\"{}\" data-scale-bytes=\"{:.0f}\">\n", s.rank,
+                    YMax(s.rank));
     out +=
         fmt::format("<rect class=\"chart-frame\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\"/>\n",
                     Px(x0), Px(y0), Px(x1 - x0), Px(size_.h));
+    out += Ticks(s.rank, y0, x0, x1);
     out += fmt::format(
         "<rect class=\"mem-static\" data-rank=\"{}\" data-bytes=\"{}\" x=\"{}\" y=\"{}\" "
         "width=\"{}\" height=\"{}\"><title>rank {}: static {} (weights, gradients, optimizer "
         "state{})</title></rect>\n",
-        s.rank, base, Px(x0), Px(Y(y0, base)), Px(x1 - x0), Px(y0 + size_.h - Y(y0, base)), s.rank,
-        GiBWithUnit(base), s.memory.stashed_weights > 0 ? ", stashed weight versions" : "");
+        s.rank, base, Px(x0), Px(Y(y0, base, s.rank)), Px(x1 - x0),
+        Px(y0 + size_.h - Y(y0, base, s.rank)), s.rank, GiBWithUnit(base),
+        s.memory.stashed_weights > 0 ? ", stashed weight versions" : "");
     // The dot is the simulator's peak; it sits above the line when the peak
     // was an allocation made and freed within one instant (see MemoryHtml).
     out += fmt::format(
@@ -147,10 +172,10 @@ class MemoryChart {
         "<circle class=\"mem-peak\" data-rank=\"{}\" data-bytes=\"{}\" data-time-us=\"{}\" "
         "cx=\"{}\" cy=\"{}\" r=\"2.5\"><title>rank {}: peak {} at {}</title></circle>\n",
         s.rank, s.peak_memory_bytes, UsAttr(peak.time_ns), Px(axis_.X(peak.time_ns)),
-        Px(Y(y0, s.peak_memory_bytes)), s.rank, GiBWithUnit(s.peak_memory_bytes),
+        Px(Y(y0, s.peak_memory_bytes, s.rank)), s.rank, GiBWithUnit(s.peak_memory_bytes),
         axis_.Time(peak.time_ns));
     if (r_.memory_capacity_bytes > 0) {
-      const double yc = Y(y0, r_.memory_capacity_bytes);
+      const double yc = Y(y0, r_.memory_capacity_bytes, s.rank);
       out += fmt::format(
           "<line class=\"capacity\" data-rank=\"{}\" data-bytes=\"{}\" x1=\"{}\" y1=\"{}\" "
           "x2=\"{}\" y2=\"{}\"><title>capacity {}</title></line>\n",
@@ -175,7 +200,7 @@ class MemoryChart {
   const SimResult& r_;
   const TimeAxis& axis_;
   ChartSize size_;
-  double y_max_ = 1;
+  std::vector<double> y_max_;  // per rank, bytes
 };
 
 std::string Cell(Bytes b) { return fmt::format("<td>{:.2f}</td>", ToGiB(b)); }
@@ -229,8 +254,9 @@ std::string MemoryHtml(const SimResult& r) {
   } else {
     caption += " The cluster has unlimited memory, so there is no capacity line.";
   }
-  caption += fmt::format(" Every chart has the same scale, 0 to {:.2f} GiB.",
-                         chart.y_max() / static_cast<double>(kGiB));
+  caption +=
+      " Each rank's chart has its own scale, from 0 to the larger of its peak and the capacity, "
+      "with grid lines labelled in GiB.";
   Bytes above = 0;
   for (const StageResult& s : r.per_rank) {
     above = std::max(above, s.peak_memory_bytes - StaticBytes(s) - Live(PeakSample(s)));

@@ -49,26 +49,28 @@ svg{max-width:100%;height:auto;font-family:inherit;display:block}
 code{font:12px ui-monospace,Menlo,Consolas,"DejaVu Sans Mono",monospace;background:#f5f7fa;
   padding:1px 4px;border-radius:3px;word-break:break-all}
 footer{margin-top:32px;color:#7b8794;font-size:12px}
-.op-F,.busy-F,.sw-F{fill:#4c78a8;background:#4c78a8}
-.op-B,.busy-B,.sw-B{fill:#f58518;background:#f58518}
-.op-I,.busy-I,.sw-I{fill:#e45756;background:#e45756}
-.op-W,.busy-W,.sw-W{fill:#54a24b;background:#54a24b}
+/* Okabe and Ito's colour-blind-safe palette: F blue, B orange, I vermillion, W reddish
+   purple, activation sends yellow, gradient sends bluish green: no two told apart by hue alone. */
+.op-F,.busy-F,.sw-F{fill:#0072b2;background:#0072b2}
+.op-B,.busy-B,.sw-B{fill:#e69f00;background:#e69f00}
+.op-I,.busy-I,.sw-I{fill:#d55e00;background:#d55e00}
+.op-W,.busy-W,.sw-W{fill:#cc79a7;background:#cc79a7}
 .busy-mixed,.sw-mixed{fill:#7b8794;background:#7b8794}
 .op.alt{fill-opacity:.6}
-.sw.sw-alt{background:#4c78a899}
+.sw.sw-alt{background:#0072b299}
 .idle{fill:url(#idle-hatch)}
 .sw-idle{background:repeating-linear-gradient(45deg,#f1f3f5 0 3px,#c3c9d0 3px 5px)}
 .critical{stroke:#111;stroke-width:1.8}
 .critical.thin{stroke:none}
 .crit-mark,.sw-crit{fill:#111;background:#111}
-.xfer-act,.sw-act{fill:#1d6996;background:#1d6996}
-.xfer-grad,.sw-grad{fill:#cc503e;background:#cc503e}
+.xfer-act,.sw-act{fill:#f0e442;background:#f0e442}
+.xfer-grad,.sw-grad{fill:#009e73;background:#009e73}
 .xfer-span{fill-opacity:.55}
-.allreduce,.sw-ar{fill:#8e6c8a;background:#8e6c8a}
+.allreduce,.sw-ar{fill:#332288;background:#332288}
 .lane{fill:#fff;stroke:#e4e7eb}
 .comm-lane{fill:#f5f7fa}
 .oplabel{font-size:10px;fill:#fff;text-anchor:middle;dominant-baseline:central;
-  pointer-events:none}
+  pointer-events:none;paint-order:stroke;stroke:#1f2933;stroke-width:2px;stroke-opacity:.6}
 .axis text{font-size:11px;fill:#52606d;text-anchor:middle}
 .grid{stroke:#e4e7eb;stroke-width:1}
 .rank-label{font-size:12px;fill:#1f2933}
@@ -76,6 +78,8 @@ footer{margin-top:32px;color:#7b8794;font-size:12px}
 .mem{fill:none;stroke:#3b4cca;stroke-width:1.4}
 .mem-area{fill:#3b4cca;fill-opacity:.12;stroke:none}
 .mem-static,.sw-static{fill:#cbd2d9;background:#cbd2d9}
+.mem-grid{stroke:#e4e7eb;stroke-width:1}
+.mem-tick{font-size:10px;fill:#7b8794;text-anchor:end}
 .sw-mem{background:#3b4cca}
 .capacity{stroke:#c81e1e;stroke-width:1.3;stroke-dasharray:6 3;fill:none}
 .sw-cap{height:0;border-top:2px dashed #c81e1e}

@@ -267,6 +267,30 @@ TEST(HtmlReportMemory, CapacityLineOnlyWhenTheGpuHasACapacity) {
   EXPECT_THAT(unlimited.html, HasSubstr("unlimited memory, so there is no capacity line"));
 }
 
+TEST(HtmlReportMemory, EachRankHasItsOwnScaleWithTicksInGiB) {
+  // Given unlimited memory, each rank's chart runs from 0 to 1.08 x its own
+  // peak (the head room for the peak label), and labels round GiB values
+  // inside that range; with a capacity, the scale reaches at least it.
+  const Simulation unlimited = Simulated(ScheduleKind::k1F1B, 4, 8, IdealCluster());
+  const auto ranks = FindElements(unlimited.html, "g", "mem-rank");
+  ASSERT_EQ(ranks.size(), 4u);
+  for (const HtmlElement& g : ranks) {
+    const StageResult& s = unlimited.result.per_rank.at(g.Int("data-rank"));
+    EXPECT_NEAR(std::stod(g.Attr("data-scale-bytes")),
+                1.08 * static_cast<double>(s.peak_memory_bytes), 1.0)
+        << "rank " << s.rank;
+  }
+  const auto ticks = FindElements(unlimited.html, "text", "mem-tick");
+  ASSERT_FALSE(ticks.empty());
+  for (const HtmlElement& t : ticks) EXPECT_GT(std::stod(t.Attr("data-gib")), 0.0);
+  EXPECT_THAT(unlimited.html, HasSubstr("Each rank's chart has its own scale"));
+
+  const Simulation limited = Simulated(ScheduleKind::k1F1B, 4, 8);
+  for (const HtmlElement& g : FindElements(limited.html, "g", "mem-rank")) {
+    EXPECT_GE(std::stod(g.Attr("data-scale-bytes")), 16.0 * static_cast<double>(kGiB));
+  }
+}
+
 TEST(HtmlReportMemory, OverCapacityRanksAreFlagged) {
   Cluster small = LinkedCluster();
   small.gpu.memory_bytes = 300 * kMiB;
