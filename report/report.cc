@@ -113,7 +113,7 @@ std::string Summary(const SimResult& result, const Cluster& cluster) {
     out += fmt::format("memory capacity     unlimited ({})\n", cluster.name);
   }
   if (!result.costs_measured) {
-    out += "costs               not all measured: some are interpolated (see the notes)\n";
+    out += "costs               not all measured: estimated or interpolated (see the notes)\n";
   }
   return out;
 }

@@ -262,6 +262,13 @@ Result<SimResult> SimulateWith(EngineFn engine, const Model& model, const Cluste
   SimResult result;
   const std::vector<StageCost> costs = table.Stages(*partition);
   result.notes = table.Notes();
+  // Measured means measured: an analytic profile is an estimate even where no
+  // size was interpolated.
+  if (model.source.method == "analytic") {
+    result.notes.insert(result.notes.begin(),
+                        "costs are estimates of the analytic profiler (source.method analytic), "
+                        "not measurements");
+  }
   result.costs_measured = result.notes.empty();
   PIPECAST_RETURN_IF_ERROR(CheckSplitBackward(schedule, *partition, costs));
   PIPECAST_RETURN_IF_ERROR(FillStatic(cluster, schedule, options, *partition, costs, &result));

@@ -145,7 +145,7 @@ struct SimResult {
   std::optional<double> tflops_per_gpu;
   std::optional<double> mfu;
   Bytes memory_capacity_bytes = 0;  // 0 = unlimited
-  bool costs_measured = true;       // false when any cost was interpolated
+  bool costs_measured = true;       // false when any cost was estimated or interpolated
   std::vector<std::string> notes;   // e.g. which costs were interpolated
 
   // Asynchronous schedules (PipeDream) simulate several iterations without a

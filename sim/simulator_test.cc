@@ -295,6 +295,20 @@ TEST(SimulatorErrors, BadOptions) {
               HasSubstr("partition stage 1"));
 }
 
+TEST(SimulatorCosts, AnalyticEstimatesAreNotMeasuredCosts) {
+  // Given a model whose source is the analytic profiler, at a profiled size,
+  // then the result says its costs are estimates, not measurements.
+  Model model = UniformModel(2, kF, kB);
+  SimResult measured = SimulateOk(ScheduleKind::kGPipe, 2, 2, IdealCluster(), model, {});
+  EXPECT_TRUE(measured.costs_measured);
+  model.source.method = "analytic";
+  SimResult estimated = SimulateOk(ScheduleKind::kGPipe, 2, 2, IdealCluster(), model, {});
+  EXPECT_FALSE(estimated.costs_measured);
+  ASSERT_EQ(estimated.notes.size(), 1u);
+  EXPECT_THAT(estimated.notes[0], HasSubstr("estimates of the analytic profiler"));
+  EXPECT_EQ(estimated.iteration_ns, measured.iteration_ns);
+}
+
 TEST(SimulatorCosts, UnmeasuredSizeIsInterpolatedAndSaysSo) {
   Model model = UniformModel(2, kF, kB);
   for (Layer& l : model.layers) {
