@@ -211,9 +211,10 @@ Status ReadMemory(const Reader& r, const json& root, PlanFile* plan) {
   const json* v = nullptr;
   PIPECAST_RETURN_IF_ERROR(r.Find(root, "", "memory", &v));
   PIPECAST_RETURN_IF_ERROR(r.CheckObject(*v, "memory"));
-  PIPECAST_RETURN_IF_ERROR(r.CheckKeys(
-      *v, "memory",
-      {"weight_bytes_per_param", "gradient_bytes_per_param", "optimizer_bytes_per_param"}));
+  PIPECAST_RETURN_IF_ERROR(
+      r.CheckKeys(*v, "memory",
+                  {"weight_bytes_per_param", "gradient_bytes_per_param",
+                   "optimizer_bytes_per_param", "gradient_copy_bytes_per_param", "zero"}));
   MemoryConfig& m = plan->memory;
   PIPECAST_RETURN_IF_ERROR(r.Number(*v, "memory", "weight_bytes_per_param", kMaxBytesPerParam,
                                     &m.weight_bytes_per_param));
@@ -221,6 +222,16 @@ Status ReadMemory(const Reader& r, const json& root, PlanFile* plan) {
                                     &m.gradient_bytes_per_param));
   PIPECAST_RETURN_IF_ERROR(r.Number(*v, "memory", "optimizer_bytes_per_param", kMaxBytesPerParam,
                                     &m.optimizer_bytes_per_param));
+  // Optional: plans written before sharding existed are level 0, no copy.
+  m.gradient_copy_bytes_per_param = 0;
+  if (v->contains("gradient_copy_bytes_per_param")) {
+    PIPECAST_RETURN_IF_ERROR(r.Number(*v, "memory", "gradient_copy_bytes_per_param",
+                                      kMaxBytesPerParam, &m.gradient_copy_bytes_per_param));
+  }
+  m.zero = 0;
+  if (v->contains("zero")) {
+    PIPECAST_RETURN_IF_ERROR(r.Int(*v, "memory", "zero", 0, kMaxZeroLevel, &m.zero));
+  }
   double us = 0;
   PIPECAST_RETURN_IF_ERROR(r.Number(root, "", "optimizer_step_us", kMaxTimeUs, &us));
   plan->optimizer_step_ns = UsToNs(us);
@@ -448,7 +459,9 @@ std::string PlanToJson(const PlanFile& plan) {
   root["actions"] = std::move(actions);
   root["memory"] = {{"weight_bytes_per_param", plan.memory.weight_bytes_per_param},
                     {"gradient_bytes_per_param", plan.memory.gradient_bytes_per_param},
-                    {"optimizer_bytes_per_param", plan.memory.optimizer_bytes_per_param}};
+                    {"optimizer_bytes_per_param", plan.memory.optimizer_bytes_per_param},
+                    {"gradient_copy_bytes_per_param", plan.memory.gradient_copy_bytes_per_param},
+                    {"zero", plan.memory.zero}};
   root["optimizer_step_us"] = NsToUs(plan.optimizer_step_ns);
   root["predicted"] = PredictedJson(plan);
   return Dump(root);
