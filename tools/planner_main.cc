@@ -54,6 +54,10 @@ struct Flags {
   double optimizer_step_us = 0;
   std::string precision = "bf16";
   std::string optimizer = "adam";
+  std::string grad_dtype = "fp32";
+  std::vector<int> zero;          // empty: 0, 1 and 3 when d > 1
+  double memory_reserve_gb = -1;  // < 0: the cluster's
+  double memory_headroom = -1;    // < 0: the cluster's
   bool json = false;
   std::string out;
   std::string trace;
@@ -90,6 +94,12 @@ Result<Cluster> PickCluster(const Flags& flags, const Model& model, std::string*
       *note += fmt::format("; its GPU memory is set to {:g} GiB by --memory-gb", flags.memory_gb);
     }
   }
+  if (flags.memory_reserve_gb >= 0) {
+    cluster->gpu.memory_reserve_bytes =
+        static_cast<Bytes>(flags.memory_reserve_gb * static_cast<double>(kGiB));
+  }
+  if (flags.memory_headroom >= 0) cluster->gpu.memory_headroom = flags.memory_headroom;
+  PIPECAST_RETURN_IF_ERROR(ValidateGpuMemory(cluster->gpu));
   if (!note->empty()) fmt::print(stderr, "planner: {}\n", *note);
   return cluster;
 }
@@ -111,9 +121,10 @@ Result<PlannerOptions> MakeOptions(const Flags& flags) {
   o.top_k = flags.top;
   o.threads = flags.threads;
   o.optimizer_step_ns = UsToNs(flags.optimizer_step_us);
-  auto memory = MemoryConfigFor(flags.precision, flags.optimizer);
+  auto memory = MemoryConfigFor(flags.precision, flags.optimizer, flags.grad_dtype);
   if (!memory.ok()) return memory.status();
   o.memory = *memory;
+  o.zero_levels = flags.zero;
   PIPECAST_RETURN_IF_ERROR(o.Validate());
   return o;
 }
@@ -310,6 +321,22 @@ int main(int argc, char** argv) {
   app.add_option("--optimizer", f.optimizer,
                  "optimizer, for bytes per parameter: adam, sgd or sgd-nomomentum")
       ->capture_default_str();
+  app.add_option("--grad-dtype", f.grad_dtype,
+                 "main-gradient precision: fp32 (Megatron's default) or bf16 (docs/simulator.md)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+      ->capture_default_str();
+  app.add_option("--zero", f.zero,
+                 "comma list of ZeRO levels to try: 0 none, 1 optimizer state (Megatron's "
+                 "distributed optimizer), 2 also gradients, 3 also parameters (FSDP) (default: "
+                 "0,1,3 when d > 1)")
+      ->delimiter(',')
+      ->check(CLI::Range(0, 3));
+  app.add_option("--memory-reserve-gb", f.memory_reserve_gb,
+                 "override the per-GPU runtime reserve (CUDA context, cuBLAS, NCCL), in GiB")
+      ->check(pipecast::FiniteRange(pipecast::kMaxMemoryGiB, "GiB"));
+  app.add_option("--memory-headroom", f.memory_headroom,
+                 "override the allocator margin, a fraction of capacity (presets: 0.05)")
+      ->check(pipecast::FiniteRange(pipecast::kMaxMemoryHeadroom, "fraction of capacity"));
   app.add_flag("--json", f.json, "print one JSON object instead of the text report");
   app.add_option("--out", f.out, "write the chosen plan (pipecast-plan/1) here");
   app.add_option("--trace", f.trace, "write a Chrome trace (Perfetto) of the chosen plan");

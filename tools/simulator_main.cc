@@ -50,6 +50,10 @@ struct Flags {
   double optimizer_step_us = 0;
   std::string precision = "bf16";
   std::string optimizer = "adam";
+  std::string grad_dtype = "fp32";
+  int zero = 0;
+  double memory_reserve_gb = -1;  // < 0: the cluster's
+  double memory_headroom = -1;    // < 0: the cluster's
   std::string trace_path;
   std::string report_path;   // --report: the self-contained HTML report
   std::string command_line;  // as typed, shown in the report's inputs
@@ -81,6 +85,12 @@ Result<Cluster> PickCluster(const Flags& flags, const Model& model) {
   if (flags.memory_gb >= 0) {
     cluster->gpu.memory_bytes = static_cast<Bytes>(flags.memory_gb * static_cast<double>(kGiB));
   }
+  if (flags.memory_reserve_gb >= 0) {
+    cluster->gpu.memory_reserve_bytes =
+        static_cast<Bytes>(flags.memory_reserve_gb * static_cast<double>(kGiB));
+  }
+  if (flags.memory_headroom >= 0) cluster->gpu.memory_headroom = flags.memory_headroom;
+  PIPECAST_RETURN_IF_ERROR(ValidateGpuMemory(cluster->gpu));
   return cluster;
 }
 
@@ -144,9 +154,10 @@ Result<Setup> SetupFromFlags(const Flags& flags, const Model& model) {
   s.options.data_parallel = flags.data_parallel;
   s.options.optimizer_step_ns = UsToNs(flags.optimizer_step_us);
   s.options.recompute = flags.recompute;
-  auto memory = MemoryConfigFor(flags.precision, flags.optimizer);
+  auto memory = MemoryConfigFor(flags.precision, flags.optimizer, flags.grad_dtype);
   if (!memory.ok()) return memory.status();
   s.options.memory = *memory;
+  s.options.memory.zero = flags.zero;
   if (!flags.partition.empty()) {
     auto part = ParsePartition(flags.partition, static_cast<int>(model.layers.size()),
                                s.schedule.num_stages);
@@ -268,6 +279,26 @@ int main(int argc, char** argv) {
       app.add_option("--optimizer", f.optimizer,
                      "optimizer, for bytes per parameter: adam, sgd or sgd-nomomentum")
           ->capture_default_str();
+  CLI::Option* grad_dtype =
+      app.add_option(
+             "--grad-dtype", f.grad_dtype,
+             "main-gradient precision: fp32 (Megatron's default) or bf16 (docs/simulator.md)")
+          ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+          ->capture_default_str();
+  CLI::Option* zero = app.add_option("--zero", f.zero,
+                                     "ZeRO level over the data-parallel replicas: 0 none, 1 "
+                                     "optimizer state (Megatron's distributed optimizer), 2 also "
+                                     "gradients, 3 also parameters (FSDP)")
+                          ->check(CLI::Range(0, 3))
+                          ->capture_default_str();
+  CLI::Option* memory_reserve =
+      app.add_option("--memory-reserve-gb", f.memory_reserve_gb,
+                     "override the per-GPU runtime reserve (CUDA context, cuBLAS, NCCL), in GiB")
+          ->check(pipecast::FiniteRange(pipecast::kMaxMemoryGiB, "GiB"));
+  CLI::Option* memory_headroom =
+      app.add_option("--memory-headroom", f.memory_headroom,
+                     "override the allocator margin, a fraction of capacity (presets: 0.05)")
+          ->check(pipecast::FiniteRange(pipecast::kMaxMemoryHeadroom, "fraction of capacity"));
   app.add_option("--trace", f.trace_path, "write a Chrome trace (Perfetto) of the timeline");
   app.add_option("--report", f.report_path,
                  "write a self-contained HTML report: timeline, memory, inputs (docs/report.md)");
@@ -280,7 +311,8 @@ int main(int argc, char** argv) {
       "data-parallel degree, recomputation and cluster; --model is still required");
   for (CLI::Option* fixed :
        {stages, microbatches, schedule, chunks, recompute, microbatch_size, partition, cluster,
-        memory_gb, data_parallel, optimizer_step, schedule_in, precision, optimizer}) {
+        memory_gb, data_parallel, optimizer_step, schedule_in, precision, optimizer, grad_dtype,
+        zero, memory_reserve, memory_headroom}) {
     plan->excludes(fixed);
   }
   app.add_flag("--json", f.json, "print one JSON object instead of the summary");
