@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "sim/memory.h"
+#include "sim/schedule.h"
 #include "sim/simulator.h"
 #include "testing/sim_test_util.h"
 
@@ -122,6 +123,25 @@ TEST(ShardingCollectives, LevelThreeGathersBeforeEachOpAndExposesWhatComputeCann
   EXPECT_EQ(m.optimizer, 600'000'000);
   EXPECT_EQ(m.gathered_weights, 200'000'000);
   EXPECT_EQ(r.per_rank[0].peak_memory_bytes, 1'100'000'000 + m.workspace_peak);
+}
+
+TEST(ShardingCollectives, LevelThreeWithASplitBackwardWaitsInIForTheGatherAndInWForTheScatter) {
+  // Given the same stage with W = 1 ms of each layer's 2 ms backward (stage:
+  // I 2 ms, W 2 ms) and one rank running F0 I0 W0 F1 I1 W1:
+  World w;
+  for (Layer& l : w.model.layers) l.profiles[0].backward_weight_ns = kMs;
+  Schedule s = test_util::CustomSchedule(
+      2, {{test_util::F(0, 0), Action{0, OpKind::kBackwardInput, 0},
+           Action{0, OpKind::kBackwardWeight, 0}, test_util::F(0, 1),
+           Action{0, OpKind::kBackwardInput, 1}, Action{0, OpKind::kBackwardWeight, 1}}});
+  SimOptions o;
+  o.data_parallel = 2;
+  o.memory.zero = 3;
+  const SimResult r = Simulate(w.model, w.cluster, s, o).value();
+  // then I waits for nothing beyond its 2 ms (the 2 ms gather fits), W takes
+  // the 4 ms reduce-scatter instead of 2: 2 ms exposed per W.
+  EXPECT_EQ(r.per_rank[0].sharding_exposed_ns, 4 * kMs);
+  EXPECT_EQ(r.pipeline_ns, 2 * (2 * kMs + 2 * kMs + 4 * kMs));
 }
 
 TEST(MemoryLimit, ReserveAndMarginComeOffTheCapacity) {
