@@ -171,7 +171,7 @@ bool PartitionForMemory(const Model& model, const MemoryConfig& memory, Bytes ca
       StageParts(model, t, *c, memory, worst, lean[worst].first_layer, lean[worst].last_layer);
   *rejection = Rejection{
       RejectReason::kOutOfMemory, copy,
-      fmt::format("stage {} (layers {}-{}) needs {:.1f} GiB of the {:.1f} GiB limit even in the "
+      fmt::format("stage {} (layers {}-{}) needs {:.2f} GiB of the {:.2f} GiB limit even in the "
                   "split that needs least memory; {}",
                   worst, lean[worst].first_layer, lean[worst].last_layer, ToGiB(worst_bytes),
                   ToGiB(capacity), BindingPart(parts, *c)),

@@ -142,7 +142,7 @@ TEST(PassPartition, NothingFitsNamesTheClosestMiss) {
   Rejection why;
   ASSERT_FALSE(PartitionForMemory(model, MemoryConfig{}, 40 * kGiB, &c, &why));
   EXPECT_EQ(why.reason, RejectReason::kOutOfMemory);
-  EXPECT_THAT(why.detail, HasSubstr("needs 67.1 GiB of the 40.0 GiB limit"));    // 72e9 bytes
+  EXPECT_THAT(why.detail, HasSubstr("needs 67.06 GiB of the 40.00 GiB limit"));  // 72e9 bytes
   EXPECT_THAT(why.detail, HasSubstr("largest part: optimizer state 44.7 GiB"));  // 48e9
   EXPECT_NEAR(why.memory_ratio, 72e9 / (40.0 * kGiB), 1e-9);
 }

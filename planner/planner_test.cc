@@ -60,7 +60,7 @@ TEST(Planner, ModelTooBigForFewGpusGetsAtLeastFourStages) {
   for (const Rejection& rej : r->rejected) {
     if (rej.candidate.pipeline_stages < 4 && rej.reason != RejectReason::kScheduleConstraint) {
       EXPECT_EQ(rej.reason, RejectReason::kOutOfMemory) << rej.candidate.Label();
-      EXPECT_THAT(rej.detail, HasSubstr("GiB of the 40.0 GiB limit"));
+      EXPECT_THAT(rej.detail, HasSubstr("GiB of the 40.00 GiB limit"));
       ++small_p_rejections;
     }
   }

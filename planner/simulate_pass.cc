@@ -84,7 +84,7 @@ void SimulateAll(const Model& model, const Cluster& cluster, const PlannerOption
         parts.other = m.workspace_peak + m.comm_buffers_peak;
         rejected->push_back(Rejection{
             RejectReason::kOutOfMemory, c,
-            fmt::format("stage {} needs {:.1f} GiB of the {:.1f} GiB limit (simulated peak); {}",
+            fmt::format("stage {} needs {:.2f} GiB of the {:.2f} GiB limit (simulated peak); {}",
                         worst->rank, ToGiB(peak), ToGiB(capacity), BindingPart(parts, c)),
             static_cast<double>(peak) / static_cast<double>(capacity)});
         continue;
