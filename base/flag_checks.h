@@ -37,6 +37,9 @@ inline CLI::Validator FiniteRange(double max, const std::string& unit, double mi
 
 // --memory-gb: up to 1 PiB, the limit of memory_bytes in cluster files.
 inline constexpr double kMaxMemoryGiB = 1024.0 * 1024.0;
+// --memory-headroom: a fraction of capacity; past 0.9 it is a typo for a
+// percentage or a size, not an allocator margin.
+inline constexpr double kMaxMemoryHeadroom = 0.9;
 // --optimizer-step-us: up to 1e12 us, the limit of times in model files.
 inline constexpr double kMaxStepUs = 1e12;
 

@@ -35,4 +35,12 @@ Result<ClusterSelection> SelectCluster(const std::string& cluster_flag, const Mo
   return s;
 }
 
+Status OverrideGpuMemory(double reserve_gb, double headroom, Cluster* cluster) {
+  if (reserve_gb >= 0) {
+    cluster->gpu.memory_reserve_bytes = static_cast<Bytes>(reserve_gb * static_cast<double>(kGiB));
+  }
+  if (headroom >= 0) cluster->gpu.memory_headroom = headroom;
+  return ValidateGpuMemory(cluster->gpu);
+}
+
 }  // namespace pipecast

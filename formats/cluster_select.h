@@ -37,6 +37,11 @@ struct ClusterSelection {
 [[nodiscard]] Result<ClusterSelection> SelectCluster(const std::string& cluster_flag,
                                                      const Model& model, double memory_gb);
 
+// --memory-reserve-gb and --memory-headroom over the chosen cluster (a
+// negative value keeps the cluster's own), then ValidateGpuMemory: an error
+// naming both flags when reserve and margin leave nothing of the GPU.
+[[nodiscard]] Status OverrideGpuMemory(double reserve_gb, double headroom, Cluster* cluster);
+
 }  // namespace pipecast
 
 #endif  // PIPECAST_FORMATS_CLUSTER_SELECT_H_

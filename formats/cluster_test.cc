@@ -39,6 +39,8 @@ struct PresetFigures {
   std::string name;
   int gpus_per_node;
   Bytes memory_bytes;
+  Bytes memory_reserve_bytes;
+  double memory_headroom;
   double peak_tflops;
   double memory_bandwidth_gbps;
   Link intra_node;
@@ -57,6 +59,8 @@ TEST_P(ClusterPresetFigures, MatchThePublishedFigures) {
   EXPECT_EQ(c->name, want.name);
   EXPECT_EQ(c->gpus_per_node, want.gpus_per_node);
   EXPECT_EQ(c->gpu.memory_bytes, want.memory_bytes);
+  EXPECT_EQ(c->gpu.memory_reserve_bytes, want.memory_reserve_bytes);
+  EXPECT_EQ(c->gpu.memory_headroom, want.memory_headroom);
   EXPECT_EQ(c->gpu.peak_tflops, want.peak_tflops);
   EXPECT_EQ(c->gpu.memory_bandwidth_gbps, want.memory_bandwidth_gbps);
   EXPECT_EQ(c->intra_node.bandwidth_gbps, want.intra_node.bandwidth_gbps);
@@ -69,12 +73,18 @@ INSTANTIATE_TEST_SUITE_P(
     Presets, ClusterPresetFigures,
     ::testing::Values(
         // ideal: no communication cost, unlimited memory (0 = unlimited).
-        PresetFigures{"ideal", 8, 0, 0, 0, Link{0, 0}, Link{0, 0}},
-        PresetFigures{"a100-80gb", 8, int64_t{85'899'345'920}, 312, 2039, Link{300, 2},
-                      Link{25, 5}},
-        PresetFigures{"h100-sxm", 8, 80 * kGiB, 989, 3350, Link{450, 2}, Link{50, 5}},
-        PresetFigures{"h200", 8, int64_t{141'000'000'000}, 989, 4800, Link{450, 2}, Link{50, 5}},
-        PresetFigures{"local", 64, 16 * kGiB, 0, 0, Link{5, 20}, Link{5, 20}}),
+        // Memory: cudaMemGetInfo's total (A100 79.15 GiB, H100 nvidia-smi's
+        // 81559 MiB less 551 MiB reserved, H200 139.80 GiB); reserve: CUDA
+        // context 512 MiB + 2 cuBLAS workspaces (8519680 B each on sm80, 32
+        // MiB on sm90) + 2 NCCL communicators of 688 MB; margin 5%.
+        PresetFigures{"ideal", 8, 0, 0, 0, 0, 0, Link{0, 0}, Link{0, 0}},
+        PresetFigures{"a100-80gb", 8, 81049 * kMiB, 512 * kMiB + 2 * 8'519'680 + 1'376'000'000,
+                      0.05, 312, 2039, Link{300, 2}, Link{25, 5}},
+        PresetFigures{"h100-sxm", 8, 81008 * kMiB, 512 * kMiB + 64 * kMiB + 1'376'000'000, 0.05,
+                      989, 3350, Link{450, 2}, Link{50, 5}},
+        PresetFigures{"h200", 8, 143155 * kMiB, 512 * kMiB + 64 * kMiB + 1'376'000'000, 0.05, 989,
+                      4800, Link{450, 2}, Link{50, 5}},
+        PresetFigures{"local", 64, 16 * kGiB, 0, 0, 0, 0, Link{5, 20}, Link{5, 20}}),
     [](const ::testing::TestParamInfo<PresetFigures>& info) {
       std::string name = info.param.name;
       for (char& ch : name) {
@@ -201,7 +211,47 @@ TEST(ClusterLoad, PresetNameGivesThePreset) {
   Result<Cluster> c = LoadCluster("h200");
 
   ASSERT_TRUE(c.ok()) << c.status().message();
-  EXPECT_EQ(c->gpu.memory_bytes, int64_t{141'000'000'000});
+  EXPECT_EQ(c->gpu.memory_bytes, 143155 * kMiB);
+}
+
+TEST(ClusterMemoryLimit, CapacityLessReserveLessMargin) {
+  // Given the h100-sxm preset: 81008 MiB exposed, 1979979776 B reserved, 5%.
+  const GpuSpec gpu = ClusterPreset("h100-sxm")->gpu;
+  // then the margin is 5% of 84943044608 B and the limit what is left.
+  EXPECT_EQ(MemoryHeadroomBytes(gpu), 4'247'152'230);
+  EXPECT_EQ(MemoryLimitBytes(gpu), 84'943'044'608 - 1'979'979'776 - 4'247'152'230);
+  EXPECT_THAT(MemoryLimitText(gpu), HasSubstr("73.31 GiB = 79.11 GiB capacity - 1.84 GiB "
+                                              "runtime reserve"));
+  EXPECT_THAT(MemoryLimitText(gpu), HasSubstr("3.96 GiB allocator margin (5% of capacity)"));
+  // Unlimited stays unlimited.
+  EXPECT_EQ(MemoryLimitBytes(ClusterPreset("ideal")->gpu), 0);
+}
+
+TEST(ClusterFile, ReserveAndHeadroomRoundTripAndDefaultToNone) {
+  json j = MinimalCluster();
+  Result<Cluster> preset = ParseClusterJson(j);
+  ASSERT_TRUE(preset.ok()) << preset.status().message();
+  EXPECT_EQ(preset->gpu.memory_reserve_bytes, ClusterPreset("h100-sxm")->gpu.memory_reserve_bytes);
+  EXPECT_EQ(preset->gpu.memory_headroom, 0.05);
+  // A file written before the fields existed keeps its whole memory.
+  j["gpu"].erase("memory_reserve_bytes");
+  j["gpu"].erase("memory_headroom");
+  Result<Cluster> old = ParseClusterJson(j);
+  ASSERT_TRUE(old.ok()) << old.status().message();
+  EXPECT_EQ(old->gpu.memory_reserve_bytes, 0);
+  EXPECT_EQ(MemoryLimitBytes(old->gpu), old->gpu.memory_bytes);
+}
+
+TEST(ClusterFile, HeadroomOfOneOrAReserveThatLeavesNothingNamesTheField) {
+  json j = MinimalCluster();
+  j["gpu"]["memory_headroom"] = 1;
+  EXPECT_THAT(ParseClusterJson(j).status().message(),
+              HasSubstr("gpu.memory_headroom: must be below 1"));
+  j = MinimalCluster();
+  j["gpu"]["memory_reserve_bytes"] = j["gpu"]["memory_bytes"];
+  EXPECT_THAT(ParseClusterJson(j).status().message(),
+              HasSubstr("gpu.memory_reserve_bytes: 84943044608 bytes and memory_headroom 0.05 "
+                        "leave nothing"));
 }
 
 TEST(ClusterLoad, ReadsAClusterFile) {

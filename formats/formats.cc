@@ -55,6 +55,10 @@ constexpr IntRule kMicrobatchSize = {1, kMaxMicrobatchSize, "2^20",
 constexpr IntRule kSizeBytes = {0, kMaxBytes, "2^50 bytes (1 PiB)", "a size in bytes"};
 constexpr IntRule kMemoryBytes = {0, kMaxBytes, "2^50 bytes (1 PiB)",
                                   "a size in bytes, 0 = unlimited"};
+constexpr IntRule kReserveBytes = {0, kMaxBytes, "2^50 bytes (1 PiB)",
+                                   "a size in bytes taken by the runtime before training"};
+constexpr NumberRule kHeadroom = {0, false, 1, "1",
+                                  "a fraction of memory_bytes kept free, e.g. 0.05 for 5%"};
 constexpr IntRule kSequenceLength = {1, kMaxSequenceLength, "2^30",
                                      "a number of tokens per sample"};
 constexpr IntRule kGlobalBatch = {1, kMaxGlobalBatch, "2^30", "a number of samples per iteration"};
@@ -223,7 +227,9 @@ Status ReadGpu(const Reader& r, const json& root, GpuSpec* gpu) {
   const std::string path = "gpu";
   PIPECAST_RETURN_IF_ERROR(r.CheckObject(*v, path));
   PIPECAST_RETURN_IF_ERROR(
-      r.CheckKeys(*v, path, {"name", "memory_bytes", "peak_tflops", "memory_bandwidth_gbps"}));
+      r.CheckKeys(*v, path,
+                  {"name", "memory_bytes", "memory_reserve_bytes", "memory_headroom", "peak_tflops",
+                   "memory_bandwidth_gbps"}));
   PIPECAST_RETURN_IF_ERROR(r.String(*v, path, "name", "the GPU's name", &gpu->name));
   PIPECAST_RETURN_IF_ERROR(r.Integer(*v, path, "memory_bytes", kMemoryBytes, &gpu->memory_bytes));
   if (gpu->memory_bytes > 0 && gpu->memory_bytes < kMinGpuMemoryBytes) {
@@ -231,6 +237,24 @@ Status ReadGpu(const Reader& r, const json& root, GpuSpec* gpu) {
                    fmt::format("{} bytes is too little for a GPU; the unit is bytes (80 GiB is "
                                "85899345920), and 0 means unlimited",
                                gpu->memory_bytes));
+  }
+  // Optional: a file without them keeps its whole memory_bytes (as before
+  // these fields existed, so older plan files replay unchanged).
+  std::optional<Bytes> reserve;
+  PIPECAST_RETURN_IF_ERROR(r.Integer(*v, path, "memory_reserve_bytes", kReserveBytes, &reserve));
+  gpu->memory_reserve_bytes = reserve.value_or(0);
+  std::optional<double> headroom;
+  PIPECAST_RETURN_IF_ERROR(r.Number(*v, path, "memory_headroom", kHeadroom, &headroom));
+  gpu->memory_headroom = headroom.value_or(0);
+  if (gpu->memory_headroom >= 1) {
+    return r.Error(Member(path, "memory_headroom"),
+                   "must be below 1: it is the fraction of memory_bytes kept free");
+  }
+  if (gpu->memory_bytes > 0 &&
+      gpu->memory_reserve_bytes + MemoryHeadroomBytes(*gpu) >= gpu->memory_bytes) {
+    return r.Error(Member(path, "memory_reserve_bytes"),
+                   fmt::format("{} bytes and memory_headroom {} leave nothing of memory_bytes {}",
+                               gpu->memory_reserve_bytes, gpu->memory_headroom, gpu->memory_bytes));
   }
   PIPECAST_RETURN_IF_ERROR(r.Number(*v, path, "peak_tflops", kTflops, &gpu->peak_tflops));
   std::optional<double> hbm;
@@ -349,6 +373,8 @@ nlohmann::ordered_json ClusterJson(const Cluster& cluster) {
   root["gpus_per_node"] = cluster.gpus_per_node;
   root["gpu"] = {{"name", cluster.gpu.name},
                  {"memory_bytes", cluster.gpu.memory_bytes},
+                 {"memory_reserve_bytes", cluster.gpu.memory_reserve_bytes},
+                 {"memory_headroom", cluster.gpu.memory_headroom},
                  {"peak_tflops", cluster.gpu.peak_tflops},
                  {"memory_bandwidth_gbps", cluster.gpu.memory_bandwidth_gbps}};
   root["intra_node"] = {{"bandwidth_gbps", cluster.intra_node.bandwidth_gbps},

@@ -214,9 +214,10 @@ Status ReadMemory(const Reader& r, const json& root, PlanFile* plan) {
   const json* v = nullptr;
   PIPECAST_RETURN_IF_ERROR(r.Find(root, "", "memory", &v));
   PIPECAST_RETURN_IF_ERROR(r.CheckObject(*v, "memory"));
-  PIPECAST_RETURN_IF_ERROR(r.CheckKeys(
-      *v, "memory",
-      {"weight_bytes_per_param", "gradient_bytes_per_param", "optimizer_bytes_per_param"}));
+  PIPECAST_RETURN_IF_ERROR(
+      r.CheckKeys(*v, "memory",
+                  {"weight_bytes_per_param", "gradient_bytes_per_param",
+                   "optimizer_bytes_per_param", "gradient_copy_bytes_per_param", "zero"}));
   MemoryConfig& m = plan->memory;
   PIPECAST_RETURN_IF_ERROR(r.Number(*v, "memory", "weight_bytes_per_param", kMaxBytesPerParam,
                                     &m.weight_bytes_per_param));
@@ -224,6 +225,16 @@ Status ReadMemory(const Reader& r, const json& root, PlanFile* plan) {
                                     &m.gradient_bytes_per_param));
   PIPECAST_RETURN_IF_ERROR(r.Number(*v, "memory", "optimizer_bytes_per_param", kMaxBytesPerParam,
                                     &m.optimizer_bytes_per_param));
+  // Optional: plans written before sharding existed are level 0, no copy.
+  m.gradient_copy_bytes_per_param = 0;
+  if (v->contains("gradient_copy_bytes_per_param")) {
+    PIPECAST_RETURN_IF_ERROR(r.Number(*v, "memory", "gradient_copy_bytes_per_param",
+                                      kMaxBytesPerParam, &m.gradient_copy_bytes_per_param));
+  }
+  m.zero = 0;
+  if (v->contains("zero")) {
+    PIPECAST_RETURN_IF_ERROR(r.Int(*v, "memory", "zero", 0, kMaxZeroLevel, &m.zero));
+  }
   double us = 0;
   PIPECAST_RETURN_IF_ERROR(r.Number(root, "", "optimizer_step_us", kMaxTimeUs, &us));
   plan->optimizer_step_ns = UsToNs(us);
@@ -336,7 +347,11 @@ Status ReadPredictedStage(const Reader& r, const json& stage, const std::string&
   PIPECAST_RETURN_IF_ERROR(o.Number("bubble_fraction_of_ideal", &out->bubble_fraction_of_ideal));
   PIPECAST_RETURN_IF_ERROR(
       o.Int("peak_inflight_microbatches", kMaxCount, &out->peak_inflight_microbatches));
+  PIPECAST_RETURN_IF_ERROR(o.Bool("fits_memory", &out->fits_memory));
+  PIPECAST_RETURN_IF_ERROR(o.Int("parameters", kMaxBytes, &out->parameters));
   PIPECAST_RETURN_IF_ERROR(o.Time("allreduce_us", &out->allreduce_ns));
+  PIPECAST_RETURN_IF_ERROR(o.Time("allgather_us", &out->allgather_ns));
+  PIPECAST_RETURN_IF_ERROR(o.Time("sharding_exposed_us", &out->sharding_exposed_ns));
   PIPECAST_RETURN_IF_ERROR(o.Int("weight_versions", kMaxCount, &out->weight_versions));
   if (!stage.contains("memory")) return Status::Ok();
   const std::string where = Member(path, "memory");
@@ -349,7 +364,8 @@ Status ReadPredictedStage(const Reader& r, const json& stage, const std::string&
   PIPECAST_RETURN_IF_ERROR(m.Int("activations_peak_bytes", kMaxBytes, &b.activations_peak));
   PIPECAST_RETURN_IF_ERROR(m.Int("comm_buffers_peak_bytes", kMaxBytes, &b.comm_buffers_peak));
   PIPECAST_RETURN_IF_ERROR(m.Int("workspace_peak_bytes", kMaxBytes, &b.workspace_peak));
-  return m.Int("stashed_weights_bytes", kMaxBytes, &b.stashed_weights);
+  PIPECAST_RETURN_IF_ERROR(m.Int("stashed_weights_bytes", kMaxBytes, &b.stashed_weights));
+  return m.Int("gathered_weights_bytes", kMaxBytes, &b.gathered_weights);
 }
 
 // The prediction's whole-pipeline fields besides the required metrics.
@@ -366,10 +382,17 @@ Status ReadPredictedTotals(const OptionalReader& o, SimResult* p) {
   PIPECAST_RETURN_IF_ERROR(o.Int("microbatches", kMaxCount, &p->microbatches));
   PIPECAST_RETURN_IF_ERROR(o.Int("microbatch_size", kMaxCount, &p->microbatch_size));
   PIPECAST_RETURN_IF_ERROR(o.Int("data_parallel", kMaxCount, &p->data_parallel));
+  PIPECAST_RETURN_IF_ERROR(o.Int("zero", 3, &p->zero));
+  PIPECAST_RETURN_IF_ERROR(o.Time("allgather_time_us", &p->allgather_ns));
+  PIPECAST_RETURN_IF_ERROR(o.Time("sharding_exposed_time_us", &p->sharding_exposed_ns));
   PIPECAST_RETURN_IF_ERROR(o.Int("global_batch", kMaxGlobalBatch, &p->global_batch));
   PIPECAST_RETURN_IF_ERROR(o.Bool("costs_measured", &p->costs_measured));
   PIPECAST_RETURN_IF_ERROR(o.Texts("notes", &p->notes));
   PIPECAST_RETURN_IF_ERROR(o.Int("memory_capacity_bytes", kMaxBytes, &p->memory_capacity_bytes));
+  PIPECAST_RETURN_IF_ERROR(o.Int("memory_reserve_bytes", kMaxBytes, &p->memory_reserve_bytes));
+  PIPECAST_RETURN_IF_ERROR(o.Number("memory_headroom", &p->memory_headroom));
+  PIPECAST_RETURN_IF_ERROR(o.Int("memory_headroom_bytes", kMaxBytes, &p->memory_headroom_bytes));
+  PIPECAST_RETURN_IF_ERROR(o.Int("memory_limit_bytes", kMaxBytes, &p->memory_limit_bytes));
   PIPECAST_RETURN_IF_ERROR(o.Int("iterations_simulated", kMaxCount, &p->iterations_simulated));
   return o.Time("first_iteration_time_us", &p->first_iteration_ns);
 }
@@ -580,7 +603,9 @@ std::string PlanToJson(const PlanFile& plan) {
   root["actions"] = std::move(actions);
   root["memory"] = {{"weight_bytes_per_param", plan.memory.weight_bytes_per_param},
                     {"gradient_bytes_per_param", plan.memory.gradient_bytes_per_param},
-                    {"optimizer_bytes_per_param", plan.memory.optimizer_bytes_per_param}};
+                    {"optimizer_bytes_per_param", plan.memory.optimizer_bytes_per_param},
+                    {"gradient_copy_bytes_per_param", plan.memory.gradient_copy_bytes_per_param},
+                    {"zero", plan.memory.zero}};
   root["optimizer_step_us"] = NsToUs(plan.optimizer_step_ns);
   root["predicted"] = ResultJson(plan.predicted);
   return Dump(root);

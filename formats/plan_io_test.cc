@@ -96,6 +96,46 @@ TEST(PlanFileTest, MakePlanFileRecordsTheBalancedPartitionWhenNoneWasGiven) {
   EXPECT_EQ(p.partition, (std::vector<StageLayers>{{0, 1}, {2, 3}, {4, 5}, {6, 7}}));
 }
 
+TEST(PlanFileTest, MemorySettingsRoundTripAndReplay) {
+  // Given a ZeRO-3 plan with bf16 main gradients (and their fp32 copy) on a
+  // GPU with a 2 GiB reserve and a 10% margin
+  World w = MakeWorld();
+  w.options.memory = MemoryConfigFor("bf16", "adam", "bf16").value();
+  w.options.memory.zero = 3;
+  w.cluster.gpu.memory_reserve_bytes = 2 * kGiB;
+  w.cluster.gpu.memory_headroom = 0.1;
+  w.result = Simulate(w.model, w.cluster, w.schedule, w.options).value();
+  PlanFile made = MakePlanFile("uniform", "h", w.cluster, w.schedule, w.options, w.result);
+  // when written and read back
+  Result<PlanFile> parsed = ParsePlan(PlanToJson(made), "plan.json");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  // then every setting survives, and the replay predicts the same
+  EXPECT_EQ(parsed->memory.zero, 3);
+  EXPECT_EQ(parsed->memory.gradient_bytes_per_param, 2);
+  EXPECT_EQ(parsed->memory.gradient_copy_bytes_per_param, 4);
+  EXPECT_EQ(parsed->cluster.gpu.memory_reserve_bytes, 2 * kGiB);
+  EXPECT_EQ(parsed->cluster.gpu.memory_headroom, 0.1);
+  SimResult replay =
+      Simulate(w.model, parsed->cluster, parsed->schedule, PlanSimOptions(*parsed)).value();
+  EXPECT_EQ(replay.iteration_ns, w.result.iteration_ns);
+  EXPECT_EQ(replay.per_rank[0].peak_memory_bytes, w.result.per_rank[0].peak_memory_bytes);
+  EXPECT_EQ(replay.memory_limit_bytes, w.result.memory_limit_bytes);
+}
+
+TEST(PlanFileTest, AnOldPlanWithoutTheSettingsReadsAsLevelZeroWithTheWholeMemory) {
+  json j = json::parse(PlanText());
+  j["memory"].erase("zero");
+  j["memory"].erase("gradient_copy_bytes_per_param");
+  j["cluster"]["gpu"].erase("memory_reserve_bytes");
+  j["cluster"]["gpu"].erase("memory_headroom");
+  Result<PlanFile> plan = ParsePlan(j.dump(2), "old.plan.json");
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  EXPECT_EQ(plan->memory.zero, 0);
+  EXPECT_EQ(plan->memory.gradient_copy_bytes_per_param, 0);
+  EXPECT_EQ(MemoryLimitBytes(plan->cluster.gpu), plan->cluster.gpu.memory_bytes);
+  EXPECT_THAT(ErrorAfter([](json& j) { j["memory"]["zero"] = 7; }), HasSubstr("memory.zero"));
+}
+
 TEST(PlanFileTest, RoundTripsAndReplaysToTheSamePrediction) {
   World w = MakeWorld();
   PlanFile made =
@@ -108,7 +148,9 @@ TEST(PlanFileTest, RoundTripsAndReplaysToTheSamePrediction) {
   EXPECT_EQ(parsed->model_name, "uniform");
   EXPECT_EQ(parsed->model_hash, made.model_hash);
   EXPECT_EQ(parsed->cluster.name, "h100-sxm");
-  EXPECT_EQ(parsed->cluster.gpu.memory_bytes, 80 * kGiB);
+  EXPECT_EQ(parsed->cluster.gpu.memory_bytes, 81008 * kMiB);
+  EXPECT_EQ(parsed->cluster.gpu.memory_reserve_bytes, made.cluster.gpu.memory_reserve_bytes);
+  EXPECT_EQ(parsed->cluster.gpu.memory_headroom, 0.05);
   EXPECT_EQ(parsed->schedule.name, "1f1b");
   EXPECT_EQ(parsed->schedule.actions, w.schedule.actions);
   EXPECT_EQ(parsed->schedule.stage_rank, w.schedule.stage_rank);

@@ -33,7 +33,11 @@ Json StageJson(const StageResult& r) {
   j["bubble_fraction_of_ideal"] = r.bubble_fraction_of_ideal;
   j["peak_inflight_microbatches"] = r.peak_inflight_microbatches;
   j["peak_memory_bytes"] = r.peak_memory_bytes;
+  j["fits_memory"] = r.fits_memory;
+  j["parameters"] = r.parameters;
   j["allreduce_us"] = NsToUs(r.allreduce_ns);
+  j["allgather_us"] = NsToUs(r.allgather_ns);
+  j["sharding_exposed_us"] = NsToUs(r.sharding_exposed_ns);
   j["weight_versions"] = r.weight_versions;
   Json& m = j["memory"];
   m["weights_bytes"] = r.memory.weights;
@@ -43,6 +47,7 @@ Json StageJson(const StageResult& r) {
   m["comm_buffers_peak_bytes"] = r.memory.comm_buffers_peak;
   m["workspace_peak_bytes"] = r.memory.workspace_peak;
   m["stashed_weights_bytes"] = r.memory.stashed_weights;
+  m["gathered_weights_bytes"] = r.memory.gathered_weights;
   return j;
 }
 
@@ -105,10 +110,17 @@ Json ResultJson(const SimResult& result) {
   j["microbatches"] = result.microbatches;
   j["microbatch_size"] = result.microbatch_size;
   j["data_parallel"] = result.data_parallel;
+  j["zero"] = result.zero;
+  j["allgather_time_us"] = NsToUs(result.allgather_ns);
+  j["sharding_exposed_time_us"] = NsToUs(result.sharding_exposed_ns);
   j["global_batch"] = result.global_batch;
   j["costs_measured"] = result.costs_measured;
   j["notes"] = result.notes;
   j["memory_capacity_bytes"] = result.memory_capacity_bytes;
+  j["memory_reserve_bytes"] = result.memory_reserve_bytes;
+  j["memory_headroom"] = result.memory_headroom;
+  j["memory_headroom_bytes"] = result.memory_headroom_bytes;
+  j["memory_limit_bytes"] = result.memory_limit_bytes;
   j["iterations_simulated"] = result.iterations_simulated;
   if (result.iterations_simulated > 1) {
     j["first_iteration_time_us"] = NsToUs(result.first_iteration_ns);  // with the warm-up

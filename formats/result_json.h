@@ -17,14 +17,19 @@ namespace pipecast {
 // iteration_time_us, pipeline_time_us, allreduce_time_us, optimizer_time_us,
 // throughput_samples_per_s, tokens_per_s?, tflops_per_gpu?, mfu?,
 // bubble_ratio, bubble_fraction_of_ideal, schedule, ranks, stages_count,
-// microbatches, microbatch_size, data_parallel, global_batch,
-// costs_measured, notes, memory_capacity_bytes, iterations_simulated, and
+// microbatches, microbatch_size, data_parallel, zero, allgather_time_us,
+// sharding_exposed_time_us, global_batch,
+// costs_measured, notes, memory_capacity_bytes, memory_reserve_bytes,
+// memory_headroom (fraction), memory_headroom_bytes, memory_limit_bytes
+// (capacity - reserve - headroom; 0 = unlimited), iterations_simulated, and
 // `stages`: per rank stage, first_layer, last_layer, chunks, busy_us,
 // first_start_us, last_end_us, bubble_ratio, bubble_fraction_of_ideal,
-// peak_inflight_microbatches, peak_memory_bytes, allreduce_us,
-// weight_versions, and `memory` {weights_bytes, gradients_bytes,
-// optimizer_bytes, activations_peak_bytes, comm_buffers_peak_bytes,
-// workspace_peak_bytes, stashed_weights_bytes}; then `critical_path` when
+// peak_inflight_microbatches, peak_memory_bytes, fits_memory (peak within
+// memory_limit_bytes), parameters, allreduce_us, allgather_us,
+// sharding_exposed_us, weight_versions, and `memory` {weights_bytes,
+// gradients_bytes, optimizer_bytes, activations_peak_bytes,
+// comm_buffers_peak_bytes, workspace_peak_bytes, stashed_weights_bytes,
+// gathered_weights_bytes}; then `critical_path` when
 // the timeline was recorded {length_us, compute_us, communication_us,
 // waiting_us, compute_by_stage, communication_by_link, steps}.
 std::string ResultToJson(const SimResult& result);

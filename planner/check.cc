@@ -27,9 +27,9 @@ std::string Points(double baseline, double now) {
 }
 
 std::string BaselineLabel(const PlanFile& b) {
-  return fmt::format("p={} d={} {} mbs={} m={} recompute={}", b.pipeline_stages, b.data_parallel,
-                     b.schedule_name, b.microbatch_size, b.microbatches,
-                     b.recompute ? "on" : "off");
+  return fmt::format("p={} d={} {} mbs={} m={} recompute={} zero={}", b.pipeline_stages,
+                     b.data_parallel, b.schedule_name, b.microbatch_size, b.microbatches,
+                     b.recompute ? "on" : "off", b.memory.zero);
 }
 
 // Everything the table compares, gathered first so the rendering stays plain.
@@ -115,8 +115,9 @@ void AddReplayRows(const Comparison& c, TextTable* t, std::vector<std::string>* 
     peak = std::max(peak, s.peak_memory_bytes);
     if (c.capacity > 0 && s.peak_memory_bytes > c.capacity) {
       over_lines->push_back(
-          fmt::format("stage {} needs {:.1f} GiB, over the {:.1f} GiB of {} by {:.1f} GiB", s.rank,
-                      ToGiB(s.peak_memory_bytes), ToGiB(c.capacity), c.cluster_name,
+          fmt::format("stage {} needs {:.1f} GiB, over the {:.1f} GiB limit of {} (capacity - "
+                      "reserve - margin) by {:.1f} GiB",
+                      s.rank, ToGiB(s.peak_memory_bytes), ToGiB(c.capacity), c.cluster_name,
                       ToGiB(s.peak_memory_bytes - c.capacity)));
     }
   }
@@ -151,7 +152,7 @@ Result<CheckOutcome> CheckAgainstBaseline(const PlanFile& baseline, const PlanRe
                                           const CheckOptions& options) {
   PIPECAST_RETURN_IF_ERROR(options.Validate());
   Comparison c(baseline);
-  c.capacity = cluster.gpu.memory_bytes;
+  c.capacity = MemoryLimitBytes(cluster.gpu);
   c.cluster_name = cluster.name;
   if (now.Feasible() && now.ranked[0].result) c.now = &*now.ranked[0].result;
   SimOptions replay_options = PlanSimOptions(baseline);

@@ -11,7 +11,8 @@
 //     two percentage points of the pipeline span);
 //   - the baseline configuration, re-simulated with the current model and
 //     cluster, no longer runs or no longer fits in memory (any rank over
-//     cluster.gpu.memory_bytes): the diff names the rank and by how much.
+//     MemoryLimitBytes(cluster.gpu): capacity - reserve - margin): the diff
+//     names the rank and by how much.
 // A changed model hash or name is reported but never fails the check.
 //
 // Thread-safety: pure functions of their arguments.

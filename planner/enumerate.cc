@@ -35,6 +35,17 @@ std::string ScheduleConstraint(const Candidate& c, int layers, bool split) {
   return MicrobatchRuleConflict(c.schedule, p, m);
 }
 
+// The ZeRO levels tried at data-parallel degree d: the pinned ones, else 0,
+// 1 and 3 (plain data parallelism, Megatron's distributed optimizer, FSDP)
+// when there are replicas to shard over. Level 2 is searched only when
+// named: at d > 1 it sits between 1 and 3 in memory and needs per-backward
+// reduce-scatters like 3.
+std::vector<int> ZeroLevels(const PlannerOptions& options, int d) {
+  if (!options.zero_levels.empty()) return options.zero_levels;
+  if (d <= 1) return {0};
+  return {0, 1, 3};
+}
+
 }  // namespace
 
 std::vector<Candidate> Enumerate(const Model& model, const PlannerOptions& options,
@@ -54,29 +65,32 @@ std::vector<Candidate> Enumerate(const Model& model, const PlannerOptions& optio
             TraitsOf(schedule).uses_chunks ? options.chunks : std::vector<int>{1};
         for (int v : chunk_counts) {
           for (bool recompute : recompute_modes) {
-            Candidate c;
-            c.pipeline_stages = p;
-            c.data_parallel = d;
-            c.schedule = schedule;
-            c.chunks = v;
-            c.microbatch_size = size;
-            c.recompute = recompute;
-            const int64_t per_step = int64_t{size} * d;
-            if (global_batch % per_step != 0) {
-              rejected->push_back(Rejection{
-                  RejectReason::kBatchNotDivisible, c,
-                  fmt::format("global batch {} is not a multiple of micro-batch size {} x "
-                              "data-parallel {}",
-                              global_batch, size, d),
-                  0});
-              continue;
+            for (int zero : ZeroLevels(options, d)) {
+              Candidate c;
+              c.pipeline_stages = p;
+              c.data_parallel = d;
+              c.schedule = schedule;
+              c.chunks = v;
+              c.microbatch_size = size;
+              c.recompute = recompute;
+              c.zero = zero;
+              const int64_t per_step = int64_t{size} * d;
+              if (global_batch % per_step != 0) {
+                rejected->push_back(Rejection{
+                    RejectReason::kBatchNotDivisible, c,
+                    fmt::format("global batch {} is not a multiple of micro-batch size {} x "
+                                "data-parallel {}",
+                                global_batch, size, d),
+                    0});
+                continue;
+              }
+              c.microbatches = static_cast<int>(global_batch / per_step);
+              if (std::string why = ScheduleConstraint(c, layers, split); !why.empty()) {
+                rejected->push_back(Rejection{RejectReason::kScheduleConstraint, c, why, 0});
+                continue;
+              }
+              out.push_back(std::move(c));
             }
-            c.microbatches = static_cast<int>(global_batch / per_step);
-            if (std::string why = ScheduleConstraint(c, layers, split); !why.empty()) {
-              rejected->push_back(Rejection{RejectReason::kScheduleConstraint, c, why, 0});
-              continue;
-            }
-            out.push_back(std::move(c));
           }
         }
       }

@@ -35,13 +35,50 @@ std::string LayerSpan(const Model& model, const StageLayers& s) {
                      name(s.last_layer));
 }
 
-// "80.00 GiB per GPU (h100-sxm)" or "unlimited memory (ideal)".
+// "79.11 GiB per GPU (h100-sxm), limit 73.31 GiB" or "unlimited memory (ideal)".
 std::string CapacityText(const Cluster& cluster) {
   const Bytes b = cluster.gpu.memory_bytes;
   if (b <= 0) return fmt::format("unlimited memory ({})", cluster.name);
-  if (b < kGiB / 10)
-    return fmt::format("{:.2f} MiB per GPU ({})", static_cast<double>(b) / kMiB, cluster.name);
-  return fmt::format("{} GiB per GPU ({})", GiBText(b), cluster.name);
+  const Bytes limit = MemoryLimitBytes(cluster.gpu);
+  if (b < kGiB / 10) {
+    return fmt::format("{:.2f} MiB per GPU ({}), limit {:.2f} MiB", static_cast<double>(b) / kMiB,
+                       cluster.name, static_cast<double>(limit) / kMiB);
+  }
+  return fmt::format("{} GiB per GPU ({}), limit {} GiB", GiBText(b), cluster.name, GiBText(limit));
+}
+
+// "level 1 (Megatron's distributed optimizer: optimizer state sharded over d = 8)".
+std::string ZeroText(int zero, int d) {
+  switch (zero) {
+    case 0:
+      return d > 1 ? "ZeRO 0 (none: every replica keeps the whole optimizer state)"
+                   : "none (d = 1)";
+    case 1:
+      return fmt::format(
+          "ZeRO 1 (Megatron's distributed optimizer: optimizer state sharded over d = {})", d);
+    case 2:
+      return fmt::format("ZeRO 2 (optimizer state and gradients sharded over d = {})", d);
+    default:
+      return fmt::format(
+          "ZeRO 3 (FSDP: parameters, gradients and optimizer state sharded over d = {})", d);
+  }
+}
+
+// "pipeline 12.000 ms, all-reduce 1.000 ms, optimizer 0.000 ms", with the
+// sharded levels' collectives named as they run.
+std::string IterationParts(const SimResult& r) {
+  std::string out = fmt::format("pipeline {:.3f} ms", NsToMs(r.pipeline_ns));
+  if (r.sharding_exposed_ns > 0) {
+    out += fmt::format(" incl. {:.3f} ms of per-op gathers/reduce-scatters not hidden by compute",
+                       NsToMs(r.sharding_exposed_ns));
+  }
+  out += fmt::format(", {} {:.3f} ms, optimizer {:.3f} ms",
+                     r.zero == 1 ? "reduce-scatter" : "all-reduce", NsToMs(r.allreduce_ns),
+                     NsToMs(r.optimizer_ns));
+  if (r.zero == 1 || r.zero == 2) {
+    out += fmt::format(", parameter all-gather {:.3f} ms", NsToMs(r.allgather_ns));
+  }
+  return out;
 }
 
 // ---------------------------------------------------------------------------
@@ -59,11 +96,9 @@ std::string ChosenText(const PlanReport& report, const Model& model) {
       c.microbatches, c.microbatch_size, r.global_batch, c.microbatch_size, c.microbatches,
       c.data_parallel);
   out += fmt::format("  recomputation        {}\n", c.recompute ? "on (full)" : "off");
-  out += fmt::format(
-      "  iteration time       {:.3f} ms (pipeline {:.3f} ms, all-reduce {:.3f} ms, optimizer "
-      "{:.3f} ms)\n",
-      NsToMs(r.iteration_ns), NsToMs(r.pipeline_ns), NsToMs(r.allreduce_ns),
-      NsToMs(r.optimizer_ns));
+  out += fmt::format("  sharding             {}\n", ZeroText(c.zero, c.data_parallel));
+  out += fmt::format("  iteration time       {:.3f} ms ({})\n", NsToMs(r.iteration_ns),
+                     IterationParts(r));
   out += fmt::format("  throughput           {:.1f} samples/s\n", r.samples_per_s);
   if (r.tokens_per_s)
     out += fmt::format("                       {:.0f} tokens/s\n", *r.tokens_per_s);
@@ -95,21 +130,24 @@ std::string ChosenText(const PlanReport& report, const Model& model) {
                    : fmt::format("    stage {}: {}\n", s, LayerSpan(model, c.partition[s]));
   }
 
-  out += fmt::format("\n  memory per stage, GiB; capacity {}; each part at its own peak:\n",
-                     CapacityText(report.cluster));
+  out += fmt::format(
+      "\n  memory per stage, GiB; limit {}; each part at its own peak; the reserve is the "
+      "runtime's, outside the peak:\n",
+      MemoryLimitText(report.cluster.gpu));
   TextTable t;
-  for (const char* h : {"stage", "peak", "of capacity", "weights", "gradients", "optimizer",
-                        "activations", "comm", "workspace"}) {
+  for (const char* h : {"stage", "peak", "of limit", "weights", "gradients", "optimizer",
+                        "activations", "comm", "workspace", "reserve"}) {
     t.AddColumn(h, TextTable::kRight);
   }
-  const Bytes cap = report.cluster.gpu.memory_bytes;
+  const Bytes limit = MemoryLimitBytes(report.cluster.gpu);
   for (const StageResult& s : r.per_rank) {
     const MemoryBreakdown& m = s.memory;
-    t.AddRow({fmt::format("{}", s.rank), GiBText(s.peak_memory_bytes),
-              cap > 0 ? PercentText(static_cast<double>(s.peak_memory_bytes) / cap) : "unlimited",
-              GiBText(m.weights), GiBText(m.gradients), GiBText(m.optimizer),
-              GiBText(m.activations_peak), GiBText(m.comm_buffers_peak),
-              GiBText(m.workspace_peak)});
+    t.AddRow(
+        {fmt::format("{}", s.rank), GiBText(s.peak_memory_bytes),
+         limit > 0 ? PercentText(static_cast<double>(s.peak_memory_bytes) / limit) : "unlimited",
+         GiBText(m.weights + m.gathered_weights), GiBText(m.gradients), GiBText(m.optimizer),
+         GiBText(m.activations_peak), GiBText(m.comm_buffers_peak), GiBText(m.workspace_peak),
+         GiBText(r.memory_reserve_bytes)});
   }
   out += t.Render("    ");
   return out;
@@ -209,6 +247,7 @@ Json CandidateJson(const Candidate& c, const Model& model, bool with_predicted) 
   j["microbatch_size"] = c.microbatch_size;
   j["microbatches"] = c.microbatches;
   j["recompute"] = c.recompute;
+  j["zero"] = c.zero;
   j["partition"] = PartitionJson(model, c.partition);
   if (!c.result) return j;
   const SimResult& r = *c.result;
@@ -343,6 +382,9 @@ std::string PlanReportToJson(const PlanReport& report, const Model& model,
   j["global_batch"] = report.global_batch;
   j["cluster"] = report.cluster.name;
   j["memory_capacity_bytes"] = report.cluster.gpu.memory_bytes;
+  j["memory_reserve_bytes"] = report.cluster.gpu.memory_reserve_bytes;
+  j["memory_headroom"] = report.cluster.gpu.memory_headroom;
+  j["memory_limit_bytes"] = MemoryLimitBytes(report.cluster.gpu);
   j["enumerated"] = report.enumerated;
   j["simulated"] = report.simulated;
   j["chosen"] = report.Feasible() ? CandidateJson(report.ranked[0], model, true) : Json(nullptr);

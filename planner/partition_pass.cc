@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <functional>
 #include <limits>
+#include <string>
 
 #include "planner/passes.h"
 #include "sim/schedule_traits.h"
@@ -20,24 +21,41 @@ int InflightMicrobatches(ScheduleKind schedule, int stage, int p, int m) {
 
 namespace {
 
+// Layers whose unsharded parameters a ZeRO-3 rank holds at once (the
+// simulator's rule, sim/simulator.h): the running layer and the prefetched one.
+constexpr int kGatheredLayers = 2;
+
 // The stage's costs and activation memory come from the simulator's model
-// (sim/stage_costs.h); the planner adds the schedule's in-flight count and
-// the communication buffers.
-Bytes StageMemory(const StageCostTable& t, const Candidate& c, const MemoryConfig& memory,
-                  int stage, int first, int last) {
+// (sim/stage_costs.h), its static bytes from sim/memory.h at the
+// candidate's ZeRO level; the planner adds the schedule's in-flight count
+// and the communication buffers.
+MemoryParts StageParts(const Model& model, const StageCostTable& t, const Candidate& c,
+                       const MemoryConfig& memory_in, int stage, int first, int last) {
+  MemoryConfig memory = memory_in;
+  memory.zero = c.zero;
   const StageCost sc = t.Stage(StageLayers{first, last});
-  const double per_param = memory.weight_bytes_per_param + memory.gradient_bytes_per_param +
-                           memory.optimizer_bytes_per_param;
-  const Bytes fixed = ParameterBytes(sc.parameters, per_param);
-  const Bytes output = last + 1 < t.NumLayers() ? sc.output_bytes : 0;
+  const ShardedBytes per_param = ShardedBytesPerParam(memory, c.data_parallel);
+  MemoryParts parts;
+  parts.weights = ParameterBytes(sc.parameters, per_param.weights);
+  parts.gradients = ParameterBytes(sc.parameters, per_param.gradients);
+  parts.optimizer = ParameterBytes(sc.parameters, per_param.optimizer);
   const int inflight = InflightMicrobatches(c.schedule, stage, c.pipeline_stages, c.microbatches);
   // PipeDream stashes one weight version per in-flight micro-batch.
-  const Bytes stashed =
-      c.schedule == ScheduleKind::kPipeDream
-          ? (inflight - 1) * ParameterBytes(sc.parameters, memory.weight_bytes_per_param)
-          : 0;
-  return fixed + stashed + inflight * sc.held_bytes + sc.recomputed_bytes + sc.workspace_bytes +
-         sc.input_bytes + output;
+  if (c.schedule == ScheduleKind::kPipeDream) {
+    parts.weights += (inflight - 1) * ParameterBytes(sc.parameters, per_param.weights);
+  }
+  if (c.zero >= 3 && c.data_parallel > 1) {
+    Bytes largest = 0;
+    for (int l = first; l <= last; ++l) {
+      largest = std::max(largest,
+                         ParameterBytes(model.layers[l].parameters, memory.weight_bytes_per_param));
+    }
+    parts.weights += kGatheredLayers * largest;
+  }
+  parts.activations = inflight * sc.held_bytes + sc.recomputed_bytes;
+  const Bytes output = last + 1 < t.NumLayers() ? sc.output_bytes : 0;
+  parts.other = sc.workspace_bytes + sc.input_bytes + output;
+  return parts;
 }
 
 // Splits n layers into p contiguous stages minimising the largest
@@ -76,7 +94,42 @@ std::vector<StageLayers> MinMaxSplit(int n, int p,
 Bytes EstimateStageMemory(const Model& model, const Candidate& c, const MemoryConfig& memory,
                           int stage, int first, int last) {
   const StageCostTable t(model, StageCostOptions{c.microbatch_size, c.recompute});
-  return StageMemory(t, c, memory, stage, first, last);
+  return StageParts(model, t, c, memory, stage, first, last).Total();
+}
+
+std::string BindingPart(const MemoryParts& parts, const Candidate& c) {
+  struct Part {
+    const char* name;
+    Bytes bytes;
+  };
+  const Part all[] = {{"optimizer state", parts.optimizer},
+                      {"weights", parts.weights},
+                      {"gradients", parts.gradients},
+                      {"activations", parts.activations},
+                      {"workspace and buffers", parts.other}};
+  const Part* top = &all[0];
+  for (const Part& p : all) {
+    if (p.bytes > top->bytes) top = &p;
+  }
+  std::string hint;
+  const bool replicas = c.data_parallel > 1;
+  const std::string name = top->name;
+  if (name == "optimizer state" && replicas && c.zero < 1) {
+    hint = "try --zero 1 (Megatron's distributed optimizer keeps 1/d of it)";
+  } else if (name == "gradients" && replicas && c.zero < 2) {
+    hint = "try --zero 2 (sharded gradients)";
+  } else if ((name == "weights" || name == "optimizer state" || name == "gradients") && replicas &&
+             c.zero < 3) {
+    hint = "try --zero 3 (FSDP shards parameters too)";
+  } else if (name == "activations" && !c.recompute) {
+    hint = "try --recompute on or smaller --microbatch-sizes";
+  } else if (name == "activations") {
+    hint = "try smaller --microbatch-sizes or more pipeline stages";
+  } else if (name != "workspace and buffers") {
+    hint = replicas ? "more GPUs split it further" : "more pipeline stages split it";
+  }
+  return fmt::format("largest part: {} {:.1f} GiB{}{}", top->name, ToGiB(top->bytes),
+                     hint.empty() ? "" : " — ", hint);
 }
 
 bool PartitionForMemory(const Model& model, const MemoryConfig& memory, Bytes capacity,
@@ -93,7 +146,7 @@ bool PartitionForMemory(const Model& model, const MemoryConfig& memory, Bytes ca
     return true;
   }
   auto mem = [&](int stage, int first, int last) {
-    return StageMemory(t, *c, memory, stage, first, last);
+    return StageParts(model, t, *c, memory, stage, first, last).Total();
   };
   auto fits = [&](int stage, int first, int last) {
     return capacity <= 0 || mem(stage, first, last) <= capacity;
@@ -114,12 +167,14 @@ bool PartitionForMemory(const Model& model, const MemoryConfig& memory, Bytes ca
   }
   Candidate copy = *c;
   copy.partition = lean;
+  const MemoryParts parts =
+      StageParts(model, t, *c, memory, worst, lean[worst].first_layer, lean[worst].last_layer);
   *rejection = Rejection{
       RejectReason::kOutOfMemory, copy,
-      fmt::format("stage {} (layers {}-{}) needs {:.1f} GiB of {:.1f} GiB even in the split "
-                  "that needs least memory",
+      fmt::format("stage {} (layers {}-{}) needs {:.2f} GiB of the {:.2f} GiB limit even in the "
+                  "split that needs least memory; {}",
                   worst, lean[worst].first_layer, lean[worst].last_layer, ToGiB(worst_bytes),
-                  ToGiB(capacity)),
+                  ToGiB(capacity), BindingPart(parts, *c)),
       static_cast<double>(worst_bytes) / static_cast<double>(capacity)};
   return false;
 }

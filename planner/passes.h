@@ -10,7 +10,8 @@
 namespace pipecast::passes {
 
 // Every candidate the options allow: p divides gpus and p <= layers; each
-// schedule, micro-batch size and recompute mode; m = global / (size * d).
+// schedule, micro-batch size, recompute mode and ZeRO level (the pinned
+// ones, else 0, 1 and 3 when d > 1); m = global / (size * d).
 // Sizes that do not divide the global batch become kBatchNotDivisible.
 std::vector<Candidate> Enumerate(const Model& model, const PlannerOptions& options,
                                  int64_t global_batch, std::vector<Rejection>* rejected);
@@ -22,14 +23,31 @@ std::vector<Candidate> Enumerate(const Model& model, const PlannerOptions& optio
 int InflightMicrobatches(ScheduleKind schedule, int stage, int p, int m);
 
 // Estimated peak bytes of layers [first, last] as stage `stage` of the
-// candidate: static state + in-flight activations + workspace + comm buffers.
-// The simulate pass checks the exact, simulated peak afterwards.
+// candidate: static state sharded at the candidate's ZeRO level (with the
+// gathered parameters at level 3) + in-flight activations + workspace + comm
+// buffers. The simulate pass checks the exact, simulated peak afterwards.
 Bytes EstimateStageMemory(const Model& model, const Candidate& c, const MemoryConfig& memory,
                           int stage, int first, int last);
 
+// One stage's peak memory by part, for the explanations of rejections.
+struct MemoryParts {
+  Bytes weights = 0;  // with PipeDream's stashed and ZeRO-3's gathered copies
+  Bytes gradients = 0;
+  Bytes optimizer = 0;    // optimizer state, fp32 main parameters, gradient copy
+  Bytes activations = 0;  // activations held and recomputed
+  Bytes other = 0;        // workspace and communication buffers
+  Bytes Total() const { return weights + gradients + optimizer + activations + other; }
+};
+
+// The largest part of `parts` and what would shrink it for `c`, e.g.
+// "largest part: optimizer state 38.4 GiB — try --zero 1 (Megatron's
+// distributed optimizer keeps 1/d of it)".
+std::string BindingPart(const MemoryParts& parts, const Candidate& c);
+
 // Fills candidate.partition with the time-balanced split whose every stage
-// fits in `capacity` (0 = unlimited). Returns false and fills `rejection`
-// (kOutOfMemory, with the closest miss) when no split fits.
+// fits in `capacity` (the memory limit, capacity - reserve - margin; 0 =
+// unlimited). Returns false and fills `rejection` (kOutOfMemory, with the
+// closest miss and the part that binds) when no split fits.
 bool PartitionForMemory(const Model& model, const MemoryConfig& memory, Bytes capacity,
                         Candidate* candidate, Rejection* rejection);
 
@@ -45,7 +63,8 @@ void Prune(const Model& model, std::vector<Candidate>* candidates);
 // iteration time of the (top_k+1)-th best fitting candidate so far: the rest
 // cannot enter the top and go to `rejected` as kPruned. Candidates whose
 // simulated peak memory exceeds the capacity go to `rejected` as
-// kOutOfMemory. The outcome does not depend on the thread count.
+// kOutOfMemory (over MemoryLimitBytes). The outcome does not depend on the
+// thread count.
 void SimulateAll(const Model& model, const Cluster& cluster, const PlannerOptions& options,
                  std::vector<Candidate>* candidates, std::vector<Rejection>* rejected);
 

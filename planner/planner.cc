@@ -31,15 +31,23 @@ Status PlannerOptions::Validate() const {
           fmt::format("--microbatch-sizes has {}: sizes must be at least 1", size));
     }
   }
+  for (int level : zero_levels) {
+    if (level < 0 || level > kMaxZeroLevel) {
+      return Status::InvalidArgument(
+          fmt::format("--zero has {}: ZeRO levels are 0, 1, 2 and 3", level));
+    }
+  }
+  PIPECAST_RETURN_IF_ERROR(memory.Validate());
   if (top_k < 0) return Status::InvalidArgument("--top must be >= 0");
   if (optimizer_step_ns < 0) return Status::InvalidArgument("optimizer step time is negative");
   return Status::Ok();
 }
 
 std::string Candidate::Label() const {
-  return fmt::format("p={} d={} {}{} mbs={} m={} recompute={}", pipeline_stages, data_parallel,
-                     ScheduleKindName(schedule), chunks > 1 ? fmt::format(" v={}", chunks) : "",
-                     microbatch_size, microbatches, recompute ? "on" : "off");
+  return fmt::format("p={} d={} {}{} mbs={} m={} recompute={} zero={}", pipeline_stages,
+                     data_parallel, ScheduleKindName(schedule),
+                     chunks > 1 ? fmt::format(" v={}", chunks) : "", microbatch_size, microbatches,
+                     recompute ? "on" : "off", zero);
 }
 
 Bytes Candidate::PeakMemory() const {
@@ -70,6 +78,7 @@ SimOptions CandidateSimOptions(const Candidate& c, const PlannerOptions& options
   o.data_parallel = c.data_parallel;
   o.partition = c.partition;
   o.memory = options.memory;
+  o.memory.zero = c.zero;
   o.optimizer_step_ns = options.optimizer_step_ns;
   o.recompute = c.recompute;
   return o;
@@ -98,17 +107,25 @@ std::vector<std::string> Suggestions(const Model& model, const Cluster& cluster,
                                      const PlannerOptions& options,
                                      const std::vector<Rejection>& rejected) {
   std::vector<std::string> out;
-  const Bytes cap = cluster.gpu.memory_bytes;
-  const double per_param = options.memory.weight_bytes_per_param +
-                           options.memory.gradient_bytes_per_param +
-                           options.memory.optimizer_bytes_per_param;
+  const Bytes cap = MemoryLimitBytes(cluster.gpu);
+  const double per_param = ShardedBytesPerParam(options.memory, 1).Total();
   const double fixed = static_cast<double>(model.TotalParameters()) * per_param;
   if (cap > 0) {
     const int need = static_cast<int>(std::ceil(fixed / static_cast<double>(cap)));
-    if (need > options.gpus) {
+    const bool fsdp_searched = options.zero_levels.empty() ||
+                               std::find(options.zero_levels.begin(), options.zero_levels.end(),
+                                         3) != options.zero_levels.end();
+    if (need > options.gpus && !fsdp_searched) {
       out.push_back(fmt::format(
           "the weights, gradients and optimizer state alone take {:.1f} GiB ({:.0f} bytes per "
-          "parameter): a pipeline needs at least {} GPUs of {:.1f} GiB, so try --gpus {} or more",
+          "parameter) unsharded: sharding them over the data-parallel replicas (--zero 3) "
+          "divides them by d",
+          fixed / kGiB, per_param));
+    } else if (need > options.gpus) {
+      out.push_back(fmt::format(
+          "the weights, gradients and optimizer state alone take {:.1f} GiB ({:.0f} bytes per "
+          "parameter): a pipeline needs at least {} GPUs with a {:.1f} GiB limit each, so try "
+          "--gpus {} or more",
           fixed / kGiB, per_param, need, ToGiB(cap), need));
     } else {
       out.push_back(
@@ -177,7 +194,8 @@ Result<PlanReport> RunPlanner(const Model& model, const Cluster& cluster,
   std::vector<Candidate> fitting;
   for (Candidate& c : cands) {
     Rejection why;
-    if (passes::PartitionForMemory(model, options.memory, cluster.gpu.memory_bytes, &c, &why)) {
+    if (passes::PartitionForMemory(model, options.memory, MemoryLimitBytes(cluster.gpu), &c,
+                                   &why)) {
       fitting.push_back(std::move(c));
     } else {
       report.rejected.push_back(std::move(why));

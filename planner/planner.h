@@ -49,8 +49,11 @@ struct PlannerOptions {
   std::vector<int> chunks = {2};
   std::vector<int> microbatch_sizes;               // empty: the sizes the model was measured at
   RecomputeMode recompute = RecomputeMode::kAuto;  // auto tries off and on
-  int top_k = 3;                                   // runners-up kept, besides the choice
-  MemoryConfig memory;
+  // ZeRO levels tried (MemoryConfig::zero); empty: 0, 1 and 3 when d > 1
+  // (plain, Megatron's distributed optimizer, FSDP), 0 alone when d = 1.
+  std::vector<int> zero_levels;
+  int top_k = 3;        // runners-up kept, besides the choice
+  MemoryConfig memory;  // bytes per parameter; its zero is each candidate's
   TimeNs optimizer_step_ns = 0;
   int threads = 0;  // 0: every core
 
@@ -66,11 +69,13 @@ struct Candidate {
   int microbatch_size = 1;
   int microbatches = 1;  // m = global batch / (size * d)
   bool recompute = false;
+  int zero = 0;                        // ZeRO level (sim/memory.h)
   std::vector<StageLayers> partition;  // filled by the partition pass
   TimeNs lower_bound_ns = 0;           // filled by the prune pass
   std::optional<SimResult> result;     // filled by the simulate pass
 
-  std::string Label() const;  // "p=4 d=2 1f1b mbs=2 m=16 recompute=off", "interleaved v=2"
+  // "p=4 d=2 1f1b mbs=2 m=16 recompute=off zero=1", "interleaved v=2"
+  std::string Label() const;
   int VirtualStages() const { return pipeline_stages * chunks; }
   Bytes PeakMemory() const;  // largest per-rank peak; REQUIRES: result
 };
@@ -88,7 +93,9 @@ const char* RejectReasonName(RejectReason reason);
 struct Rejection {
   RejectReason reason;
   Candidate candidate;
-  std::string detail;  // "stage 0 needs 97.3 GiB of 80.0 GiB"
+  // "stage 0 needs 97.3 GiB of the 73.3 GiB limit; largest part: optimizer state 38.4 GiB —
+  // try --zero 1"
+  std::string detail;
   // For kOutOfMemory: needed / capacity of the worst stage, for "closest miss".
   double memory_ratio = 0;
 };

@@ -50,14 +50,15 @@ TEST(Planner, IdealClusterPicksPureDataParallelAtTheClosedForm) {
 }
 
 TEST(Planner, ModelTooBigForFewGpusGetsAtLeastFourStages) {
-  // 8 layers of 1e9 parameters: 16 GB of weights, gradients and Adam state
-  // each, 128 GB in all; 40 GiB GPUs hold at most 2 layers.
+  // 8 layers of 1e9 parameters: 18 GB of weights, gradients and Adam state
+  // each, 144 GB in all; unsharded (ZeRO 0), 40 GiB GPUs hold at most 2 layers.
   Model model = UniformModel(8, kF, kB, 100 * kMiB, kMiB, 1'000'000'000);
   Cluster c = IdealCluster();
   c.gpu.memory_bytes = 40 * kGiB;
   PlannerOptions o;
   o.gpus = 8;
   o.global_batch = 16;
+  o.zero_levels = {0};
   auto r = RunPlanner(model, c, o);
   ASSERT_TRUE(r.ok());
   ASSERT_TRUE(r->Feasible());
@@ -66,7 +67,7 @@ TEST(Planner, ModelTooBigForFewGpusGetsAtLeastFourStages) {
   for (const Rejection& rej : r->rejected) {
     if (rej.candidate.pipeline_stages < 4 && rej.reason != RejectReason::kScheduleConstraint) {
       EXPECT_EQ(rej.reason, RejectReason::kOutOfMemory) << rej.candidate.Label();
-      EXPECT_THAT(rej.detail, HasSubstr("GiB of 40.0 GiB"));
+      EXPECT_THAT(rej.detail, HasSubstr("GiB of the 40.00 GiB limit"));
       ++small_p_rejections;
     }
   }
@@ -84,7 +85,39 @@ TEST(Planner, NothingFitsGivesSuggestions) {
   ASSERT_TRUE(r.ok());
   EXPECT_FALSE(r->Feasible());
   ASSERT_FALSE(r->suggestions.empty());
-  EXPECT_THAT(r->suggestions[0], HasSubstr("at least 3 GPUs"));  // 32e9 B / 10 GiB
+  EXPECT_THAT(r->suggestions[0], HasSubstr("at least 4 GPUs"));  // 36e9 B / 10 GiB
+}
+
+TEST(Planner, ShardedDataParallelismFitsWhatPlainReplicasCannot) {
+  // Given the 8 x 1e9-parameter model on 8 GPUs of 40 GiB, as above, but the
+  // default search (ZeRO 0, 1 and 3 when d > 1): p=1 d=8 at ZeRO 1 keeps
+  // 6 + 12/8 = 7.5 B a parameter, 60 GB, still too much; ZeRO 3 keeps
+  // 18/8 = 2.25 B, 18 GB, plus two gathered layers of 2 GB: it fits, and it has
+  // no pipeline bubble, so on the ideal cluster (free links) it is chosen.
+  Model model = UniformModel(8, kF, kB, 100 * kMiB, kMiB, 1'000'000'000);
+  Cluster c = IdealCluster();
+  c.gpu.memory_bytes = 40 * kGiB;
+  PlannerOptions o;
+  o.gpus = 8;
+  o.global_batch = 16;
+  auto r = RunPlanner(model, c, o);
+  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE(r->Feasible());
+  const Candidate& best = r->ranked[0];
+  EXPECT_EQ(best.pipeline_stages, 1) << best.Label();
+  EXPECT_EQ(best.zero, 3) << best.Label();
+  EXPECT_EQ(best.result->per_rank[0].memory.weights, 2'000'000'000);           // 8e9 x 2 B / 8
+  EXPECT_EQ(best.result->per_rank[0].memory.gathered_weights, 4'000'000'000);  // 2 layers
+  bool plain_dp_rejected = false;
+  for (const Rejection& rej : r->rejected) {
+    if (rej.reason == RejectReason::kOutOfMemory && rej.candidate.pipeline_stages == 1 &&
+        rej.candidate.zero == 0) {
+      plain_dp_rejected = true;
+      EXPECT_THAT(rej.detail, HasSubstr("largest part: optimizer state"));
+      EXPECT_THAT(rej.detail, HasSubstr("try --zero 1"));
+    }
+  }
+  EXPECT_TRUE(plain_dp_rejected);
 }
 
 TEST(Planner, BadOptions) {

@@ -46,7 +46,7 @@ void SimulateAll(const Model& model, const Cluster& cluster, const PlannerOption
   std::vector<Status> errors(cands.size());
   const size_t keep = static_cast<size_t>(options.top_k) + 1;
   std::vector<TimeNs> best;  // iteration times of fitting candidates, sorted
-  const Bytes capacity = cluster.gpu.memory_bytes;
+  const Bytes capacity = MemoryLimitBytes(cluster.gpu);
   std::vector<Candidate> fitting;
   size_t i = 0;
   for (; i < cands.size(); i += kChunk) {
@@ -61,18 +61,25 @@ void SimulateAll(const Model& model, const Cluster& cluster, const PlannerOption
       }
       const Bytes peak = c.PeakMemory();
       if (capacity > 0 && peak > capacity) {
-        int worst = 0;
+        const StageResult* worst = &c.result->per_rank[0];
         for (const StageResult& s : c.result->per_rank) {
           if (s.peak_memory_bytes == peak) {
-            worst = s.rank;
+            worst = &s;
             break;
           }
         }
-        rejected->push_back(
-            Rejection{RejectReason::kOutOfMemory, c,
-                      fmt::format("stage {} needs {:.1f} GiB of {:.1f} GiB (simulated peak)", worst,
-                                  ToGiB(peak), ToGiB(capacity)),
-                      static_cast<double>(peak) / static_cast<double>(capacity)});
+        const MemoryBreakdown& m = worst->memory;
+        MemoryParts parts;
+        parts.weights = m.weights + m.stashed_weights + m.gathered_weights;
+        parts.gradients = m.gradients;
+        parts.optimizer = m.optimizer;
+        parts.activations = m.activations_peak;
+        parts.other = m.workspace_peak + m.comm_buffers_peak;
+        rejected->push_back(Rejection{
+            RejectReason::kOutOfMemory, c,
+            fmt::format("stage {} needs {:.2f} GiB of the {:.2f} GiB limit (simulated peak); {}",
+                        worst->rank, ToGiB(peak), ToGiB(capacity), BindingPart(parts, c)),
+            static_cast<double>(peak) / static_cast<double>(capacity)});
         continue;
       }
       best.insert(std::upper_bound(best.begin(), best.end(), c.result->iteration_ns),

@@ -30,7 +30,8 @@ std::vector<SweepPoint> Sweep(const Model& model, const Cluster& cluster,
     for (const StageResult& s : r->per_rank) {
       pt.peak_memory_bytes = std::max(pt.peak_memory_bytes, s.peak_memory_bytes);
     }
-    pt.fits = cluster.gpu.memory_bytes <= 0 || pt.peak_memory_bytes <= cluster.gpu.memory_bytes;
+    const Bytes limit = MemoryLimitBytes(cluster.gpu);
+    pt.fits = limit <= 0 || pt.peak_memory_bytes <= limit;
     out.push_back(pt);
   }
   return out;

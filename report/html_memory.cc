@@ -41,7 +41,8 @@ ChartSize ChartSizeFor(int ranks) {
 }
 
 Bytes StaticBytes(const StageResult& s) {
-  return s.memory.weights + s.memory.stashed_weights + s.memory.gradients + s.memory.optimizer;
+  return s.memory.weights + s.memory.stashed_weights + s.memory.gradients + s.memory.optimizer +
+         s.memory.gathered_weights;
 }
 
 Bytes Live(const MemorySample& m) { return m.activations + m.comm_buffers + m.workspace; }
@@ -212,23 +213,25 @@ std::string BreakdownTable(const SimResult& r) {
       "<table class=\"memory-peak\"><tr><th>rank</th><th>weights</th>" +
       std::string(stashed ? "<th>stashed weights</th>" : "") +
       "<th>gradients</th><th>optimizer</th><th>activations</th><th>comm buffers</th>"
-      "<th>workspace</th><th>total at peak</th><th>of capacity</th><th>peak at</th></tr>\n";
+      "<th>workspace</th><th>total at peak</th><th>of limit</th><th>reserve</th><th>peak at</th>"
+      "</tr>\n";
   const TimeAxis axis = internal::TimeAxisFor(r);
   for (const StageResult& s : r.per_rank) {
     const MemorySample peak = PeakSample(s);
-    const bool over = r.memory_capacity_bytes > 0 && s.peak_memory_bytes > r.memory_capacity_bytes;
+    const bool over = r.memory_limit_bytes > 0 && s.peak_memory_bytes > r.memory_limit_bytes;
     out += fmt::format("<tr class=\"{}\" data-rank=\"{}\" data-peak-bytes=\"{}\"><td>{}</td>",
                        over ? "over" : "", s.rank, s.peak_memory_bytes, s.rank);
-    out += Cell(s.memory.weights);
+    out += Cell(s.memory.weights + s.memory.gathered_weights);
     if (stashed) out += Cell(s.memory.stashed_weights);
     out += Cell(s.memory.gradients) + Cell(s.memory.optimizer) + Cell(peak.activations) +
            Cell(peak.comm_buffers) + Cell(peak.workspace) + Cell(s.peak_memory_bytes);
-    out += r.memory_capacity_bytes > 0
+    out += r.memory_limit_bytes > 0
                ? fmt::format("<td>{}{}</td>",
                              PercentText(static_cast<double>(s.peak_memory_bytes) /
-                                         static_cast<double>(r.memory_capacity_bytes)),
+                                         static_cast<double>(r.memory_limit_bytes)),
                              over ? " OVER" : "")
                : "<td>unlimited</td>";
+    out += Cell(r.memory_reserve_bytes);
     out += "<td>" + axis.Time(peak.time_ns) + "</td></tr>\n";
   }
   return out + "</table>\n";
@@ -249,8 +252,13 @@ std::string MemoryHtml(const SimResult& r) {
       "; the blue step line adds the live set: activations held for the backward, send and "
       "receive buffers, and the running op's workspace. The dot marks each rank's peak.";
   if (r.memory_capacity_bytes > 0) {
-    caption += fmt::format(" The dashed red line is the GPU's capacity, {}.",
-                           GiBWithUnit(r.memory_capacity_bytes));
+    caption += fmt::format(
+        " The dashed red line is the GPU's capacity, {}. A rank fits under the limit of {}: "
+        "capacity less the runtime's reserve of {} (CUDA context, cuBLAS, NCCL) and an "
+        "allocator margin of {} ({:g}% of capacity).",
+        GiBWithUnit(r.memory_capacity_bytes), GiBWithUnit(r.memory_limit_bytes),
+        GiBWithUnit(r.memory_reserve_bytes), GiBWithUnit(r.memory_headroom_bytes),
+        100 * r.memory_headroom);
   } else {
     caption += " The cluster has unlimited memory, so there is no capacity line.";
   }

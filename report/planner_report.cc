@@ -192,9 +192,11 @@ std::string SweepHtml(const PlanReport& report) {
   tput.series = {t};
   bubble.series = {br, bi};
   memory.series = {pm};
-  if (report.cluster.gpu.memory_bytes > 0) {
-    memory.capacity = ToGiB(report.cluster.gpu.memory_bytes);
-    memory.capacity_bytes = report.cluster.gpu.memory_bytes;
+  // The line a peak must stay under: the limit (capacity - reserve - margin),
+  // which is what the sweep's `fits` is judged against.
+  if (const Bytes limit = MemoryLimitBytes(report.cluster.gpu); limit > 0) {
+    memory.capacity = ToGiB(limit);
+    memory.capacity_bytes = limit;
   }
   out += "<div class=\"charts\" style=\"display:flex;flex-wrap:wrap;gap:10px\">\n";
   out += chart.Svg(tput) + chart.Svg(bubble) + chart.Svg(memory);
@@ -215,11 +217,11 @@ std::string SweepHtml(const PlanReport& report) {
 }
 
 std::string CandidatesHtml(const PlanReport& report) {
-  const Bytes cap = report.cluster.gpu.memory_bytes;
+  const Bytes cap = MemoryLimitBytes(report.cluster.gpu);
   std::string out =
       "<table class=\"candidates\"><tr><th>#</th><th class=\"l\">configuration</th>"
       "<th>iteration ms</th><th>samples/s</th><th>bubble ratio</th><th>bubble/ideal</th>"
-      "<th>peak GiB</th><th>of capacity</th></tr>\n";
+      "<th>peak GiB</th><th>of limit</th></tr>\n";
   for (size_t i = 0; i < report.ranked.size(); ++i) {
     const Candidate& c = report.ranked[i];
     if (!c.result) continue;

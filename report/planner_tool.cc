@@ -39,9 +39,10 @@ Result<PlannerOptions> MakeOptions(const PlannerToolOptions& flags) {
   o.top_k = flags.top;
   o.threads = flags.threads;
   o.optimizer_step_ns = UsToNs(flags.optimizer_step_us);
-  auto memory = MemoryConfigFor(flags.precision, flags.optimizer);
+  auto memory = MemoryConfigFor(flags.precision, flags.optimizer, flags.grad_dtype);
   if (!memory.ok()) return memory.status();
   o.memory = *memory;
+  o.zero_levels = flags.zero;
   PIPECAST_RETURN_IF_ERROR(o.Validate());
   return o;
 }
@@ -68,6 +69,8 @@ Result<Inputs> LoadInputs(const PlannerToolOptions& flags, const PlannerProgress
   in.options = std::move(options.value());
   auto cluster = SelectCluster(flags.cluster, in.model, flags.memory_gb);
   if (!cluster.ok()) return cluster.status();
+  PIPECAST_RETURN_IF_ERROR(
+      OverrideGpuMemory(flags.memory_reserve_gb, flags.memory_headroom, &cluster->cluster));
   in.cluster = std::move(cluster.value());
   if (!in.cluster.note.empty()) progress(in.cluster.note);
   if (!flags.check.empty()) {

@@ -65,8 +65,9 @@ std::string LayerRanges(const std::vector<StageLayers>& layers) {
   return out.empty() ? "-" : out;
 }
 
+// Over the limit (capacity - reserve - margin); unlimited memory never is.
 bool OverCapacity(const SimResult& result, const StageResult& r) {
-  return result.memory_capacity_bytes > 0 && r.peak_memory_bytes > result.memory_capacity_bytes;
+  return result.memory_limit_bytes > 0 && r.peak_memory_bytes > result.memory_limit_bytes;
 }
 
 std::string Summary(const SimResult& result, const Cluster& cluster) {
@@ -82,10 +83,22 @@ std::string Summary(const SimResult& result, const Cluster& cluster) {
       result.schedule_name, result.ranks, result.data_parallel, stages, result.microbatches,
       result.microbatch_size, result.global_batch);
   out += fmt::format(
-      "iteration time      {:.3f} ms  (pipeline {:.3f} ms, all-reduce {:.3f} ms, optimizer "
-      "{:.3f} ms)\n",
-      NsToMs(result.iteration_ns), NsToMs(result.pipeline_ns), NsToMs(result.allreduce_ns),
-      NsToMs(result.optimizer_ns));
+      "iteration time      {:.3f} ms  (pipeline {:.3f} ms, {} {:.3f} ms, optimizer {:.3f} ms{})\n",
+      NsToMs(result.iteration_ns), NsToMs(result.pipeline_ns),
+      result.zero == 1 ? "reduce-scatter" : "all-reduce", NsToMs(result.allreduce_ns),
+      NsToMs(result.optimizer_ns),
+      result.zero == 1 || result.zero == 2
+          ? fmt::format(", parameter all-gather {:.3f} ms", NsToMs(result.allgather_ns))
+          : "");
+  if (result.zero > 0 && result.data_parallel > 1) {
+    out +=
+        fmt::format("data parallelism    ZeRO {} over d = {}", result.zero, result.data_parallel);
+    if (result.zero >= 2) {
+      out += fmt::format("; per-op gathers/reduce-scatters not hidden by compute: {:.3f} ms",
+                         NsToMs(result.sharding_exposed_ns));
+    }
+    out += "\n";
+  }
   out += fmt::format("throughput          {:.1f} samples/s\n", result.samples_per_s);
   if (result.tokens_per_s) {
     out += fmt::format("                    {:.0f} tokens/s\n", *result.tokens_per_s);
@@ -109,6 +122,7 @@ std::string Summary(const SimResult& result, const Cluster& cluster) {
   if (result.memory_capacity_bytes > 0) {
     out += fmt::format("memory capacity     {} GiB per GPU ({})\n",
                        GiBText(result.memory_capacity_bytes), cluster.name);
+    out += fmt::format("memory limit        {}\n", MemoryLimitText(cluster.gpu));
   } else {
     out += fmt::format("memory capacity     unlimited ({})\n", cluster.name);
   }
@@ -129,13 +143,13 @@ std::string RankTable(const SimResult& result) {
   t.AddColumn("bubble / ideal", TextTable::kRight);
   t.AddColumn("peak in-flight", TextTable::kRight);
   t.AddColumn("peak memory GiB", TextTable::kRight);
-  t.AddColumn("of capacity", TextTable::kRight);
+  t.AddColumn("of limit", TextTable::kRight);
   t.AddColumn("", TextTable::kLeft);
   for (const StageResult& r : result.per_rank) {
     std::string of_capacity = "unlimited";
-    if (result.memory_capacity_bytes > 0) {
+    if (result.memory_limit_bytes > 0) {
       of_capacity = PercentText(static_cast<double>(r.peak_memory_bytes) /
-                                static_cast<double>(result.memory_capacity_bytes));
+                                static_cast<double>(result.memory_limit_bytes));
     }
     t.AddRow(
         {fmt::format("{}", r.rank), LayerRanges(r.layers), fmt::format("{:.3f}", NsToMs(r.busy_ns)),
@@ -147,9 +161,11 @@ std::string RankTable(const SimResult& result) {
   std::string out = t.Render();
   for (const StageResult& r : result.per_rank) {
     if (OverCapacity(result, r)) {
-      out += fmt::format("OVER: rank {} needs {} GiB, over the {} GiB capacity by {} GiB\n", r.rank,
-                         GiBText(r.peak_memory_bytes), GiBText(result.memory_capacity_bytes),
-                         GiBText(r.peak_memory_bytes - result.memory_capacity_bytes));
+      out += fmt::format(
+          "OVER: rank {} needs {} GiB, over the {} GiB limit (capacity - reserve - margin) by {} "
+          "GiB\n",
+          r.rank, GiBText(r.peak_memory_bytes), GiBText(result.memory_limit_bytes),
+          GiBText(r.peak_memory_bytes - result.memory_limit_bytes));
     }
   }
   return out;
@@ -165,14 +181,30 @@ std::string MemoryTable(const SimResult& result) {
   t.AddColumn("comm peak", TextTable::kRight);
   t.AddColumn("workspace peak", TextTable::kRight);
   t.AddColumn("total peak", TextTable::kRight);
+  t.AddColumn("reserve", TextTable::kRight);
   for (const StageResult& r : result.per_rank) {
     const MemoryBreakdown& m = r.memory;
-    t.AddRow({fmt::format("{}", r.rank), GiBText(m.weights), GiBText(m.gradients),
-              GiBText(m.optimizer), GiBText(m.activations_peak), GiBText(m.comm_buffers_peak),
-              GiBText(m.workspace_peak), GiBText(r.peak_memory_bytes)});
+    t.AddRow({fmt::format("{}", r.rank), GiBText(m.weights + m.gathered_weights),
+              GiBText(m.gradients), GiBText(m.optimizer), GiBText(m.activations_peak),
+              GiBText(m.comm_buffers_peak), GiBText(m.workspace_peak), GiBText(r.peak_memory_bytes),
+              GiBText(result.memory_reserve_bytes)});
   }
-  return "memory per rank, GiB (each part's own peak; the total is the peak of their sum)\n" +
-         t.Render();
+  std::string margin;
+  if (result.memory_capacity_bytes > 0) {
+    margin = fmt::format(
+        "; reserve: the runtime's before training (CUDA context, cuBLAS, NCCL), "
+        "outside the peak; allocator margin {} GiB ({:g}% of capacity) also kept "
+        "free",
+        GiBText(result.memory_headroom_bytes), 100 * result.memory_headroom);
+  }
+  std::string title =
+      "memory per rank, GiB (each part's own peak; the total is the peak of their sum" + margin +
+      ")\n";
+  if (result.zero >= 3 && result.data_parallel > 1) {
+    title +=
+        "weights: the rank's shard plus two layers gathered (the running and the prefetched)\n";
+  }
+  return title + t.Render();
 }
 
 }  // namespace

@@ -31,6 +31,7 @@ SimResult TwoRankResult() {
   r.bubble_fraction_of_ideal = 0.25;
   r.samples_per_s = 8 / 0.0155;
   r.memory_capacity_bytes = 10 * kGiB;
+  r.memory_limit_bytes = 10 * kGiB;  // no reserve, no margin
   r.costs_measured = true;
   for (int k = 0; k < 2; ++k) {
     StageResult s;
@@ -71,24 +72,45 @@ std::vector<std::string> Keys(const ordered_json& j) {
 
 TEST(ReportTest, JsonHasExactlyTheDocumentedKeysInOrder) {
   ordered_json j = ordered_json::parse(ResultToJson(TwoRankResult()));
-  EXPECT_EQ(Keys(j),
-            (std::vector<std::string>{"iteration_time_us", "pipeline_time_us", "allreduce_time_us",
-                                      "optimizer_time_us", "throughput_samples_per_s",
-                                      "bubble_ratio", "bubble_fraction_of_ideal", "schedule",
-                                      "ranks", "stages_count", "microbatches", "microbatch_size",
-                                      "data_parallel", "global_batch", "costs_measured", "notes",
-                                      "memory_capacity_bytes", "iterations_simulated", "stages"}));
+  EXPECT_EQ(Keys(j), (std::vector<std::string>{"iteration_time_us",
+                                               "pipeline_time_us",
+                                               "allreduce_time_us",
+                                               "optimizer_time_us",
+                                               "throughput_samples_per_s",
+                                               "bubble_ratio",
+                                               "bubble_fraction_of_ideal",
+                                               "schedule",
+                                               "ranks",
+                                               "stages_count",
+                                               "microbatches",
+                                               "microbatch_size",
+                                               "data_parallel",
+                                               "zero",
+                                               "allgather_time_us",
+                                               "sharding_exposed_time_us",
+                                               "global_batch",
+                                               "costs_measured",
+                                               "notes",
+                                               "memory_capacity_bytes",
+                                               "memory_reserve_bytes",
+                                               "memory_headroom",
+                                               "memory_headroom_bytes",
+                                               "memory_limit_bytes",
+                                               "iterations_simulated",
+                                               "stages"}));
   ASSERT_EQ(j["stages"].size(), 2u);
   EXPECT_EQ(
       Keys(j["stages"][0]),
-      (std::vector<std::string>{"stage", "first_layer", "last_layer", "chunks", "busy_us",
-                                "first_start_us", "last_end_us", "bubble_ratio",
-                                "bubble_fraction_of_ideal", "peak_inflight_microbatches",
-                                "peak_memory_bytes", "allreduce_us", "weight_versions", "memory"}));
+      (std::vector<std::string>{
+          "stage", "first_layer", "last_layer", "chunks", "busy_us", "first_start_us",
+          "last_end_us", "bubble_ratio", "bubble_fraction_of_ideal", "peak_inflight_microbatches",
+          "peak_memory_bytes", "fits_memory", "parameters", "allreduce_us", "allgather_us",
+          "sharding_exposed_us", "weight_versions", "memory"}));
   EXPECT_EQ(Keys(j["stages"][0]["memory"]),
             (std::vector<std::string>{"weights_bytes", "gradients_bytes", "optimizer_bytes",
                                       "activations_peak_bytes", "comm_buffers_peak_bytes",
-                                      "workspace_peak_bytes", "stashed_weights_bytes"}));
+                                      "workspace_peak_bytes", "stashed_weights_bytes",
+                                      "gathered_weights_bytes"}));
 }
 
 TEST(ReportTest, JsonValuesInMicrosecondsAndBytes) {
@@ -196,7 +218,10 @@ TEST(ReportTest, TextSummaryLines) {
                        "1 - busy/span)\n"
                        "bubble / ideal      25.0% (Megatron-LM's bubble time fraction: idle / "
                        "busy)\n"
-                       "memory capacity     10.00 GiB per GPU (test-gpu)\n",
+                       "memory capacity     10.00 GiB per GPU (test-gpu)\n"
+                       "memory limit        10.00 GiB = 10.00 GiB capacity - 0.00 GiB runtime "
+                       "reserve (CUDA context, cuBLAS, NCCL) - 0.00 GiB allocator margin (0% of "
+                       "capacity)\n",
                        0),
             0u)
       << text;
@@ -215,14 +240,15 @@ TEST(ReportTest, TextPerRankTableAndOverCapacity) {
   r.per_rank[0].peak_memory_bytes = 11 * kGiB;  // over the 10 GiB capacity
   std::string text = ResultToText(r, TestCluster());
   EXPECT_NE(text.find("rank  layers  busy ms  first start ms  last end ms  bubble ratio  "
-                      "bubble / ideal  peak in-flight  peak memory GiB  of capacity\n"
+                      "bubble / ideal  peak in-flight  peak memory GiB  of limit\n"
                       "   0  0-1      12.000           0.000       15.000         20.0%  "
-                      "         25.0%               2            11.00       110.0%  OVER\n"
+                      "         25.0%               2            11.00    110.0%  OVER\n"
                       "   1  2-3      12.000           1.000       13.000         20.0%  "
-                      "         25.0%               1             9.50        95.0%\n"),
+                      "         25.0%               1             9.50     95.0%\n"),
             std::string::npos)
       << text;
-  EXPECT_NE(text.find("OVER: rank 0 needs 11.00 GiB, over the 10.00 GiB capacity by 1.00 GiB\n"),
+  EXPECT_NE(text.find("OVER: rank 0 needs 11.00 GiB, over the 10.00 GiB limit (capacity - reserve "
+                      "- margin) by 1.00 GiB\n"),
             std::string::npos)
       << text;
   EXPECT_EQ(text.find("rank 1 needs"), std::string::npos) << text;
@@ -231,9 +257,9 @@ TEST(ReportTest, TextPerRankTableAndOverCapacity) {
 TEST(ReportTest, TextMemoryBreakdown) {
   std::string text = ResultToText(TwoRankResult(), TestCluster());
   EXPECT_NE(text.find("rank  weights  grads  optimizer  activations peak  comm peak  "
-                      "workspace peak  total peak\n"
+                      "workspace peak  total peak  reserve\n"
                       "   0     1.00   1.00       6.00              2.00       0.00  "
-                      "          0.50       10.50\n"),
+                      "          0.50       10.50     0.00\n"),
             std::string::npos)
       << text;
 }
@@ -241,6 +267,7 @@ TEST(ReportTest, TextMemoryBreakdown) {
 TEST(ReportTest, TextUnlimitedMemoryIsNeverOver) {
   SimResult r = TwoRankResult();
   r.memory_capacity_bytes = 0;
+  r.memory_limit_bytes = 0;
   r.per_rank[0].peak_memory_bytes = 1000 * kGiB;
   Cluster ideal;
   ideal.name = "ideal";

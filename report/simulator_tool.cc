@@ -33,6 +33,8 @@ Result<Cluster> PickCluster(const Flags& flags, const Model& model,
                             const SimulatorProgress& progress) {
   auto s = SelectCluster(flags.cluster, model, flags.memory_gb);
   if (!s.ok()) return s.status();
+  PIPECAST_RETURN_IF_ERROR(
+      OverrideGpuMemory(flags.memory_reserve_gb, flags.memory_headroom, &s->cluster));
   if (s->source != ClusterSource::kFlag) {
     progress(fmt::format("cluster '{}' ({}; choose with --cluster)", s->cluster.name,
                          s->source == ClusterSource::kIdeal
@@ -103,9 +105,10 @@ Result<Setup> SetupFromFlags(const Flags& flags, const Model& model,
   s.options.data_parallel = flags.data_parallel;
   s.options.optimizer_step_ns = UsToNs(flags.optimizer_step_us);
   s.options.recompute = flags.recompute;
-  auto memory = MemoryConfigFor(flags.precision, flags.optimizer);
+  auto memory = MemoryConfigFor(flags.precision, flags.optimizer, flags.grad_dtype);
   if (!memory.ok()) return memory.status();
   s.options.memory = *memory;
+  s.options.memory.zero = flags.zero;
   if (!flags.partition.empty()) {
     auto part = ParsePartition(flags.partition, static_cast<int>(model.layers.size()),
                                s.schedule.num_stages);

@@ -4,11 +4,41 @@
 // bytes) per second.
 #include "sim/cluster.h"
 
+#include <fmt/format.h>
+
+#include <cmath>
 #include <string>
 #include <vector>
 
 namespace pipecast {
 namespace {
+
+// The runtime reserve of a GPU (GpuSpec::memory_reserve_bytes), summed from
+// published figures (docs/research/memory-sources.md section 3):
+// CUDA context with lazy module loading: 287 MB (PyTorch PR #86509) to about
+// 400-430 MiB (pytorch#109888, unsloth-zoo PR #1053); no Hopper figure is
+// published, so round up to 512 MiB.
+constexpr Bytes kCudaContextBytes = 512 * kMiB;
+// PyTorch's default cuBLAS workspace per (handle, stream), CublasHandlePool.cpp:
+// 32 MiB on sm90 (NVIDIA's recommendation for Hopper), 4096 KiB x 2 + 16 KiB
+// x 8 elsewhere; two streams (compute and the backward/communication stream).
+constexpr Bytes kCublasStreams = 2;
+constexpr Bytes kCublasWorkspaceHopper = 32 * kMiB;
+constexpr Bytes kCublasWorkspaceAmpere = 4096 * kKiB * 2 + 16 * kKiB * 8;
+// NCCL buffers: 688 MB per communicator measured on A100 NVLink groups of
+// more than 2 GPUs (NVIDIA/nccl#964); a plan opens two, the pipeline's
+// point-to-point and the data-parallel group. NVIDIA publishes no formula.
+constexpr Bytes kNcclCommunicatorBytes = Bytes{688} * 1000 * 1000;
+constexpr Bytes kNcclCommunicators = 2;
+constexpr Bytes ReserveBytes(Bytes cublas_workspace) {
+  return kCudaContextBytes + kCublasStreams * cublas_workspace +
+         kNcclCommunicators * kNcclCommunicatorBytes;
+}
+// Allocator margin: 5% of capacity, Megatron-LM's overhead_factor = 1.05
+// ("buffer for optimizer and miscellaneous temporaries",
+// theoretical_memory_usage.py). No typical fragmentation figure is
+// published; ZeRO §3.2 saw out-of-memory with over 30% free in extreme cases.
+constexpr double kAllocatorHeadroom = 0.05;
 
 // Latencies are the order of magnitude NCCL point-to-point shows for small
 // messages, not a datasheet figure; they matter only for tiny transfers.
@@ -30,9 +60,12 @@ const std::vector<Cluster>& Presets() {
           .name = "a100-80gb",
           .gpus_per_node = 8,  // DGX A100 / HGX A100 8-GPU board
           .gpu = {.name = "NVIDIA A100-SXM4-80GB",
-                  // Datasheet "80GB" HBM2e; the device has 80 GiB (81920 MiB
-                  // in nvidia-smi), of which CUDA reserves a few hundred MiB.
-                  .memory_bytes = 80 * kGiB,
+                  // Exposed to applications: cudaMemGetInfo's total, 79.15
+                  // GiB in PyTorch's out-of-memory messages (nvidia-smi shows
+                  // 81920 MiB; totalGlobalMem 81051 MiB on driver 12.2).
+                  .memory_bytes = 81049 * kMiB,
+                  .memory_reserve_bytes = ReserveBytes(kCublasWorkspaceAmpere),
+                  .memory_headroom = kAllocatorHeadroom,
                   .peak_tflops = 312,              // A100 datasheet: BF16 tensor, dense
                   .memory_bandwidth_gbps = 2039},  // A100 80GB SXM datasheet
           // NVLink 3: 12 links, 600 GB/s bidirectional = 300 GB/s each way.
@@ -45,9 +78,12 @@ const std::vector<Cluster>& Presets() {
           .name = "h100-sxm",
           .gpus_per_node = 8,  // DGX H100 / HGX H100 8-GPU board
           .gpu = {.name = "NVIDIA H100 80GB HBM3",
-                  // Datasheet "80GB", taken as 80 GiB like the A100 (the
-                  // device shows 81559 MiB, 0.4% less).
-                  .memory_bytes = 80 * kGiB,
+                  // Exposed to applications: nvidia-smi's 81559 MiB total less
+                  // its 551 MiB "Reserved" = 81008 MiB, PyTorch's "total
+                  // capacity of 79.11 GiB" (vllm#27508).
+                  .memory_bytes = 81008 * kMiB,
+                  .memory_reserve_bytes = ReserveBytes(kCublasWorkspaceHopper),
+                  .memory_headroom = kAllocatorHeadroom,
                   .peak_tflops = 989,              // H100 SXM datasheet: BF16, dense
                   .memory_bandwidth_gbps = 3350},  // H100 SXM datasheet
           // NVLink 4: 18 links, 900 GB/s bidirectional = 450 GB/s each way.
@@ -60,9 +96,12 @@ const std::vector<Cluster>& Presets() {
           .name = "h200",
           .gpus_per_node = 8,  // DGX H200 / HGX H200 8-GPU board
           .gpu = {.name = "NVIDIA H200",
-                  // H200 datasheet "141GB", taken as 141 * 10^9 bytes (the
-                  // device reports a little more; this errs on the safe side).
-                  .memory_bytes = Bytes{141} * 1000 * 1000 * 1000,
+                  // Exposed to applications: cudaMemGetInfo's total, 139.80
+                  // GiB = 143155 MiB (nvidia-smi shows 143771 MiB;
+                  // totalGlobalMem 143156 MiB).
+                  .memory_bytes = 143155 * kMiB,
+                  .memory_reserve_bytes = ReserveBytes(kCublasWorkspaceHopper),
+                  .memory_headroom = kAllocatorHeadroom,
                   .peak_tflops = 989,              // H200 SXM datasheet: BF16, dense
                   .memory_bandwidth_gbps = 4800},  // H200 SXM datasheet
           // NVLink 4: 900 GB/s bidirectional = 450 GB/s each way.
@@ -93,6 +132,47 @@ const std::vector<Cluster>& Presets() {
 }
 
 }  // namespace
+
+Bytes MemoryHeadroomBytes(const GpuSpec& gpu) {
+  return std::llround(gpu.memory_headroom * static_cast<double>(gpu.memory_bytes));
+}
+
+Bytes MemoryLimitBytes(const GpuSpec& gpu) {
+  if (gpu.memory_bytes <= 0) return 0;
+  const Bytes limit = gpu.memory_bytes - gpu.memory_reserve_bytes - MemoryHeadroomBytes(gpu);
+  return limit < 1 ? 1 : limit;
+}
+
+std::string MemoryLimitText(const GpuSpec& gpu) {
+  if (gpu.memory_bytes <= 0) return "unlimited";
+  return fmt::format(
+      "{:.2f} GiB = {:.2f} GiB capacity - {:.2f} GiB runtime reserve (CUDA context, cuBLAS, "
+      "NCCL) - {:.2f} GiB allocator margin ({:g}% of capacity)",
+      ToGiB(MemoryLimitBytes(gpu)), ToGiB(gpu.memory_bytes), ToGiB(gpu.memory_reserve_bytes),
+      ToGiB(MemoryHeadroomBytes(gpu)), 100 * gpu.memory_headroom);
+}
+
+Status ValidateGpuMemory(const GpuSpec& gpu) {
+  if (gpu.memory_reserve_bytes < 0) {
+    return Status::InvalidArgument(fmt::format("--memory-reserve-gb is {:.2f} GiB: must be >= 0",
+                                               ToGiB(gpu.memory_reserve_bytes)));
+  }
+  if (!(gpu.memory_headroom >= 0 && gpu.memory_headroom < 1)) {
+    return Status::InvalidArgument(
+        fmt::format("--memory-headroom is {}: expected a fraction of the GPU's memory in [0, 1), "
+                    "e.g. 0.05 for 5%",
+                    gpu.memory_headroom));
+  }
+  if (gpu.memory_bytes > 0 &&
+      gpu.memory_reserve_bytes + MemoryHeadroomBytes(gpu) >= gpu.memory_bytes) {
+    return Status::InvalidArgument(fmt::format(
+        "the runtime reserve {:.2f} GiB (--memory-reserve-gb) and allocator margin {:.2f} GiB "
+        "(--memory-headroom {}) leave nothing of the {:.2f} GiB GPU (--memory-gb)",
+        ToGiB(gpu.memory_reserve_bytes), ToGiB(MemoryHeadroomBytes(gpu)), gpu.memory_headroom,
+        ToGiB(gpu.memory_bytes)));
+  }
+  return Status::Ok();
+}
 
 std::vector<std::string> ClusterPresetNames() {
   std::vector<std::string> names;

@@ -5,6 +5,13 @@
 // `ideal` has no communication cost and unlimited memory, for teaching and for
 // checking closed forms. A bandwidth of 0 means "infinite", a memory of 0
 // means "unlimited".
+//
+// Memory a plan may use on one GPU (MemoryLimitBytes): the capacity the GPU
+// exposes to applications (cudaMemGetInfo's total, not the datasheet figure),
+// less a runtime reserve taken before training allocates anything (CUDA
+// context, cuBLAS workspaces, NCCL buffers), less an allocator margin, a
+// fraction of the capacity, for the caching allocator's fragmentation and
+// temporaries. Presets carry their figures with sources (sim/cluster.cc).
 #ifndef PIPECAST_SIM_CLUSTER_H_
 #define PIPECAST_SIM_CLUSTER_H_
 
@@ -24,7 +31,13 @@ struct Link {
 
 struct GpuSpec {
   std::string name;
-  Bytes memory_bytes = 0;            // 0 = unlimited
+  Bytes memory_bytes = 0;  // exposed to applications; 0 = unlimited
+  // Taken by the runtime before training allocates: CUDA context, cuBLAS
+  // workspaces, NCCL buffers (--memory-reserve-gb).
+  Bytes memory_reserve_bytes = 0;
+  // Allocator margin as a fraction of memory_bytes, in [0, 1)
+  // (--memory-headroom).
+  double memory_headroom = 0;
   double peak_tflops = 0;            // dense bf16 peak, for MFU; 0 = unknown
   double memory_bandwidth_gbps = 0;  // HBM, used by the analytic profiler
 };
@@ -44,6 +57,20 @@ struct Cluster {
     return SameNode(gpu_a, gpu_b) ? intra_node : inter_node;
   }
 };
+
+// Bytes of headroom: memory_headroom x memory_bytes, rounded to nearest.
+Bytes MemoryHeadroomBytes(const GpuSpec& gpu);
+// memory_bytes - memory_reserve_bytes - MemoryHeadroomBytes, at least 1 byte
+// when memory_bytes > 0 (so "limited" stays limited); 0 = unlimited.
+Bytes MemoryLimitBytes(const GpuSpec& gpu);
+// "73.31 GiB = 79.11 GiB capacity - 1.84 GiB runtime reserve (CUDA context,
+// cuBLAS, NCCL) - 3.96 GiB allocator margin (5% of capacity)", or
+// "unlimited" when memory_bytes is 0: what every memory table says of its limit.
+std::string MemoryLimitText(const GpuSpec& gpu);
+// InvalidArgument naming the setting when the reserve or headroom is
+// negative, the headroom is not below 1, or together they leave nothing of a
+// limited capacity.
+Status ValidateGpuMemory(const GpuSpec& gpu);
 
 // Names of the built-in presets, in a stable order.
 std::vector<std::string> ClusterPresetNames();

@@ -6,26 +6,72 @@ namespace pipecast {
 
 namespace {
 
-constexpr double kFp32Bytes = 4;       // master weights, optimizer state
-constexpr double kHalfBytes = 2;       // bf16 / fp16 weights and gradients
+constexpr double kFp32Bytes = 4;       // main parameters, main gradients, optimizer state
+constexpr double kHalfBytes = 2;       // bf16 / fp16 parameters and gradients
 constexpr double kAdamStateBytes = 8;  // first and second moments, fp32
 constexpr double kMomentumBytes = 4;   // SGD momentum, fp32
 
 }  // namespace
 
-Result<MemoryConfig> MemoryConfigFor(const std::string& precision, const std::string& optimizer) {
+Status MemoryConfig::Validate() const {
+  if (weight_bytes_per_param < 0 || gradient_bytes_per_param < 0 || optimizer_bytes_per_param < 0 ||
+      gradient_copy_bytes_per_param < 0) {
+    return Status::InvalidArgument("bytes per parameter must be >= 0");
+  }
+  if (zero < 0 || zero > kMaxZeroLevel) {
+    return Status::InvalidArgument(
+        fmt::format("--zero is {}: expected 0, 1, 2 or 3 (the ZeRO level)", zero));
+  }
+  return Status::Ok();
+}
+
+ShardedBytes ShardedBytesPerParam(const MemoryConfig& memory, int data_parallel) {
+  const double d = data_parallel < 1 ? 1.0 : static_cast<double>(data_parallel);
+  const double w = memory.weight_bytes_per_param;
+  const double g = memory.gradient_bytes_per_param;
+  const double k = memory.optimizer_bytes_per_param;
+  switch (memory.zero) {
+    case 0:  // Megatron without the distributed optimizer: 20, 18, 16
+      return {w, g, k + memory.gradient_copy_bytes_per_param};
+    case 1:  // Megatron's distributed optimizer: 4 + 16/d, 6 + 12/d, 8 + 8/d
+      return {w, g, (k + memory.gradient_copy_bytes_per_param) / d};
+    case 2:  // ZeRO P_os+g: 2 + 14/d for fp16/fp16 (K = 12, no gradient copy)
+      return {w, g / d, k / d};
+    default:  // ZeRO P_os+g+p, FSDP: 16/d for fp16/fp16
+      return {w / d, g / d, k / d};
+  }
+}
+
+Result<MemoryConfig> MemoryConfigFor(const std::string& precision, const std::string& optimizer,
+                                     const std::string& grad_dtype) {
   MemoryConfig m;
   double master = 0;
+  bool mixed = false;
   if (precision == "bf16" || precision == "fp16") {
     m.weight_bytes_per_param = kHalfBytes;
-    m.gradient_bytes_per_param = kHalfBytes;
     master = kFp32Bytes;
+    mixed = true;
   } else if (precision == "fp32") {
     m.weight_bytes_per_param = kFp32Bytes;
-    m.gradient_bytes_per_param = kFp32Bytes;
   } else {
     return Status::InvalidArgument(fmt::format(
         "--precision is '{}': expected bf16, fp16 (mixed precision) or fp32", precision));
+  }
+  if (grad_dtype == "fp32") {
+    m.gradient_bytes_per_param = kFp32Bytes;
+  } else if (grad_dtype == "bf16" || grad_dtype == "fp16") {
+    if (!mixed) {
+      return Status::InvalidArgument(fmt::format(
+          "--grad-dtype is '{}' but --precision is fp32: fp32 training keeps fp32 gradients "
+          "(use --grad-dtype fp32, or --precision bf16)",
+          grad_dtype));
+    }
+    m.gradient_bytes_per_param = kHalfBytes;
+    m.gradient_copy_bytes_per_param = kFp32Bytes;  // the optimizer reads fp32 gradients
+  } else {
+    return Status::InvalidArgument(fmt::format(
+        "--grad-dtype is '{}': expected fp32 or bf16 (fp16 is taken as bf16: both 2 bytes)",
+        grad_dtype));
   }
   double state = 0;
   if (optimizer == "adam") {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "sim/internal/data_parallel.h"
 #include "sim/internal/simulate_steps.h"
 #include "sim/stage_costs.h"
 
@@ -27,11 +28,7 @@ Status SimOptions::Validate() const {
   if (optimizer_step_ns < 0) {
     return Status::InvalidArgument("--optimizer-step-us is negative: must be >= 0");
   }
-  if (memory.weight_bytes_per_param < 0 || memory.gradient_bytes_per_param < 0 ||
-      memory.optimizer_bytes_per_param < 0) {
-    return Status::InvalidArgument("bytes per parameter must be >= 0");
-  }
-  return Status::Ok();
+  return memory.Validate();
 }
 
 int64_t SimResult::NumOps() const {
@@ -112,16 +109,24 @@ Status FillStatic(const Cluster& cluster, const Schedule& schedule, const SimOpt
   result->data_parallel = options.data_parallel;
   result->global_batch =
       int64_t{options.microbatch_size} * result->microbatches * options.data_parallel;
+  result->zero = options.memory.zero;
   result->memory_capacity_bytes = cluster.gpu.memory_bytes;
+  result->memory_reserve_bytes =
+      cluster.gpu.memory_bytes > 0 ? cluster.gpu.memory_reserve_bytes : 0;
+  result->memory_headroom = cluster.gpu.memory_headroom;
+  result->memory_headroom_bytes = MemoryHeadroomBytes(cluster.gpu);
+  result->memory_limit_bytes = MemoryLimitBytes(cluster.gpu);
   result->per_rank.resize(schedule.num_ranks);
+  const ShardedBytes per_param = ShardedBytesPerParam(options.memory, options.data_parallel);
   for (int s = 0; s < schedule.num_stages; ++s) {
     StageResult& sr = result->per_rank[schedule.stage_rank[s]];
     sr.stages.push_back(s);
     sr.layers.push_back(partition[s]);
     const int64_t params = costs[s].parameters;
-    sr.memory.weights += ParameterBytes(params, options.memory.weight_bytes_per_param);
-    sr.memory.gradients += ParameterBytes(params, options.memory.gradient_bytes_per_param);
-    sr.memory.optimizer += ParameterBytes(params, options.memory.optimizer_bytes_per_param);
+    sr.parameters += params;
+    sr.memory.weights += ParameterBytes(params, per_param.weights);
+    sr.memory.gradients += ParameterBytes(params, per_param.gradients);
+    sr.memory.optimizer += ParameterBytes(params, per_param.optimizer);
   }
   for (int k = 0; k < schedule.num_ranks; ++k) {
     result->per_rank[k].rank = k;
@@ -132,15 +137,6 @@ Status FillStatic(const Cluster& cluster, const Schedule& schedule, const SimOpt
     }
   }
   return Status::Ok();
-}
-
-// Ring all-reduce of `bytes` over `d` ranks on `link`: 2(d-1) steps, each
-// moving bytes/d and paying the latency once.
-TimeNs RingAllReduceNs(Bytes bytes, int d, const Link& link) {
-  if (d <= 1) return 0;
-  double moved = 2.0 * (d - 1) / d * static_cast<double>(bytes);
-  return 2 * (d - 1) * link.LatencyNs() +
-         TransferNs(static_cast<Bytes>(std::ceil(moved)), link.bandwidth_gbps);
 }
 
 // The pipeline's span: the steady state for an asynchronous pipeline.
@@ -191,19 +187,18 @@ void PipelineMetrics(const Cluster& cluster, const Schedule& schedule, const Sim
       sr.memory.stashed_weights = (sr.weight_versions - 1) * sr.memory.weights;
     }
     sr.peak_memory_bytes = sr.memory.weights + sr.memory.stashed_weights + sr.memory.gradients +
-                           sr.memory.optimizer + t.peak_live;
-    // The data-parallel group of rank k: GPU r·p + k of every replica r.
-    const int d = options.data_parallel;
-    const Link& link =
-        cluster.SameNode(k, (d - 1) * p + k) ? cluster.intra_node : cluster.inter_node;
-    sr.allreduce_ns = RingAllReduceNs(sr.memory.gradients, d, link);
+                           sr.memory.optimizer + sr.memory.gathered_weights + t.peak_live;
+    sr.fits_memory = r.memory_limit_bytes <= 0 || sr.peak_memory_bytes <= r.memory_limit_bytes;
+    internal::TailCollectives(cluster, p, options, &sr);
     r.allreduce_ns = std::max(r.allreduce_ns, sr.allreduce_ns);
+    r.allgather_ns = std::max(r.allgather_ns, sr.allgather_ns);
+    r.sharding_exposed_ns = std::max(r.sharding_exposed_ns, sr.sharding_exposed_ns);
     end = std::max(end, (k_iter > 1 ? span : t.last_end_ns) + sr.allreduce_ns);
   }
   r.bubble_ratio = sum_ratio / p;
   r.bubble_fraction_of_ideal = sum_busy > 0 ? sum_idle / sum_busy : 0.0;
   r.optimizer_ns = options.optimizer_step_ns;
-  r.iteration_ns = end + r.optimizer_ns;
+  r.iteration_ns = end + r.optimizer_ns + r.allgather_ns;
 }
 
 // Throughput (samples, tokens, TFLOP/s, MFU) of the simulated iteration.
@@ -260,7 +255,7 @@ Result<SimResult> SimulateWith(EngineFn engine, const Model& model, const Cluste
   if (!partition.ok()) return partition.status();
 
   SimResult result;
-  const std::vector<StageCost> costs = table.Stages(*partition);
+  std::vector<StageCost> costs = table.Stages(*partition);
   result.notes = table.Notes();
   // Measured means measured: an analytic profile is an estimate even where no
   // size was interpolated.
@@ -272,6 +267,7 @@ Result<SimResult> SimulateWith(EngineFn engine, const Model& model, const Cluste
   result.costs_measured = result.notes.empty();
   PIPECAST_RETURN_IF_ERROR(CheckSplitBackward(schedule, *partition, costs));
   PIPECAST_RETURN_IF_ERROR(FillStatic(cluster, schedule, options, *partition, costs, &result));
+  internal::ApplyPerOpCollectives(model, cluster, schedule, options, *partition, &costs, &result);
 
   EngineTotals totals;
   totals.ranks.assign(schedule.num_ranks, RankTotals{});

@@ -14,7 +14,8 @@
 // over at no cost.
 //
 // Memory per rank: static weights, gradients and optimizer state (from
-// MemoryConfig), plus a live set over time: activations of a (stage,
+// MemoryConfig, sharded over the d replicas by its ZeRO level, see
+// sim/memory.h), plus a live set over time: activations of a (stage,
 // micro-batch) from its F start until its B (or W) ends; a send buffer from the
 // producer's end until the transfer arrives; a receive buffer from arrival
 // until the consuming op ends; the stage's workspace while an op runs.
@@ -25,6 +26,23 @@
 // inter-node link), starting when that rank's last op ends; then the optimizer
 // step. Replicas are identical; one is simulated. Replica r's rank k sits on
 // GPU r·ranks + k.
+//
+// Sharded data parallelism (MemoryConfig::zero, docs/simulator.md):
+//   level 1: a ring reduce-scatter of the gradients ((d-1) latency +
+//     (d-1)/d · bytes/bandwidth) replaces the all-reduce, and a ring
+//     all-gather of the updated parameters follows the optimizer step;
+//   level 2: gradients are reduce-scattered as each backward produces them
+//     (sharded gradients cannot accumulate over micro-batches), then the
+//     parameter all-gather after the optimizer step;
+//   level 3 (FSDP): before each F and each B (or I) the stage's parameters
+//     are all-gathered layer by layer, and after each B (or W) its gradients
+//     are reduce-scattered. Prefetch streams layer l+1's gather during layer
+//     l's compute, so an op lasts the longer of its compute and its link
+//     time: F max(f, ag), I max(i, ag), W max(w, rs), B max(b, ag + rs).
+//     What exceeds compute is reported as sharding_exposed_ns; the gathered
+//     parameters of two layers (the current and the prefetched one) are held
+//     besides the shards. No all-reduce after the pipeline.
+// The latency is paid (d-1) times per layer for per-op collectives.
 //
 // Time is integer ns; events tie-break by (time, insertion order), computed by a dataflow replay
 // (docs/simulator.md section 4), so the same input gives the same output, bit for bit. No globals;
@@ -106,12 +124,16 @@ struct MemoryBreakdown {
   // Extra weight versions PipeDream stashes for in-flight micro-batches
   // ((versions - 1) x weights); 0 for schedules with a flush.
   Bytes stashed_weights = 0;
+  // ZeRO-3: the unsharded parameters of two layers (the largest of the
+  // rank's), gathered for the running op and prefetched for the next; else 0.
+  Bytes gathered_weights = 0;
 };
 
 struct StageResult {
   int rank = 0;
   std::vector<int> stages;          // virtual stages on this rank
   std::vector<StageLayers> layers;  // their layers, same order
+  int64_t parameters = 0;           // of those stages, unsharded
   TimeNs busy_ns = 0;
   TimeNs first_start_ns = 0;
   TimeNs last_end_ns = 0;
@@ -119,8 +141,13 @@ struct StageResult {
   double bubble_fraction_of_ideal = 0;  // (span - busy) / busy
   int peak_inflight_microbatches = 0;   // (stage, micro-batch) activations held
   Bytes peak_memory_bytes = 0;          // static + peak of the live set
+  bool fits_memory = true;              // peak <= SimResult::memory_limit_bytes (or unlimited)
   MemoryBreakdown memory;
-  TimeNs allreduce_ns = 0;
+  TimeNs allreduce_ns = 0;  // after the last op: all-reduce (ZeRO 0) or reduce-scatter (1)
+  TimeNs allgather_ns = 0;  // ZeRO 1-2: parameter all-gather after the optimizer step
+  // ZeRO 2-3: time the per-op gathers and reduce-scatters added to this
+  // rank's ops beyond their compute (inside busy_ns and the pipeline span).
+  TimeNs sharding_exposed_ns = 0;
   int weight_versions = 1;                    // weight versions held at once (PipeDream: p - s)
   std::vector<MemorySample> memory_timeline;  // when record_timeline
 };
@@ -134,9 +161,12 @@ struct SimResult {
   int data_parallel = 1;
   int64_t global_batch = 0;
 
-  TimeNs iteration_ns = 0;  // pipeline span + all-reduce tail + optimizer
-  TimeNs pipeline_ns = 0;   // first op start to last pipeline op end
-  TimeNs allreduce_ns = 0;  // longest per-rank all-reduce
+  TimeNs iteration_ns = 0;         // pipeline span + all-reduce tail + optimizer + all-gather
+  TimeNs pipeline_ns = 0;          // first op start to last pipeline op end
+  TimeNs allreduce_ns = 0;         // longest per-rank all-reduce (or reduce-scatter)
+  TimeNs allgather_ns = 0;         // longest per-rank parameter all-gather (ZeRO 1-2)
+  TimeNs sharding_exposed_ns = 0;  // largest per-rank sharding_exposed_ns (ZeRO 2-3)
+  int zero = 0;                    // the ZeRO level simulated
   TimeNs optimizer_ns = 0;
   double bubble_ratio = 0;              // mean over ranks of 1 - busy/span (R1)
   double bubble_fraction_of_ideal = 0;  // sum idle / sum busy (Megatron, R2)
@@ -144,9 +174,14 @@ struct SimResult {
   std::optional<double> tokens_per_s;
   std::optional<double> tflops_per_gpu;
   std::optional<double> mfu;
-  Bytes memory_capacity_bytes = 0;  // 0 = unlimited
-  bool costs_measured = true;       // false when any cost was estimated or interpolated
-  std::vector<std::string> notes;   // e.g. which costs were interpolated
+  Bytes memory_capacity_bytes = 0;  // exposed by the GPU; 0 = unlimited
+  Bytes memory_reserve_bytes = 0;   // runtime reserve (CUDA context, cuBLAS, NCCL)
+  double memory_headroom = 0;       // allocator margin, fraction of capacity
+  Bytes memory_headroom_bytes = 0;  // the same in bytes
+  // capacity - reserve - margin: what a rank's peak may reach; 0 = unlimited.
+  Bytes memory_limit_bytes = 0;
+  bool costs_measured = true;      // false when any cost was estimated or interpolated
+  std::vector<std::string> notes;  // e.g. which costs were interpolated
 
   // Asynchronous schedules (PipeDream) simulate several iterations without a
   // flush; iteration and pipeline times are then the steady state:

@@ -164,6 +164,7 @@ TEST(SimulatorHandWorked, RingAllReduceAfterTheFlushAndOptimizerStep) {
   c.intra_node = Link{100.0, 5.0};
   Model model = UniformModel(2, kF, kB, 0, 0, 50'000'000);
   SimOptions opts;
+  opts.memory.gradient_bytes_per_param = 2;  // bf16 main gradients (--grad-dtype bf16)
   opts.data_parallel = 2;
   opts.optimizer_step_ns = 500'000;
   SimResult r = SimulateOk(ScheduleKind::k1F1B, 2, 4, c, model, opts);
@@ -185,23 +186,25 @@ TEST(SimulatorHandWorked, AllReduceAcrossNodesUsesInterNodeLink) {
   c.inter_node = Link{10.0, 0.0};
   Model model = UniformModel(2, kF, kB, 0, 0, 50'000'000);
   SimOptions opts;
-  opts.data_parallel = 2;  // replica 1 sits on GPUs 2-3: another node
+  opts.memory.gradient_bytes_per_param = 2;  // bf16 main gradients
+  opts.data_parallel = 2;                    // replica 1 sits on GPUs 2-3: another node
   SimResult r = SimulateOk(ScheduleKind::k1F1B, 2, 2, c, model, opts);
   EXPECT_EQ(r.per_rank[0].allreduce_ns, 10'000'000);  // 100 MB at 10 GB/s
 }
 
 TEST(SimulatorHandWorked, MemoryBreakdown) {
-  // 2 layers per stage, 10M parameters each: 20M per stage at 2+2+12 bytes.
+  // 2 layers per stage, 10M parameters each: 20M per stage at the default
+  // 2 + 4 + 12 bytes (bf16 parameters, fp32 main gradients, Adam).
   Model model = UniformModel(4, kF, kB, kAct, 0, 10'000'000);
   model.layers[1].profiles[0].workspace_bytes = 7 * kMiB;
   SimResult r = SimulateOk(ScheduleKind::k1F1B, 2, 4, IdealCluster(), model);
   const StageResult& s0 = r.per_rank[0];
   EXPECT_EQ(s0.memory.weights, 40'000'000);
-  EXPECT_EQ(s0.memory.gradients, 40'000'000);
+  EXPECT_EQ(s0.memory.gradients, 80'000'000);
   EXPECT_EQ(s0.memory.optimizer, 240'000'000);
   EXPECT_EQ(s0.memory.activations_peak, 2 * 2 * kAct);  // 2 in flight x 2 layers
   EXPECT_EQ(s0.memory.workspace_peak, 7 * kMiB);
-  EXPECT_EQ(s0.peak_memory_bytes, 320'000'000 + 4 * kAct + 7 * kMiB);
+  EXPECT_EQ(s0.peak_memory_bytes, 360'000'000 + 4 * kAct + 7 * kMiB);
   EXPECT_EQ(r.per_rank[1].memory.activations_peak, 2 * kAct);
 }
 

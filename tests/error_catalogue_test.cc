@@ -288,7 +288,7 @@ std::vector<Case> Catalogue() {
                   "over the limit of 2^23 (8388608)"));
   c.push_back(Row("planner_absurd_global_batch", kPlanner, {kGoodModel},
                   "--model {dir}/m.json --gpus 8 --global-batch 1000000000", 4,
-                  "planner: 56 configurations, 32 simulated, none can run (the report says why)"));
+                  "planner: 140 configurations, 84 simulated, none can run (the report says why)"));
   c.back().output =
       "micro-batches = 125000000 (stage, micro-batch) pairs is over the limit of 2^23";
   // --- zero layers, more stages than layers, GPUs not divisible -------------
@@ -312,12 +312,12 @@ std::vector<Case> Catalogue() {
       Row("plan_gpus_not_stages_times_replicas", kSimulator,
           {{"p.json", Baseline("\"gpus\": 8", "\"gpus\": 6")}},
           "--model {ex}/gpt-7b.json --plan {dir}/p.json", 1,
-          "--plan: {dir}/p.json: gpus: is 6, expected pipeline_stages x data_parallel = 2 x 4"));
+          "--plan: {dir}/p.json: gpus: is 6, expected pipeline_stages x data_parallel = 1 x 8"));
   // Found by fuzz_plan: this message once came out as an internal error.
   c.push_back(Row("plan_actions_stage_without_forward", kSimulator,
                   {{"p.json", Baseline(" 0B52 ", " 8B52 ")}},
                   "--model {ex}/gpt-7b.json --plan {dir}/p.json", 1,
-                  "--plan: {dir}/p.json: actions: stage 2 has no forward (the largest stage index "
+                  "--plan: {dir}/p.json: actions: stage 1 has no forward (the largest stage index "
                   "is 8, so stages 0..8 exist)"));
   c.push_back(Row("global_batch_not_divisible", kPlanner, {kGoodModel},
                   "--model {dir}/m.json --gpus 8 --global-batch 8 --microbatch-sizes 3", 1,
@@ -325,7 +325,7 @@ std::vector<Case> Catalogue() {
                   "degree on 8 GPUs"));
   c.push_back(Row("plan_for_a_smaller_model", kSimulator, {kGoodModel},
                   "--model {dir}/m.json --plan {ex}/baselines/gpt-7b-8gpu.plan.json", 1,
-                  "partition stage 0 holds layers 0-16: stages must be non-empty, contiguous and "
+                  "partition stage 0 holds layers 0-33: stages must be non-empty, contiguous and "
                   "within layers 0-7"));
   // --- unknown presets and names --------------------------------------------
   c.push_back(Row(
@@ -348,6 +348,35 @@ std::vector<Case> Catalogue() {
   c.push_back(Row("unknown_precision", kSimulator, {kGoodModel},
                   std::string(kSim) + " --precision fp4", 2,
                   "--precision: 'fp4' is not one of bf16, fp16, fp32"));
+  // Memory settings (issue 14): ZeRO level, main-gradient precision, reserve
+  // and allocator margin. Single bad values are usage errors naming the flag.
+  c.push_back(Row("flag_zero_out_of_range", kSimulator, {kGoodModel},
+                  std::string(kSim) + " --zero 4", 2, "--zero: Value 4 not in range 0 to 3"));
+  c.push_back(Row("flag_zero_out_of_range_planner", kPlanner, {kGoodModel},
+                  "--model {dir}/m.json --gpus 2 --global-batch 8 --zero 1,5", 2,
+                  "--zero: Value 5 not in range 0 to 3"));
+  c.push_back(Row("flag_unknown_grad_dtype", kSimulator, {kGoodModel},
+                  std::string(kSim) + " --grad-dtype fp8", 2,
+                  "--grad-dtype: 'fp8' is not one of fp32, bf16, fp16"));
+  c.push_back(Row("grad_dtype_half_with_fp32_training", kSimulator, {kGoodModel},
+                  std::string(kSim) + " --precision fp32 --grad-dtype bf16", 1,
+                  "--grad-dtype is 'bf16' but --precision is fp32"));
+  c.push_back(Row("flag_negative_reserve", kSimulator, {kGoodModel},
+                  std::string(kSim) + " --memory-reserve-gb -1", 2,
+                  "--memory-reserve-gb: '-1' is not a number of GiB from 0 to 1048576"));
+  c.push_back(Row("flag_headroom_as_percent", kPlanner, {kGoodModel},
+                  "--model {dir}/m.json --gpus 2 --global-batch 8 --memory-headroom 5", 2,
+                  "--memory-headroom: '5' is not a number of fraction of capacity from 0 to 0.9"));
+  c.push_back(Row("reserve_leaves_nothing", kSimulator, {kGoodModel},
+                  std::string(kSim) + " --cluster h100-sxm --memory-reserve-gb 80", 1,
+                  "the runtime reserve 80.00 GiB (--memory-reserve-gb) and allocator margin 3.96 "
+                  "GiB (--memory-headroom 0.05) leave nothing of the 79.11 GiB GPU"));
+  c.push_back(Row(
+      "cluster_headroom_of_one", kSimulator,
+      {kGoodModel,
+       {"c.json",
+        ClusterWith("\"peak_tflops\": 989", "\"memory_headroom\": 1, \"peak_tflops\": 989")}},
+      std::string(kSim) + " --cluster {dir}/c.json", 1, "gpu.memory_headroom: must be below 1"));
   // --- schedules that deadlock ----------------------------------------------
   c.push_back(
       Row("schedule_deadlock_cycle", kSimulator,
@@ -355,9 +384,9 @@ std::vector<Case> Catalogue() {
           "--model {dir}/m.json --schedule-in {dir}/s.txt", 1,
           "schedule 'custom' can never finish: stuck are rank 0 at 0B0, rank 1 at 1B0; these "
           "ops wait on each other in a cycle"));
-  c.push_back(Row("plan_deadlock", kSimulator, {{"p.json", Baseline("\"1F0 1B0 ", "\"1B0 1F0 ")}},
+  c.push_back(Row("plan_deadlock", kSimulator, {{"p.json", Baseline("\"0F0 0B0 ", "\"0B0 0F0 ")}},
                   "--model {ex}/gpt-7b.json --plan {dir}/p.json", 1,
-                  "can never finish: stuck are rank 0 at 0B0, rank 1 at 1B0"));
+                  "can never finish: stuck are rank 0 at 0B0"));
   // --- unwritable outputs: nothing half-written, no temporary file -----------
   c.push_back(Row("trace_into_missing_folder", kSimulator, {kGoodModel},
                   std::string(kSim) + " --trace {dir}/missing/t.json", 1,
@@ -398,15 +427,15 @@ std::vector<Case> Catalogue() {
                   "p.json: not valid JSON: parse error at line 1, column 12"));
   c.push_back(Row("validator_plan_for_a_smaller_model", kValidator, {kGoodModel},
                   "--model {dir}/m.json --plan {ex}/baselines/gpt-7b-8gpu.plan.json", 1,
-                  "partition stage 0 holds layers 0-16: stages must be non-empty, contiguous and "
+                  "partition stage 0 holds layers 0-33: stages must be non-empty, contiguous and "
                   "within layers 0-7"));
   c.push_back(Row("validator_model_missing", kValidator, {},
                   "--model {dir}/nope.json --plan {ex}/baselines/gpt-7b-8gpu.plan.json", 1,
                   "cannot read '{dir}/nope.json': No such file or directory"));
   c.push_back(Row("validator_plan_deadlock", kValidator,
-                  {{"p.json", Baseline("\"1F0 1B0 ", "\"1B0 1F0 ")}},
+                  {{"p.json", Baseline("\"0F0 0B0 ", "\"0B0 0F0 ")}},
                   "--model {ex}/gpt-7b.json --plan {dir}/p.json", 1,
-                  "can never finish: stuck are rank 0 at 0B0, rank 1 at 1B0"));
+                  "can never finish: stuck are rank 0 at 0B0"));
   c.push_back(Row("validator_unknown_backend", kValidator, {}, v7b + " --backend tpu", 2,
                   "--backend: 'tpu' is not one of cpu, mpi, cuda"));
   c.push_back(

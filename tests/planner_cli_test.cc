@@ -61,6 +61,29 @@ TEST_F(PlannerCli, ChoosesAPlanAndSimulatorReplaysItExactly) {
   EXPECT_EQ(result, plan["predicted"]);
 }
 
+TEST_F(PlannerCli, PinnedZeroLevelAndTheReserveTravelInThePlanAndReplay) {
+  // Given --zero 1 on h100-sxm with a 2 GiB reserve, the plan records the
+  // level and the embedded cluster the reserve; simulator --plan reuses both.
+  const std::string plan_path = dir_.File("plan.json");
+  ToolRun run = Plan("--model " + Toy() +
+                     " --gpus 8 --cluster h100-sxm --global-batch 16 --zero 1 "
+                     "--memory-reserve-gb 2 --out " +
+                     Quote(plan_path));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("zero=1"));
+  EXPECT_THAT(run.out, HasSubstr("2.00 GiB runtime reserve"));
+  json plan = json::parse(ReadText(plan_path));
+  EXPECT_EQ(plan["memory"]["zero"], 1);
+  EXPECT_EQ(plan["cluster"]["gpu"]["memory_reserve_bytes"], int64_t{2} << 30);
+  ToolRun replay = Sim("--model " + Toy() + " --plan " + Quote(plan_path) + " --json");
+  ASSERT_EQ(replay.exit_code, 0) << replay.err;
+  json result = json::parse(replay.out);
+  EXPECT_EQ(result["zero"], 1);
+  EXPECT_EQ(result["memory_reserve_bytes"], int64_t{2} << 30);
+  result.erase("critical_path");
+  EXPECT_EQ(result, plan["predicted"]);
+}
+
 TEST_F(PlannerCli, DefaultClusterIsNamedOnStderrAndInTheReport) {
   ToolRun run = Plan("--model " + Toy() + " --gpus 8 --global-batch 16");
   ASSERT_EQ(run.exit_code, 0) << run.err;

@@ -79,6 +79,30 @@ TEST_F(SimulatorCli, ScheduleOutThenScheduleInReproducesTheResult) {
   EXPECT_EQ(a, b);
 }
 
+TEST_F(SimulatorCli, ZeroOneNamesItsCollectivesAndTheLimitItsParts) {
+  ToolRun run = Sim("--model " + Toy() +
+                    " --stages 4 --microbatches 8 --cluster h100-sxm --data-parallel 2 --zero 1 "
+                    "--memory-reserve-gb 2 --memory-headroom 0.1");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("reduce-scatter"));
+  EXPECT_THAT(run.out, HasSubstr("parameter all-gather"));
+  EXPECT_THAT(run.out, HasSubstr("data parallelism    ZeRO 1 over d = 2"));
+  EXPECT_THAT(run.out, HasSubstr("2.00 GiB runtime reserve"));
+  EXPECT_THAT(run.out, HasSubstr("(10% of capacity)"));
+  EXPECT_THAT(run.out, HasSubstr("total peak  reserve"));
+  ToolRun j = Sim("--model " + Toy() +
+                  " --stages 4 --microbatches 8 --cluster h100-sxm --data-parallel 2 --zero 1 "
+                  "--grad-dtype bf16 --json");
+  ASSERT_EQ(j.exit_code, 0) << j.err;
+  json r = json::parse(j.out);
+  EXPECT_EQ(r["zero"], 1);
+  // 2 layers x 50M parameters a rank; bf16 main gradients: 2 B each.
+  EXPECT_EQ(r["stages"][0]["memory"]["gradients_bytes"], 200'000'000);
+  // Optimizer: (12 + 4 B fp32 gradient copy) / 2 replicas.
+  EXPECT_EQ(r["stages"][0]["memory"]["optimizer_bytes"], 800'000'000);
+  EXPECT_TRUE(r["stages"][0]["fits_memory"].get<bool>());
+}
+
 TEST_F(SimulatorCli, TraceIsValidJson) {
   const std::string trace = dir_.File("t.json");
   ToolRun run = Sim("--model " + Toy() + " --stages 4 --microbatches 4 --trace " + Quote(trace));

@@ -108,6 +108,22 @@ int main(int argc, char** argv) {
                  "optimizer, for bytes per parameter: adam, sgd or sgd-nomomentum")
       ->check(pipecast::OneOf({"adam", "sgd", "sgd-nomomentum"}))
       ->capture_default_str();
+  app.add_option("--grad-dtype", f.grad_dtype,
+                 "main-gradient precision: fp32 (Megatron's default) or bf16 (docs/simulator.md)")
+      ->check(pipecast::OneOf({"fp32", "bf16", "fp16"}))
+      ->capture_default_str();
+  app.add_option("--zero", f.zero,
+                 "comma list of ZeRO levels to try: 0 none, 1 optimizer state (Megatron's "
+                 "distributed optimizer), 2 also gradients, 3 also parameters (FSDP) (default: "
+                 "0,1,3 when d > 1)")
+      ->delimiter(',')
+      ->check(CLI::Range(0, 3));
+  app.add_option("--memory-reserve-gb", f.memory_reserve_gb,
+                 "override the per-GPU runtime reserve (CUDA context, cuBLAS, NCCL), in GiB")
+      ->check(pipecast::FiniteRange(pipecast::kMaxMemoryGiB, "GiB"));
+  app.add_option("--memory-headroom", f.memory_headroom,
+                 "override the allocator margin, a fraction of capacity (presets: 0.05)")
+      ->check(pipecast::FiniteRange(pipecast::kMaxMemoryHeadroom, "fraction of capacity"));
   app.add_flag("--json", f.json, "print one JSON object instead of the text report");
   app.add_option("--out", f.out, "write the chosen plan (pipecast-plan/1) here")
       ->check(pipecast::OutputPath());

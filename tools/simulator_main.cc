@@ -94,6 +94,26 @@ int main(int argc, char** argv) {
                      "optimizer, for bytes per parameter: adam, sgd or sgd-nomomentum")
           ->check(pipecast::OneOf({"adam", "sgd", "sgd-nomomentum"}))
           ->capture_default_str();
+  CLI::Option* grad_dtype =
+      app.add_option(
+             "--grad-dtype", f.grad_dtype,
+             "main-gradient precision: fp32 (Megatron's default) or bf16 (docs/simulator.md)")
+          ->check(pipecast::OneOf({"fp32", "bf16", "fp16"}))
+          ->capture_default_str();
+  CLI::Option* zero = app.add_option("--zero", f.zero,
+                                     "ZeRO level over the data-parallel replicas: 0 none, 1 "
+                                     "optimizer state (Megatron's distributed optimizer), 2 also "
+                                     "gradients, 3 also parameters (FSDP)")
+                          ->check(CLI::Range(0, 3))
+                          ->capture_default_str();
+  CLI::Option* memory_reserve =
+      app.add_option("--memory-reserve-gb", f.memory_reserve_gb,
+                     "override the per-GPU runtime reserve (CUDA context, cuBLAS, NCCL), in GiB")
+          ->check(pipecast::FiniteRange(pipecast::kMaxMemoryGiB, "GiB"));
+  CLI::Option* memory_headroom =
+      app.add_option("--memory-headroom", f.memory_headroom,
+                     "override the allocator margin, a fraction of capacity (presets: 0.05)")
+          ->check(pipecast::FiniteRange(pipecast::kMaxMemoryHeadroom, "fraction of capacity"));
   app.add_option("--trace", f.trace_path, "write a Chrome trace (Perfetto) of the timeline")
       ->check(pipecast::OutputPath());
   app.add_option("--report", f.report_path,
@@ -109,7 +129,8 @@ int main(int argc, char** argv) {
       "data-parallel degree, recomputation and cluster; --model is still required");
   for (CLI::Option* fixed :
        {stages, microbatches, schedule, chunks, recompute, microbatch_size, partition, cluster,
-        memory_gb, data_parallel, optimizer_step, schedule_in, precision, optimizer}) {
+        memory_gb, data_parallel, optimizer_step, schedule_in, precision, optimizer, grad_dtype,
+        zero, memory_reserve, memory_headroom}) {
     plan->excludes(fixed);
   }
   app.add_flag("--json", f.json, "print one JSON object instead of the summary");

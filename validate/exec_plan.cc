@@ -108,7 +108,8 @@ Result<ExecPlan> BuildExecPlan(const Model& model, const PlanFile& plan, const S
     ExecStage st;
     st.rank = r;
     const MemoryBreakdown& m = predicted.per_rank[r].memory;
-    st.static_bytes = m.weights + m.gradients + m.optimizer + m.stashed_weights;
+    st.static_bytes =
+        m.weights + m.gradients + m.optimizer + m.stashed_weights + m.gathered_weights;
     for (const Action& a : schedule.actions[r]) {
       ExecOp op;
       op.action = a;

@@ -38,8 +38,8 @@ TEST(ExecPlan, TwoStage1F1BHasTheMessagesOfEachBoundary) {
   EXPECT_EQ(b1.send.peer_rank, 0);
   EXPECT_EQ(b1.send.tag, MessageTag(0, 0, true, 2));
   EXPECT_EQ(b1.predicted_ns, 4'000'000);
-  // Static memory: 2 layers x 1000 parameters x 16 bytes.
-  EXPECT_EQ(ep.per_rank[0].static_bytes, 32'000);
+  // Static memory: 2 layers x 1000 parameters x 18 bytes (the default).
+  EXPECT_EQ(ep.per_rank[0].static_bytes, 36'000);
 }
 
 TEST(ExecPlan, TagsAreUniquePerStageMicrobatchAndDirection) {

@@ -141,7 +141,7 @@ Result<ValidationResult> RunValidation(const ValidatorOptions& options, Backend*
 
   out.memory_limit_bytes = options.memory_limit_mb >= 0
                                ? static_cast<Bytes>(std::llround(options.memory_limit_mb * kMiB))
-                               : out.cluster.gpu.memory_bytes;
+                               : MemoryLimitBytes(out.cluster.gpu);
   std::unique_ptr<OpWork> owned;
   OpWork* work = work_override;
   if (work == nullptr && !backend->OwnOpsDescription().empty()) {

@@ -42,10 +42,12 @@ constexpr double kMemoryTolerance = 0.01;
 constexpr double kRealLayerTimeTolerance = 0.75;
 
 // A busy-work model: 4 layers, 2 ms forward, 4 ms backward, 4 MiB kept per
-// layer and micro-batch, 5M parameters a layer (80 MB of weights, gradients
-// and optimizer state: with --memory-gb 0.25 one GPU cannot hold the four
-// layers' 305 MiB, so the planner must split them over 2 stages; GPipe's
-// 8 micro-batches then need about 218 MiB a stage).
+// layer and micro-batch, 5M parameters a layer (90 MB of weights, gradients
+// and optimizer state at 18 bytes a parameter: with --memory-gb 0.25 one GPU
+// cannot hold the four layers' 343 MiB, so the planner must split them over 2
+// stages; GPipe's 8 micro-batches then need about 236 MiB a stage). --zero 0:
+// unsharded, so the plan is a 2-stage pipeline the validator runs whole
+// (sharding over 2 replicas would fit one stage).
 std::string BusyModel() {
   nlohmann::json layers = nlohmann::json::array();
   for (int i = 0; i < 4; ++i) {
@@ -71,7 +73,7 @@ std::string Plan(const TempDir& dir, const std::string& schedule) {
   cli_test::ToolRun r =
       RunTool(dir, PIPECAST_PLANNER_BIN,
               "--model " + Quote(model) +
-                  " --gpus 2 --cluster local "
+                  " --gpus 2 --cluster local --zero 0 "
                   "--schedules " +
                   schedule + " --memory-gb 0.25 --recompute off --out " + Quote(plan));
   EXPECT_EQ(r.exit_code, 0) << r.err;
@@ -212,13 +214,12 @@ constexpr double kMpiSenderHeldBytes = 8 * 64 * 128 * 4;
 
 // The loop of issue 6 from the start: `profiler cpu` measures a small MLP
 // workload; the validator then runs those very layers. --memory-gb 0.0075
-// (8.05 MB) cannot hold the 4 layers' 8.4 MB of weights, gradients and Adam
-// state on one GPU, so the planner splits them over 2 stages; GPipe keeps all
-// 8 micro-batches' activations (2 layers x 8 x 295 KB on a stage), so it gets
-// 0.012 GB, still too little for one stage. 64 tokens a sample make each op
-// about a millisecond: with 16 tokens (~0.2 ms ops) the per-op hand-off
-// between threads alone put the measured iteration 55-70% over the forecast
-// on a quiet machine, against 5-15% with 64.
+// (8.05 MB) cannot hold the 4 layers' 9.5 MB of weights, gradients and Adam
+// state (18 bytes a parameter, unsharded: --zero 0) on one GPU, so the planner splits them over 2
+// stages; GPipe keeps all 8 micro-batches' activations (2 layers x 8 x 295 KB on a stage), so it
+// gets 0.012 GB, still too little for one stage. 64 tokens a sample make each op about a
+// millisecond: with 16 tokens (~0.2 ms ops) the per-op hand-off between threads alone put the
+// measured iteration 55-70% over the forecast on a quiet machine, against 5-15% with 64.
 std::string ProfileAndPlan(const TempDir& dir, const std::string& schedule) {
   const std::string model = dir.File("model.json");
   cli_test::ToolRun prof =
@@ -231,7 +232,7 @@ std::string ProfileAndPlan(const TempDir& dir, const std::string& schedule) {
   cli_test::ToolRun r =
       RunTool(dir, PIPECAST_PLANNER_BIN,
               "--model " + Quote(model) +
-                  " --gpus 2 --cluster local "
+                  " --gpus 2 --cluster local --zero 0 "
                   "--schedules " +
                   schedule + " --memory-gb " + (schedule == "gpipe" ? "0.012" : "0.0075") +
                   " --recompute off --out " + Quote(plan));
