@@ -36,6 +36,18 @@ std::string LayerSpan(const Model& model, const StageLayers& s) {
 }
 
 // "80.00 GiB per GPU (h100-sxm)" or "unlimited memory (ideal)".
+std::string RecomputeText(Recompute r) {
+  switch (r) {
+    case Recompute::kOff:
+      return "off";
+    case Recompute::kSelective:
+      return "selective (the attention core is rerun in the backward)";
+    case Recompute::kFull:
+      return "full (each layer's input kept; layers rerun one at a time in the backward)";
+  }
+  return "off";
+}
+
 std::string CapacityText(const Cluster& cluster) {
   const Bytes b = cluster.gpu.memory_bytes;
   if (b <= 0) return fmt::format("unlimited memory ({})", cluster.name);
@@ -58,7 +70,7 @@ std::string ChosenText(const PlanReport& report, const Model& model) {
       "  micro-batches        {} of size {} (global batch {} = {} x {} x {}: size x count x d)\n",
       c.microbatches, c.microbatch_size, r.global_batch, c.microbatch_size, c.microbatches,
       c.data_parallel);
-  out += fmt::format("  recomputation        {}\n", c.recompute ? "on (full)" : "off");
+  out += fmt::format("  recomputation        {}\n", RecomputeText(c.recompute));
   out += fmt::format(
       "  iteration time       {:.3f} ms (pipeline {:.3f} ms, all-reduce {:.3f} ms, optimizer "
       "{:.3f} ms)\n",
@@ -208,7 +220,7 @@ Json CandidateJson(const Candidate& c, const Model& model, bool with_predicted) 
   j["chunks"] = c.chunks;
   j["microbatch_size"] = c.microbatch_size;
   j["microbatches"] = c.microbatches;
-  j["recompute"] = c.recompute;
+  j["recompute"] = RecomputeName(c.recompute);
   j["partition"] = PartitionJson(model, c.partition);
   if (!c.result) return j;
   const SimResult& r = *c.result;

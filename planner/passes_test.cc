@@ -162,7 +162,7 @@ TEST(PassPrune, BoundIsExactForEqualStagesOnIdealAndNeverAboveTheSimulation) {
     auto r = Simulate(model, IdealCluster(), *sched, CandidateSimOptions(c, o));
     ASSERT_TRUE(r.ok());
     EXPECT_LE(c.lower_bound_ns, r->iteration_ns) << c.Label();
-    if (c.schedule != ScheduleKind::kNaive && !c.recompute) {
+    if (c.schedule != ScheduleKind::kNaive && c.recompute == Recompute::kOff) {
       EXPECT_EQ(c.lower_bound_ns, r->iteration_ns) << c.Label();  // (m+p-1)(F+B)
     }
   }

@@ -255,7 +255,8 @@ Result<SimResult> SimulateWith(EngineFn engine, const Model& model, const Cluste
   PIPECAST_RETURN_IF_ERROR(options.Validate());
   PIPECAST_RETURN_IF_ERROR(ValidateSchedule(schedule));
   if (model.layers.empty()) return Status::InvalidArgument("the model has no layers");
-  const StageCostTable table(model, StageCostOptions{options.microbatch_size, options.recompute});
+  const StageCostTable table(
+      model, StageCostOptions{options.microbatch_size, options.recompute, schedule.split_backward});
   Result<std::vector<StageLayers>> partition = ResolvePartition(table, schedule, options);
   if (!partition.ok()) return partition.status();
 

@@ -335,6 +335,18 @@ std::vector<Case> Catalogue() {
   c.push_back(Row("unknown_schedule_planner", kPlanner, {kGoodModel},
                   "--model {dir}/m.json --gpus 8 --global-batch 8 --schedules 1f1b,zigzag", 1,
                   "--schedules: unknown schedule 'zigzag'"));
+  c.push_back(Row("unknown_recompute", kSimulator, {kGoodModel},
+                  std::string(kSim) + " --recompute layer", 2,
+                  "--recompute: layer not in {off,selective,full}"));
+  c.push_back(Row("unknown_recompute_planner", kPlanner, {kGoodModel},
+                  "--model {dir}/m.json --gpus 8 --global-batch 8 --recompute some", 2,
+                  "--recompute: some not in {auto,off,selective,full,on}"));
+  c.push_back(
+      Row("checkpoint_over_activations", kSimulator,
+          {{"m.json", Model(8, R"({"microbatch_size": 1, "forward_us": 100, "backward_us": 200, )"
+                               R"("activation_bytes": 1024, "output_bytes": 512, )"
+                               R"("checkpoint_bytes": 999999})")}},
+          kSim, 1, "layers[0].profiles[0].checkpoint_bytes: 999999 is more than activation_bytes"));
   c.push_back(Row("unknown_precision", kSimulator, {kGoodModel},
                   std::string(kSim) + " --precision fp4", 1, "--precision is 'fp4'"));
   // --- schedules that deadlock ----------------------------------------------

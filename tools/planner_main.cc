@@ -105,9 +105,11 @@ Result<PlannerOptions> MakeOptions(const Flags& flags) {
   }
   o.microbatch_sizes = flags.microbatch_sizes;
   o.chunks = flags.chunks;
-  o.recompute = flags.recompute == "on"    ? RecomputeMode::kOn
-                : flags.recompute == "off" ? RecomputeMode::kOff
-                                           : RecomputeMode::kAuto;
+  // "on" is the older name of full, kept so existing commands still run.
+  o.recompute = flags.recompute == "off"                               ? RecomputeMode::kOff
+                : flags.recompute == "selective"                       ? RecomputeMode::kSelective
+                : flags.recompute == "full" || flags.recompute == "on" ? RecomputeMode::kFull
+                                                                       : RecomputeMode::kAuto;
   o.top_k = flags.top;
   o.threads = flags.threads;
   o.optimizer_step_ns = UsToNs(flags.optimizer_step_us);
@@ -293,8 +295,9 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->check(CLI::PositiveNumber);
   app.add_option("--recompute", f.recompute,
-                 "activation recomputation: auto (try off and on), off or on")
-      ->check(CLI::IsMember({"auto", "off", "on"}))
+                 "activation recomputation: auto (search off, selective and full), off, selective "
+                 "(the attention core) or full (layer by layer); on = full")
+      ->check(CLI::IsMember({"auto", "off", "selective", "full", "on"}))
       ->capture_default_str();
   app.add_option("--top", f.top, "runners-up to keep besides the choice")
       ->check(CLI::NonNegativeNumber)

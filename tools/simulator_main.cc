@@ -41,7 +41,7 @@ struct Flags {
   int microbatches = 0;  // 0: from --schedule-in, else the number of stages
   std::string schedule = "1f1b";
   int chunks = 0;  // v, model chunks per GPU; 0: 2 for interleaved and looped-bfs, else 1
-  bool recompute = false;
+  std::string recompute = "off";
   int microbatch_size = 1;
   std::string partition;
   std::string cluster;  // empty: the preset named by the model's source.device, else ideal
@@ -143,7 +143,7 @@ Result<Setup> SetupFromFlags(const Flags& flags, const Model& model) {
   s.options.microbatch_size = flags.microbatch_size;
   s.options.data_parallel = flags.data_parallel;
   s.options.optimizer_step_ns = UsToNs(flags.optimizer_step_us);
-  s.options.recompute = flags.recompute;
+  s.options.recompute = *ParseRecompute(flags.recompute);  // checked by the flag
   auto memory = MemoryConfigFor(flags.precision, flags.optimizer);
   if (!memory.ok()) return memory.status();
   s.options.memory = *memory;
@@ -236,9 +236,14 @@ int main(int argc, char** argv) {
       app.add_option("--chunks", f.chunks,
                      "model chunks per GPU (v) for interleaved and looped-bfs (default 2)")
           ->check(CLI::PositiveNumber);
-  CLI::Option* recompute = app.add_flag(
-      "--recompute", f.recompute,
-      "full activation recomputation: keep only stage inputs, rerun the forward in the backward");
+  CLI::Option* recompute =
+      app.add_option("--recompute", f.recompute,
+                     "activation recomputation: off (default), selective (rerun the attention "
+                     "core) or full (keep each layer's input, rerun layer by layer); a bare "
+                     "--recompute means full")
+          ->expected(0, 1)
+          ->default_str("full")
+          ->check(CLI::IsMember({"off", "selective", "full"}));
   CLI::Option* microbatch_size =
       app.add_option("--microbatch-size", f.microbatch_size,
                      "samples per micro-batch; unmeasured sizes are interpolated")
