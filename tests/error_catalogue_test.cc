@@ -341,6 +341,10 @@ std::vector<Case> Catalogue() {
   c.push_back(Row("unknown_recompute_planner", kPlanner, {kGoodModel},
                   "--model {dir}/m.json --gpus 8 --global-batch 8 --recompute some", 2,
                   "--recompute: some not in {auto,off,selective,full,on}"));
+  c.push_back(Row("unknown_attention_profiler", kProfiler, {},
+                  "analytic --name x --layers 2 --hidden 64 --heads 8 --seq 8 --vocab 8 "
+                  "--attention sparse",
+                  2, "--attention: sparse not in {flash,eager}"));
   c.push_back(
       Row("checkpoint_over_activations", kSimulator,
           {{"m.json", Model(8, R"({"microbatch_size": 1, "forward_us": 100, "backward_us": 200, )"
