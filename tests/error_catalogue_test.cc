@@ -305,7 +305,7 @@ std::vector<Case> Catalogue() {
           "--plan: {dir}/p.json: gpus: is 6, expected pipeline_stages x data_parallel = 2 x 4"));
   // Found by fuzz_plan: this message once came out as an internal error.
   c.push_back(Row("plan_actions_stage_without_forward", kSimulator,
-                  {{"p.json", Baseline(" 0B52 ", " 8B52 ")}},
+                  {{"p.json", Baseline(" 0I52 ", " 8I52 ")}},
                   "--model {ex}/gpt-7b.json --plan {dir}/p.json", 1,
                   "--plan: {dir}/p.json: actions: stage 2 has no forward (the largest stage index "
                   "is 8, so stages 0..8 exist)"));
@@ -315,7 +315,7 @@ std::vector<Case> Catalogue() {
                   "degree on 8 GPUs"));
   c.push_back(Row("plan_for_a_smaller_model", kSimulator, {kGoodModel},
                   "--model {dir}/m.json --plan {ex}/baselines/gpt-7b-8gpu.plan.json", 1,
-                  "partition stage 0 holds layers 0-16: stages must be non-empty, contiguous and "
+                  "partition stage 0 holds layers 0-17: stages must be non-empty, contiguous and "
                   "within layers 0-7"));
   // --- unknown presets and names --------------------------------------------
   c.push_back(Row(
@@ -351,6 +351,11 @@ std::vector<Case> Catalogue() {
                                R"("activation_bytes": 1024, "output_bytes": 512, )"
                                R"("checkpoint_bytes": 999999})")}},
           kSim, 1, "layers[0].profiles[0].checkpoint_bytes: 999999 is more than activation_bytes"));
+  c.push_back(Row("plan_recompute_unknown", kSimulator,
+                  {{"p.json", Baseline("\"recompute\": \"off\"", "\"recompute\": \"on\"")}},
+                  "--model {ex}/gpt-7b.json --plan {dir}/p.json", 1,
+                  "recompute: expected \"off\", \"selective\" or \"full\" (or true/false, as "
+                  "older plans wrote it), got string \"on\""));
   c.push_back(Row("unknown_precision", kSimulator, {kGoodModel},
                   std::string(kSim) + " --precision fp4", 1, "--precision is 'fp4'"));
   // --- schedules that deadlock ----------------------------------------------
@@ -360,9 +365,9 @@ std::vector<Case> Catalogue() {
           "--model {dir}/m.json --schedule-in {dir}/s.txt", 1,
           "schedule 'custom' can never finish: stuck are rank 0 at 0B0, rank 1 at 1B0; these "
           "ops wait on each other in a cycle"));
-  c.push_back(Row("plan_deadlock", kSimulator, {{"p.json", Baseline("\"1F0 1B0 ", "\"1B0 1F0 ")}},
+  c.push_back(Row("plan_deadlock", kSimulator, {{"p.json", Baseline("\"1F0 1I0 ", "\"1I0 1F0 ")}},
                   "--model {ex}/gpt-7b.json --plan {dir}/p.json", 1,
-                  "can never finish: stuck are rank 0 at 0B0, rank 1 at 1B0"));
+                  "can never finish: stuck are rank 0 at 0I0, rank 1 at 1I0"));
   // --- unwritable outputs: nothing half-written, no temporary file -----------
   c.push_back(Row("trace_into_missing_folder", kSimulator, {kGoodModel},
                   std::string(kSim) + " --trace {dir}/missing/t.json", 1,
@@ -403,15 +408,15 @@ std::vector<Case> Catalogue() {
                   "p.json: not valid JSON: parse error at line 1, column 12"));
   c.push_back(Row("validator_plan_for_a_smaller_model", kValidator, {kGoodModel},
                   "--model {dir}/m.json --plan {ex}/baselines/gpt-7b-8gpu.plan.json", 1,
-                  "partition stage 0 holds layers 0-16: stages must be non-empty, contiguous and "
+                  "partition stage 0 holds layers 0-17: stages must be non-empty, contiguous and "
                   "within layers 0-7"));
   c.push_back(Row("validator_model_missing", kValidator, {},
                   "--model {dir}/nope.json --plan {ex}/baselines/gpt-7b-8gpu.plan.json", 1,
                   "cannot read '{dir}/nope.json': No such file or directory"));
   c.push_back(Row("validator_plan_deadlock", kValidator,
-                  {{"p.json", Baseline("\"1F0 1B0 ", "\"1B0 1F0 ")}},
+                  {{"p.json", Baseline("\"1F0 1I0 ", "\"1I0 1F0 ")}},
                   "--model {ex}/gpt-7b.json --plan {dir}/p.json", 1,
-                  "can never finish: stuck are rank 0 at 0B0, rank 1 at 1B0"));
+                  "can never finish: stuck are rank 0 at 0I0, rank 1 at 1I0"));
   c.push_back(Row("validator_unknown_backend", kValidator, {}, v7b + " --backend tpu", 2,
                   "--backend: tpu not in {cpu,mpi,cuda}"));
   c.push_back(
