@@ -48,14 +48,13 @@ constexpr int kVocab = 50304;
 constexpr double kTolerance = 0.10;
 
 Model PaperModel(const Row& row) {
-  TransformerSpec spec;
-  spec.name = row.name;
-  spec.layers = row.layers;
-  spec.hidden = row.hidden;
-  spec.heads = row.heads;
-  spec.sequence_length = kSequence;
-  spec.vocab = kVocab;
-  spec.microbatch_sizes = {row.microbatch_size};
+  const TransformerSpec spec{.name = row.name,
+                             .layers = row.layers,
+                             .hidden = row.hidden,
+                             .heads = row.heads,
+                             .sequence_length = kSequence,
+                             .vocab = kVocab,
+                             .microbatch_sizes = {row.microbatch_size}};
   AnalyticOptions options;
   options.gpu_preset = "a100-80gb";
   options.attention = Attention::kEager;  // Megatron-LM as the paper ran it (2023)

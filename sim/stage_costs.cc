@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 
 namespace pipecast {
 
@@ -21,22 +22,19 @@ TimeNs StageCost::DurationNs(OpKind kind) const {
   return 0;
 }
 
+namespace {
+// The names of the granularities, in Recompute order: one table for both directions.
+constexpr const char* kRecomputeNames[] = {"off", "selective", "full"};
+}  // namespace
+
 const char* RecomputeName(Recompute recompute) {
-  switch (recompute) {
-    case Recompute::kOff:
-      return "off";
-    case Recompute::kSelective:
-      return "selective";
-    case Recompute::kFull:
-      return "full";
-  }
-  return "off";
+  return kRecomputeNames[static_cast<int>(recompute)];
 }
 
 std::optional<Recompute> ParseRecompute(std::string_view name) {
-  if (name == "off") return Recompute::kOff;
-  if (name == "selective") return Recompute::kSelective;
-  if (name == "full") return Recompute::kFull;
+  for (int i = 0; i < static_cast<int>(std::size(kRecomputeNames)); ++i) {
+    if (name == kRecomputeNames[i]) return static_cast<Recompute>(i);
+  }
   return std::nullopt;
 }
 
