@@ -20,6 +20,20 @@ int InflightMicrobatches(ScheduleKind schedule, int stage, int p, int m) {
 
 namespace {
 
+// In-flight activations of stage `stage`: micro-batches before their input gradient hold what
+// the forward kept, those past it (split backwards, when the model gives weight_grad_bytes)
+// what W keeps; plus one rebuild, and what I allocates beyond the forward's bytes.
+Bytes ActivationMemory(const StageCost& sc, const Candidate& c, int stage, int inflight) {
+  const ScheduleTraits& traits = TraitsOf(c.schedule);
+  if (!sc.weight_grad_known || traits.before_input_gradient == nullptr) {
+    return inflight * sc.held_bytes + sc.recomputed_bytes;
+  }
+  const int before =
+      std::min(inflight, traits.before_input_gradient(stage, c.pipeline_stages, c.microbatches));
+  return before * sc.held_bytes + (inflight - before) * sc.weight_grad_bytes +
+         sc.ActivationsAtStart(OpKind::kBackwardInput);
+}
+
 // The stage's costs and activation memory come from the simulator's model
 // (sim/stage_costs.h); the planner adds the schedule's in-flight count and
 // the communication buffers.
@@ -36,7 +50,7 @@ Bytes StageMemory(const StageCostTable& t, const Candidate& c, const MemoryConfi
       c.schedule == ScheduleKind::kPipeDream
           ? (inflight - 1) * ParameterBytes(sc.parameters, memory.weight_bytes_per_param)
           : 0;
-  return fixed + stashed + inflight * sc.held_bytes + sc.recomputed_bytes + sc.workspace_bytes +
+  return fixed + stashed + ActivationMemory(sc, c, stage, inflight) + sc.workspace_bytes +
          sc.input_bytes + output;
 }
 
