@@ -263,7 +263,7 @@ Result<SimResult> SimulateWith(EngineFn engine, const Model& model, const Cluste
   SimResult result;
   const std::vector<StageCost> costs = table.Stages(*partition);
   result.notes = table.Notes();
-  result.costs_measured = result.notes.empty();
+  result.costs_measured = table.CostsMeasured();
   PIPECAST_RETURN_IF_ERROR(CheckSplitBackward(schedule, *partition, costs));
   PIPECAST_RETURN_IF_ERROR(FillStatic(cluster, schedule, options, *partition, costs, &result));
 

@@ -294,6 +294,7 @@ TEST(SimulatorHandWorked, InputGradientFreesWhatTheWeightGradientDoesNotKeep) {
   EXPECT_EQ(old->per_rank[0].memory.activations_peak, 2 * kAct);
   ASSERT_EQ(old->notes.size(), 1u);
   EXPECT_THAT(old->notes[0], HasSubstr("give no weight_grad_bytes"));
+  EXPECT_TRUE(old->costs_measured);  // an estimated memory rule, not an interpolated cost
 }
 
 TEST(SimulatorDeadlock, OpBeforeItsOwnForwardIsNamed) {

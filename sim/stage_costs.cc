@@ -180,6 +180,11 @@ std::vector<StageCost> StageCostTable::Stages(const std::vector<StageLayers>& pa
   return costs;
 }
 
+bool StageCostTable::CostsMeasured() const {
+  return std::all_of(layers_.begin(), layers_.end(),
+                     [](const LayerCost& c) { return c.origin == CostOrigin::kMeasured; });
+}
+
 std::vector<std::string> StageCostTable::Notes() const {
   int interpolated = 0, extrapolated = 0;
   for (const LayerCost& c : layers_) {

@@ -136,6 +136,9 @@ class StageCostTable {
   // backward (the figure is then estimated by the older rule), or a
   // recomputation that changes nothing.
   std::vector<std::string> Notes() const;
+  // True when every layer's costs were measured at this size (none
+  // interpolated or extrapolated).
+  bool CostsMeasured() const;
 
  private:
   // Sums over layers [0, l) at index l.

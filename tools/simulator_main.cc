@@ -242,8 +242,9 @@ int main(int argc, char** argv) {
                      "core) or full (keep each layer's input, rerun layer by layer); a bare "
                      "--recompute means full")
           ->expected(0, 1)
-          ->default_str("full")
-          ->check(CLI::IsMember({"off", "selective", "full"}));
+          ->default_str("full")  // what a bare --recompute sets
+          ->check(CLI::IsMember({"off", "selective", "full"}))
+          ->option_text("off|selective|full (default off; bare: full)");
   CLI::Option* microbatch_size =
       app.add_option("--microbatch-size", f.microbatch_size,
                      "samples per micro-batch; unmeasured sizes are interpolated")
