@@ -98,12 +98,41 @@ Status ReadSource(const Reader& r, const json& v, ModelSource* source) {
   return Status::Ok();
 }
 
+// The optional memory fields of a profile (docs/formats.md): what full and
+// selective recomputation keep and drop, and what the weight-gradient op keeps.
+Status ReadMemoryFields(const Reader& r, const json& v, const std::string& path, LayerProfile* p) {
+  PIPECAST_RETURN_IF_ERROR(
+      r.Integer(v, path, "checkpoint_bytes", kSizeBytes, &p->checkpoint_bytes));
+  PIPECAST_RETURN_IF_ERROR(
+      r.Integer(v, path, "attention_core_bytes", kSizeBytes, &p->attention_core_bytes));
+  PIPECAST_RETURN_IF_ERROR(r.Time(v, path, "attention_core_us", kTimeUs, &p->attention_core_ns));
+  PIPECAST_RETURN_IF_ERROR(
+      r.Integer(v, path, "weight_grad_bytes", kSizeBytes, &p->weight_grad_bytes));
+  auto within_activations = [&](const char* key, const std::optional<Bytes>& bytes) {
+    if (!bytes || *bytes <= p->activation_bytes) return Status::Ok();
+    return r.Error(Member(path, key),
+                   fmt::format("{} is more than activation_bytes ({}); it is part of what the "
+                               "forward keeps, so it must be <= activation_bytes",
+                               Shown(v[key]), Shown(v["activation_bytes"])));
+  };
+  PIPECAST_RETURN_IF_ERROR(within_activations("checkpoint_bytes", p->checkpoint_bytes));
+  PIPECAST_RETURN_IF_ERROR(within_activations("attention_core_bytes", p->attention_core_bytes));
+  if (p->attention_core_ns && *p->attention_core_ns > p->forward_ns) {
+    return r.Error(Member(path, "attention_core_us"),
+                   fmt::format("{} is more than forward_us ({}); it is part of the forward, so it "
+                               "must be <= forward_us",
+                               Shown(v["attention_core_us"]), Shown(v["forward_us"])));
+  }
+  return Status::Ok();
+}
+
 Status ReadProfile(const Reader& r, const json& v, const std::string& path, LayerProfile* p) {
   PIPECAST_RETURN_IF_ERROR(r.CheckObject(v, path));
   PIPECAST_RETURN_IF_ERROR(
       r.CheckKeys(v, path,
                   {"microbatch_size", "forward_us", "backward_us", "backward_weight_us",
-                   "activation_bytes", "output_bytes", "workspace_bytes"}));
+                   "activation_bytes", "output_bytes", "workspace_bytes", "checkpoint_bytes",
+                   "attention_core_bytes", "attention_core_us", "weight_grad_bytes"}));
   PIPECAST_RETURN_IF_ERROR(
       r.Integer(v, path, "microbatch_size", kMicrobatchSize, &p->microbatch_size));
   PIPECAST_RETURN_IF_ERROR(r.Time(v, path, "forward_us", kTimeUs, &p->forward_ns));
@@ -122,7 +151,7 @@ Status ReadProfile(const Reader& r, const json& v, const std::string& path, Laye
   std::optional<Bytes> workspace;
   PIPECAST_RETURN_IF_ERROR(r.Integer(v, path, "workspace_bytes", kSizeBytes, &workspace));
   p->workspace_bytes = workspace.value_or(0);
-  return Status::Ok();
+  return ReadMemoryFields(r, v, path, p);
 }
 
 Status ReadLayer(const Reader& r, const json& v, const std::string& path, Layer* layer) {
@@ -339,6 +368,10 @@ std::string ModelToJson(const Model& model) {
       j["activation_bytes"] = p.activation_bytes;
       j["output_bytes"] = p.output_bytes;
       if (p.workspace_bytes != 0) j["workspace_bytes"] = p.workspace_bytes;
+      if (p.checkpoint_bytes) j["checkpoint_bytes"] = *p.checkpoint_bytes;
+      if (p.attention_core_bytes) j["attention_core_bytes"] = *p.attention_core_bytes;
+      if (p.attention_core_ns) j["attention_core_us"] = NsToUs(*p.attention_core_ns);
+      if (p.weight_grad_bytes) j["weight_grad_bytes"] = *p.weight_grad_bytes;
       profiles.push_back(std::move(j));
     }
     l["profiles"] = std::move(profiles);

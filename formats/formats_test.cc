@@ -85,6 +85,10 @@ TEST(FormatsModel, ReadsEveryOptionalField) {
   j["layers"][0]["forward_flops"] = 3e9;
   j["layers"][0]["profiles"][0]["backward_weight_us"] = 7.5;
   j["layers"][0]["profiles"][0]["workspace_bytes"] = 4096;
+  j["layers"][0]["profiles"][0]["checkpoint_bytes"] = 200;
+  j["layers"][0]["profiles"][0]["attention_core_bytes"] = 300;
+  j["layers"][0]["profiles"][0]["attention_core_us"] = 2.5;
+  j["layers"][0]["profiles"][0]["weight_grad_bytes"] = 1500;  // may exceed activation_bytes
 
   Result<Model> model = Parse(j);
 
@@ -102,6 +106,16 @@ TEST(FormatsModel, ReadsEveryOptionalField) {
   EXPECT_FALSE(model->layers[1].forward_flops.has_value());
   EXPECT_EQ(model->layers[0].profiles[0].backward_weight_ns, 7'500);
   EXPECT_EQ(model->layers[0].profiles[0].workspace_bytes, 4096);
+  EXPECT_EQ(model->layers[0].profiles[0].checkpoint_bytes, 200);
+  EXPECT_EQ(model->layers[0].profiles[0].attention_core_bytes, 300);
+  EXPECT_EQ(model->layers[0].profiles[0].attention_core_ns, 2'500);
+  EXPECT_EQ(model->layers[0].profiles[0].weight_grad_bytes, 1500);
+  EXPECT_FALSE(model->layers[1].profiles[0].checkpoint_bytes.has_value());
+  // And they are written back.
+  const std::string text = ModelToJson(*model);
+  EXPECT_THAT(text, HasSubstr("\"checkpoint_bytes\": 200"));
+  EXPECT_THAT(text, HasSubstr("\"attention_core_us\": 2.5"));
+  EXPECT_THAT(text, HasSubstr("\"weight_grad_bytes\": 1500"));
 }
 
 TEST(FormatsModel, SortsProfilesByMicrobatchSize) {
@@ -388,6 +402,26 @@ const ErrorCase kModelErrors[] = {
        P0(j)["workspace_bytes"] = 0.5;
      },
      "layers[1].profiles[0].workspace_bytes:", "must be an integer >= 0"},
+    {"CheckpointOverActivations",
+     [](json& j) {
+       P0(j)["checkpoint_bytes"] = 1001;
+     },
+     "layers[1].profiles[0].checkpoint_bytes:", "1001 is more than activation_bytes (1000)"},
+    {"AttentionCoreOverActivations",
+     [](json& j) {
+       P0(j)["attention_core_bytes"] = 2000;
+     },
+     "layers[1].profiles[0].attention_core_bytes:", "is more than activation_bytes"},
+    {"AttentionCoreTimeOverForward",
+     [](json& j) {
+       P0(j)["attention_core_us"] = 11;
+     },
+     "layers[1].profiles[0].attention_core_us:", "11 is more than forward_us"},
+    {"WeightGradNegative",
+     [](json& j) {
+       P0(j)["weight_grad_bytes"] = -1;
+     },
+     "layers[1].profiles[0].weight_grad_bytes:", "must be an integer >= 0"},
     {"SourceNotAnObject", [](json& j) { j["source"] = "cupti"; },
      "source:", "must be a JSON object"},
     {"SourceMethodMissing", [](json& j) { j["source"] = json::object(); }, "source.method: missing",

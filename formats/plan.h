@@ -29,12 +29,12 @@ struct PlanFile {
   int microbatch_size = 1;
   int microbatches = 1;
   int64_t global_batch = 0;
-  std::string schedule_name;  // "1f1b", "gpipe", ...
-  int virtual_stages = 1;     // model chunks per GPU
-  bool recompute = false;
-  std::vector<StageLayers> partition;  // per virtual stage
-  std::vector<int> placement;          // GPU of each rank (replica 0)
-  Schedule schedule;                   // the explicit per-rank action lists
+  std::string schedule_name;              // "1f1b", "gpipe", ...
+  int virtual_stages = 1;                 // model chunks per GPU
+  Recompute recompute = Recompute::kOff;  // "recompute": off, selective or full
+  std::vector<StageLayers> partition;     // per virtual stage
+  std::vector<int> placement;             // GPU of each rank (replica 0)
+  Schedule schedule;                      // the explicit per-rank action lists
   MemoryConfig memory;
   TimeNs optimizer_step_ns = 0;
   // What the simulator predicted when the plan was made: every metric of

@@ -74,6 +74,29 @@ Status ReadEmbeddedCluster(const Reader& r, const json& root, Cluster* cluster) 
   return Status::Ok();
 }
 
+// "recompute": "off", "selective" or "full"; plans written before the
+// granularities were named carry true (whole-stage recomputation, read as
+// full) or false (off).
+Status ReadRecompute(const Reader& r, const json& root, Recompute* out) {
+  std::string name;
+  if (root.contains("recompute") && root["recompute"].is_boolean()) {
+    *out = root["recompute"].get<bool>() ? Recompute::kFull : Recompute::kOff;
+    return Status::Ok();
+  }
+  if (root.contains("recompute") && root["recompute"].is_string()) {
+    name = root["recompute"].get<std::string>();
+    if (std::optional<Recompute> mode = ParseRecompute(name)) {
+      *out = *mode;
+      return Status::Ok();
+    }
+  }
+  return r.Error("recompute",
+                 fmt::format("expected \"off\", \"selective\" or \"full\" (or true/false, "
+                             "as older plans wrote it), got {}",
+                             root.contains("recompute") ? internal::Shown(root["recompute"])
+                                                        : std::string("nothing")));
+}
+
 Status ReadCounts(const Reader& r, const json& root, PlanFile* plan) {
   PIPECAST_RETURN_IF_ERROR(r.Int(root, "", "gpus", 1, kMaxCount, &plan->gpus));
   PIPECAST_RETURN_IF_ERROR(
@@ -103,7 +126,7 @@ Status ReadCounts(const Reader& r, const json& root, PlanFile* plan) {
   if (schedule->contains("flush")) {
     PIPECAST_RETURN_IF_ERROR(r.Bool(*schedule, "schedule", "flush", &plan->schedule.flush));
   }
-  return r.Bool(root, "", "recompute", &plan->recompute);
+  return ReadRecompute(r, root, &plan->recompute);
 }
 
 // Stage i must be entry i, and the stages must tile the layers from 0 on;
@@ -582,7 +605,7 @@ std::string PlanToJson(const PlanFile& plan) {
                       {"virtual_stages", plan.virtual_stages},
                       {"iterations", plan.schedule.iterations},
                       {"flush", plan.schedule.flush}};
-  root["recompute"] = plan.recompute;
+  root["recompute"] = RecomputeName(plan.recompute);
   root["partition"] = json::array();
   for (size_t i = 0; i < plan.partition.size(); ++i) {
     root["partition"].push_back({{"stage", i},

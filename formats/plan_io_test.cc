@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 
 #include "formats/file_util.h"
 #include "formats/formats.h"
@@ -34,7 +35,7 @@ World MakeWorld() {
   w.cluster = ClusterPreset("h100-sxm").value();
   w.schedule = MakeSchedule(ScheduleKind::k1F1B, 4, 8).value();
   w.options.data_parallel = 2;
-  w.options.recompute = true;
+  w.options.recompute = Recompute::kFull;
   w.options.optimizer_step_ns = UsToNs(500);
   w.options.partition = {{0, 1}, {2, 4}, {5, 6}, {7, 7}};
   w.result = Simulate(w.model, w.cluster, w.schedule, w.options).value();
@@ -57,6 +58,23 @@ std::string ErrorAfter(Edit edit) {
   return plan.ok() ? "" : plan.status().message();
 }
 
+TEST(PlanFileTest, RecomputeIsWrittenByNameAndOlderBooleansAreRead) {
+  // Given a plan written with full recomputation.
+  json j = json::parse(PlanText());
+  // Then the file names the granularity.
+  EXPECT_EQ(j["recompute"], "full");
+  // And plans written before the granularities had names still read:
+  // true (whole-stage recomputation) as full, false as off.
+  for (auto [old, want] : {std::pair{true, Recompute::kFull}, std::pair{false, Recompute::kOff}}) {
+    j["recompute"] = old;
+    Result<PlanFile> plan = ParsePlan(j.dump(2), "plan.json");
+    ASSERT_TRUE(plan.ok()) << plan.status().message();
+    EXPECT_EQ(plan->recompute, want);
+  }
+  j["recompute"] = "selective";
+  EXPECT_EQ(ParsePlan(j.dump(2), "plan.json")->recompute, Recompute::kSelective);
+}
+
 TEST(ModelHashTest, IsFnv1a64InHex) {
   EXPECT_EQ(ModelHash(""), "fnv1a64:cbf29ce484222325");
   EXPECT_EQ(ModelHash("a"), "fnv1a64:af63dc4c8601ec8c");
@@ -73,7 +91,7 @@ TEST(PlanFileTest, MakePlanFileDescribesTheSimulation) {
   EXPECT_EQ(p.global_batch, 16);
   EXPECT_EQ(p.schedule_name, "1f1b");
   EXPECT_EQ(p.virtual_stages, 1);
-  EXPECT_TRUE(p.recompute);
+  EXPECT_EQ(p.recompute, Recompute::kFull);
   EXPECT_EQ(p.partition, w.options.partition);
   EXPECT_EQ(p.placement, (std::vector<int>{0, 1, 2, 3}));
   EXPECT_EQ(p.predicted.iteration_ns, w.result.iteration_ns);
@@ -229,7 +247,8 @@ TEST(PlanFileTest, ErrorsNameTheFileAndThePath) {
   EXPECT_THAT(ErrorAfter([](json& j) { j["actions"][1] = ""; }),
               HasSubstr("plan.json: actions[1]: is empty"));
   EXPECT_THAT(ErrorAfter([](json& j) { j["recompute"] = 1; }),
-              HasSubstr("plan.json: recompute: expected true or false"));
+              HasSubstr("plan.json: recompute: expected \"off\", \"selective\" or \"full\""));
+  EXPECT_THAT(ErrorAfter([](json& j) { j["recompute"] = "on"; }), HasSubstr("got string \"on\""));
   EXPECT_THAT(ErrorAfter([](json& j) { j["schedule"]["name"] = 3; }),
               HasSubstr("plan.json: schedule.name: expected a string"));
   EXPECT_THAT(ErrorAfter([](json& j) { j["model"]["hashh"] = "x"; }),

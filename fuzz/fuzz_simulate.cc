@@ -83,7 +83,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   SimOptions options;
   options.microbatch_size = (a & 0x40) ? 3 : 1;  // 3 is interpolated from the size-1 profile
   options.data_parallel = 1 + ((b >> 1) & 0x03);
-  options.recompute = (a & 0x80) != 0;
+  options.recompute = (a & 0x80) != 0 ? ((a & 0x40) != 0 ? Recompute::kSelective : Recompute::kFull)
+                                      : Recompute::kOff;
   options.record_timeline = (b & 0x08) != 0;
   options.optimizer_step_ns = (b & 0x04) ? 5000 : 0;
 

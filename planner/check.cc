@@ -29,7 +29,7 @@ std::string Points(double baseline, double now) {
 std::string BaselineLabel(const PlanFile& b) {
   return fmt::format("p={} d={} {} mbs={} m={} recompute={} zero={}", b.pipeline_stages,
                      b.data_parallel, b.schedule_name, b.microbatch_size, b.microbatches,
-                     b.recompute ? "on" : "off", b.memory.zero);
+                     RecomputeName(b.recompute), b.memory.zero);
 }
 
 // Everything the table compares, gathered first so the rendering stays plain.

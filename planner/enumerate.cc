@@ -48,14 +48,36 @@ std::vector<int> ZeroLevels(const PlannerOptions& options, int d) {
 
 }  // namespace
 
+bool HasAttentionCore(const Model& model) {
+  return std::any_of(model.layers.begin(), model.layers.end(), [](const Layer& l) {
+    return std::any_of(l.profiles.begin(), l.profiles.end(), [](const LayerProfile& p) {
+      return p.attention_core_bytes.value_or(0) > 0;
+    });
+  });
+}
+
+std::vector<Recompute> RecomputeModes(const Model& model, RecomputeMode mode) {
+  switch (mode) {
+    case RecomputeMode::kOff:
+      return {Recompute::kOff};
+    case RecomputeMode::kSelective:
+      return {Recompute::kSelective};
+    case RecomputeMode::kFull:
+      return {Recompute::kFull};
+    case RecomputeMode::kAuto:
+      break;
+  }
+  // Selective recomputation that drops nothing is off at a higher price.
+  if (!HasAttentionCore(model)) return {Recompute::kOff, Recompute::kFull};
+  return {Recompute::kOff, Recompute::kSelective, Recompute::kFull};
+}
+
 std::vector<Candidate> Enumerate(const Model& model, const PlannerOptions& options,
                                  int64_t global_batch, std::vector<Rejection>* rejected) {
   std::vector<Candidate> out;
   const int layers = static_cast<int>(model.layers.size());
   const bool split = HasWeightGradientSplit(model);
-  std::vector<bool> recompute_modes;
-  if (options.recompute != RecomputeMode::kOn) recompute_modes.push_back(false);
-  if (options.recompute != RecomputeMode::kOff) recompute_modes.push_back(true);
+  const std::vector<Recompute> recompute_modes = RecomputeModes(model, options.recompute);
   for (int p = 1; p <= std::min(options.gpus, layers); ++p) {
     if (options.gpus % p != 0) continue;
     const int d = options.gpus / p;
@@ -64,7 +86,7 @@ std::vector<Candidate> Enumerate(const Model& model, const PlannerOptions& optio
         const std::vector<int> chunk_counts =
             TraitsOf(schedule).uses_chunks ? options.chunks : std::vector<int>{1};
         for (int v : chunk_counts) {
-          for (bool recompute : recompute_modes) {
+          for (Recompute recompute : recompute_modes) {
             for (int zero : ZeroLevels(options, d)) {
               Candidate c;
               c.pipeline_stages = p;

@@ -35,6 +35,18 @@ std::string LayerSpan(const Model& model, const StageLayers& s) {
                      name(s.last_layer));
 }
 
+std::string RecomputeText(Recompute r) {
+  switch (r) {
+    case Recompute::kOff:
+      return "off";
+    case Recompute::kSelective:
+      return "selective (the attention core is rerun in the backward)";
+    case Recompute::kFull:
+      return "full (each layer's input kept; layers rerun one at a time in the backward)";
+  }
+  return "off";
+}
+
 // "79.11 GiB per GPU (h100-sxm), limit 73.31 GiB" or "unlimited memory (ideal)".
 std::string CapacityText(const Cluster& cluster) {
   const Bytes b = cluster.gpu.memory_bytes;
@@ -95,7 +107,7 @@ std::string ChosenText(const PlanReport& report, const Model& model) {
       "  micro-batches        {} of size {} (global batch {} = {} x {} x {}: size x count x d)\n",
       c.microbatches, c.microbatch_size, r.global_batch, c.microbatch_size, c.microbatches,
       c.data_parallel);
-  out += fmt::format("  recomputation        {}\n", c.recompute ? "on (full)" : "off");
+  out += fmt::format("  recomputation        {}\n", RecomputeText(c.recompute));
   out += fmt::format("  sharding             {}\n", ZeroText(c.zero, c.data_parallel));
   out += fmt::format("  iteration time       {:.3f} ms ({})\n", NsToMs(r.iteration_ns),
                      IterationParts(r));
@@ -246,7 +258,7 @@ Json CandidateJson(const Candidate& c, const Model& model, bool with_predicted) 
   j["chunks"] = c.chunks;
   j["microbatch_size"] = c.microbatch_size;
   j["microbatches"] = c.microbatches;
-  j["recompute"] = c.recompute;
+  j["recompute"] = RecomputeName(c.recompute);
   j["zero"] = c.zero;
   j["partition"] = PartitionJson(model, c.partition);
   if (!c.result) return j;

@@ -25,6 +25,20 @@ namespace {
 // simulator's rule, sim/simulator.h): the running layer and the prefetched one.
 constexpr int kGatheredLayers = 2;
 
+// In-flight activations of stage `stage`: micro-batches before their input gradient hold what
+// the forward kept, those past it (split backwards, when the model gives weight_grad_bytes)
+// what W keeps; plus one rebuild, and what I allocates beyond the forward's bytes.
+Bytes ActivationMemory(const StageCost& sc, const Candidate& c, int stage, int inflight) {
+  const ScheduleTraits& traits = TraitsOf(c.schedule);
+  if (!sc.weight_grad_known || traits.before_input_gradient == nullptr) {
+    return inflight * sc.held_bytes + sc.recomputed_bytes;
+  }
+  const int before =
+      std::min(inflight, traits.before_input_gradient(stage, c.pipeline_stages, c.microbatches));
+  return before * sc.held_bytes + (inflight - before) * sc.weight_grad_bytes +
+         sc.ActivationsAtStart(OpKind::kBackwardInput);
+}
+
 // The stage's costs and activation memory come from the simulator's model
 // (sim/stage_costs.h), its static bytes from sim/memory.h at the
 // candidate's ZeRO level; the planner adds the schedule's in-flight count
@@ -52,7 +66,7 @@ MemoryParts StageParts(const Model& model, const StageCostTable& t, const Candid
     }
     parts.weights += kGatheredLayers * largest;
   }
-  parts.activations = inflight * sc.held_bytes + sc.recomputed_bytes;
+  parts.activations = ActivationMemory(sc, c, stage, inflight);
   const Bytes output = last + 1 < t.NumLayers() ? sc.output_bytes : 0;
   parts.other = sc.workspace_bytes + sc.input_bytes + output;
   return parts;
@@ -121,8 +135,8 @@ std::string BindingPart(const MemoryParts& parts, const Candidate& c) {
   } else if ((name == "weights" || name == "optimizer state" || name == "gradients") && replicas &&
              c.zero < 3) {
     hint = "try --zero 3 (FSDP shards parameters too)";
-  } else if (name == "activations" && !c.recompute) {
-    hint = "try --recompute on or smaller --microbatch-sizes";
+  } else if (name == "activations" && c.recompute != Recompute::kFull) {
+    hint = "try --recompute full or smaller --microbatch-sizes";
   } else if (name == "activations") {
     hint = "try smaller --microbatch-sizes or more pipeline stages";
   } else if (name != "workspace and buffers") {

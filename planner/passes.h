@@ -10,11 +10,19 @@
 namespace pipecast::passes {
 
 // Every candidate the options allow: p divides gpus and p <= layers; each
-// schedule, micro-batch size, recompute mode and ZeRO level (the pinned
-// ones, else 0, 1 and 3 when d > 1); m = global / (size * d).
-// Sizes that do not divide the global batch become kBatchNotDivisible.
+// schedule, micro-batch size, recomputation granularity (RecomputeModes()) and
+// ZeRO level (the pinned ones, else 0, 1 and 3 when d > 1); m = global / (size
+// * d). Sizes that do not divide the global batch become kBatchNotDivisible.
 std::vector<Candidate> Enumerate(const Model& model, const PlannerOptions& options,
                                  int64_t global_batch, std::vector<Rejection>* rejected);
+
+// True when some layer profile gives attention_core_bytes > 0: selective
+// recomputation has something to drop.
+bool HasAttentionCore(const Model& model);
+// The recomputation granularities `mode` searches for `model`: one when
+// pinned; auto gives off, selective and full, less selective when
+// !HasAttentionCore(model) (it would be off at a higher price).
+std::vector<Recompute> RecomputeModes(const Model& model, RecomputeMode mode);
 
 // The activation micro-batches stage s of p holds at its peak under a schedule
 // with m micro-batches, from the schedule's traits row (sim/schedule_traits.h):

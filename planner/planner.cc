@@ -47,7 +47,7 @@ std::string Candidate::Label() const {
   return fmt::format("p={} d={} {}{} mbs={} m={} recompute={} zero={}", pipeline_stages,
                      data_parallel, ScheduleKindName(schedule),
                      chunks > 1 ? fmt::format(" v={}", chunks) : "", microbatch_size, microbatches,
-                     recompute ? "on" : "off", zero);
+                     RecomputeName(recompute), zero);
 }
 
 Bytes Candidate::PeakMemory() const {
@@ -132,8 +132,9 @@ std::vector<std::string> Suggestions(const Model& model, const Cluster& cluster,
           fmt::format("more GPUs split the layers further: try --gpus {}", options.gpus * 2));
     }
   }
-  if (options.recompute == RecomputeMode::kOff) {
-    out.push_back("activation recomputation keeps only each stage's input: try --recompute auto");
+  if (options.recompute != RecomputeMode::kAuto && options.recompute != RecomputeMode::kFull) {
+    out.push_back(
+        "full activation recomputation keeps only each layer's input: try --recompute auto");
   }
   if (*std::min_element(options.microbatch_sizes.begin(), options.microbatch_sizes.end()) > 1) {
     out.push_back("smaller micro-batches hold fewer activations: try --microbatch-sizes 1");
@@ -217,6 +218,11 @@ Result<PlanReport> RunPlanner(const Model& model, const Cluster& cluster,
   }
   if (report.Feasible()) {
     report.notes = report.ranked[0].result->notes;
+    if (options.recompute == RecomputeMode::kAuto && !passes::HasAttentionCore(model)) {
+      report.notes.push_back(
+          "selective recomputation was not searched: the model gives no attention core to drop "
+          "(attention_core_bytes absent or 0, as with FlashAttention), so it would change nothing");
+    }
     report.sweep = passes::Sweep(model, cluster, options, report.ranked[0]);
   } else {
     report.suggestions = Suggestions(model, cluster, options, report.rejected);

@@ -37,7 +37,9 @@
 
 namespace pipecast {
 
-enum class RecomputeMode { kAuto, kOff, kOn };
+// What the search tries: auto searches off, selective (skipped when the model
+// has no attention core to drop) and full; the others pin one.
+enum class RecomputeMode { kAuto, kOff, kSelective, kFull };
 
 struct PlannerOptions {
   int gpus = 0;              // N, required
@@ -48,7 +50,7 @@ struct PlannerOptions {
   // Chunks per GPU tried for interleaved and looped-bfs schedules.
   std::vector<int> chunks = {2};
   std::vector<int> microbatch_sizes;               // empty: the sizes the model was measured at
-  RecomputeMode recompute = RecomputeMode::kAuto;  // auto tries off and on
+  RecomputeMode recompute = RecomputeMode::kAuto;  // auto tries all three
   // ZeRO levels tried (MemoryConfig::zero); empty: 0, 1 and 3 when d > 1
   // (plain, Megatron's distributed optimizer, FSDP), 0 alone when d = 1.
   std::vector<int> zero_levels;
@@ -68,7 +70,7 @@ struct Candidate {
   int chunks = 1;  // v, model chunks per GPU (interleaved, looped-bfs)
   int microbatch_size = 1;
   int microbatches = 1;  // m = global batch / (size * d)
-  bool recompute = false;
+  Recompute recompute = Recompute::kOff;
   int zero = 0;                        // ZeRO level (sim/memory.h)
   std::vector<StageLayers> partition;  // filled by the partition pass
   TimeNs lower_bound_ns = 0;           // filled by the prune pass

@@ -40,7 +40,8 @@ TEST(Planner, IdealClusterPicksPureDataParallelAtTheClosedForm) {
   EXPECT_NEAR(best.result->samples_per_s, 32 / 0.096, 1e-9);
   // Every runner-up with p > 1 pays (p-1)/(m+p-1) of bubble (GPipe/1F1B).
   for (const Candidate& c : r->ranked) {
-    if ((c.schedule != ScheduleKind::kGPipe && c.schedule != ScheduleKind::k1F1B) || c.recompute) {
+    if ((c.schedule != ScheduleKind::kGPipe && c.schedule != ScheduleKind::k1F1B) ||
+        c.recompute != Recompute::kOff) {
       continue;
     }
     const int p = c.pipeline_stages, m = c.microbatches;

@@ -41,6 +41,11 @@ constexpr int64_t kMaxFileParameters = int64_t{1} << 50;
 constexpr double kTokenIdBytes = 8;      // int64 token ids, PyTorch's index type
 constexpr double kMaskBytes = 1;         // dropout masks, one byte per element (Korthikanti)
 constexpr double kLossSoftmaxBytes = 4;  // fp32 softmax the cross-entropy loss keeps
+// FlashAttention keeps the fp32 logsumexp of each query row of each head
+// (softmax_lse, float32) and a 2 x int64 RNG state per call for its dropout
+// (flash_attn_interface.py, ctx.save_for_backward).
+constexpr double kLogsumexpBytes = 4;
+constexpr double kFlashRngStateBytes = 16;
 // Forward element-wise HBM traffic per byte kept for the backward: every kept
 // tensor is written once by one kernel and read once by the next.
 constexpr double kTrafficPerActivationByte = 2;
@@ -69,8 +74,13 @@ struct SampleCost {
   double weight_flops = 0;      // forward products with a weight; also the weight-gradient FLOPs
   double other_flops = 0;       // forward products without a weight (attention scores, values)
   double activation_bytes = 0;  // kept from forward to backward
-  double traffic_bytes = 0;     // forward element-wise HBM traffic
-  double output_bytes = 0;      // sent to the next layer
+  double fixed_activation_bytes = 0;  // kept per call, whatever the micro-batch size
+  double checkpoint_bytes = 0;        // what full recomputation keeps
+  double attention_core_bytes = 0;    // what selective recomputation drops
+  double attention_core_flops = 0;    // its forward FLOPs (rerun by selective recomputation)
+  double weight_grad_bytes = 0;       // what the weight-gradient op keeps
+  double traffic_bytes = 0;           // forward element-wise HBM traffic
+  double output_bytes = 0;            // sent to the next layer
   Bytes workspace_bytes = 0;
   bool has_input_gradient = true;  // false: the whole backward is weight gradient
 };
@@ -103,12 +113,14 @@ SampleCost EmbeddingCost(const TransformerSpec& spec, const Dims& d) {
   c.traffic_bytes =
       d.s * kTokenIdBytes + d.s * d.h * (tables * d.e + d.e) + d.s * d.h * (2 * d.e + kMaskBytes);
   c.activation_bytes = d.s * kTokenIdBytes + d.s * d.h * kMaskBytes;
+  c.checkpoint_bytes = c.activation_bytes;   // not recomputed
+  c.weight_grad_bytes = c.activation_bytes;  // the whole backward is the weight gradient
   c.output_bytes = d.s * d.h * d.e;
   c.has_input_gradient = false;  // token ids have no gradient
   return c;
 }
 
-SampleCost BlockCost(const TransformerSpec& spec, const Dims& d) {
+SampleCost BlockCost(const TransformerSpec& spec, const Dims& d, Attention kind) {
   const int64_t h = spec.hidden;
   const int64_t f = spec.FfnHidden();
   const int64_t hkv = int64_t{spec.KvHeads()} * (h / spec.heads);
@@ -118,14 +130,26 @@ SampleCost BlockCost(const TransformerSpec& spec, const Dims& d) {
   c.parameters = attention + mlp + 4 * h;  // + two layernorms
   c.weight_flops = 2 * d.s * (2 * d.h * d.h + 2 * d.h * d.hkv + d.mlp_matrices * d.h * d.f);
   c.other_flops = 4 * d.s * d.s * d.h;
-  // Korthikanti et al. 2022 sec. 4.1, generalised to B, f, h_kv and SwiGLU.
+  // Korthikanti et al. 2022 sec. 4.1, generalised to B, f, h_kv and SwiGLU:
+  // the s x s core (softmax output, its dropout mask and output) only with
+  // eager attention; FlashAttention keeps its logsumexp instead.
+  const double core = (2 * d.e + kMaskBytes) * d.a * d.s * d.s;
+  const bool flash = kind == Attention::kFlash;
   const double attention_bytes = d.s * (d.e * (3 * d.h + 2 * d.hkv) + kMaskBytes * d.h) +
-                                 (2 * d.e + kMaskBytes) * d.a * d.s * d.s;
+                                 (flash ? kLogsumexpBytes * d.a * d.s : core);
+  if (flash) c.fixed_activation_bytes = kFlashRngStateBytes;
+  c.attention_core_bytes = flash ? 0 : core;
+  c.attention_core_flops = flash ? 0 : 4 * d.s * d.s * d.h;
   const double fc1_outputs = spec.gated_mlp ? 2 * d.f : d.f;
   const double mlp_bytes = d.s * (d.e * (d.h + fc1_outputs + d.f) + kMaskBytes * d.h);
   const double layernorm_bytes = d.s * 2 * d.e * d.h;
   c.activation_bytes = attention_bytes + mlp_bytes + layernorm_bytes;
   c.traffic_bytes = kTrafficPerActivationByte * c.activation_bytes;
+  c.checkpoint_bytes = d.s * d.h * d.e;  // the block input
+  // What the weight products' gradients need: their inputs (QKV, output
+  // projection, fc1: h each; fc2: f) and the gradients of their outputs
+  // (h + 2*h_kv, h, fc1's outputs, h): 32sbh for 16-bit, f = 4h, h_kv = h.
+  c.weight_grad_bytes = d.s * d.e * (6 * d.h + 2 * d.hkv + d.f + fc1_outputs);
   c.output_bytes = d.s * d.h * d.e;
   c.workspace_bytes = kMatmulWorkspaceBytes;
   return c;
@@ -140,7 +164,9 @@ SampleCost HeadCost(const TransformerSpec& spec, const Dims& d) {
   // fp32 softmax the loss keeps for its backward.
   c.activation_bytes = d.s * (2 * d.e * d.h + d.e * d.v + kLossSoftmaxBytes * d.v);
   c.traffic_bytes = kTrafficPerActivationByte * c.activation_bytes;
-  c.output_bytes = 0;  // the last layer: only the loss leaves it
+  c.checkpoint_bytes = c.activation_bytes;        // not recomputed
+  c.weight_grad_bytes = d.s * d.e * (d.h + d.v);  // the projection's input and output gradient
+  c.output_bytes = 0;                             // the last layer: only the loss leaves it
   c.workspace_bytes = kMatmulWorkspaceBytes;
   return c;
 }
@@ -161,7 +187,7 @@ Result<LayerProfile> ProfileAt(const std::string& name, const SampleCost& c, con
   const double backward_s = kBackwardOverForward * forward_s;
   const double weight_s = c.has_input_gradient ? c.weight_flops / r.flops_per_s : backward_s;
   const double backward_ns = b * backward_s * 1e9;
-  const double activation = b * c.activation_bytes;
+  const double activation = b * c.activation_bytes + c.fixed_activation_bytes;
   const double output = b * c.output_bytes;
   if (backward_ns > kMaxFileTimeNs) {
     return OverLimit(name, b, "backward ns", backward_ns, "1e12 us");
@@ -176,6 +202,18 @@ Result<LayerProfile> ProfileAt(const std::string& name, const SampleCost& c, con
   p.activation_bytes = std::llround(activation);
   p.output_bytes = std::llround(output);
   p.workspace_bytes = c.workspace_bytes;
+  p.checkpoint_bytes = std::min<Bytes>(p.activation_bytes, std::llround(b * c.checkpoint_bytes));
+  p.attention_core_bytes = std::llround(b * c.attention_core_bytes);
+  // The core's products and its element-wise traffic (written once, read
+  // once); absent (0) where there is no core to rerun.
+  if (c.attention_core_flops > 0) {
+    p.attention_core_ns = std::min<TimeNs>(
+        p.forward_ns,
+        std::llround(b * 1e9 *
+                     (c.attention_core_flops / r.flops_per_s +
+                      kTrafficPerActivationByte * c.attention_core_bytes / r.bytes_per_s)));
+  }
+  p.weight_grad_bytes = std::llround(b * c.weight_grad_bytes);
   return p;
 }
 
@@ -226,7 +264,7 @@ const char* DtypeName(int bytes_per_element) {
 }
 
 // The assumption strings of `source`, worded for the variant in use.
-std::map<std::string, std::string> Formulas(const TransformerSpec& spec) {
+std::map<std::string, std::string> Formulas(const TransformerSpec& spec, Attention attention) {
   const std::string mlp_params = spec.gated_mlp ? "3*h*f + 2*f + h (SwiGLU gate, up and down "
                                                   "matrices; biases counted though LLaMA has "
                                                   "none: under 0.01% of the block)"
@@ -255,15 +293,52 @@ std::map<std::string, std::string> Formulas(const TransformerSpec& spec) {
       "saving]; lm_head 2*s*h*V; embedding 0 (a gather). Backward = 2 x forward; its "
       "weight-gradient part (backward_weight_us) = the forward products with a weight, the "
       "input-gradient part is the rest";
-  formulas["activation_formula"] =
-      "block, bytes kept per micro-batch (Korthikanti et al., 'Reducing Activation Recomputation "
-      "in Large Transformer Models', 2022, sec. 4.1: s*b*h*(34 + 5*a*s/h) for 16-bit, f = 4*h, "
-      "no tensor or sequence parallelism, no recomputation, dropout on, attention scores "
-      "materialised, i.e. no FlashAttention), generalised to B, f and h_kv: s*b*(B*(3*h + "
-      "2*h_kv) + h [attention: QKV input, Q, K, V, projection input; 1-byte dropout mask] + " +
-      mlp_bytes +
-      " + 2*B*h [two layernorm inputs]) + (2*B + 1)*a*s^2*b [softmax output, its "
-      "dropout mask and dropout output]; output_bytes = B*s*b*h";
+  const std::string kept_by_blocks =
+      "s*b*(B*(3*h + 2*h_kv) + h [attention: QKV input, Q, K, V, projection input; 1-byte "
+      "dropout mask] + " +
+      mlp_bytes + " + 2*B*h [two layernorm inputs])";
+  if (attention == Attention::kEager) {
+    formulas["activation_formula"] =
+        "block, bytes kept per micro-batch, eager attention (Korthikanti et al., 'Reducing "
+        "Activation Recomputation in Large Transformer Models', 2022, sec. 4.1 and Table 2: "
+        "s*b*h*(34 + 5*a*s/h) for 16-bit, f = 4*h, no tensor or sequence parallelism, no "
+        "recomputation, dropout on, attention scores materialised), generalised to B, f and "
+        "h_kv: " +
+        kept_by_blocks +
+        " + (2*B + 1)*a*s^2*b [softmax output, its dropout mask and dropout output]; "
+        "output_bytes = B*s*b*h";
+    formulas["attention_core_formula"] =
+        "attention_core_bytes = (2*B + 1)*a*s^2*b (the s x s tensors selective recomputation "
+        "drops: 5*a*s^2*b for 16-bit, Korthikanti et al. 2022, sec. 5 and Table 2); "
+        "attention_core_us = (4*s^2*h FLOPs [Q*K^T and scores*V]) / matmul rate + 2 x "
+        "attention_core_bytes / memory rate, per sample";
+  } else {
+    formulas["activation_formula"] =
+        "block, bytes kept per micro-batch, FlashAttention (Korthikanti et al. 2022, sec. 4.1, "
+        "without the 5*a*s^2*b of the s x s softmax output, dropout mask and dropout output, "
+        "which FlashAttention recomputes in its backward; plus what it saves for the backward "
+        "besides Q, K, V and the output: the fp32 logsumexp of each query row and head, "
+        "softmax_lse [b, a, s] float32, and a 2 x int64 RNG state, per "
+        "Dao-AILab/flash-attention flash_attn_interface.py ctx.save_for_backward and "
+        "FlashAttention-2 sec. 3.1.1): s*b*h*34 + 4*a*s*b + 16 for 16-bit, f = 4*h; "
+        "generalised to B, f and h_kv: " +
+        kept_by_blocks + " + 4*a*s*b [logsumexp] + 16 [RNG state]; output_bytes = B*s*b*h";
+    formulas["attention_core_formula"] =
+        "attention_core_bytes = 0 and attention_core_us = 0: FlashAttention keeps no s x s "
+        "tensors, so selective recomputation has nothing to drop";
+  }
+  formulas["checkpoint_formula"] =
+      "checkpoint_bytes (what full recomputation keeps, Megatron-LM --recompute-granularity full "
+      "with one layer per checkpoint; Korthikanti et al. 2022 Table 2: 2*s*b*h per layer for "
+      "16-bit): block B*s*b*h (its input); embedding and lm_head are not recomputed, so their "
+      "checkpoint_bytes = activation_bytes";
+  formulas["weight_grad_formula"] =
+      "weight_grad_bytes (what the weight-gradient op W keeps after the input-gradient op, Qi et "
+      "al., 'Zero Bubble Pipeline Parallelism', ICLR 2024, Table 1: 32*s*b*h per block for "
+      "16-bit, f = 4*h): block s*b*B*(6*h + 2*h_kv + f + fc1 outputs) [inputs of the QKV, "
+      "output-projection, fc1 and fc2 products, and the gradients of their outputs]; embedding "
+      "= its activation_bytes (its backward is all weight gradient); lm_head s*b*B*(h + V) "
+      "[projection input, logits gradient]";
   formulas["time_formula"] =
       "time = FLOPs / (peak_tflops*1e12*matmul_efficiency) + element-wise bytes / "
       "(memory_bandwidth_gbps*1e9*memory_efficiency); forward element-wise bytes = 2 x "
@@ -299,7 +374,10 @@ ModelSource MakeSource(const TransformerSpec& spec, const AnalyticOptions& optio
   ModelSource source;
   source.method = "analytic";
   source.device = std::move(device);
-  for (auto& [key, text] : Formulas(spec)) source.details[key] = JsonText(text);
+  for (auto& [key, text] : Formulas(spec, options.attention)) {
+    source.details[key] = JsonText(text);
+  }
+  source.details["attention"] = JsonText(AttentionName(options.attention));
   const json architecture = {{"layers", spec.layers},
                              {"hidden", spec.hidden},
                              {"heads", spec.heads},
@@ -315,8 +393,9 @@ ModelSource MakeSource(const TransformerSpec& spec, const AnalyticOptions& optio
       "available (profiler cupti, planned)",
       "linear in the micro-batch size: small micro-batches run below matmul_efficiency on real "
       "GPUs",
-      "no FlashAttention, no activation recomputation, no tensor, sequence or context "
-      "parallelism",
+      "no tensor, sequence or context parallelism; recomputation and split-backward memory "
+      "are given per layer (checkpoint_bytes, attention_core_bytes, weight_grad_bytes) for "
+      "the simulator to apply",
       "kernel launch gaps, communication and the optimizer step are not in the per-layer times",
       "tied embeddings: Megatron-LM with pipeline parallelism keeps a copy of the table on the "
       "last stage; this file counts the table once, in the embedding"};
@@ -333,6 +412,10 @@ ModelSource MakeSource(const TransformerSpec& spec, const AnalyticOptions& optio
 }
 
 }  // namespace
+
+const char* AttentionName(Attention attention) {
+  return attention == Attention::kEager ? "eager" : "flash";
+}
 
 Status TransformerSpec::Validate() const {
   if (name.empty()) return Status::InvalidArgument("--name is empty; give the model a name");
@@ -428,7 +511,7 @@ Result<Model> EstimateTransformer(const TransformerSpec& spec, const AnalyticOpt
   if (!embedding.ok()) return embedding.status();
   model.layers.push_back(std::move(*embedding));
   // Every block has the same cost: estimate it once.
-  Result<Layer> block = ToLayer("block.0", BlockCost(spec, dims), rates, sizes);
+  Result<Layer> block = ToLayer("block.0", BlockCost(spec, dims, options.attention), rates, sizes);
   if (!block.ok()) return block.status();
   for (int i = 0; i < spec.layers; ++i) {
     model.layers.push_back(*block);

@@ -10,7 +10,14 @@
 //   - FLOPs: Narayanan et al., SC'21 (Megatron-LM), appendix: 24sh^2 + 4s^2h
 //     per block and sample;
 //   - activation bytes: Korthikanti et al. 2022, "Reducing Activation
-//     Recomputation in Large Transformer Models", sec. 4.1, no parallelism;
+//     Recomputation in Large Transformer Models", sec. 4.1, no parallelism,
+//     with eager attention; with FlashAttention (the default) the s x s
+//     tensors are not kept and its fp32 logsumexp and RNG state are
+//     (Dao-AILab/flash-attention, flash_attn_interface.py);
+//   - recomputation and split-backward memory: each layer's checkpoint (its
+//     input), the attention core selective recomputation drops, and what the
+//     weight-gradient op keeps (Qi et al. 2024, "Zero Bubble Pipeline
+//     Parallelism", Table 1: 32sbh of a block's activations);
 //   - time: matrix-product FLOPs over a share of peak TFLOP/s plus the
 //     element-wise traffic over a share of HBM bandwidth.
 // The estimate is linear in the micro-batch size (no small-batch
@@ -72,6 +79,14 @@ inline constexpr double kDefaultMemoryEfficiency = 0.8;
 // before it; 32 MiB is used for every GPU, erring on the safe side.
 inline constexpr Bytes kMatmulWorkspaceBytes = 32 * kMiB;
 
+// How attention keeps its tensors for the backward.
+enum class Attention {
+  kFlash,  // FlashAttention: Q, K, V, output, fp32 logsumexp, RNG state; no s x s tensors
+  kEager,  // softmax output, its dropout mask and output, s x s per head (Korthikanti)
+};
+// "flash" or "eager".
+const char* AttentionName(Attention attention);
+
 struct AnalyticOptions {
   // A cluster preset (sim/cluster.h) or a cluster JSON file; its GPU's
   // peak_tflops and memory_bandwidth_gbps must both be set.
@@ -81,6 +96,7 @@ struct AnalyticOptions {
   // Size of one activation or weight element: 2 (bf16, the default), 1
   // (fp8) or 4 (fp32). Dropout masks are 1 byte whatever this is.
   int bytes_per_element = 2;
+  Attention attention = Attention::kFlash;  // --attention
 
   // OK, or InvalidArgument naming the flag of the first bad field.
   [[nodiscard]] Status Validate() const;

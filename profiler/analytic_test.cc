@@ -8,6 +8,7 @@
 
 #include "formats/file_util.h"
 #include "formats/formats.h"
+#include "sim/stage_costs.h"
 
 namespace pipecast {
 namespace {
@@ -55,6 +56,11 @@ std::string UnitGpuFile() {
     "inter_node": {"bandwidth_gbps": 0, "latency_us": 0}})";
   EXPECT_TRUE(WriteFileAtomic(path, text).ok());
   return path;
+}
+
+AnalyticOptions Eager(AnalyticOptions options = {}) {
+  options.attention = Attention::kEager;
+  return options;
 }
 
 AnalyticOptions UnitOptions() {
@@ -105,7 +111,7 @@ TEST(AnalyticTest, TinyModelFlopsMatchHandCount) {
 }
 
 TEST(AnalyticTest, TinyModelMemoryMatchesHandCount) {
-  const Model model = Estimate(TinySpec());
+  const Model model = Estimate(TinySpec(), Eager());
   const LayerProfile& embedding = model.layers[0].profiles.at(0);
   const LayerProfile& block = model.layers[1].profiles.at(0);
   const LayerProfile& head = model.layers[3].profiles.at(0);
@@ -124,7 +130,7 @@ TEST(AnalyticTest, TinyModelMemoryMatchesHandCount) {
 
 TEST(AnalyticTest, TinyModelTimesMatchHandCount) {
   // 1 us per FLOP and per byte of element-wise traffic.
-  const Model model = Estimate(TinySpec(), UnitOptions());
+  const Model model = Estimate(TinySpec(), Eager(UnitOptions()));
   const LayerProfile& embedding = model.layers[0].profiles.at(0);
   const LayerProfile& block = model.layers[1].profiles.at(0);
   const LayerProfile& head = model.layers[3].profiles.at(0);
@@ -168,7 +174,7 @@ TEST(AnalyticTest, Gpt3SixPointSevenBillionMatchesPublishedSize) {
 }
 
 TEST(AnalyticTest, BlockActivationsAreKorthikantiExactly) {
-  const Model model = Estimate(Gpt3_6_7B());
+  const Model model = Estimate(Gpt3_6_7B(), Eager());
   const double s = 2048, h = 4096, a = 32;
   for (const LayerProfile& p : model.layers[1].profiles) {
     const double b = p.microbatch_size;
@@ -178,7 +184,7 @@ TEST(AnalyticTest, BlockActivationsAreKorthikantiExactly) {
 }
 
 TEST(AnalyticTest, CostsScaleLinearlyWithMicrobatchSize) {
-  const Model model = Estimate(Gpt3_6_7B());
+  const Model model = Estimate(Gpt3_6_7B(), Eager());
   for (const Layer& layer : model.layers) {
     const LayerProfile& one = layer.profiles.at(0);
     ASSERT_EQ(one.microbatch_size, 1);
@@ -193,7 +199,7 @@ TEST(AnalyticTest, CostsScaleLinearlyWithMicrobatchSize) {
 }
 
 TEST(AnalyticTest, BlockTimeFollowsTheDatasheet) {
-  const Model model = Estimate(Gpt3_6_7B());
+  const Model model = Estimate(Gpt3_6_7B(), Eager());
   const double s = 2048, h = 4096;
   const double flops = 24 * s * h * h + 4 * s * s * h;
   const double activation = s * h * (34 + 5 * 32 * s / h);
@@ -203,6 +209,66 @@ TEST(AnalyticTest, BlockTimeFollowsTheDatasheet) {
   EXPECT_NEAR(static_cast<double>(p.forward_ns), forward_s * 1e9, 1);
   EXPECT_NEAR(static_cast<double>(p.backward_ns), 2 * forward_s * 1e9, 1);
   EXPECT_NEAR(static_cast<double>(*p.backward_weight_ns), 24 * s * h * h / (989e12 * 0.5) * 1e9, 1);
+}
+
+TEST(AnalyticTest, FlashBlockActivationsHandWorkedForTwoShapes) {
+  // Given FlashAttention (the default): 34sbh + 4asb (fp32 logsumexp) + 16
+  // (RNG state), no s x s tensors.
+  // The zero-bubble paper's 1.5B shape, s 1024, h 2304, a 24, b 1:
+  // 34 * 1024 * 2304 = 80,216,064; 4 * 24 * 1024 = 98,304; + 16.
+  TransformerSpec small = Gpt3_6_7B();
+  small.hidden = 2304;
+  small.heads = 24;
+  small.sequence_length = 1024;
+  small.microbatch_sizes = {1};
+  const LayerProfile& p = Estimate(small).layers[1].profiles.at(0);
+  EXPECT_EQ(p.activation_bytes, 80'216'064 + 98'304 + 16);
+  EXPECT_EQ(p.attention_core_bytes, 0);
+  EXPECT_FALSE(p.attention_core_ns.has_value());  // nothing to rerun
+  // GPT-3 6.7B, s 2048, h 4096, a 32, b 2: 34 * 2048 * 4096 * 2 =
+  // 570,425,344; 4 * 32 * 2048 * 2 = 524,288; + 16 (once per call).
+  const Model big = Estimate(Gpt3_6_7B());
+  EXPECT_EQ(big.layers[1].profiles.at(1).microbatch_size, 2);
+  EXPECT_EQ(big.layers[1].profiles.at(1).activation_bytes, 570'425'344 + 524'288 + 16);
+  EXPECT_EQ(big.source.details.at("attention"), "\"flash\"");
+  EXPECT_THAT(big.source.details.at("activation_formula"), HasSubstr("4*a*s*b [logsumexp]"));
+}
+
+TEST(AnalyticTest, RecomputeAndWeightGradientFieldsHandWorked) {
+  // Given GPT-3 6.7B at b = 1 with eager attention (s 2048, h 4096, a 32).
+  const Model model = Estimate(Gpt3_6_7B(), Eager());
+  const LayerProfile& p = model.layers[1].profiles.at(0);
+  const Bytes sbh = Bytes{2048} * 4096;
+  // Then the core is 5as^2b = 5 * 32 * 2048^2, the rest is 34sbh, a
+  // checkpoint is the 2sbh block input and W keeps 32sbh (Qi et al. Table 1).
+  EXPECT_EQ(p.attention_core_bytes, Bytes{5} * 32 * 2048 * 2048);
+  EXPECT_EQ(p.activation_bytes - *p.attention_core_bytes, 34 * sbh);
+  EXPECT_EQ(p.checkpoint_bytes, 2 * sbh);
+  EXPECT_EQ(p.weight_grad_bytes, 32 * sbh);
+  EXPECT_GT(*p.attention_core_ns, 0);
+  EXPECT_LT(*p.attention_core_ns, p.forward_ns);
+  // The embedding and the head are not recomputed.
+  EXPECT_EQ(model.layers[0].profiles[0].checkpoint_bytes,
+            model.layers[0].profiles[0].activation_bytes);
+  EXPECT_EQ(model.layers.back().profiles[0].checkpoint_bytes,
+            model.layers.back().profiles[0].activation_bytes);
+}
+
+TEST(AnalyticTest, SelectiveRecomputeWithEagerAttentionDropsExactlyTheFiveAsSquaredBTerm) {
+  // Given two eager GPT-3 6.7B blocks as one stage at b = 2.
+  const Model model = Estimate(Gpt3_6_7B(), Eager());
+  const StageLayers blocks{1, 2};
+  const StageCost off = StageCostTable(model, StageCostOptions{2, Recompute::kOff}).Stage(blocks);
+  const StageCost selective =
+      StageCostTable(model, StageCostOptions{2, Recompute::kSelective}).Stage(blocks);
+  // Then the forward keeps 2 x 5as^2b less, and the backward rebuilds one
+  // block's core: sbh(34 + 5as/h) becomes sbh * 34 per block (Korthikanti
+  // Table 2, selective recomputation without tensor parallelism).
+  const Bytes core = Bytes{5} * 32 * 2048 * 2048 * 2;
+  EXPECT_EQ(off.held_bytes - selective.held_bytes, 2 * core);
+  EXPECT_EQ(selective.held_bytes, 2 * 34 * Bytes{2048} * 2 * 4096);
+  EXPECT_EQ(selective.recomputed_bytes, core);
+  EXPECT_GT(selective.recompute_ns, 0);
 }
 
 TEST(AnalyticTest, LlamaShapeWithSwigluAndGqaMatchesPublishedSize) {
@@ -261,7 +327,11 @@ TEST(AnalyticTest, ModelRoundTripsThroughModelJson) {
   EXPECT_EQ(parsed->TotalParameters(), model.TotalParameters());
   ASSERT_EQ(parsed->layers[1].profiles.size(), 3u);
   EXPECT_EQ(parsed->layers[1].profiles[0].microbatch_size, 1);  // sorted
-  EXPECT_EQ(parsed->layers[1].profiles[2].activation_bytes, 4 * 1728);
+  // Flash: 4 x (34sbh + 4as) + 16 = 4 x (1088 + 64) + 16.
+  EXPECT_EQ(parsed->layers[1].profiles[2].activation_bytes, 4 * (1088 + 64) + 16);
+  EXPECT_EQ(parsed->layers[1].profiles[2].weight_grad_bytes, 4 * 32 * 32);  // 32sbh
+  EXPECT_EQ(parsed->layers[1].profiles[2].checkpoint_bytes, 4 * 2 * 32);    // 2sbh
+  EXPECT_EQ(parsed->layers[1].profiles[2].attention_core_bytes, 0);
   EXPECT_EQ(parsed->source.details.at("peak_tflops"), "989.0");
 }
 

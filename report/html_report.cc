@@ -139,7 +139,7 @@ std::string ConfigurationRows(const ReportInputs& in) {
                          in.pipeline_stages, in.chunks, in.chunks == 1 ? "" : "s", in.microbatches,
                          in.microbatch_size, in.data_parallel, in.data_parallel == 1 ? "" : "s",
                          in.pipeline_stages * in.data_parallel));
-  out += Row("recomputation", in.recompute ? "on (full activation recomputation)" : "off");
+  out += Row("recomputation", RecomputeName(in.recompute));
   return out;
 }
 

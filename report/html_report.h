@@ -43,7 +43,7 @@ struct ReportInputs {
   int microbatches = 0;     // m
   int microbatch_size = 1;
   int data_parallel = 1;  // d
-  bool recompute = false;
+  Recompute recompute = Recompute::kOff;
   std::string command_line;  // as typed (QuoteCommandLine); empty: not shown
 };
 

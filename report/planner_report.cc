@@ -289,7 +289,7 @@ std::string ChosenLayoutHtml(const Candidate& c) {
       "micro-batches of size {}, recomputation {}; layers per {}stage: {}.</p>\n",
       HtmlEscape(c.Label()), c.pipeline_stages, c.data_parallel, ScheduleKindName(c.schedule),
       c.chunks > 1 ? fmt::format(" with {} chunks per GPU", c.chunks) : "", c.microbatches,
-      c.microbatch_size, c.recompute ? "on" : "off", c.chunks > 1 ? "virtual " : "", stages);
+      c.microbatch_size, RecomputeName(c.recompute), c.chunks > 1 ? "virtual " : "", stages);
 }
 
 }  // namespace

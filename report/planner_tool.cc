@@ -33,9 +33,11 @@ Result<PlannerOptions> MakeOptions(const PlannerToolOptions& flags) {
   }
   o.microbatch_sizes = flags.microbatch_sizes;
   o.chunks = flags.chunks;
-  o.recompute = flags.recompute == "on"    ? RecomputeMode::kOn
-                : flags.recompute == "off" ? RecomputeMode::kOff
-                                           : RecomputeMode::kAuto;
+  // "on" is the older name of full, kept so existing commands still run.
+  o.recompute = flags.recompute == "off"                               ? RecomputeMode::kOff
+                : flags.recompute == "selective"                       ? RecomputeMode::kSelective
+                : flags.recompute == "full" || flags.recompute == "on" ? RecomputeMode::kFull
+                                                                       : RecomputeMode::kAuto;
   o.top_k = flags.top;
   o.threads = flags.threads;
   o.optimizer_step_ns = UsToNs(flags.optimizer_step_us);

@@ -104,7 +104,7 @@ Result<Setup> SetupFromFlags(const Flags& flags, const Model& model,
   s.options.microbatch_size = flags.microbatch_size;
   s.options.data_parallel = flags.data_parallel;
   s.options.optimizer_step_ns = UsToNs(flags.optimizer_step_us);
-  s.options.recompute = flags.recompute;
+  s.options.recompute = *ParseRecompute(flags.recompute);  // checked by the flag
   auto memory = MemoryConfigFor(flags.precision, flags.optimizer, flags.grad_dtype);
   if (!memory.ok()) return memory.status();
   s.options.memory = *memory;

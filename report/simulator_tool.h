@@ -24,7 +24,7 @@ struct SimulatorToolOptions {
   int microbatches = 0;    // 0: from --schedule-in, else the number of stages
   std::string schedule = "1f1b";
   int chunks = 0;  // v, model chunks per GPU; 0: 2 for interleaved and looped-bfs, else 1
-  bool recompute = false;
+  std::string recompute = "off";  // off, selective or full
   int microbatch_size = 1;
   std::string partition;  // empty: balanced on time
   std::string cluster;    // empty: the preset named by the model's source.device, else ideal

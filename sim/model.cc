@@ -54,7 +54,23 @@ LayerCost FromProfile(const LayerProfile& p) {
   cost.activation_bytes = p.activation_bytes;
   cost.output_bytes = p.output_bytes;
   cost.workspace_bytes = p.workspace_bytes;
+  cost.checkpoint_bytes = p.checkpoint_bytes;
+  cost.attention_core_bytes = p.attention_core_bytes;
+  cost.attention_core_ns = p.attention_core_ns;
+  cost.weight_grad_bytes = p.weight_grad_bytes;
   return cost;
+}
+
+std::optional<int64_t> Scale(const std::optional<int64_t>& a, double factor) {
+  if (!a) return std::nullopt;
+  return Scale(*a, factor);
+}
+
+// Both ends given: linear between them; otherwise absent.
+std::optional<int64_t> Lerp(const std::optional<int64_t>& a, const std::optional<int64_t>& b,
+                            double t) {
+  if (!a || !b) return std::nullopt;
+  return Lerp(*a, *b, t);
 }
 
 }  // namespace
@@ -77,6 +93,10 @@ LayerCost CostAt(const Layer& layer, int microbatch_size) {
     c.activation_bytes = Scale(c.activation_bytes, f);
     c.output_bytes = Scale(c.output_bytes, f);
     c.workspace_bytes = Scale(c.workspace_bytes, f);
+    c.checkpoint_bytes = Scale(c.checkpoint_bytes, f);
+    c.attention_core_bytes = Scale(c.attention_core_bytes, f);
+    c.attention_core_ns = Scale(c.attention_core_ns, f);
+    c.weight_grad_bytes = Scale(c.weight_grad_bytes, f);
     c.origin = CostOrigin::kExtrapolated;
     return c;
   }
@@ -97,6 +117,10 @@ LayerCost CostAt(const Layer& layer, int microbatch_size) {
   c.activation_bytes = Lerp(a.activation_bytes, b.activation_bytes, t);
   c.output_bytes = Lerp(a.output_bytes, b.output_bytes, t);
   c.workspace_bytes = Lerp(a.workspace_bytes, b.workspace_bytes, t);
+  c.checkpoint_bytes = Lerp(a.checkpoint_bytes, b.checkpoint_bytes, t);
+  c.attention_core_bytes = Lerp(a.attention_core_bytes, b.attention_core_bytes, t);
+  c.attention_core_ns = Lerp(a.attention_core_ns, b.attention_core_ns, t);
+  c.weight_grad_bytes = Lerp(a.weight_grad_bytes, b.weight_grad_bytes, t);
   c.origin = CostOrigin::kInterpolated;
   return c;
 }

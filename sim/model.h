@@ -30,6 +30,19 @@ struct LayerProfile {
   Bytes activation_bytes = 0;  // kept alive from forward until backward
   Bytes output_bytes = 0;      // sent to the next stage
   Bytes workspace_bytes = 0;   // transient, only while an op runs
+  // Memory by recomputation granularity and split backward (docs/formats.md);
+  // each absent when the profiler did not give it.
+  // What full recomputation keeps from forward to backward (the layer's
+  // checkpoint: its input for a transformer block).
+  std::optional<Bytes> checkpoint_bytes;
+  // What selective recomputation drops from activation_bytes (eager
+  // attention's s x s tensors, 5as^2b in Korthikanti et al.; 0 with flash).
+  std::optional<Bytes> attention_core_bytes;
+  // Forward time of that attention core: what selective recomputation reruns.
+  std::optional<TimeNs> attention_core_ns;
+  // What the weight-gradient op (W) keeps after the input-gradient op (I):
+  // the inputs of the layer's weight products and their output gradients.
+  std::optional<Bytes> weight_grad_bytes;
 };
 
 struct Layer {
@@ -79,6 +92,12 @@ struct LayerCost {
   Bytes activation_bytes = 0;
   Bytes output_bytes = 0;
   Bytes workspace_bytes = 0;
+  // LayerProfile's optional memory fields at this size; absent when a
+  // profile used lacks them.
+  std::optional<Bytes> checkpoint_bytes;
+  std::optional<Bytes> attention_core_bytes;
+  std::optional<TimeNs> attention_core_ns;
+  std::optional<Bytes> weight_grad_bytes;
   CostOrigin origin = CostOrigin::kMeasured;
 };
 

@@ -21,6 +21,11 @@ int ZBH1InFlight(int, int p, int m) { return std::min(p, m); }
 // Warm-up forwards 2(p-s)-1, and W ops deferred until the tail keep 2p-1 activations on every
 // stage (schedule_zoo.cc).
 int ZBH2InFlight(int, int p, int m) { return std::min(2 * p - 1, m); }
+// Of those, the ones whose input gradient has not run yet (the rest wait only for W, holding
+// what W keeps): the warm-up forwards, p - s for ZB-H1 and 2(p-s)-1 for ZB-H2; Qi et al.
+// section 2.3: worker i holds (p-i+1) M_B + (i-1) M_W (ZB-H1), (2p-2i+1) M_B + (2i-2) M_W (ZB-H2).
+int ZBH1BeforeInputGradient(int stage, int p, int m) { return std::min(p - stage, m); }
+int ZBH2BeforeInputGradient(int stage, int p, int m) { return std::min(2 * (p - stage) - 1, m); }
 
 // A synchronous one-chunk schedule with a whole backward that takes any m (naive, GPipe, 1F1B).
 constexpr ScheduleTraits OneChunk(ScheduleKind kind, const char* name, const char* source,
@@ -61,7 +66,9 @@ constexpr ScheduleTraits Chunked(ScheduleKind kind, const char* name, const char
 
 // The zero-bubble family (ZB-H1, ZB-H2): split backward, m >= p, one wording for both.
 constexpr ScheduleTraits ZeroBubble(ScheduleKind kind, const char* name, const char* source,
-                                    int (*inflight)(int, int, int), void (*generate)(Schedule&)) {
+                                    int (*inflight)(int, int, int),
+                                    int (*before_input_gradient)(int, int, int),
+                                    void (*generate)(Schedule&)) {
   return {.kind = kind,
           .name = name,
           .rule_label = "zb-h1 and zb-h2",
@@ -72,6 +79,7 @@ constexpr ScheduleTraits ZeroBubble(ScheduleKind kind, const char* name, const c
           .too_few_microbatches_why =
               "with fewer there is no steady state to hide the weight gradients in",
           .inflight_microbatches = inflight,
+          .before_input_gradient = before_input_gradient,
           .generate = generate};
 }
 
@@ -95,9 +103,9 @@ constexpr std::array<ScheduleTraits, 9> kTraits = {{
                           "Narayanan et al. SOSP'19 (asynchronous 1F1B, weight stashing)",
                           OneFOneBInFlight, internal::BuildPipeDream)),
     ZeroBubble(ScheduleKind::kZBH1, "zb-h1", "Qi et al. ICLR'24 section 3.1, figure 3 top",
-               ZBH1InFlight, internal::BuildZBH1),
+               ZBH1InFlight, ZBH1BeforeInputGradient, internal::BuildZBH1),
     ZeroBubble(ScheduleKind::kZBH2, "zb-h2", "Qi et al. ICLR'24 section 3.1, figure 3 bottom",
-               ZBH2InFlight, internal::BuildZBH2),
+               ZBH2InFlight, ZBH2BeforeInputGradient, internal::BuildZBH2),
     Chunked(ScheduleKind::kLoopedBFS, "looped-bfs", "looped BFS",
             "Lamy-Poirier 2022 (breadth-first pipeline parallelism); PyTorch ScheduleLoopedBFS",
             MicrobatchRule::kAtLeastStages,

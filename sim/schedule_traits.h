@@ -51,6 +51,9 @@ struct ScheduleTraits {
   // Activation micro-batches stage `stage` of p holds at its peak with m micro-batches: the
   // planner's estimate before it simulates (chunked kinds: m, refined by the simulate pass).
   int (*inflight_microbatches)(int stage, int p, int m) = nullptr;
+  // For split-backward kinds: how many of those have not run their input gradient (I) yet; the
+  // others hold only what W keeps. nullptr: all of them (whole backwards).
+  int (*before_input_gradient)(int stage, int p, int m) = nullptr;
   // Fills the action lists of a Schedule that MakeSchedule sized (ranks, virtual stages,
   // micro-batches, stage_rank). nullptr when builtin is false.
   // REQUIRES: CheckShape() accepted the schedule's shape.

@@ -250,7 +250,8 @@ Result<SimResult> SimulateWith(EngineFn engine, const Model& model, const Cluste
   PIPECAST_RETURN_IF_ERROR(options.Validate());
   PIPECAST_RETURN_IF_ERROR(ValidateSchedule(schedule));
   if (model.layers.empty()) return Status::InvalidArgument("the model has no layers");
-  const StageCostTable table(model, StageCostOptions{options.microbatch_size, options.recompute});
+  const StageCostTable table(
+      model, StageCostOptions{options.microbatch_size, options.recompute, schedule.split_backward});
   Result<std::vector<StageLayers>> partition = ResolvePartition(table, schedule, options);
   if (!partition.ok()) return partition.status();
 
@@ -264,7 +265,7 @@ Result<SimResult> SimulateWith(EngineFn engine, const Model& model, const Cluste
                         "costs are estimates of the analytic profiler (source.method analytic), "
                         "not measurements");
   }
-  result.costs_measured = result.notes.empty();
+  result.costs_measured = table.CostsMeasured() && model.source.method != "analytic";
   PIPECAST_RETURN_IF_ERROR(CheckSplitBackward(schedule, *partition, costs));
   PIPECAST_RETURN_IF_ERROR(FillStatic(cluster, schedule, options, *partition, costs, &result));
   internal::ApplyPerOpCollectives(model, cluster, schedule, options, *partition, &costs, &result);

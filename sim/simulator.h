@@ -62,6 +62,7 @@
 #include "sim/model.h"
 #include "sim/partition.h"
 #include "sim/schedule.h"
+#include "sim/stage_costs.h"
 
 namespace pipecast {
 
@@ -72,12 +73,11 @@ struct SimOptions {
   std::vector<StageLayers> partition;
   MemoryConfig memory;
   TimeNs optimizer_step_ns = 0;  // 0 = not modelled
-  // Full activation recomputation (Chen et al. 2016; Megatron-LM
-  // --recompute-granularity full): the forward keeps only each stage's input;
-  // the backward (or I) first reruns the stage's forward, which costs one more
-  // forward and holds the stage's full activations until the backward (or W)
-  // ends. The stage input of stage 0 (token ids) is taken as 0 bytes.
-  bool recompute = false;
+  // Activation recomputation (sim/stage_costs.h): off; selective (the
+  // attention core, Korthikanti et al. 2022); full (Megatron-LM
+  // --recompute-granularity full: each layer's input kept, layers rerun one at
+  // a time in the backward, one more forward of the stage).
+  Recompute recompute = Recompute::kOff;
   // Keep every op, transfer and memory change (needed for traces); off in
   // planner searches to save time and memory.
   bool record_timeline = true;

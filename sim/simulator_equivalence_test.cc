@@ -239,6 +239,12 @@ Model TestModel(int n, bool unequal, bool zero_ops = false) {
         p.backward_ns += 3000 * kNsPerUs;
         m.layers[i].parameters += 200'000'000;
       }
+      // Layer-by-layer recomputation and split-backward memory; what W keeps
+      // is sometimes more than the forward kept (I allocates the rest).
+      p.checkpoint_bytes = k * 4 * kMiB;
+      p.attention_core_bytes = k * 16 * kMiB;
+      p.attention_core_ns = k * 100 * kNsPerUs;
+      p.weight_grad_bytes = (i % 2 == 0 ? 30 : 80) * k * kMiB;
     }
     if (zero_ops && i % 2 == 0) {
       p.forward_ns = 0;
@@ -289,7 +295,9 @@ TEST_P(SimulatorEquivalenceGrid, SameResultsAsTheReference) {
           const bool unequal = (config / 2) % 2 == 1;
           Model model = TestModel(p * v * (1 + variant % 2), unequal);
           SimOptions opts;
-          opts.recompute = variant >= 2;
+          opts.recompute = variant >= 2   ? Recompute::kFull
+                           : variant == 1 ? Recompute::kSelective
+                                          : Recompute::kOff;
           opts.data_parallel = 1 + (config % 3);  // 1, 2 or 3 replicas
           opts.optimizer_step_ns = config % 5 == 0 ? 123'456 : 0;
           for (bool timeline : {true, false}) {
@@ -298,7 +306,7 @@ TEST_P(SimulatorEquivalenceGrid, SameResultsAsTheReference) {
                                         /*compare_text=*/variant == 0))
                 << ScheduleKindName(kind) << " p=" << p << " m=" << m << " v=" << v
                 << " cluster=" << cluster.name << " unequal=" << unequal
-                << " recompute=" << opts.recompute << " dp=" << opts.data_parallel
+                << " recompute=" << RecomputeName(opts.recompute) << " dp=" << opts.data_parallel
                 << " timeline=" << timeline;
           }
         }
@@ -435,7 +443,9 @@ TEST(SimulatorEquivalence, RandomCustomSchedulesWithTiesAndDeadlocks) {
     const bool zero_ops = trial % 4 == 1;
     Model model = TestModel(stages + static_cast<int>(rng() % 3), trial % 2 == 0, zero_ops);
     SimOptions opts;
-    opts.recompute = trial % 5 == 2;
+    opts.recompute = trial % 5 == 2   ? Recompute::kFull
+                     : trial % 5 == 3 ? Recompute::kSelective
+                                      : Recompute::kOff;
     opts.data_parallel = 1 + trial % 2;
     const Cluster& cluster = clusters[trial % clusters.size()];
     EXPECT_TRUE(SameAsReference(model, cluster, s, opts, &tally, /*compare_text=*/trial % 4 == 0))
@@ -476,7 +486,7 @@ AssertionResult RoundCostTrial(int trial, Tally* tally) {
   cluster.intra_node = Link{bandwidths[rng() % 4], latencies[rng() % 3]};
   cluster.inter_node = Link{bandwidths[rng() % 4], latencies[rng() % 3]};
   SimOptions opts;
-  opts.recompute = trial % 3 == 1;
+  opts.recompute = trial % 3 == 1 ? Recompute::kFull : Recompute::kOff;
   AssertionResult same = SameAsReference(model, cluster, s, opts, tally, /*compare_text=*/false);
   if (!same) same << "\ntrial " << trial << " schedule:\n" << ScheduleToText(s);
   return same;

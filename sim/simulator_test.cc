@@ -226,12 +226,78 @@ TEST(SimulatorHandWorked, RecomputeCostsAForwardAndKeepsOnlyStageInputs) {
   // backward recomputes them; stage 0's input (tokens) counts as 0.
   Model model = UniformModel(2, kF, kB, kAct, kMiB);
   SimOptions opts;
-  opts.recompute = true;
+  opts.recompute = Recompute::kFull;
   SimResult r = SimulateOk(ScheduleKind::kGPipe, 2, 2, IdealCluster(), model, opts);
   EXPECT_EQ(r.iteration_ns, 12 * kF);
   EXPECT_EQ(r.per_rank[1].memory.activations_peak, 2 * kMiB + kAct);
   EXPECT_EQ(r.per_rank[0].memory.activations_peak, kAct);
   EXPECT_EQ(r.per_rank[0].peak_inflight_microbatches, 2);
+}
+
+// L equal layers of kAct activations, each with a 1 MiB checkpoint, a
+// 40 MiB attention core and W keeping 30 MiB.
+Model LayersWithMemoryFields(int layers) {
+  Model model = UniformModel(layers, kF, kB, kAct, kMiB);
+  for (Layer& l : model.layers) {
+    LayerProfile& p = l.profiles[0];
+    p.backward_weight_ns = kB / 2;
+    p.checkpoint_bytes = kMiB;
+    p.attention_core_bytes = 40 * kMiB;
+    p.attention_core_ns = kF / 4;
+    p.weight_grad_bytes = 30 * kMiB;
+  }
+  return model;
+}
+
+TEST(SimulatorHandWorked, FullRecomputeAtOneStageHoldsInFlightInputsAndOneLayer) {
+  // Given p = 1, L = 4 equal layers (100 MiB of activations, 1 MiB input
+  // each) and full recomputation.
+  SimOptions opts;
+  opts.recompute = Recompute::kFull;
+  const Model model = LayersWithMemoryFields(4);
+  // When 1F1B runs 4 micro-batches (one in flight at a time), then the peak
+  // is one micro-batch's 4 checkpoints + one layer's full activations, not
+  // the 400 MiB of all four layers; the backward pays one more forward.
+  SimResult one = SimulateOk(ScheduleKind::k1F1B, 1, 4, IdealCluster(), model, opts);
+  EXPECT_EQ(one.per_rank[0].memory.activations_peak, 4 * kMiB + kAct);
+  EXPECT_EQ(one.iteration_ns, 4 * (4 * kF + 4 * kB + 4 * kF));
+  // When GPipe runs them (all four in flight), then 4 x 4 checkpoints + one layer.
+  SimResult all = SimulateOk(ScheduleKind::kGPipe, 1, 4, IdealCluster(), model, opts);
+  EXPECT_EQ(all.per_rank[0].memory.activations_peak, 16 * kMiB + kAct);
+  EXPECT_TRUE(all.notes.empty());
+}
+
+TEST(SimulatorHandWorked, SelectiveRecomputeDropsTheAttentionCores) {
+  // Given p = 1, L = 3, GPipe with 2 micro-batches, selective recomputation.
+  SimOptions opts;
+  opts.recompute = Recompute::kSelective;
+  SimResult r =
+      SimulateOk(ScheduleKind::kGPipe, 1, 2, IdealCluster(), LayersWithMemoryFields(3), opts);
+  // Then each micro-batch keeps 3 x (100 - 40) MiB, and one core is rebuilt:
+  // 2 x 180 + 40 MiB; the backward pays the three cores' forwards.
+  EXPECT_EQ(r.per_rank[0].memory.activations_peak, 2 * 180 * kMiB + 40 * kMiB);
+  EXPECT_EQ(r.iteration_ns, 2 * (3 * kF + 3 * kB + 3 * kF / 4));
+}
+
+TEST(SimulatorHandWorked, InputGradientFreesWhatTheWeightGradientDoesNotKeep) {
+  // Given one layer (100 MiB, W keeps 30 MiB) and 0F0 0I0 0F1 0I1 0W0 0W1.
+  const Model model = LayersWithMemoryFields(1);
+  auto I = [](int m) { return Action{0, OpKind::kBackwardInput, m}; };
+  auto W = [](int m) { return Action{0, OpKind::kBackwardWeight, m}; };
+  Schedule s = CustomSchedule(2, {{F(0, 0), I(0), F(0, 1), I(1), W(0), W(1)}});
+  auto r = Simulate(model, IdealCluster(), s, SimOptions{});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  // Then when 0F1 runs only 0W0's 30 MiB remain of micro-batch 0: 130 MiB,
+  // not the 200 MiB of keeping both activations until W.
+  EXPECT_EQ(r->per_rank[0].memory.activations_peak, 130 * kMiB);
+  Model legacy = model;
+  legacy.layers[0].profiles[0].weight_grad_bytes.reset();
+  auto old = Simulate(legacy, IdealCluster(), s, SimOptions{});
+  ASSERT_TRUE(old.ok());
+  EXPECT_EQ(old->per_rank[0].memory.activations_peak, 2 * kAct);
+  ASSERT_EQ(old->notes.size(), 1u);
+  EXPECT_THAT(old->notes[0], HasSubstr("give no weight_grad_bytes"));
+  EXPECT_TRUE(old->costs_measured);  // an estimated memory rule, not an interpolated cost
 }
 
 TEST(SimulatorDeadlock, OpBeforeItsOwnForwardIsNamed) {

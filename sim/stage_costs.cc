@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 
 namespace pipecast {
 
@@ -21,13 +22,32 @@ TimeNs StageCost::DurationNs(OpKind kind) const {
   return 0;
 }
 
+namespace {
+// The names of the granularities, in Recompute order: one table for both directions.
+constexpr const char* kRecomputeNames[] = {"off", "selective", "full"};
+}  // namespace
+
+const char* RecomputeName(Recompute recompute) {
+  return kRecomputeNames[static_cast<int>(recompute)];
+}
+
+std::optional<Recompute> ParseRecompute(std::string_view name) {
+  for (int i = 0; i < static_cast<int>(std::size(kRecomputeNames)); ++i) {
+    if (name == kRecomputeNames[i]) return static_cast<Recompute>(i);
+  }
+  return std::nullopt;
+}
+
 Bytes StageCost::ActivationsAtStart(OpKind kind) const {
   switch (kind) {
     case OpKind::kForward:
       return held_bytes;
     case OpKind::kBackward:
-    case OpKind::kBackwardInput:
       return recomputed_bytes;
+    case OpKind::kBackwardInput:
+      // I builds W's inputs and output gradients: what of them F did not keep.
+      return recomputed_bytes +
+             (weight_grad_known ? std::max<Bytes>(0, weight_grad_bytes - held_bytes) : 0);
     case OpKind::kBackwardWeight:
       return 0;
   }
@@ -35,7 +55,26 @@ Bytes StageCost::ActivationsAtStart(OpKind kind) const {
 }
 
 Bytes StageCost::ActivationsFreedAtEnd(OpKind kind) const {
-  return FreesActivations(kind) ? held_bytes + recomputed_bytes : 0;
+  switch (kind) {
+    case OpKind::kForward:
+      return 0;
+    case OpKind::kBackward:
+      return held_bytes + recomputed_bytes;
+    case OpKind::kBackwardInput:
+      return weight_grad_known ? ActivationsAtStart(kind) + held_bytes - weight_grad_bytes : 0;
+    case OpKind::kBackwardWeight:
+      return weight_grad_known ? weight_grad_bytes : held_bytes + recomputed_bytes;
+  }
+  return 0;
+}
+
+bool StageCost::FreesActivations(OpKind kind) const {
+  return kind == OpKind::kBackward || kind == OpKind::kBackwardWeight ||
+         (kind == OpKind::kBackwardInput && weight_grad_known);
+}
+
+Bytes StageCost::KeptAfter(OpKind kind) const {
+  return kind == OpKind::kBackwardInput && weight_grad_known ? weight_grad_bytes : 0;
 }
 
 Bytes ParameterBytes(int64_t parameters, double bytes_per_param) {
@@ -50,21 +89,41 @@ StageCostTable::StageCostTable(const Model& model, const StageCostOptions& optio
   for (size_t l = 0; l < n; ++l) {
     const LayerCost& c = layers_.emplace_back(CostAt(model.layers[l], options.microbatch_size));
     const Prefix& before = prefix_[l];
-    prefix_[l + 1] = Prefix{before.forward_ns + c.forward_ns,
-                            before.backward_ns + c.backward_ns,
-                            before.backward_weight_ns + c.backward_weight_ns,
-                            before.activation_bytes + c.activation_bytes,
-                            before.parameters + model.layers[l].parameters,
-                            before.unsplit_layers + (c.has_backward_split ? 0 : 1)};
+    Prefix& after = prefix_[l + 1];
+    after.forward_ns = before.forward_ns + c.forward_ns;
+    after.backward_ns = before.backward_ns + c.backward_ns;
+    after.backward_weight_ns = before.backward_weight_ns + c.backward_weight_ns;
+    after.activation_bytes = before.activation_bytes + c.activation_bytes;
+    after.parameters = before.parameters + model.layers[l].parameters;
+    after.unsplit_layers = before.unsplit_layers + (c.has_backward_split ? 0 : 1);
+    after.checkpoint_bytes = before.checkpoint_bytes + c.checkpoint_bytes.value_or(0);
+    after.attention_core_bytes = before.attention_core_bytes + c.attention_core_bytes.value_or(0);
+    after.weight_grad_bytes = before.weight_grad_bytes + c.weight_grad_bytes.value_or(0);
+    after.attention_core_ns = before.attention_core_ns + c.attention_core_ns.value_or(0);
+    after.no_checkpoint = before.no_checkpoint + !c.checkpoint_bytes.has_value();
+    after.no_attention_core = before.no_attention_core + !c.attention_core_bytes.has_value();
+    after.no_weight_grad = before.no_weight_grad + !c.weight_grad_bytes.has_value();
   }
+}
+
+TimeNs StageCostTable::RecomputeNs(const Prefix& lo, const Prefix& hi) const {
+  switch (options_.recompute) {
+    case Recompute::kOff:
+      return 0;
+    case Recompute::kFull:  // one more forward of the stage
+      return hi.forward_ns - lo.forward_ns;
+    case Recompute::kSelective:  // the attention cores' forwards, when the model gives them
+      return hi.no_attention_core == lo.no_attention_core
+                 ? hi.attention_core_ns - lo.attention_core_ns
+                 : 0;
+  }
+  return 0;
 }
 
 TimeNs StageCostTable::TrainingTimeNs(StageLayers stage) const {
   const Prefix& lo = prefix_[stage.first_layer];
   const Prefix& hi = prefix_[stage.last_layer + 1];
-  const TimeNs forward = hi.forward_ns - lo.forward_ns;
-  const TimeNs rerun = options_.recompute ? forward : 0;
-  return forward + (hi.backward_ns - lo.backward_ns) + rerun;
+  return (hi.forward_ns - lo.forward_ns) + (hi.backward_ns - lo.backward_ns) + RecomputeNs(lo, hi);
 }
 
 StageCost StageCostTable::Stage(StageLayers stage) const {
@@ -83,12 +142,34 @@ StageCost StageCostTable::Stage(StageLayers stage) const {
   c.output_bytes = layers_[stage.last_layer].output_bytes;
   c.input_bytes = stage.first_layer > 0 ? layers_[stage.first_layer - 1].output_bytes : 0;
   c.held_bytes = c.activation_bytes;
-  if (options_.recompute) {
-    c.held_bytes = c.input_bytes;
-    c.recomputed_bytes = c.activation_bytes;
-    c.recompute_ns = c.forward_ns;
-    c.backward_ns += c.recompute_ns;  // rerun the forward before the backward
+  c.weight_grad_known = hi.no_weight_grad == lo.no_weight_grad;
+  if (c.weight_grad_known) c.weight_grad_bytes = hi.weight_grad_bytes - lo.weight_grad_bytes;
+  switch (options_.recompute) {
+    case Recompute::kOff:
+      break;
+    case Recompute::kFull:
+      if (hi.no_checkpoint == lo.no_checkpoint) {  // layer by layer
+        c.held_bytes = hi.checkpoint_bytes - lo.checkpoint_bytes;
+        for (int l = stage.first_layer; l <= stage.last_layer; ++l) {
+          c.recomputed_bytes = std::max(c.recomputed_bytes, layers_[l].activation_bytes);
+        }
+      } else {  // the older whole-stage rule
+        c.held_bytes = c.input_bytes;
+        c.recomputed_bytes = c.activation_bytes;
+      }
+      break;
+    case Recompute::kSelective:
+      if (hi.no_attention_core == lo.no_attention_core) {
+        c.held_bytes = c.activation_bytes - (hi.attention_core_bytes - lo.attention_core_bytes);
+        for (int l = stage.first_layer; l <= stage.last_layer; ++l) {
+          c.recomputed_bytes =
+              std::max(c.recomputed_bytes, layers_[l].attention_core_bytes.value_or(0));
+        }
+      }
+      break;
   }
+  c.recompute_ns = RecomputeNs(lo, hi);
+  c.backward_ns += c.recompute_ns;  // the rerun comes before the backward proper
   return c;
 }
 
@@ -97,6 +178,11 @@ std::vector<StageCost> StageCostTable::Stages(const std::vector<StageLayers>& pa
   costs.reserve(partition.size());
   for (const StageLayers& stage : partition) costs.push_back(Stage(stage));
   return costs;
+}
+
+bool StageCostTable::CostsMeasured() const {
+  return std::all_of(layers_.begin(), layers_.end(),
+                     [](const LayerCost& c) { return c.origin == CostOrigin::kMeasured; });
 }
 
 std::vector<std::string> StageCostTable::Notes() const {
@@ -119,6 +205,33 @@ std::vector<std::string> StageCostTable::Notes() const {
         "micro-batch size {} is outside the measured sizes for {} of {} layers: their costs are "
         "extrapolated in proportion to the nearest measured size",
         size, extrapolated, n));
+  }
+  const Prefix& all = prefix_.back();
+  if (options_.recompute == Recompute::kFull && all.no_checkpoint > 0) {
+    notes.push_back(fmt::format(
+        "{} of {} layers give no checkpoint_bytes: full recomputation is estimated by the "
+        "whole-stage rule (each stage keeps only its input and rebuilds all its layers' "
+        "activations at once in the backward); re-profile to get layer-by-layer figures",
+        all.no_checkpoint, n));
+  }
+  if (options_.recompute == Recompute::kSelective) {
+    if (all.no_attention_core > 0) {
+      notes.push_back(fmt::format(
+          "{} of {} layers give no attention_core_bytes: selective recomputation is estimated "
+          "as off (nothing dropped, no extra time); re-profile to get the attention core's bytes",
+          all.no_attention_core, n));
+    } else if (all.attention_core_bytes == 0) {
+      notes.push_back(
+          "selective recomputation changes nothing here: the model's attention keeps no s x s "
+          "tensors (attention_core_bytes 0, e.g. FlashAttention), so there is nothing to "
+          "recompute");
+    }
+  }
+  if (options_.split_backward && all.no_weight_grad > 0) {
+    notes.push_back(fmt::format(
+        "{} of {} layers give no weight_grad_bytes: the split backward is estimated to keep "
+        "the whole activation until W ends (the input-gradient op frees nothing)",
+        all.no_weight_grad, n));
   }
   return notes;
 }

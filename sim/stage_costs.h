@@ -6,16 +6,29 @@
 //
 // A stage holds a contiguous run of layers. Its times are the sums of its
 // layers' times at the micro-batch size (CostAt(): measured, interpolated or
-// extrapolated, in integer ns). Its activations follow this rule:
-//   - without recomputation, the forward (F) keeps the stage's activations
-//     (the sum over its layers) from its start until the backward (B) or the
-//     weight-gradient op (W) ends; the input-gradient op (I) frees nothing;
-//   - with full recomputation (Chen et al. 2016; Megatron-LM
-//     --recompute-granularity full), F keeps only the stage input (the output
-//     of the layer before the stage; 0 bytes for the first stage, whose input
-//     is token ids), and B (or I) first reruns the stage's forward, which
-//     costs one more forward and rebuilds the full activations, held until
-//     B (or W) ends.
+// extrapolated, in integer ns). Its activations follow the recomputation
+// granularity (docs/simulator.md, "Activation memory"):
+//   - off: the forward (F) keeps the stage's activations (the sum over its
+//     layers) until the backward (B) or the weight-gradient op (W) ends;
+//   - full (Megatron-LM --recompute-granularity full, one layer per
+//     checkpoint): F keeps each layer's checkpoint_bytes (its input), and B
+//     (or I) reruns the layers one at a time, so on top of the checkpoints it
+//     holds one layer's full activations (the largest of the stage's) until
+//     it ends; it costs one more forward of the stage. A model without
+//     checkpoint_bytes keeps the older whole-stage rule: F keeps only the
+//     stage input (0 bytes for the first stage, whose input is token ids) and
+//     B rebuilds every layer's activations at once (Chen et al. 2016);
+//   - selective (Korthikanti et al. 2022, --recompute-granularity selective):
+//     F keeps the activations less each layer's attention_core_bytes, and B
+//     (or I) rebuilds one layer's attention core at a time, at the cost of the
+//     layers' attention_core_us; with FlashAttention the core is 0 bytes and
+//     selective recomputation changes nothing. Without attention_core_bytes
+//     it is treated as off.
+// With a split backward (I then W) and every layer's weight_grad_bytes
+// given, I ends holding only what W needs (the layers' weight_grad_bytes,
+// Qi et al. 2024, Table 1), allocating at its start whatever of that exceeds
+// what F kept, and W frees the rest; without the field I frees nothing and W
+// frees everything.
 // Every op holds the stage's workspace (the largest of its layers') while it
 // runs; the stage sends its last layer's output to the next stage.
 //
@@ -25,7 +38,9 @@
 #define PIPECAST_SIM_STAGE_COSTS_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/units.h"
@@ -35,9 +50,18 @@
 
 namespace pipecast {
 
+// Activation recomputation granularity (see above).
+enum class Recompute { kOff, kSelective, kFull };
+// "off", "selective", "full".
+const char* RecomputeName(Recompute recompute);
+// The mode named "off", "selective" or "full"; nullopt for anything else.
+std::optional<Recompute> ParseRecompute(std::string_view name);
+
 struct StageCostOptions {
   int microbatch_size = 1;
-  bool recompute = false;  // full activation recomputation (see above)
+  Recompute recompute = Recompute::kOff;
+  // The schedule splits the backward into I and W: only for Notes().
+  bool split_backward = false;
 };
 
 // Costs of one stage at one micro-batch size.
@@ -45,29 +69,39 @@ struct StageCost {
   TimeNs forward_ns = 0;
   TimeNs backward_ns = 0;          // whole backward, including recompute_ns
   TimeNs backward_weight_ns = 0;   // W part of backward_ns
-  TimeNs recompute_ns = 0;         // the forward rerun inside backward_ns (0 without recompute)
+  TimeNs recompute_ns = 0;         // the rerun inside backward_ns (0 without recompute)
   bool has_backward_split = true;  // every layer has backward_weight_us
   Bytes activation_bytes = 0;      // sum over the stage's layers
-  Bytes held_bytes = 0;            // kept from F start until B (or W) ends
-  Bytes recomputed_bytes = 0;      // rebuilt at B (or I) start, freed with held_bytes
-  Bytes input_bytes = 0;           // the previous layer's output (0 for the first stage)
-  Bytes output_bytes = 0;          // the last layer's output, sent to the next stage
-  Bytes workspace_bytes = 0;       // largest over the stage's layers, held while an op runs
+  Bytes held_bytes = 0;            // kept from F start until B (or I, or W) ends
+  Bytes recomputed_bytes = 0;      // rebuilt at B (or I) start, freed when it ends
+  // What W keeps from I's end until it ends: the layers' weight_grad_bytes,
+  // when every layer gives them (weight_grad_known).
+  Bytes weight_grad_bytes = 0;
+  bool weight_grad_known = false;
+  Bytes input_bytes = 0;      // the previous layer's output (0 for the first stage)
+  Bytes output_bytes = 0;     // the last layer's output, sent to the next stage
+  Bytes workspace_bytes = 0;  // largest over the stage's layers, held while an op runs
   int64_t parameters = 0;
 
   // How long an op of `kind` runs: F forward, B the whole backward, I the
   // backward less its W part, W the weight-gradient part.
   TimeNs DurationNs(OpKind kind) const;
-  // Activation bytes an op of `kind` allocates at its start: F held, B and I
-  // recomputed, W none.
+  // Activation bytes an op of `kind` allocates at its start: F held, B
+  // recomputed, I recomputed plus what W keeps beyond held (when known), W
+  // none.
   Bytes ActivationsAtStart(OpKind kind) const;
-  // Activation bytes an op of `kind` frees at its end: B and W free what F
-  // and the recomputation allocated; F and I free nothing.
+  // Activation bytes an op of `kind` frees at its end: B everything F and its
+  // own start allocated; I (when W's bytes are known) all of it but
+  // weight_grad_bytes, W the rest (everything when they are not known); F
+  // nothing.
   Bytes ActivationsFreedAtEnd(OpKind kind) const;
-  // True for B and W: the ops that end the (stage, micro-batch)'s activations.
-  static bool FreesActivations(OpKind kind) {
-    return kind == OpKind::kBackward || kind == OpKind::kBackwardWeight;
-  }
+  // True for the ops whose end frees the (stage, micro-batch)'s activations
+  // (all of them but KeptAfter(kind), which the next op frees): B and W, and
+  // I when W's bytes are known.
+  bool FreesActivations(OpKind kind) const;
+  // What stays allocated after an op that FreesActivations(): W's bytes after
+  // I, 0 otherwise.
+  Bytes KeptAfter(OpKind kind) const;
 };
 
 // Bytes of `parameters` parameters at `bytes_per_param`, rounded to nearest.
@@ -96,9 +130,15 @@ class StageCostTable {
   // Stage() of every stage of `partition`, in order.
   std::vector<StageCost> Stages(const std::vector<StageLayers>& partition) const;
 
-  // What to tell the user about costs that were not measured at this size:
-  // one note for interpolated layers, one for extrapolated ones, or none.
+  // What to tell the user about costs that were not measured at this size
+  // (one note for interpolated layers, one for extrapolated ones), and about
+  // memory the model does not give for the chosen recomputation or split
+  // backward (the figure is then estimated by the older rule), or a
+  // recomputation that changes nothing.
   std::vector<std::string> Notes() const;
+  // True when every layer's costs were measured at this size (none
+  // interpolated or extrapolated).
+  bool CostsMeasured() const;
 
  private:
   // Sums over layers [0, l) at index l.
@@ -107,7 +147,14 @@ class StageCostTable {
     Bytes activation_bytes = 0;
     int64_t parameters = 0;
     int unsplit_layers = 0;  // layers without a measured weight-gradient part
+    Bytes checkpoint_bytes = 0, attention_core_bytes = 0, weight_grad_bytes = 0;
+    TimeNs attention_core_ns = 0;
+    // Layers without checkpoint_bytes, attention_core_bytes, weight_grad_bytes.
+    int no_checkpoint = 0, no_attention_core = 0, no_weight_grad = 0;
   };
+
+  // The rerun B (or I) adds under options_.recompute, for layers [lo, hi).
+  TimeNs RecomputeNs(const Prefix& lo, const Prefix& hi) const;
 
   StageCostOptions options_;
   std::vector<LayerCost> layers_;

@@ -57,7 +57,8 @@ struct World {
   ExecPlan exec;
 };
 
-inline World MakeWorld(const Model& model, const Schedule& schedule, bool recompute = false) {
+inline World MakeWorld(const Model& model, const Schedule& schedule,
+                       Recompute recompute = Recompute::kOff) {
   World w;
   w.model = model;
   SimOptions o;

@@ -345,6 +345,27 @@ std::vector<Case> Catalogue() {
   c.push_back(Row("unknown_schedule_planner", kPlanner, {kGoodModel},
                   "--model {dir}/m.json --gpus 8 --global-batch 8 --schedules 1f1b,zigzag", 2,
                   "--schedules: 'zigzag' is not one of naive, gpipe, 1f1b"));
+  c.push_back(Row("unknown_recompute", kSimulator, {kGoodModel},
+                  std::string(kSim) + " --recompute layer", 2,
+                  "--recompute: 'layer' is not one of off, selective, full"));
+  c.push_back(Row("unknown_recompute_planner", kPlanner, {kGoodModel},
+                  "--model {dir}/m.json --gpus 8 --global-batch 8 --recompute some", 2,
+                  "--recompute: 'some' is not one of auto, off, selective, full, on"));
+  c.push_back(Row("unknown_attention_profiler", kProfiler, {},
+                  "analytic --name x --layers 2 --hidden 64 --heads 8 --seq 8 --vocab 8 "
+                  "--attention sparse",
+                  2, "--attention: sparse not in {flash,eager}"));
+  c.push_back(
+      Row("checkpoint_over_activations", kSimulator,
+          {{"m.json", Model(8, R"({"microbatch_size": 1, "forward_us": 100, "backward_us": 200, )"
+                               R"("activation_bytes": 1024, "output_bytes": 512, )"
+                               R"("checkpoint_bytes": 999999})")}},
+          kSim, 1, "layers[0].profiles[0].checkpoint_bytes: 999999 is more than activation_bytes"));
+  c.push_back(Row("plan_recompute_unknown", kSimulator,
+                  {{"p.json", Baseline("\"recompute\": \"off\"", "\"recompute\": \"on\"")}},
+                  "--model {ex}/gpt-7b.json --plan {dir}/p.json", 1,
+                  "recompute: expected \"off\", \"selective\" or \"full\" (or true/false, as "
+                  "older plans wrote it), got string \"on\""));
   c.push_back(Row("unknown_precision", kSimulator, {kGoodModel},
                   std::string(kSim) + " --precision fp4", 2,
                   "--precision: 'fp4' is not one of bf16, fp16, fp32"));

@@ -89,8 +89,9 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->check(CLI::PositiveNumber);
   app.add_option("--recompute", f.recompute,
-                 "activation recomputation: auto (try off and on), off or on")
-      ->check(pipecast::OneOf({"auto", "off", "on"}))
+                 "activation recomputation: auto (search off, selective and full), off, selective "
+                 "(the attention core) or full (layer by layer); on = full")
+      ->check(pipecast::OneOf({"auto", "off", "selective", "full", "on"}))
       ->capture_default_str();
   app.add_option("--top", f.top, "runners-up to keep besides the choice")
       ->check(CLI::NonNegativeNumber)

@@ -60,9 +60,15 @@ int main(int argc, char** argv) {
       app.add_option("--chunks", f.chunks,
                      "model chunks per GPU (v) for interleaved and looped-bfs (default 2)")
           ->check(CLI::PositiveNumber);
-  CLI::Option* recompute = app.add_flag(
-      "--recompute", f.recompute,
-      "full activation recomputation: keep only stage inputs, rerun the forward in the backward");
+  CLI::Option* recompute =
+      app.add_option("--recompute", f.recompute,
+                     "activation recomputation: off (default), selective (rerun the attention "
+                     "core) or full (keep each layer's input, rerun layer by layer); a bare "
+                     "--recompute means full")
+          ->expected(0, 1)
+          ->default_str("full")  // what a bare --recompute sets
+          ->check(pipecast::OneOf({"off", "selective", "full"}))
+          ->option_text("off|selective|full (default off; bare: full)");
   CLI::Option* microbatch_size =
       app.add_option("--microbatch-size", f.microbatch_size,
                      "samples per micro-batch; unmeasured sizes are interpolated")

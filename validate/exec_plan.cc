@@ -53,7 +53,8 @@ void SetCostsAndMessages(const Schedule& schedule, int rank, const StageCost& sc
   const int last = schedule.num_stages - 1;
   op->workspace_bytes = sc.workspace_bytes;
   op->activation_bytes = sc.ActivationsAtStart(a.kind);
-  op->frees_activations = StageCost::FreesActivations(a.kind);
+  op->frees_activations = sc.FreesActivations(a.kind);
+  op->kept_after_bytes = sc.KeptAfter(a.kind);
   switch (a.kind) {
     case OpKind::kForward:
       if (s > 0) op->recv = MessageWith(schedule, rank, s - 1, s - 1, s, mb, false, sc.input_bytes);

@@ -5,12 +5,13 @@
 //
 // Memory follows the simulator's stage-cost model (sim/stage_costs.h), by the
 // same code, so measured and predicted peaks count the same things: a
-// forward allocates its stage's activations (with recomputation only the
-// stage input), freed at the end of the backward (B) or weight-gradient op
-// (W); a backward with recomputation re-allocates the full activations; each
-// op holds the stage's largest layer workspace while it runs. Activations go forward and gradients
-// back as messages of the boundary stage's output_bytes; stages on one rank hand over without a
-// message. Units: ns, bytes.
+// forward allocates its stage's activations (with recomputation what the
+// granularity keeps), freed at the end of the backward (B) or weight-gradient
+// op (W), or at the end of the input-gradient op (I) but for what W keeps,
+// when the model gives it; a backward with recomputation re-allocates what it
+// rebuilds; each op holds the stage's largest layer workspace while it runs. Activations go forward
+// and gradients back as messages of the boundary stage's output_bytes; stages on one rank hand over
+// without a message. Units: ns, bytes.
 #ifndef PIPECAST_VALIDATE_EXEC_PLAN_H_
 #define PIPECAST_VALIDATE_EXEC_PLAN_H_
 
@@ -39,12 +40,14 @@ struct Message {
 
 struct ExecOp {
   Action action;
-  TimeNs predicted_ns = 0;         // the simulator's duration of this op
-  Bytes activation_bytes = 0;      // allocated at the start (F: kept; B/I: recomputed)
-  Bytes workspace_bytes = 0;       // held while the op runs
-  bool frees_activations = false;  // B and W free the (stage, micro-batch)'s activations
-  Message recv;                    // waited for before the op starts
-  Message send;                    // sent when the op ends
+  TimeNs predicted_ns = 0;     // the simulator's duration of this op
+  Bytes activation_bytes = 0;  // allocated at the start (F: kept; B/I: recomputed)
+  Bytes workspace_bytes = 0;   // held while the op runs
+  bool frees_activations =
+      false;  // B and W (and I, see above) free the (stage, micro-batch)'s activations
+  Bytes kept_after_bytes = 0;  // allocated again once they are freed: what W keeps, after I
+  Message recv;                // waited for before the op starts
+  Message send;                // sent when the op ends
 };
 
 struct ExecStage {

@@ -83,7 +83,7 @@ TEST(ExecPlan, InterleavedStagesOnOneRankHandOverWithoutMessages) {
 
 TEST(ExecPlan, RecomputeKeepsOnlyTheStageInputAndRebuildsAtBackward) {
   Result<Schedule> s = MakeSchedule(ScheduleKind::kGPipe, 2, 2);
-  testing::World w = testing::MakeWorld(testing::UniformModel(4), *s, /*recompute=*/true);
+  testing::World w = testing::MakeWorld(testing::UniformModel(4), *s, Recompute::kFull);
   const ExecOp& f0 = w.exec.per_rank[0].ops[0];
   EXPECT_EQ(f0.activation_bytes, 0);  // stage 0's input is token ids: 0 bytes
   const ExecOp& f1 = w.exec.per_rank[1].ops[0];

@@ -24,7 +24,7 @@ Result<std::unique_ptr<LayerWork>> LayerWork::Make(const Model& model, const Pla
         "profiler cpu",
         model.layers.size(), spec->LayerCount()));
   }
-  if (plan.recompute) {
+  if (plan.recompute != Recompute::kOff) {
     return Status::InvalidArgument("plans with recomputation run as busy-work, not real layers");
   }
   std::vector<cpu::Block> blocks = spec->Build();

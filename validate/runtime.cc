@@ -228,6 +228,12 @@ class Worker {
       const std::pair<int, int> key{op.action.stage, op.action.microbatch};
       if (act->size() > 0) held[key].push_back(std::move(*act));
       if (op.frees_activations) held.erase(key);
+      if (op.kept_after_bytes > 0 && !s_.env.work->ManagesActivations()) {
+        Result<Allocation> kept = pool_->Allocate(op.kept_after_bytes, MemoryKind::kActivation,
+                                                  "what W keeps of " + ActionName(op.action));
+        if (!kept.ok()) return kept.status();
+        held[key].push_back(std::move(*kept));
+      }
       const TimeNs end = clock.NowNs();
       if (iteration >= 0) out_->ops.push_back({iteration, op.action, start, end});
       s_.control.Set(rank_, RunControl::State::kIdle);

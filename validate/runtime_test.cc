@@ -97,6 +97,29 @@ TEST(Runtime, GPipeStageZeroHoldsEveryMicrobatchsActivationsAtOnce) {
   EXPECT_GE((*runs)[0].peak_bytes, 36'000 + 8 * kMiB + 256 * kKiB);
 }
 
+TEST(Runtime, ZeroBubbleInputGradientFreesWhatTheWeightGradientDoesNotKeep) {
+  // Given ZB-H2 on 2 ranks, 4 micro-batches, layers of 1 MiB whose W keeps
+  // 256 KiB: I frees the other 768 KiB (sim/stage_costs.h).
+  Model model = testing::UniformModel(4);
+  for (Layer& l : model.layers) l.profiles[0].weight_grad_bytes = 256 * kKiB;
+  Result<Schedule> s = MakeSchedule(ScheduleKind::kZBH2, 2, 4, 1);
+  ASSERT_TRUE(s.ok());
+  testing::World w = testing::MakeWorld(model, *s);
+  Harness h(w.exec);
+  testing::RecordingWork work(2);
+
+  Result<std::vector<StageRun>> runs = h.Run(&work, Quick());
+
+  // Then each rank's measured activation high-water mark is the simulator's,
+  // below the 4 x 2 MiB of keeping every activation until W.
+  ASSERT_TRUE(runs.ok()) << runs.status().message();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ((*runs)[r].peak_activation_bytes, w.predicted.per_rank[r].memory.activations_peak)
+        << "rank " << r;
+  }
+  EXPECT_LT((*runs)[0].peak_activation_bytes, 8 * kMiB);
+}
+
 TEST(Runtime, MessagesCarryTheBoundaryOutputBytes) {
   testing::World w = testing::MakeWorld(ScheduleKind::k1F1B, 2, 3);
   Harness h(w.exec);

@@ -53,6 +53,7 @@ struct Probe {
   std::vector<float> x, y, dy, dx;
   std::vector<TimeNs> forward, input, weight, total;
   Bytes activation = -1;
+  Bytes weight_grad = -1;  // what the input gradient left for the weight gradient
   Bytes workspace = 0;
 };
 
@@ -85,6 +86,7 @@ Status MeasureOnce(Block& block, Probe& p, bool timed, const Clock& clock) {
   const Bytes kept = LiveWorkloadBytes() - before;
   block.BackwardInput(saved, p.dy, p.dx);
   const TimeNs t2 = clock.NowNs();
+  const Bytes for_weight = LiveWorkloadBytes() - before;
   block.BackwardWeight(saved);
   const TimeNs t3 = clock.NowNs();
   const Bytes peak = PeakWorkloadBytes() - before;
@@ -96,6 +98,7 @@ Status MeasureOnce(Block& block, Probe& p, bool timed, const Clock& clock) {
         p.layer, p.microbatch_size, kept, block.ActivationBytes(p.microbatch_size)));
   }
   p.activation = kept;
+  p.weight_grad = std::max(p.weight_grad, for_weight);
   p.workspace = std::max(p.workspace, peak - kept);
   if (!timed) return Status::Ok();
   p.forward.push_back(t1 - t0);
@@ -116,6 +119,11 @@ LayerProfile Summarise(const Block& block, const Probe& p) {
   lp.activation_bytes = p.activation;
   lp.output_bytes = block.OutputBytes(p.microbatch_size);
   lp.workspace_bytes = p.workspace;
+  // The layer input x [T x H]: what a checkpoint of this layer would keep
+  // (the workload does not recompute, so this is its size, not a measurement).
+  lp.checkpoint_bytes = block.OutputBytes(p.microbatch_size);
+  lp.attention_core_bytes = 0;  // an MLP: no attention
+  lp.weight_grad_bytes = p.weight_grad;
   return lp;
 }
 
@@ -139,8 +147,12 @@ ModelSource MakeSource(const CpuProfileOptions& options, const Clock& clock, con
   source.details["memory"] = JsonText(
       "activation_bytes: bytes the forward allocated and kept for the backward, as counted by "
       "the workload's allocator; workspace_bytes: the most a backward pass allocated beyond "
-      "them while it ran (the input gradient's da and the kept copy of dy); weights and weight "
-      "gradients are not counted");
+      "them while it ran (the input gradient's da and the kept copy of dy); weight_grad_bytes: "
+      "bytes still allocated after the input-gradient pass, which the weight-gradient pass "
+      "needs (x, gelu(a), da and the copy of dy), as counted by the allocator; "
+      "checkpoint_bytes: the size of the layer input x (4*T*H), not measured (the workload "
+      "does not recompute); attention_core_bytes 0 (MLP blocks have no attention); weights "
+      "and weight gradients are not counted");
   source.details["threads"] = JsonText("1 (every pass runs single-threaded on the caller)");
   source.details["cpu_cores"] = JsonText(std::thread::hardware_concurrency());
   source.details["spread"] = JsonText(spread);

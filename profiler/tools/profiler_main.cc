@@ -27,13 +27,16 @@ struct AnalyticFlags {
   TransformerSpec spec;
   AnalyticOptions options;
   bool rotary_positions = false;
+  std::string attention = "flash";
   std::string out;  // empty: stdout
 };
 
 int RunAnalytic(const AnalyticFlags& flags) {
   TransformerSpec spec = flags.spec;
   spec.learned_positions = !flags.rotary_positions;
-  Result<Model> model = EstimateTransformer(spec, flags.options);
+  AnalyticOptions options = flags.options;
+  options.attention = flags.attention == "eager" ? Attention::kEager : Attention::kFlash;
+  Result<Model> model = EstimateTransformer(spec, options);
   if (!model.ok()) {
     fmt::print(stderr, "profiler: error: {}\n", model.status().message());
     return kExitBadInput;
@@ -92,6 +95,11 @@ CLI::App* AddAnalytic(CLI::App& app, AnalyticFlags& f) {
                   "share of HBM bandwidth reached by element-wise kernels")
       ->capture_default_str();
   cmd->add_option("--bytes-per-element", o.bytes_per_element, "2 (bf16), 1 (fp8) or 4 (fp32)")
+      ->capture_default_str();
+  cmd->add_option("--attention", f.attention,
+                  "flash (FlashAttention: no s x s tensors kept) or eager (softmax output and "
+                  "dropout kept, Korthikanti et al. 2022)")
+      ->check(CLI::IsMember({"flash", "eager"}))
       ->capture_default_str();
   cmd->add_option("--global-batch", s.global_batch,
                   "samples per iteration, written as the planner's default (default: omitted)");

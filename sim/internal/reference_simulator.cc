@@ -201,10 +201,8 @@ void Engine::OnOpEnd(int rank, TimeNs now) {
     case OpKind::kBackwardWeight:
       break;
   }
-  if (StageCost::FreesActivations(a.kind)) {
-    act = -costs_[a.stage].ActivationsFreedAtEnd(a.kind);
-    --st.inflight;
-  }
+  act = -costs_[a.stage].ActivationsFreedAtEnd(a.kind);
+  if (a.kind == OpKind::kBackward || a.kind == OpKind::kBackwardWeight) --st.inflight;
   ChangeMemory(rank, now, act, comm, -costs_[a.stage].workspace_bytes);
   TryStart(rank, now);
 }
