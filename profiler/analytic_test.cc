@@ -221,7 +221,8 @@ TEST(AnalyticTest, FlashBlockActivationsHandWorkedForTwoShapes) {
   small.heads = 24;
   small.sequence_length = 1024;
   small.microbatch_sizes = {1};
-  const LayerProfile& p = Estimate(small).layers[1].profiles.at(0);
+  const Model estimated = Estimate(small);  // kept: p refers into it
+  const LayerProfile& p = estimated.layers[1].profiles.at(0);
   EXPECT_EQ(p.activation_bytes, 80'216'064 + 98'304 + 16);
   EXPECT_EQ(p.attention_core_bytes, 0);
   EXPECT_FALSE(p.attention_core_ns.has_value());  // nothing to rerun
