@@ -477,6 +477,11 @@ std::vector<Case> Catalogue() {
   c.push_back(Row("validator_unknown_fault", kValidator, {}, v7b + " --inject-fault melt:0F0", 1,
                   "--inject-fault 'melt:0F0': expected KIND:ACTION with KIND throw, stall, drop "
                   "or oom"));
+  // A fault for an op the plan does not have once ran the plan and passed (issue 17).
+  c.push_back(Row("validator_fault_op_not_in_plan", kValidator, {},
+                  v7b + " --inject-fault throw:5F0", 1,
+                  "--inject-fault: the plan has no op 5F0 (its ranks run stages 0-0, "
+                  "micro-batches 0-63, kinds F and B): name one of its ops"));
   c.push_back(Row("validator_unknown_cluster", kValidator, {}, v7b + " --cluster tpu-pod", 1,
                   "--cluster: cluster 'tpu-pod' is neither a preset"));
   // Found before the run, not after it: nothing written, nothing left.

@@ -51,6 +51,22 @@ std::string ValueText(const MetricRow& row, double v) {
   return fmt::format("{:.1f} {}", v, row.unit);
 }
 
+// --inject-fault names an op of the plan, or the run would pass having
+// injected nothing.
+Status CheckFaultInPlan(const std::optional<Fault>& fault, const Schedule& schedule) {
+  if (!fault) return Status::Ok();
+  for (const std::vector<Action>& rank : schedule.actions) {
+    for (const Action& a : rank) {
+      if (a == fault->action) return Status::Ok();
+    }
+  }
+  return Status::InvalidArgument(fmt::format(
+      "--inject-fault: the plan has no op {} (its ranks run stages 0-{}, micro-batches 0-{}, "
+      "kinds {}): name one of its ops",
+      ActionName(fault->action), schedule.num_stages - 1, schedule.num_microbatches - 1,
+      schedule.split_backward ? "F, I and W" : "F and B"));
+}
+
 }  // namespace
 
 Status ValidatorOptions::Validate() const {
@@ -135,6 +151,7 @@ Result<ValidationResult> RunValidation(const ValidatorOptions& options, Backend*
         "schedule without a flush: stashed weight versions are allocated as "
         "static memory, as the simulator counts them");
   }
+  PIPECAST_RETURN_IF_ERROR(CheckFaultInPlan(options.runtime.fault, plan->schedule));
   Result<ExecPlan> exec = BuildExecPlan(*model, *plan, plan->schedule, out.predicted);
   if (!exec.ok()) return exec.status();
   out.exec = std::move(*exec);
