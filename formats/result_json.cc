@@ -121,6 +121,7 @@ Json ResultJson(const SimResult& result) {
   j["memory_headroom"] = result.memory_headroom;
   j["memory_headroom_bytes"] = result.memory_headroom_bytes;
   j["memory_limit_bytes"] = result.memory_limit_bytes;
+  j["fits_memory"] = result.FitsMemory();  // every rank within the limit
   j["iterations_simulated"] = result.iterations_simulated;
   if (result.iterations_simulated > 1) {
     j["first_iteration_time_us"] = NsToUs(result.first_iteration_ns);  // with the warm-up

@@ -96,6 +96,7 @@ TEST(ReportTest, JsonHasExactlyTheDocumentedKeysInOrder) {
                                                "memory_headroom",
                                                "memory_headroom_bytes",
                                                "memory_limit_bytes",
+                                               "fits_memory",
                                                "iterations_simulated",
                                                "stages"}));
   ASSERT_EQ(j["stages"].size(), 2u);

@@ -159,9 +159,11 @@ TEST(MemoryLimit, ReserveAndMarginComeOffTheCapacity) {
   EXPECT_EQ(r.memory_headroom_bytes, kGiB);
   EXPECT_EQ(r.memory_limit_bytes, 8 * kGiB);
   EXPECT_FALSE(r.per_rank[0].fits_memory);
+  EXPECT_FALSE(r.FitsMemory());  // the whole configuration, as --json's top-level fits_memory
   // 440M parameters: 7.92e9 B, 7.38 GiB: fits.
   model = UniformModel(1, kMs, 2 * kMs, 0, 0, 440'000'000);
   EXPECT_TRUE(SimulateShape(model, c, ScheduleKind::k1F1B, 1, 1, o)->per_rank[0].fits_memory);
+  EXPECT_TRUE(SimulateShape(model, c, ScheduleKind::k1F1B, 1, 1, o)->FitsMemory());
   // Without a limit every rank fits.
   EXPECT_TRUE(
       SimulateShape(model, IdealCluster(), ScheduleKind::k1F1B, 1, 1, o)->per_rank[0].fits_memory);

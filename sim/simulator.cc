@@ -31,6 +31,13 @@ Status SimOptions::Validate() const {
   return memory.Validate();
 }
 
+bool SimResult::FitsMemory() const {
+  for (const StageResult& r : per_rank) {
+    if (!r.fits_memory) return false;
+  }
+  return true;
+}
+
 int64_t SimResult::NumOps() const {
   int64_t n = 0;
   for (const OpRecord& op : ops) n += op.end_ns >= op.start_ns;

@@ -197,6 +197,8 @@ struct SimResult {
   std::vector<TransferRecord> transfers;  // when record_timeline
 
   int64_t NumOps() const;
+  // Whether every rank's peak is within memory_limit_bytes (or memory is unlimited).
+  bool FitsMemory() const;
 };
 
 // Runs the simulation.
