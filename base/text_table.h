@@ -8,7 +8,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -18,6 +20,11 @@ namespace pipecast {
 
 // "12.3%" for 0.123: how every tool prints a ratio.
 inline std::string PercentText(double fraction) { return fmt::format("{:.1f}%", 100.0 * fraction); }
+// "1 GPU", "8 GPUs": a count with its noun in the right number.
+inline std::string Count(int64_t n, std::string_view one, std::string_view many) {
+  return fmt::format("{} {}", n, n == 1 ? one : many);
+}
+
 // "79.77" (GiB, two decimals): how every tool prints a memory size.
 inline std::string GiBText(Bytes bytes) { return fmt::format("{:.2f}", ToGiB(bytes)); }
 

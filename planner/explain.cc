@@ -100,8 +100,9 @@ std::string ChosenText(const PlanReport& report, const Model& model) {
   const Candidate& c = report.ranked[0];
   const SimResult& r = *c.result;
   std::string out = fmt::format("chosen plan: {}\n", c.Label());
-  out += fmt::format("  pipeline stages      {} (p), data-parallel degree {} (d): {} GPUs\n",
-                     c.pipeline_stages, c.data_parallel, c.pipeline_stages * c.data_parallel);
+  out += fmt::format("  pipeline stages      {} (p), data-parallel degree {} (d): {}\n",
+                     c.pipeline_stages, c.data_parallel,
+                     Count(int64_t{c.pipeline_stages} * c.data_parallel, "GPU", "GPUs"));
   out += fmt::format("  schedule             {}\n", ScheduleKindName(c.schedule));
   out += fmt::format(
       "  micro-batches        {} of size {} (global batch {} = {} x {} x {}: size x count x d)\n",
@@ -359,15 +360,16 @@ std::vector<RejectGroup> GroupRejections(const std::vector<Rejection>& rejected)
 }
 
 std::string PlanReportToText(const PlanReport& report, const Model& model) {
-  std::string out = fmt::format("planner: {} on {} GPUs, {}, global batch {}\n", model.name,
-                                report.gpus, CapacityText(report.cluster), report.global_batch);
+  std::string out = fmt::format("planner: {} on {}, {}, global batch {}\n", model.name,
+                                Count(report.gpus, "GPU", "GPUs"), CapacityText(report.cluster),
+                                report.global_batch);
   out += fmt::format("searched {} configurations, simulated {}\n\n", report.enumerated,
                      report.simulated);
   if (!report.Feasible()) {
     out += fmt::format(
-        "no configuration fits: none of the {} configurations of {} on {} GPUs with {} can run; "
-        "why, by reason:\n",
-        report.enumerated, model.name, report.gpus, CapacityText(report.cluster));
+        "no configuration fits: none of the {} of {} on {} with {} can run; why, by reason:\n",
+        Count(report.enumerated, "configuration", "configurations"), model.name,
+        Count(report.gpus, "GPU", "GPUs"), CapacityText(report.cluster));
     out += RejectedText(report);
     out += "\nsuggestions:\n";
     for (const std::string& s : report.suggestions) out += "  - " + s + "\n";

@@ -341,11 +341,6 @@ std::string Legend(const SimResult& result, const Scale& s, const std::vector<Op
   return out;
 }
 
-// "1 rank", "8 micro-batches".
-std::string Count(int n, const char* one, const char* many) {
-  return fmt::format("{} {}", n, n == 1 ? one : many);
-}
-
 // "1f1b, 4 ranks, 8 micro-batches".
 std::string Title(const SimResult& result) {
   std::string iterations;

@@ -133,12 +133,13 @@ std::string Metric(std::string_view id, double value, std::string_view key, std:
 // Schedule, pipeline shape and recomputation rows of the inputs table.
 std::string ConfigurationRows(const ReportInputs& in) {
   std::string out = Row("schedule", HtmlEscape(in.schedule));
-  out += Row("pipeline",
-             fmt::format("p = {} ranks, v = {} chunk{} per rank, m = {} micro-batches "
-                         "of size {}, d = {} data-parallel replica{} ({} GPUs)",
-                         in.pipeline_stages, in.chunks, in.chunks == 1 ? "" : "s", in.microbatches,
-                         in.microbatch_size, in.data_parallel, in.data_parallel == 1 ? "" : "s",
-                         in.pipeline_stages * in.data_parallel));
+  out += Row(
+      "pipeline",
+      fmt::format("p = {}, v = {} per rank, m = {} of size {}, d = {} ({})",
+                  Count(in.pipeline_stages, "rank", "ranks"), Count(in.chunks, "chunk", "chunks"),
+                  Count(in.microbatches, "micro-batch", "micro-batches"), in.microbatch_size,
+                  Count(in.data_parallel, "data-parallel replica", "data-parallel replicas"),
+                  Count(int64_t{in.pipeline_stages} * in.data_parallel, "GPU", "GPUs")));
   out += Row("recomputation", RecomputeName(in.recompute));
   return out;
 }

@@ -5,6 +5,7 @@
 #include <optional>
 #include <utility>
 
+#include "base/text_table.h"
 #include "formats/cluster_select.h"
 #include "formats/file_util.h"
 #include "formats/formats.h"
@@ -130,8 +131,9 @@ Status WriteReport(const PlannerToolOptions& flags, const Inputs& in, const Plan
 // The search, with its progress lines and the cluster note in the report.
 Result<PlanReport> Search(const PlannerToolOptions& flags, const Inputs& in,
                           const PlannerProgress& progress) {
-  progress(fmt::format("searching plans for {} ({} layers) on {} GPUs of {}", in.model.name,
-                       in.model.layers.size(), flags.gpus, in.cluster.cluster.name));
+  progress(fmt::format("searching plans for {} ({}) on {} of {}", in.model.name,
+                       Count(static_cast<int64_t>(in.model.layers.size()), "layer", "layers"),
+                       Count(flags.gpus, "GPU", "GPUs"), in.cluster.cluster.name));
   auto report = RunPlanner(in.model, in.cluster.cluster, in.options);
   if (!report.ok()) return report.status();
   if (!in.cluster.note.empty()) report->notes.push_back(in.cluster.note);

@@ -77,11 +77,11 @@ std::string Summary(const SimResult& result, const Cluster& cluster) {
     stages = fmt::format(", {} stages ({} chunks per rank)", result.stages,
                          result.stages / result.ranks);
   }
-  out += fmt::format(
-      "schedule {}: {} ranks x {} data-parallel{}, {} micro-batches of size {} (global batch "
-      "{})\n",
-      result.schedule_name, result.ranks, result.data_parallel, stages, result.microbatches,
-      result.microbatch_size, result.global_batch);
+  out +=
+      fmt::format("schedule {}: {} x {} data-parallel{}, {} of size {} (global batch {})\n",
+                  result.schedule_name, Count(result.ranks, "rank", "ranks"), result.data_parallel,
+                  stages, Count(result.microbatches, "micro-batch", "micro-batches"),
+                  result.microbatch_size, result.global_batch);
   out += fmt::format(
       "iteration time      {:.3f} ms  (pipeline {:.3f} ms, {} {:.3f} ms, optimizer {:.3f} ms{})\n",
       NsToMs(result.iteration_ns), NsToMs(result.pipeline_ns),

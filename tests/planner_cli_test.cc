@@ -145,6 +145,16 @@ TEST_F(PlannerCli, IndivisibleGlobalBatchIsBadInput) {
   EXPECT_THAT(run.err, HasSubstr("--global-batch 7"));
 }
 
+TEST_F(PlannerCli, OneGpuIsSingular) {
+  // "1 stages" and "1 GPUs" slips (issue 17): counts take their noun's number.
+  ToolRun run = Plan("--model " + Toy() + " --gpus 1 --cluster ideal --global-batch 1");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("toy-uniform on 1 GPU, unlimited memory"));
+  EXPECT_THAT(run.out, HasSubstr("data-parallel degree 1 (d): 1 GPU\n"));
+  EXPECT_THAT(run.err, HasSubstr("on 1 GPU of ideal"));
+  EXPECT_THAT(run.out + run.err, Not(HasSubstr("1 GPUs")));
+}
+
 TEST_F(PlannerCli, UnknownScheduleIsAUsageErrorNamingTheFlag) {
   ToolRun run = Plan(ToyOn8() + " --schedules 1f1b,zigzag");
   EXPECT_EQ(run.exit_code, 2);
