@@ -288,26 +288,36 @@ class TraceBuilder {
   }
 
   // The steps after the pipeline, where the result has them for one
-  // iteration: the rank's gradient all-reduce from its last op's end, and the
-  // optimizer step that ends the iteration (sim/simulator.h). A steady state
-  // of several iterations (PipeDream) has no such place, and leaves them out.
+  // iteration (sim/simulator.h: iteration = tail end + optimizer + all-gather):
+  // the rank's gradient all-reduce (ZeRO 0) or reduce-scatter (ZeRO 1) from
+  // its last op's end, the optimizer step, then the parameter all-gather of
+  // ZeRO 1 and 2. A steady state of several iterations (PipeDream) has no such
+  // place, and leaves them out.
   bool HasDataParallelSteps() const {
     return result_.iterations_simulated == 1 &&
-           (result_.allreduce_ns > 0 || result_.optimizer_ns > 0);
+           (result_.allreduce_ns > 0 || result_.optimizer_ns > 0 || result_.allgather_ns > 0);
   }
   void AddDataParallelSteps(const StageResult& stage) {
     if (!HasDataParallelSteps()) return;
+    auto slice = [&](TimeNs start, TimeNs dur, const char* name, const char* cat) -> Json& {
+      Json& e = Add(start, stage.rank, kDataParallelTid, Order::kSlice, "X", name, cat);
+      e["dur"] = NsToUs(dur);
+      return e;
+    };
     if (stage.allreduce_ns > 0) {
-      Json& e = Add(stage.last_end_ns, stage.rank, kDataParallelTid, Order::kSlice, "X",
-                    "gradient all-reduce", "allreduce");
-      e["dur"] = NsToUs(stage.allreduce_ns);
-      e["args"] = {{"data_parallel", result_.data_parallel},
-                   {"gradients_bytes", stage.memory.gradients}};
+      const bool sharded = result_.zero >= 1;
+      slice(stage.last_end_ns, stage.allreduce_ns,
+            sharded ? "gradient reduce-scatter" : "gradient all-reduce", "allreduce")["args"] = {
+          {"data_parallel", result_.data_parallel}, {"gradients_bytes", stage.memory.gradients}};
     }
+    const TimeNs optimizer_start =
+        result_.iteration_ns - result_.allgather_ns - result_.optimizer_ns;
     if (result_.optimizer_ns > 0) {
-      Json& e = Add(result_.iteration_ns - result_.optimizer_ns, stage.rank, kDataParallelTid,
-                    Order::kSlice, "X", "optimizer step", "optimizer");
-      e["dur"] = NsToUs(result_.optimizer_ns);
+      slice(optimizer_start, result_.optimizer_ns, "optimizer step", "optimizer");
+    }
+    if (stage.allgather_ns > 0) {
+      slice(optimizer_start + result_.optimizer_ns, stage.allgather_ns, "parameter all-gather",
+            "allgather")["args"] = {{"data_parallel", result_.data_parallel}};
     }
   }
 

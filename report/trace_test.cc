@@ -240,6 +240,34 @@ TEST(TraceTest, TheAllReduceAndTheOptimizerStepHaveTheirThread) {
   EXPECT_DOUBLE_EQ(steps[2]["dur"].get<double>(), 0.3);
 }
 
+TEST(TraceTest, ShardedOptimizerStepsFollowTheSimulatorsOrder) {
+  // ZeRO 1: a 500 ns gradient reduce-scatter from rank 0's last op (7.25 us),
+  // then the 300 ns optimizer step and a 200 ns parameter all-gather, which
+  // ends the iteration: 7.25 + 0.5 + 0.3 + 0.2 = 8.25 us.
+  SimResult r = TinyResult();
+  r.data_parallel = 2;
+  r.zero = 1;
+  r.per_rank[0].last_end_ns = 7250;
+  r.per_rank[0].allreduce_ns = 500;
+  r.per_rank[0].allgather_ns = 200;
+  r.allreduce_ns = 500;
+  r.allgather_ns = 200;
+  r.optimizer_ns = 300;
+  r.iteration_ns = 8250;
+  std::vector<json> steps;
+  for (const json& e : Events(Parse(TraceJson(r)), "X", 2)) {
+    if (e["pid"] == 1) steps.push_back(e);
+  }
+  ASSERT_EQ(steps.size(), 3u);
+  EXPECT_EQ(steps[0]["name"], "gradient reduce-scatter");
+  EXPECT_DOUBLE_EQ(steps[0]["ts"].get<double>(), 7.25);
+  EXPECT_EQ(steps[1]["name"], "optimizer step");
+  EXPECT_DOUBLE_EQ(steps[1]["ts"].get<double>(), 7.75);
+  EXPECT_EQ(steps[2]["name"], "parameter all-gather");
+  EXPECT_DOUBLE_EQ(steps[2]["ts"].get<double>(), 8.05);
+  EXPECT_DOUBLE_EQ(steps[2]["dur"].get<double>(), 0.2);
+}
+
 TEST(TraceTest, OverlappingSendsToOneRankGetASecondLane) {
   // A measured timeline can overlap two sends on one link: the second goes
   // on a thread of its own, so no thread has overlapping slices.
