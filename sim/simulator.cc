@@ -153,12 +153,20 @@ TimeNs PipelineSpan(const Schedule& schedule, EngineTotals* totals, SimResult* r
   for (const RankTotals& t : totals->ranks) span = std::max(span, t.last_end_ns);
   std::vector<TimeNs>& iteration_end = totals->iteration_end_ns;
   if (k_iter == 1) iteration_end[0] = span;
+  // An iteration ends when it and every earlier one have ended: a schedule
+  // may finish a later iteration's micro-batches first (e.g. `0B1 0B0`), and
+  // the weights are still updated in iteration order.
+  for (int k = 1; k < k_iter; ++k) {
+    iteration_end[k] = std::max(iteration_end[k], iteration_end[k - 1]);
+  }
   result->iterations_simulated = k_iter;
   result->first_iteration_ns = iteration_end[0];
   if (k_iter > 1) {
     // Steady state of an asynchronous pipeline: the first iteration carries
     // the fill; later ones repeat. Per-iteration busy time is busy / K.
     span = (iteration_end[k_iter - 1] - iteration_end[0]) / (k_iter - 1);
+    // No period is shorter than the busiest rank's work for one iteration.
+    for (const RankTotals& t : totals->ranks) span = std::max(span, t.busy_ns / k_iter);
   }
   result->pipeline_ns = span;
   return span;

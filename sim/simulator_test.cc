@@ -416,6 +416,22 @@ TEST(SimulatorPipeDream, SteadyStateHasNoBubbleAndStashesPMinusSVersions) {
   EXPECT_THAT(r.notes.back(), HasSubstr("training semantics change"));
 }
 
+TEST(SimulatorPipeDream, LaterIterationFinishingFirstKeepsAPositivePeriod) {
+  // Found by fuzz_simulate: one stage, `0F0 0F1 0B1 0B0` as two iterations
+  // of one micro-batch each. Iteration 1 (micro-batch 1) ends at 2F+B, before
+  // iteration 0 ends at 2F+2B; an iteration ends only when the ones before it
+  // have, and no period is shorter than a rank's work per iteration: F+B.
+  Model model = UniformModel(1, kF, kB);
+  Schedule s = CustomSchedule(2, {{F(0, 0), F(0, 1), B(0, 1), B(0, 0)}});
+  s.iterations = 2;
+  s.flush = false;
+  auto r = Simulate(model, IdealCluster(), s, SimOptions{});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->first_iteration_ns, 2 * kF + 2 * kB);
+  EXPECT_EQ(r->pipeline_ns, kF + kB);
+  EXPECT_EQ(r->iteration_ns, kF + kB);
+}
+
 TEST(SimulatorCriticalPath, RunsThroughTheSlowStage) {
   // Stage 1 is three times slower than stages 0 and 2; GPipe, m=4.
   Model model = UniformModel(5, kF, kB);
