@@ -2,20 +2,72 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
 #include "base/units.h"
 #include "formats/formats.h"
 
 namespace pipecast {
+
+namespace {
+
+// The preset the model was measured on: source.device when it is a preset
+// name (the analytic profiler's), else the preset profiler cupti matched
+// to the driver's GPU name.
+std::string MeasuredPreset(const Model& model) {
+  for (const std::string& name : ClusterPresetNames()) {
+    if (name == model.source.device) return name;
+  }
+  auto it = model.source.details.find(kGpuPresetKey);
+  if (it == model.source.details.end()) return "";
+  const nlohmann::json v = nlohmann::json::parse(it->second, nullptr, false);
+  if (!v.is_string()) return "";
+  for (const std::string& name : ClusterPresetNames()) {
+    if (name == v.get<std::string>()) return name;
+  }
+  return "";
+}
+
+// The measured usable memory and CUDA context (profiler cupti) in place of
+// the preset's published capacity and context estimate; cuBLAS and NCCL keep
+// the preset's share. False when the model carries no measurement.
+bool ApplyMeasuredMemory(const Model& model, Cluster* cluster, std::string* note) {
+  auto it = model.source.details.find(kMeasuredMemoryKey);
+  if (it == model.source.details.end() || cluster->gpu.memory_bytes <= 0) return false;
+  const nlohmann::json v = nlohmann::json::parse(it->second, nullptr, false);
+  if (!v.is_object()) return false;
+  const auto usable = v.find("usable_bytes");
+  const auto context = v.find("cuda_context_bytes");
+  if (usable == v.end() || context == v.end() || !usable->is_number_unsigned() ||
+      !context->is_number_unsigned()) {
+    return false;
+  }
+  const auto u = usable->get<uint64_t>();
+  const auto c = context->get<uint64_t>();
+  constexpr uint64_t kMaxMeasuredBytes = uint64_t{1} << 50;  // 1 PiB: beyond any GPU
+  if (u == 0 || u > kMaxMeasuredBytes || c >= u) return false;
+  GpuSpec& gpu = cluster->gpu;
+  gpu.memory_bytes = static_cast<Bytes>(u);
+  gpu.memory_reserve_bytes =
+      std::max<Bytes>(0, gpu.memory_reserve_bytes - kPresetCudaContextBytes) +
+      static_cast<Bytes>(c);
+  *note += fmt::format(
+      "; its capacity {:.2f} GiB and CUDA context {:.2f} GiB are the ones profiler cupti "
+      "measured on the model's GPU (cuBLAS and NCCL reserve from the preset)",
+      ToGiB(gpu.memory_bytes), ToGiB(static_cast<Bytes>(c)));
+  return true;
+}
+
+}  // namespace
 
 Result<ClusterSelection> SelectCluster(const std::string& cluster_flag, const Model& model,
                                        double memory_gb) {
   ClusterSelection s;
   std::string spec = cluster_flag;
   if (spec.empty()) {
-    spec = "ideal";
-    for (const std::string& name : ClusterPresetNames()) {
-      if (name == model.source.device) spec = name;
-    }
+    spec = MeasuredPreset(model);
+    if (spec.empty()) spec = "ideal";
     s.source = spec == "ideal" ? ClusterSource::kIdeal : ClusterSource::kMeasuredDevice;
     s.note = fmt::format("cluster '{}' chosen by default ({}); choose with --cluster", spec,
                          s.source == ClusterSource::kIdeal
@@ -26,6 +78,9 @@ Result<ClusterSelection> SelectCluster(const std::string& cluster_flag, const Mo
   auto cluster = LoadCluster(spec);
   if (!cluster.ok()) return cluster.status().WithPrefix("--cluster");
   s.cluster = std::move(cluster.value());
+  if (s.source == ClusterSource::kMeasuredDevice && memory_gb < 0) {
+    ApplyMeasuredMemory(model, &s.cluster, &s.note);
+  }
   if (memory_gb >= 0) {
     s.cluster.gpu.memory_bytes = static_cast<Bytes>(memory_gb * static_cast<double>(kGiB));
     if (!s.note.empty()) {

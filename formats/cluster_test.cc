@@ -319,6 +319,45 @@ TEST(SelectCluster, DefaultsToTheMeasuredDeviceThenIdeal) {
   EXPECT_THAT(ideal->note, HasSubstr("; its GPU memory is set to 16 GiB by --memory-gb"));
 }
 
+TEST(SelectCluster, TheMeasuredContextReplacesThePresetsEstimate) {
+  // A model profiler cupti measured on an H200: the driver's name, the
+  // matched preset, and 143000 MiB usable with a 600 MiB context. The
+  // preset's reserve is 512 MiB (context) + 2 x 32 MiB (cuBLAS) + 2 x 688 MB
+  // (NCCL); the measured context replaces its 512 MiB.
+  Model model;
+  model.source.method = "cupti";
+  model.source.device = "NVIDIA H200";
+  model.source.details[kGpuPresetKey] = "\"h200\"";
+  model.source.details[kMeasuredMemoryKey] =
+      R"({"device": "NVIDIA H200", "usable_bytes": 149946368000, "cuda_context_bytes": 629145600})";
+  Result<ClusterSelection> s = SelectCluster("", model, -1);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  EXPECT_EQ(s->cluster.name, "h200");
+  EXPECT_EQ(s->source, ClusterSource::kMeasuredDevice);
+  EXPECT_EQ(s->cluster.gpu.memory_bytes, Bytes{143000} * kMiB);
+  EXPECT_EQ(s->cluster.gpu.memory_reserve_bytes,
+            600 * kMiB + 2 * 32 * kMiB + 2 * Bytes{688} * 1000 * 1000);
+  EXPECT_THAT(s->note, HasSubstr("CUDA context 0.59 GiB are the ones profiler cupti measured"));
+  // --cluster or --memory-gb: the user's figures, not the measurement.
+  Result<ClusterSelection> flag = SelectCluster("h200", model, -1);
+  ASSERT_TRUE(flag.ok());
+  EXPECT_EQ(flag->cluster.gpu.memory_bytes, Bytes{143155} * kMiB);
+  Result<ClusterSelection> gb = SelectCluster("", model, 100);
+  ASSERT_TRUE(gb.ok());
+  EXPECT_EQ(gb->cluster.gpu.memory_bytes, 100 * kGiB);
+  EXPECT_EQ(gb->cluster.gpu.memory_reserve_bytes, flag->cluster.gpu.memory_reserve_bytes);
+}
+
+TEST(SelectCluster, GpuNamesMatchTheirPresetsAndOnlyThose) {
+  EXPECT_EQ(PresetForGpuName("NVIDIA H200"), "h200");
+  EXPECT_EQ(PresetForGpuName("NVIDIA H100 80GB HBM3"), "h100-sxm");
+  EXPECT_EQ(PresetForGpuName("NVIDIA A100-SXM4-80GB"), "a100-80gb");
+  for (const char* other : {"NVIDIA H100 PCIe", "NVIDIA H100 NVL", "NVIDIA H200 NVL",
+                            "NVIDIA A100-SXM4-40GB", "NVIDIA A100 80GB PCIe", "NVIDIA L4", ""}) {
+    EXPECT_EQ(PresetForGpuName(other), "") << other;
+  }
+}
+
 TEST(SelectCluster, AnUnknownPresetNamesTheFlag) {
   Result<ClusterSelection> s = SelectCluster("no-such-gpu", Model{}, -1);
   ASSERT_FALSE(s.ok());

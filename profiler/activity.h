@@ -77,6 +77,12 @@ struct DeviceInfo {
   uint64_t core_clock_khz = 0;  // 0 when unknown
   uint64_t memory_bytes = 0;
   uint32_t multiprocessors = 0;
+  // cuMemGetInfo right after the CUDA context was created on this device
+  // (the injection library's context-created callback): `total` is what
+  // applications can use, total - free what the context itself took. 0 when
+  // not measured (no context created, or records from an older pipecast).
+  uint64_t usable_memory_bytes = 0;
+  uint64_t context_memory_bytes = 0;
 };
 
 struct ActivityTrace {

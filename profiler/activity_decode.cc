@@ -219,8 +219,22 @@ void ActivityCollector::AddError(std::string message) {
 
 void ActivityCollector::AddDevice(DeviceInfo device) {
   std::lock_guard<std::mutex> lock(mu_);
-  for (const DeviceInfo& d : trace_.devices) {
-    if (d.id == device.id) return;
+  for (DeviceInfo& d : trace_.devices) {
+    if (d.id != device.id) continue;
+    // Several sources describe one device (CUPTI's DEVICE record, the
+    // driver's attributes, the context-created measurement): the first
+    // value of each field wins, missing ones are filled in.
+    if (d.name.empty()) d.name = device.name;
+    if (d.compute_major == 0 && d.compute_minor == 0) {
+      d.compute_major = device.compute_major;
+      d.compute_minor = device.compute_minor;
+    }
+    if (d.core_clock_khz == 0) d.core_clock_khz = device.core_clock_khz;
+    if (d.memory_bytes == 0) d.memory_bytes = device.memory_bytes;
+    if (d.multiprocessors == 0) d.multiprocessors = device.multiprocessors;
+    if (d.usable_memory_bytes == 0) d.usable_memory_bytes = device.usable_memory_bytes;
+    if (d.context_memory_bytes == 0) d.context_memory_bytes = device.context_memory_bytes;
+    return;
   }
   trace_.devices.push_back(std::move(device));
 }

@@ -55,6 +55,9 @@ class ActivityCollector {
   void CompleteBuffer(uint8_t* buffer, size_t valid_size);
   void AddDropped(uint64_t records);
   void AddError(std::string message);
+  // A device seen again (by id) keeps its fields and gets the missing ones
+  // from `device`: CUPTI's DEVICE record, the driver's attributes and the
+  // context-created memory figures each describe part of one device.
   void AddDevice(DeviceInfo device);
   // Everything collected so far; the collector starts empty again.
   ActivityTrace Take();

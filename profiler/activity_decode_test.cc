@@ -279,6 +279,26 @@ TEST(ActivityDecodeTest, CollectorTakesBuffersFromManyThreadsOnce) {
   EXPECT_EQ(std::adjacent_find(ids.begin(), ids.end()), ids.end()) << "a record decoded twice";
 }
 
+TEST(ActivityDecodeTest, CollectorMergesWhatEachSourceKnowsOfADevice) {
+  // The context-created callback knows only the memory figures, CUPTI's
+  // DEVICE record the rest; in either order one device results.
+  ActivityCollector collector;
+  DeviceInfo context;
+  context.id = 1;
+  context.usable_memory_bytes = 150110011392u;
+  context.context_memory_bytes = 536870912u;
+  collector.AddDevice(context);
+  collector.AddDevice({1, "NVIDIA H200", 9, 0, 1980000, 150000000000, 132});
+  collector.AddDevice({0, "NVIDIA H200", 9, 0, 1980000, 150000000000, 132});
+  ActivityTrace t = collector.Take();
+  ASSERT_EQ(t.devices.size(), 2u);
+  EXPECT_EQ(t.devices[0].id, 1u);
+  EXPECT_EQ(t.devices[0].name, "NVIDIA H200");
+  EXPECT_EQ(t.devices[0].multiprocessors, 132u);
+  EXPECT_EQ(t.devices[0].context_memory_bytes, 536870912u);
+  EXPECT_EQ(t.devices[1].context_memory_bytes, 0u);
+}
+
 TEST(ActivityDecodeTest, CollectorRefusesPastTheBufferLimit) {
   ActivityCollector collector;
   std::vector<uint8_t*> held;

@@ -105,7 +105,9 @@ std::string HeaderLine(const ActivityTrace& t) {
                        {"cc_minor", d.compute_minor},
                        {"clock_khz", d.core_clock_khz},
                        {"memory_bytes", d.memory_bytes},
-                       {"sms", d.multiprocessors}});
+                       {"sms", d.multiprocessors},
+                       {"usable_memory_bytes", d.usable_memory_bytes},
+                       {"context_memory_bytes", d.context_memory_bytes}});
   }
   h["devices"] = std::move(devices);
   return Dump(h);
@@ -143,6 +145,13 @@ Status ParseHeader(const json& h, const std::string& where, ActivityTrace* t) {
       info.core_clock_khz = dr.Unsigned<uint64_t>("clock_khz");
       info.memory_bytes = dr.Unsigned<uint64_t>("memory_bytes");
       info.multiprocessors = dr.Unsigned<uint32_t>("sms");
+      // Absent in records files written before the reserve was measured.
+      if (d.contains("usable_memory_bytes")) {
+        info.usable_memory_bytes = dr.Unsigned<uint64_t>("usable_memory_bytes");
+      }
+      if (d.contains("context_memory_bytes")) {
+        info.context_memory_bytes = dr.Unsigned<uint64_t>("context_memory_bytes");
+      }
       PIPECAST_RETURN_IF_ERROR(dr.status());
       t->devices.push_back(std::move(info));
     }

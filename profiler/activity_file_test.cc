@@ -16,7 +16,7 @@ TEST(ActivityFileTest, RoundTripsEveryEventKind) {
   t.dropped_records = 3;
   t.zero_timestamp_records = 2;
   t.errors = {"cuptiSubscribe failed: CUPTI_ERROR_UNKNOWN"};
-  t.devices = {{0, "NVIDIA H200", 9, 0, 1980000, 150000000000, 132}};
+  t.devices = {{0, "NVIDIA H200", 9, 0, 1980000, 150000000000, 132, 150110011392, 536870912}};
   t.gpu = {{GpuEvent::Kind::kKernel, 10, 20, 0, 7, 5, 0, "_Z6kernelv \"q\""},
            {GpuEvent::Kind::kMemcpy, 30, 40, 1, 8, 6, 4096, ""}};
   t.api = {{true, 307, 1, 2, 1234, 5}};
@@ -31,6 +31,8 @@ TEST(ActivityFileTest, RoundTripsEveryEventKind) {
   EXPECT_EQ(back->errors, t.errors);
   ASSERT_EQ(back->devices.size(), 1u);
   EXPECT_EQ(back->devices[0].core_clock_khz, 1980000u);
+  EXPECT_EQ(back->devices[0].usable_memory_bytes, 150110011392u);
+  EXPECT_EQ(back->devices[0].context_memory_bytes, 536870912u);
   ASSERT_EQ(back->gpu.size(), 2u);
   EXPECT_EQ(back->gpu[0].name, t.gpu[0].name);
   EXPECT_EQ(back->gpu[1].kind, GpuEvent::Kind::kMemcpy);
@@ -45,6 +47,24 @@ TEST(ActivityFileTest, RoundTripsEveryEventKind) {
   EXPECT_FALSE(back->memory[0].allocation);
   EXPECT_TRUE(back->memory[0].is_async);
   EXPECT_EQ(back->memory[0].address, 0xdeadbeefu);
+}
+
+TEST(ActivityFileTest, RecordsWithoutTheContextMemoryStillRead) {
+  // A records file from before the context was measured: no
+  // usable_memory_bytes / context_memory_bytes keys; both read as 0.
+  ActivityTrace t;
+  t.devices = {{0, "NVIDIA H200", 9, 0, 1980000, 150000000000, 132}};
+  std::string text = ActivityTraceToText(t);
+  for (const char* key : {",\"usable_memory_bytes\":0", ",\"context_memory_bytes\":0"}) {
+    const size_t at = text.find(key);
+    ASSERT_NE(at, std::string::npos) << key;
+    text.erase(at, std::string(key).size());
+  }
+  Result<ActivityTrace> back = ParseActivityTrace(text, "old.jsonl");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  ASSERT_EQ(back->devices.size(), 1u);
+  EXPECT_EQ(back->devices[0].memory_bytes, 150000000000u);
+  EXPECT_EQ(back->devices[0].context_memory_bytes, 0u);
 }
 
 TEST(ActivityFileTest, ErrorsNameTheLineAndKey) {

@@ -25,6 +25,8 @@ double Quantile(const std::vector<double>& sorted, double q) {
 struct Collected {
   std::optional<int64_t> parameters;
   std::optional<int64_t> output_bytes;
+  std::optional<int64_t> checkpoint_bytes;
+  std::optional<int64_t> weight_grad_bytes;
   std::vector<double> forward, backward, weight_grad, kept;
   std::vector<double> transient[3];  // per pass: peak above kept
   uint64_t first_forward = UINT64_MAX;
@@ -102,6 +104,8 @@ Result<Aggregation> Aggregate(const std::vector<Attribution>& processes,
       if (c.first_seen == 0) c.first_seen = layers.size();
       if (!c.parameters) c.parameters = s.parameters;
       if (!c.output_bytes) c.output_bytes = s.output_bytes;
+      if (!c.checkpoint_bytes) c.checkpoint_bytes = s.checkpoint_bytes;
+      if (!c.weight_grad_bytes) c.weight_grad_bytes = s.weight_grad_bytes;
       if (s.pass == Pass::kForward) c.first_forward = std::min(c.first_forward, s.start_ns);
       if (!used.count(s.step)) continue;
       const double busy = static_cast<double>(s.busy_ns);
@@ -142,6 +146,8 @@ Result<Aggregation> Aggregate(const std::vector<Attribution>& processes,
     l.name = name;
     l.parameters = c.parameters;
     l.output_bytes = c.output_bytes;
+    l.checkpoint_bytes = c.checkpoint_bytes;
+    l.weight_grad_bytes = c.weight_grad_bytes;
     if (c.forward.empty()) {
       out.warnings.push_back(
           fmt::format("layer {}: no forward range in the iterations used; "
@@ -212,6 +218,10 @@ Status AddProfiles(const Aggregation& aggregation, int microbatch_size, Model* m
     p.activation_bytes = static_cast<Bytes>(std::llround(l.activation_bytes.median));
     p.output_bytes = l.output_bytes.value_or(0);
     p.workspace_bytes = l.workspace_bytes;
+    // Declared by the program in its range names (:ckpt=, :wgrad=), not
+    // measured: a checkpoint larger than the measured activation is capped.
+    if (l.checkpoint_bytes) p.checkpoint_bytes = std::min(p.activation_bytes, *l.checkpoint_bytes);
+    p.weight_grad_bytes = l.weight_grad_bytes;
     auto pos =
         std::lower_bound(layer->profiles.begin(), layer->profiles.end(), microbatch_size,
                          [](const LayerProfile& a, int mb) { return a.microbatch_size < mb; });

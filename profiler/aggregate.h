@@ -43,8 +43,10 @@ struct AggregateOptions {
 
 struct LayerAggregate {
   std::string name;
-  std::optional<int64_t> parameters;    // from the range names; unknown otherwise
-  std::optional<int64_t> output_bytes;  // likewise
+  std::optional<int64_t> parameters;         // from the range names; unknown otherwise
+  std::optional<int64_t> output_bytes;       // likewise
+  std::optional<int64_t> checkpoint_bytes;   // ":ckpt=", declared by the program
+  std::optional<int64_t> weight_grad_bytes;  // ":wgrad="
   Spread forward_ns;
   Spread backward_ns;                    // input + weight gradient
   std::optional<Spread> weight_grad_ns;  // when weight_grad ranges exist

@@ -4,6 +4,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "formats/formats.h"
 #include "profiler/cupti_model.h"
 
@@ -134,6 +136,61 @@ TEST(AggregateTest, ModelHasOneProfilePerMicrobatchSizeAndItsProvenance) {
   Result<Model> back = ParseModel(ModelToJson(*model), "model.json");
   ASSERT_TRUE(back.ok()) << back.status().message();
   EXPECT_EQ(back->layers[1].profiles[1].backward_ns, 7);
+}
+
+TEST(AggregateTest, DeclaredCheckpointAndWeightGradBytesReachTheProfile) {
+  // Layer a keeps 1002 bytes (median of 1001..1003); it declares a
+  // checkpoint of 64 and a weight-gradient set of 5000 (more than it keeps:
+  // the output gradients are new). Layer b declares a checkpoint of 4096,
+  // more than the 0 bytes it keeps: capped at its activation.
+  Attribution a = FiveSteps();
+  a.samples[0].checkpoint_bytes = 64;
+  a.samples[0].weight_grad_bytes = 5000;
+  a.samples[3].checkpoint_bytes = 4096;
+  AggregateOptions o;
+  o.warmup = 1;
+  o.iterations = 3;
+  Result<Aggregation> agg = Aggregate({a}, o);
+  ASSERT_TRUE(agg.ok()) << agg.status().message();
+  Model model;
+  ASSERT_TRUE(AddProfiles(*agg, 1, &model).ok());
+  ASSERT_EQ(model.layers.size(), 2u);
+  const LayerProfile& pa = model.layers[0].profiles[0];
+  EXPECT_EQ(pa.activation_bytes, 1002);
+  EXPECT_EQ(pa.checkpoint_bytes, 64);
+  EXPECT_EQ(pa.weight_grad_bytes, 5000);
+  const LayerProfile& pb = model.layers[1].profiles[0];
+  EXPECT_EQ(pb.checkpoint_bytes, 0);
+  EXPECT_FALSE(pb.weight_grad_bytes.has_value());
+}
+
+TEST(CuptiModelTest, RecordsTheMeasuredContextAndTheGpuPreset) {
+  // Two runs on one H200: contexts of 500 and 520 MiB; the larger is what a
+  // plan must leave free, the smaller usable total the capacity.
+  AggregateOptions o;
+  o.warmup = 1;
+  o.iterations = 3;
+  std::vector<CuptiMeasurement> ms(2);
+  for (int i = 0; i < 2; ++i) {
+    Result<Aggregation> agg = Aggregate({FiveSteps()}, o);
+    ASSERT_TRUE(agg.ok());
+    ms[i].aggregation = *agg;
+    ms[i].microbatch_size = 1 + i;
+    ms[i].devices = {{0, "NVIDIA H200", 9, 0, 1980000, 150000000000, 132,
+                      150110011392u - (i * 1048576u), (500u + 20u * i) * 1048576u}};
+  }
+  Result<Model> model = BuildCuptiModel("m", ms, o, {});
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  EXPECT_EQ(model->source.details.at(kGpuPresetKey), "\"h200\"");
+  const auto mem = nlohmann::json::parse(model->source.details.at(kMeasuredMemoryKey));
+  EXPECT_EQ(mem["device"], "NVIDIA H200");
+  EXPECT_EQ(mem["cuda_context_bytes"], 520u * 1048576u);
+  EXPECT_EQ(mem["usable_bytes"], 150110011392u - 1048576u);
+  // Without a context figure (an older injection library) neither is guessed.
+  for (CuptiMeasurement& m : ms) m.devices[0].context_memory_bytes = 0;
+  model = BuildCuptiModel("m", ms, o, {});
+  ASSERT_TRUE(model.ok());
+  EXPECT_EQ(model->source.details.count(kMeasuredMemoryKey), 0u);
 }
 
 }  // namespace

@@ -241,7 +241,7 @@ Result<std::optional<LayerRangeName>> ParseLayerRangeName(std::string_view name)
   const auto bad = [&](const std::string& why) {
     return Status::InvalidArgument(fmt::format(
         "NVTX range \"{}\": {}; layer ranges are named pipecast:<layer>:forward|backward|"
-        "weight_grad[:params=N][:out=BYTES] (docs/profiler.md)",
+        "weight_grad[:params=N][:out=BYTES][:ckpt=BYTES][:wgrad=BYTES] (docs/profiler.md)",
         name, why));
   };
   if (parts.size() < 2) return bad("no pass after the layer name");
@@ -260,12 +260,19 @@ Result<std::optional<LayerRangeName>> ParseLayerRangeName(std::string_view name)
   for (size_t i = 2; i < parts.size(); ++i) {
     const size_t eq = parts[i].find('=');
     const std::string_view key = parts[i].substr(0, eq);
-    if (eq == std::string_view::npos || (key != "params" && key != "out")) {
-      return bad(fmt::format("unknown attribute '{}' (known: params=N, out=BYTES)", parts[i]));
+    std::optional<int64_t>* field = nullptr;
+    if (key == "params") field = &out.parameters;
+    if (key == "out") field = &out.output_bytes;
+    if (key == "ckpt") field = &out.checkpoint_bytes;
+    if (key == "wgrad") field = &out.weight_grad_bytes;
+    if (eq == std::string_view::npos || field == nullptr) {
+      return bad(fmt::format(
+          "unknown attribute '{}' (known: params=N, out=BYTES, ckpt=BYTES, wgrad=BYTES)",
+          parts[i]));
     }
     Result<int64_t> v = ParseCount(parts[i].substr(eq + 1), name);
     if (!v.ok()) return v.status();
-    (key == "params" ? out.parameters : out.output_bytes) = *v;
+    *field = *v;
   }
   return std::optional<LayerRangeName>(std::move(out));
 }
@@ -306,6 +313,8 @@ Result<Attribution> Attribute(const ActivityTrace& trace) {
     LayerRangeName& into = marked[(*name)->layer];
     if ((*name)->parameters) into.parameters = (*name)->parameters;
     if ((*name)->output_bytes) into.output_bytes = (*name)->output_bytes;
+    if ((*name)->checkpoint_bytes) into.checkpoint_bytes = (*name)->checkpoint_bytes;
+    if ((*name)->weight_grad_bytes) into.weight_grad_bytes = (*name)->weight_grad_bytes;
   }
   RangeIndex index(&ranges);
 
@@ -335,9 +344,13 @@ Result<Attribution> Attribute(const ActivityTrace& trace) {
     s.end_ns = r.end_ns;
     s.parameters = r.name.parameters;
     s.output_bytes = r.name.output_bytes;
+    s.checkpoint_bytes = r.name.checkpoint_bytes;
+    s.weight_grad_bytes = r.name.weight_grad_bytes;
     if (auto it = marked.find(s.layer); it != marked.end()) {
       if (!s.parameters) s.parameters = it->second.parameters;
       if (!s.output_bytes) s.output_bytes = it->second.output_bytes;
+      if (!s.checkpoint_bytes) s.checkpoint_bytes = it->second.checkpoint_bytes;
+      if (!s.weight_grad_bytes) s.weight_grad_bytes = it->second.weight_grad_bytes;
     }
     r.sample = static_cast<int>(result.samples.size());
     result.samples.push_back(std::move(s));

@@ -3,6 +3,7 @@
 //
 // Layers are NVTX ranges named by the convention in docs/profiler.md:
 //   pipecast:<layer>:forward | backward | weight_grad [:params=N] [:out=BYTES]
+//     [:ckpt=BYTES] [:wgrad=BYTES]
 //   pipecast:step            one training iteration (optional)
 // Sizes may also come from an instantaneous marker (nvtx.mark) with a layer
 // name, e.g. pipecast:<layer>:forward:out=BYTES from a forward hook, which
@@ -52,8 +53,10 @@ inline constexpr char kStepRangeName[] = "pipecast:step";
 struct LayerRangeName {
   std::string layer;
   Pass pass = Pass::kForward;
-  std::optional<int64_t> parameters;    // ":params=N"
-  std::optional<int64_t> output_bytes;  // ":out=N"
+  std::optional<int64_t> parameters;         // ":params=N"
+  std::optional<int64_t> output_bytes;       // ":out=N"
+  std::optional<int64_t> checkpoint_bytes;   // ":ckpt=N", what full recomputation keeps
+  std::optional<int64_t> weight_grad_bytes;  // ":wgrad=N", what W keeps after I
 };
 
 // The layer range a name describes; nullopt for names outside the
@@ -80,6 +83,8 @@ struct LayerSample {
   int64_t peak_bytes = 0;
   std::optional<int64_t> parameters;  // from the range name
   std::optional<int64_t> output_bytes;
+  std::optional<int64_t> checkpoint_bytes;
+  std::optional<int64_t> weight_grad_bytes;
 };
 
 // One pipecast:step range.

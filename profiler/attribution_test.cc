@@ -32,6 +32,11 @@ TEST(RangeNameTest, ParsesTheConvention) {
   EXPECT_EQ((*n)->pass, Pass::kForward);
   EXPECT_EQ((*n)->parameters, 1024);
   EXPECT_EQ((*n)->output_bytes, 4096);
+  EXPECT_FALSE((*n)->checkpoint_bytes.has_value());
+  n = ParseLayerRangeName("pipecast:block.3:forward:out=4096:ckpt=4096:wgrad=65536");
+  ASSERT_TRUE(n.ok() && n->has_value());
+  EXPECT_EQ((*n)->checkpoint_bytes, 4096);
+  EXPECT_EQ((*n)->weight_grad_bytes, 65536);
   n = ParseLayerRangeName("pipecast:lm_head:weight_grad");
   ASSERT_TRUE(n.ok() && n->has_value());
   EXPECT_EQ((*n)->pass, Pass::kWeightGrad);

@@ -101,7 +101,9 @@ Result<Model> BuildCuptiModel(const std::string& name,
          {"compute_capability", fmt::format("{}.{}", d.compute_major, d.compute_minor)},
          {"sm_clock_mhz", d.core_clock_khz / 1000},
          {"memory_bytes", d.memory_bytes},
-         {"multiprocessors", d.multiprocessors}});
+         {"multiprocessors", d.multiprocessors},
+         {"usable_memory_bytes", d.usable_memory_bytes},
+         {"context_memory_bytes", d.context_memory_bytes}});
   }
   json spread = json::object();
   json records = json::object();
@@ -135,6 +137,34 @@ Result<Model> BuildCuptiModel(const std::string& name,
                     "--lock-gpu-clocks) for repeatable numbers")
                     .dump();
   d["cupti_version"] = json(measurements.front().cupti_version).dump();
+  if (!measurements.front().devices.empty()) {
+    const DeviceInfo& first = measurements.front().devices.front();
+    if (const std::string preset = PresetForGpuName(first.name); !preset.empty()) {
+      d[kGpuPresetKey] = json(preset).dump();
+    }
+    // The largest context seen over the runs (one per micro-batch size):
+    // what a plan must leave free.
+    uint64_t context = 0, usable = 0;
+    for (const CuptiMeasurement& m : measurements) {
+      for (const DeviceInfo& dev : m.devices) {
+        if (dev.id != first.id || dev.context_memory_bytes == 0) continue;
+        context = std::max(context, dev.context_memory_bytes);
+        usable = usable == 0 ? dev.usable_memory_bytes : std::min(usable, dev.usable_memory_bytes);
+      }
+    }
+    if (context > 0) {
+      d[kMeasuredMemoryKey] =
+          json{{"device", first.name},
+               {"usable_bytes", usable},
+               {"cuda_context_bytes", context},
+               {"method",
+                "cuMemGetInfo right after the CUDA context was created (CUPTI "
+                "resource callback): usable = total, context = total - free; the largest "
+                "context over the runs. cuBLAS workspaces and NCCL buffers are the program's "
+                "own allocations and are not in this figure"}}
+              .dump();
+    }
+  }
   d["warmup"] = json(options.warmup).dump();
   d["iterations"] = json(options.iterations).dump();
   d["time_metric"] =

@@ -18,7 +18,7 @@ namespace {
 // CUDA context with lazy module loading: 287 MB (PyTorch PR #86509) to about
 // 400-430 MiB (pytorch#109888, unsloth-zoo PR #1053); no Hopper figure is
 // published, so round up to 512 MiB.
-constexpr Bytes kCudaContextBytes = 512 * kMiB;
+constexpr Bytes kCudaContextBytes = kPresetCudaContextBytes;
 // PyTorch's default cuBLAS workspace per (handle, stream), CublasHandlePool.cpp:
 // 32 MiB on sm90 (NVIDIA's recommendation for Hopper), 4096 KiB x 2 + 16 KiB
 // x 8 elsewhere; two streams (compute and the backward/communication stream).
@@ -172,6 +172,15 @@ Status ValidateGpuMemory(const GpuSpec& gpu) {
         ToGiB(gpu.memory_bytes)));
   }
   return Status::Ok();
+}
+
+std::string PresetForGpuName(const std::string& device_name) {
+  const auto has = [&](const char* part) { return device_name.find(part) != std::string::npos; };
+  if (has("PCIe") || has("NVL")) return "";
+  if (has("H200")) return "h200";
+  if (has("H100") && (has("HBM3") || has("SXM"))) return "h100-sxm";
+  if (has("A100-SXM4-80GB") || (has("A100") && has("SXM") && has("80GB"))) return "a100-80gb";
+  return "";
 }
 
 std::vector<std::string> ClusterPresetNames() {

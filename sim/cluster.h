@@ -72,6 +72,17 @@ std::string MemoryLimitText(const GpuSpec& gpu);
 // limited capacity.
 Status ValidateGpuMemory(const GpuSpec& gpu);
 
+// The CUDA context's share of each preset's memory_reserve_bytes (the rest
+// is cuBLAS workspaces and NCCL buffers): replaced by the measured figure
+// when a model profiled on the preset's GPU carries one (SelectCluster).
+inline constexpr Bytes kPresetCudaContextBytes = 512 * kMiB;
+
+// The preset for a GPU as the driver names it (cuDeviceGetName), or "" when
+// none is that GPU: "NVIDIA H200" -> h200, "NVIDIA H100 80GB HBM3" (SXM) ->
+// h100-sxm, "NVIDIA A100-SXM4-80GB" -> a100-80gb. PCIe and NVL boards have
+// other links and are not matched.
+std::string PresetForGpuName(const std::string& device_name);
+
 // Names of the built-in presets, in a stable order.
 std::vector<std::string> ClusterPresetNames();
 // The preset called `name`, or NotFound listing the presets.

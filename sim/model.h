@@ -61,6 +61,14 @@ struct ModelSource {
   std::map<std::string, std::string> details;  // key -> JSON text of value
 };
 
+// Keys of `details` that tools read back (docs/formats.md):
+// the cluster preset of the GPU a profile was measured on ("h200"), when
+// `device` is the driver's name of it ("NVIDIA H200");
+inline constexpr char kGpuPresetKey[] = "gpu_preset";
+// the GPU memory measured when the CUDA context was created: an object
+// {"device", "usable_bytes", "cuda_context_bytes", "method"}.
+inline constexpr char kMeasuredMemoryKey[] = "measured_memory";
+
 struct Model {
   std::string name;
   ModelSource source;

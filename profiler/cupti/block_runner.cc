@@ -5,7 +5,7 @@
 // user's program; run by hand it is a plain CUDA benchmark.
 //
 // Each step (pipecast:step): forward of every block in order
-// (pipecast:block.<i>:forward:params=P:out=B), then per block in reverse
+// (pipecast:block.<i>:forward:params=P:out=B:ckpt=B:wgrad=W), then per block in reverse
 // order its input gradient (…:backward) and its weight gradient
 // (…:weight_grad). Prints the mean CUDA-event time of a step to stderr.
 #include <cuda_runtime.h>
@@ -69,8 +69,12 @@ Status Run(const Flags& f) {
     {
       Range step_range("pipecast:step");
       for (int i = 0; i < n; ++i) {
-        Range r(fmt::format("pipecast:block.{}:forward:params={}:out={}", i,
-                            blocks[i]->Parameters(), bytes));
+        // ckpt: full recomputation keeps the block's input (one hidden
+        // state); wgrad: what the weight gradient needs after the input
+        // gradient (builtin_block.h). Both declared, not measured.
+        Range r(fmt::format("pipecast:block.{}:forward:params={}:out={}:ckpt={}:wgrad={}", i,
+                            blocks[i]->Parameters(), bytes, bytes,
+                            blocks[i]->WeightGradBytes(f.microbatch)));
         PIPECAST_RETURN_IF_ERROR(blocks[i]->Forward(hs[i], hs[i + 1], f.microbatch));
       }
       for (int i = n - 1; i >= 0; --i) {

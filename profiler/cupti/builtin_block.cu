@@ -359,6 +359,11 @@ int64_t TransformerBlock::ActivationBytes(int microbatch) const {
   return 2 * (7 * t * h + 2 * t * f + probs) + 4 * 4 * t;
 }
 
+int64_t TransformerBlock::WeightGradBytes(int microbatch) const {
+  const int64_t t = int64_t{microbatch} * shape_.seq, h = shape_.hidden, f = shape_.Ffn();
+  return ActivationBytes(microbatch) + 2 * t * (f + 6 * h);
+}
+
 Status TransformerBlock::Forward(const void* x_in, void* y_out, int microbatch) {
   State& s = *state_;
   if (s.phase != State::Phase::kIdle) {

@@ -48,6 +48,10 @@ class TransformerBlock {
   // Bytes Forward keeps allocated until BackwardWeight (the activation
   // memory), by the list in builtin_block.cu.
   int64_t ActivationBytes(int microbatch) const;
+  // Bytes BackwardWeight needs once BackwardInput is done: this block frees
+  // nothing at the input gradient, so all of ActivationBytes plus what
+  // BackwardInput saves (dfc1 [T,f], dln2, dx1, dln1 [T,h], dqkv [T,3h]).
+  int64_t WeightGradBytes(int microbatch) const;
   int64_t Parameters() const { return shape_.ParametersPerBlock(); }
 
   // REQUIRES: x and y device buffers of HiddenBytes(microbatch); no

@@ -46,6 +46,12 @@ struct Driver {
   CUresult (*device_get_name)(char*, int, CUdevice) = nullptr;
   CUresult (*device_get_attribute)(int*, CUdevice_attribute, CUdevice) = nullptr;
   CUresult (*device_total_mem)(size_t*, CUdevice) = nullptr;
+  // For the memory a new context takes (optional: without them the
+  // figures are simply not recorded).
+  CUresult (*ctx_push_current)(CUcontext) = nullptr;
+  CUresult (*ctx_pop_current)(CUcontext*) = nullptr;
+  CUresult (*ctx_get_device)(CUdevice*) = nullptr;
+  CUresult (*mem_get_info)(size_t*, size_t*) = nullptr;
   bool ok() const {
     return ctx_synchronize && device_get_count && device_get && device_get_name &&
            device_get_attribute && device_total_mem;
@@ -67,6 +73,33 @@ void BindDriver() {
   Bind(lib, "cuDeviceGetName", &g_driver.device_get_name);
   Bind(lib, "cuDeviceGetAttribute", &g_driver.device_get_attribute);
   Bind(lib, "cuDeviceTotalMem_v2", &g_driver.device_total_mem);
+  Bind(lib, "cuCtxPushCurrent_v2", &g_driver.ctx_push_current);
+  Bind(lib, "cuCtxPopCurrent_v2", &g_driver.ctx_pop_current);
+  Bind(lib, "cuCtxGetDevice", &g_driver.ctx_get_device);
+  Bind(lib, "cuMemGetInfo_v2", &g_driver.mem_get_info);
+}
+
+// The runtime reserve's first part, measured: right after a context is
+// created nothing of the program is allocated yet, so cuMemGetInfo's
+// total - free is what the context itself holds (the driver's reservation,
+// module images loaded so far, the device heap). cuBLAS workspaces and NCCL
+// buffers come later, as the program's own allocations (docs/profiler.md).
+void RecordContextMemory(CUcontext ctx) {
+  const Driver& d = g_driver;
+  if (!d.ctx_push_current || !d.ctx_pop_current || !d.ctx_get_device || !d.mem_get_info) return;
+  if (d.ctx_push_current(ctx) != CUDA_SUCCESS) return;
+  size_t free_bytes = 0, total_bytes = 0;
+  CUdevice dev = 0;
+  const bool ok = d.mem_get_info(&free_bytes, &total_bytes) == CUDA_SUCCESS &&
+                  d.ctx_get_device(&dev) == CUDA_SUCCESS;
+  CUcontext popped = nullptr;
+  d.ctx_pop_current(&popped);
+  if (!ok || total_bytes < free_bytes) return;
+  pipecast::DeviceInfo info;
+  info.id = static_cast<uint32_t>(dev);  // CUdevice is the ordinal
+  info.usable_memory_bytes = total_bytes;
+  info.context_memory_bytes = total_bytes - free_bytes;
+  g_collector->AddDevice(info);
 }
 
 void SynchronizeContext() {
@@ -107,6 +140,8 @@ void CUPTIAPI OnCallback(void* /*user*/, CUpti_CallbackDomain domain, CUpti_Call
       SynchronizeContext();
       FlushAndCountDropped();  // a reset loses what is not flushed
     }
+  } else if (domain == CUPTI_CB_DOMAIN_RESOURCE && cbid == CUPTI_CBID_RESOURCE_CONTEXT_CREATED) {
+    RecordContextMemory(static_cast<const CUpti_ResourceData*>(data)->context);
   } else if (domain == CUPTI_CB_DOMAIN_STATE && cbid == CUPTI_CBID_STATE_FATAL_ERROR) {
     const auto* state = static_cast<const CUpti_StateData*>(data);
     const char* message = state->notification.message;
@@ -221,6 +256,9 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) 
             "enabling the cudaDeviceReset callback");
       Check(cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_STATE, CUPTI_CBID_STATE_FATAL_ERROR),
             "enabling the fatal-error callback");
+      Check(cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_RESOURCE,
+                                CUPTI_CBID_RESOURCE_CONTEXT_CREATED),
+            "enabling the context-created callback");
     }
   }
   const struct {
