@@ -48,7 +48,13 @@ MemoryParts StageParts(const Model& model, const StageCostTable& t, const Candid
   MemoryConfig memory = memory_in;
   memory.zero = c.zero;
   const StageCost sc = t.Stage(StageLayers{first, last});
-  const ShardedBytes per_param = ShardedBytesPerParam(memory, c.data_parallel);
+  // Each GPU of a t-way tensor-parallel group keeps 1/t of every parameter
+  // (the simulator's rule, sim/simulator.h).
+  const double tp = c.tensor_parallel;
+  ShardedBytes per_param = ShardedBytesPerParam(memory, c.data_parallel);
+  per_param.weights /= tp;
+  per_param.gradients /= tp;
+  per_param.optimizer /= tp;
   MemoryParts parts;
   parts.weights = ParameterBytes(sc.parameters, per_param.weights);
   parts.gradients = ParameterBytes(sc.parameters, per_param.gradients);
@@ -61,8 +67,8 @@ MemoryParts StageParts(const Model& model, const StageCostTable& t, const Candid
   if (c.zero >= 3 && c.data_parallel > 1) {
     Bytes largest = 0;
     for (int l = first; l <= last; ++l) {
-      largest = std::max(largest,
-                         ParameterBytes(model.layers[l].parameters, memory.weight_bytes_per_param));
+      largest = std::max(
+          largest, ParameterBytes(model.layers[l].parameters, memory.weight_bytes_per_param / tp));
     }
     parts.weights += kGatheredLayers * largest;
   }
@@ -107,7 +113,7 @@ std::vector<StageLayers> MinMaxSplit(int n, int p,
 
 Bytes EstimateStageMemory(const Model& model, const Candidate& c, const MemoryConfig& memory,
                           int stage, int first, int last) {
-  const StageCostTable t(model, StageCostOptions{c.microbatch_size, c.recompute});
+  const StageCostTable t(model, c.CostOptions());
   return StageParts(model, t, c, memory, stage, first, last).Total();
 }
 
@@ -148,7 +154,7 @@ std::string BindingPart(const MemoryParts& parts, const Candidate& c) {
 
 bool PartitionForMemory(const Model& model, const MemoryConfig& memory, Bytes capacity,
                         Candidate* c, Rejection* rejection) {
-  const StageCostTable t(model, StageCostOptions{c->microbatch_size, c->recompute});
+  const StageCostTable t(model, c->CostOptions());
   const int n = t.NumLayers();
   const int p = c->pipeline_stages;
   auto time = [&](int, int first, int last) { return t.TrainingTimeNs(StageLayers{first, last}); };
