@@ -8,11 +8,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <exception>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "base/units.h"
@@ -52,6 +54,10 @@ constexpr std::string_view kSourceMethods[] = {"cupti", "cpu", "analytic", "manu
 constexpr IntRule kParameterCount = {0, kMaxParameters, "2^50", "a parameter count"};
 constexpr IntRule kMicrobatchSize = {1, kMaxMicrobatchSize, "2^20",
                                      "a micro-batch size in samples"};
+constexpr int64_t kMaxTensorParallel = 1 << 16;  // GPUs splitting one layer, as gpus_per_node
+constexpr IntRule kTensorParallel = {1, kMaxTensorParallel, "2^16",
+                                     "a tensor-parallel degree t (GPUs splitting the layer)"};
+constexpr IntRule kCollectives = {0, 1 << 10, "1024", "a number of collectives per micro-batch"};
 constexpr IntRule kSizeBytes = {0, kMaxBytes, "2^50 bytes (1 PiB)", "a size in bytes"};
 constexpr IntRule kMemoryBytes = {0, kMaxBytes, "2^50 bytes (1 PiB)",
                                   "a size in bytes, 0 = unlimited"};
@@ -116,6 +122,19 @@ Status ReadMemoryFields(const Reader& r, const json& v, const std::string& path,
                                Shown(v[key]), Shown(v["activation_bytes"])));
   };
   PIPECAST_RETURN_IF_ERROR(within_activations("checkpoint_bytes", p->checkpoint_bytes));
+  PIPECAST_RETURN_IF_ERROR(r.Integer(v, path, "tp_comm_bytes", kSizeBytes, &p->tp_comm_bytes));
+  PIPECAST_RETURN_IF_ERROR(
+      r.Integer(v, path, "tp_forward_collectives", kCollectives, &p->tp_forward_collectives));
+  PIPECAST_RETURN_IF_ERROR(
+      r.Integer(v, path, "tp_backward_collectives", kCollectives, &p->tp_backward_collectives));
+  const bool any = p->tp_comm_bytes || p->tp_forward_collectives || p->tp_backward_collectives;
+  const bool all = p->tp_comm_bytes && p->tp_forward_collectives && p->tp_backward_collectives;
+  if (any && !all) {
+    return r.Error(path,
+                   "gives only some of tp_comm_bytes, tp_forward_collectives and "
+                   "tp_backward_collectives; give all three (docs/formats.md, tensor "
+                   "parallelism) or none");
+  }
   PIPECAST_RETURN_IF_ERROR(within_activations("attention_core_bytes", p->attention_core_bytes));
   if (p->attention_core_ns && *p->attention_core_ns > p->forward_ns) {
     return r.Error(Member(path, "attention_core_us"),
@@ -128,13 +147,25 @@ Status ReadMemoryFields(const Reader& r, const json& v, const std::string& path,
 
 Status ReadProfile(const Reader& r, const json& v, const std::string& path, LayerProfile* p) {
   PIPECAST_RETURN_IF_ERROR(r.CheckObject(v, path));
-  PIPECAST_RETURN_IF_ERROR(
-      r.CheckKeys(v, path,
-                  {"microbatch_size", "forward_us", "backward_us", "backward_weight_us",
-                   "activation_bytes", "output_bytes", "workspace_bytes", "checkpoint_bytes",
-                   "attention_core_bytes", "attention_core_us", "weight_grad_bytes"}));
+  PIPECAST_RETURN_IF_ERROR(r.CheckKeys(
+      v, path,
+      {"microbatch_size", "tensor_parallel", "sequence_parallel", "forward_us", "backward_us",
+       "backward_weight_us", "activation_bytes", "output_bytes", "workspace_bytes",
+       "checkpoint_bytes", "attention_core_bytes", "attention_core_us", "weight_grad_bytes",
+       "tp_comm_bytes", "tp_forward_collectives", "tp_backward_collectives"}));
   PIPECAST_RETURN_IF_ERROR(
       r.Integer(v, path, "microbatch_size", kMicrobatchSize, &p->microbatch_size));
+  std::optional<int> t;
+  PIPECAST_RETURN_IF_ERROR(r.Integer(v, path, "tensor_parallel", kTensorParallel, &t));
+  p->tensor_parallel = t.value_or(1);
+  if (v.contains("sequence_parallel")) {
+    PIPECAST_RETURN_IF_ERROR(r.Bool(v, path, "sequence_parallel", &p->sequence_parallel));
+  }
+  if (p->sequence_parallel && p->tensor_parallel == 1) {
+    return r.Error(Member(path, "sequence_parallel"),
+                   "is true but tensor_parallel is 1: sequence parallelism splits over the "
+                   "tensor-parallel group, so give tensor_parallel > 1 or drop it");
+  }
   PIPECAST_RETURN_IF_ERROR(r.Time(v, path, "forward_us", kTimeUs, &p->forward_ns));
   PIPECAST_RETURN_IF_ERROR(r.Time(v, path, "backward_us", kTimeUs, &p->backward_ns));
   PIPECAST_RETURN_IF_ERROR(r.Time(v, path, "backward_weight_us", kTimeUs, &p->backward_weight_ns));
@@ -177,11 +208,17 @@ Status ReadLayer(const Reader& r, const json& v, const std::string& path, Layer*
   for (size_t i = 0; i < profiles->size(); ++i) {
     PIPECAST_RETURN_IF_ERROR(ReadProfile(r, (*profiles)[i], Element(list, i), &layer->profiles[i]));
     for (size_t j = 0; j < i; ++j) {
-      if (layer->profiles[j].microbatch_size == layer->profiles[i].microbatch_size) {
+      const LayerProfile& a = layer->profiles[j];
+      const LayerProfile& b = layer->profiles[i];
+      if (a.microbatch_size == b.microbatch_size && a.tensor_parallel == b.tensor_parallel &&
+          a.sequence_parallel == b.sequence_parallel) {
         return r.Error(Member(Element(list, i), "microbatch_size"),
                        fmt::format("{} was already measured in {}; keep one profile per "
-                                   "micro-batch size",
-                                   layer->profiles[i].microbatch_size, Element(list, j)));
+                                   "micro-batch size{}",
+                                   b.microbatch_size, Element(list, j),
+                                   b.tensor_parallel > 1 ? " and (tensor_parallel, "
+                                                           "sequence_parallel)"
+                                                         : ""));
       }
     }
     // Interpolating between a split and an unsplit backward would lose the split.
@@ -197,9 +234,60 @@ Status ReadLayer(const Reader& r, const json& v, const std::string& path, Layer*
   }
   std::sort(layer->profiles.begin(), layer->profiles.end(),
             [](const LayerProfile& a, const LayerProfile& b) {
-              return a.microbatch_size < b.microbatch_size;
+              return std::tuple(a.tensor_parallel, a.sequence_parallel, a.microbatch_size) <
+                     std::tuple(b.tensor_parallel, b.sequence_parallel, b.microbatch_size);
             });
   return Status::Ok();
+}
+
+// Megatron-LM's tensor-parallel all-reduces per micro-batch of the analytic
+// profiler's layers (forward, backward): a block's attention and MLP each
+// end in a row-parallel product (forward all-reduce) and begin with a
+// column-parallel one (backward all-reduce); the vocabulary-parallel
+// embedding all-reduces its output; the LM head's column-parallel product
+// all-reduces its input gradient.
+struct LayerCollectives {
+  int forward = 0, backward = 0;
+};
+std::optional<LayerCollectives> AnalyticCollectives(const std::string& name) {
+  if (name == "embedding") return LayerCollectives{1, 0};
+  if (name == "lm_head") return LayerCollectives{0, 1};
+  if (name.rfind("block.", 0) == 0) return LayerCollectives{2, 2};
+  return std::nullopt;
+}
+
+// For an analytic model: each known layer's TpCommEstimate from
+// source.architecture (hidden, sequence_length) and source.bytes_per_element,
+// used where a profile gives no tp_comm_bytes (docs/formats.md).
+void DeriveTpComm(Model* model) {
+  const ModelSource& src = model->source;
+  auto arch_it = src.details.find("architecture");
+  auto bytes_it = src.details.find("bytes_per_element");
+  if (src.method != "analytic" || arch_it == src.details.end() || bytes_it == src.details.end()) {
+    return;
+  }
+  const json arch = json::parse(arch_it->second, nullptr, false);
+  const json bytes = json::parse(bytes_it->second, nullptr, false);
+  if (!arch.is_object() || !bytes.is_number() || !arch.contains("hidden") ||
+      !arch.contains("sequence_length") || !arch["hidden"].is_number_integer() ||
+      !arch["sequence_length"].is_number_integer()) {
+    return;
+  }
+  const int64_t h = arch["hidden"].get<int64_t>();
+  const int64_t s = arch["sequence_length"].get<int64_t>();
+  const double b = bytes.get<double>();
+  if (h <= 0 || s <= 0 || b <= 0) return;
+  const Bytes per_sample = std::llround(static_cast<double>(h * s) * b);
+  const std::string from = fmt::format(
+      "source.architecture hidden {} x sequence_length {} x {} bytes per element per sample; "
+      "Megatron-LM's all-reduces: a block 2 forward and 2 backward, the vocabulary-parallel "
+      "embedding 1 and 0, the LM head 0 and 1",
+      h, s, b);
+  for (Layer& layer : model->layers) {
+    if (auto c = AnalyticCollectives(layer.name)) {
+      layer.tp_comm_estimate = TpCommEstimate{per_sample, c->forward, c->backward, from};
+    }
+  }
 }
 
 Status ReadModel(const Reader& r, const json& root, Model* model) {
@@ -233,6 +321,7 @@ Status ReadModel(const Reader& r, const json& root, Model* model) {
   for (size_t i = 0; i < layers->size(); ++i) {
     PIPECAST_RETURN_IF_ERROR(ReadLayer(r, (*layers)[i], Element("layers", i), &model->layers[i]));
   }
+  DeriveTpComm(model);
   return Status::Ok();
 }
 
@@ -360,6 +449,8 @@ std::string ModelToJson(const Model& model) {
     for (const LayerProfile& p : layer.profiles) {
       json j;
       j["microbatch_size"] = p.microbatch_size;
+      if (p.tensor_parallel != 1) j["tensor_parallel"] = p.tensor_parallel;
+      if (p.sequence_parallel) j["sequence_parallel"] = true;
       j["forward_us"] = NsToUs(p.forward_ns);
       j["backward_us"] = NsToUs(p.backward_ns);
       if (p.backward_weight_ns) {
@@ -372,6 +463,9 @@ std::string ModelToJson(const Model& model) {
       if (p.attention_core_bytes) j["attention_core_bytes"] = *p.attention_core_bytes;
       if (p.attention_core_ns) j["attention_core_us"] = NsToUs(*p.attention_core_ns);
       if (p.weight_grad_bytes) j["weight_grad_bytes"] = *p.weight_grad_bytes;
+      if (p.tp_comm_bytes) j["tp_comm_bytes"] = *p.tp_comm_bytes;
+      if (p.tp_forward_collectives) j["tp_forward_collectives"] = *p.tp_forward_collectives;
+      if (p.tp_backward_collectives) j["tp_backward_collectives"] = *p.tp_backward_collectives;
       profiles.push_back(std::move(j));
     }
     l["profiles"] = std::move(profiles);

@@ -623,3 +623,67 @@ TEST(Examples, GptSmallHasEmbeddingBlocksAndHead) {
 
 }  // namespace
 }  // namespace pipecast
+
+namespace pipecast {
+namespace {
+
+TEST(FormatsModel, TensorParallelProfilesRoundTripSortedByTAndSize) {
+  json p1 = Profile(1);
+  p1["tp_comm_bytes"] = 4096;
+  p1["tp_forward_collectives"] = 2;
+  p1["tp_backward_collectives"] = 2;
+  json p4 = p1;
+  p4["tensor_parallel"] = 4;
+  p4["sequence_parallel"] = true;
+  p4["forward_us"] = 3;
+  json model = MinimalModel();
+  model["layers"][0] = LayerJson("l0", {p4, p1});
+  Result<Model> m = Parse(model);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  const Layer& l = m->layers[0];
+  ASSERT_EQ(l.profiles.size(), 2u);
+  EXPECT_EQ(l.profiles[0].tensor_parallel, 1);  // sorted: t = 1 first
+  EXPECT_EQ(l.profiles[1].tensor_parallel, 4);
+  EXPECT_TRUE(l.profiles[1].sequence_parallel);
+  EXPECT_EQ(l.profiles[1].tp_comm_bytes, 4096);
+  EXPECT_EQ(l.profiles[1].tp_forward_collectives, 2);
+  // The measured t = 4 profile is what CostAt answers there.
+  EXPECT_EQ(CostAt(l, 1, 4, true).forward_ns, 3000);
+  EXPECT_FALSE(CostAt(l, 1, 4, true).tp_scaled);
+  const std::string text = ModelToJson(*m);
+  EXPECT_EQ(ModelToJson(*ParseModel(text, "again.json")), text);
+  // One profile per (t, sp, size): the same triple twice is refused.
+  model["layers"][0] = LayerJson("l0", {p4, p1, p4});
+  Result<Model> twice = Parse(model);
+  ASSERT_FALSE(twice.ok());
+  EXPECT_NE(twice.status().message().find("keep one profile per micro-batch size and "
+                                          "(tensor_parallel, sequence_parallel)"),
+            std::string::npos)
+      << twice.status().message();
+}
+
+TEST(FormatsModel, AnalyticModelsGetAStatedTpCommEstimate) {
+  // Given the shipped analytic llama-70b (hidden 8192, sequence 2048, 2 bytes)
+  Result<Model> m = LoadModel((ExamplesDir() / "llama-70b.json").string());
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  // then its layers carry b*s*h*2 bytes per sample and Megatron's counts
+  const Layer& embedding = m->layers.front();
+  const Layer& block = m->layers[1];
+  const Layer& head = m->layers.back();
+  ASSERT_TRUE(block.tp_comm_estimate.has_value());
+  EXPECT_EQ(block.tp_comm_estimate->bytes_per_sample, 2048 * 8192 * 2);
+  EXPECT_EQ(block.tp_comm_estimate->forward_collectives, 2);
+  EXPECT_EQ(block.tp_comm_estimate->backward_collectives, 2);
+  EXPECT_EQ(embedding.tp_comm_estimate->forward_collectives, 1);
+  EXPECT_EQ(embedding.tp_comm_estimate->backward_collectives, 0);
+  EXPECT_EQ(head.tp_comm_estimate->forward_collectives, 0);
+  EXPECT_EQ(head.tp_comm_estimate->backward_collectives, 1);
+  const LayerCost at4 = CostAt(block, 2, 4, false);
+  EXPECT_EQ(at4.tp_comm_bytes, 2 * 2048 * 8192 * 2);
+  EXPECT_TRUE(at4.tp_comm_estimated);
+  // and the estimate is never written back
+  EXPECT_EQ(ModelToJson(*m).find("tp_comm_bytes"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace pipecast

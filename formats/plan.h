@@ -26,6 +26,11 @@ struct PlanFile {
   int gpus = 0;
   int pipeline_stages = 0;
   int data_parallel = 1;
+  // Tensor parallelism (written only when tensor_parallel > 1; absent reads
+  // as 1, false, false): gpus = pipeline_stages x data_parallel x t.
+  int tensor_parallel = 1;
+  bool sequence_parallel = false;
+  bool tp_comm_overlap = false;
   int microbatch_size = 1;
   int microbatches = 1;
   int64_t global_batch = 0;
@@ -33,7 +38,7 @@ struct PlanFile {
   int virtual_stages = 1;                 // model chunks per GPU
   Recompute recompute = Recompute::kOff;  // "recompute": off, selective or full
   std::vector<StageLayers> partition;     // per virtual stage
-  std::vector<int> placement;             // GPU of each rank (replica 0)
+  std::vector<int> placement;             // first GPU of each rank (replica 0): rank x t
   Schedule schedule;                      // the explicit per-rank action lists
   MemoryConfig memory;
   TimeNs optimizer_step_ns = 0;

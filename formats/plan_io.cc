@@ -102,6 +102,21 @@ Status ReadCounts(const Reader& r, const json& root, PlanFile* plan) {
   PIPECAST_RETURN_IF_ERROR(
       r.Int(root, "", "pipeline_stages", 1, kMaxCount, &plan->pipeline_stages));
   PIPECAST_RETURN_IF_ERROR(r.Int(root, "", "data_parallel", 1, kMaxCount, &plan->data_parallel));
+  // Tensor parallelism: optional, for plans written before it (and at t = 1).
+  if (root.contains("tensor_parallel")) {
+    PIPECAST_RETURN_IF_ERROR(
+        r.Int(root, "", "tensor_parallel", 1, kMaxCount, &plan->tensor_parallel));
+  }
+  if (root.contains("sequence_parallel")) {
+    PIPECAST_RETURN_IF_ERROR(r.Bool(root, "", "sequence_parallel", &plan->sequence_parallel));
+  }
+  if (root.contains("tp_comm_overlap")) {
+    PIPECAST_RETURN_IF_ERROR(r.Bool(root, "", "tp_comm_overlap", &plan->tp_comm_overlap));
+  }
+  if ((plan->sequence_parallel || plan->tp_comm_overlap) && plan->tensor_parallel == 1) {
+    return r.Error(plan->sequence_parallel ? "sequence_parallel" : "tp_comm_overlap",
+                   "is true but tensor_parallel is 1 (or absent); it needs tensor_parallel > 1");
+  }
   PIPECAST_RETURN_IF_ERROR(
       r.Int(root, "", "microbatch_size", 1, kMaxCount, &plan->microbatch_size));
   PIPECAST_RETURN_IF_ERROR(r.Int(root, "", "microbatches", 1, kMaxCount, &plan->microbatches));
@@ -375,6 +390,7 @@ Status ReadPredictedStage(const Reader& r, const json& stage, const std::string&
   PIPECAST_RETURN_IF_ERROR(o.Time("allreduce_us", &out->allreduce_ns));
   PIPECAST_RETURN_IF_ERROR(o.Time("allgather_us", &out->allgather_ns));
   PIPECAST_RETURN_IF_ERROR(o.Time("sharding_exposed_us", &out->sharding_exposed_ns));
+  PIPECAST_RETURN_IF_ERROR(o.Time("tp_comm_us", &out->tp_comm_ns));
   PIPECAST_RETURN_IF_ERROR(o.Int("weight_versions", kMaxCount, &out->weight_versions));
   if (!stage.contains("memory")) return Status::Ok();
   const std::string where = Member(path, "memory");
@@ -405,6 +421,10 @@ Status ReadPredictedTotals(const OptionalReader& o, SimResult* p) {
   PIPECAST_RETURN_IF_ERROR(o.Int("microbatches", kMaxCount, &p->microbatches));
   PIPECAST_RETURN_IF_ERROR(o.Int("microbatch_size", kMaxCount, &p->microbatch_size));
   PIPECAST_RETURN_IF_ERROR(o.Int("data_parallel", kMaxCount, &p->data_parallel));
+  PIPECAST_RETURN_IF_ERROR(o.Int("tensor_parallel", kMaxCount, &p->tensor_parallel));
+  PIPECAST_RETURN_IF_ERROR(o.Bool("sequence_parallel", &p->sequence_parallel));
+  PIPECAST_RETURN_IF_ERROR(o.Bool("tp_comm_overlap", &p->tp_comm_overlap));
+  PIPECAST_RETURN_IF_ERROR(o.Time("tp_comm_time_us", &p->tp_comm_ns));
   PIPECAST_RETURN_IF_ERROR(o.Int("zero", 3, &p->zero));
   PIPECAST_RETURN_IF_ERROR(o.Time("allgather_time_us", &p->allgather_ns));
   PIPECAST_RETURN_IF_ERROR(o.Time("sharding_exposed_time_us", &p->sharding_exposed_ns));
@@ -477,9 +497,16 @@ Status CheckConsistent(const Reader& r, const PlanFile& plan) {
                                      "over {} iterations",
                                      plan.microbatches, s.num_microbatches, s.iterations));
   }
-  if (int64_t{plan.pipeline_stages} * plan.data_parallel != plan.gpus) {
-    return r.Error("gpus", fmt::format("is {}, expected pipeline_stages x data_parallel = {} x {}",
-                                       plan.gpus, plan.pipeline_stages, plan.data_parallel));
+  if (int64_t{plan.pipeline_stages} * plan.data_parallel * plan.tensor_parallel != plan.gpus) {
+    if (plan.tensor_parallel == 1) {
+      return r.Error("gpus",
+                     fmt::format("is {}, expected pipeline_stages x data_parallel = {} x {}",
+                                 plan.gpus, plan.pipeline_stages, plan.data_parallel));
+    }
+    return r.Error("gpus", fmt::format("is {}, expected pipeline_stages x data_parallel x "
+                                       "tensor_parallel = {} x {} x {}",
+                                       plan.gpus, plan.pipeline_stages, plan.data_parallel,
+                                       plan.tensor_parallel));
   }
   const int64_t batch = int64_t{plan.microbatch_size} * plan.microbatches * plan.data_parallel;
   if (plan.global_batch != batch) {
@@ -501,10 +528,11 @@ Status ReadPlan(const Reader& r, const json& root, PlanFile* plan) {
                                          kPlanFormat));
   }
   PIPECAST_RETURN_IF_ERROR(r.CheckKeys(
-      root, "",
-      {"format", "model", "cluster", "gpus", "pipeline_stages", "data_parallel", "microbatch_size",
-       "microbatches", "global_batch", "schedule", "recompute", "partition", "placement", "actions",
-       "memory", "optimizer_step_us", "predicted"}));
+      root, "", {"format",          "model",           "cluster",           "gpus",
+                 "pipeline_stages", "data_parallel",   "tensor_parallel",   "sequence_parallel",
+                 "tp_comm_overlap", "microbatch_size", "microbatches",      "global_batch",
+                 "schedule",        "recompute",       "partition",         "placement",
+                 "actions",         "memory",          "optimizer_step_us", "predicted"}));
   PIPECAST_RETURN_IF_ERROR(ReadModelRef(r, root, plan));
   PIPECAST_RETURN_IF_ERROR(ReadEmbeddedCluster(r, root, &plan->cluster));
   PIPECAST_RETURN_IF_ERROR(ReadCounts(r, root, plan));
@@ -546,7 +574,10 @@ PlanFile MakePlanFile(const std::string& model_name, const std::string& model_ha
   plan.cluster = cluster;
   plan.pipeline_stages = schedule.num_ranks;
   plan.data_parallel = options.data_parallel;
-  plan.gpus = schedule.num_ranks * options.data_parallel;
+  plan.tensor_parallel = options.tensor_parallel;
+  plan.sequence_parallel = options.sequence_parallel;
+  plan.tp_comm_overlap = options.tp_comm_overlap;
+  plan.gpus = schedule.num_ranks * options.data_parallel * options.tensor_parallel;
   plan.microbatch_size = options.microbatch_size;
   // Per iteration: asynchronous schedules number micro-batches across the
   // iterations their action lists cover.
@@ -565,7 +596,7 @@ PlanFile MakePlanFile(const std::string& model_name, const std::string& model_ha
       }
     }
   }
-  for (int r = 0; r < schedule.num_ranks; ++r) plan.placement.push_back(r);
+  for (int r = 0; r < schedule.num_ranks; ++r) plan.placement.push_back(r * plan.tensor_parallel);
   plan.schedule = schedule;
   plan.memory = options.memory;
   plan.optimizer_step_ns = options.optimizer_step_ns;
@@ -583,6 +614,9 @@ SimOptions PlanSimOptions(const PlanFile& plan) {
   SimOptions o;
   o.microbatch_size = plan.microbatch_size;
   o.data_parallel = plan.data_parallel;
+  o.tensor_parallel = plan.tensor_parallel;
+  o.sequence_parallel = plan.sequence_parallel;
+  o.tp_comm_overlap = plan.tp_comm_overlap;
   o.partition = plan.partition;
   o.memory = plan.memory;
   o.optimizer_step_ns = plan.optimizer_step_ns;
@@ -598,6 +632,11 @@ std::string PlanToJson(const PlanFile& plan) {
   root["gpus"] = plan.gpus;
   root["pipeline_stages"] = plan.pipeline_stages;
   root["data_parallel"] = plan.data_parallel;
+  if (plan.tensor_parallel > 1) {
+    root["tensor_parallel"] = plan.tensor_parallel;
+    root["sequence_parallel"] = plan.sequence_parallel;
+    root["tp_comm_overlap"] = plan.tp_comm_overlap;
+  }
   root["microbatch_size"] = plan.microbatch_size;
   root["microbatches"] = plan.microbatches;
   root["global_batch"] = plan.global_batch;

@@ -293,3 +293,52 @@ TEST(PlanFileTest, BadJsonAndMissingFilesAreErrorsNotExceptions) {
 
 }  // namespace
 }  // namespace pipecast
+
+namespace pipecast {
+namespace {
+
+TEST(PlanFileTest, TensorParallelPlansRoundTripAndOldOnesReadAsOne) {
+  // Given a t = 2 plan with sequence parallelism of a model whose layers give
+  // their collectives
+  World w = MakeWorld();
+  for (Layer& l : w.model.layers) {
+    l.profiles[0].tp_comm_bytes = 16 * kMiB;
+    l.profiles[0].tp_forward_collectives = 2;
+    l.profiles[0].tp_backward_collectives = 2;
+  }
+  w.options.tensor_parallel = 2;
+  w.options.sequence_parallel = true;
+  w.result = Simulate(w.model, w.cluster, w.schedule, w.options).value();
+  PlanFile made = MakePlanFile("uniform", "h", w.cluster, w.schedule, w.options, w.result);
+  // then gpus counts t, placement names each rank's first GPU,
+  EXPECT_EQ(made.gpus, 4 * 2 * 2);
+  EXPECT_EQ(made.placement, (std::vector<int>{0, 2, 4, 6}));
+  // and written and read back, the settings survive and replay the same
+  const std::string text = PlanToJson(made);
+  Result<PlanFile> parsed = ParsePlan(text, "plan.json");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  EXPECT_EQ(parsed->tensor_parallel, 2);
+  EXPECT_TRUE(parsed->sequence_parallel);
+  EXPECT_FALSE(parsed->tp_comm_overlap);
+  EXPECT_EQ(parsed->predicted.tp_comm_ns, w.result.tp_comm_ns);
+  EXPECT_GT(w.result.tp_comm_ns, 0);
+  const SimResult replay =
+      Simulate(w.model, parsed->cluster, parsed->schedule, PlanSimOptions(*parsed)).value();
+  EXPECT_EQ(replay.iteration_ns, w.result.iteration_ns);
+  EXPECT_EQ(PlanToJson(*parsed), text);
+  // A t = 1 plan writes none of the keys (so older plans and baselines are unchanged).
+  EXPECT_EQ(PlanText().find("tensor_parallel"), std::string::npos);
+  // gpus must count t.
+  json j = json::parse(text);
+  j["gpus"] = 8;
+  Result<PlanFile> bad = ParsePlan(j.dump(2), "plan.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(
+      bad.status().message().find(
+          "gpus: is 8, expected pipeline_stages x data_parallel x tensor_parallel = 4 x 2 x 2"),
+      std::string::npos)
+      << bad.status().message();
+}
+
+}  // namespace
+}  // namespace pipecast

@@ -8,7 +8,8 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-Json StageJson(const StageResult& r) {
+// `tensor_parallel`: the result's t is above 1 (tp_comm_us is written only then).
+Json StageJson(const StageResult& r, bool tensor_parallel) {
   Json j;
   j["stage"] = r.rank;
   if (r.layers.empty()) {
@@ -38,6 +39,7 @@ Json StageJson(const StageResult& r) {
   j["allreduce_us"] = NsToUs(r.allreduce_ns);
   j["allgather_us"] = NsToUs(r.allgather_ns);
   j["sharding_exposed_us"] = NsToUs(r.sharding_exposed_ns);
+  if (tensor_parallel) j["tp_comm_us"] = NsToUs(r.tp_comm_ns);
   j["weight_versions"] = r.weight_versions;
   Json& m = j["memory"];
   m["weights_bytes"] = r.memory.weights;
@@ -68,6 +70,7 @@ Json CriticalPathJson(const SimResult& result) {
   Json j;
   j["length_us"] = NsToUs(cp.length_ns);
   j["compute_us"] = NsToUs(cp.compute_ns);
+  if (result.tensor_parallel > 1) j["tp_comm_us"] = NsToUs(cp.tp_comm_ns);
   j["communication_us"] = NsToUs(cp.communication_ns);
   j["waiting_us"] = NsToUs(cp.waiting_ns);
   j["compute_by_stage"] = Json::array();
@@ -110,6 +113,13 @@ Json ResultJson(const SimResult& result) {
   j["microbatches"] = result.microbatches;
   j["microbatch_size"] = result.microbatch_size;
   j["data_parallel"] = result.data_parallel;
+  // Written only with tensor parallelism, so t = 1 output is as before; absent reads as 1.
+  if (result.tensor_parallel > 1) {
+    j["tensor_parallel"] = result.tensor_parallel;
+    j["sequence_parallel"] = result.sequence_parallel;
+    j["tp_comm_overlap"] = result.tp_comm_overlap;
+    j["tp_comm_time_us"] = NsToUs(result.tp_comm_ns);
+  }
   j["zero"] = result.zero;
   j["allgather_time_us"] = NsToUs(result.allgather_ns);
   j["sharding_exposed_time_us"] = NsToUs(result.sharding_exposed_ns);
@@ -127,7 +137,8 @@ Json ResultJson(const SimResult& result) {
     j["first_iteration_time_us"] = NsToUs(result.first_iteration_ns);  // with the warm-up
   }
   j["stages"] = Json::array();
-  for (const StageResult& r : result.per_rank) j["stages"].push_back(StageJson(r));
+  for (const StageResult& r : result.per_rank)
+    j["stages"].push_back(StageJson(r, result.tensor_parallel > 1));
   if (result.critical_path) j["critical_path"] = CriticalPathJson(result);
   return j;
 }

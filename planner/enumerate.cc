@@ -2,9 +2,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 
 #include "planner/passes.h"
 #include "sim/schedule_traits.h"
+#include "sim/stage_costs.h"
 
 namespace pipecast::passes {
 
@@ -46,7 +48,65 @@ std::vector<int> ZeroLevels(const PlannerOptions& options, int d) {
   return {0, 1, 3};
 }
 
+// The model's attention heads and key-value heads from source.architecture
+// (the analytic profiler's), 0 where it does not say.
+std::pair<int64_t, int64_t> Heads(const Model& model) {
+  auto it = model.source.details.find("architecture");
+  if (it == model.source.details.end()) return {0, 0};
+  const nlohmann::json arch = nlohmann::json::parse(it->second, nullptr, false);
+  auto count = [&](const char* key) -> int64_t {
+    if (!arch.is_object() || !arch.contains(key) || !arch[key].is_number_integer()) return 0;
+    return std::max<int64_t>(0, arch[key].get<int64_t>());
+  };
+  return {count("heads"), count("kv_heads")};
+}
+
+// Sequence-parallel settings tried at degree t. Under the scaling model
+// (no layer measured at t) sequence parallelism costs the same time and
+// collectives, sends 1/t of each activation and keeps less memory, so off can
+// never win and auto tries on alone; with per-t profiles it tries both.
+std::vector<bool> SequenceParallelModes(const Model& model, const PlannerOptions& options, int t) {
+  if (t == 1) return {false};
+  switch (options.sequence_parallel) {
+    case PlannerOptions::SequenceParallel::kOff:
+      return {false};
+    case PlannerOptions::SequenceParallel::kOn:
+      return {true};
+    case PlannerOptions::SequenceParallel::kAuto:
+      break;
+  }
+  const bool measured = std::any_of(model.layers.begin(), model.layers.end(), [&](const Layer& l) {
+    return std::any_of(l.profiles.begin(), l.profiles.end(),
+                       [&](const LayerProfile& p) { return p.tensor_parallel == t; });
+  });
+  if (!measured) return {true};
+  return {false, true};
+}
+
 }  // namespace
+
+std::vector<int> TensorParallelDegrees(const Model& model, const Cluster& cluster,
+                                       const PlannerOptions& options,
+                                       std::vector<std::string>* notes) {
+  if (!options.tensor_parallel.empty()) return options.tensor_parallel;
+  const auto [heads, kv_heads] = Heads(model);
+  std::vector<int> out;
+  std::string without_costs;
+  for (int t = 1; t <= std::min(options.gpus, cluster.gpus_per_node); ++t) {
+    if (cluster.gpus_per_node % t != 0 || options.gpus % t != 0) continue;
+    if ((heads > 0 && heads % t != 0) || (kv_heads > 0 && kv_heads % t != 0)) continue;
+    if (t > 1 && !CheckTensorParallelCosts(model, t, false).ok()) {
+      if (without_costs.empty())
+        without_costs = CheckTensorParallelCosts(model, t, false).message();
+      continue;
+    }
+    out.push_back(t);
+  }
+  if (notes != nullptr && !without_costs.empty()) {
+    notes->push_back("tensor parallelism was not searched: " + without_costs);
+  }
+  return out;
+}
 
 bool HasAttentionCore(const Model& model) {
   return std::any_of(model.layers.begin(), model.layers.end(), [](const Layer& l) {
@@ -72,15 +132,19 @@ std::vector<Recompute> RecomputeModes(const Model& model, RecomputeMode mode) {
   return {Recompute::kOff, Recompute::kSelective, Recompute::kFull};
 }
 
-std::vector<Candidate> Enumerate(const Model& model, const PlannerOptions& options,
-                                 int64_t global_batch, std::vector<Rejection>* rejected) {
-  std::vector<Candidate> out;
-  const int layers = static_cast<int>(model.layers.size());
-  const bool split = HasWeightGradientSplit(model);
-  const std::vector<Recompute> recompute_modes = RecomputeModes(model, options.recompute);
-  for (int p = 1; p <= std::min(options.gpus, layers); ++p) {
-    if (options.gpus % p != 0) continue;
-    const int d = options.gpus / p;
+namespace {
+
+// Enumerate() at one tensor-parallel degree and sequence-parallel setting.
+void EnumerateAt(const PlannerOptions& options, int64_t global_batch, int t, bool sp,
+                 const Link& tp_link, int layers, bool split,
+                 const std::vector<Recompute>& recompute_modes, std::vector<Candidate>* out,
+                 std::vector<Rejection>* rejected) {
+  const int per_t = options.gpus / t;
+  for (int p = 1; p <= std::min(per_t, layers); ++p) {
+    if (per_t % p != 0) continue;
+    if (options.pipeline_stages > 0 && p != options.pipeline_stages) continue;
+    const int d = per_t / p;
+    if (options.data_parallel > 0 && d != options.data_parallel) continue;
     for (int size : options.microbatch_sizes) {
       for (ScheduleKind schedule : options.schedules) {
         const std::vector<int> chunk_counts =
@@ -89,6 +153,10 @@ std::vector<Candidate> Enumerate(const Model& model, const PlannerOptions& optio
           for (Recompute recompute : recompute_modes) {
             for (int zero : ZeroLevels(options, d)) {
               Candidate c;
+              c.tensor_parallel = t;
+              c.sequence_parallel = sp;
+              c.tp_comm_overlap = options.tp_comm_overlap && t > 1;
+              c.tp_link = tp_link;
               c.pipeline_stages = p;
               c.data_parallel = d;
               c.schedule = schedule;
@@ -107,15 +175,35 @@ std::vector<Candidate> Enumerate(const Model& model, const PlannerOptions& optio
                 continue;
               }
               c.microbatches = static_cast<int>(global_batch / per_step);
+              if (options.microbatches > 0 && c.microbatches != options.microbatches) continue;
               if (std::string why = ScheduleConstraint(c, layers, split); !why.empty()) {
                 rejected->push_back(Rejection{RejectReason::kScheduleConstraint, c, why, 0});
                 continue;
               }
-              out.push_back(std::move(c));
+              out->push_back(std::move(c));
             }
           }
         }
       }
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<Candidate> Enumerate(const Model& model, const Cluster& cluster,
+                                 const PlannerOptions& options, int64_t global_batch,
+                                 std::vector<Rejection>* rejected,
+                                 std::vector<std::string>* notes) {
+  std::vector<Candidate> out;
+  const int layers = static_cast<int>(model.layers.size());
+  const bool split = HasWeightGradientSplit(model);
+  const std::vector<Recompute> recompute_modes = RecomputeModes(model, options.recompute);
+  for (int t : TensorParallelDegrees(model, cluster, options, notes)) {
+    if (options.gpus % t != 0) continue;
+    for (bool sp : SequenceParallelModes(model, options, t)) {
+      EnumerateAt(options, global_batch, t, sp, cluster.intra_node, layers, split, recompute_modes,
+                  &out, rejected);
     }
   }
   return out;

@@ -80,6 +80,10 @@ std::string ZeroText(int zero, int d) {
 // sharded levels' collectives named as they run.
 std::string IterationParts(const SimResult& r) {
   std::string out = fmt::format("pipeline {:.3f} ms", NsToMs(r.pipeline_ns));
+  if (r.tensor_parallel > 1) {
+    out += fmt::format(" incl. up to {:.3f} ms per rank of tensor-parallel collectives",
+                       NsToMs(r.tp_comm_ns));
+  }
   if (r.sharding_exposed_ns > 0) {
     out += fmt::format(" incl. {:.3f} ms of per-op gathers/reduce-scatters not hidden by compute",
                        NsToMs(r.sharding_exposed_ns));
@@ -100,9 +104,19 @@ std::string ChosenText(const PlanReport& report, const Model& model) {
   const Candidate& c = report.ranked[0];
   const SimResult& r = *c.result;
   std::string out = fmt::format("chosen plan: {}\n", c.Label());
-  out += fmt::format("  pipeline stages      {} (p), data-parallel degree {} (d): {}\n",
-                     c.pipeline_stages, c.data_parallel,
-                     Count(int64_t{c.pipeline_stages} * c.data_parallel, "GPU", "GPUs"));
+  if (c.tensor_parallel > 1) {
+    out += fmt::format(
+        "  tensor parallelism   t = {} GPUs of one node per stage, sequence parallelism {}{}: "
+        "(t, p, d) = ({}, {}, {}), {}\n",
+        c.tensor_parallel, c.sequence_parallel ? "on" : "off",
+        c.tp_comm_overlap ? ", comm overlap on" : "", c.tensor_parallel, c.pipeline_stages,
+        c.data_parallel,
+        Count(int64_t{c.tensor_parallel} * c.pipeline_stages * c.data_parallel, "GPU", "GPUs"));
+  }
+  out += fmt::format(
+      "  pipeline stages      {} (p), data-parallel degree {} (d): {}\n", c.pipeline_stages,
+      c.data_parallel,
+      Count(int64_t{c.tensor_parallel} * c.pipeline_stages * c.data_parallel, "GPU", "GPUs"));
   out += fmt::format("  schedule             {}\n", ScheduleKindName(c.schedule));
   out += fmt::format(
       "  micro-batches        {} of size {} (global batch {} = {} x {} x {}: size x count x d)\n",
@@ -253,6 +267,11 @@ Json PartitionJson(const Model& model, const std::vector<StageLayers>& partition
 Json CandidateJson(const Candidate& c, const Model& model, bool with_predicted) {
   Json j;
   j["label"] = c.Label();
+  if (c.tensor_parallel > 1) {  // absent: t = 1
+    j["tensor_parallel"] = c.tensor_parallel;
+    j["sequence_parallel"] = c.sequence_parallel;
+    j["tp_comm_overlap"] = c.tp_comm_overlap;
+  }
   j["pipeline_stages"] = c.pipeline_stages;
   j["data_parallel"] = c.data_parallel;
   j["schedule"] = ScheduleKindName(c.schedule);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <string>
 
 #include "planner/passes.h"
@@ -39,38 +40,90 @@ Bytes ActivationMemory(const StageCost& sc, const Candidate& c, int stage, int i
          sc.ActivationsAtStart(OpKind::kBackwardInput);
 }
 
+// What a stage of layers [first, last] keeps whatever its place in the
+// pipeline: its costs and its static bytes (weights with ZeRO-3's gathered
+// layers, gradients, optimizer state) and buffers.
+struct FixedParts {
+  StageCost sc;
+  Bytes plain_weights = 0;  // the rank's weights, before stashes and gathers
+  MemoryParts parts;        // activations 0: they depend on the stage's in-flight count
+};
+
+FixedParts Fixed(const Model& model, const StageCostTable& t, const Candidate& c,
+                 const MemoryConfig& memory_in, int first, int last) {
+  MemoryConfig memory = memory_in;
+  memory.zero = c.zero;
+  FixedParts f;
+  f.sc = t.Stage(StageLayers{first, last});
+  const StageCost& sc = f.sc;
+  // Each GPU of a t-way tensor-parallel group keeps 1/t of every parameter
+  // (the simulator's rule, sim/simulator.h).
+  const double tp = c.tensor_parallel;
+  ShardedBytes per_param = ShardedBytesPerParam(memory, c.data_parallel);
+  per_param.weights /= tp;
+  per_param.gradients /= tp;
+  per_param.optimizer /= tp;
+  f.plain_weights = ParameterBytes(sc.parameters, per_param.weights);
+  f.parts.weights = f.plain_weights;
+  f.parts.gradients = ParameterBytes(sc.parameters, per_param.gradients);
+  f.parts.optimizer = ParameterBytes(sc.parameters, per_param.optimizer);
+  if (c.zero >= 3 && c.data_parallel > 1) {
+    Bytes largest = 0;
+    for (int l = first; l <= last; ++l) {
+      largest = std::max(
+          largest, ParameterBytes(model.layers[l].parameters, memory.weight_bytes_per_param / tp));
+    }
+    f.parts.weights += kGatheredLayers * largest;
+  }
+  const Bytes output = last + 1 < t.NumLayers() ? sc.output_bytes : 0;
+  f.parts.other = sc.workspace_bytes + sc.input_bytes + output;
+  return f;
+}
+
 // The stage's costs and activation memory come from the simulator's model
 // (sim/stage_costs.h), its static bytes from sim/memory.h at the
 // candidate's ZeRO level; the planner adds the schedule's in-flight count
 // and the communication buffers.
-MemoryParts StageParts(const Model& model, const StageCostTable& t, const Candidate& c,
-                       const MemoryConfig& memory_in, int stage, int first, int last) {
-  MemoryConfig memory = memory_in;
-  memory.zero = c.zero;
-  const StageCost sc = t.Stage(StageLayers{first, last});
-  const ShardedBytes per_param = ShardedBytesPerParam(memory, c.data_parallel);
-  MemoryParts parts;
-  parts.weights = ParameterBytes(sc.parameters, per_param.weights);
-  parts.gradients = ParameterBytes(sc.parameters, per_param.gradients);
-  parts.optimizer = ParameterBytes(sc.parameters, per_param.optimizer);
+MemoryParts PartsAt(const FixedParts& f, const Candidate& c, int stage) {
+  MemoryParts parts = f.parts;
   const int inflight = InflightMicrobatches(c.schedule, stage, c.pipeline_stages, c.microbatches);
   // PipeDream stashes one weight version per in-flight micro-batch.
-  if (c.schedule == ScheduleKind::kPipeDream) {
-    parts.weights += (inflight - 1) * ParameterBytes(sc.parameters, per_param.weights);
-  }
-  if (c.zero >= 3 && c.data_parallel > 1) {
-    Bytes largest = 0;
-    for (int l = first; l <= last; ++l) {
-      largest = std::max(largest,
-                         ParameterBytes(model.layers[l].parameters, memory.weight_bytes_per_param));
-    }
-    parts.weights += kGatheredLayers * largest;
-  }
-  parts.activations = ActivationMemory(sc, c, stage, inflight);
-  const Bytes output = last + 1 < t.NumLayers() ? sc.output_bytes : 0;
-  parts.other = sc.workspace_bytes + sc.input_bytes + output;
+  if (c.schedule == ScheduleKind::kPipeDream) parts.weights += (inflight - 1) * f.plain_weights;
+  parts.activations = ActivationMemory(f.sc, c, stage, inflight);
   return parts;
 }
+
+MemoryParts StageParts(const Model& model, const StageCostTable& t, const Candidate& c,
+                       const MemoryConfig& memory, int stage, int first, int last) {
+  return PartsAt(Fixed(model, t, c, memory, first, last), c, stage);
+}
+
+// Fixed() of every (first, last) a search asks for, computed once: the
+// partition's dynamic programme asks for each range once per stage.
+class FixedCache {
+ public:
+  FixedCache(const Model& model, const StageCostTable& t, const Candidate& c,
+             const MemoryConfig& memory)
+      : model_(model),
+        t_(t),
+        c_(c),
+        memory_(memory),
+        n_(t.NumLayers()),
+        entries_(static_cast<size_t>(n_) * n_) {}
+  MemoryParts Parts(int stage, int first, int last) {
+    std::optional<FixedParts>& e = entries_[static_cast<size_t>(first) * n_ + last];
+    if (!e) e = Fixed(model_, t_, c_, memory_, first, last);
+    return PartsAt(*e, c_, stage);
+  }
+
+ private:
+  const Model& model_;
+  const StageCostTable& t_;
+  const Candidate& c_;
+  const MemoryConfig& memory_;
+  int n_;
+  std::vector<std::optional<FixedParts>> entries_;
+};
 
 // Splits n layers into p contiguous stages minimising the largest
 // value(stage, first, last) among splits where every stage is allowed.
@@ -107,7 +160,7 @@ std::vector<StageLayers> MinMaxSplit(int n, int p,
 
 Bytes EstimateStageMemory(const Model& model, const Candidate& c, const MemoryConfig& memory,
                           int stage, int first, int last) {
-  const StageCostTable t(model, StageCostOptions{c.microbatch_size, c.recompute});
+  const StageCostTable t(model, c.CostOptions());
   return StageParts(model, t, c, memory, stage, first, last).Total();
 }
 
@@ -148,7 +201,7 @@ std::string BindingPart(const MemoryParts& parts, const Candidate& c) {
 
 bool PartitionForMemory(const Model& model, const MemoryConfig& memory, Bytes capacity,
                         Candidate* c, Rejection* rejection) {
-  const StageCostTable t(model, StageCostOptions{c->microbatch_size, c->recompute});
+  const StageCostTable t(model, c->CostOptions());
   const int n = t.NumLayers();
   const int p = c->pipeline_stages;
   auto time = [&](int, int first, int last) { return t.TrainingTimeNs(StageLayers{first, last}); };
@@ -159,8 +212,9 @@ bool PartitionForMemory(const Model& model, const MemoryConfig& memory, Bytes ca
     c->partition = MinMaxSplit(n, c->VirtualStages(), time, [](int, int, int) { return true; });
     return true;
   }
+  FixedCache cache(model, t, *c, memory);
   auto mem = [&](int stage, int first, int last) {
-    return StageParts(model, t, *c, memory, stage, first, last).Total();
+    return cache.Parts(stage, first, last).Total();
   };
   auto fits = [&](int stage, int first, int last) {
     return capacity <= 0 || mem(stage, first, last) <= capacity;

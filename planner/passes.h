@@ -13,8 +13,16 @@ namespace pipecast::passes {
 // schedule, micro-batch size, recomputation granularity (RecomputeModes()) and
 // ZeRO level (the pinned ones, else 0, 1 and 3 when d > 1); m = global / (size
 // * d). Sizes that do not divide the global batch become kBatchNotDivisible.
-std::vector<Candidate> Enumerate(const Model& model, const PlannerOptions& options,
-                                 int64_t global_batch, std::vector<Rejection>* rejected);
+std::vector<Candidate> Enumerate(const Model& model, const Cluster& cluster,
+                                 const PlannerOptions& options, int64_t global_batch,
+                                 std::vector<Rejection>* rejected,
+                                 std::vector<std::string>* notes = nullptr);
+
+// The tensor-parallel degrees the search tries (PlannerOptions::tensor_parallel),
+// with a note in `notes` (when given) for what limited them.
+std::vector<int> TensorParallelDegrees(const Model& model, const Cluster& cluster,
+                                       const PlannerOptions& options,
+                                       std::vector<std::string>* notes);
 
 // True when some layer profile gives attention_core_bytes > 0: selective
 // recomputation has something to drop.

@@ -30,7 +30,7 @@ PlannerOptions Options(int gpus) {
 TEST(PassEnumerate, DivisorsSizesSchedulesAndRecompute) {
   Model model = UniformModel(8, kF, kB);
   std::vector<Rejection> rejected;
-  std::vector<Candidate> c = Enumerate(model, Options(8), 16, &rejected);
+  std::vector<Candidate> c = Enumerate(model, IdealCluster(), Options(8), 16, &rejected);
   // p in {1,2,4,8} x 2 sizes x 3 schedules x 2 recompute modes, and ZeRO
   // 0, 1 and 3 where d > 1 (p = 1, 2, 4): (3 + 3 + 3 + 1) x 12 = 120.
   EXPECT_EQ(c.size(), 120u);
@@ -46,7 +46,7 @@ TEST(PassEnumerate, StagesNeverExceedLayersAndBatchMustDivide) {
   std::vector<Rejection> rejected;
   PlannerOptions o = Options(6);
   o.recompute = RecomputeMode::kOff;
-  std::vector<Candidate> c = Enumerate(model, o, 6, &rejected);
+  std::vector<Candidate> c = Enumerate(model, IdealCluster(), o, 6, &rejected);
   for (const Candidate& x : c) EXPECT_LE(x.pipeline_stages, 3);
   // p=1 (d=6) and p=3 (d=2) with mbs 2: 6 % 12 and 6 % 4 fail; p=2 (d=3) with mbs 2: 6 % 6 ok.
   ASSERT_FALSE(rejected.empty());
@@ -171,7 +171,7 @@ TEST(PassPrune, BoundIsExactForEqualStagesOnIdealAndNeverAboveTheSimulation) {
   Model model = UniformModel(8, kF, kB);
   std::vector<Rejection> rejected;
   PlannerOptions o = Options(8);
-  std::vector<Candidate> cands = Enumerate(model, o, 16, &rejected);
+  std::vector<Candidate> cands = Enumerate(model, IdealCluster(), o, 16, &rejected);
   for (Candidate& c : cands) {
     Rejection why;
     ASSERT_TRUE(PartitionForMemory(model, MemoryConfig{}, 0, &c, &why));
@@ -196,7 +196,7 @@ TEST(PassSimulate, PrunesOnlyWhatCannotReachTheTop) {
   std::vector<Rejection> rejected;
   PlannerOptions o = Options(8);
   o.top_k = 1;
-  std::vector<Candidate> cands = Enumerate(model, o, 16, &rejected);
+  std::vector<Candidate> cands = Enumerate(model, IdealCluster(), o, 16, &rejected);
   for (Candidate& c : cands) {
     Rejection why;
     ASSERT_TRUE(PartitionForMemory(model, MemoryConfig{}, 0, &c, &why));
@@ -222,7 +222,7 @@ TEST(PassSimulate, SameOutcomeOnOneThreadAndTwo) {
   auto run = [&](int threads) {
     o.threads = threads;
     std::vector<Rejection> rejected;
-    std::vector<Candidate> cands = Enumerate(model, o, 32, &rejected);
+    std::vector<Candidate> cands = Enumerate(model, IdealCluster(), o, 32, &rejected);
     for (Candidate& x : cands) {
       Rejection why;
       EXPECT_TRUE(PartitionForMemory(model, MemoryConfig{}, 0, &x, &why));

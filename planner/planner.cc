@@ -39,15 +39,49 @@ Status PlannerOptions::Validate() const {
   }
   PIPECAST_RETURN_IF_ERROR(memory.Validate());
   if (top_k < 0) return Status::InvalidArgument("--top must be >= 0");
+  for (int t : tensor_parallel) {
+    if (t < 1) {
+      return Status::InvalidArgument(
+          fmt::format("--tensor-parallel has {}: degrees must be at least 1", t));
+    }
+    if (t > gpus) {
+      return Status::InvalidArgument(fmt::format(
+          "--tensor-parallel {} is more than --gpus {}: t x p x d must equal the GPUs", t, gpus));
+    }
+  }
+  if (pipeline_stages < 0 || data_parallel < 0 || microbatches < 0) {
+    return Status::InvalidArgument(
+        "--pipeline-stages, --data-parallel and --microbatches must be at least 1 when given");
+  }
+  if (sequence_parallel == SequenceParallel::kOn && !tensor_parallel.empty() &&
+      *std::max_element(tensor_parallel.begin(), tensor_parallel.end()) == 1) {
+    return Status::InvalidArgument(
+        "--sequence-parallel on needs --tensor-parallel above 1: sequence parallelism splits "
+        "over the tensor-parallel group");
+  }
   if (optimizer_step_ns < 0) return Status::InvalidArgument("optimizer step time is negative");
   return Status::Ok();
 }
 
+StageCostOptions Candidate::CostOptions() const {
+  StageCostOptions o;
+  o.microbatch_size = microbatch_size;
+  o.recompute = recompute;
+  o.tensor_parallel = tensor_parallel;
+  o.sequence_parallel = sequence_parallel;
+  o.tp_comm_overlap = tp_comm_overlap;
+  o.tp_link = tp_link;
+  return o;
+}
+
 std::string Candidate::Label() const {
-  return fmt::format("p={} d={} {}{} mbs={} m={} recompute={} zero={}", pipeline_stages,
-                     data_parallel, ScheduleKindName(schedule),
-                     chunks > 1 ? fmt::format(" v={}", chunks) : "", microbatch_size, microbatches,
-                     RecomputeName(recompute), zero);
+  std::string tp;
+  if (tensor_parallel > 1)
+    tp = fmt::format("t={} {}", tensor_parallel, sequence_parallel ? "sp " : "");
+  return tp + fmt::format("p={} d={} {}{} mbs={} m={} recompute={} zero={}", pipeline_stages,
+                          data_parallel, ScheduleKindName(schedule),
+                          chunks > 1 ? fmt::format(" v={}", chunks) : "", microbatch_size,
+                          microbatches, RecomputeName(recompute), zero);
 }
 
 Bytes Candidate::PeakMemory() const {
@@ -76,6 +110,9 @@ SimOptions CandidateSimOptions(const Candidate& c, const PlannerOptions& options
   SimOptions o;
   o.microbatch_size = c.microbatch_size;
   o.data_parallel = c.data_parallel;
+  o.tensor_parallel = c.tensor_parallel;
+  o.sequence_parallel = c.sequence_parallel;
+  o.tp_comm_overlap = c.tp_comm_overlap;
   o.partition = c.partition;
   o.memory = options.memory;
   o.memory.zero = c.zero;
@@ -173,8 +210,8 @@ Result<PlanReport> RunPlanner(const Model& model, const Cluster& cluster,
         "no global batch: give --global-batch N or set global_batch in the model file");
   }
 
-  std::vector<Candidate> cands =
-      passes::Enumerate(model, options, report.global_batch, &report.rejected);
+  std::vector<Candidate> cands = passes::Enumerate(model, cluster, options, report.global_batch,
+                                                   &report.rejected, &report.notes);
   report.enumerated = static_cast<int>(cands.size() + report.rejected.size());
   const bool all_batch =
       std::all_of(report.rejected.begin(), report.rejected.end(),
@@ -217,7 +254,9 @@ Result<PlanReport> RunPlanner(const Model& model, const Cluster& cluster,
     report.ranked.resize(options.top_k + 1);
   }
   if (report.Feasible()) {
+    std::vector<std::string> search_notes = std::move(report.notes);
     report.notes = report.ranked[0].result->notes;
+    for (std::string& note : search_notes) report.notes.push_back(std::move(note));
     if (options.recompute == RecomputeMode::kAuto && !passes::HasAttentionCore(model)) {
       report.notes.push_back(
           "selective recomputation was not searched: the model gives no attention core to drop "

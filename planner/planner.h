@@ -1,11 +1,13 @@
-// Planner: searches pipeline degree, partition, schedule, micro-batch size and
+// Planner: searches tensor-parallel, pipeline and data-parallel degrees
+// (t x p x d = N), sequence parallelism, partition, schedule, micro-batch size and
 // count, and activation recomputation for a model on N GPUs, and ranks what
 // fits by simulated throughput (DESIGN section 4).
 //
 // The search is a chain of named passes, each in its own file and testable
 // alone:
-//   enumerate  (enumerate.cc)  every (p, d, schedule, micro-batch size, count,
-//                              recompute) the GPU count and global batch allow
+//   enumerate  (enumerate.cc)  every (t, sp, p, d, schedule, micro-batch size,
+//                              count, recompute) the GPU count, node and global
+//                              batch allow
 //   partition  (partition_pass.cc) memory-aware balanced split of the layers;
 //                              rejects what cannot fit even when balanced for memory
 //   prune      (prune.cc)      orders candidates by a lower bound on iteration
@@ -58,14 +60,30 @@ struct PlannerOptions {
   MemoryConfig memory;  // bytes per parameter; its zero is each candidate's
   TimeNs optimizer_step_ns = 0;
   int threads = 0;  // 0: every core
+  // Tensor-parallel degrees tried; empty: every t that divides the node's
+  // GPUs, N and the model's attention heads (and key-value heads) where its
+  // source.architecture gives them, for which the model has tensor-parallel
+  // costs (per-t profiles or tp_comm_bytes, docs/planner.md).
+  std::vector<int> tensor_parallel;
+  // Sequence parallelism at t > 1: auto tries off and on; on or off pins it.
+  enum class SequenceParallel { kAuto, kOff, kOn };
+  SequenceParallel sequence_parallel = SequenceParallel::kAuto;
+  bool tp_comm_overlap = false;  // Megatron-LM --tp-comm-overlap for every t > 1
+  int pipeline_stages = 0;       // p pinned; 0: searched
+  int data_parallel = 0;         // d pinned; 0: searched
+  int microbatches = 0;          // m pinned; 0: every m the global batch allows
 
   Status Validate() const;
 };
 
 // One configuration the search considers.
 struct Candidate {
+  int tensor_parallel = 1;  // t: GPUs of one node per stage
+  bool sequence_parallel = false;
+  bool tp_comm_overlap = false;
+  Link tp_link;             // the intra-node link of the cluster (TP collectives)
   int pipeline_stages = 1;  // p
-  int data_parallel = 1;    // d = N / p
+  int data_parallel = 1;    // d = N / (t p)
   ScheduleKind schedule = ScheduleKind::k1F1B;
   int chunks = 1;  // v, model chunks per GPU (interleaved, looped-bfs)
   int microbatch_size = 1;
@@ -76,8 +94,11 @@ struct Candidate {
   TimeNs lower_bound_ns = 0;           // filled by the prune pass
   std::optional<SimResult> result;     // filled by the simulate pass
 
-  // "p=4 d=2 1f1b mbs=2 m=16 recompute=off zero=1", "interleaved v=2"
+  // "p=4 d=2 1f1b mbs=2 m=16 recompute=off zero=1", "interleaved v=2";
+  // with tensor parallelism prefixed "t=8 sp " (or "t=8 ").
   std::string Label() const;
+  // The stage-cost options of this candidate (sim/stage_costs.h).
+  StageCostOptions CostOptions() const;
   int VirtualStages() const { return pipeline_stages * chunks; }
   Bytes PeakMemory() const;  // largest per-rank peak; REQUIRES: result
 };

@@ -19,7 +19,7 @@ TimeNs LowerBound(const Model& model, const Candidate& c) {
   const int p = c.pipeline_stages;
   // The stages' times by the simulator's cost model (sim/stage_costs.h):
   // with recomputation the backward includes the rerun forward.
-  const StageCostTable table(model, StageCostOptions{c.microbatch_size, c.recompute});
+  const StageCostTable table(model, c.CostOptions());
   std::vector<TimeNs> fwd(stages, 0), bwd(stages, 0);
   for (int s = 0; s < stages; ++s) {
     const StageCost sc = table.Stage(c.partition[s]);

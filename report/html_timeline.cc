@@ -12,6 +12,7 @@
 
 #include "report/html_report.h"
 #include "report/internal/html_util.h"
+#include "report/report.h"
 
 namespace pipecast {
 namespace {
@@ -165,10 +166,15 @@ class TimelineBuilder {
     out += fmt::format("<rect class=\"comm-lane\" {}/>\n",
                        Rect(kGutterPx, comm_y, W(0, axis_.end_ns()), lanes_.comm_h));
     const StageResult* sr = k < static_cast<int>(r_.per_rank.size()) ? &r_.per_rank[k] : nullptr;
+    // With tensor parallelism the rank's GPUs show on hover (the gutter is narrow).
+    const std::string gpus =
+        r_.tensor_parallel > 1
+            ? fmt::format("<title>rank {} ({})</title>", k, RankGpusText(k, r_.tensor_parallel))
+            : "";
     out += fmt::format(
         "<text class=\"rank-label\" x=\"8\" y=\"{}\" dominant-baseline=\"central\">"
-        "rank {}</text>",
-        Px(y0 + lanes_.op_h / 2), k);
+        "rank {}{}</text>",
+        Px(y0 + lanes_.op_h / 2), k, gpus);
     if (sr != nullptr && lanes_.op_h >= 18) {
       out += fmt::format(
           "<text class=\"rank-note\" x=\"8\" y=\"{}\" dominant-baseline=\"central\">"

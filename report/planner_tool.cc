@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <optional>
 #include <utility>
 
@@ -46,6 +47,15 @@ Result<PlannerOptions> MakeOptions(const PlannerToolOptions& flags) {
   if (!memory.ok()) return memory.status();
   o.memory = *memory;
   o.zero_levels = flags.zero;
+  o.tensor_parallel = flags.tensor_parallel;
+  o.sequence_parallel = flags.sequence_parallel == "on" ? PlannerOptions::SequenceParallel::kOn
+                        : flags.sequence_parallel == "off"
+                            ? PlannerOptions::SequenceParallel::kOff
+                            : PlannerOptions::SequenceParallel::kAuto;
+  o.tp_comm_overlap = flags.tp_comm_overlap;
+  o.pipeline_stages = flags.pipeline_stages;
+  o.data_parallel = flags.data_parallel;
+  o.microbatches = flags.microbatches;
   PIPECAST_RETURN_IF_ERROR(o.Validate());
   return o;
 }
@@ -158,6 +168,25 @@ std::string ReportText(const PlannerToolOptions& flags, const Inputs& in, const 
 }  // namespace
 
 Status PlannerToolOptions::Validate() const {
+  for (int t : tensor_parallel) {
+    if (gpus > 0 && (t > gpus || gpus % t != 0)) {
+      return Status::InvalidArgument(fmt::format(
+          "--tensor-parallel {} {} --gpus {}: t x p x d must equal the GPUs, so t must divide N", t,
+          t > gpus ? "is more than" : "does not divide", gpus));
+    }
+  }
+  if (sequence_parallel == "on" && !tensor_parallel.empty() &&
+      *std::max_element(tensor_parallel.begin(), tensor_parallel.end()) == 1) {
+    return Status::InvalidArgument(
+        "--sequence-parallel on needs --tensor-parallel above 1: sequence parallelism splits "
+        "over the tensor-parallel group");
+  }
+  if (tp_comm_overlap && !tensor_parallel.empty() &&
+      *std::max_element(tensor_parallel.begin(), tensor_parallel.end()) == 1) {
+    return Status::InvalidArgument(
+        "--tp-comm-overlap needs --tensor-parallel above 1: there is no tensor-parallel "
+        "communication to overlap");
+  }
   CheckOptions check_options;
   check_options.tolerance = tolerance;
   return check_options.Validate();

@@ -32,6 +32,11 @@ std::string CriticalPathText(const SimResult& result) {
                     PercentText(static_cast<double>(-neg) / std::max<TimeNs>(cp.length_ns, 1)));
   }
   out += "  compute on the path by rank: " + by_rank + "\n";
+  if (result.tensor_parallel > 1) {
+    out +=
+        fmt::format("  of that compute, tensor-parallel communication inside the ops: {:.3f} ms\n",
+                    NsToMs(cp.tp_comm_ns));
+  }
   for (const auto& l : cp.communication_by_link) {
     out += fmt::format("  communication on the path, rank {} -> {}: {:.3f} ms\n", l.src_rank,
                        l.dst_rank, NsToMs(l.ns));
@@ -90,6 +95,14 @@ std::string Summary(const SimResult& result, const Cluster& cluster) {
       result.zero == 1 || result.zero == 2
           ? fmt::format(", parameter all-gather {:.3f} ms", NsToMs(result.allgather_ns))
           : "");
+  if (result.tensor_parallel > 1) {
+    out += fmt::format(
+        "tensor parallelism  t = {} GPUs of one node per rank (tp innermost: rank k on GPUs "
+        "k*t..k*t+t-1), sequence parallelism {}, comm overlap {}; collectives in the ops up to "
+        "{:.3f} ms per rank\n",
+        result.tensor_parallel, result.sequence_parallel ? "on" : "off",
+        result.tp_comm_overlap ? "on" : "off", NsToMs(result.tp_comm_ns));
+  }
   if (result.zero > 0 && result.data_parallel > 1) {
     out +=
         fmt::format("data parallelism    ZeRO {} over d = {}", result.zero, result.data_parallel);
@@ -133,10 +146,13 @@ std::string Summary(const SimResult& result, const Cluster& cluster) {
 }
 
 std::string RankTable(const SimResult& result) {
+  const bool tp = result.tensor_parallel > 1;
   TextTable t;
   t.AddColumn("rank", TextTable::kRight);
+  if (tp) t.AddColumn("GPUs", TextTable::kLeft);
   t.AddColumn("layers", TextTable::kLeft);
   t.AddColumn("busy ms", TextTable::kRight);
+  if (tp) t.AddColumn("TP comm ms", TextTable::kRight);
   t.AddColumn("first start ms", TextTable::kRight);
   t.AddColumn("last end ms", TextTable::kRight);
   t.AddColumn("bubble ratio", TextTable::kRight);
@@ -151,12 +167,20 @@ std::string RankTable(const SimResult& result) {
       of_capacity = PercentText(static_cast<double>(r.peak_memory_bytes) /
                                 static_cast<double>(result.memory_limit_bytes));
     }
-    t.AddRow(
-        {fmt::format("{}", r.rank), LayerRanges(r.layers), fmt::format("{:.3f}", NsToMs(r.busy_ns)),
-         fmt::format("{:.3f}", NsToMs(r.first_start_ns)),
-         fmt::format("{:.3f}", NsToMs(r.last_end_ns)), PercentText(r.bubble_ratio),
-         PercentText(r.bubble_fraction_of_ideal), fmt::format("{}", r.peak_inflight_microbatches),
-         GiBText(r.peak_memory_bytes), of_capacity, OverCapacity(result, r) ? "OVER" : ""});
+    std::vector<std::string> row = {fmt::format("{}", r.rank)};
+    if (tp) row.push_back(RankGpusText(r.rank, result.tensor_parallel));
+    row.push_back(LayerRanges(r.layers));
+    row.push_back(fmt::format("{:.3f}", NsToMs(r.busy_ns)));
+    if (tp) row.push_back(fmt::format("{:.3f}", NsToMs(r.tp_comm_ns)));
+    for (std::string cell :
+         {fmt::format("{:.3f}", NsToMs(r.first_start_ns)),
+          fmt::format("{:.3f}", NsToMs(r.last_end_ns)), PercentText(r.bubble_ratio),
+          PercentText(r.bubble_fraction_of_ideal), fmt::format("{}", r.peak_inflight_microbatches),
+          GiBText(r.peak_memory_bytes), of_capacity,
+          std::string(OverCapacity(result, r) ? "OVER" : "")}) {
+      row.push_back(std::move(cell));
+    }
+    t.AddRow(std::move(row));
   }
   std::string out = t.Render();
   for (const StageResult& r : result.per_rank) {
@@ -200,6 +224,12 @@ std::string MemoryTable(const SimResult& result) {
   std::string title =
       "memory per rank, GiB (each part's own peak; the total is the peak of their sum" + margin +
       ")\n";
+  if (result.tensor_parallel > 1) {
+    title += fmt::format(
+        "per GPU of each rank's {} tensor-parallel GPUs (weights, gradients and "
+        "optimizer state / {})\n",
+        result.tensor_parallel, result.tensor_parallel);
+  }
   if (result.zero >= 3 && result.data_parallel > 1) {
     title +=
         "weights: the rank's shard plus two layers gathered (the running and the prefetched)\n";
@@ -208,6 +238,12 @@ std::string MemoryTable(const SimResult& result) {
 }
 
 }  // namespace
+
+std::string RankGpusText(int rank, int tensor_parallel) {
+  if (tensor_parallel <= 1) return fmt::format("GPU {}", rank);
+  return fmt::format("t={}: GPUs {}-{}", tensor_parallel, rank * tensor_parallel,
+                     rank * tensor_parallel + tensor_parallel - 1);
+}
 
 std::string ResultToText(const SimResult& result, const Cluster& cluster) {
   std::string out = Summary(result, cluster);

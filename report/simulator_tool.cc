@@ -103,6 +103,9 @@ Result<Setup> SetupFromFlags(const Flags& flags, const Model& model,
   s.schedule = std::move(schedule.value());
   s.options.microbatch_size = flags.microbatch_size;
   s.options.data_parallel = flags.data_parallel;
+  s.options.tensor_parallel = flags.tensor_parallel;
+  s.options.sequence_parallel = flags.sequence_parallel;
+  s.options.tp_comm_overlap = flags.tp_comm_overlap;
   s.options.optimizer_step_ns = UsToNs(flags.optimizer_step_us);
   s.options.recompute = *ParseRecompute(flags.recompute);  // checked by the flag
   auto memory = MemoryConfigFor(flags.precision, flags.optimizer, flags.grad_dtype);
@@ -174,6 +177,18 @@ Status CheckToolOutputs(const SimulatorToolOptions& flags) {
 }
 
 }  // namespace
+
+Status SimulatorToolOptions::Validate() const {
+  if (tensor_parallel == 1 && (sequence_parallel || tp_comm_overlap)) {
+    return Status::InvalidArgument(fmt::format(
+        "{} needs --tensor-parallel above 1: {}",
+        sequence_parallel ? "--sequence-parallel" : "--tp-comm-overlap",
+        sequence_parallel ? "sequence parallelism splits the layernorms and dropouts over the "
+                            "tensor-parallel group"
+                          : "there is no tensor-parallel communication to overlap"));
+  }
+  return Status::Ok();
+}
 
 Result<std::string> RunSimulatorTool(const SimulatorToolOptions& flags,
                                      const SimulatorProgress& progress) {

@@ -30,6 +30,9 @@ struct SimulatorToolOptions {
   std::string cluster;    // empty: the preset named by the model's source.device, else ideal
   double memory_gb = -1;  // < 0: the cluster's
   int data_parallel = 1;
+  int tensor_parallel = 1;  // t: GPUs of one node splitting each layer of a stage
+  bool sequence_parallel = false;
+  bool tp_comm_overlap = false;
   double optimizer_step_us = 0;
   std::string precision = "bf16";
   std::string optimizer = "adam";
@@ -47,6 +50,11 @@ struct SimulatorToolOptions {
   bool gantt = false;               // --gantt: the timeline as a terminal chart, after the summary
   bool gantt_color = false;         // ANSI colours in that chart
   int gantt_width = 0;  // columns of that chart: --width, else the terminal's; 0: the default
+
+  // InvalidArgument for flags that contradict each other before any file is
+  // read (a usage error): --sequence-parallel or --tp-comm-overlap without
+  // --tensor-parallel above 1.
+  [[nodiscard]] Status Validate() const;
 };
 
 // One line for the user (a note or a warning), without the tool's name.

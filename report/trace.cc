@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include "report/report.h"
+
 namespace pipecast {
 namespace {
 
@@ -166,7 +168,8 @@ class TraceBuilder {
     };
     // Replica 0's rank r runs on GPU r.
     meta("process_name", kComputeTid,
-         {{"name", fmt::format("{} rank {} (GPU {})", options_.label, rank, rank)}});
+         {{"name", fmt::format("{} rank {} ({})", options_.label, rank,
+                               RankGpusText(rank, result_.tensor_parallel))}});
     meta("process_sort_index", kComputeTid, {{"sort_index", Pid(rank)}});
     meta("thread_name", kComputeTid, {{"name", "compute"}});
     meta("thread_sort_index", kComputeTid, {{"sort_index", kComputeTid}});

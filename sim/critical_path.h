@@ -37,6 +37,9 @@ struct CriticalPath {
   std::vector<CriticalStep> steps;  // in time order, contiguous from 0
   TimeNs length_ns = 0;
   TimeNs compute_ns = 0;
+  // Of compute_ns: the tensor-parallel collectives inside its ops (filled by
+  // Simulate(); 0 at t = 1).
+  TimeNs tp_comm_ns = 0;
   TimeNs communication_ns = 0;
   TimeNs waiting_ns = 0;
   std::vector<TimeNs> compute_by_rank;  // per rank

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
+#include <utility>
 
 namespace pipecast {
 
@@ -58,6 +60,9 @@ LayerCost FromProfile(const LayerProfile& p) {
   cost.attention_core_bytes = p.attention_core_bytes;
   cost.attention_core_ns = p.attention_core_ns;
   cost.weight_grad_bytes = p.weight_grad_bytes;
+  cost.tp_comm_bytes = p.tp_comm_bytes;
+  cost.tp_forward_collectives = p.tp_forward_collectives.value_or(0);
+  cost.tp_backward_collectives = p.tp_backward_collectives.value_or(0);
   return cost;
 }
 
@@ -73,18 +78,31 @@ std::optional<int64_t> Lerp(const std::optional<int64_t>& a, const std::optional
   return Lerp(*a, *b, t);
 }
 
-}  // namespace
+using ProfileIt = std::vector<LayerProfile>::const_iterator;
 
-LayerCost CostAt(const Layer& layer, int microbatch_size) {
-  const std::vector<LayerProfile>& ps = layer.profiles;
-  auto it =
-      std::lower_bound(ps.begin(), ps.end(), microbatch_size,
-                       [](const LayerProfile& p, int size) { return p.microbatch_size < size; });
-  if (it != ps.end() && it->microbatch_size == microbatch_size) return FromProfile(*it);
+// The profiles at (t, sp): a sorted run of layer.profiles, perhaps empty.
+std::pair<ProfileIt, ProfileIt> ProfilesAt(const Layer& layer, int t, bool sp) {
+  auto lower = [](const LayerProfile& p, std::pair<int, bool> key) {
+    return std::pair(p.tensor_parallel, p.sequence_parallel) < key;
+  };
+  auto upper = [](std::pair<int, bool> key, const LayerProfile& p) {
+    return key < std::pair(p.tensor_parallel, p.sequence_parallel);
+  };
+  const std::pair<int, bool> key(t, sp);
+  return {std::lower_bound(layer.profiles.begin(), layer.profiles.end(), key, lower),
+          std::upper_bound(layer.profiles.begin(), layer.profiles.end(), key, upper)};
+}
 
-  if (it == ps.begin() || it == ps.end()) {
+// CostAt() over one (t, sp)'s profiles [first, last), non-empty.
+LayerCost CostIn(ProfileIt first, ProfileIt last, int microbatch_size) {
+  auto it = std::lower_bound(first, last, microbatch_size, [](const LayerProfile& p, int size) {
+    return p.microbatch_size < size;
+  });
+  if (it != last && it->microbatch_size == microbatch_size) return FromProfile(*it);
+
+  if (it == first || it == last) {
     // Outside the measured range: proportional to the nearest measured size.
-    const LayerProfile& near = (it == ps.begin()) ? ps.front() : ps.back();
+    const LayerProfile& near = (it == first) ? *first : *(last - 1);
     double f = static_cast<double>(microbatch_size) / near.microbatch_size;
     LayerCost c = FromProfile(near);
     c.forward_ns = Scale(c.forward_ns, f);
@@ -97,6 +115,7 @@ LayerCost CostAt(const Layer& layer, int microbatch_size) {
     c.attention_core_bytes = Scale(c.attention_core_bytes, f);
     c.attention_core_ns = Scale(c.attention_core_ns, f);
     c.weight_grad_bytes = Scale(c.weight_grad_bytes, f);
+    c.tp_comm_bytes = Scale(c.tp_comm_bytes, f);
     c.origin = CostOrigin::kExtrapolated;
     return c;
   }
@@ -121,7 +140,65 @@ LayerCost CostAt(const Layer& layer, int microbatch_size) {
   c.attention_core_bytes = Lerp(a.attention_core_bytes, b.attention_core_bytes, t);
   c.attention_core_ns = Lerp(a.attention_core_ns, b.attention_core_ns, t);
   c.weight_grad_bytes = Lerp(a.weight_grad_bytes, b.weight_grad_bytes, t);
+  c.tp_comm_bytes = Lerp(a.tp_comm_bytes, b.tp_comm_bytes, t);
+  c.tp_forward_collectives = a.tp_forward_collectives;
+  c.tp_backward_collectives = a.tp_backward_collectives;
   c.origin = CostOrigin::kInterpolated;
+  return c;
+}
+
+}  // namespace
+
+bool HasTensorParallelCosts(const Layer& layer, int tensor_parallel, bool sequence_parallel) {
+  auto [first, last] = ProfilesAt(layer, tensor_parallel, sequence_parallel);
+  if (first != last) return true;
+  auto [first1, last1] = ProfilesAt(layer, 1, false);
+  return first1 != last1;
+}
+
+LayerCost ScaleToTensorParallel(const LayerCost& c, int tensor_parallel, bool sequence_parallel) {
+  if (tensor_parallel <= 1) return c;
+  const double f = 1.0 / tensor_parallel;
+  LayerCost s = c;
+  s.forward_ns = Scale(c.forward_ns, f);
+  s.backward_ns = Scale(c.backward_ns, f);
+  s.backward_weight_ns = std::min(Scale(c.backward_weight_ns, f), s.backward_ns);
+  s.attention_core_ns = Scale(c.attention_core_ns, f);
+  if (s.attention_core_ns) s.attention_core_ns = std::min(*s.attention_core_ns, s.forward_ns);
+  Bytes replicated = 0;
+  if (!sequence_parallel) {
+    replicated =
+        std::min<Bytes>(c.activation_bytes,
+                        std::llround(kReplicatedActivationPerCollective * c.tp_forward_collectives *
+                                     static_cast<double>(c.tp_comm_bytes.value_or(0))));
+  }
+  s.activation_bytes = replicated + Scale(c.activation_bytes - replicated, f);
+  if (sequence_parallel) {
+    s.output_bytes = Scale(c.output_bytes, f);
+    s.checkpoint_bytes = Scale(c.checkpoint_bytes, f);
+  }
+  if (s.checkpoint_bytes) s.checkpoint_bytes = std::min(*s.checkpoint_bytes, s.activation_bytes);
+  s.attention_core_bytes = Scale(c.attention_core_bytes, f);
+  s.weight_grad_bytes = Scale(c.weight_grad_bytes, f);
+  s.workspace_bytes = Scale(c.workspace_bytes, f);
+  s.tp_scaled = true;
+  return s;
+}
+
+LayerCost CostAt(const Layer& layer, int microbatch_size, int tensor_parallel,
+                 bool sequence_parallel) {
+  auto [first, last] = ProfilesAt(layer, tensor_parallel, sequence_parallel);
+  const bool measured = first != last;
+  if (!measured) std::tie(first, last) = ProfilesAt(layer, 1, false);
+  LayerCost c = CostIn(first, last, microbatch_size);
+  if (!c.tp_comm_bytes && layer.tp_comm_estimate) {
+    const TpCommEstimate& e = *layer.tp_comm_estimate;
+    c.tp_comm_bytes = e.bytes_per_sample * microbatch_size;
+    c.tp_forward_collectives = e.forward_collectives;
+    c.tp_backward_collectives = e.backward_collectives;
+    c.tp_comm_estimated = true;
+  }
+  if (!measured) c = ScaleToTensorParallel(c, tensor_parallel, sequence_parallel);
   return c;
 }
 

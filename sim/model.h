@@ -1,11 +1,15 @@
 // Model: the per-layer costs of one model, as read from model.json
 // (`pipecast-model/1`, see docs/formats.md).
 //
-// A layer carries one profile per measured micro-batch size. CostAt() answers
-// for any micro-batch size: measured sizes exactly, others interpolated
-// piecewise-linearly between the two nearest measured sizes, or scaled in
-// proportion to the nearest measured size outside the measured range; the
-// result says which, so tools can tell the user the number is not measured.
+// A layer carries one profile per measured micro-batch size, tensor-parallel
+// degree t and sequence parallelism. CostAt() answers for any micro-batch
+// size: measured sizes exactly, others interpolated piecewise-linearly
+// between the two nearest measured sizes, or scaled in proportion to the
+// nearest measured size outside the measured range; the result says which,
+// so tools can tell the user the number is not measured. A (t, sequence
+// parallelism) with no profiles of its own is scaled from the t = 1
+// profiles (ScaleToTensorParallel(), docs/simulator.md "Tensor parallelism")
+// and marked as such.
 //
 // Units: time in ns, sizes in bytes. Plain value types; not synchronised.
 #ifndef PIPECAST_SIM_MODEL_H_
@@ -20,7 +24,9 @@
 
 namespace pipecast {
 
-// One measurement of one layer at one micro-batch size.
+// One measurement of one layer at one micro-batch size, on one GPU of a
+// t-way tensor-parallel group (t = 1: the whole layer on one GPU). Times and
+// bytes are per GPU, tensor-parallel communication excluded.
 struct LayerProfile {
   int microbatch_size = 0;
   TimeNs forward_ns = 0;
@@ -43,13 +49,38 @@ struct LayerProfile {
   // What the weight-gradient op (W) keeps after the input-gradient op (I):
   // the inputs of the layer's weight products and their output gradients.
   std::optional<Bytes> weight_grad_bytes;
+  // Tensor parallelism (docs/formats.md): the bytes of the whole (unsharded)
+  // activation one tensor-parallel collective moves (b*s*h*bytes per element
+  // for a transformer block), and how many all-reduces of it the layer runs
+  // per micro-batch in the forward and in the backward (a Megatron block 2
+  // and 2; with sequence parallelism each is an all-gather plus a
+  // reduce-scatter of the same tensor).
+  std::optional<Bytes> tp_comm_bytes;
+  std::optional<int> tp_forward_collectives;
+  std::optional<int> tp_backward_collectives;
+  // The group this profile was measured on (last, so that older aggregate
+  // initialisers keep their meaning).
+  int tensor_parallel = 1;         // t, >= 1
+  bool sequence_parallel = false;  // only with t > 1
+};
+
+// Tensor-parallel communication a reader derived for a layer whose profiles
+// do not give it (formats/: from an analytic model's source.architecture);
+// the simulator uses it only where a profile lacks tp_comm_bytes, and says so.
+struct TpCommEstimate {
+  Bytes bytes_per_sample = 0;  // s*h*bytes per element
+  int forward_collectives = 0;
+  int backward_collectives = 0;
+  std::string from;  // where it came from, for the note
 };
 
 struct Layer {
   std::string name;
   int64_t parameters = 0;
   std::optional<double> forward_flops;  // per sample
-  std::vector<LayerProfile> profiles;   // sorted by microbatch_size, unique
+  // Sorted by (tensor_parallel, sequence_parallel, microbatch_size), unique.
+  std::vector<LayerProfile> profiles;
+  std::optional<TpCommEstimate> tp_comm_estimate;  // not written back
 };
 
 // Where the numbers came from: `source` in model.json. `method` is one of
@@ -107,10 +138,48 @@ struct LayerCost {
   std::optional<TimeNs> attention_core_ns;
   std::optional<Bytes> weight_grad_bytes;
   CostOrigin origin = CostOrigin::kMeasured;
+  // Tensor parallelism: the collective's bytes (absent: unknown) and counts,
+  // whether they came from Layer::tp_comm_estimate, and whether the costs
+  // were scaled from t = 1 rather than measured at this (t, sp).
+  std::optional<Bytes> tp_comm_bytes;
+  int tp_forward_collectives = 0;
+  int tp_backward_collectives = 0;
+  bool tp_comm_estimated = false;
+  bool tp_scaled = false;
+  // Set by StageCostTable, not CostAt(): the tensor-parallel communication
+  // exposed in forward_ns and backward_ns (0 at t = 1).
+  TimeNs tp_forward_ns = 0;
+  TimeNs tp_backward_ns = 0;
 };
 
-// REQUIRES: layer.profiles non-empty and sorted; microbatch_size >= 1.
-LayerCost CostAt(const Layer& layer, int microbatch_size);
+// The costs at (microbatch_size, tensor_parallel, sequence_parallel): from
+// the layer's profiles at that (t, sp) when it has any, else the t = 1
+// profiles scaled by ScaleToTensorParallel().
+// REQUIRES: HasTensorParallelCosts(layer, tensor_parallel, sequence_parallel);
+// microbatch_size >= 1.
+LayerCost CostAt(const Layer& layer, int microbatch_size, int tensor_parallel = 1,
+                 bool sequence_parallel = false);
+
+// Whether CostAt() can answer: profiles at (t, sp) or at t = 1.
+bool HasTensorParallelCosts(const Layer& layer, int tensor_parallel, bool sequence_parallel);
+
+// Replicated part of a layer's activations per forward collective, in units
+// of tp_comm_bytes, without sequence parallelism: Korthikanti et al. 2022
+// (sec. 4.2.1) count 10sbh bytes of a transformer block that tensor
+// parallelism does not split (two layernorm inputs 4sbh, the inputs of the
+// QKV and first MLP products 2sbh each, two dropout masks sbh each), i.e.
+// 5 x the block's b*s*h*2 bytes over its 2 forward all-reduces.
+inline constexpr double kReplicatedActivationPerCollective = 2.5;
+
+// The t = 1 cost `c` (with its tp fields) as one GPU of a t-way group would
+// see it, when no profile at t exists: times / t; activations by Korthikanti
+// et al. 2022: with sequence parallelism all of them / t (sbh(34/t +
+// 5as/(ht))), without it only what is not replicated divides (replicated =
+// min(activation, 2.5 x tp_comm_bytes x forward collectives), giving
+// sbh(10 + 24/t + 5as/(ht)) for a block); checkpoint and output bytes (the
+// layer's input and output) / t with sequence parallelism, else unchanged;
+// attention core, weight-gradient and workspace bytes / t.
+LayerCost ScaleToTensorParallel(const LayerCost& c, int tensor_parallel, bool sequence_parallel);
 
 }  // namespace pipecast
 

@@ -28,6 +28,20 @@ Status SimOptions::Validate() const {
   if (optimizer_step_ns < 0) {
     return Status::InvalidArgument("--optimizer-step-us is negative: must be >= 0");
   }
+  if (tensor_parallel < 1) {
+    return Status::InvalidArgument(
+        fmt::format("--tensor-parallel is {}: must be at least 1", tensor_parallel));
+  }
+  if (sequence_parallel && tensor_parallel == 1) {
+    return Status::InvalidArgument(
+        "--sequence-parallel needs --tensor-parallel above 1: sequence parallelism splits the "
+        "layernorms and dropouts over the tensor-parallel group");
+  }
+  if (tp_comm_overlap && tensor_parallel == 1) {
+    return Status::InvalidArgument(
+        "--tp-comm-overlap needs --tensor-parallel above 1: there is no tensor-parallel "
+        "communication to overlap");
+  }
   return memory.Validate();
 }
 
@@ -114,6 +128,9 @@ Status FillStatic(const Cluster& cluster, const Schedule& schedule, const SimOpt
   result->microbatches = schedule.num_microbatches / schedule.iterations;  // per iteration
   result->microbatch_size = options.microbatch_size;
   result->data_parallel = options.data_parallel;
+  result->tensor_parallel = options.tensor_parallel;
+  result->sequence_parallel = options.sequence_parallel;
+  result->tp_comm_overlap = options.tp_comm_overlap;
   result->global_batch =
       int64_t{options.microbatch_size} * result->microbatches * options.data_parallel;
   result->zero = options.memory.zero;
@@ -208,6 +225,7 @@ void PipelineMetrics(const Cluster& cluster, const Schedule& schedule, const Sim
     r.allreduce_ns = std::max(r.allreduce_ns, sr.allreduce_ns);
     r.allgather_ns = std::max(r.allgather_ns, sr.allgather_ns);
     r.sharding_exposed_ns = std::max(r.sharding_exposed_ns, sr.sharding_exposed_ns);
+    r.tp_comm_ns = std::max(r.tp_comm_ns, sr.tp_comm_ns);
     end = std::max(end, (k_iter > 1 ? span : t.last_end_ns) + sr.allreduce_ns);
   }
   r.bubble_ratio = sum_ratio / p;
@@ -230,7 +248,8 @@ void Throughput(const Model& model, const Cluster& cluster, const Schedule& sche
   if (auto flops = model.ForwardFlopsPerSample()) {
     // Forward + backward = 3x the forward FLOPs (the backward costs two
     // forwards); recomputation is not counted, as in MFU's definition.
-    const double gpus = static_cast<double>(schedule.num_ranks) * options.data_parallel;
+    const double gpus =
+        static_cast<double>(schedule.num_ranks) * options.data_parallel * options.tensor_parallel;
     result->tflops_per_gpu = 3.0 * *flops * result->samples_per_s / gpus / 1e12;
     if (cluster.gpu.peak_tflops > 0) {
       result->mfu = *result->tflops_per_gpu / cluster.gpu.peak_tflops;
@@ -240,10 +259,16 @@ void Throughput(const Model& model, const Cluster& cluster, const Schedule& sche
 
 // Everything after the replay: metrics, the critical path and notes.
 void Metrics(const Model& model, const Cluster& cluster, const Schedule& schedule,
-             const SimOptions& options, EngineTotals* totals, SimResult* result) {
+             const SimOptions& options, const std::vector<StageCost>& costs, EngineTotals* totals,
+             SimResult* result) {
   PipelineMetrics(cluster, schedule, options, totals, result);
   if (options.record_timeline && !result->ops.empty()) {
     result->critical_path = ComputeCriticalPath(schedule, result->ops, result->transfers);
+    for (const CriticalStep& step : result->critical_path->steps) {
+      if (step.kind != CriticalStep::Kind::kCompute) continue;
+      const Action& a = result->ops[step.op].action;
+      result->critical_path->tp_comm_ns += costs[a.stage].TpCommNs(a.kind);
+    }
   }
   if (!schedule.flush) {
     result->notes.push_back(fmt::format(
@@ -256,6 +281,32 @@ void Metrics(const Model& model, const Cluster& cluster, const Schedule& schedul
   Throughput(model, cluster, schedule, options, result);
 }
 
+// Each rank's tensor-parallel communication per iteration.
+void TensorParallelTimes(const Schedule& schedule, const std::vector<StageCost>& costs,
+                         SimResult* result) {
+  for (int k = 0; k < schedule.num_ranks; ++k) {
+    TimeNs comm = 0;
+    for (const Action& a : schedule.actions[k]) comm += costs[a.stage].TpCommNs(a.kind);
+    result->per_rank[k].tp_comm_ns = comm / std::max(1, schedule.iterations);
+  }
+}
+
+// The cluster as one simulated GPU of each t-way group sees it: its node
+// holds gpus_per_node / t groups (the placement in sim/simulator.h), so the
+// pipeline's and the data-parallel links follow from the folded node size.
+Result<Cluster> GroupCluster(const Cluster& cluster, int t) {
+  if (t == 1) return cluster;
+  if (cluster.gpus_per_node % t != 0) {
+    return Status::InvalidArgument(
+        fmt::format("--tensor-parallel {} does not divide the {} GPUs of a node of {}: a stage's "
+                    "tensor-parallel GPUs share a node; use a divisor of {}",
+                    t, cluster.gpus_per_node, cluster.name, cluster.gpus_per_node));
+  }
+  Cluster grouped = cluster;
+  grouped.gpus_per_node = cluster.gpus_per_node / t;
+  return grouped;
+}
+
 }  // namespace
 
 namespace internal {
@@ -265,8 +316,25 @@ Result<SimResult> SimulateWith(EngineFn engine, const Model& model, const Cluste
   PIPECAST_RETURN_IF_ERROR(options.Validate());
   PIPECAST_RETURN_IF_ERROR(ValidateSchedule(schedule));
   if (model.layers.empty()) return Status::InvalidArgument("the model has no layers");
-  const StageCostTable table(
-      model, StageCostOptions{options.microbatch_size, options.recompute, schedule.split_backward});
+  const int t = options.tensor_parallel;
+  Result<Cluster> grouped = GroupCluster(cluster, t);
+  if (!grouped.ok()) return grouped.status();
+  PIPECAST_RETURN_IF_ERROR(CheckTensorParallelCosts(model, t, options.sequence_parallel));
+  // One GPU of each group keeps 1/t of every parameter's bytes.
+  SimOptions per_gpu = options;
+  per_gpu.memory.weight_bytes_per_param /= t;
+  per_gpu.memory.gradient_bytes_per_param /= t;
+  per_gpu.memory.optimizer_bytes_per_param /= t;
+  per_gpu.memory.gradient_copy_bytes_per_param /= t;
+  StageCostOptions cost_options;
+  cost_options.microbatch_size = options.microbatch_size;
+  cost_options.recompute = options.recompute;
+  cost_options.split_backward = schedule.split_backward;
+  cost_options.tensor_parallel = t;
+  cost_options.sequence_parallel = options.sequence_parallel;
+  cost_options.tp_comm_overlap = options.tp_comm_overlap;
+  cost_options.tp_link = cluster.intra_node;
+  const StageCostTable table(model, cost_options);
   Result<std::vector<StageLayers>> partition = ResolvePartition(table, schedule, options);
   if (!partition.ok()) return partition.status();
 
@@ -282,14 +350,15 @@ Result<SimResult> SimulateWith(EngineFn engine, const Model& model, const Cluste
   }
   result.costs_measured = table.CostsMeasured() && model.source.method != "analytic";
   PIPECAST_RETURN_IF_ERROR(CheckSplitBackward(schedule, *partition, costs));
-  PIPECAST_RETURN_IF_ERROR(FillStatic(cluster, schedule, options, *partition, costs, &result));
-  internal::ApplyPerOpCollectives(model, cluster, schedule, options, *partition, &costs, &result);
+  PIPECAST_RETURN_IF_ERROR(FillStatic(cluster, schedule, per_gpu, *partition, costs, &result));
+  TensorParallelTimes(schedule, costs, &result);
+  internal::ApplyPerOpCollectives(model, *grouped, schedule, per_gpu, *partition, &costs, &result);
 
   EngineTotals totals;
   totals.ranks.assign(schedule.num_ranks, RankTotals{});
   totals.iteration_end_ns.assign(schedule.iterations, 0);
-  PIPECAST_RETURN_IF_ERROR(engine(cluster, schedule, costs, options, &result, &totals));
-  Metrics(model, cluster, schedule, options, &totals, &result);
+  PIPECAST_RETURN_IF_ERROR(engine(*grouped, schedule, costs, per_gpu, &result, &totals));
+  Metrics(model, *grouped, schedule, per_gpu, costs, &totals, &result);
   return result;
 }
 

@@ -44,6 +44,20 @@
 //     besides the shards. No all-reduce after the pipeline.
 // The latency is paid (d-1) times per layer for per-op collectives.
 //
+// Tensor parallelism (SimOptions::tensor_parallel = t, docs/simulator.md
+// "Tensor parallelism"): each rank is a group of t GPUs in one node that
+// split every layer Megatron-style; one GPU of the group is simulated. Its
+// op times carry the layer's tensor-parallel collectives on the intra-node
+// link (sim/stage_costs.h), reported per rank as tp_comm_ns; weights,
+// gradients and optimizer state divide by t (and by d on top under ZeRO).
+// Placement is tp innermost, then pipeline, then data parallel (Megatron-LM's
+// --use-tp-pp-dp-mapping order): GPU (r·ranks + k)·t + j is tensor rank j of
+// rank k of replica r, so at t = 1 it is the placement above. Pipeline sends
+// go from each GPU of a group to the same tensor rank of the next group,
+// each on its own link at its per-GPU bytes; a data-parallel group joins the
+// same tensor rank of every replica. Both therefore see the node as holding
+// gpus_per_node / t groups.
+//
 // Time is integer ns; events tie-break by (time, insertion order), computed by a dataflow replay
 // (docs/simulator.md section 4), so the same input gives the same output, bit for bit. No globals;
 // Simulate() is a pure function and is safe to call from several threads.
@@ -78,6 +92,16 @@ struct SimOptions {
   // --recompute-granularity full: each layer's input kept, layers rerun one at
   // a time in the backward, one more forward of the stage).
   Recompute recompute = Recompute::kOff;
+  // Tensor parallelism (see above): t GPUs of one node per rank; t must
+  // divide the cluster's gpus_per_node.
+  int tensor_parallel = 1;
+  // Megatron-LM --sequence-parallel: layernorm and dropout split over the
+  // sequence, activations all / t, each all-reduce an all-gather plus a
+  // reduce-scatter. Only with tensor_parallel > 1.
+  bool sequence_parallel = false;
+  // Megatron-LM --tp-comm-overlap: collectives chunked beside the matmuls
+  // (sim/stage_costs.h states the model). Only with tensor_parallel > 1.
+  bool tp_comm_overlap = false;
   // Keep every op, transfer and memory change (needed for traces); off in
   // planner searches to save time and memory.
   bool record_timeline = true;
@@ -148,6 +172,9 @@ struct StageResult {
   // ZeRO 2-3: time the per-op gathers and reduce-scatters added to this
   // rank's ops beyond their compute (inside busy_ns and the pipeline span).
   TimeNs sharding_exposed_ns = 0;
+  // Tensor-parallel communication inside this rank's ops, per iteration
+  // (inside busy_ns); 0 at t = 1.
+  TimeNs tp_comm_ns = 0;
   int weight_versions = 1;                    // weight versions held at once (PipeDream: p - s)
   std::vector<MemorySample> memory_timeline;  // when record_timeline
 };
@@ -159,6 +186,9 @@ struct SimResult {
   int microbatches = 0;
   int microbatch_size = 0;
   int data_parallel = 1;
+  int tensor_parallel = 1;
+  bool sequence_parallel = false;
+  bool tp_comm_overlap = false;
   int64_t global_batch = 0;
 
   TimeNs iteration_ns = 0;         // pipeline span + all-reduce tail + optimizer + all-gather
@@ -166,6 +196,7 @@ struct SimResult {
   TimeNs allreduce_ns = 0;         // longest per-rank all-reduce (or reduce-scatter)
   TimeNs allgather_ns = 0;         // longest per-rank parameter all-gather (ZeRO 1-2)
   TimeNs sharding_exposed_ns = 0;  // largest per-rank sharding_exposed_ns (ZeRO 2-3)
+  TimeNs tp_comm_ns = 0;           // largest per-rank tp_comm_ns
   int zero = 0;                    // the ZeRO level simulated
   TimeNs optimizer_ns = 0;
   double bubble_ratio = 0;              // mean over ranks of 1 - busy/span (R1)

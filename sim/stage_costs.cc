@@ -6,6 +6,8 @@
 #include <cmath>
 #include <iterator>
 
+#include "sim/internal/data_parallel.h"
+
 namespace pipecast {
 
 TimeNs StageCost::DurationNs(OpKind kind) const {
@@ -20,6 +22,48 @@ TimeNs StageCost::DurationNs(OpKind kind) const {
       return backward_weight_ns;
   }
   return 0;
+}
+
+TimeNs StageCost::TpCommNs(OpKind kind) const {
+  switch (kind) {
+    case OpKind::kForward:
+      return tp_forward_ns;
+    case OpKind::kBackward:
+    case OpKind::kBackwardInput:
+      return tp_backward_ns;
+    case OpKind::kBackwardWeight:
+      return 0;
+  }
+  return 0;
+}
+
+TimeNs TpCollectiveNs(Bytes bytes, int tensor_parallel, bool sequence_parallel, const Link& link) {
+  if (tensor_parallel <= 1) return 0;
+  if (sequence_parallel) return 2 * internal::RingHalfNs(bytes, tensor_parallel, link);
+  return internal::RingAllReduceNs(bytes, tensor_parallel, link);
+}
+
+Status CheckTensorParallelCosts(const Model& model, int tensor_parallel, bool sequence_parallel) {
+  for (size_t l = 0; l < model.layers.size(); ++l) {
+    const Layer& layer = model.layers[l];
+    if (!HasTensorParallelCosts(layer, tensor_parallel, sequence_parallel)) {
+      return Status::InvalidArgument(fmt::format(
+          "layer {} ('{}') has no profiles at tensor_parallel {}{} nor at tensor_parallel 1 to "
+          "scale from: add t = 1 profiles (profiler analytic --tensor-parallel 1,...) or run at a "
+          "profiled --tensor-parallel",
+          l, layer.name, tensor_parallel, sequence_parallel ? " with sequence_parallel" : ""));
+    }
+    if (tensor_parallel > 1 &&
+        !CostAt(layer, 1, tensor_parallel, sequence_parallel).tp_comm_bytes.has_value()) {
+      return Status::InvalidArgument(fmt::format(
+          "layer {} ('{}') gives no tp_comm_bytes, so its tensor-parallel communication at "
+          "--tensor-parallel {} is unknown: re-profile with `profiler analytic --tensor-parallel "
+          "1,2,4,8` or add tp_comm_bytes, tp_forward_collectives and tp_backward_collectives to "
+          "its profiles (docs/formats.md)",
+          l, layer.name, tensor_parallel));
+    }
+  }
+  return Status::Ok();
 }
 
 namespace {
@@ -87,7 +131,12 @@ StageCostTable::StageCostTable(const Model& model, const StageCostOptions& optio
   layers_.reserve(n);
   prefix_.resize(n + 1);
   for (size_t l = 0; l < n; ++l) {
-    const LayerCost& c = layers_.emplace_back(CostAt(model.layers[l], options.microbatch_size));
+    LayerCost& c = layers_.emplace_back(CostAt(model.layers[l], options.microbatch_size,
+                                               options.tensor_parallel, options.sequence_parallel));
+    if (options.tensor_parallel > 1) AddTensorParallelComm(&c);
+    if (c.tp_comm_estimated && tp_estimate_from_.empty()) {
+      tp_estimate_from_ = model.layers[l].tp_comm_estimate->from;
+    }
     const Prefix& before = prefix_[l];
     Prefix& after = prefix_[l + 1];
     after.forward_ns = before.forward_ns + c.forward_ns;
@@ -100,10 +149,30 @@ StageCostTable::StageCostTable(const Model& model, const StageCostOptions& optio
     after.attention_core_bytes = before.attention_core_bytes + c.attention_core_bytes.value_or(0);
     after.weight_grad_bytes = before.weight_grad_bytes + c.weight_grad_bytes.value_or(0);
     after.attention_core_ns = before.attention_core_ns + c.attention_core_ns.value_or(0);
+    after.tp_forward_ns = before.tp_forward_ns + c.tp_forward_ns;
+    after.tp_backward_ns = before.tp_backward_ns + c.tp_backward_ns;
+    after.tp_scaled = before.tp_scaled + c.tp_scaled;
+    after.tp_comm_estimated = before.tp_comm_estimated + c.tp_comm_estimated;
     after.no_checkpoint = before.no_checkpoint + !c.checkpoint_bytes.has_value();
     after.no_attention_core = before.no_attention_core + !c.attention_core_bytes.has_value();
     after.no_weight_grad = before.no_weight_grad + !c.weight_grad_bytes.has_value();
   }
+}
+
+void StageCostTable::AddTensorParallelComm(LayerCost* c) const {
+  const StageCostOptions& o = options_;
+  const TimeNs one = TpCollectiveNs(c->tp_comm_bytes.value_or(0), o.tensor_parallel,
+                                    o.sequence_parallel, o.tp_link);
+  auto exposed = [&](int collectives, TimeNs compute) -> TimeNs {
+    const TimeNs comm = collectives * one;
+    if (!o.tp_comm_overlap) return comm;
+    // The first of t chunks cannot overlap; the rest hide behind the compute.
+    return std::max(comm / o.tensor_parallel, comm - compute);
+  };
+  c->tp_forward_ns = exposed(c->tp_forward_collectives, c->forward_ns);
+  c->tp_backward_ns = exposed(c->tp_backward_collectives, c->backward_ns);
+  c->forward_ns += c->tp_forward_ns;
+  c->backward_ns += c->tp_backward_ns;  // the input-gradient part: W is unchanged
 }
 
 TimeNs StageCostTable::RecomputeNs(const Prefix& lo, const Prefix& hi) const {
@@ -169,6 +238,10 @@ StageCost StageCostTable::Stage(StageLayers stage) const {
       break;
   }
   c.recompute_ns = RecomputeNs(lo, hi);
+  c.tp_forward_ns = hi.tp_forward_ns - lo.tp_forward_ns;
+  c.tp_backward_ns = hi.tp_backward_ns - lo.tp_backward_ns;
+  // A full recomputation reruns the forward with its collectives.
+  if (options_.recompute == Recompute::kFull) c.tp_backward_ns += c.tp_forward_ns;
   c.backward_ns += c.recompute_ns;  // the rerun comes before the backward proper
   return c;
 }
@@ -181,8 +254,9 @@ std::vector<StageCost> StageCostTable::Stages(const std::vector<StageLayers>& pa
 }
 
 bool StageCostTable::CostsMeasured() const {
-  return std::all_of(layers_.begin(), layers_.end(),
-                     [](const LayerCost& c) { return c.origin == CostOrigin::kMeasured; });
+  return std::all_of(layers_.begin(), layers_.end(), [](const LayerCost& c) {
+    return c.origin == CostOrigin::kMeasured && !c.tp_scaled && !c.tp_comm_estimated;
+  });
 }
 
 std::vector<std::string> StageCostTable::Notes() const {
@@ -207,6 +281,22 @@ std::vector<std::string> StageCostTable::Notes() const {
         size, extrapolated, n));
   }
   const Prefix& all = prefix_.back();
+  const int t = options_.tensor_parallel;
+  if (all.tp_scaled > 0) {
+    notes.push_back(fmt::format(
+        "tensor_parallel {}{} was not profiled for {} of {} layers: their costs are estimated "
+        "from the t = 1 profiles (times / t; weights, gradients and optimizer state / t; "
+        "activations by Korthikanti et al. 2022, {}); re-profile with `profiler analytic "
+        "--tensor-parallel` to replace the estimate",
+        t, options_.sequence_parallel ? " with sequence parallelism" : "", all.tp_scaled, n,
+        options_.sequence_parallel ? "all of them / t" : "only the part not replicated / t"));
+  }
+  if (t > 1 && all.tp_comm_estimated > 0) {
+    notes.push_back(
+        fmt::format("{} of {} layers give no tp_comm_bytes: their tensor-parallel collectives are "
+                    "estimated from the model's source (b*s*h*bytes per element; {})",
+                    all.tp_comm_estimated, n, tp_estimate_from_));
+  }
   if (options_.recompute == Recompute::kFull && all.no_checkpoint > 0) {
     notes.push_back(fmt::format(
         "{} of {} layers give no checkpoint_bytes: full recomputation is estimated by the "

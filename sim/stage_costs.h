@@ -32,6 +32,19 @@
 // Every op holds the stage's workspace (the largest of its layers') while it
 // runs; the stage sends its last layer's output to the next stage.
 //
+// Tensor parallelism of degree t (docs/simulator.md, "Tensor parallelism"):
+// each layer's costs are one GPU's of its t-way group (CostAt() at t: measured
+// per-t profiles, else the t = 1 ones scaled), and each layer adds its
+// tensor-parallel collectives on the intra-node link to its ops: F the
+// forward's, B (or I) the backward's, a full recomputation's rerun the
+// forward's again. A collective is a ring all-reduce of tp_comm_bytes over t
+// GPUs, 2(t-1) latencies + 2(t-1)/t x bytes / bandwidth; with sequence
+// parallelism an all-gather plus a reduce-scatter, (t-1) latencies + (t-1)/t x
+// bytes / bandwidth each. With tp_comm_overlap (Megatron-LM --tp-comm-overlap)
+// a layer's collectives run beside its matmuls, split in t chunks with the
+// first exposed: what an op shows is max(comm / t, comm - the layer's compute
+// of that op).
+//
 // Units: ns and bytes. Plain values; StageCostTable is immutable after
 // construction and safe to share between threads.
 #ifndef PIPECAST_SIM_STAGE_COSTS_H_
@@ -43,7 +56,9 @@
 #include <string_view>
 #include <vector>
 
+#include "base/status.h"
 #include "base/units.h"
+#include "sim/cluster.h"
 #include "sim/model.h"
 #include "sim/partition.h"
 #include "sim/schedule.h"
@@ -62,7 +77,20 @@ struct StageCostOptions {
   Recompute recompute = Recompute::kOff;
   // The schedule splits the backward into I and W: only for Notes().
   bool split_backward = false;
+  int tensor_parallel = 1;  // t: GPUs that split each layer of a stage
+  bool sequence_parallel = false;
+  bool tp_comm_overlap = false;  // see above
+  Link tp_link;                  // the intra-node link the t GPUs share
 };
+
+// One tensor-parallel collective of `bytes` (the unsharded tensor) over t
+// GPUs on `link`, as above. 0 for t = 1.
+TimeNs TpCollectiveNs(Bytes bytes, int tensor_parallel, bool sequence_parallel, const Link& link);
+
+// InvalidArgument naming the layer and the fix when some layer has no costs
+// at (t, sp) (no profiles there nor at t = 1) or, for t > 1, no tp_comm_bytes
+// (none in its profiles and none derived from the model's source).
+Status CheckTensorParallelCosts(const Model& model, int tensor_parallel, bool sequence_parallel);
 
 // Costs of one stage at one micro-batch size.
 struct StageCost {
@@ -81,8 +109,15 @@ struct StageCost {
   Bytes input_bytes = 0;      // the previous layer's output (0 for the first stage)
   Bytes output_bytes = 0;     // the last layer's output, sent to the next stage
   Bytes workspace_bytes = 0;  // largest over the stage's layers, held while an op runs
-  int64_t parameters = 0;
+  int64_t parameters = 0;     // unsharded (all t GPUs together)
+  // Tensor-parallel communication exposed inside forward_ns and backward_ns
+  // (the latter with a full recomputation's rerun of the forward's); 0 at t = 1.
+  TimeNs tp_forward_ns = 0;
+  TimeNs tp_backward_ns = 0;
 
+  // The tensor-parallel communication inside DurationNs(kind): F forward's,
+  // B and I backward's, W none.
+  TimeNs TpCommNs(OpKind kind) const;
   // How long an op of `kind` runs: F forward, B the whole backward, I the
   // backward less its W part, W the weight-gradient part.
   TimeNs DurationNs(OpKind kind) const;
@@ -113,7 +148,8 @@ Bytes ParameterBytes(int64_t parameters, double bytes_per_param);
 // (the workspace is a maximum; everything else is O(1)).
 class StageCostTable {
  public:
-  // REQUIRES: every layer has profiles (sorted); options.microbatch_size >= 1.
+  // REQUIRES: every layer has profiles (sorted); options.microbatch_size >= 1;
+  // CheckTensorParallelCosts(model, t, sp) is OK.
   StageCostTable(const Model& model, const StageCostOptions& options);
 
   int NumLayers() const { return static_cast<int>(layers_.size()); }
@@ -149,16 +185,21 @@ class StageCostTable {
     int unsplit_layers = 0;  // layers without a measured weight-gradient part
     Bytes checkpoint_bytes = 0, attention_core_bytes = 0, weight_grad_bytes = 0;
     TimeNs attention_core_ns = 0;
+    TimeNs tp_forward_ns = 0, tp_backward_ns = 0;
+    int tp_scaled = 0, tp_comm_estimated = 0;  // layers
     // Layers without checkpoint_bytes, attention_core_bytes, weight_grad_bytes.
     int no_checkpoint = 0, no_attention_core = 0, no_weight_grad = 0;
   };
 
+  // Adds the layer's tensor-parallel collectives to its times (t > 1).
+  void AddTensorParallelComm(LayerCost* c) const;
   // The rerun B (or I) adds under options_.recompute, for layers [lo, hi).
   TimeNs RecomputeNs(const Prefix& lo, const Prefix& hi) const;
 
   StageCostOptions options_;
   std::vector<LayerCost> layers_;
-  std::vector<Prefix> prefix_;  // NumLayers() + 1 entries
+  std::vector<Prefix> prefix_;    // NumLayers() + 1 entries
+  std::string tp_estimate_from_;  // a layer's TpCommEstimate::from, for Notes()
 };
 
 }  // namespace pipecast

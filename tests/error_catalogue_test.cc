@@ -495,6 +495,36 @@ std::vector<Case> Catalogue() {
                     "the cuda backend needs an NVIDIA GPU; use --backend cpu or mpi");
   no_gpu.needs_no_gpu = true;
   c.push_back(no_gpu);
+  // Tensor parallelism (issue 15): flags that contradict each other are usage
+  // errors; a degree the cluster or the model cannot run is bad input.
+  c.push_back(Row("tensor_parallel_not_dividing_node", kSimulator, {kGoodModel},
+                  std::string(kSim) + " --cluster h100-sxm --tensor-parallel 3", 1,
+                  "--tensor-parallel 3 does not divide the 8 GPUs of a node of h100-sxm: a "
+                  "stage's tensor-parallel GPUs share a node; use a divisor of 8"));
+  c.push_back(Row("tensor_parallel_over_gpus", kPlanner, {kGoodModel},
+                  "--model {dir}/m.json --gpus 2 --global-batch 8 --tensor-parallel 4", 2,
+                  "--tensor-parallel 4 is more than --gpus 2: t x p x d must equal the GPUs"));
+  c.push_back(Row("sequence_parallel_without_tensor_parallel", kSimulator, {kGoodModel},
+                  std::string(kSim) + " --sequence-parallel", 2,
+                  "--sequence-parallel needs --tensor-parallel above 1"));
+  c.push_back(Row("tp_comm_overlap_without_tensor_parallel", kPlanner, {kGoodModel},
+                  "--model {dir}/m.json --gpus 2 --global-batch 8 --tensor-parallel 1 "
+                  "--tp-comm-overlap",
+                  2, "--tp-comm-overlap needs --tensor-parallel above 1"));
+  c.push_back(Row("missing_tp_comm_bytes", kSimulator, {kGoodModel},
+                  std::string(kSim) + " --tensor-parallel 2", 1,
+                  "layer 0 ('l0') gives no tp_comm_bytes, so its tensor-parallel communication at "
+                  "--tensor-parallel 2 is unknown: re-profile with `profiler analytic "
+                  "--tensor-parallel 1,2,4,8`"));
+  c.push_back(
+      Row("profile_sequence_parallel_at_t1", kSimulator,
+          {{"m.json", Model(8, Profile("output_bytes", "512, \"sequence_parallel\": true"))}}, kSim,
+          1, "layers[0].profiles[0].sequence_parallel: is true but tensor_parallel is 1"));
+  c.push_back(Row("profile_tp_comm_bytes_alone", kSimulator,
+                  {{"m.json", Model(8, Profile("output_bytes", "512, \"tp_comm_bytes\": 4096"))}},
+                  kSim, 1,
+                  "layers[0].profiles[0]: gives only some of tp_comm_bytes, tp_forward_collectives "
+                  "and tp_backward_collectives"));
   return c;
 }
 

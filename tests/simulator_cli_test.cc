@@ -235,3 +235,37 @@ TEST_F(SimulatorCli, PrecisionAndOptimizerSetBytesPerParameter) {
 
 }  // namespace
 }  // namespace pipecast::cli_test
+
+namespace pipecast::cli_test {
+namespace {
+
+// Tensor parallelism end to end (issue 15): the analytic llama-70b at t = 8
+// with sequence parallelism, 8 stages on 64 H100s: the GPUs of each rank in
+// the text and the trace, t and the collectives in --json, and the notes that
+// say the costs at t are estimates.
+TEST(SimulatorCliTensorParallel, ShowsTheGroupsTheCollectivesAndTheEstimates) {
+  TempDir dir;
+  const std::string trace = dir.File("t.json");
+  const std::string args = "--model " + Quote(Example("llama-70b.json")) +
+                           " --stages 8 --microbatches 8 --tensor-parallel 8 --sequence-parallel "
+                           "--cluster h100-sxm";
+  ToolRun text = RunTool(dir, kSimulator, args + " --trace " + Quote(trace));
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_THAT(text.out, HasSubstr("tensor parallelism  t = 8 GPUs of one node per rank"));
+  EXPECT_THAT(text.out, HasSubstr("t=8: GPUs 8-15"));
+  EXPECT_THAT(text.out, HasSubstr("TP comm ms"));
+  EXPECT_THAT(text.out, HasSubstr("tensor_parallel 8 with sequence parallelism was not profiled"));
+  EXPECT_THAT(text.out, HasSubstr("estimated from the model's source"));
+  EXPECT_THAT(ReadText(trace), HasSubstr("rank 1 (t=8: GPUs 8-15)"));
+  ToolRun js = RunTool(dir, kSimulator, args + " --json");
+  ASSERT_EQ(js.exit_code, 0) << js.err;
+  const nlohmann::json j = nlohmann::json::parse(js.out);
+  EXPECT_EQ(j["tensor_parallel"], 8);
+  EXPECT_EQ(j["sequence_parallel"], true);
+  EXPECT_GT(j["tp_comm_time_us"].get<double>(), 0);
+  EXPECT_GT(j["stages"][0]["tp_comm_us"].get<double>(), 0);
+  EXPECT_EQ(j["costs_measured"], false);
+}
+
+}  // namespace
+}  // namespace pipecast::cli_test

@@ -60,7 +60,8 @@ int main(int argc, char** argv) {
       "plan.json\n"
       "Exit codes: 0 ok, 1 bad input, 2 usage, 3 --check failed, 4 no configuration fits."};
   app.add_option("--model", f.model_path, "model.json (pipecast-model/1)")->required();
-  app.add_option("--gpus", f.gpus, "GPUs N: p pipeline stages x N/p data-parallel replicas")
+  app.add_option("--gpus", f.gpus,
+                 "GPUs N = t tensor-parallel x p pipeline stages x d data-parallel replicas")
       ->required()
       ->check(CLI::PositiveNumber);
   app.add_option("--global-batch", f.global_batch,
@@ -119,6 +120,25 @@ int main(int argc, char** argv) {
                  "0,1,3 when d > 1)")
       ->delimiter(',')
       ->check(CLI::Range(0, 3));
+  app.add_option("--tensor-parallel", f.tensor_parallel,
+                 "comma list of tensor-parallel degrees t to try (default: every t dividing the "
+                 "GPUs per node, N and the heads, where the model has tensor-parallel costs)")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  app.add_option("--sequence-parallel", f.sequence_parallel,
+                 "sequence parallelism at t > 1: auto (try off and on), on or off")
+      ->check(pipecast::OneOf({"auto", "on", "off"}))
+      ->capture_default_str();
+  app.add_flag("--tp-comm-overlap", f.tp_comm_overlap,
+               "overlap tensor-parallel collectives with the matmuls (Megatron-LM "
+               "--tp-comm-overlap; docs/simulator.md)");
+  app.add_option("--pipeline-stages", f.pipeline_stages, "pin the pipeline degree p")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--data-parallel", f.data_parallel, "pin the data-parallel degree d")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--microbatches", f.microbatches,
+                 "pin the micro-batch count m (global batch = size x m x d)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--memory-reserve-gb", f.memory_reserve_gb,
                  "override the per-GPU runtime reserve (CUDA context, cuBLAS, NCCL), in GiB")
       ->check(pipecast::FiniteRange(pipecast::kMaxMemoryGiB, "GiB"));

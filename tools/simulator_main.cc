@@ -24,6 +24,10 @@ namespace pipecast {
 namespace {
 
 int Run(const SimulatorToolOptions& options) {
+  if (Status st = options.Validate(); !st.ok()) {
+    fmt::print(stderr, "simulator: error: {}\n", st.message());
+    return kExitUsage;
+  }
   auto out = RunSimulatorTool(
       options, [](const std::string& line) { fmt::print(stderr, "simulator: {}\n", line); });
   if (!out.ok()) {
@@ -87,6 +91,20 @@ int main(int argc, char** argv) {
       app.add_option("--data-parallel", f.data_parallel, "data-parallel replicas")
           ->check(CLI::PositiveNumber)
           ->capture_default_str();
+  CLI::Option* tensor_parallel =
+      app.add_option("--tensor-parallel", f.tensor_parallel,
+                     "tensor-parallel degree t: GPUs of one node that split each layer of a "
+                     "stage, Megatron-style (must divide the GPUs per node; docs/simulator.md)")
+          ->check(CLI::PositiveNumber)
+          ->capture_default_str();
+  CLI::Option* sequence_parallel = app.add_flag(
+      "--sequence-parallel", f.sequence_parallel,
+      "sequence parallelism over the tensor-parallel group (Megatron-LM --sequence-parallel); "
+      "needs --tensor-parallel > 1");
+  CLI::Option* tp_comm_overlap = app.add_flag(
+      "--tp-comm-overlap", f.tp_comm_overlap,
+      "overlap tensor-parallel collectives with the matmuls (Megatron-LM --tp-comm-overlap; the "
+      "model is in docs/simulator.md); needs --tensor-parallel > 1");
   CLI::Option* optimizer_step =
       app.add_option("--optimizer-step-us", f.optimizer_step_us, "optimizer step time, in us")
           ->check(pipecast::FiniteRange(pipecast::kMaxStepUs, "microseconds"));
@@ -132,11 +150,14 @@ int main(int argc, char** argv) {
   CLI::Option* plan = app.add_option(
       "--plan", f.plan_path,
       "replay a plan.json (from planner --out): its schedule, partition, micro-batch size, "
-      "data-parallel degree, recomputation and cluster; --model is still required");
+      "data-parallel and tensor-parallel degrees, recomputation and cluster; --model is still "
+      "required");
   for (CLI::Option* fixed :
-       {stages, microbatches, schedule, chunks, recompute, microbatch_size, partition, cluster,
-        memory_gb, data_parallel, optimizer_step, schedule_in, precision, optimizer, grad_dtype,
-        zero, memory_reserve, memory_headroom}) {
+       {stages,          microbatches,      schedule,        chunks,         recompute,
+        microbatch_size, partition,         cluster,         memory_gb,      data_parallel,
+        tensor_parallel, sequence_parallel, tp_comm_overlap, optimizer_step, schedule_in,
+        precision,       optimizer,         grad_dtype,      zero,           memory_reserve,
+        memory_headroom}) {
     plan->excludes(fixed);
   }
   app.add_flag("--json", f.json, "print one JSON object instead of the summary");

@@ -92,6 +92,12 @@ Result<ValidationResult> RunValidation(const ValidatorOptions& options, Backend*
   Result<PlanFile> plan = LoadPlan(options.plan_path);
   if (!plan.ok()) return plan.status();
   out.plan = *plan;
+  if (plan->tensor_parallel > 1) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: the plan has tensor_parallel {}, and the validator does not run tensor parallelism "
+        "yet (issue 15 part 6): validate a plan made with --tensor-parallel 1",
+        options.plan_path, plan->tensor_parallel));
+  }
   Result<Model> model = LoadModel(options.model_path);
   if (!model.ok()) return model.status();
   out.model_name = model->name;
