@@ -103,7 +103,11 @@ Result<Setup> SetupFromFlags(const Flags& flags, const Model& model,
   s.schedule = std::move(schedule.value());
   s.options.microbatch_size = flags.microbatch_size;
   s.options.data_parallel = flags.data_parallel;
-  s.options.optimizer_step_ns = UsToNs(flags.optimizer_step_us);
+  // --optimizer-step-us given (>= 0): that time; absent (< 0): estimated.
+  s.options.optimizer_step_ns = flags.optimizer_step_us >= 0 ? UsToNs(flags.optimizer_step_us) : 0;
+  s.options.estimate_optimizer_step = flags.optimizer_step_us < 0;
+  s.options.overlap_grad_reduce = flags.overlap_grad_reduce == "on";
+  s.options.grad_bucket_params = flags.grad_bucket_params;
   s.options.recompute = *ParseRecompute(flags.recompute);  // checked by the flag
   auto memory = MemoryConfigFor(flags.precision, flags.optimizer, flags.grad_dtype);
   if (!memory.ok()) return memory.status();
