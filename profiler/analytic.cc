@@ -810,8 +810,10 @@ Result<std::string> EstimateTransformerJson(const TransformerSpec& spec,
       }
     }
   }
+  std::set<int> written = seen;
+  written.insert(1);  // t = 1 is always written
   doc["source"]["tensor_parallel"] = {
-      {"degrees", ordered(std::vector<int>(seen.begin(), seen.end()))},
+      {"degrees", ordered(std::vector<int>(written.begin(), written.end()))},
       {"parameters_per_gpu", parameters},
       {"rule",
        "Megatron-LM: QKV and fc1 column-parallel (weights and biases / t), attention projection "

@@ -273,6 +273,11 @@ TEST(MatmulModel, WriterEmitsPerTensorParallelProfiles) {
   const int64_t hh = 2560;
   EXPECT_EQ(tp["parameters_per_gpu"]["4"]["block"].get<int64_t>(),
             (12 * hh * hh + 7 * hh) / 4 + 6 * hh);
+  // Degrees without 1 still write the t = 1 profiles, and say so.
+  Result<std::string> two = EstimateTransformerJson(Spec(), options, {2});
+  ASSERT_TRUE(two.ok());
+  EXPECT_EQ(nlohmann::json::parse(*two)["source"]["tensor_parallel"]["degrees"],
+            nlohmann::json({1, 2}));
   // t = 1's layer parameters are the whole layer's.
   EXPECT_EQ(doc["layers"][1]["parameters"].get<int64_t>(), 12 * hh * hh + 13 * hh);
 }
