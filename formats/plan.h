@@ -42,6 +42,11 @@ struct PlanFile {
   Schedule schedule;                      // the explicit per-rank action lists
   MemoryConfig memory;
   TimeNs optimizer_step_ns = 0;
+  // SimOptions' data-parallel and optimizer choices the plan was made with
+  // (optional in the file: plans written before them read as the defaults).
+  bool estimate_optimizer_step = true;
+  bool overlap_grad_reduce = true;
+  int64_t grad_bucket_params = 0;
   // What the simulator predicted when the plan was made: every metric of
   // that simulation (written as ResultToJson's object under `predicted`),
   // without its timeline (ops, transfers, memory samples, critical path),

@@ -276,6 +276,21 @@ Status ReadMemory(const Reader& r, const json& root, PlanFile* plan) {
   double us = 0;
   PIPECAST_RETURN_IF_ERROR(r.Number(root, "", "optimizer_step_us", kMaxTimeUs, &us));
   plan->optimizer_step_ns = UsToNs(us);
+  // Optional: plans written before issue 15 read as the simulator's defaults.
+  plan->estimate_optimizer_step = true;
+  if (root.contains("estimate_optimizer_step")) {
+    PIPECAST_RETURN_IF_ERROR(
+        r.Bool(root, "", "estimate_optimizer_step", &plan->estimate_optimizer_step));
+  }
+  plan->overlap_grad_reduce = true;
+  if (root.contains("overlap_grad_reduce")) {
+    PIPECAST_RETURN_IF_ERROR(r.Bool(root, "", "overlap_grad_reduce", &plan->overlap_grad_reduce));
+  }
+  plan->grad_bucket_params = 0;
+  if (root.contains("grad_bucket_params")) {
+    PIPECAST_RETURN_IF_ERROR(
+        r.Int(root, "", "grad_bucket_params", 0, int64_t{1} << 50, &plan->grad_bucket_params));
+  }
   return Status::Ok();
 }
 
@@ -527,12 +542,30 @@ Status ReadPlan(const Reader& r, const json& root, PlanFile* plan) {
     return r.Error("format", fmt::format("\"{}\" is not supported; this build reads \"{}\"", format,
                                          kPlanFormat));
   }
-  PIPECAST_RETURN_IF_ERROR(r.CheckKeys(
-      root, "", {"format",          "model",           "cluster",           "gpus",
-                 "pipeline_stages", "data_parallel",   "tensor_parallel",   "sequence_parallel",
-                 "tp_comm_overlap", "microbatch_size", "microbatches",      "global_batch",
-                 "schedule",        "recompute",       "partition",         "placement",
-                 "actions",         "memory",          "optimizer_step_us", "predicted"}));
+  PIPECAST_RETURN_IF_ERROR(r.CheckKeys(root, "",
+                                       {"format",
+                                        "model",
+                                        "cluster",
+                                        "gpus",
+                                        "pipeline_stages",
+                                        "data_parallel",
+                                        "tensor_parallel",
+                                        "sequence_parallel",
+                                        "tp_comm_overlap",
+                                        "microbatch_size",
+                                        "microbatches",
+                                        "global_batch",
+                                        "schedule",
+                                        "recompute",
+                                        "partition",
+                                        "placement",
+                                        "actions",
+                                        "memory",
+                                        "optimizer_step_us",
+                                        "estimate_optimizer_step",
+                                        "overlap_grad_reduce",
+                                        "grad_bucket_params",
+                                        "predicted"}));
   PIPECAST_RETURN_IF_ERROR(ReadModelRef(r, root, plan));
   PIPECAST_RETURN_IF_ERROR(ReadEmbeddedCluster(r, root, &plan->cluster));
   PIPECAST_RETURN_IF_ERROR(ReadCounts(r, root, plan));
@@ -600,6 +633,9 @@ PlanFile MakePlanFile(const std::string& model_name, const std::string& model_ha
   plan.schedule = schedule;
   plan.memory = options.memory;
   plan.optimizer_step_ns = options.optimizer_step_ns;
+  plan.estimate_optimizer_step = options.estimate_optimizer_step;
+  plan.overlap_grad_reduce = options.overlap_grad_reduce;
+  plan.grad_bucket_params = options.grad_bucket_params;
   plan.predicted = PredictionOf(result);
   return plan;
 }
@@ -620,6 +656,9 @@ SimOptions PlanSimOptions(const PlanFile& plan) {
   o.partition = plan.partition;
   o.memory = plan.memory;
   o.optimizer_step_ns = plan.optimizer_step_ns;
+  o.estimate_optimizer_step = plan.estimate_optimizer_step;
+  o.overlap_grad_reduce = plan.overlap_grad_reduce;
+  o.grad_bucket_params = plan.grad_bucket_params;
   o.recompute = plan.recompute;
   return o;
 }
@@ -669,6 +708,9 @@ std::string PlanToJson(const PlanFile& plan) {
                     {"gradient_copy_bytes_per_param", plan.memory.gradient_copy_bytes_per_param},
                     {"zero", plan.memory.zero}};
   root["optimizer_step_us"] = NsToUs(plan.optimizer_step_ns);
+  root["estimate_optimizer_step"] = plan.estimate_optimizer_step;
+  root["overlap_grad_reduce"] = plan.overlap_grad_reduce;
+  root["grad_bucket_params"] = plan.grad_bucket_params;
   root["predicted"] = ResultJson(plan.predicted);
   return Dump(root);
 }

@@ -37,6 +37,9 @@ Json StageJson(const StageResult& r, bool tensor_parallel) {
   j["fits_memory"] = r.fits_memory;
   j["parameters"] = r.parameters;
   j["allreduce_us"] = NsToUs(r.allreduce_ns);
+  j["allreduce_hidden_us"] = NsToUs(r.allreduce_hidden_ns);
+  j["grad_buckets"] = r.grad_buckets;
+  j["optimizer_us"] = NsToUs(r.optimizer_ns);
   j["allgather_us"] = NsToUs(r.allgather_ns);
   j["sharding_exposed_us"] = NsToUs(r.sharding_exposed_ns);
   if (tensor_parallel) j["tp_comm_us"] = NsToUs(r.tp_comm_ns);
@@ -101,6 +104,9 @@ Json ResultJson(const SimResult& result) {
   j["pipeline_time_us"] = NsToUs(result.pipeline_ns);
   j["allreduce_time_us"] = NsToUs(result.allreduce_ns);
   j["optimizer_time_us"] = NsToUs(result.optimizer_ns);
+  j["optimizer_estimated"] = result.optimizer_estimated;
+  j["allreduce_hidden_time_us"] = NsToUs(result.allreduce_hidden_ns);
+  j["overlap_grad_reduce"] = result.overlap_grad_reduce;
   j["throughput_samples_per_s"] = result.samples_per_s;
   if (result.tokens_per_s) j["tokens_per_s"] = *result.tokens_per_s;
   if (result.tflops_per_gpu) j["tflops_per_gpu"] = *result.tflops_per_gpu;

@@ -88,9 +88,14 @@ std::string IterationParts(const SimResult& r) {
     out += fmt::format(" incl. {:.3f} ms of per-op gathers/reduce-scatters not hidden by compute",
                        NsToMs(r.sharding_exposed_ns));
   }
-  out += fmt::format(", {} {:.3f} ms, optimizer {:.3f} ms",
-                     r.zero == 1 ? "reduce-scatter" : "all-reduce", NsToMs(r.allreduce_ns),
-                     NsToMs(r.optimizer_ns));
+  out += fmt::format(", {} {:.3f} ms", r.zero == 1 ? "reduce-scatter" : "all-reduce",
+                     NsToMs(r.allreduce_ns));
+  if (r.overlap_grad_reduce) {
+    out += fmt::format(" exposed ({:.3f} ms hidden behind the backward)",
+                       NsToMs(r.allreduce_hidden_ns));
+  }
+  out += fmt::format(", optimizer {:.3f} ms{}", NsToMs(r.optimizer_ns),
+                     r.optimizer_estimated ? " (estimated)" : "");
   if (r.zero == 1 || r.zero == 2) {
     out += fmt::format(", parameter all-gather {:.3f} ms", NsToMs(r.allgather_ns));
   }

@@ -117,6 +117,9 @@ SimOptions CandidateSimOptions(const Candidate& c, const PlannerOptions& options
   o.memory = options.memory;
   o.memory.zero = c.zero;
   o.optimizer_step_ns = options.optimizer_step_ns;
+  o.estimate_optimizer_step = options.estimate_optimizer_step;
+  o.overlap_grad_reduce = options.overlap_grad_reduce;
+  o.grad_bucket_params = options.grad_bucket_params;
   o.recompute = c.recompute;
   return o;
 }

@@ -56,10 +56,13 @@ struct PlannerOptions {
   // ZeRO levels tried (MemoryConfig::zero); empty: 0, 1 and 3 when d > 1
   // (plain, Megatron's distributed optimizer, FSDP), 0 alone when d = 1.
   std::vector<int> zero_levels;
-  int top_k = 3;        // runners-up kept, besides the choice
-  MemoryConfig memory;  // bytes per parameter; its zero is each candidate's
-  TimeNs optimizer_step_ns = 0;
-  int threads = 0;  // 0: every core
+  int top_k = 3;                        // runners-up kept, besides the choice
+  MemoryConfig memory;                  // bytes per parameter; its zero is each candidate's
+  TimeNs optimizer_step_ns = 0;         // 0: estimated when estimate_optimizer_step
+  bool estimate_optimizer_step = true;  // SimOptions::estimate_optimizer_step
+  bool overlap_grad_reduce = true;      // SimOptions::overlap_grad_reduce
+  int64_t grad_bucket_params = 0;       // SimOptions::grad_bucket_params
+  int threads = 0;                      // 0: every core
   // Tensor-parallel degrees tried; empty: every t that divides the node's
   // GPUs, N and the model's attention heads (and key-value heads) where its
   // source.architecture gives them, for which the model has tensor-parallel

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "formats/formats.h"
+#include "profiler/matmul_model.h"
 #include "sim/cluster.h"
 
 namespace pipecast {
@@ -67,12 +68,22 @@ struct Dims {
   double mlp_matrices;  // 2, or 3 for a gated (SwiGLU) MLP
 };
 
-// One layer's cost for one sample; a micro-batch of b samples costs b times
-// as much (the estimate is linear in b).
+// A product of the layer, per sample: a weight product has m = tokens
+// (scales with the micro-batch size b), a batched one (attention scores of
+// each head) has `batch` products per sample (scales with b).
+struct ProductShape {
+  double m, n, k;
+  double batch_per_sample = 0;  // 0: a weight product, m is per sample
+};
+
+// One layer's cost for one sample on one GPU of a t-way group; memory and
+// FLOPs scale linearly to a micro-batch of b samples, times come from the
+// product shapes at each b (ProfileAt).
 struct SampleCost {
-  int64_t parameters = 0;
+  int64_t parameters = 0;       // per GPU
   double weight_flops = 0;      // forward products with a weight; also the weight-gradient FLOPs
   double other_flops = 0;       // forward products without a weight (attention scores, values)
+  double layer_flops = 0;       // the whole layer's forward FLOPs (all t GPUs together)
   double activation_bytes = 0;  // kept from forward to backward
   double fixed_activation_bytes = 0;  // kept per call, whatever the micro-batch size
   double checkpoint_bytes = 0;        // what full recomputation keeps
@@ -82,13 +93,29 @@ struct SampleCost {
   double traffic_bytes = 0;           // forward element-wise HBM traffic
   double output_bytes = 0;            // sent to the next layer
   Bytes workspace_bytes = 0;
-  bool has_input_gradient = true;  // false: the whole backward is weight gradient
+  bool has_input_gradient = true;             // false: the whole backward is weight gradient
+  std::vector<ProductShape> weight_products;  // forward products with a weight
+  std::vector<ProductShape> core_products;    // eager attention: Q*K^T and P*V per head
+  double flash_flops = 0;                     // FlashAttention forward FLOPs (causal)
+  TensorParallelCost tp;
 };
 
-// Achievable throughput: FLOP/s for products, bytes/s for element-wise work.
+// Achievable throughput: FLOP/s for products, bytes/s for element-wise work
+// (flat model), and the matmul model's rates.
 struct Rates {
   double flops_per_s;
   double bytes_per_s;
+  TimeModel model;
+  GemmRates gemm;
+};
+
+// The parallel layout one GPU's cost is worked out for.
+struct Split {
+  double t = 1;     // tensor-parallel degree
+  bool sp = false;  // sequence parallelism
+  // Tensors outside the split regions (layernorm and dropout inputs, the
+  // block input): replicated without sequence parallelism, 1/t with it.
+  double Replicated() const { return sp ? 1 / t : 1; }
 };
 
 Status CheckRange(const char* flag, int64_t value, int64_t min, int64_t max, const char* about) {
@@ -103,71 +130,126 @@ Status CheckRange(const char* flag, int64_t value, int64_t min, int64_t max, con
   return Status::Ok();
 }
 
-SampleCost EmbeddingCost(const TransformerSpec& spec, const Dims& d) {
+// Rows of a vocabulary-parallel table on one GPU: V/t rounded up (Megatron-LM
+// pads the vocabulary to a multiple of t).
+int64_t VocabRows(const TransformerSpec& spec, int t) { return (int64_t{spec.vocab} + t - 1) / t; }
+
+SampleCost EmbeddingCost(const TransformerSpec& spec, const Dims& d, const Split& x) {
   const double tables = spec.learned_positions ? 2 : 1;
+  const int t = static_cast<int>(x.t);
   SampleCost c;
-  c.parameters = int64_t{spec.vocab} * spec.hidden +
+  // Vocabulary-parallel token table; the position table is replicated.
+  c.parameters = VocabRows(spec, t) * spec.hidden +
                  (spec.learned_positions ? int64_t{spec.sequence_length} * spec.hidden : 0);
   // Read the ids, gather one row per token from each table, write their sum;
-  // dropout reads it and writes the output and its mask.
-  c.traffic_bytes =
-      d.s * kTokenIdBytes + d.s * d.h * (tables * d.e + d.e) + d.s * d.h * (2 * d.e + kMaskBytes);
-  c.activation_bytes = d.s * kTokenIdBytes + d.s * d.h * kMaskBytes;
+  // dropout reads it and writes the output and its mask (on 1/t of the
+  // tokens with sequence parallelism).
+  c.traffic_bytes = d.s * kTokenIdBytes + d.s * d.h * (tables * d.e + d.e) +
+                    x.Replicated() * d.s * d.h * (2 * d.e + kMaskBytes);
+  c.activation_bytes = d.s * kTokenIdBytes + x.Replicated() * d.s * d.h * kMaskBytes;
   c.checkpoint_bytes = c.activation_bytes;   // not recomputed
   c.weight_grad_bytes = c.activation_bytes;  // the whole backward is the weight gradient
-  c.output_bytes = d.s * d.h * d.e;
+  c.output_bytes = x.Replicated() * d.s * d.h * d.e;
   c.has_input_gradient = false;  // token ids have no gradient
+  // The partial lookups are summed over the group: one all-reduce (a
+  // reduce-scatter with sequence parallelism, whose backward all-gather
+  // makes up the other half of an all-reduce's volume).
+  c.tp = {.comm_bytes_per_sample = d.s * d.h * d.e,
+          .forward_collectives = 1,
+          .backward_collectives = 0};
   return c;
 }
 
-SampleCost BlockCost(const TransformerSpec& spec, const Dims& d, Attention kind) {
+SampleCost BlockCost(const TransformerSpec& spec, const Dims& d, Attention kind, const Split& x) {
   const int64_t h = spec.hidden;
   const int64_t f = spec.FfnHidden();
+  const int64_t t = static_cast<int64_t>(x.t);
   const int64_t hkv = int64_t{spec.KvHeads()} * (h / spec.heads);
-  const int64_t attention = h * (h + 2 * hkv) + (h + 2 * hkv) + h * h + h;
-  const int64_t mlp = spec.gated_mlp ? 3 * h * f + 2 * f + h : 2 * h * f + f + h;
+  // Column-parallel QKV and fc1 (weights and biases split), row-parallel
+  // projection and fc2 (weights split, biases replicated), layernorms
+  // replicated (Megatron-LM ColumnParallelLinear / RowParallelLinear).
+  const int64_t split_attention = h * (h + 2 * hkv) + (h + 2 * hkv) + h * h;
+  const int64_t split_mlp = spec.gated_mlp ? 3 * h * f + 2 * f : 2 * h * f + f;
   SampleCost c;
-  c.parameters = attention + mlp + 4 * h;  // + two layernorms
-  c.weight_flops = 2 * d.s * (2 * d.h * d.h + 2 * d.h * d.hkv + d.mlp_matrices * d.h * d.f);
-  c.other_flops = 4 * d.s * d.s * d.h;
-  // Korthikanti et al. 2022 sec. 4.1, generalised to B, f, h_kv and SwiGLU:
-  // the s x s core (softmax output, its dropout mask and output) only with
-  // eager attention; FlashAttention keeps its logsumexp instead.
-  const double core = (2 * d.e + kMaskBytes) * d.a * d.s * d.s;
+  c.parameters = (split_attention + split_mlp) / t + h + h + 4 * h;
+  const double fc1_outputs = spec.gated_mlp ? 2 * d.f : d.f;
+  c.weight_products = {{d.s, (d.h + 2 * d.hkv) / x.t, d.h},  // QKV
+                       {d.s, d.h, d.h / x.t},                // attention output projection
+                       {d.s, fc1_outputs / x.t, d.h},        // fc1 (gate and up for SwiGLU)
+                       {d.s, d.h, d.f / x.t}};               // fc2
+  c.weight_flops = 2 * d.s * (2 * d.h * d.h + 2 * d.h * d.hkv + d.mlp_matrices * d.h * d.f) / x.t;
+  c.other_flops = 4 * d.s * d.s * d.h / x.t;
+  c.layer_flops = c.weight_flops * x.t + c.other_flops * x.t;
   const bool flash = kind == Attention::kFlash;
-  const double attention_bytes = d.s * (d.e * (3 * d.h + 2 * d.hkv) + kMaskBytes * d.h) +
-                                 (flash ? kLogsumexpBytes * d.a * d.s : core);
+  const double head_dim = d.h / d.a;
+  if (flash) {
+    c.flash_flops = c.other_flops;
+  } else {
+    c.core_products = {{d.s, d.s, head_dim, d.a / x.t},   // Q*K^T
+                       {d.s, head_dim, d.s, d.a / x.t}};  // softmax(.)*V
+  }
+  // Korthikanti et al. 2022 sec. 4.1-4.2, generalised to B, f, h_kv and
+  // SwiGLU: the QKV input, the two layernorm inputs, the fc1 input and the
+  // two dropout masks are replicated without sequence parallelism (10sbh
+  // for 16-bit); the rest is split over t (24sbh + 5as^2b).
+  const double core = (2 * d.e + kMaskBytes) * d.a * d.s * d.s / x.t;
+  const double replicated =
+      d.s * (d.e * d.h + kMaskBytes * d.h + d.e * d.h + kMaskBytes * d.h + 2 * d.e * d.h);
+  const double split = d.s * d.e * (2 * d.h + 2 * d.hkv + fc1_outputs + d.f) / x.t;
+  c.activation_bytes =
+      x.Replicated() * replicated + split + (flash ? kLogsumexpBytes * d.a * d.s / x.t : core);
   if (flash) c.fixed_activation_bytes = kFlashRngStateBytes;
   c.attention_core_bytes = flash ? 0 : core;
-  c.attention_core_flops = flash ? 0 : 4 * d.s * d.s * d.h;
-  const double fc1_outputs = spec.gated_mlp ? 2 * d.f : d.f;
-  const double mlp_bytes = d.s * (d.e * (d.h + fc1_outputs + d.f) + kMaskBytes * d.h);
-  const double layernorm_bytes = d.s * 2 * d.e * d.h;
-  c.activation_bytes = attention_bytes + mlp_bytes + layernorm_bytes;
+  c.attention_core_flops = flash ? 0 : c.other_flops;
   c.traffic_bytes = kTrafficPerActivationByte * c.activation_bytes;
-  c.checkpoint_bytes = d.s * d.h * d.e;  // the block input
+  c.checkpoint_bytes = x.Replicated() * d.s * d.h * d.e;  // the block input
   // What the weight products' gradients need: their inputs (QKV, output
   // projection, fc1: h each; fc2: f) and the gradients of their outputs
   // (h + 2*h_kv, h, fc1's outputs, h): 32sbh for 16-bit, f = 4h, h_kv = h.
-  c.weight_grad_bytes = d.s * d.e * (6 * d.h + 2 * d.hkv + d.f + fc1_outputs);
-  c.output_bytes = d.s * d.h * d.e;
+  // The QKV and fc1 inputs and the projection and fc2 output gradients are
+  // full-width (replicated, or 1/t of the tokens with sequence parallelism).
+  c.weight_grad_bytes =
+      d.s * d.e * (x.Replicated() * 4 * d.h + (2 * d.h + 2 * d.hkv + d.f + fc1_outputs) / x.t);
+  c.output_bytes = x.Replicated() * d.s * d.h * d.e;
   c.workspace_bytes = kMatmulWorkspaceBytes;
+  // Two all-reduces in the forward (after attention and after the MLP) and
+  // two in the backward (Megatron-LM's f and g operators; with sequence
+  // parallelism each is an all-gather + reduce-scatter pair of the same
+  // volume).
+  c.tp = {.comm_bytes_per_sample = d.s * d.h * d.e,
+          .forward_collectives = 2,
+          .backward_collectives = 2};
   return c;
 }
 
-SampleCost HeadCost(const TransformerSpec& spec, const Dims& d) {
+SampleCost HeadCost(const TransformerSpec& spec, const Dims& d, const Split& x) {
+  const int t = static_cast<int>(x.t);
+  const double rows = static_cast<double>(VocabRows(spec, t));
   SampleCost c;
-  c.parameters =
-      2 * int64_t{spec.hidden} + (spec.tied_embeddings ? 0 : int64_t{spec.vocab} * spec.hidden);
-  c.weight_flops = 2 * d.s * d.h * d.v;
+  // Replicated final layernorm; vocabulary-parallel projection.
+  c.parameters = 2 * int64_t{spec.hidden} +
+                 (spec.tied_embeddings ? 0 : VocabRows(spec, t) * int64_t{spec.hidden});
+  c.weight_products = {{d.s, rows, d.h}};
+  c.weight_flops = 2 * d.s * d.h * rows;
+  c.layer_flops = 2 * d.s * d.h * d.v;
   // Inputs of the final layernorm and of the projection, the logits, and the
-  // fp32 softmax the loss keeps for its backward.
-  c.activation_bytes = d.s * (2 * d.e * d.h + d.e * d.v + kLossSoftmaxBytes * d.v);
+  // fp32 softmax the loss keeps for its backward (vocabulary-parallel
+  // cross-entropy: each GPU its V/t columns).
+  c.activation_bytes =
+      d.s * (x.Replicated() * 2 * d.e * d.h + d.e * rows + kLossSoftmaxBytes * rows);
   c.traffic_bytes = kTrafficPerActivationByte * c.activation_bytes;
-  c.checkpoint_bytes = c.activation_bytes;        // not recomputed
-  c.weight_grad_bytes = d.s * d.e * (d.h + d.v);  // the projection's input and output gradient
-  c.output_bytes = 0;                             // the last layer: only the loss leaves it
+  c.checkpoint_bytes = c.activation_bytes;                          // not recomputed
+  c.weight_grad_bytes = d.s * d.e * (x.Replicated() * d.h + rows);  // projection input, logits grad
+  c.output_bytes = 0;  // the last layer: only the loss leaves it
   c.workspace_bytes = kMatmulWorkspaceBytes;
+  // The input is copied into the group (identity forward, all-reduce of its
+  // gradient backward; with sequence parallelism an all-gather forward and a
+  // reduce-scatter backward, counted as the one all-reduce they add up to).
+  // The cross-entropy's three all-reduces of s*b fp32 values (max, sum,
+  // target logit) are under 1/h of that and left out.
+  c.tp = {.comm_bytes_per_sample = d.s * d.h * d.e,
+          .forward_collectives = 0,
+          .backward_collectives = 1};
   return c;
 }
 
@@ -180,13 +262,72 @@ Status OverLimit(const std::string& layer, int b, const char* what, double value
       layer, b, what, value, limit));
 }
 
+Gemm AtMicrobatch(const ProductShape& p, int b) {
+  if (p.batch_per_sample > 0) return Gemm{p.m, p.n, p.k, b * p.batch_per_sample};
+  return Gemm{b * p.m, p.n, p.k, 1};
+}
+
+// Seconds of one micro-batch of b samples: forward, whole backward, and the
+// weight-gradient part of the backward, and the forward of the attention
+// core that selective recomputation reruns.
+struct LayerSeconds {
+  double forward = 0, backward = 0, weight = 0, core = 0;
+};
+
+LayerSeconds FlatSeconds(const SampleCost& c, const Rates& r, int b) {
+  LayerSeconds s;
+  s.forward =
+      b * ((c.weight_flops + c.other_flops) / r.flops_per_s + c.traffic_bytes / r.bytes_per_s);
+  s.backward = kBackwardOverForward * s.forward;
+  s.weight = c.has_input_gradient ? b * c.weight_flops / r.flops_per_s : s.backward;
+  s.core = b * (c.attention_core_flops / r.flops_per_s +
+                kTrafficPerActivationByte * c.attention_core_bytes / r.bytes_per_s);
+  return s;
+}
+
+// The matmul model: C = A[m x k] * W[k x n] has an input gradient dA = dC *
+// W^T (m, k, n) and a weight gradient dW = A^T * dC (k, n, m); a product of
+// two activations (the attention core) has both operands' gradients.
+LayerSeconds MatmulSeconds(const SampleCost& c, const Rates& r, int b) {
+  const GemmRates& g = r.gemm;
+  LayerSeconds s;
+  const double elementwise = b * c.traffic_bytes / r.bytes_per_s;
+  double input_grad = 0;
+  for (const ProductShape& p : c.weight_products) {
+    const Gemm f = AtMicrobatch(p, b);
+    s.forward += TimeGemm(g, f).seconds;
+    input_grad += TimeGemm(g, Gemm{f.m, f.k, f.n, 1}).seconds;
+    s.weight += TimeGemm(g, Gemm{f.k, f.n, f.m, 1}).seconds;
+  }
+  double core_forward = 0, core_backward = 0;
+  for (const ProductShape& p : c.core_products) {
+    const Gemm f = AtMicrobatch(p, b);
+    core_forward += TimeGemm(g, f).seconds;
+    core_backward += TimeGemm(g, Gemm{f.m, f.k, f.n, f.batch}).seconds +
+                     TimeGemm(g, Gemm{f.k, f.n, f.m, f.batch}).seconds;
+  }
+  if (c.flash_flops > 0) {
+    core_forward += FlashSeconds(g, b * c.flash_flops, false, true);
+    core_backward += FlashSeconds(g, b * c.flash_flops, true, true);
+  }
+  s.forward += core_forward + elementwise;
+  if (!c.has_input_gradient) {  // the embedding: a gather, all weight gradient
+    s.backward = kBackwardOverForward * s.forward;
+    s.weight = s.backward;
+  } else {
+    s.backward = input_grad + s.weight + core_backward + kBackwardOverForward * elementwise;
+  }
+  if (c.attention_core_flops > 0) {
+    s.core = core_forward + b * kTrafficPerActivationByte * c.attention_core_bytes / r.bytes_per_s;
+  }
+  return s;
+}
+
 Result<LayerProfile> ProfileAt(const std::string& name, const SampleCost& c, const Rates& r,
                                int b) {
-  const double forward_s =
-      (c.weight_flops + c.other_flops) / r.flops_per_s + c.traffic_bytes / r.bytes_per_s;
-  const double backward_s = kBackwardOverForward * forward_s;
-  const double weight_s = c.has_input_gradient ? c.weight_flops / r.flops_per_s : backward_s;
-  const double backward_ns = b * backward_s * 1e9;
+  const LayerSeconds sec =
+      r.model == TimeModel::kFlat ? FlatSeconds(c, r, b) : MatmulSeconds(c, r, b);
+  const double backward_ns = sec.backward * 1e9;
   const double activation = b * c.activation_bytes + c.fixed_activation_bytes;
   const double output = b * c.output_bytes;
   if (backward_ns > kMaxFileTimeNs) {
@@ -196,9 +337,9 @@ Result<LayerProfile> ProfileAt(const std::string& name, const SampleCost& c, con
   if (output > kMaxFileBytes) return OverLimit(name, b, "output bytes", output, "2^50");
   LayerProfile p;
   p.microbatch_size = b;
-  p.forward_ns = std::llround(b * forward_s * 1e9);
+  p.forward_ns = std::llround(sec.forward * 1e9);
   p.backward_ns = std::llround(backward_ns);
-  p.backward_weight_ns = std::min<TimeNs>(p.backward_ns, std::llround(b * weight_s * 1e9));
+  p.backward_weight_ns = std::min<TimeNs>(p.backward_ns, std::llround(sec.weight * 1e9));
   p.activation_bytes = std::llround(activation);
   p.output_bytes = std::llround(output);
   p.workspace_bytes = c.workspace_bytes;
@@ -207,11 +348,7 @@ Result<LayerProfile> ProfileAt(const std::string& name, const SampleCost& c, con
   // The core's products and its element-wise traffic (written once, read
   // once); absent (0) where there is no core to rerun.
   if (c.attention_core_flops > 0) {
-    p.attention_core_ns = std::min<TimeNs>(
-        p.forward_ns,
-        std::llround(b * 1e9 *
-                     (c.attention_core_flops / r.flops_per_s +
-                      kTrafficPerActivationByte * c.attention_core_bytes / r.bytes_per_s)));
+    p.attention_core_ns = std::min<TimeNs>(p.forward_ns, std::llround(sec.core * 1e9));
   }
   p.weight_grad_bytes = std::llround(b * c.weight_grad_bytes);
   return p;
@@ -223,7 +360,7 @@ Result<Layer> ToLayer(std::string name, const SampleCost& c, const Rates& r,
   Layer layer;
   layer.name = std::move(name);
   layer.parameters = c.parameters;
-  layer.forward_flops = c.weight_flops + c.other_flops;
+  layer.forward_flops = c.layer_flops;
   if (c.parameters > kMaxFileParameters || *layer.forward_flops > kMaxFileFlops) {
     return Status::FailedPrecondition(fmt::format(
         "{}: {} parameters and {:.4g} forward FLOPs per sample; model.json holds at most 2^50 "
@@ -236,6 +373,28 @@ Result<Layer> ToLayer(std::string name, const SampleCost& c, const Rates& r,
     layer.profiles.push_back(*p);
   }
   return layer;
+}
+
+Status ValidateTensorParallel(const TransformerSpec& spec, const TensorParallelism& tp) {
+  const int t = tp.degree;
+  if (t < 1) {
+    return Status::InvalidArgument(
+        fmt::format("--tensor-parallel {} must be at least 1 (GPUs per tensor-parallel group)", t));
+  }
+  if (tp.sequence_parallel && t == 1) {
+    return Status::InvalidArgument(
+        "sequence parallelism needs --tensor-parallel above 1: it splits the tokens over the "
+        "tensor-parallel group");
+  }
+  auto divides = [&](int value, const char* flag, const char* what) -> Status {
+    if (value % t == 0) return Status::Ok();
+    return Status::InvalidArgument(fmt::format(
+        "--tensor-parallel {} does not divide {} {}: each GPU needs a whole share of the {}", t,
+        flag, value, what));
+  };
+  PIPECAST_RETURN_IF_ERROR(divides(spec.heads, "--heads", "attention heads"));
+  PIPECAST_RETURN_IF_ERROR(divides(spec.KvHeads(), "--kv-heads", "key/value heads"));
+  return divides(spec.FfnHidden(), "--ffn-hidden", "MLP width");
 }
 
 Result<GpuSpec> LoadGpu(const std::string& spec, std::string* device) {
@@ -264,7 +423,9 @@ const char* DtypeName(int bytes_per_element) {
 }
 
 // The assumption strings of `source`, worded for the variant in use.
-std::map<std::string, std::string> Formulas(const TransformerSpec& spec, Attention attention) {
+std::map<std::string, std::string> Formulas(const TransformerSpec& spec,
+                                            const AnalyticOptions& options) {
+  const Attention attention = options.attention;
   const std::string mlp_params = spec.gated_mlp ? "3*h*f + 2*f + h (SwiGLU gate, up and down "
                                                   "matrices; biases counted though LLaMA has "
                                                   "none: under 0.01% of the block)"
@@ -339,12 +500,32 @@ std::map<std::string, std::string> Formulas(const TransformerSpec& spec, Attenti
       "output-projection, fc1 and fc2 products, and the gradients of their outputs]; embedding "
       "= its activation_bytes (its backward is all weight gradient); lm_head s*b*B*(h + V) "
       "[projection input, logits gradient]";
-  formulas["time_formula"] =
-      "time = FLOPs / (peak_tflops*1e12*matmul_efficiency) + element-wise bytes / "
-      "(memory_bandwidth_gbps*1e9*memory_efficiency); forward element-wise bytes = 2 x "
-      "activation bytes (each tensor kept for the backward is written once and read once by a "
-      "memory-bound kernel: layernorm, GeLU, softmax, dropout, residual add); backward = 2 x "
-      "forward; linear in b";
+  const std::string elementwise =
+      "element-wise bytes / (memory_bandwidth_gbps*1e9*memory_efficiency); forward element-wise "
+      "bytes = 2 x activation bytes (each tensor kept for the backward is written once and read "
+      "once by a memory-bound kernel: layernorm, GeLU, softmax, dropout, residual add)";
+  if (options.time_model == TimeModel::kFlat) {
+    formulas["time_formula"] =
+        "time model 'flat': time = FLOPs / (peak_tflops*1e12*matmul_efficiency) + " + elementwise +
+        "; backward = 2 x forward; linear in b";
+  } else {
+    formulas["time_formula"] =
+        "time model 'matmul' (docs/calibration.md): forward = sum over the layer's products "
+        "(QKV [b*s, h + 2*h_kv, h], projection [b*s, h, h], fc1 [b*s, fc1 outputs, h], fc2 "
+        "[b*s, h, f], lm_head [b*s, V, h]; eager attention: b*a batched [s, s, h/a] and [s, h/a, "
+        "s]) of gemm(m, n, k) = max(waves * 2*128*256*(k + 128) / (peak/SMs * "
+        "mainloop_efficiency), B*(m*k + k*n + m*n) / HBM rate), waves = ceil(tiles / SMs), tiles "
+        "= ceil(m/128)*ceil(n/256) (or the transposed tiling, whichever has fewer waves); "
+        "FlashAttention (causal: half of 4*s^2*h per sample) at flash_forward_efficiency of peak "
+        "+ " +
+        elementwise +
+        ". Backward = per product the input gradient gemm(m, k, n) and the weight gradient "
+        "gemm(k, n, m) (backward_weight_us: the weight gradients), eager attention's two operand "
+        "gradients, FlashAttention's backward (2.5 x its forward FLOPs, causal half) at "
+        "flash_backward_efficiency, and 2 x the forward element-wise time; embedding backward = "
+        "2 x forward, all weight gradient. Not linear in b: larger micro-batches fill the SMs "
+        "better";
+  }
   formulas["embedding_formula"] =
       std::string("parameters V*h") + (spec.learned_positions ? " + s*h (learned positions)" : "") +
       "; FLOPs 0; forward traffic: 8*s*b bytes of int64 token ids, one B-byte row per token from "
@@ -370,11 +551,11 @@ std::string JsonText(const json& value) {
 }
 
 ModelSource MakeSource(const TransformerSpec& spec, const AnalyticOptions& options,
-                       const GpuSpec& gpu, std::string device) {
+                       const GpuSpec& gpu, std::string device, const GemmPreset& preset) {
   ModelSource source;
   source.method = "analytic";
   source.device = std::move(device);
-  for (auto& [key, text] : Formulas(spec, options.attention)) {
+  for (auto& [key, text] : Formulas(spec, options)) {
     source.details[key] = JsonText(text);
   }
   source.details["attention"] = JsonText(AttentionName(options.attention));
@@ -391,10 +572,16 @@ ModelSource MakeSource(const TransformerSpec& spec, const AnalyticOptions& optio
   const json limitations = {
       "an estimate from datasheet numbers, not a measurement; measure on the GPU when one is "
       "available (profiler cupti, planned)",
-      "linear in the micro-batch size: small micro-batches run below matmul_efficiency on real "
-      "GPUs",
-      "no tensor, sequence or context parallelism; recomputation and split-backward memory "
-      "are given per layer (checkpoint_bytes, attention_core_bytes, weight_grad_bytes) for "
+      options.time_model == TimeModel::kFlat
+          ? "time model 'flat': linear in the micro-batch size; small micro-batches run below "
+            "matmul_efficiency on real GPUs"
+          : "time model 'matmul': calibrated against published measurements (docs/calibration.md: "
+            "GEMM sweeps and the zero-bubble paper's 1F1B throughput); kernel launch gaps and "
+            "fused-kernel savings are not modelled",
+      "profiles without tensor_parallel are for one GPU per stage (t = 1); profiler analytic "
+      "--tensor-parallel adds per-GPU profiles for t > 1 (source.tensor_parallel); no context "
+      "parallelism; recomputation and split-backward memory are given per layer (checkpoint_bytes, "
+      "attention_core_bytes, weight_grad_bytes) for "
       "the simulator to apply",
       "kernel launch gaps, communication and the optimizer step are not in the per-layer times",
       "tied embeddings: Megatron-LM with pipeline parallelism keeps a copy of the table on the "
@@ -404,7 +591,20 @@ ModelSource MakeSource(const TransformerSpec& spec, const AnalyticOptions& optio
   source.details["gpu"] = JsonText(gpu.name);
   source.details["peak_tflops"] = JsonText(gpu.peak_tflops);
   source.details["memory_bandwidth_gbps"] = JsonText(gpu.memory_bandwidth_gbps);
-  source.details["matmul_efficiency"] = JsonText(options.matmul_efficiency);
+  source.details["time_model"] = JsonText(TimeModelName(options.time_model));
+  if (options.time_model == TimeModel::kFlat) {
+    source.details["matmul_efficiency"] = JsonText(options.matmul_efficiency);
+  } else {
+    source.details["gemm_table"] =
+        JsonText(json{{"gpu", preset.gpu},
+                      {"sms", preset.sms},
+                      {"tile", {kTileRows, kTileCols}},
+                      {"tile_overhead_k", kTileOverheadK},
+                      {"mainloop_efficiency", preset.mainloop_efficiency},
+                      {"flash_forward_efficiency", preset.flash_forward_efficiency},
+                      {"flash_backward_efficiency", preset.flash_backward_efficiency},
+                      {"source", preset.source}});
+  }
   source.details["memory_efficiency"] = JsonText(options.memory_efficiency);
   source.details["bytes_per_element"] = JsonText(options.bytes_per_element);
   source.details["workspace_bytes"] = JsonText(kMatmulWorkspaceBytes);
@@ -412,6 +612,8 @@ ModelSource MakeSource(const TransformerSpec& spec, const AnalyticOptions& optio
 }
 
 }  // namespace
+
+const char* TimeModelName(TimeModel model) { return model == TimeModel::kFlat ? "flat" : "matmul"; }
 
 const char* AttentionName(Attention attention) {
   return attention == Attention::kEager ? "eager" : "flash";
@@ -482,13 +684,27 @@ Status AnalyticOptions::Validate() const {
 }
 
 Result<Model> EstimateTransformer(const TransformerSpec& spec, const AnalyticOptions& options) {
+  return EstimateTransformerAt(spec, options, TensorParallelism{});
+}
+
+Result<Model> EstimateTransformerAt(const TransformerSpec& spec, const AnalyticOptions& options,
+                                    const TensorParallelism& tp,
+                                    std::vector<TensorParallelCost>* costs) {
   PIPECAST_RETURN_IF_ERROR(spec.Validate());
   PIPECAST_RETURN_IF_ERROR(options.Validate());
+  PIPECAST_RETURN_IF_ERROR(ValidateTensorParallel(spec, tp));
   std::string device;
   Result<GpuSpec> gpu = LoadGpu(options.gpu_preset, &device);
   if (!gpu.ok()) return gpu.status();
-  const Rates rates{gpu->peak_tflops * 1e12 * options.matmul_efficiency,
-                    gpu->memory_bandwidth_gbps * 1e9 * options.memory_efficiency};
+  const double bytes_per_s = gpu->memory_bandwidth_gbps * 1e9 * options.memory_efficiency;
+  const Rates rates{
+      .flops_per_s = gpu->peak_tflops * 1e12 * options.matmul_efficiency,
+      .bytes_per_s = bytes_per_s,
+      .model = options.time_model,
+      .gemm = GemmRates{.peak_flops_per_s = gpu->peak_tflops * 1e12,
+                        .hbm_bytes_per_s = bytes_per_s,
+                        .element_bytes = static_cast<double>(options.bytes_per_element),
+                        .preset = GemmPresetFor(*gpu)}};
   const Dims dims{.s = static_cast<double>(spec.sequence_length),
                   .h = static_cast<double>(spec.hidden),
                   .a = static_cast<double>(spec.heads),
@@ -497,29 +713,44 @@ Result<Model> EstimateTransformer(const TransformerSpec& spec, const AnalyticOpt
                   .v = static_cast<double>(spec.vocab),
                   .e = static_cast<double>(options.bytes_per_element),
                   .mlp_matrices = spec.gated_mlp ? 3.0 : 2.0};
+  const Split split{.t = static_cast<double>(tp.degree), .sp = tp.sequence_parallel};
   std::vector<int> sizes = spec.microbatch_sizes;
   std::sort(sizes.begin(), sizes.end());
 
   Model model;
   model.name = spec.name;
-  model.source = MakeSource(spec, options, *gpu, device);
+  model.source = MakeSource(spec, options, *gpu, device, rates.gemm.preset);
   model.dtype = DtypeName(options.bytes_per_element);
   model.sequence_length = spec.sequence_length;
   if (spec.global_batch > 0) model.global_batch = spec.global_batch;
 
-  Result<Layer> embedding = ToLayer("embedding", EmbeddingCost(spec, dims), rates, sizes);
+  const SampleCost embedding_cost = EmbeddingCost(spec, dims, split);
+  const SampleCost block_cost = BlockCost(spec, dims, options.attention, split);
+  const SampleCost head_cost = HeadCost(spec, dims, split);
+  Result<Layer> embedding = ToLayer("embedding", embedding_cost, rates, sizes);
   if (!embedding.ok()) return embedding.status();
   model.layers.push_back(std::move(*embedding));
   // Every block has the same cost: estimate it once.
-  Result<Layer> block = ToLayer("block.0", BlockCost(spec, dims, options.attention), rates, sizes);
+  Result<Layer> block = ToLayer("block.0", block_cost, rates, sizes);
   if (!block.ok()) return block.status();
   for (int i = 0; i < spec.layers; ++i) {
     model.layers.push_back(*block);
     model.layers.back().name = fmt::format("block.{}", i);
   }
-  Result<Layer> head = ToLayer("lm_head", HeadCost(spec, dims), rates, sizes);
+  Result<Layer> head = ToLayer("lm_head", head_cost, rates, sizes);
   if (!head.ok()) return head.status();
   model.layers.push_back(std::move(*head));
+  if (costs != nullptr) {
+    costs->clear();
+    auto cost = [](const SampleCost& c) {
+      TensorParallelCost out = c.tp;
+      out.parameters = c.parameters;
+      return out;
+    };
+    costs->push_back(cost(embedding_cost));
+    costs->insert(costs->end(), spec.layers, cost(block_cost));
+    costs->push_back(cost(head_cost));
+  }
 
   double flops = 0;
   for (const Layer& layer : model.layers) flops += layer.forward_flops.value_or(0);
@@ -530,6 +761,67 @@ Result<Model> EstimateTransformer(const TransformerSpec& spec, const AnalyticOpt
   }
   model.flops_per_sample = flops;
   return model;
+}
+
+Result<std::string> EstimateTransformerJson(const TransformerSpec& spec,
+                                            const AnalyticOptions& options,
+                                            const std::vector<int>& degrees) {
+  std::set<int> seen;
+  for (int t : degrees) {
+    if (t < 1) {
+      return Status::InvalidArgument(fmt::format(
+          "--tensor-parallel lists {}; degrees are GPUs per tensor-parallel group, 1 or more", t));
+    }
+    if (!seen.insert(t).second) {
+      return Status::InvalidArgument(
+          fmt::format("--tensor-parallel lists {} twice; give each degree once", t));
+    }
+  }
+  Result<Model> base = EstimateTransformer(spec, options);
+  if (!base.ok()) return base.status();
+  if (seen.size() <= 1 && (seen.empty() || *seen.begin() == 1)) return ModelToJson(*base);
+  using ordered = nlohmann::ordered_json;  // keeps ModelToJson's key order
+  ordered doc = ordered::parse(ModelToJson(*base));
+  ordered parameters = ordered::object();
+  for (int t : seen) {
+    if (t == 1) continue;
+    for (bool sp : {false, true}) {
+      std::vector<TensorParallelCost> costs;
+      Result<Model> at = EstimateTransformerAt(spec, options, {t, sp}, &costs);
+      if (!at.ok()) return at.status();
+      const ordered per_t = ordered::parse(ModelToJson(*at));
+      for (size_t i = 0; i < at->layers.size(); ++i) {
+        const TensorParallelCost& c = costs[i];
+        for (ordered profile : per_t["layers"][i]["profiles"]) {
+          const double b = profile["microbatch_size"].get<double>();
+          profile["tensor_parallel"] = t;
+          profile["sequence_parallel"] = sp;
+          profile["tp_comm_bytes"] = std::llround(b * c.comm_bytes_per_sample);
+          profile["tp_forward_collectives"] = c.forward_collectives;
+          profile["tp_backward_collectives"] = c.backward_collectives;
+          doc["layers"][i]["profiles"].push_back(std::move(profile));
+        }
+      }
+      if (!sp) {
+        // The same with and without sequence parallelism.
+        parameters[std::to_string(t)] = {{"embedding", costs.front().parameters},
+                                         {"block", costs[1].parameters},
+                                         {"lm_head", costs.back().parameters}};
+      }
+    }
+  }
+  std::set<int> written = seen;
+  written.insert(1);  // t = 1 is always written
+  doc["source"]["tensor_parallel"] = {
+      {"degrees", ordered(std::vector<int>(written.begin(), written.end()))},
+      {"parameters_per_gpu", parameters},
+      {"rule",
+       "Megatron-LM: QKV and fc1 column-parallel (weights and biases / t), attention projection "
+       "and fc2 row-parallel (weights / t, biases replicated), layernorms replicated, token "
+       "embedding and lm_head vocabulary-parallel (ceil(V/t) rows), position table replicated; "
+       "layer 'parameters' is the t = 1 count; profile times and bytes are per GPU, TP "
+       "communication excluded (tp_comm_bytes x tp_*_collectives all-reduce equivalents)"}};
+  return doc.dump(2, ' ', false, ordered::error_handler_t::replace) + "\n";
 }
 
 }  // namespace pipecast

@@ -18,16 +18,24 @@
 //     input), the attention core selective recomputation drops, and what the
 //     weight-gradient op keeps (Qi et al. 2024, "Zero Bubble Pipeline
 //     Parallelism", Table 1: 32sbh of a block's activations);
-//   - time: matrix-product FLOPs over a share of peak TFLOP/s plus the
-//     element-wise traffic over a share of HBM bandwidth.
-// The estimate is linear in the micro-batch size (no small-batch
-// inefficiency). Every assumption is written into the model's `source`.
+//   - time (TimeModel::kMatmul, the default): each matrix product timed
+//     from its (m, n, k) by profiler/matmul_model.h (roofline, wave
+//     quantisation over the SMs, a per-GPU table calibrated in
+//     docs/calibration.md), FlashAttention at the table's efficiency, and
+//     the element-wise traffic over a share of HBM bandwidth; a larger
+//     micro-batch fills the GPU better. TimeModel::kFlat is the earlier
+//     model: all FLOPs at one share of peak, linear in the micro-batch size.
+//   - tensor parallelism of degree t (Megatron-LM; Korthikanti et al. 2022):
+//     per-GPU times of the t-times smaller products and per-GPU memory,
+//     with or without sequence parallelism (EstimateTransformerAt).
+// Every assumption is written into the model's `source`.
 //
 // Units: FLOPs per sample, bytes, ns (model.h). Stateless functions; safe to
 // call from several threads.
 #ifndef PIPECAST_PROFILER_ANALYTIC_H_
 #define PIPECAST_PROFILER_ANALYTIC_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -87,11 +95,20 @@ enum class Attention {
 // "flash" or "eager".
 const char* AttentionName(Attention attention);
 
+// How layer times are worked out (--time-model).
+enum class TimeModel {
+  kMatmul,  // each product from its shape (profiler/matmul_model.h); the default
+  kFlat,    // every FLOP at matmul_efficiency x peak: linear in the micro-batch size
+};
+// "matmul" or "flat".
+const char* TimeModelName(TimeModel model);
+
 struct AnalyticOptions {
   // A cluster preset (sim/cluster.h) or a cluster JSON file; its GPU's
   // peak_tflops and memory_bandwidth_gbps must both be set.
   std::string gpu_preset = "h100-sxm";
-  double matmul_efficiency = kDefaultMatmulEfficiency;  // in (0, 1]
+  TimeModel time_model = TimeModel::kMatmul;            // --time-model
+  double matmul_efficiency = kDefaultMatmulEfficiency;  // in (0, 1]; kFlat only
   double memory_efficiency = kDefaultMemoryEfficiency;  // in (0, 1]
   // Size of one activation or weight element: 2 (bf16, the default), 1
   // (fp8) or 4 (fp32). Dropout masks are 1 byte whatever this is.
@@ -112,6 +129,51 @@ struct AnalyticOptions {
 // or an estimate is past what model.json can hold.
 [[nodiscard]] Result<Model> EstimateTransformer(const TransformerSpec& spec,
                                                 const AnalyticOptions& options);
+
+// Megatron-LM tensor parallelism of one stage's layers over t GPUs.
+struct TensorParallelism {
+  int degree = 1;                  // t; must divide heads, kv_heads and ffn_hidden
+  bool sequence_parallel = false;  // Korthikanti et al. 2022; only with degree > 1
+};
+
+// What one GPU of the t-way group holds and does per layer, besides its
+// profile (parameters live on the layer in model.json; at t > 1 they are
+// per GPU and written to `source`, docs/profiler.md).
+struct TensorParallelCost {
+  int64_t parameters = 0;  // per GPU
+  // Bytes of the full activation one TP collective moves: B*s*b*h per sample
+  // (multiply by b), and the collectives per micro-batch in all-reduce
+  // equivalents (an all-gather + reduce-scatter pair with sequence
+  // parallelism): block 2 and 2; embedding 1 and 0; lm_head 0 and 1.
+  double comm_bytes_per_sample = 0;
+  int forward_collectives = 0;
+  int backward_collectives = 0;
+};
+
+// The model as one GPU of a t-way tensor-parallel group runs it: per-GPU
+// parameters (layer.parameters), times (TP communication excluded) and
+// memory; layer forward_flops stay the whole layer's. `costs`, when given,
+// receives one entry per layer. degree 1 without sequence parallelism equals
+// EstimateTransformer.
+// Fails as EstimateTransformer does, and with InvalidArgument naming
+// --tensor-parallel when t does not divide the heads, key/value heads or MLP
+// width, or sequence parallelism is asked for at t = 1.
+[[nodiscard]] Result<Model> EstimateTransformerAt(const TransformerSpec& spec,
+                                                  const AnalyticOptions& options,
+                                                  const TensorParallelism& tp,
+                                                  std::vector<TensorParallelCost>* costs = nullptr);
+
+// The model.json text of the estimate with profiles for every degree in
+// `degrees` (1 is always written; t > 1 with sequence_parallel false and
+// true), each t > 1 profile carrying tensor_parallel, sequence_parallel,
+// tp_comm_bytes, tp_forward_collectives and tp_backward_collectives
+// (docs/formats.md), and per-GPU parameters in source.tensor_parallel.
+// degrees {1} gives exactly ModelToJson(EstimateTransformer(...)).
+// Fails as EstimateTransformerAt does for any degree, and with
+// InvalidArgument naming --tensor-parallel for a degree listed twice or < 1.
+[[nodiscard]] Result<std::string> EstimateTransformerJson(const TransformerSpec& spec,
+                                                          const AnalyticOptions& options,
+                                                          const std::vector<int>& degrees);
 
 }  // namespace pipecast
 

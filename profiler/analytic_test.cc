@@ -63,8 +63,15 @@ AnalyticOptions Eager(AnalyticOptions options = {}) {
   return options;
 }
 
+// The flat time model (every FLOP at matmul_efficiency of peak), whose
+// closed forms the hand counts below check.
+AnalyticOptions Flat(AnalyticOptions options = {}) {
+  options.time_model = TimeModel::kFlat;
+  return options;
+}
+
 AnalyticOptions UnitOptions() {
-  AnalyticOptions options;
+  AnalyticOptions options = Flat();
   options.gpu_preset = UnitGpuFile();
   options.matmul_efficiency = 1.0;
   options.memory_efficiency = 1.0;
@@ -183,8 +190,8 @@ TEST(AnalyticTest, BlockActivationsAreKorthikantiExactly) {
   }
 }
 
-TEST(AnalyticTest, CostsScaleLinearlyWithMicrobatchSize) {
-  const Model model = Estimate(Gpt3_6_7B(), Eager());
+TEST(AnalyticTest, FlatCostsScaleLinearlyWithMicrobatchSize) {
+  const Model model = Estimate(Gpt3_6_7B(), Flat(Eager()));
   for (const Layer& layer : model.layers) {
     const LayerProfile& one = layer.profiles.at(0);
     ASSERT_EQ(one.microbatch_size, 1);
@@ -198,8 +205,8 @@ TEST(AnalyticTest, CostsScaleLinearlyWithMicrobatchSize) {
   }
 }
 
-TEST(AnalyticTest, BlockTimeFollowsTheDatasheet) {
-  const Model model = Estimate(Gpt3_6_7B(), Eager());
+TEST(AnalyticTest, FlatBlockTimeFollowsTheDatasheet) {
+  const Model model = Estimate(Gpt3_6_7B(), Flat(Eager()));
   const double s = 2048, h = 4096;
   const double flops = 24 * s * h * h + 4 * s * s * h;
   const double activation = s * h * (34 + 5 * 32 * s / h);
@@ -294,7 +301,7 @@ TEST(AnalyticTest, LlamaShapeWithSwigluAndGqaMatchesPublishedSize) {
 TEST(AnalyticTest, SourceRecordsEveryAssumption) {
   TransformerSpec spec = TinySpec();
   spec.global_batch = 64;
-  const Model model = Estimate(spec);
+  const Model model = Estimate(spec, Flat());
   EXPECT_EQ(model.source.method, "analytic");
   EXPECT_EQ(model.source.device, "h100-sxm");
   EXPECT_EQ(model.dtype, "bf16");
@@ -304,6 +311,7 @@ TEST(AnalyticTest, SourceRecordsEveryAssumption) {
   EXPECT_EQ(d.at("peak_tflops"), "989.0");
   EXPECT_EQ(d.at("memory_bandwidth_gbps"), "3350.0");
   EXPECT_EQ(d.at("matmul_efficiency"), "0.5");
+  EXPECT_EQ(d.at("time_model"), "\"flat\"");
   EXPECT_EQ(d.at("memory_efficiency"), "0.8");
   EXPECT_EQ(d.at("bytes_per_element"), "2");
   EXPECT_EQ(d.at("workspace_bytes"), "33554432");

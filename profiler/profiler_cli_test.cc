@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "formats/file_util.h"
@@ -95,6 +96,35 @@ TEST(ProfilerCliTest, OutWritesALoadableModel) {
   EXPECT_EQ(model->source.details.at("matmul_efficiency"), "0.4");
   ASSERT_EQ(model->layers[1].profiles.size(), 2u);
   EXPECT_EQ(model->layers[1].profiles[1].microbatch_size, 2);
+}
+
+TEST(ProfilerCliTest, GivenMatmulEfficiencySelectsTheFlatModel) {
+  const ToolRun flat = RunProfiler(std::string(kTinyFlags) + " --matmul-efficiency 0.4");
+  ASSERT_EQ(flat.exit_code, 0) << flat.output;
+  Result<Model> model = ParseModel(flat.output, "stdout");
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  EXPECT_EQ(model->source.details.at("time_model"), "\"flat\"");
+  const ToolRun matmul = RunProfiler(kTinyFlags);
+  ASSERT_EQ(matmul.exit_code, 0) << matmul.output;
+  model = ParseModel(matmul.output, "stdout");
+  ASSERT_TRUE(model.ok());
+  EXPECT_EQ(model->source.details.at("time_model"), "\"matmul\"");
+  EXPECT_TRUE(model->source.details.count("gemm_table"));
+}
+
+TEST(ProfilerCliTest, TensorParallelWritesPerDegreeProfiles) {
+  // Given --tensor-parallel 1,2,4 (tiny: 4 heads, micro-batch sizes 1 and 2).
+  const ToolRun run = RunProfiler(std::string(kTinyFlags) + " --tensor-parallel 1,2,4");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const nlohmann::json doc = nlohmann::json::parse(run.output);
+  // Then every layer has 2 sizes x (1 + 2 degrees x 2 sequence-parallel settings).
+  for (const nlohmann::json& layer : doc["layers"]) {
+    EXPECT_EQ(layer["profiles"].size(), 2u * 5) << layer["name"];
+  }
+  EXPECT_EQ(doc["source"]["tensor_parallel"]["degrees"], nlohmann::json({1, 2, 4}));
+  // And the default writes t = 1 only, the same bytes as --tensor-parallel 1.
+  EXPECT_EQ(RunProfiler(kTinyFlags).output,
+            RunProfiler(std::string(kTinyFlags) + " --tensor-parallel 1").output);
 }
 
 }  // namespace

@@ -42,7 +42,11 @@ Result<PlannerOptions> MakeOptions(const PlannerToolOptions& flags) {
                                                                        : RecomputeMode::kAuto;
   o.top_k = flags.top;
   o.threads = flags.threads;
-  o.optimizer_step_ns = UsToNs(flags.optimizer_step_us);
+  // --optimizer-step-us given (>= 0): that time; absent (< 0): estimated.
+  o.optimizer_step_ns = flags.optimizer_step_us >= 0 ? UsToNs(flags.optimizer_step_us) : 0;
+  o.estimate_optimizer_step = flags.optimizer_step_us < 0;
+  o.overlap_grad_reduce = flags.overlap_grad_reduce == "on";
+  o.grad_bucket_params = flags.grad_bucket_params;
   auto memory = MemoryConfigFor(flags.precision, flags.optimizer, flags.grad_dtype);
   if (!memory.ok()) return memory.status();
   o.memory = *memory;

@@ -30,8 +30,10 @@ struct PlannerToolOptions {
   std::vector<int> chunks = {2};
   std::string recompute = "auto";  // auto, off or on
   int top = 3;
-  int threads = 0;  // 0: every core
-  double optimizer_step_us = 0;
+  int threads = 0;                         // 0: every core
+  double optimizer_step_us = -1;           // < 0: estimated from HBM bandwidth
+  std::string overlap_grad_reduce = "on";  // on or off
+  int64_t grad_bucket_params = 0;          // 0: Megatron-LM's max(40M, 1M x d)
   std::string precision = "bf16";
   std::string optimizer = "adam";
   std::string grad_dtype = "fp32";         // main gradients: fp32 (Megatron's default) or bf16

@@ -88,10 +88,14 @@ std::string Summary(const SimResult& result, const Cluster& cluster) {
                   stages, Count(result.microbatches, "micro-batch", "micro-batches"),
                   result.microbatch_size, result.global_batch);
   out += fmt::format(
-      "iteration time      {:.3f} ms  (pipeline {:.3f} ms, {} {:.3f} ms, optimizer {:.3f} ms{})\n",
+      "iteration time      {:.3f} ms  (pipeline {:.3f} ms, {} {:.3f} ms{}, optimizer {:.3f} "
+      "ms{}{})\n",
       NsToMs(result.iteration_ns), NsToMs(result.pipeline_ns),
       result.zero == 1 ? "reduce-scatter" : "all-reduce", NsToMs(result.allreduce_ns),
-      NsToMs(result.optimizer_ns),
+      result.overlap_grad_reduce ? fmt::format(" exposed, {:.3f} ms hidden behind the backward",
+                                               NsToMs(result.allreduce_hidden_ns))
+                                 : "",
+      NsToMs(result.optimizer_ns), result.optimizer_estimated ? " (estimated)" : "",
       result.zero == 1 || result.zero == 2
           ? fmt::format(", parameter all-gather {:.3f} ms", NsToMs(result.allgather_ns))
           : "");

@@ -106,7 +106,11 @@ Result<Setup> SetupFromFlags(const Flags& flags, const Model& model,
   s.options.tensor_parallel = flags.tensor_parallel;
   s.options.sequence_parallel = flags.sequence_parallel;
   s.options.tp_comm_overlap = flags.tp_comm_overlap;
-  s.options.optimizer_step_ns = UsToNs(flags.optimizer_step_us);
+  // --optimizer-step-us given (>= 0): that time; absent (< 0): estimated.
+  s.options.optimizer_step_ns = flags.optimizer_step_us >= 0 ? UsToNs(flags.optimizer_step_us) : 0;
+  s.options.estimate_optimizer_step = flags.optimizer_step_us < 0;
+  s.options.overlap_grad_reduce = flags.overlap_grad_reduce == "on";
+  s.options.grad_bucket_params = flags.grad_bucket_params;
   s.options.recompute = *ParseRecompute(flags.recompute);  // checked by the flag
   auto memory = MemoryConfigFor(flags.precision, flags.optimizer, flags.grad_dtype);
   if (!memory.ok()) return memory.status();

@@ -33,7 +33,9 @@ struct SimulatorToolOptions {
   int tensor_parallel = 1;  // t: GPUs of one node splitting each layer of a stage
   bool sequence_parallel = false;
   bool tp_comm_overlap = false;
-  double optimizer_step_us = 0;
+  double optimizer_step_us = -1;           // < 0: estimated from HBM bandwidth
+  std::string overlap_grad_reduce = "on";  // on or off
+  int64_t grad_bucket_params = 0;          // 0: Megatron-LM's max(40M, 1M x d)
   std::string precision = "bf16";
   std::string optimizer = "adam";
   std::string grad_dtype = "fp32";  // main gradients: fp32 (Megatron's default) or bf16

@@ -25,7 +25,7 @@ if [[ ! -x "${profiler}" ]]; then
 fi
 
 # Shared by every example: GPT-2 vocabulary unless said, s = 2048, bf16 on
-# an H100 SXM, the default efficiencies.
+# an H100 SXM, the default matmul time model (docs/calibration.md), t = 1 only.
 common=(--seq 2048 --microbatch-sizes 1,2,4,8 --gpu h100-sxm)
 
 make_example() {

@@ -66,13 +66,54 @@ struct World {
     c.intra_node = Link{50.0, 0.0};
     return c;
   }();
-  SimResult At(int zero) const {
+  // The tail closed forms below assume one collective after the last op:
+  // overlap off (the overlapped case is its own test).
+  SimResult At(int zero, bool overlap = false) const {
     SimOptions o;
     o.data_parallel = 2;
     o.memory.zero = zero;
+    o.overlap_grad_reduce = overlap;
     return SimulateShape(model, cluster, ScheduleKind::kGPipe, 1, 2, o).value();
   }
 };
+
+TEST(ShardingCollectives, OverlappedLevelZeroRunsTwoBucketsBesideTheLastBackward) {
+  // Megatron's default bucket is max(40M, 1M x 2) = 40M parameters: each
+  // 50M layer is a bucket of 200 MB of fp32 gradients, all-reduced in 2 x
+  // 1/2 x 200 MB / 50 GB/s = 4 ms. The last B (8-12 ms) runs layer 1's
+  // backward first (2 ms of its 4): bucket 1 is ready at 10 ms and runs 10-14;
+  // bucket 0 is ready at 12 ms, waits for the link, runs 14-18. The rank's
+  // last op ends at 12: 6 ms exposed, 2 of the 8 hidden.
+  const SimResult r = World().At(0, true);
+  EXPECT_EQ(r.per_rank[0].grad_buckets, 2);
+  EXPECT_EQ(r.allreduce_ns, 6 * kMs);
+  EXPECT_EQ(r.allreduce_hidden_ns, 2 * kMs);
+  EXPECT_EQ(r.iteration_ns, 18 * kMs);
+  EXPECT_TRUE(r.overlap_grad_reduce);
+}
+
+TEST(ShardingCollectives, OverlappedLevelOneReduceScattersInBuckets) {
+  // Reduce-scatter per bucket: 1/2 x 200 MB / 50 GB/s = 2 ms. Bucket 1 at
+  // 10-12, bucket 0 at 12-14: 2 ms exposed, 2 hidden; then the 2 ms
+  // parameter all-gather.
+  const SimResult r = World().At(1, true);
+  EXPECT_EQ(r.allreduce_ns, 2 * kMs);
+  EXPECT_EQ(r.allreduce_hidden_ns, 2 * kMs);
+  EXPECT_EQ(r.iteration_ns, 12 * kMs + 2 * kMs + 2 * kMs);
+}
+
+TEST(ShardingCollectives, OneBucketPerStageWhenTheBucketHoldsEverything) {
+  // A 100M-parameter bucket takes both layers: ready when the last B ends,
+  // the whole 8 ms all-reduce exposed, as with overlap off.
+  SimOptions o;
+  o.data_parallel = 2;
+  o.grad_bucket_params = 100'000'000;
+  const World w;
+  const SimResult r = SimulateShape(w.model, w.cluster, ScheduleKind::kGPipe, 1, 2, o).value();
+  EXPECT_EQ(r.per_rank[0].grad_buckets, 1);
+  EXPECT_EQ(r.allreduce_ns, 8 * kMs);
+  EXPECT_EQ(r.allreduce_hidden_ns, 0);
+}
 
 TEST(ShardingCollectives, LevelZeroAllReducesTheFp32Gradients) {
   // Ring all-reduce: 2 (d-1)/d x 400 MB / 50 GB/s = 8 ms after F F B B (12 ms).
@@ -167,6 +208,44 @@ TEST(MemoryLimit, ReserveAndMarginComeOffTheCapacity) {
   // Without a limit every rank fits.
   EXPECT_TRUE(
       SimulateShape(model, IdealCluster(), ScheduleKind::k1F1B, 1, 1, o)->per_rank[0].fits_memory);
+}
+
+}  // namespace
+}  // namespace pipecast
+
+namespace pipecast {
+namespace {
+
+TEST(OptimizerStepEstimate, BytesAdamTouchesOverHbmBandwidth) {
+  // 4 layers x 25M = 100M parameters on one rank of a GPU with 1000 GB/s:
+  // (4 fp32 gradient + 2 x 12 main parameters and moments + 2 bf16
+  // parameters) = 30 B x 100M = 3 GB over 0.8 x 1000 GB/s = 3.75 ms.
+  Cluster c = test_util::IdealCluster();
+  c.gpu.memory_bandwidth_gbps = 1000;
+  const Model model =
+      test_util::UniformModel(4, 1000 * kNsPerUs, 2000 * kNsPerUs, 0, 0, 25'000'000);
+  auto schedule = MakeSchedule(ScheduleKind::k1F1B, 1, 1);
+  SimOptions o;
+  SimResult r = Simulate(model, c, *schedule, o).value();
+  EXPECT_EQ(r.optimizer_ns, 3'750'000);
+  EXPECT_TRUE(r.optimizer_estimated);
+  EXPECT_EQ(r.iteration_ns, 3 * 1000 * kNsPerUs * 4 + 3'750'000);
+  bool noted = false;
+  for (const std::string& n : r.notes) noted = noted || n.find("optimizer step estimated") == 0;
+  EXPECT_TRUE(noted);
+  // ZeRO 1 over d = 2: half the parameters each.
+  o.memory.zero = 1;
+  o.data_parallel = 2;
+  EXPECT_EQ(Simulate(model, c, *schedule, o)->optimizer_ns, 1'875'000);
+  // A given time wins; the estimate can be turned off.
+  o = SimOptions{};
+  o.optimizer_step_ns = 1'000;
+  r = Simulate(model, c, *schedule, o).value();
+  EXPECT_EQ(r.optimizer_ns, 1'000);
+  EXPECT_FALSE(r.optimizer_estimated);
+  o = SimOptions{};
+  o.estimate_optimizer_step = false;
+  EXPECT_EQ(Simulate(model, c, *schedule, o)->optimizer_ns, 0);
 }
 
 }  // namespace

@@ -191,7 +191,8 @@ TimeNs PipelineSpan(const Schedule& schedule, EngineTotals* totals, SimResult* r
 
 // Bubbles, peak memory and all-reduce from the engine's totals.
 void PipelineMetrics(const Cluster& cluster, const Schedule& schedule, const SimOptions& options,
-                     EngineTotals* totals, SimResult* result) {
+                     const StageCostTable& table, const std::vector<StageLayers>& partition,
+                     const std::vector<StageCost>& costs, EngineTotals* totals, SimResult* result) {
   SimResult& r = *result;
   const int p = schedule.num_ranks;
   const int k_iter = schedule.iterations;
@@ -221,8 +222,11 @@ void PipelineMetrics(const Cluster& cluster, const Schedule& schedule, const Sim
     sr.peak_memory_bytes = sr.memory.weights + sr.memory.stashed_weights + sr.memory.gradients +
                            sr.memory.optimizer + sr.memory.gathered_weights + t.peak_live;
     sr.fits_memory = r.memory_limit_bytes <= 0 || sr.peak_memory_bytes <= r.memory_limit_bytes;
-    internal::TailCollectives(cluster, p, options, &sr);
+    internal::TailCollectives(cluster, schedule, table, partition, costs, options, &sr);
     r.allreduce_ns = std::max(r.allreduce_ns, sr.allreduce_ns);
+    r.allreduce_hidden_ns = std::max(r.allreduce_hidden_ns, sr.allreduce_hidden_ns);
+    r.optimizer_ns = std::max(r.optimizer_ns, sr.optimizer_ns);
+    r.overlap_grad_reduce = r.overlap_grad_reduce || sr.grad_buckets > 0;
     r.allgather_ns = std::max(r.allgather_ns, sr.allgather_ns);
     r.sharding_exposed_ns = std::max(r.sharding_exposed_ns, sr.sharding_exposed_ns);
     r.tp_comm_ns = std::max(r.tp_comm_ns, sr.tp_comm_ns);
@@ -230,7 +234,7 @@ void PipelineMetrics(const Cluster& cluster, const Schedule& schedule, const Sim
   }
   r.bubble_ratio = sum_ratio / p;
   r.bubble_fraction_of_ideal = sum_busy > 0 ? sum_idle / sum_busy : 0.0;
-  r.optimizer_ns = options.optimizer_step_ns;
+  r.optimizer_estimated = options.optimizer_step_ns == 0 && r.optimizer_ns > 0;
   r.iteration_ns = end + r.optimizer_ns + r.allgather_ns;
 }
 
@@ -259,9 +263,21 @@ void Throughput(const Model& model, const Cluster& cluster, const Schedule& sche
 
 // Everything after the replay: metrics, the critical path and notes.
 void Metrics(const Model& model, const Cluster& cluster, const Schedule& schedule,
-             const SimOptions& options, const std::vector<StageCost>& costs, EngineTotals* totals,
-             SimResult* result) {
-  PipelineMetrics(cluster, schedule, options, totals, result);
+             const SimOptions& options, const StageCostTable& table,
+             const std::vector<StageLayers>& partition, const std::vector<StageCost>& costs,
+             EngineTotals* totals, SimResult* result) {
+  PipelineMetrics(cluster, schedule, options, table, partition, costs, totals, result);
+  if (result->optimizer_estimated) {
+    // options.memory is one GPU's share at t > 1: the note gives the bytes
+    // of a whole parameter.
+    result->notes.push_back(fmt::format(
+        "optimizer step estimated at {:.3f} ms: {:g} bytes per parameter (gradient read, main "
+        "parameters and Adam moments read and written, parameters written) over {:g}% of {:g} "
+        "GB/s HBM; give --optimizer-step-us to use a measured time",
+        NsToMs(result->optimizer_ns),
+        internal::OptimizerBytesPerParam(options.memory) * options.tensor_parallel,
+        internal::kOptimizerMemoryEfficiency * 100, cluster.gpu.memory_bandwidth_gbps));
+  }
   if (options.record_timeline && !result->ops.empty()) {
     result->critical_path = ComputeCriticalPath(schedule, result->ops, result->transfers);
     for (const CriticalStep& step : result->critical_path->steps) {
@@ -358,7 +374,7 @@ Result<SimResult> SimulateWith(EngineFn engine, const Model& model, const Cluste
   totals.ranks.assign(schedule.num_ranks, RankTotals{});
   totals.iteration_end_ns.assign(schedule.iterations, 0);
   PIPECAST_RETURN_IF_ERROR(engine(*grouped, schedule, costs, per_gpu, &result, &totals));
-  Metrics(model, *grouped, schedule, per_gpu, costs, &totals, &result);
+  Metrics(model, *grouped, schedule, per_gpu, table, *partition, costs, &totals, &result);
   return result;
 }
 

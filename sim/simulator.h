@@ -86,7 +86,27 @@ struct SimOptions {
   // Layers of each virtual stage; empty = balanced on forward+backward time.
   std::vector<StageLayers> partition;
   MemoryConfig memory;
-  TimeNs optimizer_step_ns = 0;  // 0 = not modelled
+  // The optimizer step's time; 0 = estimated from HBM bandwidth when
+  // estimate_optimizer_step (docs/simulator.md, "Optimizer step"), else 0.
+  TimeNs optimizer_step_ns = 0;
+  // With optimizer_step_ns 0: estimate the step as the bytes Adam touches per
+  // parameter (gradient read, main parameters and both moments read and
+  // written, model parameters written: 30 bytes for bf16 / fp32 main
+  // gradients / fp32 Adam) over 0.8 x the GPU's HBM bandwidth, per rank's
+  // parameters (/ d with ZeRO >= 1). No estimate when the GPU has no
+  // bandwidth. Off: the step costs 0, as before issue 15.
+  bool estimate_optimizer_step = true;
+  // Data-parallel gradient reduction overlapped with the backward in buckets
+  // (Megatron-LM --overlap-grad-reduce; docs/simulator.md "Overlapped
+  // gradient reduction"): each bucket's all-reduce (reduce-scatter at ZeRO 1)
+  // starts when the last micro-batch's backward has produced it, on the
+  // data-parallel link, while the rest of the backward runs; only the tail
+  // past the rank's last op adds to the iteration. Off: one collective after
+  // the rank's last op. Synchronous (flushing) schedules only.
+  bool overlap_grad_reduce = true;
+  // Parameters per bucket; 0 = Megatron-LM's default, max(40M, 1M x d)
+  // (DistributedDataParallelConfig.bucket_size).
+  int64_t grad_bucket_params = 0;
   // Activation recomputation (sim/stage_costs.h): off; selective (the
   // attention core, Korthikanti et al. 2022); full (Megatron-LM
   // --recompute-granularity full: each layer's input kept, layers rerun one at
@@ -175,6 +195,11 @@ struct StageResult {
   // Tensor-parallel communication inside this rank's ops, per iteration
   // (inside busy_ns); 0 at t = 1.
   TimeNs tp_comm_ns = 0;
+  // Of the gradient reduction, the time hidden behind the backward when
+  // overlap_grad_reduce (allreduce_ns is the exposed rest), and its buckets.
+  TimeNs allreduce_hidden_ns = 0;
+  int grad_buckets = 0;
+  TimeNs optimizer_ns = 0;                    // this rank's optimizer step
   int weight_versions = 1;                    // weight versions held at once (PipeDream: p - s)
   std::vector<MemorySample> memory_timeline;  // when record_timeline
 };
@@ -199,6 +224,9 @@ struct SimResult {
   TimeNs tp_comm_ns = 0;           // largest per-rank tp_comm_ns
   int zero = 0;                    // the ZeRO level simulated
   TimeNs optimizer_ns = 0;
+  bool optimizer_estimated = false;     // optimizer_ns estimated from HBM bandwidth
+  TimeNs allreduce_hidden_ns = 0;       // largest per-rank allreduce_hidden_ns
+  bool overlap_grad_reduce = false;     // the gradient reduction overlapped the backward
   double bubble_ratio = 0;              // mean over ranks of 1 - busy/span (R1)
   double bubble_fraction_of_ideal = 0;  // sum idle / sum busy (Megatron, R2)
   double samples_per_s = 0;

@@ -280,6 +280,16 @@ std::vector<Case> Catalogue() {
                   "analytic --name x --layers 2 --hidden 64 --heads 8 --seq 8 --vocab 8 "
                   "--matmul-efficiency nan",
                   1, "--matmul-efficiency nan must be in (0, 1]"));
+  c.push_back(Row("profiler_tensor_parallel_not_dividing_heads", kProfiler, {},
+                  "analytic --name x --layers 2 --hidden 64 --heads 8 --seq 8 --vocab 8 "
+                  "--tensor-parallel 1,3",
+                  1, "--tensor-parallel 3 does not divide --heads 8"));
+  c.push_back(Row("profiler_efficiency_with_matmul_model", kProfiler, {},
+                  "analytic --name x --layers 2 --hidden 64 --heads 8 --seq 8 --vocab 8 "
+                  "--time-model matmul --matmul-efficiency 0.4",
+                  1, "--matmul-efficiency applies to --time-model flat only"));
+  c.push_back(Row("flag_overlap_grad_reduce_value", kSimulator, {kGoodModel},
+                  "--model {dir}/m.json --overlap-grad-reduce maybe", 2, "--overlap-grad-reduce"));
   // Once built 100 million micro-batches (out of memory or hours); now a
   // bound in MakeSchedule (sim/schedule.cc).
   c.push_back(Row("absurd_microbatch_count", kSimulator, {kGoodModel},

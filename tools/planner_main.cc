@@ -99,8 +99,18 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--threads", f.threads, "simulation threads (0 = every core)")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--optimizer-step-us", f.optimizer_step_us, "optimizer step time, in us")
+  app.add_option("--optimizer-step-us", f.optimizer_step_us,
+                 "optimizer step time, in us (default: estimated from HBM bandwidth and the bytes "
+                 "Adam touches per parameter, docs/simulator.md)")
       ->check(pipecast::FiniteRange(pipecast::kMaxStepUs, "microseconds"));
+  app.add_option("--overlap-grad-reduce", f.overlap_grad_reduce,
+                 "on: the data-parallel gradient reduction runs in buckets beside the backward "
+                 "(Megatron-LM's --overlap-grad-reduce); off: after the last op")
+      ->check(pipecast::OneOf({"on", "off"}))
+      ->capture_default_str();
+  app.add_option("--grad-bucket-params", f.grad_bucket_params,
+                 "parameters per gradient bucket (default: Megatron-LM's max(40M, 1M x d))")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 50));
   app.add_option("--precision", f.precision,
                  "training precision, for bytes per parameter: bf16, fp16 (mixed) or fp32 "
                  "(docs/simulator.md)")

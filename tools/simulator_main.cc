@@ -106,8 +106,20 @@ int main(int argc, char** argv) {
       "overlap tensor-parallel collectives with the matmuls (Megatron-LM --tp-comm-overlap; the "
       "model is in docs/simulator.md); needs --tensor-parallel > 1");
   CLI::Option* optimizer_step =
-      app.add_option("--optimizer-step-us", f.optimizer_step_us, "optimizer step time, in us")
+      app.add_option("--optimizer-step-us", f.optimizer_step_us,
+                     "optimizer step time, in us (default: estimated from HBM bandwidth and the "
+                     "bytes Adam touches per parameter, docs/simulator.md)")
           ->check(pipecast::FiniteRange(pipecast::kMaxStepUs, "microseconds"));
+  CLI::Option* overlap_grad_reduce =
+      app.add_option("--overlap-grad-reduce", f.overlap_grad_reduce,
+                     "on: the data-parallel gradient reduction runs in buckets beside the "
+                     "backward (Megatron-LM's --overlap-grad-reduce); off: after the last op")
+          ->check(pipecast::OneOf({"on", "off"}))
+          ->capture_default_str();
+  CLI::Option* grad_bucket_params =
+      app.add_option("--grad-bucket-params", f.grad_bucket_params,
+                     "parameters per gradient bucket (default: Megatron-LM's max(40M, 1M x d))")
+          ->check(CLI::Range(int64_t{1}, int64_t{1} << 50));
   CLI::Option* precision = app.add_option("--precision", f.precision,
                                           "training precision, for bytes per parameter: bf16, fp16 "
                                           "(mixed) or fp32 (docs/simulator.md)")
@@ -152,12 +164,29 @@ int main(int argc, char** argv) {
       "replay a plan.json (from planner --out): its schedule, partition, micro-batch size, "
       "data-parallel and tensor-parallel degrees, recomputation and cluster; --model is still "
       "required");
-  for (CLI::Option* fixed :
-       {stages,          microbatches,      schedule,        chunks,         recompute,
-        microbatch_size, partition,         cluster,         memory_gb,      data_parallel,
-        tensor_parallel, sequence_parallel, tp_comm_overlap, optimizer_step, schedule_in,
-        precision,       optimizer,         grad_dtype,      zero,           memory_reserve,
-        memory_headroom}) {
+  for (CLI::Option* fixed : {stages,
+                             microbatches,
+                             schedule,
+                             chunks,
+                             recompute,
+                             microbatch_size,
+                             partition,
+                             cluster,
+                             memory_gb,
+                             data_parallel,
+                             tensor_parallel,
+                             sequence_parallel,
+                             tp_comm_overlap,
+                             optimizer_step,
+                             overlap_grad_reduce,
+                             grad_bucket_params,
+                             schedule_in,
+                             precision,
+                             optimizer,
+                             grad_dtype,
+                             zero,
+                             memory_reserve,
+                             memory_headroom}) {
     plan->excludes(fixed);
   }
   app.add_flag("--json", f.json, "print one JSON object instead of the summary");

@@ -149,7 +149,7 @@ Result<ValidationResult> RunValidation(const ValidatorOptions& options, Backend*
         "(predicted {}) is not executed, so times compare the pipeline span",
         plan->data_parallel, TimeText(static_cast<double>(out.predicted.allreduce_ns))));
   }
-  if (plan->optimizer_step_ns > 0) {
+  if (plan->optimizer_step_ns > 0 || out.predicted.optimizer_ns > 0) {
     out.notes.push_back("the optimizer step is not executed; times compare the pipeline span");
   }
   if (!plan->schedule.flush) {

@@ -28,6 +28,9 @@ struct AnalyticFlags {
   AnalyticOptions options;
   bool rotary_positions = false;
   std::string attention = "flash";
+  std::string time_model;                // empty: matmul, or flat when --matmul-efficiency is given
+  bool matmul_efficiency_given = false;  // --matmul-efficiency on the command line
+  std::vector<int> tensor_parallel = {1};
   std::string out;  // empty: stdout
 };
 
@@ -36,12 +39,28 @@ int RunAnalytic(const AnalyticFlags& flags) {
   spec.learned_positions = !flags.rotary_positions;
   AnalyticOptions options = flags.options;
   options.attention = flags.attention == "eager" ? Attention::kEager : Attention::kFlash;
+  // --matmul-efficiency is a parameter of the flat model: giving it alone
+  // selects that model, as before the matmul model existed.
+  if (flags.time_model == "matmul" && flags.matmul_efficiency_given) {
+    fmt::print(stderr,
+               "profiler: error: --matmul-efficiency applies to --time-model flat only; the matmul "
+               "model takes its efficiencies from the GPU's table (docs/calibration.md)\n");
+    return kExitBadInput;
+  }
+  const bool flat =
+      flags.time_model == "flat" || (flags.time_model.empty() && flags.matmul_efficiency_given);
+  options.time_model = flat ? TimeModel::kFlat : TimeModel::kMatmul;
   Result<Model> model = EstimateTransformer(spec, options);
   if (!model.ok()) {
     fmt::print(stderr, "profiler: error: {}\n", model.status().message());
     return kExitBadInput;
   }
-  const std::string text = ModelToJson(*model);
+  Result<std::string> written = EstimateTransformerJson(spec, options, flags.tensor_parallel);
+  if (!written.ok()) {
+    fmt::print(stderr, "profiler: error: {}\n", written.status().message());
+    return kExitBadInput;
+  }
+  const std::string& text = *written;
   if (flags.out.empty()) {
     std::fwrite(text.data(), 1, text.size(), stdout);
     return kExitOk;
@@ -88,8 +107,20 @@ CLI::App* AddAnalytic(CLI::App& app, AnalyticFlags& f) {
                 "rotary position embeddings: no learned position table (LLaMA)");
   cmd->add_flag("--tied-embeddings", s.tied_embeddings,
                 "lm_head reuses the token embedding table (no extra parameters)");
+  cmd->add_option("--time-model", f.time_model,
+                  "matmul (each product timed from its shape with wave quantisation, calibrated "
+                  "in docs/calibration.md; the default) or flat (every FLOP at "
+                  "--matmul-efficiency of peak; the default when --matmul-efficiency is given)")
+      ->check(CLI::IsMember({"matmul", "flat"}));
   cmd->add_option("--matmul-efficiency", o.matmul_efficiency,
-                  "share of peak TFLOP/s reached by matrix products")
+                  "flat time model: share of peak TFLOP/s reached by matrix products")
+      ->capture_default_str()
+      ->each([&f](const std::string&) { f.matmul_efficiency_given = true; });
+  cmd->add_option("--tensor-parallel", f.tensor_parallel,
+                  "tensor-parallel degrees to write per-GPU profiles for, e.g. 1,2,4,8 (t > 1 "
+                  "with sequence_parallel false and true; keys in docs/formats.md); 1 writes "
+                  "today's single-GPU profiles only")
+      ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--memory-efficiency", o.memory_efficiency,
                   "share of HBM bandwidth reached by element-wise kernels")

@@ -79,15 +79,85 @@ void ApplyPerOpCollectives(const Model& model, const Cluster& cluster, const Sch
   }
 }
 
-void TailCollectives(const Cluster& cluster, int ranks, const SimOptions& options,
-                     StageResult* sr) {
+int64_t DefaultGradBucketParams(int d) {
+  return std::max<int64_t>(40'000'000, int64_t{1'000'000} * d);
+}
+
+double OptimizerBytesPerParam(const MemoryConfig& memory) {
+  return memory.gradient_bytes_per_param + 2 * memory.optimizer_bytes_per_param +
+         memory.weight_bytes_per_param;
+}
+
+TimeNs EstimateOptimizerStepNs(const Cluster& cluster, const SimOptions& options,
+                               int64_t parameters) {
+  const double bandwidth = cluster.gpu.memory_bandwidth_gbps * 1e9 * kOptimizerMemoryEfficiency;
+  if (bandwidth <= 0) return 0;
+  const double shards = options.memory.zero >= 1 ? options.data_parallel : 1;
+  const double bytes =
+      static_cast<double>(parameters) / shards * OptimizerBytesPerParam(options.memory);
+  return static_cast<TimeNs>(std::llround(bytes / bandwidth * 1e9));
+}
+
+namespace {
+
+// The buckets of rank `sr` (TailCollectives' contract).
+std::vector<GradBucket> RankBuckets(const Schedule& schedule, const StageCostTable& table,
+                                    const std::vector<StageLayers>& partition,
+                                    const std::vector<StageCost>& costs, int64_t bucket_params,
+                                    const StageResult& sr) {
+  const Action& last = schedule.actions[sr.rank].back();
+  const TimeNs duration = costs[last.stage].DurationNs(last.kind);
+  const TimeNs op_start = sr.last_end_ns - duration;
+  const bool produces_gradients =
+      last.kind == OpKind::kBackward || last.kind == OpKind::kBackwardWeight;
+  std::vector<GradBucket> buckets;
+  for (int s = static_cast<int>(partition.size()) - 1; s >= 0; --s) {
+    if (schedule.stage_rank[s] != sr.rank) continue;
+    const StageLayers& layers = partition[s];
+    const bool timed = produces_gradients && s == last.stage;
+    auto share_of = [&](int l) {
+      const LayerCost& c = table.Layer(l);
+      return static_cast<double>(last.kind == OpKind::kBackwardWeight ? c.backward_weight_ns
+                                                                      : c.backward_ns);
+    };
+    double total = 0;
+    for (int l = layers.first_layer; l <= layers.last_layer; ++l) total += share_of(l);
+    double done = 0;  // backward time of the layers after l, inclusive
+    GradBucket open;
+    for (int l = layers.last_layer; l >= layers.first_layer; --l) {
+      done += share_of(l);
+      open.parameters += table.Stage(StageLayers{l, l}).parameters;
+      open.ready_ns =
+          timed && total > 0
+              ? op_start +
+                    static_cast<TimeNs>(std::llround(static_cast<double>(duration) * done / total))
+              : op_start;
+      if (open.parameters >= bucket_params || l == layers.first_layer) {
+        if (open.parameters > 0) buckets.push_back(open);
+        open = GradBucket{};
+      }
+    }
+  }
+  return buckets;
+}
+
+}  // namespace
+
+void TailCollectives(const Cluster& cluster, const Schedule& schedule, const StageCostTable& table,
+                     const std::vector<StageLayers>& partition, const std::vector<StageCost>& costs,
+                     const SimOptions& options, StageResult* sr) {
   const int d = options.data_parallel;
   const MemoryConfig& memory = options.memory;
-  const Link& link = DataParallelLink(cluster, ranks, sr->rank, d);
+  const Link& link = DataParallelLink(cluster, schedule.num_ranks, sr->rank, d);
   const Bytes gradients = ParameterBytes(sr->parameters, memory.gradient_bytes_per_param);
   const Bytes weights = ParameterBytes(sr->parameters, memory.weight_bytes_per_param);
   sr->allreduce_ns = 0;
   sr->allgather_ns = 0;
+  sr->allreduce_hidden_ns = 0;
+  sr->grad_buckets = 0;
+  sr->optimizer_ns = options.optimizer_step_ns > 0 || !options.estimate_optimizer_step
+                         ? options.optimizer_step_ns
+                         : EstimateOptimizerStepNs(cluster, options, sr->parameters);
   switch (memory.zero) {
     case 0:
       sr->allreduce_ns = RingAllReduceNs(gradients, d, link);
@@ -102,6 +172,25 @@ void TailCollectives(const Cluster& cluster, int ranks, const SimOptions& option
     default:  // level 3: parameters are gathered before each op instead
       break;
   }
+  const bool overlapped = options.overlap_grad_reduce && memory.zero <= 1 && d > 1 &&
+                          schedule.flush && schedule.iterations == 1 &&
+                          !schedule.actions[sr->rank].empty();
+  if (!overlapped) return;
+  const int64_t bucket_params =
+      options.grad_bucket_params > 0 ? options.grad_bucket_params : DefaultGradBucketParams(d);
+  const std::vector<GradBucket> buckets =
+      RankBuckets(schedule, table, partition, costs, bucket_params, *sr);
+  const auto collective = [&](Bytes bytes) {
+    return memory.zero == 0 ? RingAllReduceNs(bytes, d, link) : RingHalfNs(bytes, d, link);
+  };
+  const TimeNs end = BucketedReductionEndNs(buckets, memory.gradient_bytes_per_param, collective);
+  TimeNs busy = 0;
+  for (const GradBucket& b : buckets) {
+    busy += collective(ParameterBytes(b.parameters, memory.gradient_bytes_per_param));
+  }
+  sr->grad_buckets = static_cast<int>(buckets.size());
+  sr->allreduce_ns = std::max<TimeNs>(0, end - sr->last_end_ns);
+  sr->allreduce_hidden_ns = std::max<TimeNs>(0, busy - sr->allreduce_ns);
 }
 
 }  // namespace pipecast::internal

@@ -6,10 +6,13 @@
 #ifndef PIPECAST_SIM_INTERNAL_DATA_PARALLEL_H_
 #define PIPECAST_SIM_INTERNAL_DATA_PARALLEL_H_
 
+#include <algorithm>
+#include <cstdint>
 #include <vector>
 
 #include "base/units.h"
 #include "sim/cluster.h"
+#include "sim/memory.h"
 #include "sim/model.h"
 #include "sim/partition.h"
 #include "sim/schedule.h"
@@ -42,10 +45,70 @@ void ApplyPerOpCollectives(const Model& model, const Cluster& cluster, const Sch
                            const SimOptions& options, const std::vector<StageLayers>& partition,
                            std::vector<StageCost>* costs, SimResult* result);
 
+// Megatron-LM's default gradient bucket: max(40M, 1M x d) parameters
+// (DistributedDataParallelConfig.bucket_size).
+int64_t DefaultGradBucketParams(int d);
+
+// One gradient bucket: the parameters of consecutive layers, reduced
+// together once the backward has produced all of them.
+struct GradBucket {
+  int64_t parameters = 0;
+  TimeNs ready_ns = 0;  // when its last gradient is produced
+};
+
+// The buckets' collectives, issued in ready order one after another on one
+// link: each starts at max(its ready time, the previous one's end). Returns
+// when the last ends; 0 buckets: 0. `collective_ns(bytes)` is one bucket's
+// time.
+template <typename CollectiveNs>
+TimeNs BucketedReductionEndNs(std::vector<GradBucket> buckets, double bytes_per_param,
+                              CollectiveNs collective_ns);
+
 // The collectives after rank `sr`'s last op (allreduce_ns: the all-reduce at
 // level 0, the reduce-scatter at 1) and after the optimizer step
-// (allgather_ns: the parameter all-gather at levels 1 and 2).
-void TailCollectives(const Cluster& cluster, int ranks, const SimOptions& options, StageResult* sr);
+// (allgather_ns: the parameter all-gather at levels 1 and 2). With
+// options.overlap_grad_reduce on a flushing schedule of one iteration, the
+// level 0 and 1 reduction runs in buckets beside the backward and
+// allreduce_ns is only its exposed tail (allreduce_hidden_ns the rest):
+// buckets are filled from the rank's last layer backwards; a bucket of the
+// stage of the rank's last op (B, or W with a split backward) is ready when
+// that op has run the backward of its layers (layer shares of the op by
+// their backward, or weight-gradient, time); a bucket of the rank's other
+// stages when that op starts. Also fills the rank's optimizer step estimate
+// (SimOptions::estimate_optimizer_step).
+// REQUIRES: sr->last_end_ns is the end of the rank's last op; costs[s] is
+// stage s of `partition`; table is the one `costs` came from.
+void TailCollectives(const Cluster& cluster, const Schedule& schedule, const StageCostTable& table,
+                     const std::vector<StageLayers>& partition, const std::vector<StageCost>& costs,
+                     const SimOptions& options, StageResult* sr);
+
+// The optimizer step of a rank holding `parameters` (docs/simulator.md,
+// "Optimizer step"): bytes Adam touches per parameter (gradient read, main
+// parameters and moments read and written, model parameters written) over
+// kOptimizerMemoryEfficiency x HBM bandwidth; / d with ZeRO >= 1. 0 when the
+// GPU has no bandwidth.
+TimeNs EstimateOptimizerStepNs(const Cluster& cluster, const SimOptions& options,
+                               int64_t parameters);
+// Bytes the optimizer step touches per parameter: gradient + 2 x optimizer
+// state (read and written) + weight (written): 4 + 2 x 12 + 2 = 30 by default.
+double OptimizerBytesPerParam(const MemoryConfig& memory);
+// Share of HBM bandwidth the optimizer's streaming kernels reach (the
+// analytic profiler's memory_efficiency: BabelStream-like kernels, 80-90%).
+inline constexpr double kOptimizerMemoryEfficiency = 0.8;
+
+template <typename CollectiveNs>
+TimeNs BucketedReductionEndNs(std::vector<GradBucket> buckets, double bytes_per_param,
+                              CollectiveNs collective_ns) {
+  std::stable_sort(buckets.begin(), buckets.end(), [](const GradBucket& a, const GradBucket& b) {
+    return a.ready_ns < b.ready_ns;
+  });
+  TimeNs free = 0;
+  for (const GradBucket& b : buckets) {
+    const TimeNs start = std::max(free, b.ready_ns);
+    free = start + collective_ns(ParameterBytes(b.parameters, bytes_per_param));
+  }
+  return free;
+}
 
 }  // namespace pipecast::internal
 

@@ -1,0 +1,90 @@
+// The matmul-aware time model of the analytic profiler: how long one matrix
+// product (m, n, k) or one FlashAttention call takes on a GPU, from the
+// GPU's datasheet and a small per-GPU table (docs/calibration.md).
+//
+// A product C[m x n] = A[m x k] * B[k x n] runs as output tiles of
+// kTileRows x kTileCols, one thread block per SM at a time (cuBLAS/CUTLASS
+// bf16 kernels on Ampere and Hopper). Its time is a roofline:
+//   compute = waves * 2 * kTileRows * kTileCols * (k + kTileOverheadK)
+//             / (peak / SMs * mainloop_efficiency)
+//   waves   = ceil(tiles / SMs), tiles = batch * ceil(m / 128) * ceil(n / 256)
+//             (the orientation with fewer waves, as cuBLAS's heuristics pick)
+//   memory  = element_bytes * batch * (m*k + k*n + m*n) / (HBM bandwidth * memory_efficiency)
+//   time    = max(compute, memory)
+// so small products run below peak three ways: a partly filled last wave
+// (wave quantisation), a tile's fixed prologue and epilogue (kTileOverheadK,
+// which matters when k is small), and HBM bandwidth when m or n is small.
+//
+// Units: seconds, FLOPs, bytes. Stateless; safe from several threads.
+#ifndef PIPECAST_PROFILER_MATMUL_MODEL_H_
+#define PIPECAST_PROFILER_MATMUL_MODEL_H_
+
+#include <cstdint>
+#include <string>
+
+#include "sim/cluster.h"
+
+namespace pipecast {
+
+// Output tile of one thread block: 128 x 256, the largest bf16 tile cuBLAS
+// and CUTLASS use on A100 and H100 (NVIDIA, "Matrix Multiplication Background
+// User's Guide", sec. 2.3 and 3.2).
+inline constexpr double kTileRows = 128;
+inline constexpr double kTileCols = 256;
+// A tile's fixed cost (filling the software pipeline, writing the output
+// tile) as extra k-columns of mainloop work: fitted to the H100 square bf16
+// sweep of docs/calibration.md (1024^3 reaches 176 TFLOP/s, not 790).
+inline constexpr double kTileOverheadK = 128;
+
+// The per-GPU table (docs/calibration.md, "GEMM table").
+struct GemmPreset {
+  std::string gpu;                   // GpuSpec::name it applies to; "generic" when none matched
+  int sms = 0;                       // streaming multiprocessors
+  double mainloop_efficiency;        // share of per-SM peak in a tile's mainloop
+  double flash_forward_efficiency;   // FlashAttention forward, share of peak
+  double flash_backward_efficiency;  // FlashAttention backward, share of peak
+  std::string source;                // where the numbers come from
+};
+
+// The table row for `gpu` (matched by GpuSpec::name: A100-SXM4-80GB,
+// H100 80GB HBM3, H200), or the "generic" row (the H100's figures with the
+// GPU's own peak and bandwidth, 132 SMs) for any other GPU; the row says so.
+GemmPreset GemmPresetFor(const GpuSpec& gpu);
+
+// One product, or `batch` independent products of the same shape in one
+// kernel (batched GEMM: the attention scores of every head).
+struct Gemm {
+  double m = 0, n = 0, k = 0;
+  double batch = 1;
+  double Flops() const { return 2 * m * n * k * batch; }
+};
+
+struct GemmTime {
+  double seconds = 0;
+  double compute_seconds = 0;
+  double memory_seconds = 0;
+  double waves = 0;
+  double tiles = 0;
+};
+
+// Rates of one GPU for the model: its peak, its bandwidth, the preset.
+struct GemmRates {
+  double peak_flops_per_s = 0;  // dense bf16 peak
+  double hbm_bytes_per_s = 0;   // HBM bandwidth reached (datasheet x memory_efficiency)
+  double element_bytes = 2;     // bytes per matrix element
+  GemmPreset preset;
+};
+
+// The roofline time of `gemm` (header comment). REQUIRES: m, n, k, batch >= 1
+// or the product is empty (then 0).
+GemmTime TimeGemm(const GemmRates& rates, const Gemm& gemm);
+
+// A FlashAttention call over `flops` FLOPs (4*s^2*h per sample in the
+// forward; the backward recomputes the scores and forms three gradients:
+// 2.5 x the forward's), at the table's efficiency; `causal` halves the work
+// (blocks above the diagonal are skipped).
+double FlashSeconds(const GemmRates& rates, double forward_flops, bool backward, bool causal);
+
+}  // namespace pipecast
+
+#endif  // PIPECAST_PROFILER_MATMUL_MODEL_H_
