@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "sim/cluster.h"
+
 namespace pipecast {
 namespace {
 
