@@ -7,8 +7,11 @@
 #include <algorithm>
 #include <functional>
 #include <limits>
+#include <map>
+#include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 
 #include "planner/passes.h"
 #include "sim/schedule_traits.h"
@@ -99,27 +102,29 @@ MemoryParts StageParts(const Model& model, const StageCostTable& t, const Candid
 }
 
 // Fixed() of every (first, last) a search asks for, computed once: the
-// partition's dynamic programme asks for each range once per stage.
+// partition's dynamic programme asks for each range once per stage. Valid
+// for every candidate with the key's micro-batch size, recomputation, t,
+// sequence parallelism, d and ZeRO level.
 class FixedCache {
  public:
-  FixedCache(const Model& model, const StageCostTable& t, const Candidate& c,
+  FixedCache(const Model& model, const StageCostTable& t, const Candidate& key,
              const MemoryConfig& memory)
       : model_(model),
         t_(t),
-        c_(c),
+        key_(key),
         memory_(memory),
         n_(t.NumLayers()),
         entries_(static_cast<size_t>(n_) * n_) {}
-  MemoryParts Parts(int stage, int first, int last) {
+  MemoryParts Parts(const Candidate& c, int stage, int first, int last) {
     std::optional<FixedParts>& e = entries_[static_cast<size_t>(first) * n_ + last];
-    if (!e) e = Fixed(model_, t_, c_, memory_, first, last);
-    return PartsAt(*e, c_, stage);
+    if (!e) e = Fixed(model_, t_, key_, memory_, first, last);
+    return PartsAt(*e, c, stage);
   }
 
  private:
   const Model& model_;
   const StageCostTable& t_;
-  const Candidate& c_;
+  Candidate key_;  // its zero, d and t
   const MemoryConfig& memory_;
   int n_;
   std::vector<std::optional<FixedParts>> entries_;
@@ -199,9 +204,40 @@ std::string BindingPart(const MemoryParts& parts, const Candidate& c) {
                      hint.empty() ? "" : " — ", hint);
 }
 
+struct PartitionMemo::Impl {
+  struct Entry {
+    Entry(const Model& model, const Candidate& c, const MemoryConfig& memory)
+        : table(model, c.CostOptions()), cache(model, table, c, memory) {}
+    StageCostTable table;
+    FixedCache cache;
+  };
+  using Key = std::tuple<int, Recompute, int, bool, int, int>;
+  std::tuple<int, bool, int> scope{-1, false, -1};  // (t, sp, d) of the entries
+  std::map<Key, std::unique_ptr<Entry>> entries;
+
+  Entry& Get(const Model& model, const Candidate& c, const MemoryConfig& memory) {
+    const std::tuple<int, bool, int> now(c.tensor_parallel, c.sequence_parallel, c.data_parallel);
+    if (now != scope) {  // the enumeration moves on: keep memory bounded
+      entries.clear();
+      scope = now;
+    }
+    const Key key(c.microbatch_size, c.recompute, c.tensor_parallel, c.sequence_parallel,
+                  c.data_parallel, c.zero);
+    std::unique_ptr<Entry>& e = entries[key];
+    if (!e) e = std::make_unique<Entry>(model, c, memory);
+    return *e;
+  }
+};
+
+PartitionMemo::PartitionMemo() : impl(std::make_unique<Impl>()) {}
+PartitionMemo::~PartitionMemo() = default;
+
 bool PartitionForMemory(const Model& model, const MemoryConfig& memory, Bytes capacity,
-                        Candidate* c, Rejection* rejection) {
-  const StageCostTable t(model, c->CostOptions());
+                        Candidate* c, Rejection* rejection, PartitionMemo* memo) {
+  std::optional<PartitionMemo::Impl::Entry> own;
+  PartitionMemo::Impl::Entry& entry =
+      memo != nullptr ? memo->impl->Get(model, *c, memory) : own.emplace(model, *c, memory);
+  const StageCostTable& t = entry.table;
   const int n = t.NumLayers();
   const int p = c->pipeline_stages;
   auto time = [&](int, int first, int last) { return t.TrainingTimeNs(StageLayers{first, last}); };
@@ -212,9 +248,8 @@ bool PartitionForMemory(const Model& model, const MemoryConfig& memory, Bytes ca
     c->partition = MinMaxSplit(n, c->VirtualStages(), time, [](int, int, int) { return true; });
     return true;
   }
-  FixedCache cache(model, t, *c, memory);
   auto mem = [&](int stage, int first, int last) {
-    return cache.Parts(stage, first, last).Total();
+    return entry.cache.Parts(*c, stage, first, last).Total();
   };
   auto fits = [&](int stage, int first, int last) {
     return capacity <= 0 || mem(stage, first, last) <= capacity;

@@ -3,6 +3,7 @@
 #ifndef PIPECAST_PLANNER_PASSES_H_
 #define PIPECAST_PLANNER_PASSES_H_
 
+#include <memory>
 #include <vector>
 
 #include "planner/planner.h"
@@ -64,8 +65,21 @@ std::string BindingPart(const MemoryParts& parts, const Candidate& c);
 // fits in `capacity` (the memory limit, capacity - reserve - margin; 0 =
 // unlimited). Returns false and fills `rejection` (kOutOfMemory, with the
 // closest miss and the part that binds) when no split fits.
+// Stage costs and static bytes that PartitionForMemory shares between
+// candidates differing only in schedule and chunks (keyed by micro-batch
+// size, recomputation, t, sequence parallelism, d and ZeRO level; cleared
+// when (t, sp, d) changes, as the enumeration moves on). Not thread-safe.
+class PartitionMemo {
+ public:
+  PartitionMemo();
+  ~PartitionMemo();
+  struct Impl;
+  std::unique_ptr<Impl> impl;
+};
+
+// `memo`, when given, must only ever see one model and one `memory`.
 bool PartitionForMemory(const Model& model, const MemoryConfig& memory, Bytes capacity,
-                        Candidate* candidate, Rejection* rejection);
+                        Candidate* candidate, Rejection* rejection, PartitionMemo* memo = nullptr);
 
 // Fills lower_bound_ns for each candidate and sorts by it (ties by label).
 // The bound holds for any schedule with a flush and free communication: the

@@ -233,10 +233,11 @@ Result<PlanReport> RunPlanner(const Model& model, const Cluster& cluster,
         report.global_batch, options.gpus, report.rejected.front().detail));
   }
   std::vector<Candidate> fitting;
+  passes::PartitionMemo memo;
   for (Candidate& c : cands) {
     Rejection why;
-    if (passes::PartitionForMemory(model, options.memory, MemoryLimitBytes(cluster.gpu), &c,
-                                   &why)) {
+    if (passes::PartitionForMemory(model, options.memory, MemoryLimitBytes(cluster.gpu), &c, &why,
+                                   &memo)) {
       fitting.push_back(std::move(c));
     } else {
       report.rejected.push_back(std::move(why));
