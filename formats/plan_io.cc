@@ -403,6 +403,9 @@ Status ReadPredictedStage(const Reader& r, const json& stage, const std::string&
   PIPECAST_RETURN_IF_ERROR(o.Bool("fits_memory", &out->fits_memory));
   PIPECAST_RETURN_IF_ERROR(o.Int("parameters", kMaxBytes, &out->parameters));
   PIPECAST_RETURN_IF_ERROR(o.Time("allreduce_us", &out->allreduce_ns));
+  PIPECAST_RETURN_IF_ERROR(o.Time("allreduce_hidden_us", &out->allreduce_hidden_ns));
+  PIPECAST_RETURN_IF_ERROR(o.Int("grad_buckets", kMaxCount, &out->grad_buckets));
+  PIPECAST_RETURN_IF_ERROR(o.Time("optimizer_us", &out->optimizer_ns));
   PIPECAST_RETURN_IF_ERROR(o.Time("allgather_us", &out->allgather_ns));
   PIPECAST_RETURN_IF_ERROR(o.Time("sharding_exposed_us", &out->sharding_exposed_ns));
   PIPECAST_RETURN_IF_ERROR(o.Time("tp_comm_us", &out->tp_comm_ns));
@@ -427,6 +430,9 @@ Status ReadPredictedTotals(const OptionalReader& o, SimResult* p) {
   PIPECAST_RETURN_IF_ERROR(o.Time("pipeline_time_us", &p->pipeline_ns));
   PIPECAST_RETURN_IF_ERROR(o.Time("allreduce_time_us", &p->allreduce_ns));
   PIPECAST_RETURN_IF_ERROR(o.Time("optimizer_time_us", &p->optimizer_ns));
+  PIPECAST_RETURN_IF_ERROR(o.Bool("optimizer_estimated", &p->optimizer_estimated));
+  PIPECAST_RETURN_IF_ERROR(o.Time("allreduce_hidden_time_us", &p->allreduce_hidden_ns));
+  PIPECAST_RETURN_IF_ERROR(o.Bool("overlap_grad_reduce", &p->overlap_grad_reduce));
   PIPECAST_RETURN_IF_ERROR(o.Number("tokens_per_s", &p->tokens_per_s));
   PIPECAST_RETURN_IF_ERROR(o.Number("tflops_per_gpu", &p->tflops_per_gpu));
   PIPECAST_RETURN_IF_ERROR(o.Number("mfu", &p->mfu));

@@ -104,9 +104,6 @@ Json ResultJson(const SimResult& result) {
   j["pipeline_time_us"] = NsToUs(result.pipeline_ns);
   j["allreduce_time_us"] = NsToUs(result.allreduce_ns);
   j["optimizer_time_us"] = NsToUs(result.optimizer_ns);
-  j["optimizer_estimated"] = result.optimizer_estimated;
-  j["allreduce_hidden_time_us"] = NsToUs(result.allreduce_hidden_ns);
-  j["overlap_grad_reduce"] = result.overlap_grad_reduce;
   j["throughput_samples_per_s"] = result.samples_per_s;
   if (result.tokens_per_s) j["tokens_per_s"] = *result.tokens_per_s;
   if (result.tflops_per_gpu) j["tflops_per_gpu"] = *result.tflops_per_gpu;
@@ -129,6 +126,9 @@ Json ResultJson(const SimResult& result) {
   j["zero"] = result.zero;
   j["allgather_time_us"] = NsToUs(result.allgather_ns);
   j["sharding_exposed_time_us"] = NsToUs(result.sharding_exposed_ns);
+  j["optimizer_estimated"] = result.optimizer_estimated;
+  j["allreduce_hidden_time_us"] = NsToUs(result.allreduce_hidden_ns);
+  j["overlap_grad_reduce"] = result.overlap_grad_reduce;
   j["global_batch"] = result.global_batch;
   j["costs_measured"] = result.costs_measured;
   j["notes"] = result.notes;

@@ -325,7 +325,7 @@ std::vector<Case> Catalogue() {
           "--plan: {dir}/p.json: gpus: is 6, expected pipeline_stages x data_parallel = 1 x 8"));
   // Found by fuzz_plan: this message once came out as an internal error.
   c.push_back(Row("plan_actions_stage_without_forward", kSimulator,
-                  {{"p.json", Baseline(" 0B52 ", " 8B52 ")}},
+                  {{"p.json", Baseline(" 0B12 ", " 8B12 ")}},
                   "--model {ex}/gpt-7b.json --plan {dir}/p.json", 1,
                   "--plan: {dir}/p.json: actions: stage 1 has no forward (the largest stage index "
                   "is 8, so stages 0..8 exist)"));
@@ -491,7 +491,7 @@ std::vector<Case> Catalogue() {
   c.push_back(Row("validator_fault_op_not_in_plan", kValidator, {},
                   v7b + " --inject-fault throw:5F0", 1,
                   "--inject-fault: the plan has no op 5F0 (its ranks run stages 0-0, "
-                  "micro-batches 0-63, kinds F and B): name one of its ops"));
+                  "micro-batches 0-15, kinds F and B): name one of its ops"));
   c.push_back(Row("validator_unknown_cluster", kValidator, {}, v7b + " --cluster tpu-pod", 1,
                   "--cluster: cluster 'tpu-pod' is neither a preset"));
   // Found before the run, not after it: nothing written, nothing left.
