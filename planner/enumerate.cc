@@ -83,8 +83,11 @@ std::vector<Candidate> Enumerate(const Model& model, const PlannerOptions& optio
     const int d = options.gpus / p;
     for (int size : options.microbatch_sizes) {
       for (ScheduleKind schedule : options.schedules) {
-        const std::vector<int> chunk_counts =
-            TraitsOf(schedule).uses_chunks ? options.chunks : std::vector<int>{1};
+        const ScheduleTraits& traits = TraitsOf(schedule);
+        const std::vector<int> chunk_counts = traits.fixed_chunks > 0
+                                                  ? std::vector<int>{traits.fixed_chunks}
+                                              : traits.uses_chunks ? options.chunks
+                                                                   : std::vector<int>{1};
         for (int v : chunk_counts) {
           for (Recompute recompute : recompute_modes) {
             for (int zero : ZeroLevels(options, d)) {
