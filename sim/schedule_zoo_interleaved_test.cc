@@ -119,8 +119,8 @@ TEST(ScheduleZooInterleavedPyTorch, UnevenRoundsPutTheLargerOneFirst) {
                          "3F6 3B1 3F7 3B2 3F8 3B3 7F5 3B4 7F6 7B5"));
 }
 
-// Interleaved zero bubble with F = I = W per chunk op: each rank works 3·m·v; the closed form of
-// its longest span follows ZB-H1's, m·v(F+B+W) + (p-1)(F+B-W)/v... held against the simulator.
+// Interleaved zero bubble with F = 1, I = 1, W = 1 per chunk op: each rank works 3·m·v, and the
+// W ops it defers fill the cool-down that interleaved 1F1B (B = I + W) leaves idle.
 TEST(ScheduleZooInterleavedPyTorch, ZeroBubbleSplitsEveryBackward) {
   Schedule s = MakeOk(ScheduleKind::kInterleavedZB, 4, 8, 2);
   EXPECT_TRUE(s.split_backward);

@@ -517,8 +517,9 @@ void FillFromGreedy(Schedule& s, const std::vector<std::array<int, 4>>& pattern)
 // ZB-V (Qi et al. 2024, section 4; sail-sg zbv.py): the best of sail-sg's four fill variants
 // (W ops filling the bubble before input gradients and before forwards, or not), each retried
 // while its largest per-rank bubble shrinks, under a limit of 2p chunk activations (1F1B's
-// memory, p whole-model activations). With F = B = W and free communication it has no bubble
-// once m >= 2p... the closed form schedule_zoo_v_test.cc holds.
+// memory, p whole-model activations). With F = B = W per chunk op and free communication, for
+// m >= 2p, an iteration takes 6m + p - 1 ops: only the fill before the last rank's first
+// forward remains (schedule_zoo_v_test.cc).
 void BuildZBV(Schedule& s) {
   ZbvScheduler scheduler(s.num_ranks, s.num_microbatches);
   ZbvResult best;
@@ -542,11 +543,11 @@ void BuildZBV(Schedule& s) {
 }
 
 // V-Half (Qi et al. 2024; sail-sg zbv_greedy.py, stable_pattern_v_half): about half of 1F1B's
-// activation memory, p + 2 chunk activations on even p... held by schedule_zoo_v_test.cc.
+// activation memory, 2·((p+2)/2) chunk activations at peak (p + 2 for even p).
 void BuildVHalf(Schedule& s) { FillFromGreedy(s, PatternVHalf(s.num_ranks)); }
 
 // V-Min (Qi et al. 2024; sail-sg zbv_greedy.py, stable_pattern_v_min): about a third of 1F1B's
-// activation memory.
+// activation memory, 2·((p+4)/3) chunk activations at peak.
 void BuildVMin(Schedule& s) { FillFromGreedy(s, PatternVMin(s.num_ranks)); }
 
 }  // namespace pipecast::internal
