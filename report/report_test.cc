@@ -79,6 +79,7 @@ TEST(ReportTest, JsonHasExactlyTheDocumentedKeysInOrder) {
                                                "throughput_samples_per_s",
                                                "bubble_ratio",
                                                "bubble_fraction_of_ideal",
+                                               "zb_bubble_rate",
                                                "schedule",
                                                "ranks",
                                                "stages_count",
