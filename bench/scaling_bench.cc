@@ -94,8 +94,8 @@ int ChunksFor(ScheduleKind kind) {
   return fixed > 0 ? fixed : (UsesChunks(kind) ? kChunks : 1);
 }
 
-// The V family's generators are sail-sg's greedy heuristics, superlinear in m (V-Half: 1.7 s at
-// p = 64, m = 256; minutes past m = 1024): the larger grid points would spend the run, and the
+// The V family's generators are sail-sg's greedy heuristics, superlinear in m (V-Half: 0.5 s of CPU
+// at p = 64, m = 256; minutes past m = 1024): the larger grid points would spend the run, and the
 // registration, generating schedules, so those kinds run only up to this many micro-batches.
 constexpr int kMaxVMicrobatches = 256;
 

@@ -97,8 +97,8 @@ constexpr ScheduleTraits ZeroBubble(ScheduleKind kind, const char* name, const c
 // The V family (ZB-V, V-Half, V-Min; Qi et al. 2024): split backward, exactly two chunks per rank
 // in a V, any m >= 1. The partition pass balances the 2p chunks on time (as for every chunked
 // kind) and the simulate pass measures the peak. Searched by the planner when --schedules names
-// them: their generators are sail-sg's greedy heuristics, superlinear in m (V-Half: 1.7 s at
-// p = 64, m = 256), and the planner builds one schedule per candidate (docs/planner.md).
+// them: their generators are sail-sg's greedy heuristics, superlinear in m (V-Half: 0.5 s of CPU
+// at p = 64, m = 256), and the planner builds one schedule per candidate (docs/planner.md).
 constexpr ScheduleTraits VShape(ScheduleKind kind, const char* name, const char* source,
                                 void (*generate)(Schedule&)) {
   return {.kind = kind,
