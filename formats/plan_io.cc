@@ -428,6 +428,7 @@ Status ReadPredictedStage(const Reader& r, const json& stage, const std::string&
 // The prediction's whole-pipeline fields besides the required metrics.
 Status ReadPredictedTotals(const OptionalReader& o, SimResult* p) {
   PIPECAST_RETURN_IF_ERROR(o.Time("pipeline_time_us", &p->pipeline_ns));
+  PIPECAST_RETURN_IF_ERROR(o.Number("zb_bubble_rate", &p->zb_bubble_rate));
   PIPECAST_RETURN_IF_ERROR(o.Time("allreduce_time_us", &p->allreduce_ns));
   PIPECAST_RETURN_IF_ERROR(o.Time("optimizer_time_us", &p->optimizer_ns));
   PIPECAST_RETURN_IF_ERROR(o.Bool("optimizer_estimated", &p->optimizer_estimated));

@@ -110,6 +110,7 @@ Json ResultJson(const SimResult& result) {
   if (result.mfu) j["mfu"] = *result.mfu;
   j["bubble_ratio"] = result.bubble_ratio;
   j["bubble_fraction_of_ideal"] = result.bubble_fraction_of_ideal;
+  j["zb_bubble_rate"] = result.zb_bubble_rate;
   j["schedule"] = result.schedule_name;
   j["ranks"] = result.ranks;
   j["stages_count"] = result.stages;

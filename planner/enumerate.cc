@@ -147,8 +147,11 @@ void EnumerateAt(const PlannerOptions& options, int64_t global_batch, int t, boo
     if (options.data_parallel > 0 && d != options.data_parallel) continue;
     for (int size : options.microbatch_sizes) {
       for (ScheduleKind schedule : options.schedules) {
-        const std::vector<int> chunk_counts =
-            TraitsOf(schedule).uses_chunks ? options.chunks : std::vector<int>{1};
+        const ScheduleTraits& traits = TraitsOf(schedule);
+        const std::vector<int> chunk_counts = traits.fixed_chunks > 0
+                                                  ? std::vector<int>{traits.fixed_chunks}
+                                              : traits.uses_chunks ? options.chunks
+                                                                   : std::vector<int>{1};
         for (int v : chunk_counts) {
           for (Recompute recompute : recompute_modes) {
             for (int zero : ZeroLevels(options, d)) {

@@ -146,6 +146,10 @@ std::string ChosenText(const PlanReport& report, const Model& model) {
                      PercentText(r.bubble_ratio));
   out += fmt::format("  bubble/ideal         {} (Megatron-LM's bubble time fraction)\n",
                      PercentText(r.bubble_fraction_of_ideal));
+  out += fmt::format(
+      "  zero-bubble rate     {} (Qi et al.: 1 - busiest rank's work / longest rank "
+      "span)\n",
+      PercentText(r.zb_bubble_rate));
 
   out += "\n  layers per stage:\n";
   // With v chunks per rank, stages are virtual: say which rank holds each.
@@ -293,6 +297,7 @@ Json CandidateJson(const Candidate& c, const Model& model, bool with_predicted) 
   j["throughput_samples_per_s"] = r.samples_per_s;
   j["bubble_ratio"] = r.bubble_ratio;
   j["bubble_fraction_of_ideal"] = r.bubble_fraction_of_ideal;
+  j["zb_bubble_rate"] = r.zb_bubble_rate;
   j["peak_memory_bytes"] = c.PeakMemory();
   if (with_predicted) j["predicted"] = ResultJson(r);
   return j;

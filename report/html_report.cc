@@ -320,6 +320,9 @@ std::string HeadlineHtml(const SimResult& r, const Cluster& cluster) {
   out += Metric("bubble_fraction_of_ideal", r.bubble_fraction_of_ideal, "bubble/ideal",
                 PercentText(r.bubble_fraction_of_ideal),
                 "Megatron-LM's bubble time fraction: idle time over busy time");
+  out +=
+      Metric("zb_bubble_rate", r.zb_bubble_rate, "zero-bubble rate", PercentText(r.zb_bubble_rate),
+             "Qi et al.'s rate: 1 − busiest rank's work / longest rank span");
   const StageResult* top = nullptr;
   for (const StageResult& s : r.per_rank) {
     if (top == nullptr || s.peak_memory_bytes > top->peak_memory_bytes) top = &s;

@@ -319,15 +319,20 @@ TEST(HtmlReportPage, SelfContainedAndDeterministic) {
   EXPECT_THAT(a.html, HasSubstr("simulator --model m.json --stages 4"));
 }
 
-TEST(HtmlReportPage, NamesBothBubbleFormsAndNeverABareBubble) {
+TEST(HtmlReportPage, NamesTheThreeBubbleFormsAndNeverABareBubble) {
   const Simulation run = Simulated(ScheduleKind::k1F1B, 4, 8);
   EXPECT_THAT(run.html, HasSubstr("data-metric=\"bubble_ratio\""));
   EXPECT_THAT(run.html, HasSubstr("data-metric=\"bubble_fraction_of_ideal\""));
+  EXPECT_THAT(run.html, HasSubstr("data-metric=\"zb_bubble_rate\""));
   const std::string& t = run.html;
   for (size_t at = t.find("bubble"); at != std::string::npos; at = t.find("bubble", at + 1)) {
     const std::string next = t.substr(at, 24);
-    EXPECT_TRUE(next.rfind("bubble ratio", 0) == 0 || next.rfind("bubble/ideal", 0) == 0 ||
-                next.rfind("bubble time fraction", 0) == 0 || next.rfind("bubble_ratio", 0) == 0 ||
+    // The zero-bubble paper's rate: "zero-bubble rate", key zb_bubble_rate.
+    const bool zero_bubble = (at >= 5 && t.compare(at - 5, 16, "zero-bubble rate") == 0) ||
+                             (at >= 3 && t.compare(at - 3, 14, "zb_bubble_rate") == 0);
+    EXPECT_TRUE(zero_bubble || next.rfind("bubble ratio", 0) == 0 ||
+                next.rfind("bubble/ideal", 0) == 0 || next.rfind("bubble time fraction", 0) == 0 ||
+                next.rfind("bubble_ratio", 0) == 0 ||
                 next.rfind("bubble_fraction_of_ideal", 0) == 0)
         << "bare bubble at: " << t.substr(at > 40 ? at - 40 : 0, 80);
   }

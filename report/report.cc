@@ -136,6 +136,9 @@ std::string Summary(const SimResult& result, const Cluster& cluster) {
       PercentText(result.bubble_ratio));
   out += fmt::format("bubble / ideal      {} (Megatron-LM's bubble time fraction: idle / busy)\n",
                      PercentText(result.bubble_fraction_of_ideal));
+  out += fmt::format(
+      "zero-bubble rate    {} (Qi et al.: 1 - busiest rank's work / longest rank span)\n",
+      PercentText(result.zb_bubble_rate));
   if (result.memory_capacity_bytes > 0) {
     out += fmt::format("memory capacity     {} GiB per GPU ({})\n",
                        GiBText(result.memory_capacity_bytes), cluster.name);

@@ -79,6 +79,7 @@ TEST(ReportTest, JsonHasExactlyTheDocumentedKeysInOrder) {
                                                "throughput_samples_per_s",
                                                "bubble_ratio",
                                                "bubble_fraction_of_ideal",
+                                               "zb_bubble_rate",
                                                "schedule",
                                                "ranks",
                                                "stages_count",
@@ -223,6 +224,7 @@ TEST(ReportTest, TextSummaryLines) {
   r.tokens_per_s = 1024;
   r.tflops_per_gpu = 42.0;
   r.mfu = 0.42;
+  r.zb_bubble_rate = 0.125;
   std::string text = ResultToText(r, TestCluster());
   EXPECT_EQ(text.rfind("schedule 1f1b: 2 ranks x 1 data-parallel, 4 micro-batches of size 2 "
                        "(global batch 8)\n"
@@ -236,6 +238,8 @@ TEST(ReportTest, TextSummaryLines) {
                        "1 - busy/span)\n"
                        "bubble / ideal      25.0% (Megatron-LM's bubble time fraction: idle / "
                        "busy)\n"
+                       "zero-bubble rate    12.5% (Qi et al.: 1 - busiest rank's work / longest "
+                       "rank span)\n"
                        "memory capacity     10.00 GiB per GPU (test-gpu)\n"
                        "memory limit        10.00 GiB = 10.00 GiB capacity - 0.00 GiB runtime "
                        "reserve (CUDA context, cuBLAS, NCCL) - 0.00 GiB allocator margin (0% of "
@@ -331,9 +335,10 @@ TEST(ReportTest, TextNeverSaysBubbleWithoutWhichOne) {
   std::string text = ResultToText(r, TestCluster());
   EXPECT_NE(text.find("bubble ratio"), std::string::npos);
   EXPECT_NE(text.find("bubble / ideal"), std::string::npos);
+  EXPECT_NE(text.find("zero-bubble rate"), std::string::npos);
   const std::vector<std::string> named = {"bubble ratio", "bubble / ideal", "bubble time fraction"};
   for (size_t at = text.find("bubble"); at != std::string::npos; at = text.find("bubble", at + 1)) {
-    bool ok = false;
+    bool ok = at >= 5 && text.compare(at - 5, 16, "zero-bubble rate") == 0;
     for (const std::string& form : named) ok |= text.compare(at, form.size(), form) == 0;
     EXPECT_TRUE(ok) << "bare 'bubble' at " << at << " in:\n" << text;
   }

@@ -40,11 +40,15 @@ enum class ScheduleKind {
   kNaive,            // "naive": one micro-batch at a time through the pipeline
   kGPipe,            // "gpipe": all forwards, then all backwards
   k1F1B,             // "1f1b": PipeDream-Flush / Megatron non-interleaved
-  kInterleaved1F1B,  // "interleaved": Megatron interleaved, v chunks per rank
+  kInterleaved1F1B,  // "interleaved": interleaved 1F1B (PyTorch's order), v chunks per rank
   kPipeDream,        // "pipedream": asynchronous 1F1B, weight stashing, no flush
   kZBH1,             // "zb-h1": zero bubble, 1F1B memory
   kZBH2,             // "zb-h2": zero bubble, about twice the memory
   kLoopedBFS,        // "looped-bfs": breadth-first, v chunks per rank
+  kZBV,              // "zb-v": zero bubble in a V, 1F1B memory (Qi et al. 2024)
+  kVHalf,            // "v-half": V placement, about half of 1F1B's activations
+  kVMin,             // "v-min": V placement, about a third of 1F1B's activations
+  kInterleavedZB,    // "interleaved-zb": PyTorch's interleaved zero bubble, v chunks per rank
   kCustom,           // "custom": schedule text
 };
 // The facts about each kind (name, chunks, split backward, shape rules, generator) live in one
@@ -56,7 +60,7 @@ Result<ScheduleKind> ParseScheduleKind(const std::string& name);
 std::vector<ScheduleKind> BuiltinScheduleKinds();
 // Their names, in the same order ("naive", "gpipe", ...): the --schedule choices.
 std::vector<std::string> BuiltinScheduleNames();
-// True for kinds that take v > 1 chunks per rank (interleaved, looped BFS).
+// True for kinds that take v > 1 chunks per rank (interleaved, looped BFS, the V family).
 bool UsesChunks(ScheduleKind kind);
 // True for kinds that split the backward into I and W (zero bubble).
 bool SplitsBackward(ScheduleKind kind);
@@ -83,7 +87,8 @@ struct Schedule {
 
 // Builds a built-in schedule with its traits row's generator (sim/schedule_traits.h). `chunks`
 // (v) is the number of model chunks per rank for kinds that UsesChunks(); others require
-// chunks == 1. Virtual stage c·p + r lives on rank r (Megatron's looped placement).
+// chunks == 1. Virtual stage c·p + r lives on rank r (Megatron's looped placement), except for
+// the V family (zb-v, v-half, v-min: exactly 2 chunks, rank r holds stages r and 2p-1-r).
 // InvalidArgument with CheckShape()'s message when the kind cannot take this shape (ranks < 1,
 // microbatches < 1, chunks, the kind's micro-batch rule), and for kCustom.
 Result<Schedule> MakeSchedule(ScheduleKind kind, int num_ranks, int num_microbatches,

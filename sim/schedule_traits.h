@@ -23,13 +23,13 @@ namespace pipecast {
 // Where virtual stage st of a p-rank pipeline lives.
 enum class Placement {
   kLooped,  // rank st % p: chunk c of rank r is virtual stage c·p + r (Megatron's placement)
+  kV,       // two chunks in a V: rank r holds stages r and 2p-1-r (Qi et al. 2024)
 };
 
 // The micro-batch counts m a schedule accepts on p ranks.
 enum class MicrobatchRule {
-  kAny,               // every m >= 1
-  kAtLeastStages,     // m >= p
-  kMultipleOfStages,  // m % p == 0 (Megatron-LM's interleaving)
+  kAny,            // every m >= 1
+  kAtLeastStages,  // m >= p (looped BFS)
 };
 
 struct ScheduleTraits {
@@ -42,6 +42,7 @@ struct ScheduleTraits {
   bool planner_default = true;     // searched by the planner when --schedules is not given
   bool uses_chunks = false;        // takes v > 1 model chunks per rank
   int default_chunks = 1;          // v when the tools are not given --chunks
+  int fixed_chunks = 0;            // > 0: the only v the kind takes (the V family: 2)
   bool splits_backward = false;    // backward split into I and W (needs backward_weight_us)
   bool flush = true;               // false: asynchronous, no flush between iterations
   Placement placement = Placement::kLooped;

@@ -1,5 +1,6 @@
-// Generators of the built-in schedules: naive, GPipe, 1F1B, PipeDream, interleaved 1F1B, looped
-// BFS, ZB-H1 and ZB-H2. MakeSchedule() (schedule.cc) checks the shape (CheckShape in
+// Generators of the built-in schedules: naive, GPipe, 1F1B, PipeDream, looped BFS, ZB-H1 and
+// ZB-H2 (interleaved 1F1B and interleaved zero bubble: schedule_zoo_interleaved.cc; the V
+// family: schedule_zoo_v.cc). MakeSchedule() (schedule.cc) checks the shape (CheckShape in
 // schedule_traits.cc), sizes the Schedule and calls the kind's generator from its traits row to
 // fill `actions`. Each generator cites its source and the closed form it reaches with equal
 // stages and free communication (shared/SCHEDULES.md); schedule_zoo_test.cc checks each one in
@@ -13,19 +14,6 @@ namespace pipecast::internal {
 namespace {
 
 Action Op(int stage, OpKind kind, int microbatch) { return Action{stage, kind, microbatch}; }
-
-// The chunk and micro-batch of rank-local op k in Megatron-LM's interleaved order
-// (`get_model_chunk_id` and `get_microbatch_id_in_model_chunk` in schedules.py): ops go in
-// groups of p micro-batches per chunk, chunk after chunk; backwards visit the chunks in reverse.
-struct ChunkOp {
-  int chunk = 0;
-  int microbatch = 0;
-};
-ChunkOp InterleavedChunkOp(int k, int p, int v, bool forward) {
-  const int group = k % (p * v);
-  const int chunk = group / p;
-  return ChunkOp{forward ? chunk : v - 1 - chunk, (k / (p * v)) * p + k % p};
-}
 
 // Appends one zero-bubble rank's ops (stage == rank, one chunk): `warmup` forwards, then for each
 // micro-batch i its input gradient I(i), the weight gradient W(i - lag) once i >= lag, and the
@@ -101,37 +89,6 @@ void BuildPipeDream(Schedule& s) {
   Build1F1B(s);
 }
 
-// Interleaved 1F1B (Narayanan et al., SC'21, section 2.2.2), in the order of Megatron-LM's
-// `forward_backward_pipelining_with_interleaving` (megatron/core/pipeline_parallel/
-// schedules.py). Rank r owns chunks c = 0..v-1, chunk c being virtual stage c·p + r. Its k-th
-// forward runs chunk (k / p) % v on micro-batch (k / (p·v))·p + k % p; its k-th backward the
-// same micro-batch on chunk v-1 - (k / p) % v. It runs min(2(p-r-1) + (v-1)p, m·v) warm-up
-// forwards (all m·v when m == p, as Megatron does), then pairs (forward warm-up + i, backward i),
-// then the remaining backwards. Equal stages, no communication: m(F+B) + (p-1)(F+B)/v; rank r
-// holds min(2(p-r-1) + (v-1)p + 1, m·v) chunk activations at peak.
-void BuildInterleaved1F1B(Schedule& s) {
-  const int p = s.num_ranks;
-  const int m = s.num_microbatches;
-  const int v = s.ChunksPerRank();
-  const int total = m * v;
-  for (int r = 0; r < p; ++r) {
-    const int warmup = m == p ? total : std::min(2 * (p - r - 1) + (v - 1) * p, total);
-    const int steady = total - warmup;
-    auto& list = s.actions[r];
-    auto append = [&](int k, bool forward) {
-      const ChunkOp op = InterleavedChunkOp(k, p, v, forward);
-      list.push_back(
-          Op(op.chunk * p + r, forward ? OpKind::kForward : OpKind::kBackward, op.microbatch));
-    };
-    for (int k = 0; k < warmup; ++k) append(k, true);
-    for (int k = 0; k < steady; ++k) {
-      append(warmup + k, true);
-      append(k, false);
-    }
-    for (int k = steady; k < total; ++k) append(k, false);
-  }
-}
-
 // Looped breadth-first schedule (Lamy-Poirier, "Breadth-First Pipeline Parallelism", 2022;
 // PyTorch pipelining's ScheduleLoopedBFS): each rank runs every micro-batch's forward of its
 // chunk 0, then of chunk 1, ..., then the backwards chunk by chunk in reverse, micro-batches in
@@ -164,7 +121,8 @@ void BuildLoopedBFS(Schedule& s) {
 // activations until their I, and p in all until their W.
 void BuildZBH1(Schedule& s) {
   for (int r = 0; r < s.num_ranks; ++r) {
-    AppendZeroBubbleRank(r, s.num_microbatches, /*warmup=*/s.num_ranks - r, /*lag=*/r,
+    AppendZeroBubbleRank(r, s.num_microbatches,
+                         /*warmup=*/std::min(s.num_ranks - r, s.num_microbatches), /*lag=*/r,
                          s.actions[r]);
   }
 }

@@ -199,6 +199,7 @@ void PipelineMetrics(const Cluster& cluster, const Schedule& schedule, const Sim
   const TimeNs span = PipelineSpan(schedule, totals, result);
   double sum_ratio = 0, sum_idle = 0, sum_busy = 0;
   TimeNs end = 0;
+  TimeNs busiest = 0, longest_span = 0;  // for R3, over all simulated iterations
   for (int k = 0; k < p; ++k) {
     const RankTotals& t = totals->ranks[k];
     StageResult& sr = r.per_rank[k];
@@ -214,6 +215,8 @@ void PipelineMetrics(const Cluster& cluster, const Schedule& schedule, const Sim
     sum_ratio += sr.bubble_ratio;
     sum_idle += static_cast<double>(span - busy);
     sum_busy += static_cast<double>(busy);
+    busiest = std::max(busiest, t.busy_ns);
+    longest_span = std::max(longest_span, t.last_end_ns - t.first_start_ns);
     if (!schedule.flush) {
       // Weight stashing: one version per in-flight micro-batch (SOSP'19 §3.3).
       sr.weight_versions = std::max(1, sr.peak_inflight_microbatches);
@@ -234,6 +237,9 @@ void PipelineMetrics(const Cluster& cluster, const Schedule& schedule, const Sim
   }
   r.bubble_ratio = sum_ratio / p;
   r.bubble_fraction_of_ideal = sum_busy > 0 ? sum_idle / sum_busy : 0.0;
+  r.zb_bubble_rate = longest_span > 0
+                         ? 1.0 - static_cast<double>(busiest) / static_cast<double>(longest_span)
+                         : 0.0;
   r.optimizer_estimated = options.optimizer_step_ns == 0 && r.optimizer_ns > 0;
   r.iteration_ns = end + r.optimizer_ns + r.allgather_ns;
 }

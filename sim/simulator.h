@@ -229,6 +229,11 @@ struct SimResult {
   bool overlap_grad_reduce = false;     // the gradient reduction overlapped the backward
   double bubble_ratio = 0;              // mean over ranks of 1 - busy/span (R1)
   double bubble_fraction_of_ideal = 0;  // sum idle / sum busy (Megatron, R2)
+  // The zero-bubble paper's bubble rate (Qi et al. ICLR'24; sail-sg's simulator), R3: 1 - the
+  // busiest rank's work / the longest per-rank span, from that rank's first op start to its
+  // last op end; with equal stages 1 - m(F+B+W) / longest span. Unlike R1 it does not count
+  // the fill before a late rank's first op, so skewed schedules (ZB-H2, ZB-V) score lower.
+  double zb_bubble_rate = 0;
   double samples_per_s = 0;
   std::optional<double> tokens_per_s;
   std::optional<double> tflops_per_gpu;

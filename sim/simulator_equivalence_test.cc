@@ -79,6 +79,7 @@ void CompareResults(const SimResult& a, const SimResult& b, Differ* d) {
   d->Eq("optimizer_ns", a.optimizer_ns, b.optimizer_ns);
   d->Eq("bubble_ratio", a.bubble_ratio, b.bubble_ratio);
   d->Eq("bubble_fraction_of_ideal", a.bubble_fraction_of_ideal, b.bubble_fraction_of_ideal);
+  d->Eq("zb_bubble_rate", a.zb_bubble_rate, b.zb_bubble_rate);
   d->Eq("samples_per_s", a.samples_per_s, b.samples_per_s);
   d->Eq("tokens_per_s", a.tokens_per_s, b.tokens_per_s);
   d->Eq("tflops_per_gpu", a.tflops_per_gpu, b.tflops_per_gpu);

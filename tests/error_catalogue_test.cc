@@ -314,10 +314,10 @@ std::vector<Case> Catalogue() {
   c.push_back(Row("more_virtual_stages_than_layers", kSimulator, {kGoodModel},
                   "--model {dir}/m.json --stages 8 --schedule interleaved --chunks 2", 1,
                   "--stages 8 x --chunks 2 = 16 virtual stages but the model has only 8 layers"));
-  c.push_back(Row("microbatches_not_divisible_by_stages", kSimulator, {kGoodModel},
-                  "--model {dir}/m.json --stages 4 --microbatches 6 --schedule interleaved", 1,
-                  "interleaved 1F1B needs the micro-batch count (N = 6) to be a multiple of the "
-                  "pipeline stages (P = 4)"));
+  c.push_back(Row("v_schedule_chunks_not_two", kSimulator, {kGoodModel},
+                  "--model {dir}/m.json --stages 2 --microbatches 4 --schedule zb-v --chunks 3", 1,
+                  "--chunks is 3: zb-v takes exactly 2 model chunks per GPU, in a V (rank r holds "
+                  "stages r and 2P-1-r); leave --chunks out or give 2"));
   c.push_back(
       Row("plan_gpus_not_stages_times_replicas", kSimulator,
           {{"p.json", Baseline("\"gpus\": 8", "\"gpus\": 6")}},

@@ -155,6 +155,28 @@ TEST_F(PlannerCli, OneGpuIsSingular) {
   EXPECT_THAT(run.out + run.err, Not(HasSubstr("1 GPUs")));
 }
 
+// Issue 16: the new schedules enter the search when --schedules names them, and the chosen one
+// comes with the usual explanation and replays exactly from its plan.json.
+TEST_F(PlannerCli, ChoosesAmongTheVSchedulesWhenNamed) {
+  const std::string plan_path = dir_.File("plan.json");
+  ToolRun run =
+      Plan(ToyOn8() + " --schedules zb-v,v-half,v-min,interleaved-zb --out " + Quote(plan_path));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("chosen plan: p="));
+  EXPECT_THAT(run.out, HasSubstr("bubble ratio"));
+  EXPECT_THAT(run.out, HasSubstr("zero-bubble rate"));
+  json plan = json::parse(ReadText(plan_path));
+  const std::string chosen = plan["schedule"]["name"].get<std::string>();
+  EXPECT_THAT((std::vector<std::string>{"zb-v", "v-half", "v-min", "interleaved-zb"}),
+              ::testing::Contains(chosen));
+  EXPECT_TRUE(plan["predicted"].contains("zb_bubble_rate"));
+  ToolRun replay = Sim("--model " + Toy() + " --plan " + Quote(plan_path) + " --json");
+  ASSERT_EQ(replay.exit_code, 0) << replay.err;
+  json result = json::parse(replay.out);
+  EXPECT_EQ(result["iteration_time_us"], plan["predicted"]["iteration_time_us"]);
+  EXPECT_EQ(result["zb_bubble_rate"], plan["predicted"]["zb_bubble_rate"]);
+}
+
 TEST_F(PlannerCli, UnknownScheduleIsAUsageErrorNamingTheFlag) {
   ToolRun run = Plan(ToyOn8() + " --schedules 1f1b,zigzag");
   EXPECT_EQ(run.exit_code, 2);

@@ -150,6 +150,42 @@ TEST_F(SimulatorCli, UnknownScheduleIsAUsageErrorNamingTheChoicesAndTheNearest) 
   EXPECT_THAT(typo.err, HasSubstr("did you mean 1f1b?"));
 }
 
+// Issue 16: the V schedules and interleaved-zb are --schedule choices; a V schedule exported as
+// text and read back keeps its V placement and its timeline; --json reports the zero-bubble
+// paper's rate beside the other two.
+TEST_F(SimulatorCli, VScheduleRunsExportsAndReimportsWithItsPlacement) {
+  for (const char* schedule : {"zb-v", "v-half", "v-min", "interleaved-zb"}) {
+    SCOPED_TRACE(schedule);
+    const std::string text = dir_.File(std::string(schedule) + ".txt");
+    ToolRun out = Sim("--model " + Toy() + " --stages 4 --microbatches 8 --schedule " + schedule +
+                      " --cluster h100-sxm --schedule-out " + Quote(text) + " --json");
+    ASSERT_EQ(out.exit_code, 0) << out.err;
+    ToolRun in =
+        Sim("--model " + Toy() + " --schedule-in " + Quote(text) + " --cluster h100-sxm --json");
+    ASSERT_EQ(in.exit_code, 0) << in.err;
+    json a = json::parse(out.out), b = json::parse(in.out);
+    EXPECT_EQ(a["schedule"], schedule);
+    EXPECT_EQ(a["stages_count"], 8);
+    ASSERT_TRUE(a.contains("zb_bubble_rate"));
+    EXPECT_GE(a["zb_bubble_rate"].get<double>(), 0.0);
+    EXPECT_LT(a["zb_bubble_rate"].get<double>(), a["bubble_ratio"].get<double>() + 1e-12);
+    a.erase("schedule");
+    b.erase("schedule");
+    EXPECT_EQ(a, b);
+  }
+  // Rank 0 holds the first and the last of the 8 virtual stages.
+  const std::string text = ReadText(dir_.File("zb-v.txt"));
+  EXPECT_THAT(text, HasSubstr("0F0 "));
+  EXPECT_THAT(text, HasSubstr(" 7F0 "));
+}
+
+TEST_F(SimulatorCli, VScheduleTypoSuggestsTheNearest) {
+  ToolRun run = Sim("--model " + Toy() + " --stages 2 --schedule zb-vv");
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_THAT(run.err, HasSubstr("did you mean zb-v?"));
+  EXPECT_THAT(run.err, HasSubstr("v-half, v-min, interleaved-zb"));
+}
+
 TEST_F(SimulatorCli, AMistypedFlagSuggestsTheNearest) {
   ToolRun run = Sim("--model " + Toy() + " --stagess 2");
   EXPECT_EQ(run.exit_code, 2);

@@ -23,13 +23,21 @@ void Build1F1B(Schedule& s);
 // PipeDream asynchronous 1F1B: sets s.iterations and s.flush and numbers micro-batches across
 // the iterations.
 void BuildPipeDream(Schedule& s);
-// Megatron-LM interleaved 1F1B (v = ChunksPerRank() chunks); m a multiple of p.
+// Interleaved 1F1B (v = ChunksPerRank() chunks) in PyTorch's order, any m >= 1
+// (schedule_zoo_interleaved.cc).
 void BuildInterleaved1F1B(Schedule& s);
+// PyTorch's ScheduleInterleavedZeroBubble: interleaved with I and W ops, any m >= 1.
+void BuildInterleavedZB(Schedule& s);
 // Zero bubble ZB-H1 and ZB-H2 (Qi et al., ICLR'24): I and W ops; m >= p.
 void BuildZBH1(Schedule& s);
 void BuildZBH2(Schedule& s);
 // Breadth-first looped schedule (Lamy-Poirier 2022), v chunks per rank; m >= p.
 void BuildLoopedBFS(Schedule& s);
+// The V family of Qi et al. 2024 (schedule_zoo_v.cc), two chunks per rank in a V (rank r holds
+// virtual stages r and 2p-1-r), I and W ops, any m >= 1: ZB-V, V-Half and V-Min.
+void BuildZBV(Schedule& s);
+void BuildVHalf(Schedule& s);
+void BuildVMin(Schedule& s);
 
 }  // namespace pipecast::internal
 
