@@ -86,7 +86,7 @@ constexpr ScheduleTraits ZeroBubble(ScheduleKind kind, const char* name, const c
 // One row per ScheduleKind, in enum order (checked below). Fields left out keep the defaults
 // of ScheduleTraits: built in, searched by the planner, one chunk, whole backward, with a flush,
 // looped placement, any micro-batch count.
-constexpr std::array<ScheduleTraits, 9> kTraits = {{
+constexpr std::array<ScheduleTraits, 10> kTraits = {{
     OneChunk(ScheduleKind::kNaive, "naive", "GPipe paper fig. 2(b); PipeDream fig. 3", OneInFlight,
              internal::BuildNaive),
     OneChunk(ScheduleKind::kGPipe, "gpipe", "Huang et al. 2019, section 2.3", AllInFlight,
@@ -112,6 +112,22 @@ constexpr std::array<ScheduleTraits, 9> kTraits = {{
             "with fewer, each rank idles between its chunks waiting for the first micro-batch to "
             "come round",
             internal::BuildLoopedBFS),
+    // DualPipeV: two chunks in a V and nothing else (--chunks 2); m >= 2p as its step() asserts.
+    // The partition pass assumes all m in flight, as for the other chunked kinds; the simulate
+    // pass measures the peak (p+1 chunk activations on rank 0, docs/schedules.md).
+    {.kind = ScheduleKind::kDualPipeV,
+     .name = "dualpipev",
+     .rule_label = "dualpipev",
+     .source = "deepseek-ai/DualPipe dualpipev.py (commit 3da1bbe); DeepSeek-V3 report; PyTorch "
+               "ScheduleDualPipeV",
+     .uses_chunks = true,
+     .default_chunks = 2,
+     .splits_backward = true,
+     .placement = Placement::kV,
+     .microbatch_rule = MicrobatchRule::kAtLeastTwiceStages,
+     .too_few_microbatches_why = "both chunks' warm-ups must fill before its steady state",
+     .inflight_microbatches = AllInFlight,
+     .generate = internal::BuildDualPipeV},
     {.kind = ScheduleKind::kCustom,
      .name = "custom",
      .rule_label = "custom",
@@ -144,6 +160,8 @@ int StageRank(Placement placement, int stage, int ranks) {
   switch (placement) {
     case Placement::kLooped:
       return stage % ranks;
+    case Placement::kV:
+      return stage < ranks ? stage : 2 * ranks - 1 - stage;
   }
   return stage % ranks;
 }
@@ -163,6 +181,12 @@ Status CheckShape(ScheduleKind kind, int ranks, int microbatches, int chunks) {
         fmt::format("--chunks is {}: {} takes exactly 1 model chunk per GPU; only interleaved and "
                     "looped-bfs take more",
                     chunks, t.name));
+  }
+  if (t.placement == Placement::kV && chunks != 2) {
+    return Status::InvalidArgument(fmt::format(
+        "--chunks is {}: {} holds exactly 2 model chunks per GPU, in a V (rank r holds stages r "
+        "and 2p-1-r): use --chunks 2 or leave it out",
+        chunks, t.name));
   }
   const int64_t stages = int64_t{ranks} * chunks;
   if (stages * microbatches > kMaxScheduleCells) {
@@ -186,6 +210,12 @@ Status CheckShape(ScheduleKind kind, int ranks, int microbatches, int chunks) {
           "{} needs the micro-batch count (N = {}) to be a multiple of the pipeline stages "
           "(P = {}), as Megatron-LM requires: use --microbatches K·P, e.g. {}",
           t.rule_label, microbatches, ranks, (microbatches / ranks + 1) * ranks));
+    case MicrobatchRule::kAtLeastTwiceStages:
+      if (microbatches >= 2 * ranks) return Status::Ok();
+      return Status::InvalidArgument(fmt::format(
+          "{} needs at least twice as many micro-batches (N = {}) as pipeline stages (P = {}): "
+          "{}; use --microbatches {} or more",
+          t.name, microbatches, ranks, t.too_few_microbatches_why, 2 * ranks));
   }
   return Status::Ok();
 }
@@ -203,6 +233,8 @@ std::string MicrobatchRuleConflict(ScheduleKind kind, int p, int m) {
       return m % p != 0
                  ? fmt::format("{} needs m ({}) to be a multiple of p ({})", t.rule_label, m, p)
                  : "";
+    case MicrobatchRule::kAtLeastTwiceStages:
+      return m < 2 * p ? fmt::format("{} needs m ({}) >= 2p ({})", t.rule_label, m, 2 * p) : "";
   }
   return "";
 }

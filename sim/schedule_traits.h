@@ -23,13 +23,15 @@ namespace pipecast {
 // Where virtual stage st of a p-rank pipeline lives.
 enum class Placement {
   kLooped,  // rank st % p: chunk c of rank r is virtual stage c·p + r (Megatron's placement)
+  kV,       // two chunks in a V: rank r holds stages r and 2p-1-r (ZB-V, DualPipeV)
 };
 
 // The micro-batch counts m a schedule accepts on p ranks.
 enum class MicrobatchRule {
-  kAny,               // every m >= 1
-  kAtLeastStages,     // m >= p
-  kMultipleOfStages,  // m % p == 0 (Megatron-LM's interleaving)
+  kAny,                 // every m >= 1
+  kAtLeastStages,       // m >= p
+  kMultipleOfStages,    // m % p == 0 (Megatron-LM's interleaving)
+  kAtLeastTwiceStages,  // m >= 2p (DualPipeV: both chunks' warm-ups)
 };
 
 struct ScheduleTraits {

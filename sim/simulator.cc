@@ -28,6 +28,12 @@ Status SimOptions::Validate() const {
   if (optimizer_step_ns < 0) {
     return Status::InvalidArgument("--optimizer-step-us is negative: must be >= 0");
   }
+  if (!(overlap_factor > 0 && overlap_factor <= kMaxOverlapFactor)) {
+    return Status::InvalidArgument(fmt::format(
+        "--overlap-factor is {}: an overlapped F&B pair lasts factor x (F + B), so give a factor "
+        "in (0, {}] (1: no overlap gain)",
+        overlap_factor, kMaxOverlapFactor));
+  }
   return memory.Validate();
 }
 

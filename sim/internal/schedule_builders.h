@@ -30,6 +30,9 @@ void BuildZBH1(Schedule& s);
 void BuildZBH2(Schedule& s);
 // Breadth-first looped schedule (Lamy-Poirier 2022), v chunks per rank; m >= p.
 void BuildLoopedBFS(Schedule& s);
+// DualPipeV (deepseek-ai/DualPipe dualpipev.py): V placement (2 chunks), m >= 2p, overlapped
+// F&B pairs and zero-bubble I/W ops (schedule_zoo_dualpipe.cc).
+void BuildDualPipeV(Schedule& s);
 
 }  // namespace pipecast::internal
 
