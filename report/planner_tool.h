@@ -34,15 +34,17 @@ struct PlannerToolOptions {
   double optimizer_step_us = 0;
   std::string precision = "bf16";
   std::string optimizer = "adam";
-  std::string grad_dtype = "fp32";  // main gradients: fp32 (Megatron's default) or bf16
-  std::vector<int> zero;            // ZeRO levels to try; empty: 0, 1 and 3 when d > 1
-  double memory_reserve_gb = -1;    // < 0: the cluster's runtime reserve
-  double memory_headroom = -1;      // < 0: the cluster's allocator margin
-  bool json = false;                // the report as one JSON object instead of text
-  std::string out;                  // --out: the chosen plan (pipecast-plan/1)
-  std::string trace;                // --trace: the chosen plan's Chrome trace
-  bool gantt = false;               // --gantt: the chosen plan's timeline after the text report
-  bool gantt_color = false;         // ANSI colours in that chart
+  std::string grad_dtype = "fp32";       // main gradients: fp32 (Megatron's default) or bf16
+  std::vector<int> zero;                 // ZeRO levels to try; empty: 0, 1 and 3 when d > 1
+  double memory_reserve_gb = -1;         // < 0: the cluster's runtime reserve
+  double memory_headroom = -1;           // < 0: the cluster's allocator margin
+  bool json = false;                     // the report as one JSON object instead of text
+  std::string out;                       // --out: the chosen plan (pipecast-plan/1)
+  std::string trace;                     // --trace: the chosen plan's Chrome trace
+  std::string schedule_out;              // --schedule-out: the chosen plan's schedule
+  std::string schedule_format = "text";  // --schedule-format: text or pytorch-csv
+  bool gantt = false;        // --gantt: the chosen plan's timeline after the text report
+  bool gantt_color = false;  // ANSI colours in that chart
   int gantt_width = 0;       // columns of that chart: --width, else the terminal's; 0: the default
   std::string check;         // --check: the baseline plan.json
   double tolerance = 0.02;   // --check tolerance
