@@ -177,7 +177,9 @@ TEST(PyTorchCsvErrors, BadCellsNameRowAndColumn) {
 TEST(PyTorchCsvErrors, OverlapSyntax) {
   EXPECT_NE(ParseError("(0F0;1B0OVERLAP_F_B\n").find("missing ')'"), std::string::npos);
   EXPECT_NE(ParseError("(0F0;1B0)OVERLAP\n").find("expected OVERLAP_F_B"), std::string::npos);
-  EXPECT_NE(ParseError("(0F0)OVERLAP_F_B\n").find("holds 1 actions"), std::string::npos);
+  EXPECT_NE(ParseError("(0F0)OVERLAP_F_B\n").find("holds 1 action,"), std::string::npos);
+  EXPECT_NE(ParseError("(0F0;1B0;2B0;3B0)OVERLAP_F_B\n").find("holds 4 actions"),
+            std::string::npos);
   EXPECT_NE(ParseError("(0B0;0F1)OVERLAP_F_B\n").find("a forward then a backward"),
             std::string::npos);
   // The pair's halves are checked like any token, and the error names the cell.

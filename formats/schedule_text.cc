@@ -210,9 +210,10 @@ Status ParseOverlapToken(std::string_view token, Action* first, Action* second) 
   std::string_view inside = token.substr(1, close - 1);
   const size_t semi = inside.find(';');
   if (semi == std::string_view::npos || inside.find(';', semi + 1) != std::string_view::npos) {
+    const auto parts = 1 + std::count(inside.begin(), inside.end(), ';');
     return Status::InvalidArgument(fmt::format(
-        "'({})' holds {} actions, expected two separated by ';' (a forward, then a backward)",
-        inside, semi == std::string_view::npos ? 1 : 3));
+        "'({})' holds {} action{}, expected two separated by ';' (a forward, then a backward)",
+        inside, parts, parts == 1 ? "" : "s"));
   }
   PIPECAST_RETURN_IF_ERROR(ParseToken(inside.substr(0, semi), first).WithPrefix("first half"));
   PIPECAST_RETURN_IF_ERROR(ParseToken(inside.substr(semi + 1), second).WithPrefix("second half"));

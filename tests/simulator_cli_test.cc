@@ -99,6 +99,30 @@ TEST_F(SimulatorCli, PyTorchCsvOutThenInReproducesTheResult) {
   EXPECT_EQ(a, b);
 }
 
+TEST_F(SimulatorCli, DualPipeVThroughPyTorchCsvKeepsItsPairsAndItsTimes) {
+  // toy-uniform on 4 ranks in a V: 8 stages of one layer, F = I = W = 1 ms, so each rank idles
+  // DualPipe's (p - 1)(F&B + B - 3W) = 3 x (3 + 2 - 3) = 6 ms beside its 2 x 8 x 3 ms of work.
+  const std::string csv = dir_.File("dualpipev.csv");
+  ToolRun out = Sim("--model " + Toy() +
+                    " --stages 4 --microbatches 8 --schedule dualpipev --cluster h100-sxm "
+                    "--schedule-format pytorch-csv --schedule-out " +
+                    Quote(csv) + " --json");
+  ASSERT_EQ(out.exit_code, 0) << out.err;
+  EXPECT_THAT(ReadText(csv), HasSubstr(",(0F7;7B3)OVERLAP_F_B,"));
+  ToolRun in =
+      Sim("--model " + Toy() + " --schedule-in " + Quote(csv) + " --cluster h100-sxm --json");
+  ASSERT_EQ(in.exit_code, 0) << in.err;
+  EXPECT_THAT(in.err, HasSubstr("overlapped F&B pairs (OVERLAP_F_B)"));
+  json a = json::parse(out.out), b = json::parse(in.out);
+  a.erase("schedule");
+  b.erase("schedule");
+  EXPECT_EQ(a, b);
+  ToolRun ideal = Sim("--model " + Toy() +
+                      " --stages 4 --microbatches 8 --schedule dualpipev --cluster ideal --json");
+  ASSERT_EQ(ideal.exit_code, 0) << ideal.err;
+  EXPECT_EQ(json::parse(ideal.out)["iteration_time_us"], 54000.0);
+}
+
 TEST_F(SimulatorCli, PyTorchCommsCsvRunsWithNotesAndBadCellsNameTheColumn) {
   const std::string csv = dir_.File("comms.csv");
   WriteText(
