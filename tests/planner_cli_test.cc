@@ -65,6 +65,21 @@ TEST_F(PlannerCli, ScheduleOutWritesTheChosenPlansScheduleInEitherFormat) {
   EXPECT_THAT(bad.err, HasSubstr("--schedule-format"));
 }
 
+TEST_F(PlannerCli, DualPipeVPlansKeepTheirPairsAndReplayExactly) {
+  const std::string plan_path = dir_.File("dualpipev.plan.json");
+  ToolRun run = Plan(ToyOn8() + " --schedules dualpipev --out " + Quote(plan_path));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("chosen plan: p="));
+  EXPECT_THAT(run.out, HasSubstr(" dualpipev v=2 "));
+  // plan.json's actions keep each overlapped pair as one token.
+  const std::string text = ReadText(plan_path);
+  EXPECT_THAT(text, HasSubstr(")OVERLAP_F_B"));
+  json plan = json::parse(text);
+  ToolRun replay = Sim("--model " + Toy() + " --plan " + Quote(plan_path) + " --json");
+  ASSERT_EQ(replay.exit_code, 0) << replay.err;
+  EXPECT_EQ(json::parse(replay.out)["iteration_time_us"], plan["predicted"]["iteration_time_us"]);
+}
+
 TEST_F(PlannerCli, ChoosesAPlanAndSimulatorReplaysItExactly) {
   const std::string plan_path = dir_.File("plan.json");
   ToolRun run = Plan(ToyOn8() + " --out " + Quote(plan_path));
