@@ -25,17 +25,63 @@ constexpr int kMaxIndex = 999'999;
 struct Token {
   Action action;
   std::string text;
-  int line = 0;  // 1-based line in the file
+  int line = 0;    // 1-based line in the file
+  int column = 0;  // 1-based cell of a comma-separated line (PyTorch's CSV); 0 otherwise
+};
+
+// A communication or sharding action of PyTorch's compute_comms format, e.g. `1SEND_F3`,
+// `0UNSHARD`: checked against the compute actions, not replayed (docs/formats.md).
+enum class CommKind { kSendF, kRecvF, kSendB, kRecvB, kUnshard, kReshard, kReduceGrad };
+struct CommToken {
+  CommKind kind = CommKind::kSendF;
+  int stage = 0;
+  int microbatch = -1;  // -1: none written (UNSHARD, RESHARD, REDUCE_GRAD)
+  std::string text;
+  int line = 0;
+  int column = 0;
+  int after = 0;  // compute tokens of its rank before it
 };
 
 // The non-blank lines of the file; line i is rank i.
 struct RankLine {
   int line = 0;
   std::vector<Token> tokens;
+  std::vector<CommToken> comms;
 };
 
+// "file:3: token '0X1'" or, in a comma-separated line, "file:3: column 5: token '0X1'".
+std::string Where(const std::string& origin, int line, int column, std::string_view text) {
+  if (column > 0) return fmt::format("{}:{}: column {}: token '{}'", origin, line, column, text);
+  return fmt::format("{}:{}: token '{}'", origin, line, text);
+}
+std::string Where(const std::string& origin, const Token& t) {
+  return Where(origin, t.line, t.column, t.text);
+}
+std::string Where(const std::string& origin, const CommToken& t) {
+  return Where(origin, t.line, t.column, t.text);
+}
+
 bool IsDigit(char c) { return c >= '0' && c <= '9'; }
-bool IsSeparator(char c) { return c == ' ' || c == '\t' || c == ',' || c == '\r'; }
+bool IsBlank(char c) { return c == ' ' || c == '\t' || c == '\r'; }
+bool IsSeparator(char c) { return IsBlank(c) || c == ','; }
+
+// PyTorch's communication and sharding actions, as _ComputationType spells them. Longest
+// first where one name starts another.
+struct CommName {
+  std::string_view name;
+  CommKind kind;
+  bool microbatch;  // takes a micro-batch index
+};
+constexpr CommName kCommNames[] = {
+    {"SEND_F", CommKind::kSendF, true},
+    {"RECV_F", CommKind::kRecvF, true},
+    {"SEND_B", CommKind::kSendB, true},
+    {"RECV_B", CommKind::kRecvB, true},
+    {"UNSHARD", CommKind::kUnshard, false},
+    {"RESHARD", CommKind::kReshard, false},
+    {"REDUCE_GRAD", CommKind::kReduceGrad, false},
+};
+constexpr std::string_view kOverlapName = "OVERLAP_F_B";
 
 bool KindFromLetter(char c, OpKind* kind) {
   switch (c) {
@@ -108,6 +154,79 @@ Status ParseToken(std::string_view token, Action* action) {
   return Status::Ok();
 }
 
+// Parses `<stage><NAME>[<microbatch>]` for PyTorch's communication names; false when the
+// token names none of them (then it is a compute token).
+Result<bool> ParseCommToken(std::string_view token, CommToken* comm) {
+  size_t pos = 0;
+  while (pos < token.size() && IsDigit(token[pos])) ++pos;
+  if (pos == 0) return false;
+  std::string_view rest = token.substr(pos);
+  for (const CommName& name : kCommNames) {
+    if (rest.substr(0, name.name.size()) != name.name) continue;
+    size_t p = 0;
+    PIPECAST_RETURN_IF_ERROR(ParseIndex(token, &p, "stage", "", &comm->stage));
+    comm->kind = name.kind;
+    p = pos + name.name.size();
+    if (name.microbatch) {
+      PIPECAST_RETURN_IF_ERROR(ParseIndex(
+          token, &p, "micro-batch", fmt::format(" after '{}'", name.name), &comm->microbatch));
+    } else if (p < token.size()) {
+      // PyTorch writes these without a micro-batch; an index, if any, is accepted and unused.
+      int unused = 0;
+      PIPECAST_RETURN_IF_ERROR(
+          ParseIndex(token, &p, "micro-batch", fmt::format(" after '{}'", name.name), &unused));
+    }
+    if (p != token.size()) {
+      return Status::InvalidArgument(fmt::format("unexpected '{}' after '{}', expected <stage>{}{}",
+                                                 token.substr(p),
+                                                 token.substr(0, pos + name.name.size()), name.name,
+                                                 name.microbatch ? "<microbatch>" : ""));
+    }
+    return true;
+  }
+  OpKind unused_kind;
+  if (rest.size() > 1 && !KindFromLetter(rest[0], &unused_kind) && rest[0] >= 'A' &&
+      rest[0] <= 'Z' && rest[1] >= 'A' && rest[1] <= 'Z') {
+    return Status::InvalidArgument(fmt::format(
+        "unknown action '{}', expected F, B, I, W or one of PyTorch's SEND_F, RECV_F, SEND_B, "
+        "RECV_B, UNSHARD, RESHARD, REDUCE_GRAD",
+        rest.substr(0, rest.find_first_of("0123456789"))));
+  }
+  return false;
+}
+
+// Parses `(<forward>;<backward>)OVERLAP_F_B` into its two halves.
+Status ParseOverlapToken(std::string_view token, Action* first, Action* second) {
+  const size_t close = token.find(')');
+  if (close == std::string_view::npos) {
+    return Status::InvalidArgument(
+        "missing ')', expected an overlapped pair such as (0F7;7B3)OVERLAP_F_B");
+  }
+  if (token.substr(close + 1) != kOverlapName) {
+    return Status::InvalidArgument(
+        fmt::format("'{}' after ')', expected OVERLAP_F_B as in (0F7;7B3)OVERLAP_F_B",
+                    token.substr(close + 1)));
+  }
+  std::string_view inside = token.substr(1, close - 1);
+  const size_t semi = inside.find(';');
+  if (semi == std::string_view::npos || inside.find(';', semi + 1) != std::string_view::npos) {
+    const auto parts = 1 + std::count(inside.begin(), inside.end(), ';');
+    return Status::InvalidArgument(fmt::format(
+        "'({})' holds {} action{}, expected two separated by ';' (a forward, then a backward)",
+        inside, parts, parts == 1 ? "" : "s"));
+  }
+  PIPECAST_RETURN_IF_ERROR(ParseToken(inside.substr(0, semi), first).WithPrefix("first half"));
+  PIPECAST_RETURN_IF_ERROR(ParseToken(inside.substr(semi + 1), second).WithPrefix("second half"));
+  if (first->kind != OpKind::kForward ||
+      (second->kind != OpKind::kBackward && second->kind != OpKind::kBackwardInput)) {
+    return Status::InvalidArgument(
+        "an overlapped pair is a forward then a backward (B or I), as in (0F7;7B3)OVERLAP_F_B");
+  }
+  first->overlapped = true;
+  second->overlapped = true;
+  return Status::Ok();
+}
+
 // Splits the text into non-blank lines of tokens; syntax errors only.
 Result<std::vector<RankLine>> Tokenize(std::string_view text, const std::string& origin) {
   std::vector<RankLine> ranks;
@@ -120,23 +239,56 @@ Result<std::vector<RankLine>> Tokenize(std::string_view text, const std::string&
     line_begin = line_end + 1;
     ++line_no;
     line = line.substr(0, line.find('#'));
+    if (line_no == 1 && line.substr(0, 3) == "\xEF\xBB\xBF") line = line.substr(3);  // UTF-8 BOM
+    // A line with commas is a CSV row (PyTorch's _dump_csv): one action per cell, empty cells
+    // are idle steps, and errors name the cell's column.
+    const bool csv = line.find(',') != std::string_view::npos;
 
-    RankLine rank{line_no, {}};
+    RankLine rank{line_no, {}, {}};
     size_t pos = 0;
+    int column = 1;
     while (pos < line.size()) {
-      while (pos < line.size() && IsSeparator(line[pos])) ++pos;
+      while (pos < line.size() && IsSeparator(line[pos])) {
+        if (line[pos] == ',') ++column;
+        ++pos;
+      }
       size_t end = pos;
       while (end < line.size() && !IsSeparator(line[end])) ++end;
       if (end == pos) break;
-      Token token{{}, std::string(line.substr(pos, end - pos)), line_no};
-      Status st = ParseToken(token.text, &token.action);
-      if (!st.ok()) {
-        return st.WithPrefix(fmt::format("{}:{}: token '{}'", origin, line_no, token.text));
-      }
-      rank.tokens.push_back(std::move(token));
+      std::string_view text = line.substr(pos, end - pos);
       pos = end;
+      if (text.size() >= 2 && text.front() == '"' && text.back() == '"') {
+        text = text.substr(1, text.size() - 2);  // a quoted CSV cell
+      }
+      const int col = csv ? column : 0;
+      const std::string where = Where(origin, line_no, col, text);
+      if (!text.empty() && text.front() == '(') {
+        Token first{{}, std::string(text), line_no, col};
+        Token second = first;
+        PIPECAST_RETURN_IF_ERROR(
+            ParseOverlapToken(text, &first.action, &second.action).WithPrefix(where));
+        rank.tokens.push_back(std::move(first));
+        rank.tokens.push_back(std::move(second));
+        continue;
+      }
+      CommToken comm;
+      Result<bool> is_comm = ParseCommToken(text, &comm);
+      if (!is_comm.ok()) return is_comm.status().WithPrefix(where);
+      if (*is_comm) {
+        comm.text = std::string(text);
+        comm.line = line_no;
+        comm.column = col;
+        comm.after = static_cast<int>(rank.tokens.size());
+        rank.comms.push_back(std::move(comm));
+        continue;
+      }
+      Token token{{}, std::string(text), line_no, col};
+      PIPECAST_RETURN_IF_ERROR(ParseToken(token.text, &token.action).WithPrefix(where));
+      rank.tokens.push_back(std::move(token));
     }
-    if (!rank.tokens.empty()) ranks.push_back(std::move(rank));
+    // A row of only communication actions still is a rank (of no compute, which the checks
+    // below refuse by name); a blank row is not.
+    if (!rank.tokens.empty() || !rank.comms.empty()) ranks.push_back(std::move(rank));
   }
   if (ranks.empty()) {
     return Status::InvalidArgument(fmt::format(
@@ -157,11 +309,11 @@ Result<std::vector<int>> StageOwners(const std::vector<RankLine>& ranks,
       if (token.action.kind != OpKind::kForward) continue;
       auto [it, inserted] = owner.try_emplace(token.action.stage, r, &token);
       if (!inserted && it->second.first != r) {
-        return Status::InvalidArgument(fmt::format(
-            "{}:{}: token '{}': stage {}'s forwards are on rank {} (line {}) and rank {} "
-            "(line {}), expected all of a stage's actions on one rank",
-            origin, token.line, token.text, token.action.stage, it->second.first,
-            it->second.second->line, r, token.line));
+        return Status::InvalidArgument(
+            fmt::format("{}: stage {}'s forwards are on rank {} (line {}) and rank {} "
+                        "(line {}), expected all of a stage's actions on one rank",
+                        Where(origin, token), token.action.stage, it->second.first,
+                        it->second.second->line, r, token.line));
       }
     }
   }
@@ -180,10 +332,10 @@ Result<std::vector<int>> StageOwners(const std::vector<RankLine>& ranks,
     for (const Token& token : ranks[r].tokens) {
       int want = stage_rank[token.action.stage];
       if (want != r) {
-        return Status::InvalidArgument(fmt::format(
-            "{}:{}: token '{}' is on rank {}, expected rank {} (line {}), which holds stage "
-            "{}'s forwards",
-            origin, token.line, token.text, r, want, ranks[want].line, token.action.stage));
+        return Status::InvalidArgument(
+            fmt::format("{} is on rank {}, expected rank {} (line {}), which holds stage "
+                        "{}'s forwards",
+                        Where(origin, token), r, want, ranks[want].line, token.action.stage));
       }
     }
   }
@@ -204,9 +356,9 @@ Status CheckForwardsAndRepeats(const std::vector<RankLine>& ranks, int num_stage
       auto [it, inserted] = seen.try_emplace({a.stage, a.kind, a.microbatch}, token.line);
       if (!inserted) {
         return Status::InvalidArgument(
-            fmt::format("{}:{}: token '{}' repeats the action of line {}, expected each "
+            fmt::format("{} repeats the action of line {}, expected each "
                         "action once",
-                        origin, token.line, token.text, it->second));
+                        Where(origin, token), it->second));
       }
       if (a.kind == OpKind::kForward) forwards[a.stage].push_back(a.microbatch);
     }
@@ -230,9 +382,189 @@ Status CheckForwardsAndRepeats(const std::vector<RankLine>& ranks, int num_stage
   return Status::Ok();
 }
 
+// Checks PyTorch's communication and sharding actions against the compute actions and the
+// stage owners (docs/formats.md), and counts them into *info.
+Status CheckComms(const std::vector<RankLine>& ranks, const std::vector<int>& stage_rank,
+                  int num_microbatches, const std::string& origin, ScheduleTextInfo* info) {
+  const int n = static_cast<int>(stage_rank.size());
+  // (stage, kind, micro-batch) -> index in its rank's compute tokens, per rank.
+  std::vector<std::map<std::tuple<int, OpKind, int>, int>> index(ranks.size());
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    for (size_t i = 0; i < ranks[r].tokens.size(); ++i) {
+      const Action& a = ranks[r].tokens[i].action;
+      index[r][{a.stage, a.kind, a.microbatch}] = static_cast<int>(i);
+    }
+  }
+  // The first and last compute token of the op holding token i (an overlapped pair, forward
+  // then backward, is one op).
+  auto op_start = [&](int r, int i) {
+    const Action& a = ranks[r].tokens[i].action;
+    return a.overlapped && a.kind != OpKind::kForward ? i - 1 : i;
+  };
+  auto op_end = [&](int r, int i) {
+    const Action& a = ranks[r].tokens[i].action;
+    return a.overlapped && a.kind == OpKind::kForward ? i + 1 : i;
+  };
+  std::map<std::tuple<CommKind, int, int>, const CommToken*> seen;
+  bool transfers = false;
+  for (size_t rr = 0; rr < ranks.size(); ++rr) {
+    const int r = static_cast<int>(rr);
+    for (const CommToken& c : ranks[r].comms) {
+      const std::string where = Where(origin, c);
+      if (c.stage >= n) {
+        return Status::InvalidArgument(
+            fmt::format("{}: stage {} does not exist (the forwards name stages 0..{}), expected "
+                        "a stage of this rank",
+                        where, c.stage, n - 1));
+      }
+      if (stage_rank[c.stage] != r) {
+        return Status::InvalidArgument(fmt::format(
+            "{} is on rank {}, expected rank {} (line {}), which holds stage {}'s forwards", where,
+            r, stage_rank[c.stage], ranks[stage_rank[c.stage]].line, c.stage));
+      }
+      switch (c.kind) {
+        case CommKind::kUnshard:
+          ++info->unshards;
+          continue;
+        case CommKind::kReshard:
+          ++info->reshards;
+          continue;
+        case CommKind::kReduceGrad:
+          ++info->reduce_grads;
+          continue;
+        default:
+          break;
+      }
+      transfers = true;
+      if (c.microbatch >= num_microbatches) {
+        return Status::InvalidArgument(
+            fmt::format("{}: micro-batch {} does not exist (the forwards name 0..{})", where,
+                        c.microbatch, num_microbatches - 1));
+      }
+      const bool forward = c.kind == CommKind::kSendF || c.kind == CommKind::kRecvF;
+      const bool send = c.kind == CommKind::kSendF || c.kind == CommKind::kSendB;
+      // The neighbour stage the transfer goes to or comes from.
+      const int peer = (forward == send) ? c.stage + 1 : c.stage - 1;
+      if (peer < 0 || peer >= n || stage_rank[peer] == r) {
+        const std::string whom =
+            peer < 0 || peer >= n ? fmt::format("{} no stage (it is the {} stage)",
+                                                send ? "to" : "from", peer < 0 ? "first" : "last")
+                                  : fmt::format("within rank {} (stage {} is on it too)", r, peer);
+        return Status::InvalidArgument(
+            fmt::format("{}: stage {} {} {} {}, so there is nothing to {}: remove the action",
+                        where, c.stage, send ? "sends" : "receives",
+                        forward ? "activations" : "gradients", whom, send ? "send" : "receive"));
+      }
+      if (!seen.try_emplace({c.kind, c.stage, c.microbatch}, &c).second) {
+        const CommToken* first = seen[{c.kind, c.stage, c.microbatch}];
+        return Status::InvalidArgument(fmt::format(
+            "{} repeats the action of line {}, expected each action once", where, first->line));
+      }
+      // The compute op that produces (send) or consumes (receive) the data.
+      int found = -1;
+      std::string op;
+      for (OpKind k : forward ? std::vector<OpKind>{OpKind::kForward}
+                              : std::vector<OpKind>{OpKind::kBackward, OpKind::kBackwardInput}) {
+        auto it = index[r].find({c.stage, k, c.microbatch});
+        if (it != index[r].end()) found = it->second;
+      }
+      op = fmt::format("{}{}{}", c.stage, forward ? "F" : "B (or I)", c.microbatch);
+      if (found < 0) {
+        return Status::InvalidArgument(
+            fmt::format("{}: this rank runs no {}, expected the op whose data it {}", where, op,
+                        send ? "sends" : "receives"));
+      }
+      if (send) {
+        ++info->sends;
+        if (c.after <= op_end(r, found)) {
+          return Status::InvalidArgument(
+              fmt::format("{} comes before {}, which produces what it sends: move it after that op",
+                          where, ranks[r].tokens[found].text));
+        }
+        if (c.after > op_end(r, found) + 1) {
+          if (info->late_sends++ == 0) info->first_late_send = where;
+        }
+      } else {
+        ++info->receives;
+        if (c.after > op_start(r, found)) {
+          return Status::InvalidArgument(
+              fmt::format("{} comes after {}, which needs what it receives: move it before that op",
+                          where, ranks[r].tokens[found].text));
+        }
+      }
+    }
+  }
+  if (!transfers) return Status::Ok();
+  // With any transfer written, every one is: PyTorch's runtime waits forever on a missing one.
+  for (int s = 0; s + 1 < n; ++s) {
+    if (stage_rank[s] == stage_rank[s + 1]) continue;
+    for (int mb = 0; mb < num_microbatches; ++mb) {
+      const std::tuple<CommKind, int, int> need[] = {{CommKind::kSendF, s, mb},
+                                                     {CommKind::kRecvF, s + 1, mb},
+                                                     {CommKind::kSendB, s + 1, mb},
+                                                     {CommKind::kRecvB, s, mb}};
+      for (const auto& key : need) {
+        if (seen.count(key)) continue;
+        const auto [kind, stage, m] = key;
+        std::string_view name;
+        for (const CommName& cn : kCommNames) {
+          if (cn.kind == kind) name = cn.name;
+        }
+        const int r = stage_rank[stage];
+        return Status::InvalidArgument(fmt::format(
+            "{}: {}{}{} is missing from rank {} (line {}): a file with SEND/RECV actions needs "
+            "one for every transfer between ranks (or none at all)",
+            origin, stage, name, m, r, ranks[r].line));
+      }
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
-Result<Schedule> ParseScheduleText(const std::string& text, const std::string& origin) {
+std::vector<std::string> ScheduleTextNotes(const ScheduleTextInfo& info, int zero_level) {
+  std::vector<std::string> notes;
+  if (info.sends + info.receives > 0) {
+    notes.push_back(fmt::format(
+        "{} SEND and {} RECV actions checked against the compute order; pipecast starts each "
+        "transfer when its producer ends and serialises a link's transfers in that order "
+        "(docs/simulator.md), so their places in the file do not change the times",
+        info.sends, info.receives));
+    if (info.late_sends > 0) {
+      notes.push_back(fmt::format(
+          "{} SEND actions sit later than right after their producer (first: {}): PyTorch "
+          "starts those transfers later than simulated",
+          info.late_sends, info.first_late_send));
+    }
+  }
+  const int sharding = info.unshards + info.reshards + info.reduce_grads;
+  if (sharding > 0) {
+    const std::string what = fmt::format("{} UNSHARD, {} RESHARD and {} REDUCE_GRAD actions",
+                                         info.unshards, info.reshards, info.reduce_grads);
+    if (zero_level >= 3) {
+      notes.push_back(fmt::format(
+          "{}: the run shards parameters (ZeRO-3), whose model gathers a stage's parameters "
+          "before each F and B (or I) and reduce-scatters its gradients after each backward "
+          "(docs/simulator.md); that model stands in for them, their places are not replayed",
+          what));
+    } else {
+      notes.push_back(fmt::format(
+          "{} ignored: the run does not shard parameters (give --zero 3 to model them)", what));
+    }
+  }
+  if (info.overlapped_pairs > 0) {
+    notes.push_back(fmt::format(
+        "{} overlapped F&B pairs (OVERLAP_F_B): each starts when both halves' inputs are there "
+        "and lasts --overlap-factor x (F + B), F + B by default, with no tensor-parallel or "
+        "expert traffic modelled to hide (docs/simulator.md, \"Overlapped F&B\")",
+        info.overlapped_pairs));
+  }
+  return notes;
+}
+
+Result<Schedule> ParseScheduleText(const std::string& text, const std::string& origin,
+                                   ScheduleTextInfo* info) {
   Result<std::vector<RankLine>> ranks = Tokenize(text, origin);
   if (!ranks.ok()) return ranks.status();
   Result<std::vector<int>> stage_rank = StageOwners(*ranks, origin);
@@ -259,26 +591,74 @@ Result<Schedule> ParseScheduleText(const std::string& text, const std::string& o
   schedule.num_microbatches = max_microbatch + 1;
   PIPECAST_RETURN_IF_ERROR(
       CheckForwardsAndRepeats(*ranks, schedule.num_stages, schedule.num_microbatches, origin));
+  ScheduleTextInfo local;
+  if (info == nullptr) info = &local;
+  *info = ScheduleTextInfo{};
+  PIPECAST_RETURN_IF_ERROR(
+      CheckComms(*ranks, schedule.stage_rank, schedule.num_microbatches, origin, info));
   PIPECAST_RETURN_IF_ERROR(ValidateSchedule(schedule).WithPrefix(origin));
+  for (const std::vector<Action>& list : schedule.actions) {
+    for (const Action& a : list)
+      info->overlapped_pairs += a.overlapped && a.kind == OpKind::kForward;
+  }
   return schedule;
 }
 
-Result<Schedule> LoadScheduleText(const std::string& path) {
+Result<Schedule> LoadScheduleText(const std::string& path, ScheduleTextInfo* info) {
   Result<std::string> text = ReadFile(path);
   if (!text.ok()) return text.status();
-  return ParseScheduleText(*text, path);
+  return ParseScheduleText(*text, path, info);
 }
 
-std::string ScheduleToText(const Schedule& schedule) {
+namespace {
+
+// One rank's actions as cells, an overlapped pair as one `(0F7;7B3)OVERLAP_F_B` cell.
+std::vector<std::string> Cells(const std::vector<Action>& actions) {
+  std::vector<std::string> cells;
+  cells.reserve(actions.size());
+  for (size_t i = 0; i < actions.size(); ++i) {
+    if (actions[i].overlapped && actions[i].kind == OpKind::kForward && i + 1 < actions.size()) {
+      cells.push_back(fmt::format("({};{}){}", ActionName(actions[i]), ActionName(actions[i + 1]),
+                                  kOverlapName));
+      ++i;
+    } else {
+      cells.push_back(ActionName(actions[i]));
+    }
+  }
+  return cells;
+}
+
+std::string Join(const Schedule& schedule, std::string_view separator, std::string_view eol) {
   std::string out;
   for (const std::vector<Action>& actions : schedule.actions) {
-    for (size_t i = 0; i < actions.size(); ++i) {
-      if (i > 0) out += ' ';
-      out += ActionName(actions[i]);
+    const std::vector<std::string> cells = Cells(actions);
+    for (size_t i = 0; i < cells.size(); ++i) {
+      if (i > 0) out += separator;
+      out += cells[i];
     }
-    out += '\n';
+    out += eol;
   }
   return out;
+}
+
+}  // namespace
+
+std::string ScheduleToText(const Schedule& schedule) { return Join(schedule, " ", "\n"); }
+
+// Python's csv.writer: comma-separated cells, "\r\n" after each row; no cell here holds a
+// comma, quote or newline, so none is quoted.
+std::string ScheduleToPyTorchCsv(const Schedule& schedule) { return Join(schedule, ",", "\r\n"); }
+
+Result<ScheduleFormat> ParseScheduleFormat(const std::string& name) {
+  if (name == "text") return ScheduleFormat::kText;
+  if (name == "pytorch-csv") return ScheduleFormat::kPyTorchCsv;
+  return Status::InvalidArgument(
+      fmt::format("unknown schedule format '{}', expected text or pytorch-csv", name));
+}
+
+std::string ScheduleToFormat(const Schedule& schedule, ScheduleFormat format) {
+  return format == ScheduleFormat::kPyTorchCsv ? ScheduleToPyTorchCsv(schedule)
+                                               : ScheduleToText(schedule);
 }
 
 }  // namespace pipecast

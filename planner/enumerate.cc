@@ -30,6 +30,10 @@ std::string ScheduleConstraint(const Candidate& c, int layers, bool split) {
                          layers);
     }
   }
+  if (traits.placement == Placement::kV && c.chunks != 2) {
+    return fmt::format("{} holds exactly 2 chunks per GPU (a V), not {}", traits.rule_label,
+                       c.chunks);
+  }
   if (traits.splits_backward && !split) {
     return fmt::format("{} split the backward: the model needs backward_weight_us",
                        traits.rule_label);

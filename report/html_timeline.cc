@@ -296,12 +296,13 @@ class TimelineBuilder {
     std::string out = fmt::format(
         "<rect class=\"op op-{}{}{}\" data-rank=\"{}\" data-stage=\"{}\" data-mb=\"{}\" "
         "data-start-us=\"{}\" data-end-us=\"{}\" {}><title>rank {} · {}: {} of stage {}, "
-        "micro-batch {}, {} → {}{}</title></rect>",
+        "micro-batch {}, {} → {}{}{}</title></rect>",
         kind, alt ? " alt" : "",
         op_critical_[i] ? (w < kOutlineMinPx ? " critical thin" : " critical") : "", op.rank,
         a.stage, a.microbatch, UsAttr(op.start_ns), UsAttr(op.end_ns),
         Rect(x, y, std::max(w, kMinSpanPx), lanes_.op_h), op.rank, ActionName(a), KindWord(a.kind),
         a.stage, a.microbatch, axis_.Time(op.start_ns), axis_.Time(op.end_ns),
+        a.overlapped ? " · half of an overlapped F&B pair" : "",
         op_critical_[i] ? " · on the critical path" : "");
     const std::string label = fmt::format("{}", a.microbatch);
     if (w >= kLabelPxPerChar * static_cast<double>(label.size()) + kLabelPadPx &&

@@ -11,6 +11,7 @@
 #include "formats/file_util.h"
 #include "formats/formats.h"
 #include "formats/plan.h"
+#include "formats/schedule_text.h"
 #include "planner/check.h"
 #include "planner/chosen_plan.h"
 #include "planner/explain.h"
@@ -105,6 +106,14 @@ Status WriteOutputs(const PlannerToolOptions& flags, const ChosenPlan& chosen,
     PIPECAST_RETURN_IF_ERROR(
         WriteFileAtomic(flags.out, PlanToJson(chosen.plan)).WithPrefix("--out"));
     progress(fmt::format("wrote the chosen plan to {}", flags.out));
+  }
+  if (!flags.schedule_out.empty()) {
+    auto format = ParseScheduleFormat(flags.schedule_format);
+    if (!format.ok()) return format.status().WithPrefix("--schedule-format");
+    PIPECAST_RETURN_IF_ERROR(
+        WriteFileAtomic(flags.schedule_out, ScheduleToFormat(chosen.plan.schedule, *format))
+            .WithPrefix("--schedule-out"));
+    progress(fmt::format("wrote the chosen plan's schedule to {}", flags.schedule_out));
   }
   if (flags.gantt) {
     GanttOptions chart;
@@ -201,8 +210,9 @@ namespace {
 // Before the search: no output onto an input or onto another output.
 Status CheckToolOutputs(const PlannerToolOptions& flags) {
   std::vector<NamedPath> outputs;
-  for (const NamedPath& p : {NamedPath{"--out", flags.out}, NamedPath{"--trace", flags.trace},
-                             NamedPath{"--report", flags.report}}) {
+  for (const NamedPath& p :
+       {NamedPath{"--out", flags.out}, NamedPath{"--trace", flags.trace},
+        NamedPath{"--report", flags.report}, NamedPath{"--schedule-out", flags.schedule_out}}) {
     if (!p.path.empty()) outputs.push_back(p);
   }
   return CheckOutputs(
@@ -228,8 +238,8 @@ Result<PlannerToolResult> RunPlannerTool(const PlannerToolOptions& flags,
     if (!made.ok()) return made.status();
     chosen = std::move(made.value());
     PIPECAST_RETURN_IF_ERROR(WriteOutputs(flags, *chosen, progress, &gantt));
-  } else if (!flags.out.empty() || !flags.trace.empty()) {
-    progress("nothing fits, so no --out or --trace file was written");
+  } else if (!flags.out.empty() || !flags.trace.empty() || !flags.schedule_out.empty()) {
+    progress("nothing fits, so no --out, --trace or --schedule-out file was written");
   }
   if (!flags.report.empty()) {
     PIPECAST_RETURN_IF_ERROR(

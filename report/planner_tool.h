@@ -41,16 +41,18 @@ struct PlannerToolOptions {
   std::vector<int> tensor_parallel;        // t to try; empty: the planner's (docs/planner.md)
   std::string sequence_parallel = "auto";  // auto, on or off (at t > 1)
   bool tp_comm_overlap = false;
-  int pipeline_stages = 0;        // p pinned; 0: searched
-  int data_parallel = 0;          // d pinned; 0: searched
-  int microbatches = 0;           // m pinned; 0: searched
-  double memory_reserve_gb = -1;  // < 0: the cluster's runtime reserve
-  double memory_headroom = -1;    // < 0: the cluster's allocator margin
-  bool json = false;              // the report as one JSON object instead of text
-  std::string out;                // --out: the chosen plan (pipecast-plan/1)
-  std::string trace;              // --trace: the chosen plan's Chrome trace
-  bool gantt = false;             // --gantt: the chosen plan's timeline after the text report
-  bool gantt_color = false;       // ANSI colours in that chart
+  int pipeline_stages = 0;               // p pinned; 0: searched
+  int data_parallel = 0;                 // d pinned; 0: searched
+  int microbatches = 0;                  // m pinned; 0: searched
+  double memory_reserve_gb = -1;         // < 0: the cluster's runtime reserve
+  double memory_headroom = -1;           // < 0: the cluster's allocator margin
+  bool json = false;                     // the report as one JSON object instead of text
+  std::string out;                       // --out: the chosen plan (pipecast-plan/1)
+  std::string trace;                     // --trace: the chosen plan's Chrome trace
+  std::string schedule_out;              // --schedule-out: the chosen plan's schedule
+  std::string schedule_format = "text";  // --schedule-format: text or pytorch-csv
+  bool gantt = false;        // --gantt: the chosen plan's timeline after the text report
+  bool gantt_color = false;  // ANSI colours in that chart
   int gantt_width = 0;       // columns of that chart: --width, else the terminal's; 0: the default
   std::string check;         // --check: the baseline plan.json
   double tolerance = 0.02;   // --check tolerance

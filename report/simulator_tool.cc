@@ -44,10 +44,15 @@ Result<Cluster> PickCluster(const Flags& flags, const Model& model,
   return std::move(s->cluster);
 }
 
-Result<Schedule> PickSchedule(const Flags& flags, int num_layers) {
+Result<Schedule> PickSchedule(const Flags& flags, int num_layers,
+                              const SimulatorProgress& progress) {
   if (!flags.schedule_in.empty()) {
-    auto s = LoadScheduleText(flags.schedule_in);
+    ScheduleTextInfo info;
+    auto s = LoadScheduleText(flags.schedule_in, &info);
     if (!s.ok()) return s.status();
+    for (const std::string& note : ScheduleTextNotes(info, flags.zero)) {
+      progress(fmt::format("{}: {}", flags.schedule_in, note));
+    }
     if (flags.stages > 0 && flags.stages != s->num_ranks) {
       return Status::InvalidArgument(fmt::format("--stages {} but '{}' has {} ranks", flags.stages,
                                                  flags.schedule_in, s->num_ranks));
@@ -98,7 +103,7 @@ Result<Setup> SetupFromFlags(const Flags& flags, const Model& model,
   auto cluster = PickCluster(flags, model, progress);
   if (!cluster.ok()) return cluster.status();
   s.cluster = std::move(cluster.value());
-  auto schedule = PickSchedule(flags, static_cast<int>(model.layers.size()));
+  auto schedule = PickSchedule(flags, static_cast<int>(model.layers.size()), progress);
   if (!schedule.ok()) return schedule.status();
   s.schedule = std::move(schedule.value());
   s.options.microbatch_size = flags.microbatch_size;
@@ -145,8 +150,11 @@ Result<Setup> SetupFromPlan(const Flags& flags, const std::string& model_bytes,
 Status WriteOutputs(const Flags& flags, const Model& model, const Setup& setup,
                     const SimResult& result) {
   if (!flags.schedule_out.empty()) {
-    PIPECAST_RETURN_IF_ERROR(WriteFileAtomic(flags.schedule_out, ScheduleToText(setup.schedule))
-                                 .WithPrefix("--schedule-out"));
+    auto format = ParseScheduleFormat(flags.schedule_format);
+    if (!format.ok()) return format.status().WithPrefix("--schedule-format");
+    PIPECAST_RETURN_IF_ERROR(
+        WriteFileAtomic(flags.schedule_out, ScheduleToFormat(setup.schedule, *format))
+            .WithPrefix("--schedule-out"));
   }
   if (!flags.trace_path.empty()) {
     PIPECAST_RETURN_IF_ERROR(
@@ -206,6 +214,7 @@ Result<std::string> RunSimulatorTool(const SimulatorToolOptions& flags,
   if (!setup.ok()) return setup.status();
   // Always: the critical path in the summary and --json is derived from the timeline.
   setup->options.record_timeline = true;
+  setup->options.overlap_factor = flags.overlap_factor;
   auto result = Simulate(*model, setup->cluster, setup->schedule, setup->options);
   if (!result.ok()) return result.status();
   PIPECAST_RETURN_IF_ERROR(WriteOutputs(flags, *model, *setup, *result));

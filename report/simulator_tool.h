@@ -38,20 +38,22 @@ struct SimulatorToolOptions {
   int64_t grad_bucket_params = 0;          // 0: Megatron-LM's max(40M, 1M x d)
   std::string precision = "bf16";
   std::string optimizer = "adam";
-  std::string grad_dtype = "fp32";  // main gradients: fp32 (Megatron's default) or bf16
-  int zero = 0;                     // ZeRO level over the data-parallel replicas
-  double memory_reserve_gb = -1;    // < 0: the cluster's runtime reserve
-  double memory_headroom = -1;      // < 0: the cluster's allocator margin
-  std::string trace_path;           // --trace: the Chrome trace
-  std::string report_path;          // --report: the self-contained HTML report
-  std::string command_line;         // as typed, shown in the report's inputs
-  std::string schedule_out;         // --schedule-out: the schedule as text
-  std::string schedule_in;          // --schedule-in: a custom schedule text
-  std::string plan_path;            // --plan: the configuration comes from plan.json
-  bool json = false;                // the summary as one JSON object
-  bool gantt = false;               // --gantt: the timeline as a terminal chart, after the summary
-  bool gantt_color = false;         // ANSI colours in that chart
-  int gantt_width = 0;  // columns of that chart: --width, else the terminal's; 0: the default
+  std::string grad_dtype = "fp32";       // main gradients: fp32 (Megatron's default) or bf16
+  int zero = 0;                          // ZeRO level over the data-parallel replicas
+  double overlap_factor = 1.0;           // an overlapped F&B pair lasts factor x (F + B)
+  double memory_reserve_gb = -1;         // < 0: the cluster's runtime reserve
+  double memory_headroom = -1;           // < 0: the cluster's allocator margin
+  std::string trace_path;                // --trace: the Chrome trace
+  std::string report_path;               // --report: the self-contained HTML report
+  std::string command_line;              // as typed, shown in the report's inputs
+  std::string schedule_out;              // --schedule-out: the schedule as text
+  std::string schedule_format = "text";  // --schedule-format: text or pytorch-csv
+  std::string schedule_in;               // --schedule-in: a custom schedule text
+  std::string plan_path;                 // --plan: the configuration comes from plan.json
+  bool json = false;                     // the summary as one JSON object
+  bool gantt = false;        // --gantt: the timeline as a terminal chart, after the summary
+  bool gantt_color = false;  // ANSI colours in that chart
+  int gantt_width = 0;       // columns of that chart: --width, else the terminal's; 0: the default
 
   // InvalidArgument for flags that contradict each other before any file is
   // read (a usage error): --sequence-parallel or --tp-comm-overlap without

@@ -226,6 +226,8 @@ class TraceBuilder {
     e["dur"] = NsToUs(op.end_ns - op.start_ns);
     e["args"] = {{"stage", op.action.stage}, {"microbatch", op.action.microbatch}};
     if (critical_ops_.count(static_cast<int>(index))) e["args"]["critical"] = true;
+    // A half of an overlapped F&B pair (docs/simulator.md, "Overlapped F&B").
+    if (op.action.overlapped) e["args"]["overlapped_fb"] = true;
     if (op.action.kind != OpKind::kBackwardWeight) {
       consumers_.try_emplace(ConsumerKey(op.rank, op.action), op.start_ns);
     }

@@ -353,3 +353,24 @@ TEST(TraceTest, MarksTheCriticalPath) {
 
 }  // namespace
 }  // namespace pipecast
+
+namespace pipecast {
+namespace {
+
+TEST(TraceTest, OverlappedPairHalvesAreMarked) {
+  // TinyResult with rank 1's 1F0 and 1B0 as the two halves of an overlapped pair (the shape
+  // is only for drawing: the trace marks what the ops say).
+  SimResult r = TinyResult();
+  r.ops[1].action.overlapped = true;
+  r.ops[2].action.overlapped = true;
+  json t = Parse(TraceJson(r));
+  std::map<std::string, bool> mark;                  // op name -> marked
+  for (const json& e : Events(t, "X", /*tid=*/1)) {  // the compute thread
+    mark[e["name"].get<std::string>()] = e["args"].value("overlapped_fb", false);
+  }
+  EXPECT_EQ(mark, (std::map<std::string, bool>{
+                      {"0F0", false}, {"1F0", true}, {"1B0", true}, {"0B0", false}}));
+}
+
+}  // namespace
+}  // namespace pipecast

@@ -24,6 +24,7 @@ class Walker {
     act_xfer_.assign(cells, kNone);
     grad_xfer_.assign(cells, kNone);
     prev_on_rank_.assign(ops.size(), kNone);
+    next_on_rank_.assign(ops.size(), kNone);
     prev_on_link_.assign(transfers.size(), kNone);
     std::vector<int> last_on_rank(s.num_ranks, kNone);
     for (size_t i = 0; i < ops.size(); ++i) {
@@ -33,6 +34,7 @@ class Walker {
         bi_op_[Cell(a.stage, a.microbatch)] = static_cast<int>(i);
       }
       prev_on_rank_[i] = last_on_rank[ops[i].rank];
+      if (prev_on_rank_[i] != kNone) next_on_rank_[prev_on_rank_[i]] = static_cast<int>(i);
       last_on_rank[ops[i].rank] = static_cast<int>(i);
     }
     std::map<std::pair<int, int>, int> last_on_link;
@@ -56,7 +58,8 @@ class Walker {
   const Schedule& s_;
   const std::vector<OpRecord>& ops_;
   const std::vector<TransferRecord>& xfers_;
-  std::vector<int> f_op_, bi_op_, act_xfer_, grad_xfer_, prev_on_rank_, prev_on_link_;
+  std::vector<int> f_op_, bi_op_, act_xfer_, grad_xfer_, prev_on_rank_, next_on_rank_,
+      prev_on_link_;
 };
 
 std::pair<int, int> Walker::OpPredecessor(int i) const {
@@ -77,6 +80,18 @@ std::pair<int, int> Walker::OpPredecessor(int i) const {
   if (data_xfer == kNone && data_op != kNone && ops_[data_op].end_ns == o.start_ns) {
     return {data_op, kNone};
   }
+  // The forward half of an overlapped pair also waits for its backward half's gradient.
+  if (a.overlapped && a.kind == OpKind::kForward && next_on_rank_[i] != kNone) {
+    const Action& b = ops_[next_on_rank_[i]].action;
+    if (b.stage + 1 < s_.num_stages) {
+      const int b_xfer = grad_xfer_[Cell(b.stage, b.microbatch)];
+      const int b_op = bi_op_[Cell(b.stage + 1, b.microbatch)];
+      if (b_xfer != kNone && xfers_[b_xfer].end_ns == o.start_ns) return {kNone, b_xfer};
+      if (b_xfer == kNone && b_op != kNone && ops_[b_op].end_ns == o.start_ns) {
+        return {b_op, kNone};
+      }
+    }
+  }
   const int prev = prev_on_rank_[i];
   if (prev != kNone && ops_[prev].end_ns == o.start_ns) return {prev, kNone};
   // Nothing ended exactly at the start (only the very first ops): follow
@@ -93,7 +108,13 @@ std::pair<int, int> Walker::TransferPredecessor(int t) const {
   const TransferRecord& x = xfers_[t];
   if (x.start_ns > x.ready_ns && prev_on_link_[t] != kNone) return {kNone, prev_on_link_[t]};
   const int64_t src_cell = Cell(x.src_stage, x.microbatch);
-  return {x.gradient ? bi_op_[src_cell] : f_op_[src_cell], kNone};
+  const int producer = x.gradient ? bi_op_[src_cell] : f_op_[src_cell];
+  // An overlapped pair's forward half sends when the pair, i.e. its backward half, ends.
+  if (producer != kNone && ops_[producer].action.overlapped && !x.gradient &&
+      next_on_rank_[producer] != kNone) {
+    return {next_on_rank_[producer], kNone};
+  }
+  return {producer, kNone};
 }
 
 CriticalPath Walker::Walk() const {

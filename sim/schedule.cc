@@ -86,6 +86,41 @@ Result<Schedule> MakeSchedule(ScheduleKind kind, int num_ranks, int num_microbat
   return s;
 }
 
+namespace {
+
+// Overlapped ops come in pairs: a forward and, next on the list, a backward (B or I) of
+// another (stage, micro-batch), both marked `overlapped`.
+Status CheckOverlappedPairs(const std::vector<Action>& list, int rank) {
+  for (size_t i = 0; i < list.size(); ++i) {
+    const Action& a = list[i];
+    if (!a.overlapped) continue;
+    if (a.kind != OpKind::kForward) {
+      return Status::InvalidArgument(fmt::format(
+          "op {} on rank {} is marked overlapped but is not the backward half of a pair after a "
+          "forward: write the pair as (forward;backward)OVERLAP_F_B",
+          ActionName(a), rank));
+    }
+    const Action* next = i + 1 < list.size() ? &list[i + 1] : nullptr;
+    if (next == nullptr || !next->overlapped ||
+        (next->kind != OpKind::kBackward && next->kind != OpKind::kBackwardInput)) {
+      return Status::InvalidArgument(fmt::format(
+          "overlapped pair on rank {} starting with {} has no backward (B or I) as its second "
+          "half: write the pair as (forward;backward)OVERLAP_F_B",
+          rank, ActionName(a)));
+    }
+    if (next->stage == a.stage && next->microbatch == a.microbatch) {
+      return Status::InvalidArgument(fmt::format(
+          "overlapped pair ({};{}) on rank {} overlaps an op with its own backward: the two "
+          "halves must be of different (stage, micro-batch)",
+          ActionName(a), ActionName(*next), rank));
+    }
+    ++i;
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status ValidateSchedule(const Schedule& s) {
   if (s.num_ranks < 1 || s.num_stages < 1 || s.num_microbatches < 1) {
     return Status::InvalidArgument(fmt::format(
@@ -145,6 +180,7 @@ Status ValidateSchedule(const Schedule& s) {
       }
       c = 1;
     }
+    PIPECAST_RETURN_IF_ERROR(CheckOverlappedPairs(s.actions[r], r));
   }
   for (int st = 0; st < s.num_stages; ++st) {
     for (int mb = 0; mb < s.num_microbatches; ++mb) {

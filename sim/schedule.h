@@ -32,6 +32,12 @@ struct Action {
   int stage = 0;  // virtual stage
   OpKind kind = OpKind::kForward;
   int microbatch = 0;
+  // True for both halves of an overlapped F&B op (PyTorch's `(0F7;7B3)OVERLAP_F_B`,
+  // DualPipe's chunk overlap): a forward and, next on its rank's list, a backward (B or I) of
+  // another (stage, micro-batch), run together. ValidateSchedule checks the pairs. The
+  // simulator replays a pair as its two halves back to back, each scaled so that the pair lasts
+  // SimOptions::overlap_factor x (F + B) (docs/simulator.md, "Overlapped F&B").
+  bool overlapped = false;
   bool operator==(const Action&) const = default;
 };
 std::string ActionName(const Action& action);  // e.g. "2B5"
@@ -49,6 +55,7 @@ enum class ScheduleKind {
   kVHalf,            // "v-half": V placement, about half of 1F1B's activations
   kVMin,             // "v-min": V placement, about a third of 1F1B's activations
   kInterleavedZB,    // "interleaved-zb": PyTorch's interleaved zero bubble, v chunks per rank
+  kDualPipeV,        // "dualpipev": DeepSeek's DualPipeV, V placement, overlapped F&B pairs
   kCustom,           // "custom": schedule text
 };
 // The facts about each kind (name, chunks, split backward, shape rules, generator) live in one

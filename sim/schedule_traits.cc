@@ -118,7 +118,7 @@ constexpr ScheduleTraits VShape(ScheduleKind kind, const char* name, const char*
 // One row per ScheduleKind, in enum order (checked below). Fields left out keep the defaults
 // of ScheduleTraits: built in, searched by the planner, one chunk, whole backward, with a flush,
 // looped placement, any micro-batch count.
-constexpr std::array<ScheduleTraits, 13> kTraits = {{
+constexpr std::array<ScheduleTraits, 14> kTraits = {{
     OneChunk(ScheduleKind::kNaive, "naive", "GPipe paper fig. 2(b); PipeDream fig. 3", OneInFlight,
              internal::BuildNaive),
     OneChunk(ScheduleKind::kGPipe, "gpipe", "Huang et al. 2019, section 2.3", AllInFlight,
@@ -161,6 +161,23 @@ constexpr std::array<ScheduleTraits, 13> kTraits = {{
                 "PyTorch ScheduleInterleavedZeroBubble (ZB1P of Qi et al. ICLR'24 with v "
                 "chunks per rank)",
                 MicrobatchRule::kAny, "", internal::BuildInterleavedZB))),
+    // DualPipeV: two chunks in a V and nothing else (--chunks 2); m >= 2p as its step() asserts.
+    // The partition pass assumes all m in flight, as for the other chunked kinds; the simulate
+    // pass measures the peak (p+1 chunk activations on rank 0, docs/schedules.md).
+    {.kind = ScheduleKind::kDualPipeV,
+     .name = "dualpipev",
+     .rule_label = "dualpipev",
+     .source = "deepseek-ai/DualPipe dualpipev.py (commit 3da1bbe); DeepSeek-V3 report; PyTorch "
+               "ScheduleDualPipeV",
+     .uses_chunks = true,
+     .default_chunks = 2,
+     .fixed_chunks = 2,
+     .splits_backward = true,
+     .placement = Placement::kV,
+     .microbatch_rule = MicrobatchRule::kAtLeastTwiceStages,
+     .too_few_microbatches_why = "both chunks' warm-ups must fill before its steady state",
+     .inflight_microbatches = AllInFlight,
+     .generate = internal::BuildDualPipeV},
     {.kind = ScheduleKind::kCustom,
      .name = "custom",
      .rule_label = "custom",
@@ -245,6 +262,12 @@ Status CheckShape(ScheduleKind kind, int ranks, int microbatches, int chunks) {
           "{} needs at least as many micro-batches (N = {}) as pipeline stages (P = {}): {}; use "
           "--microbatches {} or more",
           t.name, microbatches, ranks, t.too_few_microbatches_why, ranks));
+    case MicrobatchRule::kAtLeastTwiceStages:
+      if (microbatches >= 2 * ranks) return Status::Ok();
+      return Status::InvalidArgument(fmt::format(
+          "{} needs at least twice as many micro-batches (N = {}) as pipeline stages (P = {}): "
+          "{}; use --microbatches {} or more",
+          t.name, microbatches, ranks, t.too_few_microbatches_why, 2 * ranks));
   }
   return Status::Ok();
 }
@@ -258,6 +281,8 @@ std::string MicrobatchRuleConflict(ScheduleKind kind, int p, int m) {
       return m < p ? fmt::format("{} {} m ({}) >= p ({})", t.rule_label,
                                  t.rule_label_plural ? "need" : "needs", m, p)
                    : "";
+    case MicrobatchRule::kAtLeastTwiceStages:
+      return m < 2 * p ? fmt::format("{} needs m ({}) >= 2p ({})", t.rule_label, m, 2 * p) : "";
   }
   return "";
 }

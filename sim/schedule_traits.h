@@ -28,8 +28,9 @@ enum class Placement {
 
 // The micro-batch counts m a schedule accepts on p ranks.
 enum class MicrobatchRule {
-  kAny,            // every m >= 1
-  kAtLeastStages,  // m >= p (looped BFS)
+  kAny,                 // every m >= 1
+  kAtLeastStages,       // m >= p (looped BFS)
+  kAtLeastTwiceStages,  // m >= 2p (DualPipeV: both chunks' warm-ups)
 };
 
 struct ScheduleTraits {

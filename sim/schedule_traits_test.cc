@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 namespace pipecast {
 namespace {
@@ -18,6 +19,7 @@ struct Row {
   int default_chunks;
   bool splits_backward, flush;
   MicrobatchRule rule;
+  Placement placement = Placement::kLooped;
 };
 
 TEST(ScheduleTraits, EveryKindHasItsRow) {
@@ -33,11 +35,16 @@ TEST(ScheduleTraits, EveryKindHasItsRow) {
       {ScheduleKind::kZBH2, "zb-h2", true, true, false, 1, true, true, MicrobatchRule::kAny},
       {ScheduleKind::kLoopedBFS, "looped-bfs", true, true, true, 2, false, true,
        MicrobatchRule::kAtLeastStages},
-      {ScheduleKind::kZBV, "zb-v", true, false, true, 2, true, true, MicrobatchRule::kAny},
-      {ScheduleKind::kVHalf, "v-half", true, false, true, 2, true, true, MicrobatchRule::kAny},
-      {ScheduleKind::kVMin, "v-min", true, false, true, 2, true, true, MicrobatchRule::kAny},
+      {ScheduleKind::kZBV, "zb-v", true, false, true, 2, true, true, MicrobatchRule::kAny,
+       Placement::kV},
+      {ScheduleKind::kVHalf, "v-half", true, false, true, 2, true, true, MicrobatchRule::kAny,
+       Placement::kV},
+      {ScheduleKind::kVMin, "v-min", true, false, true, 2, true, true, MicrobatchRule::kAny,
+       Placement::kV},
       {ScheduleKind::kInterleavedZB, "interleaved-zb", true, false, true, 2, true, true,
        MicrobatchRule::kAny},
+      {ScheduleKind::kDualPipeV, "dualpipev", true, true, true, 2, true, true,
+       MicrobatchRule::kAtLeastTwiceStages, Placement::kV},
       {ScheduleKind::kCustom, "custom", false, false, false, 1, false, true, MicrobatchRule::kAny},
   };
   ASSERT_EQ(AllScheduleTraits().size(), std::size(rows));
@@ -55,16 +62,15 @@ TEST(ScheduleTraits, EveryKindHasItsRow) {
     EXPECT_EQ(t.splits_backward, want.splits_backward);
     EXPECT_EQ(SplitsBackward(want.kind), want.splits_backward);
     EXPECT_EQ(t.flush, want.flush);
-    const bool v_shape = want.kind == ScheduleKind::kZBV || want.kind == ScheduleKind::kVHalf ||
-                         want.kind == ScheduleKind::kVMin;
-    EXPECT_EQ(t.placement, v_shape ? Placement::kV : Placement::kLooped);
-    EXPECT_EQ(t.fixed_chunks, v_shape ? 2 : 0);
+    EXPECT_EQ(t.placement, want.placement);
+    EXPECT_EQ(t.fixed_chunks, want.placement == Placement::kV ? 2 : 0);
     EXPECT_EQ(t.microbatch_rule, want.rule);
     EXPECT_EQ(t.generate != nullptr, want.builtin);
     EXPECT_NE(t.inflight_microbatches, nullptr);
     EXPECT_STRNE(t.source, "");
     EXPECT_STRNE(t.rule_label, "");
-    if (want.rule == MicrobatchRule::kAtLeastStages) {
+    if (want.rule == MicrobatchRule::kAtLeastStages ||
+        want.rule == MicrobatchRule::kAtLeastTwiceStages) {
       EXPECT_STRNE(t.too_few_microbatches_why, "");
     }
   }
@@ -110,6 +116,15 @@ TEST(ScheduleTraits, LoopedPlacementPutsChunkCOfRankROnStageCPPlusR) {
   EXPECT_EQ(StageRank(Placement::kLooped, 5, 4), 1);
 }
 
+TEST(ScheduleTraits, VPlacementPutsRankROnStagesRAnd2PMinus1MinusR) {
+  // p = 4: stages 0..7 on ranks 0 1 2 3 3 2 1 0.
+  const int want[] = {0, 1, 2, 3, 3, 2, 1, 0};
+  for (int st = 0; st < 8; ++st) EXPECT_EQ(StageRank(Placement::kV, st, 4), want[st]) << st;
+  Result<Schedule> s = MakeSchedule(ScheduleKind::kDualPipeV, 4, 8, 2);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  EXPECT_EQ(s->stage_rank, (std::vector<int>{0, 1, 2, 3, 3, 2, 1, 0}));
+}
+
 std::string ShapeError(ScheduleKind kind, int ranks, int m, int chunks) {
   Status st = CheckShape(kind, ranks, m, chunks);
   return st.ok() ? "" : std::string(st.message());
@@ -119,7 +134,10 @@ TEST(ScheduleTraits, CheckShapeAcceptsWhatEachScheduleTakes) {
   for (const ScheduleTraits& t : AllScheduleTraits()) {
     SCOPED_TRACE(t.name);
     EXPECT_EQ(ShapeError(t.kind, 4, 8, t.default_chunks), "");
-    EXPECT_EQ(ShapeError(t.kind, 1, 1, t.fixed_chunks > 0 ? t.fixed_chunks : 1), "");
+    // The smallest shape each takes: one rank, one micro-batch (two for DualPipeV's m >= 2p),
+    // one chunk (a V's two).
+    const int m = t.microbatch_rule == MicrobatchRule::kAtLeastTwiceStages ? 2 : 1;
+    EXPECT_EQ(ShapeError(t.kind, 1, m, t.fixed_chunks > 0 ? t.fixed_chunks : 1), "");
   }
 }
 
@@ -157,6 +175,19 @@ TEST(ScheduleTraits, CheckShapeMicrobatchRuleErrors) {
     EXPECT_EQ(ShapeError(k, 4, 3, 1), "");
     EXPECT_EQ(ShapeError(k, 8, 2, 1), "");
   }
+}
+
+TEST(ScheduleTraits, DualPipeVShapeErrors) {
+  EXPECT_EQ(ShapeError(ScheduleKind::kDualPipeV, 4, 7, 2),
+            "dualpipev needs at least twice as many micro-batches (N = 7) as pipeline stages "
+            "(P = 4): both chunks' warm-ups must fill before its steady state; use "
+            "--microbatches 8 or more");
+  EXPECT_EQ(ShapeError(ScheduleKind::kDualPipeV, 4, 8, 3),
+            "--chunks is 3: dualpipev takes exactly 2 model chunks per GPU, in a V (rank r holds "
+            "stages r and 2p-1-r): use --chunks 2 or leave it out");
+  EXPECT_EQ(MicrobatchRuleConflict(ScheduleKind::kDualPipeV, 4, 7),
+            "dualpipev needs m (7) >= 2p (8)");
+  EXPECT_EQ(MicrobatchRuleConflict(ScheduleKind::kDualPipeV, 4, 8), "");
 }
 
 TEST(ScheduleTraits, MicrobatchRuleConflictIsThePlannersTerseForm) {

@@ -42,6 +42,12 @@ Status SimOptions::Validate() const {
         "--tp-comm-overlap needs --tensor-parallel above 1: there is no tensor-parallel "
         "communication to overlap");
   }
+  if (!(overlap_factor > 0 && overlap_factor <= kMaxOverlapFactor)) {
+    return Status::InvalidArgument(fmt::format(
+        "--overlap-factor is {}: an overlapped F&B pair lasts factor x (F + B), so give a factor "
+        "in (0, {}] (1: no overlap gain)",
+        overlap_factor, kMaxOverlapFactor));
+  }
   return memory.Validate();
 }
 

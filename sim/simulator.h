@@ -80,6 +80,9 @@
 
 namespace pipecast {
 
+// The largest SimOptions::overlap_factor accepted: a pair twice as slow as its halves in turn.
+inline constexpr double kMaxOverlapFactor = 2.0;
+
 struct SimOptions {
   int microbatch_size = 1;
   int data_parallel = 1;
@@ -122,6 +125,11 @@ struct SimOptions {
   // Megatron-LM --tp-comm-overlap: collectives chunked beside the matmuls
   // (sim/stage_costs.h states the model). Only with tensor_parallel > 1.
   bool tp_comm_overlap = false;
+  // Overlapped F&B pairs (Action::overlapped, docs/simulator.md "Overlapped F&B"): a pair lasts
+  // overlap_factor x (F + B). 1: F + B, the pair's time less the communication each half hides
+  // behind the other's compute when, as in pipecast, no tensor-parallel or expert traffic is
+  // modelled. In (0, 2].
+  double overlap_factor = 1.0;
   // Keep every op, transfer and memory change (needed for traces); off in
   // planner searches to save time and memory.
   bool record_timeline = true;

@@ -10,6 +10,12 @@
 
 namespace pipecast {
 
+TimeNs StageCost::DurationNs(OpKind kind, bool overlapped, double overlap_factor) const {
+  const TimeNs d = DurationNs(kind);
+  if (!overlapped || overlap_factor == 1.0) return d;
+  return static_cast<TimeNs>(std::llround(static_cast<double>(d) * overlap_factor));
+}
+
 TimeNs StageCost::DurationNs(OpKind kind) const {
   switch (kind) {
     case OpKind::kForward:

@@ -121,6 +121,10 @@ struct StageCost {
   // How long an op of `kind` runs: F forward, B the whole backward, I the
   // backward less its W part, W the weight-gradient part.
   TimeNs DurationNs(OpKind kind) const;
+  // The same, for a half of an overlapped F&B pair (Action::overlapped): DurationNs(kind)
+  // scaled by `overlap_factor` (SimOptions::overlap_factor), rounded to the nearest ns, so that
+  // the pair lasts factor x (F + B).
+  TimeNs DurationNs(OpKind kind, bool overlapped, double overlap_factor) const;
   // Activation bytes an op of `kind` allocates at its start: F held, B
   // recomputed, I recomputed plus what W keeps beyond held (when known), W
   // none.

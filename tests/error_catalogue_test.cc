@@ -195,6 +195,20 @@ std::vector<Case> Catalogue() {
   c.push_back(Row("schedule_text_garbage", kSimulator, {kGoodModel, {"s.txt", "0F0 0X0\n"}},
                   "--model {dir}/m.json --schedule-in {dir}/s.txt", 1,
                   "{dir}/s.txt:1: token '0X0': unknown kind 'X', expected F, B, I or W"));
+  c.push_back(Row("pytorch_csv_bad_cell", kSimulator,
+                  {kGoodModel, {"s.csv", "0F0,0F1,,0B0,0B9X\r\n1F0,1B0,1F1,1B1\r\n"}},
+                  "--model {dir}/m.json --schedule-in {dir}/s.csv", 1,
+                  "{dir}/s.csv:1: column 5: token '0B9X': unexpected 'X' after the micro-batch "
+                  "number"));
+  c.push_back(Row("pytorch_csv_send_before_its_forward", kSimulator,
+                  {kGoodModel, {"s.csv", "0SEND_F0,0F0,0RECV_B0,0B0\n1RECV_F0,1F0,1B0,1SEND_B0\n"}},
+                  "--model {dir}/m.json --schedule-in {dir}/s.csv", 1,
+                  "{dir}/s.csv:1: column 1: token '0SEND_F0' comes before 0F0, which produces "
+                  "what it sends"));
+  c.push_back(Row("dualpipev_too_few_microbatches", kSimulator, {kGoodModel},
+                  "--model {dir}/m.json --stages 4 --microbatches 6 --schedule dualpipev", 1,
+                  "dualpipev needs at least twice as many micro-batches (N = 6) as pipeline "
+                  "stages (P = 4)"));
   // --- wrong types ---------------------------------------------------------
   c.push_back(Row("time_as_string", kSimulator,
                   {{"m.json", Model(8, Profile("forward_us", "\"12\""))}}, kSim, 1,
@@ -298,7 +312,7 @@ std::vector<Case> Catalogue() {
                   "over the limit of 2^23 (8388608)"));
   c.push_back(Row("planner_absurd_global_batch", kPlanner, {kGoodModel},
                   "--model {dir}/m.json --gpus 8 --global-batch 1000000000", 4,
-                  "planner: 140 configurations, 84 simulated, none can run (the report says why)"));
+                  "planner: 160 configurations, 84 simulated, none can run (the report says why)"));
   c.back().output =
       "micro-batches = 125000000 (stage, micro-batch) pairs is over the limit of 2^23";
   // --- zero layers, more stages than layers, GPUs not divisible -------------

@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -36,6 +37,48 @@ class PlannerCli : public ::testing::Test {
   }
   TempDir dir_;
 };
+
+TEST_F(PlannerCli, ScheduleOutWritesTheChosenPlansScheduleInEitherFormat) {
+  const std::string plan = dir_.File("plan.json");
+  const std::string text = dir_.File("chosen.txt");
+  const std::string csv = dir_.File("chosen.csv");
+  ToolRun run = Plan(ToyOn8() + " --out " + Quote(plan) + " --schedule-out " + Quote(text));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.err, HasSubstr("wrote the chosen plan's schedule to"));
+  ToolRun as_csv =
+      Plan(ToyOn8() + " --schedule-out " + Quote(csv) + " --schedule-format pytorch-csv");
+  ASSERT_EQ(as_csv.exit_code, 0) << as_csv.err;
+  // The same schedule: plan.json's actions are the text's lines; the CSV has the same cells.
+  json p = json::parse(ReadText(plan));
+  std::string want_text, want_csv;
+  for (const json& line : p["actions"]) {
+    const std::string l = line.get<std::string>();
+    want_text += l + "\n";
+    std::string cells = l;
+    std::replace(cells.begin(), cells.end(), ' ', ',');
+    want_csv += cells + "\r\n";
+  }
+  EXPECT_EQ(ReadText(text), want_text);
+  EXPECT_EQ(ReadText(csv), want_csv);
+  ToolRun bad = Plan(ToyOn8() + " --schedule-out " + Quote(csv) + " --schedule-format csv");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("--schedule-format"));
+}
+
+TEST_F(PlannerCli, DualPipeVPlansKeepTheirPairsAndReplayExactly) {
+  const std::string plan_path = dir_.File("dualpipev.plan.json");
+  ToolRun run = Plan(ToyOn8() + " --schedules dualpipev --out " + Quote(plan_path));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("chosen plan: p="));
+  EXPECT_THAT(run.out, HasSubstr(" dualpipev v=2 "));
+  // plan.json's actions keep each overlapped pair as one token.
+  const std::string text = ReadText(plan_path);
+  EXPECT_THAT(text, HasSubstr(")OVERLAP_F_B"));
+  json plan = json::parse(text);
+  ToolRun replay = Sim("--model " + Toy() + " --plan " + Quote(plan_path) + " --json");
+  ASSERT_EQ(replay.exit_code, 0) << replay.err;
+  EXPECT_EQ(json::parse(replay.out)["iteration_time_us"], plan["predicted"]["iteration_time_us"]);
+}
 
 TEST_F(PlannerCli, ChoosesAPlanAndSimulatorReplaysItExactly) {
   const std::string plan_path = dir_.File("plan.json");

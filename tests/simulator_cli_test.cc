@@ -79,6 +79,76 @@ TEST_F(SimulatorCli, ScheduleOutThenScheduleInReproducesTheResult) {
   EXPECT_EQ(a, b);
 }
 
+TEST_F(SimulatorCli, PyTorchCsvOutThenInReproducesTheResult) {
+  const std::string csv = dir_.File("zb-h1.csv");
+  ToolRun out = Sim("--model " + Toy() +
+                    " --stages 4 --microbatches 8 --schedule zb-h1 --cluster h100-sxm "
+                    "--schedule-format pytorch-csv --schedule-out " +
+                    Quote(csv) + " --json");
+  ASSERT_EQ(out.exit_code, 0) << out.err;
+  const std::string bytes = ReadText(csv);
+  // PyTorch's csv.writer rows: rank 0 of ZB-H1 p=4 starts with its 4 warm-up forwards.
+  EXPECT_EQ(bytes.substr(0, 16), "0F0,0F1,0F2,0F3,");
+  EXPECT_THAT(bytes, HasSubstr("\r\n1F0,"));
+  ToolRun in =
+      Sim("--model " + Toy() + " --schedule-in " + Quote(csv) + " --cluster h100-sxm --json");
+  ASSERT_EQ(in.exit_code, 0) << in.err;
+  json a = json::parse(out.out), b = json::parse(in.out);
+  a.erase("schedule");
+  b.erase("schedule");
+  EXPECT_EQ(a, b);
+}
+
+TEST_F(SimulatorCli, DualPipeVThroughPyTorchCsvKeepsItsPairsAndItsTimes) {
+  // toy-uniform on 4 ranks in a V: 8 stages of one layer, F = I = W = 1 ms, so each rank idles
+  // DualPipe's (p - 1)(F&B + B - 3W) = 3 x (3 + 2 - 3) = 6 ms beside its 2 x 8 x 3 ms of work.
+  const std::string csv = dir_.File("dualpipev.csv");
+  ToolRun out = Sim("--model " + Toy() +
+                    " --stages 4 --microbatches 8 --schedule dualpipev --cluster h100-sxm "
+                    "--schedule-format pytorch-csv --schedule-out " +
+                    Quote(csv) + " --json");
+  ASSERT_EQ(out.exit_code, 0) << out.err;
+  EXPECT_THAT(ReadText(csv), HasSubstr(",(0F7;7B3)OVERLAP_F_B,"));
+  ToolRun in =
+      Sim("--model " + Toy() + " --schedule-in " + Quote(csv) + " --cluster h100-sxm --json");
+  ASSERT_EQ(in.exit_code, 0) << in.err;
+  EXPECT_THAT(in.err, HasSubstr("overlapped F&B pairs (OVERLAP_F_B)"));
+  json a = json::parse(out.out), b = json::parse(in.out);
+  a.erase("schedule");
+  b.erase("schedule");
+  EXPECT_EQ(a, b);
+  ToolRun ideal = Sim("--model " + Toy() +
+                      " --stages 4 --microbatches 8 --schedule dualpipev --cluster ideal --json");
+  ASSERT_EQ(ideal.exit_code, 0) << ideal.err;
+  EXPECT_EQ(json::parse(ideal.out)["iteration_time_us"], 54000.0);
+}
+
+TEST_F(SimulatorCli, PyTorchCommsCsvRunsWithNotesAndBadCellsNameTheColumn) {
+  const std::string csv = dir_.File("comms.csv");
+  WriteText(
+      csv,
+      "0UNSHARD,0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0RECV_B1,0B1,0RESHARD,0REDUCE_GRAD\r\n"
+      "1UNSHARD,1RECV_F0,1F0,1B0,1SEND_B0,1RECV_F1,1F1,1B1,1SEND_B1,1RESHARD,1REDUCE_GRAD\r\n");
+  ToolRun run = Sim("--model " + Toy() + " --schedule-in " + Quote(csv) + " --cluster ideal");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.err, HasSubstr("4 SEND and 4 RECV actions checked"));
+  EXPECT_THAT(run.err, HasSubstr("2 UNSHARD, 2 RESHARD and 2 REDUCE_GRAD actions ignored"));
+  // 1F1B, p = 2, m = 2 on toy-uniform (8 layers of F 1 ms, B 2 ms: 4 per stage):
+  // (m + p - 1)(F + B) = 3 x 12 ms.
+  EXPECT_THAT(run.out, HasSubstr("iteration time      36.000 ms"));
+  const std::string bad = dir_.File("bad.csv");
+  WriteText(bad, "0F0,0F1,0B0,0B9X\r\n1F0,1B0,1F1,1B1\r\n");
+  ToolRun refused = Sim("--model " + Toy() + " --schedule-in " + Quote(bad));
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_THAT(refused.err, HasSubstr("bad.csv:1: column 4: token '0B9X'"));
+}
+
+TEST_F(SimulatorCli, OverlapFactorOutsideItsRangeIsAUsageError) {
+  ToolRun run = Sim("--model " + Toy() + " --stages 2 --overlap-factor 0");
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_THAT(run.err, HasSubstr("--overlap-factor"));
+}
+
 TEST_F(SimulatorCli, ZeroOneNamesItsCollectivesAndTheLimitItsParts) {
   ToolRun run = Sim("--model " + Toy() +
                     " --stages 4 --microbatches 8 --cluster h100-sxm --data-parallel 2 --zero 1 "

@@ -160,6 +160,13 @@ int main(int argc, char** argv) {
       ->check(pipecast::OutputPath());
   app.add_option("--trace", f.trace, "write a Chrome trace (Perfetto) of the chosen plan")
       ->check(pipecast::OutputPath());
+  app.add_option("--schedule-out", f.schedule_out,
+                 "write the chosen plan's schedule (as text, or see --schedule-format)")
+      ->check(pipecast::OutputPath());
+  app.add_option("--schedule-format", f.schedule_format,
+                 "--schedule-out's format: text, or pytorch-csv (PyTorch's _load_csv reads it)")
+      ->check(pipecast::OneOf({"text", "pytorch-csv"}))
+      ->capture_default_str();
   app.add_option("--report", f.report,
                  "write a self-contained HTML report: trade-off charts, the chosen plan's "
                  "timeline and memory, candidates, rejections (docs/report.md)")

@@ -155,10 +155,21 @@ int main(int argc, char** argv) {
   app.add_option("--report", f.report_path,
                  "write a self-contained HTML report: timeline, memory, inputs (docs/report.md)")
       ->check(pipecast::OutputPath());
-  app.add_option("--schedule-out", f.schedule_out, "write the schedule as text")
+  app.add_option("--overlap-factor", f.overlap_factor,
+                 "an overlapped F&B pair ((F;B)OVERLAP_F_B, dualpipev) lasts this x (F + B); "
+                 "1: no gain, as without tensor-parallel or expert traffic to hide")
+      ->check(pipecast::FiniteRange(pipecast::kMaxOverlapFactor, "x (F + B)", 0, true))
+      ->capture_default_str();
+  app.add_option("--schedule-out", f.schedule_out,
+                 "write the schedule (as text, or see --schedule-format)")
       ->check(pipecast::OutputPath());
-  CLI::Option* schedule_in =
-      app.add_option("--schedule-in", f.schedule_in, "read a custom schedule text");
+  app.add_option("--schedule-format", f.schedule_format,
+                 "--schedule-out's format: text, or pytorch-csv (PyTorch's _load_csv reads it)")
+      ->check(pipecast::OneOf({"text", "pytorch-csv"}))
+      ->capture_default_str();
+  CLI::Option* schedule_in = app.add_option(
+      "--schedule-in", f.schedule_in,
+      "read a custom schedule: text, or PyTorch's schedule CSV (compute_only or compute_comms)");
   CLI::Option* plan = app.add_option(
       "--plan", f.plan_path,
       "replay a plan.json (from planner --out): its schedule, partition, micro-batch size, "

@@ -88,6 +88,16 @@ Result<ExecPlan> BuildExecPlan(const Model& model, const PlanFile& plan, const S
                     "stages in its actions",
                     plan.partition.size(), schedule.num_stages));
   }
+  for (int r = 0; r < schedule.num_ranks; ++r) {
+    for (const Action& a : schedule.actions[r]) {
+      if (!a.overlapped) continue;
+      return Status::FailedPrecondition(fmt::format(
+          "schedule '{}' has overlapped F&B pairs (rank {} starts one at {}), which the validator "
+          "cannot run yet: its workers run one op at a time; simulate it with the simulator, or "
+          "validate a schedule without pairs",
+          schedule.name, r, ActionName(a)));
+    }
+  }
   Result<std::vector<StageCost>> costs = StageCostsOf(model, plan);
   if (!costs.ok()) return costs.status();
   std::map<std::pair<int, int64_t>, TimeNs> duration;  // (rank, action key) -> ns

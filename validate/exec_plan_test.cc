@@ -95,6 +95,24 @@ TEST(ExecPlan, RecomputeKeepsOnlyTheStageInputAndRebuildsAtBackward) {
   }
 }
 
+TEST(ExecPlan, OverlappedPairsAreRefusedNamingTheFirst) {
+  // dualpipev p=2, m=4: rank 0's first pair is (0F3;3B1), after 7 single ops.
+  Result<Schedule> s = MakeSchedule(ScheduleKind::kDualPipeV, 2, 4, 2);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  const Model model = testing::UniformModel(4);
+  Result<SimResult> sim = Simulate(model, testing::TestCluster(), *s, SimOptions{});
+  ASSERT_TRUE(sim.ok()) << sim.status().message();
+  const PlanFile plan =
+      MakePlanFile(model.name, "", testing::TestCluster(), *s, SimOptions{}, *sim);
+  Result<ExecPlan> ep = BuildExecPlan(model, plan, *s, *sim);
+  ASSERT_FALSE(ep.ok());
+  EXPECT_EQ(ep.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ep.status().message(),
+            "schedule 'dualpipev' has overlapped F&B pairs (rank 0 starts one at 0F3), which the "
+            "validator cannot run yet: its workers run one op at a time; simulate it with the "
+            "simulator, or validate a schedule without pairs");
+}
+
 TEST(ExecPlan, APartitionBeyondTheModelIsRejected) {
   testing::World w = MakeWorld(ScheduleKind::k1F1B, 2, 2);
   Model smaller = testing::UniformModel(3);

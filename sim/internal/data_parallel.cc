@@ -73,7 +73,9 @@ void ApplyPerOpCollectives(const Model& model, const Cluster& cluster, const Sch
   for (int k = 0; k < schedule.num_ranks; ++k) {
     TimeNs exposed = 0;
     for (const Action& a : schedule.actions[k]) {
-      exposed += (*costs)[a.stage].DurationNs(a.kind) - before[a.stage].DurationNs(a.kind);
+      const double f = options.overlap_factor;
+      exposed += (*costs)[a.stage].DurationNs(a.kind, a.overlapped, f) -
+                 before[a.stage].DurationNs(a.kind, a.overlapped, f);
     }
     result->per_rank[k].sharding_exposed_ns = exposed / std::max(1, schedule.iterations);
   }

@@ -69,16 +69,19 @@ void Engine::RecordTimeline() {
       heap.pop_back();
     }
   }
-  // Transfers: merge the ranks' sending ops by their end events.
+  // Transfers: merge the ranks' sending ops by the events that sent them: their end, or for an
+  // overlapped pair's forward half the pair's end.
   auto sends = [&](int r, int32_t i) { return CostOf(sched_.actions[r][i]).send != 0; };
+  auto send_event = [&](int r) {
+    const Action& a = sched_.actions[r][pos[r]];
+    return op_first_[r] + pos[r] + (a.overlapped && a.kind == OpKind::kForward ? 1 : 0);
+  };
   auto skip = [&](int r) {
     const int32_t size = static_cast<int32_t>(sched_.actions[r].size());
     while (pos[r] < size && !sends(r, pos[r])) ++pos[r];
     return pos[r] < size;
   };
-  auto end_later = [&](int a, int b) {
-    return Before(op_first_[b] + pos[b], op_first_[a] + pos[a]);
-  };
+  auto end_later = [&](int a, int b) { return Before(send_event(b), send_event(a)); };
   std::fill(pos.begin(), pos.end(), 0);
   for (int r = 0; r < p; ++r) {
     if (skip(r)) heap.push_back(r);
@@ -89,7 +92,7 @@ void Engine::RecordTimeline() {
     std::pop_heap(heap.begin(), heap.end(), end_later);
     const int r = heap.back();
     const Action& a = sched_.actions[r][pos[r]];
-    const TimeNs ready = ev_[op_first_[r] + pos[r]].time;
+    const TimeNs ready = ev_[send_event(r)].time;
     const bool gradient = a.kind != OpKind::kForward;
     const int dst_stage = gradient ? a.stage - 1 : a.stage + 1;
     const int hop = gradient ? dst_stage : a.stage;

@@ -113,8 +113,10 @@ class Engine {
   int64_t CellIndex(int stage, int mb) const {
     return int64_t{stage} * sched_.num_microbatches + mb;
   }
+  // Per (stage, kind, overlapped): an overlapped half's duration differs
+  // (SimOptions::overlap_factor).
   const OpCost& CostOf(const Action& a) const {
-    return op_cost_[a.stage * 4 + static_cast<int>(a.kind)];
+    return op_cost_[(a.stage * 4 + static_cast<int>(a.kind)) * 2 + a.overlapped];
   }
   // Processing order of two distinct events (or starts) at one time.
   bool TieBefore(int32_t x, int32_t y) const;
@@ -149,7 +151,7 @@ class Engine {
     int32_t hop;  // transfers on a link with several sizes: the boundary crossed
   };
   LargeArray<Event> ev_;         // per event, one cache line holds four
-  std::vector<OpCost> op_cost_;  // per (stage, kind)
+  std::vector<OpCost> op_cost_;  // per (stage, kind, overlapped)
   LargeArray<Cell> cells_;
   std::vector<LinkState> links_;
   // Per stage s: the link carrying s's activations to s+1 and the one

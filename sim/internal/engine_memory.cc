@@ -124,7 +124,14 @@ void Engine::SweepRank(int rank) {
     if (best == 0) {  // an op's end
       const Action& a = list[id - first];
       const OpCost& oc = CostOf(a);
-      if (oc.send != 0) mem.Change(t, 0, oc.send, 0);
+      if (!a.overlapped) {
+        if (oc.send != 0) mem.Change(t, 0, oc.send, 0);
+      } else if (a.kind != OpKind::kForward) {
+        // An overlapped pair sends its forward half's output, then its own, when it ends.
+        const Bytes forward_send = CostOf(list[id - first - 1]).send;
+        if (forward_send != 0) mem.Change(t, 0, forward_send, 0);
+        if (oc.send != 0) mem.Change(t, 0, oc.send, 0);
+      }
       if (a.kind == OpKind::kBackward || a.kind == OpKind::kBackwardWeight) --inflight;
       mem.Change(t, oc.end_act, oc.recv_free, -oc.workspace);
       head_time[0] = kNone;

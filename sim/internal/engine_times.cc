@@ -69,16 +69,16 @@ void Engine::Prepare() {
   }
   ev_.Reset(static_cast<size_t>(next_id));
 
-  op_cost_.assign(static_cast<size_t>(n) * 4, OpCost{});
+  op_cost_.assign(static_cast<size_t>(n) * 8, OpCost{});
   for (int s = 0; s < n; ++s) {
     const StageCost& c = costs_[s];
     const int r = sched_.stage_rank[s];
     const bool send_fwd = s + 1 < n && sched_.stage_rank[s + 1] != r;
     const bool send_bwd = s > 0 && sched_.stage_rank[s - 1] != r;
-    for (int k = 0; k < 4; ++k) {
-      OpCost& oc = op_cost_[s * 4 + k];
-      const OpKind kind = static_cast<OpKind>(k);
-      oc.duration = c.DurationNs(kind);
+    for (int k = 0; k < 8; ++k) {
+      OpCost& oc = op_cost_[s * 8 + k];
+      const OpKind kind = static_cast<OpKind>(k / 2);
+      oc.duration = c.DurationNs(kind, k % 2 == 1, options_.overlap_factor);
       oc.start_act = c.ActivationsAtStart(kind);
       oc.end_act = -c.ActivationsFreedAtEnd(kind);
       oc.workspace = c.workspace_bytes;
@@ -151,6 +151,9 @@ void Engine::Advance(int rank) {
   const int last = sched_.num_stages - 1;
   int32_t i = st.next;
   int32_t prev = st.prev;
+  // An overlapped pair (docs/simulator.md, "Overlapped F&B") starts when both halves' inputs are
+  // there, and its forward's output leaves with the backward's, when the pair ends.
+  int deferred_stage = -1;  // the forward half's stage whose output waits for the pair's end
   TimeNs prev_end = st.prev_end;
   TimeNs busy = st.busy;
   for (; i < size; ++i) {
@@ -175,6 +178,22 @@ void Engine::Advance(int rank) {
           break;
         }
         in_event = c.f;
+      }
+      if (a.overlapped) {
+        // The backward half's inputs too (ValidateSchedule: list[i + 1] is its B or I).
+        const Action& b = list[i + 1];
+        const Cell& cb = cells_[CellIndex(b.stage, b.microbatch)];
+        if (cb.f != kDone) break;  // its F runs later on this rank: never
+        if (b.stage < last) {
+          if (cb.b == kNotDelivered) {
+            if (Hop(b.stage, true).link >= 0) {
+              st.waiting_on = CellIndex(b.stage, b.microbatch) * 2 + 1;
+            }
+            break;
+          }
+          const int32_t in_b = cb.b;
+          if (in_b >= 0 && (in_event < 0 || Before(in_event, in_b))) in_event = in_b;
+        }
       }
     } else if (a.kind == OpKind::kBackwardWeight) {
       if (c.b != kDone) break;  // its I runs later on this rank: never
@@ -213,9 +232,19 @@ void Engine::Advance(int rank) {
     }
     if (a.kind == OpKind::kForward) {
       c.f = kDone;
-      if (a.stage < last) Deliver(a.stage + 1, a.microbatch, false, id, end);
+      if (a.overlapped) {
+        deferred_stage = a.stage;
+      } else if (a.stage < last) {
+        Deliver(a.stage + 1, a.microbatch, false, id, end);
+      }
     } else if (a.kind != OpKind::kBackwardWeight) {
       c.b = kDone;
+      if (deferred_stage >= 0) {  // the pair's forward half, list[i - 1]
+        if (deferred_stage < last) {
+          Deliver(deferred_stage + 1, list[i - 1].microbatch, false, id, end);
+        }
+        deferred_stage = -1;
+      }
       if (a.stage > 0) Deliver(a.stage - 1, a.microbatch, true, id, end);
     }
     prev = id;

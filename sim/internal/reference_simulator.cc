@@ -119,7 +119,9 @@ class Engine {
   std::vector<TimeNs> iteration_end_;  // per iteration (PipeDream)
 };
 
-TimeNs Engine::Duration(const Action& a) const { return costs_[a.stage].DurationNs(a.kind); }
+TimeNs Engine::Duration(const Action& a) const {
+  return costs_[a.stage].DurationNs(a.kind, a.overlapped, options_.overlap_factor);
+}
 
 bool Engine::Ready(const Action& a) const {
   const int64_t cell = Cell(a.stage, a.microbatch);
@@ -159,6 +161,8 @@ void Engine::TryStart(int rank, TimeNs now) {
   if (st.running || st.next >= list.size()) return;
   const Action& a = list[st.next];
   if (!Ready(a)) return;
+  // An overlapped pair starts when both halves are ready (docs/simulator.md, "Overlapped F&B").
+  if (a.overlapped && a.kind == OpKind::kForward && !Ready(list[st.next + 1])) return;
   const TimeNs dur = Duration(a);
   st.running = true;
   ++st.next;
@@ -189,10 +193,15 @@ void Engine::OnOpEnd(int rank, TimeNs now) {
       cells_[cell].f_end = true;
       if (a.stage > 0 && sched_.stage_rank[a.stage - 1] != rank)
         comm -= costs_[a.stage - 1].output_bytes;
-      if (a.stage < last) Send(a.stage, a.stage + 1, a.microbatch, false, now);
+      // An overlapped pair's forward half sends when the pair ends, below.
+      if (a.stage < last && !a.overlapped) Send(a.stage, a.stage + 1, a.microbatch, false, now);
       break;
     case OpKind::kBackward:
     case OpKind::kBackwardInput:
+      if (a.overlapped) {
+        const Action& f = sched_.actions[rank][st.next - 2];
+        if (f.stage < last) Send(f.stage, f.stage + 1, f.microbatch, false, now);
+      }
       cells_[cell].bi_end = true;
       if (a.stage < last && sched_.stage_rank[a.stage + 1] != rank)
         comm -= costs_[a.stage].output_bytes;

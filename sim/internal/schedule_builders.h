@@ -38,6 +38,9 @@ void BuildLoopedBFS(Schedule& s);
 void BuildZBV(Schedule& s);
 void BuildVHalf(Schedule& s);
 void BuildVMin(Schedule& s);
+// DualPipeV (deepseek-ai/DualPipe dualpipev.py): V placement (2 chunks), m >= 2p, overlapped
+// F&B pairs and zero-bubble I/W ops (schedule_zoo_dualpipe.cc).
+void BuildDualPipeV(Schedule& s);
 
 }  // namespace pipecast::internal
 
