@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "base/text_table.h"
 #include "planner/passes.h"
 #include "sim/schedule_traits.h"
 
@@ -24,8 +25,8 @@ std::string ScheduleConstraint(const Candidate& c, int layers, bool split) {
   if (traits.uses_chunks) {
     if (p < 2) return "chunked schedules need at least 2 stages";
     if (c.VirtualStages() > layers) {
-      return fmt::format("{} chunks x {} stages exceeds the model's {} layers", c.chunks, p,
-                         layers);
+      return fmt::format("{} chunks x {} stages exceeds the model's {}", c.chunks, p,
+                         Count(layers, "layer", "layers"));
     }
   }
   if (traits.splits_backward && !split) {
@@ -80,6 +81,7 @@ std::vector<Candidate> Enumerate(const Model& model, const PlannerOptions& optio
   const std::vector<Recompute> recompute_modes = RecomputeModes(model, options.recompute);
   for (int p = 1; p <= std::min(options.gpus, layers); ++p) {
     if (options.gpus % p != 0) continue;
+    if (options.pipeline_stages > 0 && p != options.pipeline_stages) continue;
     const int d = options.gpus / p;
     for (int size : options.microbatch_sizes) {
       for (ScheduleKind schedule : options.schedules) {

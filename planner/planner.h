@@ -42,7 +42,9 @@ namespace pipecast {
 enum class RecomputeMode { kAuto, kOff, kSelective, kFull };
 
 struct PlannerOptions {
-  int gpus = 0;              // N, required
+  int gpus = 0;  // N, required
+  // p pinned (--stages, Megatron's --pipeline-model-parallel-size); 0: searched.
+  int pipeline_stages = 0;
   int64_t global_batch = 0;  // 0: the model's global_batch
   // Empty: every built-in schedule except pipedream, which changes training
   // semantics and is searched only when named.

@@ -26,6 +26,7 @@ namespace {
 Result<PlannerOptions> MakeOptions(const PlannerToolOptions& flags) {
   PlannerOptions o;
   o.gpus = flags.gpus;
+  o.pipeline_stages = flags.stages;
   o.global_batch = flags.global_batch;
   for (const std::string& name : flags.schedules) {
     auto kind = ParseScheduleKind(name);

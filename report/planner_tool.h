@@ -22,6 +22,7 @@ namespace pipecast {
 struct PlannerToolOptions {
   std::string model_path;              // required
   int gpus = 0;                        // required
+  int stages = 0;                      // 0: searched
   int64_t global_batch = 0;            // 0: the model's global_batch
   std::string cluster;                 // empty: the model's device if it is a preset, else ideal
   double memory_gb = -1;               // < 0: the cluster's
