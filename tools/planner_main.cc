@@ -20,6 +20,7 @@
 #include "base/cli.h"
 #include "base/exit_codes.h"
 #include "base/flag_checks.h"
+#include "base/terminal_text.h"
 #include "formats/file_util.h"
 #include "report/gantt.h"
 #include "report/html_report.h"
@@ -30,14 +31,15 @@ namespace pipecast {
 namespace {
 
 int Fail(const Status& status, int code = kExitBadInput) {
-  fmt::print(stderr, "planner: error: {}\n", status.message());
+  fmt::print(stderr, "planner: error: {}\n", TerminalSafeLines(status.message()));
   return code;
 }
 
 int Run(const PlannerToolOptions& options) {
   if (Status st = options.Validate(); !st.ok()) return Fail(st, kExitUsage);
-  auto result = RunPlannerTool(
-      options, [](const std::string& line) { fmt::print(stderr, "planner: {}\n", line); });
+  auto result = RunPlannerTool(options, [](const std::string& line) {
+    fmt::print(stderr, "planner: {}\n", TerminalSafeLines(line));
+  });
   if (!result.ok()) return Fail(result.status());
   std::fwrite(result->text.data(), 1, result->text.size(), stdout);
   if (result->checked) {
@@ -62,6 +64,9 @@ int main(int argc, char** argv) {
   app.add_option("--model", f.model_path, "model.json (pipecast-model/1)")->required();
   app.add_option("--gpus", f.gpus, "GPUs N: p pipeline stages x N/p data-parallel replicas")
       ->required()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--stages", f.stages,
+                 "pin the pipeline stages p (a divisor of --gpus; default: searched)")
       ->check(CLI::PositiveNumber);
   app.add_option("--global-batch", f.global_batch,
                  "samples per iteration (default: the model's global_batch)")
