@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <iterator>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -18,7 +19,6 @@ namespace {
 
 using internal::kAxisPx;
 using internal::kGutterPx;
-using internal::kSvgWidthPx;
 using internal::TimeAxis;
 using internal::UsAttr;
 
@@ -103,8 +103,10 @@ void AddKind(std::string* kinds, char kind) {
 
 class TimelineBuilder {
  public:
-  explicit TimelineBuilder(const SimResult& r)
-      : r_(r), axis_(internal::TimeAxisFor(r)), lanes_(LanesFor(r.ranks)) {
+  // `zoom`: drawn this many times wider (kZoomLevels); ops are merged by
+  // their width at this zoom.
+  explicit TimelineBuilder(const SimResult& r, int zoom = 1)
+      : r_(r), axis_(internal::TimeAxisFor(r).Zoomed(zoom)), lanes_(LanesFor(r.ranks)) {
     int narrow = 0;
     for (const OpRecord& op : r.ops) {
       pipe_end_ = std::max(pipe_end_, op.end_ns);
@@ -130,14 +132,15 @@ class TimelineBuilder {
     std::string body;
     for (int k = 0; k < r_.ranks; ++k) body += RankLane(k, top + k * lanes_.Row());
     std::string out = fmt::format(
-        "<svg class=\"timeline\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" "
+        "<svg class=\"{11}\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" "
         "height=\"{1}\" viewBox=\"0 0 {0} {1}\" data-ranks=\"{2}\" data-ops=\"{3}\" "
         "data-transfers=\"{4}\" data-span-us=\"{5}\" data-axis-end-us=\"{6}\" data-mode=\"{7}\" "
         "data-merged-ops=\"{8}\" data-busy-spans=\"{9}\" data-merged-transfers=\"{10}\" "
-        "role=\"img\" aria-label=\"timeline per rank\">\n",
-        Px(kSvgWidthPx), Px(height), r_.ranks, r_.ops.size(), r_.transfers.size(),
+        "data-zoom=\"{12}\" role=\"img\" aria-label=\"timeline per rank\">\n",
+        Px(axis_.SvgWidthPx()), Px(height), r_.ranks, r_.ops.size(), r_.transfers.size(),
         UsAttr(pipe_end_), UsAttr(axis_.end_ns()), dense_ ? "dense" : "detailed", merged_ops_,
-        busy_spans_, merged_xfers_);
+        busy_spans_, merged_xfers_, axis_.zoom() == 1 ? "timeline" : "timeline-zoomed",
+        axis_.zoom());
     out += internal::TimeAxisSvg(axis_, top, height - 2);
     out += body;
     out += "</svg>\n";
@@ -439,6 +442,32 @@ std::string Legend(const SimResult& r, bool merged) {
   return out + "</div>\n";
 }
 
+// The zoom buttons: radio inputs, one per level, each followed by its label;
+// the frames of the levels' charts follow them, so that `input:checked ~
+// frame` (CSS only, ZoomCss) shows one. The page stays script-free. Opens a
+// <div class="zoom"> that the caller closes after the frames.
+std::string ZoomControls() {
+  std::string out = "<div class=\"zoom\" role=\"radiogroup\" aria-label=\"timeline zoom\">";
+  for (int z : internal::kZoomLevels) {
+    out += fmt::format(
+        "<input type=\"radio\" name=\"tl-zoom\" id=\"tl-zoom-{0}\" value=\"{0}\"{1}>"
+        "<label for=\"tl-zoom-{0}\">{0}×</label>",
+        z, z == 1 ? " checked=\"checked\"" : "");
+  }
+  return out + "\n";
+}
+
+// "4 or 16".
+std::string ZoomLevelsText() {
+  std::string out;
+  const size_t n = std::size(internal::kZoomLevels);
+  for (size_t i = 1; i < n; ++i) {
+    if (i > 1) out += i + 1 == n ? " or " : ", ";
+    out += fmt::format("{}", internal::kZoomLevels[i]);
+  }
+  return out;
+}
+
 std::string LayerRanges(const std::vector<StageLayers>& layers) {
   std::string out;
   for (const StageLayers& l : layers) {
@@ -512,8 +541,24 @@ std::string TimelineHtml(const SimResult& r) {
     caption += fmt::format(" {} transfers narrower than {:g} px are merged the same way.",
                            builder.merged_transfers(), kMinOpPx);
   }
+  // Zoom where the chart had to merge: each level drawn again at its width,
+  // so that ops merged at 1x get their own bars (and labels) when zoomed.
+  const bool zoom = builder.merged_ops() > 0 || builder.merged_transfers() > 0;
+  std::string frames = "<div class=\"tl-scroll tl-z1\">\n" + svg + "</div>\n";
+  if (zoom) {
+    caption += fmt::format(
+        " <b>Zoom:</b> the buttons above the chart draw it {} times wider in a frame that "
+        "scrolls sideways; the merging above is redone at each width.",
+        ZoomLevelsText());
+    for (int z : internal::kZoomLevels) {
+      if (z == 1) continue;
+      TimelineBuilder zoomed(r, z);
+      frames += fmt::format("<div class=\"tl-scroll tl-z{}\">\n", z) + zoomed.Svg() + "</div>\n";
+    }
+    frames = ZoomControls() + frames + "</div>\n";
+  }
   std::string out = Legend(r, builder.merged_ops() > 0);
-  out += "<figure class=\"timeline\">\n" + svg + "<figcaption>" + caption + "</figcaption>\n";
+  out += "<figure class=\"timeline\">\n" + frames + "<figcaption>" + caption + "</figcaption>\n";
   out += "</figure>\n";
   out += RankTable(r);
   return out;
