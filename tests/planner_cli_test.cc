@@ -37,6 +37,65 @@ class PlannerCli : public ::testing::Test {
   TempDir dir_;
 };
 
+// Issue 17: a format key in every --json object, first, so that a script can
+// tell the simulator's answer from the planner's (and from a file) before
+// reading anything else.
+TEST_F(PlannerCli, FormatKeyInEveryJsonObject) {
+  ToolRun plan = Plan(ToyOn8() + " --json");
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  json p = json::parse(plan.out);
+  EXPECT_EQ(p.begin().key(), "format");
+  EXPECT_EQ(p["format"], "pipecast-planner/1");
+  // The embedded simulation results are blocks of this object, not files.
+  EXPECT_FALSE(p["chosen"]["predicted"].contains("format"));
+
+  ToolRun sim = Sim("--model " + Toy() + " --stages 2 --cluster ideal --json");
+  ASSERT_EQ(sim.exit_code, 0) << sim.err;
+  json s = json::parse(sim.out);
+  EXPECT_EQ(s.begin().key(), "format");
+  EXPECT_EQ(s["format"], "pipecast-simulation/1");
+}
+
+// Issue 17: a layer or model name with ESC and a newline reached the terminal
+// as it was: ESC [31m recoloured it, the newline forged a report line. The
+// text outputs show them escaped; --json keeps the names as they are.
+TEST_F(PlannerCli, ControlCharactersInNamesAreEscapedInTextOutput) {
+  std::string text = ReadText(Example("toy-uniform.json"));
+  auto replace = [&](const std::string& from, const std::string& to) {
+    const size_t at = text.find(from);
+    ASSERT_NE(at, std::string::npos) << from;
+    text.replace(at, from.size(), to);
+  };
+  replace("\"name\": \"toy-uniform\"", R"("name": "toy\u001b]0;pwned\u0007")");
+  replace("\"name\": \"layer0\"", R"("name": "emb\u001b[31m\nforged line")");
+  const std::string model = dir_.File("m.json");
+  WriteText(model, text);
+
+  ToolRun plan = Plan("--model " + Quote(model) + " --gpus 2 --cluster ideal --global-batch 16");
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  EXPECT_EQ(plan.out.find('\x1b'), std::string::npos);
+  EXPECT_EQ(plan.out.find('\x07'), std::string::npos);
+  EXPECT_THAT(plan.out, HasSubstr("planner: toy\\x1b]0;pwned\\x07 on 2 GPUs"));
+  EXPECT_THAT(plan.out, HasSubstr("(emb\\x1b[31m\\nforged line"));
+  EXPECT_THAT(plan.out, Not(HasSubstr("\nforged line")));
+
+  json j = json::parse(
+      Plan("--model " + Quote(model) + " --gpus 2 --cluster ideal --global-batch 16 --json").out);
+  EXPECT_EQ(j["model"], "toy\x1b]0;pwned\x07");
+  EXPECT_EQ(j["chosen"]["partition"][0]["first_layer_name"], "emb\x1b[31m\nforged line");
+}
+
+// The README's validator walk-through plans 2 GPUs for `mpirun -np 2`, which
+// needs 2 pipeline stages; the search alone may prefer 2 replicas of 1.
+TEST_F(PlannerCli, StagesPinsThePipelineDepth) {
+  const std::string plan = dir_.File("plan.json");
+  ToolRun run = Plan(ToyOn8() + " --stages 2 --out " + Quote(plan));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  json p = json::parse(ReadText(plan));
+  EXPECT_EQ(p["pipeline_stages"], 2);
+  EXPECT_EQ(p["data_parallel"], 4);
+}
+
 TEST_F(PlannerCli, ChoosesAPlanAndSimulatorReplaysItExactly) {
   const std::string plan_path = dir_.File("plan.json");
   ToolRun run = Plan(ToyOn8() + " --out " + Quote(plan_path));
@@ -58,6 +117,7 @@ TEST_F(PlannerCli, ChoosesAPlanAndSimulatorReplaysItExactly) {
   // timelines); everything else is the same, byte for byte.
   ASSERT_TRUE(result.contains("critical_path"));
   result.erase("critical_path");
+  result.erase("format");  // the --json object's own; plan.json's block has none
   EXPECT_EQ(result, plan["predicted"]);
 }
 
@@ -81,6 +141,7 @@ TEST_F(PlannerCli, PinnedZeroLevelAndTheReserveTravelInThePlanAndReplay) {
   EXPECT_EQ(result["zero"], 1);
   EXPECT_EQ(result["memory_reserve_bytes"], int64_t{2} << 30);
   result.erase("critical_path");
+  result.erase("format");  // the --json object's own; plan.json's block has none
   EXPECT_EQ(result, plan["predicted"]);
 }
 
