@@ -108,11 +108,25 @@ class TimelineBuilder {
   explicit TimelineBuilder(const SimResult& r, int zoom = 1)
       : r_(r), axis_(internal::TimeAxisFor(r).Zoomed(zoom)), lanes_(LanesFor(r.ranks)) {
     int narrow = 0;
+    std::vector<int> lane_ops(r.ranks, 0), lane_narrow(r.ranks, 0);
     for (const OpRecord& op : r.ops) {
       pipe_end_ = std::max(pipe_end_, op.end_ns);
-      if (W(op.start_ns, op.end_ns) < kMinOpPx) ++narrow;
+      const bool thin = W(op.start_ns, op.end_ns) < kMinOpPx;
+      narrow += thin;
+      if (op.rank >= 0 && op.rank < r.ranks) {
+        ++lane_ops[op.rank];
+        lane_narrow[op.rank] += thin;
+      }
     }
     dense_ = narrow > kDenseShare * static_cast<double>(r.ops.size());
+    // Zoomed, each lane decides for itself: one rank of slivers (an
+    // embedding stage) must not grey out the ranks whose ops are now wide.
+    lane_dense_.assign(r.ranks, dense_);
+    if (zoom > 1) {
+      for (int k = 0; k < r.ranks; ++k) {
+        lane_dense_[k] = lane_narrow[k] > kDenseShare * static_cast<double>(lane_ops[k]);
+      }
+    }
     op_critical_.assign(r.ops.size(), false);
     xfer_critical_.assign(r.transfers.size(), false);
     if (r.critical_path) {
@@ -138,9 +152,9 @@ class TimelineBuilder {
         "data-merged-ops=\"{8}\" data-busy-spans=\"{9}\" data-merged-transfers=\"{10}\" "
         "data-zoom=\"{12}\" role=\"img\" aria-label=\"timeline per rank\">\n",
         Px(axis_.SvgWidthPx()), Px(height), r_.ranks, r_.ops.size(), r_.transfers.size(),
-        UsAttr(pipe_end_), UsAttr(axis_.end_ns()), dense_ ? "dense" : "detailed", merged_ops_,
-        busy_spans_, merged_xfers_, axis_.zoom() == 1 ? "timeline" : "timeline-zoomed",
-        axis_.zoom());
+        UsAttr(pipe_end_), UsAttr(axis_.end_ns()),
+        axis_.zoom() > 1 ? "per-lane" : (dense_ ? "dense" : "detailed"), merged_ops_, busy_spans_,
+        merged_xfers_, axis_.zoom() == 1 ? "timeline" : "timeline-zoomed", axis_.zoom());
     out += internal::TimeAxisSvg(axis_, top, height - 2);
     out += body;
     out += "</svg>\n";
@@ -160,6 +174,7 @@ class TimelineBuilder {
   double W(TimeNs a, TimeNs b) const { return static_cast<double>(b - a) * axis_.PxPerNs(); }
 
   std::string RankLane(int k, double y0) {
+    lane_dense_now_ = lane_dense_[k];
     const double comm_y = y0 + lanes_.op_h + kCritBarPx + 1;
     std::string out = fmt::format("<g class=\"rank\" data-rank=\"{}\" data-span-us=\"{}\">\n", k,
                                   UsAttr(pipe_end_));
@@ -202,7 +217,7 @@ class TimelineBuilder {
   }
 
   // Groups a lane's items (in start order) into blocks. An item that is at
-  // least kMinOpPx wide stays alone unless `dense_`; narrow items join the
+  // least kMinOpPx wide stays alone unless the lane is dense; narrow items join the
   // open run when they start less than `gap_px` after its end and `phase`
   // (one value per item; empty: all equal) does not change.
   template <typename StartEnd>
@@ -213,7 +228,7 @@ class TimelineBuilder {
     for (size_t n = 0; n < items.size(); ++n) {
       const int i = items[n];
       const auto [start, end] = start_end(i);
-      const bool alone = !dense_ && W(start, end) >= kMinOpPx;
+      const bool alone = !lane_dense_now_ && W(start, end) >= kMinOpPx;
       const bool new_phase = !phase.empty() && n > 0 && phase[n] != phase[n - 1];
       if (open && (alone || new_phase || W(out.back().end, start) >= gap_px)) open = false;
       if (!open) {
@@ -250,7 +265,7 @@ class TimelineBuilder {
 
   std::vector<Block> OpBlocks(const std::vector<int>& ops) {
     std::vector<Block> blocks = Blocks(
-        ops, dense_ ? kDenseGapPx : kMinOpPx,
+        ops, lane_dense_now_ ? kDenseGapPx : kMinOpPx,
         [&](int i) { return std::pair<TimeNs, TimeNs>(r_.ops[i].start_ns, r_.ops[i].end_ns); },
         Phases(ops));
     // Fill in kinds and critical counts: blocks hold consecutive ops.
@@ -384,9 +399,10 @@ class TimelineBuilder {
     std::sort(list.begin(), list.end());
     std::vector<int> order;
     for (const auto& item : list) order.push_back(std::get<2>(item));
-    const std::vector<Block> blocks = Blocks(order, dense_ ? kDenseGapPx : kMinOpPx, [&](int i) {
-      return std::pair<TimeNs, TimeNs>(r_.transfers[i].start_ns, r_.transfers[i].end_ns);
-    });
+    const std::vector<Block> blocks =
+        Blocks(order, lane_dense_now_ ? kDenseGapPx : kMinOpPx, [&](int i) {
+          return std::pair<TimeNs, TimeNs>(r_.transfers[i].start_ns, r_.transfers[i].end_ns);
+        });
     std::string out;
     const char* dir = gradient ? "grad" : "act";
     for (const Block& b : blocks) {
@@ -410,7 +426,9 @@ class TimelineBuilder {
   TimeAxis axis_;
   Lanes lanes_;
   TimeNs pipe_end_ = 0;
-  bool dense_ = false;
+  bool dense_ = false;            // the whole chart's mode (1x: every lane's)
+  std::vector<bool> lane_dense_;  // each lane's mode
+  bool lane_dense_now_ = false;   // the mode of the lane being drawn
   std::vector<bool> op_critical_;
   std::vector<bool> xfer_critical_;
   int merged_ops_ = 0;
