@@ -332,7 +332,7 @@ class Worker {
   Status WaitFailure(const Status& st, const std::string& what) {
     if (st.code() != StatusCode::kUnavailable) return st;  // aborted, or a transport error
     return Status::FailedPrecondition(fmt::format(
-        "{} did not arrive, and no local rank made progress for {} (--recv-timeout-ms): the "
+        "{} did not arrive within {} of no progress on any local rank (--recv-timeout-ms): the "
         "message was lost, its sender failed or is stuck, or the schedule deadlocks. Local ranks "
         "then:{}",
         what, Ms(s_.options.recv_timeout_ns),
