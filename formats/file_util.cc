@@ -12,6 +12,7 @@
 #include <sstream>
 #include <system_error>
 
+#include "base/terminal_text.h"
 #include "formats/internal/temp_files.h"
 
 namespace pipecast {
@@ -19,7 +20,7 @@ namespace pipecast {
 Result<std::string> ReadFile(const std::string& path, size_t max_bytes) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    return Status::NotFound("cannot read '" + path + "': " + std::strerror(errno));
+    return Status::NotFound("cannot read '" + TerminalSafe(path) + "': " + std::strerror(errno));
   }
   // In chunks, so that /dev/zero or a huge file stops at the limit instead
   // of taking all memory.
@@ -32,12 +33,12 @@ Result<std::string> ReadFile(const std::string& path, size_t max_bytes) {
     text.resize(have + static_cast<size_t>(in.gcount()));
     if (text.size() > max_bytes) {
       return Status::InvalidArgument(
-          "'" + path + "' is larger than " + std::to_string(max_bytes >> 20) +
+          "'" + TerminalSafe(path) + "' is larger than " + std::to_string(max_bytes >> 20) +
           " MiB, the limit for pipecast's input files: is it the right file?");
     }
   }
   if (in.bad()) {
-    return Status::NotFound("error reading '" + path + "': " + std::strerror(errno));
+    return Status::NotFound("error reading '" + TerminalSafe(path) + "': " + std::strerror(errno));
   }
   return text;
 }
@@ -52,7 +53,8 @@ Status CheckOutputTarget(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return Status::Ok();  // a new file
   if (S_ISDIR(st.st_mode)) {
-    return Status::InvalidArgument("cannot write '" + path + "': " + std::strerror(EISDIR));
+    return Status::InvalidArgument("cannot write '" + TerminalSafe(path) +
+                                   "': " + std::strerror(EISDIR));
   }
   if (!S_ISREG(st.st_mode)) {
     return Status::InvalidArgument("cannot write '" + path +
@@ -104,7 +106,8 @@ Status WriteFileAtomic(const std::string& path, const std::string& content) {
   TempFile tmp(path);
   const int fd = tmp.fd();
   if (fd < 0) {
-    return Status::InvalidArgument("cannot write '" + path + "': " + std::strerror(errno) +
+    return Status::InvalidArgument("cannot write '" + TerminalSafe(path) +
+                                   "': " + std::strerror(errno) +
                                    " (check that the folder exists and is writable)");
   }
   const char* data = content.data();
@@ -113,17 +116,20 @@ Status WriteFileAtomic(const std::string& path, const std::string& content) {
     ssize_t n = ::write(fd, data, left);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return Status::InvalidArgument("cannot write '" + path + "': " + std::strerror(errno));
+      return Status::InvalidArgument("cannot write '" + TerminalSafe(path) +
+                                     "': " + std::strerror(errno));
     }
     data += n;
     left -= static_cast<size_t>(n);
   }
   if (::fsync(fd) != 0 || !tmp.Close()) {
-    return Status::InvalidArgument("cannot write '" + path + "': " + std::strerror(errno));
+    return Status::InvalidArgument("cannot write '" + TerminalSafe(path) +
+                                   "': " + std::strerror(errno));
   }
   ::chmod(tmp.path().c_str(), 0644);
   if (std::rename(tmp.path().c_str(), path.c_str()) != 0) {
-    return Status::InvalidArgument("cannot write '" + path + "': " + std::strerror(errno));
+    return Status::InvalidArgument("cannot write '" + TerminalSafe(path) +
+                                   "': " + std::strerror(errno));
   }
   tmp.Keep();
   return Status::Ok();
@@ -134,7 +140,8 @@ Status CheckWritable(const std::string& path) {
   std::string tmpl = path + ".tmp.XXXXXX";
   int fd = mkstemp(tmpl.data());
   if (fd < 0) {
-    return Status::InvalidArgument("cannot write '" + path + "': " + std::strerror(errno) +
+    return Status::InvalidArgument("cannot write '" + TerminalSafe(path) +
+                                   "': " + std::strerror(errno) +
                                    " (check that the folder exists and is writable)");
   }
   ::close(fd);
@@ -164,16 +171,17 @@ Status CheckOutputs(const std::vector<NamedPath>& outputs, const std::vector<Nam
     }
     for (const NamedPath& in : inputs) {
       if (!in.path.empty() && SameFile(out.path, in.path)) {
-        return Status::InvalidArgument(out.flag + " '" + out.path + "' is the same file as " +
-                                       in.flag +
+        return Status::InvalidArgument(out.flag + " '" + TerminalSafe(out.path) +
+                                       "' is the same file as " + in.flag +
                                        ": pipecast never writes over its inputs; "
                                        "choose another path");
       }
     }
     for (size_t j = 0; j < i; ++j) {
       if (SameFile(out.path, outputs[j].path)) {
-        return Status::InvalidArgument(out.flag + " '" + out.path + "' is the same file as " +
-                                       outputs[j].flag + ": give each output its own path");
+        return Status::InvalidArgument(out.flag + " '" + TerminalSafe(out.path) +
+                                       "' is the same file as " + outputs[j].flag +
+                                       ": give each output its own path");
       }
     }
     if (Status st = CheckWritable(out.path); !st.ok()) return st.WithPrefix(out.flag);

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "base/json_depth.h"
+#include "base/text_table.h"
 #include "formats/file_util.h"
 #include "formats/formats.h"
 #include "formats/internal/json_reader.h"
@@ -498,26 +499,30 @@ Status ReadPredicted(const Reader& r, const json& root, PlanFile* plan) {
 Status CheckConsistent(const Reader& r, const PlanFile& plan) {
   const Schedule& s = plan.schedule;
   if (s.num_ranks != plan.pipeline_stages) {
-    return r.Error("actions", fmt::format("has {} ranks, but pipeline_stages is {}", s.num_ranks,
-                                          plan.pipeline_stages));
+    return r.Error("actions",
+                   fmt::format("has {}, but pipeline_stages is {}",
+                               Count(s.num_ranks, "rank", "ranks"), plan.pipeline_stages));
   }
   if (s.num_stages != plan.pipeline_stages * plan.virtual_stages) {
-    return r.Error("schedule.virtual_stages",
-                   fmt::format("is {}, but the actions use {} stages on {} ranks",
-                               plan.virtual_stages, s.num_stages, s.num_ranks));
+    return r.Error(
+        "schedule.virtual_stages",
+        fmt::format("is {}, but the actions use {} on {}", plan.virtual_stages,
+                    Count(s.num_stages, "stage", "stages"), Count(s.num_ranks, "rank", "ranks")));
   }
   if (static_cast<int>(plan.partition.size()) != s.num_stages) {
-    return r.Error("partition", fmt::format("has {} stages, but the actions use {}",
-                                            plan.partition.size(), s.num_stages));
+    return r.Error("partition",
+                   fmt::format("has {}, but the actions use {}",
+                               Count(plan.partition.size(), "stage", "stages"), s.num_stages));
   }
   if (s.num_microbatches != int64_t{plan.microbatches} * s.iterations) {
-    return r.Error("microbatches",
-                   s.iterations == 1
-                       ? fmt::format("is {}, but the actions run {} micro-batches",
-                                     plan.microbatches, s.num_microbatches)
-                       : fmt::format("is {} per iteration, but the actions run {} micro-batches "
-                                     "over {} iterations",
-                                     plan.microbatches, s.num_microbatches, s.iterations));
+    return r.Error(
+        "microbatches",
+        s.iterations == 1
+            ? fmt::format("is {}, but the actions run {}", plan.microbatches,
+                          Count(s.num_microbatches, "micro-batch", "micro-batches"))
+            : fmt::format("is {} per iteration, but the actions run {} over {}", plan.microbatches,
+                          Count(s.num_microbatches, "micro-batch", "micro-batches"),
+                          Count(s.iterations, "iteration", "iterations")));
   }
   if (int64_t{plan.pipeline_stages} * plan.data_parallel * plan.tensor_parallel != plan.gpus) {
     if (plan.tensor_parallel == 1) {

@@ -151,8 +151,13 @@ Json ResultJson(const SimResult& result) {
 }
 
 std::string ResultToJson(const SimResult& result) {
+  // The format key first, as in every file pipecast writes; plan.json's
+  // `predicted` block (ResultJson alone) is inside a file that has its own.
+  Json j;
+  j["format"] = kSimulationFormat;
+  j.update(ResultJson(result));
   // Invalid UTF-8 in a name or note becomes U+FFFD instead of throwing.
-  return ResultJson(result).dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
+  return j.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
 }
 
 }  // namespace pipecast

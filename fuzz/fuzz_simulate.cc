@@ -3,9 +3,16 @@
 // recomputation, a backward split or none, PipeDream-style iterations without
 // a flush, timeline recording); the rest is schedule text, parsed as
 // `simulator --schedule-in` does and simulated on a tiny uniform model with
-// one or two layers per stage. Properties: Simulate ends in a result or a
-// clean error (a deadlock is FailedPrecondition naming the ops), never a
-// crash, hang or leak; a result's reports (JSON, text, trace) render.
+// one or two layers per stage. Without the iterations bit, the second byte's
+// top three bits (k = 1-7) make the model huge instead: 2^k layers per stage,
+// each at the file limits (10^12 us per op, 2^50 bytes, 2^50 parameters), so
+// that sums pass 2^63 while every field stays within its limit (issue 17).
+// Properties: Simulate ends in a result or a clean error (a deadlock is
+// FailedPrecondition naming the ops; a sum past 2^62 InvalidArgument), never
+// a crash, hang or leak; a result's times and peaks are not negative, the
+// iteration is no shorter than any rank's busy time; its reports (JSON, text,
+// trace) render.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -28,7 +35,11 @@ constexpr size_t kMaxTextBytes = 4096;
 constexpr int64_t kMaxActions = 2000;
 constexpr int kMaxStages = 64;
 
-pipecast::Model TinyModel(int layers, bool split_backward, bool uneven) {
+// The file limits for one field (formats/formats.cc).
+constexpr int64_t kHugeNs = 1'000'000'000'000'000;  // 10^12 us
+constexpr int64_t kHugeBytes = int64_t{1} << 50;
+
+pipecast::Model TinyModel(int layers, bool split_backward, bool uneven, bool huge) {
   pipecast::Model m;
   m.name = "fuzz";
   for (int i = 0; i < layers; ++i) {
@@ -39,10 +50,15 @@ pipecast::Model TinyModel(int layers, bool split_backward, bool uneven) {
     p.microbatch_size = 1;
     p.forward_ns = uneven ? 1000 * (1 + i % 3) : 1000;
     p.backward_ns = 2 * p.forward_ns;
-    if (split_backward) p.backward_weight_ns = p.forward_ns;
-    p.activation_bytes = 4096;
-    p.output_bytes = i % 2 ? 0 : 1024;
-    p.workspace_bytes = 512;
+    if (huge) {
+      l.parameters = kHugeBytes;
+      p.forward_ns = uneven ? kHugeNs / (1 + i % 3) : kHugeNs;
+      p.backward_ns = kHugeNs;
+    }
+    if (split_backward) p.backward_weight_ns = std::min(p.forward_ns, p.backward_ns);
+    p.activation_bytes = huge ? kHugeBytes : 4096;
+    p.output_bytes = i % 2 ? 0 : (huge ? kHugeBytes : 1024);
+    p.workspace_bytes = huge ? kHugeBytes : 512;
     l.profiles.push_back(p);
     m.layers.push_back(l);
   }
@@ -70,11 +86,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     schedule.flush = false;
   }
 
-  const int layers_per_stage = (a & 0x01) ? 2 : 1;
+  const int huge = (b & 0x10) ? 0 : (b >> 5);
+  const int layers_per_stage = huge > 0 ? 1 << huge : (a & 0x01) ? 2 : 1;
   const bool split_backward = (a & 0x02) || schedule.split_backward;
   const bool drop_split = (a & 0x04) && (b & 0x01);  // a split schedule on an unsplit model
   Model model = TinyModel(schedule.num_stages * layers_per_stage, split_backward && !drop_split,
-                          (a & 0x08) != 0);
+                          (a & 0x08) != 0, huge > 0);
 
   Result<Cluster> cluster = ClusterPreset((a & 0x10) ? "h100-sxm" : "ideal");
   if (!cluster.ok()) fuzz::Die("preset missing: " + cluster.status().message());
@@ -94,6 +111,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   if (result->iteration_ns < 0 || result->pipeline_ns < 0) fuzz::Die("negative time");
+  for (const StageResult& r : result->per_rank) {
+    if (r.peak_memory_bytes < 0 || r.busy_ns < 0) fuzz::Die("negative peak or busy time");
+    if (result->iterations_simulated == 1 && r.busy_ns > result->iteration_ns)
+      fuzz::Die("a rank busier than the iteration is long");
+  }
   if (ResultToJson(*result).empty() || ResultToText(*result, *cluster).empty()) {
     fuzz::Die("empty report");
   }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "base/text_table.h"
 #include "planner/passes.h"
 #include "sim/schedule_traits.h"
 #include "sim/stage_costs.h"
@@ -26,8 +27,8 @@ std::string ScheduleConstraint(const Candidate& c, int layers, bool split) {
   if (traits.uses_chunks) {
     if (p < 2) return "chunked schedules need at least 2 stages";
     if (c.VirtualStages() > layers) {
-      return fmt::format("{} chunks x {} stages exceeds the model's {} layers", c.chunks, p,
-                         layers);
+      return fmt::format("{} chunks x {} stages exceeds the model's {}", c.chunks, p,
+                         Count(layers, "layer", "layers"));
     }
   }
   if (traits.placement == Placement::kV && c.chunks != 2) {

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/terminal_text.h"
 #include "base/text_table.h"
 #include "formats/result_json.h"
 
@@ -24,7 +25,7 @@ constexpr RejectReason kReasons[] = {
 // "layers 0-7 (embedding … block6)", "layers 3-4 (block2, block3)", "layer 5 (block4)".
 std::string LayerSpan(const Model& model, const StageLayers& s) {
   auto name = [&](int l) {
-    return l >= 0 && l < static_cast<int>(model.layers.size()) ? model.layers[l].name
+    return l >= 0 && l < static_cast<int>(model.layers.size()) ? TerminalSafe(model.layers[l].name)
                                                                : std::string("?");
   };
   if (s.first_layer == s.last_layer) {
@@ -50,13 +51,14 @@ std::string RecomputeText(Recompute r) {
 // "79.11 GiB per GPU (h100-sxm), limit 73.31 GiB" or "unlimited memory (ideal)".
 std::string CapacityText(const Cluster& cluster) {
   const Bytes b = cluster.gpu.memory_bytes;
-  if (b <= 0) return fmt::format("unlimited memory ({})", cluster.name);
+  const std::string name = TerminalSafe(cluster.name);
+  if (b <= 0) return fmt::format("unlimited memory ({})", name);
   const Bytes limit = MemoryLimitBytes(cluster.gpu);
   if (b < kGiB / 10) {
     return fmt::format("{:.2f} MiB per GPU ({}), limit {:.2f} MiB", static_cast<double>(b) / kMiB,
-                       cluster.name, static_cast<double>(limit) / kMiB);
+                       name, static_cast<double>(limit) / kMiB);
   }
-  return fmt::format("{} GiB per GPU ({}), limit {} GiB", GiBText(b), cluster.name, GiBText(limit));
+  return fmt::format("{} GiB per GPU ({}), limit {} GiB", GiBText(b), name, GiBText(limit));
 }
 
 // "level 1 (Megatron's distributed optimizer: optimizer state sharded over d = 8)".
@@ -389,22 +391,22 @@ std::vector<RejectGroup> GroupRejections(const std::vector<Rejection>& rejected)
 }
 
 std::string PlanReportToText(const PlanReport& report, const Model& model) {
-  std::string out = fmt::format("planner: {} on {}, {}, global batch {}\n", model.name,
-                                Count(report.gpus, "GPU", "GPUs"), CapacityText(report.cluster),
-                                report.global_batch);
+  std::string out = fmt::format("planner: {} on {}, {}, global batch {}\n",
+                                TerminalSafe(model.name), Count(report.gpus, "GPU", "GPUs"),
+                                CapacityText(report.cluster), report.global_batch);
   out += fmt::format("searched {} configurations, simulated {}\n\n", report.enumerated,
                      report.simulated);
   if (!report.Feasible()) {
     out += fmt::format(
         "no configuration fits: none of the {} of {} on {} with {} can run; why, by reason:\n",
-        Count(report.enumerated, "configuration", "configurations"), model.name,
+        Count(report.enumerated, "configuration", "configurations"), TerminalSafe(model.name),
         Count(report.gpus, "GPU", "GPUs"), CapacityText(report.cluster));
     out += RejectedText(report);
     out += "\nsuggestions:\n";
     for (const std::string& s : report.suggestions) out += "  - " + s + "\n";
     if (report.suggestions.empty()) out += "  (none)\n";
     for (const std::string& note : report.notes) out += "note: " + note + "\n";
-    return out;
+    return TerminalSafeLines(out);
   }
   out += ChosenText(report, model);
   for (const std::string& note : report.notes) out += "note: " + note + "\n";
@@ -413,12 +415,14 @@ std::string PlanReportToText(const PlanReport& report, const Model& model) {
   const std::string sweep = SweepText(report);
   if (!sweep.empty()) out += "\n" + sweep;
   if (!out.empty() && out.back() != '\n') out += '\n';
-  return out;
+  // Names were escaped where they were formatted; this catches the rest.
+  return TerminalSafeLines(out);
 }
 
 std::string PlanReportToJson(const PlanReport& report, const Model& model,
                              const CheckOutcome* check) {
   Json j;
+  j["format"] = kPlannerReportFormat;
   j["feasible"] = report.Feasible();
   j["model"] = model.name;
   j["gpus"] = report.gpus;

@@ -50,9 +50,13 @@ const char* RejectReasonId(RejectReason reason);
 // REQUIRES: `report` came from RunPlanner on `model` (layer indices valid).
 std::string PlanReportToText(const PlanReport& report, const Model& model);
 
-// One JSON object (2-space indent, trailing newline) with keys: feasible,
+// The `format` key of the planner's --json object.
+inline constexpr char kPlannerReportFormat[] = "pipecast-planner/1";
+
+// One JSON object (2-space indent, trailing newline) with keys: format
+// (kPlannerReportFormat), feasible,
 // model, gpus, global_batch, cluster, enumerated, simulated, chosen (null
-// when nothing fits; its `predicted` is ResultToJson's object), runners_up,
+// when nothing fits; its `predicted` is ResultJson's object, without a format key), runners_up,
 // rejected ([{reason, description, count, closest_miss, examples}]), sweep,
 // notes, suggestions; and `check` ({passed, failures, diff}) when `check` is
 // given.

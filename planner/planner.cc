@@ -8,12 +8,19 @@
 
 #include "planner/passes.h"
 #include "sim/schedule_traits.h"
+#include "sim/totals.h"
 
 namespace pipecast {
 
 Status PlannerOptions::Validate() const {
   if (gpus < 1) {
     return Status::InvalidArgument(fmt::format("--gpus is {}: need at least 1 GPU", gpus));
+  }
+  if (pipeline_stages < 0 || (pipeline_stages > 0 && gpus % pipeline_stages != 0)) {
+    return Status::InvalidArgument(fmt::format(
+        "--stages {} does not divide --gpus {}: the GPUs are t tensor-parallel x p pipeline "
+        "stages x d replicas",
+        pipeline_stages, gpus));
   }
   if (global_batch < 0) {
     return Status::InvalidArgument(
@@ -211,6 +218,15 @@ Result<PlanReport> RunPlanner(const Model& model, const Cluster& cluster,
   if (report.global_batch <= 0) {
     return Status::InvalidArgument(
         "no global batch: give --global-batch N or set global_batch in the model file");
+  }
+  // Every candidate's sums stay inside 64 bits (sim/totals.h): checked once
+  // for the largest of each, rather than refused candidate by candidate.
+  for (int size : options.microbatch_sizes) {
+    PIPECAST_RETURN_IF_ERROR(
+        CheckTotals(model, cluster,
+                    TotalsInput{size, std::max<int64_t>(1, report.global_batch / size),
+                                std::min<int>(options.gpus, static_cast<int>(model.layers.size())),
+                                options.memory, options.optimizer_step_ns}));
   }
 
   std::vector<Candidate> cands = passes::Enumerate(model, cluster, options, report.global_batch,

@@ -72,9 +72,11 @@ struct PlannerOptions {
   enum class SequenceParallel { kAuto, kOff, kOn };
   SequenceParallel sequence_parallel = SequenceParallel::kAuto;
   bool tp_comm_overlap = false;  // Megatron-LM --tp-comm-overlap for every t > 1
-  int pipeline_stages = 0;       // p pinned; 0: searched
-  int data_parallel = 0;         // d pinned; 0: searched
-  int microbatches = 0;          // m pinned; 0: every m the global batch allows
+  // p pinned (--pipeline-stages or --stages, Megatron's
+  // --pipeline-model-parallel-size); 0: searched.
+  int pipeline_stages = 0;
+  int data_parallel = 0;  // d pinned; 0: searched
+  int microbatches = 0;   // m pinned; 0: every m the global batch allows
 
   Status Validate() const;
 };

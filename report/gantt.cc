@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "base/terminal_text.h"
 #include "base/text_table.h"
 
 namespace pipecast {
@@ -347,7 +348,8 @@ std::string Title(const SimResult& result) {
   if (result.iterations_simulated > 1) {
     iterations = fmt::format(" ({} iterations simulated)", result.iterations_simulated);
   }
-  return fmt::format("{}, {}, {}{}", result.schedule_name, Count(result.ranks, "rank", "ranks"),
+  return fmt::format("{}, {}, {}{}", TerminalSafe(result.schedule_name),
+                     Count(result.ranks, "rank", "ranks"),
                      Count(result.microbatches, "micro-batch", "micro-batches"), iterations);
 }
 

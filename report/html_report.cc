@@ -164,7 +164,7 @@ std::string TimeAxisSvg(const TimeAxis& axis, double y_top, double y_bottom) {
   const double scale = axis.InMs() ? 1e6 : 1e3;
   const double end = static_cast<double>(axis.end_ns()) / scale;
   std::string out = "<g class=\"axis\">";
-  for (double v : NiceTicks(end, kTimeTicks)) {
+  for (double v : NiceTicks(end, kTimeTicks * axis.zoom())) {
     const double x = axis.X(static_cast<TimeNs>(std::llround(v * scale)));
     out += fmt::format("<line class=\"grid\" x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\"/>", Px(x),
                        Px(y_top), Px(y_bottom));
@@ -242,7 +242,8 @@ std::string Px(double value) {
 std::string HtmlPage(std::string_view title, std::string_view body) {
   std::string out = "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n";
   out += "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n";
-  out += "<title>" + HtmlEscape(title) + "</title>\n<style>" + kCss + "</style>\n</head>\n<body>\n";
+  out += "<title>" + HtmlEscape(title) + "</title>\n<style>" + kCss + internal::ZoomCss() +
+         "</style>\n</head>\n<body>\n";
   out += kSvgDefs;
   out += "\n";
   out += body;

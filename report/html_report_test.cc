@@ -20,6 +20,7 @@ using ::pipecast::test_util::FindElements;
 using ::pipecast::test_util::HtmlElement;
 using ::pipecast::test_util::IdealCluster;
 using ::pipecast::test_util::UniformModel;
+using ::pipecast::test_util::WithoutZoomedCopies;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
@@ -77,12 +78,12 @@ char KindOf(const HtmlElement& e) {
 TEST(HtmlReportTimeline, OneRectPerOpWithTheSimulatedRankMicroBatchAndTimes) {
   // Given 1F1B on 4 ranks with real links, drawn in detail
   const Simulation run = Simulated(ScheduleKind::k1F1B, 4, 8);
-  const auto svg = FindElements(run.html, "svg", "timeline");
+  const auto svg = FindElements(WithoutZoomedCopies(run.html), "svg", "timeline");
   ASSERT_EQ(svg.size(), 1u);
   EXPECT_EQ(svg[0].Attr("data-mode"), "detailed");
   // When the op rects are read back, then they are the simulation's ops.
   std::vector<OpKey> drawn, simulated;
-  for (const HtmlElement& e : FindElements(run.html, "rect", "op")) {
+  for (const HtmlElement& e : FindElements(WithoutZoomedCopies(run.html), "rect", "op")) {
     drawn.emplace_back(e.Int("data-rank"), e.Int("data-stage"), KindOf(e), e.Int("data-mb"),
                        e.Ns("data-start-us"), e.Ns("data-end-us"));
   }
@@ -94,14 +95,15 @@ TEST(HtmlReportTimeline, OneRectPerOpWithTheSimulatedRankMicroBatchAndTimes) {
   std::sort(simulated.begin(), simulated.end());
   EXPECT_EQ(drawn.size(), run.result.ops.size());
   EXPECT_EQ(drawn, simulated);
-  EXPECT_TRUE(FindElements(run.html, "rect", "busy").empty());
+  EXPECT_TRUE(FindElements(WithoutZoomedCopies(run.html), "rect", "busy").empty());
   EXPECT_EQ(svg[0].Int("data-ops"), static_cast<int>(run.result.ops.size()));
 }
 
 TEST(HtmlReportTimeline, SplitBackwardOpsKeepTheirKinds) {
   const Simulation run = Simulated(ScheduleKind::kZBH1, 4, 8);
   std::map<char, int> kinds;
-  for (const HtmlElement& e : FindElements(run.html, "rect", "op")) ++kinds[KindOf(e)];
+  for (const HtmlElement& e : FindElements(WithoutZoomedCopies(run.html), "rect", "op"))
+    ++kinds[KindOf(e)];
   EXPECT_EQ(kinds['F'], 32);
   EXPECT_EQ(kinds['I'], 32);
   EXPECT_EQ(kinds['W'], 32);
@@ -111,20 +113,20 @@ TEST(HtmlReportTimeline, SplitBackwardOpsKeepTheirKinds) {
 // Per rank: op durations + busy spans + idle rects cover the pipeline span,
 // the idle rects and the spans' gaps sum to span - busy.
 void ExpectLanesCoverTheSpan(const Simulation& run) {
-  const auto svg = FindElements(run.html, "svg", "timeline");
+  const auto svg = FindElements(WithoutZoomedCopies(run.html), "svg", "timeline");
   ASSERT_EQ(svg.size(), 1u);
   const TimeNs span = svg[0].Ns("data-span-us");
   EXPECT_EQ(span, run.result.pipeline_ns);
   std::map<int, TimeNs> covered, busy, idle;
-  for (const HtmlElement& e : FindElements(run.html, "rect", "op")) {
+  for (const HtmlElement& e : FindElements(WithoutZoomedCopies(run.html), "rect", "op")) {
     covered[e.Int("data-rank")] += e.Ns("data-end-us") - e.Ns("data-start-us");
     busy[e.Int("data-rank")] += e.Ns("data-end-us") - e.Ns("data-start-us");
   }
-  for (const HtmlElement& e : FindElements(run.html, "rect", "busy")) {
+  for (const HtmlElement& e : FindElements(WithoutZoomedCopies(run.html), "rect", "busy")) {
     covered[e.Int("data-rank")] += e.Ns("data-end-us") - e.Ns("data-start-us");
     busy[e.Int("data-rank")] += e.Ns("data-busy-us");
   }
-  for (const HtmlElement& e : FindElements(run.html, "rect", "idle")) {
+  for (const HtmlElement& e : FindElements(WithoutZoomedCopies(run.html), "rect", "idle")) {
     EXPECT_GT(e.Ns("data-end-us"), e.Ns("data-start-us"));
     covered[e.Int("data-rank")] += e.Ns("data-end-us") - e.Ns("data-start-us");
     idle[e.Int("data-rank")] += e.Ns("data-end-us") - e.Ns("data-start-us");
@@ -134,7 +136,7 @@ void ExpectLanesCoverTheSpan(const Simulation& run) {
     EXPECT_EQ(covered[s.rank], span);
     EXPECT_EQ(busy[s.rank], s.busy_ns);
     EXPECT_LE(idle[s.rank], span - s.busy_ns);
-    if (FindElements(run.html, "rect", "busy").empty()) {
+    if (FindElements(WithoutZoomedCopies(run.html), "rect", "busy").empty()) {
       EXPECT_EQ(idle[s.rank], span - s.busy_ns);
     }
   }
@@ -153,7 +155,7 @@ TEST(HtmlReportTimeline, IdleRectsMatchTheBubbleRatio) {
   // Given GPipe on the ideal cluster: idle = (p-1)(F+B) per rank.
   const Simulation run = Simulated(ScheduleKind::kGPipe, 4, 8, IdealCluster());
   std::map<int, TimeNs> idle;
-  for (const HtmlElement& e : FindElements(run.html, "rect", "idle")) {
+  for (const HtmlElement& e : FindElements(WithoutZoomedCopies(run.html), "rect", "idle")) {
     idle[e.Int("data-rank")] += e.Ns("data-end-us") - e.Ns("data-start-us");
   }
   for (const StageResult& s : run.result.per_rank) {
@@ -166,13 +168,13 @@ TEST(HtmlReportTimeline, TransfersAreDrawnOnTheSendersCommLane) {
   const Simulation run = Simulated(ScheduleKind::k1F1B, 4, 8);
   ASSERT_FALSE(run.result.transfers.empty());
   int drawn = 0;
-  for (const HtmlElement& e : FindElements(run.html, "rect", "xfer")) {
+  for (const HtmlElement& e : FindElements(WithoutZoomedCopies(run.html), "rect", "xfer")) {
     ++drawn;
     const bool grad = e.HasClass("xfer-grad");
     EXPECT_EQ(e.Int("data-dst-rank"), e.Int("data-src-rank") + (grad ? -1 : 1));
     EXPECT_GE(e.Ns("data-end-us"), e.Ns("data-start-us"));
   }
-  for (const HtmlElement& e : FindElements(run.html, "rect", "xfer-span")) {
+  for (const HtmlElement& e : FindElements(WithoutZoomedCopies(run.html), "rect", "xfer-span")) {
     drawn += e.Int("data-transfers");
   }
   EXPECT_EQ(drawn, static_cast<int>(run.result.transfers.size()));
@@ -190,25 +192,25 @@ TEST(HtmlReportTimeline, CriticalOpsAreTheCriticalPathsComputeSteps) {
                    op.start_ns, op.end_ns);
     }
     std::set<OpKey> marked;
-    for (const HtmlElement& e : FindElements(run.html, "rect", "critical")) {
+    for (const HtmlElement& e : FindElements(WithoutZoomedCopies(run.html), "rect", "critical")) {
       if (!e.HasClass("op")) continue;
       marked.emplace(e.Int("data-rank"), e.Int("data-stage"), KindOf(e), e.Int("data-mb"),
                      e.Ns("data-start-us"), e.Ns("data-end-us"));
     }
     EXPECT_FALSE(path.empty());
     EXPECT_EQ(marked, path);
-    EXPECT_FALSE(FindElements(run.html, "rect", "crit-mark").empty());
+    EXPECT_FALSE(FindElements(WithoutZoomedCopies(run.html), "rect", "crit-mark").empty());
   }
 }
 
 TEST(HtmlReportTimeline, AggregatesSliversAtP64M256) {
   // Given 1F1B at p = 64, m = 256: 32768 ops, about 1 px each.
   const Simulation run = Simulated(ScheduleKind::k1F1B, 64, 256);
-  const auto svg = FindElements(run.html, "svg", "timeline");
+  const auto svg = FindElements(WithoutZoomedCopies(run.html), "svg", "timeline");
   ASSERT_EQ(svg.size(), 1u);
   EXPECT_EQ(svg[0].Attr("data-mode"), "dense");
-  const auto ops = FindElements(run.html, "rect", "op");
-  const auto spans = FindElements(run.html, "rect", "busy");
+  const auto ops = FindElements(WithoutZoomedCopies(run.html), "rect", "op");
+  const auto spans = FindElements(WithoutZoomedCopies(run.html), "rect", "busy");
   int merged = 0;
   for (const HtmlElement& e : spans) merged += e.Int("data-ops");
   // Then every op is drawn once, as itself or inside a span, in far fewer rects.
@@ -217,7 +219,7 @@ TEST(HtmlReportTimeline, AggregatesSliversAtP64M256) {
   EXPECT_LT(ops.size() + spans.size(), run.result.ops.size() / 10);
   EXPECT_THAT(run.html, HasSubstr("<b>Merged:</b>"));
   ExpectLanesCoverTheSpan(run);
-  EXPECT_EQ(FindElements(run.html, "g", "rank").size(), 64u);
+  EXPECT_EQ(FindElements(WithoutZoomedCopies(run.html), "g", "rank").size(), 64u);
 }
 
 TEST(HtmlReportTimeline, SmallPipelinesAreNotMerged) {
@@ -231,7 +233,7 @@ TEST(HtmlReportMemory, PolylinePeakIsTheRanksPeak) {
                             ScheduleKind::kZBH2, ScheduleKind::kPipeDream}) {
     SCOPED_TRACE(ScheduleKindName(kind));
     const Simulation run = Simulated(kind, 4, 8);
-    const auto lines = FindElements(run.html, "polyline", "mem");
+    const auto lines = FindElements(WithoutZoomedCopies(run.html), "polyline", "mem");
     ASSERT_EQ(lines.size(), run.result.per_rank.size());
     for (const HtmlElement& e : lines) {
       const StageResult& s = run.result.per_rank.at(e.Int("data-rank"));
@@ -248,7 +250,7 @@ TEST(HtmlReportMemory, PolylinePeakIsTheRanksPeak) {
       EXPECT_LE(e.Int64("data-drawn-peak-bytes"), s.peak_memory_bytes);
       EXPECT_FALSE(e.Attr("points").empty());
     }
-    for (const HtmlElement& e : FindElements(run.html, "tr")) {
+    for (const HtmlElement& e : FindElements(WithoutZoomedCopies(run.html), "tr")) {
       if (e.Attr("data-peak-bytes").empty()) continue;
       EXPECT_EQ(e.Int64("data-peak-bytes"),
                 run.result.per_rank.at(e.Int("data-rank")).peak_memory_bytes);
@@ -305,6 +307,60 @@ TEST(HtmlReportPage, EscapesTheModelName) {
   EXPECT_THAT(run.html, HasSubstr("&lt;b&gt;&amp;&quot;x&quot;"));
   EXPECT_THAT(run.html, HasSubstr("<title>pipecast simulator: &lt;b&gt;&amp;&quot;x&quot;"));
   EXPECT_EQ(HtmlEscape("a'b"), "a&#39;b");
+}
+
+// Issue 17: no way to zoom a timeline of 128 micro-batches. Radio buttons
+// before the charts' frames show the chart drawn again 4 or 16 times wider,
+// by CSS alone: the page keeps no script.
+TEST(HtmlReportTimeline, ZoomWithoutScriptForATimelineOf128Microbatches) {
+  // Given 1F1B on 8 ranks, 128 micro-batches, the last stage 20 x slower (as
+  // an LM head is): at 1x the other ranks' ops are 0.15 px wide and merged.
+  Model model = UniformModel(8, kF, kB, kAct, 8 * kMiB, 10'000'000);
+  model.layers[7].profiles[0].forward_ns = 20 * kF;
+  model.layers[7].profiles[0].backward_ns = 20 * kB;
+  const Schedule schedule = MakeSchedule(ScheduleKind::k1F1B, 8, 128).value();
+  const SimOptions options;
+  Result<SimResult> result = Simulate(model, LinkedCluster(), schedule, options);
+  ASSERT_TRUE(result.ok()) << result.status().message();
+  const std::string html = SimulationReportHtml(
+      *result, MakeReportInputs(model, LinkedCluster(), schedule, options, "simulator"));
+
+  EXPECT_THAT(html, Not(HasSubstr("<script")));
+  const auto radios = FindElements(html, "input");
+  ASSERT_EQ(radios.size(), 3u);
+  const std::string levels[] = {"1", "4", "16"};
+  for (size_t i = 0; i < radios.size(); ++i) {
+    EXPECT_EQ(radios[i].attrs.at("type"), "radio");
+    EXPECT_EQ(radios[i].attrs.at("name"), "tl-zoom");
+    EXPECT_EQ(radios[i].attrs.at("id"), "tl-zoom-" + levels[i]);
+    EXPECT_EQ(radios[i].attrs.count("checked"), i == 0 ? 1u : 0u) << "1x is the default";
+  }
+  // One frame per level after the buttons (the sibling combinator needs it).
+  const size_t last_radio = html.find("id=\"tl-zoom-16\"");
+  const size_t frame1 = html.find("<div class=\"tl-scroll tl-z1\">");
+  const size_t frame4 = html.find("<div class=\"tl-scroll tl-z4\">");
+  const size_t frame16 = html.find("<div class=\"tl-scroll tl-z16\">");
+  ASSERT_NE(frame16, std::string::npos);
+  EXPECT_LT(last_radio, frame1);
+  EXPECT_LT(frame1, frame4);
+  EXPECT_LT(frame4, frame16);
+  const auto one = FindElements(html, "svg", "timeline");
+  const auto zoomed = FindElements(html, "svg", "timeline-zoomed");
+  ASSERT_EQ(one.size(), 1u);
+  ASSERT_EQ(zoomed.size(), 2u);
+  // Widths: the 118 px gutter and 22 px margin, plus 1160 px of plot x zoom.
+  EXPECT_EQ(one[0].attrs.at("width"), "1300.0");
+  EXPECT_EQ(zoomed[0].attrs.at("width"), "4780.0");
+  EXPECT_EQ(zoomed[1].attrs.at("width"), "18700.0");
+  EXPECT_EQ(zoomed[1].attrs.at("data-zoom"), "16");
+  // Merging is redone at each width: fewer ops merged the wider the chart.
+  const int merged1 = std::stoi(one[0].attrs.at("data-merged-ops"));
+  const int merged16 = std::stoi(zoomed[1].attrs.at("data-merged-ops"));
+  EXPECT_GT(merged1, 0);
+  EXPECT_LT(merged16, merged1);
+  EXPECT_THAT(html, HasSubstr("#tl-zoom-16:checked~.tl-scroll{display:none}"
+                              "#tl-zoom-16:checked~.tl-z16{display:block}"));
+  EXPECT_THAT(html, HasSubstr(".zoom>.tl-z16{display:none}"));
 }
 
 TEST(HtmlReportPage, SelfContainedAndDeterministic) {

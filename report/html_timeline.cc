@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <iterator>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -19,7 +20,6 @@ namespace {
 
 using internal::kAxisPx;
 using internal::kGutterPx;
-using internal::kSvgWidthPx;
 using internal::TimeAxis;
 using internal::UsAttr;
 
@@ -104,14 +104,30 @@ void AddKind(std::string* kinds, char kind) {
 
 class TimelineBuilder {
  public:
-  explicit TimelineBuilder(const SimResult& r)
-      : r_(r), axis_(internal::TimeAxisFor(r)), lanes_(LanesFor(r.ranks)) {
+  // `zoom`: drawn this many times wider (kZoomLevels); ops are merged by
+  // their width at this zoom.
+  explicit TimelineBuilder(const SimResult& r, int zoom = 1)
+      : r_(r), axis_(internal::TimeAxisFor(r).Zoomed(zoom)), lanes_(LanesFor(r.ranks)) {
     int narrow = 0;
+    std::vector<int> lane_ops(r.ranks, 0), lane_narrow(r.ranks, 0);
     for (const OpRecord& op : r.ops) {
       pipe_end_ = std::max(pipe_end_, op.end_ns);
-      if (W(op.start_ns, op.end_ns) < kMinOpPx) ++narrow;
+      const bool thin = W(op.start_ns, op.end_ns) < kMinOpPx;
+      narrow += thin;
+      if (op.rank >= 0 && op.rank < r.ranks) {
+        ++lane_ops[op.rank];
+        lane_narrow[op.rank] += thin;
+      }
     }
     dense_ = narrow > kDenseShare * static_cast<double>(r.ops.size());
+    // Zoomed, each lane decides for itself: one rank of slivers (an
+    // embedding stage) must not grey out the ranks whose ops are now wide.
+    lane_dense_.assign(r.ranks, dense_);
+    if (zoom > 1) {
+      for (int k = 0; k < r.ranks; ++k) {
+        lane_dense_[k] = lane_narrow[k] > kDenseShare * static_cast<double>(lane_ops[k]);
+      }
+    }
     op_critical_.assign(r.ops.size(), false);
     xfer_critical_.assign(r.transfers.size(), false);
     if (r.critical_path) {
@@ -131,14 +147,15 @@ class TimelineBuilder {
     std::string body;
     for (int k = 0; k < r_.ranks; ++k) body += RankLane(k, top + k * lanes_.Row());
     std::string out = fmt::format(
-        "<svg class=\"timeline\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" "
+        "<svg class=\"{11}\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" "
         "height=\"{1}\" viewBox=\"0 0 {0} {1}\" data-ranks=\"{2}\" data-ops=\"{3}\" "
         "data-transfers=\"{4}\" data-span-us=\"{5}\" data-axis-end-us=\"{6}\" data-mode=\"{7}\" "
         "data-merged-ops=\"{8}\" data-busy-spans=\"{9}\" data-merged-transfers=\"{10}\" "
-        "role=\"img\" aria-label=\"timeline per rank\">\n",
-        Px(kSvgWidthPx), Px(height), r_.ranks, r_.ops.size(), r_.transfers.size(),
-        UsAttr(pipe_end_), UsAttr(axis_.end_ns()), dense_ ? "dense" : "detailed", merged_ops_,
-        busy_spans_, merged_xfers_);
+        "data-zoom=\"{12}\" role=\"img\" aria-label=\"timeline per rank\">\n",
+        Px(axis_.SvgWidthPx()), Px(height), r_.ranks, r_.ops.size(), r_.transfers.size(),
+        UsAttr(pipe_end_), UsAttr(axis_.end_ns()),
+        axis_.zoom() > 1 ? "per-lane" : (dense_ ? "dense" : "detailed"), merged_ops_, busy_spans_,
+        merged_xfers_, axis_.zoom() == 1 ? "timeline" : "timeline-zoomed", axis_.zoom());
     out += internal::TimeAxisSvg(axis_, top, height - 2);
     out += body;
     out += "</svg>\n";
@@ -158,6 +175,7 @@ class TimelineBuilder {
   double W(TimeNs a, TimeNs b) const { return static_cast<double>(b - a) * axis_.PxPerNs(); }
 
   std::string RankLane(int k, double y0) {
+    lane_dense_now_ = lane_dense_[k];
     const double comm_y = y0 + lanes_.op_h + kCritBarPx + 1;
     std::string out = fmt::format("<g class=\"rank\" data-rank=\"{}\" data-span-us=\"{}\">\n", k,
                                   UsAttr(pipe_end_));
@@ -205,7 +223,7 @@ class TimelineBuilder {
   }
 
   // Groups a lane's items (in start order) into blocks. An item that is at
-  // least kMinOpPx wide stays alone unless `dense_`; narrow items join the
+  // least kMinOpPx wide stays alone unless the lane is dense; narrow items join the
   // open run when they start less than `gap_px` after its end and `phase`
   // (one value per item; empty: all equal) does not change.
   template <typename StartEnd>
@@ -216,7 +234,7 @@ class TimelineBuilder {
     for (size_t n = 0; n < items.size(); ++n) {
       const int i = items[n];
       const auto [start, end] = start_end(i);
-      const bool alone = !dense_ && W(start, end) >= kMinOpPx;
+      const bool alone = !lane_dense_now_ && W(start, end) >= kMinOpPx;
       const bool new_phase = !phase.empty() && n > 0 && phase[n] != phase[n - 1];
       if (open && (alone || new_phase || W(out.back().end, start) >= gap_px)) open = false;
       if (!open) {
@@ -253,7 +271,7 @@ class TimelineBuilder {
 
   std::vector<Block> OpBlocks(const std::vector<int>& ops) {
     std::vector<Block> blocks = Blocks(
-        ops, dense_ ? kDenseGapPx : kMinOpPx,
+        ops, lane_dense_now_ ? kDenseGapPx : kMinOpPx,
         [&](int i) { return std::pair<TimeNs, TimeNs>(r_.ops[i].start_ns, r_.ops[i].end_ns); },
         Phases(ops));
     // Fill in kinds and critical counts: blocks hold consecutive ops.
@@ -388,9 +406,10 @@ class TimelineBuilder {
     std::sort(list.begin(), list.end());
     std::vector<int> order;
     for (const auto& item : list) order.push_back(std::get<2>(item));
-    const std::vector<Block> blocks = Blocks(order, dense_ ? kDenseGapPx : kMinOpPx, [&](int i) {
-      return std::pair<TimeNs, TimeNs>(r_.transfers[i].start_ns, r_.transfers[i].end_ns);
-    });
+    const std::vector<Block> blocks =
+        Blocks(order, lane_dense_now_ ? kDenseGapPx : kMinOpPx, [&](int i) {
+          return std::pair<TimeNs, TimeNs>(r_.transfers[i].start_ns, r_.transfers[i].end_ns);
+        });
     std::string out;
     const char* dir = gradient ? "grad" : "act";
     for (const Block& b : blocks) {
@@ -414,7 +433,9 @@ class TimelineBuilder {
   TimeAxis axis_;
   Lanes lanes_;
   TimeNs pipe_end_ = 0;
-  bool dense_ = false;
+  bool dense_ = false;            // the whole chart's mode (1x: every lane's)
+  std::vector<bool> lane_dense_;  // each lane's mode
+  bool lane_dense_now_ = false;   // the mode of the lane being drawn
   std::vector<bool> op_critical_;
   std::vector<bool> xfer_critical_;
   int merged_ops_ = 0;
@@ -444,6 +465,32 @@ std::string Legend(const SimResult& r, bool merged) {
   if (r.allreduce_ns > 0 && r.iterations_simulated == 1) out += Swatch("sw-ar", "all-reduce");
   if (r.critical_path) out += Swatch("sw-crit", "critical path");
   return out + "</div>\n";
+}
+
+// The zoom buttons: radio inputs, one per level, each followed by its label;
+// the frames of the levels' charts follow them, so that `input:checked ~
+// frame` (CSS only, ZoomCss) shows one. The page stays script-free. Opens a
+// <div class="zoom"> that the caller closes after the frames.
+std::string ZoomControls() {
+  std::string out = "<div class=\"zoom\" role=\"radiogroup\" aria-label=\"timeline zoom\">";
+  for (int z : internal::kZoomLevels) {
+    out += fmt::format(
+        "<input type=\"radio\" name=\"tl-zoom\" id=\"tl-zoom-{0}\" value=\"{0}\"{1}>"
+        "<label for=\"tl-zoom-{0}\">{0}×</label>",
+        z, z == 1 ? " checked=\"checked\"" : "");
+  }
+  return out + "\n";
+}
+
+// "4 or 16".
+std::string ZoomLevelsText() {
+  std::string out;
+  const size_t n = std::size(internal::kZoomLevels);
+  for (size_t i = 1; i < n; ++i) {
+    if (i > 1) out += i + 1 == n ? " or " : ", ";
+    out += fmt::format("{}", internal::kZoomLevels[i]);
+  }
+  return out;
 }
 
 std::string LayerRanges(const std::vector<StageLayers>& layers) {
@@ -519,8 +566,24 @@ std::string TimelineHtml(const SimResult& r) {
     caption += fmt::format(" {} transfers narrower than {:g} px are merged the same way.",
                            builder.merged_transfers(), kMinOpPx);
   }
+  // Zoom where the chart had to merge: each level drawn again at its width,
+  // so that ops merged at 1x get their own bars (and labels) when zoomed.
+  const bool zoom = builder.merged_ops() > 0 || builder.merged_transfers() > 0;
+  std::string frames = "<div class=\"tl-scroll tl-z1\">\n" + svg + "</div>\n";
+  if (zoom) {
+    caption += fmt::format(
+        " <b>Zoom:</b> the buttons above the chart draw it {} times wider in a frame that "
+        "scrolls sideways; the merging above is redone at each width.",
+        ZoomLevelsText());
+    for (int z : internal::kZoomLevels) {
+      if (z == 1) continue;
+      TimelineBuilder zoomed(r, z);
+      frames += fmt::format("<div class=\"tl-scroll tl-z{}\">\n", z) + zoomed.Svg() + "</div>\n";
+    }
+    frames = ZoomControls() + frames + "</div>\n";
+  }
   std::string out = Legend(r, builder.merged_ops() > 0);
-  out += "<figure class=\"timeline\">\n" + svg + "<figcaption>" + caption + "</figcaption>\n";
+  out += "<figure class=\"timeline\">\n" + frames + "<figcaption>" + caption + "</figcaption>\n";
   out += "</figure>\n";
   out += RankTable(r);
   return out;

@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/terminal_text.h"
 #include "base/text_table.h"
 
 namespace pipecast {
@@ -82,11 +83,11 @@ std::string Summary(const SimResult& result, const Cluster& cluster) {
     stages = fmt::format(", {} stages ({} chunks per rank)", result.stages,
                          result.stages / result.ranks);
   }
-  out +=
-      fmt::format("schedule {}: {} x {} data-parallel{}, {} of size {} (global batch {})\n",
-                  result.schedule_name, Count(result.ranks, "rank", "ranks"), result.data_parallel,
-                  stages, Count(result.microbatches, "micro-batch", "micro-batches"),
-                  result.microbatch_size, result.global_batch);
+  out += fmt::format("schedule {}: {} x {} data-parallel{}, {} of size {} (global batch {})\n",
+                     TerminalSafe(result.schedule_name), Count(result.ranks, "rank", "ranks"),
+                     result.data_parallel, stages,
+                     Count(result.microbatches, "micro-batch", "micro-batches"),
+                     result.microbatch_size, result.global_batch);
   out += fmt::format(
       "iteration time      {:.3f} ms  (pipeline {:.3f} ms, {} {:.3f} ms{}, optimizer {:.3f} "
       "ms{}{})\n",
@@ -127,7 +128,7 @@ std::string Summary(const SimResult& result, const Cluster& cluster) {
     std::string peak;
     if (cluster.gpu.peak_tflops > 0) {
       peak = fmt::format(" of {:.1f} TFLOP/s peak per GPU ({})", cluster.gpu.peak_tflops,
-                         cluster.name);
+                         TerminalSafe(cluster.name));
     }
     out += fmt::format("MFU                 {}{}\n", PercentText(*result.mfu), peak);
   }
@@ -141,10 +142,10 @@ std::string Summary(const SimResult& result, const Cluster& cluster) {
       PercentText(result.zb_bubble_rate));
   if (result.memory_capacity_bytes > 0) {
     out += fmt::format("memory capacity     {} GiB per GPU ({})\n",
-                       GiBText(result.memory_capacity_bytes), cluster.name);
+                       GiBText(result.memory_capacity_bytes), TerminalSafe(cluster.name));
     out += fmt::format("memory limit        {}\n", MemoryLimitText(cluster.gpu));
   } else {
-    out += fmt::format("memory capacity     unlimited ({})\n", cluster.name);
+    out += fmt::format("memory capacity     unlimited ({})\n", TerminalSafe(cluster.name));
   }
   if (!result.costs_measured) {
     out += "costs               not all measured: estimated or interpolated (see the notes)\n";
@@ -259,7 +260,9 @@ std::string ResultToText(const SimResult& result, const Cluster& cluster) {
   out += "\n" + MemoryTable(result);
   if (!result.notes.empty()) out += "\n";
   for (const std::string& note : result.notes) out += "note: " + note + "\n";
-  return out;
+  // Names were escaped where they were formatted; this catches the rest (a
+  // note quoting a layer name), keeping the report's own line breaks.
+  return TerminalSafeLines(out);
 }
 
 }  // namespace pipecast

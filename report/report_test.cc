@@ -72,7 +72,8 @@ std::vector<std::string> Keys(const ordered_json& j) {
 
 TEST(ReportTest, JsonHasExactlyTheDocumentedKeysInOrder) {
   ordered_json j = ordered_json::parse(ResultToJson(TwoRankResult()));
-  EXPECT_EQ(Keys(j), (std::vector<std::string>{"iteration_time_us",
+  EXPECT_EQ(Keys(j), (std::vector<std::string>{"format",
+                                               "iteration_time_us",
                                                "pipeline_time_us",
                                                "allreduce_time_us",
                                                "optimizer_time_us",
@@ -194,7 +195,7 @@ TEST(ReportTest, JsonOptionalMetricsOnlyWhenPresent) {
   EXPECT_EQ(with["notes"][0], "backward_us of layer 3 interpolated");
   // Optional keys sit after throughput, in the documented order.
   std::vector<std::string> keys = Keys(with);
-  EXPECT_EQ(std::vector<std::string>(keys.begin() + 4, keys.begin() + 9),
+  EXPECT_EQ(std::vector<std::string>(keys.begin() + 5, keys.begin() + 10),
             (std::vector<std::string>{"throughput_samples_per_s", "tokens_per_s", "tflops_per_gpu",
                                       "mfu", "bubble_ratio"}));
 }
@@ -215,7 +216,11 @@ TEST(ReportTest, JsonChunksOfAnInterleavedRank) {
 
 TEST(ReportTest, JsonIsPrettyWithTrailingNewline) {
   std::string text = ResultToJson(TwoRankResult());
-  EXPECT_EQ(text.rfind("{\n  \"iteration_time_us\": 15500.0,\n", 0), 0u) << text;
+  EXPECT_EQ(
+      text.rfind("{\n  \"format\": \"pipecast-simulation/1\",\n  \"iteration_time_us\": 15500.0,\n",
+                 0),
+      0u)
+      << text;
   EXPECT_EQ(text.back(), '\n');
 }
 

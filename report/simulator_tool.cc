@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "base/text_table.h"
 #include "formats/cluster_select.h"
 #include "formats/file_util.h"
 #include "formats/formats.h"
@@ -54,8 +55,9 @@ Result<Schedule> PickSchedule(const Flags& flags, int num_layers,
       progress(fmt::format("{}: {}", flags.schedule_in, note));
     }
     if (flags.stages > 0 && flags.stages != s->num_ranks) {
-      return Status::InvalidArgument(fmt::format("--stages {} but '{}' has {} ranks", flags.stages,
-                                                 flags.schedule_in, s->num_ranks));
+      return Status::InvalidArgument(fmt::format("--stages {} but '{}' has {}", flags.stages,
+                                                 flags.schedule_in,
+                                                 Count(s->num_ranks, "rank", "ranks")));
     }
     if (flags.microbatches > 0 && flags.microbatches != s->num_microbatches) {
       return Status::InvalidArgument(fmt::format("--microbatches {} but '{}' has {}",
@@ -79,13 +81,13 @@ Result<Schedule> PickSchedule(const Flags& flags, int num_layers,
   }
   if (int64_t{stages} * chunks > num_layers && chunks > 1) {
     return Status::InvalidArgument(fmt::format(
-        "--stages {} x --chunks {} = {} virtual stages but the model has only {} layers", stages,
-        chunks, int64_t{stages} * chunks, num_layers));
+        "--stages {} x --chunks {} = {} virtual stages but the model has only {}", stages, chunks,
+        int64_t{stages} * chunks, Count(num_layers, "layer", "layers")));
   }
   if (stages > num_layers) {
     return Status::InvalidArgument(
-        fmt::format("--stages {} but the model has only {} layers: use at most {} stages", stages,
-                    num_layers, num_layers));
+        fmt::format("--stages {} but the model has only {}: use at most {}", stages,
+                    Count(num_layers, "layer", "layers"), Count(num_layers, "stage", "stages")));
   }
   return MakeSchedule(*kind, stages, flags.microbatches > 0 ? flags.microbatches : stages, chunks);
 }

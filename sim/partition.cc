@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <charconv>
 
+#include "base/text_table.h"
+
 namespace pipecast {
 
 namespace {
@@ -65,12 +67,13 @@ Result<std::vector<StageLayers>> ParsePartition(const std::string& text, int num
   }
   if (expected_first != num_layers) {
     return Status::InvalidArgument(
-        fmt::format("--partition: covers layers 0-{} but the model has {} layers (0-{})",
-                    expected_first - 1, num_layers, num_layers - 1));
+        fmt::format("--partition: covers layers 0-{} but the model has {} (0-{})",
+                    expected_first - 1, Count(num_layers, "layer", "layers"), num_layers - 1));
   }
   if (static_cast<int>(out.size()) != num_stages) {
-    return Status::InvalidArgument(fmt::format(
-        "--partition: has {} ranges but the pipeline has {} stages", out.size(), num_stages));
+    return Status::InvalidArgument(fmt::format("--partition: has {} but the pipeline has {}",
+                                               Count(out.size(), "range", "ranges"),
+                                               Count(num_stages, "stage", "stages")));
   }
   return out;
 }
@@ -110,7 +113,8 @@ Result<std::vector<StageLayers>> BalancedPartition(const std::vector<TimeNs>& la
   }
   if (num_stages > n) {
     return Status::InvalidArgument(fmt::format(
-        "{} stages but the model has only {} layers: use at most {} stages", num_stages, n, n));
+        "{} but the model has only {}: use at most {}", Count(num_stages, "stage", "stages"),
+        Count(n, "layer", "layers"), Count(n, "stage", "stages")));
   }
   // The smallest bottleneck B with StagesNeeded(B) <= p, by binary search:
   // O(n log(total)) instead of the O(p n^2) dynamic programme.

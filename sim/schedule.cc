@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "base/text_table.h"
 #include "sim/schedule_traits.h"
 
 namespace pipecast {
@@ -131,10 +132,11 @@ Status ValidateSchedule(const Schedule& s) {
   // iteration must hold a whole, equal share (found by fuzzing: 1 micro-batch
   // over 3 iterations divided by zero in the simulator).
   if (s.iterations < 1 || s.num_microbatches % s.iterations != 0) {
-    return Status::InvalidArgument(fmt::format(
-        "schedule '{}' spreads {} micro-batches over {} iterations: expected at least 1 "
-        "iteration and the same whole number of micro-batches in each",
-        s.name, s.num_microbatches, s.iterations));
+    return Status::InvalidArgument(
+        fmt::format("schedule '{}' spreads {} over {}: expected at least 1 "
+                    "iteration and the same whole number of micro-batches in each",
+                    s.name, Count(s.num_microbatches, "micro-batch", "micro-batches"),
+                    Count(s.iterations, "iteration", "iterations")));
   }
   if (static_cast<int>(s.actions.size()) != s.num_ranks ||
       static_cast<int>(s.stage_rank.size()) != s.num_stages) {

@@ -7,9 +7,11 @@
 #include <algorithm>
 #include <cmath>
 
+#include "base/text_table.h"
 #include "sim/internal/data_parallel.h"
 #include "sim/internal/simulate_steps.h"
 #include "sim/stage_costs.h"
+#include "sim/totals.h"
 
 namespace pipecast {
 
@@ -68,8 +70,9 @@ namespace {
 
 Status CheckPartition(const std::vector<StageLayers>& partition, int num_layers, int num_stages) {
   if (static_cast<int>(partition.size()) != num_stages) {
-    return Status::InvalidArgument(fmt::format(
-        "the partition has {} stages but the schedule has {}", partition.size(), num_stages));
+    return Status::InvalidArgument(fmt::format("the partition has {} but the schedule has {}",
+                                               Count(partition.size(), "stage", "stages"),
+                                               num_stages));
   }
   int next = 0;
   for (size_t s = 0; s < partition.size(); ++s) {
@@ -83,8 +86,9 @@ Status CheckPartition(const std::vector<StageLayers>& partition, int num_layers,
     next = partition[s].last_layer + 1;
   }
   if (next != num_layers) {
-    return Status::InvalidArgument(fmt::format(
-        "the partition covers layers 0-{} but the model has {} layers", next - 1, num_layers));
+    return Status::InvalidArgument(
+        fmt::format("the partition covers layers 0-{} but the model has {}", next - 1,
+                    Count(num_layers, "layer", "layers")));
   }
   return Status::Ok();
 }
@@ -344,6 +348,11 @@ Result<SimResult> SimulateWith(EngineFn engine, const Model& model, const Cluste
   PIPECAST_RETURN_IF_ERROR(options.Validate());
   PIPECAST_RETURN_IF_ERROR(ValidateSchedule(schedule));
   if (model.layers.empty()) return Status::InvalidArgument("the model has no layers");
+  // Before anything is summed: every total below stays inside 64 bits.
+  PIPECAST_RETURN_IF_ERROR(
+      CheckTotals(model, cluster,
+                  TotalsInput{options.microbatch_size, schedule.num_microbatches,
+                              schedule.num_stages, options.memory, options.optimizer_step_ns}));
   const int t = options.tensor_parallel;
   Result<Cluster> grouped = GroupCluster(cluster, t);
   if (!grouped.ok()) return grouped.status();

@@ -65,6 +65,18 @@ inline std::vector<HtmlElement> FindElements(const std::string& html, const std:
   return out;
 }
 
+// `html` without the zoomed copies of the timeline (<svg
+// class="timeline-zoomed">, drawn only when the 1x chart merges ops), so that
+// element counts are about the one chart.
+inline std::string WithoutZoomedCopies(const std::string& html) {
+  std::string out = html;
+  const std::string open = "<svg class=\"timeline-zoomed\"";
+  for (size_t at = out.find(open); at != std::string::npos; at = out.find(open, at)) {
+    out.erase(at, out.find("</svg>", at) + 6 - at);
+  }
+  return out;
+}
+
 }  // namespace pipecast::test_util
 
 #endif  // PIPECAST_TESTING_HTML_TEST_UTIL_H_

@@ -325,6 +325,10 @@ std::vector<Case> Catalogue() {
   c.push_back(Row("more_stages_than_layers", kSimulator, {kGoodModel},
                   "--model {dir}/m.json --stages 9", 1,
                   "--stages 9 but the model has only 8 layers: use at most 8 stages"));
+  // "1 layers", "1 stages" (issue 17): counts take their noun's number.
+  c.push_back(Row("more_stages_than_one_layer", kSimulator, {{"m.json", Model(1)}},
+                  "--model {dir}/m.json --stages 2", 1,
+                  "--stages 2 but the model has only 1 layer: use at most 1 stage"));
   c.push_back(Row("more_virtual_stages_than_layers", kSimulator, {kGoodModel},
                   "--model {dir}/m.json --stages 8 --schedule interleaved --chunks 2", 1,
                   "--stages 8 x --chunks 2 = 16 virtual stages but the model has only 8 layers"));
@@ -549,6 +553,36 @@ std::vector<Case> Catalogue() {
                   kSim, 1,
                   "layers[0].profiles[0]: gives only some of tp_comm_bytes, tp_forward_collectives "
                   "and tp_backward_collectives"));
+  c.push_back(Row("planner_stages_not_dividing_gpus", kPlanner, {kGoodModel},
+                  "--model {dir}/m.json --gpus 8 --stages 3 --global-batch 16", 1,
+                  "--stages 3 does not divide --gpus 8: the GPUs are t tensor-parallel x p "
+                  "pipeline stages x d replicas"));
+  // --- sums past 64 bits (issue 17, sim/totals.h) ---------------------------
+  // Layer 0's forward at the file limit (10^12 us) over 2400 micro-batches:
+  // 2400 x 2 x 10^15 ns = 4.8e18 ns, past 2^62, though every field is valid.
+  const File huge_model = {"m.json", Model(2, Profile("forward_us", "1e12"))};
+  c.push_back(Row("simulator_times_sum_past_2_62", kSimulator, {huge_model},
+                  "--model {dir}/m.json --stages 2 --microbatches 2400", 1,
+                  "simulator: error: forward_us + backward_us summed over the model's 2 layers at "
+                  "micro-batch size 1, times 2400 micro-batches, is 4.8e+18 ns, over the "
+                  "4.61e+18 ns (2^62)"));
+  c.push_back(Row("planner_times_sum_past_2_62", kPlanner, {huge_model},
+                  "--model {dir}/m.json --gpus 2 --global-batch 2400", 1,
+                  "planner: error: forward_us + backward_us summed over the model's 2 layers at "
+                  "micro-batch size 1, times 2400 micro-batches, is 4.8e+18 ns"));
+  // Layer 0 keeps 2^50 activation bytes per micro-batch: over 8192 of them,
+  // 9.22e18 bytes (2^63), though the field is within its 2^50 limit.
+  c.push_back(Row("simulator_bytes_sum_past_2_62", kSimulator,
+                  {{"m.json", Model(2, Profile("activation_bytes", "1125899906842624"))}},
+                  "--model {dir}/m.json --stages 2 --microbatches 8192", 1,
+                  "activation_bytes + output_bytes + workspace_bytes (and the other memory fields) "
+                  "summed over the model's 2 layers at micro-batch size 1, times 8192 "
+                  "micro-batches, is 9.22e+18 bytes"));
+  // --- control characters in names (issue 17, base/terminal_text.h) --------
+  // A path with ESC [31m in it is shown escaped, not obeyed by the terminal.
+  c.push_back(Row("error_escapes_control_characters", kSimulator, {},
+                  "--model \"{dir}/$(printf '\\033[31mred\\nx').json\" --stages 2", 1,
+                  "\\x1b[31mred\\nx.json"));
   return c;
 }
 

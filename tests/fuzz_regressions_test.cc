@@ -50,8 +50,30 @@ TEST(FuzzRegression, SimulateIterationsOverMicrobatches) {
   ASSERT_FALSE(result.ok());
   EXPECT_EQ(result.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(result.status().message(),
-            "schedule 'custom' spreads 1 micro-batches over 2 iterations: expected at least 1 "
+            "schedule 'custom' spreads 1 micro-batch over 2 iterations: expected at least 1 "
             "iteration and the same whole number of micro-batches in each");
+}
+
+// fuzz_simulate in its huge mode (issue 17): byte 1 is 0xe0, 2^7 = 128
+// layers per stage, each at the file limits (10^12 us forward and backward).
+// GPipe on 2 stages with 40 micro-batches: each stage computes
+// 40 x 128 x 2 x 10^15 ns = 1.02e19 ns, past 2^63, which wrapped the engine's
+// clock to negative times. The totals check now refuses it up front:
+// 256 layers x (2 x 10^15 + 10^15) ns x 40 = 3.07e19 ns > 2^62.
+TEST(FuzzRegression, SimulateHugeLayersSumPast2To63) {
+  const std::string input = Regression("fuzz_simulate", "huge-layers-sum-past-2-63");
+  ASSERT_GE(input.size(), 2u);
+  ASSERT_EQ(static_cast<uint8_t>(input[1]) >> 5, 7);
+  Result<Schedule> schedule = ParseScheduleText(input.substr(2), "fuzz.txt");
+  ASSERT_TRUE(schedule.ok()) << schedule.status().message();
+  constexpr TimeNs kHugeNs = 1'000'000'000'000'000;
+  Result<SimResult> result = Simulate(test_util::UniformModel(256, kHugeNs, kHugeNs),
+                                      test_util::IdealCluster(), *schedule, SimOptions{});
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(result.status().message(),
+              HasSubstr("forward_us + backward_us summed over the model's 256 layers at "
+                        "micro-batch size 1, times 40 micro-batches, is 3.07e+19 ns"));
 }
 
 // fuzz_plan: a plan whose actions use stage 8 on a 2-stage pipeline. The

@@ -20,6 +20,7 @@
 #include "base/cli.h"
 #include "base/exit_codes.h"
 #include "base/flag_checks.h"
+#include "base/terminal_text.h"
 #include "formats/file_util.h"
 #include "report/gantt.h"
 #include "report/html_report.h"
@@ -30,14 +31,15 @@ namespace pipecast {
 namespace {
 
 int Fail(const Status& status, int code = kExitBadInput) {
-  fmt::print(stderr, "planner: error: {}\n", status.message());
+  fmt::print(stderr, "planner: error: {}\n", TerminalSafeLines(status.message()));
   return code;
 }
 
 int Run(const PlannerToolOptions& options) {
   if (Status st = options.Validate(); !st.ok()) return Fail(st, kExitUsage);
-  auto result = RunPlannerTool(
-      options, [](const std::string& line) { fmt::print(stderr, "planner: {}\n", line); });
+  auto result = RunPlannerTool(options, [](const std::string& line) {
+    fmt::print(stderr, "planner: {}\n", TerminalSafeLines(line));
+  });
   if (!result.ok()) return Fail(result.status());
   std::fwrite(result->text.data(), 1, result->text.size(), stdout);
   if (result->checked) {
@@ -142,7 +144,8 @@ int main(int argc, char** argv) {
   app.add_flag("--tp-comm-overlap", f.tp_comm_overlap,
                "overlap tensor-parallel collectives with the matmuls (Megatron-LM "
                "--tp-comm-overlap; docs/simulator.md)");
-  app.add_option("--pipeline-stages", f.pipeline_stages, "pin the pipeline degree p")
+  app.add_option("--pipeline-stages,--stages", f.pipeline_stages,
+                 "pin the pipeline degree p (a divisor of --gpus; default: searched)")
       ->check(CLI::PositiveNumber);
   app.add_option("--data-parallel", f.data_parallel, "pin the data-parallel degree d")
       ->check(CLI::PositiveNumber);

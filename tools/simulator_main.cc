@@ -14,6 +14,7 @@
 #include "base/cli.h"
 #include "base/exit_codes.h"
 #include "base/flag_checks.h"
+#include "base/terminal_text.h"
 #include "formats/file_util.h"
 #include "report/gantt.h"
 #include "report/html_report.h"
@@ -25,13 +26,14 @@ namespace {
 
 int Run(const SimulatorToolOptions& options) {
   if (Status st = options.Validate(); !st.ok()) {
-    fmt::print(stderr, "simulator: error: {}\n", st.message());
+    fmt::print(stderr, "simulator: error: {}\n", TerminalSafeLines(st.message()));
     return kExitUsage;
   }
-  auto out = RunSimulatorTool(
-      options, [](const std::string& line) { fmt::print(stderr, "simulator: {}\n", line); });
+  auto out = RunSimulatorTool(options, [](const std::string& line) {
+    fmt::print(stderr, "simulator: {}\n", TerminalSafeLines(line));
+  });
   if (!out.ok()) {
-    fmt::print(stderr, "simulator: error: {}\n", out.status().message());
+    fmt::print(stderr, "simulator: error: {}\n", TerminalSafeLines(out.status().message()));
     return kExitBadInput;
   }
   std::fwrite(out->data(), 1, out->size(), stdout);

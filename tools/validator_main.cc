@@ -11,6 +11,7 @@
 #include "base/cli.h"
 #include "base/exit_codes.h"
 #include "base/flag_checks.h"
+#include "base/terminal_text.h"
 #include "formats/file_util.h"
 #include "validate/validator.h"
 
@@ -28,7 +29,7 @@ struct Flags {
 };
 
 int Fail(const pipecast::Status& st) {
-  fmt::print(stderr, "validator: error: {}\n", st.message());
+  fmt::print(stderr, "validator: error: {}\n", pipecast::TerminalSafeLines(st.message()));
   return pipecast::kExitBadInput;
 }
 
@@ -127,7 +128,8 @@ int main(int argc, char** argv) {
       ->check(pipecast::FiniteRange(1e6, "times", 1))
       ->capture_default_str();
   app.add_option("--recv-timeout-ms", f.recv_timeout_ms,
-                 "how long a stage waits for one message before reporting it lost")
+                 "how long a stage waits for a message, with no progress on any local rank, "
+                 "before reporting it lost")
       ->check(pipecast::FiniteRange(kMaxRecvTimeoutMs, "ms", 0, true))
       ->capture_default_str();
   app.add_option("--trace", f.trace, "write a Chrome trace: predicted and measured side by side")

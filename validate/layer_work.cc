@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "base/text_table.h"
+
 namespace pipecast::validate {
 namespace {
 
@@ -19,10 +21,10 @@ Result<std::unique_ptr<LayerWork>> LayerWork::Make(const Model& model, const Pla
   if (!spec.ok()) return spec.status();
   PIPECAST_RETURN_IF_ERROR(spec->Validate());
   if (spec->LayerCount() != static_cast<int>(model.layers.size())) {
-    return Status::InvalidArgument(fmt::format(
-        "the model has {} layers but its source.workload describes {}: not a model written by "
-        "profiler cpu",
-        model.layers.size(), spec->LayerCount()));
+    return Status::InvalidArgument(
+        fmt::format("the model has {} but its source.workload describes {}: not a model written by "
+                    "profiler cpu",
+                    Count(model.layers.size(), "layer", "layers"), spec->LayerCount()));
   }
   if (plan.recompute != Recompute::kOff) {
     return Status::InvalidArgument("plans with recomputation run as busy-work, not real layers");

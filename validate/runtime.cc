@@ -9,6 +9,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <thread>
+#include <tuple>
 #include <utility>
 
 namespace pipecast::validate {
@@ -17,6 +18,8 @@ namespace {
 // After an abort, how long RunStages waits for workers to stop before it
 // leaves the rest behind and returns the diagnosis anyway.
 constexpr TimeNs kStopGraceNs = 2'000'000'000;  // 2 s
+// The shortest wait Patiently asks the transport for, so that it never spins.
+constexpr TimeNs kMinWaitNs = 10'000'000;  // 10 ms
 // The watchdog looks at the workers this often.
 constexpr auto kWatchdogPeriod = std::chrono::milliseconds(10);
 // How long a stalled op (the stall fault) would run: an hour, so only the
@@ -53,8 +56,26 @@ class RunControl {
   }
   void Set(int rank, State state, const ExecOp* op = nullptr, TimeNs since = 0) {
     std::lock_guard<std::mutex> lock(mu_);
-    slots_[rank] = Slot{state, op, since};
+    int64_t needs = 0;
+    if (state == State::kWaiting)
+      needs = ++messages_[MessageKey(op->recv.peer_rank, rank, op->recv.tag)].awaited;
+    slots_[rank] = Slot{state, op, since, needs};
   }
+  // Called before a worker hands message (src, dst, tag) to the transport, so
+  // that a receiver waiting for it is never taken for deadlocked, however long
+  // its thread waits to be woken.
+  void NoteSent(int src, int dst, int64_t tag) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++messages_[MessageKey(src, dst, tag)].sent;
+  }
+  // Something happened at `now` on a local rank: an op ended, a message
+  // arrived, a barrier opened.
+  void Progress(TimeNs now) {
+    TimeNs seen = last_progress_ns_.load();
+    while (seen < now && !last_progress_ns_.compare_exchange_weak(seen, now)) {
+    }
+  }
+  TimeNs last_progress_ns() const { return last_progress_ns_.load(); }
   // One line per local rank: what it is doing now.
   std::string Board(const std::vector<int>& ranks, TimeNs now) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -102,8 +123,16 @@ class RunControl {
           }
         }
         if (s.state == State::kWaiting) {
-          ++waiting;
-          waiting_since = std::max(waiting_since, s.since);
+          // Waiting for a message already sent is progress still to come:
+          // the receiver's thread has not been woken yet (hundreds of
+          // threads on two cores wait long for a turn). Only a wait for a
+          // message nobody has sent can be part of a deadlock.
+          const auto m = messages_.find(MessageKey(s.op->recv.peer_rank, r, s.op->recv.tag));
+          const int64_t sent = m == messages_.end() ? 0 : m->second.sent;
+          if (sent < s.needs) {
+            ++waiting;
+            waiting_since = std::max(waiting_since, s.since);
+          }
         }
         if (s.state == State::kDone) ++done;
       }
@@ -123,9 +152,19 @@ class RunControl {
     State state = State::kIdle;
     const ExecOp* op = nullptr;
     TimeNs since = 0;
+    int64_t needs = 0;  // kWaiting: the how-many-th message with this key it waits for
   };
+  // Messages by (src, dst, tag) over the whole run: how many were sent, and
+  // how many receives began. The same key recurs once per iteration.
+  struct MessageCount {
+    int64_t sent = 0;
+    int64_t awaited = 0;
+  };
+  using MessageKey = std::tuple<int, int, int64_t>;
   std::mutex mu_;
   std::vector<Slot> slots_;
+  std::map<MessageKey, MessageCount> messages_;
+  std::atomic<TimeNs> last_progress_ns_{0};
   Status first_error_;
 };
 
@@ -160,8 +199,11 @@ class Worker {
     const RuntimeOptions& o = s_.options;
     for (int it = 0; it < o.warmup_iterations + o.iterations; ++it) {
       if (it == o.warmup_iterations) pool_->ResetPeak();
-      Status st = s_.env.transport->Barrier(rank_, o.recv_timeout_ns, s_.control.abort);
+      Status st = Patiently([&](TimeNs timeout) {
+        return s_.env.transport->Barrier(rank_, timeout, s_.control.abort);
+      });
       if (!st.ok()) return WaitFailure(st, fmt::format("rank {} before iteration {}", rank_, it));
+      s_.control.Progress(s_.env.clock->NowNs());
       PIPECAST_RETURN_IF_ERROR(RunIteration(it - o.warmup_iterations));
     }
     out_->peak_bytes = pool_->peak();
@@ -181,13 +223,17 @@ class Worker {
       Allocation input;
       if (op.recv.present()) {
         s_.control.Set(rank_, RunControl::State::kWaiting, &op, clock.NowNs());
-        Result<Allocation> got =
-            s_.env.transport->Recv(op.recv.peer_rank, rank_, op.recv.tag, op.recv.bytes, pool_,
-                                   s_.options.recv_timeout_ns, s_.control.abort);
-        if (!got.ok()) {
-          return WaitFailure(got.status(),
+        Result<Allocation> got = Status::Unavailable("not received");
+        Status waited = Patiently([&](TimeNs timeout) {
+          got = s_.env.transport->Recv(op.recv.peer_rank, rank_, op.recv.tag, op.recv.bytes, pool_,
+                                       timeout, s_.control.abort);
+          return got.status();
+        });
+        if (!waited.ok()) {
+          return WaitFailure(waited,
                              fmt::format("{}: {}", StageName(op, rank_), MessageText(op.recv)));
         }
+        s_.control.Progress(clock.NowNs());
         input = std::move(*got);
         if (iteration >= 0) out_->recvs.push_back({iteration, op.recv, clock.NowNs()});
       }
@@ -235,10 +281,12 @@ class Worker {
         held[key].push_back(std::move(*kept));
       }
       const TimeNs end = clock.NowNs();
+      s_.control.Progress(end);
       if (iteration >= 0) out_->ops.push_back({iteration, op.action, start, end});
       s_.control.Set(rank_, RunControl::State::kIdle);
       if (op.send.present() && fault != Fault::Kind::kDrop) {
         if (iteration >= 0) out_->sends.push_back({iteration, op.send, end});
+        s_.control.NoteSent(rank_, op.send.peer_rank, op.send.tag);
         Status sent =
             s_.env.transport->Send(rank_, op.send.peer_rank, op.send.tag, std::move(*output));
         if (!sent.ok()) return sent.WithPrefix(name + ": sending " + MessageText(op.send));
@@ -254,6 +302,26 @@ class Worker {
     return Status::Ok();
   }
 
+  // Runs `wait(timeout)` (a receive or a barrier) until it ends other than
+  // by timing out (Unavailable), or until recv_timeout_ns pass with no
+  // progress on any local rank. A pipeline of hundreds of stages on two cores
+  // can take longer than the timeout for its first gradient to come back
+  // while every hop is progress: a lost message is one nobody is working
+  // towards, not one that is late.
+  template <typename Wait>
+  Status Patiently(Wait wait) {
+    const TimeNs timeout = s_.options.recv_timeout_ns;
+    const Clock& clock = *s_.env.clock;
+    TimeNs left = timeout;
+    while (true) {
+      Status st = wait(left);
+      if (st.code() != StatusCode::kUnavailable) return st;
+      const TimeNs idle = clock.NowNs() - std::max(s_.control.last_progress_ns(), started_ns_);
+      if (idle >= timeout) return st;
+      left = std::max<TimeNs>(timeout - idle, kMinWaitNs);
+    }
+  }
+
   std::optional<Fault::Kind> FaultHere(const ExecOp& op) {
     const std::optional<Fault>& f = s_.options.fault;
     if (!f || fault_fired_ || !(f->action == op.action)) return std::nullopt;
@@ -264,8 +332,9 @@ class Worker {
   Status WaitFailure(const Status& st, const std::string& what) {
     if (st.code() != StatusCode::kUnavailable) return st;  // aborted, or a transport error
     return Status::FailedPrecondition(fmt::format(
-        "{} did not arrive within {} (--recv-timeout-ms): the message was lost, its sender "
-        "failed or is stuck, or the schedule deadlocks. Local ranks then:{}",
+        "{} did not arrive within {} of no progress on any local rank (--recv-timeout-ms): the "
+        "message was lost, its sender failed or is stuck, or the schedule deadlocks. Local ranks "
+        "then:{}",
         what, Ms(s_.options.recv_timeout_ns),
         s_.control.Board(s_.local_ranks, s_.env.clock->NowNs())));
   }
@@ -276,6 +345,7 @@ class Worker {
   StageRun* out_;
   MemoryPool* pool_;
   bool fault_fired_ = false;
+  const TimeNs started_ns_ = s_.env.clock->NowNs();
 };
 
 void RunWorker(std::shared_ptr<Shared> shared, std::shared_ptr<std::vector<StageRun>> runs,

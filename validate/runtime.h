@@ -59,11 +59,15 @@ struct RuntimeOptions {
   // on a loaded 2-core machine; the floor keeps tiny ops from tripping it.
   double watchdog_factor = 10;
   TimeNs watchdog_floor_ns = 500'000'000;  // 0.5 s
-  // How long a worker waits for one message (or barrier) before declaring
-  // it lost.
+  // How long a worker waits for one message (or barrier) with no progress on
+  // any rank of this process (no op ending, no message arriving, no barrier
+  // opening) before declaring it lost. A late message in a run that is still
+  // moving is waited for.
   TimeNs recv_timeout_ns = 10'000'000'000;  // 10 s
-  // When every rank runs in this process: all ranks waiting for messages at
-  // once for this long is a deadlock (no one is left to send).
+  // When every rank runs in this process: all unfinished ranks waiting at
+  // once, each for a message that no rank has sent, for this long is a
+  // deadlock (no one is left to send). A wait for a message already sent
+  // never counts, however long the receiver's thread takes to wake.
   TimeNs deadlock_grace_ns = 200'000'000;  // 0.2 s
   std::optional<Fault> fault;
 

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <memory>
+#include <thread>
 
 #include "formats/schedule_text.h"
 #include "testing/validate_test_util.h"
@@ -237,6 +238,94 @@ TEST(Runtime, ADeadlockingScheduleIsReportedNamingTheWaitingOps) {
               AllOf(HasSubstr("deadlocks"), HasSubstr("rank 0: waits in 0B0"),
                     HasSubstr("rank 1: waits in 1F1")));
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+// A receiver whose thread is woken late: every Recv returns its message only
+// `delay` after it arrived, as a thread among hundreds on two cores waits for
+// a turn.
+class LateWakeTransport final : public Transport {
+ public:
+  LateWakeTransport(Transport* inner, std::chrono::milliseconds delay)
+      : inner_(inner), delay_(delay) {}
+  Status Send(int src, int dst, int64_t tag, Allocation buffer) override {
+    return inner_->Send(src, dst, tag, std::move(buffer));
+  }
+  Result<Allocation> Recv(int src, int dst, int64_t tag, Bytes bytes, MemoryPool* pool,
+                          TimeNs timeout_ns, const std::atomic<bool>& abort) override {
+    Result<Allocation> got = inner_->Recv(src, dst, tag, bytes, pool, timeout_ns, abort);
+    std::this_thread::sleep_for(delay_);
+    return got;
+  }
+  Status FlushSends(int rank, TimeNs timeout_ns, const std::atomic<bool>& abort) override {
+    return inner_->FlushSends(rank, timeout_ns, abort);
+  }
+  Status Barrier(int rank, TimeNs timeout_ns, const std::atomic<bool>& abort) override {
+    return inner_->Barrier(rank, timeout_ns, abort);
+  }
+
+ private:
+  Transport* inner_;
+  std::chrono::milliseconds delay_;
+};
+
+// Issue 17: on plans of several hundred stages the validator reported
+// deadlocks the run did not have: every rank was marked waiting while a
+// message sat in a receiver's mailbox, its thread not yet woken.
+TEST(Runtime, ValidatorSpuriousDeadlockWithHundredsOfStages) {
+  // Given GPipe on 2 stages, where rank 1's receive of each activation
+  // returns 3 x the deadlock grace after the message arrived, so that rank 0
+  // waits for its first gradient while rank 1 still "waits" for a sent one.
+  testing::World w = testing::MakeWorld(ScheduleKind::kGPipe, 2, 2);
+  Harness h(w.exec);
+  LateWakeTransport late(h.transport.get(), std::chrono::milliseconds(150));
+  testing::RecordingWork work(2);
+  RuntimeOptions o = Quick();
+  o.deadlock_grace_ns = 50'000'000;
+  RuntimeEnv env{&late, &work, &h.clock, h.raw, /*all_ranks_local=*/true};
+
+  // When it runs, then every op runs and nothing is called a deadlock.
+  Result<std::vector<StageRun>> runs = RunStages(h.plan, h.ranks, o, env);
+
+  ASSERT_TRUE(runs.ok()) << runs.status().message();
+  EXPECT_EQ((*runs)[1].ops.size(), w.plan.schedule.actions[1].size());
+}
+
+// Every op sleeps `ms`: a slow machine, without the CPU cost.
+class SleepWork final : public OpWork {
+ public:
+  explicit SleepWork(int ms) : ms_(ms) {}
+  Status Run(const OpCall&) override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms_));
+    return Status::Ok();
+  }
+  std::string Description() const override { return "sleep"; }
+
+ private:
+  int ms_;
+};
+
+// Issue 17, the other half: the receive timeout was a wall-clock bound per
+// receive, proportional to nothing. With 500 stages on two cores the first
+// gradient takes longer than 10 s to come back through 999 hops, every one of
+// them progress, and the run was called lost. A receive now gives up only
+// after the timeout passes with no progress on any local rank.
+TEST(Runtime, ALateMessageInARunThatIsStillMovingIsWaitedFor) {
+  // Given GPipe on 3 stages, 4 micro-batches, 100 ms per op: rank 0 ends its
+  // last forward at 400 ms and its first gradient arrives at ~800 ms, a
+  // 400 ms wait, while ranks 1 and 2 end an op every 100 ms.
+  testing::World w = testing::MakeWorld(ScheduleKind::kGPipe, 3, 4);
+  Harness h(w.exec);
+  SleepWork work(100);
+  RuntimeOptions o = Quick();
+  o.recv_timeout_ns = 250'000'000;  // shorter than that wait, longer than any gap in progress
+  o.watchdog_floor_ns = 2'000'000'000;
+
+  Result<std::vector<StageRun>> runs = h.Run(&work, o);
+
+  ASSERT_TRUE(runs.ok()) << runs.status().message();
+  const std::vector<OpTiming>& ops = (*runs)[0].ops;
+  ASSERT_EQ(ops.size(), 8u);
+  EXPECT_GE(ops[4].start_ns - ops[3].end_ns, o.recv_timeout_ns) << "the wait was long";
 }
 
 TEST(ParseFault, ReadsKindAndAction) {

@@ -56,6 +56,9 @@ class Transport {
   virtual Status FlushSends(int rank, TimeNs timeout_ns, const std::atomic<bool>& abort) = 0;
 
   // Returns when every rank has called Barrier once more; same failures as Recv.
+  // After a timeout (Unavailable), calling Recv or Barrier again with the same
+  // arguments resumes the same wait: the runtime waits again while other ranks
+  // make progress (runtime.cc, Patiently).
   virtual Status Barrier(int rank, TimeNs timeout_ns, const std::atomic<bool>& abort) = 0;
 };
 

@@ -103,9 +103,10 @@ Result<ValidationResult> RunValidation(const ValidatorOptions& options, Backend*
   out.model_name = model->name;
   const int ranks = plan->schedule.num_ranks;
   if (backend->processes() != 1 && backend->processes() != ranks) {
-    return Status::InvalidArgument(fmt::format(
-        "the plan has {} pipeline ranks but {} processes were started: run mpirun -np {}", ranks,
-        backend->processes(), ranks));
+    return Status::InvalidArgument(
+        fmt::format("the plan has {} but {} were started: run mpirun -np {}",
+                    Count(ranks, "pipeline rank", "pipeline ranks"),
+                    Count(backend->processes(), "process", "processes"), ranks));
   }
   if (MessageTag(plan->schedule.num_stages - 1, plan->schedule.num_microbatches, true,
                  plan->schedule.num_stages) >= kMaxPlanTag) {

@@ -13,6 +13,7 @@
 
 #include "base/cli.h"
 #include "base/exit_codes.h"
+#include "base/terminal_text.h"
 #include "formats/file_util.h"
 #include "formats/formats.h"
 #include "profiler/cpu/profile.h"
@@ -62,7 +63,7 @@ int RunCpu(CpuFlags& flags) {
   Status st = ApplyLayerFfn(flags.layer_ffn, options.workload);
   if (st.ok()) st = options.Validate();
   if (!st.ok()) {
-    fmt::print(stderr, "profiler: error: {}\n", st.message());
+    fmt::print(stderr, "profiler: error: {}\n", TerminalSafeLines(st.message()));
     return kExitBadInput;
   }
   fmt::print(stderr,
@@ -73,7 +74,7 @@ int RunCpu(CpuFlags& flags) {
   SteadyClock clock;
   Result<cpu::CpuProfile> profile = cpu::ProfileCpu(options, clock);
   if (!profile.ok()) {
-    fmt::print(stderr, "profiler: error: {}\n", profile.status().message());
+    fmt::print(stderr, "profiler: error: {}\n", TerminalSafeLines(profile.status().message()));
     return kExitBadInput;
   }
   const Model& model = profile->model;
@@ -98,7 +99,8 @@ int RunCpu(CpuFlags& flags) {
   }
   st = WriteFileAtomic(flags.out, text);
   if (!st.ok()) {
-    fmt::print(stderr, "profiler: error: {}\n", st.WithPrefix("--out").message());
+    fmt::print(stderr, "profiler: error: {}\n",
+               TerminalSafeLines(st.WithPrefix("--out").message()));
     return kExitBadInput;
   }
   fmt::print(stderr,

@@ -6,6 +6,7 @@
 
 #include "base/cli.h"
 #include "base/exit_codes.h"
+#include "base/terminal_text.h"
 #include "formats/file_util.h"
 #include "formats/formats.h"
 
@@ -25,7 +26,8 @@ int Finish(const char* what, Result<Model> model, const std::string& report,
            const std::string& out) {
   if (!report.empty()) fmt::print(stderr, "{}", report);
   if (!model.ok()) {
-    fmt::print(stderr, "profiler {}: error: {}\n", what, model.status().message());
+    fmt::print(stderr, "profiler {}: error: {}\n", what,
+               TerminalSafeLines(model.status().message()));
     return kExitBadInput;
   }
   const std::string text = ModelToJson(*model);
@@ -35,7 +37,8 @@ int Finish(const char* what, Result<Model> model, const std::string& report,
   }
   Status st = WriteFileAtomic(out, text);
   if (!st.ok()) {
-    fmt::print(stderr, "profiler {}: error: {}\n", what, st.WithPrefix("--out").message());
+    fmt::print(stderr, "profiler {}: error: {}\n", what,
+               TerminalSafeLines(st.WithPrefix("--out").message()));
     return kExitBadInput;
   }
   fmt::print(stderr, "profiler {}: wrote {}: {} layers measured with CUPTI on {}\n", what, out,

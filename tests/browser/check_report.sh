@@ -113,15 +113,24 @@ fi
   --cluster h100-sxm --report "${work}/simulator-p64.html" >/dev/null
 "${planner}" --model examples/gpt-7b.json --gpus 8 --report "${work}/planner.html" \
   >/dev/null 2>&1
+# 128 micro-batches: merged at 1x, so the page has zoom buttons (docs/report.md).
+"${simulator}" --model examples/gpt-7b.json --stages 8 --microbatches 128 --schedule 1f1b \
+  --cluster h100-sxm --report "${work}/simulator-m128.html" >/dev/null
+# The same page with the 16x button checked: what a click shows, CSS alone.
+sed -e 's/ checked="checked"//' \
+  -e 's/id="tl-zoom-16" value="16"/id="tl-zoom-16" value="16" checked="checked"/' \
+  "${work}/simulator-m128.html" >"${work}/simulator-m128-zoom16.html"
 
 check_page simulator "op op-F" "op op-I" "op op-W" "idle" "xfer" "crit-mark" "mem\"" \
   "capacity" "metric"
 check_page simulator-p64 "busy" "idle" "mem\"" "capacity"
 check_page planner "sweep-chart" "op op-F" "mem\"" "capacity" "candidate" "reject-group"
+check_page simulator-m128 "zoom" "tl-scroll tl-z16" "timeline-zoomed" "busy"
+check_page simulator-m128-zoom16 "timeline-zoomed" "op op-F"
 
 if ((failures > 0)); then
   ((keep)) && log "artefacts in ${work}"
   log "${failures} check(s) failed"
   exit 1
 fi
-log "passed: 3 reports rendered in $("${chromium}" --version 2>/dev/null | head -1)"
+log "passed: 5 reports rendered in $("${chromium}" --version 2>/dev/null | head -1)"

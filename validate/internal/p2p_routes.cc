@@ -6,6 +6,8 @@
 #include <set>
 #include <tuple>
 
+#include "base/text_table.h"
+
 namespace pipecast::validate {
 namespace {
 
@@ -36,8 +38,9 @@ Result<std::vector<RankPlacement>> PlaceRanks(int ranks, int gpus_per_node,
   }
   const int processes = static_cast<int>(node_of_process.size());
   if (processes != 1 && processes != ranks) {
-    return Status::InvalidArgument(fmt::format(
-        "{} processes for {} ranks: run one process, or mpirun -np {}", processes, ranks, ranks));
+    return Status::InvalidArgument(fmt::format("{} for {}: run one process, or mpirun -np {}",
+                                               Count(processes, "process", "processes"),
+                                               Count(ranks, "rank", "ranks"), ranks));
   }
   std::vector<RankPlacement> out(ranks);
   std::map<int, int> next_local;  // node -> ranks placed on it so far

@@ -43,6 +43,7 @@ class MpiTransport final : public Transport {
  public:
   explicit MpiTransport(MPI_Comm comm) : comm_(comm) {}
   ~MpiTransport() override {
+    if (barrier_ != MPI_REQUEST_NULL) MPI_Request_free(&barrier_);  // a failed run's
     for (Pending& p : pending_) {
       int done = 0;
       MPI_Test(&p.request, &done, MPI_STATUS_IGNORE);
@@ -73,7 +74,16 @@ class MpiTransport final : public Transport {
     Status st = WaitRequest(&req, timeout_ns, abort);
     if (!st.ok()) {
       MPI_Cancel(&req);
-      MPI_Wait(&req, MPI_STATUS_IGNORE);
+      MPI_Status status;
+      MPI_Wait(&req, &status);
+      int cancelled = 0;
+      MPI_Test_cancelled(&status, &cancelled);
+      // The message matched as the wait gave up: it is here, not lost (a
+      // caller that waits again must not wait for it twice).
+      if (!cancelled && st.code() == StatusCode::kUnavailable) {
+        Reap();
+        return std::move(*buf);
+      }
       return st;
     }
     Reap();
@@ -88,12 +98,11 @@ class MpiTransport final : public Transport {
     return Status::Ok();
   }
 
+  // A barrier that timed out stays posted: the next call resumes it rather
+  // than entering another one (the runtime waits again while others progress).
   Status Barrier(int, TimeNs timeout_ns, const std::atomic<bool>& abort) override {
-    MPI_Request req;
-    MPI_Ibarrier(comm_, &req);
-    Status st = WaitRequest(&req, timeout_ns, abort);
-    if (!st.ok()) MPI_Request_free(&req);
-    return st;
+    if (barrier_ == MPI_REQUEST_NULL) MPI_Ibarrier(comm_, &barrier_);
+    return WaitRequest(&barrier_, timeout_ns, abort);  // done: MPI_Test nulls barrier_
   }
 
  private:
@@ -101,6 +110,7 @@ class MpiTransport final : public Transport {
     MPI_Request request;
     Allocation buffer;
   };
+  MPI_Request barrier_ = MPI_REQUEST_NULL;  // a barrier posted and not yet complete
   // Frees the buffers of completed sends.
   void Reap() {
     for (auto it = pending_.begin(); it != pending_.end();) {
