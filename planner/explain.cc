@@ -405,11 +405,11 @@ std::string PlanReportToText(const PlanReport& report, const Model& model) {
     out += "\nsuggestions:\n";
     for (const std::string& s : report.suggestions) out += "  - " + s + "\n";
     if (report.suggestions.empty()) out += "  (none)\n";
-    for (const std::string& note : report.notes) out += "note: " + note + "\n";
+    for (const std::string& note : report.notes) out += "note: " + TerminalSafe(note) + "\n";
     return TerminalSafeLines(out);
   }
   out += ChosenText(report, model);
-  for (const std::string& note : report.notes) out += "note: " + note + "\n";
+  for (const std::string& note : report.notes) out += "note: " + TerminalSafe(note) + "\n";
   out += "\n" + RunnersUpText(report);
   out += "\n" + RejectedText(report);
   const std::string sweep = SweepText(report);

@@ -259,7 +259,7 @@ std::string ResultToText(const SimResult& result, const Cluster& cluster) {
   out += "\n" + RankTable(result);
   out += "\n" + MemoryTable(result);
   if (!result.notes.empty()) out += "\n";
-  for (const std::string& note : result.notes) out += "note: " + note + "\n";
+  for (const std::string& note : result.notes) out += "note: " + TerminalSafe(note) + "\n";
   // Names were escaped where they were formatted; this catches the rest (a
   // note quoting a layer name), keeping the report's own line breaks.
   return TerminalSafeLines(out);

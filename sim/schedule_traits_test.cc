@@ -148,10 +148,10 @@ TEST(ScheduleTraits, CheckShapeCountErrors) {
             "--microbatches is 0: an iteration needs at least 1 micro-batch");
   EXPECT_EQ(ShapeError(ScheduleKind::kGPipe, 4, 8, 2),
             "--chunks is 2: gpipe takes exactly 1 model chunk per GPU; only interleaved, "
-            "looped-bfs, zb-v, v-half, v-min, interleaved-zb take more");
+            "looped-bfs, zb-v, v-half, v-min, interleaved-zb, dualpipev take more");
   EXPECT_EQ(ShapeError(ScheduleKind::kInterleaved1F1B, 4, 8, 0),
             "--chunks is 0: interleaved takes exactly 1 model chunk per GPU; only interleaved, "
-            "looped-bfs, zb-v, v-half, v-min, interleaved-zb take more");
+            "looped-bfs, zb-v, v-half, v-min, interleaved-zb, dualpipev take more");
   EXPECT_EQ(ShapeError(ScheduleKind::kZBV, 4, 8, 3),
             "--chunks is 3: zb-v takes exactly 2 model chunks per GPU, in a V (rank r holds "
             "stages r and 2P-1-r); leave --chunks out or give 2");
@@ -184,7 +184,7 @@ TEST(ScheduleTraits, DualPipeVShapeErrors) {
             "--microbatches 8 or more");
   EXPECT_EQ(ShapeError(ScheduleKind::kDualPipeV, 4, 8, 3),
             "--chunks is 3: dualpipev takes exactly 2 model chunks per GPU, in a V (rank r holds "
-            "stages r and 2p-1-r): use --chunks 2 or leave it out");
+            "stages r and 2P-1-r); leave --chunks out or give 2");
   EXPECT_EQ(MicrobatchRuleConflict(ScheduleKind::kDualPipeV, 4, 7),
             "dualpipev needs m (7) >= 2p (8)");
   EXPECT_EQ(MicrobatchRuleConflict(ScheduleKind::kDualPipeV, 4, 8), "");
