@@ -1,12 +1,12 @@
 // Pass 2, partition: split the layers into p stages balanced on time, with
-// every stage's estimated peak memory under the GPU's capacity. The estimate
-// follows the schedule: stage s holds InflightMicrobatches() micro-batches of
-// activations, so under 1F1B stage 0 may take fewer layers than the last.
+// every stage's estimated peak memory under the GPU's capacity. The split
+// and the estimate are the simulation core's (sim/memory_partition.h), which
+// the simulator's default partition uses too: stage s holds
+// InflightMicrobatches() micro-batches of activations, so under 1F1B stage 0
+// may take fewer layers than the last.
 #include <fmt/format.h>
 
-#include <algorithm>
-#include <functional>
-#include <limits>
+#include <memory>
 #include <string>
 
 #include "planner/passes.h"
@@ -21,94 +21,38 @@ int InflightMicrobatches(ScheduleKind schedule, int stage, int p, int m) {
 
 namespace {
 
-// Layers whose unsharded parameters a ZeRO-3 rank holds at once (the
-// simulator's rule, sim/simulator.h): the running layer and the prefetched one.
-constexpr int kGatheredLayers = 2;
-
-// In-flight activations of stage `stage`: micro-batches before their input gradient hold what
-// the forward kept, those past it (split backwards, when the model gives weight_grad_bytes)
-// what W keeps; plus one rebuild, and what I allocates beyond the forward's bytes.
-Bytes ActivationMemory(const StageCost& sc, const Candidate& c, int stage, int inflight) {
-  const ScheduleTraits& traits = TraitsOf(c.schedule);
-  if (!sc.weight_grad_known || traits.before_input_gradient == nullptr) {
-    return inflight * sc.held_bytes + sc.recomputed_bytes;
-  }
-  const int before =
-      std::min(inflight, traits.before_input_gradient(stage, c.pipeline_stages, c.microbatches));
-  return before * sc.held_bytes + (inflight - before) * sc.weight_grad_bytes +
-         sc.ActivationsAtStart(OpKind::kBackwardInput);
+PipelineShape ShapeOf(const Candidate& c) {
+  return PipelineShape{c.schedule, c.pipeline_stages, c.chunks, c.microbatches, c.data_parallel};
 }
 
-// The stage's costs and activation memory come from the simulator's model
-// (sim/stage_costs.h), its static bytes from sim/memory.h at the
-// candidate's ZeRO level; the planner adds the schedule's in-flight count
-// and the communication buffers.
-MemoryParts StageParts(const Model& model, const StageCostTable& t, const Candidate& c,
-                       const MemoryConfig& memory_in, int stage, int first, int last) {
-  MemoryConfig memory = memory_in;
-  memory.zero = c.zero;
-  const StageCost sc = t.Stage(StageLayers{first, last});
-  const ShardedBytes per_param = ShardedBytesPerParam(memory, c.data_parallel);
-  MemoryParts parts;
-  parts.weights = ParameterBytes(sc.parameters, per_param.weights);
-  parts.gradients = ParameterBytes(sc.parameters, per_param.gradients);
-  parts.optimizer = ParameterBytes(sc.parameters, per_param.optimizer);
-  const int inflight = InflightMicrobatches(c.schedule, stage, c.pipeline_stages, c.microbatches);
-  // PipeDream stashes one weight version per in-flight micro-batch.
-  if (c.schedule == ScheduleKind::kPipeDream) {
-    parts.weights += (inflight - 1) * ParameterBytes(sc.parameters, per_param.weights);
-  }
-  if (c.zero >= 3 && c.data_parallel > 1) {
-    Bytes largest = 0;
-    for (int l = first; l <= last; ++l) {
-      largest = std::max(largest,
-                         ParameterBytes(model.layers[l].parameters, memory.weight_bytes_per_param));
-    }
-    parts.weights += kGatheredLayers * largest;
-  }
-  parts.activations = ActivationMemory(sc, c, stage, inflight);
-  const Bytes output = last + 1 < t.NumLayers() ? sc.output_bytes : 0;
-  parts.other = sc.workspace_bytes + sc.input_bytes + output;
-  return parts;
-}
-
-// Splits n layers into p contiguous stages minimising the largest
-// value(stage, first, last) among splits where every stage is allowed.
-// Returns an empty vector when no split is allowed. O(p n^2).
-std::vector<StageLayers> MinMaxSplit(int n, int p,
-                                     const std::function<int64_t(int, int, int)>& value,
-                                     const std::function<bool(int, int, int)>& allowed) {
-  constexpr int64_t kInf = std::numeric_limits<int64_t>::max();
-  std::vector<std::vector<int64_t>> best(p + 1, std::vector<int64_t>(n + 1, kInf));
-  std::vector<std::vector<int>> cut(p + 1, std::vector<int>(n + 1, -1));
-  best[0][0] = 0;
-  for (int k = 1; k <= p; ++k) {
-    for (int i = k; i <= n - (p - k); ++i) {
-      for (int j = k - 1; j < i; ++j) {
-        if (best[k - 1][j] == kInf || !allowed(k - 1, j, i - 1)) continue;
-        int64_t v = std::max(best[k - 1][j], value(k - 1, j, i - 1));
-        if (v < best[k][i]) {
-          best[k][i] = v;
-          cut[k][i] = j;
-        }
-      }
-    }
-  }
-  if (best[p][n] == kInf) return {};
-  std::vector<StageLayers> out(p);
-  for (int k = p, end = n; k >= 1; --k) {
-    out[k - 1] = StageLayers{cut[k][end], end - 1};
-    end = cut[k][end];
-  }
+MemoryConfig AtZero(const MemoryConfig& memory, int zero) {
+  MemoryConfig out = memory;
+  out.zero = zero;
   return out;
 }
 
 }  // namespace
 
+const StageCostTable& PartitionCache::Table(int microbatch_size, Recompute recompute) {
+  std::unique_ptr<StageCostTable>& t = tables_[{microbatch_size, recompute}];
+  if (!t)
+    t = std::make_unique<StageCostTable>(model_, StageCostOptions{microbatch_size, recompute});
+  return *t;
+}
+
+const std::vector<StageLayers>& PartitionCache::TimeBalanced(int microbatch_size,
+                                                             Recompute recompute, int stages) {
+  auto [it, added] = splits_.try_emplace({microbatch_size, recompute, stages});
+  if (added) it->second = TimeBalancedSplit(Table(microbatch_size, recompute), stages);
+  return it->second;
+}
+
 Bytes EstimateStageMemory(const Model& model, const Candidate& c, const MemoryConfig& memory,
                           int stage, int first, int last) {
   const StageCostTable t(model, StageCostOptions{c.microbatch_size, c.recompute});
-  return StageParts(model, t, c, memory, stage, first, last).Total();
+  return EstimateStageMemoryParts(t, ShapeOf(c), AtZero(memory, c.zero), stage,
+                                  StageLayers{first, last})
+      .Total();
 }
 
 std::string BindingPart(const MemoryParts& parts, const Candidate& c) {
@@ -147,48 +91,38 @@ std::string BindingPart(const MemoryParts& parts, const Candidate& c) {
 }
 
 bool PartitionForMemory(const Model& model, const MemoryConfig& memory, Bytes capacity,
-                        Candidate* c, Rejection* rejection) {
-  const StageCostTable t(model, StageCostOptions{c->microbatch_size, c->recompute});
-  const int n = t.NumLayers();
-  const int p = c->pipeline_stages;
-  auto time = [&](int, int first, int last) { return t.TrainingTimeNs(StageLayers{first, last}); };
-  if (c->chunks > 1) {
-    // A rank's memory sums v separate chunks, which a split over contiguous
-    // ranges cannot bound stage by stage: balance the p·v chunks on time and
-    // let the simulate pass check the exact peak.
-    c->partition = MinMaxSplit(n, c->VirtualStages(), time, [](int, int, int) { return true; });
+                        Candidate* c, Rejection* rejection, PartitionCache* cache) {
+  std::unique_ptr<StageCostTable> own;
+  const StageCostTable* t = nullptr;
+  const std::vector<StageLayers>* time_balanced = nullptr;
+  if (cache != nullptr) {
+    t = &cache->Table(c->microbatch_size, c->recompute);
+    time_balanced = &cache->TimeBalanced(c->microbatch_size, c->recompute, c->VirtualStages());
+  } else {
+    own =
+        std::make_unique<StageCostTable>(model, StageCostOptions{c->microbatch_size, c->recompute});
+    t = own.get();
+  }
+  MemoryAwareSplit split =
+      MemoryAwarePartition(*t, ShapeOf(*c), AtZero(memory, c->zero), capacity, time_balanced);
+  if (split.fits) {
+    c->partition = std::move(split.partition);
     return true;
   }
-  auto mem = [&](int stage, int first, int last) {
-    return StageParts(model, t, *c, memory, stage, first, last).Total();
-  };
-  auto fits = [&](int stage, int first, int last) {
-    return capacity <= 0 || mem(stage, first, last) <= capacity;
-  };
-  c->partition = MinMaxSplit(n, p, time, fits);
-  if (!c->partition.empty()) return true;
-  // Nothing fits: find the split that needs the least memory, for the
-  // closest miss, and name its fullest stage.
-  std::vector<StageLayers> lean = MinMaxSplit(n, p, mem, [](int, int, int) { return true; });
-  int worst = 0;
-  Bytes worst_bytes = 0;
-  for (int s = 0; s < p; ++s) {
-    Bytes b = mem(s, lean[s].first_layer, lean[s].last_layer);
-    if (b > worst_bytes) {
-      worst_bytes = b;
-      worst = s;
-    }
-  }
+  // Nothing fits: the split that needs the least memory is the closest miss;
+  // name its fullest stage.
+  c->partition.clear();
+  const int worst = split.worst_stage;
+  const StageLayers lean = split.partition[worst];
+  const Bytes worst_bytes = split.worst_parts.Total();
   Candidate copy = *c;
-  copy.partition = lean;
-  const MemoryParts parts =
-      StageParts(model, t, *c, memory, worst, lean[worst].first_layer, lean[worst].last_layer);
+  copy.partition = std::move(split.partition);
   *rejection = Rejection{
       RejectReason::kOutOfMemory, copy,
       fmt::format("stage {} (layers {}-{}) needs {:.2f} GiB of the {:.2f} GiB limit even in the "
                   "split that needs least memory; {}",
-                  worst, lean[worst].first_layer, lean[worst].last_layer, ToGiB(worst_bytes),
-                  ToGiB(capacity), BindingPart(parts, *c)),
+                  worst, lean.first_layer, lean.last_layer, ToGiB(worst_bytes), ToGiB(capacity),
+                  BindingPart(split.worst_parts, *c)),
       static_cast<double>(worst_bytes) / static_cast<double>(capacity)};
   return false;
 }

@@ -23,6 +23,7 @@
 #ifndef PIPECAST_PLANNER_PLANNER_H_
 #define PIPECAST_PLANNER_PLANNER_H_
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -41,6 +42,16 @@ namespace pipecast {
 // has no attention core to drop) and full; the others pin one.
 enum class RecomputeMode { kAuto, kOff, kSelective, kFull };
 
+// Where a search stands, for a progress display: `done` of `total`
+// configurations through the partition pass, then through the simulate pass
+// (where the rest may be pruned before `done` reaches `total`).
+struct SearchProgress {
+  enum class Pass { kPartition, kSimulate };
+  Pass pass = Pass::kPartition;
+  int done = 0;
+  int total = 0;
+};
+
 struct PlannerOptions {
   int gpus = 0;              // N, required
   int64_t global_batch = 0;  // 0: the model's global_batch
@@ -58,6 +69,9 @@ struct PlannerOptions {
   MemoryConfig memory;  // bytes per parameter; its zero is each candidate's
   TimeNs optimizer_step_ns = 0;
   int threads = 0;  // 0: every core
+  // Called on the searching thread after each partitioned configuration and
+  // each chunk of simulations; empty: no progress. It must not throw.
+  std::function<void(const SearchProgress&)> progress;
 
   Status Validate() const;
 };
