@@ -46,6 +46,7 @@ Result<PlannerOptions> MakeOptions(const PlannerToolOptions& flags) {
   if (!memory.ok()) return memory.status();
   o.memory = *memory;
   o.zero_levels = flags.zero;
+  o.progress = flags.search_progress;
   PIPECAST_RETURN_IF_ERROR(o.Validate());
   return o;
 }
