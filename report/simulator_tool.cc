@@ -18,6 +18,7 @@
 #include "report/report.h"
 #include "report/trace.h"
 #include "sim/memory.h"
+#include "sim/memory_partition.h"
 #include "sim/partition.h"
 #include "sim/schedule.h"
 #include "sim/schedule_traits.h"
@@ -114,7 +115,36 @@ Result<Setup> SetupFromFlags(const Flags& flags, const Model& model,
                                s.schedule.num_stages);
     if (!part.ok()) return part.status();
     s.options.partition = *part;
+    return s;
   }
+  // The default partition is the planner's: balanced on time among the
+  // splits whose every stage's estimate fits the GPU (sim/memory_partition.h).
+  PIPECAST_RETURN_IF_ERROR(s.options.Validate());
+  PipelineShape shape;
+  shape.schedule =
+      flags.schedule_in.empty() ? *ParseScheduleKind(flags.schedule) : ScheduleKind::kCustom;
+  shape.stages = s.schedule.num_ranks;
+  shape.chunks = std::max(1, s.schedule.ChunksPerRank());
+  shape.microbatches = s.schedule.num_microbatches / std::max(1, s.schedule.iterations);
+  shape.data_parallel = s.options.data_parallel;
+  const StageCostTable table(model,
+                             StageCostOptions{s.options.microbatch_size, s.options.recompute});
+  // A schedule text the layers cannot fill: Simulate() says what is wrong.
+  if (s.schedule.num_stages < 1 || s.schedule.num_stages > table.NumLayers() ||
+      s.schedule.num_stages != shape.stages * shape.chunks) {
+    return s;
+  }
+  const Bytes limit = MemoryLimitBytes(s.cluster.gpu);
+  MemoryAwareSplit split = MemoryAwarePartition(table, shape, s.options.memory, limit);
+  if (!split.fits) {
+    progress(fmt::format(
+        "no partition of the {} layers into {} stages fits the {:.2f} GiB limit by the planner's "
+        "estimate: simulating the one that needs least memory (stage {} needs {:.2f} GiB); give "
+        "--partition to choose",
+        table.NumLayers(), shape.stages, ToGiB(limit), split.worst_stage,
+        ToGiB(split.worst_parts.Total())));
+  }
+  s.options.partition = std::move(split.partition);
   return s;
 }
 

@@ -135,8 +135,9 @@ class StageMemory {
 
   // At most Total(stage, first, last), and never smaller for a range around
   // [first, last]: Parts() less the stage's input and output buffers, with
-  // the activations at their floor (each in-flight micro-batch holding the
-  // least of what F keeps and what W keeps, plus the smallest rebuild).
+  // the activations at their floor (the in-flight micro-batches holding at
+  // least the layers' share of what F keeps, or past I of what W keeps, plus
+  // the smallest rebuild).
   Bytes LowerBound(int stage, int first, int last) const {
     const int64_t params = parameters_[last + 1] - parameters_[first];
     const Bytes weights = ParameterBytes(params, per_param_.weights);
@@ -146,11 +147,18 @@ class StageMemory {
     if (shape_.schedule == ScheduleKind::kPipeDream) b += (inflight - 1) * weights;
     if (Gathers()) b += kGatheredLayers * Gathered(first, last);
     if (floor_) {
-      Bytes held = held_[last + 1] - held_[first];
+      // ActivationMemory()'s two rules, each at its floor: the smaller of them.
+      const Bytes held = held_[last + 1] - held_[first];
+      Bytes activations = std::max(inflight, 0) * held;
       if (traits_.before_input_gradient != nullptr) {
-        held = std::min(held, weight_grad_[last + 1] - weight_grad_[first]);
+        const int before =
+            std::clamp(traits_.before_input_gradient(stage, shape_.stages, shape_.microbatches), 0,
+                       std::max(inflight, 0));
+        const Bytes kept = weight_grad_[last + 1] - weight_grad_[first];
+        activations =
+            std::min(activations, before * held + (std::max(inflight, 0) - before) * kept);
       }
-      b += std::max(inflight, 0) * held + rebuilt_.Max(first, last);
+      b += activations + rebuilt_.Max(first, last);
     }
     return b + std::max<Bytes>(0, workspace_.Max(first, last));
   }

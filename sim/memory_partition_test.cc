@@ -7,13 +7,17 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
 #include <limits>
 #include <random>
 #include <vector>
 
+#include "formats/formats.h"
+#include "sim/cluster.h"
 #include "sim/internal/min_max_split.h"
 #include "sim/schedule_traits.h"
+#include "sim/simulator.h"
 
 namespace pipecast {
 namespace {
@@ -230,6 +234,50 @@ TEST(StageCosts, RangeMaxMatchesAScan) {
       }
     }
   }
+}
+
+// Issue 17: `simulator --model examples/llama-70b.json --stages 32` (1F1B,
+// m = 32, h100-sxm) with the default partition of the time it was filed, the
+// time-balanced BalancedPartition, put ranks over the memory limit (18 then,
+// 7 now); the planner's memory-aware split, now the default, fits every rank.
+TEST(SimulatorDefaultPartition, Llama70bOn32StagesFitsWhereTheTimeBalancedSplitDoesNot) {
+  const char* root = std::getenv("PIPECAST_SOURCE_DIR");
+  const Result<Model> model =
+      LoadModel(std::string(root ? root : ".") + "/examples/llama-70b.json");
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  const Result<Cluster> cluster = ClusterPreset("h100-sxm");
+  ASSERT_TRUE(cluster.ok());
+  const Result<Schedule> schedule = MakeSchedule(ScheduleKind::k1F1B, 32, 32, 1);
+  ASSERT_TRUE(schedule.ok());
+  const StageCostTable table(*model, StageCostOptions{});
+  auto ranks_over = [&](const std::vector<StageLayers>& partition) {
+    SimOptions options;
+    options.partition = partition;
+    options.record_timeline = false;
+    const Result<SimResult> r = Simulate(*model, *cluster, *schedule, options);
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    int over = 0;
+    for (const StageResult& s : r->per_rank) {
+      over += s.peak_memory_bytes > MemoryLimitBytes(cluster->gpu);
+    }
+    return over;
+  };
+  std::vector<TimeNs> layer_time;
+  for (int l = 0; l < table.NumLayers(); ++l) {
+    layer_time.push_back(table.Layer(l).forward_ns + table.Layer(l).backward_ns);
+  }
+  const Result<std::vector<StageLayers>> old_default = BalancedPartition(layer_time, 32);
+  ASSERT_TRUE(old_default.ok());
+  // 7 ranks over on this tree (18 when the issue was filed, before later memory fixes).
+  EXPECT_GT(ranks_over(*old_default), 0);
+  PipelineShape shape;
+  shape.schedule = ScheduleKind::k1F1B;
+  shape.stages = 32;
+  shape.microbatches = 32;
+  const MemoryAwareSplit split =
+      MemoryAwarePartition(table, shape, MemoryConfig{}, MemoryLimitBytes(cluster->gpu));
+  EXPECT_TRUE(split.fits);
+  EXPECT_EQ(ranks_over(split.partition), 0);
 }
 
 }  // namespace
