@@ -71,12 +71,13 @@ class StageMemory {
     const int n = t.NumLayers();
     bool all_checkpoints = true;
     for (int l = 0; l < n; ++l) all_checkpoints &= t.Layer(l).checkpoint_bytes.has_value();
+    for (int l = 0; l < n; ++l) all_weight_grad_ &= t.Layer(l).weight_grad_bytes.has_value();
     bool all_cores = true;
     for (int l = 0; l < n; ++l) all_cores &= t.Layer(l).attention_core_bytes.has_value();
     parameters_.assign(n + 1, 0);
     held_.assign(n + 1, 0);
     weight_grad_.assign(n + 1, 0);
-    std::vector<int64_t> workspace(n), rebuilt(n, 0);
+    std::vector<int64_t> rebuilt(n, 0);
     for (int l = 0; l < n; ++l) {
       const LayerCost& c = t.Layer(l);
       // What any stage's forward keeps of this layer at least (StageCostTable::Stage): its
@@ -97,7 +98,6 @@ class StageMemory {
           break;
       }
       floor_ &= held >= 0;
-      workspace[l] = c.workspace_bytes;
       // What B (or I) rebuilds at least: the largest layer's activations under full
       // recomputation, its attention core under selective, when every layer gives them
       // (StageCostTable::Stage); nothing otherwise.
@@ -110,7 +110,6 @@ class StageMemory {
       held_[l + 1] = held_[l] + held;
       weight_grad_[l + 1] = weight_grad_[l] + c.weight_grad_bytes.value_or(0);
     }
-    workspace_ = RangeMax(std::move(workspace));
     rebuilt_ = RangeMax(std::move(rebuilt));
   }
 
@@ -134,17 +133,20 @@ class StageMemory {
   Bytes Total(int stage, int first, int last) const { return Parts(stage, first, last).Total(); }
 
   // At most Total(stage, first, last), and never smaller for a range around
-  // [first, last]: Parts() less the stage's input and output buffers, with
+  // [first, last]: Parts() less the workspace and the stage's input and
+  // output buffers, with
   // the activations at their floor (the in-flight micro-batches holding at
   // least the layers' share of what F keeps, or past I of what W keeps, plus
   // the smallest rebuild).
   Bytes LowerBound(int stage, int first, int last) const {
-    const int64_t params = parameters_[last + 1] - parameters_[first];
-    const Bytes weights = ParameterBytes(params, per_param_.weights);
-    Bytes b = weights + ParameterBytes(params, per_param_.gradients) +
-              ParameterBytes(params, per_param_.optimizer);
+    // Truncating is cheaper than ParameterBytes' rounding and never above it:
+    // the three rounded parts sum to at least the truncated whole less 2.
+    const double params = static_cast<double>(parameters_[last + 1] - parameters_[first]);
+    Bytes b = std::max<Bytes>(0, static_cast<Bytes>(params * per_param_.Total()) - 2);
     const int inflight = Inflight(stage);
-    if (shape_.schedule == ScheduleKind::kPipeDream) b += (inflight - 1) * weights;
+    if (shape_.schedule == ScheduleKind::kPipeDream && inflight > 1) {
+      b += (inflight - 1) * std::max<Bytes>(0, static_cast<Bytes>(params * per_param_.weights) - 1);
+    }
     if (Gathers()) b += kGatheredLayers * Gathered(first, last);
     if (floor_) {
       // ActivationMemory()'s two rules, each at its floor: the smaller of them.
@@ -155,12 +157,13 @@ class StageMemory {
             std::clamp(traits_.before_input_gradient(stage, shape_.stages, shape_.microbatches), 0,
                        std::max(inflight, 0));
         const Bytes kept = weight_grad_[last + 1] - weight_grad_[first];
-        activations =
-            std::min(activations, before * held + (std::max(inflight, 0) - before) * kept);
+        const Bytes split = before * held + (std::max(inflight, 0) - before) * kept;
+        // With every layer's weight_grad_bytes every stage takes the split rule.
+        activations = all_weight_grad_ ? split : std::min(activations, split);
       }
       b += activations + rebuilt_.Max(first, last);
     }
-    return b + std::max<Bytes>(0, workspace_.Max(first, last));
+    return b;
   }
 
  private:
@@ -182,8 +185,9 @@ class StageMemory {
   ShardedBytes per_param_;
   // Prefix sums over layers [0, l) at index l.
   std::vector<int64_t> parameters_, held_, weight_grad_;
-  RangeMax workspace_, rebuilt_;
+  RangeMax rebuilt_;
   bool floor_ = true;  // LowerBound may count activations
+  bool all_weight_grad_ = true;
 };
 
 }  // namespace
