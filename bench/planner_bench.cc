@@ -3,10 +3,19 @@
 // every core. Targets (issue 3): 8 GPUs on the 70B example under 1 s, 1024
 // GPUs (128 nodes of 8) under 10 s on the 2-core development machine.
 //
+// BM_PlannerLayers: the planner's scaling in layers (issue 17), a synthetic
+// model of 1k, 4k and 10k identical layers (20 M parameters, 200/400 us
+// forward/backward of which 200 us weight gradient, 64 MiB activations, 8 MiB
+// checkpoint and output, 16 MiB workspace, 32 MiB weight-gradient bytes; one
+// profile at micro-batch size 1; global batch 1024) on 8 and 1024 GPUs of
+// h100-sxm. Target: 10k layers on 1024 GPUs under 10 s. Counters: simulated
+// (configurations simulated) and enumerated.
+//
 //   build/bench/planner_bench   (or scripts/bench.sh)
 #include <benchmark/benchmark.h>
 
 #include <string>
+#include <utility>
 
 #include "formats/formats.h"
 #include "planner/planner.h"
@@ -37,7 +46,67 @@ void BM_Planner(benchmark::State& state, const std::string& model_file, int gpus
   state.counters["simulated"] = simulated;
 }
 
+Model SyntheticModel(int num_layers) {
+  Model model;
+  model.name = "synthetic-" + std::to_string(num_layers);
+  model.global_batch = 1024;
+  for (int i = 0; i < num_layers; ++i) {
+    Layer layer;
+    layer.name = "block." + std::to_string(i);
+    layer.parameters = 20'000'000;
+    LayerProfile p;
+    p.microbatch_size = 1;
+    p.forward_ns = 200 * kNsPerUs;
+    p.backward_ns = 400 * kNsPerUs;
+    p.backward_weight_ns = 200 * kNsPerUs;
+    p.activation_bytes = 64 * kMiB;
+    p.output_bytes = 8 * kMiB;
+    p.workspace_bytes = 16 * kMiB;
+    p.checkpoint_bytes = 8 * kMiB;
+    p.attention_core_bytes = 0;
+    p.attention_core_ns = 0;
+    p.weight_grad_bytes = 32 * kMiB;
+    layer.profiles.push_back(p);
+    model.layers.push_back(std::move(layer));
+  }
+  return model;
+}
+
+void BM_PlannerLayers(benchmark::State& state, int layers, int gpus) {
+  const Model model = SyntheticModel(layers);
+  const Result<Cluster> cluster = ClusterPreset("h100-sxm");
+  if (!cluster.ok()) {
+    state.SkipWithError(cluster.status().message().c_str());
+    return;
+  }
+  PlannerOptions options;
+  options.gpus = gpus;
+  int simulated = 0, enumerated = 0;
+  for (auto _ : state) {
+    Result<PlanReport> report = RunPlanner(model, *cluster, options);
+    if (!report.ok()) {
+      state.SkipWithError(report.status().message().c_str());
+      break;
+    }
+    simulated = report->simulated;
+    enumerated = report->enumerated;
+    benchmark::DoNotOptimize(report);
+  }
+  state.counters["simulated"] = simulated;
+  state.counters["enumerated"] = enumerated;
+}
+
 void RegisterAll() {
+  const std::pair<int, int> layer_cases[] = {{1000, 8},    {4000, 8},    {10000, 8},
+                                             {1000, 1024}, {4000, 1024}, {10000, 1024}};
+  for (const auto& [layers, gpus] : layer_cases) {
+    const std::string name =
+        "BM_PlannerLayers/layers:" + std::to_string(layers) + "/gpus:" + std::to_string(gpus);
+    benchmark::RegisterBenchmark(name.c_str(), BM_PlannerLayers, layers, gpus)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime()
+        ->Iterations(1);
+  }
   const std::pair<const char*, int> cases[] = {{"examples/gpt-7b.json", 8},
                                                {"examples/llama-70b.json", 8},
                                                {"examples/llama-70b.json", 64},

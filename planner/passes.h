@@ -3,10 +3,13 @@
 #ifndef PIPECAST_PLANNER_PASSES_H_
 #define PIPECAST_PLANNER_PASSES_H_
 
+#include <map>
 #include <memory>
+#include <tuple>
 #include <vector>
 
 #include "planner/planner.h"
+#include "sim/memory_partition.h"
 
 namespace pipecast::passes {
 
@@ -47,46 +50,49 @@ Bytes EstimateStageMemory(const Model& model, const Candidate& c, const MemoryCo
                           int stage, int first, int last);
 
 // One stage's peak memory by part, for the explanations of rejections.
-struct MemoryParts {
-  Bytes weights = 0;  // with PipeDream's stashed and ZeRO-3's gathered copies
-  Bytes gradients = 0;
-  Bytes optimizer = 0;    // optimizer state, fp32 main parameters, gradient copy
-  Bytes activations = 0;  // activations held and recomputed
-  Bytes other = 0;        // workspace and communication buffers
-  Bytes Total() const { return weights + gradients + optimizer + activations + other; }
-};
+using MemoryParts = StageMemoryParts;
 
 // The largest part of `parts` and what would shrink it for `c`, e.g.
 // "largest part: optimizer state 38.4 GiB — try --zero 1 (Megatron's
 // distributed optimizer keeps 1/d of it)".
 std::string BindingPart(const MemoryParts& parts, const Candidate& c);
 
-// Fills candidate.partition with the time-balanced split whose every stage
-// fits in `capacity` (the memory limit, capacity - reserve - margin; 0 =
-// unlimited). Returns false and fills `rejection` (kOutOfMemory, with the
-// closest miss and the part that binds) when no split fits.
-// Stage costs and static bytes that PartitionForMemory shares between
-// candidates differing only in schedule and chunks (keyed by micro-batch
-// size, recomputation, t, sequence parallelism, d and ZeRO level; cleared
-// when (t, sp, d) changes, as the enumeration moves on). Not thread-safe.
-class PartitionMemo {
+// What the partition and prune passes reuse across candidates of one search:
+// the stage-cost table per (micro-batch size, recomputation) and the
+// time-balanced split per (size, recomputation, virtual stages). Not
+// thread-safe; the passes that take it run on one thread.
+class PartitionCache {
  public:
-  PartitionMemo();
-  ~PartitionMemo();
-  struct Impl;
-  std::unique_ptr<Impl> impl;
+  // What a cost table depends on besides the model: micro-batch size,
+  // recomputation, t, sequence parallelism, TP overlap (the cluster's link
+  // is one per run).
+  using Key = std::tuple<int, Recompute, int, bool, bool>;
+  explicit PartitionCache(const Model& model) : model_(model) {}
+  const StageCostTable& Table(const Candidate& c);
+  const std::vector<StageLayers>& TimeBalanced(const Candidate& c, int stages);
+
+ private:
+  const Model& model_;
+  std::map<Key, std::unique_ptr<StageCostTable>> tables_;
+  std::map<std::pair<Key, int>, std::vector<StageLayers>> splits_;
 };
 
-// `memo`, when given, must only ever see one model and one `memory`.
+// Fills candidate.partition with the time-balanced split whose every stage
+// fits in `capacity` (the memory limit, capacity - reserve - margin; 0 =
+// unlimited), by MemoryAwarePartition() (sim/memory_partition.h). Returns
+// false and fills `rejection` (kOutOfMemory, with the closest miss and the
+// part that binds) when no split fits. `cache`, when given, keeps the tables
+// and time-balanced splits for the next candidates.
 bool PartitionForMemory(const Model& model, const MemoryConfig& memory, Bytes capacity,
-                        Candidate* candidate, Rejection* rejection, PartitionMemo* memo = nullptr);
+                        Candidate* candidate, Rejection* rejection,
+                        PartitionCache* cache = nullptr);
 
 // Fills lower_bound_ns for each candidate and sorts by it (ties by label).
 // The bound holds for any schedule with a flush and free communication: the
 // busiest stage k runs m·(F_k+B_k), after micro-batch 0's forwards on the
 // stages before it and before the last micro-batch's backwards on them
 // (naive: m·sum of F+B).
-void Prune(const Model& model, std::vector<Candidate>* candidates);
+void Prune(const Model& model, std::vector<Candidate>* candidates, PartitionCache* cache = nullptr);
 
 // Simulates candidates in lower-bound order, in fixed chunks spread over
 // `options.threads` threads, until the next lower bound exceeds the

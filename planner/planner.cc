@@ -249,17 +249,25 @@ Result<PlanReport> RunPlanner(const Model& model, const Cluster& cluster,
         report.global_batch, options.gpus, report.rejected.front().detail));
   }
   std::vector<Candidate> fitting;
-  passes::PartitionMemo memo;
+  passes::PartitionCache cache(model);
+  const int total = static_cast<int>(cands.size());
+  int partitioned = 0;
   for (Candidate& c : cands) {
+    if (options.progress) {
+      options.progress(SearchProgress{SearchProgress::Pass::kPartition, partitioned++, total});
+    }
     Rejection why;
     if (passes::PartitionForMemory(model, options.memory, MemoryLimitBytes(cluster.gpu), &c, &why,
-                                   &memo)) {
+                                   &cache)) {
       fitting.push_back(std::move(c));
     } else {
       report.rejected.push_back(std::move(why));
     }
   }
-  passes::Prune(model, &fitting);
+  if (options.progress) {
+    options.progress(SearchProgress{SearchProgress::Pass::kPartition, total, total});
+  }
+  passes::Prune(model, &fitting, &cache);
   const size_t before = fitting.size();
   const size_t rejected_before = report.rejected.size();
   passes::SimulateAll(model, cluster, options, &fitting, &report.rejected);
@@ -268,6 +276,10 @@ Result<PlanReport> RunPlanner(const Model& model, const Cluster& cluster,
     pruned += report.rejected[i].reason == RejectReason::kPruned;
   }
   report.simulated = static_cast<int>(before - pruned);
+  if (options.progress) {
+    options.progress(SearchProgress{SearchProgress::Pass::kSimulate, report.simulated,
+                                    static_cast<int>(before)});
+  }
   passes::Rank(&fitting);
   report.ranked = std::move(fitting);
   if (report.ranked.size() > static_cast<size_t>(options.top_k) + 1) {

@@ -25,6 +25,7 @@
 #ifndef PIPECAST_PLANNER_PLANNER_H_
 #define PIPECAST_PLANNER_PLANNER_H_
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -42,6 +43,16 @@ namespace pipecast {
 // What the search tries: auto searches off, selective (skipped when the model
 // has no attention core to drop) and full; the others pin one.
 enum class RecomputeMode { kAuto, kOff, kSelective, kFull };
+
+// Where a search stands, for a progress display: `done` of `total`
+// configurations through the partition pass, then through the simulate pass
+// (where the rest may be pruned before `done` reaches `total`).
+struct SearchProgress {
+  enum class Pass { kPartition, kSimulate };
+  Pass pass = Pass::kPartition;
+  int done = 0;
+  int total = 0;
+};
 
 struct PlannerOptions {
   int gpus = 0;              // N, required
@@ -63,6 +74,9 @@ struct PlannerOptions {
   bool overlap_grad_reduce = true;      // SimOptions::overlap_grad_reduce
   int64_t grad_bucket_params = 0;       // SimOptions::grad_bucket_params
   int threads = 0;                      // 0: every core
+  // Called on the searching thread after each partitioned configuration and
+  // each chunk of simulations; empty: no progress. It must not throw.
+  std::function<void(const SearchProgress&)> progress;
   // Tensor-parallel degrees tried; empty: every t that divides the node's
   // GPUs, N and the model's attention heads (and key-value heads) where its
   // source.architecture gives them, for which the model has tensor-parallel

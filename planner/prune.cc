@@ -14,12 +14,11 @@ namespace {
 // micro-batch 0 on the virtual stages before its first one. With whole
 // backwards and one chunk per rank, the backwards of the last micro-batch
 // on the stages before it must follow as well (the flush).
-TimeNs LowerBound(const Model& model, const Candidate& c) {
+TimeNs LowerBound(const StageCostTable& table, const Candidate& c) {
   const int stages = c.VirtualStages();
   const int p = c.pipeline_stages;
   // The stages' times by the simulator's cost model (sim/stage_costs.h):
   // with recomputation the backward includes the rerun forward.
-  const StageCostTable table(model, c.CostOptions());
   std::vector<TimeNs> fwd(stages, 0), bwd(stages, 0);
   for (int s = 0; s < stages; ++s) {
     const StageCost sc = table.Stage(c.partition[s]);
@@ -50,8 +49,12 @@ TimeNs LowerBound(const Model& model, const Candidate& c) {
 
 }  // namespace
 
-void Prune(const Model& model, std::vector<Candidate>* candidates) {
-  for (Candidate& c : *candidates) c.lower_bound_ns = LowerBound(model, c);
+void Prune(const Model& model, std::vector<Candidate>* candidates, PartitionCache* cache) {
+  PartitionCache own(model);
+  if (cache == nullptr) cache = &own;
+  for (Candidate& c : *candidates) {
+    c.lower_bound_ns = LowerBound(cache->Table(c), c);
+  }
   std::stable_sort(candidates->begin(), candidates->end(),
                    [](const Candidate& a, const Candidate& b) {
                      if (a.lower_bound_ns != b.lower_bound_ns) {

@@ -52,6 +52,10 @@ void SimulateAll(const Model& model, const Cluster& cluster, const PlannerOption
   for (; i < cands.size(); i += kChunk) {
     if (best.size() >= keep && cands[i].lower_bound_ns > best[keep - 1]) break;
     const size_t end = std::min(cands.size(), i + kChunk);
+    if (options.progress) {
+      options.progress(SearchProgress{SearchProgress::Pass::kSimulate, static_cast<int>(i),
+                                      static_cast<int>(cands.size())});
+    }
     SimulateChunk(model, cluster, options, cands, i, end, errors);
     for (size_t j = i; j < end; ++j) {
       Candidate& c = cands[j];

@@ -61,6 +61,7 @@ Result<PlannerOptions> MakeOptions(const PlannerToolOptions& flags) {
   o.pipeline_stages = flags.pipeline_stages;
   o.data_parallel = flags.data_parallel;
   o.microbatches = flags.microbatches;
+  o.progress = flags.search_progress;
   PIPECAST_RETURN_IF_ERROR(o.Validate());
   return o;
 }

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "planner/planner.h"
 
 namespace pipecast {
 
@@ -58,6 +59,8 @@ struct PlannerToolOptions {
   double tolerance = 0.02;   // --check tolerance
   std::string report;        // --report: the self-contained HTML report
   std::string command_line;  // as typed, shown in the report's inputs
+  // The search's progress (report/search_progress.h shows it); empty: none.
+  std::function<void(const SearchProgress&)> search_progress;
 
   // InvalidArgument for a --tolerance outside [0, 1) (a usage error).
   [[nodiscard]] Status Validate() const;

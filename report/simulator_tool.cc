@@ -19,6 +19,7 @@
 #include "report/report.h"
 #include "report/trace.h"
 #include "sim/memory.h"
+#include "sim/memory_partition.h"
 #include "sim/partition.h"
 #include "sim/schedule.h"
 #include "sim/schedule_traits.h"
@@ -128,7 +129,50 @@ Result<Setup> SetupFromFlags(const Flags& flags, const Model& model,
                                s.schedule.num_stages);
     if (!part.ok()) return part.status();
     s.options.partition = *part;
+    return s;
   }
+  // The default partition is the planner's: balanced on time among the
+  // splits whose every stage's estimate fits the GPU (sim/memory_partition.h).
+  PIPECAST_RETURN_IF_ERROR(s.options.Validate());
+  PipelineShape shape;
+  shape.schedule =
+      flags.schedule_in.empty() ? *ParseScheduleKind(flags.schedule) : ScheduleKind::kCustom;
+  shape.stages = s.schedule.num_ranks;
+  shape.chunks = std::max(1, s.schedule.ChunksPerRank());
+  shape.microbatches = s.schedule.num_microbatches / std::max(1, s.schedule.iterations);
+  shape.data_parallel = s.options.data_parallel;
+  StageCostOptions cost_options;
+  cost_options.microbatch_size = s.options.microbatch_size;
+  cost_options.recompute = s.options.recompute;
+  cost_options.tensor_parallel = s.options.tensor_parallel;
+  cost_options.sequence_parallel = s.options.sequence_parallel;
+  cost_options.tp_comm_overlap = s.options.tp_comm_overlap;
+  cost_options.tp_link = s.cluster.intra_node;
+  const StageCostTable table(model, cost_options);
+  // One GPU of a t-way group keeps 1/t of every parameter's bytes, as the
+  // simulator counts them.
+  MemoryConfig per_gpu = s.options.memory;
+  const double t = std::max(1, s.options.tensor_parallel);
+  per_gpu.weight_bytes_per_param /= t;
+  per_gpu.gradient_bytes_per_param /= t;
+  per_gpu.optimizer_bytes_per_param /= t;
+  per_gpu.gradient_copy_bytes_per_param /= t;
+  // A schedule text the layers cannot fill: Simulate() says what is wrong.
+  if (s.schedule.num_stages < 1 || s.schedule.num_stages > table.NumLayers() ||
+      s.schedule.num_stages != shape.stages * shape.chunks) {
+    return s;
+  }
+  const Bytes limit = MemoryLimitBytes(s.cluster.gpu);
+  MemoryAwareSplit split = MemoryAwarePartition(table, shape, per_gpu, limit);
+  if (!split.fits) {
+    progress(fmt::format(
+        "no partition of the {} layers into {} stages fits the {:.2f} GiB limit by the planner's "
+        "estimate: simulating the one that needs least memory (stage {} needs {:.2f} GiB); give "
+        "--partition to choose",
+        table.NumLayers(), shape.stages, ToGiB(limit), split.worst_stage,
+        ToGiB(split.worst_parts.Total())));
+  }
+  s.options.partition = std::move(split.partition);
   return s;
 }
 

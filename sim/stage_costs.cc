@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <iterator>
 
@@ -131,6 +132,35 @@ Bytes ParameterBytes(int64_t parameters, double bytes_per_param) {
   return std::llround(static_cast<double>(parameters) * bytes_per_param);
 }
 
+namespace {
+// Lists shorter than this are scanned: the table would cost more than it saves.
+constexpr size_t kRangeMaxTableFrom = 64;
+}  // namespace
+
+RangeMax::RangeMax(std::vector<int64_t> values) {
+  const size_t n = values.size();
+  levels_.push_back(std::move(values));
+  if (n < kRangeMaxTableFrom) return;
+  for (size_t width = 2; width <= n; width *= 2) {
+    const std::vector<int64_t>& below = levels_.back();
+    std::vector<int64_t> level(n - width + 1);
+    for (size_t i = 0; i + width <= n; ++i) {
+      level[i] = std::max(below[i], below[i + width / 2]);
+    }
+    levels_.push_back(std::move(level));
+  }
+}
+
+int64_t RangeMax::Max(int first, int last) const {
+  const std::vector<int64_t>& base = levels_.front();
+  if (levels_.size() == 1) {
+    return *std::max_element(base.begin() + first, base.begin() + last + 1);
+  }
+  const int k = std::bit_width(static_cast<unsigned>(last - first + 1)) - 1;  // 2^k <= width
+  const std::vector<int64_t>& level = levels_[k];
+  return std::max(level[first], level[last + 1 - (1 << k)]);
+}
+
 StageCostTable::StageCostTable(const Model& model, const StageCostOptions& options)
     : options_(options) {
   const size_t n = model.layers.size();
@@ -163,6 +193,21 @@ StageCostTable::StageCostTable(const Model& model, const StageCostOptions& optio
     after.no_attention_core = before.no_attention_core + !c.attention_core_bytes.has_value();
     after.no_weight_grad = before.no_weight_grad + !c.weight_grad_bytes.has_value();
   }
+  std::vector<int64_t> workspace(n), activation(n), attention_core(n), parameters(n);
+  for (size_t l = 0; l < n; ++l) {
+    workspace[l] = layers_[l].workspace_bytes;
+    activation[l] = layers_[l].activation_bytes;
+    attention_core[l] = layers_[l].attention_core_bytes.value_or(0);
+    parameters[l] = model.layers[l].parameters;
+  }
+  workspace_max_ = RangeMax(std::move(workspace));
+  activation_max_ = RangeMax(std::move(activation));
+  attention_core_max_ = RangeMax(std::move(attention_core));
+  parameters_max_ = RangeMax(std::move(parameters));
+}
+
+int64_t StageCostTable::LargestLayerParameters(StageLayers stage) const {
+  return parameters_max_.Max(stage.first_layer, stage.last_layer);
 }
 
 void StageCostTable::AddTensorParallelComm(LayerCost* c) const {
@@ -211,9 +256,7 @@ StageCost StageCostTable::Stage(StageLayers stage) const {
   c.has_backward_split = hi.unsplit_layers == lo.unsplit_layers;
   c.activation_bytes = hi.activation_bytes - lo.activation_bytes;
   c.parameters = hi.parameters - lo.parameters;
-  for (int l = stage.first_layer; l <= stage.last_layer; ++l) {
-    c.workspace_bytes = std::max(c.workspace_bytes, layers_[l].workspace_bytes);
-  }
+  c.workspace_bytes = std::max<Bytes>(0, workspace_max_.Max(stage.first_layer, stage.last_layer));
   c.output_bytes = layers_[stage.last_layer].output_bytes;
   c.input_bytes = stage.first_layer > 0 ? layers_[stage.first_layer - 1].output_bytes : 0;
   c.held_bytes = c.activation_bytes;
@@ -225,9 +268,8 @@ StageCost StageCostTable::Stage(StageLayers stage) const {
     case Recompute::kFull:
       if (hi.no_checkpoint == lo.no_checkpoint) {  // layer by layer
         c.held_bytes = hi.checkpoint_bytes - lo.checkpoint_bytes;
-        for (int l = stage.first_layer; l <= stage.last_layer; ++l) {
-          c.recomputed_bytes = std::max(c.recomputed_bytes, layers_[l].activation_bytes);
-        }
+        c.recomputed_bytes =
+            std::max<Bytes>(0, activation_max_.Max(stage.first_layer, stage.last_layer));
       } else {  // the older whole-stage rule
         c.held_bytes = c.input_bytes;
         c.recomputed_bytes = c.activation_bytes;
@@ -236,10 +278,8 @@ StageCost StageCostTable::Stage(StageLayers stage) const {
     case Recompute::kSelective:
       if (hi.no_attention_core == lo.no_attention_core) {
         c.held_bytes = c.activation_bytes - (hi.attention_core_bytes - lo.attention_core_bytes);
-        for (int l = stage.first_layer; l <= stage.last_layer; ++l) {
-          c.recomputed_bytes =
-              std::max(c.recomputed_bytes, layers_[l].attention_core_bytes.value_or(0));
-        }
+        c.recomputed_bytes =
+            std::max<Bytes>(0, attention_core_max_.Max(stage.first_layer, stage.last_layer));
       }
       break;
   }

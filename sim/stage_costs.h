@@ -146,10 +146,22 @@ struct StageCost {
 // Bytes of `parameters` parameters at `bytes_per_param`, rounded to nearest.
 Bytes ParameterBytes(int64_t parameters, double bytes_per_param);
 
+// Maxima over runs of a fixed list: O(1) per query after O(n log n) (a
+// sparse table), or a plain scan for short lists.
+class RangeMax {
+ public:
+  RangeMax() = default;
+  explicit RangeMax(std::vector<int64_t> values);
+  // The largest of values[first..last]. REQUIRES: 0 <= first <= last < size.
+  int64_t Max(int first, int last) const;
+
+ private:
+  std::vector<std::vector<int64_t>> levels_;  // levels_[k][i]: max of [i, i + 2^k)
+};
+
 // Every layer of one model costed once at one micro-batch size, with prefix
-// sums, so that the costs of any run of layers follow: O(layers) to build,
-// O(1) for a stage's training time, O(stage's layers) for its full costs
-// (the workspace is a maximum; everything else is O(1)).
+// sums and range maxima, so that the costs of any run of layers follow:
+// O(layers log layers) to build, O(1) for a stage's costs.
 class StageCostTable {
  public:
   // REQUIRES: every layer has profiles (sorted); options.microbatch_size >= 1;
@@ -167,6 +179,9 @@ class StageCostTable {
   // forward + backward (with recompute's extra forward) of the stage: the
   // time a partition balances. Equals Stage(stage).forward_ns + .backward_ns.
   TimeNs TrainingTimeNs(StageLayers stage) const;
+  // The largest parameter count of one layer in the stage (ZeRO-3 gathers
+  // whole layers).
+  int64_t LargestLayerParameters(StageLayers stage) const;
   // Stage() of every stage of `partition`, in order.
   std::vector<StageCost> Stages(const std::vector<StageLayers>& partition) const;
 
@@ -204,6 +219,8 @@ class StageCostTable {
   std::vector<LayerCost> layers_;
   std::vector<Prefix> prefix_;    // NumLayers() + 1 entries
   std::string tp_estimate_from_;  // a layer's TpCommEstimate::from, for Notes()
+  // Per-layer maxima: workspace, activation, attention core bytes, parameters.
+  RangeMax workspace_max_, activation_max_, attention_core_max_, parameters_max_;
 };
 
 }  // namespace pipecast

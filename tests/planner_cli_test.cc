@@ -339,5 +339,22 @@ TEST_F(PlannerCli, GanttDrawsTheChosenPlanAfterTheReport) {
   EXPECT_THAT(run.out.substr(chart), HasSubstr("digits: a forward"));
 }
 
+// Issue 17: progress of a long search on stderr, as plain lines when stderr
+// is not a terminal (here a file), never on stdout: --json stays one object.
+TEST_F(PlannerCli, PlannerProgressIsPlainLinesOnStderrNeverInJson) {
+  ToolRun run = Plan(ToyOn8() + " --json --progress-after 0");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.err, HasSubstr("configurations partitioned\n"));
+  EXPECT_THAT(run.err,
+              ::testing::ContainsRegex("planner: [0-9]+/[0-9]+ configurations simulated\n"));
+  EXPECT_THAT(run.err, Not(HasSubstr("\r"))) << "no bar when stderr is a file";
+  EXPECT_THAT(run.out, Not(HasSubstr("configurations simulated")));
+  EXPECT_NO_THROW(json::parse(run.out));
+  // The default waits 2 s: the toy search is quicker, so it shows nothing.
+  ToolRun quick = Plan(ToyOn8());
+  ASSERT_EQ(quick.exit_code, 0) << quick.err;
+  EXPECT_THAT(quick.err, Not(HasSubstr("configurations simulated\n")));
+}
+
 }  // namespace
 }  // namespace pipecast::cli_test

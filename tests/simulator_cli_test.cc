@@ -339,6 +339,30 @@ TEST_F(SimulatorCli, PrecisionAndOptimizerSetBytesPerParameter) {
   EXPECT_THAT(bad.err, HasSubstr("--optimizer: 'lamb' is not one of adam, sgd, sgd-nomomentum"));
 }
 
+// Issue 17: the default partition is the planner's memory-aware one. On
+// llama-70b with 32 stages of h100-sxm the time-balanced split left 18 ranks
+// over the limit although a split that fits exists; --partition still
+// chooses, and when no split fits stderr says which one is simulated.
+TEST_F(SimulatorCli, SimulatorDefaultPartitionIsThePlannersMemoryAwareOne) {
+  const std::string model = Quote(Example("llama-70b.json"));
+  ToolRun fits = Sim("--model " + model + " --stages 32 --json");
+  ASSERT_EQ(fits.exit_code, 0) << fits.err;
+  const json j = json::parse(fits.out);
+  EXPECT_TRUE(j["fits_memory"].get<bool>());
+  for (const json& stage : j["stages"]) EXPECT_TRUE(stage["fits_memory"].get<bool>()) << stage;
+  // --partition still decides: all 80 blocks on the last stage cannot fit.
+  std::string crowded;
+  for (int s = 0; s < 31; ++s) crowded += std::to_string(s) + ",";
+  crowded += "31-81";
+  ToolRun chosen = Sim("--model " + model + " --stages 32 --json --partition " + crowded);
+  ASSERT_EQ(chosen.exit_code, 0) << chosen.err;
+  EXPECT_FALSE(json::parse(chosen.out)["fits_memory"].get<bool>());
+  ToolRun none = Sim("--model " + model + " --stages 4");
+  ASSERT_EQ(none.exit_code, 0) << none.err;
+  EXPECT_THAT(none.err, HasSubstr("no partition of the 82 layers into 4 stages fits"));
+  EXPECT_THAT(none.out, HasSubstr("OVER"));
+}
+
 }  // namespace
 }  // namespace pipecast::cli_test
 

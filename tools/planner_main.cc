@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "base/cli.h"
+#include "base/clock.h"
 #include "base/exit_codes.h"
 #include "base/flag_checks.h"
 #include "base/terminal_text.h"
@@ -25,6 +26,7 @@
 #include "report/gantt.h"
 #include "report/html_report.h"
 #include "report/planner_tool.h"
+#include "report/search_progress.h"
 #include "sim/schedule.h"
 
 namespace pipecast {
@@ -35,11 +37,23 @@ int Fail(const Status& status, int code = kExitBadInput) {
   return code;
 }
 
-int Run(const PlannerToolOptions& options) {
+int Run(PlannerToolOptions options, double progress_after_s) {
   if (Status st = options.Validate(); !st.ok()) return Fail(st, kExitUsage);
-  auto result = RunPlannerTool(options, [](const std::string& line) {
+  // Progress on stderr: a bar on a terminal, plain lines otherwise.
+  const SteadyClock clock;
+  SearchProgressStyle style;
+  style.bar = isatty(STDERR_FILENO) != 0;
+  style.after_ns = static_cast<TimeNs>(progress_after_s * 1e9);
+  SearchProgressDisplay display(clock, style, [](const std::string& text) {
+    std::fputs(text.c_str(), stderr);
+    std::fflush(stderr);
+  });
+  options.search_progress = [&display](const SearchProgress& p) { display.Update(p); };
+  auto result = RunPlannerTool(options, [&display](const std::string& line) {
+    display.Finish();
     fmt::print(stderr, "planner: {}\n", TerminalSafeLines(line));
   });
+  display.Finish();
   if (!result.ok()) return Fail(result.status());
   std::fwrite(result->text.data(), 1, result->text.size(), stdout);
   if (result->checked) {
@@ -187,10 +201,16 @@ int main(int argc, char** argv) {
   app.add_option("--width", f.gantt_width,
                  "--gantt: the chart's width in columns (default: the terminal's, else 130)")
       ->check(CLI::Range(20, 100000));
+  double progress_after_s = 2;
+  app.add_option("--progress-after", progress_after_s,
+                 "show the search's progress on stderr once it has run this many seconds (a "
+                 "bar on a terminal, plain lines otherwise; 0 = from the start)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1e6));
   if (auto code = pipecast::ParseToolFlags(app, argc, argv, "planner")) return *code;
   pipecast::RemoveTempFilesOnSignal();
   if (f.gantt_width == 0) f.gantt_width = pipecast::TerminalColumns();
   f.command_line = pipecast::QuoteCommandLine(std::vector<std::string>(argv, argv + argc));
   f.gantt_color = pipecast::GanttColorWanted(isatty(STDOUT_FILENO) != 0, std::getenv("NO_COLOR"));
-  return pipecast::Run(f);
+  return pipecast::Run(f, progress_after_s);
 }

@@ -1,0 +1,63 @@
+#include "report/search_progress.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <utility>
+
+namespace pipecast {
+
+std::string SearchProgressText(const SearchProgress& progress) {
+  return fmt::format(
+      "{}/{} configurations {}", progress.done, progress.total,
+      progress.pass == SearchProgress::Pass::kPartition ? "partitioned" : "simulated");
+}
+
+SearchProgressDisplay::SearchProgressDisplay(const Clock& clock, SearchProgressStyle style,
+                                             std::function<void(const std::string&)> write)
+    : clock_(clock), style_(std::move(style)), write_(std::move(write)), start_ns_(clock.NowNs()) {}
+
+void SearchProgressDisplay::Update(const SearchProgress& progress) {
+  const TimeNs now = clock_.NowNs();
+  if (now - start_ns_ < style_.after_ns) return;
+  const bool new_pass = !shown_any_ || progress.pass != last_.pass;
+  const bool pass_done = progress.done >= progress.total;
+  const TimeNs every = style_.bar ? style_.bar_every_ns : style_.line_every_ns;
+  // The end of a pass is shown once, as soon as it is known.
+  const bool repeat = shown_any_ && progress.pass == last_.pass && progress.done == last_.done;
+  if (repeat || (!new_pass && !pass_done && now - shown_ns_ < every)) return;
+  if (new_pass && bar_open_) Finish();
+  shown_ns_ = now;
+  Show(progress);
+}
+
+void SearchProgressDisplay::Show(const SearchProgress& progress) {
+  shown_any_ = true;
+  last_ = progress;
+  const std::string text = SearchProgressText(progress);
+  if (!style_.bar) {
+    write_(style_.prefix + text + "\n");
+    return;
+  }
+  const int width = std::max(1, style_.bar_width);
+  const int filled = progress.total > 0 ? static_cast<int>(int64_t{width} *
+                                                           std::min(progress.done, progress.total) /
+                                                           progress.total)
+                                        : width;
+  std::string line = style_.prefix + "[" + std::string(filled, '#') +
+                     std::string(width - filled, '.') + "] " + text;
+  const size_t length = line.size();
+  if (length < bar_length_) line += std::string(bar_length_ - length, ' ');
+  bar_length_ = length;
+  write_("\r" + line);
+  bar_open_ = true;
+}
+
+void SearchProgressDisplay::Finish() {
+  if (!bar_open_) return;
+  write_("\n");
+  bar_open_ = false;
+  bar_length_ = 0;
+}
+
+}  // namespace pipecast

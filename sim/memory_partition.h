@@ -1,0 +1,80 @@
+// The memory-aware partition: which layers each stage holds so that the
+// stages balance on time and every stage's estimated peak memory fits the
+// GPU. One function for the planner's partition pass and the simulator's
+// default partition (docs/planner.md, "Partition"; docs/simulator.md).
+//
+// The estimate follows the schedule: stage s holds
+// TraitsOf(schedule).inflight_microbatches(s, p, m) micro-batches of
+// activations (GPipe m, 1F1B min(p - s, m), ...), so under 1F1B stage 0 may
+// take fewer layers than the last; static state is sharded at the ZeRO level
+// of the MemoryConfig (sim/memory.h), with the gathered parameters at level
+// 3; plus the workspace and the communication buffers. The simulator then
+// counts the exact peak.
+#ifndef PIPECAST_SIM_MEMORY_PARTITION_H_
+#define PIPECAST_SIM_MEMORY_PARTITION_H_
+
+#include <vector>
+
+#include "base/units.h"
+#include "sim/memory.h"
+#include "sim/partition.h"
+#include "sim/schedule.h"
+#include "sim/stage_costs.h"
+
+namespace pipecast {
+
+// What a stage's memory depends on beyond its layers.
+struct PipelineShape {
+  ScheduleKind schedule = ScheduleKind::k1F1B;
+  int stages = 1;         // p, ranks
+  int chunks = 1;         // v, model chunks per rank
+  int microbatches = 1;   // m
+  int data_parallel = 1;  // d, replicas that ZeRO shards over
+};
+
+// One stage's estimated peak memory by part.
+struct StageMemoryParts {
+  Bytes weights = 0;  // with PipeDream's stashed and ZeRO-3's gathered copies
+  Bytes gradients = 0;
+  Bytes optimizer = 0;    // optimizer state, fp32 main parameters, gradient copy
+  Bytes activations = 0;  // activations held and recomputed
+  Bytes other = 0;        // workspace and communication buffers
+  Bytes Total() const { return weights + gradients + optimizer + activations + other; }
+};
+
+// The estimate for layers `layers` as stage `stage` (0-based) of `shape`, at
+// memory.zero. REQUIRES: table built at the shape's micro-batch size.
+StageMemoryParts EstimateStageMemoryParts(const StageCostTable& table, const PipelineShape& shape,
+                                          const MemoryConfig& memory, int stage,
+                                          StageLayers layers);
+
+// The split of the table's layers into `stages` contiguous stages whose
+// largest training time (StageCostTable::TrainingTimeNs) is smallest; on ties
+// the last stage starts as early as it can, then the one before it, and so on.
+// REQUIRES: 1 <= stages <= table.NumLayers().
+std::vector<StageLayers> TimeBalancedSplit(const StageCostTable& table, int stages);
+
+struct MemoryAwareSplit {
+  // p·v stages: the time-balanced split whose every stage fits, else (fits
+  // false) the split whose fullest stage needs least memory.
+  std::vector<StageLayers> partition;
+  bool fits = true;
+  // When !fits: the fullest stage of that split and its parts.
+  int worst_stage = 0;
+  StageMemoryParts worst_parts;
+};
+
+// The time-balanced split (as TimeBalancedSplit, ties alike) among those
+// whose every stage's estimate is at most `capacity` (the memory limit,
+// MemoryLimitBytes(); 0 = unlimited). With chunks > 1 a rank's memory sums v
+// separate chunks, which a split over contiguous ranges cannot bound stage by
+// stage: the p·v chunks balance on time alone and `fits` stays true.
+// `time_balanced`, when given, is TimeBalancedSplit(table, p·v), to reuse
+// across calls. REQUIRES: 1 <= p·v <= table.NumLayers().
+MemoryAwareSplit MemoryAwarePartition(const StageCostTable& table, const PipelineShape& shape,
+                                      const MemoryConfig& memory, Bytes capacity,
+                                      const std::vector<StageLayers>* time_balanced = nullptr);
+
+}  // namespace pipecast
+
+#endif  // PIPECAST_SIM_MEMORY_PARTITION_H_
