@@ -31,9 +31,9 @@ std::string ScheduleConstraint(const Candidate& c, int layers, bool split) {
                          Count(layers, "layer", "layers"));
     }
   }
-  if (traits.placement == Placement::kV && c.chunks != 2) {
-    return fmt::format("{} holds exactly 2 chunks per GPU (a V), not {}", traits.rule_label,
-                       c.chunks);
+  if (traits.fixed_chunks > 0 && c.chunks != traits.fixed_chunks) {
+    return fmt::format("{} holds exactly {} chunks per GPU (a V), not {}", traits.rule_label,
+                       traits.fixed_chunks, c.chunks);
   }
   if (traits.splits_backward && !split) {
     return fmt::format("{} split the backward: the model needs backward_weight_us",

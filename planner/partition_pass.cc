@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "planner/passes.h"
+#include "sim/memory.h"
 #include "sim/schedule_traits.h"
 #include "sim/stage_costs.h"
 
@@ -30,13 +31,8 @@ PipelineShape ShapeOf(const Candidate& c) {
 // each GPU of a t-way tensor-parallel group keeps 1/t of them (the
 // simulator's rule, sim/simulator.h), so ZeRO-3's gathered layer is 1/t too.
 MemoryConfig PerGpu(const MemoryConfig& memory, const Candidate& c) {
-  MemoryConfig out = memory;
+  MemoryConfig out = TensorParallelShare(memory, c.tensor_parallel);
   out.zero = c.zero;
-  const double t = c.tensor_parallel;
-  out.weight_bytes_per_param /= t;
-  out.gradient_bytes_per_param /= t;
-  out.optimizer_bytes_per_param /= t;
-  out.gradient_copy_bytes_per_param /= t;
   return out;
 }
 

@@ -151,12 +151,8 @@ Result<Setup> SetupFromFlags(const Flags& flags, const Model& model,
   const StageCostTable table(model, cost_options);
   // One GPU of a t-way group keeps 1/t of every parameter's bytes, as the
   // simulator counts them.
-  MemoryConfig per_gpu = s.options.memory;
-  const double t = std::max(1, s.options.tensor_parallel);
-  per_gpu.weight_bytes_per_param /= t;
-  per_gpu.gradient_bytes_per_param /= t;
-  per_gpu.optimizer_bytes_per_param /= t;
-  per_gpu.gradient_copy_bytes_per_param /= t;
+  const MemoryConfig per_gpu =
+      TensorParallelShare(s.options.memory, std::max(1, s.options.tensor_parallel));
   // A schedule text the layers cannot fill: Simulate() says what is wrong.
   if (s.schedule.num_stages < 1 || s.schedule.num_stages > table.NumLayers() ||
       s.schedule.num_stages != shape.stages * shape.chunks) {

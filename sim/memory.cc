@@ -13,6 +13,16 @@ constexpr double kMomentumBytes = 4;   // SGD momentum, fp32
 
 }  // namespace
 
+MemoryConfig TensorParallelShare(const MemoryConfig& memory, int t) {
+  MemoryConfig out = memory;
+  const double share = t;
+  out.weight_bytes_per_param /= share;
+  out.gradient_bytes_per_param /= share;
+  out.optimizer_bytes_per_param /= share;
+  out.gradient_copy_bytes_per_param /= share;
+  return out;
+}
+
 Status MemoryConfig::Validate() const {
   if (weight_bytes_per_param < 0 || gradient_bytes_per_param < 0 || optimizer_bytes_per_param < 0 ||
       gradient_copy_bytes_per_param < 0) {

@@ -59,6 +59,12 @@ struct ShardedBytes {
   double Total() const { return weights + gradients + optimizer; }
 };
 
+// What one GPU of a t-way tensor-parallel group keeps per parameter of its
+// stage: every byte count / t (the layers split t ways; ZeRO over d applies
+// on top). The one rule for the simulator, its default partition and the
+// planner's estimate. REQUIRES: t >= 1.
+MemoryConfig TensorParallelShare(const MemoryConfig& memory, int t);
+
 // The bytes per parameter one of `data_parallel` replicas keeps at
 // `memory.zero`. REQUIRES: memory.Validate() is OK and data_parallel >= 1.
 ShardedBytes ShardedBytesPerParam(const MemoryConfig& memory, int data_parallel);

@@ -359,10 +359,7 @@ Result<SimResult> SimulateWith(EngineFn engine, const Model& model, const Cluste
   PIPECAST_RETURN_IF_ERROR(CheckTensorParallelCosts(model, t, options.sequence_parallel));
   // One GPU of each group keeps 1/t of every parameter's bytes.
   SimOptions per_gpu = options;
-  per_gpu.memory.weight_bytes_per_param /= t;
-  per_gpu.memory.gradient_bytes_per_param /= t;
-  per_gpu.memory.optimizer_bytes_per_param /= t;
-  per_gpu.memory.gradient_copy_bytes_per_param /= t;
+  per_gpu.memory = TensorParallelShare(options.memory, t);
   StageCostOptions cost_options;
   cost_options.microbatch_size = options.microbatch_size;
   cost_options.recompute = options.recompute;
