@@ -141,14 +141,7 @@ Result<Setup> SetupFromFlags(const Flags& flags, const Model& model,
   shape.chunks = std::max(1, s.schedule.ChunksPerRank());
   shape.microbatches = s.schedule.num_microbatches / std::max(1, s.schedule.iterations);
   shape.data_parallel = s.options.data_parallel;
-  StageCostOptions cost_options;
-  cost_options.microbatch_size = s.options.microbatch_size;
-  cost_options.recompute = s.options.recompute;
-  cost_options.tensor_parallel = s.options.tensor_parallel;
-  cost_options.sequence_parallel = s.options.sequence_parallel;
-  cost_options.tp_comm_overlap = s.options.tp_comm_overlap;
-  cost_options.tp_link = s.cluster.intra_node;
-  const StageCostTable table(model, cost_options);
+  const StageCostTable table(model, StageCostOptionsFor(s.options, s.cluster));
   // One GPU of a t-way group keeps 1/t of every parameter's bytes, as the
   // simulator counts them.
   const MemoryConfig per_gpu =

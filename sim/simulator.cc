@@ -341,6 +341,17 @@ Result<Cluster> GroupCluster(const Cluster& cluster, int t) {
 
 }  // namespace
 
+StageCostOptions StageCostOptionsFor(const SimOptions& options, const Cluster& cluster) {
+  StageCostOptions o;
+  o.microbatch_size = options.microbatch_size;
+  o.recompute = options.recompute;
+  o.tensor_parallel = options.tensor_parallel;
+  o.sequence_parallel = options.sequence_parallel;
+  o.tp_comm_overlap = options.tp_comm_overlap;
+  o.tp_link = cluster.intra_node;
+  return o;
+}
+
 namespace internal {
 
 Result<SimResult> SimulateWith(EngineFn engine, const Model& model, const Cluster& cluster,
@@ -360,14 +371,8 @@ Result<SimResult> SimulateWith(EngineFn engine, const Model& model, const Cluste
   // One GPU of each group keeps 1/t of every parameter's bytes.
   SimOptions per_gpu = options;
   per_gpu.memory = TensorParallelShare(options.memory, t);
-  StageCostOptions cost_options;
-  cost_options.microbatch_size = options.microbatch_size;
-  cost_options.recompute = options.recompute;
+  StageCostOptions cost_options = StageCostOptionsFor(options, cluster);
   cost_options.split_backward = schedule.split_backward;
-  cost_options.tensor_parallel = t;
-  cost_options.sequence_parallel = options.sequence_parallel;
-  cost_options.tp_comm_overlap = options.tp_comm_overlap;
-  cost_options.tp_link = cluster.intra_node;
   const StageCostTable table(model, cost_options);
   Result<std::vector<StageLayers>> partition = ResolvePartition(table, schedule, options);
   if (!partition.ok()) return partition.status();

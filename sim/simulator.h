@@ -273,6 +273,11 @@ struct SimResult {
   bool FitsMemory() const;
 };
 
+// The stage-cost options a simulation with `options` on `cluster` uses:
+// micro-batch size, recomputation and tensor parallelism (its collectives on
+// the intra-node link); split_backward is the schedule's, left false here.
+StageCostOptions StageCostOptionsFor(const SimOptions& options, const Cluster& cluster);
+
 // Runs the simulation.
 // REQUIRES: nothing; every precondition is checked.
 // InvalidArgument for a bad option, partition or schedule (not a complete
