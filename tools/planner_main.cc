@@ -28,6 +28,7 @@
 #include "report/planner_tool.h"
 #include "report/search_progress.h"
 #include "sim/schedule.h"
+#include "tools/training_flags.h"
 
 namespace pipecast {
 namespace {
@@ -83,18 +84,14 @@ int main(int argc, char** argv) {
   app.add_option("--global-batch", f.global_batch,
                  "samples per iteration (default: the model's global_batch)")
       ->check(CLI::PositiveNumber);
-  app.add_option(
-      "--cluster", f.cluster,
-      "preset (ideal, a100-80gb, h100-sxm, h200, local) or cluster JSON file (default: the "
-      "model's device if it is a preset, else ideal)");
-  app.add_option("--memory-gb", f.memory_gb, "override the GPU memory, in GiB (0 = unlimited)")
-      ->check(pipecast::FiniteRange(pipecast::kMaxMemoryGiB, "GiB"));
-  std::string kinds;
-  for (pipecast::ScheduleKind k : pipecast::BuiltinScheduleKinds()) {
-    kinds += (kinds.empty() ? "" : ", ") + std::string(pipecast::ScheduleKindName(k));
-  }
+  pipecast::AddTrainingFlags(
+      app, {&f.cluster, &f.memory_gb, "override the GPU memory, in GiB (0 = unlimited)",
+            &f.optimizer_step_us, &f.overlap_grad_reduce, &f.grad_bucket_params, &f.precision,
+            &f.optimizer, &f.grad_dtype, &f.memory_reserve_gb, &f.memory_headroom});
   app.add_option("--schedules", f.schedules,
-                 "comma list of schedules to try: " + kinds + " (default: the planner's set)")
+                 "comma list of schedules to try: " +
+                     pipecast::JoinNames(pipecast::BuiltinScheduleNames()) +
+                     " (default: the planner's set)")
       ->delimiter(',')
       ->check(pipecast::OneOf(pipecast::BuiltinScheduleNames()));
   app.add_option("--chunks", f.chunks,
@@ -115,31 +112,6 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--threads", f.threads, "simulation threads (0 = every core)")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--optimizer-step-us", f.optimizer_step_us,
-                 "optimizer step time, in us (default: estimated from HBM bandwidth and the bytes "
-                 "Adam touches per parameter, docs/simulator.md)")
-      ->check(pipecast::FiniteRange(pipecast::kMaxStepUs, "microseconds"));
-  app.add_option("--overlap-grad-reduce", f.overlap_grad_reduce,
-                 "on: the data-parallel gradient reduction runs in buckets beside the backward "
-                 "(Megatron-LM's --overlap-grad-reduce); off: after the last op")
-      ->check(pipecast::OneOf({"on", "off"}))
-      ->capture_default_str();
-  app.add_option("--grad-bucket-params", f.grad_bucket_params,
-                 "parameters per gradient bucket (default: Megatron-LM's max(40M, 1M x d))")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 50));
-  app.add_option("--precision", f.precision,
-                 "training precision, for bytes per parameter: bf16, fp16 (mixed) or fp32 "
-                 "(docs/simulator.md)")
-      ->check(pipecast::OneOf({"bf16", "fp16", "fp32"}))
-      ->capture_default_str();
-  app.add_option("--optimizer", f.optimizer,
-                 "optimizer, for bytes per parameter: adam, sgd or sgd-nomomentum")
-      ->check(pipecast::OneOf({"adam", "sgd", "sgd-nomomentum"}))
-      ->capture_default_str();
-  app.add_option("--grad-dtype", f.grad_dtype,
-                 "main-gradient precision: fp32 (Megatron's default) or bf16 (docs/simulator.md)")
-      ->check(pipecast::OneOf({"fp32", "bf16", "fp16"}))
-      ->capture_default_str();
   app.add_option("--zero", f.zero,
                  "comma list of ZeRO levels to try: 0 none, 1 optimizer state (Megatron's "
                  "distributed optimizer), 2 also gradients, 3 also parameters (FSDP) (default: "
@@ -166,31 +138,22 @@ int main(int argc, char** argv) {
   app.add_option("--microbatches", f.microbatches,
                  "pin the micro-batch count m (global batch = size x m x d)")
       ->check(CLI::PositiveNumber);
-  app.add_option("--memory-reserve-gb", f.memory_reserve_gb,
-                 "override the per-GPU runtime reserve (CUDA context, cuBLAS, NCCL), in GiB")
-      ->check(pipecast::FiniteRange(pipecast::kMaxMemoryGiB, "GiB"));
-  app.add_option("--memory-headroom", f.memory_headroom,
-                 "override the allocator margin, a fraction of capacity (presets: 0.05)")
-      ->check(pipecast::FiniteRange(pipecast::kMaxMemoryHeadroom, "fraction of capacity"));
   app.add_flag("--json", f.json, "print one JSON object instead of the text report");
   app.add_option("--out", f.out, "write the chosen plan (pipecast-plan/1) here")
       ->check(pipecast::OutputPath());
   app.add_option("--trace", f.trace, "write a Chrome trace (Perfetto) of the chosen plan")
       ->check(pipecast::OutputPath());
-  app.add_option("--schedule-out", f.schedule_out,
-                 "write the chosen plan's schedule (as text, or see --schedule-format)")
-      ->check(pipecast::OutputPath());
-  app.add_option("--schedule-format", f.schedule_format,
-                 "--schedule-out's format: text, or pytorch-csv (PyTorch's _load_csv reads it)")
-      ->check(pipecast::OneOf({"text", "pytorch-csv"}))
-      ->capture_default_str();
+  pipecast::AddScheduleOutFlags(
+      app, &f.schedule_out, &f.schedule_format,
+      "write the chosen plan's schedule (as text, or see --schedule-format)");
   app.add_option("--report", f.report,
                  "write a self-contained HTML report: trade-off charts, the chosen plan's "
                  "timeline and memory, candidates, rejections (docs/report.md)")
       ->check(pipecast::OutputPath());
-  app.add_flag("--gantt", f.gantt,
-               "after the report, draw the chosen plan's timeline in the terminal (a per-rank "
-               "summary past 16 ranks or 240 columns); not printed with --json");
+  pipecast::AddGanttFlags(
+      app, &f.gantt, &f.gantt_width,
+      "after the report, draw the chosen plan's timeline in the terminal (a "
+      "per-rank summary past 16 ranks or 240 columns); not printed with --json");
   app.add_option("--check", f.check,
                  "compare with a baseline plan.json; exit 3 when throughput or bubble ratio "
                  "regressed beyond --tolerance or the baseline no longer fits");
@@ -198,9 +161,6 @@ int main(int argc, char** argv) {
                  "--check tolerance: relative for throughput (0.02 = 2% drop allowed), absolute "
                  "for bubble ratio (0.02 = 2 points rise allowed)")
       ->capture_default_str();
-  app.add_option("--width", f.gantt_width,
-                 "--gantt: the chart's width in columns (default: the terminal's, else 130)")
-      ->check(CLI::Range(20, 100000));
   double progress_after_s = 2;
   app.add_option("--progress-after", progress_after_s,
                  "show the search's progress on stderr once it has run this many seconds (a "
