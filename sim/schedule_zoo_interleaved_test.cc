@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -130,6 +131,32 @@ TEST(ScheduleZooInterleavedPyTorch, ZeroBubbleSplitsEveryBackward) {
   Schedule plain = MakeOk(ScheduleKind::kInterleaved1F1B, 4, 8, 2);
   SimResult rp = SimulateOk(Layers(4, 2, kUnit, 2 * kUnit, kUnit), plain);
   EXPECT_LT(r.iteration_ns, rp.iteration_ns);
+}
+
+// Interleaved zero bubble on the ideal cluster, m >= p, any v: each rank works v·m(F + I + W) and
+// idles (p-1)·max(F, I, F + I - W), in chunk-op times. The last rank waits (p-1)F for its first
+// forward, the first rank (p-1)I for its last input gradient, and where the deferred W ops are
+// too short to hide the cool-down, ZB-H1's (p-1)(F + I - W) remains; PyTorch's order (matched
+// rank by rank above) hides nothing more. Checked by hand at p = 2, F = I = W: one chunk op.
+TEST(ScheduleZooInterleavedPyTorch, ZeroBubbleIdlesPMinusOneTimesTheLargestOfFIAndZBH1) {
+  struct Times {
+    int f, i, w;
+  };
+  for (Times t : {Times{1, 1, 1}, Times{2, 3, 1}, Times{1, 2, 1}, Times{3, 2, 1}, Times{1, 1, 2},
+                  Times{1, 2, 4}, Times{2, 1, 4}, Times{1, 3, 5}, Times{4, 1, 1}}) {
+    for (int p : {2, 3, 4, 8}) {
+      for (int v : {2, 3}) {
+        for (int m : {p, p + 1, 2 * p, 3 * p + 1}) {
+          SCOPED_TRACE(::testing::Message() << "F=" << t.f << " I=" << t.i << " W=" << t.w
+                                            << " p=" << p << " v=" << v << " m=" << m);
+          const Model model = Layers(p, v, t.f * kUnit, (t.i + t.w) * kUnit, t.w * kUnit);
+          const SimResult r = SimulateOk(model, MakeOk(ScheduleKind::kInterleavedZB, p, m, v));
+          const int idle = std::max({t.f, t.i, t.f + t.i - t.w});
+          EXPECT_EQ(r.iteration_ns, (v * m * (t.f + t.i + t.w) + (p - 1) * idle) * kUnit);
+        }
+      }
+    }
+  }
 }
 
 TEST(ScheduleZooInterleavedPyTorch, TakesEveryMicrobatchCount) {
