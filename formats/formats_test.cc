@@ -663,15 +663,16 @@ TEST(FormatsModel, TensorParallelProfilesRoundTripSortedByTAndSize) {
 }
 
 TEST(FormatsModel, AnalyticModelsGetAStatedTpCommEstimate) {
-  // Given the shipped analytic llama-70b (hidden 8192, sequence 2048, 2 bytes)
-  Result<Model> m = LoadModel((ExamplesDir() / "llama-70b.json").string());
+  // Given the shipped analytic gpt-1.3b, profiled at t = 1 only (hidden 2048, sequence 2048,
+  // 2 bytes)
+  Result<Model> m = LoadModel((ExamplesDir() / "gpt-1.3b.json").string());
   ASSERT_TRUE(m.ok()) << m.status().message();
   // then its layers carry b*s*h*2 bytes per sample and Megatron's counts
   const Layer& embedding = m->layers.front();
   const Layer& block = m->layers[1];
   const Layer& head = m->layers.back();
   ASSERT_TRUE(block.tp_comm_estimate.has_value());
-  EXPECT_EQ(block.tp_comm_estimate->bytes_per_sample, 2048 * 8192 * 2);
+  EXPECT_EQ(block.tp_comm_estimate->bytes_per_sample, 2048 * 2048 * 2);
   EXPECT_EQ(block.tp_comm_estimate->forward_collectives, 2);
   EXPECT_EQ(block.tp_comm_estimate->backward_collectives, 2);
   EXPECT_EQ(embedding.tp_comm_estimate->forward_collectives, 1);
@@ -679,10 +680,22 @@ TEST(FormatsModel, AnalyticModelsGetAStatedTpCommEstimate) {
   EXPECT_EQ(head.tp_comm_estimate->forward_collectives, 0);
   EXPECT_EQ(head.tp_comm_estimate->backward_collectives, 1);
   const LayerCost at4 = CostAt(block, 2, 4, false);
-  EXPECT_EQ(at4.tp_comm_bytes, 2 * 2048 * 8192 * 2);
+  EXPECT_EQ(at4.tp_comm_bytes, 2 * 2048 * 2048 * 2);
   EXPECT_TRUE(at4.tp_comm_estimated);
   // and the estimate is never written back
   EXPECT_EQ(ModelToJson(*m).find("tp_comm_bytes"), std::string::npos);
+}
+
+TEST(FormatsModel, ProfilesAtTCarryTheirOwnCollectiveBytes) {
+  // Given the shipped llama-70b, written with --tensor-parallel 1,2,4,8 (hidden 8192,
+  // sequence 2048, 2 bytes)
+  Result<Model> m = LoadModel((ExamplesDir() / "llama-70b.json").string());
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  // then its t = 4 profile gives Megatron's 2 forward all-reduces of b*s*h*2 bytes each, as
+  // profiled, not estimated
+  const LayerCost at4 = CostAt(m->layers[1], 2, 4, false);
+  EXPECT_EQ(at4.tp_comm_bytes, 2 * 2048 * 8192 * 2);
+  EXPECT_FALSE(at4.tp_comm_estimated);
 }
 
 }  // namespace

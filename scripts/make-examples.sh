@@ -25,7 +25,10 @@ if [[ ! -x "${profiler}" ]]; then
 fi
 
 # Shared by every example: GPT-2 vocabulary unless said, s = 2048, bf16 on
-# an H100 SXM, the default matmul time model (docs/calibration.md), t = 1 only.
+# an H100 SXM, the default matmul time model (docs/calibration.md). The models
+# a planner splits over nodes also carry per-GPU profiles at t = 2, 4 and 8
+# (with and without sequence parallelism), so the planner's tensor-parallel
+# search reads estimated per-t costs rather than t = 1 costs scaled by 1/t.
 common=(--seq 2048 --microbatch-sizes 1,2,4,8 --gpu h100-sxm)
 
 make_example() {
@@ -37,12 +40,14 @@ make_example() {
 # GPT-3 shapes (Brown et al. 2020, table 2.1), untied head: Megatron-LM with
 # pipeline parallelism holds a copy of the table on the last stage anyway.
 make_example gpt-1.3b --layers 24 --hidden 2048 --heads 16 --vocab 50257 --global-batch 256
-make_example gpt-7b --layers 32 --hidden 4096 --heads 32 --vocab 50257 --global-batch 512
-make_example gpt-13b --layers 40 --hidden 5120 --heads 40 --vocab 50257 --global-batch 512
+make_example gpt-7b --layers 32 --hidden 4096 --heads 32 --vocab 50257 --global-batch 512 \
+  --tensor-parallel 1,2,4,8
+make_example gpt-13b --layers 40 --hidden 5120 --heads 40 --vocab 50257 --global-batch 512 \
+  --tensor-parallel 1,2,4,8
 # LLaMA 2 70B (Touvron et al. 2023): SwiGLU MLP, 8 key/value heads (GQA),
 # rotary positions; its 4096-token context is shortened to 2048 like the rest.
 make_example llama-70b --layers 80 --hidden 8192 --heads 64 --kv-heads 8 --ffn-hidden 28672 \
-  --gated-mlp --rotary-positions --vocab 32000 --global-batch 512
+  --gated-mlp --rotary-positions --vocab 32000 --global-batch 512 --tensor-parallel 1,2,4,8
 # The 1.3B body with a 256k vocabulary (Gemma-size): embedding and lm_head
 # outweigh several blocks, which tests the planner's first and last stages.
 make_example gpt-bigvocab --layers 24 --hidden 2048 --heads 16 --vocab 256000 --global-batch 256
