@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "base/text_table.h"
 #include "sim/cluster.h"
 
 namespace pipecast {
@@ -201,6 +202,40 @@ std::string DescribeMeasurement(const CuptiMeasurement& m) {
   for (const std::string& w : m.warnings) out += "warning: " + w + "\n";
   for (const std::string& w : m.aggregation.warnings) out += "warning: " + w + "\n";
   return out;
+}
+
+Status AddTensorParallelProfiles(Model* base, const Model& at, int t,
+                                 const ShardCollectives& collectives) {
+  if (t < 2) {
+    return Status::InvalidArgument(
+        fmt::format("tensor-parallel profiles need t >= 2, got {}: t = 1 is the model itself", t));
+  }
+  if (at.layers.size() != base->layers.size()) {
+    return Status::InvalidArgument(fmt::format(
+        "the run at tensor_parallel {} measured {}, the run at 1 measured {}", t,
+        Count(static_cast<int64_t>(at.layers.size()), "layer", "layers"), base->layers.size()));
+  }
+  for (size_t i = 0; i < at.layers.size(); ++i) {
+    const Layer& a = at.layers[i];
+    const Layer& b = base->layers[i];
+    if (a.name != b.name || a.parameters != b.parameters) {
+      return Status::InvalidArgument(fmt::format(
+          "layer {} differs between the runs at tensor_parallel 1 and {}: '{}' ({} parameters) "
+          "against '{}' ({}); both runs must name the whole layer and its t = 1 parameter count",
+          i, t, b.name, b.parameters, a.name, a.parameters));
+    }
+  }
+  for (size_t i = 0; i < at.layers.size(); ++i) {
+    for (LayerProfile p : at.layers[i].profiles) {
+      p.tensor_parallel = t;
+      p.sequence_parallel = false;
+      p.tp_comm_bytes = collectives.comm_bytes_per_sample * p.microbatch_size;
+      p.tp_forward_collectives = collectives.forward_collectives;
+      p.tp_backward_collectives = collectives.backward_collectives;
+      base->layers[i].profiles.push_back(p);
+    }
+  }
+  return Status::Ok();
 }
 
 }  // namespace pipecast

@@ -54,6 +54,23 @@ struct CuptiMeasurement {
                                             const AggregateOptions& options,
                                             const std::map<std::string, std::string>& extra_source);
 
+// What a tensor-parallel shard's profiles add to model.json (docs/formats.md):
+// the collectives one GPU of the group would run per micro-batch, each moving
+// `comm_bytes_per_sample` x the micro-batch size (the whole activation).
+struct ShardCollectives {
+  int64_t comm_bytes_per_sample = 0;
+  int forward_collectives = 0;
+  int backward_collectives = 0;
+};
+
+// Appends `at`'s profiles to `base`'s layers, marked tensor_parallel = t
+// (sequence parallelism off) and carrying `collectives`: the measurement of
+// one GPU's shard at t joins the t = 1 model. InvalidArgument when t < 2 or
+// the two models' layers differ (count, names or parameters), naming the
+// first difference.
+[[nodiscard]] Status AddTensorParallelProfiles(Model* base, const Model& at, int t,
+                                               const ShardCollectives& collectives);
+
 // A few lines for stderr: records seen, attributed, lost, warnings.
 std::string DescribeMeasurement(const CuptiMeasurement& m);
 

@@ -32,6 +32,26 @@ int64_t BlockShape::ParametersPerBlock() const {
   return 4 * h * h + 2 * h * Ffn() + 4 * h;
 }
 
+int64_t BlockShape::ParametersPerGpu() const {
+  const int64_t h = hidden, hl = AttentionWidth(), fl = LocalFfn();
+  return 3 * h * hl + h * hl + 2 * h * fl + 4 * h;
+}
+
+int64_t BlockShape::HiddenBytes(int microbatch) const {
+  return int64_t{microbatch} * seq * hidden * 2;
+}
+
+int64_t BlockShape::ActivationBytes(int microbatch) const {
+  const int64_t t = int64_t{microbatch} * seq, h = hidden, hl = AttentionWidth(), fl = LocalFfn();
+  const int64_t probs = int64_t{microbatch} * LocalHeads() * seq * seq;
+  return 2 * (3 * t * h + 4 * t * hl + 2 * t * fl + probs) + 4 * 4 * t;
+}
+
+int64_t BlockShape::WeightGradBytes(int microbatch) const {
+  const int64_t t = int64_t{microbatch} * seq, h = hidden, hl = AttentionWidth(), fl = LocalFfn();
+  return ActivationBytes(microbatch) + 2 * t * (fl + 3 * h + 3 * hl);
+}
+
 Status BlockShape::Validate() const {
   if (hidden < 1 || heads < 1 || seq < 1 || layers < 1 || ffn < 0) {
     return Status::InvalidArgument(fmt::format(
@@ -41,6 +61,12 @@ Status BlockShape::Validate() const {
   if (hidden % heads != 0) {
     return Status::InvalidArgument(
         fmt::format("--hidden {} is not divisible by --heads {}", hidden, heads));
+  }
+  if (tensor_parallel < 1 || heads % tensor_parallel != 0 || Ffn() % tensor_parallel != 0) {
+    return Status::InvalidArgument(fmt::format(
+        "--tensor-parallel {} must be >= 1 and divide --heads {} and the MLP width {}: each GPU "
+        "holds whole heads and an equal share of the MLP",
+        tensor_parallel, heads, Ffn()));
   }
   // One block's activations must stay far below any GPU's memory.
   if (static_cast<int64_t>(seq) * hidden > (int64_t{1} << 28) || hidden > 65536 || seq > 65536 ||
@@ -67,7 +93,23 @@ Status BuiltinOptions::Validate() const {
     }
   }
   if (device < 0) return Status::InvalidArgument(fmt::format("--device {} must be >= 0", device));
+  std::set<int> degrees;
+  for (int t : tensor_parallel) {
+    if (!degrees.insert(t).second) {
+      return Status::InvalidArgument(
+          fmt::format("--tensor-parallel lists {} twice; give each degree once", t));
+    }
+    BlockShape at = shape;
+    at.tensor_parallel = t;
+    PIPECAST_RETURN_IF_ERROR(at.Validate());
+  }
   return aggregate.Validate();
+}
+
+std::vector<int> BuiltinOptions::Degrees() const {
+  std::set<int> degrees(tensor_parallel.begin(), tensor_parallel.end());
+  degrees.insert(1);
+  return {degrees.begin(), degrees.end()};
 }
 
 }  // namespace pipecast

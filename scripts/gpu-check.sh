@@ -96,6 +96,9 @@ profile_builtin builtin-tiny --hidden 256 --heads 4 --seq 128 --layers 2 \
   --microbatch-sizes 1,2 --warmup 2 --iterations 10
 profile_builtin builtin-small --hidden 1024 --heads 16 --seq 512 --layers 2 \
   --microbatch-sizes 1,2,4 --warmup 3 --iterations 20
+# One GPU's shard of the block at t = 2 and 4 (docs/profiler.md): per-GPU times and memory.
+profile_builtin builtin-tp --hidden 1024 --heads 16 --seq 512 --layers 2 \
+  --microbatch-sizes 1,2 --tensor-parallel 1,2,4 --warmup 3 --iterations 20
 
 # 5. The generic path: `profiler cupti` on an unmodified program.
 runner_args=(--hidden 1024 --heads 16 --seq 512 --layers 2 --microbatch 2 --steps 23)
@@ -119,7 +122,7 @@ if command -v python3 >/dev/null 2>&1; then
   python3 - "${OUT}" >> "${summary}" 2>&1 <<'EOF'
 import json, sys, os
 out = sys.argv[1]
-for name in ("builtin-tiny", "builtin-small", "cupti-runner"):
+for name in ("builtin-tiny", "builtin-small", "builtin-tp", "cupti-runner"):
     path = os.path.join(out, name + ".json")
     if not os.path.exists(path):
         continue
@@ -131,7 +134,7 @@ for name in ("builtin-tiny", "builtin-small", "cupti-runner"):
               f"{rec['dropped']} dropped, {rec['zero_timestamps']} without timestamps")
     for layer in m["layers"]:
         for p in layer["profiles"]:
-            print(f"  {layer['name']} b={p['microbatch_size']}: fwd {p['forward_us']} us, "
+            print(f"  {layer['name']} t={p.get('tensor_parallel', 1)} b={p['microbatch_size']}: fwd {p['forward_us']} us, "
                   f"bwd {p['backward_us']} us (weight {p.get('backward_weight_us')}), "
                   f"activations {p['activation_bytes']} B")
     for key, s in src.get("spread", {}).items():

@@ -298,6 +298,9 @@ std::vector<Case> Catalogue() {
                   "analytic --name x --layers 2 --hidden 64 --heads 8 --seq 8 --vocab 8 "
                   "--tensor-parallel 1,3",
                   1, "--tensor-parallel 3 does not divide --heads 8"));
+  c.push_back(Row("profiler_builtin_tensor_parallel_not_dividing_heads", kProfiler, {},
+                  "builtin --heads 16 --tensor-parallel 1,3", 1,
+                  "--tensor-parallel 3 must be >= 1 and divide --heads 16 and the MLP width"));
   c.push_back(Row("profiler_efficiency_with_matmul_model", kProfiler, {},
                   "analytic --name x --layers 2 --hidden 64 --heads 8 --seq 8 --vocab 8 "
                   "--time-model matmul --matmul-efficiency 0.4",

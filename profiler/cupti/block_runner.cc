@@ -113,6 +113,9 @@ int main(int argc, char** argv) {
   app.add_option("--ffn", f.shape.ffn)->capture_default_str();
   app.add_option("--seq", f.shape.seq)->capture_default_str();
   app.add_option("--layers", f.shape.layers)->capture_default_str();
+  // One GPU's shard of a Megatron-LM block at t (builtin_block.h); params= stays the whole
+  // block's count, as model.json's layer parameters are (docs/formats.md).
+  app.add_option("--tensor-parallel", f.shape.tensor_parallel)->capture_default_str();
   app.add_option("--microbatch", f.microbatch)->capture_default_str();
   app.add_option("--steps", f.steps)->capture_default_str();
   app.add_option("--device", f.device)->capture_default_str();

@@ -316,17 +316,18 @@ Result<std::unique_ptr<TransformerBlock>> TransformerBlock::Create(const BlockSh
   State& s = *block->state_;
   PIPECAST_RETURN_IF_ERROR(CublasError(cublasCreate(&s.cublas), "cublasCreate"));
   PIPECAST_RETURN_IF_ERROR(CublasError(cublasSetStream(s.cublas, s.stream), "cublasSetStream"));
-  const int64_t h = shape.hidden, f = shape.Ffn();
+  // One GPU's shard at t (builtin_block.h): hl = h/t attention width, fl = f/t MLP columns.
+  const int64_t h = shape.hidden, hl = shape.AttentionWidth(), fl = shape.LocalFfn();
   struct Weight {
     bf16** w;
     bf16** grad;
     int64_t n;
     float scale;  // fill range; layer-norm scales start at 1
     float offset;
-  } weights[] = {{&s.wqkv, &s.dwqkv, 3 * h * h, 0.02f, 0},
-                 {&s.wo, &s.dwo, h * h, 0.02f, 0},
-                 {&s.w1, &s.dw1, f * h, 0.02f, 0},
-                 {&s.w2, &s.dw2, h * f, 0.02f, 0},
+  } weights[] = {{&s.wqkv, &s.dwqkv, 3 * hl * h, 0.02f, 0},
+                 {&s.wo, &s.dwo, h * hl, 0.02f, 0},
+                 {&s.w1, &s.dw1, fl * h, 0.02f, 0},
+                 {&s.w2, &s.dw2, h * fl, 0.02f, 0},
                  {&s.g1, &s.dg1, h, 0.f, 1},
                  {&s.b1, &s.db1, h, 0.f, 0},
                  {&s.g2, &s.dg2, h, 0.f, 1},
@@ -349,19 +350,15 @@ Result<std::unique_ptr<TransformerBlock>> TransformerBlock::Create(const BlockSh
 }
 
 int64_t TransformerBlock::HiddenBytes(int microbatch) const {
-  return int64_t{microbatch} * shape_.seq * shape_.hidden * 2;
+  return shape_.HiddenBytes(microbatch);
 }
 
 int64_t TransformerBlock::ActivationBytes(int microbatch) const {
-  const int64_t t = int64_t{microbatch} * shape_.seq, h = shape_.hidden, f = shape_.Ffn();
-  const int64_t probs = int64_t{microbatch} * shape_.heads * shape_.seq * shape_.seq;
-  // ln1, q/k/v, ctx, x1, ln2: 7 [T,h]; fc1, gelu: 2 [T,f]; P; 4 fp32 [T] stats.
-  return 2 * (7 * t * h + 2 * t * f + probs) + 4 * 4 * t;
+  return shape_.ActivationBytes(microbatch);
 }
 
 int64_t TransformerBlock::WeightGradBytes(int microbatch) const {
-  const int64_t t = int64_t{microbatch} * shape_.seq, h = shape_.hidden, f = shape_.Ffn();
-  return ActivationBytes(microbatch) + 2 * t * (f + 6 * h);
+  return shape_.WeightGradBytes(microbatch);
 }
 
 Status TransformerBlock::Forward(const void* x_in, void* y_out, int microbatch) {
@@ -370,8 +367,10 @@ Status TransformerBlock::Forward(const void* x_in, void* y_out, int microbatch) 
     return Status::FailedPrecondition("TransformerBlock::Forward: the previous pass is not done");
   }
   if (microbatch < 1) return Status::InvalidArgument("TransformerBlock::Forward: microbatch < 1");
-  const int b = microbatch, sq = shape_.seq, a = shape_.heads, h = shape_.hidden, f = shape_.Ffn();
-  const int d = h / a;
+  // a, hl, f: this GPU's heads, attention width and MLP columns (all of them at t = 1).
+  const int b = microbatch, sq = shape_.seq, a = shape_.LocalHeads(), h = shape_.hidden,
+            hl = shape_.AttentionWidth(), f = shape_.LocalFfn();
+  const int d = shape_.hidden / shape_.heads;
   const int64_t t = int64_t{b} * sq;
   const bf16* x = static_cast<const bf16*>(x_in);
   bf16* y = static_cast<bf16*>(y_out);
@@ -387,16 +386,16 @@ Status TransformerBlock::Forward(const void* x_in, void* y_out, int microbatch) 
   PIPECAST_RETURN_IF_ERROR(Launched("LayerNormForward"));
 
   bf16* qkv = nullptr;  // temporary, token layout
-  PIPECAST_RETURN_IF_ERROR(Alloc(&qkv, 3 * t * h, nullptr, "cudaMalloc qkv"));
-  PIPECAST_RETURN_IF_ERROR(Gemm(s.cublas, false, true, t, 3 * h, h, s.ln1, s.wqkv, qkv, 0.f));
-  PIPECAST_RETURN_IF_ERROR(Alloc(&s.qkvh, 3 * t * h, &kept, "cudaMalloc q/k/v heads"));
-  PermuteHeads<<<GridFor(3 * t * h), kThreads, 0, st>>>(qkv, s.qkvh, b, sq, 3, a, d, true);
+  PIPECAST_RETURN_IF_ERROR(Alloc(&qkv, 3 * t * hl, nullptr, "cudaMalloc qkv"));
+  PIPECAST_RETURN_IF_ERROR(Gemm(s.cublas, false, true, t, 3 * hl, h, s.ln1, s.wqkv, qkv, 0.f));
+  PIPECAST_RETURN_IF_ERROR(Alloc(&s.qkvh, 3 * t * hl, &kept, "cudaMalloc q/k/v heads"));
+  PermuteHeads<<<GridFor(3 * t * hl), kThreads, 0, st>>>(qkv, s.qkvh, b, sq, 3, a, d, true);
   PIPECAST_RETURN_IF_ERROR(Launched("PermuteHeads"));
   PIPECAST_RETURN_IF_ERROR(CudaError(cudaFree(qkv), "cudaFree qkv"));
 
   const bf16* q = s.qkvh;
-  const bf16* k = s.qkvh + t * h;
-  const bf16* v = s.qkvh + 2 * t * h;
+  const bf16* k = s.qkvh + t * hl;
+  const bf16* v = s.qkvh + 2 * t * hl;
   const int batch = b * a;
   const int64_t probs = int64_t{batch} * sq * sq;
   PIPECAST_RETURN_IF_ERROR(Alloc(&s.prob, probs, &kept, "cudaMalloc attention probabilities"));
@@ -406,17 +405,18 @@ Status TransformerBlock::Forward(const void* x_in, void* y_out, int microbatch) 
                                                  1.f / std::sqrt(static_cast<float>(d)));
   PIPECAST_RETURN_IF_ERROR(Launched("CausalSoftmax"));
   bf16* ctxh = nullptr;  // temporary, head layout
-  PIPECAST_RETURN_IF_ERROR(Alloc(&ctxh, t * h, nullptr, "cudaMalloc context heads"));
+  PIPECAST_RETURN_IF_ERROR(Alloc(&ctxh, t * hl, nullptr, "cudaMalloc context heads"));
   PIPECAST_RETURN_IF_ERROR(Gemm(s.cublas, false, false, sq, d, sq, s.prob, v, ctxh, 0.f, batch,
                                 int64_t{sq} * sq, int64_t{sq} * d, int64_t{sq} * d));
-  PIPECAST_RETURN_IF_ERROR(Alloc(&s.ctx, t * h, &kept, "cudaMalloc context"));
-  PermuteHeads<<<GridFor(t * h), kThreads, 0, st>>>(ctxh, s.ctx, b, sq, 1, a, d, false);
+  PIPECAST_RETURN_IF_ERROR(Alloc(&s.ctx, t * hl, &kept, "cudaMalloc context"));
+  PermuteHeads<<<GridFor(t * hl), kThreads, 0, st>>>(ctxh, s.ctx, b, sq, 1, a, d, false);
   PIPECAST_RETURN_IF_ERROR(Launched("PermuteHeads"));
   PIPECAST_RETURN_IF_ERROR(CudaError(cudaFree(ctxh), "cudaFree context heads"));
 
   bf16* proj = nullptr;  // temporary
   PIPECAST_RETURN_IF_ERROR(Alloc(&proj, t * h, nullptr, "cudaMalloc projection"));
-  PIPECAST_RETURN_IF_ERROR(Gemm(s.cublas, false, true, t, h, h, s.ctx, s.wo, proj, 0.f));
+  // Row-parallel: at t > 1 a partial sum, which Megatron-LM all-reduces here.
+  PIPECAST_RETURN_IF_ERROR(Gemm(s.cublas, false, true, t, h, hl, s.ctx, s.wo, proj, 0.f));
   PIPECAST_RETURN_IF_ERROR(Alloc(&s.x1, t * h, &kept, "cudaMalloc x1"));
   Add<<<GridFor(t * h), kThreads, 0, st>>>(x, proj, s.x1, t * h);
   PIPECAST_RETURN_IF_ERROR(Launched("Add"));
@@ -444,9 +444,9 @@ Status TransformerBlock::BackwardInput(const void* dy_in, void* dx_out) {
   if (s.phase != State::Phase::kForward) {
     return Status::FailedPrecondition("TransformerBlock::BackwardInput: no forward pending");
   }
-  const int b = s.microbatch, sq = shape_.seq, a = shape_.heads, h = shape_.hidden,
-            f = shape_.Ffn();
-  const int d = h / a;
+  const int b = s.microbatch, sq = shape_.seq, a = shape_.LocalHeads(), h = shape_.hidden,
+            hl = shape_.AttentionWidth(), f = shape_.LocalFfn();
+  const int d = shape_.hidden / shape_.heads;
   const int64_t t = int64_t{b} * sq;
   const bf16* dy = static_cast<const bf16*>(dy_in);
   bf16* dx = static_cast<bf16*>(dx_out);
@@ -468,26 +468,26 @@ Status TransformerBlock::BackwardInput(const void* dy_in, void* dx_out) {
 
   // Attention.
   bf16* tmp = nullptr;  // dctx in token, then head layout
-  PIPECAST_RETURN_IF_ERROR(Alloc(&tmp, 2 * t * h, nullptr, "cudaMalloc dctx"));
+  PIPECAST_RETURN_IF_ERROR(Alloc(&tmp, 2 * t * hl, nullptr, "cudaMalloc dctx"));
   bf16* dctx = tmp;
-  bf16* dctxh = tmp + t * h;
-  PIPECAST_RETURN_IF_ERROR(Gemm(s.cublas, false, false, t, h, h, s.dx1, s.wo, dctx, 0.f));
-  PermuteHeads<<<GridFor(t * h), kThreads, 0, st>>>(dctx, dctxh, b, sq, 1, a, d, true);
+  bf16* dctxh = tmp + t * hl;
+  PIPECAST_RETURN_IF_ERROR(Gemm(s.cublas, false, false, t, hl, h, s.dx1, s.wo, dctx, 0.f));
+  PermuteHeads<<<GridFor(t * hl), kThreads, 0, st>>>(dctx, dctxh, b, sq, 1, a, d, true);
   PIPECAST_RETURN_IF_ERROR(Launched("PermuteHeads"));
   const int batch = b * a;
   const int64_t probs = int64_t{batch} * sq * sq;
   const int64_t shd = int64_t{sq} * d, sss = int64_t{sq} * sq;
   const bf16* q = s.qkvh;
-  const bf16* k = s.qkvh + t * h;
-  const bf16* v = s.qkvh + 2 * t * h;
+  const bf16* k = s.qkvh + t * hl;
+  const bf16* v = s.qkvh + 2 * t * hl;
   bf16* dqkvh = nullptr;
-  PIPECAST_RETURN_IF_ERROR(Alloc(&dqkvh, 3 * t * h, nullptr, "cudaMalloc dq/dk/dv heads"));
+  PIPECAST_RETURN_IF_ERROR(Alloc(&dqkvh, 3 * t * hl, nullptr, "cudaMalloc dq/dk/dv heads"));
   bf16* dscores = nullptr;
   PIPECAST_RETURN_IF_ERROR(Alloc(&dscores, probs, nullptr, "cudaMalloc dscores"));
   // dP = dctx V^T; dV = P^T dctx.
   PIPECAST_RETURN_IF_ERROR(
       Gemm(s.cublas, false, true, sq, sq, d, dctxh, v, dscores, 0.f, batch, shd, shd, sss));
-  PIPECAST_RETURN_IF_ERROR(Gemm(s.cublas, true, false, sq, d, sq, s.prob, dctxh, dqkvh + 2 * t * h,
+  PIPECAST_RETURN_IF_ERROR(Gemm(s.cublas, true, false, sq, d, sq, s.prob, dctxh, dqkvh + 2 * t * hl,
                                 0.f, batch, sss, shd, shd));
   SoftmaxBackward<<<batch * sq, kThreads, 0, st>>>(s.prob, dscores, sq,
                                                    1.f / std::sqrt(static_cast<float>(d)));
@@ -495,16 +495,17 @@ Status TransformerBlock::BackwardInput(const void* dy_in, void* dx_out) {
   // dQ = dS K; dK = dS^T Q.
   PIPECAST_RETURN_IF_ERROR(
       Gemm(s.cublas, false, false, sq, d, sq, dscores, k, dqkvh, 0.f, batch, sss, shd, shd));
-  PIPECAST_RETURN_IF_ERROR(
-      Gemm(s.cublas, true, false, sq, d, sq, dscores, q, dqkvh + t * h, 0.f, batch, sss, shd, shd));
+  PIPECAST_RETURN_IF_ERROR(Gemm(s.cublas, true, false, sq, d, sq, dscores, q, dqkvh + t * hl, 0.f,
+                                batch, sss, shd, shd));
   PIPECAST_RETURN_IF_ERROR(CudaError(cudaFree(dscores), "cudaFree dscores"));
   PIPECAST_RETURN_IF_ERROR(CudaError(cudaFree(tmp), "cudaFree dctx"));
-  PIPECAST_RETURN_IF_ERROR(Alloc(&s.dqkv, 3 * t * h, &kept, "cudaMalloc dqkv"));
-  PermuteHeads<<<GridFor(3 * t * h), kThreads, 0, st>>>(dqkvh, s.dqkv, b, sq, 3, a, d, false);
+  PIPECAST_RETURN_IF_ERROR(Alloc(&s.dqkv, 3 * t * hl, &kept, "cudaMalloc dqkv"));
+  PermuteHeads<<<GridFor(3 * t * hl), kThreads, 0, st>>>(dqkvh, s.dqkv, b, sq, 3, a, d, false);
   PIPECAST_RETURN_IF_ERROR(Launched("PermuteHeads"));
   PIPECAST_RETURN_IF_ERROR(CudaError(cudaFree(dqkvh), "cudaFree dq/dk/dv heads"));
   PIPECAST_RETURN_IF_ERROR(Alloc(&s.dln1, t * h, &kept, "cudaMalloc dln1"));
-  PIPECAST_RETURN_IF_ERROR(Gemm(s.cublas, false, false, t, h, 3 * h, s.dqkv, s.wqkv, s.dln1, 0.f));
+  // Column-parallel input gradient: a partial sum at t > 1 (Megatron-LM all-reduces it).
+  PIPECAST_RETURN_IF_ERROR(Gemm(s.cublas, false, false, t, h, 3 * hl, s.dqkv, s.wqkv, s.dln1, 0.f));
   LayerNormBackwardInput<<<t, kThreads, 0, st>>>(s.dln1, s.x, s.mean1, s.rstd1, s.g1, s.dx1, dx, h);
   PIPECAST_RETURN_IF_ERROR(Launched("LayerNormBackwardInput"));
   s.phase = State::Phase::kInput;
@@ -517,14 +518,14 @@ Status TransformerBlock::BackwardWeight() {
     return Status::FailedPrecondition(
         "TransformerBlock::BackwardWeight: no input gradient pending");
   }
-  const int h = shape_.hidden, f = shape_.Ffn();
+  const int h = shape_.hidden, hl = shape_.AttentionWidth(), f = shape_.LocalFfn();
   const int64_t t = int64_t{s.microbatch} * shape_.seq;
   cudaStream_t st = s.stream;
   // dW = dOut^T In for each product, accumulated (beta 1).
   PIPECAST_RETURN_IF_ERROR(Gemm(s.cublas, true, false, h, f, t, s.dy, s.act, s.dw2, 1.f));
   PIPECAST_RETURN_IF_ERROR(Gemm(s.cublas, true, false, f, h, t, s.dfc1, s.ln2, s.dw1, 1.f));
-  PIPECAST_RETURN_IF_ERROR(Gemm(s.cublas, true, false, h, h, t, s.dx1, s.ctx, s.dwo, 1.f));
-  PIPECAST_RETURN_IF_ERROR(Gemm(s.cublas, true, false, 3 * h, h, t, s.dqkv, s.ln1, s.dwqkv, 1.f));
+  PIPECAST_RETURN_IF_ERROR(Gemm(s.cublas, true, false, h, hl, t, s.dx1, s.ctx, s.dwo, 1.f));
+  PIPECAST_RETURN_IF_ERROR(Gemm(s.cublas, true, false, 3 * hl, h, t, s.dqkv, s.ln1, s.dwqkv, 1.f));
   const int grid = (h + kThreads - 1) / kThreads;
   LayerNormBackwardParams<<<grid, kThreads, 0, st>>>(s.dln2, s.x1, s.mean2, s.rstd2, s.dg2, s.db2,
                                                      t, h);

@@ -1,6 +1,7 @@
 // `profiler builtin` with CUDA: one run of pipecast_block_runner per
-// micro-batch size under the injection library (the `profiler cupti` path),
-// then one model with a profile per size.
+// micro-batch size and tensor-parallel degree under the injection library
+// (the `profiler cupti` path), then one model with a profile per size and
+// degree (t > 1: one GPU's shard, with its collectives stated).
 #include <fmt/format.h>
 
 #include <cstdlib>
@@ -19,33 +20,49 @@ Result<Model> ProfileBuiltin(const BuiltinOptions& options, std::string* report)
   const std::string runner = env != nullptr && *env ? env : PIPECAST_BLOCK_RUNNER_PATH;
   const BlockShape& s = options.shape;
   const int steps = options.aggregate.warmup + options.aggregate.iterations;
-  std::vector<CuptiMeasurement> measurements;
-  for (int b : options.microbatch_sizes) {
-    InjectionRun run;
-    run.argv = {runner,
-                "--hidden",
-                std::to_string(s.hidden),
-                "--heads",
-                std::to_string(s.heads),
-                "--ffn",
-                std::to_string(s.Ffn()),
-                "--seq",
-                std::to_string(s.seq),
-                "--layers",
-                std::to_string(s.layers),
-                "--microbatch",
-                std::to_string(b),
-                "--steps",
-                std::to_string(steps),
-                "--device",
-                std::to_string(options.device)};
-    Result<std::vector<ActivityTrace>> traces = RunInjected(run);
-    if (!traces.ok()) return traces.status().WithPrefix(fmt::format("micro-batch size {}", b));
-    Result<CuptiMeasurement> m = MeasureTraces(*traces, b, options.aggregate);
-    if (!m.ok()) return m.status().WithPrefix(fmt::format("micro-batch size {}", b));
-    if (report != nullptr) *report += DescribeMeasurement(*m);
-    measurements.push_back(std::move(*m));
+  // One model per degree t, each from one run per micro-batch size; t = 1 first.
+  std::vector<Model> per_t;
+  std::vector<CuptiMeasurement> base_measurements;
+  for (int t : options.Degrees()) {
+    std::vector<CuptiMeasurement> measurements;
+    for (int b : options.microbatch_sizes) {
+      InjectionRun run;
+      run.argv = {runner,
+                  "--hidden",
+                  std::to_string(s.hidden),
+                  "--heads",
+                  std::to_string(s.heads),
+                  "--ffn",
+                  std::to_string(s.Ffn()),
+                  "--seq",
+                  std::to_string(s.seq),
+                  "--layers",
+                  std::to_string(s.layers),
+                  "--tensor-parallel",
+                  std::to_string(t),
+                  "--microbatch",
+                  std::to_string(b),
+                  "--steps",
+                  std::to_string(steps),
+                  "--device",
+                  std::to_string(options.device)};
+      const std::string what = fmt::format("tensor_parallel {}, micro-batch size {}", t, b);
+      Result<std::vector<ActivityTrace>> traces = RunInjected(run);
+      if (!traces.ok()) return traces.status().WithPrefix(what);
+      Result<CuptiMeasurement> m = MeasureTraces(*traces, b, options.aggregate);
+      if (!m.ok()) return m.status().WithPrefix(what);
+      if (report != nullptr) *report += (t > 1 ? what + ":\n" : "") + DescribeMeasurement(*m);
+      measurements.push_back(std::move(*m));
+    }
+    if (t == 1) {
+      base_measurements = std::move(measurements);
+      continue;
+    }
+    Result<Model> at = BuildCuptiModel(options.name, measurements, options.aggregate, {});
+    if (!at.ok()) return at.status().WithPrefix(fmt::format("tensor_parallel {}", t));
+    per_t.push_back(std::move(*at));
   }
+  const std::vector<CuptiMeasurement>& measurements = base_measurements;
   nlohmann::ordered_json workload = {
       {"kind", "pipecast built-in pre-layernorm GPT block (profiler/cupti/builtin_block.h)"},
       {"hidden", s.hidden},
@@ -57,9 +74,27 @@ Result<Model> ProfileBuiltin(const BuiltinOptions& options, std::string* report)
       {"passes",
        "forward, input gradient (backward ranges), weight gradient (weight_grad "
        "ranges) run separately; activations are cudaMalloc'd per pass"}};
+  const std::vector<int> degrees = options.Degrees();
+  if (degrees.size() > 1) {
+    workload["tensor_parallel"] = {
+        {"degrees", degrees},
+        {"rule",
+         "each t > 1 profile is one GPU's shard of a Megatron-LM block measured alone: QKV and "
+         "fc1 column-parallel (heads / t, ffn / t), the attention projection and fc2 "
+         "row-parallel, layernorms and the [T, h] residual stream whole; the shard runs no "
+         "collective (one GPU), so tp_comm_bytes (b*s*h*2) x 2 forward and 2 backward "
+         "all-reduces are stated, not measured"}};
+  }
   Result<Model> model = BuildCuptiModel(options.name, measurements, options.aggregate,
                                         {{"workload", workload.dump()}});
   if (!model.ok()) return model.status();
+  const ShardCollectives collectives{.comm_bytes_per_sample = s.HiddenBytes(1),
+                                     .forward_collectives = 2,
+                                     .backward_collectives = 2};
+  for (size_t i = 0; i < per_t.size(); ++i) {
+    PIPECAST_RETURN_IF_ERROR(
+        AddTensorParallelProfiles(&*model, per_t[i], degrees[i + 1], collectives));
+  }
   model->dtype = "bf16";
   model->sequence_length = s.seq;
   const double h = s.hidden, f = s.Ffn(), sq = s.seq;

@@ -95,6 +95,11 @@ CuptiCommands::CuptiCommands(CLI::App& app) {
   builtin_->add_option("--microbatch-sizes", b.microbatch_sizes, "micro-batch sizes to measure")
       ->delimiter(',')
       ->capture_default_str();
+  builtin_
+      ->add_option("--tensor-parallel", b.tensor_parallel,
+                   "tensor-parallel degrees to measure one GPU's shard at, e.g. 1,2,4,8 (each "
+                   "must divide --heads and the MLP width; 1 is always measured)")
+      ->delimiter(',');
   builtin_->add_option("--device", b.device, "CUDA device ordinal")->capture_default_str();
   AddAggregateFlags(builtin_, b.aggregate);
 }
