@@ -45,7 +45,7 @@ TEST(ScheduleTraits, EveryKindHasItsRow) {
        MicrobatchRule::kAny},
       {ScheduleKind::kDualPipeV, "dualpipev", true, true, true, 2, true, true,
        MicrobatchRule::kAtLeastTwiceStages, Placement::kV},
-      {ScheduleKind::kZBAuto, "zb-auto", true, false, false, 1, true, true, MicrobatchRule::kAny},
+      {ScheduleKind::kZBAuto, "zb-auto", true, true, false, 1, true, true, MicrobatchRule::kAny},
       {ScheduleKind::kZBVAuto, "zb-v-auto", true, false, true, 2, true, true, MicrobatchRule::kAny,
        Placement::kV},
       {ScheduleKind::kCustom, "custom", false, false, false, 1, false, true, MicrobatchRule::kAny},

@@ -330,7 +330,7 @@ std::vector<Case> Catalogue() {
                   "over the limit of 2^23 (8388608)"));
   c.push_back(Row("planner_absurd_global_batch", kPlanner, {kGoodModel},
                   "--model {dir}/m.json --gpus 8 --global-batch 1000000000", 4,
-                  "planner: 160 configurations, 84 simulated, none can run (the report says why)"));
+                  "planner: 180 configurations, 84 simulated, none can run (the report says why)"));
   c.back().output =
       "micro-batches = 125000000 (stage, micro-batch) pairs is over the limit of 2^23";
   // --- zero layers, more stages than layers, GPUs not divisible -------------
