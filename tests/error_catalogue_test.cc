@@ -209,6 +209,24 @@ std::vector<Case> Catalogue() {
                   "--model {dir}/m.json --stages 4 --microbatches 6 --schedule dualpipev", 1,
                   "dualpipev needs at least twice as many micro-batches (N = 6) as pipeline "
                   "stages (P = 4)"));
+  c.push_back(Row("zb_auto_memory_limit_below_one", kSimulator, {kGoodModel},
+                  "--model {dir}/m.json --stages 4 --microbatches 8 --schedule zb-auto "
+                  "--memory-limit 0.5",
+                  1,
+                  "--memory-limit 0.5 is 0.5 micro-batch activations: every GPU must hold at "
+                  "least 1"));
+  c.push_back(Row("memory_limit_unit_unknown", kSimulator, {kGoodModel},
+                  "--model {dir}/m.json --stages 4 --schedule zb-auto --memory-limit 3xb", 1,
+                  "--memory-limit '3xb': expected a number of micro-batch activations (16) or a "
+                  "size with a unit"));
+  c.push_back(Row("memory_limit_on_another_schedule", kSimulator, {kGoodModel},
+                  "--model {dir}/m.json --stages 4 --schedule 1f1b --memory-limit 4", 1,
+                  "--memory-limit applies to the schedules built from the stage costs (zb-auto, "
+                  "zb-v-auto), not to 1f1b"));
+  c.push_back(Row("zb_v_auto_below_its_greedy", kSimulator, {kGoodModel},
+                  "--model {dir}/m.json --stages 4 --microbatches 8 --schedule zb-v-auto "
+                  "--memory-limit 1",
+                  1, "zb-v-auto cannot keep within --memory-limit 1 on 4 ranks"));
   // --- wrong types ---------------------------------------------------------
   c.push_back(Row("time_as_string", kSimulator,
                   {{"m.json", Model(8, Profile("forward_us", "\"12\""))}}, kSim, 1,
@@ -315,7 +333,7 @@ std::vector<Case> Catalogue() {
                   "over the limit of 2^23 (8388608)"));
   c.push_back(Row("planner_absurd_global_batch", kPlanner, {kGoodModel},
                   "--model {dir}/m.json --gpus 8 --global-batch 1000000000", 4,
-                  "planner: 160 configurations, 84 simulated, none can run (the report says why)"));
+                  "planner: 180 configurations, 84 simulated, none can run (the report says why)"));
   c.back().output =
       "micro-batches = 125000000 (stage, micro-batch) pairs is over the limit of 2^23";
   // --- zero layers, more stages than layers, GPUs not divisible -------------
