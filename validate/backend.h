@@ -35,6 +35,10 @@ class Backend {
   // False where the link is not probed (cuda: the plan's cluster is used).
   virtual bool has_link_probe() const { return true; }
 
+  // Whether Run can execute a plan with tensor_parallel > 1: t workers a
+  // rank (ExecPlan::tensor_parallel) with a TensorGroup each.
+  virtual bool runs_tensor_parallel() const { return true; }
+
   // Measures the link between rank 0 and rank 1 the way the plan's messages
   // travel, with messages of `bytes` (and tiny ones for the latency). Every
   // process gets the same answer. Unavailable on a backend with no probe.

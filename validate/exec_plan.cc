@@ -24,7 +24,10 @@ Result<std::vector<StageCost>> StageCostsOf(const Model& model, const PlanFile& 
           s, part.first_layer, part.last_layer, model.name, model.layers.size() - 1));
     }
   }
-  const StageCostTable table(model, StageCostOptions{plan.microbatch_size, plan.recompute});
+  StageCostOptions options{plan.microbatch_size, plan.recompute};
+  options.tensor_parallel = plan.tensor_parallel;  // one GPU of the group's memory
+  options.sequence_parallel = plan.sequence_parallel;
+  const StageCostTable table(model, options);
   return table.Stages(plan.partition);
 }
 
@@ -115,6 +118,7 @@ Result<ExecPlan> BuildExecPlan(const Model& model, const PlanFile& plan, const S
   ep.num_stages = schedule.num_stages;
   ep.microbatches = schedule.num_microbatches;
   ep.iterations = schedule.iterations;
+  ep.tensor_parallel = std::max(plan.tensor_parallel, 1);
   for (int r = 0; r < schedule.num_ranks; ++r) {
     ExecStage st;
     st.rank = r;

@@ -11,7 +11,9 @@
 // when the model gives it; a backward with recomputation re-allocates what it
 // rebuilds; each op holds the stage's largest layer workspace while it runs. Activations go forward
 // and gradients back as messages of the boundary stage's output_bytes; stages on one rank hand over
-// without a message. Units: ns, bytes.
+// without a message. With tensor parallelism every op runs on t workers
+// (ExecPlan::tensor_parallel), memory per worker as the simulator counts one
+// GPU of the group. Units: ns, bytes.
 #ifndef PIPECAST_VALIDATE_EXEC_PLAN_H_
 #define PIPECAST_VALIDATE_EXEC_PLAN_H_
 
@@ -61,7 +63,15 @@ struct ExecPlan {
   int num_stages = 0;
   int microbatches = 0;  // across the `iterations` the lists cover
   int iterations = 1;    // > 1 for schedules without a flush (PipeDream)
+  // t: the workers of each rank that split its layers (tensor parallelism).
+  // Worker w = rank·t + j is tensor rank j of `rank`; it runs per_rank[rank]'s
+  // ops, and its messages go to tensor rank j of the peer rank (world rank
+  // peer·t + j). Each worker holds one GPU's share: static_bytes and the op
+  // memory are per worker.
+  int tensor_parallel = 1;
   std::vector<ExecStage> per_rank;
+
+  int workers() const { return ranks * tensor_parallel; }
 };
 
 // The tag of the message into `dst_stage` for `microbatch`: unique per

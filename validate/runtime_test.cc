@@ -27,7 +27,7 @@ struct Harness {
     transport = std::make_unique<InProcessTransport>(raw);
   }
   Result<std::vector<StageRun>> Run(OpWork* work, RuntimeOptions o = {}) {
-    RuntimeEnv env{transport.get(), work, &clock, raw, true};
+    RuntimeEnv env{transport.get(), work, &clock, raw, true, {}};
     return RunStages(plan, ranks, o, env);
   }
   ExecPlan plan;
@@ -188,7 +188,7 @@ TEST_F(RuntimeFault, ALostMessageTimesOutWhenRanksAreNotAllLocal) {
   RuntimeOptions o = Quick();
   o.recv_timeout_ns = 200'000'000;
   o.fault = *ParseFault("drop:0F0");
-  RuntimeEnv env{h.transport.get(), &work, &h.clock, h.raw, /*all_ranks_local=*/false};
+  RuntimeEnv env{h.transport.get(), &work, &h.clock, h.raw, /*all_ranks_local=*/false, {}};
   Result<std::vector<StageRun>> runs = RunStages(h.plan, h.ranks, o, env);
   ASSERT_FALSE(runs.ok());
   EXPECT_THAT(runs.status().message(),
@@ -281,7 +281,7 @@ TEST(Runtime, ValidatorSpuriousDeadlockWithHundredsOfStages) {
   testing::RecordingWork work(2);
   RuntimeOptions o = Quick();
   o.deadlock_grace_ns = 50'000'000;
-  RuntimeEnv env{&late, &work, &h.clock, h.raw, /*all_ranks_local=*/true};
+  RuntimeEnv env{&late, &work, &h.clock, h.raw, /*all_ranks_local=*/true, {}};
 
   // When it runs, then every op runs and nothing is called a deadlock.
   Result<std::vector<StageRun>> runs = RunStages(h.plan, h.ranks, o, env);

@@ -220,7 +220,7 @@ Result<std::vector<StageRun>> RunOnDevices(const ExecPlan& plan, const RuntimeOp
   CudaWork work(&devices, plan);
   PIPECAST_RETURN_IF_ERROR(work.Init(local));
   const bool all_local = static_cast<int>(local.size()) == ranks;
-  RuntimeEnv env{&transport, &work, clock, raw, all_local};
+  RuntimeEnv env{&transport, &work, clock, raw, all_local, {}};
   Result<std::vector<StageRun>> runs = RunStages(plan, local, options, env);
   if (!runs.ok()) {
     transport.Abort();
@@ -255,6 +255,8 @@ class CudaBackend final : public Backend {
   explicit CudaBackend(int gpus) : gpus_(gpus) {}
 
   bool has_link_probe() const override { return false; }
+  // Its own ops (spin kernels) have no partial sums yet: docs/validator.md.
+  bool runs_tensor_parallel() const override { return false; }
   Result<Link> ProbeLink(Bytes) override {
     return Status::Unavailable("the cuda backend predicts on the plan's cluster; no probe");
   }
