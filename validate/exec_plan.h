@@ -50,6 +50,13 @@ struct ExecOp {
   Bytes kept_after_bytes = 0;  // allocated again once they are freed: what W keeps, after I
   Message recv;                // waited for before the op starts
   Message send;                // sent when the op ends
+  // Tensor parallelism: the all-reduces the op runs, each entry one
+  // collective's unsharded bytes, in layer order (F: each layer's forward
+  // collectives; B and I: the backward's; W none), and the time the
+  // simulator gives them inside predicted_ns (StageCost::TpCommNs). Empty
+  // and 0 at t = 1. Backends that run their own ops (cuda) run these.
+  std::vector<Bytes> tp_collectives;
+  TimeNs tp_comm_ns = 0;
 };
 
 struct ExecStage {
@@ -78,12 +85,21 @@ struct ExecPlan {
 // (stage, micro-batch, direction).
 int64_t MessageTag(int dst_stage, int microbatch, bool gradient, int num_stages);
 
+// The same plan with each of its ranks' t workers as a rank of its own:
+// ranks·t ranks, tensor_parallel 1, rank w = rank·t + j running its rank's
+// ops with every message's peer_rank mapped to peer·t + j (the same tensor
+// rank of the peer); tags unchanged (each pair of workers has its own
+// messages). For backends that place and connect ranks (cuda); the cpu and
+// mpi backends run the plan as it is. REQUIRES: plan.tensor_parallel >= 1.
+ExecPlan ExpandTensorParallel(const ExecPlan& plan);
+
 // REQUIRES: `predicted` is Simulate(model, ..., schedule, PlanSimOptions(plan))
 // with record_timeline (op durations and static memory are read from it).
 // InvalidArgument when the plan does not match the model (partition beyond
-// its layers).
+// its layers). `tp_link`: the link the prediction's tensor-parallel
+// collectives used (ExecOp::tp_comm_ns); the default is infinitely fast.
 Result<ExecPlan> BuildExecPlan(const Model& model, const PlanFile& plan, const Schedule& schedule,
-                               const SimResult& predicted);
+                               const SimResult& predicted, const Link& tp_link = Link{});
 
 }  // namespace pipecast::validate
 

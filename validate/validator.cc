@@ -183,7 +183,8 @@ Result<ValidationResult> RunValidation(const ValidatorOptions& options, Backend*
         "static memory, as the simulator counts them");
   }
   PIPECAST_RETURN_IF_ERROR(CheckFaultInPlan(options.runtime.fault, plan->schedule));
-  Result<ExecPlan> exec = BuildExecPlan(*model, *plan, plan->schedule, out.predicted);
+  Result<ExecPlan> exec =
+      BuildExecPlan(*model, *plan, plan->schedule, out.predicted, out.cluster.intra_node);
   if (!exec.ok()) return exec.status();
   out.exec = std::move(*exec);
 
