@@ -396,6 +396,17 @@ void RunWorker(std::shared_ptr<Shared> shared, std::shared_ptr<std::vector<Stage
 
 }  // namespace
 
+void FoldExpandedRuns(int tensor_parallel, std::vector<StageRun>* runs) {
+  const int t = tensor_parallel;
+  if (t <= 1) return;
+  for (StageRun& run : *runs) {
+    run.tensor_rank = run.rank % t;
+    run.rank /= t;
+    for (MessageTiming& m : run.sends) m.message.peer_rank /= t;
+    for (MessageTiming& m : run.recvs) m.message.peer_rank /= t;
+  }
+}
+
 Result<Fault> ParseFault(const std::string& text) {
   const size_t colon = text.find(':');
   const std::string kind = text.substr(0, colon);

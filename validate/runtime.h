@@ -126,6 +126,12 @@ struct RuntimeEnv {
 Result<std::vector<StageRun>> RunStages(const ExecPlan& plan, const std::vector<int>& local_ranks,
                                         const RuntimeOptions& options, const RuntimeEnv& env);
 
+// Runs of a plan that ExpandTensorParallel (exec_plan.h) turned into ranks·t
+// ranks, as RunStages would have recorded them on the plan itself: each
+// run's rank w becomes rank w / t, tensor rank w % t, and its messages' peers
+// the peers' ranks. Nothing at t = 1.
+void FoldExpandedRuns(int tensor_parallel, std::vector<StageRun>* runs);
+
 }  // namespace pipecast::validate
 
 #endif  // PIPECAST_VALIDATE_RUNTIME_H_

@@ -339,5 +339,20 @@ TEST(ParseFault, ReadsKindAndAction) {
   EXPECT_FALSE(ParseFault("throw:F2").ok());
 }
 
+TEST(Runtime, ExpandedRunsFoldBackToRanksAndTensorRanks) {
+  // Given the run of worker 3 of an expanded t = 2 plan (rank 1, tensor rank
+  // 1), which received from worker 1 (rank 0, tensor rank 1).
+  StageRun run;
+  run.rank = 3;
+  run.recvs.push_back(MessageTiming{0, Message{.peer_rank = 1, .tag = 7}, 100});
+  std::vector<StageRun> runs = {run};
+  FoldExpandedRuns(2, &runs);
+  EXPECT_EQ(runs[0].rank, 1);
+  EXPECT_EQ(runs[0].tensor_rank, 1);
+  EXPECT_EQ(runs[0].recvs[0].message.peer_rank, 0);
+  FoldExpandedRuns(1, &runs);  // t = 1: unchanged
+  EXPECT_EQ(runs[0].rank, 1);
+}
+
 }  // namespace
 }  // namespace pipecast::validate

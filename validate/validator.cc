@@ -107,12 +107,6 @@ Result<ValidationResult> RunValidation(const ValidatorOptions& options, Backend*
         "validate a plan made without --tp-comm-overlap",
         options.plan_path));
   }
-  if (tp > 1 && !backend->runs_tensor_parallel()) {
-    return Status::InvalidArgument(fmt::format(
-        "{}: the plan has tensor_parallel {}, which this backend does not run: use --backend cpu "
-        "or --backend mpi (docs/validator.md)",
-        options.plan_path, tp));
-  }
   Result<Model> model = LoadModel(options.model_path);
   if (!model.ok()) return model.status();
   out.model_name = model->name;
