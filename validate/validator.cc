@@ -247,6 +247,15 @@ std::string ValidationJson(const ValidationResult& r) {
     rows.push_back(std::move(e));
   }
   j["metrics"] = rows;
+  // Every worker's own peak (with tensor parallelism the stage rows show the
+  // largest of its workers').
+  Json workers = Json::array();
+  for (const StageRun& run : r.runs) {
+    workers.push_back({{"stage", run.rank},
+                       {"tensor_rank", run.tensor_rank},
+                       {"peak_memory_bytes", run.peak_bytes}});
+  }
+  j["workers"] = workers;
   j["within_tolerance"] = r.comparison.within_tolerance;
   return j.dump(2) + "\n";
 }

@@ -325,6 +325,15 @@ void ExpectTensorParallelRows(const cli_test::ToolRun& r) {
     EXPECT_FALSE(m["checked"].get<bool>());
   }
   EXPECT_EQ(rows, 2);
+  // Each of the 4 workers' own peak; a stage's two hold the same (one GPU's share each).
+  ASSERT_EQ(j["workers"].size(), 4u);
+  for (const auto& w : j["workers"]) {
+    for (const auto& other : j["workers"]) {
+      if (other["stage"] != w["stage"]) continue;
+      EXPECT_NEAR(w["peak_memory_bytes"].get<double>(), other["peak_memory_bytes"].get<double>(),
+                  kOneMessageBytes);
+    }
+  }
 }
 
 // Four workers need four cores to run at the speed they were profiled at:
