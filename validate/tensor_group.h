@@ -18,6 +18,7 @@
 #define PIPECAST_VALIDATE_TENSOR_GROUP_H_
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
@@ -55,12 +56,17 @@ class InProcessTensorGroup final : public TensorGroup {
   // Waits until every member has arrived at this barrier.
   Status ArriveAndWait(std::unique_lock<std::mutex>& lock, const std::atomic<bool>& abort);
 
+  // How long a member that arrived first spins (yielding) before it sleeps.
+  // 200 us: longer than two running threads take to meet, far shorter than a
+  // scheduler time slice.
+  static constexpr std::chrono::microseconds kSpin{200};
+
   const int size_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<std::span<float>> spans_;  // by member, posted for the current all-reduce
-  int waiting_ = 0;
-  int64_t generation_ = 0;
+  int waiting_ = 0;                      // guarded by mu_
+  std::atomic<int64_t> generation_{0};   // advanced under mu_, read by spinning members
 };
 
 }  // namespace pipecast::validate

@@ -1,6 +1,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <thread>
 
 #include "validate/tensor_group.h"
 #include "validate/transport.h"
@@ -11,14 +12,23 @@ InProcessTensorGroup::InProcessTensorGroup(int size) : size_(size), spans_(size)
 
 Status InProcessTensorGroup::ArriveAndWait(std::unique_lock<std::mutex>& lock,
                                            const std::atomic<bool>& abort) {
-  const int64_t generation = generation_;
+  const int64_t generation = generation_.load();
   if (++waiting_ == size_) {
     waiting_ = 0;
-    ++generation_;
+    generation_.fetch_add(1);
     cv_.notify_all();
     return Status::Ok();
   }
-  while (generation_ == generation) {
+  // A member that is running arrives within microseconds: yield-spin for it
+  // first (no futex wake-up on the way), then sleep on the condition.
+  lock.unlock();
+  const auto spin_until = std::chrono::steady_clock::now() + kSpin;
+  while (generation_.load() == generation && !abort.load() &&
+         std::chrono::steady_clock::now() < spin_until) {
+    std::this_thread::yield();
+  }
+  lock.lock();
+  while (generation_.load() == generation) {
     if (abort.load()) {
       --waiting_;
       return Status::FailedPrecondition("aborted");
