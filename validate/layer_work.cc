@@ -111,9 +111,11 @@ Status LayerWork::Run(const OpCall& call) {
 Status LayerWork::Forward(const OpCall& call) {
   const StageLayers& part = partition_[call.action.stage];
   std::vector<float> x = call.action.stage == 0 ? input_ : std::vector<float>{};
-  if (call.action.stage > 0) {
+  if (call.action.stage > 0 && !call.input.empty()) {
     std::span<const float> in = AsFloats(call.input);
     x.assign(in.begin(), in.end());
+  } else if (call.action.stage > 0) {
+    PIPECAST_RETURN_IF_ERROR(TakeHandoff(call, false, &x));  // the previous stage is on this rank
   }
   Cell& cell = Cells(call)[call.action.microbatch];
   const std::vector<cpu::Block>& blocks = shards_[static_cast<size_t>(call.tensor_rank)];
@@ -135,6 +137,8 @@ Status LayerWork::Forward(const OpCall& call) {
       return Status::Internal("output size differs from the stage's last layer");
     }
     std::memcpy(call.output.data(), x.data(), call.output.size());
+  } else if (call.action.stage + 1 < static_cast<int>(partition_.size())) {
+    Handoff(call, call.action.stage + 1, false, x);
   }
   return Recharge(call, cell);
 }
@@ -151,9 +155,11 @@ Status LayerWork::Backward(const OpCall& call, bool input, bool weight) {
   if (input) {
     const bool last = call.action.stage + 1 == static_cast<int>(partition_.size());
     std::vector<float> dy = last ? loss_grad_ : std::vector<float>{};
-    if (!last) {
+    if (!last && !call.input.empty()) {
       std::span<const float> in = AsFloats(call.input);
       dy.assign(in.begin(), in.end());
+    } else if (!last) {
+      PIPECAST_RETURN_IF_ERROR(TakeHandoff(call, true, &dy));  // the next stage is on this rank
     }
     std::vector<float> dx;
     for (int l = part.last_layer; l >= part.first_layer; --l) {
@@ -173,6 +179,8 @@ Status LayerWork::Backward(const OpCall& call, bool input, bool weight) {
         return Status::Internal("gradient size differs from the stage's input");
       }
       std::memcpy(call.output.data(), dy.data(), call.output.size());
+    } else if (call.action.stage > 0) {
+      Handoff(call, call.action.stage - 1, true, dy);
     }
   } else {
     for (int l = part.first_layer; l <= part.last_layer; ++l) {
@@ -184,6 +192,25 @@ Status LayerWork::Backward(const OpCall& call, bool input, bool weight) {
     return Status::Ok();
   }
   return Recharge(call, cell);
+}
+
+Status LayerWork::TakeHandoff(const OpCall& call, bool gradient, std::vector<float>* out) {
+  std::lock_guard<std::mutex> lock(handoff_mu_);
+  auto it = handoff_.find({call.tensor_rank, call.action.stage, call.action.microbatch, gradient});
+  if (it == handoff_.end()) {
+    return Status::Internal(fmt::format("no {} handed over for micro-batch {}",
+                                        gradient ? "gradient" : "activation",
+                                        call.action.microbatch));
+  }
+  *out = std::move(it->second);
+  handoff_.erase(it);
+  return Status::Ok();
+}
+
+void LayerWork::Handoff(const OpCall& call, int to_stage, bool gradient,
+                        const std::vector<float>& data) {
+  std::lock_guard<std::mutex> lock(handoff_mu_);
+  handoff_[{call.tensor_rank, to_stage, call.action.microbatch, gradient}] = data;
 }
 
 std::map<int, LayerWork::Cell>& LayerWork::Cells(const OpCall& call) {

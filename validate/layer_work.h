@@ -4,7 +4,9 @@
 // on. The layers are rebuilt from model.json's `source.workload`.
 //
 // F runs Block::Forward through the stage's layers on the received
-// activation (stage 0: a fixed input), B runs Backward, I BackwardInput and
+// activation (stage 0: a fixed input; a stage whose predecessor is on the
+// same rank, as in V placements, takes the output that stage handed over
+// without a message, and gradients likewise), B runs Backward, I BackwardInput and
 // W BackwardWeight, on real float32 buffers. What a forward keeps (the
 // workload's Saved buffers) is charged to the stage's MemoryPool at its real
 // size (Saved::Bytes), re-charged after I (the weight gradient keeps a
@@ -27,7 +29,9 @@
 
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "base/status.h"
@@ -72,6 +76,8 @@ class LayerWork final : public OpWork {
   // Sums a partial output over the call's tensor group (nothing at t = 1).
   Status AllReduce(const OpCall& call, std::vector<float>& data);
   std::map<int, Cell>& Cells(const OpCall& call);
+  Status TakeHandoff(const OpCall& call, bool gradient, std::vector<float>* out);
+  void Handoff(const OpCall& call, int to_stage, bool gradient, const std::vector<float>& data);
 
   std::vector<std::vector<cpu::Block>> shards_;  // per tensor rank: the layers
   std::vector<StageLayers> partition_;
@@ -79,6 +85,11 @@ class LayerWork final : public OpWork {
   const Clock* clock_;
   // Per tensor rank and virtual stage (index j · stages + stage): micro-batch -> cell.
   std::vector<std::map<int, Cell>> cells_;
+  // Outputs handed to a stage on the same rank, which gets no message:
+  // (tensor rank, receiving stage, micro-batch, gradient) -> floats. Shared
+  // by the workers (guarded by handoff_mu_).
+  std::map<std::tuple<int, int, int, bool>, std::vector<float>> handoff_;
+  std::mutex handoff_mu_;
   std::vector<float> input_;      // stage 0's input, fixed
   std::vector<float> loss_grad_;  // the last stage's output gradient, fixed
 };

@@ -143,6 +143,44 @@ TEST(LayerWork, ZeroBubbleSplitRunsAndFreesEverythingAtW) {
   EXPECT_EQ(stages.p1.held(), 0);
 }
 
+TEST(LayerWork, AVPlacementHandsOverBetweenStagesOfOneRank) {
+  // Given ZB-V on 2 ranks (4 stages in a V: rank 0 holds stages 0 and 3,
+  // rank 1 stages 1 and 2, so 1 -> 2 and its gradient stay on rank 1) over
+  // 4 layers and 4 micro-batches: the run finishes, and its weight gradients
+  // are a sequential run's bit for bit.
+  Result<Schedule> s = MakeSchedule(ScheduleKind::kZBV, 2, 4, 2);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  testing::World w = testing::MakeWorld(WorkloadModel(4), *s);
+  Result<std::unique_ptr<LayerWork>> work = LayerWork::Make(w.model, w.plan, &clock_);
+  ASSERT_TRUE(work.ok()) << work.status().message();
+  TwoStages stages;
+  Result<std::vector<StageRun>> runs = stages.Run(w, work->get(), 1);
+  ASSERT_TRUE(runs.ok()) << runs.status().message();
+  std::vector<cpu::Block> ref;
+  for (int l = 0; l < 4; ++l) ref.emplace_back(kShape, 1 + l);
+  const size_t n = 4 * 16;
+  std::vector<float> input(n), grad(n, 1.0f / n);
+  for (size_t i = 0; i < n; ++i) input[i] = std::sin(0.01f * static_cast<float>(i));
+  for (int mb = 0; mb < 4; ++mb) {
+    std::vector<cpu::Saved> saved;
+    std::vector<float> x = input, y(n);
+    for (cpu::Block& b : ref) {
+      saved.push_back(b.Forward(x, y, 1));
+      x.swap(y);
+    }
+    std::vector<float> dy = grad, dx(n);
+    for (int l = 3; l >= 0; --l) {
+      ref[l].Backward(saved[l], dy, dx);
+      dy.swap(dx);
+    }
+  }
+  for (int l = 0; l < 4; ++l) {
+    const auto got = (*work)->blocks()[l].GradientW2();
+    const auto want = ref[l].GradientW2();
+    EXPECT_TRUE(std::equal(got.begin(), got.end(), want.begin())) << "layer " << l;
+  }
+}
+
 TEST(LayerWork, TensorParallelWorkersAllReduceToTheSequentialGradients) {
   // Given 4 layers on 2 ranks x 2 tensor-parallel workers under 1F1B with 3
   // micro-batches: 4 worker threads, 2 in-process all-reduce groups.
