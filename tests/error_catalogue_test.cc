@@ -312,6 +312,15 @@ std::vector<Case> Catalogue() {
                   "analytic --name x --layers 2 --hidden 64 --heads 8 --seq 8 --vocab 8 "
                   "--matmul-efficiency nan",
                   1, "--matmul-efficiency nan must be in (0, 1]"));
+  // profiler cpu's tensor-parallel shards (issue 15 part 6): refused before
+  // anything is measured.
+  c.push_back(Row("profiler_cpu_tensor_parallel_not_dividing_ffn", kProfiler, {},
+                  "cpu --layers 1 --hidden 8 --ffn 6 --tensor-parallel 1,4", 1,
+                  "--tensor-parallel 4: layer 0's ffn 6 does not divide into 4 shards",
+                  After::kNoOutputs));
+  c.push_back(Row("profiler_cpu_tensor_parallel_without_1", kProfiler, {},
+                  "cpu --layers 1 --hidden 8 --ffn 8 --tensor-parallel 2", 1,
+                  "--tensor-parallel must include 1", After::kNoOutputs));
   c.push_back(Row("profiler_tensor_parallel_not_dividing_heads", kProfiler, {},
                   "analytic --name x --layers 2 --hidden 64 --heads 8 --seq 8 --vocab 8 "
                   "--tensor-parallel 1,3",
