@@ -152,7 +152,7 @@ void Engine::SweepRank(int rank) {
       --n;
       for (int pos = 0; pos < n; ++pos) order[pos] = order[pos + 1];
     }
-    const Bytes bytes = st.bytes >= 0 ? st.bytes : costs_[ev_[id].hop].output_bytes;
+    const Bytes bytes = st.bytes >= 0 ? st.bytes : costs_[HopOf(ev_[id].hop)].output_bytes;
     if (st.out) {  // sent from here: the send buffer is freed
       mem.Change(t, 0, -bytes, 0);
     } else {  // received here: held until the consuming op ends
