@@ -62,19 +62,21 @@ void Engine::RecordTimeline() {
       started[RankOf(ev_[id].parent)] = id;
     }
   }
-  std::vector<OpRecord>& ops = out_->ops;
-  ops.reserve(num_ops_);
+  // Records are written in place (sized up front) rather than pushed back.
+  out_->ops.resize(num_ops_);
+  OpRecord* op = out_->ops.data();
   for (size_t k = 0; k < places; ++k) {
     const int32_t id = started[k];
     if (id < 0) continue;
     const int r = op_rank[id];
     const int32_t parent = ev_[id].parent;
     const TimeNs start = parent < 0 ? 0 : ev_[parent].time;
-    ops.push_back(OpRecord{r, sched_.actions[r][id - op_first_[r]], start, ev_[id].time});
+    *op++ = OpRecord{r, sched_.actions[r][id - op_first_[r]], start, ev_[id].time};
   }
   size_t transfers = 0;
   for (const LinkState& link : links_) transfers += link.count;
-  out_->transfers.reserve(transfers);
+  out_->transfers.resize(transfers);
+  TransferRecord* transfer = out_->transfers.data();
   std::vector<int32_t> sent(links_.size(), 0);
   // The transfer of rank r's op i, sent when `event` was processed.
   auto send = [&](int r, int32_t i, int32_t event) {
@@ -87,9 +89,16 @@ void Engine::RecordTimeline() {
     const int li = hc.link;
     const LinkState& link = links_[li];
     const TimeNs arrive = ev_[link.first + sent[li]++].time;
-    out_->transfers.push_back(TransferRecord{r, link.dst, a.stage, dst_stage, a.microbatch,
-                                             gradient, costs_[hop].output_bytes, ready,
-                                             arrive - hc.latency - hc.serial, arrive});
+    *transfer++ = TransferRecord{r,
+                                 link.dst,
+                                 a.stage,
+                                 dst_stage,
+                                 a.microbatch,
+                                 gradient,
+                                 costs_[hop].output_bytes,
+                                 ready,
+                                 arrive - hc.latency - hc.serial,
+                                 arrive};
   };
   for (size_t k = p; k < places; ++k) {
     const int32_t e = by_rank_[k];

@@ -143,7 +143,7 @@ class Engine {
   // Real links end a walk in a step or two; wavefronts of equal times (the
   // ideal cluster) make walks of O(p + m) steps, which ranking the events
   // (tens of ns per event) beats.
-  static constexpr int64_t kWalkStepsPerEvent = 8;
+  static constexpr int64_t kWalkStepsPerEvent = 1;
   bool Decided(int32_t e) const {
     return e < 0 ||
            (e < num_ops_ ? ev_[e].hop == kNoAlternative : (ev_[e].hop & kTiedArrival) == 0);
@@ -155,7 +155,7 @@ class Engine {
   }
   TimeNs TimeOf(int32_t e) const { return e < 0 ? -1 : ev_[e].time; }
   // Place in the processing order, once ranked: the starts are 0..p-1.
-  int32_t RankOf(int32_t e) const { return e < 0 ? -1 - e : rank_[e]; }
+  int32_t RankOf(int32_t e) const { return e < 0 ? -1 - e : node_[e].rank; }
   // Order among the events one event inserted (see "The event order").
   int SiblingOrder(int32_t e) const { return e < num_ops_ ? 2 : (ev_[e].hop >> 1) & 1; }
   // An arrival's `hop` field: the boundary crossed, whether it carries a
@@ -175,8 +175,9 @@ class Engine {
   int Candidates(int32_t e, int32_t out[3]) const;
   void RankEvents();
   template <typename T>
-  void NumberInstants(const T* sorted, int32_t n, int32_t* instant);
-  static constexpr int kWaiterSlots = 4;
+  void NumberInstants(const T* sorted, int32_t n);
+  // How far ahead in the processing order the ranking step prefetches.
+  static constexpr int32_t kPrefetchPlaces = 16;
   void SweepMemory(int rank);
   template <int kWidth, bool kRecord>
   void SweepRank(int rank);
@@ -201,10 +202,22 @@ class Engine {
   LargeArray<Event> ev_;  // per event, one cache line holds four
   // Ties pass 1 left open (op ends with three candidate causes: two more each).
   std::vector<std::pair<int32_t, int32_t>> alternatives_;
-  int64_t ties_ = 0;             // events whose cause pass 1 left open
-  bool ranked_ = false;          // rank_ and by_rank_ hold the processing order
-  int64_t walk_budget_ = 0;      // TryTieBefore()'s steps left
-  LargeArray<int32_t> rank_;     // per event: RankOf()
+  int64_t ties_ = 0;         // events whose cause pass 1 left open
+  bool ranked_ = false;      // rank_ and by_rank_ hold the processing order
+  int64_t walk_budget_ = 0;  // TryTieBefore()'s steps left
+  // Per event, for the ranking step: the events waiting on it (one per
+  // sibling order, and a second op end: an arrival both halves of an
+  // overlapped pair wait on), its instant, its candidates not yet processed
+  // (and at first), and then its place in the processing order.
+  struct RankNode {
+    int32_t waiter[4];
+    int32_t instant;
+    int16_t open;
+    int16_t open_at_start;
+    int32_t rank;
+    int32_t unused;
+  };
+  LargeArray<RankNode> node_;
   LargeArray<int32_t> by_rank_;  // per place p + k: the event there
   std::vector<int32_t> group_;   // the ranking step's next free place per instant
   std::vector<OpCost> op_cost_;  // per (stage, kind, overlapped)

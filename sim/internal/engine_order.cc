@@ -85,28 +85,24 @@ void Engine::RankEvents() {
   const int32_t n = num_events_;
   const int p = sched_.num_ranks;
   const size_t size = static_cast<size_t>(std::max(n, 1));
-  rank_.Reset(size);
   by_rank_.Reset(static_cast<size_t>(p) + n);
   for (int r = 0; r < p; ++r) by_rank_[r] = -1 - r;
-  // Who waits on each event: one slot per sibling order, and a second for an
-  // op end (an arrival both halves of an overlapped pair wait on).
-  LargeArray<int32_t> waiters;
-  waiters.Reset(size * kWaiterSlots);
-  std::memset(waiters.data(), 0xff, sizeof(int32_t) * size * kWaiterSlots);
-  LargeArray<int8_t> open;  // per event: candidates not yet processed
-  open.Reset(size);
+  int32_t* const place = by_rank_.data() + p;
+  std::memset(place, 0xff, sizeof(int32_t) * static_cast<size_t>(n));
+  node_.Reset(size);
+  std::memset(node_.data(), 0xff, sizeof(RankNode) * static_cast<size_t>(n));
   std::vector<int32_t> start_waiter(p, -1);
   for (int32_t e = 0; e < n; ++e) {
     int32_t c[3];
     const int nc = Candidates(e, c);
-    open[e] = static_cast<int8_t>(nc);
+    node_[e].open = nc;
     const int sib = SiblingOrder(e);
     for (int i = 0; i < nc; ++i) {
       if (c[i] < 0) {
         start_waiter[-1 - c[i]] = e;
         continue;
       }
-      int32_t* slot = &waiters[static_cast<size_t>(c[i]) * kWaiterSlots + sib];
+      int32_t* slot = &node_[c[i]].waiter[sib];
       if (*slot >= 0) ++slot;  // the second op end
       *slot = e;
     }
@@ -114,44 +110,56 @@ void Engine::RankEvents() {
   uint64_t all = 0;
   for (int32_t e = 0; e < n; ++e) all |= static_cast<uint64_t>(ev_[e].time);
   const int bits = all == 0 ? 0 : 64 - __builtin_clzll(all);
-  LargeArray<int32_t> instant;  // per event: its instant's next free place
-  instant.Reset(size);
-  std::vector<int32_t>& fill = group_;
-  fill.clear();
+  group_.clear();
   if (bits <= 32) {
     LargeArray<uint64_t> a, b;
     a.Reset(size);
     b.Reset(size);
     for (int32_t e = 0; e < n; ++e) a[e] = static_cast<uint64_t>(ev_[e].time) << 32 | e;
-    NumberInstants(SortByTime(a.data(), b.data(), n, bits), n, instant.data());
+    NumberInstants(SortByTime(a.data(), b.data(), n, bits), n);
   } else {
     LargeArray<Keyed> a, b;
     a.Reset(size);
     b.Reset(size);
     for (int32_t e = 0; e < n; ++e) a[e] = Keyed{static_cast<uint64_t>(ev_[e].time), e};
-    NumberInstants(SortByTime(a.data(), b.data(), n, bits), n, instant.data());
+    NumberInstants(SortByTime(a.data(), b.data(), n, bits), n);
   }
-  int32_t* const place = by_rank_.data() + p;
-  auto insert = [&](int32_t e, int32_t parent) {
-    Event& ev = ev_[e];
-    ev.parent = parent;
-    if (e < num_ops_) {
-      ev.hop = kNoAlternative;
-    } else {
-      ev.hop &= ~kTiedArrival;
+  int32_t* const fill = group_.data();
+  auto insert = [&](int32_t e, int32_t parent) __attribute__((always_inline)) {
+    if (node_[e].open_at_start > 1) {  // tied: the parent is chosen now
+      Event& ev = ev_[e];
+      ev.parent = parent;
+      if (e < num_ops_) {
+        ev.hop = kNoAlternative;
+      } else {
+        ev.hop &= ~kTiedArrival;
+      }
     }
-    place[fill[instant[e]]++] = e;
+    place[fill[node_[e].instant]++] = e;
   };
   for (int r = 0; r < p; ++r) {
     const int32_t e = start_waiter[r];
-    if (e >= 0 && --open[e] == 0) insert(e, -1 - r);
+    if (e >= 0 && --node_[e].open == 0) insert(e, -1 - r);
   }
   for (int32_t k = 0; k < n; ++k) {
+    // The places ahead are mostly filled by now: fetch their nodes, and the
+    // nodes and events of their waiters, while this one is handled.
+    if (k + kPrefetchPlaces < n && place[k + kPrefetchPlaces] >= 0) {
+      __builtin_prefetch(&node_[place[k + kPrefetchPlaces]]);
+    }
+    if (k + kPrefetchPlaces / 2 < n && place[k + kPrefetchPlaces / 2] >= 0) {
+      for (int32_t w : node_[place[k + kPrefetchPlaces / 2]].waiter) {
+        if (w >= 0) {
+          __builtin_prefetch(&node_[w], 1);
+          __builtin_prefetch(&ev_[w], 1);
+        }
+      }
+    }
     const int32_t x = place[k];
-    rank_[x] = p + k;
-    const int32_t* w = &waiters[static_cast<size_t>(x) * kWaiterSlots];
-    for (int j = 0; j < kWaiterSlots; ++j) {
-      if (w[j] >= 0 && --open[w[j]] == 0) insert(w[j], x);
+    RankNode& nx = node_[x];
+    nx.rank = p + k;
+    for (int32_t w : nx.waiter) {
+      if (w >= 0 && --node_[w].open == 0) insert(w, x);
     }
   }
   ranked_ = true;
@@ -160,10 +168,12 @@ void Engine::RankEvents() {
 // Each event's instant (its index in `group_`, which holds each instant's
 // first place) from the events sorted by time.
 template <typename T>
-void Engine::NumberInstants(const T* sorted, int32_t n, int32_t* instant) {
+void Engine::NumberInstants(const T* sorted, int32_t n) {
   for (int32_t i = 0; i < n; ++i) {
     if (i == 0 || TimeOfKey(sorted[i]) != TimeOfKey(sorted[i - 1])) group_.push_back(i);
-    instant[IdOfKey(sorted[i])] = static_cast<int32_t>(group_.size()) - 1;
+    RankNode& node = node_[IdOfKey(sorted[i])];
+    node.instant = static_cast<int32_t>(group_.size()) - 1;
+    node.open_at_start = node.open;
   }
 }
 
