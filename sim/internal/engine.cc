@@ -44,30 +44,22 @@ Status Engine::Run(EngineTotals* totals) {
 }
 
 // The op and transfer records in the order the old engine appended them:
-// ops as they started (by the event that started them: each event starts
-// at most one op), transfers as their producers ended (an overlapped pair's
-// forward half sends when the pair ends, before the pair's own send). With
-// the events ranked both are a walk over the processing order.
+// ops as they started (by the event that started them, which the ranking
+// step lists as it goes), transfers as their producers ended (an overlapped
+// pair's forward half sends when the pair ends, before the pair's own
+// send), a walk over the processing order.
 void Engine::RecordTimeline() {
   const int p = sched_.num_ranks;
   const size_t places = static_cast<size_t>(p) + num_events_;
-  LargeArray<int32_t> started;  // per place: the op its event started, or -1
-  started.Reset(places);
-  std::memset(started.data(), 0xff, sizeof(int32_t) * places);
   LargeArray<int32_t> op_rank;
   op_rank.Reset(static_cast<size_t>(std::max(num_ops_, 1)));
   for (int r = 0; r < p; ++r) {
-    for (int32_t id = op_first_[r]; id < op_first_[r + 1]; ++id) {
-      op_rank[id] = r;
-      started[RankOf(ev_[id].parent)] = id;
-    }
+    std::fill(op_rank.data() + op_first_[r], op_rank.data() + op_first_[r + 1], r);
   }
   // Records are written in place (sized up front) rather than pushed back.
   out_->ops.resize(num_ops_);
   OpRecord* op = out_->ops.data();
-  for (size_t k = 0; k < places; ++k) {
-    const int32_t id = started[k];
-    if (id < 0) continue;
+  for (const int32_t id : op_order_) {
     const int r = op_rank[id];
     const int32_t parent = ev_[id].parent;
     const TimeNs start = parent < 0 ? 0 : ev_[parent].time;

@@ -155,7 +155,7 @@ class Engine {
   }
   TimeNs TimeOf(int32_t e) const { return e < 0 ? -1 : ev_[e].time; }
   // Place in the processing order, once ranked: the starts are 0..p-1.
-  int32_t RankOf(int32_t e) const { return e < 0 ? -1 - e : node_[e].rank; }
+  int32_t RankOf(int32_t e) const { return e < 0 ? -1 - e : rank_[e]; }
   // Order among the events one event inserted (see "The event order").
   int SiblingOrder(int32_t e) const { return e < num_ops_ ? 2 : (ev_[e].hop >> 1) & 1; }
   // An arrival's `hop` field: the boundary crossed, whether it carries a
@@ -218,9 +218,11 @@ class Engine {
     int32_t unused;
   };
   LargeArray<RankNode> node_;
-  LargeArray<int32_t> by_rank_;  // per place p + k: the event there
-  std::vector<int32_t> group_;   // the ranking step's next free place per instant
-  std::vector<OpCost> op_cost_;  // per (stage, kind, overlapped)
+  LargeArray<int32_t> rank_;       // per event: its place, once ranked
+  std::vector<int32_t> op_order_;  // the ops in start order, once ranked
+  LargeArray<int32_t> by_rank_;    // per place p + k: the event there
+  std::vector<int32_t> group_;     // the ranking step's next free place per instant
+  std::vector<OpCost> op_cost_;    // per (stage, kind, overlapped)
   LargeArray<Cell> cells_;
   std::vector<LinkState> links_;
   // Per stage s: the link carrying s's activations to s+1 and the one

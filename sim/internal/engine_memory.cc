@@ -13,9 +13,12 @@ template <bool kRecord>
 struct LiveMemory {
   Bytes act = 0, comm = 0, ws = 0;
   Bytes peak_act = 0, peak_comm = 0, peak_ws = 0, peak_total = 0;
-  MemorySample* cursor = nullptr;  // when recording: the next sample's slot
+  std::vector<MemorySample>* timeline = nullptr;  // when recording
 
-  [[gnu::always_inline]] void Change(TimeNs now, Bytes d_act, Bytes d_comm, Bytes d_ws) {
+  // Flattened, so the timeline's push_back is inlined too (a call per
+  // change cost a fifth of a simulation with a timeline).
+  [[gnu::always_inline, gnu::flatten]] void Change(TimeNs now, Bytes d_act, Bytes d_comm,
+                                                   Bytes d_ws) {
     act += d_act;
     comm += d_comm;
     ws += d_ws;
@@ -29,7 +32,7 @@ struct LiveMemory {
     // Every change is kept, several per instant included, so a high that
     // lasts zero time (an op's output allocated before its workspace is
     // freed) still shows in the timeline as it does in the peak.
-    if constexpr (kRecord) *cursor++ = MemorySample{now, act, comm, ws};
+    if constexpr (kRecord) timeline->push_back(MemorySample{now, act, comm, ws});
   }
 };
 
@@ -52,15 +55,13 @@ void Engine::SweepRank(int rank) {
   const int32_t first = op_first_[rank];
   const int32_t size = static_cast<int32_t>(list.size());
   LiveMemory<kRecord> mem;
-  std::vector<MemorySample>* const timeline = &out_->per_rank[rank].memory_timeline;
   if constexpr (kRecord) {
-    // Room for every change (written in place: a push_back per change cost
-    // a fifth of a simulation with a timeline), trimmed to size at the end.
+    // Every change: two per op, one per send and one per arrival.
+    mem.timeline = &out_->per_rank[rank].memory_timeline;
     size_t samples = 2 * static_cast<size_t>(size);
     for (int li : rank_links_[rank]) samples += links_[li].count;
     for (const Action& a : list) samples += CostOf(a).send != 0;
-    timeline->resize(samples);
-    mem.cursor = timeline->data();
+    mem.timeline->reserve(samples);
   }
   int inflight = 0, peak_inflight = 0;
 
@@ -163,7 +164,6 @@ void Engine::SweepRank(int rank) {
       if (trigger == id) start(t);
     }
   }
-  if constexpr (kRecord) timeline->resize(mem.cursor - timeline->data());
   RankTotals& totals = totals_->ranks[rank];
   totals.peak_activations = mem.peak_act;
   totals.peak_comm = mem.peak_comm;

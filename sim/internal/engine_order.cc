@@ -95,7 +95,8 @@ void Engine::RankEvents() {
   for (int32_t e = 0; e < n; ++e) {
     int32_t c[3];
     const int nc = Candidates(e, c);
-    node_[e].open = nc;
+    node_[e].open = static_cast<int16_t>(nc);
+    node_[e].open_at_start = static_cast<int16_t>(nc);
     const int sib = SiblingOrder(e);
     for (int i = 0; i < nc; ++i) {
       if (c[i] < 0) {
@@ -136,7 +137,12 @@ void Engine::RankEvents() {
       }
     }
     place[fill[node_[e].instant]++] = e;
+    // Each event starts at most one op: the ops in the order their
+    // starting events are processed are the ops in start order.
+    if (e < num_ops_) op_order_.push_back(e);
   };
+  op_order_.clear();
+  op_order_.reserve(num_ops_);
   for (int r = 0; r < p; ++r) {
     const int32_t e = start_waiter[r];
     if (e >= 0 && --node_[e].open == 0) insert(e, -1 - r);
@@ -157,11 +163,15 @@ void Engine::RankEvents() {
     }
     const int32_t x = place[k];
     RankNode& nx = node_[x];
-    nx.rank = p + k;
+    nx.rank = p + k;  // the place
     for (int32_t w : nx.waiter) {
       if (w >= 0 && --node_[w].open == 0) insert(w, x);
     }
   }
+  // Only the places stay: 4 bytes an event instead of the nodes' 32.
+  rank_.Reset(size);
+  for (int32_t e = 0; e < n; ++e) rank_[e] = node_[e].rank;
+  node_.Reset(0);
   ranked_ = true;
 }
 
@@ -171,9 +181,7 @@ template <typename T>
 void Engine::NumberInstants(const T* sorted, int32_t n) {
   for (int32_t i = 0; i < n; ++i) {
     if (i == 0 || TimeOfKey(sorted[i]) != TimeOfKey(sorted[i - 1])) group_.push_back(i);
-    RankNode& node = node_[IdOfKey(sorted[i])];
-    node.instant = static_cast<int32_t>(group_.size()) - 1;
-    node.open_at_start = node.open;
+    node_[IdOfKey(sorted[i])].instant = static_cast<int32_t>(group_.size()) - 1;
   }
 }
 
