@@ -49,18 +49,20 @@ namespace pipecast::internal {
 // order within the parent's handling: an overlapped pair's forward transfer,
 // then any other transfer, then the op end).
 //
-// Pass 1 needs only times, which ties do not change, so where an event's
-// candidate causes end at one instant it keeps them all (`hop` below) and
-// decides nothing. The ranking step (sim/internal/engine_order.cc) then sorts
-// the events by time once and numbers them in processing order, choosing
-// each tied parent as the later-numbered candidate; from then on two events
-// compare by their numbers, in O(1). It runs when pass 1 met a tie or the
-// timeline is recorded (whose records it orders without a heap); otherwise
-// every parent is decided and a comparison walks up the parents while the
-// times are equal (TieBefore()), which ends at the first step with real
-// links. Walking was the only way before: on the ideal cluster, where whole
-// wavefronts of a pipeline share an instant, each walk went back O(p + m)
-// events.
+// Ties are decided two ways, with the same answers. Walking (TieBefore(),
+// TryTieBefore()): compare the parents' times, and while they are equal
+// their parents', and so on; with real links a walk ends in a step or two,
+// but on the ideal cluster, where whole wavefronts of a pipeline share an
+// instant, it goes back O(p + m) events. Ranking (RankEvents(),
+// sim/internal/engine_order.cc): times do not depend on ties, so pass 1 can
+// keep a tie's candidate causes (`hop` below) instead of choosing; the
+// ranking step then replays the old queue with the times known (a radix sort
+// gives each instant its block of places; an event is inserted when its last
+// candidate is processed, which is its parent) and numbers every event, and
+// from then on a comparison is two loads. The engine walks until its walks
+// have cost kWalkStepsPerEvent steps per event, then ranks, in pass 1 or in
+// pass 2; with a timeline it ranks from the start (the records are taken in
+// the ranked order).
 //
 // Pass 2 (memory). Each rank's memory changes come from its own ops and
 // from the arrivals on the links into and out of it: each of those streams
@@ -208,14 +210,12 @@ class Engine {
   // Per event, for the ranking step: the events waiting on it (one per
   // sibling order, and a second op end: an arrival both halves of an
   // overlapped pair wait on), its instant, its candidates not yet processed
-  // (and at first), and then its place in the processing order.
+  // (and at first); 24 bytes.
   struct RankNode {
     int32_t waiter[4];
     int32_t instant;
     int16_t open;
     int16_t open_at_start;
-    int32_t rank;
-    int32_t unused;
   };
   LargeArray<RankNode> node_;
   LargeArray<int32_t> rank_;       // per event: its place, once ranked

@@ -90,6 +90,7 @@ void Engine::RankEvents() {
   int32_t* const place = by_rank_.data() + p;
   std::memset(place, 0xff, sizeof(int32_t) * static_cast<size_t>(n));
   node_.Reset(size);
+  rank_.Reset(size);
   std::memset(node_.data(), 0xff, sizeof(RankNode) * static_cast<size_t>(n));
   std::vector<int32_t> start_waiter(p, -1);
   for (int32_t e = 0; e < n; ++e) {
@@ -118,12 +119,20 @@ void Engine::RankEvents() {
     b.Reset(size);
     for (int32_t e = 0; e < n; ++e) a[e] = static_cast<uint64_t>(ev_[e].time) << 32 | e;
     NumberInstants(SortByTime(a.data(), b.data(), n, bits), n);
+    if (options_.record_timeline) {
+      a.ReleaseToSystem();
+      b.ReleaseToSystem();
+    }
   } else {
     LargeArray<Keyed> a, b;
     a.Reset(size);
     b.Reset(size);
     for (int32_t e = 0; e < n; ++e) a[e] = Keyed{static_cast<uint64_t>(ev_[e].time), e};
     NumberInstants(SortByTime(a.data(), b.data(), n, bits), n);
+    if (options_.record_timeline) {
+      a.ReleaseToSystem();
+      b.ReleaseToSystem();
+    }
   }
   int32_t* const fill = group_.data();
   auto insert = [&](int32_t e, int32_t parent) __attribute__((always_inline)) {
@@ -162,16 +171,19 @@ void Engine::RankEvents() {
       }
     }
     const int32_t x = place[k];
-    RankNode& nx = node_[x];
-    nx.rank = p + k;  // the place
+    const RankNode& nx = node_[x];
+    rank_[x] = p + k;
     for (int32_t w : nx.waiter) {
       if (w >= 0 && --node_[w].open == 0) insert(w, x);
     }
   }
-  // Only the places stay: 4 bytes an event instead of the nodes' 32.
-  rank_.Reset(size);
-  for (int32_t e = 0; e < n; ++e) rank_[e] = node_[e].rank;
-  node_.Reset(0);
+  // Only the places stay. With a timeline the records come next and need
+  // the memory more than the next simulation does.
+  if (options_.record_timeline) {
+    node_.ReleaseToSystem();
+  } else {
+    node_.Reset(0);
+  }
   ranked_ = true;
 }
 

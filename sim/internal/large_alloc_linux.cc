@@ -72,4 +72,6 @@ void FreeLarge(void* p, size_t bytes) {
   std::free(freed.p);
 }
 
+void FreeLargeToSystem(void* p, size_t) { std::free(p); }
+
 }  // namespace pipecast::internal
