@@ -176,6 +176,7 @@ class Engine {
   Status Deadlock() const;
   int Candidates(int32_t e, int32_t out[3]) const;
   void RankEvents();
+  bool RankBySort();
   template <typename T>
   void NumberInstants(const T* sorted, int32_t n);
   // How far ahead in the processing order the ranking step prefetches.

@@ -82,6 +82,10 @@ int Engine::Candidates(int32_t e, int32_t out[3]) const {
 // comparison sort to be cheap), each with its block of places; nothing else
 // is compared.
 void Engine::RankEvents() {
+  if (ties_ == 0 && walk_budget_ > 0 && RankBySort()) {
+    ranked_ = true;
+    return;
+  }
   const int32_t n = num_events_;
   const int p = sched_.num_ranks;
   const size_t size = static_cast<size_t>(std::max(n, 1));
@@ -185,6 +189,63 @@ void Engine::RankEvents() {
     node_.Reset(0);
   }
   ranked_ = true;
+}
+
+// Where every parent is decided and ties are few (real links), the
+// processing order is the time order with each instant's few events put in
+// order by walking (TryTieBefore()): no replay. False, with nothing kept,
+// when a walk runs out of budget (a wavefront): the replay does it then.
+bool Engine::RankBySort() {
+  const int32_t n = num_events_;
+  const int p = sched_.num_ranks;
+  const size_t size = static_cast<size_t>(std::max(n, 1));
+  uint64_t all = 0;
+  for (int32_t e = 0; e < n; ++e) all |= static_cast<uint64_t>(ev_[e].time);
+  const int bits = all == 0 ? 0 : 64 - __builtin_clzll(all);
+  if (bits > 32) return false;  // the replay's wide keys; rare enough
+  LargeArray<uint64_t> a, b;
+  a.Reset(size);
+  b.Reset(size);
+  for (int32_t e = 0; e < n; ++e) a[e] = static_cast<uint64_t>(ev_[e].time) << 32 | e;
+  const uint64_t* sorted = SortByTime(a.data(), b.data(), n, bits);
+  by_rank_.Reset(static_cast<size_t>(p) + n);
+  for (int r = 0; r < p; ++r) by_rank_[r] = -1 - r;
+  int32_t* const place = by_rank_.data() + p;
+  for (int32_t i = 0; i < n;) {
+    int32_t j = i + 1;
+    while (j < n && TimeOfKey(sorted[j]) == TimeOfKey(sorted[i])) ++j;
+    for (int32_t k = i; k < j; ++k) place[k] = IdOfKey(sorted[k]);
+    // Insertion sort of one instant's events (a few on real links).
+    for (int32_t k = i + 1; k < j; ++k) {
+      const int32_t x = place[k];
+      int32_t pos = k;
+      for (; pos > i; --pos) {
+        const int order = TryTieBefore(x, place[pos - 1]);
+        if (order == kUnknown) return false;
+        if (order == 0) break;
+        place[pos] = place[pos - 1];
+      }
+      place[pos] = x;
+    }
+    i = j;
+  }
+  if (options_.record_timeline) {
+    a.ReleaseToSystem();
+    b.ReleaseToSystem();
+  }
+  rank_.Reset(size);
+  for (int32_t k = 0; k < n; ++k) rank_[place[k]] = p + k;
+  // Ops in start order: each event starts at most one op.
+  LargeArray<int32_t> started;
+  started.Reset(static_cast<size_t>(p) + n);
+  std::memset(started.data(), 0xff, sizeof(int32_t) * (static_cast<size_t>(p) + n));
+  for (int32_t id = 0; id < num_ops_; ++id) started[RankOf(ev_[id].parent)] = id;
+  op_order_.clear();
+  op_order_.reserve(num_ops_);
+  for (size_t k = 0; k < static_cast<size_t>(p) + n; ++k) {
+    if (started[k] >= 0) op_order_.push_back(started[k]);
+  }
+  return true;
 }
 
 // Each event's instant (its index in `group_`, which holds each instant's

@@ -72,7 +72,7 @@ void Engine::Prepare() {
   alternatives_.clear();
   ties_ = 0;
   ranked_ = false;
-  walk_budget_ = options_.record_timeline ? 0 : kWalkStepsPerEvent * next_id;
+  walk_budget_ = kWalkStepsPerEvent * next_id;
 
   op_cost_.assign(static_cast<size_t>(n) * 8, OpCost{});
   for (int s = 0; s < n; ++s) {
