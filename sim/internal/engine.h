@@ -61,8 +61,9 @@ namespace pipecast::internal {
 // candidate is processed, which is its parent) and numbers every event, and
 // from then on a comparison is two loads. The engine walks until its walks
 // have cost kWalkStepsPerEvent steps per event, then ranks, in pass 1 or in
-// pass 2; with a timeline it ranks from the start (the records are taken in
-// the ranked order).
+// pass 2; with a timeline it always ranks after pass 1 (the records are
+// taken in the ranked order). Where no tie was left open, the ranking is
+// the time sort with each instant ordered by walking (RankBySort()).
 //
 // Pass 2 (memory). Each rank's memory changes come from its own ops and
 // from the arrivals on the links into and out of it: each of those streams
@@ -135,11 +136,10 @@ class Engine {
   // Processing order of two distinct events (or starts) at one time.
   // Ranks the events (RankEvents()) when a walk of its parents would be long.
   bool TieBefore(int32_t x, int32_t y);
-  // TieBefore() by walking up decided parents: 1 or 0, or kUnknown once the
-  // walks of this simulation have taken kWalkStepsPerEvent steps per event
-  // (or at once when the timeline is recorded, whose records need the
-  // ranking anyway). Either way the answer is the same; only the cost
-  // differs.
+  // TieBefore() by walking up decided parents: 1 or 0, or kUnknown at an
+  // undecided parent or once the walks of this simulation have taken
+  // kWalkStepsPerEvent steps per event. Either way the answer is the same;
+  // only the cost differs.
   int TryTieBefore(int32_t x, int32_t y);
   static constexpr int kUnknown = -1;
   // Real links end a walk in a step or two; wavefronts of equal times (the
