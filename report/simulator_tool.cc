@@ -264,8 +264,9 @@ Status WriteOutputs(const Flags& flags, const Model& model, const Setup& setup,
             .WithPrefix("--schedule-out"));
   }
   if (!flags.trace_path.empty()) {
-    PIPECAST_RETURN_IF_ERROR(
-        WriteFileAtomic(flags.trace_path, TraceJson(result)).WithPrefix("--trace"));
+    PIPECAST_RETURN_IF_ERROR(WriteFileAtomicStreamed(flags.trace_path, [&](const TextSink& sink) {
+                               WriteTraceJson(result, TraceOptions{}, sink);
+                             }).WithPrefix("--trace"));
   }
   if (!flags.report_path.empty()) {
     const ReportInputs inputs =
