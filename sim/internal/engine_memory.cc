@@ -2,6 +2,7 @@
 // replayed in the old engine's processing order, for the peaks and the
 // memory timeline.
 #include <algorithm>
+#include <cassert>
 #include <limits>
 
 #include "sim/internal/engine.h"
@@ -13,12 +14,13 @@ template <bool kRecord>
 struct LiveMemory {
   Bytes act = 0, comm = 0, ws = 0;
   Bytes peak_act = 0, peak_comm = 0, peak_ws = 0, peak_total = 0;
-  std::vector<MemorySample>* timeline = nullptr;  // when recording
+  // When recording: the next sample to write, in a timeline sized up front
+  // to the rank's exact count of changes (SweepRank()). Written through a
+  // plain pointer: a push_back per change was not inlined, and its call and
+  // the vector's end pointer kept in memory cost a fifth of the sweep.
+  MemorySample* next = nullptr;
 
-  // Flattened, so the timeline's push_back is inlined too (a call per
-  // change cost a fifth of a simulation with a timeline).
-  [[gnu::always_inline, gnu::flatten]] void Change(TimeNs now, Bytes d_act, Bytes d_comm,
-                                                   Bytes d_ws) {
+  [[gnu::always_inline]] void Change(TimeNs now, Bytes d_act, Bytes d_comm, Bytes d_ws) {
     act += d_act;
     comm += d_comm;
     ws += d_ws;
@@ -32,7 +34,7 @@ struct LiveMemory {
     // Every change is kept, several per instant included, so a high that
     // lasts zero time (an op's output allocated before its workspace is
     // freed) still shows in the timeline as it does in the peak.
-    if constexpr (kRecord) timeline->push_back(MemorySample{now, act, comm, ws});
+    if constexpr (kRecord) *next++ = MemorySample{now, act, comm, ws};
   }
 };
 
@@ -55,13 +57,18 @@ void Engine::SweepRank(int rank) {
   const int32_t first = op_first_[rank];
   const int32_t size = static_cast<int32_t>(list.size());
   LiveMemory<kRecord> mem;
+  std::vector<MemorySample>* const timeline = &out_->per_rank[rank].memory_timeline;
+  size_t samples = 0;
   if constexpr (kRecord) {
-    // Every change: two per op, one per send and one per arrival.
-    mem.timeline = &out_->per_rank[rank].memory_timeline;
-    size_t samples = 2 * static_cast<size_t>(size);
+    // Every change, exactly: two per op (start, end), one per send (an
+    // overlapped pair sends its forward half's output too, counted on that
+    // half) and one per arrival into or out of the rank. Each is one
+    // Change() below, so the timeline is written in place, never grown.
+    samples = 2 * static_cast<size_t>(size);
     for (int li : rank_links_[rank]) samples += links_[li].count;
     for (const Action& a : list) samples += CostOf(a).send != 0;
-    mem.timeline->reserve(samples);
+    timeline->resize(samples);
+    mem.next = timeline->data();
   }
   int inflight = 0, peak_inflight = 0;
 
@@ -163,6 +170,11 @@ void Engine::SweepRank(int rank) {
       mem.Change(t, 0, bytes, 0);
       if (trigger == id) start(t);
     }
+  }
+  if constexpr (kRecord) {
+    // The count above is exact; a shortfall would be a bug in the sweep.
+    assert(mem.next == timeline->data() + samples);
+    timeline->resize(static_cast<size_t>(mem.next - timeline->data()));
   }
   RankTotals& totals = totals_->ranks[rank];
   totals.peak_activations = mem.peak_act;
