@@ -61,9 +61,11 @@ namespace pipecast::internal {
 // candidate is processed, which is its parent) and numbers every event, and
 // from then on a comparison is two loads. The engine walks until its walks
 // have cost kWalkStepsPerEvent steps per event, then ranks, in pass 1 or in
-// pass 2; with a timeline it always ranks after pass 1 (the records are
-// taken in the ranked order). Where no tie was left open, the ranking is
-// the time sort with each instant ordered by walking (RankBySort()).
+// pass 2; with a timeline it always orders the events after pass 1 (the
+// records are taken in the processing order). Where no tie was left open
+// and the walks have budget left, that order is the time sort with each
+// instant ordered by walking (RankBySort()), and no ranks are numbered: the
+// sweep's comparisons keep walking, as cheap there as without a timeline.
 //
 // Pass 2 (memory). Each rank's memory changes come from its own ops and
 // from the arrivals on the links into and out of it: each of those streams
@@ -206,7 +208,7 @@ class Engine {
   // Ties pass 1 left open (op ends with three candidate causes: two more each).
   std::vector<std::pair<int32_t, int32_t>> alternatives_;
   int64_t ties_ = 0;         // events whose cause pass 1 left open
-  bool ranked_ = false;      // rank_ and by_rank_ hold the processing order
+  bool ranked_ = false;      // rank_ holds the processing order (by_rank_ too)
   int64_t walk_budget_ = 0;  // TryTieBefore()'s steps left
   // Per event, for the ranking step: the events waiting on it (one per
   // sibling order, and a second op end: an arrival both halves of an
@@ -220,8 +222,8 @@ class Engine {
   };
   LargeArray<RankNode> node_;
   LargeArray<int32_t> rank_;       // per event: its place, once ranked
-  std::vector<int32_t> op_order_;  // the ops in start order, once ranked
-  LargeArray<int32_t> by_rank_;    // per place p + k: the event there
+  std::vector<int32_t> op_order_;  // the ops in start order, once ranked or sorted
+  LargeArray<int32_t> by_rank_;    // per place p + k: the event there, ditto
   std::vector<int32_t> group_;     // the ranking step's next free place per instant
   std::vector<OpCost> op_cost_;    // per (stage, kind, overlapped)
   LargeArray<Cell> cells_;

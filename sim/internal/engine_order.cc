@@ -85,10 +85,9 @@ int Engine::Candidates(int32_t e, int32_t out[3]) const {
 // comparison sort to be cheap), each with its block of places; nothing else
 // is compared.
 void Engine::RankEvents() {
-  if (ties_ == 0 && walk_budget_ > 0 && RankBySort()) {
-    ranked_ = true;
-    return;
-  }
+  // The records' order without ranks: comparisons keep walking (their
+  // budget is not spent, or RankBySort() would have failed).
+  if (ties_ == 0 && walk_budget_ > 0 && RankBySort()) return;
   const int32_t n = num_events_;
   const int p = sched_.num_ranks;
   const size_t size = static_cast<size_t>(std::max(n, 1));
@@ -196,7 +195,8 @@ void Engine::RankEvents() {
 
 // Where every parent is decided and ties are few (real links), the
 // processing order is the time order with each instant's few events put in
-// order by walking (TryTieBefore()): no replay. False, with nothing kept,
+// order by walking (TryTieBefore()): no replay. Fills by_rank_ and
+// op_order_ but not rank_ (ranked_ stays false). False, with nothing kept,
 // when a walk runs out of budget (a wavefront): the replay does it then.
 bool Engine::RankBySort() {
   const int32_t n = num_events_;
@@ -240,17 +240,20 @@ bool Engine::RankBySort() {
     a.ReleaseToSystem();
     b.ReleaseToSystem();
   }
-  rank_.Reset(size);
-  for (int32_t k = 0; k < n; ++k) rank_[place[k]] = p + k;
-  // Ops in start order: each event starts at most one op.
-  LargeArray<int32_t> started;
-  started.Reset(static_cast<size_t>(p) + n);
-  std::memset(started.data(), 0xff, sizeof(int32_t) * (static_cast<size_t>(p) + n));
-  for (int32_t id = 0; id < num_ops_; ++id) started[RankOf(ev_[id].parent)] = id;
+  // Ops in start order: each event (or start, -1 - rank) starts at most one
+  // op, so the ops in the processing order of what started them. No ranks
+  // are numbered: only the records need this order, and comparisons in the
+  // sweep walk as cheaply as without a timeline.
+  const size_t places = static_cast<size_t>(p) + n;
+  LargeArray<int32_t> starts;  // per event + p: the op it starts, or -1
+  starts.Reset(places);
+  std::memset(starts.data(), 0xff, sizeof(int32_t) * places);
+  for (int32_t id = 0; id < num_ops_; ++id) starts[p + ev_[id].parent] = id;
   op_order_.clear();
   op_order_.reserve(num_ops_);
-  for (size_t k = 0; k < static_cast<size_t>(p) + n; ++k) {
-    if (started[k] >= 0) op_order_.push_back(started[k]);
+  for (size_t k = 0; k < places; ++k) {
+    const int32_t op = starts[p + by_rank_[k]];
+    if (op >= 0) op_order_.push_back(op);
   }
   return true;
 }
