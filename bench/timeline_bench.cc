@@ -22,6 +22,10 @@
 // off_cpu_ns_per_op, on_cpu_ns_per_op, on_over_off (the target: at
 // most 2) and on_bytes_per_op.
 //
+// BM_RecordFloor/<schedule>/p:64/m:1024/<cluster>: the same records as the
+// timeline path's result (ops, transfers, memory samples) written from their
+// index with no simulation: cpu_ns_per_op, what the result's bytes cost alone.
+//
 // BM_TraceMemory/<schedule>/p:8/m:<m>/<trace|report>: the peak heap while
 // writing the trace (WriteTraceJson() into a sink that drops the text, as the
 // tools stream it to the file) or building the HTML report of one result,
@@ -219,6 +223,58 @@ void BM_TimelineSideBySide(benchmark::State& state, ScheduleKind kind, int ranks
   state.counters["on_bytes_per_op"] = held_bytes / ops;
 }
 
+// The floor under the timeline path: the same records as one result with a
+// timeline (as many ops, transfers and memory samples per rank, in vectors
+// sized the way the engine sizes them), filled from their index with no
+// simulation, one fresh set per iteration. What writing the result's bytes
+// costs on this machine, whatever computes them.
+void BM_RecordFloor(benchmark::State& state, ScheduleKind kind, int ranks, int microbatches,
+                    const std::string& cluster_name) {
+  Setup setup;
+  if (!MakeSetup(state, kind, ranks, microbatches, cluster_name, &setup)) return;
+  SimOptions options;
+  options.record_timeline = true;
+  Result<SimResult> shape = Simulate(setup.model, setup.cluster, setup.schedule, options);
+  if (!shape.ok()) {
+    state.SkipWithError(shape.status().message().c_str());
+    return;
+  }
+  std::vector<size_t> samples;
+  for (const StageResult& r : shape->per_rank) samples.push_back(r.memory_timeline.size());
+  const size_t num_ops = shape->ops.size(), num_transfers = shape->transfers.size();
+  double cpu = 0;
+  for (auto _ : state) {
+    const double t0 = ThreadCpuNs();
+    SimResult out;
+    out.ops.resize(num_ops);
+    for (size_t i = 0; i < num_ops; ++i) {
+      const auto t = static_cast<TimeNs>(i);
+      out.ops[i] = OpRecord{static_cast<int>(i & 63), Action{}, t, t + 1};
+    }
+    out.transfers.resize(num_transfers);
+    for (size_t i = 0; i < num_transfers; ++i) {
+      const auto t = static_cast<TimeNs>(i);
+      const int x = static_cast<int>(i & 63);
+      out.transfers[i] = TransferRecord{x, x + 1, x, x + 1, x, false, 1, t, t + 1, t + 2};
+    }
+    out.per_rank.resize(samples.size());
+    for (size_t r = 0; r < samples.size(); ++r) {
+      std::vector<MemorySample>& tl = out.per_rank[r].memory_timeline;
+      tl.resize(samples[r]);
+      for (size_t i = 0; i < samples[r]; ++i) {
+        const auto t = static_cast<TimeNs>(i);
+        tl[i] = MemorySample{t, t + 1, t + 2, t + 3};
+      }
+    }
+    benchmark::DoNotOptimize(out);
+    benchmark::ClobberMemory();
+    cpu += ThreadCpuNs() - t0;
+  }
+  const double ops = static_cast<double>(setup.schedule.NumActions());
+  state.counters["ops"] = ops;
+  state.counters["cpu_ns_per_op"] = cpu / (ops * static_cast<double>(state.iterations()));
+}
+
 void BM_TraceMemory(benchmark::State& state, ScheduleKind kind, int ranks, int microbatches,
                     bool report) {
   Setup setup;
@@ -277,6 +333,10 @@ void RegisterAll() {
       const std::string label =
           std::string("BM_TimelineSideBySide/") + name + "/p:64/m:1024/" + cluster;
       benchmark::RegisterBenchmark(label.c_str(), BM_TimelineSideBySide, kind, 64, 1024,
+                                   std::string(cluster))
+          ->Unit(benchmark::kMillisecond);
+      const std::string floor = std::string("BM_RecordFloor/") + name + "/p:64/m:1024/" + cluster;
+      benchmark::RegisterBenchmark(floor.c_str(), BM_RecordFloor, kind, 64, 1024,
                                    std::string(cluster))
           ->Unit(benchmark::kMillisecond);
     }
