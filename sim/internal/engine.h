@@ -252,6 +252,7 @@ class Engine {
   };
   std::vector<Stream> streams_;
   std::vector<TimeNs> head_time_;
+  std::vector<MemorySample> sample_scratch_;  // one rank's timeline as the sweep writes it
   std::vector<int> order_;
 };
 
