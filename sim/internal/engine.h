@@ -178,7 +178,8 @@ class Engine {
   Status Deadlock() const;
   int Candidates(int32_t e, int32_t out[3]) const;
   void RankEvents();
-  bool RankBySort();
+  const uint64_t* SortKeys(LargeArray<uint64_t>* a, LargeArray<uint64_t>* b, int* bits);
+  bool RankBySort(const uint64_t* sorted);
   template <typename T>
   void NumberInstants(const T* sorted, int32_t n);
   // How far ahead in the processing order the ranking step prefetches.

@@ -85,12 +85,26 @@ int Engine::Candidates(int32_t e, int32_t out[3]) const {
 // comparison sort to be cheap), each with its block of places; nothing else
 // is compared.
 void Engine::RankEvents() {
-  // The records' order without ranks: comparisons keep walking (their
-  // budget is not spent, or RankBySort() would have failed).
-  if (ties_ == 0 && walk_budget_ > 0 && RankBySort()) return;
   const int32_t n = num_events_;
   const int p = sched_.num_ranks;
   const size_t size = static_cast<size_t>(std::max(n, 1));
+  // The events sorted by time, in one word each, when the times fit 32 bits.
+  LargeArray<uint64_t> a, b;
+  const uint64_t* sorted = nullptr;
+  int bits = 0;
+  if (ties_ == 0 && walk_budget_ > 0) {
+    sorted = SortKeys(&a, &b, &bits);
+    // The records' order without ranks: comparisons keep walking (their
+    // budget is not spent, or RankBySort() would have failed).
+    if (sorted != nullptr && RankBySort(sorted)) {
+      if (options_.record_timeline) {
+        a.ReleaseToSystem();
+        b.ReleaseToSystem();
+      }
+      return;
+    }
+    // A walk ran out of budget (a wavefront): the replay below, on the same sort.
+  }
   by_rank_.Reset(static_cast<size_t>(p) + n);
   for (int r = 0; r < p; ++r) by_rank_[r] = -1 - r;
   int32_t* const place = by_rank_.data() + p;
@@ -115,29 +129,30 @@ void Engine::RankEvents() {
       *slot = e;
     }
   }
-  uint64_t all = 0;
-  for (int32_t e = 0; e < n; ++e) all |= static_cast<uint64_t>(ev_[e].time);
-  const int bits = all == 0 ? 0 : 64 - __builtin_clzll(all);
+  if (sorted == nullptr) {
+    uint64_t all = 0;
+    for (int32_t e = 0; e < n; ++e) all |= static_cast<uint64_t>(ev_[e].time);
+    bits = all == 0 ? 0 : 64 - __builtin_clzll(all);
+    if (bits <= 32) sorted = SortKeys(&a, &b, &bits);
+  }
   group_.clear();
-  if (bits <= 32) {
-    LargeArray<uint64_t> a, b;
-    a.Reset(size);
-    b.Reset(size);
-    for (int32_t e = 0; e < n; ++e) a[e] = static_cast<uint64_t>(ev_[e].time) << 32 | e;
-    NumberInstants(SortByTime(a.data(), b.data(), n, bits), n);
+  if (sorted != nullptr) {
+    NumberInstants(sorted, n);
     if (options_.record_timeline) {
       a.ReleaseToSystem();
       b.ReleaseToSystem();
     }
-  } else {
-    LargeArray<Keyed> a, b;
-    a.Reset(size);
-    b.Reset(size);
-    for (int32_t e = 0; e < n; ++e) a[e] = Keyed{static_cast<uint64_t>(ev_[e].time), e};
-    NumberInstants(SortByTime(a.data(), b.data(), n, bits), n);
+  } else {  // times past 2^32 ns: a key and an id apiece
+    a.ReleaseToSystem();
+    b.ReleaseToSystem();
+    LargeArray<Keyed> wide, wide_tmp;
+    wide.Reset(size);
+    wide_tmp.Reset(size);
+    for (int32_t e = 0; e < n; ++e) wide[e] = Keyed{static_cast<uint64_t>(ev_[e].time), e};
+    NumberInstants(SortByTime(wide.data(), wide_tmp.data(), n, bits), n);
     if (options_.record_timeline) {
-      a.ReleaseToSystem();
-      b.ReleaseToSystem();
+      wide.ReleaseToSystem();
+      wide_tmp.ReleaseToSystem();
     }
   }
   int32_t* const fill = group_.data();
@@ -193,28 +208,33 @@ void Engine::RankEvents() {
   ranked_ = true;
 }
 
-// Where every parent is decided and ties are few (real links), the
-// processing order is the time order with each instant's few events put in
-// order by walking (TryTieBefore()): no replay. Fills by_rank_ and
-// op_order_ but not rank_ (ranked_ stays false). False, with nothing kept,
-// when a walk runs out of budget (a wavefront): the replay does it then.
-bool Engine::RankBySort() {
+// The events as (time << 32 | id), sorted, in *a or *b; *bits: the times'
+// width. Null when the times need more than 32 bits (the replay's wide keys).
+const uint64_t* Engine::SortKeys(LargeArray<uint64_t>* a, LargeArray<uint64_t>* b, int* bits) {
   const int32_t n = num_events_;
-  const int p = sched_.num_ranks;
   const size_t size = static_cast<size_t>(std::max(n, 1));
+  a->Reset(size);
+  b->Reset(size);
   // The keys and the times' width in one pass over the events.
-  LargeArray<uint64_t> a, b;
-  a.Reset(size);
-  b.Reset(size);
   uint64_t all = 0;
   for (int32_t e = 0; e < n; ++e) {
     const uint64_t t = static_cast<uint64_t>(ev_[e].time);
     all |= t;
-    a[e] = t << 32 | static_cast<uint32_t>(e);
+    (*a)[e] = t << 32 | static_cast<uint32_t>(e);
   }
-  const int bits = all == 0 ? 0 : 64 - __builtin_clzll(all);
-  if (bits > 32) return false;  // the replay's wide keys; rare enough
-  const uint64_t* sorted = SortByTime(a.data(), b.data(), n, bits);
+  *bits = all == 0 ? 0 : 64 - __builtin_clzll(all);
+  if (*bits > 32) return nullptr;
+  return SortByTime(a->data(), b->data(), n, *bits);
+}
+
+// Where every parent is decided and ties are few (real links), the
+// processing order is the time order (`sorted`, from SortKeys()) with each
+// instant's few events put in order by walking (TryTieBefore()): no replay.
+// Fills by_rank_ and op_order_ but not rank_ (ranked_ stays false). False
+// when a walk runs out of budget (a wavefront): the replay does it then.
+bool Engine::RankBySort(const uint64_t* sorted) {
+  const int32_t n = num_events_;
+  const int p = sched_.num_ranks;
   by_rank_.Reset(static_cast<size_t>(p) + n);
   for (int r = 0; r < p; ++r) by_rank_[r] = -1 - r;
   int32_t* const place = by_rank_.data() + p;
@@ -235,10 +255,6 @@ bool Engine::RankBySort() {
       place[pos] = x;
     }
     i = j;
-  }
-  if (options_.record_timeline) {
-    a.ReleaseToSystem();
-    b.ReleaseToSystem();
   }
   // Ops in start order: each event (or start, -1 - rank) starts at most one
   // op, so the ops in the processing order of what started them. No ranks
