@@ -69,8 +69,11 @@ struct MemoryAwareSplit {
 // MemoryLimitBytes(); 0 = unlimited). With chunks > 1 a rank's memory sums v
 // separate chunks, which a split over contiguous ranges cannot bound stage by
 // stage: the p·v chunks balance on time alone and `fits` stays true.
-// `time_balanced`, when given, is TimeBalancedSplit(table, p·v), to reuse
-// across calls. REQUIRES: 1 <= p·v <= table.NumLayers().
+// A bidirectional schedule (DualPipe) balances p model stages on time and
+// repeats them as virtual stages p..2p-1 (sim/schedule.h), 2p entries in all.
+// `time_balanced`, when given, is TimeBalancedSplit(table, p·v) (p for a
+// bidirectional schedule), to reuse across calls.
+// REQUIRES: 1 <= p·v (p) <= table.NumLayers().
 MemoryAwareSplit MemoryAwarePartition(const StageCostTable& table, const PipelineShape& shape,
                                       const MemoryConfig& memory, Bytes capacity,
                                       const std::vector<StageLayers>* time_balanced = nullptr);

@@ -41,6 +41,9 @@ void BuildVMin(Schedule& s);
 // DualPipeV (deepseek-ai/DualPipe dualpipev.py): V placement (2 chunks), m >= 2p, overlapped
 // F&B pairs and zero-bubble I/W ops (schedule_zoo_dualpipe.cc).
 void BuildDualPipeV(Schedule& s);
+// DualPipe (deepseek-ai/DualPipe dualpipe.py): bidirectional, 2p virtual stages in the V
+// placement, p even, m even and >= 2p, overlapped F&B pairs.
+void BuildDualPipe(Schedule& s);
 
 }  // namespace pipecast::internal
 
