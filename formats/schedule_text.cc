@@ -601,7 +601,8 @@ Status ResolveDirections(std::vector<RankLine>& ranks, const std::string& origin
   const int p = static_cast<int>(ranks.size());
   for (const RankLine& rank : ranks) {
     for (const Token& t : rank.tokens) {
-      (t.direction != 0 ? with : without) = &t;
+      const Token*& first = t.direction != 0 ? with : without;  // the first of each, for errors
+      if (first == nullptr) first = &t;
       if (t.direction != 0 && t.action.stage >= p) {
         return Status::InvalidArgument(fmt::format(
             "{}: direction {} has stages 0..{} on a bidirectional schedule of {} ranks (one line "

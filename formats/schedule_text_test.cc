@@ -244,7 +244,7 @@ TEST(ScheduleTextTest, BidirectionalTextErrorsNameTheDirection) {
   EXPECT_TRUE(MustParse(ok).bidirectional);
   EXPECT_EQ(ParseError("a0F0 0F1 b1F0 b1F1 b1B0 b1B1 a0B0 a0B1\n"
                        "b0F0 b0F1 a1F0 a1F1 a1B0 a1B1 b0B0 b0B1\n"),
-            "s.txt:1: token '0F1' has no direction but s.txt:2: token 'b0B1' has one: a "
+            "s.txt:1: token '0F1' has no direction but s.txt:1: token 'a0F0' has one: a "
             "bidirectional schedule names every op's direction, a (entering at rank 0) or b "
             "(entering at the last rank), as in a0F3");
   EXPECT_EQ(ParseError("a0F0 a0F1 b2F0\nb0F0\n"),

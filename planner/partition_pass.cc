@@ -104,7 +104,7 @@ bool PartitionForMemory(const Model& model, const MemoryConfig& memory, Bytes ca
   const std::vector<StageLayers>* time_balanced = nullptr;
   if (cache != nullptr) {
     t = &cache->Table(*c);
-    time_balanced = &cache->TimeBalanced(*c, c->VirtualStages());
+    time_balanced = &cache->TimeBalanced(*c, c->ModelStages());
   } else {
     own = std::make_unique<StageCostTable>(model, c->CostOptions());
     t = own.get();
