@@ -24,7 +24,8 @@ int InflightMicrobatches(ScheduleKind schedule, int stage, int p, int m) {
 namespace {
 
 PipelineShape ShapeOf(const Candidate& c) {
-  return PipelineShape{c.schedule, c.pipeline_stages, c.chunks, c.microbatches, c.data_parallel};
+  return PipelineShape{c.schedule,     c.pipeline_stages, c.chunks,
+                       c.microbatches, c.data_parallel,   TraitsOf(c.schedule).bidirectional};
 }
 
 // The candidate's ZeRO level, and one GPU's share of every parameter's bytes:

@@ -217,11 +217,11 @@ MemoryAwareSplit MemoryAwarePartition(const StageCostTable& table, const Pipelin
   const int p = shape.stages;
   std::vector<StageLayers> own;
   if (time_balanced == nullptr) {
-    own = TimeBalancedSplit(table, TraitsOf(shape.schedule).bidirectional ? p : p * shape.chunks);
+    own = TimeBalancedSplit(table, shape.bidirectional ? p : p * shape.chunks);
     time_balanced = &own;
   }
   out.partition = *time_balanced;
-  if (TraitsOf(shape.schedule).bidirectional) {
+  if (shape.bidirectional) {
     // p model stages, balanced on time; virtual stage p+k is a second copy of stage k
     // (sim/schedule.h), on the rank that holds it in the V.
     for (int k = 0; k < p; ++k) out.partition.push_back(out.partition[k]);

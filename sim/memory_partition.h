@@ -30,6 +30,9 @@ struct PipelineShape {
   int chunks = 1;         // v, model chunks per rank
   int microbatches = 1;   // m
   int data_parallel = 1;  // d, replicas that ZeRO shards over
+  // Two paths over p model stages (Schedule::bidirectional, DualPipe): the split is of p
+  // stages, repeated for virtual stages p..2p-1.
+  bool bidirectional = false;
 };
 
 // One stage's estimated peak memory by part.
