@@ -303,6 +303,35 @@ TEST(ScheduleZooDualPipe, CopiesSumTheirGradientsBetweenRanksKAndPMinus1MinusK) 
   EXPECT_EQ(v->copy_reduce_ns, 0);
 }
 
+TEST(ScheduleZooDualPipe, CopiesOnOneRankSumLocally) {
+  // A hand-made bidirectional schedule whose direction b runs stage k on rank k too (not
+  // DualPipe's V): each model stage's two copies share a rank, so nothing crosses a link.
+  Schedule s;
+  s.name = "custom";
+  s.num_ranks = 2;
+  s.num_stages = 4;
+  s.num_microbatches = 4;
+  s.bidirectional = true;
+  s.stage_rank = {0, 1, 0, 1};
+  auto op = [](int stage, OpKind kind, int mb) { return Action{stage, kind, mb}; };
+  const OpKind f = OpKind::kForward, b = OpKind::kBackward;
+  s.actions = {{op(0, f, 0), op(0, f, 1), op(2, f, 2), op(2, f, 3), op(0, b, 0), op(0, b, 1),
+                op(2, b, 2), op(2, b, 3)},
+               {op(1, f, 0), op(1, f, 1), op(3, f, 2), op(3, f, 3), op(1, b, 0), op(1, b, 1),
+                op(3, b, 2), op(3, b, 3)}};
+  ASSERT_TRUE(ValidateSchedule(s).ok()) << ValidateSchedule(s).message();
+  Cluster cluster = IdealCluster();
+  cluster.gpus_per_node = 8;
+  cluster.intra_node = Link{100, 5};
+  SimOptions options;
+  options.estimate_optimizer_step = false;
+  Result<SimResult> r = Simulate(SplitModel(2), cluster, s, options);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->copy_reduce_ns, 0);
+  EXPECT_EQ(r->per_rank[0].parameters, 2 * kParams);
+  EXPECT_EQ(r->iteration_ns, std::max(r->per_rank[0].last_end_ns, r->per_rank[1].last_end_ns));
+}
+
 TEST(ScheduleZooDualPipe, ValidateRefusesOpsOffTheirPath) {
   Schedule s = MakeOk(ScheduleKind::kDualPipe, 4, 8, 2);
   // Micro-batch 4 enters at rank 3: it never runs stage 0.

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "base/text_table.h"
 #include "sim/internal/data_parallel.h"
@@ -222,23 +223,34 @@ TimeNs PipelineSpan(const Schedule& schedule, EngineTotals* totals, SimResult* r
 }
 
 // A bidirectional schedule's two parameter copies (docs/simulator.md, "Bidirectional
-// schedules"): ranks r and p-1-r hold the same two model chunks, so after both have ended their
-// last ops they sum the gradients of those chunks with a ring all-reduce of 2 on the link
-// between them, each rank's gradient bytes (both chunks); all pairs at once, on disjoint links.
-// Fills copy_reduce_ns and returns when each rank's tail collectives start: its last op's end,
-// or its pair's later one.
+// schedules"): model stage k lives on the ranks of virtual stages k and p+k (k and p-1-k in
+// DualPipe's V). After both ranks have ended their last ops they sum that stage's gradients:
+// one ring all-reduce of 2 per partner rank, of the gradient bytes of the stages they share, on
+// the link between them (in the V one partner and both chunks; all pairs at once, on disjoint
+// links). A stage whose copies share a rank sums locally, at no cost. Fills copy_reduce_ns and
+// returns when each rank's tail collectives start: its last op's end, or its partners' later.
 std::vector<TimeNs> CopyReduce(const Cluster& cluster, const Schedule& schedule,
+                               const SimOptions& options, const std::vector<StageCost>& costs,
                                const EngineTotals& totals, SimResult* result) {
   const int p = schedule.num_ranks;
   std::vector<TimeNs> start(p);
   for (int k = 0; k < p; ++k) start[k] = totals.ranks[k].last_end_ns;
   if (!schedule.bidirectional) return start;
+  const double per_param = ShardedBytesPerParam(options.memory, options.data_parallel).gradients;
+  std::vector<std::map<int, Bytes>> shared(p);  // per rank: partner -> gradient bytes
+  for (int k = 0; k < schedule.NumModelStages(); ++k) {
+    const int a = schedule.stage_rank[k], b = schedule.stage_rank[k + p];
+    if (a == b) continue;
+    const Bytes bytes = ParameterBytes(costs[k].parameters, per_param);
+    shared[a][b] += bytes;
+    shared[b][a] += bytes;
+  }
   for (int k = 0; k < p; ++k) {
-    const int partner = p - 1 - k;
     StageResult& sr = result->per_rank[k];
-    start[k] = std::max(start[k], totals.ranks[partner].last_end_ns);
-    sr.copy_reduce_ns =
-        internal::RingAllReduceNs(sr.memory.gradients, 2, cluster.LinkBetween(k, partner));
+    for (const auto& [partner, bytes] : shared[k]) {
+      start[k] = std::max(start[k], totals.ranks[partner].last_end_ns);
+      sr.copy_reduce_ns += internal::RingAllReduceNs(bytes, 2, cluster.LinkBetween(k, partner));
+    }
     result->copy_reduce_ns = std::max(result->copy_reduce_ns, sr.copy_reduce_ns);
   }
   return start;
@@ -252,7 +264,8 @@ void PipelineMetrics(const Cluster& cluster, const Schedule& schedule, const Sim
   const int p = schedule.num_ranks;
   const int k_iter = schedule.iterations;
   const TimeNs span = PipelineSpan(schedule, totals, result);
-  const std::vector<TimeNs> tail_start = CopyReduce(cluster, schedule, *totals, result);
+  const std::vector<TimeNs> tail_start =
+      CopyReduce(cluster, schedule, options, costs, *totals, result);
   double sum_ratio = 0, sum_idle = 0, sum_busy = 0;
   TimeNs end = 0;
   TimeNs busiest = 0, longest_span = 0;  // for R3, over all simulated iterations
