@@ -1,33 +1,88 @@
 // The simulator's timeline cost (issue 17): one Simulate() call with the
 // timeline off (the planner's search) and on (traces, reports, the critical
 // path), on the ideal cluster (transfers take no time, so many events fall at
-// one instant) and on h100-sxm, side by side.
+// one instant) and on h100-sxm, side by side; and the memory of writing the
+// Chrome trace and the HTML report of such a result.
 //
 // Model: one synthetic layer per stage (100 us forward, 200 us backward of
 // which 100 us weight gradient, 1 MiB activations and outputs). Shapes: GPipe
 // and 1F1B at p=64, m=1024 (the issue's case) and ZB-H1 at p=64, m=1024.
 //
+// BM_Timeline/<schedule>/p:64/m:1024/<cluster>/timeline:<off|on>, one path each.
 // Counters: ns_per_op (wall, per compute op: Schedule::NumActions()),
-// cpu_ns_per_op (this thread), and bytes_per_op: the heap the SimResult holds
-// once Simulate() returns (glibc mallinfo2: in-use chunks plus directly mapped blocks, after the
-// call less before it, the result alive), per compute op. Timings are not checked by a test;
-// docs/benchmarks.md records them.
+// cpu_ns_per_op (this thread), bytes_per_op: the heap the SimResult holds
+// once Simulate() returns (in-use bytes after the call less before it, the
+// result alive), and faults_per_op: the minor page faults of the calls (fresh
+// memory the kernel maps and zeroes; glibc returns freed results to the
+// system, so each call faults its result in again unless GLIBC_TUNABLES keeps
+// the heap, see docs/benchmarks.md).
+//
+// BM_TimelineSideBySide/<schedule>/p:64/m:1024/<cluster>: both paths in one
+// loop, alternately, so load on a shared machine hits both alike:
+// off_cpu_ns_per_op, on_cpu_ns_per_op, on_over_off (the issue's target: at
+// most 2) and on_bytes_per_op.
+//
+// BM_TraceMemory/<schedule>/p:8/m:<m>/<trace|report>: the peak heap while
+// writing the trace (WriteTraceJson() into a sink that drops the text, as the
+// tools stream it to the file) or building the HTML report of one result,
+// above the heap with the result alive, per compute op (peak_bytes_per_op),
+// from this program's counting operator new; and the result's own bytes
+// (result_bytes_per_op).
 //
 //   build/bench/timeline_bench
 //   build/bench/timeline_bench --benchmark_filter='gpipe.*ideal'
+//   build/bench/timeline_bench --benchmark_filter=SideBySide
 #include <benchmark/benchmark.h>
 #include <malloc.h>
+#include <sys/resource.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <ctime>
+#include <new>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "base/units.h"
+#include "report/html_report.h"
+#include "report/trace.h"
 #include "sim/cluster.h"
 #include "sim/model.h"
 #include "sim/schedule.h"
 #include "sim/simulator.h"
+
+// Counting operator new: the bytes live and their peak, for BM_TraceMemory
+// (mallinfo2 has no peak). Sizes come from malloc_usable_size, so a delete
+// takes back what its new added.
+namespace {
+std::atomic<size_t> live_bytes{0};
+std::atomic<size_t> peak_bytes{0};
+
+void* CountedNew(size_t n) {
+  void* p = std::malloc(n == 0 ? 1 : n);
+  if (p == nullptr) throw std::bad_alloc();
+  const size_t live = live_bytes += malloc_usable_size(p);
+  size_t peak = peak_bytes.load(std::memory_order_relaxed);
+  while (live > peak && !peak_bytes.compare_exchange_weak(peak, live)) {
+  }
+  return p;
+}
+void CountedDelete(void* p) {
+  if (p == nullptr) return;
+  live_bytes -= malloc_usable_size(p);
+  std::free(p);
+}
+}  // namespace
+
+void* operator new(size_t n) { return CountedNew(n); }
+void* operator new[](size_t n) { return CountedNew(n); }
+void operator delete(void* p) noexcept { CountedDelete(p); }
+void operator delete[](void* p) noexcept { CountedDelete(p); }
+void operator delete(void* p, size_t) noexcept { CountedDelete(p); }
+void operator delete[](void* p, size_t) noexcept { CountedDelete(p); }
 
 namespace pipecast {
 namespace {
@@ -64,6 +119,32 @@ size_t HeapInUse() {
   return m.uordblks + m.hblkhd;
 }
 
+double MinorFaults() {
+  rusage usage{};
+  getrusage(RUSAGE_THREAD, &usage);
+  return static_cast<double>(usage.ru_minflt);
+}
+
+struct Setup {
+  Model model;
+  Cluster cluster;
+  Schedule schedule;
+};
+
+// The synthetic model on `cluster_name`, or false after SkipWithError.
+bool MakeSetup(benchmark::State& state, ScheduleKind kind, int ranks, int microbatches,
+               const std::string& cluster_name, Setup* setup) {
+  Result<Cluster> cluster = ClusterPreset(cluster_name);
+  Result<Schedule> schedule = MakeSchedule(kind, ranks, microbatches, 1);
+  if (!cluster.ok() || !schedule.ok()) {
+    state.SkipWithError(!cluster.ok() ? cluster.status().message().c_str()
+                                      : schedule.status().message().c_str());
+    return false;
+  }
+  *setup = Setup{SyntheticModel(ranks), std::move(*cluster), std::move(*schedule)};
+  return true;
+}
+
 void BM_Timeline(benchmark::State& state, ScheduleKind kind, int ranks, int microbatches,
                  const std::string& cluster_name, bool timeline) {
   const Model model = SyntheticModel(ranks);
@@ -80,6 +161,7 @@ void BM_Timeline(benchmark::State& state, ScheduleKind kind, int ranks, int micr
   double held_bytes = 0;
   const auto start = std::chrono::steady_clock::now();
   const double cpu_start = ThreadCpuNs();
+  const double faults_start = MinorFaults();
   for (auto _ : state) {
     const size_t before = HeapInUse();
     Result<SimResult> result = Simulate(model, *cluster, *schedule, options);
@@ -99,6 +181,83 @@ void BM_Timeline(benchmark::State& state, ScheduleKind kind, int ranks, int micr
   state.counters["ns_per_op"] = wall / total;
   state.counters["cpu_ns_per_op"] = cpu / total;
   state.counters["bytes_per_op"] = held_bytes / ops;
+  state.counters["faults_per_op"] = (MinorFaults() - faults_start) / total;
+}
+
+void BM_TimelineSideBySide(benchmark::State& state, ScheduleKind kind, int ranks, int microbatches,
+                           const std::string& cluster_name) {
+  Setup setup;
+  if (!MakeSetup(state, kind, ranks, microbatches, cluster_name, &setup)) return;
+  SimOptions off, on;
+  off.record_timeline = false;
+  on.record_timeline = true;
+  double cpu_off = 0, cpu_on = 0, held_bytes = 0;
+  for (auto _ : state) {
+    const double t0 = ThreadCpuNs();
+    Result<SimResult> a = Simulate(setup.model, setup.cluster, setup.schedule, off);
+    const double t1 = ThreadCpuNs();
+    benchmark::DoNotOptimize(a);
+    const size_t before = HeapInUse();
+    const double t2 = ThreadCpuNs();
+    Result<SimResult> b = Simulate(setup.model, setup.cluster, setup.schedule, on);
+    const double t3 = ThreadCpuNs();
+    held_bytes = static_cast<double>(HeapInUse()) - static_cast<double>(before);
+    if (!a.ok() || !b.ok()) {
+      state.SkipWithError(!a.ok() ? a.status().message().c_str() : b.status().message().c_str());
+      return;
+    }
+    benchmark::DoNotOptimize(b);
+    cpu_off += t1 - t0;
+    cpu_on += t3 - t2;
+  }
+  const double ops = static_cast<double>(setup.schedule.NumActions());
+  const double total = ops * static_cast<double>(state.iterations());
+  state.counters["ops"] = ops;
+  state.counters["off_cpu_ns_per_op"] = cpu_off / total;
+  state.counters["on_cpu_ns_per_op"] = cpu_on / total;
+  state.counters["on_over_off"] = cpu_off > 0 ? cpu_on / cpu_off : 0;
+  state.counters["on_bytes_per_op"] = held_bytes / ops;
+}
+
+void BM_TraceMemory(benchmark::State& state, ScheduleKind kind, int ranks, int microbatches,
+                    bool report) {
+  Setup setup;
+  if (!MakeSetup(state, kind, ranks, microbatches, "h100-sxm", &setup)) return;
+  SimOptions options;
+  options.record_timeline = true;
+  const size_t before_result = live_bytes.load();
+  Result<SimResult> result = Simulate(setup.model, setup.cluster, setup.schedule, options);
+  if (!result.ok()) {
+    state.SkipWithError(result.status().message().c_str());
+    return;
+  }
+  const double result_bytes =
+      static_cast<double>(live_bytes.load()) - static_cast<double>(before_result);
+  const ReportInputs inputs =
+      MakeReportInputs(setup.model, setup.cluster, setup.schedule, options, "");
+  double peak = 0, written = 0;
+  for (auto _ : state) {
+    const size_t base = live_bytes.load();
+    peak_bytes = base;
+    if (report) {
+      std::string html = SimulationReportHtml(*result, inputs);
+      written = static_cast<double>(html.size());
+      benchmark::DoNotOptimize(html);
+    } else {
+      size_t bytes = 0;
+      WriteTraceJson(*result, TraceOptions{}, [&](std::string_view piece) {
+        bytes += piece.size();
+        benchmark::DoNotOptimize(piece.data());
+      });
+      written = static_cast<double>(bytes);
+    }
+    peak = std::max(peak, static_cast<double>(peak_bytes.load() - base));
+  }
+  const double ops = static_cast<double>(setup.schedule.NumActions());
+  state.counters["ops"] = ops;
+  state.counters["peak_bytes_per_op"] = peak / ops;
+  state.counters["result_bytes_per_op"] = result_bytes / ops;
+  state.counters["output_bytes_per_op"] = written / ops;
 }
 
 void RegisterAll() {
@@ -115,6 +274,22 @@ void RegisterAll() {
             ->Unit(benchmark::kMillisecond)
             ->UseRealTime();
       }
+      const std::string label =
+          std::string("BM_TimelineSideBySide/") + name + "/p:64/m:1024/" + cluster;
+      benchmark::RegisterBenchmark(label.c_str(), BM_TimelineSideBySide, kind, 64, 1024,
+                                   std::string(cluster))
+          ->Unit(benchmark::kMillisecond);
+    }
+  }
+  // The tools' case (examples of --trace and --report): p=8, many micro-batches.
+  for (int m : {1000, 20000}) {
+    for (bool report : {false, true}) {
+      const std::string label =
+          "BM_TraceMemory/gpipe/p:8/m:" + std::to_string(m) + (report ? "/report" : "/trace");
+      benchmark::RegisterBenchmark(label.c_str(), BM_TraceMemory, ScheduleKind::kGPipe, 8, m,
+                                   report)
+          ->Unit(benchmark::kMillisecond)
+          ->Iterations(1);
     }
   }
 }

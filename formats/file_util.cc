@@ -102,6 +102,11 @@ class TempFile {
 }  // namespace
 
 Status WriteFileAtomic(const std::string& path, const std::string& content) {
+  return WriteFileAtomicStreamed(path, [&](const TextSink& sink) { sink(content); });
+}
+
+Status WriteFileAtomicStreamed(const std::string& path,
+                               const std::function<void(const TextSink&)>& produce) {
   if (Status st = CheckOutputTarget(path); !st.ok()) return st;
   TempFile tmp(path);
   const int fd = tmp.fd();
@@ -110,17 +115,35 @@ Status WriteFileAtomic(const std::string& path, const std::string& content) {
                                    "': " + std::strerror(errno) +
                                    " (check that the folder exists and is writable)");
   }
-  const char* data = content.data();
-  size_t left = content.size();
-  while (left > 0) {
-    ssize_t n = ::write(fd, data, left);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return Status::InvalidArgument("cannot write '" + TerminalSafe(path) +
-                                     "': " + std::strerror(errno));
+  int error = 0;  // the first write's errno, then nothing more is written
+  auto write_all = [&](const char* data, size_t left) {
+    while (left > 0 && error == 0) {
+      ssize_t n = ::write(fd, data, left);
+      if (n < 0) {
+        if (errno != EINTR) error = errno;
+        continue;
+      }
+      data += n;
+      left -= static_cast<size_t>(n);
     }
-    data += n;
-    left -= static_cast<size_t>(n);
+  };
+  std::string buffer;
+  buffer.reserve(kStreamBufferBytes);
+  produce([&](std::string_view piece) {
+    if (buffer.size() + piece.size() > kStreamBufferBytes) {
+      write_all(buffer.data(), buffer.size());
+      buffer.clear();
+    }
+    if (piece.size() >= kStreamBufferBytes) {
+      write_all(piece.data(), piece.size());
+    } else {
+      buffer.append(piece);
+    }
+  });
+  write_all(buffer.data(), buffer.size());
+  if (error != 0) {
+    return Status::InvalidArgument("cannot write '" + TerminalSafe(path) +
+                                   "': " + std::strerror(error));
   }
   if (::fsync(fd) != 0 || !tmp.Close()) {
     return Status::InvalidArgument("cannot write '" + TerminalSafe(path) +

@@ -4,7 +4,9 @@
 #define PIPECAST_FORMATS_FILE_UTIL_H_
 
 #include <cstddef>
+#include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -27,6 +29,21 @@ Result<std::string> ReadFile(const std::string& path, size_t max_bytes = kMaxInp
 // temporary file behind -- also when SIGINT, SIGTERM or SIGHUP ends the
 // process mid-write, once RemoveTempFilesOnSignal() was called.
 Status WriteFileAtomic(const std::string& path, const std::string& content);
+
+// Takes a file's text piece by piece (WriteFileAtomicStreamed).
+using TextSink = std::function<void(std::string_view)>;
+
+// WriteFileAtomic() of the text `produce` hands its sink in pieces, for an
+// output too large to hold whole (a trace of a million ops is gigabytes):
+// the pieces are buffered (kStreamBufferBytes) and written as they come.
+// Same errors and guarantees as WriteFileAtomic; after a failed write the
+// rest of the pieces are dropped.
+Status WriteFileAtomicStreamed(const std::string& path,
+                               const std::function<void(const TextSink&)>& produce);
+
+// WriteFileAtomicStreamed()'s buffer: large enough that a write call per
+// buffer costs nothing next to producing it, small next to any output.
+inline constexpr size_t kStreamBufferBytes = size_t{1} << 20;
 
 // Whether WriteFileAtomic(path, ...) can succeed, checked before a long
 // computation whose result would otherwise be lost: the folder exists and

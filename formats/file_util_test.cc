@@ -75,6 +75,39 @@ TEST_F(FileUtil, WritesAndReadsEmptyAndBinaryContent) {
   EXPECT_EQ(*ReadFile(Path("binary")), binary);
 }
 
+TEST_F(FileUtil, StreamedWriteJoinsSmallAndLargePiecesInOrder) {
+  // Given pieces smaller than the buffer, one that fills it past the end,
+  // and one larger than the buffer by itself.
+  const std::string small = "line\n";
+  const std::string fill(kStreamBufferBytes - 3, 'a');
+  const std::string large(kStreamBufferBytes + 7, 'b');
+  const std::string want = small + fill + small + large + small;
+
+  Status st = WriteFileAtomicStreamed(Path("out.txt"), [&](const TextSink& sink) {
+    sink(small);
+    sink(fill);
+    sink(small);
+    sink(large);
+    sink(small);
+  });
+
+  ASSERT_TRUE(st.ok()) << st.message();
+  EXPECT_EQ(*ReadFile(Path("out.txt")), want);
+  EXPECT_EQ(Listing(), std::vector<std::string>{"out.txt"});
+}
+
+TEST_F(FileUtil, StreamedWriteIntoAMissingFolderFailsBeforeProducing) {
+  bool produced = false;
+
+  Status st = WriteFileAtomicStreamed(Path("no-such-folder/out.json"),
+                                      [&](const TextSink&) { produced = true; });
+
+  ASSERT_FALSE(st.ok());
+  EXPECT_THAT(st.message(), HasSubstr("folder"));
+  EXPECT_FALSE(produced);
+  EXPECT_TRUE(Listing().empty());
+}
+
 TEST_F(FileUtil, WritingIntoAMissingFolderFailsNamingThePath) {
   const std::string path = Path("no-such-folder/out.json");
 

@@ -7,6 +7,8 @@
 #include <set>
 
 #include "planner/passes.h"
+#include "sim/memory_partition.h"
+#include "sim/schedule_costs.h"
 #include "sim/schedule_traits.h"
 #include "sim/totals.h"
 
@@ -135,19 +137,72 @@ SimOptions CandidateSimOptions(const Candidate& c, const PlannerOptions& options
   return o;
 }
 
-Result<CandidateSetup> SetUpCandidate(const Candidate& c, const PlannerOptions& options,
+namespace {
+
+// The cost-driven kinds' memory limit for a candidate: the micro-batch activations that every
+// rank can afford beside what it holds anyway (weights, gradients, optimizer state, workspace,
+// buffers: the partition pass's estimate less its activations, and one op's recomputed bytes),
+// at most m (more changes nothing) and at least 1 (a rank that cannot afford one fails the
+// simulated memory check, as any schedule would). m with unlimited memory.
+double AffordableActivations(const Model& model, const Cluster& cluster, const Candidate& c,
+                             const PlannerOptions& options, const SimOptions& sim) {
+  const Bytes capacity = MemoryLimitBytes(cluster.gpu);
+  if (capacity <= 0) return c.microbatches;
+  const StageCostTable table(model, StageCostOptionsFor(sim, cluster));
+  PipelineShape shape;
+  shape.schedule = c.schedule;
+  shape.stages = c.pipeline_stages;
+  shape.chunks = c.chunks;
+  shape.microbatches = c.microbatches;
+  shape.data_parallel = c.data_parallel;
+  MemoryConfig memory = sim.memory;
+  memory = TensorParallelShare(memory, std::max(1, c.tensor_parallel));
+  const Placement placement = TraitsOf(c.schedule).placement;
+  std::vector<Bytes> fixed(c.pipeline_stages, 0), held(c.pipeline_stages, 0);
+  std::vector<Bytes> recomputed(c.pipeline_stages, 0);
+  for (int st = 0; st < static_cast<int>(c.partition.size()); ++st) {
+    const int r = StageRank(placement, st, c.pipeline_stages);
+    const StageMemoryParts parts =
+        EstimateStageMemoryParts(table, shape, memory, st, c.partition[st]);
+    const StageCost cost = table.Stage(c.partition[st]);
+    fixed[r] += parts.Total() - parts.activations;
+    held[r] += cost.held_bytes;
+    recomputed[r] = std::max(recomputed[r], cost.recomputed_bytes);
+  }
+  double limit = c.microbatches;
+  for (int r = 0; r < c.pipeline_stages; ++r) {
+    if (held[r] <= 0) continue;
+    const Bytes room = capacity - fixed[r] - recomputed[r];
+    limit = std::min(limit, std::floor(static_cast<double>(room) / static_cast<double>(held[r])));
+  }
+  return std::max(1.0, limit);
+}
+
+}  // namespace
+
+Result<CandidateSetup> SetUpCandidate(const Model& model, const Cluster& cluster,
+                                      const Candidate& c, const PlannerOptions& options,
                                       bool record_timeline) {
-  auto schedule = MakeSchedule(c.schedule, c.pipeline_stages, c.microbatches, c.chunks);
+  SimOptions sim = CandidateSimOptions(c, options);
+  sim.record_timeline = record_timeline;
+  Result<Schedule> schedule = Status::Internal("unset");
+  if (TraitsOf(c.schedule).generate_from_costs != nullptr && !c.partition.empty()) {
+    const double limit = AffordableActivations(model, cluster, c, options, sim);
+    auto costs =
+        ScheduleCostsFor(model, cluster, sim, c.schedule, c.pipeline_stages, c.chunks, limit);
+    if (!costs.ok()) return costs.status();
+    schedule = MakeSchedule(c.schedule, c.pipeline_stages, c.microbatches, c.chunks, *costs);
+  } else {
+    schedule = MakeSchedule(c.schedule, c.pipeline_stages, c.microbatches, c.chunks);
+  }
   if (!schedule.ok()) return schedule.status();
-  CandidateSetup setup{std::move(schedule.value()), CandidateSimOptions(c, options)};
-  setup.options.record_timeline = record_timeline;
-  return setup;
+  return CandidateSetup{std::move(schedule.value()), std::move(sim)};
 }
 
 Result<SimResult> SimulateCandidate(const Model& model, const Cluster& cluster,
                                     const Candidate& candidate, const PlannerOptions& options,
                                     bool record_timeline) {
-  auto setup = SetUpCandidate(candidate, options, record_timeline);
+  auto setup = SetUpCandidate(model, cluster, candidate, options, record_timeline);
   if (!setup.ok()) return setup.status();
   return Simulate(model, cluster, setup->schedule, setup->options);
 }

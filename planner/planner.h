@@ -188,8 +188,12 @@ struct CandidateSetup {
   Schedule schedule;
   SimOptions options;
 };
-// Fails, unprefixed, when the schedule cannot be built for the candidate's shape.
-[[nodiscard]] Result<CandidateSetup> SetUpCandidate(const Candidate& candidate,
+// The cost-driven kinds (zb-auto, zb-v-auto) are built from the candidate's stage costs under
+// the micro-batch activations every rank can afford beside its static memory, at most m
+// (docs/planner.md). Fails, unprefixed, when the schedule cannot be built for the candidate's
+// shape.
+[[nodiscard]] Result<CandidateSetup> SetUpCandidate(const Model& model, const Cluster& cluster,
+                                                    const Candidate& candidate,
                                                     const PlannerOptions& options,
                                                     bool record_timeline);
 

@@ -246,6 +246,9 @@ std::string HtmlPage(std::string_view title, std::string_view body) {
          "</style>\n</head>\n<body>\n";
   out += kSvgDefs;
   out += "\n";
+  // One allocation for the page: appending a large body to a small string
+  // doubles its way up, holding up to twice the page at once.
+  out.reserve(out.size() + body.size() + 32);
   out += body;
   out += "</body>\n</html>\n";
   return out;

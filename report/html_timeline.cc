@@ -568,8 +568,15 @@ std::string TimelineHtml(const SimResult& r) {
   }
   // Zoom where the chart had to merge: each level drawn again at its width,
   // so that ops merged at 1x get their own bars (and labels) when zoomed.
+  // Appended piece by piece into one string: the frames are most of the
+  // page, and every `a + b` of them held another copy.
   const bool zoom = builder.merged_ops() > 0 || builder.merged_transfers() > 0;
-  std::string frames = "<div class=\"tl-scroll tl-z1\">\n" + svg + "</div>\n";
+  std::string out = Legend(r, builder.merged_ops() > 0);
+  out += "<figure class=\"timeline\">\n";
+  if (zoom) out += ZoomControls();
+  out += "<div class=\"tl-scroll tl-z1\">\n";
+  out += svg;
+  out += "</div>\n";
   if (zoom) {
     caption += fmt::format(
         " <b>Zoom:</b> the buttons above the chart draw it {} times wider in a frame that "
@@ -577,14 +584,15 @@ std::string TimelineHtml(const SimResult& r) {
         ZoomLevelsText());
     for (int z : internal::kZoomLevels) {
       if (z == 1) continue;
-      TimelineBuilder zoomed(r, z);
-      frames += fmt::format("<div class=\"tl-scroll tl-z{}\">\n", z) + zoomed.Svg() + "</div>\n";
+      out += fmt::format("<div class=\"tl-scroll tl-z{}\">\n", z);
+      out += TimelineBuilder(r, z).Svg();
+      out += "</div>\n";
     }
-    frames = ZoomControls() + frames + "</div>\n";
+    out += "</div>\n";
   }
-  std::string out = Legend(r, builder.merged_ops() > 0);
-  out += "<figure class=\"timeline\">\n" + frames + "<figcaption>" + caption + "</figcaption>\n";
-  out += "</figure>\n";
+  out += "<figcaption>";
+  out += caption;
+  out += "</figcaption>\n</figure>\n";
   out += RankTable(r);
   return out;
 }

@@ -123,8 +123,9 @@ Status WriteOutputs(const PlannerToolOptions& flags, const ChosenPlan& chosen,
     *gantt = GanttChart(*chosen.timeline, chart);
   }
   if (!flags.trace.empty()) {
-    PIPECAST_RETURN_IF_ERROR(
-        WriteFileAtomic(flags.trace, TraceJson(*chosen.timeline)).WithPrefix("--trace"));
+    PIPECAST_RETURN_IF_ERROR(WriteFileAtomicStreamed(flags.trace, [&](const TextSink& sink) {
+                               WriteTraceJson(*chosen.timeline, TraceOptions{}, sink);
+                             }).WithPrefix("--trace"));
     progress(fmt::format("wrote the chosen plan's trace to {}", flags.trace));
   }
   return Status::Ok();

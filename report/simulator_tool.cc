@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <exception>
 #include <string>
 #include <utility>
 
@@ -22,6 +23,7 @@
 #include "sim/memory_partition.h"
 #include "sim/partition.h"
 #include "sim/schedule.h"
+#include "sim/schedule_costs.h"
 #include "sim/schedule_traits.h"
 #include "sim/simulator.h"
 
@@ -102,8 +104,8 @@ struct Setup {
   SimOptions options;
 };
 
-Result<Setup> SetupFromFlags(const Flags& flags, const Model& model,
-                             const SimulatorProgress& progress) {
+Result<Setup> SetupShapeFromFlags(const Flags& flags, const Model& model,
+                                  const SimulatorProgress& progress) {
   Setup s;
   auto cluster = PickCluster(flags, model, progress);
   if (!cluster.ok()) return cluster.status();
@@ -168,6 +170,76 @@ Result<Setup> SetupFromFlags(const Flags& flags, const Model& model,
   return s;
 }
 
+// --memory-limit: a count of micro-batch activations ("16", "12.5") or a size with a unit
+// ("40GiB", "512MiB", "80GB"), converted by the rank that keeps most per micro-batch.
+Result<double> MemoryLimitActivations(const std::string& text, const Model& model, const Setup& s,
+                                      ScheduleKind kind) {
+  size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  const std::string unit = text.substr(used);
+  static constexpr std::pair<const char*, double> kUnits[] = {
+      {"", 0}, {"GiB", 1024.0 * 1024 * 1024}, {"MiB", 1024.0 * 1024}, {"GB", 1e9}, {"MB", 1e6}};
+  for (const auto& [name, scale] : kUnits) {
+    if (used == 0 || unit != name) continue;
+    if (scale == 0) return value;
+    auto per_mb = LargestRankActivationBytes(model, s.cluster, s.options, kind,
+                                             s.schedule.num_ranks, s.schedule.ChunksPerRank());
+    if (!per_mb.ok()) return per_mb.status().WithPrefix("--memory-limit");
+    if (*per_mb <= 0) {
+      return Status::InvalidArgument(fmt::format(
+          "--memory-limit {}: the stages keep no activations to count it in; give a number of "
+          "micro-batch activations instead",
+          text));
+    }
+    return value * scale / static_cast<double>(*per_mb);
+  }
+  return Status::InvalidArgument(fmt::format(
+      "--memory-limit '{}': expected a number of micro-batch activations (16) or a size with a "
+      "unit (40GiB, 512MiB, 80GB, 500MB)",
+      text));
+}
+
+// The cost-driven kinds (zb-auto, zb-v-auto) order their ops by the stage costs of the chosen
+// partition: built again once the partition is known, under --memory-limit.
+Result<Setup> SetupFromFlags(const Flags& flags, const Model& model,
+                             const SimulatorProgress& progress) {
+  auto s = SetupShapeFromFlags(flags, model, progress);
+  if (!s.ok() || !flags.schedule_in.empty()) return s;
+  const ScheduleKind kind = *ParseScheduleKind(flags.schedule);  // parsed by the shape step
+  if (TraitsOf(kind).generate_from_costs == nullptr) {
+    if (flags.memory_limit.empty()) return s;
+    return Status::InvalidArgument(
+        fmt::format("--memory-limit applies to the schedules built from the stage costs (zb-auto, "
+                    "zb-v-auto), not to {}: leave it out or choose one of those",
+                    flags.schedule));
+  }
+  double limit = 0;  // the schedule's default
+  if (!flags.memory_limit.empty()) {
+    auto parsed = MemoryLimitActivations(flags.memory_limit, model, *s, kind);
+    if (!parsed.ok()) return parsed.status();
+    limit = *parsed;
+    if (!(limit >= 1)) {
+      return Status::InvalidArgument(fmt::format(
+          "--memory-limit {} is {:.3g} micro-batch activations: every GPU must hold at least 1 (a "
+          "forward keeps its activations until its weight gradient W); give 1 or more ({} = 2P "
+          "is ZB-2p's)",
+          flags.memory_limit, limit, 2 * s->schedule.num_ranks));
+    }
+  }
+  const int ranks = s->schedule.num_ranks, chunks = s->schedule.ChunksPerRank();
+  auto costs = ScheduleCostsFor(model, s->cluster, s->options, kind, ranks, chunks, limit);
+  if (!costs.ok()) return costs.status();
+  auto schedule = MakeSchedule(kind, ranks, s->schedule.num_microbatches, chunks, *costs);
+  if (!schedule.ok()) return schedule.status();
+  s->schedule = std::move(schedule.value());
+  return s;
+}
+
 // --plan: everything but the model comes from the plan. The plan stores only
 // the model's hash, so a different model file is a warning, not an error.
 Result<Setup> SetupFromPlan(const Flags& flags, const std::string& model_bytes,
@@ -195,8 +267,9 @@ Status WriteOutputs(const Flags& flags, const Model& model, const Setup& setup,
             .WithPrefix("--schedule-out"));
   }
   if (!flags.trace_path.empty()) {
-    PIPECAST_RETURN_IF_ERROR(
-        WriteFileAtomic(flags.trace_path, TraceJson(result)).WithPrefix("--trace"));
+    PIPECAST_RETURN_IF_ERROR(WriteFileAtomicStreamed(flags.trace_path, [&](const TextSink& sink) {
+                               WriteTraceJson(result, TraceOptions{}, sink);
+                             }).WithPrefix("--trace"));
   }
   if (!flags.report_path.empty()) {
     const ReportInputs inputs =

@@ -24,6 +24,10 @@ struct SimulatorToolOptions {
   int microbatches = 0;    // 0: from --schedule-in, else the number of stages
   std::string schedule = "1f1b";
   int chunks = 0;  // v, model chunks per GPU; 0: 2 for interleaved and looped-bfs, else 1
+  // --memory-limit, for zb-auto and zb-v-auto: activations a rank may hold, as a count of
+  // micro-batch activations ("16") or a size with a unit ("40GiB"); empty: the schedule's
+  // default (2p for zb-auto, p for zb-v-auto).
+  std::string memory_limit;
   std::string recompute = "off";  // off, selective or full
   int microbatch_size = 1;
   std::string partition;  // empty: balanced on time

@@ -4,9 +4,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <set>
+#include <string_view>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -39,14 +40,30 @@ constexpr int64_t kFlowIdsPerTimeline = int64_t{1} << 32;
 // that the flow events at that time bind to them.
 enum class Order { kSlice, kCounter, kFlowStart, kFlowEnd };
 
-// An event with its sort key; `seq` (creation order) breaks the last ties.
+// What a timed event is; with its index and part (`sub`), it names the
+// record the event is drawn from, and the three in this order are the order
+// the events were made in, which breaks the last ties.
+enum class Kind : uint8_t { kCritical, kOp, kTransfer, kMemory, kDataParallel };
+// A transfer's three events.
+constexpr int32_t kTransferSlice = 0;
+constexpr int32_t kTransferFlowStart = 1;
+constexpr int32_t kTransferFlowEnd = 2;
+// A rank's data-parallel steps.
+constexpr int32_t kAllReduce = 0;
+constexpr int32_t kOptimizer = 1;
+constexpr int32_t kAllGather = 2;
+
+// A timed event as its sort key and where to find what it shows, 32 bytes:
+// its JSON is made only when it is written (a JSON value per event held
+// the whole trace, some 10 KB per op).
 struct Event {
   TimeNs ts_ns = 0;
   int pid = 0;
   int tid = 0;
   Order order = Order::kSlice;
-  size_t seq = 0;
-  Json json;
+  Kind kind = Kind::kOp;
+  int32_t index = 0;  // the op, transfer, critical step, or position in per_rank
+  int32_t sub = 0;    // the part: a transfer's event, a memory sample, a step
 };
 
 // Compact JSON; invalid UTF-8 in a label or name becomes U+FFFD instead of
@@ -60,48 +77,61 @@ class TraceBuilder {
   TraceBuilder(const SimResult& result, const TraceOptions& options)
       : result_(result), options_(options) {}
 
-  // Every event in file order: the metadata, then the rest by time.
-  std::vector<Json> Events() {
+  // Every event in file order, each made once and handed to `emit`: the
+  // metadata, then the rest by time.
+  void Events(const std::function<void(const Json&)>& emit) {
     AssignLinkThreads();
-    std::vector<Json> metadata;
-    for (int rank = 0; rank < NumRanks(); ++rank) AddMetadata(rank, &metadata);
+    {
+      std::vector<Json> metadata;
+      for (int rank = 0; rank < NumRanks(); ++rank) AddMetadata(rank, &metadata);
+      for (const Json& e : metadata) emit(e);
+    }
+    events_.reserve(NumTimedEvents());
+    critical_ops_.assign(result_.ops.size(), false);
+    critical_transfers_.assign(result_.transfers.size(), false);
     if (result_.critical_path) {
-      for (const CriticalStep& step : result_.critical_path->steps) {
-        if (step.op >= 0) critical_ops_.insert(step.op);
-        if (step.transfer >= 0) critical_transfers_.insert(step.transfer);
-        AddCriticalStep(step);
+      const std::vector<CriticalStep>& steps = result_.critical_path->steps;
+      for (size_t i = 0; i < steps.size(); ++i) {
+        const CriticalStep& step = steps[i];
+        if (step.op >= 0) critical_ops_[step.op] = true;
+        if (step.transfer >= 0) critical_transfers_[step.transfer] = true;
+        Add(step.start_ns, std::max(step.rank, 0), kCriticalTid, Order::kSlice, Kind::kCritical, i,
+            0);
       }
     }
     for (size_t i = 0; i < result_.ops.size(); ++i) AddOp(i, result_.ops[i]);
+    FindConsumers();
     for (size_t i = 0; i < result_.transfers.size(); ++i) AddTransfer(i, result_.transfers[i]);
-    for (const StageResult& stage : result_.per_rank) AddMemory(stage);
-    for (const StageResult& stage : result_.per_rank) AddDataParallelSteps(stage);
+    for (size_t i = 0; i < result_.per_rank.size(); ++i) AddMemory(i);
+    for (size_t i = 0; i < result_.per_rank.size(); ++i) AddDataParallelSteps(i);
     std::sort(events_.begin(), events_.end(), [](const Event& a, const Event& b) {
-      return std::tie(a.ts_ns, a.pid, a.tid, a.order, a.seq) <
-             std::tie(b.ts_ns, b.pid, b.tid, b.order, b.seq);
+      return std::tie(a.ts_ns, a.pid, a.tid, a.order, a.kind, a.index, a.sub) <
+             std::tie(b.ts_ns, b.pid, b.tid, b.order, b.kind, b.index, b.sub);
     });
-    std::vector<Json> out = std::move(metadata);
-    for (Event& event : events_) out.push_back(std::move(event.json));
-    return out;
+    for (const Event& event : events_) emit(Render(event));
   }
 
   // One event per line, so traces diff and grep well.
-  std::string Build() {
-    std::string out = "{\"traceEvents\":[\n";
+  void Write(const std::function<void(std::string_view)>& sink) {
+    sink("{\"traceEvents\":[\n");
     bool first = true;
-    for (const Json& event : Events()) {
-      if (!first) out += ",\n";
+    std::string line;
+    Events([&](const Json& event) {
+      line.clear();
+      if (!first) line += ",\n";
       first = false;
-      out += Dump(event);
-    }
-    out += "\n],\n\"displayTimeUnit\":\"ms\",\n\"otherData\":" + Dump(OtherData()) + "}\n";
-    return out;
+      line += Dump(event);
+      sink(line);
+    });
+    sink("\n],\n\"displayTimeUnit\":\"ms\",\n\"otherData\":" + Dump(OtherData()) + "}\n");
   }
 
   // The same trace as one JSON value.
   Json BuildValue() {
     Json j;
-    j["traceEvents"] = Events();
+    Json events = Json::array();
+    Events([&](const Json& event) { events.push_back(event); });
+    j["traceEvents"] = std::move(events);
     j["displayTimeUnit"] = "ms";
     j["otherData"] = OtherData();
     return j;
@@ -189,53 +219,97 @@ class TraceBuilder {
     }
   }
 
-  // A timed event; keys in the usual order: name, cat, ph, pid, tid, ts.
-  Json& Add(TimeNs ts_ns, int rank, int tid, Order order, const char* ph, std::string name,
-            std::string cat) {
-    Event& e = events_.emplace_back();
-    e.ts_ns = ts_ns;
-    e.pid = Pid(rank);
-    e.tid = tid;
-    e.order = order;
-    e.seq = events_.size();
-    e.json["name"] = std::move(name);
-    e.json["cat"] = std::move(cat);
-    e.json["ph"] = ph;
-    e.json["pid"] = e.pid;
-    e.json["tid"] = tid;
-    e.json["ts"] = NsToUs(ts_ns);
-    return e.json;
+  // What Events() adds, so that events_ is allocated once.
+  size_t NumTimedEvents() const {
+    size_t n = result_.ops.size() + 3 * result_.transfers.size();
+    if (result_.critical_path) n += result_.critical_path->steps.size();
+    for (const StageResult& stage : result_.per_rank) n += stage.memory_timeline.size() + 2 + 3;
+    return n;
+  }
+
+  void Add(TimeNs ts_ns, int rank, int tid, Order order, Kind kind, size_t index, int32_t sub) {
+    events_.push_back(Event{ts_ns, Pid(rank), tid, order, kind, static_cast<int32_t>(index), sub});
+  }
+
+  // A timed event's first keys in the usual order: name, cat, ph, pid, tid, ts.
+  static Json Timed(const Event& e, const char* ph, std::string name, std::string cat) {
+    Json j;
+    j["name"] = std::move(name);
+    j["cat"] = std::move(cat);
+    j["ph"] = ph;
+    j["pid"] = e.pid;
+    j["tid"] = e.tid;
+    j["ts"] = NsToUs(e.ts_ns);
+    return j;
+  }
+
+  Json Render(const Event& e) const {
+    switch (e.kind) {
+      case Kind::kCritical:
+        return RenderCriticalStep(e);
+      case Kind::kOp:
+        return RenderOp(e);
+      case Kind::kTransfer:
+        return RenderTransfer(e);
+      case Kind::kMemory:
+        return RenderMemory(e);
+      case Kind::kDataParallel:
+        return RenderDataParallelStep(e);
+    }
+    return Json();
   }
 
   // The critical path as its own "critical path" thread on each rank: one
   // slice per step, so Perfetto shows the chain that sets the length.
-  void AddCriticalStep(const CriticalStep& step) {
+  Json RenderCriticalStep(const Event& ev) const {
+    const CriticalStep& step = result_.critical_path->steps[ev.index];
     const char* kind = step.kind == CriticalStep::Kind::kCompute         ? "compute"
                        : step.kind == CriticalStep::Kind::kCommunication ? "communication"
                                                                          : "waiting";
     std::string name = step.op >= 0 ? ActionName(result_.ops[step.op].action) : kind;
-    Json& e = Add(step.start_ns, std::max(step.rank, 0), kCriticalTid, Order::kSlice, "X",
-                  std::move(name), "critical");
+    Json e = Timed(ev, "X", std::move(name), "critical");
     e["dur"] = NsToUs(step.end_ns - step.start_ns);
     e["args"] = {{"kind", kind}};
+    return e;
   }
 
   void AddOp(size_t index, const OpRecord& op) {
-    Json& e = Add(op.start_ns, op.rank, kComputeTid, Order::kSlice, "X", ActionName(op.action),
-                  std::string(1, OpKindLetter(op.action.kind)));
+    Add(op.start_ns, op.rank, kComputeTid, Order::kSlice, Kind::kOp, index, 0);
+  }
+
+  Json RenderOp(const Event& ev) const {
+    const OpRecord& op = result_.ops[ev.index];
+    Json e = Timed(ev, "X", ActionName(op.action), std::string(1, OpKindLetter(op.action.kind)));
     e["dur"] = NsToUs(op.end_ns - op.start_ns);
     e["args"] = {{"stage", op.action.stage}, {"microbatch", op.action.microbatch}};
-    if (critical_ops_.count(static_cast<int>(index))) e["args"]["critical"] = true;
+    if (critical_ops_[ev.index]) e["args"]["critical"] = true;
     // A half of an overlapped F&B pair (docs/simulator.md, "Overlapped F&B").
     if (op.action.overlapped) e["args"]["overlapped_fb"] = true;
-    if (op.action.kind != OpKind::kBackwardWeight) {
-      consumers_.try_emplace(ConsumerKey(op.rank, op.action), op.start_ns);
-    }
+    return e;
   }
 
   // Ops that receive a transfer: F takes an activation, B or I a gradient.
   static std::tuple<int, int, bool, int> ConsumerKey(int rank, const Action& a) {
     return {rank, a.stage, a.kind != OpKind::kForward, a.microbatch};
+  }
+
+  // Each consumer's start, the first op in the record with its key: a
+  // sorted table (24 bytes an op; a map took three times that).
+  void FindConsumers() {
+    consumers_.clear();
+    consumers_.reserve(result_.ops.size());
+    for (const OpRecord& op : result_.ops) {
+      if (op.action.kind != OpKind::kBackwardWeight) {
+        consumers_.push_back({ConsumerKey(op.rank, op.action), op.start_ns});
+      }
+    }
+    std::stable_sort(consumers_.begin(), consumers_.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+  }
+  const TimeNs* FindConsumer(const std::tuple<int, int, bool, int>& key) const {
+    auto it = std::lower_bound(consumers_.begin(), consumers_.end(), key,
+                               [](const auto& a, const auto& k) { return a.first < k; });
+    return it != consumers_.end() && it->first == key ? &it->second : nullptr;
   }
 
   // The send as a slice on the sender's comm thread, and an arrow from its
@@ -244,52 +318,80 @@ class TraceBuilder {
   // receiver may be idle or running an unrelated op. Without a consuming op
   // in the record, the arrow ends at the arrival time.
   void AddTransfer(size_t index, const TransferRecord& t) {
-    std::string name = fmt::format("send {} {}\u2192{} mb{}", t.gradient ? "grad" : "act",
-                                   t.src_stage, t.dst_stage, t.microbatch);
     const int tid = transfer_tid_[index];
-    Json& slice =
-        Add(t.start_ns, t.src_rank, tid, Order::kSlice, "X", name, t.gradient ? "grad" : "act");
-    slice["dur"] = NsToUs(t.end_ns - t.start_ns);
-    slice["args"] = {{"bytes", t.bytes},          {"ready_us", NsToUs(t.ready_ns)},
-                     {"src_rank", t.src_rank},    {"dst_rank", t.dst_rank},
-                     {"src_stage", t.src_stage},  {"dst_stage", t.dst_stage},
-                     {"microbatch", t.microbatch}};
-    if (critical_transfers_.count(static_cast<int>(index))) slice["args"]["critical"] = true;
-
-    const int64_t id =
-        int64_t{options_.pid_offset} * kFlowIdsPerTimeline + static_cast<int64_t>(index) + 1;
-    Json& start = Add(t.start_ns, t.src_rank, tid, Order::kFlowStart, "s", name, "transfer");
-    start["id"] = id;
-
+    Add(t.start_ns, t.src_rank, tid, Order::kSlice, Kind::kTransfer, index, kTransferSlice);
+    Add(t.start_ns, t.src_rank, tid, Order::kFlowStart, Kind::kTransfer, index, kTransferFlowStart);
     const Action consumer{t.dst_stage, t.gradient ? OpKind::kBackward : OpKind::kForward,
                           t.microbatch};
-    auto it = consumers_.find(ConsumerKey(t.dst_rank, consumer));
-    const TimeNs end_ns = it != consumers_.end() ? it->second : t.end_ns;
-    Json& finish = Add(end_ns, t.dst_rank, kComputeTid, Order::kFlowEnd, "f", name, "transfer");
+    const TimeNs* consumer_start = FindConsumer(ConsumerKey(t.dst_rank, consumer));
+    const TimeNs end_ns = consumer_start != nullptr ? *consumer_start : t.end_ns;
+    Add(end_ns, t.dst_rank, kComputeTid, Order::kFlowEnd, Kind::kTransfer, index, kTransferFlowEnd);
+  }
+
+  Json RenderTransfer(const Event& ev) const {
+    const TransferRecord& t = result_.transfers[ev.index];
+    std::string name = fmt::format("send {} {}\u2192{} mb{}", t.gradient ? "grad" : "act",
+                                   t.src_stage, t.dst_stage, t.microbatch);
+    const int64_t id =
+        int64_t{options_.pid_offset} * kFlowIdsPerTimeline + static_cast<int64_t>(ev.index) + 1;
+    if (ev.sub == kTransferSlice) {
+      Json slice = Timed(ev, "X", std::move(name), t.gradient ? "grad" : "act");
+      slice["dur"] = NsToUs(t.end_ns - t.start_ns);
+      slice["args"] = {{"bytes", t.bytes},          {"ready_us", NsToUs(t.ready_ns)},
+                       {"src_rank", t.src_rank},    {"dst_rank", t.dst_rank},
+                       {"src_stage", t.src_stage},  {"dst_stage", t.dst_stage},
+                       {"microbatch", t.microbatch}};
+      if (critical_transfers_[ev.index]) slice["args"]["critical"] = true;
+      return slice;
+    }
+    if (ev.sub == kTransferFlowStart) {
+      Json start = Timed(ev, "s", std::move(name), "transfer");
+      start["id"] = id;
+      return start;
+    }
+    Json finish = Timed(ev, "f", std::move(name), "transfer");
     finish["id"] = id;
     finish["bp"] = "e";
+    return finish;
   }
 
   // The live set over time on top of the static memory (weights, gradients,
   // optimizer state, stashed weight versions), so the counter's top is the
-  // rank's whole memory; and the capacity as a counter of its own.
-  void AddMemory(const StageResult& stage) {
+  // rank's whole memory; and the capacity as a counter of its own (the
+  // samples' count and one past it).
+  void AddMemory(size_t position) {
+    const StageResult& stage = result_.per_rank[position];
+    const std::vector<MemorySample>& samples = stage.memory_timeline;
+    for (size_t i = 0; i < samples.size(); ++i) {
+      Add(samples[i].time_ns, stage.rank, kComputeTid, Order::kCounter, Kind::kMemory, position,
+          static_cast<int32_t>(i));
+    }
+    if (result_.memory_capacity_bytes > 0 && !samples.empty()) {
+      const int32_t n = static_cast<int32_t>(samples.size());
+      Add(samples.front().time_ns, stage.rank, kComputeTid, Order::kCounter, Kind::kMemory,
+          position, n);
+      Add(result_.iteration_ns, stage.rank, kComputeTid, Order::kCounter, Kind::kMemory, position,
+          n + 1);
+    }
+  }
+
+  Json RenderMemory(const Event& ev) const {
+    const StageResult& stage = result_.per_rank[ev.index];
+    const std::vector<MemorySample>& samples = stage.memory_timeline;
+    if (ev.sub >= static_cast<int32_t>(samples.size())) {
+      Json e = Timed(ev, "C", "capacity", "memory");
+      e["args"] = {{"capacity", result_.memory_capacity_bytes}};
+      return e;
+    }
+    const MemorySample& sample = samples[ev.sub];
     const MemoryBreakdown& m = stage.memory;
     const Bytes static_bytes = m.weights + m.gradients + m.optimizer + m.stashed_weights;
-    for (const MemorySample& sample : stage.memory_timeline) {
-      Json& e =
-          Add(sample.time_ns, stage.rank, kComputeTid, Order::kCounter, "C", "memory", "memory");
-      e["args"] = {{"static", static_bytes},
-                   {"activations", sample.activations},
-                   {"comm_buffers", sample.comm_buffers},
-                   {"workspace", sample.workspace}};
-    }
-    if (result_.memory_capacity_bytes > 0 && !stage.memory_timeline.empty()) {
-      for (TimeNs ts : {stage.memory_timeline.front().time_ns, result_.iteration_ns}) {
-        Json& e = Add(ts, stage.rank, kComputeTid, Order::kCounter, "C", "capacity", "memory");
-        e["args"] = {{"capacity", result_.memory_capacity_bytes}};
-      }
-    }
+    Json e = Timed(ev, "C", "memory", "memory");
+    e["args"] = {{"static", static_bytes},
+                 {"activations", sample.activations},
+                 {"comm_buffers", sample.comm_buffers},
+                 {"workspace", sample.workspace}};
+    return e;
   }
 
   // The steps after the pipeline, where the result has them for one
@@ -302,28 +404,39 @@ class TraceBuilder {
     return result_.iterations_simulated == 1 &&
            (result_.allreduce_ns > 0 || result_.optimizer_ns > 0 || result_.allgather_ns > 0);
   }
-  void AddDataParallelSteps(const StageResult& stage) {
+  TimeNs OptimizerStart() const {
+    return result_.iteration_ns - result_.allgather_ns - result_.optimizer_ns;
+  }
+  void AddDataParallelSteps(size_t position) {
     if (!HasDataParallelSteps()) return;
-    auto slice = [&](TimeNs start, TimeNs dur, const char* name, const char* cat) -> Json& {
-      Json& e = Add(start, stage.rank, kDataParallelTid, Order::kSlice, "X", name, cat);
+    const StageResult& stage = result_.per_rank[position];
+    auto add = [&](TimeNs start, int32_t step) {
+      Add(start, stage.rank, kDataParallelTid, Order::kSlice, Kind::kDataParallel, position, step);
+    };
+    if (stage.allreduce_ns > 0) add(stage.last_end_ns, kAllReduce);
+    if (result_.optimizer_ns > 0) add(OptimizerStart(), kOptimizer);
+    if (stage.allgather_ns > 0) add(OptimizerStart() + result_.optimizer_ns, kAllGather);
+  }
+
+  Json RenderDataParallelStep(const Event& ev) const {
+    const StageResult& stage = result_.per_rank[ev.index];
+    auto slice = [&](TimeNs dur, const char* name, const char* cat) {
+      Json e = Timed(ev, "X", name, cat);
       e["dur"] = NsToUs(dur);
       return e;
     };
-    if (stage.allreduce_ns > 0) {
+    if (ev.sub == kAllReduce) {
       const bool sharded = result_.zero >= 1;
-      slice(stage.last_end_ns, stage.allreduce_ns,
-            sharded ? "gradient reduce-scatter" : "gradient all-reduce", "allreduce")["args"] = {
-          {"data_parallel", result_.data_parallel}, {"gradients_bytes", stage.memory.gradients}};
+      Json e = slice(stage.allreduce_ns,
+                     sharded ? "gradient reduce-scatter" : "gradient all-reduce", "allreduce");
+      e["args"] = {{"data_parallel", result_.data_parallel},
+                   {"gradients_bytes", stage.memory.gradients}};
+      return e;
     }
-    const TimeNs optimizer_start =
-        result_.iteration_ns - result_.allgather_ns - result_.optimizer_ns;
-    if (result_.optimizer_ns > 0) {
-      slice(optimizer_start, result_.optimizer_ns, "optimizer step", "optimizer");
-    }
-    if (stage.allgather_ns > 0) {
-      slice(optimizer_start + result_.optimizer_ns, stage.allgather_ns, "parameter all-gather",
-            "allgather")["args"] = {{"data_parallel", result_.data_parallel}};
-    }
+    if (ev.sub == kOptimizer) return slice(result_.optimizer_ns, "optimizer step", "optimizer");
+    Json e = slice(stage.allgather_ns, "parameter all-gather", "allgather");
+    e["args"] = {{"data_parallel", result_.data_parallel}};
+    return e;
   }
 
   Json OtherData() const {
@@ -346,8 +459,8 @@ class TraceBuilder {
   const TraceOptions& options_;
   std::vector<Event> events_;
   // (rank, stage, backward?, micro-batch) -> start of the op, first seen.
-  std::map<std::tuple<int, int, bool, int>, TimeNs> consumers_;
-  std::set<int> critical_ops_, critical_transfers_;
+  std::vector<std::pair<std::tuple<int, int, bool, int>, TimeNs>> consumers_;
+  std::vector<bool> critical_ops_, critical_transfers_;
   std::vector<int> transfer_tid_;                                         // per transfer
   std::map<int, std::vector<std::pair<int, std::string>>> link_threads_;  // per sender: tid, name
 };
@@ -355,7 +468,14 @@ class TraceBuilder {
 }  // namespace
 
 std::string TraceJson(const SimResult& result, const TraceOptions& options) {
-  return TraceBuilder(result, options).Build();
+  std::string out;
+  WriteTraceJson(result, options, [&](std::string_view piece) { out += piece; });
+  return out;
+}
+
+void WriteTraceJson(const SimResult& result, const TraceOptions& options,
+                    const std::function<void(std::string_view)>& sink) {
+  TraceBuilder(result, options).Write(sink);
 }
 
 nlohmann::ordered_json TraceJsonValue(const SimResult& result, const TraceOptions& options) {

@@ -13,8 +13,10 @@
 #ifndef PIPECAST_REPORT_TRACE_H_
 #define PIPECAST_REPORT_TRACE_H_
 
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 
 #include "sim/simulator.h"
 
@@ -28,6 +30,13 @@ struct TraceOptions {
 // A complete trace file (`{"traceEvents": [...], ...}`).
 // REQUIRES: result was simulated with record_timeline.
 std::string TraceJson(const SimResult& result, const TraceOptions& options = {});
+
+// The same text handed to `sink` in pieces (a line each) as it is made, so
+// that writing a large trace holds neither the text nor a JSON value per
+// event: about 40 bytes per event besides the result (docs/report.md).
+// REQUIRES: as TraceJson().
+void WriteTraceJson(const SimResult& result, const TraceOptions& options,
+                    const std::function<void(std::string_view)>& sink);
 
 // The same trace as a JSON value ({traceEvents, displayTimeUnit, otherData}),
 // for callers that merge traces. Strings are kept as they are: dump with

@@ -6,6 +6,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "testing/sim_test_util.h"
@@ -333,6 +334,28 @@ TEST(TraceTest, EventsAreSortedAndOutputIsDeterministic) {
   EXPECT_EQ(once.back(), '\n');
   EXPECT_EQ(std::count(once.begin(), once.end(), '\n'),
             static_cast<long>(a["traceEvents"].size()) + 4);
+}
+
+TEST(TraceTest, StreamedPiecesAreTheFileAndItsValueLineByLine) {
+  // GPipe p=2 m=2 on the ideal cluster: ops, transfers, flows and memory.
+  Model model = test_util::UniformModel(2, 1000, 2000);
+  auto sched = MakeSchedule(ScheduleKind::kGPipe, 2, 2);
+  auto r = Simulate(model, test_util::IdealCluster(), *sched, SimOptions{});
+  ASSERT_TRUE(r.ok());
+  std::vector<std::string> pieces;
+
+  WriteTraceJson(*r, TraceOptions{}, [&](std::string_view piece) { pieces.emplace_back(piece); });
+
+  std::string joined;
+  for (const std::string& piece : pieces) joined += piece;
+  EXPECT_EQ(joined, TraceJson(*r));
+  EXPECT_EQ(json::parse(joined), TraceJsonValue(*r));
+  // The opening, one piece per event, and the closing with otherData.
+  const json value = TraceJsonValue(*r);
+  ASSERT_EQ(pieces.size(), value["traceEvents"].size() + 2);
+  for (size_t i = 1; i + 1 < pieces.size(); ++i) {
+    EXPECT_EQ(std::count(pieces[i].begin(), pieces[i].end(), '\n'), i == 1 ? 0 : 1) << pieces[i];
+  }
 }
 
 TEST(TraceTest, MarksTheCriticalPath) {

@@ -37,13 +37,20 @@ class Walker {
       if (prev_on_rank_[i] != kNone) next_on_rank_[prev_on_rank_[i]] = static_cast<int>(i);
       last_on_rank[ops[i].rank] = static_cast<int>(i);
     }
-    std::map<std::pair<int, int>, int> last_on_link;
+    // The last transfer seen per (src, dst) rank pair, in a table (a map
+    // lookup per transfer cost as much as the rest of the walk).
+    size_t ranks = 0;
+    for (const TransferRecord& t : transfers) {
+      ranks = std::max(
+          {ranks, static_cast<size_t>(t.src_rank) + 1, static_cast<size_t>(t.dst_rank) + 1});
+    }
+    std::vector<int> last_on_link(ranks * ranks, kNone);
     for (size_t i = 0; i < transfers.size(); ++i) {
       const TransferRecord& t = transfers[i];
       (t.gradient ? grad_xfer_ : act_xfer_)[Cell(t.dst_stage, t.microbatch)] = static_cast<int>(i);
-      auto [it, fresh] = last_on_link.try_emplace({t.src_rank, t.dst_rank}, kNone);
-      prev_on_link_[i] = it->second;
-      it->second = static_cast<int>(i);
+      int& last = last_on_link[static_cast<size_t>(t.src_rank) * ranks + t.dst_rank];
+      prev_on_link_[i] = last;
+      last = static_cast<int>(i);
     }
   }
 

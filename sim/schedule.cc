@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "base/text_table.h"
+#include "sim/internal/schedule_builders.h"
 #include "sim/schedule_traits.h"
 
 namespace pipecast {
@@ -73,7 +75,56 @@ int64_t Schedule::NumActions() const {
   return n;
 }
 
+Result<double> EffectiveMemoryLimit(ScheduleKind kind, int num_ranks, const ScheduleCosts& costs) {
+  const ScheduleTraits& t = TraitsOf(kind);
+  if (costs.memory_limit == 0) {
+    return t.default_memory_limit != nullptr ? t.default_memory_limit(num_ranks) : 0.0;
+  }
+  if (!(costs.memory_limit >= 1)) {
+    return Status::InvalidArgument(fmt::format(
+        "--memory-limit is {:g}: every stage must hold at least 1 micro-batch's activations (a "
+        "forward keeps them until its weight gradient W); give 1 or more ({} = 2p is ZB-2p's)",
+        costs.memory_limit, 2 * num_ranks));
+  }
+  return costs.memory_limit;
+}
+
+namespace {
+
+// The time of every op when a cost-driven kind is built from the shape alone (MakeSchedule
+// without costs): equal F, I and W, free communication.
+constexpr TimeNs kDefaultOpNs = 1'000'000;
+
+// `costs` with empty fields filled by the defaults and the memory limit resolved.
+Result<ScheduleCosts> ResolveCosts(ScheduleKind kind, const Schedule& s, ScheduleCosts costs) {
+  const size_t n = static_cast<size_t>(s.num_stages);
+  auto fill = [&](auto& v, auto value, const char* what) -> Status {
+    using T = typename std::decay_t<decltype(v)>::value_type;
+    if (v.empty()) v.assign(n, static_cast<T>(value));
+    if (v.size() != n) {
+      return Status::InvalidArgument(fmt::format("{} costs has {} entries for {} virtual stages",
+                                                 what, v.size(), s.num_stages));
+    }
+    return Status::Ok();
+  };
+  PIPECAST_RETURN_IF_ERROR(fill(costs.forward_ns, kDefaultOpNs, "forward"));
+  PIPECAST_RETURN_IF_ERROR(fill(costs.input_grad_ns, kDefaultOpNs, "input-gradient"));
+  PIPECAST_RETURN_IF_ERROR(fill(costs.weight_grad_ns, kDefaultOpNs, "weight-gradient"));
+  PIPECAST_RETURN_IF_ERROR(fill(costs.kept_after_input, 1.0, "kept-after-input"));
+  auto limit = EffectiveMemoryLimit(kind, s.num_ranks, costs);
+  if (!limit.ok()) return limit.status();
+  costs.memory_limit = *limit;
+  return costs;
+}
+
+}  // namespace
+
 Result<Schedule> MakeSchedule(ScheduleKind kind, int num_ranks, int num_microbatches, int chunks) {
+  return MakeSchedule(kind, num_ranks, num_microbatches, chunks, ScheduleCosts{});
+}
+
+Result<Schedule> MakeSchedule(ScheduleKind kind, int num_ranks, int num_microbatches, int chunks,
+                              const ScheduleCosts& costs) {
   PIPECAST_RETURN_IF_ERROR(CheckShape(kind, num_ranks, num_microbatches, chunks));
   const ScheduleTraits& traits = TraitsOf(kind);
   if (traits.generate == nullptr) {
@@ -92,8 +143,22 @@ Result<Schedule> MakeSchedule(ScheduleKind kind, int num_ranks, int num_microbat
   s.actions.resize(num_ranks);
   s.split_backward = traits.splits_backward;
   s.bidirectional = traits.bidirectional;
-  traits.generate(s);
+  if (traits.generate_from_costs == nullptr) {
+    traits.generate(s);
+    return s;
+  }
+  auto resolved = ResolveCosts(kind, s, costs);
+  if (!resolved.ok()) return resolved.status();
+  PIPECAST_RETURN_IF_ERROR(traits.generate_from_costs(s, *resolved));
   return s;
+}
+
+void internal::BuildFromDefaultCosts(Schedule& s, ScheduleKind kind) {
+  auto costs = ResolveCosts(kind, s, ScheduleCosts{});
+  // The defaults always resolve and the generators keep within their default limits
+  // (schedule_zoo_auto_test.cc); a failure leaves the lists empty for ValidateSchedule.
+  if (costs.ok() && !TraitsOf(kind).generate_from_costs(s, *costs).ok())
+    s.actions.assign(s.num_ranks, {});
 }
 
 namespace {

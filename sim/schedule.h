@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "base/units.h"
 
 namespace pipecast {
 
@@ -72,6 +73,8 @@ enum class ScheduleKind {
   kVMin,             // "v-min": V placement, about a third of 1F1B's activations
   kInterleavedZB,    // "interleaved-zb": PyTorch's interleaved zero bubble, v chunks per rank
   kDualPipeV,        // "dualpipev": DeepSeek's DualPipeV, V placement, overlapped F&B pairs
+  kZBAuto,           // "zb-auto": zero bubble built from the stage costs under a memory limit
+  kZBVAuto,          // "zb-v-auto": ZB-V's greedy from the stage costs under a memory limit
   kDualPipe,         // "dualpipe": DeepSeek's bidirectional DualPipe, two parameter copies
   kCustom,           // "custom": schedule text
 };
@@ -141,6 +144,32 @@ struct Schedule {
 // microbatches < 1, chunks, the kind's micro-batch rule), and for kCustom.
 Result<Schedule> MakeSchedule(ScheduleKind kind, int num_ranks, int num_microbatches,
                               int chunks = 1);
+
+// What the cost-driven generators (zb-auto, zb-v-auto: ScheduleTraits::generate_from_costs)
+// build their order from; the other kinds ignore it. Times in ns.
+struct ScheduleCosts {
+  // Per virtual stage (num_ranks x chunks entries), or empty: every op 1 ms (F = I = W).
+  std::vector<TimeNs> forward_ns, input_grad_ns, weight_grad_ns;
+  // Share of a forward's activations that its input gradient (I) leaves for W, per virtual
+  // stage, in [0, 1]; empty: 1 (I frees nothing, W everything: the simulator's rule without
+  // weight_grad_bytes). Qi et al.'s M_W / M_B.
+  std::vector<double> kept_after_input;
+  TimeNs comm_ns = 0;  // one point-to-point transfer between neighbouring stages
+  // Activations of one micro-batch (all of a rank's layers) a rank may hold at once, counted
+  // from F's start to W's end less what I frees (--memory-limit); 0: the kind's default
+  // (ScheduleTraits::default_memory_limit: 2p for zb-auto, p for zb-v-auto). Otherwise >= 1.
+  double memory_limit = 0;
+};
+
+// The memory limit a cost-driven kind uses for `costs` on `num_ranks` ranks: the given one or
+// the kind's default. InvalidArgument naming --memory-limit when it is given and below 1.
+Result<double> EffectiveMemoryLimit(ScheduleKind kind, int num_ranks, const ScheduleCosts& costs);
+
+// MakeSchedule for any kind, with the costs a cost-driven kind orders its ops by (other kinds
+// ignore them). InvalidArgument as above, for a memory limit below 1 (naming --memory-limit),
+// or for cost vectors whose size is not the number of virtual stages.
+Result<Schedule> MakeSchedule(ScheduleKind kind, int num_ranks, int num_microbatches, int chunks,
+                              const ScheduleCosts& costs);
 
 // Checks that the schedule is a complete training iteration: every (stage,
 // micro-batch) on the micro-batch's path has exactly one F and either one B or

@@ -27,6 +27,13 @@ int ZBH2InFlight(int, int p, int m) { return std::min(2 * p - 1, m); }
 // section 2.3: worker i holds (p-i+1) M_B + (i-1) M_W (ZB-H1), (2p-2i+1) M_B + (2i-2) M_W (ZB-H2).
 int ZBH1BeforeInputGradient(int stage, int p, int m) { return std::min(p - stage, m); }
 int ZBH2BeforeInputGradient(int stage, int p, int m) { return std::min(2 * (p - stage) - 1, m); }
+// zb-auto at its default limit: 2p activations (ZB-2p), or m when fewer.
+int ZBAutoInFlight(int, int p, int m) { return std::min(2 * p, m); }
+// The default memory limits of the cost-driven kinds, in micro-batch activations per rank:
+// ZB-2p's 2p for zb-auto (Qi et al. ICLR'24 section 3), ZB-V's p (2p chunk activations, 1F1B's
+// memory) for zb-v-auto.
+double TwicePipeline(int p) { return 2.0 * p; }
+double OncePipeline(int p) { return 1.0 * p; }
 
 // A synchronous one-chunk schedule with a whole backward that takes any m (naive, GPipe, 1F1B).
 constexpr ScheduleTraits OneChunk(ScheduleKind kind, const char* name, const char* source,
@@ -119,7 +126,7 @@ constexpr ScheduleTraits VShape(ScheduleKind kind, const char* name, const char*
 // One row per ScheduleKind, in enum order (checked below). Fields left out keep the defaults
 // of ScheduleTraits: built in, searched by the planner, one chunk, whole backward, with a flush,
 // looped placement, any micro-batch count.
-constexpr std::array<ScheduleTraits, 15> kTraits = {{
+constexpr std::array<ScheduleTraits, 17> kTraits = {{
     OneChunk(ScheduleKind::kNaive, "naive", "GPipe paper fig. 2(b); PipeDream fig. 3", OneInFlight,
              internal::BuildNaive),
     OneChunk(ScheduleKind::kGPipe, "gpipe", "Huang et al. 2019, section 2.3", AllInFlight,
@@ -179,6 +186,35 @@ constexpr std::array<ScheduleTraits, 15> kTraits = {{
      .too_few_microbatches_why = "both chunks' warm-ups must fill before its steady state",
      .inflight_microbatches = AllInFlight,
      .generate = internal::BuildDualPipeV},
+    // The cost-driven zero bubble: the order comes from the stage costs and a memory limit
+    // (MakeSchedule with ScheduleCosts; docs/schedules.md). zb-auto is searched by default: the
+    // shipped baselines keep their plans and the 1024-GPU search stays well under 2 s
+    // (docs/planner.md); zb-v-auto, like the other V kinds, only when named.
+    {.kind = ScheduleKind::kZBAuto,
+     .name = "zb-auto",
+     .rule_label = "zb-auto",
+     .source = "Qi et al. ICLR'24 section 3 (ZB-1p / ZB-2p); sail-sg/zero-bubble-pipeline-"
+               "parallelism scheduler/zb.py (commit 39f2c186)",
+     .splits_backward = true,
+     .inflight_microbatches = ZBAutoInFlight,
+     .generate = internal::BuildZBAuto,
+     .generate_from_costs = internal::BuildZBAutoFromCosts,
+     .default_memory_limit = TwicePipeline},
+    {.kind = ScheduleKind::kZBVAuto,
+     .name = "zb-v-auto",
+     .rule_label = "zb-v-auto",
+     .source = "Qi et al. 2024, Pipeline Parallelism with Controllable Memory, section 4 (ZB-V); "
+               "sail-sg/zero-bubble-pipeline-parallelism scheduler/zbv.py with the stage costs",
+     .planner_default = false,
+     .uses_chunks = true,
+     .default_chunks = 2,
+     .fixed_chunks = 2,
+     .splits_backward = true,
+     .placement = Placement::kV,
+     .inflight_microbatches = AllInFlight,
+     .generate = internal::BuildZBVAuto,
+     .generate_from_costs = internal::BuildZBVAutoFromCosts,
+     .default_memory_limit = OncePipeline},
     // DualPipe: bidirectional, 2p virtual stages in a V over p model chunks (rank r holds chunks
     // r and p-1-r); p even, m even and >= 2p as its step() asserts. Searched by the planner only
     // when named: it doubles the parameters. The in-flight bound is all m, as for dualpipev; the

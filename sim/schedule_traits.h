@@ -64,6 +64,14 @@ struct ScheduleTraits {
   // micro-batches, stage_rank). nullptr when builtin is false.
   // REQUIRES: CheckShape() accepted the schedule's shape.
   void (*generate)(Schedule& s) = nullptr;
+  // For cost-driven kinds (zb-auto, zb-v-auto): fills the action lists from per-stage costs and
+  // a memory limit (MakeSchedule with ScheduleCosts; `generate` is this with the default costs).
+  // REQUIRES: as generate; costs sized to the virtual stages, memory_limit >= 1 (resolved).
+  // Internal when the heuristic cannot keep within the limit (never seen: docs/schedules.md).
+  Status (*generate_from_costs)(Schedule& s, const ScheduleCosts& costs) = nullptr;
+  // For cost-driven kinds: the memory limit (ScheduleCosts::memory_limit) on p ranks when
+  // none is given.
+  double (*default_memory_limit)(int p) = nullptr;
 };
 
 // The record of `kind`. Never fails: every kind has a row.

@@ -45,6 +45,9 @@ TEST(ScheduleTraits, EveryKindHasItsRow) {
        MicrobatchRule::kAny},
       {ScheduleKind::kDualPipeV, "dualpipev", true, true, true, 2, true, true,
        MicrobatchRule::kAtLeastTwiceStages, Placement::kV},
+      {ScheduleKind::kZBAuto, "zb-auto", true, true, false, 1, true, true, MicrobatchRule::kAny},
+      {ScheduleKind::kZBVAuto, "zb-v-auto", true, false, true, 2, true, true, MicrobatchRule::kAny,
+       Placement::kV},
       {ScheduleKind::kDualPipe, "dualpipe", true, false, true, 2, true, true,
        MicrobatchRule::kBidirectional, Placement::kV},
       {ScheduleKind::kCustom, "custom", false, false, false, 1, false, true, MicrobatchRule::kAny},
@@ -156,10 +159,12 @@ TEST(ScheduleTraits, CheckShapeCountErrors) {
             "--microbatches is 0: an iteration needs at least 1 micro-batch");
   EXPECT_EQ(ShapeError(ScheduleKind::kGPipe, 4, 8, 2),
             "--chunks is 2: gpipe takes exactly 1 model chunk per GPU; only interleaved, "
-            "looped-bfs, zb-v, v-half, v-min, interleaved-zb, dualpipev, dualpipe take more");
+            "looped-bfs, zb-v, v-half, v-min, interleaved-zb, dualpipev, zb-v-auto, dualpipe "
+            "take more");
   EXPECT_EQ(ShapeError(ScheduleKind::kInterleaved1F1B, 4, 8, 0),
             "--chunks is 0: interleaved takes exactly 1 model chunk per GPU; only interleaved, "
-            "looped-bfs, zb-v, v-half, v-min, interleaved-zb, dualpipev, dualpipe take more");
+            "looped-bfs, zb-v, v-half, v-min, interleaved-zb, dualpipev, zb-v-auto, dualpipe "
+            "take more");
   EXPECT_EQ(ShapeError(ScheduleKind::kZBV, 4, 8, 3),
             "--chunks is 3: zb-v takes exactly 2 model chunks per GPU, in a V (rank r holds "
             "stages r and 2P-1-r); leave --chunks out or give 2");

@@ -19,6 +19,8 @@
 // Internally both generators number the four F/B arms as sail-sg does: F chunk 0 is virtual
 // stage r, F chunk 1 stage 2p-1-r; B chunk 0 is stage 2p-1-r (its gradient flows up the ranks),
 // B chunk 1 stage r.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -56,17 +58,39 @@ struct ZbvResult {
   std::vector<std::vector<ZbvOp>> order;  // per rank
   int64_t max_bubble = 0;
   std::vector<int64_t> stage_bubble;
+  int64_t peak_mem = 0;
+};
+
+// What the ZB-V greedy orders by: per-op costs (F, I, W), the transfer cost, per-op memory and
+// the per-rank limit, in the same units as the memory.
+struct ZbvParams {
+  std::array<int64_t, 3> cost;
+  int64_t comm;
+  std::array<int64_t, 3> mem;
+  int64_t max_mem;
 };
 
 class ZbvScheduler {
  public:
-  ZbvScheduler(int p, int m) : n_(p), m_(m), max_mem_(2 * p * kFMem) {}
+  // sail-sg's runtime setting: the fixed costs, F 1, I 0, W -1 and a limit of 2p.
+  ZbvScheduler(int p, int m) : ZbvScheduler(p, m, DefaultParams(p)) {}
+  ZbvScheduler(int p, int m, const ZbvParams& params)
+      : op_cost_(params.cost),
+        op_mem_(params.mem),
+        comm_cost_(params.comm),
+        n_(p),
+        m_(m),
+        max_mem_(params.max_mem) {}
+
+  static ZbvParams DefaultParams(int p) {
+    return {{kFCost, kBCost, kWCost}, kCommCost, {1, 0, -1}, 2 * p};
+  }
 
   // One try_v_schedule call; recurses as the Python does while the bubble shrinks.
   ZbvResult Try(bool fill_f, bool fill_b, const std::vector<int64_t>* approved) {
     Reset(approved);
     Run(fill_f, fill_b);
-    ZbvResult out{std::move(order_), MaxStageBubble(-1), stage_bubble_};
+    ZbvResult out{std::move(order_), MaxStageBubble(-1), stage_bubble_, peak_};
     if (max_approved_ < 0 || out.max_bubble < max_approved_) {
       std::vector<int64_t> next_approved = out.stage_bubble;
       ZbvResult again = Try(fill_f, fill_b, &next_approved);
@@ -76,9 +100,9 @@ class ZbvScheduler {
   }
 
  private:
-  static constexpr int64_t kFMem = 1, kBMem = 0, kWMem = -1;
-  static constexpr std::array<int64_t, 3> kCost = {kFCost, kBCost, kWCost};
-  static constexpr std::array<int64_t, 3> kMem = {kFMem, kBMem, kWMem};
+  // The costs and memory of the ops, by category (F, I, W).
+  const std::array<int64_t, 3> op_cost_, op_mem_;
+  const int64_t comm_cost_;
 
   size_t Id(int cat, int chunk, int stage, int micro) const {
     return static_cast<size_t>(((cat * 2 + chunk) * n_ + stage) * m_ + micro);
@@ -98,6 +122,7 @@ class ZbvScheduler {
     order_.assign(n_, {});
     approved_ = approved ? *approved : std::vector<int64_t>(n_, -1);
     max_approved_ = *std::max_element(approved_.begin(), approved_.end());
+    peak_ = 0;
   }
 
   int64_t MaxStageBubble(int stage) const {
@@ -110,18 +135,19 @@ class ZbvScheduler {
   void Put(int cat, int chunk, int stage) {
     const int cnt = count_[stage][cat * 2 + chunk];
     if (cnt >= m_) return;  // the Python asserts; no shape reaches it
-    const int64_t no_bubble = cur_time_[stage] + kCost[cat];
+    const int64_t no_bubble = cur_time_[stage] + op_cost_[cat];
     int64_t t = no_bubble;
     if (cat < 2 && chunk == 1 && stage < n_ - 1) {
-      t = std::max(t, end_time_[Id(cat, 1, stage + 1, cnt)] + kCommCost + kCost[cat]);
+      t = std::max(t, end_time_[Id(cat, 1, stage + 1, cnt)] + comm_cost_ + op_cost_[cat]);
     }
     if (cat < 2 && chunk == 0 && stage > 0) {
-      t = std::max(t, end_time_[Id(cat, 0, stage - 1, cnt)] + kCommCost + kCost[cat]);
+      t = std::max(t, end_time_[Id(cat, 0, stage - 1, cnt)] + comm_cost_ + op_cost_[cat]);
     }
     if (count_[stage][0] > 0) stage_bubble_[stage] += t - no_bubble;
     end_time_[Id(cat, chunk, stage, cnt)] = t;
     cur_time_[stage] = t;
-    mem_[stage] += kMem[cat];
+    mem_[stage] += op_mem_[cat];
+    peak_ = std::max(peak_, mem_[stage]);
     order_[stage].push_back(ZbvOp{cat, chunk, cnt});
     if (cat == 1) pending_w_[stage].push_back(chunk);
     ++count_[stage][cat * 2 + chunk];
@@ -137,11 +163,11 @@ class ZbvScheduler {
   // one more when waiting would exceed the approved bubble (`fill`).
   void FillWithW(int i, int64_t fa_id, bool fill) {
     while (!pending_w_[i].empty() && fa_id >= 0 &&
-           EndAt(fa_id) + kCommCost >= cur_time_[i] + kWCost) {
+           EndAt(fa_id) + comm_cost_ >= cur_time_[i] + op_cost_[2]) {
       PutW(i);
     }
     if (!pending_w_[i].empty() &&
-        EndAt(fa_id) + kCommCost - cur_time_[i] > MaxStageBubble(i) - stage_bubble_[i] && fill) {
+        EndAt(fa_id) + comm_cost_ - cur_time_[i] > MaxStageBubble(i) - stage_bubble_[i] && fill) {
       PutW(i);
     }
   }
@@ -153,8 +179,8 @@ class ZbvScheduler {
         Put(0, 1, i);
         continue;
       }
-      const int64_t tmp = end_time_[Id(0, 1, i + 1, 0)] + kCommCost;
-      while (mem_[i] + kFMem * (2 + i * 2) <= max_mem_ && cur_time_[i] + kFCost <= tmp &&
+      const int64_t tmp = end_time_[Id(0, 1, i + 1, 0)] + comm_cost_;
+      while (mem_[i] + op_mem_[0] * (2 + i * 2) <= max_mem_ && cur_time_[i] + op_cost_[0] <= tmp &&
              count_[i][0] < m_) {
         for (int j = 0; j <= i; ++j) Put(0, 0, j);
       }
@@ -174,7 +200,7 @@ class ZbvScheduler {
 
   void PutBackwards(bool fill_b) {
     for (int i = 0; i < n_; ++i) {
-      while (mem_[i] + kBMem > max_mem_ && !pending_w_[i].empty()) PutW(i);
+      while (mem_[i] + op_mem_[1] > max_mem_ && !pending_w_[i].empty()) PutW(i);
     }
     std::vector<int> b0, b1;
     for (int i = 0; i < n_; ++i) {
@@ -214,7 +240,7 @@ class ZbvScheduler {
         if (i == 0 || end_time_[Id(0, 0, i - 1, count_[i][0])] >= 0) item = 0;
       }
       if (item < 0) continue;
-      while (mem_[i] + kFMem > max_mem_ && !pending_w_[i].empty()) PutW(i);
+      while (mem_[i] + op_mem_[0] > max_mem_ && !pending_w_[i].empty()) PutW(i);
       int64_t fa_id = -1;
       if (item == 0 && i > 0) fa_id = static_cast<int64_t>(Id(0, 0, i - 1, count_[i][0]));
       if (item == 1 && i < n_ - 1) fa_id = static_cast<int64_t>(Id(0, 1, i + 1, count_[i][1]));
@@ -239,6 +265,7 @@ class ZbvScheduler {
   std::vector<std::array<int, 6>> count_;
   std::vector<int64_t> end_time_, cur_time_, mem_, stage_bubble_, approved_;
   int64_t max_approved_ = -1;
+  int64_t peak_ = 0;  // the largest rank's peak memory in this try
   std::vector<std::deque<int>> pending_w_;
   std::vector<std::vector<ZbvOp>> order_;
 };
@@ -512,16 +539,9 @@ void FillFromGreedy(Schedule& s, const std::vector<std::array<int, 4>>& pattern)
   }
 }
 
-}  // namespace
-
-// ZB-V (Qi et al. 2024, section 4; sail-sg zbv.py): the best of sail-sg's four fill variants
-// (W ops filling the bubble before input gradients and before forwards, or not), each retried
-// while its largest per-rank bubble shrinks, under a limit of 2p chunk activations (1F1B's
-// memory, p whole-model activations). With F = B = W per chunk op and free communication, for
-// m >= 2p, an iteration takes 6m + p - 1 ops: only the fill before the last rank's first
-// forward remains (schedule_zoo_v_test.cc).
-void BuildZBV(Schedule& s) {
-  ZbvScheduler scheduler(s.num_ranks, s.num_microbatches);
+// Fills s from the best of ZB-V's four tries under `params`; returns the rank peak memory.
+int64_t FillFromZbv(Schedule& s, const ZbvParams& params) {
+  ZbvScheduler scheduler(s.num_ranks, s.num_microbatches, params);
   ZbvResult best;
   bool have = false;
   for (bool fill_b : {true, false}) {
@@ -540,6 +560,62 @@ void BuildZBV(Schedule& s) {
           Action{VStage(op.category, op.chunk, r, p), KindOf(op.category), op.microbatch});
     }
   }
+  return best.peak_mem;
+}
+
+}  // namespace
+
+// ZB-V (Qi et al. 2024, section 4; sail-sg zbv.py): the best of sail-sg's four fill variants
+// (W ops filling the bubble before input gradients and before forwards, or not), each retried
+// while its largest per-rank bubble shrinks, under a limit of 2p chunk activations (1F1B's
+// memory, p whole-model activations). With F = B = W per chunk op and free communication, for
+// m >= 2p, an iteration takes 6m + p - 1 ops: only the fill before the last rank's first
+// forward remains (schedule_zoo_v_test.cc).
+void BuildZBV(Schedule& s) { FillFromZbv(s, ZbvScheduler::DefaultParams(s.num_ranks)); }
+
+namespace {
+
+// Fixed-point units of one chunk's activations for zb-v-auto (a rank holds two chunks).
+constexpr int64_t kChunkMemUnit = 1024;
+
+// sail-sg's avg_then_mid (runtime.py): each rank's mean over its two chunks, then the median
+// over ranks (the upper one for even p), rounded to ns.
+int64_t AverageThenMedian(const Schedule& s, const std::vector<TimeNs>& per_stage) {
+  const int p = s.num_ranks;
+  std::vector<int64_t> per_rank(p);
+  for (int r = 0; r < p; ++r) per_rank[r] = (per_stage[r] + per_stage[2 * p - 1 - r] + 1) / 2;
+  std::sort(per_rank.begin(), per_rank.end());
+  return per_rank[p / 2];
+}
+
+}  // namespace
+
+// zb-v-auto: ZB-V's greedy (zbv.py) with the configuration's costs and memory limit instead of
+// sail-sg's fixed ones. Costs are one per op kind, as zbv.py takes them: the median over ranks of
+// each rank's two chunks (sail-sg's avg_then_mid); a chunk's forward holds half of the rank's
+// micro-batch activations, its input gradient frees the share W does not keep (the mean of
+// kept_after_input), and the limit is memory_limit rank activations (2 x memory_limit chunks).
+Status BuildZBVAutoFromCosts(Schedule& s, const ScheduleCosts& costs) {
+  double kept = 0;
+  for (double k : costs.kept_after_input) kept += std::clamp(k, 0.0, 1.0);
+  kept /= static_cast<double>(costs.kept_after_input.size());
+  const int64_t w_mem = std::llround(kept * static_cast<double>(kChunkMemUnit));
+  const ZbvParams params{
+      {AverageThenMedian(s, costs.forward_ns), AverageThenMedian(s, costs.input_grad_ns),
+       AverageThenMedian(s, costs.weight_grad_ns)},
+      costs.comm_ns,
+      {kChunkMemUnit, w_mem - kChunkMemUnit, -w_mem},
+      static_cast<int64_t>(
+          std::floor(2 * costs.memory_limit * static_cast<double>(kChunkMemUnit) + 1e-9))};
+  const int64_t peak = FillFromZbv(s, params);
+  if (peak > params.max_mem) {
+    return Status::InvalidArgument(fmt::format(
+        "zb-v-auto cannot keep within --memory-limit {:g} on {} ranks: ZB-V's greedy holds "
+        "{:.2f} micro-batch activations on a rank (about p); give a larger --memory-limit, or "
+        "use v-half (about p/2) or v-min (about p/3) for less memory",
+        costs.memory_limit, s.num_ranks, static_cast<double>(peak) / (2 * kChunkMemUnit)));
+  }
+  return Status::Ok();
 }
 
 // V-Half (Qi et al. 2024; sail-sg zbv_greedy.py, stable_pattern_v_half): about half of 1F1B's

@@ -354,6 +354,30 @@ TEST(SimulatorEquivalence, LargerPipelinesAcrossNodes) {
   EXPECT_EQ(tally.ran, 2 * 2 * static_cast<int>(BuiltinScheduleKinds().size()));
 }
 
+// On the ideal cluster uniform stages put whole wavefronts at one instant,
+// so ties are everywhere and deep: the engine stops walking parents and
+// ranks the events (sim/internal/engine.h), in pass 1 or pass 2, with the
+// timeline off, and always with it on. Every schedule, both ways.
+TEST(SimulatorEquivalence, DeepTiesOnTheIdealClusterRankedOrWalked) {
+  Tally tally;
+  const Cluster ideal = test_util::IdealCluster();
+  for (ScheduleKind kind : BuiltinScheduleKinds()) {
+    const int v = UsesChunks(kind) ? 2 : 1;
+    for (const auto& [p, m] : {std::pair{16, 32}, std::pair{32, 64}}) {
+      Result<Schedule> sched = MakeSchedule(kind, p, m, v);
+      ASSERT_TRUE(sched.ok()) << sched.status().message();
+      for (bool timeline : {false, true}) {
+        SimOptions opts;
+        opts.record_timeline = timeline;
+        EXPECT_TRUE(SameAsReference(TestModel(p * v, /*unequal=*/false), ideal, *sched, opts,
+                                    &tally, /*compare_text=*/false))
+            << ScheduleKindName(kind) << " p=" << p << " m=" << m << " timeline=" << timeline;
+      }
+    }
+  }
+  EXPECT_EQ(tally.ran, 2 * 2 * static_cast<int>(BuiltinScheduleKinds().size()));
+}
+
 // Event tables of several MiB take the engine's large-allocation path
 // (huge pages, blocks kept by the thread and reused by the next call): a
 // larger run, a smaller one that reuses its block, and the first again.

@@ -58,11 +58,12 @@ struct World {
 };
 
 inline World MakeWorld(const Model& model, const Schedule& schedule,
-                       Recompute recompute = Recompute::kOff) {
+                       Recompute recompute = Recompute::kOff, int tensor_parallel = 1) {
   World w;
   w.model = model;
   SimOptions o;
   o.recompute = recompute;
+  o.tensor_parallel = tensor_parallel;
   Result<SimResult> sim = Simulate(model, TestCluster(), schedule, o);
   EXPECT_TRUE(sim.ok()) << sim.status().message();
   w.plan = MakePlanFile(model.name, "", TestCluster(), schedule, o, *sim);

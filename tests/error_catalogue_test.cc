@@ -209,6 +209,24 @@ std::vector<Case> Catalogue() {
                   "--model {dir}/m.json --stages 4 --microbatches 6 --schedule dualpipev", 1,
                   "dualpipev needs at least twice as many micro-batches (N = 6) as pipeline "
                   "stages (P = 4)"));
+  c.push_back(Row("zb_auto_memory_limit_below_one", kSimulator, {kGoodModel},
+                  "--model {dir}/m.json --stages 4 --microbatches 8 --schedule zb-auto "
+                  "--memory-limit 0.5",
+                  1,
+                  "--memory-limit 0.5 is 0.5 micro-batch activations: every GPU must hold at "
+                  "least 1"));
+  c.push_back(Row("memory_limit_unit_unknown", kSimulator, {kGoodModel},
+                  "--model {dir}/m.json --stages 4 --schedule zb-auto --memory-limit 3xb", 1,
+                  "--memory-limit '3xb': expected a number of micro-batch activations (16) or a "
+                  "size with a unit"));
+  c.push_back(Row("memory_limit_on_another_schedule", kSimulator, {kGoodModel},
+                  "--model {dir}/m.json --stages 4 --schedule 1f1b --memory-limit 4", 1,
+                  "--memory-limit applies to the schedules built from the stage costs (zb-auto, "
+                  "zb-v-auto), not to 1f1b"));
+  c.push_back(Row("zb_v_auto_below_its_greedy", kSimulator, {kGoodModel},
+                  "--model {dir}/m.json --stages 4 --microbatches 8 --schedule zb-v-auto "
+                  "--memory-limit 1",
+                  1, "zb-v-auto cannot keep within --memory-limit 1 on 4 ranks"));
   c.push_back(Row("dualpipe_odd_microbatches", kSimulator, {kGoodModel},
                   "--model {dir}/m.json --stages 4 --microbatches 9 --schedule dualpipe", 1,
                   "dualpipe needs an even number of micro-batches (N = 9), at least twice the "
@@ -303,6 +321,15 @@ std::vector<Case> Catalogue() {
                   "analytic --name x --layers 2 --hidden 64 --heads 8 --seq 8 --vocab 8 "
                   "--matmul-efficiency nan",
                   1, "--matmul-efficiency nan must be in (0, 1]"));
+  // profiler cpu's tensor-parallel shards (issue 15 part 6): refused before
+  // anything is measured.
+  c.push_back(Row("profiler_cpu_tensor_parallel_not_dividing_ffn", kProfiler, {},
+                  "cpu --layers 1 --hidden 8 --ffn 6 --tensor-parallel 1,4", 1,
+                  "--tensor-parallel 4: layer 0's ffn 6 does not divide into 4 shards",
+                  After::kNoOutputs));
+  c.push_back(Row("profiler_cpu_tensor_parallel_without_1", kProfiler, {},
+                  "cpu --layers 1 --hidden 8 --ffn 8 --tensor-parallel 2", 1,
+                  "--tensor-parallel must include 1", After::kNoOutputs));
   c.push_back(Row("profiler_tensor_parallel_not_dividing_heads", kProfiler, {},
                   "analytic --name x --layers 2 --hidden 64 --heads 8 --seq 8 --vocab 8 "
                   "--tensor-parallel 1,3",
@@ -324,7 +351,7 @@ std::vector<Case> Catalogue() {
                   "over the limit of 2^23 (8388608)"));
   c.push_back(Row("planner_absurd_global_batch", kPlanner, {kGoodModel},
                   "--model {dir}/m.json --gpus 8 --global-batch 1000000000", 4,
-                  "planner: 160 configurations, 84 simulated, none can run (the report says why)"));
+                  "planner: 180 configurations, 84 simulated, none can run (the report says why)"));
   c.back().output =
       "micro-batches = 125000000 (stage, micro-batch) pairs is over the limit of 2^23";
   // --- zero layers, more stages than layers, GPUs not divisible -------------

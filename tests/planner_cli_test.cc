@@ -281,6 +281,24 @@ TEST_F(PlannerCli, ChoosesAmongTheVSchedulesWhenNamed) {
   EXPECT_EQ(result["zb_bubble_rate"], plan["predicted"]["zb_bubble_rate"]);
 }
 
+// Issue 16 part 4: the cost-driven schedules are searched when named, chosen and explained like
+// the others, and their plan replays to the same prediction (the plan stores the actions).
+TEST_F(PlannerCli, ChoosesAmongTheCostDrivenSchedulesWhenNamed) {
+  const std::string plan_path = dir_.File("plan.json");
+  ToolRun run =
+      Plan(ToyOn8() + " --schedules zb-auto,zb-v-auto,zb-h1 --top 5 --out " + Quote(plan_path));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("chosen plan: p="));
+  EXPECT_THAT(run.out, HasSubstr("zero-bubble rate"));
+  EXPECT_THAT(run.out, HasSubstr("zb-auto"));
+  EXPECT_THAT(run.out, HasSubstr("zb-v-auto"));
+  json plan = json::parse(ReadText(plan_path));
+  ToolRun replay = Sim("--model " + Toy() + " --plan " + Quote(plan_path) + " --json");
+  ASSERT_EQ(replay.exit_code, 0) << replay.err;
+  json result = json::parse(replay.out);
+  EXPECT_EQ(result["iteration_time_us"], plan["predicted"]["iteration_time_us"]);
+}
+
 // Issue 16: dualpipe (bidirectional, two parameter copies) is searched only when named, and its
 // plan replays exactly: the actions name directions, the partition repeats per copy.
 TEST_F(PlannerCli, ChoosesDualPipeOnlyWhenNamed) {

@@ -48,6 +48,33 @@ TEST_F(SimulatorCli, GPipeAnd1F1BMatchTheClosedFormOnTheIdealCluster) {
   }
 }
 
+// Issue 16: zb-auto under --memory-limit. toy-uniform on 4 stages: F = I = W = 2 ms, no
+// communication on ideal, so with any limit from p up the only idle time is the (p-1)F fill:
+// 3m x 2 + 3 x 2 = 54 ms, ZB-H1's and ZB-H2's time; no rank holds more than the limit.
+TEST_F(SimulatorCli, ZbAutoKeepsTheMemoryLimit) {
+  for (const char* limit : {"4", "8"}) {
+    SCOPED_TRACE(limit);
+    ToolRun run = Sim("--model " + Toy() +
+                      " --stages 4 --microbatches 8 --schedule zb-auto --cluster ideal --json "
+                      "--memory-limit " +
+                      limit);
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    json result = json::parse(run.out);
+    EXPECT_DOUBLE_EQ(result["iteration_time_us"].get<double>(), 54000.0);
+    for (const json& stage : result["stages"]) {
+      EXPECT_LE(stage["peak_inflight_microbatches"].get<int>(), std::stoi(limit));
+    }
+  }
+  ToolRun low = Sim("--model " + Toy() +
+                    " --stages 4 --microbatches 8 --schedule zb-auto --memory-limit 0.5");
+  EXPECT_EQ(low.exit_code, 1);
+  EXPECT_THAT(low.err, HasSubstr("--memory-limit 0.5 is 0.5 micro-batch activations"));
+  ToolRun other =
+      Sim("--model " + Toy() + " --stages 4 --microbatches 8 --schedule 1f1b --memory-limit 4");
+  EXPECT_EQ(other.exit_code, 1);
+  EXPECT_THAT(other.err, HasSubstr("--memory-limit applies to"));
+}
+
 TEST_F(SimulatorCli, JsonIsByteIdenticalAcrossRuns) {
   const std::string args = "--model " + Toy() +
                            " --stages 4 --microbatches 8 --cluster h100-sxm "

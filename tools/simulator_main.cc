@@ -67,6 +67,10 @@ int main(int argc, char** argv) {
       app.add_option("--chunks", f.chunks,
                      "model chunks per GPU (v) for interleaved and looped-bfs (default 2)")
           ->check(CLI::PositiveNumber);
+  CLI::Option* memory_limit = app.add_option(
+      "--memory-limit", f.memory_limit,
+      "zb-auto, zb-v-auto: activations a GPU may hold, in micro-batches (16) or bytes (40GiB); "
+      "default 2P for zb-auto, P for zb-v-auto");
   CLI::Option* recompute =
       app.add_option("--recompute", f.recompute,
                      "activation recomputation: off (default), selective (rerun the attention "
@@ -131,9 +135,9 @@ int main(int argc, char** argv) {
       "replay a plan.json (from planner --out): its schedule, partition, micro-batch size, "
       "data-parallel and tensor-parallel degrees, recomputation and cluster; --model is still "
       "required");
-  for (CLI::Option* o :
-       {stages, microbatches, schedule, chunks, recompute, microbatch_size, partition,
-        data_parallel, tensor_parallel, sequence_parallel, tp_comm_overlap, schedule_in, zero}) {
+  for (CLI::Option* o : {stages, microbatches, schedule, chunks, recompute, microbatch_size,
+                         partition, data_parallel, tensor_parallel, sequence_parallel,
+                         tp_comm_overlap, schedule_in, zero, memory_limit}) {
     fixed.push_back(o);
   }
   for (CLI::Option* o : fixed) plan->excludes(o);

@@ -4,6 +4,8 @@
 //         point-to-point messages; rank 0 gathers every record
 //   cuda  GPUs (validate/cuda/): NCCL point-to-point, CUDA events, the
 //         device allocator
+// With tensor parallelism each rank has t workers (threads, processes or
+// GPUs) that all-reduce over a TensorGroup (tensor_group.h) or, on cuda, NCCL.
 // Every backend runs the same Runtime (runtime.h). A backend belongs to one
 // thread. Make* return Unavailable when this build or machine lacks what the
 // backend needs ("this build has no MPI", "no CUDA device").
@@ -40,8 +42,9 @@ class Backend {
   // process gets the same answer. Unavailable on a backend with no probe.
   virtual Result<Link> ProbeLink(Bytes bytes) = 0;
 
-  // Runs the plan; the root gets every rank's StageRun, indexed by rank, on
-  // one clock; other processes get an empty vector. `memory_limit_bytes`
+  // Runs the plan; the root gets every worker's StageRun (one per rank, or
+  // with tensor parallelism one per rank and tensor rank, StageRun::rank and
+  // tensor_rank set), on one clock; other processes get an empty vector. `memory_limit_bytes`
   // applies to each stage (0 = unlimited).
   virtual Result<std::vector<StageRun>> Run(const ExecPlan& plan, const RuntimeOptions& options,
                                             OpWork* work, Bytes memory_limit_bytes) = 0;

@@ -1,5 +1,6 @@
-// The cpu backend (backend.h): one thread per rank in this process, messages
-// copied between the ranks' pools by InProcessTransport.
+// The cpu backend (backend.h): one thread per rank in this process (t per
+// rank with tensor parallelism, all-reducing through InProcessTensorGroup),
+// messages copied between the workers' pools by InProcessTransport.
 #include <fmt/format.h>
 
 #include <memory>
@@ -25,33 +26,54 @@ class CpuBackend final : public Backend {
 
   Result<std::vector<StageRun>> Run(const ExecPlan& plan, const RuntimeOptions& options,
                                     OpWork* work, Bytes memory_limit_bytes) override {
+    const int t = plan.tensor_parallel;
     std::vector<std::unique_ptr<MemoryPool>> pools;
     std::vector<MemoryPool*> raw;
-    std::vector<int> ranks;
-    for (int r = 0; r < plan.ranks; ++r) {
-      pools.push_back(std::make_unique<MemoryPool>(fmt::format("stage {} (rank {})", r, r),
-                                                   memory_limit_bytes, &clock_));
+    std::vector<int> workers;
+    for (int w = 0; w < plan.workers(); ++w) {
+      const int r = w / t;
+      pools.push_back(std::make_unique<MemoryPool>(
+          t > 1 ? fmt::format("stage {} (rank {}, tensor rank {})", r, r, w % t)
+                : fmt::format("stage {} (rank {})", r, r),
+          memory_limit_bytes, &clock_));
       raw.push_back(pools.back().get());
-      ranks.push_back(r);
+      workers.push_back(w);
+    }
+    // One all-reduce group per rank, over its t worker threads.
+    std::vector<std::unique_ptr<InProcessTensorGroup>> groups;
+    std::vector<TensorGroup*> group_ptrs;
+    for (int r = 0; t > 1 && r < plan.ranks; ++r) {
+      groups.push_back(std::make_unique<InProcessTensorGroup>(t));
+      group_ptrs.push_back(groups.back().get());
     }
     InProcessTransport transport(raw);
-    RuntimeEnv env{&transport, work, &clock_, raw, /*all_ranks_local=*/true};
+    RuntimeEnv env{&transport, work, &clock_, raw, /*all_ranks_local=*/true, group_ptrs};
     ranks_ = plan.ranks;
-    return RunStages(plan, ranks, options, env);
+    tensor_parallel_ = t;
+    return RunStages(plan, workers, options, env);
   }
 
   std::vector<std::string> Notes() const override {
-    return {
+    std::vector<std::string> notes = {
         fmt::format("backend cpu: {} worker threads in one process on {} hardware threads; "
                     "messages are memory copies between the stages' buffers; one "
                     "steady_clock for every record",
-                    ranks_, std::thread::hardware_concurrency())};
+                    ranks_ * tensor_parallel_, std::thread::hardware_concurrency())};
+    if (tensor_parallel_ > 1) {
+      notes.push_back(fmt::format(
+          "tensor parallelism: {} worker threads a stage, each with its own memory pool; an "
+          "all-reduce is an in-process reduction (each thread sums its 1/{} of the elements over "
+          "the {} threads in tensor-rank order and writes the sum into every thread's buffer)",
+          tensor_parallel_, tensor_parallel_, tensor_parallel_));
+    }
+    return notes;
   }
   const Clock* clock() const override { return &clock_; }
 
  private:
   SteadyClock clock_;
   int ranks_ = 0;
+  int tensor_parallel_ = 1;
 };
 
 }  // namespace

@@ -46,6 +46,18 @@ IterationStats StatsOf(const ExecPlan& plan, const std::vector<StageRun>& runs, 
   return s;
 }
 
+// Tensor rank 0's record of each rank, in rank order: what the timing rows
+// describe (every tensor rank runs the same ops at the same times, up to the
+// wait inside the all-reduces).
+std::vector<StageRun> LeadRuns(const ExecPlan& plan, const std::vector<StageRun>& runs) {
+  if (plan.tensor_parallel <= 1) return runs;
+  std::vector<StageRun> lead(static_cast<size_t>(plan.ranks));
+  for (const StageRun& r : runs) {
+    if (r.tensor_rank == 0 && r.rank >= 0 && r.rank < plan.ranks) lead[r.rank] = r;
+  }
+  return lead;
+}
+
 MetricRow Row(std::string metric, int rank, std::string unit, double predicted, double measured,
               bool relative, bool checked, double tolerance) {
   MetricRow row{std::move(metric), rank, std::move(unit), predicted, measured};
@@ -77,13 +89,14 @@ Status Tolerances::Validate() const {
 }
 
 Result<Comparison> Compare(const SimResult& predicted, const ExecPlan& plan,
-                           const std::vector<StageRun>& runs, int64_t samples_per_iteration,
+                           const std::vector<StageRun>& all_runs, int64_t samples_per_iteration,
                            const Tolerances& tol) {
-  if (static_cast<int>(runs.size()) != plan.ranks ||
+  if (static_cast<int>(all_runs.size()) != plan.workers() ||
       static_cast<int>(predicted.per_rank.size()) != plan.ranks) {
-    return Status::Internal(
-        fmt::format("comparison needs {} ranks' records, got {}", plan.ranks, runs.size()));
+    return Status::Internal(fmt::format("comparison needs {} workers' records, got {}",
+                                        plan.workers(), all_runs.size()));
   }
+  const std::vector<StageRun> runs = LeadRuns(plan, all_runs);
   int iterations = 0;
   for (const StageRun& run : runs) {
     for (const OpTiming& op : run.ops) iterations = std::max(iterations, op.iteration + 1);
@@ -113,11 +126,32 @@ Result<Comparison> Compare(const SimResult& predicted, const ExecPlan& plan,
   }
   c.rows.push_back(Row("bubble ratio", -1, "ratio", predicted.bubble_ratio,
                        bubble_sum / static_cast<double>(runs.size()), false, true, tol.bubble));
+  // Per worker of each rank: its peak memory, and its all-reduce time in the
+  // median iteration (per schedule iteration, as busy time).
+  const int t = plan.tensor_parallel;
+  const int k = std::max(plan.iterations, 1);
+  std::vector<Bytes> peak(runs.size(), 0);
+  std::vector<double> collective(runs.size(), 0);
+  for (const StageRun& run : all_runs) {
+    if (run.rank < 0 || run.rank >= static_cast<int>(runs.size())) continue;
+    peak[run.rank] = std::max(peak[run.rank], run.peak_bytes);
+    TimeNs sum = 0;
+    for (const OpTiming& op : run.ops) {
+      if (op.iteration == c.median_iteration) sum += op.collective_ns;
+    }
+    collective[run.rank] += static_cast<double>(sum) / k / t;  // mean over the tensor ranks
+  }
   for (size_t r = 0; r < runs.size(); ++r) {
     const StageResult& p = predicted.per_rank[r];
     const int rank = static_cast<int>(r);
+    // With tensor parallelism: the largest of the rank's t workers (each is
+    // one GPU of the group; they hold the same).
     c.rows.push_back(Row("peak memory", rank, "bytes", static_cast<double>(p.peak_memory_bytes),
-                         static_cast<double>(runs[r].peak_bytes), true, true, tol.memory));
+                         static_cast<double>(peak[r]), true, true, tol.memory));
+    if (t > 1) {
+      c.rows.push_back(Row("tp all-reduce", rank, "ns", static_cast<double>(p.tp_comm_ns),
+                           collective[r], true, false, tol.time));
+    }
     c.rows.push_back(Row("busy time", rank, "ns", static_cast<double>(p.busy_ns),
                          static_cast<double>(s.busy[r]), true, false, tol.time));
     c.rows.push_back(
@@ -127,7 +161,9 @@ Result<Comparison> Compare(const SimResult& predicted, const ExecPlan& plan,
   return c;
 }
 
-SimResult MeasuredTimeline(const ExecPlan& plan, const std::vector<StageRun>& runs, int iteration) {
+SimResult MeasuredTimeline(const ExecPlan& plan, const std::vector<StageRun>& all_runs,
+                           int iteration) {
+  const std::vector<StageRun> runs = LeadRuns(plan, all_runs);
   const IterationStats s = StatsOf(plan, runs, iteration);
   SimResult m;
   m.ranks = plan.ranks;

@@ -11,6 +11,14 @@
 // throughput is samples per iteration / iteration time. The report takes the
 // median iteration (its per-rank figures too).
 //
+// Tensor parallelism (plan.tensor_parallel = t > 1): `runs` holds every
+// worker's record; times describe tensor rank 0 of each rank, a rank's peak
+// memory is the largest of its t workers', and a row "tp all-reduce" per rank
+// sets the measured time inside the all-reduces (the mean over the t workers,
+// waits for a slower member included) beside the predicted tp_comm_ns. That
+// row is reported, not checked: the reduction on the cpu backend is a few
+// memory passes between two barriers, timed mostly by how fast threads wake.
+//
 // Errors of times, memory and throughput are relative, (measured -
 // predicted) / predicted; bubble ratios are fractions already, so their error
 // is the absolute difference. Plain functions over values.
@@ -59,7 +67,7 @@ struct Comparison {
   bool within_tolerance = true;
 };
 
-// REQUIRES: runs has one StageRun per rank with the same number of measured
+// REQUIRES: runs has one StageRun per worker (plan.workers()) with the same number of measured
 // iterations; `predicted` simulated the same plan. `samples_per_iteration`:
 // microbatch size x micro-batches per iteration (one replica).
 Result<Comparison> Compare(const SimResult& predicted, const ExecPlan& plan,

@@ -13,7 +13,8 @@ namespace {
 
 // The plan's stages costed by the simulator's own model (sim/stage_costs.h),
 // so measured and predicted memory count the same bytes.
-Result<std::vector<StageCost>> StageCostsOf(const Model& model, const PlanFile& plan) {
+Result<std::vector<StageCost>> StageCostsOf(const Model& model, const PlanFile& plan,
+                                            const Link& tp_link) {
   for (size_t s = 0; s < plan.partition.size(); ++s) {
     const StageLayers& part = plan.partition[s];
     if (part.first_layer < 0 || part.last_layer >= static_cast<int>(model.layers.size()) ||
@@ -24,7 +25,11 @@ Result<std::vector<StageCost>> StageCostsOf(const Model& model, const PlanFile& 
           s, part.first_layer, part.last_layer, model.name, model.layers.size() - 1));
     }
   }
-  const StageCostTable table(model, StageCostOptions{plan.microbatch_size, plan.recompute});
+  StageCostOptions options{plan.microbatch_size, plan.recompute};
+  options.tensor_parallel = plan.tensor_parallel;  // one GPU of the group's memory
+  options.sequence_parallel = plan.sequence_parallel;
+  options.tp_link = tp_link;
+  const StageCostTable table(model, options);
   return table.Stages(plan.partition);
 }
 
@@ -74,14 +79,51 @@ void SetCostsAndMessages(const Schedule& schedule, int rank, const StageCost& sc
   }
 }
 
+// Each stage's all-reduces per op kind, from its layers' costs at the plan's t.
+struct StageCollectives {
+  std::vector<Bytes> forward, backward;
+};
+std::vector<StageCollectives> CollectivesOf(const Model& model, const PlanFile& plan) {
+  std::vector<StageCollectives> out(plan.partition.size());
+  if (plan.tensor_parallel <= 1) return out;
+  for (size_t s = 0; s < plan.partition.size(); ++s) {
+    for (int l = plan.partition[s].first_layer; l <= plan.partition[s].last_layer; ++l) {
+      const LayerCost c = CostAt(model.layers[l], plan.microbatch_size, plan.tensor_parallel,
+                                 plan.sequence_parallel);
+      const Bytes bytes = c.tp_comm_bytes.value_or(0);
+      out[s].forward.insert(out[s].forward.end(), c.tp_forward_collectives, bytes);
+      out[s].backward.insert(out[s].backward.end(), c.tp_backward_collectives, bytes);
+    }
+  }
+  return out;
+}
+
 }  // namespace
+
+ExecPlan ExpandTensorParallel(const ExecPlan& plan) {
+  const int t = std::max(plan.tensor_parallel, 1);
+  ExecPlan out = plan;
+  out.ranks = plan.ranks * t;
+  out.tensor_parallel = 1;
+  out.per_rank.clear();
+  for (int w = 0; w < plan.ranks * t; ++w) {
+    ExecStage st = plan.per_rank[w / t];
+    st.rank = w;
+    for (ExecOp& op : st.ops) {
+      if (op.recv.present()) op.recv.peer_rank = op.recv.peer_rank * t + w % t;
+      if (op.send.present()) op.send.peer_rank = op.send.peer_rank * t + w % t;
+    }
+    out.per_rank.push_back(std::move(st));
+  }
+  return out;
+}
 
 int64_t MessageTag(int dst_stage, int microbatch, bool gradient, int num_stages) {
   return (int64_t{microbatch} * num_stages + dst_stage) * 2 + (gradient ? 1 : 0);
 }
 
 Result<ExecPlan> BuildExecPlan(const Model& model, const PlanFile& plan, const Schedule& schedule,
-                               const SimResult& predicted) {
+                               const SimResult& predicted, const Link& tp_link) {
   if (schedule.bidirectional) {
     // Checked first: its overlapped pairs and two paths would each be refused below, less
     // clearly (docs/validator.md).
@@ -109,8 +151,9 @@ Result<ExecPlan> BuildExecPlan(const Model& model, const PlanFile& plan, const S
           schedule.name, r, ActionName(a)));
     }
   }
-  Result<std::vector<StageCost>> costs = StageCostsOf(model, plan);
+  Result<std::vector<StageCost>> costs = StageCostsOf(model, plan, tp_link);
   if (!costs.ok()) return costs.status();
+  const std::vector<StageCollectives> collectives = CollectivesOf(model, plan);
   std::map<std::pair<int, int64_t>, TimeNs> duration;  // (rank, action key) -> ns
   auto key = [&](const Action& a) {
     return (int64_t{a.microbatch} * schedule.num_stages + a.stage) * 4 + static_cast<int>(a.kind);
@@ -126,6 +169,7 @@ Result<ExecPlan> BuildExecPlan(const Model& model, const PlanFile& plan, const S
   ep.num_stages = schedule.num_stages;
   ep.microbatches = schedule.num_microbatches;
   ep.iterations = schedule.iterations;
+  ep.tensor_parallel = std::max(plan.tensor_parallel, 1);
   for (int r = 0; r < schedule.num_ranks; ++r) {
     ExecStage st;
     st.rank = r;
@@ -142,6 +186,11 @@ Result<ExecPlan> BuildExecPlan(const Model& model, const PlanFile& plan, const S
       }
       op.predicted_ns = it->second;
       SetCostsAndMessages(schedule, r, (*costs)[a.stage], &op);
+      op.tp_comm_ns = (*costs)[a.stage].TpCommNs(a.kind);
+      if (a.kind == OpKind::kForward) op.tp_collectives = collectives[a.stage].forward;
+      if (a.kind == OpKind::kBackward || a.kind == OpKind::kBackwardInput) {
+        op.tp_collectives = collectives[a.stage].backward;
+      }
       st.ops.push_back(op);
     }
     ep.per_rank.push_back(std::move(st));

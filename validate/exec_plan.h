@@ -11,7 +11,9 @@
 // when the model gives it; a backward with recomputation re-allocates what it
 // rebuilds; each op holds the stage's largest layer workspace while it runs. Activations go forward
 // and gradients back as messages of the boundary stage's output_bytes; stages on one rank hand over
-// without a message. Units: ns, bytes.
+// without a message. With tensor parallelism every op runs on t workers
+// (ExecPlan::tensor_parallel), memory per worker as the simulator counts one
+// GPU of the group. Units: ns, bytes.
 #ifndef PIPECAST_VALIDATE_EXEC_PLAN_H_
 #define PIPECAST_VALIDATE_EXEC_PLAN_H_
 
@@ -48,6 +50,13 @@ struct ExecOp {
   Bytes kept_after_bytes = 0;  // allocated again once they are freed: what W keeps, after I
   Message recv;                // waited for before the op starts
   Message send;                // sent when the op ends
+  // Tensor parallelism: the all-reduces the op runs, each entry one
+  // collective's unsharded bytes, in layer order (F: each layer's forward
+  // collectives; B and I: the backward's; W none), and the time the
+  // simulator gives them inside predicted_ns (StageCost::TpCommNs). Empty
+  // and 0 at t = 1. Backends that run their own ops (cuda) run these.
+  std::vector<Bytes> tp_collectives;
+  TimeNs tp_comm_ns = 0;
 };
 
 struct ExecStage {
@@ -61,19 +70,36 @@ struct ExecPlan {
   int num_stages = 0;
   int microbatches = 0;  // across the `iterations` the lists cover
   int iterations = 1;    // > 1 for schedules without a flush (PipeDream)
+  // t: the workers of each rank that split its layers (tensor parallelism).
+  // Worker w = rank·t + j is tensor rank j of `rank`; it runs per_rank[rank]'s
+  // ops, and its messages go to tensor rank j of the peer rank (world rank
+  // peer·t + j). Each worker holds one GPU's share: static_bytes and the op
+  // memory are per worker.
+  int tensor_parallel = 1;
   std::vector<ExecStage> per_rank;
+
+  int workers() const { return ranks * tensor_parallel; }
 };
 
 // The tag of the message into `dst_stage` for `microbatch`: unique per
 // (stage, micro-batch, direction).
 int64_t MessageTag(int dst_stage, int microbatch, bool gradient, int num_stages);
 
+// The same plan with each of its ranks' t workers as a rank of its own:
+// ranks·t ranks, tensor_parallel 1, rank w = rank·t + j running its rank's
+// ops with every message's peer_rank mapped to peer·t + j (the same tensor
+// rank of the peer); tags unchanged (each pair of workers has its own
+// messages). For backends that place and connect ranks (cuda); the cpu and
+// mpi backends run the plan as it is. REQUIRES: plan.tensor_parallel >= 1.
+ExecPlan ExpandTensorParallel(const ExecPlan& plan);
+
 // REQUIRES: `predicted` is Simulate(model, ..., schedule, PlanSimOptions(plan))
 // with record_timeline (op durations and static memory are read from it).
 // InvalidArgument when the plan does not match the model (partition beyond
-// its layers).
+// its layers). `tp_link`: the link the prediction's tensor-parallel
+// collectives used (ExecOp::tp_comm_ns); the default is infinitely fast.
 Result<ExecPlan> BuildExecPlan(const Model& model, const PlanFile& plan, const Schedule& schedule,
-                               const SimResult& predicted);
+                               const SimResult& predicted, const Link& tp_link = Link{});
 
 }  // namespace pipecast::validate
 

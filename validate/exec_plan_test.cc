@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <set>
+#include <vector>
 
 #include "testing/validate_test_util.h"
 
@@ -40,6 +41,47 @@ TEST(ExecPlan, TwoStage1F1BHasTheMessagesOfEachBoundary) {
   EXPECT_EQ(b1.predicted_ns, 4'000'000);
   // Static memory: 2 layers x 1000 parameters x 18 bytes (the default).
   EXPECT_EQ(ep.per_rank[0].static_bytes, 36'000);
+}
+
+TEST(ExecPlan, TensorParallelOpsListTheirAllReducesAndExpandToWorkers) {
+  // Given 2 ranks of 2 layers whose t = 2 costs are scaled from t = 1, each
+  // layer all-reducing 64 KiB twice in the forward and twice in the
+  // backward, at t = 2 on a 5 GB/s, 10 us link.
+  Model m = testing::UniformModel(4);
+  for (Layer& l : m.layers) {
+    l.profiles[0].tp_comm_bytes = 64 * kKiB;
+    l.profiles[0].tp_forward_collectives = 2;
+    l.profiles[0].tp_backward_collectives = 2;
+  }
+  Result<Schedule> s = MakeSchedule(ScheduleKind::k1F1B, 2, 2);
+  testing::World w = MakeWorld(m, *s, Recompute::kOff, 2);
+  Result<ExecPlan> ep = BuildExecPlan(w.model, w.plan, *s, w.predicted, Link{5, 10});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  EXPECT_EQ(ep->tensor_parallel, 2);
+  EXPECT_EQ(ep->workers(), 4);
+  const ExecOp& f0 = ep->per_rank[0].ops[0];  // 0F0: 2 layers x 2 all-reduces
+  EXPECT_EQ(f0.tp_collectives, std::vector<Bytes>(4, 64 * kKiB));
+  // Each a ring all-reduce over 2 GPUs: 2 x 10 us + 2 x 1/2 x 65536 B / 5 GB/s
+  // = 20 us + 13.1072 us = 33107 ns (rounded as the simulator rounds).
+  EXPECT_NEAR(static_cast<double>(f0.tp_comm_ns), 4 * 33107.2, 4);
+  for (const ExecOp& op : ep->per_rank[1].ops) {
+    if (op.action.kind == OpKind::kBackward) EXPECT_EQ(op.tp_collectives.size(), 4u);
+  }
+
+  // Expanded, worker 3 (rank 1, tensor rank 1) runs rank 1's ops, its
+  // messages to and from worker 1 (rank 0, tensor rank 1).
+  const ExecPlan x = ExpandTensorParallel(*ep);
+  EXPECT_EQ(x.ranks, 4);
+  EXPECT_EQ(x.tensor_parallel, 1);
+  ASSERT_EQ(x.per_rank.size(), 4u);
+  EXPECT_EQ(x.per_rank[3].rank, 3);
+  ASSERT_EQ(x.per_rank[3].ops.size(), ep->per_rank[1].ops.size());
+  const ExecOp& f1 = x.per_rank[3].ops[0];  // 1F0
+  ASSERT_TRUE(f1.recv.present());
+  EXPECT_EQ(f1.recv.peer_rank, 1);
+  EXPECT_EQ(f1.recv.tag, ep->per_rank[1].ops[0].recv.tag);
+  EXPECT_EQ(x.per_rank[0].ops[0].send.peer_rank, 2);  // worker 0 -> worker 2
+  EXPECT_EQ(x.per_rank[1].ops[0].send.peer_rank, 3);  // worker 1 -> worker 3
 }
 
 TEST(ExecPlan, TagsAreUniquePerStageMicrobatchAndDirection) {

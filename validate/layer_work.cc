@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 
@@ -16,7 +18,8 @@ std::span<const float> AsFloats(std::span<const std::byte> b) {
 
 }  // namespace
 
-Result<std::unique_ptr<LayerWork>> LayerWork::Make(const Model& model, const PlanFile& plan) {
+Result<std::unique_ptr<LayerWork>> LayerWork::Make(const Model& model, const PlanFile& plan,
+                                                   const Clock* clock) {
   Result<cpu::WorkloadSpec> spec = cpu::WorkloadFromSource(model.source);
   if (!spec.ok()) return spec.status();
   PIPECAST_RETURN_IF_ERROR(spec->Validate());
@@ -29,9 +32,24 @@ Result<std::unique_ptr<LayerWork>> LayerWork::Make(const Model& model, const Pla
   if (plan.recompute != Recompute::kOff) {
     return Status::InvalidArgument("plans with recomputation run as busy-work, not real layers");
   }
+  const int t = std::max(plan.tensor_parallel, 1);
+  if (t > 1 && plan.sequence_parallel) {
+    return Status::InvalidArgument(
+        "the plan uses sequence parallelism, which the CPU workload's split blocks do not run "
+        "(they all-reduce whole activations): validate a plan made without --sequence-parallel");
+  }
   std::vector<cpu::Block> blocks = spec->Build();
   for (size_t l = 0; l < blocks.size(); ++l) {
-    const Bytes want = CostAt(model.layers[l], plan.microbatch_size).output_bytes;
+    if (t > 1) {
+      if (!HasTensorParallelCosts(model.layers[l], t, false) ||
+          CostAt(model.layers[l], plan.microbatch_size, t).tp_scaled) {
+        return Status::InvalidArgument(fmt::format(
+            "layers[{}] has no profiles at tensor_parallel {}: the plan's split blocks run for "
+            "real, so measure them (profiler cpu --tensor-parallel 1,{})",
+            l, t, t));
+      }
+    }
+    const Bytes want = CostAt(model.layers[l], plan.microbatch_size, t).output_bytes;
     if (want != blocks[l].OutputBytes(plan.microbatch_size)) {
       return Status::InvalidArgument(fmt::format(
           "layers[{}].output_bytes is {} at micro-batch size {} but the workload's layer "
@@ -39,19 +57,30 @@ Result<std::unique_ptr<LayerWork>> LayerWork::Make(const Model& model, const Pla
           l, want, plan.microbatch_size, blocks[l].OutputBytes(plan.microbatch_size)));
     }
   }
+  std::vector<std::vector<cpu::Block>> shards(static_cast<size_t>(t));
+  if (t == 1) shards[0] = std::move(blocks);
+  for (int j = 0; t > 1 && j < t; ++j) {
+    for (size_t l = 0; l < blocks.size(); ++l) {
+      Result<cpu::Block> shard = blocks[l].Shard(t, j);
+      if (!shard.ok()) return shard.status().WithPrefix(fmt::format("layers[{}]", l));
+      shards[static_cast<size_t>(j)].push_back(std::move(*shard));
+    }
+  }
   return std::unique_ptr<LayerWork>(
-      new LayerWork(std::move(blocks), plan.partition, plan.microbatch_size));
+      new LayerWork(std::move(shards), plan.partition, plan.microbatch_size, clock));
 }
 
-LayerWork::LayerWork(std::vector<cpu::Block> blocks, std::vector<StageLayers> partition, int mbs)
-    : blocks_(std::move(blocks)),
+LayerWork::LayerWork(std::vector<std::vector<cpu::Block>> shards,
+                     std::vector<StageLayers> partition, int mbs, const Clock* clock)
+    : shards_(std::move(shards)),
       partition_(std::move(partition)),
       microbatch_size_(mbs),
-      cells_(partition_.size()) {
-  const cpu::Block& first = blocks_.front();
+      clock_(clock),
+      cells_(shards_.size() * partition_.size()) {
+  const cpu::Block& first = shards_.front().front();
   input_.resize(static_cast<size_t>(first.Tokens(mbs)) * first.shape().hidden);
   for (size_t i = 0; i < input_.size(); ++i) input_[i] = std::sin(0.01f * static_cast<float>(i));
-  const cpu::Block& last = blocks_.back();
+  const cpu::Block& last = shards_.front().back();
   const size_t n = static_cast<size_t>(last.Tokens(mbs)) * last.shape().hidden;
   loss_grad_.assign(n, 1.0f / static_cast<float>(n));  // d(mean)/dy
 }
@@ -60,6 +89,11 @@ Status LayerWork::Run(const OpCall& call) {
   if (call.abort != nullptr && call.abort->load()) return Status::FailedPrecondition("aborted");
   if (call.action.stage < 0 || call.action.stage >= static_cast<int>(partition_.size())) {
     return Status::Internal("stage out of range");
+  }
+  if (call.tensor_rank < 0 || call.tensor_rank >= static_cast<int>(shards_.size()) ||
+      (shards_.size() > 1 && call.tensor_group == nullptr)) {
+    return Status::Internal(fmt::format("tensor rank {} of {} has no all-reduce group",
+                                        call.tensor_rank, shards_.size()));
   }
   switch (call.action.kind) {
     case OpKind::kForward:
@@ -77,14 +111,17 @@ Status LayerWork::Run(const OpCall& call) {
 Status LayerWork::Forward(const OpCall& call) {
   const StageLayers& part = partition_[call.action.stage];
   std::vector<float> x = call.action.stage == 0 ? input_ : std::vector<float>{};
-  if (call.action.stage > 0) {
+  if (call.action.stage > 0 && !call.input.empty()) {
     std::span<const float> in = AsFloats(call.input);
     x.assign(in.begin(), in.end());
+  } else if (call.action.stage > 0) {
+    PIPECAST_RETURN_IF_ERROR(TakeHandoff(call, false, &x));  // the previous stage is on this rank
   }
-  Cell& cell = cells_[call.action.stage][call.action.microbatch];
+  Cell& cell = Cells(call)[call.action.microbatch];
+  const std::vector<cpu::Block>& blocks = shards_[static_cast<size_t>(call.tensor_rank)];
   std::vector<float> y;
   for (int l = part.first_layer; l <= part.last_layer; ++l) {
-    const cpu::Block& b = blocks_[l];
+    const cpu::Block& b = blocks[l];
     const size_t n = static_cast<size_t>(b.Tokens(microbatch_size_)) * b.shape().hidden;
     if (x.size() != n) {
       return Status::Internal(
@@ -92,6 +129,7 @@ Status LayerWork::Forward(const OpCall& call) {
     }
     y.resize(n);
     cell.saved.push_back(b.Forward(x, y, microbatch_size_));
+    PIPECAST_RETURN_IF_ERROR(AllReduce(call, y));  // the partial sums of W2's rows
     x.swap(y);
   }
   if (!call.output.empty()) {
@@ -99,37 +137,41 @@ Status LayerWork::Forward(const OpCall& call) {
       return Status::Internal("output size differs from the stage's last layer");
     }
     std::memcpy(call.output.data(), x.data(), call.output.size());
+  } else if (call.action.stage + 1 < static_cast<int>(partition_.size())) {
+    Handoff(call, call.action.stage + 1, false, x);
   }
   return Recharge(call, cell);
 }
 
 Status LayerWork::Backward(const OpCall& call, bool input, bool weight) {
   const StageLayers& part = partition_[call.action.stage];
-  auto it = cells_[call.action.stage].find(call.action.microbatch);
-  if (it == cells_[call.action.stage].end()) {
+  std::map<int, Cell>& cells = Cells(call);
+  std::vector<cpu::Block>& blocks = shards_[static_cast<size_t>(call.tensor_rank)];
+  auto it = cells.find(call.action.microbatch);
+  if (it == cells.end()) {
     return Status::Internal("backward before its forward");
   }
   Cell& cell = it->second;
   if (input) {
     const bool last = call.action.stage + 1 == static_cast<int>(partition_.size());
     std::vector<float> dy = last ? loss_grad_ : std::vector<float>{};
-    if (!last) {
+    if (!last && !call.input.empty()) {
       std::span<const float> in = AsFloats(call.input);
       dy.assign(in.begin(), in.end());
+    } else if (!last) {
+      PIPECAST_RETURN_IF_ERROR(TakeHandoff(call, true, &dy));  // the next stage is on this rank
     }
     std::vector<float> dx;
     for (int l = part.last_layer; l >= part.first_layer; --l) {
-      cpu::Block& b = blocks_[l];
+      cpu::Block& b = blocks[l];
       cpu::Saved& saved = cell.saved[l - part.first_layer];
       if (dy.size() != static_cast<size_t>(b.Tokens(microbatch_size_)) * b.shape().hidden) {
         return Status::Internal(fmt::format("layer {} got a gradient of the wrong size", l));
       }
       dx.resize(dy.size());
-      if (weight) {
-        b.Backward(saved, dy, dx);
-      } else {
-        b.BackwardInput(saved, dy, dx);
-      }
+      b.BackwardInput(saved, dy, dx);
+      PIPECAST_RETURN_IF_ERROR(AllReduce(call, dx));  // the partial sums of da·W1ᵀ
+      if (weight) b.BackwardWeight(saved);
       dy.swap(dx);
     }
     if (!call.output.empty()) {
@@ -137,17 +179,53 @@ Status LayerWork::Backward(const OpCall& call, bool input, bool weight) {
         return Status::Internal("gradient size differs from the stage's input");
       }
       std::memcpy(call.output.data(), dy.data(), call.output.size());
+    } else if (call.action.stage > 0) {
+      Handoff(call, call.action.stage - 1, true, dy);
     }
   } else {
     for (int l = part.first_layer; l <= part.last_layer; ++l) {
-      blocks_[l].BackwardWeight(cell.saved[l - part.first_layer]);
+      blocks[l].BackwardWeight(cell.saved[l - part.first_layer]);
     }
   }
   if (weight) {
-    cells_[call.action.stage].erase(it);  // frees the buffers and the charge
+    cells.erase(it);  // frees the buffers and the charge
     return Status::Ok();
   }
   return Recharge(call, cell);
+}
+
+Status LayerWork::TakeHandoff(const OpCall& call, bool gradient, std::vector<float>* out) {
+  std::lock_guard<std::mutex> lock(handoff_mu_);
+  auto it = handoff_.find({call.tensor_rank, call.action.stage, call.action.microbatch, gradient});
+  if (it == handoff_.end()) {
+    return Status::Internal(fmt::format("no {} handed over for micro-batch {}",
+                                        gradient ? "gradient" : "activation",
+                                        call.action.microbatch));
+  }
+  *out = std::move(it->second);
+  handoff_.erase(it);
+  return Status::Ok();
+}
+
+void LayerWork::Handoff(const OpCall& call, int to_stage, bool gradient,
+                        const std::vector<float>& data) {
+  std::lock_guard<std::mutex> lock(handoff_mu_);
+  handoff_[{call.tensor_rank, to_stage, call.action.microbatch, gradient}] = data;
+}
+
+std::map<int, LayerWork::Cell>& LayerWork::Cells(const OpCall& call) {
+  return cells_[static_cast<size_t>(call.tensor_rank) * partition_.size() +
+                static_cast<size_t>(call.action.stage)];
+}
+
+Status LayerWork::AllReduce(const OpCall& call, std::vector<float>& data) {
+  if (shards_.size() <= 1) return Status::Ok();
+  static const std::atomic<bool> kNever{false};
+  const TimeNs start = clock_->NowNs();
+  Status st = call.tensor_group->AllReduceSum(call.tensor_rank, data,
+                                              call.abort != nullptr ? *call.abort : kNever);
+  if (call.collective_ns != nullptr) *call.collective_ns += clock_->NowNs() - start;
+  return st;
 }
 
 Status LayerWork::Recharge(const OpCall& call, Cell& cell) {
@@ -163,11 +241,16 @@ Status LayerWork::Recharge(const OpCall& call, Cell& cell) {
 }
 
 std::string LayerWork::Description() const {
-  const cpu::BlockShape& s = blocks_.front().shape();
+  const cpu::BlockShape& s = shards_.front().front().shape();
+  const int t = static_cast<int>(shards_.size());
   return fmt::format(
       "ops run the real layers of the profiler's CPU workload ({} MLP blocks, hidden {}, ffn {}, "
-      "{} tokens per sample) on float32 buffers",
-      blocks_.size(), s.hidden, s.ffn, s.tokens_per_sample);
+      "{} tokens per sample) on float32 buffers{}",
+      shards_.front().size(), s.hidden, s.ffn * t, s.tokens_per_sample,
+      t > 1 ? fmt::format(", each split over {} tensor-parallel workers (ffn {} each, 1 all-reduce "
+                          "in a block's forward and 1 in its backward)",
+                          t, s.ffn)
+            : "");
 }
 
 }  // namespace pipecast::validate

@@ -4,21 +4,34 @@
 // on. The layers are rebuilt from model.json's `source.workload`.
 //
 // F runs Block::Forward through the stage's layers on the received
-// activation (stage 0: a fixed input), B runs Backward, I BackwardInput and
+// activation (stage 0: a fixed input; a stage whose predecessor is on the
+// same rank, as in V placements, takes the output that stage handed over
+// without a message, and gradients likewise), B runs Backward, I BackwardInput and
 // W BackwardWeight, on real float32 buffers. What a forward keeps (the
 // workload's Saved buffers) is charged to the stage's MemoryPool at its real
 // size (Saved::Bytes), re-charged after I (the weight gradient keeps a
 // different set) and uncharged when B or W frees it. Buffers between two
 // layers of one stage (2 x tokens x hidden floats) are not charged.
 //
-// Thread-safety: Run may be called concurrently for different ranks (each
-// virtual stage, its blocks and saved buffers belong to one rank).
+// Tensor parallelism (plan.tensor_parallel = t > 1): tensor rank j runs
+// shard j of every block (cpu::Block::Shard, Megatron's split) and, after
+// each block's forward and after each block's input gradient, all-reduces
+// its partial output over the rank's TensorGroup (OpCall::tensor_group):
+// 1 all-reduce in a block's forward and 1 in its backward, each of the
+// whole [tokens × hidden] tensor, as `profiler cpu --tensor-parallel` states
+// in the model. Their time is added to OpCall::collective_ns.
+//
+// Thread-safety: Run may be called concurrently for different workers (each
+// virtual stage's saved buffers at one tensor rank, and that tensor rank's
+// blocks, belong to one worker).
 #ifndef PIPECAST_VALIDATE_LAYER_WORK_H_
 #define PIPECAST_VALIDATE_LAYER_WORK_H_
 
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "base/status.h"
@@ -33,32 +46,52 @@ class LayerWork final : public OpWork {
  public:
   // InvalidArgument when the model's source does not describe the workload,
   // its layer count or a layer's output_bytes differ from the workload's at
-  // the plan's micro-batch size (the model was not measured on it), or the
-  // plan recomputes activations (not supported with real layers).
-  static Result<std::unique_ptr<LayerWork>> Make(const Model& model, const PlanFile& plan);
+  // the plan's micro-batch size (the model was not measured on it), the
+  // plan recomputes activations (not supported with real layers), or, with
+  // tensor parallelism, the model has no profiles measured at the plan's t,
+  // t does not divide a layer's ffn, or the plan uses sequence parallelism.
+  // `clock` times the all-reduces; it must outlive the LayerWork.
+  static Result<std::unique_ptr<LayerWork>> Make(const Model& model, const PlanFile& plan,
+                                                 const Clock* clock);
 
   Status Run(const OpCall& call) override;
   bool ManagesActivations() const override { return true; }
   std::string Description() const override;
-  // The layers, with their accumulated weight gradients.
-  const std::vector<cpu::Block>& blocks() const { return blocks_; }
+  // The layers as tensor rank `tensor_rank` holds them (the whole blocks at
+  // t = 1), with their accumulated weight gradients.
+  const std::vector<cpu::Block>& blocks(int tensor_rank = 0) const {
+    return shards_[static_cast<size_t>(tensor_rank)];
+  }
 
  private:
   struct Cell {
     std::vector<cpu::Saved> saved;  // per layer of the stage, in order
     Allocation charge;              // their bytes, charged to the pool
   };
-  LayerWork(std::vector<cpu::Block> blocks, std::vector<StageLayers> partition, int mbs);
+  LayerWork(std::vector<std::vector<cpu::Block>> shards, std::vector<StageLayers> partition,
+            int mbs, const Clock* clock);
   Status Forward(const OpCall& call);
   Status Backward(const OpCall& call, bool input, bool weight);
   Status Recharge(const OpCall& call, Cell& cell);
+  // Sums a partial output over the call's tensor group (nothing at t = 1).
+  Status AllReduce(const OpCall& call, std::vector<float>& data);
+  std::map<int, Cell>& Cells(const OpCall& call);
+  Status TakeHandoff(const OpCall& call, bool gradient, std::vector<float>* out);
+  void Handoff(const OpCall& call, int to_stage, bool gradient, const std::vector<float>& data);
 
-  std::vector<cpu::Block> blocks_;
+  std::vector<std::vector<cpu::Block>> shards_;  // per tensor rank: the layers
   std::vector<StageLayers> partition_;
   int microbatch_size_;
-  std::vector<std::map<int, Cell>> cells_;  // per virtual stage: micro-batch -> cell
-  std::vector<float> input_;                // stage 0's input, fixed
-  std::vector<float> loss_grad_;            // the last stage's output gradient, fixed
+  const Clock* clock_;
+  // Per tensor rank and virtual stage (index j · stages + stage): micro-batch -> cell.
+  std::vector<std::map<int, Cell>> cells_;
+  // Outputs handed to a stage on the same rank, which gets no message:
+  // (tensor rank, receiving stage, micro-batch, gradient) -> floats. Shared
+  // by the workers (guarded by handoff_mu_).
+  std::map<std::tuple<int, int, int, bool>, std::vector<float>> handoff_;
+  std::mutex handoff_mu_;
+  std::vector<float> input_;      // stage 0's input, fixed
+  std::vector<float> loss_grad_;  // the last stage's output gradient, fixed
 };
 
 }  // namespace pipecast::validate

@@ -3,7 +3,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <memory>
+#include <string>
 
 #include "testing/validate_test_util.h"
 #include "validate/runtime.h"
@@ -12,6 +15,8 @@ namespace pipecast::validate {
 namespace {
 
 constexpr cpu::BlockShape kShape{.hidden = 16, .ffn = 32, .tokens_per_sample = 4};
+// Times the all-reduces of the LayerWorks below.
+const SteadyClock clock_;
 
 // A model as `profiler cpu` would write it for `layers` blocks of kShape
 // (times are placeholders: these tests check data and memory, not time).
@@ -33,6 +38,28 @@ Model WorkloadModel(int layers) {
   return m;
 }
 
+// The same model with profiles of a t-way split too, as `profiler cpu
+// --tensor-parallel 1,t` writes them: worker 0's shard's sizes, the whole
+// output all-reduced once in the forward and once in the backward.
+Model TensorParallelWorkloadModel(int layers, int t) {
+  Model m = WorkloadModel(layers);
+  cpu::Block shard = *cpu::Block(kShape, 1).Shard(t, 0);
+  for (Layer& l : m.layers) {
+    LayerProfile p = l.profiles[0];
+    p.tensor_parallel = t;
+    p.forward_ns /= t;
+    p.backward_ns /= t;
+    p.backward_weight_ns = *p.backward_weight_ns / t;
+    p.activation_bytes = shard.ActivationBytes(1);
+    p.workspace_bytes = shard.TransientBytes(1);
+    p.tp_comm_bytes = shard.OutputBytes(1);
+    p.tp_forward_collectives = 1;
+    p.tp_backward_collectives = 1;
+    l.profiles.push_back(p);
+  }
+  return m;
+}
+
 // Two ranks in threads of this process, with unlimited pools; runs `w`'s
 // plan for `iterations` measured iterations and no warm-up.
 struct TwoStages {
@@ -45,7 +72,7 @@ struct TwoStages {
     RuntimeOptions o;
     o.warmup_iterations = 0;
     o.iterations = iterations;
-    return RunStages(w.exec, {0, 1}, o, RuntimeEnv{&transport, work, &clock, {&p0, &p1}, true});
+    return RunStages(w.exec, {0, 1}, o, RuntimeEnv{&transport, work, &clock, {&p0, &p1}, true, {}});
   }
 };
 
@@ -53,7 +80,7 @@ TEST(LayerWork, APipelinedRunGivesTheGradientsOfASequentialOne) {
   // Given 4 layers on 2 ranks under 1F1B with 3 micro-batches.
   Result<Schedule> s = MakeSchedule(ScheduleKind::k1F1B, 2, 3);
   testing::World w = testing::MakeWorld(WorkloadModel(4), *s);
-  Result<std::unique_ptr<LayerWork>> work = LayerWork::Make(w.model, w.plan);
+  Result<std::unique_ptr<LayerWork>> work = LayerWork::Make(w.model, w.plan, &clock_);
   ASSERT_TRUE(work.ok()) << work.status().message();
   TwoStages stages;
 
@@ -98,7 +125,7 @@ TEST(LayerWork, AModelNotMeasuredOnTheWorkloadIsRefused) {
   m.layers[1].profiles[0].output_bytes += 4;
   Result<Schedule> s = MakeSchedule(ScheduleKind::kGPipe, 2, 1);
   testing::World w = testing::MakeWorld(m, *s);
-  Result<std::unique_ptr<LayerWork>> work = LayerWork::Make(m, w.plan);
+  Result<std::unique_ptr<LayerWork>> work = LayerWork::Make(m, w.plan, &clock_);
   ASSERT_FALSE(work.ok());
   EXPECT_THAT(work.status().message(), ::testing::HasSubstr("layers[1].output_bytes"));
 }
@@ -106,7 +133,7 @@ TEST(LayerWork, AModelNotMeasuredOnTheWorkloadIsRefused) {
 TEST(LayerWork, ZeroBubbleSplitRunsAndFreesEverythingAtW) {
   Result<Schedule> s = MakeSchedule(ScheduleKind::kZBH1, 2, 4);
   testing::World w = testing::MakeWorld(WorkloadModel(2), *s);
-  Result<std::unique_ptr<LayerWork>> work = LayerWork::Make(w.model, w.plan);
+  Result<std::unique_ptr<LayerWork>> work = LayerWork::Make(w.model, w.plan, &clock_);
   ASSERT_TRUE(work.ok()) << work.status().message();
   TwoStages stages;
 
@@ -114,6 +141,135 @@ TEST(LayerWork, ZeroBubbleSplitRunsAndFreesEverythingAtW) {
   ASSERT_TRUE(runs.ok()) << runs.status().message();
   EXPECT_EQ(stages.p0.held(), 0);
   EXPECT_EQ(stages.p1.held(), 0);
+}
+
+TEST(LayerWork, AVPlacementHandsOverBetweenStagesOfOneRank) {
+  // Given ZB-V on 2 ranks (4 stages in a V: rank 0 holds stages 0 and 3,
+  // rank 1 stages 1 and 2, so 1 -> 2 and its gradient stay on rank 1) over
+  // 4 layers and 4 micro-batches: the run finishes, and its weight gradients
+  // are a sequential run's bit for bit.
+  Result<Schedule> s = MakeSchedule(ScheduleKind::kZBV, 2, 4, 2);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  testing::World w = testing::MakeWorld(WorkloadModel(4), *s);
+  Result<std::unique_ptr<LayerWork>> work = LayerWork::Make(w.model, w.plan, &clock_);
+  ASSERT_TRUE(work.ok()) << work.status().message();
+  TwoStages stages;
+  Result<std::vector<StageRun>> runs = stages.Run(w, work->get(), 1);
+  ASSERT_TRUE(runs.ok()) << runs.status().message();
+  std::vector<cpu::Block> ref;
+  for (int l = 0; l < 4; ++l) ref.emplace_back(kShape, 1 + l);
+  const size_t n = 4 * 16;
+  std::vector<float> input(n), grad(n, 1.0f / n);
+  for (size_t i = 0; i < n; ++i) input[i] = std::sin(0.01f * static_cast<float>(i));
+  for (int mb = 0; mb < 4; ++mb) {
+    std::vector<cpu::Saved> saved;
+    std::vector<float> x = input, y(n);
+    for (cpu::Block& b : ref) {
+      saved.push_back(b.Forward(x, y, 1));
+      x.swap(y);
+    }
+    std::vector<float> dy = grad, dx(n);
+    for (int l = 3; l >= 0; --l) {
+      ref[l].Backward(saved[l], dy, dx);
+      dy.swap(dx);
+    }
+  }
+  for (int l = 0; l < 4; ++l) {
+    const auto got = (*work)->blocks()[l].GradientW2();
+    const auto want = ref[l].GradientW2();
+    EXPECT_TRUE(std::equal(got.begin(), got.end(), want.begin())) << "layer " << l;
+  }
+}
+
+TEST(LayerWork, TensorParallelWorkersAllReduceToTheSequentialGradients) {
+  // Given 4 layers on 2 ranks x 2 tensor-parallel workers under 1F1B with 3
+  // micro-batches: 4 worker threads, 2 in-process all-reduce groups.
+  const int t = 2;
+  Result<Schedule> s = MakeSchedule(ScheduleKind::k1F1B, 2, 3);
+  testing::World w = testing::MakeWorld(TensorParallelWorkloadModel(4, t), *s, Recompute::kOff, t);
+  ASSERT_EQ(w.exec.tensor_parallel, t);
+  Result<std::unique_ptr<LayerWork>> work = LayerWork::Make(w.model, w.plan, &clock_);
+  ASSERT_TRUE(work.ok()) << work.status().message();
+  SteadyClock clock;
+  std::vector<std::unique_ptr<MemoryPool>> pools;
+  std::vector<MemoryPool*> raw;
+  for (int i = 0; i < 4; ++i) {
+    pools.push_back(std::make_unique<MemoryPool>("worker " + std::to_string(i), 0, &clock));
+    raw.push_back(pools.back().get());
+  }
+  InProcessTransport transport(raw);
+  InProcessTensorGroup g0(t), g1(t);
+  RuntimeOptions o;
+  o.warmup_iterations = 0;
+  o.iterations = 1;
+  Result<std::vector<StageRun>> runs = RunStages(
+      w.exec, {0, 1, 2, 3}, o, RuntimeEnv{&transport, work->get(), &clock, raw, true, {&g0, &g1}});
+  ASSERT_TRUE(runs.ok()) << runs.status().message();
+
+  // Then each worker's weight gradients are the slices of the unsplit blocks'
+  // gradients run one micro-batch at a time. Not bit for bit: a split
+  // block's output sums its F products in two halves, which moves each
+  // activation by float rounding (workload_test.cc bounds it by 1e-4 of
+  // values of order 1), and that carries into the later layers' gradients:
+  // 1e-4 relative to the largest gradient.
+  std::vector<cpu::Block> ref;
+  for (int l = 0; l < 4; ++l) ref.emplace_back(kShape, 1 + l);
+  const size_t n = 4 * 16;
+  std::vector<float> input(n), grad(n, 1.0f / n);
+  for (size_t i = 0; i < n; ++i) input[i] = std::sin(0.01f * static_cast<float>(i));
+  for (int mb = 0; mb < 3; ++mb) {
+    std::vector<cpu::Saved> saved;
+    std::vector<float> x = input, y(n);
+    for (cpu::Block& b : ref) {
+      saved.push_back(b.Forward(x, y, 1));
+      x.swap(y);
+    }
+    std::vector<float> dy = grad, dx(n);
+    for (int l = 3; l >= 0; --l) {
+      ref[l].Backward(saved[l], dy, dx);
+      dy.swap(dx);
+    }
+  }
+  const int f = kShape.ffn / t;
+  for (int l = 0; l < 4; ++l) {
+    const auto want = ref[l].GradientW1();  // [H x F]
+    float largest = 0;
+    for (float g : want) largest = std::max(largest, std::abs(g));
+    ASSERT_GT(largest, 0.0f);
+    for (int j = 0; j < t; ++j) {
+      const auto got = (*work)->blocks(j)[l].GradientW1();  // [H x F/t]
+      ASSERT_EQ(got.size(), want.size() / t);
+      for (int r = 0; r < kShape.hidden; ++r) {
+        for (int c = 0; c < f; ++c) {
+          ASSERT_NEAR(got[r * f + c], want[r * kShape.ffn + j * f + c], 1e-4 * largest)
+              << "layer " << l << " tensor rank " << j;
+        }
+      }
+    }
+  }
+  // And every worker held its shard's activations, the simulator's per-GPU
+  // figure (1F1B stage 0: 2 micro-batches x 2 layers), and spent time in
+  // all-reduces.
+  ASSERT_EQ(runs->size(), 4u);
+  for (const StageRun& run : *runs) {
+    const int rank = run.rank;
+    EXPECT_EQ(run.peak_activation_bytes, w.predicted.per_rank[rank].memory.activations_peak)
+        << "rank " << rank << " tensor rank " << run.tensor_rank;
+    TimeNs collective = 0;
+    for (const OpTiming& op : run.ops) collective += op.collective_ns;
+    EXPECT_GT(collective, 0);
+  }
+  EXPECT_EQ((*runs)[0].peak_activation_bytes,
+            2 * 2 * (*cpu::Block(kShape, 1).Shard(t, 0)).ActivationBytes(1));
+}
+
+TEST(LayerWork, TensorParallelNeedsProfilesMeasuredAtThePlansDegree) {
+  Result<Schedule> s = MakeSchedule(ScheduleKind::kGPipe, 2, 2);
+  testing::World w = testing::MakeWorld(TensorParallelWorkloadModel(2, 2), *s, Recompute::kOff, 2);
+  w.plan.tensor_parallel = 4;  // ffn 32 splits 4 ways, but no profile says what that costs
+  Result<std::unique_ptr<LayerWork>> work = LayerWork::Make(w.model, w.plan, &clock_);
+  ASSERT_FALSE(work.ok());
+  EXPECT_THAT(work.status().message(), ::testing::HasSubstr("--tensor-parallel 1,4"));
 }
 
 }  // namespace

@@ -271,5 +271,26 @@ TEST(SimulatePosting, ReportsAScheduleThatDeadlocksOnItsOwn) {
   EXPECT_THAT(r.stuck, HasSubstr("rank 0 waits in 0B0 for the gradient of 1B0"));
 }
 
+TEST(TensorGroups, EachStagesWorkersNeedGpusOfTheirOwn) {
+  // Given 2 stages x 2 tensor-parallel workers (4 ranks, stage-major) in one
+  // process: on 2 GPUs rank r is on GPU r mod 2, so each stage's two workers
+  // are on GPUs 0 and 1; on 1 GPU they would share it.
+  Result<std::vector<RankPlacement>> two = PlaceRanks(4, 2, {0});
+  ASSERT_TRUE(two.ok());
+  EXPECT_TRUE(CheckTensorGroupsOnDistinctGpus(*two, 2).ok());
+  Result<std::vector<RankPlacement>> one = PlaceRanks(4, 1, {0});
+  ASSERT_TRUE(one.ok());
+  const Status st = CheckTensorGroupsOnDistinctGpus(*one, 2);
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(st.message(),
+              ::testing::HasSubstr("tensor ranks 0 and 1 of stage 0 would share GPU 0"));
+  // t = 4 on 2 GPUs: workers 0 and 2 of a stage meet on GPU 0.
+  Result<std::vector<RankPlacement>> four = PlaceRanks(8, 2, {0});
+  ASSERT_TRUE(four.ok());
+  EXPECT_FALSE(CheckTensorGroupsOnDistinctGpus(*four, 4).ok());
+  // t = 1: nothing to check.
+  EXPECT_TRUE(CheckTensorGroupsOnDistinctGpus(*one, 1).ok());
+}
+
 }  // namespace
 }  // namespace pipecast::validate

@@ -54,12 +54,13 @@ class RunControl {
     std::lock_guard<std::mutex> lock(mu_);
     return first_error_;
   }
-  void Set(int rank, State state, const ExecOp* op = nullptr, TimeNs since = 0) {
+  // `rank` and `peer` are workers (world ranks); `peer` is the sender of the
+  // message a waiting worker waits for.
+  void Set(int rank, State state, const ExecOp* op = nullptr, TimeNs since = 0, int peer = -1) {
     std::lock_guard<std::mutex> lock(mu_);
     int64_t needs = 0;
-    if (state == State::kWaiting)
-      needs = ++messages_[MessageKey(op->recv.peer_rank, rank, op->recv.tag)].awaited;
-    slots_[rank] = Slot{state, op, since, needs};
+    if (state == State::kWaiting) needs = ++messages_[MessageKey(peer, rank, op->recv.tag)].awaited;
+    slots_[rank] = Slot{state, op, since, needs, peer};
   }
   // Called before a worker hands message (src, dst, tag) to the transport, so
   // that a receiver waiting for it is never taken for deadlocked, however long
@@ -127,7 +128,7 @@ class RunControl {
           // the receiver's thread has not been woken yet (hundreds of
           // threads on two cores wait long for a turn). Only a wait for a
           // message nobody has sent can be part of a deadlock.
-          const auto m = messages_.find(MessageKey(s.op->recv.peer_rank, r, s.op->recv.tag));
+          const auto m = messages_.find(MessageKey(s.peer, r, s.op->recv.tag));
           const int64_t sent = m == messages_.end() ? 0 : m->second.sent;
           if (sent < s.needs) {
             ++waiting;
@@ -153,6 +154,7 @@ class RunControl {
     const ExecOp* op = nullptr;
     TimeNs since = 0;
     int64_t needs = 0;  // kWaiting: the how-many-th message with this key it waits for
+    int peer = -1;      // kWaiting: the sending worker
   };
   // Messages by (src, dst, tag) over the whole run: how many were sent, and
   // how many receives began. The same key recurs once per iteration.
@@ -170,7 +172,7 @@ class RunControl {
 
 struct Shared {
   Shared(const ExecPlan& p, std::vector<int> local, const RuntimeOptions& o, const RuntimeEnv& e)
-      : plan(p), local_ranks(std::move(local)), options(o), env(e), control(p.ranks) {}
+      : plan(p), local_ranks(std::move(local)), options(o), env(e), control(p.workers()) {}
   const ExecPlan plan;
   const std::vector<int> local_ranks;
   const RuntimeOptions options;
@@ -181,17 +183,32 @@ struct Shared {
   int finished = 0;
 };
 
-std::string StageName(const ExecOp& op, int rank) {
-  return fmt::format("stage {} (rank {}) op {}", op.action.stage, rank, ActionName(op.action));
+// `worker` is a world rank; with tensor parallelism the name gives its
+// pipeline rank and tensor rank.
+std::string StageName(const ExecOp& op, int worker, int t) {
+  if (t <= 1) {
+    return fmt::format("stage {} (rank {}) op {}", op.action.stage, worker, ActionName(op.action));
+  }
+  return fmt::format("stage {} (rank {}, tensor rank {}) op {}", op.action.stage, worker / t,
+                     worker % t, ActionName(op.action));
 }
 
 class Worker {
  public:
+  // `rank` is the worker's world rank: tensor rank rank % t of pipeline rank rank / t.
   Worker(Shared& s, int rank, StageRun* out)
-      : s_(s), rank_(rank), stage_(s.plan.per_rank[rank]), out_(out), pool_(s.env.pools[rank]) {}
+      : s_(s),
+        rank_(rank),
+        t_(s.plan.tensor_parallel),
+        stage_(s.plan.per_rank[rank / t_]),
+        out_(out),
+        pool_(s.env.pools[rank]),
+        group_(static_cast<size_t>(rank / t_) < s.env.groups.size() ? s.env.groups[rank / t_]
+                                                                    : nullptr) {}
 
   Status Run() {
-    out_->rank = rank_;
+    out_->rank = rank_ / t_;
+    out_->tensor_rank = rank_ % t_;
     out_->static_bytes = stage_.static_bytes;
     Result<Allocation> statics = pool_->Allocate(stage_.static_bytes, MemoryKind::kStatic,
                                                  "weights, gradients and optimizer state");
@@ -222,16 +239,17 @@ class Worker {
       const std::optional<Fault::Kind> fault = FaultHere(op);
       Allocation input;
       if (op.recv.present()) {
-        s_.control.Set(rank_, RunControl::State::kWaiting, &op, clock.NowNs());
+        const int peer = Peer(op.recv);
+        s_.control.Set(rank_, RunControl::State::kWaiting, &op, clock.NowNs(), peer);
         Result<Allocation> got = Status::Unavailable("not received");
         Status waited = Patiently([&](TimeNs timeout) {
-          got = s_.env.transport->Recv(op.recv.peer_rank, rank_, op.recv.tag, op.recv.bytes, pool_,
-                                       timeout, s_.control.abort);
+          got = s_.env.transport->Recv(peer, rank_, op.recv.tag, op.recv.bytes, pool_, timeout,
+                                       s_.control.abort);
           return got.status();
         });
         if (!waited.ok()) {
           return WaitFailure(waited,
-                             fmt::format("{}: {}", StageName(op, rank_), MessageText(op.recv)));
+                             fmt::format("{}: {}", StageName(op, rank_, t_), MessageText(op.recv)));
         }
         s_.control.Progress(clock.NowNs());
         input = std::move(*got);
@@ -239,7 +257,7 @@ class Worker {
       }
       const TimeNs start = clock.NowNs();
       s_.control.Set(rank_, RunControl::State::kRunning, &op, start);
-      const std::string name = StageName(op, rank_);
+      const std::string name = StageName(op, rank_, t_);
       Bytes act_bytes = s_.env.work->ManagesActivations() ? 0 : op.activation_bytes;
       if (fault == Fault::Kind::kOom) {
         act_bytes = pool_->limit() > 0 ? pool_->limit() + 1 : kOomFaultBytes;
@@ -264,6 +282,10 @@ class Worker {
       call.output = std::span<std::byte>(output->data(), static_cast<size_t>(output->size()));
       call.abort = &s_.control.abort;
       call.pool = pool_;
+      call.tensor_rank = rank_ % t_;
+      call.tensor_group = t_ > 1 ? group_ : nullptr;
+      TimeNs collective_ns = 0;
+      call.collective_ns = &collective_ns;
       Status st = s_.env.work->Run(call);
       if (!st.ok()) {
         if (s_.control.abort.load()) return Status::FailedPrecondition("aborted");
@@ -282,13 +304,13 @@ class Worker {
       }
       const TimeNs end = clock.NowNs();
       s_.control.Progress(end);
-      if (iteration >= 0) out_->ops.push_back({iteration, op.action, start, end});
+      if (iteration >= 0) out_->ops.push_back({iteration, op.action, start, end, collective_ns});
       s_.control.Set(rank_, RunControl::State::kIdle);
       if (op.send.present() && fault != Fault::Kind::kDrop) {
         if (iteration >= 0) out_->sends.push_back({iteration, op.send, end});
-        s_.control.NoteSent(rank_, op.send.peer_rank, op.send.tag);
-        Status sent =
-            s_.env.transport->Send(rank_, op.send.peer_rank, op.send.tag, std::move(*output));
+        const int peer = Peer(op.send);
+        s_.control.NoteSent(rank_, peer, op.send.tag);
+        Status sent = s_.env.transport->Send(rank_, peer, op.send.tag, std::move(*output));
         if (!sent.ok()) return sent.WithPrefix(name + ": sending " + MessageText(op.send));
       }
     }
@@ -322,6 +344,10 @@ class Worker {
     }
   }
 
+  // The worker a message of this worker's rank goes to or comes from: the
+  // same tensor rank of the peer rank.
+  int Peer(const Message& m) const { return m.peer_rank * t_ + rank_ % t_; }
+
   std::optional<Fault::Kind> FaultHere(const ExecOp& op) {
     const std::optional<Fault>& f = s_.options.fault;
     if (!f || fault_fired_ || !(f->action == op.action)) return std::nullopt;
@@ -340,10 +366,12 @@ class Worker {
   }
 
   Shared& s_;
-  const int rank_;
+  const int rank_;  // world rank
+  const int t_;     // workers per pipeline rank
   const ExecStage& stage_;
   StageRun* out_;
   MemoryPool* pool_;
+  TensorGroup* group_;  // the rank's tensor-parallel group; null at t = 1
   bool fault_fired_ = false;
   const TimeNs started_ns_ = s_.env.clock->NowNs();
 };
@@ -367,6 +395,17 @@ void RunWorker(std::shared_ptr<Shared> shared, std::shared_ptr<std::vector<Stage
 }
 
 }  // namespace
+
+void FoldExpandedRuns(int tensor_parallel, std::vector<StageRun>* runs) {
+  const int t = tensor_parallel;
+  if (t <= 1) return;
+  for (StageRun& run : *runs) {
+    run.tensor_rank = run.rank % t;
+    run.rank /= t;
+    for (MessageTiming& m : run.sends) m.message.peer_rank /= t;
+    for (MessageTiming& m : run.recvs) m.message.peer_rank /= t;
+  }
+}
 
 Result<Fault> ParseFault(const std::string& text) {
   const size_t colon = text.find(':');
@@ -427,7 +466,7 @@ Result<std::vector<StageRun>> RunStages(const ExecPlan& plan, const std::vector<
                                         const RuntimeOptions& options, const RuntimeEnv& env) {
   PIPECAST_RETURN_IF_ERROR(options.Validate());
   for (int r : local_ranks) {
-    if (r < 0 || r >= plan.ranks || r >= static_cast<int>(env.pools.size()) ||
+    if (r < 0 || r >= plan.workers() || r >= static_cast<int>(env.pools.size()) ||
         env.pools[r] == nullptr) {
       return Status::Internal(fmt::format("rank {} has no memory pool or is not in the plan", r));
     }

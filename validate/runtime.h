@@ -30,6 +30,7 @@
 #include "sim/simulator.h"
 #include "validate/exec_plan.h"
 #include "validate/memory_pool.h"
+#include "validate/tensor_group.h"
 #include "validate/transport.h"
 #include "validate/work.h"
 
@@ -79,6 +80,8 @@ struct OpTiming {
   Action action;
   TimeNs start_ns = 0;
   TimeNs end_ns = 0;
+  // Of the op's time, what its tensor-parallel all-reduces took (0 at t = 1).
+  TimeNs collective_ns = 0;
 };
 
 struct MessageTiming {
@@ -87,9 +90,11 @@ struct MessageTiming {
   TimeNs time_ns = 0;  // sender: op end (handed to the transport); receiver: message in hand
 };
 
-// What one rank measured over the measured iterations.
+// What one worker measured over the measured iterations: a rank's, or with
+// tensor parallelism one tensor rank's of it.
 struct StageRun {
-  int rank = 0;
+  int rank = 0;               // the pipeline rank
+  int tensor_rank = 0;        // 0 .. t-1
   std::vector<OpTiming> ops;  // in execution order
   std::vector<MessageTiming> sends;
   std::vector<MessageTiming> recvs;
@@ -105,17 +110,27 @@ struct RuntimeEnv {
   Transport* transport = nullptr;
   OpWork* work = nullptr;
   const Clock* clock = nullptr;
-  std::vector<MemoryPool*> pools;  // indexed by rank; set for the local ranks
+  std::vector<MemoryPool*> pools;  // indexed by worker (world rank); set for the local ones
   bool all_ranks_local = false;    // enables deadlock detection
+  // Indexed by pipeline rank, set for the local ranks when t > 1: the group
+  // whose all-reduce the rank's workers run (tensor_group.h).
+  std::vector<TensorGroup*> groups;
 };
 
-// Runs `local_ranks` of `plan` in threads of this process, one per rank.
+// Runs `local_ranks` of `plan` (workers, i.e. world ranks: rank·t + tensor
+// rank) in threads of this process, one per worker.
 // Returns their StageRuns in the order of `local_ranks`, or the first
 // failure's diagnosis (FailedPrecondition for faults, timeouts, deadlocks and
 // out of memory; Internal for a worker that threw).
 // REQUIRES: env's pointers outlive the call; options.Validate() is OK.
 Result<std::vector<StageRun>> RunStages(const ExecPlan& plan, const std::vector<int>& local_ranks,
                                         const RuntimeOptions& options, const RuntimeEnv& env);
+
+// Runs of a plan that ExpandTensorParallel (exec_plan.h) turned into ranks·t
+// ranks, as RunStages would have recorded them on the plan itself: each
+// run's rank w becomes rank w / t, tensor rank w % t, and its messages' peers
+// the peers' ranks. Nothing at t = 1.
+void FoldExpandedRuns(int tensor_parallel, std::vector<StageRun>* runs);
 
 }  // namespace pipecast::validate
 

@@ -27,7 +27,7 @@ struct Harness {
     transport = std::make_unique<InProcessTransport>(raw);
   }
   Result<std::vector<StageRun>> Run(OpWork* work, RuntimeOptions o = {}) {
-    RuntimeEnv env{transport.get(), work, &clock, raw, true};
+    RuntimeEnv env{transport.get(), work, &clock, raw, true, {}};
     return RunStages(plan, ranks, o, env);
   }
   ExecPlan plan;
@@ -188,7 +188,7 @@ TEST_F(RuntimeFault, ALostMessageTimesOutWhenRanksAreNotAllLocal) {
   RuntimeOptions o = Quick();
   o.recv_timeout_ns = 200'000'000;
   o.fault = *ParseFault("drop:0F0");
-  RuntimeEnv env{h.transport.get(), &work, &h.clock, h.raw, /*all_ranks_local=*/false};
+  RuntimeEnv env{h.transport.get(), &work, &h.clock, h.raw, /*all_ranks_local=*/false, {}};
   Result<std::vector<StageRun>> runs = RunStages(h.plan, h.ranks, o, env);
   ASSERT_FALSE(runs.ok());
   EXPECT_THAT(runs.status().message(),
@@ -281,7 +281,7 @@ TEST(Runtime, ValidatorSpuriousDeadlockWithHundredsOfStages) {
   testing::RecordingWork work(2);
   RuntimeOptions o = Quick();
   o.deadlock_grace_ns = 50'000'000;
-  RuntimeEnv env{&late, &work, &h.clock, h.raw, /*all_ranks_local=*/true};
+  RuntimeEnv env{&late, &work, &h.clock, h.raw, /*all_ranks_local=*/true, {}};
 
   // When it runs, then every op runs and nothing is called a deadlock.
   Result<std::vector<StageRun>> runs = RunStages(h.plan, h.ranks, o, env);
@@ -337,6 +337,21 @@ TEST(ParseFault, ReadsKindAndAction) {
   EXPECT_FALSE(ParseFault("throw:1X2").ok());
   EXPECT_FALSE(ParseFault("throw").ok());
   EXPECT_FALSE(ParseFault("throw:F2").ok());
+}
+
+TEST(Runtime, ExpandedRunsFoldBackToRanksAndTensorRanks) {
+  // Given the run of worker 3 of an expanded t = 2 plan (rank 1, tensor rank
+  // 1), which received from worker 1 (rank 0, tensor rank 1).
+  StageRun run;
+  run.rank = 3;
+  run.recvs.push_back(MessageTiming{0, Message{.peer_rank = 1, .tag = 7}, 100});
+  std::vector<StageRun> runs = {run};
+  FoldExpandedRuns(2, &runs);
+  EXPECT_EQ(runs[0].rank, 1);
+  EXPECT_EQ(runs[0].tensor_rank, 1);
+  EXPECT_EQ(runs[0].recvs[0].message.peer_rank, 0);
+  FoldExpandedRuns(1, &runs);  // t = 1: unchanged
+  EXPECT_EQ(runs[0].rank, 1);
 }
 
 }  // namespace

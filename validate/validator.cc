@@ -92,21 +92,31 @@ Result<ValidationResult> RunValidation(const ValidatorOptions& options, Backend*
   Result<PlanFile> plan = LoadPlan(options.plan_path);
   if (!plan.ok()) return plan.status();
   out.plan = *plan;
-  if (plan->tensor_parallel > 1) {
+  const int tp = std::max(plan->tensor_parallel, 1);
+  if (tp > 1 && plan->sequence_parallel) {
     return Status::InvalidArgument(fmt::format(
-        "{}: the plan has tensor_parallel {}, and the validator does not run tensor parallelism "
-        "yet (issue 15 part 6): validate a plan made with --tensor-parallel 1",
-        options.plan_path, plan->tensor_parallel));
+        "{}: the plan uses sequence parallelism, which the validator does not run (its "
+        "tensor-parallel blocks all-reduce whole activations; docs/validator.md): validate a plan "
+        "made without --sequence-parallel",
+        options.plan_path));
+  }
+  if (tp > 1 && plan->tp_comm_overlap) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: the plan overlaps tensor-parallel communication with compute (--tp-comm-overlap), "
+        "which the validator does not run: its all-reduces follow the products they sum; "
+        "validate a plan made without --tp-comm-overlap",
+        options.plan_path));
   }
   Result<Model> model = LoadModel(options.model_path);
   if (!model.ok()) return model.status();
   out.model_name = model->name;
   const int ranks = plan->schedule.num_ranks;
-  if (backend->processes() != 1 && backend->processes() != ranks) {
+  if (backend->processes() != 1 && backend->processes() != ranks * tp) {
     return Status::InvalidArgument(
-        fmt::format("the plan has {} but {} were started: run mpirun -np {}",
+        fmt::format("the plan has {}{} but {} were started: run mpirun -np {}",
                     Count(ranks, "pipeline rank", "pipeline ranks"),
-                    Count(backend->processes(), "process", "processes"), ranks));
+                    tp > 1 ? fmt::format(" x {} tensor-parallel workers", tp) : "",
+                    Count(backend->processes(), "process", "processes"), ranks * tp));
   }
   if (MessageTag(plan->schedule.num_stages - 1, plan->schedule.num_microbatches, true,
                  plan->schedule.num_stages) >= kMaxPlanTag) {
@@ -122,7 +132,7 @@ Result<ValidationResult> RunValidation(const ValidatorOptions& options, Backend*
     Result<Cluster> c = ClusterPreset("local");
     if (!c.ok()) return c.status();
     out.cluster = *c;
-    out.cluster.gpu.memory_bytes = MachineMemoryPerStage(ranks);
+    out.cluster.gpu.memory_bytes = MachineMemoryPerStage(ranks * tp);
   } else {
     out.cluster = plan->cluster;
   }
@@ -153,13 +163,22 @@ Result<ValidationResult> RunValidation(const ValidatorOptions& options, Backend*
   if (plan->optimizer_step_ns > 0 || out.predicted.optimizer_ns > 0) {
     out.notes.push_back("the optimizer step is not executed; times compare the pipeline span");
   }
+  if (tp > 1) {
+    out.notes.push_back(fmt::format(
+        "tensor parallelism: {} workers a stage, each a GPU of the simulator's {}-way group; a "
+        "stage's peak memory is its workers' largest; 'tp all-reduce' sets the time measured "
+        "inside the all-reduces (mean over the workers) beside the predicted tp_comm_us, "
+        "reported, not checked; times are tensor rank 0's",
+        tp, tp));
+  }
   if (!plan->schedule.flush) {
     out.notes.push_back(
         "schedule without a flush: stashed weight versions are allocated as "
         "static memory, as the simulator counts them");
   }
   PIPECAST_RETURN_IF_ERROR(CheckFaultInPlan(options.runtime.fault, plan->schedule));
-  Result<ExecPlan> exec = BuildExecPlan(*model, *plan, plan->schedule, out.predicted);
+  Result<ExecPlan> exec =
+      BuildExecPlan(*model, *plan, plan->schedule, out.predicted, out.cluster.intra_node);
   if (!exec.ok()) return exec.status();
   out.exec = std::move(*exec);
 
@@ -197,6 +216,7 @@ std::string ValidationJson(const ValidationResult& r) {
   j["model"] = r.model_name;
   j["schedule"] = r.plan.schedule_name;
   j["pipeline_stages"] = r.plan.pipeline_stages;
+  j["tensor_parallel"] = std::max(r.plan.tensor_parallel, 1);
   j["microbatches"] = r.plan.microbatches;
   j["microbatch_size"] = r.plan.microbatch_size;
   j["ops"] = r.work;
@@ -227,14 +247,27 @@ std::string ValidationJson(const ValidationResult& r) {
     rows.push_back(std::move(e));
   }
   j["metrics"] = rows;
+  // Every worker's own peak (with tensor parallelism the stage rows show the
+  // largest of its workers').
+  Json workers = Json::array();
+  for (const StageRun& run : r.runs) {
+    workers.push_back({{"stage", run.rank},
+                       {"tensor_rank", run.tensor_rank},
+                       {"peak_memory_bytes", run.peak_bytes}});
+  }
+  j["workers"] = workers;
   j["within_tolerance"] = r.comparison.within_tolerance;
   return j.dump(2) + "\n";
 }
 
 std::string ValidationText(const ValidationResult& r) {
-  std::string out = fmt::format(
-      "validator: model {}, schedule {}, {} stages, {} micro-batches of {}\n", r.model_name,
-      r.plan.schedule_name, r.plan.pipeline_stages, r.plan.microbatches, r.plan.microbatch_size);
+  std::string out =
+      fmt::format("validator: model {}, schedule {}, {} stages{}, {} micro-batches of {}\n",
+                  r.model_name, r.plan.schedule_name, r.plan.pipeline_stages,
+                  r.plan.tensor_parallel > 1
+                      ? fmt::format(" x {} tensor-parallel workers", r.plan.tensor_parallel)
+                      : "",
+                  r.plan.microbatches, r.plan.microbatch_size);
   out += fmt::format("  {}\n", r.work);
   out +=
       fmt::format("  predicted on cluster '{}': link {:.3f} GB/s, {:.1f} us latency{}\n",

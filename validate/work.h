@@ -24,6 +24,7 @@
 #include "base/units.h"
 #include "sim/schedule.h"
 #include "validate/memory_pool.h"
+#include "validate/tensor_group.h"
 
 namespace pipecast::validate {
 
@@ -35,6 +36,12 @@ struct OpCall {
   std::span<std::byte> output;               // what the op sends on; may be empty
   MemoryPool* pool = nullptr;                // the stage's, for work that charges its own memory
   const std::atomic<bool>* abort = nullptr;  // stop early when it becomes true
+  // Tensor parallelism: this worker's tensor rank and its rank's group (null
+  // at t = 1); work that all-reduces adds the time its all-reduces took to
+  // *collective_ns (may be null).
+  int tensor_rank = 0;
+  TensorGroup* tensor_group = nullptr;
+  TimeNs* collective_ns = nullptr;
 };
 
 class OpWork {

@@ -19,6 +19,8 @@ using json = nlohmann::json;
 constexpr int kMaxMicrobatchSize = 4096;
 constexpr int kMaxWarmup = 10000;
 constexpr int kMaxIterations = 100000;
+// Largest tensor-parallel degree measured: a node's GPUs and more.
+constexpr int kMaxTensorParallel = 64;
 // Largest bytes one layer may hold while measured (activations, the kept
 // output gradient and the transient): keeps a typo from swapping the machine.
 constexpr Bytes kMaxLayerBytes = 8 * kGiB;
@@ -50,6 +52,8 @@ double Quantile(const std::vector<TimeNs>& sorted, double q) {
 struct Probe {
   int layer = 0;
   int microbatch_size = 0;
+  int tensor_parallel = 1;
+  std::size_t block = 0;  // index into the measured blocks (whole ones, then shards)
   std::vector<float> x, y, dy, dx;
   std::vector<TimeNs> forward, input, weight, total;
   Bytes activation = -1;
@@ -57,10 +61,12 @@ struct Probe {
   Bytes workspace = 0;
 };
 
-Probe MakeProbe(const Block& block, int layer, int microbatch_size) {
+Probe MakeProbe(const Block& block, std::size_t index, int layer, int t, int microbatch_size) {
   Probe p;
   p.layer = layer;
   p.microbatch_size = microbatch_size;
+  p.tensor_parallel = t;
+  p.block = index;
   const std::size_t floats =
       static_cast<std::size_t>(block.Tokens(microbatch_size)) * block.shape().hidden;
   // Inputs are the same every iteration: a fixed pattern in [-1, 1].
@@ -124,6 +130,15 @@ LayerProfile Summarise(const Block& block, const Probe& p) {
   lp.checkpoint_bytes = block.OutputBytes(p.microbatch_size);
   lp.attention_core_bytes = 0;  // an MLP: no attention
   lp.weight_grad_bytes = p.weight_grad;
+  if (p.tensor_parallel > 1) {
+    // One worker of the split: its all-reduces sum the whole output (x's
+    // size), one after the forward's second product and one after the
+    // input gradient's (workload.h).
+    lp.tensor_parallel = p.tensor_parallel;
+    lp.tp_comm_bytes = block.OutputBytes(p.microbatch_size);
+    lp.tp_forward_collectives = 1;
+    lp.tp_backward_collectives = 1;
+  }
   return lp;
 }
 
@@ -155,6 +170,15 @@ ModelSource MakeSource(const CpuProfileOptions& options, const Clock& clock, con
       "and weight gradients are not counted");
   source.details["threads"] = JsonText("1 (every pass runs single-threaded on the caller)");
   source.details["cpu_cores"] = JsonText(std::thread::hardware_concurrency());
+  if (options.tensor_parallel.size() > 1) {
+    source.details["tensor_parallel"] = JsonText(
+        {{"degrees", options.tensor_parallel},
+         {"method",
+          "profiles with tensor_parallel t > 1 time worker 0's shard of a t-way Megatron split "
+          "(W1's columns and W2's rows F/t at a time), alone on one thread, without its "
+          "all-reduces: tp_comm_bytes (4*T*H, the whole output) x 1 forward and 1 backward "
+          "all-reduce give the communication"}});
+  }
   source.details["spread"] = JsonText(spread);
   source.details[kWorkloadSourceKey] = WorkloadToSourceJson(options.workload);
   if (!options.note.empty()) source.details["note"] = JsonText(options.note);
@@ -198,6 +222,27 @@ Status CpuProfileOptions::Validate() const {
   PIPECAST_RETURN_IF_ERROR(CheckRange("--warmup", warmup, 0, kMaxWarmup, "untimed iterations"));
   PIPECAST_RETURN_IF_ERROR(
       CheckRange("--iterations", iterations, 1, kMaxIterations, "timed iterations"));
+  std::set<int> degrees;
+  for (int t : tensor_parallel) {
+    PIPECAST_RETURN_IF_ERROR(
+        CheckRange("--tensor-parallel", t, 1, kMaxTensorParallel, "workers a block splits over"));
+    if (!degrees.insert(t).second) {
+      return Status::InvalidArgument(
+          fmt::format("--tensor-parallel lists {} twice: give each degree once", t));
+    }
+    for (int i = 0; i < w.LayerCount(); ++i) {
+      if (w.LayerShape(i).ffn % t != 0) {
+        return Status::InvalidArgument(
+            fmt::format("--tensor-parallel {}: layer {}'s ffn {} does not divide into {} shards; "
+                        "give degrees that divide every layer's --ffn",
+                        t, i, w.LayerShape(i).ffn, t));
+      }
+    }
+  }
+  if (degrees.count(1) == 0) {
+    return Status::InvalidArgument(
+        "--tensor-parallel must include 1: the whole block's profiles are the model's base");
+  }
   const int largest = *seen.rbegin();
   for (int i = 0; i < w.LayerCount(); ++i) {
     const BlockShape s = w.LayerShape(i);
@@ -237,24 +282,38 @@ Result<CpuProfile> ProfileCpu(const CpuProfileOptions& options, const Clock& clo
   model.dtype = "fp32";
   model.sequence_length = options.workload.shape.tokens_per_sample;
   model.global_batch = options.global_batch;
-  std::vector<Block> blocks = options.workload.Build();
-  std::vector<Probe> probes;  // layer-major, then size
-  for (int i = 0; i < static_cast<int>(blocks.size()); ++i) {
-    for (int size : sizes)
-      probes.push_back(MakeProbe(blocks[static_cast<std::size_t>(i)], i, size));
+  std::vector<int> degrees = options.tensor_parallel;
+  std::sort(degrees.begin(), degrees.end());
+  const std::vector<Block> whole = options.workload.Build();
+  // Every block measured: per layer, the whole block (t = 1) and worker 0's
+  // shard at each t > 1, built before the probes refer to them by index.
+  std::vector<Block> blocks;
+  std::vector<std::pair<int, int>> layer_and_t;
+  for (int i = 0; i < static_cast<int>(whole.size()); ++i) {
+    for (int t : degrees) {
+      Result<Block> b = whole[static_cast<std::size_t>(i)].Shard(t, 0);
+      if (!b.ok()) return b.status().WithPrefix(fmt::format("layer {}", i));
+      blocks.push_back(std::move(*b));
+      layer_and_t.emplace_back(i, t);
+    }
+  }
+  std::vector<Probe> probes;  // layer-major, then degree, then size
+  for (std::size_t k = 0; k < blocks.size(); ++k) {
+    for (int size : sizes) {
+      probes.push_back(MakeProbe(blocks[k], k, layer_and_t[k].first, layer_and_t[k].second, size));
+    }
   }
   // Round-robin: each round runs every layer at every size once, so that all
   // of them sample the same stretch of a shared machine's load, instead of
   // one layer meeting a quiet minute and the next a busy one.
   for (int round = 0; round < options.warmup + options.iterations; ++round) {
     for (Probe& p : probes) {
-      PIPECAST_RETURN_IF_ERROR(MeasureOnce(blocks[static_cast<std::size_t>(p.layer)], p,
-                                           round >= options.warmup, clock));
+      PIPECAST_RETURN_IF_ERROR(MeasureOnce(blocks[p.block], p, round >= options.warmup, clock));
     }
   }
   json per_layer = json::array();
-  for (int i = 0; i < static_cast<int>(blocks.size()); ++i) {
-    const Block& block = blocks[static_cast<std::size_t>(i)];
+  for (int i = 0; i < static_cast<int>(whole.size()); ++i) {
+    const Block& block = whole[static_cast<std::size_t>(i)];
     Layer layer;
     layer.name = fmt::format("block{}", i);
     layer.parameters = block.Parameters();
@@ -263,7 +322,8 @@ Result<CpuProfile> ProfileCpu(const CpuProfileOptions& options, const Clock& clo
     json spreads = json::object();
     for (const Probe& p : probes) {
       if (p.layer != i) continue;
-      layer.profiles.push_back(Summarise(block, p));
+      layer.profiles.push_back(Summarise(blocks[p.block], p));
+      if (p.tensor_parallel > 1) continue;  // the spread describes the whole blocks
       const double spread = RelativeSpread(p.total);
       spreads[std::to_string(p.microbatch_size)] = std::round(spread * 1e4) / 1e4;
       if (spread >= result.worst_spread) {

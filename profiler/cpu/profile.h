@@ -10,6 +10,8 @@
 // allocator saw the forward keep, and the extra bytes a backward allocates
 // while it runs (workspace). `source` records how: method "cpu", the CPU
 // model, the clock, warm-up, iterations, per-layer spread and the workload.
+// With tensor_parallel degrees beyond 1 each layer's shards are measured the
+// same way, in the same rounds.
 //
 // Every pass runs on the calling thread, one layer at a time. Not
 // thread-safe with other users of the workload's byte counters (it reads
@@ -38,6 +40,12 @@ struct CpuProfileOptions {
   std::string device;               // empty: the CPU model from /proc/cpuinfo
   std::string note;                 // optional; written as source.note
   std::optional<int> global_batch;  // optional; the planner's default batch
+  // Tensor-parallel degrees to measure (--tensor-parallel): t = 1 is the
+  // whole block; each t > 1 adds profiles of worker 0's shard of a t-way
+  // Megatron split (Block::Shard), per GPU and without its all-reduces, with
+  // tensor_parallel t, tp_comm_bytes the whole output (4·T·H) and 1 forward
+  // and 1 backward all-reduce. Every t must divide every layer's ffn.
+  std::vector<int> tensor_parallel = {1};
 
   // OK, or InvalidArgument naming the flag (--layers, --microbatch-sizes...).
   Status Validate() const;

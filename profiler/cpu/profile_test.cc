@@ -57,6 +57,51 @@ TEST(MedianTest, OddEvenAndSpread) {
   EXPECT_DOUBLE_EQ(RelativeSpread({100}), 0.0);
 }
 
+TEST(ProfileCpuTest, TensorParallelProfilesAreOneWorkersShardWithItsAllReduces) {
+  // Given H = 8, F = 16, T = 2 tokens and --tensor-parallel 1,2: each layer
+  // gets a t = 2 profile of worker 0's half (F/2 = 8), which keeps x whole
+  // and a, g at F/2: 4 * 2 * (8 + 2 * 8) = 192 bytes (against 4 * 2 * (8 +
+  // 32) = 320 whole), and says its all-reduces: the whole output 4 * 2 * 8 =
+  // 64 bytes, once in the forward and once in the backward.
+  CpuProfileOptions o = Tiny();
+  o.tensor_parallel = {1, 2};
+  SteadyClock clock;
+  Result<CpuProfile> p = ProfileCpu(o, clock);
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  for (const Layer& layer : p->model.layers) {
+    ASSERT_EQ(layer.profiles.size(), 2u);
+    const LayerProfile& whole = layer.profiles[0];
+    const LayerProfile& half = layer.profiles[1];
+    EXPECT_EQ(whole.tensor_parallel, 1);
+    EXPECT_EQ(whole.activation_bytes, 320);
+    EXPECT_FALSE(whole.tp_comm_bytes.has_value());
+    EXPECT_EQ(half.tensor_parallel, 2);
+    EXPECT_FALSE(half.sequence_parallel);
+    EXPECT_EQ(half.activation_bytes, 192);
+    EXPECT_EQ(half.weight_grad_bytes, 4 * 2 * (2 * 8 + 2 * 8));
+    EXPECT_EQ(half.output_bytes, 64);
+    EXPECT_EQ(half.tp_comm_bytes, 64);
+    EXPECT_EQ(half.tp_forward_collectives, 1);
+    EXPECT_EQ(half.tp_backward_collectives, 1);
+  }
+  EXPECT_THAT(p->model.source.details.at("tensor_parallel"), HasSubstr("worker 0's shard"));
+  // And the model reads back with costs at t = 2 that are measured, not scaled.
+  Result<Model> back = ParseModel(ModelToJson(p->model), "model.json");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_FALSE(CostAt(back->layers[0], 1, 2).tp_scaled);
+  EXPECT_EQ(CostAt(back->layers[0], 1, 2).activation_bytes, 192);
+}
+
+TEST(ProfileCpuTest, TensorParallelDegreesMustDivideFfnAndInclude1) {
+  CpuProfileOptions o = Tiny();  // ffn 16
+  o.tensor_parallel = {1, 3};
+  EXPECT_THAT(o.Validate().message(), HasSubstr("layer 0's ffn 16 does not divide into 3"));
+  o.tensor_parallel = {2};
+  EXPECT_THAT(o.Validate().message(), HasSubstr("must include 1"));
+  o.tensor_parallel = {1, 2, 2};
+  EXPECT_THAT(o.Validate().message(), HasSubstr("lists 2 twice"));
+}
+
 TEST(ProfileCpuTest, MediansOfScriptedTimesSkippingWarmup) {
   // Given 1 warm-up and 3 timed iterations per layer whose passes take
   // forward 10^6 (warm-up), then 100, 300, 200; input 40, 60, 50;

@@ -195,6 +195,8 @@ std::int64_t Saved::Bytes() const { return x_.bytes() + a_.bytes() + g_.bytes() 
 
 // ---- Block ----
 
+Block::Block(BlockShape shape) : shape_(shape) {}
+
 Block::Block(BlockShape shape, std::uint64_t seed) : shape_(shape) {
   Require(shape_.Validate().ok(), "Block shape out of range (call BlockShape::Validate first)");
   const int h = shape_.hidden;
@@ -255,7 +257,11 @@ Saved Block::Forward(std::span<const float> x, std::span<float> y, int microbatc
   const float* a = saved.a_.data();
   float* g = saved.g_.data();
   for (std::size_t i = 0; i < saved.g_.size(); ++i) g[i] = Gelu(a[i]);
-  std::copy(saved.x_.data(), saved.x_.data() + saved.x_.size(), y.begin());  // residual
+  if (residual_) {
+    std::copy(saved.x_.data(), saved.x_.data() + saved.x_.size(), y.begin());
+  } else {
+    std::fill(y.begin(), y.end(), 0.0f);  // a shard's partial sum: the residual is worker 0's
+  }
   MatMulAdd(g, w2_.data(), y.data(), t, f, h);
   saved.stage_ = Saved::Stage::kForwardDone;
   return saved;
@@ -280,8 +286,12 @@ void Block::BackwardInput(Saved& saved, std::span<const float> dy, std::span<flo
   float* d = da.data();
   for (std::size_t i = 0; i < da.size(); ++i) d[i] *= GeluDerivative(a[i]);
   saved.a_ = std::move(da);
-  // dx = dy (residual) + da·W1ᵀ.
-  std::copy(dy_kept, dy_kept + saved.dy_.size(), dx.begin());
+  // dx = dy (residual, worker 0 of a split only) + da·W1ᵀ.
+  if (residual_) {
+    std::copy(dy_kept, dy_kept + saved.dy_.size(), dx.begin());
+  } else {
+    std::fill(dx.begin(), dx.end(), 0.0f);
+  }
   MatMulAdd(saved.a_.data(), w1t_.data(), dx.data(), t, f, h);
   saved.stage_ = Saved::Stage::kInputGradientDone;
 }
@@ -303,6 +313,40 @@ void Block::BackwardWeight(Saved& saved) {
 void Block::Backward(Saved& saved, std::span<const float> dy, std::span<float> dx) {
   BackwardInput(saved, dy, dx);
   BackwardWeight(saved);
+}
+
+Result<Block> Block::Shard(int parts, int index) const {
+  if (parts < 1 || index < 0 || index >= parts) {
+    return Status::InvalidArgument("shard " + std::to_string(index) + " of " +
+                                   std::to_string(parts) +
+                                   ": give parts >= 1 and an index in [0, parts)");
+  }
+  if (shape_.ffn % parts != 0) {
+    return Status::InvalidArgument("ffn " + std::to_string(shape_.ffn) + " does not divide into " +
+                                   std::to_string(parts) +
+                                   " tensor-parallel shards: give a tensor-parallel degree "
+                                   "that divides ffn");
+  }
+  const int h = shape_.hidden;
+  const int f = shape_.ffn / parts;
+  const int first = index * f;
+  BlockShape shape = shape_;
+  shape.ffn = f;
+  Block s(shape);
+  s.w1_.resize(Floats(h, f));
+  s.w2_.resize(Floats(f, h));
+  for (int r = 0; r < h; ++r) {  // W1 [H×F]: columns first .. first+f
+    std::copy_n(w1_.begin() + static_cast<std::ptrdiff_t>(r) * shape_.ffn + first, f,
+                s.w1_.begin() + static_cast<std::ptrdiff_t>(r) * f);
+  }
+  // W2 [F×H]: rows first .. first+f, contiguous.
+  std::copy_n(w2_.begin() + static_cast<std::ptrdiff_t>(first) * h, Floats(f, h), s.w2_.begin());
+  Transpose(s.w1_, h, f, s.w1t_);
+  Transpose(s.w2_, f, h, s.w2t_);
+  s.grad_w1_.assign(s.w1_.size(), 0.0f);
+  s.grad_w2_.assign(s.w2_.size(), 0.0f);
+  s.residual_ = index == 0;
+  return s;
 }
 
 void Block::ZeroGradients() {

@@ -22,6 +22,17 @@
 //                  (WeightGradientBytes = 4·T·(2H + 2F)).
 //   BackwardWeight accumulates dW1 += xᵀ·da and dW2 += gᵀ·dy, then frees all.
 //
+// Tensor parallelism (Megatron-LM's MLP split, Shoeybi et al. 2019 sec. 3):
+// Shard(t, j) is worker j's part of a t-way split block: W1's columns and
+// W2's rows j·F/t to (j+1)·F/t. Its Forward writes a partial sum,
+// W2_j·gelu(W1_j·x) (plus the residual x on worker 0 only), and its
+// BackwardInput a partial dx, da_j·W1_jᵀ (plus dy on worker 0 only): summing
+// the t partials (one all-reduce after each) gives the unsplit block's y and
+// dx, up to float rounding (the sum runs in another order). So a split
+// block has 1 all-reduce in the forward and 1 in the backward (Megatron's
+// transformer block has 2 and 2: attention and MLP). x and dy are whole on
+// every worker; a, g and da are 1/t; the weight gradients are the shard's.
+//
 // Thread-safety: a Block's const methods may run concurrently (they read the
 // weights only); BackwardWeight and the mutators need exclusive access. The
 // byte counters are atomic.
@@ -192,6 +203,14 @@ class Block {
   // BackwardInput then BackwardWeight.
   void Backward(Saved& saved, std::span<const float> dy, std::span<float> dx);
 
+  // Worker `index`'s shard of a `parts`-way tensor-parallel split (see
+  // above): a Block of ffn F/parts holding its slice of the weights (its
+  // gradients zero), with the residual on index 0 only. InvalidArgument when
+  // parts < 1, index is not in [0, parts) or parts does not divide ffn.
+  Result<Block> Shard(int parts, int index) const;
+  // False for shards other than index 0: their outputs leave out the residual.
+  bool adds_residual() const { return residual_; }
+
   // Weight-gradient accumulators, row-major: dW1 [H×F], dW2 [F×H].
   std::span<const float> GradientW1() const { return grad_w1_; }
   std::span<const float> GradientW2() const { return grad_w2_; }
@@ -202,11 +221,13 @@ class Block {
   void SetWeight(int which, int row, int col, float value);
 
  private:
+  explicit Block(BlockShape shape);  // empty weights, for Shard
   BlockShape shape_;
   // Both layouts of each weight, so that every product is an i-k-j loop over
   // contiguous rows: w1_ [H×F], w1t_ [F×H], w2_ [F×H], w2t_ [H×F].
   std::vector<float> w1_, w1t_, w2_, w2t_;
   std::vector<float> grad_w1_, grad_w2_;
+  bool residual_ = true;  // Forward adds x to y and BackwardInput dy to dx
 };
 
 // Bytes currently allocated by workload buffers (activations and transient),

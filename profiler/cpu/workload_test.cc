@@ -94,6 +94,68 @@ TEST(BlockTest, OneByOneBlockMatchesHandWorkedValue) {
   EXPECT_NEAR(block.GradientW1()[0], 0.5 * 3.0 * 1.0829640, 1e-4);
 }
 
+// Megatron's split of the block over t workers (workload.h): the t partial
+// outputs summed, as the all-reduce sums them, give the unsplit block's y and
+// dx. Only the order of one float sum changes (F products added in halves),
+// which by Higham's bound moves a value by at most about F x eps x the sum of
+// the |terms| (64 x 6e-8 x ~10 here, 4e-5): hence 1e-4. The weight
+// gradients of a shard are computed in the same order as the unsplit ones,
+// so they are its slices bit for bit.
+TEST(BlockTest, TensorParallelShardsSumToTheUnsplitBlock) {
+  const BlockShape shape{.hidden = 32, .ffn = 64, .tokens_per_sample = 4};
+  const int mbs = 2;
+  for (int t : {2, 4}) {
+    Block full(shape, 5);
+    const std::vector<float> x = Pattern(Floats(full, mbs), 1);
+    const std::vector<float> dy = Pattern(x.size(), 2);
+    std::vector<float> y(x.size()), dx(x.size());
+    Saved saved = full.Forward(x, y, mbs);
+    full.Backward(saved, dy, dx);
+
+    std::vector<float> y_sum(x.size(), 0.0f), dx_sum(x.size(), 0.0f);
+    for (int j = 0; j < t; ++j) {
+      Result<Block> shard = full.Shard(t, j);
+      ASSERT_TRUE(shard.ok()) << shard.status().message();
+      EXPECT_EQ(shard->shape().ffn, 64 / t);
+      EXPECT_EQ(shard->adds_residual(), j == 0);
+      // Each worker keeps x whole and its 1/t of a and g: 4T(H + 2F/t).
+      EXPECT_EQ(shard->ActivationBytes(mbs), 4 * 8 * (32 + 2 * 64 / t));
+      std::vector<float> yj(x.size()), dxj(x.size());
+      Saved sj = shard->Forward(x, yj, mbs);
+      EXPECT_EQ(sj.Bytes(), shard->ActivationBytes(mbs));
+      shard->Backward(sj, dy, dxj);
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        y_sum[i] += yj[i];
+        dx_sum[i] += dxj[i];
+      }
+      const int f = 64 / t;
+      for (int r = 0; r < 32; ++r) {
+        for (int c = 0; c < f; ++c) {
+          ASSERT_EQ(shard->GradientW1()[static_cast<std::size_t>(r) * f + c],
+                    full.GradientW1()[static_cast<std::size_t>(r) * 64 + j * f + c]);
+        }
+      }
+      for (int r = 0; r < f; ++r) {
+        for (int c = 0; c < 32; ++c) {
+          ASSERT_EQ(shard->GradientW2()[static_cast<std::size_t>(r) * 32 + c],
+                    full.GradientW2()[static_cast<std::size_t>(j * f + r) * 32 + c]);
+        }
+      }
+    }
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      ASSERT_NEAR(y_sum[i], y[i], 1e-4) << "t " << t << " y[" << i << "]";
+      ASSERT_NEAR(dx_sum[i], dx[i], 1e-4) << "t " << t << " dx[" << i << "]";
+    }
+  }
+}
+
+TEST(BlockTest, AShardNeedsADegreeThatDividesFfn) {
+  const Block block(BlockShape{.hidden = 4, .ffn = 6, .tokens_per_sample = 1}, 1);
+  EXPECT_THAT(block.Shard(4, 0).status().message(), HasSubstr("ffn 6 does not divide into 4"));
+  EXPECT_FALSE(block.Shard(2, 2).ok());
+  EXPECT_TRUE(block.Shard(3, 2).ok());
+}
+
 TEST(BlockTest, SameSeedSameWeightsAndOutputs) {
   const BlockShape shape{.hidden = 8, .ffn = 16, .tokens_per_sample = 3};
   const Block a(shape, 42), b(shape, 42), c(shape, 43);

@@ -139,6 +139,12 @@ std::function<int()> AddCpuCommand(CLI::App& app) {
   cmd->add_option("--microbatch-sizes", o.microbatch_sizes, "micro-batch sizes to measure")
       ->delimiter(',')
       ->capture_default_str();
+  cmd->add_option("--tensor-parallel", o.tensor_parallel,
+                  "tensor-parallel degrees t to measure, including 1: each t > 1 adds per-GPU "
+                  "profiles of one worker's shard of a t-way Megatron split of every block "
+                  "(each t must divide --ffn)")
+      ->delimiter(',')
+      ->capture_default_str();
   cmd->add_option("--warmup", o.warmup, "untimed iterations first, per layer and size")
       ->capture_default_str();
   cmd->add_option("--iterations", o.iterations,

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 #include <utility>
 
@@ -34,6 +35,8 @@ Status Engine::Run(EngineTotals* totals) {
   for (int r = 0; r < p; ++r) {
     if (ranks_[r].next < static_cast<int32_t>(sched_.actions[r].size())) return Deadlock();
   }
+  // Ties left open, or records to order: number the events (engine_order.cc).
+  if (ties_ > 0 || options_.record_timeline) RankEvents();
   for (int r = 0; r < p; ++r) SweepMemory(r);
   if (options_.record_timeline) RecordTimeline();
   Totals();
@@ -41,58 +44,36 @@ Status Engine::Run(EngineTotals* totals) {
 }
 
 // The op and transfer records in the order the old engine appended them:
-// ops as they started (ordered by the event that started them), transfers
-// as their producers ended.
+// ops as they started (by the event that started them, which the ranking
+// step lists as it goes), transfers as their producers ended (an overlapped
+// pair's forward half sends when the pair ends, before the pair's own
+// send), a walk over the processing order.
 void Engine::RecordTimeline() {
   const int p = sched_.num_ranks;
-  // Ops: merge the ranks' lists by the event that started each op.
-  std::vector<int32_t> pos(p, 0);
-  auto trigger = [&](int r) { return ev_[op_first_[r] + pos[r]].parent; };
-  auto later = [&](int a, int b) { return Before(trigger(b), trigger(a)); };
-  std::vector<int> heap;
-  heap.reserve(p);
+  const size_t places = static_cast<size_t>(p) + num_events_;
+  LargeArray<int32_t> op_rank;
+  op_rank.Reset(static_cast<size_t>(std::max(num_ops_, 1)));
   for (int r = 0; r < p; ++r) {
-    if (!sched_.actions[r].empty()) heap.push_back(r);
+    std::fill(op_rank.data() + op_first_[r], op_rank.data() + op_first_[r + 1], r);
   }
-  std::make_heap(heap.begin(), heap.end(), later);
-  out_->ops.reserve(num_ops_);
-  while (!heap.empty()) {
-    std::pop_heap(heap.begin(), heap.end(), later);
-    const int r = heap.back();
-    const int32_t id = op_first_[r] + pos[r];
+  // Records are written in place (sized up front) rather than pushed back.
+  out_->ops.resize(num_ops_);
+  OpRecord* op = out_->ops.data();
+  for (const int32_t id : op_order_) {
+    const int r = op_rank[id];
     const int32_t parent = ev_[id].parent;
     const TimeNs start = parent < 0 ? 0 : ev_[parent].time;
-    out_->ops.push_back(OpRecord{r, sched_.actions[r][pos[r]], start, ev_[id].time});
-    if (++pos[r] < static_cast<int32_t>(sched_.actions[r].size())) {
-      std::push_heap(heap.begin(), heap.end(), later);
-    } else {
-      heap.pop_back();
-    }
+    *op++ = OpRecord{r, sched_.actions[r][id - op_first_[r]], start, ev_[id].time};
   }
-  // Transfers: merge the ranks' sending ops by the events that sent them: their end, or for an
-  // overlapped pair's forward half the pair's end.
-  auto sends = [&](int r, int32_t i) { return CostOf(sched_.actions[r][i]).send != 0; };
-  auto send_event = [&](int r) {
-    const Action& a = sched_.actions[r][pos[r]];
-    return op_first_[r] + pos[r] + (a.overlapped && a.kind == OpKind::kForward ? 1 : 0);
-  };
-  auto skip = [&](int r) {
-    const int32_t size = static_cast<int32_t>(sched_.actions[r].size());
-    while (pos[r] < size && !sends(r, pos[r])) ++pos[r];
-    return pos[r] < size;
-  };
-  auto end_later = [&](int a, int b) { return Before(send_event(b), send_event(a)); };
-  std::fill(pos.begin(), pos.end(), 0);
-  for (int r = 0; r < p; ++r) {
-    if (skip(r)) heap.push_back(r);
-  }
-  std::make_heap(heap.begin(), heap.end(), end_later);
+  size_t transfers = 0;
+  for (const LinkState& link : links_) transfers += link.count;
+  out_->transfers.resize(transfers);
+  TransferRecord* transfer = out_->transfers.data();
   std::vector<int32_t> sent(links_.size(), 0);
-  while (!heap.empty()) {
-    std::pop_heap(heap.begin(), heap.end(), end_later);
-    const int r = heap.back();
-    const Action& a = sched_.actions[r][pos[r]];
-    const TimeNs ready = ev_[send_event(r)].time;
+  // The transfer of rank r's op i, sent when `event` was processed.
+  auto send = [&](int r, int32_t i, int32_t event) {
+    const Action& a = sched_.actions[r][i];
+    const TimeNs ready = ev_[event].time;
     const bool gradient = a.kind != OpKind::kForward;
     const int dst_stage = gradient ? a.stage - 1 : a.stage + 1;
     const int hop = gradient ? dst_stage : a.stage;
@@ -100,16 +81,28 @@ void Engine::RecordTimeline() {
     const int li = hc.link;
     const LinkState& link = links_[li];
     const TimeNs arrive = ev_[link.first + sent[li]++].time;
-    const TimeNs serial = hc.serial;
-    const TimeNs latency = hc.latency;
-    out_->transfers.push_back(TransferRecord{r, link.dst, a.stage, dst_stage, a.microbatch,
-                                             gradient, costs_[hop].output_bytes, ready,
-                                             arrive - latency - serial, arrive});
-    ++pos[r];
-    if (skip(r)) {
-      std::push_heap(heap.begin(), heap.end(), end_later);
-    } else {
-      heap.pop_back();
+    *transfer++ = TransferRecord{r,
+                                 link.dst,
+                                 a.stage,
+                                 dst_stage,
+                                 a.microbatch,
+                                 gradient,
+                                 costs_[hop].output_bytes,
+                                 ready,
+                                 arrive - hc.latency - hc.serial,
+                                 arrive};
+  };
+  for (size_t k = p; k < places; ++k) {
+    const int32_t e = by_rank_[k];
+    if (e >= num_ops_) continue;  // an arrival
+    const int r = op_rank[e];
+    const int32_t i = e - op_first_[r];
+    const Action& a = sched_.actions[r][i];
+    if (!a.overlapped) {
+      if (CostOf(a).send != 0) send(r, i, e);
+    } else if (a.kind != OpKind::kForward) {
+      if (CostOf(sched_.actions[r][i - 1]).send != 0) send(r, i - 1, e);
+      if (CostOf(a).send != 0) send(r, i, e);
     }
   }
 }

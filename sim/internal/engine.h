@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -45,10 +46,24 @@ namespace pipecast::internal {
 // its link (a link's queue holds one arrival event at a time); the first op
 // of each rank, when it needs no input, by the start (in rank order). An
 // event's place in the processing order is then (time, place of its parent,
-// order within the parent's handling, where a transfer arrival was always
-// inserted before an op end), which TieBefore() compares by walking up the
-// parents while the times are equal. Ties are rare with real links and
-// common on the ideal cluster; either way the result is the old engine's.
+// order within the parent's handling: an overlapped pair's forward transfer,
+// then any other transfer, then the op end).
+//
+// Ties are decided two ways, with the same answers. Walking (TieBefore(),
+// TryTieBefore()): compare the parents' times, and while they are equal
+// their parents', and so on; with real links a walk ends in a step or two,
+// but on the ideal cluster, where whole wavefronts of a pipeline share an
+// instant, it goes back O(p + m) events. Ranking (RankEvents(),
+// sim/internal/engine_order.cc): times do not depend on ties, so pass 1 can
+// keep a tie's candidate causes (`hop` below) instead of choosing; the
+// ranking step then replays the old queue with the times known (a radix sort
+// gives each instant its block of places; an event is inserted when its last
+// candidate is processed, which is its parent) and numbers every event, and
+// from then on a comparison is two loads. The engine walks until its walks
+// have cost kWalkStepsPerEvent steps per event, then ranks, in pass 1 or in
+// pass 2; with a timeline it always ranks after pass 1 (the records are
+// taken in the ranked order). Where no tie was left open, the ranking is
+// the time sort with each instant ordered by walking (RankBySort()).
 //
 // Pass 2 (memory). Each rank's memory changes come from its own ops and
 // from the arrivals on the links into and out of it: each of those streams
@@ -119,17 +134,53 @@ class Engine {
     return op_cost_[(a.stage * 4 + static_cast<int>(a.kind)) * 2 + a.overlapped];
   }
   // Processing order of two distinct events (or starts) at one time.
-  bool TieBefore(int32_t x, int32_t y) const;
-  bool Before(int32_t x, int32_t y) const {
+  // Ranks the events (RankEvents()) when a walk of its parents would be long.
+  bool TieBefore(int32_t x, int32_t y);
+  // TieBefore() by walking up decided parents: 1 or 0, or kUnknown at an
+  // undecided parent or once the walks of this simulation have taken
+  // kWalkStepsPerEvent steps per event. Either way the answer is the same;
+  // only the cost differs.
+  int TryTieBefore(int32_t x, int32_t y);
+  static constexpr int kUnknown = -1;
+  // Real links end a walk in a step or two; wavefronts of equal times (the
+  // ideal cluster) make walks of O(p + m) steps, which ranking the events
+  // (tens of ns per event) beats.
+  static constexpr int64_t kWalkStepsPerEvent = 1;
+  bool Decided(int32_t e) const {
+    return e < 0 ||
+           (e < num_ops_ ? ev_[e].hop == kNoAlternative : (ev_[e].hop & kTiedArrival) == 0);
+  }
+  bool Before(int32_t x, int32_t y) {
+    if (ranked_) return RankOf(x) < RankOf(y);
     const TimeNs tx = TimeOf(x), ty = TimeOf(y);
     return tx != ty ? tx < ty : TieBefore(x, y);
   }
   TimeNs TimeOf(int32_t e) const { return e < 0 ? -1 : ev_[e].time; }
+  // Place in the processing order, once ranked: the starts are 0..p-1.
+  int32_t RankOf(int32_t e) const { return e < 0 ? -1 - e : rank_[e]; }
+  // Order among the events one event inserted (see "The event order").
+  int SiblingOrder(int32_t e) const { return e < num_ops_ ? 2 : (ev_[e].hop >> 1) & 1; }
+  // An arrival's `hop` field: the boundary crossed, whether it carries a
+  // gradient and whether its parent is still to choose (kTiedArrival: its
+  // producer or the previous arrival on its link).
+  static int32_t ArrivalHop(int hop, bool gradient) { return hop << 2 | int32_t{gradient} << 1; }
+  static int HopOf(int32_t packed) { return packed >> 2; }
+  static constexpr int32_t kTiedArrival = 1;
+  // An op end's `hop` field: kNoAlternative, another candidate cause (an
+  // arrival, >= 0), or -2 - i for the two more in alternatives_[i].
+  static constexpr int32_t kNoAlternative = -1;
 
   void Prepare();
   void Advance(int rank);
   void Deliver(int dst_stage, int mb, bool gradient, int32_t producer, TimeNs end);
   Status Deadlock() const;
+  int Candidates(int32_t e, int32_t out[3]) const;
+  void RankEvents();
+  bool RankBySort();
+  template <typename T>
+  void NumberInstants(const T* sorted, int32_t n);
+  // How far ahead in the processing order the ranking step prefetches.
+  static constexpr int32_t kPrefetchPlaces = 16;
   void SweepMemory(int rank);
   template <int kWidth, bool kRecord>
   void SweepRank(int rank);
@@ -147,11 +198,32 @@ class Engine {
   std::vector<int32_t> op_first_;  // per rank: id of its first op
   struct Event {
     TimeNs time;
-    int32_t parent;
-    int32_t hop;  // transfers on a link with several sizes: the boundary crossed
+    int32_t parent;  // a candidate cause until ranked, when tied
+    int32_t hop;     // arrivals: ArrivalHop(); op ends: the other candidate causes
   };
-  LargeArray<Event> ev_;         // per event, one cache line holds four
-  std::vector<OpCost> op_cost_;  // per (stage, kind, overlapped)
+  int32_t num_events_ = 0;
+  LargeArray<Event> ev_;  // per event, one cache line holds four
+  // Ties pass 1 left open (op ends with three candidate causes: two more each).
+  std::vector<std::pair<int32_t, int32_t>> alternatives_;
+  int64_t ties_ = 0;         // events whose cause pass 1 left open
+  bool ranked_ = false;      // rank_ and by_rank_ hold the processing order
+  int64_t walk_budget_ = 0;  // TryTieBefore()'s steps left
+  // Per event, for the ranking step: the events waiting on it (one per
+  // sibling order, and a second op end: an arrival both halves of an
+  // overlapped pair wait on), its instant, its candidates not yet processed
+  // (and at first); 24 bytes.
+  struct RankNode {
+    int32_t waiter[4];
+    int32_t instant;
+    int16_t open;
+    int16_t open_at_start;
+  };
+  LargeArray<RankNode> node_;
+  LargeArray<int32_t> rank_;       // per event: its place, once ranked
+  std::vector<int32_t> op_order_;  // the ops in start order, once ranked
+  LargeArray<int32_t> by_rank_;    // per place p + k: the event there
+  std::vector<int32_t> group_;     // the ranking step's next free place per instant
+  std::vector<OpCost> op_cost_;    // per (stage, kind, overlapped)
   LargeArray<Cell> cells_;
   std::vector<LinkState> links_;
   // Per stage s: the link carrying s's activations to s+1 and the one
@@ -181,20 +253,29 @@ class Engine {
   std::vector<int> order_;
 };
 
-inline bool Engine::TieBefore(int32_t x, int32_t y) const {
-  while (true) {
-    if (x < 0 || y < 0) {
-      // The start comes first; starts in rank order (-1 - rank).
-      return x < 0 && y < 0 ? x > y : x < 0;
-    }
+inline bool Engine::TieBefore(int32_t x, int32_t y) {
+  if (ranked_) return RankOf(x) < RankOf(y);
+  const int order = TryTieBefore(x, y);
+  if (order != kUnknown) return order == 1;
+  // A wavefront of equal times (every parent is decided, or the events would
+  // be ranked already): number the events once, then compare in O(1).
+  RankEvents();
+  return RankOf(x) < RankOf(y);
+}
+
+inline int Engine::TryTieBefore(int32_t x, int32_t y) {
+  while (walk_budget_ > 0) {
+    if (x < 0 || y < 0) return x < 0 && y < 0 ? x > y : x < 0;
+    if (!Decided(x) || !Decided(y)) return kUnknown;
     const int32_t px = ev_[x].parent, py = ev_[y].parent;
-    // Siblings: an arrival is inserted before an op end.
-    if (px == py) return x >= num_ops_;
+    if (px == py) return SiblingOrder(x) < SiblingOrder(y);
     const TimeNs tx = TimeOf(px), ty = TimeOf(py);
     if (tx != ty) return tx < ty;
     x = px;
     y = py;
+    --walk_budget_;
   }
+  return kUnknown;
 }
 
 }  // namespace pipecast::internal

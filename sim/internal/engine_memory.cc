@@ -15,7 +15,10 @@ struct LiveMemory {
   Bytes peak_act = 0, peak_comm = 0, peak_ws = 0, peak_total = 0;
   std::vector<MemorySample>* timeline = nullptr;  // when recording
 
-  [[gnu::always_inline]] void Change(TimeNs now, Bytes d_act, Bytes d_comm, Bytes d_ws) {
+  // Flattened, so the timeline's push_back is inlined too (a call per
+  // change cost a fifth of a simulation with a timeline).
+  [[gnu::always_inline, gnu::flatten]] void Change(TimeNs now, Bytes d_act, Bytes d_comm,
+                                                   Bytes d_ws) {
     act += d_act;
     comm += d_comm;
     ws += d_ws;
@@ -53,6 +56,7 @@ void Engine::SweepRank(int rank) {
   const int32_t size = static_cast<int32_t>(list.size());
   LiveMemory<kRecord> mem;
   if constexpr (kRecord) {
+    // Every change: two per op, one per send and one per arrival.
     mem.timeline = &out_->per_rank[rank].memory_timeline;
     size_t samples = 2 * static_cast<size_t>(size);
     for (int li : rank_links_[rank]) samples += links_[li].count;
@@ -152,7 +156,7 @@ void Engine::SweepRank(int rank) {
       --n;
       for (int pos = 0; pos < n; ++pos) order[pos] = order[pos + 1];
     }
-    const Bytes bytes = st.bytes >= 0 ? st.bytes : costs_[ev_[id].hop].output_bytes;
+    const Bytes bytes = st.bytes >= 0 ? st.bytes : costs_[HopOf(ev_[id].hop)].output_bytes;
     if (st.out) {  // sent from here: the send buffer is freed
       mem.Change(t, 0, -bytes, 0);
     } else {  // received here: held until the consuming op ends

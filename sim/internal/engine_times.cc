@@ -68,7 +68,12 @@ void Engine::Prepare() {
     rank_links_[links_[l].src].push_back(static_cast<int>(l));
     rank_links_[links_[l].dst].push_back(static_cast<int>(l));
   }
+  num_events_ = static_cast<int32_t>(next_id);
   ev_.Reset(static_cast<size_t>(next_id));
+  alternatives_.clear();
+  ties_ = 0;
+  ranked_ = false;
+  walk_budget_ = kWalkStepsPerEvent * next_id;
 
   op_cost_.assign(static_cast<size_t>(n) * 8, OpCost{});
   for (int s = 0; s < n; ++s) {
@@ -125,14 +130,26 @@ void Engine::Prepare() {
   link.free = start + hc.serial;
   const TimeNs arrive = start + hc.latency + hc.serial;
   // Inserted when its producer ended, unless the previous arrival on the
-  // link was still pending then: inserted when that one was processed.
+  // link was still pending then: inserted when that one was processed. At
+  // one instant the ranking step chooses.
   int32_t parent = producer;
+  int32_t packed = ArrivalHop(hop, gradient);
   if (link.count > 0) {
     const TimeNs prev = ev_[id - 1].time;
-    if (prev > end || (prev == end && TieBefore(producer, id - 1))) parent = id - 1;
+    if (prev > end) {
+      parent = id - 1;
+    } else if (prev == end) {
+      const int order = TryTieBefore(producer, id - 1);
+      if (order == kUnknown) {
+        packed |= kTiedArrival;
+        ++ties_;
+      } else if (order == 1) {
+        parent = id - 1;
+      }
+    }
   }
   ++link.count;
-  ev_[id] = Event{arrive, parent, hop};
+  ev_[id] = Event{arrive, parent, packed};
   // The link's next slots, for its next transfers (see Advance()).
   __builtin_prefetch(ev_.data() + id + kPrefetchEvents, 1);
   input = id;
@@ -167,7 +184,8 @@ void Engine::Advance(int rank) {
     const Action& a = list[i];
     Cell& c = cells_[CellIndex(a.stage, a.microbatch)];
     __builtin_prefetch(&c + kPrefetchCells, 1);
-    int32_t in_event = kHandedOver;  // or the arrival of its input from another rank
+    int32_t in_event = kHandedOver;    // or the arrival of its input from another rank
+    int32_t in_event_2 = kHandedOver;  // an overlapped pair's other input, arrived with it
     if (a.kind == OpKind::kForward) {
       if (!sched_.IsFirstStage(a.stage)) {
         if (c.f == kNotDelivered) {
@@ -192,7 +210,18 @@ void Engine::Advance(int rank) {
             break;
           }
           const int32_t in_b = cb.b;
-          if (in_b >= 0 && (in_event < 0 || Before(in_event, in_b))) in_event = in_b;
+          if (in_b >= 0) {
+            if (in_event < 0 || ev_[in_b].time > ev_[in_event].time) {
+              in_event = in_b;
+            } else if (ev_[in_b].time == ev_[in_event].time) {
+              const int order = TryTieBefore(in_event, in_b);
+              if (order == 1) {
+                in_event = in_b;
+              } else if (order == kUnknown) {
+                in_event_2 = in_b;  // the ranking step chooses
+              }
+            }
+          }
         }
       }
     } else if (a.kind == OpKind::kBackwardWeight) {
@@ -211,21 +240,36 @@ void Engine::Advance(int rank) {
     }
     // It starts when the later of its rank's previous op and its input is
     // processed; a hand-over on one rank came no later than the previous op.
+    // At one instant it keeps the candidates for the ranking step.
     TimeNs start = prev_end;
     int32_t parent = prev;
+    int32_t alternative = kNoAlternative;
     if (in_event >= 0) {
       const TimeNs in = ev_[in_event].time;
-      if (in > prev_end || (in == prev_end && TieBefore(prev, in_event))) {
+      if (in > prev_end) {
         start = in;
         parent = in_event;
+        if (in_event_2 >= 0) alternative = in_event_2;
+      } else if (in == prev_end) {
+        const int order = in_event_2 >= 0 ? kUnknown : TryTieBefore(prev, in_event);
+        if (order == 1) {
+          start = in;
+          parent = in_event;
+        } else if (order == kUnknown) {
+          alternative = in_event;
+        }
+        if (in_event_2 >= 0) {
+          alternative = -2 - static_cast<int32_t>(alternatives_.size());
+          alternatives_.emplace_back(in_event, in_event_2);
+        }
       }
+      if (alternative != kNoAlternative) ++ties_;
     }
     const OpCost& oc = CostOf(a);
     const TimeNs end = start + oc.duration;
     busy += oc.duration;
     const int32_t id = op_first_[rank] + i;
-    ev_[id].time = end;
-    ev_[id].parent = parent;
+    ev_[id] = Event{end, parent, alternative};
     if (sched_.iterations > 1) {
       TimeNs& iter_end = iteration_end_[a.microbatch / mb_per_iteration_];
       iter_end = std::max(iter_end, end);

@@ -4,8 +4,8 @@
 // memory; results never depend on which.
 //
 // Fresh pages cost the kernel a page fault and a zeroing each (a tenth of a
-// large simulation's time), so each thread keeps the last two large blocks it
-// freed (one simulation's event and cell tables) and hands them out again:
+// large simulation's time), so each thread keeps the last few large blocks it
+// freed (one simulation's tables) and hands them out again:
 // repeated simulations, as in the planner's search or the benchmarks, reuse
 // their pages. The blocks go back to the system when the thread exits.
 #include <sys/mman.h>
@@ -23,6 +23,10 @@ constexpr size_t kHugeFrom = 2 * kHugePage;
 
 size_t Rounded(size_t bytes) { return (bytes + kHugePage - 1) / kHugePage * kHugePage; }
 
+// One simulation's large tables: events, cells, and with a timeline or ties
+// the ranking step's two sort buffers, ranks, processing order and records.
+constexpr int kKeptBlocks = 8;
+
 struct Block {
   void* p = nullptr;
   size_t size = 0;
@@ -30,7 +34,7 @@ struct Block {
 
 // The freed blocks kept by this thread.
 struct BlockCache {
-  Block slots[2];
+  Block slots[kKeptBlocks];
   ~BlockCache() {
     for (Block& b : slots) std::free(b.p);
   }
@@ -61,11 +65,13 @@ void FreeLarge(void* p, size_t bytes) {
   // Blocks handed out again keep their first size: Rounded(bytes) may be
   // less than the block, never more, which is all AllocateLarge() relies on.
   Block freed{p, Rounded(bytes)};
-  // Keep the two largest blocks; free the other.
+  // Keep the largest blocks; free the other.
   for (Block& b : cache.slots) {
     if (b.p == nullptr || b.size < freed.size) std::swap(b, freed);
   }
   std::free(freed.p);
 }
+
+void FreeLargeToSystem(void* p, size_t) { std::free(p); }
 
 }  // namespace pipecast::internal

@@ -9,4 +9,6 @@ void* AllocateLarge(size_t bytes) { return std::malloc(bytes); }
 
 void FreeLarge(void* p, size_t /*bytes*/) { std::free(p); }
 
+void FreeLargeToSystem(void* p, size_t) { std::free(p); }
+
 }  // namespace pipecast::internal

@@ -17,6 +17,9 @@ namespace pipecast::internal {
 // memory. Free with FreeLarge(p, bytes), the same `bytes`.
 void* AllocateLarge(size_t bytes);
 void FreeLarge(void* p, size_t bytes);
+// FreeLarge() that hands the memory back at once instead of keeping it for
+// the thread's next allocation.
+void FreeLargeToSystem(void* p, size_t bytes);
 
 template <typename T>
 class LargeArray {
@@ -39,6 +42,13 @@ class LargeArray {
       bytes_ = 0;
       throw std::bad_alloc();
     }
+  }
+  // Drops the contents and returns the memory to the system (not kept for
+  // reuse): for scratch tables freed just before a large result is built.
+  void ReleaseToSystem() {
+    if (data_ != nullptr) FreeLargeToSystem(data_, bytes_);
+    data_ = nullptr;
+    bytes_ = 0;
   }
   T& operator[](size_t i) { return data_[i]; }
   const T& operator[](size_t i) const { return data_[i]; }

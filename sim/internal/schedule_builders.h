@@ -41,6 +41,18 @@ void BuildVMin(Schedule& s);
 // DualPipeV (deepseek-ai/DualPipe dualpipev.py): V placement (2 chunks), m >= 2p, overlapped
 // F&B pairs and zero-bubble I/W ops (schedule_zoo_dualpipe.cc).
 void BuildDualPipeV(Schedule& s);
+// Cost-driven zero bubble under a memory limit (ScheduleCosts): zb-auto (schedule_zoo_auto.cc,
+// sail-sg zb.py's heuristic, one chunk) and zb-v-auto (ZB-V's greedy with these costs,
+// schedule_zoo_v.cc). REQUIRES: costs sized to the virtual stages, memory_limit >= 1.
+// zb-auto: Internal if its order overruns the limit (never seen); zb-v-auto: InvalidArgument
+// naming --memory-limit when ZB-V's greedy cannot keep within it.
+Status BuildZBAutoFromCosts(Schedule& s, const ScheduleCosts& costs);
+Status BuildZBVAutoFromCosts(Schedule& s, const ScheduleCosts& costs);
+// The cost-driven kinds' `generate` (their order from the shape alone): every op 1 ms, free
+// communication, the kind's default memory limit (schedule.cc).
+void BuildFromDefaultCosts(Schedule& s, ScheduleKind kind);
+inline void BuildZBAuto(Schedule& s) { BuildFromDefaultCosts(s, ScheduleKind::kZBAuto); }
+inline void BuildZBVAuto(Schedule& s) { BuildFromDefaultCosts(s, ScheduleKind::kZBVAuto); }
 // DualPipe (deepseek-ai/DualPipe dualpipe.py): bidirectional, 2p virtual stages in the V
 // placement, p even, m even and >= 2p, overlapped F&B pairs.
 void BuildDualPipe(Schedule& s);

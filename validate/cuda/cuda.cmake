@@ -19,6 +19,7 @@ if(PIPECAST_HAVE_NVCC)
   target_sources(pipecast_validate PRIVATE
     ${CMAKE_CURRENT_SOURCE_DIR}/cuda/cuda_backend.cc
     ${CMAKE_CURRENT_SOURCE_DIR}/cuda/device_state.cc
+    ${CMAKE_CURRENT_SOURCE_DIR}/cuda/device_tensor_group.cc
     ${CMAKE_CURRENT_SOURCE_DIR}/cuda/device_transport.cc
     ${CMAKE_CURRENT_SOURCE_DIR}/cuda/nccl_api.cc)
   if(MPI_CXX_FOUND)

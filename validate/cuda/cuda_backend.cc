@@ -19,7 +19,9 @@
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -41,15 +43,20 @@ namespace {
 // Blocks of the message check kernel (256 threads each): enough to read a
 // few MiB at memory speed on any GPU.
 constexpr int kCheckBlocks = 64;
+// An op's all-reduces wait without a timeout of their own: the runtime's
+// watchdog aborts an op stuck in them (the abort flag ends the wait).
+constexpr TimeNs kNoAllReduceTimeoutNs = std::numeric_limits<TimeNs>::max() / 2;
 
 }  // namespace
 
-CudaWork::CudaWork(const std::vector<StageDevice>* devices, const ExecPlan& plan)
-    : dev_(devices), per_rank_(devices->size()) {
+CudaWork::CudaWork(const std::vector<StageDevice>* devices, const ExecPlan& plan,
+                   DeviceTensorGroups* tp, const Clock* clock)
+    : dev_(devices), tp_(tp), clock_(clock), per_rank_(devices->size()) {
   for (const ExecStage& st : plan.per_rank) {
     for (const ExecOp& op : st.ops) {
-      tags_[Key(st.rank, op.action)] = {op.recv.present() ? op.recv.tag : -1,
-                                        op.send.present() ? op.send.tag : -1};
+      ops_[Key(st.rank, op.action)] =
+          OpInfo{op.recv.present() ? op.recv.tag : -1, op.send.present() ? op.send.tag : -1,
+                 op.tp_collectives, op.tp_comm_ns};
     }
   }
 }
@@ -83,7 +90,8 @@ std::string CudaWork::Description() const { return KernelOpsDescription(); }
 
 std::string KernelOpsDescription() {
   return "ops are busy-work kernels of the profiled durations on the GPU (spinning on its timer "
-         "over the stage's SMs), not real layers";
+         "over the stage's SMs), not real layers; with tensor parallelism each op's all-reduces "
+         "then run for real (NCCL)";
 }
 
 Status CudaWork::Check(cudaError_t e) {
@@ -95,22 +103,35 @@ Status CudaWork::Run(const OpCall& call) {
   const StageDevice& d = (*dev_)[call.rank];
   PerRank& p = per_rank_[call.rank];
   PIPECAST_RETURN_IF_ERROR(MakeCurrent(d));
-  const auto tags = tags_.at(Key(call.rank, call.action));
+  const OpInfo& info = ops_.at(Key(call.rank, call.action));
+  const bool all_reduces = tp_ != nullptr && !info.tp_collectives.empty();
   if (!call.input.empty()) {
     PIPECAST_RETURN_IF_ERROR(
         Check(PipecastLaunchCheck(d.stream, call.input.data(), call.input.size(),
-                                  MessagePattern(tags.first), p.mismatches, kCheckBlocks)));
+                                  MessagePattern(info.recv_tag), p.mismatches, kCheckBlocks)));
     ++p.checked;
   }
+  // The compute part of the op: what the simulator gives it beyond its all-reduces.
+  const TimeNs compute_ns =
+      all_reduces ? std::max<TimeNs>(call.predicted_ns - info.tp_comm_ns, 0) : call.predicted_ns;
   cudaEventRecord(p.start, d.stream);
-  PIPECAST_RETURN_IF_ERROR(Check(
-      PipecastLaunchSpin(d.stream, static_cast<unsigned long long>(call.predicted_ns), d.sms)));
+  PIPECAST_RETURN_IF_ERROR(
+      Check(PipecastLaunchSpin(d.stream, static_cast<unsigned long long>(compute_ns), d.sms)));
   cudaEventRecord(p.end, d.stream);
   if (!call.output.empty()) {
-    PIPECAST_RETURN_IF_ERROR(Check(cudaMemsetAsync(call.output.data(), MessagePattern(tags.second),
-                                                   call.output.size(), d.stream)));
+    PIPECAST_RETURN_IF_ERROR(Check(cudaMemsetAsync(
+        call.output.data(), MessagePattern(info.send_tag), call.output.size(), d.stream)));
   }
   PIPECAST_RETURN_IF_ERROR(Check(cudaStreamSynchronize(d.stream)));
+  if (all_reduces) {
+    static const std::atomic<bool> kNever{false};
+    const TimeNs t0 = clock_->NowNs();
+    PIPECAST_RETURN_IF_ERROR(tp_->AllReduce(call.rank, info.tp_collectives, d.stream,
+                                            kNoAllReduceTimeoutNs,
+                                            call.abort != nullptr ? *call.abort : kNever));
+    if (call.collective_ns != nullptr) *call.collective_ns += clock_->NowNs() - t0;
+    PIPECAST_RETURN_IF_ERROR(MakeCurrent(d));
+  }
   float ms = 0;
   cudaEventElapsedTime(&ms, p.start, p.end);
   p.busy_ns += static_cast<TimeNs>(static_cast<double>(ms) * 1e6);
@@ -148,6 +169,8 @@ Result<Prepared> Prepare(const ExecPlan& plan, const DeviceRunSetup& setup,
                          const std::map<DirectedPair, std::vector<PairMessage>>& seqs,
                          std::vector<std::string>* notes) {
   Prepared p;
+  const int t = setup.tensor_parallel;
+  PIPECAST_RETURN_IF_ERROR(CheckTensorGroupsOnDistinctGpus(setup.placement, t));
   Result<std::vector<StageDevice>> devices =
       MakeStageDevices(setup.placement, setup.local_ranks, notes);
   if (!devices.ok()) return devices.status();
@@ -158,10 +181,15 @@ Result<Prepared> Prepare(const ExecPlan& plan, const DeviceRunSetup& setup,
     const RankPlacement &a = setup.placement[pair.first], &b = setup.placement[pair.second];
     distinct = distinct || a.node != b.node || a.gpu != b.gpu;
   }
-  if (distinct) {
+  if (distinct || t > 1) {
     Result<const Nccl*> loaded = LoadNccl();
     if (loaded.ok()) {
       p.nccl = *loaded;
+    } else if (t > 1) {
+      return Status::Unavailable(
+          fmt::format("tensor parallelism on the cuda backend all-reduces with NCCL, which is not "
+                      "available: {}",
+                      loaded.status().message()));
     } else {
       notes->push_back(loaded.status().message());
     }
@@ -217,13 +245,34 @@ Result<std::vector<StageRun>> RunOnDevices(const ExecPlan& plan, const RuntimeOp
   DeviceTransport transport(&devices, raw, control, nccl);
   PIPECAST_RETURN_IF_ERROR(
       transport.Connect(routes, seqs, local, setup.make_ids, setup.share_ids, setup.ready));
-  CudaWork work(&devices, plan);
+  std::unique_ptr<DeviceTensorGroups> groups;
+  const int t = setup.tensor_parallel;
+  if (t > 1) {
+    Bytes largest = 0;
+    for (const ExecStage& st : plan.per_rank) {
+      for (const ExecOp& op : st.ops) {
+        for (Bytes b : op.tp_collectives) largest = std::max(largest, b);
+      }
+    }
+    groups = std::make_unique<DeviceTensorGroups>(&devices, nccl, t);
+    PIPECAST_RETURN_IF_ERROR(
+        groups->Connect(ranks / t, local, largest, setup.make_ids, setup.share_ids, setup.ready));
+    notes->push_back(fmt::format(
+        "tensor parallelism: {} workers a stage on distinct GPUs, one NCCL communicator per "
+        "stage ({}, version {}); each op's kernel spins for its predicted time less its "
+        "predicted all-reduce time, then its all-reduces run (ncclAllReduce, sum of floats, in "
+        "place on a scratch buffer of the largest collective's {} bytes, not counted in the "
+        "stage's memory)",
+        t, nccl->library, nccl->version, largest));
+  }
+  CudaWork work(&devices, plan, groups.get(), clock);
   PIPECAST_RETURN_IF_ERROR(work.Init(local));
   const bool all_local = static_cast<int>(local.size()) == ranks;
-  RuntimeEnv env{&transport, &work, clock, raw, all_local};
+  RuntimeEnv env{&transport, &work, clock, raw, all_local, {}};
   Result<std::vector<StageRun>> runs = RunStages(plan, local, options, env);
   if (!runs.ok()) {
     transport.Abort();
+    if (groups != nullptr) groups->Abort();
     return runs.status();
   }
   Result<CudaWork::Totals> totals = work.Collect(local);
@@ -262,19 +311,24 @@ class CudaBackend final : public Backend {
   Result<std::vector<StageRun>> Run(const ExecPlan& plan, const RuntimeOptions& options,
                                     OpWork* /*busy-work is replaced by GPU kernels*/,
                                     Bytes memory_limit_bytes) override {
-    Result<std::vector<RankPlacement>> placement = PlaceRanks(plan.ranks, gpus_, {0});
+    // Tensor parallelism: every worker a rank of its own (ExpandTensorParallel).
+    const int t = plan.tensor_parallel;
+    const ExecPlan expanded = t > 1 ? ExpandTensorParallel(plan) : plan;
+    Result<std::vector<RankPlacement>> placement = PlaceRanks(expanded.ranks, gpus_, {0});
     if (!placement.ok()) return placement.status();
     DeviceRunSetup setup;
     setup.placement = *placement;
-    for (int r = 0; r < plan.ranks; ++r) setup.local_ranks.push_back(r);
+    setup.tensor_parallel = t;
+    for (int r = 0; r < expanded.ranks; ++r) setup.local_ranks.push_back(r);
     notes_.push_back(fmt::format("backend cuda: {} worker threads in one process, {} GPU(s){}",
-                                 plan.ranks, gpus_,
-                                 gpus_ < plan.ranks ? ": fewer GPUs than stages, so stages "
-                                                      "share GPUs"
-                                                    : ""));
+                                 expanded.ranks, gpus_,
+                                 gpus_ < expanded.ranks ? ": fewer GPUs than workers, so workers "
+                                                          "share GPUs"
+                                                        : ""));
     Result<std::vector<StageRun>> runs =
-        RunOnDevices(plan, options, memory_limit_bytes, setup, &clock_, &notes_);
+        RunOnDevices(expanded, options, memory_limit_bytes, setup, &clock_, &notes_);
     notes_.push_back(MeasurementNote());
+    if (runs.ok()) FoldExpandedRuns(t, &*runs);
     return runs;
   }
 

@@ -14,6 +14,7 @@
 
 #include "validate/backend.h"
 #include "validate/cuda/device_state.h"
+#include "validate/cuda/device_tensor_group.h"
 #include "validate/cuda/device_transport.h"
 #include "validate/internal/p2p_routes.h"
 
@@ -21,9 +22,14 @@ namespace pipecast::validate::cuda {
 
 // The ops on the GPU: the check of the received message, the busy-work
 // kernel between two CUDA events, the pattern written into the output.
+// With tensor parallelism (`tp` set, `plan` expanded by ExpandTensorParallel)
+// an op's kernel spins for its predicted time less its predicted all-reduce
+// time, then its all-reduces run over its stage's NCCL communicator
+// (DeviceTensorGroups), timed on the host into OpCall::collective_ns.
 class CudaWork final : public OpWork {
  public:
-  CudaWork(const std::vector<StageDevice>* devices, const ExecPlan& plan);
+  CudaWork(const std::vector<StageDevice>* devices, const ExecPlan& plan,
+           DeviceTensorGroups* tp = nullptr, const Clock* clock = nullptr);
   ~CudaWork() override;
   // Events and the mismatch counter of each local rank.
   Status Init(const std::vector<int>& local_ranks);
@@ -41,6 +47,12 @@ class CudaWork final : public OpWork {
   using OpKey = std::tuple<int, int, int, int>;  // rank, stage, kind, micro-batch
   static OpKey Key(int rank, const Action& a);
   static Status Check(cudaError_t e);
+  struct OpInfo {
+    int64_t recv_tag = -1;  // -1: none
+    int64_t send_tag = -1;
+    std::vector<Bytes> tp_collectives;
+    TimeNs tp_comm_ns = 0;
+  };
   struct PerRank {
     cudaEvent_t start = nullptr;
     cudaEvent_t end = nullptr;
@@ -49,8 +61,10 @@ class CudaWork final : public OpWork {
     TimeNs busy_ns = 0;
   };
   const std::vector<StageDevice>* dev_;
-  std::map<OpKey, std::pair<int64_t, int64_t>> tags_;  // (recv tag, send tag), -1 = none
-  std::vector<PerRank> per_rank_;                      // each touched by its rank's thread only
+  DeviceTensorGroups* tp_;
+  const Clock* clock_;
+  std::map<OpKey, OpInfo> ops_;
+  std::vector<PerRank> per_rank_;  // each touched by its rank's thread only
 };
 
 struct DeviceRunSetup {
@@ -62,6 +76,9 @@ struct DeviceRunSetup {
   // Called by every process once its devices and pools are made, before the
   // NCCL communicators: a failure anywhere becomes every process's.
   Ready ready = [](const Status& s) { return s; };
+  // t > 1: the plan is ExpandTensorParallel's, its ranks k·t + j tensor rank
+  // j of stage k, all-reducing over one NCCL communicator per stage.
+  int tensor_parallel = 1;
 };
 
 // Runs `setup.local_ranks` of `plan` on their GPUs: devices, device pools,

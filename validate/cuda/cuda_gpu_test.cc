@@ -128,5 +128,52 @@ TEST(CudaBackendGpu, OutOfDeviceMemoryIsReportedAsSuch) {
   EXPECT_THAT(runs.status().message(), HasSubstr("out of memory on stage"));
 }
 
+// Tensor parallelism: 2 stages x 2 workers, each layer all-reducing 1 MiB
+// twice in the forward and twice in the backward over its stage's NCCL
+// communicator. With fewer GPUs than a stage's workers the run is refused
+// before anything runs (NCCL puts no two ranks of a communicator on one
+// GPU); with 2 or more every worker ran its ops, spent time in all-reduces
+// and held the simulator's per-GPU peak within 1%.
+TEST(CudaBackendGpu, TensorParallelTwoByTwoAllReducesOverNccl) {
+  CUDA_BACKEND_OR_SKIP(backend);
+  testing::LayerSpec spec;
+  spec.forward_ns = 200'000;
+  spec.backward_ns = 400'000;
+  spec.activation_bytes = 4 * kMiB;
+  spec.output_bytes = 1 * kMiB;
+  spec.parameters = 1'000'000;
+  Model m = testing::UniformModel(4, spec);
+  for (Layer& l : m.layers) {
+    l.profiles[0].tp_comm_bytes = 1 * kMiB;
+    l.profiles[0].tp_forward_collectives = 2;
+    l.profiles[0].tp_backward_collectives = 2;
+  }
+  Result<Schedule> s = MakeSchedule(ScheduleKind::k1F1B, 2, 4);
+  ASSERT_TRUE(s.ok());
+  testing::World w = testing::MakeWorld(m, *s, Recompute::kOff, 2);
+  RuntimeOptions o;
+  o.warmup_iterations = 1;
+  o.iterations = 2;
+  o.recv_timeout_ns = 20'000'000'000;
+  Result<std::vector<StageRun>> runs = backend->Run(w.exec, o, nullptr, 0);
+  const std::string notes = Joined(backend->Notes());
+  if (!runs.ok() && runs.status().message().find("would share GPU") != std::string::npos) {
+    EXPECT_THAT(runs.status().message(), HasSubstr("needs each on its own GPU"));
+    GTEST_SKIP() << "one GPU: " << runs.status().message();
+  }
+  ASSERT_TRUE(runs.ok()) << runs.status().message() << "\n" << notes;
+  ASSERT_EQ(runs->size(), 4u);
+  EXPECT_THAT(notes, HasSubstr("one NCCL communicator per stage"));
+  for (const StageRun& run : *runs) {
+    TimeNs collective = 0;
+    for (const OpTiming& op : run.ops) collective += op.collective_ns;
+    EXPECT_GT(collective, 0) << "rank " << run.rank << " tensor rank " << run.tensor_rank;
+    const double predicted = static_cast<double>(w.predicted.per_rank[run.rank].peak_memory_bytes);
+    EXPECT_NEAR(static_cast<double>(run.peak_bytes), predicted, 0.01 * predicted)
+        << "rank " << run.rank << " tensor rank " << run.tensor_rank << "\n"
+        << notes;
+  }
+}
+
 }  // namespace
 }  // namespace pipecast::validate

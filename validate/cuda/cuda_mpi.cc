@@ -32,11 +32,15 @@ class CudaMpiBackend final : public Backend {
   Result<std::vector<StageRun>> Run(const ExecPlan& plan, const RuntimeOptions& options, OpWork*,
                                     Bytes memory_limit_bytes) override {
     const int rank = mpi_->rank();
-    if (plan.ranks != mpi_->size()) {
+    const int t = plan.tensor_parallel;
+    if (plan.workers() != mpi_->size()) {
       return Status::InvalidArgument(fmt::format(
-          "the plan has {} pipeline stages but {} MPI processes were started: run mpirun -np {}",
-          plan.ranks, mpi_->size(), plan.ranks));
+          "the plan has {} pipeline stages x {} tensor-parallel workers but {} MPI processes "
+          "were started: run mpirun -np {}",
+          plan.ranks, t, mpi_->size(), plan.workers()));
     }
+    // Tensor parallelism: every worker a rank (process) of its own.
+    const ExecPlan expanded = t > 1 ? ExpandTensorParallel(plan) : plan;
     // Machines by host name, in order of first appearance.
     char host[256] = {};
     gethostname(host, sizeof(host) - 1);
@@ -46,12 +50,14 @@ class CudaMpiBackend final : public Backend {
       const int next = static_cast<int>(node_ids.size());
       node_of_process.push_back(node_ids.emplace(h, next).first->second);
     }
-    Result<std::vector<RankPlacement>> placement = PlaceRanks(plan.ranks, gpus_, node_of_process);
+    Result<std::vector<RankPlacement>> placement =
+        PlaceRanks(expanded.ranks, gpus_, node_of_process);
     if (!placement.ok()) return placement.status();
     std::unique_ptr<Transport> control = mpi_->MakeTransport();
     DeviceRunSetup setup;
     setup.placement = *placement;
     setup.local_ranks = {rank};
+    setup.tensor_parallel = t;
     setup.control = control.get();
     setup.make_ids = rank == 0;
     setup.share_ids = [this](std::vector<ncclUniqueId>* ids) {
@@ -60,11 +66,13 @@ class CudaMpiBackend final : public Backend {
     setup.ready = [this](const Status& mine) { return mpi_->AllOk(mine); };
     std::vector<std::string> notes;
     Result<std::vector<StageRun>> runs =
-        RunOnDevices(plan, options, memory_limit_bytes, setup, &clock_, &notes);
+        RunOnDevices(expanded, options, memory_limit_bytes, setup, &clock_, &notes);
     std::string offsets;
     Result<std::vector<StageRun>> all = mpi_->Gather(runs, clock_, &offsets);
+    if (all.ok()) FoldExpandedRuns(t, &*all);
     notes_.push_back(fmt::format(
-        "backend cuda under MPI: {} processes (one per stage) on {} machine(s), each rank on "
+        "backend cuda under MPI: {} processes (one per stage and tensor rank) on {} machine(s), "
+        "each rank on "
         "GPU (its index on its machine) mod {}; records aligned to rank 0's clock ({})",
         mpi_->size(), node_ids.size(), gpus_, offsets));
     for (const std::string& n : notes) notes_.push_back("rank 0: " + n);

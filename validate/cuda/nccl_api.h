@@ -19,7 +19,8 @@ typedef struct {
   char internal[128];
 } ncclUniqueId;
 typedef enum { ncclSuccess = 0 } ncclResult_t;
-typedef enum { ncclInt8 = 0 } ncclDataType_t;
+typedef enum { ncclInt8 = 0, ncclFloat = 7 } ncclDataType_t;
+typedef enum { ncclSum = 0 } ncclRedOp_t;
 #endif
 
 #include <string>
@@ -42,6 +43,8 @@ struct Nccl {
   ncclResult_t (*Send)(const void*, size_t, ncclDataType_t, int, ncclComm_t,
                        cudaStream_t) = nullptr;
   ncclResult_t (*Recv)(void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t) = nullptr;
+  ncclResult_t (*AllReduce)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
+                            cudaStream_t) = nullptr;
   int version = 0;      // e.g. 22807
   std::string library;  // the path or name it was opened as
 

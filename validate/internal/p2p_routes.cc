@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <deque>
 #include <set>
 #include <tuple>
@@ -51,6 +52,25 @@ Result<std::vector<RankPlacement>> PlaceRanks(int ranks, int gpus_per_node,
     out[r].gpu = next_local[out[r].node]++ % gpus_per_node;
   }
   return out;
+}
+
+Status CheckTensorGroupsOnDistinctGpus(const std::vector<RankPlacement>& placement,
+                                       int tensor_parallel) {
+  const int t = std::max(tensor_parallel, 1);
+  for (size_t w = 0; w < placement.size(); ++w) {
+    const size_t first = w - w % static_cast<size_t>(t);
+    for (size_t v = first; v < w; ++v) {
+      const RankPlacement &a = placement[v], &b = placement[w];
+      if (a.node == b.node && a.gpu == b.gpu) {
+        return Status::FailedPrecondition(fmt::format(
+            "tensor ranks {} and {} of stage {} would share GPU {}: the NCCL all-reduce of a "
+            "stage's {} tensor-parallel workers needs each on its own GPU; give the machine at "
+            "least {} GPUs, or validate this plan on --backend cpu or mpi",
+            v % t, w % t, w / t, b.gpu, t, t));
+      }
+    }
+  }
+  return Status::Ok();
 }
 
 Result<P2pRoute> ChooseRoute(int a, int b, const RankPlacement& pa, const RankPlacement& pb,

@@ -53,6 +53,14 @@ struct RankPlacement {
 Result<std::vector<RankPlacement>> PlaceRanks(int ranks, int gpus_per_node,
                                               const std::vector<int>& node_of_process);
 
+// Tensor parallelism on the cuda backend: the t workers of each pipeline
+// rank (ranks k·t .. k·t + t-1 of `placement`, ExpandTensorParallel's order)
+// form one NCCL communicator, which needs each on a GPU of its own (NCCL
+// refuses two ranks of one communicator on one GPU). FailedPrecondition
+// naming the two workers and the fix otherwise.
+Status CheckTensorGroupsOnDistinctGpus(const std::vector<RankPlacement>& placement,
+                                       int tensor_parallel);
+
 // How messages from rank `a` to rank `b` travel. FailedPrecondition when no
 // route exists (two processes on one GPU; distinct processes without NCCL),
 // naming the ranks and what to do.

@@ -40,29 +40,53 @@ class MpiBackend final : public Backend {
   Result<std::vector<StageRun>> Run(const ExecPlan& plan, const RuntimeOptions& options,
                                     OpWork* work, Bytes memory_limit_bytes) override {
     const int rank = mpi_->rank();
-    if (plan.ranks != mpi_->size()) {
+    const int t = plan.tensor_parallel;
+    if (plan.workers() != mpi_->size()) {
       return Status::InvalidArgument(fmt::format(
-          "the plan has {} pipeline stages but {} MPI processes were started: run mpirun -np {}",
-          plan.ranks, mpi_->size(), plan.ranks));
+          "the plan has {} pipeline stages x {} tensor-parallel workers but {} MPI processes were "
+          "started: run mpirun -np {}",
+          plan.ranks, t, mpi_->size(), plan.workers()));
     }
-    MemoryPool pool(fmt::format("stage {} (rank {})", rank, rank), memory_limit_bytes, &clock_);
-    std::vector<MemoryPool*> pools(plan.ranks, nullptr);
+    // Tensor parallelism innermost: process rank·t + j is tensor rank j of `rank`.
+    MemoryPool pool(
+        t > 1 ? fmt::format("stage {} (rank {}, tensor rank {})", rank / t, rank / t, rank % t)
+              : fmt::format("stage {} (rank {})", rank, rank),
+        memory_limit_bytes, &clock_);
+    std::vector<MemoryPool*> pools(plan.workers(), nullptr);
     pools[rank] = &pool;
+    std::unique_ptr<TensorGroup> group;
+    if (t > 1) {
+      Result<std::unique_ptr<TensorGroup>> made = mpi_->MakeTensorGroup(rank / t, rank % t, t);
+      PIPECAST_RETURN_IF_ERROR(mpi_->AllOk(made.status()));
+      group = std::move(*made);
+      tensor_parallel_ = t;
+    }
+    std::vector<TensorGroup*> groups(plan.ranks, nullptr);
+    groups[rank / t] = group.get();
     Result<std::vector<StageRun>> mine = Status::Internal("not run");
     {
       std::unique_ptr<Transport> transport = mpi_->MakeTransport();
-      RuntimeEnv env{transport.get(), work, &clock_, pools, /*all_ranks_local=*/false};
+      RuntimeEnv env{transport.get(), work, &clock_, pools, /*all_ranks_local=*/false, groups};
       mine = RunStages(plan, {rank}, options, env);
     }
     return mpi_->Gather(mine, clock_, &offsets_note_);
   }
 
   std::vector<std::string> Notes() const override {
-    return {
-        fmt::format("backend mpi: {} processes (one per stage), MPI point-to-point "
-                    "messages; each rank's steady_clock aligned to rank 0's after a barrier "
-                    "by ping-pong offset estimates ({})",
-                    mpi_->size(), offsets_note_)};
+    std::vector<std::string> notes = {fmt::format(
+        "backend mpi: {} processes (one per stage{}), MPI point-to-point "
+        "messages; each rank's steady_clock aligned to rank 0's after a barrier "
+        "by ping-pong offset estimates ({})",
+        mpi_->size(),
+        tensor_parallel_ > 1 ? fmt::format(" and tensor rank, {} a stage", tensor_parallel_) : "",
+        offsets_note_)};
+    if (tensor_parallel_ > 1) {
+      notes.push_back(fmt::format(
+          "tensor parallelism: MPI_Comm_split into one communicator per stage (processes "
+          "stage x {} + j), MPI_Iallreduce (MPI_SUM, in place) of each all-reduce",
+          tensor_parallel_));
+    }
+    return notes;
   }
   const Clock* clock() const override { return &clock_; }
 
@@ -72,6 +96,7 @@ class MpiBackend final : public Backend {
   std::unique_ptr<MpiSession> mpi_;
   SteadyClock clock_;
   std::string offsets_note_ = "not measured";
+  int tensor_parallel_ = 1;
 };
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <list>
 #include <nlohmann/json.hpp>
 
@@ -126,12 +127,13 @@ class MpiTransport final : public Transport {
 Json ToJson(const StageRun& r) {
   Json j;
   j["rank"] = r.rank;
+  j["tensor_rank"] = r.tensor_rank;
   j["static"] = r.static_bytes;
   j["peak"] = {r.peak_bytes, r.peak_activation_bytes, r.peak_comm_bytes, r.peak_workspace_bytes};
   Json ops = Json::array();
   for (const OpTiming& o : r.ops) {
     ops.push_back({o.iteration, o.action.stage, static_cast<int>(o.action.kind),
-                   o.action.microbatch, o.start_ns, o.end_ns});
+                   o.action.microbatch, o.start_ns, o.end_ns, o.collective_ns});
   }
   j["ops"] = std::move(ops);
   auto msgs = [](const std::vector<MessageTiming>& v) {
@@ -156,6 +158,7 @@ Json ToJson(const StageRun& r) {
 StageRun FromJson(const Json& j, TimeNs shift) {
   StageRun r;
   r.rank = j["rank"];
+  r.tensor_rank = j["tensor_rank"];
   r.static_bytes = j["static"];
   r.peak_bytes = j["peak"][0];
   r.peak_activation_bytes = j["peak"][1];
@@ -163,7 +166,8 @@ StageRun FromJson(const Json& j, TimeNs shift) {
   r.peak_workspace_bytes = j["peak"][3];
   for (const Json& o : j["ops"]) {
     r.ops.push_back(OpTiming{o[0], Action{o[1], static_cast<OpKind>(o[2].get<int>()), o[3]},
-                             o[4].get<TimeNs>() - shift, o[5].get<TimeNs>() - shift});
+                             o[4].get<TimeNs>() - shift, o[5].get<TimeNs>() - shift,
+                             o[6].get<TimeNs>()});
   }
   auto msgs = [&](const Json& a, std::vector<MessageTiming>* out) {
     for (const Json& m : a) {
@@ -178,6 +182,29 @@ StageRun FromJson(const Json& j, TimeNs shift) {
   }
   return r;
 }
+
+// A tensor-parallel group as an MPI sub-communicator: MPI_Iallreduce in
+// place (MPI_SUM on floats), polled so that an abort ends the wait.
+class MpiTensorGroup final : public TensorGroup {
+ public:
+  MpiTensorGroup(MPI_Comm comm, int size) : comm_(comm), size_(size) {}
+  ~MpiTensorGroup() override { MPI_Comm_free(&comm_); }
+
+  int size() const override { return size_; }
+  Status AllReduceSum(int, std::span<float> data, const std::atomic<bool>& abort) override {
+    MPI_Request req;
+    const int rc = MPI_Iallreduce(MPI_IN_PLACE, data.data(), static_cast<int>(data.size()),
+                                  MPI_FLOAT, MPI_SUM, comm_, &req);
+    if (rc != MPI_SUCCESS)
+      return Status::Unavailable(fmt::format("MPI_Iallreduce failed ({})", rc));
+    // No timeout of its own: the runtime's watchdog aborts an op stuck here.
+    return WaitRequest(&req, std::numeric_limits<TimeNs>::max() / 2, abort);
+  }
+
+ private:
+  MPI_Comm comm_;
+  int size_;
+};
 
 // A failure that is only a consequence of another (a timeout, an abort)
 // ranks after a cause (a throw, a stuck op, out of memory).
@@ -221,6 +248,22 @@ Result<std::unique_ptr<MpiSession>> MpiSession::Init(int* argc, char*** argv) {
 
 std::unique_ptr<Transport> MpiSession::MakeTransport() const {
   return std::make_unique<MpiTransport>(MPI_COMM_WORLD);
+}
+
+Result<std::unique_ptr<TensorGroup>> MpiSession::MakeTensorGroup(int group, int member,
+                                                                 int size) const {
+  MPI_Comm comm;
+  if (MPI_Comm_split(MPI_COMM_WORLD, group, member, &comm) != MPI_SUCCESS) {
+    return Status::Unavailable("MPI_Comm_split for the tensor-parallel groups failed");
+  }
+  int n = 0;
+  MPI_Comm_size(comm, &n);
+  if (n != size) {
+    MPI_Comm_free(&comm);
+    return Status::Internal(
+        fmt::format("tensor-parallel group {} has {} processes, expected {}", group, n, size));
+  }
+  return std::unique_ptr<TensorGroup>(std::make_unique<MpiTensorGroup>(comm, size));
 }
 
 Status MpiSession::Broadcast(void* data, size_t bytes) const {

@@ -14,6 +14,7 @@
 #include "base/clock.h"
 #include "base/status.h"
 #include "validate/runtime.h"
+#include "validate/tensor_group.h"
 #include "validate/transport.h"
 
 namespace pipecast::validate {
@@ -31,6 +32,10 @@ class MpiSession {
 
   // Isend/Irecv on MPI_COMM_WORLD, tag = the runtime's tag.
   std::unique_ptr<Transport> MakeTransport() const;
+  // This process's tensor-parallel group: MPI_Comm_split of MPI_COMM_WORLD by
+  // `group` (its pipeline rank), ordered by `member` (its tensor rank).
+  // Internal when the group does not come out `size` processes. Collective.
+  Result<std::unique_ptr<TensorGroup>> MakeTensorGroup(int group, int member, int size) const;
   // Process 0's `bytes` bytes at `data` to every process. Collective.
   Status Broadcast(void* data, size_t bytes) const;
   // Every process's `text`, in process order, on every process. Collective.

@@ -1,0 +1,261 @@
+// The engine's ranking step (sim/internal/engine.h, "The event order"): the
+// events numbered in the old engine's processing order, with the causes
+// pass 1 left open chosen on the way.
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <utility>
+
+#include "sim/internal/engine.h"
+
+namespace pipecast::internal {
+
+namespace {
+
+// Radix sort digits: at most 11 bits, so one pass's counts (8 KiB) stay in
+// the L1 cache and its 2048 output streams in the TLB.
+constexpr int kMaxDigitBits = 11;
+
+// An event and its time: packed into one word (time above, id below) when
+// the times fit 32 bits, as they do up to 4.29 s; else a pair.
+struct Keyed {
+  uint64_t time;
+  int32_t id;
+};
+uint64_t TimeOfKey(uint64_t k) { return k >> 32; }
+int32_t IdOfKey(uint64_t k) { return static_cast<int32_t>(k & 0xffffffffu); }
+uint64_t TimeOfKey(const Keyed& k) { return k.time; }
+int32_t IdOfKey(const Keyed& k) { return k.id; }
+
+// Sorts src[0, n) by time, stably (LSD radix over `bits` bits); returns the
+// buffer that holds the result, src or dst.
+template <typename T>
+T* SortByTime(T* src, T* dst, int32_t n, int bits) {
+  const int passes = (bits + kMaxDigitBits - 1) / kMaxDigitBits;
+  if (passes == 0) return src;
+  const int digit = (bits + passes - 1) / passes;
+  const size_t buckets = size_t{1} << digit;
+  const uint64_t mask = buckets - 1;
+  std::vector<uint32_t> count(buckets * passes, 0);
+  for (int32_t i = 0; i < n; ++i) {
+    const uint64_t t = TimeOfKey(src[i]);
+    for (int k = 0; k < passes; ++k) ++count[k * buckets + ((t >> (k * digit)) & mask)];
+  }
+  for (int k = 0; k < passes; ++k) {
+    uint32_t* c = count.data() + k * buckets;
+    uint32_t sum = 0;
+    for (size_t d = 0; d < buckets; ++d) sum += std::exchange(c[d], sum);
+    const int shift = k * digit;
+    for (int32_t i = 0; i < n; ++i) dst[c[(TimeOfKey(src[i]) >> shift) & mask]++] = src[i];
+    std::swap(src, dst);
+  }
+  return src;
+}
+
+}  // namespace
+
+// Fills `out` with `e`'s candidate causes (one when decided) and returns how many.
+int Engine::Candidates(int32_t e, int32_t out[3]) const {
+  const Event& ev = ev_[e];
+  out[0] = ev.parent;
+  if (e < num_ops_) {
+    if (ev.hop == kNoAlternative) return 1;
+    if (ev.hop >= 0) {
+      out[1] = ev.hop;
+      return 2;
+    }
+    const std::pair<int32_t, int32_t>& more = alternatives_[-2 - ev.hop];
+    out[1] = more.first;
+    out[2] = more.second;
+    return 3;
+  }
+  if ((ev.hop & kTiedArrival) == 0) return 1;
+  out[1] = e - 1;
+  return 2;
+}
+
+// Replays the old engine's event queue with the times known: an event is
+// inserted when the last of its candidate causes is processed (that one is
+// its parent), at the end of its instant's insertions so far, and an
+// instant's events are processed in insertion order. The instants come from
+// one sort by time (LSD radix: the tables are far too large for a
+// comparison sort to be cheap), each with its block of places; nothing else
+// is compared.
+void Engine::RankEvents() {
+  if (ties_ == 0 && walk_budget_ > 0 && RankBySort()) {
+    ranked_ = true;
+    return;
+  }
+  const int32_t n = num_events_;
+  const int p = sched_.num_ranks;
+  const size_t size = static_cast<size_t>(std::max(n, 1));
+  by_rank_.Reset(static_cast<size_t>(p) + n);
+  for (int r = 0; r < p; ++r) by_rank_[r] = -1 - r;
+  int32_t* const place = by_rank_.data() + p;
+  std::memset(place, 0xff, sizeof(int32_t) * static_cast<size_t>(n));
+  node_.Reset(size);
+  rank_.Reset(size);
+  std::memset(node_.data(), 0xff, sizeof(RankNode) * static_cast<size_t>(n));
+  std::vector<int32_t> start_waiter(p, -1);
+  for (int32_t e = 0; e < n; ++e) {
+    int32_t c[3];
+    const int nc = Candidates(e, c);
+    node_[e].open = static_cast<int16_t>(nc);
+    node_[e].open_at_start = static_cast<int16_t>(nc);
+    const int sib = SiblingOrder(e);
+    for (int i = 0; i < nc; ++i) {
+      if (c[i] < 0) {
+        start_waiter[-1 - c[i]] = e;
+        continue;
+      }
+      int32_t* slot = &node_[c[i]].waiter[sib];
+      if (*slot >= 0) ++slot;  // the second op end
+      *slot = e;
+    }
+  }
+  uint64_t all = 0;
+  for (int32_t e = 0; e < n; ++e) all |= static_cast<uint64_t>(ev_[e].time);
+  const int bits = all == 0 ? 0 : 64 - __builtin_clzll(all);
+  group_.clear();
+  if (bits <= 32) {
+    LargeArray<uint64_t> a, b;
+    a.Reset(size);
+    b.Reset(size);
+    for (int32_t e = 0; e < n; ++e) a[e] = static_cast<uint64_t>(ev_[e].time) << 32 | e;
+    NumberInstants(SortByTime(a.data(), b.data(), n, bits), n);
+    if (options_.record_timeline) {
+      a.ReleaseToSystem();
+      b.ReleaseToSystem();
+    }
+  } else {
+    LargeArray<Keyed> a, b;
+    a.Reset(size);
+    b.Reset(size);
+    for (int32_t e = 0; e < n; ++e) a[e] = Keyed{static_cast<uint64_t>(ev_[e].time), e};
+    NumberInstants(SortByTime(a.data(), b.data(), n, bits), n);
+    if (options_.record_timeline) {
+      a.ReleaseToSystem();
+      b.ReleaseToSystem();
+    }
+  }
+  int32_t* const fill = group_.data();
+  auto insert = [&](int32_t e, int32_t parent) __attribute__((always_inline)) {
+    if (node_[e].open_at_start > 1) {  // tied: the parent is chosen now
+      Event& ev = ev_[e];
+      ev.parent = parent;
+      if (e < num_ops_) {
+        ev.hop = kNoAlternative;
+      } else {
+        ev.hop &= ~kTiedArrival;
+      }
+    }
+    place[fill[node_[e].instant]++] = e;
+    // Each event starts at most one op: the ops in the order their
+    // starting events are processed are the ops in start order.
+    if (e < num_ops_) op_order_.push_back(e);
+  };
+  op_order_.clear();
+  op_order_.reserve(num_ops_);
+  for (int r = 0; r < p; ++r) {
+    const int32_t e = start_waiter[r];
+    if (e >= 0 && --node_[e].open == 0) insert(e, -1 - r);
+  }
+  for (int32_t k = 0; k < n; ++k) {
+    // The places ahead are mostly filled by now: fetch their nodes, and the
+    // nodes and events of their waiters, while this one is handled.
+    if (k + kPrefetchPlaces < n && place[k + kPrefetchPlaces] >= 0) {
+      __builtin_prefetch(&node_[place[k + kPrefetchPlaces]]);
+    }
+    if (k + kPrefetchPlaces / 2 < n && place[k + kPrefetchPlaces / 2] >= 0) {
+      for (int32_t w : node_[place[k + kPrefetchPlaces / 2]].waiter) {
+        if (w >= 0) {
+          __builtin_prefetch(&node_[w], 1);
+          __builtin_prefetch(&ev_[w], 1);
+        }
+      }
+    }
+    const int32_t x = place[k];
+    const RankNode& nx = node_[x];
+    rank_[x] = p + k;
+    for (int32_t w : nx.waiter) {
+      if (w >= 0 && --node_[w].open == 0) insert(w, x);
+    }
+  }
+  // Only the places stay. With a timeline the records come next and need
+  // the memory more than the next simulation does.
+  if (options_.record_timeline) {
+    node_.ReleaseToSystem();
+  } else {
+    node_.Reset(0);
+  }
+  ranked_ = true;
+}
+
+// Where every parent is decided and ties are few (real links), the
+// processing order is the time order with each instant's few events put in
+// order by walking (TryTieBefore()): no replay. False, with nothing kept,
+// when a walk runs out of budget (a wavefront): the replay does it then.
+bool Engine::RankBySort() {
+  const int32_t n = num_events_;
+  const int p = sched_.num_ranks;
+  const size_t size = static_cast<size_t>(std::max(n, 1));
+  uint64_t all = 0;
+  for (int32_t e = 0; e < n; ++e) all |= static_cast<uint64_t>(ev_[e].time);
+  const int bits = all == 0 ? 0 : 64 - __builtin_clzll(all);
+  if (bits > 32) return false;  // the replay's wide keys; rare enough
+  LargeArray<uint64_t> a, b;
+  a.Reset(size);
+  b.Reset(size);
+  for (int32_t e = 0; e < n; ++e) a[e] = static_cast<uint64_t>(ev_[e].time) << 32 | e;
+  const uint64_t* sorted = SortByTime(a.data(), b.data(), n, bits);
+  by_rank_.Reset(static_cast<size_t>(p) + n);
+  for (int r = 0; r < p; ++r) by_rank_[r] = -1 - r;
+  int32_t* const place = by_rank_.data() + p;
+  for (int32_t i = 0; i < n;) {
+    int32_t j = i + 1;
+    while (j < n && TimeOfKey(sorted[j]) == TimeOfKey(sorted[i])) ++j;
+    for (int32_t k = i; k < j; ++k) place[k] = IdOfKey(sorted[k]);
+    // Insertion sort of one instant's events (a few on real links).
+    for (int32_t k = i + 1; k < j; ++k) {
+      const int32_t x = place[k];
+      int32_t pos = k;
+      for (; pos > i; --pos) {
+        const int order = TryTieBefore(x, place[pos - 1]);
+        if (order == kUnknown) return false;
+        if (order == 0) break;
+        place[pos] = place[pos - 1];
+      }
+      place[pos] = x;
+    }
+    i = j;
+  }
+  if (options_.record_timeline) {
+    a.ReleaseToSystem();
+    b.ReleaseToSystem();
+  }
+  rank_.Reset(size);
+  for (int32_t k = 0; k < n; ++k) rank_[place[k]] = p + k;
+  // Ops in start order: each event starts at most one op.
+  LargeArray<int32_t> started;
+  started.Reset(static_cast<size_t>(p) + n);
+  std::memset(started.data(), 0xff, sizeof(int32_t) * (static_cast<size_t>(p) + n));
+  for (int32_t id = 0; id < num_ops_; ++id) started[RankOf(ev_[id].parent)] = id;
+  op_order_.clear();
+  op_order_.reserve(num_ops_);
+  for (size_t k = 0; k < static_cast<size_t>(p) + n; ++k) {
+    if (started[k] >= 0) op_order_.push_back(started[k]);
+  }
+  return true;
+}
+
+// Each event's instant (its index in `group_`, which holds each instant's
+// first place) from the events sorted by time.
+template <typename T>
+void Engine::NumberInstants(const T* sorted, int32_t n) {
+  for (int32_t i = 0; i < n; ++i) {
+    if (i == 0 || TimeOfKey(sorted[i]) != TimeOfKey(sorted[i - 1])) group_.push_back(i);
+    node_[IdOfKey(sorted[i])].instant = static_cast<int32_t>(group_.size()) - 1;
+  }
+}
+
+}  // namespace pipecast::internal

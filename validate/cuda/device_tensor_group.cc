@@ -1,0 +1,110 @@
+#include "validate/cuda/device_tensor_group.h"
+
+#include <fmt/format.h>
+
+namespace pipecast::validate::cuda {
+
+DeviceTensorGroups::DeviceTensorGroups(const std::vector<StageDevice>* devices, const Nccl* nccl,
+                                       int tensor_parallel)
+    : devices_(devices), nccl_(nccl), t_(tensor_parallel) {}
+
+DeviceTensorGroups::~DeviceTensorGroups() {
+  for (auto& [worker, m] : members_) {
+    cudaSetDevice((*devices_)[worker].gpu);
+    if (m.comm != nullptr) (aborted_.load() ? nccl_->CommAbort : nccl_->CommDestroy)(m.comm);
+    if (m.stream != nullptr) cudaStreamDestroy(m.stream);
+    if (m.scratch != nullptr) cudaFree(m.scratch);
+  }
+}
+
+Status DeviceTensorGroups::Connect(int pipeline_ranks, const std::vector<int>& local_workers,
+                                   Bytes max_bytes, bool make_ids, const ShareIds& share,
+                                   const Ready& ready) {
+  std::vector<ncclUniqueId> ids(static_cast<size_t>(pipeline_ranks));
+  Status made;
+  for (size_t k = 0; make_ids && made.ok() && k < ids.size(); ++k) {
+    if (ncclResult_t r = nccl_->GetUniqueId(&ids[k]); r != ncclSuccess) {
+      made = Status::Unavailable(fmt::format(
+          "ncclGetUniqueId for stage {}'s tensor-parallel group: {}", k, nccl_->Text(r)));
+    }
+  }
+  PIPECAST_RETURN_IF_ERROR(ready(made));
+  PIPECAST_RETURN_IF_ERROR(share(&ids));
+  Status st;
+  for (int w : local_workers) {
+    Member& m = members_[w];
+    if (cudaError_t e = cudaSetDevice((*devices_)[w].gpu); e != cudaSuccess) {
+      st = Status::Internal(fmt::format("cudaSetDevice for worker {}: {}", w, CudaText(e)));
+      break;
+    }
+    m.scratch_bytes = std::max<Bytes>(max_bytes, sizeof(float));
+    cudaError_t e = cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = cudaMalloc(&m.scratch, static_cast<size_t>(m.scratch_bytes));
+    if (e == cudaSuccess) e = cudaMemset(m.scratch, 0, static_cast<size_t>(m.scratch_bytes));
+    if (e != cudaSuccess) {
+      st = Status::Unavailable(
+          fmt::format("worker {}'s tensor-parallel stream and buffer: {}", w, CudaText(e)));
+      break;
+    }
+  }
+  // Every process learns of a failure before the inits wait for their peers.
+  PIPECAST_RETURN_IF_ERROR(ready(st));
+  // Every local member in one group: in one process the t inits of a
+  // communicator must be issued together.
+  nccl_->GroupStart();
+  for (auto& [w, m] : members_) {
+    cudaSetDevice((*devices_)[w].gpu);
+    if (ncclResult_t r = nccl_->CommInitRank(&m.comm, t_, ids[static_cast<size_t>(w / t_)], w % t_);
+        r != ncclSuccess) {
+      nccl_->GroupEnd();
+      return Status::Unavailable(fmt::format("ncclCommInitRank for stage {} tensor rank {}: {}",
+                                             w / t_, w % t_, nccl_->Text(r)));
+    }
+  }
+  if (ncclResult_t r = nccl_->GroupEnd(); r != ncclSuccess) {
+    return Status::Unavailable(
+        fmt::format("creating the tensor-parallel NCCL communicators: {}", nccl_->Text(r)));
+  }
+  return Status::Ok();
+}
+
+Status DeviceTensorGroups::AllReduce(int worker, const std::vector<Bytes>& collectives,
+                                     cudaStream_t after, TimeNs timeout_ns,
+                                     const std::atomic<bool>& abort) {
+  if (collectives.empty()) return Status::Ok();
+  auto it = members_.find(worker);
+  if (it == members_.end()) {
+    return Status::Internal(fmt::format("worker {} has no tensor-parallel group", worker));
+  }
+  Member& m = it->second;
+  Result<Event> ready = Event::RecordOn(after);  // on the compute stream's context
+  if (!ready.ok()) return ready.status();
+  if (cudaError_t e = cudaSetDevice((*devices_)[worker].gpu); e != cudaSuccess) {
+    return Status::Internal("cudaSetDevice: " + CudaText(e));
+  }
+  if (cudaError_t e = cudaStreamWaitEvent(m.stream, ready->get(), 0); e != cudaSuccess) {
+    return Status::Internal("cudaStreamWaitEvent: " + CudaText(e));
+  }
+  for (Bytes bytes : collectives) {
+    const Bytes b = std::min(bytes, m.scratch_bytes);
+    const size_t floats = static_cast<size_t>(std::max<Bytes>(b / Bytes{sizeof(float)}, 1));
+    if (ncclResult_t r =
+            nccl_->AllReduce(m.scratch, m.scratch, floats, ncclFloat, ncclSum, m.comm, m.stream);
+        r != ncclSuccess) {
+      return Status::Internal(
+          fmt::format("ncclAllReduce of {} bytes on stage {} tensor rank {}: {}", bytes,
+                      worker / t_, worker % t_, nccl_->Text(r)));
+    }
+  }
+  Result<Event> done = Event::RecordOn(m.stream);
+  if (!done.ok()) return done.status();
+  return WaitEvent(*done, timeout_ns, abort);
+}
+
+void DeviceTensorGroups::Abort() {
+  if (aborted_.exchange(true)) return;
+  // The communicators are aborted, not destroyed, in the destructor: a
+  // kernel blocked on a dead peer would keep ncclCommDestroy waiting.
+}
+
+}  // namespace pipecast::validate::cuda
