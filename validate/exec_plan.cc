@@ -129,9 +129,8 @@ Result<ExecPlan> BuildExecPlan(const Model& model, const PlanFile& plan, const S
     // clearly (docs/validator.md).
     return Status::FailedPrecondition(fmt::format(
         "schedule '{}' is bidirectional (micro-batches enter at both ends; rank k and rank {}-k "
-        "hold "
-        "two copies of the same model chunks), which the validator cannot run yet: its workers "
-        "keep one weight copy per stage, send along one path and do not sum the copies' "
+        "hold two copies of the same model chunks), which the validator cannot run yet: its "
+        "workers keep one weight copy per stage, send along one path and do not sum the copies' "
         "gradients between ranks; simulate it with the simulator",
         schedule.name, schedule.num_ranks - 1));
   }
