@@ -146,8 +146,11 @@ Status ReadCounts(const Reader& r, const json& root, PlanFile* plan) {
 }
 
 // Stage i must be entry i, and the stages must tile the layers from 0 on;
-// whether they end at the model's last layer is the simulator's check.
-Status ReadPartition(const Reader& r, const json& root, std::vector<StageLayers>* partition) {
+// whether they end at the model's last layer is the simulator's check. With
+// two virtual stages per rank the tiling may start again at entry p: a
+// bidirectional plan's second copy, which CheckConsistent holds to the first.
+Status ReadPartition(const Reader& r, const json& root, const PlanFile& plan,
+                     std::vector<StageLayers>* partition) {
   const json* list = nullptr;
   PIPECAST_RETURN_IF_ERROR(r.Array(root, "", "partition", &list));
   if (list->empty()) return r.Error("partition", "is empty; expected one entry per stage");
@@ -167,7 +170,9 @@ Status ReadPartition(const Reader& r, const json& root, std::vector<StageLayers>
                      fmt::format("is {}, expected {}: list the stages in order", stage, i));
     }
     const int expected_first = i == 0 ? 0 : partition->back().last_layer + 1;
-    if (s.first_layer != expected_first) {
+    const bool second_copy = plan.virtual_stages == 2 &&
+                             static_cast<int64_t>(i) == plan.pipeline_stages && s.first_layer == 0;
+    if (s.first_layer != expected_first && !second_copy) {
       return r.Error(Member(path, "first_layer"),
                      fmt::format("is {}, expected {}: stages hold contiguous layers from 0 on",
                                  s.first_layer, expected_first));
@@ -410,6 +415,7 @@ Status ReadPredictedStage(const Reader& r, const json& stage, const std::string&
   PIPECAST_RETURN_IF_ERROR(o.Time("allgather_us", &out->allgather_ns));
   PIPECAST_RETURN_IF_ERROR(o.Time("sharding_exposed_us", &out->sharding_exposed_ns));
   PIPECAST_RETURN_IF_ERROR(o.Time("tp_comm_us", &out->tp_comm_ns));
+  PIPECAST_RETURN_IF_ERROR(o.Time("copy_reduce_us", &out->copy_reduce_ns));
   PIPECAST_RETURN_IF_ERROR(o.Int("weight_versions", kMaxCount, &out->weight_versions));
   if (!stage.contains("memory")) return Status::Ok();
   const std::string where = Member(path, "memory");
@@ -448,6 +454,8 @@ Status ReadPredictedTotals(const OptionalReader& o, SimResult* p) {
   PIPECAST_RETURN_IF_ERROR(o.Bool("sequence_parallel", &p->sequence_parallel));
   PIPECAST_RETURN_IF_ERROR(o.Bool("tp_comm_overlap", &p->tp_comm_overlap));
   PIPECAST_RETURN_IF_ERROR(o.Time("tp_comm_time_us", &p->tp_comm_ns));
+  PIPECAST_RETURN_IF_ERROR(o.Bool("bidirectional", &p->bidirectional));
+  PIPECAST_RETURN_IF_ERROR(o.Time("copy_reduce_time_us", &p->copy_reduce_ns));
   PIPECAST_RETURN_IF_ERROR(o.Int("zero", 3, &p->zero));
   PIPECAST_RETURN_IF_ERROR(o.Time("allgather_time_us", &p->allgather_ns));
   PIPECAST_RETURN_IF_ERROR(o.Time("sharding_exposed_time_us", &p->sharding_exposed_ns));
@@ -513,6 +521,26 @@ Status CheckConsistent(const Reader& r, const PlanFile& plan) {
     return r.Error("partition",
                    fmt::format("has {}, but the actions use {}",
                                Count(plan.partition.size(), "stage", "stages"), s.num_stages));
+  }
+  // A restart at entry p (ReadPartition) is a bidirectional plan's second copy, and only that.
+  const int p = s.num_ranks;
+  if (s.num_stages > p && plan.partition[p].first_layer == 0) {
+    for (int k = 0; k < p && s.bidirectional; ++k) {
+      const StageLayers& a = plan.partition[k];
+      const StageLayers& b = plan.partition[p + k];
+      if (a.first_layer != b.first_layer || a.last_layer != b.last_layer) {
+        return r.Error(
+            Element("partition", p + k),
+            fmt::format("holds layers {}-{}, expected {}-{}: in a bidirectional plan "
+                        "stage {} is the second copy of stage {}",
+                        b.first_layer, b.last_layer, a.first_layer, a.last_layer, p + k, k));
+      }
+    }
+    if (!s.bidirectional) {
+      return r.Error(Member(Element("partition", p), "first_layer"),
+                     fmt::format("is 0, expected {}: stages hold contiguous layers from 0 on",
+                                 plan.partition[p - 1].last_layer + 1));
+    }
   }
   if (s.num_microbatches != int64_t{plan.microbatches} * s.iterations) {
     return r.Error(
@@ -581,7 +609,7 @@ Status ReadPlan(const Reader& r, const json& root, PlanFile* plan) {
   PIPECAST_RETURN_IF_ERROR(ReadModelRef(r, root, plan));
   PIPECAST_RETURN_IF_ERROR(ReadEmbeddedCluster(r, root, &plan->cluster));
   PIPECAST_RETURN_IF_ERROR(ReadCounts(r, root, plan));
-  PIPECAST_RETURN_IF_ERROR(ReadPartition(r, root, &plan->partition));
+  PIPECAST_RETURN_IF_ERROR(ReadPartition(r, root, *plan, &plan->partition));
   PIPECAST_RETURN_IF_ERROR(ReadPlacement(r, root, plan));
   PIPECAST_RETURN_IF_ERROR(ReadActions(r, root, plan));
   PIPECAST_RETURN_IF_ERROR(ReadMemory(r, root, plan));

@@ -278,6 +278,40 @@ TEST(PlanFileTest, InconsistentFieldsAreNamed) {
               HasSubstr("plan.json: global_batch: is 17"));
 }
 
+// A bidirectional plan (dualpipe): actions with directions, a partition per virtual stage whose
+// entries p..2p-1 repeat 0..p-1; read back, it replays to its prediction. A second copy that
+// differs is named.
+TEST(PlanFileTest, BidirectionalPlansRoundTripWithTheirSecondCopy) {
+  World w;
+  w.cluster = ClusterPreset("h100-sxm").value();
+  for (Layer& l : w.model.layers) l.profiles[0].backward_weight_ns = UsToNs(1000);
+  w.schedule = MakeSchedule(ScheduleKind::kDualPipe, 4, 8, 2).value();
+  w.result = Simulate(w.model, w.cluster, w.schedule, w.options).value();
+  const PlanFile made =
+      MakePlanFile("uniform", ModelHash("{}"), w.cluster, w.schedule, w.options, w.result);
+  ASSERT_EQ(made.partition.size(), 8u);
+  EXPECT_EQ(made.partition[4], made.partition[0]);
+  const std::string text = PlanToJson(made);
+  Result<PlanFile> parsed = ParsePlan(text, "plan.json");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  EXPECT_EQ(PlanToJson(*parsed), text);
+  EXPECT_TRUE(parsed->schedule.bidirectional);
+  EXPECT_EQ(parsed->schedule.actions, w.schedule.actions);
+  Result<SimResult> replay =
+      Simulate(w.model, parsed->cluster, parsed->schedule, PlanSimOptions(*parsed));
+  ASSERT_TRUE(replay.ok()) << replay.status().message();
+  EXPECT_EQ(replay->iteration_ns, made.predicted.iteration_ns);
+
+  json j = json::parse(text);
+  j["partition"][5]["first_layer"] = 3;
+  j["partition"][4]["last_layer"] = 2;
+  Result<PlanFile> bad = ParsePlan(j.dump(2), "plan.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(),
+              HasSubstr("plan.json: partition[4]: holds layers 0-2, expected 0-1: in a "
+                        "bidirectional plan stage 4 is the second copy of stage 0"));
+}
+
 TEST(PlanFileTest, BadJsonAndMissingFilesAreErrorsNotExceptions) {
   Result<PlanFile> bad = ParsePlan("{\"format\": ", "plan.json");
   ASSERT_FALSE(bad.ok());

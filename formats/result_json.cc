@@ -8,8 +8,9 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-// `tensor_parallel`: the result's t is above 1 (tp_comm_us is written only then).
-Json StageJson(const StageResult& r, bool tensor_parallel) {
+// `tensor_parallel`: the result's t is above 1 (tp_comm_us is written only then);
+// `bidirectional`: the schedule is (copy_reduce_us is written only then).
+Json StageJson(const StageResult& r, bool tensor_parallel, bool bidirectional) {
   Json j;
   j["stage"] = r.rank;
   if (r.layers.empty()) {
@@ -43,6 +44,7 @@ Json StageJson(const StageResult& r, bool tensor_parallel) {
   j["allgather_us"] = NsToUs(r.allgather_ns);
   j["sharding_exposed_us"] = NsToUs(r.sharding_exposed_ns);
   if (tensor_parallel) j["tp_comm_us"] = NsToUs(r.tp_comm_ns);
+  if (bidirectional) j["copy_reduce_us"] = NsToUs(r.copy_reduce_ns);
   j["weight_versions"] = r.weight_versions;
   Json& m = j["memory"];
   m["weights_bytes"] = r.memory.weights;
@@ -124,6 +126,11 @@ Json ResultJson(const SimResult& result) {
     j["tp_comm_overlap"] = result.tp_comm_overlap;
     j["tp_comm_time_us"] = NsToUs(result.tp_comm_ns);
   }
+  // Written only for bidirectional schedules (DualPipe), so other output is as before.
+  if (result.bidirectional) {
+    j["bidirectional"] = true;
+    j["copy_reduce_time_us"] = NsToUs(result.copy_reduce_ns);
+  }
   j["zero"] = result.zero;
   j["allgather_time_us"] = NsToUs(result.allgather_ns);
   j["sharding_exposed_time_us"] = NsToUs(result.sharding_exposed_ns);
@@ -145,7 +152,7 @@ Json ResultJson(const SimResult& result) {
   }
   j["stages"] = Json::array();
   for (const StageResult& r : result.per_rank)
-    j["stages"].push_back(StageJson(r, result.tensor_parallel > 1));
+    j["stages"].push_back(StageJson(r, result.tensor_parallel > 1, result.bidirectional));
   if (result.critical_path) j["critical_path"] = CriticalPathJson(result);
   return j;
 }

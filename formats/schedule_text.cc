@@ -25,8 +25,9 @@ constexpr int kMaxIndex = 999'999;
 struct Token {
   Action action;
   std::string text;
-  int line = 0;    // 1-based line in the file
-  int column = 0;  // 1-based cell of a comma-separated line (PyTorch's CSV); 0 otherwise
+  int line = 0;        // 1-based line in the file
+  int column = 0;      // 1-based cell of a comma-separated line (PyTorch's CSV); 0 otherwise
+  char direction = 0;  // 'a' or 'b' for a bidirectional schedule's `a0F3`, else 0
 };
 
 // A communication or sharding action of PyTorch's compute_comms format, e.g. `1SEND_F3`,
@@ -131,8 +132,14 @@ Status ParseIndex(std::string_view token, size_t* pos, std::string_view what,
 
 // Parses `<stage><kind><microbatch>`; the error says what is wrong, without
 // the location (the caller adds it).
-Status ParseToken(std::string_view token, Action* action) {
+Status ParseToken(std::string_view token, Action* action, char* direction) {
   size_t pos = 0;
+  // A bidirectional schedule's direction: `a0F3`, `b3B1` (docs/formats.md).
+  *direction = 0;
+  if (token.size() > 1 && (token[0] == 'a' || token[0] == 'b') && IsDigit(token[1])) {
+    *direction = token[0];
+    pos = 1;
+  }
   PIPECAST_RETURN_IF_ERROR(ParseIndex(token, &pos, "stage", "", &action->stage));
   if (pos == token.size()) {
     return Status::InvalidArgument("missing kind after the stage number, expected F, B, I or W");
@@ -196,7 +203,8 @@ Result<bool> ParseCommToken(std::string_view token, CommToken* comm) {
 }
 
 // Parses `(<forward>;<backward>)OVERLAP_F_B` into its two halves.
-Status ParseOverlapToken(std::string_view token, Action* first, Action* second) {
+Status ParseOverlapToken(std::string_view token, Action* first, Action* second,
+                         char* first_direction, char* second_direction) {
   const size_t close = token.find(')');
   if (close == std::string_view::npos) {
     return Status::InvalidArgument(
@@ -215,8 +223,10 @@ Status ParseOverlapToken(std::string_view token, Action* first, Action* second) 
         "'({})' holds {} action{}, expected two separated by ';' (a forward, then a backward)",
         inside, parts, parts == 1 ? "" : "s"));
   }
-  PIPECAST_RETURN_IF_ERROR(ParseToken(inside.substr(0, semi), first).WithPrefix("first half"));
-  PIPECAST_RETURN_IF_ERROR(ParseToken(inside.substr(semi + 1), second).WithPrefix("second half"));
+  PIPECAST_RETURN_IF_ERROR(
+      ParseToken(inside.substr(0, semi), first, first_direction).WithPrefix("first half"));
+  PIPECAST_RETURN_IF_ERROR(
+      ParseToken(inside.substr(semi + 1), second, second_direction).WithPrefix("second half"));
   if (first->kind != OpKind::kForward ||
       (second->kind != OpKind::kBackward && second->kind != OpKind::kBackwardInput)) {
     return Status::InvalidArgument(
@@ -265,8 +275,9 @@ Result<std::vector<RankLine>> Tokenize(std::string_view text, const std::string&
       if (!text.empty() && text.front() == '(') {
         Token first{{}, std::string(text), line_no, col};
         Token second = first;
-        PIPECAST_RETURN_IF_ERROR(
-            ParseOverlapToken(text, &first.action, &second.action).WithPrefix(where));
+        PIPECAST_RETURN_IF_ERROR(ParseOverlapToken(text, &first.action, &second.action,
+                                                   &first.direction, &second.direction)
+                                     .WithPrefix(where));
         rank.tokens.push_back(std::move(first));
         rank.tokens.push_back(std::move(second));
         continue;
@@ -283,7 +294,8 @@ Result<std::vector<RankLine>> Tokenize(std::string_view text, const std::string&
         continue;
       }
       Token token{{}, std::string(text), line_no, col};
-      PIPECAST_RETURN_IF_ERROR(ParseToken(token.text, &token.action).WithPrefix(where));
+      PIPECAST_RETURN_IF_ERROR(
+          ParseToken(token.text, &token.action, &token.direction).WithPrefix(where));
       rank.tokens.push_back(std::move(token));
     }
     // A row of only communication actions still is a rank (of no compute, which the checks
@@ -346,8 +358,10 @@ Result<std::vector<int>> StageOwners(const std::vector<RankLine>& ranks,
 // forward of some micro-batch. The full completeness check is
 // ValidateSchedule's; this one runs first so that a large index cannot make
 // it allocate stages x micro-batches tables the text does not fill.
-Status CheckForwardsAndRepeats(const std::vector<RankLine>& ranks, int num_stages,
-                               int num_microbatches, const std::string& origin) {
+Status CheckForwardsAndRepeats(const std::vector<RankLine>& ranks, const Schedule& shape,
+                               const std::string& origin) {
+  const int num_stages = shape.num_stages;
+  const int num_microbatches = shape.num_microbatches;
   std::map<std::tuple<int, OpKind, int>, int> seen;  // action -> line
   std::vector<std::vector<int>> forwards(num_stages);
   for (const RankLine& rank : ranks) {
@@ -365,14 +379,25 @@ Status CheckForwardsAndRepeats(const std::vector<RankLine>& ranks, int num_stage
   }
   for (int s = 0; s < num_stages; ++s) {
     std::sort(forwards[s].begin(), forwards[s].end());
-    int missing = static_cast<int>(forwards[s].size());
+    // The micro-batches of its path: [first, first + count).
+    const int count = shape.MicrobatchesThrough(s);
+    const int first = shape.OnPath(s, 0) ? 0 : num_microbatches - count;
+    int missing = first + static_cast<int>(forwards[s].size());
     for (int m = 0; m < static_cast<int>(forwards[s].size()); ++m) {
-      if (forwards[s][m] != m) {
-        missing = m;
+      if (forwards[s][m] != first + m) {
+        missing = first + m;
         break;
       }
     }
-    if (missing < num_microbatches) {
+    if (shape.bidirectional && missing < first + count) {
+      const bool b = first > 0;
+      return Status::InvalidArgument(fmt::format(
+          "{}: direction {}'s stage {} has no forward of its micro-batch {} (its largest "
+          "micro-batch index is {}), expected every stage to run every micro-batch of its "
+          "direction",
+          origin, b ? 'b' : 'a', b ? s - shape.num_ranks : s, missing - first, count - 1));
+    }
+    if (!shape.bidirectional && missing < num_microbatches) {
       return Status::InvalidArgument(fmt::format(
           "{}: stage {} has no forward of micro-batch {} (the largest micro-batch index is "
           "{}, so micro-batches 0..{} exist), expected every stage to run every micro-batch",
@@ -563,10 +588,62 @@ std::vector<std::string> ScheduleTextNotes(const ScheduleTextInfo& info, int zer
   return notes;
 }
 
+// A bidirectional schedule's text names each op's direction, its stage in that direction and
+// its micro-batch there (`b3F0`); this maps them to virtual stages and micro-batches
+// (sim/schedule.h): direction b's stage k is p + k, its micro-batch j is m/2 + j, m/2 being
+// the micro-batches of one direction. *bidirectional: whether the text had directions. A text
+// gives every op a direction or none.
+Status ResolveDirections(std::vector<RankLine>& ranks, const std::string& origin,
+                         bool* bidirectional) {
+  const Token* with = nullptr;
+  const Token* without = nullptr;
+  int half = 0;
+  const int p = static_cast<int>(ranks.size());
+  for (const RankLine& rank : ranks) {
+    for (const Token& t : rank.tokens) {
+      const Token*& first = t.direction != 0 ? with : without;  // the first of each, for errors
+      if (first == nullptr) first = &t;
+      if (t.direction != 0 && t.action.stage >= p) {
+        return Status::InvalidArgument(fmt::format(
+            "{}: direction {} has stages 0..{} on a bidirectional schedule of {} ranks (one line "
+            "each), expected a stage below {}",
+            Where(origin, t), t.direction, p - 1, p, p));
+      }
+      half = std::max(half, t.action.microbatch + 1);
+    }
+  }
+  *bidirectional = with != nullptr;
+  if (with == nullptr) return Status::Ok();
+  if (without != nullptr) {
+    return Status::InvalidArgument(fmt::format(
+        "{} has no direction but {} has one: a bidirectional schedule names every op's "
+        "direction, a (entering at rank 0) or b (entering at the last rank), as in a0F3",
+        Where(origin, *without), Where(origin, *with)));
+  }
+  for (const RankLine& rank : ranks) {
+    if (!rank.comms.empty()) {
+      return Status::InvalidArgument(fmt::format(
+          "{}: SEND, RECV and sharding actions are not read in a bidirectional schedule: "
+          "remove them (transfers follow from the compute order)",
+          Where(origin, rank.comms.front())));
+    }
+  }
+  for (RankLine& rank : ranks) {
+    for (Token& t : rank.tokens) {
+      if (t.direction != 'b') continue;
+      t.action.stage += p;
+      t.action.microbatch += half;
+    }
+  }
+  return Status::Ok();
+}
+
 Result<Schedule> ParseScheduleText(const std::string& text, const std::string& origin,
                                    ScheduleTextInfo* info) {
   Result<std::vector<RankLine>> ranks = Tokenize(text, origin);
   if (!ranks.ok()) return ranks.status();
+  bool bidirectional = false;
+  PIPECAST_RETURN_IF_ERROR(ResolveDirections(*ranks, origin, &bidirectional));
   Result<std::vector<int>> stage_rank = StageOwners(*ranks, origin);
   if (!stage_rank.ok()) return stage_rank.status();
 
@@ -589,8 +666,13 @@ Result<Schedule> ParseScheduleText(const std::string& text, const std::string& o
     }
   }
   schedule.num_microbatches = max_microbatch + 1;
-  PIPECAST_RETURN_IF_ERROR(
-      CheckForwardsAndRepeats(*ranks, schedule.num_stages, schedule.num_microbatches, origin));
+  schedule.bidirectional = bidirectional;
+  if (bidirectional && schedule.num_stages != 2 * schedule.num_ranks) {
+    // Without both directions' last stages the paths are not defined: say so before the
+    // per-stage checks.
+    return ValidateSchedule(schedule).WithPrefix(origin);
+  }
+  PIPECAST_RETURN_IF_ERROR(CheckForwardsAndRepeats(*ranks, schedule, origin));
   ScheduleTextInfo local;
   if (info == nullptr) info = &local;
   *info = ScheduleTextInfo{};
@@ -613,16 +695,16 @@ Result<Schedule> LoadScheduleText(const std::string& path, ScheduleTextInfo* inf
 namespace {
 
 // One rank's actions as cells, an overlapped pair as one `(0F7;7B3)OVERLAP_F_B` cell.
-std::vector<std::string> Cells(const std::vector<Action>& actions) {
+std::vector<std::string> Cells(const Schedule& schedule, const std::vector<Action>& actions) {
   std::vector<std::string> cells;
   cells.reserve(actions.size());
   for (size_t i = 0; i < actions.size(); ++i) {
     if (actions[i].overlapped && actions[i].kind == OpKind::kForward && i + 1 < actions.size()) {
-      cells.push_back(fmt::format("({};{}){}", ActionName(actions[i]), ActionName(actions[i + 1]),
-                                  kOverlapName));
+      cells.push_back(fmt::format("({};{}){}", ActionName(schedule, actions[i]),
+                                  ActionName(schedule, actions[i + 1]), kOverlapName));
       ++i;
     } else {
-      cells.push_back(ActionName(actions[i]));
+      cells.push_back(ActionName(schedule, actions[i]));
     }
   }
   return cells;
@@ -631,7 +713,7 @@ std::vector<std::string> Cells(const std::vector<Action>& actions) {
 std::string Join(const Schedule& schedule, std::string_view separator, std::string_view eol) {
   std::string out;
   for (const std::vector<Action>& actions : schedule.actions) {
-    const std::vector<std::string> cells = Cells(actions);
+    const std::vector<std::string> cells = Cells(schedule, actions);
     for (size_t i = 0; i < cells.size(); ++i) {
       if (i > 0) out += separator;
       out += cells[i];

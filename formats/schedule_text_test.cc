@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -198,6 +199,62 @@ TEST(ScheduleTextTest, RoundTripsBuiltInSchedule) {
   EXPECT_EQ(parsed.num_microbatches, 8);
   EXPECT_EQ(parsed.stage_rank, built->stage_rank);
   EXPECT_EQ(parsed.actions, built->actions);
+}
+
+TEST(ScheduleTextTest, RoundTripsBidirectionalDualPipe) {
+  // Written with directions (b3F0: direction b's stage 3 = virtual stage p+3, its micro-batch
+  // 0 = micro-batch m/2), read back to the same schedule.
+  for (int p : {2, 4, 8}) {
+    SCOPED_TRACE(p);
+    Result<Schedule> built = MakeSchedule(ScheduleKind::kDualPipe, p, 2 * p + 4, 2);
+    ASSERT_TRUE(built.ok()) << built.status().message();
+    const std::string text = ScheduleToText(*built);
+    EXPECT_EQ(text.substr(0, 3), "a0F");
+    Schedule parsed = MustParse(text);
+    EXPECT_TRUE(parsed.bidirectional);
+    EXPECT_EQ(parsed.num_ranks, p);
+    EXPECT_EQ(parsed.num_stages, 2 * p);
+    EXPECT_EQ(parsed.num_microbatches, 2 * p + 4);
+    EXPECT_EQ(parsed.stage_rank, built->stage_rank);
+    EXPECT_EQ(parsed.actions, built->actions);
+    EXPECT_EQ(parsed.split_backward, built->split_backward);
+    EXPECT_EQ(ScheduleToText(parsed), text);
+  }
+}
+
+TEST(ScheduleTextTest, ReadsDualPipesOwnOrderAsTheBuiltInSchedule) {
+  // tests/schedules/dualpipe-p4-m8.txt, written by scripts/dualpipe_order.py from dualpipe.py.
+  const char* root = std::getenv("PIPECAST_SOURCE_DIR");
+  const std::string path =
+      std::string(root != nullptr ? root : ".") + "/tests/schedules/dualpipe-p4-m8.txt";
+  Result<Schedule> read = LoadScheduleText(path);
+  ASSERT_TRUE(read.ok()) << read.status().message();
+  Result<Schedule> built = MakeSchedule(ScheduleKind::kDualPipe, 4, 8, 2);
+  ASSERT_TRUE(built.ok());
+  EXPECT_TRUE(read->bidirectional);
+  EXPECT_EQ(read->actions, built->actions);
+  EXPECT_EQ(read->stage_rank, built->stage_rank);
+}
+
+TEST(ScheduleTextTest, BidirectionalTextErrorsNameTheDirection) {
+  // p = 2, m = 4 (two micro-batches each way), direction b's stage 1 on rank 0.
+  const std::string ok =
+      "a0F0 a0F1 b1F0 b1F1 b1B0 b1B1 a0B0 a0B1\n"
+      "b0F0 b0F1 a1F0 a1F1 a1B0 a1B1 b0B0 b0B1\n";
+  EXPECT_TRUE(MustParse(ok).bidirectional);
+  EXPECT_EQ(ParseError("a0F0 0F1 b1F0 b1F1 b1B0 b1B1 a0B0 a0B1\n"
+                       "b0F0 b0F1 a1F0 a1F1 a1B0 a1B1 b0B0 b0B1\n"),
+            "s.txt:1: token '0F1' has no direction but s.txt:1: token 'a0F0' has one: a "
+            "bidirectional schedule names every op's direction, a (entering at rank 0) or b "
+            "(entering at the last rank), as in a0F3");
+  EXPECT_EQ(ParseError("a0F0 a0F1 b2F0\nb0F0\n"),
+            "s.txt:1: token 'b2F0': direction b has stages 0..1 on a bidirectional schedule of 2 "
+            "ranks (one line each), expected a stage below 2");
+  EXPECT_EQ(ParseError("a0F0 a0F1 b1F0 b1B0 a0B0 a0B1\n"
+                       "b0F0 b0F1 a1F0 a1F1 a1B0 a1B1 b0B0 b0B1\n"),
+            "s.txt: direction b's stage 1 has no forward of its micro-batch 1 (its largest "
+            "micro-batch index is 1), expected every stage to run every micro-batch of its "
+            "direction");
 }
 
 TEST(ScheduleTextTest, LoadsFromFileAndNamesItInErrors) {

@@ -26,7 +26,7 @@ std::string ScheduleConstraint(const Candidate& c, int layers, bool split) {
   const int p = c.pipeline_stages, m = c.microbatches;
   if (traits.uses_chunks) {
     if (p < 2) return "chunked schedules need at least 2 stages";
-    if (c.VirtualStages() > layers) {
+    if (c.ModelStages() > layers) {
       return fmt::format("{} chunks x {} stages exceeds the model's {}", c.chunks, p,
                          Count(layers, "layer", "layers"));
     }

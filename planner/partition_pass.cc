@@ -24,7 +24,8 @@ int InflightMicrobatches(ScheduleKind schedule, int stage, int p, int m) {
 namespace {
 
 PipelineShape ShapeOf(const Candidate& c) {
-  return PipelineShape{c.schedule, c.pipeline_stages, c.chunks, c.microbatches, c.data_parallel};
+  return PipelineShape{c.schedule,     c.pipeline_stages, c.chunks,
+                       c.microbatches, c.data_parallel,   TraitsOf(c.schedule).bidirectional};
 }
 
 // The candidate's ZeRO level, and one GPU's share of every parameter's bytes:
@@ -104,7 +105,7 @@ bool PartitionForMemory(const Model& model, const MemoryConfig& memory, Bytes ca
   const std::vector<StageLayers>* time_balanced = nullptr;
   if (cache != nullptr) {
     t = &cache->Table(*c);
-    time_balanced = &cache->TimeBalanced(*c, c->VirtualStages());
+    time_balanced = &cache->TimeBalanced(*c, c->ModelStages());
   } else {
     own = std::make_unique<StageCostTable>(model, c->CostOptions());
     t = own.get();

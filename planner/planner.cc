@@ -72,6 +72,10 @@ Status PlannerOptions::Validate() const {
   return Status::Ok();
 }
 
+int Candidate::ModelStages() const {
+  return TraitsOf(schedule).bidirectional ? pipeline_stages : VirtualStages();
+}
+
 StageCostOptions Candidate::CostOptions() const {
   StageCostOptions o;
   o.microbatch_size = microbatch_size;

@@ -119,6 +119,9 @@ struct Candidate {
   // The stage-cost options of this candidate (sim/stage_costs.h).
   StageCostOptions CostOptions() const;
   int VirtualStages() const { return pipeline_stages * chunks; }
+  // Stages of the model partition: VirtualStages(), or p for a bidirectional schedule (DualPipe),
+  // whose virtual stage p+k is a second copy of model stage k.
+  int ModelStages() const;
   Bytes PeakMemory() const;  // largest per-rank peak; REQUIRES: result
 };
 

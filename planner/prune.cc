@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "planner/passes.h"
+#include "sim/schedule_traits.h"
 #include "sim/stage_costs.h"
 
 namespace pipecast::passes {
@@ -26,6 +27,22 @@ TimeNs LowerBound(const StageCostTable& table, const Candidate& c) {
     bwd[s] = sc.backward_ns;
   }
   const TimeNs m = c.microbatches;
+  if (TraitsOf(c.schedule).bidirectional) {
+    // Each copy runs half the micro-batches: rank k does m/2 of its two chunks' work, after the
+    // forwards that reach it from the nearer end.
+    std::vector<TimeNs> pair(p, 0);
+    for (int s = 0; s < stages; ++s) {
+      pair[StageRank(Placement::kV, s, p)] += fwd[s] + bwd[s];
+    }
+    TimeNs best = 0, fill_a = 0;
+    for (int k = 0; k < p; ++k) {
+      TimeNs fill_b = 0;
+      for (int s = p; s < 2 * p - 1 - k; ++s) fill_b += fwd[s];
+      best = std::max(best, std::min(fill_a, fill_b) + m / 2 * pair[k]);
+      fill_a += fwd[k];
+    }
+    return best;
+  }
   if (c.schedule == ScheduleKind::kNaive) {
     TimeNs sum = 0;
     for (int s = 0; s < stages; ++s) sum += fwd[s] + bwd[s];

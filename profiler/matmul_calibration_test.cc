@@ -164,19 +164,35 @@ constexpr NarayananRow kNarayananRows[] = {
 constexpr double kNarayananTolerance = 0.15;
 constexpr double kA100AllReduceBusBandwidth = 200e9;  // bytes/s, NVIDIA/nccl-tests#149
 
-double ClosedFormTflops(const NarayananRow& row) {
-  const double s = 2048, v = 51200, h = row.hidden, l = row.layers, b = 1;
-  const TransformerSpec spec{.name = row.name,
-                             .layers = 1,
-                             .hidden = row.hidden,
-                             .heads = row.heads,
-                             .sequence_length = 2048,
-                             .vocab = 51200,
-                             .microbatch_sizes = {1}};
+// The row's model as Megatron-LM ran it in 2021 (s 2048, V 51200, eager attention), with
+// `layers` blocks, on the a100-80gb preset.
+TransformerSpec NarayananSpec(const NarayananRow& row, int layers) {
+  return TransformerSpec{.name = row.name,
+                         .layers = layers,
+                         .hidden = row.hidden,
+                         .heads = row.heads,
+                         .sequence_length = 2048,
+                         .vocab = 51200,
+                         .microbatch_sizes = {1}};
+}
+
+AnalyticOptions NarayananOptions() {
   AnalyticOptions options;
   options.gpu_preset = "a100-80gb";
   options.attention = Attention::kEager;  // Megatron-LM in 2021
-  Result<Model> model = EstimateTransformerAt(spec, options, {row.t, false});
+  return options;
+}
+
+// Their Eq. 3: model FLOPs of one iteration, recomputation counted.
+double NarayananIterationFlops(const NarayananRow& row) {
+  const double s = 2048, v = 51200, h = row.hidden, l = row.layers;
+  return 96 * row.batch * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h));
+}
+
+double ClosedFormTflops(const NarayananRow& row) {
+  const double s = 2048, h = row.hidden, l = row.layers, b = 1;
+  Result<Model> model =
+      EstimateTransformerAt(NarayananSpec(row, 1), NarayananOptions(), {row.t, false});
   EXPECT_TRUE(model.ok()) << model.status().message();
   const LayerProfile& block = model->layers[1].profiles[0];
   const double compute_s = (2.0 * block.forward_ns + block.backward_ns) * 1e-9;
@@ -186,8 +202,7 @@ double ClosedFormTflops(const NarayananRow& row) {
   const double d = static_cast<double>(row.gpus) / (row.t * row.p);
   const double m = row.batch / (d * b);
   const double iteration_s = (m + row.p - 1) * per_microbatch_s;
-  const double flops = 96 * row.batch * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h));
-  return flops / iteration_s / row.gpus / 1e12;
+  return NarayananIterationFlops(row) / iteration_s / row.gpus / 1e12;
 }
 
 TEST(MatmulCalibration, NarayananTensorParallelRowsByClosedForm) {
@@ -211,18 +226,8 @@ TEST(MatmulCalibration, NarayananTensorParallelRowsByClosedForm) {
 // nccl-tests measures (the preset's 300 GB/s is the datasheet's per-way
 // figure); the DGX A100's 25 GB/s per GPU between nodes.
 double SimulatedTflops(const NarayananRow& row) {
-  const double s = 2048, v = 51200, h = row.hidden, l = row.layers;
-  const TransformerSpec spec{.name = row.name,
-                             .layers = row.layers,
-                             .hidden = row.hidden,
-                             .heads = row.heads,
-                             .sequence_length = 2048,
-                             .vocab = 51200,
-                             .microbatch_sizes = {1}};
-  AnalyticOptions options;
-  options.gpu_preset = "a100-80gb";
-  options.attention = Attention::kEager;
-  Result<std::string> json = EstimateTransformerJson(spec, options, {1, row.t});
+  Result<std::string> json =
+      EstimateTransformerJson(NarayananSpec(row, row.layers), NarayananOptions(), {1, row.t});
   EXPECT_TRUE(json.ok()) << json.status().message();
   Result<Model> model = ParseModel(*json, row.name);
   EXPECT_TRUE(model.ok()) << model.status().message();
@@ -246,8 +251,8 @@ double SimulatedTflops(const NarayananRow& row) {
   Result<SimResult> result = Simulate(*model, cluster, *schedule, sim);
   EXPECT_TRUE(result.ok()) << result.status().message();
   if (!result.ok()) return 0;
-  const double flops = 96 * row.batch * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h));
-  return flops / (static_cast<double>(result->iteration_ns) * 1e-9) / row.gpus / 1e12;
+  return NarayananIterationFlops(row) / (static_cast<double>(result->iteration_ns) * 1e-9) /
+         row.gpus / 1e12;
 }
 
 TEST(MatmulCalibration, NarayananTensorParallelRowsBySimulation) {

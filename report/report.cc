@@ -100,6 +100,13 @@ std::string Summary(const SimResult& result, const Cluster& cluster) {
       result.zero == 1 || result.zero == 2
           ? fmt::format(", parameter all-gather {:.3f} ms", NsToMs(result.allgather_ns))
           : "");
+  if (result.bidirectional) {
+    out += fmt::format(
+        "two copies          bidirectional: ranks k and p-1-k hold the same two model chunks and "
+        "sum their gradients after the pipeline, {:.3f} ms (before the data-parallel "
+        "reduction)\n",
+        NsToMs(result.copy_reduce_ns));
+  }
   if (result.tensor_parallel > 1) {
     out += fmt::format(
         "tensor parallelism  t = {} GPUs of one node per rank (tp innermost: rank k on GPUs "

@@ -72,17 +72,19 @@ Result<Schedule> PickSchedule(const Flags& flags, int num_layers,
   auto kind = ParseScheduleKind(flags.schedule);
   if (!kind.ok()) return kind.status().WithPrefix("--schedule");
   const int chunks = flags.chunks > 0 ? flags.chunks : TraitsOf(*kind).default_chunks;
+  // Model stages per rank: v, but 1 for a bidirectional schedule (its second copy repeats them).
+  const int model_chunks = TraitsOf(*kind).bidirectional ? 1 : chunks;
   int stages = flags.stages;
   if (stages == 0 && !flags.partition.empty()) {
-    // --partition lists every virtual stage: p·v ranges.
+    // --partition lists every model stage: p·v ranges (p for a bidirectional schedule).
     stages =
         (1 + static_cast<int>(std::count(flags.partition.begin(), flags.partition.end(), ','))) /
-        chunks;
+        model_chunks;
   }
   if (stages == 0) {
     return Status::InvalidArgument("give the number of pipeline stages with --stages P");
   }
-  if (int64_t{stages} * chunks > num_layers && chunks > 1) {
+  if (int64_t{stages} * model_chunks > num_layers && model_chunks > 1) {
     return Status::InvalidArgument(fmt::format(
         "--stages {} x --chunks {} = {} virtual stages but the model has only {}", stages, chunks,
         int64_t{stages} * chunks, Count(num_layers, "layer", "layers")));
@@ -128,7 +130,7 @@ Result<Setup> SetupShapeFromFlags(const Flags& flags, const Model& model,
   s.options.memory.zero = flags.zero;
   if (!flags.partition.empty()) {
     auto part = ParsePartition(flags.partition, static_cast<int>(model.layers.size()),
-                               s.schedule.num_stages);
+                               s.schedule.NumModelStages());
     if (!part.ok()) return part.status();
     s.options.partition = *part;
     return s;
@@ -143,13 +145,14 @@ Result<Setup> SetupShapeFromFlags(const Flags& flags, const Model& model,
   shape.chunks = std::max(1, s.schedule.ChunksPerRank());
   shape.microbatches = s.schedule.num_microbatches / std::max(1, s.schedule.iterations);
   shape.data_parallel = s.options.data_parallel;
+  shape.bidirectional = s.schedule.bidirectional;
   const StageCostTable table(model, StageCostOptionsFor(s.options, s.cluster));
   // One GPU of a t-way group keeps 1/t of every parameter's bytes, as the
   // simulator counts them.
   const MemoryConfig per_gpu =
       TensorParallelShare(s.options.memory, std::max(1, s.options.tensor_parallel));
   // A schedule text the layers cannot fill: Simulate() says what is wrong.
-  if (s.schedule.num_stages < 1 || s.schedule.num_stages > table.NumLayers() ||
+  if (s.schedule.num_stages < 1 || s.schedule.NumModelStages() > table.NumLayers() ||
       s.schedule.num_stages != shape.stages * shape.chunks) {
     return s;
   }

@@ -11,10 +11,10 @@ order transfers, so they are left out; `_forward_backward_chunk` records an over
     scripts/dualpipe_order.py dualpipe P M     # P ranks (even), M micro-batches (even)
 
 prints one line per rank in pipecast's schedule text (docs/formats.md): `<stage><kind><mb>`,
-overlapped pairs as `(F;B)OVERLAP_F_B`. DualPipeV's rank r holds stages r and 2P-1-r. DualPipe
-has no pipecast form yet (a stage on two ranks); its lines name the direction instead of the
-stage: `a3F5` is micro-batch 5 of direction a (entering at rank 0) on model stage 3, direction
-b entering at rank P-1. The fixtures under tests/schedules/ were written by this script; the C++
+overlapped pairs as `(F;B)OVERLAP_F_B`. DualPipeV's rank r holds stages r and 2P-1-r. DualPipe's
+lines name the direction before the stage, pipecast's bidirectional schedule text
+(docs/formats.md): `a3F5` is micro-batch 5 of direction a (entering at rank 0) on model stage 3,
+direction b entering at rank P-1. The fixtures under tests/schedules/ were written by this script; the C++
 generator (sim/schedule_zoo_dualpipe.cc) must reproduce them.
 """
 import sys

@@ -73,11 +73,11 @@ std::pair<int, int> Walker::OpPredecessor(int i) const {
   const OpRecord& o = ops_[i];
   const Action& a = o.action;
   int data_op = kNone, data_xfer = kNone;
-  if (a.kind == OpKind::kForward && a.stage > 0) {
+  if (a.kind == OpKind::kForward && !s_.IsFirstStage(a.stage)) {
     data_xfer = act_xfer_[Cell(a.stage, a.microbatch)];
     data_op = f_op_[Cell(a.stage - 1, a.microbatch)];
   } else if ((a.kind == OpKind::kBackward || a.kind == OpKind::kBackwardInput) &&
-             a.stage + 1 < s_.num_stages) {
+             !s_.IsLastStage(a.stage)) {
     data_xfer = grad_xfer_[Cell(a.stage, a.microbatch)];
     data_op = bi_op_[Cell(a.stage + 1, a.microbatch)];
   } else if (a.kind == OpKind::kBackwardWeight) {
@@ -90,7 +90,7 @@ std::pair<int, int> Walker::OpPredecessor(int i) const {
   // The forward half of an overlapped pair also waits for its backward half's gradient.
   if (a.overlapped && a.kind == OpKind::kForward && next_on_rank_[i] != kNone) {
     const Action& b = ops_[next_on_rank_[i]].action;
-    if (b.stage + 1 < s_.num_stages) {
+    if (!s_.IsLastStage(b.stage)) {
       const int b_xfer = grad_xfer_[Cell(b.stage, b.microbatch)];
       const int b_op = bi_op_[Cell(b.stage + 1, b.microbatch)];
       if (b_xfer != kNone && xfers_[b_xfer].end_ns == o.start_ns) return {kNone, b_xfer};

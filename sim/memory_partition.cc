@@ -217,10 +217,16 @@ MemoryAwareSplit MemoryAwarePartition(const StageCostTable& table, const Pipelin
   const int p = shape.stages;
   std::vector<StageLayers> own;
   if (time_balanced == nullptr) {
-    own = TimeBalancedSplit(table, p * shape.chunks);
+    own = TimeBalancedSplit(table, shape.bidirectional ? p : p * shape.chunks);
     time_balanced = &own;
   }
   out.partition = *time_balanced;
+  if (shape.bidirectional) {
+    // p model stages, balanced on time; virtual stage p+k is a second copy of stage k
+    // (sim/schedule.h), on the rank that holds it in the V.
+    for (int k = 0; k < p; ++k) out.partition.push_back(out.partition[k]);
+    return out;
+  }
   if (shape.chunks > 1 || capacity <= 0) return out;
   const StageMemory mem(table, shape, memory);
   // The time-balanced split is the answer whenever all its stages fit: the

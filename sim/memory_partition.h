@@ -30,6 +30,9 @@ struct PipelineShape {
   int chunks = 1;         // v, model chunks per rank
   int microbatches = 1;   // m
   int data_parallel = 1;  // d, replicas that ZeRO shards over
+  // Two paths over p model stages (Schedule::bidirectional, DualPipe): the split is of p
+  // stages, repeated for virtual stages p..2p-1.
+  bool bidirectional = false;
 };
 
 // One stage's estimated peak memory by part.
@@ -69,8 +72,11 @@ struct MemoryAwareSplit {
 // MemoryLimitBytes(); 0 = unlimited). With chunks > 1 a rank's memory sums v
 // separate chunks, which a split over contiguous ranges cannot bound stage by
 // stage: the p·v chunks balance on time alone and `fits` stays true.
-// `time_balanced`, when given, is TimeBalancedSplit(table, p·v), to reuse
-// across calls. REQUIRES: 1 <= p·v <= table.NumLayers().
+// A bidirectional schedule (DualPipe) balances p model stages on time and
+// repeats them as virtual stages p..2p-1 (sim/schedule.h), 2p entries in all.
+// `time_balanced`, when given, is TimeBalancedSplit(table, p·v) (p for a
+// bidirectional schedule), to reuse across calls.
+// REQUIRES: 1 <= p·v (p) <= table.NumLayers().
 MemoryAwareSplit MemoryAwarePartition(const StageCostTable& table, const PipelineShape& shape,
                                       const MemoryConfig& memory, Bytes capacity,
                                       const std::vector<StageLayers>* time_balanced = nullptr);

@@ -29,6 +29,14 @@ std::string ActionName(const Action& action) {
   return fmt::format("{}{}{}", action.stage, OpKindLetter(action.kind), action.microbatch);
 }
 
+std::string ActionName(const Schedule& s, const Action& a) {
+  if (!s.bidirectional) return ActionName(a);
+  const bool b = a.stage >= s.num_ranks;
+  const int half = s.num_microbatches / 2;
+  return fmt::format("{}{}{}{}", b ? 'b' : 'a', b ? a.stage - s.num_ranks : a.stage,
+                     OpKindLetter(a.kind), b ? a.microbatch - half : a.microbatch);
+}
+
 const char* ScheduleKindName(ScheduleKind kind) { return TraitsOf(kind).name; }
 
 std::vector<ScheduleKind> BuiltinScheduleKinds() {
@@ -134,6 +142,7 @@ Result<Schedule> MakeSchedule(ScheduleKind kind, int num_ranks, int num_microbat
   }
   s.actions.resize(num_ranks);
   s.split_backward = traits.splits_backward;
+  s.bidirectional = traits.bidirectional;
   if (traits.generate_from_costs == nullptr) {
     traits.generate(s);
     return s;
@@ -185,6 +194,32 @@ Status CheckOverlappedPairs(const std::vector<Action>& list, int rank) {
   return Status::Ok();
 }
 
+// The shape two paths need: 2p stages, an even number of micro-batches, one synchronous
+// iteration.
+Status CheckBidirectionalShape(const Schedule& s) {
+  if (!s.bidirectional) return Status::Ok();
+  if (s.num_stages != 2 * s.num_ranks) {
+    return Status::InvalidArgument(fmt::format(
+        "bidirectional schedule '{}' has {} stages on {} ranks: it needs 2 x {} = {}, stages "
+        "0..{} for direction a and {}..{} for direction b",
+        s.name, s.num_stages, s.num_ranks, s.num_ranks, 2 * s.num_ranks, s.num_ranks - 1,
+        s.num_ranks, 2 * s.num_ranks - 1));
+  }
+  if (s.num_microbatches % 2 != 0) {
+    return Status::InvalidArgument(fmt::format(
+        "bidirectional schedule '{}' has {} micro-batches: it needs an even number, half "
+        "entering at each end",
+        s.name, s.num_microbatches));
+  }
+  if (s.iterations != 1 || !s.flush) {
+    return Status::InvalidArgument(fmt::format(
+        "bidirectional schedule '{}' spans {} iterations without a flush: only a synchronous "
+        "iteration can be bidirectional",
+        s.name, s.iterations));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status ValidateSchedule(const Schedule& s) {
@@ -210,6 +245,7 @@ Status ValidateSchedule(const Schedule& s) {
                     "ranks, {} stage owners for {} stages",
                     s.name, s.actions.size(), s.num_ranks, s.stage_rank.size(), s.num_stages));
   }
+  PIPECAST_RETURN_IF_ERROR(CheckBidirectionalShape(s));
   for (int st = 0; st < s.num_stages; ++st) {
     if (s.stage_rank[st] < 0 || s.stage_rank[st] >= s.num_ranks) {
       return Status::InvalidArgument(
@@ -232,6 +268,14 @@ Status ValidateSchedule(const Schedule& s) {
             fmt::format("op {} on rank {}: micro-batch {} is out of range 0..{}", ActionName(a), r,
                         a.microbatch, s.num_microbatches - 1));
       }
+      if (!s.OnPath(a.stage, a.microbatch)) {
+        const bool b = a.microbatch >= s.num_microbatches / 2;
+        return Status::InvalidArgument(fmt::format(
+            "op {} on rank {}: micro-batch {} enters at rank {} (direction {}, stages {}..{}) "
+            "and never runs stage {} of bidirectional schedule '{}'",
+            ActionName(a), r, a.microbatch, b ? s.num_ranks - 1 : 0, b ? 'b' : 'a',
+            b ? s.num_ranks : 0, b ? s.num_stages - 1 : s.num_ranks - 1, a.stage, s.name));
+      }
       if (s.stage_rank[a.stage] != r) {
         return Status::InvalidArgument(fmt::format(
             "op {} is on rank {}'s list, but stage {} belongs to rank {}: move it to that "
@@ -251,6 +295,7 @@ Status ValidateSchedule(const Schedule& s) {
   }
   for (int st = 0; st < s.num_stages; ++st) {
     for (int mb = 0; mb < s.num_microbatches; ++mb) {
+      if (!s.OnPath(st, mb)) continue;
       int64_t i = st * int64_t{s.num_microbatches} + mb;
       bool f = counts[0][i], b = counts[1][i], in = counts[2][i], w = counts[3][i];
       auto name = [&](OpKind k) { return ActionName(Action{st, k, mb}); };

@@ -8,6 +8,17 @@
 // chunks per rank, num_stages = v * num_ranks and `stage_rank` says which rank
 // owns each virtual stage.
 //
+// Paths. A micro-batch runs the forwards of a run of consecutive virtual
+// stages, first to last, and the backwards the other way. Normally every
+// micro-batch runs all of them, 0..num_stages-1. A bidirectional schedule
+// (DualPipe, Schedule::bidirectional) has two paths: num_stages = 2p, direction
+// a (micro-batches [0, m/2), entering at rank 0) runs stages 0..p-1 and
+// direction b (micro-batches [m/2, m), entering at rank p-1) runs stages
+// p..2p-1; stage p+k is model chunk k again, a second copy of its parameters.
+// Every rule about the first, last, previous or next stage asks the Schedule's
+// path methods (IsFirstStage, IsLastStage, OnPath) instead of 0 and
+// num_stages-1.
+//
 // The built-in generators implement the schedules of shared/SCHEDULES.md;
 // each cites its source next to its code.
 #ifndef PIPECAST_SIM_SCHEDULE_H_
@@ -42,6 +53,11 @@ struct Action {
   bool operator==(const Action&) const = default;
 };
 std::string ActionName(const Action& action);  // e.g. "2B5"
+struct Schedule;
+// The name the schedule text gives it: ActionName, or for a bidirectional schedule the
+// direction and its local stage and micro-batch ("b3F0": direction b, its stage 3 = virtual
+// stage p+3, its micro-batch 0 = micro-batch m/2).
+std::string ActionName(const Schedule& schedule, const Action& action);
 
 enum class ScheduleKind {
   kNaive,            // "naive": one micro-batch at a time through the pipeline
@@ -59,6 +75,7 @@ enum class ScheduleKind {
   kDualPipeV,        // "dualpipev": DeepSeek's DualPipeV, V placement, overlapped F&B pairs
   kZBAuto,           // "zb-auto": zero bubble built from the stage costs under a memory limit
   kZBVAuto,          // "zb-v-auto": ZB-V's greedy from the stage costs under a memory limit
+  kDualPipe,         // "dualpipe": DeepSeek's bidirectional DualPipe, two parameter copies
   kCustom,           // "custom": schedule text
 };
 // The facts about each kind (name, chunks, split backward, shape rules, generator) live in one
@@ -90,8 +107,32 @@ struct Schedule {
   // m = num_microbatches / iterations.
   int iterations = 1;
   bool flush = true;  // false: no pipeline flush between iterations
+  // Two paths (see the top of this file): num_stages == 2 * num_ranks, micro-batches
+  // [0, m/2) run stages 0..p-1 and [m/2, m) stages p..2p-1 (m even).
+  bool bidirectional = false;
 
   int ChunksPerRank() const { return num_ranks ? num_stages / num_ranks : 0; }
+  // The first stage of its micro-batches' path: no input from a previous stage.
+  bool IsFirstStage(int stage) const { return stage == 0 || (bidirectional && stage == num_ranks); }
+  // The last stage of its micro-batches' path: no output to a next stage, no gradient from one.
+  bool IsLastStage(int stage) const {
+    return stage == num_stages - 1 || (bidirectional && stage == num_ranks - 1);
+  }
+  // Whether micro-batch `mb` runs stage `stage`.
+  bool OnPath(int stage, int mb) const {
+    return !bidirectional || (stage >= num_ranks) == (mb >= num_microbatches / 2);
+  }
+  // How many micro-batches run stage `stage` (and cross its boundary to the next).
+  int MicrobatchesThrough(int stage) const {
+    if (!bidirectional) return num_microbatches;
+    return stage >= num_ranks ? num_microbatches - num_microbatches / 2 : num_microbatches / 2;
+  }
+  // Stages of the model partition: num_stages, or p for a bidirectional schedule, whose stage
+  // p+k holds partition stage k's layers (ModelStage).
+  int NumModelStages() const { return bidirectional ? num_ranks : num_stages; }
+  int ModelStage(int stage) const {
+    return bidirectional && stage >= num_ranks ? stage - num_ranks : stage;
+  }
   int64_t NumActions() const;
 };
 
@@ -131,8 +172,10 @@ Result<Schedule> MakeSchedule(ScheduleKind kind, int num_ranks, int num_microbat
                               const ScheduleCosts& costs);
 
 // Checks that the schedule is a complete training iteration: every (stage,
-// micro-batch) has exactly one F and either one B or one I and one W, each on
-// the rank that owns the stage, micro-batches in range. Does not check that
+// micro-batch) on the micro-batch's path has exactly one F and either one B or
+// one I and one W, each on the rank that owns the stage, micro-batches in range,
+// and no op off its path; a bidirectional schedule also needs 2p stages, an
+// even m and one iteration. Does not check that
 // the order can finish: the simulator reports deadlocks with the stuck ops.
 Status ValidateSchedule(const Schedule& schedule);
 

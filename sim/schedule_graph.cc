@@ -64,12 +64,12 @@ std::vector<DependencyEdge> FindDependencyCycle(const Schedule& s) {
     const Action& a = nodes[v].action;
     const int64_t c = cell(a.stage, a.microbatch);
     if (a.kind == OpKind::kForward) {
-      if (a.stage > 0) boost::add_edge(f[cell(a.stage - 1, a.microbatch)], v, g);
+      if (!s.IsFirstStage(a.stage)) boost::add_edge(f[cell(a.stage - 1, a.microbatch)], v, g);
       // An overlapped pair starts when its backward half's inputs are there too (the next node).
       if (a.overlapped && v + 1 < nodes.size()) {
         const Action& b = nodes[v + 1].action;
         boost::add_edge(f[cell(b.stage, b.microbatch)], v, g);
-        if (b.stage + 1 < s.num_stages) {
+        if (!s.IsLastStage(b.stage)) {
           boost::add_edge(bi[cell(b.stage + 1, b.microbatch)], v, g);
         }
       }
@@ -77,7 +77,7 @@ std::vector<DependencyEdge> FindDependencyCycle(const Schedule& s) {
       boost::add_edge(bi[c], v, g);
     } else {
       boost::add_edge(f[c], v, g);
-      if (a.stage + 1 < s.num_stages) boost::add_edge(bi[cell(a.stage + 1, a.microbatch)], v, g);
+      if (!s.IsLastStage(a.stage)) boost::add_edge(bi[cell(a.stage + 1, a.microbatch)], v, g);
     }
   }
   std::vector<Vertex> parent(nodes.size());

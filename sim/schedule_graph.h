@@ -3,7 +3,8 @@
 //
 // Nodes are the schedule's actions. An edge X -> Y means Y cannot start
 // before X ends: the next action on the same rank (stream order), or a data
-// dependency — F(s-1,m) -> F(s,m), B/I(s+1,m) -> B/I(s,m),
+// dependency along the micro-batch's path (Schedule::IsFirstStage,
+// IsLastStage) — F(s-1,m) -> F(s,m), B/I(s+1,m) -> B/I(s,m),
 // F(s,m) -> B/I(s,m), I(s,m) -> W(s,m); and into the forward half of an
 // overlapped pair, its backward half's inputs. A schedule finishes exactly
 // when this graph is acyclic.

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <string>
 
 #include "sim/internal/schedule_builders.h"
 
@@ -125,7 +126,7 @@ constexpr ScheduleTraits VShape(ScheduleKind kind, const char* name, const char*
 // One row per ScheduleKind, in enum order (checked below). Fields left out keep the defaults
 // of ScheduleTraits: built in, searched by the planner, one chunk, whole backward, with a flush,
 // looped placement, any micro-batch count.
-constexpr std::array<ScheduleTraits, 16> kTraits = {{
+constexpr std::array<ScheduleTraits, 17> kTraits = {{
     OneChunk(ScheduleKind::kNaive, "naive", "GPipe paper fig. 2(b); PipeDream fig. 3", OneInFlight,
              internal::BuildNaive),
     OneChunk(ScheduleKind::kGPipe, "gpipe", "Huang et al. 2019, section 2.3", AllInFlight,
@@ -214,6 +215,27 @@ constexpr std::array<ScheduleTraits, 16> kTraits = {{
      .generate = internal::BuildZBVAuto,
      .generate_from_costs = internal::BuildZBVAutoFromCosts,
      .default_memory_limit = OncePipeline},
+    // DualPipe: bidirectional, 2p virtual stages in a V over p model chunks (rank r holds chunks
+    // r and p-1-r); p even, m even and >= 2p as its step() asserts. Searched by the planner only
+    // when named: it doubles the parameters. The in-flight bound is all m, as for dualpipev; the
+    // simulate pass measures the peak (p+1 chunk activations, docs/schedules.md).
+    {.kind = ScheduleKind::kDualPipe,
+     .name = "dualpipe",
+     .rule_label = "dualpipe",
+     .source = "deepseek-ai/DualPipe dualpipe.py (commit 3da1bbe); DeepSeek-V3 technical report, "
+               "section 3.2.1",
+     .planner_default = false,
+     .uses_chunks = true,
+     .default_chunks = 2,
+     .fixed_chunks = 2,
+     .splits_backward = true,
+     .bidirectional = true,
+     .placement = Placement::kV,
+     .microbatch_rule = MicrobatchRule::kBidirectional,
+     .too_few_microbatches_why = "half the micro-batches enter at each end and both halves' "
+                                 "warm-ups must fill before its steady state",
+     .inflight_microbatches = AllInFlight,
+     .generate = internal::BuildDualPipe},
     {.kind = ScheduleKind::kCustom,
      .name = "custom",
      .rule_label = "custom",
@@ -304,6 +326,20 @@ Status CheckShape(ScheduleKind kind, int ranks, int microbatches, int chunks) {
           "{} needs at least twice as many micro-batches (N = {}) as pipeline stages (P = {}): "
           "{}; use --microbatches {} or more",
           t.name, microbatches, ranks, t.too_few_microbatches_why, 2 * ranks));
+    case MicrobatchRule::kBidirectional:
+      if (ranks % 2 != 0) {
+        return Status::InvalidArgument(fmt::format(
+            "--stages is {}: {} needs an even number of pipeline stages (rank r and rank P-1-r "
+            "hold the same two model chunks); use --stages {}",
+            ranks, t.name,
+            ranks > 1 ? fmt::format("{} or {}", ranks - 1, ranks + 1) : std::to_string(ranks + 1)));
+      }
+      if (microbatches % 2 == 0 && microbatches >= 2 * ranks) return Status::Ok();
+      return Status::InvalidArgument(fmt::format(
+          "{} needs an even number of micro-batches (N = {}), at least twice the pipeline "
+          "stages (P = {}): {}; use --microbatches {}",
+          t.name, microbatches, ranks, t.too_few_microbatches_why,
+          std::max(2 * ranks, microbatches + microbatches % 2)));
   }
   return Status::Ok();
 }
@@ -319,6 +355,12 @@ std::string MicrobatchRuleConflict(ScheduleKind kind, int p, int m) {
                    : "";
     case MicrobatchRule::kAtLeastTwiceStages:
       return m < 2 * p ? fmt::format("{} needs m ({}) >= 2p ({})", t.rule_label, m, 2 * p) : "";
+    case MicrobatchRule::kBidirectional:
+      if (p % 2 != 0) return fmt::format("{} needs an even p ({})", t.rule_label, p);
+      if (m % 2 != 0 || m < 2 * p) {
+        return fmt::format("{} needs an even m ({}) >= 2p ({})", t.rule_label, m, 2 * p);
+      }
+      return "";
   }
   return "";
 }

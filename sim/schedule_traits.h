@@ -31,6 +31,7 @@ enum class MicrobatchRule {
   kAny,                 // every m >= 1
   kAtLeastStages,       // m >= p (looped BFS)
   kAtLeastTwiceStages,  // m >= 2p (DualPipeV: both chunks' warm-ups)
+  kBidirectional,       // p even, m even and m >= 2p (DualPipe: m/2 from each end)
 };
 
 struct ScheduleTraits {
@@ -46,6 +47,9 @@ struct ScheduleTraits {
   int fixed_chunks = 0;            // > 0: the only v the kind takes (the V family: 2)
   bool splits_backward = false;    // backward split into I and W (needs backward_weight_us)
   bool flush = true;               // false: asynchronous, no flush between iterations
+  // Two paths, micro-batches entering at both ends (Schedule::bidirectional): 2p virtual
+  // stages in the V placement over a partition of p stages, each held by two ranks.
+  bool bidirectional = false;
   Placement placement = Placement::kLooped;
   MicrobatchRule microbatch_rule = MicrobatchRule::kAny;
   // For kAtLeastStages: why fewer micro-batches do not work, in CheckShape's message.

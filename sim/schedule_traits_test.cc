@@ -48,6 +48,8 @@ TEST(ScheduleTraits, EveryKindHasItsRow) {
       {ScheduleKind::kZBAuto, "zb-auto", true, true, false, 1, true, true, MicrobatchRule::kAny},
       {ScheduleKind::kZBVAuto, "zb-v-auto", true, false, true, 2, true, true, MicrobatchRule::kAny,
        Placement::kV},
+      {ScheduleKind::kDualPipe, "dualpipe", true, false, true, 2, true, true,
+       MicrobatchRule::kBidirectional, Placement::kV},
       {ScheduleKind::kCustom, "custom", false, false, false, 1, false, true, MicrobatchRule::kAny},
   };
   ASSERT_EQ(AllScheduleTraits().size(), std::size(rows));
@@ -68,12 +70,14 @@ TEST(ScheduleTraits, EveryKindHasItsRow) {
     EXPECT_EQ(t.placement, want.placement);
     EXPECT_EQ(t.fixed_chunks, want.placement == Placement::kV ? 2 : 0);
     EXPECT_EQ(t.microbatch_rule, want.rule);
+    EXPECT_EQ(t.bidirectional, want.kind == ScheduleKind::kDualPipe);
     EXPECT_EQ(t.generate != nullptr, want.builtin);
     EXPECT_NE(t.inflight_microbatches, nullptr);
     EXPECT_STRNE(t.source, "");
     EXPECT_STRNE(t.rule_label, "");
     if (want.rule == MicrobatchRule::kAtLeastStages ||
-        want.rule == MicrobatchRule::kAtLeastTwiceStages) {
+        want.rule == MicrobatchRule::kAtLeastTwiceStages ||
+        want.rule == MicrobatchRule::kBidirectional) {
       EXPECT_STRNE(t.too_few_microbatches_why, "");
     }
   }
@@ -138,9 +142,13 @@ TEST(ScheduleTraits, CheckShapeAcceptsWhatEachScheduleTakes) {
     SCOPED_TRACE(t.name);
     EXPECT_EQ(ShapeError(t.kind, 4, 8, t.default_chunks), "");
     // The smallest shape each takes: one rank, one micro-batch (two for DualPipeV's m >= 2p),
-    // one chunk (a V's two).
-    const int m = t.microbatch_rule == MicrobatchRule::kAtLeastTwiceStages ? 2 : 1;
-    EXPECT_EQ(ShapeError(t.kind, 1, m, t.fixed_chunks > 0 ? t.fixed_chunks : 1), "");
+    // one chunk (a V's two); DualPipe two ranks (p even) and four micro-batches.
+    const bool bidirectional = t.microbatch_rule == MicrobatchRule::kBidirectional;
+    const int p = bidirectional ? 2 : 1;
+    const int m = bidirectional                                              ? 4
+                  : t.microbatch_rule == MicrobatchRule::kAtLeastTwiceStages ? 2
+                                                                             : 1;
+    EXPECT_EQ(ShapeError(t.kind, p, m, t.fixed_chunks > 0 ? t.fixed_chunks : 1), "");
   }
 }
 
@@ -151,10 +159,12 @@ TEST(ScheduleTraits, CheckShapeCountErrors) {
             "--microbatches is 0: an iteration needs at least 1 micro-batch");
   EXPECT_EQ(ShapeError(ScheduleKind::kGPipe, 4, 8, 2),
             "--chunks is 2: gpipe takes exactly 1 model chunk per GPU; only interleaved, "
-            "looped-bfs, zb-v, v-half, v-min, interleaved-zb, dualpipev, zb-v-auto take more");
+            "looped-bfs, zb-v, v-half, v-min, interleaved-zb, dualpipev, zb-v-auto, dualpipe "
+            "take more");
   EXPECT_EQ(ShapeError(ScheduleKind::kInterleaved1F1B, 4, 8, 0),
             "--chunks is 0: interleaved takes exactly 1 model chunk per GPU; only interleaved, "
-            "looped-bfs, zb-v, v-half, v-min, interleaved-zb, dualpipev, zb-v-auto take more");
+            "looped-bfs, zb-v, v-half, v-min, interleaved-zb, dualpipev, zb-v-auto, dualpipe "
+            "take more");
   EXPECT_EQ(ShapeError(ScheduleKind::kZBV, 4, 8, 3),
             "--chunks is 3: zb-v takes exactly 2 model chunks per GPU, in a V (rank r holds "
             "stages r and 2P-1-r); leave --chunks out or give 2");

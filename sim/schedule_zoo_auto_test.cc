@@ -19,26 +19,22 @@ using ::pipecast::test_util::IdealCluster;
 using ::pipecast::test_util::UniformModel;
 using ::testing::HasSubstr;
 
-constexpr TimeNs kF = 18'522'000, kB = 18'086'000, kW = 9'337'000;
-constexpr double kCommUs = 601;
+using test_util::zb_paper::kB;
+using test_util::zb_paper::kCommUs;
+using test_util::zb_paper::kF;
+using test_util::zb_paper::kW;
 constexpr Bytes kAct = 1 << 30;  // one layer's activations per micro-batch
 
 // The paper's row: p stages of one layer each, W's share of the activations `kept` (M_W / M_B).
 Model PaperModel(int p, double kept) {
-  Model model = UniformModel(p, kF, kB + kW, kAct);
+  Model model = test_util::zb_paper::StagesModel(p, kAct);
   for (Layer& layer : model.layers) {
-    layer.profiles[0].backward_weight_ns = kW;
     layer.profiles[0].weight_grad_bytes = static_cast<Bytes>(kept * kAct);
   }
   return model;
 }
 
-Cluster PaperCluster() {
-  Cluster c = IdealCluster();
-  c.intra_node.latency_us = kCommUs;
-  c.inter_node.latency_us = kCommUs;
-  return c;
-}
+Cluster PaperCluster() { return test_util::zb_paper::HopCluster(); }
 
 SimOptions OneLayerPerStage(int stages) {
   SimOptions o;

@@ -133,7 +133,9 @@ TEST(ScheduleZooV, VHalfAndVMinPeaksFollowTheAuthorsTable) {
         min_peak = std::max(min_peak, s.peak_inflight_microbatches);
       }
       EXPECT_EQ(half_peak, 2 * ((p + 2) / 2));
-      if (p % 2 == 0) EXPECT_EQ(half_peak, p + 2);
+      if (p % 2 == 0) {
+        EXPECT_EQ(half_peak, p + 2);
+      }
       // p = 4 holds 4, under the table's bound of 2·(8/3) = 4: equal.
       EXPECT_EQ(min_peak, 2 * ((p + 4) / 3));
       for (const StageResult& s : half.per_rank) EXPECT_EQ(s.busy_ns, 6 * m * kUnit);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "base/text_table.h"
 #include "sim/internal/data_parallel.h"
@@ -99,17 +100,38 @@ Result<std::vector<StageLayers>> ResolvePartition(const StageCostTable& table,
                                                   const Schedule& schedule,
                                                   const SimOptions& options) {
   std::vector<StageLayers> partition = options.partition;
+  const int model_stages = schedule.NumModelStages();
+  if (schedule.bidirectional && static_cast<int>(partition.size()) == schedule.num_stages) {
+    // Given per virtual stage (as a plan stores it): stage p+k must repeat stage k.
+    for (int s = model_stages; s < schedule.num_stages; ++s) {
+      const StageLayers& copy = partition[schedule.ModelStage(s)];
+      if (partition[s].first_layer != copy.first_layer ||
+          partition[s].last_layer != copy.last_layer) {
+        return Status::InvalidArgument(fmt::format(
+            "partition stage {} holds layers {}-{}, but in bidirectional schedule '{}' it is "
+            "the second copy of stage {} (layers {}-{}): give the {} model stages only",
+            s, partition[s].first_layer, partition[s].last_layer, schedule.name,
+            schedule.ModelStage(s), copy.first_layer, copy.last_layer, model_stages));
+      }
+    }
+    partition.resize(model_stages);
+  }
   if (partition.empty()) {
     std::vector<TimeNs> layer_time;
     layer_time.reserve(table.NumLayers());
     for (int l = 0; l < table.NumLayers(); ++l) {
       layer_time.push_back(table.Layer(l).forward_ns + table.Layer(l).backward_ns);
     }
-    auto balanced = BalancedPartition(layer_time, schedule.num_stages);
+    auto balanced = BalancedPartition(layer_time, model_stages);
     if (!balanced.ok()) return balanced.status();
     partition = std::move(balanced.value());
   }
-  PIPECAST_RETURN_IF_ERROR(CheckPartition(partition, table.NumLayers(), schedule.num_stages));
+  PIPECAST_RETURN_IF_ERROR(CheckPartition(partition, table.NumLayers(), model_stages));
+  // A bidirectional schedule's stage p+k is model stage k again (sim/schedule.h): from here on
+  // the partition is indexed by virtual stage.
+  for (int s = model_stages; s < schedule.num_stages; ++s) {
+    partition.push_back(partition[schedule.ModelStage(s)]);
+  }
   return partition;
 }
 
@@ -135,6 +157,7 @@ Status FillStatic(const Cluster& cluster, const Schedule& schedule, const SimOpt
   result->schedule_name = schedule.name;
   result->ranks = schedule.num_ranks;
   result->stages = schedule.num_stages;
+  result->bidirectional = schedule.bidirectional;
   result->microbatches = schedule.num_microbatches / schedule.iterations;  // per iteration
   result->microbatch_size = options.microbatch_size;
   result->data_parallel = options.data_parallel;
@@ -199,6 +222,40 @@ TimeNs PipelineSpan(const Schedule& schedule, EngineTotals* totals, SimResult* r
   return span;
 }
 
+// A bidirectional schedule's two parameter copies (docs/simulator.md, "Bidirectional
+// schedules"): model stage k lives on the ranks of virtual stages k and p+k (k and p-1-k in
+// DualPipe's V). After both ranks have ended their last ops they sum that stage's gradients:
+// one ring all-reduce of 2 per partner rank, of the gradient bytes of the stages they share, on
+// the link between them (in the V one partner and both chunks; all pairs at once, on disjoint
+// links). A stage whose copies share a rank sums locally, at no cost. Fills copy_reduce_ns and
+// returns when each rank's tail collectives start: its last op's end, or its partners' later.
+std::vector<TimeNs> CopyReduce(const Cluster& cluster, const Schedule& schedule,
+                               const SimOptions& options, const std::vector<StageCost>& costs,
+                               const EngineTotals& totals, SimResult* result) {
+  const int p = schedule.num_ranks;
+  std::vector<TimeNs> start(p);
+  for (int k = 0; k < p; ++k) start[k] = totals.ranks[k].last_end_ns;
+  if (!schedule.bidirectional) return start;
+  const double per_param = ShardedBytesPerParam(options.memory, options.data_parallel).gradients;
+  std::vector<std::map<int, Bytes>> shared(p);  // per rank: partner -> gradient bytes
+  for (int k = 0; k < schedule.NumModelStages(); ++k) {
+    const int a = schedule.stage_rank[k], b = schedule.stage_rank[k + p];
+    if (a == b) continue;
+    const Bytes bytes = ParameterBytes(costs[k].parameters, per_param);
+    shared[a][b] += bytes;
+    shared[b][a] += bytes;
+  }
+  for (int k = 0; k < p; ++k) {
+    StageResult& sr = result->per_rank[k];
+    for (const auto& [partner, bytes] : shared[k]) {
+      start[k] = std::max(start[k], totals.ranks[partner].last_end_ns);
+      sr.copy_reduce_ns += internal::RingAllReduceNs(bytes, 2, cluster.LinkBetween(k, partner));
+    }
+    result->copy_reduce_ns = std::max(result->copy_reduce_ns, sr.copy_reduce_ns);
+  }
+  return start;
+}
+
 // Bubbles, peak memory and all-reduce from the engine's totals.
 void PipelineMetrics(const Cluster& cluster, const Schedule& schedule, const SimOptions& options,
                      const StageCostTable& table, const std::vector<StageLayers>& partition,
@@ -207,6 +264,8 @@ void PipelineMetrics(const Cluster& cluster, const Schedule& schedule, const Sim
   const int p = schedule.num_ranks;
   const int k_iter = schedule.iterations;
   const TimeNs span = PipelineSpan(schedule, totals, result);
+  const std::vector<TimeNs> tail_start =
+      CopyReduce(cluster, schedule, options, costs, *totals, result);
   double sum_ratio = 0, sum_idle = 0, sum_busy = 0;
   TimeNs end = 0;
   TimeNs busiest = 0, longest_span = 0;  // for R3, over all simulated iterations
@@ -243,7 +302,7 @@ void PipelineMetrics(const Cluster& cluster, const Schedule& schedule, const Sim
     r.allgather_ns = std::max(r.allgather_ns, sr.allgather_ns);
     r.sharding_exposed_ns = std::max(r.sharding_exposed_ns, sr.sharding_exposed_ns);
     r.tp_comm_ns = std::max(r.tp_comm_ns, sr.tp_comm_ns);
-    end = std::max(end, (k_iter > 1 ? span : t.last_end_ns) + sr.allreduce_ns);
+    end = std::max(end, (k_iter > 1 ? span : tail_start[k]) + sr.copy_reduce_ns + sr.allreduce_ns);
   }
   r.bubble_ratio = sum_ratio / p;
   r.bubble_fraction_of_ideal = sum_busy > 0 ? sum_idle / sum_busy : 0.0;

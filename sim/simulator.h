@@ -20,6 +20,11 @@
 // producer's end until the transfer arrives; a receive buffer from arrival
 // until the consuming op ends; the stage's workspace while an op runs.
 //
+// A bidirectional schedule (DualPipe, sim/schedule.h) keeps two copies of each
+// model chunk, on ranks k and p-1-k: after both ranks' last ops the pair
+// all-reduces its gradients (ring of 2 on the link between them), reported as
+// copy_reduce_ns, before the data-parallel collectives below.
+//
 // After the pipeline, each stage's gradients are all-reduced across the
 // data-parallel replicas (ring: 2(d-1) latency + 2(d-1)/d · bytes/bandwidth,
 // on the intra-node link when the whole group is in one node, else the
@@ -197,6 +202,9 @@ struct StageResult {
   MemoryBreakdown memory;
   TimeNs allreduce_ns = 0;  // after the last op: all-reduce (ZeRO 0) or reduce-scatter (1)
   TimeNs allgather_ns = 0;  // ZeRO 1-2: parameter all-gather after the optimizer step
+  // Bidirectional schedules: the all-reduce of the two parameter copies' gradients with rank
+  // p-1-r, after both ranks' last ops and before allreduce_ns (docs/simulator.md); else 0.
+  TimeNs copy_reduce_ns = 0;
   // ZeRO 2-3: time the per-op gathers and reduce-scatters added to this
   // rank's ops beyond their compute (inside busy_ns and the pipeline span).
   TimeNs sharding_exposed_ns = 0;
@@ -228,6 +236,8 @@ struct SimResult {
   TimeNs pipeline_ns = 0;          // first op start to last pipeline op end
   TimeNs allreduce_ns = 0;         // longest per-rank all-reduce (or reduce-scatter)
   TimeNs allgather_ns = 0;         // longest per-rank parameter all-gather (ZeRO 1-2)
+  TimeNs copy_reduce_ns = 0;       // longest per-rank copy_reduce_ns (bidirectional schedules)
+  bool bidirectional = false;      // the schedule's paths run from both ends (DualPipe)
   TimeNs sharding_exposed_ns = 0;  // largest per-rank sharding_exposed_ns (ZeRO 2-3)
   TimeNs tp_comm_ns = 0;           // largest per-rank tp_comm_ns
   int zero = 0;                    // the ZeRO level simulated

@@ -286,11 +286,13 @@ TEST_P(SimulatorEquivalenceGrid, SameResultsAsTheReference) {
   int config = 0;
   const std::vector<int> chunk_counts =
       UsesChunks(kind) ? std::vector<int>{1, 2, 3} : std::vector<int>{1};
-  // DualPipeV takes m >= 2p only: more micro-batches give it as many shapes as the others.
+  // DualPipeV and DualPipe take m >= 2p only (DualPipe: even m): more micro-batches give them as
+  // many shapes as the others.
+  const MicrobatchRule rule = TraitsOf(kind).microbatch_rule;
   const std::vector<int> microbatch_counts =
-      TraitsOf(kind).microbatch_rule == MicrobatchRule::kAtLeastTwiceStages
-          ? std::vector<int>{2, 4, 6, 8, 10, 16}
-          : std::vector<int>{1, 2, 3, 4, 5, 8};
+      rule == MicrobatchRule::kBidirectional        ? std::vector<int>{4, 6, 8, 10, 12, 14, 16, 20}
+      : rule == MicrobatchRule::kAtLeastTwiceStages ? std::vector<int>{2, 4, 6, 8, 10, 16}
+                                                    : std::vector<int>{1, 2, 3, 4, 5, 8};
   for (int v : chunk_counts) {
     for (int p : {1, 2, 3, 4, 5, 8}) {
       for (int m : microbatch_counts) {

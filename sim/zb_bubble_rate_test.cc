@@ -15,23 +15,12 @@ namespace {
 using ::pipecast::test_util::IdealCluster;
 using ::pipecast::test_util::UniformModel;
 
-// The paper's row: 8 stages of one layer each; times in ns.
-constexpr TimeNs kF = 18'522'000, kB = 18'086'000, kW = 9'337'000;
-constexpr double kCommUs = 601;
+using test_util::zb_paper::kB;
+using test_util::zb_paper::kF;
+using test_util::zb_paper::kW;
 
-Model PaperModel(int p) {
-  Model model = UniformModel(p, kF, kB + kW);
-  for (Layer& layer : model.layers) layer.profiles[0].backward_weight_ns = kW;
-  return model;
-}
-
-// One node of 8 GPUs whose links cost 0.601 ms per hop and nothing per byte.
-Cluster PaperCluster() {
-  Cluster c = IdealCluster();
-  c.intra_node.latency_us = kCommUs;
-  c.inter_node.latency_us = kCommUs;
-  return c;
-}
+Model PaperModel(int p) { return test_util::zb_paper::StagesModel(p); }
+Cluster PaperCluster() { return test_util::zb_paper::HopCluster(); }
 
 SimResult RunSchedule(ScheduleKind kind, const Model& model, const Cluster& cluster, int p, int m) {
   auto s = MakeSchedule(kind, p, m);

@@ -41,6 +41,29 @@ inline Cluster IdealCluster() {
   return c;
 }
 
+// The zero-bubble paper's p = 8, m = 24 row (Qi et al. ICLR'24 Table 5, with Table 6's profiled
+// times of the 1.5B model): per stage F 18.522, B (input gradient) 18.086, W 9.337 ms, and
+// 0.601 ms per hop.
+namespace zb_paper {
+inline constexpr TimeNs kF = 18'522'000, kB = 18'086'000, kW = 9'337'000;
+inline constexpr double kCommUs = 601;
+
+// p stages of one layer each with the row's times and `activation_bytes` each.
+inline Model StagesModel(int p, Bytes activation_bytes = 0) {
+  Model model = UniformModel(p, kF, kB + kW, activation_bytes);
+  for (Layer& layer : model.layers) layer.profiles[0].backward_weight_ns = kW;
+  return model;
+}
+
+// Links that cost 0.601 ms per hop and nothing per byte.
+inline Cluster HopCluster() {
+  Cluster c = IdealCluster();
+  c.intra_node.latency_us = kCommUs;
+  c.inter_node.latency_us = kCommUs;
+  return c;
+}
+}  // namespace zb_paper
+
 // A one-stage-per-rank schedule from explicit action lists.
 inline Schedule CustomSchedule(int microbatches, std::vector<std::vector<Action>> actions) {
   Schedule s;

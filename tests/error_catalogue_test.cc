@@ -227,6 +227,15 @@ std::vector<Case> Catalogue() {
                   "--model {dir}/m.json --stages 4 --microbatches 8 --schedule zb-v-auto "
                   "--memory-limit 1",
                   1, "zb-v-auto cannot keep within --memory-limit 1 on 4 ranks"));
+  c.push_back(Row("dualpipe_odd_microbatches", kSimulator, {kGoodModel},
+                  "--model {dir}/m.json --stages 4 --microbatches 9 --schedule dualpipe", 1,
+                  "dualpipe needs an even number of micro-batches (N = 9), at least twice the "
+                  "pipeline stages (P = 4): half the micro-batches enter at each end"));
+  c.push_back(Row("schedule_text_mixed_directions", kSimulator,
+                  {kGoodModel, {"s.txt", "a0F0 0F1 a0B0 0B1\nb0F0 b0B0\n"}},
+                  "--model {dir}/m.json --schedule-in {dir}/s.txt", 1,
+                  "{dir}/s.txt:1: token '0F1' has no direction but {dir}/s.txt:1: token 'a0F0' "
+                  "has one: a bidirectional schedule names every op's direction"));
   // --- wrong types ---------------------------------------------------------
   c.push_back(Row("time_as_string", kSimulator,
                   {{"m.json", Model(8, Profile("forward_us", "\"12\""))}}, kSim, 1,

@@ -299,6 +299,33 @@ TEST_F(PlannerCli, ChoosesAmongTheCostDrivenSchedulesWhenNamed) {
   EXPECT_EQ(result["iteration_time_us"], plan["predicted"]["iteration_time_us"]);
 }
 
+// Issue 16: dualpipe (bidirectional, two parameter copies) is searched only when named, and its
+// plan replays exactly: the actions name directions, the partition repeats per copy.
+TEST_F(PlannerCli, ChoosesDualPipeOnlyWhenNamed) {
+  ToolRun plain = Plan(ToyOn8());
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_THAT(plain.out, Not(HasSubstr("dualpipe ")));
+  const std::string plan_path = dir_.File("plan.json");
+  ToolRun run = Plan(ToyOn8() + " --schedules dualpipe --out " + Quote(plan_path));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("chosen plan: p="));
+  json plan = json::parse(ReadText(plan_path));
+  EXPECT_EQ(plan["schedule"]["name"], "dualpipe");
+  const int p = plan["pipeline_stages"].get<int>();
+  EXPECT_EQ(p % 2, 0);
+  ASSERT_EQ(plan["partition"].size(), 2u * p);
+  for (int k = 0; k < p; ++k) {
+    EXPECT_EQ(plan["partition"][k]["first_layer"], plan["partition"][p + k]["first_layer"]);
+    EXPECT_EQ(plan["partition"][k]["last_layer"], plan["partition"][p + k]["last_layer"]);
+  }
+  EXPECT_EQ(plan["actions"][0].get<std::string>().substr(0, 3), "a0F");
+  ToolRun replay = Sim("--model " + Toy() + " --plan " + Quote(plan_path) + " --json");
+  ASSERT_EQ(replay.exit_code, 0) << replay.err;
+  json result = json::parse(replay.out);
+  EXPECT_EQ(result["iteration_time_us"], plan["predicted"]["iteration_time_us"]);
+  EXPECT_EQ(result["bidirectional"], true);
+}
+
 TEST_F(PlannerCli, UnknownScheduleIsAUsageErrorNamingTheFlag) {
   ToolRun run = Plan(ToyOn8() + " --schedules 1f1b,zigzag");
   EXPECT_EQ(run.exit_code, 2);

@@ -276,6 +276,30 @@ TEST_F(SimulatorCli, VScheduleRunsExportsAndReimportsWithItsPlacement) {
   EXPECT_THAT(text, HasSubstr(" 7F0 "));
 }
 
+// Issue 16: dualpipe exported as text (directions a/b) and read back is the same schedule with
+// the same result; the report names the two copies' gradient all-reduce.
+TEST_F(SimulatorCli, DualPipeExportsAndReimportsWithItsDirections) {
+  const std::string text = dir_.File("dualpipe.txt");
+  ToolRun out = Sim("--model " + Toy() + " --stages 4 --microbatches 8 --schedule dualpipe" +
+                    " --cluster h100-sxm --schedule-out " + Quote(text) + " --json");
+  ASSERT_EQ(out.exit_code, 0) << out.err;
+  ToolRun in =
+      Sim("--model " + Toy() + " --schedule-in " + Quote(text) + " --cluster h100-sxm --json");
+  ASSERT_EQ(in.exit_code, 0) << in.err;
+  json a = json::parse(out.out), b = json::parse(in.out);
+  EXPECT_EQ(a["schedule"], "dualpipe");
+  EXPECT_EQ(a["stages_count"], 8);
+  EXPECT_EQ(a["bidirectional"], true);
+  EXPECT_GT(a["copy_reduce_time_us"].get<double>(), 0.0);
+  a.erase("schedule");
+  b.erase("schedule");
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(ReadText(text).substr(0, 5), "a0F0 ");
+  ToolRun report = Sim("--model " + Toy() + " --stages 4 --microbatches 8 --schedule dualpipe");
+  ASSERT_EQ(report.exit_code, 0) << report.err;
+  EXPECT_THAT(report.out, HasSubstr("two copies"));
+}
+
 TEST_F(SimulatorCli, VScheduleTypoSuggestsTheNearest) {
   ToolRun run = Sim("--model " + Toy() + " --stages 2 --schedule zb-vv");
   EXPECT_EQ(run.exit_code, 2);

@@ -124,6 +124,16 @@ int64_t MessageTag(int dst_stage, int microbatch, bool gradient, int num_stages)
 
 Result<ExecPlan> BuildExecPlan(const Model& model, const PlanFile& plan, const Schedule& schedule,
                                const SimResult& predicted, const Link& tp_link) {
+  if (schedule.bidirectional) {
+    // Checked first: its overlapped pairs and two paths would each be refused below, less
+    // clearly (docs/validator.md).
+    return Status::FailedPrecondition(fmt::format(
+        "schedule '{}' is bidirectional (micro-batches enter at both ends; rank k and rank {}-k "
+        "hold two copies of the same model chunks), which the validator cannot run yet: its "
+        "workers keep one weight copy per stage, send along one path and do not sum the copies' "
+        "gradients between ranks; simulate it with the simulator",
+        schedule.name, schedule.num_ranks - 1));
+  }
   if (static_cast<int>(plan.partition.size()) != schedule.num_stages) {
     return Status::InvalidArgument(
         fmt::format("the plan has {} partition stages but {} virtual "

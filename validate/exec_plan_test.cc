@@ -155,6 +155,26 @@ TEST(ExecPlan, OverlappedPairsAreRefusedNamingTheFirst) {
             "simulator, or validate a schedule without pairs");
 }
 
+TEST(ExecPlan, BidirectionalSchedulesAreRefusedNamingWhatIsMissing) {
+  // dualpipe p=2, m=4: two copies of each chunk (ranks 0 and 1), refused before its pairs.
+  Result<Schedule> s = MakeSchedule(ScheduleKind::kDualPipe, 2, 4, 2);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  const Model model = testing::UniformModel(4);
+  Result<SimResult> sim = Simulate(model, testing::TestCluster(), *s, SimOptions{});
+  ASSERT_TRUE(sim.ok()) << sim.status().message();
+  const PlanFile plan =
+      MakePlanFile(model.name, "", testing::TestCluster(), *s, SimOptions{}, *sim);
+  Result<ExecPlan> ep = BuildExecPlan(model, plan, *s, *sim);
+  ASSERT_FALSE(ep.ok());
+  EXPECT_EQ(ep.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(
+      ep.status().message(),
+      "schedule 'dualpipe' is bidirectional (micro-batches enter at both ends; rank k and "
+      "rank 1-k hold two copies of the same model chunks), which the validator cannot run yet: "
+      "its workers keep one weight copy per stage, send along one path and do not sum the "
+      "copies' gradients between ranks; simulate it with the simulator");
+}
+
 TEST(ExecPlan, APartitionBeyondTheModelIsRejected) {
   testing::World w = MakeWorld(ScheduleKind::k1F1B, 2, 2);
   Model smaller = testing::UniformModel(3);

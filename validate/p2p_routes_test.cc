@@ -149,8 +149,9 @@ TEST(SendSequences, InterleavedTwoRanksTwoChunksByHand) {
 TEST(SendSequences, EveryBuiltinScheduleConsumesEachPairsMessagesExactlyOnce) {
   for (ScheduleKind kind : BuiltinScheduleKinds()) {
     if (kind == ScheduleKind::kCustom) continue;
-    // Overlapped F&B pairs: refused by the validator (ExecPlan.OverlappedPairsAreRefused...).
-    if (kind == ScheduleKind::kDualPipeV) continue;
+    // Overlapped F&B pairs and bidirectional schedules: refused by the validator
+    // (ExecPlan.OverlappedPairsAreRefused..., ExecPlan.BidirectionalSchedulesAreRefused...).
+    if (kind == ScheduleKind::kDualPipeV || kind == ScheduleKind::kDualPipe) continue;
     const int chunks = UsesChunks(kind) ? 2 : 1;
     testing::World w = MakeWorld(kind, 4, 8, chunks, 1);
     for (const auto& [pair, seq] : SendSequences(w.exec)) {
@@ -249,7 +250,8 @@ TEST(SimulatePosting, AReceiverThatConsumesOutOfOrderBuffersAndCompletes) {
 TEST(SimulatePosting, StreamPerDirectedPairNeverDeadlocksABuiltinSchedule) {
   for (ScheduleKind kind : BuiltinScheduleKinds()) {
     if (kind == ScheduleKind::kCustom) continue;
-    if (kind == ScheduleKind::kDualPipeV) continue;  // refused by the validator, as above
+    // Refused by the validator, as above.
+    if (kind == ScheduleKind::kDualPipeV || kind == ScheduleKind::kDualPipe) continue;
     for (int p : {2, 4}) {
       const int chunks = UsesChunks(kind) ? 2 : 1;
       testing::World w = MakeWorld(kind, p, 2 * p, chunks, 1);

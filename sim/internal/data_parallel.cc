@@ -175,7 +175,7 @@ void TailCollectives(const Cluster& cluster, const Schedule& schedule, const Sta
       break;
   }
   const bool overlapped = options.overlap_grad_reduce && memory.zero <= 1 && d > 1 &&
-                          schedule.flush && schedule.iterations == 1 &&
+                          schedule.flush && schedule.iterations == 1 && !schedule.bidirectional &&
                           !schedule.actions[sr->rank].empty();
   if (!overlapped) return;
   const int64_t bucket_params =

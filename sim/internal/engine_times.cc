@@ -40,6 +40,7 @@ void Engine::Prepare() {
   std::vector<int64_t> per_link;
   std::vector<std::set<int>> hops;  // per link: the boundaries it carries
   for (int s = 0; s + 1 < n; ++s) {
+    if (sched_.IsLastStage(s)) continue;  // the end of a path (bidirectional): no boundary
     const int a = sched_.stage_rank[s], b = sched_.stage_rank[s + 1];
     HopCost& fwd = hops_[2 * s];
     HopCost& bwd = hops_[2 * s + 1];
@@ -47,8 +48,8 @@ void Engine::Prepare() {
     bwd.link = link(b, a);
     if (a == b) continue;
     per_link.resize(links_.size(), 0);
-    per_link[fwd.link] += m;
-    per_link[bwd.link] += m;
+    per_link[fwd.link] += sched_.MicrobatchesThrough(s);
+    per_link[bwd.link] += sched_.MicrobatchesThrough(s);
     hops.resize(links_.size());
     hops[fwd.link].insert(s);
     hops[bwd.link].insert(s);
@@ -78,8 +79,8 @@ void Engine::Prepare() {
   for (int s = 0; s < n; ++s) {
     const StageCost& c = costs_[s];
     const int r = sched_.stage_rank[s];
-    const bool send_fwd = s + 1 < n && sched_.stage_rank[s + 1] != r;
-    const bool send_bwd = s > 0 && sched_.stage_rank[s - 1] != r;
+    const bool send_fwd = !sched_.IsLastStage(s) && sched_.stage_rank[s + 1] != r;
+    const bool send_bwd = !sched_.IsFirstStage(s) && sched_.stage_rank[s - 1] != r;
     for (int k = 0; k < 8; ++k) {
       OpCost& oc = op_cost_[s * 8 + k];
       const OpKind kind = static_cast<OpKind>(k / 2);
@@ -165,7 +166,6 @@ void Engine::Advance(int rank) {
   RankState& st = ranks_[rank];
   const std::vector<Action>& list = sched_.actions[rank];
   const int32_t size = static_cast<int32_t>(list.size());
-  const int last = sched_.num_stages - 1;
   int32_t i = st.next;
   int32_t prev = st.prev;
   // An overlapped pair (docs/simulator.md, "Overlapped F&B") starts when both halves' inputs are
@@ -187,7 +187,7 @@ void Engine::Advance(int rank) {
     int32_t in_event = kHandedOver;    // or the arrival of its input from another rank
     int32_t in_event_2 = kHandedOver;  // an overlapped pair's other input, arrived with it
     if (a.kind == OpKind::kForward) {
-      if (a.stage > 0) {
+      if (!sched_.IsFirstStage(a.stage)) {
         if (c.f == kNotDelivered) {
           // Waiting for an activation; one from this rank would already be here.
           if (Hop(a.stage - 1, false).link >= 0) {
@@ -202,7 +202,7 @@ void Engine::Advance(int rank) {
         const Action& b = list[i + 1];
         const Cell& cb = cells_[CellIndex(b.stage, b.microbatch)];
         if (cb.f != kDone) break;  // its F runs later on this rank: never
-        if (b.stage < last) {
+        if (!sched_.IsLastStage(b.stage)) {
           if (cb.b == kNotDelivered) {
             if (Hop(b.stage, true).link >= 0) {
               st.waiting_on = CellIndex(b.stage, b.microbatch) * 2 + 1;
@@ -228,7 +228,7 @@ void Engine::Advance(int rank) {
       if (c.b != kDone) break;  // its I runs later on this rank: never
     } else {
       if (c.f != kDone) break;  // its F runs later on this rank: never
-      if (a.stage < last) {
+      if (!sched_.IsLastStage(a.stage)) {
         if (c.b == kNotDelivered) {
           if (Hop(a.stage, true).link >= 0) {  // else handed over here: never
             st.waiting_on = CellIndex(a.stage, a.microbatch) * 2 + 1;
@@ -278,18 +278,18 @@ void Engine::Advance(int rank) {
       c.f = kDone;
       if (a.overlapped) {
         deferred_stage = a.stage;
-      } else if (a.stage < last) {
+      } else if (!sched_.IsLastStage(a.stage)) {
         Deliver(a.stage + 1, a.microbatch, false, id, end);
       }
     } else if (a.kind != OpKind::kBackwardWeight) {
       c.b = kDone;
       if (deferred_stage >= 0) {  // the pair's forward half, list[i - 1]
-        if (deferred_stage < last) {
+        if (!sched_.IsLastStage(deferred_stage)) {
           Deliver(deferred_stage + 1, list[i - 1].microbatch, false, id, end);
         }
         deferred_stage = -1;
       }
-      if (a.stage > 0) Deliver(a.stage - 1, a.microbatch, true, id, end);
+      if (!sched_.IsFirstStage(a.stage)) Deliver(a.stage - 1, a.microbatch, true, id, end);
     }
     prev = id;
     prev_end = end;

@@ -127,10 +127,10 @@ bool Engine::Ready(const Action& a) const {
   const int64_t cell = Cell(a.stage, a.microbatch);
   switch (a.kind) {
     case OpKind::kForward:
-      return a.stage == 0 || cells_[cell].f_input;
+      return sched_.IsFirstStage(a.stage) || cells_[cell].f_input;
     case OpKind::kBackward:
     case OpKind::kBackwardInput:
-      return cells_[cell].f_end && (a.stage == sched_.num_stages - 1 || cells_[cell].b_input);
+      return cells_[cell].f_end && (sched_.IsLastStage(a.stage) || cells_[cell].b_input);
     case OpKind::kBackwardWeight:
       return cells_[cell].bi_end;
   }
@@ -182,7 +182,6 @@ void Engine::OnOpEnd(int rank, TimeNs now) {
   RankState& st = ranks_[rank];
   const Action& a = sched_.actions[rank][st.next - 1];
   const int64_t cell = Cell(a.stage, a.microbatch);
-  const int last = sched_.num_stages - 1;
   st.running = false;
   st.last_end = now;
   TimeNs& iter_end = iteration_end_[a.microbatch / (sched_.num_microbatches / sched_.iterations)];
@@ -191,21 +190,22 @@ void Engine::OnOpEnd(int rank, TimeNs now) {
   switch (a.kind) {
     case OpKind::kForward:
       cells_[cell].f_end = true;
-      if (a.stage > 0 && sched_.stage_rank[a.stage - 1] != rank)
+      if (!sched_.IsFirstStage(a.stage) && sched_.stage_rank[a.stage - 1] != rank)
         comm -= costs_[a.stage - 1].output_bytes;
       // An overlapped pair's forward half sends when the pair ends, below.
-      if (a.stage < last && !a.overlapped) Send(a.stage, a.stage + 1, a.microbatch, false, now);
+      if (!sched_.IsLastStage(a.stage) && !a.overlapped)
+        Send(a.stage, a.stage + 1, a.microbatch, false, now);
       break;
     case OpKind::kBackward:
     case OpKind::kBackwardInput:
       if (a.overlapped) {
         const Action& f = sched_.actions[rank][st.next - 2];
-        if (f.stage < last) Send(f.stage, f.stage + 1, f.microbatch, false, now);
+        if (!sched_.IsLastStage(f.stage)) Send(f.stage, f.stage + 1, f.microbatch, false, now);
       }
       cells_[cell].bi_end = true;
-      if (a.stage < last && sched_.stage_rank[a.stage + 1] != rank)
+      if (!sched_.IsLastStage(a.stage) && sched_.stage_rank[a.stage + 1] != rank)
         comm -= costs_[a.stage].output_bytes;
-      if (a.stage > 0) Send(a.stage, a.stage - 1, a.microbatch, true, now);
+      if (!sched_.IsFirstStage(a.stage)) Send(a.stage, a.stage - 1, a.microbatch, true, now);
       break;
     case OpKind::kBackwardWeight:
       break;
@@ -235,6 +235,7 @@ void Engine::PrepareLinks() {
   bwd_serial_.assign(n, 0);
   bwd_latency_.assign(n, 0);
   for (int s = 0; s + 1 < n; ++s) {
+    if (sched_.IsLastStage(s)) continue;  // the end of a path (bidirectional): no boundary
     const int a = sched_.stage_rank[s], b = sched_.stage_rank[s + 1];
     fwd_link_[s] = link(a, b);
     bwd_link_[s] = link(b, a);

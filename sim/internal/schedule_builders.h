@@ -53,6 +53,9 @@ Status BuildZBVAutoFromCosts(Schedule& s, const ScheduleCosts& costs);
 void BuildFromDefaultCosts(Schedule& s, ScheduleKind kind);
 inline void BuildZBAuto(Schedule& s) { BuildFromDefaultCosts(s, ScheduleKind::kZBAuto); }
 inline void BuildZBVAuto(Schedule& s) { BuildFromDefaultCosts(s, ScheduleKind::kZBVAuto); }
+// DualPipe (deepseek-ai/DualPipe dualpipe.py): bidirectional, 2p virtual stages in the V
+// placement, p even, m even and >= 2p, overlapped F&B pairs.
+void BuildDualPipe(Schedule& s);
 
 }  // namespace pipecast::internal
 
