@@ -110,7 +110,7 @@ bool HaveMpirun() { return std::system("command -v mpirun >/dev/null 2>&1") == 0
 void ExpectWithinLoopTolerances(const cli_test::ToolRun& r, bool check_time,
                                 const std::string& ops = "busy-work",
                                 double time_tolerance = kTimeTolerance,
-                                double sender_held_bytes = 0) {
+                                double sender_held_bytes = 0, int stages = 2) {
   ASSERT_TRUE(r.exit_code == 0 || r.exit_code == 3) << r.err;
   const nlohmann::json j = nlohmann::json::parse(r.out);
   EXPECT_THAT(j["ops"].get<std::string>(), HasSubstr(ops));
@@ -131,7 +131,7 @@ void ExpectWithinLoopTolerances(const cli_test::ToolRun& r, bool check_time,
           << " B (error " << error << ")";
     }
   }
-  EXPECT_EQ(memory_rows, 2);
+  EXPECT_EQ(memory_rows, stages);
 }
 
 // The share of a core each of two busy threads gets now: CPU time over wall
@@ -362,6 +362,37 @@ TEST_F(ValidatorTensorParallel, CpuBackendRunsTwoByTwo) {
   const cli_test::ToolRun refused = Validator(dir, ValidatorArgs(dir, sp) + " --backend cpu");
   EXPECT_EQ(refused.exit_code, 1);
   EXPECT_THAT(refused.err, HasSubstr("sequence parallelism, which the validator does not run"));
+}
+
+// Where the machine has fewer cores than the 2 x 2 plan's four workers (CI's two), time is
+// checked on one stage of t = 2: two worker threads, each block's two halves and their
+// all-reduces, against the simulator's prediction from the per-t profiles, within the
+// validator's tolerance for real layers.
+TEST_F(ValidatorTensorParallel, CpuBackendTimesOneStageOfTwoWorkers) {
+  TempDir dir;
+  const std::string model = dir.File("model.json");
+  cli_test::ToolRun prof =
+      RunTool(dir, PIPECAST_PROFILER_BIN,
+              "cpu --layers 4 --hidden 128 --ffn 512 --tokens-per-sample 64 --microbatch-sizes 1 "
+              "--tensor-parallel 1,2 --warmup 2 --iterations 7 --global-batch 8 --out " +
+                  Quote(model));
+  ASSERT_EQ(prof.exit_code, 0) << prof.err;
+  const std::string plan = dir.File("tp1.plan.json");
+  cli_test::ToolRun planned =
+      RunTool(dir, PIPECAST_PLANNER_BIN,
+              "--model " + Quote(model) +
+                  " --gpus 2 --tensor-parallel 2 --pipeline-stages 1 --sequence-parallel off "
+                  "--cluster local --zero 0 --schedules 1f1b --recompute off --out " +
+                  Quote(plan));
+  ASSERT_EQ(planned.exit_code, 0) << planned.err;
+  EXPECT_THAT(planned.out, HasSubstr("t=2 p=1 d=1 1f1b"));
+  const cli_test::ToolRun r = Validator(dir, ValidatorArgs(dir, plan) + " --backend cpu");
+  ExpectWithinLoopTolerances(r, check_time_ && CoresForWorkers(2),
+                             "real layers of the profiler's CPU workload", kRealLayerTimeTolerance,
+                             kOneMessageBytes, /*stages=*/1);
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["tensor_parallel"], 2);
+  EXPECT_EQ(j["workers"].size(), 2u);
 }
 
 TEST_F(ValidatorTensorParallel, MpiBackendRunsTwoByTwoOnFourProcesses) {
