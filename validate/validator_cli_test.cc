@@ -279,6 +279,19 @@ TEST_P(ValidatorLoop, ProfilerCpuLayersOnTheMpiBackend) {
 // 3178496 B on two runs (one message apart) against a measured 3178496 B.
 constexpr double kOneMessageBytes = 64 * 128 * 4;
 
+// The CPU workload profiled whole and as one worker's half (`profiler cpu --tensor-parallel
+// 1,2`): 4 blocks, hidden 128, ffn 512 (256 a worker), 64 tokens a sample.
+std::string ProfileTensorParallelModel(const TempDir& dir) {
+  const std::string model = dir.File("model.json");
+  cli_test::ToolRun prof =
+      RunTool(dir, PIPECAST_PROFILER_BIN,
+              "cpu --layers 4 --hidden 128 --ffn 512 --tokens-per-sample 64 --microbatch-sizes 1 "
+              "--tensor-parallel 1,2 --warmup 2 --iterations 7 --global-batch 8 --out " +
+                  Quote(model));
+  EXPECT_EQ(prof.exit_code, 0) << prof.err;
+  return model;
+}
+
 // Issue 15 part 6: a t=2 x p=2 plan of the CPU workload. `profiler cpu
 // --tensor-parallel 1,2` measures each block whole and as one worker's half
 // (ffn 256 of 512); the planner is pinned to t = 2 on 4 GPUs, and --memory-gb
@@ -287,13 +300,7 @@ constexpr double kOneMessageBytes = 64 * 128 * 4;
 // on one stage, so it splits them over p = 2. The validator then runs 4
 // worker threads, 2 a stage, with in-process all-reduces.
 std::string ProfileAndPlanTensorParallel(const TempDir& dir) {
-  const std::string model = dir.File("model.json");
-  cli_test::ToolRun prof =
-      RunTool(dir, PIPECAST_PROFILER_BIN,
-              "cpu --layers 4 --hidden 128 --ffn 512 --tokens-per-sample 64 --microbatch-sizes 1 "
-              "--tensor-parallel 1,2 --warmup 2 --iterations 7 --global-batch 8 --out " +
-                  Quote(model));
-  EXPECT_EQ(prof.exit_code, 0) << prof.err;
+  const std::string model = ProfileTensorParallelModel(dir);
   const std::string plan = dir.File("tp.plan.json");
   cli_test::ToolRun r =
       RunTool(dir, PIPECAST_PLANNER_BIN,
@@ -370,13 +377,7 @@ TEST_F(ValidatorTensorParallel, CpuBackendRunsTwoByTwo) {
 // validator's tolerance for real layers.
 TEST_F(ValidatorTensorParallel, CpuBackendTimesOneStageOfTwoWorkers) {
   TempDir dir;
-  const std::string model = dir.File("model.json");
-  cli_test::ToolRun prof =
-      RunTool(dir, PIPECAST_PROFILER_BIN,
-              "cpu --layers 4 --hidden 128 --ffn 512 --tokens-per-sample 64 --microbatch-sizes 1 "
-              "--tensor-parallel 1,2 --warmup 2 --iterations 7 --global-batch 8 --out " +
-                  Quote(model));
-  ASSERT_EQ(prof.exit_code, 0) << prof.err;
+  const std::string model = ProfileTensorParallelModel(dir);
   const std::string plan = dir.File("tp1.plan.json");
   cli_test::ToolRun planned =
       RunTool(dir, PIPECAST_PLANNER_BIN,
