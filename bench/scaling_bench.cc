@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "base/units.h"
+#include "bench/bench_util.h"
 #include "formats/formats.h"
 #include "sim/cluster.h"
 #include "sim/model.h"
@@ -60,34 +61,8 @@ constexpr int kMicrobatches[] = {64, 256, 1024, 4096};
 constexpr int kChunks = 2;  // v for interleaved and looped-bfs
 constexpr char kClusterPreset[] = "h100-sxm";
 
-Model SyntheticModel(int num_layers) {
-  Model model;
-  model.name = "synthetic";
-  model.source.method = "manual";
-  for (int i = 0; i < num_layers; ++i) {
-    Layer layer;
-    layer.name = "layer" + std::to_string(i);
-    layer.parameters = 1'000'000;
-    LayerProfile profile;
-    profile.microbatch_size = 1;
-    profile.forward_ns = 100 * kNsPerUs;
-    profile.backward_ns = 200 * kNsPerUs;
-    profile.backward_weight_ns = 100 * kNsPerUs;  // for the zero-bubble schedules
-    profile.activation_bytes = 1 * kMiB;
-    profile.output_bytes = 1 * kMiB;
-    layer.profiles.push_back(profile);
-    model.layers.push_back(std::move(layer));
-  }
-  return model;
-}
-
-// CPU time of this thread: on a machine shared with other work, wall time
-// per op grows with the load; CPU time per op much less.
-double ThreadCpuNs() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) * 1e9 + static_cast<double>(ts.tv_nsec);
-}
+using bench::SyntheticModel;
+using bench::ThreadCpuNs;
 
 int ChunksFor(ScheduleKind kind) {
   const int fixed = TraitsOf(kind).fixed_chunks;  // the V family: always 2

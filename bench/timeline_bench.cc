@@ -51,6 +51,7 @@
 #include <utility>
 
 #include "base/units.h"
+#include "bench/bench_util.h"
 #include "report/html_report.h"
 #include "report/trace.h"
 #include "sim/cluster.h"
@@ -91,31 +92,8 @@ void operator delete[](void* p, size_t) noexcept { CountedDelete(p); }
 namespace pipecast {
 namespace {
 
-Model SyntheticModel(int num_layers) {
-  Model model;
-  model.name = "synthetic";
-  for (int i = 0; i < num_layers; ++i) {
-    Layer layer;
-    layer.name = "layer" + std::to_string(i);
-    layer.parameters = 1'000'000;
-    LayerProfile profile;
-    profile.microbatch_size = 1;
-    profile.forward_ns = 100 * kNsPerUs;
-    profile.backward_ns = 200 * kNsPerUs;
-    profile.backward_weight_ns = 100 * kNsPerUs;
-    profile.activation_bytes = 1 * kMiB;
-    profile.output_bytes = 1 * kMiB;
-    layer.profiles.push_back(profile);
-    model.layers.push_back(std::move(layer));
-  }
-  return model;
-}
-
-double ThreadCpuNs() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) * 1e9 + static_cast<double>(ts.tv_nsec);
-}
+using bench::SyntheticModel;
+using bench::ThreadCpuNs;
 
 // In-use bytes: small chunks (uordblks) and the large ones glibc maps directly (hblkhd).
 size_t HeapInUse() {
