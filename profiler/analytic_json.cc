@@ -1,0 +1,78 @@
+// EstimateTransformerJson (profiler/analytic.h): the estimate's model.json with
+// a profile per tensor-parallel degree, each from EstimateTransformerAt, and
+// the per-GPU parameters and the split's rule in source.tensor_parallel.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "formats/formats.h"
+#include "profiler/analytic.h"
+
+namespace pipecast {
+
+Result<std::string> EstimateTransformerJson(const TransformerSpec& spec,
+                                            const AnalyticOptions& options,
+                                            const std::vector<int>& degrees) {
+  std::set<int> seen;
+  for (int t : degrees) {
+    if (t < 1) {
+      return Status::InvalidArgument(fmt::format(
+          "--tensor-parallel lists {}; degrees are GPUs per tensor-parallel group, 1 or more", t));
+    }
+    if (!seen.insert(t).second) {
+      return Status::InvalidArgument(
+          fmt::format("--tensor-parallel lists {} twice; give each degree once", t));
+    }
+  }
+  Result<Model> base = EstimateTransformer(spec, options);
+  if (!base.ok()) return base.status();
+  if (seen.size() <= 1 && (seen.empty() || *seen.begin() == 1)) return ModelToJson(*base);
+  using ordered = nlohmann::ordered_json;  // keeps ModelToJson's key order
+  ordered doc = ordered::parse(ModelToJson(*base));
+  ordered parameters = ordered::object();
+  for (int t : seen) {
+    if (t == 1) continue;
+    for (bool sp : {false, true}) {
+      std::vector<TensorParallelCost> costs;
+      Result<Model> at = EstimateTransformerAt(spec, options, {t, sp}, &costs);
+      if (!at.ok()) return at.status();
+      const ordered per_t = ordered::parse(ModelToJson(*at));
+      for (size_t i = 0; i < at->layers.size(); ++i) {
+        const TensorParallelCost& c = costs[i];
+        for (ordered profile : per_t["layers"][i]["profiles"]) {
+          const double b = profile["microbatch_size"].get<double>();
+          profile["tensor_parallel"] = t;
+          profile["sequence_parallel"] = sp;
+          profile["tp_comm_bytes"] = std::llround(b * c.comm_bytes_per_sample);
+          profile["tp_forward_collectives"] = c.forward_collectives;
+          profile["tp_backward_collectives"] = c.backward_collectives;
+          doc["layers"][i]["profiles"].push_back(std::move(profile));
+        }
+      }
+      if (!sp) {
+        // The same with and without sequence parallelism.
+        parameters[std::to_string(t)] = {{"embedding", costs.front().parameters},
+                                         {"block", costs[1].parameters},
+                                         {"lm_head", costs.back().parameters}};
+      }
+    }
+  }
+  std::set<int> written = seen;
+  written.insert(1);  // t = 1 is always written
+  doc["source"]["tensor_parallel"] = {
+      {"degrees", ordered(std::vector<int>(written.begin(), written.end()))},
+      {"parameters_per_gpu", parameters},
+      {"rule",
+       "Megatron-LM: QKV and fc1 column-parallel (weights and biases / t), attention projection "
+       "and fc2 row-parallel (weights / t, biases replicated), layernorms replicated, token "
+       "embedding and lm_head vocabulary-parallel (ceil(V/t) rows), position table replicated; "
+       "layer 'parameters' is the t = 1 count; profile times and bytes are per GPU, TP "
+       "communication excluded (tp_comm_bytes x tp_*_collectives all-reduce equivalents)"}};
+  return doc.dump(2, ' ', false, ordered::error_handler_t::replace) + "\n";
+}
+
+}  // namespace pipecast
