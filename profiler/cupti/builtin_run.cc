@@ -6,6 +6,8 @@
 
 #include <cstdlib>
 #include <nlohmann/json.hpp>
+#include <utility>
+#include <vector>
 
 #include "profiler/cupti/injection_runner.h"
 #include "profiler/cupti_model.h"
@@ -20,11 +22,12 @@ Result<Model> ProfileBuiltin(const BuiltinOptions& options, std::string* report)
   const std::string runner = env != nullptr && *env ? env : PIPECAST_BLOCK_RUNNER_PATH;
   const BlockShape& s = options.shape;
   const int steps = options.aggregate.warmup + options.aggregate.iterations;
-  // One model per degree t, each from one run per micro-batch size; t = 1 first.
-  std::vector<Model> per_t;
-  std::vector<CuptiMeasurement> base_measurements;
+  // One run per micro-batch size at each degree t; t = 1 first. The t = 1 runs make the
+  // model; each t > 1 makes a model whose profiles join it.
+  std::vector<std::pair<int, Model>> shards;
+  std::vector<CuptiMeasurement> measurements;
   for (int t : options.Degrees()) {
-    std::vector<CuptiMeasurement> measurements;
+    std::vector<CuptiMeasurement> at_t;
     for (int b : options.microbatch_sizes) {
       InjectionRun run;
       run.argv = {runner,
@@ -52,17 +55,16 @@ Result<Model> ProfileBuiltin(const BuiltinOptions& options, std::string* report)
       Result<CuptiMeasurement> m = MeasureTraces(*traces, b, options.aggregate);
       if (!m.ok()) return m.status().WithPrefix(what);
       if (report != nullptr) *report += (t > 1 ? what + ":\n" : "") + DescribeMeasurement(*m);
-      measurements.push_back(std::move(*m));
+      at_t.push_back(std::move(*m));
     }
     if (t == 1) {
-      base_measurements = std::move(measurements);
+      measurements = std::move(at_t);
       continue;
     }
-    Result<Model> at = BuildCuptiModel(options.name, measurements, options.aggregate, {});
+    Result<Model> at = BuildCuptiModel(options.name, at_t, options.aggregate, {});
     if (!at.ok()) return at.status().WithPrefix(fmt::format("tensor_parallel {}", t));
-    per_t.push_back(std::move(*at));
+    shards.emplace_back(t, std::move(*at));
   }
-  const std::vector<CuptiMeasurement>& measurements = base_measurements;
   nlohmann::ordered_json workload = {
       {"kind", "pipecast built-in pre-layernorm GPT block (profiler/cupti/builtin_block.h)"},
       {"hidden", s.hidden},
@@ -91,9 +93,8 @@ Result<Model> ProfileBuiltin(const BuiltinOptions& options, std::string* report)
   const ShardCollectives collectives{.comm_bytes_per_sample = s.HiddenBytes(1),
                                      .forward_collectives = 2,
                                      .backward_collectives = 2};
-  for (size_t i = 0; i < per_t.size(); ++i) {
-    PIPECAST_RETURN_IF_ERROR(
-        AddTensorParallelProfiles(&*model, per_t[i], degrees[i + 1], collectives));
+  for (const auto& [t, at] : shards) {
+    PIPECAST_RETURN_IF_ERROR(AddTensorParallelProfiles(&*model, at, t, collectives));
   }
   model->dtype = "bf16";
   model->sequence_length = s.seq;
