@@ -145,7 +145,7 @@ namespace {
 // at most m (more changes nothing) and at least 1 (a rank that cannot afford one fails the
 // simulated memory check, as any schedule would). m with unlimited memory.
 double AffordableActivations(const Model& model, const Cluster& cluster, const Candidate& c,
-                             const PlannerOptions& options, const SimOptions& sim) {
+                             const SimOptions& sim) {
   const Bytes capacity = MemoryLimitBytes(cluster.gpu);
   if (capacity <= 0) return c.microbatches;
   const StageCostTable table(model, StageCostOptionsFor(sim, cluster));
@@ -155,8 +155,7 @@ double AffordableActivations(const Model& model, const Cluster& cluster, const C
   shape.chunks = c.chunks;
   shape.microbatches = c.microbatches;
   shape.data_parallel = c.data_parallel;
-  MemoryConfig memory = sim.memory;
-  memory = TensorParallelShare(memory, std::max(1, c.tensor_parallel));
+  const MemoryConfig memory = TensorParallelShare(sim.memory, std::max(1, c.tensor_parallel));
   const Placement placement = TraitsOf(c.schedule).placement;
   std::vector<Bytes> fixed(c.pipeline_stages, 0), held(c.pipeline_stages, 0);
   std::vector<Bytes> recomputed(c.pipeline_stages, 0);
@@ -187,7 +186,7 @@ Result<CandidateSetup> SetUpCandidate(const Model& model, const Cluster& cluster
   sim.record_timeline = record_timeline;
   Result<Schedule> schedule = Status::Internal("unset");
   if (TraitsOf(c.schedule).generate_from_costs != nullptr && !c.partition.empty()) {
-    const double limit = AffordableActivations(model, cluster, c, options, sim);
+    const double limit = AffordableActivations(model, cluster, c, sim);
     auto costs =
         ScheduleCostsFor(model, cluster, sim, c.schedule, c.pipeline_stages, c.chunks, limit);
     if (!costs.ok()) return costs.status();
