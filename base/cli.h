@@ -29,11 +29,17 @@ inline std::string VersionLine(const std::string& tool) {
   return fmt::format("{} {} (git {})", tool, PIPECAST_VERSION, PIPECAST_GIT_REVISION);
 }
 
+// "a, b, c": a flag's choices, for help texts and errors.
+inline std::string JoinNames(const std::vector<std::string>& names) {
+  std::string list;
+  for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
+  return list;
+}
+
 // A flag whose value is one of `choices`: "'zb-h3' is not one of naive,
 // gpipe, ...; did you mean zb-h2?" as a usage error.
 inline CLI::Validator OneOf(std::vector<std::string> choices) {
-  std::string list;
-  for (const std::string& c : choices) list += (list.empty() ? "" : ", ") + c;
+  const std::string list = JoinNames(choices);
   return CLI::Validator(
       [choices, list](std::string& value) -> std::string {
         for (const std::string& c : choices) {

@@ -14,13 +14,6 @@
 
 namespace pipecast {
 
-// "a, b, c": a flag's choices for its help text.
-inline std::string JoinNames(const std::vector<std::string>& names) {
-  std::string list;
-  for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
-  return list;
-}
-
 // Where each shared flag's value goes, in the tool's own options struct.
 struct TrainingFlagFields {
   std::string* cluster;
