@@ -20,7 +20,8 @@
 // BM_TimelineSideBySide/<schedule>/p:64/m:1024/<cluster>: both paths in one
 // loop, alternately, so load on a shared machine hits both alike:
 // off_cpu_ns_per_op, on_cpu_ns_per_op, on_over_off (the target: at
-// most 2) and on_bytes_per_op.
+// most 2) and on_bytes_per_op. The timeline path is record_timeline alone;
+// .../critical_path adds SimOptions::critical_path, as the tools run it.
 //
 // BM_RecordFloor/<schedule>/p:64/m:1024/<cluster>: the same records as the
 // timeline path's result (ops, transfers, memory samples) written from their
@@ -167,12 +168,13 @@ void BM_Timeline(benchmark::State& state, ScheduleKind kind, int ranks, int micr
 }
 
 void BM_TimelineSideBySide(benchmark::State& state, ScheduleKind kind, int ranks, int microbatches,
-                           const std::string& cluster_name) {
+                           const std::string& cluster_name, bool critical_path) {
   Setup setup;
   if (!MakeSetup(state, kind, ranks, microbatches, cluster_name, &setup)) return;
   SimOptions off, on;
   off.record_timeline = false;
   on.record_timeline = true;
+  on.critical_path = critical_path;
   double cpu_off = 0, cpu_on = 0, held_bytes = 0;
   for (auto _ : state) {
     const double t0 = ThreadCpuNs();
@@ -237,12 +239,12 @@ void BM_RecordFloor(benchmark::State& state, ScheduleKind kind, int ranks, int m
     }
     out.per_rank.resize(samples.size());
     for (size_t r = 0; r < samples.size(); ++r) {
-      std::vector<MemorySample>& tl = out.per_rank[r].memory_timeline;
-      tl.resize(samples[r]);
+      std::vector<MemoryTimeline::Change> changes(samples[r]);
       for (size_t i = 0; i < samples[r]; ++i) {
-        const auto t = static_cast<TimeNs>(i);
-        tl[i] = MemorySample{t, t + 1, t + 2, t + 3};
+        changes[i] = MemoryTimeline::Change{static_cast<TimeNs>(i), static_cast<int32_t>(i & 1)};
       }
+      out.per_rank[r].memory_timeline =
+          MemoryTimeline({MemoryDelta{1, 0, 0}, MemoryDelta{-1, 0, 0}}, std::move(changes));
     }
     benchmark::DoNotOptimize(out);
     benchmark::ClobberMemory();
@@ -259,6 +261,7 @@ void BM_TraceMemory(benchmark::State& state, ScheduleKind kind, int ranks, int m
   if (!MakeSetup(state, kind, ranks, microbatches, "h100-sxm", &setup)) return;
   SimOptions options;
   options.record_timeline = true;
+  options.critical_path = true;  // as the tools write traces and reports
   const size_t before_result = live_bytes.load();
   Result<SimResult> result = Simulate(setup.model, setup.cluster, setup.schedule, options);
   if (!result.ok()) {
@@ -308,11 +311,13 @@ void RegisterAll() {
             ->Unit(benchmark::kMillisecond)
             ->UseRealTime();
       }
-      const std::string label =
-          std::string("BM_TimelineSideBySide/") + name + "/p:64/m:1024/" + cluster;
-      benchmark::RegisterBenchmark(label.c_str(), BM_TimelineSideBySide, kind, 64, 1024,
-                                   std::string(cluster))
-          ->Unit(benchmark::kMillisecond);
+      for (bool critical_path : {false, true}) {
+        const std::string label = std::string("BM_TimelineSideBySide/") + name + "/p:64/m:1024/" +
+                                  cluster + (critical_path ? "/critical_path" : "");
+        benchmark::RegisterBenchmark(label.c_str(), BM_TimelineSideBySide, kind, 64, 1024,
+                                     std::string(cluster), critical_path)
+            ->Unit(benchmark::kMillisecond);
+      }
       const std::string floor = std::string("BM_RecordFloor/") + name + "/p:64/m:1024/" + cluster;
       benchmark::RegisterBenchmark(floor.c_str(), BM_RecordFloor, kind, 64, 1024,
                                    std::string(cluster))

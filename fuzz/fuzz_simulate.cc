@@ -103,6 +103,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   options.recompute = (a & 0x80) != 0 ? ((a & 0x40) != 0 ? Recompute::kSelective : Recompute::kFull)
                                       : Recompute::kOff;
   options.record_timeline = (b & 0x08) != 0;
+  options.critical_path = options.record_timeline;  // as the tools run it
   options.optimizer_step_ns = (b & 0x04) ? 5000 : 0;
 
   Result<SimResult> result = Simulate(model, *cluster, schedule, options);

@@ -16,6 +16,7 @@ Result<ChosenPlan> MakeChosenPlan(const Model& model, const std::string& model_h
   if (with_timeline) {
     SimOptions sim = c.replay.options;
     sim.record_timeline = true;
+    sim.critical_path = true;  // the report and the trace draw it
     auto replay = Simulate(model, cluster, c.replay.schedule, sim);
     if (!replay.ok()) return replay.status().WithPrefix("replaying the chosen plan");
     c.timeline = std::move(replay.value());

@@ -120,7 +120,7 @@ class MemoryChart {
     };
     double y_prev = Y(y0, base, s.rank);
     add(axis_.X(0), y_prev);
-    const auto& tl = s.memory_timeline;
+    const std::vector<MemorySample> tl = s.memory_timeline.Levels();
     for (size_t i = 0; i < tl.size();) {
       const double x = axis_.X(tl[i].time_ns);
       const long column = static_cast<long>((x - kGutterPx) / kMemColumnPx);

@@ -38,11 +38,18 @@ Cluster LinkedCluster() {
   return c;
 }
 
+// The tools' options: the timeline and its critical path.
+SimOptions WithCriticalPath() {
+  SimOptions o;
+  o.critical_path = true;
+  return o;
+}
+
 struct Simulation {
   Model model;
   Cluster cluster;
   Schedule schedule;
-  SimOptions options;
+  SimOptions options = WithCriticalPath();
   SimResult result;
   std::string html;
 };

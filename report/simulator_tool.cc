@@ -325,6 +325,7 @@ Result<std::string> RunSimulatorTool(const SimulatorToolOptions& flags,
   if (!setup.ok()) return setup.status();
   // Always: the critical path in the summary and --json is derived from the timeline.
   setup->options.record_timeline = true;
+  setup->options.critical_path = true;
   setup->options.overlap_factor = flags.overlap_factor;
   auto result = Simulate(*model, setup->cluster, setup->schedule, setup->options);
   if (!result.ok()) return result.status();

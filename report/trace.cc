@@ -243,7 +243,7 @@ class TraceBuilder {
     return j;
   }
 
-  Json Render(const Event& e) const {
+  Json Render(const Event& e) {
     switch (e.kind) {
       case Kind::kCritical:
         return RenderCriticalStep(e);
@@ -361,29 +361,45 @@ class TraceBuilder {
   // samples' count and one past it).
   void AddMemory(size_t position) {
     const StageResult& stage = result_.per_rank[position];
-    const std::vector<MemorySample>& samples = stage.memory_timeline;
-    for (size_t i = 0; i < samples.size(); ++i) {
-      Add(samples[i].time_ns, stage.rank, kComputeTid, Order::kCounter, Kind::kMemory, position,
+    const std::vector<MemoryTimeline::Change>& changes = stage.memory_timeline.changes();
+    for (size_t i = 0; i < changes.size(); ++i) {
+      Add(changes[i].time_ns, stage.rank, kComputeTid, Order::kCounter, Kind::kMemory, position,
           static_cast<int32_t>(i));
     }
-    if (result_.memory_capacity_bytes > 0 && !samples.empty()) {
-      const int32_t n = static_cast<int32_t>(samples.size());
-      Add(samples.front().time_ns, stage.rank, kComputeTid, Order::kCounter, Kind::kMemory,
+    if (result_.memory_capacity_bytes > 0 && !changes.empty()) {
+      const int32_t n = static_cast<int32_t>(changes.size());
+      Add(changes.front().time_ns, stage.rank, kComputeTid, Order::kCounter, Kind::kMemory,
           position, n);
       Add(result_.iteration_ns, stage.rank, kComputeTid, Order::kCounter, Kind::kMemory, position,
           n + 1);
     }
   }
 
-  Json RenderMemory(const Event& ev) const {
+  // The level of sample `sub` of rank `position`: a rank's samples are
+  // written in order (by time, then by index), so a cursor per rank walks
+  // the running sums once; from the start again if ever asked for an
+  // earlier one.
+  const MemorySample& MemoryLevel(size_t position, int32_t sub) {
+    if (memory_cursor_.empty()) {
+      for (const StageResult& s : result_.per_rank) {
+        memory_cursor_.push_back(s.memory_timeline.begin());
+      }
+    }
+    MemoryTimeline::Iterator& it = memory_cursor_[position];
+    if (it.index() > static_cast<size_t>(sub))
+      it = result_.per_rank[position].memory_timeline.begin();
+    while (it.index() < static_cast<size_t>(sub)) ++it;
+    return *it;
+  }
+
+  Json RenderMemory(const Event& ev) {
     const StageResult& stage = result_.per_rank[ev.index];
-    const std::vector<MemorySample>& samples = stage.memory_timeline;
-    if (ev.sub >= static_cast<int32_t>(samples.size())) {
+    if (ev.sub >= static_cast<int32_t>(stage.memory_timeline.size())) {
       Json e = Timed(ev, "C", "capacity", "memory");
       e["args"] = {{"capacity", result_.memory_capacity_bytes}};
       return e;
     }
-    const MemorySample& sample = samples[ev.sub];
+    const MemorySample& sample = MemoryLevel(ev.index, ev.sub);
     const MemoryBreakdown& m = stage.memory;
     const Bytes static_bytes = m.weights + m.gradients + m.optimizer + m.stashed_weights;
     Json e = Timed(ev, "C", "memory", "memory");
@@ -461,7 +477,8 @@ class TraceBuilder {
   // (rank, stage, backward?, micro-batch) -> start of the op, first seen.
   std::vector<std::pair<std::tuple<int, int, bool, int>, TimeNs>> consumers_;
   std::vector<bool> critical_ops_, critical_transfers_;
-  std::vector<int> transfer_tid_;                                         // per transfer
+  std::vector<MemoryTimeline::Iterator> memory_cursor_;  // per rank, for MemoryLevel()
+  std::vector<int> transfer_tid_;                        // per transfer
   std::map<int, std::vector<std::pair<int, std::string>>> link_threads_;  // per sender: tid, name
 };
 

@@ -56,7 +56,10 @@ SimResult TinyResult() {
   r.per_rank.resize(2);
   r.per_rank[0].rank = 0;
   r.per_rank[1].rank = 1;
-  r.per_rank[0].memory_timeline = {{0, 100, 0, 10}, {1000, 100, 4096, 0}, {7250, 0, 0, 0}};
+  for (const MemorySample& level : {MemorySample{0, 100, 0, 10}, MemorySample{1000, 100, 4096, 0},
+                                    MemorySample{7250, 0, 0, 0}}) {
+    r.per_rank[0].memory_timeline.Append(level);
+  }
   return r;
 }
 
@@ -362,7 +365,9 @@ TEST(TraceTest, MarksTheCriticalPath) {
   // GPipe p=2 m=1: every op is on the path (F, F, B, B): 4 critical slices.
   Model model = test_util::UniformModel(2, 1000, 2000);
   auto sched = MakeSchedule(ScheduleKind::kGPipe, 2, 1);
-  auto r = Simulate(model, test_util::IdealCluster(), *sched, SimOptions{});
+  SimOptions options;
+  options.critical_path = true;
+  auto r = Simulate(model, test_util::IdealCluster(), *sched, options);
   ASSERT_TRUE(r.ok());
   json trace = json::parse(TraceJson(*r));
   int critical_slices = 0, flagged_ops = 0;

@@ -51,6 +51,11 @@ Status SimOptions::Validate() const {
         "in (0, {}] (1: no overlap gain)",
         overlap_factor, kMaxOverlapFactor));
   }
+  if (critical_path && !record_timeline) {
+    return Status::InvalidArgument(
+        "the critical path needs the timeline: set record_timeline with critical_path (the path "
+        "is walked back over the op and transfer records)");
+  }
   return memory.Validate();
 }
 
@@ -353,7 +358,7 @@ void Metrics(const Model& model, const Cluster& cluster, const Schedule& schedul
         internal::OptimizerBytesPerParam(options.memory) * options.tensor_parallel,
         internal::kOptimizerMemoryEfficiency * 100, cluster.gpu.memory_bandwidth_gbps));
   }
-  if (options.record_timeline && !result->ops.empty()) {
+  if (options.record_timeline && options.critical_path && !result->ops.empty()) {
     result->critical_path = ComputeCriticalPath(schedule, result->ops, result->transfers);
     for (const CriticalStep& step : result->critical_path->steps) {
       if (step.kind != CriticalStep::Kind::kCompute) continue;

@@ -78,6 +78,7 @@
 #include "sim/cluster.h"
 #include "sim/critical_path.h"
 #include "sim/memory.h"
+#include "sim/memory_timeline.h"
 #include "sim/model.h"
 #include "sim/partition.h"
 #include "sim/schedule.h"
@@ -138,6 +139,10 @@ struct SimOptions {
   // Keep every op, transfer and memory change (needed for traces); off in
   // planner searches to save time and memory.
   bool record_timeline = true;
+  // With record_timeline: also find the critical path (SimResult::critical_path), a walk back
+  // over the records. Off: critical_path stays empty; the tools set it where they print or
+  // write the path (docs/simulator.md "Critical path").
+  bool critical_path = false;
 
   Status Validate() const;
 };
@@ -160,15 +165,6 @@ struct TransferRecord {
   TimeNs ready_ns = 0;  // producer ended
   TimeNs start_ns = 0;  // link became free
   TimeNs end_ns = 0;    // arrived
-};
-
-// One change of a rank's live memory (excluding static weights/grads/optimizer).
-// A timeline holds every change in order, several at one instant included.
-struct MemorySample {
-  TimeNs time_ns = 0;
-  Bytes activations = 0;
-  Bytes comm_buffers = 0;
-  Bytes workspace = 0;
 };
 
 struct MemoryBreakdown {
@@ -215,9 +211,9 @@ struct StageResult {
   // overlap_grad_reduce (allreduce_ns is the exposed rest), and its buckets.
   TimeNs allreduce_hidden_ns = 0;
   int grad_buckets = 0;
-  TimeNs optimizer_ns = 0;                    // this rank's optimizer step
-  int weight_versions = 1;                    // weight versions held at once (PipeDream: p - s)
-  std::vector<MemorySample> memory_timeline;  // when record_timeline
+  TimeNs optimizer_ns = 0;         // this rank's optimizer step
+  int weight_versions = 1;         // weight versions held at once (PipeDream: p - s)
+  MemoryTimeline memory_timeline;  // when record_timeline
 };
 
 struct SimResult {
@@ -272,8 +268,8 @@ struct SimResult {
   TimeNs first_iteration_ns = 0;  // PipeDream: the first, with its warm-up
 
   std::vector<StageResult> per_rank;
-  // When record_timeline: the chain of ops and transfers that sets the
-  // pipeline's length.
+  // When record_timeline and SimOptions::critical_path: the chain of ops and
+  // transfers that sets the pipeline's length.
   std::optional<CriticalPath> critical_path;
   std::vector<OpRecord> ops;              // when record_timeline, in start order
   std::vector<TransferRecord> transfers;  // when record_timeline

@@ -116,9 +116,11 @@ void CompareResults(const SimResult& a, const SimResult& b, Differ* d) {
     d->Eq(at + "allreduce_ns", x.allreduce_ns, y.allreduce_ns);
     d->Eq(at + "weight_versions", x.weight_versions, y.weight_versions);
     d->Eq(at + "memory_timeline.size", x.memory_timeline.size(), y.memory_timeline.size());
-    for (size_t i = 0; d->ok() && i < x.memory_timeline.size(); ++i) {
-      const MemorySample& u = x.memory_timeline[i];
-      const MemorySample& v = y.memory_timeline[i];
+    const std::vector<MemorySample> xl = x.memory_timeline.Levels();
+    const std::vector<MemorySample> yl = y.memory_timeline.Levels();
+    for (size_t i = 0; d->ok() && i < xl.size(); ++i) {
+      const MemorySample& u = xl[i];
+      const MemorySample& v = yl[i];
       const std::string s = at + "memory_timeline[" + std::to_string(i) + "].";
       d->Eq(s + "time_ns", u.time_ns, v.time_ns);
       d->Eq(s + "activations", u.activations, v.activations);
@@ -191,8 +193,11 @@ struct Tally {
 };
 
 AssertionResult SameAsReference(const Model& model, const Cluster& cluster,
-                                const Schedule& schedule, const SimOptions& options, Tally* tally,
+                                const Schedule& schedule, const SimOptions& given, Tally* tally,
                                 bool compare_text = true) {
+  // With a timeline, the critical path too: it is derived from the records compared.
+  SimOptions options = given;
+  options.critical_path = options.record_timeline;
   Result<SimResult> want = internal::ReferenceSimulate(model, cluster, schedule, options);
   Result<SimResult> got = Simulate(model, cluster, schedule, options);
   if (want.ok() != got.ok()) {

@@ -217,7 +217,7 @@ TEST(SimulatorHandWorked, ActivationsLiveFromForwardStartToBackwardEnd) {
   for (const MemorySample& m : tl)
     if (m.time_ns <= 3 * kF) at_3ms = m.activations;
   EXPECT_EQ(at_3ms, 2 * kAct);
-  EXPECT_EQ(tl.back().activations, 0);
+  EXPECT_EQ(tl.Last().activations, 0);
 }
 
 TEST(SimulatorHandWorked, RecomputeCostsAForwardAndKeepsOnlyStageInputs) {
@@ -437,6 +437,7 @@ TEST(SimulatorCriticalPath, RunsThroughTheSlowStage) {
   Model model = UniformModel(5, kF, kB);
   SimOptions opts;
   opts.partition = {{0, 0}, {1, 3}, {4, 4}};
+  opts.critical_path = true;
   SimResult r = SimulateOk(ScheduleKind::kGPipe, 3, 4, IdealCluster(), model, opts);
   ASSERT_TRUE(r.critical_path.has_value());
   const CriticalPath& cp = *r.critical_path;
@@ -459,12 +460,32 @@ TEST(SimulatorCriticalPath, CountsTransfersOnThePath) {
   Cluster c = IdealCluster();
   c.intra_node = Link{1.0, 0.0};
   Model model = UniformModel(2, kF, kB, 0, 1'000'000);
-  SimResult r = SimulateOk(ScheduleKind::kGPipe, 2, 1, c, model);
+  SimOptions opts;
+  opts.critical_path = true;
+  SimResult r = SimulateOk(ScheduleKind::kGPipe, 2, 1, c, model, opts);
   ASSERT_TRUE(r.critical_path.has_value());
   EXPECT_EQ(r.critical_path->compute_ns, 6 * kF);
   EXPECT_EQ(r.critical_path->communication_ns, 2 * kF);
   ASSERT_EQ(r.critical_path->communication_by_link.size(), 2u);
   EXPECT_EQ(r.critical_path->steps.size(), 6u);
+}
+
+TEST(SimulatorCriticalPath, OnlyWhenAskedFor) {
+  // Given a timeline without critical_path, when simulated, then the records are there and the
+  // path is not; asked for without a timeline, it is a bad option.
+  Model model = UniformModel(2, kF, kB);
+  SimResult r = SimulateOk(ScheduleKind::kGPipe, 2, 2, IdealCluster(), model);
+  EXPECT_EQ(r.ops.size(), 8u);
+  EXPECT_FALSE(r.critical_path.has_value());
+  SimOptions opts;
+  opts.record_timeline = false;
+  opts.critical_path = true;
+  Result<Schedule> s = MakeSchedule(ScheduleKind::kGPipe, 2, 2, 1);
+  ASSERT_TRUE(s.ok());
+  Result<SimResult> bad = Simulate(model, IdealCluster(), *s, opts);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("record_timeline"), std::string::npos);
 }
 
 TEST(SimulatorRoundTrip, EveryBuiltinScheduleExportsAndReimportsToTheSameTimeline) {

@@ -160,6 +160,7 @@ TEST(TensorParallelTest, SimulatedIterationAndPerGpuStaticMemory) {
   SimOptions o;
   o.tensor_parallel = 4;
   o.estimate_optimizer_step = false;
+  o.critical_path = true;
   const auto r = Simulate(m, H100(), CustomSchedule(1, {{F(0, 0), B(0, 0)}}), o);
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(r->iteration_ns, 250'000 + 247'698 + 500'000 + 247'698);

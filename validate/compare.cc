@@ -207,7 +207,7 @@ SimResult MeasuredTimeline(const ExecPlan& plan, const std::vector<StageRun>& al
       if (t < 0 || t > end) continue;
       MemorySample shifted = ms;
       shifted.time_ns = t;
-      m.per_rank[r].memory_timeline.push_back(shifted);
+      m.per_rank[r].memory_timeline.Append(shifted);
     }
   }
   std::sort(m.ops.begin(), m.ops.end(),

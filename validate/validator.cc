@@ -148,6 +148,7 @@ Result<ValidationResult> RunValidation(const ValidatorOptions& options, Backend*
 
   SimOptions sim = PlanSimOptions(*plan);
   sim.record_timeline = true;
+  sim.critical_path = true;
   Result<SimResult> predicted = Simulate(*model, out.cluster, plan->schedule, sim);
   if (!predicted.ok()) {
     return predicted.status().WithPrefix("the simulator cannot replay this plan");

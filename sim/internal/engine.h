@@ -132,9 +132,14 @@ class Engine {
   }
   // Per (stage, kind, overlapped): an overlapped half's duration differs
   // (SimOptions::overlap_factor).
-  const OpCost& CostOf(const Action& a) const {
-    return op_cost_[(a.stage * 4 + static_cast<int>(a.kind)) * 2 + a.overlapped];
+  static int CostIndex(const Action& a) {
+    return (a.stage * 4 + static_cast<int>(a.kind)) * 2 + a.overlapped;
   }
+  const OpCost& CostOf(const Action& a) const { return op_cost_[CostIndex(a)]; }
+  // With a timeline, in the memory sweep: the index in the rank's deltas of
+  // an op's start, end or send (SweepRank()).
+  enum DeltaKind { kOpStart = 0, kOpEnd = 1, kOpSend = 2 };
+  int32_t DeltaOf(const Action& a, DeltaKind k) const { return cost_delta_[CostIndex(a)] + k; }
   // Processing order of two distinct events (or starts) at one time.
   // Ranks the events (RankEvents()) when a walk of its parents would be long.
   bool TieBefore(int32_t x, int32_t y);
@@ -249,11 +254,16 @@ class Engine {
   struct Stream {
     int32_t next = 0, end = 0;
     bool out = false;
+    int32_t delta = 0;  // with a timeline and one size: its arrivals' delta
     Bytes bytes = 0;
   };
   std::vector<Stream> streams_;
   std::vector<TimeNs> head_time_;
-  std::vector<MemorySample> sample_scratch_;  // one rank's timeline as the sweep writes it
+  // One rank's timeline as the sweep writes it: its changes and deltas.
+  std::vector<MemoryTimeline::Change> sample_scratch_;
+  std::vector<MemoryDelta> deltas_;
+  std::vector<int32_t> cost_delta_;  // per op_cost_ entry: its first delta (this rank's)
+  std::vector<int32_t> hop_delta_;   // per (hop, out): an arrival's delta, or -1
   std::vector<int> order_;
 };
 

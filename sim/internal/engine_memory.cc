@@ -14,11 +14,14 @@ template <bool kRecord>
 struct LiveMemory {
   Bytes act = 0, comm = 0, ws = 0;
   Bytes peak_act = 0, peak_comm = 0, peak_ws = 0, peak_total = 0;
-  // When recording: the next sample to write, in the engine's scratch
+  // When recording: the next change to write, in the engine's scratch
   // buffer sized to the rank's exact count of changes (SweepRank()).
-  MemorySample* next = nullptr;
+  MemoryTimeline::Change* next = nullptr;
 
-  [[gnu::always_inline]] void Change(TimeNs now, Bytes d_act, Bytes d_comm, Bytes d_ws) {
+  // `delta`: the change's index in the rank's table of deltas (recorded
+  // only), which holds (d_act, d_comm, d_ws).
+  [[gnu::always_inline]] void Change(TimeNs now, Bytes d_act, Bytes d_comm, Bytes d_ws,
+                                     int32_t delta) {
     act += d_act;
     comm += d_comm;
     ws += d_ws;
@@ -31,8 +34,9 @@ struct LiveMemory {
     if (d_act > 0 || d_comm > 0 || d_ws > 0) peak_total = std::max(peak_total, act + comm + ws);
     // Every change is kept, several per instant included, so a high that
     // lasts zero time (an op's output allocated before its workspace is
-    // freed) still shows in the timeline as it does in the peak.
-    if constexpr (kRecord) *next++ = MemorySample{now, act, comm, ws};
+    // freed) still shows in the timeline as it does in the peak. 16 bytes
+    // each: the levels are the running sums of the deltas (sim/memory_timeline.h).
+    if constexpr (kRecord) *next++ = MemoryTimeline::Change{now, delta};
   }
 };
 
@@ -70,7 +74,29 @@ void Engine::SweepRank(int rank) {
     for (const Action& a : list) samples += CostOf(a).send != 0;
     if (sample_scratch_.size() < samples) sample_scratch_.resize(samples);
     mem.next = sample_scratch_.data();
+    // The rank's deltas: three per (stage, kind, overlapped) of its stages
+    // (kOpStart, kOpEnd, kOpSend), and the arrivals' as they come.
+    deltas_.clear();
+    for (const int s : out_->per_rank[rank].stages) {
+      for (int c = s * 8; c < s * 8 + 8; ++c) {
+        const OpCost& oc = op_cost_[c];
+        cost_delta_[c] = static_cast<int32_t>(deltas_.size());
+        deltas_.push_back(MemoryDelta{oc.start_act, 0, oc.workspace});
+        deltas_.push_back(MemoryDelta{oc.end_act, oc.recv_free, -oc.workspace});
+        deltas_.push_back(MemoryDelta{0, oc.send, 0});
+      }
+    }
+    hop_delta_.assign(2 * static_cast<size_t>(sched_.num_stages), -1);
   }
+  // An arrival's delta on a link whose transfers differ in size (recorded only).
+  auto arrival_delta = [&](int hop, bool out, Bytes bytes) -> int32_t {
+    int32_t& d = hop_delta_[2 * hop + out];
+    if (d < 0) {
+      d = static_cast<int32_t>(deltas_.size());
+      deltas_.push_back(MemoryDelta{0, out ? -bytes : bytes, 0});
+    }
+    return d;
+  };
   int inflight = 0, peak_inflight = 0;
 
   // Stream 0 is the rank's ops; stream j > 0 is the link rank_links_[r][j-1].
@@ -83,7 +109,13 @@ void Engine::SweepRank(int rank) {
   TimeNs* const head_time = head_time_.data();
   for (size_t j = 1; j <= links.size(); ++j) {
     const LinkState& l = links_[links[j - 1]];
-    streams[j] = Stream{l.first, l.first + l.count, l.src == rank, l.bytes};
+    streams[j] = Stream{l.first, l.first + l.count, l.src == rank, 0, l.bytes};
+    if constexpr (kRecord) {
+      if (l.bytes >= 0) {  // one delta for the whole link
+        streams[j].delta = static_cast<int32_t>(deltas_.size());
+        deltas_.push_back(MemoryDelta{0, l.src == rank ? -l.bytes : l.bytes, 0});
+      }
+    }
     if (l.count > 0) head_time[j] = ev_[l.first].time;
   }
 
@@ -95,7 +127,7 @@ void Engine::SweepRank(int rank) {
     const Action& a = list[started];
     const OpCost& oc = CostOf(a);
     if (a.kind == OpKind::kForward) peak_inflight = std::max(peak_inflight, ++inflight);
-    mem.Change(now, oc.start_act, 0, oc.workspace);
+    mem.Change(now, oc.start_act, 0, oc.workspace, DeltaOf(a, kOpStart));
     const int32_t id = first + started;
     streams[0].next = id;
     head_time[0] = ev_[id].time;
@@ -137,15 +169,16 @@ void Engine::SweepRank(int rank) {
       const Action& a = list[id - first];
       const OpCost& oc = CostOf(a);
       if (!a.overlapped) {
-        if (oc.send != 0) mem.Change(t, 0, oc.send, 0);
+        if (oc.send != 0) mem.Change(t, 0, oc.send, 0, DeltaOf(a, kOpSend));
       } else if (a.kind != OpKind::kForward) {
         // An overlapped pair sends its forward half's output, then its own, when it ends.
-        const Bytes forward_send = CostOf(list[id - first - 1]).send;
-        if (forward_send != 0) mem.Change(t, 0, forward_send, 0);
-        if (oc.send != 0) mem.Change(t, 0, oc.send, 0);
+        const Action& forward = list[id - first - 1];
+        const Bytes forward_send = CostOf(forward).send;
+        if (forward_send != 0) mem.Change(t, 0, forward_send, 0, DeltaOf(forward, kOpSend));
+        if (oc.send != 0) mem.Change(t, 0, oc.send, 0, DeltaOf(a, kOpSend));
       }
       if (a.kind == OpKind::kBackward || a.kind == OpKind::kBackwardWeight) --inflight;
-      mem.Change(t, oc.end_act, oc.recv_free, -oc.workspace);
+      mem.Change(t, oc.end_act, oc.recv_free, -oc.workspace, DeltaOf(a, kOpEnd));
       head_time[0] = kNone;
       if (trigger == id) start(t);
       continue;
@@ -164,18 +197,27 @@ void Engine::SweepRank(int rank) {
       --n;
       for (int pos = 0; pos < n; ++pos) order[pos] = order[pos + 1];
     }
-    const Bytes bytes = st.bytes >= 0 ? st.bytes : costs_[HopOf(ev_[id].hop)].output_bytes;
+    int32_t delta = 0;
+    Bytes bytes = st.bytes;
+    if (bytes < 0) {
+      const int hop = HopOf(ev_[id].hop);
+      bytes = costs_[hop].output_bytes;
+      if constexpr (kRecord) delta = arrival_delta(hop, st.out, bytes);
+    } else if constexpr (kRecord) {
+      delta = st.delta;
+    }
     if (st.out) {  // sent from here: the send buffer is freed
-      mem.Change(t, 0, -bytes, 0);
+      mem.Change(t, 0, -bytes, 0, delta);
     } else {  // received here: held until the consuming op ends
-      mem.Change(t, 0, bytes, 0);
+      mem.Change(t, 0, bytes, 0, delta);
       if (trigger == id) start(t);
     }
   }
   if constexpr (kRecord) {
     // The count above is exact; a shortfall would be a bug in the sweep.
     assert(mem.next == sample_scratch_.data() + samples);
-    out_->per_rank[rank].memory_timeline.assign(sample_scratch_.data(), mem.next);
+    out_->per_rank[rank].memory_timeline = MemoryTimeline(
+        deltas_, std::vector<MemoryTimeline::Change>(sample_scratch_.data(), mem.next));
   }
   RankTotals& totals = totals_->ranks[rank];
   totals.peak_activations = mem.peak_act;

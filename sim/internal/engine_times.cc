@@ -76,6 +76,7 @@ void Engine::Prepare() {
   walk_budget_ = kWalkStepsPerEvent * next_id;
 
   op_cost_.assign(static_cast<size_t>(n) * 8, OpCost{});
+  if (options_.record_timeline) cost_delta_.assign(op_cost_.size(), 0);
   for (int s = 0; s < n; ++s) {
     const StageCost& c = costs_[s];
     const int r = sched_.stage_rank[s];

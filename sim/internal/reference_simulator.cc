@@ -152,7 +152,7 @@ inline void Engine::ChangeMemory(int rank, TimeNs now, Bytes act, Bytes comm, By
   // Every change is kept, several per instant included, so a high that
   // lasts zero time (an op's output allocated before its workspace is
   // freed) still shows in the timeline as it does in the peak.
-  out_->per_rank[rank].memory_timeline.push_back(MemorySample{now, st.act, st.comm, st.ws});
+  out_->per_rank[rank].memory_timeline.Append(MemorySample{now, st.act, st.comm, st.ws});
 }
 
 void Engine::TryStart(int rank, TimeNs now) {
