@@ -184,7 +184,8 @@ class Engine {
   int Candidates(int32_t e, int32_t out[3]) const;
   void RankEvents();
   const uint64_t* SortKeys(LargeArray<uint64_t>* a, LargeArray<uint64_t>* b, int* bits);
-  bool RankBySort(const uint64_t* sorted);
+  bool SortRecords();
+  bool ZeroTimeHop() const;
   template <typename T>
   void NumberInstants(const T* sorted, int32_t n);
   // How far ahead in the processing order the ranking step prefetches.
@@ -229,9 +230,13 @@ class Engine {
   LargeArray<RankNode> node_;
   LargeArray<int32_t> rank_;       // per event: its place, once ranked
   std::vector<int32_t> op_order_;  // the ops in start order, once ranked or sorted
-  LargeArray<int32_t> by_rank_;    // per place p + k: the event there, ditto
-  std::vector<int32_t> group_;     // the ranking step's next free place per instant
-  std::vector<OpCost> op_cost_;    // per (stage, kind, overlapped)
+  // With records_sorted_ (SortRecords()): the ops whose end sends, in the
+  // order of their ends; else RecordTimeline() finds them in by_rank_.
+  std::vector<int32_t> producers_;
+  bool records_sorted_ = false;
+  LargeArray<int32_t> by_rank_;  // per place p + k: the event there, ditto
+  std::vector<int32_t> group_;   // the ranking step's next free place per instant
+  std::vector<OpCost> op_cost_;  // per (stage, kind, overlapped)
   LargeArray<Cell> cells_;
   std::vector<LinkState> links_;
   // Per stage s: the link carrying s's activations to s+1 and the one

@@ -92,19 +92,6 @@ void Engine::RankEvents() {
   LargeArray<uint64_t> a, b;
   const uint64_t* sorted = nullptr;
   int bits = 0;
-  if (ties_ == 0 && walk_budget_ > 0) {
-    sorted = SortKeys(&a, &b, &bits);
-    // The records' order without ranks: comparisons keep walking (their
-    // budget is not spent, or RankBySort() would have failed).
-    if (sorted != nullptr && RankBySort(sorted)) {
-      if (options_.record_timeline) {
-        a.ReleaseToSystem();
-        b.ReleaseToSystem();
-      }
-      return;
-    }
-    // A walk ran out of budget (a wavefront): the replay below, on the same sort.
-  }
   by_rank_.Reset(static_cast<size_t>(p) + n);
   for (int r = 0; r < p; ++r) by_rank_[r] = -1 - r;
   int32_t* const place = by_rank_.data() + p;
@@ -227,50 +214,84 @@ const uint64_t* Engine::SortKeys(LargeArray<uint64_t>* a, LargeArray<uint64_t>* 
   return SortByTime(a->data(), b->data(), n, *bits);
 }
 
-// Where every parent is decided and ties are few (real links), the
-// processing order is the time order (`sorted`, from SortKeys()) with each
-// instant's few events put in order by walking (TryTieBefore()): no replay.
-// Fills by_rank_ and op_order_ but not rank_ (ranked_ stays false). False
-// when a walk runs out of budget (a wavefront): the replay does it then.
-bool Engine::RankBySort(const uint64_t* sorted) {
-  const int32_t n = num_events_;
+// Where pass 1 left no tie open (real links), the records' two orders come
+// straight from the times, without the order of the events at large: the
+// ops by start (the time of the event that started each; each event starts
+// at most one op, so ties go by TryTieBefore() of those events), and the
+// ops that send by end (ties by TryTieBefore() of the ops). Two radix sorts
+// of the ops alone, rather than one of every event and a pass over the
+// places to pick the ops out. Fills op_order_ and producers_ (ranked_
+// stays false: the memory sweep keeps walking). False when a walk runs out
+// of budget (a wavefront) or the times pass 2^32 ns: the replay then.
+bool Engine::SortRecords() {
+  const int32_t n = num_ops_;
   const int p = sched_.num_ranks;
-  by_rank_.Reset(static_cast<size_t>(p) + n);
-  for (int r = 0; r < p; ++r) by_rank_[r] = -1 - r;
-  int32_t* const place = by_rank_.data() + p;
-  for (int32_t i = 0; i < n;) {
-    int32_t j = i + 1;
-    while (j < n && TimeOfKey(sorted[j]) == TimeOfKey(sorted[i])) ++j;
-    for (int32_t k = i; k < j; ++k) place[k] = IdOfKey(sorted[k]);
-    // Insertion sort of one instant's events (a few on real links).
-    for (int32_t k = i + 1; k < j; ++k) {
-      const int32_t x = place[k];
-      int32_t pos = k;
-      for (; pos > i; --pos) {
-        const int order = TryTieBefore(x, place[pos - 1]);
-        if (order == kUnknown) return false;
-        if (order == 0) break;
-        place[pos] = place[pos - 1];
+  LargeArray<uint64_t> a, b;
+  a.Reset(static_cast<size_t>(std::max(n, 1)));
+  b.Reset(static_cast<size_t>(std::max(n, 1)));
+  // Sorts a[0, count) by time, puts each instant's few entries in order by
+  // `before` (a walk), and writes the ids to *out; false once a walk cannot
+  // decide.
+  auto sort = [&](int32_t count, uint64_t all, auto before, std::vector<int32_t>* out) {
+    const int bits = all == 0 ? 0 : 64 - __builtin_clzll(all);
+    if (bits > 32) return false;
+    uint64_t* sorted = SortByTime(a.data(), b.data(), count, bits);
+    out->resize(count);
+    int32_t* const ids = out->data();
+    for (int32_t i = 0; i < count;) {
+      const uint64_t t = TimeOfKey(sorted[i]);
+      int32_t j = i + 1;
+      while (j < count && TimeOfKey(sorted[j]) == t) ++j;
+      ids[i] = IdOfKey(sorted[i]);
+      for (int32_t k = i + 1; k < j; ++k) {  // insertion sort of one instant (a few)
+        const int32_t x = IdOfKey(sorted[k]);
+        int32_t pos = k;
+        for (; pos > i; --pos) {
+          const int order = before(x, ids[pos - 1]);
+          if (order == kUnknown) return false;
+          if (order == 0) break;
+          ids[pos] = ids[pos - 1];
+        }
+        ids[pos] = x;
       }
-      place[pos] = x;
+      i = j;
     }
-    i = j;
+    return true;
+  };
+  // The ops by the time of the event that started them (a start at 0).
+  uint64_t all = 0;
+  for (int32_t id = 0; id < n; ++id) {
+    const int32_t parent = ev_[id].parent;
+    const uint64_t t = parent < 0 ? 0 : static_cast<uint64_t>(ev_[parent].time);
+    all |= t;
+    a[id] = t << 32 | static_cast<uint32_t>(id);
   }
-  // Ops in start order: each event (or start, -1 - rank) starts at most one
-  // op, so the ops in the processing order of what started them. No ranks
-  // are numbered: only the records need this order, and comparisons in the
-  // sweep walk as cheaply as without a timeline.
-  const size_t places = static_cast<size_t>(p) + n;
-  LargeArray<int32_t> starts;  // per event + p: the op it starts, or -1
-  starts.Reset(places);
-  std::memset(starts.data(), 0xff, sizeof(int32_t) * places);
-  for (int32_t id = 0; id < num_ops_; ++id) starts[p + ev_[id].parent] = id;
-  op_order_.clear();
-  op_order_.reserve(num_ops_);
-  for (size_t k = 0; k < places; ++k) {
-    const int32_t op = starts[p + by_rank_[k]];
-    if (op >= 0) op_order_.push_back(op);
+  auto by_cause = [&](int32_t x, int32_t y) { return TryTieBefore(ev_[x].parent, ev_[y].parent); };
+  if (!sort(n, all, by_cause, &op_order_)) return false;
+  // The ops whose end sends: an overlapped pair sends both halves' outputs when its second half
+  // (not a forward) ends.
+  int32_t count = 0;
+  all = 0;
+  for (int r = 0; r < p; ++r) {
+    const std::vector<Action>& list = sched_.actions[r];
+    for (int32_t i = 0; i < static_cast<int32_t>(list.size()); ++i) {
+      const Action& act = list[i];
+      const bool sends = !act.overlapped ? CostOf(act).send != 0
+                         : act.kind != OpKind::kForward
+                             ? CostOf(list[i - 1]).send != 0 || CostOf(act).send != 0
+                             : false;
+      if (!sends) continue;
+      const int32_t id = op_first_[r] + i;
+      const uint64_t t = static_cast<uint64_t>(ev_[id].time);
+      all |= t;
+      a[count++] = t << 32 | static_cast<uint32_t>(id);
+    }
   }
+  auto by_end = [&](int32_t x, int32_t y) { return TryTieBefore(x, y); };
+  if (!sort(count, all, by_end, &producers_)) return false;
+  records_sorted_ = true;
+  a.ReleaseToSystem();
+  b.ReleaseToSystem();
   return true;
 }
 
