@@ -55,6 +55,43 @@ T* SortByTime(T* src, T* dst, int32_t n, int bits) {
   return src;
 }
 
+// The most top-bit buckets SortNearlyByTime() counts in: 2^17 counts (512
+// KiB) stay in the L2 cache.
+constexpr int kMaxTopBits = 17;
+// The most keys one bucket may hold before the insertion pass could cost
+// more than the second radix pass it saves (its cost grows as the square).
+constexpr uint32_t kMaxBucketKeys = 32;
+
+// Sorts the packed keys src[0, n) (time << 32 | id, ids ascending) by time,
+// stably, in one radix pass over the times' top bits (about one key per
+// bucket) and an insertion pass that orders each bucket's few keys, rather
+// than two full passes; the records' keys come in per-rank runs already in
+// order, so the buckets are small. Falls back to SortByTime() when a bucket
+// would hold more than kMaxBucketKeys (times bunched together).
+uint64_t* SortNearlyByTime(uint64_t* src, uint64_t* dst, int32_t n, int bits) {
+  int top = 1;
+  while (top < kMaxTopBits && (int64_t{1} << top) < n) ++top;
+  if (bits <= top) return SortByTime(src, dst, n, bits);
+  const int shift = bits - top;
+  std::vector<uint32_t> count(size_t{1} << top, 0);
+  for (int32_t i = 0; i < n; ++i) ++count[(src[i] >> 32) >> shift];
+  uint32_t sum = 0;
+  for (uint32_t& c : count) {
+    if (c > kMaxBucketKeys) return SortByTime(src, dst, n, bits);
+    sum += std::exchange(c, sum);
+  }
+  for (int32_t i = 0; i < n; ++i) dst[count[(src[i] >> 32) >> shift]++] = src[i];
+  // Within a bucket the keys are in id order; the full key orders them by
+  // time and then id, which is the stable order.
+  for (int32_t i = 1; i < n; ++i) {
+    const uint64_t x = dst[i];
+    int32_t j = i;
+    for (; j > 0 && dst[j - 1] > x; --j) dst[j] = dst[j - 1];
+    dst[j] = x;
+  }
+  return dst;
+}
+
 }  // namespace
 
 // Fills `out` with `e`'s candidate causes (one when decided) and returns how many.
@@ -235,7 +272,7 @@ bool Engine::SortRecords() {
   auto sort = [&](int32_t count, uint64_t all, auto before, std::vector<int32_t>* out) {
     const int bits = all == 0 ? 0 : 64 - __builtin_clzll(all);
     if (bits > 32) return false;
-    uint64_t* sorted = SortByTime(a.data(), b.data(), count, bits);
+    uint64_t* sorted = SortNearlyByTime(a.data(), b.data(), count, bits);
     out->resize(count);
     int32_t* const ids = out->data();
     for (int32_t i = 0; i < count;) {
