@@ -120,22 +120,23 @@ class MemoryChart {
     };
     double y_prev = Y(y0, base, s.rank);
     add(axis_.X(0), y_prev);
-    const std::vector<MemorySample> tl = s.memory_timeline.Levels();
-    for (size_t i = 0; i < tl.size();) {
-      const double x = axis_.X(tl[i].time_ns);
+    // One pass over the levels (the timeline holds changes; its iterator sums them).
+    const MemoryTimeline& tl = s.memory_timeline;
+    for (auto it = tl.begin(); it != tl.end();) {
+      const double x = axis_.X(it->time_ns);
       const long column = static_cast<long>((x - kGutterPx) / kMemColumnPx);
-      Bytes high = Live(tl[i]);
-      size_t j = i + 1;
-      while (j < tl.size() &&
-             static_cast<long>((axis_.X(tl[j].time_ns) - kGutterPx) / kMemColumnPx) == column) {
-        high = std::max(high, Live(tl[j]));
-        ++j;
+      Bytes high = Live(*it);
+      Bytes last = high;
+      for (++it; it != tl.end() &&
+                 static_cast<long>((axis_.X(it->time_ns) - kGutterPx) / kMemColumnPx) == column;
+           ++it) {
+        last = Live(*it);
+        high = std::max(high, last);
       }
       add(x, y_prev);
       add(x, Y(y0, base + high, s.rank));
-      y_prev = Y(y0, base + Live(tl[j - 1]), s.rank);
+      y_prev = Y(y0, base + last, s.rank);
       add(x, y_prev);
-      i = j;
     }
     add(axis_.X(axis_.end_ns()), y_prev);
     return pts;
