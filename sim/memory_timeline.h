@@ -42,9 +42,12 @@ struct MemoryDelta {
 
 class MemoryTimeline {
  public:
+  // A trivial type (no default member initializers; Change{} is zeros), so
+  // that copying a timeline's changes is one memmove: an element loop of
+  // 16-byte stores into the fresh block was a third of the memory sweep.
   struct Change {
-    TimeNs time_ns = 0;
-    int32_t delta = 0;  // index into deltas()
+    TimeNs time_ns;
+    int32_t delta;  // index into deltas()
   };
 
   // Forward iterator over the levels, in order (a MemorySample per change).
