@@ -61,11 +61,12 @@ namespace pipecast::internal {
 // candidate is processed, which is its parent) and numbers every event, and
 // from then on a comparison is two loads. The engine walks until its walks
 // have cost kWalkStepsPerEvent steps per event, then ranks, in pass 1 or in
-// pass 2; with a timeline it always orders the events after pass 1 (the
-// records are taken in the processing order). Where no tie was left open
-// and the walks have budget left, that order is the time sort with each
-// instant ordered by walking (RankBySort()), and no ranks are numbered: the
-// sweep's comparisons keep walking, as cheap there as without a timeline.
+// pass 2; with a timeline it always orders the records after pass 1 (they
+// are taken in the processing order). Where no tie was left open, no hop
+// takes zero time and the walks have budget left, the records' two orders
+// are sorted directly, each instant ordered by walking (SortRecords()), and
+// no ranks are numbered: the sweep's comparisons keep walking, as cheap
+// there as without a timeline.
 //
 // Pass 2 (memory). Each rank's memory changes come from its own ops and
 // from the arrivals on the links into and out of it: each of those streams
