@@ -70,9 +70,9 @@ void Engine::SweepRank(int rank) {
     // sizing the timeline first wrote each fresh line twice (zeros, then
     // the samples).
     samples = 2 * static_cast<size_t>(size);
-    // An arrival on a link out of the rank is one of its sends, so those
-    // links count twice (the send, the arrival).
-    for (int li : rank_links_[rank]) samples += links_[li].count * (links_[li].src == rank ? 2 : 1);
+    for (int li : rank_links_[rank]) samples += links_[li].count;
+    // Not the out-links' counts again: a send of 0 bytes is no change.
+    for (const Action& a : list) samples += CostOf(a).send != 0;
     if (sample_scratch_.size() < samples) sample_scratch_.resize(samples);
     mem.next = sample_scratch_.data();
     // The rank's deltas: three per (stage, kind, overlapped) of its stages
