@@ -11,10 +11,33 @@
 
 namespace pipecast {
 
-TimeNs StageCost::DurationNs(OpKind kind, bool overlapped, double overlap_factor) const {
-  const TimeNs d = DurationNs(kind);
-  if (!overlapped || overlap_factor == 1.0) return d;
-  return static_cast<TimeNs>(std::llround(static_cast<double>(d) * overlap_factor));
+namespace {
+
+TimeNs Scaled(TimeNs d, double factor) {
+  if (factor == 1.0) return d;
+  return static_cast<TimeNs>(std::llround(static_cast<double>(d) * factor));
+}
+
+}  // namespace
+
+PairHalvesNs OverlappedPairNs(const StageCost& f, const StageCost& b, OpKind b_kind,
+                              double overlap_factor) {
+  const TimeNs f_ns = f.DurationNs(OpKind::kForward), f_comm = f.TpCommNs(OpKind::kForward);
+  const TimeNs b_ns = b.DurationNs(b_kind), b_comm = b.TpCommNs(b_kind);
+  return PairHalvesNs{.forward = Scaled(f_ns - std::min(f_comm, b_ns - b_comm), overlap_factor),
+                      .backward = Scaled(b_ns - std::min(b_comm, f_ns - f_comm), overlap_factor)};
+}
+
+TimeNs ActionDurationNs(const std::vector<StageCost>& costs, const std::vector<Action>& list,
+                        size_t i, double overlap_factor) {
+  const Action& a = list[i];
+  if (!a.overlapped) return costs[a.stage].DurationNs(a.kind);
+  const bool forward = a.kind == OpKind::kForward;
+  const Action& f = forward ? a : list[i - 1];
+  const Action& b = forward ? list[i + 1] : a;
+  const PairHalvesNs halves =
+      OverlappedPairNs(costs[f.stage], costs[b.stage], b.kind, overlap_factor);
+  return forward ? halves.forward : halves.backward;
 }
 
 TimeNs StageCost::DurationNs(OpKind kind) const {
