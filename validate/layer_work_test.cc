@@ -72,7 +72,8 @@ struct TwoStages {
     RuntimeOptions o;
     o.warmup_iterations = 0;
     o.iterations = iterations;
-    return RunStages(w.exec, {0, 1}, o, RuntimeEnv{&transport, work, &clock, {&p0, &p1}, true, {}});
+    return RunStages(w.exec, {0, 1}, o,
+                     RuntimeEnv{&transport, work, &clock, {&p0, &p1}, true, {}, nullptr, {}});
   }
 };
 
@@ -202,8 +203,9 @@ TEST(LayerWork, TensorParallelWorkersAllReduceToTheSequentialGradients) {
   RuntimeOptions o;
   o.warmup_iterations = 0;
   o.iterations = 1;
-  Result<std::vector<StageRun>> runs = RunStages(
-      w.exec, {0, 1, 2, 3}, o, RuntimeEnv{&transport, work->get(), &clock, raw, true, {&g0, &g1}});
+  Result<std::vector<StageRun>> runs =
+      RunStages(w.exec, {0, 1, 2, 3}, o,
+                RuntimeEnv{&transport, work->get(), &clock, raw, true, {&g0, &g1}, nullptr, {}});
   ASSERT_TRUE(runs.ok()) << runs.status().message();
 
   // Then each worker's weight gradients are the slices of the unsplit blocks'

@@ -16,26 +16,30 @@ namespace {
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-// Every rank of `ep` in threads over an in-process transport.
+// Every rank of `ep` in threads over an in-process transport, the copy reduce
+// over a second one between pools of its own (as the cpu backend does).
 struct Harness {
   explicit Harness(const ExecPlan& ep, Bytes limit = 0) : plan(ep) {
     for (int r = 0; r < ep.ranks; ++r) {
       pools.push_back(std::make_unique<MemoryPool>("stage " + std::to_string(r), limit, &clock));
       raw.push_back(pools.back().get());
+      copy_pools.push_back(std::make_unique<MemoryPool>("copy " + std::to_string(r), 0, &clock));
+      copy_raw.push_back(copy_pools.back().get());
       ranks.push_back(r);
     }
     transport = std::make_unique<InProcessTransport>(raw);
+    copy_transport = std::make_unique<InProcessTransport>(copy_raw);
   }
   Result<std::vector<StageRun>> Run(OpWork* work, RuntimeOptions o = {}) {
-    RuntimeEnv env{transport.get(), work, &clock, raw, true, {}};
+    RuntimeEnv env{transport.get(), work, &clock, raw, true, {}, copy_transport.get(), copy_raw};
     return RunStages(plan, ranks, o, env);
   }
   ExecPlan plan;
   SteadyClock clock;
-  std::vector<std::unique_ptr<MemoryPool>> pools;
-  std::vector<MemoryPool*> raw;
+  std::vector<std::unique_ptr<MemoryPool>> pools, copy_pools;
+  std::vector<MemoryPool*> raw, copy_raw;
   std::vector<int> ranks;
-  std::unique_ptr<InProcessTransport> transport;
+  std::unique_ptr<InProcessTransport> transport, copy_transport;
 };
 
 RuntimeOptions Quick() {
@@ -188,7 +192,8 @@ TEST_F(RuntimeFault, ALostMessageTimesOutWhenRanksAreNotAllLocal) {
   RuntimeOptions o = Quick();
   o.recv_timeout_ns = 200'000'000;
   o.fault = *ParseFault("drop:0F0");
-  RuntimeEnv env{h.transport.get(), &work, &h.clock, h.raw, /*all_ranks_local=*/false, {}};
+  RuntimeEnv env{h.transport.get(),         &work, &h.clock, h.raw,
+                 /*all_ranks_local=*/false, {},    nullptr,  {}};
   Result<std::vector<StageRun>> runs = RunStages(h.plan, h.ranks, o, env);
   ASSERT_FALSE(runs.ok());
   EXPECT_THAT(runs.status().message(),
@@ -281,7 +286,7 @@ TEST(Runtime, ValidatorSpuriousDeadlockWithHundredsOfStages) {
   testing::RecordingWork work(2);
   RuntimeOptions o = Quick();
   o.deadlock_grace_ns = 50'000'000;
-  RuntimeEnv env{&late, &work, &h.clock, h.raw, /*all_ranks_local=*/true, {}};
+  RuntimeEnv env{&late, &work, &h.clock, h.raw, /*all_ranks_local=*/true, {}, nullptr, {}};
 
   // When it runs, then every op runs and nothing is called a deadlock.
   Result<std::vector<StageRun>> runs = RunStages(h.plan, h.ranks, o, env);

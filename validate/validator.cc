@@ -57,7 +57,7 @@ Status CheckFaultInPlan(const std::optional<Fault>& fault, const Schedule& sched
   if (!fault) return Status::Ok();
   for (const std::vector<Action>& rank : schedule.actions) {
     for (const Action& a : rank) {
-      if (a == fault->action) return Status::Ok();
+      if (FaultNames(*fault, a)) return Status::Ok();
     }
   }
   return Status::InvalidArgument(fmt::format(
