@@ -171,6 +171,17 @@ Result<ValidationResult> RunValidation(const ValidatorOptions& options, Backend*
         "reported, not checked; times are tensor rank 0's",
         tp, tp));
   }
+  if (plan->schedule.bidirectional) {
+    out.notes.push_back(fmt::format(
+        "bidirectional schedule: micro-batches 0-{} enter at rank 0 and {}-{} at rank {}; each "
+        "rank holds two model chunks, and after its last op it exchanges the gradients of the "
+        "chunks whose other copy its partner holds (the copy reduce, predicted {}): its 'copy "
+        "reduce' rows are reported, not checked, and are not in the iteration time, which "
+        "compares the pipeline span",
+        plan->schedule.num_microbatches / 2 - 1, plan->schedule.num_microbatches / 2,
+        plan->schedule.num_microbatches - 1, plan->schedule.num_ranks - 1,
+        TimeText(static_cast<double>(out.predicted.copy_reduce_ns))));
+  }
   if (!plan->schedule.flush) {
     out.notes.push_back(
         "schedule without a flush: stashed weight versions are allocated as "
