@@ -114,8 +114,9 @@ int64_t MessageTag(int dst_stage, int microbatch, bool gradient, int num_stages)
 
 // The tag of the copy-reduce message that `src_rank` sends: above every
 // MessageTag a plan may use (the validator keeps those below 2^30) and the
-// link probe's and the MPI clock's tags (2^30 + a few hundred), below 2^31 - 1
-// (MPI's tag bound under OpenMPI).
+// link probe's and the MPI clock's tags (2^30 + a few hundred), and below
+// 2^31 - 1, the largest tag an int carries (the mpi backend passes tags as
+// int, as it does the probe's).
 inline constexpr int64_t kCopyReduceTagBase = int64_t{3} << 29;
 int64_t CopyReduceTag(int src_rank);
 

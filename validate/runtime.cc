@@ -271,6 +271,11 @@ class Worker {
     PIPECAST_RETURN_IF_ERROR(CopyReduce(iteration));
     Status st = s_.env.transport->FlushSends(rank_, s_.options.recv_timeout_ns, s_.control.abort);
     if (!st.ok()) return WaitFailure(st, fmt::format("rank {}: completing its sends", rank_));
+    if (!stage_.copy_exchanges.empty() && s_.env.copy_transport != s_.env.transport) {
+      st = s_.env.copy_transport->FlushSends(rank_, s_.options.recv_timeout_ns, s_.control.abort);
+      if (!st.ok())
+        return WaitFailure(st, fmt::format("rank {}: completing its copy reduce", rank_));
+    }
     if (!held.empty()) {
       return Status::Internal(fmt::format(
           "rank {}: activations of stage {} micro-batch {} were never freed by a B or W op", rank_,
@@ -416,12 +421,6 @@ class Worker {
       s_.control.Set(rank_, RunControl::State::kIdle);
       s_.control.Progress(clock.NowNs());
       got->Release();
-      if (transport != s_.env.transport) {
-        Status flushed = transport->FlushSends(rank_, s_.options.recv_timeout_ns, s_.control.abort);
-        if (!flushed.ok()) {
-          return WaitFailure(flushed, fmt::format("rank {}: completing its copy reduce", rank_));
-        }
-      }
       if (iteration >= 0) {
         out_->copy_reduces.push_back({iteration, x.peer_rank, x.bytes, start, clock.NowNs()});
       }

@@ -105,7 +105,7 @@ struct CopyReduceTiming {
   int peer_rank = 0;    // the partner's pipeline rank
   Bytes bytes = 0;      // sent, and received back
   TimeNs start_ns = 0;  // this worker was ready: its last op of the iteration had ended
-  TimeNs end_ns = 0;    // the partner's bytes were in and this worker's send completed
+  TimeNs end_ns = 0;    // the partner's bytes were in
 };
 
 struct MessageTiming {
