@@ -271,6 +271,26 @@ TEST(ExecPlan, DualPipeMessagesFollowBothPathsAndCopiesExchangeTheirGradients) {
   EXPECT_EQ(ep.per_rank[1].copy_exchanges[0].send_tag, ep.per_rank[0].copy_exchanges[0].recv_tag);
 }
 
+TEST(ExecPlan, ExpandedCopyExchangesPairTheSameTensorRanks) {
+  // Given a 2-rank plan at t = 2 whose ranks exchange copy gradients with each other.
+  ExecPlan ep;
+  ep.ranks = 2;
+  ep.tensor_parallel = 2;
+  ep.per_rank.resize(2);
+  for (int r = 0; r < 2; ++r) {
+    ep.per_rank[r].rank = r;
+    ep.per_rank[r].copy_exchanges.push_back(
+        CopyExchange{1 - r, 1000, CopyReduceTag(r), CopyReduceTag(1 - r)});
+  }
+  // Then worker w = rank x 2 + j exchanges with worker (1 - rank) x 2 + j.
+  const ExecPlan x = ExpandTensorParallel(ep);
+  ASSERT_EQ(x.per_rank.size(), 4u);
+  EXPECT_EQ(x.per_rank[0].copy_exchanges[0].peer_rank, 2);
+  EXPECT_EQ(x.per_rank[1].copy_exchanges[0].peer_rank, 3);
+  EXPECT_EQ(x.per_rank[2].copy_exchanges[0].peer_rank, 0);
+  EXPECT_EQ(x.per_rank[3].copy_exchanges[0].peer_rank, 1);
+}
+
 TEST(ExecPlan, ABidirectionalPlanMayListItsModelStagesOnly) {
   // The simulator reads a dualpipe partition of p model stages as well as one of 2p virtual
   // stages; so does the validator.

@@ -512,11 +512,13 @@ TEST(Runtime, ExpandedRunsFoldBackToRanksAndTensorRanks) {
   StageRun run;
   run.rank = 3;
   run.recvs.push_back(MessageTiming{0, Message{.peer_rank = 1, .tag = 7}, 100});
+  run.copy_reduces.push_back(CopyReduceTiming{0, 1, 1000, 100, 200});  // with worker 1
   std::vector<StageRun> runs = {run};
   FoldExpandedRuns(2, &runs);
   EXPECT_EQ(runs[0].rank, 1);
   EXPECT_EQ(runs[0].tensor_rank, 1);
   EXPECT_EQ(runs[0].recvs[0].message.peer_rank, 0);
+  EXPECT_EQ(runs[0].copy_reduces[0].peer_rank, 0);
   FoldExpandedRuns(1, &runs);  // t = 1: unchanged
   EXPECT_EQ(runs[0].rank, 1);
 }

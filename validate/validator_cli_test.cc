@@ -469,6 +469,50 @@ TEST_P(ValidatorPairs, MpiBackendRunsTheSchedule) {
   ExpectCopyReduceRows(r, GetParam());
 }
 
+// The same with the real layers of `profiler cpu` (which measures backward_weight_us), p pinned
+// to 2 and memory unlimited: dualpipe's direction b then starts at rank 1's virtual stage 2 with
+// the workload's input, and its second copies of the blocks accumulate their own gradients.
+std::string ProfileAndPlanPairs(const TempDir& dir, const std::string& schedule) {
+  const std::string model = dir.File("model.json");
+  cli_test::ToolRun prof =
+      RunTool(dir, PIPECAST_PROFILER_BIN,
+              "cpu --layers 4 --hidden 128 --ffn 512 --tokens-per-sample 64 --microbatch-sizes 1 "
+              "--warmup 2 --iterations 7 --global-batch 8 --out " +
+                  Quote(model));
+  EXPECT_EQ(prof.exit_code, 0) << prof.err;
+  const std::string plan = dir.File(schedule + ".plan.json");
+  cli_test::ToolRun r = RunTool(dir, PIPECAST_PLANNER_BIN,
+                                "--model " + Quote(model) +
+                                    " --gpus 2 --pipeline-stages 2 --cluster local --zero 0 "
+                                    "--schedules " +
+                                    schedule + " --recompute off --out " + Quote(plan));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("chosen plan: p=2 d=1 " + schedule));
+  return plan;
+}
+
+TEST_P(ValidatorPairs, ProfilerCpuLayersOnTheCpuBackend) {
+  TempDir dir;
+  const std::string plan = ProfileAndPlanPairs(dir, GetParam());
+  const cli_test::ToolRun r = Validator(dir, ValidatorArgs(dir, plan) + " --backend cpu");
+  ExpectWithinLoopTolerances(r, check_time_, "real layers of the profiler's CPU workload",
+                             kRealLayerTimeTolerance, kOneMessageBytes);
+  ExpectCopyReduceRows(r, GetParam());
+}
+
+TEST_P(ValidatorPairs, ProfilerCpuLayersOnTheMpiBackend) {
+  if (!HaveMpirun()) GTEST_SKIP() << "no mpirun";
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "real layers under MPI are not run in a sanitizer build";
+#endif
+  TempDir dir;
+  const std::string plan = ProfileAndPlanPairs(dir, GetParam());
+  const cli_test::ToolRun r = MpiValidator(dir, ValidatorArgs(dir, plan) + " --backend mpi");
+  ExpectWithinLoopTolerances(r, check_time_, "real layers of the profiler's CPU workload",
+                             kRealLayerTimeTolerance, kMpiSenderHeldBytes);
+  ExpectCopyReduceRows(r, GetParam());
+}
+
 INSTANTIATE_TEST_SUITE_P(Schedules, ValidatorPairs, ::testing::Values("dualpipev", "dualpipe"));
 
 TEST(ValidatorCli, UnderMpiALostOutputOfAPairIsDiagnosedWithinTheReceiveTimeout) {
