@@ -221,6 +221,16 @@ Result<std::vector<StageRun>> RunOnDevices(const ExecPlan& plan, const RuntimeOp
                                            const Clock* clock, std::vector<std::string>* notes) {
   const int ranks = plan.ranks;
   const std::vector<int>& local = setup.local_ranks;
+  // Every process sees the same plan, so each refuses alike before touching a device.
+  for (const ExecStage& st : plan.per_rank) {
+    if (st.copy_exchanges.empty()) continue;
+    return Status::FailedPrecondition(fmt::format(
+        "the plan's schedule is bidirectional: rank {} must sum its copies' gradients with rank "
+        "{} after each iteration (the copy reduce), which the cuda backend does not run yet (its "
+        "NCCL channels carry only the pipeline's messages); validate it with --backend cpu or "
+        "mpi, or validate a one-direction schedule such as dualpipev on cuda",
+        st.rank, st.copy_exchanges.front().peer_rank));
+  }
   const std::map<DirectedPair, std::vector<PairMessage>> seqs = SendSequences(plan);
   Result<Prepared> prepared = Prepare(plan, setup, seqs, notes);
   PIPECAST_RETURN_IF_ERROR(setup.ready(prepared.ok() ? Status::Ok() : prepared.status()));
@@ -268,7 +278,7 @@ Result<std::vector<StageRun>> RunOnDevices(const ExecPlan& plan, const RuntimeOp
   CudaWork work(&devices, plan, groups.get(), clock);
   PIPECAST_RETURN_IF_ERROR(work.Init(local));
   const bool all_local = static_cast<int>(local.size()) == ranks;
-  RuntimeEnv env{&transport, &work, clock, raw, all_local, {}};
+  RuntimeEnv env{&transport, &work, clock, raw, all_local, {}, /*copy_transport=*/nullptr, {}};
   Result<std::vector<StageRun>> runs = RunStages(plan, local, options, env);
   if (!runs.ok()) {
     transport.Abort();

@@ -98,6 +98,19 @@ TEST(CudaBackendGpu, ReceivesOutOfSendOrder) {
   RunAndCheck(ScheduleKind::kGPipe, 2, 4, 1, /*swap_first_two_on_rank1=*/true);
 }
 TEST(CudaBackendGpu, ZeroBubbleH1) { RunAndCheck(ScheduleKind::kZBH1, 4, 8); }
+// Overlapped F&B pairs: each half its own kernel, the pair's sends after its backward's receive
+// (SimulatePosting.APairSendsItsForwardsOutputAfterItsBackwardsInput is the plain-C++ check).
+TEST(CudaBackendGpu, DualPipeVPairs) { RunAndCheck(ScheduleKind::kDualPipeV, 2, 4, 2); }
+
+// dualpipe's copy reduce is not run on cuda: refused before any device is touched.
+TEST(CudaBackendGpu, DualPipeIsRefusedForItsCopyReduce) {
+  CUDA_BACKEND_OR_SKIP(backend);
+  testing::World w = GpuWorld(ScheduleKind::kDualPipe, 2, 4, 2);
+  Result<std::vector<StageRun>> runs = backend->Run(w.exec, RuntimeOptions{}, nullptr, 0);
+  ASSERT_FALSE(runs.ok());
+  EXPECT_EQ(runs.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(runs.status().message(), HasSubstr("which the cuda backend does not run yet"));
+}
 
 TEST(CudaBackendGpu, ALostMessageEndsWithADiagnosisNotAHang) {
   CUDA_BACKEND_OR_SKIP(backend);

@@ -151,6 +151,7 @@ PostingReport SimulatePosting(const ExecPlan& plan, StreamLayout layout) {
   const int ranks = plan.ranks;
   std::vector<size_t> pc(ranks, 0);
   std::vector<int64_t> waiting_k(ranks, -1);  // the receive the host waits for
+  std::vector<Message> deferred(ranks);       // a pair's forward's send, until the pair ends
   PostingReport report;
 
   bool progress = true;
@@ -183,9 +184,18 @@ PostingReport SimulatePosting(const ExecPlan& plan, StreamLayout layout) {
           }
           waiting_k[r] = -1;
         }
-        if (op.send.present()) {
-          const DirectedPair pair{r, op.send.peer_rank};
+        // An overlapped pair's forward sends when the pair ends, after its backward's receive
+        // and before its backward's send (runtime.h).
+        auto issue = [&](const Message& m) {
+          const DirectedPair pair{r, m.peer_rank};
           streams[stream_of(true, pair)].push_back(CommOp{true, pair, sent[pair]++});
+        };
+        if (op.action.overlapped && op.action.kind == OpKind::kForward) {
+          deferred[r] = op.send;
+        } else {
+          if (deferred[r].present()) issue(deferred[r]);
+          deferred[r] = Message{};
+          if (op.send.present()) issue(op.send);
         }
         ++pc[r];
         progress = true;

@@ -171,8 +171,10 @@ struct PostingReport {
 // Plays one iteration of `plan` with blocking point-to-point semantics
 // (NCCL's: a send or receive occupies its stream until its peer's matching
 // operation, posted in the same order on the pair, is reached; receives
-// posted through InOrderReceiver), with compute taking no time. Reports
-// whether every op completes, or where it gets stuck.
+// posted through InOrderReceiver), with compute taking no time; an
+// overlapped F&B pair sends its forward's output when the pair ends, after
+// its backward's receive, as the runtime runs it. Reports whether every op
+// completes, or where it gets stuck.
 PostingReport SimulatePosting(const ExecPlan& plan, StreamLayout layout);
 
 }  // namespace pipecast::validate
