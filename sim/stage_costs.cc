@@ -155,6 +155,22 @@ Bytes ParameterBytes(int64_t parameters, double bytes_per_param) {
   return std::llround(static_cast<double>(parameters) * bytes_per_param);
 }
 
+std::vector<std::map<int, Bytes>> CopyReduceBytes(const Schedule& schedule,
+                                                  const std::vector<StageCost>& costs,
+                                                  double gradient_bytes_per_param) {
+  const int p = schedule.num_ranks;
+  std::vector<std::map<int, Bytes>> shared(p);  // per rank: partner -> gradient bytes
+  if (!schedule.bidirectional) return shared;
+  for (int k = 0; k < schedule.NumModelStages(); ++k) {
+    const int a = schedule.stage_rank[k], b = schedule.stage_rank[k + p];
+    if (a == b) continue;
+    const Bytes bytes = ParameterBytes(costs[k].parameters, gradient_bytes_per_param);
+    shared[a][b] += bytes;
+    shared[b][a] += bytes;
+  }
+  return shared;
+}
+
 namespace {
 // Lists shorter than this are scanned: the table would cost more than it saves.
 constexpr size_t kRangeMaxTableFrom = 64;

@@ -51,6 +51,7 @@
 #define PIPECAST_SIM_STAGE_COSTS_H_
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -160,6 +161,15 @@ PairHalvesNs OverlappedPairNs(const StageCost& f, const StageCost& b, OpKind b_k
 
 // Bytes of `parameters` parameters at `bytes_per_param`, rounded to nearest.
 Bytes ParameterBytes(int64_t parameters, double bytes_per_param);
+
+// The copy reduce of a bidirectional schedule (DualPipe, docs/simulator.md): per rank, each
+// partner rank it shares model stages with (stage k on rank k's holder and on stage k + p's)
+// and the gradient bytes of those stages at `gradient_bytes_per_param` (the sharded bytes per
+// parameter, ShardedBytesPerParam). Copies on one rank sum locally and are left out. Empty
+// maps for other schedules. The simulator times these bytes and the validator exchanges them.
+std::vector<std::map<int, Bytes>> CopyReduceBytes(const Schedule& schedule,
+                                                  const std::vector<StageCost>& costs,
+                                                  double gradient_bytes_per_param);
 
 // Maxima over runs of a fixed list: O(1) per query after O(n log n) (a
 // sparse table), or a plain scan for short lists.

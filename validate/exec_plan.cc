@@ -124,24 +124,15 @@ std::vector<StageCollectives> CollectivesOf(const Model& model, const PlanFile& 
   return out;
 }
 
-// A bidirectional schedule's copy reduce, as the simulator's CopyReduce
-// (sim/simulator.cc) counts it: model stage k's copies on the ranks of
-// virtual stages k and p+k sum its gradients, ParameterBytes(parameters,
-// sharded gradient bytes per parameter); a rank sends one message per
-// partner of all the stages they share. Copies on one rank sum locally.
+// A bidirectional schedule's copy reduce, the bytes the simulator times
+// (CopyReduceBytes, sim/stage_costs.h): a rank sends one message per
+// partner of all the stages they share.
 void AddCopyExchanges(const PlanFile& plan, const Schedule& schedule,
                       const std::vector<StageCost>& costs, std::vector<ExecStage>* per_rank) {
   if (!schedule.bidirectional) return;
   const int p = schedule.num_ranks;
-  const double per_param = ShardedBytesPerParam(plan.memory, plan.data_parallel).gradients;
-  std::vector<std::map<int, Bytes>> shared(p);  // per rank: partner -> gradient bytes
-  for (int k = 0; k < schedule.NumModelStages(); ++k) {
-    const int a = schedule.stage_rank[k], b = schedule.stage_rank[k + p];
-    if (a == b) continue;
-    const Bytes bytes = ParameterBytes(costs[k].parameters, per_param);
-    shared[a][b] += bytes;
-    shared[b][a] += bytes;
-  }
+  const std::vector<std::map<int, Bytes>> shared = CopyReduceBytes(
+      schedule, costs, ShardedBytesPerParam(plan.memory, plan.data_parallel).gradients);
   for (int r = 0; r < p; ++r) {
     for (const auto& [partner, bytes] : shared[r]) {
       (*per_rank)[r].copy_exchanges.push_back(CopyExchange{.peer_rank = partner,
