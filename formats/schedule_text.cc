@@ -581,8 +581,8 @@ std::vector<std::string> ScheduleTextNotes(const ScheduleTextInfo& info, int zer
   if (info.overlapped_pairs > 0) {
     notes.push_back(fmt::format(
         "{} overlapped F&B pairs (OVERLAP_F_B): each starts when both halves' inputs are there "
-        "and lasts --overlap-factor x (F + B), F + B by default, with no tensor-parallel or "
-        "expert traffic modelled to hide (docs/simulator.md, \"Overlapped F&B\")",
+        "and lasts F + B less the tensor-parallel communication each half hides behind the "
+        "other's compute, times --overlap-factor (docs/simulator.md, \"Overlapped F&B\")",
         info.overlapped_pairs));
   }
   return notes;

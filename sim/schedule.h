@@ -47,8 +47,8 @@ struct Action {
   // True for both halves of an overlapped F&B op (PyTorch's `(0F7;7B3)OVERLAP_F_B`,
   // DualPipe's chunk overlap): a forward and, next on its rank's list, a backward (B or I) of
   // another (stage, micro-batch), run together. ValidateSchedule checks the pairs. The
-  // simulator replays a pair as its two halves back to back, each scaled so that the pair lasts
-  // SimOptions::overlap_factor x (F + B) (docs/simulator.md, "Overlapped F&B").
+  // simulator replays a pair as its two halves back to back, each lasting OverlappedPairNs'
+  // share (sim/stage_costs.h; docs/simulator.md, "Overlapped F&B").
   bool overlapped = false;
   bool operator==(const Action&) const = default;
 };

@@ -241,15 +241,8 @@ std::vector<TimeNs> CopyReduce(const Cluster& cluster, const Schedule& schedule,
   std::vector<TimeNs> start(p);
   for (int k = 0; k < p; ++k) start[k] = totals.ranks[k].last_end_ns;
   if (!schedule.bidirectional) return start;
-  const double per_param = ShardedBytesPerParam(options.memory, options.data_parallel).gradients;
-  std::vector<std::map<int, Bytes>> shared(p);  // per rank: partner -> gradient bytes
-  for (int k = 0; k < schedule.NumModelStages(); ++k) {
-    const int a = schedule.stage_rank[k], b = schedule.stage_rank[k + p];
-    if (a == b) continue;
-    const Bytes bytes = ParameterBytes(costs[k].parameters, per_param);
-    shared[a][b] += bytes;
-    shared[b][a] += bytes;
-  }
+  const std::vector<std::map<int, Bytes>> shared = CopyReduceBytes(
+      schedule, costs, ShardedBytesPerParam(options.memory, options.data_parallel).gradients);
   for (int k = 0; k < p; ++k) {
     StageResult& sr = result->per_rank[k];
     for (const auto& [partner, bytes] : shared[k]) {

@@ -131,10 +131,10 @@ struct SimOptions {
   // Megatron-LM --tp-comm-overlap: collectives chunked beside the matmuls
   // (sim/stage_costs.h states the model). Only with tensor_parallel > 1.
   bool tp_comm_overlap = false;
-  // Overlapped F&B pairs (Action::overlapped, docs/simulator.md "Overlapped F&B"): a pair lasts
-  // overlap_factor x (F + B). 1: F + B, the pair's time less the communication each half hides
-  // behind the other's compute when, as in pipecast, no tensor-parallel or expert traffic is
-  // modelled. In (0, 2].
+  // Overlapped F&B pairs (Action::overlapped, docs/simulator.md "Overlapped F&B"): each half's
+  // tensor-parallel communication hides behind the other half's compute (OverlappedPairNs),
+  // and what is left is scaled by overlap_factor. 1: no further gain (at t = 1 the pair lasts
+  // F + B). In (0, 2].
   double overlap_factor = 1.0;
   // Keep every op, transfer and memory change (needed for traces); off in
   // planner searches to save time and memory.

@@ -11,10 +11,33 @@
 
 namespace pipecast {
 
-TimeNs StageCost::DurationNs(OpKind kind, bool overlapped, double overlap_factor) const {
-  const TimeNs d = DurationNs(kind);
-  if (!overlapped || overlap_factor == 1.0) return d;
-  return static_cast<TimeNs>(std::llround(static_cast<double>(d) * overlap_factor));
+namespace {
+
+TimeNs Scaled(TimeNs d, double factor) {
+  if (factor == 1.0) return d;
+  return static_cast<TimeNs>(std::llround(static_cast<double>(d) * factor));
+}
+
+}  // namespace
+
+PairHalvesNs OverlappedPairNs(const StageCost& f, const StageCost& b, OpKind b_kind,
+                              double overlap_factor) {
+  const TimeNs f_ns = f.DurationNs(OpKind::kForward), f_comm = f.TpCommNs(OpKind::kForward);
+  const TimeNs b_ns = b.DurationNs(b_kind), b_comm = b.TpCommNs(b_kind);
+  return PairHalvesNs{.forward = Scaled(f_ns - std::min(f_comm, b_ns - b_comm), overlap_factor),
+                      .backward = Scaled(b_ns - std::min(b_comm, f_ns - f_comm), overlap_factor)};
+}
+
+TimeNs ActionDurationNs(const std::vector<StageCost>& costs, const std::vector<Action>& list,
+                        size_t i, double overlap_factor) {
+  const Action& a = list[i];
+  if (!a.overlapped) return costs[a.stage].DurationNs(a.kind);
+  const bool forward = a.kind == OpKind::kForward;
+  const Action& f = forward ? a : list[i - 1];
+  const Action& b = forward ? list[i + 1] : a;
+  const PairHalvesNs halves =
+      OverlappedPairNs(costs[f.stage], costs[b.stage], b.kind, overlap_factor);
+  return forward ? halves.forward : halves.backward;
 }
 
 TimeNs StageCost::DurationNs(OpKind kind) const {
@@ -130,6 +153,22 @@ Bytes StageCost::KeptAfter(OpKind kind) const {
 
 Bytes ParameterBytes(int64_t parameters, double bytes_per_param) {
   return std::llround(static_cast<double>(parameters) * bytes_per_param);
+}
+
+std::vector<std::map<int, Bytes>> CopyReduceBytes(const Schedule& schedule,
+                                                  const std::vector<StageCost>& costs,
+                                                  double gradient_bytes_per_param) {
+  const int p = schedule.num_ranks;
+  std::vector<std::map<int, Bytes>> shared(p);  // per rank: partner -> gradient bytes
+  if (!schedule.bidirectional) return shared;
+  for (int k = 0; k < schedule.NumModelStages(); ++k) {
+    const int a = schedule.stage_rank[k], b = schedule.stage_rank[k + p];
+    if (a == b) continue;
+    const Bytes bytes = ParameterBytes(costs[k].parameters, gradient_bytes_per_param);
+    shared[a][b] += bytes;
+    shared[b][a] += bytes;
+  }
+  return shared;
 }
 
 namespace {

@@ -51,6 +51,7 @@
 #define PIPECAST_SIM_STAGE_COSTS_H_
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -121,10 +122,6 @@ struct StageCost {
   // How long an op of `kind` runs: F forward, B the whole backward, I the
   // backward less its W part, W the weight-gradient part.
   TimeNs DurationNs(OpKind kind) const;
-  // The same, for a half of an overlapped F&B pair (Action::overlapped): DurationNs(kind)
-  // scaled by `overlap_factor` (SimOptions::overlap_factor), rounded to the nearest ns, so that
-  // the pair lasts factor x (F + B).
-  TimeNs DurationNs(OpKind kind, bool overlapped, double overlap_factor) const;
   // Activation bytes an op of `kind` allocates at its start: F held, B
   // recomputed, I recomputed plus what W keeps beyond held (when known), W
   // none.
@@ -143,8 +140,36 @@ struct StageCost {
   Bytes KeptAfter(OpKind kind) const;
 };
 
+// How long action `i` of a rank's list runs: DurationNs(kind), or for a half of an overlapped
+// F&B pair (Action::overlapped; its partner is list[i + 1] for the forward, list[i - 1] for
+// the backward) its share of the pair (docs/simulator.md, "Overlapped F&B"). Each half's
+// tensor-parallel communication (TpCommNs) hides behind the other half's compute, as far as
+// that compute lasts:
+//   forward half  = F - min(F_comm, B - B_comm),  backward half = B - min(B_comm, F - F_comm),
+// each then scaled by `overlap_factor` (SimOptions::overlap_factor) and rounded to the
+// nearest ns. At t = 1 (no such communication) the pair lasts factor x (F + B).
+// REQUIRES: the pairs are well formed (ValidateSchedule).
+TimeNs ActionDurationNs(const std::vector<StageCost>& costs, const std::vector<Action>& list,
+                        size_t i, double overlap_factor);
+// The pair's two halves from their stages' costs (ActionDurationNs' model): the forward of
+// `f`, the backward of kind `b_kind` (B or I) of `b`.
+struct PairHalvesNs {
+  TimeNs forward = 0, backward = 0;
+};
+PairHalvesNs OverlappedPairNs(const StageCost& f, const StageCost& b, OpKind b_kind,
+                              double overlap_factor);
+
 // Bytes of `parameters` parameters at `bytes_per_param`, rounded to nearest.
 Bytes ParameterBytes(int64_t parameters, double bytes_per_param);
+
+// The copy reduce of a bidirectional schedule (DualPipe, docs/simulator.md): per rank, each
+// partner rank it shares model stages with (stage k on rank k's holder and on stage k + p's)
+// and the gradient bytes of those stages at `gradient_bytes_per_param` (the sharded bytes per
+// parameter, ShardedBytesPerParam). Copies on one rank sum locally and are left out. Empty
+// maps for other schedules. The simulator times these bytes and the validator exchanges them.
+std::vector<std::map<int, Bytes>> CopyReduceBytes(const Schedule& schedule,
+                                                  const std::vector<StageCost>& costs,
+                                                  double gradient_bytes_per_param);
 
 // Maxima over runs of a fixed list: O(1) per query after O(n log n) (a
 // sparse table), or a plain scan for short lists.

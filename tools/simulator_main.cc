@@ -121,8 +121,8 @@ int main(int argc, char** argv) {
                  "write a self-contained HTML report: timeline, memory, inputs (docs/report.md)")
       ->check(pipecast::OutputPath());
   app.add_option("--overlap-factor", f.overlap_factor,
-                 "an overlapped F&B pair ((F;B)OVERLAP_F_B, dualpipev) lasts this x (F + B); "
-                 "1: no gain, as without tensor-parallel or expert traffic to hide")
+                 "an overlapped F&B pair ((F;B)OVERLAP_F_B, dualpipev) lasts this x (F + B less "
+                 "the tensor-parallel communication each half hides behind the other's compute)")
       ->check(pipecast::FiniteRange(pipecast::kMaxOverlapFactor, "x (F + B)", 0, true))
       ->capture_default_str();
   pipecast::AddScheduleOutFlags(app, &f.schedule_out, &f.schedule_format,

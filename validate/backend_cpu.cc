@@ -1,6 +1,7 @@
 // The cpu backend (backend.h): one thread per rank in this process (t per
 // rank with tensor parallelism, all-reducing through InProcessTensorGroup),
-// messages copied between the workers' pools by InProcessTransport.
+// messages copied between the workers' pools by InProcessTransport (the copy
+// reduce of a bidirectional schedule by a second one, between pools of its own).
 #include <fmt/format.h>
 
 #include <memory>
@@ -47,7 +48,18 @@ class CpuBackend final : public Backend {
       group_ptrs.push_back(groups.back().get());
     }
     InProcessTransport transport(raw);
-    RuntimeEnv env{&transport, work, &clock_, raw, /*all_ranks_local=*/true, group_ptrs};
+    // The copy reduce's buffers (bidirectional schedules) in pools of their own, outside the
+    // stages' peaks (runtime.h, RuntimeEnv::copy_pools).
+    std::vector<std::unique_ptr<MemoryPool>> copy_pools;
+    std::vector<MemoryPool*> copy_raw;
+    for (int w = 0; w < plan.workers(); ++w) {
+      copy_pools.push_back(std::make_unique<MemoryPool>(
+          fmt::format("the copy reduce of worker {}", w), /*limit_bytes=*/0, &clock_));
+      copy_raw.push_back(copy_pools.back().get());
+    }
+    InProcessTransport copy_transport(copy_raw);
+    RuntimeEnv env{&transport,      work,    &clock_, raw, /*all_ranks_local=*/true, group_ptrs,
+                   &copy_transport, copy_raw};
     ranks_ = plan.ranks;
     tensor_parallel_ = t;
     return RunStages(plan, workers, options, env);

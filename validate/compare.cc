@@ -58,6 +58,25 @@ std::vector<StageRun> LeadRuns(const ExecPlan& plan, const std::vector<StageRun>
   return lead;
 }
 
+// A rank's copy reduce in `iteration` (bidirectional schedules): per
+// exchange, from when both it and its partner were ready (as the simulator
+// starts it once both ranks ended their last op) to when it had the
+// partner's bytes, summed over its partners.
+TimeNs MeasuredCopyReduce(const std::vector<StageRun>& runs, int rank, int iteration) {
+  TimeNs sum = 0;
+  for (const CopyReduceTiming& c : runs[rank].copy_reduces) {
+    if (c.iteration != iteration) continue;
+    TimeNs start = c.start_ns;
+    if (c.peer_rank >= 0 && c.peer_rank < static_cast<int>(runs.size())) {
+      for (const CopyReduceTiming& o : runs[c.peer_rank].copy_reduces) {
+        if (o.iteration == iteration && o.peer_rank == rank) start = std::max(start, o.start_ns);
+      }
+    }
+    sum += std::max<TimeNs>(c.end_ns - start, 0);
+  }
+  return sum;
+}
+
 MetricRow Row(std::string metric, int rank, std::string unit, double predicted, double measured,
               bool relative, bool checked, double tolerance) {
   MetricRow row{std::move(metric), rank, std::move(unit), predicted, measured};
@@ -141,6 +160,8 @@ Result<Comparison> Compare(const SimResult& predicted, const ExecPlan& plan,
     }
     collective[run.rank] += static_cast<double>(sum) / k / t;  // mean over the tensor ranks
   }
+  bool copy_reduce = false;
+  for (const ExecStage& st : plan.per_rank) copy_reduce = copy_reduce || !st.copy_exchanges.empty();
   for (size_t r = 0; r < runs.size(); ++r) {
     const StageResult& p = predicted.per_rank[r];
     const int rank = static_cast<int>(r);
@@ -151,6 +172,11 @@ Result<Comparison> Compare(const SimResult& predicted, const ExecPlan& plan,
     if (t > 1) {
       c.rows.push_back(Row("tp all-reduce", rank, "ns", static_cast<double>(p.tp_comm_ns),
                            collective[r], true, false, tol.time));
+    }
+    if (copy_reduce) {
+      c.rows.push_back(Row("copy reduce", rank, "ns", static_cast<double>(p.copy_reduce_ns),
+                           static_cast<double>(MeasuredCopyReduce(runs, rank, c.median_iteration)),
+                           true, false, tol.time));
     }
     c.rows.push_back(Row("busy time", rank, "ns", static_cast<double>(p.busy_ns),
                          static_cast<double>(s.busy[r]), true, false, tol.time));

@@ -19,6 +19,14 @@
 // row is reported, not checked: the reduction on the cpu backend is a few
 // memory passes between two barriers, timed mostly by how fast threads wake.
 //
+// Bidirectional schedules (dualpipe): a row "copy reduce" per rank sets the
+// measured exchange of the two parameter copies' gradients with the partner
+// rank (runtime.h; from when both ranks were ready to when the partner's
+// bytes were in, summed over partners) beside the predicted copy_reduce_ns.
+// Reported, not checked: it is outside the pipeline span the iteration time
+// compares, and on the cpu backend it is a memory copy between threads whose
+// speed the link probe's messages only approximate.
+//
 // Errors of times, memory and throughput are relative, (measured -
 // predicted) / predicted; bubble ratios are fractions already, so their error
 // is the absolute difference. Plain functions over values.

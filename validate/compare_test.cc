@@ -63,6 +63,67 @@ TEST(Compare, ErrorsAreRelativeForTimesAndAbsoluteForBubbles) {
   EXPECT_FALSE(c->within_tolerance);
 }
 
+TEST(Compare, DualPipeReportsEachRanksCopyReduceBesideThePrediction) {
+  // Given dualpipe p=2, m=4 (16000 bytes of copy gradients each way, predicted 23.2 us on the
+  // 5 GB/s, 10 us link) and a measured iteration where rank 0 is ready for its copy reduce at
+  // 10 ms and rank 1 at 12 ms; rank 0 has rank 1's bytes at 12.5 ms, rank 1 rank 0's at 12.4.
+  Result<Schedule> s = MakeSchedule(ScheduleKind::kDualPipe, 2, 4, 2);
+  ASSERT_TRUE(s.ok());
+  testing::World w = testing::MakeWorld(testing::UniformModel(4), *s);
+  std::vector<StageRun> runs(2);
+  for (int r = 0; r < 2; ++r) {
+    runs[r].rank = r;
+    for (const ExecOp& op : w.exec.per_rank[r].ops) {
+      runs[r].ops.push_back({0, op.action, 0, r == 0 ? 10'000'000 : 12'000'000});
+    }
+  }
+  runs[0].copy_reduces.push_back({0, 1, 16'000, 10'000'000, 12'500'000});
+  runs[1].copy_reduces.push_back({0, 0, 16'000, 12'000'000, 12'400'000});
+
+  Result<Comparison> c = Compare(w.predicted, w.exec, runs, 4, Tolerances{});
+
+  // Then each rank's row counts from when both were ready (12 ms), reported, not checked.
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  std::vector<MetricRow> rows;
+  for (const MetricRow& row : c->rows) {
+    if (row.metric == "copy reduce") rows.push_back(row);
+  }
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].rank, 0);
+  EXPECT_DOUBLE_EQ(rows[0].predicted, 23'200);
+  EXPECT_DOUBLE_EQ(rows[0].measured, 500'000);
+  EXPECT_DOUBLE_EQ(rows[1].measured, 400'000);
+  EXPECT_FALSE(rows[0].checked);
+  EXPECT_EQ(rows[0].unit, "ns");
+  // A schedule without copies has no such row.
+  Fixture f;
+  f.AddIteration(0, 0, 8'000'000);
+  Result<Comparison> plain = Compare(f.w.predicted, f.w.exec, f.runs, 1, Tolerances{});
+  ASSERT_TRUE(plain.ok());
+  for (const MetricRow& row : plain->rows) EXPECT_NE(row.metric, "copy reduce");
+}
+
+TEST(Compare, MeasuredTimelineKeepsBothHalvesOfAPair) {
+  // A pair's halves are two measured ops, each marked overlapped, as the prediction's are.
+  testing::World w = testing::MakeWorld(ScheduleKind::kDualPipeV, 2, 4, 2, 1);
+  std::vector<StageRun> runs(2);
+  for (int r = 0; r < 2; ++r) {
+    runs[r].rank = r;
+    TimeNs t = 0;
+    for (const ExecOp& op : w.exec.per_rank[r].ops) {
+      runs[r].ops.push_back({0, op.action, t, t + op.predicted_ns});
+      t += op.predicted_ns;
+    }
+  }
+  SimResult m = MeasuredTimeline(w.exec, runs, 0);
+  int measured_halves = 0, predicted_halves = 0;
+  for (const OpRecord& op : m.ops) measured_halves += op.action.overlapped;
+  for (const OpRecord& op : w.predicted.ops) predicted_halves += op.action.overlapped;
+  EXPECT_EQ(measured_halves, predicted_halves);
+  // Rank 0: (0F3;3B1) (3F2;0B0) (3F3;0B1); rank 1: (2F2;1B0) (1F3;2B1) (2F3;1B1).
+  EXPECT_EQ(measured_halves, 12);
+}
+
 TEST(Compare, MeasuredTimelineStartsAtTheIterationsFirstOp) {
   Fixture f;
   f.AddIteration(0, 1'000'000'000, 8'000'000);

@@ -6,17 +6,35 @@
 #include <map>
 #include <utility>
 
+#include "sim/memory.h"
 #include "sim/stage_costs.h"
 
 namespace pipecast::validate {
 namespace {
 
-// The plan's stages costed by the simulator's own model (sim/stage_costs.h),
-// so measured and predicted memory count the same bytes.
+// The plan's model stages: its partition, or for a bidirectional schedule
+// whose partition lists every virtual stage the first p entries (virtual stage
+// p+k repeats stage k; the plan reader and the simulator hold it to that).
+// InvalidArgument for a partition of any other size.
+Result<std::vector<StageLayers>> ModelPartition(const PlanFile& plan, const Schedule& schedule) {
+  const int stages = static_cast<int>(plan.partition.size());
+  const int model_stages = schedule.NumModelStages();
+  if (stages != schedule.num_stages && stages != model_stages) {
+    return Status::InvalidArgument(
+        fmt::format("the plan has {} partition stages but {} virtual stages in its actions{}",
+                    stages, schedule.num_stages,
+                    schedule.bidirectional ? fmt::format(" ({} model stages)", model_stages) : ""));
+  }
+  return std::vector<StageLayers>(plan.partition.begin(), plan.partition.begin() + model_stages);
+}
+
+// The plan's model stages costed by the simulator's own model
+// (sim/stage_costs.h), so measured and predicted memory count the same bytes.
 Result<std::vector<StageCost>> StageCostsOf(const Model& model, const PlanFile& plan,
+                                            const std::vector<StageLayers>& partition,
                                             const Link& tp_link) {
-  for (size_t s = 0; s < plan.partition.size(); ++s) {
-    const StageLayers& part = plan.partition[s];
+  for (size_t s = 0; s < partition.size(); ++s) {
+    const StageLayers& part = partition[s];
     if (part.first_layer < 0 || part.last_layer >= static_cast<int>(model.layers.size()) ||
         part.first_layer > part.last_layer) {
       return Status::InvalidArgument(fmt::format(
@@ -30,7 +48,7 @@ Result<std::vector<StageCost>> StageCostsOf(const Model& model, const PlanFile& 
   options.sequence_parallel = plan.sequence_parallel;
   options.tp_link = tp_link;
   const StageCostTable table(model, options);
-  return table.Stages(plan.partition);
+  return table.Stages(partition);
 }
 
 // The message between `rank`'s stage and `peer_stage` that carries
@@ -51,28 +69,35 @@ Message MessageWith(const Schedule& schedule, int rank, int peer_stage, int src_
 
 // An op's memory from the stage-cost model and its messages: F receives
 // the previous stage's output and sends its own; B and I receive the
-// gradient of their output and send the gradient of their input.
+// gradient of their output and send the gradient of their input. "Previous"
+// and "next" are along the micro-batch's path (Schedule::IsFirstStage,
+// IsLastStage): in a bidirectional schedule stage p (direction b's first)
+// receives no activation and stage p-1 (direction a's last) sends none.
 void SetCostsAndMessages(const Schedule& schedule, int rank, const StageCost& sc, ExecOp* op) {
   const Action& a = op->action;
   const int s = a.stage, mb = a.microbatch;
-  const int last = schedule.num_stages - 1;
+  const bool first = schedule.IsFirstStage(s), last = schedule.IsLastStage(s);
   op->workspace_bytes = sc.workspace_bytes;
   op->activation_bytes = sc.ActivationsAtStart(a.kind);
   op->frees_activations = sc.FreesActivations(a.kind);
   op->kept_after_bytes = sc.KeptAfter(a.kind);
   switch (a.kind) {
     case OpKind::kForward:
-      if (s > 0) op->recv = MessageWith(schedule, rank, s - 1, s - 1, s, mb, false, sc.input_bytes);
-      if (s < last) {
+      if (!first) {
+        op->recv = MessageWith(schedule, rank, s - 1, s - 1, s, mb, false, sc.input_bytes);
+      }
+      if (!last) {
         op->send = MessageWith(schedule, rank, s + 1, s, s + 1, mb, false, sc.output_bytes);
       }
       break;
     case OpKind::kBackward:
     case OpKind::kBackwardInput:
-      if (s < last) {
+      if (!last) {
         op->recv = MessageWith(schedule, rank, s + 1, s + 1, s, mb, true, sc.output_bytes);
       }
-      if (s > 0) op->send = MessageWith(schedule, rank, s - 1, s, s - 1, mb, true, sc.input_bytes);
+      if (!first) {
+        op->send = MessageWith(schedule, rank, s - 1, s, s - 1, mb, true, sc.input_bytes);
+      }
       break;
     case OpKind::kBackwardWeight:
       break;
@@ -83,11 +108,12 @@ void SetCostsAndMessages(const Schedule& schedule, int rank, const StageCost& sc
 struct StageCollectives {
   std::vector<Bytes> forward, backward;
 };
-std::vector<StageCollectives> CollectivesOf(const Model& model, const PlanFile& plan) {
-  std::vector<StageCollectives> out(plan.partition.size());
+std::vector<StageCollectives> CollectivesOf(const Model& model, const PlanFile& plan,
+                                            const std::vector<StageLayers>& partition) {
+  std::vector<StageCollectives> out(partition.size());
   if (plan.tensor_parallel <= 1) return out;
-  for (size_t s = 0; s < plan.partition.size(); ++s) {
-    for (int l = plan.partition[s].first_layer; l <= plan.partition[s].last_layer; ++l) {
+  for (size_t s = 0; s < partition.size(); ++s) {
+    for (int l = partition[s].first_layer; l <= partition[s].last_layer; ++l) {
       const LayerCost c = CostAt(model.layers[l], plan.microbatch_size, plan.tensor_parallel,
                                  plan.sequence_parallel);
       const Bytes bytes = c.tp_comm_bytes.value_or(0);
@@ -98,7 +124,51 @@ std::vector<StageCollectives> CollectivesOf(const Model& model, const PlanFile& 
   return out;
 }
 
+// A bidirectional schedule's copy reduce, the bytes the simulator times
+// (CopyReduceBytes, sim/stage_costs.h): a rank sends one message per
+// partner of all the stages they share.
+void AddCopyExchanges(const PlanFile& plan, const Schedule& schedule,
+                      const std::vector<StageCost>& costs, std::vector<ExecStage>* per_rank) {
+  if (!schedule.bidirectional) return;
+  const int p = schedule.num_ranks;
+  const std::vector<std::map<int, Bytes>> shared = CopyReduceBytes(
+      schedule, costs, ShardedBytesPerParam(plan.memory, plan.data_parallel).gradients);
+  for (int r = 0; r < p; ++r) {
+    for (const auto& [partner, bytes] : shared[r]) {
+      (*per_rank)[r].copy_exchanges.push_back(CopyExchange{.peer_rank = partner,
+                                                           .bytes = bytes,
+                                                           .send_tag = CopyReduceTag(r),
+                                                           .recv_tag = CopyReduceTag(partner)});
+    }
+  }
+}
+
+// Every overlapped op is half of a pair: a forward, then next on the list a
+// B or I, both overlapped (ValidateSchedule's rule, checked again here since
+// the runtime relies on it).
+Status CheckPairs(const Schedule& schedule) {
+  for (int r = 0; r < schedule.num_ranks; ++r) {
+    const std::vector<Action>& list = schedule.actions[r];
+    for (size_t i = 0; i < list.size(); ++i) {
+      if (!list[i].overlapped) continue;
+      const bool pair =
+          list[i].kind == OpKind::kForward && i + 1 < list.size() && list[i + 1].overlapped &&
+          (list[i + 1].kind == OpKind::kBackward || list[i + 1].kind == OpKind::kBackwardInput);
+      if (!pair) {
+        return Status::InvalidArgument(fmt::format(
+            "rank {}'s overlapped op {} is not the forward of an F&B pair followed by its "
+            "backward (B or I): fix the schedule's pairs",
+            r, ActionName(schedule, list[i])));
+      }
+      ++i;
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
+
+int64_t CopyReduceTag(int src_rank) { return kCopyReduceTagBase + src_rank; }
 
 ExecPlan ExpandTensorParallel(const ExecPlan& plan) {
   const int t = std::max(plan.tensor_parallel, 1);
@@ -113,6 +183,7 @@ ExecPlan ExpandTensorParallel(const ExecPlan& plan) {
       if (op.recv.present()) op.recv.peer_rank = op.recv.peer_rank * t + w % t;
       if (op.send.present()) op.send.peer_rank = op.send.peer_rank * t + w % t;
     }
+    for (CopyExchange& x : st.copy_exchanges) x.peer_rank = x.peer_rank * t + w % t;
     out.per_rank.push_back(std::move(st));
   }
   return out;
@@ -124,35 +195,12 @@ int64_t MessageTag(int dst_stage, int microbatch, bool gradient, int num_stages)
 
 Result<ExecPlan> BuildExecPlan(const Model& model, const PlanFile& plan, const Schedule& schedule,
                                const SimResult& predicted, const Link& tp_link) {
-  if (schedule.bidirectional) {
-    // Checked first: its overlapped pairs and two paths would each be refused below, less
-    // clearly (docs/validator.md).
-    return Status::FailedPrecondition(fmt::format(
-        "schedule '{}' is bidirectional (micro-batches enter at both ends; rank k and rank {}-k "
-        "hold two copies of the same model chunks), which the validator cannot run yet: its "
-        "workers keep one weight copy per stage, send along one path and do not sum the copies' "
-        "gradients between ranks; simulate it with the simulator",
-        schedule.name, schedule.num_ranks - 1));
-  }
-  if (static_cast<int>(plan.partition.size()) != schedule.num_stages) {
-    return Status::InvalidArgument(
-        fmt::format("the plan has {} partition stages but {} virtual "
-                    "stages in its actions",
-                    plan.partition.size(), schedule.num_stages));
-  }
-  for (int r = 0; r < schedule.num_ranks; ++r) {
-    for (const Action& a : schedule.actions[r]) {
-      if (!a.overlapped) continue;
-      return Status::FailedPrecondition(fmt::format(
-          "schedule '{}' has overlapped F&B pairs (rank {} starts one at {}), which the validator "
-          "cannot run yet: its workers run one op at a time; simulate it with the simulator, or "
-          "validate a schedule without pairs",
-          schedule.name, r, ActionName(a)));
-    }
-  }
-  Result<std::vector<StageCost>> costs = StageCostsOf(model, plan, tp_link);
+  Result<std::vector<StageLayers>> partition = ModelPartition(plan, schedule);
+  if (!partition.ok()) return partition.status();
+  PIPECAST_RETURN_IF_ERROR(CheckPairs(schedule));
+  Result<std::vector<StageCost>> costs = StageCostsOf(model, plan, *partition, tp_link);
   if (!costs.ok()) return costs.status();
-  const std::vector<StageCollectives> collectives = CollectivesOf(model, plan);
+  const std::vector<StageCollectives> collectives = CollectivesOf(model, plan, *partition);
   std::map<std::pair<int, int64_t>, TimeNs> duration;  // (rank, action key) -> ns
   auto key = [&](const Action& a) {
     return (int64_t{a.microbatch} * schedule.num_stages + a.stage) * 4 + static_cast<int>(a.kind);
@@ -184,16 +232,19 @@ Result<ExecPlan> BuildExecPlan(const Model& model, const PlanFile& plan, const S
             fmt::format("op {} of rank {} is missing from the prediction", ActionName(a), r));
       }
       op.predicted_ns = it->second;
-      SetCostsAndMessages(schedule, r, (*costs)[a.stage], &op);
-      op.tp_comm_ns = (*costs)[a.stage].TpCommNs(a.kind);
-      if (a.kind == OpKind::kForward) op.tp_collectives = collectives[a.stage].forward;
+      const int model_stage = schedule.ModelStage(a.stage);
+      SetCostsAndMessages(schedule, r, (*costs)[model_stage], &op);
+      op.tp_comm_ns = (*costs)[model_stage].TpCommNs(a.kind);
+      if (a.kind == OpKind::kForward) op.tp_collectives = collectives[model_stage].forward;
       if (a.kind == OpKind::kBackward || a.kind == OpKind::kBackwardInput) {
-        op.tp_collectives = collectives[a.stage].backward;
+        op.tp_collectives = collectives[model_stage].backward;
       }
       st.ops.push_back(op);
     }
+    st.predicted_copy_reduce_ns = predicted.per_rank[r].copy_reduce_ns;
     ep.per_rank.push_back(std::move(st));
   }
+  AddCopyExchanges(plan, schedule, *costs, &ep.per_rank);
   return ep;
 }
 

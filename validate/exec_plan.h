@@ -13,7 +13,16 @@
 // and gradients back as messages of the boundary stage's output_bytes; stages on one rank hand over
 // without a message. With tensor parallelism every op runs on t workers
 // (ExecPlan::tensor_parallel), memory per worker as the simulator counts one
-// GPU of the group. Units: ns, bytes.
+// GPU of the group.
+//
+// Overlapped F&B pairs (Action::overlapped, dualpipev and dualpipe) stay two
+// ExecOps, next to each other on their rank's list, each with its own
+// duration (the simulator's half), memory and messages; the runtime runs them
+// as one pair. Bidirectional schedules (dualpipe) have 2p virtual stages over
+// p model stages: every first/last/next/previous-stage rule follows the
+// schedule's paths (Schedule::IsFirstStage, IsLastStage), a virtual stage's
+// costs are its model stage's, and each rank ends the iteration with the copy
+// reduce (ExecStage::copy_exchanges). Units: ns, bytes.
 #ifndef PIPECAST_VALIDATE_EXEC_PLAN_H_
 #define PIPECAST_VALIDATE_EXEC_PLAN_H_
 
@@ -59,10 +68,28 @@ struct ExecOp {
   TimeNs tp_comm_ns = 0;
 };
 
+// One exchange of a bidirectional schedule's copy reduce: after its last op of
+// the iteration (before the iteration barrier) the rank sends the gradients of
+// the model stages whose other copy `peer_rank` holds, `bytes` of them (the
+// simulator's copy_reduce bytes: their parameters x gradient bytes per
+// parameter, sharded as the plan shards them), and receives as many back: a
+// ring all-reduce of two moves each byte once each way (docs/simulator.md,
+// "Bidirectional schedules").
+struct CopyExchange {
+  int peer_rank = -1;
+  Bytes bytes = 0;
+  int64_t send_tag = 0;  // CopyReduceTag(this rank)
+  int64_t recv_tag = 0;  // CopyReduceTag(peer_rank)
+};
+
 struct ExecStage {
   int rank = 0;
   std::vector<ExecOp> ops;  // the plan's action list, in order
   Bytes static_bytes = 0;   // weights + gradients + optimizer state (+ stashed weights)
+  // Bidirectional schedules: one per partner rank, in rank order (DualPipe's V: rank p-1-r,
+  // none for a middle rank that holds both copies); empty otherwise.
+  std::vector<CopyExchange> copy_exchanges;
+  TimeNs predicted_copy_reduce_ns = 0;  // the simulator's StageResult::copy_reduce_ns
 };
 
 struct ExecPlan {
@@ -85,6 +112,14 @@ struct ExecPlan {
 // (stage, micro-batch, direction).
 int64_t MessageTag(int dst_stage, int microbatch, bool gradient, int num_stages);
 
+// The tag of the copy-reduce message that `src_rank` sends: above every
+// MessageTag a plan may use (the validator keeps those below 2^30) and the
+// link probe's and the MPI clock's tags (2^30 + a few hundred), and below
+// 2^31 - 1, the largest tag an int carries (the mpi backend passes tags as
+// int, as it does the probe's).
+inline constexpr int64_t kCopyReduceTagBase = int64_t{3} << 29;
+int64_t CopyReduceTag(int src_rank);
+
 // The same plan with each of its ranks' t workers as a rank of its own:
 // ranks·t ranks, tensor_parallel 1, rank w = rank·t + j running its rank's
 // ops with every message's peer_rank mapped to peer·t + j (the same tensor
@@ -94,9 +129,11 @@ int64_t MessageTag(int dst_stage, int microbatch, bool gradient, int num_stages)
 ExecPlan ExpandTensorParallel(const ExecPlan& plan);
 
 // REQUIRES: `predicted` is Simulate(model, ..., schedule, PlanSimOptions(plan))
-// with record_timeline (op durations and static memory are read from it).
-// InvalidArgument when the plan does not match the model (partition beyond
-// its layers). `tp_link`: the link the prediction's tensor-parallel
+// with record_timeline (op durations, static memory and copy_reduce_ns are
+// read from it). InvalidArgument when the plan does not match the model
+// (partition beyond its layers, a partition of neither the schedule's virtual
+// stages nor, bidirectional, its model stages) or when an overlapped op is not
+// half of an F then B/I pair. `tp_link`: the link the prediction's tensor-parallel
 // collectives used (ExecOp::tp_comm_ns); the default is infinitely fast.
 Result<ExecPlan> BuildExecPlan(const Model& model, const PlanFile& plan, const Schedule& schedule,
                                const SimResult& predicted, const Link& tp_link = Link{});

@@ -2,7 +2,9 @@
 # The validator's cuda backend on a machine with an NVIDIA GPU
 # (scripts/gpu-check.sh calls this). Runs the validator's gpu-labelled tests
 # (CudaBackendGpu.*: 2- and 4-stage plans, message bytes checked, peak device
-# memory within 1% of the prediction), then the validator itself on small
+# memory within 1% of the prediction; dualpipev pairs; dualpipe p=2 with its
+# copy reduce, DualPipeRunsItsCopyReduceOnTheDevice, never run on a GPU yet),
+# then the validator itself on small
 # 2- and 4-stage plans, GPipe and 1F1B, and with 2+ GPUs also one process per
 # stage under mpirun. Writes under $OUT (default ./gpu-check-out):
 #   validator-gpu-tests.log           the tests

@@ -66,14 +66,33 @@ Result<std::unique_ptr<LayerWork>> LayerWork::Make(const Model& model, const Pla
       shards[static_cast<size_t>(j)].push_back(std::move(*shard));
     }
   }
-  return std::unique_ptr<LayerWork>(
-      new LayerWork(std::move(shards), plan.partition, plan.microbatch_size, clock));
+  // The schedule's paths without its action lists; a partition per virtual stage (a
+  // bidirectional plan may list its model stages only: stage p+k repeats stage k).
+  Schedule paths = plan.schedule;
+  paths.actions.clear();
+  std::vector<StageLayers> partition = plan.partition;
+  if (paths.bidirectional && static_cast<int>(partition.size()) == paths.NumModelStages()) {
+    for (int st = paths.NumModelStages(); st < paths.num_stages; ++st) {
+      partition.push_back(partition[paths.ModelStage(st)]);
+    }
+  }
+  // A bidirectional schedule's second copy of every block: in one process the ranks of
+  // virtual stages k and p+k must not accumulate into the same weight gradients.
+  std::vector<std::vector<cpu::Block>> second;
+  if (paths.bidirectional) second = shards;
+  return std::unique_ptr<LayerWork>(new LayerWork(std::move(shards), std::move(second),
+                                                  std::move(partition), std::move(paths),
+                                                  plan.microbatch_size, clock));
 }
 
 LayerWork::LayerWork(std::vector<std::vector<cpu::Block>> shards,
-                     std::vector<StageLayers> partition, int mbs, const Clock* clock)
+                     std::vector<std::vector<cpu::Block>> second_copies,
+                     std::vector<StageLayers> partition, Schedule paths, int mbs,
+                     const Clock* clock)
     : shards_(std::move(shards)),
+      second_copies_(std::move(second_copies)),
       partition_(std::move(partition)),
+      paths_(std::move(paths)),
       microbatch_size_(mbs),
       clock_(clock),
       cells_(shards_.size() * partition_.size()) {
@@ -110,15 +129,16 @@ Status LayerWork::Run(const OpCall& call) {
 
 Status LayerWork::Forward(const OpCall& call) {
   const StageLayers& part = partition_[call.action.stage];
-  std::vector<float> x = call.action.stage == 0 ? input_ : std::vector<float>{};
-  if (call.action.stage > 0 && !call.input.empty()) {
+  const bool first = paths_.IsFirstStage(call.action.stage);
+  std::vector<float> x = first ? input_ : std::vector<float>{};
+  if (!first && !call.input.empty()) {
     std::span<const float> in = AsFloats(call.input);
     x.assign(in.begin(), in.end());
-  } else if (call.action.stage > 0) {
+  } else if (!first) {
     PIPECAST_RETURN_IF_ERROR(TakeHandoff(call, false, &x));  // the previous stage is on this rank
   }
   Cell& cell = Cells(call)[call.action.microbatch];
-  const std::vector<cpu::Block>& blocks = shards_[static_cast<size_t>(call.tensor_rank)];
+  const std::vector<cpu::Block>& blocks = Blocks(call);
   std::vector<float> y;
   for (int l = part.first_layer; l <= part.last_layer; ++l) {
     const cpu::Block& b = blocks[l];
@@ -137,7 +157,7 @@ Status LayerWork::Forward(const OpCall& call) {
       return Status::Internal("output size differs from the stage's last layer");
     }
     std::memcpy(call.output.data(), x.data(), call.output.size());
-  } else if (call.action.stage + 1 < static_cast<int>(partition_.size())) {
+  } else if (!paths_.IsLastStage(call.action.stage)) {
     Handoff(call, call.action.stage + 1, false, x);
   }
   return Recharge(call, cell);
@@ -146,14 +166,14 @@ Status LayerWork::Forward(const OpCall& call) {
 Status LayerWork::Backward(const OpCall& call, bool input, bool weight) {
   const StageLayers& part = partition_[call.action.stage];
   std::map<int, Cell>& cells = Cells(call);
-  std::vector<cpu::Block>& blocks = shards_[static_cast<size_t>(call.tensor_rank)];
+  std::vector<cpu::Block>& blocks = Blocks(call);
   auto it = cells.find(call.action.microbatch);
   if (it == cells.end()) {
     return Status::Internal("backward before its forward");
   }
   Cell& cell = it->second;
   if (input) {
-    const bool last = call.action.stage + 1 == static_cast<int>(partition_.size());
+    const bool last = paths_.IsLastStage(call.action.stage);
     std::vector<float> dy = last ? loss_grad_ : std::vector<float>{};
     if (!last && !call.input.empty()) {
       std::span<const float> in = AsFloats(call.input);
@@ -179,7 +199,7 @@ Status LayerWork::Backward(const OpCall& call, bool input, bool weight) {
         return Status::Internal("gradient size differs from the stage's input");
       }
       std::memcpy(call.output.data(), dy.data(), call.output.size());
-    } else if (call.action.stage > 0) {
+    } else if (!paths_.IsFirstStage(call.action.stage)) {
       Handoff(call, call.action.stage - 1, true, dy);
     }
   } else {
@@ -211,6 +231,12 @@ void LayerWork::Handoff(const OpCall& call, int to_stage, bool gradient,
                         const std::vector<float>& data) {
   std::lock_guard<std::mutex> lock(handoff_mu_);
   handoff_[{call.tensor_rank, to_stage, call.action.microbatch, gradient}] = data;
+}
+
+std::vector<cpu::Block>& LayerWork::Blocks(const OpCall& call) {
+  const size_t j = static_cast<size_t>(call.tensor_rank);
+  const bool second = paths_.bidirectional && call.action.stage >= paths_.num_ranks;
+  return second ? second_copies_[j] : shards_[j];
 }
 
 std::map<int, LayerWork::Cell>& LayerWork::Cells(const OpCall& call) {

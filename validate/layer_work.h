@@ -4,14 +4,18 @@
 // on. The layers are rebuilt from model.json's `source.workload`.
 //
 // F runs Block::Forward through the stage's layers on the received
-// activation (stage 0: a fixed input; a stage whose predecessor is on the
+// activation (the first stage of a micro-batch's path, Schedule::IsFirstStage:
+// a fixed input; a stage whose predecessor is on the
 // same rank, as in V placements, takes the output that stage handed over
 // without a message, and gradients likewise), B runs Backward, I BackwardInput and
 // W BackwardWeight, on real float32 buffers. What a forward keeps (the
 // workload's Saved buffers) is charged to the stage's MemoryPool at its real
 // size (Saved::Bytes), re-charged after I (the weight gradient keeps a
 // different set) and uncharged when B or W frees it. Buffers between two
-// layers of one stage (2 x tokens x hidden floats) are not charged.
+// layers of one stage (2 x tokens x hidden floats) are not charged. A
+// bidirectional schedule (dualpipe) runs a second copy of every block for its
+// virtual stages p..2p-1, so that its two copies accumulate their own weight
+// gradients, as two ranks' copies do (second_copy()).
 //
 // Tensor parallelism (plan.tensor_parallel = t > 1): tensor rank j runs
 // shard j of every block (cpu::Block::Shard, Megatron's split) and, after
@@ -38,6 +42,7 @@
 #include "formats/plan.h"
 #include "profiler/cpu/workload.h"
 #include "sim/model.h"
+#include "sim/schedule.h"
 #include "validate/work.h"
 
 namespace pipecast::validate {
@@ -62,25 +67,37 @@ class LayerWork final : public OpWork {
   const std::vector<cpu::Block>& blocks(int tensor_rank = 0) const {
     return shards_[static_cast<size_t>(tensor_rank)];
   }
+  // A bidirectional schedule's second copy of the layers (those its virtual
+  // stages p..2p-1 run, direction b's micro-batches); empty otherwise.
+  const std::vector<cpu::Block>& second_copy(int tensor_rank = 0) const {
+    return second_copies_[static_cast<size_t>(tensor_rank)];
+  }
 
  private:
   struct Cell {
     std::vector<cpu::Saved> saved;  // per layer of the stage, in order
     Allocation charge;              // their bytes, charged to the pool
   };
-  LayerWork(std::vector<std::vector<cpu::Block>> shards, std::vector<StageLayers> partition,
-            int mbs, const Clock* clock);
+  LayerWork(std::vector<std::vector<cpu::Block>> shards,
+            std::vector<std::vector<cpu::Block>> second_copies, std::vector<StageLayers> partition,
+            Schedule paths, int mbs, const Clock* clock);
   Status Forward(const OpCall& call);
   Status Backward(const OpCall& call, bool input, bool weight);
   Status Recharge(const OpCall& call, Cell& cell);
   // Sums a partial output over the call's tensor group (nothing at t = 1).
   Status AllReduce(const OpCall& call, std::vector<float>& data);
   std::map<int, Cell>& Cells(const OpCall& call);
+  // The blocks the call's virtual stage runs: its tensor rank's, of its copy.
+  std::vector<cpu::Block>& Blocks(const OpCall& call);
   Status TakeHandoff(const OpCall& call, bool gradient, std::vector<float>* out);
   void Handoff(const OpCall& call, int to_stage, bool gradient, const std::vector<float>& data);
 
-  std::vector<std::vector<cpu::Block>> shards_;  // per tensor rank: the layers
-  std::vector<StageLayers> partition_;
+  std::vector<std::vector<cpu::Block>> shards_;         // per tensor rank: the layers
+  std::vector<std::vector<cpu::Block>> second_copies_;  // bidirectional: the same, again
+  std::vector<StageLayers> partition_;                  // per virtual stage
+  // The plan's schedule without its actions: which stages start and end a
+  // micro-batch's path (Schedule::IsFirstStage, IsLastStage).
+  Schedule paths_;
   int microbatch_size_;
   const Clock* clock_;
   // Per tensor rank and virtual stage (index j · stages + stage): micro-batch -> cell.

@@ -72,7 +72,8 @@ struct TwoStages {
     RuntimeOptions o;
     o.warmup_iterations = 0;
     o.iterations = iterations;
-    return RunStages(w.exec, {0, 1}, o, RuntimeEnv{&transport, work, &clock, {&p0, &p1}, true, {}});
+    return RunStages(w.exec, {0, 1}, o,
+                     RuntimeEnv{&transport, work, &clock, {&p0, &p1}, true, {}, nullptr, {}});
   }
 };
 
@@ -118,6 +119,106 @@ TEST(LayerWork, APipelinedRunGivesTheGradientsOfASequentialOne) {
   // activations at most, which is what the model predicts.
   EXPECT_EQ((*runs)[0].peak_activation_bytes, 2 * 2 * cpu::Block(kShape, 1).ActivationBytes(1));
   EXPECT_EQ((*runs)[0].peak_activation_bytes, w.predicted.per_rank[0].memory.activations_peak);
+}
+
+// The weight gradients (W1) of `layers` blocks run one micro-batch at a time, all layers in a
+// row, for `microbatches` micro-batches: what a pipelined run must reproduce.
+std::vector<std::vector<float>> SequentialGradients(int layers, int microbatches) {
+  std::vector<cpu::Block> ref;
+  for (int l = 0; l < layers; ++l) ref.emplace_back(kShape, 1 + l);
+  const size_t n = 4 * 16;
+  std::vector<float> input(n), grad(n, 1.0f / n);
+  for (size_t i = 0; i < n; ++i) input[i] = std::sin(0.01f * static_cast<float>(i));
+  for (int mb = 0; mb < microbatches; ++mb) {
+    std::vector<cpu::Saved> saved;
+    std::vector<float> x = input, y(n);
+    for (cpu::Block& b : ref) {
+      saved.push_back(b.Forward(x, y, 1));
+      x.swap(y);
+    }
+    std::vector<float> dy = grad, dx(n);
+    for (int l = layers - 1; l >= 0; --l) {
+      ref[l].Backward(saved[l], dy, dx);
+      dy.swap(dx);
+    }
+  }
+  std::vector<std::vector<float>> out;
+  for (const cpu::Block& b : ref) out.emplace_back(b.GradientW1().begin(), b.GradientW1().end());
+  return out;
+}
+
+// Two ranks with the copy reduce's transport too (bidirectional plans).
+struct TwoStagesWithCopies {
+  SteadyClock clock;
+  MemoryPool p0{"stage 0", 0, &clock}, p1{"stage 1", 0, &clock};
+  MemoryPool c0{"copy 0", 0, &clock}, c1{"copy 1", 0, &clock};
+  InProcessTransport transport{{&p0, &p1}}, copies{{&c0, &c1}};
+  Result<std::vector<StageRun>> Run(const testing::World& w, OpWork* work) {
+    RuntimeOptions o;
+    o.warmup_iterations = 0;
+    o.iterations = 1;
+    return RunStages(
+        w.exec, {0, 1}, o,
+        RuntimeEnv{&transport, work, &clock, {&p0, &p1}, true, {}, &copies, {&c0, &c1}});
+  }
+};
+
+TEST(LayerWork, DualPipeVPairsGiveTheGradientsOfASequentialRun) {
+  // Given 4 layers in dualpipev's V on 2 ranks (1 layer a virtual stage), 4 micro-batches,
+  // overlapped pairs and hand-overs between the stages a rank holds.
+  Result<Schedule> s = MakeSchedule(ScheduleKind::kDualPipeV, 2, 4, 2);
+  ASSERT_TRUE(s.ok());
+  testing::World w = testing::MakeWorld(WorkloadModel(4), *s);
+  Result<std::unique_ptr<LayerWork>> work = LayerWork::Make(w.model, w.plan, &clock_);
+  ASSERT_TRUE(work.ok()) << work.status().message();
+  TwoStagesWithCopies stages;
+
+  Result<std::vector<StageRun>> runs = stages.Run(w, work->get());
+
+  // Then every layer's weight gradient is the sequential run's (up to the order the
+  // micro-batches' contributions were added in).
+  ASSERT_TRUE(runs.ok()) << runs.status().message();
+  const std::vector<std::vector<float>> want = SequentialGradients(4, 4);
+  for (int l = 0; l < 4; ++l) {
+    const auto got = (*work)->blocks()[l].GradientW1();
+    ASSERT_EQ(got.size(), want[l].size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_NEAR(got[i], want[l][i], 1e-5f * (1 + std::abs(want[l][i]))) << "layer " << l;
+    }
+  }
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ((*runs)[r].peak_activation_bytes, w.predicted.per_rank[r].memory.activations_peak);
+  }
+}
+
+TEST(LayerWork, DualPipesTwoCopiesSumToTheGradientsOfASequentialRun) {
+  // Given dualpipe on 2 ranks over 4 layers (2 model stages of 2), 4 micro-batches: 0 and 1
+  // enter at rank 0 and run the first copies, 2 and 3 enter at rank 1 and run the second.
+  Result<Schedule> s = MakeSchedule(ScheduleKind::kDualPipe, 2, 4, 2);
+  ASSERT_TRUE(s.ok());
+  testing::World w = testing::MakeWorld(WorkloadModel(4), *s);
+  Result<std::unique_ptr<LayerWork>> work = LayerWork::Make(w.model, w.plan, &clock_);
+  ASSERT_TRUE(work.ok()) << work.status().message();
+  TwoStagesWithCopies stages;
+
+  Result<std::vector<StageRun>> runs = stages.Run(w, work->get());
+
+  // Then each copy holds its direction's share, and the two copies' sum (what the copy reduce
+  // gives both ranks) is the sequential run's over all 4 micro-batches.
+  ASSERT_TRUE(runs.ok()) << runs.status().message();
+  const std::vector<std::vector<float>> want = SequentialGradients(4, 4);
+  const std::vector<std::vector<float>> half = SequentialGradients(4, 2);
+  for (int l = 0; l < 4; ++l) {
+    const auto a = (*work)->blocks()[l].GradientW1();
+    const auto b = (*work)->second_copy()[l].GradientW1();
+    ASSERT_EQ(a.size(), want[l].size());
+    ASSERT_EQ(b.size(), want[l].size());
+    EXPECT_TRUE(std::equal(a.begin(), a.end(), half[l].begin())) << "layer " << l;
+    for (size_t i = 0; i < a.size(); ++i) {
+      ASSERT_NEAR(a[i] + b[i], want[l][i], 1e-5f * (1 + std::abs(want[l][i]))) << "layer " << l;
+    }
+    EXPECT_NE(b[0], 0.0f);
+  }
 }
 
 TEST(LayerWork, AModelNotMeasuredOnTheWorkloadIsRefused) {
@@ -202,8 +303,9 @@ TEST(LayerWork, TensorParallelWorkersAllReduceToTheSequentialGradients) {
   RuntimeOptions o;
   o.warmup_iterations = 0;
   o.iterations = 1;
-  Result<std::vector<StageRun>> runs = RunStages(
-      w.exec, {0, 1, 2, 3}, o, RuntimeEnv{&transport, work->get(), &clock, raw, true, {&g0, &g1}});
+  Result<std::vector<StageRun>> runs =
+      RunStages(w.exec, {0, 1, 2, 3}, o,
+                RuntimeEnv{&transport, work->get(), &clock, raw, true, {&g0, &g1}, nullptr, {}});
   ASSERT_TRUE(runs.ok()) << runs.status().message();
 
   // Then each worker's weight gradients are the slices of the unsplit blocks'

@@ -149,9 +149,6 @@ TEST(SendSequences, InterleavedTwoRanksTwoChunksByHand) {
 TEST(SendSequences, EveryBuiltinScheduleConsumesEachPairsMessagesExactlyOnce) {
   for (ScheduleKind kind : BuiltinScheduleKinds()) {
     if (kind == ScheduleKind::kCustom) continue;
-    // Overlapped F&B pairs and bidirectional schedules: refused by the validator
-    // (ExecPlan.OverlappedPairsAreRefused..., ExecPlan.BidirectionalSchedulesAreRefused...).
-    if (kind == ScheduleKind::kDualPipeV || kind == ScheduleKind::kDualPipe) continue;
     const int chunks = UsesChunks(kind) ? 2 : 1;
     testing::World w = MakeWorld(kind, 4, 8, chunks, 1);
     for (const auto& [pair, seq] : SendSequences(w.exec)) {
@@ -250,8 +247,6 @@ TEST(SimulatePosting, AReceiverThatConsumesOutOfOrderBuffersAndCompletes) {
 TEST(SimulatePosting, StreamPerDirectedPairNeverDeadlocksABuiltinSchedule) {
   for (ScheduleKind kind : BuiltinScheduleKinds()) {
     if (kind == ScheduleKind::kCustom) continue;
-    // Refused by the validator, as above.
-    if (kind == ScheduleKind::kDualPipeV || kind == ScheduleKind::kDualPipe) continue;
     for (int p : {2, 4}) {
       const int chunks = UsesChunks(kind) ? 2 : 1;
       testing::World w = MakeWorld(kind, p, 2 * p, chunks, 1);
@@ -259,6 +254,26 @@ TEST(SimulatePosting, StreamPerDirectedPairNeverDeadlocksABuiltinSchedule) {
       EXPECT_TRUE(r.completes) << ScheduleKindName(kind) << " p=" << p << ": " << r.stuck;
     }
   }
+}
+
+TEST(SimulatePosting, APairSendsItsForwardsOutputAfterItsBackwardsInput) {
+  // Given dualpipev p=2, m=4, its pairs played as the runtime plays them.
+  testing::World w = MakeWorld(ScheduleKind::kDualPipeV, 2, 4, 2, 1);
+  ASSERT_TRUE(SimulatePosting(w.exec, StreamLayout::kStreamPerDirectedPair).completes);
+  // When rank 0's pair (0F3;3B1) had to wait for a gradient that only rank 1's pair
+  // (1F3;2B1), which needs 0F3's activation, sends, the pair would wait on itself: made by
+  // hand, 3B1 waits for 2B1's gradient instead of starting the backward.
+  ExecOp& b = w.exec.per_rank[0].ops[8];
+  ASSERT_EQ(ActionName(b.action), "3B1");
+  ExecOp& b2 = w.exec.per_rank[1].ops[9];
+  ASSERT_EQ(ActionName(b2.action), "2B1");
+  b.recv = Message{.peer_rank = 1, .tag = 424242, .bytes = 1};
+  b2.send = Message{.peer_rank = 0, .tag = 424242, .bytes = 1};
+  // Then posting gets stuck with rank 0 in the pair's backward: its forward's activation,
+  // which rank 1's 1F3 needs first, leaves only when the pair ends.
+  PostingReport r = SimulatePosting(w.exec, StreamLayout::kStreamPerDirectedPair);
+  EXPECT_FALSE(r.completes);
+  EXPECT_THAT(r.stuck, HasSubstr("rank 0 waits in 3B1"));
 }
 
 TEST(SimulatePosting, ReportsAScheduleThatDeadlocksOnItsOwn) {
@@ -269,6 +284,133 @@ TEST(SimulatePosting, ReportsAScheduleThatDeadlocksOnItsOwn) {
   PostingReport r = SimulatePosting(w.exec, StreamLayout::kStreamPerDirectedPair);
   EXPECT_FALSE(r.completes);
   EXPECT_THAT(r.stuck, HasSubstr("rank 0 waits in 0B0 for the gradient of 1B0"));
+}
+
+// dualpipe p=2, m=4, 1M parameters a layer, 4 layers: ranks 0 and 1 share both model stages,
+// 4M parameters x 4 gradient bytes = 16 MB each way (Runtime.DualPipeCopies... on the cpu).
+testing::World DualPipeWorld(int p) {
+  testing::LayerSpec spec;
+  spec.parameters = 1'000'000;
+  Result<Schedule> s = MakeSchedule(ScheduleKind::kDualPipe, p, 2 * p, 2);
+  EXPECT_TRUE(s.ok());
+  return MakeWorld(testing::UniformModel(2 * p, spec), *s);
+}
+
+TEST(CopySendSequences, DualPipeTwoRanksSendOneMessageEachWayOutsideThePipelines) {
+  testing::World w = DualPipeWorld(2);
+  const std::map<DirectedPair, std::vector<PairMessage>> seqs = CopySendSequences(w.exec);
+  ASSERT_EQ(seqs.size(), 2u);
+  ASSERT_EQ(seqs.at({0, 1}).size(), 1u);
+  ASSERT_EQ(seqs.at({1, 0}).size(), 1u);
+  const PairMessage& m0 = seqs.at({0, 1})[0];
+  EXPECT_EQ(m0.tag, int64_t{3} << 29);  // CopyReduceTag(0) = 3 x 2^29 + 0
+  EXPECT_EQ(m0.bytes, 16'000'000);
+  EXPECT_EQ(m0.what, "the copy gradients of rank 0");
+  EXPECT_EQ(seqs.at({1, 0})[0].tag, (int64_t{3} << 29) + 1);
+  EXPECT_EQ(seqs.at({1, 0})[0].bytes, 16'000'000);
+  // The pipeline's sequences hold none of them: the copy reduce has channels of its own.
+  for (const auto& [pair, seq] : SendSequences(w.exec)) {
+    for (const PairMessage& m : seq) EXPECT_LT(m.tag, kCopyReduceTagBase) << m.what;
+  }
+  // A one-direction schedule has no copy reduce.
+  EXPECT_TRUE(CopySendSequences(MakeWorld(ScheduleKind::kDualPipeV, 2, 4, 2).exec).empty());
+}
+
+TEST(CopySendSequences, DualPipeFourRanksPairRankWithThreeMinusRankAndRouteByGpu) {
+  testing::World w = DualPipeWorld(4);
+  const std::map<DirectedPair, std::vector<PairMessage>> seqs = CopySendSequences(w.exec);
+  std::set<DirectedPair> pairs;
+  for (const auto& [pair, seq] : seqs) pairs.insert(pair);
+  EXPECT_EQ(pairs, (std::set<DirectedPair>{{0, 3}, {1, 2}, {2, 1}, {3, 0}}));
+  // One GPU: device copies. Two GPUs round robin (rank r on GPU r mod 2): 0 and 3, 1 and 2
+  // on distinct GPUs, NCCL. Three GPUs: ranks 0 and 3 both on GPU 0 (copy), 1 and 2 on GPUs 1
+  // and 2 (NCCL).
+  Result<std::map<DirectedPair, P2pRoute>> one = RouteTable(seqs, *PlaceRanks(4, 1, {0}), true);
+  ASSERT_TRUE(one.ok()) << one.status().message();
+  for (const auto& [pair, route] : *one) EXPECT_EQ(route, P2pRoute::kDeviceCopy);
+  Result<std::map<DirectedPair, P2pRoute>> two = RouteTable(seqs, *PlaceRanks(4, 2, {0}), true);
+  ASSERT_TRUE(two.ok());
+  for (const auto& [pair, route] : *two) EXPECT_EQ(route, P2pRoute::kNccl);
+  Result<std::map<DirectedPair, P2pRoute>> three = RouteTable(seqs, *PlaceRanks(4, 3, {0}), true);
+  ASSERT_TRUE(three.ok());
+  EXPECT_EQ(three->at({0, 3}), P2pRoute::kDeviceCopy);
+  EXPECT_EQ(three->at({3, 0}), P2pRoute::kDeviceCopy);
+  EXPECT_EQ(three->at({1, 2}), P2pRoute::kNccl);
+  EXPECT_EQ(three->at({2, 1}), P2pRoute::kNccl);
+}
+
+TEST(InOrderReceiver, PostNextHoldsTheMessageUntilItsTake) {
+  InOrderReceiver<std::string> rx({{7, 16, "copy"}});
+  int posts = 0;
+  auto post = [&](const PairMessage& m) -> Result<std::string> {
+    ++posts;
+    return "buf" + m.what;
+  };
+  // Posted with the send, before the receiver asks for it...
+  Result<std::string*> held = rx.PostNext(post);
+  ASSERT_TRUE(held.ok()) << held.status().message();
+  EXPECT_EQ(**held, "bufcopy");
+  **held += "+event";  // what the caller finishes once the NCCL group has launched
+  EXPECT_EQ(rx.buffered(), 1u);
+  // ... the receive takes it without posting again, and the next iteration posts anew.
+  EXPECT_EQ(*rx.Take(7, 16, post), "bufcopy+event");
+  EXPECT_EQ(posts, 1);
+  EXPECT_EQ(rx.buffered(), 0u);
+  ASSERT_TRUE(rx.PostNext(post).ok());
+  EXPECT_EQ(*rx.Take(7, 16, post), "bufcopy");
+  EXPECT_EQ(posts, 2);
+  // Posting a message that is already held is refused, not dropped.
+  ASSERT_TRUE(rx.PostNext(post).ok());
+  EXPECT_EQ(rx.PostNext(post).status().code(), StatusCode::kInternal);
+}
+
+TEST(SimulateCopyReduce, BothPartnersSendingFirstDeadlocksAGroupedExchangeDoesNot) {
+  for (int p : {2, 4}) {
+    testing::World w = DualPipeWorld(p);
+    // The pipeline itself completes on the cuda backend's streams.
+    ASSERT_TRUE(SimulatePosting(w.exec, StreamLayout::kStreamPerDirectedPair).completes);
+    // A blocking send on each side waits for a receive its partner posts only after its own
+    // send returns: every rank is stuck.
+    PostingReport naive = SimulateCopyReduce(w.exec, CopyPosting::kSendThenReceive);
+    EXPECT_FALSE(naive.completes) << "p=" << p;
+    EXPECT_THAT(naive.stuck, HasSubstr("rank 0 waits in its copy reduce to send its gradients "
+                                       "to rank " +
+                                       std::to_string(p - 1)));
+    // The send and the receive in one group meet their partner's in any order.
+    PostingReport grouped = SimulateCopyReduce(w.exec, CopyPosting::kGroupedExchange);
+    EXPECT_TRUE(grouped.completes) << "p=" << p << ": " << grouped.stuck;
+  }
+  // Without a copy reduce there is nothing to wait for.
+  testing::World v = MakeWorld(ScheduleKind::kDualPipeV, 2, 4, 2);
+  EXPECT_TRUE(SimulateCopyReduce(v.exec, CopyPosting::kSendThenReceive).completes);
+}
+
+TEST(SimulateCopyReduce, GroupedExchangesWithSeveralPartnersNeedRankOrder) {
+  // Three ranks, each exchanging with both others (made by hand). In rank order (0: 1, 2;
+  // 1: 0, 2; 2: 0, 1) the exchanges complete: 0-1 first, then 0-2, then 1-2. In a cycle
+  // (0: 1, 2; 1: 2, 0; 2: 0, 1) each rank waits for the next: 0 for 1, 1 for 2, 2 for 0.
+  auto plan = [](std::vector<std::vector<int>> partners) {
+    ExecPlan p;
+    p.ranks = 3;
+    for (int r = 0; r < 3; ++r) {
+      ExecStage st;
+      st.rank = r;
+      for (int q : partners[r]) {
+        st.copy_exchanges.push_back(CopyExchange{q, 100, CopyReduceTag(r), CopyReduceTag(q)});
+      }
+      p.per_rank.push_back(st);
+    }
+    return p;
+  };
+  EXPECT_TRUE(
+      SimulateCopyReduce(plan({{1, 2}, {0, 2}, {0, 1}}), CopyPosting::kGroupedExchange).completes);
+  PostingReport cycle =
+      SimulateCopyReduce(plan({{1, 2}, {2, 0}, {0, 1}}), CopyPosting::kGroupedExchange);
+  EXPECT_FALSE(cycle.completes);
+  EXPECT_THAT(cycle.stuck, HasSubstr("rank 0 waits in its copy reduce to send its gradients to "
+                                     "rank 1"));
+  EXPECT_THAT(cycle.stuck, HasSubstr("rank 2 waits in its copy reduce to send its gradients to "
+                                     "rank 0"));
 }
 
 TEST(TensorGroups, EachStagesWorkersNeedGpusOfTheirOwn) {

@@ -55,12 +55,14 @@ class RunControl {
     return first_error_;
   }
   // `rank` and `peer` are workers (world ranks); `peer` is the sender of the
-  // message a waiting worker waits for.
-  void Set(int rank, State state, const ExecOp* op = nullptr, TimeNs since = 0, int peer = -1) {
+  // message a waiting worker waits for, `tag` its tag. A waiting worker whose
+  // `op` is null waits in its copy reduce.
+  void Set(int rank, State state, const ExecOp* op = nullptr, TimeNs since = 0, int peer = -1,
+           int64_t tag = 0) {
     std::lock_guard<std::mutex> lock(mu_);
     int64_t needs = 0;
-    if (state == State::kWaiting) needs = ++messages_[MessageKey(peer, rank, op->recv.tag)].awaited;
-    slots_[rank] = Slot{state, op, since, needs, peer};
+    if (state == State::kWaiting) needs = ++messages_[MessageKey(peer, rank, tag)].awaited;
+    slots_[rank] = Slot{state, op, since, needs, peer, tag};
   }
   // Called before a worker hands message (src, dst, tag) to the transport, so
   // that a receiver waiting for it is never taken for deadlocked, however long
@@ -92,8 +94,13 @@ class RunControl {
           out += "finished";
           break;
         case State::kWaiting:
-          out += fmt::format("waits in {} for {} (for {})", ActionName(s.op->action),
-                             MessageText(s.op->recv), Ms(now - s.since));
+          if (s.op == nullptr) {
+            out += fmt::format("waits in its copy reduce for the gradients of rank {} (for {})",
+                               s.peer, Ms(now - s.since));
+          } else {
+            out += fmt::format("waits in {} for {} (for {})", ActionName(s.op->action),
+                               MessageText(s.op->recv), Ms(now - s.since));
+          }
           break;
         case State::kRunning:
           out += fmt::format("runs {} (for {}, predicted {})", ActionName(s.op->action),
@@ -128,7 +135,7 @@ class RunControl {
           // the receiver's thread has not been woken yet (hundreds of
           // threads on two cores wait long for a turn). Only a wait for a
           // message nobody has sent can be part of a deadlock.
-          const auto m = messages_.find(MessageKey(s.peer, r, s.op->recv.tag));
+          const auto m = messages_.find(MessageKey(s.peer, r, s.tag));
           const int64_t sent = m == messages_.end() ? 0 : m->second.sent;
           if (sent < s.needs) {
             ++waiting;
@@ -155,6 +162,7 @@ class RunControl {
     TimeNs since = 0;
     int64_t needs = 0;  // kWaiting: the how-many-th message with this key it waits for
     int peer = -1;      // kWaiting: the sending worker
+    int64_t tag = 0;    // kWaiting: the message's tag
   };
   // Messages by (src, dst, tag) over the whole run: how many were sent, and
   // how many receives began. The same key recurs once per iteration.
@@ -203,6 +211,8 @@ class Worker {
         stage_(s.plan.per_rank[rank / t_]),
         out_(out),
         pool_(s.env.pools[rank]),
+        copy_pool_(static_cast<size_t>(rank) < s.env.copy_pools.size() ? s.env.copy_pools[rank]
+                                                                       : nullptr),
         group_(static_cast<size_t>(rank / t_) < s.env.groups.size() ? s.env.groups[rank / t_]
                                                                     : nullptr) {}
 
@@ -232,94 +242,188 @@ class Worker {
   }
 
  private:
+  // One op, or one half of an overlapped F&B pair, on its way through the
+  // iteration: its fault, the message it received and the one it will send.
+  struct Step {
+    const ExecOp* op = nullptr;
+    std::optional<Fault::Kind> fault;
+    Allocation input;
+    Allocation output;
+  };
+  using Held = std::map<std::pair<int, int>, std::vector<Allocation>>;  // (stage, mb)
+
   Status RunIteration(int iteration) {
-    const Clock& clock = *s_.env.clock;
-    std::map<std::pair<int, int>, std::vector<Allocation>> held;  // (stage, mb)
-    for (const ExecOp& op : stage_.ops) {
-      const std::optional<Fault::Kind> fault = FaultHere(op);
-      Allocation input;
-      if (op.recv.present()) {
-        const int peer = Peer(op.recv);
-        s_.control.Set(rank_, RunControl::State::kWaiting, &op, clock.NowNs(), peer);
-        Result<Allocation> got = Status::Unavailable("not received");
-        Status waited = Patiently([&](TimeNs timeout) {
-          got = s_.env.transport->Recv(peer, rank_, op.recv.tag, op.recv.bytes, pool_, timeout,
-                                       s_.control.abort);
-          return got.status();
-        });
-        if (!waited.ok()) {
-          return WaitFailure(waited,
-                             fmt::format("{}: {}", StageName(op, rank_, t_), MessageText(op.recv)));
-        }
-        s_.control.Progress(clock.NowNs());
-        input = std::move(*got);
-        if (iteration >= 0) out_->recvs.push_back({iteration, op.recv, clock.NowNs()});
+    Held held;
+    const std::vector<ExecOp>& ops = stage_.ops;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      // An overlapped op is a pair's forward with its backward next (BuildExecPlan checks).
+      const size_t n = ops[i].action.overlapped && i + 1 < ops.size() ? 2 : 1;
+      Step steps[2];
+      for (size_t h = 0; h < n; ++h) {
+        steps[h].op = &ops[i + h];
+        steps[h].fault = FaultHere(ops[i + h]);
       }
-      const TimeNs start = clock.NowNs();
-      s_.control.Set(rank_, RunControl::State::kRunning, &op, start);
-      const std::string name = StageName(op, rank_, t_);
-      Bytes act_bytes = s_.env.work->ManagesActivations() ? 0 : op.activation_bytes;
-      if (fault == Fault::Kind::kOom) {
-        act_bytes = pool_->limit() > 0 ? pool_->limit() + 1 : kOomFaultBytes;
-      }
-      Result<Allocation> act = pool_->Allocate(act_bytes, MemoryKind::kActivation,
-                                               "the activations of " + ActionName(op.action));
-      if (!act.ok()) return act.status();
-      Result<Allocation> ws = pool_->Allocate(op.workspace_bytes, MemoryKind::kWorkspace,
-                                              "the workspace of " + ActionName(op.action));
-      if (!ws.ok()) return ws.status();
-      Result<Allocation> output = pool_->Allocate(op.send.bytes, MemoryKind::kComm,
-                                                  "the output of " + ActionName(op.action));
-      if (!output.ok()) return output.status();
-      if (fault == Fault::Kind::kThrow) {
-        throw std::runtime_error("injected fault (--inject-fault throw)");
-      }
-      OpCall call;
-      call.rank = rank_;
-      call.action = op.action;
-      call.predicted_ns = fault == Fault::Kind::kStall ? kStallNs : op.predicted_ns;
-      call.input = std::span<const std::byte>(input.data(), static_cast<size_t>(input.size()));
-      call.output = std::span<std::byte>(output->data(), static_cast<size_t>(output->size()));
-      call.abort = &s_.control.abort;
-      call.pool = pool_;
-      call.tensor_rank = rank_ % t_;
-      call.tensor_group = t_ > 1 ? group_ : nullptr;
-      TimeNs collective_ns = 0;
-      call.collective_ns = &collective_ns;
-      Status st = s_.env.work->Run(call);
-      if (!st.ok()) {
-        if (s_.control.abort.load()) return Status::FailedPrecondition("aborted");
-        return st.WithPrefix(name);
-      }
-      ws->Release();
-      input.Release();
-      const std::pair<int, int> key{op.action.stage, op.action.microbatch};
-      if (act->size() > 0) held[key].push_back(std::move(*act));
-      if (op.frees_activations) held.erase(key);
-      if (op.kept_after_bytes > 0 && !s_.env.work->ManagesActivations()) {
-        Result<Allocation> kept = pool_->Allocate(op.kept_after_bytes, MemoryKind::kActivation,
-                                                  "what W keeps of " + ActionName(op.action));
-        if (!kept.ok()) return kept.status();
-        held[key].push_back(std::move(*kept));
-      }
-      const TimeNs end = clock.NowNs();
-      s_.control.Progress(end);
-      if (iteration >= 0) out_->ops.push_back({iteration, op.action, start, end, collective_ns});
-      s_.control.Set(rank_, RunControl::State::kIdle);
-      if (op.send.present() && fault != Fault::Kind::kDrop) {
-        if (iteration >= 0) out_->sends.push_back({iteration, op.send, end});
-        const int peer = Peer(op.send);
-        s_.control.NoteSent(rank_, peer, op.send.tag);
-        Status sent = s_.env.transport->Send(rank_, peer, op.send.tag, std::move(*output));
-        if (!sent.ok()) return sent.WithPrefix(name + ": sending " + MessageText(op.send));
-      }
+      for (size_t h = 0; h < n; ++h) PIPECAST_RETURN_IF_ERROR(Receive(iteration, &steps[h]));
+      for (size_t h = 0; h < n; ++h) PIPECAST_RETURN_IF_ERROR(Compute(iteration, &steps[h], &held));
+      for (size_t h = 0; h < n; ++h) PIPECAST_RETURN_IF_ERROR(SendOutput(iteration, &steps[h]));
+      i += n - 1;
     }
+    PIPECAST_RETURN_IF_ERROR(CopyReduce(iteration));
     Status st = s_.env.transport->FlushSends(rank_, s_.options.recv_timeout_ns, s_.control.abort);
     if (!st.ok()) return WaitFailure(st, fmt::format("rank {}: completing its sends", rank_));
+    if (!stage_.copy_exchanges.empty() && s_.env.copy_transport != s_.env.transport) {
+      st = s_.env.copy_transport->FlushSends(rank_, s_.options.recv_timeout_ns, s_.control.abort);
+      if (!st.ok())
+        return WaitFailure(st, fmt::format("rank {}: completing its copy reduce", rank_));
+    }
     if (!held.empty()) {
       return Status::Internal(fmt::format(
           "rank {}: activations of stage {} micro-batch {} were never freed by a B or W op", rank_,
           held.begin()->first.first, held.begin()->first.second));
+    }
+    return Status::Ok();
+  }
+
+  // Waits for the op's input message, if it has one.
+  Status Receive(int iteration, Step* step) {
+    const ExecOp& op = *step->op;
+    if (!op.recv.present()) return Status::Ok();
+    const Clock& clock = *s_.env.clock;
+    const int peer = Peer(op.recv);
+    s_.control.Set(rank_, RunControl::State::kWaiting, &op, clock.NowNs(), peer, op.recv.tag);
+    Result<Allocation> got = Status::Unavailable("not received");
+    Status waited = Patiently([&](TimeNs timeout) {
+      got = s_.env.transport->Recv(peer, rank_, op.recv.tag, op.recv.bytes, pool_, timeout,
+                                   s_.control.abort);
+      return got.status();
+    });
+    if (!waited.ok()) {
+      return WaitFailure(waited,
+                         fmt::format("{}: {}", StageName(op, rank_, t_), MessageText(op.recv)));
+    }
+    s_.control.Progress(clock.NowNs());
+    step->input = std::move(*got);
+    if (iteration >= 0) out_->recvs.push_back({iteration, op.recv, clock.NowNs()});
+    return Status::Ok();
+  }
+
+  // Allocates the op's memory, runs its work, frees what it frees and times
+  // it; its output buffer waits in `step` for SendOutput.
+  Status Compute(int iteration, Step* step, Held* held) {
+    const ExecOp& op = *step->op;
+    const std::optional<Fault::Kind> fault = step->fault;
+    const Clock& clock = *s_.env.clock;
+    const TimeNs start = clock.NowNs();
+    s_.control.Set(rank_, RunControl::State::kRunning, &op, start);
+    const std::string name = StageName(op, rank_, t_);
+    Bytes act_bytes = s_.env.work->ManagesActivations() ? 0 : op.activation_bytes;
+    if (fault == Fault::Kind::kOom) {
+      act_bytes = pool_->limit() > 0 ? pool_->limit() + 1 : kOomFaultBytes;
+    }
+    Result<Allocation> act = pool_->Allocate(act_bytes, MemoryKind::kActivation,
+                                             "the activations of " + ActionName(op.action));
+    if (!act.ok()) return act.status();
+    Result<Allocation> ws = pool_->Allocate(op.workspace_bytes, MemoryKind::kWorkspace,
+                                            "the workspace of " + ActionName(op.action));
+    if (!ws.ok()) return ws.status();
+    Result<Allocation> output =
+        pool_->Allocate(op.send.bytes, MemoryKind::kComm, "the output of " + ActionName(op.action));
+    if (!output.ok()) return output.status();
+    if (fault == Fault::Kind::kThrow) {
+      throw std::runtime_error("injected fault (--inject-fault throw)");
+    }
+    OpCall call;
+    call.rank = rank_;
+    call.action = op.action;
+    call.predicted_ns = fault == Fault::Kind::kStall ? kStallNs : op.predicted_ns;
+    call.input =
+        std::span<const std::byte>(step->input.data(), static_cast<size_t>(step->input.size()));
+    call.output = std::span<std::byte>(output->data(), static_cast<size_t>(output->size()));
+    call.abort = &s_.control.abort;
+    call.pool = pool_;
+    call.tensor_rank = rank_ % t_;
+    call.tensor_group = t_ > 1 ? group_ : nullptr;
+    TimeNs collective_ns = 0;
+    call.collective_ns = &collective_ns;
+    Status st = s_.env.work->Run(call);
+    if (!st.ok()) {
+      if (s_.control.abort.load()) return Status::FailedPrecondition("aborted");
+      return st.WithPrefix(name);
+    }
+    ws->Release();
+    step->input.Release();
+    const std::pair<int, int> key{op.action.stage, op.action.microbatch};
+    if (act->size() > 0) (*held)[key].push_back(std::move(*act));
+    if (op.frees_activations) held->erase(key);
+    if (op.kept_after_bytes > 0 && !s_.env.work->ManagesActivations()) {
+      Result<Allocation> kept = pool_->Allocate(op.kept_after_bytes, MemoryKind::kActivation,
+                                                "what W keeps of " + ActionName(op.action));
+      if (!kept.ok()) return kept.status();
+      (*held)[key].push_back(std::move(*kept));
+    }
+    const TimeNs end = clock.NowNs();
+    s_.control.Progress(end);
+    if (iteration >= 0) out_->ops.push_back({iteration, op.action, start, end, collective_ns});
+    s_.control.Set(rank_, RunControl::State::kIdle);
+    step->output = std::move(*output);
+    return Status::Ok();
+  }
+
+  // Sends the op's output (not under the drop fault); its time is now: the
+  // op's end, or for a pair's halves the pair's.
+  Status SendOutput(int iteration, Step* step) {
+    const ExecOp& op = *step->op;
+    if (!op.send.present() || step->fault == Fault::Kind::kDrop) return Status::Ok();
+    if (iteration >= 0) out_->sends.push_back({iteration, op.send, s_.env.clock->NowNs()});
+    const int peer = Peer(op.send);
+    s_.control.NoteSent(rank_, peer, op.send.tag);
+    Status sent = s_.env.transport->Send(rank_, peer, op.send.tag, std::move(step->output));
+    if (!sent.ok()) {
+      return sent.WithPrefix(StageName(op, rank_, t_) + ": sending " + MessageText(op.send));
+    }
+    return Status::Ok();
+  }
+
+  // The copy reduce of a bidirectional schedule: with each partner, send the
+  // shared stages' gradient bytes and receive the partner's (buffers charged
+  // to the copy pool, not the stage's). The bytes are exchanged, not summed:
+  // the simulator's copy_reduce_ns is the transfer (docs/validator.md).
+  Status CopyReduce(int iteration) {
+    if (stage_.copy_exchanges.empty()) return Status::Ok();
+    const Clock& clock = *s_.env.clock;
+    Transport* transport = s_.env.copy_transport;
+    if (transport == nullptr || copy_pool_ == nullptr) {
+      return Status::Internal(fmt::format("rank {} has no copy-reduce transport or pool", rank_));
+    }
+    for (const CopyExchange& x : stage_.copy_exchanges) {
+      const int peer = x.peer_rank * t_ + rank_ % t_;
+      const TimeNs start = clock.NowNs();
+      Result<Allocation> mine = copy_pool_->Allocate(
+          x.bytes, MemoryKind::kComm, fmt::format("the copy gradients for rank {}", peer));
+      if (!mine.ok()) return mine.status();
+      s_.control.NoteSent(rank_, peer, x.send_tag);
+      Status sent = transport->Send(rank_, peer, x.send_tag, std::move(*mine));
+      if (!sent.ok()) {
+        return sent.WithPrefix(
+            fmt::format("rank {}: sending its copy gradients to rank {}", rank_, peer));
+      }
+      s_.control.Set(rank_, RunControl::State::kWaiting, nullptr, clock.NowNs(), peer, x.recv_tag);
+      Result<Allocation> got = Status::Unavailable("not received");
+      Status waited = Patiently([&](TimeNs timeout) {
+        got = transport->Recv(peer, rank_, x.recv_tag, x.bytes, copy_pool_, timeout,
+                              s_.control.abort);
+        return got.status();
+      });
+      if (!waited.ok()) {
+        return WaitFailure(
+            waited, fmt::format("rank {}'s copy reduce: the gradients of rank {}", rank_, peer));
+      }
+      s_.control.Set(rank_, RunControl::State::kIdle);
+      s_.control.Progress(clock.NowNs());
+      got->Release();
+      if (iteration >= 0) {
+        out_->copy_reduces.push_back({iteration, x.peer_rank, x.bytes, start, clock.NowNs()});
+      }
     }
     return Status::Ok();
   }
@@ -350,7 +454,7 @@ class Worker {
 
   std::optional<Fault::Kind> FaultHere(const ExecOp& op) {
     const std::optional<Fault>& f = s_.options.fault;
-    if (!f || fault_fired_ || !(f->action == op.action)) return std::nullopt;
+    if (!f || fault_fired_ || !FaultNames(*f, op.action)) return std::nullopt;
     fault_fired_ = true;
     return f->kind;
   }
@@ -371,7 +475,8 @@ class Worker {
   const ExecStage& stage_;
   StageRun* out_;
   MemoryPool* pool_;
-  TensorGroup* group_;  // the rank's tensor-parallel group; null at t = 1
+  MemoryPool* copy_pool_;  // the copy reduce's buffers; null without one
+  TensorGroup* group_;     // the rank's tensor-parallel group; null at t = 1
   bool fault_fired_ = false;
   const TimeNs started_ns_ = s_.env.clock->NowNs();
 };
@@ -404,7 +509,13 @@ void FoldExpandedRuns(int tensor_parallel, std::vector<StageRun>* runs) {
     run.rank /= t;
     for (MessageTiming& m : run.sends) m.message.peer_rank /= t;
     for (MessageTiming& m : run.recvs) m.message.peer_rank /= t;
+    for (CopyReduceTiming& c : run.copy_reduces) c.peer_rank /= t;
   }
+}
+
+bool FaultNames(const Fault& fault, const Action& action) {
+  return fault.action.stage == action.stage && fault.action.kind == action.kind &&
+         fault.action.microbatch == action.microbatch;
 }
 
 Result<Fault> ParseFault(const std::string& text) {
@@ -469,6 +580,17 @@ Result<std::vector<StageRun>> RunStages(const ExecPlan& plan, const std::vector<
     if (r < 0 || r >= plan.workers() || r >= static_cast<int>(env.pools.size()) ||
         env.pools[r] == nullptr) {
       return Status::Internal(fmt::format("rank {} has no memory pool or is not in the plan", r));
+    }
+    const int t = std::max(plan.tensor_parallel, 1);
+    const bool copy_ready = env.copy_transport != nullptr &&
+                            r < static_cast<int>(env.copy_pools.size()) &&
+                            env.copy_pools[r] != nullptr;
+    if (!plan.per_rank[r / t].copy_exchanges.empty() && !copy_ready) {
+      return Status::FailedPrecondition(fmt::format(
+          "rank {} must sum its copies' gradients with rank {} after each iteration (a "
+          "bidirectional schedule's copy reduce), which this backend does not run: validate the "
+          "plan with --backend cpu or mpi",
+          r / t, plan.per_rank[r / t].copy_exchanges.front().peer_rank));
     }
   }
   auto shared = std::make_shared<Shared>(plan, local_ranks, options, env);

@@ -7,6 +7,18 @@
 // Clock. Iterations are separated by a barrier of all ranks; warm-up
 // iterations are run and dropped.
 //
+// An overlapped F&B pair (two ExecOps whose actions are `overlapped`, the
+// forward first) runs as the simulator replays one (docs/simulator.md,
+// "Overlapped F&B"): it starts once both halves' inputs are in (the forward's
+// activation, then the backward's gradient), runs the two halves back to back
+// (the forward first, each allocating, computing and freeing as a single op
+// would, each timed as its own OpTiming), and both outputs are sent when the
+// pair ends, the forward's first. A bidirectional schedule's rank ends each
+// iteration with its copy reduce (ExecStage::copy_exchanges): after its last
+// op it sends each partner the gradients of their shared stages and receives
+// the partner's, through RuntimeEnv::copy_transport, timed as a
+// CopyReduceTiming.
+//
 // Faults end the run, never hang it. A worker that fails or throws, an op
 // past `watchdog_factor` x its predicted time (+ `watchdog_floor_ns`), a
 // message that does not arrive within `recv_timeout_ns`, an allocation over a
@@ -51,6 +63,9 @@ struct Fault {
 };
 // "throw:1F2", "stall:0B1", "drop:0F0", "oom:1F0"; InvalidArgument otherwise.
 Result<Fault> ParseFault(const std::string& text);
+// Whether the fault is meant for `action`: the same stage, kind and
+// micro-batch (a half of an overlapped pair is named as a single op).
+bool FaultNames(const Fault& fault, const Action& action);
 
 struct RuntimeOptions {
   int warmup_iterations = 1;  // run, not measured
@@ -84,6 +99,15 @@ struct OpTiming {
   TimeNs collective_ns = 0;
 };
 
+// One copy-reduce exchange as a worker measured it (bidirectional schedules).
+struct CopyReduceTiming {
+  int iteration = 0;
+  int peer_rank = 0;    // the partner's pipeline rank
+  Bytes bytes = 0;      // sent, and received back
+  TimeNs start_ns = 0;  // this worker was ready: its last op of the iteration had ended
+  TimeNs end_ns = 0;    // the partner's bytes were in
+};
+
 struct MessageTiming {
   int iteration = 0;
   Message message;     // peer_rank = the other side
@@ -98,6 +122,7 @@ struct StageRun {
   std::vector<OpTiming> ops;  // in execution order
   std::vector<MessageTiming> sends;
   std::vector<MessageTiming> recvs;
+  std::vector<CopyReduceTiming> copy_reduces;  // in order, per measured iteration
   Bytes static_bytes = 0;
   Bytes peak_bytes = 0;  // high-water mark of everything held, static included
   Bytes peak_activation_bytes = 0;
@@ -115,13 +140,25 @@ struct RuntimeEnv {
   // Indexed by pipeline rank, set for the local ranks when t > 1: the group
   // whose all-reduce the rank's workers run (tensor_group.h).
   std::vector<TensorGroup*> groups;
+  // The copy reduce's messages (plans with ExecStage::copy_exchanges): the
+  // transport they travel by and, per worker, the pool their buffers are
+  // charged to. Not the stage's pool: the simulator counts no memory for the
+  // copy reduce (an in-place all-reduce of gradients the static memory
+  // holds), so its buffers stay out of the stage's peak. May be `transport`
+  // itself where Recv allocates from the pool it is given (MPI); the
+  // in-process transport charges the destination's pool at arrival, so the
+  // cpu backend gives a second one over these pools. Null: RunStages refuses
+  // plans that need it.
+  Transport* copy_transport = nullptr;
+  std::vector<MemoryPool*> copy_pools;  // indexed by worker; set for the local ones
 };
 
 // Runs `local_ranks` of `plan` (workers, i.e. world ranks: rank·t + tensor
 // rank) in threads of this process, one per worker.
 // Returns their StageRuns in the order of `local_ranks`, or the first
 // failure's diagnosis (FailedPrecondition for faults, timeouts, deadlocks and
-// out of memory; Internal for a worker that threw).
+// out of memory, and for a plan with a copy reduce on an env without
+// copy_transport; Internal for a worker that threw).
 // REQUIRES: env's pointers outlive the call; options.Validate() is OK.
 Result<std::vector<StageRun>> RunStages(const ExecPlan& plan, const std::vector<int>& local_ranks,
                                         const RuntimeOptions& options, const RuntimeEnv& env);
@@ -129,7 +166,7 @@ Result<std::vector<StageRun>> RunStages(const ExecPlan& plan, const std::vector<
 // Runs of a plan that ExpandTensorParallel (exec_plan.h) turned into ranks·t
 // ranks, as RunStages would have recorded them on the plan itself: each
 // run's rank w becomes rank w / t, tensor rank w % t, and its messages' peers
-// the peers' ranks. Nothing at t = 1.
+// the peers' ranks (copy-reduce partners too). Nothing at t = 1.
 void FoldExpandedRuns(int tensor_parallel, std::vector<StageRun>* runs);
 
 }  // namespace pipecast::validate

@@ -16,26 +16,30 @@ namespace {
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-// Every rank of `ep` in threads over an in-process transport.
+// Every rank of `ep` in threads over an in-process transport, the copy reduce
+// over a second one between pools of its own (as the cpu backend does).
 struct Harness {
   explicit Harness(const ExecPlan& ep, Bytes limit = 0) : plan(ep) {
     for (int r = 0; r < ep.ranks; ++r) {
       pools.push_back(std::make_unique<MemoryPool>("stage " + std::to_string(r), limit, &clock));
       raw.push_back(pools.back().get());
+      copy_pools.push_back(std::make_unique<MemoryPool>("copy " + std::to_string(r), 0, &clock));
+      copy_raw.push_back(copy_pools.back().get());
       ranks.push_back(r);
     }
     transport = std::make_unique<InProcessTransport>(raw);
+    copy_transport = std::make_unique<InProcessTransport>(copy_raw);
   }
   Result<std::vector<StageRun>> Run(OpWork* work, RuntimeOptions o = {}) {
-    RuntimeEnv env{transport.get(), work, &clock, raw, true, {}};
+    RuntimeEnv env{transport.get(), work, &clock, raw, true, {}, copy_transport.get(), copy_raw};
     return RunStages(plan, ranks, o, env);
   }
   ExecPlan plan;
   SteadyClock clock;
-  std::vector<std::unique_ptr<MemoryPool>> pools;
-  std::vector<MemoryPool*> raw;
+  std::vector<std::unique_ptr<MemoryPool>> pools, copy_pools;
+  std::vector<MemoryPool*> raw, copy_raw;
   std::vector<int> ranks;
-  std::unique_ptr<InProcessTransport> transport;
+  std::unique_ptr<InProcessTransport> transport, copy_transport;
 };
 
 RuntimeOptions Quick() {
@@ -79,7 +83,9 @@ INSTANTIATE_TEST_SUITE_P(Schedules, RuntimeOrder,
                                            std::tuple{ScheduleKind::k1F1B, 1},
                                            std::tuple{ScheduleKind::kInterleaved1F1B, 2},
                                            std::tuple{ScheduleKind::kZBH1, 1},
-                                           std::tuple{ScheduleKind::kPipeDream, 1}));
+                                           std::tuple{ScheduleKind::kPipeDream, 1},
+                                           std::tuple{ScheduleKind::kDualPipeV, 2},
+                                           std::tuple{ScheduleKind::kDualPipe, 2}));
 
 TEST(Runtime, GPipeStageZeroHoldsEveryMicrobatchsActivationsAtOnce) {
   // GPipe's stage 0 runs all 4 forwards before any backward: its activation
@@ -119,6 +125,166 @@ TEST(Runtime, ZeroBubbleInputGradientFreesWhatTheWeightGradientDoesNotKeep) {
         << "rank " << r;
   }
   EXPECT_LT((*runs)[0].peak_activation_bytes, 8 * kMiB);
+}
+
+// The measured record of `name` ("0F3") on a rank, first iteration.
+const OpTiming& Timed(const StageRun& run, const std::string& name) {
+  for (const OpTiming& op : run.ops) {
+    if (ActionName(op.action) == name) return op;
+  }
+  ADD_FAILURE() << "rank " << run.rank << " ran no " << name;
+  static const OpTiming kNone;
+  return kNone;
+}
+
+TEST(Runtime, APairStartsWithBothInputsInAndSendsBothOutputsAtItsEnd) {
+  // Given dualpipev on p=2, m=4: rank 0's pair (0F3;3B1) sends 0F3's activation and 3B1's
+  // gradient to rank 1, whose pair (1F3;2B1) needs both.
+  testing::World w = testing::MakeWorld(ScheduleKind::kDualPipeV, 2, 4, 2, 1);
+  Harness h(w.exec);
+  testing::RecordingWork work(2);
+
+  Result<std::vector<StageRun>> runs = h.Run(&work, Quick());
+
+  ASSERT_TRUE(runs.ok()) << runs.status().message();
+  const StageRun& r0 = (*runs)[0];
+  const StageRun& r1 = (*runs)[1];
+  // The halves run back to back, the forward first, each timed as its own op.
+  const OpTiming& f = Timed(r0, "0F3");
+  const OpTiming& b = Timed(r0, "3B1");
+  EXPECT_TRUE(f.action.overlapped && b.action.overlapped);
+  EXPECT_LE(f.end_ns, b.start_ns);
+  // Both outputs leave when the pair ends, the forward's first.
+  const int64_t act_tag = MessageTag(1, 3, false, 4), grad_tag = MessageTag(2, 1, true, 4);
+  std::vector<MessageTiming> pair_sends;
+  for (const MessageTiming& m : r0.sends) {
+    if (m.message.tag == act_tag || m.message.tag == grad_tag) pair_sends.push_back(m);
+  }
+  ASSERT_EQ(pair_sends.size(), 2u);
+  EXPECT_EQ(pair_sends[0].message.tag, act_tag);
+  EXPECT_EQ(pair_sends[1].message.tag, grad_tag);
+  EXPECT_GE(pair_sends[0].time_ns, b.end_ns);
+  // Rank 1's pair starts only once both have arrived.
+  const OpTiming& f1 = Timed(r1, "1F3");
+  for (const MessageTiming& m : r1.recvs) {
+    if (m.message.tag == act_tag || m.message.tag == grad_tag) EXPECT_LE(m.time_ns, f1.start_ns);
+  }
+}
+
+class RuntimeDualPipe : public ::testing::TestWithParam<std::tuple<ScheduleKind, int, int>> {};
+
+TEST_P(RuntimeDualPipe, ActivationPeaksAreThePredictedOnes) {
+  // Given a schedule with overlapped pairs on p ranks, m micro-batches.
+  const auto [kind, p, m] = GetParam();
+  testing::World w = testing::MakeWorld(kind, p, m, 2, 1);
+  Harness h(w.exec);
+  testing::RecordingWork work(p);
+
+  Result<std::vector<StageRun>> runs = h.Run(&work, Quick());
+
+  // Then every rank ran its list, and its activation high-water mark is the simulator's:
+  // a pair's forward allocates at its start, its backward frees at its end.
+  ASSERT_TRUE(runs.ok()) << runs.status().message();
+  for (int r = 0; r < p; ++r) {
+    EXPECT_EQ((*runs)[r].ops.size(), w.plan.schedule.actions[r].size()) << "rank " << r;
+    EXPECT_EQ((*runs)[r].peak_activation_bytes, w.predicted.per_rank[r].memory.activations_peak)
+        << "rank " << r;
+    EXPECT_EQ((*runs)[r].peak_workspace_bytes, 256 * kKiB) << "rank " << r;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Schedules, RuntimeDualPipe,
+                         ::testing::Values(std::tuple{ScheduleKind::kDualPipeV, 2, 4},
+                                           std::tuple{ScheduleKind::kDualPipeV, 4, 8},
+                                           std::tuple{ScheduleKind::kDualPipe, 2, 4},
+                                           std::tuple{ScheduleKind::kDualPipe, 4, 8}));
+
+TEST(Runtime, DualPipeCopiesExchangeTheirGradientsOutsideTheStagesMemory) {
+  // Given dualpipe on p=2, m=4 with 1M parameters a layer: ranks 0 and 1 share both model
+  // stages, 4M parameters x 4 bytes = 16 MB of gradients each way.
+  testing::LayerSpec spec;
+  spec.parameters = 1'000'000;
+  Result<Schedule> s = MakeSchedule(ScheduleKind::kDualPipe, 2, 4, 2);
+  ASSERT_TRUE(s.ok());
+  testing::World w = testing::MakeWorld(testing::UniformModel(4, spec), *s);
+  Harness h(w.exec);
+  testing::RecordingWork work(2);
+  RuntimeOptions o = Quick();
+  o.iterations = 2;
+
+  Result<std::vector<StageRun>> runs = h.Run(&work, o);
+
+  ASSERT_TRUE(runs.ok()) << runs.status().message();
+  for (int r = 0; r < 2; ++r) {
+    const StageRun& run = (*runs)[r];
+    // One exchange per measured iteration, after the rank's last op.
+    ASSERT_EQ(run.copy_reduces.size(), 2u) << "rank " << r;
+    for (const CopyReduceTiming& c : run.copy_reduces) {
+      EXPECT_EQ(c.peer_rank, 1 - r);
+      EXPECT_EQ(c.bytes, 16'000'000);
+      EXPECT_LE(c.start_ns, c.end_ns);
+    }
+    EXPECT_GE(run.copy_reduces[0].start_ns, Timed(run, r == 0 ? "0W1" : "2W3").end_ns);
+    // Its buffers were the copy pool's, not the stage's: the stage's comm peak is its 64 KiB
+    // messages', and its activation peak the prediction's.
+    EXPECT_GE(h.copy_pools[r]->peak(), 16'000'000);
+    EXPECT_LT(run.peak_comm_bytes, 1 * kMiB);
+    EXPECT_EQ(run.peak_activation_bytes, w.predicted.per_rank[r].memory.activations_peak);
+  }
+}
+
+TEST(Runtime, ACopyReduceWithoutACopyTransportIsRefused) {
+  Result<Schedule> s = MakeSchedule(ScheduleKind::kDualPipe, 2, 4, 2);
+  ASSERT_TRUE(s.ok());
+  testing::World w = testing::MakeWorld(testing::UniformModel(4), *s);
+  Harness h(w.exec);
+  testing::RecordingWork work(2);
+  RuntimeEnv env{h.transport.get(), &work, &h.clock, h.raw, true, {}, nullptr, {}};
+  Result<std::vector<StageRun>> runs = RunStages(h.plan, h.ranks, Quick(), env);
+  ASSERT_FALSE(runs.ok());
+  EXPECT_EQ(runs.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(runs.status().message(), HasSubstr("copy reduce"));
+}
+
+TEST(Runtime, ALostOutputOfAPairIsDiagnosedNotHung) {
+  // Given dualpipev p=2, m=4 where rank 0's pair (0F3;3B1) never sends 0F3's activation:
+  // rank 1's pair (1F3;2B1) cannot start, and rank 0 then waits in 3F3 for 2F3's.
+  testing::World w = testing::MakeWorld(ScheduleKind::kDualPipeV, 2, 4, 2, 1);
+  Harness h(w.exec);
+  BusyWork work(0.01);
+  RuntimeOptions o = Quick();
+  o.deadlock_grace_ns = 100'000'000;
+  o.fault = *ParseFault("drop:0F3");
+  const auto start = std::chrono::steady_clock::now();
+
+  Result<std::vector<StageRun>> runs = h.Run(&work, o);
+
+  ASSERT_FALSE(runs.ok());
+  EXPECT_EQ(runs.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(runs.status().message(),
+              AllOf(HasSubstr("deadlocks"), HasSubstr("waits in 1F3 for the activation of 0F3"),
+                    HasSubstr("rank 0: waits in 3F3")));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+TEST(Runtime, ALostCopyReduceIsDiagnosedNotHung) {
+  // Given dualpipe p=2 whose rank 1 never sends 1B1's gradient, which rank 0's 0I1 needs:
+  // rank 1 finishes its ops and waits in its copy reduce for rank 0, which waits in 0I1.
+  Result<Schedule> s = MakeSchedule(ScheduleKind::kDualPipe, 2, 4, 2);
+  ASSERT_TRUE(s.ok());
+  testing::World w = testing::MakeWorld(testing::UniformModel(4), *s);
+  Harness h(w.exec);
+  BusyWork work(0.01);
+  RuntimeOptions o = Quick();
+  o.deadlock_grace_ns = 100'000'000;
+  o.fault = *ParseFault("drop:1B1");
+
+  Result<std::vector<StageRun>> runs = h.Run(&work, o);
+
+  ASSERT_FALSE(runs.ok());
+  EXPECT_THAT(runs.status().message(),
+              AllOf(HasSubstr("deadlocks"), HasSubstr("rank 0: waits in 0I1 for the gradient"),
+                    HasSubstr("rank 1: waits in its copy reduce for the gradients of rank 0")));
 }
 
 TEST(Runtime, MessagesCarryTheBoundaryOutputBytes) {
@@ -188,7 +354,8 @@ TEST_F(RuntimeFault, ALostMessageTimesOutWhenRanksAreNotAllLocal) {
   RuntimeOptions o = Quick();
   o.recv_timeout_ns = 200'000'000;
   o.fault = *ParseFault("drop:0F0");
-  RuntimeEnv env{h.transport.get(), &work, &h.clock, h.raw, /*all_ranks_local=*/false, {}};
+  RuntimeEnv env{h.transport.get(),         &work, &h.clock, h.raw,
+                 /*all_ranks_local=*/false, {},    nullptr,  {}};
   Result<std::vector<StageRun>> runs = RunStages(h.plan, h.ranks, o, env);
   ASSERT_FALSE(runs.ok());
   EXPECT_THAT(runs.status().message(),
@@ -281,7 +448,7 @@ TEST(Runtime, ValidatorSpuriousDeadlockWithHundredsOfStages) {
   testing::RecordingWork work(2);
   RuntimeOptions o = Quick();
   o.deadlock_grace_ns = 50'000'000;
-  RuntimeEnv env{&late, &work, &h.clock, h.raw, /*all_ranks_local=*/true, {}};
+  RuntimeEnv env{&late, &work, &h.clock, h.raw, /*all_ranks_local=*/true, {}, nullptr, {}};
 
   // When it runs, then every op runs and nothing is called a deadlock.
   Result<std::vector<StageRun>> runs = RunStages(h.plan, h.ranks, o, env);
@@ -345,11 +512,13 @@ TEST(Runtime, ExpandedRunsFoldBackToRanksAndTensorRanks) {
   StageRun run;
   run.rank = 3;
   run.recvs.push_back(MessageTiming{0, Message{.peer_rank = 1, .tag = 7}, 100});
+  run.copy_reduces.push_back(CopyReduceTiming{0, 1, 1000, 100, 200});  // with worker 1
   std::vector<StageRun> runs = {run};
   FoldExpandedRuns(2, &runs);
   EXPECT_EQ(runs[0].rank, 1);
   EXPECT_EQ(runs[0].tensor_rank, 1);
   EXPECT_EQ(runs[0].recvs[0].message.peer_rank, 0);
+  EXPECT_EQ(runs[0].copy_reduces[0].peer_rank, 0);
   FoldExpandedRuns(1, &runs);  // t = 1: unchanged
   EXPECT_EQ(runs[0].rank, 1);
 }

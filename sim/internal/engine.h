@@ -131,8 +131,8 @@ class Engine {
   int64_t CellIndex(int stage, int mb) const {
     return int64_t{stage} * sched_.num_microbatches + mb;
   }
-  // Per (stage, kind, overlapped): an overlapped half's duration differs
-  // (SimOptions::overlap_factor).
+  // Per (stage, kind, overlapped): an overlapped half's memory and sends; its duration is
+  // pair_ns_'s.
   static int CostIndex(const Action& a) {
     return (a.stage * 4 + static_cast<int>(a.kind)) * 2 + a.overlapped;
   }
@@ -206,6 +206,7 @@ class Engine {
 
   int32_t num_ops_ = 0;
   std::vector<int32_t> op_first_;  // per rank: id of its first op
+  std::vector<TimeNs> pair_ns_;    // per op id: an overlapped half's duration (else unused)
   struct Event {
     TimeNs time;
     int32_t parent;  // a candidate cause until ranked, when tied

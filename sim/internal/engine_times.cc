@@ -75,6 +75,17 @@ void Engine::Prepare() {
   ranked_ = false;
   walk_budget_ = kWalkStepsPerEvent * next_id;
 
+  // An overlapped half's duration depends on its partner (ActionDurationNs), so it is kept per
+  // op; schedules without pairs keep none.
+  pair_ns_.clear();
+  for (int r = 0; r < p; ++r) {
+    const std::vector<Action>& list = sched_.actions[r];
+    for (size_t i = 0; i < list.size(); ++i) {
+      if (!list[i].overlapped) continue;
+      pair_ns_.resize(static_cast<size_t>(ops), 0);
+      pair_ns_[op_first_[r] + i] = ActionDurationNs(costs_, list, i, options_.overlap_factor);
+    }
+  }
   op_cost_.assign(static_cast<size_t>(n) * 8, OpCost{});
   if (options_.record_timeline) cost_delta_.assign(op_cost_.size(), 0);
   for (int s = 0; s < n; ++s) {
@@ -85,7 +96,7 @@ void Engine::Prepare() {
     for (int k = 0; k < 8; ++k) {
       OpCost& oc = op_cost_[s * 8 + k];
       const OpKind kind = static_cast<OpKind>(k / 2);
-      oc.duration = c.DurationNs(kind, k % 2 == 1, options_.overlap_factor);
+      oc.duration = c.DurationNs(kind);  // an overlapped half's: pair_ns_
       oc.start_act = c.ActivationsAtStart(kind);
       oc.end_act = -c.ActivationsFreedAtEnd(kind);
       oc.workspace = c.workspace_bytes;
@@ -266,10 +277,10 @@ void Engine::Advance(int rank) {
       }
       if (alternative != kNoAlternative) ++ties_;
     }
-    const OpCost& oc = CostOf(a);
-    const TimeNs end = start + oc.duration;
-    busy += oc.duration;
     const int32_t id = op_first_[rank] + i;
+    const TimeNs duration = a.overlapped ? pair_ns_[id] : CostOf(a).duration;
+    const TimeNs end = start + duration;
+    busy += duration;
     ev_[id] = Event{end, parent, alternative};
     if (sched_.iterations > 1) {
       TimeNs& iter_end = iteration_end_[a.microbatch / mb_per_iteration_];

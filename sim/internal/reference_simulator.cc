@@ -63,7 +63,7 @@ class Engine {
   // Micro-batch major: the stages of one micro-batch share cache lines, and
   // the ranks of a pipeline work on nearby micro-batches at any moment.
   int64_t Cell(int stage, int mb) const { return int64_t{stage} * sched_.num_microbatches + mb; }
-  TimeNs Duration(const Action& a) const;
+  TimeNs Duration(int rank, size_t i) const;  // of action i of rank's list
   bool Ready(const Action& a) const;
   void Push(TimeNs t, EventType type, int index) {
     const Event e{t, (seq_++ << (kIndexBits + 1)) | (uint64_t{type} << kIndexBits) |
@@ -119,8 +119,8 @@ class Engine {
   std::vector<TimeNs> iteration_end_;  // per iteration (PipeDream)
 };
 
-TimeNs Engine::Duration(const Action& a) const {
-  return costs_[a.stage].DurationNs(a.kind, a.overlapped, options_.overlap_factor);
+TimeNs Engine::Duration(int rank, size_t i) const {
+  return ActionDurationNs(costs_, sched_.actions[rank], i, options_.overlap_factor);
 }
 
 bool Engine::Ready(const Action& a) const {
@@ -163,7 +163,7 @@ void Engine::TryStart(int rank, TimeNs now) {
   if (!Ready(a)) return;
   // An overlapped pair starts when both halves are ready (docs/simulator.md, "Overlapped F&B").
   if (a.overlapped && a.kind == OpKind::kForward && !Ready(list[st.next + 1])) return;
-  const TimeNs dur = Duration(a);
+  const TimeNs dur = Duration(rank, st.next);
   st.running = true;
   ++st.next;
   st.busy += dur;

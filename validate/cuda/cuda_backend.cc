@@ -13,8 +13,11 @@
 // message it sends and checks, on the device, that the message it received
 // holds its sender's pattern: a transport that delivers wrong bytes fails
 // the run. Messages travel by DeviceTransport (NCCL, device-to-device copy
-// or host-staged, per directed pair). Op start and end are read on the host
-// clock after the stage's stream finished.
+// or host-staged, per directed pair). A bidirectional schedule's copy reduce
+// travels by a second DeviceTransport in exchange mode, over device pools of
+// its own (outside the stages' peaks, as the simulator counts it), with
+// channels of its own for the partner pairs. Op start and end are read on the
+// host clock after the stage's stream finished.
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <fmt/format.h>
@@ -161,12 +164,14 @@ namespace {
 struct Prepared {
   std::vector<StageDevice> devices;
   std::map<DirectedPair, P2pRoute> routes;
+  std::map<DirectedPair, P2pRoute> copy_routes;  // the copy reduce's (bidirectional schedules)
   const Nccl* nccl = nullptr;
 };
 
 // Devices and routes; the part of a run that may fail on one process alone.
 Result<Prepared> Prepare(const ExecPlan& plan, const DeviceRunSetup& setup,
                          const std::map<DirectedPair, std::vector<PairMessage>>& seqs,
+                         const std::map<DirectedPair, std::vector<PairMessage>>& copy_seqs,
                          std::vector<std::string>* notes) {
   Prepared p;
   const int t = setup.tensor_parallel;
@@ -177,9 +182,11 @@ Result<Prepared> Prepare(const ExecPlan& plan, const DeviceRunSetup& setup,
   p.devices = std::move(*devices);
   // NCCL is loaded only when a pair needs it.
   bool distinct = false;
-  for (const auto& [pair, seq] : seqs) {
-    const RankPlacement &a = setup.placement[pair.first], &b = setup.placement[pair.second];
-    distinct = distinct || a.node != b.node || a.gpu != b.gpu;
+  for (const auto* pairs : {&seqs, &copy_seqs}) {
+    for (const auto& [pair, seq] : *pairs) {
+      const RankPlacement &a = setup.placement[pair.first], &b = setup.placement[pair.second];
+      distinct = distinct || a.node != b.node || a.gpu != b.gpu;
+    }
   }
   if (distinct || t > 1) {
     Result<const Nccl*> loaded = LoadNccl();
@@ -205,10 +212,25 @@ Result<Prepared> Prepare(const ExecPlan& plan, const DeviceRunSetup& setup,
                         ? fmt::format(" ({}, version {})", p.nccl->library, p.nccl->version)
                         : std::string()));
   }
+  Result<std::map<DirectedPair, P2pRoute>> copy_routes =
+      RouteTable(copy_seqs, setup.placement, p.nccl != nullptr);
+  if (!copy_routes.ok()) return copy_routes.status();
+  p.copy_routes = std::move(*copy_routes);
+  for (const auto& [pair, route] : p.copy_routes) {
+    notes->push_back(fmt::format(
+        "copy reduce rank {} -> rank {}: {}{}", pair.first, pair.second, RouteName(route),
+        route == P2pRoute::kNccl ? " (communicators of its own; each rank's send and receive in "
+                                   "one NCCL group)"
+                                 : std::string()));
+  }
   if (p.nccl != nullptr) {
     PostingReport posting = SimulatePosting(plan, StreamLayout::kStreamPerDirectedPair);
     if (!posting.completes) {
       return Status::FailedPrecondition("the schedule deadlocks: " + posting.stuck);
+    }
+    PostingReport copy = SimulateCopyReduce(plan, CopyPosting::kGroupedExchange);
+    if (!copy.completes) {
+      return Status::FailedPrecondition("the plan's copy reduce deadlocks: " + copy.stuck);
     }
   }
   return p;
@@ -222,7 +244,8 @@ Result<std::vector<StageRun>> RunOnDevices(const ExecPlan& plan, const RuntimeOp
   const int ranks = plan.ranks;
   const std::vector<int>& local = setup.local_ranks;
   const std::map<DirectedPair, std::vector<PairMessage>> seqs = SendSequences(plan);
-  Result<Prepared> prepared = Prepare(plan, setup, seqs, notes);
+  const std::map<DirectedPair, std::vector<PairMessage>> copy_seqs = CopySendSequences(plan);
+  Result<Prepared> prepared = Prepare(plan, setup, seqs, copy_seqs, notes);
   PIPECAST_RETURN_IF_ERROR(setup.ready(prepared.ok() ? Status::Ok() : prepared.status()));
   std::vector<StageDevice>& devices = prepared->devices;
   const std::map<DirectedPair, P2pRoute>& routes = prepared->routes;
@@ -245,6 +268,27 @@ Result<std::vector<StageRun>> RunOnDevices(const ExecPlan& plan, const RuntimeOp
   DeviceTransport transport(&devices, raw, control, nccl);
   PIPECAST_RETURN_IF_ERROR(
       transport.Connect(routes, seqs, local, setup.make_ids, setup.share_ids, setup.ready));
+  // The copy reduce (bidirectional schedules): device pools of its own, unlimited and outside
+  // the stages' peaks (runtime.h, RuntimeEnv::copy_pools), and a transport in exchange mode.
+  // Every process sees the same plan, so all of them connect it, or none.
+  std::vector<std::unique_ptr<DeviceAllocator>> copy_allocators(ranks);
+  std::vector<std::unique_ptr<MemoryPool>> copy_pools(ranks);
+  std::vector<MemoryPool*> copy_raw;
+  std::unique_ptr<DeviceTransport> copy_transport;
+  if (!copy_seqs.empty()) {
+    copy_raw.assign(ranks, nullptr);
+    for (int r : local) {
+      copy_allocators[r] = std::make_unique<DeviceAllocator>(&devices[r]);
+      copy_pools[r] =
+          std::make_unique<MemoryPool>(fmt::format("the copy reduce of rank {}", r),
+                                       /*limit_bytes=*/0, clock, copy_allocators[r].get());
+      copy_raw[r] = copy_pools[r].get();
+    }
+    copy_transport = std::make_unique<DeviceTransport>(&devices, copy_raw, control, nccl,
+                                                       /*exchange=*/true);
+    PIPECAST_RETURN_IF_ERROR(copy_transport->Connect(prepared->copy_routes, copy_seqs, local,
+                                                     setup.make_ids, setup.share_ids, setup.ready));
+  }
   std::unique_ptr<DeviceTensorGroups> groups;
   const int t = setup.tensor_parallel;
   if (t > 1) {
@@ -268,10 +312,11 @@ Result<std::vector<StageRun>> RunOnDevices(const ExecPlan& plan, const RuntimeOp
   CudaWork work(&devices, plan, groups.get(), clock);
   PIPECAST_RETURN_IF_ERROR(work.Init(local));
   const bool all_local = static_cast<int>(local.size()) == ranks;
-  RuntimeEnv env{&transport, &work, clock, raw, all_local, {}};
+  RuntimeEnv env{&transport, &work, clock, raw, all_local, {}, copy_transport.get(), copy_raw};
   Result<std::vector<StageRun>> runs = RunStages(plan, local, options, env);
   if (!runs.ok()) {
     transport.Abort();
+    if (copy_transport != nullptr) copy_transport->Abort();
     if (groups != nullptr) groups->Abort();
     return runs.status();
   }

@@ -56,11 +56,12 @@ Status WaitEvent(const Event& event, TimeNs timeout_ns, const std::atomic<bool>&
 
 DeviceTransport::DeviceTransport(const std::vector<StageDevice>* devices,
                                  std::vector<MemoryPool*> pools, Transport* control,
-                                 const Nccl* nccl)
+                                 const Nccl* nccl, bool exchange)
     : devices_(devices),
       pools_(std::move(pools)),
       control_(control),
       nccl_(nccl),
+      exchange_(exchange),
       pending_(pools_.size()) {}
 
 DeviceTransport::~DeviceTransport() {
@@ -169,10 +170,36 @@ Status DeviceTransport::SendNccl(int src, int dst, Allocation buffer) {
   if (!written.ok()) return written.status();
   PIPECAST_RETURN_IF_ERROR(UsePrimary(d.gpu));
   cudaStreamWaitEvent(side.stream, written->get(), 0);
+  // Exchange mode: the partner's message to this rank is received in the same group.
+  RecvSide* back = nullptr;
+  if (exchange_) {
+    auto it = recv_.find({dst, src});
+    if (it != recv_.end() && it->second.receiver && it->second.comm != nullptr) back = &it->second;
+  }
+  Posted* held = nullptr;
+  if (back != nullptr) {
+    nccl_->GroupStart();
+    Result<Posted*> posted = back->receiver->PostNext(
+        [&](const PairMessage& m) { return PostRecv(dst, src, m, pools_[src], true); });
+    if (!posted.ok()) {
+      nccl_->GroupEnd();
+      return posted.status();
+    }
+    held = *posted;
+  }
   if (ncclResult_t r = nccl_->Send(buffer.data(), static_cast<size_t>(buffer.size()), ncclInt8,
                                    /*peer=*/1, side.comm, side.stream);
       r != ncclSuccess) {
+    if (back != nullptr) nccl_->GroupEnd();
     return NcclError("ncclSend", r, src, dst);
+  }
+  if (back != nullptr) {
+    if (ncclResult_t r = nccl_->GroupEnd(); r != ncclSuccess) {
+      return NcclError("ncclGroupEnd of a send and a receive", r, src, dst);
+    }
+    Result<Event> in = Event::RecordOn(back->stream);
+    if (!in.ok()) return in.status();
+    held->done = std::move(*in);
   }
   Result<Event> done = Event::RecordOn(side.stream);
   if (!done.ok()) return done.status();
@@ -234,28 +261,32 @@ Result<Allocation> DeviceTransport::Recv(int src, int dst, int64_t tag, Bytes by
   return RecvCopy(src, dst, tag, bytes, timeout_ns, abort);
 }
 
+Result<DeviceTransport::Posted> DeviceTransport::PostRecv(int src, int dst, const PairMessage& m,
+                                                          MemoryPool* pool, bool in_group) {
+  RecvSide& side = recv_.at({src, dst});
+  Result<Allocation> buf =
+      pool->Allocate(m.bytes, MemoryKind::kComm, fmt::format("{} from rank {}", m.what, src));
+  if (!buf.ok()) return buf.status();
+  PIPECAST_RETURN_IF_ERROR(UsePrimary((*devices_)[dst].gpu));
+  // Zero first (no pattern is 0): a reused buffer's old bytes cannot pass
+  // the receiver's check unless NCCL really wrote the message.
+  cudaMemsetAsync(buf->data(), 0, static_cast<size_t>(m.bytes), side.stream);
+  if (ncclResult_t r = nccl_->Recv(buf->data(), static_cast<size_t>(m.bytes), ncclInt8,
+                                   /*peer=*/0, side.comm, side.stream);
+      r != ncclSuccess) {
+    return NcclError("ncclRecv", r, src, dst);
+  }
+  if (in_group) return Posted{std::move(*buf), Event{}};
+  Result<Event> done = Event::RecordOn(side.stream);
+  if (!done.ok()) return done.status();
+  return Posted{std::move(*buf), std::move(*done)};
+}
+
 Result<Allocation> DeviceTransport::RecvNccl(int src, int dst, int64_t tag, Bytes bytes,
                                              MemoryPool* pool, TimeNs timeout_ns,
                                              const std::atomic<bool>& abort) {
   RecvSide& side = recv_.at({src, dst});
-  const int gpu = (*devices_)[dst].gpu;
-  auto post = [&](const PairMessage& m) -> Result<Posted> {
-    Result<Allocation> buf =
-        pool->Allocate(m.bytes, MemoryKind::kComm, fmt::format("{} from rank {}", m.what, src));
-    if (!buf.ok()) return buf.status();
-    PIPECAST_RETURN_IF_ERROR(UsePrimary(gpu));
-    // Zero first (no pattern is 0): a reused buffer's old bytes cannot pass
-    // the receiver's check unless NCCL really wrote the message.
-    cudaMemsetAsync(buf->data(), 0, static_cast<size_t>(m.bytes), side.stream);
-    if (ncclResult_t r = nccl_->Recv(buf->data(), static_cast<size_t>(m.bytes), ncclInt8,
-                                     /*peer=*/0, side.comm, side.stream);
-        r != ncclSuccess) {
-      return NcclError("ncclRecv", r, src, dst);
-    }
-    Result<Event> done = Event::RecordOn(side.stream);
-    if (!done.ok()) return done.status();
-    return Posted{std::move(*buf), std::move(*done)};
-  };
+  auto post = [&](const PairMessage& m) { return PostRecv(src, dst, m, pool, false); };
   Result<Posted> got = side.receiver->Take(tag, bytes, post);
   if (!got.ok()) return got.status();
   // Receivers of several ranks run at once: raise the maximum atomically.

@@ -18,6 +18,13 @@
 //   host-staged   distinct GPUs in one process without NCCL: cudaMemcpy to
 //                 host, then to the receiver's buffer.
 //
+// Exchange mode (the copy reduce of a bidirectional schedule, a second
+// DeviceTransport over pools of its own): a rank's NCCL send to a partner
+// also posts the next receive from that partner, the two in one NCCL group,
+// since both ranks of an exchange send and then receive and a lone blocking
+// send on each side could wait for each other (SimulateCopyReduce); the
+// later Recv finds the receive posted.
+//
 // Barrier goes through `control` (the in-process transport's, or MPI's).
 // Waiting polls CUDA events and never hangs: timeouts and the abort flag as
 // in transport.h. After a failed run, Abort() aborts the NCCL communicators
@@ -73,9 +80,11 @@ using Ready = std::function<Status(const Status& mine)>;
 class DeviceTransport final : public Transport {
  public:
   // `devices` and `pools` indexed by rank (set for the local ranks), `nccl`
-  // may be null when no route is NCCL. REQUIRES: all outlive the transport.
+  // may be null when no route is NCCL. `exchange`: exchange mode (above),
+  // where every Send(a, b) comes before the Recv(b, a) it pairs with.
+  // REQUIRES: all outlive the transport.
   DeviceTransport(const std::vector<StageDevice>* devices, std::vector<MemoryPool*> pools,
-                  Transport* control, const Nccl* nccl);
+                  Transport* control, const Nccl* nccl, bool exchange = false);
   ~DeviceTransport() override;
 
   // Sets up every pair with a local end: `routes` for every pair of the
@@ -126,6 +135,10 @@ class DeviceTransport final : public Transport {
   using Key = std::tuple<int, int, int64_t>;
 
   Status SendNccl(int src, int dst, Allocation buffer);
+  // Allocates, zeroes and posts the receive of `m` (src -> dst) on its
+  // stream; records its completion unless `in_group` (then the caller records
+  // it after ncclGroupEnd, when the receive is launched).
+  Result<Posted> PostRecv(int src, int dst, const PairMessage& m, MemoryPool* pool, bool in_group);
   Status SendCopy(int src, int dst, int64_t tag, Allocation buffer, P2pRoute route);
   Result<Allocation> RecvNccl(int src, int dst, int64_t tag, Bytes bytes, MemoryPool* pool,
                               TimeNs timeout_ns, const std::atomic<bool>& abort);
@@ -137,6 +150,7 @@ class DeviceTransport final : public Transport {
   std::vector<MemoryPool*> pools_;
   Transport* control_;
   const Nccl* nccl_;
+  const bool exchange_;
   std::map<DirectedPair, P2pRoute> routes_;
   std::map<DirectedPair, SendSide> send_;
   std::map<DirectedPair, RecvSide> recv_;

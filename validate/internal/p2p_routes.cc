@@ -106,11 +106,28 @@ std::map<DirectedPair, std::vector<PairMessage>> SendSequences(const ExecPlan& p
   return out;
 }
 
+std::map<DirectedPair, std::vector<PairMessage>> CopySendSequences(const ExecPlan& plan) {
+  std::map<DirectedPair, std::vector<PairMessage>> out;
+  for (const ExecStage& st : plan.per_rank) {
+    for (const CopyExchange& x : st.copy_exchanges) {
+      out[{st.rank, x.peer_rank}].push_back(
+          PairMessage{x.send_tag, x.bytes, fmt::format("the copy gradients of rank {}", st.rank)});
+    }
+  }
+  return out;
+}
+
 Result<std::map<DirectedPair, P2pRoute>> RouteTable(const ExecPlan& plan,
                                                     const std::vector<RankPlacement>& placement,
                                                     bool nccl_available) {
+  return RouteTable(SendSequences(plan), placement, nccl_available);
+}
+
+Result<std::map<DirectedPair, P2pRoute>> RouteTable(
+    const std::map<DirectedPair, std::vector<PairMessage>>& sequences,
+    const std::vector<RankPlacement>& placement, bool nccl_available) {
   std::map<DirectedPair, P2pRoute> out;
-  for (const auto& [pair, seq] : SendSequences(plan)) {
+  for (const auto& [pair, seq] : sequences) {
     Result<P2pRoute> route = ChooseRoute(pair.first, pair.second, placement.at(pair.first),
                                          placement.at(pair.second), nccl_available);
     if (!route.ok()) return route.status();
@@ -151,6 +168,7 @@ PostingReport SimulatePosting(const ExecPlan& plan, StreamLayout layout) {
   const int ranks = plan.ranks;
   std::vector<size_t> pc(ranks, 0);
   std::vector<int64_t> waiting_k(ranks, -1);  // the receive the host waits for
+  std::vector<Message> deferred(ranks);       // a pair's forward's send, until the pair ends
   PostingReport report;
 
   bool progress = true;
@@ -183,9 +201,18 @@ PostingReport SimulatePosting(const ExecPlan& plan, StreamLayout layout) {
           }
           waiting_k[r] = -1;
         }
-        if (op.send.present()) {
-          const DirectedPair pair{r, op.send.peer_rank};
+        // An overlapped pair's forward sends when the pair ends, after its backward's receive
+        // and before its backward's send (runtime.h).
+        auto issue = [&](const Message& m) {
+          const DirectedPair pair{r, m.peer_rank};
           streams[stream_of(true, pair)].push_back(CommOp{true, pair, sent[pair]++});
+        };
+        if (op.action.overlapped && op.action.kind == OpKind::kForward) {
+          deferred[r] = op.send;
+        } else {
+          if (deferred[r].present()) issue(deferred[r]);
+          deferred[r] = Message{};
+          if (op.send.present()) issue(op.send);
         }
         ++pc[r];
         progress = true;
@@ -224,6 +251,72 @@ PostingReport SimulatePosting(const ExecPlan& plan, StreamLayout layout) {
           "from rank {} to rank {}",
           report.stuck.empty() ? "" : "; ", c.send ? c.pair.first : c.pair.second,
           c.send ? "send" : "receive", c.k, c.pair.first, c.pair.second);
+    }
+  }
+  return report;
+}
+
+PostingReport SimulateCopyReduce(const ExecPlan& plan, CopyPosting posting) {
+  // An operation of a step: the k-th send (or receive) of a directed pair.
+  struct CommOp {
+    bool send = false;
+    DirectedPair pair;
+    size_t k = 0;
+    bool met = false;
+  };
+  using Step = std::vector<CommOp>;  // posted together; the thread waits for all of them
+  const int ranks = plan.ranks;
+  std::vector<std::vector<Step>> steps(ranks);
+  std::map<std::pair<bool, DirectedPair>, size_t> count;  // operations so far per (send?, pair)
+  for (int r = 0; r < ranks; ++r) {
+    for (const CopyExchange& x : plan.per_rank[r].copy_exchanges) {
+      const DirectedPair out{r, x.peer_rank}, in{x.peer_rank, r};
+      const CommOp send{true, out, count[{true, out}]++};
+      const CommOp recv{false, in, count[{false, in}]++};
+      if (posting == CopyPosting::kGroupedExchange) {
+        steps[r].push_back({send, recv});
+      } else {
+        steps[r].push_back({send});
+        steps[r].push_back({recv});
+      }
+    }
+  }
+  std::vector<size_t> at(ranks, 0);  // each rank's current step
+  bool progress = true;
+  while (progress) {
+    progress = false;
+    for (int r = 0; r < ranks; ++r) {
+      if (at[r] >= steps[r].size()) continue;
+      for (CommOp& op : steps[r][at[r]]) {
+        if (op.met) continue;
+        // The peer's matching operation, if its current step posts it.
+        const int peer = op.send ? op.pair.second : op.pair.first;
+        if (at[peer] >= steps[peer].size()) continue;
+        for (CommOp& other : steps[peer][at[peer]]) {
+          if (!other.met && other.send != op.send && other.pair == op.pair && other.k == op.k) {
+            other.met = op.met = true;
+            progress = true;
+          }
+        }
+      }
+      const Step& step = steps[r][at[r]];
+      if (std::all_of(step.begin(), step.end(), [](const CommOp& c) { return c.met; })) {
+        ++at[r];
+        progress = true;
+      }
+    }
+  }
+  PostingReport report;
+  report.completes = true;
+  for (int r = 0; r < ranks; ++r) {
+    if (at[r] >= steps[r].size()) continue;
+    report.completes = false;
+    for (const CommOp& op : steps[r][at[r]]) {
+      if (op.met) continue;
+      report.stuck += fmt::format("{}rank {} waits in its copy reduce to {} rank {}",
+                                  report.stuck.empty() ? "" : "; ", r,
+                                  op.send ? "send its gradients to" : "receive the gradients of",
+                                  op.send ? op.pair.second : op.pair.first);
     }
   }
   return report;

@@ -12,7 +12,13 @@
 //     keeps those until their ops want them,
 //   - a check that a stream layout cannot deadlock (SimulatePosting): with
 //     one stream per directed pair it never does; with one stream per rank
-//     (sends and receives serialised) 1F1B does.
+//     (sends and receives serialised) 1F1B does,
+//   - the copy reduce of a bidirectional schedule (dualpipe): its messages
+//     per directed pair (CopySendSequences), which travel on channels of
+//     their own, and a check that its posting order cannot deadlock when
+//     every NCCL call may block its thread until the peer's matching call
+//     (SimulateCopyReduce): both ranks sending first does; each rank's send
+//     and receive posted in one NCCL group does not.
 // Docs: docs/validator.md, "The cuda backend".
 #ifndef PIPECAST_VALIDATE_INTERNAL_P2P_ROUTES_H_
 #define PIPECAST_VALIDATE_INTERNAL_P2P_ROUTES_H_
@@ -83,11 +89,21 @@ using DirectedPair = std::pair<int, int>;  // (sender rank, receiver rank)
 // For every directed pair that exchanges messages, the messages in the order
 // the sender issues them in one iteration (its action list's order).
 std::map<DirectedPair, std::vector<PairMessage>> SendSequences(const ExecPlan& plan);
+// The copy reduce's messages (ExecStage::copy_exchanges) per directed pair,
+// in the sender's order: each rank sends each partner one message of the
+// exchange's bytes, tag CopyReduceTag(sender), per iteration. Empty for a
+// plan without a copy reduce. Kept apart from SendSequences: the cuda
+// backend carries them on a transport of their own (device_transport.h).
+std::map<DirectedPair, std::vector<PairMessage>> CopySendSequences(const ExecPlan& plan);
 // The route of every directed pair that exchanges messages in `plan`
 // (ChooseRoute on each); the first pair without one fails the whole table.
 Result<std::map<DirectedPair, P2pRoute>> RouteTable(const ExecPlan& plan,
                                                     const std::vector<RankPlacement>& placement,
                                                     bool nccl_available);
+// The same for the pairs of `sequences` (e.g. CopySendSequences').
+Result<std::map<DirectedPair, P2pRoute>> RouteTable(
+    const std::map<DirectedPair, std::vector<PairMessage>>& sequences,
+    const std::vector<RankPlacement>& placement, bool nccl_available);
 
 // The order rank `dst` consumes the messages from `src` in (its action
 // list's order); differs from the send order in e.g. interleaved schedules.
@@ -146,6 +162,23 @@ class InOrderReceiver {
     return out;
   }
 
+  // Posts the next message of the sequence now, ahead of any Take, and holds
+  // it; returns the held buffer (for the caller to finish, e.g. record its
+  // completion once an NCCL group has launched it). A later Take of its tag
+  // returns it. REQUIRES: no message of that tag is held already.
+  Result<Buffer*> PostNext(const PostFn& post) {
+    if (seq_.empty()) return Status::NotFound("the sender sends no message");
+    const PairMessage& m = seq_[next_];
+    Result<Buffer> b = post(m);
+    if (!b.ok()) return b.status();
+    auto [it, inserted] = posted_.emplace(m.tag, std::move(*b));
+    if (!inserted) {
+      return Status::Internal("message tag " + std::to_string(m.tag) + " is posted already");
+    }
+    next_ = (next_ + 1) % seq_.size();
+    return &it->second;
+  }
+
   // Messages posted ahead of their turn and not yet taken.
   size_t buffered() const { return posted_.size(); }
   // Drops what is buffered (after a failed run).
@@ -171,9 +204,29 @@ struct PostingReport {
 // Plays one iteration of `plan` with blocking point-to-point semantics
 // (NCCL's: a send or receive occupies its stream until its peer's matching
 // operation, posted in the same order on the pair, is reached; receives
-// posted through InOrderReceiver), with compute taking no time. Reports
-// whether every op completes, or where it gets stuck.
+// posted through InOrderReceiver), with compute taking no time; an
+// overlapped F&B pair sends its forward's output when the pair ends, after
+// its backward's receive, as the runtime runs it. Reports whether every op
+// completes, or where it gets stuck.
 PostingReport SimulatePosting(const ExecPlan& plan, StreamLayout layout);
+
+// How a rank posts one copy-reduce exchange (ExecStage::copy_exchanges) with
+// its partner, on the pair's channels (CopySendSequences).
+enum class CopyPosting {
+  kSendThenReceive,  // the send, then (once it returns) the receive: two calls
+  kGroupedExchange,  // the send and the receive in one NCCL group (the cuda backend's)
+};
+
+// Plays one iteration's copy reduce of `plan` (every rank past its last op,
+// as SimulatePosting checks they get) under the strictest blocking
+// semantics NCCL allows: a call, or a group of calls, holds its thread until
+// each of its operations meets its peer's matching one (the same directed
+// pair, the same place in the pair's order), as a first use that connects
+// the channel may. Each rank takes its exchanges in the order listed (rank
+// order). Reports whether every exchange completes, or where each rank is
+// stuck. kSendThenReceive deadlocks on any pair of partners (both send
+// first); kGroupedExchange completes for exchanges listed in rank order.
+PostingReport SimulateCopyReduce(const ExecPlan& plan, CopyPosting posting);
 
 }  // namespace pipecast::validate
 

@@ -63,10 +63,17 @@ class MpiBackend final : public Backend {
     }
     std::vector<TensorGroup*> groups(plan.ranks, nullptr);
     groups[rank / t] = group.get();
+    // The copy reduce (bidirectional schedules) uses the same transport: its Recv allocates from
+    // the pool it is given, here one outside the stage's peak (RuntimeEnv::copy_pools).
+    MemoryPool copy_pool(fmt::format("the copy reduce of process {}", rank), /*limit_bytes=*/0,
+                         &clock_);
+    std::vector<MemoryPool*> copy_pools(plan.workers(), nullptr);
+    copy_pools[rank] = &copy_pool;
     Result<std::vector<StageRun>> mine = Status::Internal("not run");
     {
       std::unique_ptr<Transport> transport = mpi_->MakeTransport();
-      RuntimeEnv env{transport.get(), work, &clock_, pools, /*all_ranks_local=*/false, groups};
+      RuntimeEnv env{transport.get(),           work,   &clock_,         pools,
+                     /*all_ranks_local=*/false, groups, transport.get(), copy_pools};
       mine = RunStages(plan, {rank}, options, env);
     }
     return mpi_->Gather(mine, clock_, &offsets_note_);

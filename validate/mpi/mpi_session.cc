@@ -133,9 +133,15 @@ Json ToJson(const StageRun& r) {
   Json ops = Json::array();
   for (const OpTiming& o : r.ops) {
     ops.push_back({o.iteration, o.action.stage, static_cast<int>(o.action.kind),
-                   o.action.microbatch, o.start_ns, o.end_ns, o.collective_ns});
+                   o.action.microbatch, o.start_ns, o.end_ns, o.collective_ns,
+                   o.action.overlapped});
   }
   j["ops"] = std::move(ops);
+  Json copies = Json::array();
+  for (const CopyReduceTiming& c : r.copy_reduces) {
+    copies.push_back({c.iteration, c.peer_rank, c.bytes, c.start_ns, c.end_ns});
+  }
+  j["copy_reduces"] = std::move(copies);
   auto msgs = [](const std::vector<MessageTiming>& v) {
     Json a = Json::array();
     for (const MessageTiming& m : v) {
@@ -165,9 +171,13 @@ StageRun FromJson(const Json& j, TimeNs shift) {
   r.peak_comm_bytes = j["peak"][2];
   r.peak_workspace_bytes = j["peak"][3];
   for (const Json& o : j["ops"]) {
-    r.ops.push_back(OpTiming{o[0], Action{o[1], static_cast<OpKind>(o[2].get<int>()), o[3]},
-                             o[4].get<TimeNs>() - shift, o[5].get<TimeNs>() - shift,
-                             o[6].get<TimeNs>()});
+    r.ops.push_back(
+        OpTiming{o[0], Action{o[1], static_cast<OpKind>(o[2].get<int>()), o[3], o[7].get<bool>()},
+                 o[4].get<TimeNs>() - shift, o[5].get<TimeNs>() - shift, o[6].get<TimeNs>()});
+  }
+  for (const Json& c : j["copy_reduces"]) {
+    r.copy_reduces.push_back(
+        CopyReduceTiming{c[0], c[1], c[2], c[3].get<TimeNs>() - shift, c[4].get<TimeNs>() - shift});
   }
   auto msgs = [&](const Json& a, std::vector<MessageTiming>* out) {
     for (const Json& m : a) {
