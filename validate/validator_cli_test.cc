@@ -238,7 +238,14 @@ constexpr double kMpiSenderHeldBytes = 8 * 64 * 128 * 4;
 // gets 0.012 GB, still too little for one stage. 64 tokens a sample make each op about a
 // millisecond: with 16 tokens (~0.2 ms ops) the per-op hand-off between threads alone put the
 // measured iteration 55-70% over the forecast on a quiet machine, against 5-15% with 64.
-std::string ProfileAndPlan(const TempDir& dir, const std::string& schedule) {
+// The loop's memory: too little for one stage, so the planner splits over 2.
+std::string LoopMemory(const std::string& schedule) {
+  return std::string("--memory-gb ") + (schedule == "gpipe" ? "0.012" : "0.0075");
+}
+
+// `placement`: the planner flags that fix the layout (memory here; p pinned for the pairs).
+std::string ProfileAndPlan(const TempDir& dir, const std::string& schedule,
+                           const std::string& placement) {
   const std::string model = dir.File("model.json");
   cli_test::ToolRun prof =
       RunTool(dir, PIPECAST_PROFILER_BIN,
@@ -249,11 +256,8 @@ std::string ProfileAndPlan(const TempDir& dir, const std::string& schedule) {
   const std::string plan = dir.File(schedule + ".plan.json");
   cli_test::ToolRun r =
       RunTool(dir, PIPECAST_PLANNER_BIN,
-              "--model " + Quote(model) +
-                  " --gpus 2 --cluster local --zero 0 "
-                  "--schedules " +
-                  schedule + " --memory-gb " + (schedule == "gpipe" ? "0.012" : "0.0075") +
-                  " --recompute off --out " + Quote(plan));
+              "--model " + Quote(model) + " --gpus 2 --cluster local --zero 0 --schedules " +
+                  schedule + " " + placement + " --recompute off --out " + Quote(plan));
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("chosen plan: p=2 d=1 " + schedule));
   return plan;
@@ -261,7 +265,7 @@ std::string ProfileAndPlan(const TempDir& dir, const std::string& schedule) {
 
 TEST_P(ValidatorLoop, ProfilerCpuLayersOnTheCpuBackend) {
   TempDir dir;
-  const std::string plan = ProfileAndPlan(dir, GetParam());
+  const std::string plan = ProfileAndPlan(dir, GetParam(), LoopMemory(GetParam()));
   ExpectWithinLoopTolerances(Validator(dir, ValidatorArgs(dir, plan) + " --backend cpu"),
                              check_time_, "real layers of the profiler's CPU workload",
                              kRealLayerTimeTolerance);
@@ -276,7 +280,7 @@ TEST_P(ValidatorLoop, ProfilerCpuLayersOnTheMpiBackend) {
   GTEST_SKIP() << "real layers under MPI are not run in a sanitizer build";
 #endif
   TempDir dir;
-  const std::string plan = ProfileAndPlan(dir, GetParam());
+  const std::string plan = ProfileAndPlan(dir, GetParam(), LoopMemory(GetParam()));
   ExpectWithinLoopTolerances(MpiValidator(dir, ValidatorArgs(dir, plan) + " --backend mpi"),
                              check_time_, "real layers of the profiler's CPU workload",
                              kRealLayerTimeTolerance, kMpiSenderHeldBytes);
@@ -483,22 +487,7 @@ TEST_P(ValidatorPairs, MpiBackendRunsTheSchedule) {
 // to 2 and memory unlimited: dualpipe's direction b then starts at rank 1's virtual stage 2 with
 // the workload's input, and its second copies of the blocks accumulate their own gradients.
 std::string ProfileAndPlanPairs(const TempDir& dir, const std::string& schedule) {
-  const std::string model = dir.File("model.json");
-  cli_test::ToolRun prof =
-      RunTool(dir, PIPECAST_PROFILER_BIN,
-              "cpu --layers 4 --hidden 128 --ffn 512 --tokens-per-sample 64 --microbatch-sizes 1 "
-              "--warmup 2 --iterations 7 --global-batch 8 --out " +
-                  Quote(model));
-  EXPECT_EQ(prof.exit_code, 0) << prof.err;
-  const std::string plan = dir.File(schedule + ".plan.json");
-  cli_test::ToolRun r = RunTool(dir, PIPECAST_PLANNER_BIN,
-                                "--model " + Quote(model) +
-                                    " --gpus 2 --pipeline-stages 2 --cluster local --zero 0 "
-                                    "--schedules " +
-                                    schedule + " --recompute off --out " + Quote(plan));
-  EXPECT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_THAT(r.out, HasSubstr("chosen plan: p=2 d=1 " + schedule));
-  return plan;
+  return ProfileAndPlan(dir, schedule, "--pipeline-stages 2");
 }
 
 TEST_P(ValidatorPairs, ProfilerCpuLayersOnTheCpuBackend) {
