@@ -137,10 +137,15 @@ class Engine {
     return (a.stage * 4 + static_cast<int>(a.kind)) * 2 + a.overlapped;
   }
   const OpCost& CostOf(const Action& a) const { return op_cost_[CostIndex(a)]; }
-  // With a timeline, in the memory sweep: the index in the rank's deltas of
-  // an op's start, end or send (SweepRank()).
+  // With a timeline (kRecord), in the memory sweep: the index in the rank's
+  // deltas of an op's start, end or send (SweepRank()); without one, 0 (the
+  // table is empty then and is not read).
   enum DeltaKind { kOpStart = 0, kOpEnd = 1, kOpSend = 2 };
-  int32_t DeltaOf(const Action& a, DeltaKind k) const { return cost_delta_[CostIndex(a)] + k; }
+  template <bool kRecord>
+  int32_t DeltaOf(const Action& a, DeltaKind k) const {
+    if constexpr (kRecord) return cost_delta_[CostIndex(a)] + k;
+    return 0;
+  }
   // Processing order of two distinct events (or starts) at one time.
   // Ranks the events (RankEvents()) when a walk of its parents would be long.
   bool TieBefore(int32_t x, int32_t y);

@@ -128,7 +128,7 @@ void Engine::SweepRank(int rank) {
     const Action& a = list[started];
     const OpCost& oc = CostOf(a);
     if (a.kind == OpKind::kForward) peak_inflight = std::max(peak_inflight, ++inflight);
-    mem.Change(now, oc.start_act, 0, oc.workspace, DeltaOf(a, kOpStart));
+    mem.Change(now, oc.start_act, 0, oc.workspace, DeltaOf<kRecord>(a, kOpStart));
     const int32_t id = first + started;
     streams[0].next = id;
     head_time[0] = ev_[id].time;
@@ -170,16 +170,17 @@ void Engine::SweepRank(int rank) {
       const Action& a = list[id - first];
       const OpCost& oc = CostOf(a);
       if (!a.overlapped) {
-        if (oc.send != 0) mem.Change(t, 0, oc.send, 0, DeltaOf(a, kOpSend));
+        if (oc.send != 0) mem.Change(t, 0, oc.send, 0, DeltaOf<kRecord>(a, kOpSend));
       } else if (a.kind != OpKind::kForward) {
         // An overlapped pair sends its forward half's output, then its own, when it ends.
         const Action& forward = list[id - first - 1];
         const Bytes forward_send = CostOf(forward).send;
-        if (forward_send != 0) mem.Change(t, 0, forward_send, 0, DeltaOf(forward, kOpSend));
-        if (oc.send != 0) mem.Change(t, 0, oc.send, 0, DeltaOf(a, kOpSend));
+        if (forward_send != 0)
+          mem.Change(t, 0, forward_send, 0, DeltaOf<kRecord>(forward, kOpSend));
+        if (oc.send != 0) mem.Change(t, 0, oc.send, 0, DeltaOf<kRecord>(a, kOpSend));
       }
       if (a.kind == OpKind::kBackward || a.kind == OpKind::kBackwardWeight) --inflight;
-      mem.Change(t, oc.end_act, oc.recv_free, -oc.workspace, DeltaOf(a, kOpEnd));
+      mem.Change(t, oc.end_act, oc.recv_free, -oc.workspace, DeltaOf<kRecord>(a, kOpEnd));
       head_time[0] = kNone;
       if (trigger == id) start(t);
       continue;
