@@ -143,29 +143,6 @@ void AddCopyExchanges(const PlanFile& plan, const Schedule& schedule,
   }
 }
 
-// Every overlapped op is half of a pair: a forward, then next on the list a
-// B or I, both overlapped (ValidateSchedule's rule, checked again here since
-// the runtime relies on it).
-Status CheckPairs(const Schedule& schedule) {
-  for (int r = 0; r < schedule.num_ranks; ++r) {
-    const std::vector<Action>& list = schedule.actions[r];
-    for (size_t i = 0; i < list.size(); ++i) {
-      if (!list[i].overlapped) continue;
-      const bool pair =
-          list[i].kind == OpKind::kForward && i + 1 < list.size() && list[i + 1].overlapped &&
-          (list[i + 1].kind == OpKind::kBackward || list[i + 1].kind == OpKind::kBackwardInput);
-      if (!pair) {
-        return Status::InvalidArgument(fmt::format(
-            "rank {}'s overlapped op {} is not the forward of an F&B pair followed by its "
-            "backward (B or I): fix the schedule's pairs",
-            r, ActionName(schedule, list[i])));
-      }
-      ++i;
-    }
-  }
-  return Status::Ok();
-}
-
 }  // namespace
 
 int64_t CopyReduceTag(int src_rank) { return kCopyReduceTagBase + src_rank; }
@@ -197,7 +174,10 @@ Result<ExecPlan> BuildExecPlan(const Model& model, const PlanFile& plan, const S
                                const SimResult& predicted, const Link& tp_link) {
   Result<std::vector<StageLayers>> partition = ModelPartition(plan, schedule);
   if (!partition.ok()) return partition.status();
-  PIPECAST_RETURN_IF_ERROR(CheckPairs(schedule));
+  // The runtime relies on the pairs being whole (a forward, then its B or I):
+  // the schedule's own rules, checked again for a schedule edited after its
+  // prediction.
+  PIPECAST_RETURN_IF_ERROR(ValidateSchedule(schedule));
   Result<std::vector<StageCost>> costs = StageCostsOf(model, plan, *partition, tp_link);
   if (!costs.ok()) return costs.status();
   const std::vector<StageCollectives> collectives = CollectivesOf(model, plan, *partition);

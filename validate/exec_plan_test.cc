@@ -316,7 +316,8 @@ TEST(ExecPlan, AnOverlappedOpOutsideAPairIsRejected) {
   s.actions[0][0].overlapped = true;  // 0F0, followed by 0F1: not a pair
   Result<ExecPlan> ep = BuildExecPlan(w.model, w.plan, s, w.predicted);
   ASSERT_FALSE(ep.ok());
-  EXPECT_THAT(ep.status().message(), ::testing::HasSubstr("rank 0's overlapped op 0F0"));
+  EXPECT_THAT(ep.status().message(),
+              ::testing::HasSubstr("overlapped pair on rank 0 starting with 0F0"));
 }
 
 TEST(ExecPlan, APartitionBeyondTheModelIsRejected) {
