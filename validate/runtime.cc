@@ -288,23 +288,31 @@ class Worker {
   Status Receive(int iteration, Step* step) {
     const ExecOp& op = *step->op;
     if (!op.recv.present()) return Status::Ok();
+    Result<Allocation> got = Await(
+        s_.env.transport, pool_, &op, Peer(op.recv), op.recv.tag, op.recv.bytes,
+        [&] { return fmt::format("{}: {}", StageName(op, rank_, t_), MessageText(op.recv)); });
+    if (!got.ok()) return got.status();
+    step->input = std::move(*got);
+    if (iteration >= 0) out_->recvs.push_back({iteration, op.recv, s_.env.clock->NowNs()});
+    return Status::Ok();
+  }
+
+  // Receives message (peer -> this worker, tag) of `bytes` into `pool`,
+  // marked as waiting in `op` (null: in the copy reduce) so the deadlock
+  // watch can see it; `what` names it if it never comes.
+  template <typename What>
+  Result<Allocation> Await(Transport* transport, MemoryPool* pool, const ExecOp* op, int peer,
+                           int64_t tag, Bytes bytes, What what) {
     const Clock& clock = *s_.env.clock;
-    const int peer = Peer(op.recv);
-    s_.control.Set(rank_, RunControl::State::kWaiting, &op, clock.NowNs(), peer, op.recv.tag);
+    s_.control.Set(rank_, RunControl::State::kWaiting, op, clock.NowNs(), peer, tag);
     Result<Allocation> got = Status::Unavailable("not received");
     Status waited = Patiently([&](TimeNs timeout) {
-      got = s_.env.transport->Recv(peer, rank_, op.recv.tag, op.recv.bytes, pool_, timeout,
-                                   s_.control.abort);
+      got = transport->Recv(peer, rank_, tag, bytes, pool, timeout, s_.control.abort);
       return got.status();
     });
-    if (!waited.ok()) {
-      return WaitFailure(waited,
-                         fmt::format("{}: {}", StageName(op, rank_, t_), MessageText(op.recv)));
-    }
+    if (!waited.ok()) return WaitFailure(waited, what());
     s_.control.Progress(clock.NowNs());
-    step->input = std::move(*got);
-    if (iteration >= 0) out_->recvs.push_back({iteration, op.recv, clock.NowNs()});
-    return Status::Ok();
+    return got;
   }
 
   // Allocates the op's memory, runs its work, frees what it frees and times
@@ -407,19 +415,12 @@ class Worker {
         return sent.WithPrefix(
             fmt::format("rank {}: sending its copy gradients to rank {}", rank_, peer));
       }
-      s_.control.Set(rank_, RunControl::State::kWaiting, nullptr, clock.NowNs(), peer, x.recv_tag);
-      Result<Allocation> got = Status::Unavailable("not received");
-      Status waited = Patiently([&](TimeNs timeout) {
-        got = transport->Recv(peer, rank_, x.recv_tag, x.bytes, copy_pool_, timeout,
-                              s_.control.abort);
-        return got.status();
-      });
-      if (!waited.ok()) {
-        return WaitFailure(
-            waited, fmt::format("rank {}'s copy reduce: the gradients of rank {}", rank_, peer));
-      }
+      Result<Allocation> got =
+          Await(transport, copy_pool_, nullptr, peer, x.recv_tag, x.bytes, [&] {
+            return fmt::format("rank {}'s copy reduce: the gradients of rank {}", rank_, peer);
+          });
+      if (!got.ok()) return got.status();
       s_.control.Set(rank_, RunControl::State::kIdle);
-      s_.control.Progress(clock.NowNs());
       got->Release();
       if (iteration >= 0) {
         out_->copy_reduces.push_back({iteration, x.peer_rank, x.bytes, start, clock.NowNs()});
