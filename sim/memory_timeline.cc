@@ -2,18 +2,9 @@
 
 namespace pipecast {
 
-namespace {
-
-void Apply(const MemoryDelta& d, MemorySample* level) {
-  level->activations += d.activations;
-  level->comm_buffers += d.comm_buffers;
-  level->workspace += d.workspace;
-}
-
-}  // namespace
-
 void MemoryTimeline::Append(const MemorySample& level) {
-  for (; last_at_ < changes_.size(); ++last_at_) Apply(deltas_[changes_[last_at_].delta], &last_);
+  for (; last_at_ < changes_.size(); ++last_at_)
+    AddDelta(deltas_[changes_[last_at_].delta], &last_);
   deltas_.push_back(MemoryDelta{level.activations - last_.activations,
                                 level.comm_buffers - last_.comm_buffers,
                                 level.workspace - last_.workspace});
@@ -25,21 +16,13 @@ void MemoryTimeline::Append(const MemorySample& level) {
 std::vector<MemorySample> MemoryTimeline::Levels() const {
   std::vector<MemorySample> out;
   out.reserve(changes_.size());
-  MemorySample level;
-  for (const Change& c : changes_) {
-    Apply(deltas_[c.delta], &level);
-    level.time_ns = c.time_ns;
-    out.push_back(level);
-  }
+  for (const MemorySample& level : *this) out.push_back(level);
   return out;
 }
 
 MemorySample MemoryTimeline::Last() const {
   MemorySample level;
-  for (const Change& c : changes_) {
-    Apply(deltas_[c.delta], &level);
-    level.time_ns = c.time_ns;
-  }
+  for (const MemorySample& l : *this) level = l;
   return level;
 }
 

@@ -40,6 +40,13 @@ struct MemoryDelta {
   Bytes workspace = 0;
 };
 
+// Adds `delta` to the levels of `level` (its time unchanged).
+inline void AddDelta(const MemoryDelta& delta, MemorySample* level) {
+  level->activations += delta.activations;
+  level->comm_buffers += delta.comm_buffers;
+  level->workspace += delta.workspace;
+}
+
 class MemoryTimeline {
  public:
   // A trivial type (no default member initializers; Change{} is zeros), so
@@ -83,11 +90,8 @@ class MemoryTimeline {
     void Load() {
       if (tl_ == nullptr || i_ >= tl_->changes_.size()) return;
       const Change& c = tl_->changes_[i_];
-      const MemoryDelta& d = tl_->deltas_[c.delta];
+      AddDelta(tl_->deltas_[c.delta], &level_);
       level_.time_ns = c.time_ns;
-      level_.activations += d.activations;
-      level_.comm_buffers += d.comm_buffers;
-      level_.workspace += d.workspace;
     }
     const MemoryTimeline* tl_ = nullptr;
     size_t i_ = 0;
