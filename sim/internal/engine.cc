@@ -119,13 +119,7 @@ void Engine::RecordTimeline() {
   for (const int32_t e : producers_) {
     const int r = op_rank[e];
     const int32_t i = e - op_first_[r];
-    const Action& a = sched_.actions[r][i];
-    if (!a.overlapped) {
-      if (CostOf(a).send != 0) send(r, i, e);
-    } else if (a.kind != OpKind::kForward) {
-      if (CostOf(sched_.actions[r][i - 1]).send != 0) send(r, i - 1, e);
-      if (CostOf(a).send != 0) send(r, i, e);
-    }
+    ForEachSendAtEnd(sched_.actions[r], i, [&](int32_t j) { send(r, j, e); });
   }
 }
 

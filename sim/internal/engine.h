@@ -137,6 +137,20 @@ class Engine {
     return (a.stage * 4 + static_cast<int>(a.kind)) * 2 + a.overlapped;
   }
   const OpCost& CostOf(const Action& a) const { return op_cost_[CostIndex(a)]; }
+  // Calls f(j) for each op j of `list` whose output leaves when op i ends: i
+  // itself when it sends, or for an overlapped pair's backward half the
+  // forward half (i - 1) and then i (docs/simulator.md, "Overlapped F&B"); a
+  // pair's forward half sends nothing at its own end.
+  template <typename F>
+  __attribute__((always_inline)) void ForEachSendAtEnd(const std::vector<Action>& list, int32_t i,
+                                                       F f) const {
+    const Action& a = list[i];
+    if (a.overlapped) {
+      if (a.kind == OpKind::kForward) return;
+      if (CostOf(list[i - 1]).send != 0) f(i - 1);
+    }
+    if (CostOf(a).send != 0) f(i);
+  }
   // With a timeline (kRecord), in the memory sweep: the index in the rank's
   // deltas of an op's start, end or send (SweepRank()); without one, 0 (the
   // table is empty then and is not read).

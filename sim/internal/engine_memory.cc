@@ -169,16 +169,9 @@ void Engine::SweepRank(int rank) {
     if (best == 0) {  // an op's end
       const Action& a = list[id - first];
       const OpCost& oc = CostOf(a);
-      if (!a.overlapped) {
-        if (oc.send != 0) mem.Change(t, 0, oc.send, 0, DeltaOf<kRecord>(a, kOpSend));
-      } else if (a.kind != OpKind::kForward) {
-        // An overlapped pair sends its forward half's output, then its own, when it ends.
-        const Action& forward = list[id - first - 1];
-        const Bytes forward_send = CostOf(forward).send;
-        if (forward_send != 0)
-          mem.Change(t, 0, forward_send, 0, DeltaOf<kRecord>(forward, kOpSend));
-        if (oc.send != 0) mem.Change(t, 0, oc.send, 0, DeltaOf<kRecord>(a, kOpSend));
-      }
+      ForEachSendAtEnd(list, id - first, [&](int32_t j) {
+        mem.Change(t, 0, CostOf(list[j]).send, 0, DeltaOf<kRecord>(list[j], kOpSend));
+      });
       if (a.kind == OpKind::kBackward || a.kind == OpKind::kBackwardWeight) --inflight;
       mem.Change(t, oc.end_act, oc.recv_free, -oc.workspace, DeltaOf<kRecord>(a, kOpEnd));
       head_time[0] = kNone;

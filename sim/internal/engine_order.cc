@@ -312,11 +312,8 @@ bool Engine::SortRecords() {
   for (int r = 0; r < p; ++r) {
     const std::vector<Action>& list = sched_.actions[r];
     for (int32_t i = 0; i < static_cast<int32_t>(list.size()); ++i) {
-      const Action& act = list[i];
-      const bool sends = !act.overlapped ? CostOf(act).send != 0
-                         : act.kind != OpKind::kForward
-                             ? CostOf(list[i - 1]).send != 0 || CostOf(act).send != 0
-                             : false;
+      bool sends = false;
+      ForEachSendAtEnd(list, i, [&](int32_t) { sends = true; });
       if (!sends) continue;
       const int32_t id = op_first_[r] + i;
       const uint64_t t = static_cast<uint64_t>(ev_[id].time);
