@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <tuple>
 
 #include "sim/simulator.h"
 
@@ -129,7 +130,11 @@ CriticalPath Walker::Walk() const {
   path.compute_by_rank.assign(s_.num_ranks, 0);
   int cur_op = 0;
   for (size_t i = 1; i < ops_.size(); ++i) {
-    if (ops_[i].end_ns >= ops_[cur_op].end_ns) cur_op = static_cast<int>(i);
+    const OpRecord& o = ops_[i];
+    const OpRecord& c = ops_[cur_op];
+    if (std::tie(o.end_ns, o.start_ns, o.rank) >= std::tie(c.end_ns, c.start_ns, c.rank)) {
+      cur_op = static_cast<int>(i);
+    }
   }
   int cur_xfer = kNone;
   TimeNs until = ops_[cur_op].end_ns;

@@ -51,8 +51,11 @@ struct CriticalPath {
   std::vector<LinkTime> communication_by_link;  // sorted by (src, dst)
 };
 
-// REQUIRES: ops and transfers from one simulation of `schedule` (ops in
-// start order); ops non-empty.
+// The path ends at the op that ends last (of several, the one that started
+// last, then the highest rank).
+// REQUIRES: ops and transfers from one simulation of `schedule`, each rank's
+// ops in the order they ran and each link's transfers in the order they were
+// sent (SimResult's order); ops non-empty.
 CriticalPath ComputeCriticalPath(const Schedule& schedule, const std::vector<OpRecord>& ops,
                                  const std::vector<TransferRecord>& transfers);
 

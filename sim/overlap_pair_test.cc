@@ -140,7 +140,7 @@ TEST(OverlappedPairTest, DualPipeVPairsAtTensorParallelTwoLastWhatTheModelGives)
   const std::vector<StageCost> costs = StageCostTable(model, co).Stages(options.partition);
   ASSERT_GT(costs[0].tp_forward_ns, 0);
   ASSERT_GT(costs[0].tp_backward_ns, 0);
-  std::vector<std::vector<OpRecord>> per_rank(p);  // ops are in start order: each rank's too
+  std::vector<std::vector<OpRecord>> per_rank(p);  // each rank's ops in the order they ran
   for (const OpRecord& op : got->ops) per_rank[op.rank].push_back(op);
   int pairs = 0;
   for (const std::vector<OpRecord>& list : per_rank) {

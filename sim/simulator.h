@@ -271,8 +271,14 @@ struct SimResult {
   // When record_timeline and SimOptions::critical_path: the chain of ops and
   // transfers that sets the pipeline's length.
   std::optional<CriticalPath> critical_path;
-  std::vector<OpRecord> ops;              // when record_timeline, in start order
-  std::vector<TransferRecord> transfers;  // when record_timeline
+  // When record_timeline: rank by rank (ranks ascending), each rank's ops in
+  // the order they run (its schedule list; every op starts when the one
+  // before it ended or later), and the transfers by sending rank, each
+  // rank's in the order it sends them (a link's FIFO order). Not sorted by
+  // time across ranks: a consumer that needs that order sorts (the start
+  // times tie often). The validator's measured results keep this order too.
+  std::vector<OpRecord> ops;
+  std::vector<TransferRecord> transfers;
 
   int64_t NumOps() const;
   // Whether every rank's peak is within memory_limit_bytes (or memory is unlimited).

@@ -236,8 +236,14 @@ SimResult MeasuredTimeline(const ExecPlan& plan, const std::vector<StageRun>& al
       m.per_rank[r].memory_timeline.Append(shifted);
     }
   }
-  std::sort(m.ops.begin(), m.ops.end(),
-            [](const OpRecord& a, const OpRecord& b) { return a.start_ns < b.start_ns; });
+  // SimResult's order: rank by rank, each rank's ops as they ran, its sends as it sent them.
+  std::stable_sort(m.ops.begin(), m.ops.end(), [](const OpRecord& a, const OpRecord& b) {
+    return std::tie(a.rank, a.start_ns) < std::tie(b.rank, b.start_ns);
+  });
+  std::stable_sort(m.transfers.begin(), m.transfers.end(),
+                   [](const TransferRecord& a, const TransferRecord& b) {
+                     return std::tie(a.src_rank, a.ready_ns) < std::tie(b.src_rank, b.ready_ns);
+                   });
   m.pipeline_ns = s.span;
   m.iteration_ns = s.span;
   return m;

@@ -36,18 +36,15 @@ namespace pipecast::internal {
 //
 // The event order. Times alone do not fix everything the old event-queue
 // engine reported: several changes of one rank's memory can fall on one
-// instant, and their order decides the peaks and the memory timeline (and
-// the order of `ops` and `transfers`). That engine processed events by
-// (time, insertion order), an event being inserted while the one that
-// caused it was processed. So each event records its cause (`parent`): an
-// op's end was inserted when the op started, i.e. by the later-processed of
-// its rank's previous op end and its input's arrival; a transfer's arrival
-// by the later-processed of its producer's end and the previous arrival on
-// its link (a link's queue holds one arrival event at a time); the first op
-// of each rank, when it needs no input, by the start (in rank order). An
-// event's place in the processing order is then (time, place of its parent,
-// order within the parent's handling: an overlapped pair's forward transfer,
-// then any other transfer, then the op end).
+// instant, and their order decides the peaks and the memory timeline. That
+// engine processed events by (time, insertion order), an event being
+// inserted while the one that caused it was processed. So each event records its cause (`parent`):
+// an op's end was inserted when the op started, i.e. by the later-processed of its rank's previous
+// op end and its input's arrival; a transfer's arrival by the later-processed of its producer's end
+// and the previous arrival on its link (a link's queue holds one arrival event at a time); the
+// first op of each rank, when it needs no input, by the start (in rank order). An event's place in
+// the processing order is then (time, place of its parent, order within the parent's handling: an
+// overlapped pair's forward transfer, then any other transfer, then the op end).
 //
 // Ties are decided two ways, with the same answers. Walking (TieBefore(),
 // TryTieBefore()): compare the parents' times, and while they are equal
@@ -61,12 +58,8 @@ namespace pipecast::internal {
 // candidate is processed, which is its parent) and numbers every event, and
 // from then on a comparison is two loads. The engine walks until its walks
 // have cost kWalkStepsPerEvent steps per event, then ranks, in pass 1 or in
-// pass 2; with a timeline it always orders the records after pass 1 (they
-// are taken in the processing order). Where no tie was left open, no hop
-// takes zero time and the walks have budget left, the records' two orders
-// are sorted directly, each instant ordered by walking (SortRecords()), and
-// no ranks are numbered: the sweep's comparisons keep walking, as cheap
-// there as without a timeline.
+// pass 2, with a timeline or without: the records (ops and transfers) are
+// rank by rank and need no processing order (RecordTimeline()).
 //
 // Pass 2 (memory). Each rank's memory changes come from its own ops and
 // from the arrivals on the links into and out of it: each of those streams
@@ -204,8 +197,6 @@ class Engine {
   int Candidates(int32_t e, int32_t out[3]) const;
   void RankEvents();
   const uint64_t* SortKeys(LargeArray<uint64_t>* a, LargeArray<uint64_t>* b, int* bits);
-  bool SortRecords();
-  bool ZeroTimeHop() const;
   template <typename T>
   void NumberInstants(const T* sorted, int32_t n);
   // How far ahead in the processing order the ranking step prefetches.
@@ -249,13 +240,8 @@ class Engine {
     int16_t open_at_start;
   };
   LargeArray<RankNode> node_;
-  LargeArray<int32_t> rank_;       // per event: its place, once ranked
-  std::vector<int32_t> op_order_;  // the ops in start order, once ranked or sorted
-  // With records_sorted_ (SortRecords()): the ops whose end sends, in the
-  // order of their ends; else RecordTimeline() finds them in by_rank_.
-  std::vector<int32_t> producers_;
-  bool records_sorted_ = false;
-  LargeArray<int32_t> by_rank_;  // per place p + k: the event there, ditto
+  LargeArray<int32_t> rank_;     // per event: its place, once ranked
+  LargeArray<int32_t> by_rank_;  // per place p + k: the event there, while ranking
   std::vector<int32_t> group_;   // the ranking step's next free place per instant
   std::vector<OpCost> op_cost_;  // per (stage, kind, overlapped)
   LargeArray<Cell> cells_;

@@ -55,43 +55,6 @@ T* SortByTime(T* src, T* dst, int32_t n, int bits) {
   return src;
 }
 
-// The most top-bit buckets SortNearlyByTime() counts in: 2^17 counts (512
-// KiB) stay in the L2 cache.
-constexpr int kMaxTopBits = 17;
-// The most keys one bucket may hold before the insertion pass could cost
-// more than the second radix pass it saves (its cost grows as the square).
-constexpr uint32_t kMaxBucketKeys = 32;
-
-// Sorts the packed keys src[0, n) (time << 32 | id, ids ascending) by time,
-// stably, in one radix pass over the times' top bits (about one key per
-// bucket) and an insertion pass that orders each bucket's few keys, rather
-// than two full passes; the records' keys come in per-rank runs already in
-// order, so the buckets are small. Falls back to SortByTime() when a bucket
-// would hold more than kMaxBucketKeys (times bunched together).
-uint64_t* SortNearlyByTime(uint64_t* src, uint64_t* dst, int32_t n, int bits) {
-  int top = 1;
-  while (top < kMaxTopBits && (int64_t{1} << top) < n) ++top;
-  if (bits <= top) return SortByTime(src, dst, n, bits);
-  const int shift = bits - top;
-  std::vector<uint32_t> count(size_t{1} << top, 0);
-  for (int32_t i = 0; i < n; ++i) ++count[(src[i] >> 32) >> shift];
-  uint32_t sum = 0;
-  for (uint32_t& c : count) {
-    if (c > kMaxBucketKeys) return SortByTime(src, dst, n, bits);
-    sum += std::exchange(c, sum);
-  }
-  for (int32_t i = 0; i < n; ++i) dst[count[(src[i] >> 32) >> shift]++] = src[i];
-  // Within a bucket the keys are in id order; the full key orders them by
-  // time and then id, which is the stable order.
-  for (int32_t i = 1; i < n; ++i) {
-    const uint64_t x = dst[i];
-    int32_t j = i;
-    for (; j > 0 && dst[j - 1] > x; --j) dst[j] = dst[j - 1];
-    dst[j] = x;
-  }
-  return dst;
-}
-
 }  // namespace
 
 // Fills `out` with `e`'s candidate causes (one when decided) and returns how many.
@@ -191,12 +154,7 @@ void Engine::RankEvents() {
       }
     }
     place[fill[node_[e].instant]++] = e;
-    // Each event starts at most one op: the ops in the order their
-    // starting events are processed are the ops in start order.
-    if (e < num_ops_) op_order_.push_back(e);
   };
-  op_order_.clear();
-  op_order_.reserve(num_ops_);
   for (int r = 0; r < p; ++r) {
     const int32_t e = start_waiter[r];
     if (e >= 0 && --node_[e].open == 0) insert(e, -1 - r);
@@ -222,7 +180,7 @@ void Engine::RankEvents() {
       if (w >= 0 && --node_[w].open == 0) insert(w, x);
     }
   }
-  // Only the places stay. With a timeline the records come next and need
+  // Only the ranks stay. With a timeline the records come next and need
   // the memory more than the next simulation does.
   if (options_.record_timeline) {
     node_.ReleaseToSystem();
@@ -249,84 +207,6 @@ const uint64_t* Engine::SortKeys(LargeArray<uint64_t>* a, LargeArray<uint64_t>* 
   *bits = all == 0 ? 0 : 64 - __builtin_clzll(all);
   if (*bits > 32) return nullptr;
   return SortByTime(a->data(), b->data(), n, *bits);
-}
-
-// Where pass 1 left no tie open (real links), the records' two orders come
-// straight from the times, without the order of the events at large: the
-// ops by start (the time of the event that started each; each event starts
-// at most one op, so ties go by TryTieBefore() of those events), and the
-// ops that send by end (ties by TryTieBefore() of the ops). Two radix sorts
-// of the ops alone, rather than one of every event and a pass over the
-// places to pick the ops out. Fills op_order_ and producers_ (ranked_
-// stays false: the memory sweep keeps walking). False when a walk runs out
-// of budget (a wavefront) or the times pass 2^32 ns: the replay then.
-bool Engine::SortRecords() {
-  const int32_t n = num_ops_;
-  const int p = sched_.num_ranks;
-  LargeArray<uint64_t> a, b;
-  a.Reset(static_cast<size_t>(std::max(n, 1)));
-  b.Reset(static_cast<size_t>(std::max(n, 1)));
-  // Sorts a[0, count) by time, puts each instant's few entries in order by
-  // `before` (a walk), and writes the ids to *out; false once a walk cannot
-  // decide.
-  auto sort = [&](int32_t count, uint64_t all, auto before, std::vector<int32_t>* out) {
-    const int bits = all == 0 ? 0 : 64 - __builtin_clzll(all);
-    if (bits > 32) return false;
-    uint64_t* sorted = SortNearlyByTime(a.data(), b.data(), count, bits);
-    out->resize(count);
-    int32_t* const ids = out->data();
-    for (int32_t i = 0; i < count;) {
-      const uint64_t t = TimeOfKey(sorted[i]);
-      int32_t j = i + 1;
-      while (j < count && TimeOfKey(sorted[j]) == t) ++j;
-      ids[i] = IdOfKey(sorted[i]);
-      for (int32_t k = i + 1; k < j; ++k) {  // insertion sort of one instant (a few)
-        const int32_t x = IdOfKey(sorted[k]);
-        int32_t pos = k;
-        for (; pos > i; --pos) {
-          const int order = before(x, ids[pos - 1]);
-          if (order == kUnknown) return false;
-          if (order == 0) break;
-          ids[pos] = ids[pos - 1];
-        }
-        ids[pos] = x;
-      }
-      i = j;
-    }
-    return true;
-  };
-  // The ops by the time of the event that started them (a start at 0).
-  uint64_t all = 0;
-  for (int32_t id = 0; id < n; ++id) {
-    const int32_t parent = ev_[id].parent;
-    const uint64_t t = parent < 0 ? 0 : static_cast<uint64_t>(ev_[parent].time);
-    all |= t;
-    a[id] = t << 32 | static_cast<uint32_t>(id);
-  }
-  auto by_cause = [&](int32_t x, int32_t y) { return TryTieBefore(ev_[x].parent, ev_[y].parent); };
-  if (!sort(n, all, by_cause, &op_order_)) return false;
-  // The ops whose end sends: an overlapped pair sends both halves' outputs when its second half
-  // (not a forward) ends.
-  int32_t count = 0;
-  all = 0;
-  for (int r = 0; r < p; ++r) {
-    const std::vector<Action>& list = sched_.actions[r];
-    for (int32_t i = 0; i < static_cast<int32_t>(list.size()); ++i) {
-      bool sends = false;
-      ForEachSendAtEnd(list, i, [&](int32_t) { sends = true; });
-      if (!sends) continue;
-      const int32_t id = op_first_[r] + i;
-      const uint64_t t = static_cast<uint64_t>(ev_[id].time);
-      all |= t;
-      a[count++] = t << 32 | static_cast<uint32_t>(id);
-    }
-  }
-  auto by_end = [&](int32_t x, int32_t y) { return TryTieBefore(x, y); };
-  if (!sort(count, all, by_end, &producers_)) return false;
-  records_sorted_ = true;
-  a.ReleaseToSystem();
-  b.ReleaseToSystem();
-  return true;
 }
 
 // Each event's instant (its index in `group_`, which holds each instant's

@@ -320,6 +320,13 @@ Status Engine::Run(EngineTotals* totals) {
   for (int r = 0; r < p; ++r) {
     if (ranks_[r].next < sched_.actions[r].size() || ranks_[r].running) return Deadlock();
   }
+  // The records as SimResult documents them, rank by rank: appended as ops
+  // started and producers ended, each rank's are already in its order.
+  std::stable_sort(out_->ops.begin(), out_->ops.end(),
+                   [](const OpRecord& a, const OpRecord& b) { return a.rank < b.rank; });
+  std::stable_sort(
+      out_->transfers.begin(), out_->transfers.end(),
+      [](const TransferRecord& a, const TransferRecord& b) { return a.src_rank < b.src_rank; });
   Totals();
   return Status::Ok();
 }
