@@ -10,6 +10,7 @@
 // their pages. The blocks go back to the system when the thread exits.
 #include <sys/mman.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <utility>
 
@@ -73,5 +74,11 @@ void FreeLarge(void* p, size_t bytes) {
 }
 
 void FreeLargeToSystem(void* p, size_t) { std::free(p); }
+
+void AdviseHugePages(void* p, size_t bytes) {
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + kHugePage - 1) & ~(kHugePage - 1);
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + bytes) & ~(kHugePage - 1);
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+}
 
 }  // namespace pipecast::internal

@@ -11,4 +11,6 @@ void FreeLarge(void* p, size_t /*bytes*/) { std::free(p); }
 
 void FreeLargeToSystem(void* p, size_t) { std::free(p); }
 
+void AdviseHugePages(void*, size_t) {}
+
 }  // namespace pipecast::internal

@@ -20,6 +20,10 @@ void FreeLarge(void* p, size_t bytes);
 // FreeLarge() that hands the memory back at once instead of keeping it for
 // the thread's next allocation.
 void FreeLargeToSystem(void* p, size_t bytes);
+// Asks for huge pages under the 2 MiB-aligned part of [p, p + bytes), memory
+// not yet touched (a large std::vector's reserve()): a hint, fresh pages
+// then fault in 2 MiB at a time. Nothing where the platform has none.
+void AdviseHugePages(void* p, size_t bytes);
 
 template <typename T>
 class LargeArray {
