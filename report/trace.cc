@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string_view>
 #include <tuple>
 #include <utility>
@@ -361,7 +362,7 @@ class TraceBuilder {
   // samples' count and one past it).
   void AddMemory(size_t position) {
     const StageResult& stage = result_.per_rank[position];
-    const std::vector<MemoryTimeline::Change>& changes = stage.memory_timeline.changes();
+    const std::span<const MemoryTimeline::Change> changes = stage.memory_timeline.changes();
     for (size_t i = 0; i < changes.size(); ++i) {
       Add(changes[i].time_ns, stage.rank, kComputeTid, Order::kCounter, Kind::kMemory, position,
           static_cast<int32_t>(i));

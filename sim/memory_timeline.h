@@ -10,6 +10,11 @@
 // kept, several at one instant included, so a high that lasts zero time
 // still shows. Integer sums: the levels are exact.
 //
+// The changes are the timeline's own, or a slice of one block that several
+// timelines share (a simulation's ranks': one allocation, which the engine
+// marks for huge pages, instead of one per rank). A shared block is never
+// written once built; Append() on such a timeline first copies its slice.
+//
 // A value type; not thread-safe for writes, safe to read from several
 // threads.
 #ifndef PIPECAST_SIM_MEMORY_TIMELINE_H_
@@ -18,6 +23,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
+#include <memory>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -86,14 +93,18 @@ class MemoryTimeline {
 
    private:
     friend class MemoryTimeline;
-    Iterator(const MemoryTimeline* timeline, size_t i) : tl_(timeline), i_(i) { Load(); }
+    Iterator(const MemoryTimeline* timeline, size_t i)
+        : tl_(timeline), changes_(timeline->changes()), i_(i) {
+      Load();
+    }
     void Load() {
-      if (tl_ == nullptr || i_ >= tl_->changes_.size()) return;
-      const Change& c = tl_->changes_[i_];
+      if (i_ >= changes_.size()) return;
+      const Change& c = changes_[i_];
       AddDelta(tl_->deltas_[c.delta], &level_);
       level_.time_ns = c.time_ns;
     }
     const MemoryTimeline* tl_ = nullptr;
+    std::span<const Change> changes_;
     size_t i_ = 0;
     MemorySample level_;
   };
@@ -101,33 +112,47 @@ class MemoryTimeline {
   MemoryTimeline() = default;
   // REQUIRES: every change's delta indexes `deltas`.
   MemoryTimeline(std::vector<MemoryDelta> deltas, std::vector<Change> changes)
-      : deltas_(std::move(deltas)), changes_(std::move(changes)) {}
+      : deltas_(std::move(deltas)), own_(std::move(changes)) {}
+  // The changes block[first, first + count), a block other timelines may
+  // share; nothing writes it afterwards.
+  // REQUIRES: every change's delta indexes `deltas`.
+  MemoryTimeline(std::vector<MemoryDelta> deltas, std::shared_ptr<const Change[]> block,
+                 size_t first, size_t count)
+      : deltas_(std::move(deltas)), block_(std::move(block)), first_(first), count_(count) {}
 
   // Appends the change that brings the live set to `level` (its time and
   // levels, after the last change's): one delta per call, as a measured
   // timeline gives levels rather than their causes.
   void Append(const MemorySample& level);
 
-  size_t size() const { return changes_.size(); }
-  bool empty() const { return changes_.empty(); }
+  size_t size() const { return block_ ? count_ : own_.size(); }
+  bool empty() const { return size() == 0; }
   void clear() { *this = MemoryTimeline(); }
   Iterator begin() const { return Iterator(this, 0); }
-  Iterator end() const { return Iterator(this, changes_.size()); }
+  Iterator end() const { return Iterator(this, size()); }
   // Every level, materialized (32 bytes a change): for random access.
   std::vector<MemorySample> Levels() const;
   // The last level (zeros when empty).
   MemorySample Last() const;
 
   const std::vector<MemoryDelta>& deltas() const { return deltas_; }
-  const std::vector<Change>& changes() const { return changes_; }
-  // Heap bytes held (both tables' capacity).
+  std::span<const Change> changes() const {
+    return block_ ? std::span<const Change>(block_.get() + first_, count_)
+                  : std::span<const Change>(own_);
+  }
+  // Heap bytes held (both tables' capacity; of a shared block, this
+  // timeline's slice).
   size_t HeapBytes() const {
-    return deltas_.capacity() * sizeof(MemoryDelta) + changes_.capacity() * sizeof(Change);
+    return deltas_.capacity() * sizeof(MemoryDelta) +
+           (block_ ? count_ : own_.capacity()) * sizeof(Change);
   }
 
  private:
   std::vector<MemoryDelta> deltas_;
-  std::vector<Change> changes_;
+  std::vector<Change> own_;                // the changes, when not in a shared block
+  std::shared_ptr<const Change[]> block_;  // else: block_[first_, first_ + count_)
+  size_t first_ = 0;
+  size_t count_ = 0;
   // Append()'s running level: the sum of the first last_at_ changes.
   MemorySample last_;
   size_t last_at_ = 0;

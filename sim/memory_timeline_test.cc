@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <memory>
 #include <vector>
 
 namespace pipecast {
@@ -47,6 +49,39 @@ TEST(MemoryTimeline, AppendedLevelsReadBackExactly) {
   built.Append(MemorySample{3, 20, 0, 0});
   EXPECT_EQ(built.deltas().back().activations, 6);
   EXPECT_TRUE(SameLevel(built.Last(), MemorySample{3, 20, 0, 0}));
+}
+
+TEST(MemoryTimeline, SlicesOfASharedBlockReadBackAndAppendLeavesTheBlockAlone) {
+  // Given one block of changes that two timelines share (a simulation's ranks': changes 0-1
+  // are rank 0's, 2-4 rank 1's), when iterated, then each reads its own slice's running sums;
+  // a copy shares the block; appending to one timeline copies its slice first, so the block
+  // and the other timelines read as before.
+  std::shared_ptr<MemoryTimeline::Change[]> block(new MemoryTimeline::Change[5]);
+  const MemoryTimeline::Change changes[5] = {{0, 0}, {10, 1}, {0, 0}, {4, 0}, {9, 1}};
+  std::copy(changes, changes + 5, block.get());
+  const MemoryTimeline r0({MemoryDelta{8, 0, 0}, MemoryDelta{-8, 0, 0}}, block, 0, 2);
+  MemoryTimeline r1({MemoryDelta{0, 5, 0}, MemoryDelta{0, -5, 0}}, block, 2, 3);
+  ASSERT_EQ(r0.size(), 2u);
+  ASSERT_EQ(r1.size(), 3u);
+  EXPECT_EQ(r1.changes().data(), block.get() + 2);
+  EXPECT_TRUE(SameLevel(r0.Levels()[0], MemorySample{0, 8, 0, 0}));
+  EXPECT_TRUE(SameLevel(r0.Last(), MemorySample{10, 0, 0, 0}));
+  const std::vector<MemorySample> want1 = {{0, 0, 5, 0}, {4, 0, 10, 0}, {9, 0, 5, 0}};
+  const MemoryTimeline copy = r1;
+  EXPECT_EQ(copy.changes().data(), r1.changes().data());
+  size_t i = 0;
+  for (const MemorySample& level : copy) EXPECT_TRUE(SameLevel(level, want1[i++])) << i;
+  EXPECT_EQ(r1.HeapBytes(), 2 * sizeof(MemoryDelta) + 3 * sizeof(MemoryTimeline::Change));
+
+  r1.Append(MemorySample{12, 0, 0, 0});
+  ASSERT_EQ(r1.size(), 4u);
+  EXPECT_NE(r1.changes().data(), block.get() + 2);
+  EXPECT_TRUE(SameLevel(r1.Last(), MemorySample{12, 0, 0, 0}));
+  EXPECT_EQ(r1.deltas().back().comm_buffers, -5);
+  ASSERT_EQ(copy.size(), 3u);
+  EXPECT_TRUE(SameLevel(copy.Last(), want1.back()));
+  EXPECT_TRUE(SameLevel(r0.Last(), MemorySample{10, 0, 0, 0}));
+  EXPECT_EQ(block[4].time_ns, 9);
 }
 
 TEST(MemoryTimeline, EmptyHasNoLevels) {

@@ -3,6 +3,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <map>
+#include <tuple>
+#include <utility>
+#include <vector>
+
 #include "formats/schedule_text.h"
 #include "testing/sim_test_util.h"
 
@@ -513,6 +518,103 @@ TEST(SimulatorRoundTrip, EveryBuiltinScheduleExportsAndReimportsToTheSameTimelin
       EXPECT_EQ(a->ops[i].end_ns, b->ops[i].end_ns) << ScheduleKindName(kind);
     }
   }
+}
+
+TEST(SimulatorRecords, RankByRankInTheOrderTheyRanAndSendsInTheOrderSent) {
+  // Given every built-in schedule on real links, when simulated with a timeline, then the ops
+  // are rank by rank, each rank's exactly its schedule list in order, each starting no earlier
+  // than the one before it ended; and the transfers are by sending rank, each rank's in the order
+  // its producers ended, each link's in FIFO order (SimResult::ops, docs/simulator.md).
+  Cluster c = IdealCluster();
+  c.intra_node = Link{2.0, 3.0};
+  for (ScheduleKind kind : BuiltinScheduleKinds()) {
+    const int p = 4, m = 8, v = UsesChunks(kind) ? 2 : 1;
+    Model model = UniformModel(p * v, kF, kB, kAct, 1'000'000);
+    for (Layer& l : model.layers) l.profiles[0].backward_weight_ns = kB / 2;
+    auto sched = MakeSchedule(kind, p, m, v);
+    ASSERT_TRUE(sched.ok()) << sched.status().message();
+    auto r = Simulate(model, c, *sched, SimOptions{});
+    ASSERT_TRUE(r.ok()) << ScheduleKindName(kind) << ": " << r.status().message();
+    const std::string name = ScheduleKindName(kind);
+    size_t i = 0;
+    for (int rank = 0; rank < sched->num_ranks; ++rank) {
+      TimeNs prev_end = 0;
+      for (const Action& a : sched->actions[rank]) {
+        ASSERT_LT(i, r->ops.size()) << name;
+        const OpRecord& op = r->ops[i++];
+        EXPECT_EQ(op.rank, rank) << name;
+        EXPECT_EQ(op.action, a) << name << " rank " << rank;
+        EXPECT_GE(op.start_ns, prev_end) << name << " " << ActionName(a);
+        prev_end = op.end_ns;
+      }
+    }
+    EXPECT_EQ(i, r->ops.size()) << name;
+    ASSERT_FALSE(r->transfers.empty()) << name;
+    std::map<std::pair<int, int>, const TransferRecord*> last_on_link;
+    for (size_t k = 1; k < r->transfers.size(); ++k) {
+      const TransferRecord& a = r->transfers[k - 1];
+      const TransferRecord& b = r->transfers[k];
+      ASSERT_LE(a.src_rank, b.src_rank) << name << " transfer " << k;
+      if (a.src_rank == b.src_rank) EXPECT_LE(a.ready_ns, b.ready_ns) << name << " " << k;
+    }
+    for (const TransferRecord& t : r->transfers) {
+      const TransferRecord*& last = last_on_link[{t.src_rank, t.dst_rank}];
+      if (last != nullptr) {
+        EXPECT_LE(last->start_ns, t.start_ns) << name;
+        EXPECT_LE(last->end_ns, t.end_ns) << name;
+      }
+      last = &t;
+    }
+  }
+}
+
+TEST(SimulatorCriticalPath, OfOpsEndingTogetherTheLastStartedThenTheHighestRankWhateverTheOrder) {
+  // Given ZB-H1 on the ideal cluster, where whole wavefronts share an instant and several ranks'
+  // last ops end (and start) together, when the path is taken, then it ends at the op that
+  // ends last, of those the one that started last, then the highest rank; and the same path
+  // comes from the records with the ranks in the reverse order (each rank's ops kept in order).
+  Model model = UniformModel(4, kF, kB);
+  for (Layer& l : model.layers) l.profiles[0].backward_weight_ns = kB / 2;
+  SimOptions opts;
+  opts.critical_path = true;
+  SimResult r = SimulateOk(ScheduleKind::kZBH1, 4, 8, IdealCluster(), model, opts);
+  ASSERT_TRUE(r.critical_path.has_value());
+  const OpRecord* want = &r.ops.front();
+  int tied = 0;
+  for (const OpRecord& op : r.ops) {
+    if (std::tie(op.end_ns, op.start_ns, op.rank) >=
+        std::tie(want->end_ns, want->start_ns, want->rank)) {
+      want = &op;
+    }
+  }
+  for (const OpRecord& op : r.ops)
+    tied += op.end_ns == want->end_ns && op.start_ns == want->start_ns;
+  ASSERT_GE(tied, 2) << "the case must have a tie to test";
+  const CriticalStep& last = r.critical_path->steps.back();
+  ASSERT_EQ(last.kind, CriticalStep::Kind::kCompute);
+  EXPECT_EQ(&r.ops[last.op], want);
+  EXPECT_EQ(last.rank, want->rank);
+
+  auto sched = MakeSchedule(ScheduleKind::kZBH1, 4, 8);
+  ASSERT_TRUE(sched.ok());
+  std::vector<OpRecord> reversed;
+  for (int rank = r.ranks - 1; rank >= 0; --rank) {
+    for (const OpRecord& op : r.ops) {
+      if (op.rank == rank) reversed.push_back(op);
+    }
+  }
+  const CriticalPath again = ComputeCriticalPath(*sched, reversed, r.transfers);
+  ASSERT_EQ(again.steps.size(), r.critical_path->steps.size());
+  for (size_t k = 0; k < again.steps.size(); ++k) {
+    const CriticalStep& x = again.steps[k];
+    const CriticalStep& y = r.critical_path->steps[k];
+    EXPECT_EQ(x.kind, y.kind) << k;
+    EXPECT_EQ(x.start_ns, y.start_ns) << k;
+    EXPECT_EQ(x.end_ns, y.end_ns) << k;
+    EXPECT_EQ(x.rank, y.rank) << k;
+    if (x.op >= 0) EXPECT_EQ(reversed[x.op].action, r.ops[y.op].action) << k;
+  }
+  EXPECT_EQ(again.compute_by_rank, r.critical_path->compute_by_rank);
 }
 
 TEST(SimulatorHandWorked, InterleavedPaysEveryChunkHopOnItsLink) {

@@ -201,6 +201,7 @@ class Engine {
   void NumberInstants(const T* sorted, int32_t n);
   // How far ahead in the processing order the ranking step prefetches.
   static constexpr int32_t kPrefetchPlaces = 16;
+  void SizeMemoryTimelines();
   void SweepMemory(int rank);
   template <int kWidth, bool kRecord>
   void SweepRank(int rank);
@@ -271,8 +272,11 @@ class Engine {
   };
   std::vector<Stream> streams_;
   std::vector<TimeNs> head_time_;
-  // One rank's timeline as the sweep writes it: its changes and deltas.
-  std::vector<MemoryTimeline::Change> sample_scratch_;
+  // With a timeline, every rank's memory changes, rank by rank (each rank's
+  // MemoryTimeline holds its slice), and where each rank's begin.
+  std::shared_ptr<MemoryTimeline::Change[]> change_block_;
+  std::vector<size_t> change_first_;
+  // One rank's deltas as the sweep writes them.
   std::vector<MemoryDelta> deltas_;
   std::vector<int32_t> cost_delta_;  // per op_cost_ entry: its first delta (this rank's)
   std::vector<int32_t> hop_delta_;   // per (hop, out): an arrival's delta, or -1

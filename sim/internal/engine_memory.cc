@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cassert>
 #include <limits>
+#include <new>
 
 #include "sim/internal/engine.h"
 
@@ -14,8 +15,8 @@ template <bool kRecord>
 struct LiveMemory {
   Bytes act = 0, comm = 0, ws = 0;
   Bytes peak_act = 0, peak_comm = 0, peak_ws = 0, peak_total = 0;
-  // When recording: the next change to write, in the engine's scratch
-  // buffer sized to the rank's exact count of changes (SweepRank()).
+  // When recording: the next change to write, in the rank's slice of the
+  // block sized to every rank's exact count of changes (SizeMemoryTimelines()).
   MemoryTimeline::Change* next = nullptr;
 
   // `delta`: the change's index in the rank's table of deltas (recorded
@@ -47,6 +48,31 @@ struct LiveMemory {
 // few (two to five for the built-in schedules), so each step takes the
 // earliest head by a scan of their times, and breaks ties by TieBefore().
 // An op's end is pending only once the op has started.
+// With a timeline: every rank's changes in one block, rank by rank (one
+// allocation per rank faulted its pages in 4 KiB at a time). A rank's count
+// is exact: two per op (start, end), one per send (an overlapped pair sends
+// its forward half's output too, counted on that half) and one per arrival
+// into or out of the rank; each is one Change() of the sweep.
+void Engine::SizeMemoryTimelines() {
+  const int p = sched_.num_ranks;
+  change_first_.assign(static_cast<size_t>(p) + 1, 0);
+  for (int r = 0; r < p; ++r) {
+    const std::vector<Action>& list = sched_.actions[r];
+    size_t samples = 2 * list.size();
+    for (int li : rank_links_[r]) samples += links_[li].count;
+    // Not the out-links' counts again: a send of 0 bytes is no change.
+    for (const Action& a : list) samples += CostOf(a).send != 0;
+    change_first_[r + 1] = change_first_[r] + samples;
+  }
+  // A large block as the engine's own tables get theirs (huge pages, and a
+  // block a finished simulation freed where one is kept): the timelines'
+  // pages were a third of a fresh timeline simulation's page faults.
+  const size_t bytes = sizeof(MemoryTimeline::Change) * std::max<size_t>(change_first_[p], 1);
+  auto* changes = static_cast<MemoryTimeline::Change*>(AllocateLarge(bytes));
+  if (changes == nullptr) throw std::bad_alloc();
+  change_block_.reset(changes, [bytes](MemoryTimeline::Change* c) { FreeLarge(c, bytes); });
+}
+
 void Engine::SweepMemory(int rank) {
   options_.record_timeline ? SweepRank<0, true>(rank) : SweepRank<0, false>(rank);
 }
@@ -61,20 +87,12 @@ void Engine::SweepRank(int rank) {
   LiveMemory<kRecord> mem;
   size_t samples = 0;
   if constexpr (kRecord) {
-    // Every change, exactly: two per op (start, end), one per send (an
-    // overlapped pair sends its forward half's output too, counted on that
-    // half) and one per arrival into or out of the rank. Each is one
-    // Change() below. They are written through a plain pointer into a
-    // scratch buffer that every rank reuses (so it stays in the cache) and
-    // copied out in one block: a push_back per change was not inlined, and
-    // sizing the timeline first wrote each fresh line twice (zeros, then
-    // the samples).
-    samples = 2 * static_cast<size_t>(size);
-    for (int li : rank_links_[rank]) samples += links_[li].count;
-    // Not the out-links' counts again: a send of 0 bytes is no change.
-    for (const Action& a : list) samples += CostOf(a).send != 0;
-    if (sample_scratch_.size() < samples) sample_scratch_.resize(samples);
-    mem.next = sample_scratch_.data();
+    // The rank's changes are written through a plain pointer into its slice
+    // of the block SizeMemoryTimelines() made (a push_back per change was
+    // not inlined; sizing a vector first wrote each fresh line twice, zeros
+    // then the changes).
+    samples = change_first_[rank + 1] - change_first_[rank];
+    mem.next = change_block_.get() + change_first_[rank];
     // The rank's deltas: three per (stage, kind, overlapped) of its stages
     // (kOpStart, kOpEnd, kOpSend), and the arrivals' as they come.
     deltas_.clear();
@@ -210,9 +228,9 @@ void Engine::SweepRank(int rank) {
   }
   if constexpr (kRecord) {
     // The count above is exact; a shortfall would be a bug in the sweep.
-    assert(mem.next == sample_scratch_.data() + samples);
-    out_->per_rank[rank].memory_timeline = MemoryTimeline(
-        deltas_, std::vector<MemoryTimeline::Change>(sample_scratch_.data(), mem.next));
+    assert(mem.next == change_block_.get() + change_first_[rank] + samples);
+    out_->per_rank[rank].memory_timeline =
+        MemoryTimeline(deltas_, change_block_, change_first_[rank], samples);
   }
   RankTotals& totals = totals_->ranks[rank];
   totals.peak_activations = mem.peak_act;
