@@ -66,7 +66,9 @@ void Engine::SizeMemoryTimelines() {
   }
   // A large block as the engine's own tables get theirs (huge pages, and a
   // block a finished simulation freed where one is kept): the timelines'
-  // pages were a third of a fresh timeline simulation's page faults.
+  // pages were a third of a fresh timeline simulation's page faults. It is
+  // freed when the last timeline lets go of it, kept for the freeing
+  // thread's next simulation like the engine's tables.
   const size_t bytes = sizeof(MemoryTimeline::Change) * std::max<size_t>(change_first_[p], 1);
   auto* changes = static_cast<MemoryTimeline::Change*>(AllocateLarge(bytes));
   if (changes == nullptr) throw std::bad_alloc();

@@ -24,8 +24,9 @@ constexpr size_t kHugeFrom = 2 * kHugePage;
 
 size_t Rounded(size_t bytes) { return (bytes + kHugePage - 1) / kHugePage * kHugePage; }
 
-// One simulation's large tables: events, cells, and with a timeline or ties
-// the ranking step's two sort buffers, ranks, processing order and records.
+// One simulation's large tables: events, cells, with ties the ranking step's
+// two sort buffers, nodes, ranks and places, and with a timeline the memory
+// timelines' block (freed with its result, perhaps by another thread).
 constexpr int kKeptBlocks = 8;
 
 struct Block {
@@ -33,14 +34,24 @@ struct Block {
   size_t size = 0;
 };
 
-// The freed blocks kept by this thread.
+// The freed blocks kept by this thread: trivially destructible, so it stays
+// usable after the thread's destructors ran, when `closed` says to keep
+// nothing (a simulation's result can outlive the thread that made it, or be
+// freed by a static's destructor at exit, after the thread-locals').
 struct BlockCache {
   Block slots[kKeptBlocks];
-  ~BlockCache() {
-    for (Block& b : slots) std::free(b.p);
-  }
+  bool closed;
 };
 thread_local BlockCache cache;
+// Frees the kept blocks when the thread ends, and closes the cache.
+struct CacheCloser {
+  CacheCloser() { cache.closed = false; }
+  ~CacheCloser() {
+    for (Block& b : cache.slots) std::free(std::exchange(b, Block{}).p);
+    cache.closed = true;
+  }
+};
+thread_local CacheCloser closer;
 
 }  // namespace
 
@@ -63,6 +74,11 @@ void FreeLarge(void* p, size_t bytes) {
     std::free(p);
     return;
   }
+  if (cache.closed) {
+    std::free(p);
+    return;
+  }
+  (void)&closer;  // constructed (its destructor registered) with the first kept block
   // Blocks handed out again keep their first size: Rounded(bytes) may be
   // less than the block, never more, which is all AllocateLarge() relies on.
   Block freed{p, Rounded(bytes)};
