@@ -11,8 +11,8 @@
 // BM_Timeline/<schedule>/p:64/m:1024/<cluster>/timeline:<off|on>, one path each.
 // Counters: ns_per_op (wall, per compute op: Schedule::NumActions()),
 // cpu_ns_per_op (this thread), bytes_per_op: the heap the SimResult holds
-// once Simulate() returns (in-use bytes after the call less before it, the
-// result alive), and faults_per_op: the minor page faults of the calls (fresh
+// once Simulate() returns (HeldBytes(): its containers' sizes), and
+// faults_per_op: the minor page faults of the calls (fresh
 // memory the kernel maps and zeroes; glibc returns freed results to the
 // system, so each call faults its result in again unless GLIBC_TUNABLES keeps
 // the heap, see docs/benchmarks.md).
@@ -32,7 +32,7 @@
 // tools stream it to the file) or building the HTML report of one result,
 // above the heap with the result alive, per compute op (peak_bytes_per_op),
 // from this program's counting operator new; and the result's own bytes
-// (result_bytes_per_op).
+// (result_bytes_per_op, HeldBytes()).
 //
 //   build/bench/timeline_bench
 //   build/bench/timeline_bench --benchmark_filter='gpipe.*ideal'
@@ -46,6 +46,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <ctime>
+#include <memory>
 #include <new>
 #include <string>
 #include <string_view>
@@ -96,10 +97,26 @@ namespace {
 using bench::SyntheticModel;
 using bench::ThreadCpuNs;
 
-// In-use bytes: small chunks (uordblks) and the large ones glibc maps directly (hblkhd).
-size_t HeapInUse() {
-  const struct mallinfo2 m = mallinfo2();
-  return m.uordblks + m.hblkhd;
+// The heap a result holds, from its containers' sizes (the memory timelines'
+// shared block counted as their slices, sim/memory_timeline.h): the
+// allocator's in-use counts miss a large block the engine hands out again from
+// its cache (sim/internal/large_alloc_linux.cc), in use before the call too.
+size_t HeldBytes(const SimResult& r) {
+  size_t bytes = r.ops.capacity() * sizeof(OpRecord) +
+                 r.transfers.capacity() * sizeof(TransferRecord) +
+                 r.per_rank.capacity() * sizeof(StageResult) + r.schedule_name.capacity();
+  for (const std::string& note : r.notes) bytes += note.capacity();
+  for (const StageResult& s : r.per_rank) {
+    bytes += s.stages.capacity() * sizeof(int) + s.layers.capacity() * sizeof(StageLayers) +
+             s.memory_timeline.HeapBytes();
+  }
+  if (r.critical_path) {
+    const CriticalPath& cp = *r.critical_path;
+    bytes += cp.steps.capacity() * sizeof(CriticalStep) +
+             cp.compute_by_rank.capacity() * sizeof(TimeNs) +
+             cp.communication_by_link.capacity() * sizeof(CriticalPath::LinkTime);
+  }
+  return bytes;
 }
 
 double MinorFaults() {
@@ -146,14 +163,12 @@ void BM_Timeline(benchmark::State& state, ScheduleKind kind, int ranks, int micr
   const double cpu_start = ThreadCpuNs();
   const double faults_start = MinorFaults();
   for (auto _ : state) {
-    const size_t before = HeapInUse();
     Result<SimResult> result = Simulate(model, *cluster, *schedule, options);
-    const size_t after = HeapInUse();
     if (!result.ok()) {
       state.SkipWithError(result.status().message().c_str());
       return;
     }
-    held_bytes = static_cast<double>(after) - static_cast<double>(before);
+    held_bytes = static_cast<double>(HeldBytes(*result));
     benchmark::DoNotOptimize(result);
   }
   const double wall =
@@ -181,15 +196,14 @@ void BM_TimelineSideBySide(benchmark::State& state, ScheduleKind kind, int ranks
     Result<SimResult> a = Simulate(setup.model, setup.cluster, setup.schedule, off);
     const double t1 = ThreadCpuNs();
     benchmark::DoNotOptimize(a);
-    const size_t before = HeapInUse();
     const double t2 = ThreadCpuNs();
     Result<SimResult> b = Simulate(setup.model, setup.cluster, setup.schedule, on);
     const double t3 = ThreadCpuNs();
-    held_bytes = static_cast<double>(HeapInUse()) - static_cast<double>(before);
     if (!a.ok() || !b.ok()) {
       state.SkipWithError(!a.ok() ? a.status().message().c_str() : b.status().message().c_str());
       return;
     }
+    held_bytes = static_cast<double>(HeldBytes(*b));
     benchmark::DoNotOptimize(b);
     cpu_off += t1 - t0;
     cpu_on += t3 - t2;
@@ -204,8 +218,8 @@ void BM_TimelineSideBySide(benchmark::State& state, ScheduleKind kind, int ranks
 }
 
 // The floor under the timeline path: the same records as one result with a
-// timeline (as many ops, transfers and memory samples per rank, in vectors
-// sized the way the engine sizes them), filled from their index with no
+// timeline (as many ops, transfers and memory samples per rank, sized the way
+// the engine sizes them), filled from their index with no
 // simulation, one fresh set per iteration. What writing the result's bytes
 // costs on this machine, whatever computes them.
 void BM_RecordFloor(benchmark::State& state, ScheduleKind kind, int ranks, int microbatches,
@@ -220,7 +234,11 @@ void BM_RecordFloor(benchmark::State& state, ScheduleKind kind, int ranks, int m
     return;
   }
   std::vector<size_t> samples;
-  for (const StageResult& r : shape->per_rank) samples.push_back(r.memory_timeline.size());
+  size_t total_samples = 0;
+  for (const StageResult& r : shape->per_rank) {
+    samples.push_back(r.memory_timeline.size());
+    total_samples += samples.back();
+  }
   const size_t num_ops = shape->ops.size(), num_transfers = shape->transfers.size();
   double cpu = 0;
   for (auto _ : state) {
@@ -238,13 +256,18 @@ void BM_RecordFloor(benchmark::State& state, ScheduleKind kind, int ranks, int m
       out.transfers[i] = TransferRecord{x, x + 1, x, x + 1, x, false, 1, t, t + 1, t + 2};
     }
     out.per_rank.resize(samples.size());
+    // Every rank's changes in one block, each rank's timeline its slice (as the engine writes
+    // them, sim/internal/engine_memory.cc; here from the heap rather than its large blocks).
+    std::shared_ptr<MemoryTimeline::Change[]> block(new MemoryTimeline::Change[total_samples]);
+    size_t first = 0;
     for (size_t r = 0; r < samples.size(); ++r) {
-      std::vector<MemoryTimeline::Change> changes(samples[r]);
+      MemoryTimeline::Change* changes = block.get() + first;
       for (size_t i = 0; i < samples[r]; ++i) {
         changes[i] = MemoryTimeline::Change{static_cast<TimeNs>(i), static_cast<int32_t>(i & 1)};
       }
       out.per_rank[r].memory_timeline =
-          MemoryTimeline({MemoryDelta{1, 0, 0}, MemoryDelta{-1, 0, 0}}, std::move(changes));
+          MemoryTimeline({MemoryDelta{1, 0, 0}, MemoryDelta{-1, 0, 0}}, block, first, samples[r]);
+      first += samples[r];
     }
     benchmark::DoNotOptimize(out);
     benchmark::ClobberMemory();
@@ -262,14 +285,12 @@ void BM_TraceMemory(benchmark::State& state, ScheduleKind kind, int ranks, int m
   SimOptions options;
   options.record_timeline = true;
   options.critical_path = true;  // as the tools write traces and reports
-  const size_t before_result = live_bytes.load();
   Result<SimResult> result = Simulate(setup.model, setup.cluster, setup.schedule, options);
   if (!result.ok()) {
     state.SkipWithError(result.status().message().c_str());
     return;
   }
-  const double result_bytes =
-      static_cast<double>(live_bytes.load()) - static_cast<double>(before_result);
+  const double result_bytes = static_cast<double>(HeldBytes(*result));
   const ReportInputs inputs =
       MakeReportInputs(setup.model, setup.cluster, setup.schedule, options, "");
   double peak = 0, written = 0;

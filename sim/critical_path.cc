@@ -24,27 +24,43 @@ class Walker {
     bi_op_.assign(cells, kNone);
     act_xfer_.assign(cells, kNone);
     grad_xfer_.assign(cells, kNone);
-    prev_on_rank_.assign(ops.size(), kNone);
-    next_on_rank_.assign(ops.size(), kNone);
     prev_on_link_.assign(transfers.size(), kNone);
-    std::vector<int> last_on_rank(s.num_ranks, kNone);
+    // Whether each rank's ops are one block (SimResult's order: then an op's neighbours on its
+    // rank are its neighbours in the record, and no table of them is built).
+    int blocks = 0;
+    std::vector<char> seen(s.num_ranks, 0);
     for (size_t i = 0; i < ops.size(); ++i) {
-      const Action& a = ops[i].action;
+      const OpRecord& o = ops[i];
+      const OpRecord& l = ops[last_op_];
+      // The path ends at the op that ends last: of several, the one that started last, then the
+      // highest rank, whatever the records' order.
+      if (std::tie(o.end_ns, o.start_ns, o.rank) >= std::tie(l.end_ns, l.start_ns, l.rank)) {
+        last_op_ = static_cast<int>(i);
+      }
+      const Action& a = o.action;
       if (a.kind == OpKind::kForward) f_op_[Cell(a.stage, a.microbatch)] = static_cast<int>(i);
       if (a.kind == OpKind::kBackward || a.kind == OpKind::kBackwardInput) {
         bi_op_[Cell(a.stage, a.microbatch)] = static_cast<int>(i);
       }
-      prev_on_rank_[i] = last_on_rank[ops[i].rank];
-      if (prev_on_rank_[i] != kNone) next_on_rank_[prev_on_rank_[i]] = static_cast<int>(i);
-      last_on_rank[ops[i].rank] = static_cast<int>(i);
+      if (i == 0 || ops[i - 1].rank != o.rank) {
+        ++blocks;
+        seen[o.rank] = 1;
+      }
+    }
+    const int ranks_seen = static_cast<int>(std::count(seen.begin(), seen.end(), 1));
+    if (blocks != ranks_seen) {  // a rank's ops in pieces: tables of each op's neighbours
+      prev_on_rank_.assign(ops.size(), kNone);
+      next_on_rank_.assign(ops.size(), kNone);
+      std::vector<int> last_on_rank(s.num_ranks, kNone);
+      for (size_t i = 0; i < ops.size(); ++i) {
+        prev_on_rank_[i] = last_on_rank[ops[i].rank];
+        if (prev_on_rank_[i] != kNone) next_on_rank_[prev_on_rank_[i]] = static_cast<int>(i);
+        last_on_rank[ops[i].rank] = static_cast<int>(i);
+      }
     }
     // The last transfer seen per (src, dst) rank pair, in a table (a map
     // lookup per transfer cost as much as the rest of the walk).
-    size_t ranks = 0;
-    for (const TransferRecord& t : transfers) {
-      ranks = std::max(
-          {ranks, static_cast<size_t>(t.src_rank) + 1, static_cast<size_t>(t.dst_rank) + 1});
-    }
+    const size_t ranks = static_cast<size_t>(s.num_ranks);
     std::vector<int> last_on_link(ranks * ranks, kNone);
     for (size_t i = 0; i < transfers.size(); ++i) {
       const TransferRecord& t = transfers[i];
@@ -59,6 +75,17 @@ class Walker {
 
  private:
   int64_t Cell(int stage, int mb) const { return int64_t{stage} * s_.num_microbatches + mb; }
+  // The op before and after op i on its rank, or kNone: its neighbours in the record where each
+  // rank's ops are one block (SimResult's order).
+  int PrevOnRank(int i) const {
+    if (!prev_on_rank_.empty()) return prev_on_rank_[i];
+    return i > 0 && ops_[i - 1].rank == ops_[i].rank ? i - 1 : kNone;
+  }
+  int NextOnRank(int i) const {
+    if (!next_on_rank_.empty()) return next_on_rank_[i];
+    const size_t n = static_cast<size_t>(i) + 1;
+    return n < ops_.size() && ops_[n].rank == ops_[i].rank ? i + 1 : kNone;
+  }
   // What released op i: {op index, kNone} or {kNone, transfer index}.
   std::pair<int, int> OpPredecessor(int i) const;
   std::pair<int, int> TransferPredecessor(int t) const;
@@ -66,8 +93,10 @@ class Walker {
   const Schedule& s_;
   const std::vector<OpRecord>& ops_;
   const std::vector<TransferRecord>& xfers_;
-  std::vector<int> f_op_, bi_op_, act_xfer_, grad_xfer_, prev_on_rank_, next_on_rank_,
-      prev_on_link_;
+  std::vector<int> f_op_, bi_op_, act_xfer_, grad_xfer_, prev_on_link_;
+  // Only where a rank's ops are not one block in the record.
+  std::vector<int> prev_on_rank_, next_on_rank_;
+  int last_op_ = 0;  // where the path ends
 };
 
 std::pair<int, int> Walker::OpPredecessor(int i) const {
@@ -89,8 +118,8 @@ std::pair<int, int> Walker::OpPredecessor(int i) const {
     return {data_op, kNone};
   }
   // The forward half of an overlapped pair also waits for its backward half's gradient.
-  if (a.overlapped && a.kind == OpKind::kForward && next_on_rank_[i] != kNone) {
-    const Action& b = ops_[next_on_rank_[i]].action;
+  if (a.overlapped && a.kind == OpKind::kForward && NextOnRank(i) != kNone) {
+    const Action& b = ops_[NextOnRank(i)].action;
     if (!s_.IsLastStage(b.stage)) {
       const int b_xfer = grad_xfer_[Cell(b.stage, b.microbatch)];
       const int b_op = bi_op_[Cell(b.stage + 1, b.microbatch)];
@@ -100,7 +129,7 @@ std::pair<int, int> Walker::OpPredecessor(int i) const {
       }
     }
   }
-  const int prev = prev_on_rank_[i];
+  const int prev = PrevOnRank(i);
   if (prev != kNone && ops_[prev].end_ns == o.start_ns) return {prev, kNone};
   // Nothing ended exactly at the start (only the very first ops): follow
   // whichever input ended last, and the gap becomes waiting time.
@@ -119,8 +148,8 @@ std::pair<int, int> Walker::TransferPredecessor(int t) const {
   const int producer = x.gradient ? bi_op_[src_cell] : f_op_[src_cell];
   // An overlapped pair's forward half sends when the pair, i.e. its backward half, ends.
   if (producer != kNone && ops_[producer].action.overlapped && !x.gradient &&
-      next_on_rank_[producer] != kNone) {
-    return {next_on_rank_[producer], kNone};
+      NextOnRank(producer) != kNone) {
+    return {NextOnRank(producer), kNone};
   }
   return {producer, kNone};
 }
@@ -128,14 +157,7 @@ std::pair<int, int> Walker::TransferPredecessor(int t) const {
 CriticalPath Walker::Walk() const {
   CriticalPath path;
   path.compute_by_rank.assign(s_.num_ranks, 0);
-  int cur_op = 0;
-  for (size_t i = 1; i < ops_.size(); ++i) {
-    const OpRecord& o = ops_[i];
-    const OpRecord& c = ops_[cur_op];
-    if (std::tie(o.end_ns, o.start_ns, o.rank) >= std::tie(c.end_ns, c.start_ns, c.rank)) {
-      cur_op = static_cast<int>(i);
-    }
-  }
+  int cur_op = last_op_;
   int cur_xfer = kNone;
   TimeNs until = ops_[cur_op].end_ns;
   path.length_ns = until;

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <tuple>
 #include <utility>
@@ -603,18 +604,25 @@ TEST(SimulatorCriticalPath, OfOpsEndingTogetherTheLastStartedThenTheHighestRankW
       if (op.rank == rank) reversed.push_back(op);
     }
   }
-  const CriticalPath again = ComputeCriticalPath(*sched, reversed, r.transfers);
-  ASSERT_EQ(again.steps.size(), r.critical_path->steps.size());
-  for (size_t k = 0; k < again.steps.size(); ++k) {
-    const CriticalStep& x = again.steps[k];
-    const CriticalStep& y = r.critical_path->steps[k];
-    EXPECT_EQ(x.kind, y.kind) << k;
-    EXPECT_EQ(x.start_ns, y.start_ns) << k;
-    EXPECT_EQ(x.end_ns, y.end_ns) << k;
-    EXPECT_EQ(x.rank, y.rank) << k;
-    if (x.op >= 0) EXPECT_EQ(reversed[x.op].action, r.ops[y.op].action) << k;
+  // And from the records in start order (each rank's ops in pieces, as before issue 17's fourth
+  // round): the walk then tables each op's neighbours on its rank.
+  std::vector<OpRecord> by_start = r.ops;
+  std::stable_sort(by_start.begin(), by_start.end(),
+                   [](const OpRecord& a, const OpRecord& b) { return a.start_ns < b.start_ns; });
+  for (const std::vector<OpRecord>* order : {&reversed, &by_start}) {
+    const CriticalPath again = ComputeCriticalPath(*sched, *order, r.transfers);
+    ASSERT_EQ(again.steps.size(), r.critical_path->steps.size());
+    for (size_t k = 0; k < again.steps.size(); ++k) {
+      const CriticalStep& x = again.steps[k];
+      const CriticalStep& y = r.critical_path->steps[k];
+      EXPECT_EQ(x.kind, y.kind) << k;
+      EXPECT_EQ(x.start_ns, y.start_ns) << k;
+      EXPECT_EQ(x.end_ns, y.end_ns) << k;
+      EXPECT_EQ(x.rank, y.rank) << k;
+      if (x.op >= 0) EXPECT_EQ((*order)[x.op].action, r.ops[y.op].action) << k;
+    }
+    EXPECT_EQ(again.compute_by_rank, r.critical_path->compute_by_rank);
   }
-  EXPECT_EQ(again.compute_by_rank, r.critical_path->compute_by_rank);
 }
 
 TEST(SimulatorHandWorked, InterleavedPaysEveryChunkHopOnItsLink) {
