@@ -494,14 +494,26 @@ TEST(SimulatorCriticalPath, OnlyWhenAskedFor) {
   EXPECT_NE(bad.status().message().find("record_timeline"), std::string::npos);
 }
 
-TEST(SimulatorRoundTrip, EveryBuiltinScheduleExportsAndReimportsToTheSameTimeline) {
+// The per-schedule tests' case: p=4, m=8 (v=2 chunks where the kind takes them), uniform layers
+// with weight-gradient times, on real links (2 GB/s, 3 us), so the order of transfers matters.
+constexpr int kCaseRanks = 4, kCaseMicrobatches = 8;
+int CaseChunks(ScheduleKind kind) { return UsesChunks(kind) ? 2 : 1; }
+Model CaseModel(ScheduleKind kind) {
+  Model model = UniformModel(kCaseRanks * CaseChunks(kind), kF, kB, kAct, 1'000'000);
+  for (Layer& l : model.layers) l.profiles[0].backward_weight_ns = kB / 2;
+  return model;
+}
+Cluster CaseCluster() {
   Cluster c = IdealCluster();
-  c.intra_node = Link{2.0, 3.0};  // real links, so transfers order matters too
+  c.intra_node = Link{2.0, 3.0};
+  return c;
+}
+
+TEST(SimulatorRoundTrip, EveryBuiltinScheduleExportsAndReimportsToTheSameTimeline) {
+  const Cluster c = CaseCluster();
   for (ScheduleKind kind : BuiltinScheduleKinds()) {
-    const int p = 4, m = 8, v = UsesChunks(kind) ? 2 : 1;
-    Model model = UniformModel(p * v, kF, kB, kAct, 1'000'000);
-    for (Layer& l : model.layers) l.profiles[0].backward_weight_ns = kB / 2;
-    auto built = MakeSchedule(kind, p, m, v);
+    const Model model = CaseModel(kind);
+    auto built = MakeSchedule(kind, kCaseRanks, kCaseMicrobatches, CaseChunks(kind));
     ASSERT_TRUE(built.ok()) << built.status().message();
     const std::string text = ScheduleToText(*built);
     auto parsed = ParseScheduleText(text, "export.txt");
@@ -526,13 +538,10 @@ TEST(SimulatorRecords, RankByRankInTheOrderTheyRanAndSendsInTheOrderSent) {
   // are rank by rank, each rank's exactly its schedule list in order, each starting no earlier
   // than the one before it ended; and the transfers are by sending rank, each rank's in the order
   // its producers ended, each link's in FIFO order (SimResult::ops, docs/simulator.md).
-  Cluster c = IdealCluster();
-  c.intra_node = Link{2.0, 3.0};
+  const Cluster c = CaseCluster();
   for (ScheduleKind kind : BuiltinScheduleKinds()) {
-    const int p = 4, m = 8, v = UsesChunks(kind) ? 2 : 1;
-    Model model = UniformModel(p * v, kF, kB, kAct, 1'000'000);
-    for (Layer& l : model.layers) l.profiles[0].backward_weight_ns = kB / 2;
-    auto sched = MakeSchedule(kind, p, m, v);
+    const Model model = CaseModel(kind);
+    auto sched = MakeSchedule(kind, kCaseRanks, kCaseMicrobatches, CaseChunks(kind));
     ASSERT_TRUE(sched.ok()) << sched.status().message();
     auto r = Simulate(model, c, *sched, SimOptions{});
     ASSERT_TRUE(r.ok()) << ScheduleKindName(kind) << ": " << r.status().message();
