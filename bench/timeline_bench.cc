@@ -12,10 +12,10 @@
 // Counters: ns_per_op (wall, per compute op: Schedule::NumActions()),
 // cpu_ns_per_op (this thread), bytes_per_op: the heap the SimResult holds
 // once Simulate() returns (HeldBytes(): its containers' sizes), and
-// faults_per_op: the minor page faults of the calls (fresh
-// memory the kernel maps and zeroes; glibc returns freed results to the
-// system, so each call faults its result in again unless GLIBC_TUNABLES keeps
-// the heap, see docs/benchmarks.md).
+// faults_per_op: the minor page faults of the calls (fresh memory the kernel
+// maps and zeroes: where glibc returns a freed result to the system, the next
+// call faults its own in again; GLIBC_TUNABLES can keep the heap, see
+// docs/benchmarks.md, "Fresh memory").
 //
 // BM_TimelineSideBySide/<schedule>/p:64/m:1024/<cluster>: both paths in one
 // loop, alternately, so load on a shared machine hits both alike:
