@@ -228,7 +228,7 @@ class Engine {
   // Ties pass 1 left open (op ends with three candidate causes: two more each).
   std::vector<std::pair<int32_t, int32_t>> alternatives_;
   int64_t ties_ = 0;         // events whose cause pass 1 left open
-  bool ranked_ = false;      // rank_ holds the processing order (by_rank_ too)
+  bool ranked_ = false;      // rank_ holds the processing order
   int64_t walk_budget_ = 0;  // TryTieBefore()'s steps left
   // Per event, for the ranking step: the events waiting on it (one per
   // sibling order, and a second op end: an arrival both halves of an
@@ -242,7 +242,6 @@ class Engine {
   };
   LargeArray<RankNode> node_;
   LargeArray<int32_t> rank_;     // per event: its place, once ranked
-  LargeArray<int32_t> by_rank_;  // per place p + k: the event there, while ranking
   std::vector<int32_t> group_;   // the ranking step's next free place per instant
   std::vector<OpCost> op_cost_;  // per (stage, kind, overlapped)
   LargeArray<Cell> cells_;

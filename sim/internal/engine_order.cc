@@ -92,9 +92,11 @@ void Engine::RankEvents() {
   LargeArray<uint64_t> a, b;
   const uint64_t* sorted = nullptr;
   int bits = 0;
-  by_rank_.Reset(static_cast<size_t>(p) + n);
-  for (int r = 0; r < p; ++r) by_rank_[r] = -1 - r;
-  int32_t* const place = by_rank_.data() + p;
+  // The processing order being built: place k holds the event processed k-th
+  // after the p starts. Scratch: only each event's rank stays.
+  LargeArray<int32_t> places;
+  places.Reset(size);
+  int32_t* const place = places.data();
   std::memset(place, 0xff, sizeof(int32_t) * static_cast<size_t>(n));
   node_.Reset(size);
   rank_.Reset(size);
@@ -184,6 +186,7 @@ void Engine::RankEvents() {
   // the memory more than the next simulation does.
   if (options_.record_timeline) {
     node_.ReleaseToSystem();
+    places.ReleaseToSystem();
   } else {
     node_.Reset(0);
   }
