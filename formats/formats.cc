@@ -101,6 +101,15 @@ Status ReadSource(const Reader& r, const json& v, ModelSource* source) {
     if (item.key() == "method" || item.key() == "device") continue;
     source->details[item.key()] = item.value().dump(-1, ' ', false, json::error_handler_t::replace);
   }
+  source->architecture.reset();
+  if (auto arch = v.find("architecture"); arch != v.end() && arch->is_object()) {
+    auto count = [&](const char* key) -> int64_t {
+      auto it = arch->find(key);
+      return it != arch->end() && it->is_number_integer() ? it->get<int64_t>() : 0;
+    };
+    source->architecture = ModelArchitecture{count("hidden"), count("sequence_length"),
+                                             count("heads"), count("kv_heads")};
+  }
   return Status::Ok();
 }
 
@@ -261,20 +270,12 @@ std::optional<LayerCollectives> AnalyticCollectives(const std::string& name) {
 // used where a profile gives no tp_comm_bytes (docs/formats.md).
 void DeriveTpComm(Model* model) {
   const ModelSource& src = model->source;
-  auto arch_it = src.details.find("architecture");
   auto bytes_it = src.details.find("bytes_per_element");
-  if (src.method != "analytic" || arch_it == src.details.end() || bytes_it == src.details.end()) {
-    return;
-  }
-  const json arch = json::parse(arch_it->second, nullptr, false);
+  if (src.method != "analytic" || !src.architecture || bytes_it == src.details.end()) return;
   const json bytes = json::parse(bytes_it->second, nullptr, false);
-  if (!arch.is_object() || !bytes.is_number() || !arch.contains("hidden") ||
-      !arch.contains("sequence_length") || !arch["hidden"].is_number_integer() ||
-      !arch["sequence_length"].is_number_integer()) {
-    return;
-  }
-  const int64_t h = arch["hidden"].get<int64_t>();
-  const int64_t s = arch["sequence_length"].get<int64_t>();
+  if (!bytes.is_number()) return;
+  const int64_t h = src.architecture->hidden;
+  const int64_t s = src.architecture->sequence_length;
   const double b = bytes.get<double>();
   if (h <= 0 || s <= 0 || b <= 0) return;
   const Bytes per_sample = std::llround(static_cast<double>(h * s) * b);

@@ -101,26 +101,31 @@ Status ReadRecompute(const Reader& r, const json& root, Recompute* out) {
 Status ReadCounts(const Reader& r, const json& root, PlanFile* plan) {
   PIPECAST_RETURN_IF_ERROR(r.Int(root, "", "gpus", 1, kMaxCount, &plan->gpus));
   PIPECAST_RETURN_IF_ERROR(
-      r.Int(root, "", "pipeline_stages", 1, kMaxCount, &plan->pipeline_stages));
-  PIPECAST_RETURN_IF_ERROR(r.Int(root, "", "data_parallel", 1, kMaxCount, &plan->data_parallel));
+      r.Int(root, "", "pipeline_stages", 1, kMaxCount, &plan->config.layout.pipeline_stages));
+  PIPECAST_RETURN_IF_ERROR(
+      r.Int(root, "", "data_parallel", 1, kMaxCount, &plan->config.layout.data_parallel));
   // Tensor parallelism: optional, for plans written before it (and at t = 1).
   if (root.contains("tensor_parallel")) {
     PIPECAST_RETURN_IF_ERROR(
-        r.Int(root, "", "tensor_parallel", 1, kMaxCount, &plan->tensor_parallel));
+        r.Int(root, "", "tensor_parallel", 1, kMaxCount, &plan->config.layout.tensor_parallel));
   }
   if (root.contains("sequence_parallel")) {
-    PIPECAST_RETURN_IF_ERROR(r.Bool(root, "", "sequence_parallel", &plan->sequence_parallel));
+    PIPECAST_RETURN_IF_ERROR(
+        r.Bool(root, "", "sequence_parallel", &plan->config.layout.sequence_parallel));
   }
   if (root.contains("tp_comm_overlap")) {
-    PIPECAST_RETURN_IF_ERROR(r.Bool(root, "", "tp_comm_overlap", &plan->tp_comm_overlap));
+    PIPECAST_RETURN_IF_ERROR(
+        r.Bool(root, "", "tp_comm_overlap", &plan->config.overlap.tp_comm_overlap));
   }
-  if ((plan->sequence_parallel || plan->tp_comm_overlap) && plan->tensor_parallel == 1) {
-    return r.Error(plan->sequence_parallel ? "sequence_parallel" : "tp_comm_overlap",
+  if ((plan->config.layout.sequence_parallel || plan->config.overlap.tp_comm_overlap) &&
+      plan->config.layout.tensor_parallel == 1) {
+    return r.Error(plan->config.layout.sequence_parallel ? "sequence_parallel" : "tp_comm_overlap",
                    "is true but tensor_parallel is 1 (or absent); it needs tensor_parallel > 1");
   }
   PIPECAST_RETURN_IF_ERROR(
-      r.Int(root, "", "microbatch_size", 1, kMaxCount, &plan->microbatch_size));
-  PIPECAST_RETURN_IF_ERROR(r.Int(root, "", "microbatches", 1, kMaxCount, &plan->microbatches));
+      r.Int(root, "", "microbatch_size", 1, kMaxCount, &plan->config.microbatch_size));
+  PIPECAST_RETURN_IF_ERROR(
+      r.Int(root, "", "microbatches", 1, kMaxCount, &plan->config.microbatches));
   PIPECAST_RETURN_IF_ERROR(
       r.Int(root, "", "global_batch", 1, kMaxGlobalBatch, &plan->global_batch));
   const json* schedule = nullptr;
@@ -129,8 +134,10 @@ Status ReadCounts(const Reader& r, const json& root, PlanFile* plan) {
   PIPECAST_RETURN_IF_ERROR(
       r.CheckKeys(*schedule, "schedule", {"name", "virtual_stages", "iterations", "flush"}));
   PIPECAST_RETURN_IF_ERROR(r.String(*schedule, "schedule", "name", &plan->schedule_name));
+  Result<ScheduleKind> kind = ParseScheduleKind(plan->schedule_name);
+  plan->config.schedule = kind.ok() ? *kind : ScheduleKind::kCustom;
   PIPECAST_RETURN_IF_ERROR(
-      r.Int(*schedule, "schedule", "virtual_stages", 1, kMaxCount, &plan->virtual_stages));
+      r.Int(*schedule, "schedule", "virtual_stages", 1, kMaxCount, &plan->config.layout.chunks));
   // Optional: only asynchronous schedules (PipeDream) differ from 1 and true.
   // Kept in plan->schedule, whose action text cannot say them.
   plan->schedule.iterations = 1;
@@ -142,7 +149,7 @@ Status ReadCounts(const Reader& r, const json& root, PlanFile* plan) {
   if (schedule->contains("flush")) {
     PIPECAST_RETURN_IF_ERROR(r.Bool(*schedule, "schedule", "flush", &plan->schedule.flush));
   }
-  return ReadRecompute(r, root, &plan->recompute);
+  return ReadRecompute(r, root, &plan->config.recompute);
 }
 
 // Stage i must be entry i, and the stages must tile the layers from 0 on;
@@ -170,8 +177,9 @@ Status ReadPartition(const Reader& r, const json& root, const PlanFile& plan,
                      fmt::format("is {}, expected {}: list the stages in order", stage, i));
     }
     const int expected_first = i == 0 ? 0 : partition->back().last_layer + 1;
-    const bool second_copy = plan.virtual_stages == 2 &&
-                             static_cast<int64_t>(i) == plan.pipeline_stages && s.first_layer == 0;
+    const bool second_copy = plan.config.layout.chunks == 2 &&
+                             static_cast<int64_t>(i) == plan.config.layout.pipeline_stages &&
+                             s.first_layer == 0;
     if (s.first_layer != expected_first && !second_copy) {
       return r.Error(Member(path, "first_layer"),
                      fmt::format("is {}, expected {}: stages hold contiguous layers from 0 on",
@@ -190,9 +198,9 @@ Status ReadPartition(const Reader& r, const json& root, const PlanFile& plan,
 Status ReadPlacement(const Reader& r, const json& root, PlanFile* plan) {
   const json* list = nullptr;
   PIPECAST_RETURN_IF_ERROR(r.Array(root, "", "placement", &list));
-  if (static_cast<int64_t>(list->size()) != plan->pipeline_stages) {
+  if (static_cast<int64_t>(list->size()) != plan->config.layout.pipeline_stages) {
     return r.Error("placement", fmt::format("has {} entries, expected one GPU per rank ({})",
-                                            list->size(), plan->pipeline_stages));
+                                            list->size(), plan->config.layout.pipeline_stages));
   }
   std::set<int> seen;
   plan->placement.clear();
@@ -262,7 +270,7 @@ Status ReadMemory(const Reader& r, const json& root, PlanFile* plan) {
       r.CheckKeys(*v, "memory",
                   {"weight_bytes_per_param", "gradient_bytes_per_param",
                    "optimizer_bytes_per_param", "gradient_copy_bytes_per_param", "zero"}));
-  MemoryConfig& m = plan->memory;
+  MemoryConfig& m = plan->config.memory;
   PIPECAST_RETURN_IF_ERROR(r.Number(*v, "memory", "weight_bytes_per_param", kMaxBytesPerParam,
                                     &m.weight_bytes_per_param));
   PIPECAST_RETURN_IF_ERROR(r.Number(*v, "memory", "gradient_bytes_per_param", kMaxBytesPerParam,
@@ -281,21 +289,22 @@ Status ReadMemory(const Reader& r, const json& root, PlanFile* plan) {
   }
   double us = 0;
   PIPECAST_RETURN_IF_ERROR(r.Number(root, "", "optimizer_step_us", kMaxTimeUs, &us));
-  plan->optimizer_step_ns = UsToNs(us);
+  plan->config.optimizer_step.time_ns = UsToNs(us);
   // Optional: plans written before issue 15 read as the simulator's defaults.
-  plan->estimate_optimizer_step = true;
+  plan->config.optimizer_step.estimate = true;
   if (root.contains("estimate_optimizer_step")) {
     PIPECAST_RETURN_IF_ERROR(
-        r.Bool(root, "", "estimate_optimizer_step", &plan->estimate_optimizer_step));
+        r.Bool(root, "", "estimate_optimizer_step", &plan->config.optimizer_step.estimate));
   }
-  plan->overlap_grad_reduce = true;
+  plan->config.overlap.overlap_grad_reduce = true;
   if (root.contains("overlap_grad_reduce")) {
-    PIPECAST_RETURN_IF_ERROR(r.Bool(root, "", "overlap_grad_reduce", &plan->overlap_grad_reduce));
-  }
-  plan->grad_bucket_params = 0;
-  if (root.contains("grad_bucket_params")) {
     PIPECAST_RETURN_IF_ERROR(
-        r.Int(root, "", "grad_bucket_params", 0, int64_t{1} << 50, &plan->grad_bucket_params));
+        r.Bool(root, "", "overlap_grad_reduce", &plan->config.overlap.overlap_grad_reduce));
+  }
+  plan->config.overlap.grad_bucket_params = 0;
+  if (root.contains("grad_bucket_params")) {
+    PIPECAST_RETURN_IF_ERROR(r.Int(root, "", "grad_bucket_params", 0, int64_t{1} << 50,
+                                   &plan->config.overlap.grad_bucket_params));
   }
   return Status::Ok();
 }
@@ -491,9 +500,9 @@ Status ReadPredicted(const Reader& r, const json& root, PlanFile* plan) {
   const json* stages = nullptr;
   PIPECAST_RETURN_IF_ERROR(r.Array(*v, path, "stages", &stages));
   const std::string list = Member(path, "stages");
-  if (static_cast<int64_t>(stages->size()) != plan->pipeline_stages) {
+  if (static_cast<int64_t>(stages->size()) != plan->config.layout.pipeline_stages) {
     return r.Error(list, fmt::format("has {} entries, expected one per rank ({})", stages->size(),
-                                     plan->pipeline_stages));
+                                     plan->config.layout.pipeline_stages));
   }
   p.per_rank.assign(stages->size(), StageResult{});
   for (size_t i = 0; i < stages->size(); ++i) {
@@ -506,15 +515,15 @@ Status ReadPredicted(const Reader& r, const json& root, PlanFile* plan) {
 // The fields must describe one configuration.
 Status CheckConsistent(const Reader& r, const PlanFile& plan) {
   const Schedule& s = plan.schedule;
-  if (s.num_ranks != plan.pipeline_stages) {
-    return r.Error("actions",
-                   fmt::format("has {}, but pipeline_stages is {}",
-                               Count(s.num_ranks, "rank", "ranks"), plan.pipeline_stages));
+  if (s.num_ranks != plan.config.layout.pipeline_stages) {
+    return r.Error("actions", fmt::format("has {}, but pipeline_stages is {}",
+                                          Count(s.num_ranks, "rank", "ranks"),
+                                          plan.config.layout.pipeline_stages));
   }
-  if (s.num_stages != plan.pipeline_stages * plan.virtual_stages) {
+  if (s.num_stages != plan.config.layout.pipeline_stages * plan.config.layout.chunks) {
     return r.Error(
         "schedule.virtual_stages",
-        fmt::format("is {}, but the actions use {} on {}", plan.virtual_stages,
+        fmt::format("is {}, but the actions use {} on {}", plan.config.layout.chunks,
                     Count(s.num_stages, "stage", "stages"), Count(s.num_ranks, "rank", "ranks")));
   }
   if (static_cast<int>(plan.partition.size()) != s.num_stages) {
@@ -542,34 +551,37 @@ Status CheckConsistent(const Reader& r, const PlanFile& plan) {
                                  plan.partition[p - 1].last_layer + 1));
     }
   }
-  if (s.num_microbatches != int64_t{plan.microbatches} * s.iterations) {
-    return r.Error(
-        "microbatches",
-        s.iterations == 1
-            ? fmt::format("is {}, but the actions run {}", plan.microbatches,
-                          Count(s.num_microbatches, "micro-batch", "micro-batches"))
-            : fmt::format("is {} per iteration, but the actions run {} over {}", plan.microbatches,
-                          Count(s.num_microbatches, "micro-batch", "micro-batches"),
-                          Count(s.iterations, "iteration", "iterations")));
+  if (s.num_microbatches != int64_t{plan.config.microbatches} * s.iterations) {
+    return r.Error("microbatches",
+                   s.iterations == 1
+                       ? fmt::format("is {}, but the actions run {}", plan.config.microbatches,
+                                     Count(s.num_microbatches, "micro-batch", "micro-batches"))
+                       : fmt::format("is {} per iteration, but the actions run {} over {}",
+                                     plan.config.microbatches,
+                                     Count(s.num_microbatches, "micro-batch", "micro-batches"),
+                                     Count(s.iterations, "iteration", "iterations")));
   }
-  if (int64_t{plan.pipeline_stages} * plan.data_parallel * plan.tensor_parallel != plan.gpus) {
-    if (plan.tensor_parallel == 1) {
-      return r.Error("gpus",
-                     fmt::format("is {}, expected pipeline_stages x data_parallel = {} x {}",
-                                 plan.gpus, plan.pipeline_stages, plan.data_parallel));
+  if (plan.config.layout.Gpus() != plan.gpus) {
+    if (plan.config.layout.tensor_parallel == 1) {
+      return r.Error(
+          "gpus",
+          fmt::format("is {}, expected pipeline_stages x data_parallel = {} x {}", plan.gpus,
+                      plan.config.layout.pipeline_stages, plan.config.layout.data_parallel));
     }
-    return r.Error("gpus", fmt::format("is {}, expected pipeline_stages x data_parallel x "
-                                       "tensor_parallel = {} x {} x {}",
-                                       plan.gpus, plan.pipeline_stages, plan.data_parallel,
-                                       plan.tensor_parallel));
+    return r.Error(
+        "gpus", fmt::format("is {}, expected pipeline_stages x data_parallel x "
+                            "tensor_parallel = {} x {} x {}",
+                            plan.gpus, plan.config.layout.pipeline_stages,
+                            plan.config.layout.data_parallel, plan.config.layout.tensor_parallel));
   }
-  const int64_t batch = int64_t{plan.microbatch_size} * plan.microbatches * plan.data_parallel;
+  const int64_t batch = int64_t{plan.config.microbatch_size} * plan.config.microbatches *
+                        plan.config.layout.data_parallel;
   if (plan.global_batch != batch) {
     return r.Error("global_batch",
                    fmt::format("is {}, expected microbatch_size x microbatches x data_parallel "
                                "= {} x {} x {} = {}",
-                               plan.global_batch, plan.microbatch_size, plan.microbatches,
-                               plan.data_parallel, batch));
+                               plan.global_batch, plan.config.microbatch_size,
+                               plan.config.microbatches, plan.config.layout.data_parallel, batch));
   }
   return Status::Ok();
 }
@@ -645,22 +657,19 @@ PlanFile MakePlanFile(const std::string& model_name, const std::string& model_ha
   plan.model_name = model_name;
   plan.model_hash = model_hash;
   plan.cluster = cluster;
-  plan.pipeline_stages = schedule.num_ranks;
-  plan.data_parallel = options.data_parallel;
-  plan.tensor_parallel = options.tensor_parallel;
-  plan.sequence_parallel = options.sequence_parallel;
-  plan.tp_comm_overlap = options.tp_comm_overlap;
-  plan.gpus = schedule.num_ranks * options.data_parallel * options.tensor_parallel;
-  plan.microbatch_size = options.microbatch_size;
+  TrainingConfig& config = plan.config;
+  config = options.config;
+  config.layout.pipeline_stages = schedule.num_ranks;
+  config.layout.chunks = std::max(1, schedule.ChunksPerRank());
   // Per iteration: asynchronous schedules number micro-batches across the
   // iterations their action lists cover.
-  plan.microbatches = schedule.num_microbatches / std::max(1, schedule.iterations);
-  plan.global_batch = int64_t{plan.microbatch_size} * plan.microbatches * plan.data_parallel;
+  config.microbatches = schedule.num_microbatches / std::max(1, schedule.iterations);
+  plan.gpus = static_cast<int>(config.layout.Gpus());
+  plan.global_batch =
+      int64_t{config.microbatch_size} * config.microbatches * config.layout.data_parallel;
   plan.schedule_name = schedule.name;
-  plan.virtual_stages = std::max(1, schedule.ChunksPerRank());
-  plan.recompute = options.recompute;
   // The partition the simulation used (options.partition may be empty:
-  // balanced), per virtual stage.
+  // the default), per virtual stage.
   plan.partition.assign(schedule.num_stages, StageLayers{});
   for (const StageResult& rank : result.per_rank) {
     for (size_t i = 0; i < rank.stages.size() && i < rank.layers.size(); ++i) {
@@ -669,13 +678,10 @@ PlanFile MakePlanFile(const std::string& model_name, const std::string& model_ha
       }
     }
   }
-  for (int r = 0; r < schedule.num_ranks; ++r) plan.placement.push_back(r * plan.tensor_parallel);
+  for (int r = 0; r < schedule.num_ranks; ++r) {
+    plan.placement.push_back(r * config.layout.tensor_parallel);
+  }
   plan.schedule = schedule;
-  plan.memory = options.memory;
-  plan.optimizer_step_ns = options.optimizer_step_ns;
-  plan.estimate_optimizer_step = options.estimate_optimizer_step;
-  plan.overlap_grad_reduce = options.overlap_grad_reduce;
-  plan.grad_bucket_params = options.grad_bucket_params;
   plan.predicted = PredictionOf(result);
   return plan;
 }
@@ -688,18 +694,8 @@ Bytes PlanFile::LargestPredictedPeak() const {
 
 SimOptions PlanSimOptions(const PlanFile& plan) {
   SimOptions o;
-  o.microbatch_size = plan.microbatch_size;
-  o.data_parallel = plan.data_parallel;
-  o.tensor_parallel = plan.tensor_parallel;
-  o.sequence_parallel = plan.sequence_parallel;
-  o.tp_comm_overlap = plan.tp_comm_overlap;
+  o.config = plan.config;
   o.partition = plan.partition;
-  o.memory = plan.memory;
-  o.optimizer_step_ns = plan.optimizer_step_ns;
-  o.estimate_optimizer_step = plan.estimate_optimizer_step;
-  o.overlap_grad_reduce = plan.overlap_grad_reduce;
-  o.grad_bucket_params = plan.grad_bucket_params;
-  o.recompute = plan.recompute;
   return o;
 }
 
@@ -709,21 +705,21 @@ std::string PlanToJson(const PlanFile& plan) {
   root["model"] = {{"name", plan.model_name}, {"hash", plan.model_hash}};
   root["cluster"] = ClusterJson(plan.cluster);
   root["gpus"] = plan.gpus;
-  root["pipeline_stages"] = plan.pipeline_stages;
-  root["data_parallel"] = plan.data_parallel;
-  if (plan.tensor_parallel > 1) {
-    root["tensor_parallel"] = plan.tensor_parallel;
-    root["sequence_parallel"] = plan.sequence_parallel;
-    root["tp_comm_overlap"] = plan.tp_comm_overlap;
+  root["pipeline_stages"] = plan.config.layout.pipeline_stages;
+  root["data_parallel"] = plan.config.layout.data_parallel;
+  if (plan.config.layout.tensor_parallel > 1) {
+    root["tensor_parallel"] = plan.config.layout.tensor_parallel;
+    root["sequence_parallel"] = plan.config.layout.sequence_parallel;
+    root["tp_comm_overlap"] = plan.config.overlap.tp_comm_overlap;
   }
-  root["microbatch_size"] = plan.microbatch_size;
-  root["microbatches"] = plan.microbatches;
+  root["microbatch_size"] = plan.config.microbatch_size;
+  root["microbatches"] = plan.config.microbatches;
   root["global_batch"] = plan.global_batch;
   root["schedule"] = {{"name", plan.schedule_name},
-                      {"virtual_stages", plan.virtual_stages},
+                      {"virtual_stages", plan.config.layout.chunks},
                       {"iterations", plan.schedule.iterations},
                       {"flush", plan.schedule.flush}};
-  root["recompute"] = RecomputeName(plan.recompute);
+  root["recompute"] = RecomputeName(plan.config.recompute);
   root["partition"] = json::array();
   for (size_t i = 0; i < plan.partition.size(); ++i) {
     root["partition"].push_back({{"stage", i},
@@ -742,15 +738,16 @@ std::string PlanToJson(const PlanFile& plan) {
     begin = end + 1;
   }
   root["actions"] = std::move(actions);
-  root["memory"] = {{"weight_bytes_per_param", plan.memory.weight_bytes_per_param},
-                    {"gradient_bytes_per_param", plan.memory.gradient_bytes_per_param},
-                    {"optimizer_bytes_per_param", plan.memory.optimizer_bytes_per_param},
-                    {"gradient_copy_bytes_per_param", plan.memory.gradient_copy_bytes_per_param},
-                    {"zero", plan.memory.zero}};
-  root["optimizer_step_us"] = NsToUs(plan.optimizer_step_ns);
-  root["estimate_optimizer_step"] = plan.estimate_optimizer_step;
-  root["overlap_grad_reduce"] = plan.overlap_grad_reduce;
-  root["grad_bucket_params"] = plan.grad_bucket_params;
+  root["memory"] = {
+      {"weight_bytes_per_param", plan.config.memory.weight_bytes_per_param},
+      {"gradient_bytes_per_param", plan.config.memory.gradient_bytes_per_param},
+      {"optimizer_bytes_per_param", plan.config.memory.optimizer_bytes_per_param},
+      {"gradient_copy_bytes_per_param", plan.config.memory.gradient_copy_bytes_per_param},
+      {"zero", plan.config.memory.zero}};
+  root["optimizer_step_us"] = NsToUs(plan.config.optimizer_step.time_ns);
+  root["estimate_optimizer_step"] = plan.config.optimizer_step.estimate;
+  root["overlap_grad_reduce"] = plan.config.overlap.overlap_grad_reduce;
+  root["grad_bucket_params"] = plan.config.overlap.grad_bucket_params;
   root["predicted"] = ResultJson(plan.predicted);
   return Dump(root);
 }

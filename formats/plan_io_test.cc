@@ -38,9 +38,9 @@ World MakeWorld() {
   World w;
   w.cluster = ClusterPreset("h100-sxm").value();
   w.schedule = MakeSchedule(ScheduleKind::k1F1B, 4, 8).value();
-  w.options.data_parallel = 2;
-  w.options.recompute = Recompute::kFull;
-  w.options.optimizer_step_ns = UsToNs(500);
+  w.options.config.layout.data_parallel = 2;
+  w.options.config.recompute = Recompute::kFull;
+  w.options.config.optimizer_step.time_ns = UsToNs(500);
   w.options.partition = {{0, 1}, {2, 4}, {5, 6}, {7, 7}};
   w.result = Simulate(w.model, w.cluster, w.schedule, w.options).value();
   return w;
@@ -73,10 +73,10 @@ TEST(PlanFileTest, RecomputeIsWrittenByNameAndOlderBooleansAreRead) {
     j["recompute"] = old;
     Result<PlanFile> plan = ParsePlan(j.dump(2), "plan.json");
     ASSERT_TRUE(plan.ok()) << plan.status().message();
-    EXPECT_EQ(plan->recompute, want);
+    EXPECT_EQ(plan->config.recompute, want);
   }
   j["recompute"] = "selective";
-  EXPECT_EQ(ParsePlan(j.dump(2), "plan.json")->recompute, Recompute::kSelective);
+  EXPECT_EQ(ParsePlan(j.dump(2), "plan.json")->config.recompute, Recompute::kSelective);
 }
 
 TEST(ModelHashTest, IsFnv1a64InHex) {
@@ -89,13 +89,13 @@ TEST(PlanFileTest, MakePlanFileDescribesTheSimulation) {
   World w = MakeWorld();
   PlanFile p = MakePlanFile("uniform", "fnv1a64:0", w.cluster, w.schedule, w.options, w.result);
   EXPECT_EQ(p.gpus, 8);
-  EXPECT_EQ(p.pipeline_stages, 4);
-  EXPECT_EQ(p.data_parallel, 2);
-  EXPECT_EQ(p.microbatches, 8);
+  EXPECT_EQ(p.config.layout.pipeline_stages, 4);
+  EXPECT_EQ(p.config.layout.data_parallel, 2);
+  EXPECT_EQ(p.config.microbatches, 8);
   EXPECT_EQ(p.global_batch, 16);
   EXPECT_EQ(p.schedule_name, "1f1b");
-  EXPECT_EQ(p.virtual_stages, 1);
-  EXPECT_EQ(p.recompute, Recompute::kFull);
+  EXPECT_EQ(p.config.layout.chunks, 1);
+  EXPECT_EQ(p.config.recompute, Recompute::kFull);
   EXPECT_EQ(p.partition, w.options.partition);
   EXPECT_EQ(p.placement, (std::vector<int>{0, 1, 2, 3}));
   EXPECT_EQ(p.predicted.iteration_ns, w.result.iteration_ns);
@@ -122,8 +122,8 @@ TEST(PlanFileTest, MemorySettingsRoundTripAndReplay) {
   // Given a ZeRO-3 plan with bf16 main gradients (and their fp32 copy) on a
   // GPU with a 2 GiB reserve and a 10% margin
   World w = MakeWorld();
-  w.options.memory = MemoryConfigFor("bf16", "adam", "bf16").value();
-  w.options.memory.zero = 3;
+  w.options.config.memory = MemoryConfigFor("bf16", "adam", "bf16").value();
+  w.options.config.memory.zero = 3;
   w.cluster.gpu.memory_reserve_bytes = 2 * kGiB;
   w.cluster.gpu.memory_headroom = 0.1;
   w.result = Simulate(w.model, w.cluster, w.schedule, w.options).value();
@@ -132,9 +132,9 @@ TEST(PlanFileTest, MemorySettingsRoundTripAndReplay) {
   Result<PlanFile> parsed = ParsePlan(PlanToJson(made), "plan.json");
   ASSERT_TRUE(parsed.ok()) << parsed.status().message();
   // then every setting survives, and the replay predicts the same
-  EXPECT_EQ(parsed->memory.zero, 3);
-  EXPECT_EQ(parsed->memory.gradient_bytes_per_param, 2);
-  EXPECT_EQ(parsed->memory.gradient_copy_bytes_per_param, 4);
+  EXPECT_EQ(parsed->config.memory.zero, 3);
+  EXPECT_EQ(parsed->config.memory.gradient_bytes_per_param, 2);
+  EXPECT_EQ(parsed->config.memory.gradient_copy_bytes_per_param, 4);
   EXPECT_EQ(parsed->cluster.gpu.memory_reserve_bytes, 2 * kGiB);
   EXPECT_EQ(parsed->cluster.gpu.memory_headroom, 0.1);
   SimResult replay =
@@ -152,8 +152,8 @@ TEST(PlanFileTest, AnOldPlanWithoutTheSettingsReadsAsLevelZeroWithTheWholeMemory
   j["cluster"]["gpu"].erase("memory_headroom");
   Result<PlanFile> plan = ParsePlan(j.dump(2), "old.plan.json");
   ASSERT_TRUE(plan.ok()) << plan.status().message();
-  EXPECT_EQ(plan->memory.zero, 0);
-  EXPECT_EQ(plan->memory.gradient_copy_bytes_per_param, 0);
+  EXPECT_EQ(plan->config.memory.zero, 0);
+  EXPECT_EQ(plan->config.memory.gradient_copy_bytes_per_param, 0);
   EXPECT_EQ(MemoryLimitBytes(plan->cluster.gpu), plan->cluster.gpu.memory_bytes);
   EXPECT_THAT(ErrorAfter([](json& j) { j["memory"]["zero"] = 7; }), HasSubstr("memory.zero"));
 }
@@ -177,7 +177,7 @@ TEST(PlanFileTest, RoundTripsAndReplaysToTheSamePrediction) {
   EXPECT_EQ(parsed->schedule.actions, w.schedule.actions);
   EXPECT_EQ(parsed->schedule.stage_rank, w.schedule.stage_rank);
   EXPECT_EQ(parsed->partition, made.partition);
-  EXPECT_EQ(parsed->optimizer_step_ns, UsToNs(500));
+  EXPECT_EQ(parsed->config.optimizer_step.time_ns, UsToNs(500));
   EXPECT_EQ(parsed->predicted.iteration_ns, made.predicted.iteration_ns);
   EXPECT_DOUBLE_EQ(parsed->predicted.samples_per_s, made.predicted.samples_per_s);
   EXPECT_DOUBLE_EQ(parsed->predicted.bubble_ratio, made.predicted.bubble_ratio);
@@ -216,13 +216,13 @@ TEST(PlanFileTest, KeepsTheIterationsOfAnAsynchronousSchedule) {
   p.schedule = MakeSchedule(ScheduleKind::k1F1B, 4, 24).value();
   p.schedule.iterations = 3;
   p.schedule.flush = false;
-  p.microbatches = 8;
+  p.config.microbatches = 8;
   // When it round-trips, then iterations and flush survive the action text.
   Result<PlanFile> parsed = ParsePlan(PlanToJson(p), "plan.json");
   ASSERT_TRUE(parsed.ok()) << parsed.status().message();
   EXPECT_EQ(parsed->schedule.iterations, 3);
   EXPECT_FALSE(parsed->schedule.flush);
-  EXPECT_EQ(parsed->microbatches, 8);
+  EXPECT_EQ(parsed->config.microbatches, 8);
   EXPECT_EQ(parsed->schedule.num_microbatches, 24);
 }
 
@@ -344,8 +344,8 @@ TEST(PlanFileTest, TensorParallelPlansRoundTripAndOldOnesReadAsOne) {
     l.profiles[0].tp_forward_collectives = 2;
     l.profiles[0].tp_backward_collectives = 2;
   }
-  w.options.tensor_parallel = 2;
-  w.options.sequence_parallel = true;
+  w.options.config.layout.tensor_parallel = 2;
+  w.options.config.layout.sequence_parallel = true;
   w.result = Simulate(w.model, w.cluster, w.schedule, w.options).value();
   PlanFile made = MakePlanFile("uniform", "h", w.cluster, w.schedule, w.options, w.result);
   // then gpus counts t, placement names each rank's first GPU,
@@ -355,9 +355,9 @@ TEST(PlanFileTest, TensorParallelPlansRoundTripAndOldOnesReadAsOne) {
   const std::string text = PlanToJson(made);
   Result<PlanFile> parsed = ParsePlan(text, "plan.json");
   ASSERT_TRUE(parsed.ok()) << parsed.status().message();
-  EXPECT_EQ(parsed->tensor_parallel, 2);
-  EXPECT_TRUE(parsed->sequence_parallel);
-  EXPECT_FALSE(parsed->tp_comm_overlap);
+  EXPECT_EQ(parsed->config.layout.tensor_parallel, 2);
+  EXPECT_TRUE(parsed->config.layout.sequence_parallel);
+  EXPECT_FALSE(parsed->config.overlap.tp_comm_overlap);
   EXPECT_EQ(parsed->predicted.tp_comm_ns, w.result.tp_comm_ns);
   EXPECT_GT(w.result.tp_comm_ns, 0);
   const SimResult replay =

@@ -98,13 +98,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (a & 0x20) cluster->gpu.memory_bytes = 64 * kMiB;  // small: stages run out of memory
 
   SimOptions options;
-  options.microbatch_size = (a & 0x40) ? 3 : 1;  // 3 is interpolated from the size-1 profile
-  options.data_parallel = 1 + ((b >> 1) & 0x03);
-  options.recompute = (a & 0x80) != 0 ? ((a & 0x40) != 0 ? Recompute::kSelective : Recompute::kFull)
-                                      : Recompute::kOff;
+  options.config.microbatch_size = (a & 0x40) ? 3 : 1;  // 3 is interpolated from the size-1 profile
+  options.config.layout.data_parallel = 1 + ((b >> 1) & 0x03);
+  options.config.recompute = (a & 0x80) != 0
+                                 ? ((a & 0x40) != 0 ? Recompute::kSelective : Recompute::kFull)
+                                 : Recompute::kOff;
   options.record_timeline = (b & 0x08) != 0;
   options.critical_path = options.record_timeline;  // as the tools run it
-  options.optimizer_step_ns = (b & 0x04) ? 5000 : 0;
+  options.config.optimizer_step.time_ns = (b & 0x04) ? 5000 : 0;
 
   Result<SimResult> result = Simulate(model, *cluster, schedule, options);
   if (!result.ok()) {

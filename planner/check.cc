@@ -27,9 +27,10 @@ std::string Points(double baseline, double now) {
 }
 
 std::string BaselineLabel(const PlanFile& b) {
-  return fmt::format("p={} d={} {} mbs={} m={} recompute={} zero={}", b.pipeline_stages,
-                     b.data_parallel, b.schedule_name, b.microbatch_size, b.microbatches,
-                     RecomputeName(b.recompute), b.memory.zero);
+  const TrainingConfig& k = b.config;
+  return fmt::format("p={} d={} {} mbs={} m={} recompute={} zero={}", k.layout.pipeline_stages,
+                     k.layout.data_parallel, b.schedule_name, k.microbatch_size, k.microbatches,
+                     RecomputeName(k.recompute), k.memory.zero);
 }
 
 // Everything the table compares, gathered first so the rendering stays plain.

@@ -35,9 +35,11 @@ World MakeWorld() {
   w.options.zero_levels = {0};
   w.report = RunPlanner(w.model, w.cluster, w.options).value();
   const Candidate& c = w.report.ranked.at(0);
-  Schedule s = MakeSchedule(c.schedule, c.pipeline_stages, c.microbatches, c.chunks).value();
+  Schedule s = MakeSchedule(c.config.schedule, c.config.layout.pipeline_stages,
+                            c.config.microbatches, c.config.layout.chunks)
+                   .value();
   w.baseline = MakePlanFile(w.model.name, "fnv1a64:0000000000000001", w.cluster, s,
-                            CandidateSimOptions(c, w.options), *c.result);
+                            CandidateSimOptions(c), *c.result);
   return w;
 }
 

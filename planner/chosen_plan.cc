@@ -5,9 +5,9 @@
 namespace pipecast {
 
 Result<ChosenPlan> MakeChosenPlan(const Model& model, const std::string& model_hash,
-                                  const Cluster& cluster, const PlannerOptions& options,
-                                  const Candidate& chosen, bool with_timeline) {
-  auto setup = SetUpCandidate(model, cluster, chosen, options, /*record_timeline=*/false);
+                                  const Cluster& cluster, const Candidate& chosen,
+                                  bool with_timeline) {
+  auto setup = SetUpCandidate(model, cluster, chosen, /*record_timeline=*/false);
   if (!setup.ok()) return setup.status();
   ChosenPlan c;
   c.replay = std::move(setup.value());

@@ -27,9 +27,8 @@ struct ChosenPlan {
 // Fails when the schedule cannot be built, or, prefixed "replaying the
 // chosen plan", when the replay with the timeline fails.
 [[nodiscard]] Result<ChosenPlan> MakeChosenPlan(const Model& model, const std::string& model_hash,
-                                                const Cluster& cluster,
-                                                const PlannerOptions& options,
-                                                const Candidate& chosen, bool with_timeline);
+                                                const Cluster& cluster, const Candidate& chosen,
+                                                bool with_timeline);
 
 }  // namespace pipecast
 

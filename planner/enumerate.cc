@@ -2,12 +2,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <nlohmann/json.hpp>
 
 #include "base/text_table.h"
 #include "planner/passes.h"
 #include "sim/schedule_traits.h"
 #include "sim/stage_costs.h"
+#include "sim/training_config.h"
 
 namespace pipecast::passes {
 
@@ -22,24 +22,25 @@ bool HasWeightGradientSplit(const Model& model) {
 // Why `c` cannot run as its schedule requires, or "" when it can. The schedule's rules come from
 // its traits row; the chunk and layer limits are the planner's own.
 std::string ScheduleConstraint(const Candidate& c, int layers, bool split) {
-  const ScheduleTraits& traits = TraitsOf(c.schedule);
-  const int p = c.pipeline_stages, m = c.microbatches;
+  const ScheduleTraits& traits = TraitsOf(c.config.schedule);
+  const int p = c.config.layout.pipeline_stages, m = c.config.microbatches;
+  const int chunks = c.config.layout.chunks;
   if (traits.uses_chunks) {
     if (p < 2) return "chunked schedules need at least 2 stages";
     if (c.ModelStages() > layers) {
-      return fmt::format("{} chunks x {} stages exceeds the model's {}", c.chunks, p,
+      return fmt::format("{} chunks x {} stages exceeds the model's {}", chunks, p,
                          Count(layers, "layer", "layers"));
     }
   }
-  if (traits.fixed_chunks > 0 && c.chunks != traits.fixed_chunks) {
+  if (traits.fixed_chunks > 0 && chunks != traits.fixed_chunks) {
     return fmt::format("{} holds exactly {} chunks per GPU (a V), not {}", traits.rule_label,
-                       traits.fixed_chunks, c.chunks);
+                       traits.fixed_chunks, chunks);
   }
   if (traits.splits_backward && !split) {
     return fmt::format("{} split the backward: the model needs backward_weight_us",
                        traits.rule_label);
   }
-  return MicrobatchRuleConflict(c.schedule, p, m);
+  return MicrobatchRuleConflict(c.config.schedule, p, m);
 }
 
 // The ZeRO levels tried at data-parallel degree d: the pinned ones, else 0,
@@ -56,14 +57,9 @@ std::vector<int> ZeroLevels(const PlannerOptions& options, int d) {
 // The model's attention heads and key-value heads from source.architecture
 // (the analytic profiler's), 0 where it does not say.
 std::pair<int64_t, int64_t> Heads(const Model& model) {
-  auto it = model.source.details.find("architecture");
-  if (it == model.source.details.end()) return {0, 0};
-  const nlohmann::json arch = nlohmann::json::parse(it->second, nullptr, false);
-  auto count = [&](const char* key) -> int64_t {
-    if (!arch.is_object() || !arch.contains(key) || !arch[key].is_number_integer()) return 0;
-    return std::max<int64_t>(0, arch[key].get<int64_t>());
-  };
-  return {count("heads"), count("kv_heads")};
+  if (!model.source.architecture) return {0, 0};
+  return {std::max<int64_t>(0, model.source.architecture->heads),
+          std::max<int64_t>(0, model.source.architecture->kv_heads)};
 }
 
 // Sequence-parallel settings tried at degree t. Under the scaling model
@@ -98,7 +94,7 @@ std::vector<int> TensorParallelDegrees(const Model& model, const Cluster& cluste
   std::vector<int> out;
   std::string without_costs;
   for (int t = 1; t <= std::min(options.gpus, cluster.gpus_per_node); ++t) {
-    if (cluster.gpus_per_node % t != 0 || options.gpus % t != 0) continue;
+    if (!CheckTensorParallelFitsNode(t, cluster).ok() || options.gpus % t != 0) continue;
     if ((heads > 0 && heads % t != 0) || (kv_heads > 0 && kv_heads % t != 0)) continue;
     if (t > 1 && !CheckTensorParallelCosts(model, t, false).ok()) {
       if (without_costs.empty())
@@ -140,10 +136,9 @@ std::vector<Recompute> RecomputeModes(const Model& model, RecomputeMode mode) {
 namespace {
 
 // Enumerate() at one tensor-parallel degree and sequence-parallel setting.
-void EnumerateAt(const PlannerOptions& options, int64_t global_batch, int t, bool sp,
-                 const Link& tp_link, int layers, bool split,
-                 const std::vector<Recompute>& recompute_modes, std::vector<Candidate>* out,
-                 std::vector<Rejection>* rejected) {
+void EnumerateAt(const PlannerOptions& options, int64_t global_batch, int t, bool sp, int layers,
+                 bool split, const std::vector<Recompute>& recompute_modes,
+                 std::vector<Candidate>* out, std::vector<Rejection>* rejected) {
   const int per_t = options.gpus / t;
   for (int p = 1; p <= std::min(per_t, layers); ++p) {
     if (per_t % p != 0) continue;
@@ -161,17 +156,20 @@ void EnumerateAt(const PlannerOptions& options, int64_t global_batch, int t, boo
           for (Recompute recompute : recompute_modes) {
             for (int zero : ZeroLevels(options, d)) {
               Candidate c;
-              c.tensor_parallel = t;
-              c.sequence_parallel = sp;
-              c.tp_comm_overlap = options.tp_comm_overlap && t > 1;
-              c.tp_link = tp_link;
-              c.pipeline_stages = p;
-              c.data_parallel = d;
-              c.schedule = schedule;
-              c.chunks = v;
-              c.microbatch_size = size;
-              c.recompute = recompute;
-              c.zero = zero;
+              TrainingConfig& config = c.config;
+              config.layout.tensor_parallel = t;
+              config.layout.sequence_parallel = sp;
+              config.layout.pipeline_stages = p;
+              config.layout.data_parallel = d;
+              config.layout.chunks = v;
+              config.schedule = schedule;
+              config.microbatch_size = size;
+              config.recompute = recompute;
+              config.memory = options.memory;
+              config.memory.zero = zero;
+              config.overlap = options.overlap;
+              config.overlap.tp_comm_overlap = options.overlap.tp_comm_overlap && t > 1;
+              config.optimizer_step = options.optimizer_step;
               const int64_t per_step = int64_t{size} * d;
               if (global_batch % per_step != 0) {
                 rejected->push_back(Rejection{
@@ -182,8 +180,10 @@ void EnumerateAt(const PlannerOptions& options, int64_t global_batch, int t, boo
                     0});
                 continue;
               }
-              c.microbatches = static_cast<int>(global_batch / per_step);
-              if (options.microbatches > 0 && c.microbatches != options.microbatches) continue;
+              config.microbatches = static_cast<int>(global_batch / per_step);
+              if (options.microbatches > 0 && config.microbatches != options.microbatches) {
+                continue;
+              }
               if (std::string why = ScheduleConstraint(c, layers, split); !why.empty()) {
                 rejected->push_back(Rejection{RejectReason::kScheduleConstraint, c, why, 0});
                 continue;
@@ -210,8 +210,7 @@ std::vector<Candidate> Enumerate(const Model& model, const Cluster& cluster,
   for (int t : TensorParallelDegrees(model, cluster, options, notes)) {
     if (options.gpus % t != 0) continue;
     for (bool sp : SequenceParallelModes(model, options, t)) {
-      EnumerateAt(options, global_batch, t, sp, cluster.intra_node, layers, split, recompute_modes,
-                  &out, rejected);
+      EnumerateAt(options, global_batch, t, sp, layers, split, recompute_modes, &out, rejected);
     }
   }
   return out;

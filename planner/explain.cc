@@ -111,26 +111,26 @@ std::string ChosenText(const PlanReport& report, const Model& model) {
   const Candidate& c = report.ranked[0];
   const SimResult& r = *c.result;
   std::string out = fmt::format("chosen plan: {}\n", c.Label());
-  if (c.tensor_parallel > 1) {
+  if (c.config.layout.tensor_parallel > 1) {
     out += fmt::format(
         "  tensor parallelism   t = {} GPUs of one node per stage, sequence parallelism {}{}: "
         "(t, p, d) = ({}, {}, {}), {}\n",
-        c.tensor_parallel, c.sequence_parallel ? "on" : "off",
-        c.tp_comm_overlap ? ", comm overlap on" : "", c.tensor_parallel, c.pipeline_stages,
-        c.data_parallel,
-        Count(int64_t{c.tensor_parallel} * c.pipeline_stages * c.data_parallel, "GPU", "GPUs"));
+        c.config.layout.tensor_parallel, c.config.layout.sequence_parallel ? "on" : "off",
+        c.config.overlap.tp_comm_overlap ? ", comm overlap on" : "",
+        c.config.layout.tensor_parallel, c.config.layout.pipeline_stages,
+        c.config.layout.data_parallel, Count(c.config.layout.Gpus(), "GPU", "GPUs"));
   }
-  out += fmt::format(
-      "  pipeline stages      {} (p), data-parallel degree {} (d): {}\n", c.pipeline_stages,
-      c.data_parallel,
-      Count(int64_t{c.tensor_parallel} * c.pipeline_stages * c.data_parallel, "GPU", "GPUs"));
-  out += fmt::format("  schedule             {}\n", ScheduleKindName(c.schedule));
+  out += fmt::format("  pipeline stages      {} (p), data-parallel degree {} (d): {}\n",
+                     c.config.layout.pipeline_stages, c.config.layout.data_parallel,
+                     Count(c.config.layout.Gpus(), "GPU", "GPUs"));
+  out += fmt::format("  schedule             {}\n", ScheduleKindName(c.config.schedule));
   out += fmt::format(
       "  micro-batches        {} of size {} (global batch {} = {} x {} x {}: size x count x d)\n",
-      c.microbatches, c.microbatch_size, r.global_batch, c.microbatch_size, c.microbatches,
-      c.data_parallel);
-  out += fmt::format("  recomputation        {}\n", RecomputeText(c.recompute));
-  out += fmt::format("  sharding             {}\n", ZeroText(c.zero, c.data_parallel));
+      c.config.microbatches, c.config.microbatch_size, r.global_batch, c.config.microbatch_size,
+      c.config.microbatches, c.config.layout.data_parallel);
+  out += fmt::format("  recomputation        {}\n", RecomputeText(c.config.recompute));
+  out += fmt::format("  sharding             {}\n",
+                     ZeroText(c.config.memory.zero, c.config.layout.data_parallel));
   out += fmt::format("  iteration time       {:.3f} ms ({})\n", NsToMs(r.iteration_ns),
                      IterationParts(r));
   out += fmt::format("  throughput           {:.1f} samples/s\n", r.samples_per_s);
@@ -161,7 +161,7 @@ std::string ChosenText(const PlanReport& report, const Model& model) {
       if (v >= 0 && v < static_cast<int>(owner.size())) owner[v] = rank.rank;
     }
   }
-  const bool chunked = c.partition.size() != static_cast<size_t>(c.pipeline_stages);
+  const bool chunked = c.partition.size() != static_cast<size_t>(c.config.layout.pipeline_stages);
   for (size_t s = 0; s < c.partition.size(); ++s) {
     out += chunked ? fmt::format("    stage {} (rank {}): {}\n", s, owner[s],
                                  LayerSpan(model, c.partition[s]))
@@ -246,12 +246,13 @@ std::string SweepText(const PlanReport& report) {
               fmt::format("{:.3f}", NsToMs(p.iteration_ns)), fmt::format("{:.1f}", p.samples_per_s),
               PercentText(p.bubble_ratio), PercentText(p.bubble_fraction_of_ideal),
               GiBText(p.peak_memory_bytes), p.fits ? "yes" : "NO",
-              p.microbatches == c.microbatches ? "<- chosen" : ""});
+              p.microbatches == c.config.microbatches ? "<- chosen" : ""});
   }
   return fmt::format(
              "micro-batch count sweep: the chosen p={} d={} {} mbs={} at other counts m (the "
              "global batch changes with m):\n",
-             c.pipeline_stages, c.data_parallel, ScheduleKindName(c.schedule), c.microbatch_size) +
+             c.config.layout.pipeline_stages, c.config.layout.data_parallel,
+             ScheduleKindName(c.config.schedule), c.config.microbatch_size) +
          t.Render("  ");
 }
 
@@ -278,19 +279,19 @@ Json PartitionJson(const Model& model, const std::vector<StageLayers>& partition
 Json CandidateJson(const Candidate& c, const Model& model, bool with_predicted) {
   Json j;
   j["label"] = c.Label();
-  if (c.tensor_parallel > 1) {  // absent: t = 1
-    j["tensor_parallel"] = c.tensor_parallel;
-    j["sequence_parallel"] = c.sequence_parallel;
-    j["tp_comm_overlap"] = c.tp_comm_overlap;
+  if (c.config.layout.tensor_parallel > 1) {  // absent: t = 1
+    j["tensor_parallel"] = c.config.layout.tensor_parallel;
+    j["sequence_parallel"] = c.config.layout.sequence_parallel;
+    j["tp_comm_overlap"] = c.config.overlap.tp_comm_overlap;
   }
-  j["pipeline_stages"] = c.pipeline_stages;
-  j["data_parallel"] = c.data_parallel;
-  j["schedule"] = ScheduleKindName(c.schedule);
-  j["chunks"] = c.chunks;
-  j["microbatch_size"] = c.microbatch_size;
-  j["microbatches"] = c.microbatches;
-  j["recompute"] = RecomputeName(c.recompute);
-  j["zero"] = c.zero;
+  j["pipeline_stages"] = c.config.layout.pipeline_stages;
+  j["data_parallel"] = c.config.layout.data_parallel;
+  j["schedule"] = ScheduleKindName(c.config.schedule);
+  j["chunks"] = c.config.layout.chunks;
+  j["microbatch_size"] = c.config.microbatch_size;
+  j["microbatches"] = c.config.microbatches;
+  j["recompute"] = RecomputeName(c.config.recompute);
+  j["zero"] = c.config.memory.zero;
   j["partition"] = PartitionJson(model, c.partition);
   if (!c.result) return j;
   const SimResult& r = *c.result;
@@ -337,7 +338,7 @@ Json SweepJson(const PlanReport& report) {
          {"bubble_fraction_of_ideal", p.bubble_fraction_of_ideal},
          {"peak_memory_bytes", p.peak_memory_bytes},
          {"fits", p.fits},
-         {"chosen", report.Feasible() && p.microbatches == report.ranked[0].microbatches}});
+         {"chosen", report.Feasible() && p.microbatches == report.ranked[0].config.microbatches}});
   }
   return list;
 }

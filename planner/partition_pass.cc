@@ -23,30 +23,18 @@ int InflightMicrobatches(ScheduleKind schedule, int stage, int p, int m) {
 
 namespace {
 
-PipelineShape ShapeOf(const Candidate& c) {
-  return PipelineShape{c.schedule,     c.pipeline_stages, c.chunks,
-                       c.microbatches, c.data_parallel,   TraitsOf(c.schedule).bidirectional};
-}
-
-// The candidate's ZeRO level, and one GPU's share of every parameter's bytes:
-// each GPU of a t-way tensor-parallel group keeps 1/t of them (the
-// simulator's rule, sim/simulator.h), so ZeRO-3's gathered layer is 1/t too.
-MemoryConfig PerGpu(const MemoryConfig& memory, const Candidate& c) {
-  MemoryConfig out = TensorParallelShare(memory, c.tensor_parallel);
-  out.zero = c.zero;
-  return out;
-}
-
 PartitionCache::Key KeyOf(const Candidate& c) {
-  return PartitionCache::Key{c.microbatch_size, c.recompute, c.tensor_parallel, c.sequence_parallel,
-                             c.tp_comm_overlap};
+  const TrainingConfig& config = c.config;
+  return PartitionCache::Key{config.microbatch_size, config.recompute,
+                             config.layout.tensor_parallel, config.layout.sequence_parallel,
+                             config.overlap.tp_comm_overlap};
 }
 
 }  // namespace
 
 const StageCostTable& PartitionCache::Table(const Candidate& c) {
   std::unique_ptr<StageCostTable>& t = tables_[KeyOf(c)];
-  if (!t) t = std::make_unique<StageCostTable>(model_, c.CostOptions());
+  if (!t) t = std::make_unique<StageCostTable>(model_, StageCostOptionsFor(c.config, cluster_));
   return *t;
 }
 
@@ -56,10 +44,11 @@ const std::vector<StageLayers>& PartitionCache::TimeBalanced(const Candidate& c,
   return it->second;
 }
 
-Bytes EstimateStageMemory(const Model& model, const Candidate& c, const MemoryConfig& memory,
-                          int stage, int first, int last) {
-  const StageCostTable t(model, c.CostOptions());
-  return EstimateStageMemoryParts(t, ShapeOf(c), PerGpu(memory, c), stage, StageLayers{first, last})
+Bytes EstimateStageMemory(const Model& model, const Cluster& cluster, const Candidate& c, int stage,
+                          int first, int last) {
+  const StageCostTable t(model, StageCostOptionsFor(c.config, cluster));
+  return EstimateStageMemoryParts(t, ShapeOf(c.config), c.config.PerGpuMemory(), stage,
+                                  StageLayers{first, last})
       .Total();
 }
 
@@ -78,16 +67,17 @@ std::string BindingPart(const MemoryParts& parts, const Candidate& c) {
     if (p.bytes > top->bytes) top = &p;
   }
   std::string hint;
-  const bool replicas = c.data_parallel > 1;
+  const bool replicas = c.config.layout.data_parallel > 1;
+  const int zero = c.config.memory.zero;
   const std::string name = top->name;
-  if (name == "optimizer state" && replicas && c.zero < 1) {
+  if (name == "optimizer state" && replicas && zero < 1) {
     hint = "try --zero 1 (Megatron's distributed optimizer keeps 1/d of it)";
-  } else if (name == "gradients" && replicas && c.zero < 2) {
+  } else if (name == "gradients" && replicas && zero < 2) {
     hint = "try --zero 2 (sharded gradients)";
   } else if ((name == "weights" || name == "optimizer state" || name == "gradients") && replicas &&
-             c.zero < 3) {
+             zero < 3) {
     hint = "try --zero 3 (FSDP shards parameters too)";
-  } else if (name == "activations" && c.recompute != Recompute::kFull) {
+  } else if (name == "activations" && c.config.recompute != Recompute::kFull) {
     hint = "try --recompute full or smaller --microbatch-sizes";
   } else if (name == "activations") {
     hint = "try smaller --microbatch-sizes or more pipeline stages";
@@ -98,8 +88,8 @@ std::string BindingPart(const MemoryParts& parts, const Candidate& c) {
                      hint.empty() ? "" : " — ", hint);
 }
 
-bool PartitionForMemory(const Model& model, const MemoryConfig& memory, Bytes capacity,
-                        Candidate* c, Rejection* rejection, PartitionCache* cache) {
+bool PartitionForMemory(const Model& model, const Cluster& cluster, Bytes capacity, Candidate* c,
+                        Rejection* rejection, PartitionCache* cache) {
   std::unique_ptr<StageCostTable> own;
   const StageCostTable* t = nullptr;
   const std::vector<StageLayers>* time_balanced = nullptr;
@@ -107,11 +97,11 @@ bool PartitionForMemory(const Model& model, const MemoryConfig& memory, Bytes ca
     t = &cache->Table(*c);
     time_balanced = &cache->TimeBalanced(*c, c->ModelStages());
   } else {
-    own = std::make_unique<StageCostTable>(model, c->CostOptions());
+    own = std::make_unique<StageCostTable>(model, StageCostOptionsFor(c->config, cluster));
     t = own.get();
   }
-  MemoryAwareSplit split =
-      MemoryAwarePartition(*t, ShapeOf(*c), PerGpu(memory, *c), capacity, time_balanced);
+  MemoryAwareSplit split = MemoryAwarePartition(*t, ShapeOf(c->config), c->config.PerGpuMemory(),
+                                                capacity, time_balanced);
   if (split.fits) {
     c->partition = std::move(split.partition);
     return true;

@@ -46,8 +46,8 @@ int InflightMicrobatches(ScheduleKind schedule, int stage, int p, int m);
 // candidate: static state sharded at the candidate's ZeRO level (with the
 // gathered parameters at level 3) + in-flight activations + workspace + comm
 // buffers. The simulate pass checks the exact, simulated peak afterwards.
-Bytes EstimateStageMemory(const Model& model, const Candidate& c, const MemoryConfig& memory,
-                          int stage, int first, int last);
+Bytes EstimateStageMemory(const Model& model, const Cluster& cluster, const Candidate& c, int stage,
+                          int first, int last);
 
 // One stage's peak memory by part, for the explanations of rejections.
 using MemoryParts = StageMemoryParts;
@@ -67,23 +67,27 @@ class PartitionCache {
   // recomputation, t, sequence parallelism, TP overlap (the cluster's link
   // is one per run).
   using Key = std::tuple<int, Recompute, int, bool, bool>;
-  explicit PartitionCache(const Model& model) : model_(model) {}
+  // `model` and `cluster` must outlive the cache.
+  PartitionCache(const Model& model, const Cluster& cluster) : model_(model), cluster_(cluster) {}
+  // StageCostTable(model, StageCostOptionsFor(c.config, cluster)).
   const StageCostTable& Table(const Candidate& c);
   const std::vector<StageLayers>& TimeBalanced(const Candidate& c, int stages);
 
  private:
   const Model& model_;
+  const Cluster& cluster_;
   std::map<Key, std::unique_ptr<StageCostTable>> tables_;
   std::map<std::pair<Key, int>, std::vector<StageLayers>> splits_;
 };
 
 // Fills candidate.partition with the time-balanced split whose every stage
 // fits in `capacity` (the memory limit, capacity - reserve - margin; 0 =
-// unlimited), by MemoryAwarePartition() (sim/memory_partition.h). Returns
-// false and fills `rejection` (kOutOfMemory, with the closest miss and the
-// part that binds) when no split fits. `cache`, when given, keeps the tables
-// and time-balanced splits for the next candidates.
-bool PartitionForMemory(const Model& model, const MemoryConfig& memory, Bytes capacity,
+// unlimited), by MemoryAwarePartition() (sim/memory_partition.h), at the
+// candidate's per-GPU memory (TrainingConfig::PerGpuMemory). Returns false
+// and fills `rejection` (kOutOfMemory, with the closest miss and the part
+// that binds) when no split fits. `cache`, when given, keeps the tables and
+// time-balanced splits for the next candidates.
+bool PartitionForMemory(const Model& model, const Cluster& cluster, Bytes capacity,
                         Candidate* candidate, Rejection* rejection,
                         PartitionCache* cache = nullptr);
 
@@ -92,7 +96,8 @@ bool PartitionForMemory(const Model& model, const MemoryConfig& memory, Bytes ca
 // busiest stage k runs m·(F_k+B_k), after micro-batch 0's forwards on the
 // stages before it and before the last micro-batch's backwards on them
 // (naive: m·sum of F+B).
-void Prune(const Model& model, std::vector<Candidate>* candidates, PartitionCache* cache = nullptr);
+void Prune(const Model& model, const Cluster& cluster, std::vector<Candidate>* candidates,
+           PartitionCache* cache = nullptr);
 
 // Simulates candidates in lower-bound order, in fixed chunks spread over
 // `options.threads` threads, until the next lower bound exceeds the
@@ -109,8 +114,7 @@ void Rank(std::vector<Candidate>* candidates);
 
 // The chosen layout at other micro-batch counts (1, 2, 4, ... up to 4x the
 // chosen m, plus the chosen m itself), same p, d, size, schedule, partition.
-std::vector<SweepPoint> Sweep(const Model& model, const Cluster& cluster,
-                              const PlannerOptions& options, const Candidate& chosen);
+std::vector<SweepPoint> Sweep(const Model& model, const Cluster& cluster, const Candidate& chosen);
 
 }  // namespace pipecast::passes
 

@@ -36,8 +36,10 @@ TEST(PassEnumerate, DivisorsSizesSchedulesAndRecompute) {
   EXPECT_EQ(c.size(), 120u);
   EXPECT_TRUE(rejected.empty());
   for (const Candidate& x : c) {
-    EXPECT_EQ(x.pipeline_stages * x.data_parallel, 8);
-    EXPECT_EQ(int64_t{x.microbatch_size} * x.microbatches * x.data_parallel, 16);
+    EXPECT_EQ(x.config.layout.pipeline_stages * x.config.layout.data_parallel, 8);
+    EXPECT_EQ(
+        int64_t{x.config.microbatch_size} * x.config.microbatches * x.config.layout.data_parallel,
+        16);
   }
 }
 
@@ -47,7 +49,7 @@ TEST(PassEnumerate, StagesNeverExceedLayersAndBatchMustDivide) {
   PlannerOptions o = Options(6);
   o.recompute = RecomputeMode::kOff;
   std::vector<Candidate> c = Enumerate(model, IdealCluster(), o, 6, &rejected);
-  for (const Candidate& x : c) EXPECT_LE(x.pipeline_stages, 3);
+  for (const Candidate& x : c) EXPECT_LE(x.config.layout.pipeline_stages, 3);
   // p=1 (d=6) and p=3 (d=2) with mbs 2: 6 % 12 and 6 % 4 fail; p=2 (d=3) with mbs 2: 6 % 6 ok.
   ASSERT_FALSE(rejected.empty());
   EXPECT_EQ(rejected[0].reason, RejectReason::kBatchNotDivisible);
@@ -67,16 +69,16 @@ TEST(PassPartition, EstimateMatchesTheSimulatedPeakWithoutCommBuffers) {
   model.layers[2].profiles[0].workspace_bytes = 5 * kMiB;
   for (ScheduleKind kind : {ScheduleKind::kGPipe, ScheduleKind::k1F1B}) {
     Candidate c;
-    c.pipeline_stages = 4;
-    c.schedule = kind;
-    c.microbatches = 6;
+    c.config.layout.pipeline_stages = 4;
+    c.config.schedule = kind;
+    c.config.microbatches = 6;
     c.partition = {{0, 0}, {1, 3}, {4, 6}, {7, 7}};
     auto sched = MakeSchedule(kind, 4, 6);
-    SimOptions opts = CandidateSimOptions(c, PlannerOptions{});
+    SimOptions opts = CandidateSimOptions(c);
     auto r = Simulate(model, IdealCluster(), *sched, opts);
     ASSERT_TRUE(r.ok());
     for (int s = 0; s < 4; ++s) {
-      EXPECT_EQ(EstimateStageMemory(model, c, MemoryConfig{}, s, c.partition[s].first_layer,
+      EXPECT_EQ(EstimateStageMemory(model, IdealCluster(), c, s, c.partition[s].first_layer,
                                     c.partition[s].last_layer),
                 r->per_rank[s].peak_memory_bytes)
           << ScheduleKindName(kind) << " stage " << s;
@@ -93,25 +95,25 @@ TEST(PassPartition, ZeroBubbleEstimateCountsWhatWKeepsAfterTheInputGradient) {
     l.profiles[0].weight_grad_bytes = 100 * kMiB;
   }
   Candidate c;
-  c.pipeline_stages = 4;
-  c.schedule = ScheduleKind::kZBH2;
-  c.microbatches = 8;
+  c.config.layout.pipeline_stages = 4;
+  c.config.schedule = ScheduleKind::kZBH2;
+  c.config.microbatches = 8;
   // Then stage s holds 2(p-s)-1 micro-batches before their I and the rest
   // of its 2p-1 = 7 with W's bytes only (Qi et al. section 2.3):
   // stage 0: 7 x 300; stage 1: 5 x 300 + 2 x 100; stage 3: 1 x 300 + 6 x 100 MiB.
-  EXPECT_EQ(EstimateStageMemory(model, c, MemoryConfig{}, 0, 0, 0), 2100 * kMiB);
-  EXPECT_EQ(EstimateStageMemory(model, c, MemoryConfig{}, 1, 1, 1), 1700 * kMiB);
-  EXPECT_EQ(EstimateStageMemory(model, c, MemoryConfig{}, 3, 3, 3), 900 * kMiB);
+  EXPECT_EQ(EstimateStageMemory(model, IdealCluster(), c, 0, 0, 0), 2100 * kMiB);
+  EXPECT_EQ(EstimateStageMemory(model, IdealCluster(), c, 1, 1, 1), 1700 * kMiB);
+  EXPECT_EQ(EstimateStageMemory(model, IdealCluster(), c, 3, 3, 3), 900 * kMiB);
 }
 
 // Brute force: the smallest bottleneck over splits whose stages all fit.
 TimeNs BestFitting(const Model& model, const Candidate& c, Bytes cap, int stage, int first) {
   const int n = static_cast<int>(model.layers.size());
-  const int p = c.pipeline_stages;
+  const int p = c.config.layout.pipeline_stages;
   TimeNs best = std::numeric_limits<TimeNs>::max();
   for (int last = first; last <= n - (p - stage); ++last) {
     if (stage == p - 1 && last != n - 1) continue;
-    if (EstimateStageMemory(model, c, MemoryConfig{}, stage, first, last) > cap) continue;
+    if (EstimateStageMemory(model, IdealCluster(), c, stage, first, last) > cap) continue;
     TimeNs t = 0;
     for (int l = first; l <= last; ++l)
       t += model.layers[l].profiles[0].forward_ns + model.layers[l].profiles[0].backward_ns;
@@ -127,19 +129,19 @@ TEST(PassPartition, MemoryAwareSplitMatchesBruteForce) {
   Model model = UniformModel(8, kF, kB, 1 * kGiB, 0, 100'000'000);
   for (int l = 0; l < 8; ++l) model.layers[l].profiles[0].forward_ns = kF * (1 + l % 3);
   Candidate c;
-  c.pipeline_stages = 4;
-  c.schedule = ScheduleKind::k1F1B;
-  c.microbatches = 8;
+  c.config.layout.pipeline_stages = 4;
+  c.config.schedule = ScheduleKind::k1F1B;
+  c.config.microbatches = 8;
   for (Bytes cap : {Bytes{6} * kGiB, Bytes{8} * kGiB, Bytes{12} * kGiB, Bytes{100} * kGiB}) {
     Rejection why;
-    bool ok = PartitionForMemory(model, MemoryConfig{}, cap, &c, &why);
+    bool ok = PartitionForMemory(model, IdealCluster(), cap, &c, &why);
     TimeNs brute = BestFitting(model, c, cap, 0, 0);
     ASSERT_EQ(ok, brute != std::numeric_limits<TimeNs>::max()) << ToGiB(cap);
     if (!ok) continue;
     TimeNs worst = 0;
     for (int s = 0; s < 4; ++s) {
       const StageLayers& st = c.partition[s];
-      EXPECT_LE(EstimateStageMemory(model, c, MemoryConfig{}, s, st.first_layer, st.last_layer),
+      EXPECT_LE(EstimateStageMemory(model, IdealCluster(), c, s, st.first_layer, st.last_layer),
                 cap);
       TimeNs t = 0;
       for (int l = st.first_layer; l <= st.last_layer; ++l) {
@@ -156,11 +158,11 @@ TEST(PassPartition, NothingFitsNamesTheClosestMiss) {
   // state); 2 stages hold 4 each.
   Model model = UniformModel(8, kF, kB, 0, 0, 1'000'000'000);
   Candidate c;
-  c.pipeline_stages = 2;
-  c.schedule = ScheduleKind::k1F1B;
-  c.microbatches = 4;
+  c.config.layout.pipeline_stages = 2;
+  c.config.schedule = ScheduleKind::k1F1B;
+  c.config.microbatches = 4;
   Rejection why;
-  ASSERT_FALSE(PartitionForMemory(model, MemoryConfig{}, 40 * kGiB, &c, &why));
+  ASSERT_FALSE(PartitionForMemory(model, IdealCluster(), 40 * kGiB, &c, &why));
   EXPECT_EQ(why.reason, RejectReason::kOutOfMemory);
   EXPECT_THAT(why.detail, HasSubstr("needs 67.06 GiB of the 40.00 GiB limit"));  // 72e9 bytes
   EXPECT_THAT(why.detail, HasSubstr("largest part: optimizer state 44.7 GiB"));  // 48e9
@@ -174,18 +176,19 @@ TEST(PassPrune, BoundIsExactForEqualStagesOnIdealAndNeverAboveTheSimulation) {
   std::vector<Candidate> cands = Enumerate(model, IdealCluster(), o, 16, &rejected);
   for (Candidate& c : cands) {
     Rejection why;
-    ASSERT_TRUE(PartitionForMemory(model, MemoryConfig{}, 0, &c, &why));
+    ASSERT_TRUE(PartitionForMemory(model, IdealCluster(), 0, &c, &why));
   }
-  Prune(model, &cands);
+  Prune(model, IdealCluster(), &cands);
   for (size_t i = 1; i < cands.size(); ++i) {
     EXPECT_LE(cands[i - 1].lower_bound_ns, cands[i].lower_bound_ns);
   }
   for (const Candidate& c : cands) {
-    auto sched = MakeSchedule(c.schedule, c.pipeline_stages, c.microbatches);
-    auto r = Simulate(model, IdealCluster(), *sched, CandidateSimOptions(c, o));
+    auto sched =
+        MakeSchedule(c.config.schedule, c.config.layout.pipeline_stages, c.config.microbatches);
+    auto r = Simulate(model, IdealCluster(), *sched, CandidateSimOptions(c));
     ASSERT_TRUE(r.ok());
     EXPECT_LE(c.lower_bound_ns, r->iteration_ns) << c.Label();
-    if (c.schedule != ScheduleKind::kNaive && c.recompute == Recompute::kOff) {
+    if (c.config.schedule != ScheduleKind::kNaive && c.config.recompute == Recompute::kOff) {
       EXPECT_EQ(c.lower_bound_ns, r->iteration_ns) << c.Label();  // (m+p-1)(F+B)
     }
   }
@@ -199,9 +202,9 @@ TEST(PassSimulate, PrunesOnlyWhatCannotReachTheTop) {
   std::vector<Candidate> cands = Enumerate(model, IdealCluster(), o, 16, &rejected);
   for (Candidate& c : cands) {
     Rejection why;
-    ASSERT_TRUE(PartitionForMemory(model, MemoryConfig{}, 0, &c, &why));
+    ASSERT_TRUE(PartitionForMemory(model, IdealCluster(), 0, &c, &why));
   }
-  Prune(model, &cands);
+  Prune(model, IdealCluster(), &cands);
   std::vector<Candidate> all = cands;
   SimulateAll(model, IdealCluster(), o, &cands, &rejected);
   Rank(&cands);
@@ -225,9 +228,9 @@ TEST(PassSimulate, SameOutcomeOnOneThreadAndTwo) {
     std::vector<Candidate> cands = Enumerate(model, IdealCluster(), o, 32, &rejected);
     for (Candidate& x : cands) {
       Rejection why;
-      EXPECT_TRUE(PartitionForMemory(model, MemoryConfig{}, 0, &x, &why));
+      EXPECT_TRUE(PartitionForMemory(model, IdealCluster(), 0, &x, &why));
     }
-    Prune(model, &cands);
+    Prune(model, IdealCluster(), &cands);
     SimulateAll(model, c, o, &cands, &rejected);
     Rank(&cands);
     std::vector<std::string> labels;

@@ -48,53 +48,58 @@ Status PlannerOptions::Validate() const {
   }
   PIPECAST_RETURN_IF_ERROR(memory.Validate());
   if (top_k < 0) return Status::InvalidArgument("--top must be >= 0");
+  PIPECAST_RETURN_IF_ERROR(CheckTensorParallelChoices(tensor_parallel, gpus, sequence_parallel,
+                                                      overlap.tp_comm_overlap));
+  if (pipeline_stages < 0 || data_parallel < 0 || microbatches < 0) {
+    return Status::InvalidArgument(
+        "--pipeline-stages, --data-parallel and --microbatches must be at least 1 when given");
+  }
+  return optimizer_step.Validate();
+}
+
+Status CheckTensorParallelChoices(const std::vector<int>& tensor_parallel, int gpus,
+                                  PlannerOptions::SequenceParallel sequence_parallel,
+                                  bool tp_comm_overlap) {
   for (int t : tensor_parallel) {
     if (t < 1) {
       return Status::InvalidArgument(
           fmt::format("--tensor-parallel has {}: degrees must be at least 1", t));
     }
-    if (t > gpus) {
+    if (gpus > 0 && (t > gpus || gpus % t != 0)) {
       return Status::InvalidArgument(fmt::format(
-          "--tensor-parallel {} is more than --gpus {}: t x p x d must equal the GPUs", t, gpus));
+          "--tensor-parallel {} {} --gpus {}: t x p x d must equal the GPUs, so t must divide N", t,
+          t > gpus ? "is more than" : "does not divide", gpus));
     }
   }
-  if (pipeline_stages < 0 || data_parallel < 0 || microbatches < 0) {
-    return Status::InvalidArgument(
-        "--pipeline-stages, --data-parallel and --microbatches must be at least 1 when given");
-  }
-  if (sequence_parallel == SequenceParallel::kOn && !tensor_parallel.empty() &&
-      *std::max_element(tensor_parallel.begin(), tensor_parallel.end()) == 1) {
+  const bool only_t1 = !tensor_parallel.empty() &&
+                       *std::max_element(tensor_parallel.begin(), tensor_parallel.end()) == 1;
+  if (sequence_parallel == PlannerOptions::SequenceParallel::kOn && only_t1) {
     return Status::InvalidArgument(
         "--sequence-parallel on needs --tensor-parallel above 1: sequence parallelism splits "
         "over the tensor-parallel group");
   }
-  if (optimizer_step_ns < 0) return Status::InvalidArgument("optimizer step time is negative");
+  if (tp_comm_overlap && only_t1) {
+    return Status::InvalidArgument(
+        "--tp-comm-overlap needs --tensor-parallel above 1: there is no tensor-parallel "
+        "communication to overlap");
+  }
   return Status::Ok();
 }
 
 int Candidate::ModelStages() const {
-  return TraitsOf(schedule).bidirectional ? pipeline_stages : VirtualStages();
-}
-
-StageCostOptions Candidate::CostOptions() const {
-  StageCostOptions o;
-  o.microbatch_size = microbatch_size;
-  o.recompute = recompute;
-  o.tensor_parallel = tensor_parallel;
-  o.sequence_parallel = sequence_parallel;
-  o.tp_comm_overlap = tp_comm_overlap;
-  o.tp_link = tp_link;
-  return o;
+  return TraitsOf(config.schedule).bidirectional ? config.layout.pipeline_stages : VirtualStages();
 }
 
 std::string Candidate::Label() const {
+  const ParallelLayout& l = config.layout;
   std::string tp;
-  if (tensor_parallel > 1)
-    tp = fmt::format("t={} {}", tensor_parallel, sequence_parallel ? "sp " : "");
-  return tp + fmt::format("p={} d={} {}{} mbs={} m={} recompute={} zero={}", pipeline_stages,
-                          data_parallel, ScheduleKindName(schedule),
-                          chunks > 1 ? fmt::format(" v={}", chunks) : "", microbatch_size,
-                          microbatches, RecomputeName(recompute), zero);
+  if (l.tensor_parallel > 1)
+    tp = fmt::format("t={} {}", l.tensor_parallel, l.sequence_parallel ? "sp " : "");
+  return tp + fmt::format("p={} d={} {}{} mbs={} m={} recompute={} zero={}", l.pipeline_stages,
+                          l.data_parallel, ScheduleKindName(config.schedule),
+                          l.chunks > 1 ? fmt::format(" v={}", l.chunks) : "",
+                          config.microbatch_size, config.microbatches,
+                          RecomputeName(config.recompute), config.memory.zero);
 }
 
 Bytes Candidate::PeakMemory() const {
@@ -119,21 +124,10 @@ const char* RejectReasonName(RejectReason reason) {
   return "?";
 }
 
-SimOptions CandidateSimOptions(const Candidate& c, const PlannerOptions& options) {
+SimOptions CandidateSimOptions(const Candidate& c) {
   SimOptions o;
-  o.microbatch_size = c.microbatch_size;
-  o.data_parallel = c.data_parallel;
-  o.tensor_parallel = c.tensor_parallel;
-  o.sequence_parallel = c.sequence_parallel;
-  o.tp_comm_overlap = c.tp_comm_overlap;
+  o.config = c.config;
   o.partition = c.partition;
-  o.memory = options.memory;
-  o.memory.zero = c.zero;
-  o.optimizer_step_ns = options.optimizer_step_ns;
-  o.estimate_optimizer_step = options.estimate_optimizer_step;
-  o.overlap_grad_reduce = options.overlap_grad_reduce;
-  o.grad_bucket_params = options.grad_bucket_params;
-  o.recompute = c.recompute;
   return o;
 }
 
@@ -144,23 +138,18 @@ namespace {
 // buffers: the partition pass's estimate less its activations, and one op's recomputed bytes),
 // at most m (more changes nothing) and at least 1 (a rank that cannot afford one fails the
 // simulated memory check, as any schedule would). m with unlimited memory.
-double AffordableActivations(const Model& model, const Cluster& cluster, const Candidate& c,
-                             const SimOptions& sim) {
+double AffordableActivations(const Model& model, const Cluster& cluster, const Candidate& c) {
+  const int m = c.config.microbatches, p = c.config.layout.pipeline_stages;
   const Bytes capacity = MemoryLimitBytes(cluster.gpu);
-  if (capacity <= 0) return c.microbatches;
-  const StageCostTable table(model, StageCostOptionsFor(sim, cluster));
-  PipelineShape shape;
-  shape.schedule = c.schedule;
-  shape.stages = c.pipeline_stages;
-  shape.chunks = c.chunks;
-  shape.microbatches = c.microbatches;
-  shape.data_parallel = c.data_parallel;
-  const MemoryConfig memory = TensorParallelShare(sim.memory, std::max(1, c.tensor_parallel));
-  const Placement placement = TraitsOf(c.schedule).placement;
-  std::vector<Bytes> fixed(c.pipeline_stages, 0), held(c.pipeline_stages, 0);
-  std::vector<Bytes> recomputed(c.pipeline_stages, 0);
+  if (capacity <= 0) return m;
+  const StageCostTable table(model, StageCostOptionsFor(c.config, cluster));
+  const PipelineShape shape = ShapeOf(c.config);
+  const MemoryConfig memory = c.config.PerGpuMemory();
+  const Placement placement = TraitsOf(c.config.schedule).placement;
+  std::vector<Bytes> fixed(p, 0), held(p, 0);
+  std::vector<Bytes> recomputed(p, 0);
   for (int st = 0; st < static_cast<int>(c.partition.size()); ++st) {
-    const int r = StageRank(placement, st, c.pipeline_stages);
+    const int r = StageRank(placement, st, p);
     const StageMemoryParts parts =
         EstimateStageMemoryParts(table, shape, memory, st, c.partition[st]);
     const StageCost cost = table.Stage(c.partition[st]);
@@ -168,8 +157,8 @@ double AffordableActivations(const Model& model, const Cluster& cluster, const C
     held[r] += cost.held_bytes;
     recomputed[r] = std::max(recomputed[r], cost.recomputed_bytes);
   }
-  double limit = c.microbatches;
-  for (int r = 0; r < c.pipeline_stages; ++r) {
+  double limit = m;
+  for (int r = 0; r < p; ++r) {
     if (held[r] <= 0) continue;
     const Bytes room = capacity - fixed[r] - recomputed[r];
     limit = std::min(limit, std::floor(static_cast<double>(room) / static_cast<double>(held[r])));
@@ -180,28 +169,27 @@ double AffordableActivations(const Model& model, const Cluster& cluster, const C
 }  // namespace
 
 Result<CandidateSetup> SetUpCandidate(const Model& model, const Cluster& cluster,
-                                      const Candidate& c, const PlannerOptions& options,
-                                      bool record_timeline) {
-  SimOptions sim = CandidateSimOptions(c, options);
+                                      const Candidate& c, bool record_timeline) {
+  SimOptions sim = CandidateSimOptions(c);
   sim.record_timeline = record_timeline;
+  const TrainingConfig& config = c.config;
+  const int p = config.layout.pipeline_stages, v = config.layout.chunks, m = config.microbatches;
   Result<Schedule> schedule = Status::Internal("unset");
-  if (TraitsOf(c.schedule).generate_from_costs != nullptr && !c.partition.empty()) {
-    const double limit = AffordableActivations(model, cluster, c, sim);
-    auto costs =
-        ScheduleCostsFor(model, cluster, sim, c.schedule, c.pipeline_stages, c.chunks, limit);
+  if (TraitsOf(config.schedule).generate_from_costs != nullptr && !c.partition.empty()) {
+    const double limit = AffordableActivations(model, cluster, c);
+    auto costs = ScheduleCostsFor(model, cluster, sim, config.schedule, p, v, limit);
     if (!costs.ok()) return costs.status();
-    schedule = MakeSchedule(c.schedule, c.pipeline_stages, c.microbatches, c.chunks, *costs);
+    schedule = MakeSchedule(config.schedule, p, m, v, *costs);
   } else {
-    schedule = MakeSchedule(c.schedule, c.pipeline_stages, c.microbatches, c.chunks);
+    schedule = MakeSchedule(config.schedule, p, m, v);
   }
   if (!schedule.ok()) return schedule.status();
   return CandidateSetup{std::move(schedule.value()), std::move(sim)};
 }
 
 Result<SimResult> SimulateCandidate(const Model& model, const Cluster& cluster,
-                                    const Candidate& candidate, const PlannerOptions& options,
-                                    bool record_timeline) {
-  auto setup = SetUpCandidate(model, cluster, candidate, options, record_timeline);
+                                    const Candidate& candidate, bool record_timeline) {
+  auto setup = SetUpCandidate(model, cluster, candidate, record_timeline);
   if (!setup.ok()) return setup.status();
   return Simulate(model, cluster, setup->schedule, setup->options);
 }
@@ -284,7 +272,7 @@ Result<PlanReport> RunPlanner(const Model& model, const Cluster& cluster,
         CheckTotals(model, cluster,
                     TotalsInput{size, std::max<int64_t>(1, report.global_batch / size),
                                 std::min<int>(options.gpus, static_cast<int>(model.layers.size())),
-                                options.memory, options.optimizer_step_ns}));
+                                options.memory, options.optimizer_step.time_ns}));
   }
 
   std::vector<Candidate> cands = passes::Enumerate(model, cluster, options, report.global_batch,
@@ -307,7 +295,7 @@ Result<PlanReport> RunPlanner(const Model& model, const Cluster& cluster,
         report.global_batch, options.gpus, report.rejected.front().detail));
   }
   std::vector<Candidate> fitting;
-  passes::PartitionCache cache(model);
+  passes::PartitionCache cache(model, cluster);
   const int total = static_cast<int>(cands.size());
   int partitioned = 0;
   for (Candidate& c : cands) {
@@ -315,7 +303,7 @@ Result<PlanReport> RunPlanner(const Model& model, const Cluster& cluster,
       options.progress(SearchProgress{SearchProgress::Pass::kPartition, partitioned++, total});
     }
     Rejection why;
-    if (passes::PartitionForMemory(model, options.memory, MemoryLimitBytes(cluster.gpu), &c, &why,
+    if (passes::PartitionForMemory(model, cluster, MemoryLimitBytes(cluster.gpu), &c, &why,
                                    &cache)) {
       fitting.push_back(std::move(c));
     } else {
@@ -325,7 +313,7 @@ Result<PlanReport> RunPlanner(const Model& model, const Cluster& cluster,
   if (options.progress) {
     options.progress(SearchProgress{SearchProgress::Pass::kPartition, total, total});
   }
-  passes::Prune(model, &fitting, &cache);
+  passes::Prune(model, cluster, &fitting, &cache);
   const size_t before = fitting.size();
   const size_t rejected_before = report.rejected.size();
   passes::SimulateAll(model, cluster, options, &fitting, &report.rejected);
@@ -352,7 +340,7 @@ Result<PlanReport> RunPlanner(const Model& model, const Cluster& cluster,
           "selective recomputation was not searched: the model gives no attention core to drop "
           "(attention_core_bytes absent or 0, as with FlashAttention), so it would change nothing");
     }
-    report.sweep = passes::Sweep(model, cluster, options, report.ranked[0]);
+    report.sweep = passes::Sweep(model, cluster, report.ranked[0]);
   } else {
     report.suggestions = Suggestions(model, cluster, options, report.rejected);
   }

@@ -37,6 +37,7 @@
 #include "sim/partition.h"
 #include "sim/schedule.h"
 #include "sim/simulator.h"
+#include "sim/training_config.h"
 
 namespace pipecast {
 
@@ -67,13 +68,15 @@ struct PlannerOptions {
   // ZeRO levels tried (MemoryConfig::zero); empty: 0, 1 and 3 when d > 1
   // (plain, Megatron's distributed optimizer, FSDP), 0 alone when d = 1.
   std::vector<int> zero_levels;
-  int top_k = 3;                        // runners-up kept, besides the choice
-  MemoryConfig memory;                  // bytes per parameter; its zero is each candidate's
-  TimeNs optimizer_step_ns = 0;         // 0: estimated when estimate_optimizer_step
-  bool estimate_optimizer_step = true;  // SimOptions::estimate_optimizer_step
-  bool overlap_grad_reduce = true;      // SimOptions::overlap_grad_reduce
-  int64_t grad_bucket_params = 0;       // SimOptions::grad_bucket_params
-  int threads = 0;                      // 0: every core
+  int top_k = 3;  // runners-up kept, besides the choice
+  // What every candidate's configuration shares (sim/training_config.h):
+  // bytes per parameter (each candidate sets its own ZeRO level in it), the
+  // overlap switches (tp_comm_overlap applies to every t > 1) and the
+  // optimizer step.
+  MemoryConfig memory;
+  OverlapSettings overlap;
+  OptimizerStep optimizer_step;
+  int threads = 0;  // 0: every core
   // Called on the searching thread after each partitioned configuration and
   // each chunk of simulations; empty: no progress. It must not throw.
   std::function<void(const SearchProgress&)> progress;
@@ -85,7 +88,6 @@ struct PlannerOptions {
   // Sequence parallelism at t > 1: auto tries off and on; on or off pins it.
   enum class SequenceParallel { kAuto, kOff, kOn };
   SequenceParallel sequence_parallel = SequenceParallel::kAuto;
-  bool tp_comm_overlap = false;  // Megatron-LM --tp-comm-overlap for every t > 1
   // p pinned (--pipeline-stages or --stages, Megatron's
   // --pipeline-model-parallel-size); 0: searched.
   int pipeline_stages = 0;
@@ -97,18 +99,16 @@ struct PlannerOptions {
 
 // One configuration the search considers.
 struct Candidate {
-  int tensor_parallel = 1;  // t: GPUs of one node per stage
-  bool sequence_parallel = false;
-  bool tp_comm_overlap = false;
-  Link tp_link;             // the intra-node link of the cluster (TP collectives)
-  int pipeline_stages = 1;  // p
-  int data_parallel = 1;    // d = N / (t p)
-  ScheduleKind schedule = ScheduleKind::k1F1B;
-  int chunks = 1;  // v, model chunks per GPU (interleaved, looped-bfs)
-  int microbatch_size = 1;
-  int microbatches = 1;  // m = global batch / (size * d)
-  Recompute recompute = Recompute::kOff;
-  int zero = 0;                        // ZeRO level (sim/memory.h)
+  // Everything the search chose (t, sequence parallelism, p, d, v, the
+  // micro-batch size and count, the schedule, recomputation and the ZeRO
+  // level in config.memory.zero), with every layout field stated, and what
+  // PlannerOptions gives every candidate (memory, overlap, optimizer step).
+  // By default p = v = m = 1.
+  TrainingConfig config = [] {
+    TrainingConfig c;
+    c.layout.pipeline_stages = c.layout.chunks = c.microbatches = 1;
+    return c;
+  }();
   std::vector<StageLayers> partition;  // filled by the partition pass
   TimeNs lower_bound_ns = 0;           // filled by the prune pass
   std::optional<SimResult> result;     // filled by the simulate pass
@@ -116,9 +116,7 @@ struct Candidate {
   // "p=4 d=2 1f1b mbs=2 m=16 recompute=off zero=1", "interleaved v=2";
   // with tensor parallelism prefixed "t=8 sp " (or "t=8 ").
   std::string Label() const;
-  // The stage-cost options of this candidate (sim/stage_costs.h).
-  StageCostOptions CostOptions() const;
-  int VirtualStages() const { return pipeline_stages * chunks; }
+  int VirtualStages() const { return config.layout.pipeline_stages * config.layout.chunks; }
   // Stages of the model partition: VirtualStages(), or p for a bidirectional schedule (DualPipe),
   // whose virtual stage p+k is a second copy of model stage k.
   int ModelStages() const;
@@ -179,8 +177,18 @@ struct PlanReport {
 Result<PlanReport> RunPlanner(const Model& model, const Cluster& cluster,
                               const PlannerOptions& options);
 
-// The SimOptions that replay a candidate exactly (partition included).
-SimOptions CandidateSimOptions(const Candidate& candidate, const PlannerOptions& options);
+// InvalidArgument when the tensor-parallel degrees to try (--tensor-parallel)
+// cannot run on `gpus` GPUs (each t must be at least 1 and divide N: t x p x
+// d = N), or when --sequence-parallel on or --tp-comm-overlap needs a t above
+// 1 that the list does not allow. The one check of these flags, for
+// PlannerOptions::Validate and the planner tool's usage check.
+[[nodiscard]] Status CheckTensorParallelChoices(const std::vector<int>& tensor_parallel, int gpus,
+                                                PlannerOptions::SequenceParallel sequence_parallel,
+                                                bool tp_comm_overlap);
+
+// The SimOptions that replay a candidate exactly: its configuration and
+// partition.
+SimOptions CandidateSimOptions(const Candidate& candidate);
 
 // What replays a candidate: its schedule and its SimOptions
 // (CandidateSimOptions, record_timeline as asked).
@@ -194,15 +202,12 @@ struct CandidateSetup {
 // shape.
 [[nodiscard]] Result<CandidateSetup> SetUpCandidate(const Model& model, const Cluster& cluster,
                                                     const Candidate& candidate,
-                                                    const PlannerOptions& options,
                                                     bool record_timeline);
 
 // Candidate -> schedule + options -> simulation: the one way every pass and
 // tool simulates a candidate. Errors come from MakeSchedule or Simulate, unprefixed.
 [[nodiscard]] Result<SimResult> SimulateCandidate(const Model& model, const Cluster& cluster,
-                                                  const Candidate& candidate,
-                                                  const PlannerOptions& options,
-                                                  bool record_timeline);
+                                                  const Candidate& candidate, bool record_timeline);
 
 }  // namespace pipecast
 

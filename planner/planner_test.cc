@@ -34,17 +34,17 @@ TEST(Planner, IdealClusterPicksPureDataParallelAtTheClosedForm) {
   ASSERT_TRUE(r.ok()) << r.status().message();
   ASSERT_TRUE(r->Feasible());
   const Candidate& best = r->ranked[0];
-  EXPECT_EQ(best.pipeline_stages, 1);
-  EXPECT_EQ(best.data_parallel, 8);
+  EXPECT_EQ(best.config.layout.pipeline_stages, 1);
+  EXPECT_EQ(best.config.layout.data_parallel, 8);
   EXPECT_EQ(best.result->iteration_ns, 96 * kF);
   EXPECT_NEAR(best.result->samples_per_s, 32 / 0.096, 1e-9);
   // Every runner-up with p > 1 pays (p-1)/(m+p-1) of bubble (GPipe/1F1B).
   for (const Candidate& c : r->ranked) {
-    if ((c.schedule != ScheduleKind::kGPipe && c.schedule != ScheduleKind::k1F1B) ||
-        c.recompute != Recompute::kOff) {
+    if ((c.config.schedule != ScheduleKind::kGPipe && c.config.schedule != ScheduleKind::k1F1B) ||
+        c.config.recompute != Recompute::kOff) {
       continue;
     }
-    const int p = c.pipeline_stages, m = c.microbatches;
+    const int p = c.config.layout.pipeline_stages, m = c.config.microbatches;
     EXPECT_NEAR(c.result->bubble_ratio, (p - 1.0) / (m + p - 1), 1e-12) << c.Label();
   }
   EXPECT_FALSE(r->sweep.empty());
@@ -63,10 +63,11 @@ TEST(Planner, ModelTooBigForFewGpusGetsAtLeastFourStages) {
   auto r = RunPlanner(model, c, o);
   ASSERT_TRUE(r.ok());
   ASSERT_TRUE(r->Feasible());
-  EXPECT_GE(r->ranked[0].pipeline_stages, 4);
+  EXPECT_GE(r->ranked[0].config.layout.pipeline_stages, 4);
   int small_p_rejections = 0;
   for (const Rejection& rej : r->rejected) {
-    if (rej.candidate.pipeline_stages < 4 && rej.reason != RejectReason::kScheduleConstraint) {
+    if (rej.candidate.config.layout.pipeline_stages < 4 &&
+        rej.reason != RejectReason::kScheduleConstraint) {
       EXPECT_EQ(rej.reason, RejectReason::kOutOfMemory) << rej.candidate.Label();
       EXPECT_THAT(rej.detail, HasSubstr("GiB of the 40.00 GiB limit"));
       ++small_p_rejections;
@@ -105,14 +106,14 @@ TEST(Planner, ShardedDataParallelismFitsWhatPlainReplicasCannot) {
   ASSERT_TRUE(r.ok());
   ASSERT_TRUE(r->Feasible());
   const Candidate& best = r->ranked[0];
-  EXPECT_EQ(best.pipeline_stages, 1) << best.Label();
-  EXPECT_EQ(best.zero, 3) << best.Label();
+  EXPECT_EQ(best.config.layout.pipeline_stages, 1) << best.Label();
+  EXPECT_EQ(best.config.memory.zero, 3) << best.Label();
   EXPECT_EQ(best.result->per_rank[0].memory.weights, 2'000'000'000);           // 8e9 x 2 B / 8
   EXPECT_EQ(best.result->per_rank[0].memory.gathered_weights, 4'000'000'000);  // 2 layers
   bool plain_dp_rejected = false;
   for (const Rejection& rej : r->rejected) {
-    if (rej.reason == RejectReason::kOutOfMemory && rej.candidate.pipeline_stages == 1 &&
-        rej.candidate.zero == 0) {
+    if (rej.reason == RejectReason::kOutOfMemory &&
+        rej.candidate.config.layout.pipeline_stages == 1 && rej.candidate.config.memory.zero == 0) {
       plain_dp_rejected = true;
       EXPECT_THAT(rej.detail, HasSubstr("largest part: optimizer state"));
       EXPECT_THAT(rej.detail, HasSubstr("try --zero 1"));
@@ -141,20 +142,20 @@ TEST(Planner, SimulateCandidateReplaysWhatTheSearchPredicted) {
   auto r = RunPlanner(model, IdealCluster(), o);
   ASSERT_TRUE(r.ok() && r->Feasible());
   const Candidate& best = r->ranked[0];
-  auto again = SimulateCandidate(model, IdealCluster(), best, o, /*record_timeline=*/false);
+  auto again = SimulateCandidate(model, IdealCluster(), best, /*record_timeline=*/false);
   ASSERT_TRUE(again.ok()) << again.status().message();
   EXPECT_EQ(ResultToJson(*again), ResultToJson(*best.result));
   EXPECT_TRUE(again->ops.empty());
 
-  auto chosen = MakeChosenPlan(model, "fnv1a64:0", IdealCluster(), o, best, true);
+  auto chosen = MakeChosenPlan(model, "fnv1a64:0", IdealCluster(), best, true);
   ASSERT_TRUE(chosen.ok()) << chosen.status().message();
-  EXPECT_EQ(chosen->plan.pipeline_stages, best.pipeline_stages);
+  EXPECT_EQ(chosen->plan.config.layout.pipeline_stages, best.config.layout.pipeline_stages);
   EXPECT_EQ(chosen->plan.gpus, 4);
   EXPECT_EQ(ResultToJson(chosen->plan.predicted), ResultToJson(*best.result));
   ASSERT_TRUE(chosen->timeline.has_value());
   EXPECT_FALSE(chosen->timeline->ops.empty());
   EXPECT_EQ(chosen->timeline->iteration_ns, best.result->iteration_ns);
-  auto without = MakeChosenPlan(model, "fnv1a64:0", IdealCluster(), o, best, false);
+  auto without = MakeChosenPlan(model, "fnv1a64:0", IdealCluster(), best, false);
   ASSERT_TRUE(without.ok());
   EXPECT_FALSE(without->timeline.has_value());
 }

@@ -17,7 +17,8 @@ namespace {
 // on the stages before it must follow as well (the flush).
 TimeNs LowerBound(const StageCostTable& table, const Candidate& c) {
   const int stages = c.VirtualStages();
-  const int p = c.pipeline_stages;
+  const int p = c.config.layout.pipeline_stages;
+  const ScheduleKind schedule = c.config.schedule;
   // The stages' times by the simulator's cost model (sim/stage_costs.h):
   // with recomputation the backward includes the rerun forward.
   std::vector<TimeNs> fwd(stages, 0), bwd(stages, 0);
@@ -26,8 +27,8 @@ TimeNs LowerBound(const StageCostTable& table, const Candidate& c) {
     fwd[s] = sc.forward_ns;
     bwd[s] = sc.backward_ns;
   }
-  const TimeNs m = c.microbatches;
-  if (TraitsOf(c.schedule).bidirectional) {
+  const TimeNs m = c.config.microbatches;
+  if (TraitsOf(schedule).bidirectional) {
     // Each copy runs half the micro-batches: rank k does m/2 of its two chunks' work, after the
     // forwards that reach it from the nearer end.
     std::vector<TimeNs> pair(p, 0);
@@ -43,18 +44,18 @@ TimeNs LowerBound(const StageCostTable& table, const Candidate& c) {
     }
     return best;
   }
-  if (c.schedule == ScheduleKind::kNaive) {
+  if (schedule == ScheduleKind::kNaive) {
     TimeNs sum = 0;
     for (int s = 0; s < stages; ++s) sum += fwd[s] + bwd[s];
     return m * sum;
   }
   std::vector<TimeNs> work(p, 0);
   for (int s = 0; s < stages; ++s) work[s % p] += fwd[s] + bwd[s];
-  if (c.schedule == ScheduleKind::kPipeDream) {  // steady state: no fill, no flush
+  if (schedule == ScheduleKind::kPipeDream) {  // steady state: no fill, no flush
     return m * *std::max_element(work.begin(), work.end());
   }
-  const bool with_tail =
-      c.chunks == 1 && !SplitsBackward(c.schedule) && c.schedule != ScheduleKind::kPipeDream;
+  const bool with_tail = c.config.layout.chunks == 1 && !SplitsBackward(schedule) &&
+                         schedule != ScheduleKind::kPipeDream;
   TimeNs best = 0, fill = 0, tail = 0;
   for (int k = 0; k < p; ++k) {
     best = std::max(best, fill + m * work[k] + (with_tail ? tail : 0));
@@ -66,8 +67,9 @@ TimeNs LowerBound(const StageCostTable& table, const Candidate& c) {
 
 }  // namespace
 
-void Prune(const Model& model, std::vector<Candidate>* candidates, PartitionCache* cache) {
-  PartitionCache own(model);
+void Prune(const Model& model, const Cluster& cluster, std::vector<Candidate>* candidates,
+           PartitionCache* cache) {
+  PartitionCache own(model, cluster);
   if (cache == nullptr) cache = &own;
   for (Candidate& c : *candidates) {
     c.lower_bound_ns = LowerBound(cache->Table(c), c);

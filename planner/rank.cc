@@ -14,8 +14,8 @@ void Rank(std::vector<Candidate>* candidates) {
                        return a.result->samples_per_s > b.result->samples_per_s;
                      }
                      if (a.PeakMemory() != b.PeakMemory()) return a.PeakMemory() < b.PeakMemory();
-                     if (a.pipeline_stages != b.pipeline_stages) {
-                       return a.pipeline_stages < b.pipeline_stages;
+                     if (a.config.layout.pipeline_stages != b.config.layout.pipeline_stages) {
+                       return a.config.layout.pipeline_stages < b.config.layout.pipeline_stages;
                      }
                      return a.Label() < b.Label();
                    });

@@ -24,7 +24,7 @@ void SimulateChunk(const Model& model, const Cluster& cluster, const PlannerOpti
   auto work = [&](int t) {
     for (size_t i = begin + t; i < end; i += threads) {
       Candidate& c = cands[i];
-      auto r = SimulateCandidate(model, cluster, c, options, /*record_timeline=*/false);
+      auto r = SimulateCandidate(model, cluster, c, /*record_timeline=*/false);
       if (r.ok()) {
         c.result = std::move(r.value());
       } else {

@@ -8,17 +8,17 @@
 
 namespace pipecast::passes {
 
-std::vector<SweepPoint> Sweep(const Model& model, const Cluster& cluster,
-                              const PlannerOptions& options, const Candidate& chosen) {
-  std::set<int> counts = {chosen.microbatches};
-  for (int m = 1; m <= 4 * chosen.microbatches; m *= 2) counts.insert(m);
-  counts.insert(chosen.pipeline_stages);
+std::vector<SweepPoint> Sweep(const Model& model, const Cluster& cluster, const Candidate& chosen) {
+  const int chosen_m = chosen.config.microbatches;
+  std::set<int> counts = {chosen_m};
+  for (int m = 1; m <= 4 * chosen_m; m *= 2) counts.insert(m);
+  counts.insert(chosen.config.layout.pipeline_stages);
   std::vector<SweepPoint> out;
   Candidate layout = chosen;  // the chosen layout, at each count in turn
   layout.result.reset();
   for (int m : counts) {
-    layout.microbatches = m;
-    auto r = SimulateCandidate(model, cluster, layout, options, /*record_timeline=*/false);
+    layout.config.microbatches = m;
+    auto r = SimulateCandidate(model, cluster, layout, /*record_timeline=*/false);
     if (!r.ok()) continue;
     SweepPoint pt;
     pt.microbatches = m;

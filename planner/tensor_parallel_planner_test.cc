@@ -42,9 +42,11 @@ TEST_P(LlamaOnH100, ChoosesTensorParallelismInsideTheNodeWithinMemory) {
   ASSERT_TRUE(r.ok()) << r.status().message();
   ASSERT_TRUE(r->Feasible());
   const Candidate& best = r->ranked[0];
-  EXPECT_GT(best.tensor_parallel, 1) << best.Label();
-  EXPECT_EQ(h100.gpus_per_node % best.tensor_parallel, 0);
-  EXPECT_EQ(best.tensor_parallel * best.pipeline_stages * best.data_parallel, GetParam());
+  EXPECT_GT(best.config.layout.tensor_parallel, 1) << best.Label();
+  EXPECT_EQ(h100.gpus_per_node % best.config.layout.tensor_parallel, 0);
+  EXPECT_EQ(best.config.layout.tensor_parallel * best.config.layout.pipeline_stages *
+                best.config.layout.data_parallel,
+            GetParam());
   EXPECT_LE(best.PeakMemory(), MemoryLimitBytes(h100.gpu));
   EXPECT_TRUE(best.result->FitsMemory());
   ASSERT_TRUE(best.result->mfu.has_value());
@@ -68,10 +70,10 @@ TEST(TensorParallelPlanner, PinnedAxesHold) {
   ASSERT_TRUE(r.ok()) << r.status().message();
   ASSERT_TRUE(r->Feasible());
   for (const Candidate& c : r->ranked) {
-    EXPECT_EQ(c.tensor_parallel, 4);
-    EXPECT_EQ(c.pipeline_stages, 8);
-    EXPECT_EQ(c.data_parallel, 2);
-    EXPECT_TRUE(c.sequence_parallel);
+    EXPECT_EQ(c.config.layout.tensor_parallel, 4);
+    EXPECT_EQ(c.config.layout.pipeline_stages, 8);
+    EXPECT_EQ(c.config.layout.data_parallel, 2);
+    EXPECT_TRUE(c.config.layout.sequence_parallel);
   }
   EXPECT_EQ(r->ranked[0].Label().rfind("t=4 sp p=8 d=2 ", 0), 0u) << r->ranked[0].Label();
 }
@@ -83,7 +85,7 @@ TEST(TensorParallelPlanner, ModelsWithoutTensorParallelCostsSearchOneAloneAndSay
   auto r = RunPlanner(model, *ClusterPreset("h100-sxm"), o);
   ASSERT_TRUE(r.ok()) << r.status().message();
   ASSERT_TRUE(r->Feasible());
-  for (const Candidate& c : r->ranked) EXPECT_EQ(c.tensor_parallel, 1);
+  for (const Candidate& c : r->ranked) EXPECT_EQ(c.config.layout.tensor_parallel, 1);
   bool said = false;
   for (const std::string& n : r->notes) {
     said |= n.find("tensor parallelism was not searched") != std::string::npos;

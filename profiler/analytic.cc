@@ -587,6 +587,8 @@ ModelSource MakeSource(const TransformerSpec& spec, const AnalyticOptions& optio
       "tied embeddings: Megatron-LM with pipeline parallelism keeps a copy of the table on the "
       "last stage; this file counts the table once, in the embedding"};
   source.details["architecture"] = JsonText(architecture);
+  source.architecture =
+      ModelArchitecture{spec.hidden, spec.sequence_length, spec.heads, spec.KvHeads()};
   source.details["limitations"] = JsonText(limitations);
   source.details["gpu"] = JsonText(gpu.name);
   source.details["peak_tflops"] = JsonText(gpu.peak_tflops);

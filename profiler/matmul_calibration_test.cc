@@ -111,7 +111,7 @@ double SamplesPerGpuPerSecond(const PipelineRow& row) {
   Result<Schedule> schedule = MakeSchedule(ScheduleKind::k1F1B, row.pipeline, row.microbatches, 1);
   EXPECT_TRUE(schedule.ok()) << schedule.status().message();
   SimOptions sim;
-  sim.microbatch_size = row.microbatch_size;
+  sim.config.microbatch_size = row.microbatch_size;
   sim.partition = PaperPartition(row);
   sim.record_timeline = false;
   Result<SimResult> result = Simulate(*model, *ClusterPreset("a100-80gb"), *schedule, sim);
@@ -236,10 +236,10 @@ double SimulatedTflops(const NarayananRow& row) {
   Result<Schedule> schedule = MakeSchedule(ScheduleKind::k1F1B, row.p, m, 1);
   EXPECT_TRUE(schedule.ok()) << schedule.status().message();
   SimOptions sim;
-  sim.microbatch_size = 1;
-  sim.tensor_parallel = row.t;
-  sim.data_parallel = d;
-  sim.recompute = Recompute::kFull;
+  sim.config.microbatch_size = 1;
+  sim.config.layout.tensor_parallel = row.t;
+  sim.config.layout.data_parallel = d;
+  sim.config.recompute = Recompute::kFull;
   sim.record_timeline = false;
   const int blocks = row.layers / row.p;
   for (int st = 0; st < row.p; ++st) {

@@ -85,11 +85,11 @@ double PeakGb(const Row& row, ScheduleKind kind) {
   Result<Schedule> schedule = MakeSchedule(kind, row.pipeline, row.microbatches, 1);
   EXPECT_TRUE(schedule.ok()) << schedule.status().message();
   SimOptions options;
-  options.microbatch_size = row.microbatch_size;
+  options.config.microbatch_size = row.microbatch_size;
   options.partition = PaperPartition(row);
-  options.memory.weight_bytes_per_param = 2;      // bf16 weights
-  options.memory.gradient_bytes_per_param = 4;    // fp32 main gradients
-  options.memory.optimizer_bytes_per_param = 12;  // fp32 main weights, Adam m and v
+  options.config.memory.weight_bytes_per_param = 2;      // bf16 weights
+  options.config.memory.gradient_bytes_per_param = 4;    // fp32 main gradients
+  options.config.memory.optimizer_bytes_per_param = 12;  // fp32 main weights, Adam m and v
   options.record_timeline = false;
   Result<SimResult> result = Simulate(model, *ClusterPreset("a100-80gb"), *schedule, options);
   EXPECT_TRUE(result.ok()) << result.status().message();

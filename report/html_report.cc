@@ -264,9 +264,9 @@ ReportInputs MakeReportInputs(const Model& model, const Cluster& cluster, const 
   in.pipeline_stages = schedule.num_ranks;
   in.chunks = schedule.ChunksPerRank();
   in.microbatches = schedule.num_microbatches / std::max(schedule.iterations, 1);
-  in.microbatch_size = options.microbatch_size;
-  in.data_parallel = options.data_parallel;
-  in.recompute = options.recompute;
+  in.microbatch_size = options.config.microbatch_size;
+  in.data_parallel = options.config.layout.data_parallel;
+  in.recompute = options.config.recompute;
   in.command_line = std::move(command_line);
   return in;
 }

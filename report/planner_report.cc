@@ -157,10 +157,10 @@ std::string SweepHtml(const PlanReport& report) {
       "micro-batch counts m. The global batch grows with m (size × m × d), so this is the "
       "trade-off between batch, throughput, bubble ratio and memory you are choosing. The ringed "
       "point is the chosen m = {}; hollow red points do not fit in memory.</p>\n",
-      c.pipeline_stages, c.data_parallel, ScheduleKindName(c.schedule), c.microbatch_size,
-      c.microbatches);
+      c.config.layout.pipeline_stages, c.config.layout.data_parallel,
+      ScheduleKindName(c.config.schedule), c.config.microbatch_size, c.config.microbatches);
   if (sweep.empty()) return out + "<p class=\"sub\">No other count could be simulated.</p>\n";
-  SweepChart chart(sweep, c.microbatches);
+  SweepChart chart(sweep, c.config.microbatches);
   ChartSpec tput{"throughput",
                  "throughput, samples/s",
                  [](double v) { return fmt::format("{:g}", v); },
@@ -208,7 +208,7 @@ std::string SweepHtml(const PlanReport& report) {
     out += fmt::format(
         "<tr class=\"{}\" data-m=\"{}\"><td>{}</td><td>{}</td><td>{:.3f}</td><td>{:.1f}</td>"
         "<td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
-        p.microbatches == c.microbatches ? "chosen" : "", p.microbatches, p.microbatches,
+        p.microbatches == c.config.microbatches ? "chosen" : "", p.microbatches, p.microbatches,
         p.global_batch, NsToMs(p.iteration_ns), p.samples_per_s, PercentText(p.bubble_ratio),
         PercentText(p.bubble_fraction_of_ideal), GiBText(p.peak_memory_bytes),
         p.fits ? "yes" : "no");
@@ -287,9 +287,12 @@ std::string ChosenLayoutHtml(const Candidate& c) {
   return fmt::format(
       "<p><b>{}</b>: {} pipeline stages × {} data-parallel replicas, schedule {}{}, {} "
       "micro-batches of size {}, recomputation {}; layers per {}stage: {}.</p>\n",
-      HtmlEscape(c.Label()), c.pipeline_stages, c.data_parallel, ScheduleKindName(c.schedule),
-      c.chunks > 1 ? fmt::format(" with {} chunks per GPU", c.chunks) : "", c.microbatches,
-      c.microbatch_size, RecomputeName(c.recompute), c.chunks > 1 ? "virtual " : "", stages);
+      HtmlEscape(c.Label()), c.config.layout.pipeline_stages, c.config.layout.data_parallel,
+      ScheduleKindName(c.config.schedule),
+      c.config.layout.chunks > 1 ? fmt::format(" with {} chunks per GPU", c.config.layout.chunks)
+                                 : "",
+      c.config.microbatches, c.config.microbatch_size, RecomputeName(c.config.recompute),
+      c.config.layout.chunks > 1 ? "virtual " : "", stages);
 }
 
 }  // namespace

@@ -67,9 +67,10 @@ Planned Plan(const Model& model, Bytes memory) {
     return p;
   }
   const Candidate& c = p.report.ranked[0];
-  const Schedule schedule =
-      MakeSchedule(c.schedule, c.pipeline_stages, c.microbatches, c.chunks).value();
-  SimOptions sim = CandidateSimOptions(c, Options());
+  const Schedule schedule = MakeSchedule(c.config.schedule, c.config.layout.pipeline_stages,
+                                         c.config.microbatches, c.config.layout.chunks)
+                                .value();
+  SimOptions sim = CandidateSimOptions(c);
   sim.record_timeline = true;
   p.timeline = Simulate(model, cluster, schedule, sim).value();
   p.html = PlanReportHtml(p.report, model, &p.timeline, inputs);
@@ -97,7 +98,7 @@ TEST(PlanReportHtml, SweepChartsPlotEverySweepPoint) {
             (std::set<std::string>{"throughput", "bubble_ratio_and_bubble_fraction_of_ideal",
                                    "peak_memory"}));
   // Then each series has one point per sweep point, with its value.
-  const int chosen_m = p.report.ranked[0].microbatches;
+  const int chosen_m = p.report.ranked[0].config.microbatches;
   for (const std::string series : {"throughput_samples_per_s", "bubble_ratio",
                                    "bubble_fraction_of_ideal", "peak_memory_gib"}) {
     SCOPED_TRACE(series);

@@ -192,6 +192,13 @@ class StageMemory {
 
 }  // namespace
 
+PipelineShape ShapeOf(const TrainingConfig& config) {
+  const ParallelLayout& l = config.layout;
+  return PipelineShape{config.schedule, l.pipeline_stages,
+                       l.chunks,        config.microbatches,
+                       l.data_parallel, TraitsOf(config.schedule).bidirectional};
+}
+
 StageMemoryParts EstimateStageMemoryParts(const StageCostTable& table, const PipelineShape& shape,
                                           const MemoryConfig& memory, int stage,
                                           StageLayers layers) {

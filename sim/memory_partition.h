@@ -20,6 +20,7 @@
 #include "sim/partition.h"
 #include "sim/schedule.h"
 #include "sim/stage_costs.h"
+#include "sim/training_config.h"
 
 namespace pipecast {
 
@@ -34,6 +35,11 @@ struct PipelineShape {
   // stages, repeated for virtual stages p..2p-1.
   bool bidirectional = false;
 };
+
+// The shape of a configuration whose p, v and m are stated (a planner
+// candidate): its schedule, p, v, m and d, bidirectional as its schedule's
+// traits say.
+PipelineShape ShapeOf(const TrainingConfig& config);
 
 // One stage's estimated peak memory by part.
 struct StageMemoryParts {

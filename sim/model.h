@@ -86,10 +86,23 @@ struct Layer {
 // Where the numbers came from: `source` in model.json. `method` is one of
 // cupti, cpu, analytic, manual; `details` keeps every other key verbatim
 // (as JSON text) so writers can round-trip it.
+// source.architecture, typed: the transformer shape a profile was made for
+// (the analytic profiler writes it). Read from the JSON once, by the model
+// reader (formats/formats.h); a field the file does not give as an integer
+// is 0.
+struct ModelArchitecture {
+  int64_t hidden = 0;
+  int64_t sequence_length = 0;
+  int64_t heads = 0;     // attention heads: a tensor-parallel degree must divide them
+  int64_t kv_heads = 0;  // key-value heads (grouped-query attention), likewise
+};
+
 struct ModelSource {
   std::string method = "manual";
   std::string device;
   std::map<std::string, std::string> details;  // key -> JSON text of value
+  // details["architecture"] typed, when it is a JSON object.
+  std::optional<ModelArchitecture> architecture;
 };
 
 // Keys of `details` that tools read back (docs/formats.md):

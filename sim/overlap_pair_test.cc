@@ -129,12 +129,12 @@ TEST(OverlappedPairTest, DualPipeVPairsAtTensorParallelTwoLastWhatTheModelGives)
   Result<Schedule> sched = MakeSchedule(ScheduleKind::kDualPipeV, p, m, /*chunks=*/2);
   ASSERT_TRUE(sched.ok()) << sched.status().message();
   SimOptions options;
-  options.tensor_parallel = 2;
+  options.config.layout.tensor_parallel = 2;
   for (int s = 0; s < 2 * p; ++s) options.partition.push_back(StageLayers{s, s});
   Result<SimResult> got = Simulate(model, cluster, *sched, options);
   ASSERT_TRUE(got.ok()) << got.status().message();
 
-  StageCostOptions co{options.microbatch_size, options.recompute};
+  StageCostOptions co{options.config.microbatch_size, options.config.recompute};
   co.tensor_parallel = 2;
   co.tp_link = cluster.intra_node;
   const std::vector<StageCost> costs = StageCostTable(model, co).Stages(options.partition);

@@ -19,8 +19,8 @@ Result<std::vector<StageCost>> CostStages(const Model& model, const Cluster& clu
         fmt::format("the partition has {} stages for {} ranks x {} chunks",
                     options.partition.size(), ranks, chunks));
   }
-  PIPECAST_RETURN_IF_ERROR(
-      CheckTensorParallelCosts(model, options.tensor_parallel, options.sequence_parallel));
+  PIPECAST_RETURN_IF_ERROR(CheckTensorParallelCosts(model, options.config.layout.tensor_parallel,
+                                                    options.config.layout.sequence_parallel));
   for (const StageLayers& st : options.partition) {
     if (st.first_layer < 0 || st.last_layer < st.first_layer ||
         st.last_layer >= static_cast<int>(model.layers.size())) {
@@ -29,7 +29,7 @@ Result<std::vector<StageCost>> CostStages(const Model& model, const Cluster& clu
                       st.last_layer, model.layers.size()));
     }
   }
-  const StageCostTable table(model, StageCostOptionsFor(options, cluster));
+  const StageCostTable table(model, StageCostOptionsFor(options.config, cluster));
   return table.Stages(options.partition);
 }
 

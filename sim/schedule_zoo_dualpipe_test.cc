@@ -96,7 +96,7 @@ Model SplitModel(int stages) {
 
 SimResult SimulateOk(const Model& model, const Schedule& s, double overlap_factor = 1.0) {
   SimOptions options;
-  options.overlap_factor = overlap_factor;
+  options.config.overlap.overlap_factor = overlap_factor;
   Result<SimResult> r = Simulate(model, IdealCluster(), s, options);
   EXPECT_TRUE(r.ok()) << r.status().message();
   return r.ok() ? *r : SimResult{};
@@ -284,7 +284,7 @@ TEST(ScheduleZooDualPipe, CopiesSumTheirGradientsBetweenRanksKAndPMinus1MinusK) 
   cluster.intra_node.bandwidth_gbps = 100;
   cluster.intra_node.latency_us = 5;
   SimOptions options;
-  options.estimate_optimizer_step = false;
+  options.config.optimizer_step.estimate = false;
   const Schedule s = MakeOk(ScheduleKind::kDualPipe, 4, 8, 2);
   Result<SimResult> r = Simulate(SplitModel(4), cluster, s, options);
   ASSERT_TRUE(r.ok()) << r.status().message();
@@ -324,7 +324,7 @@ TEST(ScheduleZooDualPipe, CopiesOnOneRankSumLocally) {
   cluster.gpus_per_node = 8;
   cluster.intra_node = Link{100, 5};
   SimOptions options;
-  options.estimate_optimizer_step = false;
+  options.config.optimizer_step.estimate = false;
   Result<SimResult> r = Simulate(SplitModel(2), cluster, s, options);
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(r->copy_reduce_ns, 0);

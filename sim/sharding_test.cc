@@ -42,9 +42,9 @@ TEST(ShardingStaticBytes, MegatronsTableForAFourMillionParameterModel) {
     for (int d : {1, 2, 8}) {
       for (int zero : {0, 1}) {
         SimOptions o;
-        o.memory = MemoryConfigFor(row.precision, "adam", row.grad_dtype).value();
-        o.memory.zero = zero;
-        o.data_parallel = d;
+        o.config.memory = MemoryConfigFor(row.precision, "adam", row.grad_dtype).value();
+        o.config.memory.zero = zero;
+        o.config.layout.data_parallel = d;
         Result<SimResult> r = SimulateShape(model, IdealCluster(), ScheduleKind::k1F1B, 1, 1, o);
         ASSERT_TRUE(r.ok()) << r.status().message();
         const MemoryBreakdown& m = r->per_rank[0].memory;
@@ -70,9 +70,9 @@ struct World {
   // overlap off (the overlapped case is its own test).
   SimResult At(int zero, bool overlap = false) const {
     SimOptions o;
-    o.data_parallel = 2;
-    o.memory.zero = zero;
-    o.overlap_grad_reduce = overlap;
+    o.config.layout.data_parallel = 2;
+    o.config.memory.zero = zero;
+    o.config.overlap.overlap_grad_reduce = overlap;
     return SimulateShape(model, cluster, ScheduleKind::kGPipe, 1, 2, o).value();
   }
 };
@@ -106,8 +106,8 @@ TEST(ShardingCollectives, OneBucketPerStageWhenTheBucketHoldsEverything) {
   // A 100M-parameter bucket takes both layers: ready when the last B ends,
   // the whole 8 ms all-reduce exposed, as with overlap off.
   SimOptions o;
-  o.data_parallel = 2;
-  o.grad_bucket_params = 100'000'000;
+  o.config.layout.data_parallel = 2;
+  o.config.overlap.grad_bucket_params = 100'000'000;
   const World w;
   const SimResult r = SimulateShape(w.model, w.cluster, ScheduleKind::kGPipe, 1, 2, o).value();
   EXPECT_EQ(r.per_rank[0].grad_buckets, 1);
@@ -176,8 +176,8 @@ TEST(ShardingCollectives, LevelThreeWithASplitBackwardWaitsInIForTheGatherAndInW
            Action{0, OpKind::kBackwardWeight, 0}, test_util::F(0, 1),
            Action{0, OpKind::kBackwardInput, 1}, Action{0, OpKind::kBackwardWeight, 1}}});
   SimOptions o;
-  o.data_parallel = 2;
-  o.memory.zero = 3;
+  o.config.layout.data_parallel = 2;
+  o.config.memory.zero = 3;
   const SimResult r = Simulate(w.model, w.cluster, s, o).value();
   // then I waits for nothing beyond its 2 ms (the 2 ms gather fits), W takes
   // the 4 ms reduce-scatter instead of 2: 2 ms exposed per W.
@@ -234,17 +234,17 @@ TEST(OptimizerStepEstimate, BytesAdamTouchesOverHbmBandwidth) {
   for (const std::string& n : r.notes) noted = noted || n.find("optimizer step estimated") == 0;
   EXPECT_TRUE(noted);
   // ZeRO 1 over d = 2: half the parameters each.
-  o.memory.zero = 1;
-  o.data_parallel = 2;
+  o.config.memory.zero = 1;
+  o.config.layout.data_parallel = 2;
   EXPECT_EQ(Simulate(model, c, *schedule, o)->optimizer_ns, 1'875'000);
   // A given time wins; the estimate can be turned off.
   o = SimOptions{};
-  o.optimizer_step_ns = 1'000;
+  o.config.optimizer_step.time_ns = 1'000;
   r = Simulate(model, c, *schedule, o).value();
   EXPECT_EQ(r.optimizer_ns, 1'000);
   EXPECT_FALSE(r.optimizer_estimated);
   o = SimOptions{};
-  o.estimate_optimizer_step = false;
+  o.config.optimizer_step.estimate = false;
   EXPECT_EQ(Simulate(model, c, *schedule, o)->optimizer_ns, 0);
 }
 

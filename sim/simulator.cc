@@ -20,43 +20,12 @@ using internal::EngineTotals;
 using internal::RankTotals;
 
 Status SimOptions::Validate() const {
-  if (microbatch_size < 1) {
-    return Status::InvalidArgument(
-        fmt::format("--microbatch-size is {}: must be at least 1", microbatch_size));
-  }
-  if (data_parallel < 1) {
-    return Status::InvalidArgument(
-        fmt::format("--data-parallel is {}: must be at least 1", data_parallel));
-  }
-  if (optimizer_step_ns < 0) {
-    return Status::InvalidArgument("--optimizer-step-us is negative: must be >= 0");
-  }
-  if (tensor_parallel < 1) {
-    return Status::InvalidArgument(
-        fmt::format("--tensor-parallel is {}: must be at least 1", tensor_parallel));
-  }
-  if (sequence_parallel && tensor_parallel == 1) {
-    return Status::InvalidArgument(
-        "--sequence-parallel needs --tensor-parallel above 1: sequence parallelism splits the "
-        "layernorms and dropouts over the tensor-parallel group");
-  }
-  if (tp_comm_overlap && tensor_parallel == 1) {
-    return Status::InvalidArgument(
-        "--tp-comm-overlap needs --tensor-parallel above 1: there is no tensor-parallel "
-        "communication to overlap");
-  }
-  if (!(overlap_factor > 0 && overlap_factor <= kMaxOverlapFactor)) {
-    return Status::InvalidArgument(fmt::format(
-        "--overlap-factor is {}: an overlapped F&B pair lasts factor x (F + B), so give a factor "
-        "in (0, {}] (1: no overlap gain)",
-        overlap_factor, kMaxOverlapFactor));
-  }
   if (critical_path && !record_timeline) {
     return Status::InvalidArgument(
         "the critical path needs the timeline: set record_timeline with critical_path (the path "
         "is walked back over the op and transfer records)");
   }
-  return memory.Validate();
+  return config.Validate();
 }
 
 bool SimResult::FitsMemory() const {
@@ -73,6 +42,29 @@ int64_t SimResult::NumOps() const {
 }
 
 namespace {
+
+// The configuration's p, v and m, where stated, are the schedule's.
+Status CheckConfigMatchesSchedule(const TrainingConfig& config, const Schedule& schedule) {
+  const ParallelLayout& layout = config.layout;
+  if (layout.pipeline_stages > 0 && layout.pipeline_stages != schedule.num_ranks) {
+    return Status::InvalidArgument(
+        fmt::format("the configuration has {} but schedule '{}' has {}",
+                    Count(layout.pipeline_stages, "pipeline stage", "pipeline stages"),
+                    schedule.name, Count(schedule.num_ranks, "rank", "ranks")));
+  }
+  if (layout.chunks > 0 && schedule.num_ranks > 0 && layout.chunks != schedule.ChunksPerRank()) {
+    return Status::InvalidArgument(
+        fmt::format("the configuration has {} chunks per rank but schedule '{}' has {}",
+                    layout.chunks, schedule.name, schedule.ChunksPerRank()));
+  }
+  const int m = schedule.num_microbatches / std::max(1, schedule.iterations);
+  if (config.microbatches > 0 && config.microbatches != m) {
+    return Status::InvalidArgument(
+        fmt::format("the configuration has {} per iteration but schedule '{}' has {}",
+                    Count(config.microbatches, "micro-batch", "micro-batches"), schedule.name, m));
+  }
+  return Status::Ok();
+}
 
 Status CheckPartition(const std::vector<StageLayers>& partition, int num_layers, int num_stages) {
   if (static_cast<int>(partition.size()) != num_stages) {
@@ -164,14 +156,15 @@ Status FillStatic(const Cluster& cluster, const Schedule& schedule, const SimOpt
   result->stages = schedule.num_stages;
   result->bidirectional = schedule.bidirectional;
   result->microbatches = schedule.num_microbatches / schedule.iterations;  // per iteration
-  result->microbatch_size = options.microbatch_size;
-  result->data_parallel = options.data_parallel;
-  result->tensor_parallel = options.tensor_parallel;
-  result->sequence_parallel = options.sequence_parallel;
-  result->tp_comm_overlap = options.tp_comm_overlap;
+  const TrainingConfig& config = options.config;
+  result->microbatch_size = config.microbatch_size;
+  result->data_parallel = config.layout.data_parallel;
+  result->tensor_parallel = config.layout.tensor_parallel;
+  result->sequence_parallel = config.layout.sequence_parallel;
+  result->tp_comm_overlap = config.overlap.tp_comm_overlap;
   result->global_batch =
-      int64_t{options.microbatch_size} * result->microbatches * options.data_parallel;
-  result->zero = options.memory.zero;
+      int64_t{config.microbatch_size} * result->microbatches * config.layout.data_parallel;
+  result->zero = config.memory.zero;
   result->memory_capacity_bytes = cluster.gpu.memory_bytes;
   result->memory_reserve_bytes =
       cluster.gpu.memory_bytes > 0 ? cluster.gpu.memory_reserve_bytes : 0;
@@ -179,7 +172,7 @@ Status FillStatic(const Cluster& cluster, const Schedule& schedule, const SimOpt
   result->memory_headroom_bytes = MemoryHeadroomBytes(cluster.gpu);
   result->memory_limit_bytes = MemoryLimitBytes(cluster.gpu);
   result->per_rank.resize(schedule.num_ranks);
-  const ShardedBytes per_param = ShardedBytesPerParam(options.memory, options.data_parallel);
+  const ShardedBytes per_param = ShardedBytesPerParam(config.memory, config.layout.data_parallel);
   for (int s = 0; s < schedule.num_stages; ++s) {
     StageResult& sr = result->per_rank[schedule.stage_rank[s]];
     sr.stages.push_back(s);
@@ -242,7 +235,8 @@ std::vector<TimeNs> CopyReduce(const Cluster& cluster, const Schedule& schedule,
   for (int k = 0; k < p; ++k) start[k] = totals.ranks[k].last_end_ns;
   if (!schedule.bidirectional) return start;
   const std::vector<std::map<int, Bytes>> shared = CopyReduceBytes(
-      schedule, costs, ShardedBytesPerParam(options.memory, options.data_parallel).gradients);
+      schedule, costs,
+      ShardedBytesPerParam(options.config.memory, options.config.layout.data_parallel).gradients);
   for (int k = 0; k < p; ++k) {
     StageResult& sr = result->per_rank[k];
     for (const auto& [partner, bytes] : shared[k]) {
@@ -307,7 +301,7 @@ void PipelineMetrics(const Cluster& cluster, const Schedule& schedule, const Sim
   r.zb_bubble_rate = longest_span > 0
                          ? 1.0 - static_cast<double>(busiest) / static_cast<double>(longest_span)
                          : 0.0;
-  r.optimizer_estimated = options.optimizer_step_ns == 0 && r.optimizer_ns > 0;
+  r.optimizer_estimated = options.config.optimizer_step.time_ns == 0 && r.optimizer_ns > 0;
   r.iteration_ns = end + r.optimizer_ns + r.allgather_ns;
 }
 
@@ -325,8 +319,9 @@ void Throughput(const Model& model, const Cluster& cluster, const Schedule& sche
   if (auto flops = model.ForwardFlopsPerSample()) {
     // Forward + backward = 3x the forward FLOPs (the backward costs two
     // forwards); recomputation is not counted, as in MFU's definition.
-    const double gpus =
-        static_cast<double>(schedule.num_ranks) * options.data_parallel * options.tensor_parallel;
+    ParallelLayout layout = options.config.layout;
+    layout.pipeline_stages = schedule.num_ranks;
+    const double gpus = static_cast<double>(layout.Gpus());
     result->tflops_per_gpu = 3.0 * *flops * result->samples_per_s / gpus / 1e12;
     if (cluster.gpu.peak_tflops > 0) {
       result->mfu = *result->tflops_per_gpu / cluster.gpu.peak_tflops;
@@ -341,14 +336,15 @@ void Metrics(const Model& model, const Cluster& cluster, const Schedule& schedul
              EngineTotals* totals, SimResult* result) {
   PipelineMetrics(cluster, schedule, options, table, partition, costs, totals, result);
   if (result->optimizer_estimated) {
-    // options.memory is one GPU's share at t > 1: the note gives the bytes
-    // of a whole parameter.
+    // options.config.memory is one GPU's share at t > 1: the note gives the
+    // bytes of a whole parameter.
     result->notes.push_back(fmt::format(
         "optimizer step estimated at {:.3f} ms: {:g} bytes per parameter (gradient read, main "
         "parameters and Adam moments read and written, parameters written) over {:g}% of {:g} "
         "GB/s HBM; give --optimizer-step-us to use a measured time",
         NsToMs(result->optimizer_ns),
-        internal::OptimizerBytesPerParam(options.memory) * options.tensor_parallel,
+        internal::OptimizerBytesPerParam(options.config.memory) *
+            options.config.layout.tensor_parallel,
         internal::kOptimizerMemoryEfficiency * 100, cluster.gpu.memory_bandwidth_gbps));
   }
   if (options.record_timeline && options.critical_path && !result->ops.empty()) {
@@ -385,29 +381,13 @@ void TensorParallelTimes(const Schedule& schedule, const std::vector<StageCost>&
 // pipeline's and the data-parallel links follow from the folded node size.
 Result<Cluster> GroupCluster(const Cluster& cluster, int t) {
   if (t == 1) return cluster;
-  if (cluster.gpus_per_node % t != 0) {
-    return Status::InvalidArgument(
-        fmt::format("--tensor-parallel {} does not divide the {} GPUs of a node of {}: a stage's "
-                    "tensor-parallel GPUs share a node; use a divisor of {}",
-                    t, cluster.gpus_per_node, cluster.name, cluster.gpus_per_node));
-  }
+  PIPECAST_RETURN_IF_ERROR(CheckTensorParallelFitsNode(t, cluster));
   Cluster grouped = cluster;
   grouped.gpus_per_node = cluster.gpus_per_node / t;
   return grouped;
 }
 
 }  // namespace
-
-StageCostOptions StageCostOptionsFor(const SimOptions& options, const Cluster& cluster) {
-  StageCostOptions o;
-  o.microbatch_size = options.microbatch_size;
-  o.recompute = options.recompute;
-  o.tensor_parallel = options.tensor_parallel;
-  o.sequence_parallel = options.sequence_parallel;
-  o.tp_comm_overlap = options.tp_comm_overlap;
-  o.tp_link = cluster.intra_node;
-  return o;
-}
 
 namespace internal {
 
@@ -417,18 +397,20 @@ Result<SimResult> SimulateWith(EngineFn engine, const Model& model, const Cluste
   PIPECAST_RETURN_IF_ERROR(ValidateSchedule(schedule));
   if (model.layers.empty()) return Status::InvalidArgument("the model has no layers");
   // Before anything is summed: every total below stays inside 64 bits.
+  PIPECAST_RETURN_IF_ERROR(CheckConfigMatchesSchedule(options.config, schedule));
+  const TrainingConfig& config = options.config;
   PIPECAST_RETURN_IF_ERROR(
       CheckTotals(model, cluster,
-                  TotalsInput{options.microbatch_size, schedule.num_microbatches,
-                              schedule.num_stages, options.memory, options.optimizer_step_ns}));
-  const int t = options.tensor_parallel;
+                  TotalsInput{config.microbatch_size, schedule.num_microbatches,
+                              schedule.num_stages, config.memory, config.optimizer_step.time_ns}));
+  const int t = config.layout.tensor_parallel;
   Result<Cluster> grouped = GroupCluster(cluster, t);
   if (!grouped.ok()) return grouped.status();
-  PIPECAST_RETURN_IF_ERROR(CheckTensorParallelCosts(model, t, options.sequence_parallel));
-  // One GPU of each group keeps 1/t of every parameter's bytes.
+  PIPECAST_RETURN_IF_ERROR(CheckTensorParallelCosts(model, t, config.layout.sequence_parallel));
+  // From here on the options' memory is one GPU's share of each parameter.
   SimOptions per_gpu = options;
-  per_gpu.memory = TensorParallelShare(options.memory, t);
-  StageCostOptions cost_options = StageCostOptionsFor(options, cluster);
+  per_gpu.config.memory = config.PerGpuMemory();
+  StageCostOptions cost_options = StageCostOptionsFor(config, cluster);
   cost_options.split_backward = schedule.split_backward;
   const StageCostTable table(model, cost_options);
   Result<std::vector<StageLayers>> partition = ResolvePartition(table, schedule, options);

@@ -49,7 +49,7 @@
 //     besides the shards. No all-reduce after the pipeline.
 // The latency is paid (d-1) times per layer for per-op collectives.
 //
-// Tensor parallelism (SimOptions::tensor_parallel = t, docs/simulator.md
+// Tensor parallelism (ParallelLayout::tensor_parallel = t, docs/simulator.md
 // "Tensor parallelism"): each rank is a group of t GPUs in one node that
 // split every layer Megatron-style; one GPU of the group is simulated. Its
 // op times carry the layer's tensor-parallel collectives on the intra-node
@@ -83,59 +83,18 @@
 #include "sim/partition.h"
 #include "sim/schedule.h"
 #include "sim/stage_costs.h"
+#include "sim/training_config.h"
 
 namespace pipecast {
 
-// The largest SimOptions::overlap_factor accepted: a pair twice as slow as its halves in turn.
-inline constexpr double kMaxOverlapFactor = 2.0;
-
+// What Simulate() needs besides the model, the cluster and the schedule.
 struct SimOptions {
-  int microbatch_size = 1;
-  int data_parallel = 1;
+  // The run's settings (sim/training_config.h): layout, micro-batch size,
+  // memory, overlap, optimizer step. Its p, v and m, when stated, must
+  // match the schedule replayed; t must divide the cluster's gpus_per_node.
+  TrainingConfig config;
   // Layers of each virtual stage; empty = balanced on forward+backward time.
   std::vector<StageLayers> partition;
-  MemoryConfig memory;
-  // The optimizer step's time; 0 = estimated from HBM bandwidth when
-  // estimate_optimizer_step (docs/simulator.md, "Optimizer step"), else 0.
-  TimeNs optimizer_step_ns = 0;
-  // With optimizer_step_ns 0: estimate the step as the bytes Adam touches per
-  // parameter (gradient read, main parameters and both moments read and
-  // written, model parameters written: 30 bytes for bf16 / fp32 main
-  // gradients / fp32 Adam) over 0.8 x the GPU's HBM bandwidth, per rank's
-  // parameters (/ d with ZeRO >= 1). No estimate when the GPU has no
-  // bandwidth. Off: the step costs 0, as before issue 15.
-  bool estimate_optimizer_step = true;
-  // Data-parallel gradient reduction overlapped with the backward in buckets
-  // (Megatron-LM --overlap-grad-reduce; docs/simulator.md "Overlapped
-  // gradient reduction"): each bucket's all-reduce (reduce-scatter at ZeRO 1)
-  // starts when the last micro-batch's backward has produced it, on the
-  // data-parallel link, while the rest of the backward runs; only the tail
-  // past the rank's last op adds to the iteration. Off: one collective after
-  // the rank's last op. Synchronous (flushing) schedules only.
-  bool overlap_grad_reduce = true;
-  // Parameters per bucket; 0 = Megatron-LM's default, max(40M, 1M x d)
-  // (DistributedDataParallelConfig.bucket_size).
-  int64_t grad_bucket_params = 0;
-  // Activation recomputation (sim/stage_costs.h): off; selective (the
-  // attention core, Korthikanti et al. 2022); full (Megatron-LM
-  // --recompute-granularity full: each layer's input kept, layers rerun one at
-  // a time in the backward, one more forward of the stage).
-  Recompute recompute = Recompute::kOff;
-  // Tensor parallelism (see above): t GPUs of one node per rank; t must
-  // divide the cluster's gpus_per_node.
-  int tensor_parallel = 1;
-  // Megatron-LM --sequence-parallel: layernorm and dropout split over the
-  // sequence, activations all / t, each all-reduce an all-gather plus a
-  // reduce-scatter. Only with tensor_parallel > 1.
-  bool sequence_parallel = false;
-  // Megatron-LM --tp-comm-overlap: collectives chunked beside the matmuls
-  // (sim/stage_costs.h states the model). Only with tensor_parallel > 1.
-  bool tp_comm_overlap = false;
-  // Overlapped F&B pairs (Action::overlapped, docs/simulator.md "Overlapped F&B"): each half's
-  // tensor-parallel communication hides behind the other half's compute (OverlappedPairNs),
-  // and what is left is scaled by overlap_factor. 1: no further gain (at t = 1 the pair lasts
-  // F + B). In (0, 2].
-  double overlap_factor = 1.0;
   // Keep every op, transfer and memory change (needed for traces); off in
   // planner searches to save time and memory.
   bool record_timeline = true;
@@ -144,7 +103,8 @@ struct SimOptions {
   // write the path (docs/simulator.md "Critical path").
   bool critical_path = false;
 
-  Status Validate() const;
+  // config.Validate(), and the critical path without the timeline.
+  [[nodiscard]] Status Validate() const;
 };
 
 struct OpRecord {
@@ -285,15 +245,11 @@ struct SimResult {
   bool FitsMemory() const;
 };
 
-// The stage-cost options a simulation with `options` on `cluster` uses:
-// micro-batch size, recomputation and tensor parallelism (its collectives on
-// the intra-node link); split_backward is the schedule's, left false here.
-StageCostOptions StageCostOptionsFor(const SimOptions& options, const Cluster& cluster);
-
 // Runs the simulation.
 // REQUIRES: nothing; every precondition is checked.
 // InvalidArgument for a bad option, partition or schedule (not a complete
-// iteration); FailedPrecondition naming the cycle of waiting ops when the
+// iteration), or a configuration whose stated p, v or m is not the
+// schedule's; FailedPrecondition naming the cycle of waiting ops when the
 // schedule's order can never finish.
 Result<SimResult> Simulate(const Model& model, const Cluster& cluster, const Schedule& schedule,
                            const SimOptions& options);

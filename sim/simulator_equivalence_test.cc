@@ -309,19 +309,19 @@ TEST_P(SimulatorEquivalenceGrid, SameResultsAsTheReference) {
           const bool unequal = (config / 2) % 2 == 1;
           Model model = TestModel(p * v * (1 + variant % 2), unequal);
           SimOptions opts;
-          opts.recompute = variant >= 2   ? Recompute::kFull
-                           : variant == 1 ? Recompute::kSelective
-                                          : Recompute::kOff;
-          opts.data_parallel = 1 + (config % 3);  // 1, 2 or 3 replicas
-          opts.optimizer_step_ns = config % 5 == 0 ? 123'456 : 0;
+          opts.config.recompute = variant >= 2   ? Recompute::kFull
+                                  : variant == 1 ? Recompute::kSelective
+                                                 : Recompute::kOff;
+          opts.config.layout.data_parallel = 1 + (config % 3);  // 1, 2 or 3 replicas
+          opts.config.optimizer_step.time_ns = config % 5 == 0 ? 123'456 : 0;
           for (bool timeline : {true, false}) {
             opts.record_timeline = timeline;
             EXPECT_TRUE(SameAsReference(model, cluster, *sched, opts, &tally,
                                         /*compare_text=*/variant == 0))
                 << ScheduleKindName(kind) << " p=" << p << " m=" << m << " v=" << v
                 << " cluster=" << cluster.name << " unequal=" << unequal
-                << " recompute=" << RecomputeName(opts.recompute) << " dp=" << opts.data_parallel
-                << " timeline=" << timeline;
+                << " recompute=" << RecomputeName(opts.config.recompute)
+                << " dp=" << opts.config.layout.data_parallel << " timeline=" << timeline;
           }
         }
       }
@@ -349,7 +349,7 @@ TEST(SimulatorEquivalence, LargerPipelinesAcrossNodes) {
       ASSERT_TRUE(sched.ok()) << sched.status().message();
       for (bool unequal : {false, true}) {
         SimOptions opts;
-        opts.data_parallel = 2;
+        opts.config.layout.data_parallel = 2;
         EXPECT_TRUE(SameAsReference(TestModel(p * v * 2, unequal), unequal ? a100 : h100, *sched,
                                     opts, &tally, /*compare_text=*/false))
             << ScheduleKindName(kind) << " p=" << p << " m=" << m << " unequal=" << unequal;
@@ -481,10 +481,10 @@ TEST(SimulatorEquivalence, RandomCustomSchedulesWithTiesAndDeadlocks) {
     const bool zero_ops = trial % 4 == 1;
     Model model = TestModel(stages + static_cast<int>(rng() % 3), trial % 2 == 0, zero_ops);
     SimOptions opts;
-    opts.recompute = trial % 5 == 2   ? Recompute::kFull
-                     : trial % 5 == 3 ? Recompute::kSelective
-                                      : Recompute::kOff;
-    opts.data_parallel = 1 + trial % 2;
+    opts.config.recompute = trial % 5 == 2   ? Recompute::kFull
+                            : trial % 5 == 3 ? Recompute::kSelective
+                                             : Recompute::kOff;
+    opts.config.layout.data_parallel = 1 + trial % 2;
     const Cluster& cluster = clusters[trial % clusters.size()];
     EXPECT_TRUE(SameAsReference(model, cluster, s, opts, &tally, /*compare_text=*/trial % 4 == 0))
         << "trial " << trial << " cluster " << cluster.name << " schedule:\n"
@@ -524,7 +524,7 @@ AssertionResult RoundCostTrial(int trial, Tally* tally) {
   cluster.intra_node = Link{bandwidths[rng() % 4], latencies[rng() % 3]};
   cluster.inter_node = Link{bandwidths[rng() % 4], latencies[rng() % 3]};
   SimOptions opts;
-  opts.recompute = trial % 3 == 1 ? Recompute::kFull : Recompute::kOff;
+  opts.config.recompute = trial % 3 == 1 ? Recompute::kFull : Recompute::kOff;
   AssertionResult same = SameAsReference(model, cluster, s, opts, tally, /*compare_text=*/false);
   if (!same) same << "\ntrial " << trial << " schedule:\n" << ScheduleToText(s);
   return same;

@@ -170,9 +170,9 @@ TEST(SimulatorHandWorked, RingAllReduceAfterTheFlushAndOptimizerStep) {
   c.intra_node = Link{100.0, 5.0};
   Model model = UniformModel(2, kF, kB, 0, 0, 50'000'000);
   SimOptions opts;
-  opts.memory.gradient_bytes_per_param = 2;  // bf16 main gradients (--grad-dtype bf16)
-  opts.data_parallel = 2;
-  opts.optimizer_step_ns = 500'000;
+  opts.config.memory.gradient_bytes_per_param = 2;  // bf16 main gradients (--grad-dtype bf16)
+  opts.config.layout.data_parallel = 2;
+  opts.config.optimizer_step.time_ns = 500'000;
   SimResult r = SimulateOk(ScheduleKind::k1F1B, 2, 4, c, model, opts);
   // The 5 us latency sits on four hops of 1F1B's critical path (p=2, m=4:
   // F0 act, B0 grad, F2 act, B3 grad): 15 ms + 4 x 5 us.
@@ -192,8 +192,8 @@ TEST(SimulatorHandWorked, AllReduceAcrossNodesUsesInterNodeLink) {
   c.inter_node = Link{10.0, 0.0};
   Model model = UniformModel(2, kF, kB, 0, 0, 50'000'000);
   SimOptions opts;
-  opts.memory.gradient_bytes_per_param = 2;  // bf16 main gradients
-  opts.data_parallel = 2;                    // replica 1 sits on GPUs 2-3: another node
+  opts.config.memory.gradient_bytes_per_param = 2;  // bf16 main gradients
+  opts.config.layout.data_parallel = 2;             // replica 1 sits on GPUs 2-3: another node
   SimResult r = SimulateOk(ScheduleKind::k1F1B, 2, 2, c, model, opts);
   EXPECT_EQ(r.per_rank[0].allreduce_ns, 10'000'000);  // 100 MB at 10 GB/s
 }
@@ -232,7 +232,7 @@ TEST(SimulatorHandWorked, RecomputeCostsAForwardAndKeepsOnlyStageInputs) {
   // backward recomputes them; stage 0's input (tokens) counts as 0.
   Model model = UniformModel(2, kF, kB, kAct, kMiB);
   SimOptions opts;
-  opts.recompute = Recompute::kFull;
+  opts.config.recompute = Recompute::kFull;
   SimResult r = SimulateOk(ScheduleKind::kGPipe, 2, 2, IdealCluster(), model, opts);
   EXPECT_EQ(r.iteration_ns, 12 * kF);
   EXPECT_EQ(r.per_rank[1].memory.activations_peak, 2 * kMiB + kAct);
@@ -259,7 +259,7 @@ TEST(SimulatorHandWorked, FullRecomputeAtOneStageHoldsInFlightInputsAndOneLayer)
   // Given p = 1, L = 4 equal layers (100 MiB of activations, 1 MiB input
   // each) and full recomputation.
   SimOptions opts;
-  opts.recompute = Recompute::kFull;
+  opts.config.recompute = Recompute::kFull;
   const Model model = LayersWithMemoryFields(4);
   // When 1F1B runs 4 micro-batches (one in flight at a time), then the peak
   // is one micro-batch's 4 checkpoints + one layer's full activations, not
@@ -276,7 +276,7 @@ TEST(SimulatorHandWorked, FullRecomputeAtOneStageHoldsInFlightInputsAndOneLayer)
 TEST(SimulatorHandWorked, SelectiveRecomputeDropsTheAttentionCores) {
   // Given p = 1, L = 3, GPipe with 2 micro-batches, selective recomputation.
   SimOptions opts;
-  opts.recompute = Recompute::kSelective;
+  opts.config.recompute = Recompute::kSelective;
   SimResult r =
       SimulateOk(ScheduleKind::kGPipe, 1, 2, IdealCluster(), LayersWithMemoryFields(3), opts);
   // Then each micro-batch keeps 3 x (100 - 40) MiB, and one core is rebuilt:
@@ -361,7 +361,7 @@ TEST(SimulatorErrors, BadOptions) {
   Model model = UniformModel(2, kF, kB);
   auto s = MakeSchedule(ScheduleKind::k1F1B, 2, 2);
   SimOptions opts;
-  opts.microbatch_size = 0;
+  opts.config.microbatch_size = 0;
   EXPECT_THAT(Simulate(model, IdealCluster(), *s, opts).status().message(),
               HasSubstr("--microbatch-size"));
   opts = SimOptions{};
@@ -394,7 +394,7 @@ TEST(SimulatorCosts, UnmeasuredSizeIsInterpolatedAndSaysSo) {
     l.profiles.push_back(p);
   }
   SimOptions opts;
-  opts.microbatch_size = 2;  // between 1 and 4: F = 1 + (4-1)/3 = 2 ms
+  opts.config.microbatch_size = 2;  // between 1 and 4: F = 1 + (4-1)/3 = 2 ms
   SimResult r = SimulateOk(ScheduleKind::kGPipe, 2, 1, IdealCluster(), model, opts);
   EXPECT_FALSE(r.costs_measured);
   ASSERT_EQ(r.notes.size(), 1u);

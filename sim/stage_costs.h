@@ -146,7 +146,7 @@ struct StageCost {
 // tensor-parallel communication (TpCommNs) hides behind the other half's compute, as far as
 // that compute lasts:
 //   forward half  = F - min(F_comm, B - B_comm),  backward half = B - min(B_comm, F - F_comm),
-// each then scaled by `overlap_factor` (SimOptions::overlap_factor) and rounded to the
+// each then scaled by `overlap_factor` (OverlapSettings::overlap_factor) and rounded to the
 // nearest ns. At t = 1 (no such communication) the pair lasts factor x (F + B).
 // REQUIRES: the pairs are well formed (ValidateSchedule).
 TimeNs ActionDurationNs(const std::vector<StageCost>& costs, const std::vector<Action>& list,

@@ -158,8 +158,8 @@ TEST(TensorParallelTest, OverlapHidesAllButTheFirstChunk) {
 TEST(TensorParallelTest, SimulatedIterationAndPerGpuStaticMemory) {
   const Model m = Blocks(1);
   SimOptions o;
-  o.tensor_parallel = 4;
-  o.estimate_optimizer_step = false;
+  o.config.layout.tensor_parallel = 4;
+  o.config.optimizer_step.estimate = false;
   o.critical_path = true;
   const auto r = Simulate(m, H100(), CustomSchedule(1, {{F(0, 0), B(0, 0)}}), o);
   ASSERT_TRUE(r.ok()) << r.status().message();
@@ -197,7 +197,7 @@ TEST(TensorParallelTest, PipelineSendsSeeTheNodeLayoutWithTFoldedIn) {
   const Link nvlink = H100().intra_node, ib = H100().inter_node;
   for (int t : {4, 8}) {
     SimOptions o;
-    o.tensor_parallel = t;
+    o.config.layout.tensor_parallel = t;
     o.partition = {StageLayers{0, 0}, StageLayers{1, 1}};
     const auto r = Simulate(m, H100(), two, o);
     ASSERT_TRUE(r.ok()) << r.status().message();
@@ -223,8 +223,8 @@ TEST(TensorParallelTest, DataParallelGroupsSeeTheNodeLayoutWithTFoldedIn) {
   };
   for (int t : {4, 8}) {
     SimOptions o;
-    o.tensor_parallel = t;
-    o.data_parallel = 2;
+    o.config.layout.tensor_parallel = t;
+    o.config.layout.data_parallel = 2;
     const auto r = Simulate(m, H100(), CustomSchedule(1, {{F(0, 0), B(0, 0)}}), o);
     ASSERT_TRUE(r.ok()) << r.status().message();
     EXPECT_EQ(r->allreduce_ns, t == 4 ? all_reduce(gradients_per_gpu_t4, nvlink)
@@ -248,15 +248,15 @@ TEST(TensorParallelTest, BadSettingsAreRefusedNamingTheFix) {
   const Model m = Blocks(1);
   const Schedule one = CustomSchedule(1, {{F(0, 0), B(0, 0)}});
   SimOptions o;
-  o.tensor_parallel = 3;
+  o.config.layout.tensor_parallel = 3;
   auto r = Simulate(m, H100(), one, o);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("--tensor-parallel 3 does not divide the 8 GPUs"),
             std::string::npos)
       << r.status().message();
 
-  o.tensor_parallel = 1;
-  o.sequence_parallel = true;
+  o.config.layout.tensor_parallel = 1;
+  o.config.layout.sequence_parallel = true;
   r = Simulate(m, H100(), one, o);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("--sequence-parallel needs --tensor-parallel above 1"),
@@ -264,8 +264,8 @@ TEST(TensorParallelTest, BadSettingsAreRefusedNamingTheFix) {
 
   Model bare = m;
   bare.layers[0].profiles[0].tp_comm_bytes.reset();
-  o.sequence_parallel = false;
-  o.tensor_parallel = 2;
+  o.config.layout.sequence_parallel = false;
+  o.config.layout.tensor_parallel = 2;
   r = Simulate(bare, H100(), one, o);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("gives no tp_comm_bytes"), std::string::npos);

@@ -62,8 +62,8 @@ inline World MakeWorld(const Model& model, const Schedule& schedule,
   World w;
   w.model = model;
   SimOptions o;
-  o.recompute = recompute;
-  o.tensor_parallel = tensor_parallel;
+  o.config.recompute = recompute;
+  o.config.layout.tensor_parallel = tensor_parallel;
   Result<SimResult> sim = Simulate(model, TestCluster(), schedule, o);
   EXPECT_TRUE(sim.ok()) << sim.status().message();
   w.plan = MakePlanFile(model.name, "", TestCluster(), schedule, o, *sim);

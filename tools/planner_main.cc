@@ -84,10 +84,7 @@ int main(int argc, char** argv) {
   app.add_option("--global-batch", f.global_batch,
                  "samples per iteration (default: the model's global_batch)")
       ->check(CLI::PositiveNumber);
-  pipecast::AddTrainingFlags(
-      app, {&f.cluster, &f.memory_gb, "override the GPU memory, in GiB (0 = unlimited)",
-            &f.optimizer_step_us, &f.overlap_grad_reduce, &f.grad_bucket_params, &f.precision,
-            &f.optimizer, &f.grad_dtype, &f.memory_reserve_gb, &f.memory_headroom});
+  pipecast::AddTrainingFlags(app, &f.training, "override the GPU memory, in GiB (0 = unlimited)");
   app.add_option("--schedules", f.schedules,
                  "comma list of schedules to try: " +
                      pipecast::JoinNames(pipecast::BuiltinScheduleNames()) +

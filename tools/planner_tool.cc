@@ -25,6 +25,12 @@
 namespace pipecast {
 namespace {
 
+PlannerOptions::SequenceParallel SequenceParallelFlag(const std::string& value) {
+  return value == "on"    ? PlannerOptions::SequenceParallel::kOn
+         : value == "off" ? PlannerOptions::SequenceParallel::kOff
+                          : PlannerOptions::SequenceParallel::kAuto;
+}
+
 Result<PlannerOptions> MakeOptions(const PlannerToolOptions& flags) {
   PlannerOptions o;
   o.gpus = flags.gpus;
@@ -43,21 +49,16 @@ Result<PlannerOptions> MakeOptions(const PlannerToolOptions& flags) {
                                                                        : RecomputeMode::kAuto;
   o.top_k = flags.top;
   o.threads = flags.threads;
-  // --optimizer-step-us given (>= 0): that time; absent (< 0): estimated.
-  o.optimizer_step_ns = flags.optimizer_step_us >= 0 ? UsToNs(flags.optimizer_step_us) : 0;
-  o.estimate_optimizer_step = flags.optimizer_step_us < 0;
-  o.overlap_grad_reduce = flags.overlap_grad_reduce == "on";
-  o.grad_bucket_params = flags.grad_bucket_params;
-  auto memory = MemoryConfigFor(flags.precision, flags.optimizer, flags.grad_dtype);
-  if (!memory.ok()) return memory.status();
-  o.memory = *memory;
+  // What every candidate shares: the shared flags' part of a configuration.
+  TrainingConfig shared;
+  PIPECAST_RETURN_IF_ERROR(FillTrainingConfig(flags.training, &shared));
+  o.memory = shared.memory;
+  o.overlap = shared.overlap;
+  o.overlap.tp_comm_overlap = flags.tp_comm_overlap;
+  o.optimizer_step = shared.optimizer_step;
   o.zero_levels = flags.zero;
   o.tensor_parallel = flags.tensor_parallel;
-  o.sequence_parallel = flags.sequence_parallel == "on" ? PlannerOptions::SequenceParallel::kOn
-                        : flags.sequence_parallel == "off"
-                            ? PlannerOptions::SequenceParallel::kOff
-                            : PlannerOptions::SequenceParallel::kAuto;
-  o.tp_comm_overlap = flags.tp_comm_overlap;
+  o.sequence_parallel = SequenceParallelFlag(flags.sequence_parallel);
   o.pipeline_stages = flags.pipeline_stages;
   o.data_parallel = flags.data_parallel;
   o.microbatches = flags.microbatches;
@@ -86,10 +87,8 @@ Result<Inputs> LoadInputs(const PlannerToolOptions& flags, const PlannerProgress
   auto options = MakeOptions(flags);
   if (!options.ok()) return options.status();
   in.options = std::move(options.value());
-  auto cluster = SelectCluster(flags.cluster, in.model, flags.memory_gb);
+  auto cluster = SelectToolCluster(flags.training, in.model);
   if (!cluster.ok()) return cluster.status();
-  PIPECAST_RETURN_IF_ERROR(
-      OverrideGpuMemory(flags.memory_reserve_gb, flags.memory_headroom, &cluster->cluster));
   in.cluster = std::move(cluster.value());
   if (!in.cluster.note.empty()) progress(in.cluster.note);
   if (!flags.check.empty()) {
@@ -183,25 +182,8 @@ std::string ReportText(const PlannerToolOptions& flags, const Inputs& in, const 
 }  // namespace
 
 Status PlannerToolOptions::Validate() const {
-  for (int t : tensor_parallel) {
-    if (gpus > 0 && (t > gpus || gpus % t != 0)) {
-      return Status::InvalidArgument(fmt::format(
-          "--tensor-parallel {} {} --gpus {}: t x p x d must equal the GPUs, so t must divide N", t,
-          t > gpus ? "is more than" : "does not divide", gpus));
-    }
-  }
-  if (sequence_parallel == "on" && !tensor_parallel.empty() &&
-      *std::max_element(tensor_parallel.begin(), tensor_parallel.end()) == 1) {
-    return Status::InvalidArgument(
-        "--sequence-parallel on needs --tensor-parallel above 1: sequence parallelism splits "
-        "over the tensor-parallel group");
-  }
-  if (tp_comm_overlap && !tensor_parallel.empty() &&
-      *std::max_element(tensor_parallel.begin(), tensor_parallel.end()) == 1) {
-    return Status::InvalidArgument(
-        "--tp-comm-overlap needs --tensor-parallel above 1: there is no tensor-parallel "
-        "communication to overlap");
-  }
+  PIPECAST_RETURN_IF_ERROR(CheckTensorParallelChoices(
+      tensor_parallel, gpus, SequenceParallelFlag(sequence_parallel), tp_comm_overlap));
   CheckOptions check_options;
   check_options.tolerance = tolerance;
   return check_options.Validate();
@@ -217,9 +199,9 @@ Status CheckToolOutputs(const PlannerToolOptions& flags) {
         NamedPath{"--report", flags.report}, NamedPath{"--schedule-out", flags.schedule_out}}) {
     if (!p.path.empty()) outputs.push_back(p);
   }
-  return CheckOutputs(
-      outputs,
-      {{"--model", flags.model_path}, {"--cluster", flags.cluster}, {"--check", flags.check}});
+  return CheckOutputs(outputs, {{"--model", flags.model_path},
+                                {"--cluster", flags.training.cluster},
+                                {"--check", flags.check}});
 }
 
 }  // namespace
@@ -235,8 +217,8 @@ Result<PlannerToolResult> RunPlannerTool(const PlannerToolOptions& flags,
   std::optional<ChosenPlan> chosen;
   if (report->Feasible()) {
     const bool timeline = !flags.trace.empty() || flags.gantt || !flags.report.empty();
-    auto made = MakeChosenPlan(in->model, in->model_hash, in->cluster.cluster, in->options,
-                               report->ranked[0], timeline);
+    auto made =
+        MakeChosenPlan(in->model, in->model_hash, in->cluster.cluster, report->ranked[0], timeline);
     if (!made.ok()) return made.status();
     chosen = std::move(made.value());
     PIPECAST_RETURN_IF_ERROR(WriteOutputs(flags, *chosen, progress, &gantt));

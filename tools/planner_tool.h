@@ -16,6 +16,7 @@
 
 #include "base/status.h"
 #include "planner/planner.h"
+#include "tools/training_flags.h"
 
 namespace pipecast {
 
@@ -24,20 +25,13 @@ struct PlannerToolOptions {
   std::string model_path;              // required
   int gpus = 0;                        // required
   int64_t global_batch = 0;            // 0: the model's global_batch
-  std::string cluster;                 // empty: the model's device if it is a preset, else ideal
-  double memory_gb = -1;               // < 0: the cluster's
+  TrainingFlags training;              // the flags the simulator shares (tools/training_flags.h)
   std::vector<std::string> schedules;  // empty: the planner's set
   std::vector<int> microbatch_sizes;   // empty: the sizes the model was measured at
   std::vector<int> chunks = {2};
   std::string recompute = "auto";  // auto, off or on
   int top = 3;
   int threads = 0;                         // 0: every core
-  double optimizer_step_us = -1;           // < 0: estimated from HBM bandwidth
-  std::string overlap_grad_reduce = "on";  // on or off
-  int64_t grad_bucket_params = 0;          // 0: Megatron-LM's max(40M, 1M x d)
-  std::string precision = "bf16";
-  std::string optimizer = "adam";
-  std::string grad_dtype = "fp32";         // main gradients: fp32 (Megatron's default) or bf16
   std::vector<int> zero;                   // ZeRO levels to try; empty: 0, 1 and 3 when d > 1
   std::vector<int> tensor_parallel;        // t to try; empty: the planner's (docs/planner.md)
   std::string sequence_parallel = "auto";  // auto, on or off (at t > 1)
@@ -45,8 +39,6 @@ struct PlannerToolOptions {
   int pipeline_stages = 0;               // p pinned; 0: searched
   int data_parallel = 0;                 // d pinned; 0: searched
   int microbatches = 0;                  // m pinned; 0: searched
-  double memory_reserve_gb = -1;         // < 0: the cluster's runtime reserve
-  double memory_headroom = -1;           // < 0: the cluster's allocator margin
   bool json = false;                     // the report as one JSON object instead of text
   std::string out;                       // --out: the chosen plan (pipecast-plan/1)
   std::string trace;                     // --trace: the chosen plan's Chrome trace
@@ -62,7 +54,9 @@ struct PlannerToolOptions {
   // The search's progress (report/search_progress.h shows it); empty: none.
   std::function<void(const SearchProgress&)> search_progress;
 
-  // InvalidArgument for a --tolerance outside [0, 1) (a usage error).
+  // InvalidArgument for a --tolerance outside [0, 1), or tensor-parallel
+  // degrees that cannot run on --gpus or that --sequence-parallel on or
+  // --tp-comm-overlap needs above 1 (CheckTensorParallelChoices): usage errors.
   [[nodiscard]] Status Validate() const;
 };
 

@@ -52,11 +52,12 @@ int main(int argc, char** argv) {
       "Example: simulator --model examples/gpt-small.json --stages 4 --microbatches 8 "
       "--schedule 1f1b --cluster h100-sxm"};
   app.add_option("--model", f.model_path, "model.json (pipecast-model/1)")->required();
-  CLI::Option* stages = app.add_option("--stages", f.stages, "pipeline stages P (one per GPU)")
-                            ->check(CLI::PositiveNumber);
-  CLI::Option* microbatches =
-      app.add_option("--microbatches", f.microbatches, "micro-batches per iteration (default P)")
+  CLI::Option* stages =
+      app.add_option("--stages", f.config.layout.pipeline_stages, "pipeline stages P (one per GPU)")
           ->check(CLI::PositiveNumber);
+  CLI::Option* microbatches = app.add_option("--microbatches", f.config.microbatches,
+                                             "micro-batches per iteration (default P)")
+                                  ->check(CLI::PositiveNumber);
   CLI::Option* schedule =
       app.add_option("--schedule", f.schedule,
                      "one of " + pipecast::JoinNames(pipecast::BuiltinScheduleNames()) +
@@ -64,7 +65,7 @@ int main(int argc, char** argv) {
           ->check(pipecast::OneOf(pipecast::BuiltinScheduleNames()))
           ->capture_default_str();
   CLI::Option* chunks =
-      app.add_option("--chunks", f.chunks,
+      app.add_option("--chunks", f.config.layout.chunks,
                      "model chunks per GPU (v) for interleaved and looped-bfs (default 2)")
           ->check(CLI::PositiveNumber);
   CLI::Option* memory_limit = app.add_option(
@@ -81,35 +82,33 @@ int main(int argc, char** argv) {
           ->check(pipecast::OneOf({"off", "selective", "full"}))
           ->option_text("off|selective|full (default off; bare: full)");
   CLI::Option* microbatch_size =
-      app.add_option("--microbatch-size", f.microbatch_size,
+      app.add_option("--microbatch-size", f.config.microbatch_size,
                      "samples per micro-batch; unmeasured sizes are interpolated")
           ->check(CLI::PositiveNumber)
           ->capture_default_str();
   CLI::Option* partition = app.add_option(
       "--partition", f.partition, "layers per stage, e.g. 0-3,4-7 (default: balanced on time)");
-  std::vector<CLI::Option*> fixed = pipecast::AddTrainingFlags(
-      app, {&f.cluster, &f.memory_gb, "override the GPU memory, in GiB", &f.optimizer_step_us,
-            &f.overlap_grad_reduce, &f.grad_bucket_params, &f.precision, &f.optimizer,
-            &f.grad_dtype, &f.memory_reserve_gb, &f.memory_headroom});
+  std::vector<CLI::Option*> fixed =
+      pipecast::AddTrainingFlags(app, &f.training, "override the GPU memory, in GiB");
   CLI::Option* data_parallel =
-      app.add_option("--data-parallel", f.data_parallel, "data-parallel replicas")
+      app.add_option("--data-parallel", f.config.layout.data_parallel, "data-parallel replicas")
           ->check(CLI::PositiveNumber)
           ->capture_default_str();
   CLI::Option* tensor_parallel =
-      app.add_option("--tensor-parallel", f.tensor_parallel,
+      app.add_option("--tensor-parallel", f.config.layout.tensor_parallel,
                      "tensor-parallel degree t: GPUs of one node that split each layer of a "
                      "stage, Megatron-style (must divide the GPUs per node; docs/simulator.md)")
           ->check(CLI::PositiveNumber)
           ->capture_default_str();
   CLI::Option* sequence_parallel = app.add_flag(
-      "--sequence-parallel", f.sequence_parallel,
+      "--sequence-parallel", f.config.layout.sequence_parallel,
       "sequence parallelism over the tensor-parallel group (Megatron-LM --sequence-parallel); "
       "needs --tensor-parallel > 1");
   CLI::Option* tp_comm_overlap = app.add_flag(
-      "--tp-comm-overlap", f.tp_comm_overlap,
+      "--tp-comm-overlap", f.config.overlap.tp_comm_overlap,
       "overlap tensor-parallel collectives with the matmuls (Megatron-LM --tp-comm-overlap; the "
       "model is in docs/simulator.md); needs --tensor-parallel > 1");
-  CLI::Option* zero = app.add_option("--zero", f.zero,
+  CLI::Option* zero = app.add_option("--zero", f.config.memory.zero,
                                      "ZeRO level over the data-parallel replicas: 0 none, 1 "
                                      "optimizer state (Megatron's distributed optimizer), 2 also "
                                      "gradients, 3 also parameters (FSDP)")
@@ -120,7 +119,7 @@ int main(int argc, char** argv) {
   app.add_option("--report", f.report_path,
                  "write a self-contained HTML report: timeline, memory, inputs (docs/report.md)")
       ->check(pipecast::OutputPath());
-  app.add_option("--overlap-factor", f.overlap_factor,
+  app.add_option("--overlap-factor", f.config.overlap.overlap_factor,
                  "an overlapped F&B pair ((F;B)OVERLAP_F_B, dualpipev) lasts this x (F + B less "
                  "the tensor-parallel communication each half hides behind the other's compute)")
       ->check(pipecast::FiniteRange(pipecast::kMaxOverlapFactor, "x (F + B)", 0, true))

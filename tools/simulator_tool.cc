@@ -35,10 +35,8 @@ using Flags = SimulatorToolOptions;
 // The simulator's line about a cluster chosen by default (SelectCluster's rule).
 Result<Cluster> PickCluster(const Flags& flags, const Model& model,
                             const SimulatorProgress& progress) {
-  auto s = SelectCluster(flags.cluster, model, flags.memory_gb);
+  auto s = SelectToolCluster(flags.training, model);
   if (!s.ok()) return s.status();
-  PIPECAST_RETURN_IF_ERROR(
-      OverrideGpuMemory(flags.memory_reserve_gb, flags.memory_headroom, &s->cluster));
   if (s->source != ClusterSource::kFlag) {
     progress(fmt::format("cluster '{}' ({}; choose with --cluster)", s->cluster.name,
                          s->source == ClusterSource::kIdeal
@@ -48,33 +46,50 @@ Result<Cluster> PickCluster(const Flags& flags, const Model& model,
   return std::move(s->cluster);
 }
 
-Result<Schedule> PickSchedule(const Flags& flags, int num_layers,
+// The configuration the flags give before the schedule is built: the flags
+// bound to it, --schedule (kCustom for --schedule-in) and --recompute. The
+// shared flags fill the rest once the schedule is known (errors in that
+// order, as the user reads the flags).
+Result<TrainingConfig> ConfigFromFlags(const Flags& flags) {
+  TrainingConfig config = flags.config;
+  config.recompute = *ParseRecompute(flags.recompute);  // checked by the flag
+  if (!flags.schedule_in.empty()) {
+    config.schedule = ScheduleKind::kCustom;
+    return config;
+  }
+  auto kind = ParseScheduleKind(flags.schedule);
+  if (!kind.ok()) return kind.status().WithPrefix("--schedule");
+  config.schedule = *kind;
+  return config;
+}
+
+Result<Schedule> PickSchedule(const Flags& flags, const TrainingConfig& config, int num_layers,
                               const SimulatorProgress& progress) {
+  const int stages_flag = config.layout.pipeline_stages;
   if (!flags.schedule_in.empty()) {
     ScheduleTextInfo info;
     auto s = LoadScheduleText(flags.schedule_in, &info);
     if (!s.ok()) return s.status();
-    for (const std::string& note : ScheduleTextNotes(info, flags.zero)) {
+    for (const std::string& note : ScheduleTextNotes(info, config.memory.zero)) {
       progress(fmt::format("{}: {}", flags.schedule_in, note));
     }
-    if (flags.stages > 0 && flags.stages != s->num_ranks) {
-      return Status::InvalidArgument(fmt::format("--stages {} but '{}' has {}", flags.stages,
+    if (stages_flag > 0 && stages_flag != s->num_ranks) {
+      return Status::InvalidArgument(fmt::format("--stages {} but '{}' has {}", stages_flag,
                                                  flags.schedule_in,
                                                  Count(s->num_ranks, "rank", "ranks")));
     }
-    if (flags.microbatches > 0 && flags.microbatches != s->num_microbatches) {
+    if (config.microbatches > 0 && config.microbatches != s->num_microbatches) {
       return Status::InvalidArgument(fmt::format("--microbatches {} but '{}' has {}",
-                                                 flags.microbatches, flags.schedule_in,
+                                                 config.microbatches, flags.schedule_in,
                                                  s->num_microbatches));
     }
     return s;
   }
-  auto kind = ParseScheduleKind(flags.schedule);
-  if (!kind.ok()) return kind.status().WithPrefix("--schedule");
-  const int chunks = flags.chunks > 0 ? flags.chunks : TraitsOf(*kind).default_chunks;
+  const ScheduleTraits& traits = TraitsOf(config.schedule);
+  const int chunks = config.layout.chunks > 0 ? config.layout.chunks : traits.default_chunks;
   // Model stages per rank: v, but 1 for a bidirectional schedule (its second copy repeats them).
-  const int model_chunks = TraitsOf(*kind).bidirectional ? 1 : chunks;
-  int stages = flags.stages;
+  const int model_chunks = traits.bidirectional ? 1 : chunks;
+  int stages = stages_flag;
   if (stages == 0 && !flags.partition.empty()) {
     // --partition lists every model stage: p·v ranges (p for a bidirectional schedule).
     stages =
@@ -94,7 +109,8 @@ Result<Schedule> PickSchedule(const Flags& flags, int num_layers,
         fmt::format("--stages {} but the model has only {}: use at most {}", stages,
                     Count(num_layers, "layer", "layers"), Count(num_layers, "stage", "stages")));
   }
-  return MakeSchedule(*kind, stages, flags.microbatches > 0 ? flags.microbatches : stages, chunks);
+  return MakeSchedule(config.schedule, stages,
+                      config.microbatches > 0 ? config.microbatches : stages, chunks);
 }
 
 // What to simulate: the cluster, the schedule and the options.
@@ -110,24 +126,19 @@ Result<Setup> SetupShapeFromFlags(const Flags& flags, const Model& model,
   auto cluster = PickCluster(flags, model, progress);
   if (!cluster.ok()) return cluster.status();
   s.cluster = std::move(cluster.value());
-  auto schedule = PickSchedule(flags, static_cast<int>(model.layers.size()), progress);
+  auto config = ConfigFromFlags(flags);
+  if (!config.ok()) return config.status();
+  auto schedule = PickSchedule(flags, *config, static_cast<int>(model.layers.size()), progress);
   if (!schedule.ok()) return schedule.status();
   s.schedule = std::move(schedule.value());
-  s.options.microbatch_size = flags.microbatch_size;
-  s.options.data_parallel = flags.data_parallel;
-  s.options.tensor_parallel = flags.tensor_parallel;
-  s.options.sequence_parallel = flags.sequence_parallel;
-  s.options.tp_comm_overlap = flags.tp_comm_overlap;
-  // --optimizer-step-us given (>= 0): that time; absent (< 0): estimated.
-  s.options.optimizer_step_ns = flags.optimizer_step_us >= 0 ? UsToNs(flags.optimizer_step_us) : 0;
-  s.options.estimate_optimizer_step = flags.optimizer_step_us < 0;
-  s.options.overlap_grad_reduce = flags.overlap_grad_reduce == "on";
-  s.options.grad_bucket_params = flags.grad_bucket_params;
-  s.options.recompute = *ParseRecompute(flags.recompute);  // checked by the flag
-  auto memory = MemoryConfigFor(flags.precision, flags.optimizer, flags.grad_dtype);
-  if (!memory.ok()) return memory.status();
-  s.options.memory = *memory;
-  s.options.memory.zero = flags.zero;
+  // The schedule states p, v and m; a schedule text that is no complete
+  // iteration is Simulate()'s to explain.
+  TrainingConfig& c = s.options.config;
+  c = std::move(config.value());
+  PIPECAST_RETURN_IF_ERROR(FillTrainingConfig(flags.training, &c));
+  c.layout.pipeline_stages = s.schedule.num_ranks;
+  c.layout.chunks = std::max(1, s.schedule.ChunksPerRank());
+  c.microbatches = s.schedule.num_microbatches / std::max(1, s.schedule.iterations);
   if (!flags.partition.empty()) {
     auto part = ParsePartition(flags.partition, static_cast<int>(model.layers.size()),
                                s.schedule.NumModelStages());
@@ -139,25 +150,20 @@ Result<Setup> SetupShapeFromFlags(const Flags& flags, const Model& model,
   // splits whose every stage's estimate fits the GPU (sim/memory_partition.h).
   PIPECAST_RETURN_IF_ERROR(s.options.Validate());
   PipelineShape shape;
-  shape.schedule =
-      flags.schedule_in.empty() ? *ParseScheduleKind(flags.schedule) : ScheduleKind::kCustom;
+  shape.schedule = c.schedule;
   shape.stages = s.schedule.num_ranks;
   shape.chunks = std::max(1, s.schedule.ChunksPerRank());
   shape.microbatches = s.schedule.num_microbatches / std::max(1, s.schedule.iterations);
-  shape.data_parallel = s.options.data_parallel;
+  shape.data_parallel = c.layout.data_parallel;
   shape.bidirectional = s.schedule.bidirectional;
-  const StageCostTable table(model, StageCostOptionsFor(s.options, s.cluster));
-  // One GPU of a t-way group keeps 1/t of every parameter's bytes, as the
-  // simulator counts them.
-  const MemoryConfig per_gpu =
-      TensorParallelShare(s.options.memory, std::max(1, s.options.tensor_parallel));
+  const StageCostTable table(model, StageCostOptionsFor(c, s.cluster));
   // A schedule text the layers cannot fill: Simulate() says what is wrong.
   if (s.schedule.num_stages < 1 || s.schedule.NumModelStages() > table.NumLayers() ||
       s.schedule.num_stages != shape.stages * shape.chunks) {
     return s;
   }
   const Bytes limit = MemoryLimitBytes(s.cluster.gpu);
-  MemoryAwareSplit split = MemoryAwarePartition(table, shape, per_gpu, limit);
+  MemoryAwareSplit split = MemoryAwarePartition(table, shape, c.PerGpuMemory(), limit);
   if (!split.fits) {
     progress(fmt::format(
         "no partition of the {} layers into {} stages fits the {:.2f} GiB limit by the planner's "
@@ -210,7 +216,7 @@ Result<Setup> SetupFromFlags(const Flags& flags, const Model& model,
                              const SimulatorProgress& progress) {
   auto s = SetupShapeFromFlags(flags, model, progress);
   if (!s.ok() || !flags.schedule_in.empty()) return s;
-  const ScheduleKind kind = *ParseScheduleKind(flags.schedule);  // parsed by the shape step
+  const ScheduleKind kind = s->options.config.schedule;
   if (TraitsOf(kind).generate_from_costs == nullptr) {
     if (flags.memory_limit.empty()) return s;
     return Status::InvalidArgument(
@@ -296,22 +302,12 @@ Status CheckToolOutputs(const SimulatorToolOptions& flags) {
   return CheckOutputs(outputs, {{"--model", flags.model_path},
                                 {"--plan", flags.plan_path},
                                 {"--schedule-in", flags.schedule_in},
-                                {"--cluster", flags.cluster}});
+                                {"--cluster", flags.training.cluster}});
 }
 
 }  // namespace
 
-Status SimulatorToolOptions::Validate() const {
-  if (tensor_parallel == 1 && (sequence_parallel || tp_comm_overlap)) {
-    return Status::InvalidArgument(fmt::format(
-        "{} needs --tensor-parallel above 1: {}",
-        sequence_parallel ? "--sequence-parallel" : "--tp-comm-overlap",
-        sequence_parallel ? "sequence parallelism splits the layernorms and dropouts over the "
-                            "tensor-parallel group"
-                          : "there is no tensor-parallel communication to overlap"));
-  }
-  return Status::Ok();
-}
+Status SimulatorToolOptions::Validate() const { return config.Validate(); }
 
 Result<std::string> RunSimulatorTool(const SimulatorToolOptions& flags,
                                      const SimulatorProgress& progress) {
@@ -326,7 +322,8 @@ Result<std::string> RunSimulatorTool(const SimulatorToolOptions& flags,
   // Always: the critical path in the summary and --json is derived from the timeline.
   setup->options.record_timeline = true;
   setup->options.critical_path = true;
-  setup->options.overlap_factor = flags.overlap_factor;
+  // --overlap-factor applies to a replayed plan too (a plan does not store it).
+  setup->options.config.overlap.overlap_factor = flags.config.overlap.overlap_factor;
   auto result = Simulate(*model, setup->cluster, setup->schedule, setup->options);
   if (!result.ok()) return result.status();
   PIPECAST_RETURN_IF_ERROR(WriteOutputs(flags, *model, *setup, *result));

@@ -14,39 +14,30 @@
 #include <string>
 
 #include "base/status.h"
+#include "sim/training_config.h"
+#include "tools/training_flags.h"
 
 namespace pipecast {
 
 // The simulator's flags, as typed (docs/simulator.md lists them).
 struct SimulatorToolOptions {
   std::string model_path;  // required
-  int stages = 0;          // 0: from --partition or --schedule-in
-  int microbatches = 0;    // 0: from --schedule-in, else the number of stages
+  // The configuration the flags give directly: --stages (p; 0: from
+  // --partition or --schedule-in), --microbatches (m; 0: from --schedule-in,
+  // else p), --chunks (v; 0: 2 for interleaved and looped-bfs, else 1),
+  // --microbatch-size, --data-parallel, --tensor-parallel,
+  // --sequence-parallel, --tp-comm-overlap, --zero (config.memory.zero) and
+  // --overlap-factor. The run completes it from the flags below
+  // (FillTrainingConfig, --schedule, --recompute) and from the schedule.
+  TrainingConfig config;
+  TrainingFlags training;  // the flags the planner shares (tools/training_flags.h)
   std::string schedule = "1f1b";
-  int chunks = 0;  // v, model chunks per GPU; 0: 2 for interleaved and looped-bfs, else 1
   // --memory-limit, for zb-auto and zb-v-auto: activations a rank may hold, as a count of
   // micro-batch activations ("16") or a size with a unit ("40GiB"); empty: the schedule's
   // default (2p for zb-auto, p for zb-v-auto).
   std::string memory_limit;
-  std::string recompute = "off";  // off, selective or full
-  int microbatch_size = 1;
-  std::string partition;  // empty: balanced on time
-  std::string cluster;    // empty: the preset named by the model's source.device, else ideal
-  double memory_gb = -1;  // < 0: the cluster's
-  int data_parallel = 1;
-  int tensor_parallel = 1;  // t: GPUs of one node splitting each layer of a stage
-  bool sequence_parallel = false;
-  bool tp_comm_overlap = false;
-  double optimizer_step_us = -1;           // < 0: estimated from HBM bandwidth
-  std::string overlap_grad_reduce = "on";  // on or off
-  int64_t grad_bucket_params = 0;          // 0: Megatron-LM's max(40M, 1M x d)
-  std::string precision = "bf16";
-  std::string optimizer = "adam";
-  std::string grad_dtype = "fp32";       // main gradients: fp32 (Megatron's default) or bf16
-  int zero = 0;                          // ZeRO level over the data-parallel replicas
-  double overlap_factor = 1.0;           // an overlapped F&B pair lasts factor x (F + B)
-  double memory_reserve_gb = -1;         // < 0: the cluster's runtime reserve
-  double memory_headroom = -1;           // < 0: the cluster's allocator margin
+  std::string recompute = "off";         // off, selective or full
+  std::string partition;                 // empty: the planner's (sim/memory_partition.h)
   std::string trace_path;                // --trace: the Chrome trace
   std::string report_path;               // --report: the self-contained HTML report
   std::string command_line;              // as typed, shown in the report's inputs
@@ -60,8 +51,8 @@ struct SimulatorToolOptions {
   int gantt_width = 0;       // columns of that chart: --width, else the terminal's; 0: the default
 
   // InvalidArgument for flags that contradict each other before any file is
-  // read (a usage error): --sequence-parallel or --tp-comm-overlap without
-  // --tensor-parallel above 1.
+  // read (a usage error): config.Validate(), e.g. --sequence-parallel or
+  // --tp-comm-overlap without --tensor-parallel above 1.
   [[nodiscard]] Status Validate() const;
 };
 

@@ -1,6 +1,7 @@
 // The flags the simulator and the planner share: the cluster, the memory
 // settings and the training precision and optimizer, with one help text and
-// one check each. Header-only, for the tools' mains.
+// one check each, and the one function that turns them into the
+// configuration (sim/training_config.h) and the cluster.
 #ifndef PIPECAST_TOOLS_TRAINING_FLAGS_H_
 #define PIPECAST_TOOLS_TRAINING_FLAGS_H_
 
@@ -11,76 +12,49 @@
 
 #include "base/cli.h"
 #include "base/flag_checks.h"
+#include "base/status.h"
+#include "formats/cluster_select.h"
+#include "sim/model.h"
+#include "sim/training_config.h"
 
 namespace pipecast {
 
-// Where each shared flag's value goes, in the tool's own options struct.
-struct TrainingFlagFields {
-  std::string* cluster;
-  double* memory_gb;
-  const char* memory_gb_help;
-  double* optimizer_step_us;
-  std::string* overlap_grad_reduce;
-  int64_t* grad_bucket_params;
-  std::string* precision;
-  std::string* optimizer;
-  std::string* grad_dtype;
-  double* memory_reserve_gb;
-  double* memory_headroom;
+// The shared flags, as typed (docs/simulator.md and docs/planner.md list
+// them).
+struct TrainingFlags {
+  std::string cluster;                     // empty: the model's device if a preset, else ideal
+  double memory_gb = -1;                   // < 0: the cluster's
+  double memory_reserve_gb = -1;           // < 0: the cluster's runtime reserve
+  double memory_headroom = -1;             // < 0: the cluster's allocator margin
+  double optimizer_step_us = -1;           // < 0: estimated from HBM bandwidth
+  std::string overlap_grad_reduce = "on";  // on or off
+  int64_t grad_bucket_params = 0;          // 0: Megatron-LM's max(40M, 1M x d)
+  std::string precision = "bf16";
+  std::string optimizer = "adam";
+  std::string grad_dtype = "fp32";  // main gradients: fp32 (Megatron's default) or bf16
 };
 
-// Adds --cluster, --memory-gb, --optimizer-step-us, --overlap-grad-reduce,
-// --grad-bucket-params, --precision, --optimizer, --grad-dtype,
-// --memory-reserve-gb and --memory-headroom, and returns them (the simulator
-// makes --plan exclude them).
-inline std::vector<CLI::Option*> AddTrainingFlags(CLI::App& app, const TrainingFlagFields& f) {
-  std::vector<CLI::Option*> added;
-  added.push_back(app.add_option(
-      "--cluster", *f.cluster,
-      "preset (ideal, a100-80gb, h100-sxm, h200, local) or cluster JSON file (default: the "
-      "model's device if it is a preset, else ideal)"));
-  added.push_back(app.add_option("--memory-gb", *f.memory_gb, f.memory_gb_help)
-                      ->check(FiniteRange(kMaxMemoryGiB, "GiB")));
-  added.push_back(
-      app.add_option("--optimizer-step-us", *f.optimizer_step_us,
-                     "optimizer step time, in us (default: estimated from HBM bandwidth and the "
-                     "bytes Adam touches per parameter, docs/simulator.md)")
-          ->check(FiniteRange(kMaxStepUs, "microseconds")));
-  added.push_back(
-      app.add_option("--overlap-grad-reduce", *f.overlap_grad_reduce,
-                     "on: the data-parallel gradient reduction runs in buckets beside the "
-                     "backward (Megatron-LM's --overlap-grad-reduce); off: after the last op")
-          ->check(OneOf({"on", "off"}))
-          ->capture_default_str());
-  added.push_back(
-      app.add_option("--grad-bucket-params", *f.grad_bucket_params,
-                     "parameters per gradient bucket (default: Megatron-LM's max(40M, 1M x d))")
-          ->check(CLI::Range(int64_t{1}, int64_t{1} << 50)));
-  added.push_back(app.add_option("--precision", *f.precision,
-                                 "training precision, for bytes per parameter: bf16, fp16 "
-                                 "(mixed) or fp32 (docs/simulator.md)")
-                      ->check(OneOf({"bf16", "fp16", "fp32"}))
-                      ->capture_default_str());
-  added.push_back(app.add_option("--optimizer", *f.optimizer,
-                                 "optimizer, for bytes per parameter: adam, sgd or sgd-nomomentum")
-                      ->check(OneOf({"adam", "sgd", "sgd-nomomentum"}))
-                      ->capture_default_str());
-  added.push_back(
-      app.add_option(
-             "--grad-dtype", *f.grad_dtype,
-             "main-gradient precision: fp32 (Megatron's default) or bf16 (docs/simulator.md)")
-          ->check(OneOf({"fp32", "bf16", "fp16"}))
-          ->capture_default_str());
-  added.push_back(
-      app.add_option("--memory-reserve-gb", *f.memory_reserve_gb,
-                     "override the per-GPU runtime reserve (CUDA context, cuBLAS, NCCL), in GiB")
-          ->check(FiniteRange(kMaxMemoryGiB, "GiB")));
-  added.push_back(
-      app.add_option("--memory-headroom", *f.memory_headroom,
-                     "override the allocator margin, a fraction of capacity (presets: 0.05)")
-          ->check(FiniteRange(kMaxMemoryHeadroom, "fraction of capacity")));
-  return added;
-}
+// Adds --cluster, --memory-gb (with the tool's help text), --optimizer-step-us,
+// --overlap-grad-reduce, --grad-bucket-params, --precision, --optimizer,
+// --grad-dtype, --memory-reserve-gb and --memory-headroom, bound to `flags`,
+// and returns them (the simulator makes --plan exclude them). `flags` must
+// outlive the parse.
+std::vector<CLI::Option*> AddTrainingFlags(CLI::App& app, TrainingFlags* flags,
+                                           const char* memory_gb_help);
+
+// What the shared flags set in `config`: the bytes per parameter of
+// --precision, --optimizer and --grad-dtype (config->memory.zero kept), the
+// gradient reduction's overlap and bucket size, and the optimizer step
+// (given by --optimizer-step-us, else estimated). The one place these flags
+// become the configuration. InvalidArgument naming the flags that conflict
+// (fp32 training with half-precision main gradients).
+[[nodiscard]] Status FillTrainingConfig(const TrainingFlags& flags, TrainingConfig* config);
+
+// The cluster --cluster, the model's device and --memory-gb choose
+// (formats/cluster_select.h), with --memory-reserve-gb and --memory-headroom
+// applied. Failures name the flag.
+[[nodiscard]] Result<ClusterSelection> SelectToolCluster(const TrainingFlags& flags,
+                                                         const Model& model);
 
 // --gantt and --width, with the tool's own words for what --gantt follows.
 inline void AddGanttFlags(CLI::App& app, bool* gantt, int* width, const std::string& gantt_help) {

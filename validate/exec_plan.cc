@@ -43,11 +43,7 @@ Result<std::vector<StageCost>> StageCostsOf(const Model& model, const PlanFile& 
           s, part.first_layer, part.last_layer, model.name, model.layers.size() - 1));
     }
   }
-  StageCostOptions options{plan.microbatch_size, plan.recompute};
-  options.tensor_parallel = plan.tensor_parallel;  // one GPU of the group's memory
-  options.sequence_parallel = plan.sequence_parallel;
-  options.tp_link = tp_link;
-  const StageCostTable table(model, options);
+  const StageCostTable table(model, StageCostOptionsFor(plan.config, tp_link));
   return table.Stages(partition);
 }
 
@@ -111,11 +107,12 @@ struct StageCollectives {
 std::vector<StageCollectives> CollectivesOf(const Model& model, const PlanFile& plan,
                                             const std::vector<StageLayers>& partition) {
   std::vector<StageCollectives> out(partition.size());
-  if (plan.tensor_parallel <= 1) return out;
+  if (plan.config.layout.tensor_parallel <= 1) return out;
   for (size_t s = 0; s < partition.size(); ++s) {
     for (int l = partition[s].first_layer; l <= partition[s].last_layer; ++l) {
-      const LayerCost c = CostAt(model.layers[l], plan.microbatch_size, plan.tensor_parallel,
-                                 plan.sequence_parallel);
+      const LayerCost c =
+          CostAt(model.layers[l], plan.config.microbatch_size, plan.config.layout.tensor_parallel,
+                 plan.config.layout.sequence_parallel);
       const Bytes bytes = c.tp_comm_bytes.value_or(0);
       out[s].forward.insert(out[s].forward.end(), c.tp_forward_collectives, bytes);
       out[s].backward.insert(out[s].backward.end(), c.tp_backward_collectives, bytes);
@@ -132,7 +129,8 @@ void AddCopyExchanges(const PlanFile& plan, const Schedule& schedule,
   if (!schedule.bidirectional) return;
   const int p = schedule.num_ranks;
   const std::vector<std::map<int, Bytes>> shared = CopyReduceBytes(
-      schedule, costs, ShardedBytesPerParam(plan.memory, plan.data_parallel).gradients);
+      schedule, costs,
+      ShardedBytesPerParam(plan.config.memory, plan.config.layout.data_parallel).gradients);
   for (int r = 0; r < p; ++r) {
     for (const auto& [partner, bytes] : shared[r]) {
       (*per_rank)[r].copy_exchanges.push_back(CopyExchange{.peer_rank = partner,
@@ -196,7 +194,7 @@ Result<ExecPlan> BuildExecPlan(const Model& model, const PlanFile& plan, const S
   ep.num_stages = schedule.num_stages;
   ep.microbatches = schedule.num_microbatches;
   ep.iterations = schedule.iterations;
-  ep.tensor_parallel = std::max(plan.tensor_parallel, 1);
+  ep.tensor_parallel = std::max(plan.config.layout.tensor_parallel, 1);
   for (int r = 0; r < schedule.num_ranks; ++r) {
     ExecStage st;
     st.rank = r;

@@ -29,11 +29,11 @@ Result<std::unique_ptr<LayerWork>> LayerWork::Make(const Model& model, const Pla
                     "profiler cpu",
                     Count(model.layers.size(), "layer", "layers"), spec->LayerCount()));
   }
-  if (plan.recompute != Recompute::kOff) {
+  if (plan.config.recompute != Recompute::kOff) {
     return Status::InvalidArgument("plans with recomputation run as busy-work, not real layers");
   }
-  const int t = std::max(plan.tensor_parallel, 1);
-  if (t > 1 && plan.sequence_parallel) {
+  const int t = std::max(plan.config.layout.tensor_parallel, 1);
+  if (t > 1 && plan.config.layout.sequence_parallel) {
     return Status::InvalidArgument(
         "the plan uses sequence parallelism, which the CPU workload's split blocks do not run "
         "(they all-reduce whole activations): validate a plan made without --sequence-parallel");
@@ -42,19 +42,20 @@ Result<std::unique_ptr<LayerWork>> LayerWork::Make(const Model& model, const Pla
   for (size_t l = 0; l < blocks.size(); ++l) {
     if (t > 1) {
       if (!HasTensorParallelCosts(model.layers[l], t, false) ||
-          CostAt(model.layers[l], plan.microbatch_size, t).tp_scaled) {
+          CostAt(model.layers[l], plan.config.microbatch_size, t).tp_scaled) {
         return Status::InvalidArgument(fmt::format(
             "layers[{}] has no profiles at tensor_parallel {}: the plan's split blocks run for "
             "real, so measure them (profiler cpu --tensor-parallel 1,{})",
             l, t, t));
       }
     }
-    const Bytes want = CostAt(model.layers[l], plan.microbatch_size, t).output_bytes;
-    if (want != blocks[l].OutputBytes(plan.microbatch_size)) {
+    const Bytes want = CostAt(model.layers[l], plan.config.microbatch_size, t).output_bytes;
+    if (want != blocks[l].OutputBytes(plan.config.microbatch_size)) {
       return Status::InvalidArgument(fmt::format(
           "layers[{}].output_bytes is {} at micro-batch size {} but the workload's layer "
           "outputs {}: the model was not measured on this workload",
-          l, want, plan.microbatch_size, blocks[l].OutputBytes(plan.microbatch_size)));
+          l, want, plan.config.microbatch_size,
+          blocks[l].OutputBytes(plan.config.microbatch_size)));
     }
   }
   std::vector<std::vector<cpu::Block>> shards(static_cast<size_t>(t));
@@ -82,7 +83,7 @@ Result<std::unique_ptr<LayerWork>> LayerWork::Make(const Model& model, const Pla
   if (paths.bidirectional) second = shards;
   return std::unique_ptr<LayerWork>(new LayerWork(std::move(shards), std::move(second),
                                                   std::move(partition), std::move(paths),
-                                                  plan.microbatch_size, clock));
+                                                  plan.config.microbatch_size, clock));
 }
 
 LayerWork::LayerWork(std::vector<std::vector<cpu::Block>> shards,

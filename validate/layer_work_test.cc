@@ -368,7 +368,8 @@ TEST(LayerWork, TensorParallelWorkersAllReduceToTheSequentialGradients) {
 TEST(LayerWork, TensorParallelNeedsProfilesMeasuredAtThePlansDegree) {
   Result<Schedule> s = MakeSchedule(ScheduleKind::kGPipe, 2, 2);
   testing::World w = testing::MakeWorld(TensorParallelWorkloadModel(2, 2), *s, Recompute::kOff, 2);
-  w.plan.tensor_parallel = 4;  // ffn 32 splits 4 ways, but no profile says what that costs
+  w.plan.config.layout.tensor_parallel =
+      4;  // ffn 32 splits 4 ways, but no profile says what that costs
   Result<std::unique_ptr<LayerWork>> work = LayerWork::Make(w.model, w.plan, &clock_);
   ASSERT_FALSE(work.ok());
   EXPECT_THAT(work.status().message(), ::testing::HasSubstr("--tensor-parallel 1,4"));

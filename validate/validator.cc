@@ -27,7 +27,8 @@ Bytes LargestOutput(const Model& model, const PlanFile& plan) {
   Bytes most = 0;
   for (const StageLayers& s : plan.partition) {
     if (s.last_layer >= 0 && s.last_layer < static_cast<int>(model.layers.size())) {
-      most = std::max(most, CostAt(model.layers[s.last_layer], plan.microbatch_size).output_bytes);
+      most = std::max(most,
+                      CostAt(model.layers[s.last_layer], plan.config.microbatch_size).output_bytes);
     }
   }
   return most;
@@ -92,15 +93,15 @@ Result<ValidationResult> RunValidation(const ValidatorOptions& options, Backend*
   Result<PlanFile> plan = LoadPlan(options.plan_path);
   if (!plan.ok()) return plan.status();
   out.plan = *plan;
-  const int tp = std::max(plan->tensor_parallel, 1);
-  if (tp > 1 && plan->sequence_parallel) {
+  const int tp = std::max(plan->config.layout.tensor_parallel, 1);
+  if (tp > 1 && plan->config.layout.sequence_parallel) {
     return Status::InvalidArgument(fmt::format(
         "{}: the plan uses sequence parallelism, which the validator does not run (its "
         "tensor-parallel blocks all-reduce whole activations; docs/validator.md): validate a plan "
         "made without --sequence-parallel",
         options.plan_path));
   }
-  if (tp > 1 && plan->tp_comm_overlap) {
+  if (tp > 1 && plan->config.overlap.tp_comm_overlap) {
     return Status::InvalidArgument(fmt::format(
         "{}: the plan overlaps tensor-parallel communication with compute (--tp-comm-overlap), "
         "which the validator does not run: its all-reduces follow the products they sum; "
@@ -155,13 +156,14 @@ Result<ValidationResult> RunValidation(const ValidatorOptions& options, Backend*
   }
   out.predicted = std::move(*predicted);
   for (const std::string& n : out.predicted.notes) out.notes.push_back("prediction: " + n);
-  if (plan->data_parallel > 1) {
+  if (plan->config.layout.data_parallel > 1) {
     out.notes.push_back(fmt::format(
         "the plan has {} data-parallel replicas: one replica runs; its gradient all-reduce "
         "(predicted {}) is not executed, so times compare the pipeline span",
-        plan->data_parallel, TimeText(static_cast<double>(out.predicted.allreduce_ns))));
+        plan->config.layout.data_parallel,
+        TimeText(static_cast<double>(out.predicted.allreduce_ns))));
   }
-  if (plan->optimizer_step_ns > 0 || out.predicted.optimizer_ns > 0) {
+  if (plan->config.optimizer_step.time_ns > 0 || out.predicted.optimizer_ns > 0) {
     out.notes.push_back("the optimizer step is not executed; times compare the pipeline span");
   }
   if (tp > 1) {
@@ -215,7 +217,7 @@ Result<ValidationResult> RunValidation(const ValidatorOptions& options, Backend*
   out.notes.insert(out.notes.begin(), backend_notes.begin(), backend_notes.end());
   if (!out.is_root) return out;
   out.runs = std::move(*runs);
-  const int64_t samples = int64_t{plan->microbatch_size} * plan->microbatches;
+  const int64_t samples = int64_t{plan->config.microbatch_size} * plan->config.microbatches;
   Result<Comparison> cmp = Compare(out.predicted, out.exec, out.runs, samples, options.tolerances);
   if (!cmp.ok()) return cmp.status();
   out.comparison = std::move(*cmp);
@@ -227,10 +229,10 @@ std::string ValidationJson(const ValidationResult& r) {
   j["format"] = "pipecast-validation/1";
   j["model"] = r.model_name;
   j["schedule"] = r.plan.schedule_name;
-  j["pipeline_stages"] = r.plan.pipeline_stages;
-  j["tensor_parallel"] = std::max(r.plan.tensor_parallel, 1);
-  j["microbatches"] = r.plan.microbatches;
-  j["microbatch_size"] = r.plan.microbatch_size;
+  j["pipeline_stages"] = r.plan.config.layout.pipeline_stages;
+  j["tensor_parallel"] = std::max(r.plan.config.layout.tensor_parallel, 1);
+  j["microbatches"] = r.plan.config.microbatches;
+  j["microbatch_size"] = r.plan.config.microbatch_size;
   j["ops"] = r.work;
   j["cluster"] = {{"name", r.cluster.name},
                   {"link_bandwidth_gbps", r.cluster.intra_node.bandwidth_gbps},
@@ -273,13 +275,13 @@ std::string ValidationJson(const ValidationResult& r) {
 }
 
 std::string ValidationText(const ValidationResult& r) {
-  std::string out =
-      fmt::format("validator: model {}, schedule {}, {} stages{}, {} micro-batches of {}\n",
-                  r.model_name, r.plan.schedule_name, r.plan.pipeline_stages,
-                  r.plan.tensor_parallel > 1
-                      ? fmt::format(" x {} tensor-parallel workers", r.plan.tensor_parallel)
-                      : "",
-                  r.plan.microbatches, r.plan.microbatch_size);
+  std::string out = fmt::format(
+      "validator: model {}, schedule {}, {} stages{}, {} micro-batches of {}\n", r.model_name,
+      r.plan.schedule_name, r.plan.config.layout.pipeline_stages,
+      r.plan.config.layout.tensor_parallel > 1
+          ? fmt::format(" x {} tensor-parallel workers", r.plan.config.layout.tensor_parallel)
+          : "",
+      r.plan.config.microbatches, r.plan.config.microbatch_size);
   out += fmt::format("  {}\n", r.work);
   out +=
       fmt::format("  predicted on cluster '{}': link {:.3f} GB/s, {:.1f} us latency{}\n",

@@ -37,8 +37,8 @@ TimeNs RingHalfNs(Bytes bytes, int d, const Link& link, int pieces) {
 void ApplyPerOpCollectives(const Model& model, const Cluster& cluster, const Schedule& schedule,
                            const SimOptions& options, const std::vector<StageLayers>& partition,
                            std::vector<StageCost>* costs, SimResult* result) {
-  const int d = options.data_parallel;
-  const MemoryConfig& memory = options.memory;
+  const int d = options.config.layout.data_parallel;
+  const MemoryConfig& memory = options.config.memory;
   if (memory.zero < 2 || d <= 1) return;
   const std::vector<StageCost> before = *costs;
   for (size_t s = 0; s < costs->size(); ++s) {
@@ -74,7 +74,7 @@ void ApplyPerOpCollectives(const Model& model, const Cluster& cluster, const Sch
     TimeNs exposed = 0;
     const std::vector<Action>& list = schedule.actions[k];
     for (size_t i = 0; i < list.size(); ++i) {
-      const double f = options.overlap_factor;
+      const double f = options.config.overlap.overlap_factor;
       exposed += ActionDurationNs(*costs, list, i, f) - ActionDurationNs(before, list, i, f);
     }
     result->per_rank[k].sharding_exposed_ns = exposed / std::max(1, schedule.iterations);
@@ -94,9 +94,9 @@ TimeNs EstimateOptimizerStepNs(const Cluster& cluster, const SimOptions& options
                                int64_t parameters) {
   const double bandwidth = cluster.gpu.memory_bandwidth_gbps * 1e9 * kOptimizerMemoryEfficiency;
   if (bandwidth <= 0) return 0;
-  const double shards = options.memory.zero >= 1 ? options.data_parallel : 1;
+  const double shards = options.config.memory.zero >= 1 ? options.config.layout.data_parallel : 1;
   const double bytes =
-      static_cast<double>(parameters) / shards * OptimizerBytesPerParam(options.memory);
+      static_cast<double>(parameters) / shards * OptimizerBytesPerParam(options.config.memory);
   return static_cast<TimeNs>(std::llround(bytes / bandwidth * 1e9));
 }
 
@@ -149,8 +149,8 @@ std::vector<GradBucket> RankBuckets(const Schedule& schedule, const StageCostTab
 void TailCollectives(const Cluster& cluster, const Schedule& schedule, const StageCostTable& table,
                      const std::vector<StageLayers>& partition, const std::vector<StageCost>& costs,
                      const SimOptions& options, StageResult* sr) {
-  const int d = options.data_parallel;
-  const MemoryConfig& memory = options.memory;
+  const int d = options.config.layout.data_parallel;
+  const MemoryConfig& memory = options.config.memory;
   const Link& link = DataParallelLink(cluster, schedule.num_ranks, sr->rank, d);
   const Bytes gradients = ParameterBytes(sr->parameters, memory.gradient_bytes_per_param);
   const Bytes weights = ParameterBytes(sr->parameters, memory.weight_bytes_per_param);
@@ -158,9 +158,10 @@ void TailCollectives(const Cluster& cluster, const Schedule& schedule, const Sta
   sr->allgather_ns = 0;
   sr->allreduce_hidden_ns = 0;
   sr->grad_buckets = 0;
-  sr->optimizer_ns = options.optimizer_step_ns > 0 || !options.estimate_optimizer_step
-                         ? options.optimizer_step_ns
-                         : EstimateOptimizerStepNs(cluster, options, sr->parameters);
+  sr->optimizer_ns =
+      options.config.optimizer_step.time_ns > 0 || !options.config.optimizer_step.estimate
+          ? options.config.optimizer_step.time_ns
+          : EstimateOptimizerStepNs(cluster, options, sr->parameters);
   switch (memory.zero) {
     case 0:
       sr->allreduce_ns = RingAllReduceNs(gradients, d, link);
@@ -175,14 +176,15 @@ void TailCollectives(const Cluster& cluster, const Schedule& schedule, const Sta
     default:  // level 3: parameters are gathered before each op instead
       break;
   }
-  const bool overlapped = options.overlap_grad_reduce && memory.zero <= 1 && d > 1 &&
+  const bool overlapped = options.config.overlap.overlap_grad_reduce && memory.zero <= 1 && d > 1 &&
                           schedule.flush && schedule.iterations == 1 && !schedule.bidirectional &&
                           !schedule.actions[sr->rank].empty();
   if (!overlapped) return;
-  const int64_t bucket_params =
-      options.grad_bucket_params > 0 ? options.grad_bucket_params : DefaultGradBucketParams(d);
-  const std::vector<GradBucket> buckets =
-      RankBuckets(schedule, table, partition, costs, bucket_params, options.overlap_factor, *sr);
+  const int64_t bucket_params = options.config.overlap.grad_bucket_params > 0
+                                    ? options.config.overlap.grad_bucket_params
+                                    : DefaultGradBucketParams(d);
+  const std::vector<GradBucket> buckets = RankBuckets(
+      schedule, table, partition, costs, bucket_params, options.config.overlap.overlap_factor, *sr);
   const auto collective = [&](Bytes bytes) {
     return memory.zero == 0 ? RingAllReduceNs(bytes, d, link) : RingHalfNs(bytes, d, link);
   };

@@ -67,15 +67,15 @@ TimeNs BucketedReductionEndNs(std::vector<GradBucket> buckets, double bytes_per_
 // The collectives after rank `sr`'s last op (allreduce_ns: the all-reduce at
 // level 0, the reduce-scatter at 1) and after the optimizer step
 // (allgather_ns: the parameter all-gather at levels 1 and 2). With
-// options.overlap_grad_reduce on a flushing schedule of one iteration, the
-// level 0 and 1 reduction runs in buckets beside the backward and
-// allreduce_ns is only its exposed tail (allreduce_hidden_ns the rest):
+// options.config.overlap.overlap_grad_reduce on a flushing schedule of one
+// iteration, the level 0 and 1 reduction runs in buckets beside the backward
+// and allreduce_ns is only its exposed tail (allreduce_hidden_ns the rest):
 // buckets are filled from the rank's last layer backwards; a bucket of the
 // stage of the rank's last op (B, or W with a split backward) is ready when
 // that op has run the backward of its layers (layer shares of the op by
 // their backward, or weight-gradient, time); a bucket of the rank's other
 // stages when that op starts. Also fills the rank's optimizer step estimate
-// (SimOptions::estimate_optimizer_step).
+// (OptimizerStep::estimate).
 // REQUIRES: sr->last_end_ns is the end of the rank's last op; costs[s] is
 // stage s of `partition`; table is the one `costs` came from.
 void TailCollectives(const Cluster& cluster, const Schedule& schedule, const StageCostTable& table,

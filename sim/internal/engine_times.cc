@@ -83,7 +83,8 @@ void Engine::Prepare() {
     for (size_t i = 0; i < list.size(); ++i) {
       if (!list[i].overlapped) continue;
       pair_ns_.resize(static_cast<size_t>(ops), 0);
-      pair_ns_[op_first_[r] + i] = ActionDurationNs(costs_, list, i, options_.overlap_factor);
+      pair_ns_[op_first_[r] + i] =
+          ActionDurationNs(costs_, list, i, options_.config.overlap.overlap_factor);
     }
   }
   op_cost_.assign(static_cast<size_t>(n) * 8, OpCost{});

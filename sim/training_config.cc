@@ -1,0 +1,103 @@
+#include "sim/training_config.h"
+
+#include <fmt/format.h>
+
+namespace pipecast {
+
+namespace {
+
+// A degree that must be 1 until its axis is modelled.
+Status CheckUnmodelled(const char* name, const char* what, int degree) {
+  if (degree == 1) return Status::Ok();
+  return Status::InvalidArgument(
+      fmt::format("{} is {}: {} is not modelled yet, so it must be 1", name, degree, what));
+}
+
+}  // namespace
+
+Status OptimizerStep::Validate() const {
+  if (time_ns < 0) {
+    return Status::InvalidArgument("--optimizer-step-us is negative: must be >= 0");
+  }
+  return Status::Ok();
+}
+
+Status TrainingConfig::Validate() const {
+  if (microbatch_size < 1) {
+    return Status::InvalidArgument(
+        fmt::format("--microbatch-size is {}: must be at least 1", microbatch_size));
+  }
+  if (layout.data_parallel < 1) {
+    return Status::InvalidArgument(
+        fmt::format("--data-parallel is {}: must be at least 1", layout.data_parallel));
+  }
+  if (layout.pipeline_stages < 0) {
+    return Status::InvalidArgument(
+        fmt::format("--stages is {}: must be at least 1", layout.pipeline_stages));
+  }
+  if (layout.chunks < 0) {
+    return Status::InvalidArgument(
+        fmt::format("--chunks is {}: must be at least 1", layout.chunks));
+  }
+  if (microbatches < 0) {
+    return Status::InvalidArgument(
+        fmt::format("--microbatches is {}: must be at least 1", microbatches));
+  }
+  PIPECAST_RETURN_IF_ERROR(optimizer_step.Validate());
+  if (layout.tensor_parallel < 1) {
+    return Status::InvalidArgument(
+        fmt::format("--tensor-parallel is {}: must be at least 1", layout.tensor_parallel));
+  }
+  if (layout.sequence_parallel && layout.tensor_parallel == 1) {
+    return Status::InvalidArgument(
+        "--sequence-parallel needs --tensor-parallel above 1: sequence parallelism splits the "
+        "layernorms and dropouts over the tensor-parallel group");
+  }
+  if (overlap.tp_comm_overlap && layout.tensor_parallel == 1) {
+    return Status::InvalidArgument(
+        "--tp-comm-overlap needs --tensor-parallel above 1: there is no tensor-parallel "
+        "communication to overlap");
+  }
+  if (!(overlap.overlap_factor > 0 && overlap.overlap_factor <= kMaxOverlapFactor)) {
+    return Status::InvalidArgument(fmt::format(
+        "--overlap-factor is {}: an overlapped F&B pair lasts factor x (F + B), so give a factor "
+        "in (0, {}] (1: no overlap gain)",
+        overlap.overlap_factor, kMaxOverlapFactor));
+  }
+  PIPECAST_RETURN_IF_ERROR(
+      CheckUnmodelled("context_parallel", "context parallelism", layout.context_parallel));
+  PIPECAST_RETURN_IF_ERROR(
+      CheckUnmodelled("expert_parallel", "expert parallelism", layout.expert_parallel));
+  PIPECAST_RETURN_IF_ERROR(CheckUnmodelled("expert_tensor_parallel", "expert tensor parallelism",
+                                           layout.expert_tensor_parallel));
+  return memory.Validate();
+}
+
+MemoryConfig TrainingConfig::PerGpuMemory() const {
+  return TensorParallelShare(memory, layout.tensor_parallel);
+}
+
+StageCostOptions StageCostOptionsFor(const TrainingConfig& config, const Cluster& cluster) {
+  return StageCostOptionsFor(config, cluster.intra_node);
+}
+
+StageCostOptions StageCostOptionsFor(const TrainingConfig& config, const Link& tp_link) {
+  StageCostOptions o;
+  o.microbatch_size = config.microbatch_size;
+  o.recompute = config.recompute;
+  o.tensor_parallel = config.layout.tensor_parallel;
+  o.sequence_parallel = config.layout.sequence_parallel;
+  o.tp_comm_overlap = config.overlap.tp_comm_overlap;
+  o.tp_link = tp_link;
+  return o;
+}
+
+Status CheckTensorParallelFitsNode(int tensor_parallel, const Cluster& cluster) {
+  if (cluster.gpus_per_node % tensor_parallel == 0) return Status::Ok();
+  return Status::InvalidArgument(
+      fmt::format("--tensor-parallel {} does not divide the {} GPUs of a node of {}: a stage's "
+                  "tensor-parallel GPUs share a node; use a divisor of {}",
+                  tensor_parallel, cluster.gpus_per_node, cluster.name, cluster.gpus_per_node));
+}
+
+}  // namespace pipecast

@@ -1,0 +1,157 @@
+// TrainingConfig: one training run's settings as one value — how the GPUs
+// are laid out (ParallelLayout: t, sequence parallelism, p, d, v, and room
+// for context and expert degrees), the batch, the schedule, the memory
+// settings and the overlap switches. The simulator's options (SimOptions),
+// the planner's candidates (Candidate) and the plan file (PlanFile) embed it
+// whole; the tools fill it from their flags in one function
+// (tools/training_flags.h). It is validated in one place, Validate(), and the
+// rules that follow from it are derived here once: one GPU's share of the
+// parameter bytes (PerGpuMemory), the stage-cost options
+// (StageCostOptionsFor), the GPU count (ParallelLayout::Gpus) and whether the
+// layout fits a node (CheckTensorParallelFitsNode).
+//
+// The GPU's memory limits (capacity, runtime reserve, allocator margin) are
+// not here: they describe the GPU and live with the cluster (Cluster::gpu,
+// formats/cluster_select.h applies --memory-gb, --memory-reserve-gb and
+// --memory-headroom), which every plan embeds.
+//
+// A plain value: copy it freely; no method has side effects. Units: ns.
+#ifndef PIPECAST_SIM_TRAINING_CONFIG_H_
+#define PIPECAST_SIM_TRAINING_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+
+#include "base/status.h"
+#include "base/units.h"
+#include "sim/cluster.h"
+#include "sim/memory.h"
+#include "sim/schedule.h"
+#include "sim/stage_costs.h"
+
+namespace pipecast {
+
+// The largest TrainingConfig::overlap_factor accepted: a pair twice as slow as its halves in
+// turn.
+inline constexpr double kMaxOverlapFactor = 2.0;
+
+// How the GPUs of one run are laid out. Placement is tp innermost, then
+// pipeline, then data parallel (sim/simulator.h).
+struct ParallelLayout {
+  // t: GPUs of one node that split every layer of a stage, Megatron-style.
+  int tensor_parallel = 1;
+  // Megatron-LM --sequence-parallel over the t GPUs: layernorm and dropout
+  // split over the sequence, activations / t. Only with t > 1.
+  bool sequence_parallel = false;
+  // p, pipeline ranks. 0: not stated; the simulator takes it from the
+  // schedule it replays (a stated p must match it).
+  int pipeline_stages = 0;
+  int data_parallel = 1;  // d, replicas
+  // v, model chunks per rank (2 for a V schedule). 0: not stated, as p.
+  int chunks = 0;
+  // Room for the next axes. Only 1 is accepted until their cost models exist.
+  int context_parallel = 1;        // cp: the sequence split over GPUs
+  int expert_parallel = 1;         // ep: experts spread over GPUs
+  int expert_tensor_parallel = 1;  // etp: each expert split over GPUs
+
+  // t x p x d x cp: the GPUs the layout occupies (experts reuse them).
+  // REQUIRES: pipeline_stages > 0.
+  int64_t Gpus() const {
+    return int64_t{tensor_parallel} * pipeline_stages * data_parallel * context_parallel;
+  }
+};
+
+// The overlap switches: what runs beside what.
+struct OverlapSettings {
+  // Data-parallel gradient reduction overlapped with the backward in buckets
+  // (Megatron-LM --overlap-grad-reduce; docs/simulator.md "Overlapped
+  // gradient reduction"): each bucket's all-reduce (reduce-scatter at ZeRO 1)
+  // starts when the last micro-batch's backward has produced it, on the
+  // data-parallel link, while the rest of the backward runs; only the tail
+  // past the rank's last op adds to the iteration. Off: one collective after
+  // the rank's last op. Synchronous (flushing) schedules only.
+  bool overlap_grad_reduce = true;
+  // Parameters per bucket; 0 = Megatron-LM's default, max(40M, 1M x d)
+  // (DistributedDataParallelConfig.bucket_size).
+  int64_t grad_bucket_params = 0;
+  // Megatron-LM --tp-comm-overlap: collectives chunked beside the matmuls
+  // (sim/stage_costs.h states the model). Only with t > 1.
+  bool tp_comm_overlap = false;
+  // Overlapped F&B pairs (Action::overlapped, docs/simulator.md "Overlapped
+  // F&B"): each half's tensor-parallel communication hides behind the other
+  // half's compute (OverlappedPairNs), and what is left is scaled by
+  // overlap_factor. 1: no further gain (at t = 1 the pair lasts F + B).
+  // In (0, kMaxOverlapFactor].
+  double overlap_factor = 1.0;
+};
+
+// The optimizer step's time.
+struct OptimizerStep {
+  // The step's time; 0 = estimated from HBM bandwidth when `estimate`
+  // (docs/simulator.md, "Optimizer step"), else 0. --optimizer-step-us.
+  TimeNs time_ns = 0;
+  // With time_ns 0: estimate the step as the bytes Adam touches per
+  // parameter (gradient read, main parameters and both moments read and
+  // written, model parameters written: 30 bytes for bf16 / fp32 main
+  // gradients / fp32 Adam) over 0.8 x the GPU's HBM bandwidth, per rank's
+  // parameters (/ d with ZeRO >= 1). No estimate when the GPU has no
+  // bandwidth. Off: the step costs 0.
+  bool estimate = true;
+
+  // InvalidArgument for a negative time (--optimizer-step-us).
+  [[nodiscard]] Status Validate() const;
+};
+
+struct TrainingConfig {
+  ParallelLayout layout;
+
+  // --- The batch and the schedule.
+  int microbatch_size = 1;  // samples per micro-batch
+  // m, micro-batches per iteration. 0: not stated; the simulator takes it
+  // from the schedule (a stated m must match it).
+  int microbatches = 0;
+  // The schedule's kind: what built the Schedule a simulation replays
+  // (kCustom for a schedule text).
+  ScheduleKind schedule = ScheduleKind::k1F1B;
+
+  // --- Memory.
+  // Activation recomputation (sim/stage_costs.h): off; selective (the
+  // attention core, Korthikanti et al. 2022); full (Megatron-LM
+  // --recompute-granularity full: each layer's input kept, layers rerun one
+  // at a time in the backward).
+  Recompute recompute = Recompute::kOff;
+  // Bytes per parameter by precision, main-gradient precision and optimizer,
+  // and the ZeRO level over the d replicas (memory.zero); of whole
+  // parameters, before the t-way split (PerGpuMemory()).
+  MemoryConfig memory;
+
+  OverlapSettings overlap;
+  OptimizerStep optimizer_step;
+
+  // InvalidArgument naming the flag that sets a field out of range or two
+  // that contradict each other (--sequence-parallel or --tp-comm-overlap at
+  // t = 1, a degree below 1, an overlap factor outside (0, 2], a byte count
+  // or ZeRO level MemoryConfig::Validate refuses, a context or expert degree
+  // other than 1). The one check of these fields; the simulator calls it.
+  [[nodiscard]] Status Validate() const;
+
+  // What one GPU of a t-way group keeps per parameter: memory / t
+  // (TensorParallelShare), at memory.zero.
+  MemoryConfig PerGpuMemory() const;
+};
+
+// The stage-cost options a run with `config` on `cluster` uses: micro-batch
+// size, recomputation and tensor parallelism, whose collectives run on the
+// cluster's intra-node link (the t GPUs share a node). split_backward is the
+// schedule's, left false here. The one way every part builds a cost table.
+StageCostOptions StageCostOptionsFor(const TrainingConfig& config, const Cluster& cluster);
+// The same with the tensor-parallel link given (the validator's probed link).
+StageCostOptions StageCostOptionsFor(const TrainingConfig& config, const Link& tp_link);
+
+// InvalidArgument when t does not divide the GPUs of `cluster`'s node: a
+// stage's tensor-parallel GPUs share a node.
+[[nodiscard]] Status CheckTensorParallelFitsNode(int tensor_parallel, const Cluster& cluster);
+
+}  // namespace pipecast
+
+#endif  // PIPECAST_SIM_TRAINING_CONFIG_H_

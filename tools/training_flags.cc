@@ -1,0 +1,79 @@
+#include "tools/training_flags.h"
+
+namespace pipecast {
+
+std::vector<CLI::Option*> AddTrainingFlags(CLI::App& app, TrainingFlags* flags,
+                                           const char* memory_gb_help) {
+  TrainingFlags& f = *flags;
+  std::vector<CLI::Option*> added;
+  added.push_back(app.add_option(
+      "--cluster", f.cluster,
+      "preset (ideal, a100-80gb, h100-sxm, h200, local) or cluster JSON file (default: the "
+      "model's device if it is a preset, else ideal)"));
+  added.push_back(app.add_option("--memory-gb", f.memory_gb, memory_gb_help)
+                      ->check(FiniteRange(kMaxMemoryGiB, "GiB")));
+  added.push_back(
+      app.add_option("--optimizer-step-us", f.optimizer_step_us,
+                     "optimizer step time, in us (default: estimated from HBM bandwidth and the "
+                     "bytes Adam touches per parameter, docs/simulator.md)")
+          ->check(FiniteRange(kMaxStepUs, "microseconds")));
+  added.push_back(
+      app.add_option("--overlap-grad-reduce", f.overlap_grad_reduce,
+                     "on: the data-parallel gradient reduction runs in buckets beside the "
+                     "backward (Megatron-LM's --overlap-grad-reduce); off: after the last op")
+          ->check(OneOf({"on", "off"}))
+          ->capture_default_str());
+  added.push_back(
+      app.add_option("--grad-bucket-params", f.grad_bucket_params,
+                     "parameters per gradient bucket (default: Megatron-LM's max(40M, 1M x d))")
+          ->check(CLI::Range(int64_t{1}, int64_t{1} << 50)));
+  added.push_back(app.add_option("--precision", f.precision,
+                                 "training precision, for bytes per parameter: bf16, fp16 "
+                                 "(mixed) or fp32 (docs/simulator.md)")
+                      ->check(OneOf({"bf16", "fp16", "fp32"}))
+                      ->capture_default_str());
+  added.push_back(app.add_option("--optimizer", f.optimizer,
+                                 "optimizer, for bytes per parameter: adam, sgd or sgd-nomomentum")
+                      ->check(OneOf({"adam", "sgd", "sgd-nomomentum"}))
+                      ->capture_default_str());
+  added.push_back(
+      app.add_option(
+             "--grad-dtype", f.grad_dtype,
+             "main-gradient precision: fp32 (Megatron's default) or bf16 (docs/simulator.md)")
+          ->check(OneOf({"fp32", "bf16", "fp16"}))
+          ->capture_default_str());
+  added.push_back(
+      app.add_option("--memory-reserve-gb", f.memory_reserve_gb,
+                     "override the per-GPU runtime reserve (CUDA context, cuBLAS, NCCL), in GiB")
+          ->check(FiniteRange(kMaxMemoryGiB, "GiB")));
+  added.push_back(
+      app.add_option("--memory-headroom", f.memory_headroom,
+                     "override the allocator margin, a fraction of capacity (presets: 0.05)")
+          ->check(FiniteRange(kMaxMemoryHeadroom, "fraction of capacity")));
+  return added;
+}
+
+Status FillTrainingConfig(const TrainingFlags& flags, TrainingConfig* config) {
+  auto memory = MemoryConfigFor(flags.precision, flags.optimizer, flags.grad_dtype);
+  if (!memory.ok()) return memory.status();
+  const int zero = config->memory.zero;
+  config->memory = *memory;
+  config->memory.zero = zero;
+  config->overlap.overlap_grad_reduce = flags.overlap_grad_reduce == "on";
+  config->overlap.grad_bucket_params = flags.grad_bucket_params;
+  // --optimizer-step-us given (>= 0): that time; absent (< 0): estimated.
+  config->optimizer_step.time_ns =
+      flags.optimizer_step_us >= 0 ? UsToNs(flags.optimizer_step_us) : 0;
+  config->optimizer_step.estimate = flags.optimizer_step_us < 0;
+  return Status::Ok();
+}
+
+Result<ClusterSelection> SelectToolCluster(const TrainingFlags& flags, const Model& model) {
+  auto selected = SelectCluster(flags.cluster, model, flags.memory_gb);
+  if (!selected.ok()) return selected.status();
+  PIPECAST_RETURN_IF_ERROR(
+      OverrideGpuMemory(flags.memory_reserve_gb, flags.memory_headroom, &selected->cluster));
+  return selected;
+}
+
+}  // namespace pipecast
