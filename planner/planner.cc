@@ -239,13 +239,13 @@ std::vector<std::string> Suggestions(const Model& model, const Cluster& cluster,
   return out;
 }
 
-}  // namespace
-
-Result<PlanReport> RunPlanner(const Model& model, const Cluster& cluster,
-                              const PlannerOptions& options_in) {
-  PIPECAST_RETURN_IF_ERROR(options_in.Validate());
+// The options with their defaults filled: every default schedule, and the
+// micro-batch sizes the model was measured at. InvalidArgument for bad
+// options or a model without layers.
+Result<PlannerOptions> WithDefaults(const Model& model, const PlannerOptions& given) {
+  PIPECAST_RETURN_IF_ERROR(given.Validate());
   if (model.layers.empty()) return Status::InvalidArgument("the model has no layers");
-  PlannerOptions options = options_in;
+  PlannerOptions options = given;
   if (options.schedules.empty()) {
     for (const ScheduleTraits& t : AllScheduleTraits()) {
       if (t.planner_default) options.schedules.push_back(t.kind);
@@ -256,6 +256,13 @@ Result<PlanReport> RunPlanner(const Model& model, const Cluster& cluster,
     for (const LayerProfile& p : model.layers[0].profiles) sizes.insert(p.microbatch_size);
     options.microbatch_sizes.assign(sizes.begin(), sizes.end());
   }
+  return options;
+}
+
+// An empty report for the search: GPUs, cluster and global batch, the
+// latter checked to keep every candidate's sums inside 64 bits.
+Result<PlanReport> EmptyReport(const Model& model, const Cluster& cluster,
+                               const PlannerOptions& options) {
   PlanReport report;
   report.gpus = options.gpus;
   report.cluster = cluster;
@@ -274,76 +281,123 @@ Result<PlanReport> RunPlanner(const Model& model, const Cluster& cluster,
                                 std::min<int>(options.gpus, static_cast<int>(model.layers.size())),
                                 options.memory, options.optimizer_step.time_ns}));
   }
+  return report;
+}
 
-  std::vector<Candidate> cands = passes::Enumerate(model, cluster, options, report.global_batch,
-                                                   &report.rejected, &report.notes);
-  report.enumerated = static_cast<int>(cands.size() + report.rejected.size());
+// InvalidArgument when the enumeration left nothing to partition because
+// every configuration was refused (naming one), not because none was asked.
+Status CheckSomeCanRun(const std::vector<Candidate>& candidates, const PlanReport& report,
+                       const PlannerOptions& options) {
+  if (!candidates.empty() || report.rejected.empty()) return Status::Ok();
   const bool all_batch =
       std::all_of(report.rejected.begin(), report.rejected.end(),
                   [](const Rejection& r) { return r.reason == RejectReason::kBatchNotDivisible; });
-  if (cands.empty() && !report.rejected.empty() && !all_batch) {
+  if (!all_batch) {
     return Status::InvalidArgument(fmt::format(
         "no configuration of {} GPUs can run the requested schedules (e.g. {}: {}): allow more "
         "schedules with --schedules or change --gpus",
         options.gpus, report.rejected.back().candidate.Label(), report.rejected.back().detail));
   }
-  if (cands.empty() && !report.rejected.empty()) {
-    return Status::InvalidArgument(fmt::format(
-        "--global-batch {} is not a multiple of any micro-batch size x data-parallel degree on "
-        "{} GPUs (e.g. {}): choose a global batch divisible by the sizes in "
-        "--microbatch-sizes times N/p",
-        report.global_batch, options.gpus, report.rejected.front().detail));
-  }
+  return Status::InvalidArgument(fmt::format(
+      "--global-batch {} is not a multiple of any micro-batch size x data-parallel degree on "
+      "{} GPUs (e.g. {}): choose a global batch divisible by the sizes in "
+      "--microbatch-sizes times N/p",
+      report.global_batch, options.gpus, report.rejected.front().detail));
+}
+
+// The partition pass over every candidate, with its progress: those that fit
+// come back; the others go to `rejected`.
+std::vector<Candidate> PartitionAll(const Model& model, const Cluster& cluster,
+                                    const PlannerOptions& options,
+                                    std::vector<Candidate> candidates,
+                                    passes::PartitionCache* cache,
+                                    std::vector<Rejection>* rejected) {
   std::vector<Candidate> fitting;
-  passes::PartitionCache cache(model, cluster);
-  const int total = static_cast<int>(cands.size());
+  const int total = static_cast<int>(candidates.size());
   int partitioned = 0;
-  for (Candidate& c : cands) {
+  for (Candidate& c : candidates) {
     if (options.progress) {
       options.progress(SearchProgress{SearchProgress::Pass::kPartition, partitioned++, total});
     }
     Rejection why;
     if (passes::PartitionForMemory(model, cluster, MemoryLimitBytes(cluster.gpu), &c, &why,
-                                   &cache)) {
+                                   cache)) {
       fitting.push_back(std::move(c));
     } else {
-      report.rejected.push_back(std::move(why));
+      rejected->push_back(std::move(why));
     }
   }
   if (options.progress) {
     options.progress(SearchProgress{SearchProgress::Pass::kPartition, total, total});
   }
-  passes::Prune(model, cluster, &fitting, &cache);
-  const size_t before = fitting.size();
-  const size_t rejected_before = report.rejected.size();
-  passes::SimulateAll(model, cluster, options, &fitting, &report.rejected);
+  return fitting;
+}
+
+// The simulate pass, with its final progress line; returns how many
+// candidates were simulated (those pruned were not).
+int SimulatePass(const Model& model, const Cluster& cluster, const PlannerOptions& options,
+                 std::vector<Candidate>* candidates, std::vector<Rejection>* rejected) {
+  const size_t before = candidates->size();
+  const size_t rejected_before = rejected->size();
+  passes::SimulateAll(model, cluster, options, candidates, rejected);
   size_t pruned = 0;
-  for (size_t i = rejected_before; i < report.rejected.size(); ++i) {
-    pruned += report.rejected[i].reason == RejectReason::kPruned;
+  for (size_t i = rejected_before; i < rejected->size(); ++i) {
+    pruned += (*rejected)[i].reason == RejectReason::kPruned;
   }
-  report.simulated = static_cast<int>(before - pruned);
+  const int simulated = static_cast<int>(before - pruned);
   if (options.progress) {
-    options.progress(SearchProgress{SearchProgress::Pass::kSimulate, report.simulated,
-                                    static_cast<int>(before)});
+    options.progress(
+        SearchProgress{SearchProgress::Pass::kSimulate, simulated, static_cast<int>(before)});
   }
+  return simulated;
+}
+
+// The ranked candidates the report keeps: the choice and top_k runners-up.
+std::vector<Candidate> Top(std::vector<Candidate> ranked, int top_k) {
+  if (ranked.size() > static_cast<size_t>(top_k) + 1) ranked.resize(top_k + 1);
+  return ranked;
+}
+
+// After ranking: with a choice, its notes and the sweep of its micro-batch
+// count; without one, what would make something fit.
+void Conclude(const Model& model, const Cluster& cluster, const PlannerOptions& options,
+              PlanReport* report) {
+  if (!report->Feasible()) {
+    report->suggestions = Suggestions(model, cluster, options, report->rejected);
+    return;
+  }
+  std::vector<std::string> search_notes = std::move(report->notes);
+  report->notes = report->ranked[0].result->notes;
+  for (std::string& note : search_notes) report->notes.push_back(std::move(note));
+  if (options.recompute == RecomputeMode::kAuto && !passes::HasAttentionCore(model)) {
+    report->notes.push_back(
+        "selective recomputation was not searched: the model gives no attention core to drop "
+        "(attention_core_bytes absent or 0, as with FlashAttention), so it would change nothing");
+  }
+  report->sweep = passes::Sweep(model, cluster, report->ranked[0]);
+}
+
+}  // namespace
+
+Result<PlanReport> RunPlanner(const Model& model, const Cluster& cluster,
+                              const PlannerOptions& given) {
+  Result<PlannerOptions> options = WithDefaults(model, given);
+  if (!options.ok()) return options.status();
+  Result<PlanReport> report = EmptyReport(model, cluster, *options);
+  if (!report.ok()) return report.status();
+  // enumerate -> partition -> prune -> simulate -> rank -> sweep (planner.h).
+  std::vector<Candidate> candidates = passes::Enumerate(
+      model, cluster, *options, report->global_batch, &report->rejected, &report->notes);
+  report->enumerated = static_cast<int>(candidates.size() + report->rejected.size());
+  PIPECAST_RETURN_IF_ERROR(CheckSomeCanRun(candidates, *report, *options));
+  passes::PartitionCache cache(model, cluster);
+  std::vector<Candidate> fitting =
+      PartitionAll(model, cluster, *options, std::move(candidates), &cache, &report->rejected);
+  passes::Prune(model, cluster, &fitting, &cache);
+  report->simulated = SimulatePass(model, cluster, *options, &fitting, &report->rejected);
   passes::Rank(&fitting);
-  report.ranked = std::move(fitting);
-  if (report.ranked.size() > static_cast<size_t>(options.top_k) + 1) {
-    report.ranked.resize(options.top_k + 1);
-  }
-  if (report.Feasible()) {
-    std::vector<std::string> search_notes = std::move(report.notes);
-    report.notes = report.ranked[0].result->notes;
-    for (std::string& note : search_notes) report.notes.push_back(std::move(note));
-    if (options.recompute == RecomputeMode::kAuto && !passes::HasAttentionCore(model)) {
-      report.notes.push_back(
-          "selective recomputation was not searched: the model gives no attention core to drop "
-          "(attention_core_bytes absent or 0, as with FlashAttention), so it would change nothing");
-    }
-    report.sweep = passes::Sweep(model, cluster, report.ranked[0]);
-  } else {
-    report.suggestions = Suggestions(model, cluster, options, report.rejected);
-  }
+  report->ranked = Top(std::move(fitting), options->top_k);
+  Conclude(model, cluster, *options, &*report);
   return report;
 }
 
