@@ -49,6 +49,10 @@ void ApplyPerOpCollectives(const Model& model, const Cluster& cluster, const Sch
   if (memory.zero < 2 || d <= 1) return;
   const std::vector<StageCost> before = *costs;
   std::vector<Bytes> held_weights(schedule.num_ranks, 0);  // reshard off: the stages' weights
+  bool split_ops = false;
+  for (const std::vector<Action>& list : schedule.actions) {
+    for (const Action& a : list) split_ops |= a.kind == OpKind::kBackwardInput;
+  }
   for (size_t s = 0; s < costs->size(); ++s) {
     StageCost& c = (*costs)[s];
     const int rank = schedule.stage_rank[s];
@@ -73,7 +77,10 @@ void ApplyPerOpCollectives(const Model& model, const Cluster& cluster, const Sch
       return sharding.prefetch ? std::max(compute, comm) : compute + comm;
     };
     c.forward_ns = with(c.forward_ns, gather);
-    if (c.has_backward_split) {
+    // Split only where the schedule runs I and W as their own ops; a whole B
+    // hides the gathers and reduce-scatters behind all of its compute (FSDP
+    // reduce-scatters layer l while layer l-1's backward runs).
+    if (c.has_backward_split && split_ops) {
       const TimeNs input = with(c.backward_ns - c.backward_weight_ns, backward_gather);
       c.backward_weight_ns = with(c.backward_weight_ns, scatter);
       c.backward_ns = input + c.backward_weight_ns;
@@ -119,7 +126,11 @@ TimeNs EstimateOptimizerStepNs(const Cluster& cluster, const SimOptions& options
                                int64_t parameters) {
   const double bandwidth = cluster.gpu.memory_bandwidth_gbps * 1e9 * kOptimizerMemoryEfficiency;
   if (bandwidth <= 0) return 0;
-  const double shards = options.memory.zero >= 1 ? options.data_parallel : 1;
+  // The shard each rank updates: 1/d, or 1/G with hybrid sharding (levels 2, 3).
+  const int group = options.memory.zero >= 2 && options.memory.sharding.shard_group > 0
+                        ? std::min(options.memory.sharding.shard_group, options.data_parallel)
+                        : options.data_parallel;
+  const double shards = options.memory.zero >= 1 ? group : 1;
   const double bytes =
       static_cast<double>(parameters) / shards * OptimizerBytesPerParam(options.memory);
   return static_cast<TimeNs>(std::llround(bytes / bandwidth * 1e9));
