@@ -40,6 +40,12 @@ Status MemoryConfig::Validate() const {
         "for all of them",
         sharding.shard_group));
   }
+  if (sharding.shard_group > 0 && zero < 2) {
+    return Status::InvalidArgument(fmt::format(
+        "--shard-group {} needs --zero 2 or 3: hybrid sharding shards gradients (and at 3 "
+        "parameters) inside a group and replicates across groups",
+        sharding.shard_group));
+  }
   return Status::Ok();
 }
 

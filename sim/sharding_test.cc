@@ -249,6 +249,9 @@ TEST(ShardingAsFrameworksRunIt, HybridShardingGathersInTheGroupAndAllReducesItsS
   bad.memory.zero = 3;
   bad.memory.sharding.shard_group = 3;
   EXPECT_FALSE(bad.Validate().ok());
+  bad.memory.sharding.shard_group = 2;
+  bad.memory.zero = 1;  // hybrid sharding is for levels 2 and 3
+  EXPECT_FALSE(bad.Validate().ok());
 }
 
 TEST(MemoryLimit, ReserveAndMarginComeOffTheCapacity) {
