@@ -44,6 +44,13 @@ Status TrainingConfig::Validate() const {
         fmt::format("--microbatches is {}: must be at least 1", microbatches));
   }
   PIPECAST_RETURN_IF_ERROR(optimizer_step.Validate());
+  const int shard_group = memory.sharding.shard_group;
+  if (shard_group > 0 && layout.data_parallel % shard_group != 0) {
+    return Status::InvalidArgument(fmt::format(
+        "--shard-group {} does not divide --data-parallel {}: hybrid sharding replicates whole "
+        "groups; use a divisor of {}",
+        shard_group, layout.data_parallel, layout.data_parallel));
+  }
   if (layout.tensor_parallel < 1) {
     return Status::InvalidArgument(
         fmt::format("--tensor-parallel is {}: must be at least 1", layout.tensor_parallel));

@@ -53,6 +53,10 @@ Result<Cluster> PickCluster(const Flags& flags, const Model& model,
 Result<TrainingConfig> ConfigFromFlags(const Flags& flags) {
   TrainingConfig config = flags.config;
   config.recompute = *ParseRecompute(flags.recompute);  // checked by the flag
+  ShardingConfig& sharding = config.memory.sharding;
+  sharding.reshard_after_forward = flags.reshard_after_forward == "on";
+  sharding.prefetch = flags.shard_prefetch == "on";
+  sharding.reduce_every_microbatch = flags.reduce_every_microbatch == "on";
   if (!flags.schedule_in.empty()) {
     config.schedule = ScheduleKind::kCustom;
     return config;

@@ -26,9 +26,9 @@ struct SimulatorToolOptions {
   // --partition or --schedule-in), --microbatches (m; 0: from --schedule-in,
   // else p), --chunks (v; 0: 2 for interleaved and looped-bfs, else 1),
   // --microbatch-size, --data-parallel, --tensor-parallel,
-  // --sequence-parallel, --tp-comm-overlap, --zero (config.memory.zero) and
-  // --overlap-factor. The run completes it from the flags below
-  // (FillTrainingConfig, --schedule, --recompute) and from the schedule.
+  // --sequence-parallel, --tp-comm-overlap, --zero (config.memory.zero),
+  // --shard-group (config.memory.sharding.shard_group) and --overlap-factor. The run completes it
+  // from the flags below (FillTrainingConfig, --schedule, --recompute) and from the schedule.
   TrainingConfig config;
   TrainingFlags training;  // the flags the planner shares (tools/training_flags.h)
   std::string schedule = "1f1b";
@@ -36,8 +36,13 @@ struct SimulatorToolOptions {
   // micro-batch activations ("16") or a size with a unit ("40GiB"); empty: the schedule's
   // default (2p for zb-auto, p for zb-v-auto).
   std::string memory_limit;
-  std::string recompute = "off";         // off, selective or full
-  std::string partition;                 // empty: the planner's (sim/memory_partition.h)
+  std::string recompute = "off";  // off, selective or full
+  std::string partition;          // empty: the planner's (sim/memory_partition.h)
+  // How ZeRO 2 and 3 run (ShardingConfig in sim/memory.h), on or off; the
+  // hybrid shard group is config.memory.sharding.shard_group (0: all replicas).
+  std::string reshard_after_forward = "on";
+  std::string shard_prefetch = "on";
+  std::string reduce_every_microbatch = "on";
   std::string trace_path;                // --trace: the Chrome trace
   std::string report_path;               // --report: the self-contained HTML report
   std::string command_line;              // as typed, shown in the report's inputs

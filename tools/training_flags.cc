@@ -56,9 +56,10 @@ std::vector<CLI::Option*> AddTrainingFlags(CLI::App& app, TrainingFlags* flags,
 Status FillTrainingConfig(const TrainingFlags& flags, TrainingConfig* config) {
   auto memory = MemoryConfigFor(flags.precision, flags.optimizer, flags.grad_dtype);
   if (!memory.ok()) return memory.status();
-  const int zero = config->memory.zero;
+  // The bytes per parameter; how and over what the state is sharded stays.
+  memory->zero = config->memory.zero;
+  memory->sharding = config->memory.sharding;
   config->memory = *memory;
-  config->memory.zero = zero;
   config->overlap.overlap_grad_reduce = flags.overlap_grad_reduce == "on";
   config->overlap.grad_bucket_params = flags.grad_bucket_params;
   // --optimizer-step-us given (>= 0): that time; absent (< 0): estimated.

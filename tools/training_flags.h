@@ -43,7 +43,8 @@ std::vector<CLI::Option*> AddTrainingFlags(CLI::App& app, TrainingFlags* flags,
                                            const char* memory_gb_help);
 
 // What the shared flags set in `config`: the bytes per parameter of
-// --precision, --optimizer and --grad-dtype (config->memory.zero kept), the
+// --precision, --optimizer and --grad-dtype (config->memory's ZeRO level and
+// sharding settings kept), the
 // gradient reduction's overlap and bucket size, and the optimizer step
 // (given by --optimizer-step-us, else estimated). The one place these flags
 // become the configuration. InvalidArgument naming the flags that conflict
