@@ -88,10 +88,13 @@ bool PartitionForMemory(const Model& model, const MemoryConfig& memory, Bytes ca
                         PartitionCache* cache = nullptr);
 
 // Fills lower_bound_ns for each candidate and sorts by it (ties by label).
-// The bound holds for any schedule with a flush and free communication: the
-// busiest stage k runs m·(F_k+B_k), after micro-batch 0's forwards on the
-// stages before it and before the last micro-batch's backwards on them
-// (naive: m·sum of F+B).
+// The bound never exceeds the candidate's simulated iteration: from the
+// schedule's own placement, paths and traits (ScheduleShape, TraitsOf), each
+// rank k runs its work W_k (m_s·(F+B) over its stages) after the forwards
+// that reach its first stage, then, for gpipe and 1f1b, the backwards of the
+// stages before it; naive m·sum of F+B; pipedream the busiest W_k. F and B
+// are the stage-cost table's, less the tensor-parallel collectives for kinds
+// whose overlapped pairs hide them (docs/planner.md, "prune").
 void Prune(const Model& model, std::vector<Candidate>* candidates, PartitionCache* cache = nullptr);
 
 // Simulates candidates in lower-bound order, in fixed chunks spread over
