@@ -6,8 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <map>
 #include <random>
 #include <string>
@@ -131,7 +131,6 @@ std::vector<StageLayers> RandomPartition(Draw& draw, const Candidate& c, int lay
 // interleaved-zb and looped-bfs) and a sample of those candidates, time-balanced or split at
 // random, is bounded and simulated, then no bound exceeds its simulated iteration.
 TEST(PruneBound, NeverAboveTheSimulatedIterationOnRandomCases) {
-  const auto start = std::chrono::steady_clock::now();
   Draw draw(20240523);
   constexpr int kCases = 120;
   constexpr int kPerKind = 2;  // candidates of each kind simulated per case
@@ -177,7 +176,8 @@ TEST(PruneBound, NeverAboveTheSimulatedIterationOnRandomCases) {
     for (const Candidate& c : cands) {
       Result<SimResult> r = SimulateCandidate(model, cluster, c, o, /*record_timeline=*/false);
       if (!r.ok()) {
-        // The planner rejects it as a simulation error whatever its bound.
+        // The planner rejects it as a simulation error whatever its bound (zb-auto's heuristic
+        // leaves a stage short of forwards for some cost mixes: docs/planner.md, "prune").
         if (refused.empty()) refused = c.Label() + ": " + r.status().message();
         ++refused_total;
         continue;
@@ -199,11 +199,11 @@ TEST(PruneBound, NeverAboveTheSimulatedIterationOnRandomCases) {
   EXPECT_GE(by_t[2], kCases);
   for (int zero : {0, 1, 3}) EXPECT_GE(by_zero[zero], kCases / 2) << "zero=" << zero;
   EXPECT_GE(pairs_at_t2, kCases / 4);  // overlapped pairs hiding tensor-parallel communication
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  // A refusal proves nothing about the bound: they stay rare.
+  EXPECT_LE(refused_total * 100, checked_total) << refused;
   RecordProperty("candidates_checked", checked_total);
-  std::printf("[ bound ] %d candidates over %d cases in %.2f s; %d refused by the simulator%s%s\n",
-              checked_total, kCases, seconds, refused_total, refused.empty() ? "" : ", e.g. ",
+  std::printf("[ bound ] %d candidates over %d cases; %d refused by the simulator%s%s\n",
+              checked_total, kCases, refused_total, refused.empty() ? "" : ", e.g. ",
               refused.c_str());
 }
 
