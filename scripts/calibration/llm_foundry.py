@@ -53,7 +53,8 @@ def predict(row, profiler, simulator, profiler_args, simulator_args, workdir):
            "--hidden", str(a["hidden"]), "--heads", str(a["heads"]),
            "--kv-heads", str(a["kv_heads"]), "--ffn-hidden", str(a["ffn"]),
            "--seq", str(a["seq"]), "--vocab", str(a["vocab"]),
-           "--microbatch-sizes", str(row["mbs"]), "--gpu", row["preset"], "--out", model]
+           "--microbatch-sizes", str(row["mbs"]), "--gpu", row["preset"],
+           "--attention", row.get("attention", "flash2"), "--out", model]
     if a.get("tied"):
         cmd.append("--tied-embeddings")
     if a.get("gated_mlp"):
