@@ -87,7 +87,7 @@ def predict(row, profiler, simulator, profiler_args, simulator_args, workdir):
         "dp_tail_ms": tail / 1e3,
         "optimizer_ms": result["optimizer_time_us"] / 1e3,
         "mfu": result["mfu"],
-        "published_mfu": row["measured"]["mfu"],
+        "published_mfu": row["measured"].get("mfu", float("nan")),
     }
 
 
@@ -125,7 +125,8 @@ def main():
     with tempfile.TemporaryDirectory() as workdir:
         out = [predict(r, profiler, simulator, args.profiler_arg, args.simulator_arg, workdir)
                for r in rows]
-    sums = [s for s in (summary(out, p) for p in ("h100-sxm", "a100-80gb")) if s]
+    presets = sorted({r["preset"] for r in out}, key=lambda p: (p != "h100-sxm", p))
+    sums = [s for s in (summary(out, p) for p in presets) if s]
     if args.json:
         print(json.dumps({"rows": out, "summary": sums}, indent=1))
         return
