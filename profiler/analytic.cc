@@ -715,7 +715,7 @@ ModelSource MakeSource(const TransformerSpec& spec, const AnalyticOptions& optio
                       {"tile_overhead_k", kTileOverheadK},
                       {"mainloop_efficiency", preset.mainloop_efficiency},
                       {"source", preset.source}});
-    source.details["min_kernel_us"] = JsonText(kMinKernelSeconds * 1e6);
+    source.details["min_kernel_us"] = JsonText(std::llround(kMinKernelSeconds * 1e9) / 1e3);
     if (options.attention != Attention::kEager) {
       source.details["attention_kernel"] =
           JsonText(json{{"kernel", AttentionName(options.attention)},
