@@ -208,9 +208,9 @@ SampleCost EmbeddingCost(const TransformerSpec& spec, const Dims& d, const Split
 // (docs/profiler.md, "Time"). Full-width tensors (norms, residual adds,
 // dropout) are replicated over the group, or 1/t of the tokens with sequence
 // parallelism; the attention and MLP insides are split over t. GPT-style
-// blocks (learned positions or a plain MLP) have LayerNorm, GeLU and biases;
-// LLaMA-style ones (gated MLP) RMSNorm, SwiGLU and no biases; rotary
-// positions add a kernel on Q and K in each direction.
+// blocks (a plain MLP) have LayerNorm, GeLU and biases; LLaMA-style ones (a
+// gated MLP) RMSNorm, SwiGLU and no biases (the norms move the same bytes);
+// rotary positions add a kernel on Q and K in each direction.
 void AddBlockKernels(const TransformerSpec& spec, const Dims& d, bool flash, const Split& x,
                      SampleCost* c) {
   const double full = x.Replicated() * d.s * d.h * d.e;  // one full-width tensor
