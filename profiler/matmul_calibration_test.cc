@@ -230,17 +230,6 @@ double ClosedFormTflops(const NarayananRow& row) {
   return NarayananIterationFlops(row) / iteration_s / row.gpus / 1e12;
 }
 
-TEST(MatmulCalibration, NarayananTensorParallelRowsByClosedForm) {
-  for (const NarayananRow& row : kNarayananRows) {
-    const double predicted = ClosedFormTflops(row);
-    std::printf("%s t=%d p=%d published %.4g predicted %.4g error %+.1f%% (closed form)\n",
-                row.name, row.t, row.p, row.published_tflops, predicted,
-                (predicted / row.published_tflops - 1) * 100);
-    EXPECT_NEAR(predicted, row.published_tflops, kNarayananTolerance * row.published_tflops)
-        << row.name;
-  }
-}
-
 // The same rows replayed by the simulator with its tensor parallelism: the
 // estimate's t = 8 profiles (EstimateTransformerJson with degrees {1, 8}, as
 // `profiler analytic --tensor-parallel 1,8` writes them), full recomputation,
@@ -279,6 +268,23 @@ double SimulatedTflops(const NarayananRow& row) {
   if (!result.ok()) return 0;
   return NarayananIterationFlops(row) / (static_cast<double>(result->iteration_ns) * 1e-9) /
          row.gpus / 1e12;
+}
+
+// The closed form that stood in before the simulator had tensor
+// parallelism, kept as a cross-check of the simulation: it leaves out the
+// embedding, the head, the data-parallel all-reduce and the optimizer step
+// and charges every tensor-parallel all-reduce in full, and comes within 15%
+// of the simulated TFLOP/s (its error against the paper is printed:
+// docs/calibration.md).
+TEST(MatmulCalibration, NarayananClosedFormCrossChecksTheSimulation) {
+  for (const NarayananRow& row : kNarayananRows) {
+    const double closed = ClosedFormTflops(row);
+    const double simulated = SimulatedTflops(row);
+    std::printf("%s t=%d p=%d published %.4g predicted %.4g error %+.1f%% (closed form)\n",
+                row.name, row.t, row.p, row.published_tflops, closed,
+                (closed / row.published_tflops - 1) * 100);
+    EXPECT_NEAR(closed, simulated, kNarayananTolerance * simulated) << row.name;
+  }
 }
 
 TEST(MatmulCalibration, NarayananTensorParallelRowsBySimulation) {

@@ -66,7 +66,8 @@ def predict(row, profiler, simulator, profiler_args, simulator_args, workdir):
            "--microbatches", str(row["m"]), "--microbatch-size", str(row["mbs"]),
            "--data-parallel", str(row["d"]), "--tensor-parallel", str(row["t"]),
            "--zero", "3", "--recompute", "full" if row["recompute"] == "full" else "off",
-           "--cluster", row["preset"], "--json"]
+           "--cluster", row["preset"], "--shard-prefetch", row.get("shard_prefetch", "on"),
+           "--json"]
     result = json.loads(run(sim + simulator_args))
     gpus = row["d"] * row["t"] * row["p"]
     per_gpu = result["tokens_per_s"] / gpus
