@@ -10,12 +10,14 @@
 #include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "formats/formats.h"
+#include "profiler/layer_shapes.h"
 #include "profiler/matmul_model.h"
 #include "sim/cluster.h"
 
@@ -23,14 +25,6 @@ namespace pipecast {
 namespace {
 
 using json = nlohmann::json;
-
-// Upper bounds on the architecture, far past any real model: they keep int
-// arithmetic (4 * hidden) exact and the layer list a sane size.
-constexpr int kMaxLayers = 100'000;
-constexpr int kMaxWidth = 1 << 20;           // hidden, ffn_hidden
-constexpr int kMaxVocab = 1 << 24;           // 16.7M tokens, 65x the largest LLM vocabularies
-constexpr int kMaxSequenceLength = 1 << 24;  // 16.7M tokens per sample
-constexpr int kMaxMicrobatchSize = 1 << 20;  // model.json's own limit (formats/formats.cc)
 
 // What model.json accepts (formats/formats.cc); an estimate past these is refused.
 constexpr double kMaxFileBytes = 1125899906842624.0;  // 2^50 bytes
@@ -58,14 +52,10 @@ constexpr double kBackwardOverForward = 2;
 // widths do not overflow (every value stays an exact integer below 2^53 for
 // any estimate that model.json can hold).
 struct Dims {
-  double s;             // sequence length
-  double h;             // hidden
-  double a;             // attention heads
-  double hkv;           // key/value width: kv_heads * h / a
-  double f;             // MLP width
-  double v;             // vocabulary
-  double e;             // bytes per element (B)
-  double mlp_matrices;  // 2, or 3 for a gated (SwiGLU) MLP
+  double s;  // sequence length
+  double h;  // hidden
+  double v;  // vocabulary
+  double e;  // bytes per element (B)
 };
 
 // A product of the layer, per sample: a weight product has m = tokens
@@ -118,29 +108,12 @@ struct Split {
   double Replicated() const { return sp ? 1 / t : 1; }
 };
 
-Status CheckRange(const char* flag, int64_t value, int64_t min, int64_t max, const char* about) {
-  if (value < min) {
-    return Status::InvalidArgument(
-        fmt::format("{} {} must be at least {} ({})", flag, value, min, about));
-  }
-  if (value > max) {
-    return Status::InvalidArgument(
-        fmt::format("{} {} is over the limit of {} ({})", flag, value, max, about));
-  }
-  return Status::Ok();
-}
-
-// Rows of a vocabulary-parallel table on one GPU: V/t rounded up (Megatron-LM
-// pads the vocabulary to a multiple of t).
-int64_t VocabRows(const TransformerSpec& spec, int t) { return (int64_t{spec.vocab} + t - 1) / t; }
-
-SampleCost EmbeddingCost(const TransformerSpec& spec, const Dims& d, const Split& x) {
+SampleCost EmbeddingCost(const TransformerSpec& spec, const LayerShape& shape, const Dims& d,
+                         const Split& x) {
   const double tables = spec.learned_positions ? 2 : 1;
-  const int t = static_cast<int>(x.t);
   SampleCost c;
   // Vocabulary-parallel token table; the position table is replicated.
-  c.parameters = VocabRows(spec, t) * spec.hidden +
-                 (spec.learned_positions ? int64_t{spec.sequence_length} * spec.hidden : 0);
+  c.parameters = shape.parameters;
   // Read the ids, gather one row per token from each table, write their sum;
   // dropout reads it and writes the output and its mask (on 1/t of the
   // tokens with sequence parallelism).
@@ -160,56 +133,90 @@ SampleCost EmbeddingCost(const TransformerSpec& spec, const Dims& d, const Split
   return c;
 }
 
-SampleCost BlockCost(const TransformerSpec& spec, const Dims& d, Attention kind, const Split& x) {
-  const int64_t h = spec.hidden;
-  const int64_t f = spec.FfnHidden();
-  const int64_t t = static_cast<int64_t>(x.t);
-  const int64_t hkv = int64_t{spec.KvHeads()} * (h / spec.heads);
-  // Column-parallel QKV and fc1 (weights and biases split), row-parallel
-  // projection and fc2 (weights split, biases replicated), layernorms
-  // replicated (Megatron-LM ColumnParallelLinear / RowParallelLinear).
-  const int64_t split_attention = h * (h + 2 * hkv) + (h + 2 * hkv) + h * h;
-  const int64_t split_mlp = spec.gated_mlp ? 3 * h * f + 2 * f : 2 * h * f + f;
-  SampleCost c;
-  c.parameters = (split_attention + split_mlp) / t + h + h + 4 * h;
-  const double fc1_outputs = spec.gated_mlp ? 2 * d.f : d.f;
-  c.weight_products = {{d.s, (d.h + 2 * d.hkv) / x.t, d.h},  // QKV
-                       {d.s, d.h, d.h / x.t},                // attention output projection
-                       {d.s, fc1_outputs / x.t, d.h},        // fc1 (gate and up for SwiGLU)
-                       {d.s, d.h, d.f / x.t}};               // fc2
-  c.weight_flops = 2 * d.s * (2 * d.h * d.h + 2 * d.h * d.hkv + d.mlp_matrices * d.h * d.f) / x.t;
-  c.other_flops = 4 * d.s * d.s * d.h / x.t;
-  c.layer_flops = c.weight_flops * x.t + c.other_flops * x.t;
-  const bool flash = kind == Attention::kFlash;
-  const double head_dim = d.h / d.a;
-  if (flash) {
-    c.flash_flops = c.other_flops;
-  } else {
-    c.core_products = {{d.s, d.s, head_dim, d.a / x.t},   // Q*K^T
-                       {d.s, head_dim, d.s, d.a / x.t}};  // softmax(.)*V
+// Widths (features per token, whole layer) of what a block keeps for its
+// backward, split by how tensor parallelism divides them: `full` is whole on
+// every GPU (1/t of the tokens with sequence parallelism), `split` is / t.
+struct KeptWidths {
+  double full = 0, split = 0;
+};
+
+// What the weight-gradient products need: each product's input and the
+// gradient of its output. A column-parallel product's input is full and its
+// output split; a row-parallel one's the other way round; a replicated one
+// (MLA's down-projections) has both full.
+KeptWidths WeightGradWidths(const LayerShape& shape) {
+  KeptWidths w;
+  for (const WeightProduct& p : shape.products) {
+    const double in = static_cast<double>(p.in), out = static_cast<double>(p.out);
+    switch (p.split) {
+      case TpSplit::kColumn:
+        w.full += in;
+        w.split += out;
+        break;
+      case TpSplit::kRow:
+        w.split += in;
+        w.full += out;
+        break;
+      default:
+        w.full += in + out;
+        break;
+    }
   }
-  // Korthikanti et al. 2022 sec. 4.1-4.2, generalised to B, f, h_kv and
-  // SwiGLU: the QKV input, the two layernorm inputs, the fc1 input and the
-  // two dropout masks are replicated without sequence parallelism (10sbh
-  // for 16-bit); the rest is split over t (24sbh + 5as^2b).
-  const double core = (2 * d.e + kMaskBytes) * d.a * d.s * d.s / x.t;
-  const double replicated =
-      d.s * (d.e * d.h + kMaskBytes * d.h + d.e * d.h + kMaskBytes * d.h + 2 * d.e * d.h);
-  const double split = d.s * d.e * (2 * d.h + 2 * d.hkv + fc1_outputs + d.f) / x.t;
+  return w;
+}
+
+// REQUIRES: `shape` is a dense block (the time model refuses experts) and
+// `whole` the same block at t = 1.
+SampleCost BlockCost(const TransformerSpec& spec, const LayerShape& shape, const LayerShape& whole,
+                     const Dims& d, Attention kind, const Split& x) {
+  const AttentionCore& core_shape = shape.attention;
+  const double a = core_shape.query_heads;
+  const double t = x.t;
+  SampleCost c;
+  c.parameters = shape.parameters;
+  double fc1_outputs = 0, f = 0;
+  for (const WeightProduct& p : shape.products) {
+    c.weight_products.push_back({d.s, p.OutAt(x.t), p.InAt(x.t)});
+    if (p.name == "fc1") fc1_outputs = static_cast<double>(p.out);
+    if (p.name == "fc2") f = static_cast<double>(p.in);
+  }
+  c.weight_flops = d.s * shape.WeightFlopsPerToken(x.t);
+  c.other_flops = core_shape.flops / t;
+  c.layer_flops = d.s * whole.WeightFlopsPerToken(1) + core_shape.flops;
+  const bool flash = kind == Attention::kFlash;
+  if (flash) {
+    c.flash_flops = core_shape.causal_flops_as_full / t;
+  } else {  // an eager kernel scores every key, then masks
+    c.core_products = {{d.s, d.s, static_cast<double>(core_shape.qk_dim), a / t},  // Q*K^T
+                       {d.s, static_cast<double>(core_shape.v_dim), d.s, a / t}};  // softmax(.)*V
+  }
+  // Korthikanti et al. 2022 sec. 4.1-4.2, generalised to B, f, head widths,
+  // SwiGLU and MLA: the QKV input, the fc1 input (one tensor when a parallel
+  // block has one norm), the norm inputs and the two dropout masks are
+  // replicated without sequence parallelism (10sbh for 16-bit); Q, K, V,
+  // the output projection's input, qk-norm inputs, fc1's outputs and fc2's
+  // input are split over t (24sbh + 5as^2b); MLA's latents (the input of
+  // their norm and of their up-projection) are replicated.
+  const double qk = core_shape.qk_dim, v = core_shape.v_dim, kv = core_shape.kv_heads;
+  const double core = (2 * d.e + kMaskBytes) * a * d.s * d.s / t;
+  const double product_inputs = spec.parallel_block && spec.block_norms == 1 ? 1 : 2;
+  const double latents = 2.0 * (spec.mla.q_lora_rank + spec.mla.kv_lora_rank);
+  const double replicated = d.s * (d.e * (product_inputs + spec.block_norms) * d.h + d.e * latents +
+                                   2 * kMaskBytes * d.h);
+  const double qk_norm_inputs = spec.qk_norm ? a * qk + kv * qk : 0;
+  const double split =
+      d.s * d.e * (a * qk + kv * qk + kv * v + a * v + qk_norm_inputs + fc1_outputs + f) / t;
   c.activation_bytes =
-      x.Replicated() * replicated + split + (flash ? kLogsumexpBytes * d.a * d.s / x.t : core);
+      x.Replicated() * replicated + split + (flash ? kLogsumexpBytes * a * d.s / t : core);
   if (flash) c.fixed_activation_bytes = kFlashRngStateBytes;
   c.attention_core_bytes = flash ? 0 : core;
   c.attention_core_flops = flash ? 0 : c.other_flops;
   c.traffic_bytes = kTrafficPerActivationByte * c.activation_bytes;
   c.checkpoint_bytes = x.Replicated() * d.s * d.h * d.e;  // the block input
-  // What the weight products' gradients need: their inputs (QKV, output
-  // projection, fc1: h each; fc2: f) and the gradients of their outputs
-  // (h + 2*h_kv, h, fc1's outputs, h): 32sbh for 16-bit, f = 4h, h_kv = h.
-  // The QKV and fc1 inputs and the projection and fc2 output gradients are
-  // full-width (replicated, or 1/t of the tokens with sequence parallelism).
-  c.weight_grad_bytes =
-      d.s * d.e * (x.Replicated() * 4 * d.h + (2 * d.h + 2 * d.hkv + d.f + fc1_outputs) / x.t);
+  // What the weight products' gradients need (WeightGradWidths): 32sbh for
+  // 16-bit, f = 4h, multi-head attention (Qi et al. 2024, Table 1).
+  const KeptWidths grad = WeightGradWidths(whole);
+  c.weight_grad_bytes = d.s * d.e * (x.Replicated() * grad.full + grad.split / t);
   c.output_bytes = x.Replicated() * d.s * d.h * d.e;
   c.workspace_bytes = kMatmulWorkspaceBytes;
   // Two all-reduces in the forward (after attention and after the MLP) and
@@ -222,13 +229,11 @@ SampleCost BlockCost(const TransformerSpec& spec, const Dims& d, Attention kind,
   return c;
 }
 
-SampleCost HeadCost(const TransformerSpec& spec, const Dims& d, const Split& x) {
-  const int t = static_cast<int>(x.t);
-  const double rows = static_cast<double>(VocabRows(spec, t));
+SampleCost HeadCost(const LayerShape& shape, const Dims& d, const Split& x) {
+  const double rows = shape.products.front().OutAt(x.t);
   SampleCost c;
-  // Replicated final layernorm; vocabulary-parallel projection.
-  c.parameters = 2 * int64_t{spec.hidden} +
-                 (spec.tied_embeddings ? 0 : VocabRows(spec, t) * int64_t{spec.hidden});
+  // Replicated final norm; vocabulary-parallel projection.
+  c.parameters = shape.parameters;
   c.weight_products = {{d.s, rows, d.h}};
   c.weight_flops = 2 * d.s * d.h * rows;
   c.layer_flops = 2 * d.s * d.h * d.v;
@@ -373,6 +378,23 @@ Result<Layer> ToLayer(std::string name, const SampleCost& c, const Rates& r,
     layer.profiles.push_back(*p);
   }
   return layer;
+}
+
+// The time and memory model covers dense MLPs only: an expert block's cost
+// depends on routing, expert parallelism and the all-to-all, which are issue
+// 26's (mixture of experts). Refusing beats writing a wrong number.
+Status CheckDenseOnly(const TransformerSpec& spec) {
+  const MoeSpec& moe = spec.moe;
+  const int moe_blocks = moe.MoeBlocks(spec.layers);
+  if (moe_blocks == 0) return Status::Ok();
+  const ParameterCount count = CountParameters(spec);
+  return Status::FailedPrecondition(fmt::format(
+      "{} has mixture-of-experts MLPs ({} experts, top {}, in {} of {} blocks): the analytic "
+      "time and memory model does not cover expert layers yet; expert parallelism, routing and "
+      "the all-to-all are issue 26 (mixture of experts). Its parameters are counted: {:.3f}B "
+      "total, {:.3f}B active per token (profiler analytic --describe prints them by layer)",
+      spec.name, moe.experts, moe.experts_per_token, moe_blocks, spec.layers, count.total / 1e9,
+      count.active / 1e9));
 }
 
 Status ValidateTensorParallel(const TransformerSpec& spec, const TensorParallelism& tp) {
@@ -542,6 +564,11 @@ std::map<std::string, std::string> Formulas(const TransformerSpec& spec,
       "32 MiB cuBLAS workspace on every block and on lm_head (what the cuBLAS documentation, "
       "cublasSetWorkspace, recommends for Hopper; 4 MiB would do before Hopper); 0 on the "
       "embedding";
+  if (std::optional<ShapeFormulaText> text = ShapeFormulas(spec)) {
+    formulas["parameter_formula"] = text->parameters;
+    formulas["flops_formula"] = text->flops;
+    formulas["activation_formula"] += text->activation_note;
+  }
   return formulas;
 }
 
@@ -559,16 +586,6 @@ ModelSource MakeSource(const TransformerSpec& spec, const AnalyticOptions& optio
     source.details[key] = JsonText(text);
   }
   source.details["attention"] = JsonText(AttentionName(options.attention));
-  const json architecture = {{"layers", spec.layers},
-                             {"hidden", spec.hidden},
-                             {"heads", spec.heads},
-                             {"kv_heads", spec.KvHeads()},
-                             {"ffn_hidden", spec.FfnHidden()},
-                             {"gated_mlp", spec.gated_mlp},
-                             {"sequence_length", spec.sequence_length},
-                             {"vocab", spec.vocab},
-                             {"tied_embeddings", spec.tied_embeddings},
-                             {"learned_positions", spec.learned_positions}};
   const json limitations = {
       "an estimate from datasheet numbers, not a measurement; measure on the GPU when one is "
       "available (profiler cupti, planned)",
@@ -586,7 +603,8 @@ ModelSource MakeSource(const TransformerSpec& spec, const AnalyticOptions& optio
       "kernel launch gaps, communication and the optimizer step are not in the per-layer times",
       "tied embeddings: Megatron-LM with pipeline parallelism keeps a copy of the table on the "
       "last stage; this file counts the table once, in the embedding"};
-  source.details["architecture"] = JsonText(architecture);
+  source.details["architecture"] = ArchitectureJson(spec);
+  if (!spec.from.empty()) source.details["architecture_from"] = JsonText(spec.from);
   source.details["limitations"] = JsonText(limitations);
   source.details["gpu"] = JsonText(gpu.name);
   source.details["peak_tflops"] = JsonText(gpu.peak_tflops);
@@ -617,49 +635,6 @@ const char* TimeModelName(TimeModel model) { return model == TimeModel::kFlat ? 
 
 const char* AttentionName(Attention attention) {
   return attention == Attention::kEager ? "eager" : "flash";
-}
-
-Status TransformerSpec::Validate() const {
-  if (name.empty()) return Status::InvalidArgument("--name is empty; give the model a name");
-  PIPECAST_RETURN_IF_ERROR(CheckRange("--layers", layers, 1, kMaxLayers, "transformer blocks"));
-  PIPECAST_RETURN_IF_ERROR(CheckRange("--hidden", hidden, 1, kMaxWidth, "the model width"));
-  PIPECAST_RETURN_IF_ERROR(CheckRange("--heads", heads, 1, hidden, "attention heads"));
-  if (hidden % heads != 0) {
-    return Status::InvalidArgument(fmt::format(
-        "--hidden {} is not divisible by --heads {}: each head needs hidden/heads channels", hidden,
-        heads));
-  }
-  PIPECAST_RETURN_IF_ERROR(
-      CheckRange("--kv-heads", kv_heads, 0, heads, "key/value heads; 0 means --heads"));
-  if (heads % KvHeads() != 0) {
-    return Status::InvalidArgument(fmt::format(
-        "--heads {} is not divisible by --kv-heads {}: each key/value head serves a whole group "
-        "of query heads",
-        heads, kv_heads));
-  }
-  PIPECAST_RETURN_IF_ERROR(
-      CheckRange("--ffn-hidden", ffn_hidden, 0, kMaxWidth, "the MLP width; 0 means 4 x --hidden"));
-  PIPECAST_RETURN_IF_ERROR(
-      CheckRange("--seq", sequence_length, 1, kMaxSequenceLength, "tokens per sample"));
-  PIPECAST_RETURN_IF_ERROR(CheckRange("--vocab", vocab, 1, kMaxVocab, "the vocabulary size"));
-  PIPECAST_RETURN_IF_ERROR(CheckRange("--global-batch", global_batch, 0, int64_t{1} << 30,
-                                      "samples per iteration; 0 leaves it out"));
-  if (microbatch_sizes.empty()) {
-    return Status::InvalidArgument("--microbatch-sizes is empty; give at least one, e.g. 1,2,4,8");
-  }
-  std::set<int> seen;
-  for (int b : microbatch_sizes) {
-    if (b < 1 || b > kMaxMicrobatchSize) {
-      return Status::InvalidArgument(
-          fmt::format("--microbatch-sizes lists {}; sizes are samples per micro-batch, 1 to {}", b,
-                      kMaxMicrobatchSize));
-    }
-    if (!seen.insert(b).second) {
-      return Status::InvalidArgument(
-          fmt::format("--microbatch-sizes lists {} twice; give each size once", b));
-    }
-  }
-  return Status::Ok();
 }
 
 Status AnalyticOptions::Validate() const {
@@ -693,6 +668,7 @@ Result<Model> EstimateTransformerAt(const TransformerSpec& spec, const AnalyticO
   PIPECAST_RETURN_IF_ERROR(spec.Validate());
   PIPECAST_RETURN_IF_ERROR(options.Validate());
   PIPECAST_RETURN_IF_ERROR(ValidateTensorParallel(spec, tp));
+  PIPECAST_RETURN_IF_ERROR(CheckDenseOnly(spec));
   std::string device;
   Result<GpuSpec> gpu = LoadGpu(options.gpu_preset, &device);
   if (!gpu.ok()) return gpu.status();
@@ -707,12 +683,8 @@ Result<Model> EstimateTransformerAt(const TransformerSpec& spec, const AnalyticO
                         .preset = GemmPresetFor(*gpu)}};
   const Dims dims{.s = static_cast<double>(spec.sequence_length),
                   .h = static_cast<double>(spec.hidden),
-                  .a = static_cast<double>(spec.heads),
-                  .hkv = static_cast<double>(spec.KvHeads()) * (spec.hidden / spec.heads),
-                  .f = static_cast<double>(spec.FfnHidden()),
                   .v = static_cast<double>(spec.vocab),
-                  .e = static_cast<double>(options.bytes_per_element),
-                  .mlp_matrices = spec.gated_mlp ? 3.0 : 2.0};
+                  .e = static_cast<double>(options.bytes_per_element)};
   const Split split{.t = static_cast<double>(tp.degree), .sp = tp.sequence_parallel};
   std::vector<int> sizes = spec.microbatch_sizes;
   std::sort(sizes.begin(), sizes.end());
@@ -724,17 +696,26 @@ Result<Model> EstimateTransformerAt(const TransformerSpec& spec, const AnalyticO
   model.sequence_length = spec.sequence_length;
   if (spec.global_batch > 0) model.global_batch = spec.global_batch;
 
-  const SampleCost embedding_cost = EmbeddingCost(spec, dims, split);
-  const SampleCost block_cost = BlockCost(spec, dims, options.attention, split);
-  const SampleCost head_cost = HeadCost(spec, dims, split);
+  const ModelShapes shapes = ShapesOf(spec, tp.degree);
+  const ModelShapes whole = tp.degree == 1 ? shapes : ShapesOf(spec, 1);
+  const SampleCost embedding_cost = EmbeddingCost(spec, shapes.embedding, dims, split);
+  const SampleCost head_cost = HeadCost(shapes.head, dims, split);
   Result<Layer> embedding = ToLayer("embedding", embedding_cost, rates, sizes);
   if (!embedding.ok()) return embedding.status();
   model.layers.push_back(std::move(*embedding));
-  // Every block has the same cost: estimate it once.
-  Result<Layer> block = ToLayer("block.0", block_cost, rates, sizes);
-  if (!block.ok()) return block.status();
+  // Blocks of one kind (window, experts) have the same cost: estimate each
+  // kind once.
+  std::vector<SampleCost> kind_costs;
+  std::vector<Layer> kind_layers;
+  for (size_t k = 0; k < shapes.block_kinds.size(); ++k) {
+    kind_costs.push_back(BlockCost(spec, shapes.block_kinds[k], whole.block_kinds[k], dims,
+                                   options.attention, split));
+    Result<Layer> block = ToLayer("block.0", kind_costs.back(), rates, sizes);
+    if (!block.ok()) return block.status();
+    kind_layers.push_back(std::move(*block));
+  }
   for (int i = 0; i < spec.layers; ++i) {
-    model.layers.push_back(*block);
+    model.layers.push_back(kind_layers[shapes.kind_of_block[i]]);
     model.layers.back().name = fmt::format("block.{}", i);
   }
   Result<Layer> head = ToLayer("lm_head", head_cost, rates, sizes);
@@ -748,7 +729,8 @@ Result<Model> EstimateTransformerAt(const TransformerSpec& spec, const AnalyticO
       return out;
     };
     costs->push_back(cost(embedding_cost));
-    costs->insert(costs->end(), spec.layers, cost(block_cost));
+    for (int i = 0; i < spec.layers; ++i)
+      costs->push_back(cost(kind_costs[shapes.kind_of_block[i]]));
     costs->push_back(cost(head_cost));
   }
 
