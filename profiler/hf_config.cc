@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/json_depth.h"
 #include "formats/file_util.h"
 
 namespace pipecast {
@@ -61,6 +62,12 @@ constexpr KnownType kKnownTypes[] = {
     {"qwen3", Family::kQwen3},
     {"qwen3_moe", Family::kQwen3Moe},
 };
+
+// nlohmann's message without its "[json.exception.parse_error.101] " tag.
+std::string WithoutExceptionId(const std::string& what) {
+  const size_t tag = what.find("] ");
+  return tag == std::string::npos ? what : what.substr(tag + 2);
+}
 
 // A JSON value as a short text for an error message.
 std::string Shown(const json& value) {
@@ -565,13 +572,19 @@ const std::vector<std::string>& KnownHfModelTypes() {
 }
 
 Result<HfConfig> ParseHfConfig(std::string_view text, const std::string& file) {
+  if (auto deep = JsonTooDeep(text)) {
+    return Status::InvalidArgument(fmt::format("{}: {}", file, *deep));
+  }
   json root;
   try {
     root = json::parse(text.begin(), text.end());
   } catch (const json::parse_error& e) {
-    return Status::InvalidArgument(fmt::format(
-        "{}: not valid JSON (at byte {}): {}; give the model's config.json as published", file,
-        e.byte, e.what()));
+    return Status::InvalidArgument(
+        fmt::format("{}: not valid JSON at byte {}: {}; give the model's config.json as published",
+                    file, e.byte, WithoutExceptionId(e.what())));
+  } catch (const json::exception& e) {  // e.g. out_of_range: 1e400
+    return Status::InvalidArgument(
+        fmt::format("{}: not valid JSON: {}", file, WithoutExceptionId(e.what())));
   }
   try {
     if (!root.is_object()) {
@@ -617,7 +630,8 @@ Result<HfConfig> ParseHfConfig(std::string_view text, const std::string& file) {
     PIPECAST_RETURN_IF_ERROR(ReadFamily(keys, known->family, &config.architecture, &config.notes));
     return config;
   } catch (const json::exception& e) {  // a field check missed a type: still a clean error
-    return Status::InvalidArgument(fmt::format("{}: unexpected value: {}", file, e.what()));
+    return Status::InvalidArgument(
+        fmt::format("{}: unexpected value: {}", file, WithoutExceptionId(e.what())));
   }
 }
 

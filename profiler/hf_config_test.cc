@@ -339,7 +339,11 @@ TEST(HfConfigTest, MixtureOfExpertsIsRefusedByTheTimeModelNamingIssue26) {
 
 TEST(HfConfigTest, BadFilesNameTheFileAndTheKey) {
   EXPECT_THAT(ParseError("{\"model_type\": \"llama\",").message(),
-              HasSubstr("bad.json: not valid JSON (at byte"));
+              HasSubstr("bad.json: not valid JSON at byte"));
+  EXPECT_THAT(ParseError(std::string(100000, '[') + std::string(100000, ']')).message(),
+              HasSubstr("bad.json: nested deeper than 64 levels"));
+  EXPECT_THAT(ParseError(R"({"model_type": "llama", "hidden_size": 1e400})").message(),
+              HasSubstr("bad.json: not valid JSON"));
   EXPECT_THAT(ParseError("[1, 2]").message(), HasSubstr("must be a JSON object"));
   EXPECT_THAT(ParseError("{}").message(), HasSubstr("bad.json: model_type is missing"));
   const Status unknown = ParseError(R"({"model_type": "bert"})");
