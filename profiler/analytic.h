@@ -25,6 +25,11 @@
 //     the element-wise traffic over a share of HBM bandwidth; a larger
 //     micro-batch fills the GPU better. TimeModel::kFlat is the earlier
 //     model: all FLOPs at one share of peak, linear in the micro-batch size.
+//   - shapes: each layer's products, attention core and parameters come
+//     from profiler/layer_shapes.h (head widths, grouped-query and
+//     multi-head latent attention, norms, biases, sliding windows); an
+//     architecture with mixture-of-experts MLPs is counted there but refused
+//     here (issue 26);
 //   - tensor parallelism of degree t (Megatron-LM; Korthikanti et al. 2022):
 //     per-GPU times of the t-times smaller products and per-GPU memory,
 //     with or without sequence parallelism (EstimateTransformerAt).
@@ -165,6 +170,9 @@ inline constexpr int kMaxSpecWidth = 1 << 20;     // hidden, MLP widths, head an
 inline constexpr int kMaxSpecVocab = 1 << 24;     // 16.7M tokens, 65x the largest LLM vocabularies
 inline constexpr int kMaxSpecSequence = 1 << 24;  // tokens per sample, positions, windows
 inline constexpr int kMaxSpecExperts = 1 << 16;   // routed experts per block
+// Parameters of the whole model: 2^53 (9e15, 4000x the largest models), so
+// every count stays exact in int64 and in double.
+inline constexpr double kMaxSpecParameters = 9007199254740992.0;
 
 // source.architecture of model.json: every field of `spec` that shapes the
 // model (defaults resolved), as JSON text (docs/profiler.md, "What goes into
@@ -224,8 +232,10 @@ struct AnalyticOptions {
 // "analytic", device = options.gpu_preset.
 // Fails with InvalidArgument for a bad spec or options (naming the flag),
 // NotFound for an unknown GPU preset or unreadable cluster file, and
-// FailedPrecondition when the GPU lacks a peak or a bandwidth (e.g. `ideal`)
-// or an estimate is past what model.json can hold.
+// FailedPrecondition when the GPU lacks a peak or a bandwidth (e.g. `ideal`),
+// an estimate is past what model.json can hold, or the architecture has
+// mixture-of-experts blocks (the message names issue 26 and gives the
+// parameter counts).
 [[nodiscard]] Result<Model> EstimateTransformer(const TransformerSpec& spec,
                                                 const AnalyticOptions& options);
 

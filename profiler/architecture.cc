@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "profiler/analytic.h"
+#include "profiler/layer_shapes.h"
 
 namespace pipecast {
 namespace {
@@ -147,6 +148,21 @@ Status TransformerSpec::Validate() const {
   PIPECAST_RETURN_IF_ERROR(CheckBlockList("full_attention_layers", full_attention_layers, layers));
   PIPECAST_RETURN_IF_ERROR(ValidateMla(mla));
   PIPECAST_RETURN_IF_ERROR(ValidateMoe(moe, layers));
+  // Every width is in range; their products may still pass what counts hold.
+  // One block's count fits int64 whatever the widths (each product is below
+  // 2^62); the sum over blocks is taken in double.
+  const ModelShapes shapes = ShapesOf(*this, 1);
+  double total = static_cast<double>(shapes.embedding.parameters) +
+                 static_cast<double>(shapes.head.parameters);
+  for (int kind : shapes.kind_of_block) {
+    total += static_cast<double>(shapes.block_kinds[kind].parameters);
+  }
+  if (total > kMaxSpecParameters) {
+    return Status::InvalidArgument(fmt::format(
+        "the architecture has {:.3g} parameters, past the 2^53 pipecast counts exactly; check "
+        "--layers, --hidden, --heads, --head-dim and the MLP widths",
+        total));
+  }
   PIPECAST_RETURN_IF_ERROR(CheckRange("--global-batch", global_batch, 0, int64_t{1} << 30,
                                       "samples per iteration; 0 leaves it out"));
   if (microbatch_sizes.empty()) {

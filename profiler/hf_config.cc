@@ -220,6 +220,11 @@ Status ReadCore(const Keys& k, Family f, TransformerSpec* s) {
       k.Int(heads, true, 1, kMaxSpecWidth, "the attention (query) heads", &s->heads));
   PIPECAST_RETURN_IF_ERROR(k.Int("vocab_size", f != Family::kGemma3Text, 1, kMaxSpecVocab,
                                  "the vocabulary size", &s->vocab));
+  if (s->heads > s->hidden) {
+    return k.Error(fmt::format("{} {} is more than {} {}: a head needs at least one channel of "
+                               "the model width",
+                               k.Name(heads), s->heads, k.Name(hidden), s->hidden));
+  }
   return Status::Ok();
 }
 

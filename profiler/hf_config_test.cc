@@ -377,6 +377,19 @@ TEST(HfConfigTest, BadFilesNameTheFileAndTheKey) {
   EXPECT_THAT(
       ParseError(R"({"model_type": "gemma3", "text_config": {"hidden_size": 8}})").message(),
       HasSubstr("bad.json: text_config.num_hidden_layers is missing"));
+  // Every width in range, yet 2^20 heads of 2^20 channels over 10^5 blocks
+  // pass what a count holds: the architecture says so rather than overflow.
+  Result<HfConfig> huge = ParseHfConfig(
+      R"({"model_type": "llama", "hidden_size": 1048576, "num_hidden_layers": 100000,
+          "num_attention_heads": 1048576, "head_dim": 1048576, "intermediate_size": 8,
+          "vocab_size": 8})",
+      "huge.json");
+  ASSERT_TRUE(huge.ok()) << huge.status().message();
+  TransformerSpec spec = huge->architecture;
+  spec.name = "huge";
+  spec.sequence_length = 8;
+  spec.microbatch_sizes = {1};
+  EXPECT_THAT(spec.Validate().message(), HasSubstr("past the 2^53 pipecast counts exactly"));
   const Result<HfConfig> missing = LoadHfConfig("/no/such/config.json");
   ASSERT_FALSE(missing.ok());
   EXPECT_THAT(missing.status().message(), HasSubstr("--hf-config"));
