@@ -1,17 +1,14 @@
-// profiler: writes a model.json with the per-layer costs of a model.
-//   profiler analytic ...  estimate a GPT-style transformer from its shape (flags or a
-//                          HuggingFace config.json) and a GPU preset
-//   profiler cupti ...     measure an unmodified CUDA program on an NVIDIA GPU
-//   profiler builtin ...   measure pipecast's own CUDA transformer block
-//   profiler cpu ...       measure the built-in CPU workload layer by layer
-// Thin by design: flags -> spec and options -> library call -> exit code.
+// `profiler analytic`: flags (and --hf-config) -> TransformerSpec and
+// AnalyticOptions -> EstimateTransformerJson -> model.json on stdout or --out;
+// or, with --describe, the parameter counts and shapes on stdout.
+#include "tools/analytic_command.h"
+
 #include <fmt/format.h>
 
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -23,8 +20,6 @@
 #include "profiler/analytic.h"
 #include "profiler/hf_config.h"
 #include "profiler/layer_shapes.h"
-#include "profiler/tools/cpu_command.h"
-#include "profiler/tools/cupti_commands.h"
 
 namespace pipecast {
 namespace {
@@ -254,22 +249,11 @@ CLI::App* AddAnalytic(CLI::App& app, AnalyticFlags& f) {
 }
 
 }  // namespace
-}  // namespace pipecast
 
-int main(int argc, char** argv) {
-  pipecast::AnalyticFlags flags;
-  CLI::App app{
-      "profiler: write a model.json (pipecast-model/1) with the per-layer time and memory of a "
-      "model.\nExample: profiler analytic --name gpt-7b --layers 32 --hidden 4096 --heads 32 "
-      "--seq 2048 --vocab 50257 --gpu h100-sxm --out gpt-7b.json"};
-  app.require_subcommand(1);
-  CLI::App* analytic = pipecast::AddAnalytic(app, flags);
-  pipecast::CuptiCommands cupti_commands(app);  // cupti, builtin
-  const std::function<int()> run_cpu = pipecast::AddCpuCommand(app);
-  if (auto code = pipecast::ParseToolFlags(app, argc, argv, "profiler")) return *code;
-  pipecast::RemoveTempFilesOnSignal();
-  if (analytic->parsed()) return pipecast::RunAnalytic(flags);
-  if (const int code = cupti_commands.RunIfParsed(); code >= 0) return code;
-  if (app.got_subcommand("cpu")) return run_cpu();
-  return pipecast::kExitUsage;  // unreachable: require_subcommand(1) and every one is handled
+std::function<int()> AddAnalyticCommand(CLI::App& app) {
+  auto flags = std::make_shared<AnalyticFlags>();
+  AddAnalytic(app, *flags);
+  return [flags] { return RunAnalytic(*flags); };
 }
+
+}  // namespace pipecast
