@@ -173,9 +173,9 @@ std::string Count(int64_t n) {
   return digits;
 }
 
-// Whether `spec` has only the shape the formula strings below describe
-// (GPT/LLaMA blocks: h = a*d, two LayerNorms, biases everywhere, no window,
-// no latent attention, no experts).
+// Whether `spec` has only the shape the fixed formula strings of
+// analytic.cc describe (GPT/LLaMA blocks: h = a*d, two LayerNorms, biases
+// everywhere, no window, no latent attention, no experts).
 bool ClassicShape(const TransformerSpec& spec) {
   return (spec.head_dim == 0 || int64_t{spec.head_dim} * spec.heads == spec.hidden) &&
          (spec.max_positions == 0 || spec.max_positions == spec.sequence_length) &&
