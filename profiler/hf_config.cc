@@ -221,9 +221,10 @@ Status ReadCore(const Keys& k, Family f, TransformerSpec* s) {
   PIPECAST_RETURN_IF_ERROR(k.Int("vocab_size", f != Family::kGemma3Text, 1, kMaxSpecVocab,
                                  "the vocabulary size", &s->vocab));
   if (s->heads > s->hidden) {
-    return k.Error(fmt::format("{} {} is more than {} {}: a head needs at least one channel of "
-                               "the model width",
-                               k.Name(heads), s->heads, k.Name(hidden), s->hidden));
+    return k.Error(
+        fmt::format("{} {} is more than {} {}: a head needs at least one channel of "
+                    "the model width",
+                    k.Name(heads), s->heads, k.Name(hidden), s->hidden));
   }
   return Status::Ok();
 }
