@@ -173,9 +173,8 @@ std::string Count(int64_t n) {
   return digits;
 }
 
-// Whether `spec` has only the shape the fixed formula strings of
-// analytic.cc describe (GPT/LLaMA blocks: h = a*d, two LayerNorms, biases
-// everywhere, no window, no latent attention, no experts).
+}  // namespace
+
 bool ClassicShape(const TransformerSpec& spec) {
   return (spec.head_dim == 0 || int64_t{spec.head_dim} * spec.heads == spec.hidden) &&
          (spec.max_positions == 0 || spec.max_positions == spec.sequence_length) &&
@@ -183,8 +182,6 @@ bool ClassicShape(const TransformerSpec& spec) {
          spec.qkv_bias && spec.output_bias && spec.mlp_bias && !spec.parallel_block &&
          spec.sliding_window == 0 && !spec.mla.Enabled() && spec.moe.experts == 0;
 }
-
-}  // namespace
 
 std::optional<ShapeFormulaText> ShapeFormulas(const TransformerSpec& spec) {
   if (ClassicShape(spec)) return std::nullopt;

@@ -113,6 +113,12 @@ struct ParameterCount {
 // REQUIRES: spec.Validate() is OK.
 ParameterCount CountParameters(const TransformerSpec& spec);
 
+// Whether `spec` has only the shape the flags described before --hf-config:
+// GPT/LLaMA blocks with h = a*d, two LayerNorms, biases everywhere, no
+// window, no latent attention, no experts. The estimate keeps its fixed
+// formulas (and, for a gated MLP, no bias-gradient kernels) for it.
+bool ClassicShape(const TransformerSpec& spec);
+
 // The strings model.json's source gives for a shape beyond the GPT/LLaMA
 // block its fixed formulas describe (docs/profiler.md, "What goes into
 // source"): the parameter and FLOP formulas from the products, and a
