@@ -321,6 +321,29 @@ std::vector<Case> Catalogue() {
                   "analytic --name x --layers 2 --hidden 64 --heads 8 --seq 8 --vocab 8 "
                   "--matmul-efficiency nan",
                   1, "--matmul-efficiency nan must be in (0, 1]"));
+  // profiler analytic --hf-config (issue 25.3): the file and the key named.
+  c.push_back(Row("profiler_hf_config_unknown_model_type", kProfiler,
+                  {{"c.json", R"({"model_type": "bert", "hidden_size": 768})"}},
+                  "analytic --hf-config {dir}/c.json", 1,
+                  "c.json: model_type 'bert' is not a model_type pipecast reads; known: "
+                  "deepseek_v2, deepseek_v3, falcon, gemma2, gemma3, gemma3_text, gpt2, gpt_neox, "
+                  "llama, mistral, mixtral, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe"));
+  c.push_back(Row("profiler_hf_config_heads_not_dividing_hidden", kProfiler,
+                  {{"c.json", R"({"model_type": "llama", "hidden_size": 100,
+                      "num_hidden_layers": 2, "num_attention_heads": 3,
+                      "intermediate_size": 64, "vocab_size": 10})"}},
+                  "analytic --hf-config {dir}/c.json", 1,
+                  "c.json: hidden_size 100 is not divisible by num_attention_heads 3, and "
+                  "head_dim is not given"));
+  c.push_back(Row("profiler_hf_config_mixture_of_experts", kProfiler,
+                  {{"c.json", R"({"model_type": "mixtral", "hidden_size": 64,
+                      "num_hidden_layers": 2, "num_attention_heads": 4,
+                      "intermediate_size": 128, "vocab_size": 10,
+                      "num_local_experts": 4, "num_experts_per_tok": 2})"}},
+                  "analytic --hf-config {dir}/c.json --seq 16 --out {dir}/m.json", 1,
+                  "the analytic time and memory model does not cover expert layers yet; expert "
+                  "parallelism, routing and the all-to-all are issue 26 (mixture of experts)",
+                  After::kNoOutputs));
   // profiler cpu's tensor-parallel shards (issue 15 part 6): refused before
   // anything is measured.
   c.push_back(Row("profiler_cpu_tensor_parallel_not_dividing_ffn", kProfiler, {},

@@ -1,5 +1,6 @@
 // profiler: writes a model.json with the per-layer costs of a model.
-//   profiler analytic ...  estimate a GPT-style transformer from its shape and a GPU preset
+//   profiler analytic ...  estimate a GPT-style transformer from its shape (flags or a
+//                          HuggingFace config.json) and a GPU preset
 //   profiler cupti ...     measure an unmodified CUDA program on an NVIDIA GPU
 //   profiler builtin ...   measure pipecast's own CUDA transformer block
 //   profiler cpu ...       measure the built-in CPU workload layer by layer
