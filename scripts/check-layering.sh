@@ -7,7 +7,10 @@
 #      and testing/, never report/);
 #   3. formats/ includes no report/, planner/, profiler/, validate/ header
 #      (its tests may use report/ and testing/);
-#   4. testing/ is included only by tests (*_test.cc) and testing/ itself.
+#   4. testing/ is included only by tests (*_test.cc) and testing/ itself;
+#   5. measured/ (real runs read in) is included only by measured/, the tools
+#      (tools/, profiler/tools/), fuzz/ and tests; the libraries below it
+#      (report/, planner/, profiler/, validate/) never include it.
 # Run by ctest as lint.layering.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -30,6 +33,12 @@ while IFS= read -r -d '' file; do
     fi
     if [[ "${target_folder}" == testing && ${is_test} == 0 && "${folder}" != testing ]]; then
       fail "${file}:${line}" "includes ${target}: testing/ is for tests only"
+    fi
+    if [[ "${target_folder}" == measured ]]; then
+      case "${file}" in
+        measured/* | tools/* | profiler/tools/* | fuzz/* | tests/*) ;;
+        *) ((is_test)) || fail "${file}:${line}" "includes ${target}: measured/ sits above ${folder}/" ;;
+      esac
     fi
     case "${folder}" in
       base)

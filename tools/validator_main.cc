@@ -13,6 +13,8 @@
 #include "base/flag_checks.h"
 #include "base/terminal_text.h"
 #include "formats/file_util.h"
+#include "measured/measured_tool.h"
+#include "measured/report_html.h"
 #include "validate/validator.h"
 
 namespace {
@@ -21,6 +23,7 @@ constexpr double kMaxRecvTimeoutMs = 86'400'000;  // a day
 
 struct Flags {
   pipecast::validate::ValidatorOptions options;
+  pipecast::measured::MeasuredToolOptions measured;  // --measured, --megatron-log
   std::string backend = "cpu";
   std::string trace;
   std::string fault;
@@ -33,8 +36,36 @@ int Fail(const pipecast::Status& st) {
   return pipecast::kExitBadInput;
 }
 
+// --measured / --megatron-log: real runs against the plan (docs/measured-runs.md).
+int RunMeasured(Flags& f) {
+  pipecast::measured::MeasuredToolOptions& m = f.measured;
+  m.plan_path = f.options.plan_path;
+  m.model_path = f.options.model_path;
+  m.cluster = f.options.cluster;
+  m.tolerances = f.options.tolerances;
+  m.trace_out = f.trace;
+  m.json = f.json;
+  if (pipecast::Status st = m.Validate(); !st.ok()) {
+    fmt::print(stderr, "validator: error: {}\nRun with --help for more information.\n",
+               st.message());
+    return pipecast::kExitUsage;
+  }
+  pipecast::Result<pipecast::measured::MeasuredToolResult> r = RunMeasuredTool(m);
+  if (!r.ok()) return Fail(r.status());
+  std::fwrite(r->text.data(), 1, r->text.size(), stdout);
+  return r->within_tolerance ? pipecast::kExitOk : pipecast::kExitCheckFailed;
+}
+
 int Run(Flags& f) {
   using namespace pipecast::validate;
+  if (!f.measured.traces.empty() || !f.measured.megatron_log.empty()) return RunMeasured(f);
+  for (const char* flag : {"--plan", "--model"}) {
+    if ((flag[2] == 'p' ? f.options.plan_path : f.options.model_path).empty()) {
+      fmt::print(stderr,
+                 "validator: error: {} is required\nRun with --help for more information.\n", flag);
+      return pipecast::kExitUsage;
+    }
+  }
   // In range (the flag's check): the cast to integer ns is defined.
   f.options.runtime.recv_timeout_ns = static_cast<pipecast::TimeNs>(f.recv_timeout_ms * 1e6);
   if (!f.fault.empty()) {
@@ -61,6 +92,14 @@ int Run(Flags& f) {
             : pipecast::Status::Ok());
     if (!writable.ok()) return backend->is_root() ? Fail(writable) : pipecast::kExitBadInput;
   }
+  if (!f.measured.report_out.empty()) {
+    pipecast::Status writable = backend->Agree(
+        backend->is_root() ? pipecast::CheckOutputs({{"--report", f.measured.report_out}},
+                                                    {{"--plan", f.options.plan_path},
+                                                     {"--model", f.options.model_path}})
+                           : pipecast::Status::Ok());
+    if (!writable.ok()) return backend->is_root() ? Fail(writable) : pipecast::kExitBadInput;
+  }
   pipecast::Result<ValidationResult> result = RunValidation(f.options, backend.get());
   pipecast::Status agreed = backend->Agree(result.ok() ? pipecast::Status::Ok() : result.status());
   if (!backend->is_root()) return agreed.ok() ? pipecast::kExitOk : pipecast::kExitBadInput;
@@ -71,6 +110,12 @@ int Run(Flags& f) {
         f.trace, SideBySideTrace(r.predicted,
                                  MeasuredTimeline(r.exec, r.runs, r.comparison.median_iteration)));
     if (!st.ok()) return Fail(st.WithPrefix("--trace"));
+  }
+  if (!f.measured.report_out.empty()) {
+    pipecast::Status st = pipecast::WriteFileAtomic(
+        f.measured.report_out,
+        pipecast::measured::ValidationReportHtml(*result, f.measured.command_line));
+    if (!st.ok()) return Fail(st.WithPrefix("--report"));
   }
   const std::string text = f.json ? ValidationJson(*result) : ValidationText(*result);
   std::fwrite(text.data(), 1, text.size(), stdout);
@@ -90,9 +135,10 @@ int main(int argc, char** argv) {
       "         mpirun -np 2 validator --plan plan.json --model model.json --backend mpi\n"
       "Exit codes: 0 within tolerance, 1 failure (bad input, a fault during the run), 2 usage, "
       "3 a metric beyond tolerance."};
-  app.add_option("--plan", o.plan_path, "plan.json (pipecast-plan/1), e.g. from planner --out")
-      ->required();
-  app.add_option("--model", o.model_path, "the model.json the plan was made for")->required();
+  app.add_option("--plan", o.plan_path,
+                 "plan.json (pipecast-plan/1), e.g. from planner --out; required, except that "
+                 "--measured and --megatron-log without it summarise the run");
+  app.add_option("--model", o.model_path, "the model.json the plan was made for (with --plan)");
   app.add_option("--backend", f.backend,
                  "cpu (threads), mpi (one process per stage under "
                  "mpirun) or cuda (GPUs)")
@@ -134,11 +180,42 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--trace", f.trace, "write a Chrome trace: predicted and measured side by side")
       ->check(pipecast::OutputPath());
+  app.add_option("--report", f.measured.report_out,
+                 "write an HTML report: the comparison and the predicted and measured timelines "
+                 "one above the other")
+      ->check(pipecast::OutputPath());
   app.add_flag("--json", f.json, "print one JSON object (pipecast-validation/1)");
+  pipecast::measured::MeasuredToolOptions& m = f.measured;
+  app.add_option("--measured", m.traces,
+                 "compare a real run instead of running the plan: PyTorch profiler (Kineto) "
+                 "traces, one per pipeline rank in rank order, comma-separated (or a trace "
+                 "pipecast wrote); without --plan, summarise them (docs/measured-runs.md)")
+      ->delimiter(',')
+      ->group("Measured runs");
+  app.add_option("--megatron-log", m.megatron_log,
+                 "compare a Megatron-LM training log (iteration time, TFLOP/s, memory) instead "
+                 "of running the plan; without --plan, summarise it")
+      ->group("Measured runs");
+  app.add_option("--label", m.measure.label,
+                 "with a pipecast trace: the processes to read (default: 'measured' when the "
+                 "trace has them)")
+      ->group("Measured runs");
+  app.add_option("--skip-steps", m.measure.skip_steps,
+                 "profiler steps (or logged iterations) to skip first, as warm-up")
+      ->check(CLI::NonNegativeNumber)
+      ->group("Measured runs");
+  app.add_option("--megatron-rank-order", m.rank_order,
+                 "how Megatron-LM numbered its ranks: tp-dp-pp (its default) or tp-pp-dp "
+                 "(--use-tp-pp-dp-mapping)")
+      ->check(pipecast::OneOf({"tp-dp-pp", "tp-pp-dp"}))
+      ->capture_default_str()
+      ->group("Measured runs");
   app.add_option("--inject-fault", f.fault,
                  "test only: KIND:ACTION with KIND throw, stall, drop or oom, e.g. throw:1F2")
       ->group("Testing");
   if (auto code = pipecast::ParseToolFlags(app, argc, argv, "validator")) return *code;
+  std::vector<std::string> args(argv, argv + argc);
+  m.command_line = pipecast::QuoteCommandLine(args);
   pipecast::RemoveTempFilesOnSignal();
   return Run(f);
 }

@@ -3,6 +3,7 @@
 //   profiler cupti ...     measure an unmodified CUDA program on an NVIDIA GPU
 //   profiler builtin ...   measure pipecast's own CUDA transformer block
 //   profiler cpu ...       measure the built-in CPU workload layer by layer
+//   profiler trace ...     per-layer costs from PyTorch profiler traces of a real run
 // Thin by design: flags -> spec and options -> library call -> exit code.
 #include <fmt/format.h>
 
@@ -19,6 +20,7 @@
 #include "profiler/analytic.h"
 #include "profiler/tools/cpu_command.h"
 #include "profiler/tools/cupti_commands.h"
+#include "profiler/tools/trace_command.h"
 
 namespace pipecast {
 namespace {
@@ -152,10 +154,12 @@ int main(int argc, char** argv) {
   CLI::App* analytic = pipecast::AddAnalytic(app, flags);
   pipecast::CuptiCommands cupti_commands(app);  // cupti, builtin
   const std::function<int()> run_cpu = pipecast::AddCpuCommand(app);
+  const std::function<int()> run_trace = pipecast::AddTraceCommand(app);
   if (auto code = pipecast::ParseToolFlags(app, argc, argv, "profiler")) return *code;
   pipecast::RemoveTempFilesOnSignal();
   if (analytic->parsed()) return pipecast::RunAnalytic(flags);
   if (const int code = cupti_commands.RunIfParsed(); code >= 0) return code;
   if (app.got_subcommand("cpu")) return run_cpu();
+  if (app.got_subcommand("trace")) return run_trace();
   return pipecast::kExitUsage;  // unreachable: require_subcommand(1) and every one is handled
 }
