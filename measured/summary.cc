@@ -38,7 +38,9 @@ std::string StepTable(const MeasuredRun& run) {
     t.AddRow(std::move(cells));
   };
   const TimeNs iteration = run.iteration_ns[run.median];
-  row("window (first to last GPU work)", [](const RankStep& s) { return Ms(s.span_ns()); });
+  row(run.pipecast_trace ? "window (first op start to last op end)"
+                         : "window (first to last GPU work)",
+      [](const RankStep& s) { return Ms(s.span_ns()); });
   row("compute (busy)", [](const RankStep& s) { return Ms(s.compute_ns); });
   row("bubble ratio (1 - busy / iteration)", [&](const RankStep& s) {
     return iteration > 0 ? PercentText(1.0 - static_cast<double>(s.compute_ns) /
@@ -65,9 +67,15 @@ std::string StepTable(const MeasuredRun& run) {
       any = any || s.compute_by_phase[p] > 0 || s.comm_by_phase[p] > 0;
     }
     if (!any) continue;
-    row(fmt::format("{} compute / comm", PhaseName(static_cast<Phase>(p))), [p](const RankStep& s) {
-      return fmt::format("{} / {}", Ms(s.compute_by_phase[p]), Ms(s.comm_by_phase[p]));
-    });
+    if (run.pipecast_trace) {
+      row(fmt::format("{} ops", PhaseName(static_cast<Phase>(p))),
+          [p](const RankStep& s) { return Ms(s.compute_by_phase[p]); });
+    } else {
+      row(fmt::format("{} compute / comm", PhaseName(static_cast<Phase>(p))),
+          [p](const RankStep& s) {
+            return fmt::format("{} / {}", Ms(s.compute_by_phase[p]), Ms(s.comm_by_phase[p]));
+          });
+    }
   }
   row("ops", [](const RankStep& s) { return std::to_string(s.ops.size()); });
   bool memory = false;
@@ -109,13 +117,19 @@ std::string StreamTable(const RankStep& s) {
 }  // namespace
 
 std::string MeasuredRunText(const MeasuredRun& run) {
-  std::string out = fmt::format(
-      "measured run: {} rank{}, {} {} common to all; the tables describe step {} (the median "
-      "iteration)\n",
-      run.ranks.size(), run.ranks.size() == 1 ? "" : "s", run.steps.size() == 1 ? "step" : "steps",
-      run.steps.size() == 1 ? std::to_string(run.steps[0])
-                            : fmt::format("{} to {}", run.steps.front(), run.steps.back()),
-      run.steps[run.median]);
+  const std::string ranks =
+      fmt::format("{} rank{}", run.ranks.size(), run.ranks.size() == 1 ? "" : "s");
+  std::string out =
+      run.pipecast_trace
+          ? fmt::format("measured run: {}, one iteration (a trace pipecast wrote)\n", ranks)
+          : fmt::format(
+                "measured run: {}, {} {} common to all; the tables describe step {} (the median "
+                "iteration)\n",
+                ranks, run.steps.size() == 1 ? "step" : "steps",
+                run.steps.size() == 1
+                    ? std::to_string(run.steps[0])
+                    : fmt::format("{} to {}", run.steps.front(), run.steps.back()),
+                run.steps[run.median]);
   std::string iterations;
   for (TimeNs t : run.iteration_ns) iterations += " " + Ms(t);
   out +=
@@ -130,7 +144,13 @@ std::string MeasuredRunText(const MeasuredRun& run) {
                          Ms(s.span_ns()));
       out += StreamTable(s);
       if (std::optional<PairCheck> pair = CheckPair(s)) {
-        out += "  " + PairCheckText(*pair);
+        // Each line of the check indented under its rank.
+        std::string text = PairCheckText(*pair);
+        for (size_t at = 0; at < text.size(); at = text.find('\n', at) + 1) {
+          text.insert(at, "  ");
+          if (text.find('\n', at) == std::string::npos) break;
+        }
+        out += text;
       }
     }
   }
