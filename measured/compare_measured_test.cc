@@ -119,6 +119,9 @@ TEST(CompareRun, EveryRowHandWorked) {
   EXPECT_DOUBLE_EQ(FindRow(*c, "op time, stage 1", -1).predicted, 600e3);
   EXPECT_DOUBLE_EQ(FindRow(*c, "op time, stage 1", -1).measured, 660e3);
   EXPECT_TRUE(c->within_tolerance);
+  // 1F1B's warm-up: rank 0 holds micro-batches 0 and 1 from 0F1 until 0B0 ends, as predicted.
+  EXPECT_EQ(MeasuredTimeline(*run, 0).per_rank[0].peak_inflight_microbatches, 2);
+  EXPECT_EQ(p.predicted.per_rank[0].peak_inflight_microbatches, 2);
   const std::string table = validate::ComparisonTableText(c->rows, "  ");
   EXPECT_THAT(table, HasSubstr("iteration time"));
   EXPECT_THAT(table, HasSubstr("+10.0%"));

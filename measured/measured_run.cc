@@ -533,6 +533,32 @@ Status PipecastRanks(const TraceFile& trace, const std::string& wanted_label,
   return Status::Ok();
 }
 
+// Micro-batches whose activations a rank holds at once: from a (stage, micro-batch)'s first
+// forward start to the end of its last backward op (B, or W where the backward is split).
+int PeakInflight(const std::vector<MeasuredOp>& ops) {
+  std::map<std::pair<int, int>, std::pair<TimeNs, TimeNs>> held;  // (stage, mb) -> [F, last B/W]
+  for (const MeasuredOp& op : ops) {
+    if (op.inferred) return 0;  // not micro-batches
+    auto [it, fresh] = held.try_emplace({op.action.stage, op.action.microbatch},
+                                        std::pair<TimeNs, TimeNs>{INT64_MAX, INT64_MIN});
+    if (op.action.kind == OpKind::kForward) {
+      it->second.first = std::min(it->second.first, op.start_ns);
+    } else {
+      it->second.second = std::max(it->second.second, op.end_ns);
+    }
+  }
+  std::vector<std::pair<TimeNs, int>> changes;
+  for (const auto& [key, span] : held) {
+    if (span.first == INT64_MAX || span.second == INT64_MIN) continue;
+    changes.push_back({span.first, +1});
+    changes.push_back({span.second, -1});
+  }
+  std::sort(changes.begin(), changes.end());  // a release before a take at the same time
+  int now = 0, peak = 0;
+  for (const auto& [t, d] : changes) peak = std::max(peak, now += d);
+  return peak;
+}
+
 std::string StepsText(const MeasuredRank& r) {
   if (r.steps.empty()) return "none";
   if (r.steps.size() == 1) return fmt::format("{}", r.steps[0].step);
@@ -721,6 +747,9 @@ SimResult MeasuredTimeline(const MeasuredRun& run, int i) {
       microbatches = std::max(microbatches, a.microbatch + 1);
     }
     sr.stages.assign(own.begin(), own.end());
+    sr.bubble_fraction_of_ideal =
+        s.compute_ns > 0 ? static_cast<double>(span - s.compute_ns) / s.compute_ns : 0;
+    sr.peak_inflight_microbatches = PeakInflight(s.ops);
     bubble_sum += sr.bubble_ratio;
     m.per_rank.push_back(std::move(sr));
   }

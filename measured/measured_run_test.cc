@@ -172,6 +172,10 @@ TEST(MeasuredRun, TwoRankPipelineHandWorked) {
   ASSERT_EQ(m.ops.size(), 5u);
   EXPECT_EQ(m.ops[3].rank, 1);
   EXPECT_EQ(m.ops[3].start_ns, 300 * kUs);  // 1F0 at 400 us, 300 after the origin
+  // Megatron's form, idle / busy: 300 / 700 on rank 0. Micro-batch 0 is held from 0F0's start
+  // to 0B0's end; micro-batch 1 has no backward in the step and is not counted.
+  EXPECT_DOUBLE_EQ(m.per_rank[0].bubble_fraction_of_ideal, 300.0 / 700.0);
+  EXPECT_EQ(m.per_rank[0].peak_inflight_microbatches, 1);
 }
 
 TEST(MeasuredRun, OnlyTheStepsEveryRankHasAreCompared) {
