@@ -1,7 +1,7 @@
 // simulator: replays one pipeline schedule for one configuration and prints
 // the predicted iteration time, throughput, bubble and memory per stage.
 // Thin by design: flags -> SimulatorToolOptions -> RunSimulatorTool
-// (report/simulator_tool.h) -> exit code (base/exit_codes.h).
+// (tools/simulator_tool.h) -> exit code (base/exit_codes.h).
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -18,8 +18,8 @@
 #include "formats/file_util.h"
 #include "report/gantt.h"
 #include "report/html_report.h"
-#include "report/simulator_tool.h"
 #include "sim/schedule.h"
+#include "tools/simulator_tool.h"
 #include "tools/training_flags.h"
 
 namespace pipecast {

@@ -1,131 +1,39 @@
 // validator: runs a plan for real and compares it with the simulator's
-// prediction (docs/validator.md). Thin by design: flags -> options ->
-// RunValidation -> output and exit code.
+// prediction (docs/validator.md). Thin by design: flags ->
+// ValidatorToolOptions -> RunValidatorTool (tools/validator_tool.h) -> output
+// and exit code.
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
-#include <memory>
 #include <string>
+#include <vector>
 
 #include "base/cli.h"
 #include "base/exit_codes.h"
 #include "base/flag_checks.h"
 #include "base/terminal_text.h"
 #include "formats/file_util.h"
-#include "measured/measured_tool.h"
-#include "measured/report_html.h"
-#include "validate/validator.h"
+#include "report/html_report.h"
+#include "tools/validator_tool.h"
 
 namespace {
 
 constexpr double kMaxRecvTimeoutMs = 86'400'000;  // a day
 
-struct Flags {
-  pipecast::validate::ValidatorOptions options;
-  pipecast::measured::MeasuredToolOptions measured;  // --measured, --megatron-log
-  std::string backend = "cpu";
-  std::string trace;
-  std::string fault;
-  double recv_timeout_ms = 10'000;
-  bool json = false;
-};
-
-int Fail(const pipecast::Status& st) {
-  fmt::print(stderr, "validator: error: {}\n", pipecast::TerminalSafeLines(st.message()));
-  return pipecast::kExitBadInput;
-}
-
-// --measured / --megatron-log: real runs against the plan (docs/measured-runs.md).
-int RunMeasured(Flags& f) {
-  pipecast::measured::MeasuredToolOptions& m = f.measured;
-  m.plan_path = f.options.plan_path;
-  m.model_path = f.options.model_path;
-  m.cluster = f.options.cluster;
-  m.tolerances = f.options.tolerances;
-  m.trace_out = f.trace;
-  m.json = f.json;
-  if (pipecast::Status st = m.Validate(); !st.ok()) {
-    fmt::print(stderr, "validator: error: {}\nRun with --help for more information.\n",
-               st.message());
-    return pipecast::kExitUsage;
+int Run(const pipecast::ValidatorToolOptions& flags) {
+  const pipecast::ValidatorToolResult r = pipecast::RunValidatorTool(flags);
+  if (!r.error.empty()) {
+    fmt::print(stderr, "validator: error: {}\n", pipecast::TerminalSafeLines(r.error));
   }
-  pipecast::Result<pipecast::measured::MeasuredToolResult> r = RunMeasuredTool(m);
-  if (!r.ok()) return Fail(r.status());
-  std::fwrite(r->text.data(), 1, r->text.size(), stdout);
-  return r->within_tolerance ? pipecast::kExitOk : pipecast::kExitCheckFailed;
-}
-
-int Run(Flags& f) {
-  using namespace pipecast::validate;
-  if (!f.measured.traces.empty() || !f.measured.megatron_log.empty()) return RunMeasured(f);
-  for (const char* flag : {"--plan", "--model"}) {
-    if ((flag[2] == 'p' ? f.options.plan_path : f.options.model_path).empty()) {
-      fmt::print(stderr,
-                 "validator: error: {} is required\nRun with --help for more information.\n", flag);
-      return pipecast::kExitUsage;
-    }
-  }
-  // In range (the flag's check): the cast to integer ns is defined.
-  f.options.runtime.recv_timeout_ns = static_cast<pipecast::TimeNs>(f.recv_timeout_ms * 1e6);
-  if (!f.fault.empty()) {
-    pipecast::Result<Fault> fault = ParseFault(f.fault);
-    if (!fault.ok()) return Fail(fault.status());
-    f.options.runtime.fault = *fault;
-  }
-  std::unique_ptr<Backend> backend;
-  if (f.backend == "cpu") {
-    backend = MakeCpuBackend();
-  } else {
-    pipecast::Result<std::unique_ptr<Backend>> made =
-        f.backend == "mpi" ? MakeMpiBackend(nullptr, nullptr) : MakeCudaBackend(0);
-    if (!made.ok()) return Fail(made.status());
-    backend = std::move(*made);
-  }
-  // Before the run, which may take minutes: a trace the root cannot write is
-  // found now, not after; every process learns it and exits alike.
-  if (!f.trace.empty()) {
-    pipecast::Status writable = backend->Agree(
-        backend->is_root()
-            ? pipecast::CheckOutputs({{"--trace", f.trace}}, {{"--plan", f.options.plan_path},
-                                                              {"--model", f.options.model_path}})
-            : pipecast::Status::Ok());
-    if (!writable.ok()) return backend->is_root() ? Fail(writable) : pipecast::kExitBadInput;
-  }
-  if (!f.measured.report_out.empty()) {
-    pipecast::Status writable = backend->Agree(
-        backend->is_root() ? pipecast::CheckOutputs({{"--report", f.measured.report_out}},
-                                                    {{"--plan", f.options.plan_path},
-                                                     {"--model", f.options.model_path}})
-                           : pipecast::Status::Ok());
-    if (!writable.ok()) return backend->is_root() ? Fail(writable) : pipecast::kExitBadInput;
-  }
-  pipecast::Result<ValidationResult> result = RunValidation(f.options, backend.get());
-  pipecast::Status agreed = backend->Agree(result.ok() ? pipecast::Status::Ok() : result.status());
-  if (!backend->is_root()) return agreed.ok() ? pipecast::kExitOk : pipecast::kExitBadInput;
-  if (!result.ok()) return Fail(result.status());
-  if (!f.trace.empty()) {
-    const ValidationResult& r = *result;
-    pipecast::Status st = pipecast::WriteFileAtomic(
-        f.trace, SideBySideTrace(r.predicted,
-                                 MeasuredTimeline(r.exec, r.runs, r.comparison.median_iteration)));
-    if (!st.ok()) return Fail(st.WithPrefix("--trace"));
-  }
-  if (!f.measured.report_out.empty()) {
-    pipecast::Status st = pipecast::WriteFileAtomic(
-        f.measured.report_out,
-        pipecast::measured::ValidationReportHtml(*result, f.measured.command_line));
-    if (!st.ok()) return Fail(st.WithPrefix("--report"));
-  }
-  const std::string text = f.json ? ValidationJson(*result) : ValidationText(*result);
-  std::fwrite(text.data(), 1, text.size(), stdout);
-  return result->comparison.within_tolerance ? pipecast::kExitOk : pipecast::kExitCheckFailed;
+  std::fwrite(r.text.data(), 1, r.text.size(), stdout);
+  return r.exit_code;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  Flags f;
+  pipecast::ValidatorToolOptions f;
   pipecast::validate::ValidatorOptions& o = f.options;
   CLI::App app{
       "validator: run a plan (plan.json) for real, one worker per pipeline stage, and compare "
@@ -180,7 +88,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--trace", f.trace, "write a Chrome trace: predicted and measured side by side")
       ->check(pipecast::OutputPath());
-  app.add_option("--report", f.measured.report_out,
+  app.add_option("--report", f.report,
                  "write an HTML report: the comparison and the predicted and measured timelines "
                  "one above the other")
       ->check(pipecast::OutputPath());
@@ -214,8 +122,7 @@ int main(int argc, char** argv) {
                  "test only: KIND:ACTION with KIND throw, stall, drop or oom, e.g. throw:1F2")
       ->group("Testing");
   if (auto code = pipecast::ParseToolFlags(app, argc, argv, "validator")) return *code;
-  std::vector<std::string> args(argv, argv + argc);
-  m.command_line = pipecast::QuoteCommandLine(args);
+  f.command_line = pipecast::QuoteCommandLine(std::vector<std::string>(argv, argv + argc));
   pipecast::RemoveTempFilesOnSignal();
   return Run(f);
 }

@@ -1,5 +1,5 @@
 // `profiler trace`: flags -> TraceProfileOptions -> TraceProfileModel -> model.json.
-#include "profiler/tools/trace_command.h"
+#include "tools/trace_command.h"
 
 #include <fmt/format.h>
 

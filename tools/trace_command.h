@@ -1,8 +1,8 @@
 // `profiler trace`: registers the subcommand on the profiler's CLI11 app
 // (per-layer costs from PyTorch profiler traces, measured/trace_profile.h).
 // Kept apart from profiler_main.cc, as each measurement method's command is.
-#ifndef PIPECAST_PROFILER_TOOLS_TRACE_COMMAND_H_
-#define PIPECAST_PROFILER_TOOLS_TRACE_COMMAND_H_
+#ifndef PIPECAST_TOOLS_TRACE_COMMAND_H_
+#define PIPECAST_TOOLS_TRACE_COMMAND_H_
 
 #include <CLI/CLI.hpp>
 #include <functional>
@@ -16,4 +16,4 @@ std::function<int()> AddTraceCommand(CLI::App& app);
 
 }  // namespace pipecast
 
-#endif  // PIPECAST_PROFILER_TOOLS_TRACE_COMMAND_H_
+#endif  // PIPECAST_TOOLS_TRACE_COMMAND_H_

@@ -1,4 +1,4 @@
-#include "report/simulator_tool.h"
+#include "tools/simulator_tool.h"
 
 #include <fmt/format.h>
 

@@ -7,8 +7,8 @@
 // prints, and maps the status to an exit code (base/exit_codes.h).
 //
 // Never prints: notes and warnings go to the caller's callback.
-#ifndef PIPECAST_REPORT_SIMULATOR_TOOL_H_
-#define PIPECAST_REPORT_SIMULATOR_TOOL_H_
+#ifndef PIPECAST_TOOLS_SIMULATOR_TOOL_H_
+#define PIPECAST_TOOLS_SIMULATOR_TOOL_H_
 
 #include <functional>
 #include <string>
@@ -74,4 +74,4 @@ using SimulatorProgress = std::function<void(const std::string& line)>;
 
 }  // namespace pipecast
 
-#endif  // PIPECAST_REPORT_SIMULATOR_TOOL_H_
+#endif  // PIPECAST_TOOLS_SIMULATOR_TOOL_H_
