@@ -562,8 +562,7 @@ std::vector<Case> Catalogue() {
   const std::string step = R"({"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#)";
   c.push_back(Row("measured_trace_malformed", kValidator,
                   {{"r0.json", "{\"traceEvents\": [\n {\"ph\": \"X\",, }]}"}},
-                  "--measured {dir}/r0.json", 1,
-                  "r0.json: not valid JSON: parse error at line 2"));
+                  "--measured {dir}/r0.json", 1, "r0.json: not valid JSON: parse error at line 2"));
   c.push_back(Row("measured_trace_field_type", kValidator,
                   {{"r0.json", R"({"traceEvents": [{"ph": "X", "cat": "kernel", "ts": "now"}]})"}},
                   "--measured {dir}/r0.json", 1,
