@@ -92,7 +92,9 @@ int main(int argc, char** argv) {
                  "write an HTML report: the comparison and the predicted and measured timelines "
                  "one above the other")
       ->check(pipecast::OutputPath());
-  app.add_flag("--json", f.json, "print one JSON object (pipecast-validation/1)");
+  app.add_flag("--json", f.json,
+               "print one JSON object (pipecast-validation/1; with --measured "
+               "pipecast-measured-run/1, or pipecast-measured-comparison/1 with --plan)");
   pipecast::measured::MeasuredToolOptions& m = f.measured;
   app.add_option("--measured", m.traces,
                  "compare a real run instead of running the plan: PyTorch profiler (Kineto) "
