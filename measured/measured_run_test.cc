@@ -178,6 +178,27 @@ TEST(MeasuredRun, TwoRankPipelineHandWorked) {
   EXPECT_EQ(m.per_rank[0].peak_inflight_microbatches, 1);
 }
 
+// PyTorch's overlapped pair is one range: its GPU span [700, 1000] us is split evenly between
+// the halves, each marked overlapped as the simulator's pairs are.
+TEST(MeasuredRun, AnOverlappedPairRangeGivesTwoHalves) {
+  KinetoBuilder b(0, 1);
+  b.Range("ProfilerStep#1", 0, 2000)
+      .Range("PP:(0F2;1B0)OVERLAP_F_B", 600, 100)
+      .Kernel(kGemm, 610, 700, 200)
+      .Kernel(kGemm, 620, 900, 100, 9);
+  Result<MeasuredRun> run = BuildMeasuredRun({b.Build("pair.json")});
+  ASSERT_TRUE(run.ok()) << run.status().message();
+  const std::vector<MeasuredOp>& ops = run->Step(0, 0).ops;
+  ASSERT_EQ(ops.size(), 2u);
+  EXPECT_EQ(ops[0].action, (Action{0, OpKind::kForward, 2, true}));
+  EXPECT_EQ(ops[0].start_ns, 700 * kUs);
+  EXPECT_EQ(ops[0].end_ns, 850 * kUs);
+  EXPECT_EQ(ops[1].action, (Action{1, OpKind::kBackward, 0, true}));
+  EXPECT_EQ(ops[1].start_ns, 850 * kUs);
+  EXPECT_EQ(ops[1].end_ns, 1000 * kUs);
+  EXPECT_EQ(ops[0].compute_ns + ops[1].compute_ns, 300 * kUs);
+}
+
 TEST(MeasuredRun, OnlyTheStepsEveryRankHasAreCompared) {
   KinetoBuilder r0 = Rank0();
   r0.Range("ProfilerStep#4", 1200, 1000).Range("PP:0F0", 1210, 10).Kernel(kGemm, 1212, 1300, 50);
