@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "formats/formats.h"
+#include "profiler/attention_rates.h"
 #include "profiler/matmul_model.h"
 #include "sim/cluster.h"
 
@@ -47,11 +48,13 @@ constexpr double kLossSoftmaxBytes = 4;  // fp32 softmax the cross-entropy loss 
 // (flash_attn_interface.py, ctx.save_for_backward).
 constexpr double kLogsumexpBytes = 4;
 constexpr double kFlashRngStateBytes = 16;
-// Forward element-wise HBM traffic per byte kept for the backward: every kept
-// tensor is written once by one kernel and read once by the next.
+// The flat time model's forward element-wise HBM traffic per byte kept for
+// the backward: every kept tensor is written once by one kernel and read
+// once by the next.
 constexpr double kTrafficPerActivationByte = 2;
-// Backward over forward: each forward matrix product has two in the backward
-// (input gradient and weight gradient), Narayanan et al. SC'21, appendix.
+// The flat time model's backward over forward: each forward matrix product
+// has two in the backward (input gradient and weight gradient), Narayanan et
+// al. SC'21, appendix.
 constexpr double kBackwardOverForward = 2;
 
 // The architecture as the formulas' symbols, in double so that products of
@@ -76,6 +79,16 @@ struct ProductShape {
   double batch_per_sample = 0;  // 0: a weight product, m is per sample
 };
 
+// A memory-bound kernel of the matmul time model (a norm, an activation, a
+// residual add with dropout, a bias gradient, softmax, cross-entropy, a
+// gather): the bytes it reads and writes per sample, and per call whatever
+// the micro-batch size (the embedding's table gradient).
+struct MemoryKernel {
+  double bytes_per_sample = 0;
+  double bytes_per_call = 0;
+  bool weight_gradient = false;  // a backward kernel that belongs to the weight gradient
+};
+
 // One layer's cost for one sample on one GPU of a t-way group; memory and
 // FLOPs scale linearly to a micro-batch of b samples, times come from the
 // product shapes at each b (ProfileAt).
@@ -97,6 +110,12 @@ struct SampleCost {
   std::vector<ProductShape> weight_products;  // forward products with a weight
   std::vector<ProductShape> core_products;    // eager attention: Q*K^T and P*V per head
   double flash_flops = 0;                     // FlashAttention forward FLOPs (causal)
+  // The matmul model's memory-bound kernels, one entry per kernel
+  // (docs/profiler.md, "Time"): the forward's, the eager attention core's
+  // (forward, rerun by selective recomputation) and the backward's.
+  std::vector<MemoryKernel> forward_kernels;
+  std::vector<MemoryKernel> core_kernels;
+  std::vector<MemoryKernel> backward_kernels;
   TensorParallelCost tp;
 };
 
@@ -107,6 +126,7 @@ struct Rates {
   double bytes_per_s;
   TimeModel model;
   GemmRates gemm;
+  FlashRates flash;  // the matmul model's FlashAttention kernel at this s and head size
 };
 
 // The parallel layout one GPU's cost is worked out for.
@@ -130,6 +150,17 @@ Status CheckRange(const char* flag, int64_t value, int64_t min, int64_t max, con
   return Status::Ok();
 }
 
+FlashKernel FlashKernelOf(Attention attention) {
+  switch (attention) {
+    case Attention::kFlash3:
+      return FlashKernel::kFlash3;
+    case Attention::kTriton:
+      return FlashKernel::kTriton;
+    default:
+      return FlashKernel::kFlash2;
+  }
+}
+
 // Rows of a vocabulary-parallel table on one GPU: V/t rounded up (Megatron-LM
 // pads the vocabulary to a multiple of t).
 int64_t VocabRows(const TransformerSpec& spec, int t) { return (int64_t{spec.vocab} + t - 1) / t; }
@@ -144,8 +175,21 @@ SampleCost EmbeddingCost(const TransformerSpec& spec, const Dims& d, const Split
   // Read the ids, gather one row per token from each table, write their sum;
   // dropout reads it and writes the output and its mask (on 1/t of the
   // tokens with sequence parallelism).
-  c.traffic_bytes = d.s * kTokenIdBytes + d.s * d.h * (tables * d.e + d.e) +
-                    x.Replicated() * d.s * d.h * (2 * d.e + kMaskBytes);
+  const double gather = d.s * kTokenIdBytes + d.s * d.h * (tables * d.e + d.e);
+  const double dropout = x.Replicated() * d.s * d.h * (2 * d.e + kMaskBytes);
+  c.traffic_bytes = gather + dropout;
+  c.forward_kernels = {{gather}, {dropout}};
+  // Backward: dropout's (read the gradient and the mask, write), and the
+  // table gradient: read the ids and the rows' gradients, and per call zero
+  // the V/t x h gradient table and add it into the parameter's gradient
+  // (PyTorch's embedding_dense_backward), the position table's with it.
+  const double table_bytes =
+      (static_cast<double>(VocabRows(spec, t)) * d.h + (spec.learned_positions ? d.s * d.h : 0)) *
+      d.e;
+  c.backward_kernels = {{.bytes_per_sample = dropout, .weight_gradient = true},
+                        {.bytes_per_sample = d.s * kTokenIdBytes + tables * d.s * d.h * d.e,
+                         .bytes_per_call = 2 * table_bytes,
+                         .weight_gradient = true}};
   c.activation_bytes = d.s * kTokenIdBytes + x.Replicated() * d.s * d.h * kMaskBytes;
   c.checkpoint_bytes = c.activation_bytes;   // not recomputed
   c.weight_grad_bytes = c.activation_bytes;  // the whole backward is the weight gradient
@@ -158,6 +202,52 @@ SampleCost EmbeddingCost(const TransformerSpec& spec, const Dims& d, const Split
           .forward_collectives = 1,
           .backward_collectives = 0};
   return c;
+}
+
+// The memory-bound kernels of a block, per sample on one GPU of the group
+// (docs/profiler.md, "Time"). Full-width tensors (norms, residual adds,
+// dropout) are replicated over the group, or 1/t of the tokens with sequence
+// parallelism; the attention and MLP insides are split over t. GPT-style
+// blocks (a plain MLP) have LayerNorm, GeLU and biases; LLaMA-style ones (a
+// gated MLP) RMSNorm, SwiGLU and no biases (the norms move the same bytes);
+// rotary positions add a kernel on Q and K in each direction.
+void AddBlockKernels(const TransformerSpec& spec, const Dims& d, bool flash, const Split& x,
+                     SampleCost* c) {
+  const double full = x.Replicated() * d.s * d.h * d.e;  // one full-width tensor
+  const double mask = x.Replicated() * d.s * d.h * kMaskBytes;
+  const double e_split = d.s * d.e / x.t;  // bytes per split column
+  const bool biases = !spec.gated_mlp;
+  const double norm = 2 * full;                     // read x, write y
+  const double norm_backward = 3 * full;            // read x and dy, write dx
+  const double residual_dropout = 3 * full + mask;  // read two, write one and the mask
+  const double dropout_backward = 2 * full + mask;  // read dy and the mask, write dx
+  const double residual_backward = 3 * full;        // add the two branches' gradients
+  const double activation =
+      spec.gated_mlp ? 3 * d.f * e_split : 2 * d.f * e_split;  // SwiGLU: gate, up -> out
+  const double activation_backward = spec.gated_mlp ? 5 * d.f * e_split : 3 * d.f * e_split;
+  const double rotary = spec.learned_positions ? 0 : 2 * (d.h + d.hkv) * e_split;
+  c->forward_kernels = {{norm}, {residual_dropout}, {norm}, {activation}, {residual_dropout}};
+  if (rotary > 0) c->forward_kernels.push_back({rotary});
+  c->backward_kernels = {{dropout_backward},  {activation_backward}, {norm_backward},
+                         {residual_backward}, {dropout_backward},    {norm_backward},
+                         {residual_backward}};
+  if (rotary > 0) c->backward_kernels.push_back({rotary});
+  if (biases) {  // the bias gradients: a reduction over the tokens of each output gradient
+    for (double bytes : {full, d.f * e_split, full, (d.h + 2 * d.hkv) * e_split}) {
+      c->backward_kernels.push_back({.bytes_per_sample = bytes, .weight_gradient = true});
+    }
+  }
+  if (flash) {
+    // The backward's first kernel: the row sums of dO * O.
+    c->backward_kernels.push_back({2 * d.h * e_split});
+    return;
+  }
+  // Eager attention: scaled, masked softmax of the scores and its dropout,
+  // a/t heads of s x s; their backward.
+  const double scores = d.a * d.s * d.s / x.t;
+  c->core_kernels = {{2 * scores * d.e}, {scores * (2 * d.e + kMaskBytes)}};
+  c->backward_kernels.push_back({scores * (2 * d.e + kMaskBytes)});
+  c->backward_kernels.push_back({3 * scores * d.e});
 }
 
 SampleCost BlockCost(const TransformerSpec& spec, const Dims& d, Attention kind, const Split& x) {
@@ -180,7 +270,7 @@ SampleCost BlockCost(const TransformerSpec& spec, const Dims& d, Attention kind,
   c.weight_flops = 2 * d.s * (2 * d.h * d.h + 2 * d.h * d.hkv + d.mlp_matrices * d.h * d.f) / x.t;
   c.other_flops = 4 * d.s * d.s * d.h / x.t;
   c.layer_flops = c.weight_flops * x.t + c.other_flops * x.t;
-  const bool flash = kind == Attention::kFlash;
+  const bool flash = kind != Attention::kEager;
   const double head_dim = d.h / d.a;
   if (flash) {
     c.flash_flops = c.other_flops;
@@ -202,6 +292,7 @@ SampleCost BlockCost(const TransformerSpec& spec, const Dims& d, Attention kind,
   c.attention_core_bytes = flash ? 0 : core;
   c.attention_core_flops = flash ? 0 : c.other_flops;
   c.traffic_bytes = kTrafficPerActivationByte * c.activation_bytes;
+  AddBlockKernels(spec, d, flash, x, &c);
   c.checkpoint_bytes = x.Replicated() * d.s * d.h * d.e;  // the block input
   // What the weight products' gradients need: their inputs (QKV, output
   // projection, fc1: h each; fc2: f) and the gradients of their outputs
@@ -238,6 +329,13 @@ SampleCost HeadCost(const TransformerSpec& spec, const Dims& d, const Split& x) 
   c.activation_bytes =
       d.s * (x.Replicated() * 2 * d.e * d.h + d.e * rows + kLossSoftmaxBytes * rows);
   c.traffic_bytes = kTrafficPerActivationByte * c.activation_bytes;
+  // The final norm; the cross-entropy reads the logits and writes the fp32
+  // softmax it keeps, and its backward reads that and writes the logits'
+  // gradient.
+  const double norm = x.Replicated() * d.s * d.h * d.e;
+  const double loss = d.s * rows * (d.e + kLossSoftmaxBytes);
+  c.forward_kernels = {{2 * norm}, {loss}};
+  c.backward_kernels = {{loss}, {3 * norm}};
   c.checkpoint_bytes = c.activation_bytes;                          // not recomputed
   c.weight_grad_bytes = d.s * d.e * (x.Replicated() * d.h + rows);  // projection input, logits grad
   c.output_bytes = 0;  // the last layer: only the loss leaves it
@@ -290,36 +388,42 @@ LayerSeconds FlatSeconds(const SampleCost& c, const Rates& r, int b) {
 // two activations (the attention core) has both operands' gradients.
 LayerSeconds MatmulSeconds(const SampleCost& c, const Rates& r, int b) {
   const GemmRates& g = r.gemm;
+  // Every kernel lasts at least kMinKernelSeconds (the launch and host cost
+  // of one operator).
+  auto kernel = [](double seconds) { return std::max(seconds, kMinKernelSeconds); };
+  auto gemm = [&](const Gemm& product) { return kernel(TimeGemm(g, product).seconds); };
+  auto memory = [&](const MemoryKernel& k) {
+    return kernel((b * k.bytes_per_sample + k.bytes_per_call) / r.bytes_per_s);
+  };
   LayerSeconds s;
-  const double elementwise = b * c.traffic_bytes / r.bytes_per_s;
   double input_grad = 0;
   for (const ProductShape& p : c.weight_products) {
     const Gemm f = AtMicrobatch(p, b);
-    s.forward += TimeGemm(g, f).seconds;
-    input_grad += TimeGemm(g, Gemm{f.m, f.k, f.n, 1}).seconds;
-    s.weight += TimeGemm(g, Gemm{f.k, f.n, f.m, 1}).seconds;
+    s.forward += gemm(f);
+    input_grad += gemm(Gemm{f.m, f.k, f.n, 1});
+    s.weight += gemm(Gemm{f.k, f.n, f.m, 1});
   }
   double core_forward = 0, core_backward = 0;
   for (const ProductShape& p : c.core_products) {
     const Gemm f = AtMicrobatch(p, b);
-    core_forward += TimeGemm(g, f).seconds;
-    core_backward += TimeGemm(g, Gemm{f.m, f.k, f.n, f.batch}).seconds +
-                     TimeGemm(g, Gemm{f.k, f.n, f.m, f.batch}).seconds;
+    core_forward += gemm(f);
+    core_backward += gemm(Gemm{f.m, f.k, f.n, f.batch}) + gemm(Gemm{f.k, f.n, f.m, f.batch});
   }
+  for (const MemoryKernel& k : c.core_kernels) core_forward += memory(k);
   if (c.flash_flops > 0) {
-    core_forward += FlashSeconds(g, b * c.flash_flops, false, true);
-    core_backward += FlashSeconds(g, b * c.flash_flops, true, true);
+    // Causal: the kernel skips the blocks above the diagonal, half the FLOPs.
+    const double flops = b * c.flash_flops * kCausalShare;
+    core_forward += kernel(flops / r.flash.forward_flops_per_s);
+    core_backward += kernel(kFlashBackwardOverForward * flops / r.flash.backward_flops_per_s);
   }
-  s.forward += core_forward + elementwise;
-  if (!c.has_input_gradient) {  // the embedding: a gather, all weight gradient
-    s.backward = kBackwardOverForward * s.forward;
-    s.weight = s.backward;
-  } else {
-    s.backward = input_grad + s.weight + core_backward + kBackwardOverForward * elementwise;
+  s.forward += core_forward;
+  for (const MemoryKernel& k : c.forward_kernels) s.forward += memory(k);
+  double other_backward = 0;
+  for (const MemoryKernel& k : c.backward_kernels) {
+    (k.weight_gradient ? s.weight : other_backward) += memory(k);
   }
-  if (c.attention_core_flops > 0) {
-    s.core = core_forward + b * kTrafficPerActivationByte * c.attention_core_bytes / r.bytes_per_s;
-  }
+  s.backward = input_grad + s.weight + core_backward + other_backward;
+  if (c.attention_core_flops > 0) s.core = core_forward;
   return s;
 }
 
@@ -471,8 +575,8 @@ std::map<std::string, std::string> Formulas(const TransformerSpec& spec,
     formulas["attention_core_formula"] =
         "attention_core_bytes = (2*B + 1)*a*s^2*b (the s x s tensors selective recomputation "
         "drops: 5*a*s^2*b for 16-bit, Korthikanti et al. 2022, sec. 5 and Table 2); "
-        "attention_core_us = (4*s^2*h FLOPs [Q*K^T and scores*V]) / matmul rate + 2 x "
-        "attention_core_bytes / memory rate, per sample";
+        "attention_core_us = the forward of the core: its products (Q*K^T and scores*V) and "
+        "its softmax and dropout kernels";
   } else {
     formulas["activation_formula"] =
         "block, bytes kept per micro-batch, FlashAttention (Korthikanti et al. 2022, sec. 4.1, "
@@ -510,21 +614,28 @@ std::map<std::string, std::string> Formulas(const TransformerSpec& spec,
         "; backward = 2 x forward; linear in b";
   } else {
     formulas["time_formula"] =
-        "time model 'matmul' (docs/calibration.md): forward = sum over the layer's products "
-        "(QKV [b*s, h + 2*h_kv, h], projection [b*s, h, h], fc1 [b*s, fc1 outputs, h], fc2 "
-        "[b*s, h, f], lm_head [b*s, V, h]; eager attention: b*a batched [s, s, h/a] and [s, h/a, "
-        "s]) of gemm(m, n, k) = max(waves * 2*128*256*(k + 128) / (peak/SMs * "
-        "mainloop_efficiency), B*(m*k + k*n + m*n) / HBM rate), waves = ceil(tiles / SMs), tiles "
-        "= ceil(m/128)*ceil(n/256) (or the transposed tiling, whichever has fewer waves); "
-        "FlashAttention (causal: half of 4*s^2*h per sample) at flash_forward_efficiency of peak "
-        "+ " +
-        elementwise +
-        ". Backward = per product the input gradient gemm(m, k, n) and the weight gradient "
-        "gemm(k, n, m) (backward_weight_us: the weight gradients), eager attention's two operand "
-        "gradients, FlashAttention's backward (2.5 x its forward FLOPs, causal half) at "
-        "flash_backward_efficiency, and 2 x the forward element-wise time; embedding backward = "
-        "2 x forward, all weight gradient. Not linear in b: larger micro-batches fill the SMs "
-        "better";
+        "time model 'matmul' (docs/calibration.md, docs/profiler.md 'Time'): a layer is the "
+        "kernels training runs, each at least 7 us (kMinKernelSeconds: one operator's launch and "
+        "host cost). Products (QKV [b*s, h + 2*h_kv, h], projection [b*s, h, h], fc1 [b*s, fc1 "
+        "outputs, h], fc2 [b*s, h, f], lm_head [b*s, V, h]; eager attention: b*a batched [s, s, "
+        "h/a] and [s, h/a, s]) take gemm(m, n, k) = max(waves * 2*128*256*(k + 128) / "
+        "(peak/SMs * mainloop_efficiency), B*(m*k + k*n + m*n) / HBM rate), waves = ceil(tiles "
+        "/ SMs), tiles = ceil(m/128)*ceil(n/256) (or the transposed tiling, whichever has fewer "
+        "waves); the backward has per product the input gradient gemm(m, k, n) and the weight "
+        "gradient gemm(k, n, m). FlashAttention (causal: half of 4*s^2*h per sample forward, "
+        "2.5x that backward) runs at its published TFLOP/s for s and h/a (attention_kernel). "
+        "Memory-bound kernels move their bytes at memory_bandwidth_gbps*1e9*memory_efficiency: "
+        "forward two norms (read, write), two residual adds with dropout (read 2, write 1 and a "
+        "1-byte mask), the activation (GeLU read f, write f; SwiGLU read 2f, write f), rotary on "
+        "Q and K without learned positions, eager attention's softmax and its dropout; backward "
+        "their gradients (norm: read 2, write 1; activation: GeLU 3f, SwiGLU 5f; dropout: read "
+        "2, write 1; the two branches' gradients added), the bias gradients of a GPT block "
+        "(reductions over the tokens, part of the weight gradient), FlashAttention's dO*O row "
+        "sums; embedding: gather and dropout forward, dropout and the table gradient backward "
+        "(8*s*b + tables*s*b*h*B, plus 2*V*h*B per call); lm_head: the final norm and the "
+        "cross-entropy (read the logits, write the fp32 softmax; backward read it, write the "
+        "logits' gradient). backward_weight_us: the weight-gradient products and kernels. Not "
+        "linear in b: larger micro-batches fill the SMs better";
   }
   formulas["embedding_formula"] =
       std::string("parameters V*h") + (spec.learned_positions ? " + s*h (learned positions)" : "") +
@@ -551,7 +662,8 @@ std::string JsonText(const json& value) {
 }
 
 ModelSource MakeSource(const TransformerSpec& spec, const AnalyticOptions& options,
-                       const GpuSpec& gpu, std::string device, const GemmPreset& preset) {
+                       const GpuSpec& gpu, std::string device, const Rates& rates) {
+  const GemmPreset& preset = rates.gemm.preset;
   ModelSource source;
   source.method = "analytic";
   source.device = std::move(device);
@@ -576,14 +688,15 @@ ModelSource MakeSource(const TransformerSpec& spec, const AnalyticOptions& optio
           ? "time model 'flat': linear in the micro-batch size; small micro-batches run below "
             "matmul_efficiency on real GPUs"
           : "time model 'matmul': calibrated against published measurements (docs/calibration.md: "
-            "GEMM sweeps and the zero-bubble paper's 1F1B throughput); kernel launch gaps and "
-            "fused-kernel savings are not modelled",
+            "GEMM and FlashAttention benchmarks, MosaicML llm-foundry's MPT runs); fused kernels "
+            "beyond FlashAttention and bias epilogues (fused norms, Transformer Engine) are not "
+            "modelled",
       "profiles without tensor_parallel are for one GPU per stage (t = 1); profiler analytic "
       "--tensor-parallel adds per-GPU profiles for t > 1 (source.tensor_parallel); no context "
       "parallelism; recomputation and split-backward memory are given per layer (checkpoint_bytes, "
       "attention_core_bytes, weight_grad_bytes) for "
       "the simulator to apply",
-      "kernel launch gaps, communication and the optimizer step are not in the per-layer times",
+      "communication and the optimizer step are not in the per-layer times",
       "tied embeddings: Megatron-LM with pipeline parallelism keeps a copy of the table on the "
       "last stage; this file counts the table once, in the embedding"};
   source.details["architecture"] = JsonText(architecture);
@@ -601,9 +714,20 @@ ModelSource MakeSource(const TransformerSpec& spec, const AnalyticOptions& optio
                       {"tile", {kTileRows, kTileCols}},
                       {"tile_overhead_k", kTileOverheadK},
                       {"mainloop_efficiency", preset.mainloop_efficiency},
-                      {"flash_forward_efficiency", preset.flash_forward_efficiency},
-                      {"flash_backward_efficiency", preset.flash_backward_efficiency},
                       {"source", preset.source}});
+    source.details["min_kernel_us"] = JsonText(std::llround(kMinKernelSeconds * 1e9) / 1e3);
+    if (options.attention != Attention::kEager) {
+      source.details["attention_kernel"] =
+          JsonText(json{{"kernel", AttentionName(options.attention)},
+                        {"causal", true},
+                        {"head_dim", static_cast<double>(spec.hidden) / spec.heads},
+                        {"forward_tflops", rates.flash.forward_flops_per_s / 1e12},
+                        {"backward_tflops", rates.flash.backward_flops_per_s / 1e12},
+                        {"table", rates.flash.table},
+                        {"source",
+                         "published benchmark figures, interpolated in s and head size "
+                         "(docs/calibration.md 'Attention')"}});
+    }
   }
   source.details["memory_efficiency"] = JsonText(options.memory_efficiency);
   source.details["bytes_per_element"] = JsonText(options.bytes_per_element);
@@ -616,7 +740,28 @@ ModelSource MakeSource(const TransformerSpec& spec, const AnalyticOptions& optio
 const char* TimeModelName(TimeModel model) { return model == TimeModel::kFlat ? "flat" : "matmul"; }
 
 const char* AttentionName(Attention attention) {
-  return attention == Attention::kEager ? "eager" : "flash";
+  switch (attention) {
+    case Attention::kEager:
+      return "eager";
+    case Attention::kFlash3:
+      return "flash3";
+    case Attention::kTriton:
+      return "triton";
+    default:
+      return "flash2";
+  }
+}
+
+Result<Attention> ParseAttention(const std::string& name) {
+  if (name == "flash" || name == "flash2") return Attention::kFlash2;
+  if (name == "flash3") return Attention::kFlash3;
+  if (name == "triton") return Attention::kTriton;
+  if (name == "eager") return Attention::kEager;
+  return Status::InvalidArgument(
+      fmt::format("--attention {}: use flash2 (FlashAttention-2; also 'flash'), flash3 "
+                  "(FlashAttention-3, Hopper), triton (FlashAttention's Triton kernel, as "
+                  "llm-foundry ran it) or eager",
+                  name));
 }
 
 Status TransformerSpec::Validate() const {
@@ -697,14 +842,21 @@ Result<Model> EstimateTransformerAt(const TransformerSpec& spec, const AnalyticO
   Result<GpuSpec> gpu = LoadGpu(options.gpu_preset, &device);
   if (!gpu.ok()) return gpu.status();
   const double bytes_per_s = gpu->memory_bandwidth_gbps * 1e9 * options.memory_efficiency;
-  const Rates rates{
-      .flops_per_s = gpu->peak_tflops * 1e12 * options.matmul_efficiency,
-      .bytes_per_s = bytes_per_s,
-      .model = options.time_model,
-      .gemm = GemmRates{.peak_flops_per_s = gpu->peak_tflops * 1e12,
-                        .hbm_bytes_per_s = bytes_per_s,
-                        .element_bytes = static_cast<double>(options.bytes_per_element),
-                        .preset = GemmPresetFor(*gpu)}};
+  Rates rates{.flops_per_s = gpu->peak_tflops * 1e12 * options.matmul_efficiency,
+              .bytes_per_s = bytes_per_s,
+              .model = options.time_model,
+              .gemm = GemmRates{.peak_flops_per_s = gpu->peak_tflops * 1e12,
+                                .hbm_bytes_per_s = bytes_per_s,
+                                .element_bytes = static_cast<double>(options.bytes_per_element),
+                                .preset = GemmPresetFor(*gpu)},
+              .flash = {}};
+  if (options.attention != Attention::kEager) {
+    Result<FlashRates> flash =
+        FlashRatesFor(*gpu, FlashKernelOf(options.attention), spec.sequence_length,
+                      static_cast<double>(spec.hidden) / spec.heads, /*causal=*/true);
+    if (!flash.ok()) return flash.status();
+    rates.flash = *flash;
+  }
   const Dims dims{.s = static_cast<double>(spec.sequence_length),
                   .h = static_cast<double>(spec.hidden),
                   .a = static_cast<double>(spec.heads),
@@ -719,7 +871,7 @@ Result<Model> EstimateTransformerAt(const TransformerSpec& spec, const AnalyticO
 
   Model model;
   model.name = spec.name;
-  model.source = MakeSource(spec, options, *gpu, device, rates.gemm.preset);
+  model.source = MakeSource(spec, options, *gpu, device, rates);
   model.dtype = DtypeName(options.bytes_per_element);
   model.sequence_length = spec.sequence_length;
   if (spec.global_batch > 0) model.global_batch = spec.global_batch;

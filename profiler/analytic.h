@@ -18,13 +18,17 @@
 //     input), the attention core selective recomputation drops, and what the
 //     weight-gradient op keeps (Qi et al. 2024, "Zero Bubble Pipeline
 //     Parallelism", Table 1: 32sbh of a block's activations);
-//   - time (TimeModel::kMatmul, the default): each matrix product timed
-//     from its (m, n, k) by profiler/matmul_model.h (roofline, wave
-//     quantisation over the SMs, a per-GPU table calibrated in
-//     docs/calibration.md), FlashAttention at the table's efficiency, and
-//     the element-wise traffic over a share of HBM bandwidth; a larger
-//     micro-batch fills the GPU better. TimeModel::kFlat is the earlier
-//     model: all FLOPs at one share of peak, linear in the micro-batch size.
+//   - time (TimeModel::kMatmul, the default): a block as the kernels
+//     training runs: each matrix product timed from its (m, n, k) by
+//     profiler/matmul_model.h (roofline, wave quantisation over the SMs, a
+//     per-GPU table), the attention kernel at its published speed for the
+//     sequence length and head size (profiler/attention_rates.h), each
+//     memory-bound kernel (norms, activation, residual add and dropout, bias
+//     gradients, softmax, cross-entropy, gathers) over a share of HBM
+//     bandwidth, every kernel at least kMinKernelSeconds; calibrated in
+//     docs/calibration.md. A larger micro-batch fills the GPU better.
+//     TimeModel::kFlat is the earlier model: all FLOPs at one share of
+//     peak, linear in the micro-batch size.
 //   - tensor parallelism of degree t (Megatron-LM; Korthikanti et al. 2022):
 //     per-GPU times of the t-times smaller products and per-GPU memory,
 //     with or without sequence parallelism (EstimateTransformerAt).
@@ -78,22 +82,36 @@ struct TransformerSpec {
 // parameters (Narayanan et al. SC'21, table 1), so 0.5 is what a tuned
 // framework reaches.
 inline constexpr double kDefaultMatmulEfficiency = 0.5;
-// Share of the HBM datasheet bandwidth reached by element-wise kernels
-// (layernorm, GeLU, softmax, dropout): streaming kernels such as BabelStream
-// reach about 80-90% of datasheet bandwidth on A100 and H100.
-inline constexpr double kDefaultMemoryEfficiency = 0.8;
+// Share of the HBM datasheet bandwidth reached by the memory-bound kernels
+// of training (norms, activations, residual adds, softmax, cross-entropy):
+// 0.70, what PyTorch's operators reach on H100 (meta-pytorch/autoparallel's
+// compute_estimation.py, fitted to measured runtimes; docs/calibration.md);
+// hand-tuned kernels reach 0.90 (Dao-AILab/quack), torch.compile's softmax
+// 0.60.
+inline constexpr double kDefaultMemoryEfficiency = 0.7;
+// The least time one kernel takes in the matmul time model: the launch and
+// host cost of one PyTorch operator, 7 us (meta-pytorch/autoparallel's
+// compute_estimation.py, fitted on H100; docs/calibration.md).
+inline constexpr double kMinKernelSeconds = 7e-6;
 // cuBLAS workspace held while a matrix-product layer runs: the cuBLAS
 // documentation (cublasSetWorkspace) recommends 32 MiB on Hopper and 4 MiB
 // before it; 32 MiB is used for every GPU, erring on the safe side.
 inline constexpr Bytes kMatmulWorkspaceBytes = 32 * kMiB;
 
-// How attention keeps its tensors for the backward.
+// How attention runs, and so what it keeps for the backward and how fast it
+// is (profiler/attention_rates.h). Every FlashAttention kernel keeps Q, K, V,
+// the output, an fp32 logsumexp and an RNG state, no s x s tensors.
 enum class Attention {
-  kFlash,  // FlashAttention: Q, K, V, output, fp32 logsumexp, RNG state; no s x s tensors
-  kEager,  // softmax output, its dropout mask and output, s x s per head (Korthikanti)
+  kFlash2,  // FlashAttention-2 (CUDA), the default
+  kFlash3,  // FlashAttention-3, Hopper only
+  kTriton,  // FlashAttention's Triton kernel, as llm-foundry's MPT runs ran it
+  kEager,   // softmax output, its dropout mask and output, s x s per head (Korthikanti)
 };
-// "flash" or "eager".
+// "flash2", "flash3", "triton" or "eager".
 const char* AttentionName(Attention attention);
+// The Attention a name means ("flash" is FlashAttention-2, the default), or
+// InvalidArgument naming --attention.
+[[nodiscard]] Result<Attention> ParseAttention(const std::string& name);
 
 // How layer times are worked out (--time-model).
 enum class TimeModel {
@@ -113,7 +131,7 @@ struct AnalyticOptions {
   // Size of one activation or weight element: 2 (bf16, the default), 1
   // (fp8) or 4 (fp32). Dropout masks are 1 byte whatever this is.
   int bytes_per_element = 2;
-  Attention attention = Attention::kFlash;  // --attention
+  Attention attention = Attention::kFlash2;  // --attention
 
   // OK, or InvalidArgument naming the flag of the first bad field.
   [[nodiscard]] Status Validate() const;

@@ -69,6 +69,24 @@ TEST(ProfilerCliTest, BadValuesExitOneNamingTheFlag) {
   run = RunProfiler(std::string(kTinyFlags) + " --out /no/such/folder/model.json");
   EXPECT_EQ(run.exit_code, 1);
   EXPECT_THAT(run.output, HasSubstr("--out"));
+  // FlashAttention-3 needs Hopper.
+  run = RunProfiler(std::string(kTinyFlags) + " --gpu a100-80gb --attention flash3");
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_THAT(run.output, HasSubstr("--attention flash3"));
+  EXPECT_EQ(RunProfiler(std::string(kTinyFlags) + " --attention flash4").exit_code, 2);
+}
+
+TEST(ProfilerCliTest, AttentionKernelsAreStatedInTheModel) {
+  // 'flash' is FlashAttention-2; each kernel's rates are written to source.
+  for (const char* kernel : {"flash", "flash2", "flash3", "triton"}) {
+    ToolRun run = RunProfiler(std::string(kTinyFlags) + " --attention " + kernel, false);
+    ASSERT_EQ(run.exit_code, 0) << kernel;
+    const nlohmann::json doc = nlohmann::json::parse(run.output);
+    const std::string name = std::string(kernel) == "flash" ? "flash2" : kernel;
+    EXPECT_EQ(doc["source"]["attention"], name);
+    EXPECT_EQ(doc["source"]["attention_kernel"]["kernel"], name);
+    EXPECT_GT(doc["source"]["attention_kernel"]["forward_tflops"].get<double>(), 0);
+  }
 }
 
 TEST(ProfilerCliTest, PrintsTheModelToStdout) {

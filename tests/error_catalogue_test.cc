@@ -421,7 +421,11 @@ std::vector<Case> Catalogue() {
   c.push_back(Row("unknown_attention_profiler", kProfiler, {},
                   "analytic --name x --layers 2 --hidden 64 --heads 8 --seq 8 --vocab 8 "
                   "--attention sparse",
-                  2, "--attention: sparse not in {flash,eager}"));
+                  2, "--attention: sparse not in {flash,flash2,flash3,triton,eager}"));
+  c.push_back(Row("flash3_before_hopper", kProfiler, {},
+                  "analytic --name x --layers 2 --hidden 64 --heads 8 --seq 8 --vocab 8 "
+                  "--gpu a100-80gb --attention flash3",
+                  1, "--attention flash3: FlashAttention-3 runs on Hopper GPUs (H100, H200) only"));
   c.push_back(
       Row("checkpoint_over_activations", kSimulator,
           {{"m.json", Model(8, R"({"microbatch_size": 1, "forward_us": 100, "backward_us": 200, )"

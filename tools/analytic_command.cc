@@ -22,7 +22,7 @@ struct AnalyticFlags {
   TransformerSpec spec;
   AnalyticOptions options;
   bool rotary_positions = false;
-  std::string attention = "flash";
+  std::string attention = "flash2";
   std::string time_model;                // empty: matmul, or flat when --matmul-efficiency is given
   bool matmul_efficiency_given = false;  // --matmul-efficiency on the command line
   std::vector<int> tensor_parallel = {1};
@@ -33,7 +33,12 @@ int RunAnalytic(const AnalyticFlags& flags) {
   TransformerSpec spec = flags.spec;
   spec.learned_positions = !flags.rotary_positions;
   AnalyticOptions options = flags.options;
-  options.attention = flags.attention == "eager" ? Attention::kEager : Attention::kFlash;
+  Result<Attention> attention = ParseAttention(flags.attention);
+  if (!attention.ok()) {
+    fmt::print(stderr, "profiler: error: {}\n", attention.status().message());
+    return kExitBadInput;
+  }
+  options.attention = *attention;
   // --matmul-efficiency is a parameter of the flat model: giving it alone
   // selects that model, as before the matmul model existed.
   if (flags.time_model == "matmul" && flags.matmul_efficiency_given) {
@@ -118,14 +123,18 @@ CLI::App* AddAnalytic(CLI::App& app, AnalyticFlags& f) {
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--memory-efficiency", o.memory_efficiency,
-                  "share of HBM bandwidth reached by element-wise kernels")
+                  "share of HBM bandwidth reached by memory-bound kernels (norms, activations, "
+                  "residual adds, softmax, cross-entropy)")
       ->capture_default_str();
   cmd->add_option("--bytes-per-element", o.bytes_per_element, "2 (bf16), 1 (fp8) or 4 (fp32)")
       ->capture_default_str();
   cmd->add_option("--attention", f.attention,
-                  "flash (FlashAttention: no s x s tensors kept) or eager (softmax output and "
-                  "dropout kept, Korthikanti et al. 2022)")
-      ->check(CLI::IsMember({"flash", "eager"}))
+                  "flash2 (FlashAttention-2; 'flash' means it too), flash3 (FlashAttention-3, "
+                  "Hopper only), triton (FlashAttention's Triton kernel, as llm-foundry's MPT runs "
+                  "ran it): no s x s tensors kept, each at its published speed "
+                  "(docs/calibration.md); or eager (softmax output and dropout kept, Korthikanti "
+                  "et al. 2022)")
+      ->check(CLI::IsMember({"flash", "flash2", "flash3", "triton", "eager"}))
       ->capture_default_str();
   cmd->add_option("--global-batch", s.global_batch,
                   "samples per iteration, written as the planner's default (default: omitted)");
