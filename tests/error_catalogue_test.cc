@@ -585,6 +585,43 @@ std::vector<Case> Catalogue() {
                   After::kNoOutputs));
   c.push_back(Row("validator_trace_onto_a_folder", kValidator, {}, v7b + " --trace {dir}/out", 1,
                   "--trace: cannot write '{dir}/out': Is a directory", After::kNoOutputs, "out"));
+  // --- measured runs (issue 27, docs/measured-runs.md) ------------------------
+  const std::string step = R"({"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#)";
+  c.push_back(Row("measured_trace_malformed", kValidator,
+                  {{"r0.json", "{\"traceEvents\": [\n {\"ph\": \"X\",, }]}"}},
+                  "--measured {dir}/r0.json", 1, "r0.json: not valid JSON: parse error at line 2"));
+  c.push_back(Row("measured_trace_field_type", kValidator,
+                  {{"r0.json", R"({"traceEvents": [{"ph": "X", "cat": "kernel", "ts": "now"}]})"}},
+                  "--measured {dir}/r0.json", 1,
+                  "r0.json: traceEvents[0].ts: expected microseconds as a number, got a string"));
+  c.push_back(Row("measured_trace_missing", kValidator, {}, "--measured {dir}/r9.json", 1,
+                  "{dir}/r9.json: cannot be opened: No such file or directory"));
+  c.push_back(Row("measured_trace_without_steps", kValidator,
+                  {{"r0.json", R"({"traceEvents": []})"}}, "--measured {dir}/r0.json", 1,
+                  "r0.json: no ProfilerStep#N range: pipecast finds iterations by them"));
+  const std::string kernel =
+      R"(, "pid": 1, "tid": 1, "ts": 0, "dur": 100}, {"ph": "X", "cat": "cuda_runtime", "name": "L", "pid": 1, "tid": 1, "ts": 1, "dur": 1, "args": {"correlation": 1}}, {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 5, "dur": 5, "args": {"correlation": 1}}]})";
+  c.push_back(Row("measured_traces_share_no_step", kValidator,
+                  {{"r0.json", "{\"traceEvents\": [" + step + "1\"" + kernel},
+                   {"r1.json", "{\"traceEvents\": [" + step + "2\"" + kernel}},
+                  "--measured {dir}/r0.json,{dir}/r1.json", 1,
+                  "the traces share no ProfilerStep number ({dir}/r0.json: steps 1; "
+                  "{dir}/r1.json: steps 2)"));
+  c.push_back(Row("measured_plan_without_model", kValidator, {},
+                  "--measured {dir}/r0.json --plan {ex}/baselines/gpt-7b-8gpu.plan.json", 2,
+                  "--plan needs --model"));
+  c.push_back(Row("measured_gzip", kValidator, {{"r0.json.gz", "\x1f\x8b"}},
+                  "--measured {dir}/r0.json.gz", 1, "a gzip-compressed file: decompress it first"));
+  c.push_back(Row("megatron_log_without_iterations", kValidator, {{"train.log", "hello\n"}},
+                  "--megatron-log {dir}/train.log", 1, "train.log: no Megatron-LM iteration line"));
+  c.push_back(Row("megatron_log_bad_number", kValidator,
+                  {{"train.log", " iteration 1/ 2 | elapsed time per iteration (ms): fast |\n"}},
+                  "--megatron-log {dir}/train.log", 1,
+                  "train.log:1: 'fast' is not a number after 'elapsed time per iteration (ms)'"));
+  c.push_back(Row("profiler_trace_without_layer_ranges", kProfiler,
+                  {{"r0.json", "{\"traceEvents\": [" + step + "1\"" + kernel}},
+                  "trace --name m {dir}/r0.json", 1,
+                  "r0.json: no layer range: mark each layer's passes with record_function ranges"));
   Case no_gpu = Row("validator_cuda_without_a_gpu", kValidator, {}, v7b + " --backend cuda", 1,
                     "the cuda backend needs an NVIDIA GPU; use --backend cpu or mpi");
   no_gpu.needs_no_gpu = true;

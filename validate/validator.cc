@@ -42,14 +42,6 @@ Bytes MachineMemoryPerStage(int stages) {
 }
 
 std::string TimeText(double ns) { return fmt::format("{:.3f} ms", ns / 1e6); }
-std::string MemText(double bytes) { return fmt::format("{:.2f} MiB", bytes / kMiB); }
-
-std::string ValueText(const MetricRow& row, double v) {
-  if (row.unit == "ns") return TimeText(v);
-  if (row.unit == "bytes") return MemText(v);
-  if (row.unit == "ratio") return PercentText(v);
-  return fmt::format("{:.1f} {}", v, row.unit);
-}
 
 // --inject-fault names an op of the plan, or the run would pass having
 // injected nothing.
@@ -242,23 +234,7 @@ std::string ValidationJson(const ValidationResult& r) {
   for (TimeNs t : r.comparison.iteration_ns) iters.push_back(NsToUs(t));
   j["iterations_us"] = iters;
   j["median_iteration"] = r.comparison.median_iteration;
-  Json rows = Json::array();
-  for (const MetricRow& row : r.comparison.rows) {
-    Json e;
-    e["metric"] = row.metric;
-    e["stage"] = row.rank >= 0 ? Json(row.rank) : Json(nullptr);
-    e["unit"] = row.unit == "ns" ? "us" : row.unit;
-    const double scale = row.unit == "ns" ? 1e-3 : 1;
-    e["predicted"] = row.predicted * scale;
-    e["measured"] = row.measured * scale;
-    e["error"] = row.error;
-    e["error_kind"] = row.relative ? "relative" : "absolute";
-    e["checked"] = row.checked;
-    e["tolerance"] = row.tolerance;
-    e["within_tolerance"] = row.within;
-    rows.push_back(std::move(e));
-  }
-  j["metrics"] = rows;
+  j["metrics"] = ComparisonRowsJson(r.comparison.rows);
   // Every worker's own peak (with tensor parallelism the stage rows show the
   // largest of its workers').
   Json workers = Json::array();
@@ -289,25 +265,7 @@ std::string ValidationText(const ValidationResult& r) {
   std::string iters;
   for (TimeNs t : r.comparison.iteration_ns) iters += fmt::format(" {:.3f}", NsToMs(t));
   out += fmt::format("  measured iterations (ms):{}; the table shows the median\n\n", iters);
-  TextTable t;
-  t.AddColumn("metric", TextTable::kLeft);
-  t.AddColumn("stage", TextTable::kRight);
-  t.AddColumn("predicted", TextTable::kRight);
-  t.AddColumn("measured", TextTable::kRight);
-  t.AddColumn("error", TextTable::kRight);
-  t.AddColumn("tolerance", TextTable::kRight);
-  t.AddColumn("", TextTable::kLeft);
-  for (const MetricRow& row : r.comparison.rows) {
-    const std::string err = row.relative ? fmt::format("{:+.1f}%", 100 * row.error)
-                                         : fmt::format("{:+.1f} pt", 100 * row.error);
-    const std::string tol = !row.checked   ? "-"
-                            : row.relative ? fmt::format("{:.0f}%", 100 * row.tolerance)
-                                           : fmt::format("{:.0f} pt", 100 * row.tolerance);
-    t.AddRow({row.metric, row.rank >= 0 ? std::to_string(row.rank) : "all",
-              ValueText(row, row.predicted), ValueText(row, row.measured), err, tol,
-              row.checked ? (row.within ? "ok" : "BEYOND") : ""});
-  }
-  out += t.Render("  ");
+  out += ComparisonTableText(r.comparison.rows, "  ");
   out += r.comparison.within_tolerance ? "\nverdict: every checked metric is within tolerance\n"
                                        : "\nverdict: BEYOND TOLERANCE (exit 3)\n";
   return out;
