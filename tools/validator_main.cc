@@ -5,7 +5,9 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
+#include <new>
 #include <string>
 
 #include "base/cli.h"
@@ -42,6 +44,14 @@ int Run(Flags& f) {
     if (!fault.ok()) return Fail(fault.status());
     f.options.runtime.fault = *fault;
   }
+  // A worker stuck in an op that cannot be interrupted (a GPU kernel) after
+  // a failure: the diagnosis is printed and the process ends, which is the
+  // only way to leave a thread that cannot be stopped (runtime.h).
+  f.options.runtime.on_workers_stuck = [](const pipecast::Status& st) {
+    Fail(st);
+    std::fflush(stderr);
+    std::_Exit(pipecast::kExitBadInput);
+  };
   std::unique_ptr<Backend> backend;
   if (f.backend == "cpu") {
     backend = MakeCpuBackend();
@@ -140,5 +150,14 @@ int main(int argc, char** argv) {
       ->group("Testing");
   if (auto code = pipecast::ParseToolFlags(app, argc, argv, "validator")) return *code;
   pipecast::RemoveTempFilesOnSignal();
-  return Run(f);
+  try {
+    return Run(f);
+  } catch (const std::bad_alloc&) {
+    // Outside the stages' pools (which report their own out of memory): the
+    // plan or its prediction did not fit in this process's memory.
+    return Fail(pipecast::Status::FailedPrecondition(
+        "out of memory: the system refused the validator memory outside the stages' pools "
+        "(std::bad_alloc); give it more memory (ulimit -v, the machine) or validate a smaller "
+        "plan"));
+  }
 }

@@ -2,8 +2,12 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <memory>
 #include <thread>
 
@@ -493,6 +497,45 @@ TEST(Runtime, ALateMessageInARunThatIsStillMovingIsWaitedFor) {
   const std::vector<OpTiming>& ops = (*runs)[0].ops;
   ASSERT_EQ(ops.size(), 8u);
   EXPECT_GE(ops[4].start_ns - ops[3].end_ns, o.recv_timeout_ns) << "the wait was long";
+}
+
+// Issue 28: a 64-stage dualpipe plan under a 4 GiB address limit (ulimit -v)
+// aborted with an uncaught std::system_error when a worker thread could not
+// be created. Given an address space with room for a few threads' stacks
+// only (in a child process, which the limit would otherwise outlive), the
+// run ends in an out-of-memory diagnosis naming the worker.
+TEST(Runtime, AWorkerThreadTheSystemCannotStartIsOutOfMemoryNotTerminate) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer reserves terabytes of address space: no limit fits it";
+#else
+  testing::World w = testing::MakeWorld(ScheduleKind::kGPipe, 64, 4);
+  Harness h(w.exec);
+  testing::RecordingWork work(64);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // The address space in use now, plus room for about 3 thread stacks of 8 MiB.
+    long pages = 0;
+    if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+      if (std::fscanf(f, "%ld", &pages) != 1) pages = 0;
+      std::fclose(f);
+    }
+    const rlim_t limit = static_cast<rlim_t>(pages) * sysconf(_SC_PAGESIZE) + (24 << 20);
+    const rlimit rl{limit, limit};
+    if (pages == 0 || setrlimit(RLIMIT_AS, &rl) != 0) _exit(3);
+    Result<std::vector<StageRun>> runs = h.Run(&work, Quick());
+    if (runs.ok()) _exit(4);
+    const std::string& m = runs.status().message();
+    const bool named = m.find("out of memory: could not start the worker of rank") == 0 &&
+                       m.find("the system refused a thread") != std::string::npos;
+    _exit(named ? 0 : 5);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child ended by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0)
+      << "3: no limit set, 4: every thread started, 5: another message";
+#endif
 }
 
 TEST(ParseFault, ReadsKindAndAction) {
