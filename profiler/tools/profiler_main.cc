@@ -8,12 +8,15 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <filesystem>
 #include <functional>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "base/cli.h"
 #include "base/exit_codes.h"
+#include "base/terminal_text.h"
 #include "formats/file_util.h"
 #include "formats/formats.h"
 #include "profiler/analytic.h"
@@ -35,6 +38,19 @@ struct AnalyticFlags {
 };
 
 int RunAnalytic(const AnalyticFlags& flags) {
+  // Before any work: --out must not be --gpu's cluster file (spelled any
+  // way); a preset name is no file and no input to protect.
+  if (!flags.out.empty()) {
+    const std::string& gpu = flags.options.gpu_preset;
+    std::error_code ec;
+    std::vector<NamedPath> inputs;
+    if (std::filesystem::is_regular_file(gpu, ec)) inputs.push_back({"--gpu", gpu});
+    Status st = CheckOutputs({{"--out", flags.out}}, inputs);
+    if (!st.ok()) {
+      fmt::print(stderr, "profiler: error: {}\n", TerminalSafeLines(st.message()));
+      return kExitBadInput;
+    }
+  }
   TransformerSpec spec = flags.spec;
   spec.learned_positions = !flags.rotary_positions;
   AnalyticOptions options = flags.options;
