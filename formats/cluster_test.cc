@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <string>
+#include <utility>
 
 #include "formats/cluster_select.h"
 #include "formats/file_util.h"
@@ -127,7 +128,46 @@ TEST(ClusterFormat, EveryPresetRoundTripsThroughJson) {
     EXPECT_EQ(parsed->intra_node.latency_us, preset.intra_node.latency_us);
     EXPECT_EQ(parsed->inter_node.bandwidth_gbps, preset.inter_node.bandwidth_gbps);
     EXPECT_EQ(parsed->inter_node.latency_us, preset.inter_node.latency_us);
+    for (auto [got, want] : {std::pair{&parsed->intra_node, &preset.intra_node},
+                             std::pair{&parsed->inter_node, &preset.inter_node}}) {
+      EXPECT_EQ(got->efficiency, want->efficiency);
+      EXPECT_EQ(got->StepLatencyNs(), want->StepLatencyNs());
+      EXPECT_EQ(got->collective_latency_us, want->collective_latency_us);
+      EXPECT_EQ(got->nvls_bandwidth_gbps, want->nvls_bandwidth_gbps);
+    }
+    EXPECT_EQ(parsed->NetworkGbpsPerGpu(), preset.NetworkGbpsPerGpu());
   }
+}
+
+// The collective fields (sim/collectives.h) are optional: without them a
+// link is the plain ring's, as files were read before the fields existed.
+TEST(ClusterFormat, CollectiveFieldsAreOptionalAndChecked) {
+  json j = MinimalCluster();
+  for (const char* key : {"intra_node", "inter_node"}) {
+    for (const char* field :
+         {"efficiency", "step_latency_us", "collective_latency_us", "nvls_bandwidth_gbps"}) {
+      j[key].erase(field);
+    }
+  }
+  j.erase("nics_per_node");
+  Result<Cluster> plain = ParseClusterJson(j);
+  ASSERT_TRUE(plain.ok()) << plain.status().message();
+  EXPECT_EQ(plain->intra_node.efficiency, 1);
+  EXPECT_EQ(plain->intra_node.StepLatencyNs(), plain->intra_node.LatencyNs());
+  EXPECT_EQ(plain->inter_node.collective_latency_us, 0);
+  EXPECT_EQ(plain->intra_node.nvls_bandwidth_gbps, 0);
+  EXPECT_EQ(plain->nics_per_node, 0);
+
+  json bad = MinimalCluster();
+  bad["intra_node"]["efficiency"] = 0;
+  EXPECT_THAT(ParseClusterJson(bad).status().message(),
+              testing::HasSubstr("intra_node.efficiency"));
+  bad = MinimalCluster();
+  bad["inter_node"]["nvls_bandwidth_gbps"] = 100;
+  EXPECT_THAT(ParseClusterJson(bad).status().message(), testing::HasSubstr("intra_node"));
+  bad = MinimalCluster();
+  bad["nics_per_node"] = 0;
+  EXPECT_THAT(ParseClusterJson(bad).status().message(), testing::HasSubstr("nics_per_node"));
 }
 
 TEST(ClusterFormat, HbmBandwidthIsOptional) {

@@ -75,6 +75,9 @@ constexpr NumberRule kLayerFlops = {0, false, kMaxFlops, "1e24", "forward FLOPs 
 constexpr NumberRule kSampleFlops = {0, true, kMaxFlops, "1e24", "forward FLOPs of one sample"};
 constexpr NumberRule kBandwidth = {0, false, kMaxBandwidthGbps, "1e6 GB/s",
                                    "gigabytes (10^9 bytes) per second per direction, 0 = infinite"};
+constexpr NumberRule kEfficiency = {0, true, 1, "1",
+                                    "the share of the bandwidth a collective reaches, e.g. 0.8"};
+constexpr IntRule kNicsPerNode = {1, kMaxGpusPerNode, "2^16", "a number of NICs per node"};
 constexpr NumberRule kHbmBandwidth = {0, false, kMaxBandwidthGbps, "1e6 GB/s",
                                       "gigabytes (10^9 bytes) per second, 0 = unknown"};
 constexpr NumberRule kTflops = {0, false, kMaxTflops, "1e6 TFLOP/s",
@@ -333,9 +336,28 @@ Status ReadLink(const Reader& r, const json& root, const char* key, Link* link) 
   PIPECAST_RETURN_IF_ERROR(
       r.Find(root, "", key, "an object {bandwidth_gbps, latency_us}", true, &v));
   PIPECAST_RETURN_IF_ERROR(r.CheckObject(*v, key));
-  PIPECAST_RETURN_IF_ERROR(r.CheckKeys(*v, key, {"bandwidth_gbps", "latency_us"}));
+  PIPECAST_RETURN_IF_ERROR(
+      r.CheckKeys(*v, key,
+                  {"bandwidth_gbps", "latency_us", "efficiency", "step_latency_us",
+                   "collective_latency_us", "nvls_bandwidth_gbps"}));
   PIPECAST_RETURN_IF_ERROR(r.Number(*v, key, "bandwidth_gbps", kBandwidth, &link->bandwidth_gbps));
-  return r.Number(*v, key, "latency_us", kTimeUs, &link->latency_us);
+  PIPECAST_RETURN_IF_ERROR(r.Number(*v, key, "latency_us", kTimeUs, &link->latency_us));
+  // Optional: how collectives run over the link (sim/collectives.h); a file
+  // without them keeps the plain ring, as before these fields existed.
+  std::optional<double> efficiency, step, fixed, nvls;
+  PIPECAST_RETURN_IF_ERROR(r.Number(*v, key, "efficiency", kEfficiency, &efficiency));
+  PIPECAST_RETURN_IF_ERROR(r.Number(*v, key, "step_latency_us", kTimeUs, &step));
+  PIPECAST_RETURN_IF_ERROR(r.Number(*v, key, "collective_latency_us", kTimeUs, &fixed));
+  PIPECAST_RETURN_IF_ERROR(r.Number(*v, key, "nvls_bandwidth_gbps", kBandwidth, &nvls));
+  link->efficiency = efficiency.value_or(1);
+  link->step_latency_us = step.value_or(-1);
+  link->collective_latency_us = fixed.value_or(0);
+  link->nvls_bandwidth_gbps = nvls.value_or(0);
+  if (link->nvls_bandwidth_gbps != 0 && std::string(key) != "intra_node") {
+    return r.Error(Member(key, "nvls_bandwidth_gbps"),
+                   "NVLink SHARP runs inside a node: give it on intra_node");
+  }
+  return Status::Ok();
 }
 
 Status ReadGpu(const Reader& r, const json& root, GpuSpec* gpu) {
@@ -385,13 +407,18 @@ Status ReadCluster(const Reader& r, const json& root, Cluster* cluster) {
   PIPECAST_RETURN_IF_ERROR(r.CheckObject(root, ""));
   PIPECAST_RETURN_IF_ERROR(r.Format(root, kClusterFormat));
   PIPECAST_RETURN_IF_ERROR(r.CheckKeys(
-      root, "", {"format", "name", "gpus_per_node", "gpu", "intra_node", "inter_node"}));
+      root, "",
+      {"format", "name", "gpus_per_node", "gpu", "intra_node", "inter_node", "nics_per_node"}));
   PIPECAST_RETURN_IF_ERROR(r.String(root, "", "name", "the cluster's name", &cluster->name));
   PIPECAST_RETURN_IF_ERROR(
       r.Integer(root, "", "gpus_per_node", kGpusPerNode, &cluster->gpus_per_node));
   PIPECAST_RETURN_IF_ERROR(ReadGpu(r, root, &cluster->gpu));
   PIPECAST_RETURN_IF_ERROR(ReadLink(r, root, "intra_node", &cluster->intra_node));
-  return ReadLink(r, root, "inter_node", &cluster->inter_node);
+  PIPECAST_RETURN_IF_ERROR(ReadLink(r, root, "inter_node", &cluster->inter_node));
+  std::optional<int64_t> nics;
+  PIPECAST_RETURN_IF_ERROR(r.Integer(root, "", "nics_per_node", kNicsPerNode, &nics));
+  cluster->nics_per_node = static_cast<int>(nics.value_or(0));
+  return Status::Ok();
 }
 
 // Runs `read` on the parsed text; no exception gets past this function.
@@ -493,6 +520,22 @@ Result<Cluster> LoadCluster(const std::string& spec) {
   return ParseCluster(*text, spec);
 }
 
+namespace {
+
+// A link's keys; the collective ones only where they differ from the plain
+// ring's defaults, so a file that had none is written as it was read.
+nlohmann::ordered_json LinkJson(const Link& link) {
+  nlohmann::ordered_json out = {{"bandwidth_gbps", link.bandwidth_gbps},
+                                {"latency_us", link.latency_us}};
+  if (link.efficiency != 1) out["efficiency"] = link.efficiency;
+  if (link.step_latency_us >= 0) out["step_latency_us"] = link.step_latency_us;
+  if (link.collective_latency_us != 0) out["collective_latency_us"] = link.collective_latency_us;
+  if (link.nvls_bandwidth_gbps != 0) out["nvls_bandwidth_gbps"] = link.nvls_bandwidth_gbps;
+  return out;
+}
+
+}  // namespace
+
 nlohmann::ordered_json ClusterJson(const Cluster& cluster) {
   json root;
   root["format"] = kClusterFormat;
@@ -504,10 +547,9 @@ nlohmann::ordered_json ClusterJson(const Cluster& cluster) {
                  {"memory_headroom", cluster.gpu.memory_headroom},
                  {"peak_tflops", cluster.gpu.peak_tflops},
                  {"memory_bandwidth_gbps", cluster.gpu.memory_bandwidth_gbps}};
-  root["intra_node"] = {{"bandwidth_gbps", cluster.intra_node.bandwidth_gbps},
-                        {"latency_us", cluster.intra_node.latency_us}};
-  root["inter_node"] = {{"bandwidth_gbps", cluster.inter_node.bandwidth_gbps},
-                        {"latency_us", cluster.inter_node.latency_us}};
+  root["intra_node"] = LinkJson(cluster.intra_node);
+  root["inter_node"] = LinkJson(cluster.inter_node);
+  if (cluster.nics_per_node > 0) root["nics_per_node"] = cluster.nics_per_node;
   return root;
 }
 

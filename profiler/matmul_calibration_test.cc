@@ -248,6 +248,7 @@ double SimulatedTflops(const NarayananRow& row) {
   }
   Cluster cluster = *ClusterPreset("a100-80gb");
   cluster.intra_node.bandwidth_gbps = kA100AllReduceBusBandwidth / 1e9;
+  cluster.intra_node.efficiency = 1;  // the figure above is already the bus bandwidth
   Result<SimResult> result = Simulate(*model, cluster, *schedule, sim);
   EXPECT_TRUE(result.ok()) << result.status().message();
   if (!result.ok()) return 0;

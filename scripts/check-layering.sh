@@ -1,16 +1,47 @@
 #!/usr/bin/env bash
 # Fails (exit 1) when an #include breaks the library layering of
-# docs/architecture.md, naming the file, the line and the rule:
+# docs/architecture.md ("Folders and targets"), naming the file, the line and
+# the rule. Every folder that holds C++ has a row below; a folder without one
+# fails too, so a new folder must state what it may include:
 #   1. a folder's internal/ headers are included only inside that folder;
-#   2. the core (sim/) and base/ include no formats/, report/, planner/,
-#      profiler/, validate/ or tools/ header (sim's tests may use formats/
-#      and testing/, never report/);
-#   3. formats/ includes no report/, planner/, profiler/, validate/ header
-#      (its tests may use report/ and testing/);
-#   4. testing/ is included only by tests (*_test.cc) and testing/ itself.
+#   2. testing/ is included only by tests (*_test.cc) and testing/ itself;
+#   3. tools/ is included only by tools/ (no library depends on a tool);
+#   4. each folder includes only the folders of its row (its tests also those
+#      of the row's "tests also" column), with two narrower grants: in
+#      report/ only the planner's page and progress display (planner_report*,
+#      search_progress*) include planner/, and validate/ includes of profiler/
+#      only profiler/cpu/ (the CPU workload it runs).
 # Run by ctest as lint.layering.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+libraries="base sim formats report planner profiler validate"
+
+# folder -> the folders it may include (besides itself).
+declare -A allowed=(
+  [base]=""
+  [sim]="base"
+  [formats]="base sim"
+  [report]="base sim formats planner"
+  [planner]="base sim formats"
+  [profiler]="base sim formats"
+  [validate]="base sim formats report profiler"
+  [tools]="${libraries}"
+  [testing]="${libraries}"
+  [bench]="${libraries}"
+  [fuzz]="${libraries}"
+  [tests]="${libraries} testing"
+)
+# folder -> what its tests (*_test.cc) may include besides.
+declare -A tests_also=(
+  [sim]="formats testing"
+  [formats]="report testing"
+  [report]="testing"
+  [planner]="testing"
+  [profiler]="testing"
+  [validate]="testing"
+  [tools]="testing"
+)
 
 failures=0
 fail() {
@@ -18,40 +49,50 @@ fail() {
   failures=$((failures + 1))
 }
 
+# Whether word $1 is in the space-separated list $2.
+listed() { [[ " $2 " == *" $1 "* ]]; }
+
 while IFS= read -r -d '' file; do
   folder="${file%%/*}"
+  [[ "${file}" == */* ]] || folder="."
+  if [[ -z "${allowed[${folder}]+set}" ]]; then
+    fail "${file}" "folder ${folder}/ has no layering rule: add its row to scripts/check-layering.sh and docs/architecture.md"
+    continue
+  fi
   is_test=0
   [[ "${file}" == *_test.cc ]] && is_test=1
+  may="${allowed[${folder}]}"
+  ((is_test)) && may="${may} ${tests_also[${folder}]:-}"
+  base_name="${file##*/}"
   while IFS=: read -r line include; do
     target="$(sed -E 's/.*#include "([^"]+)".*/\1/' <<<"${include}")"
     target_folder="${target%%/*}"
+    where="${file}:${line}"
     if [[ "${target}" == */internal/* && "${target_folder}" != "${folder}" ]]; then
-      fail "${file}:${line}" "includes ${target}, internal to ${target_folder}/"
+      fail "${where}" "includes ${target}, internal to ${target_folder}/"
     fi
-    if [[ "${target_folder}" == testing && ${is_test} == 0 && "${folder}" != testing ]]; then
-      fail "${file}:${line}" "includes ${target}: testing/ is for tests only"
+    [[ "${target_folder}" == "${folder}" ]] && continue
+    if [[ "${target_folder}" == testing ]]; then
+      ((is_test)) || fail "${where}" "includes ${target}: testing/ is for tests only"
+      continue
     fi
-    case "${folder}" in
-      base)
-        [[ "${target_folder}" == base ]] || fail "${file}:${line}" "base/ includes ${target}"
-        ;;
-      sim)
-        case "${target_folder}" in
-          base | sim) ;;
-          formats | testing) ((is_test)) || fail "${file}:${line}" "the core includes ${target}" ;;
-          *) fail "${file}:${line}" "the core includes ${target}" ;;
-        esac
-        ;;
-      formats)
-        case "${target_folder}" in
-          base | sim | formats) ;;
-          report | testing) ((is_test)) || fail "${file}:${line}" "formats/ includes ${target}" ;;
-          *) fail "${file}:${line}" "formats/ includes ${target}" ;;
-        esac
-        ;;
-    esac
+    if [[ "${target_folder}" == tools ]]; then
+      fail "${where}" "includes ${target}: tools/ is included only by tools/"
+      continue
+    fi
+    if ! listed "${target_folder}" "${may}"; then
+      fail "${where}" "${folder}/ includes ${target}; it may include ${may:-nothing} besides ${folder}/"
+      continue
+    fi
+    if [[ "${folder}" == report && "${target_folder}" == planner &&
+      "${base_name}" != planner_report* && "${base_name}" != search_progress* ]]; then
+      fail "${where}" "includes ${target}: in report/ only planner_report* and search_progress* present the planner"
+    fi
+    if [[ "${folder}" == validate && "${target_folder}" == profiler && "${target}" != profiler/cpu/* ]]; then
+      fail "${where}" "includes ${target}: validate/ uses only the profiler's CPU workload (profiler/cpu/)"
+    fi
   done < <(grep -n '^#include "' "${file}" || true)
-done < <(git ls-files -z -- '*.cc' '*.h' '*.cu' '*.cuh')
+done < <(git ls-files -z --cached --others --exclude-standard -- '*.cc' '*.h' '*.cu' '*.cuh')
 
 if ((failures)); then
   echo "check-layering.sh: ${failures} include(s) break the layering (docs/architecture.md)" >&2

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace pipecast {
@@ -42,6 +43,27 @@ constexpr double kAllocatorHeadroom = 0.05;
 
 // Latencies are the order of magnitude NCCL point-to-point shows for small
 // messages, not a datasheet figure; they matter only for tiny transfers.
+//
+// How NCCL's collectives run on the presets (sim/collectives.h; the figures
+// and their sources are docs/research/nccl-tests.md, the check is
+// docs/calibration.md "Collectives against nccl-tests"):
+// A ring's bus bandwidth over NVLink is 80% of the line rate: 365-370 GB/s
+// of H100's 450 (NVIDIA/nccl#1455, NVIDIA/nccl-tests#212: "with the protocol
+// overhead (~20%)"), 232.5 GB/s of A100's 300 (NVIDIA/nccl#1048).
+constexpr double kNvlinkEfficiency = 0.8;
+// A NIC reaches 95% of its line rate: 46-49 GB/s of NDR's 50
+// (NVIDIA/nccl-tests#290, #267), 24 GB/s of HDR's 25 (NVIDIA/nccl-tests#119,
+// #160, #252).
+constexpr double kNicEfficiency = 0.95;
+// NVLink SHARP all-reduce on 8 H100s: algorithm bandwidth 273 GB/s (bus
+// bandwidth 480; NVIDIA/nccl#1455, NVIDIA/nccl-tests#212).
+constexpr double kHopperNvlsGbps = 273;
+// NCCL's own tuning model for its Simple protocol (src/graph/tuning.cc in
+// NVIDIA/nccl, ncclTunerConstantsDefaults): a ring's base latency 8.4 us,
+// 3.4 us per step over NVLink, 14 us per step over the network.
+constexpr double kCollectiveBaseUs = 8.4;
+constexpr double kNvlinkStepUs = 3.4;
+constexpr double kNetworkStepUs = 14;
 const std::vector<Cluster>& Presets() {
   static const auto* const kPresets = new std::vector<Cluster>{
       {
@@ -70,9 +92,17 @@ const std::vector<Cluster>& Presets() {
                   .memory_bandwidth_gbps = 2039},  // A100 80GB SXM datasheet
           // NVLink 3: 12 links, 600 GB/s bidirectional = 300 GB/s each way.
           .intra_node = {.bandwidth_gbps = 300,
-                         .latency_us = 2},  // NCCL p2p over NVLink, small msg
+                         .latency_us = 2,  // NCCL p2p over NVLink, small msg
+                         .efficiency = kNvlinkEfficiency,
+                         .step_latency_us = kNvlinkStepUs,
+                         .collective_latency_us = kCollectiveBaseUs},
           // DGX A100: one 200 Gb/s HDR InfiniBand NIC per GPU = 25 GB/s.
-          .inter_node = {.bandwidth_gbps = 25, .latency_us = 5},  // NCCL p2p over IB, small msg
+          .inter_node = {.bandwidth_gbps = 25,
+                         .latency_us = 5,  // NCCL p2p over IB, small msg
+                         .efficiency = kNicEfficiency,
+                         .step_latency_us = kNetworkStepUs,
+                         .collective_latency_us = kCollectiveBaseUs},
+          .nics_per_node = 8,  // rail-optimized, one per GPU
       },
       {
           .name = "h100-sxm",
@@ -88,9 +118,18 @@ const std::vector<Cluster>& Presets() {
                   .memory_bandwidth_gbps = 3350},  // H100 SXM datasheet
           // NVLink 4: 18 links, 900 GB/s bidirectional = 450 GB/s each way.
           .intra_node = {.bandwidth_gbps = 450,
-                         .latency_us = 2},  // NCCL p2p over NVLink, small msg
+                         .latency_us = 2,  // NCCL p2p over NVLink, small msg
+                         .efficiency = kNvlinkEfficiency,
+                         .step_latency_us = kNvlinkStepUs,
+                         .collective_latency_us = kCollectiveBaseUs,
+                         .nvls_bandwidth_gbps = kHopperNvlsGbps},  // NVSwitch 3
           // DGX H100: one 400 Gb/s NDR InfiniBand NIC per GPU = 50 GB/s.
-          .inter_node = {.bandwidth_gbps = 50, .latency_us = 5},  // NCCL p2p over IB, small msg
+          .inter_node = {.bandwidth_gbps = 50,
+                         .latency_us = 5,  // NCCL p2p over IB, small msg
+                         .efficiency = kNicEfficiency,
+                         .step_latency_us = kNetworkStepUs,
+                         .collective_latency_us = kCollectiveBaseUs},
+          .nics_per_node = 8,  // rail-optimized, one per GPU
       },
       {
           .name = "h200",
@@ -106,9 +145,18 @@ const std::vector<Cluster>& Presets() {
                   .memory_bandwidth_gbps = 4800},  // H200 SXM datasheet
           // NVLink 4: 900 GB/s bidirectional = 450 GB/s each way.
           .intra_node = {.bandwidth_gbps = 450,
-                         .latency_us = 2},  // NCCL p2p over NVLink, small msg
+                         .latency_us = 2,  // NCCL p2p over NVLink, small msg
+                         .efficiency = kNvlinkEfficiency,
+                         .step_latency_us = kNvlinkStepUs,
+                         .collective_latency_us = kCollectiveBaseUs,
+                         .nvls_bandwidth_gbps = kHopperNvlsGbps},  // NVSwitch 3
           // DGX H200: one 400 Gb/s NDR InfiniBand NIC per GPU = 50 GB/s.
-          .inter_node = {.bandwidth_gbps = 50, .latency_us = 5},  // NCCL p2p over IB, small msg
+          .inter_node = {.bandwidth_gbps = 50,
+                         .latency_us = 5,  // NCCL p2p over IB, small msg
+                         .efficiency = kNicEfficiency,
+                         .step_latency_us = kNetworkStepUs,
+                         .collective_latency_us = kCollectiveBaseUs},
+          .nics_per_node = 8,  // rail-optimized, one per GPU
       },
       {
           // This machine, for the validator's cpu and mpi backends: each
@@ -170,6 +218,32 @@ Status ValidateGpuMemory(const GpuSpec& gpu) {
         "(--memory-headroom {}) leave nothing of the {:.2f} GiB GPU (--memory-gb)",
         ToGiB(gpu.memory_reserve_bytes), ToGiB(MemoryHeadroomBytes(gpu)), gpu.memory_headroom,
         ToGiB(gpu.memory_bytes)));
+  }
+  return Status::Ok();
+}
+
+Status ValidateClusterLinks(const Cluster& cluster) {
+  if (cluster.nics_per_node < 0) {
+    return Status::InvalidArgument(fmt::format(
+        "nics_per_node is {}: must be >= 1 (or 0 for one NIC per GPU)", cluster.nics_per_node));
+  }
+  for (const auto& [key, link] :
+       {std::pair<const char*, const Link*>{"intra_node", &cluster.intra_node},
+        {"inter_node", &cluster.inter_node}}) {
+    if (!(link->efficiency > 0 && link->efficiency <= 1)) {
+      return Status::InvalidArgument(fmt::format(
+          "{}.efficiency is {}: expected the share of the bandwidth a collective reaches, in "
+          "(0, 1], e.g. 0.8",
+          key, link->efficiency));
+    }
+    if (link->bandwidth_gbps < 0 || link->latency_us < 0 || link->collective_latency_us < 0 ||
+        link->nvls_bandwidth_gbps < 0) {
+      return Status::InvalidArgument(fmt::format("{}: bandwidths and latencies must be >= 0", key));
+    }
+  }
+  if (cluster.inter_node.nvls_bandwidth_gbps != 0) {
+    return Status::InvalidArgument(
+        "inter_node.nvls_bandwidth_gbps: NVLink SHARP runs inside a node; give it on intra_node");
   }
   return Status::Ok();
 }

@@ -1,6 +1,7 @@
 // Cluster: the hardware a plan runs on: GPUs grouped in nodes, a fast link
-// inside a node and a slower one between nodes (`pipecast-cluster/1`, see
-// docs/formats.md). Presets: ideal, a100-80gb, h100-sxm, h200.
+// inside a node and NICs between nodes (`pipecast-cluster/1`, see
+// docs/formats.md), and how NCCL's collectives run over them
+// (sim/collectives.h). Presets: ideal, a100-80gb, h100-sxm, h200.
 //
 // `ideal` has no communication cost and unlimited memory, for teaching and for
 // checking closed forms. A bandwidth of 0 means "infinite", a memory of 0
@@ -23,10 +24,33 @@
 
 namespace pipecast {
 
+// One kind of link: NVLink inside a node, or one NIC between nodes. The first
+// two fields are a point-to-point transfer's: `bytes / bandwidth + latency`.
+// The rest say how NCCL's collectives run over it (sim/collectives.h); their
+// defaults give the plain model (a ring at the full bandwidth, the point-to-
+// point latency per step), which is what a cluster file without them means.
 struct Link {
   double bandwidth_gbps = 0;  // gigabytes (10^9 bytes) per second; 0 = infinite
   double latency_us = 0;
+  // The share of bandwidth_gbps a collective's ring reaches (its bus
+  // bandwidth / the line rate: NCCL's protocol overhead), in (0, 1].
+  double efficiency = 1;
+  // Latency of one step of a ring over this link; negative = latency_us.
+  double step_latency_us = -1;
+  // Fixed cost of one collective whose group uses this link (NCCL's launch
+  // and base latency): the intra-node link's for a group inside one node,
+  // the inter-node link's for a group spanning nodes.
+  double collective_latency_us = 0;
+  // Intra-node only: NVLink SHARP (NVLS), the all-reduce done by the NVSwitch
+  // itself, as its algorithm bandwidth (bytes all-reduced per second) in a
+  // full node; 0 = none (A100, PCIe).
+  double nvls_bandwidth_gbps = 0;
+
   TimeNs LatencyNs() const { return UsToNs(latency_us); }
+  TimeNs StepLatencyNs() const {
+    return UsToNs(step_latency_us < 0 ? latency_us : step_latency_us);
+  }
+  TimeNs CollectiveLatencyNs() const { return UsToNs(collective_latency_us); }
 };
 
 struct GpuSpec {
@@ -47,16 +71,38 @@ struct Cluster {
   int gpus_per_node = 8;
   GpuSpec gpu;
   Link intra_node;
+  // One NIC: its bandwidth per direction and latency.
   Link inter_node;
+  // NICs of a node for inter-node traffic, rail-optimized (NIC i of every
+  // node on one rail, GPU i's traffic through its nearest NIC); 0 = one per
+  // GPU. A GPU's share of the network is nics_per_node x the NIC bandwidth /
+  // gpus_per_node (NetworkGbpsPerGpu).
+  int nics_per_node = 0;
 
   bool SameNode(int gpu_a, int gpu_b) const {
     return gpu_a / gpus_per_node == gpu_b / gpus_per_node;
   }
-  // The link between two distinct GPUs.
-  const Link& LinkBetween(int gpu_a, int gpu_b) const {
-    return SameNode(gpu_a, gpu_b) ? intra_node : inter_node;
+  // One GPU's share of its node's NICs, GB/s per direction; 0 = infinite.
+  double NetworkGbpsPerGpu() const {
+    if (nics_per_node <= 0) return inter_node.bandwidth_gbps;
+    return inter_node.bandwidth_gbps * nics_per_node / gpus_per_node;
+  }
+  // The link a point-to-point transfer between two distinct GPUs sees: the
+  // intra-node link as given; between nodes, the GPU's share of the NICs at
+  // the NIC's efficiency (every GPU of a pipeline stage sends at once).
+  Link LinkBetween(int gpu_a, int gpu_b) const {
+    if (SameNode(gpu_a, gpu_b)) return intra_node;
+    Link link = inter_node;
+    link.bandwidth_gbps = NetworkGbpsPerGpu();
+    if (inter_node.efficiency != 1) link.bandwidth_gbps *= inter_node.efficiency;
+    return link;
   }
 };
+
+// InvalidArgument naming the setting when a link's efficiency is outside
+// (0, 1], a latency or bandwidth is negative, the inter-node link claims
+// NVLS, or nics_per_node is negative.
+Status ValidateClusterLinks(const Cluster& cluster);
 
 // Bytes of headroom: memory_headroom x memory_bytes, rounded to nearest.
 Bytes MemoryHeadroomBytes(const GpuSpec& gpu);

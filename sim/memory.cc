@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace pipecast {
 
 namespace {
@@ -32,13 +34,30 @@ Status MemoryConfig::Validate() const {
     return Status::InvalidArgument(
         fmt::format("--zero is {}: expected 0, 1, 2 or 3 (the ZeRO level)", zero));
   }
+  if (sharding.shard_group < 0) {
+    return Status::InvalidArgument(fmt::format(
+        "--shard-group is {}: expected a number of data-parallel replicas to shard over, or 0 "
+        "for all of them",
+        sharding.shard_group));
+  }
+  if (sharding.shard_group > 0 && zero < 2) {
+    return Status::InvalidArgument(fmt::format(
+        "--shard-group {} needs --zero 2 or 3: hybrid sharding shards gradients (and at 3 "
+        "parameters) inside a group and replicates across groups",
+        sharding.shard_group));
+  }
   return Status::Ok();
 }
 
 ShardedBytes ShardedBytesPerParam(const MemoryConfig& memory, int data_parallel) {
-  const double d = data_parallel < 1 ? 1.0 : static_cast<double>(data_parallel);
+  const int group = memory.zero >= 2 && memory.sharding.shard_group > 0
+                        ? std::min(memory.sharding.shard_group, data_parallel)
+                        : data_parallel;
+  const double d = group < 1 ? 1.0 : static_cast<double>(group);
   const double w = memory.weight_bytes_per_param;
   const double g = memory.gradient_bytes_per_param;
+  // Gradients accumulated unsharded over the micro-batches (no_sync).
+  const double g_shards = memory.sharding.reduce_every_microbatch ? d : 1.0;
   const double k = memory.optimizer_bytes_per_param;
   switch (memory.zero) {
     case 0:  // Megatron without the distributed optimizer: 20, 18, 16
@@ -46,9 +65,9 @@ ShardedBytes ShardedBytesPerParam(const MemoryConfig& memory, int data_parallel)
     case 1:  // Megatron's distributed optimizer: 4 + 16/d, 6 + 12/d, 8 + 8/d
       return {w, g, (k + memory.gradient_copy_bytes_per_param) / d};
     case 2:  // ZeRO P_os+g: 2 + 14/d for fp16/fp16 (K = 12, no gradient copy)
-      return {w, g / d, k / d};
+      return {w, g / g_shards, k / d};
     default:  // ZeRO P_os+g+p, FSDP: 16/d for fp16/fp16
-      return {w / d, g / d, k / d};
+      return {w / d, g / g_shards, k / d};
   }
 }
 

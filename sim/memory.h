@@ -36,6 +36,38 @@ namespace pipecast {
 // The highest ZeRO level: 3 shards parameters, gradients and optimizer state.
 inline constexpr int kMaxZeroLevel = 3;
 
+// How a framework runs sharded data parallelism at ZeRO levels 2 and 3
+// (docs/simulator.md, "Sharded data parallelism as frameworks run it"). The
+// defaults are PyTorch FSDP's FULL_SHARD and DeepSpeed ZeRO-3 as they run out
+// of the box, which is what pipecast modelled before these settings existed.
+// One small struct so that it moves into the training configuration in one
+// edit (issue 23).
+struct ShardingConfig {
+  // Level 3: free the gathered parameters after each layer's forward and
+  // gather them again for its backward (FSDP reshard_after_forward=True,
+  // FULL_SHARD; DeepSpeed ZeRO-3). Off: keep the stage's gathered parameters
+  // from the forward to the backward, no gather before the backward (FSDP
+  // SHARD_GRAD_OP / reshard_after_forward=False, "ZeRO-2-like FSDP").
+  bool reshard_after_forward = true;
+  // Gathers and reduce-scatters run beside the compute, the next layer's
+  // gathered while this one computes (FSDP forward_prefetch and
+  // backward_prefetch=BACKWARD_PRE, DeepSpeed's prefetch bucket): an op lasts
+  // the longer of the two. Off: each layer waits for its own gather, and its
+  // reduce-scatter follows it: compute plus communication.
+  bool prefetch = true;
+  // Levels 2 and 3 under gradient accumulation: reduce-scatter each
+  // micro-batch's gradients (FSDP without no_sync, DeepSpeed ZeRO-2/3). Off:
+  // accumulate unsharded gradients and reduce-scatter once, after the last
+  // micro-batch (FSDP's no_sync()), so every GPU keeps the stage's whole
+  // gradients.
+  bool reduce_every_microbatch = true;
+  // Hybrid sharding: shard over groups of this many data-parallel replicas
+  // and replicate across the groups, all-reducing the gradient shards
+  // across them (FSDP HYBRID_SHARD with one group per node, DeepSpeed ZeRO++
+  // hpZ and MiCS). 0 = shard over all d replicas. Must divide d.
+  int shard_group = 0;
+};
+
 struct MemoryConfig {
   double weight_bytes_per_param = 2;      // bf16 model parameters
   double gradient_bytes_per_param = 4;    // fp32 main gradients (--grad-dtype)
@@ -44,7 +76,8 @@ struct MemoryConfig {
   // reads (Megatron's 20 bytes for fp16/fp16): 4 with --grad-dtype bf16 or
   // fp16 under mixed precision, else 0. Counted at ZeRO levels 0 and 1 only.
   double gradient_copy_bytes_per_param = 0;
-  int zero = 0;  // ZeRO level, 0-3 (see above)
+  int zero = 0;             // ZeRO level, 0-3 (see above)
+  ShardingConfig sharding;  // how levels 2 and 3 run
 
   // InvalidArgument naming the setting for a negative byte count or a level
   // outside 0-3.
@@ -66,7 +99,10 @@ struct ShardedBytes {
 MemoryConfig TensorParallelShare(const MemoryConfig& memory, int t);
 
 // The bytes per parameter one of `data_parallel` replicas keeps at
-// `memory.zero`. REQUIRES: memory.Validate() is OK and data_parallel >= 1.
+// `memory.zero`: divided by the shard group (memory.sharding.shard_group,
+// else d); at levels 2 and 3 without reduce_every_microbatch the gradients
+// are kept whole (accumulated unsharded).
+// REQUIRES: memory.Validate() is OK and data_parallel >= 1.
 ShardedBytes ShardedBytesPerParam(const MemoryConfig& memory, int data_parallel);
 
 // Bytes per parameter for a training precision, a main-gradient precision

@@ -185,6 +185,75 @@ TEST(ShardingCollectives, LevelThreeWithASplitBackwardWaitsInIForTheGatherAndInW
   EXPECT_EQ(r.pipeline_ns, 2 * (2 * kMs + 2 * kMs + 4 * kMs));
 }
 
+// Sharded data parallelism as frameworks run it (ShardingConfig), on the
+// World above at level 3: F 2 ms beside a 2 ms gather, B 4 ms beside a 2 ms
+// gather and a 4 ms reduce-scatter.
+SimResult AtLevelThree(const ShardingConfig& sharding, int d = 2, const Cluster* cluster = nullptr,
+                       const Model* model = nullptr) {
+  const World w;
+  SimOptions o;
+  o.data_parallel = d;
+  o.memory.zero = 3;
+  o.memory.sharding = sharding;
+  o.overlap_grad_reduce = false;
+  return SimulateShape(model ? *model : w.model, cluster ? *cluster : w.cluster,
+                       ScheduleKind::kGPipe, 1, 2, o)
+      .value();
+}
+
+TEST(ShardingAsFrameworksRunIt, WithoutReshardingTheBackwardGathersNothingAndHoldsTheStage) {
+  // FSDP SHARD_GRAD_OP: B = max(4, 4 ms scatter) = 4 ms, nothing exposed;
+  // the stage's 200 MB of bf16 parameters stay gathered from F to B.
+  // Four layers of 25M (the same 100M, F 2 ms, B 4 ms): resharding holds two
+  // gathered layers (100 MB), not resharding the whole stage (200 MB).
+  const Model four = UniformModel(4, kMs / 2, kMs, 0, 0, 25'000'000);
+  const SimResult r = AtLevelThree({.reshard_after_forward = false}, 2, nullptr, &four);
+  EXPECT_EQ(r.per_rank[0].sharding_exposed_ns, 0);
+  EXPECT_EQ(r.pipeline_ns, 2 * (2 * kMs) + 2 * (4 * kMs));
+  EXPECT_EQ(r.per_rank[0].memory.gathered_weights, 200'000'000);
+  EXPECT_EQ(AtLevelThree({}, 2, nullptr, &four).per_rank[0].memory.gathered_weights, 100'000'000);
+}
+
+TEST(ShardingAsFrameworksRunIt, WithoutPrefetchEachLayerWaitsForItsCollectives) {
+  // F 2 + 2, B 4 + 2 + 4: 2 ms exposed per F, 6 per B, 16 over the four ops.
+  const SimResult r = AtLevelThree({.prefetch = false});
+  EXPECT_EQ(r.per_rank[0].sharding_exposed_ns, 16 * kMs);
+  EXPECT_EQ(r.pipeline_ns, 2 * (4 * kMs) + 2 * (10 * kMs));
+}
+
+TEST(ShardingAsFrameworksRunIt, NoSyncReduceScattersOnceAndKeepsWholeGradients) {
+  // FSDP no_sync: B = max(4, 2 ms gather) = 4; one 4 ms reduce-scatter of the
+  // 400 MB of gradients after the last B; gradients kept whole (400 MB).
+  const SimResult r = AtLevelThree({.reduce_every_microbatch = false});
+  EXPECT_EQ(r.per_rank[0].sharding_exposed_ns, 0);
+  EXPECT_EQ(r.pipeline_ns, 12 * kMs);
+  EXPECT_EQ(r.allreduce_ns, 4 * kMs);
+  EXPECT_EQ(r.iteration_ns, 16 * kMs);
+  EXPECT_EQ(r.per_rank[0].memory.gradients, 400'000'000);
+}
+
+TEST(ShardingAsFrameworksRunIt, HybridShardingGathersInTheGroupAndAllReducesItsShardAcross) {
+  // d = 4 on nodes of 2 GPUs with one 10 GB/s NIC each, shard group 2 (one
+  // node): gathers over NVLink (2 ms), then each reduce-scatter (4 ms) is
+  // followed by the all-reduce of the 200 MB shard across the 2 groups over
+  // the NIC: 2 x 1/2 x 200 MB / 10 GB/s = 20 ms. Memory: / 2, not / 4.
+  Cluster c = World().cluster;
+  c.gpus_per_node = 2;
+  c.inter_node = Link{10.0, 0.0};
+  const SimResult r = AtLevelThree({.shard_group = 2}, 4, &c);
+  EXPECT_EQ(r.pipeline_ns, 2 * (2 * kMs) + 2 * (2 * kMs + 4 * kMs + 20 * kMs));
+  EXPECT_EQ(r.per_rank[0].memory.weights, 100'000'000);
+  EXPECT_EQ(r.per_rank[0].memory.optimizer, 600'000'000);
+  SimOptions bad;
+  bad.data_parallel = 4;
+  bad.memory.zero = 3;
+  bad.memory.sharding.shard_group = 3;
+  EXPECT_FALSE(bad.Validate().ok());
+  bad.memory.sharding.shard_group = 2;
+  bad.memory.zero = 1;  // hybrid sharding is for levels 2 and 3
+  EXPECT_FALSE(bad.Validate().ok());
+}
+
 TEST(MemoryLimit, ReserveAndMarginComeOffTheCapacity) {
   // Given a 10 GiB GPU with a 1 GiB reserve and a 10% margin: limit 8 GiB.
   Cluster c = IdealCluster();

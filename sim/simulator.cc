@@ -9,6 +9,7 @@
 #include <map>
 
 #include "base/text_table.h"
+#include "sim/collectives.h"
 #include "sim/internal/data_parallel.h"
 #include "sim/internal/simulate_steps.h"
 #include "sim/stage_costs.h"
@@ -30,6 +31,12 @@ Status SimOptions::Validate() const {
   }
   if (optimizer_step_ns < 0) {
     return Status::InvalidArgument("--optimizer-step-us is negative: must be >= 0");
+  }
+  if (memory.sharding.shard_group > 0 && data_parallel % memory.sharding.shard_group != 0) {
+    return Status::InvalidArgument(fmt::format(
+        "--shard-group {} does not divide --data-parallel {}: hybrid sharding replicates whole "
+        "groups; use a divisor of {}",
+        memory.sharding.shard_group, data_parallel, data_parallel));
   }
   if (tensor_parallel < 1) {
     return Status::InvalidArgument(
@@ -247,7 +254,8 @@ std::vector<TimeNs> CopyReduce(const Cluster& cluster, const Schedule& schedule,
     StageResult& sr = result->per_rank[k];
     for (const auto& [partner, bytes] : shared[k]) {
       start[k] = std::max(start[k], totals.ranks[partner].last_end_ns);
-      sr.copy_reduce_ns += internal::RingAllReduceNs(bytes, 2, cluster.LinkBetween(k, partner));
+      sr.copy_reduce_ns +=
+          CollectiveNs(cluster, Collective::kAllReduce, bytes, GroupOf(cluster, {k, partner}));
     }
     result->copy_reduce_ns = std::max(result->copy_reduce_ns, sr.copy_reduce_ns);
   }
@@ -393,6 +401,10 @@ Result<Cluster> GroupCluster(const Cluster& cluster, int t) {
   }
   Cluster grouped = cluster;
   grouped.gpus_per_node = cluster.gpus_per_node / t;
+  // Each of a group's t GPUs moves its own 1/t through its own share of the
+  // NICs: the folded "GPU" keeps one GPU's share.
+  grouped.inter_node.bandwidth_gbps = cluster.NetworkGbpsPerGpu();
+  grouped.nics_per_node = 0;
   return grouped;
 }
 

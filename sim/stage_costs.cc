@@ -7,7 +7,7 @@
 #include <cmath>
 #include <iterator>
 
-#include "sim/internal/data_parallel.h"
+#include "sim/collectives.h"
 
 namespace pipecast {
 
@@ -69,8 +69,11 @@ TimeNs StageCost::TpCommNs(OpKind kind) const {
 
 TimeNs TpCollectiveNs(Bytes bytes, int tensor_parallel, bool sequence_parallel, const Link& link) {
   if (tensor_parallel <= 1) return 0;
-  if (sequence_parallel) return 2 * internal::RingHalfNs(bytes, tensor_parallel, link);
-  return internal::RingAllReduceNs(bytes, tensor_parallel, link);
+  if (sequence_parallel) {
+    return IntraNodeCollectiveNs(link, Collective::kAllGather, bytes, tensor_parallel) +
+           IntraNodeCollectiveNs(link, Collective::kReduceScatter, bytes, tensor_parallel);
+  }
+  return IntraNodeCollectiveNs(link, Collective::kAllReduce, bytes, tensor_parallel);
 }
 
 Status CheckTensorParallelCosts(const Model& model, int tensor_parallel, bool sequence_parallel) {

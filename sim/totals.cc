@@ -28,9 +28,12 @@ Wide ExtrapolationFactor(const Layer& layer, int microbatch_size) {
 double SlowestLinkGbps(const Cluster& cluster) {
   double slowest = 0;
   for (const Link* l : {&cluster.intra_node, &cluster.inter_node}) {
-    if (l->bandwidth_gbps > 0 && (slowest == 0 || l->bandwidth_gbps < slowest)) {
-      slowest = l->bandwidth_gbps;
-    }
+    // A collective's or transfer's rate: the line rate at the link's
+    // efficiency, or one GPU's share of fewer NICs than GPUs.
+    double gbps = l->bandwidth_gbps * l->efficiency;
+    if (l == &cluster.inter_node)
+      gbps = std::min(gbps, cluster.NetworkGbpsPerGpu() * l->efficiency);
+    if (gbps > 0 && (slowest == 0 || gbps < slowest)) slowest = gbps;
   }
   return slowest;
 }

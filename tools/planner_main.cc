@@ -2,7 +2,7 @@
 // count, and recomputation for a model on N GPUs, and explains the choice.
 // With --check it is a CI guard: exit 3 when the prediction regressed against
 // a stored plan. Thin by design: flags -> PlannerToolOptions -> RunPlannerTool
-// (report/planner_tool.h) -> exit code.
+// (tools/planner_tool.h) -> exit code.
 //
 // Exit codes (base/exit_codes.h): 0 ok (or check passed), 1 bad input or
 // failure, 2 usage (including --gpus 0 and a --tolerance outside [0, 1)),
@@ -25,9 +25,9 @@
 #include "formats/file_util.h"
 #include "report/gantt.h"
 #include "report/html_report.h"
-#include "report/planner_tool.h"
 #include "report/search_progress.h"
 #include "sim/schedule.h"
+#include "tools/planner_tool.h"
 #include "tools/training_flags.h"
 
 namespace pipecast {

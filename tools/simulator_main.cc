@@ -1,7 +1,7 @@
 // simulator: replays one pipeline schedule for one configuration and prints
 // the predicted iteration time, throughput, bubble and memory per stage.
 // Thin by design: flags -> SimulatorToolOptions -> RunSimulatorTool
-// (report/simulator_tool.h) -> exit code (base/exit_codes.h).
+// (tools/simulator_tool.h) -> exit code (base/exit_codes.h).
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -18,8 +18,8 @@
 #include "formats/file_util.h"
 #include "report/gantt.h"
 #include "report/html_report.h"
-#include "report/simulator_tool.h"
 #include "sim/schedule.h"
+#include "tools/simulator_tool.h"
 #include "tools/training_flags.h"
 
 namespace pipecast {
@@ -115,6 +115,30 @@ int main(int argc, char** argv) {
                                      "gradients, 3 also parameters (FSDP)")
                           ->check(CLI::Range(0, 3))
                           ->capture_default_str();
+  // How ZeRO 2 and 3 run (sim/memory.h ShardingConfig; docs/simulator.md).
+  CLI::Option* reshard = app.add_option("--reshard-after-forward", f.reshard_after_forward,
+                                        "ZeRO 3: free gathered parameters after each forward "
+                                        "(FSDP FULL_SHARD) or keep them for the backward (off: "
+                                        "SHARD_GRAD_OP)")
+                             ->check(pipecast::OneOf({"on", "off"}))
+                             ->capture_default_str();
+  CLI::Option* prefetch = app.add_option("--shard-prefetch", f.shard_prefetch,
+                                         "ZeRO 2/3: gathers and reduce-scatters run beside the "
+                                         "compute (FSDP forward/backward prefetch); off: in turn")
+                              ->check(pipecast::OneOf({"on", "off"}))
+                              ->capture_default_str();
+  CLI::Option* reduce_every =
+      app.add_option("--reduce-every-microbatch", f.reduce_every_microbatch,
+                     "ZeRO 2/3: reduce-scatter each micro-batch's gradients "
+                     "(FSDP, DeepSpeed); off: once per step (FSDP no_sync)")
+          ->check(pipecast::OneOf({"on", "off"}))
+          ->capture_default_str();
+  CLI::Option* shard_group = app.add_option("--shard-group", f.shard_group,
+                                            "ZeRO 2/3: shard over groups of this many replicas "
+                                            "and replicate across them (FSDP HYBRID_SHARD, ZeRO++ "
+                                            "hpZ); 0: all of them")
+                                 ->check(CLI::NonNegativeNumber)
+                                 ->capture_default_str();
   app.add_option("--trace", f.trace_path, "write a Chrome trace (Perfetto) of the timeline")
       ->check(pipecast::OutputPath());
   app.add_option("--report", f.report_path,
@@ -135,9 +159,10 @@ int main(int argc, char** argv) {
       "replay a plan.json (from planner --out): its schedule, partition, micro-batch size, "
       "data-parallel and tensor-parallel degrees, recomputation and cluster; --model is still "
       "required");
-  for (CLI::Option* o : {stages, microbatches, schedule, chunks, recompute, microbatch_size,
-                         partition, data_parallel, tensor_parallel, sequence_parallel,
-                         tp_comm_overlap, schedule_in, zero, memory_limit}) {
+  for (CLI::Option* o :
+       {stages, microbatches, schedule, chunks, recompute, microbatch_size, partition,
+        data_parallel, tensor_parallel, sequence_parallel, tp_comm_overlap, schedule_in, zero,
+        memory_limit, reshard, prefetch, reduce_every, shard_group}) {
     fixed.push_back(o);
   }
   for (CLI::Option* o : fixed) plan->excludes(o);

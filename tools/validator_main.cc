@@ -1,12 +1,12 @@
 // validator: runs a plan for real and compares it with the simulator's
-// prediction (docs/validator.md). Thin by design: flags -> options ->
-// RunValidation -> output and exit code.
+// prediction (docs/validator.md). Thin by design: flags ->
+// ValidatorToolOptions -> RunValidatorTool (tools/validator_tool.h) -> output
+// and exit code.
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstdlib>
-#include <memory>
 #include <new>
 #include <string>
 
@@ -15,82 +15,25 @@
 #include "base/flag_checks.h"
 #include "base/terminal_text.h"
 #include "formats/file_util.h"
-#include "validate/validator.h"
+#include "tools/validator_tool.h"
 
 namespace {
 
 constexpr double kMaxRecvTimeoutMs = 86'400'000;  // a day
 
-struct Flags {
-  pipecast::validate::ValidatorOptions options;
-  std::string backend = "cpu";
-  std::string trace;
-  std::string fault;
-  double recv_timeout_ms = 10'000;
-  bool json = false;
-};
-
-int Fail(const pipecast::Status& st) {
-  fmt::print(stderr, "validator: error: {}\n", pipecast::TerminalSafeLines(st.message()));
-  return pipecast::kExitBadInput;
-}
-
-int Run(Flags& f) {
-  using namespace pipecast::validate;
-  // In range (the flag's check): the cast to integer ns is defined.
-  f.options.runtime.recv_timeout_ns = static_cast<pipecast::TimeNs>(f.recv_timeout_ms * 1e6);
-  if (!f.fault.empty()) {
-    pipecast::Result<Fault> fault = ParseFault(f.fault);
-    if (!fault.ok()) return Fail(fault.status());
-    f.options.runtime.fault = *fault;
+int Run(const pipecast::ValidatorToolOptions& flags) {
+  const pipecast::ValidatorToolResult r = pipecast::RunValidatorTool(flags);
+  if (!r.error.empty()) {
+    fmt::print(stderr, "validator: error: {}\n", pipecast::TerminalSafeLines(r.error));
   }
-  // A worker stuck in an op that cannot be interrupted (a GPU kernel) after
-  // a failure: the diagnosis is printed and the process ends, which is the
-  // only way to leave a thread that cannot be stopped (runtime.h).
-  f.options.runtime.on_workers_stuck = [](const pipecast::Status& st) {
-    Fail(st);
-    std::fflush(stderr);
-    std::_Exit(pipecast::kExitBadInput);
-  };
-  std::unique_ptr<Backend> backend;
-  if (f.backend == "cpu") {
-    backend = MakeCpuBackend();
-  } else {
-    pipecast::Result<std::unique_ptr<Backend>> made =
-        f.backend == "mpi" ? MakeMpiBackend(nullptr, nullptr) : MakeCudaBackend(0);
-    if (!made.ok()) return Fail(made.status());
-    backend = std::move(*made);
-  }
-  // Before the run, which may take minutes: a trace the root cannot write is
-  // found now, not after; every process learns it and exits alike.
-  if (!f.trace.empty()) {
-    pipecast::Status writable = backend->Agree(
-        backend->is_root()
-            ? pipecast::CheckOutputs({{"--trace", f.trace}}, {{"--plan", f.options.plan_path},
-                                                              {"--model", f.options.model_path}})
-            : pipecast::Status::Ok());
-    if (!writable.ok()) return backend->is_root() ? Fail(writable) : pipecast::kExitBadInput;
-  }
-  pipecast::Result<ValidationResult> result = RunValidation(f.options, backend.get());
-  pipecast::Status agreed = backend->Agree(result.ok() ? pipecast::Status::Ok() : result.status());
-  if (!backend->is_root()) return agreed.ok() ? pipecast::kExitOk : pipecast::kExitBadInput;
-  if (!result.ok()) return Fail(result.status());
-  if (!f.trace.empty()) {
-    const ValidationResult& r = *result;
-    pipecast::Status st = pipecast::WriteFileAtomic(
-        f.trace, SideBySideTrace(r.predicted,
-                                 MeasuredTimeline(r.exec, r.runs, r.comparison.median_iteration)));
-    if (!st.ok()) return Fail(st.WithPrefix("--trace"));
-  }
-  const std::string text = f.json ? ValidationJson(*result) : ValidationText(*result);
-  std::fwrite(text.data(), 1, text.size(), stdout);
-  return result->comparison.within_tolerance ? pipecast::kExitOk : pipecast::kExitCheckFailed;
+  std::fwrite(r.text.data(), 1, r.text.size(), stdout);
+  return r.exit_code;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  Flags f;
+  pipecast::ValidatorToolOptions f;
   pipecast::validate::ValidatorOptions& o = f.options;
   CLI::App app{
       "validator: run a plan (plan.json) for real, one worker per pipeline stage, and compare "
@@ -150,14 +93,23 @@ int main(int argc, char** argv) {
       ->group("Testing");
   if (auto code = pipecast::ParseToolFlags(app, argc, argv, "validator")) return *code;
   pipecast::RemoveTempFilesOnSignal();
+  // A worker stuck in an op that cannot be interrupted (a GPU kernel) after
+  // a failure: the diagnosis is printed and the process ends, which is the
+  // only way to leave a thread that cannot be stopped (validate/runtime.h).
+  o.runtime.on_workers_stuck = [](const pipecast::Status& st) {
+    fmt::print(stderr, "validator: error: {}\n", pipecast::TerminalSafeLines(st.message()));
+    std::fflush(stderr);
+    std::_Exit(pipecast::kExitBadInput);
+  };
   try {
     return Run(f);
   } catch (const std::bad_alloc&) {
     // Outside the stages' pools (which report their own out of memory): the
     // plan or its prediction did not fit in this process's memory.
-    return Fail(pipecast::Status::FailedPrecondition(
-        "out of memory: the system refused the validator memory outside the stages' pools "
-        "(std::bad_alloc); give it more memory (ulimit -v, the machine) or validate a smaller "
-        "plan"));
+    fmt::print(stderr,
+               "validator: error: out of memory: the system refused the validator memory outside "
+               "the stages' pools (std::bad_alloc); give it more memory (ulimit -v, the machine) "
+               "or validate a smaller plan\n");
+    return pipecast::kExitBadInput;
   }
 }

@@ -16,22 +16,28 @@ constexpr int kGatheredLayers = 2;
 
 }  // namespace
 
-const Link& DataParallelLink(const Cluster& cluster, int ranks, int rank, int d) {
-  return cluster.SameNode(rank, (d - 1) * ranks + rank) ? cluster.intra_node : cluster.inter_node;
+CollectiveGroup DataParallelGroup(const Cluster& cluster, int ranks, int rank, int d) {
+  return StridedGroup(cluster, rank, ranks, d);
 }
 
-TimeNs RingAllReduceNs(Bytes bytes, int d, const Link& link) {
-  if (d <= 1) return 0;
-  double moved = 2.0 * (d - 1) / d * static_cast<double>(bytes);
-  return 2 * (d - 1) * link.LatencyNs() +
-         TransferNs(static_cast<Bytes>(std::ceil(moved)), link.bandwidth_gbps);
+ShardGroups ShardGroupsOf(const Cluster& cluster, int ranks, int rank, int d,
+                          const ShardingConfig& sharding) {
+  const int g = sharding.shard_group > 0 && sharding.shard_group < d ? sharding.shard_group : d;
+  ShardGroups groups;
+  groups.shard_size = g;
+  groups.shard = StridedGroup(cluster, rank, ranks, g);
+  groups.replicas = StridedGroup(cluster, rank, g * ranks, d / g);
+  return groups;
 }
 
-TimeNs RingHalfNs(Bytes bytes, int d, const Link& link, int pieces) {
-  if (d <= 1) return 0;
-  double moved = 1.0 * (d - 1) / d * static_cast<double>(bytes);
-  return int64_t{pieces} * (d - 1) * link.LatencyNs() +
-         TransferNs(static_cast<Bytes>(std::ceil(moved)), link.bandwidth_gbps);
+TimeNs ShardedGradientReductionNs(const Cluster& cluster, const ShardGroups& groups,
+                                  Bytes gradients, int pieces) {
+  TimeNs ns = CollectiveNs(cluster, Collective::kReduceScatter, gradients, groups.shard, pieces);
+  if (groups.replicas.ranks > 1) {
+    ns += CollectiveNs(cluster, Collective::kAllReduce, gradients / groups.shard_size,
+                       groups.replicas, pieces);
+  }
+  return ns;
 }
 
 void ApplyPerOpCollectives(const Model& model, const Cluster& cluster, const Schedule& schedule,
@@ -39,26 +45,47 @@ void ApplyPerOpCollectives(const Model& model, const Cluster& cluster, const Sch
                            std::vector<StageCost>* costs, SimResult* result) {
   const int d = options.data_parallel;
   const MemoryConfig& memory = options.memory;
+  const ShardingConfig& sharding = memory.sharding;
   if (memory.zero < 2 || d <= 1) return;
   const std::vector<StageCost> before = *costs;
+  std::vector<Bytes> held_weights(schedule.num_ranks, 0);  // reshard off: the stages' weights
+  bool split_ops = false;
+  for (const std::vector<Action>& list : schedule.actions) {
+    for (const Action& a : list) split_ops |= a.kind == OpKind::kBackwardInput;
+  }
   for (size_t s = 0; s < costs->size(); ++s) {
     StageCost& c = (*costs)[s];
     const int rank = schedule.stage_rank[s];
-    const Link& link = DataParallelLink(cluster, schedule.num_ranks, rank, d);
+    const ShardGroups groups = ShardGroupsOf(cluster, schedule.num_ranks, rank, d, sharding);
     const int layers = partition[s].last_layer - partition[s].first_layer + 1;
     const TimeNs gather =
-        memory.zero >= 3 ? RingHalfNs(ParameterBytes(c.parameters, memory.weight_bytes_per_param),
-                                      d, link, layers)
+        memory.zero >= 3 ? CollectiveNs(cluster, Collective::kAllGather,
+                                        ParameterBytes(c.parameters, memory.weight_bytes_per_param),
+                                        groups.shard, layers)
                          : 0;
+    // Without resharding after the forward the backward finds its parameters.
+    const TimeNs backward_gather = sharding.reshard_after_forward ? gather : 0;
     const TimeNs scatter =
-        RingHalfNs(ParameterBytes(c.parameters, memory.gradient_bytes_per_param), d, link, layers);
-    c.forward_ns = std::max(c.forward_ns, gather);
-    if (c.has_backward_split) {
-      const TimeNs input = std::max(c.backward_ns - c.backward_weight_ns, gather);
-      c.backward_weight_ns = std::max(c.backward_weight_ns, scatter);
+        sharding.reduce_every_microbatch
+            ? ShardedGradientReductionNs(
+                  cluster, groups, ParameterBytes(c.parameters, memory.gradient_bytes_per_param),
+                  layers)
+            : 0;
+    // With prefetch an op lasts the longer of its compute and its link time;
+    // without, each layer waits for its gather and then reduce-scatters.
+    const auto with = [&](TimeNs compute, TimeNs comm) {
+      return sharding.prefetch ? std::max(compute, comm) : compute + comm;
+    };
+    c.forward_ns = with(c.forward_ns, gather);
+    // Split only where the schedule runs I and W as their own ops; a whole B
+    // hides the gathers and reduce-scatters behind all of its compute (FSDP
+    // reduce-scatters layer l while layer l-1's backward runs).
+    if (c.has_backward_split && split_ops) {
+      const TimeNs input = with(c.backward_ns - c.backward_weight_ns, backward_gather);
+      c.backward_weight_ns = with(c.backward_weight_ns, scatter);
       c.backward_ns = input + c.backward_weight_ns;
     } else {
-      c.backward_ns = std::max(c.backward_ns, gather + scatter);
+      c.backward_ns = with(c.backward_ns, backward_gather + scatter);
     }
     if (memory.zero >= 3) {
       Bytes largest = 0;
@@ -68,6 +95,11 @@ void ApplyPerOpCollectives(const Model& model, const Cluster& cluster, const Sch
       }
       MemoryBreakdown& m = result->per_rank[rank].memory;
       m.gathered_weights = std::max(m.gathered_weights, kGatheredLayers * largest);
+      if (!sharding.reshard_after_forward) {
+        // The stage's gathered parameters stay from its forwards to its backwards.
+        held_weights[rank] += ParameterBytes(c.parameters, memory.weight_bytes_per_param);
+        m.gathered_weights = std::max(m.gathered_weights, held_weights[rank]);
+      }
     }
   }
   for (int k = 0; k < schedule.num_ranks; ++k) {
@@ -94,7 +126,11 @@ TimeNs EstimateOptimizerStepNs(const Cluster& cluster, const SimOptions& options
                                int64_t parameters) {
   const double bandwidth = cluster.gpu.memory_bandwidth_gbps * 1e9 * kOptimizerMemoryEfficiency;
   if (bandwidth <= 0) return 0;
-  const double shards = options.memory.zero >= 1 ? options.data_parallel : 1;
+  // The shard each rank updates: 1/d, or 1/G with hybrid sharding (levels 2, 3).
+  const int group = options.memory.zero >= 2 && options.memory.sharding.shard_group > 0
+                        ? std::min(options.memory.sharding.shard_group, options.data_parallel)
+                        : options.data_parallel;
+  const double shards = options.memory.zero >= 1 ? group : 1;
   const double bytes =
       static_cast<double>(parameters) / shards * OptimizerBytesPerParam(options.memory);
   return static_cast<TimeNs>(std::llround(bytes / bandwidth * 1e9));
@@ -151,7 +187,10 @@ void TailCollectives(const Cluster& cluster, const Schedule& schedule, const Sta
                      const SimOptions& options, StageResult* sr) {
   const int d = options.data_parallel;
   const MemoryConfig& memory = options.memory;
-  const Link& link = DataParallelLink(cluster, schedule.num_ranks, sr->rank, d);
+  const CollectiveGroup group = DataParallelGroup(cluster, schedule.num_ranks, sr->rank, d);
+  const auto collective_ns = [&](Collective op, Bytes bytes) {
+    return CollectiveNs(cluster, op, bytes, group);
+  };
   const Bytes gradients = ParameterBytes(sr->parameters, memory.gradient_bytes_per_param);
   const Bytes weights = ParameterBytes(sr->parameters, memory.weight_bytes_per_param);
   sr->allreduce_ns = 0;
@@ -161,18 +200,27 @@ void TailCollectives(const Cluster& cluster, const Schedule& schedule, const Sta
   sr->optimizer_ns = options.optimizer_step_ns > 0 || !options.estimate_optimizer_step
                          ? options.optimizer_step_ns
                          : EstimateOptimizerStepNs(cluster, options, sr->parameters);
+  const ShardGroups shards =
+      ShardGroupsOf(cluster, schedule.num_ranks, sr->rank, d, memory.sharding);
+  // Levels 2 and 3 with no_sync: the accumulated gradients reduce-scattered
+  // once, after the rank's last op.
+  const TimeNs once = memory.zero >= 2 && !memory.sharding.reduce_every_microbatch && d > 1
+                          ? ShardedGradientReductionNs(cluster, shards, gradients, 1)
+                          : 0;
   switch (memory.zero) {
     case 0:
-      sr->allreduce_ns = RingAllReduceNs(gradients, d, link);
+      sr->allreduce_ns = collective_ns(Collective::kAllReduce, gradients);
       break;
     case 1:
-      sr->allreduce_ns = RingHalfNs(gradients, d, link);
-      sr->allgather_ns = RingHalfNs(weights, d, link);
+      sr->allreduce_ns = collective_ns(Collective::kReduceScatter, gradients);
+      sr->allgather_ns = collective_ns(Collective::kAllGather, weights);
       break;
     case 2:  // gradients were reduce-scattered during the backwards
-      sr->allgather_ns = RingHalfNs(weights, d, link);
+      sr->allreduce_ns = once;
+      sr->allgather_ns = CollectiveNs(cluster, Collective::kAllGather, weights, shards.shard);
       break;
     default:  // level 3: parameters are gathered before each op instead
+      sr->allreduce_ns = once;
       break;
   }
   const bool overlapped = options.overlap_grad_reduce && memory.zero <= 1 && d > 1 &&
@@ -184,7 +232,8 @@ void TailCollectives(const Cluster& cluster, const Schedule& schedule, const Sta
   const std::vector<GradBucket> buckets =
       RankBuckets(schedule, table, partition, costs, bucket_params, options.overlap_factor, *sr);
   const auto collective = [&](Bytes bytes) {
-    return memory.zero == 0 ? RingAllReduceNs(bytes, d, link) : RingHalfNs(bytes, d, link);
+    return collective_ns(memory.zero == 0 ? Collective::kAllReduce : Collective::kReduceScatter,
+                         bytes);
   };
   const TimeNs end = BucketedReductionEndNs(buckets, memory.gradient_bytes_per_param, collective);
   TimeNs busy = 0;

@@ -12,6 +12,7 @@
 
 #include "base/units.h"
 #include "sim/cluster.h"
+#include "sim/collectives.h"
 #include "sim/memory.h"
 #include "sim/model.h"
 #include "sim/partition.h"
@@ -21,21 +22,29 @@
 
 namespace pipecast::internal {
 
-// The link of rank `rank`'s data-parallel group (GPU r·ranks + rank of every
-// replica r): intra-node when the whole group sits in one node.
-const Link& DataParallelLink(const Cluster& cluster, int ranks, int rank, int d);
+// The data-parallel group of rank `rank`: GPU r·ranks + rank of every one of
+// the d replicas (sim/collectives.h times its collectives).
+CollectiveGroup DataParallelGroup(const Cluster& cluster, int ranks, int rank, int d);
 
-// Ring all-reduce of `bytes` over `d` ranks: 2(d-1) steps, each moving
-// bytes/d and paying the latency once.
-TimeNs RingAllReduceNs(Bytes bytes, int d, const Link& link);
+// The groups of sharded data parallelism (levels 2 and 3) for rank `rank`:
+// the shard group (the first memory.sharding.shard_group replicas, or all d)
+// that gathers and reduce-scatters, and the replicas of its shard across the
+// groups (hybrid sharding) that all-reduce the gradient shards.
+struct ShardGroups {
+  int shard_size = 1;
+  CollectiveGroup shard;
+  CollectiveGroup replicas;  // one rank without hybrid sharding
+};
+ShardGroups ShardGroupsOf(const Cluster& cluster, int ranks, int rank, int d,
+                          const ShardingConfig& sharding);
+// The gradients' reduction at levels 2 and 3 (`pieces` collectives, one per
+// layer): reduce-scatter in the shard group, then with hybrid sharding the
+// all-reduce of each shard across the groups.
+TimeNs ShardedGradientReductionNs(const Cluster& cluster, const ShardGroups& groups,
+                                  Bytes gradients, int pieces);
 
-// Ring reduce-scatter or all-gather of `bytes` (the unsharded size) over `d`
-// ranks, split in `pieces` collectives (one per layer): (d-1) steps of
-// bytes/d each, the latency paid (d-1) times per piece.
-TimeNs RingHalfNs(Bytes bytes, int d, const Link& link, int pieces = 1);
-
-// ZeRO levels 2 and 3: lengthens each stage's ops by the collectives that
-// run beside them (level 2: the gradient reduce-scatter after each backward;
+// ZeRO levels 2 and 3 (as memory.sharding runs them, sim/memory.h): lengthens each stage's ops by
+// the collectives that run beside them (level 2: the gradient reduce-scatter after each backward;
 // level 3: also the parameter all-gather before each F and B or I) where the
 // link takes longer than the compute, and fills each rank's
 // sharding_exposed_ns (per iteration) and, at level 3, gathered_weights.

@@ -6,8 +6,8 @@
 //
 // Writes the files the options name (atomically); never prints: progress
 // lines go to the caller's callback, the report text comes back.
-#ifndef PIPECAST_REPORT_PLANNER_TOOL_H_
-#define PIPECAST_REPORT_PLANNER_TOOL_H_
+#ifndef PIPECAST_TOOLS_PLANNER_TOOL_H_
+#define PIPECAST_TOOLS_PLANNER_TOOL_H_
 
 #include <cstdint>
 #include <functional>
@@ -83,4 +83,4 @@ using PlannerProgress = std::function<void(const std::string& line)>;
 
 }  // namespace pipecast
 
-#endif  // PIPECAST_REPORT_PLANNER_TOOL_H_
+#endif  // PIPECAST_TOOLS_PLANNER_TOOL_H_

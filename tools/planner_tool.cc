@@ -1,4 +1,4 @@
-#include "report/planner_tool.h"
+#include "tools/planner_tool.h"
 
 #include <fmt/format.h>
 

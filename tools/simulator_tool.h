@@ -7,8 +7,8 @@
 // prints, and maps the status to an exit code (base/exit_codes.h).
 //
 // Never prints: notes and warnings go to the caller's callback.
-#ifndef PIPECAST_REPORT_SIMULATOR_TOOL_H_
-#define PIPECAST_REPORT_SIMULATOR_TOOL_H_
+#ifndef PIPECAST_TOOLS_SIMULATOR_TOOL_H_
+#define PIPECAST_TOOLS_SIMULATOR_TOOL_H_
 
 #include <functional>
 #include <string>
@@ -42,8 +42,14 @@ struct SimulatorToolOptions {
   int64_t grad_bucket_params = 0;          // 0: Megatron-LM's max(40M, 1M x d)
   std::string precision = "bf16";
   std::string optimizer = "adam";
-  std::string grad_dtype = "fp32";       // main gradients: fp32 (Megatron's default) or bf16
-  int zero = 0;                          // ZeRO level over the data-parallel replicas
+  std::string grad_dtype = "fp32";  // main gradients: fp32 (Megatron's default) or bf16
+  int zero = 0;                     // ZeRO level over the data-parallel replicas
+  // How ZeRO 2 and 3 run (ShardingConfig in sim/memory.h): on or off, and
+  // the hybrid shard group (0: all replicas).
+  std::string reshard_after_forward = "on";
+  std::string shard_prefetch = "on";
+  std::string reduce_every_microbatch = "on";
+  int shard_group = 0;
   double overlap_factor = 1.0;           // an overlapped F&B pair lasts factor x (F + B)
   double memory_reserve_gb = -1;         // < 0: the cluster's runtime reserve
   double memory_headroom = -1;           // < 0: the cluster's allocator margin
@@ -74,4 +80,4 @@ using SimulatorProgress = std::function<void(const std::string& line)>;
 
 }  // namespace pipecast
 
-#endif  // PIPECAST_REPORT_SIMULATOR_TOOL_H_
+#endif  // PIPECAST_TOOLS_SIMULATOR_TOOL_H_

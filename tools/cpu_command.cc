@@ -1,5 +1,5 @@
 // `profiler cpu`: flags -> CpuProfileOptions -> ProfileCpu -> model.json.
-#include "profiler/tools/cpu_command.h"
+#include "tools/cpu_command.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

@@ -1,4 +1,4 @@
-#include "report/simulator_tool.h"
+#include "tools/simulator_tool.h"
 
 #include <fmt/format.h>
 
@@ -128,6 +128,11 @@ Result<Setup> SetupShapeFromFlags(const Flags& flags, const Model& model,
   if (!memory.ok()) return memory.status();
   s.options.memory = *memory;
   s.options.memory.zero = flags.zero;
+  s.options.memory.sharding =
+      ShardingConfig{.reshard_after_forward = flags.reshard_after_forward == "on",
+                     .prefetch = flags.shard_prefetch == "on",
+                     .reduce_every_microbatch = flags.reduce_every_microbatch == "on",
+                     .shard_group = flags.shard_group};
   if (!flags.partition.empty()) {
     auto part = ParsePartition(flags.partition, static_cast<int>(model.layers.size()),
                                s.schedule.NumModelStages());

@@ -2,8 +2,8 @@
 // one library call (profiler/cupti_profile.h), status to exit code. Kept
 // apart from profiler_main.cc so the CUPTI part and the other subcommands
 // change independently.
-#ifndef PIPECAST_PROFILER_TOOLS_CUPTI_COMMANDS_H_
-#define PIPECAST_PROFILER_TOOLS_CUPTI_COMMANDS_H_
+#ifndef PIPECAST_TOOLS_CUPTI_COMMANDS_H_
+#define PIPECAST_TOOLS_CUPTI_COMMANDS_H_
 
 #include <CLI/CLI.hpp>
 #include <string>
@@ -33,4 +33,4 @@ class CuptiCommands {
 
 }  // namespace pipecast
 
-#endif  // PIPECAST_PROFILER_TOOLS_CUPTI_COMMANDS_H_
+#endif  // PIPECAST_TOOLS_CUPTI_COMMANDS_H_

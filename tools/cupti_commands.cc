@@ -1,4 +1,4 @@
-#include "profiler/tools/cupti_commands.h"
+#include "tools/cupti_commands.h"
 
 #include <fmt/format.h>
 

@@ -1,8 +1,8 @@
 // `profiler cpu`: registers the subcommand on the profiler's CLI11 app.
 // Kept apart from profiler_main.cc so that each measurement method adds its
 // subcommand with two lines there.
-#ifndef PIPECAST_PROFILER_TOOLS_CPU_COMMAND_H_
-#define PIPECAST_PROFILER_TOOLS_CPU_COMMAND_H_
+#ifndef PIPECAST_TOOLS_CPU_COMMAND_H_
+#define PIPECAST_TOOLS_CPU_COMMAND_H_
 
 #include <CLI/CLI.hpp>
 #include <functional>
@@ -17,4 +17,4 @@ std::function<int()> AddCpuCommand(CLI::App& app);
 
 }  // namespace pipecast
 
-#endif  // PIPECAST_PROFILER_TOOLS_CPU_COMMAND_H_
+#endif  // PIPECAST_TOOLS_CPU_COMMAND_H_

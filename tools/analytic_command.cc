@@ -1,15 +1,13 @@
-// profiler: writes a model.json with the per-layer costs of a model.
-//   profiler analytic ...  estimate a GPT-style transformer from its shape and a GPU preset
-//   profiler cupti ...     measure an unmodified CUDA program on an NVIDIA GPU
-//   profiler builtin ...   measure pipecast's own CUDA transformer block
-//   profiler cpu ...       measure the built-in CPU workload layer by layer
-// Thin by design: flags -> spec and options -> library call -> exit code.
+// `profiler analytic`: flags -> TransformerSpec and AnalyticOptions ->
+// EstimateTransformerJson -> model.json on stdout or --out.
+#include "tools/analytic_command.h"
+
 #include <fmt/format.h>
 
-#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -20,8 +18,6 @@
 #include "formats/file_util.h"
 #include "formats/formats.h"
 #include "profiler/analytic.h"
-#include "profiler/tools/cpu_command.h"
-#include "profiler/tools/cupti_commands.h"
 
 namespace pipecast {
 namespace {
@@ -156,22 +152,11 @@ CLI::App* AddAnalytic(CLI::App& app, AnalyticFlags& f) {
 }
 
 }  // namespace
-}  // namespace pipecast
 
-int main(int argc, char** argv) {
-  pipecast::AnalyticFlags flags;
-  CLI::App app{
-      "profiler: write a model.json (pipecast-model/1) with the per-layer time and memory of a "
-      "model.\nExample: profiler analytic --name gpt-7b --layers 32 --hidden 4096 --heads 32 "
-      "--seq 2048 --vocab 50257 --gpu h100-sxm --out gpt-7b.json"};
-  app.require_subcommand(1);
-  CLI::App* analytic = pipecast::AddAnalytic(app, flags);
-  pipecast::CuptiCommands cupti_commands(app);  // cupti, builtin
-  const std::function<int()> run_cpu = pipecast::AddCpuCommand(app);
-  if (auto code = pipecast::ParseToolFlags(app, argc, argv, "profiler")) return *code;
-  pipecast::RemoveTempFilesOnSignal();
-  if (analytic->parsed()) return pipecast::RunAnalytic(flags);
-  if (const int code = cupti_commands.RunIfParsed(); code >= 0) return code;
-  if (app.got_subcommand("cpu")) return run_cpu();
-  return pipecast::kExitUsage;  // unreachable: require_subcommand(1) and every one is handled
+std::function<int()> AddAnalyticCommand(CLI::App& app) {
+  auto flags = std::make_shared<AnalyticFlags>();
+  AddAnalytic(app, *flags);
+  return [flags] { return RunAnalytic(*flags); };
 }
+
+}  // namespace pipecast

@@ -1,0 +1,98 @@
+// Collectives as NCCL runs them: the one model of what an all-reduce,
+// all-gather or reduce-scatter costs on a cluster (docs/simulator.md,
+// "Collectives"). Data-parallel all-reduces, ZeRO/FSDP gathers and
+// reduce-scatters, tensor-parallel collectives and DualPipe's copy reduce all
+// time themselves here; point-to-point pipeline transfers use
+// Cluster::LinkBetween.
+//
+// A collective of S bytes (the unsharded size: the all-reduced buffer, the
+// all-gather's output, the reduce-scatter's input) over n GPUs in N nodes,
+// p = n / N GPUs in each, moves V·S bytes through each GPU, V = 2(n−1)/n for
+// an all-reduce and (n−1)/n otherwise (nccl-tests' "bus bandwidth" is
+// V·S / time). Each algorithm NCCL has for it costs
+//
+//   time = fixed latency + V·S / bus bandwidth
+//
+// and the fastest one is taken, as NCCL's tuner does (src/graph/tuning.cc in
+// NVIDIA/nccl has the same structure; the code here is pipecast's own):
+//   - ring (every collective): 2(n−1) steps for an all-reduce, n−1 otherwise,
+//     of which 2(N−1) (or N−1) cross nodes, each paying its link's
+//     step_latency_us, plus the collective_latency_us once. Bus bandwidth:
+//     the slowest of NVLink (intra_node bandwidth × efficiency, when p > 1)
+//     and the network (when N > 1): the p GPUs' share of the node's NICs ×
+//     the NIC's efficiency. The rings of a node run side by side, each leaving
+//     through its own NIC (rail-optimized), so the network term is the p
+//     GPUs' NICs together, not one NIC.
+//   - NVLS (all-reduce inside one node, when intra_node has
+//     nvls_bandwidth_gbps, p >= 2): the NVSwitch reduces and multicasts:
+//     S / nvls_bandwidth_gbps, latency collective_latency_us + 2 steps.
+//   - NVLS tree (all-reduce over nodes with NVLS, p >= 2): NVLS inside each
+//     node, then each GPU's 1/p of the buffer all-reduced across the nodes
+//     over its NICs, pipelined, so the slower of the two: S / nvls_bandwidth
+//     and k·S / p / (its NIC share × efficiency), k = 1 for two nodes (they
+//     exchange once), 2 for more (NCCL's double binary tree sends each byte
+//     up and down); latency collective_latency_us + 2 NVLink steps +
+//     2·ceil(log2 N) network steps.
+// A link's defaults (efficiency 1, step latency = latency_us, no fixed
+// latency, no NVLS) give the plain ring this replaced, so a cluster file
+// without the collective fields times exactly as before.
+//
+// Stateless functions, safe from several threads. Units: ns, bytes.
+#ifndef PIPECAST_SIM_COLLECTIVES_H_
+#define PIPECAST_SIM_COLLECTIVES_H_
+
+#include <vector>
+
+#include "base/units.h"
+#include "sim/cluster.h"
+
+namespace pipecast {
+
+enum class Collective { kAllReduce, kAllGather, kReduceScatter };
+// "all-reduce", "all-gather", "reduce-scatter".
+const char* CollectiveName(Collective op);
+
+enum class CollectiveAlgorithm { kNone, kRing, kNvls, kNvlsTree };
+// "none" (one GPU), "ring", "NVLS", "NVLS tree".
+const char* CollectiveAlgorithmName(CollectiveAlgorithm algorithm);
+
+// The GPUs of one collective: `ranks` of them over `nodes` nodes, at least
+// `per_node` in each (the node with the fewest sets the network's share).
+struct CollectiveGroup {
+  int ranks = 1;
+  int nodes = 1;
+  int per_node = 1;
+};
+// The group of GPUs `gpus` (distinct global GPU indices) on `cluster`.
+CollectiveGroup GroupOf(const Cluster& cluster, const std::vector<int>& gpus);
+// The group of GPUs first + i·stride for i < count (a data-parallel group:
+// the same rank of every replica).
+CollectiveGroup StridedGroup(const Cluster& cluster, int first, int stride, int count);
+// `ranks` GPUs of one node (tensor parallelism).
+CollectiveGroup OneNodeGroup(int ranks);
+
+struct CollectiveCost {
+  TimeNs ns = 0;
+  CollectiveAlgorithm algorithm = CollectiveAlgorithm::kNone;
+};
+
+// `pieces` collectives of one kind over `group` whose sizes sum to `bytes`
+// (ZeRO-3 gathers a stage layer by layer): each pays the fixed latency, the
+// bytes pay the bus bandwidth once; the algorithm is the fastest for
+// bytes / pieces. 0 for one GPU or no bytes. REQUIRES: pieces >= 1.
+CollectiveCost CollectiveCostOf(const Cluster& cluster, Collective op, Bytes bytes,
+                                const CollectiveGroup& group, int pieces = 1);
+TimeNs CollectiveNs(const Cluster& cluster, Collective op, Bytes bytes,
+                    const CollectiveGroup& group, int pieces = 1);
+// The same inside one node, from its intra-node link alone (tensor
+// parallelism's collectives, whose options carry only that link).
+TimeNs IntraNodeCollectiveNs(const Link& intra_node, Collective op, Bytes bytes, int ranks,
+                             int pieces = 1);
+
+// nccl-tests' bus bandwidth, GB/s: V·bytes / ns (V above). 0 for ns <= 0 or
+// one GPU.
+double BusBandwidthGbps(Collective op, Bytes bytes, int ranks, TimeNs ns);
+
+}  // namespace pipecast
+
+#endif  // PIPECAST_SIM_COLLECTIVES_H_
