@@ -253,6 +253,19 @@ std::vector<std::string> Suggestions(const Model& model, const Cluster& cluster,
 
 }  // namespace
 
+Result<int64_t> GlobalBatchFor(const Model& model, const PlannerOptions& options) {
+  const int64_t global_batch =
+      options.global_batch > 0 ? options.global_batch : model.global_batch.value_or(0);
+  if (global_batch <= 0) {
+    return Status::InvalidArgument(fmt::format(
+        "no global batch: the model '{}' gives none (global_batch) and --global-batch was not "
+        "given; give --global-batch N, the samples per training iteration (e.g. 512), or write "
+        "it into the model with profiler analytic ... --global-batch N",
+        model.name));
+  }
+  return global_batch;
+}
+
 Result<PlanReport> RunPlanner(const Model& model, const Cluster& cluster,
                               const PlannerOptions& options_in) {
   PIPECAST_RETURN_IF_ERROR(options_in.Validate());
@@ -271,12 +284,9 @@ Result<PlanReport> RunPlanner(const Model& model, const Cluster& cluster,
   PlanReport report;
   report.gpus = options.gpus;
   report.cluster = cluster;
-  report.global_batch =
-      options.global_batch > 0 ? options.global_batch : model.global_batch.value_or(0);
-  if (report.global_batch <= 0) {
-    return Status::InvalidArgument(
-        "no global batch: give --global-batch N or set global_batch in the model file");
-  }
+  Result<int64_t> global_batch = GlobalBatchFor(model, options);
+  if (!global_batch.ok()) return global_batch.status();
+  report.global_batch = *global_batch;
   // Every candidate's sums stay inside 64 bits (sim/totals.h): checked once
   // for the largest of each, rather than refused candidate by candidate.
   for (int size : options.microbatch_sizes) {
@@ -287,6 +297,21 @@ Result<PlanReport> RunPlanner(const Model& model, const Cluster& cluster,
                                 options.memory, options.optimizer_step_ns}));
   }
 
+  // Refused before anything is allocated (passes.h, kMaxConfigurations).
+  if (const int64_t n = passes::CountConfigurations(model, cluster, options);
+      n > passes::kMaxConfigurations) {
+    return Status::InvalidArgument(fmt::format(
+        "the search would enumerate {} configurations, over the limit of {} (each is held in "
+        "memory while the search runs): {} micro-batch sizes x {} schedules x {} chunk counts x "
+        "{} ZeRO levels x {} tensor-parallel degrees over the pipeline depths {} GPUs allow; "
+        "give fewer values to --microbatch-sizes, --schedules, --chunks, --zero or "
+        "--tensor-parallel, or pin --stages, --data-parallel or --microbatches",
+        n, passes::kMaxConfigurations, options.microbatch_sizes.size(), options.schedules.size(),
+        options.chunks.size(), options.zero_levels.empty() ? 3 : options.zero_levels.size(),
+        options.tensor_parallel.empty() ? std::string("the")
+                                        : std::to_string(options.tensor_parallel.size()),
+        options.gpus));
+  }
   std::vector<Candidate> cands = passes::Enumerate(model, cluster, options, report.global_batch,
                                                    &report.rejected, &report.notes);
   report.enumerated = static_cast<int>(cands.size() + report.rejected.size());
@@ -335,8 +360,9 @@ Result<PlanReport> RunPlanner(const Model& model, const Cluster& cluster,
   }
   report.simulated = static_cast<int>(before - pruned);
   if (options.progress) {
-    options.progress(SearchProgress{SearchProgress::Pass::kSimulate, report.simulated,
-                                    static_cast<int>(before)});
+    // The pass is over: every configuration is simulated or pruned.
+    options.progress(SearchProgress{SearchProgress::Pass::kSimulate, static_cast<int>(before),
+                                    static_cast<int>(before), static_cast<int>(pruned)});
   }
   passes::Rank(&fitting);
   report.ranked = std::move(fitting);

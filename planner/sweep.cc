@@ -18,6 +18,11 @@ std::vector<SweepPoint> Sweep(const Model& model, const Cluster& cluster,
   layout.result.reset();
   for (int m : counts) {
     layout.microbatches = m;
+    if (SimulationEvents(layout) > kMaxSearchEvents) break;  // counts ascend: the rest too
+    if (options.progress) {
+      options.progress(SearchProgress{SearchProgress::Pass::kSweep, static_cast<int>(out.size()),
+                                      static_cast<int>(counts.size())});
+    }
     auto r = SimulateCandidate(model, cluster, layout, options, /*record_timeline=*/false);
     if (!r.ok()) continue;
     SweepPoint pt;
@@ -33,6 +38,11 @@ std::vector<SweepPoint> Sweep(const Model& model, const Cluster& cluster,
     const Bytes limit = MemoryLimitBytes(cluster.gpu);
     pt.fits = limit <= 0 || pt.peak_memory_bytes <= limit;
     out.push_back(pt);
+  }
+  if (options.progress) {  // the pass is over, counts past the limit skipped
+    const int total = static_cast<int>(counts.size());
+    options.progress(SearchProgress{SearchProgress::Pass::kSweep, total, total,
+                                    total - static_cast<int>(out.size())});
   }
   return out;
 }

@@ -62,6 +62,7 @@ struct File {
 enum class After {
   kAnything,
   kNoOutputs,  // no file but the inputs (and the captured stdout/stderr): nothing half-written
+  kInputsUnchanged,  // kNoOutputs, and every input file still holds its text
 };
 
 struct Case {
@@ -79,6 +80,7 @@ struct Case {
   std::string output;  // when not empty: must appear in stdout
   // Skipped where a CUDA device exists (the row is about having none).
   bool needs_no_gpu = false;
+  std::string absent;  // when not empty: must not appear in stderr
 };
 
 // gtest shows a failing row by its name.
@@ -157,7 +159,8 @@ Case Row(std::string name, Tool tool, std::vector<File> files, std::string args,
               std::move(make_dir),
               read_only,
               std::string(),
-              false};
+              false,
+              std::string()};
 }
 
 std::vector<Case> Catalogue() {
@@ -535,6 +538,40 @@ std::vector<Case> Catalogue() {
                   "{dir}/missing/m.json",
                   1, "cannot write '{dir}/missing/m.json': No such file or directory",
                   After::kNoOutputs));
+  // Issue 28: --out onto --gpu's cluster file replaced the cluster file with
+  // the model; --out of profiler cpu was checked only after measuring.
+  c.push_back(Row("profiler_analytic_out_onto_the_gpu_cluster_file", kProfiler,
+                  {{"c.json", kCluster}},
+                  "analytic --name x --layers 2 --hidden 64 --heads 8 --seq 8 --vocab 8 --gpu "
+                  "{dir}/c.json --out {dir}/./c.json",
+                  1,
+                  "--out '{dir}/./c.json' is the same file as --gpu: pipecast never writes over "
+                  "its inputs",
+                  After::kInputsUnchanged));
+  // Issue 28: 10^5 layers at four t ran into std::bad_alloc after 65 s,
+  // writing a file no tool would read.
+  c.push_back(Row("profiler_analytic_model_over_what_the_tools_read", kProfiler, {},
+                  "analytic --name x --layers 100000 --hidden 64 --heads 8 --seq 8 --vocab 8 "
+                  "--tensor-parallel 1,2,4,8 --out {dir}/m.json",
+                  1, "MiB of model.json, over the 512 MiB that pipecast's tools read",
+                  After::kNoOutputs));
+  {
+    Case row = Row("profiler_cpu_out_checked_before_measuring", kProfiler, {},
+                   "cpu --layers 1 --hidden 8 --ffn 8 --out {dir}/missing/m.json", 1,
+                   "--out: cannot write '{dir}/missing/m.json': No such file or directory",
+                   After::kNoOutputs);
+    row.absent = "measuring";
+    c.push_back(row);
+  }
+  // Issue 28: 10^4 repeated values of a list flag ran into std::bad_alloc and
+  // std::terminate; the search's size is refused before it is allocated.
+  {
+    std::string schedules = "1f1b";
+    for (int i = 1; i < 10000; ++i) schedules += ",1f1b";
+    c.push_back(Row("planner_list_flag_of_10000_values", kPlanner, {},
+                    "--model {ex}/gpt-7b.json --gpus 8 --schedules " + schedules, 1,
+                    "the search would enumerate 2720000 configurations, over the limit of 100000"));
+  }
   // --- validator ------------------------------------------------------------
   const std::string v7b = "--model {ex}/gpt-7b.json --plan {ex}/baselines/gpt-7b-8gpu.plan.json";
   c.push_back(Row("validator_plan_truncated_json", kValidator, {{"p.json", "{\"format\": "}},
@@ -563,6 +600,10 @@ std::vector<Case> Catalogue() {
                   2, "--memory-limit-mb: '-5' is not a number of MiB from 0 to 1073741824"));
   c.push_back(Row("validator_absurd_memory_limit", kValidator, {}, v7b + " --memory-limit-mb 1e300",
                   2, "--memory-limit-mb: '1e300' is not a number of MiB from 0 to 1073741824"));
+  // Issue 28: a drop of an op that sends nothing passed, having injected nothing.
+  c.push_back(Row("validator_drop_of_an_op_that_sends_nothing", kValidator, {},
+                  v7b + " --inject-fault drop:0F0", 1,
+                  "--inject-fault drop:0F0: 0F0 sends no message to another rank"));
   c.push_back(Row("validator_infinite_watchdog_factor", kValidator, {},
                   v7b + " --watchdog-factor inf", 2,
                   "--watchdog-factor: 'inf' is not a number of times from 1 to 1000000"));
@@ -742,8 +783,14 @@ TEST_P(ErrorCatalogue, Run) {
   if (!c.output.empty()) {
     EXPECT_THAT(run.out, HasSubstr(c.output));
   }
-  if (c.after == After::kNoOutputs) {
+  if (!c.absent.empty()) {
+    EXPECT_THAT(run.err, ::testing::Not(HasSubstr(Expand(c.absent, dir))));
+  }
+  if (c.after == After::kNoOutputs || c.after == After::kInputsUnchanged) {
     EXPECT_THAT(Outputs(dir, c.files), ::testing::IsEmpty());
+  }
+  if (c.after == After::kInputsUnchanged) {
+    for (const File& f : c.files) EXPECT_EQ(ReadText(dir.File(f.name)), f.text) << f.name;
   }
 }
 

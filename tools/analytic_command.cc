@@ -8,13 +8,16 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "base/cli.h"
 #include "base/exit_codes.h"
+#include "base/terminal_text.h"
 #include "formats/file_util.h"
 #include "formats/formats.h"
 #include "profiler/analytic.h"
@@ -112,6 +115,20 @@ std::optional<int> ResolveSpec(const AnalyticFlags& flags, TransformerSpec* spec
 }
 
 int RunAnalytic(const AnalyticFlags& flags) {
+  // Before any work: --out must not be --gpu's cluster file (spelled any
+  // way); a preset name is no file and no input to protect.
+  if (!flags.out.empty()) {
+    const std::string& gpu = flags.options.gpu_preset;
+    std::error_code ec;
+    std::vector<NamedPath> inputs;
+    if (std::filesystem::is_regular_file(gpu, ec)) inputs.push_back({"--gpu", gpu});
+    if (!flags.hf_config.empty()) inputs.push_back({"--hf-config", flags.hf_config});
+    Status st = CheckOutputs({{"--out", flags.out}}, inputs);
+    if (!st.ok()) {
+      fmt::print(stderr, "profiler: error: {}\n", TerminalSafeLines(st.message()));
+      return kExitBadInput;
+    }
+  }
   TransformerSpec spec;
   if (auto code = ResolveSpec(flags, &spec)) return *code;
   if (flags.describe) {

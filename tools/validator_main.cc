@@ -6,6 +6,8 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -126,5 +128,23 @@ int main(int argc, char** argv) {
   if (auto code = pipecast::ParseToolFlags(app, argc, argv, "validator")) return *code;
   f.command_line = pipecast::QuoteCommandLine(std::vector<std::string>(argv, argv + argc));
   pipecast::RemoveTempFilesOnSignal();
-  return Run(f);
+  // A worker stuck in an op that cannot be interrupted (a GPU kernel) after
+  // a failure: the diagnosis is printed and the process ends, which is the
+  // only way to leave a thread that cannot be stopped (validate/runtime.h).
+  o.runtime.on_workers_stuck = [](const pipecast::Status& st) {
+    fmt::print(stderr, "validator: error: {}\n", pipecast::TerminalSafeLines(st.message()));
+    std::fflush(stderr);
+    std::_Exit(pipecast::kExitBadInput);
+  };
+  try {
+    return Run(f);
+  } catch (const std::bad_alloc&) {
+    // Outside the stages' pools (which report their own out of memory): the
+    // plan or its prediction did not fit in this process's memory.
+    fmt::print(stderr,
+               "validator: error: out of memory: the system refused the validator memory outside "
+               "the stages' pools (std::bad_alloc); give it more memory (ulimit -v, the machine) "
+               "or validate a smaller plan\n");
+    return pipecast::kExitBadInput;
+  }
 }

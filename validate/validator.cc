@@ -59,6 +59,29 @@ Status CheckFaultInPlan(const std::optional<Fault>& fault, const Schedule& sched
       schedule.split_backward ? "F, I and W" : "F and B"));
 }
 
+// A `drop` fault loses the op's message: an op that sends none (the last
+// stage's forward, a stage whose neighbour is on its own rank) would drop
+// nothing, and the run would pass with no fault injected.
+Status CheckDropSendsSomething(const std::optional<Fault>& fault, const ExecPlan& exec) {
+  if (!fault || fault->kind != Fault::Kind::kDrop) return Status::Ok();
+  std::string senders;  // a few ops that do send, for the message
+  int shown = 0;
+  for (const ExecStage& stage : exec.per_rank) {
+    for (const ExecOp& op : stage.ops) {
+      if (FaultNames(*fault, op.action) && op.send.present()) return Status::Ok();
+      if (op.send.present() && shown < 3 && op.action.microbatch == fault->action.microbatch) {
+        senders += (shown++ > 0 ? ", " : "") + ActionName(op.action);
+      }
+    }
+  }
+  return Status::InvalidArgument(fmt::format(
+      "--inject-fault drop:{}: {} sends no message to another rank (the end of a micro-batch's "
+      "path, or a neighbour on its own rank), so there is nothing to drop: {}",
+      ActionName(fault->action), ActionName(fault->action),
+      senders.empty() ? "this plan sends no messages between ranks; inject another kind"
+                      : "name an op that sends, such as " + senders));
+}
+
 }  // namespace
 
 Status ValidatorOptions::Validate() const {
@@ -185,6 +208,7 @@ Result<ValidationResult> RunValidation(const ValidatorOptions& options, Backend*
       BuildExecPlan(*model, *plan, plan->schedule, out.predicted, out.cluster.intra_node);
   if (!exec.ok()) return exec.status();
   out.exec = std::move(*exec);
+  PIPECAST_RETURN_IF_ERROR(CheckDropSendsSomething(options.runtime.fault, out.exec));
 
   out.memory_limit_bytes = options.memory_limit_mb >= 0
                                ? static_cast<Bytes>(std::llround(options.memory_limit_mb * kMiB))
