@@ -4,7 +4,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -64,11 +66,32 @@ Status CheckOutputTarget(const std::string& path) {
   return Status::Ok();
 }
 
+// mkstemp's template suffix for the temporary file of an atomic write.
+constexpr std::string_view kTempSuffix = ".tmp.XXXXXX";
+
+// The mkstemp template of `path`'s temporary file: in the same folder (so the
+// rename is atomic), named `<file name>.tmp.XXXXXX`, with the file name cut
+// so the whole name fits the folder's NAME_MAX (255 bytes on Linux file
+// systems): a legal 250-byte output name must not be refused because its
+// temporary name is 11 bytes longer.
+std::string TempTemplate(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  const std::string dir_prefix = slash == std::string::npos ? "" : path.substr(0, slash + 1);
+  const std::string dir = dir_prefix.empty() ? "." : dir_prefix;
+  const std::string name = path.substr(dir_prefix.size());
+  long name_max = ::pathconf(dir.c_str(), _PC_NAME_MAX);
+  if (name_max <= 0) name_max = NAME_MAX;  // unknown (a missing folder): the Linux value
+  const size_t room = static_cast<size_t>(name_max) > kTempSuffix.size()
+                          ? static_cast<size_t>(name_max) - kTempSuffix.size()
+                          : 1;
+  return dir_prefix + name.substr(0, std::min(name.size(), room)) + std::string(kTempSuffix);
+}
+
 // The temporary file of an atomic write: created beside `path`, recorded for
 // RemoveTempFilesOnSignal, removed unless Keep() was called.
 class TempFile {
  public:
-  explicit TempFile(const std::string& path) : path_(path + ".tmp.XXXXXX") {
+  explicit TempFile(const std::string& path) : path_(TempTemplate(path)) {
     fd_ = mkstemp(path_.data());
     if (fd_ >= 0) slot_ = internal::RegisterTempFile(path_);
   }
@@ -160,7 +183,7 @@ Status WriteFileAtomicStreamed(const std::string& path,
 
 Status CheckWritable(const std::string& path) {
   if (Status st = CheckOutputTarget(path); !st.ok()) return st;
-  std::string tmpl = path + ".tmp.XXXXXX";
+  std::string tmpl = TempTemplate(path);
   int fd = mkstemp(tmpl.data());
   if (fd < 0) {
     return Status::InvalidArgument("cannot write '" + TerminalSafe(path) +

@@ -56,6 +56,35 @@ TEST_F(FileUtil, WriteFileAtomicCreatesTheFile) {
   EXPECT_EQ(Listing(), std::vector<std::string>{"out.json"});  // no temp file
 }
 
+// Issue 28: a 250-byte file name is legal (NAME_MAX is 255) and every output
+// flag must take it, though `<name>.tmp.XXXXXX` would be 261 bytes.
+TEST_F(FileUtil, OutputFlagsTakeALegal250ByteFileName) {
+  const std::string name = std::string(245, 'p') + ".json";  // 250 bytes
+  ASSERT_EQ(name.size(), 250u);
+
+  Status checked = CheckOutputs({{"--out", Path(name)}}, {});
+  Status written = WriteFileAtomic(Path(name), "{}\n");
+
+  ASSERT_TRUE(checked.ok()) << checked.message();
+  ASSERT_TRUE(written.ok()) << written.message();
+  EXPECT_EQ(*ReadFile(Path(name)), "{}\n");
+  EXPECT_EQ(Listing(), std::vector<std::string>{name});  // the shortened temporary name is gone
+}
+
+// The same in the current folder (a bare name, no slash), where the
+// temporary name is cut the same way.
+TEST_F(FileUtil, ABare250ByteFileNameIsWrittenInTheCurrentFolder) {
+  const std::string name = std::string(250, 'q');
+  const std::filesystem::path cwd = std::filesystem::current_path();
+  std::filesystem::current_path(dir_);
+
+  Status written = WriteFileAtomic(name, "x");
+
+  std::filesystem::current_path(cwd);
+  ASSERT_TRUE(written.ok()) << written.message();
+  EXPECT_EQ(Listing(), std::vector<std::string>{name});
+}
+
 TEST_F(FileUtil, WriteFileAtomicReplacesAnExistingFile) {
   ASSERT_TRUE(WriteFileAtomic(Path("out.txt"), "a much longer first version").ok());
 

@@ -49,7 +49,7 @@ constexpr double kMaxBandwidthGbps = 1e6;             // 1 PB/s
 constexpr double kMaxTflops = 1e6;                    // 1 EFLOP/s per GPU
 constexpr Bytes kMinGpuMemoryBytes = kMiB;            // less is GB written as bytes
 
-constexpr std::string_view kSourceMethods[] = {"cupti", "cpu", "analytic", "manual"};
+constexpr std::string_view kSourceMethods[] = {"cupti", "cpu", "analytic", "manual", "trace"};
 
 constexpr IntRule kParameterCount = {0, kMaxParameters, "2^50", "a parameter count"};
 constexpr IntRule kMicrobatchSize = {1, kMaxMicrobatchSize, "2^20",

@@ -160,6 +160,20 @@ TEST(PyTorchCsv, QuotedCellsAndByteOrderMark) {
   EXPECT_EQ(s->actions, k1F1B);
 }
 
+// Issue 28: a CSV whose rows end in a lone CR (old Mac line ends) has two
+// rows, as Python's csv reader (and scripts/check_pytorch_csv.py) reads it,
+// not one row of eight cells reported as a deadlock; line numbers in errors
+// count CR, LF and CRLF alike.
+TEST(PyTorchCsv, PyTorchCsvWithLoneCrLineEndsHasOneRankPerRow) {
+  Result<Schedule> s = ParseScheduleText("0F0,0F1,0B0,0B1\r1F0,1B0,1F1,1B1\r", "cr.csv");
+
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  EXPECT_EQ(s->num_ranks, 2);
+  EXPECT_EQ(s->actions, k1F1B);
+  EXPECT_EQ(ParseError("0F0,0F1,0B0,0B1\r\r\n1F0,1B0,1F1,1X1\r"),
+            "s.csv:3: column 4: token '1X1': unknown kind 'X', expected F, B, I or W");
+}
+
 TEST(PyTorchCsvErrors, BadCellsNameRowAndColumn) {
   EXPECT_EQ(ParseError("0F0,0F1,0B0,0X1\n1F0,1B0,1F1,1B1\n"),
             "s.csv:1: column 4: token '0X1': unknown kind 'X', expected F, B, I or W");

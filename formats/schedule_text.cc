@@ -243,10 +243,15 @@ Result<std::vector<RankLine>> Tokenize(std::string_view text, const std::string&
   int line_no = 0;
   size_t line_begin = 0;
   while (line_begin < text.size()) {
-    size_t line_end = text.find('\n', line_begin);
+    // A line ends at "\n", "\r\n" or a lone "\r" (old Mac line ends), as Python's csv reader
+    // and universal newlines read them: PyTorch's CSV may come from any of them.
+    size_t line_end = text.find_first_of("\r\n", line_begin);
     if (line_end == std::string_view::npos) line_end = text.size();
     std::string_view line = text.substr(line_begin, line_end - line_begin);
     line_begin = line_end + 1;
+    if (line_end + 1 < text.size() && text[line_end] == '\r' && text[line_end + 1] == '\n') {
+      ++line_begin;
+    }
     ++line_no;
     line = line.substr(0, line.find('#'));
     if (line_no == 1 && line.substr(0, 3) == "\xEF\xBB\xBF") line = line.substr(3);  // UTF-8 BOM

@@ -1,7 +1,8 @@
 // libFuzzer target: schedule text -> ParseScheduleText. Properties: never a
 // crash, hang or leak; clean errors; a parsed schedule passes
 // ValidateSchedule, and ScheduleToText's output parses back to the same
-// action lists.
+// action lists, also with its line ends written as "\r\n" or a lone "\r"
+// (every line end Python's csv reader takes).
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -29,6 +30,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (reparsed->actions != schedule->actions || reparsed->stage_rank != schedule->stage_rank ||
       reparsed->num_microbatches != schedule->num_microbatches) {
     fuzz::Die("schedule text round trip changed the schedule");
+  }
+  for (const char* line_end : {"\r\n", "\r"}) {
+    std::string converted;
+    for (char c : again) {
+      if (c == '\n') {
+        converted += line_end;
+      } else {
+        converted += c;
+      }
+    }
+    Result<Schedule> same = ParseScheduleText(converted, "line-ends.txt");
+    if (!same.ok() || same->actions != schedule->actions) {
+      fuzz::Die("schedule text with other line ends reads differently");
+    }
   }
   return 0;
 }

@@ -2,6 +2,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
+#include <nlohmann/json.hpp>
 
 #include "base/text_table.h"
 #include "planner/passes.h"
@@ -198,6 +200,41 @@ void EnumerateAt(const PlannerOptions& options, int64_t global_batch, int t, boo
 }
 
 }  // namespace
+
+int64_t CountConfigurations(const Model& model, const Cluster& cluster,
+                            const PlannerOptions& options) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  auto times = [](int64_t a, int64_t b) { return b != 0 && a > kMax / b ? kMax : a * b; };
+  const int layers = static_cast<int>(model.layers.size());
+  const int64_t recompute_modes =
+      static_cast<int64_t>(RecomputeModes(model, options.recompute).size());
+  int64_t schedule_chunks = 0;  // (schedule, v) pairs EnumerateAt tries
+  for (ScheduleKind schedule : options.schedules) {
+    const ScheduleTraits& traits = TraitsOf(schedule);
+    schedule_chunks += traits.fixed_chunks > 0 || !traits.uses_chunks
+                           ? 1
+                           : static_cast<int64_t>(options.chunks.size());
+  }
+  const int64_t per_layout =
+      times(times(static_cast<int64_t>(options.microbatch_sizes.size()), schedule_chunks),
+            recompute_modes);
+  int64_t count = 0;
+  for (int t : TensorParallelDegrees(model, cluster, options, nullptr)) {
+    if (options.gpus % t != 0) continue;
+    const int64_t sp_modes = static_cast<int64_t>(SequenceParallelModes(model, options, t).size());
+    const int per_t = options.gpus / t;
+    for (int p = 1; p <= std::min(per_t, layers); ++p) {
+      if (per_t % p != 0) continue;
+      if (options.pipeline_stages > 0 && p != options.pipeline_stages) continue;
+      const int d = per_t / p;
+      if (options.data_parallel > 0 && d != options.data_parallel) continue;
+      const int64_t zero = static_cast<int64_t>(ZeroLevels(options, d).size());
+      const int64_t here = times(times(per_layout, zero), sp_modes);
+      count = here > kMax - count ? kMax : count + here;
+    }
+  }
+  return count;
+}
 
 std::vector<Candidate> Enumerate(const Model& model, const Cluster& cluster,
                                  const PlannerOptions& options, int64_t global_batch,

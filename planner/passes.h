@@ -91,11 +91,43 @@ bool PartitionForMemory(const Model& model, const Cluster& cluster, Bytes capaci
                         Candidate* candidate, Rejection* rejection,
                         PartitionCache* cache = nullptr);
 
+// The most configurations a search enumerates. Each is held in memory while
+// the search runs (about 2.3 KB with its rejection, measured at 2.7 million:
+// 6 GB), and partitioned (about 14 us each): 100 000 is about 250 MB and a
+// few seconds, ten times the largest search of the shipped examples
+// (llama-70b on 1024 GPUs: 10 584). Past it the planner refuses at once,
+// before allocating anything (a list flag of 10^4 values once ran into
+// std::bad_alloc and std::terminate after 8-28 s).
+inline constexpr int64_t kMaxConfigurations = 100'000;
+
+// How many configurations Enumerate() will produce, rejected ones included,
+// without producing them (saturating at INT64_MAX).
+int64_t CountConfigurations(const Model& model, const Cluster& cluster,
+                            const PlannerOptions& options);
+
+// The largest simulation a search runs, in ops and transfers (the engine's
+// events): 2^23, about 0.5 GB of the engine's tables and a second or two of
+// simulation on one core, so that the search, which simulates on two
+// threads, stays near 1 GB. 1024 stages x 1024 micro-batches of ZB-H1 is
+// 5.2 million. Larger candidates are rejected unsimulated, saying so, and the
+// micro-batch sweep stops below the bound; the simulator runs them alone.
+inline constexpr int64_t kMaxSearchEvents = int64_t{1} << 23;
+
+// An upper estimate of the events `c`'s simulation has, computed without
+// building its schedule (generating one can itself take long): each of the
+// p·v virtual stages runs F and B (or F, I and W) per micro-batch, and each
+// stage boundary carries an activation and a gradient per micro-batch;
+// PipeDream's steady state is simulated over its iterations.
+int64_t SimulationEvents(const Candidate& c);
+
 // Fills lower_bound_ns for each candidate and sorts by it (ties by label).
-// The bound holds for any schedule with a flush and free communication: the
-// busiest stage k runs m·(F_k+B_k), after micro-batch 0's forwards on the
-// stages before it and before the last micro-batch's backwards on them
-// (naive: m·sum of F+B).
+// The bound never exceeds the candidate's simulated iteration: from the
+// schedule's own placement, paths and traits (ScheduleShape, TraitsOf), each
+// rank k runs its work W_k (m_s·(F+B) over its stages) after the forwards
+// that reach its first stage, then, for gpipe and 1f1b, the backwards of the
+// stages before it; naive m·sum of F+B; pipedream the busiest W_k. F and B
+// are the stage-cost table's, less the tensor-parallel collectives for kinds
+// whose overlapped pairs hide them (docs/planner.md, "prune").
 void Prune(const Model& model, const Cluster& cluster, std::vector<Candidate>* candidates,
            PartitionCache* cache = nullptr);
 
@@ -114,7 +146,8 @@ void Rank(std::vector<Candidate>* candidates);
 
 // The chosen layout at other micro-batch counts (1, 2, 4, ... up to 4x the
 // chosen m, plus the chosen m itself), same p, d, size, schedule, partition.
-std::vector<SweepPoint> Sweep(const Model& model, const Cluster& cluster, const Candidate& chosen);
+std::vector<SweepPoint> Sweep(const Model& model, const Cluster& cluster,
+                              const PlannerOptions& options, const Candidate& chosen);
 
 }  // namespace pipecast::passes
 

@@ -239,6 +239,23 @@ std::vector<std::string> Suggestions(const Model& model, const Cluster& cluster,
   return out;
 }
 
+}  // namespace
+
+Result<int64_t> GlobalBatchFor(const Model& model, const PlannerOptions& options) {
+  const int64_t global_batch =
+      options.global_batch > 0 ? options.global_batch : model.global_batch.value_or(0);
+  if (global_batch <= 0) {
+    return Status::InvalidArgument(fmt::format(
+        "no global batch: the model '{}' gives none (global_batch) and --global-batch was not "
+        "given; give --global-batch N, the samples per training iteration (e.g. 512), or write "
+        "it into the model with profiler analytic ... --global-batch N",
+        model.name));
+  }
+  return global_batch;
+}
+
+namespace {
+
 // The options with their defaults filled: every default schedule, and the
 // micro-batch sizes the model was measured at. InvalidArgument for bad
 // options or a model without layers.
@@ -266,12 +283,9 @@ Result<PlanReport> EmptyReport(const Model& model, const Cluster& cluster,
   PlanReport report;
   report.gpus = options.gpus;
   report.cluster = cluster;
-  report.global_batch =
-      options.global_batch > 0 ? options.global_batch : model.global_batch.value_or(0);
-  if (report.global_batch <= 0) {
-    return Status::InvalidArgument(
-        "no global batch: give --global-batch N or set global_batch in the model file");
-  }
+  Result<int64_t> global_batch = GlobalBatchFor(model, options);
+  if (!global_batch.ok()) return global_batch.status();
+  report.global_batch = *global_batch;
   // Every candidate's sums stay inside 64 bits (sim/totals.h): checked once
   // for the largest of each, rather than refused candidate by candidate.
   for (int size : options.microbatch_sizes) {
@@ -282,6 +296,28 @@ Result<PlanReport> EmptyReport(const Model& model, const Cluster& cluster,
                                 options.memory, options.optimizer_step.time_ns}));
   }
   return report;
+}
+
+// InvalidArgument when the search would enumerate more configurations than
+// it may hold (passes.h, kMaxConfigurations): refused before anything is
+// allocated.
+Status CheckSearchSize(const Model& model, const Cluster& cluster, const PlannerOptions& options) {
+  // Refused before anything is allocated (passes.h, kMaxConfigurations).
+  if (const int64_t n = passes::CountConfigurations(model, cluster, options);
+      n > passes::kMaxConfigurations) {
+    return Status::InvalidArgument(fmt::format(
+        "the search would enumerate {} configurations, over the limit of {} (each is held in "
+        "memory while the search runs): {} micro-batch sizes x {} schedules x {} chunk counts x "
+        "{} ZeRO levels x {} tensor-parallel degrees over the pipeline depths {} GPUs allow; "
+        "give fewer values to --microbatch-sizes, --schedules, --chunks, --zero or "
+        "--tensor-parallel, or pin --stages, --data-parallel or --microbatches",
+        n, passes::kMaxConfigurations, options.microbatch_sizes.size(), options.schedules.size(),
+        options.chunks.size(), options.zero_levels.empty() ? 3 : options.zero_levels.size(),
+        options.tensor_parallel.empty() ? std::string("the")
+                                        : std::to_string(options.tensor_parallel.size()),
+        options.gpus));
+  }
+  return Status::Ok();
 }
 
 // InvalidArgument when the enumeration left nothing to partition because
@@ -346,8 +382,9 @@ int SimulatePass(const Model& model, const Cluster& cluster, const PlannerOption
   }
   const int simulated = static_cast<int>(before - pruned);
   if (options.progress) {
-    options.progress(
-        SearchProgress{SearchProgress::Pass::kSimulate, simulated, static_cast<int>(before)});
+    // The pass is over: every configuration is simulated or pruned.
+    options.progress(SearchProgress{SearchProgress::Pass::kSimulate, static_cast<int>(before),
+                                    static_cast<int>(before), static_cast<int>(pruned)});
   }
   return simulated;
 }
@@ -374,7 +411,7 @@ void Conclude(const Model& model, const Cluster& cluster, const PlannerOptions& 
         "selective recomputation was not searched: the model gives no attention core to drop "
         "(attention_core_bytes absent or 0, as with FlashAttention), so it would change nothing");
   }
-  report->sweep = passes::Sweep(model, cluster, report->ranked[0]);
+  report->sweep = passes::Sweep(model, cluster, options, report->ranked[0]);
 }
 
 }  // namespace
@@ -385,6 +422,7 @@ Result<PlanReport> RunPlanner(const Model& model, const Cluster& cluster,
   if (!options.ok()) return options.status();
   Result<PlanReport> report = EmptyReport(model, cluster, *options);
   if (!report.ok()) return report.status();
+  PIPECAST_RETURN_IF_ERROR(CheckSearchSize(model, cluster, *options));
   // enumerate -> partition -> prune -> simulate -> rank -> sweep (planner.h).
   std::vector<Candidate> candidates = passes::Enumerate(
       model, cluster, *options, report->global_batch, &report->rejected, &report->notes);

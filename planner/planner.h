@@ -46,13 +46,17 @@ namespace pipecast {
 enum class RecomputeMode { kAuto, kOff, kSelective, kFull };
 
 // Where a search stands, for a progress display: `done` of `total`
-// configurations through the partition pass, then through the simulate pass
-// (where the rest may be pruned before `done` reaches `total`).
+// configurations through the partition pass, then through the simulate pass,
+// then `done` of `total` micro-batch counts of the chosen layout through the
+// sweep. Each pass ends with done == total.
 struct SearchProgress {
-  enum class Pass { kPartition, kSimulate };
+  enum class Pass { kPartition, kSimulate, kSweep };
   Pass pass = Pass::kPartition;
   int done = 0;
   int total = 0;
+  // Of `done`, those not simulated: configurations whose lower bound cannot
+  // reach the top, sweep points over the search's simulation limit.
+  int pruned = 0;
 };
 
 struct PlannerOptions {
@@ -171,8 +175,16 @@ struct PlanReport {
   bool Feasible() const { return !ranked.empty(); }
 };
 
-// Runs every pass. InvalidArgument for bad options (gpus < 1, a global batch
-// that no micro-batch size divides, unknown sizes). When nothing fits the
+// The global batch a search divides: --global-batch (options.global_batch)
+// when given, else the model file's global_batch. InvalidArgument naming
+// both ways to give one when neither does: there is no default, since the
+// global batch is the training recipe's choice (it sets the optimizer's
+// step), not something a plan may pick. Tools check it before they search.
+Result<int64_t> GlobalBatchFor(const Model& model, const PlannerOptions& options);
+
+// Runs every pass. InvalidArgument for bad options (gpus < 1, no global batch
+// (GlobalBatchFor), a global batch that no micro-batch size divides, unknown
+// sizes). When nothing fits the
 // result is OK with ranked empty, rejected and suggestions filled.
 Result<PlanReport> RunPlanner(const Model& model, const Cluster& cluster,
                               const PlannerOptions& options);

@@ -3,11 +3,22 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <thread>
 
 #include "planner/passes.h"
+#include "sim/schedule_traits.h"
 
 namespace pipecast::passes {
+
+int64_t SimulationEvents(const Candidate& c) {
+  const ScheduleTraits& traits = TraitsOf(c.config.schedule);
+  const int64_t stages = traits.bidirectional ? c.config.layout.pipeline_stages : c.VirtualStages();
+  const int64_t m =
+      int64_t{c.config.microbatches} * (c.config.schedule == ScheduleKind::kPipeDream ? kPipeDreamIterations : 1);
+  const int64_t kinds = traits.splits_backward ? 3 : 2;
+  return stages * m * kinds + 2 * std::max<int64_t>(stages - 1, 0) * m;
+}
 
 namespace {
 
@@ -15,16 +26,35 @@ namespace {
 // the thread count, so the set simulated is the same on every machine.
 constexpr size_t kChunk = 16;
 
+// Simulates cands[begin, end) on the options' threads. The calling thread
+// (the search's) reports progress after each candidate it finishes, counting
+// every thread's, so a chunk of large simulations does not go silent.
 void SimulateChunk(const Model& model, const Cluster& cluster, const PlannerOptions& options,
                    std::vector<Candidate>& cands, size_t begin, size_t end,
                    std::vector<Status>& errors) {
   int threads =
       options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
   threads = std::max(1, std::min<int>(threads, static_cast<int>(end - begin)));
+  std::atomic<int> done{0};
   auto work = [&](int t) {
     for (size_t i = begin + t; i < end; i += threads) {
       Candidate& c = cands[i];
+      if (const int64_t events = SimulationEvents(c); events > kMaxSearchEvents) {
+        errors[i] = Status::FailedPrecondition(fmt::format(
+            "about {} ops and transfers to simulate, over the search's limit of {} (2^23: about "
+            "0.5 GB and a second or two each): simulate it alone with the simulator, or pin "
+            "fewer micro-batches or stages",
+            events, kMaxSearchEvents));
+        ++done;
+        continue;
+      }
       auto r = SimulateCandidate(model, cluster, c, /*record_timeline=*/false);
+      ++done;
+      if (t == 0 && options.progress) {
+        options.progress(SearchProgress{SearchProgress::Pass::kSimulate,
+                                        static_cast<int>(begin) + done.load(),
+                                        static_cast<int>(cands.size())});
+      }
       if (r.ok()) {
         c.result = std::move(r.value());
       } else {

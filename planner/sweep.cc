@@ -8,7 +8,8 @@
 
 namespace pipecast::passes {
 
-std::vector<SweepPoint> Sweep(const Model& model, const Cluster& cluster, const Candidate& chosen) {
+std::vector<SweepPoint> Sweep(const Model& model, const Cluster& cluster,
+                              const PlannerOptions& options, const Candidate& chosen) {
   const int chosen_m = chosen.config.microbatches;
   std::set<int> counts = {chosen_m};
   for (int m = 1; m <= 4 * chosen_m; m *= 2) counts.insert(m);
@@ -18,6 +19,11 @@ std::vector<SweepPoint> Sweep(const Model& model, const Cluster& cluster, const 
   layout.result.reset();
   for (int m : counts) {
     layout.config.microbatches = m;
+    if (SimulationEvents(layout) > kMaxSearchEvents) break;  // counts ascend: the rest too
+    if (options.progress) {
+      options.progress(SearchProgress{SearchProgress::Pass::kSweep, static_cast<int>(out.size()),
+                                      static_cast<int>(counts.size())});
+    }
     auto r = SimulateCandidate(model, cluster, layout, /*record_timeline=*/false);
     if (!r.ok()) continue;
     SweepPoint pt;
@@ -33,6 +39,11 @@ std::vector<SweepPoint> Sweep(const Model& model, const Cluster& cluster, const 
     const Bytes limit = MemoryLimitBytes(cluster.gpu);
     pt.fits = limit <= 0 || pt.peak_memory_bytes <= limit;
     out.push_back(pt);
+  }
+  if (options.progress) {  // the pass is over, counts past the limit skipped
+    const int total = static_cast<int>(counts.size());
+    options.progress(SearchProgress{SearchProgress::Pass::kSweep, total, total,
+                                    total - static_cast<int>(out.size())});
   }
   return out;
 }

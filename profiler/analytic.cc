@@ -10,12 +10,15 @@
 #include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "formats/formats.h"
+#include "profiler/attention_rates.h"
+#include "profiler/layer_shapes.h"
 #include "profiler/matmul_model.h"
 #include "sim/cluster.h"
 
@@ -23,14 +26,6 @@ namespace pipecast {
 namespace {
 
 using json = nlohmann::json;
-
-// Upper bounds on the architecture, far past any real model: they keep int
-// arithmetic (4 * hidden) exact and the layer list a sane size.
-constexpr int kMaxLayers = 100'000;
-constexpr int kMaxWidth = 1 << 20;           // hidden, ffn_hidden
-constexpr int kMaxVocab = 1 << 24;           // 16.7M tokens, 65x the largest LLM vocabularies
-constexpr int kMaxSequenceLength = 1 << 24;  // 16.7M tokens per sample
-constexpr int kMaxMicrobatchSize = 1 << 20;  // model.json's own limit (formats/formats.cc)
 
 // What model.json accepts (formats/formats.cc); an estimate past these is refused.
 constexpr double kMaxFileBytes = 1125899906842624.0;  // 2^50 bytes
@@ -47,25 +42,23 @@ constexpr double kLossSoftmaxBytes = 4;  // fp32 softmax the cross-entropy loss 
 // (flash_attn_interface.py, ctx.save_for_backward).
 constexpr double kLogsumexpBytes = 4;
 constexpr double kFlashRngStateBytes = 16;
-// Forward element-wise HBM traffic per byte kept for the backward: every kept
-// tensor is written once by one kernel and read once by the next.
+// The flat time model's forward element-wise HBM traffic per byte kept for
+// the backward: every kept tensor is written once by one kernel and read
+// once by the next.
 constexpr double kTrafficPerActivationByte = 2;
-// Backward over forward: each forward matrix product has two in the backward
-// (input gradient and weight gradient), Narayanan et al. SC'21, appendix.
+// The flat time model's backward over forward: each forward matrix product
+// has two in the backward (input gradient and weight gradient), Narayanan et
+// al. SC'21, appendix.
 constexpr double kBackwardOverForward = 2;
 
 // The architecture as the formulas' symbols, in double so that products of
 // widths do not overflow (every value stays an exact integer below 2^53 for
 // any estimate that model.json can hold).
 struct Dims {
-  double s;             // sequence length
-  double h;             // hidden
-  double a;             // attention heads
-  double hkv;           // key/value width: kv_heads * h / a
-  double f;             // MLP width
-  double v;             // vocabulary
-  double e;             // bytes per element (B)
-  double mlp_matrices;  // 2, or 3 for a gated (SwiGLU) MLP
+  double s;  // sequence length
+  double h;  // hidden
+  double v;  // vocabulary
+  double e;  // bytes per element (B)
 };
 
 // A product of the layer, per sample: a weight product has m = tokens
@@ -74,6 +67,16 @@ struct Dims {
 struct ProductShape {
   double m, n, k;
   double batch_per_sample = 0;  // 0: a weight product, m is per sample
+};
+
+// A memory-bound kernel of the matmul time model (a norm, an activation, a
+// residual add with dropout, a bias gradient, softmax, cross-entropy, a
+// gather): the bytes it reads and writes per sample, and per call whatever
+// the micro-batch size (the embedding's table gradient).
+struct MemoryKernel {
+  double bytes_per_sample = 0;
+  double bytes_per_call = 0;
+  bool weight_gradient = false;  // a backward kernel that belongs to the weight gradient
 };
 
 // One layer's cost for one sample on one GPU of a t-way group; memory and
@@ -97,6 +100,12 @@ struct SampleCost {
   std::vector<ProductShape> weight_products;  // forward products with a weight
   std::vector<ProductShape> core_products;    // eager attention: Q*K^T and P*V per head
   double flash_flops = 0;                     // FlashAttention forward FLOPs (causal)
+  // The matmul model's memory-bound kernels, one entry per kernel
+  // (docs/profiler.md, "Time"): the forward's, the eager attention core's
+  // (forward, rerun by selective recomputation) and the backward's.
+  std::vector<MemoryKernel> forward_kernels;
+  std::vector<MemoryKernel> core_kernels;
+  std::vector<MemoryKernel> backward_kernels;
   TensorParallelCost tp;
 };
 
@@ -107,6 +116,7 @@ struct Rates {
   double bytes_per_s;
   TimeModel model;
   GemmRates gemm;
+  FlashRates flash;  // the matmul model's FlashAttention kernel at this s and head size
 };
 
 // The parallel layout one GPU's cost is worked out for.
@@ -118,34 +128,47 @@ struct Split {
   double Replicated() const { return sp ? 1 / t : 1; }
 };
 
-Status CheckRange(const char* flag, int64_t value, int64_t min, int64_t max, const char* about) {
-  if (value < min) {
-    return Status::InvalidArgument(
-        fmt::format("{} {} must be at least {} ({})", flag, value, min, about));
-  }
-  if (value > max) {
-    return Status::InvalidArgument(
-        fmt::format("{} {} is over the limit of {} ({})", flag, value, max, about));
-  }
-  return Status::Ok();
+// The query/key channels of one attention head, which the attention
+// kernel's speed depends on: head_dim, hidden / heads, or MLA's nope + rope.
+double AttentionHeadSize(const TransformerSpec& spec) {
+  if (spec.mla.Enabled()) return spec.mla.qk_nope_head_dim + spec.mla.qk_rope_head_dim;
+  if (spec.head_dim > 0) return spec.head_dim;
+  return static_cast<double>(spec.hidden) / spec.heads;
 }
 
-// Rows of a vocabulary-parallel table on one GPU: V/t rounded up (Megatron-LM
-// pads the vocabulary to a multiple of t).
-int64_t VocabRows(const TransformerSpec& spec, int t) { return (int64_t{spec.vocab} + t - 1) / t; }
+FlashKernel FlashKernelOf(Attention attention) {
+  switch (attention) {
+    case Attention::kFlash3:
+      return FlashKernel::kFlash3;
+    case Attention::kTriton:
+      return FlashKernel::kTriton;
+    default:
+      return FlashKernel::kFlash2;
+  }
+}
 
-SampleCost EmbeddingCost(const TransformerSpec& spec, const Dims& d, const Split& x) {
+SampleCost EmbeddingCost(const TransformerSpec& spec, const LayerShape& shape, const Dims& d,
+                         const Split& x) {
   const double tables = spec.learned_positions ? 2 : 1;
-  const int t = static_cast<int>(x.t);
   SampleCost c;
   // Vocabulary-parallel token table; the position table is replicated.
-  c.parameters = VocabRows(spec, t) * spec.hidden +
-                 (spec.learned_positions ? int64_t{spec.sequence_length} * spec.hidden : 0);
+  c.parameters = shape.parameters;
   // Read the ids, gather one row per token from each table, write their sum;
   // dropout reads it and writes the output and its mask (on 1/t of the
   // tokens with sequence parallelism).
-  c.traffic_bytes = d.s * kTokenIdBytes + d.s * d.h * (tables * d.e + d.e) +
-                    x.Replicated() * d.s * d.h * (2 * d.e + kMaskBytes);
+  const double gather = d.s * kTokenIdBytes + d.s * d.h * (tables * d.e + d.e);
+  const double dropout = x.Replicated() * d.s * d.h * (2 * d.e + kMaskBytes);
+  c.traffic_bytes = gather + dropout;
+  c.forward_kernels = {{gather}, {dropout}};
+  // Backward: dropout's (read the gradient and the mask, write), and the
+  // table gradient: read the ids and the rows' gradients, and per call zero
+  // the V/t x h gradient table and add it into the parameter's gradient
+  // (PyTorch's embedding_dense_backward), the position table's with it.
+  const double table_bytes = static_cast<double>(shape.table_parameters) * d.e;
+  c.backward_kernels = {{.bytes_per_sample = dropout, .weight_gradient = true},
+                        {.bytes_per_sample = d.s * kTokenIdBytes + tables * d.s * d.h * d.e,
+                         .bytes_per_call = 2 * table_bytes,
+                         .weight_gradient = true}};
   c.activation_bytes = d.s * kTokenIdBytes + x.Replicated() * d.s * d.h * kMaskBytes;
   c.checkpoint_bytes = c.activation_bytes;   // not recomputed
   c.weight_grad_bytes = c.activation_bytes;  // the whole backward is the weight gradient
@@ -160,56 +183,176 @@ SampleCost EmbeddingCost(const TransformerSpec& spec, const Dims& d, const Split
   return c;
 }
 
-SampleCost BlockCost(const TransformerSpec& spec, const Dims& d, Attention kind, const Split& x) {
-  const int64_t h = spec.hidden;
-  const int64_t f = spec.FfnHidden();
-  const int64_t t = static_cast<int64_t>(x.t);
-  const int64_t hkv = int64_t{spec.KvHeads()} * (h / spec.heads);
-  // Column-parallel QKV and fc1 (weights and biases split), row-parallel
-  // projection and fc2 (weights split, biases replicated), layernorms
-  // replicated (Megatron-LM ColumnParallelLinear / RowParallelLinear).
-  const int64_t split_attention = h * (h + 2 * hkv) + (h + 2 * hkv) + h * h;
-  const int64_t split_mlp = spec.gated_mlp ? 3 * h * f + 2 * f : 2 * h * f + f;
-  SampleCost c;
-  c.parameters = (split_attention + split_mlp) / t + h + h + 4 * h;
-  const double fc1_outputs = spec.gated_mlp ? 2 * d.f : d.f;
-  c.weight_products = {{d.s, (d.h + 2 * d.hkv) / x.t, d.h},  // QKV
-                       {d.s, d.h, d.h / x.t},                // attention output projection
-                       {d.s, fc1_outputs / x.t, d.h},        // fc1 (gate and up for SwiGLU)
-                       {d.s, d.h, d.f / x.t}};               // fc2
-  c.weight_flops = 2 * d.s * (2 * d.h * d.h + 2 * d.h * d.hkv + d.mlp_matrices * d.h * d.f) / x.t;
-  c.other_flops = 4 * d.s * d.s * d.h / x.t;
-  c.layer_flops = c.weight_flops * x.t + c.other_flops * x.t;
-  const bool flash = kind == Attention::kFlash;
-  const double head_dim = d.h / d.a;
-  if (flash) {
-    c.flash_flops = c.other_flops;
-  } else {
-    c.core_products = {{d.s, d.s, head_dim, d.a / x.t},   // Q*K^T
-                       {d.s, head_dim, d.s, d.a / x.t}};  // softmax(.)*V
+// Widths (features per token, whole layer) of what a block keeps for its
+// backward, split by how tensor parallelism divides them: `full` is whole on
+// every GPU (1/t of the tokens with sequence parallelism), `split` is / t.
+struct KeptWidths {
+  double full = 0, split = 0;
+};
+
+// What the weight-gradient products need: each product's input and the
+// gradient of its output. A column-parallel product's input is full and its
+// output split; a row-parallel one's the other way round; a replicated one
+// (MLA's down-projections) has both full.
+KeptWidths WeightGradWidths(const LayerShape& shape) {
+  KeptWidths w;
+  for (const WeightProduct& p : shape.products) {
+    const double in = static_cast<double>(p.in), out = static_cast<double>(p.out);
+    switch (p.split) {
+      case TpSplit::kColumn:
+        w.full += in;
+        w.split += out;
+        break;
+      case TpSplit::kRow:
+        w.split += in;
+        w.full += out;
+        break;
+      default:
+        w.full += in + out;
+        break;
+    }
   }
-  // Korthikanti et al. 2022 sec. 4.1-4.2, generalised to B, f, h_kv and
-  // SwiGLU: the QKV input, the two layernorm inputs, the fc1 input and the
-  // two dropout masks are replicated without sequence parallelism (10sbh
-  // for 16-bit); the rest is split over t (24sbh + 5as^2b).
-  const double core = (2 * d.e + kMaskBytes) * d.a * d.s * d.s / x.t;
-  const double replicated =
-      d.s * (d.e * d.h + kMaskBytes * d.h + d.e * d.h + kMaskBytes * d.h + 2 * d.e * d.h);
-  const double split = d.s * d.e * (2 * d.h + 2 * d.hkv + fc1_outputs + d.f) / x.t;
+  return w;
+}
+
+// The memory-bound kernels of a block, per sample on one GPU of the group
+// (docs/profiler.md, "Time"). Full-width tensors (norms, residual adds,
+// dropout) are replicated over the group, or 1/t of the tokens with sequence
+// parallelism; the attention and MLP insides are split over t. A kernel per
+// norm of the block (RMSNorm and LayerNorm move the same bytes), the MLP's
+// activation (SwiGLU: gate, up -> out), rotary positions on Q and K in each
+// direction (MLA: on their rotary channels), the query/key norms, and a bias
+// gradient per product with a bias. In the flags' classic shape
+// (ClassicShape) GPT-style blocks (a plain MLP) have the bias gradients and
+// LLaMA-style ones (a gated MLP) none, as those models are trained.
+void AddBlockKernels(const TransformerSpec& spec, const LayerShape& shape, const Dims& d,
+                     bool flash, const Split& x, SampleCost* c) {
+  const AttentionCore& attention = shape.attention;
+  const double a = attention.query_heads;
+  const double q_width = a * attention.qk_dim;
+  const double kv_width = static_cast<double>(attention.kv_heads) * attention.qk_dim;
+  double f = 0;  // the MLP width
+  for (const WeightProduct& p : shape.products) {
+    if (p.name == "fc2") f = static_cast<double>(p.in);
+  }
+  const double full = x.Replicated() * d.s * d.h * d.e;  // one full-width tensor
+  const double mask = x.Replicated() * d.s * d.h * kMaskBytes;
+  const double e_split = d.s * d.e / x.t;           // bytes per split column
+  const double norm = 2 * full;                     // read x, write y
+  const double norm_backward = 3 * full;            // read x and dy, write dx
+  const double residual_dropout = 3 * full + mask;  // read two, write one and the mask
+  const double dropout_backward = 2 * full + mask;  // read dy and the mask, write dx
+  const double residual_backward = 3 * full;        // add the two branches' gradients
+  const double activation =
+      spec.gated_mlp ? 3 * f * e_split : 2 * f * e_split;  // SwiGLU: gate, up -> out
+  const double activation_backward = spec.gated_mlp ? 5 * f * e_split : 3 * f * e_split;
+  const double rope = spec.mla.qk_rope_head_dim;
+  const double rotary = spec.learned_positions ? 0
+                        : spec.mla.Enabled()   ? 2 * (a * rope + rope) * e_split
+                                               : 2 * (q_width + kv_width) * e_split;
+  // Two norms: before attention and before the MLP; one (Falcon-7B) shares
+  // the first; more (Gemma: after each as well) follow.
+  c->forward_kernels = {{norm}, {residual_dropout}};
+  if (spec.block_norms >= 2) c->forward_kernels.push_back({norm});
+  c->forward_kernels.push_back({activation});
+  c->forward_kernels.push_back({residual_dropout});
+  for (int n = 2; n < spec.block_norms; ++n) c->forward_kernels.push_back({norm});
+  if (rotary > 0) c->forward_kernels.push_back({rotary});
+  c->backward_kernels = {{dropout_backward},
+                         {activation_backward},
+                         {norm_backward},
+                         {residual_backward},
+                         {dropout_backward}};
+  if (spec.block_norms >= 2) c->backward_kernels.push_back({norm_backward});
+  c->backward_kernels.push_back({residual_backward});
+  for (int n = 2; n < spec.block_norms; ++n) c->backward_kernels.push_back({norm_backward});
+  if (rotary > 0) c->backward_kernels.push_back({rotary});
+  if (spec.qk_norm) {  // a norm over each query and key head
+    c->forward_kernels.push_back({2 * (q_width + kv_width) * e_split});
+    c->backward_kernels.push_back({3 * (q_width + kv_width) * e_split});
+  }
+  // The bias gradients: a reduction over the tokens of each output gradient.
+  std::vector<double> bias_bytes;
+  if (ClassicShape(spec)) {
+    if (!spec.gated_mlp) bias_bytes = {full, f * e_split, full, (q_width + 2 * kv_width) * e_split};
+  } else {
+    for (const WeightProduct& p : shape.products) {
+      if (!p.bias) continue;
+      const double out = static_cast<double>(p.out);
+      bias_bytes.push_back(p.split == TpSplit::kColumn ? out * e_split
+                           : p.split == TpSplit::kRow  ? x.Replicated() * d.s * out * d.e
+                                                       : d.s * out * d.e);
+    }
+  }
+  for (double bytes : bias_bytes) {
+    c->backward_kernels.push_back({.bytes_per_sample = bytes, .weight_gradient = true});
+  }
+  if (flash) {
+    // The backward's first kernel: the row sums of dO * O.
+    c->backward_kernels.push_back({2 * a * attention.v_dim * e_split});
+    return;
+  }
+  // Eager attention: scaled, masked softmax of the scores and its dropout,
+  // a/t heads of s x s; their backward.
+  const double scores = a * d.s * d.s / x.t;
+  c->core_kernels = {{2 * scores * d.e}, {scores * (2 * d.e + kMaskBytes)}};
+  c->backward_kernels.push_back({scores * (2 * d.e + kMaskBytes)});
+  c->backward_kernels.push_back({3 * scores * d.e});
+}
+
+// REQUIRES: `shape` is a dense block (the time model refuses experts) and
+// `whole` the same block at t = 1.
+SampleCost BlockCost(const TransformerSpec& spec, const LayerShape& shape, const LayerShape& whole,
+                     const Dims& d, Attention kind, const Split& x) {
+  const AttentionCore& core_shape = shape.attention;
+  const double a = core_shape.query_heads;
+  const double t = x.t;
+  SampleCost c;
+  c.parameters = shape.parameters;
+  double fc1_outputs = 0, f = 0;
+  for (const WeightProduct& p : shape.products) {
+    c.weight_products.push_back({d.s, p.OutAt(x.t), p.InAt(x.t)});
+    if (p.name == "fc1") fc1_outputs = static_cast<double>(p.out);
+    if (p.name == "fc2") f = static_cast<double>(p.in);
+  }
+  c.weight_flops = d.s * shape.WeightFlopsPerToken(x.t);
+  c.other_flops = core_shape.flops / t;
+  c.layer_flops = d.s * whole.WeightFlopsPerToken(1) + core_shape.flops;
+  const bool flash = kind != Attention::kEager;
+  if (flash) {
+    c.flash_flops = core_shape.causal_flops_as_full / t;
+  } else {  // an eager kernel scores every key, then masks
+    c.core_products = {{d.s, d.s, static_cast<double>(core_shape.qk_dim), a / t},  // Q*K^T
+                       {d.s, static_cast<double>(core_shape.v_dim), d.s, a / t}};  // softmax(.)*V
+  }
+  // Korthikanti et al. 2022 sec. 4.1-4.2, generalised to B, f, head widths,
+  // SwiGLU and MLA: the QKV input, the fc1 input (one tensor when a parallel
+  // block has one norm), the norm inputs and the two dropout masks are
+  // replicated without sequence parallelism (10sbh for 16-bit); Q, K, V,
+  // the output projection's input, qk-norm inputs, fc1's outputs and fc2's
+  // input are split over t (24sbh + 5as^2b); MLA's latents (the input of
+  // their norm and of their up-projection) are replicated.
+  const double qk = core_shape.qk_dim, v = core_shape.v_dim, kv = core_shape.kv_heads;
+  const double core = (2 * d.e + kMaskBytes) * a * d.s * d.s / t;
+  const double product_inputs = spec.parallel_block && spec.block_norms == 1 ? 1 : 2;
+  const double latents = 2.0 * (spec.mla.q_lora_rank + spec.mla.kv_lora_rank);
+  const double replicated = d.s * (d.e * (product_inputs + spec.block_norms) * d.h + d.e * latents +
+                                   2 * kMaskBytes * d.h);
+  const double qk_norm_inputs = spec.qk_norm ? a * qk + kv * qk : 0;
+  const double split =
+      d.s * d.e * (a * qk + kv * qk + kv * v + a * v + qk_norm_inputs + fc1_outputs + f) / t;
   c.activation_bytes =
-      x.Replicated() * replicated + split + (flash ? kLogsumexpBytes * d.a * d.s / x.t : core);
+      x.Replicated() * replicated + split + (flash ? kLogsumexpBytes * a * d.s / t : core);
   if (flash) c.fixed_activation_bytes = kFlashRngStateBytes;
   c.attention_core_bytes = flash ? 0 : core;
   c.attention_core_flops = flash ? 0 : c.other_flops;
   c.traffic_bytes = kTrafficPerActivationByte * c.activation_bytes;
+  AddBlockKernels(spec, shape, d, flash, x, &c);
   c.checkpoint_bytes = x.Replicated() * d.s * d.h * d.e;  // the block input
-  // What the weight products' gradients need: their inputs (QKV, output
-  // projection, fc1: h each; fc2: f) and the gradients of their outputs
-  // (h + 2*h_kv, h, fc1's outputs, h): 32sbh for 16-bit, f = 4h, h_kv = h.
-  // The QKV and fc1 inputs and the projection and fc2 output gradients are
-  // full-width (replicated, or 1/t of the tokens with sequence parallelism).
-  c.weight_grad_bytes =
-      d.s * d.e * (x.Replicated() * 4 * d.h + (2 * d.h + 2 * d.hkv + d.f + fc1_outputs) / x.t);
+  // What the weight products' gradients need (WeightGradWidths): 32sbh for
+  // 16-bit, f = 4h, multi-head attention (Qi et al. 2024, Table 1).
+  const KeptWidths grad = WeightGradWidths(whole);
+  c.weight_grad_bytes = d.s * d.e * (x.Replicated() * grad.full + grad.split / t);
   c.output_bytes = x.Replicated() * d.s * d.h * d.e;
   c.workspace_bytes = kMatmulWorkspaceBytes;
   // Two all-reduces in the forward (after attention and after the MLP) and
@@ -222,13 +365,11 @@ SampleCost BlockCost(const TransformerSpec& spec, const Dims& d, Attention kind,
   return c;
 }
 
-SampleCost HeadCost(const TransformerSpec& spec, const Dims& d, const Split& x) {
-  const int t = static_cast<int>(x.t);
-  const double rows = static_cast<double>(VocabRows(spec, t));
+SampleCost HeadCost(const LayerShape& shape, const Dims& d, const Split& x) {
+  const double rows = shape.products.front().OutAt(x.t);
   SampleCost c;
-  // Replicated final layernorm; vocabulary-parallel projection.
-  c.parameters = 2 * int64_t{spec.hidden} +
-                 (spec.tied_embeddings ? 0 : VocabRows(spec, t) * int64_t{spec.hidden});
+  // Replicated final norm; vocabulary-parallel projection.
+  c.parameters = shape.parameters;
   c.weight_products = {{d.s, rows, d.h}};
   c.weight_flops = 2 * d.s * d.h * rows;
   c.layer_flops = 2 * d.s * d.h * d.v;
@@ -238,6 +379,13 @@ SampleCost HeadCost(const TransformerSpec& spec, const Dims& d, const Split& x) 
   c.activation_bytes =
       d.s * (x.Replicated() * 2 * d.e * d.h + d.e * rows + kLossSoftmaxBytes * rows);
   c.traffic_bytes = kTrafficPerActivationByte * c.activation_bytes;
+  // The final norm; the cross-entropy reads the logits and writes the fp32
+  // softmax it keeps, and its backward reads that and writes the logits'
+  // gradient.
+  const double norm = x.Replicated() * d.s * d.h * d.e;
+  const double loss = d.s * rows * (d.e + kLossSoftmaxBytes);
+  c.forward_kernels = {{2 * norm}, {loss}};
+  c.backward_kernels = {{loss}, {3 * norm}};
   c.checkpoint_bytes = c.activation_bytes;                          // not recomputed
   c.weight_grad_bytes = d.s * d.e * (x.Replicated() * d.h + rows);  // projection input, logits grad
   c.output_bytes = 0;  // the last layer: only the loss leaves it
@@ -290,36 +438,42 @@ LayerSeconds FlatSeconds(const SampleCost& c, const Rates& r, int b) {
 // two activations (the attention core) has both operands' gradients.
 LayerSeconds MatmulSeconds(const SampleCost& c, const Rates& r, int b) {
   const GemmRates& g = r.gemm;
+  // Every kernel lasts at least kMinKernelSeconds (the launch and host cost
+  // of one operator).
+  auto kernel = [](double seconds) { return std::max(seconds, kMinKernelSeconds); };
+  auto gemm = [&](const Gemm& product) { return kernel(TimeGemm(g, product).seconds); };
+  auto memory = [&](const MemoryKernel& k) {
+    return kernel((b * k.bytes_per_sample + k.bytes_per_call) / r.bytes_per_s);
+  };
   LayerSeconds s;
-  const double elementwise = b * c.traffic_bytes / r.bytes_per_s;
   double input_grad = 0;
   for (const ProductShape& p : c.weight_products) {
     const Gemm f = AtMicrobatch(p, b);
-    s.forward += TimeGemm(g, f).seconds;
-    input_grad += TimeGemm(g, Gemm{f.m, f.k, f.n, 1}).seconds;
-    s.weight += TimeGemm(g, Gemm{f.k, f.n, f.m, 1}).seconds;
+    s.forward += gemm(f);
+    input_grad += gemm(Gemm{f.m, f.k, f.n, 1});
+    s.weight += gemm(Gemm{f.k, f.n, f.m, 1});
   }
   double core_forward = 0, core_backward = 0;
   for (const ProductShape& p : c.core_products) {
     const Gemm f = AtMicrobatch(p, b);
-    core_forward += TimeGemm(g, f).seconds;
-    core_backward += TimeGemm(g, Gemm{f.m, f.k, f.n, f.batch}).seconds +
-                     TimeGemm(g, Gemm{f.k, f.n, f.m, f.batch}).seconds;
+    core_forward += gemm(f);
+    core_backward += gemm(Gemm{f.m, f.k, f.n, f.batch}) + gemm(Gemm{f.k, f.n, f.m, f.batch});
   }
+  for (const MemoryKernel& k : c.core_kernels) core_forward += memory(k);
   if (c.flash_flops > 0) {
-    core_forward += FlashSeconds(g, b * c.flash_flops, false, true);
-    core_backward += FlashSeconds(g, b * c.flash_flops, true, true);
+    // Causal: the kernel skips the blocks above the diagonal, half the FLOPs.
+    const double flops = b * c.flash_flops * kCausalShare;
+    core_forward += kernel(flops / r.flash.forward_flops_per_s);
+    core_backward += kernel(kFlashBackwardOverForward * flops / r.flash.backward_flops_per_s);
   }
-  s.forward += core_forward + elementwise;
-  if (!c.has_input_gradient) {  // the embedding: a gather, all weight gradient
-    s.backward = kBackwardOverForward * s.forward;
-    s.weight = s.backward;
-  } else {
-    s.backward = input_grad + s.weight + core_backward + kBackwardOverForward * elementwise;
+  s.forward += core_forward;
+  for (const MemoryKernel& k : c.forward_kernels) s.forward += memory(k);
+  double other_backward = 0;
+  for (const MemoryKernel& k : c.backward_kernels) {
+    (k.weight_gradient ? s.weight : other_backward) += memory(k);
   }
-  if (c.attention_core_flops > 0) {
-    s.core = core_forward + b * kTrafficPerActivationByte * c.attention_core_bytes / r.bytes_per_s;
-  }
+  s.backward = input_grad + s.weight + core_backward + other_backward;
+  if (c.attention_core_flops > 0) s.core = core_forward;
   return s;
 }
 
@@ -373,6 +527,23 @@ Result<Layer> ToLayer(std::string name, const SampleCost& c, const Rates& r,
     layer.profiles.push_back(*p);
   }
   return layer;
+}
+
+// The time and memory model covers dense MLPs only: an expert block's cost
+// depends on routing, expert parallelism and the all-to-all, which are issue
+// 26's (mixture of experts). Refusing beats writing a wrong number.
+Status CheckDenseOnly(const TransformerSpec& spec) {
+  const MoeSpec& moe = spec.moe;
+  const int moe_blocks = moe.MoeBlocks(spec.layers);
+  if (moe_blocks == 0) return Status::Ok();
+  const ParameterCount count = CountParameters(spec);
+  return Status::FailedPrecondition(fmt::format(
+      "{} has mixture-of-experts MLPs ({} experts, top {}, in {} of {} blocks): the analytic "
+      "time and memory model does not cover expert layers yet; expert parallelism, routing and "
+      "the all-to-all are issue 26 (mixture of experts). Its parameters are counted: {:.3f}B "
+      "total, {:.3f}B active per token (profiler analytic --describe prints them by layer)",
+      spec.name, moe.experts, moe.experts_per_token, moe_blocks, spec.layers, count.total / 1e9,
+      count.active / 1e9));
 }
 
 Status ValidateTensorParallel(const TransformerSpec& spec, const TensorParallelism& tp) {
@@ -471,8 +642,8 @@ std::map<std::string, std::string> Formulas(const TransformerSpec& spec,
     formulas["attention_core_formula"] =
         "attention_core_bytes = (2*B + 1)*a*s^2*b (the s x s tensors selective recomputation "
         "drops: 5*a*s^2*b for 16-bit, Korthikanti et al. 2022, sec. 5 and Table 2); "
-        "attention_core_us = (4*s^2*h FLOPs [Q*K^T and scores*V]) / matmul rate + 2 x "
-        "attention_core_bytes / memory rate, per sample";
+        "attention_core_us = the forward of the core: its products (Q*K^T and scores*V) and "
+        "its softmax and dropout kernels";
   } else {
     formulas["activation_formula"] =
         "block, bytes kept per micro-batch, FlashAttention (Korthikanti et al. 2022, sec. 4.1, "
@@ -510,21 +681,28 @@ std::map<std::string, std::string> Formulas(const TransformerSpec& spec,
         "; backward = 2 x forward; linear in b";
   } else {
     formulas["time_formula"] =
-        "time model 'matmul' (docs/calibration.md): forward = sum over the layer's products "
-        "(QKV [b*s, h + 2*h_kv, h], projection [b*s, h, h], fc1 [b*s, fc1 outputs, h], fc2 "
-        "[b*s, h, f], lm_head [b*s, V, h]; eager attention: b*a batched [s, s, h/a] and [s, h/a, "
-        "s]) of gemm(m, n, k) = max(waves * 2*128*256*(k + 128) / (peak/SMs * "
-        "mainloop_efficiency), B*(m*k + k*n + m*n) / HBM rate), waves = ceil(tiles / SMs), tiles "
-        "= ceil(m/128)*ceil(n/256) (or the transposed tiling, whichever has fewer waves); "
-        "FlashAttention (causal: half of 4*s^2*h per sample) at flash_forward_efficiency of peak "
-        "+ " +
-        elementwise +
-        ". Backward = per product the input gradient gemm(m, k, n) and the weight gradient "
-        "gemm(k, n, m) (backward_weight_us: the weight gradients), eager attention's two operand "
-        "gradients, FlashAttention's backward (2.5 x its forward FLOPs, causal half) at "
-        "flash_backward_efficiency, and 2 x the forward element-wise time; embedding backward = "
-        "2 x forward, all weight gradient. Not linear in b: larger micro-batches fill the SMs "
-        "better";
+        "time model 'matmul' (docs/calibration.md, docs/profiler.md 'Time'): a layer is the "
+        "kernels training runs, each at least 7 us (kMinKernelSeconds: one operator's launch and "
+        "host cost). Products (QKV [b*s, h + 2*h_kv, h], projection [b*s, h, h], fc1 [b*s, fc1 "
+        "outputs, h], fc2 [b*s, h, f], lm_head [b*s, V, h]; eager attention: b*a batched [s, s, "
+        "h/a] and [s, h/a, s]) take gemm(m, n, k) = max(waves * 2*128*256*(k + 128) / "
+        "(peak/SMs * mainloop_efficiency), B*(m*k + k*n + m*n) / HBM rate), waves = ceil(tiles "
+        "/ SMs), tiles = ceil(m/128)*ceil(n/256) (or the transposed tiling, whichever has fewer "
+        "waves); the backward has per product the input gradient gemm(m, k, n) and the weight "
+        "gradient gemm(k, n, m). FlashAttention (causal: half of 4*s^2*h per sample forward, "
+        "2.5x that backward) runs at its published TFLOP/s for s and h/a (attention_kernel). "
+        "Memory-bound kernels move their bytes at memory_bandwidth_gbps*1e9*memory_efficiency: "
+        "forward two norms (read, write), two residual adds with dropout (read 2, write 1 and a "
+        "1-byte mask), the activation (GeLU read f, write f; SwiGLU read 2f, write f), rotary on "
+        "Q and K without learned positions, eager attention's softmax and its dropout; backward "
+        "their gradients (norm: read 2, write 1; activation: GeLU 3f, SwiGLU 5f; dropout: read "
+        "2, write 1; the two branches' gradients added), the bias gradients of a GPT block "
+        "(reductions over the tokens, part of the weight gradient), FlashAttention's dO*O row "
+        "sums; embedding: gather and dropout forward, dropout and the table gradient backward "
+        "(8*s*b + tables*s*b*h*B, plus 2*V*h*B per call); lm_head: the final norm and the "
+        "cross-entropy (read the logits, write the fp32 softmax; backward read it, write the "
+        "logits' gradient). backward_weight_us: the weight-gradient products and kernels. Not "
+        "linear in b: larger micro-batches fill the SMs better";
   }
   formulas["embedding_formula"] =
       std::string("parameters V*h") + (spec.learned_positions ? " + s*h (learned positions)" : "") +
@@ -542,6 +720,11 @@ std::map<std::string, std::string> Formulas(const TransformerSpec& spec,
       "32 MiB cuBLAS workspace on every block and on lm_head (what the cuBLAS documentation, "
       "cublasSetWorkspace, recommends for Hopper; 4 MiB would do before Hopper); 0 on the "
       "embedding";
+  if (std::optional<ShapeFormulaText> text = ShapeFormulas(spec)) {
+    formulas["parameter_formula"] = text->parameters;
+    formulas["flops_formula"] = text->flops;
+    formulas["activation_formula"] += text->activation_note;
+  }
   return formulas;
 }
 
@@ -551,7 +734,8 @@ std::string JsonText(const json& value) {
 }
 
 ModelSource MakeSource(const TransformerSpec& spec, const AnalyticOptions& options,
-                       const GpuSpec& gpu, std::string device, const GemmPreset& preset) {
+                       const GpuSpec& gpu, std::string device, const Rates& rates) {
+  const GemmPreset& preset = rates.gemm.preset;
   ModelSource source;
   source.method = "analytic";
   source.device = std::move(device);
@@ -559,16 +743,6 @@ ModelSource MakeSource(const TransformerSpec& spec, const AnalyticOptions& optio
     source.details[key] = JsonText(text);
   }
   source.details["attention"] = JsonText(AttentionName(options.attention));
-  const json architecture = {{"layers", spec.layers},
-                             {"hidden", spec.hidden},
-                             {"heads", spec.heads},
-                             {"kv_heads", spec.KvHeads()},
-                             {"ffn_hidden", spec.FfnHidden()},
-                             {"gated_mlp", spec.gated_mlp},
-                             {"sequence_length", spec.sequence_length},
-                             {"vocab", spec.vocab},
-                             {"tied_embeddings", spec.tied_embeddings},
-                             {"learned_positions", spec.learned_positions}};
   const json limitations = {
       "an estimate from datasheet numbers, not a measurement; measure on the GPU when one is "
       "available (profiler cupti, planned)",
@@ -576,17 +750,19 @@ ModelSource MakeSource(const TransformerSpec& spec, const AnalyticOptions& optio
           ? "time model 'flat': linear in the micro-batch size; small micro-batches run below "
             "matmul_efficiency on real GPUs"
           : "time model 'matmul': calibrated against published measurements (docs/calibration.md: "
-            "GEMM sweeps and the zero-bubble paper's 1F1B throughput); kernel launch gaps and "
-            "fused-kernel savings are not modelled",
+            "GEMM and FlashAttention benchmarks, MosaicML llm-foundry's MPT runs); fused kernels "
+            "beyond FlashAttention and bias epilogues (fused norms, Transformer Engine) are not "
+            "modelled",
       "profiles without tensor_parallel are for one GPU per stage (t = 1); profiler analytic "
       "--tensor-parallel adds per-GPU profiles for t > 1 (source.tensor_parallel); no context "
       "parallelism; recomputation and split-backward memory are given per layer (checkpoint_bytes, "
       "attention_core_bytes, weight_grad_bytes) for "
       "the simulator to apply",
-      "kernel launch gaps, communication and the optimizer step are not in the per-layer times",
+      "communication and the optimizer step are not in the per-layer times",
       "tied embeddings: Megatron-LM with pipeline parallelism keeps a copy of the table on the "
       "last stage; this file counts the table once, in the embedding"};
-  source.details["architecture"] = JsonText(architecture);
+  source.details["architecture"] = ArchitectureJson(spec);
+  if (!spec.from.empty()) source.details["architecture_from"] = JsonText(spec.from);
   source.architecture =
       ModelArchitecture{spec.hidden, spec.sequence_length, spec.heads, spec.KvHeads()};
   source.details["limitations"] = JsonText(limitations);
@@ -603,9 +779,20 @@ ModelSource MakeSource(const TransformerSpec& spec, const AnalyticOptions& optio
                       {"tile", {kTileRows, kTileCols}},
                       {"tile_overhead_k", kTileOverheadK},
                       {"mainloop_efficiency", preset.mainloop_efficiency},
-                      {"flash_forward_efficiency", preset.flash_forward_efficiency},
-                      {"flash_backward_efficiency", preset.flash_backward_efficiency},
                       {"source", preset.source}});
+    source.details["min_kernel_us"] = JsonText(std::llround(kMinKernelSeconds * 1e9) / 1e3);
+    if (options.attention != Attention::kEager) {
+      source.details["attention_kernel"] =
+          JsonText(json{{"kernel", AttentionName(options.attention)},
+                        {"causal", true},
+                        {"head_dim", AttentionHeadSize(spec)},
+                        {"forward_tflops", rates.flash.forward_flops_per_s / 1e12},
+                        {"backward_tflops", rates.flash.backward_flops_per_s / 1e12},
+                        {"table", rates.flash.table},
+                        {"source",
+                         "published benchmark figures, interpolated in s and head size "
+                         "(docs/calibration.md 'Attention')"}});
+    }
   }
   source.details["memory_efficiency"] = JsonText(options.memory_efficiency);
   source.details["bytes_per_element"] = JsonText(options.bytes_per_element);
@@ -618,50 +805,28 @@ ModelSource MakeSource(const TransformerSpec& spec, const AnalyticOptions& optio
 const char* TimeModelName(TimeModel model) { return model == TimeModel::kFlat ? "flat" : "matmul"; }
 
 const char* AttentionName(Attention attention) {
-  return attention == Attention::kEager ? "eager" : "flash";
+  switch (attention) {
+    case Attention::kEager:
+      return "eager";
+    case Attention::kFlash3:
+      return "flash3";
+    case Attention::kTriton:
+      return "triton";
+    default:
+      return "flash2";
+  }
 }
 
-Status TransformerSpec::Validate() const {
-  if (name.empty()) return Status::InvalidArgument("--name is empty; give the model a name");
-  PIPECAST_RETURN_IF_ERROR(CheckRange("--layers", layers, 1, kMaxLayers, "transformer blocks"));
-  PIPECAST_RETURN_IF_ERROR(CheckRange("--hidden", hidden, 1, kMaxWidth, "the model width"));
-  PIPECAST_RETURN_IF_ERROR(CheckRange("--heads", heads, 1, hidden, "attention heads"));
-  if (hidden % heads != 0) {
-    return Status::InvalidArgument(fmt::format(
-        "--hidden {} is not divisible by --heads {}: each head needs hidden/heads channels", hidden,
-        heads));
-  }
-  PIPECAST_RETURN_IF_ERROR(
-      CheckRange("--kv-heads", kv_heads, 0, heads, "key/value heads; 0 means --heads"));
-  if (heads % KvHeads() != 0) {
-    return Status::InvalidArgument(fmt::format(
-        "--heads {} is not divisible by --kv-heads {}: each key/value head serves a whole group "
-        "of query heads",
-        heads, kv_heads));
-  }
-  PIPECAST_RETURN_IF_ERROR(
-      CheckRange("--ffn-hidden", ffn_hidden, 0, kMaxWidth, "the MLP width; 0 means 4 x --hidden"));
-  PIPECAST_RETURN_IF_ERROR(
-      CheckRange("--seq", sequence_length, 1, kMaxSequenceLength, "tokens per sample"));
-  PIPECAST_RETURN_IF_ERROR(CheckRange("--vocab", vocab, 1, kMaxVocab, "the vocabulary size"));
-  PIPECAST_RETURN_IF_ERROR(CheckRange("--global-batch", global_batch, 0, int64_t{1} << 30,
-                                      "samples per iteration; 0 leaves it out"));
-  if (microbatch_sizes.empty()) {
-    return Status::InvalidArgument("--microbatch-sizes is empty; give at least one, e.g. 1,2,4,8");
-  }
-  std::set<int> seen;
-  for (int b : microbatch_sizes) {
-    if (b < 1 || b > kMaxMicrobatchSize) {
-      return Status::InvalidArgument(
-          fmt::format("--microbatch-sizes lists {}; sizes are samples per micro-batch, 1 to {}", b,
-                      kMaxMicrobatchSize));
-    }
-    if (!seen.insert(b).second) {
-      return Status::InvalidArgument(
-          fmt::format("--microbatch-sizes lists {} twice; give each size once", b));
-    }
-  }
-  return Status::Ok();
+Result<Attention> ParseAttention(const std::string& name) {
+  if (name == "flash" || name == "flash2") return Attention::kFlash2;
+  if (name == "flash3") return Attention::kFlash3;
+  if (name == "triton") return Attention::kTriton;
+  if (name == "eager") return Attention::kEager;
+  return Status::InvalidArgument(
+      fmt::format("--attention {}: use flash2 (FlashAttention-2; also 'flash'), flash3 "
+                  "(FlashAttention-3, Hopper), triton (FlashAttention's Triton kernel, as "
+                  "llm-foundry ran it) or eager",
+                  name));
 }
 
 Status AnalyticOptions::Validate() const {
@@ -695,48 +860,61 @@ Result<Model> EstimateTransformerAt(const TransformerSpec& spec, const AnalyticO
   PIPECAST_RETURN_IF_ERROR(spec.Validate());
   PIPECAST_RETURN_IF_ERROR(options.Validate());
   PIPECAST_RETURN_IF_ERROR(ValidateTensorParallel(spec, tp));
+  PIPECAST_RETURN_IF_ERROR(CheckDenseOnly(spec));
   std::string device;
   Result<GpuSpec> gpu = LoadGpu(options.gpu_preset, &device);
   if (!gpu.ok()) return gpu.status();
   const double bytes_per_s = gpu->memory_bandwidth_gbps * 1e9 * options.memory_efficiency;
-  const Rates rates{
-      .flops_per_s = gpu->peak_tflops * 1e12 * options.matmul_efficiency,
-      .bytes_per_s = bytes_per_s,
-      .model = options.time_model,
-      .gemm = GemmRates{.peak_flops_per_s = gpu->peak_tflops * 1e12,
-                        .hbm_bytes_per_s = bytes_per_s,
-                        .element_bytes = static_cast<double>(options.bytes_per_element),
-                        .preset = GemmPresetFor(*gpu)}};
+  Rates rates{.flops_per_s = gpu->peak_tflops * 1e12 * options.matmul_efficiency,
+              .bytes_per_s = bytes_per_s,
+              .model = options.time_model,
+              .gemm = GemmRates{.peak_flops_per_s = gpu->peak_tflops * 1e12,
+                                .hbm_bytes_per_s = bytes_per_s,
+                                .element_bytes = static_cast<double>(options.bytes_per_element),
+                                .preset = GemmPresetFor(*gpu)},
+              .flash = {}};
+  if (options.attention != Attention::kEager) {
+    Result<FlashRates> flash =
+        FlashRatesFor(*gpu, FlashKernelOf(options.attention), spec.sequence_length,
+                      AttentionHeadSize(spec), /*causal=*/true);
+    if (!flash.ok()) return flash.status();
+    rates.flash = *flash;
+  }
   const Dims dims{.s = static_cast<double>(spec.sequence_length),
                   .h = static_cast<double>(spec.hidden),
-                  .a = static_cast<double>(spec.heads),
-                  .hkv = static_cast<double>(spec.KvHeads()) * (spec.hidden / spec.heads),
-                  .f = static_cast<double>(spec.FfnHidden()),
                   .v = static_cast<double>(spec.vocab),
-                  .e = static_cast<double>(options.bytes_per_element),
-                  .mlp_matrices = spec.gated_mlp ? 3.0 : 2.0};
+                  .e = static_cast<double>(options.bytes_per_element)};
   const Split split{.t = static_cast<double>(tp.degree), .sp = tp.sequence_parallel};
   std::vector<int> sizes = spec.microbatch_sizes;
   std::sort(sizes.begin(), sizes.end());
 
   Model model;
   model.name = spec.name;
-  model.source = MakeSource(spec, options, *gpu, device, rates.gemm.preset);
+  model.source = MakeSource(spec, options, *gpu, device, rates);
   model.dtype = DtypeName(options.bytes_per_element);
   model.sequence_length = spec.sequence_length;
   if (spec.global_batch > 0) model.global_batch = spec.global_batch;
 
-  const SampleCost embedding_cost = EmbeddingCost(spec, dims, split);
-  const SampleCost block_cost = BlockCost(spec, dims, options.attention, split);
-  const SampleCost head_cost = HeadCost(spec, dims, split);
+  const ModelShapes shapes = ShapesOf(spec, tp.degree);
+  const ModelShapes whole = tp.degree == 1 ? shapes : ShapesOf(spec, 1);
+  const SampleCost embedding_cost = EmbeddingCost(spec, shapes.embedding, dims, split);
+  const SampleCost head_cost = HeadCost(shapes.head, dims, split);
   Result<Layer> embedding = ToLayer("embedding", embedding_cost, rates, sizes);
   if (!embedding.ok()) return embedding.status();
   model.layers.push_back(std::move(*embedding));
-  // Every block has the same cost: estimate it once.
-  Result<Layer> block = ToLayer("block.0", block_cost, rates, sizes);
-  if (!block.ok()) return block.status();
+  // Blocks of one kind (window, experts) have the same cost: estimate each
+  // kind once.
+  std::vector<SampleCost> kind_costs;
+  std::vector<Layer> kind_layers;
+  for (size_t k = 0; k < shapes.block_kinds.size(); ++k) {
+    kind_costs.push_back(BlockCost(spec, shapes.block_kinds[k], whole.block_kinds[k], dims,
+                                   options.attention, split));
+    Result<Layer> block = ToLayer("block.0", kind_costs.back(), rates, sizes);
+    if (!block.ok()) return block.status();
+    kind_layers.push_back(std::move(*block));
+  }
   for (int i = 0; i < spec.layers; ++i) {
-    model.layers.push_back(*block);
+    model.layers.push_back(kind_layers[shapes.kind_of_block[i]]);
     model.layers.back().name = fmt::format("block.{}", i);
   }
   Result<Layer> head = ToLayer("lm_head", head_cost, rates, sizes);
@@ -750,7 +928,8 @@ Result<Model> EstimateTransformerAt(const TransformerSpec& spec, const AnalyticO
       return out;
     };
     costs->push_back(cost(embedding_cost));
-    costs->insert(costs->end(), spec.layers, cost(block_cost));
+    for (int i = 0; i < spec.layers; ++i)
+      costs->push_back(cost(kind_costs[shapes.kind_of_block[i]]));
     costs->push_back(cost(head_cost));
   }
 

@@ -18,13 +18,22 @@
 //     input), the attention core selective recomputation drops, and what the
 //     weight-gradient op keeps (Qi et al. 2024, "Zero Bubble Pipeline
 //     Parallelism", Table 1: 32sbh of a block's activations);
-//   - time (TimeModel::kMatmul, the default): each matrix product timed
-//     from its (m, n, k) by profiler/matmul_model.h (roofline, wave
-//     quantisation over the SMs, a per-GPU table calibrated in
-//     docs/calibration.md), FlashAttention at the table's efficiency, and
-//     the element-wise traffic over a share of HBM bandwidth; a larger
-//     micro-batch fills the GPU better. TimeModel::kFlat is the earlier
-//     model: all FLOPs at one share of peak, linear in the micro-batch size.
+//   - time (TimeModel::kMatmul, the default): a block as the kernels
+//     training runs: each matrix product timed from its (m, n, k) by
+//     profiler/matmul_model.h (roofline, wave quantisation over the SMs, a
+//     per-GPU table), the attention kernel at its published speed for the
+//     sequence length and head size (profiler/attention_rates.h), each
+//     memory-bound kernel (norms, activation, residual add and dropout, bias
+//     gradients, softmax, cross-entropy, gathers) over a share of HBM
+//     bandwidth, every kernel at least kMinKernelSeconds; calibrated in
+//     docs/calibration.md. A larger micro-batch fills the GPU better.
+//     TimeModel::kFlat is the earlier model: all FLOPs at one share of
+//     peak, linear in the micro-batch size.
+//   - shapes: each layer's products, attention core and parameters come
+//     from profiler/layer_shapes.h (head widths, grouped-query and
+//     multi-head latent attention, norms, biases, sliding windows); an
+//     architecture with mixture-of-experts MLPs is counted there but refused
+//     here (issue 26);
 //   - tensor parallelism of degree t (Megatron-LM; Korthikanti et al. 2022):
 //     per-GPU times of the t-times smaller products and per-GPU memory,
 //     with or without sequence parallelism (EstimateTransformerAt).
@@ -45,23 +54,102 @@
 
 namespace pipecast {
 
-// The architecture. Defaults describe GPT-2/GPT-3 (learned positions, plain
-// GeLU MLP, multi-head attention); LLaMA-style models set gated_mlp,
-// kv_heads and learned_positions = false.
+// How a block normalises its input.
+enum class NormKind {
+  kLayerNorm,  // scale and shift: 2 x width parameters (GPT-2, GPT-NeoX, Falcon)
+  kRmsNorm,    // scale only: width parameters (LLaMA, Mistral, Qwen, Gemma, Phi-3, DeepSeek)
+};
+// "layernorm" or "rmsnorm".
+const char* NormKindName(NormKind kind);
+
+// Multi-head latent attention (DeepSeek-V2/V3): keys and values are
+// up-projected per head from one kv_lora_rank-wide latent per token, queries
+// from a q_lora_rank-wide latent (or straight from h when q_lora_rank is 0).
+// Each head's query and key have qk_nope_head_dim channels without and
+// qk_rope_head_dim channels with rotary positions (the key's rotary part is
+// one per token, shared by the heads); values have v_head_dim channels.
+struct MlaSpec {
+  int q_lora_rank = 0;       // 0: queries projected from h directly (DeepSeek-V2-Lite)
+  int kv_lora_rank = 0;      // > 0 turns MLA on
+  int qk_nope_head_dim = 0;  // per head
+  int qk_rope_head_dim = 0;  // per head
+  int v_head_dim = 0;        // per head
+  bool Enabled() const { return kv_lora_rank > 0; }
+};
+
+// Mixture-of-experts MLPs (Mixtral, Qwen2/3-MoE, DeepSeek-V2/V3), as read
+// from a HuggingFace configuration. The parameter counts use them (total and
+// active per token); the time and memory model does not yet (issue 26, mixture
+// of experts) and refuses a model with experts.
+struct MoeSpec {
+  int experts = 0;            // routed experts per MoE block; 0: every MLP is dense
+  int experts_per_token = 0;  // top-k routed experts each token goes to
+  int expert_ffn = 0;         // width of each routed expert's (gated) MLP
+  // Shared experts every token goes through: DeepSeek's n_shared_experts, each
+  // expert_ffn wide, or Qwen2-MoE's one shared expert shared_expert_ffn wide
+  // with a sigmoid gate (an h x 1 product).
+  int shared_experts = 0;
+  int shared_expert_ffn = 0;  // 0: expert_ffn
+  bool shared_expert_gate = false;
+  // Blocks whose MLP is dense (ffn_hidden wide), sorted: DeepSeek's first
+  // first_k_dense_replace blocks, Qwen-MoE's mlp_only_layers and the blocks
+  // decoder_sparse_step skips; every other block is an MoE block.
+  std::vector<int> dense_layers;
+  // The router (gate) and how it picks; recorded for issue 26.
+  bool router_bias = false;  // a per-expert score bias (DeepSeek-V3's noaux_tc): E parameters
+  std::string scoring = "softmax";   // softmax or sigmoid (DeepSeek-V3)
+  bool norm_topk_prob = false;       // the top-k weights renormalised to sum to 1
+  double routed_scaling_factor = 1;  // DeepSeek: routed output scale
+  int expert_groups = 0;             // DeepSeek n_group: experts in groups (node-limited routing)
+  int topk_groups = 0;               // DeepSeek topk_group: groups a token may use
+  double router_aux_loss_coef = 0;   // load-balancing loss weight
+  std::string topk_method;           // DeepSeek's topk_method, as written
+  // Blocks with experts: experts > 0 and not in dense_layers.
+  bool IsMoeBlock(int block) const;
+  // MoE blocks among `layers`.
+  int MoeBlocks(int layers) const;
+};
+
+// The architecture: every field the cost model reads, in one place; model.json
+// records it as source.architecture (docs/profiler.md). Defaults describe
+// GPT-2/GPT-3 (learned positions, plain GeLU MLP, multi-head attention,
+// LayerNorm, biases everywhere); LLaMA-style models set gated_mlp, kv_heads,
+// learned_positions = false; a HuggingFace config.json sets the rest
+// (profiler/hf_config.h).
 struct TransformerSpec {
-  std::string name;                   // the model's name in model.json
-  int layers = 0;                     // transformer blocks
-  int hidden = 0;                     // h, the model width
-  int heads = 0;                      // a, attention (query) heads; must divide hidden
-  int ffn_hidden = 0;                 // MLP width; 0 = 4 * hidden
-  int sequence_length = 0;            // s, tokens per sample
-  int vocab = 0;                      // V
-  bool tied_embeddings = false;       // lm_head reuses the token table: 0 extra parameters
-  bool learned_positions = true;      // a learned s x h position table (GPT); false for RoPE
-  bool gated_mlp = false;             // SwiGLU: three h x ffn matrices instead of two (LLaMA)
-  int kv_heads = 0;                   // key/value heads (GQA); 0 = heads; must divide heads
+  std::string name;         // the model's name in model.json
+  int layers = 0;           // transformer blocks
+  int hidden = 0;           // h, the model width
+  int heads = 0;            // a, attention (query) heads; must divide hidden unless head_dim is set
+  int ffn_hidden = 0;       // MLP width (dense blocks); 0 = 4 * hidden
+  int sequence_length = 0;  // s, tokens per sample
+  int vocab = 0;            // V
+  bool tied_embeddings = false;   // lm_head reuses the token table: 0 extra parameters
+  bool learned_positions = true;  // a learned position table (GPT); false for RoPE or ALiBi
+  bool gated_mlp = false;         // SwiGLU/GeGLU: three h x ffn matrices instead of two (LLaMA)
+  int kv_heads = 0;               // key/value heads (GQA); 0 = heads; must divide heads
+  int head_dim = 0;       // channels per attention head; 0 = hidden / heads (Gemma, Qwen3 differ)
+  int max_positions = 0;  // the model's context; learned-table rows; 0 = sequence_length
+  NormKind norm = NormKind::kLayerNorm;  // of the blocks and the final norm
+  int block_norms = 2;              // h-wide norms per block: 2 pre-norm; 4 Gemma 2/3; 1 Falcon-7B
+  bool qk_norm = false;             // an RMSNorm over each query and key head (Qwen3, Gemma 3)
+  bool qkv_bias = true;             // biases on the query, key and value projections (GPT-2, Qwen2)
+  bool output_bias = true;          // a bias on the attention output projection
+  bool mlp_bias = true;             // biases on the MLP matrices
+  std::string activation = "gelu";  // the MLP's activation as the config names it (recorded only)
+  bool parallel_block =
+      false;               // attention and MLP read the same input side by side (GPT-NeoX, Falcon)
+  int sliding_window = 0;  // keys one query attends to in sliding layers; 0 = none
+  std::vector<int> full_attention_layers =
+      {};                             // with sliding_window: blocks that see every key (sorted)
+  MlaSpec mla = {};                   // DeepSeek's latent attention; off by default
+  MoeSpec moe = {};                   // experts; none by default
   std::vector<int> microbatch_sizes;  // sizes to write a profile for; unique
   int global_batch = 0;               // written as the planner's default; 0 = omit
+  // Where the architecture came from, written as source.architecture_from
+  // (e.g. "HuggingFace config.json examples/hf/llama-3.1-8b.json, model_type
+  // llama"); empty: the command-line flags.
+  std::string from = {};
 
   // OK, or InvalidArgument naming the command-line flag of the first bad
   // field (e.g. "--hidden 100 is not divisible by --heads 3").
@@ -71,29 +159,66 @@ struct TransformerSpec {
   int FfnHidden() const { return ffn_hidden > 0 ? ffn_hidden : 4 * hidden; }
   // kv_heads, or heads when it is 0.
   int KvHeads() const { return kv_heads > 0 ? kv_heads : heads; }
+  // head_dim, or hidden / heads when it is 0.
+  int HeadDim() const { return head_dim > 0 ? head_dim : (heads > 0 ? hidden / heads : 0); }
+  // max_positions, or sequence_length when it is 0.
+  int MaxPositions() const { return max_positions > 0 ? max_positions : sequence_length; }
+  // Whether block `block` attends within sliding_window rather than to every key.
+  bool IsSlidingBlock(int block) const;
 };
+
+// Upper bounds on the architecture, far past any real model: they keep int
+// arithmetic (4 * hidden) exact and the layer list a sane size.
+inline constexpr int kMaxSpecLayers = 100'000;
+inline constexpr int kMaxSpecWidth = 1 << 20;     // hidden, MLP widths, head and latent widths
+inline constexpr int kMaxSpecVocab = 1 << 24;     // 16.7M tokens, 65x the largest LLM vocabularies
+inline constexpr int kMaxSpecSequence = 1 << 24;  // tokens per sample, positions, windows
+inline constexpr int kMaxSpecExperts = 1 << 16;   // routed experts per block
+// Parameters of the whole model: 2^53 (9e15, 4000x the largest models), so
+// every count stays exact in int64 and in double.
+inline constexpr double kMaxSpecParameters = 9007199254740992.0;
+
+// source.architecture of model.json: every field of `spec` that shapes the
+// model (defaults resolved), as JSON text (docs/profiler.md, "What goes into
+// source"). Readers take the keys they know: heads, kv_heads, hidden and
+// sequence_length are there since files first had them.
+std::string ArchitectureJson(const TransformerSpec& spec);
 
 // Share of the GPU's dense peak reached by the matrix products of training:
 // Megatron-LM sustains 44-52% of A100 peak on GPT models from 1.7B to 1T
 // parameters (Narayanan et al. SC'21, table 1), so 0.5 is what a tuned
 // framework reaches.
 inline constexpr double kDefaultMatmulEfficiency = 0.5;
-// Share of the HBM datasheet bandwidth reached by element-wise kernels
-// (layernorm, GeLU, softmax, dropout): streaming kernels such as BabelStream
-// reach about 80-90% of datasheet bandwidth on A100 and H100.
-inline constexpr double kDefaultMemoryEfficiency = 0.8;
+// Share of the HBM datasheet bandwidth reached by the memory-bound kernels
+// of training (norms, activations, residual adds, softmax, cross-entropy):
+// 0.70, what PyTorch's operators reach on H100 (meta-pytorch/autoparallel's
+// compute_estimation.py, fitted to measured runtimes; docs/calibration.md);
+// hand-tuned kernels reach 0.90 (Dao-AILab/quack), torch.compile's softmax
+// 0.60.
+inline constexpr double kDefaultMemoryEfficiency = 0.7;
+// The least time one kernel takes in the matmul time model: the launch and
+// host cost of one PyTorch operator, 7 us (meta-pytorch/autoparallel's
+// compute_estimation.py, fitted on H100; docs/calibration.md).
+inline constexpr double kMinKernelSeconds = 7e-6;
 // cuBLAS workspace held while a matrix-product layer runs: the cuBLAS
 // documentation (cublasSetWorkspace) recommends 32 MiB on Hopper and 4 MiB
 // before it; 32 MiB is used for every GPU, erring on the safe side.
 inline constexpr Bytes kMatmulWorkspaceBytes = 32 * kMiB;
 
-// How attention keeps its tensors for the backward.
+// How attention runs, and so what it keeps for the backward and how fast it
+// is (profiler/attention_rates.h). Every FlashAttention kernel keeps Q, K, V,
+// the output, an fp32 logsumexp and an RNG state, no s x s tensors.
 enum class Attention {
-  kFlash,  // FlashAttention: Q, K, V, output, fp32 logsumexp, RNG state; no s x s tensors
-  kEager,  // softmax output, its dropout mask and output, s x s per head (Korthikanti)
+  kFlash2,  // FlashAttention-2 (CUDA), the default
+  kFlash3,  // FlashAttention-3, Hopper only
+  kTriton,  // FlashAttention's Triton kernel, as llm-foundry's MPT runs ran it
+  kEager,   // softmax output, its dropout mask and output, s x s per head (Korthikanti)
 };
-// "flash" or "eager".
+// "flash2", "flash3", "triton" or "eager".
 const char* AttentionName(Attention attention);
+// The Attention a name means ("flash" is FlashAttention-2, the default), or
+// InvalidArgument naming --attention.
+[[nodiscard]] Result<Attention> ParseAttention(const std::string& name);
 
 // How layer times are worked out (--time-model).
 enum class TimeModel {
@@ -113,7 +238,7 @@ struct AnalyticOptions {
   // Size of one activation or weight element: 2 (bf16, the default), 1
   // (fp8) or 4 (fp32). Dropout masks are 1 byte whatever this is.
   int bytes_per_element = 2;
-  Attention attention = Attention::kFlash;  // --attention
+  Attention attention = Attention::kFlash2;  // --attention
 
   // OK, or InvalidArgument naming the flag of the first bad field.
   [[nodiscard]] Status Validate() const;
@@ -125,8 +250,10 @@ struct AnalyticOptions {
 // "analytic", device = options.gpu_preset.
 // Fails with InvalidArgument for a bad spec or options (naming the flag),
 // NotFound for an unknown GPU preset or unreadable cluster file, and
-// FailedPrecondition when the GPU lacks a peak or a bandwidth (e.g. `ideal`)
-// or an estimate is past what model.json can hold.
+// FailedPrecondition when the GPU lacks a peak or a bandwidth (e.g. `ideal`),
+// an estimate is past what model.json can hold, or the architecture has
+// mixture-of-experts blocks (the message names issue 26 and gives the
+// parameter counts).
 [[nodiscard]] Result<Model> EstimateTransformer(const TransformerSpec& spec,
                                                 const AnalyticOptions& options);
 

@@ -9,10 +9,19 @@
 #include <string>
 #include <vector>
 
+#include "formats/file_util.h"
 #include "formats/formats.h"
 #include "profiler/analytic.h"
 
 namespace pipecast {
+namespace {
+
+// Bytes of model.json per layer profile, at least: 443 measured for a t = 1
+// profile and 555 with the tensor-parallel keys (100 layers, this writer's
+// layout), so an estimate from it never exceeds the file.
+constexpr int64_t kMinJsonBytesPerProfile = 400;
+
+}  // namespace
 
 Result<std::string> EstimateTransformerJson(const TransformerSpec& spec,
                                             const AnalyticOptions& options,
@@ -30,6 +39,23 @@ Result<std::string> EstimateTransformerJson(const TransformerSpec& spec,
   }
   Result<Model> base = EstimateTransformer(spec, options);
   if (!base.ok()) return base.status();
+  // Refused before the document is built: a file no pipecast tool would read
+  // (over kMaxInputFileBytes) took several times its size in memory to write,
+  // and ran out of it (10^5 layers at four t: std::bad_alloc after 65 s).
+  const int64_t per_size = 1 + 2 * static_cast<int64_t>(seen.size() - seen.count(1));
+  int64_t profiles = 0;
+  for (const Layer& layer : base->layers) {
+    profiles += static_cast<int64_t>(layer.profiles.size()) * per_size;
+  }
+  if (profiles * kMinJsonBytesPerProfile > static_cast<int64_t>(kMaxInputFileBytes)) {
+    return Status::InvalidArgument(fmt::format(
+        "the model would have {} layer profiles ({} layers x {} micro-batch sizes x {} per "
+        "size for the tensor-parallel degrees), at least {} MiB of model.json, over the {} MiB "
+        "that pipecast's tools read: give fewer --layers, --microbatch-sizes or "
+        "--tensor-parallel degrees",
+        profiles, base->layers.size(), spec.microbatch_sizes.size(), per_size,
+        profiles * kMinJsonBytesPerProfile >> 20, kMaxInputFileBytes >> 20));
+  }
   if (seen.size() <= 1 && (seen.empty() || *seen.begin() == 1)) return ModelToJson(*base);
   using ordered = nlohmann::ordered_json;  // keeps ModelToJson's key order
   ordered doc = ordered::parse(ModelToJson(*base));

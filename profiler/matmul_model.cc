@@ -8,53 +8,33 @@
 namespace pipecast {
 namespace {
 
-// FlashAttention's backward over its forward in FLOPs: the forward runs two
-// products (Q*K^T, P*V); the backward recomputes Q*K^T and forms dV, dP, dQ
-// and dK: five (Dao 2023, FlashAttention-2, sec. 3.1.2 and 4.1).
-constexpr double kFlashBackwardOverForward = 2.5;
-// Causal attention: FlashAttention skips the blocks above the diagonal,
-// about half of the s x s work for long sequences.
-constexpr double kCausalShare = 0.5;
-
 const GemmPreset kPresets[] = {
     {.gpu = "NVIDIA A100-SXM4-80GB",
      .sms = 108,
-     // Fitted to the zero-bubble paper's 1F1B throughput on A100 (Qi et al.
-     // 2024, Table 4; docs/calibration.md): 0.82 of per-SM peak balances the
-     // 1.5B rows (7-9% slow) against the 28.3B rows (6-7% fast). The best
-     // bf16 GEMM found by brute force on A100 SXM, 271.2 TFLOP/s at 1024 x
-     // 10240 x 5120 (stas00/ml-engineering MAMF table), would need 0.90:
-     // training's shapes do not all reach the best shape's rate.
-     .mainloop_efficiency = 0.82,
-     // FlashAttention-2 reaches 50-73% of A100 peak in the forward (Dao 2023,
-     // abstract); the backward runs lower (assumed 0.55).
-     .flash_forward_efficiency = 0.65,
-     .flash_backward_efficiency = 0.55,
-     .source = "A100 SXM: 108 SMs; mainloop 0.82 fitted to the zero-bubble paper's 1F1B "
-               "throughput (Qi et al. 2024, Table 4; the MAMF best shape, 271.2 TFLOP/s, "
-               "would need 0.90); "
-               "FlashAttention-2 forward 0.65 (50-73% of peak, Dao 2023), backward 0.55 "
-               "(assumed)"},
+     // kA100Mainloop: fitted to llm-foundry's five A100 compute rows, run as
+     // they were made (docs/calibration.md, "Compute alone"): mean error
+     // +0.1%. The best bf16 GEMM found by brute force on A100 SXM, 271.2
+     // TFLOP/s at 1024 x 10240 x 5120 (stas00/ml-engineering MAMF table),
+     // would need 0.90: training's shapes do not all reach the best shape's.
+     .mainloop_efficiency = 0.86,
+     .source = "A100 SXM: 108 SMs; mainloop 0.86 fitted to llm-foundry's A100 compute rows "
+               "(docs/calibration.md; the MAMF best shape, 271.2 TFLOP/s, would need 0.90)"},
     {.gpu = "NVIDIA H100 80GB HBM3",
      .sms = 132,
-     // 794.5 TFLOP/s at 2048 x 2048 x 13312 (MAMF table): one wave of 128
-     // tiles at k + 128 with 0.836 of per-SM peak.
-     .mainloop_efficiency = 0.836,
-     // FlashAttention-3 reaches up to 75% of H100 peak in the forward (Shah
-     // et al. 2024); 0.55 and 0.45 are assumed for common head sizes.
-     .flash_forward_efficiency = 0.55,
-     .flash_backward_efficiency = 0.45,
-     .source = "H100 SXM: 132 SMs; mainloop 0.836 fits the MAMF 794.5 TFLOP/s best shape; "
-               "FlashAttention forward 0.55, backward 0.45 (assumed, below FlashAttention-3's "
-               "up to 75%)"},
+     // kH100Mainloop: a training shape, m = 2048 tokens by n = k = 8192 (a
+     // 70B model's projection), 720.3 TFLOP/s with cuBLAS 11.11.3, the one
+     // PyTorch 2.0 + CUDA 11.8 ships (pytorch/pytorch#100850): four waves
+     // of 128 x 256 tiles at k + 128. The best shape of a sweep (794.5
+     // TFLOP/s, MAMF table, cuBLAS 12) would need 0.836.
+     .mainloop_efficiency = 0.763,
+     .source = "H100 SXM: 132 SMs; mainloop 0.763 from a training shape, 2048 x 8192 x 8192 at "
+               "720.3 TFLOP/s with cuBLAS 11.11 (pytorch/pytorch#100850; the MAMF best shape, "
+               "794.5 TFLOP/s with cuBLAS 12, would need 0.836)"},
     {.gpu = "NVIDIA H200",
      .sms = 132,
      // Same SMs, clocks and peak as H100 SXM; no sweep of the H200 SXM was
-     // found, so the H100's figures are used (GH200's best 828.6 TFLOP/s is
-     // in docs/calibration.md with its error).
-     .mainloop_efficiency = 0.836,
-     .flash_forward_efficiency = 0.55,
-     .flash_backward_efficiency = 0.45,
+     // found, so the H100's figure is used.
+     .mainloop_efficiency = 0.763,
      .source = "H200: the H100 SXM's table (same 132 SMs and 989 TFLOP/s peak; no measured "
                "H200 SXM sweep found)"},
 };
@@ -70,8 +50,8 @@ GemmPreset GemmPresetFor(const GpuSpec& gpu) {
   GemmPreset generic = kPresets[1];
   generic.gpu = "generic";
   generic.source = "no table for GPU '" + gpu.name +
-                   "': the H100 SXM's table (132 SMs, mainloop 0.836, FlashAttention 0.55 / "
-                   "0.45) with this GPU's peak and bandwidth";
+                   "': the H100 SXM's table (132 SMs, mainloop 0.763) with this GPU's peak and "
+                   "bandwidth";
   return generic;
 }
 
@@ -91,14 +71,6 @@ GemmTime TimeGemm(const GemmRates& rates, const Gemm& g) {
       rates.element_bytes * g.batch * (g.m * g.k + g.k * g.n + g.m * g.n) / rates.hbm_bytes_per_s;
   t.seconds = std::max(t.compute_seconds, t.memory_seconds);
   return t;
-}
-
-double FlashSeconds(const GemmRates& rates, double forward_flops, bool backward, bool causal) {
-  const double flops =
-      forward_flops * (backward ? kFlashBackwardOverForward : 1) * (causal ? kCausalShare : 1);
-  const double efficiency =
-      backward ? rates.preset.flash_backward_efficiency : rates.preset.flash_forward_efficiency;
-  return flops / (rates.peak_flops_per_s * efficiency);
 }
 
 }  // namespace pipecast

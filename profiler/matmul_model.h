@@ -1,6 +1,7 @@
 // The matmul-aware time model of the analytic profiler: how long one matrix
-// product (m, n, k) or one FlashAttention call takes on a GPU, from the
-// GPU's datasheet and a small per-GPU table (docs/calibration.md).
+// product (m, n, k) takes on a GPU, from the GPU's datasheet and a small
+// per-GPU table (docs/calibration.md). FlashAttention's speed is in
+// profiler/attention_rates.h.
 //
 // A product C[m x n] = A[m x k] * B[k x n] runs as output tiles of
 // kTileRows x kTileCols, one thread block per SM at a time (cuBLAS/CUTLASS
@@ -38,12 +39,10 @@ inline constexpr double kTileOverheadK = 128;
 
 // The per-GPU table (docs/calibration.md, "GEMM table").
 struct GemmPreset {
-  std::string gpu;                   // GpuSpec::name it applies to; "generic" when none matched
-  int sms = 0;                       // streaming multiprocessors
-  double mainloop_efficiency;        // share of per-SM peak in a tile's mainloop
-  double flash_forward_efficiency;   // FlashAttention forward, share of peak
-  double flash_backward_efficiency;  // FlashAttention backward, share of peak
-  std::string source;                // where the numbers come from
+  std::string gpu;             // GpuSpec::name it applies to; "generic" when none matched
+  int sms = 0;                 // streaming multiprocessors
+  double mainloop_efficiency;  // share of per-SM peak in a tile's mainloop
+  std::string source;          // where the numbers come from
 };
 
 // The table row for `gpu` (matched by GpuSpec::name: A100-SXM4-80GB,
@@ -78,12 +77,6 @@ struct GemmRates {
 // The roofline time of `gemm` (header comment). REQUIRES: m, n, k, batch >= 1
 // or the product is empty (then 0).
 GemmTime TimeGemm(const GemmRates& rates, const Gemm& gemm);
-
-// A FlashAttention call over `flops` FLOPs (4*s^2*h per sample in the
-// forward; the backward recomputes the scores and forms three gradients:
-// 2.5 x the forward's), at the table's efficiency; `causal` halves the work
-// (blocks above the diagonal are skipped).
-double FlashSeconds(const GemmRates& rates, double forward_flops, bool backward, bool causal);
 
 }  // namespace pipecast
 

@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -69,6 +70,24 @@ TEST(ProfilerCliTest, BadValuesExitOneNamingTheFlag) {
   run = RunProfiler(std::string(kTinyFlags) + " --out /no/such/folder/model.json");
   EXPECT_EQ(run.exit_code, 1);
   EXPECT_THAT(run.output, HasSubstr("--out"));
+  // FlashAttention-3 needs Hopper.
+  run = RunProfiler(std::string(kTinyFlags) + " --gpu a100-80gb --attention flash3");
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_THAT(run.output, HasSubstr("--attention flash3"));
+  EXPECT_EQ(RunProfiler(std::string(kTinyFlags) + " --attention flash4").exit_code, 2);
+}
+
+TEST(ProfilerCliTest, AttentionKernelsAreStatedInTheModel) {
+  // 'flash' is FlashAttention-2; each kernel's rates are written to source.
+  for (const char* kernel : {"flash", "flash2", "flash3", "triton"}) {
+    ToolRun run = RunProfiler(std::string(kTinyFlags) + " --attention " + kernel, false);
+    ASSERT_EQ(run.exit_code, 0) << kernel;
+    const nlohmann::json doc = nlohmann::json::parse(run.output);
+    const std::string name = std::string(kernel) == "flash" ? "flash2" : kernel;
+    EXPECT_EQ(doc["source"]["attention"], name);
+    EXPECT_EQ(doc["source"]["attention_kernel"]["kernel"], name);
+    EXPECT_GT(doc["source"]["attention_kernel"]["forward_tflops"].get<double>(), 0);
+  }
 }
 
 TEST(ProfilerCliTest, PrintsTheModelToStdout) {
@@ -125,6 +144,107 @@ TEST(ProfilerCliTest, TensorParallelWritesPerDegreeProfiles) {
   // And the default writes t = 1 only, the same bytes as --tensor-parallel 1.
   EXPECT_EQ(RunProfiler(kTinyFlags).output,
             RunProfiler(std::string(kTinyFlags) + " --tensor-parallel 1").output);
+}
+
+// A shipped HuggingFace configuration, by its path from the source root.
+std::string HfFile(const std::string& name) {
+  const char* dir = std::getenv("PIPECAST_SOURCE_DIR");
+  return std::string(dir != nullptr && *dir != 0 ? dir : ".") + "/examples/hf/" + name;
+}
+
+TEST(ProfilerCliTest, HfConfigWritesTheModelTheFileDescribes) {
+  // Given the README's walk-through: Llama-3.1-8B from its config.json.
+  const std::string path = ::testing::TempDir() + "/profiler_cli_test_llama.json";
+  const ToolRun run = RunProfiler("analytic --hf-config '" + HfFile("llama-3.1-8b.json") +
+                                  "' --out '" + path + "'");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  // Then stderr says the sequence length was chosen for the user, and the
+  // file holds the published 8,030,261,248 parameters.
+  EXPECT_THAT(run.output, HasSubstr("--seq not given: 4096 tokens per sample"));
+  Result<Model> model = LoadModel(path);
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  EXPECT_EQ(model->name, "llama-3.1-8b");
+  EXPECT_EQ(model->TotalParameters(), 8'030'261'248);
+  EXPECT_EQ(model->sequence_length, 4096);
+  const nlohmann::json arch = nlohmann::json::parse(model->source.details.at("architecture"));
+  EXPECT_EQ(arch["kv_heads"], 8);
+  EXPECT_EQ(arch["norm"], "rmsnorm");
+  EXPECT_EQ(arch["qkv_bias"], false);
+  EXPECT_THAT(model->source.details.at("architecture_from"),
+              HasSubstr("model_type llama; sequence length 4096 by default"));
+  EXPECT_THAT(model->source.details.at("architecture_from"), HasSubstr("rope_scaling llama3"));
+}
+
+TEST(ProfilerCliTest, FlagsWinOverTheHfConfig) {
+  // --layers 2 and --seq 1024 over Llama-3.1-8B: two blocks of 1024 tokens.
+  const ToolRun run = RunProfiler("analytic --hf-config '" + HfFile("llama-3.1-8b.json") +
+                                      "' --layers 2 --seq 1024 --name small --microbatch-sizes 1",
+                                  /*with_stderr=*/false);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  Result<Model> model = ParseModel(run.output, "stdout");
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  EXPECT_EQ(model->name, "small");
+  EXPECT_EQ(model->layers.size(), 4u);
+  EXPECT_EQ(model->sequence_length, 1024);
+  EXPECT_EQ(model->layers[1].parameters, 218'112'000);  // the file's block, unchanged
+  EXPECT_THAT(model->source.details.at("architecture_from"),
+              HasSubstr("flags over the file: --name, --layers, --seq"));
+  // --tied-embeddings=false unties a tied file (Llama-3.2-1B ties its head).
+  const ToolRun tied = RunProfiler(
+      "analytic --hf-config '" + HfFile("llama-3.2-1b.json") + "' --seq 512 --microbatch-sizes 1",
+      false);
+  const ToolRun untied = RunProfiler("analytic --hf-config '" + HfFile("llama-3.2-1b.json") +
+                                         "' --seq 512 --microbatch-sizes 1 --tied-embeddings=false",
+                                     false);
+  ASSERT_EQ(tied.exit_code, 0);
+  ASSERT_EQ(untied.exit_code, 0);
+  const Result<Model> a = ParseModel(tied.output, "tied"), b = ParseModel(untied.output, "untied");
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(b->TotalParameters() - a->TotalParameters(), int64_t{128'256} * 2048);
+}
+
+TEST(ProfilerCliTest, HfConfigErrorsExitOneNamingFileAndKey) {
+  const std::string dir = ::testing::TempDir();
+  auto run_with = [&](const std::string& name, const std::string& text) {
+    const std::string path = dir + "/" + name;
+    EXPECT_TRUE(WriteFileAtomic(path, text).ok());
+    return RunProfiler("analytic --hf-config '" + path + "'");
+  };
+  ToolRun run = run_with("broken.json", "{\"model_type\": ");
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_THAT(run.output, HasSubstr("broken.json: not valid JSON"));
+  run = run_with("bert.json", R"({"model_type": "bert", "hidden_size": 768})");
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_THAT(run.output, HasSubstr("'bert' is not a model_type pipecast reads; known: "));
+  run = run_with("nohidden.json", R"({"model_type": "mistral", "num_hidden_layers": 2})");
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_THAT(run.output, HasSubstr("nohidden.json: hidden_size is missing"));
+  run = run_with("kv.json", R"({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
+      "num_attention_heads": 8, "num_key_value_heads": 3, "intermediate_size": 128,
+      "vocab_size": 10})");
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_THAT(run.output, HasSubstr("num_attention_heads 8 is not divisible by "
+                                    "num_key_value_heads 3"));
+  run = RunProfiler("analytic --hf-config /no/such/config.json");
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_THAT(run.output, HasSubstr("--hf-config"));
+  // A mixture of experts is read and counted but not estimated.
+  run = RunProfiler("analytic --hf-config '" + HfFile("qwen3-30b-a3b.json") + "'");
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_THAT(run.output, HasSubstr("issue 26 (mixture of experts)"));
+  // Without --hf-config the architecture flags are required (usage, exit 2).
+  run = RunProfiler("analytic --name x --layers 2 --hidden 64 --heads 4 --vocab 100");
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_THAT(run.output, HasSubstr("--seq is required (or give the model as --hf-config"));
+}
+
+TEST(ProfilerCliTest, DescribePrintsTotalAndActiveParameters) {
+  const ToolRun run =
+      RunProfiler("analytic --hf-config '" + HfFile("mixtral-8x7b.json") + "' --describe", false);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("46,702,792,704 parameters"));
+  EXPECT_THAT(run.output, HasSubstr("active per token 12,879,925,248"));
+  EXPECT_THAT(run.output, HasSubstr("expert_fc1 4096x28672 x8 (each token: 2)"));
 }
 
 }  // namespace

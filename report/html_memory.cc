@@ -28,6 +28,10 @@ constexpr double kHeadroom = 1.08;
 // Tick labels aimed for on a rank's memory axis, by chart height.
 constexpr int kTicksTall = 5;
 constexpr int kTicksShort = 2;
+// A tick label's height (10 px font: its baseline this far under its line)
+// and the gap it keeps above a line it sits on.
+constexpr double kTickLabelPx = 10;
+constexpr double kTickLabelGapPx = 2;
 
 struct ChartSize {
   double h;    // one rank's chart
@@ -93,16 +97,21 @@ class MemoryChart {
   }
 
   // Grid lines and labels in GiB inside a rank's chart, at round values.
+  // A label hangs under its line, or sits on it where hanging would cross
+  // the chart's bottom edge (into the next rank's chart, or past the
+  // figure's for the last rank, where it was cut off).
   std::string Ticks(int rank, double y0, double x0, double x1) const {
     const double top_gib = YMax(rank) / static_cast<double>(kGiB);
     std::string out;
     for (double t : NiceTicks(top_gib, size_.h >= 60 ? kTicksTall : kTicksShort)) {
       if (t <= 0 || t > top_gib) continue;
       const double y = y0 + size_.h - t / top_gib * size_.h;
+      const double hanging = y + kTickLabelPx;
+      const double baseline = hanging <= y0 + size_.h ? hanging : y - kTickLabelGapPx;
       out += fmt::format(
           "<line class=\"mem-grid\" x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\"/>"
           "<text class=\"mem-tick\" data-gib=\"{:g}\" x=\"{}\" y=\"{}\">{:g} GiB</text>\n",
-          Px(x0), Px(y), Px(x1), Px(y), t, Px(x1 - 3), Px(y + 10), t);
+          Px(x0), Px(y), Px(x1), Px(y), t, Px(x1 - 3), Px(baseline), t);
     }
     return out;
   }

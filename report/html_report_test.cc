@@ -158,6 +158,44 @@ TEST(HtmlReportTimeline, IdleAndOpsCoverEachRanksSpan) {
   ExpectLanesCoverTheSpan(Simulated(ScheduleKind::kInterleaved1F1B, 4, 8, LinkedCluster(), 2));
 }
 
+// Issue 28: DualPipeV's overlapped F&B pairs were drawn as two bars one
+// after the other. The halves run together: each is drawn over the pair's
+// whole span, the forward in the lane's upper half and the backward in its
+// lower half, while its data attributes keep its own record.
+TEST(HtmlReportTimeline, DualPipeVPairsAreDrawnOverlapping) {
+  const Simulation run = Simulated(ScheduleKind::kDualPipeV, 4, 8, LinkedCluster(), 2);
+  std::map<std::tuple<int, int, char, int>, HtmlElement> rect;  // (rank, stage, kind, mb)
+  for (const HtmlElement& e : FindElements(WithoutZoomedCopies(run.html), "rect", "op")) {
+    rect.emplace(
+        std::make_tuple(e.Int("data-rank"), e.Int("data-stage"), KindOf(e), e.Int("data-mb")), e);
+  }
+  int pairs = 0;
+  const std::vector<OpRecord>& ops = run.result.ops;
+  for (size_t i = 0; i + 1 < ops.size(); ++i) {
+    if (!ops[i].action.overlapped) continue;
+    const OpRecord& f = ops[i];
+    const OpRecord& b = ops[i + 1];
+    ASSERT_TRUE(b.action.overlapped);
+    const auto fk = std::make_tuple(f.rank, f.action.stage, 'F', f.action.microbatch);
+    const auto bk =
+        std::make_tuple(b.rank, b.action.stage, OpKindLetter(b.action.kind), b.action.microbatch);
+    ASSERT_TRUE(rect.count(fk) && rect.count(bk)) << ActionName(f.action);
+    const HtmlElement& fr = rect.at(fk);
+    const HtmlElement& br = rect.at(bk);
+    EXPECT_EQ(fr.Attr("x"), br.Attr("x"));
+    EXPECT_EQ(fr.Attr("width"), br.Attr("width"));
+    EXPECT_EQ(fr.Attr("height"), br.Attr("height"));
+    EXPECT_NEAR(std::stod(br.Attr("y")), std::stod(fr.Attr("y")) + std::stod(fr.Attr("height")),
+                0.01);
+    EXPECT_EQ(fr.Ns("data-start-us"), f.start_ns);
+    EXPECT_EQ(br.Ns("data-end-us"), b.end_ns);
+    ++pairs;
+    ++i;
+  }
+  EXPECT_GT(pairs, 0);
+  ExpectLanesCoverTheSpan(run);
+}
+
 TEST(HtmlReportTimeline, IdleRectsMatchTheBubbleRatio) {
   // Given GPipe on the ideal cluster: idle = (p-1)(F+B) per rank.
   const Simulation run = Simulated(ScheduleKind::kGPipe, 4, 8, IdealCluster());
@@ -229,6 +267,37 @@ TEST(HtmlReportTimeline, AggregatesSliversAtP64M256) {
   EXPECT_EQ(FindElements(WithoutZoomedCopies(run.html), "g", "rank").size(), 64u);
 }
 
+// Issue 28: the p = 32, m = 256 report was 25.7 MB with 82 559 tooltips and
+// took 12.5 s to render: every zoom level drew every op and transfer with a
+// tooltip of its own. Each chart now holds at most 4000 tooltips, merging
+// over a wider width where it would hold more, and every op is still drawn
+// once per chart, alone or inside a span; the caption states the bound.
+TEST(HtmlReportTimeline, AReportOfP32M256HoldsAtMost4000TooltipsPerChart) {
+  const Simulation run = Simulated(ScheduleKind::k1F1B, 32, 256);
+  const std::string html = TimelineHtml(run.result);
+  std::vector<std::string> charts;  // each chart's SVG text
+  for (size_t at = html.find("<svg class=\"timeline"); at != std::string::npos;
+       at = html.find("<svg class=\"timeline", at + 1)) {
+    charts.push_back(html.substr(at, html.find("</svg>", at) - at));
+  }
+  ASSERT_EQ(charts.size(), 3u);  // 1x, 4x, 16x
+  for (const std::string& chart : charts) {
+    int tooltips = 0;
+    for (size_t at = chart.find("<title>"); at != std::string::npos;
+         at = chart.find("<title>", at + 1)) {
+      ++tooltips;
+    }
+    EXPECT_LE(tooltips, 4000);
+    int drawn = 0;
+    for (const HtmlElement& e : FindElements(chart, "rect", "op"))
+      drawn += e.HasClass("op") ? 1 : 0;
+    for (const HtmlElement& e : FindElements(chart, "rect", "busy")) drawn += e.Int("data-ops");
+    EXPECT_EQ(drawn, static_cast<int>(run.result.ops.size()));
+  }
+  EXPECT_LT(html.size(), 5u << 20);
+  EXPECT_THAT(html, HasSubstr("each chart holds at most 4000 bars with a tooltip"));
+}
+
 TEST(HtmlReportTimeline, SmallPipelinesAreNotMerged) {
   const Simulation run = Simulated(ScheduleKind::k1F1B, 4, 8);
   EXPECT_THAT(run.html, Not(HasSubstr("<b>Merged:</b>")));
@@ -297,6 +366,31 @@ TEST(HtmlReportMemory, EachRankHasItsOwnScaleWithTicksInGiB) {
   const Simulation limited = Simulated(ScheduleKind::k1F1B, 4, 8);
   for (const HtmlElement& g : FindElements(limited.html, "g", "mem-rank")) {
     EXPECT_GE(std::stod(g.Attr("data-scale-bytes")), 16.0 * static_cast<double>(kGiB));
+  }
+}
+
+// Issue 28: memory-axis labels were clipped. A label hanging under a grid
+// line near the bottom of a rank's chart crossed into the next chart, and
+// for the last rank past the figure's edge. Every label now lies inside its
+// rank's chart, at every chart height (80, 52 and 34 px).
+TEST(HtmlReportMemory, MemoryAxisLabelsStayInsideTheirRanksChart) {
+  for (int p : {4, 16, 32}) {
+    const Simulation run = Simulated(ScheduleKind::k1F1B, p, 2 * p);
+    const auto frames = FindElements(run.html, "rect", "chart-frame");
+    const auto ticks = FindElements(run.html, "text", "mem-tick");
+    ASSERT_EQ(frames.size(), static_cast<size_t>(p));
+    ASSERT_FALSE(ticks.empty());
+    constexpr double kLabelPx = 10;  // the 10 px font above its baseline
+    for (const HtmlElement& t : ticks) {
+      const double baseline = std::stod(t.Attr("y"));
+      bool inside = false;
+      for (const HtmlElement& f : frames) {
+        const double top = std::stod(f.Attr("y")), bottom = top + std::stod(f.Attr("height"));
+        inside = inside || (baseline - kLabelPx >= top && baseline <= bottom);
+      }
+      EXPECT_TRUE(inside) << "p=" << p << ": label " << t.Attr("data-gib") << " GiB at y "
+                          << baseline;
+    }
   }
 }
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -48,6 +49,19 @@ constexpr double kDenseGapPx = 6.0;
 constexpr int kPurePhaseOps = 3;
 // A busy span's opacity: kSpanMinOpacity when all idle, 1 when all busy.
 constexpr double kSpanMinOpacity = 0.35;
+// The most bars with a tooltip (ops, merged spans, idle gaps, transfers) one
+// chart (the 1x chart or a zoom level's) holds. Past it the chart merges ops
+// and transfers narrower than a wider width (kMergeGrowth times, and again,
+// until it fits), so a report's size and the time a browser takes to draw it
+// stay bounded however many ops the run has: three charts of at most 4000
+// tooltips each, about 350 bytes apiece, keep the timeline near 4 MB
+// (docs/report.md). 1F1B at p = 32, m = 256 drew 82 362 tooltips (25.2 MB)
+// before.
+constexpr int kMaxTooltipsPerChart = 4000;
+// How much wider each try merges, and how many tries before a chart is drawn
+// as it is: small steps, so that a zoomed chart keeps as many bars as fit.
+constexpr double kMergeGrowth = 1.25;
+constexpr int kMaxMergeSteps = 60;
 
 // Heights of one rank's lanes: fewer ranks get taller lanes and labels.
 struct Lanes {
@@ -105,14 +119,18 @@ void AddKind(std::string* kinds, char kind) {
 class TimelineBuilder {
  public:
   // `zoom`: drawn this many times wider (kZoomLevels); ops are merged by
-  // their width at this zoom.
-  explicit TimelineBuilder(const SimResult& r, int zoom = 1)
-      : r_(r), axis_(internal::TimeAxisFor(r).Zoomed(zoom)), lanes_(LanesFor(r.ranks)) {
+  // their width at this zoom: those narrower than `merge_px`.
+  explicit TimelineBuilder(const SimResult& r, int zoom = 1, double merge_px = kMinOpPx)
+      : r_(r),
+        axis_(internal::TimeAxisFor(r).Zoomed(zoom)),
+        lanes_(LanesFor(r.ranks)),
+        merge_px_(merge_px),
+        dense_gap_px_(kDenseGapPx * merge_px / kMinOpPx) {
     int narrow = 0;
     std::vector<int> lane_ops(r.ranks, 0), lane_narrow(r.ranks, 0);
     for (const OpRecord& op : r.ops) {
       pipe_end_ = std::max(pipe_end_, op.end_ns);
-      const bool thin = W(op.start_ns, op.end_ns) < kMinOpPx;
+      const bool thin = W(op.start_ns, op.end_ns) < kMinOpPx;  // slivers make a lane dense
       narrow += thin;
       if (op.rank >= 0 && op.rank < r.ranks) {
         ++lane_ops[op.rank];
@@ -128,6 +146,7 @@ class TimelineBuilder {
         lane_dense_[k] = lane_narrow[k] > kDenseShare * static_cast<double>(lane_ops[k]);
       }
     }
+    FindPairs();
     op_critical_.assign(r.ops.size(), false);
     xfer_critical_.assign(r.transfers.size(), false);
     if (r.critical_path) {
@@ -142,6 +161,7 @@ class TimelineBuilder {
 
   // The SVG; afterwards the counters below describe what was merged.
   std::string Svg() {
+    merged_ops_ = busy_spans_ = merged_xfers_ = tooltips_ = 0;
     const double top = kAxisPx + 4;
     const double height = top + r_.ranks * lanes_.Row() + 2;
     std::string body;
@@ -163,6 +183,10 @@ class TimelineBuilder {
   }
 
   bool dense() const { return dense_; }
+  double merge_px() const { return merge_px_; }
+  double dense_gap_px() const { return dense_gap_px_; }
+  // Bars with a tooltip in the SVG last made.
+  int tooltips() const { return tooltips_; }
   int merged_ops() const { return merged_ops_; }
   int busy_spans() const { return busy_spans_; }
   int merged_transfers() const { return merged_xfers_; }
@@ -173,6 +197,29 @@ class TimelineBuilder {
 
  private:
   double W(TimeNs a, TimeNs b) const { return static_cast<double>(b - a) * axis_.PxPerNs(); }
+
+  // An overlapped F&B pair (docs/simulator.md, "Overlapped F&B") is two
+  // records back to back on one rank, its forward half then its backward
+  // half, each with its share of the pair's time; the halves run together,
+  // so each is drawn over the whole pair, the forward in the lane's upper
+  // half and the backward in its lower half. Fills span_ and half_.
+  void FindPairs() {
+    const std::vector<OpRecord>& ops = r_.ops;
+    span_.resize(ops.size());
+    half_.assign(ops.size(), 0);
+    for (size_t i = 0; i < ops.size(); ++i) span_[i] = {ops[i].start_ns, ops[i].end_ns};
+    for (size_t i = 0; i + 1 < ops.size(); ++i) {
+      const OpRecord& f = ops[i];
+      const OpRecord& b = ops[i + 1];
+      if (f.action.overlapped && b.action.overlapped && f.rank == b.rank &&
+          f.action.kind == OpKind::kForward && b.action.kind != OpKind::kForward) {
+        span_[i] = span_[i + 1] = {f.start_ns, std::max(f.end_ns, b.end_ns)};
+        half_[i] = 1;
+        half_[i + 1] = 2;
+        ++i;
+      }
+    }
+  }
 
   std::string RankLane(int k, double y0) {
     lane_dense_now_ = lane_dense_[k];
@@ -189,6 +236,7 @@ class TimelineBuilder {
         r_.tensor_parallel > 1
             ? fmt::format("<title>rank {} ({})</title>", k, RankGpusText(k, r_.tensor_parallel))
             : "";
+    tooltips_ += r_.tensor_parallel > 1;
     out += fmt::format(
         "<text class=\"rank-label\" x=\"8\" y=\"{}\" dominant-baseline=\"central\">"
         "rank {}{}</text>",
@@ -211,6 +259,7 @@ class TimelineBuilder {
     out += TransferRects(k, false, comm_y, lanes_.comm_h / 2 - 0.5);
     out += TransferRects(k, true, comm_y + lanes_.comm_h / 2, lanes_.comm_h / 2 - 0.5);
     if (sr != nullptr && r_.iterations_simulated == 1 && sr->allreduce_ns > 0) {
+      ++tooltips_;
       const TimeNs a = sr->last_end_ns, b = sr->last_end_ns + sr->allreduce_ns;
       out += fmt::format(
           "<rect class=\"allreduce\" data-rank=\"{}\" data-start-us=\"{}\" data-end-us=\"{}\" "
@@ -225,25 +274,32 @@ class TimelineBuilder {
   // Groups a lane's items (in start order) into blocks. An item that is at
   // least kMinOpPx wide stays alone unless the lane is dense; narrow items join the
   // open run when they start less than `gap_px` after its end and `phase`
-  // (one value per item; empty: all equal) does not change.
-  template <typename StartEnd>
+  // (one value per item; empty: all equal) does not change. `start_end`
+  // gives the span an item is drawn over; `busy` the time it is busy (an
+  // overlapped pair's half is drawn over the pair but busy for its share).
+  template <typename StartEnd, typename Busy>
   std::vector<Block> Blocks(const std::vector<int>& items, double gap_px, StartEnd start_end,
-                            const std::vector<int>& phase = {}) {
+                            Busy busy, const std::vector<int>& phase = {}) {
     std::vector<Block> out;
     bool open = false;
     for (size_t n = 0; n < items.size(); ++n) {
       const int i = items[n];
       const auto [start, end] = start_end(i);
-      const bool alone = !lane_dense_now_ && W(start, end) >= kMinOpPx;
+      const bool alone = !lane_dense_now_ && W(start, end) >= merge_px_;
       const bool new_phase = !phase.empty() && n > 0 && phase[n] != phase[n - 1];
-      if (open && (alone || new_phase || W(out.back().end, start) >= gap_px)) open = false;
+      // A chart merging wider than kMinOpPx to stay within its tooltip
+      // bound also closes a span once it is that wide: bars of about the
+      // merge width, instead of one span per phase.
+      const bool full =
+          merge_px_ > kMinOpPx && open && W(out.back().start, out.back().end) >= merge_px_;
+      if (open && (alone || new_phase || full || W(out.back().end, start) >= gap_px)) open = false;
       if (!open) {
         out.push_back(Block{start, end, 0, 0, i, 0, ""});
         open = !alone;
       }
       Block& b = out.back();
       b.end = std::max(b.end, end);
-      b.busy += end - start;
+      b.busy += busy(i);
       ++b.count;
     }
     return out;
@@ -271,9 +327,8 @@ class TimelineBuilder {
 
   std::vector<Block> OpBlocks(const std::vector<int>& ops) {
     std::vector<Block> blocks = Blocks(
-        ops, lane_dense_now_ ? kDenseGapPx : kMinOpPx,
-        [&](int i) { return std::pair<TimeNs, TimeNs>(r_.ops[i].start_ns, r_.ops[i].end_ns); },
-        Phases(ops));
+        ops, lane_dense_now_ ? dense_gap_px_ : merge_px_, [&](int i) { return span_[i]; },
+        [&](int i) { return r_.ops[i].end_ns - r_.ops[i].start_ns; }, Phases(ops));
     // Fill in kinds and critical counts: blocks hold consecutive ops.
     size_t next = 0;
     for (Block& b : blocks) {
@@ -287,10 +342,11 @@ class TimelineBuilder {
   }
 
   // The rank's gaps between 0 and the end of the pipeline, outside blocks.
-  std::string IdleRects(int k, const std::vector<Block>& blocks, double y) const {
+  std::string IdleRects(int k, const std::vector<Block>& blocks, double y) {
     std::string out;
     TimeNs cursor = 0;
     auto gap = [&](TimeNs a, TimeNs b) {
+      ++tooltips_;
       out += fmt::format(
           "<rect class=\"idle\" data-rank=\"{}\" data-start-us=\"{}\" data-end-us=\"{}\" {}>"
           "<title>rank {} idle {} → {}</title></rect>\n",
@@ -305,33 +361,41 @@ class TimelineBuilder {
     return out;
   }
 
-  std::string OpRect(int i, double y) const {
+  std::string OpRect(int i, double lane_y) {
+    ++tooltips_;
     const OpRecord& op = r_.ops[i];
     const Action& a = op.action;
     const char kind = OpKindLetter(a.kind);
     const bool alt = r_.ranks > 0 && (a.stage / r_.ranks) % 2 == 1;
-    const double x = axis_.X(op.start_ns), w = W(op.start_ns, op.end_ns);
+    const auto [from, to] = span_[i];
+    const double x = axis_.X(from), w = W(from, to);
+    const double h = half_[i] == 0 ? lanes_.op_h : lanes_.op_h / 2;
+    const double y = half_[i] == 2 ? lane_y + lanes_.op_h / 2 : lane_y;
     std::string out = fmt::format(
-        "<rect class=\"op op-{}{}{}\" data-rank=\"{}\" data-stage=\"{}\" data-mb=\"{}\" "
+        "<rect class=\"op op-{}{}{}{}\" data-rank=\"{}\" data-stage=\"{}\" data-mb=\"{}\" "
         "data-start-us=\"{}\" data-end-us=\"{}\" {}><title>rank {} · {}: {} of stage {}, "
         "micro-batch {}, {} → {}{}{}</title></rect>",
         kind, alt ? " alt" : "",
-        op_critical_[i] ? (w < kOutlineMinPx ? " critical thin" : " critical") : "", op.rank,
-        a.stage, a.microbatch, UsAttr(op.start_ns), UsAttr(op.end_ns),
-        Rect(x, y, std::max(w, kMinSpanPx), lanes_.op_h), op.rank, ActionName(a), KindWord(a.kind),
-        a.stage, a.microbatch, axis_.Time(op.start_ns), axis_.Time(op.end_ns),
-        a.overlapped ? " · half of an overlapped F&B pair" : "",
+        op_critical_[i] ? (w < kOutlineMinPx ? " critical thin" : " critical") : "",
+        half_[i] != 0 ? " pair-half" : "", op.rank, a.stage, a.microbatch, UsAttr(op.start_ns),
+        UsAttr(op.end_ns), Rect(x, y, std::max(w, kMinSpanPx), h), op.rank, ActionName(a),
+        KindWord(a.kind), a.stage, a.microbatch, axis_.Time(from), axis_.Time(to),
+        a.overlapped ? fmt::format(" · half of an overlapped F&B pair, running with the other "
+                                   "half for the pair's whole span ({} of it is this half's "
+                                   "share)",
+                                   axis_.Time(op.end_ns - op.start_ns))
+                     : "",
         op_critical_[i] ? " · on the critical path" : "");
     const std::string label = fmt::format("{}", a.microbatch);
-    if (w >= kLabelPxPerChar * static_cast<double>(label.size()) + kLabelPadPx &&
-        lanes_.op_h >= 11) {
+    if (w >= kLabelPxPerChar * static_cast<double>(label.size()) + kLabelPadPx && h >= 11) {
       out += fmt::format("<text class=\"oplabel\" x=\"{}\" y=\"{}\">{}</text>", Px(x + w / 2),
-                         Px(y + lanes_.op_h / 2), label);
+                         Px(y + h / 2), label);
     }
     return out + "\n";
   }
 
   std::string SpanRect(int k, const Block& s, double y) {
+    ++tooltips_;
     ++busy_spans_;
     merged_ops_ += s.count;
     const std::string kind_class =
@@ -378,7 +442,8 @@ class TimelineBuilder {
     return out;
   }
 
-  std::string TransferRect(int i, double y, double h) const {
+  std::string TransferRect(int i, double y, double h) {
+    ++tooltips_;
     const TransferRecord& t = r_.transfers[i];
     const char* what = t.gradient ? "gradient" : "activation";
     return fmt::format(
@@ -406,10 +471,12 @@ class TimelineBuilder {
     std::sort(list.begin(), list.end());
     std::vector<int> order;
     for (const auto& item : list) order.push_back(std::get<2>(item));
-    const std::vector<Block> blocks =
-        Blocks(order, lane_dense_now_ ? kDenseGapPx : kMinOpPx, [&](int i) {
+    const std::vector<Block> blocks = Blocks(
+        order, lane_dense_now_ ? dense_gap_px_ : merge_px_,
+        [&](int i) {
           return std::pair<TimeNs, TimeNs>(r_.transfers[i].start_ns, r_.transfers[i].end_ns);
-        });
+        },
+        [&](int i) { return r_.transfers[i].end_ns - r_.transfers[i].start_ns; });
     std::string out;
     const char* dir = gradient ? "grad" : "act";
     for (const Block& b : blocks) {
@@ -418,6 +485,7 @@ class TimelineBuilder {
         continue;
       }
       merged_xfers_ += b.count;
+      ++tooltips_;
       out += fmt::format(
           "<rect class=\"xfer-span xfer-{}\" data-rank=\"{}\" data-transfers=\"{}\" "
           "data-start-us=\"{}\" data-end-us=\"{}\" {}><title>rank {}: {} {} transfers merged, "
@@ -438,10 +506,27 @@ class TimelineBuilder {
   bool lane_dense_now_ = false;   // the mode of the lane being drawn
   std::vector<bool> op_critical_;
   std::vector<bool> xfer_critical_;
+  std::vector<std::pair<TimeNs, TimeNs>> span_;  // per op: the span it is drawn over
+  std::vector<int> half_;  // per op: 0, or 1 / 2 for a pair's forward / backward half
   int merged_ops_ = 0;
   int busy_spans_ = 0;
   int merged_xfers_ = 0;
+  int tooltips_ = 0;
+  double merge_px_;      // ops and transfers narrower than this are merged
+  double dense_gap_px_;  // in a dense lane, spans close gaps narrower than this
 };
+
+// A chart at `zoom` within kMaxTooltipsPerChart: drawn with the usual merge
+// width, then twice it, and so on until it fits. Returns the SVG; `builder`
+// is left as the one that drew it.
+std::string BoundedSvg(const SimResult& r, int zoom, std::optional<TimelineBuilder>* builder) {
+  double merge_px = kMinOpPx;
+  for (int n = 0;; ++n, merge_px *= kMergeGrowth) {
+    builder->emplace(r, zoom, merge_px);
+    std::string svg = (*builder)->Svg();
+    if ((*builder)->tooltips() <= kMaxTooltipsPerChart || n == kMaxMergeSteps) return svg;
+  }
+}
 
 std::string Swatch(const char* cls, const std::string& text) {
   return fmt::format("<span><i class=\"sw {}\"></i>{}</span>", cls, text);
@@ -524,8 +609,9 @@ std::string RankTable(const SimResult& r) {
 }  // namespace
 
 std::string TimelineHtml(const SimResult& r) {
-  TimelineBuilder builder(r);
-  const std::string svg = builder.Svg();
+  std::optional<TimelineBuilder> bounded;
+  const std::string svg = BoundedSvg(r, 1, &bounded);
+  const TimelineBuilder& builder = *bounded;
   std::string caption = fmt::format(
       "Time runs left to right in {}, one lane per rank (GPU): its {} ops, labelled with their "
       "micro-batch where they are wide enough (hover any bar for details); hatched gaps are idle "
@@ -553,24 +639,25 @@ std::string TimelineHtml(const SimResult& r) {
         " <b>Merged:</b> at this scale {} of the {} ops are narrower than {:g} px, so runs of "
         "them are drawn as {} busy spans, in their kind's colour when they hold one kind and "
         "grey when they mix kinds (hover for counts).",
-        builder.merged_ops(), r.ops.size(), kMinOpPx, builder.busy_spans());
+        builder.merged_ops(), r.ops.size(), builder.merge_px(), builder.busy_spans());
     if (builder.dense()) {
       caption += fmt::format(
           " Every lane is drawn this way, and a span also closes idle gaps narrower than {:g} px: "
           "the more idle time it holds, the lighter its shade.",
-          kDenseGapPx);
+          builder.dense_gap_px());
     }
     caption += " Simulate fewer micro-batches, or open the --trace in Perfetto, to see every op.";
   }
   if (builder.merged_transfers() > 0) {
     caption += fmt::format(" {} transfers narrower than {:g} px are merged the same way.",
-                           builder.merged_transfers(), kMinOpPx);
+                           builder.merged_transfers(), builder.merge_px());
   }
   // Zoom where the chart had to merge: each level drawn again at its width,
   // so that ops merged at 1x get their own bars (and labels) when zoomed.
   // Appended piece by piece into one string: the frames are most of the
   // page, and every `a + b` of them held another copy.
   const bool zoom = builder.merged_ops() > 0 || builder.merged_transfers() > 0;
+  std::string wider;  // zoom levels that merge over more than kMinOpPx to stay in bounds
   std::string out = Legend(r, builder.merged_ops() > 0);
   out += "<figure class=\"timeline\">\n";
   if (zoom) out += ZoomControls();
@@ -585,10 +672,25 @@ std::string TimelineHtml(const SimResult& r) {
     for (int z : internal::kZoomLevels) {
       if (z == 1) continue;
       out += fmt::format("<div class=\"tl-scroll tl-z{}\">\n", z);
-      out += TimelineBuilder(r, z).Svg();
+      std::optional<TimelineBuilder> zoomed;
+      out += BoundedSvg(r, z, &zoomed);
       out += "</div>\n";
+      if (zoomed->merge_px() > kMinOpPx) {
+        wider +=
+            fmt::format("{}{}× below {:g} px", wider.empty() ? "" : ", ", z, zoomed->merge_px());
+      }
     }
     out += "</div>\n";
+    if (!wider.empty()) {
+      caption +=
+          fmt::format(" Zoomed, ops are merged below more than {:g} px too: {}.", kMinOpPx, wider);
+    }
+  }
+  if (builder.merge_px() > kMinOpPx || !wider.empty()) {
+    caption += fmt::format(
+        " To keep the page small and quick to open, each chart holds at most {} bars with a "
+        "tooltip, merging narrow ops over a wider width where it would hold more.",
+        kMaxTooltipsPerChart);
   }
   out += "<figcaption>";
   out += caption;

@@ -8,6 +8,18 @@
 namespace pipecast {
 
 std::string SearchProgressText(const SearchProgress& progress) {
+  const bool sweep = progress.pass == SearchProgress::Pass::kSweep;
+  if (progress.pruned > 0) {
+    return fmt::format(
+        "{}/{} {} done: {} simulated, {} skipped ({})", progress.done, progress.total,
+        sweep ? "micro-batch counts of the chosen layout" : "configurations",
+        progress.done - progress.pruned, progress.pruned,
+        sweep ? "over the search's simulation limit" : "their lower bound cannot reach the top");
+  }
+  if (sweep) {
+    return fmt::format("{}/{} micro-batch counts of the chosen layout simulated", progress.done,
+                       progress.total);
+  }
   return fmt::format(
       "{}/{} configurations {}", progress.done, progress.total,
       progress.pass == SearchProgress::Pass::kPartition ? "partitioned" : "simulated");
@@ -34,7 +46,9 @@ void SearchProgressDisplay::Update(const SearchProgress& progress) {
 void SearchProgressDisplay::Show(const SearchProgress& progress) {
   shown_any_ = true;
   last_ = progress;
-  const std::string text = SearchProgressText(progress);
+  // The time since the search began, so a long pass shows it is alive.
+  const std::string text = fmt::format("{} ({:.1f} s)", SearchProgressText(progress),
+                                       static_cast<double>(clock_.NowNs() - start_ns_) / 1e9);
   if (!style_.bar) {
     write_(style_.prefix + text + "\n");
     return;

@@ -1,7 +1,9 @@
 // The planner's progress on stderr while it searches: nothing for a search
 // that ends within `after_ns` (2 s by default, --progress-after), then a bar
 // redrawn in place on a terminal, or plain lines ("planner: 1200/5600
-// configurations simulated") when stderr is a file or a pipe. Never on
+// configurations simulated (3.2 s)", with the time since the search began)
+// when stderr is a file or a pipe. A pass that pruning ends early still ends
+// at 100%, counting what it skipped. Never on
 // stdout, so --json output stays one JSON object (docs/planner.md,
 // "Progress").
 #ifndef PIPECAST_REPORT_SEARCH_PROGRESS_H_

@@ -46,10 +46,10 @@ TEST(PlannerProgress, PlainLinesAfterTheDelayAtMostEveryInterval) {
   display.Update(Simulated(32, 80));  // 2 s later: shown
   display.Finish();                   // lines need no ending
   EXPECT_EQ(out,
-            "planner: 60/100 configurations partitioned\n"
-            "planner: 100/100 configurations partitioned\n"
-            "planner: 0/80 configurations simulated\n"
-            "planner: 32/80 configurations simulated\n");
+            "planner: 60/100 configurations partitioned (2.0 s)\n"
+            "planner: 100/100 configurations partitioned (2.5 s)\n"
+            "planner: 0/80 configurations simulated (2.5 s)\n"
+            "planner: 32/80 configurations simulated (4.5 s)\n");
 }
 
 TEST(PlannerProgress, BarRedrawsOneLineAndEndsIt) {
@@ -66,9 +66,31 @@ TEST(PlannerProgress, BarRedrawsOneLineAndEndsIt) {
   display.Finish();
   display.Finish();  // once
   ASSERT_EQ(writes.size(), 3u);
-  EXPECT_EQ(writes[0], "\rplanner: [##........] 25/100 configurations simulated");
-  EXPECT_EQ(writes[1], "\rplanner: [##########] 100/100 configurations simulated");
+  EXPECT_EQ(writes[0], "\rplanner: [##........] 25/100 configurations simulated (0.0 s)");
+  EXPECT_EQ(writes[1], "\rplanner: [##########] 100/100 configurations simulated (1.0 s)");
   EXPECT_EQ(writes[2], "\n");
+}
+
+// Issue 28: when pruning ended the search, the last update said 30 of 48
+// configurations were simulated and the bar stopped at 62%. The pass's end
+// counts what it skipped: the bar ends full, with the elapsed time.
+TEST(PlannerProgress, BarEndsAt100PercentWhenPruningEndsTheSearch) {
+  FakeClock clock;
+  std::vector<std::string> writes;
+  SearchProgressStyle style;
+  style.bar = true;
+  style.after_ns = 0;
+  style.bar_width = 10;
+  SearchProgressDisplay display(clock, style, [&](const std::string& t) { writes.push_back(t); });
+  display.Update(Simulated(16, 48));
+  clock.Advance(3 * kSecond);
+  display.Update(SearchProgress{SearchProgress::Pass::kSimulate, 48, 48, /*pruned=*/18});
+  display.Finish();
+
+  ASSERT_EQ(writes.size(), 3u);
+  EXPECT_EQ(writes[1],
+            "\rplanner: [##########] 48/48 configurations done: 30 simulated, 18 skipped (their "
+            "lower bound cannot reach the top) (3.0 s)");
 }
 
 }  // namespace

@@ -27,6 +27,10 @@ constexpr int kFirstPid = 1;
 constexpr int kComputeTid = 1;
 constexpr int kDataParallelTid = 2;  // the gradient all-reduce and the optimizer step
 constexpr int kCriticalTid = 3;      // the critical path's steps
+// The backward halves of overlapped F&B pairs: drawn over the same span as
+// their forward half on the compute thread, so the two halves overlap as
+// they run (docs/simulator.md, "Overlapped F&B").
+constexpr int kOverlapTid = 4;
 // Sends get one thread per destination rank (a link), and more where sends to
 // one destination overlap, from here on: Perfetto cannot draw overlapping
 // slices on one thread.
@@ -38,7 +42,9 @@ constexpr int kFirstLinkTid = 10;
 constexpr int64_t kFlowIdsPerTimeline = int64_t{1} << 32;
 
 // Among events at the same time on the same thread, slices come first so
-// that the flow events at that time bind to them.
+// that the flow events at that time bind to them. (Flow events are placed
+// strictly inside the slice they belong to, so no viewer's binding rule has
+// a choice to make; see AddTransfer.)
 enum class Order { kSlice, kCounter, kFlowStart, kFlowEnd };
 
 // What a timed event is; with its index and part (`sub`), it names the
@@ -82,6 +88,7 @@ class TraceBuilder {
   // metadata, then the rest by time.
   void Events(const std::function<void(const Json&)>& emit) {
     AssignLinkThreads();
+    FindPairs();
     {
       std::vector<Json> metadata;
       for (int rank = 0; rank < NumRanks(); ++rank) AddMetadata(rank, &metadata);
@@ -100,7 +107,7 @@ class TraceBuilder {
             0);
       }
     }
-    for (size_t i = 0; i < result_.ops.size(); ++i) AddOp(i, result_.ops[i]);
+    for (size_t i = 0; i < result_.ops.size(); ++i) AddOp(i);
     FindConsumers();
     for (size_t i = 0; i < result_.transfers.size(); ++i) AddTransfer(i, result_.transfers[i]);
     for (size_t i = 0; i < result_.per_rank.size(); ++i) AddMemory(i);
@@ -218,6 +225,11 @@ class TraceBuilder {
       meta("thread_name", kCriticalTid, {{"name", "critical path"}});
       meta("thread_sort_index", kCriticalTid, {{"sort_index", kCriticalTid}});
     }
+    if (std::find(pair_ranks_.begin(), pair_ranks_.end(), rank) != pair_ranks_.end()) {
+      meta("thread_name", kOverlapTid, {{"name", "compute (overlapped backward halves)"}});
+      // Right under the compute thread, where the pair's forward half is.
+      meta("thread_sort_index", kOverlapTid, {{"sort_index", kComputeTid}});
+    }
   }
 
   // What Events() adds, so that events_ is allocated once.
@@ -274,18 +286,50 @@ class TraceBuilder {
     return e;
   }
 
-  void AddOp(size_t index, const OpRecord& op) {
-    Add(op.start_ns, op.rank, kComputeTid, Order::kSlice, Kind::kOp, index, 0);
+  // An overlapped F&B pair is two records, its forward half then its
+  // backward half, back to back on one rank (the simulator and the validator
+  // time each half's share of the pair); both halves run for the whole pair.
+  // Fills drawn_ (per op: the span it is drawn over) and pair_ranks_.
+  void FindPairs() {
+    const std::vector<OpRecord>& ops = result_.ops;
+    drawn_.resize(ops.size());
+    for (size_t i = 0; i < ops.size(); ++i) drawn_[i] = {ops[i].start_ns, ops[i].end_ns};
+    for (size_t i = 0; i + 1 < ops.size(); ++i) {
+      const OpRecord& f = ops[i];
+      const OpRecord& b = ops[i + 1];
+      if (f.action.overlapped && b.action.overlapped && f.rank == b.rank &&
+          f.action.kind == OpKind::kForward && b.action.kind != OpKind::kForward) {
+        drawn_[i] = drawn_[i + 1] = {f.start_ns, std::max(f.end_ns, b.end_ns)};
+        overlap_half_.push_back(i + 1);
+        pair_ranks_.push_back(b.rank);
+        ++i;
+      }
+    }
+    std::sort(pair_ranks_.begin(), pair_ranks_.end());
+    pair_ranks_.erase(std::unique(pair_ranks_.begin(), pair_ranks_.end()), pair_ranks_.end());
+  }
+  bool IsBackwardHalf(size_t op) const {
+    return std::binary_search(overlap_half_.begin(), overlap_half_.end(), op);
+  }
+  int OpTid(size_t op) const { return IsBackwardHalf(op) ? kOverlapTid : kComputeTid; }
+
+  void AddOp(size_t index) {
+    Add(drawn_[index].first, result_.ops[index].rank, OpTid(index), Order::kSlice, Kind::kOp, index,
+        0);
   }
 
   Json RenderOp(const Event& ev) const {
     const OpRecord& op = result_.ops[ev.index];
     Json e = Timed(ev, "X", ActionName(op.action), std::string(1, OpKindLetter(op.action.kind)));
-    e["dur"] = NsToUs(op.end_ns - op.start_ns);
+    e["dur"] = NsToUs(drawn_[ev.index].second - drawn_[ev.index].first);
     e["args"] = {{"stage", op.action.stage}, {"microbatch", op.action.microbatch}};
     if (critical_ops_[ev.index]) e["args"]["critical"] = true;
-    // A half of an overlapped F&B pair (docs/simulator.md, "Overlapped F&B").
-    if (op.action.overlapped) e["args"]["overlapped_fb"] = true;
+    // A half of an overlapped F&B pair (docs/simulator.md, "Overlapped F&B"):
+    // drawn over the whole pair, with the share of it the half's record has.
+    if (op.action.overlapped) {
+      e["args"]["overlapped_fb"] = true;
+      e["args"]["half_share_us"] = NsToUs(op.end_ns - op.start_ns);
+    }
     return e;
   }
 
@@ -294,40 +338,53 @@ class TraceBuilder {
     return {rank, a.stage, a.kind != OpKind::kForward, a.microbatch};
   }
 
-  // Each consumer's start, the first op in the record with its key: a
-  // sorted table (24 bytes an op; a map took three times that).
+  // Each consumer, the first op in the record with its key: a sorted table
+  // of op indices (16 bytes an op; a map took four times that).
   void FindConsumers() {
     consumers_.clear();
     consumers_.reserve(result_.ops.size());
-    for (const OpRecord& op : result_.ops) {
+    for (size_t i = 0; i < result_.ops.size(); ++i) {
+      const OpRecord& op = result_.ops[i];
       if (op.action.kind != OpKind::kBackwardWeight) {
-        consumers_.push_back({ConsumerKey(op.rank, op.action), op.start_ns});
+        consumers_.push_back({ConsumerKey(op.rank, op.action), static_cast<int32_t>(i)});
       }
     }
     std::stable_sort(consumers_.begin(), consumers_.end(),
                      [](const auto& a, const auto& b) { return a.first < b.first; });
   }
-  const TimeNs* FindConsumer(const std::tuple<int, int, bool, int>& key) const {
+  const int32_t* FindConsumer(const std::tuple<int, int, bool, int>& key) const {
     auto it = std::lower_bound(consumers_.begin(), consumers_.end(), key,
                                [](const auto& a, const auto& k) { return a.first < k; });
     return it != consumers_.end() && it->first == key ? &it->second : nullptr;
   }
 
-  // The send as a slice on the sender's comm thread, and an arrow from its
-  // start to the op that consumes it on the receiver's compute thread. The
-  // arrow ends at that op's start (bound to it): at the arrival time the
-  // receiver may be idle or running an unrelated op. Without a consuming op
-  // in the record, the arrow ends at the arrival time.
+  // The send as a slice on the sender's comm thread, and an arrow from it to
+  // the op that consumes it on the receiver's compute thread. By the trace
+  // event format's binding rules a flow start binds to the slice enclosing
+  // its time on its thread, and a flow end with "bp":"e" likewise; at a
+  // time where one slice ends and the next begins (one op's end is the
+  // next one's start, a send queued right behind another) a viewer may pick
+  // either. So each flow event sits at the middle of its slice, strictly
+  // inside it: the start in the send, the end in the consuming op (at the
+  // arrival time the receiver may be idle or running an unrelated op).
+  // Without a consuming op in the record, the arrow ends at the arrival time.
   void AddTransfer(size_t index, const TransferRecord& t) {
     const int tid = transfer_tid_[index];
     Add(t.start_ns, t.src_rank, tid, Order::kSlice, Kind::kTransfer, index, kTransferSlice);
-    Add(t.start_ns, t.src_rank, tid, Order::kFlowStart, Kind::kTransfer, index, kTransferFlowStart);
+    Add(Middle(t.start_ns, t.end_ns), t.src_rank, tid, Order::kFlowStart, Kind::kTransfer, index,
+        kTransferFlowStart);
     const Action consumer{t.dst_stage, t.gradient ? OpKind::kBackward : OpKind::kForward,
                           t.microbatch};
-    const TimeNs* consumer_start = FindConsumer(ConsumerKey(t.dst_rank, consumer));
-    const TimeNs end_ns = consumer_start != nullptr ? *consumer_start : t.end_ns;
-    Add(end_ns, t.dst_rank, kComputeTid, Order::kFlowEnd, Kind::kTransfer, index, kTransferFlowEnd);
+    const int32_t* op = FindConsumer(ConsumerKey(t.dst_rank, consumer));
+    if (op == nullptr) {
+      Add(t.end_ns, t.dst_rank, kComputeTid, Order::kFlowEnd, Kind::kTransfer, index,
+          kTransferFlowEnd);
+      return;
+    }
+    Add(Middle(drawn_[*op].first, drawn_[*op].second), t.dst_rank, OpTid(*op), Order::kFlowEnd,
+        Kind::kTransfer, index, kTransferFlowEnd);
   }
+  static TimeNs Middle(TimeNs a, TimeNs b) { return a + (b - a) / 2; }
 
   Json RenderTransfer(const Event& ev) const {
     const TransferRecord& t = result_.transfers[ev.index];
@@ -360,10 +417,14 @@ class TraceBuilder {
   // optimizer state, stashed weight versions), so the counter's top is the
   // rank's whole memory; and the capacity as a counter of its own (the
   // samples' count and one past it).
+  // A counter holds one value per time: of several changes at one instant
+  // (an op's end frees what the next op's start allocates) only the level
+  // after the last is written, which is the level from then on.
   void AddMemory(size_t position) {
     const StageResult& stage = result_.per_rank[position];
     const std::span<const MemoryTimeline::Change> changes = stage.memory_timeline.changes();
     for (size_t i = 0; i < changes.size(); ++i) {
+      if (i + 1 < changes.size() && changes[i + 1].time_ns == changes[i].time_ns) continue;
       Add(changes[i].time_ns, stage.rank, kComputeTid, Order::kCounter, Kind::kMemory, position,
           static_cast<int32_t>(i));
     }
@@ -475,8 +536,11 @@ class TraceBuilder {
   const SimResult& result_;
   const TraceOptions& options_;
   std::vector<Event> events_;
-  // (rank, stage, backward?, micro-batch) -> start of the op, first seen.
-  std::vector<std::pair<std::tuple<int, int, bool, int>, TimeNs>> consumers_;
+  // (rank, stage, backward?, micro-batch) -> the op, first seen.
+  std::vector<std::pair<std::tuple<int, int, bool, int>, int32_t>> consumers_;
+  std::vector<std::pair<TimeNs, TimeNs>> drawn_;  // per op: the span it is drawn over
+  std::vector<size_t> overlap_half_;              // backward halves of pairs, ascending
+  std::vector<int> pair_ranks_;                   // ranks with pairs, ascending
   std::vector<bool> critical_ops_, critical_transfers_;
   std::vector<MemoryTimeline::Iterator> memory_cursor_;  // per rank, for MemoryLevel()
   std::vector<int> transfer_tid_;                        // per transfer

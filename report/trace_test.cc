@@ -160,16 +160,92 @@ TEST(TraceTest, FlowArrowsPairSendStartWithTheConsumingOp) {
     EXPECT_EQ(s["name"], f["name"]);
     EXPECT_NE(s["pid"], f["pid"]);
   }
-  // The activation leaves rank 0's comm thread at 1 us and ends on 1F0, which
-  // starts at 1.75 us (it arrived at 1.5 us).
+  // The activation's send on rank 0's comm thread runs 1 -> 1.5 us: the arrow
+  // starts in its middle, 1.25 us, and ends in the middle of 1F0, which runs
+  // 1.75 -> 2.75 us (it arrived at 1.5 us): 2.25 us.
   const json& act = starts[0]["pid"] == 1 ? starts[0] : starts[1];
   const json& act_end = end_by_id[act["id"].get<int64_t>()];
-  EXPECT_DOUBLE_EQ(act["ts"].get<double>(), 1.0);
+  EXPECT_DOUBLE_EQ(act["ts"].get<double>(), 1.25);
   EXPECT_EQ(act_end["pid"], 2);
-  EXPECT_DOUBLE_EQ(act_end["ts"].get<double>(), 1.75);
-  // The gradient ends on 0B0 at 5.25 us.
+  EXPECT_DOUBLE_EQ(act_end["ts"].get<double>(), 2.25);
+  // The gradient's send runs 4.8 -> 5.25 us; it ends in 0B0 (5.25 -> 7.25 us).
   const json& grad = starts[0]["pid"] == 2 ? starts[0] : starts[1];
-  EXPECT_DOUBLE_EQ(end_by_id[grad["id"].get<int64_t>()]["ts"].get<double>(), 5.25);
+  EXPECT_DOUBLE_EQ(grad["ts"].get<double>(), 5.025);
+  EXPECT_DOUBLE_EQ(end_by_id[grad["id"].get<int64_t>()]["ts"].get<double>(), 6.25);
+}
+
+// The slices on (pid, tid) whose closed span [ts, ts + dur] holds `ts`: the
+// candidates a viewer's enclosing-slice binding chooses from.
+std::vector<json> Enclosing(const json& trace, const json& pid, const json& tid, double ts) {
+  std::vector<json> out;
+  for (const json& e : trace["traceEvents"]) {
+    if (e["ph"] != "X" || e["pid"] != pid || e["tid"] != tid) continue;
+    const double a = e["ts"].get<double>(), b = a + e["dur"].get<double>();
+    if (a <= ts && ts <= b) out.push_back(e);
+  }
+  return out;
+}
+
+// Issue 28: at 1F1B, 12 of 48 arrows ended exactly where one op ends and the
+// next starts, where a viewer binding the arrow to its enclosing slice may
+// choose either op. Every flow event now lies inside exactly one slice of
+// its thread: the start in its send, the end in the op that consumes it.
+TEST(TraceTest, FlowArrowsEndInsideOneSliceWhereOneOpEndsAndTheNextStarts) {
+  // 1F1B, 4 stages, 8 micro-batches, links of 0.601 ms a hop: the steady
+  // state runs ops back to back.
+  Model model = test_util::UniformModel(4, 1'000'000, 2'000'000, 0, 4096);
+  auto sched = MakeSchedule(ScheduleKind::k1F1B, 4, 8);
+  ASSERT_TRUE(sched.ok());
+  auto r = Simulate(model, test_util::zb_paper::HopCluster(), *sched, SimOptions{});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  json t = Parse(TraceJson(*r));
+  int back_to_back = 0;  // consumers that start where the rank's previous op ends
+  for (const OpRecord& op : r->ops) {
+    for (const OpRecord& prev : r->ops) {
+      if (prev.rank == op.rank && prev.end_ns == op.start_ns) ++back_to_back;
+    }
+  }
+  ASSERT_GT(back_to_back, 0) << "the case must have ops back to back";
+
+  std::map<int64_t, json> send_of;  // flow id -> its send slice
+  const std::vector<json> starts = Events(t, "s");
+  const std::vector<json> ends = Events(t, "f");
+  ASSERT_EQ(starts.size(), 2u * 3u * 8u);  // 3 boundaries, both directions, 8 micro-batches
+  for (const json& s : starts) {
+    std::vector<json> in = Enclosing(t, s["pid"], s["tid"], s["ts"].get<double>());
+    ASSERT_EQ(in.size(), 1u) << s;
+    EXPECT_EQ(in[0]["name"], s["name"]);
+    send_of[s["id"].get<int64_t>()] = in[0];
+  }
+  for (const json& f : ends) {
+    std::vector<json> in = Enclosing(t, f["pid"], f["tid"], f["ts"].get<double>());
+    ASSERT_EQ(in.size(), 1u) << f;
+    const json& send = send_of.at(f["id"].get<int64_t>());
+    EXPECT_EQ(in[0]["args"]["stage"], send["args"]["dst_stage"]);
+    EXPECT_EQ(in[0]["args"]["microbatch"], send["args"]["microbatch"]);
+    EXPECT_EQ(in[0]["cat"], send["args"]["src_stage"] < send["args"]["dst_stage"] ? "F" : "B");
+  }
+}
+
+// Issue 28: two memory changes at one instant (an op's end frees, the next
+// op's start allocates) wrote two counter values at one timestamp. A counter
+// now writes the level after the instant's last change.
+TEST(TraceTest, MemoryCounterWritesOneValuePerTimestamp) {
+  SimResult r = TinyResult();
+  r.per_rank[0].memory_timeline = MemoryTimeline();
+  for (const MemorySample& level :
+       {MemorySample{0, 100, 0, 10}, MemorySample{1000, 0, 0, 10}, MemorySample{1000, 300, 0, 10},
+        MemorySample{1000, 300, 4096, 0}, MemorySample{7250, 0, 0, 0}}) {
+    r.per_rank[0].memory_timeline.Append(level);
+  }
+  json t = Parse(TraceJson(r));
+  std::vector<json> counters = Events(t, "C");
+
+  ASSERT_EQ(counters.size(), 3u);
+  EXPECT_DOUBLE_EQ(counters[1]["ts"].get<double>(), 1.0);
+  EXPECT_EQ(counters[1]["args"],
+            (json{{"static", 0}, {"activations", 300}, {"comm_buffers", 4096}, {"workspace", 0}}));
+  EXPECT_DOUBLE_EQ(counters[2]["ts"].get<double>(), 7.25);
 }
 
 TEST(TraceTest, FlowEndsAtArrivalWhenTheConsumerIsNotRecorded) {
@@ -385,6 +461,37 @@ TEST(TraceTest, MarksTheCriticalPath) {
 namespace pipecast {
 namespace {
 
+// Issue 28: DualPipeV's overlapped pairs were drawn as two bars one after
+// the other. The halves run together, so each is drawn over the whole pair:
+// the forward half on the compute thread, the backward half on a thread of
+// its own right under it, and the arrow into the backward half ends there.
+TEST(TraceTest, OverlappedPairHalvesAreDrawnOverlapping) {
+  SimResult r = TinyResult();  // rank 1: 1F0 1.75-2.75 us, then 1B0 2.75-4.75 us
+  r.ops[1].action.overlapped = true;
+  r.ops[2].action.overlapped = true;
+  json t = Parse(TraceJson(r));
+  std::map<std::string, json> slice;  // op name -> its slice
+  for (const json& e : Events(t, "X")) {
+    if (e["cat"] == "F" || e["cat"] == "B") slice[e["name"].get<std::string>()] = e;
+  }
+
+  for (const char* half : {"1F0", "1B0"}) {
+    EXPECT_DOUBLE_EQ(slice[half]["ts"].get<double>(), 1.75) << half;
+    EXPECT_DOUBLE_EQ(slice[half]["dur"].get<double>(), 3.0) << half;
+  }
+  EXPECT_EQ(slice["1F0"]["tid"], 1);
+  EXPECT_EQ(slice["1B0"]["tid"], 4);
+  EXPECT_DOUBLE_EQ(slice["1F0"]["args"]["half_share_us"].get<double>(), 1.0);
+  EXPECT_DOUBLE_EQ(slice["1B0"]["args"]["half_share_us"].get<double>(), 2.0);
+  EXPECT_EQ(slice["0F0"]["tid"], 1);  // ops outside pairs stay as they were
+  EXPECT_DOUBLE_EQ(slice["0F0"]["dur"].get<double>(), 1.0);
+  bool named = false;
+  for (const json& m : Events(t, "M")) {
+    if (m["pid"] == 2 && m["tid"] == 4 && m["name"] == "thread_name") named = true;
+  }
+  EXPECT_TRUE(named);
+}
+
 TEST(TraceTest, OverlappedPairHalvesAreMarked) {
   // TinyResult with rank 1's 1F0 and 1B0 as the two halves of an overlapped pair (the shape
   // is only for drawing: the trace marks what the ops say).
@@ -392,9 +499,11 @@ TEST(TraceTest, OverlappedPairHalvesAreMarked) {
   r.ops[1].action.overlapped = true;
   r.ops[2].action.overlapped = true;
   json t = Parse(TraceJson(r));
-  std::map<std::string, bool> mark;                  // op name -> marked
-  for (const json& e : Events(t, "X", /*tid=*/1)) {  // the compute thread
-    mark[e["name"].get<std::string>()] = e["args"].value("overlapped_fb", false);
+  std::map<std::string, bool> mark;  // op name -> marked
+  for (int tid : {1, 4}) {           // the compute thread, and the backward halves'
+    for (const json& e : Events(t, "X", tid)) {
+      mark[e["name"].get<std::string>()] = e["args"].value("overlapped_fb", false);
+    }
   }
   EXPECT_EQ(mark, (std::map<std::string, bool>{
                       {"0F0", false}, {"1F0", true}, {"1B0", true}, {"0B0", false}}));

@@ -8,6 +8,7 @@
 #                       absolute (default: build)
 #   PIPECAST_CUDA       AUTO, ON or OFF (default: AUTO)
 #   PIPECAST_JOBS       parallel compile jobs (default: nproc)
+#   PIPECAST_BUILD_TARGETS  targets to build, space-separated (default: all)
 #
 # Extra arguments go to the configure step after the defaults, so they win:
 # e.g. scripts/build.sh -DCMAKE_BUILD_TYPE=Debug -DPIPECAST_BUILD_BENCH=OFF.
@@ -39,5 +40,7 @@ configure=(
 log "${configure[*]}"
 "${configure[@]}"
 
-log "cmake --build ${build_dir} -j ${jobs}"
-cmake --build "${build_dir}" -j "${jobs}"
+targets=()
+for target in ${PIPECAST_BUILD_TARGETS:-}; do targets+=(--target "${target}"); done
+log "cmake --build ${build_dir} -j ${jobs} ${targets[*]}"
+cmake --build "${build_dir}" -j "${jobs}" "${targets[@]}"

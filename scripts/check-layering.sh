@@ -15,7 +15,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-libraries="base sim formats report planner profiler validate"
+libraries="base sim formats report planner profiler validate measured"
 
 # folder -> the folders it may include (besides itself).
 declare -A allowed=(
@@ -26,6 +26,7 @@ declare -A allowed=(
   [planner]="base sim formats"
   [profiler]="base sim formats"
   [validate]="base sim formats report profiler"
+  [measured]="base sim formats report profiler validate"
   [tools]="${libraries}"
   [testing]="${libraries}"
   [bench]="${libraries}"
@@ -40,6 +41,7 @@ declare -A tests_also=(
   [planner]="testing"
   [profiler]="testing"
   [validate]="testing"
+  [measured]="testing"
   [tools]="testing"
 )
 

@@ -19,7 +19,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 seconds="${1:-60}"
 shift || true
-all_targets=(fuzz_model fuzz_cluster fuzz_plan fuzz_schedule_text fuzz_simulate)
+all_targets=(fuzz_model fuzz_cluster fuzz_plan fuzz_schedule_text fuzz_simulate fuzz_hf_config
+  fuzz_trace_file fuzz_megatron_log)
 if (($# > 0)); then targets=("$@"); else targets=("${all_targets[@]}"); fi
 build_dir="${PIPECAST_FUZZ_BUILD_DIR:-build-fuzz}"
 jobs="${PIPECAST_JOBS:-$(nproc)}"

@@ -18,9 +18,18 @@ example=(
   --gpus 8
 )
 
-scripts/setup.sh
+# Only what the main job needs: the packages the tools build with, and the
+# planner with its libraries (about 45 compiled files of the project's 229
+# targets' worth). scripts/test.sh brings the rest: the test and benchmark
+# packages, then every target. A build folder that exists keeps its
+# configuration (tests and benchmarks on, when scripts/test.sh made it).
+scripts/setup.sh main
+configure=()
+if [[ ! -f build/CMakeCache.txt ]]; then
+  configure=(-DPIPECAST_BUILD_TESTS=OFF -DPIPECAST_BUILD_BENCH=OFF)
+fi
 # This script's results are the tool's; build progress goes to stderr.
-PIPECAST_BUILD_DIR=build scripts/build.sh >&2
+PIPECAST_BUILD_DIR=build PIPECAST_BUILD_TARGETS=planner scripts/build.sh "${configure[@]}" >&2
 
 echo "run-example.sh: ${example[*]} $*" >&2
 exec "${example[@]}" "$@"

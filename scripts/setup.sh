@@ -1,5 +1,17 @@
 #!/usr/bin/env bash
-# Installs what pipecast needs to build and test on Debian 12 (bookworm).
+# Installs what pipecast needs on Debian 12 (bookworm).
+#
+#   scripts/setup.sh [main|all]
+#
+#   main  what the tools need to build and run (the README's main command,
+#         scripts/run-example.sh): the compiler, CMake, Ninja and the
+#         libraries every tool links (fmt, nlohmann-json, CLI11, Boost's
+#         headers); 8 packages that pull in about 110 MB of downloads on a
+#         fresh machine (README, "The first run").
+#   all   (the default) main, and what the tests, benchmarks and checks add:
+#         GoogleTest, Google Benchmark, OpenMPI (the multi-process validator),
+#         clang (sanitizers, libFuzzer), clang-format, Python, Chromium (the
+#         HTML report's browser test). scripts/test.sh asks for it.
 #
 # Idempotent: when every package is already installed it does nothing and
 # needs no network, so the other scripts call it on every run. Otherwise it
@@ -10,16 +22,30 @@
 # and lives at the toolkit's standard location where a machine has it.
 set -euo pipefail
 
-packages=(
+mode="${1:-all}"
+
+main_packages=(
   build-essential cmake ninja-build g++
+  libfmt-dev nlohmann-json3-dev libcli11-dev
+  libboost-dev  # Boost.Graph's headers (sim/schedule_graph.cc); nothing of Boost is linked
+)
+test_packages=(
+  libboost-graph-dev
   clang-14 libclang-rt-14-dev  # sanitizers and libFuzzer with clang
   clang-format-14  # scripts/check-format.sh (ctest lint.format)
-  libfmt-dev nlohmann-json3-dev libcli11-dev libboost-graph-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   libopenmpi-dev openmpi-bin  # the multi-process validator
   python3
   chromium fonts-dejavu-core  # the HTML report's browser test (tests/browser/)
 )
+case "${mode}" in
+  main) packages=("${main_packages[@]}") ;;
+  all) packages=("${main_packages[@]}" "${test_packages[@]}") ;;
+  *)
+    echo "setup.sh: unknown mode '${mode}': use main or all" >&2
+    exit 2
+    ;;
+esac
 
 log() { echo "setup.sh: $*" >&2; }
 

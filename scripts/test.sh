@@ -19,12 +19,13 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 log() { echo "test.sh: $*" >&2; }
 
-scripts/setup.sh
+scripts/setup.sh all
 
 if [[ "${PIPECAST_SANITIZE:-0}" == 1 ]]; then
   build_dir=build-asan
   # Debug (-O0): compiles much faster than -O2, and the tests are small.
-  cmake_args=(-DPIPECAST_SANITIZE=ON -DPIPECAST_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=Debug)
+  cmake_args=(-DPIPECAST_SANITIZE=ON -DPIPECAST_BUILD_TESTS=ON -DPIPECAST_BUILD_BENCH=OFF
+    -DCMAKE_BUILD_TYPE=Debug)
   # Fail on the first report, with a stack; leaks are errors; an allocation too
   # big to serve returns null as without ASan (the validator's out-of-memory
   # path depends on it). Exit code 86 (not
@@ -34,7 +35,9 @@ if [[ "${PIPECAST_SANITIZE:-0}" == 1 ]]; then
   export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1:exitcode=86}"
 else
   build_dir=build
-  cmake_args=(-DPIPECAST_SANITIZE=OFF)
+  # Tests and benchmarks on, also where scripts/run-example.sh configured
+  # build/ for the planner alone.
+  cmake_args=(-DPIPECAST_SANITIZE=OFF -DPIPECAST_BUILD_TESTS=ON -DPIPECAST_BUILD_BENCH=ON)
 fi
 
 PIPECAST_BUILD_DIR="${build_dir}" scripts/build.sh "${cmake_args[@]}"

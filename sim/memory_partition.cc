@@ -69,14 +69,23 @@ class StageMemory {
         traits_(TraitsOf(shape.schedule)),
         per_param_(ShardedBytesPerParam(memory, shape.data_parallel)) {
     const int n = t.NumLayers();
-    bool all_checkpoints = true;
-    for (int l = 0; l < n; ++l) all_checkpoints &= t.Layer(l).checkpoint_bytes.has_value();
+    bool all_checkpoints = true, no_checkpoints = true;
+    for (int l = 0; l < n; ++l) {
+      all_checkpoints &= t.Layer(l).checkpoint_bytes.has_value();
+      no_checkpoints &= !t.Layer(l).checkpoint_bytes.has_value();
+    }
+    // Full recomputation where no layer gives its checkpoint: every stage
+    // keeps only its input and rebuilds all its layers' activations at once
+    // (StageCostTable::Stage's whole-stage rule), so the rebuild alone, the
+    // sum of the stage's activations, bounds its memory from below.
+    whole_stage_rebuild_ = t.options().recompute == Recompute::kFull && no_checkpoints;
     for (int l = 0; l < n; ++l) all_weight_grad_ &= t.Layer(l).weight_grad_bytes.has_value();
     bool all_cores = true;
     for (int l = 0; l < n; ++l) all_cores &= t.Layer(l).attention_core_bytes.has_value();
     parameters_.assign(n + 1, 0);
     held_.assign(n + 1, 0);
     weight_grad_.assign(n + 1, 0);
+    activations_.assign(n + 1, 0);
     std::vector<int64_t> rebuilt(n, 0);
     for (int l = 0; l < n; ++l) {
       const LayerCost& c = t.Layer(l);
@@ -109,6 +118,7 @@ class StageMemory {
       parameters_[l + 1] = parameters_[l] + t.Stage(StageLayers{l, l}).parameters;
       held_[l + 1] = held_[l] + held;
       weight_grad_[l + 1] = weight_grad_[l] + c.weight_grad_bytes.value_or(0);
+      activations_[l + 1] = activations_[l] + c.activation_bytes;
     }
     rebuilt_ = RangeMax(std::move(rebuilt));
   }
@@ -162,6 +172,11 @@ class StageMemory {
         activations = all_weight_grad_ ? split : std::min(activations, split);
       }
       b += activations + rebuilt_.Max(first, last);
+    } else if (whole_stage_rebuild_) {
+      // Without this floor a stage far over the limit (10 GB of a rebuild)
+      // passed the search's filter, and every cut of it was tried and
+      // refused: O(n) cuts per state, O(n^2) a search (40k layers: minutes).
+      b += activations_[last + 1] - activations_[first];
     }
     return b;
   }
@@ -184,9 +199,10 @@ class StageMemory {
   const ScheduleTraits& traits_;
   ShardedBytes per_param_;
   // Prefix sums over layers [0, l) at index l.
-  std::vector<int64_t> parameters_, held_, weight_grad_;
+  std::vector<int64_t> parameters_, held_, weight_grad_, activations_;
   RangeMax rebuilt_;
-  bool floor_ = true;  // LowerBound may count activations
+  bool floor_ = true;                 // LowerBound may count activations
+  bool whole_stage_rebuild_ = false;  // full recomputation by the whole-stage rule
   bool all_weight_grad_ = true;
 };
 
@@ -245,24 +261,29 @@ MemoryAwareSplit MemoryAwarePartition(const StageCostTable& table, const Pipelin
   }
   if (all_fit) return out;
   const Prefix lower_time = TimeLowerBound(table);
+  // The memory estimates and bounds, counted (MemoryAwareSplit::evaluations).
+  auto total = [&](int stage, int first, int last) {
+    ++out.evaluations;
+    return mem.Total(stage, first, last);
+  };
+  auto lower = [&](int stage, int first, int last) {
+    ++out.evaluations;
+    return mem.LowerBound(stage, first, last);
+  };
   out.partition = internal::MinMaxSplit(
       n, p,
       [&](int, int first, int last) {
         return table.TrainingTimeNs(StageLayers{first, last});
       },
       [&](int, int first, int last) { return lower_time.Over(first, last); },
-      [&](int stage, int first, int last) { return mem.Total(stage, first, last) <= capacity; },
-      [&](int stage, int first, int last) {
-        return mem.LowerBound(stage, first, last) <= capacity;
-      });
+      [&](int stage, int first, int last) { return total(stage, first, last) <= capacity; },
+      [&](int stage, int first, int last) { return lower(stage, first, last) <= capacity; });
   if (!out.partition.empty()) return out;
   // Nothing fits: the split that needs the least memory, for the closest
   // miss, and its fullest stage.
   out.fits = false;
   out.partition = internal::MinMaxSplit(
-      n, p, [&](int stage, int first, int last) { return mem.Total(stage, first, last); },
-      [&](int stage, int first, int last) { return mem.LowerBound(stage, first, last); },
-      [](int, int, int) { return true; }, [](int, int, int) { return true; });
+      n, p, total, lower, [](int, int, int) { return true; }, [](int, int, int) { return true; });
   Bytes worst_bytes = 0;
   for (int s = 0; s < p; ++s) {
     const Bytes b = mem.Total(s, out.partition[s].first_layer, out.partition[s].last_layer);

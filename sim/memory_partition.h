@@ -71,6 +71,9 @@ struct MemoryAwareSplit {
   // When !fits: the fullest stage of that split and its parts.
   int worst_stage = 0;
   StageMemoryParts worst_parts;
+  // The search's work: how many stage memory estimates and lower bounds it
+  // evaluated (for tests and benchmarks of its scaling in layers).
+  int64_t evaluations = 0;
 };
 
 // The time-balanced split (as TimeBalancedSplit, ties alike) among those

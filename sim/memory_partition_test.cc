@@ -18,6 +18,7 @@
 #include "sim/internal/min_max_split.h"
 #include "sim/schedule_traits.h"
 #include "sim/simulator.h"
+#include "testing/sim_test_util.h"
 
 namespace pipecast {
 namespace {
@@ -163,6 +164,35 @@ TEST(PlannerScaling, MemoryAwarePartitionMatchesTheQuadraticProgrammeOnRandomCas
 
 // The generic search against the reference with a value that is not a sum
 // (stage-dependent, with an allowed set full of holes), on random lists.
+// Issue 28: the planner's time turned superlinear in layers past 20k (20k
+// layers 1.3 s, 40k past 120 s on 8 GPUs). The root: under full
+// recomputation without per-layer checkpoints a stage rebuilds all its
+// layers at once, which the search's lower bound left out, so stages far
+// over the limit passed its filter and every cut of them was tried: O(n)
+// cuts per state. The bound now counts the rebuild, and the search's work
+// doubles with the layers instead of quadrupling.
+TEST(PlannerScaling, FullRecomputationSearchWorkIsLinearInLayers) {
+  auto evaluations = [](int layers) {
+    Model model = test_util::UniformModel(layers, 100, 200, 1 << 20, 1 << 16, 1'000'000);
+    const StageCostTable table(model, StageCostOptions{1, Recompute::kFull});
+    PipelineShape shape;
+    shape.schedule = ScheduleKind::k1F1B;
+    shape.stages = 8;
+    shape.microbatches = 8;
+    // 18 bytes a parameter: 18 MB a layer, so 8 stages cannot hold the model
+    // within 1 GB each: the search for the closest miss runs too.
+    const MemoryAwareSplit split = MemoryAwarePartition(table, shape, MemoryConfig{}, kGiB);
+    EXPECT_FALSE(split.fits);
+    return split.evaluations;
+  };
+
+  const int64_t at_2k = evaluations(2000), at_4k = evaluations(4000);
+
+  EXPECT_LT(static_cast<double>(at_4k) / static_cast<double>(at_2k), 2.5)
+      << at_2k << " evaluations at 2000 layers, " << at_4k << " at 4000";
+  EXPECT_LT(at_4k, 200 * 4000) << "a few hundred evaluations per layer at most";
+}
+
 TEST(PlannerScaling, MinMaxSplitMatchesTheQuadraticProgrammeWithHolesAndTies) {
   std::mt19937 rng(1717);
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };

@@ -119,18 +119,8 @@ Result<ScheduleCosts> ResolveCosts(ScheduleKind kind, const Schedule& s, Schedul
 
 }  // namespace
 
-Result<Schedule> MakeSchedule(ScheduleKind kind, int num_ranks, int num_microbatches, int chunks) {
-  return MakeSchedule(kind, num_ranks, num_microbatches, chunks, ScheduleCosts{});
-}
-
-Result<Schedule> MakeSchedule(ScheduleKind kind, int num_ranks, int num_microbatches, int chunks,
-                              const ScheduleCosts& costs) {
-  PIPECAST_RETURN_IF_ERROR(CheckShape(kind, num_ranks, num_microbatches, chunks));
+Schedule ScheduleShape(ScheduleKind kind, int num_ranks, int num_microbatches, int chunks) {
   const ScheduleTraits& traits = TraitsOf(kind);
-  if (traits.generate == nullptr) {
-    return Status::InvalidArgument(
-        "the custom schedule has no generator: give its text with --schedule-in FILE");
-  }
   Schedule s;
   s.name = traits.name;
   s.num_ranks = num_ranks;
@@ -143,6 +133,22 @@ Result<Schedule> MakeSchedule(ScheduleKind kind, int num_ranks, int num_microbat
   s.actions.resize(num_ranks);
   s.split_backward = traits.splits_backward;
   s.bidirectional = traits.bidirectional;
+  return s;
+}
+
+Result<Schedule> MakeSchedule(ScheduleKind kind, int num_ranks, int num_microbatches, int chunks) {
+  return MakeSchedule(kind, num_ranks, num_microbatches, chunks, ScheduleCosts{});
+}
+
+Result<Schedule> MakeSchedule(ScheduleKind kind, int num_ranks, int num_microbatches, int chunks,
+                              const ScheduleCosts& costs) {
+  PIPECAST_RETURN_IF_ERROR(CheckShape(kind, num_ranks, num_microbatches, chunks));
+  const ScheduleTraits& traits = TraitsOf(kind);
+  if (traits.generate == nullptr) {
+    return Status::InvalidArgument(
+        "the custom schedule has no generator: give its text with --schedule-in FILE");
+  }
+  Schedule s = ScheduleShape(kind, num_ranks, num_microbatches, chunks);
   if (traits.generate_from_costs == nullptr) {
     traits.generate(s);
     return s;

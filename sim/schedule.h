@@ -145,6 +145,15 @@ struct Schedule {
 Result<Schedule> MakeSchedule(ScheduleKind kind, int num_ranks, int num_microbatches,
                               int chunks = 1);
 
+// The schedule MakeSchedule sizes before its generator fills it: name, ranks, virtual stages
+// (ranks x chunks), micro-batches, stage_rank by the kind's placement, split_backward and
+// bidirectional from its traits row (sim/schedule_traits.h), and one empty action list per rank.
+// For what a shape's placement and paths say (stage_rank, IsFirstStage, MicrobatchesThrough)
+// without building its order, as the planner's prune pass asks. iterations and flush keep their
+// defaults: an asynchronous kind's generator sets them (ScheduleTraits::flush names the kinds).
+// REQUIRES: CheckShape(kind, num_ranks, num_microbatches, chunks) is OK.
+Schedule ScheduleShape(ScheduleKind kind, int num_ranks, int num_microbatches, int chunks = 1);
+
 // What the cost-driven generators (zb-auto, zb-v-auto: ScheduleTraits::generate_from_costs)
 // build their order from; the other kinds ignore it. Times in ns.
 struct ScheduleCosts {

@@ -50,6 +50,10 @@ struct ScheduleTraits {
   // Two paths, micro-batches entering at both ends (Schedule::bidirectional): 2p virtual
   // stages in the V placement over a partition of p stages, each held by two ranks.
   bool bidirectional = false;
+  // Its generator pairs a forward with a backward as one overlapped op (Action::overlapped,
+  // DualPipe's chunk overlap), whose halves hide their tensor-parallel communication behind
+  // each other's compute (OverlappedPairNs, sim/stage_costs.h).
+  bool overlapped_pairs = false;
   Placement placement = Placement::kLooped;
   MicrobatchRule microbatch_rule = MicrobatchRule::kAny;
   // For kAtLeastStages: why fewer micro-batches do not work, in CheckShape's message.

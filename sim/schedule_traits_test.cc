@@ -132,6 +132,31 @@ TEST(ScheduleTraits, VPlacementPutsRankROnStagesRAnd2PMinus1MinusR) {
   EXPECT_EQ(s->stage_rank, (std::vector<int>{0, 1, 2, 3, 3, 2, 1, 0}));
 }
 
+// Given every built-in kind on 4 ranks with 8 micro-batches (a shape each takes), when it is
+// built, then its ops are overlapped pairs exactly when its row says so (DualPipe and
+// DualPipeV), and ScheduleShape is the built schedule less its order.
+TEST(ScheduleTraits, OverlappedPairsAndShapeFollowTheGenerators) {
+  for (ScheduleKind kind : BuiltinScheduleKinds()) {
+    const ScheduleTraits& t = TraitsOf(kind);
+    Result<Schedule> s = MakeSchedule(kind, 4, 8, t.default_chunks);
+    ASSERT_TRUE(s.ok()) << t.name << ": " << s.status().message();
+    bool overlapped = false;
+    for (const std::vector<Action>& list : s->actions) {
+      for (const Action& a : list) overlapped = overlapped || a.overlapped;
+    }
+    EXPECT_EQ(overlapped, t.overlapped_pairs) << t.name;
+    const Schedule shape = ScheduleShape(kind, 4, 8, t.default_chunks);
+    EXPECT_EQ(shape.stage_rank, s->stage_rank) << t.name;
+    EXPECT_EQ(shape.num_stages, s->num_stages) << t.name;
+    EXPECT_EQ(shape.bidirectional, s->bidirectional) << t.name;
+    EXPECT_EQ(shape.split_backward, s->split_backward) << t.name;
+    EXPECT_EQ(shape.actions.size(), s->actions.size()) << t.name;
+    for (const std::vector<Action>& list : shape.actions) EXPECT_TRUE(list.empty()) << t.name;
+  }
+  EXPECT_TRUE(TraitsOf(ScheduleKind::kDualPipe).overlapped_pairs);
+  EXPECT_TRUE(TraitsOf(ScheduleKind::kDualPipeV).overlapped_pairs);
+}
+
 std::string ShapeError(ScheduleKind kind, int ranks, int m, int chunks) {
   Status st = CheckShape(kind, ranks, m, chunks);
   return st.ok() ? "" : std::string(st.message());

@@ -62,6 +62,7 @@ struct File {
 enum class After {
   kAnything,
   kNoOutputs,  // no file but the inputs (and the captured stdout/stderr): nothing half-written
+  kInputsUnchanged,  // kNoOutputs, and every input file still holds its text
 };
 
 struct Case {
@@ -79,6 +80,7 @@ struct Case {
   std::string output;  // when not empty: must appear in stdout
   // Skipped where a CUDA device exists (the row is about having none).
   bool needs_no_gpu = false;
+  std::string absent;  // when not empty: must not appear in stderr
 };
 
 // gtest shows a failing row by its name.
@@ -157,7 +159,8 @@ Case Row(std::string name, Tool tool, std::vector<File> files, std::string args,
               std::move(make_dir),
               read_only,
               std::string(),
-              false};
+              false,
+              std::string()};
 }
 
 std::vector<Case> Catalogue() {
@@ -321,6 +324,29 @@ std::vector<Case> Catalogue() {
                   "analytic --name x --layers 2 --hidden 64 --heads 8 --seq 8 --vocab 8 "
                   "--matmul-efficiency nan",
                   1, "--matmul-efficiency nan must be in (0, 1]"));
+  // profiler analytic --hf-config (issue 25.3): the file and the key named.
+  c.push_back(Row("profiler_hf_config_unknown_model_type", kProfiler,
+                  {{"c.json", R"({"model_type": "bert", "hidden_size": 768})"}},
+                  "analytic --hf-config {dir}/c.json", 1,
+                  "c.json: model_type 'bert' is not a model_type pipecast reads; known: "
+                  "deepseek_v2, deepseek_v3, falcon, gemma2, gemma3, gemma3_text, gpt2, gpt_neox, "
+                  "llama, mistral, mixtral, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe"));
+  c.push_back(Row("profiler_hf_config_heads_not_dividing_hidden", kProfiler,
+                  {{"c.json", R"({"model_type": "llama", "hidden_size": 100,
+                      "num_hidden_layers": 2, "num_attention_heads": 3,
+                      "intermediate_size": 64, "vocab_size": 10})"}},
+                  "analytic --hf-config {dir}/c.json", 1,
+                  "c.json: hidden_size 100 is not divisible by num_attention_heads 3, and "
+                  "head_dim is not given"));
+  c.push_back(Row("profiler_hf_config_mixture_of_experts", kProfiler,
+                  {{"c.json", R"({"model_type": "mixtral", "hidden_size": 64,
+                      "num_hidden_layers": 2, "num_attention_heads": 4,
+                      "intermediate_size": 128, "vocab_size": 10,
+                      "num_local_experts": 4, "num_experts_per_tok": 2})"}},
+                  "analytic --hf-config {dir}/c.json --seq 16 --out {dir}/m.json", 1,
+                  "the analytic time and memory model does not cover expert layers yet; expert "
+                  "parallelism, routing and the all-to-all are issue 26 (mixture of experts)",
+                  After::kNoOutputs));
   // profiler cpu's tensor-parallel shards (issue 15 part 6): refused before
   // anything is measured.
   c.push_back(Row("profiler_cpu_tensor_parallel_not_dividing_ffn", kProfiler, {},
@@ -421,7 +447,11 @@ std::vector<Case> Catalogue() {
   c.push_back(Row("unknown_attention_profiler", kProfiler, {},
                   "analytic --name x --layers 2 --hidden 64 --heads 8 --seq 8 --vocab 8 "
                   "--attention sparse",
-                  2, "--attention: sparse not in {flash,eager}"));
+                  2, "--attention: sparse not in {flash,flash2,flash3,triton,eager}"));
+  c.push_back(Row("flash3_before_hopper", kProfiler, {},
+                  "analytic --name x --layers 2 --hidden 64 --heads 8 --seq 8 --vocab 8 "
+                  "--gpu a100-80gb --attention flash3",
+                  1, "--attention flash3: FlashAttention-3 runs on Hopper GPUs (H100, H200) only"));
   c.push_back(
       Row("checkpoint_over_activations", kSimulator,
           {{"m.json", Model(8, R"({"microbatch_size": 1, "forward_us": 100, "backward_us": 200, )"
@@ -508,6 +538,40 @@ std::vector<Case> Catalogue() {
                   "{dir}/missing/m.json",
                   1, "cannot write '{dir}/missing/m.json': No such file or directory",
                   After::kNoOutputs));
+  // Issue 28: --out onto --gpu's cluster file replaced the cluster file with
+  // the model; --out of profiler cpu was checked only after measuring.
+  c.push_back(Row("profiler_analytic_out_onto_the_gpu_cluster_file", kProfiler,
+                  {{"c.json", kCluster}},
+                  "analytic --name x --layers 2 --hidden 64 --heads 8 --seq 8 --vocab 8 --gpu "
+                  "{dir}/c.json --out {dir}/./c.json",
+                  1,
+                  "--out '{dir}/./c.json' is the same file as --gpu: pipecast never writes over "
+                  "its inputs",
+                  After::kInputsUnchanged));
+  // Issue 28: 10^5 layers at four t ran into std::bad_alloc after 65 s,
+  // writing a file no tool would read.
+  c.push_back(Row("profiler_analytic_model_over_what_the_tools_read", kProfiler, {},
+                  "analytic --name x --layers 100000 --hidden 64 --heads 8 --seq 8 --vocab 8 "
+                  "--tensor-parallel 1,2,4,8 --out {dir}/m.json",
+                  1, "MiB of model.json, over the 512 MiB that pipecast's tools read",
+                  After::kNoOutputs));
+  {
+    Case row = Row("profiler_cpu_out_checked_before_measuring", kProfiler, {},
+                   "cpu --layers 1 --hidden 8 --ffn 8 --out {dir}/missing/m.json", 1,
+                   "--out: cannot write '{dir}/missing/m.json': No such file or directory",
+                   After::kNoOutputs);
+    row.absent = "measuring";
+    c.push_back(row);
+  }
+  // Issue 28: 10^4 repeated values of a list flag ran into std::bad_alloc and
+  // std::terminate; the search's size is refused before it is allocated.
+  {
+    std::string schedules = "1f1b";
+    for (int i = 1; i < 10000; ++i) schedules += ",1f1b";
+    c.push_back(Row("planner_list_flag_of_10000_values", kPlanner, {},
+                    "--model {ex}/gpt-7b.json --gpus 8 --schedules " + schedules, 1,
+                    "the search would enumerate 2720000 configurations, over the limit of 100000"));
+  }
   // --- validator ------------------------------------------------------------
   const std::string v7b = "--model {ex}/gpt-7b.json --plan {ex}/baselines/gpt-7b-8gpu.plan.json";
   c.push_back(Row("validator_plan_truncated_json", kValidator, {{"p.json", "{\"format\": "}},
@@ -536,6 +600,10 @@ std::vector<Case> Catalogue() {
                   2, "--memory-limit-mb: '-5' is not a number of MiB from 0 to 1073741824"));
   c.push_back(Row("validator_absurd_memory_limit", kValidator, {}, v7b + " --memory-limit-mb 1e300",
                   2, "--memory-limit-mb: '1e300' is not a number of MiB from 0 to 1073741824"));
+  // Issue 28: a drop of an op that sends nothing passed, having injected nothing.
+  c.push_back(Row("validator_drop_of_an_op_that_sends_nothing", kValidator, {},
+                  v7b + " --inject-fault drop:0F0", 1,
+                  "--inject-fault drop:0F0: 0F0 sends no message to another rank"));
   c.push_back(Row("validator_infinite_watchdog_factor", kValidator, {},
                   v7b + " --watchdog-factor inf", 2,
                   "--watchdog-factor: 'inf' is not a number of times from 1 to 1000000"));
@@ -558,6 +626,43 @@ std::vector<Case> Catalogue() {
                   After::kNoOutputs));
   c.push_back(Row("validator_trace_onto_a_folder", kValidator, {}, v7b + " --trace {dir}/out", 1,
                   "--trace: cannot write '{dir}/out': Is a directory", After::kNoOutputs, "out"));
+  // --- measured runs (issue 27, docs/measured-runs.md) ------------------------
+  const std::string step = R"({"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#)";
+  c.push_back(Row("measured_trace_malformed", kValidator,
+                  {{"r0.json", "{\"traceEvents\": [\n {\"ph\": \"X\",, }]}"}},
+                  "--measured {dir}/r0.json", 1, "r0.json: not valid JSON: parse error at line 2"));
+  c.push_back(Row("measured_trace_field_type", kValidator,
+                  {{"r0.json", R"({"traceEvents": [{"ph": "X", "cat": "kernel", "ts": "now"}]})"}},
+                  "--measured {dir}/r0.json", 1,
+                  "r0.json: traceEvents[0].ts: expected microseconds as a number, got a string"));
+  c.push_back(Row("measured_trace_missing", kValidator, {}, "--measured {dir}/r9.json", 1,
+                  "{dir}/r9.json: cannot be opened: No such file or directory"));
+  c.push_back(Row("measured_trace_without_steps", kValidator,
+                  {{"r0.json", R"({"traceEvents": []})"}}, "--measured {dir}/r0.json", 1,
+                  "r0.json: no ProfilerStep#N range: pipecast finds iterations by them"));
+  const std::string kernel =
+      R"(, "pid": 1, "tid": 1, "ts": 0, "dur": 100}, {"ph": "X", "cat": "cuda_runtime", "name": "L", "pid": 1, "tid": 1, "ts": 1, "dur": 1, "args": {"correlation": 1}}, {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 5, "dur": 5, "args": {"correlation": 1}}]})";
+  c.push_back(Row("measured_traces_share_no_step", kValidator,
+                  {{"r0.json", "{\"traceEvents\": [" + step + "1\"" + kernel},
+                   {"r1.json", "{\"traceEvents\": [" + step + "2\"" + kernel}},
+                  "--measured {dir}/r0.json,{dir}/r1.json", 1,
+                  "the traces share no ProfilerStep number ({dir}/r0.json: steps 1; "
+                  "{dir}/r1.json: steps 2)"));
+  c.push_back(Row("measured_plan_without_model", kValidator, {},
+                  "--measured {dir}/r0.json --plan {ex}/baselines/gpt-7b-8gpu.plan.json", 2,
+                  "--plan needs --model"));
+  c.push_back(Row("measured_gzip", kValidator, {{"r0.json.gz", "\x1f\x8b"}},
+                  "--measured {dir}/r0.json.gz", 1, "a gzip-compressed file: decompress it first"));
+  c.push_back(Row("megatron_log_without_iterations", kValidator, {{"train.log", "hello\n"}},
+                  "--megatron-log {dir}/train.log", 1, "train.log: no Megatron-LM iteration line"));
+  c.push_back(Row("megatron_log_bad_number", kValidator,
+                  {{"train.log", " iteration 1/ 2 | elapsed time per iteration (ms): fast |\n"}},
+                  "--megatron-log {dir}/train.log", 1,
+                  "train.log:1: 'fast' is not a number after 'elapsed time per iteration (ms)'"));
+  c.push_back(Row("profiler_trace_without_layer_ranges", kProfiler,
+                  {{"r0.json", "{\"traceEvents\": [" + step + "1\"" + kernel}},
+                  "trace --name m {dir}/r0.json", 1,
+                  "r0.json: no layer range: mark each layer's passes with record_function ranges"));
   Case no_gpu = Row("validator_cuda_without_a_gpu", kValidator, {}, v7b + " --backend cuda", 1,
                     "the cuda backend needs an NVIDIA GPU; use --backend cpu or mpi");
   no_gpu.needs_no_gpu = true;
@@ -678,8 +783,14 @@ TEST_P(ErrorCatalogue, Run) {
   if (!c.output.empty()) {
     EXPECT_THAT(run.out, HasSubstr(c.output));
   }
-  if (c.after == After::kNoOutputs) {
+  if (!c.absent.empty()) {
+    EXPECT_THAT(run.err, ::testing::Not(HasSubstr(Expand(c.absent, dir))));
+  }
+  if (c.after == After::kNoOutputs || c.after == After::kInputsUnchanged) {
     EXPECT_THAT(Outputs(dir, c.files), ::testing::IsEmpty());
+  }
+  if (c.after == After::kInputsUnchanged) {
+    for (const File& f : c.files) EXPECT_EQ(ReadText(dir.File(f.name)), f.text) << f.name;
   }
 }
 

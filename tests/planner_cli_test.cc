@@ -389,16 +389,51 @@ TEST_F(PlannerCli, GanttDrawsTheChosenPlanAfterTheReport) {
 TEST_F(PlannerCli, PlannerProgressIsPlainLinesOnStderrNeverInJson) {
   ToolRun run = Plan(ToyOn8() + " --json --progress-after 0");
   ASSERT_EQ(run.exit_code, 0) << run.err;
-  EXPECT_THAT(run.err, HasSubstr("configurations partitioned\n"));
-  EXPECT_THAT(run.err,
-              ::testing::ContainsRegex("planner: [0-9]+/[0-9]+ configurations simulated\n"));
+  EXPECT_THAT(run.err, ::testing::ContainsRegex("configurations partitioned \\([0-9.]+ s\\)\n"));
+  EXPECT_THAT(run.err, ::testing::ContainsRegex(
+                           "planner: [0-9]+/[0-9]+ configurations (simulated|done: [^\n]*) "
+                           "\\([0-9.]+ s\\)\n"));
   EXPECT_THAT(run.err, Not(HasSubstr("\r"))) << "no bar when stderr is a file";
   EXPECT_THAT(run.out, Not(HasSubstr("configurations simulated")));
   EXPECT_NO_THROW(json::parse(run.out));
   // The default waits 2 s: the toy search is quicker, so it shows nothing.
   ToolRun quick = Plan(ToyOn8());
   ASSERT_EQ(quick.exit_code, 0) << quick.err;
-  EXPECT_THAT(quick.err, Not(HasSubstr("configurations simulated\n")));
+  EXPECT_THAT(quick.err, Not(HasSubstr("configurations simulated")));
+}
+
+// Issue 28: the README's chain, `profiler analytic ... --out model.json` then
+// `planner --model model.json --gpus 8`, failed "no global batch" after
+// "searching plans". It is asked for before the search, naming both ways to
+// give it; with --global-batch the chain plans.
+TEST_F(PlannerCli, TheReadmeChainAsksForTheGlobalBatchBeforeSearching) {
+  const std::string model = dir_.File("model.json");
+  WriteText(model, ReadText(Example("toy-uniform.json")));  // no global_batch
+
+  ToolRun run = Plan("--model " + Quote(model) + " --gpus 8 --cluster ideal");
+
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_THAT(run.err, HasSubstr("no global batch: the model 'toy-uniform' gives none"));
+  EXPECT_THAT(run.err, HasSubstr("give --global-batch N"));
+  EXPECT_THAT(run.err, Not(HasSubstr("searching plans")));
+  EXPECT_EQ(
+      Plan("--model " + Quote(model) + " --gpus 8 --cluster ideal --global-batch 16").exit_code, 0);
+}
+
+// Issue 28: every output flag refused a legal 250-byte file name, because
+// its temporary name, `<name>.tmp.XXXXXX`, outgrew NAME_MAX (255).
+TEST_F(PlannerCli, EveryOutputFlagTakesALegal250ByteFileName) {
+  auto name = [](const std::string& ext) { return std::string(250 - ext.size(), 'n') + ext; };
+  const std::string out = dir_.File(name(".json")), trace = dir_.File(name(".trace")),
+                    report = dir_.File(name(".html")), schedule = dir_.File(name(".txt"));
+
+  ToolRun run = Plan(ToyOn8() + " --out " + Quote(out) + " --trace " + Quote(trace) + " --report " +
+                     Quote(report) + " --schedule-out " + Quote(schedule));
+
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  for (const std::string& path : {out, trace, report, schedule}) {
+    EXPECT_FALSE(ReadText(path).empty()) << path;
+  }
 }
 
 }  // namespace

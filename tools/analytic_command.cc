@@ -1,39 +1,151 @@
-// `profiler analytic`: flags -> TransformerSpec and AnalyticOptions ->
-// EstimateTransformerJson -> model.json on stdout or --out.
+// `profiler analytic`: flags (and --hf-config) -> TransformerSpec and
+// AnalyticOptions -> EstimateTransformerJson -> model.json on stdout or --out;
+// or, with --describe, the parameter counts and shapes on stdout.
 #include "tools/analytic_command.h"
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "base/cli.h"
 #include "base/exit_codes.h"
+#include "base/terminal_text.h"
 #include "formats/file_util.h"
 #include "formats/formats.h"
 #include "profiler/analytic.h"
+#include "profiler/hf_config.h"
+#include "profiler/layer_shapes.h"
 
 namespace pipecast {
 namespace {
 
 struct AnalyticFlags {
-  TransformerSpec spec;
+  TransformerSpec spec;  // what the flags give; with --hf-config, laid over the file
   AnalyticOptions options;
+  std::string hf_config;  // a HuggingFace config.json; empty: the flags describe the model
+  bool describe = false;  // print parameters and shapes instead of estimating
+  // The architecture flags, to tell which were given (they win over --hf-config).
+  struct {
+    CLI::Option *name, *layers, *hidden, *heads, *seq, *vocab, *ffn_hidden, *kv_heads, *head_dim,
+        *sliding_window, *gated_mlp, *rotary, *tied;
+  } given{};
   bool rotary_positions = false;
-  std::string attention = "flash";
+  std::string attention = "flash2";
   std::string time_model;                // empty: matmul, or flat when --matmul-efficiency is given
   bool matmul_efficiency_given = false;  // --matmul-efficiency on the command line
   std::vector<int> tensor_parallel = {1};
   std::string out;  // empty: stdout
 };
 
+// The architecture: from --hf-config with every given flag laid over it
+// (docs/profiler.md, "Precedence"), or from the flags alone, which must then
+// name the required ones. Returns an exit code, or nullopt with `spec` set.
+std::optional<int> ResolveSpec(const AnalyticFlags& flags, TransformerSpec* spec) {
+  const auto& g = flags.given;
+  if (flags.hf_config.empty()) {
+    for (const CLI::Option* required : {g.name, g.layers, g.hidden, g.heads, g.seq, g.vocab}) {
+      if (required->count() == 0) {
+        fmt::print(stderr,
+                   "profiler: error: {} is required (or give the model as --hf-config "
+                   "config.json)\nRun with --help for more information.\n",
+                   required->get_name());
+        return kExitUsage;
+      }
+    }
+    *spec = flags.spec;
+    spec->learned_positions = !flags.rotary_positions;
+    return std::nullopt;
+  }
+  Result<HfConfig> config = LoadHfConfig(flags.hf_config);
+  if (!config.ok()) {
+    fmt::print(stderr, "profiler: error: {}\n", config.status().message());
+    return kExitBadInput;
+  }
+  TransformerSpec& s = *spec;
+  s = config->architecture;
+  const TransformerSpec& f = flags.spec;
+  std::vector<std::string> over;
+  auto lay = [&](const CLI::Option* option, auto member) {
+    if (option->count() == 0) return;
+    s.*member = f.*member;
+    over.push_back(option->get_name());
+  };
+  lay(g.name, &TransformerSpec::name);
+  lay(g.layers, &TransformerSpec::layers);
+  lay(g.hidden, &TransformerSpec::hidden);
+  lay(g.heads, &TransformerSpec::heads);
+  lay(g.seq, &TransformerSpec::sequence_length);
+  lay(g.vocab, &TransformerSpec::vocab);
+  lay(g.ffn_hidden, &TransformerSpec::ffn_hidden);
+  lay(g.kv_heads, &TransformerSpec::kv_heads);
+  lay(g.head_dim, &TransformerSpec::head_dim);
+  lay(g.sliding_window, &TransformerSpec::sliding_window);
+  lay(g.gated_mlp, &TransformerSpec::gated_mlp);
+  lay(g.tied, &TransformerSpec::tied_embeddings);
+  if (g.rotary->count() > 0) {
+    s.learned_positions = !flags.rotary_positions;
+    over.push_back(g.rotary->get_name());
+  }
+  if (s.name.empty()) s.name = std::filesystem::path(flags.hf_config).stem().string();
+  std::string seq_note;
+  if (s.sequence_length == 0) {
+    s.sequence_length =
+        std::min(kDefaultHfSequenceLength,
+                 s.MaxPositions() > 0 ? s.MaxPositions() : kDefaultHfSequenceLength);
+    seq_note = fmt::format("; sequence length {} by default (--seq sets it)", s.sequence_length);
+    fmt::print(stderr,
+               "profiler: --seq not given: {} tokens per sample (the model's context is {})\n",
+               s.sequence_length, s.MaxPositions());
+  }
+  s.microbatch_sizes = f.microbatch_sizes;
+  s.global_batch = f.global_batch;
+  s.from = fmt::format("HuggingFace config.json {}, model_type {}{}{}", flags.hf_config,
+                       config->model_type,
+                       over.empty() ? "" : "; flags over the file: " + JoinNames(over), seq_note);
+  for (const std::string& note : config->notes) s.from += "; " + note;
+  return std::nullopt;
+}
+
 int RunAnalytic(const AnalyticFlags& flags) {
-  TransformerSpec spec = flags.spec;
-  spec.learned_positions = !flags.rotary_positions;
+  // Before any work: --out must not be --gpu's cluster file (spelled any
+  // way); a preset name is no file and no input to protect.
+  if (!flags.out.empty()) {
+    const std::string& gpu = flags.options.gpu_preset;
+    std::error_code ec;
+    std::vector<NamedPath> inputs;
+    if (std::filesystem::is_regular_file(gpu, ec)) inputs.push_back({"--gpu", gpu});
+    if (!flags.hf_config.empty()) inputs.push_back({"--hf-config", flags.hf_config});
+    Status st = CheckOutputs({{"--out", flags.out}}, inputs);
+    if (!st.ok()) {
+      fmt::print(stderr, "profiler: error: {}\n", TerminalSafeLines(st.message()));
+      return kExitBadInput;
+    }
+  }
+  TransformerSpec spec;
+  if (auto code = ResolveSpec(flags, &spec)) return *code;
+  if (flags.describe) {
+    if (Status st = spec.Validate(); !st.ok()) {
+      fmt::print(stderr, "profiler: error: {}\n", st.message());
+      return kExitBadInput;
+    }
+    fmt::print("{}", DescribeShapes(spec));
+    return kExitOk;
+  }
   AnalyticOptions options = flags.options;
-  options.attention = flags.attention == "eager" ? Attention::kEager : Attention::kFlash;
+  Result<Attention> attention = ParseAttention(flags.attention);
+  if (!attention.ok()) {
+    fmt::print(stderr, "profiler: error: {}\n", attention.status().message());
+    return kExitBadInput;
+  }
+  options.attention = *attention;
   // --matmul-efficiency is a parameter of the flat model: giving it alone
   // selects that model, as before the matmul model existed.
   if (flags.time_model == "matmul" && flags.matmul_efficiency_given) {
@@ -80,12 +192,27 @@ CLI::App* AddAnalytic(CLI::App& app, AnalyticFlags& f) {
       "a GPU's datasheet (no GPU needed; formulas in docs/profiler.md)");
   TransformerSpec& s = f.spec;
   AnalyticOptions& o = f.options;
-  cmd->add_option("--name", s.name, "the model's name")->required();
-  cmd->add_option("--layers", s.layers, "transformer blocks")->required();
-  cmd->add_option("--hidden", s.hidden, "hidden size h")->required();
-  cmd->add_option("--heads", s.heads, "attention heads a (must divide --hidden)")->required();
-  cmd->add_option("--seq", s.sequence_length, "sequence length s, tokens per sample")->required();
-  cmd->add_option("--vocab", s.vocab, "vocabulary size V")->required();
+  auto& g = f.given;
+  cmd->add_option("--hf-config", f.hf_config,
+                  "read the architecture from a HuggingFace config.json (model_types: " +
+                      JoinNames(KnownHfModelTypes()) +
+                      "); flags given beside it win over the file");
+  cmd->add_flag("--describe", f.describe,
+                "print the parameter counts (total and active per token) and each block's "
+                "products instead of estimating; works for mixture-of-experts models too");
+  g.name = cmd->add_option("--name", s.name,
+                           "the model's name (required without --hf-config; default there: the "
+                           "file's name)");
+  g.layers =
+      cmd->add_option("--layers", s.layers, "transformer blocks (required without --hf-config)");
+  g.hidden = cmd->add_option("--hidden", s.hidden, "hidden size h (required without --hf-config)");
+  g.heads = cmd->add_option("--heads", s.heads,
+                            "attention heads a (must divide --hidden unless --head-dim is given; "
+                            "required without --hf-config)");
+  g.seq = cmd->add_option("--seq", s.sequence_length,
+                          "sequence length s, tokens per sample (required without --hf-config; "
+                          "default there: 4096 or the model's context if shorter)");
+  g.vocab = cmd->add_option("--vocab", s.vocab, "vocabulary size V (required without --hf-config)");
   s.microbatch_sizes = {1, 2, 4, 8};
   cmd->add_option("--microbatch-sizes", s.microbatch_sizes, "micro-batch sizes to estimate")
       ->delimiter(',')
@@ -93,15 +220,24 @@ CLI::App* AddAnalytic(CLI::App& app, AnalyticFlags& f) {
   cmd->add_option("--gpu", o.gpu_preset,
                   "GPU: a cluster preset (a100-80gb, h100-sxm, h200) or a cluster JSON file")
       ->capture_default_str();
-  cmd->add_option("--ffn-hidden", s.ffn_hidden, "MLP width (default 4 x --hidden)");
-  cmd->add_option("--kv-heads", s.kv_heads,
-                  "key/value heads for grouped-query attention "
-                  "(default --heads)");
-  cmd->add_flag("--gated-mlp", s.gated_mlp, "SwiGLU MLP with three matrices (LLaMA)");
-  cmd->add_flag("--rotary-positions", f.rotary_positions,
-                "rotary position embeddings: no learned position table (LLaMA)");
-  cmd->add_flag("--tied-embeddings", s.tied_embeddings,
-                "lm_head reuses the token embedding table (no extra parameters)");
+  g.ffn_hidden = cmd->add_option("--ffn-hidden", s.ffn_hidden, "MLP width (default 4 x --hidden)");
+  g.kv_heads = cmd->add_option("--kv-heads", s.kv_heads,
+                               "key/value heads for grouped-query attention "
+                               "(default --heads)");
+  g.head_dim = cmd->add_option("--head-dim", s.head_dim,
+                               "channels per attention head (default --hidden / --heads)");
+  g.sliding_window = cmd->add_option(
+      "--sliding-window", s.sliding_window,
+      "keys each query attends to in sliding-window blocks (every block without --hf-config; "
+      "0: none)");
+  g.gated_mlp = cmd->add_flag("--gated-mlp", s.gated_mlp,
+                              "SwiGLU MLP with three matrices (LLaMA); --gated-mlp=false turns "
+                              "it off");
+  g.rotary = cmd->add_flag("--rotary-positions", f.rotary_positions,
+                           "rotary position embeddings: no learned position table (LLaMA)");
+  g.tied = cmd->add_flag("--tied-embeddings", s.tied_embeddings,
+                         "lm_head reuses the token embedding table (no extra parameters); "
+                         "--tied-embeddings=false unties a file's");
   cmd->add_option("--time-model", f.time_model,
                   "matmul (each product timed from its shape with wave quantisation, calibrated "
                   "in docs/calibration.md; the default) or flat (every FLOP at "
@@ -118,14 +254,18 @@ CLI::App* AddAnalytic(CLI::App& app, AnalyticFlags& f) {
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--memory-efficiency", o.memory_efficiency,
-                  "share of HBM bandwidth reached by element-wise kernels")
+                  "share of HBM bandwidth reached by memory-bound kernels (norms, activations, "
+                  "residual adds, softmax, cross-entropy)")
       ->capture_default_str();
   cmd->add_option("--bytes-per-element", o.bytes_per_element, "2 (bf16), 1 (fp8) or 4 (fp32)")
       ->capture_default_str();
   cmd->add_option("--attention", f.attention,
-                  "flash (FlashAttention: no s x s tensors kept) or eager (softmax output and "
-                  "dropout kept, Korthikanti et al. 2022)")
-      ->check(CLI::IsMember({"flash", "eager"}))
+                  "flash2 (FlashAttention-2; 'flash' means it too), flash3 (FlashAttention-3, "
+                  "Hopper only), triton (FlashAttention's Triton kernel, as llm-foundry's MPT runs "
+                  "ran it): no s x s tensors kept, each at its published speed "
+                  "(docs/calibration.md); or eager (softmax output and dropout kept, Korthikanti "
+                  "et al. 2022)")
+      ->check(CLI::IsMember({"flash", "flash2", "flash3", "triton", "eager"}))
       ->capture_default_str();
   cmd->add_option("--global-batch", s.global_batch,
                   "samples per iteration, written as the planner's default (default: omitted)");

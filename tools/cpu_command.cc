@@ -62,6 +62,9 @@ int RunCpu(CpuFlags& flags) {
   cpu::CpuProfileOptions& options = flags.options;
   Status st = ApplyLayerFfn(flags.layer_ffn, options.workload);
   if (st.ok()) st = options.Validate();
+  // Before measuring, which takes a while: an --out that cannot be written
+  // is found now, not after.
+  if (st.ok() && !flags.out.empty()) st = CheckOutputs({{"--out", flags.out}}, {});
   if (!st.ok()) {
     fmt::print(stderr, "profiler: error: {}\n", TerminalSafeLines(st.message()));
     return kExitBadInput;

@@ -155,6 +155,10 @@ Status WriteReport(const PlannerToolOptions& flags, const Inputs& in, const Plan
 // The search, with its progress lines and the cluster note in the report.
 Result<PlanReport> Search(const PlannerToolOptions& flags, const Inputs& in,
                           const PlannerProgress& progress) {
+  // Asked for before the search starts, not found missing after it.
+  if (Result<int64_t> batch = GlobalBatchFor(in.model, in.options); !batch.ok()) {
+    return batch.status();
+  }
   progress(fmt::format("searching plans for {} ({}) on {} of {}", in.model.name,
                        Count(static_cast<int64_t>(in.model.layers.size()), "layer", "layers"),
                        Count(flags.gpus, "GPU", "GPUs"), in.cluster.cluster.name));

@@ -6,13 +6,17 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
+#include <new>
 #include <string>
+#include <vector>
 
 #include "base/cli.h"
 #include "base/exit_codes.h"
 #include "base/flag_checks.h"
 #include "base/terminal_text.h"
 #include "formats/file_util.h"
+#include "report/html_report.h"
 #include "tools/validator_tool.h"
 
 namespace {
@@ -41,9 +45,10 @@ int main(int argc, char** argv) {
       "         mpirun -np 2 validator --plan plan.json --model model.json --backend mpi\n"
       "Exit codes: 0 within tolerance, 1 failure (bad input, a fault during the run), 2 usage, "
       "3 a metric beyond tolerance."};
-  app.add_option("--plan", o.plan_path, "plan.json (pipecast-plan/1), e.g. from planner --out")
-      ->required();
-  app.add_option("--model", o.model_path, "the model.json the plan was made for")->required();
+  app.add_option("--plan", o.plan_path,
+                 "plan.json (pipecast-plan/1), e.g. from planner --out; required, except that "
+                 "--measured and --megatron-log without it summarise the run");
+  app.add_option("--model", o.model_path, "the model.json the plan was made for (with --plan)");
   app.add_option("--backend", f.backend,
                  "cpu (threads), mpi (one process per stage under "
                  "mpirun) or cuda (GPUs)")
@@ -85,11 +90,61 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--trace", f.trace, "write a Chrome trace: predicted and measured side by side")
       ->check(pipecast::OutputPath());
-  app.add_flag("--json", f.json, "print one JSON object (pipecast-validation/1)");
+  app.add_option("--report", f.report,
+                 "write an HTML report: the comparison and the predicted and measured timelines "
+                 "one above the other")
+      ->check(pipecast::OutputPath());
+  app.add_flag("--json", f.json,
+               "print one JSON object (pipecast-validation/1; with --measured "
+               "pipecast-measured-run/1, or pipecast-measured-comparison/1 with --plan)");
+  pipecast::measured::MeasuredToolOptions& m = f.measured;
+  app.add_option("--measured", m.traces,
+                 "compare a real run instead of running the plan: PyTorch profiler (Kineto) "
+                 "traces, one per pipeline rank in rank order, comma-separated (or a trace "
+                 "pipecast wrote); without --plan, summarise them (docs/measured-runs.md)")
+      ->delimiter(',')
+      ->group("Measured runs");
+  app.add_option("--megatron-log", m.megatron_log,
+                 "compare a Megatron-LM training log (iteration time, TFLOP/s, memory) instead "
+                 "of running the plan; without --plan, summarise it")
+      ->group("Measured runs");
+  app.add_option("--label", m.measure.label,
+                 "with a pipecast trace: the processes to read (default: 'measured' when the "
+                 "trace has them)")
+      ->group("Measured runs");
+  app.add_option("--skip-steps", m.measure.skip_steps,
+                 "profiler steps (or logged iterations) to skip first, as warm-up")
+      ->check(CLI::NonNegativeNumber)
+      ->group("Measured runs");
+  app.add_option("--megatron-rank-order", m.rank_order,
+                 "how Megatron-LM numbered its ranks: tp-dp-pp (its default) or tp-pp-dp "
+                 "(--use-tp-pp-dp-mapping)")
+      ->check(pipecast::OneOf({"tp-dp-pp", "tp-pp-dp"}))
+      ->capture_default_str()
+      ->group("Measured runs");
   app.add_option("--inject-fault", f.fault,
                  "test only: KIND:ACTION with KIND throw, stall, drop or oom, e.g. throw:1F2")
       ->group("Testing");
   if (auto code = pipecast::ParseToolFlags(app, argc, argv, "validator")) return *code;
+  f.command_line = pipecast::QuoteCommandLine(std::vector<std::string>(argv, argv + argc));
   pipecast::RemoveTempFilesOnSignal();
-  return Run(f);
+  // A worker stuck in an op that cannot be interrupted (a GPU kernel) after
+  // a failure: the diagnosis is printed and the process ends, which is the
+  // only way to leave a thread that cannot be stopped (validate/runtime.h).
+  o.runtime.on_workers_stuck = [](const pipecast::Status& st) {
+    fmt::print(stderr, "validator: error: {}\n", pipecast::TerminalSafeLines(st.message()));
+    std::fflush(stderr);
+    std::_Exit(pipecast::kExitBadInput);
+  };
+  try {
+    return Run(f);
+  } catch (const std::bad_alloc&) {
+    // Outside the stages' pools (which report their own out of memory): the
+    // plan or its prediction did not fit in this process's memory.
+    fmt::print(stderr,
+               "validator: error: out of memory: the system refused the validator memory outside "
+               "the stages' pools (std::bad_alloc); give it more memory (ulimit -v, the machine) "
+               "or validate a smaller plan\n");
+    return pipecast::kExitBadInput;
+  }
 }

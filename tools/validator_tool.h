@@ -1,7 +1,9 @@
 // The validator tool's work, as a library call: choose the backend, check
-// that the trace can be written before the run, run the plan
+// that the trace and report can be written before the run, run the plan
 // (validate/validator.h), agree on the outcome across processes, write the
-// side-by-side trace and return the text for stdout. tools/validator_main.cc
+// side-by-side trace and the HTML report and return the text for stdout; or,
+// with --measured or --megatron-log, hold a real run against the plan
+// (measured/measured_tool.h). tools/validator_main.cc
 // only parses flags into ValidatorToolOptions, calls RunValidatorTool, prints
 // and returns the exit code.
 //
@@ -11,6 +13,7 @@
 
 #include <string>
 
+#include "measured/measured_tool.h"
 #include "validate/validator.h"
 
 namespace pipecast {
@@ -23,11 +26,18 @@ struct ValidatorToolOptions {
   std::string fault;                   // --inject-fault KIND:ACTION (tests only)
   double recv_timeout_ms = 10'000;     // --recv-timeout-ms, in [0, a day]
   bool json = false;                   // print pipecast-validation/1
+  std::string report;                  // --report: HTML, predicted and measured timelines
+  std::string command_line;            // as typed, shown in the report
+  // --measured / --megatron-log: a real run instead of running the plan
+  // (docs/measured-runs.md); plan, model, cluster, tolerances, trace, report
+  // and json come from the fields above.
+  measured::MeasuredToolOptions measured;
 };
 
 // What the run leaves for the caller.
 struct ValidatorToolResult {
-  // base/exit_codes.h: 0 within tolerance, 1 failure, 3 a metric beyond tolerance.
+  // base/exit_codes.h: 0 within tolerance, 1 failure, 2 usage (flags that do not go
+  // together), 3 a metric beyond tolerance.
   int exit_code = 0;
   std::string text;   // for stdout; empty on every process but the root
   std::string error;  // for stderr, without the tool's name; empty when none, or off the root

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <tuple>
 
+#include "base/text_table.h"
 #include "report/trace.h"
 
 namespace pipecast::validate {
@@ -77,8 +78,26 @@ TimeNs MeasuredCopyReduce(const std::vector<StageRun>& runs, int rank, int itera
   return sum;
 }
 
+std::string TimeText(double ns) { return fmt::format("{:.3f} ms", ns / 1e6); }
+std::string MemText(double bytes) { return fmt::format("{:.2f} MiB", bytes / kMiB); }
+
+std::string ValueText(const MetricRow& row, double v) {
+  if (row.unit == "ns") return TimeText(v);
+  if (row.unit == "bytes") return MemText(v);
+  if (row.unit == "ratio") return PercentText(v);
+  return fmt::format("{:.1f} {}", v, row.unit);
+}
+
 MetricRow Row(std::string metric, int rank, std::string unit, double predicted, double measured,
               bool relative, bool checked, double tolerance) {
+  return MakeMetricRow(std::move(metric), rank, std::move(unit), predicted, measured, relative,
+                       checked, tolerance);
+}
+
+}  // namespace
+
+MetricRow MakeMetricRow(std::string metric, int rank, std::string unit, double predicted,
+                        double measured, bool relative, bool checked, double tolerance) {
   MetricRow row{std::move(metric), rank, std::move(unit), predicted, measured};
   row.relative = relative;
   if (relative) {
@@ -92,7 +111,48 @@ MetricRow Row(std::string metric, int rank, std::string unit, double predicted, 
   return row;
 }
 
-}  // namespace
+std::string ComparisonTableText(const std::vector<MetricRow>& rows, const std::string& indent,
+                                const std::string& rank_column) {
+  TextTable t;
+  t.AddColumn("metric", TextTable::kLeft);
+  t.AddColumn(rank_column, TextTable::kRight);
+  t.AddColumn("predicted", TextTable::kRight);
+  t.AddColumn("measured", TextTable::kRight);
+  t.AddColumn("error", TextTable::kRight);
+  t.AddColumn("tolerance", TextTable::kRight);
+  t.AddColumn("", TextTable::kLeft);
+  for (const MetricRow& row : rows) {
+    const std::string err = row.relative ? fmt::format("{:+.1f}%", 100 * row.error)
+                                         : fmt::format("{:+.1f} pt", 100 * row.error);
+    const std::string tol = !row.checked   ? "-"
+                            : row.relative ? fmt::format("{:.0f}%", 100 * row.tolerance)
+                                           : fmt::format("{:.0f} pt", 100 * row.tolerance);
+    t.AddRow({row.metric, row.rank >= 0 ? std::to_string(row.rank) : "all",
+              ValueText(row, row.predicted), ValueText(row, row.measured), err, tol,
+              row.checked ? (row.within ? "ok" : "BEYOND") : ""});
+  }
+  return t.Render(indent);
+}
+
+nlohmann::ordered_json ComparisonRowsJson(const std::vector<MetricRow>& rows) {
+  Json out = Json::array();
+  for (const MetricRow& row : rows) {
+    Json e;
+    e["metric"] = row.metric;
+    e["stage"] = row.rank >= 0 ? Json(row.rank) : Json(nullptr);
+    e["unit"] = row.unit == "ns" ? "us" : row.unit;
+    const double scale = row.unit == "ns" ? 1e-3 : 1;
+    e["predicted"] = row.predicted * scale;
+    e["measured"] = row.measured * scale;
+    e["error"] = row.error;
+    e["error_kind"] = row.relative ? "relative" : "absolute";
+    e["checked"] = row.checked;
+    e["tolerance"] = row.tolerance;
+    e["within_tolerance"] = row.within;
+    out.push_back(std::move(e));
+  }
+  return out;
+}
 
 Status Tolerances::Validate() const {
   for (const auto& [flag, value] : {std::pair<const char*, double>{"--tolerance", time},

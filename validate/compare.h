@@ -33,6 +33,7 @@
 #ifndef PIPECAST_VALIDATE_COMPARE_H_
 #define PIPECAST_VALIDATE_COMPARE_H_
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -68,6 +69,13 @@ struct MetricRow {
   bool within = true;
 };
 
+// A row with its error and verdict: relative error (measured - predicted) /
+// predicted (1 when predicted is 0 and measured is not), or the absolute
+// difference; `within` when not checked or |error| <= tolerance. The one rule
+// for every comparison table (the validator's runs, measured runs, logs).
+MetricRow MakeMetricRow(std::string metric, int rank, std::string unit, double predicted,
+                        double measured, bool relative, bool checked, double tolerance);
+
 struct Comparison {
   std::vector<MetricRow> rows;
   std::vector<TimeNs> iteration_ns;  // every measured iteration, in order
@@ -85,6 +93,15 @@ Result<Comparison> Compare(const SimResult& predicted, const ExecPlan& plan,
 // The measured `iteration` as a SimResult timeline (ops, transfers, memory),
 // its time origin at the iteration's first op, for TraceJson.
 SimResult MeasuredTimeline(const ExecPlan& plan, const std::vector<StageRun>& runs, int iteration);
+
+// The rows as the text table the validator prints (metric, stage, predicted,
+// measured, error, tolerance, ok/BEYOND), each line indented by `indent`; a
+// row's `rank` is shown in the column named `rank_column` ("stage").
+std::string ComparisonTableText(const std::vector<MetricRow>& rows, const std::string& indent,
+                                const std::string& rank_column = "stage");
+
+// The rows as the `metrics` array of pipecast-validation/1 (docs/validator.md).
+nlohmann::ordered_json ComparisonRowsJson(const std::vector<MetricRow>& rows);
 
 // One Chrome trace: the predicted timeline as processes "predicted rank r",
 // the measured one beside it as "measured rank r".

@@ -14,6 +14,14 @@
 // it fails with FailedPrecondition ("out of memory on stage ...") instead of
 // being made, which is how the validator reports a stage that does not fit.
 //
+// Ownership: an Allocation shares its pool's accounting (a reference-counted
+// core), so it may outlive the MemoryPool object: a fault can end a run while
+// the op's work still holds buffers charged to the stage (the CPU workload
+// keeps a micro-batch's activations from its F to its B), and those are freed
+// after the run's pools are gone. Such a late release gives its bytes back to
+// the allocator and counts nothing; it never touches the destroyed pool. Its
+// allocator must still exist (the host heap always does).
+//
 // Thread-safe: the in-process transport allocates receive buffers in the
 // destination's pool from the sender's thread. Units: bytes, ns.
 #ifndef PIPECAST_VALIDATE_MEMORY_POOL_H_
@@ -36,6 +44,9 @@ namespace pipecast::validate {
 enum class MemoryKind { kStatic, kActivation, kComm, kWorkspace };
 
 class MemoryPool;
+namespace internal {
+struct PoolCore;
+}  // namespace internal
 
 // Where a pool's bytes come from: the host heap by default (HostAllocator),
 // the GPU for the cuda backend (validate/cuda/device_state.h). Implementations
@@ -60,7 +71,8 @@ class HostAllocator final : public BlockAllocator {
   static HostAllocator* Get();  // a shared instance
 };
 
-// Owns `size()` bytes charged to a pool; movable, frees on destruction.
+// Owns `size()` bytes charged to a pool; movable, frees on destruction, also
+// after the pool is gone (see Ownership above).
 class Allocation {
  public:
   Allocation() = default;
@@ -79,7 +91,7 @@ class Allocation {
 
  private:
   friend class MemoryPool;
-  MemoryPool* pool_ = nullptr;
+  std::shared_ptr<internal::PoolCore> pool_;  // null when empty
   MemoryKind kind_ = MemoryKind::kStatic;
   Bytes size_ = 0;
   std::byte* data_ = nullptr;  // owned: given back to the pool on Release
@@ -92,6 +104,8 @@ class MemoryPool {
   // `allocator` (default: the host heap) must outlive the pool.
   MemoryPool(std::string stage_name, Bytes limit_bytes, const Clock* clock,
              BlockAllocator* allocator = nullptr);
+  // Gives back the cached blocks; allocations still alive stay valid and
+  // are freed when they die.
   ~MemoryPool();
   MemoryPool(const MemoryPool&) = delete;
   MemoryPool& operator=(const MemoryPool&) = delete;
@@ -109,7 +123,7 @@ class MemoryPool {
   Bytes held() const;
   Bytes peak() const;
   Bytes peak_of(MemoryKind kind) const;
-  Bytes limit() const { return limit_; }
+  Bytes limit() const;
   // Every change since construction (or ResetTimeline), static memory
   // excluded, in the simulator's MemorySample shape: activations, comm
   // buffers, workspace.
@@ -118,23 +132,9 @@ class MemoryPool {
   void ResetPeak();
 
  private:
-  friend class Allocation;
-  void Free(MemoryKind kind, Bytes bytes, std::byte* data);
-  void RecordLocked();
-  void ReleaseCache();
   Result<Allocation> Take(Bytes bytes, MemoryKind kind, const std::string& what, bool backed);
 
-  const std::string stage_name_;
-  const Bytes limit_;
-  const Clock* const clock_;
-  BlockAllocator* const allocator_;
-  mutable std::mutex mu_;
-  Bytes held_[4] = {0, 0, 0, 0};
-  Bytes peak_[4] = {0, 0, 0, 0};
-  Bytes peak_total_ = 0;
-  std::vector<MemorySample> timeline_;
-  std::multimap<Bytes, std::byte*> cache_;  // freed blocks by size, owned
-  Bytes cached_bytes_ = 0;
+  std::shared_ptr<internal::PoolCore> core_;  // shared with the live allocations
 };
 
 }  // namespace pipecast::validate

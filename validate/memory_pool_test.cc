@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <memory>
+
 namespace pipecast::validate {
 namespace {
 
@@ -145,6 +147,33 @@ TEST(MemoryPool, AllocatesThroughItsAllocatorReusesFreedBlocksAndGivesThemBack) 
   }
   // The pool's end gives the cached blocks back to the allocator.
   EXPECT_EQ(device.frees, 2);
+  EXPECT_EQ(device.live, 0);
+}
+
+// Issue 28: a fault ends a run while the CPU workload still holds a
+// micro-batch's activations charged to the stage; they were freed after the
+// run's pools were destroyed, into freed memory (a double free, exit 134).
+// An allocation now shares its pool's accounting and frees its block once,
+// whenever it dies, without touching the destroyed pool or its clock.
+TEST(MemoryPool, AnAllocationThatOutlivesItsPoolIsFreedOnceAndCountsNothing) {
+  CountingAllocator device;
+  Allocation backed, charged;
+  {
+    auto clock = std::make_unique<FakeClock>();
+    MemoryPool pool("stage 1 (rank 1)", 0, clock.get(), &device);
+    Result<Allocation> a = pool.Allocate(kMiB, MemoryKind::kActivation, "the activations of 1F1");
+    Result<Allocation> c = pool.Charge(2 * kMiB, MemoryKind::kActivation, "saved by the layer");
+    ASSERT_TRUE(a.ok() && c.ok());
+    backed = std::move(*a);
+    charged = std::move(*c);
+    EXPECT_EQ(pool.held(), 3 * kMiB);
+  }  // the pool and the clock are gone; the allocations are not
+
+  EXPECT_EQ(device.frees, 0);
+  backed.Release();
+  charged.Release();
+  EXPECT_EQ(device.allocs, 1);
+  EXPECT_EQ(device.frees, 1);
   EXPECT_EQ(device.live, 0);
 }
 

@@ -1,22 +1,29 @@
 #include "validate/runtime.h"
 
 #include <fmt/format.h>
+#include <pthread.h>
+#include <time.h>
 
 #include <chrono>
 #include <exception>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <new>
+#include <optional>
 #include <stdexcept>
+#include <system_error>
 #include <thread>
 #include <tuple>
 #include <utility>
+
+#include "base/text_table.h"
 
 namespace pipecast::validate {
 namespace {
 
 // After an abort, how long RunStages waits for workers to stop before it
-// leaves the rest behind and returns the diagnosis anyway.
+// tells RuntimeOptions::on_workers_stuck (it keeps waiting).
 constexpr TimeNs kStopGraceNs = 2'000'000'000;  // 2 s
 // The shortest wait Patiently asks the transport for, so that it never spins.
 constexpr TimeNs kMinWaitNs = 10'000'000;  // 10 ms
@@ -25,11 +32,28 @@ constexpr auto kWatchdogPeriod = std::chrono::milliseconds(10);
 // How long a stalled op (the stall fault) would run: an hour, so only the
 // watchdog ends it.
 constexpr TimeNs kStallNs = 3600 * kNsPerS;
+// Keeps a stalled op's spinning from being optimised away.
+volatile uint64_t g_stall_sink = 0;
 // What the oom fault asks for when the stage has no limit: 1 PiB, beyond any
 // machine's address space, so the system allocator refuses.
 constexpr Bytes kOomFaultBytes = Bytes{1} << 50;
 
 std::string Ms(TimeNs ns) { return fmt::format("{:.3f} ms", NsToMs(ns)); }
+
+// CPU time a thread has used, by its CPU-time clock (pthread_getcpuclockid):
+// any thread of the process may read another's.
+TimeNs CpuNs(clockid_t clock) {
+  timespec ts{};
+  if (clock_gettime(clock, &ts) != 0) return 0;
+  return TimeNs{ts.tv_sec} * kNsPerS + ts.tv_nsec;
+}
+
+// The calling thread's CPU-time clock.
+clockid_t ThisThreadCpuClock() {
+  clockid_t clock = CLOCK_THREAD_CPUTIME_ID;
+  if (pthread_getcpuclockid(pthread_self(), &clock) != 0) return CLOCK_THREAD_CPUTIME_ID;
+  return clock;
+}
 
 std::string MessageText(const Message& m) {
   return fmt::format("the {} of {}{}{} from rank {}", m.gradient ? "gradient" : "activation",
@@ -63,6 +87,12 @@ class RunControl {
     int64_t needs = 0;
     if (state == State::kWaiting) needs = ++messages_[MessageKey(peer, rank, tag)].awaited;
     slots_[rank] = Slot{state, op, since, needs, peer, tag};
+  }
+  // A running op, with its thread's CPU-time clock and the CPU time it had
+  // used when the op started, for the watchdog.
+  void SetRunning(int rank, const ExecOp* op, TimeNs since, clockid_t cpu_clock) {
+    std::lock_guard<std::mutex> lock(mu_);
+    slots_[rank] = Slot{State::kRunning, op, since, 0, -1, 0, cpu_clock, CpuNs(cpu_clock)};
   }
   // Called before a worker hands message (src, dst, tag) to the transport, so
   // that a receiver waiting for it is never taken for deadlocked, however long
@@ -112,9 +142,20 @@ class RunControl {
   }
   // The watchdog's look: a stuck op, or everyone waiting. Returns a
   // diagnosis, or OK.
+  //
+  // An op is stuck when its thread has used more CPU time than the limit
+  // (watchdog_factor x its predicted time + watchdog_floor_ns): it computes
+  // far past its profile, e.g. a loop that never ends. CPU time, not wall
+  // time: on a loaded machine a thread waits for a core for as long as the
+  // load makes it, and an op that ran 524 ms of wall time for 1 ms of work
+  // is slow, not stuck. An op that blocks (a kernel or collective that never
+  // returns uses no CPU) is stuck when it has run past the limit in wall time
+  // and no local rank has made progress for recv_timeout_ns, the receive's
+  // own bound for nothing happening.
   Status Check(const std::vector<int>& ranks, const RuntimeOptions& o, bool all_local, TimeNs now) {
     int waiting = 0, done = 0;
     TimeNs waiting_since = 0;
+    const TimeNs idle = now - last_progress_ns_.load();
     {
       std::lock_guard<std::mutex> lock(mu_);
       for (int r : ranks) {
@@ -122,12 +163,20 @@ class RunControl {
         if (s.state == State::kRunning) {
           const TimeNs limit =
               static_cast<TimeNs>(o.watchdog_factor * s.op->predicted_ns) + o.watchdog_floor_ns;
-          if (now - s.since > limit) {
+          const TimeNs cpu = CpuNs(s.cpu_clock) - s.cpu_start_ns;
+          const TimeNs wall = now - s.since;
+          const bool blocked = wall > limit && idle >= o.recv_timeout_ns;
+          if (cpu > limit || blocked) {
             return Status::FailedPrecondition(fmt::format(
-                "stage {} (rank {}) op {} has run {}, over the watchdog limit of {} ({}x its "
+                "stage {} (rank {}) op {} has {}, over the watchdog limit of {} ({}x its "
                 "predicted {} + {}; --watchdog-factor)",
-                s.op->action.stage, r, ActionName(s.op->action), Ms(now - s.since), Ms(limit),
-                o.watchdog_factor, Ms(s.op->predicted_ns), Ms(o.watchdog_floor_ns)));
+                s.op->action.stage, r, ActionName(s.op->action),
+                blocked
+                    ? fmt::format("run {} with no progress on any local rank for {} "
+                                  "(--recv-timeout-ms)",
+                                  Ms(wall), Ms(idle))
+                    : fmt::format("computed for {} of CPU time (running {})", Ms(cpu), Ms(wall)),
+                Ms(limit), o.watchdog_factor, Ms(s.op->predicted_ns), Ms(o.watchdog_floor_ns)));
           }
         }
         if (s.state == State::kWaiting) {
@@ -163,6 +212,8 @@ class RunControl {
     int64_t needs = 0;  // kWaiting: the how-many-th message with this key it waits for
     int peer = -1;      // kWaiting: the sending worker
     int64_t tag = 0;    // kWaiting: the message's tag
+    clockid_t cpu_clock = CLOCK_THREAD_CPUTIME_ID;  // kRunning: the worker thread's
+    TimeNs cpu_start_ns = 0;                        // kRunning: its CPU time at the op's start
   };
   // Messages by (src, dst, tag) over the whole run: how many were sent, and
   // how many receives began. The same key recurs once per iteration.
@@ -322,7 +373,7 @@ class Worker {
     const std::optional<Fault::Kind> fault = step->fault;
     const Clock& clock = *s_.env.clock;
     const TimeNs start = clock.NowNs();
-    s_.control.Set(rank_, RunControl::State::kRunning, &op, start);
+    s_.control.SetRunning(rank_, &op, start, cpu_clock_);
     const std::string name = StageName(op, rank_, t_);
     Bytes act_bytes = s_.env.work->ManagesActivations() ? 0 : op.activation_bytes;
     if (fault == Fault::Kind::kOom) {
@@ -340,10 +391,22 @@ class Worker {
     if (fault == Fault::Kind::kThrow) {
       throw std::runtime_error("injected fault (--inject-fault throw)");
     }
+    if (fault == Fault::Kind::kStall) {
+      // The op hangs computing, whatever its work is (busy-work, real
+      // layers, a GPU kernel): the runtime itself spins in it until the
+      // watchdog aborts the run, or kStallNs.
+      uint64_t spin = 1;
+      while (!s_.control.abort.load(std::memory_order_relaxed) &&
+             clock.NowNs() - start < kStallNs) {
+        spin = spin * 6364136223846793005ULL + 1;
+      }
+      g_stall_sink = spin;
+      return Status::FailedPrecondition("aborted");
+    }
     OpCall call;
     call.rank = rank_;
     call.action = op.action;
-    call.predicted_ns = fault == Fault::Kind::kStall ? kStallNs : op.predicted_ns;
+    call.predicted_ns = op.predicted_ns;
     call.input =
         std::span<const std::byte>(step->input.data(), static_cast<size_t>(step->input.size()));
     call.output = std::span<std::byte>(output->data(), static_cast<size_t>(output->size()));
@@ -480,14 +543,20 @@ class Worker {
   TensorGroup* group_;     // the rank's tensor-parallel group; null at t = 1
   bool fault_fired_ = false;
   const TimeNs started_ns_ = s_.env.clock->NowNs();
+  const clockid_t cpu_clock_ = ThisThreadCpuClock();  // constructed on the worker's thread
 };
 
-void RunWorker(std::shared_ptr<Shared> shared, std::shared_ptr<std::vector<StageRun>> runs,
-               size_t index) {
+void RunWorker(Shared* shared, std::vector<StageRun>* runs, size_t index) {
   const int rank = shared->local_ranks[index];
   Status st;
   try {
     st = Worker(*shared, rank, &(*runs)[index]).Run();
+  } catch (const std::bad_alloc&) {
+    st = Status::FailedPrecondition(fmt::format(
+        "out of memory on rank {}: the system refused memory the worker needed for itself "
+        "(std::bad_alloc), outside the stage's pool; give the run more memory (ulimit -v, the "
+        "machine) or fewer ranks per machine",
+        rank));
   } catch (const std::exception& e) {
     st = Status::Internal(fmt::format("rank {}'s worker threw: {}", rank, e.what()));
   } catch (...) {
@@ -594,42 +663,66 @@ Result<std::vector<StageRun>> RunStages(const ExecPlan& plan, const std::vector<
           r / t, plan.per_rank[r / t].copy_exchanges.front().peer_rank));
     }
   }
-  auto shared = std::make_shared<Shared>(plan, local_ranks, options, env);
-  auto runs = std::make_shared<std::vector<StageRun>>(local_ranks.size());
-  std::vector<std::thread> threads;
-  for (size_t i = 0; i < local_ranks.size(); ++i) threads.emplace_back(RunWorker, shared, runs, i);
+  Shared shared(plan, local_ranks, options, env);
+  shared.control.Progress(env.clock->NowNs());  // the run's start counts as progress
+  std::vector<StageRun> runs(local_ranks.size());
   const int n = static_cast<int>(local_ranks.size());
-  {
-    std::unique_lock<std::mutex> lock(shared->done_mu);
-    while (shared->finished < n) {
-      if (shared->done_cv.wait_for(lock, kWatchdogPeriod, [&] { return shared->finished == n; })) {
-        break;
-      }
-      lock.unlock();
-      Status st =
-          shared->control.Check(local_ranks, options, env.all_ranks_local, env.clock->NowNs());
-      if (!st.ok()) shared->control.Fail(st);
-      lock.lock();
-      if (shared->control.abort.load()) {
-        shared->done_cv.wait_for(lock, std::chrono::nanoseconds(kStopGraceNs),
-                                 [&] { return shared->finished == n; });
-        break;
-      }
+  std::vector<std::thread> threads;
+  threads.reserve(local_ranks.size());
+  for (size_t i = 0; i < local_ranks.size(); ++i) {
+    try {
+      threads.emplace_back(RunWorker, &shared, &runs, i);
+    } catch (const std::system_error& e) {
+      // The system has no room for another thread (each reserves its stack
+      // in the address space): the workers started so far are stopped and
+      // joined, and the run ends in a diagnosis instead of std::terminate.
+      shared.control.Fail(Status::FailedPrecondition(fmt::format(
+          "out of memory: could not start the worker of rank {} ({} of {} started; the system "
+          "refused a thread: {}); give the run more memory (ulimit -v, the machine) or fewer "
+          "ranks per machine",
+          local_ranks[i], i, n, e.what())));
+      std::lock_guard<std::mutex> lock(shared.done_mu);
+      shared.finished += n - static_cast<int>(i);  // the ones never started
+      break;
     }
   }
-  const bool all_stopped = [&] {
-    std::lock_guard<std::mutex> lock(shared->done_mu);
-    return shared->finished == n;
-  }();
-  for (std::thread& t : threads) {
-    if (all_stopped)
-      t.join();
-    else
-      t.detach();  // a worker stuck inside an op: leave it, report the diagnosis
+  {
+    std::unique_lock<std::mutex> lock(shared.done_mu);
+    std::optional<std::chrono::steady_clock::time_point> aborted_at;
+    bool told_stuck = false;
+    while (shared.finished < n) {
+      if (shared.done_cv.wait_for(lock, kWatchdogPeriod, [&] { return shared.finished == n; })) {
+        break;
+      }
+      const int running = n - shared.finished;
+      lock.unlock();
+      if (!shared.control.abort.load()) {
+        Status st =
+            shared.control.Check(local_ranks, options, env.all_ranks_local, env.clock->NowNs());
+        if (!st.ok()) shared.control.Fail(st);
+      } else {
+        // A worker stuck inside an op that cannot be interrupted (a GPU
+        // kernel) is never left behind: it may touch the transports, pools
+        // and work until it returns. After the grace the caller hears of it
+        // and may end the process (the validator tool does).
+        const auto now = std::chrono::steady_clock::now();
+        if (!aborted_at) aborted_at = now;
+        if (!told_stuck && now - *aborted_at >= std::chrono::nanoseconds(kStopGraceNs)) {
+          told_stuck = true;
+          if (options.on_workers_stuck) {
+            options.on_workers_stuck(shared.control.first_error().WithPrefix(
+                fmt::format("{} of {} still running {} after the failure", running,
+                            Count(n, "worker", "workers"), Ms(kStopGraceNs))));
+          }
+        }
+      }
+      lock.lock();
+    }
   }
-  Status st = shared->control.first_error();
+  for (std::thread& t : threads) t.join();
+  Status st = shared.control.first_error();
   if (!st.ok()) return st;
-  return std::move(*runs);
+  return runs;
 }
 
 }  // namespace pipecast::validate

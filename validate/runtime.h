@@ -22,17 +22,22 @@
 // Faults end the run, never hang it. A worker that fails or throws, an op
 // past `watchdog_factor` x its predicted time (+ `watchdog_floor_ns`), a
 // message that does not arrive within `recv_timeout_ns`, an allocation over a
-// stage's limit, and (when every rank runs in this process) all ranks waiting
-// on each other: each sets a shared abort flag, the other workers stop at
-// their next look at it, and RunStages returns the first diagnosis, which
-// names the stage and the op. A worker stuck inside an op that cannot be
-// interrupted is left behind (detached) after kStopGraceNs.
+// stage's limit (or a worker thread the system cannot start), and (when every
+// rank runs in this process) all ranks waiting on each other: each sets a
+// shared abort flag, the other workers stop at their next look at it, and
+// RunStages returns the first diagnosis, which names the stage and the op.
+// RunStages returns only once every worker thread has ended, so nothing a
+// worker uses (env's transports, pools, groups, work, clock) is freed under
+// it. A worker stuck inside an op that cannot be interrupted (a GPU kernel)
+// delays that: after a grace of 2 s RunStages calls
+// RuntimeOptions::on_workers_stuck, which may end the process.
 //
 // Thread-safety: RunStages may be called from one thread at a time per
 // Transport.
 #ifndef PIPECAST_VALIDATE_RUNTIME_H_
 #define PIPECAST_VALIDATE_RUNTIME_H_
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -54,7 +59,7 @@ namespace pipecast::validate {
 struct Fault {
   enum class Kind {
     kThrow,  // the worker throws inside the op
-    kStall,  // the op runs for an hour (the watchdog must stop it)
+    kStall,  // the op computes for an hour (the watchdog must stop it)
     kDrop,   // the op's output message is never sent
     kOom,    // the op asks for more memory than the stage can have
   };
@@ -70,9 +75,14 @@ bool FaultNames(const Fault& fault, const Action& action);
 struct RuntimeOptions {
   int warmup_iterations = 1;  // run, not measured
   int iterations = 3;         // measured; the report takes their median
-  // An op running longer than watchdog_factor x its predicted time plus
-  // watchdog_floor_ns is reported as stuck. 10x: far beyond any noise seen
-  // on a loaded 2-core machine; the floor keeps tiny ops from tripping it.
+  // An op whose thread has used more CPU time than watchdog_factor x its
+  // predicted time plus watchdog_floor_ns is reported as stuck (a computation
+  // that does not end); so is one past that limit in wall time while no
+  // local rank has made progress for recv_timeout_ns (a call that blocks for
+  // ever). CPU time, not wall time, so that a loaded machine, where a thread
+  // waits long for a core, slows ops without tripping the watchdog. 10x: far
+  // beyond the CPU cost of noise or a sanitizer; the floor keeps tiny ops
+  // from tripping it.
   double watchdog_factor = 10;
   TimeNs watchdog_floor_ns = 500'000'000;  // 0.5 s
   // How long a worker waits for one message (or barrier) with no progress on
@@ -86,6 +96,12 @@ struct RuntimeOptions {
   // never counts, however long the receiver's thread takes to wake.
   TimeNs deadlock_grace_ns = 200'000'000;  // 0.2 s
   std::optional<Fault> fault;
+  // Called once, from RunStages' thread, when workers are still running 2 s
+  // after a failure (stuck in an op that cannot be interrupted), with the
+  // diagnosis; RunStages then keeps waiting for them. A tool may print the
+  // diagnosis and end the process, which is the only way to leave a thread
+  // that cannot be stopped. Empty: just wait.
+  std::function<void(const Status&)> on_workers_stuck;
 
   Status Validate() const;
 };

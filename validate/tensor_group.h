@@ -53,8 +53,9 @@ class InProcessTensorGroup final : public TensorGroup {
   Status AllReduceSum(int member, std::span<float> data, const std::atomic<bool>& abort) override;
 
  private:
-  // Waits until every member has arrived at this barrier.
-  Status ArriveAndWait(std::unique_lock<std::mutex>& lock, const std::atomic<bool>& abort);
+  // Waits until every member has arrived at this barrier, or until *abort
+  // becomes true (null: never gives up).
+  Status ArriveAndWait(std::unique_lock<std::mutex>& lock, const std::atomic<bool>* abort);
 
   // How long a member that arrived first spins (yielding) before it sleeps.
   // 200 us: longer than two running threads take to meet, far shorter than a

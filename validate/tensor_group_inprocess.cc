@@ -11,7 +11,9 @@ namespace pipecast::validate {
 InProcessTensorGroup::InProcessTensorGroup(int size) : size_(size), spans_(size) {}
 
 Status InProcessTensorGroup::ArriveAndWait(std::unique_lock<std::mutex>& lock,
-                                           const std::atomic<bool>& abort) {
+                                           const std::atomic<bool>* abort) {
+  static const std::atomic<bool> kNever{false};
+  const std::atomic<bool>& stop = abort != nullptr ? *abort : kNever;
   const int64_t generation = generation_.load();
   if (++waiting_ == size_) {
     waiting_ = 0;
@@ -23,13 +25,13 @@ Status InProcessTensorGroup::ArriveAndWait(std::unique_lock<std::mutex>& lock,
   // first (no futex wake-up on the way), then sleep on the condition.
   lock.unlock();
   const auto spin_until = std::chrono::steady_clock::now() + kSpin;
-  while (generation_.load() == generation && !abort.load() &&
+  while (generation_.load() == generation && !stop.load() &&
          std::chrono::steady_clock::now() < spin_until) {
     std::this_thread::yield();
   }
   lock.lock();
   while (generation_.load() == generation) {
-    if (abort.load()) {
+    if (stop.load()) {
       --waiting_;
       return Status::FailedPrecondition("aborted");
     }
@@ -46,7 +48,7 @@ Status InProcessTensorGroup::AllReduceSum(int member, std::span<float> data,
   if (size_ == 1) return Status::Ok();
   std::unique_lock<std::mutex> lock(mu_);
   spans_[member] = data;
-  PIPECAST_RETURN_IF_ERROR(ArriveAndWait(lock, abort));  // every member's span is posted
+  PIPECAST_RETURN_IF_ERROR(ArriveAndWait(lock, &abort));  // every member's span is posted
   for (const std::span<float>& s : spans_) {
     if (s.size() != data.size()) {
       return Status::Internal(fmt::format("tensor rank {} all-reduces {} floats, another member {}",
@@ -64,7 +66,11 @@ Status InProcessTensorGroup::AllReduceSum(int member, std::span<float> data,
     for (int r = 0; r < size_; ++r) spans_[r][i] = sum;
   }
   lock.lock();
-  return ArriveAndWait(lock, abort);  // every share is written
+  // Every share is written. Not abortable: past the first barrier every member
+  // writes its share into every member's buffer, so none may return (and
+  // free its buffer) before all have arrived here, which each does without
+  // waiting for anything.
+  return ArriveAndWait(lock, nullptr);
 }
 
 }  // namespace pipecast::validate

@@ -43,14 +43,6 @@ Bytes MachineMemoryPerStage(int stages) {
 }
 
 std::string TimeText(double ns) { return fmt::format("{:.3f} ms", ns / 1e6); }
-std::string MemText(double bytes) { return fmt::format("{:.2f} MiB", bytes / kMiB); }
-
-std::string ValueText(const MetricRow& row, double v) {
-  if (row.unit == "ns") return TimeText(v);
-  if (row.unit == "bytes") return MemText(v);
-  if (row.unit == "ratio") return PercentText(v);
-  return fmt::format("{:.1f} {}", v, row.unit);
-}
 
 // --inject-fault names an op of the plan, or the run would pass having
 // injected nothing.
@@ -66,6 +58,29 @@ Status CheckFaultInPlan(const std::optional<Fault>& fault, const Schedule& sched
       "kinds {}): name one of its ops",
       ActionName(fault->action), schedule.num_stages - 1, schedule.num_microbatches - 1,
       schedule.split_backward ? "F, I and W" : "F and B"));
+}
+
+// A `drop` fault loses the op's message: an op that sends none (the last
+// stage's forward, a stage whose neighbour is on its own rank) would drop
+// nothing, and the run would pass with no fault injected.
+Status CheckDropSendsSomething(const std::optional<Fault>& fault, const ExecPlan& exec) {
+  if (!fault || fault->kind != Fault::Kind::kDrop) return Status::Ok();
+  std::string senders;  // a few ops that do send, for the message
+  int shown = 0;
+  for (const ExecStage& stage : exec.per_rank) {
+    for (const ExecOp& op : stage.ops) {
+      if (FaultNames(*fault, op.action) && op.send.present()) return Status::Ok();
+      if (op.send.present() && shown < 3 && op.action.microbatch == fault->action.microbatch) {
+        senders += (shown++ > 0 ? ", " : "") + ActionName(op.action);
+      }
+    }
+  }
+  return Status::InvalidArgument(fmt::format(
+      "--inject-fault drop:{}: {} sends no message to another rank (the end of a micro-batch's "
+      "path, or a neighbour on its own rank), so there is nothing to drop: {}",
+      ActionName(fault->action), ActionName(fault->action),
+      senders.empty() ? "this plan sends no messages between ranks; inject another kind"
+                      : "name an op that sends, such as " + senders));
 }
 
 }  // namespace
@@ -195,6 +210,7 @@ Result<ValidationResult> RunValidation(const ValidatorOptions& options, Backend*
       BuildExecPlan(*model, *plan, plan->schedule, out.predicted, out.cluster.intra_node);
   if (!exec.ok()) return exec.status();
   out.exec = std::move(*exec);
+  PIPECAST_RETURN_IF_ERROR(CheckDropSendsSomething(options.runtime.fault, out.exec));
 
   out.memory_limit_bytes = options.memory_limit_mb >= 0
                                ? static_cast<Bytes>(std::llround(options.memory_limit_mb * kMiB))
@@ -244,23 +260,7 @@ std::string ValidationJson(const ValidationResult& r) {
   for (TimeNs t : r.comparison.iteration_ns) iters.push_back(NsToUs(t));
   j["iterations_us"] = iters;
   j["median_iteration"] = r.comparison.median_iteration;
-  Json rows = Json::array();
-  for (const MetricRow& row : r.comparison.rows) {
-    Json e;
-    e["metric"] = row.metric;
-    e["stage"] = row.rank >= 0 ? Json(row.rank) : Json(nullptr);
-    e["unit"] = row.unit == "ns" ? "us" : row.unit;
-    const double scale = row.unit == "ns" ? 1e-3 : 1;
-    e["predicted"] = row.predicted * scale;
-    e["measured"] = row.measured * scale;
-    e["error"] = row.error;
-    e["error_kind"] = row.relative ? "relative" : "absolute";
-    e["checked"] = row.checked;
-    e["tolerance"] = row.tolerance;
-    e["within_tolerance"] = row.within;
-    rows.push_back(std::move(e));
-  }
-  j["metrics"] = rows;
+  j["metrics"] = ComparisonRowsJson(r.comparison.rows);
   // Every worker's own peak (with tensor parallelism the stage rows show the
   // largest of its workers').
   Json workers = Json::array();
@@ -291,25 +291,7 @@ std::string ValidationText(const ValidationResult& r) {
   std::string iters;
   for (TimeNs t : r.comparison.iteration_ns) iters += fmt::format(" {:.3f}", NsToMs(t));
   out += fmt::format("  measured iterations (ms):{}; the table shows the median\n\n", iters);
-  TextTable t;
-  t.AddColumn("metric", TextTable::kLeft);
-  t.AddColumn("stage", TextTable::kRight);
-  t.AddColumn("predicted", TextTable::kRight);
-  t.AddColumn("measured", TextTable::kRight);
-  t.AddColumn("error", TextTable::kRight);
-  t.AddColumn("tolerance", TextTable::kRight);
-  t.AddColumn("", TextTable::kLeft);
-  for (const MetricRow& row : r.comparison.rows) {
-    const std::string err = row.relative ? fmt::format("{:+.1f}%", 100 * row.error)
-                                         : fmt::format("{:+.1f} pt", 100 * row.error);
-    const std::string tol = !row.checked   ? "-"
-                            : row.relative ? fmt::format("{:.0f}%", 100 * row.tolerance)
-                                           : fmt::format("{:.0f} pt", 100 * row.tolerance);
-    t.AddRow({row.metric, row.rank >= 0 ? std::to_string(row.rank) : "all",
-              ValueText(row, row.predicted), ValueText(row, row.measured), err, tol,
-              row.checked ? (row.within ? "ok" : "BEYOND") : ""});
-  }
-  out += t.Render("  ");
+  out += ComparisonTableText(r.comparison.rows, "  ");
   out += r.comparison.within_tolerance ? "\nverdict: every checked metric is within tolerance\n"
                                        : "\nverdict: BEYOND TOLERANCE (exit 3)\n";
   return out;

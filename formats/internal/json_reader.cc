@@ -14,36 +14,36 @@ namespace {
 
 constexpr size_t kMaxShownChars = 40;  // of a bad value in a message
 
-// Parser callback state that finds the first key repeated within one object
-// (nlohmann would silently keep the last) and remembers its JSON path.
-class DuplicateKeyFinder {
+// A SAX handler that finds the first key repeated within one object
+// (nlohmann would silently keep the last) and remembers its JSON path. A
+// pass of its own before the DOM is built: nlohmann's parser with a callback
+// rescans the parent container at every object's end, quadratic in an
+// array's length (a 40 000-layer model.json took 1.3 s of the planner's
+// 6.6 s in it); SAX and a plain parse are each linear.
+class DuplicateKeyFinder final : public nlohmann::json_sax<Json> {
  public:
-  bool OnEvent(Json::parse_event_t event, const Json& parsed) {
-    using E = Json::parse_event_t;
-    switch (event) {
-      case E::object_start:
-      case E::array_start:
-        CountArrayElement();
-        frames_.push_back({event == E::array_start, 0, "", {}});
-        break;
-      case E::object_end:
-      case E::array_end:
-        if (!frames_.empty()) frames_.pop_back();
-        break;
-      case E::key:
-        if (!frames_.empty() && parsed.is_string()) {
-          Frame& top = frames_.back();
-          top.key = parsed.get_ref<const std::string&>();
-          if (!top.keys.insert(top.key).second && !duplicate_) {
-            duplicate_ = Path();
-          }
-        }
-        break;
-      case E::value:
-        CountArrayElement();
-        break;
+  bool null() override { return Value(); }
+  bool boolean(bool) override { return Value(); }
+  bool number_integer(number_integer_t) override { return Value(); }
+  bool number_unsigned(number_unsigned_t) override { return Value(); }
+  bool number_float(number_float_t, const string_t&) override { return Value(); }
+  bool string(string_t&) override { return Value(); }
+  bool binary(binary_t&) override { return Value(); }
+  bool start_object(std::size_t) override { return Start(false); }
+  bool start_array(std::size_t) override { return Start(true); }
+  bool end_object() override { return End(); }
+  bool end_array() override { return End(); }
+  bool key(string_t& key) override {
+    if (!frames_.empty()) {
+      Frame& top = frames_.back();
+      top.key = key;
+      if (!top.keys.insert(top.key).second && !duplicate_) duplicate_ = Path();
     }
     return true;
+  }
+  // Syntax errors are the DOM parse's to report, with their byte.
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
+    return false;
   }
   // The path of the first repeated key, if any.
   const std::optional<std::string>& duplicate() const { return duplicate_; }
@@ -55,6 +55,19 @@ class DuplicateKeyFinder {
     std::string key;  // objects: the key being read
     std::set<std::string> keys;
   };
+  bool Value() {
+    CountArrayElement();
+    return true;
+  }
+  bool Start(bool is_array) {
+    CountArrayElement();
+    frames_.push_back({is_array, 0, "", {}});
+    return true;
+  }
+  bool End() {
+    if (!frames_.empty()) frames_.pop_back();
+    return true;
+  }
   void CountArrayElement() {
     if (!frames_.empty() && frames_.back().is_array) ++frames_.back().elements;
   }
@@ -121,15 +134,14 @@ Status JsonReader::Parse(const std::string& text, Json* out) const {
   if (auto deep = JsonTooDeep(text)) return Error("", *deep);
   DuplicateKeyFinder finder;
   try {
-    *out = Json::parse(text, [&finder](int, Json::parse_event_t event, Json& parsed) {
-      return finder.OnEvent(event, parsed);
-    });
+    *out = Json::parse(text);
   } catch (const Json::parse_error& e) {
     return Error(
         "", fmt::format("not valid JSON at byte {}: {}", e.byte, WithoutExceptionId(e.what())));
   } catch (const Json::exception& e) {  // e.g. out_of_range: 1e400
     return Error("", "not valid JSON: " + WithoutExceptionId(e.what()));
   }
+  Json::sax_parse(text, &finder);
   if (finder.duplicate()) {
     return Error(*finder.duplicate(), "key appears twice in the same object; keep one");
   }

@@ -1,7 +1,7 @@
-// Linux: arrays of 4 MiB and more are aligned to 2 MiB and marked for
-// transparent huge pages (madvise), which the kernel honours in its default
-// "madvise" mode. Smaller ones, and any where madvise fails, are ordinary
-// memory; results never depend on which.
+// Linux: arrays of 256 KiB and more are aligned to 2 MiB, and those of 4 MiB
+// and more marked for transparent huge pages (madvise), which the kernel
+// honours in its default "madvise" mode. Smaller ones, and any where madvise
+// fails, are ordinary memory; results never depend on which.
 //
 // Fresh pages cost the kernel a page fault and a zeroing each (a tenth of a
 // large simulation's time), so each thread keeps the last few large blocks it
@@ -21,6 +21,13 @@ namespace {
 
 constexpr size_t kHugePage = size_t{2} << 20;
 constexpr size_t kHugeFrom = 2 * kHugePage;
+// Blocks from this size up are kept for reuse too (below kHugeFrom without
+// huge pages): the ranking step's sort buffers, ranks and places are 1-2 MiB
+// at p = 64, m = 1024, and malloc gave them back to the system at every free
+// (glibc maps blocks that large on their own), so every simulation that
+// ranked its events faulted them in afresh (DualPipe, whose two directions
+// tie: a tenth of its time).
+constexpr size_t kKeepFrom = size_t{256} << 10;
 
 size_t Rounded(size_t bytes) { return (bytes + kHugePage - 1) / kHugePage * kHugePage; }
 
@@ -56,7 +63,7 @@ thread_local CacheCloser closer;
 }  // namespace
 
 void* AllocateLarge(size_t bytes) {
-  if (bytes < kHugeFrom) return std::malloc(bytes);
+  if (bytes < kKeepFrom) return std::malloc(bytes);
   const size_t size = Rounded(bytes);
   // The smallest kept block that is large enough.
   Block* fit = nullptr;
@@ -65,12 +72,13 @@ void* AllocateLarge(size_t bytes) {
   }
   if (fit != nullptr) return std::exchange(*fit, Block{}).p;
   void* p = std::aligned_alloc(kHugePage, size);
-  if (p != nullptr) madvise(p, size, MADV_HUGEPAGE);  // a hint: failure is harmless
+  // A hint, for blocks large enough to hold huge pages: failure is harmless.
+  if (p != nullptr && size >= kHugeFrom) madvise(p, size, MADV_HUGEPAGE);
   return p;
 }
 
 void FreeLarge(void* p, size_t bytes) {
-  if (bytes < kHugeFrom) {
+  if (bytes < kKeepFrom) {
     std::free(p);
     return;
   }

@@ -9,7 +9,8 @@
 # Run from the source root (ctest does). In the scratch folder `build` links
 # to BUILD_DIR and `examples` to the source's examples/, and the tools'
 # folders are on PATH, so `build/planner/planner ...` and `planner ...` both
-# run this build's binaries.
+# run this build's binaries; `tests` links to the source's tests/ (the
+# published trace excerpts docs/measured-runs.md reads).
 #
 # Markers, as HTML comments on the lines just before a block's opening fence
 # (GitHub does not show them):
@@ -33,6 +34,7 @@ work=$(mktemp -d)
 trap 'rm -rf "${work}"' EXIT
 ln -s "${build}" "${work}/build"
 ln -s "${source_root}/examples" "${work}/examples"
+ln -s "${source_root}/tests" "${work}/tests"
 export PATH="${build}/planner:${build}/sim:${build}/profiler:${build}/validate:${build}/bench:${PATH}"
 
 ran=0 skipped=0 failed=0

@@ -1,0 +1,68 @@
+// FlashAttention kernels' speed for the analytic profiler's time model: the
+// forward and backward TFLOP/s of one kernel on one GPU, read from published
+// benchmark figures (docs/research/kernel-benchmarks.md section 2,
+// docs/calibration.md "Attention") and interpolated in the sequence length and
+// head dimension.
+//
+// FLOPs follow the benchmarks' convention (Dao-AILab/flash-attention,
+// benchmarks/benchmark_flash_attention.py): the forward is 4*s^2*h per sample
+// (Q*K^T and P*V), halved with a causal mask; the backward is 2.5x the
+// forward's (it recomputes the scores and forms dV, dP, dQ and dK).
+//
+// Stateless functions over constant tables; safe from several threads.
+#ifndef PIPECAST_PROFILER_ATTENTION_RATES_H_
+#define PIPECAST_PROFILER_ATTENTION_RATES_H_
+
+#include <string>
+
+#include "base/status.h"
+#include "sim/cluster.h"
+
+namespace pipecast {
+
+// Which fused attention kernel a training run uses (--attention).
+enum class FlashKernel {
+  kFlash2,  // FlashAttention-2 (Dao 2023), CUDA; what PyTorch SDPA's flash backend runs
+  kFlash3,  // FlashAttention-3 (Shah et al. 2024), Hopper only (wgmma, TMA)
+  kTriton,  // FlashAttention's Triton kernel (flash_attn_triton.py), as llm-foundry ran it
+};
+
+// "flash2", "flash3" or "triton".
+const char* FlashKernelName(FlashKernel kernel);
+
+// FlashAttention's backward over its forward in FLOPs: the forward runs two
+// products (Q*K^T, P*V); the backward recomputes Q*K^T and forms dV, dP, dQ
+// and dK: five (Dao 2023, FlashAttention-2, sec. 3.1.2 and 4.1).
+inline constexpr double kFlashBackwardOverForward = 2.5;
+// Causal attention: the kernels skip the blocks above the diagonal, about
+// half of the s x s work (the benchmarks count FLOPs so, too).
+inline constexpr double kCausalShare = 0.5;
+
+// Backward over forward speed for tables that publish only the combined
+// forward + backward speed: FlashAttention-2 on H100 at head dim 128, s 2k,
+// without a causal mask runs its backward at 291 TFLOP/s and its forward at
+// 362 (Shah et al. 2024, Figures 5 and 6), 0.80.
+inline constexpr double kCombinedBackwardOverForward = 0.8;
+
+struct FlashRates {
+  double forward_flops_per_s = 0;   // FLOPs as above, per second
+  double backward_flops_per_s = 0;  // the backward's 2.5x FLOPs, per second
+  std::string table;                // which table: "H100 FlashAttention-2 (published)", ...
+  bool scaled = false;              // true: another GPU's table scaled by peak
+};
+
+// The speed of `kernel` on `gpu` at sequence length `seq` (tokens) and head
+// dimension `head_dim`, causal or not. The A100 (A100-SXM4-80GB) and H100
+// (H100 80GB HBM3) have tables; the H200 uses the H100's (same SMs and
+// clocks); any other GPU the H100's scaled by its peak (`scaled`). Linear in
+// log2(seq) between 512 and 16384 tokens and in the head dimension between
+// the published ones (64, 128, and 256 where published); clamped outside.
+// Fails with InvalidArgument naming --attention when the kernel does not run
+// on the GPU (FlashAttention-3 before Hopper).
+// REQUIRES: seq >= 1, head_dim >= 1.
+[[nodiscard]] Result<FlashRates> FlashRatesFor(const GpuSpec& gpu, FlashKernel kernel, double seq,
+                                               double head_dim, bool causal);
+
+}  // namespace pipecast
+
+#endif  // PIPECAST_PROFILER_ATTENTION_RATES_H_
