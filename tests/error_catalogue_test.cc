@@ -378,8 +378,10 @@ std::vector<Case> Catalogue() {
   c.push_back(Row("planner_absurd_global_batch", kPlanner, {kGoodModel},
                   "--model {dir}/m.json --gpus 8 --global-batch 1000000000", 4,
                   "planner: 180 configurations, 84 simulated, none can run (the report says why)"));
+  // Each candidate is refused before its schedule is built (planner/passes.h,
+  // kMaxSearchEvents), saying how to simulate it.
   c.back().output =
-      "micro-batches = 125000000 (stage, micro-batch) pairs is over the limit of 2^23";
+      "about 250000000 ops and transfers to simulate, over the search's limit of 8388608";
   // --- zero layers, more stages than layers, GPUs not divisible -------------
   c.push_back(Row("zero_layers", kSimulator,
                   {{"m.json", R"({"format": "pipecast-model/1", "name": "m", "layers": []})"}},
