@@ -22,7 +22,8 @@ double Median(std::vector<double> v) {
 
 int64_t GlobalBatch(const Prediction& p) {
   if (p.predicted.global_batch > 0) return p.predicted.global_batch;
-  return int64_t{p.plan.config.microbatch_size} * p.plan.config.microbatches * std::max(p.plan.config.layout.data_parallel, 1);
+  return int64_t{p.plan.config.microbatch_size} * p.plan.config.microbatches *
+         std::max(p.plan.config.layout.data_parallel, 1);
 }
 
 // The predicted compute of rank r, in the measured sense: its ops less the communication the

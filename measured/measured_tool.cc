@@ -147,7 +147,9 @@ std::string ComparisonText(const std::string& what, const Prediction& p,
       "validator: measured run against the plan: model {}, schedule {}, {} stages{}, {} "
       "micro-batches of {}\n",
       p.model_name, p.plan.schedule_name, p.plan.config.layout.pipeline_stages,
-      p.plan.config.layout.data_parallel > 1 ? fmt::format(" x {} data-parallel", p.plan.config.layout.data_parallel) : "",
+      p.plan.config.layout.data_parallel > 1
+          ? fmt::format(" x {} data-parallel", p.plan.config.layout.data_parallel)
+          : "",
       p.plan.config.microbatches, p.plan.config.microbatch_size);
   out += fmt::format("  measured: {}\n", what);
   out += fmt::format("  predicted on cluster '{}'\n", p.cluster.name);

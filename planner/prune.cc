@@ -50,7 +50,7 @@ OpFloors FloorsOf(const StageCost& cost, bool overlapped_pairs) {
 TimeNs LowerBound(const StageCostTable& table, const Candidate& c) {
   const ScheduleTraits& traits = TraitsOf(c.config.schedule);
   const Schedule shape = ScheduleShape(c.config.schedule, c.config.layout.pipeline_stages,
-                                     c.config.microbatches, c.config.layout.chunks);
+                                       c.config.microbatches, c.config.layout.chunks);
   const int stages = shape.num_stages;
   const int p = shape.num_ranks;
   std::vector<OpFloors> op(stages);

@@ -189,7 +189,8 @@ TEST(PruneBound, NeverAboveTheSimulatedIterationOnRandomCases) {
       ++by_t[c.config.layout.tensor_parallel];
       ++by_zero[c.config.memory.zero];
       ++checked_total;
-      pairs_at_t2 += c.config.layout.tensor_parallel == 2 && TraitsOf(c.config.schedule).overlapped_pairs;
+      pairs_at_t2 +=
+          c.config.layout.tensor_parallel == 2 && TraitsOf(c.config.schedule).overlapped_pairs;
     }
   }
   // Every kind the planner enumerates was checked many times, at both t and every ZeRO level.

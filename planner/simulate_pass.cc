@@ -14,8 +14,8 @@ namespace pipecast::passes {
 int64_t SimulationEvents(const Candidate& c) {
   const ScheduleTraits& traits = TraitsOf(c.config.schedule);
   const int64_t stages = traits.bidirectional ? c.config.layout.pipeline_stages : c.VirtualStages();
-  const int64_t m =
-      int64_t{c.config.microbatches} * (c.config.schedule == ScheduleKind::kPipeDream ? kPipeDreamIterations : 1);
+  const int64_t m = int64_t{c.config.microbatches} *
+                    (c.config.schedule == ScheduleKind::kPipeDream ? kPipeDreamIterations : 1);
   const int64_t kinds = traits.splits_backward ? 3 : 2;
   return stages * m * kinds + 2 * std::max<int64_t>(stages - 1, 0) * m;
 }
