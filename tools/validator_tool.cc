@@ -75,14 +75,17 @@ ValidatorToolResult RunValidatorTool(const ValidatorToolOptions& flags) {
                                                                    {"--model", options.model_path}})
                                           : Status::Ok());
     if (!writable.ok()) {
-      return backend->is_root() ? Failed(writable) : ValidatorToolResult{kExitBadInput, "", ""};
+      return backend->is_root() ? Failed(writable) : ValidatorToolResult{kExitOk, "", ""};
     }
   }
   Result<ValidationResult> result = RunValidation(options, backend);
-  Status agreed = backend->Agree(result.ok() ? Status::Ok() : result.status());
-  if (!backend->is_root()) {
-    return ValidatorToolResult{agreed.ok() ? kExitOk : kExitBadInput, "", ""};
-  }
+  (void)backend->Agree(result.ok() ? Status::Ok() : result.status());  // all reach here
+  // The root reports every process's failure and carries the exit code. The
+  // others end with 0: one that exits non-zero first makes mpirun abort the
+  // job, the root included, before the root has printed the diagnosis (seen
+  // under load: "mpirun detected that one or more processes exited with
+  // non-zero status" and no diagnosis). mpirun's own exit code is the root's.
+  if (!backend->is_root()) return ValidatorToolResult{kExitOk, "", ""};
   if (!result.ok()) return Failed(result.status());
   const ValidationResult& r = *result;
   if (!flags.trace.empty()) {

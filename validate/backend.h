@@ -56,8 +56,8 @@ class Backend {
   // What ran where, and how time was read: lines for the report.
   virtual std::vector<std::string> Notes() const = 0;
   virtual const Clock* clock() const = 0;
-  // A root's error, or OK, made the same on every process (MPI: broadcast)
-  // so they exit alike.
+  // A root's error, or OK, made the same on every process (MPI: broadcast),
+  // so that all stop alike; the root reports it and carries the exit code.
   virtual Status Agree(const Status& root_status) { return root_status; }
 };
 
