@@ -90,4 +90,17 @@ class [[nodiscard]] Result {
     if (!_st.ok()) return _st;         \
   } while (0)
 
+// Evaluates `expr`, a Result<T>; returns its Status from the enclosing
+// function when it is not OK, else declares or assigns `lhs` from its value:
+//   PIPECAST_ASSIGN_OR_RETURN(Schedule schedule, MakeSchedule(kind, p, m));
+// `lhs` may not contain a bare comma (use auto for std::map<K, V>).
+#define PIPECAST_ASSIGN_OR_RETURN(lhs, ...) \
+  PIPECAST_ASSIGN_OR_RETURN_IMPL_(PIPECAST_STATUS_CONCAT_(_result_, __LINE__), lhs, __VA_ARGS__)
+#define PIPECAST_STATUS_CONCAT_INNER_(a, b) a##b
+#define PIPECAST_STATUS_CONCAT_(a, b) PIPECAST_STATUS_CONCAT_INNER_(a, b)
+#define PIPECAST_ASSIGN_OR_RETURN_IMPL_(result, lhs, ...) \
+  auto result = (__VA_ARGS__);                            \
+  if (!result.ok()) return result.status();               \
+  lhs = std::move(*result)
+
 #endif  // PIPECAST_BASE_STATUS_H_

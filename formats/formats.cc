@@ -445,9 +445,8 @@ Result<Model> ParseModel(const std::string& text, const std::string& origin) {
 }
 
 Result<Model> LoadModel(const std::string& path) {
-  Result<std::string> text = ReadFile(path);
-  if (!text.ok()) return text.status();
-  return ParseModel(*text, path);
+  PIPECAST_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  return ParseModel(text, path);
 }
 
 std::string ModelToJson(const Model& model) {

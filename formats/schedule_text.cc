@@ -645,20 +645,18 @@ Status ResolveDirections(std::vector<RankLine>& ranks, const std::string& origin
 
 Result<Schedule> ParseScheduleText(const std::string& text, const std::string& origin,
                                    ScheduleTextInfo* info) {
-  Result<std::vector<RankLine>> ranks = Tokenize(text, origin);
-  if (!ranks.ok()) return ranks.status();
+  PIPECAST_ASSIGN_OR_RETURN(std::vector<RankLine> ranks, Tokenize(text, origin));
   bool bidirectional = false;
-  PIPECAST_RETURN_IF_ERROR(ResolveDirections(*ranks, origin, &bidirectional));
-  Result<std::vector<int>> stage_rank = StageOwners(*ranks, origin);
-  if (!stage_rank.ok()) return stage_rank.status();
+  PIPECAST_RETURN_IF_ERROR(ResolveDirections(ranks, origin, &bidirectional));
+  PIPECAST_ASSIGN_OR_RETURN(std::vector<int> stage_rank, StageOwners(ranks, origin));
 
   Schedule schedule;
   schedule.name = "custom";
-  schedule.num_ranks = static_cast<int>(ranks->size());
-  schedule.num_stages = static_cast<int>(stage_rank->size());
-  schedule.stage_rank = std::move(*stage_rank);
+  schedule.num_ranks = static_cast<int>(ranks.size());
+  schedule.num_stages = static_cast<int>(stage_rank.size());
+  schedule.stage_rank = std::move(stage_rank);
   int max_microbatch = 0;
-  for (const RankLine& rank : *ranks) {
+  for (const RankLine& rank : ranks) {
     std::vector<Action>& actions = schedule.actions.emplace_back();
     actions.reserve(rank.tokens.size());
     for (const Token& token : rank.tokens) {
@@ -677,12 +675,12 @@ Result<Schedule> ParseScheduleText(const std::string& text, const std::string& o
     // per-stage checks.
     return ValidateSchedule(schedule).WithPrefix(origin);
   }
-  PIPECAST_RETURN_IF_ERROR(CheckForwardsAndRepeats(*ranks, schedule, origin));
+  PIPECAST_RETURN_IF_ERROR(CheckForwardsAndRepeats(ranks, schedule, origin));
   ScheduleTextInfo local;
   if (info == nullptr) info = &local;
   *info = ScheduleTextInfo{};
   PIPECAST_RETURN_IF_ERROR(
-      CheckComms(*ranks, schedule.stage_rank, schedule.num_microbatches, origin, info));
+      CheckComms(ranks, schedule.stage_rank, schedule.num_microbatches, origin, info));
   PIPECAST_RETURN_IF_ERROR(ValidateSchedule(schedule).WithPrefix(origin));
   for (const std::vector<Action>& list : schedule.actions) {
     for (const Action& a : list)
@@ -692,9 +690,8 @@ Result<Schedule> ParseScheduleText(const std::string& text, const std::string& o
 }
 
 Result<Schedule> LoadScheduleText(const std::string& path, ScheduleTextInfo* info) {
-  Result<std::string> text = ReadFile(path);
-  if (!text.ok()) return text.status();
-  return ParseScheduleText(*text, path, info);
+  PIPECAST_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  return ParseScheduleText(text, path, info);
 }
 
 namespace {

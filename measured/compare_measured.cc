@@ -46,12 +46,10 @@ void Finish(Comparison* c) {
 Result<Prediction> PredictPlan(const std::string& plan_path, const std::string& model_path,
                                const std::string& cluster) {
   Prediction p;
-  Result<PlanFile> plan = LoadPlan(plan_path);
-  if (!plan.ok()) return plan.status();
-  p.plan = std::move(*plan);
-  Result<Model> model = LoadModel(model_path);
-  if (!model.ok()) return model.status();
-  p.model_name = model->name;
+  PIPECAST_ASSIGN_OR_RETURN(PlanFile plan, LoadPlan(plan_path));
+  p.plan = std::move(plan);
+  PIPECAST_ASSIGN_OR_RETURN(Model model, LoadModel(model_path));
+  p.model_name = model.name;
   if (!cluster.empty()) {
     Result<Cluster> c = LoadCluster(cluster);
     if (!c.ok()) return c.status().WithPrefix("--cluster");
@@ -61,7 +59,7 @@ Result<Prediction> PredictPlan(const std::string& plan_path, const std::string& 
   }
   SimOptions sim = PlanSimOptions(p.plan);
   sim.record_timeline = true;
-  Result<SimResult> predicted = Simulate(*model, p.cluster, p.plan.schedule, sim);
+  Result<SimResult> predicted = Simulate(model, p.cluster, p.plan.schedule, sim);
   if (!predicted.ok())
     return predicted.status().WithPrefix("the simulator cannot replay this plan");
   p.predicted = std::move(*predicted);

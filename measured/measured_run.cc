@@ -612,9 +612,8 @@ Result<MeasuredRun> MeasureFiles(const std::vector<std::string>& paths,
                                  const MeasureOptions& options) {
   std::vector<TraceFile> traces;
   for (const std::string& p : paths) {
-    Result<TraceFile> t = ReadTraceFile(p);
-    if (!t.ok()) return t.status();
-    traces.push_back(std::move(*t));
+    PIPECAST_ASSIGN_OR_RETURN(TraceFile t, ReadTraceFile(p));
+    traces.push_back(std::move(t));
   }
   return BuildMeasuredRun(traces, options);
 }

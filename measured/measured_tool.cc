@@ -211,38 +211,35 @@ Result<MeasuredToolResult> RunMeasuredTool(const MeasuredToolOptions& o) {
 
   MeasuredToolResult out;
   if (!o.megatron_log.empty()) {
-    Result<MegatronLog> log = ReadMegatronLog(o.megatron_log);
-    if (!log.ok()) return log.status();
+    PIPECAST_ASSIGN_OR_RETURN(MegatronLog log, ReadMegatronLog(o.megatron_log));
     if (o.plan_path.empty()) {
-      out.text = LogSummaryText(*log);
+      out.text = LogSummaryText(log);
       return out;
     }
-    Result<Prediction> p = PredictPlan(o.plan_path, o.model_path, o.cluster);
-    if (!p.ok()) return p.status();
-    std::vector<std::string> notes = p->notes;
-    Result<validate::Comparison> c = CompareLog(*p, *log, *ParseMegatronRankOrder(o.rank_order),
-                                                o.measure.skip_steps, o.tolerances, &notes);
-    if (!c.ok()) return c.status();
+    PIPECAST_ASSIGN_OR_RETURN(Prediction p, PredictPlan(o.plan_path, o.model_path, o.cluster));
+    std::vector<std::string> notes = p.notes;
+    PIPECAST_ASSIGN_OR_RETURN(validate::Comparison c,
+                              CompareLog(p, log, *ParseMegatronRankOrder(o.rank_order),
+                                         o.measure.skip_steps, o.tolerances, &notes));
     const std::string what = fmt::format("Megatron-LM log {}", o.megatron_log);
     out.compared = true;
-    out.within_tolerance = c->within_tolerance;
+    out.within_tolerance = c.within_tolerance;
     if (o.json) {
       Json j;
       j["format"] = "pipecast-measured-comparison/1";
       j["measured"] = what;
       j["notes"] = notes;
-      j["metrics"] = validate::ComparisonRowsJson(c->rows);
-      j["within_tolerance"] = c->within_tolerance;
+      j["metrics"] = validate::ComparisonRowsJson(c.rows);
+      j["within_tolerance"] = c.within_tolerance;
       out.text = Dump(j);
     } else {
-      out.text = ComparisonText(what, *p, *c, notes);
+      out.text = ComparisonText(what, p, c, notes);
     }
     return out;
   }
 
-  Result<MeasuredRun> run = MeasureFiles(o.traces, o.measure);
-  if (!run.ok()) return run.status();
-  const SimResult measured = MeasuredTimeline(*run, run->median);
+  PIPECAST_ASSIGN_OR_RETURN(MeasuredRun run, MeasureFiles(o.traces, o.measure));
+  const SimResult measured = MeasuredTimeline(run, run.median);
   if (o.plan_path.empty()) {
     if (!o.trace_out.empty()) {
       PIPECAST_RETURN_IF_ERROR(
@@ -252,36 +249,34 @@ Result<MeasuredToolResult> RunMeasuredTool(const MeasuredToolOptions& o) {
     if (o.json) {
       Json j;
       j["format"] = "pipecast-measured-run/1";
-      const Json body = RunJson(*run);
+      const Json body = RunJson(run);
       for (const auto& [k, v] : body.items()) j[k] = v;
       out.text = Dump(j);
     } else {
-      out.text = MeasuredRunText(*run);
+      out.text = MeasuredRunText(run);
     }
     return out;
   }
-  Result<Prediction> p = PredictPlan(o.plan_path, o.model_path, o.cluster);
-  if (!p.ok()) return p.status();
-  std::vector<std::string> notes = p->notes;
-  notes.insert(notes.end(), run->notes.begin(), run->notes.end());
-  Result<validate::Comparison> c = CompareRun(*p, *run, o.tolerances, &notes);
-  if (!c.ok()) return c.status();
+  PIPECAST_ASSIGN_OR_RETURN(Prediction p, PredictPlan(o.plan_path, o.model_path, o.cluster));
+  std::vector<std::string> notes = p.notes;
+  notes.insert(notes.end(), run.notes.begin(), run.notes.end());
+  PIPECAST_ASSIGN_OR_RETURN(validate::Comparison c, CompareRun(p, run, o.tolerances, &notes));
   out.compared = true;
-  out.within_tolerance = c->within_tolerance;
+  out.within_tolerance = c.within_tolerance;
   if (!o.trace_out.empty()) {
     PIPECAST_RETURN_IF_ERROR(
-        WriteFileAtomic(o.trace_out, validate::SideBySideTrace(p->predicted, measured))
+        WriteFileAtomic(o.trace_out, validate::SideBySideTrace(p.predicted, measured))
             .WithPrefix("--trace"));
   }
-  const std::string what = RunWhat(*run);
+  const std::string what = RunWhat(run);
   if (!o.report_out.empty()) {
     ComparisonPage page;
-    page.title = fmt::format("{}: measured run against its plan", p->model_name);
-    page.inputs = InputsOf(*p, o.command_line);
+    page.title = fmt::format("{}: measured run against its plan", p.model_name);
+    page.inputs = InputsOf(p, o.command_line);
     page.measured_what = what;
-    page.rows = c->rows;
+    page.rows = c.rows;
     page.notes = notes;
-    page.predicted = &p->predicted;
+    page.predicted = &p.predicted;
     page.measured = &measured;
     PIPECAST_RETURN_IF_ERROR(
         WriteFileAtomic(o.report_out, ComparisonReportHtml(page)).WithPrefix("--report"));
@@ -289,15 +284,15 @@ Result<MeasuredToolResult> RunMeasuredTool(const MeasuredToolOptions& o) {
   if (o.json) {
     Json j;
     j["format"] = "pipecast-measured-comparison/1";
-    j["model"] = p->model_name;
-    j["schedule"] = p->plan.schedule_name;
-    j["measured"] = RunJson(*run);
+    j["model"] = p.model_name;
+    j["schedule"] = p.plan.schedule_name;
+    j["measured"] = RunJson(run);
     j["notes"] = notes;
-    j["metrics"] = validate::ComparisonRowsJson(c->rows);
-    j["within_tolerance"] = c->within_tolerance;
+    j["metrics"] = validate::ComparisonRowsJson(c.rows);
+    j["within_tolerance"] = c.within_tolerance;
     out.text = Dump(j);
   } else {
-    out.text = ComparisonText(what, *p, *c, notes);
+    out.text = ComparisonText(what, p, c, notes);
   }
   return out;
 }

@@ -146,9 +146,8 @@ Result<MegatronLog> ParseMegatronLog(const std::string& text, const std::string&
 }
 
 Result<MegatronLog> ReadMegatronLog(const std::string& path) {
-  Result<std::string> text = ReadFile(path);
-  if (!text.ok()) return text.status();
-  return ParseMegatronLog(*text, path);
+  PIPECAST_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  return ParseMegatronLog(text, path);
 }
 
 Result<MegatronRankOrder> ParseMegatronRankOrder(const std::string& text) {

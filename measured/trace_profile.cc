@@ -126,17 +126,15 @@ Result<Model> TraceProfileModel(const TraceProfileOptions& o) {
   std::map<int, std::vector<ActivityTrace>> by_size;
   std::map<int, std::vector<std::string>> files;
   for (size_t i = 0; i < o.traces.size(); ++i) {
-    Result<TraceFile> t = ReadTraceFile(o.traces[i]);
-    if (!t.ok()) return t.status();
-    if (t->pipecast_label) {
+    PIPECAST_ASSIGN_OR_RETURN(TraceFile t, ReadTraceFile(o.traces[i]));
+    if (t.pipecast_label) {
       return Status::InvalidArgument(fmt::format(
           "{}: a trace pipecast wrote has ops, not layers: give a PyTorch profiler trace",
           o.traces[i]));
     }
-    Result<ActivityTrace> a = ActivityFromTrace(*t);
-    if (!a.ok()) return a.status();
+    PIPECAST_ASSIGN_OR_RETURN(ActivityTrace a, ActivityFromTrace(t));
     bool layers = false;
-    for (const MarkerEvent& m : a->markers) {
+    for (const MarkerEvent& m : a.markers) {
       layers = layers || (m.phase == MarkerEvent::Phase::kStart && m.name != kStepRangeName);
     }
     if (!layers) {
@@ -147,7 +145,7 @@ Result<Model> TraceProfileModel(const TraceProfileOptions& o) {
           o.traces[i]));
     }
     const int size = o.microbatch_sizes.size() == 1 ? o.microbatch_sizes[0] : o.microbatch_sizes[i];
-    by_size[size].push_back(std::move(*a));
+    by_size[size].push_back(std::move(a));
     files[size].push_back(o.traces[i]);
   }
   std::vector<CuptiMeasurement> measurements;
@@ -160,10 +158,9 @@ Result<Model> TraceProfileModel(const TraceProfileOptions& o) {
     }
     measurements.push_back(std::move(*m));
   }
-  Result<Model> model = BuildCuptiModel(o.name, measurements, o.aggregate, {});
-  if (!model.ok()) return model.status();
-  model->source.method = "trace";
-  auto& d = model->source.details;
+  PIPECAST_ASSIGN_OR_RETURN(Model model, BuildCuptiModel(o.name, measurements, o.aggregate, {}));
+  model.source.method = "trace";
+  auto& d = model.source.details;
   d.erase("cupti_version");
   d.erase("clocks");
   nlohmann::json traces = nlohmann::json::object();

@@ -7,10 +7,10 @@ namespace pipecast {
 Result<ChosenPlan> MakeChosenPlan(const Model& model, const std::string& model_hash,
                                   const Cluster& cluster, const Candidate& chosen,
                                   bool with_timeline) {
-  auto setup = SetUpCandidate(model, cluster, chosen, /*record_timeline=*/false);
-  if (!setup.ok()) return setup.status();
+  PIPECAST_ASSIGN_OR_RETURN(auto setup,
+                            SetUpCandidate(model, cluster, chosen, /*record_timeline=*/false));
   ChosenPlan c;
-  c.replay = std::move(setup.value());
+  c.replay = std::move(setup);
   c.plan = MakePlanFile(model.name, model_hash, cluster, c.replay.schedule, c.replay.options,
                         *chosen.result);
   if (with_timeline) {

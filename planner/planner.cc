@@ -177,9 +177,9 @@ Result<CandidateSetup> SetUpCandidate(const Model& model, const Cluster& cluster
   Result<Schedule> schedule = Status::Internal("unset");
   if (TraitsOf(config.schedule).generate_from_costs != nullptr && !c.partition.empty()) {
     const double limit = AffordableActivations(model, cluster, c);
-    auto costs = ScheduleCostsFor(model, cluster, sim, config.schedule, p, v, limit);
-    if (!costs.ok()) return costs.status();
-    schedule = MakeSchedule(config.schedule, p, m, v, *costs);
+    PIPECAST_ASSIGN_OR_RETURN(auto costs,
+                              ScheduleCostsFor(model, cluster, sim, config.schedule, p, v, limit));
+    schedule = MakeSchedule(config.schedule, p, m, v, costs);
   } else {
     schedule = MakeSchedule(config.schedule, p, m, v);
   }
@@ -189,9 +189,8 @@ Result<CandidateSetup> SetUpCandidate(const Model& model, const Cluster& cluster
 
 Result<SimResult> SimulateCandidate(const Model& model, const Cluster& cluster,
                                     const Candidate& candidate, bool record_timeline) {
-  auto setup = SetUpCandidate(model, cluster, candidate, record_timeline);
-  if (!setup.ok()) return setup.status();
-  return Simulate(model, cluster, setup->schedule, setup->options);
+  PIPECAST_ASSIGN_OR_RETURN(auto setup, SetUpCandidate(model, cluster, candidate, record_timeline));
+  return Simulate(model, cluster, setup.schedule, setup.options);
 }
 
 namespace {
@@ -283,9 +282,8 @@ Result<PlanReport> EmptyReport(const Model& model, const Cluster& cluster,
   PlanReport report;
   report.gpus = options.gpus;
   report.cluster = cluster;
-  Result<int64_t> global_batch = GlobalBatchFor(model, options);
-  if (!global_batch.ok()) return global_batch.status();
-  report.global_batch = *global_batch;
+  PIPECAST_ASSIGN_OR_RETURN(int64_t global_batch, GlobalBatchFor(model, options));
+  report.global_batch = global_batch;
   // Every candidate's sums stay inside 64 bits (sim/totals.h): checked once
   // for the largest of each, rather than refused candidate by candidate.
   for (int size : options.microbatch_sizes) {
@@ -418,24 +416,22 @@ void Conclude(const Model& model, const Cluster& cluster, const PlannerOptions& 
 
 Result<PlanReport> RunPlanner(const Model& model, const Cluster& cluster,
                               const PlannerOptions& given) {
-  Result<PlannerOptions> options = WithDefaults(model, given);
-  if (!options.ok()) return options.status();
-  Result<PlanReport> report = EmptyReport(model, cluster, *options);
-  if (!report.ok()) return report.status();
-  PIPECAST_RETURN_IF_ERROR(CheckSearchSize(model, cluster, *options));
+  PIPECAST_ASSIGN_OR_RETURN(PlannerOptions options, WithDefaults(model, given));
+  PIPECAST_ASSIGN_OR_RETURN(PlanReport report, EmptyReport(model, cluster, options));
+  PIPECAST_RETURN_IF_ERROR(CheckSearchSize(model, cluster, options));
   // enumerate -> partition -> prune -> simulate -> rank -> sweep (planner.h).
   std::vector<Candidate> candidates = passes::Enumerate(
-      model, cluster, *options, report->global_batch, &report->rejected, &report->notes);
-  report->enumerated = static_cast<int>(candidates.size() + report->rejected.size());
-  PIPECAST_RETURN_IF_ERROR(CheckSomeCanRun(candidates, *report, *options));
+      model, cluster, options, report.global_batch, &report.rejected, &report.notes);
+  report.enumerated = static_cast<int>(candidates.size() + report.rejected.size());
+  PIPECAST_RETURN_IF_ERROR(CheckSomeCanRun(candidates, report, options));
   passes::PartitionCache cache(model, cluster);
   std::vector<Candidate> fitting =
-      PartitionAll(model, cluster, *options, std::move(candidates), &cache, &report->rejected);
+      PartitionAll(model, cluster, options, std::move(candidates), &cache, &report.rejected);
   passes::Prune(model, cluster, &fitting, &cache);
-  report->simulated = SimulatePass(model, cluster, *options, &fitting, &report->rejected);
+  report.simulated = SimulatePass(model, cluster, options, &fitting, &report.rejected);
   passes::Rank(&fitting);
-  report->ranked = Top(std::move(fitting), options->top_k);
-  Conclude(model, cluster, *options, &*report);
+  report.ranked = Top(std::move(fitting), options.top_k);
+  Conclude(model, cluster, options, &report);
   return report;
 }
 

@@ -37,14 +37,13 @@ Result<std::string> EstimateTransformerJson(const TransformerSpec& spec,
           fmt::format("--tensor-parallel lists {} twice; give each degree once", t));
     }
   }
-  Result<Model> base = EstimateTransformer(spec, options);
-  if (!base.ok()) return base.status();
+  PIPECAST_ASSIGN_OR_RETURN(Model base, EstimateTransformer(spec, options));
   // Refused before the document is built: a file no pipecast tool would read
   // (over kMaxInputFileBytes) took several times its size in memory to write,
   // and ran out of it (10^5 layers at four t: std::bad_alloc after 65 s).
   const int64_t per_size = 1 + 2 * static_cast<int64_t>(seen.size() - seen.count(1));
   int64_t profiles = 0;
-  for (const Layer& layer : base->layers) {
+  for (const Layer& layer : base.layers) {
     profiles += static_cast<int64_t>(layer.profiles.size()) * per_size;
   }
   if (profiles * kMinJsonBytesPerProfile > static_cast<int64_t>(kMaxInputFileBytes)) {
@@ -53,21 +52,20 @@ Result<std::string> EstimateTransformerJson(const TransformerSpec& spec,
         "size for the tensor-parallel degrees), at least {} MiB of model.json, over the {} MiB "
         "that pipecast's tools read: give fewer --layers, --microbatch-sizes or "
         "--tensor-parallel degrees",
-        profiles, base->layers.size(), spec.microbatch_sizes.size(), per_size,
+        profiles, base.layers.size(), spec.microbatch_sizes.size(), per_size,
         profiles * kMinJsonBytesPerProfile >> 20, kMaxInputFileBytes >> 20));
   }
-  if (seen.size() <= 1 && (seen.empty() || *seen.begin() == 1)) return ModelToJson(*base);
+  if (seen.size() <= 1 && (seen.empty() || *seen.begin() == 1)) return ModelToJson(base);
   using ordered = nlohmann::ordered_json;  // keeps ModelToJson's key order
-  ordered doc = ordered::parse(ModelToJson(*base));
+  ordered doc = ordered::parse(ModelToJson(base));
   ordered parameters = ordered::object();
   for (int t : seen) {
     if (t == 1) continue;
     for (bool sp : {false, true}) {
       std::vector<TensorParallelCost> costs;
-      Result<Model> at = EstimateTransformerAt(spec, options, {t, sp}, &costs);
-      if (!at.ok()) return at.status();
-      const ordered per_t = ordered::parse(ModelToJson(*at));
-      for (size_t i = 0; i < at->layers.size(); ++i) {
+      PIPECAST_ASSIGN_OR_RETURN(Model at, EstimateTransformerAt(spec, options, {t, sp}, &costs));
+      const ordered per_t = ordered::parse(ModelToJson(at));
+      for (size_t i = 0; i < at.layers.size(); ++i) {
         const TensorParallelCost& c = costs[i];
         for (ordered profile : per_t["layers"][i]["profiles"]) {
           const double b = profile["microbatch_size"].get<double>();

@@ -270,9 +270,8 @@ Result<std::optional<LayerRangeName>> ParseLayerRangeName(std::string_view name)
           "unknown attribute '{}' (known: params=N, out=BYTES, ckpt=BYTES, wgrad=BYTES)",
           parts[i]));
     }
-    Result<int64_t> v = ParseCount(parts[i].substr(eq + 1), name);
-    if (!v.ok()) return v.status();
-    *field = *v;
+    PIPECAST_ASSIGN_OR_RETURN(int64_t v, ParseCount(parts[i].substr(eq + 1), name));
+    *field = v;
   }
   return std::optional<LayerRangeName>(std::move(out));
 }
@@ -290,11 +289,10 @@ Result<Attribution> Attribute(const ActivityTrace& trace) {
       steps.push_back({r.start_ns, r.end_ns});
       continue;
     }
-    Result<std::optional<LayerRangeName>> name = ParseLayerRangeName(r.name);
-    if (!name.ok()) return name.status();
-    if (!name->has_value()) continue;
+    PIPECAST_ASSIGN_OR_RETURN(std::optional<LayerRangeName> name, ParseLayerRangeName(r.name));
+    if (!name.has_value()) continue;
     LayerRange lr;
-    lr.name = std::move(**name);
+    lr.name = std::move(*name);
     lr.thread_id = r.thread_id;
     lr.start_ns = r.start_ns;
     lr.end_ns = r.end_ns;
@@ -307,14 +305,13 @@ Result<Attribution> Attribute(const ActivityTrace& trace) {
   std::map<std::string, LayerRangeName> marked;
   for (const MarkerEvent& m : trace.markers) {
     if (m.phase != MarkerEvent::Phase::kInstant) continue;
-    Result<std::optional<LayerRangeName>> name = ParseLayerRangeName(m.name);
-    if (!name.ok()) return name.status();
-    if (!name->has_value()) continue;
-    LayerRangeName& into = marked[(*name)->layer];
-    if ((*name)->parameters) into.parameters = (*name)->parameters;
-    if ((*name)->output_bytes) into.output_bytes = (*name)->output_bytes;
-    if ((*name)->checkpoint_bytes) into.checkpoint_bytes = (*name)->checkpoint_bytes;
-    if ((*name)->weight_grad_bytes) into.weight_grad_bytes = (*name)->weight_grad_bytes;
+    PIPECAST_ASSIGN_OR_RETURN(std::optional<LayerRangeName> name, ParseLayerRangeName(m.name));
+    if (!name.has_value()) continue;
+    LayerRangeName& into = marked[name->layer];
+    if (name->parameters) into.parameters = name->parameters;
+    if (name->output_bytes) into.output_bytes = name->output_bytes;
+    if (name->checkpoint_bytes) into.checkpoint_bytes = name->checkpoint_bytes;
+    if (name->weight_grad_bytes) into.weight_grad_bytes = name->weight_grad_bytes;
   }
   RangeIndex index(&ranges);
 

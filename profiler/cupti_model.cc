@@ -81,9 +81,8 @@ Result<CuptiMeasurement> MeasureTraces(const std::vector<ActivityTrace>& traces,
     if (!m.warnings.empty()) why += " (" + m.warnings.front() + ")";
     return Status::FailedPrecondition(why + ": does it use CUDA, and did it exit normally?");
   }
-  Result<Aggregation> agg = Aggregate(attributions, options);
-  if (!agg.ok()) return agg.status();
-  m.aggregation = std::move(*agg);
+  PIPECAST_ASSIGN_OR_RETURN(Aggregation agg, Aggregate(attributions, options));
+  m.aggregation = std::move(agg);
   return m;
 }
 

@@ -111,9 +111,8 @@ Result<ScheduleCosts> ResolveCosts(ScheduleKind kind, const Schedule& s, Schedul
   PIPECAST_RETURN_IF_ERROR(fill(costs.input_grad_ns, kDefaultOpNs, "input-gradient"));
   PIPECAST_RETURN_IF_ERROR(fill(costs.weight_grad_ns, kDefaultOpNs, "weight-gradient"));
   PIPECAST_RETURN_IF_ERROR(fill(costs.kept_after_input, 1.0, "kept-after-input"));
-  auto limit = EffectiveMemoryLimit(kind, s.num_ranks, costs);
-  if (!limit.ok()) return limit.status();
-  costs.memory_limit = *limit;
+  PIPECAST_ASSIGN_OR_RETURN(auto limit, EffectiveMemoryLimit(kind, s.num_ranks, costs));
+  costs.memory_limit = limit;
   return costs;
 }
 
@@ -153,9 +152,8 @@ Result<Schedule> MakeSchedule(ScheduleKind kind, int num_ranks, int num_microbat
     traits.generate(s);
     return s;
   }
-  auto resolved = ResolveCosts(kind, s, costs);
-  if (!resolved.ok()) return resolved.status();
-  PIPECAST_RETURN_IF_ERROR(traits.generate_from_costs(s, *resolved));
+  PIPECAST_ASSIGN_OR_RETURN(auto resolved, ResolveCosts(kind, s, costs));
+  PIPECAST_RETURN_IF_ERROR(traits.generate_from_costs(s, resolved));
   return s;
 }
 

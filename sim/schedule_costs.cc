@@ -38,14 +38,13 @@ Result<std::vector<StageCost>> CostStages(const Model& model, const Cluster& clu
 Result<ScheduleCosts> ScheduleCostsFor(const Model& model, const Cluster& cluster,
                                        const SimOptions& options, ScheduleKind kind, int ranks,
                                        int chunks, double memory_limit) {
-  auto stages = CostStages(model, cluster, options, ranks, chunks);
-  if (!stages.ok()) return stages.status();
+  PIPECAST_ASSIGN_OR_RETURN(auto stages, CostStages(model, cluster, options, ranks, chunks));
   ScheduleCosts costs;
   costs.memory_limit = memory_limit;
   const Placement placement = TraitsOf(kind).placement;
-  const int n = static_cast<int>(stages->size());
+  const int n = static_cast<int>(stages.size());
   for (int st = 0; st < n; ++st) {
-    const StageCost& c = (*stages)[st];
+    const StageCost& c = stages[st];
     costs.forward_ns.push_back(c.DurationNs(OpKind::kForward));
     costs.input_grad_ns.push_back(c.DurationNs(OpKind::kBackwardInput));
     costs.weight_grad_ns.push_back(c.DurationNs(OpKind::kBackwardWeight));
@@ -69,12 +68,11 @@ Result<ScheduleCosts> ScheduleCostsFor(const Model& model, const Cluster& cluste
 Result<Bytes> LargestRankActivationBytes(const Model& model, const Cluster& cluster,
                                          const SimOptions& options, ScheduleKind kind, int ranks,
                                          int chunks) {
-  auto stages = CostStages(model, cluster, options, ranks, chunks);
-  if (!stages.ok()) return stages.status();
+  PIPECAST_ASSIGN_OR_RETURN(auto stages, CostStages(model, cluster, options, ranks, chunks));
   std::vector<Bytes> per_rank(ranks, 0);
   const Placement placement = TraitsOf(kind).placement;
-  for (int st = 0; st < static_cast<int>(stages->size()); ++st) {
-    per_rank[StageRank(placement, st, ranks)] += (*stages)[st].held_bytes;
+  for (int st = 0; st < static_cast<int>(stages.size()); ++st) {
+    per_rank[StageRank(placement, st, ranks)] += stages[st].held_bytes;
   }
   return *std::max_element(per_rank.begin(), per_rank.end());
 }

@@ -116,4 +116,18 @@ std::string DescribeCycle(const std::vector<DependencyEdge>& cycle) {
   return out;
 }
 
+Status NeverFinishes(const Schedule& schedule, const std::vector<int64_t>& next) {
+  std::string stuck;
+  for (int r = 0; r < schedule.num_ranks; ++r) {
+    if (next[r] < static_cast<int64_t>(schedule.actions[r].size())) {
+      stuck += fmt::format("{}rank {} at {}", stuck.empty() ? "" : ", ", r,
+                           ActionName(schedule.actions[r][next[r]]));
+    }
+  }
+  return Status::FailedPrecondition(fmt::format(
+      "schedule '{}' can never finish: stuck are {}; these ops wait on each other in a cycle:{}"
+      "\nreorder the ranks' action lists so that every op's inputs are produced first",
+      schedule.name, stuck, DescribeCycle(FindDependencyCycle(schedule))));
+}
+
 }  // namespace pipecast

@@ -11,9 +11,11 @@
 #ifndef PIPECAST_SIM_SCHEDULE_GRAPH_H_
 #define PIPECAST_SIM_SCHEDULE_GRAPH_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
+#include "base/status.h"
 #include "sim/schedule.h"
 
 namespace pipecast {
@@ -33,6 +35,14 @@ std::vector<DependencyEdge> FindDependencyCycle(const Schedule& schedule);
 
 // "1F1 (rank 1) waits for 0F1 (rank 0), which runs after 0B0 on rank 0, ..."
 std::string DescribeCycle(const std::vector<DependencyEdge>& cycle);
+
+// The one diagnosis of a schedule that can never finish, as both engines
+// report it: FailedPrecondition naming where each rank is stuck (`next[r]`,
+// the index of the first op rank r has not completed; ranks whose lists are
+// done are left out), then the cycle of dependencies that holds them, and
+// what to do.
+// REQUIRES: next.size() == schedule.num_ranks; ValidateSchedule(schedule).ok().
+Status NeverFinishes(const Schedule& schedule, const std::vector<int64_t>& next);
 
 }  // namespace pipecast
 

@@ -170,15 +170,14 @@ int64_t MessageTag(int dst_stage, int microbatch, bool gradient, int num_stages)
 
 Result<ExecPlan> BuildExecPlan(const Model& model, const PlanFile& plan, const Schedule& schedule,
                                const SimResult& predicted, const Link& tp_link) {
-  Result<std::vector<StageLayers>> partition = ModelPartition(plan, schedule);
-  if (!partition.ok()) return partition.status();
+  PIPECAST_ASSIGN_OR_RETURN(std::vector<StageLayers> partition, ModelPartition(plan, schedule));
   // The runtime relies on the pairs being whole (a forward, then its B or I):
   // the schedule's own rules, checked again for a schedule edited after its
   // prediction.
   PIPECAST_RETURN_IF_ERROR(ValidateSchedule(schedule));
-  Result<std::vector<StageCost>> costs = StageCostsOf(model, plan, *partition, tp_link);
-  if (!costs.ok()) return costs.status();
-  const std::vector<StageCollectives> collectives = CollectivesOf(model, plan, *partition);
+  PIPECAST_ASSIGN_OR_RETURN(std::vector<StageCost> costs,
+                            StageCostsOf(model, plan, partition, tp_link));
+  const std::vector<StageCollectives> collectives = CollectivesOf(model, plan, partition);
   std::map<std::pair<int, int64_t>, TimeNs> duration;  // (rank, action key) -> ns
   auto key = [&](const Action& a) {
     return (int64_t{a.microbatch} * schedule.num_stages + a.stage) * 4 + static_cast<int>(a.kind);
@@ -211,8 +210,8 @@ Result<ExecPlan> BuildExecPlan(const Model& model, const PlanFile& plan, const S
       }
       op.predicted_ns = it->second;
       const int model_stage = schedule.ModelStage(a.stage);
-      SetCostsAndMessages(schedule, r, (*costs)[model_stage], &op);
-      op.tp_comm_ns = (*costs)[model_stage].TpCommNs(a.kind);
+      SetCostsAndMessages(schedule, r, costs[model_stage], &op);
+      op.tp_comm_ns = costs[model_stage].TpCommNs(a.kind);
       if (a.kind == OpKind::kForward) op.tp_collectives = collectives[model_stage].forward;
       if (a.kind == OpKind::kBackward || a.kind == OpKind::kBackwardInput) {
         op.tp_collectives = collectives[model_stage].backward;
@@ -222,7 +221,7 @@ Result<ExecPlan> BuildExecPlan(const Model& model, const PlanFile& plan, const S
     st.predicted_copy_reduce_ns = predicted.per_rank[r].copy_reduce_ns;
     ep.per_rank.push_back(std::move(st));
   }
-  AddCopyExchanges(plan, schedule, *costs, &ep.per_rank);
+  AddCopyExchanges(plan, schedule, costs, &ep.per_rank);
   return ep;
 }
 

@@ -20,14 +20,13 @@ std::span<const float> AsFloats(std::span<const std::byte> b) {
 
 Result<std::unique_ptr<LayerWork>> LayerWork::Make(const Model& model, const PlanFile& plan,
                                                    const Clock* clock) {
-  Result<cpu::WorkloadSpec> spec = cpu::WorkloadFromSource(model.source);
-  if (!spec.ok()) return spec.status();
-  PIPECAST_RETURN_IF_ERROR(spec->Validate());
-  if (spec->LayerCount() != static_cast<int>(model.layers.size())) {
+  PIPECAST_ASSIGN_OR_RETURN(cpu::WorkloadSpec spec, cpu::WorkloadFromSource(model.source));
+  PIPECAST_RETURN_IF_ERROR(spec.Validate());
+  if (spec.LayerCount() != static_cast<int>(model.layers.size())) {
     return Status::InvalidArgument(
         fmt::format("the model has {} but its source.workload describes {}: not a model written by "
                     "profiler cpu",
-                    Count(model.layers.size(), "layer", "layers"), spec->LayerCount()));
+                    Count(model.layers.size(), "layer", "layers"), spec.LayerCount()));
   }
   if (plan.config.recompute != Recompute::kOff) {
     return Status::InvalidArgument("plans with recomputation run as busy-work, not real layers");
@@ -38,7 +37,7 @@ Result<std::unique_ptr<LayerWork>> LayerWork::Make(const Model& model, const Pla
         "the plan uses sequence parallelism, which the CPU workload's split blocks do not run "
         "(they all-reduce whole activations): validate a plan made without --sequence-parallel");
   }
-  std::vector<cpu::Block> blocks = spec->Build();
+  std::vector<cpu::Block> blocks = spec.Build();
   for (size_t l = 0; l < blocks.size(); ++l) {
     if (t > 1) {
       if (!HasTensorParallelCosts(model.layers[l], t, false) ||
@@ -260,10 +259,10 @@ Status LayerWork::Recharge(const OpCall& call, Cell& cell) {
   for (const cpu::Saved& s : cell.saved) bytes += s.Bytes();
   cell.charge.Release();
   if (call.pool == nullptr) return Status::Ok();
-  Result<Allocation> charge = call.pool->Charge(bytes, MemoryKind::kActivation,
-                                                "the activations of " + ActionName(call.action));
-  if (!charge.ok()) return charge.status();
-  cell.charge = std::move(*charge);
+  PIPECAST_ASSIGN_OR_RETURN(Allocation charge,
+                            call.pool->Charge(bytes, MemoryKind::kActivation,
+                                              "the activations of " + ActionName(call.action)));
+  cell.charge = std::move(charge);
   return Status::Ok();
 }
 

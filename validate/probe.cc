@@ -32,10 +32,10 @@ Result<Link> ProbeAsRank(int rank, Transport* transport, MemoryPool* pool, const
   const int peer = 1 - rank;
   auto exchange = [&](Bytes size, int64_t tag, std::vector<TimeNs>* rtts) -> Status {
     if (rank == 0) {
-      Result<Allocation> buf = pool->Allocate(size, MemoryKind::kComm, "the link probe");
-      if (!buf.ok()) return buf.status();
+      PIPECAST_ASSIGN_OR_RETURN(Allocation buf,
+                                pool->Allocate(size, MemoryKind::kComm, "the link probe"));
       const TimeNs t0 = clock->NowNs();
-      PIPECAST_RETURN_IF_ERROR(transport->Send(0, 1, tag, std::move(*buf)));
+      PIPECAST_RETURN_IF_ERROR(transport->Send(0, 1, tag, std::move(buf)));
       Result<Allocation> back =
           transport->Recv(1, 0, tag, kTinyBytes, pool, kProbeTimeoutNs, never);
       if (!back.ok()) return back.status().WithPrefix("link probe: rank 1 did not answer");
@@ -44,9 +44,9 @@ Result<Link> ProbeAsRank(int rank, Transport* transport, MemoryPool* pool, const
     }
     Result<Allocation> got = transport->Recv(0, 1, tag, size, pool, kProbeTimeoutNs, never);
     if (!got.ok()) return got.status().WithPrefix("link probe: rank 0 sent nothing");
-    Result<Allocation> reply = pool->Allocate(kTinyBytes, MemoryKind::kComm, "the link probe");
-    if (!reply.ok()) return reply.status();
-    PIPECAST_RETURN_IF_ERROR(transport->Send(1, 0, tag, std::move(*reply)));
+    PIPECAST_ASSIGN_OR_RETURN(Allocation reply,
+                              pool->Allocate(kTinyBytes, MemoryKind::kComm, "the link probe"));
+    PIPECAST_RETURN_IF_ERROR(transport->Send(1, 0, tag, std::move(reply)));
     return transport->FlushSends(1, kProbeTimeoutNs, never);
   };
   (void)peer;

@@ -271,9 +271,9 @@ class Worker {
     out_->rank = rank_ / t_;
     out_->tensor_rank = rank_ % t_;
     out_->static_bytes = stage_.static_bytes;
-    Result<Allocation> statics = pool_->Allocate(stage_.static_bytes, MemoryKind::kStatic,
-                                                 "weights, gradients and optimizer state");
-    if (!statics.ok()) return statics.status();
+    PIPECAST_ASSIGN_OR_RETURN(Allocation statics,
+                              pool_->Allocate(stage_.static_bytes, MemoryKind::kStatic,
+                                              "weights, gradients and optimizer state"));
     const RuntimeOptions& o = s_.options;
     for (int it = 0; it < o.warmup_iterations + o.iterations; ++it) {
       if (it == o.warmup_iterations) pool_->ResetPeak();
@@ -339,11 +339,12 @@ class Worker {
   Status Receive(int iteration, Step* step) {
     const ExecOp& op = *step->op;
     if (!op.recv.present()) return Status::Ok();
-    Result<Allocation> got = Await(
-        s_.env.transport, pool_, &op, Peer(op.recv), op.recv.tag, op.recv.bytes,
-        [&] { return fmt::format("{}: {}", StageName(op, rank_, t_), MessageText(op.recv)); });
-    if (!got.ok()) return got.status();
-    step->input = std::move(*got);
+    PIPECAST_ASSIGN_OR_RETURN(
+        Allocation got,
+        Await(s_.env.transport, pool_, &op, Peer(op.recv), op.recv.tag, op.recv.bytes, [&] {
+          return fmt::format("{}: {}", StageName(op, rank_, t_), MessageText(op.recv));
+        }));
+    step->input = std::move(got);
     if (iteration >= 0) out_->recvs.push_back({iteration, op.recv, s_.env.clock->NowNs()});
     return Status::Ok();
   }
@@ -379,15 +380,15 @@ class Worker {
     if (fault == Fault::Kind::kOom) {
       act_bytes = pool_->limit() > 0 ? pool_->limit() + 1 : kOomFaultBytes;
     }
-    Result<Allocation> act = pool_->Allocate(act_bytes, MemoryKind::kActivation,
-                                             "the activations of " + ActionName(op.action));
-    if (!act.ok()) return act.status();
-    Result<Allocation> ws = pool_->Allocate(op.workspace_bytes, MemoryKind::kWorkspace,
-                                            "the workspace of " + ActionName(op.action));
-    if (!ws.ok()) return ws.status();
-    Result<Allocation> output =
-        pool_->Allocate(op.send.bytes, MemoryKind::kComm, "the output of " + ActionName(op.action));
-    if (!output.ok()) return output.status();
+    PIPECAST_ASSIGN_OR_RETURN(Allocation act,
+                              pool_->Allocate(act_bytes, MemoryKind::kActivation,
+                                              "the activations of " + ActionName(op.action)));
+    PIPECAST_ASSIGN_OR_RETURN(Allocation ws,
+                              pool_->Allocate(op.workspace_bytes, MemoryKind::kWorkspace,
+                                              "the workspace of " + ActionName(op.action)));
+    PIPECAST_ASSIGN_OR_RETURN(Allocation output,
+                              pool_->Allocate(op.send.bytes, MemoryKind::kComm,
+                                              "the output of " + ActionName(op.action)));
     if (fault == Fault::Kind::kThrow) {
       throw std::runtime_error("injected fault (--inject-fault throw)");
     }
@@ -409,7 +410,7 @@ class Worker {
     call.predicted_ns = op.predicted_ns;
     call.input =
         std::span<const std::byte>(step->input.data(), static_cast<size_t>(step->input.size()));
-    call.output = std::span<std::byte>(output->data(), static_cast<size_t>(output->size()));
+    call.output = std::span<std::byte>(output.data(), static_cast<size_t>(output.size()));
     call.abort = &s_.control.abort;
     call.pool = pool_;
     call.tensor_rank = rank_ % t_;
@@ -421,22 +422,22 @@ class Worker {
       if (s_.control.abort.load()) return Status::FailedPrecondition("aborted");
       return st.WithPrefix(name);
     }
-    ws->Release();
+    ws.Release();
     step->input.Release();
     const std::pair<int, int> key{op.action.stage, op.action.microbatch};
-    if (act->size() > 0) (*held)[key].push_back(std::move(*act));
+    if (act.size() > 0) (*held)[key].push_back(std::move(act));
     if (op.frees_activations) held->erase(key);
     if (op.kept_after_bytes > 0 && !s_.env.work->ManagesActivations()) {
-      Result<Allocation> kept = pool_->Allocate(op.kept_after_bytes, MemoryKind::kActivation,
-                                                "what W keeps of " + ActionName(op.action));
-      if (!kept.ok()) return kept.status();
-      (*held)[key].push_back(std::move(*kept));
+      PIPECAST_ASSIGN_OR_RETURN(Allocation kept,
+                                pool_->Allocate(op.kept_after_bytes, MemoryKind::kActivation,
+                                                "what W keeps of " + ActionName(op.action)));
+      (*held)[key].push_back(std::move(kept));
     }
     const TimeNs end = clock.NowNs();
     s_.control.Progress(end);
     if (iteration >= 0) out_->ops.push_back({iteration, op.action, start, end, collective_ns});
     s_.control.Set(rank_, RunControl::State::kIdle);
-    step->output = std::move(*output);
+    step->output = std::move(output);
     return Status::Ok();
   }
 
@@ -469,22 +470,22 @@ class Worker {
     for (const CopyExchange& x : stage_.copy_exchanges) {
       const int peer = x.peer_rank * t_ + rank_ % t_;
       const TimeNs start = clock.NowNs();
-      Result<Allocation> mine = copy_pool_->Allocate(
-          x.bytes, MemoryKind::kComm, fmt::format("the copy gradients for rank {}", peer));
-      if (!mine.ok()) return mine.status();
+      PIPECAST_ASSIGN_OR_RETURN(
+          Allocation mine,
+          copy_pool_->Allocate(x.bytes, MemoryKind::kComm,
+                               fmt::format("the copy gradients for rank {}", peer)));
       s_.control.NoteSent(rank_, peer, x.send_tag);
-      Status sent = transport->Send(rank_, peer, x.send_tag, std::move(*mine));
+      Status sent = transport->Send(rank_, peer, x.send_tag, std::move(mine));
       if (!sent.ok()) {
         return sent.WithPrefix(
             fmt::format("rank {}: sending its copy gradients to rank {}", rank_, peer));
       }
-      Result<Allocation> got =
-          Await(transport, copy_pool_, nullptr, peer, x.recv_tag, x.bytes, [&] {
+      PIPECAST_ASSIGN_OR_RETURN(
+          Allocation got, Await(transport, copy_pool_, nullptr, peer, x.recv_tag, x.bytes, [&] {
             return fmt::format("rank {}'s copy reduce: the gradients of rank {}", rank_, peer);
-          });
-      if (!got.ok()) return got.status();
+          }));
       s_.control.Set(rank_, RunControl::State::kIdle);
-      got->Release();
+      got.Release();
       if (iteration >= 0) {
         out_->copy_reduces.push_back({iteration, x.peer_rank, x.bytes, start, clock.NowNs()});
       }

@@ -13,16 +13,17 @@ Status InProcessTransport::Send(int src, int dst, int64_t tag, Allocation buffer
   if (dst < 0 || dst >= static_cast<int>(pools_.size())) {
     return Status::Internal(fmt::format("send from rank {} to rank {}: no such rank", src, dst));
   }
-  Result<Allocation> copy = pools_[dst]->Allocate(
-      buffer.size(), MemoryKind::kComm, fmt::format("a message from rank {} (tag {})", src, tag));
-  if (!copy.ok()) return copy.status();
+  PIPECAST_ASSIGN_OR_RETURN(
+      Allocation copy,
+      pools_[dst]->Allocate(buffer.size(), MemoryKind::kComm,
+                            fmt::format("a message from rank {} (tag {})", src, tag)));
   if (buffer.size() > 0) {
-    std::memcpy(copy->data(), buffer.data(), static_cast<size_t>(buffer.size()));
+    std::memcpy(copy.data(), buffer.data(), static_cast<size_t>(buffer.size()));
   }
   buffer.Release();  // the send buffer lives until the bytes have arrived
   {
     std::lock_guard<std::mutex> lock(mu_);
-    mailbox_[Key{src, dst, tag}].push_back(std::move(*copy));
+    mailbox_[Key{src, dst, tag}].push_back(std::move(copy));
   }
   cv_.notify_all();
   return Status::Ok();

@@ -105,28 +105,26 @@ Result<ValidationResult> RunValidation(const ValidatorOptions& options, Backend*
   PIPECAST_RETURN_IF_ERROR(options.Validate());
   ValidationResult out;
   out.is_root = backend->is_root();
-  Result<PlanFile> plan = LoadPlan(options.plan_path);
-  if (!plan.ok()) return plan.status();
-  out.plan = *plan;
-  const int tp = std::max(plan->config.layout.tensor_parallel, 1);
-  if (tp > 1 && plan->config.layout.sequence_parallel) {
+  PIPECAST_ASSIGN_OR_RETURN(PlanFile plan, LoadPlan(options.plan_path));
+  out.plan = plan;
+  const int tp = std::max(plan.config.layout.tensor_parallel, 1);
+  if (tp > 1 && plan.config.layout.sequence_parallel) {
     return Status::InvalidArgument(fmt::format(
         "{}: the plan uses sequence parallelism, which the validator does not run (its "
         "tensor-parallel blocks all-reduce whole activations; docs/validator.md): validate a plan "
         "made without --sequence-parallel",
         options.plan_path));
   }
-  if (tp > 1 && plan->config.overlap.tp_comm_overlap) {
+  if (tp > 1 && plan.config.overlap.tp_comm_overlap) {
     return Status::InvalidArgument(fmt::format(
         "{}: the plan overlaps tensor-parallel communication with compute (--tp-comm-overlap), "
         "which the validator does not run: its all-reduces follow the products they sum; "
         "validate a plan made without --tp-comm-overlap",
         options.plan_path));
   }
-  Result<Model> model = LoadModel(options.model_path);
-  if (!model.ok()) return model.status();
-  out.model_name = model->name;
-  const int ranks = plan->schedule.num_ranks;
+  PIPECAST_ASSIGN_OR_RETURN(Model model, LoadModel(options.model_path));
+  out.model_name = model.name;
+  const int ranks = plan.schedule.num_ranks;
   if (backend->processes() != 1 && backend->processes() != ranks * tp) {
     return Status::InvalidArgument(
         fmt::format("the plan has {}{} but {} were started: run mpirun -np {}",
@@ -134,8 +132,8 @@ Result<ValidationResult> RunValidation(const ValidatorOptions& options, Backend*
                     tp > 1 ? fmt::format(" x {} tensor-parallel workers", tp) : "",
                     Count(backend->processes(), "process", "processes"), ranks * tp));
   }
-  if (MessageTag(plan->schedule.num_stages - 1, plan->schedule.num_microbatches, true,
-                 plan->schedule.num_stages) >= kMaxPlanTag) {
+  if (MessageTag(plan.schedule.num_stages - 1, plan.schedule.num_microbatches, true,
+                 plan.schedule.num_stages) >= kMaxPlanTag) {
     return Status::InvalidArgument("the plan has too many (stage, micro-batch) pairs to tag");
   }
 
@@ -145,15 +143,14 @@ Result<ValidationResult> RunValidation(const ValidatorOptions& options, Backend*
     if (!c.ok()) return c.status().WithPrefix("--cluster");
     out.cluster = *c;
   } else if (backend->has_link_probe()) {
-    Result<Cluster> c = ClusterPreset("local");
-    if (!c.ok()) return c.status();
-    out.cluster = *c;
+    PIPECAST_ASSIGN_OR_RETURN(Cluster c, ClusterPreset("local"));
+    out.cluster = c;
     out.cluster.gpu.memory_bytes = MachineMemoryPerStage(ranks * tp);
   } else {
-    out.cluster = plan->cluster;
+    out.cluster = plan.cluster;
   }
   if (options.cluster.empty() && backend->has_link_probe() && ranks > 1) {
-    const Bytes probe = std::clamp(LargestOutput(*model, *plan), kMinProbeBytes, kMaxProbeBytes);
+    const Bytes probe = std::clamp(LargestOutput(model, plan), kMinProbeBytes, kMaxProbeBytes);
     Result<Link> link = backend->ProbeLink(probe);
     if (!link.ok()) return link.status().WithPrefix("link probe");
     out.cluster.intra_node = *link;
@@ -162,23 +159,23 @@ Result<ValidationResult> RunValidation(const ValidatorOptions& options, Backend*
     out.link_measured = true;
   }
 
-  SimOptions sim = PlanSimOptions(*plan);
+  SimOptions sim = PlanSimOptions(plan);
   sim.record_timeline = true;
   sim.critical_path = true;
-  Result<SimResult> predicted = Simulate(*model, out.cluster, plan->schedule, sim);
+  Result<SimResult> predicted = Simulate(model, out.cluster, plan.schedule, sim);
   if (!predicted.ok()) {
     return predicted.status().WithPrefix("the simulator cannot replay this plan");
   }
   out.predicted = std::move(*predicted);
   for (const std::string& n : out.predicted.notes) out.notes.push_back("prediction: " + n);
-  if (plan->config.layout.data_parallel > 1) {
+  if (plan.config.layout.data_parallel > 1) {
     out.notes.push_back(fmt::format(
         "the plan has {} data-parallel replicas: one replica runs; its gradient all-reduce "
         "(predicted {}) is not executed, so times compare the pipeline span",
-        plan->config.layout.data_parallel,
+        plan.config.layout.data_parallel,
         TimeText(static_cast<double>(out.predicted.allreduce_ns))));
   }
-  if (plan->config.optimizer_step.time_ns > 0 || out.predicted.optimizer_ns > 0) {
+  if (plan.config.optimizer_step.time_ns > 0 || out.predicted.optimizer_ns > 0) {
     out.notes.push_back("the optimizer step is not executed; times compare the pipeline span");
   }
   if (tp > 1) {
@@ -189,27 +186,26 @@ Result<ValidationResult> RunValidation(const ValidatorOptions& options, Backend*
         "reported, not checked; times are tensor rank 0's",
         tp, tp));
   }
-  if (plan->schedule.bidirectional) {
+  if (plan.schedule.bidirectional) {
     out.notes.push_back(fmt::format(
         "bidirectional schedule: micro-batches 0-{} enter at rank 0 and {}-{} at rank {}; each "
         "rank holds two model chunks, and after its last op it exchanges the gradients of the "
         "chunks whose other copy its partner holds (the copy reduce, predicted {}): its 'copy "
         "reduce' rows are reported, not checked, and are not in the iteration time, which "
         "compares the pipeline span",
-        plan->schedule.num_microbatches / 2 - 1, plan->schedule.num_microbatches / 2,
-        plan->schedule.num_microbatches - 1, plan->schedule.num_ranks - 1,
+        plan.schedule.num_microbatches / 2 - 1, plan.schedule.num_microbatches / 2,
+        plan.schedule.num_microbatches - 1, plan.schedule.num_ranks - 1,
         TimeText(static_cast<double>(out.predicted.copy_reduce_ns))));
   }
-  if (!plan->schedule.flush) {
+  if (!plan.schedule.flush) {
     out.notes.push_back(
         "schedule without a flush: stashed weight versions are allocated as "
         "static memory, as the simulator counts them");
   }
-  PIPECAST_RETURN_IF_ERROR(CheckFaultInPlan(options.runtime.fault, plan->schedule));
-  Result<ExecPlan> exec =
-      BuildExecPlan(*model, *plan, plan->schedule, out.predicted, out.cluster.intra_node);
-  if (!exec.ok()) return exec.status();
-  out.exec = std::move(*exec);
+  PIPECAST_RETURN_IF_ERROR(CheckFaultInPlan(options.runtime.fault, plan.schedule));
+  PIPECAST_ASSIGN_OR_RETURN(ExecPlan exec, BuildExecPlan(model, plan, plan.schedule, out.predicted,
+                                                         out.cluster.intra_node));
+  out.exec = std::move(exec);
   PIPECAST_RETURN_IF_ERROR(CheckDropSendsSomething(options.runtime.fault, out.exec));
 
   out.memory_limit_bytes = options.memory_limit_mb >= 0
@@ -220,23 +216,22 @@ Result<ValidationResult> RunValidation(const ValidatorOptions& options, Backend*
   if (work == nullptr && !backend->OwnOpsDescription().empty()) {
     out.work = backend->OwnOpsDescription();  // the backend's own ops; `work` unused
   } else if (work == nullptr) {
-    Result<std::unique_ptr<OpWork>> made = MakeWork(*model, *plan, backend->clock());
-    if (!made.ok()) return made.status();
-    owned = std::move(*made);
+    PIPECAST_ASSIGN_OR_RETURN(std::unique_ptr<OpWork> made,
+                              MakeWork(model, plan, backend->clock()));
+    owned = std::move(made);
     work = owned.get();
   }
   if (work != nullptr) out.work = work->Description();
-  Result<std::vector<StageRun>> runs =
-      backend->Run(out.exec, options.runtime, work, out.memory_limit_bytes);
-  if (!runs.ok()) return runs.status();
+  PIPECAST_ASSIGN_OR_RETURN(std::vector<StageRun> runs,
+                            backend->Run(out.exec, options.runtime, work, out.memory_limit_bytes));
   const std::vector<std::string> backend_notes = backend->Notes();
   out.notes.insert(out.notes.begin(), backend_notes.begin(), backend_notes.end());
   if (!out.is_root) return out;
-  out.runs = std::move(*runs);
-  const int64_t samples = int64_t{plan->config.microbatch_size} * plan->config.microbatches;
-  Result<Comparison> cmp = Compare(out.predicted, out.exec, out.runs, samples, options.tolerances);
-  if (!cmp.ok()) return cmp.status();
-  out.comparison = std::move(*cmp);
+  out.runs = std::move(runs);
+  const int64_t samples = int64_t{plan.config.microbatch_size} * plan.config.microbatches;
+  PIPECAST_ASSIGN_OR_RETURN(
+      Comparison cmp, Compare(out.predicted, out.exec, out.runs, samples, options.tolerances));
+  out.comparison = std::move(cmp);
   return out;
 }
 

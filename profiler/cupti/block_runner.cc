@@ -45,9 +45,9 @@ Status Run(const Flags& f) {
   PIPECAST_RETURN_IF_ERROR(Check(cudaSetDevice(f.device), "cudaSetDevice"));
   std::vector<std::unique_ptr<TransformerBlock>> blocks;
   for (int i = 0; i < f.shape.layers; ++i) {
-    Result<std::unique_ptr<TransformerBlock>> block = TransformerBlock::Create(f.shape, 1000 + i);
-    if (!block.ok()) return block.status();
-    blocks.push_back(std::move(*block));
+    PIPECAST_ASSIGN_OR_RETURN(std::unique_ptr<TransformerBlock> block,
+                              TransformerBlock::Create(f.shape, 1000 + i));
+    blocks.push_back(std::move(block));
   }
   const int64_t bytes = blocks.front()->HiddenBytes(f.microbatch);
   const int n = f.shape.layers;

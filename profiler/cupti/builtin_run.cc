@@ -87,22 +87,22 @@ Result<Model> ProfileBuiltin(const BuiltinOptions& options, std::string* report)
          "collective (one GPU), so tp_comm_bytes (b*s*h*2) x 2 forward and 2 backward "
          "all-reduces are stated, not measured"}};
   }
-  Result<Model> model = BuildCuptiModel(options.name, measurements, options.aggregate,
-                                        {{"workload", workload.dump()}});
-  if (!model.ok()) return model.status();
+  PIPECAST_ASSIGN_OR_RETURN(Model model,
+                            BuildCuptiModel(options.name, measurements, options.aggregate,
+                                            {{"workload", workload.dump()}}));
   const ShardCollectives collectives{.comm_bytes_per_sample = s.HiddenBytes(1),
                                      .forward_collectives = 2,
                                      .backward_collectives = 2};
   for (const auto& [t, at] : shards) {
-    PIPECAST_RETURN_IF_ERROR(AddTensorParallelProfiles(&*model, at, t, collectives));
+    PIPECAST_RETURN_IF_ERROR(AddTensorParallelProfiles(&model, at, t, collectives));
   }
-  model->dtype = "bf16";
-  model->sequence_length = s.seq;
+  model.dtype = "bf16";
+  model.sequence_length = s.seq;
   const double h = s.hidden, f = s.Ffn(), sq = s.seq;
   // Forward FLOPs per sample: the four weight products 2s(4h^2 + 2hf) plus
   // the attention products 4s^2h (full s x s, as Narayanan et al. count).
   const double flops = 2 * sq * (4 * h * h + 2 * h * f) + 4 * sq * sq * h;
-  for (Layer& layer : model->layers) layer.forward_flops = flops;
+  for (Layer& layer : model.layers) layer.forward_flops = flops;
   return model;
 }
 

@@ -18,16 +18,15 @@ Result<Model> ProfileCommand(const CuptiCommandOptions& options, std::string* re
   run.argv = options.command;
   run.device_buffer_mib = options.device_buffer_mib;
   run.records_dir = options.records_dir;
-  Result<std::vector<ActivityTrace>> traces = RunInjected(run);
-  if (!traces.ok()) return traces.status();
-  Result<CuptiMeasurement> m = MeasureTraces(*traces, options.microbatch_size, options.aggregate);
-  if (!m.ok()) return m.status();
-  if (report != nullptr) *report += DescribeMeasurement(*m);
+  PIPECAST_ASSIGN_OR_RETURN(std::vector<ActivityTrace> traces, RunInjected(run));
+  PIPECAST_ASSIGN_OR_RETURN(CuptiMeasurement m,
+                            MeasureTraces(traces, options.microbatch_size, options.aggregate));
+  if (report != nullptr) *report += DescribeMeasurement(m);
   std::string name = options.name;
   if (name.empty()) name = std::filesystem::path(options.command.front()).filename().string();
   const std::map<std::string, std::string> extra = {
       {"command", nlohmann::json(options.command).dump()}};
-  return BuildCuptiModel(name, {*m}, options.aggregate, extra);
+  return BuildCuptiModel(name, {m}, options.aggregate, extra);
 }
 
 }  // namespace pipecast

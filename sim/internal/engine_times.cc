@@ -314,20 +314,10 @@ void Engine::Advance(int rank) {
 }
 
 Status Engine::Deadlock() const {
-  // No rank can advance and ops remain: name where each rank is stuck, then
-  // the cycle of dependencies that holds them (a DFS over the op graph).
-  std::string stuck;
-  for (int r = 0; r < sched_.num_ranks; ++r) {
-    if (ranks_[r].next < static_cast<int32_t>(sched_.actions[r].size())) {
-      stuck += fmt::format("{}rank {} at {}", stuck.empty() ? "" : ", ", r,
-                           ActionName(sched_.actions[r][ranks_[r].next]));
-    }
-  }
-  const std::vector<DependencyEdge> cycle = FindDependencyCycle(sched_);
-  return Status::FailedPrecondition(fmt::format(
-      "schedule '{}' can never finish: stuck are {}; these ops wait on each other in a cycle:{}"
-      "\nreorder the ranks' action lists so that every op's inputs are produced first",
-      sched_.name, stuck, DescribeCycle(cycle)));
+  // No rank can advance and ops remain (sim/schedule_graph.h).
+  std::vector<int64_t> next(sched_.num_ranks);
+  for (int r = 0; r < sched_.num_ranks; ++r) next[r] = ranks_[r].next;
+  return NeverFinishes(sched_, next);
 }
 
 }  // namespace pipecast::internal

@@ -176,10 +176,9 @@ Result<Prepared> Prepare(const ExecPlan& plan, const DeviceRunSetup& setup,
   Prepared p;
   const int t = setup.tensor_parallel;
   PIPECAST_RETURN_IF_ERROR(CheckTensorGroupsOnDistinctGpus(setup.placement, t));
-  Result<std::vector<StageDevice>> devices =
-      MakeStageDevices(setup.placement, setup.local_ranks, notes);
-  if (!devices.ok()) return devices.status();
-  p.devices = std::move(*devices);
+  PIPECAST_ASSIGN_OR_RETURN(std::vector<StageDevice> devices,
+                            MakeStageDevices(setup.placement, setup.local_ranks, notes));
+  p.devices = std::move(devices);
   // NCCL is loaded only when a pair needs it.
   bool distinct = false;
   for (const auto* pairs : {&seqs, &copy_seqs}) {
@@ -201,10 +200,8 @@ Result<Prepared> Prepare(const ExecPlan& plan, const DeviceRunSetup& setup,
       notes->push_back(loaded.status().message());
     }
   }
-  Result<std::map<DirectedPair, P2pRoute>> routes =
-      RouteTable(plan, setup.placement, p.nccl != nullptr);
-  if (!routes.ok()) return routes.status();
-  p.routes = std::move(*routes);
+  PIPECAST_ASSIGN_OR_RETURN(auto routes, RouteTable(plan, setup.placement, p.nccl != nullptr));
+  p.routes = std::move(routes);
   for (const auto& [pair, route] : p.routes) {
     notes->push_back(
         fmt::format("messages rank {} -> rank {}: {}{}", pair.first, pair.second, RouteName(route),
@@ -212,10 +209,9 @@ Result<Prepared> Prepare(const ExecPlan& plan, const DeviceRunSetup& setup,
                         ? fmt::format(" ({}, version {})", p.nccl->library, p.nccl->version)
                         : std::string()));
   }
-  Result<std::map<DirectedPair, P2pRoute>> copy_routes =
-      RouteTable(copy_seqs, setup.placement, p.nccl != nullptr);
-  if (!copy_routes.ok()) return copy_routes.status();
-  p.copy_routes = std::move(*copy_routes);
+  PIPECAST_ASSIGN_OR_RETURN(auto copy_routes,
+                            RouteTable(copy_seqs, setup.placement, p.nccl != nullptr));
+  p.copy_routes = std::move(copy_routes);
   for (const auto& [pair, route] : p.copy_routes) {
     notes->push_back(fmt::format(
         "copy reduce rank {} -> rank {}: {}{}", pair.first, pair.second, RouteName(route),
@@ -320,25 +316,24 @@ Result<std::vector<StageRun>> RunOnDevices(const ExecPlan& plan, const RuntimeOp
     if (groups != nullptr) groups->Abort();
     return runs.status();
   }
-  Result<CudaWork::Totals> totals = work.Collect(local);
-  if (!totals.ok()) return totals.status();
-  if (totals->mismatched_bytes > 0) {
+  PIPECAST_ASSIGN_OR_RETURN(CudaWork::Totals totals, work.Collect(local));
+  if (totals.mismatched_bytes > 0) {
     return Status::Internal(fmt::format(
         "{} bytes of the {} messages received differ from what their senders wrote: the "
         "transport delivered wrong data",
-        totals->mismatched_bytes, totals->checked_messages));
+        totals.mismatched_bytes, totals.checked_messages));
   }
   const int iterations = std::max(options.warmup_iterations + options.iterations, 1);
   std::string per;
   for (int r : local) {
     per += fmt::format("{}rank {} {:.3f} ms", per.empty() ? "" : ", ", r,
-                       NsToMs(totals->busy_ns[r] / iterations));
+                       NsToMs(totals.busy_ns[r] / iterations));
   }
   notes->push_back("device busy time per iteration by CUDA events: " + per);
   notes->push_back(fmt::format(
       "{} messages received on this process, each checked on the device to hold the bytes its "
       "sender wrote (all equal); {} at most were received ahead of their op and held",
-      totals->checked_messages, transport.max_buffered()));
+      totals.checked_messages, transport.max_buffered()));
   return runs;
 }
 
@@ -359,10 +354,10 @@ class CudaBackend final : public Backend {
     // Tensor parallelism: every worker a rank of its own (ExpandTensorParallel).
     const int t = plan.tensor_parallel;
     const ExecPlan expanded = t > 1 ? ExpandTensorParallel(plan) : plan;
-    Result<std::vector<RankPlacement>> placement = PlaceRanks(expanded.ranks, gpus_, {0});
-    if (!placement.ok()) return placement.status();
+    PIPECAST_ASSIGN_OR_RETURN(std::vector<RankPlacement> placement,
+                              PlaceRanks(expanded.ranks, gpus_, {0}));
     DeviceRunSetup setup;
-    setup.placement = *placement;
+    setup.placement = placement;
     setup.tensor_parallel = t;
     for (int r = 0; r < expanded.ranks; ++r) setup.local_ranks.push_back(r);
     notes_.push_back(fmt::format("backend cuda: {} worker threads in one process, {} GPU(s){}",

@@ -50,12 +50,11 @@ class CudaMpiBackend final : public Backend {
       const int next = static_cast<int>(node_ids.size());
       node_of_process.push_back(node_ids.emplace(h, next).first->second);
     }
-    Result<std::vector<RankPlacement>> placement =
-        PlaceRanks(expanded.ranks, gpus_, node_of_process);
-    if (!placement.ok()) return placement.status();
+    PIPECAST_ASSIGN_OR_RETURN(std::vector<RankPlacement> placement,
+                              PlaceRanks(expanded.ranks, gpus_, node_of_process));
     std::unique_ptr<Transport> control = mpi_->MakeTransport();
     DeviceRunSetup setup;
-    setup.placement = *placement;
+    setup.placement = placement;
     setup.local_ranks = {rank};
     setup.tensor_parallel = t;
     setup.control = control.get();
@@ -103,9 +102,9 @@ bool StartedByMpirun() {
 }
 
 Result<std::unique_ptr<Backend>> MakeCudaMpiBackend(int gpus) {
-  Result<std::unique_ptr<MpiSession>> session = MpiSession::Init(nullptr, nullptr);
-  if (!session.ok()) return session.status();
-  return std::unique_ptr<Backend>(std::make_unique<CudaMpiBackend>(std::move(*session), gpus));
+  PIPECAST_ASSIGN_OR_RETURN(std::unique_ptr<MpiSession> session,
+                            MpiSession::Init(nullptr, nullptr));
+  return std::unique_ptr<Backend>(std::make_unique<CudaMpiBackend>(std::move(session), gpus));
 }
 
 }  // namespace pipecast::validate::cuda

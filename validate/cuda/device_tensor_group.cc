@@ -96,9 +96,8 @@ Status DeviceTensorGroups::AllReduce(int worker, const std::vector<Bytes>& colle
                       worker / t_, worker % t_, nccl_->Text(r)));
     }
   }
-  Result<Event> done = Event::RecordOn(m.stream);
-  if (!done.ok()) return done.status();
-  return WaitEvent(*done, timeout_ns, abort);
+  PIPECAST_ASSIGN_OR_RETURN(Event done, Event::RecordOn(m.stream));
+  return WaitEvent(done, timeout_ns, abort);
 }
 
 void DeviceTensorGroups::Abort() {

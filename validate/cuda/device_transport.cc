@@ -197,51 +197,48 @@ Status DeviceTransport::SendNccl(int src, int dst, Allocation buffer) {
     if (ncclResult_t r = nccl_->GroupEnd(); r != ncclSuccess) {
       return NcclError("ncclGroupEnd of a send and a receive", r, src, dst);
     }
-    Result<Event> in = Event::RecordOn(back->stream);
-    if (!in.ok()) return in.status();
-    held->done = std::move(*in);
+    PIPECAST_ASSIGN_OR_RETURN(Event in, Event::RecordOn(back->stream));
+    held->done = std::move(in);
   }
-  Result<Event> done = Event::RecordOn(side.stream);
-  if (!done.ok()) return done.status();
-  pending.push_back(PendingSend{std::move(*done), std::move(buffer)});
+  PIPECAST_ASSIGN_OR_RETURN(Event done, Event::RecordOn(side.stream));
+  pending.push_back(PendingSend{std::move(done), std::move(buffer)});
   return Status::Ok();
 }
 
 Status DeviceTransport::SendCopy(int src, int dst, int64_t tag, Allocation buffer, P2pRoute route) {
   const StageDevice& d = (*devices_)[src];
-  Result<Allocation> copy = pools_[dst]->Allocate(
-      buffer.size(), MemoryKind::kComm, fmt::format("a message from rank {} (tag {})", src, tag));
-  if (!copy.ok()) return copy.status();
+  PIPECAST_ASSIGN_OR_RETURN(
+      Allocation copy,
+      pools_[dst]->Allocate(buffer.size(), MemoryKind::kComm,
+                            fmt::format("a message from rank {} (tag {})", src, tag)));
   InFlight msg;
   PIPECAST_RETURN_IF_ERROR(MakeCurrent(d));
   const size_t n = static_cast<size_t>(buffer.size());
   if (route == P2pRoute::kDeviceCopy) {
-    Result<Event> written = Event::RecordOn(d.stream);
-    if (!written.ok()) return written.status();
-    cudaStreamWaitEvent(d.copy_stream, written->get(), 0);
-    cudaMemsetAsync(copy->data(), 0, n, d.copy_stream);  // see RecvNccl
-    if (cudaError_t e = cudaMemcpyAsync(copy->data(), buffer.data(), n, cudaMemcpyDeviceToDevice,
-                                        d.copy_stream);
+    PIPECAST_ASSIGN_OR_RETURN(Event written, Event::RecordOn(d.stream));
+    cudaStreamWaitEvent(d.copy_stream, written.get(), 0);
+    cudaMemsetAsync(copy.data(), 0, n, d.copy_stream);  // see RecvNccl
+    if (cudaError_t e =
+            cudaMemcpyAsync(copy.data(), buffer.data(), n, cudaMemcpyDeviceToDevice, d.copy_stream);
         e != cudaSuccess) {
       return Status::Internal(
           fmt::format("device-to-device copy rank {} -> rank {}: {}", src, dst, CudaText(e)));
     }
-    Result<Event> done = Event::RecordOn(d.copy_stream);
-    if (!done.ok()) return done.status();
-    msg.done = std::move(*done);
+    PIPECAST_ASSIGN_OR_RETURN(Event done, Event::RecordOn(d.copy_stream));
+    msg.done = std::move(done);
     msg.source = std::move(buffer);
   } else {  // host-staged: synchronous both ways
     std::vector<std::byte> host(n);
     cudaStreamSynchronize(d.stream);
     cudaError_t e = cudaMemcpy(host.data(), buffer.data(), n, cudaMemcpyDeviceToHost);
-    if (e == cudaSuccess) e = cudaMemcpy(copy->data(), host.data(), n, cudaMemcpyHostToDevice);
+    if (e == cudaSuccess) e = cudaMemcpy(copy.data(), host.data(), n, cudaMemcpyHostToDevice);
     if (e != cudaSuccess) {
       return Status::Internal(
           fmt::format("host-staged copy rank {} -> rank {}: {}", src, dst, CudaText(e)));
     }
     buffer.Release();
   }
-  msg.copy = std::move(*copy);
+  msg.copy = std::move(copy);
   {
     std::lock_guard<std::mutex> lock(mu_);
     mailbox_[Key{src, dst, tag}].push_back(std::move(msg));
@@ -264,22 +261,21 @@ Result<Allocation> DeviceTransport::Recv(int src, int dst, int64_t tag, Bytes by
 Result<DeviceTransport::Posted> DeviceTransport::PostRecv(int src, int dst, const PairMessage& m,
                                                           MemoryPool* pool, bool in_group) {
   RecvSide& side = recv_.at({src, dst});
-  Result<Allocation> buf =
-      pool->Allocate(m.bytes, MemoryKind::kComm, fmt::format("{} from rank {}", m.what, src));
-  if (!buf.ok()) return buf.status();
+  PIPECAST_ASSIGN_OR_RETURN(
+      Allocation buf,
+      pool->Allocate(m.bytes, MemoryKind::kComm, fmt::format("{} from rank {}", m.what, src)));
   PIPECAST_RETURN_IF_ERROR(UsePrimary((*devices_)[dst].gpu));
   // Zero first (no pattern is 0): a reused buffer's old bytes cannot pass
   // the receiver's check unless NCCL really wrote the message.
-  cudaMemsetAsync(buf->data(), 0, static_cast<size_t>(m.bytes), side.stream);
-  if (ncclResult_t r = nccl_->Recv(buf->data(), static_cast<size_t>(m.bytes), ncclInt8,
+  cudaMemsetAsync(buf.data(), 0, static_cast<size_t>(m.bytes), side.stream);
+  if (ncclResult_t r = nccl_->Recv(buf.data(), static_cast<size_t>(m.bytes), ncclInt8,
                                    /*peer=*/0, side.comm, side.stream);
       r != ncclSuccess) {
     return NcclError("ncclRecv", r, src, dst);
   }
-  if (in_group) return Posted{std::move(*buf), Event{}};
-  Result<Event> done = Event::RecordOn(side.stream);
-  if (!done.ok()) return done.status();
-  return Posted{std::move(*buf), std::move(*done)};
+  if (in_group) return Posted{std::move(buf), Event{}};
+  PIPECAST_ASSIGN_OR_RETURN(Event done, Event::RecordOn(side.stream));
+  return Posted{std::move(buf), std::move(done)};
 }
 
 Result<Allocation> DeviceTransport::RecvNccl(int src, int dst, int64_t tag, Bytes bytes,
@@ -287,17 +283,16 @@ Result<Allocation> DeviceTransport::RecvNccl(int src, int dst, int64_t tag, Byte
                                              const std::atomic<bool>& abort) {
   RecvSide& side = recv_.at({src, dst});
   auto post = [&](const PairMessage& m) { return PostRecv(src, dst, m, pool, false); };
-  Result<Posted> got = side.receiver->Take(tag, bytes, post);
-  if (!got.ok()) return got.status();
+  PIPECAST_ASSIGN_OR_RETURN(Posted got, side.receiver->Take(tag, bytes, post));
   // Receivers of several ranks run at once: raise the maximum atomically.
   const auto buffered = side.receiver->buffered();
   for (auto seen = max_buffered_.load();
        buffered > seen && !max_buffered_.compare_exchange_weak(seen, buffered);) {
   }
-  Status st = WaitEvent(got->done, timeout_ns, abort);
+  Status st = WaitEvent(got.done, timeout_ns, abort);
   if (!st.ok()) return st;
   PIPECAST_RETURN_IF_ERROR(MakeCurrent((*devices_)[dst]));
-  return std::move(got->buffer);
+  return std::move(got.buffer);
 }
 
 Result<Allocation> DeviceTransport::RecvCopy(int src, int dst, int64_t tag, Bytes bytes,

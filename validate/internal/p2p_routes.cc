@@ -128,10 +128,10 @@ Result<std::map<DirectedPair, P2pRoute>> RouteTable(
     const std::vector<RankPlacement>& placement, bool nccl_available) {
   std::map<DirectedPair, P2pRoute> out;
   for (const auto& [pair, seq] : sequences) {
-    Result<P2pRoute> route = ChooseRoute(pair.first, pair.second, placement.at(pair.first),
-                                         placement.at(pair.second), nccl_available);
-    if (!route.ok()) return route.status();
-    out[pair] = *route;
+    PIPECAST_ASSIGN_OR_RETURN(P2pRoute route,
+                              ChooseRoute(pair.first, pair.second, placement.at(pair.first),
+                                          placement.at(pair.second), nccl_available));
+    out[pair] = route;
   }
   return out;
 }

@@ -143,9 +143,8 @@ class InOrderReceiver {
       }
       for (size_t i = 0; i <= index; ++i) {
         const PairMessage& m = seq_[next_];
-        Result<Buffer> b = post(m);
-        if (!b.ok()) return b.status();
-        posted_.emplace(m.tag, std::move(*b));
+        PIPECAST_ASSIGN_OR_RETURN(Buffer b, post(m));
+        posted_.emplace(m.tag, std::move(b));
         next_ = (next_ + 1) % seq_.size();
       }
       held = posted_.find(tag);
@@ -169,9 +168,8 @@ class InOrderReceiver {
   Result<Buffer*> PostNext(const PostFn& post) {
     if (seq_.empty()) return Status::NotFound("the sender sends no message");
     const PairMessage& m = seq_[next_];
-    Result<Buffer> b = post(m);
-    if (!b.ok()) return b.status();
-    auto [it, inserted] = posted_.emplace(m.tag, std::move(*b));
+    PIPECAST_ASSIGN_OR_RETURN(Buffer b, post(m));
+    auto [it, inserted] = posted_.emplace(m.tag, std::move(b));
     if (!inserted) {
       return Status::Internal("message tag " + std::to_string(m.tag) + " is posted already");
     }

@@ -25,9 +25,8 @@ Status PollUntil(Poll poll, TimeNs timeout_ns, const std::atomic<bool>& abort) {
   const auto start = std::chrono::steady_clock::now();
   const auto deadline = start + std::chrono::nanoseconds(timeout_ns);
   while (true) {
-    Result<bool> done = poll();
-    if (!done.ok()) return done.status();
-    if (*done) return Status::Ok();
+    PIPECAST_ASSIGN_OR_RETURN(bool done, poll());
+    if (done) return Status::Ok();
     if (abort.load()) return Status::FailedPrecondition("aborted");
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) return Status::Unavailable("timed out");

@@ -109,9 +109,8 @@ class MpiBackend final : public Backend {
 }  // namespace
 
 Result<std::unique_ptr<Backend>> MakeMpiBackend(int* argc, char*** argv) {
-  Result<std::unique_ptr<MpiSession>> session = MpiSession::Init(argc, argv);
-  if (!session.ok()) return session.status();
-  return std::unique_ptr<Backend>(std::make_unique<MpiBackend>(std::move(*session)));
+  PIPECAST_ASSIGN_OR_RETURN(std::unique_ptr<MpiSession> session, MpiSession::Init(argc, argv));
+  return std::unique_ptr<Backend>(std::make_unique<MpiBackend>(std::move(session)));
 }
 
 }  // namespace pipecast::validate

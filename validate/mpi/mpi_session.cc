@@ -66,11 +66,11 @@ class MpiTransport final : public Transport {
 
   Result<Allocation> Recv(int src, int, int64_t tag, Bytes bytes, MemoryPool* pool,
                           TimeNs timeout_ns, const std::atomic<bool>& abort) override {
-    Result<Allocation> buf =
-        pool->Allocate(bytes, MemoryKind::kComm, fmt::format("a message from rank {}", src));
-    if (!buf.ok()) return buf.status();
+    PIPECAST_ASSIGN_OR_RETURN(
+        Allocation buf,
+        pool->Allocate(bytes, MemoryKind::kComm, fmt::format("a message from rank {}", src)));
     MPI_Request req;
-    MPI_Irecv(buf->data(), static_cast<int>(bytes), MPI_BYTE, src, static_cast<int>(tag), comm_,
+    MPI_Irecv(buf.data(), static_cast<int>(bytes), MPI_BYTE, src, static_cast<int>(tag), comm_,
               &req);
     Status st = WaitRequest(&req, timeout_ns, abort);
     if (!st.ok()) {
@@ -83,12 +83,12 @@ class MpiTransport final : public Transport {
       // caller that waits again must not wait for it twice).
       if (!cancelled && st.code() == StatusCode::kUnavailable) {
         Reap();
-        return std::move(*buf);
+        return std::move(buf);
       }
       return st;
     }
     Reap();
-    return std::move(*buf);
+    return std::move(buf);
   }
 
   Status FlushSends(int, TimeNs timeout_ns, const std::atomic<bool>& abort) override {
