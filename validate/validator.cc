@@ -100,13 +100,14 @@ Status ValidatorOptions::Validate() const {
   return tolerances.Validate();
 }
 
-Result<ValidationResult> RunValidation(const ValidatorOptions& options, Backend* backend,
-                                       OpWork* work_override) {
-  PIPECAST_RETURN_IF_ERROR(options.Validate());
-  ValidationResult out;
-  out.is_root = backend->is_root();
+namespace {
+
+// Step 1, load: the plan and the model, refused when the validator cannot
+// run them or when the processes started do not match the plan.
+Result<Model> LoadInputs(const ValidatorOptions& options, const Backend& backend,
+                         ValidationResult* out) {
   PIPECAST_ASSIGN_OR_RETURN(PlanFile plan, LoadPlan(options.plan_path));
-  out.plan = plan;
+  out->plan = plan;
   const int tp = std::max(plan.config.layout.tensor_parallel, 1);
   if (tp > 1 && plan.config.layout.sequence_parallel) {
     return Status::InvalidArgument(fmt::format(
@@ -123,63 +124,79 @@ Result<ValidationResult> RunValidation(const ValidatorOptions& options, Backend*
         options.plan_path));
   }
   PIPECAST_ASSIGN_OR_RETURN(Model model, LoadModel(options.model_path));
-  out.model_name = model.name;
+  out->model_name = model.name;
   const int ranks = plan.schedule.num_ranks;
-  if (backend->processes() != 1 && backend->processes() != ranks * tp) {
+  if (backend.processes() != 1 && backend.processes() != ranks * tp) {
     return Status::InvalidArgument(
         fmt::format("the plan has {}{} but {} were started: run mpirun -np {}",
                     Count(ranks, "pipeline rank", "pipeline ranks"),
                     tp > 1 ? fmt::format(" x {} tensor-parallel workers", tp) : "",
-                    Count(backend->processes(), "process", "processes"), ranks * tp));
+                    Count(backend.processes(), "process", "processes"), ranks * tp));
   }
   if (MessageTag(plan.schedule.num_stages - 1, plan.schedule.num_microbatches, true,
                  plan.schedule.num_stages) >= kMaxPlanTag) {
     return Status::InvalidArgument("the plan has too many (stage, micro-batch) pairs to tag");
   }
 
-  // The cluster the prediction assumes.
+  return model;
+}
+
+// Step 2, the cluster the prediction assumes: --cluster, else the local
+// preset with its link probed where the backend can, else the plan's.
+Status ChooseCluster(const ValidatorOptions& options, const Model& model, Backend* backend,
+                     ValidationResult* out) {
+  const PlanFile& plan = out->plan;
+  const int tp = std::max(plan.config.layout.tensor_parallel, 1);
+  const int ranks = plan.schedule.num_ranks;
   if (!options.cluster.empty()) {
     Result<Cluster> c = LoadCluster(options.cluster);
     if (!c.ok()) return c.status().WithPrefix("--cluster");
-    out.cluster = *c;
+    out->cluster = *c;
   } else if (backend->has_link_probe()) {
     PIPECAST_ASSIGN_OR_RETURN(Cluster c, ClusterPreset("local"));
-    out.cluster = c;
-    out.cluster.gpu.memory_bytes = MachineMemoryPerStage(ranks * tp);
+    out->cluster = c;
+    out->cluster.gpu.memory_bytes = MachineMemoryPerStage(ranks * tp);
   } else {
-    out.cluster = plan.cluster;
+    out->cluster = plan.cluster;
   }
   if (options.cluster.empty() && backend->has_link_probe() && ranks > 1) {
     const Bytes probe = std::clamp(LargestOutput(model, plan), kMinProbeBytes, kMaxProbeBytes);
     Result<Link> link = backend->ProbeLink(probe);
     if (!link.ok()) return link.status().WithPrefix("link probe");
-    out.cluster.intra_node = *link;
-    out.cluster.inter_node = *link;
-    out.cluster.name = "local (measured)";
-    out.link_measured = true;
+    out->cluster.intra_node = *link;
+    out->cluster.inter_node = *link;
+    out->cluster.name = "local (measured)";
+    out->link_measured = true;
   }
+  return Status::Ok();
+}
 
+// Step 3, predict: the simulator's replay of the plan on that cluster, with
+// what the run will not execute stated as notes.
+Status Predict(const Model& model, ValidationResult* out) {
+  const PlanFile& plan = out->plan;
+  const int tp = std::max(plan.config.layout.tensor_parallel, 1);
   SimOptions sim = PlanSimOptions(plan);
   sim.record_timeline = true;
   sim.critical_path = true;
-  Result<SimResult> predicted = Simulate(model, out.cluster, plan.schedule, sim);
+  Result<SimResult> predicted = Simulate(model, out->cluster, plan.schedule, sim);
   if (!predicted.ok()) {
     return predicted.status().WithPrefix("the simulator cannot replay this plan");
   }
-  out.predicted = std::move(*predicted);
-  for (const std::string& n : out.predicted.notes) out.notes.push_back("prediction: " + n);
+  out->predicted = std::move(*predicted);
+  for (const std::string& n : out->predicted.notes) out->notes.push_back("prediction: " + n);
   if (plan.config.layout.data_parallel > 1) {
-    out.notes.push_back(fmt::format(
+    out->notes.push_back(fmt::format(
         "the plan has {} data-parallel replicas: one replica runs; its gradient all-reduce "
         "(predicted {}) is not executed, so times compare the pipeline span",
         plan.config.layout.data_parallel,
-        TimeText(static_cast<double>(out.predicted.allreduce_ns))));
+        TimeText(static_cast<double>(out->predicted.allreduce_ns))));
   }
-  if (plan.config.optimizer_step.time_ns > 0 || out.predicted.optimizer_ns > 0) {
-    out.notes.push_back("the optimizer step is not executed; times compare the pipeline span");
+  if (plan.config.optimizer_step.time_ns > 0 || out->predicted.optimizer_ns > 0) {
+    out->notes.push_back("the optimizer step is not executed; times compare the pipeline span");
   }
   if (tp > 1) {
-    out.notes.push_back(fmt::format(
+    out->notes.push_back(fmt::format(
         "tensor parallelism: {} workers a stage, each a GPU of the simulator's {}-way group; a "
         "stage's peak memory is its workers' largest; 'tp all-reduce' sets the time measured "
         "inside the all-reduces (mean over the workers) beside the predicted tp_comm_us, "
@@ -187,7 +204,7 @@ Result<ValidationResult> RunValidation(const ValidatorOptions& options, Backend*
         tp, tp));
   }
   if (plan.schedule.bidirectional) {
-    out.notes.push_back(fmt::format(
+    out->notes.push_back(fmt::format(
         "bidirectional schedule: micro-batches 0-{} enter at rank 0 and {}-{} at rank {}; each "
         "rank holds two model chunks, and after its last op it exchanges the gradients of the "
         "chunks whose other copy its partner holds (the copy reduce, predicted {}): its 'copy "
@@ -195,43 +212,76 @@ Result<ValidationResult> RunValidation(const ValidatorOptions& options, Backend*
         "compares the pipeline span",
         plan.schedule.num_microbatches / 2 - 1, plan.schedule.num_microbatches / 2,
         plan.schedule.num_microbatches - 1, plan.schedule.num_ranks - 1,
-        TimeText(static_cast<double>(out.predicted.copy_reduce_ns))));
+        TimeText(static_cast<double>(out->predicted.copy_reduce_ns))));
   }
   if (!plan.schedule.flush) {
-    out.notes.push_back(
+    out->notes.push_back(
         "schedule without a flush: stashed weight versions are allocated as "
         "static memory, as the simulator counts them");
   }
-  PIPECAST_RETURN_IF_ERROR(CheckFaultInPlan(options.runtime.fault, plan.schedule));
-  PIPECAST_ASSIGN_OR_RETURN(ExecPlan exec, BuildExecPlan(model, plan, plan.schedule, out.predicted,
-                                                         out.cluster.intra_node));
-  out.exec = std::move(exec);
-  PIPECAST_RETURN_IF_ERROR(CheckDropSendsSomething(options.runtime.fault, out.exec));
+  return Status::Ok();
+}
 
-  out.memory_limit_bytes = options.memory_limit_mb >= 0
-                               ? static_cast<Bytes>(std::llround(options.memory_limit_mb * kMiB))
-                               : MemoryLimitBytes(out.cluster.gpu);
+// Step 4, execute: the plan's ops on the backend, with the CPU workload
+// unless the backend runs its own; every process returns its stages' runs.
+Result<std::vector<StageRun>> Execute(const ValidatorOptions& options, const Model& model,
+                                      Backend* backend, OpWork* work_override,
+                                      ValidationResult* out) {
+  const PlanFile& plan = out->plan;
+  PIPECAST_RETURN_IF_ERROR(CheckFaultInPlan(options.runtime.fault, plan.schedule));
+  PIPECAST_ASSIGN_OR_RETURN(ExecPlan exec, BuildExecPlan(model, plan, plan.schedule, out->predicted,
+                                                         out->cluster.intra_node));
+  out->exec = std::move(exec);
+  PIPECAST_RETURN_IF_ERROR(CheckDropSendsSomething(options.runtime.fault, out->exec));
+
+  out->memory_limit_bytes = options.memory_limit_mb >= 0
+                                ? static_cast<Bytes>(std::llround(options.memory_limit_mb * kMiB))
+                                : MemoryLimitBytes(out->cluster.gpu);
   std::unique_ptr<OpWork> owned;
   OpWork* work = work_override;
   if (work == nullptr && !backend->OwnOpsDescription().empty()) {
-    out.work = backend->OwnOpsDescription();  // the backend's own ops; `work` unused
+    out->work = backend->OwnOpsDescription();  // the backend's own ops; `work` unused
   } else if (work == nullptr) {
     PIPECAST_ASSIGN_OR_RETURN(std::unique_ptr<OpWork> made,
                               MakeWork(model, plan, backend->clock()));
     owned = std::move(made);
     work = owned.get();
   }
-  if (work != nullptr) out.work = work->Description();
-  PIPECAST_ASSIGN_OR_RETURN(std::vector<StageRun> runs,
-                            backend->Run(out.exec, options.runtime, work, out.memory_limit_bytes));
+  if (work != nullptr) out->work = work->Description();
+  PIPECAST_ASSIGN_OR_RETURN(
+      std::vector<StageRun> runs,
+      backend->Run(out->exec, options.runtime, work, out->memory_limit_bytes));
   const std::vector<std::string> backend_notes = backend->Notes();
-  out.notes.insert(out.notes.begin(), backend_notes.begin(), backend_notes.end());
-  if (!out.is_root) return out;
-  out.runs = std::move(runs);
+  out->notes.insert(out->notes.begin(), backend_notes.begin(), backend_notes.end());
+  return runs;
+}
+
+// Step 5, compare: measured against predicted, on the root.
+Status CompareRuns(const ValidatorOptions& options, ValidationResult* out) {
+  const PlanFile& plan = out->plan;
   const int64_t samples = int64_t{plan.config.microbatch_size} * plan.config.microbatches;
   PIPECAST_ASSIGN_OR_RETURN(
-      Comparison cmp, Compare(out.predicted, out.exec, out.runs, samples, options.tolerances));
-  out.comparison = std::move(cmp);
+      Comparison cmp, Compare(out->predicted, out->exec, out->runs, samples, options.tolerances));
+  out->comparison = std::move(cmp);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<ValidationResult> RunValidation(const ValidatorOptions& options, Backend* backend,
+                                       OpWork* work_override) {
+  PIPECAST_RETURN_IF_ERROR(options.Validate());
+  ValidationResult out;
+  out.is_root = backend->is_root();
+  // load -> cluster -> predict -> execute -> compare.
+  PIPECAST_ASSIGN_OR_RETURN(Model model, LoadInputs(options, *backend, &out));
+  PIPECAST_RETURN_IF_ERROR(ChooseCluster(options, model, backend, &out));
+  PIPECAST_RETURN_IF_ERROR(Predict(model, &out));
+  PIPECAST_ASSIGN_OR_RETURN(std::vector<StageRun> runs,
+                            Execute(options, model, backend, work_override, &out));
+  if (!out.is_root) return out;
+  out.runs = std::move(runs);
+  PIPECAST_RETURN_IF_ERROR(CompareRuns(options, &out));
   return out;
 }
 
