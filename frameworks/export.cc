@@ -283,7 +283,10 @@ FrameworkExport ExportTorchtitan(const PlanFile& plan, const ExportRequest& requ
   FrameworkExport out;
   out.framework = Framework::kTorchtitan;
   std::vector<std::string> training, parallelism, checkpoint;
-  training.push_back(fmt::format("local_batch_size = {}", int64_t{s.mbs} * s.m));
+  // torchtitan's train.py: gradient accumulation steps = global / (local x d). With pipeline
+  // parallelism the schedule splits local_batch_size into m micro-batches (one step); without,
+  // each step is one micro-batch (m steps).
+  training.push_back(fmt::format("local_batch_size = {}", s.p > 1 ? int64_t{s.mbs} * s.m : s.mbs));
   training.push_back(fmt::format("global_batch_size = {}", s.global_batch));
   if (request.sequence_length > 0) {
     training.push_back(fmt::format("seq_len = {}", request.sequence_length));

@@ -197,11 +197,12 @@ ReadBack ReadTorchtitan(const std::string& text, int* microbatches, std::string*
         t["parallelism"]["data_parallel_shard_degree"].value_or(0);
   const int64_t local = t["training"]["local_batch_size"].value_or(int64_t{0});
   r.global_batch = t["training"]["global_batch_size"].value_or(int64_t{0});
-  // torchtitan's pipeline_parallel.py: n_microbatches = local_batch_size // microbatch size.
+  // torchtitan's train.py: accumulation steps = global // (local x d); pipeline_parallel.py:
+  // n_microbatches = local_batch_size // pipeline_parallel_microbatch_size (with p > 1).
+  const int64_t steps = r.global_batch / (local * r.d);
+  EXPECT_EQ(r.global_batch, local * r.d * steps);
   r.mbs = t["parallelism"]["pipeline_parallel_microbatch_size"].value_or(static_cast<int>(local));
-  *microbatches = static_cast<int>(local / r.mbs);
-  // Gradient accumulation: global = local x d x steps; the plan has one step.
-  EXPECT_EQ(r.global_batch, local * r.d);
+  *microbatches = static_cast<int>(local / r.mbs * steps);
   if (const toml::array* parts = t["parallelism"]["module_fqns_per_model_part"].as_array()) {
     r.v = static_cast<int>(parts->size()) / r.p;
     for (const toml::node& part : *parts) {
