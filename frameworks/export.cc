@@ -103,14 +103,16 @@ std::string PlanLabel(const PlanFile& plan, const Shape& s) {
 // --- Megatron-LM ------------------------------------------------------------------------------
 
 // Megatron-LM --pipeline-model-parallel-layout: stages split by '|', E the
-// embedding on the first, L the loss on the last, t*n for n decoder layers,
-// in Megatron's virtual-stage order (stage s on rank s % p).
+// embedding on the first, L the loss on the last, one t per decoder layer,
+// in Megatron's virtual-stage order (stage s on rank s % p). Written out, not
+// as Megatron's `t*n` shorthand, so `$(grep -v '^#' FILE)` passes it as one
+// word with no '*' for the shell to expand and no quotes to keep.
 std::string MegatronLayout(const std::vector<int>& per_stage) {
   std::string out;
   for (size_t s = 0; s < per_stage.size(); ++s) {
     if (s > 0) out += '|';
     if (s == 0) out += 'E';
-    if (per_stage[s] > 0) out += fmt::format("t*{}", per_stage[s]);
+    out += std::string(per_stage[s], 't');
     if (s + 1 == per_stage.size()) out += 'L';
   }
   return out;
@@ -179,7 +181,7 @@ FrameworkExport ExportMegatron(const PlanFile& plan, const ExportRequest& reques
         flag("--decoder-last-pipeline-num-layers", std::to_string(per_stage.back()));
       }
     } else {
-      flag("--pipeline-model-parallel-layout", "\"" + MegatronLayout(per_stage) + "\"");
+      flag("--pipeline-model-parallel-layout", MegatronLayout(per_stage));
     }
   } else if (s.p > 1) {
     out.differences.push_back(
