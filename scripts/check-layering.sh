@@ -15,13 +15,14 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-libraries="base sim formats report planner profiler validate measured"
+libraries="base sim formats frameworks report planner profiler validate measured"
 
 # folder -> the folders it may include (besides itself).
 declare -A allowed=(
   [base]=""
   [sim]="base"
   [formats]="base sim"
+  [frameworks]="base sim formats"
   [report]="base sim formats planner"
   [planner]="base sim formats"
   [profiler]="base sim formats"
@@ -37,6 +38,7 @@ declare -A allowed=(
 declare -A tests_also=(
   [sim]="formats testing"
   [formats]="report testing"
+  [frameworks]="testing"
   [report]="testing"
   [planner]="testing"
   [profiler]="testing"

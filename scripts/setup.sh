@@ -9,7 +9,7 @@
 #         headers); 8 packages that pull in about 110 MB of downloads on a
 #         fresh machine (README, "The first run").
 #   all   (the default) main, and what the tests, benchmarks and checks add:
-#         GoogleTest, Google Benchmark, OpenMPI (the multi-process validator),
+#         GoogleTest, toml++, Google Benchmark, OpenMPI (the multi-process validator),
 #         clang (sanitizers, libFuzzer), clang-format, Python, Chromium (the
 #         HTML report's browser test). scripts/test.sh asks for it.
 #
@@ -34,6 +34,7 @@ test_packages=(
   clang-14 libclang-rt-14-dev  # sanitizers and libFuzzer with clang
   clang-format-14  # scripts/check-format.sh (ctest lint.format)
   libgtest-dev libgmock-dev googletest libbenchmark-dev
+  libtomlplusplus-dev  # toml++: frameworks_test reads back the torchtitan TOML
   libopenmpi-dev openmpi-bin  # the multi-process validator
   python3
   chromium fonts-dejavu-core  # the HTML report's browser test (tests/browser/)

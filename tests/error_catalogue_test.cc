@@ -528,6 +528,29 @@ std::vector<Case> Catalogue() {
                   "--model {dir}/m.json --gpus 2 --global-batch 8 --out {dir}/missing/plan.json", 1,
                   "--out: cannot write '{dir}/missing/plan.json': No such file or directory",
                   After::kNoOutputs));
+  // --export FRAMEWORK=PATH (docs/frameworks.md): refused before anything is simulated.
+  c.push_back(Row("export_unknown_framework", kSimulator, {kGoodModel},
+                  std::string(kSim) + " --export nemo={dir}/n.yaml", 2,
+                  "--export: unknown framework 'nemo': expected megatron, torchtitan or deepspeed",
+                  After::kNoOutputs));
+  c.push_back(Row("export_without_a_path", kPlanner, {kGoodModel},
+                  "--model {dir}/m.json --gpus 2 --global-batch 8 --export megatron", 2,
+                  "--export 'megatron': expected FRAMEWORK=PATH", After::kNoOutputs));
+  c.push_back(Row("export_framework_twice", kPlanner, {kGoodModel},
+                  "--model {dir}/m.json --gpus 2 --global-batch 8 --export deepspeed={dir}/a.json "
+                  "--export deepspeed={dir}/b.json",
+                  2, "--export: deepspeed is given twice", After::kNoOutputs));
+  c.push_back(Row("export_into_missing_folder", kPlanner, {kGoodModel},
+                  "--model {dir}/m.json --gpus 2 --global-batch 8 --export "
+                  "deepspeed={dir}/missing/ds.json",
+                  1,
+                  "--export deepspeed: cannot write '{dir}/missing/ds.json': No such file or "
+                  "directory",
+                  After::kNoOutputs));
+  c.push_back(Row("export_onto_the_model", kSimulator, {kGoodModel},
+                  std::string(kSim) + " --export megatron={dir}/m.json", 1,
+                  "--export megatron '{dir}/m.json' is the same file as --model",
+                  After::kInputsUnchanged));
   c.push_back(Row("planner_trace_onto_a_folder", kPlanner, {kGoodModel},
                   "--model {dir}/m.json --gpus 2 --global-batch 8 --trace {dir}/out", 1,
                   "--trace: cannot write '{dir}/out': Is a directory", After::kNoOutputs, "out"));

@@ -65,6 +65,54 @@ TEST_F(PlannerCli, ScheduleOutWritesTheChosenPlansScheduleInEitherFormat) {
   EXPECT_THAT(bad.err, HasSubstr("--schedule-format"));
 }
 
+// --export (docs/frameworks.md): the chosen plan as each framework's settings, beside plan.json;
+// torchtitan's TOML names the schedule CSV written with it, which is the plan's schedule as
+// --schedule-format pytorch-csv writes it. frameworks_test reads the files back.
+TEST_F(PlannerCli, ExportWritesTheChosenPlanForEachFramework) {
+  const std::string plan = dir_.File("plan.json");
+  const std::string args = dir_.File("megatron.args");
+  const std::string toml = dir_.File("titan.toml");
+  const std::string ds = dir_.File("ds.json");
+  ToolRun run = Plan(ToyOn8() + " --schedules 1f1b --stages 2 --out " + Quote(plan) +
+                     " --export megatron=" + Quote(args) + " --export torchtitan=" + Quote(toml) +
+                     " --export deepspeed=" + Quote(ds));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.err, HasSubstr("wrote the plan as megatron settings to"));
+  EXPECT_THAT(run.err, HasSubstr("wrote the plan as torchtitan settings to"));
+  EXPECT_THAT(run.err, HasSubstr("wrote the plan as deepspeed settings to"));
+  const json p = json::parse(ReadText(plan));
+  const int stages = p["pipeline_stages"].get<int>();
+  ASSERT_EQ(stages, 2);
+  const std::string megatron = ReadText(args);
+  EXPECT_THAT(megatron, HasSubstr("--pipeline-model-parallel-size " + std::to_string(stages)));
+  EXPECT_THAT(megatron, HasSubstr("--global-batch-size 16\n"));
+  const json d = json::parse(ReadText(ds));
+  EXPECT_EQ(d["train_batch_size"], 16);
+  EXPECT_EQ(d["gradient_accumulation_steps"], p["microbatches"]);
+  const std::string csv = dir_.File("titan.csv");
+  ASSERT_TRUE(Exists(csv));
+  EXPECT_THAT(ReadText(toml), HasSubstr("pipeline_parallel_schedule_csv = \"" + csv + "\""));
+  std::string want_csv;
+  for (const json& line : p["actions"]) {
+    std::string cells = line.get<std::string>();
+    std::replace(cells.begin(), cells.end(), ' ', ',');
+    want_csv += cells + "\r\n";
+  }
+  EXPECT_EQ(ReadText(csv), want_csv);
+}
+
+// A schedule a framework lacks: the file holds the closest, and stderr says so.
+TEST_F(PlannerCli, ExportSaysWhatAFrameworkCannotRun) {
+  const std::string args = dir_.File("megatron.args");
+  ToolRun run =
+      Plan(ToyOn8() + " --schedules dualpipev --stages 4 --export megatron=" + Quote(args));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.err, HasSubstr("megatron cannot run the plan as planned: Megatron-LM has no "
+                                 "dualpipev schedule"));
+  EXPECT_THAT(ReadText(args), HasSubstr("# differs from the plan: Megatron-LM has no dualpipev"));
+  EXPECT_THAT(ReadText(args), HasSubstr("--pipeline-model-parallel-size 4\n"));
+}
+
 TEST_F(PlannerCli, DualPipeVPlansKeepTheirPairsAndReplayExactly) {
   const std::string plan_path = dir_.File("dualpipev.plan.json");
   ToolRun run = Plan(ToyOn8() + " --schedules dualpipev --out " + Quote(plan_path));

@@ -51,6 +51,26 @@ TEST_F(SimulatorCli, GPipeAnd1F1BMatchTheClosedFormOnTheIdealCluster) {
 // Issue 16: zb-auto under --memory-limit. toy-uniform on 4 stages: F = I = W = 2 ms, no
 // communication on ideal, so with any limit from p up the only idle time is the (p-1)F fill:
 // 3m x 2 + 3 x 2 = 54 ms, ZB-H1's and ZB-H2's time; no rank holds more than the limit.
+// --export writes the simulated run (docs/frameworks.md): the toy model's 8 layers, all
+// transformer layers (no embedding or head by name), over 4 ranks x 2 chunks is 1 a virtual stage.
+TEST_F(SimulatorCli, ExportWritesTheSimulatedRun) {
+  const std::string args = dir_.File("megatron.args");
+  const std::string ds = dir_.File("ds.json");
+  ToolRun run = Sim("--model " + Quote(Example("toy-uniform.json")) +
+                    " --stages 4 --microbatches 8 --schedule interleaved --chunks 2 "
+                    "--cluster ideal --export megatron=" +
+                    Quote(args) + " --export deepspeed=" + Quote(ds));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const std::string megatron = ReadText(args);
+  EXPECT_THAT(megatron, HasSubstr("--pipeline-model-parallel-size 4\n"));
+  EXPECT_THAT(megatron, HasSubstr("--num-layers 8\n"));
+  EXPECT_THAT(megatron, HasSubstr("--num-layers-per-virtual-pipeline-stage 1\n"));
+  EXPECT_THAT(megatron, HasSubstr("--global-batch-size 8\n"));
+  EXPECT_THAT(run.err, HasSubstr("deepspeed cannot run the plan as planned: DeepSpeed's pipeline "
+                                 "engine runs one schedule, its TrainSchedule"));
+  EXPECT_THAT(ReadText(ds), HasSubstr("\"gradient_accumulation_steps\": 8"));
+}
+
 TEST_F(SimulatorCli, ZbAutoKeepsTheMemoryLimit) {
   for (const char* limit : {"4", "8"}) {
     SCOPED_TRACE(limit);

@@ -27,6 +27,7 @@
 #include "report/html_report.h"
 #include "report/search_progress.h"
 #include "sim/schedule.h"
+#include "tools/export_flags.h"
 #include "tools/planner_tool.h"
 #include "tools/training_flags.h"
 
@@ -143,6 +144,7 @@ int main(int argc, char** argv) {
   pipecast::AddScheduleOutFlags(
       app, &f.schedule_out, &f.schedule_format,
       "write the chosen plan's schedule (as text, or see --schedule-format)");
+  pipecast::AddExportFlag(app, &f.exports);
   app.add_option("--report", f.report,
                  "write a self-contained HTML report: trade-off charts, the chosen plan's "
                  "timeline and memory, candidates, rejections (docs/report.md)")

@@ -21,6 +21,7 @@
 #include "report/trace.h"
 #include "sim/memory.h"
 #include "sim/schedule.h"
+#include "tools/export_flags.h"
 
 namespace pipecast {
 namespace {
@@ -99,8 +100,9 @@ Result<Inputs> LoadInputs(const PlannerToolOptions& flags, const PlannerProgress
   return in;
 }
 
-// --out and --trace for the chosen plan; with --gantt, its chart into *gantt.
-Status WriteOutputs(const PlannerToolOptions& flags, const ChosenPlan& chosen,
+// --out, --trace, --schedule-out and --export for the chosen plan; with --gantt, its chart
+// into *gantt.
+Status WriteOutputs(const PlannerToolOptions& flags, const Inputs& in, const ChosenPlan& chosen,
                     const PlannerProgress& progress, std::string* gantt) {
   if (!flags.out.empty()) {
     PIPECAST_RETURN_IF_ERROR(
@@ -114,6 +116,11 @@ Status WriteOutputs(const PlannerToolOptions& flags, const ChosenPlan& chosen,
         WriteFileAtomic(flags.schedule_out, ScheduleToFormat(chosen.plan.schedule, *format))
             .WithPrefix("--schedule-out"));
     progress(fmt::format("wrote the chosen plan's schedule to {}", flags.schedule_out));
+  }
+  if (!flags.exports.empty()) {
+    auto specs = ParseExportFlags(flags.exports, flags.schedule_out, flags.schedule_format);
+    if (!specs.ok()) return specs.status();
+    PIPECAST_RETURN_IF_ERROR(WriteExports(*specs, chosen.plan, in.model, progress));
   }
   if (flags.gantt) {
     GanttOptions chart;
@@ -188,6 +195,9 @@ std::string ReportText(const PlannerToolOptions& flags, const Inputs& in, const 
 Status PlannerToolOptions::Validate() const {
   PIPECAST_RETURN_IF_ERROR(CheckTensorParallelChoices(
       tensor_parallel, gpus, SequenceParallelFlag(sequence_parallel), tp_comm_overlap));
+  if (auto specs = ParseExportFlags(exports, schedule_out, schedule_format); !specs.ok()) {
+    return specs.status();
+  }
   CheckOptions check_options;
   check_options.tolerance = tolerance;
   return check_options.Validate();
@@ -203,6 +213,9 @@ Status CheckToolOutputs(const PlannerToolOptions& flags) {
         NamedPath{"--report", flags.report}, NamedPath{"--schedule-out", flags.schedule_out}}) {
     if (!p.path.empty()) outputs.push_back(p);
   }
+  auto specs = ParseExportFlags(flags.exports, flags.schedule_out, flags.schedule_format);
+  if (!specs.ok()) return specs.status();
+  for (const NamedPath& p : ExportOutputs(*specs)) outputs.push_back(p);
   return CheckOutputs(outputs, {{"--model", flags.model_path},
                                 {"--cluster", flags.training.cluster},
                                 {"--check", flags.check}});
@@ -225,9 +238,10 @@ Result<PlannerToolResult> RunPlannerTool(const PlannerToolOptions& flags,
         MakeChosenPlan(in->model, in->model_hash, in->cluster.cluster, report->ranked[0], timeline);
     if (!made.ok()) return made.status();
     chosen = std::move(made.value());
-    PIPECAST_RETURN_IF_ERROR(WriteOutputs(flags, *chosen, progress, &gantt));
-  } else if (!flags.out.empty() || !flags.trace.empty() || !flags.schedule_out.empty()) {
-    progress("nothing fits, so no --out, --trace or --schedule-out file was written");
+    PIPECAST_RETURN_IF_ERROR(WriteOutputs(flags, *in, *chosen, progress, &gantt));
+  } else if (!flags.out.empty() || !flags.trace.empty() || !flags.schedule_out.empty() ||
+             !flags.exports.empty()) {
+    progress("nothing fits, so no --out, --trace, --schedule-out or --export file was written");
   }
   if (!flags.report.empty()) {
     PIPECAST_RETURN_IF_ERROR(

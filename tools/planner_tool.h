@@ -44,6 +44,7 @@ struct PlannerToolOptions {
   std::string trace;                     // --trace: the chosen plan's Chrome trace
   std::string schedule_out;              // --schedule-out: the chosen plan's schedule
   std::string schedule_format = "text";  // --schedule-format: text or pytorch-csv
+  std::vector<std::string> exports;      // --export FRAMEWORK=PATH (tools/export_flags.h)
   bool gantt = false;        // --gantt: the chosen plan's timeline after the text report
   bool gantt_color = false;  // ANSI colours in that chart
   int gantt_width = 0;       // columns of that chart: --width, else the terminal's; 0: the default
@@ -54,7 +55,8 @@ struct PlannerToolOptions {
   // The search's progress (report/search_progress.h shows it); empty: none.
   std::function<void(const SearchProgress&)> search_progress;
 
-  // InvalidArgument for a --tolerance outside [0, 1), or tensor-parallel
+  // InvalidArgument for a --tolerance outside [0, 1), an --export value
+  // ParseExportFlags refuses, or tensor-parallel
   // degrees that cannot run on --gpus or that --sequence-parallel on or
   // --tp-comm-overlap needs above 1 (CheckTensorParallelChoices): usage errors.
   [[nodiscard]] Status Validate() const;

@@ -19,6 +19,7 @@
 #include "report/gantt.h"
 #include "report/html_report.h"
 #include "sim/schedule.h"
+#include "tools/export_flags.h"
 #include "tools/simulator_tool.h"
 #include "tools/training_flags.h"
 
@@ -150,6 +151,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   pipecast::AddScheduleOutFlags(app, &f.schedule_out, &f.schedule_format,
                                 "write the schedule (as text, or see --schedule-format)");
+  pipecast::AddExportFlag(app, &f.exports);
   CLI::Option* schedule_in = app.add_option(
       "--schedule-in", f.schedule_in,
       "read a custom schedule: text, or PyTorch's schedule CSV (compute_only or compute_comms)");

@@ -26,6 +26,7 @@
 #include "sim/schedule_costs.h"
 #include "sim/schedule_traits.h"
 #include "sim/simulator.h"
+#include "tools/export_flags.h"
 
 namespace pipecast {
 namespace {
@@ -267,14 +268,23 @@ Result<Setup> SetupFromPlan(const Flags& flags, const std::string& model_bytes,
 }
 
 // The files the options name, after the simulation.
-Status WriteOutputs(const Flags& flags, const Model& model, const Setup& setup,
-                    const SimResult& result) {
+Status WriteOutputs(const Flags& flags, const Model& model, const std::string& model_bytes,
+                    const Setup& setup, const SimResult& result,
+                    const SimulatorProgress& progress) {
   if (!flags.schedule_out.empty()) {
     auto format = ParseScheduleFormat(flags.schedule_format);
     if (!format.ok()) return format.status().WithPrefix("--schedule-format");
     PIPECAST_RETURN_IF_ERROR(
         WriteFileAtomic(flags.schedule_out, ScheduleToFormat(setup.schedule, *format))
             .WithPrefix("--schedule-out"));
+  }
+  if (!flags.exports.empty()) {
+    auto specs = ParseExportFlags(flags.exports, flags.schedule_out, flags.schedule_format);
+    if (!specs.ok()) return specs.status();
+    // The simulated run as a plan: the configuration, partition and schedule it used.
+    const PlanFile plan = MakePlanFile(model.name, ModelHash(model_bytes), setup.cluster,
+                                       setup.schedule, setup.options, result);
+    PIPECAST_RETURN_IF_ERROR(WriteExports(*specs, plan, model, progress));
   }
   if (!flags.trace_path.empty()) {
     PIPECAST_RETURN_IF_ERROR(WriteFileAtomicStreamed(flags.trace_path, [&](const TextSink& sink) {
@@ -303,6 +313,9 @@ Status CheckToolOutputs(const SimulatorToolOptions& flags) {
         NamedPath{"--schedule-out", flags.schedule_out}}) {
     if (!p.path.empty()) outputs.push_back(p);
   }
+  auto specs = ParseExportFlags(flags.exports, flags.schedule_out, flags.schedule_format);
+  if (!specs.ok()) return specs.status();
+  for (const NamedPath& p : ExportOutputs(*specs)) outputs.push_back(p);
   return CheckOutputs(outputs, {{"--model", flags.model_path},
                                 {"--plan", flags.plan_path},
                                 {"--schedule-in", flags.schedule_in},
@@ -311,7 +324,12 @@ Status CheckToolOutputs(const SimulatorToolOptions& flags) {
 
 }  // namespace
 
-Status SimulatorToolOptions::Validate() const { return config.Validate(); }
+Status SimulatorToolOptions::Validate() const {
+  if (auto specs = ParseExportFlags(exports, schedule_out, schedule_format); !specs.ok()) {
+    return specs.status();
+  }
+  return config.Validate();
+}
 
 Result<std::string> RunSimulatorTool(const SimulatorToolOptions& flags,
                                      const SimulatorProgress& progress) {
@@ -330,7 +348,7 @@ Result<std::string> RunSimulatorTool(const SimulatorToolOptions& flags,
   setup->options.config.overlap.overlap_factor = flags.config.overlap.overlap_factor;
   auto result = Simulate(*model, setup->cluster, setup->schedule, setup->options);
   if (!result.ok()) return result.status();
-  PIPECAST_RETURN_IF_ERROR(WriteOutputs(flags, *model, *setup, *result));
+  PIPECAST_RETURN_IF_ERROR(WriteOutputs(flags, *model, *bytes, *setup, *result, progress));
   std::string out = flags.json ? ResultToJson(*result) : ResultToText(*result, setup->cluster);
   if (flags.gantt && !flags.json) {
     GanttOptions gantt;

@@ -12,6 +12,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "sim/training_config.h"
@@ -48,6 +49,7 @@ struct SimulatorToolOptions {
   std::string command_line;              // as typed, shown in the report's inputs
   std::string schedule_out;              // --schedule-out: the schedule as text
   std::string schedule_format = "text";  // --schedule-format: text or pytorch-csv
+  std::vector<std::string> exports;      // --export FRAMEWORK=PATH (tools/export_flags.h)
   std::string schedule_in;               // --schedule-in: a custom schedule text
   std::string plan_path;                 // --plan: the configuration comes from plan.json
   bool json = false;                     // the summary as one JSON object
