@@ -370,7 +370,7 @@ Status ReadGpu(const Reader& r, const json& root, GpuSpec* gpu) {
   PIPECAST_RETURN_IF_ERROR(
       r.CheckKeys(*v, path,
                   {"name", "memory_bytes", "memory_reserve_bytes", "memory_headroom", "peak_tflops",
-                   "memory_bandwidth_gbps"}));
+                   "memory_bandwidth_gbps", "peak_fp8_tflops", "mxfp8"}));
   PIPECAST_RETURN_IF_ERROR(r.String(*v, path, "name", "the GPU's name", &gpu->name));
   PIPECAST_RETURN_IF_ERROR(r.Integer(*v, path, "memory_bytes", kMemoryBytes, &gpu->memory_bytes));
   if (gpu->memory_bytes > 0 && gpu->memory_bytes < kMinGpuMemoryBytes) {
@@ -401,6 +401,17 @@ Status ReadGpu(const Reader& r, const json& root, GpuSpec* gpu) {
   std::optional<double> hbm;
   PIPECAST_RETURN_IF_ERROR(r.Number(*v, path, "memory_bandwidth_gbps", kHbmBandwidth, &hbm));
   gpu->memory_bandwidth_gbps = hbm.value_or(0);
+  // Optional, read only (written plans leave them out, so that their text
+  // stays as it was): the FP8 peak and MXFP8 support --precision fp8 needs.
+  std::optional<double> fp8;
+  PIPECAST_RETURN_IF_ERROR(r.Number(*v, path, "peak_fp8_tflops", kTflops, &fp8));
+  gpu->peak_fp8_tflops = fp8.value_or(0);
+  if (v->contains("mxfp8")) {
+    if (!(*v)["mxfp8"].is_boolean()) {
+      return r.Error(Member(path, "mxfp8"), "must be true or false (MXFP8 tensor cores)");
+    }
+    gpu->mxfp8 = (*v)["mxfp8"].get<bool>();
+  }
   return Status::Ok();
 }
 

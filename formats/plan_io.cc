@@ -269,7 +269,8 @@ Status ReadMemory(const Reader& r, const json& root, PlanFile* plan) {
   PIPECAST_RETURN_IF_ERROR(
       r.CheckKeys(*v, "memory",
                   {"weight_bytes_per_param", "gradient_bytes_per_param",
-                   "optimizer_bytes_per_param", "gradient_copy_bytes_per_param", "zero"}));
+                   "optimizer_bytes_per_param", "gradient_copy_bytes_per_param", "zero",
+                   "fp8_recipe", "fp8_weight_bytes_per_param", "fp8_param_gather"}));
   MemoryConfig& m = plan->config.memory;
   PIPECAST_RETURN_IF_ERROR(r.Number(*v, "memory", "weight_bytes_per_param", kMaxBytesPerParam,
                                     &m.weight_bytes_per_param));
@@ -282,6 +283,25 @@ Status ReadMemory(const Reader& r, const json& root, PlanFile* plan) {
   if (v->contains("gradient_copy_bytes_per_param")) {
     PIPECAST_RETURN_IF_ERROR(r.Number(*v, "memory", "gradient_copy_bytes_per_param",
                                       kMaxBytesPerParam, &m.gradient_copy_bytes_per_param));
+  }
+  // Optional: FP8 plans only (--precision fp8).
+  if (v->contains("fp8_recipe")) {
+    const json& name = (*v)["fp8_recipe"];
+    Result<Fp8Recipe> recipe = name.is_string() ? ParseFp8Recipe(name.get<std::string>())
+                                                : Status::InvalidArgument("not a string");
+    if (!recipe.ok()) {
+      return r.Error("memory.fp8_recipe",
+                     "must be delayed, current, blockwise or mxfp8 (the FP8 recipe)");
+    }
+    m.fp8_recipe = *recipe;
+    PIPECAST_RETURN_IF_ERROR(r.Number(*v, "memory", "fp8_weight_bytes_per_param", kMaxBytesPerParam,
+                                      &m.fp8_weight_bytes_per_param));
+    if (v->contains("fp8_param_gather")) {
+      if (!(*v)["fp8_param_gather"].is_boolean()) {
+        return r.Error("memory.fp8_param_gather", "must be true or false");
+      }
+      m.fp8_param_gather = (*v)["fp8_param_gather"].get<bool>();
+    }
   }
   m.zero = 0;
   if (v->contains("zero")) {
@@ -744,6 +764,11 @@ std::string PlanToJson(const PlanFile& plan) {
       {"optimizer_bytes_per_param", plan.config.memory.optimizer_bytes_per_param},
       {"gradient_copy_bytes_per_param", plan.config.memory.gradient_copy_bytes_per_param},
       {"zero", plan.config.memory.zero}};
+  if (plan.config.memory.fp8_recipe != Fp8Recipe::kNone) {  // FP8 plans only
+    root["memory"]["fp8_recipe"] = Fp8RecipeName(plan.config.memory.fp8_recipe);
+    root["memory"]["fp8_weight_bytes_per_param"] = plan.config.memory.fp8_weight_bytes_per_param;
+    root["memory"]["fp8_param_gather"] = plan.config.memory.fp8_param_gather;
+  }
   root["optimizer_step_us"] = NsToUs(plan.config.optimizer_step.time_ns);
   root["estimate_optimizer_step"] = plan.config.optimizer_step.estimate;
   root["overlap_grad_reduce"] = plan.config.overlap.overlap_grad_reduce;

@@ -144,6 +144,29 @@ TEST(PlanFileTest, MemorySettingsRoundTripAndReplay) {
   EXPECT_EQ(replay.memory_limit_bytes, w.result.memory_limit_bytes);
 }
 
+TEST(PlanFileTest, Fp8MemorySettingsRoundTripAndBf16PlansHaveNone) {
+  // Given an FP8 plan (blockwise, FP8 parameter gathers) at ZeRO 3
+  World w = MakeWorld();
+  w.options.config.memory = MemoryConfigFor("fp8", "adam", "fp32", "blockwise", true).value();
+  w.options.config.memory.zero = 3;
+  w.result = Simulate(w.model, w.cluster, w.schedule, w.options).value();
+  PlanFile made = MakePlanFile("uniform", "h", w.cluster, w.schedule, w.options, w.result);
+  // when written and read back, the recipe, copies and gathers survive
+  const std::string text = PlanToJson(made);
+  Result<PlanFile> parsed = ParsePlan(text, "plan.json");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  EXPECT_EQ(parsed->config.memory.fp8_recipe, Fp8Recipe::kBlockwise);
+  EXPECT_EQ(parsed->config.memory.fp8_weight_bytes_per_param, 2 * (1 + 4.0 / 16384));
+  EXPECT_TRUE(parsed->config.memory.fp8_param_gather);
+  SimResult replay =
+      Simulate(w.model, parsed->cluster, parsed->schedule, PlanSimOptions(*parsed)).value();
+  EXPECT_EQ(replay.per_rank[0].peak_memory_bytes, w.result.per_rank[0].peak_memory_bytes);
+  // and a bf16 plan writes no FP8 keys (its text is as before)
+  EXPECT_EQ(json::parse(PlanText())["memory"].count("fp8_recipe"), 0);
+  EXPECT_THAT(ErrorAfter([](json& j) { j["memory"]["fp8_recipe"] = "fp4"; }),
+              HasSubstr("memory.fp8_recipe"));
+}
+
 TEST(PlanFileTest, AnOldPlanWithoutTheSettingsReadsAsLevelZeroWithTheWholeMemory) {
   json j = json::parse(PlanText());
   j["memory"].erase("zero");

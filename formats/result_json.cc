@@ -55,6 +55,8 @@ Json StageJson(const StageResult& r, bool tensor_parallel, bool bidirectional) {
   m["workspace_peak_bytes"] = r.memory.workspace_peak;
   m["stashed_weights_bytes"] = r.memory.stashed_weights;
   m["gathered_weights_bytes"] = r.memory.gathered_weights;
+  // FP8 runs only: the FP8 weight copies, a part of weights_bytes.
+  if (r.memory.fp8_weights > 0) m["fp8_weight_copy_bytes"] = r.memory.fp8_weights;
   return j;
 }
 
@@ -132,6 +134,12 @@ Json ResultJson(const SimResult& result) {
     j["copy_reduce_time_us"] = NsToUs(result.copy_reduce_ns);
   }
   j["zero"] = result.zero;
+  // Written only for FP8 runs, so other output is as before.
+  if (result.fp8_recipe != Fp8Recipe::kNone) {
+    j["precision"] = "fp8";
+    j["fp8_recipe"] = Fp8RecipeName(result.fp8_recipe);
+    j["fp8_param_gather"] = result.fp8_param_gather;
+  }
   j["allgather_time_us"] = NsToUs(result.allgather_ns);
   j["sharding_exposed_time_us"] = NsToUs(result.sharding_exposed_ns);
   j["optimizer_estimated"] = result.optimizer_estimated;

@@ -131,6 +131,13 @@ std::string ChosenText(const PlanReport& report, const Model& model) {
   out += fmt::format("  recomputation        {}\n", RecomputeText(c.config.recompute));
   out += fmt::format("  sharding             {}\n",
                      ZeroText(c.config.memory.zero, c.config.layout.data_parallel));
+  if (c.config.memory.fp8_recipe != Fp8Recipe::kNone) {  // FP8 only: bf16 text as before
+    out += fmt::format(
+        "  precision            fp8, recipe {} (weight products in FP8; attention, norms, "
+        "embedding and head bf16; {:.4g} B of FP8 weight copies per parameter{})\n",
+        Fp8RecipeName(c.config.memory.fp8_recipe), c.config.memory.fp8_weight_bytes_per_param,
+        c.config.memory.fp8_param_gather ? "; FP8 primary weights, gathered in FP8" : "");
+  }
   out += fmt::format("  iteration time       {:.3f} ms ({})\n", NsToMs(r.iteration_ns),
                      IterationParts(r));
   out += fmt::format("  throughput           {:.1f} samples/s\n", r.samples_per_s);
@@ -173,19 +180,26 @@ std::string ChosenText(const PlanReport& report, const Model& model) {
       "runtime's, outside the peak:\n",
       MemoryLimitText(report.cluster.gpu));
   TextTable t;
-  for (const char* h : {"stage", "peak", "of limit", "weights", "gradients", "optimizer",
-                        "activations", "comm", "workspace", "reserve"}) {
-    t.AddColumn(h, TextTable::kRight);
+  // The FP8 weight copies (a part of weights) get a column in FP8 plans only.
+  bool fp8 = false;
+  for (const StageResult& s : r.per_rank) fp8 |= s.memory.fp8_weights > 0;
+  for (const char* h : {"stage", "peak", "of limit", "weights", "of which fp8", "gradients",
+                        "optimizer", "activations", "comm", "workspace", "reserve"}) {
+    if (fp8 || std::string(h) != "of which fp8") t.AddColumn(h, TextTable::kRight);
   }
   const Bytes limit = MemoryLimitBytes(report.cluster.gpu);
   for (const StageResult& s : r.per_rank) {
     const MemoryBreakdown& m = s.memory;
-    t.AddRow(
-        {fmt::format("{}", s.rank), GiBText(s.peak_memory_bytes),
-         limit > 0 ? PercentText(static_cast<double>(s.peak_memory_bytes) / limit) : "unlimited",
-         GiBText(m.weights + m.gathered_weights), GiBText(m.gradients), GiBText(m.optimizer),
-         GiBText(m.activations_peak), GiBText(m.comm_buffers_peak), GiBText(m.workspace_peak),
-         GiBText(r.memory_reserve_bytes)});
+    std::vector<std::string> row = {
+        fmt::format("{}", s.rank), GiBText(s.peak_memory_bytes),
+        limit > 0 ? PercentText(static_cast<double>(s.peak_memory_bytes) / limit) : "unlimited",
+        GiBText(m.weights + m.gathered_weights)};
+    if (fp8) row.push_back(GiBText(m.fp8_weights));
+    for (Bytes b : {m.gradients, m.optimizer, m.activations_peak, m.comm_buffers_peak,
+                    m.workspace_peak, r.memory_reserve_bytes}) {
+      row.push_back(GiBText(b));
+    }
+    t.AddRow(row);
   }
   out += t.Render("    ");
   return out;
@@ -292,6 +306,12 @@ Json CandidateJson(const Candidate& c, const Model& model, bool with_predicted) 
   j["microbatches"] = c.config.microbatches;
   j["recompute"] = RecomputeName(c.config.recompute);
   j["zero"] = c.config.memory.zero;
+  if (c.config.memory.fp8_recipe != Fp8Recipe::kNone) {  // FP8 only: bf16 JSON as before
+    j["precision"] = "fp8";
+    j["fp8_recipe"] = Fp8RecipeName(c.config.memory.fp8_recipe);
+    j["fp8_weight_bytes_per_param"] = c.config.memory.fp8_weight_bytes_per_param;
+    j["fp8_param_gather"] = c.config.memory.fp8_param_gather;
+  }
   j["partition"] = PartitionJson(model, c.partition);
   if (!c.result) return j;
   const SimResult& r = *c.result;

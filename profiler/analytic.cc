@@ -98,6 +98,7 @@ struct SampleCost {
   Bytes workspace_bytes = 0;
   bool has_input_gradient = true;             // false: the whole backward is weight gradient
   std::vector<ProductShape> weight_products;  // forward products with a weight
+  bool fp8_products = false;                  // the weight products run in FP8 (blocks only)
   std::vector<ProductShape> core_products;    // eager attention: Q*K^T and P*V per head
   double flash_flops = 0;                     // FlashAttention forward FLOPs (causal)
   // The matmul model's memory-bound kernels, one entry per kernel
@@ -116,6 +117,8 @@ struct Rates {
   double bytes_per_s;
   TimeModel model;
   GemmRates gemm;
+  GemmRates fp8_gemm;  // FP8 products (Fp8Recipe set): the FP8 peak, 1-byte elements
+  Fp8Recipe fp8 = Fp8Recipe::kNone;
   FlashRates flash;  // the matmul model's FlashAttention kernel at this s and head size
 };
 
@@ -300,10 +303,38 @@ void AddBlockKernels(const TransformerSpec& spec, const LayerShape& shape, const
   c->backward_kernels.push_back({3 * scores * d.e});
 }
 
+// FP8 (docs/profiler.md "FP8"). Bytes per element of an FP8 tensor a
+// quantisation kernel writes: the tensor and its transpose (Hopper's FP8
+// GEMMs take only the TN layout, so the weight gradient reads the
+// transposed copy; Transformer Engine's cast_transpose writes both), each
+// with its scales: per tensor none, blockwise an fp32 scale per 1 x 128 tile
+// (DeepSeek-V3 sec. 3.3.2), MXFP8 an E8M0 byte per 32 elements.
+constexpr double kFp8ElementBytes = 1;
+double Fp8ScaleBytes(Fp8Recipe recipe) {
+  if (recipe == Fp8Recipe::kBlockwise) return 4.0 / 128;
+  if (recipe == Fp8Recipe::kMxfp8) return 1.0 / 32;
+  return 0;
+}
+// What the backward keeps of a product's FP8 input: one copy, the
+// transposed one the weight gradient reads (TE's Linear saves it in place
+// of the bf16 input).
+double Fp8KeptBytes(Fp8Recipe recipe) { return kFp8ElementBytes + Fp8ScaleBytes(recipe); }
+
+// The quantisation kernels of one bf16 tensor of `elements` per sample cast
+// to FP8 for a product: delayed scaling casts in one kernel (read bf16,
+// write the FP8 tensor and its transpose; the amax is taken in the same
+// pass for the next step's scale); current scaling reads the tensor once
+// more first for its amax (a kernel of its own); blockwise and MXFP8 take
+// each block's amax inside the cast kernel.
+void AddFp8Casts(Fp8Recipe recipe, double elements, double e, std::vector<MemoryKernel>* kernels) {
+  if (recipe == Fp8Recipe::kCurrent) kernels->push_back({elements * e});  // amax
+  kernels->push_back({elements * (e + 2 * Fp8KeptBytes(recipe))});
+}
+
 // REQUIRES: `shape` is a dense block (the time model refuses experts) and
 // `whole` the same block at t = 1.
 SampleCost BlockCost(const TransformerSpec& spec, const LayerShape& shape, const LayerShape& whole,
-                     const Dims& d, Attention kind, const Split& x) {
+                     const Dims& d, Attention kind, const Split& x, Fp8Recipe fp8) {
   const AttentionCore& core_shape = shape.attention;
   const double a = core_shape.query_heads;
   const double t = x.t;
@@ -336,11 +367,18 @@ SampleCost BlockCost(const TransformerSpec& spec, const LayerShape& shape, const
   const double core = (2 * d.e + kMaskBytes) * a * d.s * d.s / t;
   const double product_inputs = spec.parallel_block && spec.block_norms == 1 ? 1 : 2;
   const double latents = 2.0 * (spec.mla.q_lora_rank + spec.mla.kv_lora_rank);
-  const double replicated = d.s * (d.e * (product_inputs + spec.block_norms) * d.h + d.e * latents +
-                                   2 * kMaskBytes * d.h);
+  // FP8: the inputs of the products keep their FP8 copy instead (the QKV
+  // and fc1 inputs, fc2's input), and the output projection's FP8 input is
+  // kept beside the bf16 attention output FlashAttention keeps.
+  const bool fp8_on = fp8 != Fp8Recipe::kNone;
+  const double e_input = fp8_on ? Fp8KeptBytes(fp8) : d.e;
+  const double replicated = d.s * (d.e * spec.block_norms * d.h + e_input * product_inputs * d.h +
+                                   d.e * latents + 2 * kMaskBytes * d.h);
   const double qk_norm_inputs = spec.qk_norm ? a * qk + kv * qk : 0;
-  const double split =
-      d.s * d.e * (a * qk + kv * qk + kv * v + a * v + qk_norm_inputs + fc1_outputs + f) / t;
+  const double split = d.s *
+                       (d.e * (a * qk + kv * qk + kv * v + a * v + qk_norm_inputs + fc1_outputs) +
+                        e_input * f + (fp8_on ? e_input * a * v : 0)) /
+                       t;
   c.activation_bytes =
       x.Replicated() * replicated + split + (flash ? kLogsumexpBytes * a * d.s / t : core);
   if (flash) c.fixed_activation_bytes = kFlashRngStateBytes;
@@ -348,6 +386,15 @@ SampleCost BlockCost(const TransformerSpec& spec, const LayerShape& shape, const
   c.attention_core_flops = flash ? 0 : c.other_flops;
   c.traffic_bytes = kTrafficPerActivationByte * c.activation_bytes;
   AddBlockKernels(spec, shape, d, flash, x, &c);
+  if (fp8_on) {
+    // Each weight product casts its input in the forward and the gradient
+    // of its output in the backward (per-GPU widths, whole sequence).
+    c.fp8_products = true;
+    for (const ProductShape& p : c.weight_products) {
+      AddFp8Casts(fp8, p.m * p.k, d.e, &c.forward_kernels);
+      AddFp8Casts(fp8, p.m * p.n, d.e, &c.backward_kernels);
+    }
+  }
   c.checkpoint_bytes = x.Replicated() * d.s * d.h * d.e;  // the block input
   // What the weight products' gradients need (WeightGradWidths): 32sbh for
   // 16-bit, f = 4h, multi-head attention (Qi et al. 2024, Table 1).
@@ -447,11 +494,16 @@ LayerSeconds MatmulSeconds(const SampleCost& c, const Rates& r, int b) {
   };
   LayerSeconds s;
   double input_grad = 0;
+  // FP8: the forward, input-gradient and weight-gradient products of a
+  // block's weights all run on FP8 operands (Transformer Engine's fprop,
+  // dgrad and wgrad GEMMs).
+  const GemmRates& wg = c.fp8_products && r.fp8 != Fp8Recipe::kNone ? r.fp8_gemm : g;
+  auto weight_gemm = [&](const Gemm& product) { return kernel(TimeGemm(wg, product).seconds); };
   for (const ProductShape& p : c.weight_products) {
     const Gemm f = AtMicrobatch(p, b);
-    s.forward += gemm(f);
-    input_grad += gemm(Gemm{f.m, f.k, f.n, 1});
-    s.weight += gemm(Gemm{f.k, f.n, f.m, 1});
+    s.forward += weight_gemm(f);
+    input_grad += weight_gemm(Gemm{f.m, f.k, f.n, 1});
+    s.weight += weight_gemm(Gemm{f.k, f.n, f.m, 1});
   }
   double core_forward = 0, core_backward = 0;
   for (const ProductShape& p : c.core_products) {
@@ -796,6 +848,29 @@ ModelSource MakeSource(const TransformerSpec& spec, const AnalyticOptions& optio
   }
   source.details["memory_efficiency"] = JsonText(options.memory_efficiency);
   source.details["bytes_per_element"] = JsonText(options.bytes_per_element);
+  if (options.fp8 != Fp8Recipe::kNone) {  // FP8 estimates only: bf16 files stay as they were
+    const GemmPreset& fp8 = rates.fp8_gemm.preset;
+    source.details["precision"] = JsonText("fp8");
+    source.details["fp8_recipe"] = JsonText(Fp8RecipeName(options.fp8));
+    source.details["fp8"] = JsonText(
+        json{{"recipe", Fp8RecipeName(options.fp8)},
+             {"fp8_ops",
+              "the blocks' weight products (QKV, output projection, MLP): forward, input gradient "
+              "and weight gradient"},
+             {"bf16_ops",
+              "attention (FlashAttention), norms, activation, embedding, output head and loss, as "
+              "Transformer Engine and torchao keep them"},
+             {"peak_fp8_tflops", gpu.peak_fp8_tflops},
+             {"mainloop_efficiency", fp8.mainloop_efficiency},
+             {"source", fp8.source},
+             {"quantisation",
+              "per product a cast of its input (forward) and of its output's gradient (backward), "
+              "memory-bound: read bf16, write FP8 and its transpose with scales; current scaling "
+              "adds an amax pass; the weights' casts run once per step (the simulator's optimizer "
+              "step)"},
+             {"kept_for_backward",
+              "the products' FP8 inputs (1 byte per element plus scales) instead of bf16"}});
+  }
   source.details["workspace_bytes"] = JsonText(kMatmulWorkspaceBytes);
   return source;
 }
@@ -843,6 +918,16 @@ Status AnalyticOptions::Validate() const {
         fmt::format("--memory-efficiency {} must be in (0, 1]: the share of HBM bandwidth reached",
                     memory_efficiency));
   }
+  if (fp8 != Fp8Recipe::kNone && time_model == TimeModel::kFlat) {
+    return Status::InvalidArgument(
+        "--precision fp8 needs --time-model matmul: the flat model has one rate for every FLOP");
+  }
+  if (fp8 != Fp8Recipe::kNone && bytes_per_element != 2) {
+    return Status::InvalidArgument(fmt::format(
+        "--precision fp8 with --bytes-per-element {}: FP8 training keeps bf16 outside the weight "
+        "products; leave --bytes-per-element at 2",
+        bytes_per_element));
+  }
   if (bytes_per_element != 1 && bytes_per_element != 2 && bytes_per_element != 4) {
     return Status::InvalidArgument(fmt::format(
         "--bytes-per-element {} must be 1 (fp8), 2 (bf16) or 4 (fp32)", bytes_per_element));
@@ -872,7 +957,17 @@ Result<Model> EstimateTransformerAt(const TransformerSpec& spec, const AnalyticO
                                 .hbm_bytes_per_s = bytes_per_s,
                                 .element_bytes = static_cast<double>(options.bytes_per_element),
                                 .preset = GemmPresetFor(*gpu)},
+              .fp8_gemm = {},
+              .fp8 = options.fp8,
               .flash = {}};
+  if (options.fp8 != Fp8Recipe::kNone) {
+    // LoadGpu has checked the bf16 peak, so a GPU without an FP8 peak is refused here.
+    PIPECAST_RETURN_IF_ERROR(CheckFp8Support(options.fp8, *gpu));
+    rates.fp8_gemm = GemmRates{.peak_flops_per_s = gpu->peak_fp8_tflops * 1e12,
+                               .hbm_bytes_per_s = bytes_per_s,
+                               .element_bytes = kFp8ElementBytes,
+                               .preset = Fp8GemmPresetFor(*gpu)};
+  }
   if (options.attention != Attention::kEager) {
     Result<FlashRates> flash =
         FlashRatesFor(*gpu, FlashKernelOf(options.attention), spec.sequence_length,
@@ -908,7 +1003,7 @@ Result<Model> EstimateTransformerAt(const TransformerSpec& spec, const AnalyticO
   std::vector<Layer> kind_layers;
   for (size_t k = 0; k < shapes.block_kinds.size(); ++k) {
     kind_costs.push_back(BlockCost(spec, shapes.block_kinds[k], whole.block_kinds[k], dims,
-                                   options.attention, split));
+                                   options.attention, split, options.fp8));
     Result<Layer> block = ToLayer("block.0", kind_costs.back(), rates, sizes);
     if (!block.ok()) return block.status();
     kind_layers.push_back(std::move(*block));

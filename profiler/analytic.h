@@ -50,6 +50,7 @@
 
 #include "base/status.h"
 #include "base/units.h"
+#include "sim/memory.h"
 #include "sim/model.h"
 
 namespace pipecast {
@@ -239,6 +240,14 @@ struct AnalyticOptions {
   // (fp8) or 4 (fp32). Dropout masks are 1 byte whatever this is.
   int bytes_per_element = 2;
   Attention attention = Attention::kFlash2;  // --attention
+  // --precision fp8 --fp8-recipe R: the blocks' weight products (QKV,
+  // output projection, MLP) run in FP8 at the GPU's FP8 peak with the
+  // recipe's quantisation kernels and keep their FP8 inputs for the
+  // backward; attention, norms, embedding and head stay bf16
+  // (docs/profiler.md "FP8"). kNone: bf16 throughout (the default). Needs
+  // the matmul time model, bytes_per_element 2 and a GPU with an FP8 peak
+  // (CheckFp8Support).
+  Fp8Recipe fp8 = Fp8Recipe::kNone;
 
   // OK, or InvalidArgument naming the flag of the first bad field.
   [[nodiscard]] Status Validate() const;

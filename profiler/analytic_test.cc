@@ -449,5 +449,72 @@ TEST(AnalyticTest, EstimatePastWhatModelJsonHoldsIsRefused) {
   EXPECT_THAT(st.message(), HasSubstr("model.json can hold"));
 }
 
+// FP8 (docs/profiler.md "FP8"): the products' inputs are kept in FP8. The
+// zero-bubble 1.5B shape of FlashBlockActivationsHandWorkedForTwoShapes, s
+// 1024, h 2304: bf16 keeps 34sbh, of which the QKV input 2h, fc1's input 2h
+// and fc2's input 2 x 4h; FP8 keeps them at 1 B (h + h + 4h) and the output
+// projection's FP8 input (h) beside FlashAttention's bf16 output:
+// 34 - 12 + 7 = 29sbh = 68,419,584. Blockwise adds an fp32 scale per 128
+// elements (1.03125 B): 22 + 7 x 1.03125 = 29.21875sbh = 68,935,680.
+// Logsumexp and RNG state as before. Embedding and head stay bf16.
+TEST(AnalyticTest, Fp8BlockActivationsHandWorked) {
+  TransformerSpec small = Gpt3_6_7B();
+  small.hidden = 2304;
+  small.heads = 24;
+  small.sequence_length = 1024;
+  small.microbatch_sizes = {1};
+  const Model bf16 = Estimate(small);
+  AnalyticOptions options;
+  options.fp8 = Fp8Recipe::kDelayed;
+  const Model fp8 = Estimate(small, options);
+  EXPECT_EQ(fp8.layers[1].profiles.at(0).activation_bytes, 68'419'584 + 98'304 + 16);
+  options.fp8 = Fp8Recipe::kBlockwise;
+  const Model blockwise = Estimate(small, options);
+  EXPECT_EQ(blockwise.layers[1].profiles.at(0).activation_bytes, 68'935'680 + 98'304 + 16);
+  for (size_t l : {size_t{0}, bf16.layers.size() - 1}) {  // embedding and head: bf16
+    EXPECT_EQ(fp8.layers[l].profiles.at(0).activation_bytes,
+              bf16.layers[l].profiles.at(0).activation_bytes);
+    EXPECT_EQ(fp8.layers[l].profiles.at(0).forward_ns, bf16.layers[l].profiles.at(0).forward_ns);
+  }
+  EXPECT_EQ(fp8.source.details.at("fp8_recipe"), "\"delayed\"");
+  EXPECT_EQ(bf16.source.details.count("fp8_recipe"), 0);  // bf16 files as before
+}
+
+// The FP8 block is faster than bf16 but not twice: only the products move
+// to the FP8 rate (2 x 0.772 / 0.763 = 2.02x), and the casts add HBM
+// traffic; current scaling's extra amax pass makes it slower than delayed.
+TEST(AnalyticTest, Fp8BlockSpeedsUpOnlyTheProducts) {
+  TransformerSpec spec = Gpt3_6_7B();
+  spec.microbatch_sizes = {4};
+  const Model bf16 = Estimate(spec);
+  AnalyticOptions options;
+  options.fp8 = Fp8Recipe::kDelayed;
+  const Model delayed = Estimate(spec, options);
+  options.fp8 = Fp8Recipe::kCurrent;
+  const Model current = Estimate(spec, options);
+  auto step = [](const Model& m) {
+    const LayerProfile& p = m.layers[1].profiles.at(0);
+    return static_cast<double>(p.forward_ns + p.backward_ns);
+  };
+  const double gain = step(bf16) / step(delayed);
+  EXPECT_GT(gain, 1.2);
+  EXPECT_LT(gain, 2.0);
+  EXPECT_GT(step(current), step(delayed));
+}
+
+TEST(AnalyticTest, Fp8IsRefusedWhereItCannotRun) {
+  AnalyticOptions options;
+  options.fp8 = Fp8Recipe::kDelayed;
+  options.gpu_preset = "a100-80gb";
+  EXPECT_THAT(EstimateError(TinySpec(), options).message(),
+              HasSubstr("--precision fp8: the GPU 'NVIDIA A100-SXM4-80GB' has no FP8"));
+  options.gpu_preset = "h100-sxm";
+  options.fp8 = Fp8Recipe::kMxfp8;
+  EXPECT_THAT(EstimateError(TinySpec(), options).message(), HasSubstr("--fp8-recipe mxfp8"));
+  options.fp8 = Fp8Recipe::kDelayed;
+  options.time_model = TimeModel::kFlat;
+  EXPECT_THAT(EstimateError(TinySpec(), options).message(), HasSubstr("--time-model matmul"));
+}
+
 }  // namespace
 }  // namespace pipecast

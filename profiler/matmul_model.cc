@@ -2,6 +2,8 @@
 // and its calibration are in docs/calibration.md.
 #include "profiler/matmul_model.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -53,6 +55,17 @@ GemmPreset GemmPresetFor(const GpuSpec& gpu) {
                    "': the H100 SXM's table (132 SMs, mainloop 0.763) with this GPU's peak and "
                    "bandwidth";
   return generic;
+}
+
+GemmPreset Fp8GemmPresetFor(const GpuSpec& gpu) {
+  GemmPreset p = GemmPresetFor(gpu);
+  p.mainloop_efficiency = kFp8Mainloop;
+  p.source = fmt::format(
+      "FP8 products: {} SMs, tile 128 x 256, mainloop {} of the {:g} TFLOP/s FP8 peak, fitted to "
+      "4096 x 7168 x 16384 at 1470 TFLOP/s on H800 SXM (deepseek-ai/DeepGEMM#74); the same for "
+      "every recipe (docs/calibration.md 'FP8')",
+      p.sms, kFp8Mainloop, gpu.peak_fp8_tflops);
+  return p;
 }
 
 GemmTime TimeGemm(const GemmRates& rates, const Gemm& g) {

@@ -50,6 +50,20 @@ struct GemmPreset {
 // GPU's own peak and bandwidth, 132 SMs) for any other GPU; the row says so.
 GemmPreset GemmPresetFor(const GpuSpec& gpu);
 
+// kFp8Mainloop: the share of the FP8 per-SM peak a tile's mainloop reaches
+// on Hopper, fitted to one published FP8 GEMM at a training shape:
+// 4096 x 7168 x 16384 at 1470 TFLOP/s on H800 SXM (132 SMs, 1979 TFLOP/s
+// FP8 dense, as H100 SXM), DeepGEMM's 1x128 / 128x128 block-scaled kernel
+// (deepseek-ai/DeepGEMM#74, the merged large-tile version). Taken for the
+// per-tensor recipes too: cuBLAS's per-tensor FP8 kernels run 1.88-2.09x
+// their bf16 rate at such shapes (pytorch/FBGEMM#2546, H100), which the
+// model's 2 x 0.772 / 0.763 = 2.02 matches (docs/calibration.md "FP8").
+inline constexpr double kFp8Mainloop = 0.772;
+
+// The GEMM table for FP8 products on `gpu`: GemmPresetFor's SMs and tile,
+// kFp8Mainloop, and its source. REQUIRES: gpu.peak_fp8_tflops > 0.
+GemmPreset Fp8GemmPresetFor(const GpuSpec& gpu);
+
 // One product, or `batch` independent products of the same shape in one
 // kernel (batched GEMM: the attention scores of every head).
 struct Gemm {
@@ -68,7 +82,7 @@ struct GemmTime {
 
 // Rates of one GPU for the model: its peak, its bandwidth, the preset.
 struct GemmRates {
-  double peak_flops_per_s = 0;  // dense bf16 peak
+  double peak_flops_per_s = 0;  // dense peak of the products' type (bf16, or FP8)
   double hbm_bytes_per_s = 0;   // HBM bandwidth reached (datasheet x memory_efficiency)
   double element_bytes = 2;     // bytes per matrix element
   GemmPreset preset;

@@ -115,6 +115,14 @@ std::string Summary(const SimResult& result, const Cluster& cluster) {
         result.tensor_parallel, result.sequence_parallel ? "on" : "off",
         result.tp_comm_overlap ? "on" : "off", NsToMs(result.tp_comm_ns));
   }
+  if (result.fp8_recipe != Fp8Recipe::kNone) {
+    out += fmt::format(
+        "precision           fp8, recipe {}: weight products in FP8, attention, norms, embedding "
+        "and head in bf16 (the model's profiles carry the times); FP8 weight copies in the "
+        "memory table{}\n",
+        Fp8RecipeName(result.fp8_recipe),
+        result.fp8_param_gather ? "; FP8 primary weights, parameters gathered in FP8" : "");
+  }
   if (result.zero > 0 && result.data_parallel > 1) {
     out +=
         fmt::format("data parallelism    ZeRO {} over d = {}", result.zero, result.data_parallel);
@@ -214,6 +222,10 @@ std::string MemoryTable(const SimResult& result) {
   TextTable t;
   t.AddColumn("rank", TextTable::kRight);
   t.AddColumn("weights", TextTable::kRight);
+  // FP8 runs only, so other tables stay as they were.
+  bool fp8 = false;
+  for (const StageResult& r : result.per_rank) fp8 |= r.memory.fp8_weights > 0;
+  if (fp8) t.AddColumn("of which fp8", TextTable::kRight);
   t.AddColumn("grads", TextTable::kRight);
   t.AddColumn("optimizer", TextTable::kRight);
   t.AddColumn("activations peak", TextTable::kRight);
@@ -223,10 +235,14 @@ std::string MemoryTable(const SimResult& result) {
   t.AddColumn("reserve", TextTable::kRight);
   for (const StageResult& r : result.per_rank) {
     const MemoryBreakdown& m = r.memory;
-    t.AddRow({fmt::format("{}", r.rank), GiBText(m.weights + m.gathered_weights),
-              GiBText(m.gradients), GiBText(m.optimizer), GiBText(m.activations_peak),
-              GiBText(m.comm_buffers_peak), GiBText(m.workspace_peak), GiBText(r.peak_memory_bytes),
-              GiBText(result.memory_reserve_bytes)});
+    std::vector<std::string> row = {fmt::format("{}", r.rank),
+                                    GiBText(m.weights + m.gathered_weights)};
+    if (fp8) row.push_back(GiBText(m.fp8_weights));
+    for (Bytes b : {m.gradients, m.optimizer, m.activations_peak, m.comm_buffers_peak,
+                    m.workspace_peak, r.peak_memory_bytes, result.memory_reserve_bytes}) {
+      row.push_back(GiBText(b));
+    }
+    t.AddRow(row);
   }
   std::string margin;
   if (result.memory_capacity_bytes > 0) {

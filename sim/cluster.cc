@@ -114,8 +114,9 @@ const std::vector<Cluster>& Presets() {
                   .memory_bytes = 81008 * kMiB,
                   .memory_reserve_bytes = ReserveBytes(kCublasWorkspaceHopper),
                   .memory_headroom = kAllocatorHeadroom,
-                  .peak_tflops = 989,              // H100 SXM datasheet: BF16, dense
-                  .memory_bandwidth_gbps = 3350},  // H100 SXM datasheet
+                  .peak_tflops = 989,             // H100 SXM datasheet: BF16, dense
+                  .memory_bandwidth_gbps = 3350,  // H100 SXM datasheet
+                  .peak_fp8_tflops = 1979},       // H100 SXM datasheet: FP8, dense
           // NVLink 4: 18 links, 900 GB/s bidirectional = 450 GB/s each way.
           .intra_node = {.bandwidth_gbps = 450,
                          .latency_us = 2,  // NCCL p2p over NVLink, small msg
@@ -141,8 +142,9 @@ const std::vector<Cluster>& Presets() {
                   .memory_bytes = 143155 * kMiB,
                   .memory_reserve_bytes = ReserveBytes(kCublasWorkspaceHopper),
                   .memory_headroom = kAllocatorHeadroom,
-                  .peak_tflops = 989,              // H200 SXM datasheet: BF16, dense
-                  .memory_bandwidth_gbps = 4800},  // H200 SXM datasheet
+                  .peak_tflops = 989,             // H200 SXM datasheet: BF16, dense
+                  .memory_bandwidth_gbps = 4800,  // H200 SXM datasheet
+                  .peak_fp8_tflops = 1979},       // H200 SXM datasheet: FP8, dense
           // NVLink 4: 900 GB/s bidirectional = 450 GB/s each way.
           .intra_node = {.bandwidth_gbps = 450,
                          .latency_us = 2,  // NCCL p2p over NVLink, small msg

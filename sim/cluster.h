@@ -64,6 +64,12 @@ struct GpuSpec {
   double memory_headroom = 0;
   double peak_tflops = 0;            // dense bf16 peak, for MFU; 0 = unknown
   double memory_bandwidth_gbps = 0;  // HBM, used by the analytic profiler
+  // Dense FP8 (E4M3/E5M2) tensor-core peak; 0 = the GPU has no FP8 tensor
+  // cores (A100), and --precision fp8 is refused on it.
+  double peak_fp8_tflops = 0;
+  // Tensor cores that scale FP8 in blocks of 32 in hardware (MXFP8,
+  // Blackwell); --fp8-recipe mxfp8 needs it. No preset has it.
+  bool mxfp8 = false;
 };
 
 struct Cluster {

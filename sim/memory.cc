@@ -12,8 +12,80 @@ constexpr double kFp32Bytes = 4;       // main parameters, main gradients, optim
 constexpr double kHalfBytes = 2;       // bf16 / fp16 parameters and gradients
 constexpr double kAdamStateBytes = 8;  // first and second moments, fp32
 constexpr double kMomentumBytes = 4;   // SGD momentum, fp32
+constexpr double kFp8Bytes = 1;        // E4M3 / E5M2
+// Scale bytes per FP8 element: an fp32 scale per 128 x 128 weight block
+// (DeepSeek-V3 sec. 3.3.2, TE Float8BlockScaling); an E8M0 byte per 32
+// elements (OCP Microscaling spec v1.0).
+constexpr double kBlockwiseScaleBytes = 4.0 / (128 * 128);
+constexpr double kMxScaleBytes = 1.0 / 32;
+// The FP8 weight and its transpose (Hopper FP8 GEMMs are TN only).
+constexpr double kFp8WeightCopies = 2;
 
 }  // namespace
+
+const char* Fp8RecipeName(Fp8Recipe recipe) {
+  switch (recipe) {
+    case Fp8Recipe::kDelayed:
+      return "delayed";
+    case Fp8Recipe::kCurrent:
+      return "current";
+    case Fp8Recipe::kBlockwise:
+      return "blockwise";
+    case Fp8Recipe::kMxfp8:
+      return "mxfp8";
+    default:
+      return "none";
+  }
+}
+
+Result<Fp8Recipe> ParseFp8Recipe(const std::string& name) {
+  for (Fp8Recipe r :
+       {Fp8Recipe::kDelayed, Fp8Recipe::kCurrent, Fp8Recipe::kBlockwise, Fp8Recipe::kMxfp8}) {
+    if (name == Fp8RecipeName(r)) return r;
+  }
+  return Status::InvalidArgument(fmt::format(
+      "--fp8-recipe is '{}': expected delayed (per-tensor, amax history), current (per-tensor, "
+      "this tensor's amax), blockwise (1x128 / 128x128 blocks, DeepSeek-V3) or mxfp8 (1x32 "
+      "blocks, Blackwell)",
+      name));
+}
+
+double Fp8WeightCopyBytes(Fp8Recipe recipe) {
+  switch (recipe) {
+    case Fp8Recipe::kDelayed:
+    case Fp8Recipe::kCurrent:
+      return kFp8WeightCopies * kFp8Bytes;
+    case Fp8Recipe::kBlockwise:
+      return kFp8WeightCopies * (kFp8Bytes + kBlockwiseScaleBytes);
+    case Fp8Recipe::kMxfp8:
+      return kFp8WeightCopies * (kFp8Bytes + kMxScaleBytes);
+    default:
+      return 0;
+  }
+}
+
+Status CheckFp8Support(Fp8Recipe recipe, const GpuSpec& gpu) {
+  if (recipe == Fp8Recipe::kNone || gpu.peak_tflops <= 0) return Status::Ok();
+  if (gpu.peak_fp8_tflops <= 0) {
+    return Status::InvalidArgument(fmt::format(
+        "--precision fp8: the GPU '{}' has no FP8 tensor cores (no peak_fp8_tflops; A100 has "
+        "none); use --precision bf16, or an FP8 GPU (presets h100-sxm, h200, or a cluster file "
+        "with gpu.peak_fp8_tflops)",
+        gpu.name));
+  }
+  if (recipe == Fp8Recipe::kMxfp8 && !gpu.mxfp8) {
+    return Status::InvalidArgument(fmt::format(
+        "--fp8-recipe mxfp8: the GPU '{}' has no MXFP8 tensor cores (Blackwell has them; Hopper "
+        "does not); use --fp8-recipe blockwise, current or delayed, or a cluster file with "
+        "gpu.mxfp8 true",
+        gpu.name));
+  }
+  return Status::Ok();
+}
+
+double MemoryConfig::GatherBytesPerParam() const {
+  return fp8_param_gather && fp8_recipe != Fp8Recipe::kNone ? kFp8Bytes : weight_bytes_per_param;
+}
 
 MemoryConfig TensorParallelShare(const MemoryConfig& memory, int t) {
   MemoryConfig out = memory;
@@ -22,12 +94,13 @@ MemoryConfig TensorParallelShare(const MemoryConfig& memory, int t) {
   out.gradient_bytes_per_param /= share;
   out.optimizer_bytes_per_param /= share;
   out.gradient_copy_bytes_per_param /= share;
+  out.fp8_weight_bytes_per_param /= share;
   return out;
 }
 
 Status MemoryConfig::Validate() const {
   if (weight_bytes_per_param < 0 || gradient_bytes_per_param < 0 || optimizer_bytes_per_param < 0 ||
-      gradient_copy_bytes_per_param < 0) {
+      gradient_copy_bytes_per_param < 0 || fp8_weight_bytes_per_param < 0) {
     return Status::InvalidArgument("bytes per parameter must be >= 0");
   }
   if (zero < 0 || zero > kMaxZeroLevel) {
@@ -54,29 +127,46 @@ ShardedBytes ShardedBytesPerParam(const MemoryConfig& memory, int data_parallel)
                         ? std::min(memory.sharding.shard_group, data_parallel)
                         : data_parallel;
   const double d = group < 1 ? 1.0 : static_cast<double>(group);
-  const double w = memory.weight_bytes_per_param;
+  const double f = memory.fp8_weight_bytes_per_param;
+  const double w = memory.weight_bytes_per_param + f;
   const double g = memory.gradient_bytes_per_param;
   // Gradients accumulated unsharded over the micro-batches (no_sync).
   const double g_shards = memory.sharding.reduce_every_microbatch ? d : 1.0;
   const double k = memory.optimizer_bytes_per_param;
   switch (memory.zero) {
     case 0:  // Megatron without the distributed optimizer: 20, 18, 16
-      return {w, g, k + memory.gradient_copy_bytes_per_param};
+      return {w, g, k + memory.gradient_copy_bytes_per_param, f};
     case 1:  // Megatron's distributed optimizer: 4 + 16/d, 6 + 12/d, 8 + 8/d
-      return {w, g, (k + memory.gradient_copy_bytes_per_param) / d};
+      return {w, g, (k + memory.gradient_copy_bytes_per_param) / d, f};
     case 2:  // ZeRO P_os+g: 2 + 14/d for fp16/fp16 (K = 12, no gradient copy)
-      return {w, g / g_shards, k / d};
+      return {w, g / g_shards, k / d, f};
     default:  // ZeRO P_os+g+p, FSDP: 16/d for fp16/fp16
-      return {w / d, g / g_shards, k / d};
+      return {w / d, g / g_shards, k / d, f / d};
   }
 }
 
 Result<MemoryConfig> MemoryConfigFor(const std::string& precision, const std::string& optimizer,
-                                     const std::string& grad_dtype) {
+                                     const std::string& grad_dtype, const std::string& fp8_recipe,
+                                     bool fp8_param_gather) {
   MemoryConfig m;
   double master = 0;
   bool mixed = false;
-  if (precision == "bf16" || precision == "fp16") {
+  if (precision != "fp8" && (!fp8_recipe.empty() || fp8_param_gather)) {
+    return Status::InvalidArgument(
+        fmt::format("--{} is set but --precision is '{}': FP8 settings need --precision fp8",
+                    fp8_recipe.empty() ? "fp8-param-gather" : "fp8-recipe", precision));
+  }
+  if (precision == "fp8") {
+    Result<Fp8Recipe> recipe = ParseFp8Recipe(fp8_recipe.empty() ? "delayed" : fp8_recipe);
+    if (!recipe.ok()) return recipe.status();
+    m.fp8_recipe = *recipe;
+    m.fp8_weight_bytes_per_param = Fp8WeightCopyBytes(*recipe);
+    m.fp8_param_gather = fp8_param_gather;
+    // FP8 primary weights (Megatron-LM --fp8-param-gather): no bf16 copy.
+    m.weight_bytes_per_param = fp8_param_gather ? 0 : kHalfBytes;
+    master = kFp32Bytes;
+    mixed = true;
+  } else if (precision == "bf16" || precision == "fp16") {
     m.weight_bytes_per_param = kHalfBytes;
     master = kFp32Bytes;
     mixed = true;
@@ -84,7 +174,9 @@ Result<MemoryConfig> MemoryConfigFor(const std::string& precision, const std::st
     m.weight_bytes_per_param = kFp32Bytes;
   } else {
     return Status::InvalidArgument(fmt::format(
-        "--precision is '{}': expected bf16, fp16 (mixed precision) or fp32", precision));
+        "--precision is '{}': expected bf16, fp16 (mixed precision), fp8 (bf16 with FP8 weight "
+        "products) or fp32",
+        precision));
   }
   if (grad_dtype == "fp32") {
     m.gradient_bytes_per_param = kFp32Bytes;

@@ -30,6 +30,7 @@
 #include <string>
 
 #include "base/status.h"
+#include "sim/cluster.h"
 
 namespace pipecast {
 
@@ -68,6 +69,37 @@ struct ShardingConfig {
   int shard_group = 0;
 };
 
+// FP8 training recipes (--fp8-recipe): how the FP8 tensors of the weight
+// products are scaled, which decides the FP8 copies kept beside the bf16
+// weights and the quantisation kernels run (docs/simulator.md "Memory",
+// docs/profiler.md "FP8").
+enum class Fp8Recipe {
+  kNone,       // no FP8: bf16, fp16 or fp32 training
+  kDelayed,    // per-tensor scales from an amax history (Transformer Engine DelayedScaling)
+  kCurrent,    // per-tensor scales from this tensor's amax (TE Float8CurrentScaling, torchao
+               // tensorwise)
+  kBlockwise,  // 1x128 activation and 128x128 weight blocks (DeepSeek-V3, TE Float8BlockScaling)
+  kMxfp8,      // 1x32 blocks with E8M0 scales in hardware (OCP MX, Blackwell)
+};
+// "none", "delayed", "current", "blockwise" or "mxfp8".
+const char* Fp8RecipeName(Fp8Recipe recipe);
+// The recipe --fp8-recipe names, or InvalidArgument naming the flag.
+[[nodiscard]] Result<Fp8Recipe> ParseFp8Recipe(const std::string& name);
+// FP8 bytes kept per parameter of a weight product beside its bf16 weight:
+// the FP8 weight and the transposed FP8 copy the backward's input-gradient
+// product reads (Hopper's FP8 tensor cores take only the TN layout; TE keeps
+// both, TransformerEngine#1429), each with its scales: delayed and current
+// 2 x 1 B (one scale per tensor), blockwise 2 x (1 + 4/128^2) B (an fp32
+// scale per 128 x 128 block), mxfp8 2 x (1 + 1/32) B (an E8M0 scale per 32
+// elements, rowwise and columnwise copies). kNone: 0.
+double Fp8WeightCopyBytes(Fp8Recipe recipe);
+// OK when `gpu` runs `recipe`: InvalidArgument naming --precision fp8 when
+// the GPU has a known bf16 peak and no FP8 peak (A100: no FP8 tensor cores),
+// and naming --fp8-recipe mxfp8 when it lacks MXFP8 tensor cores (every
+// preset: Hopper scales FP8 in software). A GPU of unknown peak (`ideal`)
+// is taken to run any recipe. kNone is always OK.
+[[nodiscard]] Status CheckFp8Support(Fp8Recipe recipe, const GpuSpec& gpu);
+
 struct MemoryConfig {
   double weight_bytes_per_param = 2;      // bf16 model parameters
   double gradient_bytes_per_param = 4;    // fp32 main gradients (--grad-dtype)
@@ -78,6 +110,19 @@ struct MemoryConfig {
   double gradient_copy_bytes_per_param = 0;
   int zero = 0;             // ZeRO level, 0-3 (see above)
   ShardingConfig sharding;  // how levels 2 and 3 run
+  // FP8 training (--precision fp8): the recipe, the FP8 weight copies kept
+  // per parameter (Fp8WeightCopyBytes; sharded like the parameters), and
+  // whether parameters are gathered in FP8 (--fp8-param-gather: Megatron-LM
+  // --fp8-param-gather keeps FP8 primary weights, no bf16 copy, and gathers
+  // 1 B per parameter; torchao's enable_fsdp_float8_all_gather, as torchtitan
+  // runs FSDP2, gathers 1 B too). kNone: all three unused.
+  Fp8Recipe fp8_recipe = Fp8Recipe::kNone;
+  double fp8_weight_bytes_per_param = 0;
+  bool fp8_param_gather = false;
+
+  // Bytes per parameter a ZeRO-3 all-gather moves and the gathered copy
+  // holds: 1 (FP8) with fp8_param_gather, else weight_bytes_per_param.
+  double GatherBytesPerParam() const;
 
   // InvalidArgument naming the setting for a negative byte count or a level
   // outside 0-3.
@@ -86,9 +131,10 @@ struct MemoryConfig {
 
 // What one GPU keeps per parameter of its stages, after sharding.
 struct ShardedBytes {
-  double weights = 0;
+  double weights = 0;  // the parameters, FP8 copies included
   double gradients = 0;
-  double optimizer = 0;  // optimizer state, fp32 main parameters, gradient copy
+  double optimizer = 0;    // optimizer state, fp32 main parameters, gradient copy
+  double fp8_weights = 0;  // of `weights`: the FP8 copies (0 without FP8)
   double Total() const { return weights + gradients + optimizer; }
 };
 
@@ -113,11 +159,19 @@ ShardedBytes ShardedBytesPerParam(const MemoryConfig& memory, int data_parallel)
 //     fp32 copy the optimizer step reads; fp32 precision needs fp32;
 //   optimizer adam: 8 B state (fp32 m and v); sgd: 4 B (fp32 momentum);
 //     sgd-nomomentum: none.
+//   precision fp8: bf16's bytes plus the recipe's FP8 weight copies
+//     (Fp8WeightCopyBytes; `fp8_recipe` must name one, "delayed" when
+//     empty); with fp8_param_gather the FP8 copies are the primary weights
+//     and the 2 B bf16 parameters go.
 // So bf16 + fp32 + adam = 2 + 4 + 12 = 18 B (the default), fp16 + fp16 +
-// adam = 2 + 2 + 16 = 20 B, fp32 + fp32 + adam = 4 + 4 + 8 = 16 B.
-// InvalidArgument names the flag otherwise.
+// adam = 2 + 2 + 16 = 20 B, fp32 + fp32 + adam = 4 + 4 + 8 = 16 B, fp8
+// (delayed) + fp32 + adam = 2 + 2 + 4 + 12 = 20 B (18 B with
+// fp8_param_gather). InvalidArgument names the flag otherwise (an FP8
+// recipe or FP8 gathers without --precision fp8).
 Result<MemoryConfig> MemoryConfigFor(const std::string& precision, const std::string& optimizer,
-                                     const std::string& grad_dtype = "fp32");
+                                     const std::string& grad_dtype = "fp32",
+                                     const std::string& fp8_recipe = "",
+                                     bool fp8_param_gather = false);
 
 }  // namespace pipecast
 

@@ -190,7 +190,7 @@ class StageMemory {
   // with the count, so the largest count gives the largest bytes).
   Bytes Gathered(int first, int last) const {
     return ParameterBytes(t_.LargestLayerParameters(StageLayers{first, last}),
-                          memory_.weight_bytes_per_param);
+                          memory_.GatherBytesPerParam());
   }
 
   const StageCostTable& t_;

@@ -95,5 +95,74 @@ TEST(ShardedBytesPerParam, ZeroTwoAndThreeAsRajbhandariEtAl) {
   EXPECT_DOUBLE_EQ(ShardedBytesPerParam(At(m, 3), 8).Total(), 2.25);
 }
 
+// FP8 bytes per parameter per recipe, worked by hand (docs/simulator.md
+// "Memory"): bf16 parameters (2), fp32 main gradients (4), fp32 main
+// parameters and Adam's moments (12), plus the FP8 weight and its transpose
+// with the recipe's scales.
+TEST(MemoryConfigFor, Fp8BytesPerParameterPerRecipe) {
+  struct Row {
+    const char* recipe;
+    double fp8_copies;
+  };
+  const Row rows[] = {
+      {"delayed", 2},                        // 2 x 1 B, one scale per tensor
+      {"current", 2},                        // the same copies; the scale is this step's amax
+      {"blockwise", 2 * (1 + 4.0 / 16384)},  // an fp32 scale per 128 x 128 block
+      {"mxfp8", 2 * (1 + 1.0 / 32)},         // an E8M0 byte per 32 elements: 2.0625
+  };
+  for (const Row& row : rows) {
+    SCOPED_TRACE(row.recipe);
+    const MemoryConfig m = MemoryConfigFor("fp8", "adam", "fp32", row.recipe).value();
+    EXPECT_EQ(Fp8RecipeName(m.fp8_recipe), std::string(row.recipe));
+    EXPECT_DOUBLE_EQ(m.fp8_weight_bytes_per_param, row.fp8_copies);
+    const ShardedBytes plain = ShardedBytesPerParam(m, 1);
+    EXPECT_DOUBLE_EQ(plain.weights, 2 + row.fp8_copies);
+    EXPECT_DOUBLE_EQ(plain.fp8_weights, row.fp8_copies);
+    EXPECT_DOUBLE_EQ(plain.Total(), 18 + row.fp8_copies);  // delayed: 20 B, 2 more than bf16
+    EXPECT_DOUBLE_EQ(m.GatherBytesPerParam(), 2);          // bf16 gathers
+    // ZeRO 3 over 8: every part / 8, the FP8 copies with the parameters.
+    const ShardedBytes three = ShardedBytesPerParam(At(m, 3), 8);
+    EXPECT_DOUBLE_EQ(three.fp8_weights, row.fp8_copies / 8);
+    EXPECT_DOUBLE_EQ(three.Total(), (18 + row.fp8_copies) / 8);
+  }
+  // FP8 primary weights (Megatron-LM --fp8-param-gather): no bf16 copy, 1 B
+  // gathered: 2 + 4 + 12 = 18 B, the same as bf16.
+  const MemoryConfig g = MemoryConfigFor("fp8", "adam", "fp32", "delayed", true).value();
+  EXPECT_DOUBLE_EQ(ShardedBytesPerParam(g, 1).Total(), 18);
+  EXPECT_DOUBLE_EQ(ShardedBytesPerParam(g, 1).weights, 2);
+  EXPECT_DOUBLE_EQ(g.GatherBytesPerParam(), 1);
+  // The recipe defaults to delayed; bf16 has no FP8 copies.
+  EXPECT_EQ(MemoryConfigFor("fp8", "adam").value().fp8_recipe, Fp8Recipe::kDelayed);
+  EXPECT_DOUBLE_EQ(ShardedBytesPerParam(MemoryConfigFor("bf16", "adam").value(), 1).fp8_weights, 0);
+}
+
+TEST(MemoryConfigFor, Fp8SettingsAreRefusedWithTheFlagNamed) {
+  const Result<MemoryConfig> unknown = MemoryConfigFor("fp8", "adam", "fp32", "tensorwise");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_THAT(unknown.status().message(), ::testing::HasSubstr("--fp8-recipe is 'tensorwise'"));
+  const Result<MemoryConfig> bf16 = MemoryConfigFor("bf16", "adam", "fp32", "delayed");
+  ASSERT_FALSE(bf16.ok());
+  EXPECT_THAT(bf16.status().message(), ::testing::HasSubstr("need --precision fp8"));
+  EXPECT_FALSE(MemoryConfigFor("bf16", "adam", "fp32", "", true).ok());
+}
+
+TEST(CheckFp8Support, A100HasNoFp8AndHopperNoMxfp8) {
+  const GpuSpec a100{.name = "NVIDIA A100-SXM4-80GB", .peak_tflops = 312};
+  const GpuSpec h100{.name = "NVIDIA H100 80GB HBM3", .peak_tflops = 989, .peak_fp8_tflops = 1979};
+  const Status no_fp8 = CheckFp8Support(Fp8Recipe::kDelayed, a100);
+  ASSERT_FALSE(no_fp8.ok());
+  EXPECT_THAT(no_fp8.message(), ::testing::HasSubstr("--precision fp8"));
+  EXPECT_THAT(no_fp8.message(), ::testing::HasSubstr("no FP8 tensor cores"));
+  EXPECT_TRUE(CheckFp8Support(Fp8Recipe::kNone, a100).ok());
+  EXPECT_TRUE(CheckFp8Support(Fp8Recipe::kBlockwise, h100).ok());
+  const Status mx = CheckFp8Support(Fp8Recipe::kMxfp8, h100);
+  ASSERT_FALSE(mx.ok());
+  EXPECT_THAT(mx.message(), ::testing::HasSubstr("--fp8-recipe mxfp8"));
+  GpuSpec blackwell = h100;
+  blackwell.mxfp8 = true;
+  EXPECT_TRUE(CheckFp8Support(Fp8Recipe::kMxfp8, blackwell).ok());
+  EXPECT_TRUE(CheckFp8Support(Fp8Recipe::kDelayed, GpuSpec{.name = "ideal"}).ok());  // unknown
+}
+
 }  // namespace
 }  // namespace pipecast

@@ -166,6 +166,8 @@ Status FillStatic(const Cluster& cluster, const Schedule& schedule, const SimOpt
   result->global_batch =
       int64_t{config.microbatch_size} * result->microbatches * config.layout.data_parallel;
   result->zero = config.memory.zero;
+  result->fp8_recipe = config.memory.fp8_recipe;
+  result->fp8_param_gather = config.memory.fp8_param_gather;
   result->memory_capacity_bytes = cluster.gpu.memory_bytes;
   result->memory_reserve_bytes =
       cluster.gpu.memory_bytes > 0 ? cluster.gpu.memory_reserve_bytes : 0;
@@ -183,6 +185,7 @@ Status FillStatic(const Cluster& cluster, const Schedule& schedule, const SimOpt
     sr.memory.weights += ParameterBytes(params, per_param.weights);
     sr.memory.gradients += ParameterBytes(params, per_param.gradients);
     sr.memory.optimizer += ParameterBytes(params, per_param.optimizer);
+    sr.memory.fp8_weights += ParameterBytes(params, per_param.fp8_weights);
   }
   for (int k = 0; k < schedule.num_ranks; ++k) {
     result->per_rank[k].rank = k;

@@ -140,6 +140,8 @@ struct MemoryBreakdown {
   // ZeRO-3: the unsharded parameters of two layers (the largest of the
   // rank's), gathered for the running op and prefetched for the next; else 0.
   Bytes gathered_weights = 0;
+  // FP8 training: the FP8 weight copies, a part of `weights` (0 without FP8).
+  Bytes fp8_weights = 0;
 };
 
 struct StageResult {
@@ -197,6 +199,10 @@ struct SimResult {
   TimeNs sharding_exposed_ns = 0;  // largest per-rank sharding_exposed_ns (ZeRO 2-3)
   TimeNs tp_comm_ns = 0;           // largest per-rank tp_comm_ns
   int zero = 0;                    // the ZeRO level simulated
+  // FP8 training (MemoryConfig::fp8_recipe): the recipe, kNone without FP8,
+  // and whether parameters are gathered in FP8.
+  Fp8Recipe fp8_recipe = Fp8Recipe::kNone;
+  bool fp8_param_gather = false;
   TimeNs optimizer_ns = 0;
   bool optimizer_estimated = false;     // optimizer_ns estimated from HBM bandwidth
   TimeNs allreduce_hidden_ns = 0;       // largest per-rank allreduce_hidden_ns

@@ -467,7 +467,31 @@ std::vector<Case> Catalogue() {
                   "older plans wrote it), got string \"on\""));
   c.push_back(Row("unknown_precision", kSimulator, {kGoodModel},
                   std::string(kSim) + " --precision fp4", 2,
-                  "--precision: 'fp4' is not one of bf16, fp16, fp32"));
+                  "--precision: 'fp4' is not one of bf16, fp16, fp8, fp32"));
+  // FP8 (issue 25): a GPU without FP8 tensor cores, an unknown recipe,
+  // MXFP8 before Blackwell, a recipe without --precision fp8.
+  c.push_back(Row("fp8_on_a100_profiler", kProfiler, {},
+                  "analytic --name x --layers 2 --hidden 64 --heads 8 --seq 8 --vocab 8 "
+                  "--gpu a100-80gb --precision fp8",
+                  1, "--precision fp8: the GPU 'NVIDIA A100-SXM4-80GB' has no FP8 tensor cores"));
+  c.push_back(Row("fp8_on_a100_simulator", kSimulator, {kGoodModel},
+                  std::string(kSim) + " --cluster a100-80gb --precision fp8", 1,
+                  "--precision fp8: the GPU 'NVIDIA A100-SXM4-80GB' has no FP8 tensor cores"));
+  c.push_back(Row("unknown_fp8_recipe_simulator", kSimulator, {kGoodModel},
+                  std::string(kSim) + " --cluster h100-sxm --precision fp8 --fp8-recipe tensorwise",
+                  1, "--fp8-recipe is 'tensorwise': expected delayed"));
+  c.push_back(Row("unknown_fp8_recipe_profiler", kProfiler, {},
+                  "analytic --name x --layers 2 --hidden 64 --heads 8 --seq 8 --vocab 8 "
+                  "--precision fp8 --fp8-recipe rowwise",
+                  1, "--fp8-recipe is 'rowwise': expected delayed"));
+  c.push_back(Row("mxfp8_on_hopper", kProfiler, {},
+                  "analytic --name x --layers 2 --hidden 64 --heads 8 --seq 8 --vocab 8 "
+                  "--gpu h100-sxm --precision fp8 --fp8-recipe mxfp8",
+                  1, "--fp8-recipe mxfp8: the GPU 'NVIDIA H100 80GB HBM3' has no MXFP8"));
+  c.push_back(Row("fp8_recipe_without_fp8", kSimulator, {kGoodModel},
+                  std::string(kSim) + " --fp8-recipe delayed", 1,
+                  "--fp8-recipe is set but --precision is 'bf16': FP8 settings need --precision "
+                  "fp8"));
   // Memory settings (issue 14): ZeRO level, main-gradient precision, reserve
   // and allocator margin. Single bad values are usage errors naming the flag.
   c.push_back(Row("flag_zero_out_of_range", kSimulator, {kGoodModel},

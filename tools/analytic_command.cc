@@ -39,6 +39,8 @@ struct AnalyticFlags {
   } given{};
   bool rotary_positions = false;
   std::string attention = "flash2";
+  std::string precision = "bf16";        // bf16, or fp8 with --fp8-recipe
+  std::string fp8_recipe;                // empty: delayed with --precision fp8
   std::string time_model;                // empty: matmul, or flat when --matmul-efficiency is given
   bool matmul_efficiency_given = false;  // --matmul-efficiency on the command line
   std::vector<int> tensor_parallel = {1};
@@ -146,6 +148,20 @@ int RunAnalytic(const AnalyticFlags& flags) {
     return kExitBadInput;
   }
   options.attention = *attention;
+  if (flags.precision == "fp8") {
+    Result<Fp8Recipe> recipe =
+        ParseFp8Recipe(flags.fp8_recipe.empty() ? "delayed" : flags.fp8_recipe);
+    if (!recipe.ok()) {
+      fmt::print(stderr, "profiler: error: {}\n", recipe.status().message());
+      return kExitBadInput;
+    }
+    options.fp8 = *recipe;
+  } else if (!flags.fp8_recipe.empty()) {
+    fmt::print(stderr,
+               "profiler: error: --fp8-recipe {} needs --precision fp8 (the precision is {})\n",
+               flags.fp8_recipe, flags.precision);
+    return kExitBadInput;
+  }
   // --matmul-efficiency is a parameter of the flat model: giving it alone
   // selects that model, as before the matmul model existed.
   if (flags.time_model == "matmul" && flags.matmul_efficiency_given) {
@@ -259,6 +275,16 @@ CLI::App* AddAnalytic(CLI::App& app, AnalyticFlags& f) {
       ->capture_default_str();
   cmd->add_option("--bytes-per-element", o.bytes_per_element, "2 (bf16), 1 (fp8) or 4 (fp32)")
       ->capture_default_str();
+  cmd->add_option("--precision", f.precision,
+                  "bf16, or fp8: the blocks' weight products in FP8 at the GPU's FP8 peak "
+                  "(H100, H200; not A100), attention, norms, embedding and head in bf16 "
+                  "(docs/profiler.md 'FP8')")
+      ->check(CLI::IsMember({"bf16", "fp8"}))
+      ->capture_default_str();
+  cmd->add_option("--fp8-recipe", f.fp8_recipe,
+                  "--precision fp8: delayed (default; per-tensor, amax history), current "
+                  "(per-tensor, an amax pass), blockwise (1x128 / 128x128 scales, DeepSeek-V3) or "
+                  "mxfp8 (Blackwell only)");
   cmd->add_option("--attention", f.attention,
                   "flash2 (FlashAttention-2; 'flash' means it too), flash3 (FlashAttention-3, "
                   "Hopper only), triton (FlashAttention's Triton kernel, as llm-foundry's MPT runs "

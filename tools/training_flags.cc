@@ -29,9 +29,21 @@ std::vector<CLI::Option*> AddTrainingFlags(CLI::App& app, TrainingFlags* flags,
           ->check(CLI::Range(int64_t{1}, int64_t{1} << 50)));
   added.push_back(app.add_option("--precision", f.precision,
                                  "training precision, for bytes per parameter: bf16, fp16 "
-                                 "(mixed) or fp32 (docs/simulator.md)")
-                      ->check(OneOf({"bf16", "fp16", "fp32"}))
+                                 "(mixed), fp8 (bf16 with FP8 weight products and FP8 weight "
+                                 "copies) or fp32 (docs/simulator.md)")
+                      ->check(OneOf({"bf16", "fp16", "fp8", "fp32"}))
                       ->capture_default_str());
+  added.push_back(app.add_option("--fp8-recipe", f.fp8_recipe,
+                                 "--precision fp8: delayed (default; per-tensor, amax history), "
+                                 "current (per-tensor), blockwise (1x128 / 128x128) or mxfp8 "
+                                 "(Blackwell); sets the FP8 weight copies (docs/simulator.md)"));
+  added.push_back(
+      app.add_option("--fp8-param-gather", f.fp8_param_gather,
+                     "--precision fp8: on keeps FP8 primary weights (no bf16 copy) and gathers "
+                     "parameters in FP8 at ZeRO 1-3 (Megatron-LM --fp8-param-gather; torchao's "
+                     "FSDP float8 all-gather)")
+          ->check(OneOf({"on", "off"}))
+          ->capture_default_str());
   added.push_back(app.add_option("--optimizer", f.optimizer,
                                  "optimizer, for bytes per parameter: adam, sgd or sgd-nomomentum")
                       ->check(OneOf({"adam", "sgd", "sgd-nomomentum"}))
@@ -54,7 +66,8 @@ std::vector<CLI::Option*> AddTrainingFlags(CLI::App& app, TrainingFlags* flags,
 }
 
 Status FillTrainingConfig(const TrainingFlags& flags, TrainingConfig* config) {
-  auto memory = MemoryConfigFor(flags.precision, flags.optimizer, flags.grad_dtype);
+  auto memory = MemoryConfigFor(flags.precision, flags.optimizer, flags.grad_dtype,
+                                flags.fp8_recipe, flags.fp8_param_gather == "on");
   if (!memory.ok()) return memory.status();
   // The bytes per parameter; how and over what the state is sharded stays.
   memory->zero = config->memory.zero;
@@ -74,6 +87,12 @@ Result<ClusterSelection> SelectToolCluster(const TrainingFlags& flags, const Mod
   if (!selected.ok()) return selected.status();
   PIPECAST_RETURN_IF_ERROR(
       OverrideGpuMemory(flags.memory_reserve_gb, flags.memory_headroom, &selected->cluster));
+  if (flags.precision == "fp8") {
+    Result<Fp8Recipe> recipe =
+        ParseFp8Recipe(flags.fp8_recipe.empty() ? "delayed" : flags.fp8_recipe);
+    if (!recipe.ok()) return recipe.status();
+    PIPECAST_RETURN_IF_ERROR(CheckFp8Support(*recipe, selected->cluster.gpu));
+  }
   return selected;
 }
 

@@ -32,11 +32,14 @@ struct TrainingFlags {
   std::string precision = "bf16";
   std::string optimizer = "adam";
   std::string grad_dtype = "fp32";  // main gradients: fp32 (Megatron's default) or bf16
+  std::string fp8_recipe;           // --precision fp8: delayed (default), current, blockwise, mxfp8
+  std::string fp8_param_gather = "off";  // on: FP8 primary weights, gathered in FP8
 };
 
 // Adds --cluster, --memory-gb (with the tool's help text), --optimizer-step-us,
 // --overlap-grad-reduce, --grad-bucket-params, --precision, --optimizer,
-// --grad-dtype, --memory-reserve-gb and --memory-headroom, bound to `flags`,
+// --grad-dtype, --fp8-recipe, --fp8-param-gather, --memory-reserve-gb and
+// --memory-headroom, bound to `flags`,
 // and returns them (the simulator makes --plan exclude them). `flags` must
 // outlive the parse.
 std::vector<CLI::Option*> AddTrainingFlags(CLI::App& app, TrainingFlags* flags,
@@ -53,7 +56,9 @@ std::vector<CLI::Option*> AddTrainingFlags(CLI::App& app, TrainingFlags* flags,
 
 // The cluster --cluster, the model's device and --memory-gb choose
 // (formats/cluster_select.h), with --memory-reserve-gb and --memory-headroom
-// applied. Failures name the flag.
+// applied. Failures name the flag; --precision fp8 is refused on a GPU with a
+// known bf16 peak and no FP8 peak (A100), and --fp8-recipe mxfp8 on one
+// without MXFP8 tensor cores.
 [[nodiscard]] Result<ClusterSelection> SelectToolCluster(const TrainingFlags& flags,
                                                          const Model& model);
 

@@ -60,7 +60,7 @@ void ApplyPerOpCollectives(const Model& model, const Cluster& cluster, const Sch
     const int layers = partition[s].last_layer - partition[s].first_layer + 1;
     const TimeNs gather =
         memory.zero >= 3 ? CollectiveNs(cluster, Collective::kAllGather,
-                                        ParameterBytes(c.parameters, memory.weight_bytes_per_param),
+                                        ParameterBytes(c.parameters, memory.GatherBytesPerParam()),
                                         groups.shard, layers)
                          : 0;
     // Without resharding after the forward the backward finds its parameters.
@@ -91,13 +91,13 @@ void ApplyPerOpCollectives(const Model& model, const Cluster& cluster, const Sch
       Bytes largest = 0;
       for (int l = partition[s].first_layer; l <= partition[s].last_layer; ++l) {
         largest = std::max(
-            largest, ParameterBytes(model.layers[l].parameters, memory.weight_bytes_per_param));
+            largest, ParameterBytes(model.layers[l].parameters, memory.GatherBytesPerParam()));
       }
       MemoryBreakdown& m = result->per_rank[rank].memory;
       m.gathered_weights = std::max(m.gathered_weights, kGatheredLayers * largest);
       if (!sharding.reshard_after_forward) {
         // The stage's gathered parameters stay from its forwards to its backwards.
-        held_weights[rank] += ParameterBytes(c.parameters, memory.weight_bytes_per_param);
+        held_weights[rank] += ParameterBytes(c.parameters, memory.GatherBytesPerParam());
         m.gathered_weights = std::max(m.gathered_weights, held_weights[rank]);
       }
     }
@@ -118,8 +118,11 @@ int64_t DefaultGradBucketParams(int d) {
 }
 
 double OptimizerBytesPerParam(const MemoryConfig& memory) {
+  // FP8: the step also writes the FP8 weight copies (Transformer Engine
+  // casts each weight once per step, on the first micro-batch; Megatron-LM
+  // passes is_first_microbatch), charged here once per iteration.
   return memory.gradient_bytes_per_param + 2 * memory.optimizer_bytes_per_param +
-         memory.weight_bytes_per_param;
+         memory.weight_bytes_per_param + memory.fp8_weight_bytes_per_param;
 }
 
 TimeNs EstimateOptimizerStepNs(const Cluster& cluster, const SimOptions& options,
@@ -194,7 +197,8 @@ void TailCollectives(const Cluster& cluster, const Schedule& schedule, const Sta
     return CollectiveNs(cluster, op, bytes, group);
   };
   const Bytes gradients = ParameterBytes(sr->parameters, memory.gradient_bytes_per_param);
-  const Bytes weights = ParameterBytes(sr->parameters, memory.weight_bytes_per_param);
+  // Gathered after the step at levels 1 and 2: FP8 with --fp8-param-gather.
+  const Bytes weights = ParameterBytes(sr->parameters, memory.GatherBytesPerParam());
   sr->allreduce_ns = 0;
   sr->allgather_ns = 0;
   sr->allreduce_hidden_ns = 0;
