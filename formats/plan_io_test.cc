@@ -309,7 +309,8 @@ TEST(PlanFileTest, ErrorsNameTheFileAndThePath) {
   EXPECT_THAT(ErrorAfter([](json& j) { j["actions"][1] = ""; }),
               HasSubstr("plan.json: actions[1]: is empty"));
   EXPECT_THAT(ErrorAfter([](json& j) { j["recompute"] = 1; }),
-              HasSubstr("plan.json: recompute: expected \"off\", \"selective\" or \"full\""));
+              HasSubstr("plan.json: recompute: expected \"off\", \"selective\", \"full\", "
+                        "\"op\" or \"every:K\""));
   EXPECT_THAT(ErrorAfter([](json& j) { j["recompute"] = "on"; }), HasSubstr("got string \"on\""));
   EXPECT_THAT(ErrorAfter([](json& j) { j["schedule"]["name"] = 3; }),
               HasSubstr("plan.json: schedule.name: expected a string"));
