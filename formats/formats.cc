@@ -126,6 +126,14 @@ Status ReadMemoryFields(const Reader& r, const json& v, const std::string& path,
   PIPECAST_RETURN_IF_ERROR(r.Time(v, path, "attention_core_us", kTimeUs, &p->attention_core_ns));
   PIPECAST_RETURN_IF_ERROR(
       r.Integer(v, path, "weight_grad_bytes", kSizeBytes, &p->weight_grad_bytes));
+  PIPECAST_RETURN_IF_ERROR(r.Integer(v, path, "op_saved_bytes", kSizeBytes, &p->op_saved_bytes));
+  PIPECAST_RETURN_IF_ERROR(r.Time(v, path, "op_recompute_us", kTimeUs, &p->op_recompute_ns));
+  if (p->op_saved_bytes.has_value() != p->op_recompute_ns.has_value()) {
+    return r.Error(
+        path,
+        "gives only one of op_saved_bytes and op_recompute_us; give both (docs/formats.md, "
+        "per-op recomputation) or neither");
+  }
   auto within_activations = [&](const char* key, const std::optional<Bytes>& bytes) {
     if (!bytes || *bytes <= p->activation_bytes) return Status::Ok();
     return r.Error(Member(path, key),
@@ -148,23 +156,28 @@ Status ReadMemoryFields(const Reader& r, const json& v, const std::string& path,
                    "parallelism) or none");
   }
   PIPECAST_RETURN_IF_ERROR(within_activations("attention_core_bytes", p->attention_core_bytes));
-  if (p->attention_core_ns && *p->attention_core_ns > p->forward_ns) {
-    return r.Error(Member(path, "attention_core_us"),
+  PIPECAST_RETURN_IF_ERROR(within_activations("op_saved_bytes", p->op_saved_bytes));
+  auto within_forward = [&](const char* key, const std::optional<TimeNs>& ns) {
+    if (!ns || *ns <= p->forward_ns) return Status::Ok();
+    return r.Error(Member(path, key),
                    fmt::format("{} is more than forward_us ({}); it is part of the forward, so it "
                                "must be <= forward_us",
-                               Shown(v["attention_core_us"]), Shown(v["forward_us"])));
-  }
+                               Shown(v[key]), Shown(v["forward_us"])));
+  };
+  PIPECAST_RETURN_IF_ERROR(within_forward("attention_core_us", p->attention_core_ns));
+  PIPECAST_RETURN_IF_ERROR(within_forward("op_recompute_us", p->op_recompute_ns));
   return Status::Ok();
 }
 
 Status ReadProfile(const Reader& r, const json& v, const std::string& path, LayerProfile* p) {
   PIPECAST_RETURN_IF_ERROR(r.CheckObject(v, path));
-  PIPECAST_RETURN_IF_ERROR(r.CheckKeys(
-      v, path,
-      {"microbatch_size", "tensor_parallel", "sequence_parallel", "forward_us", "backward_us",
-       "backward_weight_us", "activation_bytes", "output_bytes", "workspace_bytes",
-       "checkpoint_bytes", "attention_core_bytes", "attention_core_us", "weight_grad_bytes",
-       "tp_comm_bytes", "tp_forward_collectives", "tp_backward_collectives"}));
+  PIPECAST_RETURN_IF_ERROR(
+      r.CheckKeys(v, path,
+                  {"microbatch_size", "tensor_parallel", "sequence_parallel", "forward_us",
+                   "backward_us", "backward_weight_us", "activation_bytes", "output_bytes",
+                   "workspace_bytes", "checkpoint_bytes", "attention_core_bytes",
+                   "attention_core_us", "weight_grad_bytes", "op_saved_bytes", "op_recompute_us",
+                   "tp_comm_bytes", "tp_forward_collectives", "tp_backward_collectives"}));
   PIPECAST_RETURN_IF_ERROR(
       r.Integer(v, path, "microbatch_size", kMicrobatchSize, &p->microbatch_size));
   std::optional<int> t;
@@ -501,6 +514,8 @@ std::string ModelToJson(const Model& model) {
       if (p.attention_core_bytes) j["attention_core_bytes"] = *p.attention_core_bytes;
       if (p.attention_core_ns) j["attention_core_us"] = NsToUs(*p.attention_core_ns);
       if (p.weight_grad_bytes) j["weight_grad_bytes"] = *p.weight_grad_bytes;
+      if (p.op_saved_bytes) j["op_saved_bytes"] = *p.op_saved_bytes;
+      if (p.op_recompute_ns) j["op_recompute_us"] = NsToUs(*p.op_recompute_ns);
       if (p.tp_comm_bytes) j["tp_comm_bytes"] = *p.tp_comm_bytes;
       if (p.tp_forward_collectives) j["tp_forward_collectives"] = *p.tp_forward_collectives;
       if (p.tp_backward_collectives) j["tp_backward_collectives"] = *p.tp_backward_collectives;

@@ -75,27 +75,46 @@ Status ReadEmbeddedCluster(const Reader& r, const json& root, Cluster* cluster) 
   return Status::Ok();
 }
 
-// "recompute": "off", "selective" or "full"; plans written before the
-// granularities were named carry true (whole-stage recomputation, read as
-// full) or false (off).
-Status ReadRecompute(const Reader& r, const json& root, Recompute* out) {
-  std::string name;
+// "recompute": "off", "selective", "full", "op" or "every:K", with
+// "recompute_method" ("uniform" or "block") and "recompute_num_layers" beside
+// "full" when a Megatron-LM method was chosen (written only then, so plans of
+// the other modes read as before); plans written before the granularities
+// were named carry true (whole-stage recomputation, read as full) or false
+// (off).
+Status ReadRecompute(const Reader& r, const json& root, Recompute* out, RecomputeLayers* layers) {
+  *layers = RecomputeLayers{};
   if (root.contains("recompute") && root["recompute"].is_boolean()) {
     *out = root["recompute"].get<bool>() ? Recompute::kFull : Recompute::kOff;
     return Status::Ok();
   }
-  if (root.contains("recompute") && root["recompute"].is_string()) {
-    name = root["recompute"].get<std::string>();
-    if (std::optional<Recompute> mode = ParseRecompute(name)) {
-      *out = *mode;
-      return Status::Ok();
-    }
+  if (!root.contains("recompute") || !root["recompute"].is_string() ||
+      !ParseRecomputeSpec(root["recompute"].get<std::string>(), out, layers)) {
+    return r.Error(
+        "recompute",
+        fmt::format("expected \"off\", \"selective\", \"full\", \"op\" or "
+                    "\"every:K\" (K >= 1), or true/false as older plans wrote it, got {}",
+                    root.contains("recompute") ? internal::Shown(root["recompute"])
+                                               : std::string("nothing")));
   }
-  return r.Error("recompute",
-                 fmt::format("expected \"off\", \"selective\" or \"full\" (or true/false, "
-                             "as older plans wrote it), got {}",
-                             root.contains("recompute") ? internal::Shown(root["recompute"])
-                                                        : std::string("nothing")));
+  if (root.contains("recompute_method")) {
+    const json& method = root["recompute_method"];
+    std::optional<RecomputeMethod> parsed;
+    if (method.is_string()) parsed = ParseRecomputeMethod(method.get<std::string>());
+    if (!parsed) {
+      return r.Error("recompute_method", fmt::format("expected \"uniform\" or \"block\", got {}",
+                                                     internal::Shown(method)));
+    }
+    layers->method = *parsed;
+  }
+  if (root.contains("recompute_num_layers")) {
+    PIPECAST_RETURN_IF_ERROR(
+        r.Int(root, "", "recompute_num_layers", 1, kMaxCount, &layers->num_layers));
+  }
+  if (Status s = CheckRecompute(*out, *layers); !s.ok()) {
+    return r.Error(root.contains("recompute_method") ? "recompute_method" : "recompute_num_layers",
+                   s.message());
+  }
+  return Status::Ok();
 }
 
 Status ReadCounts(const Reader& r, const json& root, PlanFile* plan) {
@@ -149,7 +168,7 @@ Status ReadCounts(const Reader& r, const json& root, PlanFile* plan) {
   if (schedule->contains("flush")) {
     PIPECAST_RETURN_IF_ERROR(r.Bool(*schedule, "schedule", "flush", &plan->schedule.flush));
   }
-  return ReadRecompute(r, root, &plan->config.recompute);
+  return ReadRecompute(r, root, &plan->config.recompute, &plan->config.recompute_layers);
 }
 
 // Stage i must be entry i, and the stages must tile the layers from 0 on;
@@ -629,6 +648,8 @@ Status ReadPlan(const Reader& r, const json& root, PlanFile* plan) {
                                         "global_batch",
                                         "schedule",
                                         "recompute",
+                                        "recompute_method",
+                                        "recompute_num_layers",
                                         "partition",
                                         "placement",
                                         "actions",
@@ -740,6 +761,14 @@ std::string PlanToJson(const PlanFile& plan) {
                       {"iterations", plan.schedule.iterations},
                       {"flush", plan.schedule.flush}};
   root["recompute"] = RecomputeName(plan.config.recompute);
+  const RecomputeLayers& recompute = plan.config.recompute_layers;
+  if (plan.config.recompute == Recompute::kEvery) {
+    root["recompute"] = RecomputeSpec(plan.config.recompute, recompute);
+  }
+  if (recompute.method != RecomputeMethod::kEachLayer) {
+    root["recompute_method"] = RecomputeMethodName(recompute.method);
+    root["recompute_num_layers"] = recompute.num_layers;
+  }
   root["partition"] = json::array();
   for (size_t i = 0; i < plan.partition.size(); ++i) {
     root["partition"].push_back({{"stage", i},

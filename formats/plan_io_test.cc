@@ -79,6 +79,64 @@ TEST(PlanFileTest, RecomputeIsWrittenByNameAndOlderBooleansAreRead) {
   EXPECT_EQ(ParsePlan(j.dump(2), "plan.json")->config.recompute, Recompute::kSelective);
 }
 
+TEST(PlanFileTest, NewerRecomputeModesRoundTripWithTheirNumbers) {
+  // Given plans made with each newer mode (the uniform model's layers hold
+  // 64 MiB, their input 16 MiB: each is a block).
+  struct Case {
+    Recompute recompute;
+    RecomputeLayers layers;
+    const char* written;
+  };
+  const Case cases[] = {{Recompute::kOp, {}, "op"},
+                        {Recompute::kEvery, {3}, "every:3"},
+                        {Recompute::kFull, {0, RecomputeMethod::kUniform, 2}, "full"},
+                        {Recompute::kFull, {0, RecomputeMethod::kBlock, 1}, "full"}};
+  for (const Case& c : cases) {
+    World w = MakeWorld();
+    w.options.config.recompute = c.recompute;
+    w.options.config.recompute_layers = c.layers;
+    w.result = Simulate(w.model, w.cluster, w.schedule, w.options).value();
+    const std::string text =
+        PlanToJson(MakePlanFile("uniform", "h", w.cluster, w.schedule, w.options, w.result));
+    // Then the file spells the mode as the flag does, the method beside full,
+    const json j = json::parse(text);
+    EXPECT_EQ(j["recompute"], c.written);
+    const bool method = c.layers.method != RecomputeMethod::kEachLayer;
+    EXPECT_EQ(j.contains("recompute_method"), method);
+    if (method) {
+      EXPECT_EQ(j["recompute_method"], RecomputeMethodName(c.layers.method));
+      EXPECT_EQ(j["recompute_num_layers"], c.layers.num_layers);
+    }
+    // and reading it back gives the same mode and the same prediction.
+    Result<PlanFile> parsed = ParsePlan(text, "plan.json");
+    ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+    EXPECT_EQ(parsed->config.recompute, c.recompute);
+    EXPECT_EQ(parsed->config.recompute_layers, c.layers);
+    SimResult replay =
+        Simulate(w.model, parsed->cluster, parsed->schedule, PlanSimOptions(*parsed)).value();
+    EXPECT_EQ(replay.iteration_ns, w.result.iteration_ns);
+    EXPECT_EQ(replay.per_rank[0].peak_memory_bytes, w.result.per_rank[0].peak_memory_bytes);
+    EXPECT_EQ(PlanToJson(*parsed), text);
+  }
+  // A plan of the older modes has no new key.
+  EXPECT_FALSE(json::parse(PlanText()).contains("recompute_method"));
+}
+
+TEST(PlanFileTest, BadRecomputeNumbersAreNamed) {
+  EXPECT_THAT(ErrorAfter([](json& j) { j["recompute"] = "every:0"; }),
+              HasSubstr("recompute: expected"));
+  EXPECT_THAT(ErrorAfter([](json& j) { j["recompute_method"] = "chunked"; }),
+              HasSubstr("recompute_method: expected \"uniform\" or \"block\""));
+  EXPECT_THAT(ErrorAfter([](json& j) { j["recompute_method"] = "uniform"; }),
+              HasSubstr("needs --recompute-num-layers"));
+  EXPECT_THAT(ErrorAfter([](json& j) {
+                j["recompute"] = "op";
+                j["recompute_method"] = "block";
+                j["recompute_num_layers"] = 2;
+              }),
+              HasSubstr("use it with --recompute full"));
+}
+
 TEST(ModelHashTest, IsFnv1a64InHex) {
   EXPECT_EQ(ModelHash(""), "fnv1a64:cbf29ce484222325");
   EXPECT_EQ(ModelHash("a"), "fnv1a64:af63dc4c8601ec8c");
@@ -274,7 +332,8 @@ TEST(PlanFileTest, ErrorsNameTheFileAndThePath) {
   EXPECT_THAT(ErrorAfter([](json& j) { j["actions"][1] = ""; }),
               HasSubstr("plan.json: actions[1]: is empty"));
   EXPECT_THAT(ErrorAfter([](json& j) { j["recompute"] = 1; }),
-              HasSubstr("plan.json: recompute: expected \"off\", \"selective\" or \"full\""));
+              HasSubstr("plan.json: recompute: expected \"off\", \"selective\", \"full\", "
+                        "\"op\" or \"every:K\""));
   EXPECT_THAT(ErrorAfter([](json& j) { j["recompute"] = "on"; }), HasSubstr("got string \"on\""));
   EXPECT_THAT(ErrorAfter([](json& j) { j["schedule"]["name"] = 3; }),
               HasSubstr("plan.json: schedule.name: expected a string"));

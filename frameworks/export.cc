@@ -196,10 +196,32 @@ FrameworkExport ExportMegatron(const PlanFile& plan, const ExportRequest& reques
     case Recompute::kSelective:
       flag("--recompute-granularity", "selective");
       break;
-    case Recompute::kFull:
+    case Recompute::kFull: {
+      const RecomputeLayers& layers = plan.config.recompute_layers;
+      flag("--recompute-granularity", "full");
+      if (layers.method == RecomputeMethod::kEachLayer) {
+        flag("--recompute-method", "uniform");
+        flag("--recompute-num-layers", "1");
+      } else {
+        flag("--recompute-method", RecomputeMethodName(layers.method));
+        flag("--recompute-num-layers", std::to_string(layers.num_layers));
+      }
+      break;
+    }
+    case Recompute::kOp:
+      flag("--recompute-granularity", "selective");
+      out.differences.push_back(
+          "Megatron-LM has no per-op policy (save the matmul outputs, recompute the rest); the "
+          "closest it runs, written here: selective recomputation of the attention core");
+      break;
+    case Recompute::kEvery:
       flag("--recompute-granularity", "full");
       flag("--recompute-method", "uniform");
       flag("--recompute-num-layers", "1");
+      out.differences.push_back(fmt::format(
+          "Megatron-LM cannot checkpoint every {}-th layer only; the closest it runs, written "
+          "here: full recomputation of every layer (more recomputation, less memory)",
+          plan.config.recompute_layers.every));
       break;
   }
 
@@ -415,6 +437,22 @@ FrameworkExport ExportTorchtitan(const PlanFile& plan, const ExportRequest& requ
       break;
     case Recompute::kFull:
       checkpoint.push_back("mode = \"full\"");
+      if (plan.config.recompute_layers.method != RecomputeMethod::kEachLayer) {
+        out.differences.push_back(fmt::format(
+            "torchtitan has no Megatron-LM recompute method ({} {}); the closest it runs, "
+            "written here: full checkpointing of every block",
+            RecomputeMethodName(plan.config.recompute_layers.method),
+            plan.config.recompute_layers.num_layers));
+      }
+      break;
+    case Recompute::kOp:
+      checkpoint.push_back("mode = \"selective\"");
+      checkpoint.push_back("selective_ac_option = \"op\"");
+      break;
+    case Recompute::kEvery:
+      checkpoint.push_back("mode = \"selective\"");
+      checkpoint.push_back(
+          fmt::format("selective_ac_option = \"{}\"", plan.config.recompute_layers.every));
       break;
   }
 
@@ -486,7 +524,14 @@ FrameworkExport ExportDeepSpeed(const PlanFile& plan, const ExportRequest& reque
         !per_stage.empty() && std::all_of(per_stage.begin(), per_stage.end(),
                                           [&](int n) { return n == per_stage.front(); });
     pipe["partition"] = even ? "uniform" : "parameters";
-    if (plan.config.recompute != Recompute::kOff) pipe["activation_checkpoint_interval"] = 1;
+    // DeepSpeed's interval is the layers one checkpoint covers: Megatron's uniform method's N.
+    if (plan.config.recompute != Recompute::kOff) {
+      const RecomputeLayers& layers = plan.config.recompute_layers;
+      pipe["activation_checkpoint_interval"] =
+          plan.config.recompute == Recompute::kFull && layers.method == RecomputeMethod::kUniform
+              ? layers.num_layers
+              : 1;
+    }
     j["pipeline"] = pipe;
     if (s.v > 1 || s.bidirectional ||
         (s.kind != ScheduleKind::k1F1B && s.kind != ScheduleKind::kCustom)) {
@@ -517,10 +562,12 @@ FrameworkExport ExportDeepSpeed(const PlanFile& plan, const ExportRequest& reque
     ac["contiguous_memory_optimization"] = false;
     ac["cpu_checkpointing"] = false;
     j["activation_checkpointing"] = ac;
-    if (plan.config.recompute == Recompute::kSelective) {
-      out.differences.push_back(
-          "DeepSpeed checkpoints whole layers (deepspeed.checkpointing), not the attention core "
-          "alone; the closest it runs, written here: full recomputation of every layer");
+    if (plan.config.recompute == Recompute::kSelective || plan.config.recompute == Recompute::kOp ||
+        plan.config.recompute == Recompute::kEvery) {
+      out.differences.push_back(fmt::format(
+          "DeepSpeed checkpoints whole layers (deepspeed.checkpointing), not {}; the closest it "
+          "runs, written here: full recomputation of every layer",
+          RecomputeSpec(plan.config.recompute, plan.config.recompute_layers)));
     }
   }
   out.text = j.dump(2) + "\n";

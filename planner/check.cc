@@ -30,7 +30,7 @@ std::string BaselineLabel(const PlanFile& b) {
   const TrainingConfig& k = b.config;
   return fmt::format("p={} d={} {} mbs={} m={} recompute={} zero={}", k.layout.pipeline_stages,
                      k.layout.data_parallel, b.schedule_name, k.microbatch_size, k.microbatches,
-                     RecomputeName(k.recompute), k.memory.zero);
+                     RecomputeSpec(k.recompute, k.recompute_layers), k.memory.zero);
 }
 
 // Everything the table compares, gathered first so the rendering stays plain.

@@ -119,27 +119,40 @@ bool HasAttentionCore(const Model& model) {
   });
 }
 
-std::vector<Recompute> RecomputeModes(const Model& model, RecomputeMode mode) {
-  switch (mode) {
+bool HasOpPolicy(const Model& model) {
+  return std::any_of(model.layers.begin(), model.layers.end(), [](const Layer& l) {
+    return std::any_of(l.profiles.begin(), l.profiles.end(),
+                       [](const LayerProfile& p) { return p.op_saved_bytes.has_value(); });
+  });
+}
+
+std::vector<RecomputeChoice> RecomputeModes(const Model& model, const PlannerOptions& options) {
+  switch (options.recompute) {
     case RecomputeMode::kOff:
-      return {Recompute::kOff};
+      return {{Recompute::kOff}};
     case RecomputeMode::kSelective:
-      return {Recompute::kSelective};
+      return {{Recompute::kSelective}};
     case RecomputeMode::kFull:
-      return {Recompute::kFull};
+      return {{Recompute::kFull}};
+    case RecomputeMode::kListed:
+      return options.recompute_listed;
     case RecomputeMode::kAuto:
       break;
   }
-  // Selective recomputation that drops nothing is off at a higher price.
-  if (!HasAttentionCore(model)) return {Recompute::kOff, Recompute::kFull};
-  return {Recompute::kOff, Recompute::kSelective, Recompute::kFull};
+  // Selective recomputation that drops nothing is off at a higher price; the
+  // per-op policy is searched where the model says what it keeps.
+  std::vector<RecomputeChoice> modes = {{Recompute::kOff}};
+  if (HasAttentionCore(model)) modes.push_back({Recompute::kSelective});
+  modes.push_back({Recompute::kFull});
+  if (HasOpPolicy(model)) modes.push_back({Recompute::kOp});
+  return modes;
 }
 
 namespace {
 
 // Enumerate() at one tensor-parallel degree and sequence-parallel setting.
 void EnumerateAt(const PlannerOptions& options, int64_t global_batch, int t, bool sp, int layers,
-                 bool split, const std::vector<Recompute>& recompute_modes,
+                 bool split, const std::vector<RecomputeChoice>& recompute_modes,
                  std::vector<Candidate>* out, std::vector<Rejection>* rejected) {
   const int per_t = options.gpus / t;
   for (int p = 1; p <= std::min(per_t, layers); ++p) {
@@ -155,7 +168,7 @@ void EnumerateAt(const PlannerOptions& options, int64_t global_batch, int t, boo
                                               : traits.uses_chunks ? options.chunks
                                                                    : std::vector<int>{1};
         for (int v : chunk_counts) {
-          for (Recompute recompute : recompute_modes) {
+          for (const RecomputeChoice& recompute : recompute_modes) {
             for (int zero : ZeroLevels(options, d)) {
               Candidate c;
               TrainingConfig& config = c.config;
@@ -166,7 +179,8 @@ void EnumerateAt(const PlannerOptions& options, int64_t global_batch, int t, boo
               config.layout.chunks = v;
               config.schedule = schedule;
               config.microbatch_size = size;
-              config.recompute = recompute;
+              config.recompute = recompute.recompute;
+              config.recompute_layers = recompute.layers;
               config.memory = options.memory;
               config.memory.zero = zero;
               config.overlap = options.overlap;
@@ -206,8 +220,7 @@ int64_t CountConfigurations(const Model& model, const Cluster& cluster,
   constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
   auto times = [](int64_t a, int64_t b) { return b != 0 && a > kMax / b ? kMax : a * b; };
   const int layers = static_cast<int>(model.layers.size());
-  const int64_t recompute_modes =
-      static_cast<int64_t>(RecomputeModes(model, options.recompute).size());
+  const int64_t recompute_modes = static_cast<int64_t>(RecomputeModes(model, options).size());
   int64_t schedule_chunks = 0;  // (schedule, v) pairs EnumerateAt tries
   for (ScheduleKind schedule : options.schedules) {
     const ScheduleTraits& traits = TraitsOf(schedule);
@@ -243,7 +256,7 @@ std::vector<Candidate> Enumerate(const Model& model, const Cluster& cluster,
   std::vector<Candidate> out;
   const int layers = static_cast<int>(model.layers.size());
   const bool split = HasWeightGradientSplit(model);
-  const std::vector<Recompute> recompute_modes = RecomputeModes(model, options.recompute);
+  const std::vector<RecomputeChoice> recompute_modes = RecomputeModes(model, options);
   for (int t : TensorParallelDegrees(model, cluster, options, notes)) {
     if (options.gpus % t != 0) continue;
     for (bool sp : SequenceParallelModes(model, options, t)) {

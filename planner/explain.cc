@@ -36,14 +36,36 @@ std::string LayerSpan(const Model& model, const StageLayers& s) {
                      name(s.last_layer));
 }
 
-std::string RecomputeText(Recompute r) {
+std::string RecomputeText(Recompute r, const RecomputeLayers& layers) {
   switch (r) {
     case Recompute::kOff:
       return "off";
     case Recompute::kSelective:
       return "selective (the attention core is rerun in the backward)";
     case Recompute::kFull:
+      switch (layers.method) {
+        case RecomputeMethod::kUniform:
+          return fmt::format(
+              "full, Megatron-LM uniform method (chunks of {} layers: each chunk's input kept, "
+              "the chunk rerun in the backward)",
+              layers.num_layers);
+        case RecomputeMethod::kBlock:
+          return fmt::format(
+              "full, Megatron-LM block method (the first {} layers of each stage checkpointed, "
+              "the rest keep their activations)",
+              layers.num_layers);
+        case RecomputeMethod::kEachLayer:
+          break;
+      }
       return "full (each layer's input kept; layers rerun one at a time in the backward)";
+    case Recompute::kOp:
+      return "op (torchtitan's per-op policy: every other matmul's and the attention's outputs "
+             "kept, the rest rerun in the backward)";
+    case Recompute::kEvery:
+      return fmt::format(
+          "every:{} (blocks {}, {}, ... of each stage checkpointed and rerun; the others keep "
+          "their activations)",
+          layers.every, layers.every, 2 * layers.every);
   }
   return "off";
 }
@@ -128,7 +150,8 @@ std::string ChosenText(const PlanReport& report, const Model& model) {
       "  micro-batches        {} of size {} (global batch {} = {} x {} x {}: size x count x d)\n",
       c.config.microbatches, c.config.microbatch_size, r.global_batch, c.config.microbatch_size,
       c.config.microbatches, c.config.layout.data_parallel);
-  out += fmt::format("  recomputation        {}\n", RecomputeText(c.config.recompute));
+  out += fmt::format("  recomputation        {}\n",
+                     RecomputeText(c.config.recompute, c.config.recompute_layers));
   out += fmt::format("  sharding             {}\n",
                      ZeroText(c.config.memory.zero, c.config.layout.data_parallel));
   if (c.config.memory.fp8_recipe != Fp8Recipe::kNone) {  // FP8 only: bf16 text as before
@@ -304,7 +327,7 @@ Json CandidateJson(const Candidate& c, const Model& model, bool with_predicted) 
   j["chunks"] = c.config.layout.chunks;
   j["microbatch_size"] = c.config.microbatch_size;
   j["microbatches"] = c.config.microbatches;
-  j["recompute"] = RecomputeName(c.config.recompute);
+  j["recompute"] = RecomputeSpec(c.config.recompute, c.config.recompute_layers);
   j["zero"] = c.config.memory.zero;
   if (c.config.memory.fp8_recipe != Fp8Recipe::kNone) {  // FP8 only: bf16 JSON as before
     j["precision"] = "fp8";

@@ -25,9 +25,9 @@ namespace {
 
 PartitionCache::Key KeyOf(const Candidate& c) {
   const TrainingConfig& config = c.config;
-  return PartitionCache::Key{config.microbatch_size, config.recompute,
-                             config.layout.tensor_parallel, config.layout.sequence_parallel,
-                             config.overlap.tp_comm_overlap};
+  return PartitionCache::Key{config.microbatch_size,          config.recompute,
+                             config.recompute_layers,         config.layout.tensor_parallel,
+                             config.layout.sequence_parallel, config.overlap.tp_comm_overlap};
 }
 
 }  // namespace

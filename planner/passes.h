@@ -34,7 +34,10 @@ bool HasAttentionCore(const Model& model);
 // The recomputation granularities `mode` searches for `model`: one when
 // pinned; auto gives off, selective and full, less selective when
 // !HasAttentionCore(model) (it would be off at a higher price).
-std::vector<Recompute> RecomputeModes(const Model& model, RecomputeMode mode);
+std::vector<RecomputeChoice> RecomputeModes(const Model& model, const PlannerOptions& options);
+// True when some layer profile gives op_saved_bytes: per-op recomputation can
+// be costed, and auto searches it.
+bool HasOpPolicy(const Model& model);
 
 // The activation micro-batches stage s of p holds at its peak under a schedule
 // with m micro-batches, from the schedule's traits row (sim/schedule_traits.h):
@@ -66,7 +69,7 @@ class PartitionCache {
   // What a cost table depends on besides the model: micro-batch size,
   // recomputation, t, sequence parallelism, TP overlap (the cluster's link
   // is one per run).
-  using Key = std::tuple<int, Recompute, int, bool, bool>;
+  using Key = std::tuple<int, Recompute, RecomputeLayers, int, bool, bool>;
   // `model` and `cluster` must outlive the cache.
   PartitionCache(const Model& model, const Cluster& cluster) : model_(model), cluster_(cluster) {}
   // StageCostTable(model, StageCostOptionsFor(c.config, cluster)).

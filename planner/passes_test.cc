@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include "testing/sim_test_util.h"
 
@@ -41,6 +43,40 @@ TEST(PassEnumerate, DivisorsSizesSchedulesAndRecompute) {
         int64_t{x.config.microbatch_size} * x.config.microbatches * x.config.layout.data_parallel,
         16);
   }
+}
+
+TEST(PassEnumerate, AutoSearchesOpWhereTheModelGivesItAndListsAreTriedAsGiven) {
+  Model model = UniformModel(8, kF, kB);
+  PlannerOptions o = Options(8);
+  // Auto: off and full (no attention core, no per-op fields).
+  auto spec = [](const std::vector<RecomputeChoice>& modes) {
+    std::string out;
+    for (const RecomputeChoice& c : modes) out += RecomputeSpec(c.recompute, c.layers) + " ";
+    return out;
+  };
+  EXPECT_EQ(spec(RecomputeModes(model, o)), "off full ");
+  // With the per-op policy's fields, auto adds op.
+  for (Layer& l : model.layers) {
+    l.profiles[0].op_saved_bytes = l.profiles[0].activation_bytes / 2;
+    l.profiles[0].op_recompute_ns = kF / 4;
+  }
+  EXPECT_EQ(spec(RecomputeModes(model, o)), "off full op ");
+  // A list is searched as given: every candidate of the 120 above comes in
+  // three recomputations instead of two.
+  o.recompute = RecomputeMode::kListed;
+  o.recompute_listed = {{Recompute::kEvery, {2}},
+                        {Recompute::kOp},
+                        {Recompute::kFull, {0, RecomputeMethod::kUniform, 2}}};
+  EXPECT_EQ(spec(RecomputeModes(model, o)), "every:2 op full-uniform:2 ");
+  std::vector<Rejection> rejected;
+  std::vector<Candidate> c = Enumerate(model, IdealCluster(), o, 16, &rejected);
+  EXPECT_EQ(c.size(), 180u);
+  EXPECT_EQ(std::count_if(c.begin(), c.end(),
+                          [](const Candidate& x) {
+                            return x.config.recompute == Recompute::kEvery &&
+                                   x.config.recompute_layers.every == 2;
+                          }),
+            60);
 }
 
 TEST(PassEnumerate, StagesNeverExceedLayersAndBatchMustDivide) {

@@ -99,7 +99,8 @@ std::string Candidate::Label() const {
                           l.data_parallel, ScheduleKindName(config.schedule),
                           l.chunks > 1 ? fmt::format(" v={}", l.chunks) : "",
                           config.microbatch_size, config.microbatches,
-                          RecomputeName(config.recompute), config.memory.zero);
+                          RecomputeSpec(config.recompute, config.recompute_layers),
+                          config.memory.zero);
 }
 
 Bytes Candidate::PeakMemory() const {
@@ -224,7 +225,11 @@ std::vector<std::string> Suggestions(const Model& model, const Cluster& cluster,
           fmt::format("more GPUs split the layers further: try --gpus {}", options.gpus * 2));
     }
   }
-  if (options.recompute != RecomputeMode::kAuto && options.recompute != RecomputeMode::kFull) {
+  const bool full_listed =
+      std::any_of(options.recompute_listed.begin(), options.recompute_listed.end(),
+                  [](const RecomputeChoice& c) { return c.recompute == Recompute::kFull; });
+  if (options.recompute != RecomputeMode::kAuto && options.recompute != RecomputeMode::kFull &&
+      !(options.recompute == RecomputeMode::kListed && full_listed)) {
     out.push_back(
         "full activation recomputation keeps only each layer's input: try --recompute auto");
   }

@@ -42,8 +42,18 @@
 namespace pipecast {
 
 // What the search tries: auto searches off, selective (skipped when the model
-// has no attention core to drop) and full; the others pin one.
-enum class RecomputeMode { kAuto, kOff, kSelective, kFull };
+// has no attention core to drop), full and op (only when the model gives the
+// per-op policy's fields, op_saved_bytes); kOff, kSelective and kFull pin
+// one; kListed tries PlannerOptions::recompute_listed.
+enum class RecomputeMode { kAuto, kOff, kSelective, kFull, kListed };
+
+// One recomputation the search tries: its mode and numbers (every:K,
+// Megatron-LM's method).
+struct RecomputeChoice {
+  Recompute recompute = Recompute::kOff;
+  RecomputeLayers layers;
+  auto operator<=>(const RecomputeChoice&) const = default;
+};
 
 // Where a search stands, for a progress display: `done` of `total`
 // configurations through the partition pass, then through the simulate pass,
@@ -68,7 +78,8 @@ struct PlannerOptions {
   // Chunks per GPU tried for interleaved and looped-bfs schedules.
   std::vector<int> chunks = {2};
   std::vector<int> microbatch_sizes;               // empty: the sizes the model was measured at
-  RecomputeMode recompute = RecomputeMode::kAuto;  // auto tries all three
+  RecomputeMode recompute = RecomputeMode::kAuto;  // see RecomputeMode
+  std::vector<RecomputeChoice> recompute_listed;   // with kListed, in order
   // ZeRO levels tried (MemoryConfig::zero); empty: 0, 1 and 3 when d > 1
   // (plain, Megatron's distributed optimizer, FSDP), 0 alone when d = 1.
   std::vector<int> zero_levels;

@@ -93,8 +93,15 @@ struct SampleCost {
   double attention_core_bytes = 0;    // what selective recomputation drops
   double attention_core_flops = 0;    // its forward FLOPs (rerun by selective recomputation)
   double weight_grad_bytes = 0;       // what the weight-gradient op keeps
-  double traffic_bytes = 0;           // forward element-wise HBM traffic
-  double output_bytes = 0;            // sent to the next layer
+  // Per-op recomputation (torchtitan's SelectiveAC "op" policy), for a block
+  // the policy wraps (op_wrapped): what the forward keeps, and which of
+  // weight_products the backward reruns (every second one) with their FLOPs.
+  bool op_wrapped = false;
+  double op_saved_bytes = 0;
+  std::vector<bool> op_rerun;  // aligned with weight_products
+  double op_rerun_flops = 0;
+  double traffic_bytes = 0;  // forward element-wise HBM traffic
+  double output_bytes = 0;   // sent to the next layer
   Bytes workspace_bytes = 0;
   bool has_input_gradient = true;             // false: the whole backward is weight gradient
   std::vector<ProductShape> weight_products;  // forward products with a weight
@@ -400,6 +407,25 @@ SampleCost BlockCost(const TransformerSpec& spec, const LayerShape& shape, const
   // 16-bit, f = 4h, multi-head attention (Qi et al. 2024, Table 1).
   const KeptWidths grad = WeightGradWidths(whole);
   c.weight_grad_bytes = d.s * d.e * (x.Replicated() * grad.full + grad.split / t);
+  // torchtitan's op policy (torchtitan/distributed/activation_checkpoint.py,
+  // docs/profiler.md): the block's input, the outputs of the 1st, 3rd, ...
+  // weight product in the order the block runs them (the 2nd, 4th, ... are
+  // rerun), and the attention kernel's outputs (its output and, with flash,
+  // the logsumexp; eager attention's s x s tensors) are kept; everything else
+  // (norms, rotary, activation, residual adds, dropout) is rerun.
+  c.op_wrapped = true;
+  c.op_saved_bytes = c.checkpoint_bytes + d.s * d.e * a * core_shape.v_dim / t +
+                     (flash ? kLogsumexpBytes * a * d.s / t : core);
+  for (size_t i = 0; i < shape.products.size(); ++i) {
+    const bool rerun = i % 2 == 1;
+    c.op_rerun.push_back(rerun);
+    const ProductShape& p = c.weight_products[i];
+    if (rerun) {
+      c.op_rerun_flops += 2 * p.m * p.n * p.k;
+    } else {
+      c.op_saved_bytes += p.m * p.n * d.e;
+    }
+  }
   c.output_bytes = x.Replicated() * d.s * d.h * d.e;
   c.workspace_bytes = kMatmulWorkspaceBytes;
   // Two all-reduces in the forward (after attention and after the MLP) and
@@ -463,10 +489,11 @@ Gemm AtMicrobatch(const ProductShape& p, int b) {
 }
 
 // Seconds of one micro-batch of b samples: forward, whole backward, and the
-// weight-gradient part of the backward, and the forward of the attention
-// core that selective recomputation reruns.
+// weight-gradient part of the backward, the forward of the attention core
+// that selective recomputation reruns, and the forward of the ops the per-op
+// policy reruns.
 struct LayerSeconds {
-  double forward = 0, backward = 0, weight = 0, core = 0;
+  double forward = 0, backward = 0, weight = 0, core = 0, op = 0;
 };
 
 LayerSeconds FlatSeconds(const SampleCost& c, const Rates& r, int b) {
@@ -477,6 +504,10 @@ LayerSeconds FlatSeconds(const SampleCost& c, const Rates& r, int b) {
   s.weight = c.has_input_gradient ? b * c.weight_flops / r.flops_per_s : s.backward;
   s.core = b * (c.attention_core_flops / r.flops_per_s +
                 kTrafficPerActivationByte * c.attention_core_bytes / r.bytes_per_s);
+  // The rerun products and the element-wise traffic but the core's.
+  s.op =
+      b * (c.op_rerun_flops / r.flops_per_s +
+           (c.traffic_bytes - kTrafficPerActivationByte * c.attention_core_bytes) / r.bytes_per_s);
   return s;
 }
 
@@ -499,9 +530,10 @@ LayerSeconds MatmulSeconds(const SampleCost& c, const Rates& r, int b) {
   // dgrad and wgrad GEMMs).
   const GemmRates& wg = c.fp8_products && r.fp8 != Fp8Recipe::kNone ? r.fp8_gemm : g;
   auto weight_gemm = [&](const Gemm& product) { return kernel(TimeGemm(wg, product).seconds); };
-  for (const ProductShape& p : c.weight_products) {
-    const Gemm f = AtMicrobatch(p, b);
+  for (size_t i = 0; i < c.weight_products.size(); ++i) {
+    const Gemm f = AtMicrobatch(c.weight_products[i], b);
     s.forward += weight_gemm(f);
+    if (i < c.op_rerun.size() && c.op_rerun[i]) s.op += weight_gemm(f);
     input_grad += weight_gemm(Gemm{f.m, f.k, f.n, 1});
     s.weight += weight_gemm(Gemm{f.k, f.n, f.m, 1});
   }
@@ -519,7 +551,10 @@ LayerSeconds MatmulSeconds(const SampleCost& c, const Rates& r, int b) {
     core_backward += kernel(kFlashBackwardOverForward * flops / r.flash.backward_flops_per_s);
   }
   s.forward += core_forward;
-  for (const MemoryKernel& k : c.forward_kernels) s.forward += memory(k);
+  for (const MemoryKernel& k : c.forward_kernels) {
+    s.forward += memory(k);
+    s.op += memory(k);  // every element-wise forward kernel is rerun
+  }
   double other_backward = 0;
   for (const MemoryKernel& k : c.backward_kernels) {
     (k.weight_gradient ? s.weight : other_backward) += memory(k);
@@ -557,6 +592,14 @@ Result<LayerProfile> ProfileAt(const std::string& name, const SampleCost& c, con
     p.attention_core_ns = std::min<TimeNs>(p.forward_ns, std::llround(sec.core * 1e9));
   }
   p.weight_grad_bytes = std::llround(b * c.weight_grad_bytes);
+  // Layers the per-op policy does not wrap (embedding, head) keep everything
+  // and rerun nothing.
+  p.op_saved_bytes = p.activation_bytes;
+  p.op_recompute_ns = 0;
+  if (c.op_wrapped) {
+    p.op_saved_bytes = std::min<Bytes>(p.activation_bytes, std::llround(b * c.op_saved_bytes));
+    p.op_recompute_ns = std::min<TimeNs>(p.forward_ns, std::llround(sec.op * 1e9));
+  }
   return p;
 }
 
@@ -716,6 +759,16 @@ std::map<std::string, std::string> Formulas(const TransformerSpec& spec,
       "with one layer per checkpoint; Korthikanti et al. 2022 Table 2: 2*s*b*h per layer for "
       "16-bit): block B*s*b*h (its input); embedding and lm_head are not recomputed, so their "
       "checkpoint_bytes = activation_bytes";
+  formulas["op_formula"] =
+      "op_saved_bytes and op_recompute_us (per-op recomputation, torchtitan's SelectiveAC 'op' "
+      "policy, torchtitan/distributed/activation_checkpoint.py at pytorch/torchtitan@1f02964: "
+      "the outputs of matmuls and of the attention kernel are saved, except every second matmul): "
+      "block op_saved_bytes = B*s*b*h [its input] + B*s*b*(outputs of the 1st, 3rd, ... weight "
+      "product in the order qkv, o, fc1, fc2; MLA q_a, q_b, kv_a, kv_b, o, fc1, fc2) + "
+      "B*s*b*a*d_v [attention output] + 4*a*s*b [flash logsumexp] or 5*a*s^2*b [eager s x s "
+      "tensors]; op_recompute_us = the forward of the 2nd, 4th, ... weight product and of every "
+      "element-wise forward kernel (norms, rotary, activation, residual adds, dropout); embedding "
+      "and lm_head are not wrapped: op_saved_bytes = activation_bytes, op_recompute_us = 0";
   formulas["weight_grad_formula"] =
       "weight_grad_bytes (what the weight-gradient op W keeps after the input-gradient op, Qi et "
       "al., 'Zero Bubble Pipeline Parallelism', ICLR 2024, Table 1: 32*s*b*h per block for "

@@ -263,6 +263,36 @@ TEST(AnalyticTest, RecomputeAndWeightGradientFieldsHandWorked) {
             model.layers.back().profiles[0].activation_bytes);
 }
 
+TEST(AnalyticTest, PerOpPolicyFieldsHandWorked) {
+  // Given GPT-3 6.7B blocks (s 2048, h 4096, a 32, products qkv, o, fc1,
+  // fc2) at b = 1. torchtitan's op policy keeps the block input (2sbh), the
+  // outputs of the 1st and 3rd products (qkv 6sbh, fc1 8sbh) and the
+  // attention's output (2sbh): 18sbh, plus what the attention kernel returns
+  // besides (flash: the 4asb logsumexp; eager: the 5as^2b s x s tensors).
+  const double s = 2048, h = 4096;
+  const Bytes sbh = Bytes{2048} * 4096;
+  const Model flash = Estimate(Gpt3_6_7B());
+  const LayerProfile& f = flash.layers[1].profiles.at(0);
+  EXPECT_EQ(f.op_saved_bytes, 18 * sbh + 4 * 32 * 2048);
+  // So the backward rebuilds 16sbh (and the 16-byte RNG state) per block.
+  EXPECT_EQ(f.activation_bytes - *f.op_saved_bytes, 16 * sbh + 16);
+  EXPECT_GT(*f.op_recompute_ns, 0);
+  EXPECT_LT(*f.op_recompute_ns, f.forward_ns);
+  // The flat time model: the rerun is the 2nd and 4th products (o: 2sh^2,
+  // fc2: 8sh^2 FLOPs) and the element-wise traffic but the core's, 2 x 34sbh.
+  const Model eager = Estimate(Gpt3_6_7B(), Flat(Eager()));
+  const LayerProfile& e = eager.layers[1].profiles.at(0);
+  EXPECT_EQ(e.op_saved_bytes, 18 * sbh + Bytes{5} * 32 * 2048 * 2048);
+  const double rerun_s = 10 * s * h * h / (989e12 * 0.5) + 2 * 34 * s * h / (3350e9 * 0.7);
+  EXPECT_NEAR(static_cast<double>(*e.op_recompute_ns), rerun_s * 1e9, 1);
+  // The embedding and the head are not wrapped: all kept, nothing rerun.
+  for (const Layer* layer : {&eager.layers.front(), &eager.layers.back()}) {
+    EXPECT_EQ(layer->profiles[0].op_saved_bytes, layer->profiles[0].activation_bytes);
+    EXPECT_EQ(layer->profiles[0].op_recompute_ns, 0);
+  }
+  EXPECT_THAT(eager.source.details.at("op_formula"), HasSubstr("every second matmul"));
+}
+
 TEST(AnalyticTest, SelectiveRecomputeWithEagerAttentionDropsExactlyTheFiveAsSquaredBTerm) {
   // Given two eager GPT-3 6.7B blocks as one stage at b = 2.
   const Model model = Estimate(Gpt3_6_7B(), Eager());

@@ -140,7 +140,7 @@ std::string ConfigurationRows(const ReportInputs& in) {
                   Count(in.microbatches, "micro-batch", "micro-batches"), in.microbatch_size,
                   Count(in.data_parallel, "data-parallel replica", "data-parallel replicas"),
                   Count(int64_t{in.pipeline_stages} * in.data_parallel, "GPU", "GPUs")));
-  out += Row("recomputation", RecomputeName(in.recompute));
+  out += Row("recomputation", RecomputeSpec(in.recompute, in.recompute_layers));
   return out;
 }
 
@@ -267,6 +267,7 @@ ReportInputs MakeReportInputs(const Model& model, const Cluster& cluster, const 
   in.microbatch_size = options.config.microbatch_size;
   in.data_parallel = options.config.layout.data_parallel;
   in.recompute = options.config.recompute;
+  in.recompute_layers = options.config.recompute_layers;
   in.command_line = std::move(command_line);
   return in;
 }

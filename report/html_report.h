@@ -44,7 +44,8 @@ struct ReportInputs {
   int microbatch_size = 1;
   int data_parallel = 1;  // d
   Recompute recompute = Recompute::kOff;
-  std::string command_line;  // as typed (QuoteCommandLine); empty: not shown
+  RecomputeLayers recompute_layers;  // every:K, Megatron-LM's method
+  std::string command_line;          // as typed (QuoteCommandLine); empty: not shown
 };
 
 // The inputs of one simulation. `command_line` is shown verbatim.

@@ -291,7 +291,8 @@ std::string ChosenLayoutHtml(const Candidate& c) {
       ScheduleKindName(c.config.schedule),
       c.config.layout.chunks > 1 ? fmt::format(" with {} chunks per GPU", c.config.layout.chunks)
                                  : "",
-      c.config.microbatches, c.config.microbatch_size, RecomputeName(c.config.recompute),
+      c.config.microbatches, c.config.microbatch_size,
+      RecomputeSpec(c.config.recompute, c.config.recompute_layers),
       c.config.layout.chunks > 1 ? "virtual " : "", stages);
 }
 

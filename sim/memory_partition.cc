@@ -41,17 +41,22 @@ struct Prefix {
 };
 
 // Range-monotone lower bound of TrainingTimeNs: forward + backward, plus the
-// rerun forward under full recomputation (and under selective when every
-// layer or none gives the attention core, where its sum is monotone too).
+// rerun forward under full recomputation of each layer (and under selective
+// when every layer or none gives the attention core, where its sum is
+// monotone too; under per-op recomputation its layers' reruns). The
+// checkpointing modes (every:K, Megatron-LM's methods) rerun blocks by their
+// place in the stage: no rerun is counted.
 Prefix TimeLowerBound(const StageCostTable& t) {
   const Recompute mode = t.options().recompute;
+  const bool each_layer = t.options().recompute_layers.method == RecomputeMethod::kEachLayer;
   int with_core = 0;
   for (int l = 0; l < t.NumLayers(); ++l) with_core += t.Layer(l).attention_core_bytes.has_value();
   const bool selective_sums =
       mode == Recompute::kSelective && (with_core == 0 || with_core == t.NumLayers());
   return Prefix(t, [&](const LayerCost& c) -> int64_t {
     TimeNs ns = c.forward_ns + c.backward_ns;
-    if (mode == Recompute::kFull) ns += c.forward_ns;
+    if (mode == Recompute::kFull && each_layer) ns += c.forward_ns;
+    if (mode == Recompute::kOp && c.op_saved_bytes && c.op_recompute_ns) ns += *c.op_recompute_ns;
     if (selective_sums && c.attention_core_bytes.has_value()) {
       ns += c.attention_core_ns.value_or(0);
     }
@@ -78,7 +83,9 @@ class StageMemory {
     // keeps only its input and rebuilds all its layers' activations at once
     // (StageCostTable::Stage's whole-stage rule), so the rebuild alone, the
     // sum of the stage's activations, bounds its memory from below.
-    whole_stage_rebuild_ = t.options().recompute == Recompute::kFull && no_checkpoints;
+    const bool each_layer = t.options().recompute_layers.method == RecomputeMethod::kEachLayer;
+    whole_stage_rebuild_ =
+        t.options().recompute == Recompute::kFull && each_layer && no_checkpoints;
     for (int l = 0; l < n; ++l) all_weight_grad_ &= t.Layer(l).weight_grad_bytes.has_value();
     bool all_cores = true;
     for (int l = 0; l < n; ++l) all_cores &= t.Layer(l).attention_core_bytes.has_value();
@@ -103,15 +110,25 @@ class StageMemory {
           break;
         case Recompute::kFull:
           held = c.checkpoint_bytes.value_or(0);
-          floor_ &= all_checkpoints;
+          floor_ &= all_checkpoints && each_layer;
+          break;
+        case Recompute::kOp:
+          held = c.op_saved_bytes && c.op_recompute_ns
+                     ? std::min(*c.op_saved_bytes, c.activation_bytes)
+                     : c.activation_bytes;
+          break;
+        case Recompute::kEvery:  // a block keeps nothing or all by its place in the stage
+          floor_ = false;
           break;
       }
       floor_ &= held >= 0;
       // What B (or I) rebuilds at least: the largest layer's activations under full
       // recomputation, its attention core under selective, when every layer gives them
       // (StageCostTable::Stage); nothing otherwise.
-      if (t.options().recompute == Recompute::kFull && all_checkpoints) {
+      if (t.options().recompute == Recompute::kFull && all_checkpoints && each_layer) {
         rebuilt[l] = c.activation_bytes;
+      } else if (t.options().recompute == Recompute::kOp && c.op_saved_bytes && c.op_recompute_ns) {
+        rebuilt[l] = std::max<Bytes>(0, c.activation_bytes - *c.op_saved_bytes);
       } else if (t.options().recompute == Recompute::kSelective && all_cores) {
         rebuilt[l] = c.attention_core_bytes.value_or(0);
       }

@@ -60,6 +60,8 @@ LayerCost FromProfile(const LayerProfile& p) {
   cost.attention_core_bytes = p.attention_core_bytes;
   cost.attention_core_ns = p.attention_core_ns;
   cost.weight_grad_bytes = p.weight_grad_bytes;
+  cost.op_saved_bytes = p.op_saved_bytes;
+  cost.op_recompute_ns = p.op_recompute_ns;
   cost.tp_comm_bytes = p.tp_comm_bytes;
   cost.tp_forward_collectives = p.tp_forward_collectives.value_or(0);
   cost.tp_backward_collectives = p.tp_backward_collectives.value_or(0);
@@ -115,6 +117,8 @@ LayerCost CostIn(ProfileIt first, ProfileIt last, int microbatch_size) {
     c.attention_core_bytes = Scale(c.attention_core_bytes, f);
     c.attention_core_ns = Scale(c.attention_core_ns, f);
     c.weight_grad_bytes = Scale(c.weight_grad_bytes, f);
+    c.op_saved_bytes = Scale(c.op_saved_bytes, f);
+    c.op_recompute_ns = Scale(c.op_recompute_ns, f);
     c.tp_comm_bytes = Scale(c.tp_comm_bytes, f);
     c.origin = CostOrigin::kExtrapolated;
     return c;
@@ -140,6 +144,8 @@ LayerCost CostIn(ProfileIt first, ProfileIt last, int microbatch_size) {
   c.attention_core_bytes = Lerp(a.attention_core_bytes, b.attention_core_bytes, t);
   c.attention_core_ns = Lerp(a.attention_core_ns, b.attention_core_ns, t);
   c.weight_grad_bytes = Lerp(a.weight_grad_bytes, b.weight_grad_bytes, t);
+  c.op_saved_bytes = Lerp(a.op_saved_bytes, b.op_saved_bytes, t);
+  c.op_recompute_ns = Lerp(a.op_recompute_ns, b.op_recompute_ns, t);
   c.tp_comm_bytes = Lerp(a.tp_comm_bytes, b.tp_comm_bytes, t);
   c.tp_forward_collectives = a.tp_forward_collectives;
   c.tp_backward_collectives = a.tp_backward_collectives;
@@ -181,6 +187,15 @@ LayerCost ScaleToTensorParallel(const LayerCost& c, int tensor_parallel, bool se
   s.attention_core_bytes = Scale(c.attention_core_bytes, f);
   s.weight_grad_bytes = Scale(c.weight_grad_bytes, f);
   s.workspace_bytes = Scale(c.workspace_bytes, f);
+  s.op_recompute_ns = Scale(c.op_recompute_ns, f);
+  if (s.op_recompute_ns) s.op_recompute_ns = std::min(*s.op_recompute_ns, s.forward_ns);
+  if (c.op_saved_bytes) {
+    // Like the activations: with sequence parallelism all / t, else the
+    // layer's input (its checkpoint) stays whole and the rest divides.
+    const Bytes whole =
+        sequence_parallel ? 0 : std::min(*c.op_saved_bytes, c.checkpoint_bytes.value_or(0));
+    s.op_saved_bytes = std::min(s.activation_bytes, whole + Scale(*c.op_saved_bytes - whole, f));
+  }
   s.tp_scaled = true;
   return s;
 }

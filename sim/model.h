@@ -49,6 +49,13 @@ struct LayerProfile {
   // What the weight-gradient op (W) keeps after the input-gradient op (I):
   // the inputs of the layer's weight products and their output gradients.
   std::optional<Bytes> weight_grad_bytes;
+  // Per-op selective recomputation (torchtitan's op policy, docs/formats.md):
+  // what the forward keeps (the layer's input and the outputs of the ops the
+  // policy saves: every other matrix product, the attention kernel) and the
+  // forward time of the ops it reruns in the backward. Absent: --recompute op
+  // leaves the layer as off.
+  std::optional<Bytes> op_saved_bytes;
+  std::optional<TimeNs> op_recompute_ns;
   // Tensor parallelism (docs/formats.md): the bytes of the whole (unsharded)
   // activation one tensor-parallel collective moves (b*s*h*bytes per element
   // for a transformer block), and how many all-reduces of it the layer runs
@@ -150,6 +157,8 @@ struct LayerCost {
   std::optional<Bytes> attention_core_bytes;
   std::optional<TimeNs> attention_core_ns;
   std::optional<Bytes> weight_grad_bytes;
+  std::optional<Bytes> op_saved_bytes;
+  std::optional<TimeNs> op_recompute_ns;
   CostOrigin origin = CostOrigin::kMeasured;
   // Tensor parallelism: the collective's bytes (absent: unknown) and counts,
   // whether they came from Layer::tp_comm_estimate, and whether the costs
@@ -191,7 +200,9 @@ inline constexpr double kReplicatedActivationPerCollective = 2.5;
 // min(activation, 2.5 x tp_comm_bytes x forward collectives), giving
 // sbh(10 + 24/t + 5as/(ht)) for a block); checkpoint and output bytes (the
 // layer's input and output) / t with sequence parallelism, else unchanged;
-// attention core, weight-gradient and workspace bytes / t.
+// attention core, weight-gradient and workspace bytes / t; the per-op
+// policy's saved bytes like the activations (its replicated part the
+// checkpoint, the layer's input, when given) and its rerun time / t.
 LayerCost ScaleToTensorParallel(const LayerCost& c, int tensor_parallel, bool sequence_parallel);
 
 }  // namespace pipecast

@@ -252,6 +252,12 @@ Model TestModel(int n, bool unequal, bool zero_ops = false) {
       p.attention_core_bytes = k * 16 * kMiB;
       p.attention_core_ns = k * 100 * kNsPerUs;
       p.weight_grad_bytes = (i % 2 == 0 ? 30 : 80) * k * kMiB;
+      // The per-op policy's fields, on all but the last layer (a head it
+      // does not wrap, left as off).
+      if (i != n - 1) {
+        p.op_saved_bytes = k * 20 * kMiB;
+        p.op_recompute_ns = k * 150 * kNsPerUs;
+      }
     }
     if (zero_ops && i % 2 == 0) {
       p.forward_ns = 0;
@@ -260,6 +266,29 @@ Model TestModel(int n, bool unequal, bool zero_ops = false) {
     p.backward_weight_ns = p.backward_ns / 2;
   }
   return m;
+}
+
+// The newer recomputation modes, by `which` in turn: op, every:2,
+// Megatron-LM's uniform:2 and block:1.
+void SetOtherRecompute(int which, TrainingConfig* config) {
+  config->recompute_layers = RecomputeLayers{};
+  switch (which % 4) {
+    case 0:
+      config->recompute = Recompute::kOp;
+      break;
+    case 1:
+      config->recompute = Recompute::kEvery;
+      config->recompute_layers.every = 2;
+      break;
+    case 2:
+      config->recompute = Recompute::kFull;
+      config->recompute_layers = {0, RecomputeMethod::kUniform, 2};
+      break;
+    default:
+      config->recompute = Recompute::kFull;
+      config->recompute_layers = {0, RecomputeMethod::kBlock, 1};
+      break;
+  }
 }
 
 // Clusters: no cost; round numbers that make hops take exactly one forward
@@ -312,6 +341,9 @@ TEST_P(SimulatorEquivalenceGrid, SameResultsAsTheReference) {
           opts.config.recompute = variant >= 2   ? Recompute::kFull
                                   : variant == 1 ? Recompute::kSelective
                                                  : Recompute::kOff;
+          // Half the full variants take another mode in turn: op, every:2,
+          // Megatron-LM's uniform:2 and block:1.
+          if (variant == 3) SetOtherRecompute(config / 4, &opts.config);
           opts.config.layout.data_parallel = 1 + (config % 3);  // 1, 2 or 3 replicas
           opts.config.optimizer_step.time_ns = config % 5 == 0 ? 123'456 : 0;
           for (bool timeline : {true, false}) {
@@ -319,8 +351,8 @@ TEST_P(SimulatorEquivalenceGrid, SameResultsAsTheReference) {
             EXPECT_TRUE(SameAsReference(model, cluster, *sched, opts, &tally,
                                         /*compare_text=*/variant == 0))
                 << ScheduleKindName(kind) << " p=" << p << " m=" << m << " v=" << v
-                << " cluster=" << cluster.name << " unequal=" << unequal
-                << " recompute=" << RecomputeName(opts.config.recompute)
+                << " cluster=" << cluster.name << " unequal=" << unequal << " recompute="
+                << RecomputeSpec(opts.config.recompute, opts.config.recompute_layers)
                 << " dp=" << opts.config.layout.data_parallel << " timeline=" << timeline;
           }
         }
@@ -484,6 +516,7 @@ TEST(SimulatorEquivalence, RandomCustomSchedulesWithTiesAndDeadlocks) {
     opts.config.recompute = trial % 5 == 2   ? Recompute::kFull
                             : trial % 5 == 3 ? Recompute::kSelective
                                              : Recompute::kOff;
+    if (trial % 5 == 4) SetOtherRecompute(trial / 5, &opts.config);
     opts.config.layout.data_parallel = 1 + trial % 2;
     const Cluster& cluster = clusters[trial % clusters.size()];
     EXPECT_TRUE(SameAsReference(model, cluster, s, opts, &tally, /*compare_text=*/trial % 4 == 0))

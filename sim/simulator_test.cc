@@ -285,6 +285,45 @@ TEST(SimulatorHandWorked, SelectiveRecomputeDropsTheAttentionCores) {
   EXPECT_EQ(r.iteration_ns, 2 * (3 * kF + 3 * kB + 3 * kF / 4));
 }
 
+// Each recomputation mode on p = 1, four equal blocks (100 MiB of
+// activations, 1 MiB input, the per-op policy keeping 40 MiB and rerunning
+// F / 5), GPipe with both micro-batches in flight: the peak is 2 x what F
+// keeps + one rebuild, the iteration 2 x (4F + 4B + the rerun).
+TEST(SimulatorHandWorked, EachCheckpointingModeKeepsAndRerunsItsClosedForm) {
+  Model model = LayersWithMemoryFields(4);
+  for (Layer& l : model.layers) {
+    l.profiles[0].op_saved_bytes = 40 * kMiB;
+    l.profiles[0].op_recompute_ns = kF / 5;
+  }
+  struct Case {
+    const char* name;
+    Recompute recompute;
+    RecomputeLayers layers;
+    Bytes held, rebuilt;
+    TimeNs rerun;
+  };
+  const Case cases[] = {
+      {"op", Recompute::kOp, {}, 4 * 40 * kMiB, 60 * kMiB, 4 * kF / 5},
+      {"every:2", Recompute::kEvery, {2}, 2 * kAct + 2 * kMiB, kAct, 2 * kF},
+      {"uniform:2",
+       Recompute::kFull,
+       {0, RecomputeMethod::kUniform, 2},
+       2 * kMiB,
+       2 * kAct,
+       4 * kF},
+      {"block:1", Recompute::kFull, {0, RecomputeMethod::kBlock, 1}, kMiB + 3 * kAct, kAct, kF},
+  };
+  for (const Case& c : cases) {
+    SimOptions opts;
+    opts.config.recompute = c.recompute;
+    opts.config.recompute_layers = c.layers;
+    SimResult r = SimulateOk(ScheduleKind::kGPipe, 1, 2, IdealCluster(), model, opts);
+    EXPECT_EQ(r.per_rank[0].memory.activations_peak, 2 * c.held + c.rebuilt) << c.name;
+    EXPECT_EQ(r.iteration_ns, 2 * (4 * kF + 4 * kB + c.rerun)) << c.name;
+    EXPECT_TRUE(r.notes.empty()) << c.name;
+  }
+}
+
 TEST(SimulatorHandWorked, InputGradientFreesWhatTheWeightGradientDoesNotKeep) {
   // Given one layer (100 MiB, W keeps 30 MiB) and 0F0 0I0 0F1 0I1 0W0 0W1.
   const Model model = LayersWithMemoryFields(1);

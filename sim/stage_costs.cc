@@ -6,6 +6,7 @@
 #include <bit>
 #include <cmath>
 #include <iterator>
+#include <string>
 
 #include "sim/collectives.h"
 
@@ -101,7 +102,13 @@ Status CheckTensorParallelCosts(const Model& model, int tensor_parallel, bool se
 
 namespace {
 // The names of the granularities, in Recompute order: one table for both directions.
-constexpr const char* kRecomputeNames[] = {"off", "selective", "full"};
+constexpr const char* kRecomputeNames[] = {"off", "selective", "full", "op", "every"};
+// The Megatron-LM methods, in RecomputeMethod order.
+constexpr const char* kRecomputeMethodNames[] = {"", "uniform", "block"};
+// every:K as the flag spells it.
+constexpr std::string_view kEveryPrefix = "every:";
+// The largest K or N accepted: more layers than any model holds.
+constexpr int kMaxRecomputeLayers = 1 << 20;
 }  // namespace
 
 const char* RecomputeName(Recompute recompute) {
@@ -110,9 +117,79 @@ const char* RecomputeName(Recompute recompute) {
 
 std::optional<Recompute> ParseRecompute(std::string_view name) {
   for (int i = 0; i < static_cast<int>(std::size(kRecomputeNames)); ++i) {
-    if (name == kRecomputeNames[i]) return static_cast<Recompute>(i);
+    if (name == kRecomputeNames[i] && static_cast<Recompute>(i) != Recompute::kEvery) {
+      return static_cast<Recompute>(i);
+    }
   }
   return std::nullopt;
+}
+
+const char* RecomputeMethodName(RecomputeMethod method) {
+  return kRecomputeMethodNames[static_cast<int>(method)];
+}
+
+std::optional<RecomputeMethod> ParseRecomputeMethod(std::string_view name) {
+  if (name == "uniform") return RecomputeMethod::kUniform;
+  if (name == "block") return RecomputeMethod::kBlock;
+  return std::nullopt;
+}
+
+std::string RecomputeSpec(Recompute recompute, const RecomputeLayers& layers) {
+  if (recompute == Recompute::kEvery) return fmt::format("every:{}", layers.every);
+  if (recompute == Recompute::kFull && layers.method != RecomputeMethod::kEachLayer) {
+    return fmt::format("full-{}:{}", RecomputeMethodName(layers.method), layers.num_layers);
+  }
+  return RecomputeName(recompute);
+}
+
+bool ParseRecomputeSpec(std::string_view text, Recompute* recompute, RecomputeLayers* layers) {
+  if (std::optional<Recompute> mode = ParseRecompute(text)) {
+    *recompute = *mode;
+    layers->every = 0;
+    return true;
+  }
+  if (!text.starts_with(kEveryPrefix)) return false;
+  const std::string_view digits = text.substr(kEveryPrefix.size());
+  if (digits.empty() || digits.size() > 7 ||
+      !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return false;
+  }
+  const int k = std::stoi(std::string(digits));
+  if (k < 1 || k > kMaxRecomputeLayers) return false;
+  *recompute = Recompute::kEvery;
+  layers->every = k;
+  return true;
+}
+
+Status CheckRecompute(Recompute recompute, const RecomputeLayers& layers) {
+  if (recompute == Recompute::kEvery && (layers.every < 1 || layers.every > kMaxRecomputeLayers)) {
+    return Status::InvalidArgument(fmt::format(
+        "--recompute every:{}: K must be an integer from 1 to {} (every:1 checkpoints every "
+        "block, like full)",
+        layers.every, kMaxRecomputeLayers));
+  }
+  if (recompute != Recompute::kEvery && layers.every != 0) {
+    return Status::InvalidArgument("the every-K layer count is only for --recompute every:K");
+  }
+  const bool method = layers.method != RecomputeMethod::kEachLayer;
+  if (method && recompute != Recompute::kFull) {
+    return Status::InvalidArgument(fmt::format(
+        "--recompute-method {} is Megatron-LM's choice of which layers full recomputation "
+        "checkpoints: use it with --recompute full (not {})",
+        RecomputeMethodName(layers.method), RecomputeSpec(recompute, RecomputeLayers{})));
+  }
+  if (method && (layers.num_layers < 1 || layers.num_layers > kMaxRecomputeLayers)) {
+    return Status::InvalidArgument(fmt::format(
+        "--recompute-method {} needs --recompute-num-layers N, N from 1 to {} (uniform: layers "
+        "per checkpointed chunk; block: layers checkpointed per stage)",
+        RecomputeMethodName(layers.method), kMaxRecomputeLayers));
+  }
+  if (!method && layers.num_layers != 0) {
+    return Status::InvalidArgument(
+        "--recompute-num-layers needs --recompute-method uniform or block (and --recompute "
+        "full), as in Megatron-LM");
+  }
+  return Status::Ok();
 }
 
 Bytes StageCost::ActivationsAtStart(OpKind kind) const {
@@ -234,18 +311,76 @@ StageCostTable::StageCostTable(const Model& model, const StageCostOptions& optio
     after.no_checkpoint = before.no_checkpoint + !c.checkpoint_bytes.has_value();
     after.no_attention_core = before.no_attention_core + !c.attention_core_bytes.has_value();
     after.no_weight_grad = before.no_weight_grad + !c.weight_grad_bytes.has_value();
+    const bool op = c.op_saved_bytes.has_value() && c.op_recompute_ns.has_value();
+    after.op_held_bytes =
+        before.op_held_bytes +
+        (op ? std::min(*c.op_saved_bytes, c.activation_bytes) : c.activation_bytes);
+    after.op_recompute_ns = before.op_recompute_ns + (op ? *c.op_recompute_ns : 0);
+    after.no_op = before.no_op + !op;
   }
-  std::vector<int64_t> workspace(n), activation(n), attention_core(n), parameters(n);
+  std::vector<int64_t> workspace(n), activation(n), attention_core(n), parameters(n), op_rebuilt(n);
+  checkpoint_.resize(n);
+  block_.resize(n);
   for (size_t l = 0; l < n; ++l) {
-    workspace[l] = layers_[l].workspace_bytes;
-    activation[l] = layers_[l].activation_bytes;
-    attention_core[l] = layers_[l].attention_core_bytes.value_or(0);
+    const LayerCost& c = layers_[l];
+    workspace[l] = c.workspace_bytes;
+    activation[l] = c.activation_bytes;
+    attention_core[l] = c.attention_core_bytes.value_or(0);
     parameters[l] = model.layers[l].parameters;
+    const bool op = c.op_saved_bytes.has_value() && c.op_recompute_ns.has_value();
+    op_rebuilt[l] = op ? std::max<Bytes>(0, c.activation_bytes - *c.op_saved_bytes) : 0;
+    checkpoint_[l] = std::min(c.activation_bytes,
+                              c.checkpoint_bytes.value_or(l > 0 ? layers_[l - 1].output_bytes : 0));
+    block_[l] = checkpoint_[l] < c.activation_bytes;
   }
   workspace_max_ = RangeMax(std::move(workspace));
   activation_max_ = RangeMax(std::move(activation));
   attention_core_max_ = RangeMax(std::move(attention_core));
   parameters_max_ = RangeMax(std::move(parameters));
+  op_rebuilt_max_ = RangeMax(std::move(op_rebuilt));
+}
+
+bool StageCostTable::ChunkedMode() const {
+  return options_.recompute == Recompute::kEvery ||
+         (options_.recompute == Recompute::kFull &&
+          options_.recompute_layers.method != RecomputeMethod::kEachLayer);
+}
+
+StageCostTable::Checkpointed StageCostTable::CheckpointedStage(StageLayers stage) const {
+  const RecomputeLayers& r = options_.recompute_layers;
+  Checkpointed out;
+  Bytes chunk_bytes = 0;  // the open chunk's activations (uniform)
+  int block = 0;          // blocks of the stage before this one
+  for (int l = stage.first_layer; l <= stage.last_layer; ++l) {
+    const LayerCost& c = layers_[l];
+    if (!block_[l]) {  // never rerun
+      out.held += c.activation_bytes;
+      continue;
+    }
+    bool rerun = false, starts_chunk = true;
+    if (options_.recompute == Recompute::kEvery) {
+      rerun = (block + 1) % r.every == 0;  // torchtitan counts blocks from 1
+    } else if (r.method == RecomputeMethod::kBlock) {
+      rerun = block < r.num_layers;
+    } else {  // uniform: chunks of N blocks, each keeps its first block's input
+      rerun = true;
+      starts_chunk = block % r.num_layers == 0;
+    }
+    ++block;
+    if (!rerun) {
+      out.held += c.activation_bytes;
+      continue;
+    }
+    if (starts_chunk) {
+      out.held += checkpoint_[l];
+      chunk_bytes = 0;
+    }
+    chunk_bytes += c.activation_bytes;
+    out.rebuilt = std::max(out.rebuilt, chunk_bytes);
+    out.rerun_ns += c.forward_ns;
+    out.rerun_tp_ns += c.tp_forward_ns;
+  }
+  return out;
 }
 
 int64_t StageCostTable::LargestLayerParameters(StageLayers stage) const {
@@ -268,10 +403,14 @@ void StageCostTable::AddTensorParallelComm(LayerCost* c) const {
   c->backward_ns += c->tp_backward_ns;  // the input-gradient part: W is unchanged
 }
 
-TimeNs StageCostTable::RecomputeNs(const Prefix& lo, const Prefix& hi) const {
+TimeNs StageCostTable::RecomputeNs(StageLayers stage, const Prefix& lo, const Prefix& hi) const {
+  if (ChunkedMode()) return CheckpointedStage(stage).rerun_ns;
   switch (options_.recompute) {
     case Recompute::kOff:
+    case Recompute::kEvery:
       return 0;
+    case Recompute::kOp:  // the ops the policy does not save, layer by layer
+      return hi.op_recompute_ns - lo.op_recompute_ns;
     case Recompute::kFull:  // one more forward of the stage
       return hi.forward_ns - lo.forward_ns;
     case Recompute::kSelective:  // the attention cores' forwards, when the model gives them
@@ -285,7 +424,8 @@ TimeNs StageCostTable::RecomputeNs(const Prefix& lo, const Prefix& hi) const {
 TimeNs StageCostTable::TrainingTimeNs(StageLayers stage) const {
   const Prefix& lo = prefix_[stage.first_layer];
   const Prefix& hi = prefix_[stage.last_layer + 1];
-  return (hi.forward_ns - lo.forward_ns) + (hi.backward_ns - lo.backward_ns) + RecomputeNs(lo, hi);
+  return (hi.forward_ns - lo.forward_ns) + (hi.backward_ns - lo.backward_ns) +
+         RecomputeNs(stage, lo, hi);
 }
 
 StageCost StageCostTable::Stage(StageLayers stage) const {
@@ -307,7 +447,15 @@ StageCost StageCostTable::Stage(StageLayers stage) const {
   switch (options_.recompute) {
     case Recompute::kOff:
       break;
+    case Recompute::kOp:
+      c.held_bytes = hi.op_held_bytes - lo.op_held_bytes;
+      c.recomputed_bytes =
+          std::max<Bytes>(0, op_rebuilt_max_.Max(stage.first_layer, stage.last_layer));
+      break;
+    case Recompute::kEvery:
+      break;  // ChunkedMode(), below
     case Recompute::kFull:
+      if (ChunkedMode()) break;
       if (hi.no_checkpoint == lo.no_checkpoint) {  // layer by layer
         c.held_bytes = hi.checkpoint_bytes - lo.checkpoint_bytes;
         c.recomputed_bytes =
@@ -325,11 +473,19 @@ StageCost StageCostTable::Stage(StageLayers stage) const {
       }
       break;
   }
-  c.recompute_ns = RecomputeNs(lo, hi);
   c.tp_forward_ns = hi.tp_forward_ns - lo.tp_forward_ns;
   c.tp_backward_ns = hi.tp_backward_ns - lo.tp_backward_ns;
-  // A full recomputation reruns the forward with its collectives.
-  if (options_.recompute == Recompute::kFull) c.tp_backward_ns += c.tp_forward_ns;
+  if (ChunkedMode()) {
+    const Checkpointed k = CheckpointedStage(stage);
+    c.held_bytes = k.held;
+    c.recomputed_bytes = k.rebuilt;
+    c.recompute_ns = k.rerun_ns;
+    c.tp_backward_ns += k.rerun_tp_ns;  // the rerun blocks' forward collectives
+  } else {
+    c.recompute_ns = RecomputeNs(stage, lo, hi);
+    // A full recomputation reruns the forward with its collectives.
+    if (options_.recompute == Recompute::kFull) c.tp_backward_ns += c.tp_forward_ns;
+  }
   c.backward_ns += c.recompute_ns;  // the rerun comes before the backward proper
   return c;
 }
@@ -385,7 +541,21 @@ std::vector<std::string> StageCostTable::Notes() const {
                     "estimated from the model's source (b*s*h*bytes per element; {})",
                     all.tp_comm_estimated, n, tp_estimate_from_));
   }
-  if (options_.recompute == Recompute::kFull && all.no_checkpoint > 0) {
+  if (ChunkedMode() && all.no_checkpoint > 0) {
+    notes.push_back(fmt::format(
+        "{} of {} layers give no checkpoint_bytes: --recompute {} takes each such layer's input "
+        "(the previous layer's output_bytes) as its checkpoint and counts it as a block; "
+        "re-profile to get the layers' checkpoints",
+        all.no_checkpoint, n, RecomputeSpec(options_.recompute, options_.recompute_layers)));
+  }
+  if (options_.recompute == Recompute::kOp && all.no_op > 0) {
+    notes.push_back(fmt::format(
+        "{} of {} layers give no op_saved_bytes and op_recompute_us: per-op recomputation leaves "
+        "them as off (all their activations kept, no rerun); re-profile (profiler analytic) to "
+        "get what the per-op policy keeps",
+        all.no_op, n));
+  }
+  if (options_.recompute == Recompute::kFull && !ChunkedMode() && all.no_checkpoint > 0) {
     notes.push_back(fmt::format(
         "{} of {} layers give no checkpoint_bytes: full recomputation is estimated by the "
         "whole-stage rule (each stage keeps only its input and rebuilds all its layers' "

@@ -24,6 +24,29 @@
 //     layers' attention_core_us; with FlashAttention the core is 0 bytes and
 //     selective recomputation changes nothing. Without attention_core_bytes
 //     it is treated as off.
+//   - op (per-op selective, torchtitan's SelectiveAC "op" policy): F keeps
+//     each layer's op_saved_bytes (its input and the outputs of the ops the
+//     policy saves), and B (or I) rebuilds one layer's activations less those
+//     at a time, at the cost of the layers' op_recompute_ns. A layer without
+//     the two fields is left as off (with a note).
+//   - every:K (torchtitan's layer policy, selective_ac_option = K): the
+//     stage's K-th, 2K-th, ... block (counted from 1 within the stage) is
+//     checkpointed as under full (its input kept, the block rerun in the
+//     backward); the others keep their activations.
+//   - full with a Megatron-LM method (--recompute-method uniform|block
+//     --recompute-num-layers N, megatron/core/recompute.py
+//     checkpointed_forward): uniform groups the stage's blocks in chunks of N
+//     (the last one shorter), F keeps each chunk's input and B reruns a chunk
+//     at a time, holding all its blocks' activations; block checkpoints the
+//     stage's first N blocks one at a time and the rest keep their
+//     activations.
+//   A block, for every:K and the Megatron methods, is a layer whose
+//   checkpoint is smaller than its activations (a transformer block; the
+//   embedding and the head give checkpoint_bytes = activation_bytes and, as
+//   in Megatron-LM and torchtitan, are never rerun). A layer without
+//   checkpoint_bytes takes its input (the previous layer's output_bytes) as
+//   its checkpoint, with a note. Each rerun adds the layers' forward times,
+//   tensor-parallel collectives included, to B (or I).
 // With a split backward (I then W) and every layer's weight_grad_bytes
 // given, I ends holding only what W needs (the layers' weight_grad_bytes,
 // Qi et al. 2024, Table 1), allocating at its start whatever of that exceeds
@@ -67,11 +90,42 @@
 namespace pipecast {
 
 // Activation recomputation granularity (see above).
-enum class Recompute { kOff, kSelective, kFull };
-// "off", "selective", "full".
+enum class Recompute { kOff, kSelective, kFull, kOp, kEvery };
+// "off", "selective", "full", "op", "every".
 const char* RecomputeName(Recompute recompute);
-// The mode named "off", "selective" or "full"; nullopt for anything else.
+// The mode named "off", "selective", "full" or "op"; nullopt for anything
+// else ("every" needs its K: ParseRecomputeSpec).
 std::optional<Recompute> ParseRecompute(std::string_view name);
+
+// Which layers of a stage full recomputation checkpoints (Megatron-LM
+// --recompute-method): kEachLayer is pipecast's full rule (every layer its
+// own checkpoint, no method given); kUniform and kBlock as above.
+enum class RecomputeMethod { kEachLayer, kUniform, kBlock };
+// "", "uniform", "block".
+const char* RecomputeMethodName(RecomputeMethod method);
+// "uniform" or "block"; nullopt for anything else.
+std::optional<RecomputeMethod> ParseRecomputeMethod(std::string_view name);
+
+// The numbers a recomputation mode takes: K of every:K, Megatron-LM's method
+// and N of full. Defaults: none (the modes off, selective, full, op).
+struct RecomputeLayers {
+  int every = 0;                                         // K >= 1 with Recompute::kEvery, else 0
+  RecomputeMethod method = RecomputeMethod::kEachLayer;  // only with kFull
+  int num_layers = 0;                                    // N >= 1 with kUniform or kBlock, else 0
+  auto operator<=>(const RecomputeLayers&) const = default;
+};
+
+// The recomputation as the flags and plan.json spell it: "off", "selective",
+// "full", "op", "every:K", and with a Megatron-LM method "full-uniform:N" or
+// "full-block:N" (the planner's candidate lines).
+std::string RecomputeSpec(Recompute recompute, const RecomputeLayers& layers);
+// Parses "off", "selective", "full", "op" or "every:K" (K an integer >= 1)
+// into *recompute and layers->every; false for anything else.
+bool ParseRecomputeSpec(std::string_view text, Recompute* recompute, RecomputeLayers* layers);
+// InvalidArgument naming the flag when the numbers do not fit the mode:
+// every:K with K < 1, --recompute-method without full or without
+// --recompute-num-layers N >= 1, N without a method.
+Status CheckRecompute(Recompute recompute, const RecomputeLayers& layers);
 
 struct StageCostOptions {
   int microbatch_size = 1;
@@ -82,6 +136,9 @@ struct StageCostOptions {
   bool sequence_parallel = false;
   bool tp_comm_overlap = false;  // see above
   Link tp_link;                  // the intra-node link the t GPUs share
+  // every:K, Megatron-LM's method (last, so that older aggregate
+  // initialisers keep their meaning).
+  RecomputeLayers recompute_layers;
 };
 
 // One tensor-parallel collective of `bytes` (the unsharded tensor) over t
@@ -233,19 +290,39 @@ class StageCostTable {
     int tp_scaled = 0, tp_comm_estimated = 0;  // layers
     // Layers without checkpoint_bytes, attention_core_bytes, weight_grad_bytes.
     int no_checkpoint = 0, no_attention_core = 0, no_weight_grad = 0;
+    // The per-op policy: what F keeps (activation_bytes where a layer lacks
+    // the fields), its rerun, and the layers without the fields.
+    Bytes op_held_bytes = 0;
+    TimeNs op_recompute_ns = 0;
+    int no_op = 0;
   };
 
   // Adds the layer's tensor-parallel collectives to its times (t > 1).
   void AddTensorParallelComm(LayerCost* c) const;
-  // The rerun B (or I) adds under options_.recompute, for layers [lo, hi).
-  TimeNs RecomputeNs(const Prefix& lo, const Prefix& hi) const;
+  // What the checkpointing modes (every:K, full with a Megatron-LM method)
+  // give a stage: what F keeps, the largest chunk B rebuilds, the rerun and
+  // its tensor-parallel collectives.
+  struct Checkpointed {
+    Bytes held = 0, rebuilt = 0;
+    TimeNs rerun_ns = 0, rerun_tp_ns = 0;
+  };
+  bool ChunkedMode() const;
+  // O(layers of the stage).
+  Checkpointed CheckpointedStage(StageLayers stage) const;
+  // The rerun B (or I) adds under options_.recompute, for `stage`.
+  TimeNs RecomputeNs(StageLayers stage, const Prefix& lo, const Prefix& hi) const;
 
   StageCostOptions options_;
   std::vector<LayerCost> layers_;
   std::vector<Prefix> prefix_;    // NumLayers() + 1 entries
   std::string tp_estimate_from_;  // a layer's TpCommEstimate::from, for Notes()
-  // Per-layer maxima: workspace, activation, attention core bytes, parameters.
-  RangeMax workspace_max_, activation_max_, attention_core_max_, parameters_max_;
+  // Per-layer maxima: workspace, activation, attention core bytes, parameters,
+  // what the per-op policy rebuilds (activation less op_saved_bytes).
+  RangeMax workspace_max_, activation_max_, attention_core_max_, parameters_max_, op_rebuilt_max_;
+  // Per layer, for the checkpointing modes: its checkpoint (checkpoint_bytes,
+  // else its input) and whether it is a block (checkpoint < activations).
+  std::vector<Bytes> checkpoint_;
+  std::vector<bool> block_;
 };
 
 }  // namespace pipecast

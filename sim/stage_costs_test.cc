@@ -249,6 +249,175 @@ TEST(StageCosts, RecomputeNamesRoundTrip) {
   EXPECT_FALSE(ParseRecompute("on").has_value());
 }
 
+TEST(StageCosts, RecomputeSpecsRoundTripAndRefuseBadNumbers) {
+  Recompute r = Recompute::kOff;
+  RecomputeLayers l;
+  ASSERT_TRUE(ParseRecomputeSpec("op", &r, &l));
+  EXPECT_EQ(r, Recompute::kOp);
+  ASSERT_TRUE(ParseRecomputeSpec("every:3", &r, &l));
+  EXPECT_EQ(r, Recompute::kEvery);
+  EXPECT_EQ(l.every, 3);
+  EXPECT_EQ(RecomputeSpec(r, l), "every:3");
+  for (const char* bad : {"every", "every:", "every:0", "every:-1", "every:2x", "every:99999999"}) {
+    EXPECT_FALSE(ParseRecomputeSpec(bad, &r, &l)) << bad;
+  }
+  EXPECT_EQ(RecomputeSpec(Recompute::kFull, RecomputeLayers{0, RecomputeMethod::kUniform, 2}),
+            "full-uniform:2");
+  EXPECT_EQ(RecomputeSpec(Recompute::kFull, RecomputeLayers{}), "full");
+  EXPECT_TRUE(CheckRecompute(Recompute::kFull, {0, RecomputeMethod::kBlock, 4}).ok());
+  EXPECT_FALSE(CheckRecompute(Recompute::kOp, {0, RecomputeMethod::kBlock, 4}).ok());
+  EXPECT_FALSE(CheckRecompute(Recompute::kFull, {0, RecomputeMethod::kUniform, 0}).ok());
+  EXPECT_FALSE(CheckRecompute(Recompute::kFull, {0, RecomputeMethod::kEachLayer, 2}).ok());
+  EXPECT_FALSE(CheckRecompute(Recompute::kEvery, {0, RecomputeMethod::kEachLayer, 0}).ok());
+}
+
+// A small uniform model as the analytic profiler shapes one (sizes in KiB of
+// one 50 KiB "sbh" unit): an embedding (0.5 us forward, 1 us backward, 100 KiB
+// kept, its checkpoint all of it: never rerun), six equal blocks (forward
+// 10 us, backward 20 us, activations 34 units = 1700 KiB, checkpoint 2 units
+// = 100 KiB, the per-op policy keeping 14 units = 700 KiB and rerunning 3 us)
+// and a head (5 / 10 us, 500 KiB, never rerun).
+Model EndsAndSixBlocks() {
+  Model m;
+  m.name = "ends-and-six-blocks";
+  auto add = [&](const char* name, TimeNs f, Bytes act, Bytes checkpoint, Bytes op_saved,
+                 TimeNs op_ns) {
+    Layer layer;
+    layer.name = name;
+    layer.parameters = 1000;
+    LayerProfile p;
+    p.microbatch_size = 1;
+    p.forward_ns = f;
+    p.backward_ns = 2 * f;
+    p.activation_bytes = act;
+    p.output_bytes = 100 * kKiB;
+    p.checkpoint_bytes = checkpoint;
+    p.op_saved_bytes = op_saved;
+    p.op_recompute_ns = op_ns;
+    layer.profiles.push_back(p);
+    m.layers.push_back(layer);
+  };
+  add("embedding", 500, 100 * kKiB, 100 * kKiB, 100 * kKiB, 0);  // 0.5 + 1 us
+  for (int b = 0; b < 6; ++b) add("block", 10'000, 1700 * kKiB, 100 * kKiB, 700 * kKiB, 3'000);
+  add("head", 5'000, 500 * kKiB, 500 * kKiB, 500 * kKiB, 0);
+  return m;
+}
+
+constexpr StageLayers kWhole{0, 7};
+// F and B of the whole model: 0.5 + 60 + 5 us and 1 + 120 + 10 us.
+constexpr TimeNs kWholeF = 65'500, kWholeB = 131'000;
+
+StageCost WholeStage(Recompute r, RecomputeLayers layers = {}) {
+  StageCostOptions o{1, r};
+  o.recompute_layers = layers;
+  return StageCostTable(EndsAndSixBlocks(), o).Stage(kWhole);
+}
+
+TEST(StageCostsCheckpointing, OpKeepsThePolicysOutputsAndRerunsTheCheapOps) {
+  const StageCost c = WholeStage(Recompute::kOp);
+  // F keeps 100 + 6 x 700 + 500 KiB; B rebuilds one block's 1700 - 700 KiB
+  // at a time and reruns 6 x 3 us.
+  EXPECT_EQ(c.held_bytes, 4800 * kKiB);
+  EXPECT_EQ(c.recomputed_bytes, 1000 * kKiB);
+  EXPECT_EQ(c.recompute_ns, 18'000);
+  EXPECT_EQ(c.backward_ns, kWholeB + 18'000);
+  EXPECT_EQ(c.tp_backward_ns, 0);
+  // Peak of one micro-batch in its backward: 4800 + 1000 KiB, against 10800
+  // KiB kept without recomputation.
+  EXPECT_EQ(WholeStage(Recompute::kOff).held_bytes, 10800 * kKiB);
+}
+
+TEST(StageCostsCheckpointing, EveryKChecksPointsTheKthBlocksCountedFromOne) {
+  // every:2 checkpoints blocks 2, 4, 6 (layers 2, 4, 6): F keeps the
+  // embedding, blocks 1, 3, 5 whole, three 100 KiB inputs and the head.
+  StageCost c = WholeStage(Recompute::kEvery, {2});
+  EXPECT_EQ(c.held_bytes, (100 + 3 * 1700 + 3 * 100 + 500) * kKiB);
+  EXPECT_EQ(c.recomputed_bytes, 1700 * kKiB);
+  EXPECT_EQ(c.recompute_ns, 30'000);
+  // every:4: block 4 only.
+  c = WholeStage(Recompute::kEvery, {4});
+  EXPECT_EQ(c.held_bytes, (100 + 5 * 1700 + 100 + 500) * kKiB);
+  EXPECT_EQ(c.recompute_ns, 10'000);
+  // every:7: no block of six; as off.
+  c = WholeStage(Recompute::kEvery, {7});
+  EXPECT_EQ(c.held_bytes, 10800 * kKiB);
+  EXPECT_EQ(c.recompute_ns, 0);
+  // every:1 checkpoints every block like full, but (as torchtitan and
+  // Megatron-LM) reruns neither the embedding nor the head: 60 us, not full's
+  // 65.5 us.
+  c = WholeStage(Recompute::kEvery, {1});
+  const StageCost full = WholeStage(Recompute::kFull);
+  EXPECT_EQ(c.held_bytes, full.held_bytes);
+  EXPECT_EQ(c.held_bytes, (100 + 6 * 100 + 500) * kKiB);
+  EXPECT_EQ(c.recomputed_bytes, full.recomputed_bytes);
+  EXPECT_EQ(c.recompute_ns, 60'000);
+  EXPECT_EQ(full.recompute_ns, kWholeF);
+}
+
+TEST(StageCostsCheckpointing, EveryKCountsTheBlocksOfEachStage) {
+  StageCostOptions o{1, Recompute::kEvery};
+  o.recompute_layers.every = 2;
+  const StageCostTable table(EndsAndSixBlocks(), o);
+  // Stages 0-3 (embedding, blocks 1-3) and 4-7 (blocks 4-6, head): each
+  // checkpoints its own second block (layers 2 and 5).
+  const StageCost first = table.Stage({0, 3});
+  const StageCost second = table.Stage({4, 7});
+  EXPECT_EQ(first.held_bytes, (100 + 2 * 1700 + 100) * kKiB);
+  EXPECT_EQ(second.held_bytes, (2 * 1700 + 100 + 500) * kKiB);
+  EXPECT_EQ(first.recompute_ns, 10'000);
+  EXPECT_EQ(table.TrainingTimeNs({4, 7}), second.forward_ns + second.backward_ns);
+  EXPECT_EQ(second.backward_ns, 3 * 20'000 + 10'000 + 10'000);
+}
+
+TEST(StageCostsCheckpointing, MegatronUniformKeepsEachChunksInputAndRebuildsAChunk) {
+  // N = 2: chunks {1,2} {3,4} {5,6}: three inputs kept, a chunk of two
+  // blocks (3400 KiB) rebuilt at a time, every block rerun once.
+  StageCost c = WholeStage(Recompute::kFull, {0, RecomputeMethod::kUniform, 2});
+  EXPECT_EQ(c.held_bytes, (100 + 3 * 100 + 500) * kKiB);
+  EXPECT_EQ(c.recomputed_bytes, 3400 * kKiB);
+  EXPECT_EQ(c.recompute_ns, 60'000);
+  // N = 4: chunks {1-4} {5,6} (the last one shorter, as Megatron-LM's min()).
+  c = WholeStage(Recompute::kFull, {0, RecomputeMethod::kUniform, 4});
+  EXPECT_EQ(c.held_bytes, (100 + 2 * 100 + 500) * kKiB);
+  EXPECT_EQ(c.recomputed_bytes, 4 * 1700 * kKiB);
+  // N = 1 holds what full holds.
+  c = WholeStage(Recompute::kFull, {0, RecomputeMethod::kUniform, 1});
+  EXPECT_EQ(c.held_bytes, WholeStage(Recompute::kFull).held_bytes);
+  EXPECT_EQ(c.recomputed_bytes, 1700 * kKiB);
+}
+
+TEST(StageCostsCheckpointing, MegatronBlockCheckpointsTheFirstNBlocksOfTheStage) {
+  // N = 2: blocks 1 and 2 keep their inputs, blocks 3-6 all 1700 KiB.
+  StageCost c = WholeStage(Recompute::kFull, {0, RecomputeMethod::kBlock, 2});
+  EXPECT_EQ(c.held_bytes, (100 + 2 * 100 + 4 * 1700 + 500) * kKiB);
+  EXPECT_EQ(c.recomputed_bytes, 1700 * kKiB);
+  EXPECT_EQ(c.recompute_ns, 20'000);
+  // N past the stage's six blocks: all of them, as uniform N = 1.
+  c = WholeStage(Recompute::kFull, {0, RecomputeMethod::kBlock, 8});
+  EXPECT_EQ(c.held_bytes, (100 + 6 * 100 + 500) * kKiB);
+  EXPECT_EQ(c.recompute_ns, 60'000);
+}
+
+TEST(StageCostsCheckpointing, ModelsWithoutTheNewFieldsFallBackWithANote) {
+  // ThreeLayers gives neither checkpoint_bytes nor the op fields.
+  StageCostOptions o{1, Recompute::kOp};
+  const StageCostTable op(ThreeLayers(), o);
+  EXPECT_EQ(op.Stage(kLast).held_bytes, 5 * kMiB);  // as off
+  EXPECT_EQ(op.Stage(kLast).recompute_ns, 0);
+  ASSERT_EQ(op.Notes().size(), 1u);
+  EXPECT_NE(op.Notes()[0].find("op_saved_bytes"), std::string::npos);
+  // every:1: each layer's checkpoint is its input, the previous layer's
+  // output (10 and 20 KiB for layers 1 and 2).
+  o.recompute = Recompute::kEvery;
+  o.recompute_layers.every = 1;
+  const StageCostTable every(ThreeLayers(), o);
+  EXPECT_EQ(every.Stage(kLast).held_bytes, 30 * kKiB);
+  EXPECT_EQ(every.Stage(kLast).recomputed_bytes, 3 * kMiB);
+  EXPECT_EQ(every.Stage(kLast).recompute_ns, 5000);
+  ASSERT_EQ(every.Notes().size(), 1u);
+  EXPECT_NE(every.Notes()[0].find("checkpoint_bytes"), std::string::npos);
+}
+
 TEST(StageCosts, ParameterBytesRoundToNearest) {
   EXPECT_EQ(ParameterBytes(5000, 2), 10000);
   EXPECT_EQ(ParameterBytes(3, 0.5), 2);  // 1.5 rounds away from zero

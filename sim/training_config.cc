@@ -44,6 +44,7 @@ Status TrainingConfig::Validate() const {
         fmt::format("--microbatches is {}: must be at least 1", microbatches));
   }
   PIPECAST_RETURN_IF_ERROR(optimizer_step.Validate());
+  PIPECAST_RETURN_IF_ERROR(CheckRecompute(recompute, recompute_layers));
   const int shard_group = memory.sharding.shard_group;
   if (shard_group > 0 && layout.data_parallel % shard_group != 0) {
     return Status::InvalidArgument(fmt::format(
@@ -92,6 +93,7 @@ StageCostOptions StageCostOptionsFor(const TrainingConfig& config, const Link& t
   StageCostOptions o;
   o.microbatch_size = config.microbatch_size;
   o.recompute = config.recompute;
+  o.recompute_layers = config.recompute_layers;
   o.tensor_parallel = config.layout.tensor_parallel;
   o.sequence_parallel = config.layout.sequence_parallel;
   o.tp_comm_overlap = config.overlap.tp_comm_overlap;

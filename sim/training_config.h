@@ -118,8 +118,12 @@ struct TrainingConfig {
   // Activation recomputation (sim/stage_costs.h): off; selective (the
   // attention core, Korthikanti et al. 2022); full (Megatron-LM
   // --recompute-granularity full: each layer's input kept, layers rerun one
-  // at a time in the backward).
+  // at a time in the backward); op (torchtitan's per-op policy); every:K
+  // (torchtitan's every K-th block); full with a Megatron-LM method.
   Recompute recompute = Recompute::kOff;
+  // K of every:K, Megatron-LM's --recompute-method and --recompute-num-layers
+  // (CheckRecompute states which go together).
+  RecomputeLayers recompute_layers;
   // Bytes per parameter by precision, main-gradient precision and optimizer,
   // and the ZeRO level over the d replicas (memory.zero); of whole
   // parameters, before the t-way split (PerGpuMemory()).

@@ -463,8 +463,55 @@ std::vector<Case> Catalogue() {
   c.push_back(Row("plan_recompute_unknown", kSimulator,
                   {{"p.json", Baseline("\"recompute\": \"off\"", "\"recompute\": \"on\"")}},
                   "--model {ex}/gpt-7b.json --plan {dir}/p.json", 1,
-                  "recompute: expected \"off\", \"selective\" or \"full\" (or true/false, as "
-                  "older plans wrote it), got string \"on\""));
+                  "recompute: expected \"off\", \"selective\", \"full\", \"op\" or \"every:K\" "
+                  "(K >= 1), or true/false as older plans wrote it, got string \"on\""));
+  // Activation checkpointing's numbers (issue 24 item 4).
+  c.push_back(Row("recompute_every_zero", kSimulator, {kGoodModel},
+                  std::string(kSim) + " --recompute every:0", 2,
+                  "--recompute: 'every:0' is not one of off, selective, full, op, every:K (K an "
+                  "integer >= 1)"));
+  c.push_back(Row("recompute_method_without_full", kSimulator, {kGoodModel},
+                  std::string(kSim) + " --recompute-method uniform --recompute-num-layers 2", 2,
+                  "--recompute-method uniform is Megatron-LM's choice of which layers full "
+                  "recomputation checkpoints: use it with --recompute full (not off)"));
+  c.push_back(Row("recompute_method_without_num_layers", kSimulator, {kGoodModel},
+                  std::string(kSim) + " --recompute full --recompute-method block", 2,
+                  "--recompute-method block needs --recompute-num-layers N"));
+  c.push_back(Row("recompute_num_layers_without_method", kSimulator, {kGoodModel},
+                  std::string(kSim) + " --recompute full --recompute-num-layers 2", 2,
+                  "--recompute-num-layers needs --recompute-method uniform or block"));
+  c.push_back(Row("recompute_method_unknown", kSimulator, {kGoodModel},
+                  std::string(kSim) + " --recompute full --recompute-method chunked", 2,
+                  "--recompute-method: 'chunked' is not one of uniform, block"));
+  c.push_back(Row("recompute_list_planner", kPlanner, {kGoodModel},
+                  "--model {dir}/m.json --gpus 8 --global-batch 8 --recompute off,every:x", 2,
+                  "--recompute: 'every:x' is not one of auto, off, selective, full, on, op, "
+                  "every:K"));
+  c.push_back(Row("recompute_method_planner_without_full", kPlanner, {kGoodModel},
+                  "--model {dir}/m.json --gpus 8 --global-batch 8 --recompute off,op "
+                  "--recompute-method block --recompute-num-layers 1",
+                  1,
+                  "--recompute-method and --recompute-num-layers choose which layers full "
+                  "recomputation checkpoints: list full in --recompute"));
+  c.push_back(Row("op_saved_over_activations", kSimulator,
+                  {{"m.json", Model(8, R"({"microbatch_size": 1, "forward_us": 100, )"
+                                       R"("backward_us": 200, "activation_bytes": 1024, )"
+                                       R"("output_bytes": 512, "op_saved_bytes": 2048, )"
+                                       R"("op_recompute_us": 10})")}},
+                  kSim, 1,
+                  "layers[0].profiles[0].op_saved_bytes: 2048 is more than activation_bytes"));
+  c.push_back(Row("op_fields_half_given", kSimulator,
+                  {{"m.json", Model(8, R"({"microbatch_size": 1, "forward_us": 100, )"
+                                       R"("backward_us": 200, "activation_bytes": 1024, )"
+                                       R"("output_bytes": 512, "op_recompute_us": 10})")}},
+                  kSim, 1,
+                  "layers[0].profiles[0]: gives only one of op_saved_bytes and op_recompute_us"));
+  c.push_back(
+      Row("plan_recompute_method_unknown", kSimulator,
+          {{"p.json", Baseline("\"recompute\": \"off\"",
+                               "\"recompute\": \"full\", \"recompute_method\": \"chunked\"")}},
+          "--model {ex}/gpt-7b.json --plan {dir}/p.json", 1,
+          "recompute_method: expected \"uniform\" or \"block\", got string \"chunked\""));
   c.push_back(Row("unknown_precision", kSimulator, {kGoodModel},
                   std::string(kSim) + " --precision fp4", 2,
                   "--precision: 'fp4' is not one of bf16, fp16, fp8, fp32"));

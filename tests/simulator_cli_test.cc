@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 
 #include "testing/cli_test_util.h"
 
@@ -29,6 +30,35 @@ class SimulatorCli : public ::testing::Test {
   ToolRun Sim(const std::string& args) { return RunTool(dir_, kSimulator, args); }
   TempDir dir_;
 };
+
+TEST_F(SimulatorCli, CheckpointingModesRerunTheirBlocksAndSayTheCheckpointIsEstimated) {
+  // One stage of the toy's 8 layers, one micro-batch: F + B = 8 x 3000 us,
+  // plus the forward (1000 us) of every rerun layer. The toy gives no
+  // checkpoint_bytes: each layer's checkpoint is its input, and the output
+  // says so.
+  const std::string base =
+      "--model " + Toy() + " --stages 1 --microbatches 1 --cluster ideal --json";
+  const std::pair<const char*, double> cases[] = {
+      {" --recompute every:2", 8 * kToyLayerFBUs + 4 * 1000},
+      {" --recompute every:3", 8 * kToyLayerFBUs + 2 * 1000},
+      {" --recompute full --recompute-method uniform --recompute-num-layers 4",
+       8 * kToyLayerFBUs + 8 * 1000},
+      {" --recompute full --recompute-method block --recompute-num-layers 3",
+       8 * kToyLayerFBUs + 3 * 1000},
+  };
+  for (const auto& [flags, want_us] : cases) {
+    ToolRun run = Sim(base + flags);
+    ASSERT_EQ(run.exit_code, 0) << flags << run.err;
+    const json j = json::parse(run.out);
+    EXPECT_DOUBLE_EQ(j["iteration_time_us"].get<double>(), want_us) << flags;
+    EXPECT_THAT(j["notes"].dump(), HasSubstr("give no checkpoint_bytes")) << flags;
+  }
+  // op on a model without the per-op fields is off, and says so.
+  ToolRun op = Sim(base + " --recompute op");
+  ASSERT_EQ(op.exit_code, 0) << op.err;
+  EXPECT_DOUBLE_EQ(json::parse(op.out)["iteration_time_us"].get<double>(), 8 * kToyLayerFBUs);
+  EXPECT_THAT(json::parse(op.out)["notes"].dump(), HasSubstr("op_saved_bytes"));
+}
 
 TEST_F(SimulatorCli, GPipeAnd1F1BMatchTheClosedFormOnTheIdealCluster) {
   // One layer per stage: iteration = (m + p - 1)(F + B), bubble ratio (p-1)/(m+p-1).

@@ -27,6 +27,7 @@
 #include "report/html_report.h"
 #include "report/search_progress.h"
 #include "sim/schedule.h"
+#include "sim/stage_costs.h"
 #include "tools/export_flags.h"
 #include "tools/planner_tool.h"
 #include "tools/training_flags.h"
@@ -101,10 +102,37 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->check(CLI::PositiveNumber);
   app.add_option("--recompute", f.recompute,
-                 "activation recomputation: auto (search off, selective and full), off, selective "
-                 "(the attention core) or full (layer by layer); on = full")
-      ->check(pipecast::OneOf({"auto", "off", "selective", "full", "on"}))
+                 "activation recomputation: auto (search off, selective, full, and op when the "
+                 "model gives the per-op policy's fields), or a comma list of off, selective "
+                 "(the attention core), full (layer by layer), op (torchtitan's per-op policy) "
+                 "and every:K (every K-th block); on = full (docs/planner.md)")
+      ->check(
+          [](const std::string& v) -> std::string {
+            if (v == "auto" || v == "on") return "";
+            pipecast::Recompute r;
+            pipecast::RecomputeLayers l;
+            size_t start = 0;
+            while (true) {
+              const size_t comma = v.find(',', start);
+              const std::string item = v.substr(start, comma - start);
+              if (!pipecast::ParseRecomputeSpec(item, &r, &l)) {
+                return "'" + item +
+                       "' is not one of auto, off, selective, full, on, op, every:K (K an integer "
+                       ">= 1; or a comma list of off, selective, full, op and every:K)";
+              }
+              if (comma == std::string::npos) return "";
+              start = comma + 1;
+            }
+          },
+          "RECOMPUTE")
       ->capture_default_str();
+  app.add_option("--recompute-method", f.recompute_method,
+                 "Megatron-LM's choice of layers for the full entries of --recompute: uniform or "
+                 "block; needs --recompute-num-layers")
+      ->check(pipecast::OneOf({"uniform", "block"}));
+  app.add_option("--recompute-num-layers", f.recompute_num_layers,
+                 "N of --recompute-method (Megatron-LM --recompute-num-layers)")
+      ->check(CLI::Range(1, 1 << 20));
   app.add_option("--top", f.top, "runners-up to keep besides the choice")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <optional>
+#include <string>
+#include <string_view>
 #include <utility>
 
 #include "base/text_table.h"
@@ -32,6 +34,83 @@ PlannerOptions::SequenceParallel SequenceParallelFlag(const std::string& value) 
                           : PlannerOptions::SequenceParallel::kAuto;
 }
 
+// --recompute (auto, on, or a comma list of modes), --recompute-method and
+// --recompute-num-layers. A single off, selective or full (or on, the older
+// name of full) without a method pins it as before; anything else is a list.
+Status PlannerRecompute(const PlannerToolOptions& flags, PlannerOptions* o) {
+  RecomputeLayers method;
+  if (!flags.recompute_method.empty()) {
+    std::optional<RecomputeMethod> parsed = ParseRecomputeMethod(flags.recompute_method);
+    if (!parsed) {
+      return Status::InvalidArgument(
+          fmt::format("--recompute-method {}: expected uniform or block", flags.recompute_method));
+    }
+    method.method = *parsed;
+  }
+  method.num_layers = flags.recompute_num_layers;
+  const bool has_method = method != RecomputeLayers{};
+  if (flags.recompute == "auto" && !has_method) {
+    o->recompute = RecomputeMode::kAuto;
+    return Status::Ok();
+  }
+  if (flags.recompute == "auto") {
+    return Status::InvalidArgument(
+        "--recompute-method and --recompute-num-layers choose which layers full recomputation "
+        "checkpoints: give --recompute full (or a list with full)");
+  }
+  const std::string text = flags.recompute == "on" ? "full" : flags.recompute;
+  o->recompute = RecomputeMode::kListed;
+  std::string_view rest = text;
+  while (true) {
+    const size_t comma = rest.find(',');
+    const std::string_view item = rest.substr(0, comma);
+    RecomputeChoice choice;
+    if (!ParseRecomputeSpec(item, &choice.recompute, &choice.layers)) {
+      return Status::InvalidArgument(fmt::format(
+          "--recompute: '{}' is not auto, on, or a comma list of off, selective, full, op and "
+          "every:K (K an integer >= 1)",
+          item));
+    }
+    if (choice.recompute == Recompute::kFull) {
+      choice.layers.method = method.method;
+      choice.layers.num_layers = method.num_layers;
+    }
+    if (std::find(o->recompute_listed.begin(), o->recompute_listed.end(), choice) ==
+        o->recompute_listed.end()) {
+      o->recompute_listed.push_back(choice);
+    }
+    if (comma == std::string_view::npos) break;
+    rest = rest.substr(comma + 1);
+  }
+  const bool full_listed =
+      std::any_of(o->recompute_listed.begin(), o->recompute_listed.end(),
+                  [](const RecomputeChoice& c) { return c.recompute == Recompute::kFull; });
+  if (has_method && !full_listed) {
+    return Status::InvalidArgument(
+        "--recompute-method and --recompute-num-layers choose which layers full recomputation "
+        "checkpoints: list full in --recompute");
+  }
+  for (const RecomputeChoice& c : o->recompute_listed) {
+    PIPECAST_RETURN_IF_ERROR(CheckRecompute(c.recompute, c.layers));
+  }
+  if (o->recompute_listed.size() == 1 && !has_method) {
+    switch (o->recompute_listed[0].recompute) {
+      case Recompute::kOff:
+        o->recompute = RecomputeMode::kOff;
+        break;
+      case Recompute::kSelective:
+        o->recompute = RecomputeMode::kSelective;
+        break;
+      case Recompute::kFull:
+        o->recompute = RecomputeMode::kFull;
+        break;
+      default:
+        break;
+    }
+  }
+  return Status::Ok();
+}
+
 Result<PlannerOptions> MakeOptions(const PlannerToolOptions& flags) {
   PlannerOptions o;
   o.gpus = flags.gpus;
@@ -43,11 +122,7 @@ Result<PlannerOptions> MakeOptions(const PlannerToolOptions& flags) {
   }
   o.microbatch_sizes = flags.microbatch_sizes;
   o.chunks = flags.chunks;
-  // "on" is the older name of full, kept so existing commands still run.
-  o.recompute = flags.recompute == "off"                               ? RecomputeMode::kOff
-                : flags.recompute == "selective"                       ? RecomputeMode::kSelective
-                : flags.recompute == "full" || flags.recompute == "on" ? RecomputeMode::kFull
-                                                                       : RecomputeMode::kAuto;
+  PIPECAST_RETURN_IF_ERROR(PlannerRecompute(flags, &o));
   o.top_k = flags.top;
   o.threads = flags.threads;
   // What every candidate shares: the shared flags' part of a configuration.

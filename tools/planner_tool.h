@@ -29,7 +29,12 @@ struct PlannerToolOptions {
   std::vector<std::string> schedules;  // empty: the planner's set
   std::vector<int> microbatch_sizes;   // empty: the sizes the model was measured at
   std::vector<int> chunks = {2};
-  std::string recompute = "auto";  // auto, off or on
+  // auto, on (= full), or a comma list of off, selective, full, op, every:K
+  std::string recompute = "auto";
+  // Megatron-LM's method for the full entries (uniform or block; empty: none)
+  // and its N (0: not given).
+  std::string recompute_method;
+  int recompute_num_layers = 0;
   int top = 3;
   int threads = 0;                         // 0: every core
   std::vector<int> zero;                   // ZeRO levels to try; empty: 0, 1 and 3 when d > 1

@@ -19,6 +19,7 @@
 #include "report/gantt.h"
 #include "report/html_report.h"
 #include "sim/schedule.h"
+#include "sim/stage_costs.h"
 #include "tools/export_flags.h"
 #include "tools/simulator_tool.h"
 #include "tools/training_flags.h"
@@ -74,14 +75,36 @@ int main(int argc, char** argv) {
       "zb-auto, zb-v-auto: activations a GPU may hold, in micro-batches (16) or bytes (40GiB); "
       "default 2P for zb-auto, P for zb-v-auto");
   CLI::Option* recompute =
-      app.add_option("--recompute", f.recompute,
-                     "activation recomputation: off (default), selective (rerun the attention "
-                     "core) or full (keep each layer's input, rerun layer by layer); a bare "
-                     "--recompute means full")
+      app.add_option(
+             "--recompute", f.recompute,
+             "activation recomputation: off (default), selective (rerun the attention "
+             "core), full (keep each layer's input, rerun layer by layer), op (torchtitan's "
+             "per-op policy: keep every other matmul's and the attention's outputs, rerun "
+             "the rest) or every:K (checkpoint every K-th block); a bare --recompute "
+             "means full (docs/simulator.md)")
           ->expected(0, 1)
           ->default_str("full")  // what a bare --recompute sets
-          ->check(pipecast::OneOf({"off", "selective", "full"}))
-          ->option_text("off|selective|full (default off; bare: full)");
+          ->check(
+              [](const std::string& v) -> std::string {
+                pipecast::Recompute r;
+                pipecast::RecomputeLayers l;
+                if (pipecast::ParseRecomputeSpec(v, &r, &l)) return "";
+                return "'" + v +
+                       "' is not one of off, selective, full, op, every:K (K an integer >= 1)";
+              },
+              "RECOMPUTE")
+          ->option_text("off|selective|full|op|every:K (default off; bare: full)");
+  CLI::Option* recompute_method =
+      app.add_option("--recompute-method", f.recompute_method,
+                     "with --recompute full, Megatron-LM's choice of layers: uniform (chunks of N "
+                     "layers, each chunk's input kept and the chunk rerun) or block (the first N "
+                     "layers of each stage checkpointed, the rest keep their activations); needs "
+                     "--recompute-num-layers")
+          ->check(pipecast::OneOf({"uniform", "block"}));
+  CLI::Option* recompute_num_layers =
+      app.add_option("--recompute-num-layers", f.recompute_num_layers,
+                     "N of --recompute-method (Megatron-LM --recompute-num-layers)")
+          ->check(CLI::Range(1, 1 << 20));
   CLI::Option* microbatch_size =
       app.add_option("--microbatch-size", f.config.microbatch_size,
                      "samples per micro-batch; unmeasured sizes are interpolated")
@@ -160,10 +183,26 @@ int main(int argc, char** argv) {
       "replay a plan.json (from planner --out): its schedule, partition, micro-batch size, "
       "data-parallel and tensor-parallel degrees, recomputation and cluster; --model is still "
       "required");
-  for (CLI::Option* o :
-       {stages, microbatches, schedule, chunks, recompute, microbatch_size, partition,
-        data_parallel, tensor_parallel, sequence_parallel, tp_comm_overlap, schedule_in, zero,
-        memory_limit, reshard, prefetch, reduce_every, shard_group}) {
+  for (CLI::Option* o : {stages,
+                         microbatches,
+                         schedule,
+                         chunks,
+                         recompute,
+                         recompute_method,
+                         recompute_num_layers,
+                         microbatch_size,
+                         partition,
+                         data_parallel,
+                         tensor_parallel,
+                         sequence_parallel,
+                         tp_comm_overlap,
+                         schedule_in,
+                         zero,
+                         memory_limit,
+                         reshard,
+                         prefetch,
+                         reduce_every,
+                         shard_group}) {
     fixed.push_back(o);
   }
   for (CLI::Option* o : fixed) plan->excludes(o);

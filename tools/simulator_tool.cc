@@ -51,9 +51,28 @@ Result<Cluster> PickCluster(const Flags& flags, const Model& model,
 // bound to it, --schedule (kCustom for --schedule-in) and --recompute. The
 // shared flags fill the rest once the schedule is known (errors in that
 // order, as the user reads the flags).
+// --recompute, --recompute-method and --recompute-num-layers into `config`
+// (CheckRecompute: which go together).
+Status RecomputeFromFlags(const Flags& flags, TrainingConfig* config) {
+  if (!ParseRecomputeSpec(flags.recompute, &config->recompute, &config->recompute_layers)) {
+    return Status::InvalidArgument(fmt::format(
+        "--recompute {}: expected off, selective, full, op or every:K (K >= 1)", flags.recompute));
+  }
+  if (!flags.recompute_method.empty()) {
+    std::optional<RecomputeMethod> method = ParseRecomputeMethod(flags.recompute_method);
+    if (!method) {
+      return Status::InvalidArgument(
+          fmt::format("--recompute-method {}: expected uniform or block", flags.recompute_method));
+    }
+    config->recompute_layers.method = *method;
+  }
+  config->recompute_layers.num_layers = flags.recompute_num_layers;
+  return CheckRecompute(config->recompute, config->recompute_layers);
+}
+
 Result<TrainingConfig> ConfigFromFlags(const Flags& flags) {
   TrainingConfig config = flags.config;
-  config.recompute = *ParseRecompute(flags.recompute);  // checked by the flag
+  PIPECAST_RETURN_IF_ERROR(RecomputeFromFlags(flags, &config));
   ShardingConfig& sharding = config.memory.sharding;
   sharding.reshard_after_forward = flags.reshard_after_forward == "on";
   sharding.prefetch = flags.shard_prefetch == "on";
@@ -327,6 +346,10 @@ Status CheckToolOutputs(const SimulatorToolOptions& flags) {
 Status SimulatorToolOptions::Validate() const {
   if (auto specs = ParseExportFlags(exports, schedule_out, schedule_format); !specs.ok()) {
     return specs.status();
+  }
+  if (plan_path.empty()) {
+    TrainingConfig with_recompute = config;
+    PIPECAST_RETURN_IF_ERROR(RecomputeFromFlags(*this, &with_recompute));
   }
   return config.Validate();
 }

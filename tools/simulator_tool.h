@@ -37,8 +37,12 @@ struct SimulatorToolOptions {
   // micro-batch activations ("16") or a size with a unit ("40GiB"); empty: the schedule's
   // default (2p for zb-auto, p for zb-v-auto).
   std::string memory_limit;
-  std::string recompute = "off";  // off, selective or full
-  std::string partition;          // empty: the planner's (sim/memory_partition.h)
+  std::string recompute = "off";  // off, selective, full, op or every:K
+  // Megatron-LM's --recompute-method (uniform or block; empty: none) and
+  // --recompute-num-layers (0: not given), with --recompute full.
+  std::string recompute_method;
+  int recompute_num_layers = 0;
+  std::string partition;  // empty: the planner's (sim/memory_partition.h)
   // How ZeRO 2 and 3 run (ShardingConfig in sim/memory.h), on or off; the
   // hybrid shard group is config.memory.sharding.shard_group (0: all replicas).
   std::string reshard_after_forward = "on";
