@@ -173,6 +173,23 @@ std::string RunWhat(const MeasuredRun& run) {
                      run.steps.size());
 }
 
+// The comparison as --json writes it: the measured side as `measured`, the
+// plan's model and schedule when `p` is given.
+std::string ComparisonJson(Json measured, const Prediction* p, const validate::Comparison& c,
+                           const std::vector<std::string>& notes) {
+  Json j;
+  j["format"] = "pipecast-measured-comparison/1";
+  if (p != nullptr) {
+    j["model"] = p->model_name;
+    j["schedule"] = p->plan.schedule_name;
+  }
+  j["measured"] = std::move(measured);
+  j["notes"] = notes;
+  j["metrics"] = validate::ComparisonRowsJson(c.rows);
+  j["within_tolerance"] = c.within_tolerance;
+  return Dump(j);
+}
+
 }  // namespace
 
 Status MeasuredToolOptions::Validate() const {
@@ -224,17 +241,8 @@ Result<MeasuredToolResult> RunMeasuredTool(const MeasuredToolOptions& o) {
     const std::string what = fmt::format("Megatron-LM log {}", o.megatron_log);
     out.compared = true;
     out.within_tolerance = c.within_tolerance;
-    if (o.json) {
-      Json j;
-      j["format"] = "pipecast-measured-comparison/1";
-      j["measured"] = what;
-      j["notes"] = notes;
-      j["metrics"] = validate::ComparisonRowsJson(c.rows);
-      j["within_tolerance"] = c.within_tolerance;
-      out.text = Dump(j);
-    } else {
-      out.text = ComparisonText(what, p, c, notes);
-    }
+    out.text =
+        o.json ? ComparisonJson(Json(what), nullptr, c, notes) : ComparisonText(what, p, c, notes);
     return out;
   }
 
@@ -281,19 +289,8 @@ Result<MeasuredToolResult> RunMeasuredTool(const MeasuredToolOptions& o) {
     PIPECAST_RETURN_IF_ERROR(
         WriteFileAtomic(o.report_out, ComparisonReportHtml(page)).WithPrefix("--report"));
   }
-  if (o.json) {
-    Json j;
-    j["format"] = "pipecast-measured-comparison/1";
-    j["model"] = p.model_name;
-    j["schedule"] = p.plan.schedule_name;
-    j["measured"] = RunJson(run);
-    j["notes"] = notes;
-    j["metrics"] = validate::ComparisonRowsJson(c.rows);
-    j["within_tolerance"] = c.within_tolerance;
-    out.text = Dump(j);
-  } else {
-    out.text = ComparisonText(what, p, c, notes);
-  }
+  out.text =
+      o.json ? ComparisonJson(RunJson(run), &p, c, notes) : ComparisonText(what, p, c, notes);
   return out;
 }
 

@@ -3,7 +3,8 @@
 
 #include <algorithm>
 #include <limits>
-#include <nlohmann/json.hpp>
+#include <utility>
+#include <vector>
 
 #include "base/text_table.h"
 #include "planner/passes.h"
@@ -150,16 +151,26 @@ std::vector<RecomputeChoice> RecomputeModes(const Model& model, const PlannerOpt
 
 namespace {
 
-// Enumerate() at one tensor-parallel degree and sequence-parallel setting.
-void EnumerateAt(const PlannerOptions& options, int64_t global_batch, int t, bool sp, int layers,
-                 bool split, const std::vector<RecomputeChoice>& recompute_modes,
-                 std::vector<Candidate>* out, std::vector<Rejection>* rejected) {
-  const int per_t = options.gpus / t;
+// The (p, d) pairs of `per_t` GPUs (those of one tensor-parallel degree) the
+// search tries: p divides them, at most one stage per layer, as pinned.
+std::vector<std::pair<int, int>> PipelineSplits(const PlannerOptions& options, int per_t,
+                                                int layers) {
+  std::vector<std::pair<int, int>> out;
   for (int p = 1; p <= std::min(per_t, layers); ++p) {
     if (per_t % p != 0) continue;
     if (options.pipeline_stages > 0 && p != options.pipeline_stages) continue;
     const int d = per_t / p;
     if (options.data_parallel > 0 && d != options.data_parallel) continue;
+    out.emplace_back(p, d);
+  }
+  return out;
+}
+
+// Enumerate() at one tensor-parallel degree and sequence-parallel setting.
+void EnumerateAt(const PlannerOptions& options, int64_t global_batch, int t, bool sp, int layers,
+                 bool split, const std::vector<RecomputeChoice>& recompute_modes,
+                 std::vector<Candidate>* out, std::vector<Rejection>* rejected) {
+  for (const auto& [p, d] : PipelineSplits(options, options.gpus / t, layers)) {
     for (int size : options.microbatch_sizes) {
       for (ScheduleKind schedule : options.schedules) {
         const ScheduleTraits& traits = TraitsOf(schedule);
@@ -235,12 +246,7 @@ int64_t CountConfigurations(const Model& model, const Cluster& cluster,
   for (int t : TensorParallelDegrees(model, cluster, options, nullptr)) {
     if (options.gpus % t != 0) continue;
     const int64_t sp_modes = static_cast<int64_t>(SequenceParallelModes(model, options, t).size());
-    const int per_t = options.gpus / t;
-    for (int p = 1; p <= std::min(per_t, layers); ++p) {
-      if (per_t % p != 0) continue;
-      if (options.pipeline_stages > 0 && p != options.pipeline_stages) continue;
-      const int d = per_t / p;
-      if (options.data_parallel > 0 && d != options.data_parallel) continue;
+    for (const auto& [p, d] : PipelineSplits(options, options.gpus / t, layers)) {
       const int64_t zero = static_cast<int64_t>(ZeroLevels(options, d).size());
       const int64_t here = times(times(per_layout, zero), sp_modes);
       count = here > kMax - count ? kMax : count + here;
