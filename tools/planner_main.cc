@@ -104,6 +104,13 @@ int main(int argc, char** argv) {
                  "(the attention core) or full (layer by layer); on = full")
       ->check(pipecast::OneOf({"auto", "off", "selective", "full", "on"}))
       ->capture_default_str();
+  app.add_option("--partition", f.partition,
+                 "how the layers split into stages: balanced (pipecast's: on time among the "
+                 "splits that fit), even (Megatron-LM's even split of the decoder layers; see "
+                 "--first-stage-layers) or both (each configuration with each; the report says "
+                 "which the choice uses)")
+      ->check(pipecast::OneOf({"balanced", "even", "both"}))
+      ->capture_default_str();
   app.add_option("--top", f.top, "runners-up to keep besides the choice")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();

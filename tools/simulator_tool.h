@@ -37,7 +37,8 @@ struct SimulatorToolOptions {
   // default (2p for zb-auto, p for zb-v-auto).
   std::string memory_limit;
   std::string recompute = "off";  // off, selective or full
-  std::string partition;          // empty: the planner's (sim/memory_partition.h)
+  // balanced or empty (the planner's), even (Megatron-LM's), or layer ranges.
+  std::string partition;
   // How ZeRO 2 and 3 run (ShardingConfig in sim/memory.h), on or off; the
   // hybrid shard group is config.memory.sharding.shard_group (0: all replicas).
   std::string reshard_after_forward = "on";
