@@ -110,7 +110,8 @@ Status ReadPartitionRule(const Reader& r, const json& root, PartitionSetting* ou
     return Status::Ok();
   }
   bool known = false;
-  for (PartitionRule rule : {PartitionRule::kBalanced, PartitionRule::kEven, PartitionRule::kGiven}) {
+  for (PartitionRule rule :
+       {PartitionRule::kBalanced, PartitionRule::kEven, PartitionRule::kGiven}) {
     if (*name == PartitionRuleName(rule)) {
       out->rule = rule;
       known = true;
@@ -127,9 +128,9 @@ Status ReadPartitionRule(const Reader& r, const json& root, PartitionSetting* ou
   }
   const json& even = root["even_split"];
   PIPECAST_RETURN_IF_ERROR(r.CheckObject(even, "even_split"));
-  PIPECAST_RETURN_IF_ERROR(r.CheckKeys(even, "even_split",
-                                       {"first_stage_layers", "last_stage_layers",
-                                        "account_for_embedding", "account_for_loss"}));
+  PIPECAST_RETURN_IF_ERROR(r.CheckKeys(
+      even, "even_split",
+      {"first_stage_layers", "last_stage_layers", "account_for_embedding", "account_for_loss"}));
   EvenSplitOptions& o = out->even;
   PIPECAST_RETURN_IF_ERROR(
       r.Int(even, "even_split", "first_stage_layers", 0, kMaxCount, &o.first_stage_layers));

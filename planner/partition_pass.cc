@@ -105,11 +105,11 @@ bool PartitionForMemory(const Model& model, const Cluster& cluster, Bytes capaci
   const PipelineShape shape = ShapeOf(c->config);
   std::vector<int> stage_rank;
   if (c->config.partition.rule == PartitionRule::kEven) {
-    stage_rank = ScheduleShape(shape.schedule, shape.stages, shape.microbatches, shape.chunks)
-                     .stage_rank;
+    stage_rank =
+        ScheduleShape(shape.schedule, shape.stages, shape.microbatches, shape.chunks).stage_rank;
   }
-  Result<MemoryAwareSplit> made = PartitionFor(*t, EndsOf(model), shape, stage_rank, c->config,
-                                               capacity, time_balanced);
+  Result<MemoryAwareSplit> made =
+      PartitionFor(*t, EndsOf(model), shape, stage_rank, c->config, capacity, time_balanced);
   if (!made.ok()) {
     c->partition.clear();
     *rejection = Rejection{RejectReason::kScheduleConstraint, *c, made.status().message(), 0};
@@ -130,8 +130,8 @@ bool PartitionForMemory(const Model& model, const Cluster& cluster, Bytes capaci
   copy.partition = std::move(split.partition);
   *rejection = Rejection{
       RejectReason::kOutOfMemory, copy,
-      fmt::format("stage {} (layers {}-{}) needs {:.2f} GiB of the {:.2f} GiB limit {}; {}",
-                  worst, lean.first_layer, lean.last_layer, ToGiB(worst_bytes), ToGiB(capacity),
+      fmt::format("stage {} (layers {}-{}) needs {:.2f} GiB of the {:.2f} GiB limit {}; {}", worst,
+                  lean.first_layer, lean.last_layer, ToGiB(worst_bytes), ToGiB(capacity),
                   c->config.partition.rule == PartitionRule::kEven
                       ? "in Megatron-LM's even split"
                       : "even in the split that needs least memory",

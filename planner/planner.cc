@@ -37,9 +37,8 @@ Status PlannerOptions::Validate() const {
           "--partition: the planner makes the partition; give balanced, even or both");
     }
   }
-  const bool searches_even =
-      std::find(partition_rules.begin(), partition_rules.end(), PartitionRule::kEven) !=
-      partition_rules.end();
+  const bool searches_even = std::find(partition_rules.begin(), partition_rules.end(),
+                                       PartitionRule::kEven) != partition_rules.end();
   PIPECAST_RETURN_IF_ERROR(
       (PartitionSetting{searches_even ? PartitionRule::kEven : PartitionRule::kBalanced, even})
           .Validate());
@@ -110,11 +109,11 @@ std::string Candidate::Label() const {
   std::string tp;
   if (l.tensor_parallel > 1)
     tp = fmt::format("t={} {}", l.tensor_parallel, l.sequence_parallel ? "sp " : "");
-  return tp + fmt::format("p={} d={} {}{} mbs={} m={} recompute={} zero={}", l.pipeline_stages,
-                          l.data_parallel, ScheduleKindName(config.schedule),
-                          l.chunks > 1 ? fmt::format(" v={}", l.chunks) : "",
-                          config.microbatch_size, config.microbatches,
-                          RecomputeName(config.recompute), config.memory.zero) +
+  return tp +
+         fmt::format("p={} d={} {}{} mbs={} m={} recompute={} zero={}", l.pipeline_stages,
+                     l.data_parallel, ScheduleKindName(config.schedule),
+                     l.chunks > 1 ? fmt::format(" v={}", l.chunks) : "", config.microbatch_size,
+                     config.microbatches, RecomputeName(config.recompute), config.memory.zero) +
          (config.partition.rule == PartitionRule::kEven ? " partition=even" : "");
 }
 
@@ -421,14 +420,16 @@ std::string PartitionRuleNote(const std::vector<Candidate>& ranked) {
     const double slower = static_cast<double>(c.result->iteration_ns) /
                               static_cast<double>(chosen.result->iteration_ns) -
                           1.0;
-    return text + fmt::format("; the best with the {} split ({}, {}) takes {:.1f}% longer per "
-                              "iteration",
-                              PartitionRuleName(other), c.Label(),
-                              PartitionToString(c.partition), 100.0 * slower);
+    return text + fmt::format(
+                      "; the best with the {} split ({}, {}) takes {:.1f}% longer per "
+                      "iteration",
+                      PartitionRuleName(other), c.Label(), PartitionToString(c.partition),
+                      100.0 * slower);
   }
-  return text + fmt::format("; no configuration with the {} split was simulated (none could be "
-                            "made, fitted, or reached the top)",
-                            PartitionRuleName(other));
+  return text + fmt::format(
+                    "; no configuration with the {} split was simulated (none could be "
+                    "made, fitted, or reached the top)",
+                    PartitionRuleName(other));
 }
 
 // The ranked candidates the report keeps: the choice and top_k runners-up.

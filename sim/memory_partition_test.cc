@@ -317,9 +317,9 @@ TEST(SimulatorDefaultPartition, Llama70bOn32StagesFitsEveryRank) {
   const std::vector<StageLayers> time_balanced = TimeBalancedSplit(table, 32);
   Bytes fullest = 0;
   for (int s = 0; s < 32; ++s) {
-    fullest = std::max(fullest, EstimateStageMemoryParts(table, shape, MemoryConfig{}, s,
-                                                         time_balanced[s])
-                                    .Total());
+    fullest = std::max(
+        fullest,
+        EstimateStageMemoryParts(table, shape, MemoryConfig{}, s, time_balanced[s]).Total());
   }
   const MemoryAwareSplit tight = MemoryAwarePartition(table, shape, MemoryConfig{}, fullest - 1);
   EXPECT_TRUE(tight.fits);

@@ -169,12 +169,11 @@ Result<std::vector<int>> RankUnits(int decoder, int p, int v, const EvenSplitOpt
   std::vector<int> units(p, 0);
   if (!o.Uneven()) {
     const int total = decoder + o.account_for_embedding + o.account_for_loss;
-    const std::string what =
-        o.account_for_embedding || o.account_for_loss
-            ? fmt::format("{} decoder layers{}{} ({} in the split)", decoder,
-                          o.account_for_embedding ? " + the embedding" : "",
-                          o.account_for_loss ? " + the loss" : "", total)
-            : fmt::format("{} decoder layers", decoder);
+    const std::string what = o.account_for_embedding || o.account_for_loss
+                                 ? fmt::format("{} decoder layers{}{} ({} in the split)", decoder,
+                                               o.account_for_embedding ? " + the embedding" : "",
+                                               o.account_for_loss ? " + the loss" : "", total)
+                                 : fmt::format("{} decoder layers", decoder);
     if (total % p != 0) {
       return Status::InvalidArgument(fmt::format(
           "--partition even: the model's {} do not divide evenly over {}: choose a stage count "
@@ -214,10 +213,10 @@ Result<std::vector<int>> RankUnits(int decoder, int p, int v, const EvenSplitOpt
                           decoder, middle_stages));
   }
   if (middle_stages > 0 && middle % middle_stages != 0) {
-    return Status::InvalidArgument(fmt::format(
-        "--partition even: the {} decoder layers left besides --first-stage-layers / "
-        "--last-stage-layers do not divide evenly over the other {}",
-        middle, Count(middle_stages, "pipeline stage", "pipeline stages")));
+    return Status::InvalidArgument(
+        fmt::format("--partition even: the {} decoder layers left besides --first-stage-layers / "
+                    "--last-stage-layers do not divide evenly over the other {}",
+                    middle, Count(middle_stages, "pipeline stage", "pipeline stages")));
   }
   const int per_middle = middle_stages > 0 ? middle / middle_stages : 0;
   const std::pair<const char*, int> per_rank[] = {{"--first-stage-layers", first},

@@ -124,8 +124,9 @@ TEST(PartitionEven, ThirtyTwoDecoderLayersOnFourStages) {
 
 TEST(PartitionEven, FirstAndLastStageCounts) {
   // --decoder-first/last-pipeline-num-layers 6: the two middle stages take (32 - 12) / 2 = 10.
-  EXPECT_EQ(PartitionToString(Even(34, kGpt, 4, 1, {.first_stage_layers = 6, .last_stage_layers = 6})),
-            "0-6,7-16,17-26,27-33");
+  EXPECT_EQ(
+      PartitionToString(Even(34, kGpt, 4, 1, {.first_stage_layers = 6, .last_stage_layers = 6})),
+      "0-6,7-16,17-26,27-33");
   // Only the last stage given: the three others take (32 - 5) / 3 = 9.
   EXPECT_EQ(PartitionToString(Even(34, kGpt, 4, 1, {.last_stage_layers = 5})),
             "0-9,10-18,19-27,28-33");
@@ -136,20 +137,20 @@ TEST(PartitionEven, VirtualStages) {
   // (stage s = chunk x p + rank).
   EXPECT_EQ(PartitionToString(Even(34, kGpt, 4, 2)), "0-4,5-8,9-12,13-16,17-20,21-24,25-28,29-33");
   // With first/last 4: first and last ranks 2 per chunk, middle ranks (32 - 8) / 2 / 2 = 6.
-  EXPECT_EQ(PartitionToString(Even(34, kGpt, 4, 2, {.first_stage_layers = 4, .last_stage_layers = 4})),
-            "0-2,3-8,9-14,15-16,17-18,19-24,25-30,31-33");
+  EXPECT_EQ(
+      PartitionToString(Even(34, kGpt, 4, 2, {.first_stage_layers = 4, .last_stage_layers = 4})),
+      "0-2,3-8,9-14,15-16,17-18,19-24,25-30,31-33");
 }
 
 TEST(PartitionEven, AccountForEmbeddingAndLoss) {
   // 32 + 2 = 34 units over 2 stages: 17 each, the embedding and the head among them.
-  EXPECT_EQ(PartitionToString(Even(34, kGpt, 2, 1,
-                                   {.account_for_embedding = true, .account_for_loss = true})),
+  EXPECT_EQ(PartitionToString(
+                Even(34, kGpt, 2, 1, {.account_for_embedding = true, .account_for_loss = true})),
             "0-16,17-33");
   // 30 decoder layers + the embedding = 31 does not divide over 2; + the loss = 32 does.
-  EXPECT_THAT(EvenPartition(32, kGpt, 2, {0, 1}, {.account_for_embedding = true})
-                  .status()
-                  .message(),
-              HasSubstr("30 decoder layers + the embedding (31 in the split)"));
+  EXPECT_THAT(
+      EvenPartition(32, kGpt, 2, {0, 1}, {.account_for_embedding = true}).status().message(),
+      HasSubstr("30 decoder layers + the embedding (31 in the split)"));
 }
 
 TEST(PartitionEven, Errors) {
@@ -261,8 +262,8 @@ TEST(PartitionEven, MatchesMegatronsOffsetsAndCounts) {
               // pipecast's stages must each hold a layer: D + 2 layers in all.
               const bool fits = P * v <= D + 2;
               Result<std::vector<StageLayers>> got = EvenPartition(D + 2, kGpt, P, stage_rank, o);
-              const std::string what = fmt::format("D={} P={} V={} F={} L={} ae={} al={}", D, P, V,
-                                                   F, L, m.ae, m.al);
+              const std::string what =
+                  fmt::format("D={} P={} V={} F={} L={} ae={} al={}", D, P, V, F, L, m.ae, m.al);
               if (!m.Valid() || !fits) {
                 EXPECT_FALSE(got.ok()) << what;
                 ++refused;

@@ -417,7 +417,8 @@ Result<SimResult> SimulateWith(EngineFn engine, const Model& model, const Cluste
   StageCostOptions cost_options = StageCostOptionsFor(config, cluster);
   cost_options.split_backward = schedule.split_backward;
   const StageCostTable table(model, cost_options);
-  Result<std::vector<StageLayers>> partition = ResolvePartition(model, cluster, table, schedule, options);
+  Result<std::vector<StageLayers>> partition =
+      ResolvePartition(model, cluster, table, schedule, options);
   if (!partition.ok()) return partition.status();
 
   SimResult result;

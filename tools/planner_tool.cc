@@ -67,8 +67,8 @@ Result<PlannerOptions> MakeOptions(const PlannerToolOptions& flags) {
   } else {
     auto rule = ParsePartitionRule(flags.partition, "--partition");
     if (!rule.ok()) {
-      return Status::InvalidArgument(fmt::format(
-          "--partition '{}': expected balanced, even or both", flags.partition));
+      return Status::InvalidArgument(
+          fmt::format("--partition '{}': expected balanced, even or both", flags.partition));
     }
     o.partition_rules = {*rule};
   }

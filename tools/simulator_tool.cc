@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdint>
 #include <exception>
 #include <string>
@@ -67,9 +68,13 @@ Result<TrainingConfig> ConfigFromFlags(const Flags& flags) {
   return config;
 }
 
-// --partition is a list of layer ranges rather than a rule's name.
+// --partition is a list of layer ranges (it starts with a digit, or a space
+// or dash before one) rather than a rule's name.
 bool IsPartitionList(const std::string& partition) {
-  return !partition.empty() && partition != "balanced" && partition != "even";
+  const size_t first = partition.find_first_not_of(" \t");
+  return first != std::string::npos &&
+         (std::isdigit(static_cast<unsigned char>(partition[first])) || partition[first] == '-' ||
+          partition[first] == ',');
 }
 
 Result<Schedule> PickSchedule(const Flags& flags, const TrainingConfig& config, int num_layers,
@@ -162,9 +167,9 @@ Result<Setup> SetupShapeFromFlags(const Flags& flags, const Model& model,
   if (!flags.partition.empty()) {
     auto rule = ParsePartitionRule(flags.partition, "--partition");
     if (!rule.ok()) {
-      return Status::InvalidArgument(fmt::format(
-          "--partition '{}': expected balanced, even, or layer ranges such as 0-3,4-7",
-          flags.partition));
+      return Status::InvalidArgument(
+          fmt::format("--partition '{}': expected balanced, even, or layer ranges such as 0-3,4-7",
+                      flags.partition));
     }
     c.partition.rule = *rule;
   }
