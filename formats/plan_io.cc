@@ -774,7 +774,11 @@ std::string PlanToJson(const PlanFile& plan) {
                                  {"first_layer", plan.partition[i].first_layer},
                                  {"last_layer", plan.partition[i].last_layer}});
   }
-  root["partition_rule"] = PartitionRuleName(plan.config.partition.rule);
+  // A listed partition (given) writes no rule, as plans did before the rule was recorded: they
+  // read back and write again byte for byte.
+  if (plan.config.partition.rule != PartitionRule::kGiven) {
+    root["partition_rule"] = PartitionRuleName(plan.config.partition.rule);
+  }
   if (plan.config.partition.rule == PartitionRule::kEven) {
     const EvenSplitOptions& even = plan.config.partition.even;
     root["even_split"] = {{"first_stage_layers", even.first_stage_layers},

@@ -129,8 +129,8 @@ TEST(Planner, ShardedDataParallelismFitsWhatPlainReplicasCannot) {
 // Issue 24 item 6: Megatron-LM's even split as a stated choice. 10 layers: "embedding" (0.1 ms
 // forward), 8 blocks (1 ms + 2 ms), "lm_head" (3 ms + 6 ms, three blocks' worth), 1F1B on p = 2.
 // Megatron-LM gives each stage 4 blocks, the embedding to the first and the head to the last:
-// 0-4 | 5-9, stages of 12.3 and 21 ms per micro-batch. pipecast's balanced split moves two
-// blocks forward: 0-6 | 7-9, 18.3 and 15 ms.
+// 0-4 | 5-9, stages of 12.3 and 21 ms per micro-batch. pipecast's balanced split moves one
+// block forward: 0-5 | 6-9, 15.3 and 18 ms (0-6 | 7-9 would be 18.3 and 15).
 Model EmbeddingBlocksHead() {
   Model model = UniformModel(10, kF, kB);
   model.layers.front().name = "embedding";
@@ -181,7 +181,7 @@ TEST(Planner, PartitionBothSearchesEachRuleAndSaysWhichItChose) {
   ASSERT_TRUE(r->Feasible());
   const Candidate& best = r->ranked[0];
   EXPECT_EQ(best.config.partition.rule, PartitionRule::kBalanced);
-  EXPECT_EQ(PartitionToString(best.partition), "0-6,7-9");
+  EXPECT_EQ(PartitionToString(best.partition), "0-5,6-9");
   const Candidate* even = nullptr;
   for (const Candidate& c : r->ranked) {
     if (c.config.partition.rule == PartitionRule::kEven && even == nullptr) even = &c;

@@ -158,6 +158,7 @@ Result<Setup> SetupShapeFromFlags(const Flags& flags, const Model& model,
                                s.schedule.NumModelStages());
     if (!part.ok()) return part.status();
     s.options.partition = *part;
+    c.partition.rule = PartitionRule::kGiven;
     return s;
   }
   // The default partition is the planner's, by the rule --partition names
