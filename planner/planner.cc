@@ -420,6 +420,12 @@ std::string PartitionRuleNote(const std::vector<Candidate>& ranked) {
     const double slower = static_cast<double>(c.result->iteration_ns) /
                               static_cast<double>(chosen.result->iteration_ns) -
                           1.0;
+    if (c.partition == chosen.partition && c.result->iteration_ns == chosen.result->iteration_ns) {
+      return text + fmt::format(
+                        "; the best with the {} split ({}) makes the same split ({}) and "
+                        "takes as long",
+                        PartitionRuleName(other), c.Label(), PartitionToString(c.partition));
+    }
     return text + fmt::format(
                       "; the best with the {} split ({}, {}) takes {:.1f}% longer per "
                       "iteration",
@@ -428,7 +434,8 @@ std::string PartitionRuleNote(const std::vector<Candidate>& ranked) {
   }
   return text + fmt::format(
                     "; no configuration with the {} split was simulated (none could be "
-                    "made, fitted, or reached the top)",
+                    "made, fitted, or reached the top; a one-stage layout is tried with the "
+                    "balanced split only, both give it every layer)",
                     PartitionRuleName(other));
 }
 

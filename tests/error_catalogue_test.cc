@@ -458,6 +458,13 @@ std::vector<Case> Catalogue() {
   c.push_back(Row("planner_partition_unknown_rule", kPlanner, {kGoodModel},
                   "--model {dir}/m.json --gpus 2 --partition sometimes", 2,
                   "--partition: 'sometimes' is not one of balanced, even, both"));
+  c.push_back(Row("planner_even_split_divides_no_configuration", kPlanner, {},
+                  "--model {ex}/gpt-7b.json --gpus 3 --stages 3 --partition even", 4,
+                  "planner: 72 configurations, 0 simulated, none can run (the report says why)"));
+  c.back().output =
+      "schedule constraint: 72\n    e.g. p=3 d=1 naive mbs=1 m=512 recompute=off zero=0 "
+      "partition=even: --partition even: the model's 32 decoder layers do not divide evenly over 3 "
+      "pipeline stages";
   c.push_back(Row(
       "plan_partition_rule_unknown", kSimulator,
       {{"p.json", Baseline("\"placement\":", "\"partition_rule\": \"sometimes\", \"placement\":")}},
