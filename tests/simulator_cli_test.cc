@@ -424,7 +424,8 @@ TEST_F(SimulatorCli, PartitionEvenIsMegatronsSplit) {
   // "first-last" of each virtual stage, in stage order.
   auto ranges = [](const std::string& out) {
     std::map<int, std::string> by_stage;
-    for (const json& stage : json::parse(out)["stages"]) {
+    const json result = json::parse(out);
+    for (const json& stage : result["stages"]) {
       for (const json& c : stage["chunks"]) {
         by_stage[c["stage"].get<int>()] = std::to_string(c["first_layer"].get<int>()) + "-" +
                                           std::to_string(c["last_layer"].get<int>());
