@@ -260,6 +260,18 @@ Result<std::vector<StageLayers>> EvenPartition(int num_layers, ModelEnds ends, i
                     stages, ranks));
   }
   const int v = stages / ranks;
+  std::vector<int> per_rank(ranks, 0);
+  for (int r : stage_rank) {
+    if (r >= 0 && r < ranks) ++per_rank[r];
+  }
+  for (int r = 0; r < ranks; ++r) {
+    if (per_rank[r] != v) {
+      return Status::InvalidArgument(fmt::format(
+          "--partition even: rank {} holds {} of the {} virtual stages, not {} as every rank must "
+          "for Megatron-LM's split: give --partition as a list of layer ranges",
+          r, per_rank[r], stages, v));
+    }
+  }
   const int decoder = num_layers - ends.embedding - ends.head;
   Result<std::vector<int>> units = RankUnits(decoder, ranks, v, options);
   if (!units.ok()) return units.status();
