@@ -117,6 +117,51 @@ Status ReadRecompute(const Reader& r, const json& root, Recompute* out, Recomput
   return Status::Ok();
 }
 
+// "partition_rule" (balanced, even or given) and, for even, "even_split":
+// absent in plans written before the rule was recorded, read as given (the
+// plan's list, by whichever rule made it).
+Status ReadPartitionRule(const Reader& r, const json& root, PartitionSetting* out) {
+  *out = PartitionSetting{};
+  std::optional<std::string> name;
+  PIPECAST_RETURN_IF_ERROR(r.String(root, "", "partition_rule", &name));
+  if (!name.has_value()) {
+    out->rule = PartitionRule::kGiven;
+    return Status::Ok();
+  }
+  bool known = false;
+  for (PartitionRule rule :
+       {PartitionRule::kBalanced, PartitionRule::kEven, PartitionRule::kGiven}) {
+    if (*name == PartitionRuleName(rule)) {
+      out->rule = rule;
+      known = true;
+    }
+  }
+  if (!known) {
+    return r.Error("partition_rule", fmt::format("expected \"balanced\", \"even\" or \"given\", "
+                                                 "got \"{}\"",
+                                                 *name));
+  }
+  if (!root.contains("even_split")) return Status::Ok();
+  if (out->rule != PartitionRule::kEven) {
+    return r.Error("even_split", "is given, but partition_rule is not \"even\"");
+  }
+  const json& even = root["even_split"];
+  PIPECAST_RETURN_IF_ERROR(r.CheckObject(even, "even_split"));
+  PIPECAST_RETURN_IF_ERROR(r.CheckKeys(
+      even, "even_split",
+      {"first_stage_layers", "last_stage_layers", "account_for_embedding", "account_for_loss"}));
+  EvenSplitOptions& o = out->even;
+  PIPECAST_RETURN_IF_ERROR(
+      r.Int(even, "even_split", "first_stage_layers", 0, kMaxCount, &o.first_stage_layers));
+  PIPECAST_RETURN_IF_ERROR(
+      r.Int(even, "even_split", "last_stage_layers", 0, kMaxCount, &o.last_stage_layers));
+  PIPECAST_RETURN_IF_ERROR(
+      r.Bool(even, "even_split", "account_for_embedding", &o.account_for_embedding));
+  PIPECAST_RETURN_IF_ERROR(r.Bool(even, "even_split", "account_for_loss", &o.account_for_loss));
+  if (Status valid = o.Validate(); !valid.ok()) return r.Error("even_split", valid.message());
+  return Status::Ok();
+}
+
 Status ReadCounts(const Reader& r, const json& root, PlanFile* plan) {
   PIPECAST_RETURN_IF_ERROR(r.Int(root, "", "gpus", 1, kMaxCount, &plan->gpus));
   PIPECAST_RETURN_IF_ERROR(
@@ -651,6 +696,8 @@ Status ReadPlan(const Reader& r, const json& root, PlanFile* plan) {
                                         "recompute_method",
                                         "recompute_num_layers",
                                         "partition",
+                                        "partition_rule",
+                                        "even_split",
                                         "placement",
                                         "actions",
                                         "memory",
@@ -663,6 +710,7 @@ Status ReadPlan(const Reader& r, const json& root, PlanFile* plan) {
   PIPECAST_RETURN_IF_ERROR(ReadEmbeddedCluster(r, root, &plan->cluster));
   PIPECAST_RETURN_IF_ERROR(ReadCounts(r, root, plan));
   PIPECAST_RETURN_IF_ERROR(ReadPartition(r, root, *plan, &plan->partition));
+  PIPECAST_RETURN_IF_ERROR(ReadPartitionRule(r, root, &plan->config.partition));
   PIPECAST_RETURN_IF_ERROR(ReadPlacement(r, root, plan));
   PIPECAST_RETURN_IF_ERROR(ReadActions(r, root, plan));
   PIPECAST_RETURN_IF_ERROR(ReadMemory(r, root, plan));
@@ -774,6 +822,18 @@ std::string PlanToJson(const PlanFile& plan) {
     root["partition"].push_back({{"stage", i},
                                  {"first_layer", plan.partition[i].first_layer},
                                  {"last_layer", plan.partition[i].last_layer}});
+  }
+  // A listed partition (given) writes no rule, as plans did before the rule was recorded: they
+  // read back and write again byte for byte.
+  if (plan.config.partition.rule != PartitionRule::kGiven) {
+    root["partition_rule"] = PartitionRuleName(plan.config.partition.rule);
+  }
+  if (plan.config.partition.rule == PartitionRule::kEven) {
+    const EvenSplitOptions& even = plan.config.partition.even;
+    root["even_split"] = {{"first_stage_layers", even.first_stage_layers},
+                          {"last_stage_layers", even.last_stage_layers},
+                          {"account_for_embedding", even.account_for_embedding},
+                          {"account_for_loss", even.account_for_loss}};
   }
   root["placement"] = plan.placement;
   // One string per rank: ScheduleToText's lines.

@@ -176,6 +176,47 @@ TEST(PlanFileTest, MakePlanFileRecordsTheBalancedPartitionWhenNoneWasGiven) {
   EXPECT_EQ(p.partition, (std::vector<StageLayers>{{0, 1}, {2, 3}, {4, 5}, {6, 7}}));
 }
 
+// The rule that made the partition is recorded (issue 24 item 6): a plan made with Megatron-LM's
+// even split and its first/last-stage counts says so and reads back the same; a plan written
+// before the rule was recorded (no partition_rule) reads as "given", its list as before.
+TEST(PlanFileTest, PartitionRuleRoundTripsAndOldPlansReadAsGiven) {
+  World w = MakeWorld();
+  w.options.config.partition.rule = PartitionRule::kEven;
+  w.options.config.partition.even.first_stage_layers = 1;
+  w.options.config.partition.even.last_stage_layers = 1;
+  PlanFile made = MakePlanFile("uniform", "h", w.cluster, w.schedule, w.options, w.result);
+  const std::string text = PlanToJson(made);
+  const nlohmann::json j = nlohmann::json::parse(text);
+  EXPECT_EQ(j["partition_rule"], "even");
+  EXPECT_EQ(j["even_split"]["first_stage_layers"], 1);
+  EXPECT_EQ(j["even_split"]["last_stage_layers"], 1);
+  Result<PlanFile> parsed = ParsePlan(text, "plan.json");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  EXPECT_EQ(parsed->config.partition, made.config.partition);
+
+  w.options.config.partition = PartitionSetting{};
+  const nlohmann::json balanced = nlohmann::json::parse(
+      PlanToJson(MakePlanFile("uniform", "h", w.cluster, w.schedule, w.options, w.result)));
+  EXPECT_EQ(balanced["partition_rule"], "balanced");
+  EXPECT_FALSE(balanced.contains("even_split"));
+
+  nlohmann::json old = balanced;
+  old.erase("partition_rule");
+  Result<PlanFile> read_old = ParsePlan(old.dump(), "old.json");
+  ASSERT_TRUE(read_old.ok()) << read_old.status().message();
+  EXPECT_EQ(read_old->config.partition.rule, PartitionRule::kGiven);
+  EXPECT_EQ(read_old->partition, made.partition);
+
+  nlohmann::json bad = balanced;
+  bad["partition_rule"] = "uneven";
+  EXPECT_THAT(ParsePlan(bad.dump(), "bad.json").status().message(),
+              HasSubstr("partition_rule: expected \"balanced\", \"even\" or \"given\""));
+  bad["partition_rule"] = "balanced";
+  bad["even_split"] = j["even_split"];
+  EXPECT_THAT(ParsePlan(bad.dump(), "bad.json").status().message(),
+              HasSubstr("even_split: is given, but partition_rule is not \"even\""));
+}
+
 TEST(PlanFileTest, MemorySettingsRoundTripAndReplay) {
   // Given a ZeRO-3 plan with bf16 main gradients (and their fp32 copy) on a
   // GPU with a 2 GiB reserve and a 10% margin

@@ -215,7 +215,18 @@ void EnumerateAt(const PlannerOptions& options, int64_t global_batch, int t, boo
                 rejected->push_back(Rejection{RejectReason::kScheduleConstraint, c, why, 0});
                 continue;
               }
-              out->push_back(std::move(c));
+              // Each partition rule searched; on one stage of one chunk both make the same
+              // split, so Megatron-LM's is tried there only when it alone is searched.
+              for (PartitionRule rule : options.partition_rules) {
+                if (rule == PartitionRule::kEven && p * v == 1 &&
+                    options.partition_rules.size() > 1) {
+                  continue;
+                }
+                Candidate with_rule = c;
+                with_rule.config.partition.rule = rule;
+                if (rule == PartitionRule::kEven) with_rule.config.partition.even = options.even;
+                out->push_back(std::move(with_rule));
+              }
             }
           }
         }
@@ -240,8 +251,9 @@ int64_t CountConfigurations(const Model& model, const Cluster& cluster,
                            : static_cast<int64_t>(options.chunks.size());
   }
   const int64_t per_layout =
-      times(times(static_cast<int64_t>(options.microbatch_sizes.size()), schedule_chunks),
-            recompute_modes);
+      times(times(times(static_cast<int64_t>(options.microbatch_sizes.size()), schedule_chunks),
+                  recompute_modes),
+            static_cast<int64_t>(options.partition_rules.size()));
   int64_t count = 0;
   for (int t : TensorParallelDegrees(model, cluster, options, nullptr)) {
     if (options.gpus % t != 0) continue;

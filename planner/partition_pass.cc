@@ -95,19 +95,33 @@ bool PartitionForMemory(const Model& model, const Cluster& cluster, Bytes capaci
   const std::vector<StageLayers>* time_balanced = nullptr;
   if (cache != nullptr) {
     t = &cache->Table(*c);
-    time_balanced = &cache->TimeBalanced(*c, c->ModelStages());
+    if (c->config.partition.rule != PartitionRule::kEven) {
+      time_balanced = &cache->TimeBalanced(*c, c->ModelStages());
+    }
   } else {
     own = std::make_unique<StageCostTable>(model, StageCostOptionsFor(c->config, cluster));
     t = own.get();
   }
-  MemoryAwareSplit split = MemoryAwarePartition(*t, ShapeOf(c->config), c->config.PerGpuMemory(),
-                                                capacity, time_balanced);
+  const PipelineShape shape = ShapeOf(c->config);
+  std::vector<int> stage_rank;
+  if (c->config.partition.rule == PartitionRule::kEven) {
+    stage_rank =
+        ScheduleShape(shape.schedule, shape.stages, shape.microbatches, shape.chunks).stage_rank;
+  }
+  Result<MemoryAwareSplit> made =
+      PartitionFor(*t, EndsOf(model), shape, stage_rank, c->config, capacity, time_balanced);
+  if (!made.ok()) {
+    c->partition.clear();
+    *rejection = Rejection{RejectReason::kScheduleConstraint, *c, made.status().message(), 0};
+    return false;
+  }
+  MemoryAwareSplit& split = *made;
   if (split.fits) {
     c->partition = std::move(split.partition);
     return true;
   }
-  // Nothing fits: the split that needs the least memory is the closest miss;
-  // name its fullest stage.
+  // Nothing fits: the split that needs the least memory is the closest miss
+  // (for the even split, the split itself); name its fullest stage.
   c->partition.clear();
   const int worst = split.worst_stage;
   const StageLayers lean = split.partition[worst];
@@ -116,9 +130,11 @@ bool PartitionForMemory(const Model& model, const Cluster& cluster, Bytes capaci
   copy.partition = std::move(split.partition);
   *rejection = Rejection{
       RejectReason::kOutOfMemory, copy,
-      fmt::format("stage {} (layers {}-{}) needs {:.2f} GiB of the {:.2f} GiB limit even in the "
-                  "split that needs least memory; {}",
-                  worst, lean.first_layer, lean.last_layer, ToGiB(worst_bytes), ToGiB(capacity),
+      fmt::format("stage {} (layers {}-{}) needs {:.2f} GiB of the {:.2f} GiB limit {}; {}", worst,
+                  lean.first_layer, lean.last_layer, ToGiB(worst_bytes), ToGiB(capacity),
+                  c->config.partition.rule == PartitionRule::kEven
+                      ? "in Megatron-LM's even split"
+                      : "even in the split that needs least memory",
                   BindingPart(split.worst_parts, *c)),
       static_cast<double>(worst_bytes) / static_cast<double>(capacity)};
   return false;

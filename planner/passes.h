@@ -83,12 +83,14 @@ class PartitionCache {
   std::map<std::pair<Key, int>, std::vector<StageLayers>> splits_;
 };
 
-// Fills candidate.partition with the time-balanced split whose every stage
-// fits in `capacity` (the memory limit, capacity - reserve - margin; 0 =
-// unlimited), by MemoryAwarePartition() (sim/memory_partition.h), at the
-// candidate's per-GPU memory (TrainingConfig::PerGpuMemory). Returns false
-// and fills `rejection` (kOutOfMemory, with the closest miss and the part
-// that binds) when no split fits. `cache`, when given, keeps the tables and
+// Fills candidate.partition by its configuration's rule (PartitionFor,
+// sim/memory_partition.h): balanced, the time-balanced split whose every
+// stage fits in `capacity` (the memory limit, capacity - reserve - margin;
+// 0 = unlimited); even, Megatron-LM's split; each at the candidate's per-GPU
+// memory (TrainingConfig::PerGpuMemory). Returns false and fills `rejection`
+// when no balanced split fits or the even split has a stage over (kOutOfMemory,
+// with the closest miss and the part that binds), or the even split cannot be
+// made (kScheduleConstraint, saying why). `cache`, when given, keeps the tables and
 // time-balanced splits for the next candidates.
 bool PartitionForMemory(const Model& model, const Cluster& cluster, Bytes capacity,
                         Candidate* candidate, Rejection* rejection,
@@ -104,7 +106,9 @@ bool PartitionForMemory(const Model& model, const Cluster& cluster, Bytes capaci
 inline constexpr int64_t kMaxConfigurations = 100'000;
 
 // How many configurations Enumerate() will produce, rejected ones included,
-// without producing them (saturating at INT64_MAX).
+// without producing them (saturating at INT64_MAX); with both partition rules
+// an upper count (a one-stage layout is tried once, and a batch that does not
+// divide is one rejection for both rules).
 int64_t CountConfigurations(const Model& model, const Cluster& cluster,
                             const PlannerOptions& options);
 

@@ -28,6 +28,20 @@ Status PlannerOptions::Validate() const {
     return Status::InvalidArgument(
         fmt::format("--global-batch is {}: must be at least 1", global_batch));
   }
+  if (partition_rules.empty()) {
+    return Status::InvalidArgument("--partition: give balanced, even or both");
+  }
+  for (PartitionRule rule : partition_rules) {
+    if (rule == PartitionRule::kGiven) {
+      return Status::InvalidArgument(
+          "--partition: the planner makes the partition; give balanced, even or both");
+    }
+  }
+  const bool searches_even = std::find(partition_rules.begin(), partition_rules.end(),
+                                       PartitionRule::kEven) != partition_rules.end();
+  PIPECAST_RETURN_IF_ERROR(
+      (PartitionSetting{searches_even ? PartitionRule::kEven : PartitionRule::kBalanced, even})
+          .Validate());
   for (int v : chunks) {
     if (v < 2) {
       return Status::InvalidArgument(
@@ -95,12 +109,13 @@ std::string Candidate::Label() const {
   std::string tp;
   if (l.tensor_parallel > 1)
     tp = fmt::format("t={} {}", l.tensor_parallel, l.sequence_parallel ? "sp " : "");
-  return tp + fmt::format("p={} d={} {}{} mbs={} m={} recompute={} zero={}", l.pipeline_stages,
-                          l.data_parallel, ScheduleKindName(config.schedule),
-                          l.chunks > 1 ? fmt::format(" v={}", l.chunks) : "",
-                          config.microbatch_size, config.microbatches,
-                          RecomputeSpec(config.recompute, config.recompute_layers),
-                          config.memory.zero);
+  return tp +
+         fmt::format("p={} d={} {}{} mbs={} m={} recompute={} zero={}", l.pipeline_stages,
+                     l.data_parallel, ScheduleKindName(config.schedule),
+                     l.chunks > 1 ? fmt::format(" v={}", l.chunks) : "", config.microbatch_size,
+                     config.microbatches, RecomputeSpec(config.recompute, config.recompute_layers),
+                     config.memory.zero) +
+         (config.partition.rule == PartitionRule::kEven ? " partition=even" : "");
 }
 
 Bytes Candidate::PeakMemory() const {
@@ -392,6 +407,41 @@ int SimulatePass(const Model& model, const Cluster& cluster, const PlannerOption
   return simulated;
 }
 
+// With both partition rules searched: which one the choice has, and the best
+// candidate of the other rule against it. `ranked` is best first.
+std::string PartitionRuleNote(const std::vector<Candidate>& ranked) {
+  const Candidate& chosen = ranked.front();
+  const PartitionRule rule = chosen.config.partition.rule;
+  const PartitionRule other =
+      rule == PartitionRule::kEven ? PartitionRule::kBalanced : PartitionRule::kEven;
+  std::string text = fmt::format(
+      "partition: searched pipecast's balanced split and Megatron-LM's even split; the choice "
+      "uses the {} split",
+      PartitionRuleName(rule));
+  for (const Candidate& c : ranked) {
+    if (c.config.partition.rule != other || !c.result) continue;
+    const double slower = static_cast<double>(c.result->iteration_ns) /
+                              static_cast<double>(chosen.result->iteration_ns) -
+                          1.0;
+    if (c.partition == chosen.partition && c.result->iteration_ns == chosen.result->iteration_ns) {
+      return text + fmt::format(
+                        "; the best with the {} split ({}) makes the same split ({}) and "
+                        "takes as long",
+                        PartitionRuleName(other), c.Label(), PartitionToString(c.partition));
+    }
+    return text + fmt::format(
+                      "; the best with the {} split ({}, {}) takes {:.1f}% longer per "
+                      "iteration",
+                      PartitionRuleName(other), c.Label(), PartitionToString(c.partition),
+                      100.0 * slower);
+  }
+  return text + fmt::format(
+                    "; no configuration with the {} split was simulated (none could be "
+                    "made, fitted, or reached the top; a one-stage layout is tried with the "
+                    "balanced split only, both give it every layer)",
+                    PartitionRuleName(other));
+}
+
 // The ranked candidates the report keeps: the choice and top_k runners-up.
 std::vector<Candidate> Top(std::vector<Candidate> ranked, int top_k) {
   if (ranked.size() > static_cast<size_t>(top_k) + 1) ranked.resize(top_k + 1);
@@ -435,6 +485,9 @@ Result<PlanReport> RunPlanner(const Model& model, const Cluster& cluster,
   passes::Prune(model, cluster, &fitting, &cache);
   report.simulated = SimulatePass(model, cluster, options, &fitting, &report.rejected);
   passes::Rank(&fitting);
+  if (options.partition_rules.size() > 1 && !fitting.empty()) {
+    report.notes.push_back(PartitionRuleNote(fitting));
+  }
   report.ranked = Top(std::move(fitting), options.top_k);
   Conclude(model, cluster, options, &report);
   return report;

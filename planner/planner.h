@@ -108,6 +108,11 @@ struct PlannerOptions {
   int pipeline_stages = 0;
   int data_parallel = 0;  // d pinned; 0: searched
   int microbatches = 0;   // m pinned; 0: every m the global batch allows
+  // The partition rules searched (--partition): balanced (pipecast's, the
+  // default), even (Megatron-LM's, with `even`'s first/last-stage counts), or
+  // both, each configuration tried with each (sim/partition.h).
+  std::vector<PartitionRule> partition_rules = {PartitionRule::kBalanced};
+  EvenSplitOptions even;
 
   Status Validate() const;
 };

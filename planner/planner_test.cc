@@ -1,7 +1,11 @@
 #include "planner/planner.h"
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
 
 #include "formats/result_json.h"
 #include "planner/chosen_plan.h"
@@ -120,6 +124,85 @@ TEST(Planner, ShardedDataParallelismFitsWhatPlainReplicasCannot) {
     }
   }
   EXPECT_TRUE(plain_dp_rejected);
+}
+
+// Issue 24 item 6: Megatron-LM's even split as a stated choice. 10 layers: "embedding" (0.1 ms
+// forward), 8 blocks (1 ms + 2 ms), "lm_head" (3 ms + 6 ms, three blocks' worth), 1F1B on p = 2.
+// Megatron-LM gives each stage 4 blocks, the embedding to the first and the head to the last:
+// 0-4 | 5-9, stages of 12.3 and 21 ms per micro-batch. pipecast's balanced split moves one
+// block forward: 0-5 | 6-9, 15.3 and 18 ms (0-6 | 7-9 would be 18.3 and 15).
+Model EmbeddingBlocksHead() {
+  Model model = UniformModel(10, kF, kB);
+  model.layers.front().name = "embedding";
+  model.layers.front().profiles[0].forward_ns = kF / 10;
+  model.layers.front().profiles[0].backward_ns = kB / 10;
+  model.layers.back().name = "lm_head";
+  model.layers.back().profiles[0].forward_ns = 3 * kF;
+  model.layers.back().profiles[0].backward_ns = 3 * kB;
+  return model;
+}
+
+PlannerOptions TwoStages1F1B(std::vector<PartitionRule> rules) {
+  PlannerOptions o = OnGpus(2, 8);
+  o.pipeline_stages = 2;
+  o.schedules = {ScheduleKind::k1F1B};
+  o.recompute = RecomputeMode::kOff;
+  o.partition_rules = std::move(rules);
+  return o;
+}
+
+TEST(Planner, PartitionEvenIsMegatronsSplitWhenAsked) {
+  auto r = RunPlanner(EmbeddingBlocksHead(), IdealCluster(), TwoStages1F1B({PartitionRule::kEven}));
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_TRUE(r->Feasible());
+  const Candidate& best = r->ranked[0];
+  EXPECT_EQ(best.config.partition.rule, PartitionRule::kEven);
+  EXPECT_EQ(PartitionToString(best.partition), "0-4,5-9");
+  EXPECT_THAT(best.Label(), HasSubstr("partition=even"));
+  // The chosen plan records the rule.
+  const Result<ChosenPlan> plan =
+      MakeChosenPlan(EmbeddingBlocksHead(), "h", IdealCluster(), best, false);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  EXPECT_EQ(plan->plan.config.partition.rule, PartitionRule::kEven);
+  // With the first stage given 6 blocks (Megatron-LM's --decoder-first-pipeline-num-layers),
+  // the last holds the other 2 and the head.
+  PlannerOptions first6 = TwoStages1F1B({PartitionRule::kEven});
+  first6.even.first_stage_layers = 6;
+  auto six = RunPlanner(EmbeddingBlocksHead(), IdealCluster(), first6);
+  ASSERT_TRUE(six.ok()) << six.status().message();
+  ASSERT_TRUE(six->Feasible());
+  EXPECT_EQ(PartitionToString(six->ranked[0].partition), "0-6,7-9");
+}
+
+TEST(Planner, PartitionBothSearchesEachRuleAndSaysWhichItChose) {
+  auto r = RunPlanner(EmbeddingBlocksHead(), IdealCluster(),
+                      TwoStages1F1B({PartitionRule::kBalanced, PartitionRule::kEven}));
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_TRUE(r->Feasible());
+  const Candidate& best = r->ranked[0];
+  EXPECT_EQ(best.config.partition.rule, PartitionRule::kBalanced);
+  EXPECT_EQ(PartitionToString(best.partition), "0-5,6-9");
+  const Candidate* even = nullptr;
+  for (const Candidate& c : r->ranked) {
+    if (c.config.partition.rule == PartitionRule::kEven && even == nullptr) even = &c;
+  }
+  ASSERT_NE(even, nullptr);
+  EXPECT_EQ(PartitionToString(even->partition), "0-4,5-9");
+  EXPECT_GT(even->result->iteration_ns, best.result->iteration_ns);
+  const double longer = 100.0 * (static_cast<double>(even->result->iteration_ns) /
+                                     static_cast<double>(best.result->iteration_ns) -
+                                 1.0);
+  bool noted = false;
+  for (const std::string& note : r->notes) {
+    noted |= note.find("the choice uses the balanced split") != std::string::npos &&
+             note.find(fmt::format("takes {:.1f}% longer", longer)) != std::string::npos;
+  }
+  EXPECT_TRUE(noted);
+  // Asking for the even options without the even rule is refused.
+  PlannerOptions bad = TwoStages1F1B({PartitionRule::kBalanced});
+  bad.even.last_stage_layers = 2;
+  EXPECT_THAT(RunPlanner(EmbeddingBlocksHead(), IdealCluster(), bad).status().message(),
+              HasSubstr("--last-stage-layers shapes Megatron-LM's even split"));
 }
 
 TEST(Planner, BadOptions) {

@@ -1,8 +1,11 @@
 #include "sim/memory_partition.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <string>
 
 #include "sim/internal/min_max_split.h"
 #include "sim/schedule_traits.h"
@@ -232,6 +235,17 @@ PipelineShape ShapeOf(const TrainingConfig& config) {
                        l.data_parallel, TraitsOf(config.schedule).bidirectional};
 }
 
+PipelineShape ShapeOf(const Schedule& schedule, const TrainingConfig& config) {
+  PipelineShape shape;
+  shape.schedule = config.schedule;
+  shape.stages = schedule.num_ranks;
+  shape.chunks = std::max(1, schedule.ChunksPerRank());
+  shape.microbatches = schedule.num_microbatches / std::max(1, schedule.iterations);
+  shape.data_parallel = config.layout.data_parallel;
+  shape.bidirectional = schedule.bidirectional;
+  return shape;
+}
+
 StageMemoryParts EstimateStageMemoryParts(const StageCostTable& table, const PipelineShape& shape,
                                           const MemoryConfig& memory, int stage,
                                           StageLayers layers) {
@@ -312,6 +326,76 @@ MemoryAwareSplit MemoryAwarePartition(const StageCostTable& table, const Pipelin
   const StageLayers& worst = out.partition[out.worst_stage];
   out.worst_parts = mem.Parts(out.worst_stage, worst.first_layer, worst.last_layer);
   return out;
+}
+
+ModelEnds EndsOf(const Model& model) {
+  std::vector<std::string> names;
+  names.reserve(model.layers.size());
+  for (const Layer& layer : model.layers) names.push_back(layer.name);
+  return EndsOf(names);
+}
+
+Result<MemoryAwareSplit> PartitionFor(const StageCostTable& table, ModelEnds ends,
+                                      const PipelineShape& shape,
+                                      const std::vector<int>& stage_rank,
+                                      const TrainingConfig& config, Bytes capacity,
+                                      const std::vector<StageLayers>* time_balanced) {
+  const MemoryConfig memory = config.PerGpuMemory();
+  if (config.partition.rule != PartitionRule::kEven) {
+    return MemoryAwarePartition(table, shape, memory, capacity, time_balanced);
+  }
+  const int p = shape.stages;
+  std::vector<int> model_stage_rank = stage_rank;
+  if (shape.bidirectional) model_stage_rank.resize(std::min<size_t>(stage_rank.size(), p));
+  Result<std::vector<StageLayers>> even =
+      EvenPartition(table.NumLayers(), ends, p, model_stage_rank, config.partition.even);
+  if (!even.ok()) return even.status();
+  MemoryAwareSplit out;
+  out.partition = std::move(even.value());
+  if (shape.bidirectional) {
+    for (int k = 0; k < p; ++k) out.partition.push_back(out.partition[k]);
+    return out;
+  }
+  if (shape.chunks > 1 || capacity <= 0) return out;
+  // The same estimate as the balanced split's: the fullest stage, when one is over.
+  const StageMemory mem(table, shape, memory);
+  Bytes worst_bytes = 0;
+  for (int s = 0; s < p; ++s) {
+    const Bytes b = mem.Total(s, out.partition[s].first_layer, out.partition[s].last_layer);
+    out.fits = out.fits && b <= capacity;
+    if (b > worst_bytes) {
+      worst_bytes = b;
+      out.worst_stage = s;
+    }
+  }
+  if (!out.fits) {
+    const StageLayers& worst = out.partition[out.worst_stage];
+    out.worst_parts = mem.Parts(out.worst_stage, worst.first_layer, worst.last_layer);
+  }
+  return out;
+}
+
+Result<MemoryAwareSplit> DefaultPartition(const Model& model, const Cluster& cluster,
+                                          const Schedule& schedule, const TrainingConfig& config) {
+  const StageCostTable table(model, StageCostOptionsFor(config, cluster));
+  const int model_stages = schedule.NumModelStages();
+  PIPECAST_RETURN_IF_ERROR(CheckStageCount(model_stages, table.NumLayers()));
+  const PipelineShape shape = ShapeOf(schedule, config);
+  if (!shape.bidirectional && schedule.num_stages != shape.stages * shape.chunks) {
+    // Stages that are no whole number per rank (a schedule text): balanced on time alone,
+    // which has no per-rank count for Megatron-LM's rule to follow.
+    if (config.partition.rule == PartitionRule::kEven) {
+      return Status::InvalidArgument(fmt::format(
+          "--partition even: the schedule's {} stages are no whole number per each of its {} "
+          "ranks: give --partition as a list of layer ranges",
+          schedule.num_stages, schedule.num_ranks));
+    }
+    MemoryAwareSplit out;
+    out.partition = TimeBalancedSplit(table, model_stages);
+    return out;
+  }
+  return PartitionFor(table, EndsOf(model), shape, schedule.stage_rank, config,
+                      MemoryLimitBytes(cluster.gpu));
 }
 
 }  // namespace pipecast

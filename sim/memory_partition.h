@@ -1,7 +1,10 @@
-// The memory-aware partition: which layers each stage holds so that the
-// stages balance on time and every stage's estimated peak memory fits the
-// GPU. One function for the planner's partition pass and the simulator's
-// default partition (docs/planner.md, "Partition"; docs/simulator.md).
+// The partition a run gets when none is given, in one place (PartitionFor):
+// pipecast's balanced split — the memory-aware partition, which layers each
+// stage holds so that the stages balance on time and every stage's estimated
+// peak memory fits the GPU — or Megatron-LM's even split (EvenPartition,
+// sim/partition.h), as the configuration's partition rule says. One home for
+// the planner's partition pass, the simulator tool's default partition and
+// Simulate()'s (docs/planner.md, "Partition"; docs/simulator.md).
 //
 // The estimate follows the schedule: stage s holds
 // TraitsOf(schedule).inflight_microbatches(s, p, m) micro-batches of
@@ -15,8 +18,11 @@
 
 #include <vector>
 
+#include "base/status.h"
 #include "base/units.h"
+#include "sim/cluster.h"
 #include "sim/memory.h"
+#include "sim/model.h"
 #include "sim/partition.h"
 #include "sim/schedule.h"
 #include "sim/stage_costs.h"
@@ -40,6 +46,9 @@ struct PipelineShape {
 // candidate): its schedule, p, v, m and d, bidirectional as its schedule's
 // traits say.
 PipelineShape ShapeOf(const TrainingConfig& config);
+// The shape of `schedule` (its ranks, chunks per rank, micro-batches per
+// iteration and bidirectionality) with config's schedule kind and d.
+PipelineShape ShapeOf(const Schedule& schedule, const TrainingConfig& config);
 
 // One stage's estimated peak memory by part.
 struct StageMemoryParts {
@@ -89,6 +98,33 @@ struct MemoryAwareSplit {
 MemoryAwareSplit MemoryAwarePartition(const StageCostTable& table, const PipelineShape& shape,
                                       const MemoryConfig& memory, Bytes capacity,
                                       const std::vector<StageLayers>* time_balanced = nullptr);
+
+// The model's embedding and head (EndsOf in sim/partition.h, by layer name).
+ModelEnds EndsOf(const Model& model);
+
+// The partition of rule config.partition for `shape`, with the memory
+// estimate at config.PerGpuMemory() against `capacity` (0 = unlimited):
+// - balanced: MemoryAwarePartition (with `time_balanced` as there);
+// - even: Megatron-LM's EvenPartition of the model's layers (`ends`), on
+//   stage_rank (the rank of each of the p·v virtual stages; of the p model
+//   stages for a bidirectional schedule, repeated as there), with `fits`,
+//   worst_stage and worst_parts as MemoryAwarePartition fills them (for
+//   v = 1; with v > 1 fits stays true, as there).
+// InvalidArgument (naming the flag) when the even split cannot be made.
+// REQUIRES: 1 <= p·v (p) <= table.NumLayers().
+Result<MemoryAwareSplit> PartitionFor(const StageCostTable& table, ModelEnds ends,
+                                      const PipelineShape& shape,
+                                      const std::vector<int>& stage_rank,
+                                      const TrainingConfig& config, Bytes capacity,
+                                      const std::vector<StageLayers>* time_balanced = nullptr);
+
+// The partition a simulation of `schedule` gets when none is given: PartitionFor
+// on the planner's cost table (StageCostOptionsFor(config, cluster)), at the
+// GPU's memory limit (MemoryLimitBytes). For a schedule text whose stages are
+// no whole number per rank, the time-balanced split alone. The stage count
+// checked as CheckStageCount does. Simulate() and the simulator tool call it.
+Result<MemoryAwareSplit> DefaultPartition(const Model& model, const Cluster& cluster,
+                                          const Schedule& schedule, const TrainingConfig& config);
 
 }  // namespace pipecast
 

@@ -267,10 +267,14 @@ TEST(StageCosts, RangeMaxMatchesAScan) {
 }
 
 // Issue 17: `simulator --model examples/llama-70b.json --stages 32` (1F1B,
-// m = 32, h100-sxm) with the default partition of the time it was filed, the
-// time-balanced BalancedPartition, put ranks over the memory limit (18 then,
-// 7 now); the planner's memory-aware split, now the default, fits every rank.
-TEST(SimulatorDefaultPartition, Llama70bOn32StagesFitsWhereTheTimeBalancedSplitDoesNot) {
+// m = 32, h100-sxm) with the default partition of the time it was filed (a
+// second rule, BalancedPartition, on forward + backward time, since folded
+// into TimeBalancedSplit) put 18 ranks over the memory limit. The default is
+// now the planner's memory-aware split, in the tool and in Simulate() itself
+// (DefaultPartition), and fits every rank. Where the memory limit binds (here
+// set one byte below the time-balanced split's fullest stage) it moves layers
+// off the fullest stage and still fits.
+TEST(SimulatorDefaultPartition, Llama70bOn32StagesFitsEveryRank) {
   const char* root = std::getenv("PIPECAST_SOURCE_DIR");
   const Result<Model> model =
       LoadModel(std::string(root ? root : ".") + "/examples/llama-70b.json");
@@ -292,14 +296,6 @@ TEST(SimulatorDefaultPartition, Llama70bOn32StagesFitsWhereTheTimeBalancedSplitD
     }
     return over;
   };
-  std::vector<TimeNs> layer_time;
-  for (int l = 0; l < table.NumLayers(); ++l) {
-    layer_time.push_back(table.Layer(l).forward_ns + table.Layer(l).backward_ns);
-  }
-  const Result<std::vector<StageLayers>> old_default = BalancedPartition(layer_time, 32);
-  ASSERT_TRUE(old_default.ok());
-  // 7 ranks over on this tree (18 when the issue was filed, before later memory fixes).
-  EXPECT_GT(ranks_over(*old_default), 0);
   PipelineShape shape;
   shape.schedule = ScheduleKind::k1F1B;
   shape.stages = 32;
@@ -308,6 +304,30 @@ TEST(SimulatorDefaultPartition, Llama70bOn32StagesFitsWhereTheTimeBalancedSplitD
       MemoryAwarePartition(table, shape, MemoryConfig{}, MemoryLimitBytes(cluster->gpu));
   EXPECT_TRUE(split.fits);
   EXPECT_EQ(ranks_over(split.partition), 0);
+  // Simulate() without a partition makes the same split, so library callers get the tool's
+  // and the planner's rule.
+  EXPECT_EQ(ranks_over({}), 0);
+  SimOptions options;
+  const Result<MemoryAwareSplit> made =
+      DefaultPartition(*model, *cluster, *schedule, options.config);
+  ASSERT_TRUE(made.ok()) << made.status().message();
+  EXPECT_EQ(made->partition, split.partition);
+
+  // A limit one byte below the time-balanced split's fullest stage.
+  const std::vector<StageLayers> time_balanced = TimeBalancedSplit(table, 32);
+  Bytes fullest = 0;
+  for (int s = 0; s < 32; ++s) {
+    fullest = std::max(
+        fullest,
+        EstimateStageMemoryParts(table, shape, MemoryConfig{}, s, time_balanced[s]).Total());
+  }
+  const MemoryAwareSplit tight = MemoryAwarePartition(table, shape, MemoryConfig{}, fullest - 1);
+  EXPECT_TRUE(tight.fits);
+  EXPECT_NE(tight.partition, time_balanced);
+  for (int s = 0; s < 32; ++s) {
+    EXPECT_LT(EstimateStageMemoryParts(table, shape, MemoryConfig{}, s, tight.partition[s]).Total(),
+              fullest);
+  }
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "sim/collectives.h"
 #include "sim/internal/data_parallel.h"
 #include "sim/internal/simulate_steps.h"
+#include "sim/memory_partition.h"
 #include "sim/stage_costs.h"
 #include "sim/totals.h"
 
@@ -92,13 +93,20 @@ Status CheckPartition(const std::vector<StageLayers>& partition, int num_layers,
   return Status::Ok();
 }
 
-// The partition to simulate: the options', else balanced on each layer's
-// forward + backward time; checked against the model and the schedule.
-Result<std::vector<StageLayers>> ResolvePartition(const StageCostTable& table,
+// The partition to simulate: the options', else the configuration's rule
+// as the tools and the planner apply it (DefaultPartition,
+// sim/memory_partition.h); checked against the model and the schedule.
+Result<std::vector<StageLayers>> ResolvePartition(const Model& model, const Cluster& cluster,
+                                                  const StageCostTable& table,
                                                   const Schedule& schedule,
                                                   const SimOptions& options) {
   std::vector<StageLayers> partition = options.partition;
   const int model_stages = schedule.NumModelStages();
+  if (partition.empty()) {
+    Result<MemoryAwareSplit> split = DefaultPartition(model, cluster, schedule, options.config);
+    if (!split.ok()) return split.status();
+    partition = std::move(split->partition);
+  }
   if (schedule.bidirectional && static_cast<int>(partition.size()) == schedule.num_stages) {
     // Given per virtual stage (as a plan stores it): stage p+k must repeat stage k.
     for (int s = model_stages; s < schedule.num_stages; ++s) {
@@ -113,16 +121,6 @@ Result<std::vector<StageLayers>> ResolvePartition(const StageCostTable& table,
       }
     }
     partition.resize(model_stages);
-  }
-  if (partition.empty()) {
-    std::vector<TimeNs> layer_time;
-    layer_time.reserve(table.NumLayers());
-    for (int l = 0; l < table.NumLayers(); ++l) {
-      layer_time.push_back(table.Layer(l).forward_ns + table.Layer(l).backward_ns);
-    }
-    auto balanced = BalancedPartition(layer_time, model_stages);
-    if (!balanced.ok()) return balanced.status();
-    partition = std::move(balanced.value());
   }
   PIPECAST_RETURN_IF_ERROR(CheckPartition(partition, table.NumLayers(), model_stages));
   // A bidirectional schedule's stage p+k is model stage k again (sim/schedule.h): from here on
@@ -422,7 +420,8 @@ Result<SimResult> SimulateWith(EngineFn engine, const Model& model, const Cluste
   StageCostOptions cost_options = StageCostOptionsFor(config, cluster);
   cost_options.split_backward = schedule.split_backward;
   const StageCostTable table(model, cost_options);
-  Result<std::vector<StageLayers>> partition = ResolvePartition(table, schedule, options);
+  Result<std::vector<StageLayers>> partition =
+      ResolvePartition(model, cluster, table, schedule, options);
   if (!partition.ok()) return partition.status();
 
   SimResult result;

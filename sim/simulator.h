@@ -93,7 +93,10 @@ struct SimOptions {
   // memory, overlap, optimizer step. Its p, v and m, when stated, must
   // match the schedule replayed; t must divide the cluster's gpus_per_node.
   TrainingConfig config;
-  // Layers of each virtual stage; empty = balanced on forward+backward time.
+  // Layers of each virtual stage; empty = the partition config.partition's
+  // rule makes, as the simulator tool and the planner make it
+  // (DefaultPartition, sim/memory_partition.h: by default pipecast's
+  // balanced split, on time among the splits that fit the GPU's memory).
   std::vector<StageLayers> partition;
   // Keep every op, transfer and memory change (needed for traces); off in
   // planner searches to save time and memory.

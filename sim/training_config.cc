@@ -45,6 +45,7 @@ Status TrainingConfig::Validate() const {
   }
   PIPECAST_RETURN_IF_ERROR(optimizer_step.Validate());
   PIPECAST_RETURN_IF_ERROR(CheckRecompute(recompute, recompute_layers));
+  PIPECAST_RETURN_IF_ERROR(partition.Validate());
   const int shard_group = memory.sharding.shard_group;
   if (shard_group > 0 && layout.data_parallel % shard_group != 0) {
     return Status::InvalidArgument(fmt::format(

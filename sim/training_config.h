@@ -26,6 +26,7 @@
 #include "base/units.h"
 #include "sim/cluster.h"
 #include "sim/memory.h"
+#include "sim/partition.h"
 #include "sim/schedule.h"
 #include "sim/stage_costs.h"
 
@@ -131,6 +132,11 @@ struct TrainingConfig {
 
   OverlapSettings overlap;
   OptimizerStep optimizer_step;
+
+  // --- The partition: the rule that splits the layers when no partition is
+  // given (pipecast's balanced split, or Megatron-LM's even split and its
+  // options; sim/partition.h, PartitionFor in sim/memory_partition.h).
+  PartitionSetting partition;
 
   // InvalidArgument naming the flag that sets a field out of range or two
   // that contradict each other (--sequence-parallel or --tp-comm-overlap at

@@ -414,6 +414,63 @@ std::vector<Case> Catalogue() {
                   "--model {ex}/gpt-7b.json --plan {dir}/p.json", 1,
                   "--plan: {dir}/p.json: actions: stage 1 has no forward (the largest stage index "
                   "is 8, so stages 0..8 exist)"));
+  // --- partition rules (issue 24 item 6: Megatron-LM's even split) ----------
+  // gpt-7b: "embedding", 32 decoder layers, "lm_head".
+  c.push_back(Row("even_split_not_divisible", kSimulator, {},
+                  "--model {ex}/gpt-7b.json --stages 3 --partition even", 1,
+                  "--partition even: the model's 32 decoder layers do not divide evenly over 3 "
+                  "pipeline stages: choose a stage count that divides them, or give "
+                  "--first-stage-layers / --last-stage-layers"));
+  c.push_back(Row("even_split_virtual_stages_not_divisible", kSimulator, {},
+                  "--model {ex}/gpt-7b.json --stages 4 --schedule interleaved --chunks 3 "
+                  "--microbatches 8 --partition even",
+                  1,
+                  "--partition even: each of the 4 pipeline stages holds 8 of the 32 decoder "
+                  "layers, which do not divide over its 3 virtual stages"));
+  c.push_back(Row("even_split_first_plus_last_over_layers", kSimulator, {},
+                  "--model {ex}/gpt-7b.json --stages 4 --partition even --first-stage-layers 20 "
+                  "--last-stage-layers 20",
+                  1,
+                  "--first-stage-layers 20 + --last-stage-layers 20 = 40, but the model has only "
+                  "32 decoder layers"));
+  c.push_back(Row("even_split_middle_not_divisible", kSimulator, {},
+                  "--model {ex}/gpt-7b.json --stages 4 --partition even --first-stage-layers 5 "
+                  "--last-stage-layers 6",
+                  1,
+                  "--partition even: the 21 decoder layers left besides --first-stage-layers / "
+                  "--last-stage-layers do not divide evenly over the other 2 pipeline stages"));
+  c.push_back(Row("first_stage_layers_without_even", kSimulator, {},
+                  "--model {ex}/gpt-7b.json --stages 4 --first-stage-layers 6", 1,
+                  "--first-stage-layers shapes Megatron-LM's even split, but the partition rule is "
+                  "balanced: add --partition even or leave --first-stage-layers out"));
+  c.push_back(Row("stage_layers_with_account_for", kSimulator, {},
+                  "--model {ex}/gpt-7b.json --stages 4 --partition even --first-stage-layers 6 "
+                  "--account-for-loss",
+                  1, "--first-stage-layers and --account-for-loss cannot be given together"));
+  c.push_back(Row("account_for_embedding_without_embedding", kSimulator, {kGoodModel},
+                  "--model {dir}/m.json --stages 2 --partition even --account-for-embedding", 1,
+                  "--account-for-embedding: the model's first layer is not 'embedding', so there "
+                  "is no embedding to count"));
+  c.push_back(Row("partition_unknown_rule", kSimulator, {kGoodModel},
+                  "--model {dir}/m.json --stages 2 --partition uneven", 1,
+                  "--partition 'uneven': expected balanced, even, or layer ranges such as "
+                  "0-3,4-7"));
+  c.push_back(Row("planner_partition_unknown_rule", kPlanner, {kGoodModel},
+                  "--model {dir}/m.json --gpus 2 --partition sometimes", 2,
+                  "--partition: 'sometimes' is not one of balanced, even, both"));
+  c.push_back(Row("planner_even_split_divides_no_configuration", kPlanner, {},
+                  "--model {ex}/gpt-7b.json --gpus 3 --stages 3 --partition even", 4,
+                  "planner: 72 configurations, 0 simulated, none can run (the report says why)"));
+  c.back().output =
+      "schedule constraint: 72\n    e.g. p=3 d=1 naive mbs=1 m=512 recompute=off zero=0 "
+      "partition=even: --partition even: the model's 32 decoder layers do not divide evenly over 3 "
+      "pipeline stages";
+  c.push_back(Row(
+      "plan_partition_rule_unknown", kSimulator,
+      {{"p.json", Baseline("\"placement\":", "\"partition_rule\": \"sometimes\", \"placement\":")}},
+      "--model {ex}/gpt-7b.json --plan {dir}/p.json", 1,
+      "--plan: {dir}/p.json: partition_rule: expected \"balanced\", \"even\" or "
+      "\"given\", got \"sometimes\""));
   c.push_back(Row("global_batch_not_divisible", kPlanner, {kGoodModel},
                   "--model {dir}/m.json --gpus 8 --global-batch 8 --microbatch-sizes 3", 1,
                   "--global-batch 8 is not a multiple of any micro-batch size x data-parallel "

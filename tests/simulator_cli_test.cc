@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
@@ -462,6 +463,46 @@ TEST_F(SimulatorCli, SimulatorDefaultPartitionIsThePlannersMemoryAwareOne) {
   ASSERT_EQ(none.exit_code, 0) << none.err;
   EXPECT_THAT(none.err, HasSubstr("no partition of the 82 layers into 4 stages fits"));
   EXPECT_THAT(none.out, HasSubstr("OVER"));
+}
+
+// Issue 24 item 6: Megatron-LM's even split as a stated choice. gpt-7b is "embedding", 32 blocks,
+// "lm_head": 8 blocks per stage on 4 stages, the embedding with the first, the head with the
+// last; the first/last-stage counts as Megatron-LM's --decoder-first/last-pipeline-num-layers;
+// with interleaving (v = 2) 4 blocks per virtual stage, in virtual-stage order.
+TEST_F(SimulatorCli, PartitionEvenIsMegatronsSplit) {
+  const std::string model = "--model " + Quote(Example("gpt-7b.json")) + " --cluster ideal";
+  // "first-last" of each virtual stage, in stage order.
+  auto ranges = [](const std::string& out) {
+    std::map<int, std::string> by_stage;
+    const json result = json::parse(out);
+    for (const json& stage : result["stages"]) {
+      for (const json& c : stage["chunks"]) {
+        by_stage[c["stage"].get<int>()] = std::to_string(c["first_layer"].get<int>()) + "-" +
+                                          std::to_string(c["last_layer"].get<int>());
+      }
+    }
+    std::string text;
+    for (const auto& [stage, range] : by_stage) text += (text.empty() ? "" : ",") + range;
+    return text;
+  };
+  ToolRun even = Sim(model + " --stages 4 --partition even --json");
+  ASSERT_EQ(even.exit_code, 0) << even.err;
+  EXPECT_EQ(ranges(even.out), "0-8,9-16,17-24,25-33");
+  ToolRun uneven = Sim(model +
+                       " --stages 4 --partition even --first-stage-layers 6 --last-stage-layers 6 "
+                       "--json");
+  ASSERT_EQ(uneven.exit_code, 0) << uneven.err;
+  EXPECT_EQ(ranges(uneven.out), "0-6,7-16,17-26,27-33");
+  ToolRun interleaved = Sim(model +
+                            " --stages 4 --schedule interleaved --chunks 2 --microbatches 8 "
+                            "--partition even --json");
+  ASSERT_EQ(interleaved.exit_code, 0) << interleaved.err;
+  EXPECT_EQ(ranges(interleaved.out), "0-4,5-8,9-12,13-16,17-20,21-24,25-28,29-33");
+  // balanced is the default, by name or left out: the same output.
+  ToolRun balanced = Sim(model + " --stages 4 --partition balanced --json");
+  ToolRun by_default = Sim(model + " --stages 4 --json");
+  ASSERT_EQ(balanced.exit_code, 0) << balanced.err;
+  EXPECT_EQ(balanced.out, by_default.out);
 }
 
 }  // namespace

@@ -133,6 +133,13 @@ int main(int argc, char** argv) {
   app.add_option("--recompute-num-layers", f.recompute_num_layers,
                  "N of --recompute-method (Megatron-LM --recompute-num-layers)")
       ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--partition", f.partition,
+                 "how the layers split into stages: balanced (pipecast's: on time among the "
+                 "splits that fit), even (Megatron-LM's even split of the decoder layers; see "
+                 "--first-stage-layers) or both (each configuration with each; the report says "
+                 "which the choice uses)")
+      ->check(pipecast::OneOf({"balanced", "even", "both"}))
+      ->capture_default_str();
   app.add_option("--top", f.top, "runners-up to keep besides the choice")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();

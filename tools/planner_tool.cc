@@ -138,6 +138,17 @@ Result<PlannerOptions> MakeOptions(const PlannerToolOptions& flags) {
   o.pipeline_stages = flags.pipeline_stages;
   o.data_parallel = flags.data_parallel;
   o.microbatches = flags.microbatches;
+  if (flags.partition == "both") {
+    o.partition_rules = {PartitionRule::kBalanced, PartitionRule::kEven};
+  } else {
+    auto rule = ParsePartitionRule(flags.partition, "--partition");
+    if (!rule.ok()) {
+      return Status::InvalidArgument(
+          fmt::format("--partition '{}': expected balanced, even or both", flags.partition));
+    }
+    o.partition_rules = {*rule};
+  }
+  o.even = shared.partition.even;
   o.progress = flags.search_progress;
   PIPECAST_RETURN_IF_ERROR(o.Validate());
   return o;

@@ -44,6 +44,7 @@ struct PlannerToolOptions {
   int pipeline_stages = 0;               // p pinned; 0: searched
   int data_parallel = 0;                 // d pinned; 0: searched
   int microbatches = 0;                  // m pinned; 0: searched
+  std::string partition = "balanced";    // balanced, even or both
   bool json = false;                     // the report as one JSON object instead of text
   std::string out;                       // --out: the chosen plan (pipecast-plan/1)
   std::string trace;                     // --trace: the chosen plan's Chrome trace

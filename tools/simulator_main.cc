@@ -111,7 +111,10 @@ int main(int argc, char** argv) {
           ->check(CLI::PositiveNumber)
           ->capture_default_str();
   CLI::Option* partition = app.add_option(
-      "--partition", f.partition, "layers per stage, e.g. 0-3,4-7 (default: balanced on time)");
+      "--partition", f.partition,
+      "how the layers split into stages: balanced (the default, the planner's: balanced on time "
+      "among the splits that fit the GPU's memory), even (Megatron-LM's even split of the "
+      "decoder layers; see --first-stage-layers), or the layers per stage, e.g. 0-3,4-7");
   std::vector<CLI::Option*> fixed =
       pipecast::AddTrainingFlags(app, &f.training, "override the GPU memory, in GiB");
   CLI::Option* data_parallel =

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdint>
 #include <exception>
 #include <string>
@@ -87,6 +88,15 @@ Result<TrainingConfig> ConfigFromFlags(const Flags& flags) {
   return config;
 }
 
+// --partition is a list of layer ranges (it starts with a digit, or a space
+// or dash before one) rather than a rule's name.
+bool IsPartitionList(const std::string& partition) {
+  const size_t first = partition.find_first_not_of(" \t");
+  return first != std::string::npos &&
+         (std::isdigit(static_cast<unsigned char>(partition[first])) || partition[first] == '-' ||
+          partition[first] == ',');
+}
+
 Result<Schedule> PickSchedule(const Flags& flags, const TrainingConfig& config, int num_layers,
                               const SimulatorProgress& progress) {
   const int stages_flag = config.layout.pipeline_stages;
@@ -114,7 +124,7 @@ Result<Schedule> PickSchedule(const Flags& flags, const TrainingConfig& config, 
   // Model stages per rank: v, but 1 for a bidirectional schedule (its second copy repeats them).
   const int model_chunks = traits.bidirectional ? 1 : chunks;
   int stages = stages_flag;
-  if (stages == 0 && !flags.partition.empty()) {
+  if (stages == 0 && IsPartitionList(flags.partition)) {
     // --partition lists every model stage: p·v ranges (p for a bidirectional schedule).
     stages =
         (1 + static_cast<int>(std::count(flags.partition.begin(), flags.partition.end(), ','))) /
@@ -163,37 +173,48 @@ Result<Setup> SetupShapeFromFlags(const Flags& flags, const Model& model,
   c.layout.pipeline_stages = s.schedule.num_ranks;
   c.layout.chunks = std::max(1, s.schedule.ChunksPerRank());
   c.microbatches = s.schedule.num_microbatches / std::max(1, s.schedule.iterations);
-  if (!flags.partition.empty()) {
+  if (IsPartitionList(flags.partition)) {
     auto part = ParsePartition(flags.partition, static_cast<int>(model.layers.size()),
                                s.schedule.NumModelStages());
     if (!part.ok()) return part.status();
     s.options.partition = *part;
+    c.partition.rule = PartitionRule::kGiven;
     return s;
   }
-  // The default partition is the planner's: balanced on time among the
-  // splits whose every stage's estimate fits the GPU (sim/memory_partition.h).
+  // The default partition is the planner's, by the rule --partition names
+  // (balanced by default: on time among the splits whose every stage's
+  // estimate fits the GPU; even: Megatron-LM's), from one home
+  // (DefaultPartition, sim/memory_partition.h).
+  if (!flags.partition.empty()) {
+    auto rule = ParsePartitionRule(flags.partition, "--partition");
+    if (!rule.ok()) {
+      return Status::InvalidArgument(
+          fmt::format("--partition '{}': expected balanced, even, or layer ranges such as 0-3,4-7",
+                      flags.partition));
+    }
+    c.partition.rule = *rule;
+  }
   PIPECAST_RETURN_IF_ERROR(s.options.Validate());
-  PipelineShape shape;
-  shape.schedule = c.schedule;
-  shape.stages = s.schedule.num_ranks;
-  shape.chunks = std::max(1, s.schedule.ChunksPerRank());
-  shape.microbatches = s.schedule.num_microbatches / std::max(1, s.schedule.iterations);
-  shape.data_parallel = c.layout.data_parallel;
-  shape.bidirectional = s.schedule.bidirectional;
-  const StageCostTable table(model, StageCostOptionsFor(c, s.cluster));
   // A schedule text the layers cannot fill: Simulate() says what is wrong.
-  if (s.schedule.num_stages < 1 || s.schedule.NumModelStages() > table.NumLayers() ||
-      s.schedule.num_stages != shape.stages * shape.chunks) {
-    return s;
-  }
+  const int num_layers = static_cast<int>(model.layers.size());
+  if (s.schedule.num_stages < 1 || s.schedule.NumModelStages() > num_layers) return s;
+  Result<MemoryAwareSplit> made = DefaultPartition(model, s.cluster, s.schedule, c);
+  if (!made.ok()) return made.status();
+  MemoryAwareSplit& split = *made;
   const Bytes limit = MemoryLimitBytes(s.cluster.gpu);
-  MemoryAwareSplit split = MemoryAwarePartition(table, shape, c.PerGpuMemory(), limit);
-  if (!split.fits) {
+  if (!split.fits && c.partition.rule == PartitionRule::kEven) {
+    progress(fmt::format(
+        "Megatron-LM's even split puts stage {} (layers {}-{}) at {:.2f} GiB, over the {:.2f} GiB "
+        "limit by the planner's estimate: simulating it as asked",
+        split.worst_stage, split.partition[split.worst_stage].first_layer,
+        split.partition[split.worst_stage].last_layer, ToGiB(split.worst_parts.Total()),
+        ToGiB(limit)));
+  } else if (!split.fits) {
     progress(fmt::format(
         "no partition of the {} layers into {} stages fits the {:.2f} GiB limit by the planner's "
         "estimate: simulating the one that needs least memory (stage {} needs {:.2f} GiB); give "
         "--partition to choose",
-        table.NumLayers(), shape.stages, ToGiB(limit), split.worst_stage,
+        num_layers, s.schedule.num_ranks, ToGiB(limit), split.worst_stage,
         ToGiB(split.worst_parts.Total())));
   }
   s.options.partition = std::move(split.partition);

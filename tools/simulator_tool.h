@@ -42,7 +42,8 @@ struct SimulatorToolOptions {
   // --recompute-num-layers (0: not given), with --recompute full.
   std::string recompute_method;
   int recompute_num_layers = 0;
-  std::string partition;  // empty: the planner's (sim/memory_partition.h)
+  // balanced or empty (the planner's), even (Megatron-LM's), or layer ranges.
+  std::string partition;
   // How ZeRO 2 and 3 run (ShardingConfig in sim/memory.h), on or off; the
   // hybrid shard group is config.memory.sharding.shard_group (0: all replicas).
   std::string reshard_after_forward = "on";

@@ -62,6 +62,20 @@ std::vector<CLI::Option*> AddTrainingFlags(CLI::App& app, TrainingFlags* flags,
       app.add_option("--memory-headroom", f.memory_headroom,
                      "override the allocator margin, a fraction of capacity (presets: 0.05)")
           ->check(FiniteRange(kMaxMemoryHeadroom, "fraction of capacity")));
+  added.push_back(app.add_option("--first-stage-layers", f.even.first_stage_layers,
+                                 "--partition even: decoder layers of the first pipeline stage "
+                                 "(Megatron-LM's --decoder-first-pipeline-num-layers)")
+                      ->check(CLI::Range(1, 1 << 24)));
+  added.push_back(app.add_option("--last-stage-layers", f.even.last_stage_layers,
+                                 "--partition even: decoder layers of the last pipeline stage "
+                                 "(Megatron-LM's --decoder-last-pipeline-num-layers)")
+                      ->check(CLI::Range(1, 1 << 24)));
+  added.push_back(app.add_flag("--account-for-embedding", f.even.account_for_embedding,
+                               "--partition even: count the embedding as one decoder layer "
+                               "(Megatron-LM's --account-for-embedding-in-pipeline-split)"));
+  added.push_back(app.add_flag("--account-for-loss", f.even.account_for_loss,
+                               "--partition even: count the head and loss as one decoder layer "
+                               "(Megatron-LM's --account-for-loss-in-pipeline-split)"));
   return added;
 }
 
@@ -79,6 +93,7 @@ Status FillTrainingConfig(const TrainingFlags& flags, TrainingConfig* config) {
   config->optimizer_step.time_ns =
       flags.optimizer_step_us >= 0 ? UsToNs(flags.optimizer_step_us) : 0;
   config->optimizer_step.estimate = flags.optimizer_step_us < 0;
+  config->partition.even = flags.even;
   return Status::Ok();
 }
 

@@ -34,12 +34,17 @@ struct TrainingFlags {
   std::string grad_dtype = "fp32";  // main gradients: fp32 (Megatron's default) or bf16
   std::string fp8_recipe;           // --precision fp8: delayed (default), current, blockwise, mxfp8
   std::string fp8_param_gather = "off";  // on: FP8 primary weights, gathered in FP8
+  // Megatron-LM's even split's options (--first-stage-layers,
+  // --last-stage-layers, --account-for-embedding, --account-for-loss).
+  EvenSplitOptions even;
 };
 
 // Adds --cluster, --memory-gb (with the tool's help text), --optimizer-step-us,
 // --overlap-grad-reduce, --grad-bucket-params, --precision, --optimizer,
-// --grad-dtype, --fp8-recipe, --fp8-param-gather, --memory-reserve-gb and
-// --memory-headroom, bound to `flags`,
+// --grad-dtype, --fp8-recipe, --fp8-param-gather, --memory-reserve-gb,
+// --memory-headroom and the even split's --first-stage-layers,
+// --last-stage-layers, --account-for-embedding and --account-for-loss, bound
+// to `flags`,
 // and returns them (the simulator makes --plan exclude them). `flags` must
 // outlive the parse.
 std::vector<CLI::Option*> AddTrainingFlags(CLI::App& app, TrainingFlags* flags,
@@ -49,7 +54,9 @@ std::vector<CLI::Option*> AddTrainingFlags(CLI::App& app, TrainingFlags* flags,
 // --precision, --optimizer and --grad-dtype (config->memory's ZeRO level and
 // sharding settings kept), the
 // gradient reduction's overlap and bucket size, and the optimizer step
-// (given by --optimizer-step-us, else estimated). The one place these flags
+// (given by --optimizer-step-us, else estimated), and the even split's
+// options (config->partition.even; the rule is each tool's --partition).
+// The one place these flags
 // become the configuration. InvalidArgument naming the flags that conflict
 // (fp32 training with half-precision main gradients).
 [[nodiscard]] Status FillTrainingConfig(const TrainingFlags& flags, TrainingConfig* config);
