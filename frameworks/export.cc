@@ -77,7 +77,7 @@ Shape ShapeOf(const PlanFile& plan) {
   s.mbs = c.microbatch_size;
   s.m = c.microbatches;
   s.zero = c.memory.zero;
-  s.global_batch = int64_t{s.mbs} * s.m * s.d;
+  s.global_batch = plan.global_batch;  // size x m x d, checked when the plan was read or made
   s.sp = c.layout.sequence_parallel;
   s.kind = c.schedule;
   s.schedule_name = plan.schedule_name;
