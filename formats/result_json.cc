@@ -128,6 +128,11 @@ Json ResultJson(const SimResult& result) {
     j["tp_comm_overlap"] = result.tp_comm_overlap;
     j["tp_comm_time_us"] = NsToUs(result.tp_comm_ns);
   }
+  // Written only with context parallelism, so cp = 1 output is as before; absent reads as 1.
+  if (result.context_parallel > 1) {
+    j["context_parallel"] = result.context_parallel;
+    j["cp_algorithm"] = CpAlgorithmName(result.cp_algorithm);
+  }
   // Written only for bidirectional schedules (DualPipe), so other output is as before.
   if (result.bidirectional) {
     j["bidirectional"] = true;
