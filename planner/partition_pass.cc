@@ -67,7 +67,7 @@ std::string BindingPart(const MemoryParts& parts, const Candidate& c) {
     if (p.bytes > top->bytes) top = &p;
   }
   std::string hint;
-  const bool replicas = c.config.layout.data_parallel > 1;
+  const bool replicas = c.config.layout.GradientReplicas() > 1;
   const int zero = c.config.memory.zero;
   const std::string name = top->name;
   if (name == "optimizer state" && replicas && zero < 1) {

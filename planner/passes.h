@@ -22,6 +22,8 @@ std::vector<Candidate> Enumerate(const Model& model, const Cluster& cluster,
                                  std::vector<Rejection>* rejected,
                                  std::vector<std::string>* notes = nullptr);
 
+// The context-parallel degrees the search tries (PlannerOptions::context_parallel).
+std::vector<int> ContextParallelDegrees(const Model& model, const PlannerOptions& options);
 // The tensor-parallel degrees the search tries (PlannerOptions::tensor_parallel),
 // with a note in `notes` (when given) for what limited them.
 std::vector<int> TensorParallelDegrees(const Model& model, const Cluster& cluster,
