@@ -27,7 +27,8 @@ PartitionCache::Key KeyOf(const Candidate& c) {
   const TrainingConfig& config = c.config;
   return PartitionCache::Key{config.microbatch_size,          config.recompute,
                              config.recompute_layers,         config.layout.tensor_parallel,
-                             config.layout.sequence_parallel, config.overlap.tp_comm_overlap};
+                             config.layout.sequence_parallel, config.overlap.tp_comm_overlap,
+                             config.layout.context_parallel,  config.layout.cp_algorithm};
 }
 
 }  // namespace
