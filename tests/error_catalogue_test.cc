@@ -837,6 +837,9 @@ std::vector<Case> Catalogue() {
   c.push_back(Row("context_parallel_without_attention_shape", kSimulator, {kGoodModel},
                   std::string(kSim) + " --context-parallel 2", 1,
                   "--context-parallel 2: the model"));
+  c.push_back(Row("cp_algorithm_unknown", kSimulator, {kGoodModel},
+                  std::string(kSim) + " --cp-algorithm tree", 2,
+                  "--cp-algorithm: 'tree' is not one of ring, p2p, allgather, all_gather"));
   c.push_back(Row("context_parallel_not_dividing_gpus", kPlanner, {kGoodModel},
                   "--model {dir}/m.json --gpus 4 --global-batch 8 --context-parallel 3", 2,
                   "--context-parallel 3 does not divide --gpus 4"));
