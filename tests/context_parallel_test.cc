@@ -15,9 +15,12 @@
 #include <vector>
 
 #include "formats/formats.h"
+#include "formats/plan.h"
+#include "formats/result_json.h"
 #include "planner/passes.h"
 #include "planner/planner.h"
 #include "profiler/analytic.h"
+#include "report/report.h"
 #include "sim/cluster.h"
 #include "sim/collectives.h"
 #include "sim/memory.h"
@@ -232,6 +235,41 @@ TEST(ContextParallelTest, GradientsReduceOverDataTimesContextParallelGpus) {
   EXPECT_EQ(a->global_batch, 1);  // cp splits samples, it adds none
   EXPECT_EQ(b->global_batch, 2);
   EXPECT_LT(a->per_rank[0].memory.activations_peak, b->per_rank[0].memory.activations_peak);
+}
+
+TEST(ContextParallelTest, OutputsShowTheDegreeAndRoundTripThroughThePlan) {
+  Result<Model> model = Llama31At(8192);
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  Result<Cluster> cluster = ClusterPreset("h100-sxm");
+  ASSERT_TRUE(cluster.ok());
+  Result<Schedule> schedule = MakeSchedule(ScheduleKind::k1F1B, 2, 4);
+  ASSERT_TRUE(schedule.ok());
+  SimOptions options;
+  options.config.layout.tensor_parallel = 2;
+  options.config.layout.context_parallel = 4;
+  options.config.layout.cp_algorithm = CpAlgorithm::kAllGather;
+  Result<SimResult> result = Simulate(*model, *cluster, *schedule, options);
+  ASSERT_TRUE(result.ok()) << result.status().message();
+  // Rank order t, cp, p, d: rank 1's t x cp = 8 GPUs are 8-15.
+  const std::string text = ResultToText(*result, *cluster);
+  EXPECT_NE(text.find("context parallelism cp = 4 GPUs"), std::string::npos) << text;
+  EXPECT_NE(text.find("t=2 cp=4: GPUs 8-15"), std::string::npos) << text;
+  const std::string json = ResultToJson(*result);
+  EXPECT_NE(json.find("\"context_parallel\": 4"), std::string::npos);
+  EXPECT_NE(json.find("\"cp_algorithm\": \"allgather\""), std::string::npos);
+  // plan.json keeps cp and its algorithm; the plan replays with them; GPUs = t x cp x p x d.
+  const PlanFile plan = MakePlanFile("m", "fnv1a64:0", *cluster, *schedule, options, *result);
+  EXPECT_EQ(plan.gpus, 16);
+  EXPECT_EQ(plan.placement, (std::vector<int>{0, 8}));
+  Result<PlanFile> back = ParsePlan(PlanToJson(plan), "p.json");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->config.layout.context_parallel, 4);
+  EXPECT_EQ(back->config.layout.cp_algorithm, CpAlgorithm::kAllGather);
+  // A cp = 1 result writes neither key.
+  options.config.layout.context_parallel = 1;
+  Result<SimResult> plain = Simulate(*model, *cluster, *schedule, options);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(ResultToJson(*plain).find("context_parallel"), std::string::npos);
 }
 
 TEST(ContextParallelTest, BadDegreesAreRefusedByName) {
