@@ -401,5 +401,76 @@ TEST(ContextParallelCalibration, TorchtitanLlama31LongContextRunsHeldOut) {
               std::size(kTorchtitanCpRows));
 }
 
+// The same benchmark page, **Table 6**: 4D parallelism (FSDP + TP + PP + CP) + torch.compile +
+// Float8 + AsyncTP + 1F1B, Llama 3.1 405B on 512 GPUs (TP 8, PP 8), local batch 8, full
+// activation checkpointing.
+constexpr TorchtitanCpRow kTorchtitan405bRows[] = {
+    {1, 32768, 76}, {2, 65536, 47}, {4, 131072, 31}, {8, 262144, 16}};
+
+double PredictTorchtitan405b(const TorchtitanCpRow& row) {
+  const std::string cluster_path = SourcePath("tests/calibration/grand-teton-h100-500w.json");
+  TransformerSpec spec{.name = "llama-3.1-405b",
+                       .layers = 126,
+                       .hidden = 16384,
+                       .heads = 128,
+                       .ffn_hidden = 53248,
+                       .sequence_length = row.seq,
+                       .vocab = 128256,
+                       .learned_positions = false,
+                       .gated_mlp = true,
+                       .kv_heads = 8,
+                       .max_positions = std::max(row.seq, 131072),
+                       .norm = NormKind::kRmsNorm,
+                       .qkv_bias = false,
+                       .output_bias = false,
+                       .mlp_bias = false,
+                       .microbatch_sizes = {1}};
+  AnalyticOptions analytic;
+  analytic.gpu_preset = cluster_path;
+  analytic.fp8 = Fp8Recipe::kCurrent;
+  Result<std::string> text = EstimateTransformerJson(spec, analytic, {1, 8});
+  EXPECT_TRUE(text.ok()) << text.status().message();
+  if (!text.ok()) return 0;
+  Result<Model> model = ParseModel(*text, "llama-3.1-405b");
+  Result<Cluster> cluster = LoadCluster(cluster_path);
+  // 1F1B over p 8 with the local batch's 8 micro-batches of one sample.
+  Result<Schedule> schedule = MakeSchedule(ScheduleKind::k1F1B, 8, 8);
+  EXPECT_TRUE(model.ok() && cluster.ok() && schedule.ok());
+  if (!model.ok() || !cluster.ok() || !schedule.ok()) return 0;
+  SimOptions sim;
+  sim.config.layout.tensor_parallel = 8;
+  sim.config.layout.sequence_parallel = true;  // torchtitan's TP shards the norms
+  sim.config.overlap.tp_comm_overlap = true;   // AsyncTP
+  sim.config.layout.data_parallel = 8 / row.cp;
+  sim.config.layout.context_parallel = row.cp;
+  sim.config.layout.cp_algorithm = CpAlgorithm::kAllGather;
+  sim.config.recompute = Recompute::kFull;
+  Result<MemoryConfig> memory = MemoryConfigFor("fp8", "adam", "fp32", "current", true);
+  if (!memory.ok()) return 0;
+  sim.config.memory = *memory;
+  sim.config.memory.zero = 3;
+  Result<SimResult> result = Simulate(*model, *cluster, *schedule, sim);
+  EXPECT_TRUE(result.ok()) << result.status().message();
+  if (!result.ok()) return 0;
+  // A replica's 8 samples of s tokens over its t x cp x p GPUs.
+  return 8.0 * row.seq / (8.0 * row.cp * 8) / (static_cast<double>(result->iteration_ns) * 1e-9);
+}
+
+TEST(ContextParallelCalibration, Torchtitan405bFourDRunsHeldOut) {
+  int within = 0;
+  for (const TorchtitanCpRow& row : kTorchtitan405bRows) {
+    const double predicted = PredictTorchtitan405b(row);
+    const double error = predicted / row.published_tps - 1;
+    std::printf(
+        "torchtitan llama-3.1-405b t 8 p 8 fsdp %d cp %d s %d: published %.0f predicted %.1f "
+        "tokens/s/GPU, error %+.1f%%\n",
+        8 / row.cp, row.cp, row.seq, row.published_tps, predicted, error * 100);
+    within += std::abs(error) <= kCpRowTarget ? 1 : 0;
+    EXPECT_LT(std::abs(error), kCpRowGuard) << "cp " << row.cp;
+  }
+  std::printf("torchtitan 405B context-parallel rows within the issue's 15%%: %d of %zu\n", within,
+              std::size(kTorchtitan405bRows));
+}
+
 }  // namespace
 }  // namespace pipecast
