@@ -307,6 +307,53 @@ void DeriveTpComm(Model* model) {
   }
 }
 
+// For an analytic model with a FlashAttention kernel: each block's
+// CpAttentionEstimate from source.architecture (sequence_length, heads,
+// kv_heads), source.attention_kernel (head_dim, forward_tflops,
+// backward_tflops: the kernel's speed at the model's s) and
+// source.bytes_per_element (docs/simulator.md, "Context parallelism").
+// Forward FLOPs per sample 4 x s^2 x heads x head_dim x 1/2 (causal), the
+// backward 2.5x (profiler/attention_rates.h's convention).
+void DeriveCpAttention(Model* model) {
+  const ModelSource& src = model->source;
+  auto bytes_it = src.details.find("bytes_per_element");
+  auto kernel_it = src.details.find("attention_kernel");
+  if (src.method != "analytic" || !src.architecture || bytes_it == src.details.end() ||
+      kernel_it == src.details.end()) {
+    return;
+  }
+  const json bytes = json::parse(bytes_it->second, nullptr, false);
+  const json kernel = json::parse(kernel_it->second, nullptr, false);
+  if (!bytes.is_number() || !kernel.is_object()) return;
+  auto number = [&](const char* key) {
+    auto it = kernel.find(key);
+    return it != kernel.end() && it->is_number() ? it->get<double>() : 0.0;
+  };
+  const double head_dim = number("head_dim"), forward_tflops = number("forward_tflops");
+  const double backward_tflops = number("backward_tflops");
+  const ModelArchitecture& a = *src.architecture;
+  const int64_t kv_heads = a.kv_heads > 0 ? a.kv_heads : a.heads;
+  const double e = bytes.get<double>();
+  if (a.sequence_length <= 0 || a.heads <= 0 || kv_heads <= 0 || head_dim <= 0 || e <= 0 ||
+      forward_tflops <= 0 || backward_tflops <= 0) {
+    return;
+  }
+  const double s = static_cast<double>(a.sequence_length);
+  const double forward_flops = 4 * s * s * static_cast<double>(a.heads) * head_dim * 0.5;
+  CpAttentionEstimate estimate;
+  estimate.kv_bytes_per_sample = std::llround(2 * s * static_cast<double>(kv_heads) * head_dim * e);
+  estimate.kv_heads = kv_heads;
+  estimate.forward_ns_per_sample = forward_flops / (forward_tflops * 1e12) * 1e9;
+  estimate.backward_ns_per_sample = 2.5 * forward_flops / (backward_tflops * 1e12) * 1e9;
+  estimate.from = fmt::format(
+      "source.architecture sequence_length {}, heads {}, kv_heads {}; attention_kernel head_dim "
+      "{:g} at {:g} / {:g} TFLOP/s forward / backward",
+      a.sequence_length, a.heads, kv_heads, head_dim, forward_tflops, backward_tflops);
+  for (Layer& layer : model->layers) {
+    if (layer.name.rfind("block.", 0) == 0) layer.cp_attention = estimate;
+  }
+}
+
 Status ReadModel(const Reader& r, const json& root, Model* model) {
   PIPECAST_RETURN_IF_ERROR(r.CheckObject(root, ""));
   PIPECAST_RETURN_IF_ERROR(r.Format(root, kModelFormat));
@@ -339,6 +386,7 @@ Status ReadModel(const Reader& r, const json& root, Model* model) {
     PIPECAST_RETURN_IF_ERROR(ReadLayer(r, (*layers)[i], Element("layers", i), &model->layers[i]));
   }
   DeriveTpComm(model);
+  DeriveCpAttention(model);
   return Status::Ok();
 }
 

@@ -41,7 +41,7 @@ struct PlanFile {
   int64_t global_batch = 0;            // as written; reading checks it is size x m x d
   std::string schedule_name;           // "1f1b", "gpipe", ...
   std::vector<StageLayers> partition;  // per virtual stage
-  std::vector<int> placement;          // first GPU of each rank (replica 0): rank x t
+  std::vector<int> placement;          // first GPU of each rank (replica 0): rank x t x cp
   Schedule schedule;                   // the explicit per-rank action lists
   // What the simulator predicted when the plan was made: every metric of
   // that simulation (written as ResultToJson's object under `predicted`),

@@ -182,6 +182,18 @@ Status ReadCounts(const Reader& r, const json& root, PlanFile* plan) {
     PIPECAST_RETURN_IF_ERROR(
         r.Bool(root, "", "tp_comm_overlap", &plan->config.overlap.tp_comm_overlap));
   }
+  // Context parallelism: optional, for plans written before it (and at cp = 1).
+  if (root.contains("context_parallel")) {
+    PIPECAST_RETURN_IF_ERROR(r.Int(root, "", "context_parallel", 1, kMaxContextParallel,
+                                   &plan->config.layout.context_parallel));
+  }
+  if (root.contains("cp_algorithm")) {
+    std::string algorithm;
+    PIPECAST_RETURN_IF_ERROR(r.String(root, "", "cp_algorithm", &algorithm));
+    std::optional<CpAlgorithm> parsed = ParseCpAlgorithm(algorithm);
+    if (!parsed) return r.Error("cp_algorithm", "must be \"ring\" or \"allgather\"");
+    plan->config.layout.cp_algorithm = *parsed;
+  }
   if ((plan->config.layout.sequence_parallel || plan->config.overlap.tp_comm_overlap) &&
       plan->config.layout.tensor_parallel == 1) {
     return r.Error(plan->config.layout.sequence_parallel ? "sequence_parallel" : "tp_comm_overlap",
@@ -452,6 +464,13 @@ Status CheckConsistent(const Reader& r, const PlanFile& plan) {
                                      Count(s.iterations, "iteration", "iterations")));
   }
   if (plan.config.layout.Gpus() != plan.gpus) {
+    if (plan.config.layout.context_parallel > 1) {
+      const ParallelLayout& l = plan.config.layout;
+      return r.Error("gpus", fmt::format("is {}, expected tensor_parallel x context_parallel x "
+                                         "pipeline_stages x data_parallel = {} x {} x {} x {}",
+                                         plan.gpus, l.tensor_parallel, l.context_parallel,
+                                         l.pipeline_stages, l.data_parallel));
+    }
     if (plan.config.layout.tensor_parallel == 1) {
       return r.Error(
           "gpus",
@@ -494,6 +513,8 @@ Status ReadPlan(const Reader& r, const json& root, PlanFile* plan) {
                                         "tensor_parallel",
                                         "sequence_parallel",
                                         "tp_comm_overlap",
+                                        "context_parallel",
+                                        "cp_algorithm",
                                         "microbatch_size",
                                         "microbatches",
                                         "global_batch",
@@ -574,7 +595,7 @@ PlanFile MakePlanFile(const std::string& model_name, const std::string& model_ha
     }
   }
   for (int r = 0; r < schedule.num_ranks; ++r) {
-    plan.placement.push_back(r * config.layout.tensor_parallel);
+    plan.placement.push_back(r * config.layout.tensor_parallel * config.layout.context_parallel);
   }
   plan.schedule = schedule;
   plan.predicted = PredictionOf(result);
@@ -606,6 +627,10 @@ std::string PlanToJson(const PlanFile& plan) {
     root["tensor_parallel"] = plan.config.layout.tensor_parallel;
     root["sequence_parallel"] = plan.config.layout.sequence_parallel;
     root["tp_comm_overlap"] = plan.config.overlap.tp_comm_overlap;
+  }
+  if (plan.config.layout.context_parallel > 1) {  // absent at cp = 1: older plans read the same
+    root["context_parallel"] = plan.config.layout.context_parallel;
+    root["cp_algorithm"] = CpAlgorithmName(plan.config.layout.cp_algorithm);
   }
   root["microbatch_size"] = plan.config.microbatch_size;
   root["microbatches"] = plan.config.microbatches;

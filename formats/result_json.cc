@@ -30,6 +30,7 @@ using internal::Shown;
 //   V::Int(k, f, max)         an integer in [0, max]
 //   V::Bool(k, f), V::Text(k, f), V::Texts(k, f)
 //   V::Recipe(k, f)           an Fp8Recipe, by name
+//   V::Algorithm(k, f)        a CpAlgorithm, by name
 //   V::Constant(k, value)     written only; the reader derives it (e.g. fits_memory)
 //   V::Layers(stage)          a rank's first_layer, last_layer and `chunks`
 //   V::Object(name, fn)       a nested object whose keys fn(V&) lists
@@ -121,6 +122,10 @@ void TotalsKeys(V& v, R& r) {
   v.Bool(Key{"sequence_parallel", tp}, r.sequence_parallel);
   v.Bool(Key{"tp_comm_overlap", tp}, r.tp_comm_overlap);
   v.Time(Key{"tp_comm_time_us", tp}, r.tp_comm_ns);
+  // Written only with context parallelism; absent reads as cp = 1 (ring).
+  const bool cp = r.context_parallel > 1;
+  v.Int(Key{"context_parallel", cp}, r.context_parallel, kMaxCount);
+  v.Algorithm(Key{"cp_algorithm", cp}, r.cp_algorithm);
   // Written only for bidirectional schedules (DualPipe).
   v.Bool(Key{"bidirectional", r.bidirectional}, r.bidirectional);
   v.Time(Key{"copy_reduce_time_us", r.bidirectional}, r.copy_reduce_ns);
@@ -178,6 +183,9 @@ class KeyWriter {
   }
   void Recipe(Key k, Fp8Recipe v) {
     if (k.written) out_[k.name] = Fp8RecipeName(v);
+  }
+  void Algorithm(Key k, CpAlgorithm v) {
+    if (k.written) out_[k.name] = CpAlgorithmName(v);
   }
   template <typename T>
   void Constant(Key k, const T& v) {
@@ -301,6 +309,18 @@ class KeyReader {
       return;
     }
     out = *recipe;
+  }
+  void Algorithm(Key k, CpAlgorithm& out) {
+    if (!Present(k)) return;
+    const Json& name = obj_[k.name];
+    std::optional<CpAlgorithm> algorithm =
+        name.is_string() ? ParseCpAlgorithm(name.get<std::string>()) : std::nullopt;
+    if (!algorithm) {
+      Take(r_.Error(Member(path_, k.name),
+                    "expected \"ring\" or \"allgather\", got " + Shown(name)));
+      return;
+    }
+    out = *algorithm;
   }
   // Derived, not read: `precision` from fp8_recipe, `fits_memory` from the ranks.
   template <typename T>

@@ -95,8 +95,10 @@ Shape ShapeOf(const PlanFile& plan) {
 }
 
 std::string PlanLabel(const PlanFile& plan, const Shape& s) {
-  return fmt::format("{}: t={}{} p={} d={} {} v={} mbs={} m={} zero={} recompute={}",
-                     plan.model_name, s.t, s.sp ? " sp" : "", s.p, s.d, s.schedule_name, s.v, s.mbs,
+  const int cp = plan.config.layout.context_parallel;
+  return fmt::format("{}: t={}{}{} p={} d={} {} v={} mbs={} m={} zero={} recompute={}",
+                     plan.model_name, s.t, s.sp ? " sp" : "",
+                     cp > 1 ? fmt::format(" cp={}", cp) : "", s.p, s.d, s.schedule_name, s.v, s.mbs,
                      s.m, s.zero, RecomputeName(plan.config.recompute));
 }
 
@@ -133,6 +135,8 @@ FrameworkExport ExportMegatron(const PlanFile& plan, const ExportRequest& reques
   if (s.sp) flag("--sequence-parallel");
   if (plan.config.layout.context_parallel > 1) {
     flag("--context-parallel-size", std::to_string(plan.config.layout.context_parallel));
+    flag("--cp-comm-type",
+         plan.config.layout.cp_algorithm == CpAlgorithm::kAllGather ? "all_gather" : "p2p");
   }
   if (plan.config.layout.expert_parallel > 1) {
     flag("--expert-model-parallel-size", std::to_string(plan.config.layout.expert_parallel));
@@ -253,9 +257,10 @@ FrameworkExport ExportMegatron(const PlanFile& plan, const ExportRequest& reques
   std::string text = "# Megatron-LM arguments for the pipecast plan " + PlanLabel(plan, s) + "\n";
   text += fmt::format("# flag names read from {}; docs/frameworks.md\n", kMegatronSource);
   text += fmt::format(
-      "# world size: {} GPUs (Megatron-LM takes d = world size / (t x p) = {} from the "
+      "# world size: {} GPUs (Megatron-LM takes d = world size / (t x {}p) = {} from the "
       "launcher)\n",
-      int64_t{s.t} * s.p * s.d * plan.config.layout.context_parallel, s.d);
+      int64_t{s.t} * s.p * s.d * plan.config.layout.context_parallel,
+      plan.config.layout.context_parallel > 1 ? "cp x " : "", s.d);
   text +=
       "# use: pretrain_gpt.py $(grep -v '^#' THIS_FILE) with your model, data, optimizer "
       "and precision flags\n";
@@ -352,6 +357,16 @@ FrameworkExport ExportTorchtitan(const PlanFile& plan, const ExportRequest& requ
     parallelism.push_back("fsdp_reshard_after_forward = " + TomlString(reshard));
   }
   parallelism.push_back(fmt::format("tensor_parallel_degree = {}", s.t));
+  if (plan.config.layout.context_parallel > 1) {
+    // PyTorch's context parallelism: "alltoall" rotates the K/V shards around the ring,
+    // "allgather" gathers them (torchtitan's default).
+    parallelism.push_back(
+        fmt::format("context_parallel_degree = {}", plan.config.layout.context_parallel));
+    parallelism.push_back(fmt::format(
+        "context_parallel_rotate_method = {}",
+        TomlString(plan.config.layout.cp_algorithm == CpAlgorithm::kAllGather ? "allgather"
+                                                                              : "alltoall")));
+  }
   if (s.t > 1 && !s.sp) {
     out.differences.push_back(
         "torchtitan's tensor parallelism always shards the norms over the sequence (sequence "
@@ -514,6 +529,15 @@ FrameworkExport ExportDeepSpeed(const PlanFile& plan, const ExportRequest& reque
           "DeepSpeed has no Megatron-style sequence parallelism over the tensor-parallel GPUs; "
           "the closest it runs, written here: tensor parallelism without it");
     }
+  }
+
+  if (plan.config.layout.context_parallel > 1) {
+    out.differences.push_back(fmt::format(
+        "DeepSpeed has no ring or all-gather context parallelism (its sequence parallelism, "
+        "Ulysses, is an all-to-all over the attention heads, set in the model code, not in this "
+        "config); the plan splits each sequence over cp = {} GPUs: the closest written here runs "
+        "without it, on {} x fewer GPUs per replica",
+        plan.config.layout.context_parallel, plan.config.layout.context_parallel));
   }
 
   if (s.p > 1) {

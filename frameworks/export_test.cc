@@ -515,6 +515,56 @@ TEST(FrameworkNames, UnknownNameListsTheKnownOnes) {
 // The fixture is the parser's list, not a copy of what the export writes: it holds the flags
 // Megatron-LM defines and not ones it does not (there is no --data-parallel-size: d is the
 // world size over t x p x cp).
+// Context parallelism (issue 25): each framework's names for cp and the K/V exchange.
+PlanFile ContextParallelPlan(CpAlgorithm algorithm) {
+  PlanShape s = OneFOneB();
+  s.sp = false;
+  PlanFile plan = MakePlan(s);
+  plan.config.layout.context_parallel = 4;
+  plan.config.layout.cp_algorithm = algorithm;
+  plan.gpus = plan.config.layout.Gpus();
+  return plan;
+}
+
+FrameworkExport ExportPlanWith(Framework f, const PlanFile& plan) {
+  ExportRequest request;
+  request.layer_names = LayerNames(32);
+  request.sequence_length = 4096;
+  return ExportPlan(f, plan, request);
+}
+
+TEST(ContextParallelExport, MegatronWritesTheSizeAndCommType) {
+  const FrameworkExport ring =
+      ExportPlanWith(Framework::kMegatron, ContextParallelPlan(CpAlgorithm::kRing));
+  EXPECT_THAT(ring.text, HasSubstr("--context-parallel-size 4\n--cp-comm-type p2p\n"));
+  EXPECT_THAT(ring.text, HasSubstr("# world size: 64 GPUs"));  // t 2 x cp 4 x p 4 x d 2
+  const ReadBack r = ReadMegatron(ring.text, 64 / 4);          // Megatron's d: world / (t x cp x p)
+  EXPECT_EQ(r.d, 2);
+  const FrameworkExport gather =
+      ExportPlanWith(Framework::kMegatron, ContextParallelPlan(CpAlgorithm::kAllGather));
+  EXPECT_THAT(gather.text, HasSubstr("--cp-comm-type all_gather\n"));
+}
+
+TEST(ContextParallelExport, TorchtitanWritesTheDegreeAndRotateMethod) {
+  const FrameworkExport ring =
+      ExportPlanWith(Framework::kTorchtitan, ContextParallelPlan(CpAlgorithm::kRing));
+  EXPECT_THAT(ring.text, HasSubstr("context_parallel_degree = 4\n"));
+  EXPECT_THAT(ring.text, HasSubstr("context_parallel_rotate_method = \"alltoall\"\n"));
+  const FrameworkExport gather =
+      ExportPlanWith(Framework::kTorchtitan, ContextParallelPlan(CpAlgorithm::kAllGather));
+  EXPECT_THAT(gather.text, HasSubstr("context_parallel_rotate_method = \"allgather\"\n"));
+}
+
+TEST(ContextParallelExport, DeepSpeedSaysItDiffers) {
+  const FrameworkExport out =
+      ExportPlanWith(Framework::kDeepSpeed, ContextParallelPlan(CpAlgorithm::kRing));
+  ASSERT_FALSE(out.RunsAsPlanned());
+  const bool said = std::any_of(out.differences.begin(), out.differences.end(), [](auto& d) {
+    return d.find("DeepSpeed has no ring or all-gather context parallelism") != std::string::npos;
+  });
+  EXPECT_TRUE(said);
+}
+
 TEST(MegatronFlagList, IsTheParsersList) {
   const std::set<std::string> flags = MegatronFlagList();
   EXPECT_GT(flags.size(), 500u);

@@ -28,9 +28,12 @@ std::string Points(double baseline, double now) {
 
 std::string BaselineLabel(const PlanFile& b) {
   const TrainingConfig& k = b.config;
-  return fmt::format("p={} d={} {} mbs={} m={} recompute={} zero={}", k.layout.pipeline_stages,
-                     k.layout.data_parallel, b.schedule_name, k.microbatch_size, k.microbatches,
-                     RecomputeSpec(k.recompute, k.recompute_layers), k.memory.zero);
+  const std::string cp =
+      k.layout.context_parallel > 1 ? fmt::format("cp={} ", k.layout.context_parallel) : "";
+  return cp + fmt::format("p={} d={} {} mbs={} m={} recompute={} zero={}", k.layout.pipeline_stages,
+                          k.layout.data_parallel, b.schedule_name, k.microbatch_size,
+                          k.microbatches, RecomputeSpec(k.recompute, k.recompute_layers),
+                          k.memory.zero);
 }
 
 // Everything the table compares, gathered first so the rendering stays plain.

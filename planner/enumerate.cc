@@ -112,6 +112,30 @@ std::vector<int> TensorParallelDegrees(const Model& model, const Cluster& cluste
   return out;
 }
 
+std::vector<int> ContextParallelDegrees(const Model& model, const PlannerOptions& options) {
+  if (!options.context_parallel.empty()) return options.context_parallel;
+  int64_t s = model.sequence_length.value_or(0);
+  if (s <= 0 && model.source.architecture) s = model.source.architecture->sequence_length;
+  std::vector<int> out = {1};
+  if (s < kContextParallelFromTokens) return out;
+  for (int cp = 2; cp <= options.gpus && cp <= kMaxContextParallel; cp *= 2) {
+    if (options.gpus % cp == 0 && CheckContextParallelCosts(model, cp).ok()) out.push_back(cp);
+  }
+  return out;
+}
+
+namespace {
+
+// Whether a t x cp group lays out on the cluster's nodes: within a node
+// (dividing its GPUs) or over whole nodes (a multiple of them), as the
+// simulator places it.
+bool GroupFitsNodes(int t, int cp, const Cluster& cluster) {
+  const int64_t span = int64_t{t} * cp, node = cluster.gpus_per_node;
+  return span <= node ? node % span == 0 : span % node == 0;
+}
+
+}  // namespace
+
 bool HasAttentionCore(const Model& model) {
   return std::any_of(model.layers.begin(), model.layers.end(), [](const Layer& l) {
     return std::any_of(l.profiles.begin(), l.profiles.end(), [](const LayerProfile& p) {
@@ -166,11 +190,12 @@ std::vector<std::pair<int, int>> PipelineSplits(const PlannerOptions& options, i
   return out;
 }
 
-// Enumerate() at one tensor-parallel degree and sequence-parallel setting.
-void EnumerateAt(const PlannerOptions& options, int64_t global_batch, int t, bool sp, int layers,
-                 bool split, const std::vector<RecomputeChoice>& recompute_modes,
+// Enumerate() at one tensor-parallel degree, sequence-parallel setting and
+// context-parallel degree.
+void EnumerateAt(const PlannerOptions& options, int64_t global_batch, int t, bool sp, int cp,
+                 int layers, bool split, const std::vector<RecomputeChoice>& recompute_modes,
                  std::vector<Candidate>* out, std::vector<Rejection>* rejected) {
-  for (const auto& [p, d] : PipelineSplits(options, options.gpus / t, layers)) {
+  for (const auto& [p, d] : PipelineSplits(options, options.gpus / (t * cp), layers)) {
     for (int size : options.microbatch_sizes) {
       for (ScheduleKind schedule : options.schedules) {
         const ScheduleTraits& traits = TraitsOf(schedule);
@@ -180,11 +205,13 @@ void EnumerateAt(const PlannerOptions& options, int64_t global_batch, int t, boo
                                                                    : std::vector<int>{1};
         for (int v : chunk_counts) {
           for (const RecomputeChoice& recompute : recompute_modes) {
-            for (int zero : ZeroLevels(options, d)) {
+            for (int zero : ZeroLevels(options, d * cp)) {
               Candidate c;
               TrainingConfig& config = c.config;
               config.layout.tensor_parallel = t;
               config.layout.sequence_parallel = sp;
+              config.layout.context_parallel = cp;
+              config.layout.cp_algorithm = options.cp_algorithm;
               config.layout.pipeline_stages = p;
               config.layout.data_parallel = d;
               config.layout.chunks = v;
@@ -255,13 +282,17 @@ int64_t CountConfigurations(const Model& model, const Cluster& cluster,
                   recompute_modes),
             static_cast<int64_t>(options.partition_rules.size()));
   int64_t count = 0;
+  const std::vector<int> cps = ContextParallelDegrees(model, options);
   for (int t : TensorParallelDegrees(model, cluster, options, nullptr)) {
     if (options.gpus % t != 0) continue;
     const int64_t sp_modes = static_cast<int64_t>(SequenceParallelModes(model, options, t).size());
-    for (const auto& [p, d] : PipelineSplits(options, options.gpus / t, layers)) {
-      const int64_t zero = static_cast<int64_t>(ZeroLevels(options, d).size());
-      const int64_t here = times(times(per_layout, zero), sp_modes);
-      count = here > kMax - count ? kMax : count + here;
+    for (int cp : cps) {
+      if (options.gpus % (int64_t{t} * cp) != 0 || !GroupFitsNodes(t, cp, cluster)) continue;
+      for (const auto& [p, d] : PipelineSplits(options, options.gpus / (t * cp), layers)) {
+        const int64_t zero = static_cast<int64_t>(ZeroLevels(options, d * cp).size());
+        const int64_t here = times(times(per_layout, zero), sp_modes);
+        count = here > kMax - count ? kMax : count + here;
+      }
     }
   }
   return count;
@@ -275,10 +306,15 @@ std::vector<Candidate> Enumerate(const Model& model, const Cluster& cluster,
   const int layers = static_cast<int>(model.layers.size());
   const bool split = HasWeightGradientSplit(model);
   const std::vector<RecomputeChoice> recompute_modes = RecomputeModes(model, options);
+  const std::vector<int> cps = ContextParallelDegrees(model, options);
   for (int t : TensorParallelDegrees(model, cluster, options, notes)) {
     if (options.gpus % t != 0) continue;
     for (bool sp : SequenceParallelModes(model, options, t)) {
-      EnumerateAt(options, global_batch, t, sp, layers, split, recompute_modes, &out, rejected);
+      for (int cp : cps) {
+        if (options.gpus % (int64_t{t} * cp) != 0 || !GroupFitsNodes(t, cp, cluster)) continue;
+        EnumerateAt(options, global_batch, t, sp, cp, layers, split, recompute_modes, &out,
+                    rejected);
+      }
     }
   }
   return out;

@@ -142,6 +142,15 @@ std::string ChosenText(const PlanReport& report, const Model& model) {
         c.config.layout.tensor_parallel, c.config.layout.pipeline_stages,
         c.config.layout.data_parallel, Count(c.config.layout.Gpus(), "GPU", "GPUs"));
   }
+  if (c.config.layout.context_parallel > 1) {
+    out += fmt::format(
+        "  context parallelism  cp = {} GPUs split each sample's sequence ({}; rank order t, cp, "
+        "p, d): (t, cp, p, d) = ({}, {}, {}, {}), gradients reduced over d x cp = {} GPUs\n",
+        c.config.layout.context_parallel, CpAlgorithmName(c.config.layout.cp_algorithm),
+        c.config.layout.tensor_parallel, c.config.layout.context_parallel,
+        c.config.layout.pipeline_stages, c.config.layout.data_parallel,
+        c.config.layout.GradientReplicas());
+  }
   out += fmt::format("  pipeline stages      {} (p), data-parallel degree {} (d): {}\n",
                      c.config.layout.pipeline_stages, c.config.layout.data_parallel,
                      Count(c.config.layout.Gpus(), "GPU", "GPUs"));
@@ -153,7 +162,7 @@ std::string ChosenText(const PlanReport& report, const Model& model) {
   out += fmt::format("  recomputation        {}\n",
                      RecomputeText(c.config.recompute, c.config.recompute_layers));
   out += fmt::format("  sharding             {}\n",
-                     ZeroText(c.config.memory.zero, c.config.layout.data_parallel));
+                     ZeroText(c.config.memory.zero, c.config.layout.GradientReplicas()));
   if (c.config.memory.fp8_recipe != Fp8Recipe::kNone) {  // FP8 only: bf16 text as before
     out += fmt::format(
         "  precision            fp8, recipe {} (weight products in FP8; attention, norms, "
@@ -320,6 +329,10 @@ Json CandidateJson(const Candidate& c, const Model& model, bool with_predicted) 
     j["tensor_parallel"] = c.config.layout.tensor_parallel;
     j["sequence_parallel"] = c.config.layout.sequence_parallel;
     j["tp_comm_overlap"] = c.config.overlap.tp_comm_overlap;
+  }
+  if (c.config.layout.context_parallel > 1) {  // absent: cp = 1
+    j["context_parallel"] = c.config.layout.context_parallel;
+    j["cp_algorithm"] = CpAlgorithmName(c.config.layout.cp_algorithm);
   }
   j["pipeline_stages"] = c.config.layout.pipeline_stages;
   j["data_parallel"] = c.config.layout.data_parallel;

@@ -27,7 +27,8 @@ PartitionCache::Key KeyOf(const Candidate& c) {
   const TrainingConfig& config = c.config;
   return PartitionCache::Key{config.microbatch_size,          config.recompute,
                              config.recompute_layers,         config.layout.tensor_parallel,
-                             config.layout.sequence_parallel, config.overlap.tp_comm_overlap};
+                             config.layout.sequence_parallel, config.overlap.tp_comm_overlap,
+                             config.layout.context_parallel,  config.layout.cp_algorithm};
 }
 
 }  // namespace
@@ -67,7 +68,7 @@ std::string BindingPart(const MemoryParts& parts, const Candidate& c) {
     if (p.bytes > top->bytes) top = &p;
   }
   std::string hint;
-  const bool replicas = c.config.layout.data_parallel > 1;
+  const bool replicas = c.config.layout.GradientReplicas() > 1;
   const int zero = c.config.memory.zero;
   const std::string name = top->name;
   if (name == "optimizer state" && replicas && zero < 1) {

@@ -22,6 +22,8 @@ std::vector<Candidate> Enumerate(const Model& model, const Cluster& cluster,
                                  std::vector<Rejection>* rejected,
                                  std::vector<std::string>* notes = nullptr);
 
+// The context-parallel degrees the search tries (PlannerOptions::context_parallel).
+std::vector<int> ContextParallelDegrees(const Model& model, const PlannerOptions& options);
 // The tensor-parallel degrees the search tries (PlannerOptions::tensor_parallel),
 // with a note in `notes` (when given) for what limited them.
 std::vector<int> TensorParallelDegrees(const Model& model, const Cluster& cluster,
@@ -67,9 +69,9 @@ std::string BindingPart(const MemoryParts& parts, const Candidate& c);
 class PartitionCache {
  public:
   // What a cost table depends on besides the model: micro-batch size,
-  // recomputation, t, sequence parallelism, TP overlap (the cluster's link
-  // is one per run).
-  using Key = std::tuple<int, Recompute, RecomputeLayers, int, bool, bool>;
+  // recomputation, t, sequence parallelism, TP overlap, cp and its
+  // algorithm (the cluster's links are one per run).
+  using Key = std::tuple<int, Recompute, RecomputeLayers, int, bool, bool, int, CpAlgorithm>;
   // `model` and `cluster` must outlive the cache.
   PartitionCache(const Model& model, const Cluster& cluster) : model_(model), cluster_(cluster) {}
   // StageCostTable(model, StageCostOptionsFor(c.config, cluster)).

@@ -64,11 +64,28 @@ Status PlannerOptions::Validate() const {
   if (top_k < 0) return Status::InvalidArgument("--top must be >= 0");
   PIPECAST_RETURN_IF_ERROR(CheckTensorParallelChoices(tensor_parallel, gpus, sequence_parallel,
                                                       overlap.tp_comm_overlap));
+  PIPECAST_RETURN_IF_ERROR(CheckContextParallelChoices(context_parallel, gpus));
   if (pipeline_stages < 0 || data_parallel < 0 || microbatches < 0) {
     return Status::InvalidArgument(
         "--pipeline-stages, --data-parallel and --microbatches must be at least 1 when given");
   }
   return optimizer_step.Validate();
+}
+
+Status CheckContextParallelChoices(const std::vector<int>& context_parallel, int gpus) {
+  for (int cp : context_parallel) {
+    if (cp < 1 || cp > kMaxContextParallel) {
+      return Status::InvalidArgument(fmt::format(
+          "--context-parallel has {}: degrees must be from 1 to {}", cp, kMaxContextParallel));
+    }
+    if (gpus > 0 && (cp > gpus || gpus % cp != 0)) {
+      return Status::InvalidArgument(
+          fmt::format("--context-parallel {} {} --gpus {}: t x cp x p x d must equal the GPUs, "
+                      "so cp must divide N",
+                      cp, cp > gpus ? "is more than" : "does not divide", gpus));
+    }
+  }
+  return Status::Ok();
 }
 
 Status CheckTensorParallelChoices(const std::vector<int>& tensor_parallel, int gpus,
@@ -109,6 +126,10 @@ std::string Candidate::Label() const {
   std::string tp;
   if (l.tensor_parallel > 1)
     tp = fmt::format("t={} {}", l.tensor_parallel, l.sequence_parallel ? "sp " : "");
+  if (l.context_parallel > 1) {
+    tp += fmt::format("cp={}{} ", l.context_parallel,
+                      l.cp_algorithm == CpAlgorithm::kAllGather ? " allgather" : "");
+  }
   return tp +
          fmt::format("p={} d={} {}{} mbs={} m={} recompute={} zero={}", l.pipeline_stages,
                      l.data_parallel, ScheduleKindName(config.schedule),

@@ -100,6 +100,12 @@ struct PlannerOptions {
   // source.architecture gives them, for which the model has tensor-parallel
   // costs (per-t profiles or tp_comm_bytes, docs/planner.md).
   std::vector<int> tensor_parallel;
+  // Context-parallel degrees tried (--context-parallel); empty: 1 below
+  // kContextParallelFromTokens tokens per sample, and from there every power
+  // of two cp whose 2 x cp divides the sequence and whose t x cp x p x d can
+  // make N, where the model gives the attention shape (docs/planner.md).
+  std::vector<int> context_parallel;
+  CpAlgorithm cp_algorithm = CpAlgorithm::kRing;  // --cp-algorithm, for every cp > 1
   // Sequence parallelism at t > 1: auto tries off and on; on or off pins it.
   enum class SequenceParallel { kAuto, kOff, kOn };
   SequenceParallel sequence_parallel = SequenceParallel::kAuto;
@@ -210,6 +216,15 @@ Result<PlanReport> RunPlanner(const Model& model, const Cluster& cluster,
 // d = N), or when --sequence-parallel on or --tp-comm-overlap needs a t above
 // 1 that the list does not allow. The one check of these flags, for
 // PlannerOptions::Validate and the planner tool's usage check.
+// The sequence length from which the planner searches context parallelism by
+// itself: Megatron-LM recommends it from 8k tokens (docs/planner.md).
+inline constexpr int kContextParallelFromTokens = 8192;
+
+// InvalidArgument when a context-parallel degree to try (--context-parallel)
+// is below 1 or does not divide `gpus` (t x cp x p x d = N).
+[[nodiscard]] Status CheckContextParallelChoices(const std::vector<int>& context_parallel,
+                                                 int gpus);
+
 [[nodiscard]] Status CheckTensorParallelChoices(const std::vector<int>& tensor_parallel, int gpus,
                                                 PlannerOptions::SequenceParallel sequence_parallel,
                                                 bool tp_comm_overlap);

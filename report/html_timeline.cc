@@ -233,10 +233,11 @@ class TimelineBuilder {
     const StageResult* sr = k < static_cast<int>(r_.per_rank.size()) ? &r_.per_rank[k] : nullptr;
     // With tensor parallelism the rank's GPUs show on hover (the gutter is narrow).
     const std::string gpus =
-        r_.tensor_parallel > 1
-            ? fmt::format("<title>rank {} ({})</title>", k, RankGpusText(k, r_.tensor_parallel))
+        r_.tensor_parallel > 1 || r_.context_parallel > 1
+            ? fmt::format("<title>rank {} ({})</title>", k,
+                          RankGpusText(k, r_.tensor_parallel, r_.context_parallel))
             : "";
-    tooltips_ += r_.tensor_parallel > 1;
+    tooltips_ += r_.tensor_parallel > 1 || r_.context_parallel > 1;
     out += fmt::format(
         "<text class=\"rank-label\" x=\"8\" y=\"{}\" dominant-baseline=\"central\">"
         "rank {}{}</text>",

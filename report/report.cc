@@ -115,6 +115,17 @@ std::string Summary(const SimResult& result, const Cluster& cluster) {
         result.tensor_parallel, result.sequence_parallel ? "on" : "off",
         result.tp_comm_overlap ? "on" : "off", NsToMs(result.tp_comm_ns));
   }
+  if (result.context_parallel > 1) {
+    const int n = result.tensor_parallel * result.context_parallel;
+    out += fmt::format(
+        "context parallelism cp = {} GPUs split each sample's sequence ({}; rank order t, cp, p, "
+        "d: rank k on GPUs k*{}..k*{}+{}); activations / {}, gradients reduced over d x cp = {} "
+        "GPUs\n",
+        result.context_parallel,
+        result.cp_algorithm == CpAlgorithm::kRing ? "ring: K/V blocks passed beside the attention"
+                                                  : "all-gather of K/V before the attention",
+        n, n, n - 1, result.context_parallel, result.data_parallel * result.context_parallel);
+  }
   if (result.fp8_recipe != Fp8Recipe::kNone) {
     out += fmt::format(
         "precision           fp8, recipe {}: weight products in FP8, attention, norms, embedding "
@@ -169,7 +180,7 @@ std::string Summary(const SimResult& result, const Cluster& cluster) {
 }
 
 std::string RankTable(const SimResult& result) {
-  const bool tp = result.tensor_parallel > 1;
+  const bool tp = result.tensor_parallel > 1 || result.context_parallel > 1;
   TextTable t;
   t.AddColumn("rank", TextTable::kRight);
   if (tp) t.AddColumn("GPUs", TextTable::kLeft);
@@ -191,7 +202,9 @@ std::string RankTable(const SimResult& result) {
                                 static_cast<double>(result.memory_limit_bytes));
     }
     std::vector<std::string> row = {fmt::format("{}", r.rank)};
-    if (tp) row.push_back(RankGpusText(r.rank, result.tensor_parallel));
+    if (tp) {
+      row.push_back(RankGpusText(r.rank, result.tensor_parallel, result.context_parallel));
+    }
     row.push_back(LayerRanges(r.layers));
     row.push_back(fmt::format("{:.3f}", NsToMs(r.busy_ns)));
     if (tp) row.push_back(fmt::format("{:.3f}", NsToMs(r.tp_comm_ns)));
@@ -270,7 +283,12 @@ std::string MemoryTable(const SimResult& result) {
 
 }  // namespace
 
-std::string RankGpusText(int rank, int tensor_parallel) {
+std::string RankGpusText(int rank, int tensor_parallel, int context_parallel) {
+  if (context_parallel > 1) {  // rank order t, cp, p, d: the rank's t x cp GPUs are adjacent
+    const int n = tensor_parallel * context_parallel;
+    return fmt::format("t={} cp={}: GPUs {}-{}", tensor_parallel, context_parallel, rank * n,
+                       rank * n + n - 1);
+  }
   if (tensor_parallel <= 1) return fmt::format("GPU {}", rank);
   return fmt::format("t={}: GPUs {}-{}", tensor_parallel, rank * tensor_parallel,
                      rank * tensor_parallel + tensor_parallel - 1);

@@ -14,7 +14,7 @@ namespace pipecast {
 
 // The GPUs of rank `rank` of replica 0 with t-way tensor parallelism (the
 // placement in sim/simulator.h): "GPU 3" at t = 1, "t=8: GPUs 0-7" above.
-std::string RankGpusText(int rank, int tensor_parallel);
+std::string RankGpusText(int rank, int tensor_parallel, int context_parallel = 1);
 
 // A few lines of summary and a table per rank, for people.
 std::string ResultToText(const SimResult& result, const Cluster& cluster);

@@ -206,8 +206,9 @@ class TraceBuilder {
     };
     // Replica 0's rank r runs on GPU r.
     meta("process_name", kComputeTid,
-         {{"name", fmt::format("{} rank {} ({})", options_.label, rank,
-                               RankGpusText(rank, result_.tensor_parallel))}});
+         {{"name",
+           fmt::format("{} rank {} ({})", options_.label, rank,
+                       RankGpusText(rank, result_.tensor_parallel, result_.context_parallel))}});
     meta("process_sort_index", kComputeTid, {{"sort_index", Pid(rank)}});
     meta("thread_name", kComputeTid, {{"name", "compute"}});
     meta("thread_sort_index", kComputeTid, {{"sort_index", kComputeTid}});

@@ -84,6 +84,11 @@ struct Cluster {
   // GPU. A GPU's share of the network is nics_per_node x the NIC bandwidth /
   // gpus_per_node (NetworkGbpsPerGpu).
   int nics_per_node = 0;
+  // The simulator's folded cluster only (one simulated GPU per t x cp group,
+  // sim/simulator.cc): the nodes one simulated GPU spans when its t x cp GPUs
+  // are more than a node holds; 1 otherwise. Never read from or written to a
+  // cluster file.
+  int nodes_per_gpu = 1;
 
   bool SameNode(int gpu_a, int gpu_b) const {
     return gpu_a / gpus_per_node == gpu_b / gpus_per_node;

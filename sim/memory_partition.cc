@@ -230,9 +230,9 @@ class StageMemory {
 
 PipelineShape ShapeOf(const TrainingConfig& config) {
   const ParallelLayout& l = config.layout;
-  return PipelineShape{config.schedule, l.pipeline_stages,
-                       l.chunks,        config.microbatches,
-                       l.data_parallel, TraitsOf(config.schedule).bidirectional};
+  return PipelineShape{
+      config.schedule,     l.pipeline_stages,    l.chunks,
+      config.microbatches, l.GradientReplicas(), TraitsOf(config.schedule).bidirectional};
 }
 
 PipelineShape ShapeOf(const Schedule& schedule, const TrainingConfig& config) {
@@ -241,7 +241,7 @@ PipelineShape ShapeOf(const Schedule& schedule, const TrainingConfig& config) {
   shape.stages = schedule.num_ranks;
   shape.chunks = std::max(1, schedule.ChunksPerRank());
   shape.microbatches = schedule.num_microbatches / std::max(1, schedule.iterations);
-  shape.data_parallel = config.layout.data_parallel;
+  shape.data_parallel = config.layout.GradientReplicas();
   shape.bidirectional = schedule.bidirectional;
   return shape;
 }

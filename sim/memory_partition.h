@@ -36,7 +36,7 @@ struct PipelineShape {
   int stages = 1;         // p, ranks
   int chunks = 1;         // v, model chunks per rank
   int microbatches = 1;   // m
-  int data_parallel = 1;  // d, replicas that ZeRO shards over
+  int data_parallel = 1;  // d x cp, the GPUs ZeRO shards over (GradientReplicas)
   // Two paths over p model stages (Schedule::bidirectional, DualPipe): the split is of p
   // stages, repeated for virtual stages p..2p-1.
   bool bidirectional = false;

@@ -200,6 +200,25 @@ LayerCost ScaleToTensorParallel(const LayerCost& c, int tensor_parallel, bool se
   return s;
 }
 
+LayerCost ScaleToContextParallel(const LayerCost& c, int context_parallel) {
+  if (context_parallel <= 1) return c;
+  const double f = 1.0 / context_parallel;
+  LayerCost s = c;
+  s.forward_ns = Scale(c.forward_ns, f);
+  s.backward_ns = Scale(c.backward_ns, f);
+  s.backward_weight_ns = std::min(Scale(c.backward_weight_ns, f), s.backward_ns);
+  s.attention_core_ns = Scale(c.attention_core_ns, f);
+  s.activation_bytes = Scale(c.activation_bytes, f);
+  s.output_bytes = Scale(c.output_bytes, f);
+  s.checkpoint_bytes = Scale(c.checkpoint_bytes, f);
+  s.attention_core_bytes = Scale(c.attention_core_bytes, f);
+  s.weight_grad_bytes = Scale(c.weight_grad_bytes, f);
+  s.op_saved_bytes = Scale(c.op_saved_bytes, f);
+  s.op_recompute_ns = Scale(c.op_recompute_ns, f);
+  s.tp_comm_bytes = Scale(c.tp_comm_bytes, f);
+  return s;
+}
+
 LayerCost CostAt(const Layer& layer, int microbatch_size, int tensor_parallel,
                  bool sequence_parallel) {
   auto [first, last] = ProfilesAt(layer, tensor_parallel, sequence_parallel);

@@ -81,13 +81,29 @@ struct TpCommEstimate {
   std::string from;  // where it came from, for the note
 };
 
+// What context parallelism needs of an attention layer (docs/simulator.md,
+// "Context parallelism"), derived by the model reader from an analytic
+// model's source (source.architecture and source.attention_kernel), not
+// written back: the keys and values of the whole sequence one sample
+// exchanges (K and V of every key-value head, all s tokens), and the
+// attention kernel's forward and backward time for one sample over the whole
+// sequence on one GPU (t = 1, cp = 1), at the kernel's published speed.
+struct CpAttentionEstimate {
+  Bytes kv_bytes_per_sample = 0;  // 2 x s x kv_heads x head_dim x bytes per element
+  int64_t kv_heads = 0;           // split over t (replicated past kv_heads)
+  double forward_ns_per_sample = 0;
+  double backward_ns_per_sample = 0;
+  std::string from;  // where it came from, for the note
+};
+
 struct Layer {
   std::string name;
   int64_t parameters = 0;
   std::optional<double> forward_flops;  // per sample
   // Sorted by (tensor_parallel, sequence_parallel, microbatch_size), unique.
   std::vector<LayerProfile> profiles;
-  std::optional<TpCommEstimate> tp_comm_estimate;  // not written back
+  std::optional<TpCommEstimate> tp_comm_estimate;   // not written back
+  std::optional<CpAttentionEstimate> cp_attention;  // not written back
 };
 
 // Where the numbers came from: `source` in model.json. `method` is one of
@@ -172,6 +188,10 @@ struct LayerCost {
   // exposed in forward_ns and backward_ns (0 at t = 1).
   TimeNs tp_forward_ns = 0;
   TimeNs tp_backward_ns = 0;
+  // Set by StageCostTable: the context-parallel K/V exchange exposed in
+  // forward_ns and backward_ns (0 at cp = 1).
+  TimeNs cp_forward_ns = 0;
+  TimeNs cp_backward_ns = 0;
 };
 
 // The costs at (microbatch_size, tensor_parallel, sequence_parallel): from
@@ -204,6 +224,17 @@ inline constexpr double kReplicatedActivationPerCollective = 2.5;
 // policy's saved bytes like the activations (its replicated part the
 // checkpoint, the layer's input, when given) and its rerun time / t.
 LayerCost ScaleToTensorParallel(const LayerCost& c, int tensor_parallel, bool sequence_parallel);
+
+// The cost `c` (at t, with its tp fields) on one GPU of a cp-way
+// context-parallel group, which holds s / cp of each sample's tokens
+// (docs/simulator.md, "Context parallelism"): times / cp (every product and
+// memory-bound kernel is linear in the tokens; causal attention balanced over
+// 2cp chunks gives each rank 1/cp of the s^2 work), and every
+// per-token byte count / cp (activations, output, checkpoint, attention
+// core, weight-gradient and per-op saved bytes, the tensor-parallel
+// collectives' bytes); the workspace (the matmul library's, per call) stays.
+// Identity at cp = 1.
+LayerCost ScaleToContextParallel(const LayerCost& c, int context_parallel);
 
 }  // namespace pipecast
 

@@ -159,6 +159,8 @@ Status FillStatic(const Cluster& cluster, const Schedule& schedule, const SimOpt
   result->microbatch_size = config.microbatch_size;
   result->data_parallel = config.layout.data_parallel;
   result->tensor_parallel = config.layout.tensor_parallel;
+  result->context_parallel = config.layout.context_parallel;
+  result->cp_algorithm = config.layout.cp_algorithm;
   result->sequence_parallel = config.layout.sequence_parallel;
   result->tp_comm_overlap = config.overlap.tp_comm_overlap;
   result->global_batch =
@@ -173,7 +175,8 @@ Status FillStatic(const Cluster& cluster, const Schedule& schedule, const SimOpt
   result->memory_headroom_bytes = MemoryHeadroomBytes(cluster.gpu);
   result->memory_limit_bytes = MemoryLimitBytes(cluster.gpu);
   result->per_rank.resize(schedule.num_ranks);
-  const ShardedBytes per_param = ShardedBytesPerParam(config.memory, config.layout.data_parallel);
+  const ShardedBytes per_param =
+      ShardedBytesPerParam(config.memory, config.layout.GradientReplicas());
   for (int s = 0; s < schedule.num_stages; ++s) {
     StageResult& sr = result->per_rank[schedule.stage_rank[s]];
     sr.stages.push_back(s);
@@ -238,7 +241,8 @@ std::vector<TimeNs> CopyReduce(const Cluster& cluster, const Schedule& schedule,
   if (!schedule.bidirectional) return start;
   const std::vector<std::map<int, Bytes>> shared = CopyReduceBytes(
       schedule, costs,
-      ShardedBytesPerParam(options.config.memory, options.config.layout.data_parallel).gradients);
+      ShardedBytesPerParam(options.config.memory, options.config.layout.GradientReplicas())
+          .gradients);
   for (int k = 0; k < p; ++k) {
     StageResult& sr = result->per_rank[k];
     for (const auto& [partner, bytes] : shared[k]) {
@@ -379,15 +383,32 @@ void TensorParallelTimes(const Schedule& schedule, const std::vector<StageCost>&
   }
 }
 
-// The cluster as one simulated GPU of each t-way group sees it: its node
-// holds gpus_per_node / t groups (the placement in sim/simulator.h), so the
-// pipeline's and the data-parallel links follow from the folded node size.
-Result<Cluster> GroupCluster(const Cluster& cluster, int t) {
-  if (t == 1) return cluster;
+// The cluster as one simulated GPU of each t x cp group sees it (rank order
+// t, cp, p, d; sim/training_config.h): its node holds gpus_per_node / (t x
+// cp) groups, so the pipeline's and the data-parallel links follow from the
+// folded node size; a group larger than a node spans (t x cp) / gpus_per_node
+// whole nodes (nodes_per_gpu) and every pipeline hop leaves the node.
+Result<Cluster> GroupCluster(const Cluster& cluster, int t, int cp) {
+  if (t == 1 && cp == 1) return cluster;
   PIPECAST_RETURN_IF_ERROR(CheckTensorParallelFitsNode(t, cluster));
+  const int span = t * cp;
+  if (span > cluster.gpus_per_node && span % cluster.gpus_per_node != 0) {
+    return Status::InvalidArgument(fmt::format(
+        "--context-parallel {} with --tensor-parallel {}: a group of t x cp = {} GPUs neither "
+        "fits in nor fills whole nodes of {} GPUs; use a cp with t x cp dividing {} or a "
+        "multiple of it",
+        cp, t, span, cluster.gpus_per_node, cluster.gpus_per_node));
+  }
+  if (span < cluster.gpus_per_node && cluster.gpus_per_node % span != 0) {
+    return Status::InvalidArgument(fmt::format(
+        "--context-parallel {} with --tensor-parallel {}: t x cp = {} does not divide the {} "
+        "GPUs of a node; use a cp with t x cp dividing {} or a multiple of it",
+        cp, t, span, cluster.gpus_per_node, cluster.gpus_per_node));
+  }
   Cluster grouped = cluster;
-  grouped.gpus_per_node = cluster.gpus_per_node / t;
-  // Each of a group's t GPUs moves its own 1/t through its own share of the
+  grouped.gpus_per_node = std::max(1, cluster.gpus_per_node / span);
+  grouped.nodes_per_gpu = std::max(1, span / cluster.gpus_per_node);
+  // Each of a group's GPUs moves its own share through its own share of the
   // NICs: the folded "GPU" keeps one GPU's share.
   grouped.inter_node.bandwidth_gbps = cluster.NetworkGbpsPerGpu();
   grouped.nics_per_node = 0;
@@ -411,7 +432,9 @@ Result<SimResult> SimulateWith(EngineFn engine, const Model& model, const Cluste
                   TotalsInput{config.microbatch_size, schedule.num_microbatches,
                               schedule.num_stages, config.memory, config.optimizer_step.time_ns}));
   const int t = config.layout.tensor_parallel;
-  PIPECAST_ASSIGN_OR_RETURN(Cluster grouped, GroupCluster(cluster, t));
+  PIPECAST_RETURN_IF_ERROR(CheckContextParallelCosts(model, config.layout.context_parallel));
+  PIPECAST_ASSIGN_OR_RETURN(Cluster grouped,
+                            GroupCluster(cluster, t, config.layout.context_parallel));
   PIPECAST_RETURN_IF_ERROR(CheckTensorParallelCosts(model, t, config.layout.sequence_parallel));
   // From here on the options' memory is one GPU's share of each parameter.
   SimOptions per_gpu = options;

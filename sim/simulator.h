@@ -63,6 +63,17 @@
 // same tensor rank of every replica. Both therefore see the node as holding
 // gpus_per_node / t groups.
 //
+// Context parallelism (ParallelLayout::context_parallel = cp, docs/simulator.md
+// "Context parallelism"): each rank is a group of t x cp GPUs, cp of them
+// holding s / cp of every sample's tokens; one GPU is simulated, its layers'
+// costs / cp with the attention's K/V exchange (sim/stage_costs.h). Rank order
+// t, cp, p, d (Megatron-LM's): GPU ((r·ranks + k)·cp + c)·t + j is tensor rank
+// j of context rank c of pipeline rank k of replica r, so the node holds
+// gpus_per_node / (t·cp) groups (a group past a node spans whole nodes). The
+// cp GPUs hold the same weights: gradients reduce, and ZeRO shards spread,
+// over the d·cp GPUs of the same tensor and pipeline rank
+// (ParallelLayout::GradientReplicas); the global batch stays m·b·d samples.
+//
 // Time is integer ns; events tie-break by (time, insertion order), computed by a dataflow replay
 // (docs/simulator.md section 4), so the same input gives the same output, bit for bit. No globals;
 // Simulate() is a pure function and is safe to call from several threads.
@@ -191,6 +202,8 @@ struct SimResult {
   int tensor_parallel = 1;
   bool sequence_parallel = false;
   bool tp_comm_overlap = false;
+  int context_parallel = 1;  // cp, with its algorithm
+  CpAlgorithm cp_algorithm = CpAlgorithm::kRing;
   int64_t global_batch = 0;
 
   TimeNs iteration_ns = 0;         // pipeline span + all-reduce tail + optimizer + all-gather

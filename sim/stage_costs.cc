@@ -77,6 +77,79 @@ TimeNs TpCollectiveNs(Bytes bytes, int tensor_parallel, bool sequence_parallel, 
   return IntraNodeCollectiveNs(link, Collective::kAllReduce, bytes, tensor_parallel);
 }
 
+const char* CpAlgorithmName(CpAlgorithm algorithm) {
+  return algorithm == CpAlgorithm::kAllGather ? "allgather" : "ring";
+}
+
+std::optional<CpAlgorithm> ParseCpAlgorithm(std::string_view name) {
+  if (name == "ring" || name == "p2p") return CpAlgorithm::kRing;
+  if (name == "allgather" || name == "all_gather") return CpAlgorithm::kAllGather;
+  return std::nullopt;
+}
+
+CpAttentionComm ContextParallelAttention(Bytes kv_block_bytes, TimeNs attention_forward_ns,
+                                         TimeNs attention_backward_ns, int context_parallel,
+                                         CpAlgorithm algorithm, const Link& link) {
+  CpAttentionComm c;
+  const int cp = context_parallel;
+  if (cp <= 1) return c;
+  c.kv_block_bytes = kv_block_bytes;
+  if (algorithm == CpAlgorithm::kAllGather) {
+    const Bytes whole = kv_block_bytes * cp;
+    const TimeNs gather = IntraNodeCollectiveNs(link, Collective::kAllGather, whole, cp);
+    const TimeNs scatter = IntraNodeCollectiveNs(link, Collective::kReduceScatter, whole, cp);
+    c.forward_comm_ns = c.forward_exposed_ns = gather;
+    c.backward_comm_ns = c.backward_exposed_ns = gather + scatter;
+    c.buffer_bytes = 2 * whole;
+    return c;
+  }
+  const auto hop = [&](Bytes bytes) {
+    return link.LatencyNs() + TransferNs(bytes, link.bandwidth_gbps);
+  };
+  const TimeNs forward_step = attention_forward_ns / cp, backward_step = attention_backward_ns / cp;
+  // Forward: steps 0 .. cp-2 each send one block beside their compute.
+  const TimeNs one = hop(kv_block_bytes), two = hop(2 * kv_block_bytes);
+  c.forward_comm_ns = (cp - 1) * one;
+  c.forward_exposed_ns = (cp - 1) * std::max<TimeNs>(0, one - forward_step);
+  // Backward: step 0 the K/V block, steps 1 .. cp-2 K/V and dK/dV, step cp-1
+  // dK/dV (cp = 2: one block at each of the two steps).
+  c.backward_comm_ns = 2 * one + (cp - 2) * two;
+  c.backward_exposed_ns = 2 * std::max<TimeNs>(0, one - backward_step) +
+                          (cp - 2) * std::max<TimeNs>(0, two - backward_step);
+  c.buffer_bytes = 4 * kv_block_bytes;
+  return c;
+}
+
+Status CheckContextParallelCosts(const Model& model, int context_parallel) {
+  const int cp = context_parallel;
+  if (cp <= 1) return Status::Ok();
+  int64_t s = model.sequence_length.value_or(0);
+  if (s <= 0 && model.source.architecture) s = model.source.architecture->sequence_length;
+  if (s <= 0) {
+    return Status::InvalidArgument(fmt::format(
+        "--context-parallel {}: the model gives no sequence_length to split over the {} GPUs; "
+        "add sequence_length to model.json or profile it with `profiler analytic --seq`",
+        cp, cp));
+  }
+  if (s % (2 * cp) != 0) {
+    return Status::InvalidArgument(fmt::format(
+        "--context-parallel {}: the sequence of {} tokens does not split into 2 x cp = {} equal "
+        "chunks (causal load balancing gives each GPU chunks i and 2cp-1-i); use a cp whose 2 x "
+        "cp divides {}",
+        cp, s, 2 * cp, s));
+  }
+  const bool any = std::any_of(model.layers.begin(), model.layers.end(),
+                               [](const Layer& l) { return l.cp_attention.has_value(); });
+  if (!any) {
+    return Status::InvalidArgument(fmt::format(
+        "--context-parallel {}: the model gives no attention shape (its key-value bytes and "
+        "FlashAttention speed), so the K/V exchange cannot be timed; use a model from `profiler "
+        "analytic` with a FlashAttention kernel (--attention flash2|flash3|triton)",
+        cp));
+  }
+  return Status::Ok();
+}
+
 Status CheckTensorParallelCosts(const Model& model, int tensor_parallel, bool sequence_parallel) {
   for (size_t l = 0; l < model.layers.size(); ++l) {
     const Layer& layer = model.layers[l];
@@ -288,7 +361,9 @@ StageCostTable::StageCostTable(const Model& model, const StageCostOptions& optio
   for (size_t l = 0; l < n; ++l) {
     LayerCost& c = layers_.emplace_back(CostAt(model.layers[l], options.microbatch_size,
                                                options.tensor_parallel, options.sequence_parallel));
+    if (options.context_parallel > 1) c = ScaleToContextParallel(c, options.context_parallel);
     if (options.tensor_parallel > 1) AddTensorParallelComm(&c);
+    if (options.context_parallel > 1) AddContextParallelComm(model.layers[l], &c);
     if (c.tp_comm_estimated && tp_estimate_from_.empty()) {
       tp_estimate_from_ = model.layers[l].tp_comm_estimate->from;
     }
@@ -306,6 +381,8 @@ StageCostTable::StageCostTable(const Model& model, const StageCostOptions& optio
     after.attention_core_ns = before.attention_core_ns + c.attention_core_ns.value_or(0);
     after.tp_forward_ns = before.tp_forward_ns + c.tp_forward_ns;
     after.tp_backward_ns = before.tp_backward_ns + c.tp_backward_ns;
+    after.cp_forward_ns = before.cp_forward_ns + c.cp_forward_ns;
+    after.cp_backward_ns = before.cp_backward_ns + c.cp_backward_ns;
     after.tp_scaled = before.tp_scaled + c.tp_scaled;
     after.tp_comm_estimated = before.tp_comm_estimated + c.tp_comm_estimated;
     after.no_checkpoint = before.no_checkpoint + !c.checkpoint_bytes.has_value();
@@ -403,6 +480,34 @@ void StageCostTable::AddTensorParallelComm(LayerCost* c) const {
   c->backward_ns += c->tp_backward_ns;  // the input-gradient part: W is unchanged
 }
 
+void StageCostTable::AddContextParallelComm(const pipecast::Layer& layer, LayerCost* c) {
+  if (!layer.cp_attention) return;
+  const StageCostOptions& o = options_;
+  const CpAttentionEstimate& e = *layer.cp_attention;
+  const int t = o.tensor_parallel, cp = o.context_parallel;
+  const double b = o.microbatch_size;
+  // Key-value heads per GPU: kv_heads / t, one when t exceeds them (Megatron-LM
+  // replicates them).
+  const double kv_share =
+      e.kv_heads >= t ? 1.0 / t : 1.0 / static_cast<double>(std::max<int64_t>(1, e.kv_heads));
+  const Bytes block = std::llround(static_cast<double>(e.kv_bytes_per_sample) * b * kv_share / cp);
+  const auto per_gpu = [&](double ns_per_sample) {
+    return static_cast<TimeNs>(std::llround(ns_per_sample * b / t / cp));
+  };
+  const CpAttentionComm comm =
+      ContextParallelAttention(block, per_gpu(e.forward_ns_per_sample),
+                               per_gpu(e.backward_ns_per_sample), cp, o.cp_algorithm, o.cp_link);
+  c->cp_forward_ns = comm.forward_exposed_ns;
+  c->cp_backward_ns = comm.backward_exposed_ns;
+  c->forward_ns += comm.forward_exposed_ns;
+  c->backward_ns += comm.backward_exposed_ns;  // the input-gradient part: W is unchanged
+  c->workspace_bytes += comm.buffer_bytes;
+  if (!cp_comm_) {
+    cp_comm_ = comm;
+    cp_from_ = e.from;
+  }
+}
+
 TimeNs StageCostTable::RecomputeNs(StageLayers stage, const Prefix& lo, const Prefix& hi) const {
   if (ChunkedMode()) return CheckpointedStage(stage).rerun_ns;
   switch (options_.recompute) {
@@ -475,6 +580,8 @@ StageCost StageCostTable::Stage(StageLayers stage) const {
   }
   c.tp_forward_ns = hi.tp_forward_ns - lo.tp_forward_ns;
   c.tp_backward_ns = hi.tp_backward_ns - lo.tp_backward_ns;
+  c.cp_forward_ns = hi.cp_forward_ns - lo.cp_forward_ns;
+  c.cp_backward_ns = hi.cp_backward_ns - lo.cp_backward_ns;
   if (ChunkedMode()) {
     const Checkpointed k = CheckpointedStage(stage);
     c.held_bytes = k.held;
@@ -484,7 +591,10 @@ StageCost StageCostTable::Stage(StageLayers stage) const {
   } else {
     c.recompute_ns = RecomputeNs(stage, lo, hi);
     // A full recomputation reruns the forward with its collectives.
-    if (options_.recompute == Recompute::kFull) c.tp_backward_ns += c.tp_forward_ns;
+    if (options_.recompute == Recompute::kFull) {
+      c.tp_backward_ns += c.tp_forward_ns;
+      c.cp_backward_ns += c.cp_forward_ns;
+    }
   }
   c.backward_ns += c.recompute_ns;  // the rerun comes before the backward proper
   return c;
@@ -540,6 +650,22 @@ std::vector<std::string> StageCostTable::Notes() const {
         fmt::format("{} of {} layers give no tp_comm_bytes: their tensor-parallel collectives are "
                     "estimated from the model's source (b*s*h*bytes per element; {})",
                     all.tp_comm_estimated, n, tp_estimate_from_));
+  }
+  if (options_.context_parallel > 1) {
+    const int cp = options_.context_parallel;
+    if (cp_comm_) {
+      const CpAttentionComm& k = *cp_comm_;
+      notes.push_back(fmt::format(
+          "context parallelism cp {} ({}): each GPU holds s / {} of every sample's tokens; the "
+          "layers' times and activations are the cp = 1 ones / {} (causal attention balanced "
+          "over {} chunks); each attention layer exchanges {:.2f} MiB K/V blocks per micro-batch, "
+          "{:.1f} us on the link in the forward ({:.1f} us exposed) and {:.1f} us in the backward "
+          "({:.1f} us exposed), estimated from {}",
+          cp, CpAlgorithmName(options_.cp_algorithm), cp, cp, 2 * cp,
+          static_cast<double>(k.kv_block_bytes) / (1 << 20), NsToUs(k.forward_comm_ns),
+          NsToUs(k.forward_exposed_ns), NsToUs(k.backward_comm_ns), NsToUs(k.backward_exposed_ns),
+          cp_from_));
+    }
   }
   if (ChunkedMode() && all.no_checkpoint > 0) {
     notes.push_back(fmt::format(

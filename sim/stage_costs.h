@@ -68,6 +68,15 @@
 // first exposed: what an op shows is max(comm / t, comm - the layer's compute
 // of that op).
 //
+// Context parallelism of degree cp (docs/simulator.md, "Context
+// parallelism"; Megatron-LM --context-parallel-size, Transformer Engine's
+// attention with context parallelism): every GPU of a cp group holds s / cp
+// of each sample's tokens (two chunks of s / 2cp, i and 2cp - 1 - i, so that
+// causal attention's work is even), so a layer's times and activations are
+// its cp = 1 ones / cp (ScaleToContextParallel); each attention layer adds
+// the exchange of keys and values (ContextParallelAttention), with the ring
+// (p2p) or all-gather algorithm.
+//
 // Units: ns and bytes. Plain values; StageCostTable is immutable after
 // construction and safe to share between threads.
 #ifndef PIPECAST_SIM_STAGE_COSTS_H_
@@ -127,6 +136,49 @@ bool ParseRecomputeSpec(std::string_view text, Recompute* recompute, RecomputeLa
 // --recompute-num-layers N >= 1, N without a method.
 Status CheckRecompute(Recompute recompute, const RecomputeLayers& layers);
 
+// How context parallelism exchanges keys and values (Megatron-LM
+// --cp-comm-type): kRing passes each rank's K/V block around the ring with
+// point-to-point sends beside the attention compute (Transformer Engine's
+// AttnFuncWithCPAndKVP2P, "p2p"); kAllGather gathers the whole sequence's K/V
+// before attention, as Llama 3 was trained ("all_gather").
+enum class CpAlgorithm { kRing, kAllGather };
+// "ring" or "allgather".
+const char* CpAlgorithmName(CpAlgorithm algorithm);
+// "ring" (also "p2p") or "allgather" (also "all_gather"); nullopt otherwise.
+std::optional<CpAlgorithm> ParseCpAlgorithm(std::string_view name);
+
+// One attention layer's context-parallel exchange on one GPU for one
+// micro-batch (docs/simulator.md, "Context parallelism"). Ring, cp steps per
+// pass, step i computing the local queries against the i-th K/V block while
+// the next block travels (each step's attention work is the same, 1/cp of
+// the rank's, thanks to the 2cp-chunk balancing):
+//   forward: steps 0 .. cp-2 each send one K/V block (kv_block_bytes) beside
+//     the step's attention forward; exposed = (cp-1) x max(0, hop(block) -
+//     attention forward / cp);
+//   backward: step 0 sends the K/V block, steps 1 .. cp-2 the K/V block and
+//     the accumulated dK/dV block together, step cp-1 the dK/dV block home,
+//     each beside the step's attention backward: 2(cp-1) blocks in all;
+//     exposed = sum over steps of max(0, hop(bytes of the step) - attention
+//     backward / cp);
+//   hop(bytes) = the link's latency + bytes / its bandwidth (as pipeline
+//   sends).
+// All-gather: the forward all-gathers K and V (cp x kv_block_bytes gathered)
+// before the attention, the backward gathers them again and reduce-scatters
+// dK and dV; nothing overlaps (Llama 3's choice: K/V are small beside Q with
+// grouped-query attention). buffer_bytes: the transient buffers the exchange
+// adds to the op's workspace (ring: the backward's two send/receive buffers
+// of K/V and dK/dV, 4 blocks; all-gather: the gathered K/V and dK/dV).
+struct CpAttentionComm {
+  Bytes kv_block_bytes = 0;  // this GPU's K and V: s / cp tokens, its key-value heads
+  TimeNs forward_comm_ns = 0, backward_comm_ns = 0;  // the link's busy time
+  TimeNs forward_exposed_ns = 0, backward_exposed_ns = 0;
+  Bytes buffer_bytes = 0;
+};
+// REQUIRES: cp >= 1; kv_block_bytes, attention times >= 0. All zero at cp = 1.
+CpAttentionComm ContextParallelAttention(Bytes kv_block_bytes, TimeNs attention_forward_ns,
+                                         TimeNs attention_backward_ns, int context_parallel,
+                                         CpAlgorithm algorithm, const Link& link);
+
 struct StageCostOptions {
   int microbatch_size = 1;
   Recompute recompute = Recompute::kOff;
@@ -139,7 +191,19 @@ struct StageCostOptions {
   // every:K, Megatron-LM's method (last, so that older aggregate
   // initialisers keep their meaning).
   RecomputeLayers recompute_layers;
+  // cp, its algorithm and the link one ring hop crosses (the intra-node link
+  // when the t x cp GPUs share a node, else the network's per-GPU share).
+  int context_parallel = 1;
+  CpAlgorithm cp_algorithm = CpAlgorithm::kRing;
+  Link cp_link;
 };
+
+// InvalidArgument naming --context-parallel and the fix when cp > 1 and the
+// sequence (model.sequence_length, else source.architecture) is unknown or
+// not a multiple of 2 x cp (the chunks of the causal balancing), or no layer
+// gives the attention shape context parallelism needs (Layer::cp_attention:
+// an analytic model with a FlashAttention kernel).
+Status CheckContextParallelCosts(const Model& model, int context_parallel);
 
 // One tensor-parallel collective of `bytes` (the unsharded tensor) over t
 // GPUs on `link`, as above. 0 for t = 1.
@@ -172,6 +236,10 @@ struct StageCost {
   // (the latter with a full recomputation's rerun of the forward's); 0 at t = 1.
   TimeNs tp_forward_ns = 0;
   TimeNs tp_backward_ns = 0;
+  // Context-parallel K/V exchange exposed inside forward_ns and backward_ns
+  // (the latter with a full recomputation's rerun); 0 at cp = 1.
+  TimeNs cp_forward_ns = 0;
+  TimeNs cp_backward_ns = 0;
 
   // The tensor-parallel communication inside DurationNs(kind): F forward's,
   // B and I backward's, W none.
@@ -273,6 +341,9 @@ class StageCostTable {
   // backward (the figure is then estimated by the older rule), or a
   // recomputation that changes nothing.
   std::vector<std::string> Notes() const;
+  // One attention layer's context-parallel exchange (cp > 1 and a layer with
+  // Layer::cp_attention), as the first such layer gives it.
+  const std::optional<CpAttentionComm>& ContextParallelComm() const { return cp_comm_; }
   // True when every layer's costs were measured at this size (none
   // interpolated or extrapolated).
   bool CostsMeasured() const;
@@ -287,6 +358,7 @@ class StageCostTable {
     Bytes checkpoint_bytes = 0, attention_core_bytes = 0, weight_grad_bytes = 0;
     TimeNs attention_core_ns = 0;
     TimeNs tp_forward_ns = 0, tp_backward_ns = 0;
+    TimeNs cp_forward_ns = 0, cp_backward_ns = 0;
     int tp_scaled = 0, tp_comm_estimated = 0;  // layers
     // Layers without checkpoint_bytes, attention_core_bytes, weight_grad_bytes.
     int no_checkpoint = 0, no_attention_core = 0, no_weight_grad = 0;
@@ -299,6 +371,8 @@ class StageCostTable {
 
   // Adds the layer's tensor-parallel collectives to its times (t > 1).
   void AddTensorParallelComm(LayerCost* c) const;
+  // Adds an attention layer's context-parallel K/V exchange (cp > 1).
+  void AddContextParallelComm(const pipecast::Layer& layer, LayerCost* c);
   // What the checkpointing modes (every:K, full with a Megatron-LM method)
   // give a stage: what F keeps, the largest chunk B rebuilds, the rerun and
   // its tensor-parallel collectives.
@@ -316,6 +390,9 @@ class StageCostTable {
   std::vector<LayerCost> layers_;
   std::vector<Prefix> prefix_;    // NumLayers() + 1 entries
   std::string tp_estimate_from_;  // a layer's TpCommEstimate::from, for Notes()
+  // One attention layer's exchange and where its shape came from, for Notes().
+  std::optional<CpAttentionComm> cp_comm_;
+  std::string cp_from_;
   // Per-layer maxima: workspace, activation, attention core bytes, parameters,
   // what the per-op policy rebuilds (activation less op_saved_bytes).
   RangeMax workspace_max_, activation_max_, attention_core_max_, parameters_max_, op_rebuilt_max_;

@@ -73,8 +73,11 @@ Status TrainingConfig::Validate() const {
         "in (0, {}] (1: no overlap gain)",
         overlap.overlap_factor, kMaxOverlapFactor));
   }
-  PIPECAST_RETURN_IF_ERROR(
-      CheckUnmodelled("context_parallel", "context parallelism", layout.context_parallel));
+  if (layout.context_parallel < 1 || layout.context_parallel > kMaxContextParallel) {
+    return Status::InvalidArgument(
+        fmt::format("--context-parallel is {}: must be from 1 (no context parallelism) to {}",
+                    layout.context_parallel, kMaxContextParallel));
+  }
   PIPECAST_RETURN_IF_ERROR(
       CheckUnmodelled("expert_parallel", "expert parallelism", layout.expert_parallel));
   PIPECAST_RETURN_IF_ERROR(CheckUnmodelled("expert_tensor_parallel", "expert tensor parallelism",
@@ -87,7 +90,15 @@ MemoryConfig TrainingConfig::PerGpuMemory() const {
 }
 
 StageCostOptions StageCostOptionsFor(const TrainingConfig& config, const Cluster& cluster) {
-  return StageCostOptionsFor(config, cluster.intra_node);
+  StageCostOptions o = StageCostOptionsFor(config, cluster.intra_node);
+  o.cp_link = ContextParallelLink(config.layout, cluster);
+  return o;
+}
+
+Link ContextParallelLink(const ParallelLayout& layout, const Cluster& cluster) {
+  const int64_t span = int64_t{layout.tensor_parallel} * layout.context_parallel;
+  if (span <= cluster.gpus_per_node) return cluster.intra_node;
+  return cluster.LinkBetween(0, cluster.gpus_per_node);  // the ring crosses nodes
 }
 
 StageCostOptions StageCostOptionsFor(const TrainingConfig& config, const Link& tp_link) {
@@ -99,6 +110,9 @@ StageCostOptions StageCostOptionsFor(const TrainingConfig& config, const Link& t
   o.sequence_parallel = config.layout.sequence_parallel;
   o.tp_comm_overlap = config.overlap.tp_comm_overlap;
   o.tp_link = tp_link;
+  o.context_parallel = config.layout.context_parallel;
+  o.cp_algorithm = config.layout.cp_algorithm;
+  o.cp_link = tp_link;
   return o;
 }
 

@@ -35,9 +35,15 @@ namespace pipecast {
 // The largest TrainingConfig::overlap_factor accepted: a pair twice as slow as its halves in
 // turn.
 inline constexpr double kMaxOverlapFactor = 2.0;
+// The largest context-parallel degree accepted: 2 x cp chunks of a 16M-token
+// sequence (kMaxSpecSequence) still hold one token each.
+inline constexpr int kMaxContextParallel = 1 << 16;
 
-// How the GPUs of one run are laid out. Placement is tp innermost, then
-// pipeline, then data parallel (sim/simulator.h).
+// How the GPUs of one run are laid out. Rank order t, cp, p, d (Megatron-LM's
+// default order, tp-cp-ep-dp-pp with the pipeline outside the data-parallel
+// groups folded in): the t GPUs of a tensor-parallel group are adjacent, the
+// cp groups of t next, then the pipeline ranks, then the replicas
+// (sim/simulator.h).
 struct ParallelLayout {
   // t: GPUs of one node that split every layer of a stage, Megatron-style.
   int tensor_parallel = 1;
@@ -50,8 +56,14 @@ struct ParallelLayout {
   int data_parallel = 1;  // d, replicas
   // v, model chunks per rank (2 for a V schedule). 0: not stated, as p.
   int chunks = 0;
+  // cp: each sample's sequence split over cp GPUs (Megatron-LM
+  // --context-parallel-size; docs/simulator.md "Context parallelism"):
+  // activations and compute / cp, weights whole on each, gradients reduced
+  // (and ZeRO shards spread) over the d x cp GPUs holding the same weights.
+  int context_parallel = 1;
+  // How the cp GPUs exchange keys and values (--cp-algorithm).
+  CpAlgorithm cp_algorithm = CpAlgorithm::kRing;
   // Room for the next axes. Only 1 is accepted until their cost models exist.
-  int context_parallel = 1;        // cp: the sequence split over GPUs
   int expert_parallel = 1;         // ep: experts spread over GPUs
   int expert_tensor_parallel = 1;  // etp: each expert split over GPUs
 
@@ -60,6 +72,10 @@ struct ParallelLayout {
   int64_t Gpus() const {
     return int64_t{tensor_parallel} * pipeline_stages * data_parallel * context_parallel;
   }
+  // d x cp: the GPUs holding the same weights, over which gradients are
+  // reduced and ZeRO shards spread (Megatron-LM's data-parallel group with
+  // context parallelism).
+  int GradientReplicas() const { return data_parallel * context_parallel; }
 };
 
 // The overlap switches: what runs beside what.
@@ -141,8 +157,8 @@ struct TrainingConfig {
   // InvalidArgument naming the flag that sets a field out of range or two
   // that contradict each other (--sequence-parallel or --tp-comm-overlap at
   // t = 1, a degree below 1, an overlap factor outside (0, 2], a byte count
-  // or ZeRO level MemoryConfig::Validate refuses, a context or expert degree
-  // other than 1). The one check of these fields; the simulator calls it.
+  // or ZeRO level MemoryConfig::Validate refuses, a context degree below 1,
+  // an expert degree other than 1). The one check of these fields; the simulator calls it.
   [[nodiscard]] Status Validate() const;
 
   // What one GPU of a t-way group keeps per parameter: memory / t
@@ -157,6 +173,11 @@ struct TrainingConfig {
 StageCostOptions StageCostOptionsFor(const TrainingConfig& config, const Cluster& cluster);
 // The same with the tensor-parallel link given (the validator's probed link).
 StageCostOptions StageCostOptionsFor(const TrainingConfig& config, const Link& tp_link);
+
+// The link one hop of the context-parallel ring crosses: the intra-node link
+// when a group's t x cp GPUs share a node (rank order t, cp, p, d), else the
+// network's per-GPU share (Cluster::LinkBetween between nodes).
+Link ContextParallelLink(const ParallelLayout& layout, const Cluster& cluster);
 
 // InvalidArgument when t does not divide the GPUs of `cluster`'s node: a
 // stage's tensor-parallel GPUs share a node.

@@ -61,11 +61,13 @@ TEST(TrainingConfig, SequenceParallelismAndCommOverlapNeedTensorParallelism) {
             "communication to overlap");
 }
 
-TEST(TrainingConfig, ContextAndExpertDegreesAreOneUntilModelled) {
+TEST(TrainingConfig, ContextDegreeFromOneAndExpertDegreesOneUntilModelled) {
   TrainingConfig c;
   c.layout.context_parallel = 2;
+  EXPECT_EQ(Message(c), "ok");  // modelled (docs/simulator.md "Context parallelism")
+  c.layout.context_parallel = 0;
   EXPECT_EQ(Message(c),
-            "context_parallel is 2: context parallelism is not modelled yet, so it must be 1");
+            "--context-parallel is 0: must be from 1 (no context parallelism) to 65536");
   c = TrainingConfig{};
   c.layout.expert_parallel = 4;
   EXPECT_THAT(Message(c), HasSubstr("expert_parallel is 4"));
@@ -77,6 +79,9 @@ TEST(TrainingConfig, GpusAreTheProductOfTheDegrees) {
   l.pipeline_stages = 4;
   l.data_parallel = 3;
   EXPECT_EQ(l.Gpus(), 24);
+  l.context_parallel = 4;  // t x cp x p x d
+  EXPECT_EQ(l.Gpus(), 96);
+  EXPECT_EQ(l.GradientReplicas(), 12);  // d x cp hold the same weights
 }
 
 TEST(TrainingConfig, OneGpuKeepsATthOfEveryParametersBytes) {

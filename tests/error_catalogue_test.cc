@@ -826,6 +826,23 @@ std::vector<Case> Catalogue() {
                   std::string(kSim) + " --cluster h100-sxm --tensor-parallel 3", 1,
                   "--tensor-parallel 3 does not divide the 8 GPUs of a node of h100-sxm: a "
                   "stage's tensor-parallel GPUs share a node; use a divisor of 8"));
+  // Context parallelism (issue 25): a degree below 1 is a usage error; one the
+  // sequence or the model cannot run is bad input.
+  c.push_back(Row("context_parallel_zero", kSimulator, {kGoodModel},
+                  std::string(kSim) + " --context-parallel 0", 2, "--context-parallel"));
+  c.push_back(Row("context_parallel_not_splitting_the_sequence", kSimulator, {},
+                  "--model {ex}/llama-70b.json --stages 4 --microbatches 4 --context-parallel 3", 1,
+                  "--context-parallel 3: the sequence of 2048 tokens does not split into 2 x cp "
+                  "= 6 equal chunks"));
+  c.push_back(Row("context_parallel_without_attention_shape", kSimulator, {kGoodModel},
+                  std::string(kSim) + " --context-parallel 2", 1,
+                  "--context-parallel 2: the model"));
+  c.push_back(Row("cp_algorithm_unknown", kSimulator, {kGoodModel},
+                  std::string(kSim) + " --cp-algorithm tree", 2,
+                  "--cp-algorithm: 'tree' is not one of ring, p2p, allgather, all_gather"));
+  c.push_back(Row("context_parallel_not_dividing_gpus", kPlanner, {kGoodModel},
+                  "--model {dir}/m.json --gpus 4 --global-batch 8 --context-parallel 3", 2,
+                  "--context-parallel 3 does not divide --gpus 4"));
   c.push_back(Row("tensor_parallel_over_gpus", kPlanner, {kGoodModel},
                   "--model {dir}/m.json --gpus 2 --global-batch 8 --tensor-parallel 4", 2,
                   "--tensor-parallel 4 is more than --gpus 2: t x p x d must equal the GPUs"));

@@ -156,6 +156,12 @@ int main(int argc, char** argv) {
                  "GPUs per node, N and the heads, where the model has tensor-parallel costs)")
       ->delimiter(',')
       ->check(CLI::PositiveNumber);
+  app.add_option("--context-parallel", f.context_parallel,
+                 "comma list of context-parallel degrees cp to try (default: 1, and from 8192 "
+                 "tokens per sample every power of two whose 2 x cp divides the sequence; "
+                 "docs/planner.md)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, pipecast::kMaxContextParallel));
   app.add_option("--sequence-parallel", f.sequence_parallel,
                  "sequence parallelism at t > 1: auto (try off and on), on or off")
       ->check(pipecast::OneOf({"auto", "on", "off"}))

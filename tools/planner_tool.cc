@@ -134,6 +134,8 @@ Result<PlannerOptions> MakeOptions(const PlannerToolOptions& flags) {
   o.optimizer_step = shared.optimizer_step;
   o.zero_levels = flags.zero;
   o.tensor_parallel = flags.tensor_parallel;
+  o.context_parallel = flags.context_parallel;
+  o.cp_algorithm = shared.layout.cp_algorithm;
   o.sequence_parallel = SequenceParallelFlag(flags.sequence_parallel);
   o.pipeline_stages = flags.pipeline_stages;
   o.data_parallel = flags.data_parallel;
@@ -281,6 +283,7 @@ std::string ReportText(const PlannerToolOptions& flags, const Inputs& in, const 
 Status PlannerToolOptions::Validate() const {
   PIPECAST_RETURN_IF_ERROR(CheckTensorParallelChoices(
       tensor_parallel, gpus, SequenceParallelFlag(sequence_parallel), tp_comm_overlap));
+  PIPECAST_RETURN_IF_ERROR(CheckContextParallelChoices(context_parallel, gpus));
   if (auto specs = ParseExportFlags(exports, schedule_out, schedule_format); !specs.ok()) {
     return specs.status();
   }

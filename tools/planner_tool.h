@@ -39,6 +39,7 @@ struct PlannerToolOptions {
   int threads = 0;                         // 0: every core
   std::vector<int> zero;                   // ZeRO levels to try; empty: 0, 1 and 3 when d > 1
   std::vector<int> tensor_parallel;        // t to try; empty: the planner's (docs/planner.md)
+  std::vector<int> context_parallel;       // cp to try; empty: the planner's (docs/planner.md)
   std::string sequence_parallel = "auto";  // auto, on or off (at t > 1)
   bool tp_comm_overlap = false;
   int pipeline_stages = 0;               // p pinned; 0: searched

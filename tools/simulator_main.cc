@@ -127,6 +127,13 @@ int main(int argc, char** argv) {
                      "stage, Megatron-style (must divide the GPUs per node; docs/simulator.md)")
           ->check(CLI::PositiveNumber)
           ->capture_default_str();
+  CLI::Option* context_parallel =
+      app.add_option("--context-parallel", f.config.layout.context_parallel,
+                     "context-parallel degree cp: GPUs that split each sample's sequence, with "
+                     "the attention's K/V exchanged (--cp-algorithm); rank order t, cp, p, d "
+                     "(docs/simulator.md)")
+          ->check(CLI::Range(1, pipecast::kMaxContextParallel))
+          ->capture_default_str();
   CLI::Option* sequence_parallel = app.add_flag(
       "--sequence-parallel", f.config.layout.sequence_parallel,
       "sequence parallelism over the tensor-parallel group (Megatron-LM --sequence-parallel); "
@@ -197,6 +204,7 @@ int main(int argc, char** argv) {
                          partition,
                          data_parallel,
                          tensor_parallel,
+                         context_parallel,
                          sequence_parallel,
                          tp_comm_overlap,
                          schedule_in,

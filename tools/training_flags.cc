@@ -1,5 +1,9 @@
 #include "tools/training_flags.h"
 
+#include <fmt/format.h>
+
+#include <optional>
+
 namespace pipecast {
 
 std::vector<CLI::Option*> AddTrainingFlags(CLI::App& app, TrainingFlags* flags,
@@ -43,6 +47,14 @@ std::vector<CLI::Option*> AddTrainingFlags(CLI::App& app, TrainingFlags* flags,
                      "parameters in FP8 at ZeRO 1-3 (Megatron-LM --fp8-param-gather; torchao's "
                      "FSDP float8 all-gather)")
           ->check(OneOf({"on", "off"}))
+          ->capture_default_str());
+  added.push_back(
+      app.add_option("--cp-algorithm", f.cp_algorithm,
+                     "--context-parallel: how the cp GPUs exchange keys and values: ring (K/V "
+                     "blocks passed around the ring beside the attention compute, Megatron-LM "
+                     "--cp-comm-type p2p; also 'p2p') or allgather (K/V gathered before attention, "
+                     "as Llama 3; also 'all_gather'); docs/simulator.md")
+          ->check(OneOf({"ring", "p2p", "allgather", "all_gather"}))
           ->capture_default_str());
   added.push_back(app.add_option("--optimizer", f.optimizer,
                                  "optimizer, for bytes per parameter: adam, sgd or sgd-nomomentum")
@@ -94,6 +106,13 @@ Status FillTrainingConfig(const TrainingFlags& flags, TrainingConfig* config) {
       flags.optimizer_step_us >= 0 ? UsToNs(flags.optimizer_step_us) : 0;
   config->optimizer_step.estimate = flags.optimizer_step_us < 0;
   config->partition.even = flags.even;
+  std::optional<CpAlgorithm> cp_algorithm = ParseCpAlgorithm(flags.cp_algorithm);
+  if (!cp_algorithm) {
+    return Status::InvalidArgument(
+        fmt::format("--cp-algorithm {}: use ring (also p2p) or allgather (also all_gather)",
+                    flags.cp_algorithm));
+  }
+  config->layout.cp_algorithm = *cp_algorithm;
   return Status::Ok();
 }
 

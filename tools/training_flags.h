@@ -34,6 +34,9 @@ struct TrainingFlags {
   std::string grad_dtype = "fp32";  // main gradients: fp32 (Megatron's default) or bf16
   std::string fp8_recipe;           // --precision fp8: delayed (default), current, blockwise, mxfp8
   std::string fp8_param_gather = "off";  // on: FP8 primary weights, gathered in FP8
+  // How context parallelism exchanges keys and values: ring (p2p) or
+  // allgather (all_gather); ParseCpAlgorithm.
+  std::string cp_algorithm = "ring";
   // Megatron-LM's even split's options (--first-stage-layers,
   // --last-stage-layers, --account-for-embedding, --account-for-loss).
   EvenSplitOptions even;
@@ -41,7 +44,7 @@ struct TrainingFlags {
 
 // Adds --cluster, --memory-gb (with the tool's help text), --optimizer-step-us,
 // --overlap-grad-reduce, --grad-bucket-params, --precision, --optimizer,
-// --grad-dtype, --fp8-recipe, --fp8-param-gather, --memory-reserve-gb,
+// --grad-dtype, --fp8-recipe, --fp8-param-gather, --cp-algorithm, --memory-reserve-gb,
 // --memory-headroom and the even split's --first-stage-layers,
 // --last-stage-layers, --account-for-embedding and --account-for-loss, bound
 // to `flags`,
@@ -54,7 +57,9 @@ std::vector<CLI::Option*> AddTrainingFlags(CLI::App& app, TrainingFlags* flags,
 // --precision, --optimizer and --grad-dtype (config->memory's ZeRO level and
 // sharding settings kept), the
 // gradient reduction's overlap and bucket size, and the optimizer step
-// (given by --optimizer-step-us, else estimated), and the even split's
+// (given by --optimizer-step-us, else estimated), the context-parallel
+// algorithm (config->layout.cp_algorithm; the degree is each tool's
+// --context-parallel), and the even split's
 // options (config->partition.even; the rule is each tool's --partition).
 // The one place these flags
 // become the configuration. InvalidArgument naming the flags that conflict

@@ -116,6 +116,13 @@ Result<Model> LoadInputs(const ValidatorOptions& options, const Backend& backend
         "made without --sequence-parallel",
         options.plan_path));
   }
+  if (plan.config.layout.context_parallel > 1) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: the plan uses context parallelism (context_parallel {}), which the validator does "
+        "not run (its stages hold whole sequences); validate a plan made with --context-parallel "
+        "1",
+        options.plan_path, plan.config.layout.context_parallel));
+  }
   if (tp > 1 && plan.config.overlap.tp_comm_overlap) {
     return Status::InvalidArgument(fmt::format(
         "{}: the plan overlaps tensor-parallel communication with compute (--tp-comm-overlap), "

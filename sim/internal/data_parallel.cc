@@ -16,16 +16,28 @@ constexpr int kGatheredLayers = 2;
 
 }  // namespace
 
-CollectiveGroup DataParallelGroup(const Cluster& cluster, int ranks, int rank, int d) {
-  return StridedGroup(cluster, rank, ranks, d);
+CollectiveGroup WithContextParallel(const Cluster& cluster, CollectiveGroup group, int cp) {
+  if (cp <= 1) return group;
+  group.ranks *= cp;
+  if (cluster.nodes_per_gpu > 1) {  // each simulated GPU's cp GPUs spread over its nodes
+    group.nodes *= cluster.nodes_per_gpu;
+    group.per_node = std::max(1, cp / cluster.nodes_per_gpu);
+  } else {
+    group.per_node *= cp;
+  }
+  return group;
+}
+
+CollectiveGroup DataParallelGroup(const Cluster& cluster, int ranks, int rank, int d, int cp) {
+  return WithContextParallel(cluster, StridedGroup(cluster, rank, ranks, d), cp);
 }
 
 ShardGroups ShardGroupsOf(const Cluster& cluster, int ranks, int rank, int d,
-                          const ShardingConfig& sharding) {
+                          const ShardingConfig& sharding, int cp) {
   const int g = sharding.shard_group > 0 && sharding.shard_group < d ? sharding.shard_group : d;
   ShardGroups groups;
-  groups.shard_size = g;
-  groups.shard = StridedGroup(cluster, rank, ranks, g);
+  groups.shard_size = g * cp;
+  groups.shard = WithContextParallel(cluster, StridedGroup(cluster, rank, ranks, g), cp);
   groups.replicas = StridedGroup(cluster, rank, g * ranks, d / g);
   return groups;
 }
@@ -46,7 +58,7 @@ void ApplyPerOpCollectives(const Model& model, const Cluster& cluster, const Sch
   const int d = options.config.layout.data_parallel;
   const MemoryConfig& memory = options.config.memory;
   const ShardingConfig& sharding = memory.sharding;
-  if (memory.zero < 2 || d <= 1) return;
+  if (memory.zero < 2 || options.config.layout.GradientReplicas() <= 1) return;
   const std::vector<StageCost> before = *costs;
   std::vector<Bytes> held_weights(schedule.num_ranks, 0);  // reshard off: the stages' weights
   bool split_ops = false;
@@ -56,7 +68,8 @@ void ApplyPerOpCollectives(const Model& model, const Cluster& cluster, const Sch
   for (size_t s = 0; s < costs->size(); ++s) {
     StageCost& c = (*costs)[s];
     const int rank = schedule.stage_rank[s];
-    const ShardGroups groups = ShardGroupsOf(cluster, schedule.num_ranks, rank, d, sharding);
+    const ShardGroups groups = ShardGroupsOf(cluster, schedule.num_ranks, rank, d, sharding,
+                                             options.config.layout.context_parallel);
     const int layers = partition[s].last_layer - partition[s].first_layer + 1;
     const TimeNs gather =
         memory.zero >= 3 ? CollectiveNs(cluster, Collective::kAllGather,
@@ -129,12 +142,14 @@ TimeNs EstimateOptimizerStepNs(const Cluster& cluster, const SimOptions& options
                                int64_t parameters) {
   const double bandwidth = cluster.gpu.memory_bandwidth_gbps * 1e9 * kOptimizerMemoryEfficiency;
   if (bandwidth <= 0) return 0;
-  // The shard each rank updates: 1/d, or 1/G with hybrid sharding (levels 2, 3).
+  // The shard each rank updates: 1/(d x cp), or 1/(G x cp) with hybrid
+  // sharding (levels 2, 3).
   const int group =
-      options.config.memory.zero >= 2 && options.config.memory.sharding.shard_group > 0
-          ? std::min(options.config.memory.sharding.shard_group,
-                     options.config.layout.data_parallel)
-          : options.config.layout.data_parallel;
+      (options.config.memory.zero >= 2 && options.config.memory.sharding.shard_group > 0
+           ? std::min(options.config.memory.sharding.shard_group,
+                      options.config.layout.data_parallel)
+           : options.config.layout.data_parallel) *
+      options.config.layout.context_parallel;
   const double shards = options.config.memory.zero >= 1 ? group : 1;
   const double bytes =
       static_cast<double>(parameters) / shards * OptimizerBytesPerParam(options.config.memory);
@@ -192,7 +207,8 @@ void TailCollectives(const Cluster& cluster, const Schedule& schedule, const Sta
                      const SimOptions& options, StageResult* sr) {
   const int d = options.config.layout.data_parallel;
   const MemoryConfig& memory = options.config.memory;
-  const CollectiveGroup group = DataParallelGroup(cluster, schedule.num_ranks, sr->rank, d);
+  const int cp = options.config.layout.context_parallel;
+  const CollectiveGroup group = DataParallelGroup(cluster, schedule.num_ranks, sr->rank, d, cp);
   const auto collective_ns = [&](Collective op, Bytes bytes) {
     return CollectiveNs(cluster, op, bytes, group);
   };
@@ -208,10 +224,10 @@ void TailCollectives(const Cluster& cluster, const Schedule& schedule, const Sta
           ? options.config.optimizer_step.time_ns
           : EstimateOptimizerStepNs(cluster, options, sr->parameters);
   const ShardGroups shards =
-      ShardGroupsOf(cluster, schedule.num_ranks, sr->rank, d, memory.sharding);
+      ShardGroupsOf(cluster, schedule.num_ranks, sr->rank, d, memory.sharding, cp);
   // Levels 2 and 3 with no_sync: the accumulated gradients reduce-scattered
   // once, after the rank's last op.
-  const TimeNs once = memory.zero >= 2 && !memory.sharding.reduce_every_microbatch && d > 1
+  const TimeNs once = memory.zero >= 2 && !memory.sharding.reduce_every_microbatch && d * cp > 1
                           ? ShardedGradientReductionNs(cluster, shards, gradients, 1)
                           : 0;
   switch (memory.zero) {
@@ -230,13 +246,13 @@ void TailCollectives(const Cluster& cluster, const Schedule& schedule, const Sta
       sr->allreduce_ns = once;
       break;
   }
-  const bool overlapped = options.config.overlap.overlap_grad_reduce && memory.zero <= 1 && d > 1 &&
-                          schedule.flush && schedule.iterations == 1 && !schedule.bidirectional &&
-                          !schedule.actions[sr->rank].empty();
+  const bool overlapped = options.config.overlap.overlap_grad_reduce && memory.zero <= 1 &&
+                          d * cp > 1 && schedule.flush && schedule.iterations == 1 &&
+                          !schedule.bidirectional && !schedule.actions[sr->rank].empty();
   if (!overlapped) return;
   const int64_t bucket_params = options.config.overlap.grad_bucket_params > 0
                                     ? options.config.overlap.grad_bucket_params
-                                    : DefaultGradBucketParams(d);
+                                    : DefaultGradBucketParams(d * cp);
   const std::vector<GradBucket> buckets = RankBuckets(
       schedule, table, partition, costs, bucket_params, options.config.overlap.overlap_factor, *sr);
   const auto collective = [&](Bytes bytes) {

@@ -24,7 +24,11 @@ namespace pipecast::internal {
 
 // The data-parallel group of rank `rank`: GPU r·ranks + rank of every one of
 // the d replicas (sim/collectives.h times its collectives).
-CollectiveGroup DataParallelGroup(const Cluster& cluster, int ranks, int rank, int d);
+CollectiveGroup DataParallelGroup(const Cluster& cluster, int ranks, int rank, int d, int cp = 1);
+// `group` (of simulated GPUs on the folded `cluster`) as the GPUs it stands
+// for with context parallelism: each member's cp GPUs hold the same weights
+// (sim/simulator.h), so the group has cp x the ranks, in the same nodes.
+CollectiveGroup WithContextParallel(const Cluster& cluster, CollectiveGroup group, int cp);
 
 // The groups of sharded data parallelism (levels 2 and 3) for rank `rank`:
 // the shard group (the first memory.sharding.shard_group replicas, or all d)
@@ -36,7 +40,7 @@ struct ShardGroups {
   CollectiveGroup replicas;  // one rank without hybrid sharding
 };
 ShardGroups ShardGroupsOf(const Cluster& cluster, int ranks, int rank, int d,
-                          const ShardingConfig& sharding);
+                          const ShardingConfig& sharding, int cp = 1);
 // The gradients' reduction at levels 2 and 3 (`pieces` collectives, one per
 // layer): reduce-scatter in the shard group, then with hybrid sharding the
 // all-reduce of each shard across the groups.
