@@ -603,6 +603,17 @@ std::vector<Case> Catalogue() {
   c.push_back(Row("flag_zero_out_of_range_planner", kPlanner, {kGoodModel},
                   "--model {dir}/m.json --gpus 2 --global-batch 8 --zero 1,5", 2,
                   "--zero: Value 5 not in range 0 to 3"));
+  // The planner's sharding pins and --compare-to (issue 24).
+  c.push_back(Row("planner_shard_group_not_a_number", kPlanner, {kGoodModel},
+                  "--model {dir}/m.json --gpus 2 --global-batch 8 --shard-group two", 1,
+                  "--shard-group is 'two': expected auto, 0 (shard over all replicas) or a "
+                  "number of replicas per shard group"));
+  c.push_back(Row("planner_compare_to_unknown_word", kPlanner, {kGoodModel},
+                  "--model {dir}/m.json --gpus 2 --global-batch 8 --compare-to stages=2", 1,
+                  "--compare-to: 'stages=2' is not a configuration word"));
+  c.push_back(Row("planner_compare_to_missing_plan", kPlanner, {kGoodModel},
+                  "--model {dir}/m.json --gpus 2 --global-batch 8 --compare-to {dir}/no.json", 1,
+                  "--compare-to"));
   c.push_back(Row("flag_unknown_grad_dtype", kSimulator, {kGoodModel},
                   std::string(kSim) + " --grad-dtype fp8", 2,
                   "--grad-dtype: 'fp8' is not one of fp32, bf16, fp16"));
