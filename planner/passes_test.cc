@@ -65,7 +65,7 @@ TEST(PassEnumerate, AutoSearchesOpWhereTheModelGivesItAndListsAreTriedAsGiven) {
     l.profiles[0].op_recompute_ns = kF / 4;
   }
   EXPECT_EQ(spec(RecomputeModes(model, o)), "off full op ");
-  // A list is searched as given: every candidate of the 120 above comes in
+  // A list is searched as given: every candidate of the 156 above comes in
   // three recomputations instead of two.
   o.recompute = RecomputeMode::kListed;
   o.recompute_listed = {{Recompute::kEvery, {2}},
@@ -74,13 +74,13 @@ TEST(PassEnumerate, AutoSearchesOpWhereTheModelGivesItAndListsAreTriedAsGiven) {
   EXPECT_EQ(spec(RecomputeModes(model, o)), "every:2 op full-uniform:2 ");
   std::vector<Rejection> rejected;
   std::vector<Candidate> c = Enumerate(model, IdealCluster(), o, 16, &rejected);
-  EXPECT_EQ(c.size(), 180u);
+  EXPECT_EQ(c.size(), 234u);
   EXPECT_EQ(std::count_if(c.begin(), c.end(),
                           [](const Candidate& x) {
                             return x.config.recompute == Recompute::kEvery &&
                                    x.config.recompute_layers.every == 2;
                           }),
-            60);
+            78);
 }
 
 TEST(PassEnumerate, ShardingIsSearchedWhereItMattersAndPinnedByTheFlags) {
