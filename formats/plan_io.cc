@@ -339,6 +339,35 @@ Status ReadActions(const Reader& r, const json& root, PlanFile* plan) {
   return Status::Ok();
 }
 
+// memory.sharding (ShardingConfig): optional, written only when a setting
+// differs from the defaults, so plans without it (and plans written before
+// it existed) read as FSDP's defaults. Each key inside is optional too.
+Status ReadSharding(const Reader& r, const json& memory, ShardingConfig* sharding) {
+  *sharding = ShardingConfig{};
+  if (!memory.contains("sharding")) return Status::Ok();
+  const json& v = memory["sharding"];
+  PIPECAST_RETURN_IF_ERROR(r.CheckObject(v, "memory.sharding"));
+  PIPECAST_RETURN_IF_ERROR(
+      r.CheckKeys(v, "memory.sharding",
+                  {"reshard_after_forward", "prefetch", "reduce_every_microbatch", "shard_group"}));
+  const char* path = "memory.sharding";
+  if (v.contains("reshard_after_forward")) {
+    PIPECAST_RETURN_IF_ERROR(
+        r.Bool(v, path, "reshard_after_forward", &sharding->reshard_after_forward));
+  }
+  if (v.contains("prefetch")) {
+    PIPECAST_RETURN_IF_ERROR(r.Bool(v, path, "prefetch", &sharding->prefetch));
+  }
+  if (v.contains("reduce_every_microbatch")) {
+    PIPECAST_RETURN_IF_ERROR(
+        r.Bool(v, path, "reduce_every_microbatch", &sharding->reduce_every_microbatch));
+  }
+  if (v.contains("shard_group")) {
+    PIPECAST_RETURN_IF_ERROR(r.Int(v, path, "shard_group", 0, kMaxCount, &sharding->shard_group));
+  }
+  return Status::Ok();
+}
+
 Status ReadMemory(const Reader& r, const json& root, PlanFile* plan) {
   const json* v = nullptr;
   PIPECAST_RETURN_IF_ERROR(r.Find(root, "", "memory", &v));
@@ -347,7 +376,7 @@ Status ReadMemory(const Reader& r, const json& root, PlanFile* plan) {
       r.CheckKeys(*v, "memory",
                   {"weight_bytes_per_param", "gradient_bytes_per_param",
                    "optimizer_bytes_per_param", "gradient_copy_bytes_per_param", "zero",
-                   "fp8_recipe", "fp8_weight_bytes_per_param", "fp8_param_gather"}));
+                   "fp8_recipe", "fp8_weight_bytes_per_param", "fp8_param_gather", "sharding"}));
   MemoryConfig& m = plan->config.memory;
   PIPECAST_RETURN_IF_ERROR(r.Number(*v, "memory", "weight_bytes_per_param", kMaxBytesPerParam,
                                     &m.weight_bytes_per_param));
@@ -384,6 +413,7 @@ Status ReadMemory(const Reader& r, const json& root, PlanFile* plan) {
   if (v->contains("zero")) {
     PIPECAST_RETURN_IF_ERROR(r.Int(*v, "memory", "zero", 0, kMaxZeroLevel, &m.zero));
   }
+  PIPECAST_RETURN_IF_ERROR(ReadSharding(r, *v, &m.sharding));
   double us = 0;
   PIPECAST_RETURN_IF_ERROR(r.Number(root, "", "optimizer_step_us", kMaxTimeUs, &us));
   plan->config.optimizer_step.time_ns = UsToNs(us);
@@ -482,6 +512,18 @@ Status CheckConsistent(const Reader& r, const PlanFile& plan) {
                             "tensor_parallel = {} x {} x {}",
                             plan.gpus, plan.config.layout.pipeline_stages,
                             plan.config.layout.data_parallel, plan.config.layout.tensor_parallel));
+  }
+  if (const int group = plan.config.memory.sharding.shard_group; group > 0) {
+    if (plan.config.memory.zero < 2) {
+      return r.Error("memory.sharding.shard_group",
+                     fmt::format("is {}, but memory.zero is {}: hybrid sharding needs ZeRO 2 or 3",
+                                 group, plan.config.memory.zero));
+    }
+    if (plan.config.layout.data_parallel % group != 0) {
+      return r.Error("memory.sharding.shard_group",
+                     fmt::format("is {}, which does not divide data_parallel {}", group,
+                                 plan.config.layout.data_parallel));
+    }
   }
   const int64_t batch = int64_t{plan.config.microbatch_size} * plan.config.microbatches *
                         plan.config.layout.data_parallel;
@@ -688,6 +730,14 @@ std::string PlanToJson(const PlanFile& plan) {
     root["memory"]["fp8_recipe"] = Fp8RecipeName(plan.config.memory.fp8_recipe);
     root["memory"]["fp8_weight_bytes_per_param"] = plan.config.memory.fp8_weight_bytes_per_param;
     root["memory"]["fp8_param_gather"] = plan.config.memory.fp8_param_gather;
+  }
+  // Only where a setting differs from FSDP's defaults: plans that keep them are written as
+  // before.
+  if (const ShardingConfig& sharding = plan.config.memory.sharding; sharding != ShardingConfig{}) {
+    root["memory"]["sharding"] = {{"reshard_after_forward", sharding.reshard_after_forward},
+                                  {"prefetch", sharding.prefetch},
+                                  {"reduce_every_microbatch", sharding.reduce_every_microbatch},
+                                  {"shard_group", sharding.shard_group}};
   }
   root["optimizer_step_us"] = NsToUs(plan.config.optimizer_step.time_ns);
   root["estimate_optimizer_step"] = plan.config.optimizer_step.estimate;

@@ -244,6 +244,66 @@ TEST(PlanFileTest, MemorySettingsRoundTripAndReplay) {
   EXPECT_EQ(replay.memory_limit_bytes, w.result.memory_limit_bytes);
 }
 
+TEST(PlanFileTest, ShardingSettingsRoundTripReplayAndDefaultPlansWriteNone) {
+  // Given a ZeRO-3 plan over d = 4 run as HSDP in groups of 2, parameters kept
+  // gathered from forward to backward, gradients reduced once per step, no prefetch
+  World w = MakeWorld();
+  w.options.config.layout.data_parallel = 4;
+  w.options.config.memory.zero = 3;
+  ShardingConfig& sharding = w.options.config.memory.sharding;
+  sharding = {.reshard_after_forward = false,
+              .prefetch = false,
+              .reduce_every_microbatch = false,
+              .shard_group = 2};
+  w.result = Simulate(w.model, w.cluster, w.schedule, w.options).value();
+  PlanFile made = MakePlanFile("uniform", "h", w.cluster, w.schedule, w.options, w.result);
+  // when written and read back
+  const std::string text = PlanToJson(made);
+  EXPECT_EQ(json::parse(text)["memory"]["sharding"],
+            json::parse(R"({"reshard_after_forward": false, "prefetch": false,
+                            "reduce_every_microbatch": false, "shard_group": 2})"));
+  Result<PlanFile> parsed = ParsePlan(text, "plan.json");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  // then every setting survives, the text is the same, and the replay predicts the same
+  EXPECT_EQ(parsed->config.memory.sharding, sharding);
+  EXPECT_EQ(PlanToJson(*parsed), text);
+  SimResult replay =
+      Simulate(w.model, parsed->cluster, parsed->schedule, PlanSimOptions(*parsed)).value();
+  EXPECT_EQ(replay.iteration_ns, w.result.iteration_ns);
+  EXPECT_EQ(replay.per_rank[0].peak_memory_bytes, w.result.per_rank[0].peak_memory_bytes);
+  // and the defaults write no key (plans are as before), an absent key reads as the defaults
+  json plain = json::parse(PlanText());
+  EXPECT_EQ(plain["memory"].count("sharding"), 0);
+  EXPECT_EQ(ParsePlan(plain.dump(), "old.json")->config.memory.sharding, ShardingConfig{});
+  // one key alone keeps the others' defaults
+  plain["memory"]["zero"] = 3;
+  plain["memory"]["sharding"] = {{"reshard_after_forward", false}};
+  Result<PlanFile> one = ParsePlan(plain.dump(), "one.json");
+  ASSERT_TRUE(one.ok()) << one.status().message();
+  EXPECT_FALSE(one->config.memory.sharding.reshard_after_forward);
+  EXPECT_TRUE(one->config.memory.sharding.prefetch);
+  EXPECT_EQ(one->config.memory.sharding.shard_group, 0);
+  // bad values name the field
+  EXPECT_THAT(ErrorAfter([](json& j) {
+                j["memory"]["sharding"] = {{"prefetch", 1}};
+              }),
+              HasSubstr("memory.sharding.prefetch"));
+  EXPECT_THAT(ErrorAfter([](json& j) {
+                j["memory"]["sharding"] = {{"rechard", true}};
+              }),
+              HasSubstr("memory.sharding"));
+  EXPECT_THAT(
+      ErrorAfter([](json& j) {
+        j["memory"]["zero"] = 3;
+        j["memory"]["sharding"] = {{"shard_group", 3}};
+      }),
+      HasSubstr("memory.sharding.shard_group: is 3, which does not divide data_parallel 2"));
+  EXPECT_THAT(ErrorAfter([](json& j) {
+                j["memory"]["sharding"] = {{"shard_group", 2}};
+              }),
+              HasSubstr("hybrid sharding needs ZeRO 2 or 3"));
+}
+
 TEST(PlanFileTest, Fp8MemorySettingsRoundTripAndBf16PlansHaveNone) {
   // Given an FP8 plan (blockwise, FP8 parameter gathers) at ZeRO 3
   World w = MakeWorld();

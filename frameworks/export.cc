@@ -104,6 +104,35 @@ std::string PlanLabel(const PlanFile& plan, const Shape& s) {
 
 // --- Megatron-LM ------------------------------------------------------------------------------
 
+// How Megatron-FSDP runs the plan's sharding settings (ShardingConfig) at ZeRO 2 and 3, as flags
+// written through `flag`, and what it cannot run (megatron/core/distributed/
+// distributed_data_parallel_config.py and fsdp/src/megatron_fsdp/megatron_fsdp.py at the
+// commit kMegatronSource names).
+template <typename Flag>
+void MegatronFsdpSharding(const ShardingConfig& sharding, bool overlap_grad_reduce, const Shape& s,
+                          Flag&& flag, FrameworkExport* out) {
+  // HSDP: shard inside groups, replicate across the d / group instances.
+  if (sharding.shard_group > 0 && sharding.shard_group < s.d) {
+    flag("--num-distributed-optimizer-instances", std::to_string(s.d / sharding.shard_group));
+    flag("--outer-dp-sharding-strategy", "no_shard");
+  }
+  // Gathers beside the compute; Megatron-LM takes --overlap-param-gather only with
+  // --overlap-grad-reduce (arguments.py).
+  if (sharding.prefetch && overlap_grad_reduce) flag("--overlap-param-gather");
+  if (s.zero == 3 && !sharding.reshard_after_forward) {
+    out->differences.push_back(
+        "Megatron-FSDP's optim_grads_params frees gathered parameters after each forward; it "
+        "has no setting that keeps them for the backward (plan: reshard_after_forward off); "
+        "the closest, written here: optim_grads_params, which gathers again in the backward");
+  }
+  if (!sharding.reduce_every_microbatch && s.m > 1) {
+    out->differences.push_back(
+        "Megatron-FSDP reduce-scatters sharded gradients after every micro-batch (its no_sync "
+        "is a no-op when gradients are sharded); the plan reduces once per step (no_sync): the "
+        "closest, written here, reduces every micro-batch");
+  }
+}
+
 // Megatron-LM --pipeline-model-parallel-layout: stages split by '|', E the
 // embedding on the first, L the loss on the last, one t per decoder layer,
 // in Megatron's virtual-stage order (stage s on rank s % p). Written out, not
@@ -237,6 +266,8 @@ FrameworkExport ExportMegatron(const PlanFile& plan, const ExportRequest& reques
     } else if (s.p == 1) {
       flag("--use-megatron-fsdp");
       flag("--data-parallel-sharding-strategy", s.zero == 2 ? "optim_grads" : "optim_grads_params");
+      MegatronFsdpSharding(plan.config.memory.sharding, plan.config.overlap.overlap_grad_reduce, s,
+                           flag, &out);
     } else {
       flag("--use-distributed-optimizer");
       out.differences.push_back(fmt::format(
@@ -329,7 +360,7 @@ FrameworkExport ExportTorchtitan(const PlanFile& plan, const ExportRequest& requ
     if (s.zero == 0 && s.t == 1 && s.p == 1) {
       replicate = s.d;
     } else {
-      const int group = sharding.shard_group > 0 && sharding.shard_group < s.d && s.zero == 3
+      const int group = sharding.shard_group > 0 && sharding.shard_group < s.d && s.zero >= 2
                             ? sharding.shard_group
                             : s.d;
       shard = group;
@@ -348,6 +379,18 @@ FrameworkExport ExportTorchtitan(const PlanFile& plan, const ExportRequest& requ
             "fsdp_reshard_after_forward = \"never\" (parameters stay gathered from forward to "
             "backward)",
             s.zero));
+      }
+      if (s.zero >= 2 && !sharding.prefetch) {
+        out.differences.push_back(
+            "torchtitan's FSDP2 always prefetches the next layer's parameters (the plan runs "
+            "gathers and reduce-scatters in turn with the compute, shard prefetch off); it "
+            "has no setting to turn that off");
+      }
+      if (s.zero >= 2 && !sharding.reduce_every_microbatch && s.m > 1) {
+        out.differences.push_back(
+            "torchtitan reduce-scatters gradients after every micro-batch (FSDP2 without "
+            "set_requires_gradient_sync(False)); the plan reduces once per step (no_sync), which "
+            "torchtitan has no setting for");
       }
     }
   }
@@ -488,6 +531,41 @@ FrameworkExport ExportTorchtitan(const PlanFile& plan, const ExportRequest& requ
 
 // --- DeepSpeed --------------------------------------------------------------------------------
 
+// How DeepSpeed runs the plan's sharding settings at ZeRO stage 2 and 3 (deepspeed/runtime/
+// zero/config.py, engine.py at the commit kDeepSpeedSource names): keys of zero_optimization,
+// and what it cannot run.
+void DeepSpeedSharding(const ShardingConfig& sharding, const Shape& s, int stage,
+                       nlohmann::ordered_json* zero, FrameworkExport* out) {
+  if (sharding.shard_group > 0 && sharding.shard_group < s.d) {
+    if (stage == 3) {
+      // MiCS: shard inside groups of this many ranks, replicate across them.
+      (*zero)["mics_shard_size"] = sharding.shard_group;
+    } else {
+      out->differences.push_back(fmt::format(
+          "DeepSpeed shards in groups (MiCS, mics_shard_size) only at stage 3; the plan's ZeRO-2 "
+          "hybrid shard group of {} is written as stage 2 over all {} replicas",
+          sharding.shard_group, s.d));
+    }
+  }
+  if (stage == 3 && !sharding.prefetch) (*zero)["stage3_prefetch_bucket_size"] = 0;
+  if (stage == 2 && !sharding.prefetch) {
+    out->differences.push_back(
+        "DeepSpeed ZeRO-2 always overlaps the reduce-scatter with the backward when "
+        "overlap_comm is set; the plan runs it in turn (shard prefetch off)");
+  }
+  if (stage == 3 && !sharding.reshard_after_forward) {
+    out->differences.push_back(
+        "DeepSpeed ZeRO-3 releases gathered parameters after each forward (only those under "
+        "stage3_param_persistence_threshold stay); it has no setting that keeps a layer's "
+        "parameters for the backward (plan: reshard_after_forward off)");
+  }
+  if (!sharding.reduce_every_microbatch && s.m > 1) {
+    out->differences.push_back(
+        "DeepSpeed reduces gradients after every micro-batch at stages 2 and 3 (its no_sync "
+        "refuses gradient partitioning); the plan reduces once per step (no_sync)");
+  }
+}
+
 FrameworkExport ExportDeepSpeed(const PlanFile& plan, const ExportRequest& request) {
   const Shape s = ShapeOf(plan);
   FrameworkExport out;
@@ -514,6 +592,7 @@ FrameworkExport ExportDeepSpeed(const PlanFile& plan, const ExportRequest& reque
       zero["reduce_bucket_size"] = plan.config.overlap.grad_bucket_params;
     }
   }
+  if (stage >= 2 && s.d > 1) DeepSpeedSharding(plan.config.memory.sharding, s, stage, &zero, &out);
   j["zero_optimization"] = zero;
 
   if (s.t > 1) {

@@ -42,6 +42,7 @@ struct PlanShape {
   int t = 1, p = 1, d = 1, v = 1, mbs = 1, m = 1, zero = 0;
   bool sp = false;
   Recompute recompute = Recompute::kOff;
+  ShardingConfig sharding;
   std::vector<int> blocks;  // transformer layers per virtual stage; embedding first, head last
 };
 
@@ -77,6 +78,7 @@ PlanFile MakePlan(const PlanShape& shape) {
   c.schedule = shape.kind;
   c.recompute = shape.recompute;
   c.memory.zero = shape.zero;
+  c.memory.sharding = shape.sharding;
   plan.gpus = shape.t * shape.p * shape.d;
   plan.global_batch = int64_t{shape.mbs} * shape.m * shape.d;
   // Layer 0 is the embedding (with the first stage), the last the head (with the last stage).
@@ -570,6 +572,89 @@ TEST(MegatronFlagList, IsTheParsersList) {
   EXPECT_GT(flags.size(), 500u);
   EXPECT_TRUE(flags.count("--pipeline-model-parallel-layout"));
   EXPECT_FALSE(flags.count("--data-parallel-size"));
+}
+
+}  // namespace
+}  // namespace pipecast
+
+namespace pipecast {
+namespace {
+
+// --- Sharding settings (ShardingConfig) in each framework's names ---
+
+// FSDP over d = 16 (two nodes of 8), m = 4: HSDP in groups of 8, gathered parameters kept for the
+// backward, gradients reduced once per step.
+PlanShape HybridShard() {
+  PlanShape s;
+  s.d = 16, s.zero = 3, s.m = 4;
+  s.blocks = {32};
+  s.sharding = {.reshard_after_forward = false,
+                .prefetch = true,
+                .reduce_every_microbatch = false,
+                .shard_group = 8};
+  return s;
+}
+
+TEST(ShardingExport, TorchtitanWritesTheShardAndReplicateDegreesAndResharding) {
+  const PlanShape s = HybridShard();
+  const FrameworkExport out = Export(Framework::kTorchtitan, s);
+  const toml::table t = toml::parse(out.text);
+  // 16 replicas = 2 replicate x 8 shard
+  EXPECT_EQ(t["parallelism"]["data_parallel_shard_degree"].value_or(0), 8);
+  EXPECT_EQ(t["parallelism"]["data_parallel_replicate_degree"].value_or(0), 2);
+  EXPECT_EQ(t["parallelism"]["fsdp_reshard_after_forward"].value_or(std::string()), "never");
+  // torchtitan reduce-scatters every micro-batch: the one difference
+  ASSERT_EQ(out.differences.size(), 1u);
+  EXPECT_THAT(out.differences[0], HasSubstr("once per step"));
+  // the defaults: FULL_SHARD over all 16, nothing differs
+  PlanShape plain = s;
+  plain.sharding = ShardingConfig{};
+  const FrameworkExport full = Export(Framework::kTorchtitan, plain);
+  const toml::table f = toml::parse(full.text);
+  EXPECT_EQ(f["parallelism"]["data_parallel_shard_degree"].value_or(0), 16);
+  EXPECT_EQ(f["parallelism"]["data_parallel_replicate_degree"].value_or(0), 1);
+  EXPECT_EQ(f["parallelism"]["fsdp_reshard_after_forward"].value_or(std::string()), "always");
+  EXPECT_TRUE(full.RunsAsPlanned());
+}
+
+TEST(ShardingExport, MegatronFsdpWritesHybridShardingAndSaysWhatItLacks) {
+  const PlanShape s = HybridShard();
+  const FrameworkExport out = Export(Framework::kMegatron, s);
+  // 16 / 8 = 2 optimizer instances, replicated (no_shard) across them
+  EXPECT_THAT(out.text, HasSubstr("--num-distributed-optimizer-instances 2\n"
+                                  "--outer-dp-sharding-strategy no_shard\n"
+                                  "--overlap-param-gather\n"));
+  ExpectLayout(ReadMegatron(out.text, 16), s);
+  ASSERT_EQ(out.differences.size(), 2u);
+  EXPECT_THAT(out.differences[0], HasSubstr("reshard_after_forward off"));
+  EXPECT_THAT(out.differences[1], HasSubstr("once per step"));
+  // shard prefetch off: no overlapped parameter gather
+  PlanShape in_turn = s;
+  in_turn.sharding = {.prefetch = false};
+  const FrameworkExport off = Export(Framework::kMegatron, in_turn);
+  EXPECT_THAT(off.text, Not(HasSubstr("--overlap-param-gather")));
+  EXPECT_THAT(off.text, Not(HasSubstr("--num-distributed-optimizer-instances")));
+  EXPECT_TRUE(off.RunsAsPlanned());
+}
+
+TEST(ShardingExport, DeepSpeedWritesMicsAndPrefetchAndSaysWhatItLacks) {
+  PlanShape s = HybridShard();
+  s.sharding.prefetch = false;
+  const FrameworkExport out = Export(Framework::kDeepSpeed, s);
+  const nlohmann::json j = nlohmann::json::parse(out.text);
+  EXPECT_EQ(j["zero_optimization"]["stage"], 3);
+  EXPECT_EQ(j["zero_optimization"]["mics_shard_size"], 8);
+  EXPECT_EQ(j["zero_optimization"]["stage3_prefetch_bucket_size"], 0);
+  ExpectLayout(ReadDeepSpeed(out.text), s);
+  ASSERT_EQ(out.differences.size(), 2u);
+  EXPECT_THAT(out.differences[0], HasSubstr("reshard_after_forward off"));
+  EXPECT_THAT(out.differences[1], HasSubstr("once per step"));
+  // the defaults write neither key
+  PlanShape plain = s;
+  plain.sharding = ShardingConfig{};
+  const nlohmann::json d = nlohmann::json::parse(Export(Framework::kDeepSpeed, plain).text);
+  EXPECT_FALSE(d["zero_optimization"].contains("mics_shard_size"));
+  EXPECT_FALSE(d["zero_optimization"].contains("stage3_prefetch_bucket_size"));
 }
 
 }  // namespace

@@ -57,6 +57,57 @@ std::vector<int> ZeroLevels(const PlannerOptions& options, int d) {
   return {0, 1, 3};
 }
 
+std::vector<bool> ChoiceValues(PlannerOptions::Choice choice) {
+  switch (choice) {
+    case PlannerOptions::Choice::kOn:
+      return {true};
+    case PlannerOptions::Choice::kOff:
+      return {false};
+    case PlannerOptions::Choice::kAuto:
+      break;
+  }
+  return {true, false};
+}
+
+// The sharding settings tried for a layout at ZeRO level `zero` (docs/planner.md, "Sharded data
+// parallelism"). Below level 2 nothing is sharded past the optimizer state, so the settings do
+// not matter and the defaults stand. At 2 and 3: resharding after the forward (level 3 only:
+// level 2 keeps the parameters whole anyway), a reduce-scatter per micro-batch or once per step,
+// and the shard group: all d replicas and, when searched and the replicas span nodes, the
+// replicas of one node (HSDP: the gathers stay on NVLink, only the gradient all-reduce crosses
+// nodes). Placement is t innermost, then cp, then p, then d; `t` here is the t x cp width, so a
+// node holds gpus_per_node / (t x cp x p) of the replicas.
+std::vector<ShardingConfig> ShardingChoices(const PlannerOptions& options, const Cluster& cluster,
+                                            int t, int p, int d, int zero) {
+  const PlannerOptions::ShardingSearch& search = options.sharding;
+  if (zero < 2 || d < 2) return {options.memory.sharding};
+  std::vector<int> groups;
+  if (search.shard_group >= 0) {
+    groups = {search.shard_group >= d ? 0 : search.shard_group};
+  } else {
+    groups = {0};
+    const int per_node = cluster.gpus_per_node / (t * p);
+    if (per_node >= 2 && cluster.gpus_per_node % (t * p) == 0 && per_node < d &&
+        d % per_node == 0) {
+      groups.push_back(per_node);
+    }
+  }
+  const std::vector<bool> reshard =
+      zero == 3 ? ChoiceValues(search.reshard_after_forward) : std::vector<bool>{true};
+  std::vector<ShardingConfig> out;
+  for (bool after_forward : reshard) {
+    for (bool every : ChoiceValues(search.reduce_every_microbatch)) {
+      for (int group : groups) {
+        out.push_back({.reshard_after_forward = after_forward,
+                       .prefetch = search.prefetch,
+                       .reduce_every_microbatch = every,
+                       .shard_group = group});
+      }
+    }
+  }
+  return out;
+}
+
 // The model's attention heads and key-value heads from source.architecture
 // (the analytic profiler's), 0 where it does not say.
 std::pair<int64_t, int64_t> Heads(const Model& model) {
@@ -192,9 +243,10 @@ std::vector<std::pair<int, int>> PipelineSplits(const PlannerOptions& options, i
 
 // Enumerate() at one tensor-parallel degree, sequence-parallel setting and
 // context-parallel degree.
-void EnumerateAt(const PlannerOptions& options, int64_t global_batch, int t, bool sp, int cp,
-                 int layers, bool split, const std::vector<RecomputeChoice>& recompute_modes,
-                 std::vector<Candidate>* out, std::vector<Rejection>* rejected) {
+void EnumerateAt(const PlannerOptions& options, const Cluster& cluster, int64_t global_batch, int t,
+                 bool sp, int cp, int layers, bool split,
+                 const std::vector<RecomputeChoice>& recompute_modes, std::vector<Candidate>* out,
+                 std::vector<Rejection>* rejected) {
   for (const auto& [p, d] : PipelineSplits(options, options.gpus / (t * cp), layers)) {
     for (int size : options.microbatch_sizes) {
       for (ScheduleKind schedule : options.schedules) {
@@ -242,17 +294,30 @@ void EnumerateAt(const PlannerOptions& options, int64_t global_batch, int t, boo
                 rejected->push_back(Rejection{RejectReason::kScheduleConstraint, c, why, 0});
                 continue;
               }
-              // Each partition rule searched; on one stage of one chunk both make the same
-              // split, so Megatron-LM's is tried there only when it alone is searched.
-              for (PartitionRule rule : options.partition_rules) {
-                if (rule == PartitionRule::kEven && p * v == 1 &&
-                    options.partition_rules.size() > 1) {
+              for (const ShardingConfig& sharding :
+                   ShardingChoices(options, cluster, t * cp, p, d, zero)) {
+                Candidate sharded = c;
+                sharded.config.memory.sharding = sharding;
+                if (sharding.shard_group > 0 && d % sharding.shard_group != 0) {
+                  rejected->push_back(Rejection{
+                      RejectReason::kScheduleConstraint, sharded,
+                      fmt::format("--shard-group {} does not divide the {} data-parallel replicas",
+                                  sharding.shard_group, d),
+                      0});
                   continue;
                 }
-                Candidate with_rule = c;
-                with_rule.config.partition.rule = rule;
-                if (rule == PartitionRule::kEven) with_rule.config.partition.even = options.even;
-                out->push_back(std::move(with_rule));
+                // Each partition rule searched; on one stage of one chunk both make the same
+                // split, so Megatron-LM's is tried there only when it alone is searched.
+                for (PartitionRule rule : options.partition_rules) {
+                  if (rule == PartitionRule::kEven && p * v == 1 &&
+                      options.partition_rules.size() > 1) {
+                    continue;
+                  }
+                  Candidate with_rule = sharded;
+                  with_rule.config.partition.rule = rule;
+                  if (rule == PartitionRule::kEven) with_rule.config.partition.even = options.even;
+                  out->push_back(std::move(with_rule));
+                }
               }
             }
           }
@@ -289,7 +354,11 @@ int64_t CountConfigurations(const Model& model, const Cluster& cluster,
     for (int cp : cps) {
       if (options.gpus % (int64_t{t} * cp) != 0 || !GroupFitsNodes(t, cp, cluster)) continue;
       for (const auto& [p, d] : PipelineSplits(options, options.gpus / (t * cp), layers)) {
-        const int64_t zero = static_cast<int64_t>(ZeroLevels(options, d * cp).size());
+        int64_t zero = 0;  // (ZeRO level, sharding settings) pairs
+        for (int level : ZeroLevels(options, d * cp)) {
+          zero +=
+              static_cast<int64_t>(ShardingChoices(options, cluster, t * cp, p, d, level).size());
+        }
         const int64_t here = times(times(per_layout, zero), sp_modes);
         count = here > kMax - count ? kMax : count + here;
       }
@@ -312,7 +381,7 @@ std::vector<Candidate> Enumerate(const Model& model, const Cluster& cluster,
     for (bool sp : SequenceParallelModes(model, options, t)) {
       for (int cp : cps) {
         if (options.gpus % (int64_t{t} * cp) != 0 || !GroupFitsNodes(t, cp, cluster)) continue;
-        EnumerateAt(options, global_batch, t, sp, cp, layers, split, recompute_modes, &out,
+        EnumerateAt(options, cluster, global_batch, t, sp, cp, layers, split, recompute_modes, &out,
                     rejected);
       }
     }

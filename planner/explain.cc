@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <utility>
@@ -161,8 +162,12 @@ std::string ChosenText(const PlanReport& report, const Model& model) {
       c.config.microbatches, c.config.layout.data_parallel);
   out += fmt::format("  recomputation        {}\n",
                      RecomputeText(c.config.recompute, c.config.recompute_layers));
-  out += fmt::format("  sharding             {}\n",
-                     ZeroText(c.config.memory.zero, c.config.layout.GradientReplicas()));
+  out += fmt::format("  sharding             {}{}\n",
+                     ZeroText(c.config.memory.zero, c.config.layout.GradientReplicas()),
+                     c.config.memory.zero >= 2 && c.config.layout.data_parallel > 1 &&
+                             !ShardingLabel(c.config.memory.sharding).empty()
+                         ? " (" + ShardingLabel(c.config.memory.sharding) + ")"
+                         : "");
   if (c.config.memory.fp8_recipe != Fp8Recipe::kNone) {  // FP8 only: bf16 text as before
     out += fmt::format(
         "  precision            fp8, recipe {} (weight products in FP8; attention, norms, "
@@ -447,6 +452,42 @@ std::vector<RejectGroup> GroupRejections(const std::vector<Rejection>& rejected)
   return groups;
 }
 
+namespace {
+
+// --compare-to: the given configuration as simulated and the choice's expected gain over it.
+std::string ComparisonText(const PlanReport& report) {
+  if (!report.comparison) return "";
+  const ConfigurationComparison& c = *report.comparison;
+  std::string out =
+      fmt::format("against the given configuration (--compare-to {}):\n", TerminalSafe(c.given));
+  if (!c.compared) return out + "  it cannot run: " + TerminalSafe(c.why_not) + "\n";
+  const SimResult& r = *c.compared->result;
+  out += fmt::format("  {}\n    iteration {:.3f} ms, {:.1f} samples/s", c.compared->Label(),
+                     NsToMs(r.iteration_ns), r.samples_per_s);
+  if (r.mfu) out += fmt::format(", MFU {}", PercentText(*r.mfu));
+  out += fmt::format(", peak memory {:.1f} GiB\n", ToGiB(c.compared->PeakMemory()));
+  if (c.same_as_choice) return out + "  the choice is this configuration: nothing to beat\n";
+  const double chosen = report.ranked[0].result->samples_per_s;
+  out +=
+      fmt::format("  the choice is expected to be {:.1f}% {} ({:.1f} against {:.1f} samples/s)\n",
+                  100 * std::abs(c.expected_gain), c.expected_gain >= 0 ? "faster" : "slower",
+                  chosen, r.samples_per_s);
+  return out;
+}
+
+Json ComparisonJson(const PlanReport& report, const Model& model) {
+  const ConfigurationComparison& c = *report.comparison;
+  Json j;
+  j["given"] = c.given;
+  j["compared"] = c.compared ? CandidateJson(*c.compared, model, true) : Json(nullptr);
+  j["why_not"] = c.why_not;
+  j["same_as_choice"] = c.same_as_choice;
+  j["expected_gain"] = c.compared ? Json(c.expected_gain) : Json(nullptr);
+  return j;
+}
+
+}  // namespace
+
 std::string PlanReportToText(const PlanReport& report, const Model& model) {
   std::string out = fmt::format("planner: {} on {}, {}, global batch {}\n",
                                 TerminalSafe(model.name), Count(report.gpus, "GPU", "GPUs"),
@@ -466,6 +507,7 @@ std::string PlanReportToText(const PlanReport& report, const Model& model) {
     return TerminalSafeLines(out);
   }
   out += ChosenText(report, model);
+  if (report.comparison) out += "\n" + ComparisonText(report) + "\n";
   for (const std::string& note : report.notes) out += "note: " + TerminalSafe(note) + "\n";
   out += "\n" + RunnersUpText(report);
   out += "\n" + RejectedText(report);
@@ -500,6 +542,7 @@ std::string PlanReportToJson(const PlanReport& report, const Model& model,
   j["sweep"] = SweepJson(report);
   j["notes"] = report.notes;
   j["suggestions"] = report.suggestions;
+  if (report.comparison) j["comparison"] = ComparisonJson(report, model);
   if (check != nullptr) {
     j["check"] = {{"passed", check->passed}, {"failures", check->failures}, {"diff", check->diff}};
   }

@@ -1,5 +1,6 @@
 #include "planner/passes.h"
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -34,8 +35,11 @@ TEST(PassEnumerate, DivisorsSizesSchedulesAndRecompute) {
   std::vector<Rejection> rejected;
   std::vector<Candidate> c = Enumerate(model, IdealCluster(), Options(8), 16, &rejected);
   // p in {1,2,4,8} x 2 sizes x 3 schedules x 2 recompute modes, and ZeRO
-  // 0, 1 and 3 where d > 1 (p = 1, 2, 4): (3 + 3 + 3 + 1) x 12 = 120.
-  EXPECT_EQ(c.size(), 120u);
+  // 0, 1 and 3 where d > 1 (p = 1, 2, 4), level 3 with and without resharding
+  // after the forward (the replicas share one node: no hybrid sharding):
+  // (4 + 4 + 4 + 1) x 12 = 156.
+  EXPECT_EQ(c.size(), 156u);
+  EXPECT_EQ(CountConfigurations(model, IdealCluster(), Options(8)), 156);
   EXPECT_TRUE(rejected.empty());
   for (const Candidate& x : c) {
     EXPECT_EQ(x.config.layout.pipeline_stages * x.config.layout.data_parallel, 8);
@@ -61,7 +65,7 @@ TEST(PassEnumerate, AutoSearchesOpWhereTheModelGivesItAndListsAreTriedAsGiven) {
     l.profiles[0].op_recompute_ns = kF / 4;
   }
   EXPECT_EQ(spec(RecomputeModes(model, o)), "off full op ");
-  // A list is searched as given: every candidate of the 120 above comes in
+  // A list is searched as given: every candidate of the 156 above comes in
   // three recomputations instead of two.
   o.recompute = RecomputeMode::kListed;
   o.recompute_listed = {{Recompute::kEvery, {2}},
@@ -70,13 +74,69 @@ TEST(PassEnumerate, AutoSearchesOpWhereTheModelGivesItAndListsAreTriedAsGiven) {
   EXPECT_EQ(spec(RecomputeModes(model, o)), "every:2 op full-uniform:2 ");
   std::vector<Rejection> rejected;
   std::vector<Candidate> c = Enumerate(model, IdealCluster(), o, 16, &rejected);
-  EXPECT_EQ(c.size(), 180u);
+  EXPECT_EQ(c.size(), 234u);
   EXPECT_EQ(std::count_if(c.begin(), c.end(),
                           [](const Candidate& x) {
                             return x.config.recompute == Recompute::kEvery &&
                                    x.config.recompute_layers.every == 2;
                           }),
-            60);
+            78);
+}
+
+TEST(PassEnumerate, ShardingIsSearchedWhereItMattersAndPinnedByTheFlags) {
+  // Given 16 GPUs in nodes of 8, p = 1 (d = 16: the replicas span two nodes), one schedule,
+  // size and recomputation, ZeRO 0, 2 and 3, global batch 32 (m = 2)
+  Model model = UniformModel(8, kF, kB);
+  PlannerOptions o = Options(16);
+  o.pipeline_stages = 1;
+  o.zero_levels = {0, 2, 3};
+  o.schedules = {ScheduleKind::k1F1B};
+  o.microbatch_sizes = {1};
+  o.recompute = RecomputeMode::kOff;
+  const Cluster cluster = IdealCluster();  // 8 GPUs per node
+  auto labels = [&](const PlannerOptions& opts, std::vector<Rejection>* rejected) {
+    std::vector<std::string> out;
+    for (const Candidate& c : Enumerate(model, cluster, opts, 32, rejected)) {
+      out.push_back(
+          fmt::format("zero={} {}", c.config.memory.zero, ShardingLabel(c.config.memory.sharding)));
+    }
+    return out;
+  };
+  std::vector<Rejection> rejected;
+  // then level 0 has the defaults alone; level 2 all 16 and one node's 8 (HSDP); level 3 each
+  // of those with and without resharding: 1 + 2 + 4 = 7
+  EXPECT_EQ(labels(o, &rejected),
+            (std::vector<std::string>{"zero=0 ", "zero=2 ", "zero=2 shard-group=8", "zero=3 ",
+                                      "zero=3 shard-group=8", "zero=3 reshard=off",
+                                      "zero=3 reshard=off shard-group=8"}));
+  EXPECT_EQ(CountConfigurations(model, cluster, o), 7);
+  // Pinned: FULL_SHARD over all replicas, reduced once per step, no prefetch
+  o.sharding.reshard_after_forward = PlannerOptions::Choice::kOn;
+  o.sharding.reduce_every_microbatch = PlannerOptions::Choice::kOff;
+  o.sharding.prefetch = false;
+  o.sharding.shard_group = 0;
+  EXPECT_EQ(labels(o, &rejected),
+            (std::vector<std::string>{"zero=0 ", "zero=2 prefetch=off reduce=once",
+                                      "zero=3 prefetch=off reduce=once"}));
+  // Both ways of reducing searched: level 2 and 3 twice each
+  o.sharding.reduce_every_microbatch = PlannerOptions::Choice::kAuto;
+  EXPECT_EQ(labels(o, &rejected).size(), 5u);
+  // A pinned group that does not divide d is refused, saying why
+  o.sharding.shard_group = 3;
+  EXPECT_TRUE(rejected.empty());
+  EXPECT_EQ(labels(o, &rejected).size(), 1u);
+  ASSERT_EQ(rejected.size(), 4u);
+  EXPECT_THAT(rejected[0].detail,
+              HasSubstr("--shard-group 3 does not divide the 16 data-parallel replicas"));
+  // Inside one node (8 GPUs, d = 8) no hybrid group is tried
+  o = Options(8);
+  o.pipeline_stages = 1;
+  o.zero_levels = {3};
+  o.schedules = {ScheduleKind::k1F1B};
+  o.microbatch_sizes = {1};
+  o.recompute = RecomputeMode::kOff;
+  rejected.clear();
+  EXPECT_EQ(labels(o, &rejected), (std::vector<std::string>{"zero=3 ", "zero=3 reshard=off"}));
 }
 
 TEST(PassEnumerate, StagesNeverExceedLayersAndBatchMustDivide) {

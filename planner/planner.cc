@@ -136,7 +136,10 @@ std::string Candidate::Label() const {
                      l.chunks > 1 ? fmt::format(" v={}", l.chunks) : "", config.microbatch_size,
                      config.microbatches, RecomputeSpec(config.recompute, config.recompute_layers),
                      config.memory.zero) +
-         (config.partition.rule == PartitionRule::kEven ? " partition=even" : "");
+         (config.partition.rule == PartitionRule::kEven ? " partition=even" : "") +
+         (config.memory.zero >= 2 && !ShardingLabel(config.memory.sharding).empty()
+              ? " " + ShardingLabel(config.memory.sharding)
+              : "");
 }
 
 Bytes Candidate::PeakMemory() const {

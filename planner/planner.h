@@ -83,6 +83,23 @@ struct PlannerOptions {
   // ZeRO levels tried (MemoryConfig::zero); empty: 0, 1 and 3 when d > 1
   // (plain, Megatron's distributed optimizer, FSDP), 0 alone when d = 1.
   std::vector<int> zero_levels;
+  // How ZeRO 2 and 3 run (ShardingConfig, sim/memory.h) and which settings the
+  // search tries (docs/planner.md, "Sharded data parallelism"). kAuto tries
+  // both; kOn and kOff pin one. The defaults search resharding after the
+  // forward at ZeRO 3 (FSDP FULL_SHARD against SHARD_GRAD_OP) and, where the
+  // replicas span nodes, hybrid sharding inside a node (HSDP); they keep
+  // prefetch on and a reduce-scatter every micro-batch.
+  enum class Choice { kAuto, kOn, kOff };
+  struct ShardingSearch {
+    Choice reshard_after_forward = Choice::kAuto;
+    Choice reduce_every_microbatch = Choice::kOn;
+    bool prefetch = true;
+    // Replicas per shard group: -1 searches all d and, where the replicas span
+    // nodes, those of one node; 0 pins all d; N > 0 pins N (candidates whose
+    // d it does not divide are rejected).
+    int shard_group = -1;
+  };
+  ShardingSearch sharding;
   int top_k = 3;  // runners-up kept, besides the choice
   // What every candidate's configuration shares (sim/training_config.h):
   // bytes per parameter (each candidate sets its own ZeRO level in it), the
@@ -181,6 +198,20 @@ struct SweepPoint {
   bool fits = true;
 };
 
+// --compare-to (planner/compare.h): a configuration the user gives (a published run's, a
+// framework's), searched alone with the search's own passes, against the choice.
+struct ConfigurationComparison {
+  std::string given;  // as the user gave it: words or a plan file's path
+  // The compared configuration as simulated, when it runs (fits, its batch divides).
+  std::optional<Candidate> compared;
+  // Why it does not run, when it does not: the pinned search's first rejection.
+  std::string why_not;
+  // The choice is the compared configuration (same label): nothing to beat.
+  bool same_as_choice = false;
+  // The choice's samples/s over the compared configuration's, less 1 (0.25: 25% faster).
+  double expected_gain = 0;
+};
+
 struct PlanReport {
   int gpus = 0;
   int64_t global_batch = 0;
@@ -193,6 +224,7 @@ struct PlanReport {
   std::vector<std::string> notes;  // interpolated costs, assumptions
   // When nothing fits: what would (more GPUs, recompute, smaller micro-batches).
   std::vector<std::string> suggestions;
+  std::optional<ConfigurationComparison> comparison;  // --compare-to
 
   bool Feasible() const { return !ranked.empty(); }
 };

@@ -83,6 +83,16 @@ Status CheckFp8Support(Fp8Recipe recipe, const GpuSpec& gpu) {
   return Status::Ok();
 }
 
+std::string ShardingLabel(const ShardingConfig& sharding) {
+  std::string out;
+  auto word = [&out](const std::string& w) { out += (out.empty() ? "" : " ") + w; };
+  if (!sharding.reshard_after_forward) word("reshard=off");
+  if (!sharding.prefetch) word("prefetch=off");
+  if (!sharding.reduce_every_microbatch) word("reduce=once");
+  if (sharding.shard_group > 0) word(fmt::format("shard-group={}", sharding.shard_group));
+  return out;
+}
+
 double MemoryConfig::GatherBytesPerParam() const {
   return fp8_param_gather && fp8_recipe != Fp8Recipe::kNone ? kFp8Bytes : weight_bytes_per_param;
 }

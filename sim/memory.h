@@ -67,7 +67,15 @@ struct ShardingConfig {
   // across them (FSDP HYBRID_SHARD with one group per node, DeepSpeed ZeRO++
   // hpZ and MiCS). 0 = shard over all d replicas. Must divide d.
   int shard_group = 0;
+
+  auto operator<=>(const ShardingConfig&) const = default;
 };
+
+// The settings that differ from the defaults, as the planner's labels and the
+// text reports write them: "" for the defaults, else space-separated words of
+// "reshard=off", "prefetch=off", "reduce=once" (no_sync) and "shard-group=N"
+// (HSDP), in that order.
+std::string ShardingLabel(const ShardingConfig& sharding);
 
 // FP8 training recipes (--fp8-recipe): how the FP8 tensors of the weight
 // products are scaled, which decides the FP8 copies kept beside the bf16

@@ -375,9 +375,10 @@ std::vector<Case> Catalogue() {
                   "--model {dir}/m.json --stages 2 --microbatches 100000000", 1,
                   "2 stages x 100000000 micro-batches = 200000000 (stage, micro-batch) pairs is "
                   "over the limit of 2^23 (8388608)"));
-  c.push_back(Row("planner_absurd_global_batch", kPlanner, {kGoodModel},
-                  "--model {dir}/m.json --gpus 8 --global-batch 1000000000", 4,
-                  "planner: 180 configurations, 84 simulated, none can run (the report says why)"));
+  c.push_back(
+      Row("planner_absurd_global_batch", kPlanner, {kGoodModel},
+          "--model {dir}/m.json --gpus 8 --global-batch 1000000000", 4,
+          "planner: 206 configurations, 110 simulated, none can run (the report says why)"));
   // Each candidate is refused before its schedule is built (planner/passes.h,
   // kMaxSearchEvents), saying how to simulate it.
   c.back().output =
@@ -603,6 +604,17 @@ std::vector<Case> Catalogue() {
   c.push_back(Row("flag_zero_out_of_range_planner", kPlanner, {kGoodModel},
                   "--model {dir}/m.json --gpus 2 --global-batch 8 --zero 1,5", 2,
                   "--zero: Value 5 not in range 0 to 3"));
+  // The planner's sharding pins and --compare-to (issue 24).
+  c.push_back(Row("planner_shard_group_not_a_number", kPlanner, {kGoodModel},
+                  "--model {dir}/m.json --gpus 2 --global-batch 8 --shard-group two", 1,
+                  "--shard-group is 'two': expected auto, 0 (shard over all replicas) or a "
+                  "number of replicas per shard group"));
+  c.push_back(Row("planner_compare_to_unknown_word", kPlanner, {kGoodModel},
+                  "--model {dir}/m.json --gpus 2 --global-batch 8 --compare-to stages=2", 1,
+                  "--compare-to: 'stages=2' is not a configuration word"));
+  c.push_back(Row("planner_compare_to_missing_plan", kPlanner, {kGoodModel},
+                  "--model {dir}/m.json --gpus 2 --global-batch 8 --compare-to {dir}/no.json", 1,
+                  "--compare-to"));
   c.push_back(Row("flag_unknown_grad_dtype", kSimulator, {kGoodModel},
                   std::string(kSim) + " --grad-dtype fp8", 2,
                   "--grad-dtype: 'fp8' is not one of fp32, bf16, fp16"));
@@ -723,7 +735,7 @@ std::vector<Case> Catalogue() {
     for (int i = 1; i < 10000; ++i) schedules += ",1f1b";
     c.push_back(Row("planner_list_flag_of_10000_values", kPlanner, {},
                     "--model {ex}/gpt-7b.json --gpus 8 --schedules " + schedules, 1,
-                    "the search would enumerate 2720000 configurations, over the limit of 100000"));
+                    "the search would enumerate 3440000 configurations, over the limit of 100000"));
   }
   // --- validator ------------------------------------------------------------
   const std::string v7b = "--model {ex}/gpt-7b.json --plan {ex}/baselines/gpt-7b-8gpu.plan.json";

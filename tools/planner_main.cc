@@ -151,6 +151,32 @@ int main(int argc, char** argv) {
                  "0,1,3 when d > 1)")
       ->delimiter(',')
       ->check(CLI::Range(0, 3));
+  // How ZeRO 2 and 3 run (PlannerOptions::sharding; docs/planner.md).
+  app.add_option("--reshard-after-forward", f.reshard_after_forward,
+                 "ZeRO 3: free gathered parameters after each forward (on: FSDP FULL_SHARD), "
+                 "keep them for the backward (off: SHARD_GRAD_OP), or try both (auto)")
+      ->check(pipecast::OneOf({"auto", "on", "off"}))
+      ->capture_default_str();
+  app.add_option("--shard-prefetch", f.shard_prefetch,
+                 "ZeRO 2/3: gathers and reduce-scatters beside the compute (FSDP prefetch); "
+                 "off: in turn")
+      ->check(pipecast::OneOf({"on", "off"}))
+      ->capture_default_str();
+  app.add_option("--reduce-every-microbatch", f.reduce_every_microbatch,
+                 "ZeRO 2/3: reduce-scatter each micro-batch's gradients (on), once per step (off: "
+                 "FSDP no_sync), or try both (auto)")
+      ->check(pipecast::OneOf({"auto", "on", "off"}))
+      ->capture_default_str();
+  app.add_option("--shard-group", f.shard_group,
+                 "ZeRO 2/3: shard over groups of N replicas and replicate across them (FSDP "
+                 "HYBRID_SHARD); 0: all replicas; auto: try all and, where the replicas span "
+                 "nodes, one node's")
+      ->capture_default_str();
+  app.add_option("--compare-to", f.compare_to,
+                 "a configuration to compare the choice with: its words, e.g. \"d=8 zero=3 "
+                 "mbs=2 recompute=full\" (those of a label the planner prints; unnamed fields are "
+                 "searched), or a plan.json; the report says how much faster the choice is "
+                 "expected to be");
   app.add_option("--tensor-parallel", f.tensor_parallel,
                  "comma list of tensor-parallel degrees t to try (default: every t dividing the "
                  "GPUs per node, N and the heads, where the model has tensor-parallel costs)")

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -16,6 +17,7 @@
 #include "formats/schedule_text.h"
 #include "planner/check.h"
 #include "planner/chosen_plan.h"
+#include "planner/compare.h"
 #include "planner/explain.h"
 #include "planner/planner.h"
 #include "report/gantt.h"
@@ -111,6 +113,36 @@ Status PlannerRecompute(const PlannerToolOptions& flags, PlannerOptions* o) {
   return Status::Ok();
 }
 
+PlannerOptions::Choice ChoiceFlag(const std::string& value) {
+  if (value == "on") return PlannerOptions::Choice::kOn;
+  if (value == "off") return PlannerOptions::Choice::kOff;
+  return PlannerOptions::Choice::kAuto;
+}
+
+// --reshard-after-forward, --shard-prefetch, --reduce-every-microbatch and --shard-group.
+Status ShardingSearchFromFlags(const PlannerToolOptions& flags,
+                               PlannerOptions::ShardingSearch* search) {
+  search->reshard_after_forward = ChoiceFlag(flags.reshard_after_forward);
+  search->reduce_every_microbatch = ChoiceFlag(flags.reduce_every_microbatch);
+  search->prefetch = flags.shard_prefetch != "off";
+  if (flags.shard_group == "auto") {
+    search->shard_group = -1;
+    return Status::Ok();
+  }
+  int64_t group = -1;
+  const std::string& text = flags.shard_group;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), group);
+  if (text.empty() || error != std::errc() || end != text.data() + text.size() || group < 0 ||
+      group > (int64_t{1} << 24)) {
+    return Status::InvalidArgument(fmt::format(
+        "--shard-group is '{}': expected auto, 0 (shard over all replicas) or a number of "
+        "replicas per shard group, e.g. 8 (one node's)",
+        flags.shard_group));
+  }
+  search->shard_group = static_cast<int>(group);
+  return Status::Ok();
+}
+
 Result<PlannerOptions> MakeOptions(const PlannerToolOptions& flags) {
   PlannerOptions o;
   o.gpus = flags.gpus;
@@ -133,6 +165,7 @@ Result<PlannerOptions> MakeOptions(const PlannerToolOptions& flags) {
   o.overlap.tp_comm_overlap = flags.tp_comm_overlap;
   o.optimizer_step = shared.optimizer_step;
   o.zero_levels = flags.zero;
+  PIPECAST_RETURN_IF_ERROR(ShardingSearchFromFlags(flags, &o.sharding));
   o.tensor_parallel = flags.tensor_parallel;
   o.context_parallel = flags.context_parallel;
   o.cp_algorithm = shared.layout.cp_algorithm;
@@ -162,8 +195,19 @@ struct Inputs {
   std::string model_hash;
   PlannerOptions options;
   ClusterSelection cluster;
-  std::optional<PlanFile> baseline;  // --check
+  std::optional<PlanFile> baseline;          // --check
+  std::optional<PlannerOptions> compare_to;  // --compare-to, pinned
 };
+
+// --compare-to: a plan file (a path ending in .json) or a configuration's words.
+Result<PlannerOptions> CompareToOptions(const std::string& given, const PlannerOptions& base) {
+  if (given.size() > 5 && given.ends_with(".json")) {
+    auto plan = LoadPlan(given);
+    if (!plan.ok()) return plan.status().WithPrefix("--compare-to");
+    return PinPlan(base, *plan);
+  }
+  return PinConfiguration(base, given);
+}
 
 Result<Inputs> LoadInputs(const PlannerToolOptions& flags, const PlannerProgress& progress) {
   auto bytes = ReadFile(flags.model_path);
@@ -180,6 +224,11 @@ Result<Inputs> LoadInputs(const PlannerToolOptions& flags, const PlannerProgress
   if (!cluster.ok()) return cluster.status();
   in.cluster = std::move(cluster.value());
   if (!in.cluster.note.empty()) progress(in.cluster.note);
+  if (!flags.compare_to.empty()) {
+    auto pinned = CompareToOptions(flags.compare_to, in.options);
+    if (!pinned.ok()) return pinned.status();
+    in.compare_to = std::move(pinned.value());
+  }
   if (!flags.check.empty()) {
     auto loaded = LoadPlan(flags.check);
     if (!loaded.ok()) return loaded.status().WithPrefix("--check");
@@ -260,6 +309,13 @@ Result<PlanReport> Search(const PlannerToolOptions& flags, const Inputs& in,
   auto report = RunPlanner(in.model, in.cluster.cluster, in.options);
   if (!report.ok()) return report.status();
   if (!in.cluster.note.empty()) report->notes.push_back(in.cluster.note);
+  if (in.compare_to && report->Feasible()) {
+    progress(fmt::format("searching the given configuration (--compare-to {})", flags.compare_to));
+    auto comparison =
+        CompareWithChoice(in.model, in.cluster.cluster, *in.compare_to, *report, flags.compare_to);
+    if (!comparison.ok()) return comparison.status();
+    report->comparison = std::move(comparison.value());
+  }
   progress(
       fmt::format("{} configurations, {} simulated, {}", report->enumerated, report->simulated,
                   report->Feasible() ? "a plan was chosen" : "none can run (the report says why)"));

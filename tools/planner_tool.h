@@ -62,6 +62,15 @@ struct PlannerToolOptions {
   // The search's progress (report/search_progress.h shows it); empty: none.
   std::function<void(const SearchProgress&)> search_progress;
 
+  // How ZeRO 2/3 run (PlannerOptions::sharding): auto searches, on/off pins.
+  std::string reshard_after_forward = "auto";  // auto, on or off
+  std::string shard_prefetch = "on";           // on or off
+  std::string reduce_every_microbatch = "on";  // auto, on or off
+  std::string shard_group = "auto";            // auto, or N replicas (0: all of them)
+  // --compare-to: a configuration's words ("d=8 zero=3 mbs=2") or a plan.json to compare the
+  // choice with (planner/compare.h); empty: none.
+  std::string compare_to;
+
   // InvalidArgument for a --tolerance outside [0, 1), an --export value
   // ParseExportFlags refuses, or tensor-parallel
   // degrees that cannot run on --gpus or that --sequence-parallel on or

@@ -23,6 +23,7 @@
 #include "sim/memory.h"
 #include "sim/memory_partition.h"
 #include "sim/partition.h"
+#include "sim/runtime_memory.h"
 #include "sim/schedule.h"
 #include "sim/schedule_costs.h"
 #include "sim/schedule_traits.h"
@@ -375,6 +376,34 @@ Status SimulatorToolOptions::Validate() const {
   return config.Validate();
 }
 
+// The fullest rank's memory as the GPU reports it (sim/runtime_memory.h), for the text summary;
+// "" when the GPU's memory is unlimited.
+std::string DeviceMemorySection(const SimResult& result, const Cluster& cluster,
+                                const TrainingConfig& config, const Schedule& schedule) {
+  if (cluster.gpu.memory_bytes <= 0 || result.per_rank.empty()) return "";
+  const StageResult* fullest = &result.per_rank.front();
+  for (const StageResult& r : result.per_rank) {
+    if (r.peak_memory_bytes > fullest->peak_memory_bytes) fullest = &r;
+  }
+  // Point-to-point pairs: the previous and next rank; a looped or V placement (v > 1) reaches
+  // both from every rank.
+  const int p = static_cast<int>(result.per_rank.size());
+  const bool looped = static_cast<int>(schedule.stage_rank.size()) > p;
+  int neighbours = 0;
+  if (p == 2) {
+    neighbours = 1;
+  } else if (p > 2) {
+    neighbours = looped || (fullest->rank > 0 && fullest->rank < p - 1) ? 2 : 1;
+  }
+  const DeviceMemory memory =
+      DeviceMemoryFor(cluster, config, fullest->peak_memory_bytes, neighbours);
+  return fmt::format(
+             "\nmemory as the GPU reports it (nvidia-smi), rank {}, per GPU; estimated terms say "
+             "so (docs/simulator.md):\n",
+             fullest->rank) +
+         DeviceMemoryText(memory);
+}
+
 Result<std::string> RunSimulatorTool(const SimulatorToolOptions& flags,
                                      const SimulatorProgress& progress) {
   PIPECAST_RETURN_IF_ERROR(CheckToolOutputs(flags));
@@ -394,6 +423,9 @@ Result<std::string> RunSimulatorTool(const SimulatorToolOptions& flags,
   if (!result.ok()) return result.status();
   PIPECAST_RETURN_IF_ERROR(WriteOutputs(flags, *model, *bytes, *setup, *result, progress));
   std::string out = flags.json ? ResultToJson(*result) : ResultToText(*result, setup->cluster);
+  if (!flags.json) {
+    out += DeviceMemorySection(*result, setup->cluster, setup->options.config, setup->schedule);
+  }
   if (flags.gantt && !flags.json) {
     GanttOptions gantt;
     gantt.color = flags.gantt_color;

@@ -1,0 +1,208 @@
+#include "planner/compare.h"
+
+#include <fmt/format.h>
+
+#include <charconv>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "planner/explain.h"
+
+namespace pipecast {
+namespace {
+
+std::optional<int> PositiveInt(const std::string& text) {
+  int value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || error != std::errc() || end != text.data() + text.size() || value < 0) {
+    return std::nullopt;
+  }
+  return value;
+}
+
+Status BadWord(const std::string& word, const std::string& expected) {
+  return Status::InvalidArgument(
+      fmt::format("--compare-to: '{}' is not a configuration word: {}", word, expected));
+}
+
+// One word of PinConfiguration into `o`.
+Status PinWord(const std::string& word, PlannerOptions* o) {
+  const size_t eq = word.find('=');
+  const std::string key = eq == std::string::npos ? word : word.substr(0, eq);
+  const std::string value = eq == std::string::npos ? "" : word.substr(eq + 1);
+  if (eq == std::string::npos) {
+    if (key == "sp") {
+      o->sequence_parallel = PlannerOptions::SequenceParallel::kOn;
+      return Status::Ok();
+    }
+    if (Result<ScheduleKind> kind = ParseScheduleKind(key); kind.ok()) {
+      o->schedules = {*kind};
+      return Status::Ok();
+    }
+    return BadWord(word,
+                   "expected key=value (t=, p=, d=, v=, mbs=, m=, recompute=, zero=, ...), "
+                   "sp, or a schedule's name");
+  }
+  const std::optional<int> number = PositiveInt(value);
+  auto need_number = [&](int min) -> Status {
+    if (!number || *number < min) {
+      return BadWord(word, fmt::format("{} takes a whole number of at least {}", key, min));
+    }
+    return Status::Ok();
+  };
+  auto on_off = [&](PlannerOptions::Choice* out, const char* on, const char* off) -> Status {
+    if (value == on) {
+      *out = PlannerOptions::Choice::kOn;
+    } else if (value == off) {
+      *out = PlannerOptions::Choice::kOff;
+    } else {
+      return BadWord(word, fmt::format("{} is {} or {}", key, on, off));
+    }
+    return Status::Ok();
+  };
+  if (key == "t") {
+    PIPECAST_RETURN_IF_ERROR(need_number(1));
+    o->tensor_parallel = {*number};
+  } else if (key == "sp") {
+    PlannerOptions::Choice sp = PlannerOptions::Choice::kAuto;
+    PIPECAST_RETURN_IF_ERROR(on_off(&sp, "on", "off"));
+    o->sequence_parallel = sp == PlannerOptions::Choice::kOn
+                               ? PlannerOptions::SequenceParallel::kOn
+                               : PlannerOptions::SequenceParallel::kOff;
+  } else if (key == "p") {
+    PIPECAST_RETURN_IF_ERROR(need_number(1));
+    o->pipeline_stages = *number;
+  } else if (key == "d") {
+    PIPECAST_RETURN_IF_ERROR(need_number(1));
+    o->data_parallel = *number;
+  } else if (key == "v") {
+    PIPECAST_RETURN_IF_ERROR(need_number(2));
+    o->chunks = {*number};
+  } else if (key == "mbs") {
+    PIPECAST_RETURN_IF_ERROR(need_number(1));
+    o->microbatch_sizes = {*number};
+  } else if (key == "m") {
+    PIPECAST_RETURN_IF_ERROR(need_number(1));
+    o->microbatches = *number;
+  } else if (key == "schedule") {
+    Result<ScheduleKind> kind = ParseScheduleKind(value);
+    if (!kind.ok()) return BadWord(word, kind.status().message());
+    o->schedules = {*kind};
+  } else if (key == "recompute") {
+    RecomputeChoice choice;
+    if (!ParseRecomputeSpec(value, &choice.recompute, &choice.layers)) {
+      return BadWord(word, "recompute is off, selective, full, op or every:K");
+    }
+    o->recompute = RecomputeMode::kListed;
+    o->recompute_listed = {choice};
+  } else if (key == "zero") {
+    PIPECAST_RETURN_IF_ERROR(need_number(0));
+    if (*number > kMaxZeroLevel) return BadWord(word, "zero is 0, 1, 2 or 3");
+    o->zero_levels = {*number};
+  } else if (key == "partition") {
+    Result<PartitionRule> rule = ParsePartitionRule(value, "--compare-to partition");
+    if (!rule.ok() || *rule == PartitionRule::kGiven) {
+      return BadWord(word, "partition is balanced or even");
+    }
+    o->partition_rules = {*rule};
+  } else if (key == "reshard") {
+    PIPECAST_RETURN_IF_ERROR(on_off(&o->sharding.reshard_after_forward, "on", "off"));
+  } else if (key == "prefetch") {
+    PlannerOptions::Choice prefetch = PlannerOptions::Choice::kAuto;
+    PIPECAST_RETURN_IF_ERROR(on_off(&prefetch, "on", "off"));
+    o->sharding.prefetch = prefetch == PlannerOptions::Choice::kOn;
+  } else if (key == "reduce") {
+    PIPECAST_RETURN_IF_ERROR(on_off(&o->sharding.reduce_every_microbatch, "every", "once"));
+  } else if (key == "shard-group") {
+    PIPECAST_RETURN_IF_ERROR(need_number(0));
+    o->sharding.shard_group = *number;
+  } else {
+    return BadWord(word,
+                   "the keys are t, sp, p, d, v, mbs, m, schedule, recompute, zero, "
+                   "partition, reshard, prefetch, reduce and shard-group");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<PlannerOptions> PinConfiguration(const PlannerOptions& base, const std::string& words) {
+  PlannerOptions o = base;
+  o.progress = nullptr;
+  o.top_k = 0;
+  std::istringstream in(words);
+  int count = 0;
+  for (std::string word; in >> word; ++count) PIPECAST_RETURN_IF_ERROR(PinWord(word, &o));
+  if (count == 0) {
+    return Status::InvalidArgument(
+        "--compare-to is empty: give a configuration's words, e.g. \"d=8 zero=3 mbs=2\", or a "
+        "plan.json");
+  }
+  PIPECAST_RETURN_IF_ERROR(o.Validate().WithPrefix("--compare-to"));
+  return o;
+}
+
+PlannerOptions PinPlan(const PlannerOptions& base, const PlanFile& plan) {
+  const TrainingConfig& c = plan.config;
+  PlannerOptions o = base;
+  o.progress = nullptr;
+  o.top_k = 0;
+  o.tensor_parallel = {c.layout.tensor_parallel};
+  o.sequence_parallel = c.layout.sequence_parallel ? PlannerOptions::SequenceParallel::kOn
+                                                   : PlannerOptions::SequenceParallel::kOff;
+  o.pipeline_stages = c.layout.pipeline_stages;
+  o.data_parallel = c.layout.data_parallel;
+  if (c.layout.chunks >= 2) o.chunks = {c.layout.chunks};
+  o.microbatch_sizes = {c.microbatch_size};
+  o.microbatches = c.microbatches;
+  o.schedules = {c.schedule};
+  o.recompute = RecomputeMode::kListed;
+  o.recompute_listed = {{c.recompute, c.recompute_layers}};
+  o.zero_levels = {c.memory.zero};
+  const ShardingConfig& s = c.memory.sharding;
+  auto pin = [](bool on) {
+    return on ? PlannerOptions::Choice::kOn : PlannerOptions::Choice::kOff;
+  };
+  o.sharding = {.reshard_after_forward = pin(s.reshard_after_forward),
+                .reduce_every_microbatch = pin(s.reduce_every_microbatch),
+                .prefetch = s.prefetch,
+                .shard_group = s.shard_group};
+  if (c.partition.rule != PartitionRule::kGiven) {
+    o.partition_rules = {c.partition.rule};
+    if (c.partition.rule == PartitionRule::kEven) o.even = c.partition.even;
+  }
+  return o;
+}
+
+Result<ConfigurationComparison> CompareWithChoice(const Model& model, const Cluster& cluster,
+                                                  const PlannerOptions& pinned,
+                                                  const PlanReport& report, std::string given) {
+  ConfigurationComparison out;
+  out.given = std::move(given);
+  Result<PlanReport> searched = RunPlanner(model, cluster, pinned);
+  if (!searched.ok()) return searched.status().WithPrefix("--compare-to");
+  if (!searched->Feasible()) {
+    // The first group's reason is the most telling (out of memory before the rest).
+    const std::vector<RejectGroup> groups = GroupRejections(searched->rejected);
+    if (groups.empty() || groups.front().all.empty()) {
+      out.why_not =
+          "the search space has no such configuration (check --gpus, --global-batch and the "
+          "words given)";
+    } else {
+      const Rejection* r =
+          groups.front().closest != nullptr ? groups.front().closest : groups.front().all.front();
+      out.why_not = fmt::format("{}: {}", r->candidate.Label(), r->detail);
+    }
+    return out;
+  }
+  const Candidate& chosen = report.ranked.front();
+  out.compared = searched->ranked.front();
+  out.same_as_choice = out.compared->Label() == chosen.Label();
+  out.expected_gain = chosen.result->samples_per_s / out.compared->result->samples_per_s - 1;
+  return out;
+}
+
+}  // namespace pipecast
