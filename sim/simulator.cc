@@ -413,6 +413,7 @@ Result<SimResult> SimulateWith(EngineFn engine, const Model& model, const Cluste
   const int t = config.layout.tensor_parallel;
   Result<Cluster> grouped = GroupCluster(cluster, t);
   if (!grouped.ok()) return grouped.status();
+  PIPECAST_RETURN_IF_ERROR(CheckTensorParallelHeads(model, t));
   PIPECAST_RETURN_IF_ERROR(CheckTensorParallelCosts(model, t, config.layout.sequence_parallel));
   // From here on the options' memory is one GPU's share of each parameter.
   SimOptions per_gpu = options;

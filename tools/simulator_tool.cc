@@ -375,8 +375,29 @@ Status SimulatorToolOptions::Validate() const {
   return config.Validate();
 }
 
-Result<std::string> RunSimulatorTool(const SimulatorToolOptions& flags,
-                                     const SimulatorProgress& progress) {
+namespace {
+
+// The rank furthest over the memory limit, as a line; empty when all fit.
+std::string OverMemory(const SimResult& result) {
+  if (result.FitsMemory() || result.memory_limit_bytes <= 0) return "";
+  const StageResult* worst = nullptr;
+  for (const StageResult& r : result.per_rank) {
+    if (worst == nullptr || r.peak_memory_bytes > worst->peak_memory_bytes) worst = &r;
+  }
+  if (worst == nullptr) return "";
+  return fmt::format(
+      "rank {} needs {:.2f} GiB, {:.1f}% of the {:.2f} GiB limit (capacity - reserve - margin): "
+      "the configuration does not fit (exit 4; --allow-over-memory to exit 0)",
+      worst->rank, ToGiB(worst->peak_memory_bytes),
+      100.0 * static_cast<double>(worst->peak_memory_bytes) /
+          static_cast<double>(result.memory_limit_bytes),
+      ToGiB(result.memory_limit_bytes));
+}
+
+}  // namespace
+
+Result<SimulatorToolResult> RunSimulatorTool(const SimulatorToolOptions& flags,
+                                             const SimulatorProgress& progress) {
   PIPECAST_RETURN_IF_ERROR(CheckToolOutputs(flags));
   auto bytes = ReadFile(flags.model_path);
   if (!bytes.ok()) return bytes.status();
@@ -390,8 +411,12 @@ Result<std::string> RunSimulatorTool(const SimulatorToolOptions& flags,
   setup->options.critical_path = true;
   // --overlap-factor applies to a replayed plan too (a plan does not store it).
   setup->options.config.overlap.overlap_factor = flags.config.overlap.overlap_factor;
+  Result<std::string> gpu_warning = CheckModelOnCluster(*model, flags.model_path, setup->cluster);
+  if (!gpu_warning.ok()) return gpu_warning.status();
+  if (!gpu_warning->empty()) progress(*gpu_warning);
   auto result = Simulate(*model, setup->cluster, setup->schedule, setup->options);
   if (!result.ok()) return result.status();
+  if (!gpu_warning->empty()) result->notes.push_back(*gpu_warning);
   PIPECAST_RETURN_IF_ERROR(WriteOutputs(flags, *model, *bytes, *setup, *result, progress));
   std::string out = flags.json ? ResultToJson(*result) : ResultToText(*result, setup->cluster);
   if (flags.gantt && !flags.json) {
@@ -400,7 +425,7 @@ Result<std::string> RunSimulatorTool(const SimulatorToolOptions& flags,
     gantt.max_columns = GanttCellsForWidth(flags.gantt_width);
     out += "\n" + GanttChart(*result, gantt);
   }
-  return out;
+  return SimulatorToolResult{std::move(out), OverMemory(*result)};
 }
 
 }  // namespace pipecast
