@@ -971,6 +971,19 @@ std::vector<Case> Catalogue() {
     row.absent = std::string(1000, '7');
     c.push_back(row);
   }
+  c.push_back(Row("memory_limit_past_any_schedule", kSimulator, {kGoodModel},
+                  "--model {dir}/m.json --stages 4 --schedule zb-auto --memory-limit 1e308", 1,
+                  "--memory-limit 1e308 is 1e+308 micro-batch activations, more than any "
+                  "schedule holds (at most 8388608)"));
+  c.push_back(Row("memory_limit_infinite", kSimulator, {kGoodModel},
+                  "--model {dir}/m.json --stages 4 --schedule zb-auto --memory-limit inf", 1,
+                  "--memory-limit 'inf': expected a number of micro-batch activations (16) or a "
+                  "size with a unit"));
+  c.push_back(Row("memory_limit_with_schedule_in", kSimulator,
+                  {kGoodModel, {"s.csv", "0F0,0B0,0F1,0B1\n1F0,1B0,1F1,1B1\n"}},
+                  "--model {dir}/m.json --schedule-in {dir}/s.csv --memory-limit 4", 1,
+                  "--memory-limit applies to the schedules built from the stage costs (zb-auto, "
+                  "zb-v-auto), not to --schedule-in {dir}/s.csv, whose order is given"));
   c.push_back(Row("empty_flag_value", kSimulator, {kGoodModel},
                   "--model {dir}/m.json --stages 4 --schedule zb-auto --memory-limit ''", 2,
                   "--memory-limit: the value is empty: give one (see --help)"));

@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdint>
 #include <exception>
 #include <string>
 #include <utility>
 
+#include "base/terminal_text.h"
 #include "base/text_table.h"
 #include "formats/cluster_select.h"
 #include "formats/file_util.h"
@@ -232,6 +234,7 @@ Result<double> MemoryLimitActivations(const std::string& text, const Model& mode
   } catch (const std::exception&) {
     used = 0;
   }
+  if (!std::isfinite(value)) used = 0;  // inf, nan: not a limit
   const std::string unit = text.substr(used);
   static constexpr std::pair<const char*, double> kUnits[] = {
       {"", 0}, {"GiB", 1024.0 * 1024 * 1024}, {"MiB", 1024.0 * 1024}, {"GB", 1e9}, {"MB", 1e6}};
@@ -252,7 +255,7 @@ Result<double> MemoryLimitActivations(const std::string& text, const Model& mode
   return Status::InvalidArgument(fmt::format(
       "--memory-limit '{}': expected a number of micro-batch activations (16) or a size with a "
       "unit (40GiB, 512MiB, 80GB, 500MB)",
-      text));
+      Excerpt(text)));
 }
 
 // The cost-driven kinds (zb-auto, zb-v-auto) order their ops by the stage costs of the chosen
@@ -260,7 +263,14 @@ Result<double> MemoryLimitActivations(const std::string& text, const Model& mode
 Result<Setup> SetupFromFlags(const Flags& flags, const Model& model,
                              const SimulatorProgress& progress) {
   auto s = SetupShapeFromFlags(flags, model, progress);
-  if (!s.ok() || !flags.schedule_in.empty()) return s;
+  if (!s.ok()) return s;
+  if (!flags.schedule_in.empty()) {
+    if (flags.memory_limit.empty()) return s;
+    return Status::InvalidArgument(
+        fmt::format("--memory-limit applies to the schedules built from the stage costs (zb-auto, "
+                    "zb-v-auto), not to --schedule-in {}, whose order is given: leave it out",
+                    flags.schedule_in));
+  }
   const ScheduleKind kind = s->options.config.schedule;
   if (TraitsOf(kind).generate_from_costs == nullptr) {
     if (flags.memory_limit.empty()) return s;
@@ -274,6 +284,16 @@ Result<Setup> SetupFromFlags(const Flags& flags, const Model& model,
     auto parsed = MemoryLimitActivations(flags.memory_limit, model, *s, kind);
     if (!parsed.ok()) return parsed.status();
     limit = *parsed;
+    // More than any schedule's cells (MakeSchedule's bound) is no limit a
+    // stage could reach; inf and 1e308 once came back as "holds 1.00
+    // activations, over --memory-limit 1e308" (issue 28).
+    constexpr double kMaxActivations = 1 << 23;
+    if (std::isfinite(limit) && limit > kMaxActivations) {
+      return Status::InvalidArgument(fmt::format(
+          "--memory-limit {} is {:.3g} micro-batch activations, more than any schedule holds "
+          "(at most {:g}): give 1 to {:g}, or leave it out for the schedule's default",
+          Excerpt(flags.memory_limit), limit, kMaxActivations, kMaxActivations));
+    }
     if (!(limit >= 1)) {
       return Status::InvalidArgument(fmt::format(
           "--memory-limit {} is {:.3g} micro-batch activations: every GPU must hold at least 1 (a "

@@ -95,8 +95,7 @@ inline CLI::Validator ScheduleChoice() {
         }
         return names(value);
       },
-      "one of " + JoinNames(BuiltinScheduleNames()) + ", or a PyTorch class (" +
-          JoinNames(PyTorchScheduleClassNames()) + ")");
+      "SCHEDULE");  // the help text lists them
 }
 
 // --gantt and --width, with the tool's own words for what --gantt follows.
