@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "formats/file_util.h"
 #include "formats/formats.h"
@@ -314,6 +315,130 @@ TEST(PlanFileTest, RoundTripsAndReplaysToTheSamePrediction) {
   ASSERT_TRUE(replay.ok()) << replay.status().message();
   replay->critical_path.reset();
   EXPECT_EQ(ResultToJson(*replay), ResultToJson(parsed->predicted));
+}
+
+// A plan whose prediction carries every key the result JSON has, those of features written only
+// when in use included: tensor parallelism, a bidirectional schedule, FP8, several iterations,
+// the throughput metrics and a rank's FP8 weight copies.
+PlanFile PlanWithEveryResultKey() {
+  World w = MakeWorld();
+  PlanFile p = MakePlanFile("uniform", "h", w.cluster, w.schedule, w.options, w.result);
+  SimResult& r = p.predicted;
+  r.tensor_parallel = 2;
+  r.sequence_parallel = true;
+  r.tp_comm_overlap = true;
+  r.tp_comm_ns = 1234567;
+  r.bidirectional = true;
+  r.copy_reduce_ns = 7654321;
+  r.fp8_recipe = Fp8Recipe::kBlockwise;
+  r.fp8_param_gather = true;
+  r.iterations_simulated = 2;
+  r.first_iteration_ns = r.iteration_ns + 1000;
+  r.tokens_per_s = 12345.5;
+  r.tflops_per_gpu = 321.25;
+  r.mfu = 0.375;
+  r.notes = {"a note"};
+  r.per_rank[1].memory.fp8_weights = 4096;
+  r.per_rank[2].tp_comm_ns = 2000;
+  r.per_rank[3].copy_reduce_ns = 3000;
+  return p;
+}
+
+// Paths of every scalar in `j` ("stages[1].memory.weights_bytes"), lists of strings whole.
+void ScalarPaths(const json& j, const std::string& path, std::vector<std::string>* out) {
+  if (j.is_object()) {
+    for (const auto& [key, value] : j.items()) {
+      ScalarPaths(value, path.empty() ? key : path + "." + key, out);
+    }
+  } else if (j.is_array() && !j.empty() && !j[0].is_string()) {
+    for (size_t i = 0; i < j.size(); ++i) {
+      ScalarPaths(j[i], path + "[" + std::to_string(i) + "]", out);
+    }
+  } else {
+    out->push_back(path);
+  }
+}
+
+json& At(json& j, const std::string& path) {
+  json* at = &j;
+  size_t i = 0;
+  while (i < path.size()) {
+    if (path[i] == '.') ++i;
+    if (path[i] == '[') {
+      const size_t close = path.find(']', i);
+      at = &(*at)[std::stoul(path.substr(i + 1, close - i - 1))];
+      i = close + 1;
+    } else {
+      const size_t end = path.find_first_of(".[", i);
+      at = &(*at)[path.substr(i, end == std::string::npos ? std::string::npos : end - i)];
+      i = end == std::string::npos ? path.size() : end;
+    }
+  }
+  return *at;
+}
+
+// Written, read and written again, a prediction with every key gives the same text, and its
+// typed fields survive.
+TEST(ResultKeysTest, EveryKeyWrittenIsReadBackToTheSameText) {
+  const PlanFile made = PlanWithEveryResultKey();
+  const std::string text = PlanToJson(made);
+  for (const char* key : {"tensor_parallel", "copy_reduce_time_us", "fp8_recipe",
+                          "first_iteration_time_us", "mfu", "tokens_per_s"}) {
+    EXPECT_TRUE(json::parse(text)["predicted"].contains(key)) << key;
+  }
+  Result<PlanFile> parsed = ParsePlan(text, "plan.json");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  EXPECT_EQ(PlanToJson(*parsed), text);
+  EXPECT_EQ(parsed->predicted.fp8_recipe, Fp8Recipe::kBlockwise);
+  EXPECT_EQ(parsed->predicted.per_rank[1].memory.fp8_weights, 4096);
+  EXPECT_EQ(parsed->predicted.first_iteration_ns, made.predicted.first_iteration_ns);
+  EXPECT_EQ(ResultToJson(parsed->predicted), ResultToJson(made.predicted));
+}
+
+// The other way: each value of the written prediction, changed in the file, is read and written
+// back changed, so the reader takes every key the writer writes (none is recomputed or dropped).
+// Derived keys are the exceptions: `precision` (from fp8_recipe), `fits_memory` at the top (from
+// the ranks) and a rank's first_layer/last_layer (from its chunks).
+TEST(ResultKeysTest, EveryValueInTheFileIsTheOneRead) {
+  const std::string text = PlanToJson(PlanWithEveryResultKey());
+  std::vector<std::string> paths;
+  ScalarPaths(json::parse(text)["predicted"], "", &paths);
+  EXPECT_GT(paths.size(), 120u);
+  int changed = 0;
+  for (const std::string& path : paths) {
+    if (path == "precision" || path == "fits_memory" || path.find("first_layer") != path.npos ||
+        path.find("last_layer") != path.npos) {
+      continue;
+    }
+    json j = json::parse(text);
+    json& v = At(j["predicted"], path);
+    if (v.is_boolean()) {
+      // A true flag that guards other keys (bidirectional) stays: false would drop them.
+      if (v.get<bool>() && path == "bidirectional") continue;
+      v = !v.get<bool>();
+    } else if (v.is_number_integer()) {
+      v = v.get<int64_t>() + 1;
+    } else if (v.is_number()) {
+      v = v.get<double>() == 0 ? 0.5 : v.get<double>() / 2;
+    } else if (v.is_string()) {
+      v = path == "fp8_recipe" ? "current" : v.get<std::string>() + "x";
+    } else if (v.is_array()) {
+      v.push_back("another note");
+    } else {
+      continue;  // null chunk stage
+    }
+    Result<PlanFile> parsed = ParsePlan(j.dump(2), "plan.json");
+    ASSERT_TRUE(parsed.ok()) << path << ": " << parsed.status().message();
+    json again = json::parse(PlanToJson(*parsed));
+    const json& read = At(again["predicted"], path);
+    if (v.is_number_float()) {
+      EXPECT_NEAR(read.get<double>(), v.get<double>(), 1e-3) << path;
+    } else {
+      EXPECT_EQ(read, v) << path;
+    }
+    ++changed;
+  }
+  EXPECT_GT(changed, 100);
 }
 
 // The stored baselines that `planner --check` reads: read typed, written

@@ -1,7 +1,7 @@
 // Planner: searches tensor-parallel, pipeline and data-parallel degrees
 // (t x p x d = N), sequence parallelism, partition, schedule, micro-batch size and
 // count, and activation recomputation for a model on N GPUs, and ranks what
-// fits by simulated throughput (DESIGN section 4).
+// fits by simulated throughput (docs/planner.md).
 //
 // The search is a chain of named passes, each in its own file and testable
 // alone:

@@ -10,7 +10,7 @@
 // injection library writes and `profiler cupti` reads is activity_file.h.
 //
 // Units: timestamps in ns on CUPTI's normalized CPU clock (CLOCK_REALTIME on
-// Linux: CUPTI-NOTES 1.6); sizes in bytes. Thread ids are gettid() values
+// Linux: docs/cupti.md §4); sizes in bytes. Thread ids are gettid() values
 // (the injection library sets CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM).
 // Plain value types; not synchronised.
 #ifndef PIPECAST_PROFILER_ACTIVITY_H_

@@ -3,11 +3,11 @@
 // cuptiActivityRegisterCallbacks. The only files outside profiler/cupti/ that
 // see CUPTI types; built only when CMake finds the CUDA toolkit (they need its
 // headers and libcupti, not a GPU: cuptiActivityGetNextRecord walks a buffer
-// without a driver, CUPTI-NOTES section 7).
+// without a driver, docs/cupti.md §7).
 //
 // Records are read as the CUDA 13.0 structs (CUpti_ActivityKernel10,
 // Memcpy6, MemcpyPtoP4, Memset4, Memory4, Marker2, API, Device5, Overhead3);
-// only prefix fields are used, which newer versions keep (CUPTI-NOTES 1.3).
+// only prefix fields are used, which newer versions keep (docs/cupti.md §1).
 #ifndef PIPECAST_PROFILER_ACTIVITY_DECODE_H_
 #define PIPECAST_PROFILER_ACTIVITY_DECODE_H_
 
@@ -37,7 +37,7 @@ void DecodeActivityBuffer(uint8_t* buffer, size_t valid_size, ActivityTrace* out
 // Owns the activity buffers CUPTI asks for and the trace decoded from them.
 // Thread-safe: CUPTI 13 uses per-thread buffers, so requests and completions
 // arrive on many threads at once. Never calls CUPTI while holding its mutex
-// (CUPTI-NOTES 1.4: FlushAll re-enters the completion callback).
+// (docs/cupti.md §2: FlushAll re-enters the completion callback).
 class ActivityCollector {
  public:
   // CUPTI recommends 1-10 MiB; the NVIDIA samples use 8 MiB.

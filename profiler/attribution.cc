@@ -276,17 +276,24 @@ Result<std::optional<LayerRangeName>> ParseLayerRangeName(std::string_view name)
   return std::optional<LayerRangeName>(std::move(out));
 }
 
-Result<Attribution> Attribute(const ActivityTrace& trace) {
-  Attribution result;
-  AttributionStats& stats = result.stats;
+namespace {
 
-  // Ranges: steps apart, layer ranges indexed per thread.
-  std::vector<RangeRec> closed = PairMarkers(trace.markers, &stats);
-  std::vector<LayerRange> ranges;
-  std::vector<std::pair<uint64_t, uint64_t>> steps;
-  for (RangeRec& r : closed) {
+// The pipecast:step ranges, sorted.
+using Steps = std::vector<std::pair<uint64_t, uint64_t>>;
+
+// The step whose range holds time `t`, or -1.
+int StepAt(const Steps& steps, uint64_t t) {
+  auto it = std::upper_bound(steps.begin(), steps.end(), std::make_pair(t, UINT64_MAX));
+  if (it == steps.begin() || !Contains((it - 1)->first, (it - 1)->second, t)) return -1;
+  return static_cast<int>(it - 1 - steps.begin());
+}
+
+// Closed ranges split into steps and layer ranges; other names are ignored.
+Status CollectRanges(const ActivityTrace& trace, AttributionStats* stats,
+                     std::vector<LayerRange>* ranges, Steps* steps) {
+  for (RangeRec& r : PairMarkers(trace.markers, stats)) {
     if (r.name == kStepRangeName) {
-      steps.push_back({r.start_ns, r.end_ns});
+      steps->push_back({r.start_ns, r.end_ns});
       continue;
     }
     PIPECAST_ASSIGN_OR_RETURN(std::optional<LayerRangeName> name, ParseLayerRangeName(r.name));
@@ -296,12 +303,16 @@ Result<Attribution> Attribute(const ActivityTrace& trace) {
     lr.thread_id = r.thread_id;
     lr.start_ns = r.start_ns;
     lr.end_ns = r.end_ns;
-    ranges.push_back(std::move(lr));
+    ranges->push_back(std::move(lr));
   }
-  std::sort(steps.begin(), steps.end());
-  stats.steps = static_cast<int>(steps.size());
-  // Instantaneous markers (nvtx.mark) with a layer name carry sizes known
-  // only after the range opened, such as the output size in a forward hook.
+  std::sort(steps->begin(), steps->end());
+  stats->steps = static_cast<int>(steps->size());
+  return Status::Ok();
+}
+
+// Instantaneous markers (nvtx.mark) with a layer name carry sizes known only after the range
+// opened, such as the output size in a forward hook: the last nonzero value of each, per layer.
+Result<std::map<std::string, LayerRangeName>> MarkedSizes(const ActivityTrace& trace) {
   std::map<std::string, LayerRangeName> marked;
   for (const MarkerEvent& m : trace.markers) {
     if (m.phase != MarkerEvent::Phase::kInstant) continue;
@@ -313,10 +324,16 @@ Result<Attribution> Attribute(const ActivityTrace& trace) {
     if (name->checkpoint_bytes) into.checkpoint_bytes = name->checkpoint_bytes;
     if (name->weight_grad_bytes) into.weight_grad_bytes = name->weight_grad_bytes;
   }
-  RangeIndex index(&ranges);
+  return marked;
+}
 
-  // Which ranges are samples (in start order, for stable occurrences), and
-  // which samples include each range's work.
+// The ranges that are samples, in start order (for stable occurrences): a range is one unless an
+// enclosing range is another layer's or the same pass of its own. Sets each range's `sample` and
+// `sample_chain` (the samples that include its work).
+std::vector<LayerSample> PickSamples(const std::map<std::string, LayerRangeName>& marked,
+                                     std::vector<LayerRange>* ranges_in) {
+  std::vector<LayerRange>& ranges = *ranges_in;
+  std::vector<LayerSample> samples;
   std::vector<int> by_start(ranges.size());
   for (size_t i = 0; i < ranges.size(); ++i) by_start[i] = static_cast<int>(i);
   std::stable_sort(by_start.begin(), by_start.end(),
@@ -349,108 +366,157 @@ Result<Attribution> Attribute(const ActivityTrace& trace) {
       if (!s.checkpoint_bytes) s.checkpoint_bytes = it->second.checkpoint_bytes;
       if (!s.weight_grad_bytes) s.weight_grad_bytes = it->second.weight_grad_bytes;
     }
-    r.sample = static_cast<int>(result.samples.size());
-    result.samples.push_back(std::move(s));
+    r.sample = static_cast<int>(samples.size());
+    samples.push_back(std::move(s));
   }
   for (LayerRange& r : ranges) {
     for (int p = static_cast<int>(&r - ranges.data()); p >= 0; p = ranges[p].parent) {
       if (ranges[p].sample >= 0) r.sample_chain.push_back(ranges[p].sample);
     }
   }
+  return samples;
+}
 
-  // Join GPU records and allocations to ranges through their API records.
-  std::unordered_map<uint32_t, const ApiEvent*> api_by_corr;
-  api_by_corr.reserve(trace.api.size());
-  for (const ApiEvent& a : trace.api) api_by_corr.emplace(a.correlation_id, &a);
-  const auto owner = [&](uint32_t correlation_id, const ApiEvent** api) -> int {
-    auto it = api_by_corr.find(correlation_id);
-    *api = it == api_by_corr.end() ? nullptr : it->second;
+// Joins a record to the range open on its launching thread when the launch was made, through the
+// API record with the same correlation id.
+class ApiJoin {
+ public:
+  ApiJoin(const ActivityTrace& trace, const RangeIndex& index) : index_(index) {
+    api_by_corr_.reserve(trace.api.size());
+    for (const ApiEvent& a : trace.api) api_by_corr_.emplace(a.correlation_id, &a);
+  }
+  // The innermost range (or -1 with none open), -2 without an API record (*api null).
+  int Owner(uint32_t correlation_id, const ApiEvent** api) const {
+    auto it = api_by_corr_.find(correlation_id);
+    *api = it == api_by_corr_.end() ? nullptr : it->second;
     if (*api == nullptr) return -2;
-    return index.Innermost((*api)->thread_id, (*api)->start_ns);
-  };
+    return index_.Innermost((*api)->thread_id, (*api)->start_ns);
+  }
 
-  std::vector<std::vector<int>> sample_gpu(result.samples.size());
-  std::vector<std::vector<int>> step_gpu(steps.size());
+ private:
+  const RangeIndex& index_;
+  std::unordered_map<uint32_t, const ApiEvent*> api_by_corr_;
+};
+
+// The GPU records of each sample and each step; counts the rest in `stats`.
+struct GpuJoin {
+  std::vector<std::vector<int>> by_sample;
+  std::vector<std::vector<int>> by_step;
+};
+
+GpuJoin JoinGpuRecords(const ActivityTrace& trace, const ApiJoin& join,
+                       const std::vector<LayerRange>& ranges, const Steps& steps, size_t samples,
+                       AttributionStats* stats) {
+  GpuJoin out;
+  out.by_sample.resize(samples);
+  out.by_step.resize(steps.size());
   std::vector<int> unattributed;
-  stats.gpu_records = trace.gpu.size();
+  stats->gpu_records = trace.gpu.size();
   for (size_t i = 0; i < trace.gpu.size(); ++i) {
     const ApiEvent* api = nullptr;
-    const int r = owner(trace.gpu[i].correlation_id, &api);
+    const int r = join.Owner(trace.gpu[i].correlation_id, &api);
     if (api != nullptr && !steps.empty()) {
-      auto it =
-          std::upper_bound(steps.begin(), steps.end(), std::make_pair(api->start_ns, UINT64_MAX));
-      if (it != steps.begin() && Contains((it - 1)->first, (it - 1)->second, api->start_ns)) {
-        step_gpu[it - 1 - steps.begin()].push_back(static_cast<int>(i));
-      }
+      if (int k = StepAt(steps, api->start_ns); k >= 0)
+        out.by_step[k].push_back(static_cast<int>(i));
     }
     if (r == -2) {
-      ++stats.unmatched;
+      ++stats->unmatched;
       unattributed.push_back(static_cast<int>(i));
     } else if (r < 0 || ranges[r].sample_chain.empty()) {
-      ++stats.outside_layers;
+      ++stats->outside_layers;
       unattributed.push_back(static_cast<int>(i));
     } else {
-      ++stats.attributed;
-      for (int s : ranges[r].sample_chain) sample_gpu[s].push_back(static_cast<int>(i));
+      ++stats->attributed;
+      for (int s : ranges[r].sample_chain) out.by_sample[s].push_back(static_cast<int>(i));
     }
   }
-  stats.unattributed_busy_ns = BusyOf(trace.gpu, unattributed);
+  stats->unattributed_busy_ns = BusyOf(trace.gpu, unattributed);
+  return out;
+}
 
-  std::vector<std::vector<int>> sample_alloc(result.samples.size());
-  stats.memory_records = trace.memory.size();
+// The allocations made inside each sample.
+std::vector<std::vector<int>> JoinAllocations(const ActivityTrace& trace, const ApiJoin& join,
+                                              const std::vector<LayerRange>& ranges, size_t samples,
+                                              AttributionStats* stats) {
+  std::vector<std::vector<int>> by_sample(samples);
+  stats->memory_records = trace.memory.size();
   for (size_t i = 0; i < trace.memory.size(); ++i) {
     const ApiEvent* api = nullptr;
-    const int r = owner(trace.memory[i].correlation_id, &api);
+    const int r = join.Owner(trace.memory[i].correlation_id, &api);
     if (r < 0 || ranges[r].sample_chain.empty()) continue;
-    ++stats.memory_attributed;
+    ++stats->memory_attributed;
     if (!trace.memory[i].allocation) continue;
-    for (int s : ranges[r].sample_chain) sample_alloc[s].push_back(static_cast<int>(i));
+    for (int s : ranges[r].sample_chain) by_sample[s].push_back(static_cast<int>(i));
   }
+  return by_sample;
+}
 
-  // Backward includes the weight gradient of the same occurrence.
+// Backward includes the weight gradient of the same occurrence.
+void AddWeightGradToBackward(const std::vector<LayerSample>& samples,
+                             std::vector<std::vector<int>>* gpu_by_sample) {
   std::map<std::pair<std::string, int>, int> weight_grad_of;
-  for (size_t s = 0; s < result.samples.size(); ++s) {
-    const LayerSample& ls = result.samples[s];
+  for (size_t s = 0; s < samples.size(); ++s) {
+    const LayerSample& ls = samples[s];
     if (ls.pass == Pass::kWeightGrad)
       weight_grad_of[{ls.layer, ls.occurrence}] = static_cast<int>(s);
   }
-  for (size_t s = 0; s < result.samples.size(); ++s) {
-    const LayerSample& ls = result.samples[s];
+  for (size_t s = 0; s < samples.size(); ++s) {
+    const LayerSample& ls = samples[s];
     if (ls.pass != Pass::kBackward) continue;
     auto it = weight_grad_of.find({ls.layer, ls.occurrence});
     if (it == weight_grad_of.end()) continue;
-    const std::vector<int>& w = sample_gpu[it->second];
-    sample_gpu[s].insert(sample_gpu[s].end(), w.begin(), w.end());
+    const std::vector<int>& w = (*gpu_by_sample)[it->second];
+    (*gpu_by_sample)[s].insert((*gpu_by_sample)[s].end(), w.begin(), w.end());
   }
+}
 
+// Each sample's time (sum and busy union of its GPU records), memory (kept at its end, peak
+// inside it) and step; each step's span and busy time.
+void Summarize(const ActivityTrace& trace, const Steps& steps, GpuJoin* gpu,
+               const std::vector<std::vector<int>>& allocations, Attribution* result) {
   MemoryReplay replay(trace.memory);
-  for (size_t s = 0; s < result.samples.size(); ++s) {
-    LayerSample& ls = result.samples[s];
-    SortUnique(&sample_gpu[s]);
-    ls.gpu_records = static_cast<int>(sample_gpu[s].size());
-    for (int e : sample_gpu[s]) ls.sum_ns += trace.gpu[e].end_ns - trace.gpu[e].start_ns;
-    ls.busy_ns = BusyOf(trace.gpu, sample_gpu[s]);
-    for (int a : sample_alloc[s]) {
+  for (size_t s = 0; s < result->samples.size(); ++s) {
+    LayerSample& ls = result->samples[s];
+    std::vector<int>& records = gpu->by_sample[s];
+    SortUnique(&records);
+    ls.gpu_records = static_cast<int>(records.size());
+    for (int e : records) ls.sum_ns += trace.gpu[e].end_ns - trace.gpu[e].start_ns;
+    ls.busy_ns = BusyOf(trace.gpu, records);
+    for (int a : allocations[s]) {
       if (replay.AliveAt(a, ls.end_ns))
         ls.kept_bytes += static_cast<int64_t>(trace.memory[a].bytes);
     }
     ls.peak_bytes = replay.PeakAbove(ls.start_ns, ls.end_ns);
     if (steps.empty()) {
       ls.step = ls.occurrence;
+    } else if (int k = StepAt(steps, ls.start_ns); k >= 0) {
+      ls.step = k;
     } else {
-      auto it =
-          std::upper_bound(steps.begin(), steps.end(), std::make_pair(ls.start_ns, UINT64_MAX));
-      if (it != steps.begin() && Contains((it - 1)->first, (it - 1)->second, ls.start_ns)) {
-        ls.step = static_cast<int>(it - 1 - steps.begin());
-      } else {
-        ++stats.samples_outside_steps;
-      }
+      ++result->stats.samples_outside_steps;
     }
   }
   for (size_t k = 0; k < steps.size(); ++k) {
-    result.steps.push_back(
-        {static_cast<int>(k), steps[k].second - steps[k].first, BusyOf(trace.gpu, step_gpu[k])});
+    result->steps.push_back({static_cast<int>(k), steps[k].second - steps[k].first,
+                             BusyOf(trace.gpu, gpu->by_step[k])});
   }
+}
+
+}  // namespace
+
+Result<Attribution> Attribute(const ActivityTrace& trace) {
+  Attribution result;
+  std::vector<LayerRange> ranges;
+  Steps steps;
+  PIPECAST_RETURN_IF_ERROR(CollectRanges(trace, &result.stats, &ranges, &steps));
+  PIPECAST_ASSIGN_OR_RETURN(auto marked, MarkedSizes(trace));
+  RangeIndex index(&ranges);  // sets each range's parent
+  result.samples = PickSamples(marked, &ranges);
+  const ApiJoin join(trace, index);
+  GpuJoin gpu = JoinGpuRecords(trace, join, ranges, steps, result.samples.size(), &result.stats);
+  const std::vector<std::vector<int>> allocations =
+      JoinAllocations(trace, join, ranges, result.samples.size(), &result.stats);
+  AddWeightGradToBackward(result.samples, &gpu.by_sample);
+  Summarize(trace, steps, &gpu, allocations, &result);
   return result;
 }
 

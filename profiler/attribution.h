@@ -1,5 +1,5 @@
 // Attribution: which layer each kernel, copy and allocation of one profiled
-// process belongs to (CUPTI-NOTES 2.3 B, the offline MARKER + API join).
+// process belongs to (docs/cupti.md §5, the offline marker + API join).
 //
 // Layers are NVTX ranges named by the convention in docs/profiler.md:
 //   pipecast:<layer>:forward | backward | weight_grad [:params=N] [:out=BYTES]
@@ -121,7 +121,7 @@ struct Attribution {
 // A trace loses too much to be trusted past this share: records CUPTI
 // dropped, GPU records without timestamps, or GPU records whose launching
 // API record is missing. Above it, attribution would be silently wrong, so
-// the profile is refused (CUPTI-NOTES 1.5).
+// the profile is refused (docs/cupti.md §3).
 inline constexpr double kMaxLostRecordFraction = 0.01;
 
 // OK, or FailedPrecondition naming the counts, the share and what to do

@@ -59,12 +59,15 @@ GemmPreset GemmPresetFor(const GpuSpec& gpu) {
 
 GemmPreset Fp8GemmPresetFor(const GpuSpec& gpu) {
   GemmPreset p = GemmPresetFor(gpu);
+  p.tile_overhead_k = kTileOverheadK * (gpu.peak_fp8_tflops * kFp8Mainloop) /
+                      (gpu.peak_tflops * p.mainloop_efficiency);
   p.mainloop_efficiency = kFp8Mainloop;
   p.source = fmt::format(
       "FP8 products: {} SMs, tile 128 x 256, mainloop {} of the {:g} TFLOP/s FP8 peak, fitted to "
-      "4096 x 7168 x 16384 at 1470 TFLOP/s on H800 SXM (deepseek-ai/DeepGEMM#74); the same for "
-      "every recipe (docs/calibration.md 'FP8')",
-      p.sms, kFp8Mainloop, gpu.peak_fp8_tflops);
+      "4096 x 7168 x 16384 at 1470 TFLOP/s on H800 SXM (deepseek-ai/DeepGEMM#74); a tile's fixed "
+      "part the time it takes in bf16 ({:.0f} k-columns); the same for every recipe "
+      "(docs/calibration.md 'FP8')",
+      p.sms, kFp8Mainloop, gpu.peak_fp8_tflops, p.tile_overhead_k);
   return p;
 }
 
@@ -79,7 +82,8 @@ GemmTime TimeGemm(const GemmRates& rates, const Gemm& g) {
   t.waves = std::min(waves_a, waves_b);
   t.tiles = waves_a <= waves_b ? tiles_a : tiles_b;
   const double per_sm_flops = rates.peak_flops_per_s / sms * rates.preset.mainloop_efficiency;
-  t.compute_seconds = t.waves * 2 * kTileRows * kTileCols * (g.k + kTileOverheadK) / per_sm_flops;
+  t.compute_seconds =
+      t.waves * 2 * kTileRows * kTileCols * (g.k + rates.preset.tile_overhead_k) / per_sm_flops;
   t.memory_seconds =
       rates.element_bytes * g.batch * (g.m * g.k + g.k * g.n + g.m * g.n) / rates.hbm_bytes_per_s;
   t.seconds = std::max(t.compute_seconds, t.memory_seconds);

@@ -43,6 +43,10 @@ struct GemmPreset {
   int sms = 0;                 // streaming multiprocessors
   double mainloop_efficiency;  // share of per-SM peak in a tile's mainloop
   std::string source;          // where the numbers come from
+  // A tile's fixed cost in k-columns at this preset's mainloop rate:
+  // kTileOverheadK for bf16; FP8 products pay the same time, so twice the
+  // k-columns (Fp8GemmPresetFor).
+  double tile_overhead_k = kTileOverheadK;
 };
 
 // The table row for `gpu` (matched by GpuSpec::name: A100-SXM4-80GB,
@@ -54,14 +58,18 @@ GemmPreset GemmPresetFor(const GpuSpec& gpu);
 // on Hopper, fitted to one published FP8 GEMM at a training shape:
 // 4096 x 7168 x 16384 at 1470 TFLOP/s on H800 SXM (132 SMs, 1979 TFLOP/s
 // FP8 dense, as H100 SXM), DeepGEMM's 1x128 / 128x128 block-scaled kernel
-// (deepseek-ai/DeepGEMM#74, the merged large-tile version). Taken for the
-// per-tensor recipes too: cuBLAS's per-tensor FP8 kernels run 1.88-2.09x
-// their bf16 rate at such shapes (pytorch/FBGEMM#2546, H100), which the
-// model's 2 x 0.772 / 0.763 = 2.02 matches (docs/calibration.md "FP8").
-inline constexpr double kFp8Mainloop = 0.772;
+// (deepseek-ai/DeepGEMM#74, the merged large-tile version), with the FP8
+// tile overhead below. Taken for the per-tensor recipes too: cuBLAS's
+// per-tensor FP8 kernels run 1.88-2.09x their bf16 rate at such shapes
+// (pytorch/FBGEMM#2546, H100), which the model's 2 x 0.778 / 0.763 = 2.04
+// matches (docs/calibration.md "FP8").
+inline constexpr double kFp8Mainloop = 0.778;
 
 // The GEMM table for FP8 products on `gpu`: GemmPresetFor's SMs and tile,
-// kFp8Mainloop, and its source. REQUIRES: gpu.peak_fp8_tflops > 0.
+// kFp8Mainloop, and its source. A tile's fixed part (filling the software
+// pipeline, writing the bf16 output tile) takes the time it takes in bf16,
+// so at the FP8 mainloop rate it is worth kTileOverheadK x (FP8 per-SM
+// rate / bf16 per-SM rate) k-columns, about 256 on H100. REQUIRES: gpu.peak_fp8_tflops > 0.
 GemmPreset Fp8GemmPresetFor(const GpuSpec& gpu);
 
 // One product, or `batch` independent products of the same shape in one

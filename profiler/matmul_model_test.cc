@@ -53,6 +53,33 @@ TEST(MatmulModel, SquareProductHandWorkedOnH100) {
   EXPECT_DOUBLE_EQ(t.seconds, t.compute_seconds);
 }
 
+// FP8 on h100-sxm: the table's SMs, kFp8Mainloop of the 1979 TFLOP/s FP8
+// peak, and a tile's fixed part the time it takes in bf16, which at the FP8
+// rate is 128 x (1979 x 0.778) / (989 x 0.763) = 261 k-columns.
+TEST(MatmulModel, Fp8ProductReproducesItsComponentBenchmark) {
+  const GpuSpec gpu = ClusterPreset("h100-sxm")->gpu;
+  const GemmRates fp8{.peak_flops_per_s = gpu.peak_fp8_tflops * 1e12,
+                      .hbm_bytes_per_s = 3350e9 * 0.7,
+                      .element_bytes = 1,
+                      .preset = Fp8GemmPresetFor(gpu)};
+  EXPECT_DOUBLE_EQ(fp8.preset.mainloop_efficiency, kFp8Mainloop);
+  EXPECT_NEAR(fp8.preset.tile_overhead_k, 261.2, 0.1);
+  const double fixed_bf16 = kTileOverheadK / kH100PerSm;
+  const double fixed_fp8 = fp8.preset.tile_overhead_k / (1979e12 / 132 * kFp8Mainloop);
+  EXPECT_NEAR(fixed_fp8, fixed_bf16, 1e-15);  // the same seconds per tile
+  // deepseek-ai/DeepGEMM#74: 4096 x 7168 x 16384 at 1470 TFLOP/s on H800 SXM
+  // (the H100 SXM's 132 SMs and FP8 peak): 32 x 28 = 896 tiles, 7 waves.
+  const Gemm g{4096, 7168, 16384, 1};
+  const GemmTime t = TimeGemm(fp8, g);
+  EXPECT_EQ(t.waves, 7);
+  EXPECT_NEAR(g.Flops() / t.seconds / 1e12, 1470, 1470 * 0.01);
+  // The bf16 product of the same shape: the FP8 one runs 2.02x as fast,
+  // within pytorch/FBGEMM#2546's 1.88-2.09x for cuBLAS-class FP8 on H100.
+  const double ratio = TimeGemm(H100(), g).seconds / t.seconds;
+  EXPECT_GT(ratio, 1.88);
+  EXPECT_LT(ratio, 2.09);
+}
+
 TEST(MatmulModel, PartWaveCostsAWholeWave) {
   // 2048 x 2048: 16 x 8 = 128 tiles, one wave on 132 SMs; 2048 x 2304: 16 x 9
   // = 144 tiles, two waves: 12.5% more FLOPs take twice as long.

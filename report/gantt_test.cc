@@ -1,5 +1,5 @@
 // The terminal chart against golden files for the worked cases of
-// shared/SCHEDULES.md (F = 1 ms, B = 2 ms per stage, ideal cluster), plus the
+// docs/schedules.md (F = 1 ms, B = 2 ms per stage, ideal cluster), plus the
 // summary past the rank limit, scaled cells, marked short ops and colour.
 //
 // Golden files live in tests/golden/gantt/. After a deliberate change to the

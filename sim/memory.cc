@@ -157,10 +157,10 @@ Result<MemoryConfig> MemoryConfigFor(const std::string& precision, const std::st
                     fp8_recipe.empty() ? "fp8-param-gather" : "fp8-recipe", precision));
   }
   if (precision == "fp8") {
-    Result<Fp8Recipe> recipe = ParseFp8Recipe(fp8_recipe.empty() ? "delayed" : fp8_recipe);
-    if (!recipe.ok()) return recipe.status();
-    m.fp8_recipe = *recipe;
-    m.fp8_weight_bytes_per_param = Fp8WeightCopyBytes(*recipe);
+    PIPECAST_ASSIGN_OR_RETURN(Fp8Recipe recipe,
+                              ParseFp8Recipe(fp8_recipe.empty() ? "delayed" : fp8_recipe));
+    m.fp8_recipe = recipe;
+    m.fp8_weight_bytes_per_param = Fp8WeightCopyBytes(recipe);
     m.fp8_param_gather = fp8_param_gather;
     // FP8 primary weights (Megatron-LM --fp8-param-gather): no bf16 copy.
     m.weight_bytes_per_param = fp8_param_gather ? 0 : kHalfBytes;

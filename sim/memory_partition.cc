@@ -347,11 +347,11 @@ Result<MemoryAwareSplit> PartitionFor(const StageCostTable& table, ModelEnds end
   const int p = shape.stages;
   std::vector<int> model_stage_rank = stage_rank;
   if (shape.bidirectional) model_stage_rank.resize(std::min<size_t>(stage_rank.size(), p));
-  Result<std::vector<StageLayers>> even =
-      EvenPartition(table.NumLayers(), ends, p, model_stage_rank, config.partition.even);
-  if (!even.ok()) return even.status();
+  PIPECAST_ASSIGN_OR_RETURN(
+      std::vector<StageLayers> even,
+      EvenPartition(table.NumLayers(), ends, p, model_stage_rank, config.partition.even));
   MemoryAwareSplit out;
-  out.partition = std::move(even.value());
+  out.partition = std::move(even);
   if (shape.bidirectional) {
     for (int k = 0; k < p; ++k) out.partition.push_back(out.partition[k]);
     return out;

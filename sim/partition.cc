@@ -273,8 +273,7 @@ Result<std::vector<StageLayers>> EvenPartition(int num_layers, ModelEnds ends, i
     }
   }
   const int decoder = num_layers - ends.embedding - ends.head;
-  Result<std::vector<int>> units = RankUnits(decoder, ranks, v, options);
-  if (!units.ok()) return units.status();
+  PIPECAST_ASSIGN_OR_RETURN(std::vector<int> units, RankUnits(decoder, ranks, v, options));
   std::vector<StageLayers> out;
   int next = 0;
   for (int s = 0; s < stages; ++s) {
@@ -284,7 +283,7 @@ Result<std::vector<StageLayers>> EvenPartition(int num_layers, ModelEnds ends, i
           fmt::format("--partition even: virtual stage {} is on rank {}, not one of the {} ranks",
                       s, r, ranks));
     }
-    int layers = (*units)[r] / v;
+    int layers = units[r] / v;
     // The embedding joins the first virtual stage and the head the last, counted among the
     // stage's layers only with the account-for options (Megatron-LM builds one decoder less).
     if (s == 0 && ends.embedding && !options.account_for_embedding) ++layers;

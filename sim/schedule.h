@@ -19,7 +19,7 @@
 // path methods (IsFirstStage, IsLastStage, OnPath) instead of 0 and
 // num_stages-1.
 //
-// The built-in generators implement the schedules of shared/SCHEDULES.md;
+// The built-in generators implement the schedules of docs/schedules.md;
 // each cites its source next to its code.
 #ifndef PIPECAST_SIM_SCHEDULE_H_
 #define PIPECAST_SIM_SCHEDULE_H_

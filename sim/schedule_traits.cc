@@ -12,7 +12,7 @@
 namespace pipecast {
 namespace {
 
-// In-flight bounds (ScheduleTraits::inflight_microbatches), shared/SCHEDULES.md's column
+// In-flight bounds (ScheduleTraits::inflight_microbatches), docs/schedules.md's column
 // "activations held at peak on stage s".
 int OneInFlight(int, int, int) { return 1; }
 int AllInFlight(int, int, int m) { return m; }

@@ -39,7 +39,7 @@ struct ScheduleTraits {
   const char* name = "";           // the --schedule value and Schedule::name, e.g. "zb-h1"
   const char* rule_label = "";     // how constraint messages name it, e.g. "zb-h1 and zb-h2"
   bool rule_label_plural = false;  // "zb-h1 and zb-h2 need", not "needs"
-  const char* source = "";         // paper or code the generator follows (shared/SCHEDULES.md)
+  const char* source = "";         // paper or code the generator follows (docs/schedules.md)
   bool builtin = true;             // has a generator; false for custom schedule text
   bool planner_default = true;     // searched by the planner when --schedules is not given
   bool uses_chunks = false;        // takes v > 1 model chunks per rank

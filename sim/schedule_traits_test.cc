@@ -93,7 +93,7 @@ TEST(ScheduleTraits, RowsAreInEnumOrderAndBuiltinsSkipCustom) {
   EXPECT_EQ(BuiltinScheduleKinds(), want);
 }
 
-// Given p = 4, the in-flight bounds of shared/SCHEDULES.md.
+// Given p = 4, the in-flight bounds of docs/schedules.md.
 TEST(ScheduleTraits, InflightBoundsFollowTheSchedule) {
   struct Case {
     ScheduleKind kind;

@@ -3,7 +3,7 @@
 // family: schedule_zoo_v.cc). MakeSchedule() (schedule.cc) checks the shape (CheckShape in
 // schedule_traits.cc), sizes the Schedule and calls the kind's generator from its traits row to
 // fill `actions`. Each generator cites its source and the closed form it reaches with equal
-// stages and free communication (shared/SCHEDULES.md); schedule_zoo_test.cc checks each one in
+// stages and free communication (docs/schedules.md); schedule_zoo_test.cc checks each one in
 // the simulator.
 #include <algorithm>
 #include <vector>

@@ -1,4 +1,4 @@
-// The schedules of schedule_zoo.cc against the closed forms of shared/SCHEDULES.md: ideal
+// The schedules of schedule_zoo.cc against the closed forms of docs/schedules.md: ideal
 // cluster (no communication cost), equal stages, no optimizer step.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -103,9 +103,9 @@ Result<std::vector<StageLayers>> ResolvePartition(const Model& model, const Clus
   std::vector<StageLayers> partition = options.partition;
   const int model_stages = schedule.NumModelStages();
   if (partition.empty()) {
-    Result<MemoryAwareSplit> split = DefaultPartition(model, cluster, schedule, options.config);
-    if (!split.ok()) return split.status();
-    partition = std::move(split->partition);
+    PIPECAST_ASSIGN_OR_RETURN(MemoryAwareSplit split,
+                              DefaultPartition(model, cluster, schedule, options.config));
+    partition = std::move(split.partition);
   }
   if (schedule.bidirectional && static_cast<int>(partition.size()) == schedule.num_stages) {
     // Given per virtual stage (as a plan stores it): stage p+k must repeat stage k.
@@ -411,8 +411,7 @@ Result<SimResult> SimulateWith(EngineFn engine, const Model& model, const Cluste
                   TotalsInput{config.microbatch_size, schedule.num_microbatches,
                               schedule.num_stages, config.memory, config.optimizer_step.time_ns}));
   const int t = config.layout.tensor_parallel;
-  Result<Cluster> grouped = GroupCluster(cluster, t);
-  if (!grouped.ok()) return grouped.status();
+  PIPECAST_ASSIGN_OR_RETURN(Cluster grouped, GroupCluster(cluster, t));
   PIPECAST_RETURN_IF_ERROR(CheckTensorParallelHeads(model, t));
   PIPECAST_RETURN_IF_ERROR(CheckTensorParallelCosts(model, t, config.layout.sequence_parallel));
   // From here on the options' memory is one GPU's share of each parameter.
@@ -421,12 +420,11 @@ Result<SimResult> SimulateWith(EngineFn engine, const Model& model, const Cluste
   StageCostOptions cost_options = StageCostOptionsFor(config, cluster);
   cost_options.split_backward = schedule.split_backward;
   const StageCostTable table(model, cost_options);
-  Result<std::vector<StageLayers>> partition =
-      ResolvePartition(model, cluster, table, schedule, options);
-  if (!partition.ok()) return partition.status();
+  PIPECAST_ASSIGN_OR_RETURN(std::vector<StageLayers> partition,
+                            ResolvePartition(model, cluster, table, schedule, options));
 
   SimResult result;
-  std::vector<StageCost> costs = table.Stages(*partition);
+  std::vector<StageCost> costs = table.Stages(partition);
   result.notes = table.Notes();
   // Measured means measured: an analytic profile is an estimate even where no
   // size was interpolated.
@@ -436,16 +434,16 @@ Result<SimResult> SimulateWith(EngineFn engine, const Model& model, const Cluste
                         "not measurements");
   }
   result.costs_measured = table.CostsMeasured() && model.source.method != "analytic";
-  PIPECAST_RETURN_IF_ERROR(CheckSplitBackward(schedule, *partition, costs));
-  PIPECAST_RETURN_IF_ERROR(FillStatic(cluster, schedule, per_gpu, *partition, costs, &result));
+  PIPECAST_RETURN_IF_ERROR(CheckSplitBackward(schedule, partition, costs));
+  PIPECAST_RETURN_IF_ERROR(FillStatic(cluster, schedule, per_gpu, partition, costs, &result));
   TensorParallelTimes(schedule, costs, &result);
-  internal::ApplyPerOpCollectives(model, *grouped, schedule, per_gpu, *partition, &costs, &result);
+  internal::ApplyPerOpCollectives(model, grouped, schedule, per_gpu, partition, &costs, &result);
 
   EngineTotals totals;
   totals.ranks.assign(schedule.num_ranks, RankTotals{});
   totals.iteration_end_ns.assign(schedule.iterations, 0);
-  PIPECAST_RETURN_IF_ERROR(engine(*grouped, schedule, costs, per_gpu, &result, &totals));
-  Metrics(model, *grouped, schedule, per_gpu, table, *partition, costs, &totals, &result);
+  PIPECAST_RETURN_IF_ERROR(engine(grouped, schedule, costs, per_gpu, &result, &totals));
+  Metrics(model, grouped, schedule, per_gpu, table, partition, costs, &totals, &result);
   return result;
 }
 

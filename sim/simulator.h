@@ -1,5 +1,5 @@
 // Simulator: a deterministic discrete-event replay of one training iteration
-// of a pipeline schedule on a cluster (DESIGN section 3).
+// of a pipeline schedule on a cluster (docs/simulator.md).
 //
 // Model. Each rank (GPU) has one compute stream that runs its actions in the
 // schedule's order. An action starts when the stream is free, the previous

@@ -73,7 +73,7 @@ TEST(SimulatorClosedForm, GPipeAnd1F1BTakeMPlusPMinus1TimesFPlusB) {
 
 TEST(SimulatorClosedForm, GPipeHoldsAllMicrobatchesOnEveryStage) {
   SimResult r = SimulateOk(ScheduleKind::kGPipe, 4, 8);
-  EXPECT_EQ(r.iteration_ns, 33 * kF);  // SCHEDULES.md worked case
+  EXPECT_EQ(r.iteration_ns, 33 * kF);  // docs/schedules.md worked case
   for (const StageResult& s : r.per_rank) {
     EXPECT_EQ(s.peak_inflight_microbatches, 8);
     EXPECT_EQ(s.memory.activations_peak, 8 * kAct);

@@ -1,4 +1,4 @@
-// SimResult::zb_bubble_rate, the zero-bubble paper's bubble rate (R3 of shared/SCHEDULES.md):
+// SimResult::zb_bubble_rate, the zero-bubble paper's bubble rate (R3 of docs/schedules.md):
 // 1 - the busiest rank's work / the longest per-rank span. Held against Qi et al. ICLR'24
 // Table 5 on its p = 8, m = 24 row (the 1.5B model's profiled F 18.522, B 18.086, W 9.337 and
 // communication 0.601 ms of Table 6; docs/research/compute-sources.md) and against hand-worked

@@ -5,7 +5,7 @@
 // write into a fresh folder and the command line; `{dir}` in the command is
 // that folder and `{ex}` the repository's examples/ folder.
 //
-// Exit codes (DESIGN section 7): 1 bad input or failure, 2 usage, 4 no plan.
+// Exit codes (docs/errors.md section 1): 1 bad input or failure, 2 usage, 4 no plan.
 // (3, a check beyond tolerance, is not an error: planner_check_test and the
 // validator's loop test cover it.)
 //

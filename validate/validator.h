@@ -1,5 +1,5 @@
 // Validator: runs a plan (plan.json) for real on a backend and holds the
-// simulator's forecast to account (DESIGN section 6, docs/validator.md).
+// simulator's forecast to account (docs/validator.md).
 //
 // Steps: load the plan and the model; for the CPU backends measure the link
 // between two workers with a short probe and describe the machine as the

@@ -1,7 +1,7 @@
 // libpipecast_inject.so: the CUDA injection library behind `profiler cupti`.
 //
 // The driver loads it during cuInit when CUDA_INJECTION64_PATH names it and
-// calls InitializeInjection (CUPTI-NOTES 3.1). It registers thread-safe
+// calls InitializeInjection (docs/cupti.md §6). It registers thread-safe
 // activity buffers, enables the kinds the profiler needs (kernels, copies,
 // sets, allocations, NVTX markers, runtime and driver API records, device
 // metadata, overhead), and at process exit synchronises, force-flushes and

@@ -7,6 +7,7 @@
 #define PIPECAST_SIM_INTERNAL_ENGINE_H_
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -191,11 +192,17 @@ class Engine {
   static constexpr int32_t kNoAlternative = -1;
 
   void Prepare();
+  void NumberOps();
+  int64_t NumberLinks();
+  void KeepPairDurations();
+  void TabulateOpCosts();
   void Advance(int rank);
   void Deliver(int dst_stage, int mb, bool gradient, int32_t producer, TimeNs end);
   Status Deadlock() const;
   int Candidates(int32_t e, int32_t out[3]) const;
   void RankEvents();
+  std::vector<int32_t> LinkWaiters();
+  void NumberAllInstants();
   const uint64_t* SortKeys(LargeArray<uint64_t>* a, LargeArray<uint64_t>* b, int* bits);
   template <typename T>
   void NumberInstants(const T* sorted, int32_t n);
@@ -205,6 +212,13 @@ class Engine {
   void SweepMemory(int rank);
   template <int kWidth, bool kRecord>
   void SweepRank(int rank);
+  void IndexOpDeltas(int rank);
+  void OpenStreams(int rank, int k, bool record);
+  int SortLinkHeads(int k);
+  int NextArrival(int j, int n);
+  int32_t ArrivalDelta(int hop, bool out, Bytes bytes);
+  // A sweep stream with nothing left.
+  static constexpr TimeNs kNoHead = std::numeric_limits<TimeNs>::max();
   void RecordTimeline();
   void Totals();
 
@@ -223,6 +237,12 @@ class Engine {
     int32_t parent;  // a candidate cause until ranked, when tied
     int32_t hop;     // arrivals: ArrivalHop(); op ends: the other candidate causes
   };
+  // Advance()'s steps for one op: its inputs, its start, its completion.
+  bool InputsOf(RankState& st, const std::vector<Action>& list, int32_t i, const Cell& c,
+                int32_t* in_event, int32_t* in_event_2);
+  Event StartOf(TimeNs prev_end, int32_t prev, int32_t in_event, int32_t in_event_2);
+  void Finish(const std::vector<Action>& list, int32_t i, Cell& c, int32_t id, TimeNs end,
+              int* deferred_stage);
   int32_t num_events_ = 0;
   LargeArray<Event> ev_;  // per event, one cache line holds four
   // Ties pass 1 left open (op ends with three candidate causes: two more each).

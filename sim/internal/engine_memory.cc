@@ -95,50 +95,15 @@ void Engine::SweepRank(int rank) {
     // then the changes).
     samples = change_first_[rank + 1] - change_first_[rank];
     mem.next = change_block_.get() + change_first_[rank];
-    // The rank's deltas: three per (stage, kind, overlapped) of its stages
-    // (kOpStart, kOpEnd, kOpSend), and the arrivals' as they come.
-    deltas_.clear();
-    for (const int s : out_->per_rank[rank].stages) {
-      for (int c = s * 8; c < s * 8 + 8; ++c) {
-        const OpCost& oc = op_cost_[c];
-        cost_delta_[c] = static_cast<int32_t>(deltas_.size());
-        deltas_.push_back(MemoryDelta{oc.start_act, 0, oc.workspace});
-        deltas_.push_back(MemoryDelta{oc.end_act, oc.recv_free, -oc.workspace});
-        deltas_.push_back(MemoryDelta{0, oc.send, 0});
-      }
-    }
-    hop_delta_.assign(2 * static_cast<size_t>(sched_.num_stages), -1);
+    IndexOpDeltas(rank);
   }
-  // An arrival's delta on a link whose transfers differ in size (recorded only).
-  auto arrival_delta = [&](int hop, bool out, Bytes bytes) -> int32_t {
-    int32_t& d = hop_delta_[2 * hop + out];
-    if (d < 0) {
-      d = static_cast<int32_t>(deltas_.size());
-      deltas_.push_back(MemoryDelta{0, out ? -bytes : bytes, 0});
-    }
-    return d;
-  };
   int inflight = 0, peak_inflight = 0;
 
   // Stream 0 is the rank's ops; stream j > 0 is the link rank_links_[r][j-1].
-  constexpr TimeNs kNone = std::numeric_limits<TimeNs>::max();
-  const std::vector<int>& links = rank_links_[rank];
-  const int k = kWidth > 0 ? kWidth : static_cast<int>(links.size()) + 1;
-  streams_.assign(k, Stream{});
-  head_time_.assign(k, kNone);
+  const int k = kWidth > 0 ? kWidth : static_cast<int>(rank_links_[rank].size()) + 1;
+  OpenStreams(rank, k, kRecord);
   Stream* const streams = streams_.data();
   TimeNs* const head_time = head_time_.data();
-  for (size_t j = 1; j <= links.size(); ++j) {
-    const LinkState& l = links_[links[j - 1]];
-    streams[j] = Stream{l.first, l.first + l.count, l.src == rank, 0, l.bytes};
-    if constexpr (kRecord) {
-      if (l.bytes >= 0) {  // one delta for the whole link
-        streams[j].delta = static_cast<int32_t>(deltas_.size());
-        deltas_.push_back(MemoryDelta{0, l.src == rank ? -l.bytes : l.bytes, 0});
-      }
-    }
-    if (l.count > 0) head_time[j] = ev_[l.first].time;
-  }
 
   int32_t started = 0;  // ops whose start is applied; the next one's end is head 0
   // The event that starts the next op (kNoTrigger once all have started).
@@ -159,22 +124,8 @@ void Engine::SweepRank(int rank) {
   // The links with arrivals left, in the processing order of their heads:
   // a link that advances sinks back into place (usually to the end, as the
   // links take turns), so the earliest is always first.
-  order_.resize(k);
-  int* const order = order_.data();
-  int n = 0;
-  auto head_before = [&](int x, int y) __attribute__((always_inline)) {
-    return head_time[x] < head_time[y] ||
-           (head_time[x] == head_time[y] && TieBefore(streams[x].next, streams[y].next));
-  };
-  for (int j = 1; j < k; ++j) {
-    if (head_time[j] == kNone) continue;
-    int pos = n++;
-    while (pos > 0 && head_before(j, order[pos - 1])) {
-      order[pos] = order[pos - 1];
-      --pos;
-    }
-    order[pos] = j;
-  }
+  int n = SortLinkHeads(k);
+  const int* const order = order_.data();
   while (true) {
     int best = n > 0 ? order[0] : 0;
     TimeNs t = head_time[best];
@@ -183,7 +134,7 @@ void Engine::SweepRank(int rank) {
       best = 0;
       t = own;
     }
-    if (t == kNone) break;
+    if (t == kNoHead) break;
     Stream& st = streams[best];
     const int32_t id = st.next;
     if (best == 0) {  // an op's end
@@ -194,30 +145,17 @@ void Engine::SweepRank(int rank) {
       });
       if (a.kind == OpKind::kBackward || a.kind == OpKind::kBackwardWeight) --inflight;
       mem.Change(t, oc.end_act, oc.recv_free, -oc.workspace, DeltaOf<kRecord>(a, kOpEnd));
-      head_time[0] = kNone;
+      head_time[0] = kNoHead;
       if (trigger == id) start(t);
       continue;
     }
-    st.next = id + 1;
-    if (id + 1 < st.end) {
-      head_time[best] = ev_[id + 1].time;
-      int pos = 0;
-      while (pos + 1 < n && head_before(order[pos + 1], best)) {
-        order[pos] = order[pos + 1];
-        ++pos;
-      }
-      order[pos] = best;
-    } else {  // this link is done
-      head_time[best] = kNone;
-      --n;
-      for (int pos = 0; pos < n; ++pos) order[pos] = order[pos + 1];
-    }
+    n = NextArrival(best, n);
     int32_t delta = 0;
     Bytes bytes = st.bytes;
     if (bytes < 0) {
       const int hop = HopOf(ev_[id].hop);
       bytes = costs_[hop].output_bytes;
-      if constexpr (kRecord) delta = arrival_delta(hop, st.out, bytes);
+      if constexpr (kRecord) delta = ArrivalDelta(hop, st.out, bytes);
     } else if constexpr (kRecord) {
       delta = st.delta;
     }
@@ -240,6 +178,96 @@ void Engine::SweepRank(int rank) {
   totals.peak_workspace = mem.peak_ws;
   totals.peak_live = mem.peak_total;
   out_->per_rank[rank].peak_inflight_microbatches = peak_inflight;
+}
+
+// An arrival's delta on a link whose transfers differ in size (recorded timelines only): one per
+// (hop, direction), made on first use.
+int32_t Engine::ArrivalDelta(int hop, bool out, Bytes bytes) {
+  int32_t& d = hop_delta_[2 * hop + out];
+  if (d < 0) {
+    d = static_cast<int32_t>(deltas_.size());
+    deltas_.push_back(MemoryDelta{0, out ? -bytes : bytes, 0});
+  }
+  return d;
+}
+
+// The rank's deltas for a recorded timeline: three per (stage, kind, overlapped) of its stages
+// (kOpStart, kOpEnd, kOpSend), and the arrivals' as they come (hop_delta_, filled on first use).
+void Engine::IndexOpDeltas(int rank) {
+  deltas_.clear();
+  for (const int s : out_->per_rank[rank].stages) {
+    for (int c = s * 8; c < s * 8 + 8; ++c) {
+      const OpCost& oc = op_cost_[c];
+      cost_delta_[c] = static_cast<int32_t>(deltas_.size());
+      deltas_.push_back(MemoryDelta{oc.start_act, 0, oc.workspace});
+      deltas_.push_back(MemoryDelta{oc.end_act, oc.recv_free, -oc.workspace});
+      deltas_.push_back(MemoryDelta{0, oc.send, 0});
+    }
+  }
+  hop_delta_.assign(2 * static_cast<size_t>(sched_.num_stages), -1);
+}
+
+// `k` streams: 0 for the rank's ops (its head set as ops start), j > 0 for the link
+// rank_links_[rank][j-1] with its first arrival's time as head; with `record`, a link whose
+// transfers have one size gets one delta.
+void Engine::OpenStreams(int rank, int k, bool record) {
+  const std::vector<int>& links = rank_links_[rank];
+  streams_.assign(k, Stream{});
+  head_time_.assign(k, kNoHead);
+  for (size_t j = 1; j <= links.size(); ++j) {
+    const LinkState& l = links_[links[j - 1]];
+    streams_[j] = Stream{l.first, l.first + l.count, l.src == rank, 0, l.bytes};
+    if (record && l.bytes >= 0) {
+      streams_[j].delta = static_cast<int32_t>(deltas_.size());
+      deltas_.push_back(MemoryDelta{0, l.src == rank ? -l.bytes : l.bytes, 0});
+    }
+    if (l.count > 0) head_time_[j] = ev_[l.first].time;
+  }
+}
+
+// Moves link stream `j` (order_[0]) past its head arrival: it sinks back into place among the n
+// links with arrivals left (usually to the end, as the links take turns), or leaves the order when
+// it has none; returns how many are left.
+__attribute__((always_inline)) inline int Engine::NextArrival(int j, int n) {
+  Stream& st = streams_[j];
+  const int32_t next = ++st.next;
+  int* const order = order_.data();
+  if (next >= st.end) {  // this link is done
+    head_time_[j] = kNoHead;
+    --n;
+    for (int pos = 0; pos < n; ++pos) order[pos] = order[pos + 1];
+    return n;
+  }
+  const TimeNs head = head_time_[j] = ev_[next].time;
+  int pos = 0;
+  while (pos + 1 < n) {
+    const int x = order[pos + 1];
+    if (!(head_time_[x] < head || (head_time_[x] == head && TieBefore(streams_[x].next, next)))) {
+      break;
+    }
+    order[pos] = x;
+    ++pos;
+  }
+  order[pos] = j;
+  return n;
+}
+
+// The links with arrivals left, in order_ by their heads (time, then TieBefore); returns how many.
+int Engine::SortLinkHeads(int k) {
+  order_.resize(k);
+  int n = 0;
+  for (int j = 1; j < k; ++j) {
+    if (head_time_[j] == kNoHead) continue;
+    int pos = n++;
+    while (pos > 0 && (head_time_[j] < head_time_[order_[pos - 1]] ||
+                       (head_time_[j] == head_time_[order_[pos - 1]] &&
+                        TieBefore(streams_[j].next, streams_[order_[pos - 1]].next)))) {
+      order_[pos] = order_[pos - 1];
+      --pos;
+    }
+    order_[pos] = j;
+  }
+  return n;
 }
 
 }  // namespace pipecast::internal

@@ -94,10 +94,6 @@ void Engine::RankEvents() {
   const int32_t n = num_events_;
   const int p = sched_.num_ranks;
   const size_t size = static_cast<size_t>(std::max(n, 1));
-  // The events sorted by time, in one word each, when the times fit 32 bits.
-  LargeArray<uint64_t> a, b;
-  const uint64_t* sorted = nullptr;
-  int bits = 0;
   // The processing order being built: place k holds the event processed k-th
   // after the p starts. Scratch: only each event's rank stays.
   LargeArray<int32_t> places;
@@ -106,50 +102,8 @@ void Engine::RankEvents() {
   std::memset(place, 0xff, sizeof(int32_t) * static_cast<size_t>(n));
   node_.Reset(size);
   rank_.Reset(size);
-  std::memset(node_.data(), 0xff, sizeof(RankNode) * static_cast<size_t>(n));
-  std::vector<int32_t> start_waiter(p, -1);
-  for (int32_t e = 0; e < n; ++e) {
-    int32_t c[3];
-    const int nc = Candidates(e, c);
-    node_[e].open = static_cast<int16_t>(nc);
-    node_[e].open_at_start = static_cast<int16_t>(nc);
-    const int sib = SiblingOrder(e);
-    for (int i = 0; i < nc; ++i) {
-      if (c[i] < 0) {
-        start_waiter[-1 - c[i]] = e;
-        continue;
-      }
-      int32_t* slot = &node_[c[i]].waiter[sib];
-      if (*slot >= 0) ++slot;  // the second op end
-      *slot = e;
-    }
-  }
-  if (sorted == nullptr) {
-    uint64_t all = 0;
-    for (int32_t e = 0; e < n; ++e) all |= static_cast<uint64_t>(ev_[e].time);
-    bits = all == 0 ? 0 : 64 - __builtin_clzll(all);
-    if (bits <= 32) sorted = SortKeys(&a, &b, &bits);
-  }
-  group_.clear();
-  if (sorted != nullptr) {
-    NumberInstants(sorted, n);
-    if (options_.record_timeline) {
-      a.ReleaseToSystem();
-      b.ReleaseToSystem();
-    }
-  } else {  // times past 2^32 ns: a key and an id apiece
-    a.ReleaseToSystem();
-    b.ReleaseToSystem();
-    LargeArray<Keyed> wide, wide_tmp;
-    wide.Reset(size);
-    wide_tmp.Reset(size);
-    for (int32_t e = 0; e < n; ++e) wide[e] = Keyed{static_cast<uint64_t>(ev_[e].time), e};
-    NumberInstants(SortByTime(wide.data(), wide_tmp.data(), n, bits), n);
-    if (options_.record_timeline) {
-      wide.ReleaseToSystem();
-      wide_tmp.ReleaseToSystem();
-    }
-  }
+  const std::vector<int32_t> start_waiter = LinkWaiters();
+  NumberAllInstants();
   int32_t* const fill = group_.data();
   auto insert = [&](int32_t e, int32_t parent) __attribute__((always_inline)) {
     if (node_[e].open_at_start > 1) {  // tied: the parent is chosen now
@@ -197,6 +151,63 @@ void Engine::RankEvents() {
     node_.Reset(0);
   }
   ranked_ = true;
+}
+
+// Each event's candidate causes learn it as a waiter (node_[c].waiter, at its sibling order), and
+// it counts them (open); returns, per rank, the event waiting for that rank's start (or -1).
+std::vector<int32_t> Engine::LinkWaiters() {
+  const int32_t n = num_events_;
+  std::memset(node_.data(), 0xff, sizeof(RankNode) * static_cast<size_t>(n));
+  std::vector<int32_t> start_waiter(sched_.num_ranks, -1);
+  for (int32_t e = 0; e < n; ++e) {
+    int32_t c[3];
+    const int nc = Candidates(e, c);
+    node_[e].open = static_cast<int16_t>(nc);
+    node_[e].open_at_start = static_cast<int16_t>(nc);
+    const int sib = SiblingOrder(e);
+    for (int i = 0; i < nc; ++i) {
+      if (c[i] < 0) {
+        start_waiter[-1 - c[i]] = e;
+        continue;
+      }
+      int32_t* slot = &node_[c[i]].waiter[sib];
+      if (*slot >= 0) ++slot;  // the second op end
+      *slot = e;
+    }
+  }
+  return start_waiter;
+}
+
+// The events sorted by time, then numbered by instant with each instant's block of places
+// (NumberInstants): in one word each when the times fit 32 bits, else a key and an id apiece.
+void Engine::NumberAllInstants() {
+  const int32_t n = num_events_;
+  const size_t size = static_cast<size_t>(std::max(n, 1));
+  LargeArray<uint64_t> a, b;
+  uint64_t all = 0;
+  for (int32_t e = 0; e < n; ++e) all |= static_cast<uint64_t>(ev_[e].time);
+  int bits = all == 0 ? 0 : 64 - __builtin_clzll(all);
+  const uint64_t* sorted = bits <= 32 ? SortKeys(&a, &b, &bits) : nullptr;
+  group_.clear();
+  if (sorted != nullptr) {
+    NumberInstants(sorted, n);
+    if (options_.record_timeline) {
+      a.ReleaseToSystem();
+      b.ReleaseToSystem();
+    }
+    return;
+  }
+  a.ReleaseToSystem();
+  b.ReleaseToSystem();
+  LargeArray<Keyed> wide, wide_tmp;
+  wide.Reset(size);
+  wide_tmp.Reset(size);
+  for (int32_t e = 0; e < n; ++e) wide[e] = Keyed{static_cast<uint64_t>(ev_[e].time), e};
+  NumberInstants(SortByTime(wide.data(), wide_tmp.data(), n, bits), n);
+  if (options_.record_timeline) {
+    wide.ReleaseToSystem();
+    wide_tmp.ReleaseToSystem();
+  }
 }
 
 // The events as (time << 32 | id), sorted, in *a or *b; *bits: the times'

@@ -13,9 +13,28 @@
 namespace pipecast::internal {
 
 void Engine::Prepare() {
-  const int p = sched_.num_ranks;
+  NumberOps();
+  const int64_t events = NumberLinks();
+  ev_.Reset(static_cast<size_t>(events));
+  alternatives_.clear();
+  ties_ = 0;
+  ranked_ = false;
+  walk_budget_ = kWalkStepsPerEvent * events;
+  KeepPairDurations();
+  TabulateOpCosts();
   const int n = sched_.num_stages;
   const int m = sched_.num_microbatches;
+  cells_.Reset(static_cast<size_t>(n) * m);
+  std::fill_n(cells_.data(), static_cast<size_t>(n) * m, Cell{});
+  ranks_.assign(sched_.num_ranks, RankState{});
+  for (int r = 0; r < sched_.num_ranks; ++r) ranks_[r].prev = -1 - r;
+  iteration_end_.assign(sched_.iterations, 0);
+  mb_per_iteration_ = m / sched_.iterations;
+}
+
+// Op ends are events 0 .. num_ops_ - 1, each rank's in list order from op_first_[rank].
+void Engine::NumberOps() {
+  const int p = sched_.num_ranks;
   op_first_.resize(p + 1);
   int64_t ops = 0;
   for (int r = 0; r < p; ++r) {
@@ -24,8 +43,14 @@ void Engine::Prepare() {
   }
   op_first_[p] = static_cast<int32_t>(ops);
   num_ops_ = static_cast<int32_t>(ops);
+}
 
-  // Links, numbered as first used from stage 0 up (the numbering is internal).
+// The links between ranks, numbered as first used from stage 0 up (the numbering is internal),
+// each stage boundary's hops with their transfer times, and each link's block of arrival events
+// after the op ends. Returns the number of events.
+int64_t Engine::NumberLinks() {
+  const int p = sched_.num_ranks;
+  const int n = sched_.num_stages;
   std::map<std::pair<int, int>, int> index;
   auto link = [&](int src, int dst) {
     if (src == dst) return -1;
@@ -59,7 +84,7 @@ void Engine::Prepare() {
     bwd.serial = TransferNs(costs_[s].output_bytes, cluster_.LinkBetween(b, a).bandwidth_gbps);
     bwd.latency = cluster_.LinkBetween(b, a).LatencyNs();
   }
-  int64_t next_id = ops;
+  int64_t next_id = num_ops_;
   rank_links_.assign(p, {});
   for (size_t l = 0; l < links_.size(); ++l) {
     links_[l].first = static_cast<int32_t>(next_id);
@@ -69,24 +94,27 @@ void Engine::Prepare() {
     rank_links_[links_[l].dst].push_back(static_cast<int>(l));
   }
   num_events_ = static_cast<int32_t>(next_id);
-  ev_.Reset(static_cast<size_t>(next_id));
-  alternatives_.clear();
-  ties_ = 0;
-  ranked_ = false;
-  walk_budget_ = kWalkStepsPerEvent * next_id;
+  return next_id;
+}
 
-  // An overlapped half's duration depends on its partner (ActionDurationNs), so it is kept per
-  // op; schedules without pairs keep none.
+// An overlapped half's duration depends on its partner (ActionDurationNs), so it is kept per
+// op; schedules without pairs keep none.
+void Engine::KeepPairDurations() {
   pair_ns_.clear();
-  for (int r = 0; r < p; ++r) {
+  for (int r = 0; r < sched_.num_ranks; ++r) {
     const std::vector<Action>& list = sched_.actions[r];
     for (size_t i = 0; i < list.size(); ++i) {
       if (!list[i].overlapped) continue;
-      pair_ns_.resize(static_cast<size_t>(ops), 0);
+      pair_ns_.resize(static_cast<size_t>(num_ops_), 0);
       pair_ns_[op_first_[r] + i] =
           ActionDurationNs(costs_, list, i, options_.config.overlap.overlap_factor);
     }
   }
+}
+
+// Per (stage, op kind, overlapped): its duration and memory changes (op_cost_).
+void Engine::TabulateOpCosts() {
+  const int n = sched_.num_stages;
   op_cost_.assign(static_cast<size_t>(n) * 8, OpCost{});
   if (options_.record_timeline) cost_delta_.assign(op_cost_.size(), 0);
   for (int s = 0; s < n; ++s) {
@@ -116,12 +144,6 @@ void Engine::Prepare() {
       }
     }
   }
-  cells_.Reset(static_cast<size_t>(n) * m);
-  std::fill_n(cells_.data(), static_cast<size_t>(n) * m, Cell{});
-  ranks_.assign(p, RankState{});
-  for (int r = 0; r < p; ++r) ranks_[r].prev = -1 - r;
-  iteration_end_.assign(sched_.iterations, 0);
-  mb_per_iteration_ = m / sched_.iterations;
 }
 
 // Sends the output of op `producer` (ended at `end`) to stage `dst_stage`,
@@ -174,6 +196,120 @@ void Engine::Prepare() {
   }
 }
 
+// The inputs of op list[i] on `rank` (its cell `c`): *in_event is the arrival of its input from
+// another rank (kHandedOver: none, or handed over on this rank); for an overlapped pair (docs/
+// simulator.md, "Overlapped F&B"), the later of both halves' inputs, with *in_event_2 the other
+// when the two arrived at one instant and the ranking step must choose. False when an input is
+// not there yet: st.waiting_on names it if another rank will deliver it.
+__attribute__((always_inline)) inline bool Engine::InputsOf(RankState& st,
+                                                            const std::vector<Action>& list,
+                                                            int32_t i, const Cell& c,
+                                                            int32_t* in_event,
+                                                            int32_t* in_event_2) {
+  const Action& a = list[i];
+  if (a.kind == OpKind::kBackwardWeight) return c.b == kDone;  // else its I runs later: never
+  if (a.kind != OpKind::kForward) {
+    if (c.f != kDone) return false;  // its F runs later on this rank: never
+    if (sched_.IsLastStage(a.stage)) return true;
+    if (c.b == kNotDelivered) {
+      if (Hop(a.stage, true).link >= 0) {  // else handed over here: never
+        st.waiting_on = CellIndex(a.stage, a.microbatch) * 2 + 1;
+      }
+      return false;
+    }
+    *in_event = c.b;
+    return true;
+  }
+  if (!sched_.IsFirstStage(a.stage)) {
+    if (c.f == kNotDelivered) {
+      // Waiting for an activation; one from this rank would already be here.
+      if (Hop(a.stage - 1, false).link >= 0) st.waiting_on = CellIndex(a.stage, a.microbatch) * 2;
+      return false;
+    }
+    *in_event = c.f;
+  }
+  if (!a.overlapped) return true;
+  // The backward half's inputs too (ValidateSchedule: list[i + 1] is its B or I).
+  const Action& b = list[i + 1];
+  const Cell& cb = cells_[CellIndex(b.stage, b.microbatch)];
+  if (cb.f != kDone) return false;  // its F runs later on this rank: never
+  if (sched_.IsLastStage(b.stage)) return true;
+  if (cb.b == kNotDelivered) {
+    if (Hop(b.stage, true).link >= 0) st.waiting_on = CellIndex(b.stage, b.microbatch) * 2 + 1;
+    return false;
+  }
+  const int32_t in_b = cb.b;
+  if (in_b < 0) return true;
+  if (*in_event < 0 || ev_[in_b].time > ev_[*in_event].time) {
+    *in_event = in_b;
+  } else if (ev_[in_b].time == ev_[*in_event].time) {
+    const int order = TryTieBefore(*in_event, in_b);
+    if (order == 1) {
+      *in_event = in_b;
+    } else if (order == kUnknown) {
+      *in_event_2 = in_b;  // the ranking step chooses
+    }
+  }
+  return true;
+}
+
+// An op starts when the later of its rank's previous op (`prev`, ending at prev_end) and its
+// input is processed; a hand-over on one rank came no later than the previous op. At one instant
+// it keeps the candidates for the ranking step (Event::hop, kNoAlternative when decided).
+__attribute__((always_inline)) inline Engine::Event Engine::StartOf(TimeNs prev_end, int32_t prev,
+                                                                    int32_t in_event,
+                                                                    int32_t in_event_2) {
+  Event start{prev_end, prev, kNoAlternative};
+  if (in_event < 0) return start;
+  const TimeNs in = ev_[in_event].time;
+  if (in > prev_end) {
+    start.time = in;
+    start.parent = in_event;
+    if (in_event_2 >= 0) start.hop = in_event_2;
+  } else if (in == prev_end) {
+    const int order = in_event_2 >= 0 ? kUnknown : TryTieBefore(prev, in_event);
+    if (order == 1) {
+      start.time = in;
+      start.parent = in_event;
+    } else if (order == kUnknown) {
+      start.hop = in_event;
+    }
+    if (in_event_2 >= 0) {
+      start.hop = -2 - static_cast<int32_t>(alternatives_.size());
+      alternatives_.emplace_back(in_event, in_event_2);
+    }
+  }
+  if (start.hop != kNoAlternative) ++ties_;
+  return start;
+}
+
+// Marks op list[i] (event `id`, ending at `end`) done in its cell and delivers its output: a
+// forward's to the next stage (an overlapped forward's waits in *deferred_stage for its pair's
+// backward half), a backward's gradient to the previous stage.
+__attribute__((always_inline)) inline void Engine::Finish(const std::vector<Action>& list,
+                                                          int32_t i, Cell& c, int32_t id,
+                                                          TimeNs end, int* deferred_stage) {
+  const Action& a = list[i];
+  if (a.kind == OpKind::kForward) {
+    c.f = kDone;
+    if (a.overlapped) {
+      *deferred_stage = a.stage;
+    } else if (!sched_.IsLastStage(a.stage)) {
+      Deliver(a.stage + 1, a.microbatch, false, id, end);
+    }
+    return;
+  }
+  if (a.kind == OpKind::kBackwardWeight) return;
+  c.b = kDone;
+  if (*deferred_stage >= 0) {  // the pair's forward half, list[i - 1]
+    if (!sched_.IsLastStage(*deferred_stage)) {
+      Deliver(*deferred_stage + 1, list[i - 1].microbatch, false, id, end);
+    }
+    *deferred_stage = -1;
+  }
+  if (!sched_.IsFirstStage(a.stage)) Deliver(a.stage - 1, a.microbatch, true, id, end);
+}
+
 // Computes `rank`'s ops in list order as far as their inputs are known.
 void Engine::Advance(int rank) {
   RankState& st = ranks_[rank];
@@ -181,8 +317,8 @@ void Engine::Advance(int rank) {
   const int32_t size = static_cast<int32_t>(list.size());
   int32_t i = st.next;
   int32_t prev = st.prev;
-  // An overlapped pair (docs/simulator.md, "Overlapped F&B") starts when both halves' inputs are
-  // there, and its forward's output leaves with the backward's, when the pair ends.
+  // An overlapped pair starts when both halves' inputs are there, and its forward's output leaves
+  // with the backward's, when the pair ends.
   int deferred_stage = -1;  // the forward half's stage whose output waits for the pair's end
   TimeNs prev_end = st.prev_end;
   TimeNs busy = st.busy;
@@ -199,111 +335,18 @@ void Engine::Advance(int rank) {
     __builtin_prefetch(&c + kPrefetchCells, 1);
     int32_t in_event = kHandedOver;    // or the arrival of its input from another rank
     int32_t in_event_2 = kHandedOver;  // an overlapped pair's other input, arrived with it
-    if (a.kind == OpKind::kForward) {
-      if (!sched_.IsFirstStage(a.stage)) {
-        if (c.f == kNotDelivered) {
-          // Waiting for an activation; one from this rank would already be here.
-          if (Hop(a.stage - 1, false).link >= 0) {
-            st.waiting_on = CellIndex(a.stage, a.microbatch) * 2;
-          }
-          break;
-        }
-        in_event = c.f;
-      }
-      if (a.overlapped) {
-        // The backward half's inputs too (ValidateSchedule: list[i + 1] is its B or I).
-        const Action& b = list[i + 1];
-        const Cell& cb = cells_[CellIndex(b.stage, b.microbatch)];
-        if (cb.f != kDone) break;  // its F runs later on this rank: never
-        if (!sched_.IsLastStage(b.stage)) {
-          if (cb.b == kNotDelivered) {
-            if (Hop(b.stage, true).link >= 0) {
-              st.waiting_on = CellIndex(b.stage, b.microbatch) * 2 + 1;
-            }
-            break;
-          }
-          const int32_t in_b = cb.b;
-          if (in_b >= 0) {
-            if (in_event < 0 || ev_[in_b].time > ev_[in_event].time) {
-              in_event = in_b;
-            } else if (ev_[in_b].time == ev_[in_event].time) {
-              const int order = TryTieBefore(in_event, in_b);
-              if (order == 1) {
-                in_event = in_b;
-              } else if (order == kUnknown) {
-                in_event_2 = in_b;  // the ranking step chooses
-              }
-            }
-          }
-        }
-      }
-    } else if (a.kind == OpKind::kBackwardWeight) {
-      if (c.b != kDone) break;  // its I runs later on this rank: never
-    } else {
-      if (c.f != kDone) break;  // its F runs later on this rank: never
-      if (!sched_.IsLastStage(a.stage)) {
-        if (c.b == kNotDelivered) {
-          if (Hop(a.stage, true).link >= 0) {  // else handed over here: never
-            st.waiting_on = CellIndex(a.stage, a.microbatch) * 2 + 1;
-          }
-          break;
-        }
-        in_event = c.b;
-      }
-    }
-    // It starts when the later of its rank's previous op and its input is
-    // processed; a hand-over on one rank came no later than the previous op.
-    // At one instant it keeps the candidates for the ranking step.
-    TimeNs start = prev_end;
-    int32_t parent = prev;
-    int32_t alternative = kNoAlternative;
-    if (in_event >= 0) {
-      const TimeNs in = ev_[in_event].time;
-      if (in > prev_end) {
-        start = in;
-        parent = in_event;
-        if (in_event_2 >= 0) alternative = in_event_2;
-      } else if (in == prev_end) {
-        const int order = in_event_2 >= 0 ? kUnknown : TryTieBefore(prev, in_event);
-        if (order == 1) {
-          start = in;
-          parent = in_event;
-        } else if (order == kUnknown) {
-          alternative = in_event;
-        }
-        if (in_event_2 >= 0) {
-          alternative = -2 - static_cast<int32_t>(alternatives_.size());
-          alternatives_.emplace_back(in_event, in_event_2);
-        }
-      }
-      if (alternative != kNoAlternative) ++ties_;
-    }
+    if (!InputsOf(st, list, i, c, &in_event, &in_event_2)) break;
+    const Event start = StartOf(prev_end, prev, in_event, in_event_2);
     const int32_t id = op_first_[rank] + i;
     const TimeNs duration = a.overlapped ? pair_ns_[id] : CostOf(a).duration;
-    const TimeNs end = start + duration;
+    const TimeNs end = start.time + duration;
     busy += duration;
-    ev_[id] = Event{end, parent, alternative};
+    ev_[id] = Event{end, start.parent, start.hop};
     if (sched_.iterations > 1) {
       TimeNs& iter_end = iteration_end_[a.microbatch / mb_per_iteration_];
       iter_end = std::max(iter_end, end);
     }
-    if (a.kind == OpKind::kForward) {
-      c.f = kDone;
-      if (a.overlapped) {
-        deferred_stage = a.stage;
-      } else if (!sched_.IsLastStage(a.stage)) {
-        Deliver(a.stage + 1, a.microbatch, false, id, end);
-      }
-    } else if (a.kind != OpKind::kBackwardWeight) {
-      c.b = kDone;
-      if (deferred_stage >= 0) {  // the pair's forward half, list[i - 1]
-        if (!sched_.IsLastStage(deferred_stage)) {
-          Deliver(deferred_stage + 1, list[i - 1].microbatch, false, id, end);
-        }
-        deferred_stage = -1;
-      }
-      if (!sched_.IsFirstStage(a.stage)) Deliver(a.stage - 1, a.microbatch, true, id, end);
-    }
+    Finish(list, i, c, id, end, &deferred_stage);
     prev = id;
     prev_end = end;
   }
