@@ -291,7 +291,7 @@ Result<Setup> SetupFromFlags(const Flags& flags, const Model& model,
     if (std::isfinite(limit) && limit > kMaxActivations) {
       return Status::InvalidArgument(fmt::format(
           "--memory-limit {} is {:.3g} micro-batch activations, more than any schedule holds "
-          "(at most {:g}): give 1 to {:g}, or leave it out for the schedule's default",
+          "(at most {:.0f}): give 1 to {:.0f}, or leave it out for the schedule's default",
           Excerpt(flags.memory_limit), limit, kMaxActivations, kMaxActivations));
     }
     if (!(limit >= 1)) {
