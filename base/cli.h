@@ -12,6 +12,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -45,7 +46,7 @@ inline CLI::Validator OneOf(std::vector<std::string> choices) {
         for (const std::string& c : choices) {
           if (value == c) return "";
         }
-        std::string msg = fmt::format("'{}' is not one of {}", value, list);
+        std::string msg = fmt::format("'{}' is not one of {}", Excerpt(value), list);
         const std::string nearest = NearestName(value, choices);
         if (!nearest.empty()) msg += fmt::format("; did you mean {}?", nearest);
         return msg;
@@ -71,7 +72,44 @@ inline CLI::Validator OutputPath() {
       "FILE");
 }
 
+// CLI11's help with each option's default set apart: "TEXT:one of on, off
+// (default: on)", where CLI11 writes "TEXT:one of on, off=on", which reads as
+// a map from the last choice to the default ("dualpipe=1f1b", "on=auto";
+// issue 28). Otherwise CLI11's Formatter::make_option_opts.
+class PlainDefaultsFormatter : public CLI::Formatter {
+ public:
+  std::string make_option_opts(const CLI::Option* opt) const override {
+    if (!opt->get_option_text().empty()) return " " + opt->get_option_text();
+    std::string out;
+    if (opt->get_type_size() != 0) {
+      if (!opt->get_type_name().empty()) out += " " + get_label(opt->get_type_name());
+      if (!opt->get_default_str().empty()) out += " (default: " + opt->get_default_str() + ")";
+      if (opt->get_expected_max() == CLI::detail::expected_max_vector_size) {
+        out += " ...";
+      } else if (opt->get_expected_min() > 1) {
+        out += " x " + std::to_string(opt->get_expected());
+      }
+      if (opt->get_required()) out += " " + get_label("REQUIRED");
+    }
+    if (!opt->get_needs().empty()) {
+      out += " " + get_label("Needs") + ":";
+      for (const CLI::Option* other : opt->get_needs()) out += " " + other->get_name();
+    }
+    if (!opt->get_excludes().empty()) {
+      out += " " + get_label("Excludes") + ":";
+      for (const CLI::Option* other : opt->get_excludes()) out += " " + other->get_name();
+    }
+    return out;
+  }
+};
+
 namespace internal {
+
+// `app` and its subcommands show defaults with PlainDefaultsFormatter.
+inline void UsePlainDefaults(CLI::App& app, const std::shared_ptr<CLI::Formatter>& formatter) {
+  app.formatter(formatter);
+  for (CLI::App* sub : app.get_subcommands({})) UsePlainDefaults(*sub, formatter);
+}
 
 // Every long flag of `app` and its subcommands, "--name".
 inline void FlagNames(const CLI::App& app, std::vector<std::string>* out) {
@@ -93,6 +131,24 @@ inline std::string FlagSuggestion(const CLI::App& app, const std::string& error)
   return nearest.empty() || nearest == typed ? "" : fmt::format(" (did you mean {}?)", nearest);
 }
 
+// The first option of `app` or a parsed subcommand given an empty value
+// ("--cluster ''", "--zero 1,,3"), or null. Flags and options whose value
+// may be left out (a bare --recompute) are not asked.
+inline const CLI::Option* EmptyValue(const CLI::App& app) {
+  for (const CLI::Option* opt : app.get_options()) {
+    if (opt->count() == 0 || opt->get_type_size_min() == 0 || opt->get_expected_min() == 0) {
+      continue;
+    }
+    for (const std::string& value : opt->results()) {
+      if (value.empty()) return opt;
+    }
+  }
+  for (const CLI::App* sub : app.get_subcommands()) {
+    if (const CLI::Option* opt = EmptyValue(*sub)) return opt;
+  }
+  return nullptr;
+}
+
 }  // namespace internal
 
 // Adds --version and the exit codes to `app`, then parses. Returns the exit
@@ -103,6 +159,7 @@ inline std::optional<int> ParseToolFlags(CLI::App& app, int argc, const char* co
                                          const std::string& tool) {
   app.set_version_flag("--version", VersionLine(tool), "print the version and git revision");
   app.footer(kExitCodesHelp);
+  internal::UsePlainDefaults(app, std::make_shared<PlainDefaultsFormatter>());
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -116,6 +173,15 @@ inline std::optional<int> ParseToolFlags(CLI::App& app, int argc, const char* co
     }
     std::fprintf(stderr, "%s: error: %s\nRun with --help for more information.\n", tool.c_str(),
                  TerminalSafeLines(msg).c_str());
+    return kExitUsage;
+  }
+  // An empty value is a usage error, never "use the default" (issue 28):
+  // `--memory-limit ''` from a shell variable that was not set.
+  if (const CLI::Option* opt = internal::EmptyValue(app)) {
+    std::fprintf(stderr,
+                 "%s: error: %s: the value is empty: give one (see --help)\nRun with --help for "
+                 "more information.\n",
+                 tool.c_str(), opt->get_name().c_str());
     return kExitUsage;
   }
   return std::nullopt;

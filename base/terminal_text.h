@@ -45,6 +45,17 @@ inline std::string TerminalSafe(std::string_view s, bool keep_newlines = false) 
   return out;
 }
 
+// `s` whole up to 40 characters, else its first 32, "..." and how long it
+// was ("0B9999999999999999999999999999999... (10000199 characters)"): a value
+// or token read from input, echoed in an error without flooding the terminal
+// (issue 28: a 10 MB CSV token was echoed whole).
+inline std::string Excerpt(std::string_view s) {
+  constexpr size_t kWhole = 40;
+  constexpr size_t kHead = 32;
+  if (s.size() <= kWhole) return std::string(s);
+  return fmt::format("{}... ({} characters)", s.substr(0, kHead), s.size());
+}
+
 // The same, keeping line breaks: for multi-line messages (an error with a
 // board of ranks) whose names were not escaped where they were formatted.
 inline std::string TerminalSafeLines(std::string_view s) { return TerminalSafe(s, true); }

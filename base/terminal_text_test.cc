@@ -28,5 +28,12 @@ TEST(TerminalSafe, LinesKeepTheirBreaksAndLoseTheirEscapes) {
             "deadlock:\n  rank 0: \\x1b]0;title\\x07");
 }
 
+TEST(Excerpt, KeepsFortyCharactersAndShortensLongerWithTheLength) {
+  EXPECT_EQ(Excerpt("0B9X"), "0B9X");
+  EXPECT_EQ(Excerpt(std::string(40, '7')), std::string(40, '7'));
+  EXPECT_EQ(Excerpt(std::string(10000199, '7')),
+            std::string(32, '7') + "... (10000199 characters)");
+}
+
 }  // namespace
 }  // namespace pipecast

@@ -15,7 +15,7 @@ namespace {
 // The preset the model was measured on: source.device when it is a preset
 // name (the analytic profiler's), else the preset profiler cupti matched
 // to the driver's GPU name.
-std::string MeasuredPreset(const Model& model) {
+std::string MeasuredPresetOf(const Model& model) {
   for (const std::string& name : ClusterPresetNames()) {
     if (name == model.source.device) return name;
   }
@@ -61,12 +61,26 @@ bool ApplyMeasuredMemory(const Model& model, Cluster* cluster, std::string* note
 
 }  // namespace
 
+std::string ModelGpuPreset(const Model& model) { return MeasuredPresetOf(model); }
+
+std::string ModelGpuMismatch(const Model& model, const Cluster& cluster) {
+  const std::string preset = ModelGpuPreset(model);
+  if (preset.empty()) return "";
+  auto made_for = LoadCluster(preset);
+  if (!made_for.ok() || made_for->gpu.name == cluster.gpu.name) return "";
+  return fmt::format(
+      "warning: the model's costs were made for {} ({}) but the cluster '{}' has {}: its "
+      "times and MFU are {}'s; re-estimate the model for this GPU (profiler analytic --gpu "
+      "{}) or choose --cluster {}",
+      preset, made_for->gpu.name, cluster.name, cluster.gpu.name, preset, cluster.name, preset);
+}
+
 Result<ClusterSelection> SelectCluster(const std::string& cluster_flag, const Model& model,
                                        double memory_gb) {
   ClusterSelection s;
   std::string spec = cluster_flag;
   if (spec.empty()) {
-    spec = MeasuredPreset(model);
+    spec = ModelGpuPreset(model);
     if (spec.empty()) spec = "ideal";
     s.source = spec == "ideal" ? ClusterSource::kIdeal : ClusterSource::kMeasuredDevice;
     s.note = fmt::format("cluster '{}' chosen by default ({}); choose with --cluster", spec,

@@ -30,6 +30,19 @@ struct ClusterSelection {
   std::string note;
 };
 
+// The cluster preset of the GPU the model's costs were made for: its
+// source.device when that is a preset name (profiler analytic's --gpu), else
+// the preset profiler cupti matched to the driver's name; empty when neither.
+std::string ModelGpuPreset(const Model& model);
+
+// When the model's costs were made for another GPU than the chosen cluster's
+// (ModelGpuPreset names a preset whose GPU differs by name): a warning
+// naming both and what to do; empty otherwise. A warning, not an error: a
+// user may mean to see another GPU's costs on this cluster's links and
+// memory, and CheckCostsWithinPeak (sim/stage_costs.h) refuses the case
+// that gives impossible numbers (docs/errors.md).
+std::string ModelGpuMismatch(const Model& model, const Cluster& cluster);
+
 // `cluster_flag`: the --cluster value (empty: choose by default).
 // `memory_gb`: the --memory-gb value, in GiB; < 0 keeps the cluster's.
 // On failure (unknown preset, unreadable or bad file) the status message

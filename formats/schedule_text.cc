@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/terminal_text.h"
 #include "formats/file_util.h"
 
 namespace pipecast {
@@ -52,8 +53,10 @@ struct RankLine {
 
 // "file:3: token '0X1'" or, in a comma-separated line, "file:3: column 5: token '0X1'".
 std::string Where(const std::string& origin, int line, int column, std::string_view text) {
-  if (column > 0) return fmt::format("{}:{}: column {}: token '{}'", origin, line, column, text);
-  return fmt::format("{}:{}: token '{}'", origin, line, text);
+  if (column > 0) {
+    return fmt::format("{}:{}: column {}: token '{}'", origin, line, column, Excerpt(text));
+  }
+  return fmt::format("{}:{}: token '{}'", origin, line, Excerpt(text));
 }
 std::string Where(const std::string& origin, const Token& t) {
   return Where(origin, t.line, t.column, t.text);
@@ -119,7 +122,8 @@ Status ParseIndex(std::string_view token, size_t* pos, std::string_view what,
           fmt::format("missing {} number{}, expected {}", what, after, kTokenForm));
     }
     return Status::InvalidArgument(fmt::format("'{}' where the {} number belongs{}, expected {}",
-                                               token.substr(begin), what, after, kTokenForm));
+                                               Excerpt(token.substr(begin)), what, after,
+                                               kTokenForm));
   }
   auto [ptr, ec] = std::from_chars(token.data() + begin, token.data() + end, *value);
   if (ec != std::errc() || ptr != token.data() + end || *value > kMaxIndex) {
@@ -155,8 +159,8 @@ Status ParseToken(std::string_view token, Action* action, char* direction) {
   PIPECAST_RETURN_IF_ERROR(ParseIndex(token, &pos, "micro-batch", after, &action->microbatch));
   if (pos != token.size()) {
     return Status::InvalidArgument(
-        fmt::format("unexpected '{}' after the micro-batch number, expected {}", token.substr(pos),
-                    kTokenForm));
+        fmt::format("unexpected '{}' after the micro-batch number, expected {}",
+                    Excerpt(token.substr(pos)), kTokenForm));
   }
   return Status::Ok();
 }
@@ -185,9 +189,9 @@ Result<bool> ParseCommToken(std::string_view token, CommToken* comm) {
     }
     if (p != token.size()) {
       return Status::InvalidArgument(fmt::format("unexpected '{}' after '{}', expected <stage>{}{}",
-                                                 token.substr(p),
-                                                 token.substr(0, pos + name.name.size()), name.name,
-                                                 name.microbatch ? "<microbatch>" : ""));
+                                                 Excerpt(token.substr(p)),
+                                                 Excerpt(token.substr(0, pos + name.name.size())),
+                                                 name.name, name.microbatch ? "<microbatch>" : ""));
     }
     return true;
   }
@@ -197,7 +201,7 @@ Result<bool> ParseCommToken(std::string_view token, CommToken* comm) {
     return Status::InvalidArgument(fmt::format(
         "unknown action '{}', expected F, B, I, W or one of PyTorch's SEND_F, RECV_F, SEND_B, "
         "RECV_B, UNSHARD, RESHARD, REDUCE_GRAD",
-        rest.substr(0, rest.find_first_of("0123456789"))));
+        Excerpt(rest.substr(0, rest.find_first_of("0123456789")))));
   }
   return false;
 }
@@ -213,7 +217,7 @@ Status ParseOverlapToken(std::string_view token, Action* first, Action* second,
   if (token.substr(close + 1) != kOverlapName) {
     return Status::InvalidArgument(
         fmt::format("'{}' after ')', expected OVERLAP_F_B as in (0F7;7B3)OVERLAP_F_B",
-                    token.substr(close + 1)));
+                    Excerpt(token.substr(close + 1))));
   }
   std::string_view inside = token.substr(1, close - 1);
   const size_t semi = inside.find(';');

@@ -108,14 +108,6 @@ std::vector<ShardingConfig> ShardingChoices(const PlannerOptions& options, const
   return out;
 }
 
-// The model's attention heads and key-value heads from source.architecture
-// (the analytic profiler's), 0 where it does not say.
-std::pair<int64_t, int64_t> Heads(const Model& model) {
-  if (!model.source.architecture) return {0, 0};
-  return {std::max<int64_t>(0, model.source.architecture->heads),
-          std::max<int64_t>(0, model.source.architecture->kv_heads)};
-}
-
 // Sequence-parallel settings tried at degree t. Under the scaling model
 // (no layer measured at t) sequence parallelism costs the same time and
 // collectives, sends 1/t of each activation and keeps less memory, so off can
@@ -144,12 +136,11 @@ std::vector<int> TensorParallelDegrees(const Model& model, const Cluster& cluste
                                        const PlannerOptions& options,
                                        std::vector<std::string>* notes) {
   if (!options.tensor_parallel.empty()) return options.tensor_parallel;
-  const auto [heads, kv_heads] = Heads(model);
   std::vector<int> out;
   std::string without_costs;
   for (int t = 1; t <= std::min(options.gpus, cluster.gpus_per_node); ++t) {
     if (!CheckTensorParallelFitsNode(t, cluster).ok() || options.gpus % t != 0) continue;
-    if ((heads > 0 && heads % t != 0) || (kv_heads > 0 && kv_heads % t != 0)) continue;
+    if (!CheckTensorParallelHeads(model, t).ok()) continue;
     if (t > 1 && !CheckTensorParallelCosts(model, t, false).ok()) {
       if (without_costs.empty())
         without_costs = CheckTensorParallelCosts(model, t, false).message();
@@ -241,6 +232,31 @@ std::vector<std::pair<int, int>> PipelineSplits(const PlannerOptions& options, i
   return out;
 }
 
+// The schedules tried at p pipeline stages. At p = 1 there is no pipeline:
+// every schedule orders one rank's forwards and backwards, so the first of
+// 1f1b (one micro-batch's activations at a time) or else the first listed
+// plain schedule (no chunks, one direction, a flush) stands for them all,
+// and the chunked and bidirectional kinds, which cannot run on one stage,
+// are not tried (issue 28: at p = 1 naive, zb-h1 and zb-h2 came out as
+// runners-up at the identical time, and the chunked kinds as hundreds of
+// rejections). Where no listed schedule is plain, all are tried and the
+// rejections say why.
+std::vector<ScheduleKind> SchedulesAt(const PlannerOptions& options, int p) {
+  if (p != 1) return options.schedules;
+  auto plain = [](ScheduleKind kind) {
+    const ScheduleTraits& t = TraitsOf(kind);
+    return !t.uses_chunks && t.fixed_chunks == 0 && !t.bidirectional && !t.overlapped_pairs &&
+           t.flush;
+  };
+  const auto& listed = options.schedules;
+  if (std::find(listed.begin(), listed.end(), ScheduleKind::k1F1B) != listed.end()) {
+    return {ScheduleKind::k1F1B};
+  }
+  const auto first = std::find_if(listed.begin(), listed.end(), plain);
+  if (first != listed.end()) return {*first};
+  return listed;
+}
+
 // Enumerate() at one tensor-parallel degree, sequence-parallel setting and
 // context-parallel degree.
 void EnumerateAt(const PlannerOptions& options, const Cluster& cluster, int64_t global_batch, int t,
@@ -249,7 +265,7 @@ void EnumerateAt(const PlannerOptions& options, const Cluster& cluster, int64_t 
                  std::vector<Rejection>* rejected) {
   for (const auto& [p, d] : PipelineSplits(options, options.gpus / (t * cp), layers)) {
     for (int size : options.microbatch_sizes) {
-      for (ScheduleKind schedule : options.schedules) {
+      for (ScheduleKind schedule : SchedulesAt(options, p)) {
         const ScheduleTraits& traits = TraitsOf(schedule);
         const std::vector<int> chunk_counts = traits.fixed_chunks > 0
                                                   ? std::vector<int>{traits.fixed_chunks}
@@ -335,17 +351,23 @@ int64_t CountConfigurations(const Model& model, const Cluster& cluster,
   auto times = [](int64_t a, int64_t b) { return b != 0 && a > kMax / b ? kMax : a * b; };
   const int layers = static_cast<int>(model.layers.size());
   const int64_t recompute_modes = static_cast<int64_t>(RecomputeModes(model, options).size());
-  int64_t schedule_chunks = 0;  // (schedule, v) pairs EnumerateAt tries
-  for (ScheduleKind schedule : options.schedules) {
-    const ScheduleTraits& traits = TraitsOf(schedule);
-    schedule_chunks += traits.fixed_chunks > 0 || !traits.uses_chunks
-                           ? 1
-                           : static_cast<int64_t>(options.chunks.size());
-  }
-  const int64_t per_layout =
-      times(times(times(static_cast<int64_t>(options.microbatch_sizes.size()), schedule_chunks),
-                  recompute_modes),
-            static_cast<int64_t>(options.partition_rules.size()));
+  // (schedule, v) pairs EnumerateAt tries at p stages.
+  auto schedule_chunks = [&](int p) {
+    int64_t n = 0;
+    for (ScheduleKind schedule : SchedulesAt(options, p)) {
+      const ScheduleTraits& traits = TraitsOf(schedule);
+      n += traits.fixed_chunks > 0 || !traits.uses_chunks
+               ? 1
+               : static_cast<int64_t>(options.chunks.size());
+    }
+    return n;
+  };
+  auto per_layout = [&](int p) {
+    return times(
+        times(times(static_cast<int64_t>(options.microbatch_sizes.size()), schedule_chunks(p)),
+              recompute_modes),
+        static_cast<int64_t>(options.partition_rules.size()));
+  };
   int64_t count = 0;
   const std::vector<int> cps = ContextParallelDegrees(model, options);
   for (int t : TensorParallelDegrees(model, cluster, options, nullptr)) {
@@ -359,7 +381,7 @@ int64_t CountConfigurations(const Model& model, const Cluster& cluster,
           zero +=
               static_cast<int64_t>(ShardingChoices(options, cluster, t * cp, p, d, level).size());
         }
-        const int64_t here = times(times(per_layout, zero), sp_modes);
+        const int64_t here = times(times(per_layout(p), zero), sp_modes);
         count = here > kMax - count ? kMax : count + here;
       }
     }

@@ -109,15 +109,20 @@ std::string IterationParts(const SimResult& r) {
     out += fmt::format(" incl. up to {:.3f} ms per rank of tensor-parallel collectives",
                        NsToMs(r.tp_comm_ns));
   }
-  if (r.sharding_exposed_ns > 0) {
-    out += fmt::format(" incl. {:.3f} ms of per-op gathers/reduce-scatters not hidden by compute",
-                       NsToMs(r.sharding_exposed_ns));
+  // ZeRO 2-3 reduce-scatter the gradients (and at 3 gather the parameters)
+  // inside the ops: no all-reduce follows (issue 28: "all-reduce 0.000 ms").
+  if (r.zero >= 2 || r.sharding_exposed_ns > 0) {
+    out += fmt::format(" incl. {:.3f} ms of per-op {} not hidden by compute",
+                       NsToMs(r.sharding_exposed_ns),
+                       r.zero == 3 ? "all-gathers and reduce-scatters" : "reduce-scatters");
   }
-  out += fmt::format(", {} {:.3f} ms", r.zero == 1 ? "reduce-scatter" : "all-reduce",
-                     NsToMs(r.allreduce_ns));
-  if (r.overlap_grad_reduce) {
-    out += fmt::format(" exposed ({:.3f} ms hidden behind the backward)",
-                       NsToMs(r.allreduce_hidden_ns));
+  if (r.zero < 2 || r.allreduce_ns > 0) {
+    out += fmt::format(", {} {:.3f} ms", r.zero >= 1 ? "reduce-scatter" : "all-reduce",
+                       NsToMs(r.allreduce_ns));
+    if (r.overlap_grad_reduce) {
+      out += fmt::format(" exposed ({:.3f} ms hidden behind the backward)",
+                         NsToMs(r.allreduce_hidden_ns));
+    }
   }
   out += fmt::format(", optimizer {:.3f} ms{}", NsToMs(r.optimizer_ns),
                      r.optimizer_estimated ? " (estimated)" : "");
@@ -152,10 +157,21 @@ std::string ChosenText(const PlanReport& report, const Model& model) {
         c.config.layout.pipeline_stages, c.config.layout.data_parallel,
         c.config.layout.GradientReplicas());
   }
-  out += fmt::format("  pipeline stages      {} (p), data-parallel degree {} (d): {}\n",
-                     c.config.layout.pipeline_stages, c.config.layout.data_parallel,
-                     Count(c.config.layout.Gpus(), "GPU", "GPUs"));
-  out += fmt::format("  schedule             {}\n", ScheduleKindName(c.config.schedule));
+  // p = 1: no pipeline, so no schedule, stages or bubble to speak of (issue 28).
+  const bool pipeline = c.config.layout.pipeline_stages > 1;
+  if (pipeline) {
+    out += fmt::format("  pipeline stages      {} (p), data-parallel degree {} (d): {}\n",
+                       c.config.layout.pipeline_stages, c.config.layout.data_parallel,
+                       Count(c.config.layout.Gpus(), "GPU", "GPUs"));
+    out += fmt::format("  schedule             {}\n", ScheduleKindName(c.config.schedule));
+  } else {
+    out += fmt::format(
+        "  no pipeline          p = 1: {}data parallelism over d = {} ({}) with {} gradient "
+        "accumulation {} per iteration\n",
+        c.config.memory.zero > 0 && c.config.layout.data_parallel > 1 ? "sharded " : "",
+        c.config.layout.data_parallel, Count(c.config.layout.Gpus(), "GPU", "GPUs"),
+        c.config.microbatches, c.config.microbatches == 1 ? "step" : "steps");
+  }
   out += fmt::format(
       "  micro-batches        {} of size {} (global batch {} = {} x {} x {}: size x count x d)\n",
       c.config.microbatches, c.config.microbatch_size, r.global_batch, c.config.microbatch_size,
@@ -188,16 +204,18 @@ std::string ChosenText(const PlanReport& report, const Model& model) {
     }
     out += "\n";
   }
-  out += fmt::format("  bubble ratio         {} (idle share of the pipeline span)\n",
-                     PercentText(r.bubble_ratio));
-  out += fmt::format("  bubble/ideal         {} (Megatron-LM's bubble time fraction)\n",
-                     PercentText(r.bubble_fraction_of_ideal));
-  out += fmt::format(
-      "  zero-bubble rate     {} (Qi et al.: 1 - busiest rank's work / longest rank "
-      "span)\n",
-      PercentText(r.zb_bubble_rate));
+  if (pipeline) {
+    out += fmt::format("  bubble ratio         {} (idle share of the pipeline span)\n",
+                       PercentText(r.bubble_ratio));
+    out += fmt::format("  bubble/ideal         {} (Megatron-LM's bubble time fraction)\n",
+                       PercentText(r.bubble_fraction_of_ideal));
+    out += fmt::format(
+        "  zero-bubble rate     {} (Qi et al.: 1 - busiest rank's work / longest rank "
+        "span)\n",
+        PercentText(r.zb_bubble_rate));
+  }
 
-  out += "\n  layers per stage:\n";
+  out += pipeline ? "\n  layers per stage:\n" : "\n  layers (every GPU holds all):\n";
   // With v chunks per rank, stages are virtual: say which rank holds each.
   std::vector<int> owner(c.partition.size(), -1);
   for (const StageResult& rank : r.per_rank) {
@@ -286,6 +304,8 @@ std::string RejectedText(const PlanReport& report) {
 std::string SweepText(const PlanReport& report) {
   if (report.sweep.empty()) return "";
   const Candidate& c = report.ranked[0];
+  // Without a pipeline the count only sets the global batch: nothing to weigh.
+  if (c.config.layout.pipeline_stages == 1) return "";
   TextTable t;
   for (const char* h : {"m", "global batch", "iteration ms", "samples/s", "bubble ratio",
                         "bubble/ideal", "peak GiB", "fits"}) {

@@ -26,12 +26,13 @@ Model BigModel() {
   return m;
 }
 
-PlanReport Plan(const Model& model, Bytes memory) {
+PlanReport Plan(const Model& model, Bytes memory, int pipeline_stages = 0) {
   Cluster c = IdealCluster();
   c.name = "test-40";
   c.gpu.memory_bytes = memory;
   PlannerOptions o;
   o.gpus = 8;
+  o.pipeline_stages = pipeline_stages;
   o.global_batch = 16;
   o.schedules = {ScheduleKind::kNaive, ScheduleKind::kGPipe, ScheduleKind::k1F1B};
   return RunPlanner(model, c, o).value();
@@ -51,7 +52,9 @@ void ExpectNoBareBubble(const std::string& text) {
 
 TEST(ExplainText, ChosenPlanRunnersUpRejectionsAndSweep) {
   Model model = BigModel();
-  PlanReport report = Plan(model, 40 * kGiB);
+  // Two stages pinned: at p = 1 there is no pipeline, bubble or sweep to
+  // explain (issue 28; PlannerCli.OneStageIsNoPipeline).
+  PlanReport report = Plan(model, 40 * kGiB, 2);
   ASSERT_TRUE(report.Feasible());
   const std::string text = PlanReportToText(report, model);
   EXPECT_THAT(text, HasSubstr("chosen plan: " + report.ranked[0].Label()));

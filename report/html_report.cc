@@ -12,6 +12,7 @@
 
 #include "base/text_table.h"
 #include "report/internal/html_util.h"
+#include "report/report.h"
 
 namespace pipecast {
 namespace {
@@ -297,8 +298,8 @@ std::string InputsHtml(const ReportInputs& in, std::string_view extra_rows) {
 std::string HeadlineHtml(const SimResult& r, const Cluster& cluster) {
   std::string out = "<div class=\"metrics\">\n";
   std::string detail =
-      fmt::format("pipeline {:.3f} ms + all-reduce {:.3f} ms + optimizer {:.3f} ms",
-                  NsToMs(r.pipeline_ns), NsToMs(r.allreduce_ns), NsToMs(r.optimizer_ns));
+      fmt::format("pipeline {:.3f} ms + {} + optimizer {:.3f} ms", NsToMs(r.pipeline_ns),
+                  DataParallelCommText(r), NsToMs(r.optimizer_ns));
   if (r.iterations_simulated > 1) {
     detail += fmt::format(
         "; steady state of {} iterations without a flush (the first, with its "

@@ -76,6 +76,25 @@ bool OverCapacity(const SimResult& result, const StageResult& r) {
   return result.memory_limit_bytes > 0 && r.peak_memory_bytes > result.memory_limit_bytes;
 }
 
+}  // namespace
+
+std::string DataParallelCommText(const SimResult& result) {
+  if (result.zero < 2) {
+    return fmt::format("{} {:.3f} ms", result.zero == 1 ? "reduce-scatter" : "all-reduce",
+                       NsToMs(result.allreduce_ns));
+  }
+  std::string text =
+      fmt::format("per-op {} {:.3f} ms exposed",
+                  result.zero == 3 ? "all-gathers and reduce-scatters" : "reduce-scatters",
+                  NsToMs(result.sharding_exposed_ns));
+  if (result.allreduce_ns > 0) {
+    text += fmt::format(", reduce-scatter {:.3f} ms", NsToMs(result.allreduce_ns));
+  }
+  return text;
+}
+
+namespace {
+
 std::string Summary(const SimResult& result, const Cluster& cluster) {
   std::string out;
   std::string stages;
@@ -89,13 +108,13 @@ std::string Summary(const SimResult& result, const Cluster& cluster) {
                      Count(result.microbatches, "micro-batch", "micro-batches"),
                      result.microbatch_size, result.global_batch);
   out += fmt::format(
-      "iteration time      {:.3f} ms  (pipeline {:.3f} ms, {} {:.3f} ms{}, optimizer {:.3f} "
+      "iteration time      {:.3f} ms  (pipeline {:.3f} ms, {}{}, optimizer {:.3f} "
       "ms{}{})\n",
-      NsToMs(result.iteration_ns), NsToMs(result.pipeline_ns),
-      result.zero == 1 ? "reduce-scatter" : "all-reduce", NsToMs(result.allreduce_ns),
-      result.overlap_grad_reduce ? fmt::format(" exposed, {:.3f} ms hidden behind the backward",
-                                               NsToMs(result.allreduce_hidden_ns))
-                                 : "",
+      NsToMs(result.iteration_ns), NsToMs(result.pipeline_ns), DataParallelCommText(result),
+      result.overlap_grad_reduce && result.zero < 2
+          ? fmt::format(" exposed, {:.3f} ms hidden behind the backward",
+                        NsToMs(result.allreduce_hidden_ns))
+          : "",
       NsToMs(result.optimizer_ns), result.optimizer_estimated ? " (estimated)" : "",
       result.zero == 1 || result.zero == 2
           ? fmt::format(", parameter all-gather {:.3f} ms", NsToMs(result.allgather_ns))

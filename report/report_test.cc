@@ -1,5 +1,6 @@
 #include "report/report.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -222,6 +223,32 @@ TEST(ReportTest, JsonIsPrettyWithTrailingNewline) {
       0u)
       << text;
   EXPECT_EQ(text.back(), '\n');
+}
+
+// ZeRO 3 all-gathers parameters and reduce-scatters gradients inside the
+// ops: the iteration line names them and their exposed time, never an
+// all-reduce of 0 ms (issue 28); ZeRO 1's reduce-scatter after the last op
+// is named as before.
+TEST(ReportTest, ZeroThreeNamesItsGathersAndReduceScatters) {
+  using ::testing::HasSubstr;
+  using ::testing::Not;
+  SimResult r = TwoRankResult();
+  r.zero = 3;
+  r.data_parallel = 4;
+  r.sharding_exposed_ns = 1'234'000;
+  const std::string text = ResultToText(r, TestCluster());
+  EXPECT_THAT(text, HasSubstr("(pipeline 15.000 ms, per-op all-gathers and reduce-scatters "
+                              "1.234 ms exposed, optimizer 0.500 ms)"));
+  EXPECT_THAT(text, Not(HasSubstr("all-reduce")));
+  EXPECT_EQ(DataParallelCommText(r), "per-op all-gathers and reduce-scatters 1.234 ms exposed");
+  r.zero = 2;
+  r.allreduce_ns = 2'000'000;
+  EXPECT_EQ(DataParallelCommText(r),
+            "per-op reduce-scatters 1.234 ms exposed, reduce-scatter 2.000 ms");
+  r.zero = 1;
+  EXPECT_EQ(DataParallelCommText(r), "reduce-scatter 2.000 ms");
+  r.zero = 0;
+  EXPECT_EQ(DataParallelCommText(r), "all-reduce 2.000 ms");
 }
 
 TEST(ReportTest, TextSummaryLines) {

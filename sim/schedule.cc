@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
+#include <optional>
+#include <string_view>
 #include <type_traits>
 
 #include "base/text_table.h"
@@ -57,8 +60,53 @@ bool UsesChunks(ScheduleKind kind) { return TraitsOf(kind).uses_chunks; }
 
 bool SplitsBackward(ScheduleKind kind) { return TraitsOf(kind).splits_backward; }
 
+namespace {
+
+// PyTorch pipelining's schedule classes (torch/distributed/pipelining/
+// schedules.py) and the kinds that run their order. get_schedule_class
+// accepts the class name with or without "Schedule", in any case; so do we.
+struct PyTorchScheduleClass {
+  const char* name;  // without the "Schedule" prefix
+  ScheduleKind kind;
+};
+constexpr PyTorchScheduleClass kPyTorchScheduleClasses[] = {
+    {"GPipe", ScheduleKind::kGPipe},
+    {"1F1B", ScheduleKind::k1F1B},
+    {"Interleaved1F1B", ScheduleKind::kInterleaved1F1B},
+    {"LoopedBFS", ScheduleKind::kLoopedBFS},
+    {"InterleavedZeroBubble", ScheduleKind::kInterleavedZB},
+    {"ZBVZeroBubble", ScheduleKind::kZBV},
+    {"DualPipeV", ScheduleKind::kDualPipeV},
+};
+
+std::string Lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+}  // namespace
+
+std::optional<ScheduleKind> PyTorchScheduleKind(std::string_view name) {
+  std::string lower = Lower(name);
+  if (lower.rfind("schedule", 0) == 0) lower = lower.substr(std::string_view("schedule").size());
+  for (const PyTorchScheduleClass& c : kPyTorchScheduleClasses) {
+    if (lower == Lower(c.name)) return c.kind;
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> PyTorchScheduleClassNames() {
+  std::vector<std::string> names;
+  for (const PyTorchScheduleClass& c : kPyTorchScheduleClasses) {
+    names.push_back(std::string("Schedule") + c.name);
+  }
+  return names;
+}
+
 Result<ScheduleKind> ParseScheduleKind(const std::string& name) {
   std::string known;
+  if (std::optional<ScheduleKind> kind = PyTorchScheduleKind(name)) return *kind;
   for (ScheduleKind k : BuiltinScheduleKinds()) {
     if (name == ScheduleKindName(k)) return k;
     known += known.empty() ? "" : ", ";

@@ -25,7 +25,9 @@
 #define PIPECAST_SIM_SCHEDULE_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -81,8 +83,17 @@ enum class ScheduleKind {
 // The facts about each kind (name, chunks, split backward, shape rules, generator) live in one
 // record per kind, sim/schedule_traits.h; the functions below read it.
 const char* ScheduleKindName(ScheduleKind kind);
-// Parses a --schedule value; InvalidArgument listing the known names.
+// Parses a --schedule value: a pipecast name, or the name of the PyTorch
+// pipelining class that runs the same order (below); InvalidArgument listing
+// the known names.
 Result<ScheduleKind> ParseScheduleKind(const std::string& name);
+// The kind of a PyTorch pipelining schedule class, named as
+// torch.distributed.pipelining's get_schedule_class takes it: "ScheduleGPipe",
+// "Interleaved1F1B", "zbvzerobubble" (the "Schedule" prefix optional, any
+// case); nullopt for any other name.
+std::optional<ScheduleKind> PyTorchScheduleKind(std::string_view name);
+// "ScheduleGPipe", "Schedule1F1B", ...: the classes PyTorchScheduleKind knows.
+std::vector<std::string> PyTorchScheduleClassNames();
 // Every built-in kind, in a stable order.
 std::vector<ScheduleKind> BuiltinScheduleKinds();
 // Their names, in the same order ("naive", "gpipe", ...): the --schedule choices.

@@ -435,6 +435,7 @@ Result<SimResult> SimulateWith(EngineFn engine, const Model& model, const Cluste
   PIPECAST_RETURN_IF_ERROR(CheckContextParallelCosts(model, config.layout.context_parallel));
   PIPECAST_ASSIGN_OR_RETURN(Cluster grouped,
                             GroupCluster(cluster, t, config.layout.context_parallel));
+  PIPECAST_RETURN_IF_ERROR(CheckTensorParallelHeads(model, t));
   PIPECAST_RETURN_IF_ERROR(CheckTensorParallelCosts(model, t, config.layout.sequence_parallel));
   // From here on the options' memory is one GPU's share of each parameter.
   SimOptions per_gpu = options;

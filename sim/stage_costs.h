@@ -214,6 +214,26 @@ TimeNs TpCollectiveNs(Bytes bytes, int tensor_parallel, bool sequence_parallel, 
 // (none in its profiles and none derived from the model's source).
 Status CheckTensorParallelCosts(const Model& model, int tensor_parallel, bool sequence_parallel);
 
+// InvalidArgument when the tensor-parallel degree does not divide the
+// attention heads or the key-value heads of the model's architecture
+// (source.architecture; not checked where the model does not say): each GPU
+// of the group holds whole heads. The simulator and the planner (pinned t,
+// and the degrees it searches) apply this one rule.
+Status CheckTensorParallelHeads(const Model& model, int tensor_parallel);
+
+// InvalidArgument when the model's costs imply more FLOP/s per GPU than the
+// GPU can do: a layer's forward_flops x micro-batch size / t over its
+// profile's forward time (else the model's forward FLOPs per sample over its
+// layers' summed forward time at t = 1), above the GPU's highest dense peak
+// (FP8 where it has one, else bf16). An MFU above 100% is no prediction:
+// the costs were made for a faster GPU or are wrong (issue 28). Not checked
+// where the GPU's peak is unknown (0: ideal, local) or the model gives no
+// FLOPs. The message names the layer, the rate, the GPU and its peak, and
+// the GPU the model says it was made for when that is another preset
+// (`model_gpu`, empty when unknown or the same).
+Status CheckCostsWithinPeak(const Model& model, const GpuSpec& gpu, const std::string& gpu_label,
+                            const std::string& model_gpu);
+
 // Costs of one stage at one micro-batch size.
 struct StageCost {
   TimeNs forward_ns = 0;

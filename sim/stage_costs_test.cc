@@ -423,5 +423,88 @@ TEST(StageCosts, ParameterBytesRoundToNearest) {
   EXPECT_EQ(ParameterBytes(3, 0.5), 2);  // 1.5 rounds away from zero
 }
 
+// ---------------------------------------------------------------------------
+// Costs against the GPU's peak (issue 28): worked by hand.
+
+// One layer of 10^12 forward FLOPs per sample, profiled at (size, t) with a
+// forward of `forward_us`.
+Model OneLayerOfATeraflop(int size, int t, double forward_us) {
+  Model m;
+  Layer layer;
+  layer.name = "block";
+  layer.forward_flops = 1e12;
+  LayerProfile p;
+  p.microbatch_size = size;
+  p.tensor_parallel = t;
+  p.forward_ns = static_cast<TimeNs>(forward_us * kNsPerUs);
+  p.backward_ns = 2 * p.forward_ns;
+  layer.profiles.push_back(p);
+  m.layers.push_back(layer);
+  return m;
+}
+
+GpuSpec Gpu(double bf16_tflops, double fp8_tflops) {
+  GpuSpec gpu;
+  gpu.name = "G";
+  gpu.peak_tflops = bf16_tflops;
+  gpu.peak_fp8_tflops = fp8_tflops;
+  return gpu;
+}
+
+TEST(CostsWithinPeak, ALayerFasterThanThePeakIsRefusedNamingItsRate) {
+  // 10^12 FLOP in 1 ms = 1000 TFLOP/s: above 989, below 1010.
+  EXPECT_TRUE(CheckCostsWithinPeak(OneLayerOfATeraflop(1, 1, 1000), Gpu(1010, 0), "g", "").ok());
+  const Status st = CheckCostsWithinPeak(OneLayerOfATeraflop(1, 1, 1000), Gpu(989, 0), "g", "");
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("layer 0 ('block') at micro-batch size 1 and t = 1: 1000 GFLOP in "
+                              "a 1000 us forward implies 1000 TFLOP/s per GPU, above the 989 "
+                              "TFLOP/s dense bf16 peak of g (G): costs faster than the GPU would "
+                              "give an MFU of 101%"),
+            std::string::npos)
+      << st.message();
+}
+
+TEST(CostsWithinPeak, SizeAndTensorParallelDegreeScaleTheRate) {
+  // 2 samples x 10^12 FLOP / t = 2 GPUs in 1 ms: 1000 TFLOP/s per GPU.
+  EXPECT_FALSE(CheckCostsWithinPeak(OneLayerOfATeraflop(2, 2, 1000), Gpu(989, 0), "g", "").ok());
+  // In 1.02 ms: 980 TFLOP/s.
+  EXPECT_TRUE(CheckCostsWithinPeak(OneLayerOfATeraflop(2, 2, 1020), Gpu(989, 0), "g", "").ok());
+}
+
+TEST(CostsWithinPeak, TheFp8PeakIsTheBoundWhereTheGpuHasOne) {
+  // 1000 TFLOP/s is above the bf16 peak but within an FP8 peak of 1979.
+  EXPECT_TRUE(CheckCostsWithinPeak(OneLayerOfATeraflop(1, 1, 1000), Gpu(989, 1979), "g", "").ok());
+  // An unknown peak (ideal, local) checks nothing.
+  EXPECT_TRUE(CheckCostsWithinPeak(OneLayerOfATeraflop(1, 1, 1), Gpu(0, 0), "g", "").ok());
+}
+
+TEST(CostsWithinPeak, TheWholeModelIsCheckedWhereOnlyItGivesFlops) {
+  // flops_per_sample 2 x 10^12 over two layers of 1 ms each: 1000 TFLOP/s.
+  Model m = OneLayerOfATeraflop(1, 1, 1000);
+  m.layers[0].forward_flops.reset();
+  m.layers.push_back(m.layers[0]);
+  m.flops_per_sample = 2e12;
+  const Status st = CheckCostsWithinPeak(m, Gpu(989, 0), "g", "h100-sxm");
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("the model's forward (2000 GFLOP per sample at micro-batch size 1 "
+                              "in 2000 us over its layers) implies 1000 TFLOP/s"),
+            std::string::npos)
+      << st.message();
+  EXPECT_NE(st.message().find("the model's costs were made for h100-sxm"), std::string::npos);
+  EXPECT_TRUE(CheckCostsWithinPeak(m, Gpu(1000, 0), "g", "").ok());
+}
+
+TEST(TensorParallelHeads, ADegreeMustDivideTheHeadsAndTheKeyValueHeads) {
+  Model m = OneLayerOfATeraflop(1, 1, 1000);
+  EXPECT_TRUE(CheckTensorParallelHeads(m, 3).ok());  // no architecture: not checked
+  m.source.architecture = ModelArchitecture{.hidden = 4096, .heads = 32, .kv_heads = 8};
+  EXPECT_TRUE(CheckTensorParallelHeads(m, 8).ok());
+  EXPECT_EQ(CheckTensorParallelHeads(m, 16).message(),
+            "--tensor-parallel 16 does not divide the model's 8 key-value heads "
+            "(source.architecture): each GPU of a tensor-parallel group holds whole heads; use a "
+            "t that divides 8");
+  EXPECT_FALSE(CheckTensorParallelHeads(m, 3).ok());
+}
+
 }  // namespace
 }  // namespace pipecast

@@ -297,12 +297,48 @@ TEST_F(PlannerCli, IndivisibleGlobalBatchIsBadInput) {
   EXPECT_THAT(run.err, HasSubstr("--global-batch 7"));
 }
 
+// A list flag that repeats a value tries it once, and says so; the choice
+// and its runners-up are distinct configurations (issue 28).
+TEST_F(PlannerCli, RepeatedListValuesAreTriedOnceAndSaidSo) {
+  ToolRun run = Plan(ToyOn8() +
+                     " --zero 0,0 --schedules 1f1b,gpipe,1f1b --tensor-parallel 1,1 "
+                     "--top 20 --json");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.err, HasSubstr("planner: --zero repeats 0: each value is tried once"));
+  EXPECT_THAT(run.err, HasSubstr("planner: --schedules repeats 1f1b: each value is tried once"));
+  EXPECT_THAT(run.err, HasSubstr("planner: --tensor-parallel repeats 1: each value is tried once"));
+  const json j = json::parse(run.out);
+  std::vector<std::string> labels = {j["chosen"]["label"].get<std::string>()};
+  for (const json& r : j["runners_up"]) labels.push_back(r["label"].get<std::string>());
+  ASSERT_GT(labels.size(), 2u);
+  std::sort(labels.begin(), labels.end());
+  EXPECT_EQ(std::adjacent_find(labels.begin(), labels.end()), labels.end());
+}
+
+// At p = 1 there is no pipeline: one plain schedule stands for all, the
+// chunked kinds are not tried (nor counted as rejected), and the text says
+// what runs instead of naming a schedule and its bubble (issue 28).
+TEST_F(PlannerCli, OneStageIsNoPipeline) {
+  ToolRun run = Plan(ToyOn8() + " --stages 1 --zero 0 --top 20");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  // 16 samples over d = 8 at micro-batch size 1: m = 2.
+  EXPECT_THAT(run.out, HasSubstr("  no pipeline          p = 1: data parallelism over d = 8 (8 "
+                                 "GPUs) with 2 gradient accumulation steps per iteration\n"));
+  EXPECT_THAT(run.out, Not(HasSubstr("  schedule    ")));
+  EXPECT_THAT(run.out, Not(HasSubstr("  bubble ratio         ")));
+  EXPECT_THAT(run.out, Not(HasSubstr("micro-batch count sweep")));
+  EXPECT_THAT(run.out, Not(HasSubstr("interleaved")));
+  EXPECT_THAT(run.out, Not(HasSubstr("zb-h")));
+  EXPECT_THAT(run.out, HasSubstr("chosen plan: p=1 d=8 1f1b"));
+}
+
 TEST_F(PlannerCli, OneGpuIsSingular) {
   // "1 stages" and "1 GPUs" slips (issue 17): counts take their noun's number.
   ToolRun run = Plan("--model " + Toy() + " --gpus 1 --cluster ideal --global-batch 1");
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_THAT(run.out, HasSubstr("toy-uniform on 1 GPU, unlimited memory"));
-  EXPECT_THAT(run.out, HasSubstr("data-parallel degree 1 (d): 1 GPU\n"));
+  EXPECT_THAT(run.out, HasSubstr("data parallelism over d = 1 (1 GPU) with 1 gradient "
+                                 "accumulation step per iteration\n"));
   EXPECT_THAT(run.err, HasSubstr("on 1 GPU of ideal"));
   EXPECT_THAT(run.out + run.err, Not(HasSubstr("1 GPUs")));
 }
@@ -333,8 +369,9 @@ TEST_F(PlannerCli, ChoosesAmongTheVSchedulesWhenNamed) {
 // the others, and their plan replays to the same prediction (the plan stores the actions).
 TEST_F(PlannerCli, ChoosesAmongTheCostDrivenSchedulesWhenNamed) {
   const std::string plan_path = dir_.File("plan.json");
-  ToolRun run =
-      Plan(ToyOn8() + " --schedules zb-auto,zb-v-auto,zb-h1 --top 5 --out " + Quote(plan_path));
+  // Pinned to 2 stages: at p = 1 there is no pipeline to explain (issue 28).
+  ToolRun run = Plan(ToyOn8() + " --stages 2 --schedules zb-auto,zb-v-auto,zb-h1 --top 5 --out " +
+                     Quote(plan_path));
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_THAT(run.out, HasSubstr("chosen plan: p="));
   EXPECT_THAT(run.out, HasSubstr("zero-bubble rate"));

@@ -6,6 +6,7 @@
 
 #include <map>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <string>
 #include <utility>
 
@@ -373,6 +374,102 @@ TEST_F(SimulatorCli, VersionNamesTheGitRevisionAndHelpTheExitCodes) {
   EXPECT_THAT(help.out, HasSubstr("Exit codes: 0 ok; 1 bad input"));
 }
 
+// Exit codes once in --help, in the footer, in every tool (issue 28).
+TEST_F(SimulatorCli, HelpPrintsTheExitCodesOnceInEveryTool) {
+  for (const std::string& binary :
+       {kSimulator, std::string(PIPECAST_PLANNER_BIN), std::string(PIPECAST_VALIDATOR_BIN)}) {
+    ToolRun help = RunTool(dir_, binary, "--help");
+    EXPECT_EQ(help.exit_code, 0) << binary;
+    size_t count = 0;
+    for (size_t at = help.out.find("Exit code"); at != std::string::npos;
+         at = help.out.find("Exit code", at + 1)) {
+      ++count;
+    }
+    EXPECT_EQ(count, 1u) << binary << "\n" << help.out;
+    // Choices are listed plainly, never as CLI11 maps ("dualpipe=1f1b"); a quoted example of
+    // the planner's own label words (--compare-to "d=8 zero=3 ...") is not a choice list.
+    const std::string unquoted = std::regex_replace(help.out, std::regex("\"[^\"]*\""), "");
+    EXPECT_THAT(unquoted, ::testing::Not(::testing::ContainsRegex("[a-z0-9]=[a-z0-9]"))) << binary;
+  }
+}
+
+// gpt-7b's costs are profiler analytic's for h100-sxm. On an H200 (the same
+// 989 TFLOP/s bf16 peak, another GPU) nothing is impossible, so the run goes
+// on, and a warning on stderr and in the notes says whose costs these are.
+TEST_F(SimulatorCli, AModelMadeForAnotherGpuIsAWarning) {
+  ToolRun run = Sim("--model " + Quote(Example("gpt-7b.json")) +
+                    " --stages 4 --microbatches 8 --cluster h200 --json");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const std::string warning =
+      "warning: the model's costs were made for h100-sxm (NVIDIA H100 80GB HBM3) but the "
+      "cluster 'h200' has NVIDIA H200";
+  EXPECT_THAT(run.err, HasSubstr(warning));
+  EXPECT_THAT(json::parse(run.out)["notes"].dump(), HasSubstr(warning));
+  // On the GPU it was made for: no warning.
+  ToolRun same = Sim("--model " + Quote(Example("gpt-7b.json")) +
+                     " --stages 4 --microbatches 8 --cluster h100-sxm");
+  ASSERT_EQ(same.exit_code, 0) << same.err;
+  EXPECT_THAT(same.err, ::testing::Not(HasSubstr("warning")));
+}
+
+// One name per setting across the tools, the others kept as aliases: the
+// same run either way (issue 28).
+TEST_F(SimulatorCli, FlagAliasesGiveTheSameRun) {
+  const std::string base = "--model " + Toy() + " --microbatches 4 --cluster ideal --json";
+  ToolRun stages = Sim(base + " --stages 2");
+  ToolRun pipeline_stages = Sim(base + " --pipeline-stages 2");
+  ASSERT_EQ(stages.exit_code, 0) << stages.err;
+  EXPECT_EQ(stages.out, pipeline_stages.out);
+  const std::string analytic =
+      "analytic --name x --layers 2 --hidden 256 --heads 4 --seq 128 --vocab 1000 "
+      "--microbatch-sizes 1";
+  ToolRun ffn = RunTool(dir_, PIPECAST_PROFILER_BIN, analytic + " --ffn 512 --gpu h100-sxm");
+  ToolRun ffn_hidden =
+      RunTool(dir_, PIPECAST_PROFILER_BIN, analytic + " --ffn-hidden 512 --cluster h100-sxm");
+  ASSERT_EQ(ffn.exit_code, 0) << ffn.err;
+  EXPECT_EQ(ffn.out, ffn_hidden.out);
+}
+
+// PyTorch pipelining's schedule classes name the pipecast schedules that run
+// their order, with or without "Schedule", in any case (get_schedule_class's
+// rule): the same run as the pipecast name.
+TEST_F(SimulatorCli, PyTorchScheduleClassNamesAreAliases) {
+  const std::string base =
+      "--model " + Toy() + " --stages 2 --microbatches 4 --cluster ideal --json --schedule ";
+  const std::pair<const char*, const char*> aliases[] = {
+      {"gpipe", "ScheduleGPipe"},
+      {"1f1b", "Schedule1F1B"},
+      {"1f1b", "1f1b"},
+      {"interleaved", "ScheduleInterleaved1F1B"},
+      {"interleaved", "interleaved1f1b"},
+      {"looped-bfs", "ScheduleLoopedBFS"},
+  };
+  for (const auto& [name, alias] : aliases) {
+    ToolRun want = Sim(base + name);
+    ToolRun got = Sim(base + alias);
+    ASSERT_EQ(want.exit_code, 0) << name << want.err;
+    ASSERT_EQ(got.exit_code, 0) << alias << got.err;
+    EXPECT_EQ(want.out, got.out) << alias;
+  }
+}
+
+// --schedule-out NAME.csv writes PyTorch's CSV (what the extension says);
+// text stays the format of any other name.
+TEST_F(SimulatorCli, ScheduleOutCsvWritesPyTorchCsv) {
+  const std::string base = "--model " + Toy() + " --stages 2 --microbatches 4 --cluster ideal";
+  const std::string csv = dir_.File("s.csv");
+  const std::string explicit_csv = dir_.File("explicit.txt");
+  const std::string text = dir_.File("s.txt");
+  ASSERT_EQ(Sim(base + " --schedule-out " + Quote(csv)).exit_code, 0);
+  ASSERT_EQ(Sim(base + " --schedule-out " + Quote(explicit_csv) + " --schedule-format pytorch-csv")
+                .exit_code,
+            0);
+  ASSERT_EQ(Sim(base + " --schedule-out " + Quote(text)).exit_code, 0);
+  EXPECT_EQ(ReadText(csv), ReadText(explicit_csv));
+  EXPECT_THAT(ReadText(csv), HasSubstr("0F0,"));
+  EXPECT_THAT(ReadText(text), HasSubstr("0F0 "));
+}
+
 TEST_F(SimulatorCli, AnEmptyOutputPathIsAUsageError) {
   ToolRun run = Sim("--model " + Toy() + " --stages 2 --trace ''");
   EXPECT_EQ(run.exit_code, 2);
@@ -456,10 +553,17 @@ TEST_F(SimulatorCli, SimulatorDefaultPartitionIsThePlannersMemoryAwareOne) {
   std::string crowded;
   for (int s = 0; s < 31; ++s) crowded += std::to_string(s) + ",";
   crowded += "31-81";
+  // Over memory: exit 4 after the whole output (issue 28), 0 when accepted.
   ToolRun chosen = Sim("--model " + model + " --stages 32 --json --partition " + crowded);
-  ASSERT_EQ(chosen.exit_code, 0) << chosen.err;
+  ASSERT_EQ(chosen.exit_code, 4) << chosen.err;
   EXPECT_FALSE(json::parse(chosen.out)["fits_memory"].get<bool>());
-  ToolRun none = Sim("--model " + model + " --stages 4");
+  EXPECT_THAT(chosen.err, HasSubstr("simulator: error: rank 31 needs"));
+  ToolRun accepted = Sim("--model " + model + " --stages 32 --json --allow-over-memory " +
+                         "--partition " + crowded);
+  ASSERT_EQ(accepted.exit_code, 0) << accepted.err;
+  EXPECT_THAT(accepted.err, HasSubstr("simulator: warning: rank 31 needs"));
+  EXPECT_EQ(accepted.out, chosen.out);
+  ToolRun none = Sim("--model " + model + " --stages 4 --allow-over-memory");
   ASSERT_EQ(none.exit_code, 0) << none.err;
   EXPECT_THAT(none.err, HasSubstr("no partition of the 82 layers into 4 stages fits"));
   EXPECT_THAT(none.out, HasSubstr("OVER"));

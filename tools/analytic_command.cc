@@ -233,10 +233,13 @@ CLI::App* AddAnalytic(CLI::App& app, AnalyticFlags& f) {
   cmd->add_option("--microbatch-sizes", s.microbatch_sizes, "micro-batch sizes to estimate")
       ->delimiter(',')
       ->capture_default_str();
-  cmd->add_option("--gpu", o.gpu_preset,
-                  "GPU: a cluster preset (a100-80gb, h100-sxm, h200) or a cluster JSON file")
+  cmd->add_option(
+         "--cluster,--gpu", o.gpu_preset,
+         "the GPU: a cluster preset (a100-80gb, h100-sxm, h200) or a cluster JSON file, as the "
+         "simulator and planner take it (--gpu is the older name)")
       ->capture_default_str();
-  g.ffn_hidden = cmd->add_option("--ffn-hidden", s.ffn_hidden, "MLP width (default 4 x --hidden)");
+  g.ffn_hidden =
+      cmd->add_option("--ffn-hidden,--ffn", s.ffn_hidden, "MLP width (default 4 x --hidden)");
   g.kv_heads = cmd->add_option("--kv-heads", s.kv_heads,
                                "key/value heads for grouped-query attention "
                                "(default --heads)");

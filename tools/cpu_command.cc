@@ -131,7 +131,8 @@ std::function<int()> AddCpuCommand(CLI::App& app) {
   cmd->add_option("--layers", w.layers, "MLP blocks")->capture_default_str();
   cmd->add_option("--hidden", w.shape.hidden, "hidden size H of every block")
       ->capture_default_str();
-  cmd->add_option("--ffn", w.shape.ffn, "MLP width F of every block")->capture_default_str();
+  cmd->add_option("--ffn-hidden,--ffn", w.shape.ffn, "MLP width F of every block")
+      ->capture_default_str();
   cmd->add_option("--tokens-per-sample", w.shape.tokens_per_sample,
                   "tokens (rows of x) per sample; also written as sequence_length")
       ->capture_default_str();

@@ -87,7 +87,7 @@ CuptiCommands::CuptiCommands(CLI::App& app) {
   builtin_->add_option("--hidden", b.shape.hidden, "hidden size h")->capture_default_str();
   builtin_->add_option("--heads", b.shape.heads, "attention heads (must divide --hidden)")
       ->capture_default_str();
-  builtin_->add_option("--ffn", b.shape.ffn, "MLP width (default 4 x --hidden)");
+  builtin_->add_option("--ffn-hidden,--ffn", b.shape.ffn, "MLP width (default 4 x --hidden)");
   builtin_->add_option("--seq", b.shape.seq, "sequence length, tokens per sample")
       ->capture_default_str();
   builtin_->add_option("--layers", b.shape.layers, "blocks, each with its own weights")

@@ -25,6 +25,7 @@
 #include "report/trace.h"
 #include "sim/memory.h"
 #include "sim/schedule.h"
+#include "sim/stage_costs.h"
 #include "tools/export_flags.h"
 
 namespace pipecast {
@@ -35,6 +36,30 @@ PlannerOptions::SequenceParallel SequenceParallelFlag(const std::string& value) 
          : value == "off" ? PlannerOptions::SequenceParallel::kOff
                           : PlannerOptions::SequenceParallel::kAuto;
 }
+
+}  // namespace
+
+Result<std::vector<RecomputeChoice>> ParseRecomputeList(std::string_view text) {
+  if (text == "on") text = "full";
+  std::vector<RecomputeChoice> listed;
+  while (true) {
+    const size_t comma = text.find(',');
+    const std::string_view item = text.substr(0, comma);
+    RecomputeChoice choice;
+    if (!ParseRecomputeSpec(item, &choice.recompute, &choice.layers)) {
+      return Status::InvalidArgument(
+          fmt::format("'{}' is not one of auto, off, selective, full, on, op, every:K (K an "
+                      "integer >= 1; or a comma list of off, selective, full, op and every:K)",
+                      item));
+    }
+    if (std::find(listed.begin(), listed.end(), choice) == listed.end()) listed.push_back(choice);
+    if (comma == std::string_view::npos) break;
+    text = text.substr(comma + 1);
+  }
+  return listed;
+}
+
+namespace {
 
 // --recompute (auto, on, or a comma list of modes), --recompute-method and
 // --recompute-num-layers. A single off, selective or full (or on, the older
@@ -60,29 +85,12 @@ Status PlannerRecompute(const PlannerToolOptions& flags, PlannerOptions* o) {
         "--recompute-method and --recompute-num-layers choose which layers full recomputation "
         "checkpoints: give --recompute full (or a list with full)");
   }
-  const std::string text = flags.recompute == "on" ? "full" : flags.recompute;
+  auto listed = ParseRecomputeList(flags.recompute);
+  if (!listed.ok()) return listed.status().WithPrefix("--recompute");
   o->recompute = RecomputeMode::kListed;
-  std::string_view rest = text;
-  while (true) {
-    const size_t comma = rest.find(',');
-    const std::string_view item = rest.substr(0, comma);
-    RecomputeChoice choice;
-    if (!ParseRecomputeSpec(item, &choice.recompute, &choice.layers)) {
-      return Status::InvalidArgument(fmt::format(
-          "--recompute: '{}' is not auto, on, or a comma list of off, selective, full, op and "
-          "every:K (K an integer >= 1)",
-          item));
-    }
-    if (choice.recompute == Recompute::kFull) {
-      choice.layers.method = method.method;
-      choice.layers.num_layers = method.num_layers;
-    }
-    if (std::find(o->recompute_listed.begin(), o->recompute_listed.end(), choice) ==
-        o->recompute_listed.end()) {
-      o->recompute_listed.push_back(choice);
-    }
-    if (comma == std::string_view::npos) break;
-    rest = rest.substr(comma + 1);
+  o->recompute_listed = std::move(listed.value());
+  for (RecomputeChoice& choice : o->recompute_listed) {
+    if (choice.recompute == Recompute::kFull) choice.layers = method;
   }
   const bool full_listed =
       std::any_of(o->recompute_listed.begin(), o->recompute_listed.end(),
@@ -143,18 +151,49 @@ Status ShardingSearchFromFlags(const PlannerToolOptions& flags,
   return Status::Ok();
 }
 
-Result<PlannerOptions> MakeOptions(const PlannerToolOptions& flags) {
+// `list` with each value once, in first-seen order; a note saying which
+// values `flag` repeated (issue 28: a repeated value gave the same
+// configuration twice among the choice and its runners-up).
+template <typename T>
+std::vector<T> Unique(const std::vector<T>& list, std::string_view flag,
+                      std::vector<std::string>* notes) {
+  std::vector<T> out;
+  std::vector<std::string> repeated;
+  for (const T& v : list) {
+    if (std::find(out.begin(), out.end(), v) == out.end()) {
+      out.push_back(v);
+      continue;
+    }
+    const std::string shown = fmt::format("{}", v);
+    if (std::find(repeated.begin(), repeated.end(), shown) == repeated.end()) {
+      repeated.push_back(shown);
+    }
+  }
+  if (!repeated.empty()) {
+    notes->push_back(
+        fmt::format("{} repeats {}: each value is tried once", flag, JoinNames(repeated)));
+  }
+  return out;
+}
+
+Result<PlannerOptions> MakeOptions(const PlannerToolOptions& flags,
+                                   std::vector<std::string>* notes) {
   PlannerOptions o;
   o.gpus = flags.gpus;
   o.global_batch = flags.global_batch;
-  for (const std::string& name : flags.schedules) {
+  for (const std::string& name : Unique(flags.schedules, "--schedules", notes)) {
     auto kind = ParseScheduleKind(name);
     if (!kind.ok()) return kind.status().WithPrefix("--schedules");
     o.schedules.push_back(*kind);
   }
-  o.microbatch_sizes = flags.microbatch_sizes;
-  o.chunks = flags.chunks;
+  o.microbatch_sizes = Unique(flags.microbatch_sizes, "--microbatch-sizes", notes);
+  o.chunks = Unique(flags.chunks, "--chunks", notes);
   PIPECAST_RETURN_IF_ERROR(PlannerRecompute(flags, &o));
+  if (const size_t given = std::count(flags.recompute.begin(), flags.recompute.end(), ',') + 1;
+      o.recompute == RecomputeMode::kListed && given > o.recompute_listed.size()) {
+    notes->push_back(
+        fmt::format("--recompute {} repeats a mode: each is tried once", flags.recompute));
+  }
   o.top_k = flags.top;
   o.threads = flags.threads;
   // What every candidate shares: the shared flags' part of a configuration.
@@ -164,10 +203,10 @@ Result<PlannerOptions> MakeOptions(const PlannerToolOptions& flags) {
   o.overlap = shared.overlap;
   o.overlap.tp_comm_overlap = flags.tp_comm_overlap;
   o.optimizer_step = shared.optimizer_step;
-  o.zero_levels = flags.zero;
+  o.zero_levels = Unique(flags.zero, "--zero", notes);
   PIPECAST_RETURN_IF_ERROR(ShardingSearchFromFlags(flags, &o.sharding));
-  o.tensor_parallel = flags.tensor_parallel;
-  o.context_parallel = flags.context_parallel;
+  o.tensor_parallel = Unique(flags.tensor_parallel, "--tensor-parallel", notes);
+  o.context_parallel = Unique(flags.context_parallel, "--context-parallel", notes);
   o.cp_algorithm = shared.layout.cp_algorithm;
   o.sequence_parallel = SequenceParallelFlag(flags.sequence_parallel);
   o.pipeline_stages = flags.pipeline_stages;
@@ -195,6 +234,7 @@ struct Inputs {
   std::string model_hash;
   PlannerOptions options;
   ClusterSelection cluster;
+  std::string gpu_warning;  // the model's costs were made for another GPU (CheckModelOnCluster)
   std::optional<PlanFile> baseline;          // --check
   std::optional<PlannerOptions> compare_to;  // --compare-to, pinned
 };
@@ -217,8 +257,10 @@ Result<Inputs> LoadInputs(const PlannerToolOptions& flags, const PlannerProgress
   Inputs in;
   in.model = std::move(model.value());
   in.model_hash = ModelHash(*bytes);
-  auto options = MakeOptions(flags);
+  std::vector<std::string> notes;
+  auto options = MakeOptions(flags, &notes);
   if (!options.ok()) return options.status();
+  for (const std::string& note : notes) progress(note);
   in.options = std::move(options.value());
   auto cluster = SelectToolCluster(flags.training, in.model);
   if (!cluster.ok()) return cluster.status();
@@ -228,6 +270,15 @@ Result<Inputs> LoadInputs(const PlannerToolOptions& flags, const PlannerProgress
     auto pinned = CompareToOptions(flags.compare_to, in.options);
     if (!pinned.ok()) return pinned.status();
     in.compare_to = std::move(pinned.value());
+  }
+  Result<std::string> gpu_warning =
+      CheckModelOnCluster(in.model, flags.model_path, in.cluster.cluster);
+  if (!gpu_warning.ok()) return gpu_warning.status();
+  in.gpu_warning = std::move(gpu_warning.value());
+  if (!in.gpu_warning.empty()) progress(in.gpu_warning);
+  // A pinned tensor-parallel degree obeys the heads rule the search applies.
+  for (int t : in.options.tensor_parallel) {
+    PIPECAST_RETURN_IF_ERROR(CheckTensorParallelHeads(in.model, t));
   }
   if (!flags.check.empty()) {
     auto loaded = LoadPlan(flags.check);
@@ -309,6 +360,7 @@ Result<PlanReport> Search(const PlannerToolOptions& flags, const Inputs& in,
   auto report = RunPlanner(in.model, in.cluster.cluster, in.options);
   if (!report.ok()) return report.status();
   if (!in.cluster.note.empty()) report->notes.push_back(in.cluster.note);
+  if (!in.gpu_warning.empty()) report->notes.push_back(in.gpu_warning);
   if (in.compare_to && report->Feasible()) {
     progress(fmt::format("searching the given configuration (--compare-to {})", flags.compare_to));
     auto comparison =
@@ -336,10 +388,54 @@ std::string ReportText(const PlannerToolOptions& flags, const Inputs& in, const 
 
 }  // namespace
 
+namespace {
+
+// The pinned degrees against --gpus, before anything is read: t x p x d must
+// equal N for some t tried (issue 28: pins that cannot multiply to N ended in
+// "no feasible plan" after the search).
+Status CheckPins(const PlannerToolOptions& f) {
+  if (f.gpus <= 0) return Status::Ok();
+  std::string pins;
+  int64_t pinned = 1;
+  for (const auto& [flag, value] : {std::pair<const char*, int>{"--stages", f.pipeline_stages},
+                                    {"--data-parallel", f.data_parallel}}) {
+    if (value <= 0) continue;
+    pins += fmt::format("{}{} {}", pins.empty() ? "" : " x ", flag, value);
+    pinned *= value;
+  }
+  if (pins.empty()) return Status::Ok();
+  if (f.gpus % pinned != 0) {
+    return Status::InvalidArgument(fmt::format(
+        "{}{} does not divide --gpus {}: the GPUs are t tensor-parallel x p pipeline stages x d "
+        "replicas; pin degrees whose product divides {}",
+        pins, pins.find(" x ") != std::string::npos ? fmt::format(" = {}", pinned) : "", f.gpus,
+        f.gpus));
+  }
+  const bool both = f.pipeline_stages > 0 && f.data_parallel > 0;
+  const int64_t t_needed = f.gpus / pinned;
+  if (f.tensor_parallel.empty()) return Status::Ok();
+  for (int t : f.tensor_parallel) {
+    if (both ? t == t_needed : t_needed % t == 0) return Status::Ok();
+  }
+  return Status::InvalidArgument(fmt::format(
+      "--tensor-parallel {} x {} cannot make --gpus {}: t x p x d must equal the GPUs{}",
+      JoinNames([&] {
+        std::vector<std::string> ts;
+        for (int t : f.tensor_parallel) ts.push_back(std::to_string(t));
+        return ts;
+      }()),
+      pins, f.gpus,
+      both ? fmt::format(", so t must be {}", t_needed)
+           : fmt::format(", so t must divide {}", t_needed)));
+}
+
+}  // namespace
+
 Status PlannerToolOptions::Validate() const {
   PIPECAST_RETURN_IF_ERROR(CheckTensorParallelChoices(
       tensor_parallel, gpus, SequenceParallelFlag(sequence_parallel), tp_comm_overlap));
   PIPECAST_RETURN_IF_ERROR(CheckContextParallelChoices(context_parallel, gpus));
+  PIPECAST_RETURN_IF_ERROR(CheckPins(*this));
   if (auto specs = ParseExportFlags(exports, schedule_out, schedule_format); !specs.ok()) {
     return specs.status();
   }

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -77,6 +78,12 @@ struct PlannerToolOptions {
   // --tp-comm-overlap needs above 1 (CheckTensorParallelChoices): usage errors.
   [[nodiscard]] Status Validate() const;
 };
+
+// --recompute's value other than auto: on (= full) or a comma list of off,
+// selective, full, op and every:K, each mode once. The one parser of the
+// list: the flag's check (tools/planner_main.cc) and the run use it.
+// InvalidArgument "'X' is not one of auto, off, ..." naming the item.
+[[nodiscard]] Result<std::vector<RecomputeChoice>> ParseRecomputeList(std::string_view text);
 
 struct PlannerToolResult {
   std::string text;       // for stdout: the text or JSON report, with the diff and chart

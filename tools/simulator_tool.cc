@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdint>
 #include <exception>
 #include <string>
 #include <utility>
 
+#include "base/terminal_text.h"
 #include "base/text_table.h"
 #include "formats/cluster_select.h"
 #include "formats/file_util.h"
@@ -233,6 +235,7 @@ Result<double> MemoryLimitActivations(const std::string& text, const Model& mode
   } catch (const std::exception&) {
     used = 0;
   }
+  if (!std::isfinite(value)) used = 0;  // inf, nan: not a limit
   const std::string unit = text.substr(used);
   static constexpr std::pair<const char*, double> kUnits[] = {
       {"", 0}, {"GiB", 1024.0 * 1024 * 1024}, {"MiB", 1024.0 * 1024}, {"GB", 1e9}, {"MB", 1e6}};
@@ -253,7 +256,7 @@ Result<double> MemoryLimitActivations(const std::string& text, const Model& mode
   return Status::InvalidArgument(fmt::format(
       "--memory-limit '{}': expected a number of micro-batch activations (16) or a size with a "
       "unit (40GiB, 512MiB, 80GB, 500MB)",
-      text));
+      Excerpt(text)));
 }
 
 // The cost-driven kinds (zb-auto, zb-v-auto) order their ops by the stage costs of the chosen
@@ -261,7 +264,14 @@ Result<double> MemoryLimitActivations(const std::string& text, const Model& mode
 Result<Setup> SetupFromFlags(const Flags& flags, const Model& model,
                              const SimulatorProgress& progress) {
   auto s = SetupShapeFromFlags(flags, model, progress);
-  if (!s.ok() || !flags.schedule_in.empty()) return s;
+  if (!s.ok()) return s;
+  if (!flags.schedule_in.empty()) {
+    if (flags.memory_limit.empty()) return s;
+    return Status::InvalidArgument(
+        fmt::format("--memory-limit applies to the schedules built from the stage costs (zb-auto, "
+                    "zb-v-auto), not to --schedule-in {}, whose order is given: leave it out",
+                    flags.schedule_in));
+  }
   const ScheduleKind kind = s->options.config.schedule;
   if (TraitsOf(kind).generate_from_costs == nullptr) {
     if (flags.memory_limit.empty()) return s;
@@ -275,6 +285,16 @@ Result<Setup> SetupFromFlags(const Flags& flags, const Model& model,
     auto parsed = MemoryLimitActivations(flags.memory_limit, model, *s, kind);
     if (!parsed.ok()) return parsed.status();
     limit = *parsed;
+    // More than any schedule's cells (MakeSchedule's bound) is no limit a
+    // stage could reach; inf and 1e308 once came back as "holds 1.00
+    // activations, over --memory-limit 1e308" (issue 28).
+    constexpr double kMaxActivations = 1 << 23;
+    if (std::isfinite(limit) && limit > kMaxActivations) {
+      return Status::InvalidArgument(fmt::format(
+          "--memory-limit {} is {:.3g} micro-batch activations, more than any schedule holds "
+          "(at most {:.0f}): give 1 to {:.0f}, or leave it out for the schedule's default",
+          Excerpt(flags.memory_limit), limit, kMaxActivations, kMaxActivations));
+    }
     if (!(limit >= 1)) {
       return Status::InvalidArgument(fmt::format(
           "--memory-limit {} is {:.3g} micro-batch activations: every GPU must hold at least 1 (a "
@@ -404,8 +424,29 @@ std::string DeviceMemorySection(const SimResult& result, const Cluster& cluster,
          DeviceMemoryText(memory);
 }
 
-Result<std::string> RunSimulatorTool(const SimulatorToolOptions& flags,
-                                     const SimulatorProgress& progress) {
+namespace {
+
+// The rank furthest over the memory limit, as a line; empty when all fit.
+std::string OverMemory(const SimResult& result) {
+  if (result.FitsMemory() || result.memory_limit_bytes <= 0) return "";
+  const StageResult* worst = nullptr;
+  for (const StageResult& r : result.per_rank) {
+    if (worst == nullptr || r.peak_memory_bytes > worst->peak_memory_bytes) worst = &r;
+  }
+  if (worst == nullptr) return "";
+  return fmt::format(
+      "rank {} needs {:.2f} GiB, {:.1f}% of the {:.2f} GiB limit (capacity - reserve - margin): "
+      "the configuration does not fit (exit 4; --allow-over-memory to exit 0)",
+      worst->rank, ToGiB(worst->peak_memory_bytes),
+      100.0 * static_cast<double>(worst->peak_memory_bytes) /
+          static_cast<double>(result.memory_limit_bytes),
+      ToGiB(result.memory_limit_bytes));
+}
+
+}  // namespace
+
+Result<SimulatorToolResult> RunSimulatorTool(const SimulatorToolOptions& flags,
+                                             const SimulatorProgress& progress) {
   PIPECAST_RETURN_IF_ERROR(CheckToolOutputs(flags));
   auto bytes = ReadFile(flags.model_path);
   if (!bytes.ok()) return bytes.status();
@@ -419,8 +460,12 @@ Result<std::string> RunSimulatorTool(const SimulatorToolOptions& flags,
   setup->options.critical_path = true;
   // --overlap-factor applies to a replayed plan too (a plan does not store it).
   setup->options.config.overlap.overlap_factor = flags.config.overlap.overlap_factor;
+  Result<std::string> gpu_warning = CheckModelOnCluster(*model, flags.model_path, setup->cluster);
+  if (!gpu_warning.ok()) return gpu_warning.status();
+  if (!gpu_warning->empty()) progress(*gpu_warning);
   auto result = Simulate(*model, setup->cluster, setup->schedule, setup->options);
   if (!result.ok()) return result.status();
+  if (!gpu_warning->empty()) result->notes.push_back(*gpu_warning);
   PIPECAST_RETURN_IF_ERROR(WriteOutputs(flags, *model, *bytes, *setup, *result, progress));
   std::string out = flags.json ? ResultToJson(*result) : ResultToText(*result, setup->cluster);
   if (!flags.json) {
@@ -432,7 +477,7 @@ Result<std::string> RunSimulatorTool(const SimulatorToolOptions& flags,
     gantt.max_columns = GanttCellsForWidth(flags.gantt_width);
     out += "\n" + GanttChart(*result, gantt);
   }
-  return out;
+  return SimulatorToolResult{std::move(out), OverMemory(*result)};
 }
 
 }  // namespace pipecast

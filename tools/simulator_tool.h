@@ -61,6 +61,7 @@ struct SimulatorToolOptions {
   bool gantt = false;        // --gantt: the timeline as a terminal chart, after the summary
   bool gantt_color = false;  // ANSI colours in that chart
   int gantt_width = 0;       // columns of that chart: --width, else the terminal's; 0: the default
+  bool allow_over_memory = false;  // --allow-over-memory: exit 0 though a rank is over memory
 
   // InvalidArgument for flags that contradict each other before any file is
   // read (a usage error): config.Validate(), e.g. --sequence-parallel or
@@ -71,9 +72,18 @@ struct SimulatorToolOptions {
 // One line for the user (a note or a warning), without the tool's name.
 using SimulatorProgress = std::function<void(const std::string& line)>;
 
-// The text for stdout. Failures name the file or flag that is wrong.
-[[nodiscard]] Result<std::string> RunSimulatorTool(const SimulatorToolOptions& options,
-                                                   const SimulatorProgress& progress);
+struct SimulatorToolResult {
+  std::string text;  // for stdout: the summary or JSON, with the chart
+  // Empty when every rank's peak fits the GPU's memory limit; else a line
+  // naming the worst rank, its peak and the limit (the simulator then exits
+  // 4, docs/errors.md).
+  std::string over_memory;
+};
+
+// The text for stdout and whether it fits. Failures name the file or flag
+// that is wrong.
+[[nodiscard]] Result<SimulatorToolResult> RunSimulatorTool(const SimulatorToolOptions& options,
+                                                           const SimulatorProgress& progress);
 
 }  // namespace pipecast
 

@@ -2,7 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cctype>
 #include <optional>
+#include <string_view>
+
+#include "sim/stage_costs.h"
 
 namespace pipecast {
 
@@ -15,7 +20,7 @@ std::vector<CLI::Option*> AddTrainingFlags(CLI::App& app, TrainingFlags* flags,
       "preset (ideal, a100-80gb, h100-sxm, h200, local) or cluster JSON file (default: the "
       "model's device if it is a preset, else ideal)"));
   added.push_back(app.add_option("--memory-gb", f.memory_gb, memory_gb_help)
-                      ->check(FiniteRange(kMaxMemoryGiB, "GiB")));
+                      ->check(MemorySize(kMaxMemoryGiB, "GiB", 1024.0 * 1024 * 1024, "unlimited")));
   added.push_back(
       app.add_option("--optimizer-step-us", f.optimizer_step_us,
                      "optimizer step time, in us (default: estimated from HBM bandwidth and the "
@@ -30,7 +35,7 @@ std::vector<CLI::Option*> AddTrainingFlags(CLI::App& app, TrainingFlags* flags,
   added.push_back(
       app.add_option("--grad-bucket-params", f.grad_bucket_params,
                      "parameters per gradient bucket (default: Megatron-LM's max(40M, 1M x d))")
-          ->check(CLI::Range(int64_t{1}, int64_t{1} << 50)));
+          ->check(IntRange(1, int64_t{1} << 50)));
   added.push_back(app.add_option("--precision", f.precision,
                                  "training precision, for bytes per parameter: bf16, fp16 "
                                  "(mixed), fp8 (bf16 with FP8 weight products and FP8 weight "
@@ -77,11 +82,11 @@ std::vector<CLI::Option*> AddTrainingFlags(CLI::App& app, TrainingFlags* flags,
   added.push_back(app.add_option("--first-stage-layers", f.even.first_stage_layers,
                                  "--partition even: decoder layers of the first pipeline stage "
                                  "(Megatron-LM's --decoder-first-pipeline-num-layers)")
-                      ->check(CLI::Range(1, 1 << 24)));
+                      ->check(IntRange(1, 1 << 24)));
   added.push_back(app.add_option("--last-stage-layers", f.even.last_stage_layers,
                                  "--partition even: decoder layers of the last pipeline stage "
                                  "(Megatron-LM's --decoder-last-pipeline-num-layers)")
-                      ->check(CLI::Range(1, 1 << 24)));
+                      ->check(IntRange(1, 1 << 24)));
   added.push_back(app.add_flag("--account-for-embedding", f.even.account_for_embedding,
                                "--partition even: count the embedding as one decoder layer "
                                "(Megatron-LM's --account-for-embedding-in-pipeline-split)"));
@@ -128,6 +133,35 @@ Result<ClusterSelection> SelectToolCluster(const TrainingFlags& flags, const Mod
     PIPECAST_RETURN_IF_ERROR(CheckFp8Support(*recipe, selected->cluster.gpu));
   }
   return selected;
+}
+
+Result<std::string> CheckModelOnCluster(const Model& model, const std::string& model_path,
+                                        const Cluster& cluster) {
+  std::string warning = ModelGpuMismatch(model, cluster);
+  PIPECAST_RETURN_IF_ERROR(CheckCostsWithinPeak(model, cluster.gpu, cluster.name,
+                                                warning.empty() ? "" : ModelGpuPreset(model))
+                               .WithPrefix(model_path));
+  return warning;
+}
+
+std::string ResolveScheduleFormat(const CLI::Option& format_flag, const std::string& out,
+                                  std::string* format) {
+  const std::string_view suffix = ".csv";
+  const bool csv_name =
+      out.size() > suffix.size() && std::equal(suffix.rbegin(), suffix.rend(), out.rbegin(),
+                                               [](char a, char b) { return a == std::tolower(b); });
+  if (!csv_name) return "";
+  if (format_flag.count() == 0) {
+    *format = "pytorch-csv";
+    return "";
+  }
+  if (*format == "text") {
+    return fmt::format(
+        "--schedule-out {} with --schedule-format text: a .csv file gets PyTorch's schedule "
+        "CSV (leave out --schedule-format, or name the file .txt for text)",
+        out);
+  }
+  return "";
 }
 
 }  // namespace pipecast

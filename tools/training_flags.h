@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "base/status.h"
 #include "formats/cluster_select.h"
 #include "sim/model.h"
+#include "sim/schedule.h"
 #include "sim/training_config.h"
 
 namespace pipecast {
@@ -74,23 +76,60 @@ std::vector<CLI::Option*> AddTrainingFlags(CLI::App& app, TrainingFlags* flags,
 [[nodiscard]] Result<ClusterSelection> SelectToolCluster(const TrainingFlags& flags,
                                                          const Model& model);
 
+// The model's costs against the chosen cluster's GPU, before anything is
+// simulated: the warning of ModelGpuMismatch (formats/cluster_select.h), or
+// empty, when they were made for another GPU; an error starting with
+// `model_path` when they are faster than the GPU can run
+// (CheckCostsWithinPeak, sim/stage_costs.h).
+[[nodiscard]] Result<std::string> CheckModelOnCluster(const Model& model,
+                                                      const std::string& model_path,
+                                                      const Cluster& cluster);
+
+// --schedule, --schedules: a pipecast schedule name, or the PyTorch
+// pipelining class that runs the same order ("ScheduleInterleaved1F1B",
+// "ZBVZeroBubble", any case; sim/schedule.h PyTorchScheduleKind), which the
+// check replaces by the pipecast name; else OneOf's error with the nearest
+// name.
+inline CLI::Validator ScheduleChoice() {
+  const CLI::Validator names = OneOf(BuiltinScheduleNames());
+  return CLI::Validator(
+      [names](std::string& value) -> std::string {
+        if (std::optional<ScheduleKind> kind = PyTorchScheduleKind(value)) {
+          value = ScheduleKindName(*kind);
+          return "";
+        }
+        return names(value);
+      },
+      "SCHEDULE");  // the help text lists them
+}
+
 // --gantt and --width, with the tool's own words for what --gantt follows.
 inline void AddGanttFlags(CLI::App& app, bool* gantt, int* width, const std::string& gantt_help) {
   app.add_flag("--gantt", *gantt, gantt_help);
   app.add_option("--width", *width,
                  "--gantt: the chart's width in columns (default: the terminal's, else 130)")
-      ->check(CLI::Range(20, 100000));
+      ->check(pipecast::IntRange(20, 100000));
 }
 
-// --schedule-out and --schedule-format.
-inline void AddScheduleOutFlags(CLI::App& app, std::string* out, std::string* format,
-                                const std::string& out_help) {
+// --schedule-out and --schedule-format; returns the latter, for
+// ResolveScheduleFormat.
+inline CLI::Option* AddScheduleOutFlags(CLI::App& app, std::string* out, std::string* format,
+                                        const std::string& out_help) {
   app.add_option("--schedule-out", *out, out_help)->check(OutputPath());
-  app.add_option("--schedule-format", *format,
-                 "--schedule-out's format: text, or pytorch-csv (PyTorch's _load_csv reads it)")
+  return app
+      .add_option("--schedule-format", *format,
+                  "--schedule-out's format: text, or pytorch-csv (PyTorch's _load_csv reads "
+                  "it); default: pytorch-csv for a file named *.csv, else text")
       ->check(OneOf({"text", "pytorch-csv"}))
       ->capture_default_str();
 }
+
+// After the parse: a --schedule-out file named *.csv gets PyTorch's CSV when
+// --schedule-format is not given (`format_flag` not parsed), and an explicit
+// --schedule-format text into a *.csv file is refused (issue 28: a .csv file
+// of space-separated text). The usage error, or empty.
+std::string ResolveScheduleFormat(const CLI::Option& format_flag, const std::string& out,
+                                  std::string* format);
 
 }  // namespace pipecast
 
