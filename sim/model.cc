@@ -95,6 +95,25 @@ std::pair<ProfileIt, ProfileIt> ProfilesAt(const Layer& layer, int t, bool sp) {
           std::upper_bound(layer.profiles.begin(), layer.profiles.end(), key, upper)};
 }
 
+// `c` with every time and size that grows with the tokens a layer handles scaled by f (the
+// workspace aside: callers decide), the weight-gradient part kept within the backward. One list
+// for extrapolating past the measured micro-batch sizes and for context parallelism's 1/cp.
+LayerCost ScaleTokenCosts(LayerCost c, double f) {
+  c.forward_ns = Scale(c.forward_ns, f);
+  c.backward_ns = Scale(c.backward_ns, f);
+  c.backward_weight_ns = std::min(Scale(c.backward_weight_ns, f), c.backward_ns);
+  c.activation_bytes = Scale(c.activation_bytes, f);
+  c.output_bytes = Scale(c.output_bytes, f);
+  c.checkpoint_bytes = Scale(c.checkpoint_bytes, f);
+  c.attention_core_bytes = Scale(c.attention_core_bytes, f);
+  c.attention_core_ns = Scale(c.attention_core_ns, f);
+  c.weight_grad_bytes = Scale(c.weight_grad_bytes, f);
+  c.op_saved_bytes = Scale(c.op_saved_bytes, f);
+  c.op_recompute_ns = Scale(c.op_recompute_ns, f);
+  c.tp_comm_bytes = Scale(c.tp_comm_bytes, f);
+  return c;
+}
+
 // CostAt() over one (t, sp)'s profiles [first, last), non-empty.
 LayerCost CostIn(ProfileIt first, ProfileIt last, int microbatch_size) {
   auto it = std::lower_bound(first, last, microbatch_size, [](const LayerProfile& p, int size) {
@@ -106,20 +125,8 @@ LayerCost CostIn(ProfileIt first, ProfileIt last, int microbatch_size) {
     // Outside the measured range: proportional to the nearest measured size.
     const LayerProfile& near = (it == first) ? *first : *(last - 1);
     double f = static_cast<double>(microbatch_size) / near.microbatch_size;
-    LayerCost c = FromProfile(near);
-    c.forward_ns = Scale(c.forward_ns, f);
-    c.backward_ns = Scale(c.backward_ns, f);
-    c.backward_weight_ns = std::min(Scale(c.backward_weight_ns, f), c.backward_ns);
-    c.activation_bytes = Scale(c.activation_bytes, f);
-    c.output_bytes = Scale(c.output_bytes, f);
+    LayerCost c = ScaleTokenCosts(FromProfile(near), f);
     c.workspace_bytes = Scale(c.workspace_bytes, f);
-    c.checkpoint_bytes = Scale(c.checkpoint_bytes, f);
-    c.attention_core_bytes = Scale(c.attention_core_bytes, f);
-    c.attention_core_ns = Scale(c.attention_core_ns, f);
-    c.weight_grad_bytes = Scale(c.weight_grad_bytes, f);
-    c.op_saved_bytes = Scale(c.op_saved_bytes, f);
-    c.op_recompute_ns = Scale(c.op_recompute_ns, f);
-    c.tp_comm_bytes = Scale(c.tp_comm_bytes, f);
     c.origin = CostOrigin::kExtrapolated;
     return c;
   }
@@ -202,21 +209,8 @@ LayerCost ScaleToTensorParallel(const LayerCost& c, int tensor_parallel, bool se
 
 LayerCost ScaleToContextParallel(const LayerCost& c, int context_parallel) {
   if (context_parallel <= 1) return c;
-  const double f = 1.0 / context_parallel;
-  LayerCost s = c;
-  s.forward_ns = Scale(c.forward_ns, f);
-  s.backward_ns = Scale(c.backward_ns, f);
-  s.backward_weight_ns = std::min(Scale(c.backward_weight_ns, f), s.backward_ns);
-  s.attention_core_ns = Scale(c.attention_core_ns, f);
-  s.activation_bytes = Scale(c.activation_bytes, f);
-  s.output_bytes = Scale(c.output_bytes, f);
-  s.checkpoint_bytes = Scale(c.checkpoint_bytes, f);
-  s.attention_core_bytes = Scale(c.attention_core_bytes, f);
-  s.weight_grad_bytes = Scale(c.weight_grad_bytes, f);
-  s.op_saved_bytes = Scale(c.op_saved_bytes, f);
-  s.op_recompute_ns = Scale(c.op_recompute_ns, f);
-  s.tp_comm_bytes = Scale(c.tp_comm_bytes, f);
-  return s;
+  // The workspace is per kernel, not per token: it stays.
+  return ScaleTokenCosts(c, 1.0 / context_parallel);
 }
 
 LayerCost CostAt(const Layer& layer, int microbatch_size, int tensor_parallel,
