@@ -345,6 +345,13 @@ void DeriveCpAttention(Model* model) {
   estimate.kv_heads = kv_heads;
   estimate.forward_ns_per_sample = forward_flops / (forward_tflops * 1e12) * 1e9;
   estimate.backward_ns_per_sample = 2.5 * forward_flops / (backward_tflops * 1e12) * 1e9;
+  estimate.out_elements_per_sample = s * static_cast<double>(a.heads) * head_dim;
+  estimate.query_elements_per_sample = estimate.out_elements_per_sample;
+  estimate.kv_elements_per_sample = 2 * s * static_cast<double>(kv_heads) * head_dim;
+  if (auto it = src.details.find("memory_efficiency"); it != src.details.end()) {
+    const json efficiency = json::parse(it->second, nullptr, false);
+    if (efficiency.is_number()) estimate.memory_efficiency = efficiency.get<double>();
+  }
   estimate.from = fmt::format(
       "source.architecture sequence_length {}, heads {}, kv_heads {}; attention_kernel head_dim "
       "{:g} at {:g} / {:g} TFLOP/s forward / backward",

@@ -16,6 +16,11 @@ namespace {
 
 constexpr int kPoints = 6;
 constexpr double kFirstLog2Seq = 9;  // 512 tokens; one point per doubling up to 16384
+// The dense bf16 peaks (datasheets) of the GPUs the tables were measured on,
+// A100 SXM4 and H100 SXM5 at their full power: a GPU of the same family at
+// another peak (a power-limited part, e.g. an H100 capped at 500 W) runs
+// the table scaled by its own peak over this one, as its products do.
+constexpr double kA100PeakFlops = 312e12;
 constexpr double kH100PeakFlops = 989e12;
 
 enum class Family { kA100, kH100 };
@@ -176,13 +181,24 @@ Result<FlashRates> FlashRatesFor(const GpuSpec& gpu, FlashKernel kernel, double 
   }
   const double t =
       upper > lower ? std::clamp((head_dim - lower) / double(upper - lower), 0.0, 1.0) : 0.0;
-  const double scale = (a100 || hopper) ? 1.0 : gpu.peak_tflops * 1e12 / kH100PeakFlops;
+  // Every GPU runs its family's table at its own peak over the table GPU's
+  // (one rule for the presets and for cluster files; docs/calibration.md
+  // "Attention"): the A100 and H100 presets and the H200 (the H100's peak)
+  // read their table unscaled. A GPU of unknown peak keeps the table's.
+  const double table_peak = a100 ? kA100PeakFlops : kH100PeakFlops;
+  const double peak = gpu.peak_tflops * 1e12;
+  const double scale = peak > 0 ? peak / table_peak : 1.0;
   FlashRates rates;
   rates.forward_flops_per_s = ((*lo)[0] * (1 - t) + (*hi)[0] * t) * 1e12 * scale;
   rates.backward_flops_per_s = ((*lo)[1] * (1 - t) + (*hi)[1] * t) * 1e12 * scale;
-  rates.scaled = !(a100 || hopper);
-  rates.table = fmt::format("{} {}{}", FamilyName(family), FlashKernelName(kernel),
-                            rates.scaled ? ", scaled by this GPU's peak" : "");
+  rates.scaled = !(a100 || hopper) || std::abs(scale - 1) > 1e-9;
+  rates.table = fmt::format("{} {}", FamilyName(family), FlashKernelName(kernel));
+  if (std::abs(scale - 1) > 1e-9) {
+    rates.table += fmt::format(", scaled by this GPU's peak ({:g} / {:g} TFLOP/s)", gpu.peak_tflops,
+                               table_peak / 1e12);
+  } else if (rates.scaled) {
+    rates.table += ", unscaled: this GPU's peak is unknown";
+  }
   return rates;
 }
 

@@ -48,13 +48,16 @@ struct FlashRates {
   double forward_flops_per_s = 0;   // FLOPs as above, per second
   double backward_flops_per_s = 0;  // the backward's 2.5x FLOPs, per second
   std::string table;                // which table: "H100 FlashAttention-2 (published)", ...
-  bool scaled = false;              // true: another GPU's table scaled by peak
+  bool scaled = false;              // true: not the table's own GPU at its peak
 };
 
 // The speed of `kernel` on `gpu` at sequence length `seq` (tokens) and head
 // dimension `head_dim`, causal or not. The A100 (A100-SXM4-80GB) and H100
 // (H100 80GB HBM3) have tables; the H200 uses the H100's (same SMs and
-// clocks); any other GPU the H100's scaled by its peak (`scaled`). Linear in
+// clocks); any other GPU the H100's. Each GPU runs its table scaled by its
+// own bf16 peak over the table GPU's (312 / 989 TFLOP/s), so a power-limited
+// part runs slower, and the presets read their tables unscaled (`scaled`
+// says when a GPU is not the table's own at its peak). Linear in
 // log2(seq) between 512 and 16384 tokens and in the head dimension between
 // the published ones (64, 128, and 256 where published); clamped outside.
 // Fails with InvalidArgument naming --attention when the kernel does not run

@@ -125,5 +125,28 @@ TEST(AttentionRates, OtherGpusUseTheHundredTable) {
   EXPECT_NE(r->table.find("scaled"), std::string::npos);
 }
 
+TEST(AttentionRates, PowerLimitedGpusRunTheirTableAtTheirPeak) {
+  // An H100 capped at 500 W (torchtitan's Grand Teton hosts; bf16 peak 835
+  // TFLOP/s) runs the H100 table at 835 / 989 of its speed, as any GPU
+  // without its own table runs the H100's at its peak.
+  GpuSpec capped = Gpu("h100-sxm");
+  capped.peak_tflops = 835;
+  Result<FlashRates> r = FlashRatesFor(capped, FlashKernel::kFlash2, 2048, 128, true);
+  ASSERT_TRUE(r.ok());
+  EXPECT_NEAR(r->forward_flops_per_s, 298e12 * 835 / 989, 1e3);
+  EXPECT_TRUE(r->scaled);
+  EXPECT_NE(r->table.find("835 / 989"), std::string::npos);
+  // An A100 at another peak: its own table, scaled the same way.
+  GpuSpec a100 = Gpu("a100-80gb");
+  a100.peak_tflops = 156;
+  r = FlashRatesFor(a100, FlashKernel::kFlash2, 2048, 128, true);
+  ASSERT_TRUE(r.ok());
+  EXPECT_NEAR(Combined(*r) / 1e12, 155 / 2.0, 1e-9);
+  // The presets are the tables' own GPUs at their peaks: unscaled.
+  for (const char* preset : {"h100-sxm", "a100-80gb", "h200"}) {
+    EXPECT_FALSE(At(preset, FlashKernel::kFlash2, 2048, 128, true).scaled) << preset;
+  }
+}
+
 }  // namespace
 }  // namespace pipecast

@@ -93,6 +93,15 @@ struct CpAttentionEstimate {
   int64_t kv_heads = 0;           // split over t (replicated past kv_heads)
   double forward_ns_per_sample = 0;
   double backward_ns_per_sample = 0;
+  // What the partial-output merges move (ContextParallelMergeBytes): the
+  // attention output's, the queries' and K and V's elements of one sample
+  // over the whole sequence (s x heads x head_dim; 2 x s x kv_heads x
+  // head_dim), and the share of HBM bandwidth memory-bound kernels reach
+  // (source.memory_efficiency).
+  double out_elements_per_sample = 0;
+  double query_elements_per_sample = 0;
+  double kv_elements_per_sample = 0;
+  double memory_efficiency = 0;
   std::string from;  // where it came from, for the note
 };
 

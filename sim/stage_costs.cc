@@ -121,6 +121,19 @@ CpAttentionComm ContextParallelAttention(Bytes kv_block_bytes, TimeNs attention_
   return c;
 }
 
+CpMergeBytes ContextParallelMergeBytes(double out, double query, double kv, int context_parallel,
+                                       CpAlgorithm algorithm) {
+  const double cp = context_parallel;
+  if (cp <= 1) return {};
+  const double calls = (cp - 1) * (4 * out + 10 * query);  // the kernel calls beyond one
+  if (algorithm == CpAlgorithm::kAllGather) {
+    return {.forward = out * (12 + 38 * (cp - 1)) + kv * 4 * (cp - 1),
+            .backward = query * (10 * cp + 10) + kv * (25 * cp + 3) + calls};
+  }
+  return {.forward = out * (12 + 10 * (cp - 1)),
+          .backward = (query + kv) * (4 + 6 * (cp - 1)) + calls};
+}
+
 Status CheckContextParallelCosts(const Model& model, int context_parallel) {
   const int cp = context_parallel;
   if (cp <= 1) return Status::Ok();
@@ -583,9 +596,24 @@ void StageCostTable::AddContextParallelComm(const pipecast::Layer& layer, LayerC
   c->forward_ns += comm.forward_exposed_ns;
   c->backward_ns += comm.backward_exposed_ns;  // the input-gradient part: W is unchanged
   c->workspace_bytes += comm.buffer_bytes;
+  // The partial-output merges: this GPU's s / cp tokens of its heads (the
+  // query heads split over t, K/V as the exchange above), over HBM.
+  std::pair<TimeNs, TimeNs> merge{0, 0};
+  const double bytes_per_s = o.hbm_bytes_per_s * e.memory_efficiency;
+  if (bytes_per_s > 0) {
+    const double local = b / cp;
+    const CpMergeBytes m = ContextParallelMergeBytes(
+        e.out_elements_per_sample * local / t, e.query_elements_per_sample * local / t,
+        e.kv_elements_per_sample * local * kv_share, cp, o.cp_algorithm);
+    merge = {std::llround(m.forward / bytes_per_s * 1e9),
+             std::llround(m.backward / bytes_per_s * 1e9)};
+    c->forward_ns += merge.first;
+    c->backward_ns += merge.second;
+  }
   if (!cp_comm_) {
     cp_comm_ = comm;
     cp_from_ = e.from;
+    cp_merge_ns_ = merge;
   }
 }
 
@@ -741,11 +769,18 @@ std::vector<std::string> StageCostTable::Notes() const {
           "layers' times and activations are the cp = 1 ones / {} (causal attention balanced "
           "over {} chunks); each attention layer exchanges {:.2f} MiB K/V blocks per micro-batch, "
           "{:.1f} us on the link in the forward ({:.1f} us exposed) and {:.1f} us in the backward "
-          "({:.1f} us exposed), estimated from {}",
+          "({:.1f} us exposed), estimated from {}; the kernel runs once per K/V block and its "
+          "partial outputs are merged ({}): {:.1f} us forward and {:.1f} us backward over HBM{}",
           cp, CpAlgorithmName(options_.cp_algorithm), cp, cp, 2 * cp,
           static_cast<double>(k.kv_block_bytes) / (1 << 20), NsToUs(k.forward_comm_ns),
           NsToUs(k.forward_exposed_ns), NsToUs(k.backward_comm_ns), NsToUs(k.backward_exposed_ns),
-          cp_from_));
+          cp_from_,
+          options_.cp_algorithm == CpAlgorithm::kAllGather
+              ? "PyTorch's context-parallel SDPA, eager fp32 merges"
+              : "Transformer Engine's ring, fused corrections",
+          NsToUs(cp_merge_ns_.first), NsToUs(cp_merge_ns_.second),
+          options_.hbm_bytes_per_s > 0 ? ""
+                                       : " (not charged: the GPU's HBM bandwidth is unknown)"));
     }
   }
   if (ChunkedMode() && all.no_checkpoint > 0) {

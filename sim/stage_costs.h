@@ -87,6 +87,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -179,6 +180,48 @@ CpAttentionComm ContextParallelAttention(Bytes kv_block_bytes, TimeNs attention_
                                          TimeNs attention_backward_ns, int context_parallel,
                                          CpAlgorithm algorithm, const Link& link);
 
+// The HBM bytes one GPU's context-parallel attention moves beyond the
+// kernel's own for one layer and micro-batch (docs/calibration.md "Context
+// parallelism"): the kernel runs once per K/V block (cp calls, where cp = 1
+// makes one) and the partial outputs are merged by their log-sum-exp.
+// `out`, `query` and `kv` are this GPU's elements of the attention output,
+// the queries and K and V together (s / cp tokens, its heads). Bytes read
+// plus written, counted from each implementation's code:
+// - kAllGather, PyTorch's context-parallel SDPA (what torchtitan runs;
+//   torch/distributed/tensor/experimental/_attention.py, late 2024:
+//   _templated_ring_attention, _SDPAMerger, _templated_ring_attention_backward),
+//   eager ops:
+//     forward = out x (12 + 38 (cp-1)) + kv x 4 (cp-1): each partial output
+//       cast to fp32 (6 per element), cp-1 merges out - sigmoid(lse' - lse) x
+//       (out - out') (32), the result cast back (6), K and V concatenated for
+//       the exchange at steps 0 .. cp-2 (4);
+//     backward = query x (10 cp + 10) + kv x (25 cp + 3): fp32 gradient
+//       buffers zeroed (4) and accumulated at every step (10: read fp32 and
+//       bf16, write fp32), dK/dV's half-chunk update and concatenation (13 at
+//       steps 1 .. cp-1), the fp32 dK/dV concatenated for the ring (8 per
+//       step), K and V concatenated (4 at steps 0 .. cp-2), the results cast
+//       to bf16 (6).
+// - kRing, Transformer Engine's AttnFuncWithCPAndKVP2P (what Megatron-LM runs),
+//   fused corrections:
+//     forward = out x (12 + 10 (cp-1)): the first step's output into the fp32
+//       result (6), each later step's out += out' x exp(lse' - lse) in one
+//       kernel (read 2 + 4, write 4), the result cast back (6);
+//     backward = (query + kv) x (4 + 6 (cp-1)): dQ and dK/dV copied (4) and
+//       added in bf16 at the later steps (6).
+// Both add, for the backward, the fixed passes of the cp - 1 kernel calls
+// beyond one, (cp-1) x (4 out + 10 query): FlashAttention-2's dO.O row sums
+// (read 2 + 2 per output element) and its fp32 dQ accumulator cleared,
+// read and converted (4 + 4 + 2 per query element). The slowest rank (all
+// of its merges full) is counted; the log-sum-exp rows (1 / head_dim of the
+// output) and the half-chunk copies of the queries are left out. All zero at
+// cp = 1.
+struct CpMergeBytes {
+  double forward = 0;
+  double backward = 0;
+};
+CpMergeBytes ContextParallelMergeBytes(double out, double query, double kv, int context_parallel,
+                                       CpAlgorithm algorithm);
+
 struct StageCostOptions {
   int microbatch_size = 1;
   Recompute recompute = Recompute::kOff;
@@ -196,6 +239,9 @@ struct StageCostOptions {
   int context_parallel = 1;
   CpAlgorithm cp_algorithm = CpAlgorithm::kRing;
   Link cp_link;
+  // The GPU's HBM bandwidth (bytes/s; 0 = unknown): context parallelism's
+  // merges run over it (ContextParallelMergeBytes); none are charged when 0.
+  double hbm_bytes_per_s = 0;
 };
 
 // InvalidArgument naming --context-parallel and the fix when cp > 1 and the
@@ -260,7 +306,6 @@ struct StageCost {
   // (the latter with a full recomputation's rerun); 0 at cp = 1.
   TimeNs cp_forward_ns = 0;
   TimeNs cp_backward_ns = 0;
-
   // The tensor-parallel communication inside DurationNs(kind): F forward's,
   // B and I backward's, W none.
   TimeNs TpCommNs(OpKind kind) const;
@@ -364,6 +409,9 @@ class StageCostTable {
   // One attention layer's context-parallel exchange (cp > 1 and a layer with
   // Layer::cp_attention), as the first such layer gives it.
   const std::optional<CpAttentionComm>& ContextParallelComm() const { return cp_comm_; }
+  // That layer's partial-output merges (ContextParallelMergeBytes) in its
+  // forward and backward, ns; 0 when cp = 1 or the HBM bandwidth is unknown.
+  std::pair<TimeNs, TimeNs> ContextParallelMergeNs() const { return cp_merge_ns_; }
   // True when every layer's costs were measured at this size (none
   // interpolated or extrapolated).
   bool CostsMeasured() const;
@@ -413,6 +461,7 @@ class StageCostTable {
   // One attention layer's exchange and where its shape came from, for Notes().
   std::optional<CpAttentionComm> cp_comm_;
   std::string cp_from_;
+  std::pair<TimeNs, TimeNs> cp_merge_ns_{0, 0};
   // Per-layer maxima: workspace, activation, attention core bytes, parameters,
   // what the per-op policy rebuilds (activation less op_saved_bytes).
   RangeMax workspace_max_, activation_max_, attention_core_max_, parameters_max_, op_rebuilt_max_;

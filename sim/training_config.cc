@@ -92,6 +92,7 @@ MemoryConfig TrainingConfig::PerGpuMemory() const {
 StageCostOptions StageCostOptionsFor(const TrainingConfig& config, const Cluster& cluster) {
   StageCostOptions o = StageCostOptionsFor(config, cluster.intra_node);
   o.cp_link = ContextParallelLink(config.layout, cluster);
+  o.hbm_bytes_per_s = cluster.gpu.memory_bandwidth_gbps * 1e9;
   return o;
 }
 

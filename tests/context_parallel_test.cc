@@ -134,6 +134,69 @@ TEST(ContextParallelTest, GroupedQueryAttentionShrinksTheKvBlocks) {
   EXPECT_EQ(table.ContextParallelComm()->kv_block_bytes, 524'288);
 }
 
+TEST(ContextParallelTest, MergeBytesWorkedByHand) {
+  // 1000 output and query elements, 500 of K and V together; the cp - 1 further kernel calls'
+  // fixed passes are 4 x 1000 + 10 x 1000 = 14,000 bytes each.
+  // PyTorch's (all-gather): cp 2 forward 1000 x (12 + 38) + 500 x 4 = 52,000 bytes, backward
+  // 1000 x 30 + 500 x 53 + 14,000 = 70,500; cp 4 forward 1000 x 126 + 500 x 12 = 132,000,
+  // backward 1000 x 50 + 500 x 103 + 3 x 14,000 = 143,500.
+  const CpAlgorithm gather = CpAlgorithm::kAllGather, ring = CpAlgorithm::kRing;
+  CpMergeBytes m = ContextParallelMergeBytes(1000, 1000, 500, 2, gather);
+  EXPECT_DOUBLE_EQ(m.forward, 52'000);
+  EXPECT_DOUBLE_EQ(m.backward, 70'500);
+  m = ContextParallelMergeBytes(1000, 1000, 500, 4, gather);
+  EXPECT_DOUBLE_EQ(m.forward, 132'000);
+  EXPECT_DOUBLE_EQ(m.backward, 143'500);
+  // Transformer Engine's ring: cp 2 forward 1000 x (12 + 10) = 22,000, backward 1500 x 10 +
+  // 14,000 = 29,000; cp 4 forward 1000 x 42 = 42,000, backward 1500 x 22 + 42,000 = 75,000.
+  m = ContextParallelMergeBytes(1000, 1000, 500, 2, ring);
+  EXPECT_DOUBLE_EQ(m.forward, 22'000);
+  EXPECT_DOUBLE_EQ(m.backward, 29'000);
+  m = ContextParallelMergeBytes(1000, 1000, 500, 4, ring);
+  EXPECT_DOUBLE_EQ(m.forward, 42'000);
+  EXPECT_DOUBLE_EQ(m.backward, 75'000);
+  for (CpAlgorithm algorithm : {gather, ring}) {  // nothing at cp 1
+    m = ContextParallelMergeBytes(1000, 1000, 500, 1, algorithm);
+    EXPECT_EQ(m.forward, 0);
+    EXPECT_EQ(m.backward, 0);
+  }
+}
+
+TEST(ContextParallelTest, MergesRunOverHbmAtTheModelsMemoryEfficiency) {
+  // examples/llama-70b.json (s 2048, 64 query heads, 8 key-value heads of 128 channels,
+  // memory_efficiency 0.7) at t 8, cp 2 all-gather (PyTorch's merges), micro-batch 1 on
+  // h100-sxm (3350 GB/s): each GPU holds
+  // 1024 tokens of 8 query heads and 1 key-value head, so out = query = 1024 x 8 x 128 =
+  // 1,048,576 elements and K/V 2 x 1024 x 128 = 262,144. Forward 1,048,576 x 50 + 262,144 x 4
+  // = 53,477,376 bytes: 22.8 us at 0.7 x 3350 GB/s; backward 1,048,576 x 44 + 262,144 x 53 =
+  // 60,030,976 bytes: 25.6 us.
+  Result<Model> model = LoadModel(SourcePath("examples/llama-70b.json"));
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  ASSERT_TRUE(model->layers[1].cp_attention.has_value());
+  EXPECT_DOUBLE_EQ(model->layers[1].cp_attention->memory_efficiency, 0.7);
+  Result<Cluster> cluster = ClusterPreset("h100-sxm");
+  ASSERT_TRUE(cluster.ok());
+  ASSERT_DOUBLE_EQ(cluster->gpu.memory_bandwidth_gbps, 3350);
+  TrainingConfig config;
+  config.layout.tensor_parallel = 8;
+  config.layout.context_parallel = 2;
+  config.layout.cp_algorithm = CpAlgorithm::kAllGather;
+  const StageCostTable table(*model, StageCostOptionsFor(config, *cluster));
+  const double bytes_per_ns = 0.7 * 3350;
+  EXPECT_EQ(table.ContextParallelMergeNs().first, std::llround(53'477'376 / bytes_per_ns));
+  EXPECT_EQ(table.ContextParallelMergeNs().second, std::llround(60'030'976 / bytes_per_ns));
+  // Unknown bandwidth: nothing charged, and the note says so.
+  Cluster unknown = *cluster;
+  unknown.gpu.memory_bandwidth_gbps = 0;
+  const StageCostTable blind(*model, StageCostOptionsFor(config, unknown));
+  EXPECT_EQ(blind.ContextParallelMergeNs().first, 0);
+  bool said = false;
+  for (const std::string& note : blind.Notes()) {
+    said = said || note.find("HBM bandwidth is unknown") != std::string::npos;
+  }
+  EXPECT_TRUE(said);
+}
+
 // Llama 3.1 8B (examples/hf/llama-3.1-8b.json) at `seq` tokens, micro-batch 1, on `gpu`
 // (a preset or a cluster file), bf16 or with FP8 products.
 Result<Model> Llama31At(int seq, const std::string& gpu = "h100-sxm",
@@ -351,10 +414,10 @@ struct TorchtitanCpRow {
 constexpr TorchtitanCpRow kTorchtitanCpRows[] = {
     {1, 32768, 3890}, {2, 65536, 2540}, {4, 131072, 1071}, {8, 262144, 548}};
 // The target for each published context-parallel run, and the guard each row is held
-// to: the present errors (+20% to +71%, docs/calibration.md) with room, so that a change to
-// the model is seen. Nothing was tuned on these rows.
+// to: the present errors (+1% to +43%, docs/calibration.md) with room, so that a change to the
+// model is seen. Nothing was tuned on these rows; the rows within the target are held to it.
 constexpr double kCpRowTarget = 0.15;
-constexpr double kCpRowGuard = 0.75;
+constexpr double kCpRowGuard = 0.45;
 
 double PredictTorchtitanCp(const TorchtitanCpRow& row) {
   const std::string cluster_path = SourcePath("tests/calibration/grand-teton-h100-500w.json");
@@ -396,6 +459,10 @@ TEST(ContextParallelCalibration, TorchtitanLlama31LongContextRunsHeldOut) {
     within += std::abs(error) <= kCpRowTarget ? 1 : 0;
     EXPECT_GT(error, 0) << "cp " << row.cp;  // every row is predicted fast today
     EXPECT_LT(std::abs(error), kCpRowGuard) << "cp " << row.cp;
+    // cp 1 (+13%) and cp 2 (+1%) are within the 15%; cp 4 and 8 (+32%, +36%) are not.
+    if (row.cp <= 2) {
+      EXPECT_LT(std::abs(error), kCpRowTarget) << "cp " << row.cp;
+    }
   }
   std::printf("torchtitan context-parallel rows within the issue's 15%%: %d of %zu\n", within,
               std::size(kTorchtitanCpRows));
