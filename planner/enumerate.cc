@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <numeric>
 #include <utility>
 #include <vector>
 
@@ -150,6 +151,32 @@ std::vector<int> TensorParallelDegrees(const Model& model, const Cluster& cluste
   }
   if (notes != nullptr && !without_costs.empty()) {
     notes->push_back("tensor parallelism was not searched: " + without_costs);
+  }
+  return out;
+}
+
+std::vector<int> ExpertParallelDegrees(const Model& model, const PlannerOptions& options) {
+  if (!options.expert_parallel.empty()) return options.expert_parallel;
+  std::vector<int> out = {1};
+  int divisor = 0;  // the greatest common divisor of the MoE layers' experts
+  for (const Layer& l : model.layers) {
+    if (l.moe) divisor = std::gcd(divisor, l.moe->experts);
+  }
+  if (divisor == 0) return out;
+  for (int ep = 2; ep <= options.gpus && divisor % ep == 0; ep *= 2) out.push_back(ep);
+  return out;
+}
+
+std::vector<std::pair<int, int>> ExpertLayouts(const PlannerOptions& options, int64_t stage_gpus) {
+  const std::vector<int> etps =
+      options.expert_tensor_parallel.empty() ? std::vector<int>{1} : options.expert_tensor_parallel;
+  const std::vector<int> eps =
+      options.expert_parallel.empty() ? std::vector<int>{1} : options.expert_parallel;
+  std::vector<std::pair<int, int>> out;
+  for (int ep : eps) {
+    for (int etp : etps) {
+      if (stage_gpus % (int64_t{ep} * etp) == 0) out.emplace_back(ep, etp);
+    }
   }
   return out;
 }
@@ -332,7 +359,12 @@ void EnumerateAt(const PlannerOptions& options, const Cluster& cluster, int64_t 
                   Candidate with_rule = sharded;
                   with_rule.config.partition.rule = rule;
                   if (rule == PartitionRule::kEven) with_rule.config.partition.even = options.even;
-                  out->push_back(std::move(with_rule));
+                  for (const auto& [ep, etp] : ExpertLayouts(options, int64_t{t} * cp * d)) {
+                    Candidate folded = with_rule;
+                    folded.config.layout.expert_parallel = ep;
+                    folded.config.layout.expert_tensor_parallel = etp;
+                    out->push_back(std::move(folded));
+                  }
                 }
               }
             }
@@ -370,6 +402,8 @@ int64_t CountConfigurations(const Model& model, const Cluster& cluster,
   };
   int64_t count = 0;
   const std::vector<int> cps = ContextParallelDegrees(model, options);
+  PlannerOptions expert_options = options;
+  expert_options.expert_parallel = ExpertParallelDegrees(model, options);
   for (int t : TensorParallelDegrees(model, cluster, options, nullptr)) {
     if (options.gpus % t != 0) continue;
     const int64_t sp_modes = static_cast<int64_t>(SequenceParallelModes(model, options, t).size());
@@ -381,7 +415,9 @@ int64_t CountConfigurations(const Model& model, const Cluster& cluster,
           zero +=
               static_cast<int64_t>(ShardingChoices(options, cluster, t * cp, p, d, level).size());
         }
-        const int64_t here = times(times(per_layout(p), zero), sp_modes);
+        const int64_t experts =
+            static_cast<int64_t>(ExpertLayouts(expert_options, int64_t{t} * cp * d).size());
+        const int64_t here = times(times(times(per_layout(p), zero), sp_modes), experts);
         count = here > kMax - count ? kMax : count + here;
       }
     }
@@ -396,6 +432,8 @@ std::vector<Candidate> Enumerate(const Model& model, const Cluster& cluster,
   std::vector<Candidate> out;
   const int layers = static_cast<int>(model.layers.size());
   const bool split = HasWeightGradientSplit(model);
+  PlannerOptions with_experts = options;  // the expert-parallel degrees resolved
+  with_experts.expert_parallel = ExpertParallelDegrees(model, options);
   const std::vector<RecomputeChoice> recompute_modes = RecomputeModes(model, options);
   const std::vector<int> cps = ContextParallelDegrees(model, options);
   for (int t : TensorParallelDegrees(model, cluster, options, notes)) {
@@ -403,8 +441,8 @@ std::vector<Candidate> Enumerate(const Model& model, const Cluster& cluster,
     for (bool sp : SequenceParallelModes(model, options, t)) {
       for (int cp : cps) {
         if (options.gpus % (int64_t{t} * cp) != 0 || !GroupFitsNodes(t, cp, cluster)) continue;
-        EnumerateAt(options, cluster, global_batch, t, sp, cp, layers, split, recompute_modes, &out,
-                    rejected);
+        EnumerateAt(with_experts, cluster, global_batch, t, sp, cp, layers, split, recompute_modes,
+                    &out, rejected);
       }
     }
   }

@@ -856,6 +856,20 @@ std::vector<Case> Catalogue() {
   c.push_back(Row("context_parallel_not_dividing_gpus", kPlanner, {kGoodModel},
                   "--model {dir}/m.json --gpus 4 --global-batch 8 --context-parallel 3", 2,
                   "--context-parallel 3 does not divide --gpus 4"));
+  // Expert parallelism (issue 26): a degree below 1 or against the folding
+  // rule is a usage error; one the model cannot run is bad input.
+  c.push_back(Row("expert_parallel_zero", kSimulator, {kGoodModel},
+                  std::string(kSim) + " --expert-parallel 0", 2, "--expert-parallel"));
+  c.push_back(Row("expert_tensor_parallel_zero", kPlanner, {kGoodModel},
+                  "--model {dir}/m.json --gpus 2 --global-batch 8 --expert-tensor-parallel 0", 2,
+                  "--expert-tensor-parallel"));
+  c.push_back(Row("expert_parallel_not_folding", kSimulator, {kGoodModel},
+                  std::string(kSim) + " --data-parallel 2 --expert-parallel 4", 2,
+                  "--expert-parallel 4 x --expert-tensor-parallel 1 = 4 does not divide the 2 "
+                  "GPUs of a stage"));
+  c.push_back(Row("expert_parallel_on_a_dense_model", kSimulator, {kGoodModel},
+                  std::string(kSim) + " --data-parallel 2 --expert-parallel 2", 1,
+                  "--expert-parallel 2: the model has no mixture-of-experts layer"));
   c.push_back(Row("tensor_parallel_over_gpus", kPlanner, {kGoodModel},
                   "--model {dir}/m.json --gpus 2 --global-batch 8 --tensor-parallel 4", 2,
                   "--tensor-parallel 4 is more than --gpus 2: t x p x d must equal the GPUs"));
