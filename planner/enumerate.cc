@@ -291,79 +291,81 @@ void EnumerateAt(const PlannerOptions& options, const Cluster& cluster, int64_t 
                  const std::vector<RecomputeChoice>& recompute_modes, std::vector<Candidate>* out,
                  std::vector<Rejection>* rejected) {
   for (const auto& [p, d] : PipelineSplits(options, options.gpus / (t * cp), layers)) {
-    for (int size : options.microbatch_sizes) {
-      for (ScheduleKind schedule : SchedulesAt(options, p)) {
-        const ScheduleTraits& traits = TraitsOf(schedule);
-        const std::vector<int> chunk_counts = traits.fixed_chunks > 0
-                                                  ? std::vector<int>{traits.fixed_chunks}
-                                              : traits.uses_chunks ? options.chunks
-                                                                   : std::vector<int>{1};
-        for (int v : chunk_counts) {
-          for (const RecomputeChoice& recompute : recompute_modes) {
-            for (int zero : ZeroLevels(options, d * cp)) {
-              Candidate c;
-              TrainingConfig& config = c.config;
-              config.layout.tensor_parallel = t;
-              config.layout.sequence_parallel = sp;
-              config.layout.context_parallel = cp;
-              config.layout.cp_algorithm = options.cp_algorithm;
-              config.layout.pipeline_stages = p;
-              config.layout.data_parallel = d;
-              config.layout.chunks = v;
-              config.schedule = schedule;
-              config.microbatch_size = size;
-              config.recompute = recompute.recompute;
-              config.recompute_layers = recompute.layers;
-              config.memory = options.memory;
-              config.memory.zero = zero;
-              config.overlap = options.overlap;
-              config.overlap.tp_comm_overlap = options.overlap.tp_comm_overlap && t > 1;
-              config.optimizer_step = options.optimizer_step;
-              const int64_t per_step = int64_t{size} * d;
-              if (global_batch % per_step != 0) {
-                rejected->push_back(Rejection{
-                    RejectReason::kBatchNotDivisible, c,
-                    fmt::format("global batch {} is not a multiple of micro-batch size {} x "
-                                "data-parallel {}",
-                                global_batch, size, d),
-                    0});
-                continue;
-              }
-              config.microbatches = static_cast<int>(global_batch / per_step);
-              if (options.microbatches > 0 && config.microbatches != options.microbatches) {
-                continue;
-              }
-              if (std::string why = ScheduleConstraint(c, layers, split); !why.empty()) {
-                rejected->push_back(Rejection{RejectReason::kScheduleConstraint, c, why, 0});
-                continue;
-              }
-              for (const ShardingConfig& sharding :
-                   ShardingChoices(options, cluster, t * cp, p, d, zero)) {
-                Candidate sharded = c;
-                sharded.config.memory.sharding = sharding;
-                if (sharding.shard_group > 0 && d % sharding.shard_group != 0) {
+    // Megatron-LM's parallel folding: each (ep, etp) whose product divides t x cp x d.
+    for (const auto& [ep, etp] : ExpertLayouts(options, int64_t{t} * cp * d)) {
+      for (int size : options.microbatch_sizes) {
+        for (ScheduleKind schedule : SchedulesAt(options, p)) {
+          const ScheduleTraits& traits = TraitsOf(schedule);
+          const std::vector<int> chunk_counts = traits.fixed_chunks > 0
+                                                    ? std::vector<int>{traits.fixed_chunks}
+                                                : traits.uses_chunks ? options.chunks
+                                                                     : std::vector<int>{1};
+          for (int v : chunk_counts) {
+            for (const RecomputeChoice& recompute : recompute_modes) {
+              for (int zero : ZeroLevels(options, d * cp)) {
+                Candidate c;
+                TrainingConfig& config = c.config;
+                config.layout.tensor_parallel = t;
+                config.layout.sequence_parallel = sp;
+                config.layout.context_parallel = cp;
+                config.layout.expert_parallel = ep;
+                config.layout.expert_tensor_parallel = etp;
+                config.layout.cp_algorithm = options.cp_algorithm;
+                config.layout.pipeline_stages = p;
+                config.layout.data_parallel = d;
+                config.layout.chunks = v;
+                config.schedule = schedule;
+                config.microbatch_size = size;
+                config.recompute = recompute.recompute;
+                config.recompute_layers = recompute.layers;
+                config.memory = options.memory;
+                config.memory.zero = zero;
+                config.overlap = options.overlap;
+                config.overlap.tp_comm_overlap = options.overlap.tp_comm_overlap && t > 1;
+                config.optimizer_step = options.optimizer_step;
+                const int64_t per_step = int64_t{size} * d;
+                if (global_batch % per_step != 0) {
                   rejected->push_back(Rejection{
-                      RejectReason::kScheduleConstraint, sharded,
-                      fmt::format("--shard-group {} does not divide the {} data-parallel replicas",
-                                  sharding.shard_group, d),
+                      RejectReason::kBatchNotDivisible, c,
+                      fmt::format("global batch {} is not a multiple of micro-batch size {} x "
+                                  "data-parallel {}",
+                                  global_batch, size, d),
                       0});
                   continue;
                 }
-                // Each partition rule searched; on one stage of one chunk both make the same
-                // split, so Megatron-LM's is tried there only when it alone is searched.
-                for (PartitionRule rule : options.partition_rules) {
-                  if (rule == PartitionRule::kEven && p * v == 1 &&
-                      options.partition_rules.size() > 1) {
+                config.microbatches = static_cast<int>(global_batch / per_step);
+                if (options.microbatches > 0 && config.microbatches != options.microbatches) {
+                  continue;
+                }
+                if (std::string why = ScheduleConstraint(c, layers, split); !why.empty()) {
+                  rejected->push_back(Rejection{RejectReason::kScheduleConstraint, c, why, 0});
+                  continue;
+                }
+                for (const ShardingConfig& sharding :
+                     ShardingChoices(options, cluster, t * cp, p, d, zero)) {
+                  Candidate sharded = c;
+                  sharded.config.memory.sharding = sharding;
+                  if (sharding.shard_group > 0 && d % sharding.shard_group != 0) {
+                    rejected->push_back(Rejection{
+                        RejectReason::kScheduleConstraint, sharded,
+                        fmt::format(
+                            "--shard-group {} does not divide the {} data-parallel replicas",
+                            sharding.shard_group, d),
+                        0});
                     continue;
                   }
-                  Candidate with_rule = sharded;
-                  with_rule.config.partition.rule = rule;
-                  if (rule == PartitionRule::kEven) with_rule.config.partition.even = options.even;
-                  for (const auto& [ep, etp] : ExpertLayouts(options, int64_t{t} * cp * d)) {
-                    Candidate folded = with_rule;
-                    folded.config.layout.expert_parallel = ep;
-                    folded.config.layout.expert_tensor_parallel = etp;
-                    out->push_back(std::move(folded));
+                  // Each partition rule searched; on one stage of one chunk both make the same
+                  // split, so Megatron-LM's is tried there only when it alone is searched.
+                  for (PartitionRule rule : options.partition_rules) {
+                    if (rule == PartitionRule::kEven && p * v == 1 &&
+                        options.partition_rules.size() > 1) {
+                      continue;
+                    }
+                    Candidate with_rule = sharded;
+                    with_rule.config.partition.rule = rule;
+                    if (rule == PartitionRule::kEven)
+                      with_rule.config.partition.even = options.even;
+                    out->push_back(std::move(with_rule));
                   }
                 }
               }

@@ -362,17 +362,19 @@ Status CheckSearchSize(const Model& model, const Cluster& cluster, const Planner
   // Refused before anything is allocated (passes.h, kMaxConfigurations).
   if (const int64_t n = passes::CountConfigurations(model, cluster, options);
       n > passes::kMaxConfigurations) {
+    const size_t experts = passes::ExpertParallelDegrees(model, options).size();
     return Status::InvalidArgument(fmt::format(
         "the search would enumerate {} configurations, over the limit of {} (each is held in "
         "memory while the search runs): {} micro-batch sizes x {} schedules x {} chunk counts x "
-        "{} ZeRO levels x {} tensor-parallel degrees over the pipeline depths {} GPUs allow; "
+        "{} ZeRO levels x {} tensor-parallel degrees{} over the pipeline depths {} GPUs allow; "
         "give fewer values to --microbatch-sizes, --schedules, --chunks, --zero or "
-        "--tensor-parallel, or pin --stages, --data-parallel or --microbatches",
+        "--tensor-parallel{}, or pin --stages, --data-parallel or --microbatches",
         n, passes::kMaxConfigurations, options.microbatch_sizes.size(), options.schedules.size(),
         options.chunks.size(), options.zero_levels.empty() ? 3 : options.zero_levels.size(),
         options.tensor_parallel.empty() ? std::string("the")
                                         : std::to_string(options.tensor_parallel.size()),
-        options.gpus));
+        experts > 1 ? fmt::format(" x {} expert-parallel degrees", experts) : "", options.gpus,
+        experts > 1 ? ", --expert-parallel" : ""));
   }
   return Status::Ok();
 }

@@ -7,10 +7,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "formats/formats.h"
+#include "planner/passes.h"
+#include "planner/planner.h"
 #include "sim/cluster.h"
 #include "sim/collectives.h"
 #include "sim/memory.h"
@@ -266,6 +269,42 @@ TEST(ExpertParallelTest, ModelJsonCarriesMoeAndRefusesBadValues) {
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("layers[1].moe.top_k"), std::string::npos)
       << refused.status().message();
+}
+
+TEST(ExpertParallelPlanner, SearchesEpFoldedOverTheStageAndPinsIt) {
+  const Model model = TwoLayers();
+  const Cluster cluster = H100();
+  PlannerOptions options;
+  options.gpus = 8;
+  options.schedules = {ScheduleKind::k1F1B};
+  options.microbatch_sizes = {1};
+  // Every power of two up to N dividing the 8 experts.
+  EXPECT_EQ(passes::ExpertParallelDegrees(model, options), (std::vector<int>{1, 2, 4, 8}));
+  std::vector<Rejection> rejected;
+  const std::vector<Candidate> all = passes::Enumerate(model, cluster, options, 16, &rejected);
+  std::set<int> eps;
+  for (const Candidate& c : all) {
+    const ParallelLayout& l = c.config.layout;
+    const int stage = l.tensor_parallel * l.context_parallel * l.data_parallel;
+    EXPECT_EQ(stage % (l.expert_parallel * l.expert_tensor_parallel), 0) << c.Label();
+    eps.insert(l.expert_parallel);
+  }
+  EXPECT_EQ(eps, (std::set<int>{1, 2, 4, 8}));
+  EXPECT_EQ(passes::CountConfigurations(model, cluster, options),
+            static_cast<int64_t>(all.size() + rejected.size()));
+  // Pinned: only the listed degree, where it folds.
+  options.expert_parallel = {4};
+  rejected.clear();
+  eps.clear();
+  for (const Candidate& c : passes::Enumerate(model, cluster, options, 16, &rejected)) {
+    eps.insert(c.config.layout.expert_parallel);
+  }
+  EXPECT_EQ(eps, std::set<int>{4});
+  // A dense model searches ep = 1 alone.
+  Model dense = model;
+  dense.layers[1].moe.reset();
+  options.expert_parallel.clear();
+  EXPECT_EQ(passes::ExpertParallelDegrees(dense, options), std::vector<int>{1});
 }
 
 }  // namespace

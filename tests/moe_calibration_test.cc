@@ -70,12 +70,12 @@ double PredictQwen3(const ModelZooRow& row) {
   Result<Model> model = ParseModel(*text, spec.name);
   Result<Cluster> cluster = ClusterPreset("h100-sxm");
   const int m = 2048 / row.d;
-  Result<Schedule> schedule = MakeSchedule(ScheduleKind::kInterleaved, row.p, m, row.v);
+  Result<Schedule> schedule = MakeSchedule(ScheduleKind::kInterleaved1F1B, row.p, m, row.v);
   EXPECT_TRUE(model.ok() && cluster.ok() && schedule.ok());
   if (!model.ok() || !cluster.ok() || !schedule.ok()) return 0;
   SimOptions sim;
   TrainingConfig& c = sim.config;
-  c.schedule = ScheduleKind::kInterleaved;
+  c.schedule = ScheduleKind::kInterleaved1F1B;
   c.layout.tensor_parallel = row.t;
   c.layout.sequence_parallel = true;
   c.layout.data_parallel = row.d;
