@@ -66,10 +66,14 @@ struct KeptWidths {
 // gradient of its output. A column-parallel product's input is full and its
 // output split; a row-parallel one's the other way round; a replicated one
 // (MLA's down-projections) has both full.
-KeptWidths WeightGradWidths(const LayerShape& shape) {
+KeptWidths WeightGradWidths(const LayerShape& shape, double imbalance) {
   KeptWidths w;
   for (const WeightProduct& p : shape.products) {
-    const double in = static_cast<double>(p.in), out = static_cast<double>(p.out);
+    // An MoE block's routed experts keep their inputs and output gradients
+    // for each token copy they receive (TokenCopies); a dense product once.
+    const double copies = TokenCopies(p, imbalance);
+    const double in = static_cast<double>(p.in) * copies;
+    const double out = static_cast<double>(p.out) * copies;
     switch (p.split) {
       case TpSplit::kColumn:
         w.full += in;
@@ -201,8 +205,7 @@ void AddFp8Casts(Fp8Recipe recipe, double elements, double e, std::vector<Memory
 
 }  // namespace
 
-// REQUIRES: `shape` is a dense block (the time model refuses experts) and
-// `whole` the same block at t = 1.
+// REQUIRES: `whole` is `shape` at t = 1.
 SampleCost BlockCost(const TransformerSpec& spec, const LayerShape& shape, const LayerShape& whole,
                      const Dims& d, Attention kind, const Split& x, Fp8Recipe fp8,
                      double imbalance) {
@@ -260,7 +263,7 @@ SampleCost BlockCost(const TransformerSpec& spec, const LayerShape& shape, const
   c.attention_core_flops = flash ? 0 : c.other_flops;
   c.traffic_bytes = kTrafficPerActivationByte * c.activation_bytes;
   AddBlockKernels(spec, shape, d, flash, x, imbalance, &c);
-  if (shape.moe) AddMoeRouting(spec, shape, whole, d, x, imbalance, &c);
+  if (shape.moe) AddMoeRouting(spec, whole, d, &c);
   if (fp8_on) {
     // Each weight product casts its input in the forward and the gradient
     // of its output in the backward (per-GPU widths, whole sequence).
@@ -273,7 +276,7 @@ SampleCost BlockCost(const TransformerSpec& spec, const LayerShape& shape, const
   c.checkpoint_bytes = x.Replicated() * d.s * d.h * d.e;  // the block input
   // What the weight products' gradients need (WeightGradWidths): 32sbh for
   // 16-bit, f = 4h, multi-head attention (Qi et al. 2024, Table 1).
-  const KeptWidths grad = WeightGradWidths(whole);
+  const KeptWidths grad = WeightGradWidths(whole, imbalance);
   c.weight_grad_bytes = d.s * d.e * (x.Replicated() * grad.full + grad.split / t);
   // torchtitan's op policy (torchtitan/distributed/activation_checkpoint.py,
   // docs/profiler.md): the block's input, the outputs of the 1st, 3rd, ...

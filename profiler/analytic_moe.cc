@@ -67,11 +67,8 @@ void AddMoeKernels(const TransformerSpec& spec, const Dims& d, const Split& x, d
   c->backward_kernels.push_back({permute});
 }
 
-void AddMoeRouting(const TransformerSpec& spec, const LayerShape& shape, const LayerShape& whole,
-                   const Dims& d, const Split& x, double imbalance, SampleCost* c) {
-  (void)shape;
-  (void)x;
-  (void)imbalance;
+void AddMoeRouting(const TransformerSpec& spec, const LayerShape& whole, const Dims& d,
+                   SampleCost* c) {
   MoeRouting r;
   r.experts = spec.moe.experts;
   r.top_k = spec.moe.experts_per_token;

@@ -166,8 +166,8 @@ double MoeKeptBytes(const TransformerSpec& spec, const LayerShape& shape, const 
 void AddMoeKernels(const TransformerSpec& spec, const Dims& d, const Split& x, double imbalance,
                    SampleCost* c);
 // c->moe: the routing model.json records (sim/model.h MoeRouting).
-void AddMoeRouting(const TransformerSpec& spec, const LayerShape& shape, const LayerShape& whole,
-                   const Dims& d, const Split& x, double imbalance, SampleCost* c);
+void AddMoeRouting(const TransformerSpec& spec, const LayerShape& whole, const Dims& d,
+                   SampleCost* c);
 
 // REQUIRES: `whole` is `shape` at t = 1. `imbalance`: the busiest expert's
 // tokens over the mean (AnalyticOptions::moe_imbalance), for MoE blocks.
