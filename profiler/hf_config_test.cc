@@ -385,7 +385,8 @@ TEST(HfConfigTest, MoeFlagsAndImbalanceAreCheckedByName) {
   spec.moe.expert_ffn = 770;
   Result<Model> at4 = EstimateTransformerAt(spec, AnalyticOptions{}, TensorParallelism{4, true});
   ASSERT_FALSE(at4.ok());
-  EXPECT_THAT(at4.status().message(), HasSubstr("--tensor-parallel 4 does not divide --expert-ffn"));
+  EXPECT_THAT(at4.status().message(),
+              HasSubstr("--tensor-parallel 4 does not divide --expert-ffn"));
 }
 
 TEST(HfConfigTest, BadFilesNameTheFileAndTheKey) {

@@ -344,8 +344,8 @@ std::vector<Case> Catalogue() {
                   tiny + " --experts 4 --experts-per-token 5 --out {dir}/m.json", 1,
                   "--experts-per-token 5 is over the limit of 4", After::kNoOutputs));
   c.push_back(Row("profiler_expert_flag_without_experts", kProfiler, {},
-                  tiny + " --expert-ffn 64 --out {dir}/m.json", 2,
-                  "--expert-ffn needs --experts", After::kNoOutputs));
+                  tiny + " --expert-ffn 64 --out {dir}/m.json", 2, "--expert-ffn needs --experts",
+                  After::kNoOutputs));
   c.push_back(Row("profiler_moe_imbalance_below_one", kProfiler, {},
                   tiny + " --experts 4 --moe-imbalance 0.5 --out {dir}/m.json", 1,
                   "--moe-imbalance 0.5 must be from 1", After::kNoOutputs));
