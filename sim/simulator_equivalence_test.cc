@@ -415,6 +415,33 @@ TEST(SimulatorEquivalence, DeepTiesOnTheIdealClusterRankedOrWalked) {
   EXPECT_EQ(tally.ran, 2 * 2 * static_cast<int>(BuiltinScheduleKinds().size()));
 }
 
+// DualPipe's two directions are mirror images: on uniform stages its middle
+// ranks send and receive at one instant, and the two events' causes tie all
+// the way back to the ranks' starts. The engine walks such ties with its memo
+// of walked pairs (sim/internal/engine_order.cc, LongWalk()) instead of
+// ranking every event; the answers must be the reference's. The benchmark's
+// shapes (bench/sim_bench: uniform stages on h100-sxm) at p = 8 and beyond.
+TEST(SimulatorEquivalence, MirroredDirectionsWalkedWithTheMemo) {
+  Tally tally;
+  const Cluster h100 = *ClusterPreset("h100-sxm");
+  const std::vector<ScheduleKind> kinds = {ScheduleKind::kDualPipe, ScheduleKind::kDualPipeV};
+  for (ScheduleKind kind : kinds) {
+    for (const auto& [p, m] : {std::pair{8, 64}, std::pair{16, 64}, std::pair{32, 64}}) {
+      const int v = UsesChunks(kind) ? 2 : 1;
+      Result<Schedule> sched = MakeSchedule(kind, p, m, v);
+      ASSERT_TRUE(sched.ok()) << sched.status().message();
+      for (bool timeline : {false, true}) {
+        SimOptions opts;
+        opts.record_timeline = timeline;
+        EXPECT_TRUE(SameAsReference(TestModel(2 * p * v, /*unequal=*/false), h100, *sched, opts, &tally,
+                                    /*compare_text=*/false))
+            << ScheduleKindName(kind) << " p=" << p << " m=" << m << " timeline=" << timeline;
+      }
+    }
+  }
+  EXPECT_EQ(tally.ran, 2 * 3 * 2);
+}
+
 // Event tables of several MiB take the engine's large-allocation path
 // (huge pages, blocks kept by the thread and reused by the next call): a
 // larger run, a smaller one that reuses its block, and the first again.

@@ -163,6 +163,12 @@ class Engine {
   // only the cost differs.
   int TryTieBefore(int32_t x, int32_t y);
   static constexpr int kUnknown = -1;
+  // A walk still tied after kShortWalk steps (engine_order.cc): it looks
+  // each pair up in the walks' memo and records the pairs it visits.
+  int LongWalk(int32_t x, int32_t y);
+  static constexpr int kShortWalk = 4;
+  // Each long walk adds this many steps to the budget.
+  static constexpr int64_t kLongWalkAllowance = 16;
   // Real links end a walk in a step or two; wavefronts of equal times (the
   // ideal cluster) make walks of O(p + m) steps, which ranking the events
   // (tens of ns per event) beats.
@@ -250,6 +256,13 @@ class Engine {
   int64_t ties_ = 0;         // events whose cause pass 1 left open
   bool ranked_ = false;      // rank_ holds the processing order
   int64_t walk_budget_ = 0;  // TryTieBefore()'s steps left
+  // The long walks' memo, per event: the other event of the last walked pair
+  // it was the lower id of (kPartnerId's bits; all ones: none) and, in the
+  // top bit, whether it came first; sized with the first long walk. And the
+  // pairs of the walk under way.
+  LargeArray<uint32_t> partner_;
+  static constexpr uint32_t kPartnerId = 0x7fffffffu;
+  std::vector<std::pair<int32_t, int32_t>> walk_path_;
   // Per event, for the ranking step: the events waiting on it (one per
   // sibling order, and a second op end: an arrival both halves of an
   // overlapped pair wait on), its instant, its candidates not yet processed
@@ -313,7 +326,7 @@ inline bool Engine::TieBefore(int32_t x, int32_t y) {
 }
 
 inline int Engine::TryTieBefore(int32_t x, int32_t y) {
-  while (walk_budget_ > 0) {
+  for (int step = 0; step < kShortWalk && walk_budget_ > 0; ++step) {
     if (x < 0 || y < 0) return x < 0 && y < 0 ? x > y : x < 0;
     if (!Decided(x) || !Decided(y)) return kUnknown;
     const int32_t px = ev_[x].parent, py = ev_[y].parent;
@@ -324,7 +337,7 @@ inline int Engine::TryTieBefore(int32_t x, int32_t y) {
     y = py;
     --walk_budget_;
   }
-  return kUnknown;
+  return walk_budget_ > 0 ? LongWalk(x, y) : kUnknown;
 }
 
 }  // namespace pipecast::internal

@@ -83,6 +83,61 @@ int Engine::Candidates(int32_t e, int32_t out[3]) const {
   return 2;
 }
 
+// TryTieBefore() past its first steps. Two tied events whose causes tie all
+// the way back are usually mirror images (DualPipe's two directions meet at
+// one instant on the middle ranks) or a pipeline's wavefront, and the next
+// tie of the same two streams walks back into the pairs this one visited:
+// each pair a walk visits has the walk's answer (it is the same comparison
+// one step further up), so the pairs are remembered and a later walk stops
+// at the first it finds. Without the memo DualPipe's walks spent the budget
+// (one step per event) and the engine ranked every event, two fifths of its
+// time. The answers are the walk's; the memo changes only the cost.
+int Engine::LongWalk(int32_t x, int32_t y) {
+  if (partner_.data() == nullptr) {
+    partner_.Reset(static_cast<size_t>(num_events_));
+    std::memset(partner_.data(), 0xff, sizeof(uint32_t) * static_cast<size_t>(num_events_));
+  }
+  walk_budget_ += kLongWalkAllowance;
+  walk_path_.clear();
+  int answer = kUnknown;
+  while (walk_budget_ > 0) {
+    if (x < 0 || y < 0) {
+      answer = x < 0 && y < 0 ? x > y : x < 0;
+      break;
+    }
+    if (!Decided(x) || !Decided(y)) return kUnknown;
+    // The pair is remembered at its lower id: the higher one, and above it
+    // whether the lower came first.
+    const bool swapped = x > y;
+    const uint32_t seen = partner_[swapped ? y : x];
+    if ((seen & kPartnerId) == static_cast<uint32_t>(swapped ? x : y)) {
+      answer = (seen >> 31) != swapped;
+      break;
+    }
+    walk_path_.emplace_back(x, y);
+    const int32_t px = ev_[x].parent, py = ev_[y].parent;
+    if (px == py) {
+      answer = SiblingOrder(x) < SiblingOrder(y);
+      break;
+    }
+    const TimeNs tx = TimeOf(px), ty = TimeOf(py);
+    if (tx != ty) {
+      answer = tx < ty;
+      break;
+    }
+    x = px;
+    y = py;
+    --walk_budget_;
+  }
+  if (answer == kUnknown) return kUnknown;
+  for (const auto& [a, b] : walk_path_) {
+    const bool swapped = a > b;
+    const uint32_t lower_first = (answer == 1) != swapped;
+    partner_[swapped ? b : a] = static_cast<uint32_t>(swapped ? a : b) | lower_first << 31;
+  }
+  return answer;
+}
+
 // Replays the old engine's event queue with the times known: an event is
 // inserted when the last of its candidate causes is processed (that one is
 // its parent), at the end of its instant's insertions so far, and an

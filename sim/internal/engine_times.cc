@@ -20,6 +20,7 @@ void Engine::Prepare() {
   ties_ = 0;
   ranked_ = false;
   walk_budget_ = kWalkStepsPerEvent * events;
+  partner_.Reset(0);
   KeepPairDurations();
   TabulateOpCosts();
   const int n = sched_.num_stages;
