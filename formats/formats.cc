@@ -52,6 +52,10 @@ constexpr Bytes kMinGpuMemoryBytes = kMiB;            // less is GB written as b
 constexpr std::string_view kSourceMethods[] = {"cupti", "cpu", "analytic", "manual", "trace"};
 
 constexpr IntRule kParameterCount = {0, kMaxParameters, "2^50", "a parameter count"};
+// A layer's `moe`: routed experts (kMaxSpecExperts of the analytic profiler)
+// and the dispatched token's width (its kMaxSpecWidth).
+constexpr int kMaxExperts = 1 << 16;
+constexpr int64_t kMaxMoeHidden = 1 << 20;
 constexpr IntRule kMicrobatchSize = {1, kMaxMicrobatchSize, "2^20",
                                      "a micro-batch size in samples"};
 constexpr int64_t kMaxTensorParallel = 1 << 16;  // GPUs splitting one layer, as gpus_per_node
@@ -210,13 +214,53 @@ Status ReadProfile(const Reader& r, const json& v, const std::string& path, Laye
   return ReadMemoryFields(r, v, path, p);
 }
 
+// A layer's `moe` object (MoeRouting in sim/model.h).
+Status ReadMoe(const Reader& r, const json& v, const std::string& path, int64_t parameters,
+               MoeRouting* m) {
+  PIPECAST_RETURN_IF_ERROR(r.CheckObject(v, path));
+  PIPECAST_RETURN_IF_ERROR(r.CheckKeys(v, path,
+                                       {"experts", "top_k", "expert_groups", "topk_groups",
+                                        "hidden", "expert_parameters", "bytes_per_element"}));
+  PIPECAST_RETURN_IF_ERROR(r.Int(v, path, "experts", 1, kMaxExperts, &m->experts));
+  PIPECAST_RETURN_IF_ERROR(r.Int(v, path, "top_k", 1, m->experts, &m->top_k));
+  std::optional<int> groups, topk_groups, bytes;
+  PIPECAST_RETURN_IF_ERROR(
+      r.Integer(v, path, "expert_groups", IntRule{0, m->experts, nullptr, ""}, &groups));
+  m->expert_groups = groups.value_or(0);
+  PIPECAST_RETURN_IF_ERROR(
+      r.Integer(v, path, "topk_groups", IntRule{0, m->expert_groups, nullptr, ""}, &topk_groups));
+  m->topk_groups = topk_groups.value_or(0);
+  if ((m->expert_groups > 0) != (m->topk_groups > 0)) {
+    return r.Error(Member(path, "topk_groups"),
+                   "and expert_groups go together: give both (node-limited routing) or neither");
+  }
+  if (m->expert_groups > 0 && m->experts % m->expert_groups != 0) {
+    return r.Error(Member(path, "expert_groups"),
+                   fmt::format("{} does not divide experts {}: groups hold equal shares",
+                               m->expert_groups, m->experts));
+  }
+  PIPECAST_RETURN_IF_ERROR(r.Int(v, path, "hidden", 1, kMaxMoeHidden, &m->hidden));
+  PIPECAST_RETURN_IF_ERROR(
+      r.Int(v, path, "expert_parameters", 0, parameters, &m->expert_parameters));
+  PIPECAST_RETURN_IF_ERROR(
+      r.Integer(v, path, "bytes_per_element", IntRule{1, 4, nullptr, ""}, &bytes));
+  m->bytes_per_element = bytes.value_or(2);
+  return Status::Ok();
+}
+
 Status ReadLayer(const Reader& r, const json& v, const std::string& path, Layer* layer) {
   PIPECAST_RETURN_IF_ERROR(r.CheckObject(v, path));
   PIPECAST_RETURN_IF_ERROR(
-      r.CheckKeys(v, path, {"name", "parameters", "forward_flops", "profiles"}));
+      r.CheckKeys(v, path, {"name", "parameters", "forward_flops", "profiles", "moe"}));
   PIPECAST_RETURN_IF_ERROR(r.String(v, path, "name", "the layer's name", &layer->name));
   PIPECAST_RETURN_IF_ERROR(r.Integer(v, path, "parameters", kParameterCount, &layer->parameters));
   PIPECAST_RETURN_IF_ERROR(r.Number(v, path, "forward_flops", kLayerFlops, &layer->forward_flops));
+  const json* moe = nullptr;
+  PIPECAST_RETURN_IF_ERROR(r.Find(v, path, "moe", "", false, &moe));
+  if (moe != nullptr) {
+    PIPECAST_RETURN_IF_ERROR(
+        ReadMoe(r, *moe, Member(path, "moe"), layer->parameters, &layer->moe.emplace()));
+  }
   const json* profiles = nullptr;
   PIPECAST_RETURN_IF_ERROR(
       r.Find(v, path, "profiles", "a list of per-micro-batch-size profiles", true, &profiles));
@@ -551,6 +595,18 @@ std::string ModelToJson(const Model& model) {
     l["name"] = layer.name;
     l["parameters"] = layer.parameters;
     if (layer.forward_flops) l["forward_flops"] = *layer.forward_flops;
+    if (layer.moe) {
+      const MoeRouting& m = *layer.moe;
+      json moe = {{"experts", m.experts}, {"top_k", m.top_k}};
+      if (m.expert_groups > 0) {
+        moe["expert_groups"] = m.expert_groups;
+        moe["topk_groups"] = m.topk_groups;
+      }
+      moe["hidden"] = m.hidden;
+      moe["expert_parameters"] = m.expert_parameters;
+      if (m.bytes_per_element != 2) moe["bytes_per_element"] = m.bytes_per_element;
+      l["moe"] = std::move(moe);
+    }
     json profiles = json::array();
     for (const LayerProfile& p : layer.profiles) {
       json j;

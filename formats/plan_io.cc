@@ -187,6 +187,15 @@ Status ReadCounts(const Reader& r, const json& root, PlanFile* plan) {
     PIPECAST_RETURN_IF_ERROR(r.Int(root, "", "context_parallel", 1, kMaxContextParallel,
                                    &plan->config.layout.context_parallel));
   }
+  // Expert parallelism: optional, absent at ep = etp = 1.
+  if (root.contains("expert_parallel")) {
+    PIPECAST_RETURN_IF_ERROR(r.Int(root, "", "expert_parallel", 1, kMaxExpertParallel,
+                                   &plan->config.layout.expert_parallel));
+  }
+  if (root.contains("expert_tensor_parallel")) {
+    PIPECAST_RETURN_IF_ERROR(r.Int(root, "", "expert_tensor_parallel", 1, kMaxExpertParallel,
+                                   &plan->config.layout.expert_tensor_parallel));
+  }
   if (root.contains("cp_algorithm")) {
     std::string algorithm;
     PIPECAST_RETURN_IF_ERROR(r.String(root, "", "cp_algorithm", &algorithm));
@@ -557,6 +566,8 @@ Status ReadPlan(const Reader& r, const json& root, PlanFile* plan) {
                                         "tp_comm_overlap",
                                         "context_parallel",
                                         "cp_algorithm",
+                                        "expert_parallel",
+                                        "expert_tensor_parallel",
                                         "microbatch_size",
                                         "microbatches",
                                         "global_batch",
@@ -673,6 +684,10 @@ std::string PlanToJson(const PlanFile& plan) {
   if (plan.config.layout.context_parallel > 1) {  // absent at cp = 1: older plans read the same
     root["context_parallel"] = plan.config.layout.context_parallel;
     root["cp_algorithm"] = CpAlgorithmName(plan.config.layout.cp_algorithm);
+  }
+  if (plan.config.layout.expert_parallel > 1 || plan.config.layout.expert_tensor_parallel > 1) {
+    root["expert_parallel"] = plan.config.layout.expert_parallel;
+    root["expert_tensor_parallel"] = plan.config.layout.expert_tensor_parallel;
   }
   root["microbatch_size"] = plan.config.microbatch_size;
   root["microbatches"] = plan.config.microbatches;

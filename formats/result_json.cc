@@ -126,6 +126,11 @@ void TotalsKeys(V& v, R& r) {
   const bool cp = r.context_parallel > 1;
   v.Int(Key{"context_parallel", cp}, r.context_parallel, kMaxCount);
   v.Algorithm(Key{"cp_algorithm", cp}, r.cp_algorithm);
+  // Written only with expert parallelism; absent reads as ep = etp = 1.
+  const bool ep = r.expert_parallel > 1 || r.expert_tensor_parallel > 1;
+  v.Int(Key{"expert_parallel", ep}, r.expert_parallel, kMaxCount);
+  v.Int(Key{"expert_tensor_parallel", ep}, r.expert_tensor_parallel, kMaxCount);
+  v.Time(Key{"ep_comm_time_us", ep}, r.ep_comm_ns);
   // Written only for bidirectional schedules (DualPipe).
   v.Bool(Key{"bidirectional", r.bidirectional}, r.bidirectional);
   v.Time(Key{"copy_reduce_time_us", r.bidirectional}, r.copy_reduce_ns);

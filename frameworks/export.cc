@@ -167,8 +167,11 @@ FrameworkExport ExportMegatron(const PlanFile& plan, const ExportRequest& reques
     flag("--cp-comm-type",
          plan.config.layout.cp_algorithm == CpAlgorithm::kAllGather ? "all_gather" : "p2p");
   }
-  if (plan.config.layout.expert_parallel > 1) {
+  if (plan.config.layout.expert_parallel > 1 || plan.config.layout.expert_tensor_parallel > 1) {
     flag("--expert-model-parallel-size", std::to_string(plan.config.layout.expert_parallel));
+    // pipecast's etp (1 unless set) stated: Megatron-LM's default is the tensor-parallel size.
+    flag("--expert-tensor-parallel-size",
+         std::to_string(plan.config.layout.expert_tensor_parallel));
   }
   flag("--micro-batch-size", std::to_string(s.mbs));
   flag("--global-batch-size", std::to_string(s.global_batch));

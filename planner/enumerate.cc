@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <numeric>
 #include <utility>
 #include <vector>
 
@@ -154,6 +155,32 @@ std::vector<int> TensorParallelDegrees(const Model& model, const Cluster& cluste
   return out;
 }
 
+std::vector<int> ExpertParallelDegrees(const Model& model, const PlannerOptions& options) {
+  if (!options.expert_parallel.empty()) return options.expert_parallel;
+  std::vector<int> out = {1};
+  int divisor = 0;  // the greatest common divisor of the MoE layers' experts
+  for (const Layer& l : model.layers) {
+    if (l.moe) divisor = std::gcd(divisor, l.moe->experts);
+  }
+  if (divisor == 0) return out;
+  for (int ep = 2; ep <= options.gpus && divisor % ep == 0; ep *= 2) out.push_back(ep);
+  return out;
+}
+
+std::vector<std::pair<int, int>> ExpertLayouts(const PlannerOptions& options, int64_t stage_gpus) {
+  const std::vector<int> etps =
+      options.expert_tensor_parallel.empty() ? std::vector<int>{1} : options.expert_tensor_parallel;
+  const std::vector<int> eps =
+      options.expert_parallel.empty() ? std::vector<int>{1} : options.expert_parallel;
+  std::vector<std::pair<int, int>> out;
+  for (int ep : eps) {
+    for (int etp : etps) {
+      if (stage_gpus % (int64_t{ep} * etp) == 0) out.emplace_back(ep, etp);
+    }
+  }
+  return out;
+}
+
 std::vector<int> ContextParallelDegrees(const Model& model, const PlannerOptions& options) {
   if (!options.context_parallel.empty()) return options.context_parallel;
   int64_t s = model.sequence_length.value_or(0);
@@ -264,75 +291,82 @@ void EnumerateAt(const PlannerOptions& options, const Cluster& cluster, int64_t 
                  const std::vector<RecomputeChoice>& recompute_modes, std::vector<Candidate>* out,
                  std::vector<Rejection>* rejected) {
   for (const auto& [p, d] : PipelineSplits(options, options.gpus / (t * cp), layers)) {
-    for (int size : options.microbatch_sizes) {
-      for (ScheduleKind schedule : SchedulesAt(options, p)) {
-        const ScheduleTraits& traits = TraitsOf(schedule);
-        const std::vector<int> chunk_counts = traits.fixed_chunks > 0
-                                                  ? std::vector<int>{traits.fixed_chunks}
-                                              : traits.uses_chunks ? options.chunks
-                                                                   : std::vector<int>{1};
-        for (int v : chunk_counts) {
-          for (const RecomputeChoice& recompute : recompute_modes) {
-            for (int zero : ZeroLevels(options, d * cp)) {
-              Candidate c;
-              TrainingConfig& config = c.config;
-              config.layout.tensor_parallel = t;
-              config.layout.sequence_parallel = sp;
-              config.layout.context_parallel = cp;
-              config.layout.cp_algorithm = options.cp_algorithm;
-              config.layout.pipeline_stages = p;
-              config.layout.data_parallel = d;
-              config.layout.chunks = v;
-              config.schedule = schedule;
-              config.microbatch_size = size;
-              config.recompute = recompute.recompute;
-              config.recompute_layers = recompute.layers;
-              config.memory = options.memory;
-              config.memory.zero = zero;
-              config.overlap = options.overlap;
-              config.overlap.tp_comm_overlap = options.overlap.tp_comm_overlap && t > 1;
-              config.optimizer_step = options.optimizer_step;
-              const int64_t per_step = int64_t{size} * d;
-              if (global_batch % per_step != 0) {
-                rejected->push_back(Rejection{
-                    RejectReason::kBatchNotDivisible, c,
-                    fmt::format("global batch {} is not a multiple of micro-batch size {} x "
-                                "data-parallel {}",
-                                global_batch, size, d),
-                    0});
-                continue;
-              }
-              config.microbatches = static_cast<int>(global_batch / per_step);
-              if (options.microbatches > 0 && config.microbatches != options.microbatches) {
-                continue;
-              }
-              if (std::string why = ScheduleConstraint(c, layers, split); !why.empty()) {
-                rejected->push_back(Rejection{RejectReason::kScheduleConstraint, c, why, 0});
-                continue;
-              }
-              for (const ShardingConfig& sharding :
-                   ShardingChoices(options, cluster, t * cp, p, d, zero)) {
-                Candidate sharded = c;
-                sharded.config.memory.sharding = sharding;
-                if (sharding.shard_group > 0 && d % sharding.shard_group != 0) {
+    // Megatron-LM's parallel folding: each (ep, etp) whose product divides t x cp x d.
+    for (const auto& [ep, etp] : ExpertLayouts(options, int64_t{t} * cp * d)) {
+      for (int size : options.microbatch_sizes) {
+        for (ScheduleKind schedule : SchedulesAt(options, p)) {
+          const ScheduleTraits& traits = TraitsOf(schedule);
+          const std::vector<int> chunk_counts = traits.fixed_chunks > 0
+                                                    ? std::vector<int>{traits.fixed_chunks}
+                                                : traits.uses_chunks ? options.chunks
+                                                                     : std::vector<int>{1};
+          for (int v : chunk_counts) {
+            for (const RecomputeChoice& recompute : recompute_modes) {
+              for (int zero : ZeroLevels(options, d * cp)) {
+                Candidate c;
+                TrainingConfig& config = c.config;
+                config.layout.tensor_parallel = t;
+                config.layout.sequence_parallel = sp;
+                config.layout.context_parallel = cp;
+                config.layout.expert_parallel = ep;
+                config.layout.expert_tensor_parallel = etp;
+                config.layout.cp_algorithm = options.cp_algorithm;
+                config.layout.pipeline_stages = p;
+                config.layout.data_parallel = d;
+                config.layout.chunks = v;
+                config.schedule = schedule;
+                config.microbatch_size = size;
+                config.recompute = recompute.recompute;
+                config.recompute_layers = recompute.layers;
+                config.memory = options.memory;
+                config.memory.zero = zero;
+                config.overlap = options.overlap;
+                config.overlap.tp_comm_overlap = options.overlap.tp_comm_overlap && t > 1;
+                config.optimizer_step = options.optimizer_step;
+                const int64_t per_step = int64_t{size} * d;
+                if (global_batch % per_step != 0) {
                   rejected->push_back(Rejection{
-                      RejectReason::kScheduleConstraint, sharded,
-                      fmt::format("--shard-group {} does not divide the {} data-parallel replicas",
-                                  sharding.shard_group, d),
+                      RejectReason::kBatchNotDivisible, c,
+                      fmt::format("global batch {} is not a multiple of micro-batch size {} x "
+                                  "data-parallel {}",
+                                  global_batch, size, d),
                       0});
                   continue;
                 }
-                // Each partition rule searched; on one stage of one chunk both make the same
-                // split, so Megatron-LM's is tried there only when it alone is searched.
-                for (PartitionRule rule : options.partition_rules) {
-                  if (rule == PartitionRule::kEven && p * v == 1 &&
-                      options.partition_rules.size() > 1) {
+                config.microbatches = static_cast<int>(global_batch / per_step);
+                if (options.microbatches > 0 && config.microbatches != options.microbatches) {
+                  continue;
+                }
+                if (std::string why = ScheduleConstraint(c, layers, split); !why.empty()) {
+                  rejected->push_back(Rejection{RejectReason::kScheduleConstraint, c, why, 0});
+                  continue;
+                }
+                for (const ShardingConfig& sharding :
+                     ShardingChoices(options, cluster, t * cp, p, d, zero)) {
+                  Candidate sharded = c;
+                  sharded.config.memory.sharding = sharding;
+                  if (sharding.shard_group > 0 && d % sharding.shard_group != 0) {
+                    rejected->push_back(Rejection{
+                        RejectReason::kScheduleConstraint, sharded,
+                        fmt::format(
+                            "--shard-group {} does not divide the {} data-parallel replicas",
+                            sharding.shard_group, d),
+                        0});
                     continue;
                   }
-                  Candidate with_rule = sharded;
-                  with_rule.config.partition.rule = rule;
-                  if (rule == PartitionRule::kEven) with_rule.config.partition.even = options.even;
-                  out->push_back(std::move(with_rule));
+                  // Each partition rule searched; on one stage of one chunk both make the same
+                  // split, so Megatron-LM's is tried there only when it alone is searched.
+                  for (PartitionRule rule : options.partition_rules) {
+                    if (rule == PartitionRule::kEven && p * v == 1 &&
+                        options.partition_rules.size() > 1) {
+                      continue;
+                    }
+                    Candidate with_rule = sharded;
+                    with_rule.config.partition.rule = rule;
+                    if (rule == PartitionRule::kEven)
+                      with_rule.config.partition.even = options.even;
+                    out->push_back(std::move(with_rule));
+                  }
                 }
               }
             }
@@ -370,6 +404,8 @@ int64_t CountConfigurations(const Model& model, const Cluster& cluster,
   };
   int64_t count = 0;
   const std::vector<int> cps = ContextParallelDegrees(model, options);
+  PlannerOptions expert_options = options;
+  expert_options.expert_parallel = ExpertParallelDegrees(model, options);
   for (int t : TensorParallelDegrees(model, cluster, options, nullptr)) {
     if (options.gpus % t != 0) continue;
     const int64_t sp_modes = static_cast<int64_t>(SequenceParallelModes(model, options, t).size());
@@ -381,7 +417,9 @@ int64_t CountConfigurations(const Model& model, const Cluster& cluster,
           zero +=
               static_cast<int64_t>(ShardingChoices(options, cluster, t * cp, p, d, level).size());
         }
-        const int64_t here = times(times(per_layout(p), zero), sp_modes);
+        const int64_t experts =
+            static_cast<int64_t>(ExpertLayouts(expert_options, int64_t{t} * cp * d).size());
+        const int64_t here = times(times(times(per_layout(p), zero), sp_modes), experts);
         count = here > kMax - count ? kMax : count + here;
       }
     }
@@ -396,6 +434,8 @@ std::vector<Candidate> Enumerate(const Model& model, const Cluster& cluster,
   std::vector<Candidate> out;
   const int layers = static_cast<int>(model.layers.size());
   const bool split = HasWeightGradientSplit(model);
+  PlannerOptions with_experts = options;  // the expert-parallel degrees resolved
+  with_experts.expert_parallel = ExpertParallelDegrees(model, options);
   const std::vector<RecomputeChoice> recompute_modes = RecomputeModes(model, options);
   const std::vector<int> cps = ContextParallelDegrees(model, options);
   for (int t : TensorParallelDegrees(model, cluster, options, notes)) {
@@ -403,8 +443,8 @@ std::vector<Candidate> Enumerate(const Model& model, const Cluster& cluster,
     for (bool sp : SequenceParallelModes(model, options, t)) {
       for (int cp : cps) {
         if (options.gpus % (int64_t{t} * cp) != 0 || !GroupFitsNodes(t, cp, cluster)) continue;
-        EnumerateAt(options, cluster, global_batch, t, sp, cp, layers, split, recompute_modes, &out,
-                    rejected);
+        EnumerateAt(with_experts, cluster, global_batch, t, sp, cp, layers, split, recompute_modes,
+                    &out, rejected);
       }
     }
   }

@@ -359,6 +359,10 @@ Json CandidateJson(const Candidate& c, const Model& model, bool with_predicted) 
     j["context_parallel"] = c.config.layout.context_parallel;
     j["cp_algorithm"] = CpAlgorithmName(c.config.layout.cp_algorithm);
   }
+  if (c.config.layout.expert_parallel > 1 || c.config.layout.expert_tensor_parallel > 1) {
+    j["expert_parallel"] = c.config.layout.expert_parallel;  // absent: ep = etp = 1
+    j["expert_tensor_parallel"] = c.config.layout.expert_tensor_parallel;
+  }
   j["pipeline_stages"] = c.config.layout.pipeline_stages;
   j["data_parallel"] = c.config.layout.data_parallel;
   j["schedule"] = ScheduleKindName(c.config.schedule);

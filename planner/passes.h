@@ -24,6 +24,13 @@ std::vector<Candidate> Enumerate(const Model& model, const Cluster& cluster,
 
 // The context-parallel degrees the search tries (PlannerOptions::context_parallel).
 std::vector<int> ContextParallelDegrees(const Model& model, const PlannerOptions& options);
+// The expert-parallel degrees the search tries (PlannerOptions::expert_parallel):
+// the listed ones, else 1 for a model without MoE layers and, with them, every
+// power of two up to N that divides every MoE layer's experts.
+std::vector<int> ExpertParallelDegrees(const Model& model, const PlannerOptions& options);
+// (ep, etp) pairs folded over a stage's `stage_gpus` = t x cp x d GPUs: those
+// of the searched lists whose product divides stage_gpus.
+std::vector<std::pair<int, int>> ExpertLayouts(const PlannerOptions& options, int64_t stage_gpus);
 // The tensor-parallel degrees the search tries (PlannerOptions::tensor_parallel),
 // with a note in `notes` (when given) for what limited them.
 std::vector<int> TensorParallelDegrees(const Model& model, const Cluster& cluster,
@@ -71,7 +78,8 @@ class PartitionCache {
   // What a cost table depends on besides the model: micro-batch size,
   // recomputation, t, sequence parallelism, TP overlap, cp and its
   // algorithm (the cluster's links are one per run).
-  using Key = std::tuple<int, Recompute, RecomputeLayers, int, bool, bool, int, CpAlgorithm>;
+  using Key =
+      std::tuple<int, Recompute, RecomputeLayers, int, bool, bool, int, CpAlgorithm, int, int>;
   // `model` and `cluster` must outlive the cache.
   PartitionCache(const Model& model, const Cluster& cluster) : model_(model), cluster_(cluster) {}
   // StageCostTable(model, StageCostOptionsFor(c.config, cluster)).

@@ -65,6 +65,16 @@ Status PlannerOptions::Validate() const {
   PIPECAST_RETURN_IF_ERROR(CheckTensorParallelChoices(tensor_parallel, gpus, sequence_parallel,
                                                       overlap.tp_comm_overlap));
   PIPECAST_RETURN_IF_ERROR(CheckContextParallelChoices(context_parallel, gpus));
+  for (const auto& [degrees, flag] :
+       {std::pair{&expert_parallel, "--expert-parallel"},
+        std::pair{&expert_tensor_parallel, "--expert-tensor-parallel"}}) {
+    for (int e : *degrees) {
+      if (e < 1 || e > kMaxExpertParallel || (gpus > 0 && e > gpus)) {
+        return Status::InvalidArgument(
+            fmt::format("{} has {}: degrees must be from 1 to the GPUs ({})", flag, e, gpus));
+      }
+    }
+  }
   if (pipeline_stages < 0 || data_parallel < 0 || microbatches < 0) {
     return Status::InvalidArgument(
         "--pipeline-stages, --data-parallel and --microbatches must be at least 1 when given");
@@ -129,6 +139,11 @@ std::string Candidate::Label() const {
   if (l.context_parallel > 1) {
     tp += fmt::format("cp={}{} ", l.context_parallel,
                       l.cp_algorithm == CpAlgorithm::kAllGather ? " allgather" : "");
+  }
+  if (l.expert_parallel > 1 || l.expert_tensor_parallel > 1) {
+    tp += fmt::format(
+        "ep={}{} ", l.expert_parallel,
+        l.expert_tensor_parallel > 1 ? fmt::format(" etp={}", l.expert_tensor_parallel) : "");
   }
   return tp +
          fmt::format("p={} d={} {}{} mbs={} m={} recompute={} zero={}", l.pipeline_stages,
@@ -347,17 +362,19 @@ Status CheckSearchSize(const Model& model, const Cluster& cluster, const Planner
   // Refused before anything is allocated (passes.h, kMaxConfigurations).
   if (const int64_t n = passes::CountConfigurations(model, cluster, options);
       n > passes::kMaxConfigurations) {
+    const size_t experts = passes::ExpertParallelDegrees(model, options).size();
     return Status::InvalidArgument(fmt::format(
         "the search would enumerate {} configurations, over the limit of {} (each is held in "
         "memory while the search runs): {} micro-batch sizes x {} schedules x {} chunk counts x "
-        "{} ZeRO levels x {} tensor-parallel degrees over the pipeline depths {} GPUs allow; "
+        "{} ZeRO levels x {} tensor-parallel degrees{} over the pipeline depths {} GPUs allow; "
         "give fewer values to --microbatch-sizes, --schedules, --chunks, --zero or "
-        "--tensor-parallel, or pin --stages, --data-parallel or --microbatches",
+        "--tensor-parallel{}, or pin --stages, --data-parallel or --microbatches",
         n, passes::kMaxConfigurations, options.microbatch_sizes.size(), options.schedules.size(),
         options.chunks.size(), options.zero_levels.empty() ? 3 : options.zero_levels.size(),
         options.tensor_parallel.empty() ? std::string("the")
                                         : std::to_string(options.tensor_parallel.size()),
-        options.gpus));
+        experts > 1 ? fmt::format(" x {} expert-parallel degrees", experts) : "", options.gpus,
+        experts > 1 ? ", --expert-parallel" : ""));
   }
   return Status::Ok();
 }

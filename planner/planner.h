@@ -122,6 +122,13 @@ struct PlannerOptions {
   // of two cp whose 2 x cp divides the sequence and whose t x cp x p x d can
   // make N, where the model gives the attention shape (docs/planner.md).
   std::vector<int> context_parallel;
+  // Expert-parallel degrees ep to try; empty: 1 for a dense model, and for an
+  // MoE model every power of two up to N dividing its layers' experts
+  // (docs/planner.md). Each (ep, etp) pair is tried where etp x ep divides a
+  // stage's t x cp x d GPUs (Megatron-LM's parallel folding).
+  std::vector<int> expert_parallel;
+  // Expert-tensor-parallel degrees etp to try; empty: 1.
+  std::vector<int> expert_tensor_parallel;
   CpAlgorithm cp_algorithm = CpAlgorithm::kRing;  // --cp-algorithm, for every cp > 1
   // Sequence parallelism at t > 1: auto tries off and on; on or off pins it.
   enum class SequenceParallel { kAuto, kOff, kOn };

@@ -46,23 +46,6 @@ FlashKernel FlashKernelOf(Attention attention) {
   }
 }
 
-// The time and memory model covers dense MLPs only: an expert block's cost
-// depends on routing, expert parallelism and the all-to-all, which are issue
-// 26's (mixture of experts). Refusing beats writing a wrong number.
-Status CheckDenseOnly(const TransformerSpec& spec) {
-  const MoeSpec& moe = spec.moe;
-  const int moe_blocks = moe.MoeBlocks(spec.layers);
-  if (moe_blocks == 0) return Status::Ok();
-  const ParameterCount count = CountParameters(spec);
-  return Status::FailedPrecondition(fmt::format(
-      "{} has mixture-of-experts MLPs ({} experts, top {}, in {} of {} blocks): the analytic "
-      "time and memory model does not cover expert layers yet; expert parallelism, routing and "
-      "the all-to-all are issue 26 (mixture of experts). Its parameters are counted: {:.3f}B "
-      "total, {:.3f}B active per token (profiler analytic --describe prints them by layer)",
-      spec.name, moe.experts, moe.experts_per_token, moe_blocks, spec.layers, count.total / 1e9,
-      count.active / 1e9));
-}
-
 Status ValidateTensorParallel(const TransformerSpec& spec, const TensorParallelism& tp) {
   const int t = tp.degree;
   if (t < 1) {
@@ -82,6 +65,15 @@ Status ValidateTensorParallel(const TransformerSpec& spec, const TensorParalleli
   };
   PIPECAST_RETURN_IF_ERROR(divides(spec.heads, "--heads", "attention heads"));
   PIPECAST_RETURN_IF_ERROR(divides(spec.KvHeads(), "--kv-heads", "key/value heads"));
+  if (spec.moe.experts > 0) {
+    PIPECAST_RETURN_IF_ERROR(divides(spec.moe.expert_ffn, "--expert-ffn", "expert's MLP width"));
+    const int shared = spec.moe.shared_expert_ffn > 0
+                           ? spec.moe.shared_expert_ffn
+                           : spec.moe.expert_ffn * spec.moe.shared_experts;
+    PIPECAST_RETURN_IF_ERROR(divides(shared, "--shared-expert-ffn", "shared experts' MLP width"));
+    // Every block may be an MoE block: the dense width matters only where one is dense.
+    if (spec.moe.MoeBlocks(spec.layers) == spec.layers) return Status::Ok();
+  }
   return divides(spec.FfnHidden(), "--ffn-hidden", "MLP width");
 }
 
@@ -163,6 +155,12 @@ Status AnalyticOptions::Validate() const {
         "products; leave --bytes-per-element at 2",
         bytes_per_element));
   }
+  if (!(moe_imbalance >= 1 && moe_imbalance <= kMaxMoeImbalance)) {
+    return Status::InvalidArgument(fmt::format(
+        "--moe-imbalance {} must be from 1 (every expert gets the mean) to {}: the busiest "
+        "expert's tokens over the mean",
+        moe_imbalance, kMaxMoeImbalance));
+  }
   if (bytes_per_element != 1 && bytes_per_element != 2 && bytes_per_element != 4) {
     return Status::InvalidArgument(fmt::format(
         "--bytes-per-element {} must be 1 (fp8), 2 (bf16) or 4 (fp32)", bytes_per_element));
@@ -180,7 +178,6 @@ Result<Model> EstimateTransformerAt(const TransformerSpec& spec, const AnalyticO
   PIPECAST_RETURN_IF_ERROR(spec.Validate());
   PIPECAST_RETURN_IF_ERROR(options.Validate());
   PIPECAST_RETURN_IF_ERROR(ValidateTensorParallel(spec, tp));
-  PIPECAST_RETURN_IF_ERROR(CheckDenseOnly(spec));
   std::string device;
   Result<GpuSpec> gpu = LoadGpu(options.gpu_preset, &device);
   if (!gpu.ok()) return gpu.status();
@@ -238,7 +235,7 @@ Result<Model> EstimateTransformerAt(const TransformerSpec& spec, const AnalyticO
   std::vector<Layer> kind_layers;
   for (size_t k = 0; k < shapes.block_kinds.size(); ++k) {
     kind_costs.push_back(BlockCost(spec, shapes.block_kinds[k], whole.block_kinds[k], dims,
-                                   options.attention, split, options.fp8));
+                                   options.attention, split, options.fp8, options.moe_imbalance));
     Result<Layer> block = ToLayer("block.0", kind_costs.back(), rates, sizes);
     if (!block.ok()) return block.status();
     kind_layers.push_back(std::move(*block));

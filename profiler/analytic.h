@@ -31,9 +31,11 @@
 //     peak, linear in the micro-batch size.
 //   - shapes: each layer's products, attention core and parameters come
 //     from profiler/layer_shapes.h (head widths, grouped-query and
-//     multi-head latent attention, norms, biases, sliding windows); an
-//     architecture with mixture-of-experts MLPs is counted there but refused
-//     here (issue 26);
+//     multi-head latent attention, norms, biases, sliding windows, mixture
+//     of experts: the router, the routed experts as one grouped GEMM over
+//     their token copies at the busiest expert's share, the permutation's
+//     memory-bound kernels, shared experts; docs/profiler.md "Mixture of
+//     experts");
 //   - tensor parallelism of degree t (Megatron-LM; Korthikanti et al. 2022):
 //     per-GPU times of the t-times smaller products and per-GPU memory,
 //     with or without sequence parallelism (EstimateTransformerAt).
@@ -79,9 +81,9 @@ struct MlaSpec {
 };
 
 // Mixture-of-experts MLPs (Mixtral, Qwen2/3-MoE, DeepSeek-V2/V3), as read
-// from a HuggingFace configuration. The parameter counts use them (total and
-// active per token); the time and memory model does not yet (issue 26, mixture
-// of experts) and refuses a model with experts.
+// from a HuggingFace configuration or given by the flags (--experts ...): the
+// parameter counts (total and active per token) and the time and memory
+// model (docs/profiler.md "Mixture of experts") use them.
 struct MoeSpec {
   int experts = 0;            // routed experts per MoE block; 0: every MLP is dense
   int experts_per_token = 0;  // top-k routed experts each token goes to
@@ -96,7 +98,8 @@ struct MoeSpec {
   // first_k_dense_replace blocks, Qwen-MoE's mlp_only_layers and the blocks
   // decoder_sparse_step skips; every other block is an MoE block.
   std::vector<int> dense_layers;
-  // The router (gate) and how it picks; recorded for issue 26.
+  // The router (gate) and how it picks; expert_groups and topk_groups give
+  // the simulator node-limited routing (MoeRouting in sim/model.h).
   bool router_bias = false;  // a per-expert score bias (DeepSeek-V3's noaux_tc): E parameters
   std::string scoring = "softmax";   // softmax or sigmoid (DeepSeek-V3)
   bool norm_topk_prob = false;       // the top-k weights renormalised to sum to 1
@@ -206,6 +209,15 @@ inline constexpr double kMinKernelSeconds = 7e-6;
 // before it; 32 MiB is used for every GPU, erring on the safe side.
 inline constexpr Bytes kMatmulWorkspaceBytes = 32 * kMiB;
 
+// The busiest expert's tokens over the mean in an MoE layer trained with a
+// load-balancing loss: 1.08, the mean over 16 layers of max / mean of the
+// per-expert token counts published in shawntan/scattermoe#10 (model A,
+// 8 experts, 5120 token copies per layer, the busiest 652-781 against a
+// mean of 640; docs/profiler.md "Mixture of experts").
+inline constexpr double kDefaultMoeImbalance = 1.08;
+// Past this, --moe-imbalance is refused: every token on one of 64 experts.
+inline constexpr double kMaxMoeImbalance = 64;
+
 // How attention runs, and so what it keeps for the backward and how fast it
 // is (profiler/attention_rates.h). Every FlashAttention kernel keeps Q, K, V,
 // the output, an fp32 logsumexp and an RNG state, no s x s tensors.
@@ -248,6 +260,10 @@ struct AnalyticOptions {
   // the matmul time model, bytes_per_element 2 and a GPU with an FP8 peak
   // (CheckFp8Support).
   Fp8Recipe fp8 = Fp8Recipe::kNone;
+  // Mixture-of-experts blocks: the busiest expert's tokens over the mean
+  // (--moe-imbalance, in [1, kMaxMoeImbalance]); the routed experts' grouped
+  // GEMMs, activation kernels and kept activations are sized for it.
+  double moe_imbalance = kDefaultMoeImbalance;
 
   // OK, or InvalidArgument naming the flag of the first bad field.
   [[nodiscard]] Status Validate() const;
@@ -259,10 +275,9 @@ struct AnalyticOptions {
 // "analytic", device = options.gpu_preset.
 // Fails with InvalidArgument for a bad spec or options (naming the flag),
 // NotFound for an unknown GPU preset or unreadable cluster file, and
-// FailedPrecondition when the GPU lacks a peak or a bandwidth (e.g. `ideal`),
-// an estimate is past what model.json can hold, or the architecture has
-// mixture-of-experts blocks (the message names issue 26 and gives the
-// parameter counts).
+// FailedPrecondition when the GPU lacks a peak or a bandwidth (e.g. `ideal`)
+// or an estimate is past what model.json can hold. A mixture-of-experts
+// block's layer carries its routing (Layer::moe).
 [[nodiscard]] Result<Model> EstimateTransformer(const TransformerSpec& spec,
                                                 const AnalyticOptions& options);
 

@@ -66,10 +66,14 @@ struct KeptWidths {
 // gradient of its output. A column-parallel product's input is full and its
 // output split; a row-parallel one's the other way round; a replicated one
 // (MLA's down-projections) has both full.
-KeptWidths WeightGradWidths(const LayerShape& shape) {
+KeptWidths WeightGradWidths(const LayerShape& shape, double imbalance) {
   KeptWidths w;
   for (const WeightProduct& p : shape.products) {
-    const double in = static_cast<double>(p.in), out = static_cast<double>(p.out);
+    // An MoE block's routed experts keep their inputs and output gradients
+    // for each token copy they receive (TokenCopies); a dense product once.
+    const double copies = TokenCopies(p, imbalance);
+    const double in = static_cast<double>(p.in) * copies;
+    const double out = static_cast<double>(p.out) * copies;
     switch (p.split) {
       case TpSplit::kColumn:
         w.full += in;
@@ -98,15 +102,14 @@ KeptWidths WeightGradWidths(const LayerShape& shape) {
 // (ClassicShape) GPT-style blocks (a plain MLP) have the bias gradients and
 // LLaMA-style ones (a gated MLP) none, as those models are trained.
 void AddBlockKernels(const TransformerSpec& spec, const LayerShape& shape, const Dims& d,
-                     bool flash, const Split& x, SampleCost* c) {
+                     bool flash, const Split& x, double imbalance, SampleCost* c) {
   const AttentionCore& attention = shape.attention;
   const double a = attention.query_heads;
   const double q_width = a * attention.qk_dim;
   const double kv_width = static_cast<double>(attention.kv_heads) * attention.qk_dim;
-  double f = 0;  // the MLP width
-  for (const WeightProduct& p : shape.products) {
-    if (p.name == "fc2") f = static_cast<double>(p.in);
-  }
+  // The MLP width, summed over the MLPs a token passes (an MoE block's k
+  // routed experts at the busiest expert's share, and its shared experts).
+  const double f = MlpWidthsOf(shape, imbalance).fc2_inputs;
   const double full = x.Replicated() * d.s * d.h * d.e;  // one full-width tensor
   const double mask = x.Replicated() * d.s * d.h * kMaskBytes;
   const double e_split = d.s * d.e / x.t;           // bytes per split column
@@ -139,6 +142,7 @@ void AddBlockKernels(const TransformerSpec& spec, const LayerShape& shape, const
   c->backward_kernels.push_back({residual_backward});
   for (int n = 2; n < spec.block_norms; ++n) c->backward_kernels.push_back({norm_backward});
   if (rotary > 0) c->backward_kernels.push_back({rotary});
+  if (shape.moe) AddMoeKernels(spec, d, x, imbalance, c);
   if (spec.qk_norm) {  // a norm over each query and key head
     c->forward_kernels.push_back({2 * (q_width + kv_width) * e_split});
     c->backward_kernels.push_back({3 * (q_width + kv_width) * e_split});
@@ -201,21 +205,23 @@ void AddFp8Casts(Fp8Recipe recipe, double elements, double e, std::vector<Memory
 
 }  // namespace
 
-// REQUIRES: `shape` is a dense block (the time model refuses experts) and
-// `whole` the same block at t = 1.
+// REQUIRES: `whole` is `shape` at t = 1.
 SampleCost BlockCost(const TransformerSpec& spec, const LayerShape& shape, const LayerShape& whole,
-                     const Dims& d, Attention kind, const Split& x, Fp8Recipe fp8) {
+                     const Dims& d, Attention kind, const Split& x, Fp8Recipe fp8,
+                     double imbalance) {
   const AttentionCore& core_shape = shape.attention;
   const double a = core_shape.query_heads;
   const double t = x.t;
   SampleCost c;
   c.parameters = shape.parameters;
-  double fc1_outputs = 0, f = 0;
   for (const WeightProduct& p : shape.products) {
-    c.weight_products.push_back({d.s, p.OutAt(x.t), p.InAt(x.t)});
-    if (p.name == "fc1") fc1_outputs = static_cast<double>(p.out);
-    if (p.name == "fc2") f = static_cast<double>(p.in);
+    // The routed experts run as one grouped GEMM over the token copies they
+    // receive (docs/profiler.md "Mixture of experts"): k x s rows, sized for
+    // the busiest expert.
+    c.weight_products.push_back({d.s * TokenCopies(p, imbalance), p.OutAt(x.t), p.InAt(x.t)});
   }
+  const MlpWidths mlp = MlpWidthsOf(shape, imbalance);
+  const double fc1_outputs = mlp.fc1_outputs, f = mlp.fc2_inputs;
   c.weight_flops = d.s * shape.WeightFlopsPerToken(x.t);
   c.other_flops = core_shape.flops / t;
   c.layer_flops = d.s * whole.WeightFlopsPerToken(1) + core_shape.flops;
@@ -243,7 +249,8 @@ SampleCost BlockCost(const TransformerSpec& spec, const LayerShape& shape, const
   const bool fp8_on = fp8 != Fp8Recipe::kNone;
   const double e_input = fp8_on ? Fp8KeptBytes(fp8) : d.e;
   const double replicated = d.s * (d.e * spec.block_norms * d.h + e_input * product_inputs * d.h +
-                                   d.e * latents + 2 * kMaskBytes * d.h);
+                                   d.e * latents + 2 * kMaskBytes * d.h) +
+                            MoeKeptBytes(spec, shape, d, imbalance);
   const double qk_norm_inputs = spec.qk_norm ? a * qk + kv * qk : 0;
   const double split = d.s *
                        (d.e * (a * qk + kv * qk + kv * v + a * v + qk_norm_inputs + fc1_outputs) +
@@ -255,7 +262,8 @@ SampleCost BlockCost(const TransformerSpec& spec, const LayerShape& shape, const
   c.attention_core_bytes = flash ? 0 : core;
   c.attention_core_flops = flash ? 0 : c.other_flops;
   c.traffic_bytes = kTrafficPerActivationByte * c.activation_bytes;
-  AddBlockKernels(spec, shape, d, flash, x, &c);
+  AddBlockKernels(spec, shape, d, flash, x, imbalance, &c);
+  if (shape.moe) AddMoeRouting(spec, whole, d, &c);
   if (fp8_on) {
     // Each weight product casts its input in the forward and the gradient
     // of its output in the backward (per-GPU widths, whole sequence).
@@ -268,7 +276,7 @@ SampleCost BlockCost(const TransformerSpec& spec, const LayerShape& shape, const
   c.checkpoint_bytes = x.Replicated() * d.s * d.h * d.e;  // the block input
   // What the weight products' gradients need (WeightGradWidths): 32sbh for
   // 16-bit, f = 4h, multi-head attention (Qi et al. 2024, Table 1).
-  const KeptWidths grad = WeightGradWidths(whole);
+  const KeptWidths grad = WeightGradWidths(whole, imbalance);
   c.weight_grad_bytes = d.s * d.e * (x.Replicated() * grad.full + grad.split / t);
   // torchtitan's op policy (torchtitan/distributed/activation_checkpoint.py,
   // docs/profiler.md): the block's input, the outputs of the 1st, 3rd, ...

@@ -253,6 +253,22 @@ ModelSource MakeSource(const TransformerSpec& spec, const AnalyticOptions& optio
              {"kept_for_backward",
               "the products' FP8 inputs (1 byte per element plus scales) instead of bf16"}});
   }
+  if (spec.moe.MoeBlocks(spec.layers) > 0) {  // MoE estimates only: dense files stay as they were
+    const ParameterCount count = CountParameters(spec);
+    source.details["moe"] = JsonText(
+        json{{"moe_blocks", spec.moe.MoeBlocks(spec.layers)},
+             {"parameters_total", count.total},
+             {"parameters_active", count.active},
+             {"imbalance", options.moe_imbalance},
+             {"imbalance_source",
+              "the busiest expert's tokens over the mean: default 1.08 from the per-layer expert "
+              "loads published in shawntan/scattermoe#10 (docs/profiler.md 'Mixture of "
+              "experts')"},
+             {"routed_experts",
+              "one grouped GEMM per expert product over k x s x imbalance token copies, as one GPU "
+              "holding every expert runs it; permutation and unpermutation memory-bound; the "
+              "all-to-all of expert parallelism is the simulator's"}});
+  }
   source.details["workspace_bytes"] = JsonText(kMatmulWorkspaceBytes);
   return source;
 }

@@ -153,6 +153,7 @@ Result<Layer> ToLayer(std::string name, const SampleCost& c, const Rates& r,
   layer.name = std::move(name);
   layer.parameters = c.parameters;
   layer.forward_flops = c.layer_flops;
+  layer.moe = c.moe;
   if (c.parameters > kMaxFileParameters || *layer.forward_flops > kMaxFileFlops) {
     return Status::FailedPrecondition(fmt::format(
         "{}: {} parameters and {:.4g} forward FLOPs per sample; model.json holds at most 2^50 "

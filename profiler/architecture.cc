@@ -73,18 +73,20 @@ Status ValidateMla(const MlaSpec& m) {
 }
 
 Status ValidateMoe(const MoeSpec& moe, int layers) {
+  PIPECAST_RETURN_IF_ERROR(
+      CheckRange("--experts", moe.experts, 0, kMaxSpecExperts, "0: dense MLPs"));
   if (moe.experts == 0) return Status::Ok();
   PIPECAST_RETURN_IF_ERROR(
-      CheckRange("experts", moe.experts, 1, kMaxSpecExperts, "routed experts per block"));
-  PIPECAST_RETURN_IF_ERROR(CheckRange("experts_per_token", moe.experts_per_token, 1, moe.experts,
-                                      "routed experts each token goes to, at most the experts"));
+      CheckRange("--experts", moe.experts, 1, kMaxSpecExperts, "routed experts per block"));
+  PIPECAST_RETURN_IF_ERROR(CheckRange("--experts-per-token", moe.experts_per_token, 1, moe.experts,
+                                      "routed experts each token goes to, at most --experts"));
   PIPECAST_RETURN_IF_ERROR(
-      CheckRange("expert_ffn", moe.expert_ffn, 1, kMaxSpecWidth, "each expert's MLP width"));
+      CheckRange("--expert-ffn", moe.expert_ffn, 1, kMaxSpecWidth, "each expert's MLP width"));
   PIPECAST_RETURN_IF_ERROR(
-      CheckRange("shared_experts", moe.shared_experts, 0, kMaxSpecExperts, "shared experts"));
-  PIPECAST_RETURN_IF_ERROR(CheckRange("shared_expert_ffn", moe.shared_expert_ffn, 0, kMaxSpecWidth,
-                                      "the shared expert's width; 0: expert_ffn"));
-  return CheckBlockList("dense_layers", moe.dense_layers, layers);
+      CheckRange("--shared-experts", moe.shared_experts, 0, kMaxSpecExperts, "shared experts"));
+  PIPECAST_RETURN_IF_ERROR(CheckRange("--shared-expert-ffn", moe.shared_expert_ffn, 0,
+                                      kMaxSpecWidth, "the shared experts' width; 0: expert_ffn"));
+  return CheckBlockList("the dense blocks (--first-dense-layers)", moe.dense_layers, layers);
 }
 
 }  // namespace

@@ -330,11 +330,63 @@ TEST(HfConfigTest, QwenMoeLayerRulesAndSharedExpert) {
             attention + 128 + 64 * 8 + 2 * 3 * 64 * 32 + 3 * 64 * 96 + 64);
 }
 
-TEST(HfConfigTest, MixtureOfExpertsIsRefusedByTheTimeModelNamingIssue26) {
-  Result<Model> model = EstimateTransformer(Load("mixtral-8x7b.json"), AnalyticOptions{});
-  ASSERT_FALSE(model.ok());
-  EXPECT_THAT(model.status().message(), HasSubstr("issue 26 (mixture of experts)"));
-  EXPECT_THAT(model.status().message(), HasSubstr("46.703B total, 12.880B active"));
+TEST(HfConfigTest, MixtureOfExpertsBlocksAreEstimatedWithTheirRouting) {
+  // Given Mixtral 8x7B at s = 4096 (8 experts of SwiGLU width f = 14336, top-2, h = 4096),
+  // estimated with every expert at the mean (imbalance 1) and with the busiest at twice it.
+  const TransformerSpec spec = Load("mixtral-8x7b.json");
+  AnalyticOptions balanced;
+  balanced.moe_imbalance = 1;
+  AnalyticOptions skewed;
+  skewed.moe_imbalance = 2;
+  Result<Model> a = EstimateTransformer(spec, balanced);
+  Result<Model> b = EstimateTransformer(spec, skewed);
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  // Then every block carries its routing for the simulator, the embedding and head none.
+  const Layer& block = a->layers[1];
+  ASSERT_TRUE(block.moe.has_value());
+  EXPECT_EQ(block.moe->experts, 8);
+  EXPECT_EQ(block.moe->top_k, 2);
+  EXPECT_EQ(block.moe->hidden, 4096);
+  EXPECT_EQ(block.moe->expert_groups, 0);
+  EXPECT_EQ(block.moe->expert_parameters, int64_t{8} * 3 * 4096 * 14336);  // 1,409,286,144
+  EXPECT_FALSE(a->layers.front().moe.has_value());
+  EXPECT_FALSE(a->layers.back().moe.has_value());
+  // The FLOPs written are the useful ones, whatever the imbalance.
+  EXPECT_EQ(block.forward_flops, b->layers[1].forward_flops);
+  // One more copy of each token's k = 2 keeps s x e x k x (h + 3f) more bytes per sample: the
+  // permuted tokens (h), the experts' fc1 outputs (2f, gate and up) and fc2 inputs (f):
+  // 4096 x 2 x 2 x (4096 + 43008) = 771,751,936.
+  EXPECT_NEAR(static_cast<double>(b->layers[1].profiles[0].activation_bytes -
+                                  block.profiles[0].activation_bytes),
+              771'751'936.0, 1.0);
+  // The busiest expert's share slows the block; the dense head does not move.
+  EXPECT_GT(b->layers[1].profiles[0].forward_ns, block.profiles[0].forward_ns);
+  EXPECT_EQ(b->layers.back().profiles[0].forward_ns, a->layers.back().profiles[0].forward_ns);
+  // DeepSeek-V3: the three dense blocks carry no routing; the others node-limited routing.
+  Result<Model> v3 = EstimateTransformer(Load("deepseek-v3.json"), AnalyticOptions{});
+  ASSERT_TRUE(v3.ok()) << v3.status().message();
+  EXPECT_FALSE(v3->layers[3].moe.has_value());  // block.2
+  ASSERT_TRUE(v3->layers[4].moe.has_value());   // block.3
+  EXPECT_EQ(v3->layers[4].moe->experts, 256);
+  EXPECT_EQ(v3->layers[4].moe->expert_groups, 8);
+  EXPECT_EQ(v3->layers[4].moe->topk_groups, 4);
+}
+
+TEST(HfConfigTest, MoeFlagsAndImbalanceAreCheckedByName) {
+  TransformerSpec spec = Load("mixtral-8x7b.json");
+  spec.moe.experts_per_token = 9;
+  EXPECT_THAT(spec.Validate().message(), HasSubstr("--experts-per-token 9 is over the limit of 8"));
+  AnalyticOptions options;
+  options.moe_imbalance = 0.5;
+  EXPECT_THAT(options.Validate().message(), HasSubstr("--moe-imbalance 0.5 must be from 1"));
+  // t must divide each expert's width.
+  spec = Load("qwen3-30b-a3b.json");
+  spec.moe.expert_ffn = 770;
+  Result<Model> at4 = EstimateTransformerAt(spec, AnalyticOptions{}, TensorParallelism{4, true});
+  ASSERT_FALSE(at4.ok());
+  EXPECT_THAT(at4.status().message(),
+              HasSubstr("--tensor-parallel 4 does not divide --expert-ffn"));
 }
 
 TEST(HfConfigTest, BadFilesNameTheFileAndTheKey) {

@@ -145,6 +145,17 @@ std::string Summary(const SimResult& result, const Cluster& cluster) {
                                                   : "all-gather of K/V before the attention",
         n, n, n - 1, result.context_parallel, result.data_parallel * result.context_parallel);
   }
+  if (result.expert_parallel > 1 || result.expert_tensor_parallel > 1) {
+    out += fmt::format(
+        "expert parallelism  ep = {}, etp = {}, folded over each stage's GPUs (edp = {}); "
+        "dispatch and combine all-to-alls in the MoE layers' ops, {:.3f} ms per iteration on the "
+        "busiest rank (DeepEP's published bandwidths; docs/simulator.md)\n",
+        result.expert_parallel, result.expert_tensor_parallel,
+        static_cast<int64_t>(result.tensor_parallel) * result.context_parallel *
+            result.data_parallel /
+            (int64_t{result.expert_parallel} * result.expert_tensor_parallel),
+        NsToMs(result.ep_comm_ns));
+  }
   if (result.fp8_recipe != Fp8Recipe::kNone) {
     out += fmt::format(
         "precision           fp8, recipe {}: weight products in FP8, attention, norms, embedding "

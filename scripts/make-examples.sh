@@ -52,6 +52,20 @@ make_example llama-70b --layers 80 --hidden 8192 --heads 64 --kv-heads 8 --ffn-h
 # outweigh several blocks, which tests the planner's first and last stages.
 make_example gpt-bigvocab --layers 24 --hidden 2048 --heads 16 --vocab 256000 --global-batch 256
 
+# Mixtures of experts from their publishers' HuggingFace configurations
+# (examples/hf/), 4096 tokens per sample; t up to the key/value heads (Qwen3:
+# 4). Each MoE block carries its routing (`moe`) for --expert-parallel.
+make_moe_example() {
+  local name="$1"
+  shift
+  "${profiler}" analytic --hf-config "examples/hf/${name}.json" --seq 4096 \
+    --microbatch-sizes 1,2,4,8 --gpu h100-sxm "$@" --out "examples/${name}.json"
+}
+make_moe_example mixtral-8x7b --global-batch 1024 --tensor-parallel 1,2,4,8
+make_moe_example qwen3-30b-a3b --global-batch 512 --tensor-parallel 1,2,4
+make_moe_example qwen3-235b-a22b --global-batch 2048 --tensor-parallel 1,2,4
+make_moe_example deepseek-v3 --global-batch 4096 --tensor-parallel 1,2,4,8
+
 # Measured, not estimated: the built-in CPU workload timed on the machine that
 # runs this script (about a minute on 2 cores). Eight MLP blocks, the last 4x
 # wider, so that a balanced partition is not simply equal layer counts.

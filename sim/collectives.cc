@@ -162,4 +162,109 @@ double BusBandwidthGbps(Collective op, Bytes bytes, int ranks, TimeNs ns) {
   return Volume(op, ranks) * static_cast<double>(bytes) / static_cast<double>(ns);
 }
 
+namespace {
+
+// DeepEP's published bandwidths (deepseek-ai/DeepEP README at
+// 567632dd59810d77b3cc05553df953cc0f779799, "Normal kernels with NVLink and
+// RDMA forwarding", H800, CX7 400 Gb/s): inside a node, of NVLink's ~160 GB/s
+// on H800.
+constexpr double kDeepEpNvlinkMaxGbps = 160;
+constexpr double kDeepEpIntraDispatchGbps = 153;
+constexpr double kDeepEpIntraCombineGbps = 158;
+// Across nodes, of the NIC's ~50 GB/s, at ep = 16, 32, 64.
+constexpr double kDeepEpNicGbps = 50;
+struct DeepEpInternode {
+  int ep;
+  double dispatch_gbps, combine_gbps;
+};
+constexpr DeepEpInternode kDeepEpInternode[] = {{16, 43, 43}, {32, 58, 57}, {64, 51, 50}};
+
+// The published row for `ep`: the nearest published ep at or below it (16
+// below 16).
+const DeepEpInternode& InternodeRow(int ep) {
+  const DeepEpInternode* row = &kDeepEpInternode[0];
+  for (const DeepEpInternode& r : kDeepEpInternode) {
+    if (r.ep <= ep) row = &r;
+  }
+  return *row;
+}
+
+// C(a, k) / C(b, k) for a <= b, as a product (no overflow).
+double BinomialRatio(int a, int b, int k) {
+  if (k > a) return 0;
+  double ratio = 1;
+  for (int i = 0; i < k; ++i) ratio *= static_cast<double>(a - i) / (b - i);
+  return ratio;
+}
+
+}  // namespace
+
+double DistinctGroupsPerToken(int experts, int top_k, int groups) {
+  if (groups <= 1) return 1;
+  const int per_group = experts / groups;
+  return groups * (1 - BinomialRatio(experts - per_group, experts, top_k));
+}
+
+ExpertAllToAllGroup ExpertGroupOf(int expert_parallel, int expert_tensor_parallel,
+                                  int gpus_per_node) {
+  ExpertAllToAllGroup g;
+  g.ranks = expert_parallel;
+  const int64_t span = int64_t{expert_parallel} * expert_tensor_parallel;
+  const int node = std::max(1, gpus_per_node);
+  if (span <= node) {
+    g.nodes = 1;
+    g.per_node = expert_parallel;
+  } else {
+    g.nodes = static_cast<int>((span + node - 1) / node);
+    g.per_node = std::max(1, node / expert_tensor_parallel);
+  }
+  return g;
+}
+
+ExpertAllToAll ExpertAllToAllOf(const Link& intra_node, const Link& inter_node,
+                                double network_gbps_per_gpu, const ExpertAllToAllGroup& group,
+                                int experts, int top_k, int expert_groups, int topk_groups,
+                                int64_t hidden, int bytes_per_element, double tokens) {
+  ExpertAllToAll a;
+  if (group.ranks <= 1 || tokens <= 0) return a;
+  const double token_bytes = static_cast<double>(hidden) * bytes_per_element;
+  double dispatch_gbps = 0, combine_gbps = 0;
+  TimeNs latency = 0;
+  if (group.nodes == 1) {
+    a.bytes_per_token = DistinctGroupsPerToken(experts, top_k, group.ranks) * token_bytes;
+    const double nvlink = Effective(intra_node.bandwidth_gbps, intra_node.efficiency);
+    dispatch_gbps = nvlink * (kDeepEpIntraDispatchGbps / kDeepEpNvlinkMaxGbps);
+    combine_gbps = nvlink * (kDeepEpIntraCombineGbps / kDeepEpNvlinkMaxGbps);
+    latency = intra_node.CollectiveLatencyNs();
+  } else {
+    a.across_nodes = true;
+    const int n = group.nodes;
+    int limit = n;  // nodes one token may reach
+    if (expert_groups > 0 && topk_groups > 0) {
+      limit = expert_groups >= n
+                  ? std::min(n, topk_groups)
+                  : std::min<int>(n, static_cast<int>(int64_t{topk_groups} * n / expert_groups));
+      limit = std::max(1, limit);
+    }
+    const double nodes_per_token = limit >= n
+                                       ? DistinctGroupsPerToken(experts, top_k, n)
+                                       : DistinctGroupsPerToken(experts / n * limit, top_k, limit);
+    a.bytes_per_token = nodes_per_token * token_bytes;
+    const DeepEpInternode& row = InternodeRow(group.ranks);
+    const double network = network_gbps_per_gpu > 0 ? network_gbps_per_gpu : 0;
+    const double nic = Effective(network, 1.0);
+    dispatch_gbps = nic * (row.dispatch_gbps / kDeepEpNicGbps);
+    combine_gbps = nic * (row.combine_gbps / kDeepEpNicGbps);
+    latency = inter_node.CollectiveLatencyNs();
+  }
+  const double bytes = a.bytes_per_token * tokens;
+  const auto time = [&](double gbps) -> TimeNs {
+    if (std::isinf(gbps)) return latency;
+    return latency + static_cast<TimeNs>(std::llround(bytes / gbps));  // GB/s = bytes/ns
+  };
+  a.dispatch_ns = time(dispatch_gbps);
+  a.combine_ns = time(combine_gbps);
+  return a;
+}
+
 }  // namespace pipecast

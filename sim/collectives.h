@@ -89,6 +89,68 @@ TimeNs CollectiveNs(const Cluster& cluster, Collective op, Bytes bytes,
 TimeNs IntraNodeCollectiveNs(const Link& intra_node, Collective op, Bytes bytes, int ranks,
                              int pieces = 1);
 
+// --- Expert parallelism's all-to-all (docs/simulator.md "Expert
+// parallelism"). Each MoE layer's forward dispatches every token to the GPUs
+// holding its top-k experts and combines the results back; the backward
+// does both again, so 2 all-to-alls each way per micro-batch. The ep GPUs of
+// a group are laid out as Megatron-LM lays them (rank order tp-cp-ep-dp-pp:
+// the etp x ep GPUs of a group consecutive), so a group of ep ranks spans
+// ceil(etp x ep / gpus_per_node) nodes with gpus_per_node / etp of its ranks
+// in each (all ep when it fits one node).
+//
+// Bytes are counted as DeepEP's benchmarks count them
+// (deepseek-ai/DeepEP tests/test_intranode.py, test_internode.py at
+// 567632dd): inside a node, one copy per (token, destination rank),
+// the sending rank included; across nodes, one copy per (token, destination
+// node), the sending node included (DeepEP sends a token once to a node and
+// forwards it over NVLink there). The expected number of distinct ranks
+// (nodes) a token's top-k experts fall on, the experts spread evenly:
+//   R = n (1 - C(E - E/n, k) / C(E, k))
+// for n ranks (nodes) of E/n experts each; with node-limited routing (a
+// token's experts in at most M of G expert groups, DeepSeek-V3's
+// topk_group / n_group) a token reaches at most L = min(N, M) nodes when
+// the G groups fill the N nodes evenly (G >= N), else min(N, M N / G), and
+// then R = L (1 - C(E_L - E/N, k) / C(E_L, k)), E_L = L E / N.
+// Bandwidths are DeepEP's published ones (README at 567632dd, H800, one
+// 400 Gb/s CX7 NIC per GPU): inside a node dispatch 153 and combine
+// 158 GB/s of H800 NVLink's ~160 GB/s, taken as shares 153/160 and 158/160
+// of the intra-node link's bandwidth x efficiency; across nodes dispatch
+// 43, 58, 51 GB/s and combine 43, 57, 50 GB/s at ep = 16, 32, 64 of the
+// NIC's 50 GB/s, taken as shares of the GPU's network bandwidth
+// (Cluster::NetworkGbpsPerGpu), the nearest published ep below (16 for
+// fewer, 64 for more). Each all-to-all also pays the link's
+// collective_latency_us.
+
+// Expected distinct groups (ranks or nodes) of E / n experts each that one
+// token's k experts fall on, out of n: n (1 - C(E - E/n, k) / C(E, k)).
+// REQUIRES: n >= 1 divides experts; 1 <= k <= experts.
+double DistinctGroupsPerToken(int experts, int top_k, int groups);
+
+struct ExpertAllToAllGroup {
+  int ranks = 1;     // ep
+  int nodes = 1;     // nodes the ep ranks span
+  int per_node = 1;  // ep ranks in each node
+};
+// The ep group of (ep, etp) on a node of `gpus_per_node` GPUs, laid out as
+// above.
+ExpertAllToAllGroup ExpertGroupOf(int expert_parallel, int expert_tensor_parallel,
+                                  int gpus_per_node);
+
+// One MoE layer's dispatch and combine on one GPU for `tokens` tokens.
+struct ExpertAllToAll {
+  // Bytes per token as DeepEP counts them (above): over NVLink when the
+  // group is inside one node, over the network otherwise.
+  double bytes_per_token = 0;
+  bool across_nodes = false;
+  TimeNs dispatch_ns = 0;
+  TimeNs combine_ns = 0;
+};
+// Zero at ep = 1. REQUIRES: ep divides experts; tokens >= 0.
+ExpertAllToAll ExpertAllToAllOf(const Link& intra_node, const Link& inter_node,
+                                double network_gbps_per_gpu, const ExpertAllToAllGroup& group,
+                                int experts, int top_k, int expert_groups, int topk_groups,
+                                int64_t hidden, int bytes_per_element, double tokens);
+
 // nccl-tests' bus bandwidth, GB/s: V·bytes / ns (V above). 0 for ns <= 0 or
 // one GPU.
 double BusBandwidthGbps(Collective op, Bytes bytes, int ranks, TimeNs ns);

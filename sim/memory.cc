@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 
 namespace pipecast {
 
@@ -153,6 +154,33 @@ ShardedBytes ShardedBytesPerParam(const MemoryConfig& memory, int data_parallel)
     default:  // ZeRO P_os+g+p, FSDP: 16/d for fp16/fp16
       return {w / d, g / g_shards, k / d, f / d};
   }
+}
+
+ShardedBytes ExpertBytesPerParam(const ShardedBytes& dense, const MemoryConfig& memory,
+                                 int tensor_parallel, int expert_shards) {
+  const double whole = static_cast<double>(tensor_parallel) / expert_shards;
+  ShardedBytes e = dense;
+  if (memory.zero < 3) {
+    e.weights *= whole;
+    e.fp8_weights *= whole;
+  }
+  if (memory.zero < 2 || !memory.sharding.reduce_every_microbatch) e.gradients *= whole;
+  if (memory.zero < 1) e.optimizer *= whole;
+  return e;
+}
+
+ParameterMemory ParameterMemoryOf(int64_t parameters, int64_t expert_parameters,
+                                  const ShardedBytes& dense, const ShardedBytes& expert) {
+  const auto bytes = [](int64_t n, double per) {
+    return static_cast<Bytes>(std::llround(static_cast<double>(n) * per));
+  };
+  const int64_t rest = parameters - expert_parameters;
+  ParameterMemory m;
+  m.weights = bytes(rest, dense.weights) + bytes(expert_parameters, expert.weights);
+  m.gradients = bytes(rest, dense.gradients) + bytes(expert_parameters, expert.gradients);
+  m.optimizer = bytes(rest, dense.optimizer) + bytes(expert_parameters, expert.optimizer);
+  m.fp8_weights = bytes(rest, dense.fp8_weights) + bytes(expert_parameters, expert.fp8_weights);
+  return m;
 }
 
 Result<MemoryConfig> MemoryConfigFor(const std::string& precision, const std::string& optimizer,

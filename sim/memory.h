@@ -159,6 +159,26 @@ MemoryConfig TensorParallelShare(const MemoryConfig& memory, int t);
 // REQUIRES: memory.Validate() is OK and data_parallel >= 1.
 ShardedBytes ShardedBytesPerParam(const MemoryConfig& memory, int data_parallel);
 
+// The bytes one GPU keeps per routed-expert parameter (docs/simulator.md
+// "Expert parallelism"), from `dense`, ShardedBytesPerParam of the t-way
+// share (TensorParallelShare) at `memory.zero`: what ZeRO shards (the
+// optimizer state from level 1, gradients from 2 when reduced every
+// micro-batch, weights at 3) as dense, since a stage's experts are spread
+// over its t x cp x d GPUs either way (etp x ep x edp = t x cp x d); what
+// it keeps whole x t / (ep x etp), since each GPU holds experts / ep of the
+// experts, each split etp ways, instead of 1 / t of the layer. Equal to
+// `dense` when ep x etp = t. REQUIRES: tensor_parallel, expert_shards >= 1.
+ShardedBytes ExpertBytesPerParam(const ShardedBytes& dense, const MemoryConfig& memory,
+                                 int tensor_parallel, int expert_shards);
+
+// One GPU's bytes of `parameters` parameters of which `expert_parameters`
+// are routed experts: each part rounded (as ParameterBytes) per kind.
+struct ParameterMemory {
+  Bytes weights = 0, gradients = 0, optimizer = 0, fp8_weights = 0;
+};
+ParameterMemory ParameterMemoryOf(int64_t parameters, int64_t expert_parameters,
+                                  const ShardedBytes& dense, const ShardedBytes& expert);
+
 // Bytes per parameter for a training precision, a main-gradient precision
 // and an optimizer, at ZeRO level 0:
 //   precision bf16 or fp16 (mixed): 2 B parameters and a 4 B fp32 main copy;

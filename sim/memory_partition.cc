@@ -75,7 +75,10 @@ class StageMemory {
         shape_(shape),
         memory_(memory),
         traits_(TraitsOf(shape.schedule)),
-        per_param_(ShardedBytesPerParam(memory, shape.data_parallel)) {
+        per_param_(ShardedBytesPerParam(memory, shape.data_parallel)),
+        per_expert_param_(
+            ExpertBytesPerParam(per_param_, memory, t.options().tensor_parallel,
+                                t.options().expert_parallel * t.options().expert_tensor_parallel)) {
     const int n = t.NumLayers();
     bool all_checkpoints = true, no_checkpoints = true;
     for (int l = 0; l < n; ++l) {
@@ -93,6 +96,7 @@ class StageMemory {
     bool all_cores = true;
     for (int l = 0; l < n; ++l) all_cores &= t.Layer(l).attention_core_bytes.has_value();
     parameters_.assign(n + 1, 0);
+    expert_parameters_.assign(n + 1, 0);
     held_.assign(n + 1, 0);
     weight_grad_.assign(n + 1, 0);
     activations_.assign(n + 1, 0);
@@ -135,7 +139,9 @@ class StageMemory {
       } else if (t.options().recompute == Recompute::kSelective && all_cores) {
         rebuilt[l] = c.attention_core_bytes.value_or(0);
       }
-      parameters_[l + 1] = parameters_[l] + t.Stage(StageLayers{l, l}).parameters;
+      const StageCost one = t.Stage(StageLayers{l, l});
+      parameters_[l + 1] = parameters_[l] + one.parameters - one.expert_parameters;
+      expert_parameters_[l + 1] = expert_parameters_[l] + one.expert_parameters;
       held_[l + 1] = held_[l] + held;
       weight_grad_[l + 1] = weight_grad_[l] + c.weight_grad_bytes.value_or(0);
       activations_[l + 1] = activations_[l] + c.activation_bytes;
@@ -146,14 +152,14 @@ class StageMemory {
   StageMemoryParts Parts(int stage, int first, int last) const {
     const StageCost sc = t_.Stage(StageLayers{first, last});
     StageMemoryParts parts;
-    parts.weights = ParameterBytes(sc.parameters, per_param_.weights);
-    parts.gradients = ParameterBytes(sc.parameters, per_param_.gradients);
-    parts.optimizer = ParameterBytes(sc.parameters, per_param_.optimizer);
+    const ParameterMemory m =
+        ParameterMemoryOf(sc.parameters, sc.expert_parameters, per_param_, per_expert_param_);
+    parts.weights = m.weights;
+    parts.gradients = m.gradients;
+    parts.optimizer = m.optimizer;
     const int inflight = Inflight(stage);
     // PipeDream stashes one weight version per in-flight micro-batch.
-    if (shape_.schedule == ScheduleKind::kPipeDream) {
-      parts.weights += (inflight - 1) * ParameterBytes(sc.parameters, per_param_.weights);
-    }
+    if (shape_.schedule == ScheduleKind::kPipeDream) parts.weights += (inflight - 1) * m.weights;
     if (Gathers()) parts.weights += kGatheredLayers * Gathered(first, last);
     parts.activations = ActivationMemory(sc, shape_, stage, inflight);
     const Bytes output = last + 1 < t_.NumLayers() ? sc.output_bytes : 0;
@@ -171,11 +177,21 @@ class StageMemory {
   Bytes LowerBound(int stage, int first, int last) const {
     // Truncating is cheaper than ParameterBytes' rounding and never above it:
     // the three rounded parts sum to at least the truncated whole less 2.
+    // Routed experts' parameters at their own bytes (ParameterMemoryOf): two
+    // roundings per part where a stage has both kinds.
     const double params = static_cast<double>(parameters_[last + 1] - parameters_[first]);
-    Bytes b = std::max<Bytes>(0, static_cast<Bytes>(params * per_param_.Total()) - 2);
+    const double experts =
+        static_cast<double>(expert_parameters_[last + 1] - expert_parameters_[first]);
+    const Bytes slack = experts > 0 ? 2 : 0;
+    Bytes b = std::max<Bytes>(
+        0, static_cast<Bytes>(params * per_param_.Total() + experts * per_expert_param_.Total()) -
+               2 - 2 * slack);
     const int inflight = Inflight(stage);
     if (shape_.schedule == ScheduleKind::kPipeDream && inflight > 1) {
-      b += (inflight - 1) * std::max<Bytes>(0, static_cast<Bytes>(params * per_param_.weights) - 1);
+      b += (inflight - 1) *
+           std::max<Bytes>(0, static_cast<Bytes>(params * per_param_.weights +
+                                                 experts * per_expert_param_.weights) -
+                                  1 - slack / 2);
     }
     if (Gathers()) b += kGatheredLayers * Gathered(first, last);
     if (floor_) {
@@ -218,8 +234,10 @@ class StageMemory {
   MemoryConfig memory_;
   const ScheduleTraits& traits_;
   ShardedBytes per_param_;
+  ShardedBytes per_expert_param_;  // ExpertBytesPerParam
   // Prefix sums over layers [0, l) at index l.
-  std::vector<int64_t> parameters_, held_, weight_grad_, activations_;
+  // Prefix sums over layers: parameters other than routed experts, routed experts.
+  std::vector<int64_t> parameters_, expert_parameters_, held_, weight_grad_, activations_;
   RangeMax rebuilt_;
   bool floor_ = true;                 // LowerBound may count activations
   bool whole_stage_rebuild_ = false;  // full recomputation by the whole-stage rule

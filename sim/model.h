@@ -105,6 +105,26 @@ struct CpAttentionEstimate {
   std::string from;  // where it came from, for the note
 };
 
+// A mixture-of-experts layer's routing, as model.json's layer key `moe`
+// gives it (docs/formats.md; the analytic profiler writes it for each MoE
+// block): what expert parallelism needs to charge the dispatch and combine
+// all-to-alls (sim/collectives.h, ExpertAllToAllOf) and to spread the
+// experts' weights over ep x etp GPUs (docs/simulator.md "Expert
+// parallelism"). The layer's profiles hold the expert compute as one GPU
+// with every expert runs it; parameters includes expert_parameters.
+struct MoeRouting {
+  int experts = 0;  // routed experts E, >= 1
+  int top_k = 0;    // routed experts each token goes to, in [1, E]
+  // Node-limited routing (DeepSeek-V3): the experts fall in `expert_groups`
+  // groups and a token's top-k lie in at most `topk_groups` of them; 0 and 0:
+  // no limit.
+  int expert_groups = 0;
+  int topk_groups = 0;
+  int64_t hidden = 0;             // features of one dispatched token
+  int64_t expert_parameters = 0;  // every routed expert's weights (t = 1), <= parameters
+  int bytes_per_element = 2;      // of the dispatched and combined tokens (bf16)
+};
+
 struct Layer {
   std::string name;
   int64_t parameters = 0;
@@ -113,6 +133,7 @@ struct Layer {
   std::vector<LayerProfile> profiles;
   std::optional<TpCommEstimate> tp_comm_estimate;   // not written back
   std::optional<CpAttentionEstimate> cp_attention;  // not written back
+  std::optional<MoeRouting> moe;                    // mixture-of-experts layers only
 };
 
 // Where the numbers came from: `source` in model.json. `method` is one of
@@ -201,6 +222,11 @@ struct LayerCost {
   // forward_ns and backward_ns (0 at cp = 1).
   TimeNs cp_forward_ns = 0;
   TimeNs cp_backward_ns = 0;
+  // Set by StageCostTable: the expert-parallel dispatch and combine
+  // all-to-alls in forward_ns and backward_ns (0 at ep = 1 or in a dense
+  // layer).
+  TimeNs ep_forward_ns = 0;
+  TimeNs ep_backward_ns = 0;
 };
 
 // The costs at (microbatch_size, tensor_parallel, sequence_parallel): from

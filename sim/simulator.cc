@@ -161,6 +161,8 @@ Status FillStatic(const Cluster& cluster, const Schedule& schedule, const SimOpt
   result->tensor_parallel = config.layout.tensor_parallel;
   result->context_parallel = config.layout.context_parallel;
   result->cp_algorithm = config.layout.cp_algorithm;
+  result->expert_parallel = config.layout.expert_parallel;
+  result->expert_tensor_parallel = config.layout.expert_tensor_parallel;
   result->sequence_parallel = config.layout.sequence_parallel;
   result->tp_comm_overlap = config.overlap.tp_comm_overlap;
   result->global_batch =
@@ -177,16 +179,20 @@ Status FillStatic(const Cluster& cluster, const Schedule& schedule, const SimOpt
   result->per_rank.resize(schedule.num_ranks);
   const ShardedBytes per_param =
       ShardedBytesPerParam(config.memory, config.layout.GradientReplicas());
+  const ShardedBytes per_expert_param = ExpertBytesPerParam(
+      per_param, config.memory, config.layout.tensor_parallel, config.layout.ExpertShards());
   for (int s = 0; s < schedule.num_stages; ++s) {
     StageResult& sr = result->per_rank[schedule.stage_rank[s]];
     sr.stages.push_back(s);
     sr.layers.push_back(partition[s]);
     const int64_t params = costs[s].parameters;
     sr.parameters += params;
-    sr.memory.weights += ParameterBytes(params, per_param.weights);
-    sr.memory.gradients += ParameterBytes(params, per_param.gradients);
-    sr.memory.optimizer += ParameterBytes(params, per_param.optimizer);
-    sr.memory.fp8_weights += ParameterBytes(params, per_param.fp8_weights);
+    const ParameterMemory m =
+        ParameterMemoryOf(params, costs[s].expert_parameters, per_param, per_expert_param);
+    sr.memory.weights += m.weights;
+    sr.memory.gradients += m.gradients;
+    sr.memory.optimizer += m.optimizer;
+    sr.memory.fp8_weights += m.fp8_weights;
   }
   for (int k = 0; k < schedule.num_ranks; ++k) {
     result->per_rank[k].rank = k;
@@ -380,6 +386,14 @@ void TensorParallelTimes(const Schedule& schedule, const std::vector<StageCost>&
     TimeNs comm = 0;
     for (const Action& a : schedule.actions[k]) comm += costs[a.stage].TpCommNs(a.kind);
     result->per_rank[k].tp_comm_ns = comm / std::max(1, schedule.iterations);
+    TimeNs ep = 0;
+    for (const Action& a : schedule.actions[k]) {
+      const StageCost& c = costs[a.stage];
+      ep += a.kind == OpKind::kForward          ? c.ep_forward_ns
+            : a.kind == OpKind::kBackwardWeight ? 0
+                                                : c.ep_backward_ns;
+    }
+    result->ep_comm_ns = std::max(result->ep_comm_ns, ep / std::max(1, schedule.iterations));
   }
 }
 
@@ -433,6 +447,8 @@ Result<SimResult> SimulateWith(EngineFn engine, const Model& model, const Cluste
                               schedule.num_stages, config.memory, config.optimizer_step.time_ns}));
   const int t = config.layout.tensor_parallel;
   PIPECAST_RETURN_IF_ERROR(CheckContextParallelCosts(model, config.layout.context_parallel));
+  PIPECAST_RETURN_IF_ERROR(CheckExpertParallelCosts(model, config.layout.expert_parallel,
+                                                    config.layout.expert_tensor_parallel));
   PIPECAST_ASSIGN_OR_RETURN(Cluster grouped,
                             GroupCluster(cluster, t, config.layout.context_parallel));
   PIPECAST_RETURN_IF_ERROR(CheckTensorParallelHeads(model, t));

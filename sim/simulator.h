@@ -204,6 +204,11 @@ struct SimResult {
   bool tp_comm_overlap = false;
   int context_parallel = 1;  // cp, with its algorithm
   CpAlgorithm cp_algorithm = CpAlgorithm::kRing;
+  int expert_parallel = 1;  // ep and etp (docs/simulator.md "Expert parallelism")
+  int expert_tensor_parallel = 1;
+  // The expert-parallel all-to-alls of the busiest rank, per iteration
+  // (0 at ep = 1).
+  TimeNs ep_comm_ns = 0;
   int64_t global_batch = 0;
 
   TimeNs iteration_ns = 0;         // pipeline span + all-reduce tail + optimizer + all-gather

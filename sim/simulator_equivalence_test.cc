@@ -433,7 +433,8 @@ TEST(SimulatorEquivalence, MirroredDirectionsWalkedWithTheMemo) {
       for (bool timeline : {false, true}) {
         SimOptions opts;
         opts.record_timeline = timeline;
-        EXPECT_TRUE(SameAsReference(TestModel(2 * p * v, /*unequal=*/false), h100, *sched, opts, &tally,
+        EXPECT_TRUE(SameAsReference(TestModel(2 * p * v, /*unequal=*/false), h100, *sched, opts,
+                                    &tally,
                                     /*compare_text=*/false))
             << ScheduleKindName(kind) << " p=" << p << " m=" << m << " timeline=" << timeline;
       }

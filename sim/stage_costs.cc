@@ -134,6 +134,52 @@ CpMergeBytes ContextParallelMergeBytes(double out, double query, double kv, int 
           .backward = (query + kv) * (4 + 6 * (cp - 1)) + calls};
 }
 
+namespace {
+int64_t SequenceOf(const Model& model) {
+  int64_t s = model.sequence_length.value_or(0);
+  if (s <= 0 && model.source.architecture) s = model.source.architecture->sequence_length;
+  return s;
+}
+}  // namespace
+
+double ExpertTokensPerGpu(const Model& model, const StageCostOptions& options) {
+  const double s = static_cast<double>(SequenceOf(model));
+  return s * options.microbatch_size /
+         (static_cast<double>(options.tensor_parallel) * options.context_parallel);
+}
+
+Status CheckExpertParallelCosts(const Model& model, int expert_parallel,
+                                int expert_tensor_parallel) {
+  if (expert_parallel <= 1 && expert_tensor_parallel <= 1) return Status::Ok();
+  const Layer* first = nullptr;
+  for (const Layer& l : model.layers) {
+    if (!l.moe) continue;
+    if (first == nullptr) first = &l;
+    if (l.moe->experts % expert_parallel != 0) {
+      return Status::InvalidArgument(fmt::format(
+          "--expert-parallel {} does not divide the {} experts of layer {}: each GPU of the "
+          "expert-parallel group holds experts / ep whole experts; use a divisor of {}",
+          expert_parallel, l.moe->experts, l.name, l.moe->experts));
+    }
+  }
+  if (first == nullptr) {
+    return Status::InvalidArgument(fmt::format(
+        "{} {}: the model has no mixture-of-experts layer (no layer gives `moe` in model.json); "
+        "leave it at 1, or profile an MoE model with `profiler analytic --hf-config` or "
+        "--experts",
+        expert_parallel > 1 ? "--expert-parallel" : "--expert-tensor-parallel",
+        expert_parallel > 1 ? expert_parallel : expert_tensor_parallel));
+  }
+  if (expert_parallel > 1 && SequenceOf(model) <= 0) {
+    return Status::InvalidArgument(fmt::format(
+        "--expert-parallel {}: the model gives no sequence_length, so the tokens each GPU "
+        "dispatches are unknown; add sequence_length to model.json or profile it with "
+        "`profiler analytic --seq`",
+        expert_parallel));
+  }
+  return Status::Ok();
+}
+
 Status CheckContextParallelCosts(const Model& model, int context_parallel) {
   const int cp = context_parallel;
   if (cp <= 1) return Status::Ok();
@@ -452,12 +498,14 @@ StageCostTable::StageCostTable(const Model& model, const StageCostOptions& optio
   const size_t n = model.layers.size();
   layers_.reserve(n);
   prefix_.resize(n + 1);
+  const double expert_tokens = options.expert_parallel > 1 ? ExpertTokensPerGpu(model, options) : 0;
   for (size_t l = 0; l < n; ++l) {
     LayerCost& c = layers_.emplace_back(CostAt(model.layers[l], options.microbatch_size,
                                                options.tensor_parallel, options.sequence_parallel));
     if (options.context_parallel > 1) c = ScaleToContextParallel(c, options.context_parallel);
     if (options.tensor_parallel > 1) AddTensorParallelComm(&c);
     if (options.context_parallel > 1) AddContextParallelComm(model.layers[l], &c);
+    if (options.expert_parallel > 1) AddExpertParallelComm(model.layers[l], expert_tokens, &c);
     if (c.tp_comm_estimated && tp_estimate_from_.empty()) {
       tp_estimate_from_ = model.layers[l].tp_comm_estimate->from;
     }
@@ -477,6 +525,10 @@ StageCostTable::StageCostTable(const Model& model, const StageCostOptions& optio
     after.tp_backward_ns = before.tp_backward_ns + c.tp_backward_ns;
     after.cp_forward_ns = before.cp_forward_ns + c.cp_forward_ns;
     after.cp_backward_ns = before.cp_backward_ns + c.cp_backward_ns;
+    after.ep_forward_ns = before.ep_forward_ns + c.ep_forward_ns;
+    after.ep_backward_ns = before.ep_backward_ns + c.ep_backward_ns;
+    after.expert_parameters = before.expert_parameters +
+                              (model.layers[l].moe ? model.layers[l].moe->expert_parameters : 0);
     after.tp_scaled = before.tp_scaled + c.tp_scaled;
     after.tp_comm_estimated = before.tp_comm_estimated + c.tp_comm_estimated;
     after.no_checkpoint = before.no_checkpoint + !c.checkpoint_bytes.has_value();
@@ -572,6 +624,23 @@ void StageCostTable::AddTensorParallelComm(LayerCost* c) const {
   c->tp_backward_ns = exposed(c->tp_backward_collectives, c->backward_ns);
   c->forward_ns += c->tp_forward_ns;
   c->backward_ns += c->tp_backward_ns;  // the input-gradient part: W is unchanged
+}
+
+void StageCostTable::AddExpertParallelComm(const pipecast::Layer& layer, double tokens,
+                                           LayerCost* c) const {
+  if (!layer.moe) return;
+  const MoeRouting& m = *layer.moe;
+  const StageCostOptions& o = options_;
+  const ExpertAllToAll a = ExpertAllToAllOf(
+      o.ep_intra_node, o.ep_inter_node, o.ep_network_gbps_per_gpu,
+      ExpertGroupOf(o.expert_parallel, o.expert_tensor_parallel, o.gpus_per_node), m.experts,
+      m.top_k, m.expert_groups, m.topk_groups, m.hidden, m.bytes_per_element, tokens);
+  // The forward dispatches and combines; the backward sends the gradients
+  // back the same two ways.
+  c->ep_forward_ns = a.dispatch_ns + a.combine_ns;
+  c->ep_backward_ns = a.dispatch_ns + a.combine_ns;
+  c->forward_ns += c->ep_forward_ns;
+  c->backward_ns += c->ep_backward_ns;
 }
 
 void StageCostTable::AddContextParallelComm(const pipecast::Layer& layer, LayerCost* c) {
@@ -691,6 +760,9 @@ StageCost StageCostTable::Stage(StageLayers stage) const {
   c.tp_backward_ns = hi.tp_backward_ns - lo.tp_backward_ns;
   c.cp_forward_ns = hi.cp_forward_ns - lo.cp_forward_ns;
   c.cp_backward_ns = hi.cp_backward_ns - lo.cp_backward_ns;
+  c.ep_forward_ns = hi.ep_forward_ns - lo.ep_forward_ns;
+  c.ep_backward_ns = hi.ep_backward_ns - lo.ep_backward_ns;
+  c.expert_parameters = hi.expert_parameters - lo.expert_parameters;
   if (ChunkedMode()) {
     const Checkpointed k = CheckpointedStage(stage);
     c.held_bytes = k.held;
@@ -703,6 +775,7 @@ StageCost StageCostTable::Stage(StageLayers stage) const {
     if (options_.recompute == Recompute::kFull) {
       c.tp_backward_ns += c.tp_forward_ns;
       c.cp_backward_ns += c.cp_forward_ns;
+      c.ep_backward_ns += c.ep_forward_ns;
     }
   }
   c.backward_ns += c.recompute_ns;  // the rerun comes before the backward proper

@@ -242,7 +242,30 @@ struct StageCostOptions {
   // The GPU's HBM bandwidth (bytes/s; 0 = unknown): context parallelism's
   // merges run over it (ContextParallelMergeBytes); none are charged when 0.
   double hbm_bytes_per_s = 0;
+  // Expert parallelism (docs/simulator.md "Expert parallelism"): ep, etp,
+  // and what the dispatch and combine all-to-alls cross (the cluster's
+  // intra-node link, its NIC and one GPU's share of the node's NICs, the
+  // GPUs of a node). At ep = 1 no layer changes.
+  int expert_parallel = 1;
+  int expert_tensor_parallel = 1;
+  Link ep_intra_node;
+  Link ep_inter_node;
+  double ep_network_gbps_per_gpu = 0;
+  int gpus_per_node = 8;
 };
+
+// InvalidArgument naming --expert-parallel and the fix when ep > 1 and the
+// model has no mixture-of-experts layer (a layer's `moe`), ep does not
+// divide some MoE layer's experts, or the sequence (model.sequence_length,
+// else source.architecture) is unknown; naming --expert-tensor-parallel
+// when etp > 1 on a model without MoE layers.
+Status CheckExpertParallelCosts(const Model& model, int expert_parallel,
+                                int expert_tensor_parallel);
+
+// The tokens one GPU dispatches per micro-batch in each MoE layer:
+// b x s / (t x cp) (Megatron-LM runs MoE with sequence parallelism, each of
+// the t GPUs dispatching its s / t tokens). 0 when the sequence is unknown.
+double ExpertTokensPerGpu(const Model& model, const StageCostOptions& options);
 
 // InvalidArgument naming --context-parallel and the fix when cp > 1 and the
 // sequence (model.sequence_length, else source.architecture) is unknown or
@@ -306,6 +329,14 @@ struct StageCost {
   // (the latter with a full recomputation's rerun); 0 at cp = 1.
   TimeNs cp_forward_ns = 0;
   TimeNs cp_backward_ns = 0;
+  // Expert-parallel all-to-alls inside forward_ns and backward_ns (the
+  // latter with a full recomputation's rerun); 0 at ep = 1.
+  TimeNs ep_forward_ns = 0;
+  TimeNs ep_backward_ns = 0;
+  // Routed-expert parameters among `parameters` (unsharded, t = 1 counts),
+  // which ep x etp GPUs share rather than t (StageParameterBytes).
+  int64_t expert_parameters = 0;
+
   // The tensor-parallel communication inside DurationNs(kind): F forward's,
   // B and I backward's, W none.
   TimeNs TpCommNs(OpKind kind) const;
@@ -427,6 +458,8 @@ class StageCostTable {
     TimeNs attention_core_ns = 0;
     TimeNs tp_forward_ns = 0, tp_backward_ns = 0;
     TimeNs cp_forward_ns = 0, cp_backward_ns = 0;
+    TimeNs ep_forward_ns = 0, ep_backward_ns = 0;
+    int64_t expert_parameters = 0;
     int tp_scaled = 0, tp_comm_estimated = 0;  // layers
     // Layers without checkpoint_bytes, attention_core_bytes, weight_grad_bytes.
     int no_checkpoint = 0, no_attention_core = 0, no_weight_grad = 0;
@@ -441,6 +474,8 @@ class StageCostTable {
   void AddTensorParallelComm(LayerCost* c) const;
   // Adds an attention layer's context-parallel K/V exchange (cp > 1).
   void AddContextParallelComm(const pipecast::Layer& layer, LayerCost* c);
+  // Adds an MoE layer's dispatch and combine all-to-alls (ep > 1).
+  void AddExpertParallelComm(const pipecast::Layer& layer, double tokens, LayerCost* c) const;
   // What the checkpointing modes (every:K, full with a Megatron-LM method)
   // give a stage: what F keeps, the largest chunk B rebuilds, the rerun and
   // its tensor-parallel collectives.

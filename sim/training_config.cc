@@ -6,11 +6,31 @@ namespace pipecast {
 
 namespace {
 
-// A degree that must be 1 until its axis is modelled.
-Status CheckUnmodelled(const char* name, const char* what, int degree) {
-  if (degree == 1) return Status::Ok();
-  return Status::InvalidArgument(
-      fmt::format("{} is {}: {} is not modelled yet, so it must be 1", name, degree, what));
+// Megatron-LM's parallel folding (docs/simulator.md "Expert parallelism"):
+// a stage's t x cp x d GPUs hold the experts as etp x ep x edp.
+Status CheckExpertLayout(const ParallelLayout& l) {
+  if (l.expert_parallel < 1 || l.expert_parallel > kMaxExpertParallel) {
+    return Status::InvalidArgument(
+        fmt::format("--expert-parallel is {}: must be from 1 (every GPU holds every expert) to {}",
+                    l.expert_parallel, kMaxExpertParallel));
+  }
+  if (l.expert_tensor_parallel < 1 || l.expert_tensor_parallel > kMaxExpertParallel) {
+    return Status::InvalidArgument(fmt::format(
+        "--expert-tensor-parallel is {}: must be from 1 (each expert whole on a GPU) to {}",
+        l.expert_tensor_parallel, kMaxExpertParallel));
+  }
+  const int64_t stage = int64_t{l.tensor_parallel} * l.context_parallel * l.data_parallel;
+  const int64_t experts = int64_t{l.expert_parallel} * l.expert_tensor_parallel;
+  if (stage % experts != 0) {
+    return Status::InvalidArgument(fmt::format(
+        "--expert-parallel {} x --expert-tensor-parallel {} = {} does not divide the {} GPUs of "
+        "a stage (--tensor-parallel {} x --context-parallel {} x --data-parallel {}): the "
+        "experts are folded over the same GPUs as etp x ep x expert-data-parallel; choose "
+        "degrees whose product divides {}",
+        l.expert_parallel, l.expert_tensor_parallel, experts, stage, l.tensor_parallel,
+        l.context_parallel, l.data_parallel, stage));
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -78,10 +98,7 @@ Status TrainingConfig::Validate() const {
         fmt::format("--context-parallel is {}: must be from 1 (no context parallelism) to {}",
                     layout.context_parallel, kMaxContextParallel));
   }
-  PIPECAST_RETURN_IF_ERROR(
-      CheckUnmodelled("expert_parallel", "expert parallelism", layout.expert_parallel));
-  PIPECAST_RETURN_IF_ERROR(CheckUnmodelled("expert_tensor_parallel", "expert tensor parallelism",
-                                           layout.expert_tensor_parallel));
+  PIPECAST_RETURN_IF_ERROR(CheckExpertLayout(layout));
   return memory.Validate();
 }
 
@@ -93,6 +110,12 @@ StageCostOptions StageCostOptionsFor(const TrainingConfig& config, const Cluster
   StageCostOptions o = StageCostOptionsFor(config, cluster.intra_node);
   o.cp_link = ContextParallelLink(config.layout, cluster);
   o.hbm_bytes_per_s = cluster.gpu.memory_bandwidth_gbps * 1e9;
+  o.expert_parallel = config.layout.expert_parallel;
+  o.expert_tensor_parallel = config.layout.expert_tensor_parallel;
+  o.ep_intra_node = cluster.intra_node;
+  o.ep_inter_node = cluster.inter_node;
+  o.ep_network_gbps_per_gpu = cluster.NetworkGbpsPerGpu();
+  o.gpus_per_node = cluster.gpus_per_node;
   return o;
 }
 

@@ -38,6 +38,9 @@ inline constexpr double kMaxOverlapFactor = 2.0;
 // The largest context-parallel degree accepted: 2 x cp chunks of a 16M-token
 // sequence (kMaxSpecSequence) still hold one token each.
 inline constexpr int kMaxContextParallel = 1 << 16;
+// The largest expert-parallel and expert-tensor-parallel degrees accepted:
+// kMaxSpecExperts (profiler/analytic.h), so one expert per GPU at most.
+inline constexpr int kMaxExpertParallel = 1 << 16;
 
 // How the GPUs of one run are laid out. Rank order t, cp, p, d (Megatron-LM's
 // default order, tp-cp-ep-dp-pp with the pipeline outside the data-parallel
@@ -63,9 +66,22 @@ struct ParallelLayout {
   int context_parallel = 1;
   // How the cp GPUs exchange keys and values (--cp-algorithm).
   CpAlgorithm cp_algorithm = CpAlgorithm::kRing;
-  // Room for the next axes. Only 1 is accepted until their cost models exist.
-  int expert_parallel = 1;         // ep: experts spread over GPUs
-  int expert_tensor_parallel = 1;  // etp: each expert split over GPUs
+  // Mixture-of-experts layers (docs/simulator.md "Expert parallelism"),
+  // Megatron-LM's parallel folding: the experts are laid over the same
+  // t x cp x d GPUs of a stage as etp x ep x edp, so etp x ep must divide
+  // t x cp x d and edp = t x cp x d / (etp x ep). Dense layers ignore both.
+  int expert_parallel = 1;         // ep: each GPU holds experts / ep of a layer's experts
+  int expert_tensor_parallel = 1;  // etp: each expert split over etp GPUs
+
+  // t x cp x d / (etp x ep): the GPUs holding the same experts, over which
+  // expert gradients are reduced and their ZeRO shards spread (Megatron-LM's
+  // expert-data-parallel group). REQUIRES: the folding rule above holds.
+  int ExpertDataParallel() const {
+    return static_cast<int>(int64_t{tensor_parallel} * context_parallel * data_parallel /
+                            (int64_t{expert_parallel} * expert_tensor_parallel));
+  }
+  // ep x etp: the GPUs one layer's experts are spread over.
+  int ExpertShards() const { return expert_parallel * expert_tensor_parallel; }
 
   // t x p x d x cp: the GPUs the layout occupies (experts reuse them).
   // REQUIRES: pipeline_stages > 0.
@@ -158,7 +174,8 @@ struct TrainingConfig {
   // that contradict each other (--sequence-parallel or --tp-comm-overlap at
   // t = 1, a degree below 1, an overlap factor outside (0, 2], a byte count
   // or ZeRO level MemoryConfig::Validate refuses, a context degree below 1,
-  // an expert degree other than 1). The one check of these fields; the simulator calls it.
+  // an expert degree below 1 or past kMaxExpertParallel, etp x ep not
+  // dividing t x cp x d). The one check of these fields; the simulator calls it.
   [[nodiscard]] Status Validate() const;
 
   // What one GPU of a t-way group keeps per parameter: memory / t

@@ -61,16 +61,20 @@ TEST(TrainingConfig, SequenceParallelismAndCommOverlapNeedTensorParallelism) {
             "communication to overlap");
 }
 
-TEST(TrainingConfig, ContextDegreeFromOneAndExpertDegreesOneUntilModelled) {
+TEST(TrainingConfig, ContextDegreeFromOneAndExpertDegreesFoldedOverTheStage) {
   TrainingConfig c;
   c.layout.context_parallel = 2;
   EXPECT_EQ(Message(c), "ok");  // modelled (docs/simulator.md "Context parallelism")
   c.layout.context_parallel = 0;
   EXPECT_EQ(Message(c),
             "--context-parallel is 0: must be from 1 (no context parallelism) to 65536");
+  // ep x etp must divide t x cp x d (docs/simulator.md "Expert parallelism").
   c = TrainingConfig{};
   c.layout.expert_parallel = 4;
-  EXPECT_THAT(Message(c), HasSubstr("expert_parallel is 4"));
+  EXPECT_THAT(Message(c), HasSubstr("--expert-parallel 4 x --expert-tensor-parallel 1 = 4 does "
+                                    "not divide the 1 GPUs of a stage"));
+  c.layout.data_parallel = 4;
+  EXPECT_EQ(Message(c), "ok");
 }
 
 TEST(TrainingConfig, GpusAreTheProductOfTheDegrees) {

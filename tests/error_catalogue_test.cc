@@ -338,15 +338,17 @@ std::vector<Case> Catalogue() {
                   "analytic --hf-config {dir}/c.json", 1,
                   "c.json: hidden_size 100 is not divisible by num_attention_heads 3, and "
                   "head_dim is not given"));
-  c.push_back(Row("profiler_hf_config_mixture_of_experts", kProfiler,
-                  {{"c.json", R"({"model_type": "mixtral", "hidden_size": 64,
-                      "num_hidden_layers": 2, "num_attention_heads": 4,
-                      "intermediate_size": 128, "vocab_size": 10,
-                      "num_local_experts": 4, "num_experts_per_tok": 2})"}},
-                  "analytic --hf-config {dir}/c.json --seq 16 --out {dir}/m.json", 1,
-                  "the analytic time and memory model does not cover expert layers yet; expert "
-                  "parallelism, routing and the all-to-all are issue 26 (mixture of experts)",
+  // Mixture of experts (issue 26): bad expert flags name the flag.
+  const std::string tiny = "analytic --name x --layers 2 --hidden 64 --heads 4 --seq 16 --vocab 10";
+  c.push_back(Row("profiler_experts_per_token_over_experts", kProfiler, {},
+                  tiny + " --experts 4 --experts-per-token 5 --out {dir}/m.json", 1,
+                  "--experts-per-token 5 is over the limit of 4", After::kNoOutputs));
+  c.push_back(Row("profiler_expert_flag_without_experts", kProfiler, {},
+                  tiny + " --expert-ffn 64 --out {dir}/m.json", 2, "--expert-ffn needs --experts",
                   After::kNoOutputs));
+  c.push_back(Row("profiler_moe_imbalance_below_one", kProfiler, {},
+                  tiny + " --experts 4 --moe-imbalance 0.5 --out {dir}/m.json", 1,
+                  "--moe-imbalance 0.5 must be from 1", After::kNoOutputs));
   // profiler cpu's tensor-parallel shards (issue 15 part 6): refused before
   // anything is measured.
   c.push_back(Row("profiler_cpu_tensor_parallel_not_dividing_ffn", kProfiler, {},
@@ -856,6 +858,20 @@ std::vector<Case> Catalogue() {
   c.push_back(Row("context_parallel_not_dividing_gpus", kPlanner, {kGoodModel},
                   "--model {dir}/m.json --gpus 4 --global-batch 8 --context-parallel 3", 2,
                   "--context-parallel 3 does not divide --gpus 4"));
+  // Expert parallelism (issue 26): a degree below 1 or against the folding
+  // rule is a usage error; one the model cannot run is bad input.
+  c.push_back(Row("expert_parallel_zero", kSimulator, {kGoodModel},
+                  std::string(kSim) + " --expert-parallel 0", 2, "--expert-parallel"));
+  c.push_back(Row("expert_tensor_parallel_zero", kPlanner, {kGoodModel},
+                  "--model {dir}/m.json --gpus 2 --global-batch 8 --expert-tensor-parallel 0", 2,
+                  "--expert-tensor-parallel"));
+  c.push_back(Row("expert_parallel_not_folding", kSimulator, {kGoodModel},
+                  std::string(kSim) + " --data-parallel 2 --expert-parallel 4", 2,
+                  "--expert-parallel 4 x --expert-tensor-parallel 1 = 4 does not divide the 2 "
+                  "GPUs of a stage"));
+  c.push_back(Row("expert_parallel_on_a_dense_model", kSimulator, {kGoodModel},
+                  std::string(kSim) + " --data-parallel 2 --expert-parallel 2", 1,
+                  "--expert-parallel 2: the model has no mixture-of-experts layer"));
   c.push_back(Row("tensor_parallel_over_gpus", kPlanner, {kGoodModel},
                   "--model {dir}/m.json --gpus 2 --global-batch 8 --tensor-parallel 4", 2,
                   "--tensor-parallel 4 is more than --gpus 2: t x p x d must equal the GPUs"));

@@ -36,7 +36,11 @@ struct AnalyticFlags {
   struct {
     CLI::Option *name, *layers, *hidden, *heads, *seq, *vocab, *ffn_hidden, *kv_heads, *head_dim,
         *sliding_window, *gated_mlp, *rotary, *tied;
+    // Mixture of experts (docs/profiler.md "Mixture of experts").
+    CLI::Option *experts, *experts_per_token, *expert_ffn, *shared_experts, *shared_expert_ffn,
+        *first_dense_layers;
   } given{};
+  int first_dense_layers = 0;  // --first-dense-layers: dense blocks before the first MoE block
   bool rotary_positions = false;
   std::string attention = "flash2";
   std::string precision = "bf16";        // bf16, or fp8 with --fp8-recipe
@@ -46,6 +50,50 @@ struct AnalyticFlags {
   std::vector<int> tensor_parallel = {1};
   std::string out;  // empty: stdout
 };
+
+// The mixture-of-experts flags over `spec` (the flags' spec, or the file's):
+// each given one sets its field; --first-dense-layers N makes blocks 0..N-1
+// dense. Names each in `over` when given. A usage error (exit 2) when an
+// expert flag is given for a model without --experts.
+std::optional<int> LayMoeFlags(const AnalyticFlags& flags, TransformerSpec* spec,
+                               std::vector<std::string>* over) {
+  const auto& g = flags.given;
+  MoeSpec& m = spec->moe;
+  const MoeSpec& f = flags.spec.moe;
+  auto lay = [&](const CLI::Option* option, int MoeSpec::*member) {
+    if (option->count() == 0) return;
+    m.*member = f.*member;
+    if (over != nullptr) over->push_back(option->get_name());
+  };
+  lay(g.experts, &MoeSpec::experts);
+  lay(g.experts_per_token, &MoeSpec::experts_per_token);
+  lay(g.expert_ffn, &MoeSpec::expert_ffn);
+  lay(g.shared_experts, &MoeSpec::shared_experts);
+  lay(g.shared_expert_ffn, &MoeSpec::shared_expert_ffn);
+  if (g.first_dense_layers->count() > 0) {
+    m.dense_layers.clear();
+    for (int i = 0; i < flags.first_dense_layers && i < spec->layers; ++i) {
+      m.dense_layers.push_back(i);
+    }
+    if (over != nullptr) over->push_back(g.first_dense_layers->get_name());
+  }
+  if (m.experts == 0) {
+    for (const CLI::Option* o : {g.experts_per_token, g.expert_ffn, g.shared_experts,
+                                 g.shared_expert_ffn, g.first_dense_layers}) {
+      if (o->count() == 0) continue;
+      fmt::print(stderr,
+                 "profiler: error: {} needs --experts (the routed experts of each MoE "
+                 "block)\nRun with --help for more information.\n",
+                 o->get_name());
+      return kExitUsage;
+    }
+    return std::nullopt;
+  }
+  // Flags alone: a width and a top-k by default, as an MoE needs both.
+  if (m.expert_ffn == 0) m.expert_ffn = spec->FfnHidden();
+  if (m.experts_per_token == 0) m.experts_per_token = std::min(2, m.experts);
+  return std::nullopt;
+}
 
 // The architecture: from --hf-config with every given flag laid over it
 // (docs/profiler.md, "Precedence"), or from the flags alone, which must then
@@ -64,6 +112,7 @@ std::optional<int> ResolveSpec(const AnalyticFlags& flags, TransformerSpec* spec
     }
     *spec = flags.spec;
     spec->learned_positions = !flags.rotary_positions;
+    if (auto code = LayMoeFlags(flags, spec, nullptr)) return code;
     return std::nullopt;
   }
   Result<HfConfig> config = LoadHfConfig(flags.hf_config);
@@ -96,6 +145,7 @@ std::optional<int> ResolveSpec(const AnalyticFlags& flags, TransformerSpec* spec
     s.learned_positions = !flags.rotary_positions;
     over.push_back(g.rotary->get_name());
   }
+  if (auto code = LayMoeFlags(flags, &s, &over)) return code;
   if (s.name.empty()) s.name = std::filesystem::path(flags.hf_config).stem().string();
   std::string seq_note;
   if (s.sequence_length == 0) {
@@ -193,11 +243,17 @@ int RunAnalytic(const AnalyticFlags& flags) {
     fmt::print(stderr, "profiler: error: {}\n", st.WithPrefix("--out").message());
     return kExitBadInput;
   }
+  // A mixture of experts also says what one token reaches.
+  const ParameterCount count = CountParameters(spec);
+  const std::string active =
+      spec.moe.MoeBlocks(spec.layers) > 0
+          ? fmt::format(", {:.3f}B active per token", static_cast<double>(count.active) / 1e9)
+          : "";
   fmt::print(stderr,
-             "profiler: wrote {}: {}, {} layers, {:.3f}B parameters (analytic estimate for {}; "
+             "profiler: wrote {}: {}, {} layers, {:.3f}B parameters{} (analytic estimate for {}; "
              "every assumption is in its \"source\")\n",
              flags.out, model->name, model->layers.size(),
-             static_cast<double>(model->TotalParameters()) / 1e9, model->source.device);
+             static_cast<double>(model->TotalParameters()) / 1e9, active, model->source.device);
   return kExitOk;
 }
 
@@ -257,6 +313,29 @@ CLI::App* AddAnalytic(CLI::App& app, AnalyticFlags& f) {
   g.tied = cmd->add_flag("--tied-embeddings", s.tied_embeddings,
                          "lm_head reuses the token embedding table (no extra parameters); "
                          "--tied-embeddings=false unties a file's");
+  g.experts = cmd->add_option("--experts", s.moe.experts,
+                              "routed experts E of each mixture-of-experts block (0: dense MLPs; "
+                              "docs/profiler.md 'Mixture of experts')");
+  g.experts_per_token =
+      cmd->add_option("--experts-per-token,--moe-top-k", s.moe.experts_per_token,
+                      "experts each token is routed to, top-k (default 2, at most --experts)");
+  g.expert_ffn = cmd->add_option("--expert-ffn", s.moe.expert_ffn,
+                                 "each routed expert's MLP width (default --ffn-hidden)");
+  g.shared_experts = cmd->add_option("--shared-experts", s.moe.shared_experts,
+                                     "shared experts every token goes through, each --expert-ffn "
+                                     "wide (DeepSeek; default 0)");
+  g.shared_expert_ffn =
+      cmd->add_option("--shared-expert-ffn", s.moe.shared_expert_ffn,
+                      "the shared experts' total MLP width (default --shared-experts x "
+                      "--expert-ffn)");
+  g.first_dense_layers = cmd->add_option("--first-dense-layers", f.first_dense_layers,
+                                         "dense blocks before the first MoE block (DeepSeek's "
+                                         "first_k_dense_replace; default 0, or the file's)");
+  cmd->add_option("--moe-imbalance", o.moe_imbalance,
+                  "the busiest expert's tokens over the mean: the routed experts' GEMMs and "
+                  "activations are sized for it (default from a published measurement, "
+                  "docs/profiler.md 'Mixture of experts')")
+      ->capture_default_str();
   cmd->add_option("--time-model", f.time_model,
                   "matmul (each product timed from its shape with wave quantisation, calibrated "
                   "in docs/calibration.md; the default) or flat (every FLOP at "

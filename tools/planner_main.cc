@@ -156,6 +156,16 @@ void AddLayoutFlags(CLI::App& app, PlannerToolOptions* f) {
                  "docs/planner.md)")
       ->delimiter(',')
       ->check(IntRange(1, kMaxContextParallel));
+  app.add_option("--expert-parallel", f->expert_parallel,
+                 "comma list of expert-parallel degrees ep to try (default: 1, and for an MoE "
+                 "model every power of two up to N dividing its experts; each folded over a "
+                 "stage's t x cp x d GPUs; docs/planner.md)")
+      ->delimiter(',')
+      ->check(IntRange(1, kMaxExpertParallel));
+  app.add_option("--expert-tensor-parallel", f->expert_tensor_parallel,
+                 "comma list of expert-tensor-parallel degrees etp to try (default: 1)")
+      ->delimiter(',')
+      ->check(IntRange(1, kMaxExpertParallel));
   app.add_option("--sequence-parallel", f->sequence_parallel,
                  "sequence parallelism at t > 1: auto (try off and on), on or off")
       ->check(OneOf({"auto", "on", "off"}))

@@ -207,6 +207,9 @@ Result<PlannerOptions> MakeOptions(const PlannerToolOptions& flags,
   PIPECAST_RETURN_IF_ERROR(ShardingSearchFromFlags(flags, &o.sharding));
   o.tensor_parallel = Unique(flags.tensor_parallel, "--tensor-parallel", notes);
   o.context_parallel = Unique(flags.context_parallel, "--context-parallel", notes);
+  o.expert_parallel = Unique(flags.expert_parallel, "--expert-parallel", notes);
+  o.expert_tensor_parallel =
+      Unique(flags.expert_tensor_parallel, "--expert-tensor-parallel", notes);
   o.cp_algorithm = shared.layout.cp_algorithm;
   o.sequence_parallel = SequenceParallelFlag(flags.sequence_parallel);
   o.pipeline_stages = flags.pipeline_stages;
@@ -279,6 +282,13 @@ Result<Inputs> LoadInputs(const PlannerToolOptions& flags, const PlannerProgress
   // A pinned tensor-parallel degree obeys the heads rule the search applies.
   for (int t : in.options.tensor_parallel) {
     PIPECAST_RETURN_IF_ERROR(CheckTensorParallelHeads(in.model, t));
+  }
+  // Pinned expert degrees obey the model's experts (the search's own degrees do).
+  for (int ep : in.options.expert_parallel) {
+    PIPECAST_RETURN_IF_ERROR(CheckExpertParallelCosts(in.model, ep, 1));
+  }
+  for (int etp : in.options.expert_tensor_parallel) {
+    PIPECAST_RETURN_IF_ERROR(CheckExpertParallelCosts(in.model, 1, etp));
   }
   if (!flags.check.empty()) {
     auto loaded = LoadPlan(flags.check);

@@ -37,11 +37,13 @@ struct PlannerToolOptions {
   std::string recompute_method;
   int recompute_num_layers = 0;
   int top = 3;
-  int threads = 0;                         // 0: every core
-  std::vector<int> zero;                   // ZeRO levels to try; empty: 0, 1 and 3 when d > 1
-  std::vector<int> tensor_parallel;        // t to try; empty: the planner's (docs/planner.md)
-  std::vector<int> context_parallel;       // cp to try; empty: the planner's (docs/planner.md)
-  std::string sequence_parallel = "auto";  // auto, on or off (at t > 1)
+  int threads = 0;                          // 0: every core
+  std::vector<int> zero;                    // ZeRO levels to try; empty: 0, 1 and 3 when d > 1
+  std::vector<int> tensor_parallel;         // t to try; empty: the planner's (docs/planner.md)
+  std::vector<int> context_parallel;        // cp to try; empty: the planner's (docs/planner.md)
+  std::vector<int> expert_parallel;         // ep to try; empty: the planner's (docs/planner.md)
+  std::vector<int> expert_tensor_parallel;  // etp to try; empty: 1
+  std::string sequence_parallel = "auto";   // auto, on or off (at t > 1)
   bool tp_comm_overlap = false;
   int pipeline_stages = 0;               // p pinned; 0: searched
   int data_parallel = 0;                 // d pinned; 0: searched

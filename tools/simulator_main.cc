@@ -142,6 +142,17 @@ std::vector<CLI::Option*> AddLayoutFlags(CLI::App& app, SimulatorToolOptions* f)
                      "(docs/simulator.md)")
           ->check(IntRange(1, kMaxContextParallel))
           ->capture_default_str(),
+      app.add_option("--expert-parallel", c.layout.expert_parallel,
+                     "expert-parallel degree ep: each GPU holds experts / ep of every MoE "
+                     "layer's experts, tokens dispatched and combined by all-to-all; folded "
+                     "over the t x cp x d GPUs of a stage (docs/simulator.md)")
+          ->check(IntRange(1, kMaxExpertParallel))
+          ->capture_default_str(),
+      app.add_option("--expert-tensor-parallel", c.layout.expert_tensor_parallel,
+                     "expert-tensor-parallel degree etp: GPUs that split each expert; etp x ep "
+                     "must divide t x cp x d (docs/simulator.md)")
+          ->check(IntRange(1, kMaxExpertParallel))
+          ->capture_default_str(),
       app.add_flag("--sequence-parallel", c.layout.sequence_parallel,
                    "sequence parallelism over the tensor-parallel group (Megatron-LM "
                    "--sequence-parallel); needs --tensor-parallel > 1"),

@@ -113,6 +113,8 @@ struct SampleCost {
   std::vector<MemoryKernel> core_kernels;
   std::vector<MemoryKernel> backward_kernels;
   TensorParallelCost tp;
+  // A mixture-of-experts block's routing, written as the layer's `moe`.
+  std::optional<MoeRouting> moe;
 };
 
 // Achievable throughput: FLOP/s for products, bytes/s for element-wise work
@@ -144,10 +146,34 @@ double AttentionHeadSize(const TransformerSpec& spec);
 // (profiler/analytic_layer_cost.cc).
 SampleCost EmbeddingCost(const TransformerSpec& spec, const LayerShape& shape, const Dims& d,
                          const Split& x);
-// REQUIRES: `shape` is a dense block (the time model refuses experts) and
-// `whole` the same block at t = 1.
+// Mixture-of-experts blocks (profiler/analytic_moe.cc, docs/profiler.md
+// "Mixture of experts").
+// The token copies product `p` sees per token: 1 for a dense product, k x
+// `imbalance` for the routed experts (count x tokens_per_copy = k).
+double TokenCopies(const WeightProduct& p, double imbalance);
+// The MLP widths a token passes, per token: fc1 outputs and fc2 inputs of
+// every MLP of the block (dense, routed experts at TokenCopies, shared).
+struct MlpWidths {
+  double fc1_outputs = 0, fc2_inputs = 0;
+};
+MlpWidths MlpWidthsOf(const LayerShape& shape, double imbalance);
+// Per sample, what an MoE block keeps beyond a dense block's tensors (the
+// permuted tokens, the router's scores), before the t-way split: 0 for a
+// dense block.
+double MoeKeptBytes(const TransformerSpec& spec, const LayerShape& shape, const Dims& d,
+                    double imbalance);
+// The router's and the token permutation's memory-bound kernels.
+void AddMoeKernels(const TransformerSpec& spec, const Dims& d, const Split& x, double imbalance,
+                   SampleCost* c);
+// c->moe: the routing model.json records (sim/model.h MoeRouting).
+void AddMoeRouting(const TransformerSpec& spec, const LayerShape& whole, const Dims& d,
+                   SampleCost* c);
+
+// REQUIRES: `whole` is `shape` at t = 1. `imbalance`: the busiest expert's
+// tokens over the mean (AnalyticOptions::moe_imbalance), for MoE blocks.
 SampleCost BlockCost(const TransformerSpec& spec, const LayerShape& shape, const LayerShape& whole,
-                     const Dims& d, Attention kind, const Split& x, Fp8Recipe fp8);
+                     const Dims& d, Attention kind, const Split& x, Fp8Recipe fp8,
+                     double imbalance);
 SampleCost HeadCost(const LayerShape& shape, const Dims& d, const Split& x);
 
 // The layer at each micro-batch size in `sizes`, timed at `r`

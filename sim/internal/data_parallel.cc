@@ -159,10 +159,31 @@ TimeNs EstimateOptimizerStepNs(const Cluster& cluster, const SimOptions& options
 namespace {
 
 // The buckets of rank `sr` (TailCollectives' contract).
+// The parameters whose gradients the data-parallel group reduces, in units
+// of a dense parameter split over t: the routed experts' (held by ep x etp
+// GPUs, reduced over the edp that hold the same experts) x `expert_scale`
+// (ExpertReductionScale).
+int64_t ReducedParameters(int64_t parameters, int64_t expert_parameters, double expert_scale) {
+  if (expert_parameters == 0) return parameters;
+  return parameters - expert_parameters +
+         std::llround(static_cast<double>(expert_parameters) * expert_scale);
+}
+
+// t / (ep x etp) when edp > 1: a GPU's expert gradients, as a share of a
+// dense layer's per-GPU gradients, reduced over the d x cp group (the edp
+// GPUs holding the same experts are taken as that group: an approximation
+// when edp < d x cp); 0 when edp = 1 (no other GPU holds the same experts).
+double ExpertReductionScale(const ParallelLayout& l) {
+  if (l.ExpertShards() == 1 && l.tensor_parallel == 1) return 1;
+  if (l.ExpertDataParallel() <= 1) return 0;
+  return static_cast<double>(l.tensor_parallel) / l.ExpertShards();
+}
+
 std::vector<GradBucket> RankBuckets(const Schedule& schedule, const StageCostTable& table,
                                     const std::vector<StageLayers>& partition,
                                     const std::vector<StageCost>& costs, int64_t bucket_params,
-                                    double overlap_factor, const StageResult& sr) {
+                                    double overlap_factor, double expert_scale,
+                                    const StageResult& sr) {
   const std::vector<Action>& list = schedule.actions[sr.rank];
   const Action& last = list.back();
   const TimeNs duration = ActionDurationNs(costs, list, list.size() - 1, overlap_factor);
@@ -185,7 +206,8 @@ std::vector<GradBucket> RankBuckets(const Schedule& schedule, const StageCostTab
     GradBucket open;
     for (int l = layers.last_layer; l >= layers.first_layer; --l) {
       done += share_of(l);
-      open.parameters += table.Stage(StageLayers{l, l}).parameters;
+      const StageCost one = table.Stage(StageLayers{l, l});
+      open.parameters += ReducedParameters(one.parameters, one.expert_parameters, expert_scale);
       open.ready_ns =
           timed && total > 0
               ? op_start +
@@ -212,9 +234,17 @@ void TailCollectives(const Cluster& cluster, const Schedule& schedule, const Sta
   const auto collective_ns = [&](Collective op, Bytes bytes) {
     return CollectiveNs(cluster, op, bytes, group);
   };
-  const Bytes gradients = ParameterBytes(sr->parameters, memory.gradient_bytes_per_param);
+  // Expert parallelism: the routed experts' gradients are reduced over the
+  // GPUs holding the same experts (docs/simulator.md "Expert parallelism").
+  const double expert_scale = ExpertReductionScale(options.config.layout);
+  int64_t expert_parameters = 0;
+  for (size_t s = 0; s < costs.size(); ++s) {
+    if (schedule.stage_rank[s] == sr->rank) expert_parameters += costs[s].expert_parameters;
+  }
+  const int64_t reduced = ReducedParameters(sr->parameters, expert_parameters, expert_scale);
+  const Bytes gradients = ParameterBytes(reduced, memory.gradient_bytes_per_param);
   // Gathered after the step at levels 1 and 2: FP8 with --fp8-param-gather.
-  const Bytes weights = ParameterBytes(sr->parameters, memory.GatherBytesPerParam());
+  const Bytes weights = ParameterBytes(reduced, memory.GatherBytesPerParam());
   sr->allreduce_ns = 0;
   sr->allgather_ns = 0;
   sr->allreduce_hidden_ns = 0;
@@ -253,8 +283,9 @@ void TailCollectives(const Cluster& cluster, const Schedule& schedule, const Sta
   const int64_t bucket_params = options.config.overlap.grad_bucket_params > 0
                                     ? options.config.overlap.grad_bucket_params
                                     : DefaultGradBucketParams(d * cp);
-  const std::vector<GradBucket> buckets = RankBuckets(
-      schedule, table, partition, costs, bucket_params, options.config.overlap.overlap_factor, *sr);
+  const std::vector<GradBucket> buckets =
+      RankBuckets(schedule, table, partition, costs, bucket_params,
+                  options.config.overlap.overlap_factor, expert_scale, *sr);
   const auto collective = [&](Bytes bytes) {
     return collective_ns(memory.zero == 0 ? Collective::kAllReduce : Collective::kReduceScatter,
                          bytes);

@@ -1,0 +1,311 @@
+// Expert parallelism (docs/simulator.md, "Expert parallelism"): Megatron-LM's
+// parallel folding checked once in TrainingConfig, the dispatch and combine
+// all-to-all bytes per token per layer worked by hand at ep = 8, 32 and 64
+// inside and across nodes (DeepEP's counting and bandwidths,
+// sim/collectives.h), what a stage's MoE layer pays at ep > 1, and expert
+// memory per GPU under folding.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "formats/formats.h"
+#include "planner/passes.h"
+#include "planner/planner.h"
+#include "sim/cluster.h"
+#include "sim/collectives.h"
+#include "sim/memory.h"
+#include "sim/model.h"
+#include "sim/schedule.h"
+#include "sim/simulator.h"
+#include "sim/stage_costs.h"
+#include "sim/training_config.h"
+
+namespace pipecast {
+namespace {
+
+Cluster H100() {
+  Result<Cluster> c = ClusterPreset("h100-sxm");
+  EXPECT_TRUE(c.ok());
+  return *c;
+}
+
+TrainingConfig Layout(int t, int cp, int d, int ep, int etp = 1) {
+  TrainingConfig c;
+  c.layout.tensor_parallel = t;
+  c.layout.sequence_parallel = t > 1;
+  c.layout.context_parallel = cp;
+  c.layout.data_parallel = d;
+  c.layout.expert_parallel = ep;
+  c.layout.expert_tensor_parallel = etp;
+  return c;
+}
+
+TEST(ExpertParallelTest, FoldingRuleCheckedOnceWithTheFlagsNamed) {
+  // etp x ep must divide t x cp x d: 2 x 1 x 16 = 32 GPUs hold ep 32, or ep 8 x etp 4.
+  EXPECT_TRUE(Layout(2, 1, 16, 32).Validate().ok());
+  EXPECT_TRUE(Layout(2, 1, 16, 8, 4).Validate().ok());
+  EXPECT_EQ(Layout(2, 1, 16, 32).layout.ExpertDataParallel(), 1);
+  EXPECT_EQ(Layout(2, 1, 16, 8).layout.ExpertDataParallel(), 4);
+  EXPECT_EQ(Layout(2, 2, 4, 4, 2).layout.ExpertDataParallel(), 2);
+  const Status three = Layout(2, 1, 16, 3).Validate();
+  EXPECT_EQ(three.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(three.message().find("--expert-parallel 3 x --expert-tensor-parallel 1 = 3 does not "
+                                 "divide the 32 GPUs of a stage"),
+            std::string::npos)
+      << three.message();
+  const Status too_many = Layout(1, 1, 8, 16).Validate();
+  EXPECT_NE(too_many.message().find("does not divide the 8 GPUs"), std::string::npos);
+  EXPECT_NE(Layout(1, 1, 8, 0).Validate().message().find("--expert-parallel is 0"),
+            std::string::npos);
+  EXPECT_NE(Layout(1, 1, 8, 1, 0).Validate().message().find("--expert-tensor-parallel is 0"),
+            std::string::npos);
+}
+
+TEST(ExpertParallelTest, DistinctRanksPerTokenWorkedByHand) {
+  // One expert per rank: a token's k experts are on k distinct ranks.
+  EXPECT_DOUBLE_EQ(DistinctGroupsPerToken(8, 2, 8), 2.0);
+  // 4 experts on 2 ranks, top-2: both on one rank with probability C(2,2)/C(4,2) = 1/6 per
+  // rank, so 2 (1 - 1/6) = 5/3 ranks.
+  EXPECT_NEAR(DistinctGroupsPerToken(4, 2, 2), 5.0 / 3.0, 1e-12);
+  EXPECT_DOUBLE_EQ(DistinctGroupsPerToken(256, 8, 1), 1.0);
+}
+
+// DeepSeek-V3's routing: 256 experts, top-8, hidden 7168, 8 groups of which a token uses 4.
+MoeRouting DeepseekV3() {
+  return MoeRouting{.experts = 256,
+                    .top_k = 8,
+                    .expert_groups = 8,
+                    .topk_groups = 4,
+                    .hidden = 7168,
+                    .expert_parameters = 0};
+}
+
+ExpertAllToAll AllToAll(const MoeRouting& m, int ep, double tokens) {
+  const Cluster c = H100();
+  return ExpertAllToAllOf(c.intra_node, c.inter_node, c.NetworkGbpsPerGpu(),
+                          ExpertGroupOf(ep, 1, c.gpus_per_node), m.experts, m.top_k,
+                          m.expert_groups, m.topk_groups, m.hidden, m.bytes_per_element, tokens);
+}
+
+TEST(ExpertParallelTest, AllToAllBytesPerTokenPerLayerWorkedByHand) {
+  // Mixtral 8x7B (8 experts, top-2, h 4096) at ep 8 in one node: one expert per GPU, so each
+  // token goes to exactly 2 ranks: 2 x 4096 x 2 B = 16,384 B per token.
+  const MoeRouting mixtral{.experts = 8, .top_k = 2, .hidden = 4096};
+  const ExpertAllToAll m8 = AllToAll(mixtral, 8, 4096);
+  EXPECT_FALSE(m8.across_nodes);
+  EXPECT_DOUBLE_EQ(m8.bytes_per_token, 16'384);
+  // 4096 tokens: 67,108,864 B over NVLink at 450 GB/s x 0.8 (the preset's efficiency) x
+  // 153/160 (DeepEP's dispatch share) = 344.25 GB/s: 194,942 ns, plus 8.4 us latency;
+  // combine at 158/160: 355.5 GB/s, 188,773 ns + 8.4 us.
+  EXPECT_EQ(m8.dispatch_ns, 203'342);
+  EXPECT_EQ(m8.combine_ns, 197'173);
+
+  // DeepSeek-V3 at ep 8 in one node: 32 experts per rank; a rank misses all 8 of a token's
+  // experts with probability C(224,8)/C(256,8) = prod_{i<8} (224-i)/(256-i) = 0.33817, so
+  // 8 x (1 - 0.33817) = 5.2947 ranks x 7168 x 2 B = 75,904 B per token.
+  const ExpertAllToAll d8 = AllToAll(DeepseekV3(), 8, 4096);
+  EXPECT_FALSE(d8.across_nodes);
+  EXPECT_NEAR(d8.bytes_per_token, 75'904.1, 0.1);
+
+  // ep 32 spans 4 nodes of 8; the 8 groups fill the 4 nodes (2 each), so a token's 4 groups
+  // may reach all 4 nodes: no limit. A node misses a token with probability
+  // C(192,8)/C(256,8) = 0.09645: 4 x 0.90355 = 3.6142 nodes x 14,336 B = 51,813 B per token,
+  // at DeepEP's ep-32 shares of the 50 GB/s NIC: 58 GB/s dispatch, 57 combine.
+  const ExpertAllToAll d32 = AllToAll(DeepseekV3(), 32, 4096);
+  EXPECT_TRUE(d32.across_nodes);
+  EXPECT_NEAR(d32.bytes_per_token, 51'813.4, 0.1);
+  EXPECT_NEAR(d32.dispatch_ns, 51'813.376 * 4096 / 58 + 8400, 1);
+  EXPECT_NEAR(d32.combine_ns, 51'813.376 * 4096 / 57 + 8400, 1);
+
+  // ep 64 spans 8 nodes, one group each: node-limited routing keeps a token to 4 nodes, its
+  // 8 experts among those nodes' 128: 4 x (1 - C(96,8)/C(128,8)) = 3.6290 nodes x 14,336 B
+  // = 52,026 B per token, at 51 and 50 GB/s.
+  const ExpertAllToAll d64 = AllToAll(DeepseekV3(), 64, 4096);
+  EXPECT_NEAR(d64.bytes_per_token, 52'025.5, 0.1);
+  EXPECT_NEAR(d64.dispatch_ns, 52'025.5006 * 4096 / 51 + 8400, 1);
+  // Without the limit a token would reach 8 x (1 - C(224,8)/C(256,8)) = 5.29 nodes.
+  MoeRouting unlimited = DeepseekV3();
+  unlimited.expert_groups = unlimited.topk_groups = 0;
+  EXPECT_NEAR(AllToAll(unlimited, 64, 4096).bytes_per_token, 75'904.1, 0.1);
+  // ep 1: nothing moves.
+  EXPECT_EQ(AllToAll(DeepseekV3(), 1, 4096).dispatch_ns, 0);
+}
+
+TEST(ExpertParallelTest, GroupLaidOutAsMegatronLaysIt) {
+  const ExpertAllToAllGroup in_node = ExpertGroupOf(8, 1, 8);
+  EXPECT_EQ(in_node.nodes, 1);
+  EXPECT_EQ(in_node.per_node, 8);
+  const ExpertAllToAllGroup etp2 = ExpertGroupOf(8, 2, 8);  // 16 GPUs: 2 nodes of 4 ep ranks
+  EXPECT_EQ(etp2.nodes, 2);
+  EXPECT_EQ(etp2.per_node, 4);
+  EXPECT_EQ(ExpertGroupOf(64, 1, 8).nodes, 8);
+}
+
+// Two layers of 1 ms forward and 2 ms backward, the second an MoE layer with Mixtral's routing
+// and 70% of its 1e9 parameters in the experts; 4096 tokens per sample.
+Model TwoLayers() {
+  Model m;
+  m.name = "moe-two";
+  m.sequence_length = 4096;
+  for (int i = 0; i < 2; ++i) {
+    Layer l;
+    l.name = "block." + std::to_string(i);
+    l.parameters = 1'000'000'000;
+    LayerProfile p;
+    p.microbatch_size = 1;
+    p.forward_ns = 1'000'000;
+    p.backward_ns = 2'000'000;
+    p.activation_bytes = 1000;
+    l.profiles.push_back(p);
+    if (i == 1) {
+      l.moe =
+          MoeRouting{.experts = 8, .top_k = 2, .hidden = 4096, .expert_parameters = 700'000'000};
+    }
+    m.layers.push_back(l);
+  }
+  return m;
+}
+
+TEST(ExpertParallelTest, MoeLayersPayDispatchAndCombineEachWay) {
+  const Model model = TwoLayers();
+  const Cluster cluster = H100();
+  const StageCostTable dense(model, StageCostOptionsFor(Layout(1, 1, 8, 1), cluster));
+  const StageCostTable ep8(model, StageCostOptionsFor(Layout(1, 1, 8, 8), cluster));
+  // The dense layer is untouched; the MoE layer adds dispatch + combine to F and to B.
+  EXPECT_EQ(ep8.Layer(0).forward_ns, dense.Layer(0).forward_ns);
+  const TimeNs pair = 203'342 + 197'173;  // worked above, 4096 tokens at ep 8
+  EXPECT_EQ(ep8.Layer(1).ep_forward_ns, pair);
+  EXPECT_EQ(ep8.Layer(1).forward_ns, 1'000'000 + pair);
+  EXPECT_EQ(ep8.Layer(1).backward_ns, 2'000'000 + pair);
+  const StageCost stage = ep8.Stage(StageLayers{0, 1});
+  EXPECT_EQ(stage.ep_forward_ns, pair);
+  EXPECT_EQ(stage.expert_parameters, 700'000'000);
+  // t = 2 with sequence parallelism: each GPU dispatches half the tokens.
+  const StageCostTable t2(model, StageCostOptionsFor(Layout(2, 1, 4, 8), cluster));
+  EXPECT_EQ(ExpertTokensPerGpu(model, StageCostOptionsFor(Layout(2, 1, 4, 8), cluster)), 2048);
+  EXPECT_LT(t2.Layer(1).ep_forward_ns, pair);
+}
+
+TEST(ExpertParallelTest, ExpertMemoryPerGpuUnderFoldingWorkedByHand) {
+  // bf16 with fp32 main gradients and Adam: 2 B weights, 4 B gradients, 12 B optimizer state
+  // (fp32 main parameters and moments) per parameter. t = 2, d = 8, ep = 8: the 300M dense
+  // parameters split over t = 2, the 700M expert parameters over ep x etp = 8.
+  TrainingConfig config = Layout(2, 1, 8, 8);
+  config.memory.zero = 1;
+  ASSERT_TRUE(config.Validate().ok());
+  const MemoryConfig per_gpu = config.PerGpuMemory();
+  const ShardedBytes dense = ShardedBytesPerParam(per_gpu, config.layout.GradientReplicas());
+  const ShardedBytes expert = ExpertBytesPerParam(dense, per_gpu, 2, config.layout.ExpertShards());
+  const ParameterMemory m = ParameterMemoryOf(1'000'000'000, 700'000'000, dense, expert);
+  const double w = config.memory.weight_bytes_per_param;
+  const double g = config.memory.gradient_bytes_per_param;
+  const double k =
+      config.memory.optimizer_bytes_per_param + config.memory.gradient_copy_bytes_per_param;
+  EXPECT_EQ(w, 2);
+  EXPECT_EQ(g, 4);
+  // weights: 300M x 2 / 2 + 700M x 2 / 8 = 300 MB + 175 MB.
+  EXPECT_EQ(m.weights, 475'000'000);
+  // gradients: 300M x 4 / 2 + 700M x 4 / 8 = 600 MB + 350 MB.
+  EXPECT_EQ(m.gradients, 950'000'000);
+  // ZeRO-1 optimizer: every parameter spread over the stage's t x d = 16 GPUs (the dense ones
+  // over t = 2 then d = 8, the experts over ep = 8 then edp = 2): 1e9 x k / 16.
+  EXPECT_EQ(m.optimizer, std::llround(1e9 * k / 16));
+  // Without expert parallelism (ep x etp = t) the experts split as the dense layers do.
+  const ShardedBytes same = ExpertBytesPerParam(dense, per_gpu, 2, 2);
+  EXPECT_DOUBLE_EQ(same.weights, dense.weights);
+  EXPECT_DOUBLE_EQ(same.gradients, dense.gradients);
+}
+
+TEST(ExpertParallelTest, SimulatorReportsEpAndRefusesBadDegrees) {
+  const Model model = TwoLayers();
+  Result<Schedule> schedule = MakeSchedule(ScheduleKind::k1F1B, 2, 4);
+  ASSERT_TRUE(schedule.ok());
+  SimOptions options;
+  options.config = Layout(1, 1, 8, 8);
+  Result<SimResult> r = Simulate(model, H100(), *schedule, options);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->expert_parallel, 8);
+  // Rank 1 holds the MoE layer: 4 forwards and 4 backwards, each with the pair.
+  EXPECT_EQ(r->ep_comm_ns, 8 * (203'342 + 197'173));
+  // Weights of rank 1: 300M x 2 B + 700M x 2 B / 8.
+  EXPECT_EQ(r->per_rank[1].memory.weights, 600'000'000 + 175'000'000);
+  EXPECT_EQ(r->per_rank[0].memory.weights, 2'000'000'000);
+
+  options.config = Layout(1, 1, 8, 4, 2);
+  EXPECT_TRUE(Simulate(model, H100(), *schedule, options).ok());
+  // ep 8 does not divide 8 x ... : a layer of 6 experts.
+  Model six = model;
+  six.layers[1].moe->experts = 6;
+  options.config = Layout(1, 1, 8, 4);
+  Result<SimResult> bad = Simulate(six, H100(), *schedule, options);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("--expert-parallel 4 does not divide the 6 experts"),
+            std::string::npos);
+  Model dense = model;
+  dense.layers[1].moe.reset();
+  options.config = Layout(1, 1, 8, 8);
+  bad = Simulate(dense, H100(), *schedule, options);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("no mixture-of-experts layer"), std::string::npos);
+}
+
+TEST(ExpertParallelTest, ModelJsonCarriesMoeAndRefusesBadValues) {
+  const Model model = TwoLayers();
+  const std::string text = ModelToJson(model);
+  Result<Model> back = ParseModel(text, "two.json");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  ASSERT_TRUE(back->layers[1].moe.has_value());
+  EXPECT_EQ(back->layers[1].moe->experts, 8);
+  EXPECT_EQ(back->layers[1].moe->expert_parameters, 700'000'000);
+  EXPECT_FALSE(back->layers[0].moe.has_value());
+  std::string bad = text;
+  const size_t at = bad.find("\"top_k\": 2");
+  ASSERT_NE(at, std::string::npos);
+  bad.replace(at, 10, "\"top_k\": 9");
+  Result<Model> refused = ParseModel(bad, "two.json");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("layers[1].moe.top_k"), std::string::npos)
+      << refused.status().message();
+}
+
+TEST(ExpertParallelPlanner, SearchesEpFoldedOverTheStageAndPinsIt) {
+  const Model model = TwoLayers();
+  const Cluster cluster = H100();
+  PlannerOptions options;
+  options.gpus = 8;
+  options.schedules = {ScheduleKind::k1F1B};
+  options.microbatch_sizes = {1};
+  // Every power of two up to N dividing the 8 experts.
+  EXPECT_EQ(passes::ExpertParallelDegrees(model, options), (std::vector<int>{1, 2, 4, 8}));
+  std::vector<Rejection> rejected;
+  const std::vector<Candidate> all = passes::Enumerate(model, cluster, options, 16, &rejected);
+  std::set<int> eps;
+  for (const Candidate& c : all) {
+    const ParallelLayout& l = c.config.layout;
+    const int stage = l.tensor_parallel * l.context_parallel * l.data_parallel;
+    EXPECT_EQ(stage % (l.expert_parallel * l.expert_tensor_parallel), 0) << c.Label();
+    eps.insert(l.expert_parallel);
+  }
+  EXPECT_EQ(eps, (std::set<int>{1, 2, 4, 8}));
+  EXPECT_EQ(passes::CountConfigurations(model, cluster, options),
+            static_cast<int64_t>(all.size() + rejected.size()));
+  // Pinned: only the listed degree, where it folds.
+  options.expert_parallel = {4};
+  rejected.clear();
+  eps.clear();
+  for (const Candidate& c : passes::Enumerate(model, cluster, options, 16, &rejected)) {
+    eps.insert(c.config.layout.expert_parallel);
+  }
+  EXPECT_EQ(eps, std::set<int>{4});
+  // A dense model searches ep = 1 alone.
+  Model dense = model;
+  dense.layers[1].moe.reset();
+  options.expert_parallel.clear();
+  EXPECT_EQ(passes::ExpertParallelDegrees(dense, options), std::vector<int>{1});
+}
+
+}  // namespace
+}  // namespace pipecast

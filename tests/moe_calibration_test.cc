@@ -1,0 +1,113 @@
+// Held-out published mixture-of-experts runs (docs/calibration.md "Mixture of experts"; never
+// tuned on: the only fitted numbers of the MoE model are DeepEP's published dispatcher
+// bandwidths, sim/collectives.h). Each row goes from the publisher's HuggingFace config
+// (examples/hf/) through `profiler analytic` and the simulator with the run's layout, and is held
+// to a guard at its present error where it misses the issue's 15%.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <iterator>
+#include <string>
+
+#include "formats/formats.h"
+#include "profiler/analytic.h"
+#include "profiler/hf_config.h"
+#include "sim/cluster.h"
+#include "sim/memory.h"
+#include "sim/partition.h"
+#include "sim/schedule.h"
+#include "sim/simulator.h"
+#include "sim/training_config.h"
+
+namespace pipecast {
+namespace {
+
+std::string SourcePath(const std::string& relative) {
+  const char* root = std::getenv("PIPECAST_SOURCE_DIR");
+  return std::string(root != nullptr ? root : ".") + "/" + relative;
+}
+
+// yanring/Megatron-MoE-ModelZoo best_practice/qwen3/readme.md (commit e8650517), "Performance
+// Results", H100: Qwen3-235B-A22B in bf16 on 256 H100s (NVLink 4, 8 x 50 GB/s InfiniBand per
+// node), sequence 4096, micro-batch 1, global batch 2048, etp 1, Megatron-Core with the
+// distributed optimizer (model_configs/benchmarking/Qwen3-235B-A22B.yaml: ZeRO-1, sequence
+// parallelism, the pipeline split accounting for the embedding and the loss).
+struct ModelZooRow {
+  const char* label;
+  int t, ep, p, v, d;
+  int zero;
+  Recompute recompute;
+  double published_step_s;
+};
+constexpr ModelZooRow kQwen3Rows[] = {
+    // Cross-node EP, DeepEP, recompute of norms and activations: 19.7 s, 245 TFLOP/s per GPU.
+    {"DeepEP t2 ep32 p8 v4 d16", 2, 32, 8, 4, 16, 1, Recompute::kOff, 19.7},
+    // Intra-node EP, the all-to-all dispatcher: 24.2 s, 200 TFLOP/s per GPU.
+    {"A2A t2 ep8 p32 v3 d4", 2, 8, 32, 3, 4, 1, Recompute::kOff, 24.2},
+    // Intra-node EP, DeepEP, no recomputation: 29.0 s, 167 TFLOP/s per GPU.
+    {"DeepEP t4 ep8 p8 v4 d8", 4, 8, 8, 4, 8, 1, Recompute::kOff, 29.0},
+};
+// The issue's target, and the guard each row is held to (its present error with room, so that
+// a change to the model is seen; docs/calibration.md states each row's error).
+constexpr double kMoeRowTarget = 0.15;
+constexpr double kMoeRowGuard = 0.45;
+
+double PredictQwen3(const ModelZooRow& row) {
+  Result<HfConfig> config = LoadHfConfig(SourcePath("examples/hf/qwen3-235b-a22b.json"));
+  EXPECT_TRUE(config.ok()) << config.status().message();
+  if (!config.ok()) return 0;
+  TransformerSpec spec = config->architecture;
+  spec.name = "qwen3-235b-a22b";
+  spec.sequence_length = 4096;
+  spec.microbatch_sizes = {1};
+  AnalyticOptions analytic;
+  analytic.gpu_preset = "h100-sxm";
+  Result<std::string> text = EstimateTransformerJson(spec, analytic, {1, row.t});
+  EXPECT_TRUE(text.ok()) << text.status().message();
+  if (!text.ok()) return 0;
+  Result<Model> model = ParseModel(*text, spec.name);
+  Result<Cluster> cluster = ClusterPreset("h100-sxm");
+  const int m = 2048 / row.d;
+  Result<Schedule> schedule = MakeSchedule(ScheduleKind::kInterleaved1F1B, row.p, m, row.v);
+  EXPECT_TRUE(model.ok() && cluster.ok() && schedule.ok());
+  if (!model.ok() || !cluster.ok() || !schedule.ok()) return 0;
+  SimOptions sim;
+  TrainingConfig& c = sim.config;
+  c.schedule = ScheduleKind::kInterleaved1F1B;
+  c.layout.tensor_parallel = row.t;
+  c.layout.sequence_parallel = true;
+  c.layout.data_parallel = row.d;
+  c.layout.expert_parallel = row.ep;
+  c.recompute = row.recompute;
+  c.memory.zero = row.zero;
+  c.partition.rule = PartitionRule::kEven;
+  c.partition.even.account_for_embedding = true;
+  c.partition.even.account_for_loss = true;
+  Result<SimResult> result = Simulate(*model, *cluster, *schedule, sim);
+  EXPECT_TRUE(result.ok()) << result.status().message();
+  if (!result.ok()) return 0;
+  std::printf("  %s: ep all-to-all %.2f s of the busiest rank\n", row.label,
+              static_cast<double>(result->ep_comm_ns) * 1e-9);
+  return static_cast<double>(result->iteration_ns) * 1e-9;
+}
+
+TEST(MoeCalibration, Qwen3On256H100sHeldOut) {
+  int within = 0;
+  for (const ModelZooRow& row : kQwen3Rows) {
+    const double predicted = PredictQwen3(row);
+    const double error = predicted / row.published_step_s - 1;
+    std::printf(
+        "Megatron-MoE-ModelZoo qwen3-235b-a22b %s: published %.1f s predicted %.2f s per "
+        "step, error %+.1f%%\n",
+        row.label, row.published_step_s, predicted, error * 100);
+    within += std::abs(error) <= kMoeRowTarget ? 1 : 0;
+    EXPECT_LT(std::abs(error), kMoeRowGuard) << row.label;
+  }
+  std::printf("Megatron-MoE-ModelZoo rows within the issue's 15%%: %d of %zu\n", within,
+              std::size(kQwen3Rows));
+}
+
+}  // namespace
+}  // namespace pipecast
