@@ -98,11 +98,12 @@ struct SampleCost {
   // weight_products the backward reruns (every second one) with their FLOPs.
   bool op_wrapped = false;
   double op_saved_bytes = 0;
-  std::vector<bool> op_rerun;  // aligned with weight_products
+  std::vector<ProductShape> op_rerun_products;  // the mms the policy reruns
   double op_rerun_flops = 0;
   double traffic_bytes = 0;  // forward element-wise HBM traffic
   double output_bytes = 0;   // sent to the next layer
   Bytes workspace_bytes = 0;
+  double workspace_bytes_per_sample = 0;      // held while the layer runs, per sample
   bool has_input_gradient = true;             // false: the whole backward is weight gradient
   std::vector<ProductShape> weight_products;  // forward products with a weight
   bool fp8_products = false;                  // the weight products run in FP8 (blocks only)
@@ -338,6 +339,35 @@ void AddFp8Casts(Fp8Recipe recipe, double elements, double e, std::vector<Memory
   kernels->push_back({elements * (e + 2 * Fp8KeptBytes(recipe))});
 }
 
+// The block's matrix products as the model calls them, one aten.mm each, per
+// GPU: what torchtitan's op policy counts. torchtitan's models call one
+// nn.Linear per projection (torchtitan/models/llama/model.py @ 9dec370:
+// `self.wq(x), self.wk(x), self.wv(x)`, then wo; the MLP
+// `self.w2(F.silu(self.w1(x)) * self.w3(x))`), so pipecast's fused "qkv"
+// product is three mms (q, k, v by their widths) and a gated "fc1" two (gate
+// w1, then up w3); every other product is one mm.
+std::vector<ProductShape> OpPolicyMms(const TransformerSpec& spec, const LayerShape& shape,
+                                      const std::vector<ProductShape>& per_gpu) {
+  const AttentionCore& core = shape.attention;
+  std::vector<ProductShape> mms;
+  for (size_t i = 0; i < shape.products.size() && i < per_gpu.size(); ++i) {
+    const std::string& name = shape.products[i].name;
+    const ProductShape& p = per_gpu[i];
+    if (name == "qkv") {
+      const double q = static_cast<double>(core.query_heads) * core.qk_dim;
+      const double k = static_cast<double>(core.kv_heads) * core.qk_dim;
+      const double v = static_cast<double>(core.kv_heads) * core.v_dim;
+      for (double width : {q, k, v}) mms.push_back({p.m, p.n * width / (q + k + v), p.k});
+    } else if (name == "fc1" && spec.gated_mlp) {
+      mms.push_back({p.m, p.n / 2, p.k});  // w1, the gate
+      mms.push_back({p.m, p.n / 2, p.k});  // w3, the up projection
+    } else {
+      mms.push_back(p);
+    }
+  }
+  return mms;
+}
+
 // REQUIRES: `shape` is a dense block (the time model refuses experts) and
 // `whole` the same block at t = 1.
 SampleCost BlockCost(const TransformerSpec& spec, const LayerShape& shape, const LayerShape& whole,
@@ -407,20 +437,22 @@ SampleCost BlockCost(const TransformerSpec& spec, const LayerShape& shape, const
   // 16-bit, f = 4h, multi-head attention (Qi et al. 2024, Table 1).
   const KeptWidths grad = WeightGradWidths(whole);
   c.weight_grad_bytes = d.s * d.e * (x.Replicated() * grad.full + grad.split / t);
-  // torchtitan's op policy (torchtitan/distributed/activation_checkpoint.py,
-  // docs/profiler.md): the block's input, the outputs of the 1st, 3rd, ...
-  // weight product in the order the block runs them (the 2nd, 4th, ... are
-  // rerun), and the attention kernel's outputs (its output and, with flash,
-  // the logsumexp; eager attention's s x s tensors) are kept; everything else
-  // (norms, rotary, activation, residual adds, dropout) is rerun.
+  // torchtitan's op policy (torchtitan/parallelisms/parallelize_llama.py @
+  // 9dec370, _save_list and _custom_policy; docs/profiler.md): the block's
+  // input, the outputs of the 1st, 3rd, ... aten.mm in the order the block
+  // calls them (the 2nd, 4th, ... are rerun), and the attention kernel's
+  // outputs (its output and, with flash, the logsumexp; eager attention's s x
+  // s tensors) are kept; everything else (norms, rotary, activation, residual
+  // adds, dropout) is rerun. The mms are counted as the model calls them
+  // (OpPolicyMms): LLaMA's wq, wk, wv, wo, w1, w3, w2 keep wq, wv, w1, w2.
   c.op_wrapped = true;
   c.op_saved_bytes = c.checkpoint_bytes + d.s * d.e * a * core_shape.v_dim / t +
                      (flash ? kLogsumexpBytes * a * d.s / t : core);
-  for (size_t i = 0; i < shape.products.size(); ++i) {
-    const bool rerun = i % 2 == 1;
-    c.op_rerun.push_back(rerun);
-    const ProductShape& p = c.weight_products[i];
-    if (rerun) {
+  const std::vector<ProductShape> mms = OpPolicyMms(spec, shape, c.weight_products);
+  for (size_t i = 0; i < mms.size(); ++i) {
+    const ProductShape& p = mms[i];
+    if (i % 2 == 1) {  // meta[mm_count] % 2 == 0: the 2nd, 4th, ... mm
+      c.op_rerun_products.push_back(p);
       c.op_rerun_flops += 2 * p.m * p.n * p.k;
     } else {
       c.op_saved_bytes += p.m * p.n * d.e;
@@ -438,7 +470,7 @@ SampleCost BlockCost(const TransformerSpec& spec, const LayerShape& shape, const
   return c;
 }
 
-SampleCost HeadCost(const LayerShape& shape, const Dims& d, const Split& x) {
+SampleCost HeadCost(const LayerShape& shape, const Dims& d, const Split& x, Loss loss) {
   const double rows = shape.products.front().OutAt(x.t);
   SampleCost c;
   // Replicated final norm; vocabulary-parallel projection.
@@ -446,19 +478,24 @@ SampleCost HeadCost(const LayerShape& shape, const Dims& d, const Split& x) {
   c.weight_products = {{d.s, rows, d.h}};
   c.weight_flops = 2 * d.s * d.h * rows;
   c.layer_flops = 2 * d.s * d.h * d.v;
-  // Inputs of the final layernorm and of the projection, the logits, and the
-  // fp32 softmax the loss keeps for its backward (vocabulary-parallel
-  // cross-entropy: each GPU its V/t columns).
-  c.activation_bytes =
-      d.s * (x.Replicated() * 2 * d.e * d.h + d.e * rows + kLossSoftmaxBytes * rows);
+  // Inputs of the final layernorm and of the projection, and what the loss
+  // keeps for its backward (vocabulary-parallel cross-entropy: each GPU its
+  // V/t columns): fused, the logits and the fp32 softmax; pytorch, the fp32
+  // log-softmax only (log_softmax saves its output; the projection saves its
+  // input, not the logits, which train.py frees), and at the backward's start
+  // nll_loss's fp32 gradient and log_softmax's fp32 result beside it.
+  const bool pytorch = loss == Loss::kPytorch;
+  c.activation_bytes = d.s * (x.Replicated() * 2 * d.e * d.h + (pytorch ? 0 : d.e * rows) +
+                              kLossSoftmaxBytes * rows);
+  if (pytorch) c.workspace_bytes_per_sample = 2 * kLossSoftmaxBytes * d.s * rows;
   c.traffic_bytes = kTrafficPerActivationByte * c.activation_bytes;
   // The final norm; the cross-entropy reads the logits and writes the fp32
   // softmax it keeps, and its backward reads that and writes the logits'
   // gradient.
   const double norm = x.Replicated() * d.s * d.h * d.e;
-  const double loss = d.s * rows * (d.e + kLossSoftmaxBytes);
-  c.forward_kernels = {{2 * norm}, {loss}};
-  c.backward_kernels = {{loss}, {3 * norm}};
+  const double loss_bytes = d.s * rows * (d.e + kLossSoftmaxBytes);
+  c.forward_kernels = {{2 * norm}, {loss_bytes}};
+  c.backward_kernels = {{loss_bytes}, {3 * norm}};
   c.checkpoint_bytes = c.activation_bytes;                          // not recomputed
   c.weight_grad_bytes = d.s * d.e * (x.Replicated() * d.h + rows);  // projection input, logits grad
   c.output_bytes = 0;  // the last layer: only the loss leaves it
@@ -533,10 +570,10 @@ LayerSeconds MatmulSeconds(const SampleCost& c, const Rates& r, int b) {
   for (size_t i = 0; i < c.weight_products.size(); ++i) {
     const Gemm f = AtMicrobatch(c.weight_products[i], b);
     s.forward += weight_gemm(f);
-    if (i < c.op_rerun.size() && c.op_rerun[i]) s.op += weight_gemm(f);
     input_grad += weight_gemm(Gemm{f.m, f.k, f.n, 1});
     s.weight += weight_gemm(Gemm{f.k, f.n, f.m, 1});
   }
+  for (const ProductShape& p : c.op_rerun_products) s.op += weight_gemm(AtMicrobatch(p, b));
   double core_forward = 0, core_backward = 0;
   for (const ProductShape& p : c.core_products) {
     const Gemm f = AtMicrobatch(p, b);
@@ -583,7 +620,7 @@ Result<LayerProfile> ProfileAt(const std::string& name, const SampleCost& c, con
   p.backward_weight_ns = std::min<TimeNs>(p.backward_ns, std::llround(sec.weight * 1e9));
   p.activation_bytes = std::llround(activation);
   p.output_bytes = std::llround(output);
-  p.workspace_bytes = c.workspace_bytes;
+  p.workspace_bytes = c.workspace_bytes + std::llround(b * c.workspace_bytes_per_sample);
   p.checkpoint_bytes = std::min<Bytes>(p.activation_bytes, std::llround(b * c.checkpoint_bytes));
   p.attention_core_bytes = std::llround(b * c.attention_core_bytes);
   // The core's products and its element-wise traffic (written once, read
@@ -763,10 +800,11 @@ std::map<std::string, std::string> Formulas(const TransformerSpec& spec,
       "op_saved_bytes and op_recompute_us (per-op recomputation, torchtitan's SelectiveAC 'op' "
       "policy, torchtitan/distributed/activation_checkpoint.py at pytorch/torchtitan@1f02964: "
       "the outputs of matmuls and of the attention kernel are saved, except every second matmul): "
-      "block op_saved_bytes = B*s*b*h [its input] + B*s*b*(outputs of the 1st, 3rd, ... weight "
-      "product in the order qkv, o, fc1, fc2; MLA q_a, q_b, kv_a, kv_b, o, fc1, fc2) + "
+      "block op_saved_bytes = B*s*b*h [its input] + B*s*b*(outputs of the 1st, 3rd, ... matmul "
+      "in the order the model calls them, one per projection as torchtitan's models do: q, k, v, "
+      "o, gate, up, down (a plain MLP fc1, fc2; MLA q_a, q_b, kv_a, kv_b, o)) + "
       "B*s*b*a*d_v [attention output] + 4*a*s*b [flash logsumexp] or 5*a*s^2*b [eager s x s "
-      "tensors]; op_recompute_us = the forward of the 2nd, 4th, ... weight product and of every "
+      "tensors]; op_recompute_us = the forward of the 2nd, 4th, ... matmul and of every "
       "element-wise forward kernel (norms, rotary, activation, residual adds, dropout); embedding "
       "and lm_head are not wrapped: op_saved_bytes = activation_bytes, op_recompute_us = 0";
   formulas["weight_grad_formula"] =
@@ -848,6 +886,12 @@ ModelSource MakeSource(const TransformerSpec& spec, const AnalyticOptions& optio
     source.details[key] = JsonText(text);
   }
   source.details["attention"] = JsonText(AttentionName(options.attention));
+  if (options.loss != Loss::kFused) {
+    source.details["loss"] = JsonText(
+        "pytorch: cross_entropy(logits.float()); lm_head keeps s*b*4*V/t [fp32 log-softmax], "
+        "not the bf16 logits, and holds 2 x s*b*4*V/t more at its backward's start [nll_loss's "
+        "gradient and log_softmax's] as its workspace_bytes");
+  }
   const json limitations = {
       "an estimate from datasheet numbers, not a measurement; measure on the GPU when one is "
       "available (profiler cupti, planned)",
@@ -957,6 +1001,19 @@ Result<Attention> ParseAttention(const std::string& name) {
                   name));
 }
 
+const char* LossName(Loss loss) { return loss == Loss::kPytorch ? "pytorch" : "fused"; }
+
+Result<Loss> ParseLoss(const std::string& name) {
+  for (Loss l : {Loss::kFused, Loss::kPytorch}) {
+    if (name == LossName(l)) return l;
+  }
+  return Status::InvalidArgument(fmt::format(
+      "--loss is '{}': expected fused (Megatron-LM's vocabulary-parallel cross-entropy, the "
+      "default) or pytorch (torch.nn.functional.cross_entropy on fp32 logits, as torchtitan runs "
+      "it)",
+      name));
+}
+
 Status AnalyticOptions::Validate() const {
   if (gpu_preset.empty()) {
     return Status::InvalidArgument("--gpu is empty; name a preset such as h100-sxm or a file");
@@ -1046,7 +1103,7 @@ Result<Model> EstimateTransformerAt(const TransformerSpec& spec, const AnalyticO
   const ModelShapes shapes = ShapesOf(spec, tp.degree);
   const ModelShapes whole = tp.degree == 1 ? shapes : ShapesOf(spec, 1);
   const SampleCost embedding_cost = EmbeddingCost(spec, shapes.embedding, dims, split);
-  const SampleCost head_cost = HeadCost(shapes.head, dims, split);
+  const SampleCost head_cost = HeadCost(shapes.head, dims, split, options.loss);
   Result<Layer> embedding = ToLayer("embedding", embedding_cost, rates, sizes);
   if (!embedding.ok()) return embedding.status();
   model.layers.push_back(std::move(*embedding));
