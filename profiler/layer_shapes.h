@@ -1,7 +1,7 @@
 // The shape side of the analytic profiler: from an architecture
 // (TransformerSpec) to each layer's weight matrix products, its attention
 // core and its parameter counts, total and active per token, on one GPU of a
-// t-way tensor-parallel group. The time and memory model (analytic.cc)
+// t-way tensor-parallel group. The time and memory model (analytic_layer_cost.cc)
 // consumes these; `profiler analytic --describe` prints them.
 //
 // Conventions (docs/profiler.md, "Parameters" and "FLOPs"):

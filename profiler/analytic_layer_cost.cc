@@ -1,0 +1,376 @@
+// The analytic estimate (profiler/analytic.h): one layer's cost for one
+// sample on one GPU of a tensor-parallel group (SampleCost, closed forms
+// only): the embedding, a block with its memory-bound kernels and FP8 casts,
+// and the output head. docs/profiler.md derives every formula.
+#include <cstddef>
+#include <vector>
+
+#include "profiler/internal/analytic_cost.h"
+
+namespace pipecast::internal {
+
+// The query/key channels of one attention head, which the attention
+// kernel's speed depends on: head_dim, hidden / heads, or MLA's nope + rope.
+double AttentionHeadSize(const TransformerSpec& spec) {
+  if (spec.mla.Enabled()) return spec.mla.qk_nope_head_dim + spec.mla.qk_rope_head_dim;
+  if (spec.head_dim > 0) return spec.head_dim;
+  return static_cast<double>(spec.hidden) / spec.heads;
+}
+
+SampleCost EmbeddingCost(const TransformerSpec& spec, const LayerShape& shape, const Dims& d,
+                         const Split& x) {
+  const double tables = spec.learned_positions ? 2 : 1;
+  SampleCost c;
+  // Vocabulary-parallel token table; the position table is replicated.
+  c.parameters = shape.parameters;
+  // Read the ids, gather one row per token from each table, write their sum;
+  // dropout reads it and writes the output and its mask (on 1/t of the
+  // tokens with sequence parallelism).
+  const double gather = d.s * kTokenIdBytes + d.s * d.h * (tables * d.e + d.e);
+  const double dropout = x.Replicated() * d.s * d.h * (2 * d.e + kMaskBytes);
+  c.traffic_bytes = gather + dropout;
+  c.forward_kernels = {{gather}, {dropout}};
+  // Backward: dropout's (read the gradient and the mask, write), and the
+  // table gradient: read the ids and the rows' gradients, and per call zero
+  // the V/t x h gradient table and add it into the parameter's gradient
+  // (PyTorch's embedding_dense_backward), the position table's with it.
+  const double table_bytes = static_cast<double>(shape.table_parameters) * d.e;
+  c.backward_kernels = {{.bytes_per_sample = dropout, .weight_gradient = true},
+                        {.bytes_per_sample = d.s * kTokenIdBytes + tables * d.s * d.h * d.e,
+                         .bytes_per_call = 2 * table_bytes,
+                         .weight_gradient = true}};
+  c.activation_bytes = d.s * kTokenIdBytes + x.Replicated() * d.s * d.h * kMaskBytes;
+  c.checkpoint_bytes = c.activation_bytes;   // not recomputed
+  c.weight_grad_bytes = c.activation_bytes;  // the whole backward is the weight gradient
+  c.output_bytes = x.Replicated() * d.s * d.h * d.e;
+  c.has_input_gradient = false;  // token ids have no gradient
+  // The partial lookups are summed over the group: one all-reduce (a
+  // reduce-scatter with sequence parallelism, whose backward all-gather
+  // makes up the other half of an all-reduce's volume).
+  c.tp = {.comm_bytes_per_sample = d.s * d.h * d.e,
+          .forward_collectives = 1,
+          .backward_collectives = 0};
+  return c;
+}
+
+namespace {
+
+// Widths (features per token, whole layer) of what a block keeps for its
+// backward, split by how tensor parallelism divides them: `full` is whole on
+// every GPU (1/t of the tokens with sequence parallelism), `split` is / t.
+struct KeptWidths {
+  double full = 0, split = 0;
+};
+
+// What the weight-gradient products need: each product's input and the
+// gradient of its output. A column-parallel product's input is full and its
+// output split; a row-parallel one's the other way round; a replicated one
+// (MLA's down-projections) has both full.
+KeptWidths WeightGradWidths(const LayerShape& shape) {
+  KeptWidths w;
+  for (const WeightProduct& p : shape.products) {
+    const double in = static_cast<double>(p.in), out = static_cast<double>(p.out);
+    switch (p.split) {
+      case TpSplit::kColumn:
+        w.full += in;
+        w.split += out;
+        break;
+      case TpSplit::kRow:
+        w.split += in;
+        w.full += out;
+        break;
+      default:
+        w.full += in + out;
+        break;
+    }
+  }
+  return w;
+}
+
+// The memory-bound kernels of a block, per sample on one GPU of the group
+// (docs/profiler.md, "Time"). Full-width tensors (norms, residual adds,
+// dropout) are replicated over the group, or 1/t of the tokens with sequence
+// parallelism; the attention and MLP insides are split over t. A kernel per
+// norm of the block (RMSNorm and LayerNorm move the same bytes), the MLP's
+// activation (SwiGLU: gate, up -> out), rotary positions on Q and K in each
+// direction (MLA: on their rotary channels), the query/key norms, and a bias
+// gradient per product with a bias. In the flags' classic shape
+// (ClassicShape) GPT-style blocks (a plain MLP) have the bias gradients and
+// LLaMA-style ones (a gated MLP) none, as those models are trained.
+void AddBlockKernels(const TransformerSpec& spec, const LayerShape& shape, const Dims& d,
+                     bool flash, const Split& x, SampleCost* c) {
+  const AttentionCore& attention = shape.attention;
+  const double a = attention.query_heads;
+  const double q_width = a * attention.qk_dim;
+  const double kv_width = static_cast<double>(attention.kv_heads) * attention.qk_dim;
+  double f = 0;  // the MLP width
+  for (const WeightProduct& p : shape.products) {
+    if (p.name == "fc2") f = static_cast<double>(p.in);
+  }
+  const double full = x.Replicated() * d.s * d.h * d.e;  // one full-width tensor
+  const double mask = x.Replicated() * d.s * d.h * kMaskBytes;
+  const double e_split = d.s * d.e / x.t;           // bytes per split column
+  const double norm = 2 * full;                     // read x, write y
+  const double norm_backward = 3 * full;            // read x and dy, write dx
+  const double residual_dropout = 3 * full + mask;  // read two, write one and the mask
+  const double dropout_backward = 2 * full + mask;  // read dy and the mask, write dx
+  const double residual_backward = 3 * full;        // add the two branches' gradients
+  const double activation =
+      spec.gated_mlp ? 3 * f * e_split : 2 * f * e_split;  // SwiGLU: gate, up -> out
+  const double activation_backward = spec.gated_mlp ? 5 * f * e_split : 3 * f * e_split;
+  const double rope = spec.mla.qk_rope_head_dim;
+  const double rotary = spec.learned_positions ? 0
+                        : spec.mla.Enabled()   ? 2 * (a * rope + rope) * e_split
+                                               : 2 * (q_width + kv_width) * e_split;
+  // Two norms: before attention and before the MLP; one (Falcon-7B) shares
+  // the first; more (Gemma: after each as well) follow.
+  c->forward_kernels = {{norm}, {residual_dropout}};
+  if (spec.block_norms >= 2) c->forward_kernels.push_back({norm});
+  c->forward_kernels.push_back({activation});
+  c->forward_kernels.push_back({residual_dropout});
+  for (int n = 2; n < spec.block_norms; ++n) c->forward_kernels.push_back({norm});
+  if (rotary > 0) c->forward_kernels.push_back({rotary});
+  c->backward_kernels = {{dropout_backward},
+                         {activation_backward},
+                         {norm_backward},
+                         {residual_backward},
+                         {dropout_backward}};
+  if (spec.block_norms >= 2) c->backward_kernels.push_back({norm_backward});
+  c->backward_kernels.push_back({residual_backward});
+  for (int n = 2; n < spec.block_norms; ++n) c->backward_kernels.push_back({norm_backward});
+  if (rotary > 0) c->backward_kernels.push_back({rotary});
+  if (spec.qk_norm) {  // a norm over each query and key head
+    c->forward_kernels.push_back({2 * (q_width + kv_width) * e_split});
+    c->backward_kernels.push_back({3 * (q_width + kv_width) * e_split});
+  }
+  // The bias gradients: a reduction over the tokens of each output gradient.
+  std::vector<double> bias_bytes;
+  if (ClassicShape(spec)) {
+    if (!spec.gated_mlp) bias_bytes = {full, f * e_split, full, (q_width + 2 * kv_width) * e_split};
+  } else {
+    for (const WeightProduct& p : shape.products) {
+      if (!p.bias) continue;
+      const double out = static_cast<double>(p.out);
+      bias_bytes.push_back(p.split == TpSplit::kColumn ? out * e_split
+                           : p.split == TpSplit::kRow  ? x.Replicated() * d.s * out * d.e
+                                                       : d.s * out * d.e);
+    }
+  }
+  for (double bytes : bias_bytes) {
+    c->backward_kernels.push_back({.bytes_per_sample = bytes, .weight_gradient = true});
+  }
+  if (flash) {
+    // The backward's first kernel: the row sums of dO * O.
+    c->backward_kernels.push_back({2 * a * attention.v_dim * e_split});
+    return;
+  }
+  // Eager attention: scaled, masked softmax of the scores and its dropout,
+  // a/t heads of s x s; their backward.
+  const double scores = a * d.s * d.s / x.t;
+  c->core_kernels = {{2 * scores * d.e}, {scores * (2 * d.e + kMaskBytes)}};
+  c->backward_kernels.push_back({scores * (2 * d.e + kMaskBytes)});
+  c->backward_kernels.push_back({3 * scores * d.e});
+}
+
+// FP8 (docs/profiler.md "FP8"). Bytes per element of an FP8 tensor a
+// quantisation kernel writes: the tensor and its transpose (Hopper's FP8
+// GEMMs take only the TN layout, so the weight gradient reads the
+// transposed copy; Transformer Engine's cast_transpose writes both), each
+// with its scales: per tensor none, blockwise an fp32 scale per 1 x 128 tile
+// (DeepSeek-V3 sec. 3.3.2), MXFP8 an E8M0 byte per 32 elements.
+double Fp8ScaleBytes(Fp8Recipe recipe) {
+  if (recipe == Fp8Recipe::kBlockwise) return 4.0 / 128;
+  if (recipe == Fp8Recipe::kMxfp8) return 1.0 / 32;
+  return 0;
+}
+// What the backward keeps of a product's FP8 input: one copy, the
+// transposed one the weight gradient reads (TE's Linear saves it in place
+// of the bf16 input).
+double Fp8KeptBytes(Fp8Recipe recipe) { return kFp8ElementBytes + Fp8ScaleBytes(recipe); }
+
+// The quantisation kernels of one bf16 tensor of `elements` per sample cast
+// to FP8 for a product: delayed scaling casts in one kernel (read bf16,
+// write the FP8 tensor and its transpose; the amax is taken in the same
+// pass for the next step's scale); current scaling reads the tensor once
+// more first for its amax (a kernel of its own); blockwise and MXFP8 take
+// each block's amax inside the cast kernel.
+void AddFp8Casts(Fp8Recipe recipe, double elements, double e, std::vector<MemoryKernel>* kernels) {
+  if (recipe == Fp8Recipe::kCurrent) kernels->push_back({elements * e});  // amax
+  kernels->push_back({elements * (e + 2 * Fp8KeptBytes(recipe))});
+}
+
+// The block's matrix products as the model calls them, one aten.mm each, per
+// GPU: what torchtitan's op policy counts. torchtitan's models call one
+// nn.Linear per projection (torchtitan/models/llama/model.py @ 9dec370:
+// `self.wq(x), self.wk(x), self.wv(x)`, then wo; the MLP
+// `self.w2(F.silu(self.w1(x)) * self.w3(x))`), so pipecast's fused "qkv"
+// product is three mms (q, k, v by their widths) and a gated "fc1" two (gate
+// w1, then up w3); every other product is one mm.
+std::vector<ProductShape> OpPolicyMms(const TransformerSpec& spec, const LayerShape& shape,
+                                      const std::vector<ProductShape>& per_gpu) {
+  const AttentionCore& core = shape.attention;
+  std::vector<ProductShape> mms;
+  for (size_t i = 0; i < shape.products.size() && i < per_gpu.size(); ++i) {
+    const std::string& name = shape.products[i].name;
+    const ProductShape& p = per_gpu[i];
+    if (name == "qkv") {
+      const double q = static_cast<double>(core.query_heads) * core.qk_dim;
+      const double k = static_cast<double>(core.kv_heads) * core.qk_dim;
+      const double v = static_cast<double>(core.kv_heads) * core.v_dim;
+      for (double width : {q, k, v}) mms.push_back({p.m, p.n * width / (q + k + v), p.k});
+    } else if (name == "fc1" && spec.gated_mlp) {
+      mms.push_back({p.m, p.n / 2, p.k});  // w1, the gate
+      mms.push_back({p.m, p.n / 2, p.k});  // w3, the up projection
+    } else {
+      mms.push_back(p);
+    }
+  }
+  return mms;
+}
+
+}  // namespace
+
+// REQUIRES: `shape` is a dense block (the time model refuses experts) and
+// `whole` the same block at t = 1.
+SampleCost BlockCost(const TransformerSpec& spec, const LayerShape& shape, const LayerShape& whole,
+                     const Dims& d, Attention kind, const Split& x, Fp8Recipe fp8) {
+  const AttentionCore& core_shape = shape.attention;
+  const double a = core_shape.query_heads;
+  const double t = x.t;
+  SampleCost c;
+  c.parameters = shape.parameters;
+  double fc1_outputs = 0, f = 0;
+  for (const WeightProduct& p : shape.products) {
+    c.weight_products.push_back({d.s, p.OutAt(x.t), p.InAt(x.t)});
+    if (p.name == "fc1") fc1_outputs = static_cast<double>(p.out);
+    if (p.name == "fc2") f = static_cast<double>(p.in);
+  }
+  c.weight_flops = d.s * shape.WeightFlopsPerToken(x.t);
+  c.other_flops = core_shape.flops / t;
+  c.layer_flops = d.s * whole.WeightFlopsPerToken(1) + core_shape.flops;
+  const bool flash = kind != Attention::kEager;
+  if (flash) {
+    c.flash_flops = core_shape.causal_flops_as_full / t;
+  } else {  // an eager kernel scores every key, then masks
+    c.core_products = {{d.s, d.s, static_cast<double>(core_shape.qk_dim), a / t},  // Q*K^T
+                       {d.s, static_cast<double>(core_shape.v_dim), d.s, a / t}};  // softmax(.)*V
+  }
+  // Korthikanti et al. 2022 sec. 4.1-4.2, generalised to B, f, head widths,
+  // SwiGLU and MLA: the QKV input, the fc1 input (one tensor when a parallel
+  // block has one norm), the norm inputs and the two dropout masks are
+  // replicated without sequence parallelism (10sbh for 16-bit); Q, K, V,
+  // the output projection's input, qk-norm inputs, fc1's outputs and fc2's
+  // input are split over t (24sbh + 5as^2b); MLA's latents (the input of
+  // their norm and of their up-projection) are replicated.
+  const double qk = core_shape.qk_dim, v = core_shape.v_dim, kv = core_shape.kv_heads;
+  const double core = (2 * d.e + kMaskBytes) * a * d.s * d.s / t;
+  const double product_inputs = spec.parallel_block && spec.block_norms == 1 ? 1 : 2;
+  const double latents = 2.0 * (spec.mla.q_lora_rank + spec.mla.kv_lora_rank);
+  // FP8: the inputs of the products keep their FP8 copy instead (the QKV
+  // and fc1 inputs, fc2's input), and the output projection's FP8 input is
+  // kept beside the bf16 attention output FlashAttention keeps.
+  const bool fp8_on = fp8 != Fp8Recipe::kNone;
+  const double e_input = fp8_on ? Fp8KeptBytes(fp8) : d.e;
+  const double replicated = d.s * (d.e * spec.block_norms * d.h + e_input * product_inputs * d.h +
+                                   d.e * latents + 2 * kMaskBytes * d.h);
+  const double qk_norm_inputs = spec.qk_norm ? a * qk + kv * qk : 0;
+  const double split = d.s *
+                       (d.e * (a * qk + kv * qk + kv * v + a * v + qk_norm_inputs + fc1_outputs) +
+                        e_input * f + (fp8_on ? e_input * a * v : 0)) /
+                       t;
+  c.activation_bytes =
+      x.Replicated() * replicated + split + (flash ? kLogsumexpBytes * a * d.s / t : core);
+  if (flash) c.fixed_activation_bytes = kFlashRngStateBytes;
+  c.attention_core_bytes = flash ? 0 : core;
+  c.attention_core_flops = flash ? 0 : c.other_flops;
+  c.traffic_bytes = kTrafficPerActivationByte * c.activation_bytes;
+  AddBlockKernels(spec, shape, d, flash, x, &c);
+  if (fp8_on) {
+    // Each weight product casts its input in the forward and the gradient
+    // of its output in the backward (per-GPU widths, whole sequence).
+    c.fp8_products = true;
+    for (const ProductShape& p : c.weight_products) {
+      AddFp8Casts(fp8, p.m * p.k, d.e, &c.forward_kernels);
+      AddFp8Casts(fp8, p.m * p.n, d.e, &c.backward_kernels);
+    }
+  }
+  c.checkpoint_bytes = x.Replicated() * d.s * d.h * d.e;  // the block input
+  // What the weight products' gradients need (WeightGradWidths): 32sbh for
+  // 16-bit, f = 4h, multi-head attention (Qi et al. 2024, Table 1).
+  const KeptWidths grad = WeightGradWidths(whole);
+  c.weight_grad_bytes = d.s * d.e * (x.Replicated() * grad.full + grad.split / t);
+  // torchtitan's op policy (torchtitan/parallelisms/parallelize_llama.py @
+  // 9dec370, _save_list and _custom_policy; docs/profiler.md): the block's
+  // input, the outputs of the 1st, 3rd, ... aten.mm in the order the block
+  // calls them (the 2nd, 4th, ... are rerun), and the attention kernel's
+  // outputs (its output and, with flash, the logsumexp; eager attention's s x
+  // s tensors) are kept; everything else (norms, rotary, activation, residual
+  // adds, dropout) is rerun. The mms are counted as the model calls them
+  // (OpPolicyMms): LLaMA's wq, wk, wv, wo, w1, w3, w2 keep wq, wv, w1, w2.
+  c.op_wrapped = true;
+  c.op_saved_bytes = c.checkpoint_bytes + d.s * d.e * a * core_shape.v_dim / t +
+                     (flash ? kLogsumexpBytes * a * d.s / t : core);
+  const std::vector<ProductShape> mms = OpPolicyMms(spec, shape, c.weight_products);
+  for (size_t i = 0; i < mms.size(); ++i) {
+    const ProductShape& p = mms[i];
+    if (i % 2 == 1) {  // meta[mm_count] % 2 == 0: the 2nd, 4th, ... mm
+      c.op_rerun_products.push_back(p);
+      c.op_rerun_flops += 2 * p.m * p.n * p.k;
+    } else {
+      c.op_saved_bytes += p.m * p.n * d.e;
+    }
+  }
+  c.output_bytes = x.Replicated() * d.s * d.h * d.e;
+  c.workspace_bytes = kMatmulWorkspaceBytes;
+  // Two all-reduces in the forward (after attention and after the MLP) and
+  // two in the backward (Megatron-LM's f and g operators; with sequence
+  // parallelism each is an all-gather + reduce-scatter pair of the same
+  // volume).
+  c.tp = {.comm_bytes_per_sample = d.s * d.h * d.e,
+          .forward_collectives = 2,
+          .backward_collectives = 2};
+  return c;
+}
+
+SampleCost HeadCost(const LayerShape& shape, const Dims& d, const Split& x, Loss loss) {
+  const double rows = shape.products.front().OutAt(x.t);
+  SampleCost c;
+  // Replicated final norm; vocabulary-parallel projection.
+  c.parameters = shape.parameters;
+  c.weight_products = {{d.s, rows, d.h}};
+  c.weight_flops = 2 * d.s * d.h * rows;
+  c.layer_flops = 2 * d.s * d.h * d.v;
+  // Inputs of the final layernorm and of the projection, and what the loss
+  // keeps for its backward (vocabulary-parallel cross-entropy: each GPU its
+  // V/t columns): fused, the logits and the fp32 softmax; pytorch, the fp32
+  // log-softmax only (log_softmax saves its output; the projection saves its
+  // input, not the logits, which train.py frees), and at the backward's start
+  // nll_loss's fp32 gradient and log_softmax's fp32 result beside it.
+  const bool pytorch = loss == Loss::kPytorch;
+  c.activation_bytes = d.s * (x.Replicated() * 2 * d.e * d.h + (pytorch ? 0 : d.e * rows) +
+                              kLossSoftmaxBytes * rows);
+  if (pytorch) c.workspace_bytes_per_sample = 2 * kLossSoftmaxBytes * d.s * rows;
+  c.traffic_bytes = kTrafficPerActivationByte * c.activation_bytes;
+  // The final norm; the cross-entropy reads the logits and writes the fp32
+  // softmax it keeps, and its backward reads that and writes the logits'
+  // gradient.
+  const double norm = x.Replicated() * d.s * d.h * d.e;
+  const double loss_bytes = d.s * rows * (d.e + kLossSoftmaxBytes);
+  c.forward_kernels = {{2 * norm}, {loss_bytes}};
+  c.backward_kernels = {{loss_bytes}, {3 * norm}};
+  c.checkpoint_bytes = c.activation_bytes;                          // not recomputed
+  c.weight_grad_bytes = d.s * d.e * (x.Replicated() * d.h + rows);  // projection input, logits grad
+  c.output_bytes = 0;  // the last layer: only the loss leaves it
+  c.workspace_bytes = kMatmulWorkspaceBytes;
+  // The input is copied into the group (identity forward, all-reduce of its
+  // gradient backward; with sequence parallelism an all-gather forward and a
+  // reduce-scatter backward, counted as the one all-reduce they add up to).
+  // The cross-entropy's three all-reduces of s*b fp32 values (max, sum,
+  // target logit) are under 1/h of that and left out.
+  c.tp = {.comm_bytes_per_sample = d.s * d.h * d.e,
+          .forward_collectives = 0,
+          .backward_collectives = 1};
+  return c;
+}
+
+}  // namespace pipecast::internal

@@ -1,0 +1,267 @@
+// The analytic estimate (profiler/analytic.h): the model's `source`, the
+// formulas, limitations and rates an estimate was made with, worded for the
+// variant in use (docs/profiler.md derives every formula).
+#include <cmath>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "profiler/internal/analytic_cost.h"
+
+namespace pipecast::internal {
+namespace {
+
+using json = nlohmann::json;
+
+// The assumption strings of `source`, worded for the variant in use.
+std::map<std::string, std::string> Formulas(const TransformerSpec& spec,
+                                            const AnalyticOptions& options) {
+  const Attention attention = options.attention;
+  const std::string mlp_params = spec.gated_mlp ? "3*h*f + 2*f + h (SwiGLU gate, up and down "
+                                                  "matrices; biases counted though LLaMA has "
+                                                  "none: under 0.01% of the block)"
+                                                : "2*h*f + f + h (two matrices with biases)";
+  const std::string mlp_flops = spec.gated_mlp ? "3*h*f" : "2*h*f";
+  const std::string mlp_bytes = spec.gated_mlp ? "B*(h + 2*f + f) + h [MLP: fc1 input, gate and "
+                                                 "up outputs, down-projection input; mask]"
+                                               : "B*(h + f + f) + h [MLP: fc1 input, GeLU input, "
+                                                 "fc2 input; mask]";
+  std::map<std::string, std::string> formulas;
+  formulas["symbols"] =
+      "s sequence length, b micro-batch size, h hidden, a heads, h_kv = kv_heads*h/a, f ffn "
+      "hidden, V vocabulary, B bytes per element";
+  formulas["parameter_formula"] =
+      "block = h*(h + 2*h_kv) + (h + 2*h_kv) + h^2 + h [QKV and output projections with "
+      "biases] + " +
+      mlp_params +
+      " + 4*h [two layernorms]; = 12*h^2 + 13*h for f = 4*h, h_kv = h, as in Narayanan et al., "
+      "SC'21, sec. 5.1 (P = 12*l*h^2*(1 + 13/(12*h) + (V + s)/(12*l*h)) for the whole model)";
+  formulas["flops_formula"] =
+      "forward, per sample (Narayanan et al., 'Efficient Large-Scale Language Model Training on "
+      "GPU Clusters Using Megatron-LM', SC'21, appendix 'Floating-point operations': "
+      "24*s*h^2 + 4*s^2*h per block, generalised to f and h_kv): block 2*s*(2*h^2 + 2*h*h_kv + " +
+      mlp_flops +
+      ") [products with a weight] + 4*s^2*h [scores Q*K^T and scores*V, full s x s, no causal "
+      "saving]; lm_head 2*s*h*V; embedding 0 (a gather). Backward = 2 x forward; its "
+      "weight-gradient part (backward_weight_us) = the forward products with a weight, the "
+      "input-gradient part is the rest";
+  const std::string kept_by_blocks =
+      "s*b*(B*(3*h + 2*h_kv) + h [attention: QKV input, Q, K, V, projection input; 1-byte "
+      "dropout mask] + " +
+      mlp_bytes + " + 2*B*h [two layernorm inputs])";
+  if (attention == Attention::kEager) {
+    formulas["activation_formula"] =
+        "block, bytes kept per micro-batch, eager attention (Korthikanti et al., 'Reducing "
+        "Activation Recomputation in Large Transformer Models', 2022, sec. 4.1 and Table 2: "
+        "s*b*h*(34 + 5*a*s/h) for 16-bit, f = 4*h, no tensor or sequence parallelism, no "
+        "recomputation, dropout on, attention scores materialised), generalised to B, f and "
+        "h_kv: " +
+        kept_by_blocks +
+        " + (2*B + 1)*a*s^2*b [softmax output, its dropout mask and dropout output]; "
+        "output_bytes = B*s*b*h";
+    formulas["attention_core_formula"] =
+        "attention_core_bytes = (2*B + 1)*a*s^2*b (the s x s tensors selective recomputation "
+        "drops: 5*a*s^2*b for 16-bit, Korthikanti et al. 2022, sec. 5 and Table 2); "
+        "attention_core_us = the forward of the core: its products (Q*K^T and scores*V) and "
+        "its softmax and dropout kernels";
+  } else {
+    formulas["activation_formula"] =
+        "block, bytes kept per micro-batch, FlashAttention (Korthikanti et al. 2022, sec. 4.1, "
+        "without the 5*a*s^2*b of the s x s softmax output, dropout mask and dropout output, "
+        "which FlashAttention recomputes in its backward; plus what it saves for the backward "
+        "besides Q, K, V and the output: the fp32 logsumexp of each query row and head, "
+        "softmax_lse [b, a, s] float32, and a 2 x int64 RNG state, per "
+        "Dao-AILab/flash-attention flash_attn_interface.py ctx.save_for_backward and "
+        "FlashAttention-2 sec. 3.1.1): s*b*h*34 + 4*a*s*b + 16 for 16-bit, f = 4*h; "
+        "generalised to B, f and h_kv: " +
+        kept_by_blocks + " + 4*a*s*b [logsumexp] + 16 [RNG state]; output_bytes = B*s*b*h";
+    formulas["attention_core_formula"] =
+        "attention_core_bytes = 0 and attention_core_us = 0: FlashAttention keeps no s x s "
+        "tensors, so selective recomputation has nothing to drop";
+  }
+  formulas["checkpoint_formula"] =
+      "checkpoint_bytes (what full recomputation keeps, Megatron-LM --recompute-granularity full "
+      "with one layer per checkpoint; Korthikanti et al. 2022 Table 2: 2*s*b*h per layer for "
+      "16-bit): block B*s*b*h (its input); embedding and lm_head are not recomputed, so their "
+      "checkpoint_bytes = activation_bytes";
+  formulas["op_formula"] =
+      "op_saved_bytes and op_recompute_us (per-op recomputation, torchtitan's SelectiveAC 'op' "
+      "policy, torchtitan/distributed/activation_checkpoint.py at pytorch/torchtitan@1f02964: "
+      "the outputs of matmuls and of the attention kernel are saved, except every second matmul): "
+      "block op_saved_bytes = B*s*b*h [its input] + B*s*b*(outputs of the 1st, 3rd, ... matmul "
+      "in the order the model calls them, one per projection as torchtitan's models do: q, k, v, "
+      "o, gate, up, down (a plain MLP fc1, fc2; MLA q_a, q_b, kv_a, kv_b, o)) + "
+      "B*s*b*a*d_v [attention output] + 4*a*s*b [flash logsumexp] or 5*a*s^2*b [eager s x s "
+      "tensors]; op_recompute_us = the forward of the 2nd, 4th, ... matmul and of every "
+      "element-wise forward kernel (norms, rotary, activation, residual adds, dropout); embedding "
+      "and lm_head are not wrapped: op_saved_bytes = activation_bytes, op_recompute_us = 0";
+  formulas["weight_grad_formula"] =
+      "weight_grad_bytes (what the weight-gradient op W keeps after the input-gradient op, Qi et "
+      "al., 'Zero Bubble Pipeline Parallelism', ICLR 2024, Table 1: 32*s*b*h per block for "
+      "16-bit, f = 4*h): block s*b*B*(6*h + 2*h_kv + f + fc1 outputs) [inputs of the QKV, "
+      "output-projection, fc1 and fc2 products, and the gradients of their outputs]; embedding "
+      "= its activation_bytes (its backward is all weight gradient); lm_head s*b*B*(h + V) "
+      "[projection input, logits gradient]";
+  const std::string elementwise =
+      "element-wise bytes / (memory_bandwidth_gbps*1e9*memory_efficiency); forward element-wise "
+      "bytes = 2 x activation bytes (each tensor kept for the backward is written once and read "
+      "once by a memory-bound kernel: layernorm, GeLU, softmax, dropout, residual add)";
+  if (options.time_model == TimeModel::kFlat) {
+    formulas["time_formula"] =
+        "time model 'flat': time = FLOPs / (peak_tflops*1e12*matmul_efficiency) + " + elementwise +
+        "; backward = 2 x forward; linear in b";
+  } else {
+    formulas["time_formula"] =
+        "time model 'matmul' (docs/calibration.md, docs/profiler.md 'Time'): a layer is the "
+        "kernels training runs, each at least 7 us (kMinKernelSeconds: one operator's launch and "
+        "host cost). Products (QKV [b*s, h + 2*h_kv, h], projection [b*s, h, h], fc1 [b*s, fc1 "
+        "outputs, h], fc2 [b*s, h, f], lm_head [b*s, V, h]; eager attention: b*a batched [s, s, "
+        "h/a] and [s, h/a, s]) take gemm(m, n, k) = max(waves * 2*128*256*(k + 128) / "
+        "(peak/SMs * mainloop_efficiency), B*(m*k + k*n + m*n) / HBM rate), waves = ceil(tiles "
+        "/ SMs), tiles = ceil(m/128)*ceil(n/256) (or the transposed tiling, whichever has fewer "
+        "waves); the backward has per product the input gradient gemm(m, k, n) and the weight "
+        "gradient gemm(k, n, m). FlashAttention (causal: half of 4*s^2*h per sample forward, "
+        "2.5x that backward) runs at its published TFLOP/s for s and h/a (attention_kernel). "
+        "Memory-bound kernels move their bytes at memory_bandwidth_gbps*1e9*memory_efficiency: "
+        "forward two norms (read, write), two residual adds with dropout (read 2, write 1 and a "
+        "1-byte mask), the activation (GeLU read f, write f; SwiGLU read 2f, write f), rotary on "
+        "Q and K without learned positions, eager attention's softmax and its dropout; backward "
+        "their gradients (norm: read 2, write 1; activation: GeLU 3f, SwiGLU 5f; dropout: read "
+        "2, write 1; the two branches' gradients added), the bias gradients of a GPT block "
+        "(reductions over the tokens, part of the weight gradient), FlashAttention's dO*O row "
+        "sums; embedding: gather and dropout forward, dropout and the table gradient backward "
+        "(8*s*b + tables*s*b*h*B, plus 2*V*h*B per call); lm_head: the final norm and the "
+        "cross-entropy (read the logits, write the fp32 softmax; backward read it, write the "
+        "logits' gradient). backward_weight_us: the weight-gradient products and kernels. Not "
+        "linear in b: larger micro-batches fill the SMs better";
+  }
+  formulas["embedding_formula"] =
+      std::string("parameters V*h") + (spec.learned_positions ? " + s*h (learned positions)" : "") +
+      "; FLOPs 0; forward traffic: 8*s*b bytes of int64 token ids, one B-byte row per token from "
+      "each table, their sum written, dropout (read, write, 1-byte mask); activation = 8*s*b "
+      "(token ids) + s*b*h (dropout mask); output_bytes = B*s*b*h; backward = 2 x forward, all "
+      "of it weight gradient (token ids have no gradient)";
+  formulas["lm_head_formula"] =
+      std::string("final layernorm 2*h parameters + projection ") +
+      (spec.tied_embeddings ? "0 (tied: the token table is counted in the embedding)" : "V*h") +
+      "; forward FLOPs 2*s*h*V per sample; activation = s*b*(2*B*h [layernorm and projection "
+      "inputs] + B*V [logits] + 4*V [fp32 softmax the cross-entropy loss keeps]); output_bytes "
+      "0 (last layer)";
+  formulas["workspace_formula"] =
+      "32 MiB cuBLAS workspace on every block and on lm_head (what the cuBLAS documentation, "
+      "cublasSetWorkspace, recommends for Hopper; 4 MiB would do before Hopper); 0 on the "
+      "embedding";
+  if (std::optional<ShapeFormulaText> text = ShapeFormulas(spec)) {
+    formulas["parameter_formula"] = text->parameters;
+    formulas["flops_formula"] = text->flops;
+    formulas["activation_formula"] += text->activation_note;
+  }
+  return formulas;
+}
+
+// JSON text of a value, as ModelSource::details holds it.
+std::string JsonText(const json& value) {
+  return value.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+}  // namespace
+
+ModelSource MakeSource(const TransformerSpec& spec, const AnalyticOptions& options,
+                       const GpuSpec& gpu, std::string device, const Rates& rates) {
+  const GemmPreset& preset = rates.gemm.preset;
+  ModelSource source;
+  source.method = "analytic";
+  source.device = std::move(device);
+  for (auto& [key, text] : Formulas(spec, options)) {
+    source.details[key] = JsonText(text);
+  }
+  source.details["attention"] = JsonText(AttentionName(options.attention));
+  if (options.loss != Loss::kFused) {
+    source.details["loss"] = JsonText(
+        "pytorch: cross_entropy(logits.float()); lm_head keeps s*b*4*V/t [fp32 log-softmax], "
+        "not the bf16 logits, and holds 2 x s*b*4*V/t more at its backward's start [nll_loss's "
+        "gradient and log_softmax's] as its workspace_bytes");
+  }
+  const json limitations = {
+      "an estimate from datasheet numbers, not a measurement; measure on the GPU when one is "
+      "available (profiler cupti, planned)",
+      options.time_model == TimeModel::kFlat
+          ? "time model 'flat': linear in the micro-batch size; small micro-batches run below "
+            "matmul_efficiency on real GPUs"
+          : "time model 'matmul': calibrated against published measurements (docs/calibration.md: "
+            "GEMM and FlashAttention benchmarks, MosaicML llm-foundry's MPT runs); fused kernels "
+            "beyond FlashAttention and bias epilogues (fused norms, Transformer Engine) are not "
+            "modelled",
+      "profiles without tensor_parallel are for one GPU per stage (t = 1); profiler analytic "
+      "--tensor-parallel adds per-GPU profiles for t > 1 (source.tensor_parallel); no context "
+      "parallelism; recomputation and split-backward memory are given per layer (checkpoint_bytes, "
+      "attention_core_bytes, weight_grad_bytes) for "
+      "the simulator to apply",
+      "communication and the optimizer step are not in the per-layer times",
+      "tied embeddings: Megatron-LM with pipeline parallelism keeps a copy of the table on the "
+      "last stage; this file counts the table once, in the embedding"};
+  source.details["architecture"] = ArchitectureJson(spec);
+  if (!spec.from.empty()) source.details["architecture_from"] = JsonText(spec.from);
+  source.architecture =
+      ModelArchitecture{spec.hidden, spec.sequence_length, spec.heads, spec.KvHeads()};
+  source.details["limitations"] = JsonText(limitations);
+  source.details["gpu"] = JsonText(gpu.name);
+  source.details["peak_tflops"] = JsonText(gpu.peak_tflops);
+  source.details["memory_bandwidth_gbps"] = JsonText(gpu.memory_bandwidth_gbps);
+  source.details["time_model"] = JsonText(TimeModelName(options.time_model));
+  if (options.time_model == TimeModel::kFlat) {
+    source.details["matmul_efficiency"] = JsonText(options.matmul_efficiency);
+  } else {
+    source.details["gemm_table"] =
+        JsonText(json{{"gpu", preset.gpu},
+                      {"sms", preset.sms},
+                      {"tile", {kTileRows, kTileCols}},
+                      {"tile_overhead_k", kTileOverheadK},
+                      {"mainloop_efficiency", preset.mainloop_efficiency},
+                      {"source", preset.source}});
+    source.details["min_kernel_us"] = JsonText(std::llround(kMinKernelSeconds * 1e9) / 1e3);
+    if (options.attention != Attention::kEager) {
+      source.details["attention_kernel"] =
+          JsonText(json{{"kernel", AttentionName(options.attention)},
+                        {"causal", true},
+                        {"head_dim", AttentionHeadSize(spec)},
+                        {"forward_tflops", rates.flash.forward_flops_per_s / 1e12},
+                        {"backward_tflops", rates.flash.backward_flops_per_s / 1e12},
+                        {"table", rates.flash.table},
+                        {"source",
+                         "published benchmark figures, interpolated in s and head size "
+                         "(docs/calibration.md 'Attention')"}});
+    }
+  }
+  source.details["memory_efficiency"] = JsonText(options.memory_efficiency);
+  source.details["bytes_per_element"] = JsonText(options.bytes_per_element);
+  if (options.fp8 != Fp8Recipe::kNone) {  // FP8 estimates only: bf16 files stay as they were
+    const GemmPreset& fp8 = rates.fp8_gemm.preset;
+    source.details["precision"] = JsonText("fp8");
+    source.details["fp8_recipe"] = JsonText(Fp8RecipeName(options.fp8));
+    source.details["fp8"] = JsonText(
+        json{{"recipe", Fp8RecipeName(options.fp8)},
+             {"fp8_ops",
+              "the blocks' weight products (QKV, output projection, MLP): forward, input gradient "
+              "and weight gradient"},
+             {"bf16_ops",
+              "attention (FlashAttention), norms, activation, embedding, output head and loss, as "
+              "Transformer Engine and torchao keep them"},
+             {"peak_fp8_tflops", gpu.peak_fp8_tflops},
+             {"mainloop_efficiency", fp8.mainloop_efficiency},
+             {"source", fp8.source},
+             {"quantisation",
+              "per product a cast of its input (forward) and of its output's gradient (backward), "
+              "memory-bound: read bf16, write FP8 and its transpose with scales; current scaling "
+              "adds an amax pass; the weights' casts run once per step (the simulator's optimizer "
+              "step)"},
+             {"kept_for_backward",
+              "the products' FP8 inputs (1 byte per element plus scales) instead of bf16"}});
+  }
+  source.details["workspace_bytes"] = JsonText(kMatmulWorkspaceBytes);
+  return source;
+}
+
+}  // namespace pipecast::internal
