@@ -131,6 +131,19 @@ Result<Attention> ParseAttention(const std::string& name) {
                   name));
 }
 
+const char* LossName(Loss loss) { return loss == Loss::kPytorch ? "pytorch" : "fused"; }
+
+Result<Loss> ParseLoss(const std::string& name) {
+  for (Loss l : {Loss::kFused, Loss::kPytorch}) {
+    if (name == LossName(l)) return l;
+  }
+  return Status::InvalidArgument(fmt::format(
+      "--loss is '{}': expected fused (Megatron-LM's vocabulary-parallel cross-entropy, the "
+      "default) or pytorch (torch.nn.functional.cross_entropy on fp32 logits, as torchtitan runs "
+      "it)",
+      name));
+}
+
 Status AnalyticOptions::Validate() const {
   if (gpu_preset.empty()) {
     return Status::InvalidArgument("--gpu is empty; name a preset such as h100-sxm or a file");
@@ -225,7 +238,7 @@ Result<Model> EstimateTransformerAt(const TransformerSpec& spec, const AnalyticO
   const ModelShapes shapes = ShapesOf(spec, tp.degree);
   const ModelShapes whole = tp.degree == 1 ? shapes : ShapesOf(spec, 1);
   const SampleCost embedding_cost = EmbeddingCost(spec, shapes.embedding, dims, split);
-  const SampleCost head_cost = HeadCost(shapes.head, dims, split);
+  const SampleCost head_cost = HeadCost(shapes.head, dims, split, options.loss);
   Result<Layer> embedding = ToLayer("embedding", embedding_cost, rates, sizes);
   if (!embedding.ok()) return embedding.status();
   model.layers.push_back(std::move(*embedding));

@@ -233,6 +233,27 @@ const char* AttentionName(Attention attention);
 // InvalidArgument naming --attention.
 [[nodiscard]] Result<Attention> ParseAttention(const std::string& name);
 
+// How the loss over the vocabulary is computed (--loss): what the output
+// layer keeps for its backward and holds while its backward starts
+// (docs/profiler.md, "Memory").
+enum class Loss {
+  // Megatron-LM's vocabulary-parallel cross-entropy on fp32 logits
+  // (megatron/core/tensor_parallel/cross_entropy.py): the fp32 softmax kept,
+  // its gradient written in place, and the bf16 logits (their gradient's
+  // copy in the backward). The default.
+  kFused,
+  // torch.nn.functional.cross_entropy(logits.float(), labels), as
+  // torchtitan's train.py calls it (@ 9dec370, loss_fn): the fp32
+  // log-softmax kept (the bf16 logits are freed, `del pred`), and the
+  // backward's start holds two more fp32 copies of the logits at once
+  // (nll_loss's gradient, then log_softmax's), as the head's workspace.
+  kPytorch,
+};
+// "fused" or "pytorch".
+const char* LossName(Loss loss);
+// The Loss a name means, or InvalidArgument naming --loss.
+[[nodiscard]] Result<Loss> ParseLoss(const std::string& name);
+
 // How layer times are worked out (--time-model).
 enum class TimeModel {
   kMatmul,  // each product from its shape (profiler/matmul_model.h); the default
@@ -252,6 +273,7 @@ struct AnalyticOptions {
   // (fp8) or 4 (fp32). Dropout masks are 1 byte whatever this is.
   int bytes_per_element = 2;
   Attention attention = Attention::kFlash2;  // --attention
+  Loss loss = Loss::kFused;                  // --loss
   // --precision fp8 --fp8-recipe R: the blocks' weight products (QKV,
   // output projection, MLP) run in FP8 at the GPU's FP8 peak with the
   // recipe's quantisation kernels and keep their FP8 inputs for the

@@ -203,6 +203,35 @@ void AddFp8Casts(Fp8Recipe recipe, double elements, double e, std::vector<Memory
   kernels->push_back({elements * (e + 2 * Fp8KeptBytes(recipe))});
 }
 
+// The block's matrix products as the model calls them, one aten.mm each, per
+// GPU: what torchtitan's op policy counts. torchtitan's models call one
+// nn.Linear per projection (torchtitan/models/llama/model.py @ 9dec370:
+// `self.wq(x), self.wk(x), self.wv(x)`, then wo; the MLP
+// `self.w2(F.silu(self.w1(x)) * self.w3(x))`), so pipecast's fused "qkv"
+// product is three mms (q, k, v by their widths) and a gated "fc1" two (gate
+// w1, then up w3); every other product is one mm.
+std::vector<ProductShape> OpPolicyMms(const TransformerSpec& spec, const LayerShape& shape,
+                                      const std::vector<ProductShape>& per_gpu) {
+  const AttentionCore& core = shape.attention;
+  std::vector<ProductShape> mms;
+  for (size_t i = 0; i < shape.products.size() && i < per_gpu.size(); ++i) {
+    const std::string& name = shape.products[i].name;
+    const ProductShape& p = per_gpu[i];
+    if (name == "qkv") {
+      const double q = static_cast<double>(core.query_heads) * core.qk_dim;
+      const double k = static_cast<double>(core.kv_heads) * core.qk_dim;
+      const double v = static_cast<double>(core.kv_heads) * core.v_dim;
+      for (double width : {q, k, v}) mms.push_back({p.m, p.n * width / (q + k + v), p.k});
+    } else if (name == "fc1" && spec.gated_mlp) {
+      mms.push_back({p.m, p.n / 2, p.k});  // w1, the gate
+      mms.push_back({p.m, p.n / 2, p.k});  // w3, the up projection
+    } else {
+      mms.push_back(p);
+    }
+  }
+  return mms;
+}
+
 }  // namespace
 
 // REQUIRES: `whole` is `shape` at t = 1.
@@ -278,20 +307,22 @@ SampleCost BlockCost(const TransformerSpec& spec, const LayerShape& shape, const
   // 16-bit, f = 4h, multi-head attention (Qi et al. 2024, Table 1).
   const KeptWidths grad = WeightGradWidths(whole, imbalance);
   c.weight_grad_bytes = d.s * d.e * (x.Replicated() * grad.full + grad.split / t);
-  // torchtitan's op policy (torchtitan/distributed/activation_checkpoint.py,
-  // docs/profiler.md): the block's input, the outputs of the 1st, 3rd, ...
-  // weight product in the order the block runs them (the 2nd, 4th, ... are
-  // rerun), and the attention kernel's outputs (its output and, with flash,
-  // the logsumexp; eager attention's s x s tensors) are kept; everything else
-  // (norms, rotary, activation, residual adds, dropout) is rerun.
+  // torchtitan's op policy (torchtitan/parallelisms/parallelize_llama.py @
+  // 9dec370, _save_list and _custom_policy; docs/profiler.md): the block's
+  // input, the outputs of the 1st, 3rd, ... aten.mm in the order the block
+  // calls them (the 2nd, 4th, ... are rerun), and the attention kernel's
+  // outputs (its output and, with flash, the logsumexp; eager attention's s x
+  // s tensors) are kept; everything else (norms, rotary, activation, residual
+  // adds, dropout) is rerun. The mms are counted as the model calls them
+  // (OpPolicyMms): LLaMA's wq, wk, wv, wo, w1, w3, w2 keep wq, wv, w1, w2.
   c.op_wrapped = true;
   c.op_saved_bytes = c.checkpoint_bytes + d.s * d.e * a * core_shape.v_dim / t +
                      (flash ? kLogsumexpBytes * a * d.s / t : core);
-  for (size_t i = 0; i < shape.products.size(); ++i) {
-    const bool rerun = i % 2 == 1;
-    c.op_rerun.push_back(rerun);
-    const ProductShape& p = c.weight_products[i];
-    if (rerun) {
+  const std::vector<ProductShape> mms = OpPolicyMms(spec, shape, c.weight_products);
+  for (size_t i = 0; i < mms.size(); ++i) {
+    const ProductShape& p = mms[i];
+    if (i % 2 == 1) {  // meta[mm_count] % 2 == 0: the 2nd, 4th, ... mm
+      c.op_rerun_products.push_back(p);
       c.op_rerun_flops += 2 * p.m * p.n * p.k;
     } else {
       c.op_saved_bytes += p.m * p.n * d.e;
@@ -309,7 +340,7 @@ SampleCost BlockCost(const TransformerSpec& spec, const LayerShape& shape, const
   return c;
 }
 
-SampleCost HeadCost(const LayerShape& shape, const Dims& d, const Split& x) {
+SampleCost HeadCost(const LayerShape& shape, const Dims& d, const Split& x, Loss loss) {
   const double rows = shape.products.front().OutAt(x.t);
   SampleCost c;
   // Replicated final norm; vocabulary-parallel projection.
@@ -317,19 +348,24 @@ SampleCost HeadCost(const LayerShape& shape, const Dims& d, const Split& x) {
   c.weight_products = {{d.s, rows, d.h}};
   c.weight_flops = 2 * d.s * d.h * rows;
   c.layer_flops = 2 * d.s * d.h * d.v;
-  // Inputs of the final layernorm and of the projection, the logits, and the
-  // fp32 softmax the loss keeps for its backward (vocabulary-parallel
-  // cross-entropy: each GPU its V/t columns).
-  c.activation_bytes =
-      d.s * (x.Replicated() * 2 * d.e * d.h + d.e * rows + kLossSoftmaxBytes * rows);
+  // Inputs of the final layernorm and of the projection, and what the loss
+  // keeps for its backward (vocabulary-parallel cross-entropy: each GPU its
+  // V/t columns): fused, the logits and the fp32 softmax; pytorch, the fp32
+  // log-softmax only (log_softmax saves its output; the projection saves its
+  // input, not the logits, which train.py frees), and at the backward's start
+  // nll_loss's fp32 gradient and log_softmax's fp32 result beside it.
+  const bool pytorch = loss == Loss::kPytorch;
+  c.activation_bytes = d.s * (x.Replicated() * 2 * d.e * d.h + (pytorch ? 0 : d.e * rows) +
+                              kLossSoftmaxBytes * rows);
+  if (pytorch) c.workspace_bytes_per_sample = 2 * kLossSoftmaxBytes * d.s * rows;
   c.traffic_bytes = kTrafficPerActivationByte * c.activation_bytes;
   // The final norm; the cross-entropy reads the logits and writes the fp32
   // softmax it keeps, and its backward reads that and writes the logits'
   // gradient.
   const double norm = x.Replicated() * d.s * d.h * d.e;
-  const double loss = d.s * rows * (d.e + kLossSoftmaxBytes);
-  c.forward_kernels = {{2 * norm}, {loss}};
-  c.backward_kernels = {{loss}, {3 * norm}};
+  const double loss_bytes = d.s * rows * (d.e + kLossSoftmaxBytes);
+  c.forward_kernels = {{2 * norm}, {loss_bytes}};
+  c.backward_kernels = {{loss_bytes}, {3 * norm}};
   c.checkpoint_bytes = c.activation_bytes;                          // not recomputed
   c.weight_grad_bytes = d.s * d.e * (x.Replicated() * d.h + rows);  // projection input, logits grad
   c.output_bytes = 0;  // the last layer: only the loss leaves it

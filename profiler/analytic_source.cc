@@ -90,10 +90,11 @@ std::map<std::string, std::string> Formulas(const TransformerSpec& spec,
       "op_saved_bytes and op_recompute_us (per-op recomputation, torchtitan's SelectiveAC 'op' "
       "policy, torchtitan/distributed/activation_checkpoint.py at pytorch/torchtitan@1f02964: "
       "the outputs of matmuls and of the attention kernel are saved, except every second matmul): "
-      "block op_saved_bytes = B*s*b*h [its input] + B*s*b*(outputs of the 1st, 3rd, ... weight "
-      "product in the order qkv, o, fc1, fc2; MLA q_a, q_b, kv_a, kv_b, o, fc1, fc2) + "
+      "block op_saved_bytes = B*s*b*h [its input] + B*s*b*(outputs of the 1st, 3rd, ... matmul "
+      "in the order the model calls them, one per projection as torchtitan's models do: q, k, v, "
+      "o, gate, up, down (a plain MLP fc1, fc2; MLA q_a, q_b, kv_a, kv_b, o)) + "
       "B*s*b*a*d_v [attention output] + 4*a*s*b [flash logsumexp] or 5*a*s^2*b [eager s x s "
-      "tensors]; op_recompute_us = the forward of the 2nd, 4th, ... weight product and of every "
+      "tensors]; op_recompute_us = the forward of the 2nd, 4th, ... matmul and of every "
       "element-wise forward kernel (norms, rotary, activation, residual adds, dropout); embedding "
       "and lm_head are not wrapped: op_saved_bytes = activation_bytes, op_recompute_us = 0";
   formulas["weight_grad_formula"] =
@@ -177,6 +178,12 @@ ModelSource MakeSource(const TransformerSpec& spec, const AnalyticOptions& optio
     source.details[key] = JsonText(text);
   }
   source.details["attention"] = JsonText(AttentionName(options.attention));
+  if (options.loss != Loss::kFused) {
+    source.details["loss"] = JsonText(
+        "pytorch: cross_entropy(logits.float()); lm_head keeps s*b*4*V/t [fp32 log-softmax], "
+        "not the bf16 logits, and holds 2 x s*b*4*V/t more at its backward's start [nll_loss's "
+        "gradient and log_softmax's] as its workspace_bytes");
+  }
   const json limitations = {
       "an estimate from datasheet numbers, not a measurement; measure on the GPU when one is "
       "available (profiler cupti, planned)",

@@ -264,26 +264,28 @@ TEST(AnalyticTest, RecomputeAndWeightGradientFieldsHandWorked) {
 }
 
 TEST(AnalyticTest, PerOpPolicyFieldsHandWorked) {
-  // Given GPT-3 6.7B blocks (s 2048, h 4096, a 32, products qkv, o, fc1,
-  // fc2) at b = 1. torchtitan's op policy keeps the block input (2sbh), the
-  // outputs of the 1st and 3rd products (qkv 6sbh, fc1 8sbh) and the
-  // attention's output (2sbh): 18sbh, plus what the attention kernel returns
+  // Given GPT-3 6.7B blocks (s 2048, h 4096, a 32, a plain MLP) at b = 1.
+  // torchtitan's op policy counts the mms as the model calls them, one per
+  // projection: q, k, v, o, fc1, fc2. It keeps the block input (2sbh), the
+  // outputs of the 1st, 3rd and 5th mm (q 2sbh, v 2sbh, fc1 8sbh) and the
+  // attention's output (2sbh): 16sbh, plus what the attention kernel returns
   // besides (flash: the 4asb logsumexp; eager: the 5as^2b s x s tensors).
   const double s = 2048, h = 4096;
   const Bytes sbh = Bytes{2048} * 4096;
   const Model flash = Estimate(Gpt3_6_7B());
   const LayerProfile& f = flash.layers[1].profiles.at(0);
-  EXPECT_EQ(f.op_saved_bytes, 18 * sbh + 4 * 32 * 2048);
-  // So the backward rebuilds 16sbh (and the 16-byte RNG state) per block.
-  EXPECT_EQ(f.activation_bytes - *f.op_saved_bytes, 16 * sbh + 16);
+  EXPECT_EQ(f.op_saved_bytes, 16 * sbh + 4 * 32 * 2048);
+  // So the backward rebuilds 18sbh (and the 16-byte RNG state) per block.
+  EXPECT_EQ(f.activation_bytes - *f.op_saved_bytes, 18 * sbh + 16);
   EXPECT_GT(*f.op_recompute_ns, 0);
   EXPECT_LT(*f.op_recompute_ns, f.forward_ns);
-  // The flat time model: the rerun is the 2nd and 4th products (o: 2sh^2,
-  // fc2: 8sh^2 FLOPs) and the element-wise traffic but the core's, 2 x 34sbh.
+  // The flat time model: the rerun is the 2nd, 4th and 6th mm (k: 2sh^2,
+  // o: 2sh^2, fc2: 8sh^2 FLOPs) and the element-wise traffic but the core's,
+  // 2 x 34sbh.
   const Model eager = Estimate(Gpt3_6_7B(), Flat(Eager()));
   const LayerProfile& e = eager.layers[1].profiles.at(0);
-  EXPECT_EQ(e.op_saved_bytes, 18 * sbh + Bytes{5} * 32 * 2048 * 2048);
-  const double rerun_s = 10 * s * h * h / (989e12 * 0.5) + 2 * 34 * s * h / (3350e9 * 0.7);
+  EXPECT_EQ(e.op_saved_bytes, 16 * sbh + Bytes{5} * 32 * 2048 * 2048);
+  const double rerun_s = 12 * s * h * h / (989e12 * 0.5) + 2 * 34 * s * h / (3350e9 * 0.7);
   EXPECT_NEAR(static_cast<double>(*e.op_recompute_ns), rerun_s * 1e9, 1);
   // The embedding and the head are not wrapped: all kept, nothing rerun.
   for (const Layer* layer : {&eager.layers.front(), &eager.layers.back()}) {
@@ -291,6 +293,49 @@ TEST(AnalyticTest, PerOpPolicyFieldsHandWorked) {
     EXPECT_EQ(layer->profiles[0].op_recompute_ns, 0);
   }
   EXPECT_THAT(eager.source.details.at("op_formula"), HasSubstr("every second matmul"));
+}
+
+TEST(AnalyticTest, PerOpPolicyCountsGatedAndGroupedProjectionsApart) {
+  // Llama 3.1 8B's block (h 4096, 32 query and 8 key/value heads of 128, f
+  // 14336) as torchtitan calls it (torchtitan/models/llama/model.py @
+  // 9dec370): wq, wk, wv, wo, w1, w3, w2. Kept: the input, wq (4096), wv
+  // (1024), w1 (14336) and w2 (4096) outputs and the attention output (4096):
+  // 31,744 bf16 elements per token, plus the fp32 logsumexp of 32 heads.
+  TransformerSpec spec{.name = "llama-3.1-8b-block",
+                       .layers = 1,
+                       .hidden = 4096,
+                       .heads = 32,
+                       .ffn_hidden = 14336,
+                       .sequence_length = 1024,
+                       .vocab = 128256,
+                       .tied_embeddings = false,
+                       .learned_positions = false,
+                       .gated_mlp = true,
+                       .kv_heads = 8,
+                       .microbatch_sizes = {1}};
+  const Model model = Estimate(spec);
+  const LayerProfile& p = model.layers[1].profiles.at(0);
+  EXPECT_EQ(p.op_saved_bytes, Bytes{1024} * (31744 * 2 + 32 * 4));
+}
+
+TEST(AnalyticTest, PytorchLossKeepsFp32LogSoftmaxAndHoldsTwoMoreAtBackward) {
+  // cross_entropy(logits.float()) (torchtitan train.py @ 9dec370): the head
+  // keeps its norm's and projection's inputs (2 x 2sbh) and the fp32
+  // log-softmax (4sbV), not the bf16 logits; its workspace adds nll_loss's
+  // and log_softmax's fp32 gradients (2 x 4sbV) to the 32 MiB cuBLAS one.
+  // The fused default keeps the bf16 logits too (2sbV) and no more.
+  TransformerSpec spec = Gpt3_6_7B();
+  const Bytes s = spec.sequence_length, h = spec.hidden, v = spec.vocab;
+  AnalyticOptions options;
+  options.loss = Loss::kPytorch;
+  const LayerProfile pytorch = Estimate(spec, options).layers.back().profiles.at(0);
+  EXPECT_EQ(pytorch.activation_bytes, s * (4 * h + 4 * v));
+  EXPECT_EQ(pytorch.workspace_bytes, kMatmulWorkspaceBytes + 8 * s * v);
+  const LayerProfile fused = Estimate(spec).layers.back().profiles.at(0);
+  EXPECT_EQ(fused.activation_bytes, s * (4 * h + 6 * v));
+  EXPECT_EQ(fused.workspace_bytes, kMatmulWorkspaceBytes);
+  EXPECT_EQ(*ParseLoss("pytorch"), Loss::kPytorch);
+  EXPECT_FALSE(ParseLoss("fp32").ok());
 }
 
 TEST(AnalyticTest, SelectiveRecomputeWithEagerAttentionDropsExactlyTheFiveAsSquaredBTerm) {

@@ -74,10 +74,10 @@ LayerSeconds MatmulSeconds(const SampleCost& c, const Rates& r, int b) {
   for (size_t i = 0; i < c.weight_products.size(); ++i) {
     const Gemm f = AtMicrobatch(c.weight_products[i], b);
     s.forward += weight_gemm(f);
-    if (i < c.op_rerun.size() && c.op_rerun[i]) s.op += weight_gemm(f);
     input_grad += weight_gemm(Gemm{f.m, f.k, f.n, 1});
     s.weight += weight_gemm(Gemm{f.k, f.n, f.m, 1});
   }
+  for (const ProductShape& p : c.op_rerun_products) s.op += weight_gemm(AtMicrobatch(p, b));
   double core_forward = 0, core_backward = 0;
   for (const ProductShape& p : c.core_products) {
     const Gemm f = AtMicrobatch(p, b);
@@ -124,7 +124,7 @@ Result<LayerProfile> ProfileAt(const std::string& name, const SampleCost& c, con
   p.backward_weight_ns = std::min<TimeNs>(p.backward_ns, std::llround(sec.weight * 1e9));
   p.activation_bytes = std::llround(activation);
   p.output_bytes = std::llround(output);
-  p.workspace_bytes = c.workspace_bytes;
+  p.workspace_bytes = c.workspace_bytes + std::llround(b * c.workspace_bytes_per_sample);
   p.checkpoint_bytes = std::min<Bytes>(p.activation_bytes, std::llround(b * c.checkpoint_bytes));
   p.attention_core_bytes = std::llround(b * c.attention_core_bytes);
   // The core's products and its element-wise traffic (written once, read

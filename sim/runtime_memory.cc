@@ -43,6 +43,14 @@ Bytes DeviceMemory::RuntimeBytes() const {
   return total;
 }
 
+Bytes DeviceMemory::ReservedBytes() const {
+  Bytes total = 0;
+  for (const DeviceMemoryTerm& t : terms) {
+    if (t.reserved) total += t.bytes;
+  }
+  return total;
+}
+
 bool IsHopper(const GpuSpec& gpu) {
   return gpu.name.find("H100") != std::string::npos || gpu.name.find("H200") != std::string::npos;
 }
@@ -68,21 +76,23 @@ DeviceMemory DeviceMemoryFor(const Cluster& cluster, const TrainingConfig& confi
                              int pipeline_neighbours) {
   DeviceMemory out;
   out.terms.push_back({"allocated (simulated peak)", allocated, false,
-                       "weights, gradients, optimizer state, activations, buffers"});
+                       "weights, gradients, optimizer state, activations, buffers", true});
   const GpuSpec& gpu = cluster.gpu;
   if (gpu.memory_bytes <= 0) return out;
   out.terms.push_back(
       {"allocator cache (reserved - allocated)",
        std::llround(gpu.memory_headroom * static_cast<double>(allocated)), true,
        fmt::format("{:g}% of allocated, the GPU's allocator margin (--memory-headroom)",
-                   100 * gpu.memory_headroom)});
+                   100 * gpu.memory_headroom),
+       true});
   out.terms.push_back({"CUDA context", kPresetCudaContextBytes, true,
                        "lazy loading: 287 MB (pytorch#86509) to 430 MiB published; no Hopper "
                        "figure, 512 MiB"});
   const Bytes cublas = IsHopper(gpu) ? kCublasHopperBytes : kCublasOtherBytes;
   out.terms.push_back({"cuBLAS workspaces", kCublasStreams * cublas, false,
                        fmt::format("{} streams x {:.3g} MiB (PyTorch CublasHandlePool.cpp)",
-                                   kCublasStreams, static_cast<double>(cublas) / kMiB)});
+                                   kCublasStreams, static_cast<double>(cublas) / kMiB),
+                       true});
   const Bytes connection = NcclConnectionBytes(gpu);
   auto nccl = [&](const std::string& group, int connections) {
     out.terms.push_back({"NCCL: " + group, connections * connection, true,

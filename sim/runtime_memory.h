@@ -17,7 +17,9 @@
 //                    the default (world) group (estimated: measured
 //                    communicator sizes, NCCL publishes no formula)
 // The plan's memory limit (MemoryLimitBytes) is not this: it keeps the
-// preset's fixed runtime reserve so that what fits does not move.
+// preset's fixed runtime reserve so that what fits does not move; the
+// held-out rows put the allocator's cache at 15-20%, not the 5% either
+// assumes (docs/calibration.md, "The memory limit stays the flat reserve").
 #ifndef PIPECAST_SIM_RUNTIME_MEMORY_H_
 #define PIPECAST_SIM_RUNTIME_MEMORY_H_
 
@@ -46,6 +48,7 @@ struct DeviceMemoryTerm {
   Bytes bytes = 0;
   bool estimated = false;  // not a figure from a component's source or the simulation
   std::string basis;       // how the figure is made and its source, short
+  bool reserved = false;   // held by PyTorch's caching allocator (ReservedBytes)
 };
 
 struct DeviceMemory {
@@ -54,6 +57,12 @@ struct DeviceMemory {
   // The terms' sum without the allocated peak and the allocator's cache: what
   // the runtime holds before training allocates.
   Bytes RuntimeBytes() const;
+  // What PyTorch's caching allocator reserves (reserved_bytes.all.peak,
+  // torch.cuda.max_memory_reserved, torchtitan's max_reserved): the allocated
+  // peak, the allocator's cache and the cuBLAS workspaces (PyTorch allocates
+  // them through the caching allocator), not the CUDA context or NCCL's
+  // buffers.
+  Bytes ReservedBytes() const;
 };
 
 // Hopper (H100, H200: the GPU's name says so). NCCL maps its buffers with

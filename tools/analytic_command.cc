@@ -43,6 +43,7 @@ struct AnalyticFlags {
   int first_dense_layers = 0;  // --first-dense-layers: dense blocks before the first MoE block
   bool rotary_positions = false;
   std::string attention = "flash2";
+  std::string loss = "fused";
   std::string precision = "bf16";        // bf16, or fp8 with --fp8-recipe
   std::string fp8_recipe;                // empty: delayed with --precision fp8
   std::string time_model;                // empty: matmul, or flat when --matmul-efficiency is given
@@ -198,6 +199,12 @@ int RunAnalytic(const AnalyticFlags& flags) {
     return kExitBadInput;
   }
   options.attention = *attention;
+  Result<Loss> loss = ParseLoss(flags.loss);
+  if (!loss.ok()) {
+    fmt::print(stderr, "profiler: error: {}\n", loss.status().message());
+    return kExitBadInput;
+  }
+  options.loss = *loss;
   if (flags.precision == "fp8") {
     Result<Fp8Recipe> recipe =
         ParseFp8Recipe(flags.fp8_recipe.empty() ? "delayed" : flags.fp8_recipe);
@@ -374,6 +381,13 @@ CLI::App* AddAnalytic(CLI::App& app, AnalyticFlags& f) {
                   "(docs/calibration.md); or eager (softmax output and dropout kept, Korthikanti "
                   "et al. 2022)")
       ->check(CLI::IsMember({"flash", "flash2", "flash3", "triton", "eager"}))
+      ->capture_default_str();
+  cmd->add_option("--loss", f.loss,
+                  "fused (Megatron-LM's vocabulary-parallel cross-entropy: the fp32 softmax and "
+                  "the bf16 logits kept) or pytorch (cross_entropy on fp32 logits, as torchtitan "
+                  "runs it: the fp32 log-softmax kept, two more fp32 copies of the logits at the "
+                  "backward's start; docs/profiler.md 'Memory')")
+      ->check(CLI::IsMember({"fused", "pytorch"}))
       ->capture_default_str();
   cmd->add_option("--global-batch", s.global_batch,
                   "samples per iteration, written as the planner's default (default: omitted)");

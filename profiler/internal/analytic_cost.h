@@ -96,11 +96,12 @@ struct SampleCost {
   // weight_products the backward reruns (every second one) with their FLOPs.
   bool op_wrapped = false;
   double op_saved_bytes = 0;
-  std::vector<bool> op_rerun;  // aligned with weight_products
+  std::vector<ProductShape> op_rerun_products;  // the mms the policy reruns
   double op_rerun_flops = 0;
   double traffic_bytes = 0;  // forward element-wise HBM traffic
   double output_bytes = 0;   // sent to the next layer
   Bytes workspace_bytes = 0;
+  double workspace_bytes_per_sample = 0;      // held while the layer runs, per sample
   bool has_input_gradient = true;             // false: the whole backward is weight gradient
   std::vector<ProductShape> weight_products;  // forward products with a weight
   bool fp8_products = false;                  // the weight products run in FP8 (blocks only)
@@ -174,7 +175,7 @@ void AddMoeRouting(const TransformerSpec& spec, const LayerShape& whole, const D
 SampleCost BlockCost(const TransformerSpec& spec, const LayerShape& shape, const LayerShape& whole,
                      const Dims& d, Attention kind, const Split& x, Fp8Recipe fp8,
                      double imbalance);
-SampleCost HeadCost(const LayerShape& shape, const Dims& d, const Split& x);
+SampleCost HeadCost(const LayerShape& shape, const Dims& d, const Split& x, Loss loss);
 
 // The layer at each micro-batch size in `sizes`, timed at `r`
 // (profiler/analytic_time.cc); refused past model.json's limits.
