@@ -257,12 +257,30 @@ std::vector<ScheduleKind> SchedulesAt(const PlannerOptions& options, int p) {
   return listed;
 }
 
+// What one EnumerateAt() call walks: the search's options and cluster, the
+// batch and what the model allows, all fixed for one Enumerate(), and the GPU
+// group (t, sp, cp) that changes between calls.
+struct EnumerateRequest {
+  const PlannerOptions* options = nullptr;  // the search space
+  const Cluster* cluster = nullptr;
+  int64_t global_batch = 0;
+  int layers = 0;      // the model's layer count
+  bool split = false;  // the model's layers split the backward into I and W
+  std::vector<RecomputeChoice> recompute_modes;
+  int t = 1;        // tensor-parallel degree
+  bool sp = false;  // sequence parallelism
+  int cp = 1;       // context-parallel degree
+};
+
 // Enumerate() at one tensor-parallel degree, sequence-parallel setting and
-// context-parallel degree.
-void EnumerateAt(const PlannerOptions& options, const Cluster& cluster, int64_t global_batch, int t,
-                 bool sp, int cp, int layers, bool split,
-                 const std::vector<RecomputeChoice>& recompute_modes, std::vector<Candidate>* out,
+// context-parallel degree: candidates to `out`, those refused to `rejected`.
+void EnumerateAt(const EnumerateRequest& at, std::vector<Candidate>* out,
                  std::vector<Rejection>* rejected) {
+  const PlannerOptions& options = *at.options;
+  const Cluster& cluster = *at.cluster;
+  const int64_t global_batch = at.global_batch;
+  const int layers = at.layers, t = at.t, cp = at.cp;
+  const bool sp = at.sp;
   for (const auto& [p, d] : PipelineSplits(options, options.gpus / (t * cp), layers)) {
     for (int size : options.microbatch_sizes) {
       for (ScheduleKind schedule : SchedulesAt(options, p)) {
@@ -272,7 +290,7 @@ void EnumerateAt(const PlannerOptions& options, const Cluster& cluster, int64_t 
                                               : traits.uses_chunks ? options.chunks
                                                                    : std::vector<int>{1};
         for (int v : chunk_counts) {
-          for (const RecomputeChoice& recompute : recompute_modes) {
+          for (const RecomputeChoice& recompute : at.recompute_modes) {
             for (int zero : ZeroLevels(options, d * cp)) {
               Candidate c;
               TrainingConfig& config = c.config;
@@ -306,7 +324,7 @@ void EnumerateAt(const PlannerOptions& options, const Cluster& cluster, int64_t 
               if (options.microbatches > 0 && config.microbatches != options.microbatches) {
                 continue;
               }
-              if (std::string why = ScheduleConstraint(c, layers, split); !why.empty()) {
+              if (std::string why = ScheduleConstraint(c, layers, at.split); !why.empty()) {
                 rejected->push_back(Rejection{RejectReason::kScheduleConstraint, c, why, 0});
                 continue;
               }
@@ -394,17 +412,22 @@ std::vector<Candidate> Enumerate(const Model& model, const Cluster& cluster,
                                  std::vector<Rejection>* rejected,
                                  std::vector<std::string>* notes) {
   std::vector<Candidate> out;
-  const int layers = static_cast<int>(model.layers.size());
-  const bool split = HasWeightGradientSplit(model);
-  const std::vector<RecomputeChoice> recompute_modes = RecomputeModes(model, options);
+  EnumerateRequest at{.options = &options,
+                      .cluster = &cluster,
+                      .global_batch = global_batch,
+                      .layers = static_cast<int>(model.layers.size()),
+                      .split = HasWeightGradientSplit(model),
+                      .recompute_modes = RecomputeModes(model, options)};
   const std::vector<int> cps = ContextParallelDegrees(model, options);
   for (int t : TensorParallelDegrees(model, cluster, options, notes)) {
     if (options.gpus % t != 0) continue;
     for (bool sp : SequenceParallelModes(model, options, t)) {
       for (int cp : cps) {
         if (options.gpus % (int64_t{t} * cp) != 0 || !GroupFitsNodes(t, cp, cluster)) continue;
-        EnumerateAt(options, cluster, global_batch, t, sp, cp, layers, split, recompute_modes, &out,
-                    rejected);
+        at.t = t;
+        at.sp = sp;
+        at.cp = cp;
+        EnumerateAt(at, &out, rejected);
       }
     }
   }
