@@ -257,6 +257,23 @@ std::vector<ScheduleKind> SchedulesAt(const PlannerOptions& options, int p) {
   return listed;
 }
 
+// A candidate's configuration: the layout and the choices at this point of
+// the search, the rest (memory, overlap, optimizer step) from the options.
+void FillCandidateConfig(const PlannerOptions& options, const ParallelLayout& layout,
+                         ScheduleKind schedule, int microbatch_size,
+                         const RecomputeChoice& recompute, int zero, TrainingConfig* config) {
+  config->layout = layout;
+  config->schedule = schedule;
+  config->microbatch_size = microbatch_size;
+  config->recompute = recompute.recompute;
+  config->recompute_layers = recompute.layers;
+  config->memory = options.memory;
+  config->memory.zero = zero;
+  config->overlap = options.overlap;
+  config->overlap.tp_comm_overlap = options.overlap.tp_comm_overlap && layout.tensor_parallel > 1;
+  config->optimizer_step = options.optimizer_step;
+}
+
 // What one EnumerateAt() call walks: the search's options and cluster, the
 // batch and what the model allows, all fixed for one Enumerate(), and the GPU
 // group (t, sp, cp) that changes between calls.
@@ -294,22 +311,15 @@ void EnumerateAt(const EnumerateRequest& at, std::vector<Candidate>* out,
             for (int zero : ZeroLevels(options, d * cp)) {
               Candidate c;
               TrainingConfig& config = c.config;
-              config.layout.tensor_parallel = t;
-              config.layout.sequence_parallel = sp;
-              config.layout.context_parallel = cp;
-              config.layout.cp_algorithm = options.cp_algorithm;
-              config.layout.pipeline_stages = p;
-              config.layout.data_parallel = d;
-              config.layout.chunks = v;
-              config.schedule = schedule;
-              config.microbatch_size = size;
-              config.recompute = recompute.recompute;
-              config.recompute_layers = recompute.layers;
-              config.memory = options.memory;
-              config.memory.zero = zero;
-              config.overlap = options.overlap;
-              config.overlap.tp_comm_overlap = options.overlap.tp_comm_overlap && t > 1;
-              config.optimizer_step = options.optimizer_step;
+              FillCandidateConfig(options,
+                                  ParallelLayout{.tensor_parallel = t,
+                                                 .sequence_parallel = sp,
+                                                 .pipeline_stages = p,
+                                                 .data_parallel = d,
+                                                 .chunks = v,
+                                                 .context_parallel = cp,
+                                                 .cp_algorithm = options.cp_algorithm},
+                                  schedule, size, recompute, zero, &config);
               const int64_t per_step = int64_t{size} * d;
               if (global_batch % per_step != 0) {
                 rejected->push_back(Rejection{
