@@ -9,8 +9,6 @@
 #include <string>
 #include <vector>
 
-#include "testing/cli_test_util.h"
-
 namespace pipecast::cli_test {
 
 enum Tool { kSimulator, kPlanner, kProfiler, kValidator };
