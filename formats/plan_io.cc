@@ -453,8 +453,9 @@ Status ReadPredicted(const Reader& r, const json& root, PlanFile* plan) {
                                   &plan->predicted);
 }
 
-// The fields must describe one configuration.
-Status CheckConsistent(const Reader& r, const PlanFile& plan) {
+// The schedule's ranks, stages and micro-batches, and the partition, against
+// the layout.
+Status CheckScheduleMatches(const Reader& r, const PlanFile& plan) {
   const Schedule& s = plan.schedule;
   if (s.num_ranks != plan.config.layout.pipeline_stages) {
     return r.Error("actions", fmt::format("has {}, but pipeline_stages is {}",
@@ -502,6 +503,11 @@ Status CheckConsistent(const Reader& r, const PlanFile& plan) {
                                      Count(s.num_microbatches, "micro-batch", "micro-batches"),
                                      Count(s.iterations, "iteration", "iterations")));
   }
+  return Status::Ok();
+}
+
+// gpus against the layout's t x cp x p x d.
+Status CheckGpuCount(const Reader& r, const PlanFile& plan) {
   if (plan.config.layout.Gpus() != plan.gpus) {
     if (plan.config.layout.context_parallel > 1) {
       const ParallelLayout& l = plan.config.layout;
@@ -522,6 +528,12 @@ Status CheckConsistent(const Reader& r, const PlanFile& plan) {
                             plan.gpus, plan.config.layout.pipeline_stages,
                             plan.config.layout.data_parallel, plan.config.layout.tensor_parallel));
   }
+  return Status::Ok();
+}
+
+// The hybrid shard group against ZeRO and d, and the global batch against
+// size x m x d.
+Status CheckShardingAndBatch(const Reader& r, const PlanFile& plan) {
   if (const int group = plan.config.memory.sharding.shard_group; group > 0) {
     if (plan.config.memory.zero < 2) {
       return r.Error("memory.sharding.shard_group",
@@ -544,6 +556,13 @@ Status CheckConsistent(const Reader& r, const PlanFile& plan) {
                                plan.config.microbatches, plan.config.layout.data_parallel, batch));
   }
   return Status::Ok();
+}
+
+// The fields must describe one configuration.
+Status CheckConsistent(const Reader& r, const PlanFile& plan) {
+  PIPECAST_RETURN_IF_ERROR(CheckScheduleMatches(r, plan));
+  PIPECAST_RETURN_IF_ERROR(CheckGpuCount(r, plan));
+  return CheckShardingAndBatch(r, plan);
 }
 
 Status ReadPlan(const Reader& r, const json& root, PlanFile* plan) {
@@ -668,6 +687,82 @@ SimOptions PlanSimOptions(const PlanFile& plan) {
   return o;
 }
 
+namespace {
+
+// recompute, and its method and layers where Megatron-LM's differ from each layer.
+void AddRecomputeJson(const TrainingConfig& config, json* root) {
+  (*root)["recompute"] = RecomputeName(config.recompute);
+  const RecomputeLayers& recompute = config.recompute_layers;
+  if (config.recompute == Recompute::kEvery) {
+    (*root)["recompute"] = RecomputeSpec(config.recompute, recompute);
+  }
+  if (recompute.method != RecomputeMethod::kEachLayer) {
+    (*root)["recompute_method"] = RecomputeMethodName(recompute.method);
+    (*root)["recompute_num_layers"] = recompute.num_layers;
+  }
+}
+
+// The partition per virtual stage and the rule that made it.
+void AddPartitionJson(const PlanFile& plan, json* root) {
+  (*root)["partition"] = json::array();
+  for (size_t i = 0; i < plan.partition.size(); ++i) {
+    (*root)["partition"].push_back({{"stage", i},
+                                    {"first_layer", plan.partition[i].first_layer},
+                                    {"last_layer", plan.partition[i].last_layer}});
+  }
+  // A listed partition (given) writes no rule, as plans did before the rule was recorded: they
+  // read back and write again byte for byte.
+  if (plan.config.partition.rule != PartitionRule::kGiven) {
+    (*root)["partition_rule"] = PartitionRuleName(plan.config.partition.rule);
+  }
+  if (plan.config.partition.rule == PartitionRule::kEven) {
+    const EvenSplitOptions& even = plan.config.partition.even;
+    (*root)["even_split"] = {{"first_stage_layers", even.first_stage_layers},
+                             {"last_stage_layers", even.last_stage_layers},
+                             {"account_for_embedding", even.account_for_embedding},
+                             {"account_for_loss", even.account_for_loss}};
+  }
+}
+
+// One string per rank: ScheduleToText's lines.
+json ActionsJson(const Schedule& schedule) {
+  json actions = json::array();
+  const std::string text = ScheduleToText(schedule);
+  size_t begin = 0;
+  while (begin < text.size()) {
+    size_t end = text.find('\n', begin);
+    if (end == std::string::npos) end = text.size();
+    actions.push_back(text.substr(begin, end - begin));
+    begin = end + 1;
+  }
+  return actions;
+}
+
+// The memory settings; FP8 and sharding keys only where they are set.
+json MemoryJson(const MemoryConfig& config) {
+  json memory = {{"weight_bytes_per_param", config.weight_bytes_per_param},
+                 {"gradient_bytes_per_param", config.gradient_bytes_per_param},
+                 {"optimizer_bytes_per_param", config.optimizer_bytes_per_param},
+                 {"gradient_copy_bytes_per_param", config.gradient_copy_bytes_per_param},
+                 {"zero", config.zero}};
+  if (config.fp8_recipe != Fp8Recipe::kNone) {  // FP8 plans only
+    memory["fp8_recipe"] = Fp8RecipeName(config.fp8_recipe);
+    memory["fp8_weight_bytes_per_param"] = config.fp8_weight_bytes_per_param;
+    memory["fp8_param_gather"] = config.fp8_param_gather;
+  }
+  // Only where a setting differs from FSDP's defaults: plans that keep them are written as
+  // before.
+  if (const ShardingConfig& sharding = config.sharding; sharding != ShardingConfig{}) {
+    memory["sharding"] = {{"reshard_after_forward", sharding.reshard_after_forward},
+                          {"prefetch", sharding.prefetch},
+                          {"reduce_every_microbatch", sharding.reduce_every_microbatch},
+                          {"shard_group", sharding.shard_group}};
+  }
+  return memory;
+}
+
+}  // namespace
+
 std::string PlanToJson(const PlanFile& plan) {
   json root;
   root["format"] = kPlanFormat;
@@ -696,64 +791,11 @@ std::string PlanToJson(const PlanFile& plan) {
                       {"virtual_stages", plan.config.layout.chunks},
                       {"iterations", plan.schedule.iterations},
                       {"flush", plan.schedule.flush}};
-  root["recompute"] = RecomputeName(plan.config.recompute);
-  const RecomputeLayers& recompute = plan.config.recompute_layers;
-  if (plan.config.recompute == Recompute::kEvery) {
-    root["recompute"] = RecomputeSpec(plan.config.recompute, recompute);
-  }
-  if (recompute.method != RecomputeMethod::kEachLayer) {
-    root["recompute_method"] = RecomputeMethodName(recompute.method);
-    root["recompute_num_layers"] = recompute.num_layers;
-  }
-  root["partition"] = json::array();
-  for (size_t i = 0; i < plan.partition.size(); ++i) {
-    root["partition"].push_back({{"stage", i},
-                                 {"first_layer", plan.partition[i].first_layer},
-                                 {"last_layer", plan.partition[i].last_layer}});
-  }
-  // A listed partition (given) writes no rule, as plans did before the rule was recorded: they
-  // read back and write again byte for byte.
-  if (plan.config.partition.rule != PartitionRule::kGiven) {
-    root["partition_rule"] = PartitionRuleName(plan.config.partition.rule);
-  }
-  if (plan.config.partition.rule == PartitionRule::kEven) {
-    const EvenSplitOptions& even = plan.config.partition.even;
-    root["even_split"] = {{"first_stage_layers", even.first_stage_layers},
-                          {"last_stage_layers", even.last_stage_layers},
-                          {"account_for_embedding", even.account_for_embedding},
-                          {"account_for_loss", even.account_for_loss}};
-  }
+  AddRecomputeJson(plan.config, &root);
+  AddPartitionJson(plan, &root);
   root["placement"] = plan.placement;
-  // One string per rank: ScheduleToText's lines.
-  json actions = json::array();
-  const std::string text = ScheduleToText(plan.schedule);
-  size_t begin = 0;
-  while (begin < text.size()) {
-    size_t end = text.find('\n', begin);
-    if (end == std::string::npos) end = text.size();
-    actions.push_back(text.substr(begin, end - begin));
-    begin = end + 1;
-  }
-  root["actions"] = std::move(actions);
-  root["memory"] = {
-      {"weight_bytes_per_param", plan.config.memory.weight_bytes_per_param},
-      {"gradient_bytes_per_param", plan.config.memory.gradient_bytes_per_param},
-      {"optimizer_bytes_per_param", plan.config.memory.optimizer_bytes_per_param},
-      {"gradient_copy_bytes_per_param", plan.config.memory.gradient_copy_bytes_per_param},
-      {"zero", plan.config.memory.zero}};
-  if (plan.config.memory.fp8_recipe != Fp8Recipe::kNone) {  // FP8 plans only
-    root["memory"]["fp8_recipe"] = Fp8RecipeName(plan.config.memory.fp8_recipe);
-    root["memory"]["fp8_weight_bytes_per_param"] = plan.config.memory.fp8_weight_bytes_per_param;
-    root["memory"]["fp8_param_gather"] = plan.config.memory.fp8_param_gather;
-  }
-  // Only where a setting differs from FSDP's defaults: plans that keep them are written as
-  // before.
-  if (const ShardingConfig& sharding = plan.config.memory.sharding; sharding != ShardingConfig{}) {
-    root["memory"]["sharding"] = {{"reshard_after_forward", sharding.reshard_after_forward},
-                                  {"prefetch", sharding.prefetch},
-                                  {"reduce_every_microbatch", sharding.reduce_every_microbatch},
-                                  {"shard_group", sharding.shard_group}};
-  }
+  root["actions"] = ActionsJson(plan.schedule);
+  root["memory"] = MemoryJson(plan.config.memory);
   root["optimizer_step_us"] = NsToUs(plan.config.optimizer_step.time_ns);
   root["estimate_optimizer_step"] = plan.config.optimizer_step.estimate;
   root["overlap_grad_reduce"] = plan.config.overlap.overlap_grad_reduce;
@@ -781,9 +823,8 @@ Result<PlanFile> ParsePlan(const std::string& text, const std::string& origin) {
 }
 
 Result<PlanFile> LoadPlan(const std::string& path) {
-  Result<std::string> text = ReadFile(path);
-  if (!text.ok()) return text.status();
-  return ParsePlan(*text, path);
+  PIPECAST_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  return ParsePlan(text, path);
 }
 
 }  // namespace pipecast

@@ -416,143 +416,192 @@ Status CheckForwardsAndRepeats(const std::vector<RankLine>& ranks, const Schedul
   return Status::Ok();
 }
 
+// The first and last compute token of the op holding token i of `rank` (an
+// overlapped pair, forward then backward, is one op).
+int OpStart(const RankLine& rank, int i) {
+  const Action& a = rank.tokens[i].action;
+  return a.overlapped && a.kind != OpKind::kForward ? i - 1 : i;
+}
+int OpEnd(const RankLine& rank, int i) {
+  const Action& a = rank.tokens[i].action;
+  return a.overlapped && a.kind == OpKind::kForward ? i + 1 : i;
+}
+
+// Counts a sharding action (unshard, reshard, reduce-grad) into *info; false
+// for a transfer.
+bool CountSharding(CommKind kind, ScheduleTextInfo* info) {
+  switch (kind) {
+    case CommKind::kUnshard:
+      ++info->unshards;
+      return true;
+    case CommKind::kReshard:
+      ++info->reshards;
+      return true;
+    case CommKind::kReduceGrad:
+      ++info->reduce_grads;
+      return true;
+    default:
+      return false;
+  }
+}
+
+// CheckComms' walk: its inputs, where each compute op sits, and the
+// transfers seen so far.
+struct CommCheck {
+  const std::vector<RankLine>& ranks;
+  const std::vector<int>& stage_rank;
+  int num_microbatches;
+  const std::string& origin;
+  ScheduleTextInfo* info;
+  // Per rank: (stage, kind, micro-batch) -> index in its compute tokens.
+  std::vector<std::map<std::tuple<int, OpKind, int>, int>> index;
+  std::map<std::tuple<CommKind, int, int>, const CommToken*> seen;
+
+  CommCheck(const std::vector<RankLine>& ranks_in, const std::vector<int>& stage_rank_in,
+            int num_microbatches_in, const std::string& origin_in, ScheduleTextInfo* info_in)
+      : ranks(ranks_in),
+        stage_rank(stage_rank_in),
+        num_microbatches(num_microbatches_in),
+        origin(origin_in),
+        info(info_in),
+        index(ranks_in.size()) {
+    for (size_t r = 0; r < ranks.size(); ++r) {
+      for (size_t i = 0; i < ranks[r].tokens.size(); ++i) {
+        const Action& a = ranks[r].tokens[i].action;
+        index[r][{a.stage, a.kind, a.microbatch}] = static_cast<int>(i);
+      }
+    }
+  }
+
+  // Action c on rank r names a stage that exists and is this rank's.
+  Status CheckPlace(int r, const CommToken& c) const {
+    const int n = static_cast<int>(stage_rank.size());
+    const std::string where = Where(origin, c);
+    if (c.stage >= n) {
+      return Status::InvalidArgument(
+          fmt::format("{}: stage {} does not exist (the forwards name stages 0..{}), expected "
+                      "a stage of this rank",
+                      where, c.stage, n - 1));
+    }
+    if (stage_rank[c.stage] != r) {
+      return Status::InvalidArgument(fmt::format(
+          "{} is on rank {}, expected rank {} (line {}), which holds stage {}'s forwards", where, r,
+          stage_rank[c.stage], ranks[stage_rank[c.stage]].line, c.stage));
+    }
+    return Status::Ok();
+  }
+
+  // Transfer c on rank r: its micro-batch exists, it crosses to a neighbour
+  // stage on another rank, it is written once, and it comes after the op
+  // whose output it sends (before the op whose input it receives).
+  Status CheckTransfer(int r, const CommToken& c) {
+    const int n = static_cast<int>(stage_rank.size());
+    const std::string where = Where(origin, c);
+    if (c.microbatch >= num_microbatches) {
+      return Status::InvalidArgument(
+          fmt::format("{}: micro-batch {} does not exist (the forwards name 0..{})", where,
+                      c.microbatch, num_microbatches - 1));
+    }
+    const bool forward = c.kind == CommKind::kSendF || c.kind == CommKind::kRecvF;
+    const bool send = c.kind == CommKind::kSendF || c.kind == CommKind::kSendB;
+    // The neighbour stage the transfer goes to or comes from.
+    const int peer = (forward == send) ? c.stage + 1 : c.stage - 1;
+    if (peer < 0 || peer >= n || stage_rank[peer] == r) {
+      const std::string whom = peer < 0 || peer >= n
+                                   ? fmt::format("{} no stage (it is the {} stage)",
+                                                 send ? "to" : "from", peer < 0 ? "first" : "last")
+                                   : fmt::format("within rank {} (stage {} is on it too)", r, peer);
+      return Status::InvalidArgument(
+          fmt::format("{}: stage {} {} {} {}, so there is nothing to {}: remove the action", where,
+                      c.stage, send ? "sends" : "receives", forward ? "activations" : "gradients",
+                      whom, send ? "send" : "receive"));
+    }
+    if (!seen.try_emplace({c.kind, c.stage, c.microbatch}, &c).second) {
+      const CommToken* first = seen[{c.kind, c.stage, c.microbatch}];
+      return Status::InvalidArgument(fmt::format(
+          "{} repeats the action of line {}, expected each action once", where, first->line));
+    }
+    // The compute op that produces (send) or consumes (receive) the data.
+    int found = -1;
+    std::string op;
+    for (OpKind k : forward ? std::vector<OpKind>{OpKind::kForward}
+                            : std::vector<OpKind>{OpKind::kBackward, OpKind::kBackwardInput}) {
+      auto it = index[r].find({c.stage, k, c.microbatch});
+      if (it != index[r].end()) found = it->second;
+    }
+    op = fmt::format("{}{}{}", c.stage, forward ? "F" : "B (or I)", c.microbatch);
+    if (found < 0) {
+      return Status::InvalidArgument(
+          fmt::format("{}: this rank runs no {}, expected the op whose data it {}", where, op,
+                      send ? "sends" : "receives"));
+    }
+    if (send) {
+      ++info->sends;
+      if (c.after <= OpEnd(ranks[r], found)) {
+        return Status::InvalidArgument(
+            fmt::format("{} comes before {}, which produces what it sends: move it after that op",
+                        where, ranks[r].tokens[found].text));
+      }
+      if (c.after > OpEnd(ranks[r], found) + 1) {
+        if (info->late_sends++ == 0) info->first_late_send = where;
+      }
+    } else {
+      ++info->receives;
+      if (c.after > OpStart(ranks[r], found)) {
+        return Status::InvalidArgument(
+            fmt::format("{} comes after {}, which needs what it receives: move it before that op",
+                        where, ranks[r].tokens[found].text));
+      }
+    }
+    return Status::Ok();
+  }
+
+  // With any transfer written, every one is: PyTorch's runtime waits forever
+  // on a missing one.
+  Status CheckEveryTransfer() const {
+    const int n = static_cast<int>(stage_rank.size());
+    for (int s = 0; s + 1 < n; ++s) {
+      if (stage_rank[s] == stage_rank[s + 1]) continue;
+      for (int mb = 0; mb < num_microbatches; ++mb) {
+        const std::tuple<CommKind, int, int> need[] = {{CommKind::kSendF, s, mb},
+                                                       {CommKind::kRecvF, s + 1, mb},
+                                                       {CommKind::kSendB, s + 1, mb},
+                                                       {CommKind::kRecvB, s, mb}};
+        for (const auto& key : need) {
+          if (seen.count(key)) continue;
+          const auto [kind, stage, m] = key;
+          std::string_view name;
+          for (const CommName& cn : kCommNames) {
+            if (cn.kind == kind) name = cn.name;
+          }
+          const int r = stage_rank[stage];
+          return Status::InvalidArgument(fmt::format(
+              "{}: {}{}{} is missing from rank {} (line {}): a file with SEND/RECV actions needs "
+              "one for every transfer between ranks (or none at all)",
+              origin, stage, name, m, r, ranks[r].line));
+        }
+      }
+    }
+    return Status::Ok();
+  }
+};
+
 // Checks PyTorch's communication and sharding actions against the compute actions and the
 // stage owners (docs/formats.md), and counts them into *info.
 Status CheckComms(const std::vector<RankLine>& ranks, const std::vector<int>& stage_rank,
                   int num_microbatches, const std::string& origin, ScheduleTextInfo* info) {
-  const int n = static_cast<int>(stage_rank.size());
-  // (stage, kind, micro-batch) -> index in its rank's compute tokens, per rank.
-  std::vector<std::map<std::tuple<int, OpKind, int>, int>> index(ranks.size());
-  for (size_t r = 0; r < ranks.size(); ++r) {
-    for (size_t i = 0; i < ranks[r].tokens.size(); ++i) {
-      const Action& a = ranks[r].tokens[i].action;
-      index[r][{a.stage, a.kind, a.microbatch}] = static_cast<int>(i);
-    }
-  }
-  // The first and last compute token of the op holding token i (an overlapped pair, forward
-  // then backward, is one op).
-  auto op_start = [&](int r, int i) {
-    const Action& a = ranks[r].tokens[i].action;
-    return a.overlapped && a.kind != OpKind::kForward ? i - 1 : i;
-  };
-  auto op_end = [&](int r, int i) {
-    const Action& a = ranks[r].tokens[i].action;
-    return a.overlapped && a.kind == OpKind::kForward ? i + 1 : i;
-  };
-  std::map<std::tuple<CommKind, int, int>, const CommToken*> seen;
+  CommCheck check(ranks, stage_rank, num_microbatches, origin, info);
   bool transfers = false;
-  for (size_t rr = 0; rr < ranks.size(); ++rr) {
-    const int r = static_cast<int>(rr);
+  for (size_t r = 0; r < ranks.size(); ++r) {
     for (const CommToken& c : ranks[r].comms) {
-      const std::string where = Where(origin, c);
-      if (c.stage >= n) {
-        return Status::InvalidArgument(
-            fmt::format("{}: stage {} does not exist (the forwards name stages 0..{}), expected "
-                        "a stage of this rank",
-                        where, c.stage, n - 1));
-      }
-      if (stage_rank[c.stage] != r) {
-        return Status::InvalidArgument(fmt::format(
-            "{} is on rank {}, expected rank {} (line {}), which holds stage {}'s forwards", where,
-            r, stage_rank[c.stage], ranks[stage_rank[c.stage]].line, c.stage));
-      }
-      switch (c.kind) {
-        case CommKind::kUnshard:
-          ++info->unshards;
-          continue;
-        case CommKind::kReshard:
-          ++info->reshards;
-          continue;
-        case CommKind::kReduceGrad:
-          ++info->reduce_grads;
-          continue;
-        default:
-          break;
-      }
+      PIPECAST_RETURN_IF_ERROR(check.CheckPlace(static_cast<int>(r), c));
+      if (CountSharding(c.kind, info)) continue;
       transfers = true;
-      if (c.microbatch >= num_microbatches) {
-        return Status::InvalidArgument(
-            fmt::format("{}: micro-batch {} does not exist (the forwards name 0..{})", where,
-                        c.microbatch, num_microbatches - 1));
-      }
-      const bool forward = c.kind == CommKind::kSendF || c.kind == CommKind::kRecvF;
-      const bool send = c.kind == CommKind::kSendF || c.kind == CommKind::kSendB;
-      // The neighbour stage the transfer goes to or comes from.
-      const int peer = (forward == send) ? c.stage + 1 : c.stage - 1;
-      if (peer < 0 || peer >= n || stage_rank[peer] == r) {
-        const std::string whom =
-            peer < 0 || peer >= n ? fmt::format("{} no stage (it is the {} stage)",
-                                                send ? "to" : "from", peer < 0 ? "first" : "last")
-                                  : fmt::format("within rank {} (stage {} is on it too)", r, peer);
-        return Status::InvalidArgument(
-            fmt::format("{}: stage {} {} {} {}, so there is nothing to {}: remove the action",
-                        where, c.stage, send ? "sends" : "receives",
-                        forward ? "activations" : "gradients", whom, send ? "send" : "receive"));
-      }
-      if (!seen.try_emplace({c.kind, c.stage, c.microbatch}, &c).second) {
-        const CommToken* first = seen[{c.kind, c.stage, c.microbatch}];
-        return Status::InvalidArgument(fmt::format(
-            "{} repeats the action of line {}, expected each action once", where, first->line));
-      }
-      // The compute op that produces (send) or consumes (receive) the data.
-      int found = -1;
-      std::string op;
-      for (OpKind k : forward ? std::vector<OpKind>{OpKind::kForward}
-                              : std::vector<OpKind>{OpKind::kBackward, OpKind::kBackwardInput}) {
-        auto it = index[r].find({c.stage, k, c.microbatch});
-        if (it != index[r].end()) found = it->second;
-      }
-      op = fmt::format("{}{}{}", c.stage, forward ? "F" : "B (or I)", c.microbatch);
-      if (found < 0) {
-        return Status::InvalidArgument(
-            fmt::format("{}: this rank runs no {}, expected the op whose data it {}", where, op,
-                        send ? "sends" : "receives"));
-      }
-      if (send) {
-        ++info->sends;
-        if (c.after <= op_end(r, found)) {
-          return Status::InvalidArgument(
-              fmt::format("{} comes before {}, which produces what it sends: move it after that op",
-                          where, ranks[r].tokens[found].text));
-        }
-        if (c.after > op_end(r, found) + 1) {
-          if (info->late_sends++ == 0) info->first_late_send = where;
-        }
-      } else {
-        ++info->receives;
-        if (c.after > op_start(r, found)) {
-          return Status::InvalidArgument(
-              fmt::format("{} comes after {}, which needs what it receives: move it before that op",
-                          where, ranks[r].tokens[found].text));
-        }
-      }
+      PIPECAST_RETURN_IF_ERROR(check.CheckTransfer(static_cast<int>(r), c));
     }
   }
   if (!transfers) return Status::Ok();
-  // With any transfer written, every one is: PyTorch's runtime waits forever on a missing one.
-  for (int s = 0; s + 1 < n; ++s) {
-    if (stage_rank[s] == stage_rank[s + 1]) continue;
-    for (int mb = 0; mb < num_microbatches; ++mb) {
-      const std::tuple<CommKind, int, int> need[] = {{CommKind::kSendF, s, mb},
-                                                     {CommKind::kRecvF, s + 1, mb},
-                                                     {CommKind::kSendB, s + 1, mb},
-                                                     {CommKind::kRecvB, s, mb}};
-      for (const auto& key : need) {
-        if (seen.count(key)) continue;
-        const auto [kind, stage, m] = key;
-        std::string_view name;
-        for (const CommName& cn : kCommNames) {
-          if (cn.kind == kind) name = cn.name;
-        }
-        const int r = stage_rank[stage];
-        return Status::InvalidArgument(fmt::format(
-            "{}: {}{}{} is missing from rank {} (line {}): a file with SEND/RECV actions needs "
-            "one for every transfer between ranks (or none at all)",
-            origin, stage, name, m, r, ranks[r].line));
-      }
-    }
-  }
-  return Status::Ok();
+  return check.CheckEveryTransfer();
 }
 
 }  // namespace

@@ -149,16 +149,18 @@ std::string MegatronLayout(const std::vector<int>& per_stage) {
   return out;
 }
 
-FrameworkExport ExportMegatron(const PlanFile& plan, const ExportRequest& request) {
-  const Shape s = ShapeOf(plan);
-  FrameworkExport out;
-  out.framework = Framework::kMegatron;
-  std::vector<std::pair<std::string, std::string>> flags;
-  auto flag = [&](std::string name, std::string value = "") {
-    flags.emplace_back(std::move(name), std::move(value));
-  };
+// Megatron-LM's arguments in the order they are written: a name and its value ("" for a
+// switch), added as flag(name, value).
+struct MegatronFlags {
+  std::vector<std::pair<std::string, std::string>> list;
+  void operator()(std::string name, std::string value = "") {
+    list.emplace_back(std::move(name), std::move(value));
+  }
+};
 
-  // The layout and batch.
+// The layout and batch.
+void MegatronLayoutFlags(const PlanFile& plan, const ExportRequest& request, const Shape& s,
+                         MegatronFlags& flag) {
   flag("--tensor-model-parallel-size", std::to_string(s.t));
   flag("--pipeline-model-parallel-size", std::to_string(s.p));
   if (s.sp) flag("--sequence-parallel");
@@ -176,28 +178,33 @@ FrameworkExport ExportMegatron(const PlanFile& plan, const ExportRequest& reques
   flag("--micro-batch-size", std::to_string(s.mbs));
   flag("--global-batch-size", std::to_string(s.global_batch));
   if (request.sequence_length > 0) flag("--seq-length", std::to_string(request.sequence_length));
+}
 
-  // The schedule: Megatron-LM runs 1F1B (v = 1) and interleaved 1F1B (v > 1), and no pipeline
-  // schedule at p = 1.
+// The schedule: Megatron-LM runs 1F1B (v = 1) and interleaved 1F1B (v > 1), and no pipeline
+// schedule at p = 1.
+void MegatronScheduleDifferences(const Shape& s, FrameworkExport* out) {
   const bool exact_schedule = s.p == 1 || (s.v == 1 && s.kind == ScheduleKind::k1F1B) ||
                               (s.v > 1 && s.looped && s.kind == ScheduleKind::kInterleaved1F1B);
   if (!exact_schedule) {
     const std::string closest =
         s.v > 1 ? fmt::format("interleaved 1F1B with {} virtual stages per rank", s.v) : "1F1B";
-    out.differences.push_back(fmt::format(
+    out->differences.push_back(fmt::format(
         "Megatron-LM has no {} schedule (it runs 1F1B and interleaved 1F1B); the closest it "
         "runs, written here: {}",
         s.schedule_name, closest));
     if (s.v > 1 && !s.looped) {
-      out.differences.push_back(fmt::format(
+      out->differences.push_back(fmt::format(
           "Megatron-LM places virtual stage s on rank s % p, not in the plan's {} placement: the "
           "stages keep their layers, but rank r holds stages r, r+p, ... instead",
           s.bidirectional ? "bidirectional" : "V"));
     }
   }
+}
 
-  // The partition. An even split needs no flag (or only --num-layers-per-virtual-pipeline-stage);
-  // uneven first and last stages at v = 1 have their own flags; anything else is a layout.
+// The partition. An even split needs no flag (or only --num-layers-per-virtual-pipeline-stage);
+// uneven first and last stages at v = 1 have their own flags; anything else is a layout.
+void MegatronPartitionFlags(const PlanFile& plan, const ExportRequest& request, const Shape& s,
+                            MegatronFlags& flag, FrameworkExport* out) {
   const std::vector<int> per_stage = TransformerLayersPerStage(plan, request.layer_names);
   int total = 0;
   for (int n : per_stage) total += n;
@@ -220,20 +227,23 @@ FrameworkExport ExportMegatron(const PlanFile& plan, const ExportRequest& reques
       flag("--pipeline-model-parallel-layout", MegatronLayout(per_stage));
     }
   } else if (s.p > 1) {
-    out.differences.push_back(
+    out->differences.push_back(
         "Megatron-LM cannot express this partition (a bidirectional schedule's two copies); the "
         "closest it runs, written here: the even split of --num-layers over p stages");
   }
+}
 
-  // Recomputation.
-  switch (plan.config.recompute) {
+// Recomputation: the granularity, method and layers.
+void MegatronRecomputeFlags(const TrainingConfig& config, MegatronFlags& flag,
+                            FrameworkExport* out) {
+  switch (config.recompute) {
     case Recompute::kOff:
       break;
     case Recompute::kSelective:
       flag("--recompute-granularity", "selective");
       break;
     case Recompute::kFull: {
-      const RecomputeLayers& layers = plan.config.recompute_layers;
+      const RecomputeLayers& layers = config.recompute_layers;
       flag("--recompute-granularity", "full");
       if (layers.method == RecomputeMethod::kEachLayer) {
         flag("--recompute-method", "uniform");
@@ -246,7 +256,7 @@ FrameworkExport ExportMegatron(const PlanFile& plan, const ExportRequest& reques
     }
     case Recompute::kOp:
       flag("--recompute-granularity", "selective");
-      out.differences.push_back(
+      out->differences.push_back(
           "Megatron-LM has no per-op policy (save the matmul outputs, recompute the rest); the "
           "closest it runs, written here: selective recomputation of the attention core");
       break;
@@ -254,15 +264,18 @@ FrameworkExport ExportMegatron(const PlanFile& plan, const ExportRequest& reques
       flag("--recompute-granularity", "full");
       flag("--recompute-method", "uniform");
       flag("--recompute-num-layers", "1");
-      out.differences.push_back(fmt::format(
+      out->differences.push_back(fmt::format(
           "Megatron-LM cannot checkpoint every {}-th layer only; the closest it runs, written "
           "here: full recomputation of every layer (more recomputation, less memory)",
-          plan.config.recompute_layers.every));
+          config.recompute_layers.every));
       break;
   }
+}
 
-  // ZeRO: the distributed optimizer is ZeRO-1; Megatron-FSDP shards gradients (2) and
-  // parameters (3), written only without pipeline parallelism.
+// ZeRO: the distributed optimizer is ZeRO-1; Megatron-FSDP shards gradients (2) and
+// parameters (3), written only without pipeline parallelism. Then the overlap switches.
+void MegatronDataParallelFlags(const PlanFile& plan, const Shape& s, MegatronFlags& flag,
+                               FrameworkExport* out) {
   if (s.d > 1 && s.zero >= 1) {
     if (s.zero == 1) {
       flag("--use-distributed-optimizer");
@@ -270,24 +283,28 @@ FrameworkExport ExportMegatron(const PlanFile& plan, const ExportRequest& reques
       flag("--use-megatron-fsdp");
       flag("--data-parallel-sharding-strategy", s.zero == 2 ? "optim_grads" : "optim_grads_params");
       MegatronFsdpSharding(plan.config.memory.sharding, plan.config.overlap.overlap_grad_reduce, s,
-                           flag, &out);
+                           flag, out);
     } else {
       flag("--use-distributed-optimizer");
-      out.differences.push_back(fmt::format(
+      out->differences.push_back(fmt::format(
           "ZeRO-{} with pipeline parallelism: Megatron-LM shards gradients and parameters only "
           "in Megatron-FSDP, which this export does not combine with p > 1; the closest, written "
           "here: --use-distributed-optimizer (ZeRO-1)",
           s.zero));
     }
   }
-  // Overlap switches.
   const OverlapSettings& overlap = plan.config.overlap;
   if (s.d > 1 && overlap.overlap_grad_reduce) flag("--overlap-grad-reduce");
   if (s.d > 1 && overlap.grad_bucket_params > 0) {
     flag("--ddp-bucket-size", std::to_string(overlap.grad_bucket_params));
   }
   if (overlap.tp_comm_overlap) flag("--tp-comm-overlap");
+}
 
+// The arguments file: comments (the plan, where the names come from, the world size, what
+// differs from the plan), then one argument a line.
+std::string MegatronText(const PlanFile& plan, const Shape& s, const FrameworkExport& out,
+                         const MegatronFlags& flags) {
   std::string text = "# Megatron-LM arguments for the pipecast plan " + PlanLabel(plan, s) + "\n";
   text += fmt::format("# flag names read from {}; docs/frameworks.md\n", kMegatronSource);
   text += fmt::format(
@@ -299,10 +316,23 @@ FrameworkExport ExportMegatron(const PlanFile& plan, const ExportRequest& reques
       "# use: pretrain_gpt.py $(grep -v '^#' THIS_FILE) with your model, data, optimizer "
       "and precision flags\n";
   for (const std::string& d : out.differences) text += "# differs from the plan: " + d + "\n";
-  for (const auto& [name, value] : flags) {
+  for (const auto& [name, value] : flags.list) {
     text += value.empty() ? name + "\n" : name + " " + value + "\n";
   }
-  out.text = std::move(text);
+  return text;
+}
+
+FrameworkExport ExportMegatron(const PlanFile& plan, const ExportRequest& request) {
+  const Shape s = ShapeOf(plan);
+  FrameworkExport out;
+  out.framework = Framework::kMegatron;
+  MegatronFlags flags;
+  MegatronLayoutFlags(plan, request, s, flags);
+  MegatronScheduleDifferences(s, &out);
+  MegatronPartitionFlags(plan, request, s, flags, &out);
+  MegatronRecomputeFlags(plan.config, flags, &out);
+  MegatronDataParallelFlags(plan, s, flags, &out);
+  out.text = MegatronText(plan, s, out, flags);
   return out;
 }
 
@@ -341,11 +371,9 @@ const char* TorchtitanScheduleName(ScheduleKind kind) {
   }
 }
 
-FrameworkExport ExportTorchtitan(const PlanFile& plan, const ExportRequest& request) {
-  const Shape s = ShapeOf(plan);
-  FrameworkExport out;
-  out.framework = Framework::kTorchtitan;
-  std::vector<std::string> training, parallelism, checkpoint;
+// [training]: the batch and sequence length.
+std::vector<std::string> TorchtitanTraining(const Shape& s, const ExportRequest& request) {
+  std::vector<std::string> training;
   // torchtitan's train.py: gradient accumulation steps = global / (local x d). With pipeline
   // parallelism the schedule splits local_batch_size into m micro-batches (one step); without,
   // each step is one micro-batch (m steps).
@@ -354,8 +382,12 @@ FrameworkExport ExportTorchtitan(const PlanFile& plan, const ExportRequest& requ
   if (request.sequence_length > 0) {
     training.push_back(fmt::format("seq_len = {}", request.sequence_length));
   }
+  return training;
+}
 
-  // Data parallelism: DDP (replicate) only alone; FSDP (shard) and HSDP otherwise.
+// Data parallelism: DDP (replicate) only alone; FSDP (shard) and HSDP otherwise.
+void TorchtitanDataParallel(const PlanFile& plan, const Shape& s,
+                            std::vector<std::string>* parallelism, FrameworkExport* out) {
   int replicate = 1, shard = 1;
   std::string reshard;
   if (s.d > 1) {
@@ -371,12 +403,12 @@ FrameworkExport ExportTorchtitan(const PlanFile& plan, const ExportRequest& requ
       const bool reshard_after = s.zero == 3 && sharding.reshard_after_forward;
       reshard = reshard_after ? "always" : "never";
       if (s.zero == 0) {
-        out.differences.push_back(
+        out->differences.push_back(
             "torchtitan runs DDP (replicated data parallelism, ZeRO-0) only without tensor or "
             "pipeline parallelism; the closest it runs, written here: FSDP over the d replicas "
             "with fsdp_reshard_after_forward = \"never\"");
       } else if (s.zero < 3) {
-        out.differences.push_back(fmt::format(
+        out->differences.push_back(fmt::format(
             "torchtitan has no ZeRO-{} (it shards parameters, gradients and optimizer state "
             "together with FSDP); the closest it runs, written here: FSDP with "
             "fsdp_reshard_after_forward = \"never\" (parameters stay gathered from forward to "
@@ -384,46 +416,81 @@ FrameworkExport ExportTorchtitan(const PlanFile& plan, const ExportRequest& requ
             s.zero));
       }
       if (s.zero >= 2 && !sharding.prefetch) {
-        out.differences.push_back(
+        out->differences.push_back(
             "torchtitan's FSDP2 always prefetches the next layer's parameters (the plan runs "
             "gathers and reduce-scatters in turn with the compute, shard prefetch off); it "
             "has no setting to turn that off");
       }
       if (s.zero >= 2 && !sharding.reduce_every_microbatch && s.m > 1) {
-        out.differences.push_back(
+        out->differences.push_back(
             "torchtitan reduce-scatters gradients after every micro-batch (FSDP2 without "
             "set_requires_gradient_sync(False)); the plan reduces once per step (no_sync), which "
             "torchtitan has no setting for");
       }
     }
   }
-  parallelism.push_back(fmt::format("data_parallel_replicate_degree = {}", replicate));
-  parallelism.push_back(fmt::format("data_parallel_shard_degree = {}", shard));
+  parallelism->push_back(fmt::format("data_parallel_replicate_degree = {}", replicate));
+  parallelism->push_back(fmt::format("data_parallel_shard_degree = {}", shard));
   if (!reshard.empty()) {
-    parallelism.push_back("fsdp_reshard_after_forward = " + TomlString(reshard));
+    parallelism->push_back("fsdp_reshard_after_forward = " + TomlString(reshard));
   }
-  parallelism.push_back(fmt::format("tensor_parallel_degree = {}", s.t));
+}
+
+// Tensor and context parallelism.
+void TorchtitanTensorAndContext(const PlanFile& plan, const Shape& s,
+                                std::vector<std::string>* parallelism, FrameworkExport* out) {
+  parallelism->push_back(fmt::format("tensor_parallel_degree = {}", s.t));
   if (plan.config.layout.context_parallel > 1) {
     // PyTorch's context parallelism: "alltoall" rotates the K/V shards around the ring,
     // "allgather" gathers them (torchtitan's default).
-    parallelism.push_back(
+    parallelism->push_back(
         fmt::format("context_parallel_degree = {}", plan.config.layout.context_parallel));
-    parallelism.push_back(fmt::format(
+    parallelism->push_back(fmt::format(
         "context_parallel_rotate_method = {}",
         TomlString(plan.config.layout.cp_algorithm == CpAlgorithm::kAllGather ? "allgather"
                                                                               : "alltoall")));
   }
   if (s.t > 1 && !s.sp) {
-    out.differences.push_back(
+    out->differences.push_back(
         "torchtitan's tensor parallelism always shards the norms over the sequence (sequence "
         "parallelism); the plan has it off: the closest torchtitan runs is with it on");
   }
   if (plan.config.overlap.tp_comm_overlap) {
-    parallelism.push_back("enable_async_tensor_parallel = true");
-    out.notes.push_back(
+    parallelism->push_back("enable_async_tensor_parallel = true");
+    out->notes.push_back(
         "enable_async_tensor_parallel takes effect only with torch.compile ([compile] enable)");
   }
-  parallelism.push_back(fmt::format("pipeline_parallel_degree = {}", s.p));
+}
+
+// The partition, as torchtitan's module names (generate_llm_fqn_per_model_part's).
+std::string TorchtitanModuleFqns(const PlanFile& plan, const ExportRequest& request) {
+  const int num_layers = static_cast<int>(request.layer_names.size());
+  const LayerRoles roles = RolesOf(request.layer_names);
+  std::string parts = "module_fqns_per_model_part = [";
+  int next_block = 0;
+  for (size_t st = 0; st < plan.partition.size(); ++st) {
+    std::vector<std::string> names;
+    if (st == 0) names.push_back("tok_embeddings");
+    for (int l = plan.partition[st].first_layer; l <= plan.partition[st].last_layer; ++l) {
+      if (IsTransformerLayer(l, num_layers, roles)) {
+        names.push_back(fmt::format("layers.{}", next_block++));
+      }
+    }
+    if (st + 1 == plan.partition.size()) {
+      names.push_back("norm");
+      names.push_back("output");
+    }
+    std::string row;
+    for (const std::string& n : names) row += (row.empty() ? "" : ", ") + TomlString(n);
+    parts += (st == 0 ? "[" : ", [") + row + "]";
+  }
+  return parts + "]";
+}
+
+// Pipeline parallelism: the schedule class, its CSV and the partition.
+void TorchtitanPipeline(const PlanFile& plan, const ExportRequest& request, const Shape& s,
+                        std::vector<std::string>* parallelism, FrameworkExport* out) {
+  parallelism->push_back(fmt::format("pipeline_parallel_degree = {}", s.p));
   if (s.p > 1) {
     // The placement comes from the schedule class's name; the order from the CSV.
     const char* name = s.v_placement ? "ZBVZeroBubble" : s.v > 1 ? "Interleaved1F1B" : "1F1B";
@@ -433,7 +500,7 @@ FrameworkExport ExportTorchtitan(const PlanFile& plan, const ExportRequest& requ
       if (v_kind ? s.v_placement : single ? s.v == 1 : s.v > 1 && s.looped) name = builtin;
     }
     if (s.bidirectional || s.kind == ScheduleKind::kPipeDream) {
-      out.differences.push_back(fmt::format(
+      out->differences.push_back(fmt::format(
           "torchtitan cannot run {} ({}); the closest it runs, written here: {} without the "
           "schedule CSV",
           s.schedule_name,
@@ -441,69 +508,50 @@ FrameworkExport ExportTorchtitan(const PlanFile& plan, const ExportRequest& requ
                           : "asynchronous, no flush",
           name));
     }
-    parallelism.push_back("pipeline_parallel_schedule = " + TomlString(name));
+    parallelism->push_back("pipeline_parallel_schedule = " + TomlString(name));
     if (!s.bidirectional && s.kind != ScheduleKind::kPipeDream) {
       if (request.schedule_csv.empty()) {
-        out.notes.push_back(fmt::format(
+        out->notes.push_back(fmt::format(
             "no schedule CSV was written, so torchtitan runs its own {} order, not the plan's",
             name));
       } else {
-        parallelism.push_back("pipeline_parallel_schedule_csv = " +
-                              TomlString(request.schedule_csv));
+        parallelism->push_back("pipeline_parallel_schedule_csv = " +
+                               TomlString(request.schedule_csv));
       }
     }
-    parallelism.push_back(fmt::format("pipeline_parallel_microbatch_size = {}", s.mbs));
+    parallelism->push_back(fmt::format("pipeline_parallel_microbatch_size = {}", s.mbs));
     if (TraitsOf(s.kind).overlapped_pairs && !request.schedule_csv.empty()) {
-      out.notes.push_back(
+      out->notes.push_back(
           "the CSV's overlapped F&B pairs (OVERLAP_F_B) run one after the other unless a custom "
           "OVERLAP_F_B function is registered: torchtitan registers its overlap only on "
           "ScheduleDualPipeV built without a CSV");
     }
-    // The partition, as torchtitan's module names (generate_llm_fqn_per_model_part's).
-    if (!s.bidirectional) {
-      const int num_layers = static_cast<int>(request.layer_names.size());
-      const LayerRoles roles = RolesOf(request.layer_names);
-      std::string parts = "module_fqns_per_model_part = [";
-      int next_block = 0;
-      for (size_t st = 0; st < plan.partition.size(); ++st) {
-        std::vector<std::string> names;
-        if (st == 0) names.push_back("tok_embeddings");
-        for (int l = plan.partition[st].first_layer; l <= plan.partition[st].last_layer; ++l) {
-          if (IsTransformerLayer(l, num_layers, roles)) {
-            names.push_back(fmt::format("layers.{}", next_block++));
-          }
-        }
-        if (st + 1 == plan.partition.size()) {
-          names.push_back("norm");
-          names.push_back("output");
-        }
-        std::string row;
-        for (const std::string& n : names) row += (row.empty() ? "" : ", ") + TomlString(n);
-        parts += (st == 0 ? "[" : ", [") + row + "]";
-      }
-      parallelism.push_back(parts + "]");
-    }
+    if (!s.bidirectional) parallelism->push_back(TorchtitanModuleFqns(plan, request));
   }
+}
 
-  switch (plan.config.recompute) {
+// [activation_checkpoint]: the mode and option closest to the plan's recomputation.
+std::vector<std::string> TorchtitanCheckpoint(const TrainingConfig& config, FrameworkExport* out) {
+  std::vector<std::string> checkpoint;
+  switch (config.recompute) {
     case Recompute::kOff:
       checkpoint.push_back("mode = \"none\"");
       break;
     case Recompute::kSelective:
       checkpoint.push_back("mode = \"selective\"");
       checkpoint.push_back("selective_ac_option = \"op\"");
-      out.notes.push_back(
+      out->notes.push_back(
           "torchtitan's selective (op) checkpointing keeps a policy's list of ops (matmuls, "
           "attention), not exactly the plan's recomputed attention core");
       break;
     case Recompute::kFull:
       checkpoint.push_back("mode = \"full\"");
-      if (plan.config.recompute_layers.method != RecomputeMethod::kEachLayer) {
-        out.differences.push_back(fmt::format(
+      if (config.recompute_layers.method != RecomputeMethod::kEachLayer) {
+        out->differences.push_back(fmt::format(
             "torchtitan has no Megatron-LM recompute method ({} {}); the closest it runs, "
             "written here: full checkpointing of every block",
-            RecomputeMethodName(plan.config.recompute_layers.method),
-            plan.config.recompute_layers.num_layers));
+            RecomputeMethodName(config.recompute_layers.method),
+            config.recompute_layers.num_layers));
       }
       break;
     case Recompute::kOp:
@@ -513,10 +561,18 @@ FrameworkExport ExportTorchtitan(const PlanFile& plan, const ExportRequest& requ
     case Recompute::kEvery:
       checkpoint.push_back("mode = \"selective\"");
       checkpoint.push_back(
-          fmt::format("selective_ac_option = \"{}\"", plan.config.recompute_layers.every));
+          fmt::format("selective_ac_option = \"{}\"", config.recompute_layers.every));
       break;
   }
+  return checkpoint;
+}
 
+// The job config: comments (the plan, where the keys come from, what differs from the plan),
+// then its three sections.
+std::string TorchtitanText(const PlanFile& plan, const Shape& s, const FrameworkExport& out,
+                           const std::vector<std::string>& training,
+                           const std::vector<std::string>& parallelism,
+                           const std::vector<std::string>& checkpoint) {
   std::string text = "# torchtitan job config for the pipecast plan " + PlanLabel(plan, s) + "\n";
   text += fmt::format("# keys read from {}; docs/frameworks.md\n", kTorchtitanSource);
   text += "# merge into your model's train config ([model], [optimizer], data are yours)\n";
@@ -528,7 +584,20 @@ FrameworkExport ExportTorchtitan(const PlanFile& plan, const ExportRequest& requ
   section("training", training);
   section("parallelism", parallelism);
   section("activation_checkpoint", checkpoint);
-  out.text = std::move(text);
+  return text;
+}
+
+FrameworkExport ExportTorchtitan(const PlanFile& plan, const ExportRequest& request) {
+  const Shape s = ShapeOf(plan);
+  FrameworkExport out;
+  out.framework = Framework::kTorchtitan;
+  const std::vector<std::string> training = TorchtitanTraining(s, request);
+  std::vector<std::string> parallelism;
+  TorchtitanDataParallel(plan, s, &parallelism, &out);
+  TorchtitanTensorAndContext(plan, s, &parallelism, &out);
+  TorchtitanPipeline(plan, request, s, &parallelism, &out);
+  const std::vector<std::string> checkpoint = TorchtitanCheckpoint(plan.config, &out);
+  out.text = TorchtitanText(plan, s, out, training, parallelism, checkpoint);
   return out;
 }
 
@@ -569,19 +638,13 @@ void DeepSpeedSharding(const ShardingConfig& sharding, const Shape& s, int stage
   }
 }
 
-FrameworkExport ExportDeepSpeed(const PlanFile& plan, const ExportRequest& request) {
-  const Shape s = ShapeOf(plan);
-  FrameworkExport out;
-  out.framework = Framework::kDeepSpeed;
-  nlohmann::ordered_json j;
-  j["train_batch_size"] = s.global_batch;
-  j["train_micro_batch_size_per_gpu"] = s.mbs;
-  j["gradient_accumulation_steps"] = s.m;
-
+// zero_optimization: the stage (1 at most with pipeline parallelism), overlap and buckets, and
+// the sharding settings.
+nlohmann::ordered_json DeepSpeedZero(const PlanFile& plan, const Shape& s, FrameworkExport* out) {
   int stage = s.zero;
   if (s.p > 1 && s.zero >= 2) {
     stage = 1;
-    out.differences.push_back(fmt::format(
+    out->differences.push_back(fmt::format(
         "DeepSpeed's pipeline engine refuses ZeRO-2 and ZeRO-3 (\"ZeRO-2 and ZeRO-3 are "
         "incompatible with pipeline parallelism\"); the closest it runs, written here: stage 1 "
         "(plan: ZeRO-{})",
@@ -595,33 +658,32 @@ FrameworkExport ExportDeepSpeed(const PlanFile& plan, const ExportRequest& reque
       zero["reduce_bucket_size"] = plan.config.overlap.grad_bucket_params;
     }
   }
-  if (stage >= 2 && s.d > 1) DeepSpeedSharding(plan.config.memory.sharding, s, stage, &zero, &out);
-  j["zero_optimization"] = zero;
+  if (stage >= 2 && s.d > 1) DeepSpeedSharding(plan.config.memory.sharding, s, stage, &zero, out);
+  return zero;
+}
 
+// tensor_parallel (AutoTP).
+void DeepSpeedTensorParallel(const PlanFile& plan, const Shape& s, nlohmann::ordered_json* j,
+                             FrameworkExport* out) {
   if (s.t > 1) {
     nlohmann::ordered_json tp;
     tp["autotp_size"] = s.t;
     if (plan.config.overlap.tp_comm_overlap) tp["tp_overlap_comm"] = true;
-    j["tensor_parallel"] = tp;
-    out.notes.push_back(
+    (*j)["tensor_parallel"] = tp;
+    out->notes.push_back(
         "tensor parallelism is written as AutoTP (tensor_parallel.autotp_size); with a "
         "PipelineModule DeepSpeed takes it from the model parallel unit (mpu) you pass instead");
     if (s.sp) {
-      out.differences.push_back(
+      out->differences.push_back(
           "DeepSpeed has no Megatron-style sequence parallelism over the tensor-parallel GPUs; "
           "the closest it runs, written here: tensor parallelism without it");
     }
   }
+}
 
-  if (plan.config.layout.context_parallel > 1) {
-    out.differences.push_back(fmt::format(
-        "DeepSpeed has no ring or all-gather context parallelism (its sequence parallelism, "
-        "Ulysses, is an all-to-all over the attention heads, set in the model code, not in this "
-        "config); the plan splits each sequence over cp = {} GPUs: the closest written here runs "
-        "without it, on {} x fewer GPUs per replica",
-        plan.config.layout.context_parallel, plan.config.layout.context_parallel));
-  }
-
+// pipeline: stages, partition method and checkpoint interval, and the schedule it runs.
+void DeepSpeedPipeline(const PlanFile& plan, const ExportRequest& request, const Shape& s,
+                       nlohmann::ordered_json* j, FrameworkExport* out) {
   if (s.p > 1) {
     nlohmann::ordered_json pipe;
     pipe["stages"] = s.p;
@@ -638,15 +700,15 @@ FrameworkExport ExportDeepSpeed(const PlanFile& plan, const ExportRequest& reque
               ? layers.num_layers
               : 1;
     }
-    j["pipeline"] = pipe;
+    (*j)["pipeline"] = pipe;
     if (s.v > 1 || s.bidirectional ||
         (s.kind != ScheduleKind::k1F1B && s.kind != ScheduleKind::kCustom)) {
-      out.differences.push_back(fmt::format(
+      out->differences.push_back(fmt::format(
           "DeepSpeed's pipeline engine runs one schedule, its TrainSchedule (1F1B, one stage per "
           "rank), not {}; the closest it runs, written here: that schedule with {} stages",
           s.schedule_name, s.p));
     } else if (s.kind == ScheduleKind::kCustom) {
-      out.differences.push_back(
+      out->differences.push_back(
           "DeepSpeed's pipeline engine runs only its TrainSchedule (1F1B), not a custom order; "
           "written here: that schedule");
     }
@@ -656,26 +718,52 @@ FrameworkExport ExportDeepSpeed(const PlanFile& plan, const ExportRequest& reque
         bounds +=
             (bounds.empty() ? "" : ", ") + fmt::format("{}-{}", st.first_layer, st.last_layer);
       }
-      out.notes.push_back(fmt::format(
+      out->notes.push_back(fmt::format(
           "PipelineModule(num_stages={}, partition_method=...) takes the stage boundaries in "
           "code; the plan's layers per stage are {} ({})",
           s.p, bounds, even ? "an even split: partition_method=\"uniform\"" : "not even"));
     }
   }
+}
+
+// activation_checkpointing, and what differs from the plan's recomputation.
+void DeepSpeedCheckpointing(const PlanFile& plan, nlohmann::ordered_json* j, FrameworkExport* out) {
   if (plan.config.recompute != Recompute::kOff) {
     nlohmann::ordered_json ac;
     ac["partition_activations"] = false;
     ac["contiguous_memory_optimization"] = false;
     ac["cpu_checkpointing"] = false;
-    j["activation_checkpointing"] = ac;
+    (*j)["activation_checkpointing"] = ac;
     if (plan.config.recompute == Recompute::kSelective || plan.config.recompute == Recompute::kOp ||
         plan.config.recompute == Recompute::kEvery) {
-      out.differences.push_back(fmt::format(
+      out->differences.push_back(fmt::format(
           "DeepSpeed checkpoints whole layers (deepspeed.checkpointing), not {}; the closest it "
           "runs, written here: full recomputation of every layer",
           RecomputeSpec(plan.config.recompute, plan.config.recompute_layers)));
     }
   }
+}
+
+FrameworkExport ExportDeepSpeed(const PlanFile& plan, const ExportRequest& request) {
+  const Shape s = ShapeOf(plan);
+  FrameworkExport out;
+  out.framework = Framework::kDeepSpeed;
+  nlohmann::ordered_json j;
+  j["train_batch_size"] = s.global_batch;
+  j["train_micro_batch_size_per_gpu"] = s.mbs;
+  j["gradient_accumulation_steps"] = s.m;
+  j["zero_optimization"] = DeepSpeedZero(plan, s, &out);
+  DeepSpeedTensorParallel(plan, s, &j, &out);
+  if (plan.config.layout.context_parallel > 1) {
+    out.differences.push_back(fmt::format(
+        "DeepSpeed has no ring or all-gather context parallelism (its sequence parallelism, "
+        "Ulysses, is an all-to-all over the attention heads, set in the model code, not in this "
+        "config); the plan splits each sequence over cp = {} GPUs: the closest written here runs "
+        "without it, on {} x fewer GPUs per replica",
+        plan.config.layout.context_parallel, plan.config.layout.context_parallel));
+  }
+  DeepSpeedPipeline(plan, request, s, &j, &out);
+  DeepSpeedCheckpointing(plan, &j, &out);
   out.text = j.dump(2) + "\n";
   return out;
 }

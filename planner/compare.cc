@@ -28,32 +28,33 @@ Status BadWord(const std::string& word, const std::string& expected) {
       fmt::format("--compare-to: '{}' is not a configuration word: {}", word, expected));
 }
 
-// One word of PinConfiguration into `o`.
-Status PinWord(const std::string& word, PlannerOptions* o) {
-  const size_t eq = word.find('=');
-  const std::string key = eq == std::string::npos ? word : word.substr(0, eq);
-  const std::string value = eq == std::string::npos ? "" : word.substr(eq + 1);
-  if (eq == std::string::npos) {
-    if (key == "sp") {
-      o->sequence_parallel = PlannerOptions::SequenceParallel::kOn;
-      return Status::Ok();
-    }
-    if (Result<ScheduleKind> kind = ParseScheduleKind(key); kind.ok()) {
-      o->schedules = {*kind};
-      return Status::Ok();
-    }
-    return BadWord(word,
-                   "expected key=value (t=, p=, d=, v=, mbs=, m=, recompute=, zero=, ...), "
-                   "sp, or a schedule's name");
+// A bare word of PinConfiguration (sp, or a schedule's name) into `o`.
+Status PinBareWord(const std::string& word, PlannerOptions* o) {
+  if (word == "sp") {
+    o->sequence_parallel = PlannerOptions::SequenceParallel::kOn;
+    return Status::Ok();
   }
-  const std::optional<int> number = PositiveInt(value);
-  auto need_number = [&](int min) -> Status {
+  if (Result<ScheduleKind> kind = ParseScheduleKind(word); kind.ok()) {
+    o->schedules = {*kind};
+    return Status::Ok();
+  }
+  return BadWord(word,
+                 "expected key=value (t=, p=, d=, v=, mbs=, m=, recompute=, zero=, ...), "
+                 "sp, or a schedule's name");
+}
+
+// A key=value word of PinConfiguration, and the checks of its value.
+struct KeyValue {
+  std::string word, key, value;
+  std::optional<int> number;  // the value as a whole number >= 0, if it is one
+
+  Status NeedNumber(int min) const {
     if (!number || *number < min) {
       return BadWord(word, fmt::format("{} takes a whole number of at least {}", key, min));
     }
     return Status::Ok();
-  };
-  auto on_off = [&](PlannerOptions::Choice* out, const char* on, const char* off) -> Status {
+  }
+  Status OnOff(PlannerOptions::Choice* out, const char* on, const char* off) const {
     if (value == on) {
       *out = PlannerOptions::Choice::kOn;
     } else if (value == off) {
@@ -62,69 +63,95 @@ Status PinWord(const std::string& word, PlannerOptions* o) {
       return BadWord(word, fmt::format("{} is {} or {}", key, on, off));
     }
     return Status::Ok();
-  };
-  if (key == "t") {
-    PIPECAST_RETURN_IF_ERROR(need_number(1));
-    o->tensor_parallel = {*number};
-  } else if (key == "sp") {
+  }
+};
+
+// The layout keys (t, sp, p, d, v, mbs, m) into `o`; nullopt for another key.
+std::optional<Status> PinLayoutKey(const KeyValue& kv, PlannerOptions* o) {
+  if (kv.key == "t") {
+    PIPECAST_RETURN_IF_ERROR(kv.NeedNumber(1));
+    o->tensor_parallel = {*kv.number};
+  } else if (kv.key == "sp") {
     PlannerOptions::Choice sp = PlannerOptions::Choice::kAuto;
-    PIPECAST_RETURN_IF_ERROR(on_off(&sp, "on", "off"));
+    PIPECAST_RETURN_IF_ERROR(kv.OnOff(&sp, "on", "off"));
     o->sequence_parallel = sp == PlannerOptions::Choice::kOn
                                ? PlannerOptions::SequenceParallel::kOn
                                : PlannerOptions::SequenceParallel::kOff;
-  } else if (key == "p") {
-    PIPECAST_RETURN_IF_ERROR(need_number(1));
-    o->pipeline_stages = *number;
-  } else if (key == "d") {
-    PIPECAST_RETURN_IF_ERROR(need_number(1));
-    o->data_parallel = *number;
-  } else if (key == "v") {
-    PIPECAST_RETURN_IF_ERROR(need_number(2));
-    o->chunks = {*number};
-  } else if (key == "mbs") {
-    PIPECAST_RETURN_IF_ERROR(need_number(1));
-    o->microbatch_sizes = {*number};
-  } else if (key == "m") {
-    PIPECAST_RETURN_IF_ERROR(need_number(1));
-    o->microbatches = *number;
-  } else if (key == "schedule") {
-    Result<ScheduleKind> kind = ParseScheduleKind(value);
-    if (!kind.ok()) return BadWord(word, kind.status().message());
+  } else if (kv.key == "p") {
+    PIPECAST_RETURN_IF_ERROR(kv.NeedNumber(1));
+    o->pipeline_stages = *kv.number;
+  } else if (kv.key == "d") {
+    PIPECAST_RETURN_IF_ERROR(kv.NeedNumber(1));
+    o->data_parallel = *kv.number;
+  } else if (kv.key == "v") {
+    PIPECAST_RETURN_IF_ERROR(kv.NeedNumber(2));
+    o->chunks = {*kv.number};
+  } else if (kv.key == "mbs") {
+    PIPECAST_RETURN_IF_ERROR(kv.NeedNumber(1));
+    o->microbatch_sizes = {*kv.number};
+  } else if (kv.key == "m") {
+    PIPECAST_RETURN_IF_ERROR(kv.NeedNumber(1));
+    o->microbatches = *kv.number;
+  } else {
+    return std::nullopt;
+  }
+  return Status::Ok();
+}
+
+// The schedule, recomputation, ZeRO, partition and sharding keys into `o`;
+// nullopt for another key.
+std::optional<Status> PinRunKey(const KeyValue& kv, PlannerOptions* o) {
+  if (kv.key == "schedule") {
+    Result<ScheduleKind> kind = ParseScheduleKind(kv.value);
+    if (!kind.ok()) return BadWord(kv.word, kind.status().message());
     o->schedules = {*kind};
-  } else if (key == "recompute") {
+  } else if (kv.key == "recompute") {
     RecomputeChoice choice;
-    if (!ParseRecomputeSpec(value, &choice.recompute, &choice.layers)) {
-      return BadWord(word, "recompute is off, selective, full, op or every:K");
+    if (!ParseRecomputeSpec(kv.value, &choice.recompute, &choice.layers)) {
+      return BadWord(kv.word, "recompute is off, selective, full, op or every:K");
     }
     o->recompute = RecomputeMode::kListed;
     o->recompute_listed = {choice};
-  } else if (key == "zero") {
-    PIPECAST_RETURN_IF_ERROR(need_number(0));
-    if (*number > kMaxZeroLevel) return BadWord(word, "zero is 0, 1, 2 or 3");
-    o->zero_levels = {*number};
-  } else if (key == "partition") {
-    Result<PartitionRule> rule = ParsePartitionRule(value, "--compare-to partition");
+  } else if (kv.key == "zero") {
+    PIPECAST_RETURN_IF_ERROR(kv.NeedNumber(0));
+    if (*kv.number > kMaxZeroLevel) return BadWord(kv.word, "zero is 0, 1, 2 or 3");
+    o->zero_levels = {*kv.number};
+  } else if (kv.key == "partition") {
+    Result<PartitionRule> rule = ParsePartitionRule(kv.value, "--compare-to partition");
     if (!rule.ok() || *rule == PartitionRule::kGiven) {
-      return BadWord(word, "partition is balanced or even");
+      return BadWord(kv.word, "partition is balanced or even");
     }
     o->partition_rules = {*rule};
-  } else if (key == "reshard") {
-    PIPECAST_RETURN_IF_ERROR(on_off(&o->sharding.reshard_after_forward, "on", "off"));
-  } else if (key == "prefetch") {
+  } else if (kv.key == "reshard") {
+    PIPECAST_RETURN_IF_ERROR(kv.OnOff(&o->sharding.reshard_after_forward, "on", "off"));
+  } else if (kv.key == "prefetch") {
     PlannerOptions::Choice prefetch = PlannerOptions::Choice::kAuto;
-    PIPECAST_RETURN_IF_ERROR(on_off(&prefetch, "on", "off"));
+    PIPECAST_RETURN_IF_ERROR(kv.OnOff(&prefetch, "on", "off"));
     o->sharding.prefetch = prefetch == PlannerOptions::Choice::kOn;
-  } else if (key == "reduce") {
-    PIPECAST_RETURN_IF_ERROR(on_off(&o->sharding.reduce_every_microbatch, "every", "once"));
-  } else if (key == "shard-group") {
-    PIPECAST_RETURN_IF_ERROR(need_number(0));
-    o->sharding.shard_group = *number;
+  } else if (kv.key == "reduce") {
+    PIPECAST_RETURN_IF_ERROR(kv.OnOff(&o->sharding.reduce_every_microbatch, "every", "once"));
+  } else if (kv.key == "shard-group") {
+    PIPECAST_RETURN_IF_ERROR(kv.NeedNumber(0));
+    o->sharding.shard_group = *kv.number;
   } else {
-    return BadWord(word,
-                   "the keys are t, sp, p, d, v, mbs, m, schedule, recompute, zero, "
-                   "partition, reshard, prefetch, reduce and shard-group");
+    return std::nullopt;
   }
   return Status::Ok();
+}
+
+// One word of PinConfiguration into `o`.
+Status PinWord(const std::string& word, PlannerOptions* o) {
+  const size_t eq = word.find('=');
+  if (eq == std::string::npos) return PinBareWord(word, o);
+  const KeyValue kv{.word = word,
+                    .key = word.substr(0, eq),
+                    .value = word.substr(eq + 1),
+                    .number = PositiveInt(word.substr(eq + 1))};
+  if (std::optional<Status> pinned = PinLayoutKey(kv, o)) return *pinned;
+  if (std::optional<Status> pinned = PinRunKey(kv, o)) return *pinned;
+  return BadWord(word,
+                 "the keys are t, sp, p, d, v, mbs, m, schedule, recompute, zero, "
+                 "partition, reshard, prefetch, reduce and shard-group");
 }
 
 }  // namespace

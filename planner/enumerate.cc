@@ -284,12 +284,47 @@ std::vector<ScheduleKind> SchedulesAt(const PlannerOptions& options, int p) {
   return listed;
 }
 
+// A candidate's configuration: the layout and the choices at this point of
+// the search, the rest (memory, overlap, optimizer step) from the options.
+void FillCandidateConfig(const PlannerOptions& options, const ParallelLayout& layout,
+                         ScheduleKind schedule, int microbatch_size,
+                         const RecomputeChoice& recompute, int zero, TrainingConfig* config) {
+  config->layout = layout;
+  config->schedule = schedule;
+  config->microbatch_size = microbatch_size;
+  config->recompute = recompute.recompute;
+  config->recompute_layers = recompute.layers;
+  config->memory = options.memory;
+  config->memory.zero = zero;
+  config->overlap = options.overlap;
+  config->overlap.tp_comm_overlap = options.overlap.tp_comm_overlap && layout.tensor_parallel > 1;
+  config->optimizer_step = options.optimizer_step;
+}
+
+// What one EnumerateAt() call walks: the search's options and cluster, the
+// batch and what the model allows, all fixed for one Enumerate(), and the GPU
+// group (t, sp, cp) that changes between calls.
+struct EnumerateRequest {
+  const PlannerOptions* options = nullptr;  // the search space
+  const Cluster* cluster = nullptr;
+  int64_t global_batch = 0;
+  int layers = 0;      // the model's layer count
+  bool split = false;  // the model's layers split the backward into I and W
+  std::vector<RecomputeChoice> recompute_modes;
+  int t = 1;        // tensor-parallel degree
+  bool sp = false;  // sequence parallelism
+  int cp = 1;       // context-parallel degree
+};
+
 // Enumerate() at one tensor-parallel degree, sequence-parallel setting and
-// context-parallel degree.
-void EnumerateAt(const PlannerOptions& options, const Cluster& cluster, int64_t global_batch, int t,
-                 bool sp, int cp, int layers, bool split,
-                 const std::vector<RecomputeChoice>& recompute_modes, std::vector<Candidate>* out,
+// context-parallel degree: candidates to `out`, those refused to `rejected`.
+void EnumerateAt(const EnumerateRequest& at, std::vector<Candidate>* out,
                  std::vector<Rejection>* rejected) {
+  const PlannerOptions& options = *at.options;
+  const Cluster& cluster = *at.cluster;
+  const int64_t global_batch = at.global_batch;
+  const int layers = at.layers, t = at.t, cp = at.cp;
+  const bool sp = at.sp;
   for (const auto& [p, d] : PipelineSplits(options, options.gpus / (t * cp), layers)) {
     // Megatron-LM's parallel folding: each (ep, etp) whose product divides t x cp x d.
     for (const auto& [ep, etp] : ExpertLayouts(options, int64_t{t} * cp * d)) {
@@ -301,28 +336,21 @@ void EnumerateAt(const PlannerOptions& options, const Cluster& cluster, int64_t 
                                                 : traits.uses_chunks ? options.chunks
                                                                      : std::vector<int>{1};
           for (int v : chunk_counts) {
-            for (const RecomputeChoice& recompute : recompute_modes) {
+            for (const RecomputeChoice& recompute : at.recompute_modes) {
               for (int zero : ZeroLevels(options, d * cp)) {
                 Candidate c;
                 TrainingConfig& config = c.config;
-                config.layout.tensor_parallel = t;
-                config.layout.sequence_parallel = sp;
-                config.layout.context_parallel = cp;
-                config.layout.expert_parallel = ep;
-                config.layout.expert_tensor_parallel = etp;
-                config.layout.cp_algorithm = options.cp_algorithm;
-                config.layout.pipeline_stages = p;
-                config.layout.data_parallel = d;
-                config.layout.chunks = v;
-                config.schedule = schedule;
-                config.microbatch_size = size;
-                config.recompute = recompute.recompute;
-                config.recompute_layers = recompute.layers;
-                config.memory = options.memory;
-                config.memory.zero = zero;
-                config.overlap = options.overlap;
-                config.overlap.tp_comm_overlap = options.overlap.tp_comm_overlap && t > 1;
-                config.optimizer_step = options.optimizer_step;
+                FillCandidateConfig(options,
+                                    ParallelLayout{.tensor_parallel = t,
+                                                   .sequence_parallel = sp,
+                                                   .pipeline_stages = p,
+                                                   .data_parallel = d,
+                                                   .chunks = v,
+                                                   .context_parallel = cp,
+                                                   .cp_algorithm = options.cp_algorithm,
+                                                   .expert_parallel = ep,
+                                                   .expert_tensor_parallel = etp},
+                                    schedule, size, recompute, zero, &config);
                 const int64_t per_step = int64_t{size} * d;
                 if (global_batch % per_step != 0) {
                   rejected->push_back(Rejection{
@@ -337,7 +365,7 @@ void EnumerateAt(const PlannerOptions& options, const Cluster& cluster, int64_t 
                 if (options.microbatches > 0 && config.microbatches != options.microbatches) {
                   continue;
                 }
-                if (std::string why = ScheduleConstraint(c, layers, split); !why.empty()) {
+                if (std::string why = ScheduleConstraint(c, layers, at.split); !why.empty()) {
                   rejected->push_back(Rejection{RejectReason::kScheduleConstraint, c, why, 0});
                   continue;
                 }
@@ -432,19 +460,24 @@ std::vector<Candidate> Enumerate(const Model& model, const Cluster& cluster,
                                  std::vector<Rejection>* rejected,
                                  std::vector<std::string>* notes) {
   std::vector<Candidate> out;
-  const int layers = static_cast<int>(model.layers.size());
-  const bool split = HasWeightGradientSplit(model);
   PlannerOptions with_experts = options;  // the expert-parallel degrees resolved
   with_experts.expert_parallel = ExpertParallelDegrees(model, options);
-  const std::vector<RecomputeChoice> recompute_modes = RecomputeModes(model, options);
+  EnumerateRequest at{.options = &with_experts,
+                      .cluster = &cluster,
+                      .global_batch = global_batch,
+                      .layers = static_cast<int>(model.layers.size()),
+                      .split = HasWeightGradientSplit(model),
+                      .recompute_modes = RecomputeModes(model, options)};
   const std::vector<int> cps = ContextParallelDegrees(model, options);
   for (int t : TensorParallelDegrees(model, cluster, options, notes)) {
     if (options.gpus % t != 0) continue;
     for (bool sp : SequenceParallelModes(model, options, t)) {
       for (int cp : cps) {
         if (options.gpus % (int64_t{t} * cp) != 0 || !GroupFitsNodes(t, cp, cluster)) continue;
-        EnumerateAt(with_experts, cluster, global_batch, t, sp, cp, layers, split, recompute_modes,
-                    &out, rejected);
+        at.t = t;
+        at.sp = sp;
+        at.cp = cp;
+        EnumerateAt(at, &out, rejected);
       }
     }
   }

@@ -135,10 +135,10 @@ std::string IterationParts(const SimResult& r) {
 // ---------------------------------------------------------------------------
 // Text
 
-std::string ChosenText(const PlanReport& report, const Model& model) {
-  const Candidate& c = report.ranked[0];
-  const SimResult& r = *c.result;
-  std::string out = fmt::format("chosen plan: {}\n", c.Label());
+// The chosen layout: parallelism, pipeline or none, micro-batches, recomputation,
+// sharding and precision.
+std::string ChosenSettings(const Candidate& c, const SimResult& r, bool pipeline) {
+  std::string out;
   if (c.config.layout.tensor_parallel > 1) {
     out += fmt::format(
         "  tensor parallelism   t = {} GPUs of one node per stage, sequence parallelism {}{}: "
@@ -157,8 +157,6 @@ std::string ChosenText(const PlanReport& report, const Model& model) {
         c.config.layout.pipeline_stages, c.config.layout.data_parallel,
         c.config.layout.GradientReplicas());
   }
-  // p = 1: no pipeline, so no schedule, stages or bubble to speak of (issue 28).
-  const bool pipeline = c.config.layout.pipeline_stages > 1;
   if (pipeline) {
     out += fmt::format("  pipeline stages      {} (p), data-parallel degree {} (d): {}\n",
                        c.config.layout.pipeline_stages, c.config.layout.data_parallel,
@@ -191,6 +189,12 @@ std::string ChosenText(const PlanReport& report, const Model& model) {
         Fp8RecipeName(c.config.memory.fp8_recipe), c.config.memory.fp8_weight_bytes_per_param,
         c.config.memory.fp8_param_gather ? "; FP8 primary weights, gathered in FP8" : "");
   }
+  return out;
+}
+
+// Iteration time, throughput and, with a pipeline, its bubble.
+std::string ChosenRates(const PlanReport& report, const SimResult& r, bool pipeline) {
+  std::string out;
   out += fmt::format("  iteration time       {:.3f} ms ({})\n", NsToMs(r.iteration_ns),
                      IterationParts(r));
   out += fmt::format("  throughput           {:.1f} samples/s\n", r.samples_per_s);
@@ -214,8 +218,13 @@ std::string ChosenText(const PlanReport& report, const Model& model) {
         "span)\n",
         PercentText(r.zb_bubble_rate));
   }
+  return out;
+}
 
-  out += pipeline ? "\n  layers per stage:\n" : "\n  layers (every GPU holds all):\n";
+// The layers of each stage (and its rank, with virtual stages).
+std::string ChosenLayers(const Model& model, const Candidate& c, const SimResult& r,
+                         bool pipeline) {
+  std::string out = pipeline ? "\n  layers per stage:\n" : "\n  layers (every GPU holds all):\n";
   // With v chunks per rank, stages are virtual: say which rank holds each.
   std::vector<int> owner(c.partition.size(), -1);
   for (const StageResult& rank : r.per_rank) {
@@ -229,8 +238,12 @@ std::string ChosenText(const PlanReport& report, const Model& model) {
                                  LayerSpan(model, c.partition[s]))
                    : fmt::format("    stage {}: {}\n", s, LayerSpan(model, c.partition[s]));
   }
+  return out;
+}
 
-  out += fmt::format(
+// Each stage's memory by part, against the limit.
+std::string ChosenMemory(const PlanReport& report, const SimResult& r) {
+  std::string out = fmt::format(
       "\n  memory per stage, GiB; limit {}; each part at its own peak; the reserve is the "
       "runtime's, outside the peak:\n",
       MemoryLimitText(report.cluster.gpu));
@@ -258,6 +271,16 @@ std::string ChosenText(const PlanReport& report, const Model& model) {
   }
   out += t.Render("    ");
   return out;
+}
+
+std::string ChosenText(const PlanReport& report, const Model& model) {
+  const Candidate& c = report.ranked[0];
+  const SimResult& r = *c.result;
+  // p = 1: no pipeline, so no schedule, stages or bubble to speak of (issue 28).
+  const bool pipeline = c.config.layout.pipeline_stages > 1;
+  return fmt::format("chosen plan: {}\n", c.Label()) + ChosenSettings(c, r, pipeline) +
+         ChosenRates(report, r, pipeline) + ChosenLayers(model, c, r, pipeline) +
+         ChosenMemory(report, r);
 }
 
 std::string RunnersUpText(const PlanReport& report) {

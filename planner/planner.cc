@@ -229,17 +229,16 @@ Result<CandidateSetup> SetUpCandidate(const Model& model, const Cluster& cluster
   sim.record_timeline = record_timeline;
   const TrainingConfig& config = c.config;
   const int p = config.layout.pipeline_stages, v = config.layout.chunks, m = config.microbatches;
-  Result<Schedule> schedule = Status::Internal("unset");
+  Schedule schedule;
   if (TraitsOf(config.schedule).generate_from_costs != nullptr && !c.partition.empty()) {
     const double limit = AffordableActivations(model, cluster, c);
     PIPECAST_ASSIGN_OR_RETURN(auto costs,
                               ScheduleCostsFor(model, cluster, sim, config.schedule, p, v, limit));
-    schedule = MakeSchedule(config.schedule, p, m, v, costs);
+    PIPECAST_ASSIGN_OR_RETURN(schedule, MakeSchedule(config.schedule, p, m, v, costs));
   } else {
-    schedule = MakeSchedule(config.schedule, p, m, v);
+    PIPECAST_ASSIGN_OR_RETURN(schedule, MakeSchedule(config.schedule, p, m, v));
   }
-  if (!schedule.ok()) return schedule.status();
-  return CandidateSetup{std::move(schedule.value()), std::move(sim)};
+  return CandidateSetup{std::move(schedule), std::move(sim)};
 }
 
 Result<SimResult> SimulateCandidate(const Model& model, const Cluster& cluster,

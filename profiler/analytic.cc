@@ -192,33 +192,30 @@ Result<Model> EstimateTransformerAt(const TransformerSpec& spec, const AnalyticO
   PIPECAST_RETURN_IF_ERROR(options.Validate());
   PIPECAST_RETURN_IF_ERROR(ValidateTensorParallel(spec, tp));
   std::string device;
-  Result<GpuSpec> gpu = LoadGpu(options.gpu_preset, &device);
-  if (!gpu.ok()) return gpu.status();
-  const double bytes_per_s = gpu->memory_bandwidth_gbps * 1e9 * options.memory_efficiency;
-  Rates rates{.flops_per_s = gpu->peak_tflops * 1e12 * options.matmul_efficiency,
+  PIPECAST_ASSIGN_OR_RETURN(GpuSpec gpu, LoadGpu(options.gpu_preset, &device));
+  const double bytes_per_s = gpu.memory_bandwidth_gbps * 1e9 * options.memory_efficiency;
+  Rates rates{.flops_per_s = gpu.peak_tflops * 1e12 * options.matmul_efficiency,
               .bytes_per_s = bytes_per_s,
               .model = options.time_model,
-              .gemm = GemmRates{.peak_flops_per_s = gpu->peak_tflops * 1e12,
+              .gemm = GemmRates{.peak_flops_per_s = gpu.peak_tflops * 1e12,
                                 .hbm_bytes_per_s = bytes_per_s,
                                 .element_bytes = static_cast<double>(options.bytes_per_element),
-                                .preset = GemmPresetFor(*gpu)},
+                                .preset = GemmPresetFor(gpu)},
               .fp8_gemm = {},
               .fp8 = options.fp8,
               .flash = {}};
   if (options.fp8 != Fp8Recipe::kNone) {
     // LoadGpu has checked the bf16 peak, so a GPU without an FP8 peak is refused here.
-    PIPECAST_RETURN_IF_ERROR(CheckFp8Support(options.fp8, *gpu));
-    rates.fp8_gemm = GemmRates{.peak_flops_per_s = gpu->peak_fp8_tflops * 1e12,
+    PIPECAST_RETURN_IF_ERROR(CheckFp8Support(options.fp8, gpu));
+    rates.fp8_gemm = GemmRates{.peak_flops_per_s = gpu.peak_fp8_tflops * 1e12,
                                .hbm_bytes_per_s = bytes_per_s,
                                .element_bytes = kFp8ElementBytes,
-                               .preset = Fp8GemmPresetFor(*gpu)};
+                               .preset = Fp8GemmPresetFor(gpu)};
   }
   if (options.attention != Attention::kEager) {
-    Result<FlashRates> flash =
-        FlashRatesFor(*gpu, FlashKernelOf(options.attention), spec.sequence_length,
-                      AttentionHeadSize(spec), /*causal=*/true);
-    if (!flash.ok()) return flash.status();
-    rates.flash = *flash;
+    PIPECAST_ASSIGN_OR_RETURN(
+        rates.flash, FlashRatesFor(gpu, FlashKernelOf(options.attention), spec.sequence_length,
+                                   AttentionHeadSize(spec), /*causal=*/true));
   }
   const Dims dims{.s = static_cast<double>(spec.sequence_length),
                   .h = static_cast<double>(spec.hidden),
@@ -230,7 +227,7 @@ Result<Model> EstimateTransformerAt(const TransformerSpec& spec, const AnalyticO
 
   Model model;
   model.name = spec.name;
-  model.source = MakeSource(spec, options, *gpu, device, rates);
+  model.source = MakeSource(spec, options, gpu, device, rates);
   model.dtype = DtypeName(options.bytes_per_element);
   model.sequence_length = spec.sequence_length;
   if (spec.global_batch > 0) model.global_batch = spec.global_batch;
@@ -239,9 +236,8 @@ Result<Model> EstimateTransformerAt(const TransformerSpec& spec, const AnalyticO
   const ModelShapes whole = tp.degree == 1 ? shapes : ShapesOf(spec, 1);
   const SampleCost embedding_cost = EmbeddingCost(spec, shapes.embedding, dims, split);
   const SampleCost head_cost = HeadCost(shapes.head, dims, split, options.loss);
-  Result<Layer> embedding = ToLayer("embedding", embedding_cost, rates, sizes);
-  if (!embedding.ok()) return embedding.status();
-  model.layers.push_back(std::move(*embedding));
+  PIPECAST_ASSIGN_OR_RETURN(Layer embedding, ToLayer("embedding", embedding_cost, rates, sizes));
+  model.layers.push_back(std::move(embedding));
   // Blocks of one kind (window, experts) have the same cost: estimate each
   // kind once.
   std::vector<SampleCost> kind_costs;
@@ -249,17 +245,15 @@ Result<Model> EstimateTransformerAt(const TransformerSpec& spec, const AnalyticO
   for (size_t k = 0; k < shapes.block_kinds.size(); ++k) {
     kind_costs.push_back(BlockCost(spec, shapes.block_kinds[k], whole.block_kinds[k], dims,
                                    options.attention, split, options.fp8, options.moe_imbalance));
-    Result<Layer> block = ToLayer("block.0", kind_costs.back(), rates, sizes);
-    if (!block.ok()) return block.status();
-    kind_layers.push_back(std::move(*block));
+    PIPECAST_ASSIGN_OR_RETURN(Layer block, ToLayer("block.0", kind_costs.back(), rates, sizes));
+    kind_layers.push_back(std::move(block));
   }
   for (int i = 0; i < spec.layers; ++i) {
     model.layers.push_back(kind_layers[shapes.kind_of_block[i]]);
     model.layers.back().name = fmt::format("block.{}", i);
   }
-  Result<Layer> head = ToLayer("lm_head", head_cost, rates, sizes);
-  if (!head.ok()) return head.status();
-  model.layers.push_back(std::move(*head));
+  PIPECAST_ASSIGN_OR_RETURN(Layer head, ToLayer("lm_head", head_cost, rates, sizes));
+  model.layers.push_back(std::move(head));
   if (costs != nullptr) {
     costs->clear();
     auto cost = [](const SampleCost& c) {

@@ -161,9 +161,8 @@ Result<Layer> ToLayer(std::string name, const SampleCost& c, const Rates& r,
         layer.name, c.parameters, *layer.forward_flops));
   }
   for (int b : sizes) {
-    Result<LayerProfile> p = ProfileAt(layer.name, c, r, b);
-    if (!p.ok()) return p.status();
-    layer.profiles.push_back(*p);
+    PIPECAST_ASSIGN_OR_RETURN(LayerProfile p, ProfileAt(layer.name, c, r, b));
+    layer.profiles.push_back(p);
   }
   return layer;
 }

@@ -607,12 +607,9 @@ std::string RankTable(const SimResult& r) {
   return out + "</table>\n";
 }
 
-}  // namespace
-
-std::string TimelineHtml(const SimResult& r) {
-  std::optional<TimelineBuilder> bounded;
-  const std::string svg = BoundedSvg(r, 1, &bounded);
-  const TimelineBuilder& builder = *bounded;
+// The chart's caption up to the zoom: what it shows, the critical path, the
+// iterations drawn, and what was merged to keep it in bounds.
+std::string TimelineCaption(const SimResult& r, const TimelineBuilder& builder) {
   std::string caption = fmt::format(
       "Time runs left to right in {}, one lane per rank (GPU): its {} ops, labelled with their "
       "micro-batch where they are wide enough (hover any bar for details); hatched gaps are idle "
@@ -653,6 +650,34 @@ std::string TimelineHtml(const SimResult& r) {
     caption += fmt::format(" {} transfers narrower than {:g} px are merged the same way.",
                            builder.merged_transfers(), builder.merge_px());
   }
+  return caption;
+}
+
+// The zoom levels past 1x, each drawn again at its width in a frame of its
+// own, appended to `out`; returns the levels that still merge over more than
+// kMinOpPx ("" when none does).
+std::string AppendZoomFrames(const SimResult& r, std::string* out) {
+  std::string wider;
+  for (int z : internal::kZoomLevels) {
+    if (z == 1) continue;
+    *out += fmt::format("<div class=\"tl-scroll tl-z{}\">\n", z);
+    std::optional<TimelineBuilder> zoomed;
+    *out += BoundedSvg(r, z, &zoomed);
+    *out += "</div>\n";
+    if (zoomed->merge_px() > kMinOpPx) {
+      wider += fmt::format("{}{}× below {:g} px", wider.empty() ? "" : ", ", z, zoomed->merge_px());
+    }
+  }
+  return wider;
+}
+
+}  // namespace
+
+std::string TimelineHtml(const SimResult& r) {
+  std::optional<TimelineBuilder> bounded;
+  const std::string svg = BoundedSvg(r, 1, &bounded);
+  const TimelineBuilder& builder = *bounded;
+  std::string caption = TimelineCaption(r, builder);
   // Zoom where the chart had to merge: each level drawn again at its width,
   // so that ops merged at 1x get their own bars (and labels) when zoomed.
   // Appended piece by piece into one string: the frames are most of the
@@ -670,17 +695,7 @@ std::string TimelineHtml(const SimResult& r) {
         " <b>Zoom:</b> the buttons above the chart draw it {} times wider in a frame that "
         "scrolls sideways; the merging above is redone at each width.",
         ZoomLevelsText());
-    for (int z : internal::kZoomLevels) {
-      if (z == 1) continue;
-      out += fmt::format("<div class=\"tl-scroll tl-z{}\">\n", z);
-      std::optional<TimelineBuilder> zoomed;
-      out += BoundedSvg(r, z, &zoomed);
-      out += "</div>\n";
-      if (zoomed->merge_px() > kMinOpPx) {
-        wider +=
-            fmt::format("{}{}× below {:g} px", wider.empty() ? "" : ", ", z, zoomed->merge_px());
-      }
-    }
+    wider = AppendZoomFrames(r, &out);
     out += "</div>\n";
     if (!wider.empty()) {
       caption +=

@@ -95,7 +95,8 @@ std::string DataParallelCommText(const SimResult& result) {
 
 namespace {
 
-std::string Summary(const SimResult& result, const Cluster& cluster) {
+// The schedule and shape, and the iteration time with its parts.
+std::string RunLines(const SimResult& result) {
   std::string out;
   std::string stages;
   if (result.stages != result.ranks && result.ranks > 0) {
@@ -119,6 +120,12 @@ std::string Summary(const SimResult& result, const Cluster& cluster) {
       result.zero == 1 || result.zero == 2
           ? fmt::format(", parameter all-gather {:.3f} ms", NsToMs(result.allgather_ns))
           : "");
+  return out;
+}
+
+// The parallelism beyond the pipeline: two copies, tensor, context, FP8, ZeRO.
+std::string ParallelismLines(const SimResult& result) {
+  std::string out;
   if (result.bidirectional) {
     out += fmt::format(
         "two copies          bidirectional: ranks k and p-1-k hold the same two model chunks and "
@@ -173,6 +180,12 @@ std::string Summary(const SimResult& result, const Cluster& cluster) {
     }
     out += "\n";
   }
+  return out;
+}
+
+// Throughput in samples, tokens and model FLOP/s, and the MFU.
+std::string RateLines(const SimResult& result, const Cluster& cluster) {
+  std::string out;
   out += fmt::format("throughput          {:.1f} samples/s\n", result.samples_per_s);
   if (result.tokens_per_s) {
     out += fmt::format("                    {:.0f} tokens/s\n", *result.tokens_per_s);
@@ -188,6 +201,12 @@ std::string Summary(const SimResult& result, const Cluster& cluster) {
     }
     out += fmt::format("MFU                 {}{}\n", PercentText(*result.mfu), peak);
   }
+  return out;
+}
+
+// The bubble, three ways.
+std::string BubbleLines(const SimResult& result) {
+  std::string out;
   out += fmt::format(
       "bubble ratio        {} of the pipeline span idle (mean over ranks: 1 - busy/span)\n",
       PercentText(result.bubble_ratio));
@@ -196,6 +215,12 @@ std::string Summary(const SimResult& result, const Cluster& cluster) {
   out += fmt::format(
       "zero-bubble rate    {} (Qi et al.: 1 - busiest rank's work / longest rank span)\n",
       PercentText(result.zb_bubble_rate));
+  return out;
+}
+
+// Memory capacity and limit, and whether every cost was measured.
+std::string MemoryLines(const SimResult& result, const Cluster& cluster) {
+  std::string out;
   if (result.memory_capacity_bytes > 0) {
     out += fmt::format("memory capacity     {} GiB per GPU ({})\n",
                        GiBText(result.memory_capacity_bytes), TerminalSafe(cluster.name));
@@ -207,6 +232,11 @@ std::string Summary(const SimResult& result, const Cluster& cluster) {
     out += "costs               not all measured: estimated or interpolated (see the notes)\n";
   }
   return out;
+}
+
+std::string Summary(const SimResult& result, const Cluster& cluster) {
+  return RunLines(result) + ParallelismLines(result) + RateLines(result, cluster) +
+         BubbleLines(result) + MemoryLines(result, cluster);
 }
 
 std::string RankTable(const SimResult& result) {

@@ -272,9 +272,9 @@ Status CheckBidirectionalShape(const Schedule& s) {
   return Status::Ok();
 }
 
-}  // namespace
-
-Status ValidateSchedule(const Schedule& s) {
+// The schedule's sizes, iterations, list lengths, bidirectional shape and
+// stage owners.
+Status CheckScheduleShape(const Schedule& s) {
   if (s.num_ranks < 1 || s.num_stages < 1 || s.num_microbatches < 1) {
     return Status::InvalidArgument(fmt::format(
         "schedule '{}' has {} ranks, {} stages and {} micro-batches: each must be at least 1",
@@ -304,38 +304,54 @@ Status ValidateSchedule(const Schedule& s) {
           fmt::format("schedule '{}': stage {} has no rank in 0..{}", s.name, st, s.num_ranks - 1));
     }
   }
-  // counts[kind][stage * m + mb]
+  return Status::Ok();
+}
+
+// Op `a` on rank `r`'s list: its stage and micro-batch in range, on the
+// micro-batch's path, and on the rank that owns its stage.
+Status CheckActionPlace(const Schedule& s, const Action& a, int r) {
+  if (a.stage < 0 || a.stage >= s.num_stages) {
+    return Status::InvalidArgument(fmt::format("op {} on rank {}: stage {} is out of range 0..{}",
+                                               ActionName(a), r, a.stage, s.num_stages - 1));
+  }
+  if (a.microbatch < 0 || a.microbatch >= s.num_microbatches) {
+    return Status::InvalidArgument(
+        fmt::format("op {} on rank {}: micro-batch {} is out of range 0..{}", ActionName(a), r,
+                    a.microbatch, s.num_microbatches - 1));
+  }
+  if (!s.OnPath(a.stage, a.microbatch)) {
+    const bool b = a.microbatch >= s.num_microbatches / 2;
+    return Status::InvalidArgument(fmt::format(
+        "op {} on rank {}: micro-batch {} enters at rank {} (direction {}, stages {}..{}) "
+        "and never runs stage {} of bidirectional schedule '{}'",
+        ActionName(a), r, a.microbatch, b ? s.num_ranks - 1 : 0, b ? 'b' : 'a', b ? s.num_ranks : 0,
+        b ? s.num_stages - 1 : s.num_ranks - 1, a.stage, s.name));
+  }
+  if (s.stage_rank[a.stage] != r) {
+    return Status::InvalidArgument(
+        fmt::format("op {} is on rank {}'s list, but stage {} belongs to rank {}: move it to that "
+                    "rank's line",
+                    ActionName(a), r, a.stage, s.stage_rank[a.stage]));
+  }
+  return Status::Ok();
+}
+
+// Which ops a schedule lists: of_kind[kind][stage * m + micro-batch], 0 or 1.
+struct OpCounts {
+  std::vector<uint8_t> of_kind[4];
+};
+
+// Counts each rank's ops, each in its place and listed once, and checks
+// each rank's overlapped pairs.
+Result<OpCounts> CountOps(const Schedule& s) {
   const int64_t cells = static_cast<int64_t>(s.num_stages) * s.num_microbatches;
-  std::vector<uint8_t> counts[4];
-  for (auto& c : counts) c.assign(cells, 0);
+  OpCounts counts;
+  for (auto& c : counts.of_kind) c.assign(cells, 0);
   for (int r = 0; r < s.num_ranks; ++r) {
     for (const Action& a : s.actions[r]) {
-      if (a.stage < 0 || a.stage >= s.num_stages) {
-        return Status::InvalidArgument(
-            fmt::format("op {} on rank {}: stage {} is out of range 0..{}", ActionName(a), r,
-                        a.stage, s.num_stages - 1));
-      }
-      if (a.microbatch < 0 || a.microbatch >= s.num_microbatches) {
-        return Status::InvalidArgument(
-            fmt::format("op {} on rank {}: micro-batch {} is out of range 0..{}", ActionName(a), r,
-                        a.microbatch, s.num_microbatches - 1));
-      }
-      if (!s.OnPath(a.stage, a.microbatch)) {
-        const bool b = a.microbatch >= s.num_microbatches / 2;
-        return Status::InvalidArgument(fmt::format(
-            "op {} on rank {}: micro-batch {} enters at rank {} (direction {}, stages {}..{}) "
-            "and never runs stage {} of bidirectional schedule '{}'",
-            ActionName(a), r, a.microbatch, b ? s.num_ranks - 1 : 0, b ? 'b' : 'a',
-            b ? s.num_ranks : 0, b ? s.num_stages - 1 : s.num_ranks - 1, a.stage, s.name));
-      }
-      if (s.stage_rank[a.stage] != r) {
-        return Status::InvalidArgument(fmt::format(
-            "op {} is on rank {}'s list, but stage {} belongs to rank {}: move it to that "
-            "rank's line",
-            ActionName(a), r, a.stage, s.stage_rank[a.stage]));
-      }
-      uint8_t& c =
-          counts[static_cast<int>(a.kind)][a.stage * int64_t{s.num_microbatches} + a.microbatch];
+      PIPECAST_RETURN_IF_ERROR(CheckActionPlace(s, a, r));
+      uint8_t& c = counts.of_kind[static_cast<int>(a.kind)]
+                                 [a.stage * int64_t{s.num_microbatches} + a.microbatch];
       if (c > 0) {
         return Status::InvalidArgument(fmt::format(
             "op {} appears more than once (rank {}): each op runs exactly once per iteration",
@@ -345,6 +361,13 @@ Status ValidateSchedule(const Schedule& s) {
     }
     PIPECAST_RETURN_IF_ERROR(CheckOverlappedPairs(s.actions[r], r));
   }
+  return counts;
+}
+
+// Every stage on a micro-batch's path runs its forward and one backward, whole
+// or split into I and W.
+Status CheckEveryOpListed(const Schedule& s, const OpCounts& listed) {
+  const auto& counts = listed.of_kind;
   for (int st = 0; st < s.num_stages; ++st) {
     for (int mb = 0; mb < s.num_microbatches; ++mb) {
       if (!s.OnPath(st, mb)) continue;
@@ -376,6 +399,14 @@ Status ValidateSchedule(const Schedule& s) {
     }
   }
   return Status::Ok();
+}
+
+}  // namespace
+
+Status ValidateSchedule(const Schedule& s) {
+  PIPECAST_RETURN_IF_ERROR(CheckScheduleShape(s));
+  PIPECAST_ASSIGN_OR_RETURN(const OpCounts counts, CountOps(s));
+  return CheckEveryOpListed(s, counts);
 }
 
 }  // namespace pipecast

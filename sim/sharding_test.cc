@@ -18,9 +18,8 @@ constexpr TimeNs kMs = 1000 * kNsPerUs;
 
 Result<SimResult> SimulateShape(const Model& model, const Cluster& cluster, ScheduleKind kind,
                                 int p, int m, const SimOptions& options) {
-  auto schedule = MakeSchedule(kind, p, m);
-  if (!schedule.ok()) return schedule.status();
-  return Simulate(model, cluster, *schedule, options);
+  PIPECAST_ASSIGN_OR_RETURN(auto schedule, MakeSchedule(kind, p, m));
+  return Simulate(model, cluster, schedule, options);
 }
 
 // Megatron-LM's table (docs/source/distrib_optimizer.md) as static bytes per

@@ -261,10 +261,25 @@ std::vector<TimeNs> CopyReduce(const Cluster& cluster, const Schedule& schedule,
   return start;
 }
 
+// One replay's inputs as the metrics read them: the cluster folded to one GPU
+// of each group, the options with one GPU's share of the memory, the cost
+// table, the partition and each stage's costs.
+struct ReplayInputs {
+  const Model& model;
+  const Cluster& cluster;
+  const Schedule& schedule;
+  const SimOptions& options;
+  const StageCostTable& table;
+  const std::vector<StageLayers>& partition;
+  const std::vector<StageCost>& costs;
+};
+
 // Bubbles, peak memory and all-reduce from the engine's totals.
-void PipelineMetrics(const Cluster& cluster, const Schedule& schedule, const SimOptions& options,
-                     const StageCostTable& table, const std::vector<StageLayers>& partition,
-                     const std::vector<StageCost>& costs, EngineTotals* totals, SimResult* result) {
+void PipelineMetrics(const ReplayInputs& in, EngineTotals* totals, SimResult* result) {
+  const Cluster& cluster = in.cluster;
+  const Schedule& schedule = in.schedule;
+  const SimOptions& options = in.options;
+  const std::vector<StageCost>& costs = in.costs;
   SimResult& r = *result;
   const int p = schedule.num_ranks;
   const int k_iter = schedule.iterations;
@@ -299,7 +314,7 @@ void PipelineMetrics(const Cluster& cluster, const Schedule& schedule, const Sim
     sr.peak_memory_bytes = sr.memory.weights + sr.memory.stashed_weights + sr.memory.gradients +
                            sr.memory.optimizer + sr.memory.gathered_weights + t.peak_live;
     sr.fits_memory = r.memory_limit_bytes <= 0 || sr.peak_memory_bytes <= r.memory_limit_bytes;
-    internal::TailCollectives(cluster, schedule, table, partition, costs, options, &sr);
+    internal::TailCollectives(cluster, schedule, in.table, in.partition, costs, options, &sr);
     r.allreduce_ns = std::max(r.allreduce_ns, sr.allreduce_ns);
     r.allreduce_hidden_ns = std::max(r.allreduce_hidden_ns, sr.allreduce_hidden_ns);
     r.optimizer_ns = std::max(r.optimizer_ns, sr.optimizer_ns);
@@ -343,11 +358,11 @@ void Throughput(const Model& model, const Cluster& cluster, const Schedule& sche
 }
 
 // Everything after the replay: metrics, the critical path and notes.
-void Metrics(const Model& model, const Cluster& cluster, const Schedule& schedule,
-             const SimOptions& options, const StageCostTable& table,
-             const std::vector<StageLayers>& partition, const std::vector<StageCost>& costs,
-             EngineTotals* totals, SimResult* result) {
-  PipelineMetrics(cluster, schedule, options, table, partition, costs, totals, result);
+void Metrics(const ReplayInputs& in, EngineTotals* totals, SimResult* result) {
+  const Cluster& cluster = in.cluster;
+  const Schedule& schedule = in.schedule;
+  const SimOptions& options = in.options;
+  PipelineMetrics(in, totals, result);
   if (result->optimizer_estimated) {
     // options.config.memory is one GPU's share at t > 1: the note gives the
     // bytes of a whole parameter.
@@ -365,7 +380,7 @@ void Metrics(const Model& model, const Cluster& cluster, const Schedule& schedul
     for (const CriticalStep& step : result->critical_path->steps) {
       if (step.kind != CriticalStep::Kind::kCompute) continue;
       const Action& a = result->ops[step.op].action;
-      result->critical_path->tp_comm_ns += costs[a.stage].TpCommNs(a.kind);
+      result->critical_path->tp_comm_ns += in.costs[a.stage].TpCommNs(a.kind);
     }
   }
   if (!schedule.flush) {
@@ -376,7 +391,7 @@ void Metrics(const Model& model, const Cluster& cluster, const Schedule& schedul
         "iterations, the first taking {:.3f} ms",
         schedule.name, schedule.iterations, NsToUs(result->first_iteration_ns) / 1e3));
   }
-  Throughput(model, cluster, schedule, options, result);
+  Throughput(in.model, cluster, schedule, options, result);
 }
 
 // Each rank's tensor-parallel communication per iteration.
@@ -482,7 +497,14 @@ Result<SimResult> SimulateWith(EngineFn engine, const Model& model, const Cluste
   totals.ranks.assign(schedule.num_ranks, RankTotals{});
   totals.iteration_end_ns.assign(schedule.iterations, 0);
   PIPECAST_RETURN_IF_ERROR(engine(grouped, schedule, costs, per_gpu, &result, &totals));
-  Metrics(model, grouped, schedule, per_gpu, table, partition, costs, &totals, &result);
+  Metrics(ReplayInputs{.model = model,
+                       .cluster = grouped,
+                       .schedule = schedule,
+                       .options = per_gpu,
+                       .table = table,
+                       .partition = partition,
+                       .costs = costs},
+          &totals, &result);
   return result;
 }
 

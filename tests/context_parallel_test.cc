@@ -220,10 +220,9 @@ Result<Model> Llama31At(int seq, const std::string& gpu = "h100-sxm",
   AnalyticOptions options;
   options.gpu_preset = gpu;
   options.fp8 = fp8;
-  Result<Model> model = EstimateTransformer(spec, options);
-  if (!model.ok()) return model.status();
+  PIPECAST_ASSIGN_OR_RETURN(Model model, EstimateTransformer(spec, options));
   // Through the file, as the tools read it: the reader derives the attention's shape.
-  return ParseModel(ModelToJson(*model), "llama-3.1-8b");
+  return ParseModel(ModelToJson(model), "llama-3.1-8b");
 }
 
 TEST(ContextParallelTest, ActivationsAt128kWithAndWithoutContextParallelism) {

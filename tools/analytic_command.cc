@@ -167,89 +167,61 @@ std::optional<int> ResolveSpec(const AnalyticFlags& flags, TransformerSpec* spec
   return std::nullopt;
 }
 
-int RunAnalytic(const AnalyticFlags& flags) {
-  // Before any work: --out must not be --gpu's cluster file (spelled any
-  // way); a preset name is no file and no input to protect.
-  if (!flags.out.empty()) {
-    const std::string& gpu = flags.options.gpu_preset;
-    std::error_code ec;
-    std::vector<NamedPath> inputs;
-    if (std::filesystem::is_regular_file(gpu, ec)) inputs.push_back({"--gpu", gpu});
-    if (!flags.hf_config.empty()) inputs.push_back({"--hf-config", flags.hf_config});
-    Status st = CheckOutputs({{"--out", flags.out}}, inputs);
-    if (!st.ok()) {
-      fmt::print(stderr, "profiler: error: {}\n", TerminalSafeLines(st.message()));
-      return kExitBadInput;
-    }
-  }
-  TransformerSpec spec;
-  if (auto code = ResolveSpec(flags, &spec)) return *code;
-  if (flags.describe) {
-    if (Status st = spec.Validate(); !st.ok()) {
-      fmt::print(stderr, "profiler: error: {}\n", st.message());
-      return kExitBadInput;
-    }
-    fmt::print("{}", DescribeShapes(spec));
-    return kExitOk;
-  }
+// profiler analytic's one error line for `status` (exit 1).
+int Fail(const Status& status) {
+  fmt::print(stderr, "profiler: error: {}\n", status.message());
+  return kExitBadInput;
+}
+
+// --out must not be --gpu's cluster file (spelled any way) or --hf-config; a
+// preset name is no file and no input to protect.
+Status CheckAnalyticOutput(const AnalyticFlags& flags) {
+  if (flags.out.empty()) return Status::Ok();
+  const std::string& gpu = flags.options.gpu_preset;
+  std::error_code ec;
+  std::vector<NamedPath> inputs;
+  if (std::filesystem::is_regular_file(gpu, ec)) inputs.push_back({"--gpu", gpu});
+  if (!flags.hf_config.empty()) inputs.push_back({"--hf-config", flags.hf_config});
+  return CheckOutputs({{"--out", flags.out}}, inputs);
+}
+
+// The estimate's options from the flags: the attention kernel, FP8 and its
+// recipe, the time model.
+Result<AnalyticOptions> OptionsFromFlags(const AnalyticFlags& flags) {
   AnalyticOptions options = flags.options;
-  Result<Attention> attention = ParseAttention(flags.attention);
-  if (!attention.ok()) {
-    fmt::print(stderr, "profiler: error: {}\n", attention.status().message());
-    return kExitBadInput;
-  }
-  options.attention = *attention;
-  Result<Loss> loss = ParseLoss(flags.loss);
-  if (!loss.ok()) {
-    fmt::print(stderr, "profiler: error: {}\n", loss.status().message());
-    return kExitBadInput;
-  }
-  options.loss = *loss;
+  PIPECAST_ASSIGN_OR_RETURN(options.attention, ParseAttention(flags.attention));
+  PIPECAST_ASSIGN_OR_RETURN(options.loss, ParseLoss(flags.loss));
   if (flags.precision == "fp8") {
-    Result<Fp8Recipe> recipe =
-        ParseFp8Recipe(flags.fp8_recipe.empty() ? "delayed" : flags.fp8_recipe);
-    if (!recipe.ok()) {
-      fmt::print(stderr, "profiler: error: {}\n", recipe.status().message());
-      return kExitBadInput;
-    }
-    options.fp8 = *recipe;
+    PIPECAST_ASSIGN_OR_RETURN(
+        options.fp8, ParseFp8Recipe(flags.fp8_recipe.empty() ? "delayed" : flags.fp8_recipe));
   } else if (!flags.fp8_recipe.empty()) {
-    fmt::print(stderr,
-               "profiler: error: --fp8-recipe {} needs --precision fp8 (the precision is {})\n",
-               flags.fp8_recipe, flags.precision);
-    return kExitBadInput;
+    return Status::InvalidArgument(
+        fmt::format("--fp8-recipe {} needs --precision fp8 (the precision is {})", flags.fp8_recipe,
+                    flags.precision));
   }
   // --matmul-efficiency is a parameter of the flat model: giving it alone
   // selects that model, as before the matmul model existed.
   if (flags.time_model == "matmul" && flags.matmul_efficiency_given) {
-    fmt::print(stderr,
-               "profiler: error: --matmul-efficiency applies to --time-model flat only; the matmul "
-               "model takes its efficiencies from the GPU's table (docs/calibration.md)\n");
-    return kExitBadInput;
+    return Status::InvalidArgument(
+        "--matmul-efficiency applies to --time-model flat only; the matmul model takes its "
+        "efficiencies from the GPU's table (docs/calibration.md)");
   }
   const bool flat =
       flags.time_model == "flat" || (flags.time_model.empty() && flags.matmul_efficiency_given);
   options.time_model = flat ? TimeModel::kFlat : TimeModel::kMatmul;
-  Result<Model> model = EstimateTransformer(spec, options);
-  if (!model.ok()) {
-    fmt::print(stderr, "profiler: error: {}\n", model.status().message());
-    return kExitBadInput;
-  }
-  Result<std::string> written = EstimateTransformerJson(spec, options, flags.tensor_parallel);
-  if (!written.ok()) {
-    fmt::print(stderr, "profiler: error: {}\n", written.status().message());
-    return kExitBadInput;
-  }
-  const std::string& text = *written;
+  return options;
+}
+
+// model.json's `text` to --out (a line on stderr says what it holds), or to
+// stdout without --out.
+int WriteAnalytic(const AnalyticFlags& flags, const TransformerSpec& spec, const Model& model,
+                  const std::string& text) {
   if (flags.out.empty()) {
     std::fwrite(text.data(), 1, text.size(), stdout);
     return kExitOk;
   }
   Status st = WriteFileAtomic(flags.out, text);
-  if (!st.ok()) {
-    fmt::print(stderr, "profiler: error: {}\n", st.WithPrefix("--out").message());
-    return kExitBadInput;
-  }
+  if (!st.ok()) return Fail(st.WithPrefix("--out"));
   // A mixture of experts also says what one token reaches.
   const ParameterCount count = CountParameters(spec);
   const std::string active =
@@ -259,16 +231,36 @@ int RunAnalytic(const AnalyticFlags& flags) {
   fmt::print(stderr,
              "profiler: wrote {}: {}, {} layers, {:.3f}B parameters{} (analytic estimate for {}; "
              "every assumption is in its \"source\")\n",
-             flags.out, model->name, model->layers.size(),
-             static_cast<double>(model->TotalParameters()) / 1e9, active, model->source.device);
+             flags.out, model.name, model.layers.size(),
+             static_cast<double>(model.TotalParameters()) / 1e9, active, model.source.device);
   return kExitOk;
 }
 
-CLI::App* AddAnalytic(CLI::App& app, AnalyticFlags& f) {
-  CLI::App* cmd = app.add_subcommand(
-      "analytic",
-      "estimate per-layer time and memory of a GPT-style transformer from its architecture and "
-      "a GPU's datasheet (no GPU needed; formulas in docs/profiler.md)");
+int RunAnalytic(const AnalyticFlags& flags) {
+  // Before any work.
+  if (Status st = CheckAnalyticOutput(flags); !st.ok()) {
+    fmt::print(stderr, "profiler: error: {}\n", TerminalSafeLines(st.message()));
+    return kExitBadInput;
+  }
+  TransformerSpec spec;
+  if (auto code = ResolveSpec(flags, &spec)) return *code;
+  if (flags.describe) {
+    if (Status st = spec.Validate(); !st.ok()) return Fail(st);
+    fmt::print("{}", DescribeShapes(spec));
+    return kExitOk;
+  }
+  Result<AnalyticOptions> options = OptionsFromFlags(flags);
+  if (!options.ok()) return Fail(options.status());
+  Result<Model> model = EstimateTransformer(spec, *options);
+  if (!model.ok()) return Fail(model.status());
+  Result<std::string> written = EstimateTransformerJson(spec, *options, flags.tensor_parallel);
+  if (!written.ok()) return Fail(written.status());
+  return WriteAnalytic(flags, spec, *model, *written);
+}
+
+// The architecture (or --hf-config, --describe), the micro-batch sizes and
+// the GPU.
+void AddShapeFlags(CLI::App* cmd, AnalyticFlags& f) {
   TransformerSpec& s = f.spec;
   AnalyticOptions& o = f.options;
   auto& g = f.given;
@@ -343,6 +335,12 @@ CLI::App* AddAnalytic(CLI::App& app, AnalyticFlags& f) {
                   "activations are sized for it (default from a published measurement, "
                   "docs/profiler.md 'Mixture of experts')")
       ->capture_default_str();
+}
+
+// The time model, tensor parallelism, precision, attention, batch and output.
+void AddEstimateFlags(CLI::App* cmd, AnalyticFlags& f) {
+  TransformerSpec& s = f.spec;
+  AnalyticOptions& o = f.options;
   cmd->add_option("--time-model", f.time_model,
                   "matmul (each product timed from its shape with wave quantisation, calibrated "
                   "in docs/calibration.md; the default) or flat (every FLOP at "
@@ -393,6 +391,15 @@ CLI::App* AddAnalytic(CLI::App& app, AnalyticFlags& f) {
                   "samples per iteration, written as the planner's default (default: omitted)");
   cmd->add_option("--out", f.out, "write model.json here (default: stdout)")
       ->check(pipecast::OutputPath());
+}
+
+CLI::App* AddAnalytic(CLI::App& app, AnalyticFlags& f) {
+  CLI::App* cmd = app.add_subcommand(
+      "analytic",
+      "estimate per-layer time and memory of a GPT-style transformer from its architecture and "
+      "a GPU's datasheet (no GPU needed; formulas in docs/profiler.md)");
+  AddShapeFlags(cmd, f);
+  AddEstimateFlags(cmd, f);
   return cmd;
 }
 

@@ -253,31 +253,21 @@ Result<PlannerOptions> CompareToOptions(const std::string& given, const PlannerO
 }
 
 Result<Inputs> LoadInputs(const PlannerToolOptions& flags, const PlannerProgress& progress) {
-  auto bytes = ReadFile(flags.model_path);
-  if (!bytes.ok()) return bytes.status();
-  auto model = ParseModel(*bytes, flags.model_path);
-  if (!model.ok()) return model.status();
+  PIPECAST_ASSIGN_OR_RETURN(auto bytes, ReadFile(flags.model_path));
   Inputs in;
-  in.model = std::move(model.value());
-  in.model_hash = ModelHash(*bytes);
+  PIPECAST_ASSIGN_OR_RETURN(in.model, ParseModel(bytes, flags.model_path));
+  in.model_hash = ModelHash(bytes);
   std::vector<std::string> notes;
-  auto options = MakeOptions(flags, &notes);
-  if (!options.ok()) return options.status();
+  PIPECAST_ASSIGN_OR_RETURN(auto options, MakeOptions(flags, &notes));
   for (const std::string& note : notes) progress(note);
-  in.options = std::move(options.value());
-  auto cluster = SelectToolCluster(flags.training, in.model);
-  if (!cluster.ok()) return cluster.status();
-  in.cluster = std::move(cluster.value());
+  in.options = std::move(options);
+  PIPECAST_ASSIGN_OR_RETURN(in.cluster, SelectToolCluster(flags.training, in.model));
   if (!in.cluster.note.empty()) progress(in.cluster.note);
   if (!flags.compare_to.empty()) {
-    auto pinned = CompareToOptions(flags.compare_to, in.options);
-    if (!pinned.ok()) return pinned.status();
-    in.compare_to = std::move(pinned.value());
+    PIPECAST_ASSIGN_OR_RETURN(in.compare_to, CompareToOptions(flags.compare_to, in.options));
   }
-  Result<std::string> gpu_warning =
-      CheckModelOnCluster(in.model, flags.model_path, in.cluster.cluster);
-  if (!gpu_warning.ok()) return gpu_warning.status();
-  in.gpu_warning = std::move(gpu_warning.value());
+  PIPECAST_ASSIGN_OR_RETURN(in.gpu_warning,
+                            CheckModelOnCluster(in.model, flags.model_path, in.cluster.cluster));
   if (!in.gpu_warning.empty()) progress(in.gpu_warning);
   // A pinned tensor-parallel degree obeys the heads rule the search applies.
   for (int t : in.options.tensor_parallel) {
@@ -316,9 +306,9 @@ Status WriteOutputs(const PlannerToolOptions& flags, const Inputs& in, const Cho
     progress(fmt::format("wrote the chosen plan's schedule to {}", flags.schedule_out));
   }
   if (!flags.exports.empty()) {
-    auto specs = ParseExportFlags(flags.exports, flags.schedule_out, flags.schedule_format);
-    if (!specs.ok()) return specs.status();
-    PIPECAST_RETURN_IF_ERROR(WriteExports(*specs, chosen.plan, in.model, progress));
+    PIPECAST_ASSIGN_OR_RETURN(
+        auto specs, ParseExportFlags(flags.exports, flags.schedule_out, flags.schedule_format));
+    PIPECAST_RETURN_IF_ERROR(WriteExports(specs, chosen.plan, in.model, progress));
   }
   if (flags.gantt) {
     GanttOptions chart;
@@ -367,20 +357,18 @@ Result<PlanReport> Search(const PlannerToolOptions& flags, const Inputs& in,
   progress(fmt::format("searching plans for {} ({}) on {} of {}", in.model.name,
                        Count(static_cast<int64_t>(in.model.layers.size()), "layer", "layers"),
                        Count(flags.gpus, "GPU", "GPUs"), in.cluster.cluster.name));
-  auto report = RunPlanner(in.model, in.cluster.cluster, in.options);
-  if (!report.ok()) return report.status();
-  if (!in.cluster.note.empty()) report->notes.push_back(in.cluster.note);
-  if (!in.gpu_warning.empty()) report->notes.push_back(in.gpu_warning);
-  if (in.compare_to && report->Feasible()) {
+  PIPECAST_ASSIGN_OR_RETURN(auto report, RunPlanner(in.model, in.cluster.cluster, in.options));
+  if (!in.cluster.note.empty()) report.notes.push_back(in.cluster.note);
+  if (!in.gpu_warning.empty()) report.notes.push_back(in.gpu_warning);
+  if (in.compare_to && report.Feasible()) {
     progress(fmt::format("searching the given configuration (--compare-to {})", flags.compare_to));
-    auto comparison =
-        CompareWithChoice(in.model, in.cluster.cluster, *in.compare_to, *report, flags.compare_to);
-    if (!comparison.ok()) return comparison.status();
-    report->comparison = std::move(comparison.value());
+    PIPECAST_ASSIGN_OR_RETURN(
+        report.comparison,
+        CompareWithChoice(in.model, in.cluster.cluster, *in.compare_to, report, flags.compare_to));
   }
   progress(
-      fmt::format("{} configurations, {} simulated, {}", report->enumerated, report->simulated,
-                  report->Feasible() ? "a plan was chosen" : "none can run (the report says why)"));
+      fmt::format("{} configurations, {} simulated, {}", report.enumerated, report.simulated,
+                  report.Feasible() ? "a plan was chosen" : "none can run (the report says why)"));
   return report;
 }
 
@@ -464,9 +452,9 @@ Status CheckToolOutputs(const PlannerToolOptions& flags) {
         NamedPath{"--report", flags.report}, NamedPath{"--schedule-out", flags.schedule_out}}) {
     if (!p.path.empty()) outputs.push_back(p);
   }
-  auto specs = ParseExportFlags(flags.exports, flags.schedule_out, flags.schedule_format);
-  if (!specs.ok()) return specs.status();
-  for (const NamedPath& p : ExportOutputs(*specs)) outputs.push_back(p);
+  PIPECAST_ASSIGN_OR_RETURN(
+      auto specs, ParseExportFlags(flags.exports, flags.schedule_out, flags.schedule_format));
+  for (const NamedPath& p : ExportOutputs(specs)) outputs.push_back(p);
   return CheckOutputs(outputs, {{"--model", flags.model_path},
                                 {"--cluster", flags.training.cluster},
                                 {"--check", flags.check}});
@@ -477,42 +465,35 @@ Status CheckToolOutputs(const PlannerToolOptions& flags) {
 Result<PlannerToolResult> RunPlannerTool(const PlannerToolOptions& flags,
                                          const PlannerProgress& progress) {
   PIPECAST_RETURN_IF_ERROR(CheckToolOutputs(flags));
-  auto in = LoadInputs(flags, progress);
-  if (!in.ok()) return in.status();
-  auto report = Search(flags, *in, progress);
-  if (!report.ok()) return report.status();
+  PIPECAST_ASSIGN_OR_RETURN(auto in, LoadInputs(flags, progress));
+  PIPECAST_ASSIGN_OR_RETURN(auto report, Search(flags, in, progress));
   std::string gantt;
   std::optional<ChosenPlan> chosen;
-  if (report->Feasible()) {
+  if (report.Feasible()) {
     const bool timeline = !flags.trace.empty() || flags.gantt || !flags.report.empty();
-    auto made =
-        MakeChosenPlan(in->model, in->model_hash, in->cluster.cluster, report->ranked[0], timeline);
-    if (!made.ok()) return made.status();
-    chosen = std::move(made.value());
-    PIPECAST_RETURN_IF_ERROR(WriteOutputs(flags, *in, *chosen, progress, &gantt));
+    PIPECAST_ASSIGN_OR_RETURN(chosen, MakeChosenPlan(in.model, in.model_hash, in.cluster.cluster,
+                                                     report.ranked[0], timeline));
+    PIPECAST_RETURN_IF_ERROR(WriteOutputs(flags, in, *chosen, progress, &gantt));
   } else if (!flags.out.empty() || !flags.trace.empty() || !flags.schedule_out.empty() ||
              !flags.exports.empty()) {
     progress("nothing fits, so no --out, --trace, --schedule-out or --export file was written");
   }
   if (!flags.report.empty()) {
-    PIPECAST_RETURN_IF_ERROR(
-        WriteReport(flags, *in, *report, chosen ? &*chosen : nullptr, progress));
+    PIPECAST_RETURN_IF_ERROR(WriteReport(flags, in, report, chosen ? &*chosen : nullptr, progress));
   }
   PlannerToolResult result;
   std::optional<CheckOutcome> check;
-  if (in->baseline) {
+  if (in.baseline) {
     CheckOptions check_options;
     check_options.tolerance = flags.tolerance;
-    check_options.model_hash = in->model_hash;
-    auto outcome =
-        CheckAgainstBaseline(*in->baseline, *report, in->model, in->cluster.cluster, check_options);
-    if (!outcome.ok()) return outcome.status();
-    check = std::move(outcome.value());
+    check_options.model_hash = in.model_hash;
+    PIPECAST_ASSIGN_OR_RETURN(check, CheckAgainstBaseline(*in.baseline, report, in.model,
+                                                          in.cluster.cluster, check_options));
     result.checked = true;
     result.check_passed = check->passed;
   }
-  result.text = ReportText(flags, *in, *report, check ? &*check : nullptr, gantt);
-  result.feasible = report->Feasible();
+  result.text = ReportText(flags, in, report, check ? &*check : nullptr, gantt);
+  result.feasible = report.Feasible();
   return result;
 }
 

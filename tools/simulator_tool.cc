@@ -40,15 +40,14 @@ using Flags = SimulatorToolOptions;
 // The simulator's line about a cluster chosen by default (SelectCluster's rule).
 Result<Cluster> PickCluster(const Flags& flags, const Model& model,
                             const SimulatorProgress& progress) {
-  auto s = SelectToolCluster(flags.training, model);
-  if (!s.ok()) return s.status();
-  if (s->source != ClusterSource::kFlag) {
-    progress(fmt::format("cluster '{}' ({}; choose with --cluster)", s->cluster.name,
-                         s->source == ClusterSource::kIdeal
+  PIPECAST_ASSIGN_OR_RETURN(auto s, SelectToolCluster(flags.training, model));
+  if (s.source != ClusterSource::kFlag) {
+    progress(fmt::format("cluster '{}' ({}; choose with --cluster)", s.cluster.name,
+                         s.source == ClusterSource::kIdeal
                              ? "no communication cost, unlimited memory"
                              : "the GPU the model was measured on"));
   }
-  return std::move(s->cluster);
+  return std::move(s.cluster);
 }
 
 // The configuration the flags give before the schedule is built: the flags
@@ -105,20 +104,19 @@ Result<Schedule> PickSchedule(const Flags& flags, const TrainingConfig& config, 
   const int stages_flag = config.layout.pipeline_stages;
   if (!flags.schedule_in.empty()) {
     ScheduleTextInfo info;
-    auto s = LoadScheduleText(flags.schedule_in, &info);
-    if (!s.ok()) return s.status();
+    PIPECAST_ASSIGN_OR_RETURN(auto s, LoadScheduleText(flags.schedule_in, &info));
     for (const std::string& note : ScheduleTextNotes(info, config.memory.zero)) {
       progress(fmt::format("{}: {}", flags.schedule_in, note));
     }
-    if (stages_flag > 0 && stages_flag != s->num_ranks) {
+    if (stages_flag > 0 && stages_flag != s.num_ranks) {
       return Status::InvalidArgument(fmt::format("--stages {} but '{}' has {}", stages_flag,
                                                  flags.schedule_in,
-                                                 Count(s->num_ranks, "rank", "ranks")));
+                                                 Count(s.num_ranks, "rank", "ranks")));
     }
-    if (config.microbatches > 0 && config.microbatches != s->num_microbatches) {
+    if (config.microbatches > 0 && config.microbatches != s.num_microbatches) {
       return Status::InvalidArgument(fmt::format("--microbatches {} but '{}' has {}",
                                                  config.microbatches, flags.schedule_in,
-                                                 s->num_microbatches));
+                                                 s.num_microbatches));
     }
     return s;
   }
@@ -160,27 +158,22 @@ struct Setup {
 Result<Setup> SetupShapeFromFlags(const Flags& flags, const Model& model,
                                   const SimulatorProgress& progress) {
   Setup s;
-  auto cluster = PickCluster(flags, model, progress);
-  if (!cluster.ok()) return cluster.status();
-  s.cluster = std::move(cluster.value());
-  auto config = ConfigFromFlags(flags);
-  if (!config.ok()) return config.status();
-  auto schedule = PickSchedule(flags, *config, static_cast<int>(model.layers.size()), progress);
-  if (!schedule.ok()) return schedule.status();
-  s.schedule = std::move(schedule.value());
+  PIPECAST_ASSIGN_OR_RETURN(s.cluster, PickCluster(flags, model, progress));
+  PIPECAST_ASSIGN_OR_RETURN(auto config, ConfigFromFlags(flags));
+  PIPECAST_ASSIGN_OR_RETURN(
+      s.schedule, PickSchedule(flags, config, static_cast<int>(model.layers.size()), progress));
   // The schedule states p, v and m; a schedule text that is no complete
   // iteration is Simulate()'s to explain.
   TrainingConfig& c = s.options.config;
-  c = std::move(config.value());
+  c = std::move(config);
   PIPECAST_RETURN_IF_ERROR(FillTrainingConfig(flags.training, &c));
   c.layout.pipeline_stages = s.schedule.num_ranks;
   c.layout.chunks = std::max(1, s.schedule.ChunksPerRank());
   c.microbatches = s.schedule.num_microbatches / std::max(1, s.schedule.iterations);
   if (IsPartitionList(flags.partition)) {
-    auto part = ParsePartition(flags.partition, static_cast<int>(model.layers.size()),
-                               s.schedule.NumModelStages());
-    if (!part.ok()) return part.status();
-    s.options.partition = *part;
+    PIPECAST_ASSIGN_OR_RETURN(s.options.partition,
+                              ParsePartition(flags.partition, static_cast<int>(model.layers.size()),
+                                             s.schedule.NumModelStages()));
     c.partition.rule = PartitionRule::kGiven;
     return s;
   }
@@ -201,9 +194,8 @@ Result<Setup> SetupShapeFromFlags(const Flags& flags, const Model& model,
   // A schedule text the layers cannot fill: Simulate() says what is wrong.
   const int num_layers = static_cast<int>(model.layers.size());
   if (s.schedule.num_stages < 1 || s.schedule.NumModelStages() > num_layers) return s;
-  Result<MemoryAwareSplit> made = DefaultPartition(model, s.cluster, s.schedule, c);
-  if (!made.ok()) return made.status();
-  MemoryAwareSplit& split = *made;
+  PIPECAST_ASSIGN_OR_RETURN(MemoryAwareSplit split,
+                            DefaultPartition(model, s.cluster, s.schedule, c));
   const Bytes limit = MemoryLimitBytes(s.cluster.gpu);
   if (!split.fits && c.partition.rule == PartitionRule::kEven) {
     progress(fmt::format(
@@ -282,9 +274,7 @@ Result<Setup> SetupFromFlags(const Flags& flags, const Model& model,
   }
   double limit = 0;  // the schedule's default
   if (!flags.memory_limit.empty()) {
-    auto parsed = MemoryLimitActivations(flags.memory_limit, model, *s, kind);
-    if (!parsed.ok()) return parsed.status();
-    limit = *parsed;
+    PIPECAST_ASSIGN_OR_RETURN(limit, MemoryLimitActivations(flags.memory_limit, model, *s, kind));
     // More than any schedule's cells (MakeSchedule's bound) is no limit a
     // stage could reach; inf and 1e308 once came back as "holds 1.00
     // activations, over --memory-limit 1e308" (issue 28).
@@ -304,11 +294,10 @@ Result<Setup> SetupFromFlags(const Flags& flags, const Model& model,
     }
   }
   const int ranks = s->schedule.num_ranks, chunks = s->schedule.ChunksPerRank();
-  auto costs = ScheduleCostsFor(model, s->cluster, s->options, kind, ranks, chunks, limit);
-  if (!costs.ok()) return costs.status();
-  auto schedule = MakeSchedule(kind, ranks, s->schedule.num_microbatches, chunks, *costs);
-  if (!schedule.ok()) return schedule.status();
-  s->schedule = std::move(schedule.value());
+  PIPECAST_ASSIGN_OR_RETURN(
+      auto costs, ScheduleCostsFor(model, s->cluster, s->options, kind, ranks, chunks, limit));
+  PIPECAST_ASSIGN_OR_RETURN(s->schedule,
+                            MakeSchedule(kind, ranks, s->schedule.num_microbatches, chunks, costs));
   return s;
 }
 
@@ -340,12 +329,12 @@ Status WriteOutputs(const Flags& flags, const Model& model, const std::string& m
             .WithPrefix("--schedule-out"));
   }
   if (!flags.exports.empty()) {
-    auto specs = ParseExportFlags(flags.exports, flags.schedule_out, flags.schedule_format);
-    if (!specs.ok()) return specs.status();
+    PIPECAST_ASSIGN_OR_RETURN(
+        auto specs, ParseExportFlags(flags.exports, flags.schedule_out, flags.schedule_format));
     // The simulated run as a plan: the configuration, partition and schedule it used.
     const PlanFile plan = MakePlanFile(model.name, ModelHash(model_bytes), setup.cluster,
                                        setup.schedule, setup.options, result);
-    PIPECAST_RETURN_IF_ERROR(WriteExports(*specs, plan, model, progress));
+    PIPECAST_RETURN_IF_ERROR(WriteExports(specs, plan, model, progress));
   }
   if (!flags.trace_path.empty()) {
     PIPECAST_RETURN_IF_ERROR(WriteFileAtomicStreamed(flags.trace_path, [&](const TextSink& sink) {
@@ -374,9 +363,9 @@ Status CheckToolOutputs(const SimulatorToolOptions& flags) {
         NamedPath{"--schedule-out", flags.schedule_out}}) {
     if (!p.path.empty()) outputs.push_back(p);
   }
-  auto specs = ParseExportFlags(flags.exports, flags.schedule_out, flags.schedule_format);
-  if (!specs.ok()) return specs.status();
-  for (const NamedPath& p : ExportOutputs(*specs)) outputs.push_back(p);
+  PIPECAST_ASSIGN_OR_RETURN(
+      auto specs, ParseExportFlags(flags.exports, flags.schedule_out, flags.schedule_format));
+  for (const NamedPath& p : ExportOutputs(specs)) outputs.push_back(p);
   return CheckOutputs(outputs, {{"--model", flags.model_path},
                                 {"--plan", flags.plan_path},
                                 {"--schedule-in", flags.schedule_in},
@@ -448,36 +437,34 @@ std::string OverMemory(const SimResult& result) {
 Result<SimulatorToolResult> RunSimulatorTool(const SimulatorToolOptions& flags,
                                              const SimulatorProgress& progress) {
   PIPECAST_RETURN_IF_ERROR(CheckToolOutputs(flags));
-  auto bytes = ReadFile(flags.model_path);
-  if (!bytes.ok()) return bytes.status();
-  auto model = ParseModel(*bytes, flags.model_path);
-  if (!model.ok()) return model.status();
-  auto setup = flags.plan_path.empty() ? SetupFromFlags(flags, *model, progress)
-                                       : SetupFromPlan(flags, *bytes, progress);
-  if (!setup.ok()) return setup.status();
+  PIPECAST_ASSIGN_OR_RETURN(auto bytes, ReadFile(flags.model_path));
+  PIPECAST_ASSIGN_OR_RETURN(auto model, ParseModel(bytes, flags.model_path));
+  PIPECAST_ASSIGN_OR_RETURN(auto setup, flags.plan_path.empty()
+                                            ? SetupFromFlags(flags, model, progress)
+                                            : SetupFromPlan(flags, bytes, progress));
   // Always: the critical path in the summary and --json is derived from the timeline.
-  setup->options.record_timeline = true;
-  setup->options.critical_path = true;
+  setup.options.record_timeline = true;
+  setup.options.critical_path = true;
   // --overlap-factor applies to a replayed plan too (a plan does not store it).
-  setup->options.config.overlap.overlap_factor = flags.config.overlap.overlap_factor;
-  Result<std::string> gpu_warning = CheckModelOnCluster(*model, flags.model_path, setup->cluster);
-  if (!gpu_warning.ok()) return gpu_warning.status();
-  if (!gpu_warning->empty()) progress(*gpu_warning);
-  auto result = Simulate(*model, setup->cluster, setup->schedule, setup->options);
-  if (!result.ok()) return result.status();
-  if (!gpu_warning->empty()) result->notes.push_back(*gpu_warning);
-  PIPECAST_RETURN_IF_ERROR(WriteOutputs(flags, *model, *bytes, *setup, *result, progress));
-  std::string out = flags.json ? ResultToJson(*result) : ResultToText(*result, setup->cluster);
+  setup.options.config.overlap.overlap_factor = flags.config.overlap.overlap_factor;
+  PIPECAST_ASSIGN_OR_RETURN(std::string gpu_warning,
+                            CheckModelOnCluster(model, flags.model_path, setup.cluster));
+  if (!gpu_warning.empty()) progress(gpu_warning);
+  PIPECAST_ASSIGN_OR_RETURN(auto result,
+                            Simulate(model, setup.cluster, setup.schedule, setup.options));
+  if (!gpu_warning.empty()) result.notes.push_back(gpu_warning);
+  PIPECAST_RETURN_IF_ERROR(WriteOutputs(flags, model, bytes, setup, result, progress));
+  std::string out = flags.json ? ResultToJson(result) : ResultToText(result, setup.cluster);
   if (!flags.json) {
-    out += DeviceMemorySection(*result, setup->cluster, setup->options.config, setup->schedule);
+    out += DeviceMemorySection(result, setup.cluster, setup.options.config, setup.schedule);
   }
   if (flags.gantt && !flags.json) {
     GanttOptions gantt;
     gantt.color = flags.gantt_color;
     gantt.max_columns = GanttCellsForWidth(flags.gantt_width);
-    out += "\n" + GanttChart(*result, gantt);
+    out += "\n" + GanttChart(result, gantt);
   }
-  return SimulatorToolResult{std::move(out), OverMemory(*result)};
+  return SimulatorToolResult{std::move(out), OverMemory(result)};
 }
 
 }  // namespace pipecast

@@ -97,13 +97,13 @@ std::vector<CLI::Option*> AddTrainingFlags(CLI::App& app, TrainingFlags* flags,
 }
 
 Status FillTrainingConfig(const TrainingFlags& flags, TrainingConfig* config) {
-  auto memory = MemoryConfigFor(flags.precision, flags.optimizer, flags.grad_dtype,
-                                flags.fp8_recipe, flags.fp8_param_gather == "on");
-  if (!memory.ok()) return memory.status();
+  PIPECAST_ASSIGN_OR_RETURN(auto memory,
+                            MemoryConfigFor(flags.precision, flags.optimizer, flags.grad_dtype,
+                                            flags.fp8_recipe, flags.fp8_param_gather == "on"));
   // The bytes per parameter; how and over what the state is sharded stays.
-  memory->zero = config->memory.zero;
-  memory->sharding = config->memory.sharding;
-  config->memory = *memory;
+  memory.zero = config->memory.zero;
+  memory.sharding = config->memory.sharding;
+  config->memory = memory;
   config->overlap.overlap_grad_reduce = flags.overlap_grad_reduce == "on";
   config->overlap.grad_bucket_params = flags.grad_bucket_params;
   // --optimizer-step-us given (>= 0): that time; absent (< 0): estimated.
@@ -122,15 +122,13 @@ Status FillTrainingConfig(const TrainingFlags& flags, TrainingConfig* config) {
 }
 
 Result<ClusterSelection> SelectToolCluster(const TrainingFlags& flags, const Model& model) {
-  auto selected = SelectCluster(flags.cluster, model, flags.memory_gb);
-  if (!selected.ok()) return selected.status();
+  PIPECAST_ASSIGN_OR_RETURN(auto selected, SelectCluster(flags.cluster, model, flags.memory_gb));
   PIPECAST_RETURN_IF_ERROR(
-      OverrideGpuMemory(flags.memory_reserve_gb, flags.memory_headroom, &selected->cluster));
+      OverrideGpuMemory(flags.memory_reserve_gb, flags.memory_headroom, &selected.cluster));
   if (flags.precision == "fp8") {
-    Result<Fp8Recipe> recipe =
-        ParseFp8Recipe(flags.fp8_recipe.empty() ? "delayed" : flags.fp8_recipe);
-    if (!recipe.ok()) return recipe.status();
-    PIPECAST_RETURN_IF_ERROR(CheckFp8Support(*recipe, selected->cluster.gpu));
+    PIPECAST_ASSIGN_OR_RETURN(
+        Fp8Recipe recipe, ParseFp8Recipe(flags.fp8_recipe.empty() ? "delayed" : flags.fp8_recipe));
+    PIPECAST_RETURN_IF_ERROR(CheckFp8Support(recipe, selected.cluster.gpu));
   }
   return selected;
 }

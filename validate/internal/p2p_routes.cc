@@ -146,7 +146,38 @@ std::vector<PairMessage> ConsumeSequence(const ExecPlan& plan, int src, int dst)
   return out;
 }
 
-PostingReport SimulatePosting(const ExecPlan& plan, StreamLayout layout) {
+namespace {
+
+// SimulatePosting's replay: each rank's host runs its ops in order, posting
+// a receive on its stream where an op first needs it and waiting for it;
+// the streams match a send and a receive at their heads.
+class PostingReplay {
+ public:
+  PostingReplay(const ExecPlan& plan, StreamLayout layout)
+      : plan_(plan),
+        layout_(layout),
+        pc_(plan.ranks, 0),
+        waiting_k_(plan.ranks, -1),
+        deferred_(plan.ranks) {
+    for (const auto& [pair, seq] : SendSequences(plan)) {
+      receivers_.emplace(pair, InOrderReceiver<size_t>(seq));
+    }
+  }
+
+  PostingReport Run() {
+    bool progress = true;
+    while (progress) {
+      progress = false;
+      for (int r = 0; r < plan_.ranks; ++r) {
+        if (!RunHost(r, &progress)) return report_;
+      }
+      MatchStreams(&progress);
+    }
+    ReportStuck();
+    return report_;
+  }
+
+ private:
   // A comm op on a stream: a send or a receive of the pair's k-th message.
   struct CommOp {
     bool send = false;
@@ -154,106 +185,118 @@ PostingReport SimulatePosting(const ExecPlan& plan, StreamLayout layout) {
     size_t k = 0;
   };
   using StreamKey = std::tuple<int, int, int>;  // per pair: (send?, a, b); per rank: (rank, -1, -1)
-  auto stream_of = [&](bool send, const DirectedPair& p) -> StreamKey {
-    if (layout == StreamLayout::kStreamPerRank) return {send ? p.first : p.second, -1, -1};
-    return {send ? 1 : 0, p.first, p.second};
-  };
-  const std::map<DirectedPair, std::vector<PairMessage>> seqs = SendSequences(plan);
-  std::map<DirectedPair, InOrderReceiver<size_t>> receivers;
-  std::map<DirectedPair, size_t> index_of_posted;  // next k to post, per pair
-  for (const auto& [pair, seq] : seqs) receivers.emplace(pair, InOrderReceiver<size_t>(seq));
-  std::map<StreamKey, std::deque<CommOp>> streams;
-  std::set<std::tuple<int, int, size_t>> done_recvs;  // (a, b, k)
-  std::map<DirectedPair, size_t> sent;                // sends issued per pair
-  const int ranks = plan.ranks;
-  std::vector<size_t> pc(ranks, 0);
-  std::vector<int64_t> waiting_k(ranks, -1);  // the receive the host waits for
-  std::vector<Message> deferred(ranks);       // a pair's forward's send, until the pair ends
-  PostingReport report;
 
-  bool progress = true;
-  while (progress) {
-    progress = false;
-    // Hosts: run ops until one waits for a receive that has not completed.
-    for (int r = 0; r < ranks; ++r) {
-      const std::vector<ExecOp>& ops = plan.per_rank[r].ops;
-      while (pc[r] < ops.size()) {
-        const ExecOp& op = ops[pc[r]];
-        if (op.recv.present()) {
-          const DirectedPair pair{op.recv.peer_rank, r};
-          if (waiting_k[r] < 0) {
-            Result<size_t> k = receivers.at(pair).Take(
-                op.recv.tag, op.recv.bytes, [&](const PairMessage&) -> Result<size_t> {
-                  const size_t k = index_of_posted[pair]++;
-                  streams[stream_of(false, pair)].push_back(CommOp{false, pair, k});
-                  return k;
-                });
-            if (!k.ok()) {
-              report.stuck = k.status().message();
-              return report;
-            }
-            report.max_buffered = std::max(report.max_buffered, receivers.at(pair).buffered());
-            waiting_k[r] = static_cast<int64_t>(*k);
-            progress = true;
+  StreamKey StreamOf(bool send, const DirectedPair& p) const {
+    if (layout_ == StreamLayout::kStreamPerRank) return {send ? p.first : p.second, -1, -1};
+    return {send ? 1 : 0, p.first, p.second};
+  }
+
+  // Runs rank r's host until it waits for a receive that has not completed.
+  // False where a receive cannot be posted (report_.stuck says why).
+  bool RunHost(int r, bool* progress) {
+    const std::vector<ExecOp>& ops = plan_.per_rank[r].ops;
+    while (pc_[r] < ops.size()) {
+      const ExecOp& op = ops[pc_[r]];
+      if (op.recv.present()) {
+        const DirectedPair pair{op.recv.peer_rank, r};
+        if (waiting_k_[r] < 0) {
+          Result<size_t> k = receivers_.at(pair).Take(
+              op.recv.tag, op.recv.bytes, [&](const PairMessage&) -> Result<size_t> {
+                const size_t k = index_of_posted_[pair]++;
+                streams_[StreamOf(false, pair)].push_back(CommOp{false, pair, k});
+                return k;
+              });
+          if (!k.ok()) {
+            report_.stuck = k.status().message();
+            return false;
           }
-          if (!done_recvs.count({pair.first, pair.second, static_cast<size_t>(waiting_k[r])})) {
-            break;
-          }
-          waiting_k[r] = -1;
+          report_.max_buffered = std::max(report_.max_buffered, receivers_.at(pair).buffered());
+          waiting_k_[r] = static_cast<int64_t>(*k);
+          *progress = true;
         }
-        // An overlapped pair's forward sends when the pair ends, after its backward's receive
-        // and before its backward's send (runtime.h).
-        auto issue = [&](const Message& m) {
-          const DirectedPair pair{r, m.peer_rank};
-          streams[stream_of(true, pair)].push_back(CommOp{true, pair, sent[pair]++});
-        };
-        if (op.action.overlapped && op.action.kind == OpKind::kForward) {
-          deferred[r] = op.send;
-        } else {
-          if (deferred[r].present()) issue(deferred[r]);
-          deferred[r] = Message{};
-          if (op.send.present()) issue(op.send);
+        if (!done_recvs_.count({pair.first, pair.second, static_cast<size_t>(waiting_k_[r])})) {
+          break;
         }
-        ++pc[r];
-        progress = true;
+        waiting_k_[r] = -1;
       }
+      // An overlapped pair's forward sends when the pair ends, after its backward's receive
+      // and before its backward's send (runtime.h).
+      auto issue = [&](const Message& m) {
+        const DirectedPair pair{r, m.peer_rank};
+        streams_[StreamOf(true, pair)].push_back(CommOp{true, pair, sent_[pair]++});
+      };
+      if (op.action.overlapped && op.action.kind == OpKind::kForward) {
+        deferred_[r] = op.send;
+      } else {
+        if (deferred_[r].present()) issue(deferred_[r]);
+        deferred_[r] = Message{};
+        if (op.send.present()) issue(op.send);
+      }
+      ++pc_[r];
+      *progress = true;
     }
-    // Streams: a send and a receive at the heads of their streams match.
-    for (auto& [key, q] : streams) {
+    return true;
+  }
+
+  // A send and a receive at the heads of their streams match.
+  void MatchStreams(bool* progress) {
+    for (auto& [key, q] : streams_) {
       if (q.empty() || !q.front().send) continue;
       const CommOp s = q.front();
-      auto& peer = streams[stream_of(false, s.pair)];
+      auto& peer = streams_[StreamOf(false, s.pair)];
       if (peer.empty() || peer.front().send || peer.front().pair != s.pair ||
           peer.front().k != s.k) {
         continue;
       }
       peer.pop_front();
-      streams[key].pop_front();
-      done_recvs.insert({s.pair.first, s.pair.second, s.k});
-      progress = true;
+      streams_[key].pop_front();
+      done_recvs_.insert({s.pair.first, s.pair.second, s.k});
+      *progress = true;
     }
   }
-  report.completes = true;
-  for (int r = 0; r < ranks; ++r) {
-    if (pc[r] < plan.per_rank[r].ops.size()) {
-      report.completes = false;
-      const ExecOp& op = plan.per_rank[r].ops[pc[r]];
-      report.stuck += fmt::format("{}rank {} waits in {} for {}", report.stuck.empty() ? "" : "; ",
-                                  r, ActionName(op.action), What(op.recv));
+
+  // Whether every op ran and every stream emptied; where not, what waits.
+  void ReportStuck() {
+    report_.completes = true;
+    for (int r = 0; r < plan_.ranks; ++r) {
+      if (pc_[r] < plan_.per_rank[r].ops.size()) {
+        report_.completes = false;
+        const ExecOp& op = plan_.per_rank[r].ops[pc_[r]];
+        report_.stuck +=
+            fmt::format("{}rank {} waits in {} for {}", report_.stuck.empty() ? "" : "; ", r,
+                        ActionName(op.action), What(op.recv));
+      }
+    }
+    for (const auto& [key, q] : streams_) {
+      if (!q.empty()) {
+        report_.completes = false;
+        const CommOp& c = q.front();
+        report_.stuck += fmt::format(
+            "{}a stream of rank {} is blocked in the {} of message {} "
+            "from rank {} to rank {}",
+            report_.stuck.empty() ? "" : "; ", c.send ? c.pair.first : c.pair.second,
+            c.send ? "send" : "receive", c.k, c.pair.first, c.pair.second);
+      }
     }
   }
-  for (const auto& [key, q] : streams) {
-    if (!q.empty()) {
-      report.completes = false;
-      const CommOp& c = q.front();
-      report.stuck += fmt::format(
-          "{}a stream of rank {} is blocked in the {} of message {} "
-          "from rank {} to rank {}",
-          report.stuck.empty() ? "" : "; ", c.send ? c.pair.first : c.pair.second,
-          c.send ? "send" : "receive", c.k, c.pair.first, c.pair.second);
-    }
-  }
-  return report;
+
+  const ExecPlan& plan_;
+  const StreamLayout layout_;
+  std::map<DirectedPair, InOrderReceiver<size_t>> receivers_;
+  std::map<DirectedPair, size_t> index_of_posted_;  // next k to post, per pair
+  std::map<StreamKey, std::deque<CommOp>> streams_;
+  std::set<std::tuple<int, int, size_t>> done_recvs_;  // (a, b, k)
+  std::map<DirectedPair, size_t> sent_;                // sends issued per pair
+  std::vector<size_t> pc_;
+  std::vector<int64_t> waiting_k_;  // the receive the host waits for
+  std::vector<Message> deferred_;   // a pair's forward's send, until the pair ends
+  PostingReport report_;
+};
+
+}  // namespace
+
+PostingReport SimulatePosting(const ExecPlan& plan, StreamLayout layout) {
+  return PostingReplay(plan, layout).Run();
 }
 
 PostingReport SimulateCopyReduce(const ExecPlan& plan, CopyPosting posting) {
