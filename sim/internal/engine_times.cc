@@ -104,8 +104,8 @@ int64_t Engine::NumberLinks() {
 // op; schedules without pairs keep none. It depends on nothing but the two ops' stages and
 // kinds, and the pairs repeat a few such combinations (DualPipe's: each rank's two stages, B
 // or I), so each is worked out once and kept in a small direct-mapped table (a combination
-// that collides with another is worked out again). Worked out for every half, they were a
-// twentieth of a DualPipe simulation at p = 8; a search of a list of them, whose match moves
+// that collides with another is worked out again). Worked out for every half, they were 7%
+// of a DualPipe simulation at p = 8; a search of a list of them, whose match moves
 // from pair to pair, was mispredicted at almost every pair.
 void Engine::KeepPairDurations() {
   pair_ns_.clear();
