@@ -171,10 +171,11 @@ void AddCopyExchanges(const PlanFile& plan, const Schedule& schedule,
 int64_t CopyReduceTag(int src_rank) { return kCopyReduceTagBase + src_rank; }
 
 ExecPlan ExpandTensorParallel(const ExecPlan& plan) {
-  const int t = std::max(plan.tensor_parallel, 1);
+  const int t = std::max(plan.workers_per_rank(), 1);
   ExecPlan out = plan;
   out.ranks = plan.ranks * t;
   out.tensor_parallel = 1;
+  out.expert_parallel = 1;
   out.per_rank.clear();
   for (int w = 0; w < plan.ranks * t; ++w) {
     ExecStage st = plan.per_rank[w / t];

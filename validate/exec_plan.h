@@ -136,12 +136,13 @@ int64_t MessageTag(int dst_stage, int microbatch, bool gradient, int num_stages)
 inline constexpr int64_t kCopyReduceTagBase = int64_t{3} << 29;
 int64_t CopyReduceTag(int src_rank);
 
-// The same plan with each of its ranks' t workers as a rank of its own:
-// ranks·t ranks, tensor_parallel 1, rank w = rank·t + j running its rank's
-// ops with every message's peer_rank mapped to peer·t + j (the same tensor
-// rank of the peer); tags unchanged (each pair of workers has its own
-// messages). For backends that place and connect ranks (cuda); the cpu and
-// mpi backends run the plan as it is. REQUIRES: plan.tensor_parallel >= 1.
+// The same plan with each of its ranks' t (or ep) workers as a rank of its
+// own: ranks·t ranks, tensor_parallel and expert_parallel 1, rank w = rank·t
+// + j running its rank's ops with every message's peer_rank mapped to peer·t
+// + j (the same tensor or expert rank of the peer); tags unchanged (each pair
+// of workers has its own messages). For backends that place and connect
+// ranks (cuda); the cpu and mpi backends run the plan as it is. REQUIRES:
+// plan.workers_per_rank() >= 1.
 ExecPlan ExpandTensorParallel(const ExecPlan& plan);
 
 // REQUIRES: `predicted` is Simulate(model, ..., schedule, PlanSimOptions(plan))

@@ -579,11 +579,11 @@ void RunWorker(Shared* shared, std::vector<StageRun>* runs, size_t index) {
 
 }  // namespace
 
-void FoldExpandedRuns(int tensor_parallel, std::vector<StageRun>* runs) {
+void FoldExpandedRuns(int tensor_parallel, std::vector<StageRun>* runs, bool expert) {
   const int t = tensor_parallel;
   if (t <= 1) return;
   for (StageRun& run : *runs) {
-    run.tensor_rank = run.rank % t;
+    (expert ? run.expert_rank : run.tensor_rank) = run.rank % t;
     run.rank /= t;
     for (MessageTiming& m : run.sends) m.message.peer_rank /= t;
     for (MessageTiming& m : run.recvs) m.message.peer_rank /= t;

@@ -184,9 +184,10 @@ Result<std::vector<StageRun>> RunStages(const ExecPlan& plan, const std::vector<
 
 // Runs of a plan that ExpandTensorParallel (exec_plan.h) turned into ranks·t
 // ranks, as RunStages would have recorded them on the plan itself: each
-// run's rank w becomes rank w / t, tensor rank w % t, and its messages' peers
-// the peers' ranks (copy-reduce partners too). Nothing at t = 1.
-void FoldExpandedRuns(int tensor_parallel, std::vector<StageRun>* runs);
+// run's rank w becomes rank w / t, tensor rank (`expert`: expert rank) w % t,
+// and its messages' peers the peers' ranks (copy-reduce partners too).
+// Nothing at t = 1.
+void FoldExpandedRuns(int tensor_parallel, std::vector<StageRun>* runs, bool expert = false);
 
 }  // namespace pipecast::validate
 
