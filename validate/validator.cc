@@ -175,11 +175,13 @@ Status ChooseCluster(const ValidatorOptions& options, const Model& model, Backen
   } else if (backend->has_link_probe()) {
     PIPECAST_ASSIGN_OR_RETURN(Cluster c, ClusterPreset("local"));
     out->cluster = c;
-    out->cluster.gpu.memory_bytes = MachineMemoryPerStage(ranks * tp);
+    out->cluster.gpu.memory_bytes = MachineMemoryPerStage(ranks * tp * ep);
   } else {
     out->cluster = plan.cluster;
   }
-  if (options.cluster.empty() && backend->has_link_probe() && ranks > 1) {
+  // Expert parallelism's all-to-alls travel the same way as the pipeline's
+  // messages: probed even with one stage.
+  if (options.cluster.empty() && backend->has_link_probe() && (ranks > 1 || ep > 1)) {
     const Bytes probe = std::clamp(LargestOutput(model, plan), kMinProbeBytes, kMaxProbeBytes);
     Result<Link> link = backend->ProbeLink(probe);
     if (!link.ok()) return link.status().WithPrefix("link probe");
