@@ -57,19 +57,27 @@ struct World {
   ExecPlan exec;
 };
 
+// `expert_parallel` > 1: that many data-parallel replicas, the expert group
+// (the model needs MoE layers and a sequence_length); its ExecPlan's
+// all-to-alls are on TestCluster's link.
 inline World MakeWorld(const Model& model, const Schedule& schedule,
-                       Recompute recompute = Recompute::kOff, int tensor_parallel = 1) {
+                       Recompute recompute = Recompute::kOff, int tensor_parallel = 1,
+                       int expert_parallel = 1) {
   World w;
   w.model = model;
   SimOptions o;
   o.config.recompute = recompute;
   o.config.layout.tensor_parallel = tensor_parallel;
+  o.config.layout.expert_parallel = expert_parallel;
+  o.config.layout.data_parallel = expert_parallel;
   Result<SimResult> sim = Simulate(model, TestCluster(), schedule, o);
   EXPECT_TRUE(sim.ok()) << sim.status().message();
   w.plan = MakePlanFile(model.name, "", TestCluster(), schedule, o, *sim);
   o.partition = w.plan.partition;
   w.predicted = *Simulate(model, TestCluster(), schedule, o);
-  Result<ExecPlan> exec = BuildExecPlan(model, w.plan, schedule, w.predicted);
+  Result<ExecPlan> exec = expert_parallel > 1
+                              ? BuildExecPlan(model, w.plan, schedule, w.predicted, TestCluster())
+                              : BuildExecPlan(model, w.plan, schedule, w.predicted);
   EXPECT_TRUE(exec.ok()) << exec.status().message();
   if (exec.ok()) w.exec = *exec;
   return w;

@@ -219,6 +219,21 @@ std::vector<Case> BadNumberRows() {
   c.push_back(Row("profiler_cpu_tensor_parallel_without_1", kProfiler, {},
                   "cpu --layers 1 --hidden 8 --ffn 8 --tensor-parallel 2", 1,
                   "--tensor-parallel must include 1", After::kNoOutputs));
+  // profiler cpu's MoE blocks (issue 26 item 6): the hash router balances only
+  // when C(experts, top-k) divides the tokens; refused before anything runs.
+  c.push_back(Row("profiler_cpu_experts_unbalanced_tokens", kProfiler, {},
+                  "cpu --layers 1 --hidden 8 --ffn 8 --experts 4 --top-k 2 --tokens-per-sample 64 "
+                  "--out {dir}/m.json",
+                  1, "--tokens-per-sample 64 is not a multiple of C(--experts 4, --top-k 2) = 6",
+                  After::kNoOutputs));
+  c.push_back(Row("profiler_cpu_top_k_without_experts", kProfiler, {},
+                  "cpu --layers 1 --hidden 8 --ffn 8 --top-k 2 --out {dir}/m.json", 1,
+                  "--top-k 2 without --experts", After::kNoOutputs));
+  c.push_back(Row("profiler_cpu_experts_with_tensor_parallel", kProfiler, {},
+                  "cpu --layers 1 --hidden 8 --ffn 8 --experts 2 --top-k 1 --tokens-per-sample 2 "
+                  "--tensor-parallel 1,2 --out {dir}/m.json",
+                  1, "--tensor-parallel 2 with --experts: MoE blocks are measured whole",
+                  After::kNoOutputs));
   c.push_back(Row("profiler_tensor_parallel_not_dividing_heads", kProfiler, {},
                   "analytic --name x --layers 2 --hidden 64 --heads 8 --seq 8 --vocab 8 "
                   "--tensor-parallel 1,3",

@@ -166,6 +166,14 @@ std::vector<Case> ValidatorRows() {
                   After::kNoOutputs));
   c.push_back(Row("validator_trace_onto_a_folder", kValidator, {}, v7b + " --trace {dir}/out", 1,
                   "--trace: cannot write '{dir}/out': Is a directory", After::kNoOutputs, "out"));
+  // Expert parallelism (issue 26 item 6): an ep plan for a model without MoE
+  // layers is the simulator's refusal, before anything runs.
+  c.push_back(Row("validator_expert_parallel_on_a_dense_model", kValidator,
+                  {{"p.json", Baseline("\"data_parallel\": 8,",
+                                       "\"data_parallel\": 8, \"expert_parallel\": 2,")}},
+                  "--model {ex}/gpt-7b.json --plan {dir}/p.json --backend cpu", 1,
+                  "the simulator cannot replay this plan: --expert-parallel 2: the model has no "
+                  "mixture-of-experts layer"));
   return c;
 }
 

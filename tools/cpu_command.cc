@@ -140,6 +140,15 @@ std::function<int()> AddCpuCommand(CLI::App& app) {
                   "LAYER:FFN, a different MLP width for one layer (repeat, or separate with "
                   "commas), e.g. --layer-ffn 0:4096 for an unequal first layer")
       ->delimiter(',');
+  cmd->add_option("--experts", w.shape.experts,
+                  "mixture of experts: every block becomes E experts of width --ffn with a hash "
+                  "router (each token to --top-k of them); 0 = dense MLP blocks "
+                  "(docs/profiler.md)")
+      ->capture_default_str();
+  cmd->add_option("--top-k", w.shape.top_k,
+                  "experts each token goes to (with --experts; C(experts, top-k) must divide "
+                  "--tokens-per-sample, so that every expert gets the same tokens)")
+      ->capture_default_str();
   cmd->add_option("--microbatch-sizes", o.microbatch_sizes, "micro-batch sizes to measure")
       ->delimiter(',')
       ->capture_default_str();

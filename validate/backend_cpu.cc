@@ -1,5 +1,7 @@
 // The cpu backend (backend.h): one thread per rank in this process (t per
-// rank with tensor parallelism, all-reducing through InProcessTensorGroup),
+// rank with tensor parallelism, all-reducing through InProcessTensorGroup;
+// ep per rank with expert parallelism, exchanging tokens through its
+// AllToAll),
 // messages copied between the workers' pools by InProcessTransport (the copy
 // reduce of a bidirectional schedule by a second one, between pools of its own).
 #include <fmt/format.h>
@@ -27,20 +29,21 @@ class CpuBackend final : public Backend {
 
   Result<std::vector<StageRun>> Run(const ExecPlan& plan, const RuntimeOptions& options,
                                     OpWork* work, Bytes memory_limit_bytes) override {
-    const int t = plan.tensor_parallel;
+    const int t = plan.workers_per_rank();
+    const char* member = plan.expert_parallel > 1 ? "expert" : "tensor";
     std::vector<std::unique_ptr<MemoryPool>> pools;
     std::vector<MemoryPool*> raw;
     std::vector<int> workers;
     for (int w = 0; w < plan.workers(); ++w) {
       const int r = w / t;
       pools.push_back(std::make_unique<MemoryPool>(
-          t > 1 ? fmt::format("stage {} (rank {}, tensor rank {})", r, r, w % t)
+          t > 1 ? fmt::format("stage {} (rank {}, {} rank {})", r, r, member, w % t)
                 : fmt::format("stage {} (rank {})", r, r),
           memory_limit_bytes, &clock_));
       raw.push_back(pools.back().get());
       workers.push_back(w);
     }
-    // One all-reduce group per rank, over its t worker threads.
+    // One all-reduce (all-to-all) group per rank, over its t (ep) worker threads.
     std::vector<std::unique_ptr<InProcessTensorGroup>> groups;
     std::vector<TensorGroup*> group_ptrs;
     for (int r = 0; t > 1 && r < plan.ranks; ++r) {
@@ -61,22 +64,31 @@ class CpuBackend final : public Backend {
     RuntimeEnv env{&transport,      work,    &clock_, raw, /*all_ranks_local=*/true, group_ptrs,
                    &copy_transport, copy_raw};
     ranks_ = plan.ranks;
-    tensor_parallel_ = t;
+    tensor_parallel_ = plan.tensor_parallel;
+    expert_parallel_ = plan.expert_parallel;
     return RunStages(plan, workers, options, env);
   }
 
   std::vector<std::string> Notes() const override {
-    std::vector<std::string> notes = {
-        fmt::format("backend cpu: {} worker threads in one process on {} hardware threads; "
-                    "messages are memory copies between the stages' buffers; one "
-                    "steady_clock for every record",
-                    ranks_ * tensor_parallel_, std::thread::hardware_concurrency())};
+    std::vector<std::string> notes = {fmt::format(
+        "backend cpu: {} worker threads in one process on {} hardware threads; "
+        "messages are memory copies between the stages' buffers; one "
+        "steady_clock for every record",
+        ranks_ * tensor_parallel_ * expert_parallel_, std::thread::hardware_concurrency())};
     if (tensor_parallel_ > 1) {
       notes.push_back(fmt::format(
           "tensor parallelism: {} worker threads a stage, each with its own memory pool; an "
           "all-reduce is an in-process reduction (each thread sums its 1/{} of the elements over "
           "the {} threads in tensor-rank order and writes the sum into every thread's buffer)",
           tensor_parallel_, tensor_parallel_, tensor_parallel_));
+    }
+    if (expert_parallel_ > 1) {
+      notes.push_back(fmt::format(
+          "expert parallelism: {} worker threads a stage, each a data-parallel replica with its "
+          "own micro-batches, its own memory pool and 1/{} of every MoE layer's experts; an "
+          "all-to-all is an in-process exchange (between two barriers each thread copies its rows "
+          "out of every thread's send buffer)",
+          expert_parallel_, expert_parallel_));
     }
     return notes;
   }
@@ -86,6 +98,7 @@ class CpuBackend final : public Backend {
   SteadyClock clock_;
   int ranks_ = 0;
   int tensor_parallel_ = 1;
+  int expert_parallel_ = 1;
 };
 
 }  // namespace

@@ -47,16 +47,26 @@ IterationStats StatsOf(const ExecPlan& plan, const std::vector<StageRun>& runs, 
   return s;
 }
 
-// Tensor rank 0's record of each rank, in rank order: what the timing rows
-// describe (every tensor rank runs the same ops at the same times, up to the
-// wait inside the all-reduces).
+// Tensor (expert) rank 0's record of each rank, in rank order: what the
+// timing rows describe (every tensor or expert rank runs the same ops at the
+// same times, up to the wait inside the collectives).
 std::vector<StageRun> LeadRuns(const ExecPlan& plan, const std::vector<StageRun>& runs) {
-  if (plan.tensor_parallel <= 1) return runs;
+  if (plan.workers_per_rank() <= 1) return runs;
   std::vector<StageRun> lead(static_cast<size_t>(plan.ranks));
   for (const StageRun& r : runs) {
-    if (r.tensor_rank == 0 && r.rank >= 0 && r.rank < plan.ranks) lead[r.rank] = r;
+    if (r.tensor_rank == 0 && r.expert_rank == 0 && r.rank >= 0 && r.rank < plan.ranks) {
+      lead[r.rank] = r;
+    }
   }
   return lead;
+}
+
+// The expert-parallel all-to-alls the prediction puts in one rank's ops, per
+// schedule iteration (as SimResult::ep_comm_ns counts them for the busiest).
+TimeNs PredictedAllToAll(const ExecPlan& plan, int rank) {
+  TimeNs sum = 0;
+  for (const ExecOp& op : plan.per_rank[rank].ops) sum += op.ep_comm_ns;
+  return sum / std::max(plan.iterations, 1);
 }
 
 // A rank's copy reduce in `iteration` (bidirectional schedules): per
@@ -205,9 +215,9 @@ Result<Comparison> Compare(const SimResult& predicted, const ExecPlan& plan,
   }
   c.rows.push_back(Row("bubble ratio", -1, "ratio", predicted.bubble_ratio,
                        bubble_sum / static_cast<double>(runs.size()), false, true, tol.bubble));
-  // Per worker of each rank: its peak memory, and its all-reduce time in the
-  // median iteration (per schedule iteration, as busy time).
-  const int t = plan.tensor_parallel;
+  // Per worker of each rank: its peak memory, and its all-reduce (all-to-all)
+  // time in the median iteration (per schedule iteration, as busy time).
+  const int t = plan.workers_per_rank();
   const int k = std::max(plan.iterations, 1);
   std::vector<Bytes> peak(runs.size(), 0);
   std::vector<double> collective(runs.size(), 0);
@@ -218,7 +228,7 @@ Result<Comparison> Compare(const SimResult& predicted, const ExecPlan& plan,
     for (const OpTiming& op : run.ops) {
       if (op.iteration == c.median_iteration) sum += op.collective_ns;
     }
-    collective[run.rank] += static_cast<double>(sum) / k / t;  // mean over the tensor ranks
+    collective[run.rank] += static_cast<double>(sum) / k / t;  // mean over the rank's workers
   }
   bool copy_reduce = false;
   for (const ExecStage& st : plan.per_rank) copy_reduce = copy_reduce || !st.copy_exchanges.empty();
@@ -229,9 +239,14 @@ Result<Comparison> Compare(const SimResult& predicted, const ExecPlan& plan,
     // one GPU of the group; they hold the same).
     c.rows.push_back(Row("peak memory", rank, "bytes", static_cast<double>(p.peak_memory_bytes),
                          static_cast<double>(peak[r]), true, true, tol.memory));
-    if (t > 1) {
+    if (plan.tensor_parallel > 1) {
       c.rows.push_back(Row("tp all-reduce", rank, "ns", static_cast<double>(p.tp_comm_ns),
                            collective[r], true, false, tol.time));
+    }
+    if (plan.expert_parallel > 1) {
+      c.rows.push_back(Row("ep all-to-all", rank, "ns",
+                           static_cast<double>(PredictedAllToAll(plan, rank)), collective[r], true,
+                           false, tol.time));
     }
     if (copy_reduce) {
       c.rows.push_back(Row("copy reduce", rank, "ns", static_cast<double>(p.copy_reduce_ns),

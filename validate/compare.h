@@ -19,6 +19,12 @@
 // row is reported, not checked: the reduction on the cpu backend is a few
 // memory passes between two barriers, timed mostly by how fast threads wake.
 //
+// Expert parallelism (plan.expert_parallel = ep > 1): likewise over the ep
+// workers of a rank (times expert rank 0's, memory the largest), with a row
+// "ep all-to-all" per rank: the measured time inside the MoE layers'
+// dispatch and combine all-to-alls (mean over the workers) beside the
+// prediction's (the ops' ExecOp::ep_comm_ns), reported, not checked.
+//
 // Bidirectional schedules (dualpipe): a row "copy reduce" per rank sets the
 // measured exchange of the two parameter copies' gradients with the partner
 // rank (runtime.h; from when both ranks were ready to when the partner's

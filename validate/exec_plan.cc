@@ -3,9 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <utility>
 
+#include "sim/collectives.h"
 #include "sim/memory.h"
 #include "sim/stage_costs.h"
 
@@ -32,7 +34,7 @@ Result<std::vector<StageLayers>> ModelPartition(const PlanFile& plan, const Sche
 // (sim/stage_costs.h), so measured and predicted memory count the same bytes.
 Result<std::vector<StageCost>> StageCostsOf(const Model& model, const PlanFile& plan,
                                             const std::vector<StageLayers>& partition,
-                                            const Link& tp_link) {
+                                            const Cluster& cluster) {
   for (size_t s = 0; s < partition.size(); ++s) {
     const StageLayers& part = partition[s];
     if (part.first_layer < 0 || part.last_layer >= static_cast<int>(model.layers.size()) ||
@@ -43,7 +45,7 @@ Result<std::vector<StageCost>> StageCostsOf(const Model& model, const PlanFile& 
           s, part.first_layer, part.last_layer, model.name, model.layers.size() - 1));
     }
   }
-  const StageCostTable table(model, StageCostOptionsFor(plan.config, tp_link));
+  const StageCostTable table(model, StageCostOptionsFor(plan.config, cluster));
   return table.Stages(partition);
 }
 
@@ -100,13 +102,36 @@ void SetCostsAndMessages(const Schedule& schedule, int rank, const StageCost& sc
   }
 }
 
-// Each stage's all-reduces per op kind, from its layers' costs at the plan's t.
+// Each stage's all-reduces per op kind, from its layers' costs at the plan's
+// t, and its all-to-alls at the plan's ep: per MoE layer a dispatch and a
+// combine, each the bytes one GPU sends as the simulator counts them
+// (ExpertAllToAllOf: bytes per token x the tokens a GPU dispatches), in the
+// forward and again in the backward.
 struct StageCollectives {
   std::vector<Bytes> forward, backward;
+  std::vector<Bytes> all_to_alls;  // per op that has them (F, B, I): the same list
 };
 std::vector<StageCollectives> CollectivesOf(const Model& model, const PlanFile& plan,
-                                            const std::vector<StageLayers>& partition) {
+                                            const std::vector<StageLayers>& partition,
+                                            const Cluster& cluster) {
   std::vector<StageCollectives> out(partition.size());
+  if (plan.config.layout.expert_parallel > 1) {
+    const StageCostOptions o = StageCostOptionsFor(plan.config, cluster);
+    const double tokens = ExpertTokensPerGpu(model, o);
+    const ExpertAllToAllGroup group =
+        ExpertGroupOf(o.expert_parallel, o.expert_tensor_parallel, o.gpus_per_node);
+    for (size_t s = 0; s < partition.size(); ++s) {
+      for (int l = partition[s].first_layer; l <= partition[s].last_layer; ++l) {
+        if (!model.layers[l].moe) continue;
+        const MoeRouting& m = *model.layers[l].moe;
+        const ExpertAllToAll a = ExpertAllToAllOf(
+            o.ep_intra_node, o.ep_inter_node, o.ep_network_gbps_per_gpu, group, m.experts, m.top_k,
+            m.expert_groups, m.topk_groups, m.hidden, m.bytes_per_element, tokens);
+        const Bytes bytes = std::llround(a.bytes_per_token * tokens);
+        out[s].all_to_alls.insert(out[s].all_to_alls.end(), 2, bytes);  // dispatch, combine
+      }
+    }
+  }
   if (plan.config.layout.tensor_parallel <= 1) return out;
   for (size_t s = 0; s < partition.size(); ++s) {
     for (int l = partition[s].first_layer; l <= partition[s].last_layer; ++l) {
@@ -146,10 +171,11 @@ void AddCopyExchanges(const PlanFile& plan, const Schedule& schedule,
 int64_t CopyReduceTag(int src_rank) { return kCopyReduceTagBase + src_rank; }
 
 ExecPlan ExpandTensorParallel(const ExecPlan& plan) {
-  const int t = std::max(plan.tensor_parallel, 1);
+  const int t = std::max(plan.workers_per_rank(), 1);
   ExecPlan out = plan;
   out.ranks = plan.ranks * t;
   out.tensor_parallel = 1;
+  out.expert_parallel = 1;
   out.per_rank.clear();
   for (int w = 0; w < plan.ranks * t; ++w) {
     ExecStage st = plan.per_rank[w / t];
@@ -169,15 +195,15 @@ int64_t MessageTag(int dst_stage, int microbatch, bool gradient, int num_stages)
 }
 
 Result<ExecPlan> BuildExecPlan(const Model& model, const PlanFile& plan, const Schedule& schedule,
-                               const SimResult& predicted, const Link& tp_link) {
+                               const SimResult& predicted, const Cluster& cluster) {
   PIPECAST_ASSIGN_OR_RETURN(std::vector<StageLayers> partition, ModelPartition(plan, schedule));
   // The runtime relies on the pairs being whole (a forward, then its B or I):
   // the schedule's own rules, checked again for a schedule edited after its
   // prediction.
   PIPECAST_RETURN_IF_ERROR(ValidateSchedule(schedule));
   PIPECAST_ASSIGN_OR_RETURN(std::vector<StageCost> costs,
-                            StageCostsOf(model, plan, partition, tp_link));
-  const std::vector<StageCollectives> collectives = CollectivesOf(model, plan, partition);
+                            StageCostsOf(model, plan, partition, cluster));
+  const std::vector<StageCollectives> collectives = CollectivesOf(model, plan, partition, cluster);
   std::map<std::pair<int, int64_t>, TimeNs> duration;  // (rank, action key) -> ns
   auto key = [&](const Action& a) {
     return (int64_t{a.microbatch} * schedule.num_stages + a.stage) * 4 + static_cast<int>(a.kind);
@@ -194,6 +220,7 @@ Result<ExecPlan> BuildExecPlan(const Model& model, const PlanFile& plan, const S
   ep.microbatches = schedule.num_microbatches;
   ep.iterations = schedule.iterations;
   ep.tensor_parallel = std::max(plan.config.layout.tensor_parallel, 1);
+  ep.expert_parallel = std::max(plan.config.layout.expert_parallel, 1);
   for (int r = 0; r < schedule.num_ranks; ++r) {
     ExecStage st;
     st.rank = r;
@@ -212,9 +239,15 @@ Result<ExecPlan> BuildExecPlan(const Model& model, const PlanFile& plan, const S
       const int model_stage = schedule.ModelStage(a.stage);
       SetCostsAndMessages(schedule, r, costs[model_stage], &op);
       op.tp_comm_ns = costs[model_stage].TpCommNs(a.kind);
+      op.ep_comm_ns = a.kind == OpKind::kForward          ? costs[model_stage].ep_forward_ns
+                      : a.kind == OpKind::kBackwardWeight ? 0
+                                                          : costs[model_stage].ep_backward_ns;
       if (a.kind == OpKind::kForward) op.tp_collectives = collectives[model_stage].forward;
       if (a.kind == OpKind::kBackward || a.kind == OpKind::kBackwardInput) {
         op.tp_collectives = collectives[model_stage].backward;
+      }
+      if (a.kind != OpKind::kBackwardWeight) {
+        op.ep_all_to_alls = collectives[model_stage].all_to_alls;
       }
       st.ops.push_back(op);
     }

@@ -66,6 +66,14 @@ struct ExecOp {
   // and 0 at t = 1. Backends that run their own ops (cuda) run these.
   std::vector<Bytes> tp_collectives;
   TimeNs tp_comm_ns = 0;
+  // Expert parallelism: the dispatch and combine all-to-alls the op runs, in
+  // layer order (per MoE layer a dispatch then a combine, in F and again in B
+  // and I; none in W), each the bytes one GPU sends as the simulator counts
+  // them, and the time the simulator gives them inside predicted_ns
+  // (StageCost::ep_forward_ns for F, ep_backward_ns for B and I). Empty and 0
+  // at ep = 1. Backends that run their own ops (cuda) run these.
+  std::vector<Bytes> ep_all_to_alls;
+  TimeNs ep_comm_ns = 0;
 };
 
 // One exchange of a bidirectional schedule's copy reduce: after its last op of
@@ -103,9 +111,17 @@ struct ExecPlan {
   // peer·t + j). Each worker holds one GPU's share: static_bytes and the op
   // memory are per worker.
   int tensor_parallel = 1;
+  // ep: the workers of each rank that hold its MoE layers' experts ep ways
+  // (expert parallelism over data-parallel replicas, t = 1): worker
+  // w = rank·ep + j is expert rank j, a replica of its own with its own
+  // micro-batches, exchanging tokens with the rank's other workers by
+  // all-to-all. Messages go to expert rank j of the peer rank, as with t.
+  int expert_parallel = 1;
   std::vector<ExecStage> per_rank;
 
-  int workers() const { return ranks * tensor_parallel; }
+  // The workers of one rank (its TensorGroup): t, or ep (one of them is 1).
+  int workers_per_rank() const { return tensor_parallel * expert_parallel; }
+  int workers() const { return ranks * workers_per_rank(); }
 };
 
 // The tag of the message into `dst_stage` for `microbatch`: unique per
@@ -120,12 +136,13 @@ int64_t MessageTag(int dst_stage, int microbatch, bool gradient, int num_stages)
 inline constexpr int64_t kCopyReduceTagBase = int64_t{3} << 29;
 int64_t CopyReduceTag(int src_rank);
 
-// The same plan with each of its ranks' t workers as a rank of its own:
-// ranks·t ranks, tensor_parallel 1, rank w = rank·t + j running its rank's
-// ops with every message's peer_rank mapped to peer·t + j (the same tensor
-// rank of the peer); tags unchanged (each pair of workers has its own
-// messages). For backends that place and connect ranks (cuda); the cpu and
-// mpi backends run the plan as it is. REQUIRES: plan.tensor_parallel >= 1.
+// The same plan with each of its ranks' t (or ep) workers as a rank of its
+// own: ranks·t ranks, tensor_parallel and expert_parallel 1, rank w = rank·t
+// + j running its rank's ops with every message's peer_rank mapped to peer·t
+// + j (the same tensor or expert rank of the peer); tags unchanged (each pair
+// of workers has its own messages). For backends that place and connect
+// ranks (cuda); the cpu and mpi backends run the plan as it is. REQUIRES:
+// plan.workers_per_rank() >= 1.
 ExecPlan ExpandTensorParallel(const ExecPlan& plan);
 
 // REQUIRES: `predicted` is Simulate(model, ..., schedule, PlanSimOptions(plan))
@@ -133,10 +150,11 @@ ExecPlan ExpandTensorParallel(const ExecPlan& plan);
 // read from it). InvalidArgument when the plan does not match the model
 // (partition beyond its layers, a partition of neither the schedule's virtual
 // stages nor, bidirectional, its model stages) or when an overlapped op is not
-// half of an F then B/I pair. `tp_link`: the link the prediction's tensor-parallel
-// collectives used (ExecOp::tp_comm_ns); the default is infinitely fast.
+// half of an F then B/I pair. `cluster`: the one the prediction ran on, whose
+// links its tensor-parallel collectives and expert-parallel all-to-alls used
+// (ExecOp::tp_comm_ns, ep_comm_ns); the default's links are infinitely fast.
 Result<ExecPlan> BuildExecPlan(const Model& model, const PlanFile& plan, const Schedule& schedule,
-                               const SimResult& predicted, const Link& tp_link = Link{});
+                               const SimResult& predicted, const Cluster& cluster = Cluster{});
 
 }  // namespace pipecast::validate
 

@@ -58,7 +58,9 @@ TEST(ExecPlan, TensorParallelOpsListTheirAllReducesAndExpandToWorkers) {
   }
   Result<Schedule> s = MakeSchedule(ScheduleKind::k1F1B, 2, 2);
   testing::World w = MakeWorld(m, *s, Recompute::kOff, 2);
-  Result<ExecPlan> ep = BuildExecPlan(w.model, w.plan, *s, w.predicted, Link{5, 10});
+  Cluster cluster;
+  cluster.intra_node = Link{5, 10};
+  Result<ExecPlan> ep = BuildExecPlan(w.model, w.plan, *s, w.predicted, cluster);
   ASSERT_TRUE(ep.ok()) << ep.status().message();
   EXPECT_EQ(ep->tensor_parallel, 2);
   EXPECT_EQ(ep->workers(), 4);

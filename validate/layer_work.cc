@@ -16,6 +16,47 @@ std::span<const float> AsFloats(std::span<const std::byte> b) {
   return {reinterpret_cast<const float*>(b.data()), b.size() / sizeof(float)};
 }
 
+// An MoE block's all-to-alls over the op's expert-parallel group, timed into
+// the op's collective time.
+class GroupExchange final : public cpu::ExpertExchange {
+ public:
+  GroupExchange(const OpCall& call, const Clock* clock) : call_(call), clock_(clock) {}
+  Status AllToAll(std::span<const float> send, std::span<const size_t> send_counts,
+                  std::span<float> recv, std::span<const size_t> recv_counts) override {
+    static const std::atomic<bool> kNever{false};
+    const TimeNs start = clock_->NowNs();
+    Status st =
+        call_.expert_group->AllToAll(call_.expert_rank, send, send_counts, recv, recv_counts,
+                                     call_.abort != nullptr ? *call_.abort : kNever);
+    if (call_.collective_ns != nullptr) *call_.collective_ns += clock_->NowNs() - start;
+    return st;
+  }
+
+ private:
+  const OpCall& call_;
+  const Clock* clock_;
+};
+
+// Expert parallelism's members: each holds its 1/ep of every MoE layer's
+// experts (cpu::Block::ExpertShard) and a whole copy of every dense layer, as
+// data-parallel replicas do.
+Result<std::vector<std::vector<cpu::Block>>> ExpertShards(const std::vector<cpu::Block>& blocks,
+                                                          int ep) {
+  std::vector<std::vector<cpu::Block>> shards(static_cast<size_t>(ep));
+  for (int j = 0; j < ep; ++j) {
+    for (size_t l = 0; l < blocks.size(); ++l) {
+      if (!blocks[l].shape().moe()) {
+        shards[j].push_back(blocks[l]);
+        continue;
+      }
+      Result<cpu::Block> shard = blocks[l].ExpertShard(ep, j);
+      if (!shard.ok()) return shard.status().WithPrefix(fmt::format("layers[{}]", l));
+      shards[j].push_back(std::move(*shard));
+    }
+  }
+  return shards;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<LayerWork>> LayerWork::Make(const Model& model, const PlanFile& plan,
@@ -36,6 +77,14 @@ Result<std::unique_ptr<LayerWork>> LayerWork::Make(const Model& model, const Pla
     return Status::InvalidArgument(
         "the plan uses sequence parallelism, which the CPU workload's split blocks do not run "
         "(they all-reduce whole activations): validate a plan made without --sequence-parallel");
+  }
+  const int ep = std::max(plan.config.layout.expert_parallel, 1);
+  if (ep > 1 && (t > 1 || plan.config.layout.expert_tensor_parallel > 1)) {
+    return Status::InvalidArgument(fmt::format(
+        "the plan has expert_parallel {} with tensor_parallel {} and expert_tensor_parallel {}: "
+        "the validator runs expert parallelism over data-parallel replicas of whole blocks; "
+        "validate a plan made with --tensor-parallel 1 and --expert-tensor-parallel 1",
+        ep, t, plan.config.layout.expert_tensor_parallel));
   }
   std::vector<cpu::Block> blocks = spec.Build();
   for (size_t l = 0; l < blocks.size(); ++l) {
@@ -58,7 +107,11 @@ Result<std::unique_ptr<LayerWork>> LayerWork::Make(const Model& model, const Pla
     }
   }
   std::vector<std::vector<cpu::Block>> shards(static_cast<size_t>(t));
-  if (t == 1) shards[0] = std::move(blocks);
+  if (ep > 1) {
+    PIPECAST_ASSIGN_OR_RETURN(shards, ExpertShards(blocks, ep));
+  } else if (t == 1) {
+    shards[0] = std::move(blocks);
+  }
   for (int j = 0; t > 1 && j < t; ++j) {
     for (size_t l = 0; l < blocks.size(); ++l) {
       Result<cpu::Block> shard = blocks[l].Shard(t, j);
@@ -82,23 +135,32 @@ Result<std::unique_ptr<LayerWork>> LayerWork::Make(const Model& model, const Pla
   if (paths.bidirectional) second = shards;
   return std::unique_ptr<LayerWork>(new LayerWork(std::move(shards), std::move(second),
                                                   std::move(partition), std::move(paths),
-                                                  plan.config.microbatch_size, clock));
+                                                  plan.config.microbatch_size, ep > 1, clock));
 }
 
 LayerWork::LayerWork(std::vector<std::vector<cpu::Block>> shards,
                      std::vector<std::vector<cpu::Block>> second_copies,
                      std::vector<StageLayers> partition, Schedule paths, int mbs,
-                     const Clock* clock)
+                     bool expert_parallel, const Clock* clock)
     : shards_(std::move(shards)),
       second_copies_(std::move(second_copies)),
       partition_(std::move(partition)),
       paths_(std::move(paths)),
       microbatch_size_(mbs),
+      expert_parallel_(expert_parallel),
       clock_(clock),
       cells_(shards_.size() * partition_.size()) {
   const cpu::Block& first = shards_.front().front();
-  input_.resize(static_cast<size_t>(first.Tokens(mbs)) * first.shape().hidden);
-  for (size_t i = 0; i < input_.size(); ++i) input_[i] = std::sin(0.01f * static_cast<float>(i));
+  // One input for every tensor rank (each holds x whole); with expert
+  // parallelism one per expert rank, each a replica with its own data.
+  inputs_.resize(expert_parallel_ ? shards_.size() : 1);
+  for (size_t j = 0; j < inputs_.size(); ++j) {
+    std::vector<float>& in = inputs_[j];
+    in.resize(static_cast<size_t>(first.Tokens(mbs)) * first.shape().hidden);
+    for (size_t i = 0; i < in.size(); ++i) {
+      in[i] = std::sin(0.01f * static_cast<float>(i) + 0.37f * static_cast<float>(j));
+    }
+  }
   const cpu::Block& last = shards_.front().back();
   const size_t n = static_cast<size_t>(last.Tokens(mbs)) * last.shape().hidden;
   loss_grad_.assign(n, 1.0f / static_cast<float>(n));  // d(mean)/dy
@@ -109,10 +171,13 @@ Status LayerWork::Run(const OpCall& call) {
   if (call.action.stage < 0 || call.action.stage >= static_cast<int>(partition_.size())) {
     return Status::Internal("stage out of range");
   }
-  if (call.tensor_rank < 0 || call.tensor_rank >= static_cast<int>(shards_.size()) ||
-      (shards_.size() > 1 && call.tensor_group == nullptr)) {
-    return Status::Internal(fmt::format("tensor rank {} of {} has no all-reduce group",
-                                        call.tensor_rank, shards_.size()));
+  const int member = Member(call);
+  if (member < 0 || member >= static_cast<int>(shards_.size()) ||
+      (shards_.size() > 1 &&
+       (expert_parallel_ ? call.expert_group : call.tensor_group) == nullptr)) {
+    return Status::Internal(fmt::format("{} rank {} of {} has no group",
+                                        expert_parallel_ ? "expert" : "tensor", member,
+                                        shards_.size()));
   }
   switch (call.action.kind) {
     case OpKind::kForward:
@@ -130,7 +195,8 @@ Status LayerWork::Run(const OpCall& call) {
 Status LayerWork::Forward(const OpCall& call) {
   const StageLayers& part = partition_[call.action.stage];
   const bool first = paths_.IsFirstStage(call.action.stage);
-  std::vector<float> x = first ? input_ : std::vector<float>{};
+  std::vector<float> x =
+      first ? inputs_[expert_parallel_ ? Member(call) : 0] : std::vector<float>{};
   if (!first && !call.input.empty()) {
     std::span<const float> in = AsFloats(call.input);
     x.assign(in.begin(), in.end());
@@ -148,7 +214,14 @@ Status LayerWork::Forward(const OpCall& call) {
           fmt::format("layer {} got {} input floats, expected {}", l, x.size(), n));
     }
     y.resize(n);
-    cell.saved.push_back(b.Forward(x, y, microbatch_size_));
+    if (b.expert_parallel() > 1) {
+      GroupExchange exchange(call, clock_);
+      cpu::Saved saved;
+      PIPECAST_RETURN_IF_ERROR(b.Forward(x, y, microbatch_size_, exchange, &saved));
+      cell.saved.push_back(std::move(saved));
+    } else {
+      cell.saved.push_back(b.Forward(x, y, microbatch_size_));
+    }
     PIPECAST_RETURN_IF_ERROR(AllReduce(call, y));  // the partial sums of W2's rows
     x.swap(y);
   }
@@ -189,7 +262,12 @@ Status LayerWork::Backward(const OpCall& call, bool input, bool weight) {
         return Status::Internal(fmt::format("layer {} got a gradient of the wrong size", l));
       }
       dx.resize(dy.size());
-      b.BackwardInput(saved, dy, dx);
+      if (b.expert_parallel() > 1) {
+        GroupExchange exchange(call, clock_);
+        PIPECAST_RETURN_IF_ERROR(b.BackwardInput(saved, dy, dx, exchange));
+      } else {
+        b.BackwardInput(saved, dy, dx);
+      }
       PIPECAST_RETURN_IF_ERROR(AllReduce(call, dx));  // the partial sums of da·W1ᵀ
       if (weight) b.BackwardWeight(saved);
       dy.swap(dx);
@@ -216,7 +294,7 @@ Status LayerWork::Backward(const OpCall& call, bool input, bool weight) {
 
 Status LayerWork::TakeHandoff(const OpCall& call, bool gradient, std::vector<float>* out) {
   std::lock_guard<std::mutex> lock(handoff_mu_);
-  auto it = handoff_.find({call.tensor_rank, call.action.stage, call.action.microbatch, gradient});
+  auto it = handoff_.find({Member(call), call.action.stage, call.action.microbatch, gradient});
   if (it == handoff_.end()) {
     return Status::Internal(fmt::format("no {} handed over for micro-batch {}",
                                         gradient ? "gradient" : "activation",
@@ -230,22 +308,26 @@ Status LayerWork::TakeHandoff(const OpCall& call, bool gradient, std::vector<flo
 void LayerWork::Handoff(const OpCall& call, int to_stage, bool gradient,
                         const std::vector<float>& data) {
   std::lock_guard<std::mutex> lock(handoff_mu_);
-  handoff_[{call.tensor_rank, to_stage, call.action.microbatch, gradient}] = data;
+  handoff_[{Member(call), to_stage, call.action.microbatch, gradient}] = data;
+}
+
+int LayerWork::Member(const OpCall& call) const {
+  return expert_parallel_ ? call.expert_rank : call.tensor_rank;
 }
 
 std::vector<cpu::Block>& LayerWork::Blocks(const OpCall& call) {
-  const size_t j = static_cast<size_t>(call.tensor_rank);
+  const size_t j = static_cast<size_t>(Member(call));
   const bool second = paths_.bidirectional && call.action.stage >= paths_.num_ranks;
   return second ? second_copies_[j] : shards_[j];
 }
 
 std::map<int, LayerWork::Cell>& LayerWork::Cells(const OpCall& call) {
-  return cells_[static_cast<size_t>(call.tensor_rank) * partition_.size() +
+  return cells_[static_cast<size_t>(Member(call)) * partition_.size() +
                 static_cast<size_t>(call.action.stage)];
 }
 
 Status LayerWork::AllReduce(const OpCall& call, std::vector<float>& data) {
-  if (shards_.size() <= 1) return Status::Ok();
+  if (shards_.size() <= 1 || expert_parallel_) return Status::Ok();  // no partial sums
   static const std::atomic<bool> kNever{false};
   const TimeNs start = clock_->NowNs();
   Status st = call.tensor_group->AllReduceSum(call.tensor_rank, data,
@@ -269,6 +351,18 @@ Status LayerWork::Recharge(const OpCall& call, Cell& cell) {
 std::string LayerWork::Description() const {
   const cpu::BlockShape& s = shards_.front().front().shape();
   const int t = static_cast<int>(shards_.size());
+  if (s.moe()) {
+    return fmt::format(
+        "ops run the real layers of the profiler's CPU workload ({} MoE blocks of {} experts, "
+        "top-{} by a hash router, hidden {}, expert ffn {}, {} tokens per sample) on float32 "
+        "buffers{}",
+        shards_.front().size(), s.experts, s.top_k, s.hidden, s.ffn, s.tokens_per_sample,
+        expert_parallel_ ? fmt::format(", over {} expert-parallel workers ({} experts each, a "
+                                       "dispatch and a combine all-to-all in a block's forward "
+                                       "and in its backward)",
+                                       t, s.experts / t)
+                         : "");
+  }
   return fmt::format(
       "ops run the real layers of the profiler's CPU workload ({} MLP blocks, hidden {}, ffn {}, "
       "{} tokens per sample) on float32 buffers{}",

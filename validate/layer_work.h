@@ -25,6 +25,13 @@
 // whole [tokens × hidden] tensor, as `profiler cpu --tensor-parallel` states
 // in the model. Their time is added to OpCall::collective_ns.
 //
+// Expert parallelism (plan.expert_parallel = ep > 1, t = 1): expert rank j
+// is a data-parallel replica with its own input (a fixed pattern per rank)
+// holding its 1/ep of every MoE layer's experts (cpu::Block::ExpertShard)
+// and whole dense layers; each MoE block's forward and input gradient
+// dispatch and combine tokens by all-to-all over the rank's group
+// (OpCall::expert_group), timed into OpCall::collective_ns.
+//
 // Thread-safety: Run may be called concurrently for different workers (each
 // virtual stage's saved buffers at one tensor rank, and that tensor rank's
 // blocks, belong to one worker).
@@ -62,8 +69,8 @@ class LayerWork final : public OpWork {
   Status Run(const OpCall& call) override;
   bool ManagesActivations() const override { return true; }
   std::string Description() const override;
-  // The layers as tensor rank `tensor_rank` holds them (the whole blocks at
-  // t = 1), with their accumulated weight gradients.
+  // The layers as tensor (expert) rank `tensor_rank` holds them (the whole
+  // blocks at t = 1 and ep = 1), with their accumulated weight gradients.
   const std::vector<cpu::Block>& blocks(int tensor_rank = 0) const {
     return shards_[static_cast<size_t>(tensor_rank)];
   }
@@ -80,7 +87,10 @@ class LayerWork final : public OpWork {
   };
   LayerWork(std::vector<std::vector<cpu::Block>> shards,
             std::vector<std::vector<cpu::Block>> second_copies, std::vector<StageLayers> partition,
-            Schedule paths, int mbs, const Clock* clock);
+            Schedule paths, int mbs, bool expert_parallel, const Clock* clock);
+  // The call's member of its rank's group: its expert rank with expert
+  // parallelism, else its tensor rank.
+  int Member(const OpCall& call) const;
   Status Forward(const OpCall& call);
   Status Backward(const OpCall& call, bool input, bool weight);
   Status Recharge(const OpCall& call, Cell& cell);
@@ -99,6 +109,7 @@ class LayerWork final : public OpWork {
   // micro-batch's path (Schedule::IsFirstStage, IsLastStage).
   Schedule paths_;
   int microbatch_size_;
+  bool expert_parallel_;  // shards_ are expert ranks, not tensor ranks
   const Clock* clock_;
   // Per tensor rank and virtual stage (index j · stages + stage): micro-batch -> cell.
   std::vector<std::map<int, Cell>> cells_;
@@ -107,8 +118,8 @@ class LayerWork final : public OpWork {
   // by the workers (guarded by handoff_mu_).
   std::map<std::tuple<int, int, int, bool>, std::vector<float>> handoff_;
   std::mutex handoff_mu_;
-  std::vector<float> input_;      // stage 0's input, fixed
-  std::vector<float> loss_grad_;  // the last stage's output gradient, fixed
+  std::vector<std::vector<float>> inputs_;  // stage 0's input, fixed; per expert rank
+  std::vector<float> loss_grad_;            // the last stage's output gradient, fixed
 };
 
 }  // namespace pipecast::validate

@@ -375,5 +375,152 @@ TEST(LayerWork, TensorParallelNeedsProfilesMeasuredAtThePlansDegree) {
   EXPECT_THAT(work.status().message(), ::testing::HasSubstr("--tensor-parallel 1,4"));
 }
 
+// A model of MoE blocks as `profiler cpu --experts 4 --top-k 2` writes it:
+// 4 experts of ffn 8, top-2 by the hash router, 6 tokens a sample (C(4, 2)).
+constexpr cpu::BlockShape kMoeShape{
+    .hidden = 16, .ffn = 8, .tokens_per_sample = 6, .experts = 4, .top_k = 2};
+
+Model MoeWorkloadModel(int layers) {
+  cpu::WorkloadSpec spec;
+  spec.shape = kMoeShape;
+  spec.layers = layers;
+  Model m = testing::UniformModel(layers);
+  m.name = "cpu-moe";
+  m.sequence_length = kMoeShape.tokens_per_sample;
+  m.source.method = "cpu";
+  m.source.details[cpu::kWorkloadSourceKey] = cpu::WorkloadToSourceJson(spec);
+  const cpu::Block block(kMoeShape, 1);
+  for (Layer& l : m.layers) {
+    l.parameters = block.Parameters();
+    l.profiles[0].activation_bytes = block.ActivationBytes(1);
+    l.profiles[0].output_bytes = block.OutputBytes(1);
+    l.profiles[0].workspace_bytes = block.OutputBytes(1);
+    l.moe = MoeRouting{.experts = 4,
+                       .top_k = 2,
+                       .hidden = kMoeShape.hidden,
+                       .expert_parameters = block.Parameters(),
+                       .bytes_per_element = 4};
+  }
+  return m;
+}
+
+TEST(LayerWork, ExpertParallelWorkersGiveTheSequentialGradients) {
+  // Given 4 MoE layers on 2 ranks x ep 2 (2 data-parallel replicas, each
+  // holding 2 of a layer's 4 experts) under 1F1B with 3 micro-batches: 4
+  // worker threads, 2 in-process all-to-all groups.
+  const int ep = 2;
+  Result<Schedule> s = MakeSchedule(ScheduleKind::k1F1B, 2, 3);
+  testing::World w;
+  w.model = MoeWorkloadModel(4);
+  SimOptions o;
+  o.config.layout.data_parallel = ep;
+  o.config.layout.expert_parallel = ep;
+  Result<SimResult> sim = Simulate(w.model, testing::TestCluster(), *s, o);
+  ASSERT_TRUE(sim.ok()) << sim.status().message();
+  w.plan = MakePlanFile(w.model.name, "", testing::TestCluster(), *s, o, *sim);
+  o.partition = w.plan.partition;
+  w.predicted = *Simulate(w.model, testing::TestCluster(), *s, o);
+  Result<ExecPlan> exec = BuildExecPlan(w.model, w.plan, *s, w.predicted, testing::TestCluster());
+  ASSERT_TRUE(exec.ok()) << exec.status().message();
+  ASSERT_EQ(exec->expert_parallel, ep);
+  ASSERT_EQ(exec->workers(), 4);
+  // Each F, B and I of a 2-layer stage runs 2 dispatches and 2 combines of
+  // R x T x H x 4 bytes, R = 2 (1 - C(2, 2) / C(4, 2)) = 5/3 members a token
+  // reaches: 5/3 x 6 tokens x 16 x 4 = 640 bytes; W none.
+  for (const ExecOp& op : exec->per_rank[0].ops) {
+    if (op.action.kind == OpKind::kBackwardWeight) continue;
+    EXPECT_EQ(op.ep_all_to_alls, (std::vector<Bytes>{640, 640, 640, 640})) << ActionName(op.action);
+    EXPECT_GT(op.ep_comm_ns, 0);
+  }
+  Result<std::unique_ptr<LayerWork>> work = LayerWork::Make(w.model, w.plan, &clock_);
+  ASSERT_TRUE(work.ok()) << work.status().message();
+  SteadyClock clock;
+  std::vector<std::unique_ptr<MemoryPool>> pools;
+  std::vector<MemoryPool*> raw;
+  for (int i = 0; i < 4; ++i) {
+    pools.push_back(std::make_unique<MemoryPool>("worker " + std::to_string(i), 0, &clock));
+    raw.push_back(pools.back().get());
+  }
+  InProcessTransport transport(raw);
+  InProcessTensorGroup g0(ep), g1(ep);
+  RuntimeOptions ro;
+  ro.warmup_iterations = 0;
+  ro.iterations = 1;
+  Result<std::vector<StageRun>> runs =
+      RunStages(*exec, {0, 1, 2, 3}, ro,
+                RuntimeEnv{&transport, work->get(), &clock, raw, true, {&g0, &g1}, nullptr, {}});
+  ASSERT_TRUE(runs.ok()) << runs.status().message();
+
+  // Then the whole blocks, run on one thread over every replica's
+  // micro-batches in turn (replica j's input is the pattern of expert rank
+  // j), accumulate the gradients whose slices the members hold: expert rank j
+  // holds experts 2j and 2j+1. Not bit for bit: a token's two expert outputs
+  // are summed on their members before the combine adds them, another order
+  // of one float sum, which carries into the later layers' gradients.
+  std::vector<cpu::Block> ref;
+  for (int l = 0; l < 4; ++l) ref.emplace_back(kMoeShape, 1 + l);
+  const size_t n = 6 * 16;
+  std::vector<float> grad(n, 1.0f / n);
+  for (int mb = 0; mb < 3; ++mb) {
+    for (int j = 0; j < ep; ++j) {
+      std::vector<float> x(n), y(n);
+      for (size_t i = 0; i < n; ++i) {
+        x[i] = std::sin(0.01f * static_cast<float>(i) + 0.37f * static_cast<float>(j));
+      }
+      std::vector<cpu::Saved> saved;
+      for (cpu::Block& b : ref) {
+        saved.push_back(b.Forward(x, y, 1));
+        x.swap(y);
+      }
+      std::vector<float> dy = grad, dx(n);
+      for (int l = 3; l >= 0; --l) {
+        ref[l].Backward(saved[l], dy, dx);
+        dy.swap(dx);
+      }
+    }
+  }
+  for (int l = 0; l < 4; ++l) {
+    const auto want = ref[l].GradientW2();  // [4·F x H], expert-major
+    float largest = 0;
+    for (float g : want) largest = std::max(largest, std::abs(g));
+    ASSERT_GT(largest, 0.0f);
+    for (int j = 0; j < ep; ++j) {
+      const auto got = (*work)->blocks(j)[l].GradientW2();
+      ASSERT_EQ(got.size(), want.size() / ep);
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_NEAR(got[i], want[j * got.size() + i], 1e-4 * largest)
+            << "layer " << l << " expert rank " << j << " at " << i;
+      }
+    }
+  }
+  // And every worker held exactly the simulator's per-GPU activations (the
+  // same T·k expert rows at ep = 2 as at 1) and spent time in all-to-alls.
+  ASSERT_EQ(runs->size(), 4u);
+  for (const StageRun& run : *runs) {
+    EXPECT_EQ(run.peak_activation_bytes, w.predicted.per_rank[run.rank].memory.activations_peak)
+        << "rank " << run.rank << " expert rank " << run.expert_rank;
+    TimeNs collective = 0;
+    for (const OpTiming& op : run.ops) collective += op.collective_ns;
+    EXPECT_GT(collective, 0);
+  }
+  // Its static memory holds half the experts: 4 layers' 2048 expert parameters over ep 2.
+  EXPECT_GT(exec->per_rank[0].static_bytes, 0);
+}
+
+TEST(LayerWork, ExpertParallelismNeedsWholeBlocks) {
+  Result<Schedule> s = MakeSchedule(ScheduleKind::kGPipe, 2, 2);
+  testing::World w = testing::MakeWorld(MoeWorkloadModel(2), *s);
+  w.plan.config.layout.expert_parallel = 2;
+  w.plan.config.layout.tensor_parallel = 2;
+  Result<std::unique_ptr<LayerWork>> work = LayerWork::Make(w.model, w.plan, &clock_);
+  ASSERT_FALSE(work.ok());
+  EXPECT_THAT(work.status().message(), ::testing::HasSubstr("--tensor-parallel 1"));
+  w.plan.config.layout.tensor_parallel = 1;
+  w.plan.config.layout.expert_parallel = 3;
+  work = LayerWork::Make(w.model, w.plan, &clock_);
+  ASSERT_FALSE(work.ok());
+  EXPECT_THAT(work.status().message(), ::testing::HasSubstr("does not divide the 4 experts"));
+}
+
 }  // namespace
 }  // namespace pipecast::validate

@@ -242,23 +242,26 @@ struct Shared {
   int finished = 0;
 };
 
-// `worker` is a world rank; with tensor parallelism the name gives its
-// pipeline rank and tensor rank.
-std::string StageName(const ExecOp& op, int worker, int t) {
+// `worker` is a world rank; with tensor (expert) parallelism the name gives
+// its pipeline rank and tensor (expert) rank.
+std::string StageName(const ExecOp& op, int worker, const ExecPlan& plan) {
+  const int t = plan.workers_per_rank();
   if (t <= 1) {
     return fmt::format("stage {} (rank {}) op {}", op.action.stage, worker, ActionName(op.action));
   }
-  return fmt::format("stage {} (rank {}, tensor rank {}) op {}", op.action.stage, worker / t,
-                     worker % t, ActionName(op.action));
+  return fmt::format("stage {} (rank {}, {} rank {}) op {}", op.action.stage, worker / t,
+                     plan.expert_parallel > 1 ? "expert" : "tensor", worker % t,
+                     ActionName(op.action));
 }
 
 class Worker {
  public:
-  // `rank` is the worker's world rank: tensor rank rank % t of pipeline rank rank / t.
+  // `rank` is the worker's world rank: tensor (or expert) rank rank % t of
+  // pipeline rank rank / t, t the workers a rank.
   Worker(Shared& s, int rank, StageRun* out)
       : s_(s),
         rank_(rank),
-        t_(s.plan.tensor_parallel),
+        t_(s.plan.workers_per_rank()),
         stage_(s.plan.per_rank[rank / t_]),
         out_(out),
         pool_(s.env.pools[rank]),
@@ -269,7 +272,8 @@ class Worker {
 
   Status Run() {
     out_->rank = rank_ / t_;
-    out_->tensor_rank = rank_ % t_;
+    out_->tensor_rank = s_.plan.tensor_parallel > 1 ? rank_ % t_ : 0;
+    out_->expert_rank = s_.plan.expert_parallel > 1 ? rank_ % t_ : 0;
     out_->static_bytes = stage_.static_bytes;
     PIPECAST_ASSIGN_OR_RETURN(Allocation statics,
                               pool_->Allocate(stage_.static_bytes, MemoryKind::kStatic,
@@ -342,7 +346,7 @@ class Worker {
     PIPECAST_ASSIGN_OR_RETURN(
         Allocation got,
         Await(s_.env.transport, pool_, &op, Peer(op.recv), op.recv.tag, op.recv.bytes, [&] {
-          return fmt::format("{}: {}", StageName(op, rank_, t_), MessageText(op.recv));
+          return fmt::format("{}: {}", StageName(op, rank_, s_.plan), MessageText(op.recv));
         }));
     step->input = std::move(got);
     if (iteration >= 0) out_->recvs.push_back({iteration, op.recv, s_.env.clock->NowNs()});
@@ -375,7 +379,7 @@ class Worker {
     const Clock& clock = *s_.env.clock;
     const TimeNs start = clock.NowNs();
     s_.control.SetRunning(rank_, &op, start, cpu_clock_);
-    const std::string name = StageName(op, rank_, t_);
+    const std::string name = StageName(op, rank_, s_.plan);
     Bytes act_bytes = s_.env.work->ManagesActivations() ? 0 : op.activation_bytes;
     if (fault == Fault::Kind::kOom) {
       act_bytes = pool_->limit() > 0 ? pool_->limit() + 1 : kOomFaultBytes;
@@ -413,8 +417,11 @@ class Worker {
     call.output = std::span<std::byte>(output.data(), static_cast<size_t>(output.size()));
     call.abort = &s_.control.abort;
     call.pool = pool_;
-    call.tensor_rank = rank_ % t_;
-    call.tensor_group = t_ > 1 ? group_ : nullptr;
+    const bool expert = s_.plan.expert_parallel > 1;
+    call.tensor_rank = expert ? 0 : rank_ % t_;
+    call.tensor_group = t_ > 1 && !expert ? group_ : nullptr;
+    call.expert_rank = expert ? rank_ % t_ : 0;
+    call.expert_group = expert ? group_ : nullptr;
     TimeNs collective_ns = 0;
     call.collective_ns = &collective_ns;
     Status st = s_.env.work->Run(call);
@@ -451,7 +458,7 @@ class Worker {
     s_.control.NoteSent(rank_, peer, op.send.tag);
     Status sent = s_.env.transport->Send(rank_, peer, op.send.tag, std::move(step->output));
     if (!sent.ok()) {
-      return sent.WithPrefix(StageName(op, rank_, t_) + ": sending " + MessageText(op.send));
+      return sent.WithPrefix(StageName(op, rank_, s_.plan) + ": sending " + MessageText(op.send));
     }
     return Status::Ok();
   }
@@ -536,7 +543,7 @@ class Worker {
 
   Shared& s_;
   const int rank_;  // world rank
-  const int t_;     // workers per pipeline rank
+  const int t_;     // workers per pipeline rank (t, or ep)
   const ExecStage& stage_;
   StageRun* out_;
   MemoryPool* pool_;
@@ -572,11 +579,11 @@ void RunWorker(Shared* shared, std::vector<StageRun>* runs, size_t index) {
 
 }  // namespace
 
-void FoldExpandedRuns(int tensor_parallel, std::vector<StageRun>* runs) {
+void FoldExpandedRuns(int tensor_parallel, std::vector<StageRun>* runs, bool expert) {
   const int t = tensor_parallel;
   if (t <= 1) return;
   for (StageRun& run : *runs) {
-    run.tensor_rank = run.rank % t;
+    (expert ? run.expert_rank : run.tensor_rank) = run.rank % t;
     run.rank /= t;
     for (MessageTiming& m : run.sends) m.message.peer_rank /= t;
     for (MessageTiming& m : run.recvs) m.message.peer_rank /= t;
@@ -652,7 +659,7 @@ Result<std::vector<StageRun>> RunStages(const ExecPlan& plan, const std::vector<
         env.pools[r] == nullptr) {
       return Status::Internal(fmt::format("rank {} has no memory pool or is not in the plan", r));
     }
-    const int t = std::max(plan.tensor_parallel, 1);
+    const int t = std::max(plan.workers_per_rank(), 1);
     const bool copy_ready = env.copy_transport != nullptr &&
                             r < static_cast<int>(env.copy_pools.size()) &&
                             env.copy_pools[r] != nullptr;

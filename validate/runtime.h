@@ -111,7 +111,8 @@ struct OpTiming {
   Action action;
   TimeNs start_ns = 0;
   TimeNs end_ns = 0;
-  // Of the op's time, what its tensor-parallel all-reduces took (0 at t = 1).
+  // Of the op's time, what its tensor-parallel all-reduces (expert-parallel
+  // all-to-alls) took (0 at t = 1 and ep = 1).
   TimeNs collective_ns = 0;
 };
 
@@ -135,6 +136,7 @@ struct MessageTiming {
 struct StageRun {
   int rank = 0;               // the pipeline rank
   int tensor_rank = 0;        // 0 .. t-1
+  int expert_rank = 0;        // 0 .. ep-1 (expert parallelism over replicas)
   std::vector<OpTiming> ops;  // in execution order
   std::vector<MessageTiming> sends;
   std::vector<MessageTiming> recvs;
@@ -153,8 +155,9 @@ struct RuntimeEnv {
   const Clock* clock = nullptr;
   std::vector<MemoryPool*> pools;  // indexed by worker (world rank); set for the local ones
   bool all_ranks_local = false;    // enables deadlock detection
-  // Indexed by pipeline rank, set for the local ranks when t > 1: the group
-  // whose all-reduce the rank's workers run (tensor_group.h).
+  // Indexed by pipeline rank, set for the local ranks when t > 1 or ep > 1:
+  // the group whose all-reduce (all-to-all) the rank's workers run
+  // (tensor_group.h).
   std::vector<TensorGroup*> groups;
   // The copy reduce's messages (plans with ExecStage::copy_exchanges): the
   // transport they travel by and, per worker, the pool their buffers are
@@ -170,7 +173,7 @@ struct RuntimeEnv {
 };
 
 // Runs `local_ranks` of `plan` (workers, i.e. world ranks: rank·t + tensor
-// rank) in threads of this process, one per worker.
+// rank, or rank·ep + expert rank) in threads of this process, one per worker.
 // Returns their StageRuns in the order of `local_ranks`, or the first
 // failure's diagnosis (FailedPrecondition for faults, timeouts, deadlocks and
 // out of memory, and for a plan with a copy reduce on an env without
@@ -181,9 +184,10 @@ Result<std::vector<StageRun>> RunStages(const ExecPlan& plan, const std::vector<
 
 // Runs of a plan that ExpandTensorParallel (exec_plan.h) turned into ranks·t
 // ranks, as RunStages would have recorded them on the plan itself: each
-// run's rank w becomes rank w / t, tensor rank w % t, and its messages' peers
-// the peers' ranks (copy-reduce partners too). Nothing at t = 1.
-void FoldExpandedRuns(int tensor_parallel, std::vector<StageRun>* runs);
+// run's rank w becomes rank w / t, tensor rank (`expert`: expert rank) w % t,
+// and its messages' peers the peers' ranks (copy-reduce partners too).
+// Nothing at t = 1.
+void FoldExpandedRuns(int tensor_parallel, std::vector<StageRun>* runs, bool expert = false);
 
 }  // namespace pipecast::validate
 

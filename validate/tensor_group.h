@@ -1,8 +1,10 @@
-// TensorGroup: the t workers of one pipeline stage that split each of its
-// layers Megatron-style (tensor parallelism), and the collective they run on
-// the partial sums: an all-reduce (sum) over the group. The workers are the
-// group's members 0..t-1, tensor rank j being world rank stage·t + j (tensor
-// parallelism innermost, as the simulator places GPUs).
+// TensorGroup: the workers of one pipeline stage that run its layers
+// together, and their collectives. Tensor parallelism: the t workers that
+// split each layer Megatron-style all-reduce (sum) their partial sums.
+// Expert parallelism: the ep workers (data-parallel replicas) that hold a
+// layer's experts ep ways exchange tokens by all-to-all (AllToAll). The
+// workers are the group's members 0..n-1, member j being world rank
+// stage·n + j (innermost, as the simulator places GPUs).
 //
 // Implementations: InProcessTensorGroup (threads of one process, the cpu
 // backend: every member sums its 1/t of the elements in member order 0..t-1
@@ -40,6 +42,15 @@ class TensorGroup {
   // when the members' sizes differ.
   virtual Status AllReduceSum(int member, std::span<float> data,
                               const std::atomic<bool>& abort) = 0;
+  // MPI_Alltoallv's shape: this member sends send_counts[r] floats,
+  // consecutive in `send` in member order, to member r, and receives
+  // recv_counts[s] floats from member s into `recv`, consecutive in member
+  // order. Every member calls it the same number of times; what member s
+  // sends to r must be what r expects from s. FailedPrecondition "aborted"
+  // when `abort` becomes true first; Internal when counts disagree.
+  virtual Status AllToAll(int member, std::span<const float> send,
+                          std::span<const size_t> send_counts, std::span<float> recv,
+                          std::span<const size_t> recv_counts, const std::atomic<bool>& abort) = 0;
 };
 
 // Threads of one process: a shared-memory all-reduce with no buffer of its
@@ -51,6 +62,12 @@ class InProcessTensorGroup final : public TensorGroup {
 
   int size() const override { return size_; }
   Status AllReduceSum(int member, std::span<float> data, const std::atomic<bool>& abort) override;
+  // Between two barriers each member copies its part of every member's send
+  // buffer into its own receive buffer (one copy per float, as a
+  // shared-memory all-to-all moves it).
+  Status AllToAll(int member, std::span<const float> send, std::span<const size_t> send_counts,
+                  std::span<float> recv, std::span<const size_t> recv_counts,
+                  const std::atomic<bool>& abort) override;
 
  private:
   // Waits until every member has arrived at this barrier, or until *abort
@@ -66,8 +83,11 @@ class InProcessTensorGroup final : public TensorGroup {
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<std::span<float>> spans_;  // by member, posted for the current all-reduce
-  int waiting_ = 0;                      // guarded by mu_
-  std::atomic<int64_t> generation_{0};   // advanced under mu_, read by spinning members
+  // By member, posted for the current all-to-all.
+  std::vector<std::span<const float>> sends_;
+  std::vector<std::span<const size_t>> send_counts_;
+  int waiting_ = 0;                     // guarded by mu_
+  std::atomic<int64_t> generation_{0};  // advanced under mu_, read by spinning members
 };
 
 }  // namespace pipecast::validate

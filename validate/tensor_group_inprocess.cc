@@ -1,5 +1,6 @@
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -8,7 +9,8 @@
 
 namespace pipecast::validate {
 
-InProcessTensorGroup::InProcessTensorGroup(int size) : size_(size), spans_(size) {}
+InProcessTensorGroup::InProcessTensorGroup(int size)
+    : size_(size), spans_(size), sends_(size), send_counts_(size) {}
 
 Status InProcessTensorGroup::ArriveAndWait(std::unique_lock<std::mutex>& lock,
                                            const std::atomic<bool>* abort) {
@@ -71,6 +73,43 @@ Status InProcessTensorGroup::AllReduceSum(int member, std::span<float> data,
   // free its buffer) before all have arrived here, which each does without
   // waiting for anything.
   return ArriveAndWait(lock, nullptr);
+}
+
+Status InProcessTensorGroup::AllToAll(int member, std::span<const float> send,
+                                      std::span<const size_t> send_counts, std::span<float> recv,
+                                      std::span<const size_t> recv_counts,
+                                      const std::atomic<bool>& abort) {
+  if (member < 0 || member >= size_ || static_cast<int>(send_counts.size()) != size_ ||
+      static_cast<int>(recv_counts.size()) != size_) {
+    return Status::Internal(fmt::format("expert rank {} of a group of {} gives {} and {} counts",
+                                        member, size_, send_counts.size(), recv_counts.size()));
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  sends_[member] = send;
+  send_counts_[member] = send_counts;
+  PIPECAST_RETURN_IF_ERROR(ArriveAndWait(lock, &abort));  // every member's buffer is posted
+  lock.unlock();
+  Status st = Status::Ok();
+  size_t at = 0;
+  for (int src = 0; src < size_ && st.ok(); ++src) {
+    size_t offset = 0;
+    for (int r = 0; r < member; ++r) offset += send_counts_[src][r];
+    const size_t n = send_counts_[src][member];
+    if (n != recv_counts[src] || at + n > recv.size() || offset + n > sends_[src].size()) {
+      st = Status::Internal(
+          fmt::format("expert rank {} expects {} floats from rank {}, which sends {}", member,
+                      recv_counts[src], src, n));
+      break;
+    }
+    std::copy_n(sends_[src].begin() + static_cast<std::ptrdiff_t>(offset), n,
+                recv.begin() + static_cast<std::ptrdiff_t>(at));
+    at += n;
+  }
+  lock.lock();
+  // Not abortable, as the all-reduce's second barrier: every member reads the
+  // others' send buffers until all have arrived here.
+  Status after = ArriveAndWait(lock, nullptr);
+  return st.ok() ? after : st;
 }
 
 }  // namespace pipecast::validate

@@ -130,15 +130,27 @@ Result<Model> LoadInputs(const ValidatorOptions& options, const Backend& backend
         "validate a plan made without --tp-comm-overlap",
         options.plan_path));
   }
+  const int ep = std::max(plan.config.layout.expert_parallel, 1);
+  if (ep > 1 && (tp > 1 || plan.config.layout.expert_tensor_parallel > 1)) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: the plan has expert_parallel {} with tensor_parallel {} and expert_tensor_parallel "
+        "{}, which the validator does not run (it runs expert parallelism over data-parallel "
+        "replicas of whole blocks; docs/validator.md): validate a plan made with "
+        "--tensor-parallel 1 and --expert-tensor-parallel 1",
+        options.plan_path, ep, tp, plan.config.layout.expert_tensor_parallel));
+  }
   PIPECAST_ASSIGN_OR_RETURN(Model model, LoadModel(options.model_path));
   out->model_name = model.name;
   const int ranks = plan.schedule.num_ranks;
-  if (backend.processes() != 1 && backend.processes() != ranks * tp) {
+  const int per_rank = tp * ep;
+  if (backend.processes() != 1 && backend.processes() != ranks * per_rank) {
     return Status::InvalidArgument(
         fmt::format("the plan has {}{} but {} were started: run mpirun -np {}",
                     Count(ranks, "pipeline rank", "pipeline ranks"),
-                    tp > 1 ? fmt::format(" x {} tensor-parallel workers", tp) : "",
-                    Count(backend.processes(), "process", "processes"), ranks * tp));
+                    tp > 1   ? fmt::format(" x {} tensor-parallel workers", tp)
+                    : ep > 1 ? fmt::format(" x {} expert-parallel workers", ep)
+                             : "",
+                    Count(backend.processes(), "process", "processes"), ranks * per_rank));
   }
   if (MessageTag(plan.schedule.num_stages - 1, plan.schedule.num_microbatches, true,
                  plan.schedule.num_stages) >= kMaxPlanTag) {
@@ -154,6 +166,7 @@ Status ChooseCluster(const ValidatorOptions& options, const Model& model, Backen
                      ValidationResult* out) {
   const PlanFile& plan = out->plan;
   const int tp = std::max(plan.config.layout.tensor_parallel, 1);
+  const int ep = std::max(plan.config.layout.expert_parallel, 1);
   const int ranks = plan.schedule.num_ranks;
   if (!options.cluster.empty()) {
     Result<Cluster> c = LoadCluster(options.cluster);
@@ -162,11 +175,13 @@ Status ChooseCluster(const ValidatorOptions& options, const Model& model, Backen
   } else if (backend->has_link_probe()) {
     PIPECAST_ASSIGN_OR_RETURN(Cluster c, ClusterPreset("local"));
     out->cluster = c;
-    out->cluster.gpu.memory_bytes = MachineMemoryPerStage(ranks * tp);
+    out->cluster.gpu.memory_bytes = MachineMemoryPerStage(ranks * tp * ep);
   } else {
     out->cluster = plan.cluster;
   }
-  if (options.cluster.empty() && backend->has_link_probe() && ranks > 1) {
+  // Expert parallelism's all-to-alls travel the same way as the pipeline's
+  // messages: probed even with one stage.
+  if (options.cluster.empty() && backend->has_link_probe() && (ranks > 1 || ep > 1)) {
     const Bytes probe = std::clamp(LargestOutput(model, plan), kMinProbeBytes, kMaxProbeBytes);
     Result<Link> link = backend->ProbeLink(probe);
     if (!link.ok()) return link.status().WithPrefix("link probe");
@@ -192,12 +207,24 @@ Status Predict(const Model& model, ValidationResult* out) {
   }
   out->predicted = std::move(*predicted);
   for (const std::string& n : out->predicted.notes) out->notes.push_back("prediction: " + n);
+  const int ep = std::max(plan.config.layout.expert_parallel, 1);
   if (plan.config.layout.data_parallel > 1) {
     out->notes.push_back(fmt::format(
-        "the plan has {} data-parallel replicas: one replica runs; its gradient all-reduce "
+        "the plan has {} data-parallel replicas: {} runs; its gradient all-reduce "
         "(predicted {}) is not executed, so times compare the pipeline span",
         plan.config.layout.data_parallel,
+        ep > 1 ? fmt::format("one expert-parallel group of {} replicas", ep) : "one replica",
         TimeText(static_cast<double>(out->predicted.allreduce_ns))));
+  }
+  if (ep > 1) {
+    out->notes.push_back(fmt::format(
+        "expert parallelism: {} workers a stage, each a data-parallel replica with its own "
+        "micro-batches holding 1/{} of every MoE layer's experts (a GPU of the simulator's "
+        "{}-way expert-parallel group); a stage's peak memory is its workers' largest; 'ep "
+        "all-to-all' sets the time measured inside the dispatch and combine all-to-alls (mean "
+        "over the workers) beside the predicted (per iteration {} on the busiest rank), "
+        "reported, not checked; times are expert rank 0's",
+        ep, ep, ep, TimeText(static_cast<double>(out->predicted.ep_comm_ns))));
   }
   if (plan.config.optimizer_step.time_ns > 0 || out->predicted.optimizer_ns > 0) {
     out->notes.push_back("the optimizer step is not executed; times compare the pipeline span");
@@ -236,8 +263,8 @@ Result<std::vector<StageRun>> Execute(const ValidatorOptions& options, const Mod
                                       ValidationResult* out) {
   const PlanFile& plan = out->plan;
   PIPECAST_RETURN_IF_ERROR(CheckFaultInPlan(options.runtime.fault, plan.schedule));
-  PIPECAST_ASSIGN_OR_RETURN(ExecPlan exec, BuildExecPlan(model, plan, plan.schedule, out->predicted,
-                                                         out->cluster.intra_node));
+  PIPECAST_ASSIGN_OR_RETURN(
+      ExecPlan exec, BuildExecPlan(model, plan, plan.schedule, out->predicted, out->cluster));
   out->exec = std::move(exec);
   PIPECAST_RETURN_IF_ERROR(CheckDropSendsSomething(options.runtime.fault, out->exec));
 
@@ -299,6 +326,7 @@ std::string ValidationJson(const ValidationResult& r) {
   j["schedule"] = r.plan.schedule_name;
   j["pipeline_stages"] = r.plan.config.layout.pipeline_stages;
   j["tensor_parallel"] = std::max(r.plan.config.layout.tensor_parallel, 1);
+  j["expert_parallel"] = std::max(r.plan.config.layout.expert_parallel, 1);
   j["microbatches"] = r.plan.config.microbatches;
   j["microbatch_size"] = r.plan.config.microbatch_size;
   j["ops"] = r.work;
@@ -319,6 +347,7 @@ std::string ValidationJson(const ValidationResult& r) {
   for (const StageRun& run : r.runs) {
     workers.push_back({{"stage", run.rank},
                        {"tensor_rank", run.tensor_rank},
+                       {"expert_rank", run.expert_rank},
                        {"peak_memory_bytes", run.peak_bytes}});
   }
   j["workers"] = workers;
@@ -332,6 +361,8 @@ std::string ValidationText(const ValidationResult& r) {
       r.plan.schedule_name, r.plan.config.layout.pipeline_stages,
       r.plan.config.layout.tensor_parallel > 1
           ? fmt::format(" x {} tensor-parallel workers", r.plan.config.layout.tensor_parallel)
+      : r.plan.config.layout.expert_parallel > 1
+          ? fmt::format(" x {} expert-parallel workers", r.plan.config.layout.expert_parallel)
           : "",
       r.plan.config.microbatches, r.plan.config.microbatch_size);
   out += fmt::format("  {}\n", r.work);

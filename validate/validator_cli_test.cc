@@ -470,6 +470,126 @@ TEST_F(ValidatorTensorParallel, MpiBackendRunsTwoByTwoOnFourProcesses) {
   ExpectTensorParallelRows(r);
 }
 
+// Issue 26 item 6: expert parallelism. `profiler cpu --experts 4 --top-k 2`
+// measures 4 MoE blocks (4 experts of hidden 128 and ffn 128 each, top-2 by
+// the hash router; 48 tokens a sample, a multiple of C(4, 2) = 6, so every
+// expert gets the same 24 of a micro-batch's 96 token-expert pairs); the
+// planner is pinned to ep = 2 over d = 2 replicas. The validator then runs 2
+// workers a stage, each a replica holding 2 of every layer's 4 experts, the
+// MoE layers' dispatch and combine as real all-to-alls between them.
+class ValidatorExpertParallel : public ::testing::Test {
+ protected:
+  void SetUp() override { check_time_ = MachineCanTime(); }
+  bool check_time_ = true;
+};
+
+// One activation message of the MoE workload (48 tokens x hidden 128 x 4 B).
+constexpr double kMoeMessageBytes = 48 * 128 * 4;
+
+std::string ProfileMoeModel(const TempDir& dir) {
+  const std::string model = dir.File("model.json");  // the name ValidatorArgs passes
+  cli_test::ToolRun prof =
+      RunTool(dir, PIPECAST_PROFILER_BIN,
+              "cpu --layers 4 --hidden 128 --ffn 128 --experts 4 --top-k 2 --tokens-per-sample 48 "
+              "--microbatch-sizes 1 --warmup 2 --iterations 7 --global-batch 8 --out " +
+                  Quote(model));
+  EXPECT_EQ(prof.exit_code, 0) << prof.err;
+  return model;
+}
+
+// An ep = 2 plan over `stages` pipeline stages (d = 2: 2 x stages GPUs).
+std::string PlanExpertParallel(const TempDir& dir, const std::string& model, int stages) {
+  const std::string plan = dir.File("ep" + std::to_string(stages) + ".plan.json");
+  cli_test::ToolRun r = RunTool(
+      dir, PIPECAST_PLANNER_BIN,
+      "--model " + Quote(model) + " --gpus " + std::to_string(2 * stages) +
+          " --expert-parallel 2 --pipeline-stages " + std::to_string(stages) +
+          " --cluster local --zero 0 --schedules 1f1b --recompute off --out " + Quote(plan));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("p=" + std::to_string(stages) + " d=2 1f1b"));
+  const nlohmann::json j = nlohmann::json::parse(cli_test::ReadText(plan));
+  EXPECT_EQ(j["expert_parallel"], 2);
+  return plan;
+}
+
+// The rows an expert-parallel validation adds: an all-to-all time per stage,
+// measured beside predicted, and every worker's own peak (a stage's two hold
+// the same: the same static bytes, and the same 96 expert rows a micro-batch).
+void ExpectExpertParallelRows(const cli_test::ToolRun& r, int stages) {
+  ASSERT_TRUE(r.exit_code == 0 || r.exit_code == 3) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["expert_parallel"], 2);
+  EXPECT_THAT(j["ops"].get<std::string>(), HasSubstr("over 2 expert-parallel workers"));
+  int rows = 0;
+  for (const auto& m : j["metrics"]) {
+    if (m["metric"] != "ep all-to-all") continue;
+    ++rows;
+    EXPECT_GT(m["predicted"].get<double>(), 0);
+    EXPECT_GT(m["measured"].get<double>(), 0);
+    EXPECT_FALSE(m["checked"].get<bool>());
+  }
+  EXPECT_EQ(rows, stages);
+  ASSERT_EQ(j["workers"].size(), static_cast<size_t>(2 * stages));
+  for (const auto& w : j["workers"]) {
+    for (const auto& other : j["workers"]) {
+      if (other["stage"] != w["stage"]) continue;
+      EXPECT_NEAR(w["peak_memory_bytes"].get<double>(), other["peak_memory_bytes"].get<double>(),
+                  kMoeMessageBytes);
+    }
+  }
+}
+
+// The issue's check: an ep = 2 plan of the MoE workload on the cpu backend,
+// memory exact (the loop's 1%) and time within the real-layer tolerance:
+// one stage, two worker threads, so two cores time it.
+TEST_F(ValidatorExpertParallel, CpuBackendRunsOneStageOfTwoReplicas) {
+  TempDir dir;
+  const std::string plan = PlanExpertParallel(dir, ProfileMoeModel(dir), 1);
+  const cli_test::ToolRun r = ExpectWithinLoopTolerances(
+      [&] { return Validator(dir, ValidatorArgs(dir, plan) + " --backend cpu"); },
+      check_time_ && CoresForWorkers(2), "real layers of the profiler's CPU workload",
+      kRealLayerTimeTolerance, /*sender_held_bytes=*/0, /*stages=*/1);
+  ExpectExpertParallelRows(r, 1);
+}
+
+TEST_F(ValidatorExpertParallel, CpuBackendRunsTwoStagesOfTwoReplicas) {
+  TempDir dir;
+  const std::string plan = PlanExpertParallel(dir, ProfileMoeModel(dir), 2);
+  const cli_test::ToolRun r = ExpectWithinLoopTolerances(
+      [&] { return Validator(dir, ValidatorArgs(dir, plan) + " --backend cpu"); },
+      check_time_ && CoresForWorkers(4), "real layers of the profiler's CPU workload",
+      kRealLayerTimeTolerance, kMoeMessageBytes);
+  ExpectExpertParallelRows(r, 2);
+}
+
+TEST_F(ValidatorExpertParallel, MpiBackendRunsMpiAlltoallvOnASubCommunicator) {
+  if (!HaveMpirun()) GTEST_SKIP() << "no mpirun";
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "real layers under MPI are not run in a sanitizer build";
+#endif
+  TempDir dir;
+  const std::string model = ProfileMoeModel(dir);
+  for (int stages : {1, 2}) {
+    const std::string plan = PlanExpertParallel(dir, model, stages);
+    const cli_test::ToolRun r = ExpectWithinLoopTolerances(
+        [&] {
+          return MpiValidator(dir, ValidatorArgs(dir, plan) + " --backend mpi",
+                              /*processes=*/2 * stages);
+        },
+        check_time_ && CoresForWorkers(2 * stages), "real layers of the profiler's CPU workload",
+        kRealLayerTimeTolerance, kMpiSenderHeldBytes, stages);
+    ExpectExpertParallelRows(r, stages);
+    EXPECT_THAT(r.out, HasSubstr("MPI_Ialltoallv"));
+  }
+  // A process count that does not match the plan's stages x replicas is refused.
+  const std::string plan = dir.File("ep2.plan.json");
+  const cli_test::ToolRun wrong =
+      MpiValidator(dir, ValidatorArgs(dir, plan) + " --backend mpi", /*processes=*/2);
+  EXPECT_EQ(wrong.exit_code, 1);
+  EXPECT_THAT(wrong.err, HasSubstr("2 expert-parallel workers but 2 processes were started: run "
+                                   "mpirun -np 4"));
+}
+
 // Issue 16's last part: the schedules with overlapped F&B pairs. The busy-work model with a
 // split backward (backward_weight_us: half of the backward), which both need. dualpipev fits
 // the loop's 0.25 GB (a V of 4 chunks, 1 layer each); dualpipe holds two copies of the model

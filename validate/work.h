@@ -41,6 +41,11 @@ struct OpCall {
   // *collective_ns (may be null).
   int tensor_rank = 0;
   TensorGroup* tensor_group = nullptr;
+  // Expert parallelism: this worker's expert rank and its rank's group (null
+  // at ep = 1), whose all-to-alls work that runs MoE layers times into
+  // *collective_ns likewise.
+  int expert_rank = 0;
+  TensorGroup* expert_group = nullptr;
   TimeNs* collective_ns = nullptr;
 };
 

@@ -195,6 +195,23 @@ Status CpuProfileOptions::Validate() const {
   PIPECAST_RETURN_IF_ERROR(CheckRange("--ffn", w.shape.ffn, 1, kMaxWidth, "MLP width"));
   PIPECAST_RETURN_IF_ERROR(CheckRange("--tokens-per-sample", w.shape.tokens_per_sample, 1,
                                       kMaxWidth, "rows of x per sample"));
+  PIPECAST_RETURN_IF_ERROR(
+      CheckRange("--experts", w.shape.experts, 0, kMaxExperts, "experts a block, 0 = dense"));
+  if (w.shape.experts > 0) {
+    PIPECAST_RETURN_IF_ERROR(CheckRange("--top-k", w.shape.top_k, 1, w.shape.experts,
+                                        "experts each token goes to, at most --experts"));
+  } else if (w.shape.top_k != 0) {
+    return Status::InvalidArgument(fmt::format(
+        "--top-k {} without --experts: give --experts E for an MoE workload", w.shape.top_k));
+  }
+  if (w.shape.experts > 0 && w.shape.tokens_per_sample % ExpertRoutes(w.shape) != 0) {
+    return Status::InvalidArgument(fmt::format(
+        "--tokens-per-sample {} is not a multiple of C(--experts {}, --top-k {}) = {}: the hash "
+        "router sends token i to the (i mod C)-th set of experts, so every expert gets the same "
+        "tokens only when C divides the tokens; use a multiple of {}",
+        w.shape.tokens_per_sample, w.shape.experts, w.shape.top_k, ExpertRoutes(w.shape),
+        ExpertRoutes(w.shape)));
+  }
   for (int i = 0; i < static_cast<int>(w.per_layer.size()); ++i) {
     const BlockShape& s = w.per_layer[static_cast<std::size_t>(i)];
     if (s.ffn < 1 || s.ffn > kMaxWidth) {
@@ -224,6 +241,12 @@ Status CpuProfileOptions::Validate() const {
       CheckRange("--iterations", iterations, 1, kMaxIterations, "timed iterations"));
   std::set<int> degrees;
   for (int t : tensor_parallel) {
+    if (t > 1 && w.shape.experts > 0) {
+      return Status::InvalidArgument(fmt::format(
+          "--tensor-parallel {} with --experts: MoE blocks are measured whole (t = 1); their "
+          "experts split over an expert-parallel group instead (--expert-parallel in the planner)",
+          t));
+    }
     PIPECAST_RETURN_IF_ERROR(
         CheckRange("--tensor-parallel", t, 1, kMaxTensorParallel, "workers a block splits over"));
     if (!degrees.insert(t).second) {
@@ -246,7 +269,7 @@ Status CpuProfileOptions::Validate() const {
   const int largest = *seen.rbegin();
   for (int i = 0; i < w.LayerCount(); ++i) {
     const BlockShape s = w.LayerShape(i);
-    const Bytes bytes = 4 * std::int64_t{largest} * s.tokens_per_sample *
+    const Bytes bytes = 4 * std::int64_t{largest} * s.RowsPerSample() *
                         (2 * std::int64_t{s.hidden} + 3 * std::int64_t{s.ffn});
     if (bytes > kMaxLayerBytes) {
       return Status::InvalidArgument(fmt::format(
@@ -317,8 +340,17 @@ Result<CpuProfile> ProfileCpu(const CpuProfileOptions& options, const Clock& clo
     Layer layer;
     layer.name = fmt::format("block{}", i);
     layer.parameters = block.Parameters();
-    // Two products of 2*H*F FLOPs per token in the forward.
+    // Two products of 2*H*F FLOPs per token (per token and expert for MoE) in the forward.
     layer.forward_flops = 2.0 * static_cast<double>(block.MultiplyAdds(1));
+    if (block.shape().moe()) {
+      // What expert parallelism needs (sim/model.h): every parameter is an
+      // expert's (the hash router has none); tokens travel as float32.
+      layer.moe = MoeRouting{.experts = block.shape().experts,
+                             .top_k = block.shape().top_k,
+                             .hidden = block.shape().hidden,
+                             .expert_parameters = block.Parameters(),
+                             .bytes_per_element = 4};
+    }
     json spreads = json::object();
     for (const Probe& p : probes) {
       if (p.layer != i) continue;

@@ -108,6 +108,17 @@ std::size_t Floats(int tokens, int width) {
   return static_cast<std::size_t>(tokens) * static_cast<std::size_t>(width);
 }
 
+// C(n, k), exact for the sizes BlockShape allows (n <= kMaxExperts); capped
+// past kMaxRoutes so that it never overflows.
+std::int64_t Binomial(int n, int k) {
+  std::int64_t c = 1;
+  for (int i = 1; i <= k; ++i) {
+    c = c * (n - k + i) / i;
+    if (c > kMaxRoutes) return kMaxRoutes + 1;
+  }
+  return c;
+}
+
 Status CheckWidth(const char* field, int value) {
   if (value < 1 || value > kMaxWidth) {
     return Status::InvalidArgument(std::string(field) + " is " + std::to_string(value) +
@@ -115,6 +126,18 @@ Status CheckWidth(const char* field, int value) {
   }
   return Status::Ok();
 }
+
+// An expert-parallel group of one: what is sent is what is received.
+class SelfExchange final : public ExpertExchange {
+ public:
+  Status AllToAll(std::span<const float> send, std::span<const std::size_t> send_counts,
+                  std::span<float> recv, std::span<const std::size_t> recv_counts) override {
+    Require(send_counts.size() == 1 && recv_counts.size() == 1 && send.size() == recv.size(),
+            "SelfExchange: one member, as many floats received as sent");
+    std::copy(send.begin(), send.end(), recv.begin());
+    return Status::Ok();
+  }
+};
 
 }  // namespace
 
@@ -124,13 +147,33 @@ Status BlockShape::Validate() const {
   PIPECAST_RETURN_IF_ERROR(CheckWidth("hidden", hidden));
   PIPECAST_RETURN_IF_ERROR(CheckWidth("ffn", ffn));
   PIPECAST_RETURN_IF_ERROR(CheckWidth("tokens_per_sample", tokens_per_sample));
-  if (std::int64_t{hidden} * ffn > kMaxBlockWeights) {
-    return Status::InvalidArgument("hidden x ffn is " + std::to_string(std::int64_t{hidden} * ffn) +
+  if (experts < 0 || experts > kMaxExperts || (experts == 0 && top_k != 0) ||
+      (experts > 0 && (top_k < 1 || top_k > experts))) {
+    return Status::InvalidArgument(
+        "experts " + std::to_string(experts) + " and top_k " + std::to_string(top_k) +
+        ": give experts in [1, " + std::to_string(kMaxExperts) +
+        "] and top_k in [1, experts] for an MoE block, or both 0 for a dense one");
+  }
+  if (experts > 0) {
+    const std::int64_t routes = Binomial(experts, top_k);
+    if (routes > kMaxRoutes || tokens_per_sample % routes != 0) {
+      return Status::InvalidArgument(
+          "tokens_per_sample " + std::to_string(tokens_per_sample) + " is not a multiple of C(" +
+          std::to_string(experts) + ", " + std::to_string(top_k) + ") = " + std::to_string(routes) +
+          ": the hash router sends token i to the (i mod C)-th set of top_k experts, so every "
+          "expert gets the same tokens only when C divides tokens_per_sample (and C <= " +
+          std::to_string(kMaxRoutes) + ")");
+    }
+  }
+  const std::int64_t copies = std::max(experts, 1);
+  if (std::int64_t{hidden} * ffn * copies > kMaxBlockWeights) {
+    return Status::InvalidArgument("hidden x ffn (x experts) is " +
+                                   std::to_string(std::int64_t{hidden} * ffn * copies) +
                                    ", over the " + std::to_string(kMaxBlockWeights) +
                                    " weights a block may have: use smaller widths");
   }
   const std::int64_t sample_bytes =
-      kFloatBytes * tokens_per_sample * (2 * std::int64_t{hidden} + 2 * std::int64_t{ffn});
+      kFloatBytes * RowsPerSample() * (2 * std::int64_t{hidden} + 2 * std::int64_t{ffn});
   if (sample_bytes > kMaxSampleBytes) {
     return Status::InvalidArgument(
         "one sample would keep " + std::to_string(sample_bytes) +
@@ -138,6 +181,14 @@ Status BlockShape::Validate() const {
         std::to_string(kMaxSampleBytes) + " allowed: use smaller widths");
   }
   return Status::Ok();
+}
+
+std::int64_t ExpertRoutes(const BlockShape& shape) {
+  return shape.moe() ? Binomial(shape.experts, shape.top_k) : 1;
+}
+
+std::int64_t BlockShape::RowsPerSample() const {
+  return std::int64_t{tokens_per_sample} * (experts > 0 ? top_k : 1);
 }
 
 // ---- MemoryAccount ----
@@ -201,23 +252,66 @@ Block::Block(BlockShape shape, std::uint64_t seed) : shape_(shape) {
   Require(shape_.Validate().ok(), "Block shape out of range (call BlockShape::Validate first)");
   const int h = shape_.hidden;
   const int f = shape_.ffn;
+  const int copies = std::max(shape_.experts, 1);  // expert-major: W1_e then W2_e
   std::uint64_t state = seed;
-  w1_.resize(Floats(h, f));
-  w2_.resize(Floats(f, h));
+  w1_.resize(Floats(h, f) * copies);
+  w2_.resize(Floats(f, h) * copies);
   const float bound1 = 1.0f / std::sqrt(static_cast<float>(h));  // fan-in of W1 is H
   const float bound2 = 1.0f / std::sqrt(static_cast<float>(f));  // fan-in of W2 is F
-  for (float& w : w1_) w = UniformWeight(state, bound1);
-  for (float& w : w2_) w = UniformWeight(state, bound2);
-  Transpose(w1_, h, f, w1t_);
-  Transpose(w2_, f, h, w2t_);
+  if (copies == 1) {
+    for (float& w : w1_) w = UniformWeight(state, bound1);
+    for (float& w : w2_) w = UniformWeight(state, bound2);
+  } else {
+    for (int e = 0; e < copies; ++e) {
+      for (std::size_t i = 0; i < Floats(h, f); ++i)
+        w1_[e * Floats(h, f) + i] = UniformWeight(state, bound1);
+      for (std::size_t i = 0; i < Floats(f, h); ++i)
+        w2_[e * Floats(f, h) + i] = UniformWeight(state, bound2);
+    }
+  }
+  TransposeExperts();
   grad_w1_.assign(w1_.size(), 0.0f);
   grad_w2_.assign(w2_.size(), 0.0f);
+  if (shape_.moe()) {
+    // Every k-subset of the experts, in lexicographic order.
+    const int k = shape_.top_k;
+    std::vector<int> pick(static_cast<std::size_t>(k));
+    for (int i = 0; i < k; ++i) pick[i] = i;
+    while (true) {
+      routes_.insert(routes_.end(), pick.begin(), pick.end());
+      int i = k - 1;
+      while (i >= 0 && pick[i] == shape_.experts - k + i) --i;
+      if (i < 0) break;
+      ++pick[i];
+      for (int j = i + 1; j < k; ++j) pick[j] = pick[j - 1] + 1;
+    }
+  }
 }
 
-std::int64_t Block::Parameters() const { return 2 * std::int64_t{shape_.hidden} * shape_.ffn; }
+void Block::TransposeExperts() {
+  const int h = shape_.hidden;
+  const int f = shape_.ffn;
+  const std::size_t n = Floats(h, f);
+  const std::size_t copies = w1_.size() / std::max<std::size_t>(n, 1);
+  w1t_.resize(w1_.size());
+  w2t_.resize(w2_.size());
+  std::vector<float> one, one_t;
+  for (std::size_t e = 0; e < copies; ++e) {
+    one.assign(w1_.begin() + e * n, w1_.begin() + (e + 1) * n);
+    Transpose(one, h, f, one_t);
+    std::copy(one_t.begin(), one_t.end(), w1t_.begin() + e * n);
+    one.assign(w2_.begin() + e * n, w2_.begin() + (e + 1) * n);
+    Transpose(one, f, h, one_t);
+    std::copy(one_t.begin(), one_t.end(), w2t_.begin() + e * n);
+  }
+}
+
+std::int64_t Block::Parameters() const {
+  return 2 * std::int64_t{shape_.hidden} * shape_.ffn * std::max(LocalExperts(), 1);
+}
 
 std::int64_t Block::ActivationBytes(int microbatch_size) const {
-  return kFloatBytes * Tokens(microbatch_size) *
+  return kFloatBytes * microbatch_size * shape_.RowsPerSample() *
          (std::int64_t{shape_.hidden} + 2 * std::int64_t{shape_.ffn});
 }
 
@@ -226,7 +320,7 @@ std::int64_t Block::OutputBytes(int microbatch_size) const {
 }
 
 std::int64_t Block::WeightGradientBytes(int microbatch_size) const {
-  return kFloatBytes * Tokens(microbatch_size) *
+  return kFloatBytes * microbatch_size * shape_.RowsPerSample() *
          (2 * std::int64_t{shape_.hidden} + 2 * std::int64_t{shape_.ffn});
 }
 
@@ -235,11 +329,18 @@ std::int64_t Block::TransientBytes(int microbatch_size) const {
 }
 
 std::int64_t Block::MultiplyAdds(int microbatch_size) const {
-  return 2 * std::int64_t{Tokens(microbatch_size)} * shape_.hidden * shape_.ffn;
+  return 2 * microbatch_size * shape_.RowsPerSample() * shape_.hidden * shape_.ffn;
 }
 
 Saved Block::Forward(std::span<const float> x, std::span<float> y, int microbatch_size) const {
   Require(microbatch_size >= 1, "Forward: microbatch_size >= 1");
+  if (shape_.moe()) {
+    Require(ep_ == 1, "Forward: an expert shard needs its group's exchange");
+    SelfExchange self;
+    Saved saved;
+    Require(Forward(x, y, microbatch_size, self, &saved).ok(), "Forward: a group of one");
+    return saved;
+  }
   const int t = Tokens(microbatch_size);
   const int h = shape_.hidden;
   const int f = shape_.ffn;
@@ -269,6 +370,12 @@ Saved Block::Forward(std::span<const float> x, std::span<float> y, int microbatc
 
 void Block::BackwardInput(Saved& saved, std::span<const float> dy, std::span<float> dx) const {
   Require(saved.ready_for_input_gradient(), "BackwardInput: saved comes from Forward");
+  if (shape_.moe()) {
+    Require(ep_ == 1, "BackwardInput: an expert shard needs its group's exchange");
+    SelfExchange self;
+    Require(BackwardInput(saved, dy, dx, self).ok(), "BackwardInput: a group of one");
+    return;
+  }
   const int t = Tokens(saved.microbatch_size_);
   const int h = shape_.hidden;
   const int f = shape_.ffn;
@@ -298,11 +405,24 @@ void Block::BackwardInput(Saved& saved, std::span<const float> dy, std::span<flo
 
 void Block::BackwardWeight(Saved& saved) {
   Require(saved.ready_for_weight_gradient(), "BackwardWeight: saved comes from BackwardInput");
-  const int t = Tokens(saved.microbatch_size_);
   const int h = shape_.hidden;
   const int f = shape_.ffn;
-  TransposedMatMulAdd(saved.x_.data(), saved.a_.data(), grad_w1_.data(), t, h, f);   // xᵀ·da
-  TransposedMatMulAdd(saved.g_.data(), saved.dy_.data(), grad_w2_.data(), t, f, h);  // gᵀ·dy
+  if (shape_.moe()) {
+    // Each local expert's rows, expert by expert.
+    const ExpertRows rows = RowsOf(Tokens(saved.microbatch_size_));
+    for (int e = 0; e < LocalExperts(); ++e) {
+      const std::size_t lo = rows.first[e], n = rows.first[e + 1] - lo;
+      const int m = static_cast<int>(n);
+      TransposedMatMulAdd(saved.x_.data() + lo * h, saved.a_.data() + lo * f,
+                          grad_w1_.data() + e * Floats(h, f), m, h, f);
+      TransposedMatMulAdd(saved.g_.data() + lo * f, saved.dy_.data() + lo * h,
+                          grad_w2_.data() + e * Floats(f, h), m, f, h);
+    }
+  } else {
+    const int t = Tokens(saved.microbatch_size_);
+    TransposedMatMulAdd(saved.x_.data(), saved.a_.data(), grad_w1_.data(), t, h, f);   // xᵀ·da
+    TransposedMatMulAdd(saved.g_.data(), saved.dy_.data(), grad_w2_.data(), t, f, h);  // gᵀ·dy
+  }
   saved.x_.Reset();
   saved.a_.Reset();
   saved.g_.Reset();
@@ -320,6 +440,12 @@ Result<Block> Block::Shard(int parts, int index) const {
     return Status::InvalidArgument("shard " + std::to_string(index) + " of " +
                                    std::to_string(parts) +
                                    ": give parts >= 1 and an index in [0, parts)");
+  }
+  if (parts == 1) return *this;
+  if (shape_.moe()) {
+    return Status::InvalidArgument(
+        "an MoE block does not split tensor-parallel (its experts split over an expert-parallel "
+        "group instead): measure MoE workloads at tensor-parallel degree 1");
   }
   if (shape_.ffn % parts != 0) {
     return Status::InvalidArgument("ffn " + std::to_string(shape_.ffn) + " does not divide into " +
@@ -341,8 +467,7 @@ Result<Block> Block::Shard(int parts, int index) const {
   }
   // W2 [F×H]: rows first .. first+f, contiguous.
   std::copy_n(w2_.begin() + static_cast<std::ptrdiff_t>(first) * h, Floats(f, h), s.w2_.begin());
-  Transpose(s.w1_, h, f, s.w1t_);
-  Transpose(s.w2_, f, h, s.w2t_);
+  s.TransposeExperts();
   s.grad_w1_.assign(s.w1_.size(), 0.0f);
   s.grad_w2_.assign(s.w2_.size(), 0.0f);
   s.residual_ = index == 0;
@@ -357,7 +482,7 @@ void Block::ZeroGradients() {
 float Block::Weight(int which, int row, int col) const {
   Require(which == 1 || which == 2, "Weight: which is 1 or 2");
   const int cols = which == 1 ? shape_.ffn : shape_.hidden;
-  const int rows = which == 1 ? shape_.hidden : shape_.ffn;
+  const int rows = (which == 1 ? shape_.hidden : shape_.ffn) * std::max(LocalExperts(), 1);
   Require(row >= 0 && row < rows && col >= 0 && col < cols, "Weight: index in range");
   const std::vector<float>& w = which == 1 ? w1_ : w2_;
   return w[static_cast<std::size_t>(row) * cols + col];
@@ -366,12 +491,243 @@ float Block::Weight(int which, int row, int col) const {
 void Block::SetWeight(int which, int row, int col, float value) {
   Require(which == 1 || which == 2, "SetWeight: which is 1 or 2");
   const int cols = which == 1 ? shape_.ffn : shape_.hidden;
-  const int rows = which == 1 ? shape_.hidden : shape_.ffn;
+  const int per_expert = which == 1 ? shape_.hidden : shape_.ffn;
+  const int rows = per_expert * std::max(LocalExperts(), 1);
   Require(row >= 0 && row < rows && col >= 0 && col < cols, "SetWeight: index in range");
   std::vector<float>& w = which == 1 ? w1_ : w2_;
   std::vector<float>& wt = which == 1 ? w1t_ : w2t_;
   w[static_cast<std::size_t>(row) * cols + col] = value;
-  wt[static_cast<std::size_t>(col) * rows + row] = value;
+  // Expert e's rows e·per_expert.. are its matrix; its transpose sits at the same offset.
+  const std::size_t e = static_cast<std::size_t>(row / per_expert);
+  const int r = row % per_expert;
+  wt[e * Floats(per_expert, cols) + static_cast<std::size_t>(col) * per_expert + r] = value;
+}
+
+// ---- mixture of experts ----
+
+std::span<const int> Block::Route(int token) const {
+  const std::size_t k = static_cast<std::size_t>(shape_.top_k);
+  const std::size_t routes = routes_.size() / k;
+  return {routes_.data() + (static_cast<std::size_t>(token) % routes) * k, k};
+}
+
+Block::ExpertRows Block::RowsOf(int tokens) const {
+  ExpertRows rows;
+  const int local = LocalExperts();
+  rows.to.resize(static_cast<std::size_t>(ep_));
+  for (int i = 0; i < tokens; ++i) {
+    int last = -1;
+    for (int e : Route(i)) {  // ascending, so each member's experts are consecutive
+      const int r = e / local;
+      if (r != last) rows.to[r].push_back(i);
+      last = r;
+    }
+  }
+  const std::vector<int>& mine = rows.to[ep_rank_];
+  rows.first.push_back(0);
+  for (int e = ep_rank_ * local; e < (ep_rank_ + 1) * local; ++e) {
+    for (int src = 0; src < ep_; ++src) {
+      for (std::size_t idx = 0; idx < mine.size(); ++idx) {
+        const std::span<const int> route = Route(mine[idx]);
+        if (std::find(route.begin(), route.end(), e) != route.end()) {
+          rows.pair.emplace_back(src, static_cast<int>(idx));
+        }
+      }
+    }
+    rows.first.push_back(rows.pair.size());
+  }
+  return rows;
+}
+
+namespace {
+
+// Dispatch: row to[r][j] of `x` [tokens × h] goes to member r (members in
+// order); `received` gets every member's rows for this one, ep × to[me].
+Status Dispatch(const std::vector<std::vector<int>>& to, int me, std::span<const float> x, int h,
+                ExpertExchange& exchange, Buffer* received) {
+  const std::size_t row = static_cast<std::size_t>(h);
+  std::vector<std::size_t> send_counts;
+  std::size_t total = 0;
+  for (const std::vector<int>& rows : to) {
+    send_counts.push_back(rows.size() * row);
+    total += rows.size() * row;
+  }
+  Buffer send(total);
+  float* out = send.data();
+  for (const std::vector<int>& rows : to) {
+    for (int tok : rows) out = std::copy_n(x.data() + static_cast<std::size_t>(tok) * row, h, out);
+  }
+  const std::vector<std::size_t> recv_counts(to.size(), to[me].size() * row);
+  *received = Buffer(to[me].size() * row * to.size());
+  return exchange.AllToAll(send.span(), send_counts, received->span(), recv_counts);
+}
+
+// Combine: `sums` holds, per source member s, a row per token in to[me]
+// (ep × to[me] rows); each goes back to its source, and every member's
+// returned rows are added to `y` [tokens × h] at their tokens, member by
+// member.
+Status Combine(const std::vector<std::vector<int>>& to, int me, const Buffer& sums, int h,
+               ExpertExchange& exchange, std::span<float> y) {
+  const std::size_t row = static_cast<std::size_t>(h);
+  const std::vector<std::size_t> send_counts(to.size(), to[me].size() * row);
+  std::vector<std::size_t> recv_counts;
+  std::size_t total = 0;
+  for (const std::vector<int>& rows : to) {
+    recv_counts.push_back(rows.size() * row);
+    total += rows.size() * row;
+  }
+  Buffer back(total);
+  PIPECAST_RETURN_IF_ERROR(exchange.AllToAll(sums.span(), send_counts, back.span(), recv_counts));
+  const float* in = back.data();
+  for (const std::vector<int>& rows : to) {
+    for (int tok : rows) {
+      float* dst = y.data() + static_cast<std::size_t>(tok) * row;
+      for (int j = 0; j < h; ++j) dst[j] += in[j];
+      in += row;
+    }
+  }
+  return Status::Ok();
+}
+
+// Adds each pair row of `rows_out` [P × h] into its (source, index) row of
+// `sums` [ep × to[me] × h], scaled by `scale`, expert by expert.
+void SumPairs(const std::vector<std::pair<int, int>>& pairs, std::size_t per_member,
+              const Buffer& rows_out, int h, float scale, Buffer* sums) {
+  const std::size_t row = static_cast<std::size_t>(h);
+  std::fill_n(sums->data(), sums->size(), 0.0f);
+  for (std::size_t p = 0; p < pairs.size(); ++p) {
+    const auto [src, idx] = pairs[p];
+    float* dst = sums->data() + (static_cast<std::size_t>(src) * per_member + idx) * row;
+    const float* from = rows_out.data() + p * row;
+    for (int j = 0; j < h; ++j) dst[j] += scale * from[j];
+  }
+}
+
+}  // namespace
+
+Status Block::Forward(std::span<const float> x, std::span<float> y, int microbatch_size,
+                      ExpertExchange& exchange, Saved* saved) const {
+  Require(shape_.moe() && microbatch_size >= 1, "Forward: an MoE block, microbatch_size >= 1");
+  const int t = Tokens(microbatch_size);
+  const int h = shape_.hidden;
+  const int f = shape_.ffn;
+  Require(x.size() == Floats(t, h) && y.size() == Floats(t, h),
+          "Forward: x and y hold tokens x hidden floats");
+  *saved = Saved();
+  const ExpertRows rows = RowsOf(t);
+  const std::size_t per_member = rows.to[ep_rank_].size();
+  Buffer received;
+  PIPECAST_RETURN_IF_ERROR(Dispatch(rows.to, ep_rank_, x, h, exchange, &received));
+  const std::size_t pairs = rows.pair.size();
+  Saved s;
+  s.microbatch_size_ = microbatch_size;
+  s.x_ = Buffer(pairs * h);
+  for (std::size_t p = 0; p < pairs; ++p) {
+    const auto [src, idx] = rows.pair[p];
+    std::copy_n(received.data() + (static_cast<std::size_t>(src) * per_member + idx) * h, h,
+                s.x_.data() + p * h);
+  }
+  received.Reset();
+  s.a_ = Buffer(pairs * f);
+  std::fill_n(s.a_.data(), s.a_.size(), 0.0f);
+  s.g_ = Buffer(pairs * f);
+  Buffer out(pairs * h);
+  std::fill_n(out.data(), out.size(), 0.0f);
+  for (int e = 0; e < LocalExperts(); ++e) {
+    const std::size_t lo = rows.first[e];
+    const int m = static_cast<int>(rows.first[e + 1] - lo);
+    MatMulAdd(s.x_.data() + lo * h, w1_.data() + e * Floats(h, f), s.a_.data() + lo * f, m, h, f);
+    for (std::size_t i = lo * f; i < (lo + m) * f; ++i) s.g_.data()[i] = Gelu(s.a_.data()[i]);
+    MatMulAdd(s.g_.data() + lo * f, w2_.data() + e * Floats(f, h), out.data() + lo * h, m, f, h);
+  }
+  Buffer sums(per_member * ep_ * h);
+  SumPairs(rows.pair, per_member, out, h, 1.0f / static_cast<float>(shape_.top_k), &sums);
+  out.Reset();
+  if (y.data() != x.data()) std::copy(x.begin(), x.end(), y.begin());  // the residual
+  PIPECAST_RETURN_IF_ERROR(Combine(rows.to, ep_rank_, sums, h, exchange, y));
+  s.stage_ = Saved::Stage::kForwardDone;
+  *saved = std::move(s);
+  return Status::Ok();
+}
+
+Status Block::BackwardInput(Saved& saved, std::span<const float> dy, std::span<float> dx,
+                            ExpertExchange& exchange) const {
+  Require(shape_.moe() && saved.ready_for_input_gradient(),
+          "BackwardInput: an MoE block, saved comes from Forward");
+  const int t = Tokens(saved.microbatch_size_);
+  const int h = shape_.hidden;
+  const int f = shape_.ffn;
+  Require(dy.size() == Floats(t, h) && dx.size() == Floats(t, h),
+          "BackwardInput: dy and dx hold tokens x hidden floats");
+  const ExpertRows rows = RowsOf(t);
+  const std::size_t per_member = rows.to[ep_rank_].size();
+  const std::size_t pairs = rows.pair.size();
+  Buffer received;
+  PIPECAST_RETURN_IF_ERROR(Dispatch(rows.to, ep_rank_, dy, h, exchange, &received));
+  // Each pair's output gradient: its token's dy × the gate 1/k.
+  const float gate = 1.0f / static_cast<float>(shape_.top_k);
+  saved.dy_ = Buffer(pairs * h);
+  for (std::size_t p = 0; p < pairs; ++p) {
+    const auto [src, idx] = rows.pair[p];
+    const float* from = received.data() + (static_cast<std::size_t>(src) * per_member + idx) * h;
+    for (int j = 0; j < h; ++j) saved.dy_.data()[p * h + j] = gate * from[j];
+  }
+  received.Reset();
+  Buffer da(pairs * f);
+  std::fill_n(da.data(), da.size(), 0.0f);
+  Buffer dxe(pairs * h);
+  std::fill_n(dxe.data(), dxe.size(), 0.0f);
+  for (int e = 0; e < LocalExperts(); ++e) {
+    const std::size_t lo = rows.first[e];
+    const int m = static_cast<int>(rows.first[e + 1] - lo);
+    MatMulAdd(saved.dy_.data() + lo * h, w2t_.data() + e * Floats(h, f), da.data() + lo * f, m, h,
+              f);
+    for (std::size_t i = lo * f; i < (lo + m) * f; ++i) {
+      da.data()[i] *= GeluDerivative(saved.a_.data()[i]);
+    }
+    MatMulAdd(da.data() + lo * f, w1t_.data() + e * Floats(f, h), dxe.data() + lo * h, m, f, h);
+  }
+  saved.a_ = std::move(da);
+  Buffer sums(per_member * ep_ * h);
+  SumPairs(rows.pair, per_member, dxe, h, 1.0f, &sums);
+  dxe.Reset();
+  if (dx.data() != dy.data()) std::copy(dy.begin(), dy.end(), dx.begin());  // the residual
+  PIPECAST_RETURN_IF_ERROR(Combine(rows.to, ep_rank_, sums, h, exchange, dx));
+  saved.stage_ = Saved::Stage::kInputGradientDone;
+  return Status::Ok();
+}
+
+Result<Block> Block::ExpertShard(int ep, int index) const {
+  if (!shape_.moe()) {
+    return Status::InvalidArgument("expert shard of a dense block: only MoE blocks have experts");
+  }
+  if (ep < 1 || index < 0 || index >= ep || ep_ != 1) {
+    return Status::InvalidArgument("expert shard " + std::to_string(index) + " of " +
+                                   std::to_string(ep) +
+                                   ": give ep >= 1 and an index in [0, ep) of a whole block");
+  }
+  if (shape_.experts % ep != 0) {
+    return Status::InvalidArgument(
+        "expert parallelism " + std::to_string(ep) + " does not divide the " +
+        std::to_string(shape_.experts) +
+        " experts: each member holds experts / ep whole experts; use a divisor of " +
+        std::to_string(shape_.experts));
+  }
+  const std::size_t local = static_cast<std::size_t>(shape_.experts / ep);
+  const std::size_t n = Floats(shape_.hidden, shape_.ffn);
+  Block s(shape_);
+  s.routes_ = routes_;
+  s.ep_ = ep;
+  s.ep_rank_ = index;
+  const auto from = static_cast<std::ptrdiff_t>(local * index * n);
+  const auto count = static_cast<std::ptrdiff_t>(local * n);
+  s.w1_.assign(w1_.begin() + from, w1_.begin() + from + count);
+  s.w2_.assign(w2_.begin() + from, w2_.begin() + from + count);
+  s.w1t_.assign(w1t_.begin() + from, w1t_.begin() + from + count);
+  s.w2t_.assign(w2t_.begin() + from, w2t_.begin() + from + count);
+  s.grad_w1_.assign(s.w1_.size(), 0.0f);
+  s.grad_w2_.assign(s.w2_.size(), 0.0f);
+  return s;
 }
 
 // ---- counters ----

@@ -33,6 +33,24 @@
 // transformer block has 2 and 2: attention and MLP). x and dy are whole on
 // every worker; a, g and da are 1/t; the weight gradients are the shard's.
 //
+// Mixture of experts (BlockShape::experts E > 0): the layer is E experts,
+// each an MLP of this shape without the residual, y = x + (1/k)·Σ_{e ∈
+// route(i)} W2_e·gelu(W1_e·x_i) for token i. The router is a fixed hash
+// (Roller et al. 2021, "Hash Layers For Large Sparse Models"): token i of a
+// micro-batch goes to the (i mod C(E,k))-th k-subset of the experts in
+// lexicographic order, so that with C(E,k) dividing tokens_per_sample every
+// expert receives exactly T·k/E tokens and the routing is the same on every
+// run. Expert parallelism (ExpertShard(ep, j)): member j of an ep group holds
+// experts j·E/ep to (j+1)·E/ep; its forward dispatches each token once to
+// every member holding one of its experts (DeepEP's count, one copy per
+// (token, destination), sim/collectives.h), runs its experts on the rows it
+// received, sums each token's local experts and combines the sums back, two
+// all-to-alls over an ExpertExchange; the input gradient does the same with
+// dy. What a forward keeps is per (token, local expert) pair: x_e [P×H],
+// a_e and g_e [P×F], P = T·k on every member when the routing is balanced
+// (the tokens of ep members reach E/ep experts each), so it is the same at
+// every ep: ActivationBytes = 4·T·k·(H + 2F).
+//
 // Thread-safety: a Block's const methods may run concurrently (they read the
 // weights only); BackwardWeight and the mutators need exclusive access. The
 // byte counters are atomic.
@@ -44,6 +62,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -56,11 +75,20 @@ struct BlockShape {
   int hidden = 256;            // H: width of x and y
   int ffn = 1024;              // F: width of the MLP's inner activation
   int tokens_per_sample = 32;  // rows of x per sample
+  // Mixture of experts: 0 = a dense MLP block; else E experts of width ffn,
+  // each token routed to top_k of them (see above).
+  int experts = 0;
+  int top_k = 0;
 
-  // OK when every field is in [1, kMaxWidth], hidden·ffn <= kMaxBlockWeights
-  // and one sample's activations stay under kMaxSampleBytes; otherwise names
-  // the field.
+  // OK when every field is in [1, kMaxWidth], hidden·ffn (× experts) <=
+  // kMaxBlockWeights and one sample's activations stay under
+  // kMaxSampleBytes; with experts, 1 <= top_k <= experts <= kMaxExperts and
+  // C(experts, top_k) divides tokens_per_sample (balanced hash routing);
+  // otherwise names the field.
   Status Validate() const;
+  bool moe() const { return experts > 0; }
+  // Rows a forward keeps per sample: tokens_per_sample, × top_k for MoE.
+  std::int64_t RowsPerSample() const;
   bool operator==(const BlockShape&) const = default;
 };
 
@@ -72,6 +100,26 @@ inline constexpr std::int64_t kMaxSampleBytes = std::int64_t{1} << 30;
 // Largest H·F accepted (2^27, 128 Mi): a Block keeps 6 float copies of that
 // size (two layouts of W1 and W2, two gradients), 3 GiB at the limit.
 inline constexpr std::int64_t kMaxBlockWeights = std::int64_t{1} << 27;
+// Most experts an MoE block may have (the routing table has C(E, k) rows).
+inline constexpr int kMaxExperts = 64;
+// Largest C(experts, top_k) accepted: the hash router's table.
+inline constexpr std::int64_t kMaxRoutes = 1 << 16;
+
+// C(experts, top_k): the hash router's routes (kMaxRoutes + 1 past
+// kMaxRoutes); 1 for a dense shape.
+std::int64_t ExpertRoutes(const BlockShape& shape);
+
+// The all-to-all an expert-parallel MoE block runs (MPI_Alltoallv's shape):
+// this member sends send_counts[r] floats, consecutive in `send`, to member
+// r and receives recv_counts[s] floats from member s, consecutive in `recv`
+// in member order. Every member of the group calls it the same number of
+// times. Implemented by the validator (threads, MPI, NCCL).
+class ExpertExchange {
+ public:
+  virtual ~ExpertExchange() = default;
+  virtual Status AllToAll(std::span<const float> send, std::span<const std::size_t> send_counts,
+                          std::span<float> recv, std::span<const std::size_t> recv_counts) = 0;
+};
 
 // Live and peak bytes of the buffers charged to it: those allocated while it
 // was their thread's current account (ScopedMemoryAccount), e.g. one
@@ -160,10 +208,12 @@ class Saved {
   enum class Stage { kEmpty, kForwardDone, kInputGradientDone };
   Stage stage_ = Stage::kEmpty;
   int microbatch_size_ = 0;
+  // Dense: T rows; MoE: one row per (token, local expert) pair, expert by
+  // expert (the rows each expert ran).
   Buffer x_;   // layer input [T×H]
   Buffer a_;   // W1·x [T×F]; after BackwardInput holds da instead
   Buffer g_;   // gelu(a) [T×F]
-  Buffer dy_;  // copy of the output gradient [T×H], from BackwardInput on
+  Buffer dy_;  // copy of the output gradient [T×H] (MoE: × 1/k), from BackwardInput on
 };
 
 // One layer: weights, their gradient accumulators, and the passes.
@@ -175,19 +225,20 @@ class Block {
   Block(BlockShape shape, std::uint64_t seed);
 
   const BlockShape& shape() const { return shape_; }
-  std::int64_t Parameters() const;  // 2·H·F
+  std::int64_t Parameters() const;  // 2·H·F, × the experts it holds for MoE
   int Tokens(int microbatch_size) const { return microbatch_size * shape_.tokens_per_sample; }
-  // Bytes Forward keeps in Saved: 4·T·(H + 2F).
+  // Bytes Forward keeps in Saved: 4·T·(H + 2F); MoE 4·T·k·(H + 2F).
   std::int64_t ActivationBytes(int microbatch_size) const;
   // 4·T·H: the output sent to the next stage, and the gradient sent back.
   std::int64_t OutputBytes(int microbatch_size) const;
-  // Bytes Saved holds between BackwardInput and BackwardWeight: 4·T·(2H + 2F).
+  // Bytes Saved holds between BackwardInput and BackwardWeight: 4·T·(2H + 2F)
+  // (MoE: T·k rows).
   std::int64_t WeightGradientBytes(int microbatch_size) const;
   // Largest transient bytes a pass allocates beyond Saved (BackwardInput's da
   // while a is still alive): 4·T·F.
   std::int64_t TransientBytes(int microbatch_size) const;
   // Multiply-adds of one pass at this micro-batch size (2·T·H·F each for
-  // forward, input gradient and weight gradient).
+  // forward, input gradient and weight gradient; MoE 2·T·k·H·F).
   std::int64_t MultiplyAdds(int microbatch_size) const;
 
   // x and y hold Tokens(microbatch_size)·hidden floats. Allocates the Saved
@@ -202,6 +253,22 @@ class Block {
   void BackwardWeight(Saved& saved);
   // BackwardInput then BackwardWeight.
   void Backward(Saved& saved, std::span<const float> dy, std::span<float> dx);
+
+  // An MoE block's forward and input gradient with its expert-parallel
+  // group's all-to-alls through `exchange` (the passes above run them on a
+  // group of one). Errors are the exchange's (an aborted wait); `saved` is
+  // then left empty.
+  Status Forward(std::span<const float> x, std::span<float> y, int microbatch_size,
+                 ExpertExchange& exchange, Saved* saved) const;
+  Status BackwardInput(Saved& saved, std::span<const float> dy, std::span<float> dx,
+                       ExpertExchange& exchange) const;
+  // Member `index` of an `ep`-way expert-parallel group: a Block holding
+  // experts index·E/ep to (index+1)·E/ep (their weights, gradients zero).
+  // InvalidArgument when the block is not MoE, ep < 1, index is not in
+  // [0, ep) or ep does not divide the experts.
+  Result<Block> ExpertShard(int ep, int index) const;
+  int expert_parallel() const { return ep_; }
+  int expert_rank() const { return ep_rank_; }
 
   // Worker `index`'s shard of a `parts`-way tensor-parallel split (see
   // above): a Block of ffn F/parts holding its slice of the weights (its
@@ -222,7 +289,26 @@ class Block {
 
  private:
   explicit Block(BlockShape shape);  // empty weights, for Shard
+  // The experts of token `i`'s route (hash router), k of them, ascending.
+  std::span<const int> Route(int token) const;
+  // Where an MoE pass's rows go for micro-batches of `tokens` tokens on every
+  // member: to[r] the tokens (indices in a member's micro-batch) routed to
+  // member r, ascending; the rows of Saved, expert by expert (local expert e
+  // has rows first[e] .. first[e+1]), each the pair (source member, index in
+  // to[this member]).
+  struct ExpertRows {
+    std::vector<std::vector<int>> to;
+    std::vector<std::size_t> first;
+    std::vector<std::pair<int, int>> pair;
+  };
+  ExpertRows RowsOf(int tokens) const;
+  void TransposeExperts();  // w1t_ and w2t_ from w1_ and w2_, expert by expert
+  int LocalExperts() const { return shape_.moe() ? shape_.experts / ep_ : 0; }
   BlockShape shape_;
+  // MoE: C(E,k) routes of k experts each, row-major; the group and member.
+  std::vector<int> routes_;
+  int ep_ = 1;
+  int ep_rank_ = 0;
   // Both layouts of each weight, so that every product is an i-k-j loop over
   // contiguous rows: w1_ [H×F], w1t_ [F×H], w2_ [F×H], w2t_ [H×F].
   std::vector<float> w1_, w1t_, w2_, w2t_;

@@ -17,9 +17,19 @@ constexpr char kFormula[] =
     "y = x + W2*gelu(W1*x) on float32 [tokens x hidden], tokens = microbatch_size x "
     "tokens_per_sample; W1 hidden x ffn, W2 ffn x hidden, no biases, gelu tanh form";
 
+constexpr char kMoeFormula[] =
+    "layers with experts E and top_k k: y = x + (1/k) * sum over the k experts of token i of "
+    "W2_e*gelu(W1_e*x_i), each expert an MLP of hidden x ffn; hash router: token i of a "
+    "micro-batch goes to the (i mod C(E,k))-th k-subset of the experts in lexicographic order";
+
 json ShapeJson(const BlockShape& shape) {
-  return {
+  json j = {
       {"hidden", shape.hidden}, {"ffn", shape.ffn}, {"tokens_per_sample", shape.tokens_per_sample}};
+  if (shape.moe()) {
+    j["experts"] = shape.experts;
+    j["top_k"] = shape.top_k;
+  }
+  return j;
 }
 
 Status ReadInt(const json& object, const std::string& path, const char* key, int& out) {
@@ -72,6 +82,10 @@ Result<WorkloadSpec> ParseWorkload(const json& root, const std::string& path) {
     PIPECAST_RETURN_IF_ERROR(ReadInt(layer, layer_path, "ffn", shape.ffn));
     PIPECAST_RETURN_IF_ERROR(
         ReadInt(layer, layer_path, "tokens_per_sample", shape.tokens_per_sample));
+    if (layer.contains("experts") || layer.contains("top_k")) {
+      PIPECAST_RETURN_IF_ERROR(ReadInt(layer, layer_path, "experts", shape.experts));
+      PIPECAST_RETURN_IF_ERROR(ReadInt(layer, layer_path, "top_k", shape.top_k));
+    }
     PIPECAST_RETURN_IF_ERROR(shape.Validate().WithPrefix(layer_path));
     shapes.push_back(shape);
   }
@@ -88,12 +102,17 @@ Result<WorkloadSpec> ParseWorkload(const json& root, const std::string& path) {
 
 std::string WorkloadToSourceJson(const WorkloadSpec& spec) {
   json layers = json::array();
-  for (int i = 0; i < spec.LayerCount(); ++i) layers.push_back(ShapeJson(spec.LayerShape(i)));
-  const json root = {{"kind", kKind},
-                     {"formula", kFormula},
-                     {"dtype", "float32"},
-                     {"seed", spec.seed},
-                     {"layers", std::move(layers)}};
+  bool moe = false;
+  for (int i = 0; i < spec.LayerCount(); ++i) {
+    layers.push_back(ShapeJson(spec.LayerShape(i)));
+    moe = moe || spec.LayerShape(i).moe();
+  }
+  json root = {{"kind", kKind},
+               {"formula", kFormula},
+               {"dtype", "float32"},
+               {"seed", spec.seed},
+               {"layers", std::move(layers)}};
+  if (moe) root["moe_formula"] = kMoeFormula;
   return root.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 

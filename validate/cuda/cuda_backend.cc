@@ -57,9 +57,12 @@ CudaWork::CudaWork(const std::vector<StageDevice>* devices, const ExecPlan& plan
     : dev_(devices), tp_(tp), clock_(clock), per_rank_(devices->size()) {
   for (const ExecStage& st : plan.per_rank) {
     for (const ExecOp& op : st.ops) {
-      ops_[Key(st.rank, op.action)] =
-          OpInfo{op.recv.present() ? op.recv.tag : -1, op.send.present() ? op.send.tag : -1,
-                 op.tp_collectives, op.tp_comm_ns};
+      ops_[Key(st.rank, op.action)] = OpInfo{op.recv.present() ? op.recv.tag : -1,
+                                             op.send.present() ? op.send.tag : -1,
+                                             op.tp_collectives,
+                                             op.tp_comm_ns,
+                                             op.ep_all_to_alls,
+                                             op.ep_comm_ns};
     }
   }
 }
@@ -93,8 +96,8 @@ std::string CudaWork::Description() const { return KernelOpsDescription(); }
 
 std::string KernelOpsDescription() {
   return "ops are busy-work kernels of the profiled durations on the GPU (spinning on its timer "
-         "over the stage's SMs), not real layers; with tensor parallelism each op's all-reduces "
-         "then run for real (NCCL)";
+         "over the stage's SMs), not real layers; with tensor parallelism each op's all-reduces, "
+         "with expert parallelism its all-to-alls, then run for real (NCCL)";
 }
 
 Status CudaWork::Check(cudaError_t e) {
@@ -108,6 +111,7 @@ Status CudaWork::Run(const OpCall& call) {
   PIPECAST_RETURN_IF_ERROR(MakeCurrent(d));
   const OpInfo& info = ops_.at(Key(call.rank, call.action));
   const bool all_reduces = tp_ != nullptr && !info.tp_collectives.empty();
+  const bool all_to_alls = tp_ != nullptr && !info.ep_all_to_alls.empty();
   if (!call.input.empty()) {
     PIPECAST_RETURN_IF_ERROR(
         Check(PipecastLaunchCheck(d.stream, call.input.data(), call.input.size(),
@@ -115,8 +119,9 @@ Status CudaWork::Run(const OpCall& call) {
     ++p.checked;
   }
   // The compute part of the op: what the simulator gives it beyond its all-reduces.
-  const TimeNs compute_ns =
-      all_reduces ? std::max<TimeNs>(call.predicted_ns - info.tp_comm_ns, 0) : call.predicted_ns;
+  const TimeNs compute_ns = std::max<TimeNs>(
+      call.predicted_ns - (all_reduces ? info.tp_comm_ns : 0) - (all_to_alls ? info.ep_comm_ns : 0),
+      0);
   cudaEventRecord(p.start, d.stream);
   PIPECAST_RETURN_IF_ERROR(
       Check(PipecastLaunchSpin(d.stream, static_cast<unsigned long long>(compute_ns), d.sms)));
@@ -132,6 +137,15 @@ Status CudaWork::Run(const OpCall& call) {
     PIPECAST_RETURN_IF_ERROR(tp_->AllReduce(call.rank, info.tp_collectives, d.stream,
                                             kNoAllReduceTimeoutNs,
                                             call.abort != nullptr ? *call.abort : kNever));
+    if (call.collective_ns != nullptr) *call.collective_ns += clock_->NowNs() - t0;
+    PIPECAST_RETURN_IF_ERROR(MakeCurrent(d));
+  }
+  if (all_to_alls) {
+    static const std::atomic<bool> kNever{false};
+    const TimeNs t0 = clock_->NowNs();
+    PIPECAST_RETURN_IF_ERROR(tp_->AllToAll(call.rank, info.ep_all_to_alls, d.stream,
+                                           kNoAllReduceTimeoutNs,
+                                           call.abort != nullptr ? *call.abort : kNever));
     if (call.collective_ns != nullptr) *call.collective_ns += clock_->NowNs() - t0;
     PIPECAST_RETURN_IF_ERROR(MakeCurrent(d));
   }
@@ -288,22 +302,36 @@ Result<std::vector<StageRun>> RunOnDevices(const ExecPlan& plan, const RuntimeOp
   std::unique_ptr<DeviceTensorGroups> groups;
   const int t = setup.tensor_parallel;
   if (t > 1) {
+    // The scratch holds the largest all-reduce, or an all-to-all's send and receive halves.
     Bytes largest = 0;
+    bool all_to_all = false;
     for (const ExecStage& st : plan.per_rank) {
       for (const ExecOp& op : st.ops) {
         for (Bytes b : op.tp_collectives) largest = std::max(largest, b);
+        for (Bytes b : op.ep_all_to_alls) largest = std::max(largest, 2 * b);
+        all_to_all = all_to_all || !op.ep_all_to_alls.empty();
       }
     }
     groups = std::make_unique<DeviceTensorGroups>(&devices, nccl, t);
     PIPECAST_RETURN_IF_ERROR(
         groups->Connect(ranks / t, local, largest, setup.make_ids, setup.share_ids, setup.ready));
-    notes->push_back(fmt::format(
-        "tensor parallelism: {} workers a stage on distinct GPUs, one NCCL communicator per "
-        "stage ({}, version {}); each op's kernel spins for its predicted time less its "
-        "predicted all-reduce time, then its all-reduces run (ncclAllReduce, sum of floats, in "
-        "place on a scratch buffer of the largest collective's {} bytes, not counted in the "
-        "stage's memory)",
-        t, nccl->library, nccl->version, largest));
+    if (all_to_all) {
+      notes->push_back(fmt::format(
+          "expert parallelism: {} workers a stage on distinct GPUs, one NCCL communicator per "
+          "stage ({}, version {}); each op's kernel spins for its predicted time less its "
+          "predicted all-to-all time, then its MoE layers' dispatch and combine all-to-alls run "
+          "(grouped ncclSend/ncclRecv of bytes / {} to every member, on a scratch buffer of {} "
+          "bytes, not counted in the stage's memory)",
+          t, nccl->library, nccl->version, t, largest));
+    } else {
+      notes->push_back(fmt::format(
+          "tensor parallelism: {} workers a stage on distinct GPUs, one NCCL communicator per "
+          "stage ({}, version {}); each op's kernel spins for its predicted time less its "
+          "predicted all-reduce time, then its all-reduces run (ncclAllReduce, sum of floats, in "
+          "place on a scratch buffer of the largest collective's {} bytes, not counted in the "
+          "stage's memory)",
+          t, nccl->library, nccl->version, largest));
+    }
   }
   CudaWork work(&devices, plan, groups.get(), clock);
   PIPECAST_RETURN_IF_ERROR(work.Init(local));
@@ -351,8 +379,8 @@ class CudaBackend final : public Backend {
   Result<std::vector<StageRun>> Run(const ExecPlan& plan, const RuntimeOptions& options,
                                     OpWork* /*busy-work is replaced by GPU kernels*/,
                                     Bytes memory_limit_bytes) override {
-    // Tensor parallelism: every worker a rank of its own (ExpandTensorParallel).
-    const int t = plan.tensor_parallel;
+    // Tensor (expert) parallelism: every worker a rank of its own (ExpandTensorParallel).
+    const int t = plan.workers_per_rank();
     const ExecPlan expanded = t > 1 ? ExpandTensorParallel(plan) : plan;
     PIPECAST_ASSIGN_OR_RETURN(std::vector<RankPlacement> placement,
                               PlaceRanks(expanded.ranks, gpus_, {0}));
@@ -368,7 +396,7 @@ class CudaBackend final : public Backend {
     Result<std::vector<StageRun>> runs =
         RunOnDevices(expanded, options, memory_limit_bytes, setup, &clock_, &notes_);
     notes_.push_back(MeasurementNote());
-    if (runs.ok()) FoldExpandedRuns(t, &*runs);
+    if (runs.ok()) FoldExpandedRuns(t, &*runs, plan.expert_parallel > 1);
     return runs;
   }
 

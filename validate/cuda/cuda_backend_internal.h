@@ -25,7 +25,9 @@ namespace pipecast::validate::cuda {
 // With tensor parallelism (`tp` set, `plan` expanded by ExpandTensorParallel)
 // an op's kernel spins for its predicted time less its predicted all-reduce
 // time, then its all-reduces run over its stage's NCCL communicator
-// (DeviceTensorGroups), timed on the host into OpCall::collective_ns.
+// (DeviceTensorGroups), timed on the host into OpCall::collective_ns; with
+// expert parallelism likewise its all-to-alls (ExecOp::ep_all_to_alls,
+// ep_comm_ns) over the stage's expert-parallel communicator.
 class CudaWork final : public OpWork {
  public:
   CudaWork(const std::vector<StageDevice>* devices, const ExecPlan& plan,
@@ -52,6 +54,8 @@ class CudaWork final : public OpWork {
     int64_t send_tag = -1;
     std::vector<Bytes> tp_collectives;
     TimeNs tp_comm_ns = 0;
+    std::vector<Bytes> ep_all_to_alls;
+    TimeNs ep_comm_ns = 0;
   };
   struct PerRank {
     cudaEvent_t start = nullptr;
@@ -76,8 +80,9 @@ struct DeviceRunSetup {
   // Called by every process once its devices and pools are made, before the
   // NCCL communicators: a failure anywhere becomes every process's.
   Ready ready = [](const Status& s) { return s; };
-  // t > 1: the plan is ExpandTensorParallel's, its ranks k·t + j tensor rank
-  // j of stage k, all-reducing over one NCCL communicator per stage.
+  // t > 1: the plan is ExpandTensorParallel's, its ranks k·t + j tensor (or
+  // expert) rank j of stage k, all-reducing (exchanging all-to-all) over one
+  // NCCL communicator per stage.
   int tensor_parallel = 1;
 };
 

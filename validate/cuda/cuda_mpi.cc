@@ -32,12 +32,13 @@ class CudaMpiBackend final : public Backend {
   Result<std::vector<StageRun>> Run(const ExecPlan& plan, const RuntimeOptions& options, OpWork*,
                                     Bytes memory_limit_bytes) override {
     const int rank = mpi_->rank();
-    const int t = plan.tensor_parallel;
+    const int t = plan.workers_per_rank();
     if (plan.workers() != mpi_->size()) {
       return Status::InvalidArgument(fmt::format(
-          "the plan has {} pipeline stages x {} tensor-parallel workers but {} MPI processes "
+          "the plan has {} pipeline stages x {} {} workers but {} MPI processes "
           "were started: run mpirun -np {}",
-          plan.ranks, t, mpi_->size(), plan.workers()));
+          plan.ranks, t, plan.expert_parallel > 1 ? "expert-parallel" : "tensor-parallel",
+          mpi_->size(), plan.workers()));
     }
     // Tensor parallelism: every worker a rank (process) of its own.
     const ExecPlan expanded = t > 1 ? ExpandTensorParallel(plan) : plan;
@@ -68,7 +69,7 @@ class CudaMpiBackend final : public Backend {
         RunOnDevices(expanded, options, memory_limit_bytes, setup, &clock_, &notes);
     std::string offsets;
     Result<std::vector<StageRun>> all = mpi_->Gather(runs, clock_, &offsets);
-    if (all.ok()) FoldExpandedRuns(t, &*all);
+    if (all.ok()) FoldExpandedRuns(t, &*all, plan.expert_parallel > 1);
     notes_.push_back(fmt::format(
         "backend cuda under MPI: {} processes (one per stage and tensor rank) on {} machine(s), "
         "each rank on "

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace pipecast::validate::cuda {
 
 DeviceTensorGroups::DeviceTensorGroups(const std::vector<StageDevice>* devices, const Nccl* nccl,
@@ -93,6 +95,48 @@ Status DeviceTensorGroups::AllReduce(int worker, const std::vector<Bytes>& colle
         r != ncclSuccess) {
       return Status::Internal(
           fmt::format("ncclAllReduce of {} bytes on stage {} tensor rank {}: {}", bytes,
+                      worker / t_, worker % t_, nccl_->Text(r)));
+    }
+  }
+  PIPECAST_ASSIGN_OR_RETURN(Event done, Event::RecordOn(m.stream));
+  return WaitEvent(done, timeout_ns, abort);
+}
+
+Status DeviceTensorGroups::AllToAll(int worker, const std::vector<Bytes>& all_to_alls,
+                                    cudaStream_t after, TimeNs timeout_ns,
+                                    const std::atomic<bool>& abort) {
+  if (all_to_alls.empty()) return Status::Ok();
+  auto it = members_.find(worker);
+  if (it == members_.end()) {
+    return Status::Internal(fmt::format("worker {} has no expert-parallel group", worker));
+  }
+  Member& m = it->second;
+  Result<Event> ready = Event::RecordOn(after);  // on the compute stream's context
+  if (!ready.ok()) return ready.status();
+  if (cudaError_t e = cudaSetDevice((*devices_)[worker].gpu); e != cudaSuccess) {
+    return Status::Internal("cudaSetDevice: " + CudaText(e));
+  }
+  if (cudaError_t e = cudaStreamWaitEvent(m.stream, ready->get(), 0); e != cudaSuccess) {
+    return Status::Internal("cudaStreamWaitEvent: " + CudaText(e));
+  }
+  char* send = reinterpret_cast<char*>(m.scratch);
+  char* recv = send + m.scratch_bytes / 2;
+  for (Bytes bytes : all_to_alls) {
+    const size_t chunk =
+        static_cast<size_t>(std::max<Bytes>(std::min(bytes, m.scratch_bytes / 2) / t_, 1));
+    nccl_->GroupStart();
+    ncclResult_t r = ncclSuccess;
+    for (int peer = 0; peer < t_ && r == ncclSuccess; ++peer) {
+      r = nccl_->Send(send + peer * chunk, chunk, ncclInt8, peer, m.comm, m.stream);
+      if (r == ncclSuccess) {
+        r = nccl_->Recv(recv + peer * chunk, chunk, ncclInt8, peer, m.comm, m.stream);
+      }
+    }
+    const ncclResult_t end = nccl_->GroupEnd();
+    if (r == ncclSuccess) r = end;
+    if (r != ncclSuccess) {
+      return Status::Internal(
+          fmt::format("NCCL all-to-all of {} bytes on stage {} expert rank {}: {}", bytes,
                       worker / t_, worker % t_, nccl_->Text(r)));
     }
   }

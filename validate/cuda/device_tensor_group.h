@@ -1,4 +1,6 @@
-// DeviceTensorGroups: the cuda backend's tensor-parallel all-reduces. A plan
+// DeviceTensorGroups: the cuda backend's tensor-parallel all-reduces and
+// expert-parallel all-to-alls (a plan with expert_parallel ep runs expanded
+// the same way, its ep workers a stage sharing one communicator). A plan
 // with tensor_parallel t runs expanded (ExpandTensorParallel, exec_plan.h):
 // worker w = k·t + j is tensor rank j of pipeline rank k, and the t workers
 // of each k share one NCCL communicator (NCCL rank j), created in one NCCL
@@ -53,6 +55,16 @@ class DeviceTensorGroups {
   // NCCL error.
   Status AllReduce(int worker, const std::vector<Bytes>& collectives, cudaStream_t after,
                    TimeNs timeout_ns, const std::atomic<bool>& abort);
+
+  // Runs the all-to-alls of `all_to_alls` (each the bytes one member sends in
+  // all) one after the other over `worker`'s group as `AllReduce` runs its
+  // all-reduces: NCCL has no all-to-all call, so each is one NCCL group of an
+  // ncclSend of bytes / t to every member and an ncclRecv of as many from
+  // every member, itself included (the composition NCCL's user guide gives,
+  // "Point-to-point communication"), from the scratch buffer's first half
+  // into its second. Errors as AllReduce's.
+  Status AllToAll(int worker, const std::vector<Bytes>& all_to_alls, cudaStream_t after,
+                  TimeNs timeout_ns, const std::atomic<bool>& abort);
 
   // Aborts the communicators (after a failed run). Idempotent.
   void Abort();

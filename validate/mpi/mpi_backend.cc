@@ -40,18 +40,21 @@ class MpiBackend final : public Backend {
   Result<std::vector<StageRun>> Run(const ExecPlan& plan, const RuntimeOptions& options,
                                     OpWork* work, Bytes memory_limit_bytes) override {
     const int rank = mpi_->rank();
-    const int t = plan.tensor_parallel;
+    const int t = plan.workers_per_rank();
+    const bool expert = plan.expert_parallel > 1;
     if (plan.workers() != mpi_->size()) {
-      return Status::InvalidArgument(fmt::format(
-          "the plan has {} pipeline stages x {} tensor-parallel workers but {} MPI processes were "
-          "started: run mpirun -np {}",
-          plan.ranks, t, mpi_->size(), plan.workers()));
+      return Status::InvalidArgument(
+          fmt::format("the plan has {} pipeline stages x {} {} workers but {} MPI processes were "
+                      "started: run mpirun -np {}",
+                      plan.ranks, t, expert ? "expert-parallel" : "tensor-parallel", mpi_->size(),
+                      plan.workers()));
     }
-    // Tensor parallelism innermost: process rank·t + j is tensor rank j of `rank`.
-    MemoryPool pool(
-        t > 1 ? fmt::format("stage {} (rank {}, tensor rank {})", rank / t, rank / t, rank % t)
-              : fmt::format("stage {} (rank {})", rank, rank),
-        memory_limit_bytes, &clock_);
+    // Tensor (expert) parallelism innermost: process rank·t + j is tensor (expert) rank j of
+    // `rank`.
+    MemoryPool pool(t > 1 ? fmt::format("stage {} (rank {}, {} rank {})", rank / t, rank / t,
+                                        expert ? "expert" : "tensor", rank % t)
+                          : fmt::format("stage {} (rank {})", rank, rank),
+                    memory_limit_bytes, &clock_);
     std::vector<MemoryPool*> pools(plan.workers(), nullptr);
     pools[rank] = &pool;
     std::unique_ptr<TensorGroup> group;
@@ -59,7 +62,8 @@ class MpiBackend final : public Backend {
       Result<std::unique_ptr<TensorGroup>> made = mpi_->MakeTensorGroup(rank / t, rank % t, t);
       PIPECAST_RETURN_IF_ERROR(mpi_->AllOk(made.status()));
       group = std::move(*made);
-      tensor_parallel_ = t;
+      tensor_parallel_ = plan.tensor_parallel;
+      expert_parallel_ = plan.expert_parallel;
     }
     std::vector<TensorGroup*> groups(plan.ranks, nullptr);
     groups[rank / t] = group.get();
@@ -85,13 +89,22 @@ class MpiBackend final : public Backend {
         "messages; each rank's steady_clock aligned to rank 0's after a barrier "
         "by ping-pong offset estimates ({})",
         mpi_->size(),
-        tensor_parallel_ > 1 ? fmt::format(" and tensor rank, {} a stage", tensor_parallel_) : "",
+        tensor_parallel_ > 1   ? fmt::format(" and tensor rank, {} a stage", tensor_parallel_)
+        : expert_parallel_ > 1 ? fmt::format(" and expert rank, {} a stage", expert_parallel_)
+                               : "",
         offsets_note_)};
     if (tensor_parallel_ > 1) {
       notes.push_back(fmt::format(
           "tensor parallelism: MPI_Comm_split into one communicator per stage (processes "
           "stage x {} + j), MPI_Iallreduce (MPI_SUM, in place) of each all-reduce",
           tensor_parallel_));
+    }
+    if (expert_parallel_ > 1) {
+      notes.push_back(fmt::format(
+          "expert parallelism: MPI_Comm_split into one communicator per stage (processes "
+          "stage x {} + j, each a data-parallel replica), MPI_Ialltoallv of each MoE layer's "
+          "dispatch and combine",
+          expert_parallel_));
     }
     return notes;
   }
@@ -104,6 +117,7 @@ class MpiBackend final : public Backend {
   SteadyClock clock_;
   std::string offsets_note_ = "not measured";
   int tensor_parallel_ = 1;
+  int expert_parallel_ = 1;
 };
 
 }  // namespace

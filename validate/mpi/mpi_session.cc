@@ -128,6 +128,7 @@ Json ToJson(const StageRun& r) {
   Json j;
   j["rank"] = r.rank;
   j["tensor_rank"] = r.tensor_rank;
+  j["expert_rank"] = r.expert_rank;
   j["static"] = r.static_bytes;
   j["peak"] = {r.peak_bytes, r.peak_activation_bytes, r.peak_comm_bytes, r.peak_workspace_bytes};
   Json ops = Json::array();
@@ -165,6 +166,7 @@ StageRun FromJson(const Json& j, TimeNs shift) {
   StageRun r;
   r.rank = j["rank"];
   r.tensor_rank = j["tensor_rank"];
+  r.expert_rank = j["expert_rank"];
   r.static_bytes = j["static"];
   r.peak_bytes = j["peak"][0];
   r.peak_activation_bytes = j["peak"][1];
@@ -208,6 +210,33 @@ class MpiTensorGroup final : public TensorGroup {
     if (rc != MPI_SUCCESS)
       return Status::Unavailable(fmt::format("MPI_Iallreduce failed ({})", rc));
     // No timeout of its own: the runtime's watchdog aborts an op stuck here.
+    return WaitRequest(&req, std::numeric_limits<TimeNs>::max() / 2, abort);
+  }
+  // MPI_Ialltoallv of floats on the stage's sub-communicator (member order is
+  // the communicator's rank order: the split's key), polled like the
+  // all-reduce.
+  Status AllToAll(int, std::span<const float> send, std::span<const size_t> send_counts,
+                  std::span<float> recv, std::span<const size_t> recv_counts,
+                  const std::atomic<bool>& abort) override {
+    if (static_cast<int>(send_counts.size()) != size_ ||
+        static_cast<int>(recv_counts.size()) != size_) {
+      return Status::Internal("all-to-all counts do not match the group");
+    }
+    std::vector<int> sc(size_), sd(size_), rc(size_), rd(size_);
+    for (int r = 0, s_at = 0, r_at = 0; r < size_; ++r) {
+      sc[r] = static_cast<int>(send_counts[r]);
+      rc[r] = static_cast<int>(recv_counts[r]);
+      sd[r] = s_at;
+      rd[r] = r_at;
+      s_at += sc[r];
+      r_at += rc[r];
+    }
+    MPI_Request req;
+    const int rc_call = MPI_Ialltoallv(send.data(), sc.data(), sd.data(), MPI_FLOAT, recv.data(),
+                                       rc.data(), rd.data(), MPI_FLOAT, comm_, &req);
+    if (rc_call != MPI_SUCCESS) {
+      return Status::Unavailable(fmt::format("MPI_Ialltoallv failed ({})", rc_call));
+    }
     return WaitRequest(&req, std::numeric_limits<TimeNs>::max() / 2, abort);
   }
 
@@ -264,14 +293,14 @@ Result<std::unique_ptr<TensorGroup>> MpiSession::MakeTensorGroup(int group, int 
                                                                  int size) const {
   MPI_Comm comm;
   if (MPI_Comm_split(MPI_COMM_WORLD, group, member, &comm) != MPI_SUCCESS) {
-    return Status::Unavailable("MPI_Comm_split for the tensor-parallel groups failed");
+    return Status::Unavailable("MPI_Comm_split for the stages' worker groups failed");
   }
   int n = 0;
   MPI_Comm_size(comm, &n);
   if (n != size) {
     MPI_Comm_free(&comm);
     return Status::Internal(
-        fmt::format("tensor-parallel group {} has {} processes, expected {}", group, n, size));
+        fmt::format("the worker group of stage {} has {} processes, expected {}", group, n, size));
   }
   return std::unique_ptr<TensorGroup>(std::make_unique<MpiTensorGroup>(comm, size));
 }

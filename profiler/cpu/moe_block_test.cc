@@ -1,0 +1,252 @@
+// The CPU workload's mixture-of-experts block (workload.h): the hash
+// router's balance, its gradients, and an expert-parallel group of two
+// equal to the whole block.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <barrier>
+#include <cmath>
+#include <cstdint>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "profiler/cpu/workload.h"
+
+namespace pipecast::cpu {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::vector<float> Pattern(std::size_t n, int salt) {
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    v[i] = static_cast<float>(std::sin(0.7 * static_cast<double>(i) + 1.3 * salt));
+  }
+  return v;
+}
+
+// E = 4 experts, top-2: C(4, 2) = 6 routes, so tokens_per_sample 12 balances.
+BlockShape MoeShape() {
+  return BlockShape{.hidden = 8, .ffn = 12, .tokens_per_sample = 12, .experts = 4, .top_k = 2};
+}
+
+// Two threads' all-to-all: each member posts what it sends, both meet, each
+// copies its part of every member's send into its receive buffer, both meet
+// again. Counts the floats sent, for the byte checks.
+class PairExchange {
+ public:
+  class Member final : public ExpertExchange {
+   public:
+    Member(PairExchange* group, int index) : group_(group), index_(index) {}
+    Status AllToAll(std::span<const float> send, std::span<const std::size_t> send_counts,
+                    std::span<float> recv, std::span<const std::size_t> recv_counts) override {
+      PairExchange& g = *group_;
+      g.send_[index_] = send;
+      g.counts_[index_].assign(send_counts.begin(), send_counts.end());
+      g.sent_floats_[index_] += send.size();
+      g.meet_.arrive_and_wait();
+      std::size_t at = 0;
+      for (int src = 0; src < 2; ++src) {
+        std::size_t offset = 0;
+        for (int r = 0; r < index_; ++r) offset += g.counts_[src][r];
+        EXPECT_EQ(g.counts_[src][index_], recv_counts[src]);
+        std::copy_n(g.send_[src].begin() + static_cast<std::ptrdiff_t>(offset), recv_counts[src],
+                    recv.begin() + static_cast<std::ptrdiff_t>(at));
+        at += recv_counts[src];
+      }
+      g.meet_.arrive_and_wait();
+      return Status::Ok();
+    }
+
+   private:
+    PairExchange* group_;
+    int index_;
+  };
+  std::size_t sent_floats(int member) const { return sent_floats_[member]; }
+
+ private:
+  std::barrier<> meet_{2};
+  std::span<const float> send_[2];
+  std::vector<std::size_t> counts_[2];
+  std::size_t sent_floats_[2] = {0, 0};
+};
+
+TEST(MoeBlockTest, ValidateWantsBalancedHashRouting) {
+  EXPECT_TRUE(MoeShape().Validate().ok());
+  BlockShape s = MoeShape();
+  s.tokens_per_sample = 8;  // not a multiple of C(4, 2) = 6
+  EXPECT_THAT(s.Validate().message(), HasSubstr("not a multiple of C(4, 2) = 6"));
+  s = MoeShape();
+  s.top_k = 5;
+  EXPECT_THAT(s.Validate().message(), HasSubstr("top_k in [1, experts]"));
+  s = BlockShape{.top_k = 2};
+  EXPECT_THAT(s.Validate().message(), HasSubstr("both 0 for a dense one"));
+  EXPECT_EQ(ExpertRoutes(MoeShape()), 6);
+  EXPECT_EQ(ExpertRoutes(BlockShape{}), 1);
+}
+
+TEST(MoeBlockTest, SizesCountEveryTokensTopKRows) {
+  const Block block(MoeShape(), 3);
+  // 4 experts x 2 x 8 x 12 weights; a micro-batch of 2 keeps 2 x 12 x 2 = 48
+  // rows of x (8), a and g (12 each): 4 x 48 x 32 = 6144 bytes.
+  EXPECT_EQ(block.Parameters(), 4 * 2 * 8 * 12);
+  EXPECT_EQ(block.ActivationBytes(2), 4 * 48 * (8 + 2 * 12));
+  EXPECT_EQ(block.WeightGradientBytes(2), 4 * 48 * (2 * 8 + 2 * 12));
+  EXPECT_EQ(block.OutputBytes(2), 4 * 24 * 8);
+  EXPECT_EQ(block.MultiplyAdds(1), 2 * 24 * 8 * 12);
+  const std::vector<float> x = Pattern(24 * 8, 1);
+  std::vector<float> y(x.size());
+  const std::int64_t before = LiveWorkloadBytes();
+  Saved saved = block.Forward(x, y, 2);
+  EXPECT_EQ(saved.Bytes(), block.ActivationBytes(2));
+  EXPECT_EQ(LiveWorkloadBytes() - before, block.ActivationBytes(2));
+}
+
+// Hand-worked: with E = 4, k = 1 the hash router sends token i to expert
+// i mod 4 alone, and top-1 of a gate 1/k = 1 makes y_i = x_i + expert(x_i):
+// the block equals a dense block holding that expert's weights.
+TEST(MoeBlockTest, TopOneEqualsTheDenseBlockOfEachTokensExpert) {
+  const BlockShape moe{.hidden = 4, .ffn = 6, .tokens_per_sample = 4, .experts = 4, .top_k = 1};
+  Block block(moe, 7);
+  const std::vector<float> x = Pattern(4 * 4, 2);
+  std::vector<float> y(x.size());
+  Saved saved = block.Forward(x, y, 1);
+  for (int token = 0; token < 4; ++token) {
+    Block dense(BlockShape{.hidden = 4, .ffn = 6, .tokens_per_sample = 1}, 1);
+    for (int r = 0; r < 4; ++r)
+      for (int c = 0; c < 6; ++c) dense.SetWeight(1, r, c, block.Weight(1, token * 4 + r, c));
+    for (int r = 0; r < 6; ++r)
+      for (int c = 0; c < 4; ++c) dense.SetWeight(2, r, c, block.Weight(2, token * 6 + r, c));
+    std::vector<float> xi(x.begin() + token * 4, x.begin() + token * 4 + 4), yi(4);
+    Saved s = dense.Forward(xi, yi, 1);
+    for (int j = 0; j < 4; ++j) EXPECT_NEAR(y[token * 4 + j], yi[j], 1e-6) << token;
+  }
+}
+
+TEST(MoeBlockTest, GradientsMatchFiniteDifferences) {
+  const BlockShape shape{.hidden = 4, .ffn = 5, .tokens_per_sample = 6, .experts = 4, .top_k = 2};
+  Block block(shape, 11);
+  const std::vector<float> x = Pattern(6 * 4, 3);
+  const std::vector<float> r = Pattern(6 * 4, 4);  // L = sum r_i y_i
+  auto loss = [&](const Block& b, const std::vector<float>& in) {
+    std::vector<float> y(in.size());
+    Saved s = b.Forward(in, y, 1);
+    double l = 0;
+    for (std::size_t i = 0; i < y.size(); ++i) l += static_cast<double>(r[i]) * y[i];
+    return l;
+  };
+  std::vector<float> y(x.size()), dx(x.size());
+  Saved saved = block.Forward(x, y, 1);
+  block.Backward(saved, r, dx);
+  const double h = 1e-2;
+  for (std::size_t i = 0; i < x.size(); i += 5) {
+    std::vector<float> plus = x, minus = x;
+    plus[i] += static_cast<float>(h);
+    minus[i] -= static_cast<float>(h);
+    const double numeric = (loss(block, plus) - loss(block, minus)) / (2 * h);
+    EXPECT_NEAR(dx[i], numeric, 2e-3 + 1e-2 * std::abs(numeric)) << "dx " << i;
+  }
+  // dW1 of expert 2 (rows 8..11 of the stacked W1) and dW2 of expert 3.
+  for (auto [which, row, col] :
+       std::vector<std::tuple<int, int, int>>{{1, 9, 2}, {1, 11, 4}, {2, 3 * 5 + 1, 3}}) {
+    const float w = block.Weight(which, row, col);
+    Block probe = block;
+    probe.SetWeight(which, row, col, w + static_cast<float>(h));
+    const double up = loss(probe, x);
+    probe.SetWeight(which, row, col, w - static_cast<float>(h));
+    const double numeric = (up - loss(probe, x)) / (2 * h);
+    const std::span<const float> grad = which == 1 ? block.GradientW1() : block.GradientW2();
+    const int cols = which == 1 ? 5 : 4;
+    EXPECT_NEAR(grad[static_cast<std::size_t>(row) * cols + col], numeric,
+                2e-3 + 1e-2 * std::abs(numeric))
+        << "W" << which << " " << row << "," << col;
+  }
+}
+
+// Two members of an ep = 2 group, each with its own micro-batch, against the
+// whole block run on each micro-batch in turn: the same outputs, input
+// gradients and (each member's slice of) weight gradients, within float
+// rounding (a token's two expert outputs are summed on their members first,
+// then across, another order of one float sum); the same bytes kept; and
+// the dispatched rows DeepEP's count: a token reaches R = n (1 - C(E - E/n,
+// k) / C(E, k)) = 2 (1 - C(2, 2) / C(4, 2)) = 5/3 of the 2 members
+// (sim/collectives.h, DistinctGroupsPerToken).
+TEST(MoeBlockTest, AnExpertParallelPairEqualsTheWholeBlock) {
+  const BlockShape shape = MoeShape();
+  const int mbs = 2, tokens = 24, h = shape.hidden;
+  Block whole(shape, 5);
+  std::vector<float> x[2] = {Pattern(tokens * h, 6), Pattern(tokens * h, 7)};
+  std::vector<float> dy[2] = {Pattern(tokens * h, 8), Pattern(tokens * h, 9)};
+  std::vector<float> y_ref[2], dx_ref[2];
+  for (int m = 0; m < 2; ++m) {
+    y_ref[m].resize(x[m].size());
+    dx_ref[m].resize(x[m].size());
+    Saved s = whole.Forward(x[m], y_ref[m], mbs);
+    whole.Backward(s, dy[m], dx_ref[m]);
+  }
+  std::vector<Block> shards;
+  for (int j = 0; j < 2; ++j) {
+    Result<Block> shard = whole.ExpertShard(2, j);
+    ASSERT_TRUE(shard.ok()) << shard.status().message();
+    shards.push_back(std::move(*shard));
+  }
+  EXPECT_EQ(shards[0].Parameters(), whole.Parameters() / 2);
+  PairExchange group;
+  std::vector<float> y[2], dx[2];
+  std::int64_t kept[2] = {0, 0};
+  auto member = [&](int j) {
+    PairExchange::Member ex(&group, j);
+    y[j].resize(x[j].size());
+    dx[j].resize(x[j].size());
+    Saved s;
+    ASSERT_TRUE(shards[j].Forward(x[j], y[j], mbs, ex, &s).ok());
+    kept[j] = s.Bytes();
+    ASSERT_TRUE(shards[j].BackwardInput(s, dy[j], dx[j], ex).ok());
+    shards[j].BackwardWeight(s);
+  };
+  std::thread other(member, 1);
+  member(0);
+  other.join();
+  for (int j = 0; j < 2; ++j) {
+    EXPECT_EQ(kept[j], whole.ActivationBytes(mbs)) << "member " << j;
+    for (std::size_t i = 0; i < y[j].size(); ++i) {
+      ASSERT_NEAR(y[j][i], y_ref[j][i], 1e-5) << "y of member " << j << " at " << i;
+      ASSERT_NEAR(dx[j][i], dx_ref[j][i], 1e-5) << "dx of member " << j << " at " << i;
+    }
+    const std::size_t per = whole.GradientW1().size() / 2;
+    for (std::size_t i = 0; i < per; ++i) {
+      ASSERT_NEAR(shards[j].GradientW1()[i], whole.GradientW1()[j * per + i], 1e-5) << i;
+      ASSERT_NEAR(shards[j].GradientW2()[i], whole.GradientW2()[j * per + i], 1e-5) << i;
+    }
+    // Forward and backward each dispatch and combine: 4 all-to-alls of
+    // tokens x 5/3 rows of h floats.
+    EXPECT_EQ(group.sent_floats(j), static_cast<std::size_t>(4 * tokens * 5 / 3 * h));
+  }
+}
+
+TEST(MoeBlockTest, ShardsNameWhatIsWrong) {
+  const Block whole(MoeShape(), 1);
+  EXPECT_THAT(whole.ExpertShard(3, 0).status().message(),
+              HasSubstr("does not divide the 4 experts"));
+  EXPECT_THAT(whole.Shard(2, 0).status().message(), HasSubstr("does not split tensor-parallel"));
+  EXPECT_TRUE(whole.Shard(1, 0).ok());
+  const Block dense(BlockShape{}, 1);
+  EXPECT_THAT(dense.ExpertShard(2, 0).status().message(), HasSubstr("dense block"));
+}
+
+TEST(MoeBlockTest, WorkloadSourceKeepsTheExperts) {
+  WorkloadSpec spec;
+  spec.shape = MoeShape();
+  spec.layers = 2;
+  Result<WorkloadSpec> back = WorkloadFromJson(WorkloadToSourceJson(spec));
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->shape, spec.shape);
+  EXPECT_THAT(WorkloadToSourceJson(spec), HasSubstr("moe_formula"));
+  WorkloadSpec dense;
+  EXPECT_THAT(WorkloadToSourceJson(dense), ::testing::Not(HasSubstr("experts")));
+}
+
+}  // namespace
+}  // namespace pipecast::cpu
