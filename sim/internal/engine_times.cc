@@ -108,7 +108,7 @@ void Engine::KeepPairDurations() {
       if (!list[i].overlapped) continue;
       pair_ns_.resize(static_cast<size_t>(num_ops_), 0);
       pair_ns_[op_first_[r] + i] =
-          ActionDurationNs(costs_, list, i, options_.config.overlap.overlap_factor);
+          ActionDurationNs(costs_, list, i, options_.config.Pairs());
     }
   }
 }
