@@ -499,6 +499,14 @@ class StageCostTable {
   Checkpointed CheckpointedStage(StageLayers stage) const;
   // The rerun B (or I) adds under options_.recompute, for `stage`.
   TimeNs RecomputeNs(StageLayers stage, const Prefix& lo, const Prefix& hi) const;
+  // The steps of Notes(), in order: unmeasured micro-batch sizes,
+  // tensor-parallel estimates, context parallelism's exchange, memory the
+  // recomputation lacks figures for, memory the split backward lacks.
+  void AddCostOriginNotes(std::vector<std::string>* notes) const;
+  void AddTensorParallelNotes(std::vector<std::string>* notes) const;
+  void AddContextParallelNote(std::vector<std::string>* notes) const;
+  void AddRecomputeNotes(std::vector<std::string>* notes) const;
+  void AddSplitBackwardNote(std::vector<std::string>* notes) const;
 
   StageCostOptions options_;
   std::vector<LayerCost> layers_;

@@ -33,6 +33,126 @@ std::string DescribeWait(int status) {
   return "an unknown wait status";
 }
 
+// The libraries the child loads: pipecast's injection library and CUPTI.
+struct InjectionLibraries {
+  std::string inject, cupti;
+};
+
+// Both libraries where CMake found them (or the environment says), readable.
+Result<InjectionLibraries> FindInjectionLibraries() {
+  InjectionLibraries libs{Locate("PIPECAST_INJECT_LIBRARY", PIPECAST_INJECT_LIBRARY_PATH),
+                          Locate("PIPECAST_CUPTI_LIBRARY", PIPECAST_CUPTI_LIBRARY_PATH)};
+  for (const std::string& lib : {libs.inject, libs.cupti}) {
+    if (access(lib.c_str(), R_OK) != 0) {
+      return Status::NotFound(fmt::format(
+          "{}: {} (set PIPECAST_INJECT_LIBRARY / PIPECAST_CUPTI_LIBRARY to where it is installed)",
+          lib, std::strerror(errno)));
+    }
+  }
+  return libs;
+}
+
+// Where the child writes its records: --keep-records, or a temporary folder
+// the caller removes.
+struct RecordsFolder {
+  std::string path;  // absolute
+  bool temporary = false;
+};
+
+Result<RecordsFolder> OpenRecordsFolder(const std::string& records_dir) {
+  if (records_dir.empty()) {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string pattern =
+        std::string(tmp != nullptr && *tmp ? tmp : "/tmp") + "/pipecast-cupti-XXXXXX";
+    if (mkdtemp(pattern.data()) == nullptr) {
+      return Status::FailedPrecondition(
+          fmt::format("cannot create a temporary folder {}: {}", pattern, std::strerror(errno)));
+    }
+    return RecordsFolder{.path = pattern, .temporary = true};
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(records_dir, ec);
+  if (ec) {
+    return Status::InvalidArgument(fmt::format("--keep-records {}: {}", records_dir, ec.message()));
+  }
+  return RecordsFolder{.path = std::filesystem::absolute(records_dir).string()};
+}
+
+// In the forked child: sets the injection environment and runs the program
+// (its stdout to stderr); never returns.
+[[noreturn]] void ExecInjected(const InjectionRun& run, const InjectionLibraries& libs,
+                               const std::string& dir) {
+  setenv("CUDA_INJECTION64_PATH", libs.inject.c_str(), 1);
+  setenv("NVTX_INJECTION64_PATH", libs.cupti.c_str(), 1);
+  setenv("PIPECAST_CUPTI_OUT", dir.c_str(), 1);
+  if (run.device_buffer_mib > 0) {
+    const std::string bytes = std::to_string(static_cast<uint64_t>(run.device_buffer_mib) << 20);
+    setenv("PIPECAST_CUPTI_DEVICE_BUFFER_BYTES", bytes.c_str(), 1);
+  }
+  dup2(STDERR_FILENO, STDOUT_FILENO);
+  std::vector<char*> args;
+  for (const std::string& a : run.argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  execvp(args[0], args.data());
+  const std::string msg =
+      fmt::format("profiler: cannot run '{}': {}\n", run.argv[0], std::strerror(errno));
+  (void)!write(STDERR_FILENO, msg.data(), msg.size());
+  _exit(127);
+}
+
+// Runs the program under injection and waits for it: OK only when it exits 0.
+Status RunChild(const InjectionRun& run, const InjectionLibraries& libs, const std::string& dir) {
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) {
+    return Status::FailedPrecondition(fmt::format("fork failed: {}", std::strerror(errno)));
+  }
+  if (pid == 0) ExecInjected(run, libs, dir);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) {
+      return Status::Internal(fmt::format("waitpid failed: {}", std::strerror(errno)));
+    }
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    return Status::FailedPrecondition(
+        fmt::format("the profiled command '{}' ended with {}; a failed run is not profiled",
+                    run.argv[0], DescribeWait(status)));
+  }
+  return Status::Ok();
+}
+
+// The records files the processes left in `dir` (pipecast-activity-*.jsonl),
+// parsed in name order.
+Result<std::vector<ActivityTrace>> ReadRecords(const std::string& dir) {
+  std::vector<std::string> files;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      const std::string name = e->d_name;
+      if (name.rfind("pipecast-activity-", 0) == 0 && name.size() > 6 &&
+          name.substr(name.size() - 6) == ".jsonl") {
+        files.push_back(dir + "/" + name);
+      }
+    }
+    closedir(d);
+  }
+  std::sort(files.begin(), files.end());
+  std::vector<ActivityTrace> traces;
+  for (const std::string& f : files) {
+    PIPECAST_ASSIGN_OR_RETURN(const std::string text, ReadFile(f));
+    PIPECAST_ASSIGN_OR_RETURN(ActivityTrace trace, ParseActivityTrace(text, f));
+    traces.push_back(std::move(trace));
+  }
+  return traces;
+}
+
+Result<std::vector<ActivityTrace>> RunAndCollect(const InjectionRun& run,
+                                                 const InjectionLibraries& libs,
+                                                 const std::string& dir) {
+  PIPECAST_RETURN_IF_ERROR(RunChild(run, libs, dir));
+  return ReadRecords(dir);
+}
+
 }  // namespace
 
 Status CheckCudaDevice() {
@@ -62,111 +182,18 @@ Status CheckCudaDevice() {
 
 Result<std::vector<ActivityTrace>> RunInjected(const InjectionRun& run) {
   if (run.argv.empty()) return Status::InvalidArgument("no program to run");
-  const std::string inject = Locate("PIPECAST_INJECT_LIBRARY", PIPECAST_INJECT_LIBRARY_PATH);
-  const std::string cupti = Locate("PIPECAST_CUPTI_LIBRARY", PIPECAST_CUPTI_LIBRARY_PATH);
-  for (const std::string& lib : {inject, cupti}) {
-    if (access(lib.c_str(), R_OK) != 0) {
-      return Status::NotFound(fmt::format(
-          "{}: {} (set PIPECAST_INJECT_LIBRARY / PIPECAST_CUPTI_LIBRARY to where it is installed)",
-          lib, std::strerror(errno)));
-    }
-  }
-  std::string dir = run.records_dir;
-  const bool temporary = dir.empty();
-  if (temporary) {
-    const char* tmp = std::getenv("TMPDIR");
-    std::string pattern =
-        std::string(tmp != nullptr && *tmp ? tmp : "/tmp") + "/pipecast-cupti-XXXXXX";
-    if (mkdtemp(pattern.data()) == nullptr) {
-      return Status::FailedPrecondition(
-          fmt::format("cannot create a temporary folder {}: {}", pattern, std::strerror(errno)));
-    }
-    dir = pattern;
-  } else {
+  PIPECAST_ASSIGN_OR_RETURN(const InjectionLibraries libs, FindInjectionLibraries());
+  PIPECAST_ASSIGN_OR_RETURN(const RecordsFolder folder, OpenRecordsFolder(run.records_dir));
+  Result<std::vector<ActivityTrace>> traces = RunAndCollect(run, libs, folder.path);
+  if (folder.temporary) {
     std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    if (ec) {
-      return Status::InvalidArgument(fmt::format("--keep-records {}: {}", dir, ec.message()));
-    }
-    dir = std::filesystem::absolute(dir).string();
+    std::filesystem::remove_all(folder.path, ec);
   }
-  const auto cleanup = [&] {
-    if (temporary) {
-      std::error_code ec;
-      std::filesystem::remove_all(dir, ec);
-    }
-  };
-
-  std::fflush(nullptr);
-  const pid_t pid = fork();
-  if (pid < 0) {
-    cleanup();
-    return Status::FailedPrecondition(fmt::format("fork failed: {}", std::strerror(errno)));
-  }
-  if (pid == 0) {
-    setenv("CUDA_INJECTION64_PATH", inject.c_str(), 1);
-    setenv("NVTX_INJECTION64_PATH", cupti.c_str(), 1);
-    setenv("PIPECAST_CUPTI_OUT", dir.c_str(), 1);
-    if (run.device_buffer_mib > 0) {
-      const std::string bytes = std::to_string(static_cast<uint64_t>(run.device_buffer_mib) << 20);
-      setenv("PIPECAST_CUPTI_DEVICE_BUFFER_BYTES", bytes.c_str(), 1);
-    }
-    dup2(STDERR_FILENO, STDOUT_FILENO);
-    std::vector<char*> args;
-    for (const std::string& a : run.argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    execvp(args[0], args.data());
-    const std::string msg =
-        fmt::format("profiler: cannot run '{}': {}\n", run.argv[0], std::strerror(errno));
-    (void)!write(STDERR_FILENO, msg.data(), msg.size());
-    _exit(127);
-  }
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) {
-      cleanup();
-      return Status::Internal(fmt::format("waitpid failed: {}", std::strerror(errno)));
-    }
-  }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    cleanup();
-    return Status::FailedPrecondition(
-        fmt::format("the profiled command '{}' ended with {}; a failed run is not profiled",
-                    run.argv[0], DescribeWait(status)));
-  }
-
-  std::vector<ActivityTrace> traces;
-  std::vector<std::string> files;
-  if (DIR* d = opendir(dir.c_str())) {
-    while (dirent* e = readdir(d)) {
-      const std::string name = e->d_name;
-      if (name.rfind("pipecast-activity-", 0) == 0 && name.size() > 6 &&
-          name.substr(name.size() - 6) == ".jsonl") {
-        files.push_back(dir + "/" + name);
-      }
-    }
-    closedir(d);
-  }
-  std::sort(files.begin(), files.end());
-  for (const std::string& f : files) {
-    Result<std::string> text = ReadFile(f);
-    if (!text.ok()) {
-      cleanup();
-      return text.status();
-    }
-    Result<ActivityTrace> trace = ParseActivityTrace(*text, f);
-    if (!trace.ok()) {
-      cleanup();
-      return trace.status();
-    }
-    traces.push_back(std::move(*trace));
-  }
-  cleanup();
-  if (traces.empty()) {
+  if (traces.ok() && traces->empty()) {
     return Status::FailedPrecondition(fmt::format(
         "'{}' exited normally but no process wrote CUPTI records: it never initialised CUDA, or "
         "the driver did not load the injection library {}",
-        run.argv[0], inject));
+        run.argv[0], libs.inject));
   }
   return traces;
 }

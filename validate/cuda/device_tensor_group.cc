@@ -77,12 +77,12 @@ Status DeviceTensorGroups::AllReduce(int worker, const std::vector<Bytes>& colle
     return Status::Internal(fmt::format("worker {} has no tensor-parallel group", worker));
   }
   Member& m = it->second;
-  Result<Event> ready = Event::RecordOn(after);  // on the compute stream's context
-  if (!ready.ok()) return ready.status();
+  // On the compute stream's context.
+  PIPECAST_ASSIGN_OR_RETURN(Event ready, Event::RecordOn(after));
   if (cudaError_t e = cudaSetDevice((*devices_)[worker].gpu); e != cudaSuccess) {
     return Status::Internal("cudaSetDevice: " + CudaText(e));
   }
-  if (cudaError_t e = cudaStreamWaitEvent(m.stream, ready->get(), 0); e != cudaSuccess) {
+  if (cudaError_t e = cudaStreamWaitEvent(m.stream, ready.get(), 0); e != cudaSuccess) {
     return Status::Internal("cudaStreamWaitEvent: " + CudaText(e));
   }
   for (Bytes bytes : collectives) {

@@ -166,10 +166,10 @@ Status DeviceTransport::SendNccl(int src, int dst, Allocation buffer) {
     pending.pop_front();
   }
   PIPECAST_RETURN_IF_ERROR(MakeCurrent(d));
-  Result<Event> written = Event::RecordOn(d.stream);  // the op that wrote the buffer
-  if (!written.ok()) return written.status();
+  // After the op that wrote the buffer.
+  PIPECAST_ASSIGN_OR_RETURN(Event written, Event::RecordOn(d.stream));
   PIPECAST_RETURN_IF_ERROR(UsePrimary(d.gpu));
-  cudaStreamWaitEvent(side.stream, written->get(), 0);
+  cudaStreamWaitEvent(side.stream, written.get(), 0);
   // Exchange mode: the partner's message to this rank is received in the same group.
   RecvSide* back = nullptr;
   if (exchange_) {

@@ -1,0 +1,140 @@
+// StageCostTable::Notes: what the stage costs tell the user about figures
+// that were estimated rather than measured (costs at an unprofiled
+// micro-batch size or t, tensor-parallel collectives from the model's
+// source, context parallelism's exchange) and about memory the model does not
+// give for the chosen recomputation or split backward. Each step adds its
+// notes in the order users have always read them; the arithmetic is in
+// stage_costs.cc.
+#include <fmt/format.h>
+
+#include <string>
+#include <vector>
+
+#include "sim/stage_costs.h"
+
+namespace pipecast {
+
+std::vector<std::string> StageCostTable::Notes() const {
+  std::vector<std::string> notes;
+  AddCostOriginNotes(&notes);
+  AddTensorParallelNotes(&notes);
+  AddContextParallelNote(&notes);
+  AddRecomputeNotes(&notes);
+  AddSplitBackwardNote(&notes);
+  return notes;
+}
+
+void StageCostTable::AddCostOriginNotes(std::vector<std::string>* notes) const {
+  int interpolated = 0, extrapolated = 0;
+  for (const LayerCost& c : layers_) {
+    interpolated += c.origin == CostOrigin::kInterpolated;
+    extrapolated += c.origin == CostOrigin::kExtrapolated;
+  }
+  const int n = NumLayers();
+  const int size = options_.microbatch_size;
+  if (interpolated > 0) {
+    notes->push_back(fmt::format(
+        "micro-batch size {} was not measured for {} of {} layers: their costs are interpolated "
+        "linearly between the nearest measured sizes",
+        size, interpolated, n));
+  }
+  if (extrapolated > 0) {
+    notes->push_back(fmt::format(
+        "micro-batch size {} is outside the measured sizes for {} of {} layers: their costs are "
+        "extrapolated in proportion to the nearest measured size",
+        size, extrapolated, n));
+  }
+}
+
+void StageCostTable::AddTensorParallelNotes(std::vector<std::string>* notes) const {
+  const Prefix& all = prefix_.back();
+  const int n = NumLayers();
+  const int t = options_.tensor_parallel;
+  if (all.tp_scaled > 0) {
+    notes->push_back(fmt::format(
+        "tensor_parallel {}{} was not profiled for {} of {} layers: their costs are estimated "
+        "from the t = 1 profiles (times / t; weights, gradients and optimizer state / t; "
+        "activations by Korthikanti et al. 2022, {}); re-profile with `profiler analytic "
+        "--tensor-parallel` to replace the estimate",
+        t, options_.sequence_parallel ? " with sequence parallelism" : "", all.tp_scaled, n,
+        options_.sequence_parallel ? "all of them / t" : "only the part not replicated / t"));
+  }
+  if (t > 1 && all.tp_comm_estimated > 0) {
+    notes->push_back(
+        fmt::format("{} of {} layers give no tp_comm_bytes: their tensor-parallel collectives are "
+                    "estimated from the model's source (b*s*h*bytes per element; {})",
+                    all.tp_comm_estimated, n, tp_estimate_from_));
+  }
+}
+
+void StageCostTable::AddContextParallelNote(std::vector<std::string>* notes) const {
+  if (options_.context_parallel <= 1 || !cp_comm_) return;
+  const int cp = options_.context_parallel;
+  const CpAttentionComm& k = *cp_comm_;
+  notes->push_back(fmt::format(
+      "context parallelism cp {} ({}): each GPU holds s / {} of every sample's tokens; the "
+      "layers' times and activations are the cp = 1 ones / {} (causal attention balanced "
+      "over {} chunks); each attention layer exchanges {:.2f} MiB K/V blocks per micro-batch, "
+      "{:.1f} us on the link in the forward ({:.1f} us exposed) and {:.1f} us in the backward "
+      "({:.1f} us exposed), estimated from {}; the kernel runs once per K/V block and its "
+      "partial outputs are merged ({}): {:.1f} us forward and {:.1f} us backward over HBM{}",
+      cp, CpAlgorithmName(options_.cp_algorithm), cp, cp, 2 * cp,
+      static_cast<double>(k.kv_block_bytes) / (1 << 20), NsToUs(k.forward_comm_ns),
+      NsToUs(k.forward_exposed_ns), NsToUs(k.backward_comm_ns), NsToUs(k.backward_exposed_ns),
+      cp_from_,
+      options_.cp_algorithm == CpAlgorithm::kAllGather
+          ? "PyTorch's context-parallel SDPA, eager fp32 merges"
+          : "Transformer Engine's ring, fused corrections",
+      NsToUs(cp_merge_ns_.first), NsToUs(cp_merge_ns_.second),
+      options_.hbm_bytes_per_s > 0 ? "" : " (not charged: the GPU's HBM bandwidth is unknown)"));
+}
+
+void StageCostTable::AddRecomputeNotes(std::vector<std::string>* notes) const {
+  const Prefix& all = prefix_.back();
+  const int n = NumLayers();
+  if (ChunkedMode() && all.no_checkpoint > 0) {
+    notes->push_back(fmt::format(
+        "{} of {} layers give no checkpoint_bytes: --recompute {} takes each such layer's input "
+        "(the previous layer's output_bytes) as its checkpoint and counts it as a block; "
+        "re-profile to get the layers' checkpoints",
+        all.no_checkpoint, n, RecomputeSpec(options_.recompute, options_.recompute_layers)));
+  }
+  if (options_.recompute == Recompute::kOp && all.no_op > 0) {
+    notes->push_back(fmt::format(
+        "{} of {} layers give no op_saved_bytes and op_recompute_us: per-op recomputation leaves "
+        "them as off (all their activations kept, no rerun); re-profile (profiler analytic) to "
+        "get what the per-op policy keeps",
+        all.no_op, n));
+  }
+  if (options_.recompute == Recompute::kFull && !ChunkedMode() && all.no_checkpoint > 0) {
+    notes->push_back(fmt::format(
+        "{} of {} layers give no checkpoint_bytes: full recomputation is estimated by the "
+        "whole-stage rule (each stage keeps only its input and rebuilds all its layers' "
+        "activations at once in the backward); re-profile to get layer-by-layer figures",
+        all.no_checkpoint, n));
+  }
+  if (options_.recompute != Recompute::kSelective) return;
+  if (all.no_attention_core > 0) {
+    notes->push_back(fmt::format(
+        "{} of {} layers give no attention_core_bytes: selective recomputation is estimated "
+        "as off (nothing dropped, no extra time); re-profile to get the attention core's bytes",
+        all.no_attention_core, n));
+  } else if (all.attention_core_bytes == 0) {
+    notes->push_back(
+        "selective recomputation changes nothing here: the model's attention keeps no s x s "
+        "tensors (attention_core_bytes 0, e.g. FlashAttention), so there is nothing to "
+        "recompute");
+  }
+}
+
+void StageCostTable::AddSplitBackwardNote(std::vector<std::string>* notes) const {
+  const Prefix& all = prefix_.back();
+  if (options_.split_backward && all.no_weight_grad > 0) {
+    notes->push_back(fmt::format(
+        "{} of {} layers give no weight_grad_bytes: the split backward is estimated to keep "
+        "the whole activation until W ends (the input-gradient op frees nothing)",
+        all.no_weight_grad, NumLayers()));
+  }
+}
+
+}  // namespace pipecast
