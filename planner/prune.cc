@@ -34,8 +34,7 @@ OpFloors FloorsOf(const StageCost& cost, bool overlapped_pairs, bool expert_comm
   OpFloors f{cost.forward_ns, cost.backward_ns};
   if (overlapped_pairs) {
     f.forward = std::max<TimeNs>(0, f.forward - cost.PairCommNs(OpKind::kForward, expert_comm));
-    f.backward =
-        std::max<TimeNs>(0, f.backward - cost.PairCommNs(OpKind::kBackward, expert_comm));
+    f.backward = std::max<TimeNs>(0, f.backward - cost.PairCommNs(OpKind::kBackward, expert_comm));
   }
   return f;
 }

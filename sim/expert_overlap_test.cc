@@ -136,8 +136,8 @@ TEST(ExpertOverlapTest, CombinedOneFOneBOnOneStageHandWorked) {
   for (const Action& a : combined.actions[0]) {
     names.push_back((a.overlapped ? "~" : "") + ActionName(a));
   }
-  EXPECT_EQ(names, (std::vector<std::string>{"0F0", "~0F1", "~0B0", "~0F2", "~0B1", "~0F3",
-                                             "~0B2", "0B3"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"0F0", "~0F1", "~0B0", "~0F2", "~0B1", "~0F3", "~0B2",
+                                             "0B3"}));
 
   const SimOptions on = Ep8(ScheduleKind::k1F1B, ExpertOverlap::kOn);
   Result<SimResult> hidden = Simulate(model, H100(), combined, on);
@@ -214,9 +214,8 @@ TEST(ExpertOverlapTest, CombinedInterleavedPairsLastWhatTheModelGivesInBothEngin
       const OpRecord& f = list[k];
       if (!f.action.overlapped || f.action.kind != OpKind::kForward) continue;
       const OpRecord& b = list[k + 1];
-      const PairHalvesNs want =
-          OverlappedPairNs(costs[f.action.stage], costs[b.action.stage], b.action.kind,
-                           kHidesExperts);
+      const PairHalvesNs want = OverlappedPairNs(costs[f.action.stage], costs[b.action.stage],
+                                                 b.action.kind, kHidesExperts);
       EXPECT_EQ(f.end_ns - f.start_ns, want.forward) << ActionName(f.action);
       EXPECT_EQ(b.end_ns - b.start_ns, want.backward) << ActionName(b.action);
       // Each stage's 2 ms of forward compute hides its partner's 2 x 400,515 ns.

@@ -37,7 +37,8 @@ TEST(OverlappedPairTest, CommunicationHidesBehindThePartnersComputeHandWorked) {
   EXPECT_EQ(halves.forward, 6);
   EXPECT_EQ(halves.backward, 14);
   // Scaled by the factor afterwards, each half rounded: 3 and 7.
-  const PairHalvesNs half_speed = OverlappedPairNs(f, b, OpKind::kBackward, PairOverlap{.factor = 0.5});
+  const PairHalvesNs half_speed =
+      OverlappedPairNs(f, b, OpKind::kBackward, PairOverlap{.factor = 0.5});
   EXPECT_EQ(half_speed.forward, 3);
   EXPECT_EQ(half_speed.backward, 7);
 }
@@ -149,8 +150,8 @@ TEST(OverlappedPairTest, DualPipeVPairsAtTensorParallelTwoLastWhatTheModelGives)
       if (!f.action.overlapped || f.action.kind != OpKind::kForward) continue;
       const OpRecord& b = list[k + 1];
       ASSERT_TRUE(b.action.overlapped);
-      const PairHalvesNs want =
-          OverlappedPairNs(costs[f.action.stage], costs[b.action.stage], b.action.kind, PairOverlap{});
+      const PairHalvesNs want = OverlappedPairNs(costs[f.action.stage], costs[b.action.stage],
+                                                 b.action.kind, PairOverlap{});
       EXPECT_EQ(f.end_ns - f.start_ns, want.forward) << ActionName(f.action);
       EXPECT_EQ(b.start_ns, f.end_ns);
       EXPECT_EQ(b.end_ns - b.start_ns, want.backward) << ActionName(b.action);

@@ -224,8 +224,7 @@ Status CombineForwardBackward(Schedule* schedule) {
       // Past the warm-up a forward comes only right before a backward.
       const bool stepped = i < warmup || a.kind != OpKind::kForward ||
                            (i + 1 < list.size() && list[i + 1].kind == OpKind::kBackward);
-      if (a.overlapped || (a.kind != OpKind::kForward && a.kind != OpKind::kBackward) ||
-          !stepped) {
+      if (a.overlapped || (a.kind != OpKind::kForward && a.kind != OpKind::kBackward) || !stepped) {
         return Status::InvalidArgument(fmt::format(
             "schedule '{}' rank {}: op {} does not fit the 1F1B order the combined 1F1B of "
             "--ep-overlap is made from (warm-up forwards, forward-backward steps, cool-down "
@@ -235,9 +234,9 @@ Status CombineForwardBackward(Schedule* schedule) {
       (a.kind == OpKind::kForward ? forwards : backwards).push_back(a);
     }
     if (forwards.size() != backwards.size()) {
-      return Status::InvalidArgument(fmt::format(
-          "schedule '{}' rank {} has {} forwards and {} backwards: not a 1F1B order", schedule->name,
-          r, forwards.size(), backwards.size()));
+      return Status::InvalidArgument(
+          fmt::format("schedule '{}' rank {} has {} forwards and {} backwards: not a 1F1B order",
+                      schedule->name, r, forwards.size(), backwards.size()));
     }
     // The leading forwards are the warm-up and the first step's forward: the combined order's
     // warm-up, one more than 1F1B's.

@@ -426,8 +426,8 @@ TEST(SimulatorEquivalence, ExpertOverlapCombinedAndBidirectional) {
       Model model = TestModel(2 * sched->NumModelStages(), unequal);
       model.sequence_length = 2048;
       for (size_t i = 0; i < model.layers.size(); i += 2) {
-        model.layers[i].moe = MoeRouting{
-            .experts = 4, .top_k = 2, .hidden = 1024, .expert_parameters = 4'000'000};
+        model.layers[i].moe =
+            MoeRouting{.experts = 4, .top_k = 2, .hidden = 1024, .expert_parameters = 4'000'000};
       }
       const Cluster& cluster = clusters[config % clusters.size()];
       SimOptions opts;

@@ -38,8 +38,7 @@ TimeNs ActionDurationNs(const std::vector<StageCost>& costs, const std::vector<A
   const bool forward = a.kind == OpKind::kForward;
   const Action& f = forward ? a : list[i - 1];
   const Action& b = forward ? list[i + 1] : a;
-  const PairHalvesNs halves =
-      OverlappedPairNs(costs[f.stage], costs[b.stage], b.kind, overlap);
+  const PairHalvesNs halves = OverlappedPairNs(costs[f.stage], costs[b.stage], b.kind, overlap);
   return forward ? halves.forward : halves.backward;
 }
 

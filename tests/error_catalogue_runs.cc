@@ -254,10 +254,10 @@ std::vector<Case> MeasuredRunRows() {
   c.push_back(Row("ep_overlap_without_expert_parallel", kSimulator, {kGoodModel},
                   std::string(kSim) + " --schedule interleaved --ep-overlap on", 2,
                   "--ep-overlap on needs --expert-parallel above 1"));
-  c.push_back(Row("ep_overlap_on_a_schedule_without_pairs", kSimulator, {kGoodModel},
-                  std::string(kSim) +
-                      " --data-parallel 2 --expert-parallel 2 --schedule gpipe --ep-overlap on",
-                  2, "--ep-overlap on with --schedule gpipe"));
+  c.push_back(Row(
+      "ep_overlap_on_a_schedule_without_pairs", kSimulator, {kGoodModel},
+      std::string(kSim) + " --data-parallel 2 --expert-parallel 2 --schedule gpipe --ep-overlap on",
+      2, "--ep-overlap on with --schedule gpipe"));
   c.push_back(Row("ep_overlap_1f1b_over_a_pipeline", kSimulator, {kGoodModel},
                   std::string(kSim) + " --data-parallel 2 --expert-parallel 2 --ep-overlap on", 2,
                   "--ep-overlap on with --schedule 1f1b over 2 stages"));

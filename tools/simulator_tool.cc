@@ -163,8 +163,9 @@ Result<Schedule> PickSchedule(const Flags& flags, const TrainingConfig& config, 
                     Count(num_layers, "layer", "layers"), Count(num_layers, "stage", "stages")));
   }
   PIPECAST_ASSIGN_OR_RETURN(
-      Schedule schedule, MakeSchedule(config.schedule, stages,
-                                      config.microbatches > 0 ? config.microbatches : stages, chunks));
+      Schedule schedule,
+      MakeSchedule(config.schedule, stages, config.microbatches > 0 ? config.microbatches : stages,
+                   chunks));
   if (config.CombinesForwardBackward()) {
     TrainingConfig staged = config;
     staged.layout.pipeline_stages = stages;

@@ -283,9 +283,8 @@ void TailCollectives(const Cluster& cluster, const Schedule& schedule, const Sta
   const int64_t bucket_params = options.config.overlap.grad_bucket_params > 0
                                     ? options.config.overlap.grad_bucket_params
                                     : DefaultGradBucketParams(d * cp);
-  const std::vector<GradBucket> buckets =
-      RankBuckets(schedule, table, partition, costs, bucket_params,
-                  options.config.Pairs(), expert_scale, *sr);
+  const std::vector<GradBucket> buckets = RankBuckets(
+      schedule, table, partition, costs, bucket_params, options.config.Pairs(), expert_scale, *sr);
   const auto collective = [&](Bytes bytes) {
     return collective_ns(memory.zero == 0 ? Collective::kAllReduce : Collective::kReduceScatter,
                          bytes);

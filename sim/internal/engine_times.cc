@@ -107,8 +107,7 @@ void Engine::KeepPairDurations() {
     for (size_t i = 0; i < list.size(); ++i) {
       if (!list[i].overlapped) continue;
       pair_ns_.resize(static_cast<size_t>(num_ops_), 0);
-      pair_ns_[op_first_[r] + i] =
-          ActionDurationNs(costs_, list, i, options_.config.Pairs());
+      pair_ns_[op_first_[r] + i] = ActionDurationNs(costs_, list, i, options_.config.Pairs());
     }
   }
 }
