@@ -50,6 +50,7 @@ Status Engine::Run(EngineTotals* totals) {
   // Ties left open: number the events (engine_order.cc). The records need no
   // order of events: they are taken rank by rank (RecordTimeline()).
   if (ties_ > 0) RankEvents();
+  all_decided_ = true;
   if (options_.record_timeline) SizeMemoryTimelines();
   for (int r = 0; r < p; ++r) SweepMemory(r);
   if (options_.record_timeline) RecordTimeline();

@@ -163,19 +163,32 @@ class Engine {
   // only the cost differs.
   int TryTieBefore(int32_t x, int32_t y);
   static constexpr int kUnknown = -1;
+  // One step of a walk, shared by TryTieBefore() and LongWalk(): the answer
+  // (1, 0 or kUnknown) when x and y, or their parents, decide it; else
+  // kStepUp, with x and y moved up to their parents (tied in time).
+  static constexpr int kStepUp = 2;
+  int WalkStep(int32_t* x, int32_t* y) const;
   // A walk still tied after kShortWalk steps (engine_order.cc): it looks
-  // each pair up in the walks' memo and records the pairs it visits.
+  // each pair up in the walks' memo and records the pairs it visits. Real
+  // links end almost every walk in its first step, which never reaches the
+  // memo; a walk past it is one of a wavefront of ties whose next pairs
+  // earlier walks have usually visited.
   int LongWalk(int32_t x, int32_t y);
-  static constexpr int kShortWalk = 4;
+  static constexpr int kShortWalk = 1;
   // Each long walk adds this many steps to the budget.
   static constexpr int64_t kLongWalkAllowance = 16;
   // Real links end a walk in a step or two; wavefronts of equal times (the
   // ideal cluster) make walks of O(p + m) steps, which ranking the events
   // (tens of ns per event) beats.
   static constexpr int64_t kWalkStepsPerEvent = 1;
+  // Whether `e`'s parent is chosen. Without a branch on the event's kind: a
+  // walk alternates op ends and arrivals as it pleases, and a branch on it
+  // was mispredicted once a step or so. An arrival's `hop` is never
+  // kNoAlternative.
   bool Decided(int32_t e) const {
-    return e < 0 ||
-           (e < num_ops_ ? ev_[e].hop == kNoAlternative : (ev_[e].hop & kTiedArrival) == 0);
+    if (e < 0) return true;
+    const int32_t hop = ev_[e].hop;
+    return (hop == kNoAlternative) | ((e >= num_ops_) & ((hop & kTiedArrival) == 0));
   }
   bool Before(int32_t x, int32_t y) {
     if (ranked_) return RankOf(x) < RankOf(y);
@@ -253,16 +266,19 @@ class Engine {
   LargeArray<Event> ev_;  // per event, one cache line holds four
   // Ties pass 1 left open (op ends with three candidate causes: two more each).
   std::vector<std::pair<int32_t, int32_t>> alternatives_;
-  int64_t ties_ = 0;         // events whose cause pass 1 left open
-  bool ranked_ = false;      // rank_ holds the processing order
+  int64_t ties_ = 0;     // events whose cause pass 1 left open
+  bool ranked_ = false;  // rank_ holds the processing order
+  // Every event's parent is chosen: after pass 1, which leaves ties open
+  // only where ranking follows (and ranking chooses them all).
+  bool all_decided_ = false;
   int64_t walk_budget_ = 0;  // TryTieBefore()'s steps left
   // The long walks' memo, per event: the other event of the last walked pair
   // it was the lower id of (kPartnerId's bits; all ones: none) and, in the
-  // top bit, whether it came first; sized with the first long walk. And the
-  // pairs of the walk under way.
+  // top bit, whether it came first; sized with the first long walk. A walk
+  // remembers at most its first kWalkPathMemo pairs.
   LargeArray<uint32_t> partner_;
   static constexpr uint32_t kPartnerId = 0x7fffffffu;
-  std::vector<std::pair<int32_t, int32_t>> walk_path_;
+  static constexpr int kWalkPathMemo = 64;
   // Per event, for the ranking step: the events waiting on it (one per
   // sibling order, and a second op end: an arrival both halves of an
   // overlapped pair wait on), its instant, its candidates not yet processed
@@ -325,16 +341,22 @@ inline bool Engine::TieBefore(int32_t x, int32_t y) {
   return RankOf(x) < RankOf(y);
 }
 
+[[gnu::always_inline]] inline int Engine::WalkStep(int32_t* x, int32_t* y) const {
+  if (*x < 0 || *y < 0) return *x < 0 && *y < 0 ? *x > *y : *x < 0;
+  if (!all_decided_ && !(Decided(*x) & Decided(*y))) return kUnknown;
+  const int32_t px = ev_[*x].parent, py = ev_[*y].parent;
+  if (px == py) return SiblingOrder(*x) < SiblingOrder(*y);
+  const TimeNs tx = TimeOf(px), ty = TimeOf(py);
+  if (tx != ty) return tx < ty;
+  *x = px;
+  *y = py;
+  return kStepUp;
+}
+
 inline int Engine::TryTieBefore(int32_t x, int32_t y) {
   for (int step = 0; step < kShortWalk && walk_budget_ > 0; ++step) {
-    if (x < 0 || y < 0) return x < 0 && y < 0 ? x > y : x < 0;
-    if (!Decided(x) || !Decided(y)) return kUnknown;
-    const int32_t px = ev_[x].parent, py = ev_[y].parent;
-    if (px == py) return SiblingOrder(x) < SiblingOrder(y);
-    const TimeNs tx = TimeOf(px), ty = TimeOf(py);
-    if (tx != ty) return tx < ty;
-    x = px;
-    y = py;
+    const int answer = WalkStep(&x, &y);
+    if (answer != kStepUp) return answer;
     --walk_budget_;
   }
   return walk_budget_ > 0 ? LongWalk(x, y) : kUnknown;

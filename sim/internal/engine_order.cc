@@ -83,9 +83,11 @@ int Engine::Candidates(int32_t e, int32_t out[3]) const {
   return 2;
 }
 
-// TryTieBefore() past its first steps. Two tied events whose causes tie all
-// the way back are usually mirror images (DualPipe's two directions meet at
-// one instant on the middle ranks) or a pipeline's wavefront, and the next
+// TryTieBefore() past its first step. Ties whose causes tie for several
+// steps come from schedules whose ops run in step across ranks: DualPipe's
+// two directions, with equal costs, send over each link both ways at one
+// instant (rank r's arrival from r + 1 against its own send to r + 1), and
+// the causes of the two arrivals tie back through both ranks' ops. The next
 // tie of the same two streams walks back into the pairs this one visited:
 // each pair a walk visits has the walk's answer (it is the same comparison
 // one step further up), so the pairs are remembered and a later walk stops
@@ -97,43 +99,38 @@ int Engine::LongWalk(int32_t x, int32_t y) {
     partner_.Reset(static_cast<size_t>(num_events_));
     std::memset(partner_.data(), 0xff, sizeof(uint32_t) * static_cast<size_t>(num_events_));
   }
-  walk_budget_ += kLongWalkAllowance;
-  walk_path_.clear();
+  // The walk's steps and the pairs it visits in locals: with a vector's
+  // growth (a call) in the loop the budget went back to memory every step.
+  // A walk remembers its first kWalkPathMemo pairs, those nearest the ties
+  // to come; past them it only walks.
+  int64_t budget = walk_budget_ + kLongWalkAllowance;
+  struct Pair {
+    int32_t x, y;
+  } path[kWalkPathMemo];  // not initialised: only [0, visited) is read
+  int visited = 0;
   int answer = kUnknown;
-  while (walk_budget_ > 0) {
-    if (x < 0 || y < 0) {
-      answer = x < 0 && y < 0 ? x > y : x < 0;
-      break;
+  for (; budget > 0; --budget) {
+    if (x >= 0 && y >= 0) {
+      // The pair is remembered at its lower id: the higher one, and above
+      // it whether the lower came first. A remembered pair was decided when
+      // its walk passed, and a decided event stays decided.
+      const uint32_t seen = partner_[std::min(x, y)];
+      if ((seen & kPartnerId) == static_cast<uint32_t>(std::max(x, y))) {
+        answer = (seen >> 31) != (x > y);
+        break;
+      }
+      if (visited < kWalkPathMemo) path[visited++] = {x, y};
     }
-    if (!Decided(x) || !Decided(y)) return kUnknown;
-    // The pair is remembered at its lower id: the higher one, and above it
-    // whether the lower came first.
-    const bool swapped = x > y;
-    const uint32_t seen = partner_[swapped ? y : x];
-    if ((seen & kPartnerId) == static_cast<uint32_t>(swapped ? x : y)) {
-      answer = (seen >> 31) != swapped;
-      break;
-    }
-    walk_path_.emplace_back(x, y);
-    const int32_t px = ev_[x].parent, py = ev_[y].parent;
-    if (px == py) {
-      answer = SiblingOrder(x) < SiblingOrder(y);
-      break;
-    }
-    const TimeNs tx = TimeOf(px), ty = TimeOf(py);
-    if (tx != ty) {
-      answer = tx < ty;
-      break;
-    }
-    x = px;
-    y = py;
-    --walk_budget_;
+    answer = WalkStep(&x, &y);
+    if (answer != kStepUp) break;
+    answer = kUnknown;
   }
+  walk_budget_ = budget;
   if (answer == kUnknown) return kUnknown;
-  for (const auto& [a, b] : walk_path_) {
-    const bool swapped = a > b;
-    const uint32_t lower_first = (answer == 1) != swapped;
-    partner_[swapped ? b : a] = static_cast<uint32_t>(swapped ? a : b) | lower_first << 31;
+  for (int i = 0; i < visited; ++i) {
+    const auto [a, b] = path[i];
+    const uint32_t lower_first = (answer == 1) != (a > b);
+    partner_[std::min(a, b)] = static_cast<uint32_t>(std::max(a, b)) | lower_first << 31;
   }
   return answer;
 }
