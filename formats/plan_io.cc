@@ -196,6 +196,13 @@ Status ReadCounts(const Reader& r, const json& root, PlanFile* plan) {
     PIPECAST_RETURN_IF_ERROR(r.Int(root, "", "expert_tensor_parallel", 1, kMaxExpertParallel,
                                    &plan->config.layout.expert_tensor_parallel));
   }
+  if (root.contains("ep_overlap")) {  // absent: auto
+    std::string overlap;
+    PIPECAST_RETURN_IF_ERROR(r.String(root, "", "ep_overlap", &overlap));
+    std::optional<ExpertOverlap> parsed = ParseExpertOverlap(overlap);
+    if (!parsed) return r.Error("ep_overlap", "must be \"auto\", \"on\" or \"off\"");
+    plan->config.overlap.expert_overlap = *parsed;
+  }
   if (root.contains("cp_algorithm")) {
     std::string algorithm;
     PIPECAST_RETURN_IF_ERROR(r.String(root, "", "cp_algorithm", &algorithm));
@@ -587,6 +594,7 @@ Status ReadPlan(const Reader& r, const json& root, PlanFile* plan) {
                                         "cp_algorithm",
                                         "expert_parallel",
                                         "expert_tensor_parallel",
+                                        "ep_overlap",
                                         "microbatch_size",
                                         "microbatches",
                                         "global_batch",
@@ -783,6 +791,9 @@ std::string PlanToJson(const PlanFile& plan) {
   if (plan.config.layout.expert_parallel > 1 || plan.config.layout.expert_tensor_parallel > 1) {
     root["expert_parallel"] = plan.config.layout.expert_parallel;
     root["expert_tensor_parallel"] = plan.config.layout.expert_tensor_parallel;
+    if (plan.config.overlap.expert_overlap != ExpertOverlap::kAuto) {  // absent: auto
+      root["ep_overlap"] = ExpertOverlapName(plan.config.overlap.expert_overlap);
+    }
   }
   root["microbatch_size"] = plan.config.microbatch_size;
   root["microbatches"] = plan.config.microbatches;

@@ -131,6 +131,9 @@ void TotalsKeys(V& v, R& r) {
   v.Int(Key{"expert_parallel", ep}, r.expert_parallel, kMaxCount);
   v.Int(Key{"expert_tensor_parallel", ep}, r.expert_tensor_parallel, kMaxCount);
   v.Time(Key{"ep_comm_time_us", ep}, r.ep_comm_ns);
+  // Written only when the all-to-alls hide in overlapped pairs (--ep-overlap); absent: off.
+  v.Bool(Key{"ep_overlap", r.ep_overlap}, r.ep_overlap);
+  v.Bool(Key{"ep_combined_1f1b", r.ep_overlap}, r.ep_combined_1f1b);
   // Written only for bidirectional schedules (DualPipe).
   v.Bool(Key{"bidirectional", r.bidirectional}, r.bidirectional);
   v.Time(Key{"copy_reduce_time_us", r.bidirectional}, r.copy_reduce_ns);

@@ -299,6 +299,12 @@ void MegatronDataParallelFlags(const PlanFile& plan, const Shape& s, MegatronFla
     flag("--ddp-bucket-size", std::to_string(overlap.grad_bucket_params));
   }
   if (overlap.tp_comm_overlap) flag("--tp-comm-overlap");
+  // The combined 1F1B (docs/simulator.md "Expert all-to-all overlap"), as Megatron's MoE guide
+  // enables it.
+  if (plan.config.CombinesForwardBackward() && plan.config.layout.expert_parallel > 1) {
+    flag("--overlap-moe-expert-parallel-comm");
+    flag("--delay-wgrad-compute");
+  }
 }
 
 // The arguments file: comments (the plan, where the names come from, the world size, what

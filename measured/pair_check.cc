@@ -22,7 +22,7 @@ std::optional<PairCheck> CheckPair(const RankStep& step) {
   b.backward_ns = c.backward_compute_ns + c.weight_compute_ns + c.backward_comm_ns;
   b.backward_weight_ns = c.weight_compute_ns;
   b.tp_backward_ns = c.backward_comm_ns;
-  const PairHalvesNs halves = OverlappedPairNs(f, b, OpKind::kBackward, 1.0);
+  const PairHalvesNs halves = OverlappedPairNs(f, b, OpKind::kBackward, PairOverlap{});
   c.predicted_ns = halves.forward + halves.backward;
   c.serial_ns = f.forward_ns + b.backward_ns;
   c.measured_ns = step.span_ns();

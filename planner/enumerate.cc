@@ -301,6 +301,24 @@ void FillCandidateConfig(const PlannerOptions& options, const ParallelLayout& la
   config->optimizer_step = options.optimizer_step;
 }
 
+// `c` once per expert overlap searched (PlannerOptions::expert_overlaps): on only where the
+// configuration can take it, rejected with the reason when on is pinned.
+void AddExpertOverlaps(const PlannerOptions& options, const Candidate& c,
+                       std::vector<Candidate>* out, std::vector<Rejection>* rejected) {
+  for (ExpertOverlap overlap : options.expert_overlaps) {
+    Candidate with = c;
+    with.config.overlap.expert_overlap = overlap;
+    if (Status ok = with.config.CheckExpertOverlap(); !ok.ok()) {
+      if (options.expert_overlaps.size() == 1) {
+        rejected->push_back(
+            Rejection{RejectReason::kScheduleConstraint, std::move(with), ok.message(), 0});
+      }
+      continue;
+    }
+    out->push_back(std::move(with));
+  }
+}
+
 // What one EnumerateAt() call walks: the search's options and cluster, the
 // batch and what the model allows, all fixed for one Enumerate(), and the GPU
 // group (t, sp, cp) that changes between calls.
@@ -393,7 +411,7 @@ void EnumerateAt(const EnumerateRequest& at, std::vector<Candidate>* out,
                     with_rule.config.partition.rule = rule;
                     if (rule == PartitionRule::kEven)
                       with_rule.config.partition.even = options.even;
-                    out->push_back(std::move(with_rule));
+                    AddExpertOverlaps(options, with_rule, out, rejected);
                   }
                 }
               }
@@ -428,7 +446,7 @@ int64_t CountConfigurations(const Model& model, const Cluster& cluster,
     return times(
         times(times(static_cast<int64_t>(options.microbatch_sizes.size()), schedule_chunks(p)),
               recompute_modes),
-        static_cast<int64_t>(options.partition_rules.size()));
+        static_cast<int64_t>(options.partition_rules.size() * options.expert_overlaps.size()));
   };
   int64_t count = 0;
   const std::vector<int> cps = ContextParallelDegrees(model, options);

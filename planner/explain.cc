@@ -162,6 +162,13 @@ std::string ChosenSettings(const Candidate& c, const SimResult& r, bool pipeline
                        c.config.layout.pipeline_stages, c.config.layout.data_parallel,
                        Count(c.config.layout.Gpus(), "GPU", "GPUs"));
     out += fmt::format("  schedule             {}\n", ScheduleKindName(c.config.schedule));
+    if (r.ep_overlap) {
+      out += fmt::format(
+          "  expert overlap       on: each all-to-all hides behind the other half of its "
+          "overlapped F&B pair ({})\n",
+          r.ep_combined_1f1b ? "Megatron-LM's combined 1F1B, --overlap-moe-expert-parallel-comm"
+                             : "the schedule's own pairs");
+    }
   } else {
     out += fmt::format(
         "  no pipeline          p = 1: {}data parallelism over d = {} ({}) with {} gradient "
@@ -385,6 +392,8 @@ Json CandidateJson(const Candidate& c, const Model& model, bool with_predicted) 
   if (c.config.layout.expert_parallel > 1 || c.config.layout.expert_tensor_parallel > 1) {
     j["expert_parallel"] = c.config.layout.expert_parallel;  // absent: ep = etp = 1
     j["expert_tensor_parallel"] = c.config.layout.expert_tensor_parallel;
+    // Absent: the all-to-alls do not hide (--ep-overlap).
+    if (c.config.ExpertOverlapOn()) j["ep_overlap"] = true;
   }
   j["pipeline_stages"] = c.config.layout.pipeline_stages;
   j["data_parallel"] = c.config.layout.data_parallel;

@@ -152,6 +152,9 @@ std::string Candidate::Label() const {
                      config.microbatches, RecomputeSpec(config.recompute, config.recompute_layers),
                      config.memory.zero) +
          (config.partition.rule == PartitionRule::kEven ? " partition=even" : "") +
+         (config.overlap.expert_overlap != ExpertOverlap::kAuto && l.expert_parallel > 1
+              ? fmt::format(" ep-overlap={}", ExpertOverlapName(config.overlap.expert_overlap))
+              : "") +
          (config.memory.zero >= 2 && !ShardingLabel(config.memory.sharding).empty()
               ? " " + ShardingLabel(config.memory.sharding)
               : "");
@@ -238,6 +241,7 @@ Result<CandidateSetup> SetUpCandidate(const Model& model, const Cluster& cluster
   } else {
     PIPECAST_ASSIGN_OR_RETURN(schedule, MakeSchedule(config.schedule, p, m, v));
   }
+  if (config.CombinesForwardBackward()) PIPECAST_RETURN_IF_ERROR(CombineForwardBackward(&schedule));
   return CandidateSetup{std::move(schedule), std::move(sim)};
 }
 

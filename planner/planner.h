@@ -143,6 +143,13 @@ struct PlannerOptions {
   // both, each configuration tried with each (sim/partition.h).
   std::vector<PartitionRule> partition_rules = {PartitionRule::kBalanced};
   EvenSplitOptions even;
+  // The expert all-to-all overlaps tried (--ep-overlap; OverlapSettings::
+  // expert_overlap): auto alone by default (the schedule decides: on for
+  // dualpipe and dualpipev), one pinned, or off and on ("both"), each
+  // configuration tried with each. With more than one, on is tried only where
+  // the configuration can take it (TrainingConfig::CheckExpertOverlap); with
+  // on alone, the others are rejected with its reason.
+  std::vector<ExpertOverlap> expert_overlaps = {ExpertOverlap::kAuto};
 
   Status Validate() const;
 };

@@ -21,18 +21,20 @@ namespace {
 // The least a forward and a whole backward (I + W) of one stage can run in
 // the simulator: the stage-cost table's times, which the simulator's ops take
 // or exceed (ZeRO's per-op collectives only lengthen them). A schedule with
-// overlapped F&B pairs hides each half's tensor-parallel communication behind
-// the other half's compute (OverlappedPairNs, at the planner's overlap factor
-// of 1), so there an op may be as short as its compute alone.
+// overlapped F&B pairs (DualPipe's, or Megatron-LM's combined 1F1B) hides each
+// half's tensor-parallel communication, and with `expert_comm` its expert
+// all-to-alls, behind the other half's compute (OverlappedPairNs, at the
+// planner's overlap factor of 1), so there an op may be as short as its
+// compute alone.
 struct OpFloors {
   TimeNs forward = 0, backward = 0;
 };
 
-OpFloors FloorsOf(const StageCost& cost, bool overlapped_pairs) {
+OpFloors FloorsOf(const StageCost& cost, bool overlapped_pairs, bool expert_comm) {
   OpFloors f{cost.forward_ns, cost.backward_ns};
   if (overlapped_pairs) {
-    f.forward = std::max<TimeNs>(0, f.forward - cost.TpCommNs(OpKind::kForward));
-    f.backward = std::max<TimeNs>(0, f.backward - cost.TpCommNs(OpKind::kBackward));
+    f.forward = std::max<TimeNs>(0, f.forward - cost.PairCommNs(OpKind::kForward, expert_comm));
+    f.backward = std::max<TimeNs>(0, f.backward - cost.PairCommNs(OpKind::kBackward, expert_comm));
   }
   return f;
 }
@@ -55,7 +57,9 @@ TimeNs LowerBound(const StageCostTable& table, const Candidate& c) {
   const int p = shape.num_ranks;
   std::vector<OpFloors> op(stages);
   for (int s = 0; s < stages; ++s) {
-    op[s] = FloorsOf(table.Stage(c.partition[s]), traits.overlapped_pairs);
+    op[s] = FloorsOf(table.Stage(c.partition[s]),
+                     traits.overlapped_pairs || c.config.CombinesForwardBackward(),
+                     c.config.ExpertOverlapOn());
   }
   if (c.config.schedule == ScheduleKind::kNaive) {
     TimeNs sum = 0;

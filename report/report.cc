@@ -162,6 +162,14 @@ std::string ParallelismLines(const SimResult& result) {
             result.data_parallel /
             (int64_t{result.expert_parallel} * result.expert_tensor_parallel),
         NsToMs(result.ep_comm_ns));
+    if (result.ep_overlap) {
+      out += fmt::format(
+          "expert overlap      on (--ep-overlap): each all-to-all hides behind the other half's "
+          "compute in its overlapped F&B pair, {} (docs/simulator.md)\n",
+          result.ep_combined_1f1b ? "Megatron-LM's combined 1F1B: one more warm-up forward, "
+                                    "each steady-state forward paired with a backward"
+                                  : "the schedule's own pairs");
+    }
   }
   if (result.fp8_recipe != Fp8Recipe::kNone) {
     out += fmt::format(

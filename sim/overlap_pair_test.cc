@@ -33,11 +33,12 @@ StageCost Costs(TimeNs forward_ns, TimeNs tp_forward_ns, TimeNs backward_ns, Tim
 // backward's 14 of compute, the backward's 6 behind the forward's 6: 6 + 14 = 20, the compute.
 TEST(OverlappedPairTest, CommunicationHidesBehindThePartnersComputeHandWorked) {
   const StageCost f = Costs(10, 4, 0, 0), b = Costs(0, 0, 20, 6);
-  const PairHalvesNs halves = OverlappedPairNs(f, b, OpKind::kBackward, 1.0);
+  const PairHalvesNs halves = OverlappedPairNs(f, b, OpKind::kBackward, PairOverlap{});
   EXPECT_EQ(halves.forward, 6);
   EXPECT_EQ(halves.backward, 14);
   // Scaled by the factor afterwards, each half rounded: 3 and 7.
-  const PairHalvesNs half_speed = OverlappedPairNs(f, b, OpKind::kBackward, 0.5);
+  const PairHalvesNs half_speed =
+      OverlappedPairNs(f, b, OpKind::kBackward, PairOverlap{.factor = 0.5});
   EXPECT_EQ(half_speed.forward, 3);
   EXPECT_EQ(half_speed.backward, 7);
 }
@@ -47,7 +48,7 @@ TEST(OverlappedPairTest, CommunicationHidesBehindThePartnersComputeHandWorked) {
 // communication 2 + 2 hide, 14 show: the pair lasts 18, not F + B = 22.
 TEST(OverlappedPairTest, CommunicationLongerThanThePartnersComputeShowsHandWorked) {
   const PairHalvesNs halves =
-      OverlappedPairNs(Costs(10, 8, 0, 0), Costs(0, 0, 12, 10), OpKind::kBackward, 1.0);
+      OverlappedPairNs(Costs(10, 8, 0, 0), Costs(0, 0, 12, 10), OpKind::kBackward, PairOverlap{});
   EXPECT_EQ(halves.forward, 8);
   EXPECT_EQ(halves.backward, 10);
   EXPECT_EQ(halves.forward + halves.backward, 18);
@@ -56,7 +57,7 @@ TEST(OverlappedPairTest, CommunicationLongerThanThePartnersComputeShowsHandWorke
 // An input-gradient half (I) counts B less its W part; its communication is the backward's.
 TEST(OverlappedPairTest, InputGradientHalfCountsBLessW) {
   const StageCost f = Costs(10, 4, 0, 0), b = Costs(0, 0, 20, 6, /*backward_weight_ns=*/8);
-  const PairHalvesNs halves = OverlappedPairNs(f, b, OpKind::kBackwardInput, 1.0);
+  const PairHalvesNs halves = OverlappedPairNs(f, b, OpKind::kBackwardInput, PairOverlap{});
   EXPECT_EQ(halves.forward, 10 - 4);   // I's compute is 12 - 6 = 6 >= 4
   EXPECT_EQ(halves.backward, 12 - 6);  // F's compute 6 hides all 6
 }
@@ -64,7 +65,7 @@ TEST(OverlappedPairTest, InputGradientHalfCountsBLessW) {
 // Without communication (t = 1) the pair is F + B, as before the model: each half unchanged.
 TEST(OverlappedPairTest, NoCommunicationLeavesFPlusB) {
   const PairHalvesNs halves =
-      OverlappedPairNs(Costs(10, 0, 0, 0), Costs(0, 0, 20, 0), OpKind::kBackward, 1.0);
+      OverlappedPairNs(Costs(10, 0, 0, 0), Costs(0, 0, 20, 0), OpKind::kBackward, PairOverlap{});
   EXPECT_EQ(halves.forward, 10);
   EXPECT_EQ(halves.backward, 20);
 }
@@ -83,7 +84,7 @@ TEST(OverlappedPairTest, DeepSeekProfileOfOneDualPipePair) {
   constexpr TimeNs kUs = 1000;
   const StageCost f = Costs((35'866 + 61'497) * kUs, 61'497 * kUs, 0, 0);
   const StageCost b = Costs(0, 0, (82'299 + 53'024) * kUs, 53'024 * kUs, 23'712 * kUs);
-  const PairHalvesNs halves = OverlappedPairNs(f, b, OpKind::kBackward, 1.0);
+  const PairHalvesNs halves = OverlappedPairNs(f, b, OpKind::kBackward, PairOverlap{});
   const TimeNs predicted = halves.forward + halves.backward;
   EXPECT_EQ(predicted, 135'323 * kUs);
   constexpr double kPublished = 129'012.0 * kUs;
@@ -149,8 +150,8 @@ TEST(OverlappedPairTest, DualPipeVPairsAtTensorParallelTwoLastWhatTheModelGives)
       if (!f.action.overlapped || f.action.kind != OpKind::kForward) continue;
       const OpRecord& b = list[k + 1];
       ASSERT_TRUE(b.action.overlapped);
-      const PairHalvesNs want =
-          OverlappedPairNs(costs[f.action.stage], costs[b.action.stage], b.action.kind, 1.0);
+      const PairHalvesNs want = OverlappedPairNs(costs[f.action.stage], costs[b.action.stage],
+                                                 b.action.kind, PairOverlap{});
       EXPECT_EQ(f.end_ns - f.start_ns, want.forward) << ActionName(f.action);
       EXPECT_EQ(b.start_ns, f.end_ns);
       EXPECT_EQ(b.end_ns - b.start_ns, want.backward) << ActionName(b.action);

@@ -213,6 +213,46 @@ void internal::BuildFromDefaultCosts(Schedule& s, ScheduleKind kind) {
     s.actions.assign(s.num_ranks, {});
 }
 
+Status CombineForwardBackward(Schedule* schedule) {
+  for (int r = 0; r < schedule->num_ranks; ++r) {
+    std::vector<Action>& list = schedule->actions[r];
+    std::vector<Action> forwards, backwards;
+    size_t warmup = 0;  // leading forwards
+    while (warmup < list.size() && list[warmup].kind == OpKind::kForward) ++warmup;
+    for (size_t i = 0; i < list.size(); ++i) {
+      const Action& a = list[i];
+      // Past the warm-up a forward comes only right before a backward.
+      const bool stepped = i < warmup || a.kind != OpKind::kForward ||
+                           (i + 1 < list.size() && list[i + 1].kind == OpKind::kBackward);
+      if (a.overlapped || (a.kind != OpKind::kForward && a.kind != OpKind::kBackward) || !stepped) {
+        return Status::InvalidArgument(fmt::format(
+            "schedule '{}' rank {}: op {} does not fit the 1F1B order the combined 1F1B of "
+            "--ep-overlap is made from (warm-up forwards, forward-backward steps, cool-down "
+            "backwards, no pairs)",
+            schedule->name, r, ActionName(a)));
+      }
+      (a.kind == OpKind::kForward ? forwards : backwards).push_back(a);
+    }
+    if (forwards.size() != backwards.size()) {
+      return Status::InvalidArgument(
+          fmt::format("schedule '{}' rank {} has {} forwards and {} backwards: not a 1F1B order",
+                      schedule->name, r, forwards.size(), backwards.size()));
+    }
+    // The leading forwards are the warm-up and the first step's forward: the combined order's
+    // warm-up, one more than 1F1B's.
+    const size_t total = forwards.size(), combined_warmup = warmup;
+    list.clear();
+    for (size_t k = 0; k < combined_warmup; ++k) list.push_back(forwards[k]);
+    for (size_t k = 0; k + combined_warmup < total; ++k) {
+      list.push_back(forwards[combined_warmup + k]);
+      list.push_back(backwards[k]);
+      list[list.size() - 2].overlapped = list.back().overlapped = true;
+    }
+    for (size_t k = total - combined_warmup; k < total; ++k) list.push_back(backwards[k]);
+  }
+  return Status::Ok();
+}
+
 namespace {
 
 // Overlapped ops come in pairs: a forward and, next on the list, a backward (B or I) of

@@ -191,6 +191,15 @@ Result<double> EffectiveMemoryLimit(ScheduleKind kind, int num_ranks, const Sche
 Result<Schedule> MakeSchedule(ScheduleKind kind, int num_ranks, int num_microbatches, int chunks,
                               const ScheduleCosts& costs);
 
+// Megatron-LM's combined 1F1B (--overlap-moe-expert-parallel-comm; docs/schedules.md
+// "Combined 1F1B"): each rank of a 1F1B or interleaved 1F1B schedule runs one more warm-up
+// forward (megatron/core/pipeline_parallel/schedules.py, get_pp_rank_microbatches), so that each
+// steady-state step's forward and backward are of different micro-batches, and each such step
+// becomes an overlapped F&B pair (Action::overlapped), the forward first. The forwards and the
+// backwards keep their order. InvalidArgument when a rank's list is not warm-up forwards, steps
+// of a forward then a whole backward (B), and cool-down backwards, or already has pairs.
+Status CombineForwardBackward(Schedule* schedule);
+
 // Checks that the schedule is a complete training iteration: every (stage,
 // micro-batch) on the micro-batch's path has exactly one F and either one B or
 // one I and one W, each on the rank that owns the stage, micro-batches in range,

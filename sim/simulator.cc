@@ -59,6 +59,10 @@ Status CheckConfigMatchesSchedule(const TrainingConfig& config, const Schedule& 
         fmt::format("the configuration has {} chunks per rank but schedule '{}' has {}",
                     layout.chunks, schedule.name, schedule.ChunksPerRank()));
   }
+  // --ep-overlap's rules at the schedule's p (a stated p may be 0 until here).
+  TrainingConfig staged = config;
+  staged.layout.pipeline_stages = schedule.num_ranks;
+  PIPECAST_RETURN_IF_ERROR(staged.CheckExpertOverlap());
   const int m = schedule.num_microbatches / std::max(1, schedule.iterations);
   if (config.microbatches > 0 && config.microbatches != m) {
     return Status::InvalidArgument(
@@ -165,6 +169,8 @@ Status FillStatic(const Cluster& cluster, const Schedule& schedule, const SimOpt
   result->expert_tensor_parallel = config.layout.expert_tensor_parallel;
   result->sequence_parallel = config.layout.sequence_parallel;
   result->tp_comm_overlap = config.overlap.tp_comm_overlap;
+  result->ep_overlap = config.ExpertOverlapOn() && config.layout.expert_parallel > 1;
+  result->ep_combined_1f1b = result->ep_overlap && config.CombinesForwardBackward();
   result->global_batch =
       int64_t{config.microbatch_size} * result->microbatches * config.layout.data_parallel;
   result->zero = config.memory.zero;

@@ -209,6 +209,11 @@ struct SimResult {
   // The expert-parallel all-to-alls of the busiest rank, per iteration
   // (0 at ep = 1).
   TimeNs ep_comm_ns = 0;
+  // The expert all-to-alls hide in overlapped F&B pairs
+  // (TrainingConfig::ExpertOverlapOn), and the order is Megatron-LM's
+  // combined 1F1B (TrainingConfig::CombinesForwardBackward).
+  bool ep_overlap = false;
+  bool ep_combined_1f1b = false;
   int64_t global_batch = 0;
 
   TimeNs iteration_ns = 0;         // pipeline span + all-reduce tail + optimizer + all-gather

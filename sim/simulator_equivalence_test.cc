@@ -391,6 +391,63 @@ TEST(SimulatorEquivalence, LargerPipelinesAcrossNodes) {
   EXPECT_EQ(tally.ran, 2 * 2 * static_cast<int>(BuiltinScheduleKinds().size()));
 }
 
+// --ep-overlap (docs/simulator.md "Expert all-to-all overlap"): Megatron-LM's combined 1F1B
+// (interleaved at v = 1..3, 1f1b on one stage) and DualPipe's and DualPipeV's pairs hiding the
+// expert all-to-alls, on MoE layers at ep = 2 inside a node and ep = 4 across two, equal and
+// unequal stages, with the timeline and without.
+TEST(SimulatorEquivalence, ExpertOverlapCombinedAndBidirectional) {
+  struct Shape {
+    ScheduleKind kind;
+    int p, m, v;
+  };
+  std::vector<Shape> shapes = {{ScheduleKind::k1F1B, 1, 5, 1}};
+  for (int p : {1, 2, 3, 4}) {
+    for (int v : {1, 2, 3}) {
+      for (int m : {p, 2 * p, 3 * p}) shapes.push_back({ScheduleKind::kInterleaved1F1B, p, m, v});
+    }
+  }
+  for (int p : {2, 4}) {
+    for (int m : {2 * p, 3 * p}) {
+      shapes.push_back({ScheduleKind::kDualPipeV, p, m, 2});
+      shapes.push_back({ScheduleKind::kDualPipe, p, 2 * m, 2});
+    }
+  }
+  const std::vector<Cluster> clusters = TestClusters();
+  Tally tally;
+  int config = 0;
+  for (const Shape& shape : shapes) {
+    Result<Schedule> sched = MakeSchedule(shape.kind, shape.p, shape.m, shape.v);
+    ASSERT_TRUE(sched.ok()) << sched.status().message();
+    if (shape.kind == ScheduleKind::k1F1B || shape.kind == ScheduleKind::kInterleaved1F1B) {
+      ASSERT_TRUE(CombineForwardBackward(&*sched).ok());
+    }
+    for (int variant = 0; variant < 2; ++variant, ++config) {
+      const bool unequal = variant == 1;
+      Model model = TestModel(2 * sched->NumModelStages(), unequal);
+      model.sequence_length = 2048;
+      for (size_t i = 0; i < model.layers.size(); i += 2) {
+        model.layers[i].moe =
+            MoeRouting{.experts = 4, .top_k = 2, .hidden = 1024, .expert_parameters = 4'000'000};
+      }
+      const Cluster& cluster = clusters[config % clusters.size()];
+      SimOptions opts;
+      opts.config.schedule = shape.kind;
+      opts.config.layout.data_parallel = 4;
+      opts.config.layout.expert_parallel = config % 2 == 0 ? 2 : 4;
+      opts.config.overlap.expert_overlap = ExpertOverlap::kOn;
+      for (bool timeline : {true, false}) {
+        opts.record_timeline = timeline;
+        EXPECT_TRUE(SameAsReference(model, cluster, *sched, opts, &tally,
+                                    /*compare_text=*/timeline))
+            << ScheduleKindName(shape.kind) << " p=" << shape.p << " m=" << shape.m
+            << " v=" << shape.v << " cluster=" << cluster.name << " unequal=" << unequal
+            << " ep=" << opts.config.layout.expert_parallel << " timeline=" << timeline;
+      }
+    }
+  }
+  EXPECT_EQ(tally.ran, 2 * 2 * static_cast<int>(shapes.size()));
+}
+
 // On the ideal cluster uniform stages put whole wavefronts at one instant,
 // so ties are everywhere and deep: the engine stops walking parents and
 // ranks the events (sim/internal/engine.h), in pass 1 or pass 2, with the

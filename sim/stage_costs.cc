@@ -23,22 +23,22 @@ TimeNs Scaled(TimeNs d, double factor) {
 }  // namespace
 
 PairHalvesNs OverlappedPairNs(const StageCost& f, const StageCost& b, OpKind b_kind,
-                              double overlap_factor) {
-  const TimeNs f_ns = f.DurationNs(OpKind::kForward), f_comm = f.TpCommNs(OpKind::kForward);
-  const TimeNs b_ns = b.DurationNs(b_kind), b_comm = b.TpCommNs(b_kind);
-  return PairHalvesNs{.forward = Scaled(f_ns - std::min(f_comm, b_ns - b_comm), overlap_factor),
-                      .backward = Scaled(b_ns - std::min(b_comm, f_ns - f_comm), overlap_factor)};
+                              const PairOverlap& overlap) {
+  const TimeNs f_ns = f.DurationNs(OpKind::kForward);
+  const TimeNs f_comm = f.PairCommNs(OpKind::kForward, overlap.expert_comm);
+  const TimeNs b_ns = b.DurationNs(b_kind), b_comm = b.PairCommNs(b_kind, overlap.expert_comm);
+  return PairHalvesNs{.forward = Scaled(f_ns - std::min(f_comm, b_ns - b_comm), overlap.factor),
+                      .backward = Scaled(b_ns - std::min(b_comm, f_ns - f_comm), overlap.factor)};
 }
 
 TimeNs ActionDurationNs(const std::vector<StageCost>& costs, const std::vector<Action>& list,
-                        size_t i, double overlap_factor) {
+                        size_t i, const PairOverlap& overlap) {
   const Action& a = list[i];
   if (!a.overlapped) return costs[a.stage].DurationNs(a.kind);
   const bool forward = a.kind == OpKind::kForward;
   const Action& f = forward ? a : list[i - 1];
   const Action& b = forward ? list[i + 1] : a;
-  const PairHalvesNs halves =
-      OverlappedPairNs(costs[f.stage], costs[b.stage], b.kind, overlap_factor);
+  const PairHalvesNs halves = OverlappedPairNs(costs[f.stage], costs[b.stage], b.kind, overlap);
   return forward ? halves.forward : halves.backward;
 }
 
@@ -67,6 +67,11 @@ TimeNs StageCost::TpCommNs(OpKind kind) const {
       return 0;
   }
   return 0;
+}
+
+TimeNs StageCost::PairCommNs(OpKind kind, bool expert_comm) const {
+  if (!expert_comm || kind == OpKind::kBackwardWeight) return TpCommNs(kind);
+  return TpCommNs(kind) + (kind == OpKind::kForward ? ep_forward_ns : ep_backward_ns);
 }
 
 TimeNs TpCollectiveNs(Bytes bytes, int tensor_parallel, bool sequence_parallel, const Link& link) {

@@ -340,6 +340,10 @@ struct StageCost {
   // The tensor-parallel communication inside DurationNs(kind): F forward's,
   // B and I backward's, W none.
   TimeNs TpCommNs(OpKind kind) const;
+  // What an op of `kind` may hide behind its overlapped partner's compute:
+  // TpCommNs(kind), plus with `expert_comm` its expert all-to-alls (F the
+  // forward's, B and I the backward's, W none).
+  TimeNs PairCommNs(OpKind kind, bool expert_comm) const;
   // How long an op of `kind` runs: F forward, B the whole backward, I the
   // backward less its W part, W the weight-gradient part.
   TimeNs DurationNs(OpKind kind) const;
@@ -361,24 +365,31 @@ struct StageCost {
   Bytes KeptAfter(OpKind kind) const;
 };
 
+// What an overlapped F&B pair hides and how it is scaled (TrainingConfig::Pairs).
+struct PairOverlap {
+  double factor = 1.0;       // OverlapSettings::overlap_factor
+  bool expert_comm = false;  // the expert all-to-alls hide too (--ep-overlap)
+};
+
 // How long action `i` of a rank's list runs: DurationNs(kind), or for a half of an overlapped
 // F&B pair (Action::overlapped; its partner is list[i + 1] for the forward, list[i - 1] for
-// the backward) its share of the pair (docs/simulator.md, "Overlapped F&B"). Each half's
-// tensor-parallel communication (TpCommNs) hides behind the other half's compute, as far as
-// that compute lasts:
+// the backward) its share of the pair (docs/simulator.md, "Overlapped F&B" and "Expert
+// all-to-all overlap"). Each half's communication (PairCommNs: tensor-parallel, and the expert
+// all-to-alls with overlap.expert_comm) hides behind the other half's compute, as far as that
+// compute lasts:
 //   forward half  = F - min(F_comm, B - B_comm),  backward half = B - min(B_comm, F - F_comm),
-// each then scaled by `overlap_factor` (OverlapSettings::overlap_factor) and rounded to the
-// nearest ns. At t = 1 (no such communication) the pair lasts factor x (F + B).
+// each then scaled by overlap.factor and rounded to the nearest ns. Without such
+// communication the pair lasts factor x (F + B).
 // REQUIRES: the pairs are well formed (ValidateSchedule).
 TimeNs ActionDurationNs(const std::vector<StageCost>& costs, const std::vector<Action>& list,
-                        size_t i, double overlap_factor);
+                        size_t i, const PairOverlap& overlap);
 // The pair's two halves from their stages' costs (ActionDurationNs' model): the forward of
 // `f`, the backward of kind `b_kind` (B or I) of `b`.
 struct PairHalvesNs {
   TimeNs forward = 0, backward = 0;
 };
 PairHalvesNs OverlappedPairNs(const StageCost& f, const StageCost& b, OpKind b_kind,
-                              double overlap_factor);
+                              const PairOverlap& overlap);
 
 // Bytes of `parameters` parameters at `bytes_per_param`, rounded to nearest.
 Bytes ParameterBytes(int64_t parameters, double bytes_per_param);

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "sim/schedule_traits.h"
+
 namespace pipecast {
 
 namespace {
@@ -99,7 +101,76 @@ Status TrainingConfig::Validate() const {
                     layout.context_parallel, kMaxContextParallel));
   }
   PIPECAST_RETURN_IF_ERROR(CheckExpertLayout(layout));
+  PIPECAST_RETURN_IF_ERROR(CheckExpertOverlap());
   return memory.Validate();
+}
+
+const char* ExpertOverlapName(ExpertOverlap overlap) {
+  switch (overlap) {
+    case ExpertOverlap::kAuto:
+      return "auto";
+    case ExpertOverlap::kOn:
+      return "on";
+    case ExpertOverlap::kOff:
+      return "off";
+  }
+  return "auto";
+}
+
+std::optional<ExpertOverlap> ParseExpertOverlap(std::string_view name) {
+  if (name == "auto") return ExpertOverlap::kAuto;
+  if (name == "on") return ExpertOverlap::kOn;
+  if (name == "off") return ExpertOverlap::kOff;
+  return std::nullopt;
+}
+
+bool TrainingConfig::ExpertOverlapOn() const {
+  switch (overlap.expert_overlap) {
+    case ExpertOverlap::kOn:
+      return true;
+    case ExpertOverlap::kOff:
+      return false;
+    case ExpertOverlap::kAuto:
+      return schedule != ScheduleKind::kCustom && TraitsOf(schedule).overlapped_pairs;
+  }
+  return false;
+}
+
+bool TrainingConfig::CombinesForwardBackward() const {
+  return ExpertOverlapOn() &&
+         (schedule == ScheduleKind::k1F1B || schedule == ScheduleKind::kInterleaved1F1B);
+}
+
+Status TrainingConfig::CheckExpertOverlap() const {
+  if (overlap.expert_overlap != ExpertOverlap::kOn) return Status::Ok();
+  if (layout.expert_parallel < 2) {
+    return Status::InvalidArgument(
+        "--ep-overlap on needs --expert-parallel above 1: there is no expert all-to-all to hide "
+        "(Megatron-LM refuses its overlap at ep = 1 too)");
+  }
+  const bool combined =
+      schedule == ScheduleKind::k1F1B || schedule == ScheduleKind::kInterleaved1F1B;
+  const bool pairs = schedule == ScheduleKind::kCustom || TraitsOf(schedule).overlapped_pairs;
+  if (!combined && !pairs) {
+    return Status::InvalidArgument(fmt::format(
+        "--ep-overlap on with --schedule {}: the all-to-alls hide behind another micro-batch's "
+        "compute only in overlapped F&B pairs: use interleaved (Megatron-LM's combined 1F1B), "
+        "1f1b on one stage, dualpipe, dualpipev or a schedule text with pairs, or --ep-overlap "
+        "off",
+        ScheduleKindName(schedule)));
+  }
+  if (schedule == ScheduleKind::k1F1B && layout.pipeline_stages > 1) {
+    return Status::InvalidArgument(fmt::format(
+        "--ep-overlap on with --schedule 1f1b over {} stages: Megatron-LM runs its combined 1F1B "
+        "over a pipeline only with virtual stages; use --schedule interleaved",
+        layout.pipeline_stages));
+  }
+  if (combined && recompute == Recompute::kFull) {
+    return Status::InvalidArgument(
+        "--ep-overlap on with --recompute full: Megatron-LM's combined 1F1B refuses full "
+        "recomputation; use --recompute selective or off");
+  }
+  return Status::Ok();
 }
 
 MemoryConfig TrainingConfig::PerGpuMemory() const {

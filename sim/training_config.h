@@ -20,7 +20,9 @@
 #define PIPECAST_SIM_TRAINING_CONFIG_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "base/status.h"
 #include "base/units.h"
@@ -94,6 +96,16 @@ struct ParallelLayout {
   int GradientReplicas() const { return data_parallel * context_parallel; }
 };
 
+// Whether the expert all-to-alls of one micro-batch hide behind another
+// micro-batch's compute (--ep-overlap; docs/simulator.md "Expert all-to-all
+// overlap"): auto lets the schedule decide (on for the kinds whose generator
+// pairs a forward with a backward by design, DualPipe and DualPipeV; off
+// elsewhere), on and off choose.
+enum class ExpertOverlap { kAuto, kOn, kOff };
+const char* ExpertOverlapName(ExpertOverlap overlap);  // "auto", "on", "off"
+// "auto", "on" or "off"; nullopt for anything else.
+std::optional<ExpertOverlap> ParseExpertOverlap(std::string_view name);
+
 // The overlap switches: what runs beside what.
 struct OverlapSettings {
   // Data-parallel gradient reduction overlapped with the backward in buckets
@@ -116,6 +128,12 @@ struct OverlapSettings {
   // overlap_factor. 1: no further gain (at t = 1 the pair lasts F + B).
   // In (0, kMaxOverlapFactor].
   double overlap_factor = 1.0;
+  // Expert all-to-alls hidden behind the other half of an overlapped F&B
+  // pair (TrainingConfig::ExpertOverlapOn resolves auto). On with the 1F1B
+  // kinds it is Megatron-LM's combined 1F1B
+  // (--overlap-moe-expert-parallel-comm): TrainingConfig::
+  // CombinesForwardBackward, CombineForwardBackward (sim/schedule.h).
+  ExpertOverlap expert_overlap = ExpertOverlap::kAuto;
 };
 
 // The optimizer step's time.
@@ -181,6 +199,26 @@ struct TrainingConfig {
   // What one GPU of a t-way group keeps per parameter: memory / t
   // (TensorParallelShare), at memory.zero.
   MemoryConfig PerGpuMemory() const;
+
+  // Whether the expert all-to-alls hide in overlapped F&B pairs: --ep-overlap
+  // on, or auto with a schedule whose generator makes the pairs by design
+  // (ScheduleTraits::overlapped_pairs: dualpipe, dualpipev).
+  bool ExpertOverlapOn() const;
+  // True when the overlap is on and the schedule is 1F1B or interleaved
+  // 1F1B: the run's order is Megatron-LM's combined 1F1B, which
+  // CombineForwardBackward (sim/schedule.h) makes from the kind's lists.
+  bool CombinesForwardBackward() const;
+  // What an overlapped pair hides and its factor (OverlappedPairNs).
+  PairOverlap Pairs() const {
+    return PairOverlap{.factor = overlap.overlap_factor, .expert_comm = ExpertOverlapOn()};
+  }
+  // InvalidArgument naming --ep-overlap when it is on where the run cannot
+  // take it, as Megatron-LM refuses it (megatron/core/transformer/
+  // transformer_config.py, docs/simulator.md): ep of 1, a schedule without
+  // F&B pairs to make (other than 1f1b, interleaved, dualpipe, dualpipev,
+  // custom), 1f1b over more than one stage (Megatron needs a virtual
+  // pipeline), full recomputation with the combined 1F1B. Part of Validate.
+  [[nodiscard]] Status CheckExpertOverlap() const;
 };
 
 // The stage-cost options a run with `config` on `cluster` uses: micro-batch

@@ -258,6 +258,20 @@ std::vector<Case> MeasuredRunRows() {
   c.push_back(Row("expert_parallel_on_a_dense_model", kSimulator, {kGoodModel},
                   std::string(kSim) + " --data-parallel 2 --expert-parallel 2", 1,
                   "--expert-parallel 2: the model has no mixture-of-experts layer"));
+  // The expert all-to-all overlap (issue 26 item 3): on where it cannot run is a usage error.
+  c.push_back(Row("ep_overlap_without_expert_parallel", kSimulator, {kGoodModel},
+                  std::string(kSim) + " --schedule interleaved --ep-overlap on", 2,
+                  "--ep-overlap on needs --expert-parallel above 1"));
+  c.push_back(Row(
+      "ep_overlap_on_a_schedule_without_pairs", kSimulator, {kGoodModel},
+      std::string(kSim) + " --data-parallel 2 --expert-parallel 2 --schedule gpipe --ep-overlap on",
+      2, "--ep-overlap on with --schedule gpipe"));
+  c.push_back(Row("ep_overlap_1f1b_over_a_pipeline", kSimulator, {kGoodModel},
+                  std::string(kSim) + " --data-parallel 2 --expert-parallel 2 --ep-overlap on", 2,
+                  "--ep-overlap on with --schedule 1f1b over 2 stages"));
+  c.push_back(Row("ep_overlap_unknown", kPlanner, {kGoodModel},
+                  "--model {dir}/m.json --gpus 2 --global-batch 8 --ep-overlap sometimes", 2,
+                  "--ep-overlap"));
   c.push_back(Row("tensor_parallel_over_gpus", kPlanner, {kGoodModel},
                   "--model {dir}/m.json --gpus 2 --global-batch 8 --tensor-parallel 4", 2,
                   "--tensor-parallel 4 is more than --gpus 2: t x p x d must equal the GPUs"));

@@ -307,5 +307,63 @@ TEST(ExpertParallelPlanner, SearchesEpFoldedOverTheStageAndPinsIt) {
   EXPECT_EQ(passes::ExpertParallelDegrees(dense, options), std::vector<int>{1});
 }
 
+// The planner with --ep-overlap both tries each configuration with the overlap off and, where
+// it can run, on, and ranks them: on 8 MoE layers over 16 GPUs pinned to interleaved p = 2,
+// v = 2, the combined 1F1B ranks above the plain order at ep = 8; ep = 1 is tried off alone.
+TEST(ExpertParallelPlanner, ChoosesTheAllToAllOverlapWhereTheFlagAllowsIt) {
+  Model model;
+  model.name = "moe-eight";
+  model.sequence_length = 4096;
+  for (int i = 0; i < 8; ++i) {
+    Layer l = TwoLayers().layers[1];  // 1 ms forward, 2 ms backward, Mixtral's routing
+    l.name = "block." + std::to_string(i);
+    l.parameters = 100'000'000;
+    l.moe->expert_parameters = 70'000'000;
+    model.layers.push_back(l);
+  }
+  PlannerOptions options;
+  options.gpus = 16;
+  options.global_batch = 64;  // m = 8 at d = 8
+  options.schedules = {ScheduleKind::kInterleaved1F1B};
+  options.chunks = {2};
+  options.microbatch_sizes = {1};
+  options.pipeline_stages = 2;
+  options.zero_levels = {1};
+  options.expert_parallel = {1, 8};
+  options.expert_overlaps = {ExpertOverlap::kOff, ExpertOverlap::kOn};
+  Result<PlanReport> report = RunPlanner(model, H100(), options);
+  ASSERT_TRUE(report.ok()) << report.status().message();
+  ASSERT_TRUE(report->Feasible());
+  std::set<ExpertOverlap> at_ep8;
+  for (const Candidate& c : report->ranked) {
+    if (c.config.layout.expert_parallel == 1) {
+      EXPECT_EQ(c.config.overlap.expert_overlap, ExpertOverlap::kOff) << c.Label();
+    } else {
+      at_ep8.insert(c.config.overlap.expert_overlap);
+    }
+  }
+  EXPECT_EQ(at_ep8, (std::set<ExpertOverlap>{ExpertOverlap::kOff, ExpertOverlap::kOn}));
+  // At ep = 8 the combined 1F1B ranks first: it hides the all-to-alls (ep = 1 has none to hide;
+  // the experts' compute per GPU is the same under folding).
+  const Candidate* best_ep8 = nullptr;
+  for (const Candidate& c : report->ranked) {
+    if (best_ep8 == nullptr && c.config.layout.expert_parallel == 8) best_ep8 = &c;
+  }
+  ASSERT_NE(best_ep8, nullptr);
+  const Candidate& best = *best_ep8;
+  EXPECT_EQ(best.config.overlap.expert_overlap, ExpertOverlap::kOn) << best.Label();
+  EXPECT_NE(best.Label().find("ep-overlap=on"), std::string::npos);
+  // Pinned on: the ep = 1 candidates are rejected with the reason.
+  options.expert_overlaps = {ExpertOverlap::kOn};
+  Result<PlanReport> pinned = RunPlanner(model, H100(), options);
+  ASSERT_TRUE(pinned.ok()) << pinned.status().message();
+  bool refused_ep1 = false;
+  for (const Rejection& r : pinned->rejected) {
+    refused_ep1 |= r.candidate.config.layout.expert_parallel == 1 &&
+                   r.detail.find("--ep-overlap on needs --expert-parallel") != std::string::npos;
+  }
+  EXPECT_TRUE(refused_ep1);
+}
+
 }  // namespace
 }  // namespace pipecast

@@ -16,6 +16,7 @@ namespace pipecast::cli_test {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using json = nlohmann::json;
 
 const std::string kSimulator = PIPECAST_SIMULATOR_BIN;
@@ -101,6 +102,37 @@ TEST_F(SimulatorCli, ExportWritesTheSimulatedRun) {
   EXPECT_THAT(run.err, HasSubstr("deepspeed cannot run the plan as planned: DeepSpeed's pipeline "
                                  "engine runs one schedule, its TrainSchedule"));
   EXPECT_THAT(ReadText(ds), HasSubstr("\"gradient_accumulation_steps\": 8"));
+}
+
+// --ep-overlap on (docs/simulator.md "Expert all-to-all overlap"): Mixtral 8x7B at ep 8 over
+// interleaved p = 4, v = 2 runs Megatron-LM's combined 1F1B: the summary and --json say so, the
+// schedule written has the pairs, the Megatron export turns the overlap on, and the step is
+// shorter than without; without the flag nothing of it is written.
+TEST_F(SimulatorCli, EpOverlapRunsMegatronsCombinedOneFOneBAndSaysSo) {
+  const std::string base = "--model " + Quote(Example("mixtral-8x7b.json")) +
+                           " --stages 4 --chunks 2 --schedule interleaved --microbatches 8 "
+                           "--data-parallel 8 --expert-parallel 8 --cluster h100-sxm "
+                           "--allow-over-memory";
+  const std::string schedule = dir_.File("s.txt"), args = dir_.File("megatron.args");
+  ToolRun on = Sim(base + " --ep-overlap on --schedule-out " + Quote(schedule) +
+                   " --export megatron=" + Quote(args));
+  ASSERT_EQ(on.exit_code, 0) << on.err;
+  EXPECT_THAT(on.out, HasSubstr("expert overlap      on (--ep-overlap)"));
+  EXPECT_THAT(on.out, HasSubstr("Megatron-LM's combined 1F1B"));
+  EXPECT_THAT(ReadText(schedule), HasSubstr("OVERLAP_F_B"));
+  EXPECT_THAT(ReadText(args), HasSubstr("--overlap-moe-expert-parallel-comm\n"));
+  ToolRun on_json = Sim(base + " --ep-overlap on --json");
+  ToolRun off_json = Sim(base + " --json");
+  ToolRun off = Sim(base);
+  ASSERT_EQ(on_json.exit_code, 0) << on_json.err;
+  ASSERT_EQ(off_json.exit_code, 0) << off_json.err;
+  ASSERT_EQ(off.exit_code, 0) << off.err;
+  const json j_on = json::parse(on_json.out), j_off = json::parse(off_json.out);
+  EXPECT_EQ(j_on["ep_overlap"], true);
+  EXPECT_EQ(j_on["ep_combined_1f1b"], true);
+  EXPECT_FALSE(j_off.contains("ep_overlap"));
+  EXPECT_THAT(off.out, Not(HasSubstr("expert overlap")));
+  EXPECT_LT(j_on["iteration_time_us"].get<double>(), j_off["iteration_time_us"].get<double>());
 }
 
 TEST_F(SimulatorCli, ZbAutoKeepsTheMemoryLimit) {

@@ -173,6 +173,13 @@ void AddLayoutFlags(CLI::App& app, PlannerToolOptions* f) {
   app.add_flag("--tp-comm-overlap", f->tp_comm_overlap,
                "overlap tensor-parallel collectives with the matmuls (Megatron-LM "
                "--tp-comm-overlap; docs/simulator.md)");
+  app.add_option("--ep-overlap", f->ep_overlap,
+                 "hide expert all-to-alls behind another micro-batch's compute in overlapped F&B "
+                 "pairs: auto (the schedule decides: on for dualpipe and dualpipev), on "
+                 "(interleaved and one-stage 1f1b run Megatron-LM's combined 1F1B), off, or both "
+                 "(each configuration with off and, where it can run it, on; docs/planner.md)")
+      ->check(OneOf({"auto", "on", "off", "both"}))
+      ->capture_default_str();
   app.add_option("--stages,--pipeline-stages", f->pipeline_stages,
                  "pin the pipeline degree p (a divisor of --gpus; default: searched)")
       ->check(IntRange(1));

@@ -226,6 +226,14 @@ Result<PlannerOptions> MakeOptions(const PlannerToolOptions& flags,
     o.partition_rules = {*rule};
   }
   o.even = shared.partition.even;
+  if (flags.ep_overlap == "both") {
+    o.expert_overlaps = {ExpertOverlap::kOff, ExpertOverlap::kOn};
+  } else if (std::optional<ExpertOverlap> overlap = ParseExpertOverlap(flags.ep_overlap)) {
+    o.expert_overlaps = {*overlap};
+  } else {
+    return Status::InvalidArgument(
+        fmt::format("--ep-overlap '{}': expected auto, on, off or both", flags.ep_overlap));
+  }
   o.progress = flags.search_progress;
   PIPECAST_RETURN_IF_ERROR(o.Validate());
   return o;

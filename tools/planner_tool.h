@@ -48,6 +48,7 @@ struct PlannerToolOptions {
   int pipeline_stages = 0;               // p pinned; 0: searched
   int data_parallel = 0;                 // d pinned; 0: searched
   int microbatches = 0;                  // m pinned; 0: searched
+  std::string ep_overlap = "auto";       // auto, on, off or both (PlannerOptions::expert_overlaps)
   std::string partition = "balanced";    // balanced, even or both
   bool json = false;                     // the report as one JSON object instead of text
   std::string out;                       // --out: the chosen plan (pipecast-plan/1)

@@ -160,6 +160,13 @@ std::vector<CLI::Option*> AddLayoutFlags(CLI::App& app, SimulatorToolOptions* f)
                    "overlap tensor-parallel collectives with the matmuls (Megatron-LM "
                    "--tp-comm-overlap; the model is in docs/simulator.md); needs "
                    "--tensor-parallel > 1"),
+      app.add_option("--ep-overlap", f->ep_overlap,
+                     "hide each expert all-to-all behind another micro-batch's compute in "
+                     "overlapped F&B pairs: on (interleaved and 1f1b on one stage: Megatron-LM's "
+                     "combined 1F1B, --overlap-moe-expert-parallel-comm), off, or auto (on for "
+                     "dualpipe and dualpipev, whose pairs are made for it; docs/simulator.md)")
+          ->check(OneOf({"auto", "on", "off"}))
+          ->capture_default_str(),
   };
 }
 

@@ -73,9 +73,27 @@ Status RecomputeFromFlags(const Flags& flags, TrainingConfig* config) {
   return CheckRecompute(config->recompute, config->recompute_layers);
 }
 
+// --ep-overlap and the schedule kind --schedule or --schedule-in gives, into `config` (the
+// kind left as it is when --schedule names none: ConfigFromFlags says so).
+Status ExpertOverlapFromFlags(const Flags& flags, TrainingConfig* config) {
+  std::optional<ExpertOverlap> overlap = ParseExpertOverlap(flags.ep_overlap);
+  if (!overlap) {
+    return Status::InvalidArgument(
+        fmt::format("--ep-overlap {}: expected auto, on or off", flags.ep_overlap));
+  }
+  config->overlap.expert_overlap = *overlap;
+  if (!flags.schedule_in.empty()) {
+    config->schedule = ScheduleKind::kCustom;
+  } else if (Result<ScheduleKind> kind = ParseScheduleKind(flags.schedule); kind.ok()) {
+    config->schedule = *kind;
+  }
+  return Status::Ok();
+}
+
 Result<TrainingConfig> ConfigFromFlags(const Flags& flags) {
   TrainingConfig config = flags.config;
   PIPECAST_RETURN_IF_ERROR(RecomputeFromFlags(flags, &config));
+  PIPECAST_RETURN_IF_ERROR(ExpertOverlapFromFlags(flags, &config));
   ShardingConfig& sharding = config.memory.sharding;
   sharding.reshard_after_forward = flags.reshard_after_forward == "on";
   sharding.prefetch = flags.shard_prefetch == "on";
@@ -144,8 +162,17 @@ Result<Schedule> PickSchedule(const Flags& flags, const TrainingConfig& config, 
         fmt::format("--stages {} but the model has only {}: use at most {}", stages,
                     Count(num_layers, "layer", "layers"), Count(num_layers, "stage", "stages")));
   }
-  return MakeSchedule(config.schedule, stages,
-                      config.microbatches > 0 ? config.microbatches : stages, chunks);
+  PIPECAST_ASSIGN_OR_RETURN(
+      Schedule schedule,
+      MakeSchedule(config.schedule, stages, config.microbatches > 0 ? config.microbatches : stages,
+                   chunks));
+  if (config.CombinesForwardBackward()) {
+    TrainingConfig staged = config;
+    staged.layout.pipeline_stages = stages;
+    PIPECAST_RETURN_IF_ERROR(staged.CheckExpertOverlap());
+    PIPECAST_RETURN_IF_ERROR(CombineForwardBackward(&schedule));
+  }
+  return schedule;
 }
 
 // What to simulate: the cluster, the schedule and the options.
@@ -379,8 +406,10 @@ Status SimulatorToolOptions::Validate() const {
     return specs.status();
   }
   if (plan_path.empty()) {
-    TrainingConfig with_recompute = config;
-    PIPECAST_RETURN_IF_ERROR(RecomputeFromFlags(*this, &with_recompute));
+    TrainingConfig with_flags = config;
+    PIPECAST_RETURN_IF_ERROR(RecomputeFromFlags(*this, &with_flags));
+    PIPECAST_RETURN_IF_ERROR(ExpertOverlapFromFlags(*this, &with_flags));
+    return with_flags.Validate();
   }
   return config.Validate();
 }

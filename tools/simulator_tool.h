@@ -38,6 +38,8 @@ struct SimulatorToolOptions {
   // default (2p for zb-auto, p for zb-v-auto).
   std::string memory_limit;
   std::string recompute = "off";  // off, selective, full, op or every:K
+  // --ep-overlap: auto, on or off (config.overlap.expert_overlap; ParseExpertOverlap).
+  std::string ep_overlap = "auto";
   // Megatron-LM's --recompute-method (uniform or block; empty: none) and
   // --recompute-num-layers (0: not given), with --recompute full.
   std::string recompute_method;

@@ -119,7 +119,7 @@ void ApplyPerOpCollectives(const Model& model, const Cluster& cluster, const Sch
     TimeNs exposed = 0;
     const std::vector<Action>& list = schedule.actions[k];
     for (size_t i = 0; i < list.size(); ++i) {
-      const double f = options.config.overlap.overlap_factor;
+      const PairOverlap f = options.config.Pairs();
       exposed += ActionDurationNs(*costs, list, i, f) - ActionDurationNs(before, list, i, f);
     }
     result->per_rank[k].sharding_exposed_ns = exposed / std::max(1, schedule.iterations);
@@ -182,11 +182,11 @@ double ExpertReductionScale(const ParallelLayout& l) {
 std::vector<GradBucket> RankBuckets(const Schedule& schedule, const StageCostTable& table,
                                     const std::vector<StageLayers>& partition,
                                     const std::vector<StageCost>& costs, int64_t bucket_params,
-                                    double overlap_factor, double expert_scale,
+                                    const PairOverlap& pairs, double expert_scale,
                                     const StageResult& sr) {
   const std::vector<Action>& list = schedule.actions[sr.rank];
   const Action& last = list.back();
-  const TimeNs duration = ActionDurationNs(costs, list, list.size() - 1, overlap_factor);
+  const TimeNs duration = ActionDurationNs(costs, list, list.size() - 1, pairs);
   const TimeNs op_start = sr.last_end_ns - duration;
   const bool produces_gradients =
       last.kind == OpKind::kBackward || last.kind == OpKind::kBackwardWeight;
@@ -283,9 +283,8 @@ void TailCollectives(const Cluster& cluster, const Schedule& schedule, const Sta
   const int64_t bucket_params = options.config.overlap.grad_bucket_params > 0
                                     ? options.config.overlap.grad_bucket_params
                                     : DefaultGradBucketParams(d * cp);
-  const std::vector<GradBucket> buckets =
-      RankBuckets(schedule, table, partition, costs, bucket_params,
-                  options.config.overlap.overlap_factor, expert_scale, *sr);
+  const std::vector<GradBucket> buckets = RankBuckets(
+      schedule, table, partition, costs, bucket_params, options.config.Pairs(), expert_scale, *sr);
   const auto collective = [&](Bytes bytes) {
     return collective_ns(memory.zero == 0 ? Collective::kAllReduce : Collective::kReduceScatter,
                          bytes);

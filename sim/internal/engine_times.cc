@@ -127,7 +127,7 @@ void Engine::KeepPairDurations() {
                            static_cast<uint64_t>(a.kind) << 2 | static_cast<uint64_t>(partner.kind);
       auto& slot = known[(key * 0x9e3779b97f4a7c15u) >> (64 - kSlotBits)];
       if (slot.first != key) {
-        slot = {key, ActionDurationNs(costs_, list, i, options_.config.overlap.overlap_factor)};
+        slot = {key, ActionDurationNs(costs_, list, i, options_.config.Pairs())};
       }
       pair_ns_[op_first_[r] + i] = slot.second;
     }

@@ -120,7 +120,7 @@ class Engine {
 };
 
 TimeNs Engine::Duration(int rank, size_t i) const {
-  return ActionDurationNs(costs_, sched_.actions[rank], i, options_.config.overlap.overlap_factor);
+  return ActionDurationNs(costs_, sched_.actions[rank], i, options_.config.Pairs());
 }
 
 bool Engine::Ready(const Action& a) const {

@@ -1,0 +1,295 @@
+// The expert all-to-all overlap (issue 26 item 3; docs/simulator.md "Expert all-to-all overlap"):
+// an overlapped F&B pair hides each half's dispatch and combine behind the other half's compute
+// (OverlappedPairNs with PairOverlap::expert_comm), DualPipe's and DualPipeV's pairs by default,
+// and Megatron-LM's combined 1F1B (--overlap-moe-expert-parallel-comm) made from the 1F1B and
+// interleaved orders (CombineForwardBackward). Held against hand-worked pairs, a hand-worked
+// one-stage 1F1B steady state, Megatron's warm-up counts and both engines (the planner's choice:
+// tests/expert_parallel_test.cc).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "sim/cluster.h"
+#include "sim/internal/reference_simulator.h"
+#include "sim/model.h"
+#include "sim/schedule.h"
+#include "sim/simulator.h"
+#include "sim/stage_costs.h"
+#include "sim/training_config.h"
+
+namespace pipecast {
+namespace {
+
+// Mixtral's routing at ep 8 on one H100 node, 4096 tokens: dispatch 203,342 ns and combine
+// 197,173 ns, worked by hand in tests/expert_parallel_test.cc
+// (ExpertParallelTest.MoeLayersPayDispatchAndCombineEachWay).
+constexpr TimeNs kAllToAllNs = 203'342 + 197'173;  // 400,515 each way
+
+Cluster H100() {
+  Result<Cluster> c = ClusterPreset("h100-sxm");
+  EXPECT_TRUE(c.ok());
+  return *c;
+}
+
+// `n` MoE layers of `forward_ns` forward and `backward_ns` backward, Mixtral's routing
+// (8 experts, top 2, hidden 4096), 4096 tokens per sample.
+Model MoeLayers(int n, TimeNs forward_ns = 1'000'000, TimeNs backward_ns = 2'000'000) {
+  Model m;
+  m.name = "moe-layers";
+  m.sequence_length = 4096;
+  for (int i = 0; i < n; ++i) {
+    Layer l;
+    l.name = "block." + std::to_string(i);
+    l.parameters = 100'000'000;
+    LayerProfile p;
+    p.microbatch_size = 1;
+    p.forward_ns = forward_ns;
+    p.backward_ns = backward_ns;
+    p.backward_weight_ns = backward_ns / 4;  // for dualpipev's split backward
+    p.activation_bytes = 1000;
+    p.output_bytes = 1000;
+    l.profiles.push_back(p);
+    l.moe = MoeRouting{.experts = 8, .top_k = 2, .hidden = 4096, .expert_parameters = 70'000'000};
+    m.layers.push_back(l);
+  }
+  return m;
+}
+
+// ep 8 folded over d = 8 (t = 1): one node's all-to-all.
+SimOptions Ep8(ScheduleKind kind, ExpertOverlap overlap) {
+  SimOptions o;
+  o.config.schedule = kind;
+  o.config.layout.data_parallel = 8;
+  o.config.layout.expert_parallel = 8;
+  o.config.overlap.expert_overlap = overlap;
+  return o;
+}
+
+StageCost Costs(TimeNs forward_ns, TimeNs ep_forward_ns, TimeNs backward_ns,
+                TimeNs ep_backward_ns) {
+  StageCost c;
+  c.forward_ns = forward_ns;
+  c.ep_forward_ns = ep_forward_ns;
+  c.backward_ns = backward_ns;
+  c.ep_backward_ns = ep_backward_ns;
+  return c;
+}
+
+constexpr PairOverlap kHidesExperts{.factor = 1.0, .expert_comm = true};
+
+// F = 1 ms of compute + 400,515 ns of all-to-all, B = 2 ms + 400,515 ns. The forward's
+// all-to-all hides behind the backward's 2 ms of compute, the backward's behind the forward's
+// 1 ms: the pair lasts its compute, 3 ms, not F + B = 3,801,030 ns.
+TEST(ExpertOverlapTest, AllToAllHiddenBehindThePartnersComputeHandWorked) {
+  const StageCost f = Costs(1'000'000 + kAllToAllNs, kAllToAllNs, 0, 0);
+  const StageCost b = Costs(0, 0, 2'000'000 + kAllToAllNs, kAllToAllNs);
+  const PairHalvesNs hidden = OverlappedPairNs(f, b, OpKind::kBackward, kHidesExperts);
+  EXPECT_EQ(hidden.forward, 1'000'000);
+  EXPECT_EQ(hidden.backward, 2'000'000);
+  // Off: the all-to-alls stay in their halves (only tensor-parallel communication hides).
+  const PairHalvesNs off = OverlappedPairNs(f, b, OpKind::kBackward, PairOverlap{});
+  EXPECT_EQ(off.forward, 1'000'000 + kAllToAllNs);
+  EXPECT_EQ(off.backward, 2'000'000 + kAllToAllNs);
+}
+
+// F = 200 us of compute + 400,515 ns, B = 300 us + 400,515 ns: each all-to-all is longer than the
+// partner's compute, so 400,515 - 300,000 = 100,515 of the forward's and 400,515 - 200,000 =
+// 200,515 of the backward's show: 500,000 + 100,515 + 200,515 = 801,030 ns.
+TEST(ExpertOverlapTest, AllToAllLongerThanThePartnersComputeShowsHandWorked) {
+  const StageCost f = Costs(200'000 + kAllToAllNs, kAllToAllNs, 0, 0);
+  const StageCost b = Costs(0, 0, 300'000 + kAllToAllNs, kAllToAllNs);
+  const PairHalvesNs halves = OverlappedPairNs(f, b, OpKind::kBackward, kHidesExperts);
+  EXPECT_EQ(halves.forward, 200'000 + 100'515);
+  EXPECT_EQ(halves.backward, 300'000 + 200'515);
+  EXPECT_EQ(halves.forward + halves.backward, 801'030);
+}
+
+// Tensor-parallel and expert communication hide together: F = 10 (2 TP + 3 EP, 5 compute),
+// B = 20 (4 TP + 5 EP, 11 compute). The forward's 5 hide behind B's 11; of B's 9, 5 hide behind
+// F's 5: 5 + 11 + 4 = 20.
+TEST(ExpertOverlapTest, TensorAndExpertCommunicationHideTogether) {
+  StageCost f = Costs(10, 3, 0, 0), b = Costs(0, 0, 20, 5);
+  f.tp_forward_ns = 2;
+  b.tp_backward_ns = 4;
+  EXPECT_EQ(f.PairCommNs(OpKind::kForward, true), 5);
+  EXPECT_EQ(b.PairCommNs(OpKind::kBackward, true), 9);
+  EXPECT_EQ(b.PairCommNs(OpKind::kBackward, false), 4);
+  EXPECT_EQ(b.PairCommNs(OpKind::kBackwardWeight, true), 0);
+  const PairHalvesNs halves = OverlappedPairNs(f, b, OpKind::kBackward, kHidesExperts);
+  EXPECT_EQ(halves.forward, 5);
+  EXPECT_EQ(halves.backward, 15);
+}
+
+// Megatron-LM's combined 1F1B on one stage (combined_1f1b.py,
+// combined_1f1b_schedule_for_no_pipelining): F0, (F1;B0), (F2;B1), (F3;B2), B3. With one MoE
+// layer of 1 ms forward and 2 ms backward at ep 8: F = 1,400,515, B = 2,400,515 ns, each pair
+// 3 ms (both all-to-alls hidden): 1,400,515 + 3 x 3,000,000 + 2,400,515 = 12,801,030 ns, against
+// 4 x 3,801,030 = 15,204,120 in turn. Both engines agree.
+TEST(ExpertOverlapTest, CombinedOneFOneBOnOneStageHandWorked) {
+  const Model model = MoeLayers(1);
+  Result<Schedule> plain = MakeSchedule(ScheduleKind::k1F1B, 1, 4);
+  ASSERT_TRUE(plain.ok());
+  Schedule combined = *plain;
+  ASSERT_TRUE(CombineForwardBackward(&combined).ok());
+  std::vector<std::string> names;
+  for (const Action& a : combined.actions[0]) {
+    names.push_back((a.overlapped ? "~" : "") + ActionName(a));
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"0F0", "~0F1", "~0B0", "~0F2", "~0B1", "~0F3", "~0B2",
+                                             "0B3"}));
+
+  const SimOptions on = Ep8(ScheduleKind::k1F1B, ExpertOverlap::kOn);
+  Result<SimResult> hidden = Simulate(model, H100(), combined, on);
+  ASSERT_TRUE(hidden.ok()) << hidden.status().message();
+  EXPECT_EQ(hidden->pipeline_ns, 1'400'515 + 3 * 3'000'000 + 2'400'515);
+  EXPECT_TRUE(hidden->ep_overlap);
+  EXPECT_TRUE(hidden->ep_combined_1f1b);
+  Result<SimResult> reference = internal::ReferenceSimulate(model, H100(), combined, on);
+  ASSERT_TRUE(reference.ok()) << reference.status().message();
+  EXPECT_EQ(reference->pipeline_ns, hidden->pipeline_ns);
+  EXPECT_EQ(reference->iteration_ns, hidden->iteration_ns);
+
+  Result<SimResult> off =
+      Simulate(model, H100(), *plain, Ep8(ScheduleKind::k1F1B, ExpertOverlap::kAuto));
+  ASSERT_TRUE(off.ok()) << off.status().message();
+  EXPECT_EQ(off->pipeline_ns, 4 * (1'400'515 + 2'400'515));
+  EXPECT_FALSE(off->ep_overlap);
+}
+
+// Megatron-LM's warm-up with the overlap (schedules.py, get_pp_rank_microbatches): rank r runs
+// (p - r - 1) x 2 + (v - 1) x p + 1 forwards before its first pair, one more than without;
+// every later forward is paired with a backward of another micro-batch.
+TEST(ExpertOverlapTest, CombinedInterleavedWarmUpIsMegatronsPlusOne) {
+  const int p = 4, m = 8, v = 2;
+  Result<Schedule> plain = MakeSchedule(ScheduleKind::kInterleaved1F1B, p, m, v);
+  ASSERT_TRUE(plain.ok());
+  Schedule combined = *plain;
+  ASSERT_TRUE(CombineForwardBackward(&combined).ok());
+  ASSERT_TRUE(ValidateSchedule(combined).ok());
+  for (int r = 0; r < p; ++r) {
+    const std::vector<Action>& list = combined.actions[r];
+    int warmup = 0;
+    while (!list[warmup].overlapped && list[warmup].kind == OpKind::kForward) ++warmup;
+    EXPECT_EQ(warmup, (p - r - 1) * 2 + (v - 1) * p + 1) << "rank " << r;
+    int pairs = 0;
+    for (const Action& a : list) pairs += a.overlapped && a.kind == OpKind::kForward;
+    EXPECT_EQ(pairs, m * v - warmup) << "rank " << r;
+  }
+  // A schedule with pairs already, or another order, is refused.
+  EXPECT_FALSE(CombineForwardBackward(&combined).ok());
+  Result<Schedule> zb = MakeSchedule(ScheduleKind::kZBH1, 2, 4);
+  ASSERT_TRUE(zb.ok());
+  EXPECT_FALSE(CombineForwardBackward(&*zb).ok());
+}
+
+// Interleaved 1F1B over 2 ranks, 2 chunks, 8 micro-batches of 8 MoE layers: every pair lasts
+// what the model gives from the same stage costs, the step is shorter than without the
+// overlap, and both engines agree op for op.
+TEST(ExpertOverlapTest, CombinedInterleavedPairsLastWhatTheModelGivesInBothEngines) {
+  const int p = 2, v = 2, m = 8;
+  const Model model = MoeLayers(2 * p * v);
+  Result<Schedule> plain = MakeSchedule(ScheduleKind::kInterleaved1F1B, p, m, v);
+  ASSERT_TRUE(plain.ok());
+  Schedule combined = *plain;
+  ASSERT_TRUE(CombineForwardBackward(&combined).ok());
+  SimOptions on = Ep8(ScheduleKind::kInterleaved1F1B, ExpertOverlap::kOn);
+  for (int s = 0; s < p * v; ++s) on.partition.push_back(StageLayers{2 * s, 2 * s + 1});
+  Result<SimResult> got = Simulate(model, H100(), combined, on);
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  SimOptions off = on;
+  off.config.overlap.expert_overlap = ExpertOverlap::kOff;
+  Result<SimResult> without = Simulate(model, H100(), *plain, off);
+  ASSERT_TRUE(without.ok()) << without.status().message();
+  EXPECT_LT(got->pipeline_ns, without->pipeline_ns);
+
+  const std::vector<StageCost> costs =
+      StageCostTable(model, StageCostOptionsFor(on.config, H100())).Stages(on.partition);
+  ASSERT_EQ(costs[0].ep_forward_ns, 2 * kAllToAllNs);
+  std::vector<std::vector<OpRecord>> per_rank(p);
+  for (const OpRecord& op : got->ops) per_rank[op.rank].push_back(op);
+  int pairs = 0;
+  for (const std::vector<OpRecord>& list : per_rank) {
+    for (size_t k = 0; k + 1 < list.size(); ++k) {
+      const OpRecord& f = list[k];
+      if (!f.action.overlapped || f.action.kind != OpKind::kForward) continue;
+      const OpRecord& b = list[k + 1];
+      const PairHalvesNs want = OverlappedPairNs(costs[f.action.stage], costs[b.action.stage],
+                                                 b.action.kind, kHidesExperts);
+      EXPECT_EQ(f.end_ns - f.start_ns, want.forward) << ActionName(f.action);
+      EXPECT_EQ(b.end_ns - b.start_ns, want.backward) << ActionName(b.action);
+      // Each stage's 2 ms of forward compute hides its partner's 2 x 400,515 ns.
+      EXPECT_EQ(want.forward + want.backward, 2'000'000 + 4'000'000);
+      ++pairs;
+    }
+  }
+  EXPECT_GT(pairs, 0);
+  Result<SimResult> reference = internal::ReferenceSimulate(model, H100(), combined, on);
+  ASSERT_TRUE(reference.ok()) << reference.status().message();
+  EXPECT_EQ(reference->iteration_ns, got->iteration_ns);
+  ASSERT_EQ(reference->ops.size(), got->ops.size());
+  for (size_t k = 0; k < got->ops.size(); ++k) {
+    EXPECT_EQ(reference->ops[k].start_ns, got->ops[k].start_ns);
+    EXPECT_EQ(reference->ops[k].end_ns, got->ops[k].end_ns);
+  }
+}
+
+// DualPipeV's pairs are made to hide the all-to-all (deepseek-ai/DualPipe): auto turns the
+// overlap on there; off leaves the all-to-alls in their halves. Both engines agree either way.
+TEST(ExpertOverlapTest, DualPipeVHidesTheAllToAllByDefault) {
+  const int p = 2, m = 8;
+  const Model model = MoeLayers(2 * p);
+  Result<Schedule> sched = MakeSchedule(ScheduleKind::kDualPipeV, p, m, 2);
+  ASSERT_TRUE(sched.ok());
+  TimeNs auto_ns = 0;
+  for (ExpertOverlap overlap : {ExpertOverlap::kAuto, ExpertOverlap::kOff}) {
+    const SimOptions o = Ep8(ScheduleKind::kDualPipeV, overlap);
+    Result<SimResult> got = Simulate(model, H100(), *sched, o);
+    ASSERT_TRUE(got.ok()) << got.status().message();
+    EXPECT_EQ(got->ep_overlap, overlap == ExpertOverlap::kAuto);
+    EXPECT_FALSE(got->ep_combined_1f1b);
+    Result<SimResult> reference = internal::ReferenceSimulate(model, H100(), *sched, o);
+    ASSERT_TRUE(reference.ok()) << reference.status().message();
+    EXPECT_EQ(reference->iteration_ns, got->iteration_ns);
+    if (overlap == ExpertOverlap::kAuto) {
+      auto_ns = got->pipeline_ns;
+    } else {
+      EXPECT_GT(got->pipeline_ns, auto_ns);
+    }
+  }
+}
+
+// Where Megatron-LM refuses its overlap (transformer_config.py), --ep-overlap on is refused with
+// the flag named: ep of 1, a schedule without pairs to make, 1f1b over a pipeline, full
+// recomputation with the combined 1F1B.
+TEST(ExpertOverlapTest, RefusedWhereItCannotRunWithTheFlagNamed) {
+  TrainingConfig c = Ep8(ScheduleKind::kInterleaved1F1B, ExpertOverlap::kOn).config;
+  EXPECT_TRUE(c.Validate().ok());
+  TrainingConfig ep1 = c;
+  ep1.layout.expert_parallel = 1;
+  EXPECT_NE(ep1.Validate().message().find("--ep-overlap on needs --expert-parallel"),
+            std::string::npos);
+  TrainingConfig zb = c;
+  zb.schedule = ScheduleKind::kZBH1;
+  EXPECT_NE(zb.Validate().message().find("--ep-overlap on with --schedule zb-h1"),
+            std::string::npos)
+      << zb.Validate().message();
+  TrainingConfig full = c;
+  full.recompute = Recompute::kFull;
+  EXPECT_NE(full.Validate().message().find("--recompute full"), std::string::npos);
+  // 1f1b over two stages: refused where p is known, at the schedule's.
+  Result<Schedule> two = MakeSchedule(ScheduleKind::k1F1B, 2, 4);
+  ASSERT_TRUE(two.ok());
+  Result<SimResult> r =
+      Simulate(MoeLayers(2), H100(), *two, Ep8(ScheduleKind::k1F1B, ExpertOverlap::kOn));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("use --schedule interleaved"), std::string::npos)
+      << r.status().message();
+  // Auto and off never refuse.
+  TrainingConfig off = zb;
+  off.overlap.expert_overlap = ExpertOverlap::kAuto;
+  EXPECT_TRUE(off.Validate().ok());
+}
+
+}  // namespace
+}  // namespace pipecast
