@@ -1,3 +1,8 @@
+// Schedule text and PyTorch's schedule CSV (formats/schedule_text.h): reading them. The text is
+// cut into tokens (compute actions, communication actions, overlapped pairs), each rank's line
+// is checked against the stage owners it implies, the communication actions against the
+// schedule's transfers, and what the file held besides compute is counted for
+// ScheduleTextNotes. Writing is in schedule_text_write.cc.
 #include "formats/schedule_text.h"
 
 #include <fmt/format.h>
@@ -85,7 +90,6 @@ constexpr CommName kCommNames[] = {
     {"RESHARD", CommKind::kReshard, false},
     {"REDUCE_GRAD", CommKind::kReduceGrad, false},
 };
-constexpr std::string_view kOverlapName = "OVERLAP_F_B";
 
 bool KindFromLetter(char c, OpKind* kind) {
   switch (c) {
@@ -214,7 +218,7 @@ Status ParseOverlapToken(std::string_view token, Action* first, Action* second,
     return Status::InvalidArgument(
         "missing ')', expected an overlapped pair such as (0F7;7B3)OVERLAP_F_B");
   }
-  if (token.substr(close + 1) != kOverlapName) {
+  if (token.substr(close + 1) != kOverlapPairName) {
     return Status::InvalidArgument(
         fmt::format("'{}' after ')', expected OVERLAP_F_B as in (0F7;7B3)OVERLAP_F_B",
                     Excerpt(token.substr(close + 1))));
@@ -745,57 +749,6 @@ Result<Schedule> ParseScheduleText(const std::string& text, const std::string& o
 Result<Schedule> LoadScheduleText(const std::string& path, ScheduleTextInfo* info) {
   PIPECAST_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
   return ParseScheduleText(text, path, info);
-}
-
-namespace {
-
-// One rank's actions as cells, an overlapped pair as one `(0F7;7B3)OVERLAP_F_B` cell.
-std::vector<std::string> Cells(const Schedule& schedule, const std::vector<Action>& actions) {
-  std::vector<std::string> cells;
-  cells.reserve(actions.size());
-  for (size_t i = 0; i < actions.size(); ++i) {
-    if (actions[i].overlapped && actions[i].kind == OpKind::kForward && i + 1 < actions.size()) {
-      cells.push_back(fmt::format("({};{}){}", ActionName(schedule, actions[i]),
-                                  ActionName(schedule, actions[i + 1]), kOverlapName));
-      ++i;
-    } else {
-      cells.push_back(ActionName(schedule, actions[i]));
-    }
-  }
-  return cells;
-}
-
-std::string Join(const Schedule& schedule, std::string_view separator, std::string_view eol) {
-  std::string out;
-  for (const std::vector<Action>& actions : schedule.actions) {
-    const std::vector<std::string> cells = Cells(schedule, actions);
-    for (size_t i = 0; i < cells.size(); ++i) {
-      if (i > 0) out += separator;
-      out += cells[i];
-    }
-    out += eol;
-  }
-  return out;
-}
-
-}  // namespace
-
-std::string ScheduleToText(const Schedule& schedule) { return Join(schedule, " ", "\n"); }
-
-// Python's csv.writer: comma-separated cells, "\r\n" after each row; no cell here holds a
-// comma, quote or newline, so none is quoted.
-std::string ScheduleToPyTorchCsv(const Schedule& schedule) { return Join(schedule, ",", "\r\n"); }
-
-Result<ScheduleFormat> ParseScheduleFormat(const std::string& name) {
-  if (name == "text") return ScheduleFormat::kText;
-  if (name == "pytorch-csv") return ScheduleFormat::kPyTorchCsv;
-  return Status::InvalidArgument(
-      fmt::format("unknown schedule format '{}', expected text or pytorch-csv", name));
-}
-
-std::string ScheduleToFormat(const Schedule& schedule, ScheduleFormat format) {
-  return format == ScheduleFormat::kPyTorchCsv ? ScheduleToPyTorchCsv(schedule)
-                                               : ScheduleToText(schedule);
 }
 
 }  // namespace pipecast

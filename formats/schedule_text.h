@@ -7,6 +7,7 @@
 #define PIPECAST_FORMATS_SCHEDULE_TEXT_H_
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -43,6 +44,10 @@ Result<Schedule> LoadScheduleText(const std::string& path, ScheduleTextInfo* inf
 // The notes to print about a file's communication, sharding and overlapped actions, for a run
 // at ZeRO level `zero_level` (empty when the file had none).
 std::vector<std::string> ScheduleTextNotes(const ScheduleTextInfo& info, int zero_level);
+
+// What follows an overlapped pair's parentheses, `(0F7;7B3)OVERLAP_F_B` (PyTorch's
+// _ComputationType for an overlapped forward and backward); read and written with it.
+inline constexpr std::string_view kOverlapPairName = "OVERLAP_F_B";
 
 // One line per rank, actions separated by single spaces, trailing newline; an overlapped pair
 // as one `(0F7;7B3)OVERLAP_F_B` token.

@@ -49,6 +49,86 @@ GpuEvent WithBytes(GpuEvent::Kind kind, const Record& r) {
   return e;
 }
 
+// A runtime, driver or internal launch API call.
+void AddApi(const CUpti_Activity* record, ActivityTrace* out) {
+  const auto* a = reinterpret_cast<const CUpti_ActivityAPI*>(record);
+  ApiEvent e;
+  e.driver = record->kind != CUPTI_ACTIVITY_KIND_RUNTIME;
+  e.cbid = Field(a->cbid);
+  e.start_ns = Field(a->start);
+  e.end_ns = Field(a->end);
+  e.thread_id = Field(a->threadId);
+  e.correlation_id = Field(a->correlationId);
+  out->api.push_back(e);
+}
+
+// An NVTX range's start or end, or an instant marker.
+void AddMarker(const CUpti_Activity* record, ActivityTrace* out) {
+  const auto* m = reinterpret_cast<const CUpti_ActivityMarker2*>(record);
+  const auto flags = static_cast<uint32_t>(Field(m->flags));
+  MarkerEvent e;
+  if (flags & CUPTI_ACTIVITY_FLAG_MARKER_START) {
+    e.phase = MarkerEvent::Phase::kStart;
+  } else if (flags & CUPTI_ACTIVITY_FLAG_MARKER_END) {
+    e.phase = MarkerEvent::Phase::kEnd;
+  } else {
+    e.phase = MarkerEvent::Phase::kInstant;
+  }
+  e.timestamp_ns = Field(m->timestamp);
+  e.id = Field(m->id);
+  if (Field(m->objectKind) == CUPTI_ACTIVITY_OBJECT_THREAD) {
+    const CUpti_ActivityObjectKindId object = Field(m->objectId);
+    e.thread_id = object.pt.threadId;
+  }
+  e.name = Str(Field(m->name));
+  e.domain = Str(Field(m->domain));
+  out->markers.push_back(std::move(e));
+}
+
+// A device allocation or release (other memory operations are only counted).
+void AddMemory(const CUpti_Activity* record, ActivityTrace* out) {
+  const auto* m = reinterpret_cast<const CUpti_ActivityMemory4*>(record);
+  const auto op = Field(m->memoryOperationType);
+  if (op != CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_ALLOCATION &&
+      op != CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_RELEASE) {
+    ++out->other_records;
+    return;
+  }
+  MemoryEvent e;
+  e.allocation = op == CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_ALLOCATION;
+  e.timestamp_ns = Field(m->timestamp);
+  e.device_id = Field(m->deviceId);
+  e.correlation_id = Field(m->correlationId);
+  e.address = Field(m->address);
+  e.bytes = Field(m->bytes);
+  e.is_async = Field(m->isAsync) != 0;
+  out->memory.push_back(e);
+}
+
+// The device's name, compute capability, clock, memory and SMs.
+void AddDevice(const CUpti_Activity* record, ActivityTrace* out) {
+  const auto* d = reinterpret_cast<const CUpti_ActivityDevice5*>(record);
+  DeviceInfo info;
+  info.id = Field(d->id);
+  info.name = Str(Field(d->name));
+  info.compute_major = Field(d->computeCapabilityMajor);
+  info.compute_minor = Field(d->computeCapabilityMinor);
+  info.core_clock_khz = Field(d->coreClockRate);
+  info.memory_bytes = Field(d->globalMemorySize);
+  info.multiprocessors = Field(d->numMultiprocessors);
+  out->devices.push_back(std::move(info));
+}
+
+// CUPTI's own overhead: counted and summed; its data freed.
+void AddOverhead(const CUpti_Activity* record, ActivityTrace* out) {
+  const auto* o = reinterpret_cast<const CUpti_ActivityOverhead3*>(record);
+  const uint64_t start = Field(o->start);
+  const uint64_t end = Field(o->end);
+  ++out->overhead_records;
+  if (end > start) out->overhead_ns += end - start;
+  std::free(Field(o->overheadData));
+}
+
 }  // namespace
 
 void DecodeActivityRecord(const CUpti_Activity* record, ActivityTrace* out) {
@@ -78,81 +158,21 @@ void DecodeActivityRecord(const CUpti_Activity* record, ActivityTrace* out) {
       return;
     case CUPTI_ACTIVITY_KIND_RUNTIME:
     case CUPTI_ACTIVITY_KIND_DRIVER:
-    case CUPTI_ACTIVITY_KIND_INTERNAL_LAUNCH_API: {
-      const auto* a = reinterpret_cast<const CUpti_ActivityAPI*>(record);
-      ApiEvent e;
-      e.driver = record->kind != CUPTI_ACTIVITY_KIND_RUNTIME;
-      e.cbid = Field(a->cbid);
-      e.start_ns = Field(a->start);
-      e.end_ns = Field(a->end);
-      e.thread_id = Field(a->threadId);
-      e.correlation_id = Field(a->correlationId);
-      out->api.push_back(e);
+    case CUPTI_ACTIVITY_KIND_INTERNAL_LAUNCH_API:
+      AddApi(record, out);
       return;
-    }
-    case CUPTI_ACTIVITY_KIND_MARKER: {
-      const auto* m = reinterpret_cast<const CUpti_ActivityMarker2*>(record);
-      const auto flags = static_cast<uint32_t>(Field(m->flags));
-      MarkerEvent e;
-      if (flags & CUPTI_ACTIVITY_FLAG_MARKER_START) {
-        e.phase = MarkerEvent::Phase::kStart;
-      } else if (flags & CUPTI_ACTIVITY_FLAG_MARKER_END) {
-        e.phase = MarkerEvent::Phase::kEnd;
-      } else {
-        e.phase = MarkerEvent::Phase::kInstant;
-      }
-      e.timestamp_ns = Field(m->timestamp);
-      e.id = Field(m->id);
-      if (Field(m->objectKind) == CUPTI_ACTIVITY_OBJECT_THREAD) {
-        const CUpti_ActivityObjectKindId object = Field(m->objectId);
-        e.thread_id = object.pt.threadId;
-      }
-      e.name = Str(Field(m->name));
-      e.domain = Str(Field(m->domain));
-      out->markers.push_back(std::move(e));
+    case CUPTI_ACTIVITY_KIND_MARKER:
+      AddMarker(record, out);
       return;
-    }
-    case CUPTI_ACTIVITY_KIND_MEMORY2: {
-      const auto* m = reinterpret_cast<const CUpti_ActivityMemory4*>(record);
-      const auto op = Field(m->memoryOperationType);
-      if (op != CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_ALLOCATION &&
-          op != CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_RELEASE) {
-        ++out->other_records;
-        return;
-      }
-      MemoryEvent e;
-      e.allocation = op == CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_ALLOCATION;
-      e.timestamp_ns = Field(m->timestamp);
-      e.device_id = Field(m->deviceId);
-      e.correlation_id = Field(m->correlationId);
-      e.address = Field(m->address);
-      e.bytes = Field(m->bytes);
-      e.is_async = Field(m->isAsync) != 0;
-      out->memory.push_back(e);
+    case CUPTI_ACTIVITY_KIND_MEMORY2:
+      AddMemory(record, out);
       return;
-    }
-    case CUPTI_ACTIVITY_KIND_DEVICE: {
-      const auto* d = reinterpret_cast<const CUpti_ActivityDevice5*>(record);
-      DeviceInfo info;
-      info.id = Field(d->id);
-      info.name = Str(Field(d->name));
-      info.compute_major = Field(d->computeCapabilityMajor);
-      info.compute_minor = Field(d->computeCapabilityMinor);
-      info.core_clock_khz = Field(d->coreClockRate);
-      info.memory_bytes = Field(d->globalMemorySize);
-      info.multiprocessors = Field(d->numMultiprocessors);
-      out->devices.push_back(std::move(info));
+    case CUPTI_ACTIVITY_KIND_DEVICE:
+      AddDevice(record, out);
       return;
-    }
-    case CUPTI_ACTIVITY_KIND_OVERHEAD: {
-      const auto* o = reinterpret_cast<const CUpti_ActivityOverhead3*>(record);
-      const uint64_t start = Field(o->start);
-      const uint64_t end = Field(o->end);
-      ++out->overhead_records;
-      if (end > start) out->overhead_ns += end - start;
-      std::free(Field(o->overheadData));
+    case CUPTI_ACTIVITY_KIND_OVERHEAD:
+      AddOverhead(record, out);
       return;
-    }
     default:
       ++out->other_records;
       return;

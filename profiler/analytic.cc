@@ -102,6 +102,87 @@ const char* DtypeName(int bytes_per_element) {
   }
 }
 
+// The rates the estimate times its kernels at: the flat rates, the GEMM
+// table, FP8's (checked against the GPU) and the attention kernel's.
+Result<Rates> RatesFor(const TransformerSpec& spec, const AnalyticOptions& options,
+                       const GpuSpec& gpu) {
+  const double bytes_per_s = gpu.memory_bandwidth_gbps * 1e9 * options.memory_efficiency;
+  Rates rates{.flops_per_s = gpu.peak_tflops * 1e12 * options.matmul_efficiency,
+              .bytes_per_s = bytes_per_s,
+              .model = options.time_model,
+              .gemm = GemmRates{.peak_flops_per_s = gpu.peak_tflops * 1e12,
+                                .hbm_bytes_per_s = bytes_per_s,
+                                .element_bytes = static_cast<double>(options.bytes_per_element),
+                                .preset = GemmPresetFor(gpu)},
+              .fp8_gemm = {},
+              .fp8 = options.fp8,
+              .flash = {}};
+  if (options.fp8 != Fp8Recipe::kNone) {
+    // LoadGpu has checked the bf16 peak, so a GPU without an FP8 peak is refused here.
+    PIPECAST_RETURN_IF_ERROR(CheckFp8Support(options.fp8, gpu));
+    rates.fp8_gemm = GemmRates{.peak_flops_per_s = gpu.peak_fp8_tflops * 1e12,
+                               .hbm_bytes_per_s = bytes_per_s,
+                               .element_bytes = kFp8ElementBytes,
+                               .preset = Fp8GemmPresetFor(gpu)};
+  }
+  if (options.attention != Attention::kEager) {
+    PIPECAST_ASSIGN_OR_RETURN(
+        rates.flash, FlashRatesFor(gpu, FlashKernelOf(options.attention), spec.sequence_length,
+                                   AttentionHeadSize(spec), /*causal=*/true));
+  }
+  return rates;
+}
+
+// The layers (embedding, blocks, lm_head) at the micro-batch sizes, and each
+// layer's tensor-parallel cost where `costs` is given.
+Status AddLayers(const TransformerSpec& spec, const AnalyticOptions& options,
+                 const TensorParallelism& tp, const Rates& rates, Model* model,
+                 std::vector<TensorParallelCost>* costs) {
+  const Dims dims{.s = static_cast<double>(spec.sequence_length),
+                  .h = static_cast<double>(spec.hidden),
+                  .v = static_cast<double>(spec.vocab),
+                  .e = static_cast<double>(options.bytes_per_element)};
+  const Split split{.t = static_cast<double>(tp.degree), .sp = tp.sequence_parallel};
+  std::vector<int> sizes = spec.microbatch_sizes;
+  std::sort(sizes.begin(), sizes.end());
+
+  const ModelShapes shapes = ShapesOf(spec, tp.degree);
+  const ModelShapes whole = tp.degree == 1 ? shapes : ShapesOf(spec, 1);
+  const SampleCost embedding_cost = EmbeddingCost(spec, shapes.embedding, dims, split);
+  const SampleCost head_cost = HeadCost(shapes.head, dims, split, options.loss);
+  PIPECAST_ASSIGN_OR_RETURN(Layer embedding, ToLayer("embedding", embedding_cost, rates, sizes));
+  model->layers.push_back(std::move(embedding));
+  // Blocks of one kind (window, experts) have the same cost: estimate each
+  // kind once.
+  std::vector<SampleCost> kind_costs;
+  std::vector<Layer> kind_layers;
+  for (size_t k = 0; k < shapes.block_kinds.size(); ++k) {
+    kind_costs.push_back(BlockCost(spec, shapes.block_kinds[k], whole.block_kinds[k], dims,
+                                   options.attention, split, options.fp8, options.moe_imbalance));
+    PIPECAST_ASSIGN_OR_RETURN(Layer block, ToLayer("block.0", kind_costs.back(), rates, sizes));
+    kind_layers.push_back(std::move(block));
+  }
+  for (int i = 0; i < spec.layers; ++i) {
+    model->layers.push_back(kind_layers[shapes.kind_of_block[i]]);
+    model->layers.back().name = fmt::format("block.{}", i);
+  }
+  PIPECAST_ASSIGN_OR_RETURN(Layer head, ToLayer("lm_head", head_cost, rates, sizes));
+  model->layers.push_back(std::move(head));
+  if (costs != nullptr) {
+    costs->clear();
+    auto cost = [](const SampleCost& c) {
+      TensorParallelCost out = c.tp;
+      out.parameters = c.parameters;
+      return out;
+    };
+    costs->push_back(cost(embedding_cost));
+    for (int i = 0; i < spec.layers; ++i)
+      costs->push_back(cost(kind_costs[shapes.kind_of_block[i]]));
+    costs->push_back(cost(head_cost));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 const char* TimeModelName(TimeModel model) { return model == TimeModel::kFlat ? "flat" : "matmul"; }
@@ -193,37 +274,7 @@ Result<Model> EstimateTransformerAt(const TransformerSpec& spec, const AnalyticO
   PIPECAST_RETURN_IF_ERROR(ValidateTensorParallel(spec, tp));
   std::string device;
   PIPECAST_ASSIGN_OR_RETURN(GpuSpec gpu, LoadGpu(options.gpu_preset, &device));
-  const double bytes_per_s = gpu.memory_bandwidth_gbps * 1e9 * options.memory_efficiency;
-  Rates rates{.flops_per_s = gpu.peak_tflops * 1e12 * options.matmul_efficiency,
-              .bytes_per_s = bytes_per_s,
-              .model = options.time_model,
-              .gemm = GemmRates{.peak_flops_per_s = gpu.peak_tflops * 1e12,
-                                .hbm_bytes_per_s = bytes_per_s,
-                                .element_bytes = static_cast<double>(options.bytes_per_element),
-                                .preset = GemmPresetFor(gpu)},
-              .fp8_gemm = {},
-              .fp8 = options.fp8,
-              .flash = {}};
-  if (options.fp8 != Fp8Recipe::kNone) {
-    // LoadGpu has checked the bf16 peak, so a GPU without an FP8 peak is refused here.
-    PIPECAST_RETURN_IF_ERROR(CheckFp8Support(options.fp8, gpu));
-    rates.fp8_gemm = GemmRates{.peak_flops_per_s = gpu.peak_fp8_tflops * 1e12,
-                               .hbm_bytes_per_s = bytes_per_s,
-                               .element_bytes = kFp8ElementBytes,
-                               .preset = Fp8GemmPresetFor(gpu)};
-  }
-  if (options.attention != Attention::kEager) {
-    PIPECAST_ASSIGN_OR_RETURN(
-        rates.flash, FlashRatesFor(gpu, FlashKernelOf(options.attention), spec.sequence_length,
-                                   AttentionHeadSize(spec), /*causal=*/true));
-  }
-  const Dims dims{.s = static_cast<double>(spec.sequence_length),
-                  .h = static_cast<double>(spec.hidden),
-                  .v = static_cast<double>(spec.vocab),
-                  .e = static_cast<double>(options.bytes_per_element)};
-  const Split split{.t = static_cast<double>(tp.degree), .sp = tp.sequence_parallel};
-  std::vector<int> sizes = spec.microbatch_sizes;
-  std::sort(sizes.begin(), sizes.end());
+  PIPECAST_ASSIGN_OR_RETURN(const Rates rates, RatesFor(spec, options, gpu));
 
   Model model;
   model.name = spec.name;
@@ -231,41 +282,7 @@ Result<Model> EstimateTransformerAt(const TransformerSpec& spec, const AnalyticO
   model.dtype = DtypeName(options.bytes_per_element);
   model.sequence_length = spec.sequence_length;
   if (spec.global_batch > 0) model.global_batch = spec.global_batch;
-
-  const ModelShapes shapes = ShapesOf(spec, tp.degree);
-  const ModelShapes whole = tp.degree == 1 ? shapes : ShapesOf(spec, 1);
-  const SampleCost embedding_cost = EmbeddingCost(spec, shapes.embedding, dims, split);
-  const SampleCost head_cost = HeadCost(shapes.head, dims, split, options.loss);
-  PIPECAST_ASSIGN_OR_RETURN(Layer embedding, ToLayer("embedding", embedding_cost, rates, sizes));
-  model.layers.push_back(std::move(embedding));
-  // Blocks of one kind (window, experts) have the same cost: estimate each
-  // kind once.
-  std::vector<SampleCost> kind_costs;
-  std::vector<Layer> kind_layers;
-  for (size_t k = 0; k < shapes.block_kinds.size(); ++k) {
-    kind_costs.push_back(BlockCost(spec, shapes.block_kinds[k], whole.block_kinds[k], dims,
-                                   options.attention, split, options.fp8, options.moe_imbalance));
-    PIPECAST_ASSIGN_OR_RETURN(Layer block, ToLayer("block.0", kind_costs.back(), rates, sizes));
-    kind_layers.push_back(std::move(block));
-  }
-  for (int i = 0; i < spec.layers; ++i) {
-    model.layers.push_back(kind_layers[shapes.kind_of_block[i]]);
-    model.layers.back().name = fmt::format("block.{}", i);
-  }
-  PIPECAST_ASSIGN_OR_RETURN(Layer head, ToLayer("lm_head", head_cost, rates, sizes));
-  model.layers.push_back(std::move(head));
-  if (costs != nullptr) {
-    costs->clear();
-    auto cost = [](const SampleCost& c) {
-      TensorParallelCost out = c.tp;
-      out.parameters = c.parameters;
-      return out;
-    };
-    costs->push_back(cost(embedding_cost));
-    for (int i = 0; i < spec.layers; ++i)
-      costs->push_back(cost(kind_costs[shapes.kind_of_block[i]]));
-    costs->push_back(cost(head_cost));
-  }
+  PIPECAST_RETURN_IF_ERROR(AddLayers(spec, options, tp, rates, &model, costs));
 
   double flops = 0;
   for (const Layer& layer : model.layers) flops += layer.forward_flops.value_or(0);

@@ -232,12 +232,10 @@ std::vector<ProductShape> OpPolicyMms(const TransformerSpec& spec, const LayerSh
   return mms;
 }
 
-}  // namespace
-
-// REQUIRES: `whole` is `shape` at t = 1.
-SampleCost BlockCost(const TransformerSpec& spec, const LayerShape& shape, const LayerShape& whole,
-                     const Dims& d, Attention kind, const Split& x, Fp8Recipe fp8,
-                     double imbalance) {
+// The block's weight products and FLOPs, and its attention core's products
+// (eager) or FLOPs (FlashAttention).
+SampleCost BlockProducts(const LayerShape& shape, const LayerShape& whole, const Dims& d,
+                         bool flash, const Split& x, double imbalance) {
   const AttentionCore& core_shape = shape.attention;
   const double a = core_shape.query_heads;
   const double t = x.t;
@@ -249,18 +247,27 @@ SampleCost BlockCost(const TransformerSpec& spec, const LayerShape& shape, const
     // the busiest expert.
     c.weight_products.push_back({d.s * TokenCopies(p, imbalance), p.OutAt(x.t), p.InAt(x.t)});
   }
-  const MlpWidths mlp = MlpWidthsOf(shape, imbalance);
-  const double fc1_outputs = mlp.fc1_outputs, f = mlp.fc2_inputs;
   c.weight_flops = d.s * shape.WeightFlopsPerToken(x.t);
   c.other_flops = core_shape.flops / t;
   c.layer_flops = d.s * whole.WeightFlopsPerToken(1) + core_shape.flops;
-  const bool flash = kind != Attention::kEager;
   if (flash) {
     c.flash_flops = core_shape.causal_flops_as_full / t;
   } else {  // an eager kernel scores every key, then masks
     c.core_products = {{d.s, d.s, static_cast<double>(core_shape.qk_dim), a / t},  // Q*K^T
                        {d.s, static_cast<double>(core_shape.v_dim), d.s, a / t}};  // softmax(.)*V
   }
+  return c;
+}
+
+// The bytes a block keeps for its backward, less what its attention kernel
+// keeps (the s x s tensors, or FlashAttention's logsumexp).
+double BlockKeptBytes(const TransformerSpec& spec, const LayerShape& shape, const Dims& d,
+                      const Split& x, Fp8Recipe fp8, double imbalance) {
+  const AttentionCore& core_shape = shape.attention;
+  const double a = core_shape.query_heads;
+  const double t = x.t;
+  const MlpWidths mlp = MlpWidthsOf(shape, imbalance);
+  const double fc1_outputs = mlp.fc1_outputs, f = mlp.fc2_inputs;
   // Korthikanti et al. 2022 sec. 4.1-4.2, generalised to B, f, head widths,
   // SwiGLU and MLA: the QKV input, the fc1 input (one tensor when a parallel
   // block has one norm), the norm inputs and the two dropout masks are
@@ -269,7 +276,6 @@ SampleCost BlockCost(const TransformerSpec& spec, const LayerShape& shape, const
   // input are split over t (24sbh + 5as^2b); MLA's latents (the input of
   // their norm and of their up-projection) are replicated.
   const double qk = core_shape.qk_dim, v = core_shape.v_dim, kv = core_shape.kv_heads;
-  const double core = (2 * d.e + kMaskBytes) * a * d.s * d.s / t;
   const double product_inputs = spec.parallel_block && spec.block_norms == 1 ? 1 : 2;
   const double latents = 2.0 * (spec.mla.q_lora_rank + spec.mla.kv_lora_rank);
   // FP8: the inputs of the products keep their FP8 copy instead (the QKV
@@ -285,28 +291,31 @@ SampleCost BlockCost(const TransformerSpec& spec, const LayerShape& shape, const
                        (d.e * (a * qk + kv * qk + kv * v + a * v + qk_norm_inputs + fc1_outputs) +
                         e_input * f + (fp8_on ? e_input * a * v : 0)) /
                        t;
-  c.activation_bytes =
-      x.Replicated() * replicated + split + (flash ? kLogsumexpBytes * a * d.s / t : core);
-  if (flash) c.fixed_activation_bytes = kFlashRngStateBytes;
-  c.attention_core_bytes = flash ? 0 : core;
-  c.attention_core_flops = flash ? 0 : c.other_flops;
-  c.traffic_bytes = kTrafficPerActivationByte * c.activation_bytes;
-  AddBlockKernels(spec, shape, d, flash, x, imbalance, &c);
-  if (shape.moe) AddMoeRouting(spec, whole, d, &c);
-  if (fp8_on) {
-    // Each weight product casts its input in the forward and the gradient
-    // of its output in the backward (per-GPU widths, whole sequence).
-    c.fp8_products = true;
-    for (const ProductShape& p : c.weight_products) {
-      AddFp8Casts(fp8, p.m * p.k, d.e, &c.forward_kernels);
-      AddFp8Casts(fp8, p.m * p.n, d.e, &c.backward_kernels);
-    }
+  return x.Replicated() * replicated + split;
+}
+
+// Each weight product casts its input in the forward and the gradient of its
+// output in the backward (per-GPU widths, whole sequence).
+void AddProductCasts(Fp8Recipe fp8, const Dims& d, SampleCost* c) {
+  c->fp8_products = true;
+  for (const ProductShape& p : c->weight_products) {
+    AddFp8Casts(fp8, p.m * p.k, d.e, &c->forward_kernels);
+    AddFp8Casts(fp8, p.m * p.n, d.e, &c->backward_kernels);
   }
-  c.checkpoint_bytes = x.Replicated() * d.s * d.h * d.e;  // the block input
+}
+
+// What full recomputation, the weight-gradient op and the per-op policy keep
+// (`attention_kept`: what the attention kernel keeps for its backward).
+void AddRecomputeMemory(const TransformerSpec& spec, const LayerShape& shape,
+                        const LayerShape& whole, const Dims& d, const Split& x, double imbalance,
+                        double attention_kept, SampleCost* c) {
+  const double a = shape.attention.query_heads;
+  const double t = x.t;
+  c->checkpoint_bytes = x.Replicated() * d.s * d.h * d.e;  // the block input
   // What the weight products' gradients need (WeightGradWidths): 32sbh for
   // 16-bit, f = 4h, multi-head attention (Qi et al. 2024, Table 1).
   const KeptWidths grad = WeightGradWidths(whole, imbalance);
-  c.weight_grad_bytes = d.s * d.e * (x.Replicated() * grad.full + grad.split / t);
+  c->weight_grad_bytes = d.s * d.e * (x.Replicated() * grad.full + grad.split / t);
   // torchtitan's op policy (torchtitan/parallelisms/parallelize_llama.py @
   // 9dec370, _save_list and _custom_policy; docs/profiler.md): the block's
   // input, the outputs of the 1st, 3rd, ... aten.mm in the order the block
@@ -315,19 +324,42 @@ SampleCost BlockCost(const TransformerSpec& spec, const LayerShape& shape, const
   // s tensors) are kept; everything else (norms, rotary, activation, residual
   // adds, dropout) is rerun. The mms are counted as the model calls them
   // (OpPolicyMms): LLaMA's wq, wk, wv, wo, w1, w3, w2 keep wq, wv, w1, w2.
-  c.op_wrapped = true;
-  c.op_saved_bytes = c.checkpoint_bytes + d.s * d.e * a * core_shape.v_dim / t +
-                     (flash ? kLogsumexpBytes * a * d.s / t : core);
-  const std::vector<ProductShape> mms = OpPolicyMms(spec, shape, c.weight_products);
+  c->op_wrapped = true;
+  c->op_saved_bytes =
+      c->checkpoint_bytes + d.s * d.e * a * shape.attention.v_dim / t + attention_kept;
+  const std::vector<ProductShape> mms = OpPolicyMms(spec, shape, c->weight_products);
   for (size_t i = 0; i < mms.size(); ++i) {
     const ProductShape& p = mms[i];
     if (i % 2 == 1) {  // meta[mm_count] % 2 == 0: the 2nd, 4th, ... mm
-      c.op_rerun_products.push_back(p);
-      c.op_rerun_flops += 2 * p.m * p.n * p.k;
+      c->op_rerun_products.push_back(p);
+      c->op_rerun_flops += 2 * p.m * p.n * p.k;
     } else {
-      c.op_saved_bytes += p.m * p.n * d.e;
+      c->op_saved_bytes += p.m * p.n * d.e;
     }
   }
+}
+
+}  // namespace
+
+// REQUIRES: `whole` is `shape` at t = 1.
+SampleCost BlockCost(const TransformerSpec& spec, const LayerShape& shape, const LayerShape& whole,
+                     const Dims& d, Attention kind, const Split& x, Fp8Recipe fp8,
+                     double imbalance) {
+  const bool flash = kind != Attention::kEager;
+  SampleCost c = BlockProducts(shape, whole, d, flash, x, imbalance);
+  const double a = shape.attention.query_heads;
+  const double t = x.t;
+  const double core = (2 * d.e + kMaskBytes) * a * d.s * d.s / t;
+  const double attention_kept = flash ? kLogsumexpBytes * a * d.s / t : core;
+  c.activation_bytes = BlockKeptBytes(spec, shape, d, x, fp8, imbalance) + attention_kept;
+  if (flash) c.fixed_activation_bytes = kFlashRngStateBytes;
+  c.attention_core_bytes = flash ? 0 : core;
+  c.attention_core_flops = flash ? 0 : c.other_flops;
+  c.traffic_bytes = kTrafficPerActivationByte * c.activation_bytes;
+  AddBlockKernels(spec, shape, d, flash, x, imbalance, &c);
+  if (shape.moe) AddMoeRouting(spec, whole, d, &c);
+  if (fp8 != Fp8Recipe::kNone) AddProductCasts(fp8, d, &c);
+  AddRecomputeMemory(spec, shape, whole, d, x, imbalance, attention_kept, &c);
   c.output_bytes = x.Replicated() * d.s * d.h * d.e;
   c.workspace_bytes = kMatmulWorkspaceBytes;
   // Two all-reduces in the forward (after attention and after the MLP) and

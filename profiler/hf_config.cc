@@ -299,6 +299,69 @@ Status ReadMla(const Keys& k, TransformerSpec* s) {
   return Status::Ok();
 }
 
+// DeepSeek-V2/V3's shared experts, dense leading blocks, routing and
+// multi-token prediction.
+Status ReadDeepseekMoe(const Keys& k, TransformerSpec* s, std::vector<int>* dense,
+                       std::vector<std::string>* notes) {
+  MoeSpec& m = s->moe;
+  PIPECAST_RETURN_IF_ERROR(k.Int("n_shared_experts", false, 0, kMaxSpecExperts,
+                                 "the shared experts", &m.shared_experts));
+  int first_dense = 0, period = 1;
+  PIPECAST_RETURN_IF_ERROR(k.Int("first_k_dense_replace", false, 0, s->layers,
+                                 "the leading blocks with a dense MLP", &first_dense));
+  PIPECAST_RETURN_IF_ERROR(
+      k.Int("moe_layer_freq", false, 1, kMaxSpecLayers, "every how many blocks", &period));
+  // DeepseekV2/V3DecoderLayer: experts where layer >= first_k_dense_replace
+  // and layer % moe_layer_freq == 0.
+  for (int i = 0; i < s->layers; ++i) {
+    if (i < first_dense || i % period != 0) dense->push_back(i);
+  }
+  PIPECAST_RETURN_IF_ERROR(k.String("scoring_func", &m.scoring));
+  PIPECAST_RETURN_IF_ERROR(k.String("topk_method", &m.topk_method));
+  PIPECAST_RETURN_IF_ERROR(k.Number("routed_scaling_factor", &m.routed_scaling_factor));
+  PIPECAST_RETURN_IF_ERROR(
+      k.Int("n_group", false, 0, kMaxSpecExperts, "the expert groups", &m.expert_groups));
+  PIPECAST_RETURN_IF_ERROR(
+      k.Int("topk_group", false, 0, kMaxSpecExperts, "the groups a token may use", &m.topk_groups));
+  // DeepSeek-V3's aux-loss-free balancing keeps a score bias per expert.
+  m.router_bias = m.topk_method == "noaux_tc";
+  int mtp = 0;
+  PIPECAST_RETURN_IF_ERROR(k.Int("num_nextn_predict_layers", false, 0, kMaxSpecLayers,
+                                 "multi-token prediction modules", &mtp));
+  if (mtp > 0) {
+    notes->push_back(fmt::format(
+        "num_nextn_predict_layers {}: the multi-token prediction module(s) are not counted or "
+        "estimated (DeepSeek's published 671B for V3 excludes them)",
+        mtp));
+  }
+  return Status::Ok();
+}
+
+// Qwen2/3-MoE's sparse step, dense blocks and (Qwen2) gated shared expert.
+Status ReadQwenMoe(const Keys& k, Family f, TransformerSpec* s, std::vector<int>* dense) {
+  MoeSpec& m = s->moe;
+  int step = 1;
+  PIPECAST_RETURN_IF_ERROR(k.Int("decoder_sparse_step", false, 1, kMaxSpecLayers,
+                                 "every how many blocks has experts", &step));
+  std::vector<int> mlp_only;
+  PIPECAST_RETURN_IF_ERROR(k.BlockList("mlp_only_layers", s->layers, &mlp_only));
+  // Qwen2/3-MoE decoder layer: experts unless in mlp_only_layers, and
+  // where (layer + 1) % decoder_sparse_step == 0.
+  for (int i = 0; i < s->layers; ++i) {
+    const bool listed = std::find(mlp_only.begin(), mlp_only.end(), i) != mlp_only.end();
+    if (listed || (i + 1) % step != 0) dense->push_back(i);
+  }
+  if (f == Family::kQwen2Moe) {
+    PIPECAST_RETURN_IF_ERROR(k.Int("shared_expert_intermediate_size", false, 0, kMaxSpecWidth,
+                                   "the shared expert's MLP width", &m.shared_expert_ffn));
+    if (m.shared_expert_ffn > 0) {
+      m.shared_experts = 1;
+      m.shared_expert_gate = true;  // Qwen2MoeSparseMoeBlock.shared_expert_gate, h -> 1
+    }
+  }
+  return Status::Ok();
+}
+
 // The experts of the MoE families, and which blocks have them.
 Status ReadMoe(const Keys& k, Family f, TransformerSpec* s, std::vector<std::string>* notes) {
   MoeSpec& m = s->moe;
@@ -327,56 +390,9 @@ Status ReadMoe(const Keys& k, Family f, TransformerSpec* s, std::vector<std::str
       k.Number(IsDeepseek(f) ? "aux_loss_alpha" : "router_aux_loss_coef", &m.router_aux_loss_coef));
   std::vector<int> dense;
   if (IsDeepseek(f)) {
-    PIPECAST_RETURN_IF_ERROR(k.Int("n_shared_experts", false, 0, kMaxSpecExperts,
-                                   "the shared experts", &m.shared_experts));
-    int first_dense = 0, period = 1;
-    PIPECAST_RETURN_IF_ERROR(k.Int("first_k_dense_replace", false, 0, s->layers,
-                                   "the leading blocks with a dense MLP", &first_dense));
-    PIPECAST_RETURN_IF_ERROR(
-        k.Int("moe_layer_freq", false, 1, kMaxSpecLayers, "every how many blocks", &period));
-    // DeepseekV2/V3DecoderLayer: experts where layer >= first_k_dense_replace
-    // and layer % moe_layer_freq == 0.
-    for (int i = 0; i < s->layers; ++i) {
-      if (i < first_dense || i % period != 0) dense.push_back(i);
-    }
-    PIPECAST_RETURN_IF_ERROR(k.String("scoring_func", &m.scoring));
-    PIPECAST_RETURN_IF_ERROR(k.String("topk_method", &m.topk_method));
-    PIPECAST_RETURN_IF_ERROR(k.Number("routed_scaling_factor", &m.routed_scaling_factor));
-    PIPECAST_RETURN_IF_ERROR(
-        k.Int("n_group", false, 0, kMaxSpecExperts, "the expert groups", &m.expert_groups));
-    PIPECAST_RETURN_IF_ERROR(k.Int("topk_group", false, 0, kMaxSpecExperts,
-                                   "the groups a token may use", &m.topk_groups));
-    // DeepSeek-V3's aux-loss-free balancing keeps a score bias per expert.
-    m.router_bias = m.topk_method == "noaux_tc";
-    int mtp = 0;
-    PIPECAST_RETURN_IF_ERROR(k.Int("num_nextn_predict_layers", false, 0, kMaxSpecLayers,
-                                   "multi-token prediction modules", &mtp));
-    if (mtp > 0) {
-      notes->push_back(fmt::format(
-          "num_nextn_predict_layers {}: the multi-token prediction module(s) are not counted or "
-          "estimated (DeepSeek's published 671B for V3 excludes them)",
-          mtp));
-    }
+    PIPECAST_RETURN_IF_ERROR(ReadDeepseekMoe(k, s, &dense, notes));
   } else if (f == Family::kQwen2Moe || f == Family::kQwen3Moe) {
-    int step = 1;
-    PIPECAST_RETURN_IF_ERROR(k.Int("decoder_sparse_step", false, 1, kMaxSpecLayers,
-                                   "every how many blocks has experts", &step));
-    std::vector<int> mlp_only;
-    PIPECAST_RETURN_IF_ERROR(k.BlockList("mlp_only_layers", s->layers, &mlp_only));
-    // Qwen2/3-MoE decoder layer: experts unless in mlp_only_layers, and
-    // where (layer + 1) % decoder_sparse_step == 0.
-    for (int i = 0; i < s->layers; ++i) {
-      const bool listed = std::find(mlp_only.begin(), mlp_only.end(), i) != mlp_only.end();
-      if (listed || (i + 1) % step != 0) dense.push_back(i);
-    }
-    if (f == Family::kQwen2Moe) {
-      PIPECAST_RETURN_IF_ERROR(k.Int("shared_expert_intermediate_size", false, 0, kMaxSpecWidth,
-                                     "the shared expert's MLP width", &m.shared_expert_ffn));
-      if (m.shared_expert_ffn > 0) {
-        m.shared_experts = 1;
-        m.shared_expert_gate = true;  // Qwen2MoeSparseMoeBlock.shared_expert_gate, h -> 1
-      }
-    }
+    PIPECAST_RETURN_IF_ERROR(ReadQwenMoe(k, f, s, &dense));
   }
   m.dense_layers = std::move(dense);
   return Status::Ok();
@@ -459,10 +475,9 @@ Status ReadRopeScaling(const Keys& k, std::vector<std::string>* notes) {
   return Status::Ok();
 }
 
-// Everything of one model_type's object.
-Status ReadFamily(const Keys& k, Family f, TransformerSpec* s, std::vector<std::string>* notes) {
-  PIPECAST_RETURN_IF_ERROR(ReadCore(k, f, s));
-  PIPECAST_RETURN_IF_ERROR(ReadHeads(k, f, s));
+// The defaults a family sets before its keys: norm, gated MLP, biases,
+// norms per block, qk-norm, tied embeddings, activation.
+Status ReadFamilyDefaults(const Keys& k, Family f, TransformerSpec* s) {
   s->learned_positions = f == Family::kGpt2;
   // Families with RMSNorm, a gated MLP and no biases unless a key adds them.
   const bool llama_like = f != Family::kGpt2 && f != Family::kGptNeox && f != Family::kFalcon;
@@ -476,78 +491,105 @@ Status ReadFamily(const Keys& k, Family f, TransformerSpec* s, std::vector<std::
   s->activation = llama_like ? (IsGemma(f) ? "gelu_pytorch_tanh" : "silu") : "gelu";
   PIPECAST_RETURN_IF_ERROR(
       k.String(IsGemma(f) ? "hidden_activation" : "hidden_act", &s->activation));
+  return Status::Ok();
+}
 
+// GPT-2's MLP width and activation.
+Status ReadGpt2Block(const Keys& k, TransformerSpec* s) {
+  PIPECAST_RETURN_IF_ERROR(
+      k.Int("n_inner", false, 1, kMaxSpecWidth, "the MLP width; null: 4 x n_embd", &s->ffn_hidden));
+  PIPECAST_RETURN_IF_ERROR(k.String("activation_function", &s->activation));
+  if (!k.Has("activation_function")) s->activation = "gelu_new";
+  return Status::Ok();
+}
+
+// GPT-NeoX's MLP width, parallel residual, attention biases and rotary share.
+Status ReadGptNeoxBlock(const Keys& k, TransformerSpec* s, std::vector<std::string>* notes) {
+  PIPECAST_RETURN_IF_ERROR(
+      k.Int("intermediate_size", true, 1, kMaxSpecWidth, "the MLP width", &s->ffn_hidden));
+  s->parallel_block = true;  // GPTNeoXConfig's use_parallel_residual default
+  PIPECAST_RETURN_IF_ERROR(k.Bool("use_parallel_residual", &s->parallel_block));
+  bool attention_bias = true;
+  PIPECAST_RETURN_IF_ERROR(k.Bool("attention_bias", &attention_bias));
+  s->qkv_bias = s->output_bias = attention_bias;
+  double rotary = 0;
+  PIPECAST_RETURN_IF_ERROR(k.Number("rotary_pct", &rotary));
+  if (rotary > 0) {
+    notes->push_back(
+        fmt::format("rotary_pct {}: rotary positions on part of each head; no "
+                    "parameters",
+                    rotary));
+  }
+  return Status::Ok();
+}
+
+// Falcon's MLP width, biases, activation and block layout.
+Status ReadFalconBlock(const Keys& k, TransformerSpec* s, std::vector<std::string>* notes) {
+  s->ffn_hidden = 0;  // FalconConfig: ffn_hidden_size defaults to 4 x hidden_size
+  PIPECAST_RETURN_IF_ERROR(
+      k.Int("ffn_hidden_size", false, 1, kMaxSpecWidth, "the MLP width", &s->ffn_hidden));
+  bool bias = false, parallel = true, new_arch = false, alibi = false;
+  PIPECAST_RETURN_IF_ERROR(k.Bool("bias", &bias));
+  PIPECAST_RETURN_IF_ERROR(k.Bool("parallel_attn", &parallel));
+  PIPECAST_RETURN_IF_ERROR(k.Bool("new_decoder_architecture", &new_arch));
+  PIPECAST_RETURN_IF_ERROR(k.Bool("alibi", &alibi));
+  s->qkv_bias = s->output_bias = s->mlp_bias = bias;
+  s->activation = "gelu";
+  PIPECAST_RETURN_IF_ERROR(k.String("activation", &s->activation));
+  // FalconDecoderLayer: the new architecture has ln_attn and ln_mlp
+  // (num_ln_in_parallel_attn 2); a parallel block otherwise one input
+  // norm; a sequential one two.
+  int parallel_norms = 2;
+  PIPECAST_RETURN_IF_ERROR(
+      k.Int("num_ln_in_parallel_attn", false, 1, 2, "norms of a parallel block", &parallel_norms));
+  s->parallel_block = parallel || new_arch;
+  s->block_norms = new_arch ? parallel_norms : (parallel ? 1 : 2);
+  if (!k.Has("max_position_embeddings")) s->max_positions = 2048;  // FalconConfig default
+  if (alibi) notes->push_back("alibi: linear attention biases instead of rotary; no parameters");
+  return Status::Ok();
+}
+
+// The LLaMA-like families' MLP width and biases.
+Status ReadLlamaLikeBlock(const Keys& k, Family f, TransformerSpec* s) {
+  const char* ffn_about = f == Family::kMixtral ? "each expert's MLP width" : "the MLP width";
+  PIPECAST_RETURN_IF_ERROR(
+      k.Int("intermediate_size", true, 1, kMaxSpecWidth, ffn_about, &s->ffn_hidden));
+  if (f == Family::kQwen2 || f == Family::kQwen2Moe) {
+    s->qkv_bias = true;  // Qwen2Attention: q, k and v with biases, o without
+  } else {
+    bool attention_bias = false;
+    PIPECAST_RETURN_IF_ERROR(k.Bool("attention_bias", &attention_bias));
+    s->qkv_bias = s->output_bias = attention_bias;
+  }
+  if (f == Family::kLlama) PIPECAST_RETURN_IF_ERROR(k.Bool("mlp_bias", &s->mlp_bias));
+  return Status::Ok();
+}
+
+// The block's own keys, per family.
+Status ReadBlock(const Keys& k, Family f, TransformerSpec* s, std::vector<std::string>* notes) {
+  switch (f) {
+    case Family::kGpt2:
+      return ReadGpt2Block(k, s);
+    case Family::kGptNeox:
+      return ReadGptNeoxBlock(k, s, notes);
+    case Family::kFalcon:
+      return ReadFalconBlock(k, s, notes);
+    default:
+      return ReadLlamaLikeBlock(k, f, s);
+  }
+}
+
+// Everything of one model_type's object.
+Status ReadFamily(const Keys& k, Family f, TransformerSpec* s, std::vector<std::string>* notes) {
+  PIPECAST_RETURN_IF_ERROR(ReadCore(k, f, s));
+  PIPECAST_RETURN_IF_ERROR(ReadHeads(k, f, s));
+  PIPECAST_RETURN_IF_ERROR(ReadFamilyDefaults(k, f, s));
   const char* positions = f == Family::kGpt2 ? "n_positions" : "max_position_embeddings";
   PIPECAST_RETURN_IF_ERROR(k.Int(positions, f == Family::kGpt2, 1, kMaxSpecSequence,
                                  "the model's context", &s->max_positions));
   PIPECAST_RETURN_IF_ERROR(ReadRopeScaling(k, notes));
 
-  switch (f) {
-    case Family::kGpt2: {
-      PIPECAST_RETURN_IF_ERROR(k.Int("n_inner", false, 1, kMaxSpecWidth,
-                                     "the MLP width; null: 4 x n_embd", &s->ffn_hidden));
-      PIPECAST_RETURN_IF_ERROR(k.String("activation_function", &s->activation));
-      if (!k.Has("activation_function")) s->activation = "gelu_new";
-      break;
-    }
-    case Family::kGptNeox: {
-      PIPECAST_RETURN_IF_ERROR(
-          k.Int("intermediate_size", true, 1, kMaxSpecWidth, "the MLP width", &s->ffn_hidden));
-      s->parallel_block = true;  // GPTNeoXConfig's use_parallel_residual default
-      PIPECAST_RETURN_IF_ERROR(k.Bool("use_parallel_residual", &s->parallel_block));
-      bool attention_bias = true;
-      PIPECAST_RETURN_IF_ERROR(k.Bool("attention_bias", &attention_bias));
-      s->qkv_bias = s->output_bias = attention_bias;
-      double rotary = 0;
-      PIPECAST_RETURN_IF_ERROR(k.Number("rotary_pct", &rotary));
-      if (rotary > 0) {
-        notes->push_back(
-            fmt::format("rotary_pct {}: rotary positions on part of each head; no "
-                        "parameters",
-                        rotary));
-      }
-      break;
-    }
-    case Family::kFalcon: {
-      s->ffn_hidden = 0;  // FalconConfig: ffn_hidden_size defaults to 4 x hidden_size
-      PIPECAST_RETURN_IF_ERROR(
-          k.Int("ffn_hidden_size", false, 1, kMaxSpecWidth, "the MLP width", &s->ffn_hidden));
-      bool bias = false, parallel = true, new_arch = false, alibi = false;
-      PIPECAST_RETURN_IF_ERROR(k.Bool("bias", &bias));
-      PIPECAST_RETURN_IF_ERROR(k.Bool("parallel_attn", &parallel));
-      PIPECAST_RETURN_IF_ERROR(k.Bool("new_decoder_architecture", &new_arch));
-      PIPECAST_RETURN_IF_ERROR(k.Bool("alibi", &alibi));
-      s->qkv_bias = s->output_bias = s->mlp_bias = bias;
-      s->activation = "gelu";
-      PIPECAST_RETURN_IF_ERROR(k.String("activation", &s->activation));
-      // FalconDecoderLayer: the new architecture has ln_attn and ln_mlp
-      // (num_ln_in_parallel_attn 2); a parallel block otherwise one input
-      // norm; a sequential one two.
-      int parallel_norms = 2;
-      PIPECAST_RETURN_IF_ERROR(k.Int("num_ln_in_parallel_attn", false, 1, 2,
-                                     "norms of a parallel block", &parallel_norms));
-      s->parallel_block = parallel || new_arch;
-      s->block_norms = new_arch ? parallel_norms : (parallel ? 1 : 2);
-      if (!k.Has("max_position_embeddings")) s->max_positions = 2048;  // FalconConfig default
-      if (alibi)
-        notes->push_back("alibi: linear attention biases instead of rotary; no parameters");
-      break;
-    }
-    default: {
-      const char* ffn_about = f == Family::kMixtral ? "each expert's MLP width" : "the MLP width";
-      PIPECAST_RETURN_IF_ERROR(
-          k.Int("intermediate_size", true, 1, kMaxSpecWidth, ffn_about, &s->ffn_hidden));
-      if (f == Family::kQwen2 || f == Family::kQwen2Moe) {
-        s->qkv_bias = true;  // Qwen2Attention: q, k and v with biases, o without
-      } else {
-        bool attention_bias = false;
-        PIPECAST_RETURN_IF_ERROR(k.Bool("attention_bias", &attention_bias));
-        s->qkv_bias = s->output_bias = attention_bias;
-      }
-      if (f == Family::kLlama) PIPECAST_RETURN_IF_ERROR(k.Bool("mlp_bias", &s->mlp_bias));
-      break;
-    }
-  }
+  PIPECAST_RETURN_IF_ERROR(ReadBlock(k, f, s, notes));
   if (IsDeepseek(f)) PIPECAST_RETURN_IF_ERROR(ReadMla(k, s));
   if (IsMoe(f)) PIPECAST_RETURN_IF_ERROR(ReadMoe(k, f, s, notes));
   PIPECAST_RETURN_IF_ERROR(ReadWindow(k, f, s));

@@ -1,5 +1,5 @@
 // JsonReader: reads typed, range-checked fields out of parsed JSON for the files of the formats
-// part (model.json and cluster files in formats.cc, plan.json in plan_io.cc). Private to
+// part (model.json and cluster files in formats.cc, plan.json in plan_read.cc). Private to
 // formats/: no other part includes it.
 //
 // Every failure is an InvalidArgument Status whose message starts with the file (`origin`) and

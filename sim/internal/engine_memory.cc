@@ -81,6 +81,15 @@ void Engine::SweepMemory(int rank) {
 
 // kWidth: streams scanned per step (unused ones never come first), or 0 for
 // as many as the rank has.
+//
+// This stays one function of about 100 lines on purpose: its loop is the
+// memory sweep's hot path, one turn per op end and per arrival of every rank,
+// and its state (the live memory `mem`, the in-flight count, the ops started
+// and the event that starts the next) lives in locals that the `start` lambda
+// shares, where the compiler can keep them in registers. Moving the body into
+// member functions would put that state behind pointers. The steps that do
+// not touch it are already their own functions (IndexOpDeltas, OpenStreams,
+// SortLinkHeads, NextArrival, ArrivalDelta).
 template <int kWidth, bool kRecord>
 void Engine::SweepRank(int rank) {
   const std::vector<Action>& list = sched_.actions[rank];
