@@ -67,20 +67,14 @@ Result<Prediction> PredictPlan(const std::string& plan_path, const std::string& 
   return p;
 }
 
-Result<Comparison> CompareRun(const Prediction& prediction, const MeasuredRun& run,
-                              const validate::Tolerances& tol, std::vector<std::string>* notes) {
-  PIPECAST_RETURN_IF_ERROR(tol.Validate());
-  const SimResult& pred = prediction.predicted;
-  const Schedule& schedule = prediction.plan.schedule;
-  const int ranks = static_cast<int>(run.ranks.size());
-  if (ranks != schedule.num_ranks || static_cast<int>(pred.per_rank.size()) != ranks) {
-    return Status::InvalidArgument(fmt::format(
-        "the plan has {} pipeline ranks but {} measured: give one trace per pipeline rank, in "
-        "rank order (tensor- and data-parallel replicas of a rank are left out)",
-        schedule.num_ranks, ranks));
-  }
+namespace {
+
+// Whether the measured median step's ops are the plan's: each named action on a stage of the
+// plan, run by the rank the plan puts it on. Returns whether every op named its action (else
+// compute is compared per rank only).
+Result<bool> CheckOpsMatchPlan(const Schedule& schedule, const MeasuredRun& run) {
   bool actions = true;
-  for (int r = 0; r < ranks; ++r) {
+  for (int r = 0; r < static_cast<int>(run.ranks.size()); ++r) {
     for (const MeasuredOp& op : run.Step(r, run.median).ops) {
       if (op.inferred) {
         actions = false;
@@ -100,17 +94,16 @@ Result<Comparison> CompareRun(const Prediction& prediction, const MeasuredRun& r
       }
     }
   }
-  Comparison c;
-  c.iteration_ns = run.iteration_ns;
-  c.median_iteration = run.median;
+  return actions;
+}
+
+// The run's bubble ratio, then per rank: compute, bubble ratio, exposed communication (PyTorch
+// traces) and peak memory (where the trace has it).
+void AddRankRows(const SimResult& pred, const MeasuredRun& run, const validate::Tolerances& tol,
+                 Comparison* c) {
+  const int ranks = static_cast<int>(run.ranks.size());
   const double pred_iter = static_cast<double>(pred.iteration_ns);
   const double meas_iter = static_cast<double>(run.iteration_ns[run.median]);
-  c.rows.push_back(
-      MakeMetricRow("iteration time", -1, "ns", pred_iter, meas_iter, true, true, tol.time));
-  const double batch = static_cast<double>(GlobalBatch(prediction));
-  c.rows.push_back(
-      MakeMetricRow("throughput", -1, "samples/s", pred_iter > 0 ? batch * 1e9 / pred_iter : 0,
-                    meas_iter > 0 ? batch * 1e9 / meas_iter : 0, true, true, tol.time));
   std::vector<double> pred_compute(ranks), meas_compute(ranks), pred_bubble(ranks),
       meas_bubble(ranks);
   double pred_sum = 0, meas_sum = 0;
@@ -123,42 +116,79 @@ Result<Comparison> CompareRun(const Prediction& prediction, const MeasuredRun& r
     pred_sum += pred_bubble[r];
     meas_sum += meas_bubble[r];
   }
-  c.rows.push_back(MakeMetricRow("bubble ratio", -1, "ratio", pred_sum / ranks, meas_sum / ranks,
-                                 false, true, tol.bubble));
+  c->rows.push_back(MakeMetricRow("bubble ratio", -1, "ratio", pred_sum / ranks, meas_sum / ranks,
+                                  false, true, tol.bubble));
   for (int r = 0; r < ranks; ++r) {
     const StageResult& s = pred.per_rank[r];
     const RankStep& m = run.Step(r, run.median);
-    c.rows.push_back(
+    c->rows.push_back(
         MakeMetricRow("compute", r, "ns", pred_compute[r], meas_compute[r], true, false, tol.time));
-    c.rows.push_back(MakeMetricRow("bubble ratio", r, "ratio", pred_bubble[r], meas_bubble[r],
-                                   false, false, tol.bubble));
+    c->rows.push_back(MakeMetricRow("bubble ratio", r, "ratio", pred_bubble[r], meas_bubble[r],
+                                    false, false, tol.bubble));
     if (!run.pipecast_trace) {
       const TimeNs exposed =
           m.exposed_comm_ns - m.exposed_by_kind[static_cast<int>(CommKind::kSendRecv)];
-      c.rows.push_back(MakeMetricRow("exposed comm", r, "ns",
-                                     static_cast<double>(PredictedExposedComm(s)),
-                                     static_cast<double>(exposed), true, false, tol.time));
+      c->rows.push_back(MakeMetricRow("exposed comm", r, "ns",
+                                      static_cast<double>(PredictedExposedComm(s)),
+                                      static_cast<double>(exposed), true, false, tol.time));
     }
     if (m.peak_allocated_bytes >= 0) {
-      c.rows.push_back(
+      c->rows.push_back(
           MakeMetricRow("peak memory", r, "bytes", static_cast<double>(s.peak_memory_bytes),
                         static_cast<double>(m.peak_allocated_bytes), true, true, tol.memory));
     }
   }
+}
+
+// Each stage's op time, predicted against measured (traces that name their actions).
+void AddStageRows(const SimResult& pred, const MeasuredRun& run, const validate::Tolerances& tol,
+                  Comparison* c) {
+  std::map<int, double> pred_stage, meas_stage;
+  for (const OpRecord& op : pred.ops) {
+    pred_stage[op.action.stage] += static_cast<double>(op.end_ns - op.start_ns);
+  }
+  for (int r = 0; r < static_cast<int>(run.ranks.size()); ++r) {
+    for (const MeasuredOp& op : run.Step(r, run.median).ops) {
+      meas_stage[op.action.stage] += static_cast<double>(op.end_ns - op.start_ns);
+    }
+  }
+  for (const auto& [stage, ns] : pred_stage) {
+    c->rows.push_back(MakeMetricRow(fmt::format("op time, stage {}", stage), -1, "ns", ns,
+                                    meas_stage[stage], true, false, tol.time));
+  }
+}
+
+}  // namespace
+
+// Check the trace is of this plan, then the whole-run rows, the per-rank rows and, where the
+// traces name their actions, the per-stage rows.
+Result<Comparison> CompareRun(const Prediction& prediction, const MeasuredRun& run,
+                              const validate::Tolerances& tol, std::vector<std::string>* notes) {
+  PIPECAST_RETURN_IF_ERROR(tol.Validate());
+  const SimResult& pred = prediction.predicted;
+  const Schedule& schedule = prediction.plan.schedule;
+  const int ranks = static_cast<int>(run.ranks.size());
+  if (ranks != schedule.num_ranks || static_cast<int>(pred.per_rank.size()) != ranks) {
+    return Status::InvalidArgument(fmt::format(
+        "the plan has {} pipeline ranks but {} measured: give one trace per pipeline rank, in "
+        "rank order (tensor- and data-parallel replicas of a rank are left out)",
+        schedule.num_ranks, ranks));
+  }
+  PIPECAST_ASSIGN_OR_RETURN(const bool actions, CheckOpsMatchPlan(schedule, run));
+  Comparison c;
+  c.iteration_ns = run.iteration_ns;
+  c.median_iteration = run.median;
+  const double pred_iter = static_cast<double>(pred.iteration_ns);
+  const double meas_iter = static_cast<double>(run.iteration_ns[run.median]);
+  c.rows.push_back(
+      MakeMetricRow("iteration time", -1, "ns", pred_iter, meas_iter, true, true, tol.time));
+  const double batch = static_cast<double>(GlobalBatch(prediction));
+  c.rows.push_back(
+      MakeMetricRow("throughput", -1, "samples/s", pred_iter > 0 ? batch * 1e9 / pred_iter : 0,
+                    meas_iter > 0 ? batch * 1e9 / meas_iter : 0, true, true, tol.time));
+  AddRankRows(pred, run, tol, &c);
   if (actions) {
-    std::map<int, double> pred_stage, meas_stage;
-    for (const OpRecord& op : pred.ops) {
-      pred_stage[op.action.stage] += static_cast<double>(op.end_ns - op.start_ns);
-    }
-    for (int r = 0; r < ranks; ++r) {
-      for (const MeasuredOp& op : run.Step(r, run.median).ops) {
-        meas_stage[op.action.stage] += static_cast<double>(op.end_ns - op.start_ns);
-      }
-    }
-    for (const auto& [stage, ns] : pred_stage) {
-      c.rows.push_back(MakeMetricRow(fmt::format("op time, stage {}", stage), -1, "ns", ns,
-                                     meas_stage[stage], true, false, tol.time));
-    }
+    AddStageRows(pred, run, tol, &c);
   } else {
     notes->push_back(
         "the traces name no pipeline actions (PP:<action>): compute is compared per rank, not "

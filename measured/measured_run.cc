@@ -481,6 +481,140 @@ const RankStep& MeasuredRun::Step(int r, int i) const {
                            [](const RankStep& s, int number) { return s.step < number; });
 }
 
+namespace {
+
+// What a Kineto rank's ops came from, for the report.
+const char* OpsFrom(const MeasuredRank& r) {
+  bool actions = false, phases = false, inferred = false;
+  for (const RankStep& s : r.steps) {
+    for (const MeasuredOp& op : s.ops) actions = actions || !op.inferred;
+    phases = phases || !s.ops.empty();
+    inferred = inferred || s.phases_inferred;
+  }
+  return actions    ? "pipeline actions (PP:<action> ranges)"
+         : inferred ? "no phase ranges: backward from autograd, forward inferred"
+         : phases   ? "phase ranges (not pipeline actions: ops numbered in order)"
+                    : "none";
+}
+
+// One rank per PyTorch profiler trace, in the order given; the traces must be distinct ranks of
+// one run.
+Status KinetoRanks(const std::vector<TraceFile>& traces, const MeasureOptions& options,
+                   std::vector<MeasuredRank>* ranks) {
+  std::map<int, std::string> global_ranks;
+  for (size_t i = 0; i < traces.size(); ++i) {
+    const TraceFile& t = traces[i];
+    MeasuredRank r;
+    r.file = t.origin;
+    r.rank = static_cast<int>(i);
+    r.global_rank = t.rank;
+    r.world_size = t.world_size;
+    r.device = t.device;
+    PIPECAST_RETURN_IF_ERROR(KinetoRank(t).Build(&r));
+    if (t.rank) {
+      auto [it, fresh] = global_ranks.try_emplace(*t.rank, t.origin);
+      if (!fresh) {
+        return Status::InvalidArgument(fmt::format(
+            "{} and {} are both rank {} (distributedInfo.rank): give one trace per rank",
+            it->second, t.origin, *t.rank));
+      }
+    }
+    if (t.world_size && ranks->size() > 0 && (*ranks)[0].world_size &&
+        *(*ranks)[0].world_size != *t.world_size) {
+      return Status::InvalidArgument(fmt::format(
+          "{} says world size {} but {} says {} (distributedInfo.world_size): the traces "
+          "come from different runs",
+          (*ranks)[0].file, *(*ranks)[0].world_size, t.origin, *t.world_size));
+    }
+    r.ops_from = OpsFrom(r);
+    if (options.skip_steps > 0) {
+      const size_t drop = std::min(r.steps.size(), static_cast<size_t>(options.skip_steps));
+      r.steps.erase(r.steps.begin(), r.steps.begin() + static_cast<std::ptrdiff_t>(drop));
+      if (r.steps.empty()) {
+        return Status::FailedPrecondition(
+            fmt::format("{}: --skip-steps {} leaves none of its steps: skip fewer", t.origin,
+                        options.skip_steps));
+      }
+    }
+    ranks->push_back(std::move(r));
+  }
+  return Status::Ok();
+}
+
+// The step numbers every rank has, ascending.
+Result<std::vector<int>> CommonSteps(const std::vector<MeasuredRank>& ranks) {
+  std::vector<int> common;
+  for (const RankStep& s : ranks[0].steps) common.push_back(s.step);
+  for (const MeasuredRank& r : ranks) {
+    std::vector<int> mine, both;
+    for (const RankStep& s : r.steps) mine.push_back(s.step);
+    std::set_intersection(common.begin(), common.end(), mine.begin(), mine.end(),
+                          std::back_inserter(both));
+    common = both;
+  }
+  if (common.empty()) {
+    std::string list;
+    for (const MeasuredRank& r : ranks) {
+      list += fmt::format("{}{}: steps {}", list.empty() ? "" : "; ", r.file, StepsText(r));
+    }
+    return Status::InvalidArgument(fmt::format(
+        "the traces share no ProfilerStep number ({}): profile the same iterations on every "
+        "rank",
+        list));
+  }
+  return common;
+}
+
+// Each common step's iteration time (the latest end less the earliest start over the ranks)
+// and the median step.
+void IterationTimes(MeasuredRun* run) {
+  for (size_t i = 0; i < run->steps.size(); ++i) {
+    TimeNs first = INT64_MAX, last = INT64_MIN;
+    for (size_t r = 0; r < run->ranks.size(); ++r) {
+      const RankStep& s = run->Step(static_cast<int>(r), static_cast<int>(i));
+      first = std::min(first, s.start_ns);
+      last = std::max(last, s.end_ns);
+    }
+    run->iteration_ns.push_back(last - first);
+  }
+  std::vector<std::pair<TimeNs, int>> order;
+  for (size_t i = 0; i < run->iteration_ns.size(); ++i) {
+    order.push_back({run->iteration_ns[i], static_cast<int>(i)});
+  }
+  std::sort(order.begin(), order.end());
+  run->median = order[(order.size() - 1) / 2].second;
+}
+
+// What the report says about how the run was read: clocks, unmatched launches, inferred phases.
+void AddRunNotes(MeasuredRun* run) {
+  if (!run->pipecast_trace && run->ranks.size() > 1) {
+    run->notes.push_back(
+        "iteration time across ranks: the latest window end less the earliest start, with the "
+        "ranks' trace clocks taken as one (Kineto stamps with the host clock)");
+  }
+  for (const MeasuredRank& r : run->ranks) {
+    if (r.unmatched_launches > 0) {
+      run->notes.push_back(fmt::format(
+          "rank {}: {} GPU activities have no launch record in the trace: placed in a step by "
+          "their GPU start, with no phase",
+          r.rank, r.unmatched_launches));
+    }
+    for (const RankStep& s : r.steps) {
+      if (s.phases_inferred) {
+        run->notes.push_back(fmt::format(
+            "rank {}: no phase ranges (record_function) in its steps: backward is the work "
+            "launched inside autograd, forward the main thread's other launches (inferred)",
+            r.rank));
+        break;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+// Read the ranks (one pipecast trace of every rank, or one PyTorch profiler trace a rank), keep
+// the steps all share, time each, and note how the run was read.
 Result<MeasuredRun> BuildMeasuredRun(const std::vector<TraceFile>& traces,
                                      const MeasureOptions& options) {
   PIPECAST_RETURN_IF_ERROR(options.Validate());
@@ -500,111 +634,11 @@ Result<MeasuredRun> BuildMeasuredRun(const std::vector<TraceFile>& traces,
     }
     PIPECAST_RETURN_IF_ERROR(internal::PipecastRanks(traces[0], options.label, &run.ranks));
   } else {
-    std::map<int, std::string> global_ranks;
-    for (size_t i = 0; i < traces.size(); ++i) {
-      const TraceFile& t = traces[i];
-      MeasuredRank r;
-      r.file = t.origin;
-      r.rank = static_cast<int>(i);
-      r.global_rank = t.rank;
-      r.world_size = t.world_size;
-      r.device = t.device;
-      PIPECAST_RETURN_IF_ERROR(KinetoRank(t).Build(&r));
-      if (t.rank) {
-        auto [it, fresh] = global_ranks.try_emplace(*t.rank, t.origin);
-        if (!fresh) {
-          return Status::InvalidArgument(fmt::format(
-              "{} and {} are both rank {} (distributedInfo.rank): give one trace per rank",
-              it->second, t.origin, *t.rank));
-        }
-      }
-      if (t.world_size && run.ranks.size() > 0 && run.ranks[0].world_size &&
-          *run.ranks[0].world_size != *t.world_size) {
-        return Status::InvalidArgument(fmt::format(
-            "{} says world size {} but {} says {} (distributedInfo.world_size): the traces "
-            "come from different runs",
-            run.ranks[0].file, *run.ranks[0].world_size, t.origin, *t.world_size));
-      }
-      bool actions = false, phases = false, inferred = false;
-      for (const RankStep& s : r.steps) {
-        for (const MeasuredOp& op : s.ops) actions = actions || !op.inferred;
-        phases = phases || !s.ops.empty();
-        inferred = inferred || s.phases_inferred;
-      }
-      r.ops_from = actions    ? "pipeline actions (PP:<action> ranges)"
-                   : inferred ? "no phase ranges: backward from autograd, forward inferred"
-                   : phases   ? "phase ranges (not pipeline actions: ops numbered in order)"
-                              : "none";
-      if (options.skip_steps > 0) {
-        const size_t drop = std::min(r.steps.size(), static_cast<size_t>(options.skip_steps));
-        r.steps.erase(r.steps.begin(), r.steps.begin() + static_cast<std::ptrdiff_t>(drop));
-        if (r.steps.empty()) {
-          return Status::FailedPrecondition(
-              fmt::format("{}: --skip-steps {} leaves none of its steps: skip fewer", t.origin,
-                          options.skip_steps));
-        }
-      }
-      run.ranks.push_back(std::move(r));
-    }
+    PIPECAST_RETURN_IF_ERROR(KinetoRanks(traces, options, &run.ranks));
   }
-  // The steps every rank has.
-  std::vector<int> common;
-  for (const RankStep& s : run.ranks[0].steps) common.push_back(s.step);
-  for (const MeasuredRank& r : run.ranks) {
-    std::vector<int> mine, both;
-    for (const RankStep& s : r.steps) mine.push_back(s.step);
-    std::set_intersection(common.begin(), common.end(), mine.begin(), mine.end(),
-                          std::back_inserter(both));
-    common = both;
-  }
-  if (common.empty()) {
-    std::string list;
-    for (const MeasuredRank& r : run.ranks) {
-      list += fmt::format("{}{}: steps {}", list.empty() ? "" : "; ", r.file, StepsText(r));
-    }
-    return Status::InvalidArgument(fmt::format(
-        "the traces share no ProfilerStep number ({}): profile the same iterations on every "
-        "rank",
-        list));
-  }
-  run.steps = common;
-  for (size_t i = 0; i < common.size(); ++i) {
-    TimeNs first = INT64_MAX, last = INT64_MIN;
-    for (size_t r = 0; r < run.ranks.size(); ++r) {
-      const RankStep& s = run.Step(static_cast<int>(r), static_cast<int>(i));
-      first = std::min(first, s.start_ns);
-      last = std::max(last, s.end_ns);
-    }
-    run.iteration_ns.push_back(last - first);
-  }
-  std::vector<std::pair<TimeNs, int>> order;
-  for (size_t i = 0; i < run.iteration_ns.size(); ++i) {
-    order.push_back({run.iteration_ns[i], static_cast<int>(i)});
-  }
-  std::sort(order.begin(), order.end());
-  run.median = order[(order.size() - 1) / 2].second;
-  if (!run.pipecast_trace && run.ranks.size() > 1) {
-    run.notes.push_back(
-        "iteration time across ranks: the latest window end less the earliest start, with the "
-        "ranks' trace clocks taken as one (Kineto stamps with the host clock)");
-  }
-  for (const MeasuredRank& r : run.ranks) {
-    if (r.unmatched_launches > 0) {
-      run.notes.push_back(fmt::format(
-          "rank {}: {} GPU activities have no launch record in the trace: placed in a step by "
-          "their GPU start, with no phase",
-          r.rank, r.unmatched_launches));
-    }
-    for (const RankStep& s : r.steps) {
-      if (s.phases_inferred) {
-        run.notes.push_back(fmt::format(
-            "rank {}: no phase ranges (record_function) in its steps: backward is the work "
-            "launched inside autograd, forward the main thread's other launches (inferred)",
-            r.rank));
-        break;
-      }
-    }
-  }
+  PIPECAST_ASSIGN_OR_RETURN(run.steps, CommonSteps(run.ranks));
+  IterationTimes(&run);
+  AddRunNotes(&run);
   return run;
 }
 

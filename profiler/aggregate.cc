@@ -70,6 +70,114 @@ Status AggregateOptions::Validate() const {
   return Status::Ok();
 }
 
+namespace {
+
+// One process's samples into `layers` (every sample for a layer's sizes and first forward, the
+// used iterations' for its times and bytes) and its used steps' busy time into `step_busy`.
+// `p` names the process in the error.
+Status CollectProcess(const Attribution& a, size_t p, const AggregateOptions& options,
+                      Aggregation* out, std::map<std::string, Collected>* layers,
+                      std::vector<double>* step_busy) {
+  std::set<int> seen;
+  for (const LayerSample& s : a.samples) {
+    if (s.step >= 0) seen.insert(s.step);
+  }
+  const std::vector<int> steps(seen.begin(), seen.end());
+  if (out->iterations_seen == 0) out->iterations_seen = static_cast<int>(steps.size());
+  const int needed = options.warmup + options.iterations;
+  if (static_cast<int>(steps.size()) < needed) {
+    return Status::FailedPrecondition(fmt::format(
+        "process {}: the trace has {} iteration(s) ({}), fewer than --warmup {} + --iterations "
+        "{}; run the program for more steps or lower --iterations",
+        p, steps.size(),
+        a.steps.empty() ? "occurrences of each layer's forward range; no pipecast:step ranges"
+                        : "pipecast:step ranges with layer ranges inside",
+        options.warmup, options.iterations));
+  }
+  const std::set<int> used(steps.begin() + options.warmup, steps.begin() + needed);
+  for (const StepSample& st : a.steps) {
+    if (used.count(st.index)) step_busy->push_back(static_cast<double>(st.busy_ns));
+  }
+  for (const LayerSample& s : a.samples) {
+    Collected& c = (*layers)[s.layer];
+    if (c.first_seen == 0) c.first_seen = layers->size();
+    if (!c.parameters) c.parameters = s.parameters;
+    if (!c.output_bytes) c.output_bytes = s.output_bytes;
+    if (!c.checkpoint_bytes) c.checkpoint_bytes = s.checkpoint_bytes;
+    if (!c.weight_grad_bytes) c.weight_grad_bytes = s.weight_grad_bytes;
+    if (s.pass == Pass::kForward) c.first_forward = std::min(c.first_forward, s.start_ns);
+    if (!used.count(s.step)) continue;
+    const double busy = static_cast<double>(s.busy_ns);
+    const double transient = static_cast<double>(std::max<int64_t>(0, s.peak_bytes - s.kept_bytes));
+    switch (s.pass) {
+      case Pass::kForward:
+        c.forward.push_back(busy);
+        c.kept.push_back(static_cast<double>(s.kept_bytes));
+        break;
+      case Pass::kBackward:
+        c.backward.push_back(busy);
+        break;
+      case Pass::kWeightGrad:
+        c.weight_grad.push_back(busy);
+        break;
+    }
+    c.transient[static_cast<int>(s.pass)].push_back(transient);
+  }
+  return Status::Ok();
+}
+
+// One layer's summaries; what is missing is written as 0 with a warning.
+LayerAggregate Summarized(const std::string& name, Collected& c,
+                          std::vector<std::string>* warnings) {
+  LayerAggregate l;
+  l.name = name;
+  l.parameters = c.parameters;
+  l.output_bytes = c.output_bytes;
+  l.checkpoint_bytes = c.checkpoint_bytes;
+  l.weight_grad_bytes = c.weight_grad_bytes;
+  if (c.forward.empty()) {
+    warnings->push_back(
+        fmt::format("layer {}: no forward range in the iterations used; "
+                    "forward_us = 0",
+                    name));
+    c.forward.push_back(0);
+    c.kept.push_back(0);
+  }
+  if (c.backward.empty() && c.weight_grad.empty()) {
+    warnings->push_back(
+        fmt::format("layer {}: no backward range in the iterations used; "
+                    "backward_us = 0 (is its backward hook firing?)",
+                    name));
+  }
+  if (c.backward.empty())
+    c.backward = c.weight_grad.empty() ? std::vector<double>{0} : c.weight_grad;
+  l.forward_ns = Summarize(c.forward);
+  l.backward_ns = Summarize(c.backward);
+  if (!c.weight_grad.empty()) l.weight_grad_ns = Summarize(c.weight_grad);
+  l.activation_bytes = Summarize(c.kept);
+  for (const std::vector<double>& t : c.transient) {
+    if (!t.empty()) {
+      l.workspace_bytes = std::max(l.workspace_bytes, static_cast<int64_t>(Summarize(t).median));
+    }
+  }
+  if (!l.parameters) {
+    warnings->push_back(
+        fmt::format("layer {}: parameter count unknown (add :params=N to its forward range name); "
+                    "written as 0",
+                    name));
+  }
+  if (!l.output_bytes) {
+    warnings->push_back(
+        fmt::format("layer {}: output size unknown (add :out=BYTES to its forward range name); "
+                    "written as 0",
+                    name));
+  }
+  return l;
+}
+
+}  // namespace
+
+// Collect every process's samples, then summarize each layer in the order of its first forward.
 Result<Aggregation> Aggregate(const std::vector<Attribution>& processes,
                               const AggregateOptions& options) {
   PIPECAST_RETURN_IF_ERROR(options.Validate());
@@ -77,54 +185,8 @@ Result<Aggregation> Aggregate(const std::vector<Attribution>& processes,
   std::map<std::string, Collected> layers;
   std::vector<double> step_busy;
   for (size_t p = 0; p < processes.size(); ++p) {
-    const Attribution& a = processes[p];
-    if (a.samples.empty()) continue;
-    std::set<int> seen;
-    for (const LayerSample& s : a.samples) {
-      if (s.step >= 0) seen.insert(s.step);
-    }
-    const std::vector<int> steps(seen.begin(), seen.end());
-    if (out.iterations_seen == 0) out.iterations_seen = static_cast<int>(steps.size());
-    const int needed = options.warmup + options.iterations;
-    if (static_cast<int>(steps.size()) < needed) {
-      return Status::FailedPrecondition(fmt::format(
-          "process {}: the trace has {} iteration(s) ({}), fewer than --warmup {} + --iterations "
-          "{}; run the program for more steps or lower --iterations",
-          p, steps.size(),
-          a.steps.empty() ? "occurrences of each layer's forward range; no pipecast:step ranges"
-                          : "pipecast:step ranges with layer ranges inside",
-          options.warmup, options.iterations));
-    }
-    const std::set<int> used(steps.begin() + options.warmup, steps.begin() + needed);
-    for (const StepSample& st : a.steps) {
-      if (used.count(st.index)) step_busy.push_back(static_cast<double>(st.busy_ns));
-    }
-    for (const LayerSample& s : a.samples) {
-      Collected& c = layers[s.layer];
-      if (c.first_seen == 0) c.first_seen = layers.size();
-      if (!c.parameters) c.parameters = s.parameters;
-      if (!c.output_bytes) c.output_bytes = s.output_bytes;
-      if (!c.checkpoint_bytes) c.checkpoint_bytes = s.checkpoint_bytes;
-      if (!c.weight_grad_bytes) c.weight_grad_bytes = s.weight_grad_bytes;
-      if (s.pass == Pass::kForward) c.first_forward = std::min(c.first_forward, s.start_ns);
-      if (!used.count(s.step)) continue;
-      const double busy = static_cast<double>(s.busy_ns);
-      const double transient =
-          static_cast<double>(std::max<int64_t>(0, s.peak_bytes - s.kept_bytes));
-      switch (s.pass) {
-        case Pass::kForward:
-          c.forward.push_back(busy);
-          c.kept.push_back(static_cast<double>(s.kept_bytes));
-          break;
-        case Pass::kBackward:
-          c.backward.push_back(busy);
-          break;
-        case Pass::kWeightGrad:
-          c.weight_grad.push_back(busy);
-          break;
-      }
-      c.transient[static_cast<int>(s.pass)].push_back(transient);
-    }
+    if (processes[p].samples.empty()) continue;
+    PIPECAST_RETURN_IF_ERROR(CollectProcess(processes[p], p, options, &out, &layers, &step_busy));
   }
   if (layers.empty()) {
     return Status::FailedPrecondition(
@@ -140,53 +202,7 @@ Result<Aggregation> Aggregate(const std::vector<Attribution>& processes,
     }
     return a.second->first_seen < b.second->first_seen;
   });
-  for (auto& [name, cp] : order) {
-    Collected& c = *cp;
-    LayerAggregate l;
-    l.name = name;
-    l.parameters = c.parameters;
-    l.output_bytes = c.output_bytes;
-    l.checkpoint_bytes = c.checkpoint_bytes;
-    l.weight_grad_bytes = c.weight_grad_bytes;
-    if (c.forward.empty()) {
-      out.warnings.push_back(
-          fmt::format("layer {}: no forward range in the iterations used; "
-                      "forward_us = 0",
-                      name));
-      c.forward.push_back(0);
-      c.kept.push_back(0);
-    }
-    if (c.backward.empty() && c.weight_grad.empty()) {
-      out.warnings.push_back(
-          fmt::format("layer {}: no backward range in the iterations used; "
-                      "backward_us = 0 (is its backward hook firing?)",
-                      name));
-    }
-    if (c.backward.empty())
-      c.backward = c.weight_grad.empty() ? std::vector<double>{0} : c.weight_grad;
-    l.forward_ns = Summarize(c.forward);
-    l.backward_ns = Summarize(c.backward);
-    if (!c.weight_grad.empty()) l.weight_grad_ns = Summarize(c.weight_grad);
-    l.activation_bytes = Summarize(c.kept);
-    for (const std::vector<double>& t : c.transient) {
-      if (!t.empty()) {
-        l.workspace_bytes = std::max(l.workspace_bytes, static_cast<int64_t>(Summarize(t).median));
-      }
-    }
-    if (!l.parameters) {
-      out.warnings.push_back(fmt::format(
-          "layer {}: parameter count unknown (add :params=N to its forward range name); "
-          "written as 0",
-          name));
-    }
-    if (!l.output_bytes) {
-      out.warnings.push_back(
-          fmt::format("layer {}: output size unknown (add :out=BYTES to its forward range name); "
-                      "written as 0",
-                      name));
-    }
-    out.layers.push_back(std::move(l));
-  }
+  for (auto& [name, cp] : order) out.layers.push_back(Summarized(name, *cp, &out.warnings));
   if (!step_busy.empty()) out.step_busy_ns = Summarize(step_busy);
   return out;
 }
