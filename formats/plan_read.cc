@@ -156,6 +156,26 @@ Status ReadPartitionRule(const Reader& r, const json& root, PartitionSetting* ou
   return Status::Ok();
 }
 
+// Expert parallelism: optional, absent at ep = etp = 1; its overlap absent at auto.
+Status ReadExpertLayout(const Reader& r, const json& root, PlanFile* plan) {
+  if (root.contains("expert_parallel")) {
+    PIPECAST_RETURN_IF_ERROR(r.Int(root, "", "expert_parallel", 1, kMaxExpertParallel,
+                                   &plan->config.layout.expert_parallel));
+  }
+  if (root.contains("expert_tensor_parallel")) {
+    PIPECAST_RETURN_IF_ERROR(r.Int(root, "", "expert_tensor_parallel", 1, kMaxExpertParallel,
+                                   &plan->config.layout.expert_tensor_parallel));
+  }
+  if (root.contains("ep_overlap")) {  // absent: auto
+    std::string overlap;
+    PIPECAST_RETURN_IF_ERROR(r.String(root, "", "ep_overlap", &overlap));
+    std::optional<ExpertOverlap> parsed = ParseExpertOverlap(overlap);
+    if (!parsed) return r.Error("ep_overlap", "must be \"auto\", \"on\" or \"off\"");
+    plan->config.overlap.expert_overlap = *parsed;
+  }
+  return Status::Ok();
+}
+
 Status ReadCounts(const Reader& r, const json& root, PlanFile* plan) {
   PIPECAST_RETURN_IF_ERROR(r.Int(root, "", "gpus", 1, kMaxCount, &plan->gpus));
   PIPECAST_RETURN_IF_ERROR(
@@ -180,22 +200,7 @@ Status ReadCounts(const Reader& r, const json& root, PlanFile* plan) {
     PIPECAST_RETURN_IF_ERROR(r.Int(root, "", "context_parallel", 1, kMaxContextParallel,
                                    &plan->config.layout.context_parallel));
   }
-  // Expert parallelism: optional, absent at ep = etp = 1.
-  if (root.contains("expert_parallel")) {
-    PIPECAST_RETURN_IF_ERROR(r.Int(root, "", "expert_parallel", 1, kMaxExpertParallel,
-                                   &plan->config.layout.expert_parallel));
-  }
-  if (root.contains("expert_tensor_parallel")) {
-    PIPECAST_RETURN_IF_ERROR(r.Int(root, "", "expert_tensor_parallel", 1, kMaxExpertParallel,
-                                   &plan->config.layout.expert_tensor_parallel));
-  }
-  if (root.contains("ep_overlap")) {  // absent: auto
-    std::string overlap;
-    PIPECAST_RETURN_IF_ERROR(r.String(root, "", "ep_overlap", &overlap));
-    std::optional<ExpertOverlap> parsed = ParseExpertOverlap(overlap);
-    if (!parsed) return r.Error("ep_overlap", "must be \"auto\", \"on\" or \"off\"");
-    plan->config.overlap.expert_overlap = *parsed;
-  }
+  PIPECAST_RETURN_IF_ERROR(ReadExpertLayout(r, root, plan));
   if (root.contains("cp_algorithm")) {
     std::string algorithm;
     PIPECAST_RETURN_IF_ERROR(r.String(root, "", "cp_algorithm", &algorithm));

@@ -86,6 +86,95 @@ Result<CuptiMeasurement> MeasureTraces(const std::vector<ActivityTrace>& traces,
   return m;
 }
 
+namespace {
+
+json DevicesJson(const std::vector<DeviceInfo>& devices) {
+  json out = json::array();
+  for (const DeviceInfo& d : devices) {
+    out.push_back({{"id", d.id},
+                   {"name", d.name},
+                   {"compute_capability", fmt::format("{}.{}", d.compute_major, d.compute_minor)},
+                   {"sm_clock_mhz", d.core_clock_khz / 1000},
+                   {"memory_bytes", d.memory_bytes},
+                   {"multiprocessors", d.multiprocessors},
+                   {"usable_memory_bytes", d.usable_memory_bytes},
+                   {"context_memory_bytes", d.context_memory_bytes}});
+  }
+  return out;
+}
+
+// What CUPTI recorded for one micro-batch size, and what of it was attributed.
+json RecordsJson(const CuptiMeasurement& m) {
+  return {{"gpu_records", m.stats.gpu_records},
+          {"attributed", m.stats.attributed},
+          {"outside_layer_ranges", m.stats.outside_layers},
+          {"without_api_record", m.stats.unmatched},
+          {"unattributed_busy_us", m.stats.unattributed_busy_ns / 1000.0},
+          {"memory_records", m.stats.memory_records},
+          {"memory_attributed", m.stats.memory_attributed},
+          {"dropped", m.dropped_records},
+          {"zero_timestamps", m.zero_timestamp_records},
+          {"invalid", m.invalid_records},
+          {"unclosed_ranges", m.stats.unclosed_ranges},
+          {"range_ends_without_start", m.stats.unmatched_range_ends},
+          {"cupti_overhead_us", m.overhead_ns / 1000.0},
+          {"processes", m.processes}};
+}
+
+// The first device's preset and the memory a plan must leave free on it: the largest CUDA
+// context seen over the runs (one per micro-batch size).
+void AddDeviceDetails(const std::vector<CuptiMeasurement>& measurements,
+                      std::map<std::string, std::string>* d) {
+  if (measurements.front().devices.empty()) return;
+  const DeviceInfo& first = measurements.front().devices.front();
+  if (const std::string preset = PresetForGpuName(first.name); !preset.empty()) {
+    (*d)[kGpuPresetKey] = json(preset).dump();
+  }
+  uint64_t context = 0, usable = 0;
+  for (const CuptiMeasurement& m : measurements) {
+    for (const DeviceInfo& dev : m.devices) {
+      if (dev.id != first.id || dev.context_memory_bytes == 0) continue;
+      context = std::max(context, dev.context_memory_bytes);
+      usable = usable == 0 ? dev.usable_memory_bytes : std::min(usable, dev.usable_memory_bytes);
+    }
+  }
+  if (context > 0) {
+    (*d)[kMeasuredMemoryKey] =
+        json{{"device", first.name},
+             {"usable_bytes", usable},
+             {"cuda_context_bytes", context},
+             {"method",
+              "cuMemGetInfo right after the CUDA context was created (CUPTI "
+              "resource callback): usable = total, context = total - free; the largest "
+              "context over the runs. cuBLAS workspaces and NCCL buffers are the program's "
+              "own allocations and are not in this figure"}}
+            .dump();
+  }
+}
+
+// How the times and bytes were measured, for whoever reads the model.
+void AddMetricDetails(const AggregateOptions& options, std::map<std::string, std::string>* d) {
+  (*d)["warmup"] = json(options.warmup).dump();
+  (*d)["iterations"] = json(options.iterations).dump();
+  (*d)["time_metric"] =
+      json(
+          "per layer and pass: union of the intervals of its kernels, copies and sets on each "
+          "GPU (overlapping streams counted once), summed over GPUs; median over iterations. "
+          "backward_us includes the weight_grad ranges of the same occurrence")
+          .dump();
+  (*d)["memory_metric"] =
+      json(
+          "activation_bytes: device allocations made inside the layer's forward range and "
+          "still allocated when it ends (CUPTI MEMORY2 records), median over iterations. A "
+          "caching allocator (PyTorch's default) hides these: see docs/profiler.md")
+          .dump();
+  (*d)["max_lost_record_fraction"] = json(kMaxLostRecordFraction).dump();
+}
+
+}  // namespace
+
+// The model: each micro-batch size's profiles, then the source's details (devices, clocks,
+// records, spread, warnings, memory, metrics).
 Result<Model> BuildCuptiModel(const std::string& name,
                               const std::vector<CuptiMeasurement>& measurements,
                               const AggregateOptions& options,
@@ -95,18 +184,6 @@ Result<Model> BuildCuptiModel(const std::string& name,
   model.name = name;
   model.source.method = "cupti";
   model.source.device = DeviceLabel(measurements.front().devices);
-  json devices = json::array();
-  for (const DeviceInfo& d : measurements.front().devices) {
-    devices.push_back(
-        {{"id", d.id},
-         {"name", d.name},
-         {"compute_capability", fmt::format("{}.{}", d.compute_major, d.compute_minor)},
-         {"sm_clock_mhz", d.core_clock_khz / 1000},
-         {"memory_bytes", d.memory_bytes},
-         {"multiprocessors", d.multiprocessors},
-         {"usable_memory_bytes", d.usable_memory_bytes},
-         {"context_memory_bytes", d.context_memory_bytes}});
-  }
   json spread = json::object();
   json records = json::object();
   json warnings = json::array();
@@ -114,74 +191,20 @@ Result<Model> BuildCuptiModel(const std::string& name,
     PIPECAST_RETURN_IF_ERROR(AddProfiles(m.aggregation, m.microbatch_size, &model));
     const std::string key = fmt::format("microbatch_size={}", m.microbatch_size);
     spread[key] = SpreadJson(m.aggregation);
-    records[key] = {{"gpu_records", m.stats.gpu_records},
-                    {"attributed", m.stats.attributed},
-                    {"outside_layer_ranges", m.stats.outside_layers},
-                    {"without_api_record", m.stats.unmatched},
-                    {"unattributed_busy_us", m.stats.unattributed_busy_ns / 1000.0},
-                    {"memory_records", m.stats.memory_records},
-                    {"memory_attributed", m.stats.memory_attributed},
-                    {"dropped", m.dropped_records},
-                    {"zero_timestamps", m.zero_timestamp_records},
-                    {"invalid", m.invalid_records},
-                    {"unclosed_ranges", m.stats.unclosed_ranges},
-                    {"range_ends_without_start", m.stats.unmatched_range_ends},
-                    {"cupti_overhead_us", m.overhead_ns / 1000.0},
-                    {"processes", m.processes}};
+    records[key] = RecordsJson(m);
     for (const std::string& w : m.warnings) warnings.push_back(key + ": " + w);
     for (const std::string& w : m.aggregation.warnings) warnings.push_back(key + ": " + w);
   }
   auto& d = model.source.details;
-  d["devices"] = devices.dump();
+  d["devices"] = DevicesJson(measurements.front().devices).dump();
   d["clocks"] = json(
                     "GPU clocks as the driver reported them at start-up (sm_clock_mhz per "
                     "device); pipecast does not lock clocks: lock them (nvidia-smi "
                     "--lock-gpu-clocks) for repeatable numbers")
                     .dump();
   d["cupti_version"] = json(measurements.front().cupti_version).dump();
-  if (!measurements.front().devices.empty()) {
-    const DeviceInfo& first = measurements.front().devices.front();
-    if (const std::string preset = PresetForGpuName(first.name); !preset.empty()) {
-      d[kGpuPresetKey] = json(preset).dump();
-    }
-    // The largest context seen over the runs (one per micro-batch size):
-    // what a plan must leave free.
-    uint64_t context = 0, usable = 0;
-    for (const CuptiMeasurement& m : measurements) {
-      for (const DeviceInfo& dev : m.devices) {
-        if (dev.id != first.id || dev.context_memory_bytes == 0) continue;
-        context = std::max(context, dev.context_memory_bytes);
-        usable = usable == 0 ? dev.usable_memory_bytes : std::min(usable, dev.usable_memory_bytes);
-      }
-    }
-    if (context > 0) {
-      d[kMeasuredMemoryKey] =
-          json{{"device", first.name},
-               {"usable_bytes", usable},
-               {"cuda_context_bytes", context},
-               {"method",
-                "cuMemGetInfo right after the CUDA context was created (CUPTI "
-                "resource callback): usable = total, context = total - free; the largest "
-                "context over the runs. cuBLAS workspaces and NCCL buffers are the program's "
-                "own allocations and are not in this figure"}}
-              .dump();
-    }
-  }
-  d["warmup"] = json(options.warmup).dump();
-  d["iterations"] = json(options.iterations).dump();
-  d["time_metric"] =
-      json(
-          "per layer and pass: union of the intervals of its kernels, copies and sets on each "
-          "GPU (overlapping streams counted once), summed over GPUs; median over iterations. "
-          "backward_us includes the weight_grad ranges of the same occurrence")
-          .dump();
-  d["memory_metric"] =
-      json(
-          "activation_bytes: device allocations made inside the layer's forward range and "
-          "still allocated when it ends (CUPTI MEMORY2 records), median over iterations. A "
-          "caching allocator (PyTorch's default) hides these: see docs/profiler.md")
-          .dump();
-  d["max_lost_record_fraction"] = json(kMaxLostRecordFraction).dump();
+  AddDeviceDetails(measurements, &d);
+  AddMetricDetails(options, &d);
   d["records"] = records.dump();
   d["spread"] = spread.dump();
   if (!warnings.empty()) d["warnings"] = warnings.dump();

@@ -185,6 +185,29 @@ ModelSource MakeSource(const CpuProfileOptions& options, const Clock& clock, con
   return source;
 }
 
+// --experts and --top-k: a dense workload, or E experts with top-k routing whose hash router
+// gives every expert the same tokens.
+Status CheckExperts(const BlockShape& shape) {
+  PIPECAST_RETURN_IF_ERROR(
+      CheckRange("--experts", shape.experts, 0, kMaxExperts, "experts a block, 0 = dense"));
+  if (shape.experts > 0) {
+    PIPECAST_RETURN_IF_ERROR(CheckRange("--top-k", shape.top_k, 1, shape.experts,
+                                        "experts each token goes to, at most --experts"));
+  } else if (shape.top_k != 0) {
+    return Status::InvalidArgument(fmt::format(
+        "--top-k {} without --experts: give --experts E for an MoE workload", shape.top_k));
+  }
+  if (shape.experts > 0 && shape.tokens_per_sample % ExpertRoutes(shape) != 0) {
+    return Status::InvalidArgument(fmt::format(
+        "--tokens-per-sample {} is not a multiple of C(--experts {}, --top-k {}) = {}: the hash "
+        "router sends token i to the (i mod C)-th set of experts, so every expert gets the same "
+        "tokens only when C divides the tokens; use a multiple of {}",
+        shape.tokens_per_sample, shape.experts, shape.top_k, ExpertRoutes(shape),
+        ExpertRoutes(shape)));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status CpuProfileOptions::Validate() const {
@@ -195,23 +218,7 @@ Status CpuProfileOptions::Validate() const {
   PIPECAST_RETURN_IF_ERROR(CheckRange("--ffn", w.shape.ffn, 1, kMaxWidth, "MLP width"));
   PIPECAST_RETURN_IF_ERROR(CheckRange("--tokens-per-sample", w.shape.tokens_per_sample, 1,
                                       kMaxWidth, "rows of x per sample"));
-  PIPECAST_RETURN_IF_ERROR(
-      CheckRange("--experts", w.shape.experts, 0, kMaxExperts, "experts a block, 0 = dense"));
-  if (w.shape.experts > 0) {
-    PIPECAST_RETURN_IF_ERROR(CheckRange("--top-k", w.shape.top_k, 1, w.shape.experts,
-                                        "experts each token goes to, at most --experts"));
-  } else if (w.shape.top_k != 0) {
-    return Status::InvalidArgument(fmt::format(
-        "--top-k {} without --experts: give --experts E for an MoE workload", w.shape.top_k));
-  }
-  if (w.shape.experts > 0 && w.shape.tokens_per_sample % ExpertRoutes(w.shape) != 0) {
-    return Status::InvalidArgument(fmt::format(
-        "--tokens-per-sample {} is not a multiple of C(--experts {}, --top-k {}) = {}: the hash "
-        "router sends token i to the (i mod C)-th set of experts, so every expert gets the same "
-        "tokens only when C divides the tokens; use a multiple of {}",
-        w.shape.tokens_per_sample, w.shape.experts, w.shape.top_k, ExpertRoutes(w.shape),
-        ExpertRoutes(w.shape)));
-  }
+  PIPECAST_RETURN_IF_ERROR(CheckExperts(w.shape));
   for (int i = 0; i < static_cast<int>(w.per_layer.size()); ++i) {
     const BlockShape& s = w.per_layer[static_cast<std::size_t>(i)];
     if (s.ffn < 1 || s.ffn > kMaxWidth) {

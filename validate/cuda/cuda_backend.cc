@@ -24,6 +24,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -246,59 +247,37 @@ Result<Prepared> Prepare(const ExecPlan& plan, const DeviceRunSetup& setup,
   return p;
 }
 
-}  // namespace
+// Each local rank's device allocator and memory pool (`name` names a rank's pool in errors);
+// `raw` has every rank's pool, null where the rank runs in another process.
+struct DevicePools {
+  std::vector<std::unique_ptr<DeviceAllocator>> allocators;
+  std::vector<std::unique_ptr<MemoryPool>> pools;
+  std::vector<MemoryPool*> raw;
+};
 
-Result<std::vector<StageRun>> RunOnDevices(const ExecPlan& plan, const RuntimeOptions& options,
-                                           Bytes memory_limit_bytes, const DeviceRunSetup& setup,
-                                           const Clock* clock, std::vector<std::string>* notes) {
-  const int ranks = plan.ranks;
-  const std::vector<int>& local = setup.local_ranks;
-  const std::map<DirectedPair, std::vector<PairMessage>> seqs = SendSequences(plan);
-  const std::map<DirectedPair, std::vector<PairMessage>> copy_seqs = CopySendSequences(plan);
-  Result<Prepared> prepared = Prepare(plan, setup, seqs, copy_seqs, notes);
-  PIPECAST_RETURN_IF_ERROR(setup.ready(prepared.ok() ? Status::Ok() : prepared.status()));
-  std::vector<StageDevice>& devices = prepared->devices;
-  const std::map<DirectedPair, P2pRoute>& routes = prepared->routes;
-  const Nccl* nccl = prepared->nccl;
-  std::vector<std::unique_ptr<DeviceAllocator>> allocators(ranks);
-  std::vector<std::unique_ptr<MemoryPool>> pools(ranks);
-  std::vector<MemoryPool*> raw(ranks, nullptr);
+DevicePools MakeDevicePools(int ranks, const std::vector<int>& local,
+                            std::vector<StageDevice>* devices, Bytes limit_bytes,
+                            const Clock* clock, const std::function<std::string(int)>& name) {
+  DevicePools out;
+  out.allocators.resize(ranks);
+  out.pools.resize(ranks);
+  out.raw.assign(ranks, nullptr);
   for (int r : local) {
-    allocators[r] = std::make_unique<DeviceAllocator>(&devices[r]);
-    pools[r] = std::make_unique<MemoryPool>(fmt::format("stage {} (rank {})", r, r),
-                                            memory_limit_bytes, clock, allocators[r].get());
-    raw[r] = pools[r].get();
+    out.allocators[r] = std::make_unique<DeviceAllocator>(&(*devices)[r]);
+    out.pools[r] =
+        std::make_unique<MemoryPool>(name(r), limit_bytes, clock, out.allocators[r].get());
+    out.raw[r] = out.pools[r].get();
   }
-  std::unique_ptr<InProcessTransport> in_process;
-  Transport* control = setup.control;
-  if (control == nullptr) {
-    in_process = std::make_unique<InProcessTransport>(raw);
-    control = in_process.get();
-  }
-  DeviceTransport transport(&devices, raw, control, nccl);
-  PIPECAST_RETURN_IF_ERROR(
-      transport.Connect(routes, seqs, local, setup.make_ids, setup.share_ids, setup.ready));
-  // The copy reduce (bidirectional schedules): device pools of its own, unlimited and outside
-  // the stages' peaks (runtime.h, RuntimeEnv::copy_pools), and a transport in exchange mode.
-  // Every process sees the same plan, so all of them connect it, or none.
-  std::vector<std::unique_ptr<DeviceAllocator>> copy_allocators(ranks);
-  std::vector<std::unique_ptr<MemoryPool>> copy_pools(ranks);
-  std::vector<MemoryPool*> copy_raw;
-  std::unique_ptr<DeviceTransport> copy_transport;
-  if (!copy_seqs.empty()) {
-    copy_raw.assign(ranks, nullptr);
-    for (int r : local) {
-      copy_allocators[r] = std::make_unique<DeviceAllocator>(&devices[r]);
-      copy_pools[r] =
-          std::make_unique<MemoryPool>(fmt::format("the copy reduce of rank {}", r),
-                                       /*limit_bytes=*/0, clock, copy_allocators[r].get());
-      copy_raw[r] = copy_pools[r].get();
-    }
-    copy_transport = std::make_unique<DeviceTransport>(&devices, copy_raw, control, nccl,
-                                                       /*exchange=*/true);
-    PIPECAST_RETURN_IF_ERROR(copy_transport->Connect(prepared->copy_routes, copy_seqs, local,
-                                                     setup.make_ids, setup.share_ids, setup.ready));
-  }
+  return out;
+}
+
+// The stages' tensor- or expert-parallel NCCL groups at t > 1 (null at t = 1), with a scratch
+// for the largest collective, and the note that says how they run.
+Result<std::unique_ptr<DeviceTensorGroups>> ConnectGroups(const ExecPlan& plan,
+                                                          const DeviceRunSetup& setup,
+                                                          std::vector<StageDevice>* devices,
+                                                          const Nccl* nccl,
+                                                          std::vector<std::string>* notes) {
   std::unique_ptr<DeviceTensorGroups> groups;
   const int t = setup.tensor_parallel;
   if (t > 1) {
@@ -312,9 +291,9 @@ Result<std::vector<StageRun>> RunOnDevices(const ExecPlan& plan, const RuntimeOp
         all_to_all = all_to_all || !op.ep_all_to_alls.empty();
       }
     }
-    groups = std::make_unique<DeviceTensorGroups>(&devices, nccl, t);
-    PIPECAST_RETURN_IF_ERROR(
-        groups->Connect(ranks / t, local, largest, setup.make_ids, setup.share_ids, setup.ready));
+    groups = std::make_unique<DeviceTensorGroups>(devices, nccl, t);
+    PIPECAST_RETURN_IF_ERROR(groups->Connect(plan.ranks / t, setup.local_ranks, largest,
+                                             setup.make_ids, setup.share_ids, setup.ready));
     if (all_to_all) {
       notes->push_back(fmt::format(
           "expert parallelism: {} workers a stage on distinct GPUs, one NCCL communicator per "
@@ -333,6 +312,54 @@ Result<std::vector<StageRun>> RunOnDevices(const ExecPlan& plan, const RuntimeOp
           t, nccl->library, nccl->version, largest));
     }
   }
+  return groups;
+}
+
+}  // namespace
+
+Result<std::vector<StageRun>> RunOnDevices(const ExecPlan& plan, const RuntimeOptions& options,
+                                           Bytes memory_limit_bytes, const DeviceRunSetup& setup,
+                                           const Clock* clock, std::vector<std::string>* notes) {
+  const int ranks = plan.ranks;
+  const std::vector<int>& local = setup.local_ranks;
+  const std::map<DirectedPair, std::vector<PairMessage>> seqs = SendSequences(plan);
+  const std::map<DirectedPair, std::vector<PairMessage>> copy_seqs = CopySendSequences(plan);
+  Result<Prepared> prepared = Prepare(plan, setup, seqs, copy_seqs, notes);
+  PIPECAST_RETURN_IF_ERROR(setup.ready(prepared.ok() ? Status::Ok() : prepared.status()));
+  std::vector<StageDevice>& devices = prepared->devices;
+  const std::map<DirectedPair, P2pRoute>& routes = prepared->routes;
+  const Nccl* nccl = prepared->nccl;
+  DevicePools stage_pools =
+      MakeDevicePools(ranks, local, &devices, memory_limit_bytes, clock,
+                      [](int r) { return fmt::format("stage {} (rank {})", r, r); });
+  const std::vector<MemoryPool*>& raw = stage_pools.raw;
+  std::unique_ptr<InProcessTransport> in_process;
+  Transport* control = setup.control;
+  if (control == nullptr) {
+    in_process = std::make_unique<InProcessTransport>(raw);
+    control = in_process.get();
+  }
+  DeviceTransport transport(&devices, raw, control, nccl);
+  PIPECAST_RETURN_IF_ERROR(
+      transport.Connect(routes, seqs, local, setup.make_ids, setup.share_ids, setup.ready));
+  // The copy reduce (bidirectional schedules): device pools of its own, unlimited and outside
+  // the stages' peaks (runtime.h, RuntimeEnv::copy_pools), and a transport in exchange mode.
+  // Every process sees the same plan, so all of them connect it, or none.
+  DevicePools copy_pools;
+  std::vector<MemoryPool*> copy_raw;
+  std::unique_ptr<DeviceTransport> copy_transport;
+  if (!copy_seqs.empty()) {
+    copy_pools = MakeDevicePools(ranks, local, &devices, /*limit_bytes=*/0, clock, [](int r) {
+      return fmt::format("the copy reduce of rank {}", r);
+    });
+    copy_raw = copy_pools.raw;
+    copy_transport = std::make_unique<DeviceTransport>(&devices, copy_raw, control, nccl,
+                                                       /*exchange=*/true);
+    PIPECAST_RETURN_IF_ERROR(copy_transport->Connect(prepared->copy_routes, copy_seqs, local,
+                                                     setup.make_ids, setup.share_ids, setup.ready));
+  }
+  PIPECAST_ASSIGN_OR_RETURN(std::unique_ptr<DeviceTensorGroups> groups,
+                            ConnectGroups(plan, setup, &devices, nccl, notes));
   CudaWork work(&devices, plan, groups.get(), clock);
   PIPECAST_RETURN_IF_ERROR(work.Init(local));
   const bool all_local = static_cast<int>(local.size()) == ranks;
