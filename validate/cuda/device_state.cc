@@ -72,6 +72,66 @@ Status MakeCurrent(const StageDevice& d) {
   return Status::Ok();
 }
 
+namespace {
+
+// Ranks that share GPU `g` each get a green context of an equal share of its SMs (in
+// multiples of kMinSmsPerPartition) with two streams of its own.
+Status GreenContexts(int g, CUdevice dev, const cudaDeviceProp& prop, const std::vector<int>& mine,
+                     std::vector<StageDevice>* out, std::vector<std::string>* notes) {
+  CUdevResource sm{};
+  if (CUresult r = GetDriver()->DeviceGetDevResource(dev, &sm, CU_DEV_RESOURCE_TYPE_SM);
+      r != CUDA_SUCCESS) {
+    return Status::Unavailable("green contexts unavailable (cuDeviceGetDevResource): " + CuText(r));
+  }
+  unsigned per = sm.sm.smCount / static_cast<unsigned>(mine.size());
+  per = std::max(kMinSmsPerPartition, per / kMinSmsPerPartition * kMinSmsPerPartition);
+  std::vector<CUdevResource> groups(mine.size());
+  unsigned n = static_cast<unsigned>(mine.size());
+  CUdevResource rest{};
+  if (CUresult r = GetDriver()->DevSmResourceSplitByCount(groups.data(), &n, &sm, &rest, 0, per);
+      r != CUDA_SUCCESS || n < mine.size()) {
+    return Status::Unavailable(
+        fmt::format("cannot split GPU {}'s {} SMs into {} partitions of {}: {}", g, sm.sm.smCount,
+                    mine.size(), per, CuText(r)));
+  }
+  std::string ranks_text;
+  for (size_t i = 0; i < mine.size(); ++i) {
+    StageDevice& d = (*out)[mine[i]];
+    d.gpu = g;
+    d.gpu_name = prop.name;
+    d.green = true;
+    CUdevResourceDesc desc;
+    GetDriver()->DevResourceGenerateDesc(&desc, &groups[i], 1);
+    CUgreenCtx green;
+    if (CUresult r = GetDriver()->GreenCtxCreate(&green, desc, dev, CU_GREEN_CTX_DEFAULT_STREAM);
+        r != CUDA_SUCCESS) {
+      return Status::Unavailable("cuGreenCtxCreate: " + CuText(r));
+    }
+    GetDriver()->CtxFromGreenCtx(&d.ctx, green);
+    CUstream s;
+    if (CUresult r = GetDriver()->GreenCtxStreamCreate(&s, green, CU_STREAM_NON_BLOCKING, 0);
+        r != CUDA_SUCCESS) {
+      return Status::Unavailable("cuGreenCtxStreamCreate: " + CuText(r));
+    }
+    d.stream = reinterpret_cast<cudaStream_t>(s);
+    CUstream c;
+    if (CUresult r = GetDriver()->GreenCtxStreamCreate(&c, green, CU_STREAM_NON_BLOCKING, 0);
+        r != CUDA_SUCCESS) {
+      return Status::Unavailable("cuGreenCtxStreamCreate: " + CuText(r));
+    }
+    d.copy_stream = reinterpret_cast<cudaStream_t>(c);
+    d.sms = static_cast<int>(groups[i].sm.smCount);
+    d.total_sms = static_cast<int>(sm.sm.smCount);
+    ranks_text += fmt::format("{}{}", i ? ", " : "", mine[i]);
+  }
+  notes->push_back(
+      fmt::format("ranks {} share GPU {} ({}), each on its own green context of {} of its {} SMs",
+                  ranks_text, g, prop.name, groups[0].sm.smCount, sm.sm.smCount));
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<std::vector<StageDevice>> MakeStageDevices(const std::vector<RankPlacement>& placement,
                                                   const std::vector<int>& local_ranks,
                                                   std::vector<std::string>* notes) {
@@ -110,56 +170,7 @@ Result<std::vector<StageDevice>> MakeStageDevices(const std::vector<RankPlacemen
           fmt::format("rank {} on GPU {} ({}, all {} SMs)", mine[0], g, prop.name, d.sms));
       continue;
     }
-    CUdevResource sm{};
-    if (CUresult r = GetDriver()->DeviceGetDevResource(dev, &sm, CU_DEV_RESOURCE_TYPE_SM);
-        r != CUDA_SUCCESS) {
-      return Status::Unavailable("green contexts unavailable (cuDeviceGetDevResource): " +
-                                 CuText(r));
-    }
-    unsigned per = sm.sm.smCount / static_cast<unsigned>(mine.size());
-    per = std::max(kMinSmsPerPartition, per / kMinSmsPerPartition * kMinSmsPerPartition);
-    std::vector<CUdevResource> groups(mine.size());
-    unsigned n = static_cast<unsigned>(mine.size());
-    CUdevResource rest{};
-    if (CUresult r = GetDriver()->DevSmResourceSplitByCount(groups.data(), &n, &sm, &rest, 0, per);
-        r != CUDA_SUCCESS || n < mine.size()) {
-      return Status::Unavailable(
-          fmt::format("cannot split GPU {}'s {} SMs into {} partitions of {}: {}", g, sm.sm.smCount,
-                      mine.size(), per, CuText(r)));
-    }
-    std::string ranks_text;
-    for (size_t i = 0; i < mine.size(); ++i) {
-      StageDevice& d = out[mine[i]];
-      d.gpu = g;
-      d.gpu_name = prop.name;
-      d.green = true;
-      CUdevResourceDesc desc;
-      GetDriver()->DevResourceGenerateDesc(&desc, &groups[i], 1);
-      CUgreenCtx green;
-      if (CUresult r = GetDriver()->GreenCtxCreate(&green, desc, dev, CU_GREEN_CTX_DEFAULT_STREAM);
-          r != CUDA_SUCCESS) {
-        return Status::Unavailable("cuGreenCtxCreate: " + CuText(r));
-      }
-      GetDriver()->CtxFromGreenCtx(&d.ctx, green);
-      CUstream s;
-      if (CUresult r = GetDriver()->GreenCtxStreamCreate(&s, green, CU_STREAM_NON_BLOCKING, 0);
-          r != CUDA_SUCCESS) {
-        return Status::Unavailable("cuGreenCtxStreamCreate: " + CuText(r));
-      }
-      d.stream = reinterpret_cast<cudaStream_t>(s);
-      CUstream c;
-      if (CUresult r = GetDriver()->GreenCtxStreamCreate(&c, green, CU_STREAM_NON_BLOCKING, 0);
-          r != CUDA_SUCCESS) {
-        return Status::Unavailable("cuGreenCtxStreamCreate: " + CuText(r));
-      }
-      d.copy_stream = reinterpret_cast<cudaStream_t>(c);
-      d.sms = static_cast<int>(groups[i].sm.smCount);
-      d.total_sms = static_cast<int>(sm.sm.smCount);
-      ranks_text += fmt::format("{}{}", i ? ", " : "", mine[i]);
-    }
-    notes->push_back(
-        fmt::format("ranks {} share GPU {} ({}), each on its own green context of {} of its {} SMs",
-                    ranks_text, g, prop.name, groups[0].sm.smCount, sm.sm.smCount));
+    PIPECAST_RETURN_IF_ERROR(GreenContexts(g, dev, prop, mine, &out, notes));
   }
   return out;
 }
