@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "testing/cli_test_util.h"
+#include "validate/machine_can_time.h"
 
 namespace pipecast {
 namespace {
@@ -25,6 +26,7 @@ using cli_test::RunTool;
 using cli_test::TempDir;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using validate::testing::MachineCanTime;
 
 // Tolerances the loop asserts (docs/validator.md has the measured errors):
 // time within 50% on this noisy 2-core machine (busy-work under MPI, GPipe,
@@ -105,9 +107,6 @@ cli_test::ToolRun MpiValidator(const TempDir& dir, const std::string& args, int 
 
 bool HaveMpirun() { return std::system("command -v mpirun >/dev/null 2>&1") == 0; }
 
-// True when two threads each get enough of a core to time a pipeline (below).
-bool MachineCanTime();
-
 // `sender_held_bytes`: message bytes a stage may hold beyond the forecast
 // (see kMpiSenderHeldBytes); the memory check allows kMemoryTolerance of the
 // predicted peak plus that.
@@ -186,51 +185,6 @@ cli_test::ToolRun ExpectWithinLoopTolerances(const std::function<cli_test::ToolR
   const cli_test::ToolRun r = RunTimed(run, check_time, time_tolerance);
   ExpectRunWithinLoopTolerances(r, check_time, ops, time_tolerance, sender_held_bytes, stages);
   return r;
-}
-
-// The share of a core each of two busy threads gets now: CPU time over wall
-// time while both spin for kProbe. Timing assertions mean nothing on a
-// machine whose other load takes the cores away (measured ops then run
-// several times their profiled length, honestly), so the loop checks time
-// only when both threads get at least kMinCoreShare, and says so otherwise;
-// memory is checked always.
-constexpr auto kProbe = std::chrono::milliseconds(200);
-constexpr double kMinCoreShare = 0.8;
-
-double CoreShareOfTwoThreads() {
-  auto spin = [](double* share) {
-    timespec c0{}, c1{};
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
-    const auto start = std::chrono::steady_clock::now();
-    volatile uint64_t x = 1;
-    while (std::chrono::steady_clock::now() - start < kProbe) x = x * 3 + 1;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
-    const double cpu = (c1.tv_sec - c0.tv_sec) + (c1.tv_nsec - c0.tv_nsec) * 1e-9;
-    const double wall =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    *share = cpu / wall;
-  };
-  double a = 0, b = 0;
-  std::thread t(spin, &a);
-  spin(&b);
-  t.join();
-  return std::min(a, b);
-}
-
-// Whether this machine can time a pipeline now; says why not.
-bool MachineCanTime() {
-#if defined(__SANITIZE_ADDRESS__)
-  // Under ASan every allocation and copy costs several times its normal
-  // time, which the profile did not see: time is not checked there.
-  std::cout << "NOTE: time not checked in a sanitizer build; memory is checked\n";
-  return false;
-#endif
-  const double share = CoreShareOfTwoThreads();
-  if (share >= kMinCoreShare) return true;
-  std::cout << "NOTE: time not checked: the machine is too busy to time a pipeline (two "
-            << "threads get " << static_cast<int>(share * 100) << "% of a core each, need "
-            << static_cast<int>(kMinCoreShare * 100) << "%); memory is checked\n";
-  return false;
 }
 
 class ValidatorLoop : public ::testing::TestWithParam<std::string> {
