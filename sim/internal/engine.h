@@ -166,7 +166,7 @@ class Engine {
   static constexpr int kUnknown = -1;
   // A walk's first step alone (no budget spent): 1 or 0, or kUnknown when
   // the tie goes on past it.
-  int QuickTieBefore(int32_t x, int32_t y) const {
+  [[gnu::always_inline]] int QuickTieBefore(int32_t x, int32_t y) const {
     const int answer = WalkStep(&x, &y);
     return answer == kStepUp ? kUnknown : answer;
   }

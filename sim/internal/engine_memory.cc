@@ -58,7 +58,7 @@ void Engine::SweepMemory(int rank) {
 // and the event that starts the next) lives in locals that the `start` lambda
 // shares, where the compiler can keep them in registers. Moving the body into
 // member functions would put that state behind pointers (moving the ties'
-// handling into one cost DualPipe and ZB-V 2-4% of their instructions). The
+// handling into one cost DualPipe and ZB-V about 2% of their instructions). The
 // steps that do not touch it are already their own functions (IndexOpDeltas,
 // OpenStreams, SortLinkHeads, NextArrival, SortTiedHeads, RiseAt,
 // ArrivalDelta).
