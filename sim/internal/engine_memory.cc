@@ -325,7 +325,10 @@ bool Engine::SortTiedHeads(int n, TimeNs t) {
       int before;
       if constexpr (kQuick) {
         before = QuickTieBefore(x, y);
-        if (before == kUnknown) return false;
+        if (before == kUnknown) {
+          order[pos] = j;  // back in the order, where it got to
+          return false;
+        }
       } else {
         before = TieBefore(x, y);
       }
@@ -340,9 +343,8 @@ bool Engine::SortTiedHeads(int n, TimeNs t) {
 
 // What `rank`'s changes left at instant `t` can add (InstantRise): the arrivals into it at t on
 // the links whose heads are at t (the first of the n in order_; an arrival out of it frees its send
-// buffer) and, with `own_at` (its pending op end is at t or its next op starts at t), its pending
-// op end when at t and the ops from `started` on that start at t (with their ends at t: an op of
-// no duration). The sweep is at t: no event before it is left.
+// buffer) and, with `own_at` (its pending op end is at t or its next op starts at t), that op end
+// and that op's start. The sweep is at t: no event before it is left.
 InstantRise Engine::RiseAt(int rank, TimeNs t, int n, int32_t started, bool own_at) const {
   const int* const order = order_.data();
   const TimeNs* const head = head_time_.data();
@@ -362,19 +364,20 @@ InstantRise Engine::RiseAt(int rank, TimeNs t, int n, int32_t started, bool own_
   const std::vector<Action>& list = sched_.actions[rank];
   const int32_t first = op_first_[rank];
   const int32_t size = static_cast<int32_t>(list.size());
-  int32_t end = head[0] == t ? streams_[0].next - first : -1;
-  for (int32_t i = started;; ++i) {
-    if (end >= 0) {
-      ForEachSendAtEnd(list, end, [&](int32_t j) { rise.Add(0, CostOf(list[j]).send, 0); });
-      const OpCost& oc = CostOf(list[end]);
-      rise.Add(oc.end_act, oc.recv_free, -oc.workspace);
-    }
-    if (i >= size || TimeOf(ev[first + i].parent) != t) return rise;
-    const OpCost& oc = CostOf(list[i]);
-    rise.Add(oc.start_act, 0, oc.workspace);
-    if (ev[first + i].time != t) return rise;
-    end = i;
+  if (head[0] == t) {  // the pending op end: its sends, and its frees
+    const int32_t end = streams_[0].next - first;
+    ForEachSendAtEnd(list, end, [&](int32_t j) { rise.Add(0, CostOf(list[j]).send, 0); });
+    const OpCost& oc = CostOf(list[end]);
+    rise.Add(oc.end_act, oc.recv_free, -oc.workspace);
   }
+  // The next op, when it starts at t. Only it can: the ops after it start
+  // after its end, unless it has no duration (InstantRise::ordered).
+  if (started < size && TimeOf(ev[first + started].parent) == t) {
+    const OpCost& oc = CostOf(list[started]);
+    rise.Add(oc.start_act, 0, oc.workspace);
+    rise.ordered = ev[first + started].time == t;
+  }
+  return rise;
 }
 
 }  // namespace pipecast::internal

@@ -50,6 +50,10 @@ struct LiveMemory {
 // most its value there plus these.
 struct InstantRise {
   Bytes act = 0, comm = 0, ws = 0, total = 0;
+  // The instant must be taken in processing order whatever the levels: an op
+  // of no duration starts and ends in it, so its end can start the next op
+  // there, whose trigger (an arrival at the instant) must not be taken first.
+  bool ordered = false;
   void Add(Bytes d_act, Bytes d_comm, Bytes d_ws) {
     act += std::max<Bytes>(d_act, 0);
     comm += std::max<Bytes>(d_comm, 0);
@@ -76,7 +80,7 @@ InstantRise Headroom(const LiveMemory<kRecord>& mem) {
 // timeline (only the peaks are kept) the sweep need not decide the
 // instant's ties. A level reaching its peak exactly does not move it.
 inline bool InstantFits(const InstantRise& room, const InstantRise& rise) {
-  return rise.act <= room.act && rise.comm <= room.comm && rise.ws <= room.ws &&
+  return !rise.ordered && rise.act <= room.act && rise.comm <= room.comm && rise.ws <= room.ws &&
          rise.total <= room.total;
 }
 
