@@ -101,5 +101,13 @@ TEST(InstantFits, EachCategoryChecked) {
   EXPECT_TRUE(InstantFits(Headroom(Start(100, 10, 20, {100, 10, 20, 130})), frees));
 }
 
+// An op of no duration at the instant: never left undecided, whatever the
+// room (its end can start the next op there, InstantRise::ordered).
+TEST(InstantFits, AnInstantWithAnOpOfNoDurationIsOrdered) {
+  InstantRise rise = RiseOf(kInstant);
+  rise.ordered = true;
+  EXPECT_FALSE(InstantFits(Headroom(Start(0, 0, 0, {1000, 1000, 1000, 3000})), rise));
+}
+
 }  // namespace
 }  // namespace pipecast::internal
