@@ -16,6 +16,7 @@
 #include "base/units.h"
 #include "sim/cluster.h"
 #include "sim/internal/large_array.h"
+#include "sim/internal/live_memory.h"
 #include "sim/internal/simulate_steps.h"
 #include "sim/schedule.h"
 #include "sim/simulator.h"
@@ -163,6 +164,12 @@ class Engine {
   // only the cost differs.
   int TryTieBefore(int32_t x, int32_t y);
   static constexpr int kUnknown = -1;
+  // A walk's first step alone (no budget spent): 1 or 0, or kUnknown when
+  // the tie goes on past it.
+  [[gnu::always_inline]] int QuickTieBefore(int32_t x, int32_t y) const {
+    const int answer = WalkStep(&x, &y);
+    return answer == kStepUp ? kUnknown : answer;
+  }
   // One step of a walk, shared by TryTieBefore() and LongWalk(): the answer
   // (1, 0 or kUnknown) when x and y, or their parents, decide it; else
   // kStepUp, with x and y moved up to their parents (tied in time).
@@ -233,8 +240,14 @@ class Engine {
   void SweepRank(int rank);
   void IndexOpDeltas(int rank);
   void OpenStreams(int rank, int k, bool record);
+  template <bool kExact>
   int SortLinkHeads(int k);
+  template <bool kExact>
   int NextArrival(int j, int n);
+  TimeNs FirstLinkTie(int n) const;
+  template <bool kQuick>
+  bool SortTiedHeads(int n, TimeNs t);
+  InstantRise RiseAt(int rank, TimeNs t, int n, int32_t started, bool own_at) const;
   int32_t ArrivalDelta(int hop, bool out, Bytes bytes);
   // A sweep stream with nothing left.
   static constexpr TimeNs kNoHead = std::numeric_limits<TimeNs>::max();
@@ -329,6 +342,16 @@ class Engine {
   std::vector<int32_t> cost_delta_;  // per op_cost_ entry: its first delta (this rank's)
   std::vector<int32_t> hop_delta_;   // per (hop, out): an arrival's delta, or -1
   std::vector<int> order_;
+  // A sweep without a timeline (SweepRank()): no two link heads tie before
+  // `next` (NextArrival() lowers it when it leaves two tied); `at`: the last
+  // instant whose ties were looked at, and `fits`: whether its changes fit
+  // under the peaks (InstantFits(): then its ties stay undecided).
+  struct TieState {
+    TimeNs next = 0;
+    TimeNs at = -1;
+    bool fits = false;
+  };
+  TieState tie_;
 };
 
 inline bool Engine::TieBefore(int32_t x, int32_t y) {

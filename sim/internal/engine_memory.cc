@@ -7,39 +7,9 @@
 #include <new>
 
 #include "sim/internal/engine.h"
+#include "sim/internal/live_memory.h"
 
 namespace pipecast::internal {
-
-// A rank's live memory as the sweep replays its changes.
-template <bool kRecord>
-struct LiveMemory {
-  Bytes act = 0, comm = 0, ws = 0;
-  Bytes peak_act = 0, peak_comm = 0, peak_ws = 0, peak_total = 0;
-  // When recording: the next change to write, in the rank's slice of the
-  // block sized to every rank's exact count of changes (SizeMemoryTimelines()).
-  MemoryTimeline::Change* next = nullptr;
-
-  // `delta`: the change's index in the rank's table of deltas (recorded
-  // only), which holds (d_act, d_comm, d_ws).
-  [[gnu::always_inline]] void Change(TimeNs now, Bytes d_act, Bytes d_comm, Bytes d_ws,
-                                     int32_t delta) {
-    act += d_act;
-    comm += d_comm;
-    ws += d_ws;
-    // Peaks are taken after every change that adds memory. A category's own
-    // peak can only move when that category grew (its level is otherwise at
-    // most its peak already), so only those are compared.
-    if (d_act > 0) peak_act = std::max(peak_act, act);
-    if (d_comm > 0) peak_comm = std::max(peak_comm, comm);
-    if (d_ws > 0) peak_ws = std::max(peak_ws, ws);
-    if (d_act > 0 || d_comm > 0 || d_ws > 0) peak_total = std::max(peak_total, act + comm + ws);
-    // Every change is kept, several per instant included, so a high that
-    // lasts zero time (an op's output allocated before its workspace is
-    // freed) still shows in the timeline as it does in the peak. 16 bytes
-    // each: the levels are the running sums of the deltas (sim/memory_timeline.h).
-    if constexpr (kRecord) *next++ = MemoryTimeline::Change{now, delta};
-  }
-};
 
 // Replays `rank`'s memory changes in processing order: its op starts and
 // ends (a send buffer allocated just before its producer's end is applied)
@@ -82,14 +52,22 @@ void Engine::SweepMemory(int rank) {
 // kWidth: streams scanned per step (unused ones never come first), or 0 for
 // as many as the rank has.
 //
-// This stays one function of about 100 lines on purpose: its loop is the
+// This stays one function of about 130 lines on purpose: its loop is the
 // memory sweep's hot path, one turn per op end and per arrival of every rank,
 // and its state (the live memory `mem`, the in-flight count, the ops started
 // and the event that starts the next) lives in locals that the `start` lambda
 // shares, where the compiler can keep them in registers. Moving the body into
-// member functions would put that state behind pointers. The steps that do
-// not touch it are already their own functions (IndexOpDeltas, OpenStreams,
-// SortLinkHeads, NextArrival, ArrivalDelta).
+// member functions would put that state behind pointers (moving the ties'
+// handling into one cost DualPipe and ZB-V about 2% of their instructions). The
+// steps that do not touch it are already their own functions (IndexOpDeltas,
+// OpenStreams, SortLinkHeads, NextArrival, SortTiedHeads, RiseAt,
+// ArrivalDelta).
+//
+// Ties without a timeline: only the peaks are kept, so an instant whose
+// changes cannot reach over any peak in any order (InstantFits()) needs no
+// order; its heads are taken as they stand, the op end first (an arrival
+// that starts the next op must follow it). Such ties are decided only where
+// they are cheap (a walk's first step) or could move a peak.
 template <int kWidth, bool kRecord>
 void Engine::SweepRank(int rank) {
   const std::vector<Action>& list = sched_.actions[rank];
@@ -133,15 +111,49 @@ void Engine::SweepRank(int rank) {
   // The links with arrivals left, in the processing order of their heads:
   // a link that advances sinks back into place (usually to the end, as the
   // links take turns), so the earliest is always first.
-  int n = SortLinkHeads(k);
+  int n = SortLinkHeads<kRecord>(k);
   const int* const order = order_.data();
+  // Without a timeline a tie is decided only where its order can move a peak
+  // (InstantFits()); the state of that (tie_) lives in the engine, not in
+  // locals, as only ties read it.
+  tie_ = TieState{};
   while (true) {
     int best = n > 0 ? order[0] : 0;
     TimeNs t = head_time[best];
     const TimeNs own = head_time[0];
-    if (own < t || (own == t && best != 0 && TieBefore(streams[0].next, streams[best].next))) {
+    if constexpr (kRecord) {
+      if (own < t || (own == t && best != 0 && TieBefore(streams[0].next, streams[best].next))) {
+        best = 0;
+        t = own;
+      }
+    } else if (own < t) {
       best = 0;
       t = own;
+    } else if (n > 0 && (own == t || t >= tie_.next)) {
+      if (t != tie_.at) {
+        if (own == t || (n > 1 && head_time[order[1]] == t)) {
+          // Ties that a walk's first step decides are decided (as cheaply as
+          // the test would be); the others only when the instant does not
+          // fit under the peaks.
+          tie_.at = t;
+          tie_.fits = false;
+          if (!SortTiedHeads<true>(n, t) ||
+              (own == t && QuickTieBefore(streams[0].next, streams[order[0]].next) == kUnknown)) {
+            const bool own_at = own == t || TimeOf(trigger) == t;
+            tie_.fits = InstantFits(Headroom(mem), RiseAt(rank, t, n, started, own_at));
+            if (!tie_.fits) SortTiedHeads<false>(n, t);
+          }
+          best = order[0];
+        } else {
+          tie_.next = FirstLinkTie(n);  // none at t
+        }
+      }
+      // Fitting: the op end first (an arrival that starts the next op must
+      // follow it), the links as they stand.
+      if (own == t && t == tie_.at &&
+          (tie_.fits || TieBefore(streams[0].next, streams[best].next))) {
+        best = 0;
+      }
     }
     if (t == kNoHead) break;
     Stream& st = streams[best];
@@ -158,7 +170,7 @@ void Engine::SweepRank(int rank) {
       if (trigger == id) start(t);
       continue;
     }
-    n = NextArrival(best, n);
+    n = NextArrival<kRecord>(best, n);
     int32_t delta = 0;
     Bytes bytes = st.bytes;
     if (bytes < 0) {
@@ -236,7 +248,11 @@ void Engine::OpenStreams(int rank, int k, bool record) {
 
 // Moves link stream `j` (order_[0]) past its head arrival: it sinks back into place among the n
 // links with arrivals left (usually to the end, as the links take turns), or leaves the order when
-// it has none; returns how many are left.
+// it has none; returns how many are left. kExact (with a timeline): ties with the other heads are
+// decided (TieBefore()) as it sinks; else only a tie at the instant whose ties are being decided
+// (tie_), and it sinks past the other heads of its time, to be ordered if their instant needs it
+// (SortTiedHeads()), lowering tie_.next to that time.
+template <bool kExact>
 __attribute__((always_inline)) inline int Engine::NextArrival(int j, int n) {
   Stream& st = streams_[j];
   const int32_t next = ++st.next;
@@ -251,8 +267,14 @@ __attribute__((always_inline)) inline int Engine::NextArrival(int j, int n) {
   int pos = 0;
   while (pos + 1 < n) {
     const int x = order[pos + 1];
-    if (!(head_time_[x] < head || (head_time_[x] == head && TieBefore(streams_[x].next, next)))) {
-      break;
+    const TimeNs hx = head_time_[x];
+    if (hx > head) break;
+    if (hx == head) {
+      if (kExact || (head == tie_.at && !tie_.fits)) {
+        if (!TieBefore(streams_[x].next, next)) break;
+      } else {
+        tie_.next = std::min(tie_.next, head);
+      }
     }
     order[pos] = x;
     ++pos;
@@ -261,7 +283,9 @@ __attribute__((always_inline)) inline int Engine::NextArrival(int j, int n) {
   return n;
 }
 
-// The links with arrivals left, in order_ by their heads (time, then TieBefore); returns how many.
+// The links with arrivals left, in order_ by their heads (time, then, with kExact, TieBefore; else
+// ties stay in link order until SortTiedHeads()); returns how many.
+template <bool kExact>
 int Engine::SortLinkHeads(int k) {
   order_.resize(k);
   int n = 0;
@@ -269,7 +293,7 @@ int Engine::SortLinkHeads(int k) {
     if (head_time_[j] == kNoHead) continue;
     int pos = n++;
     while (pos > 0 && (head_time_[j] < head_time_[order_[pos - 1]] ||
-                       (head_time_[j] == head_time_[order_[pos - 1]] &&
+                       (kExact && head_time_[j] == head_time_[order_[pos - 1]] &&
                         TieBefore(streams_[j].next, streams_[order_[pos - 1]].next)))) {
       order_[pos] = order_[pos - 1];
       --pos;
@@ -277,6 +301,83 @@ int Engine::SortLinkHeads(int k) {
     order_[pos] = j;
   }
   return n;
+}
+
+// The earliest time two of the n link heads in order_ share, or kNoHead.
+TimeNs Engine::FirstLinkTie(int n) const {
+  for (int i = 1; i < n; ++i) {
+    if (head_time_[order_[i]] == head_time_[order_[i - 1]]) return head_time_[order_[i]];
+  }
+  return kNoHead;
+}
+
+// Orders the links whose heads are at `t`, the first of the n in order_, by TieBefore(); with
+// kQuick only as far as a walk's first step decides (QuickTieBefore()), returning false at the
+// first pair it does not (the heads at t are then partly sorted, which leaves them in an order).
+template <bool kQuick>
+bool Engine::SortTiedHeads(int n, TimeNs t) {
+  int* const order = order_.data();
+  for (int i = 1; i < n && head_time_[order[i]] == t; ++i) {
+    const int j = order[i];
+    int pos = i;
+    while (pos > 0) {
+      const int32_t x = streams_[j].next, y = streams_[order[pos - 1]].next;
+      int before;
+      if constexpr (kQuick) {
+        before = QuickTieBefore(x, y);
+        if (before == kUnknown) {
+          order[pos] = j;  // back in the order, where it got to
+          return false;
+        }
+      } else {
+        before = TieBefore(x, y);
+      }
+      if (!before) break;
+      order[pos] = order[pos - 1];
+      --pos;
+    }
+    order[pos] = j;
+  }
+  return true;
+}
+
+// What `rank`'s changes left at instant `t` can add (InstantRise): the arrivals into it at t on
+// the links whose heads are at t (the first of the n in order_; an arrival out of it frees its send
+// buffer) and, with `own_at` (its pending op end is at t or its next op starts at t), that op end
+// and that op's start. The sweep is at t: no event before it is left.
+InstantRise Engine::RiseAt(int rank, TimeNs t, int n, int32_t started, bool own_at) const {
+  const int* const order = order_.data();
+  const TimeNs* const head = head_time_.data();
+  const Event* const ev = ev_.data();
+  InstantRise rise;
+  Bytes in = 0;
+  for (int i = 0; i < n && head[order[i]] == t; ++i) {
+    const Stream& st = streams_[order[i]];
+    if (st.out) continue;
+    int32_t e = st.next;
+    do {  // its head, and any more arrivals at t
+      in += st.bytes >= 0 ? st.bytes : costs_[HopOf(ev[e].hop)].output_bytes;
+    } while (++e < st.end && ev[e].time == t);
+  }
+  rise.comm = rise.total = in;
+  if (!own_at) return rise;
+  const std::vector<Action>& list = sched_.actions[rank];
+  const int32_t first = op_first_[rank];
+  const int32_t size = static_cast<int32_t>(list.size());
+  if (head[0] == t) {  // the pending op end: its sends, and its frees
+    const int32_t end = streams_[0].next - first;
+    ForEachSendAtEnd(list, end, [&](int32_t j) { rise.Add(0, CostOf(list[j]).send, 0); });
+    const OpCost& oc = CostOf(list[end]);
+    rise.Add(oc.end_act, oc.recv_free, -oc.workspace);
+  }
+  // The next op, when it starts at t. Only it can: the ops after it start
+  // after its end, unless it has no duration (InstantRise::ordered).
+  if (started < size && TimeOf(ev[first + started].parent) == t) {
+    const OpCost& oc = CostOf(list[started]);
+    rise.Add(oc.start_act, 0, oc.workspace);
+    rise.ordered = ev[first + started].time == t;
+  }
+  return rise;
 }
 
 }  // namespace pipecast::internal
