@@ -31,6 +31,7 @@ using internal::Shown;
 //   V::Bool(k, f), V::Text(k, f), V::Texts(k, f)
 //   V::Recipe(k, f)           an Fp8Recipe, by name
 //   V::Algorithm(k, f)        a CpAlgorithm, by name
+//   V::Dispatcher(k, f)       an ExpertDispatcher, by name
 //   V::Constant(k, value)     written only; the reader derives it (e.g. fits_memory)
 //   V::Layers(stage)          a rank's first_layer, last_layer and `chunks`
 //   V::Object(name, fn)       a nested object whose keys fn(V&) lists
@@ -131,6 +132,9 @@ void TotalsKeys(V& v, R& r) {
   v.Int(Key{"expert_parallel", ep}, r.expert_parallel, kMaxCount);
   v.Int(Key{"expert_tensor_parallel", ep}, r.expert_tensor_parallel, kMaxCount);
   v.Time(Key{"ep_comm_time_us", ep}, r.ep_comm_ns);
+  // Written only for the all-to-all dispatcher (--ep-dispatcher); absent reads as deepep.
+  v.Dispatcher(Key{"ep_dispatcher", ep && r.ep_dispatcher != ExpertDispatcher::kDeepEp},
+               r.ep_dispatcher);
   // Written only when the all-to-alls hide in overlapped pairs (--ep-overlap); absent: off.
   v.Bool(Key{"ep_overlap", r.ep_overlap}, r.ep_overlap);
   v.Bool(Key{"ep_combined_1f1b", r.ep_overlap}, r.ep_combined_1f1b);
@@ -194,6 +198,9 @@ class KeyWriter {
   }
   void Algorithm(Key k, CpAlgorithm v) {
     if (k.written) out_[k.name] = CpAlgorithmName(v);
+  }
+  void Dispatcher(Key k, ExpertDispatcher v) {
+    if (k.written) out_[k.name] = ExpertDispatcherName(v);
   }
   template <typename T>
   void Constant(Key k, const T& v) {
@@ -329,6 +336,18 @@ class KeyReader {
       return;
     }
     out = *algorithm;
+  }
+  void Dispatcher(Key k, ExpertDispatcher& out) {
+    if (!Present(k)) return;
+    const Json& name = obj_[k.name];
+    std::optional<ExpertDispatcher> dispatcher =
+        name.is_string() ? ParseExpertDispatcher(name.get<std::string>()) : std::nullopt;
+    if (!dispatcher) {
+      Take(r_.Error(Member(path_, k.name),
+                    "expected \"deepep\" or \"alltoall\", got " + Shown(name)));
+      return;
+    }
+    out = *dispatcher;
   }
   // Derived, not read: `precision` from fp8_recipe, `fits_memory` from the ranks.
   template <typename T>

@@ -29,7 +29,8 @@ PartitionCache::Key KeyOf(const Candidate& c) {
                              config.recompute_layers,         config.layout.tensor_parallel,
                              config.layout.sequence_parallel, config.overlap.tp_comm_overlap,
                              config.layout.context_parallel,  config.layout.cp_algorithm,
-                             config.layout.expert_parallel,   config.layout.expert_tensor_parallel};
+                             config.layout.expert_parallel,   config.layout.expert_tensor_parallel,
+                             config.layout.expert_dispatcher};
 }
 
 }  // namespace

@@ -77,9 +77,10 @@ class PartitionCache {
  public:
   // What a cost table depends on besides the model: micro-batch size,
   // recomputation, t, sequence parallelism, TP overlap, cp and its
-  // algorithm (the cluster's links are one per run).
-  using Key =
-      std::tuple<int, Recompute, RecomputeLayers, int, bool, bool, int, CpAlgorithm, int, int>;
+  // algorithm, ep, etp and the expert dispatcher (the cluster's links are one
+  // per run).
+  using Key = std::tuple<int, Recompute, RecomputeLayers, int, bool, bool, int, CpAlgorithm, int,
+                         int, ExpertDispatcher>;
   // `model` and `cluster` must outlive the cache.
   PartitionCache(const Model& model, const Cluster& cluster) : model_(model), cluster_(cluster) {}
   // StageCostTable(model, StageCostOptionsFor(c.config, cluster)).

@@ -158,7 +158,8 @@ Status AddLayers(const TransformerSpec& spec, const AnalyticOptions& options,
   std::vector<Layer> kind_layers;
   for (size_t k = 0; k < shapes.block_kinds.size(); ++k) {
     kind_costs.push_back(BlockCost(spec, shapes.block_kinds[k], whole.block_kinds[k], dims,
-                                   options.attention, split, options.fp8, options.moe_imbalance));
+                                   options.attention, split, options.fp8, options.moe_imbalance,
+                                   options.moe_dispatcher));
     PIPECAST_ASSIGN_OR_RETURN(Layer block, ToLayer("block.0", kind_costs.back(), rates, sizes));
     kind_layers.push_back(std::move(block));
   }

@@ -52,6 +52,7 @@
 
 #include "base/status.h"
 #include "base/units.h"
+#include "sim/collectives.h"
 #include "sim/memory.h"
 #include "sim/model.h"
 
@@ -286,6 +287,13 @@ struct AnalyticOptions {
   // (--moe-imbalance, in [1, kMaxMoeImbalance]); the routed experts' grouped
   // GEMMs, activation kernels and kept activations are sized for it.
   double moe_imbalance = kDefaultMoeImbalance;
+  // The dispatcher the run uses (--moe-dispatcher; sim/collectives.h):
+  // deepep (the default) permutes each token's rows once on each side;
+  // alltoall (Megatron-LM's MoEAlltoAllTokenDispatcher) also sorts the rows
+  // it receives by local expert after the dispatch and back before the
+  // combine, two more memory-bound passes of k rows each way
+  // (docs/profiler.md "Mixture of experts").
+  ExpertDispatcher moe_dispatcher = ExpertDispatcher::kDeepEp;
 
   // OK, or InvalidArgument naming the flag of the first bad field.
   [[nodiscard]] Status Validate() const;

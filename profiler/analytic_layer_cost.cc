@@ -343,8 +343,8 @@ void AddRecomputeMemory(const TransformerSpec& spec, const LayerShape& shape,
 
 // REQUIRES: `whole` is `shape` at t = 1.
 SampleCost BlockCost(const TransformerSpec& spec, const LayerShape& shape, const LayerShape& whole,
-                     const Dims& d, Attention kind, const Split& x, Fp8Recipe fp8,
-                     double imbalance) {
+                     const Dims& d, Attention kind, const Split& x, Fp8Recipe fp8, double imbalance,
+                     ExpertDispatcher dispatcher) {
   const bool flash = kind != Attention::kEager;
   SampleCost c = BlockProducts(shape, whole, d, flash, x, imbalance);
   const double a = shape.attention.query_heads;
@@ -357,6 +357,9 @@ SampleCost BlockCost(const TransformerSpec& spec, const LayerShape& shape, const
   c.attention_core_flops = flash ? 0 : c.other_flops;
   c.traffic_bytes = kTrafficPerActivationByte * c.activation_bytes;
   AddBlockKernels(spec, shape, d, flash, x, imbalance, &c);
+  if (shape.moe && dispatcher == ExpertDispatcher::kAllToAll) {
+    AddAllToAllSortKernels(spec, d, x, imbalance, &c);
+  }
   if (shape.moe) AddMoeRouting(spec, whole, d, &c);
   if (fp8 != Fp8Recipe::kNone) AddProductCasts(fp8, d, &c);
   AddRecomputeMemory(spec, shape, whole, d, x, imbalance, attention_kept, &c);

@@ -67,6 +67,17 @@ void AddMoeKernels(const TransformerSpec& spec, const Dims& d, const Split& x, d
   c->backward_kernels.push_back({permute});
 }
 
+void AddAllToAllSortKernels(const TransformerSpec& spec, const Dims& d, const Split& x,
+                            double imbalance, SampleCost* c) {
+  const double k = spec.moe.experts_per_token * imbalance;
+  const double row = x.Replicated() * d.s * d.h * d.e;  // one full-width tensor
+  const double sort = 2 * k * row;                      // read k rows, write k rows
+  c->forward_kernels.push_back({sort});                 // after the dispatch
+  c->forward_kernels.push_back({sort});                 // before the combine
+  c->backward_kernels.push_back({sort});                // the combine's gradient, sorted
+  c->backward_kernels.push_back({sort});                // the dispatch's gradient, unsorted
+}
+
 void AddMoeRouting(const TransformerSpec& spec, const LayerShape& whole, const Dims& d,
                    SampleCost* c) {
   MoeRouting r;

@@ -279,7 +279,7 @@ void AddMoeDetails(const TransformerSpec& spec, const AnalyticOptions& options,
                    std::map<std::string, std::string>* details) {
   if (spec.moe.MoeBlocks(spec.layers) == 0) return;  // dense files stay as they were
   const ParameterCount count = CountParameters(spec);
-  (*details)["moe"] = JsonText(
+  json moe =
       json{{"moe_blocks", spec.moe.MoeBlocks(spec.layers)},
            {"parameters_total", count.total},
            {"parameters_active", count.active},
@@ -291,7 +291,13 @@ void AddMoeDetails(const TransformerSpec& spec, const AnalyticOptions& options,
            {"routed_experts",
             "one grouped GEMM per expert product over k x s x imbalance token copies, as one GPU "
             "holding every expert runs it; permutation and unpermutation memory-bound; the "
-            "all-to-all of expert parallelism is the simulator's"}});
+            "all-to-all of expert parallelism is the simulator's"}};
+  if (options.moe_dispatcher == ExpertDispatcher::kAllToAll) {
+    moe["dispatcher"] =
+        "alltoall: Megatron-LM's all-to-all dispatcher, the received rows sorted by local expert "
+        "after the dispatch and back before the combine (two more passes of k rows each way)";
+  }
+  (*details)["moe"] = JsonText(moe);
 }
 
 }  // namespace

@@ -21,6 +21,7 @@ namespace pipecast {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 std::string HfExample(const std::string& file) { return cli_test::Example("hf/" + file); }
 
@@ -371,6 +372,40 @@ TEST(HfConfigTest, MixtureOfExpertsBlocksAreEstimatedWithTheirRouting) {
   EXPECT_EQ(v3->layers[4].moe->experts, 256);
   EXPECT_EQ(v3->layers[4].moe->expert_groups, 8);
   EXPECT_EQ(v3->layers[4].moe->topk_groups, 4);
+}
+
+TEST(HfConfigTest, AllToAllDispatcherSortsTheRowsOnEachSide) {
+  // Given Mixtral 8x7B at s = 4096 (top-2, h = 4096, bf16), every expert at the mean, estimated
+  // for DeepEP's dispatcher and for Megatron-LM's all-to-all dispatcher, which also sorts the
+  // k rows it receives per token by local expert after the dispatch and back before the
+  // combine (MoEAlltoAllTokenDispatcher's sort_chunks_by_idxs at d98e8a64).
+  const TransformerSpec spec = Load("mixtral-8x7b.json");
+  AnalyticOptions deepep;
+  deepep.moe_imbalance = 1;
+  AnalyticOptions alltoall = deepep;
+  alltoall.moe_dispatcher = ExpertDispatcher::kAllToAll;
+  Result<Model> a = EstimateTransformer(spec, deepep);
+  Result<Model> b = EstimateTransformer(spec, alltoall);
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  // Then each sort reads and writes k = 2 rows of s x h x 2 B = 33,554,432 B: 134,217,728 B
+  // at 3350 GB/s x 0.7 (h100-sxm's HBM at the memory efficiency) = 57,236 ns; two in the
+  // forward (after the dispatch, before the combine) and two in the backward.
+  const double sort_ns = 2.0 * 2 * 4096 * 4096 * 2 / (3350e9 * 0.7) * 1e9;
+  EXPECT_NEAR(sort_ns, 57'235.7, 0.1);
+  const LayerProfile& pa = a->layers[1].profiles[0];
+  const LayerProfile& pb = b->layers[1].profiles[0];
+  EXPECT_NEAR(static_cast<double>(pb.forward_ns - pa.forward_ns), 2 * sort_ns, 1.0);
+  EXPECT_NEAR(static_cast<double>(pb.backward_ns - pa.backward_ns), 2 * sort_ns, 1.0);
+  // Nothing else moves: the weight gradient, memory, FLOPs, the routing, dense layers.
+  EXPECT_EQ(pb.backward_weight_ns, pa.backward_weight_ns);
+  EXPECT_EQ(pb.activation_bytes, pa.activation_bytes);
+  EXPECT_EQ(b->layers[1].forward_flops, a->layers[1].forward_flops);
+  EXPECT_EQ(b->layers[1].moe->top_k, 2);
+  EXPECT_EQ(b->layers.back().profiles[0].forward_ns, a->layers.back().profiles[0].forward_ns);
+  // The source says which dispatcher the estimate is for.
+  EXPECT_THAT(b->source.details.at("moe"), HasSubstr("\"dispatcher\""));
+  EXPECT_THAT(a->source.details.at("moe"), Not(HasSubstr("\"dispatcher\"")));
 }
 
 TEST(HfConfigTest, MoeFlagsAndImbalanceAreCheckedByName) {

@@ -156,12 +156,16 @@ std::string ParallelismLines(const SimResult& result) {
     out += fmt::format(
         "expert parallelism  ep = {}, etp = {}, folded over each stage's GPUs (edp = {}); "
         "dispatch and combine all-to-alls in the MoE layers' ops, {:.3f} ms per iteration on the "
-        "busiest rank (DeepEP's published bandwidths; docs/simulator.md)\n",
+        "busiest rank ({}; docs/simulator.md)\n",
         result.expert_parallel, result.expert_tensor_parallel,
         static_cast<int64_t>(result.tensor_parallel) * result.context_parallel *
             result.data_parallel /
             (int64_t{result.expert_parallel} * result.expert_tensor_parallel),
-        NsToMs(result.ep_comm_ns));
+        NsToMs(result.ep_comm_ns),
+        result.ep_dispatcher == ExpertDispatcher::kAllToAll
+            ? "--ep-dispatcher alltoall: Megatron-LM's NCCL all-to-all, one row per token and "
+              "expert, at NCCL's NVLink and NIC rates"
+            : "DeepEP's published bandwidths");
     if (result.ep_overlap) {
       out += fmt::format(
           "expert overlap      on (--ep-overlap): each all-to-all hides behind the other half's "

@@ -221,17 +221,63 @@ ExpertAllToAllGroup ExpertGroupOf(int expert_parallel, int expert_tensor_paralle
   return g;
 }
 
+const char* ExpertDispatcherName(ExpertDispatcher dispatcher) {
+  return dispatcher == ExpertDispatcher::kAllToAll ? "alltoall" : "deepep";
+}
+
+std::optional<ExpertDispatcher> ParseExpertDispatcher(std::string_view name) {
+  if (name == "deepep") return ExpertDispatcher::kDeepEp;
+  if (name == "alltoall") return ExpertDispatcher::kAllToAll;
+  return std::nullopt;
+}
+
+namespace {
+
+// Megatron-LM's all-to-all dispatcher (sim/collectives.h): k rows per token,
+// each to its expert's rank, NVLink and network side by side at NCCL's rates.
+ExpertAllToAll NcclAllToAllOf(const Link& intra_node, const Link& inter_node,
+                              double network_gbps_per_gpu, const ExpertAllToAllGroup& group,
+                              int top_k, double token_bytes, double tokens) {
+  ExpertAllToAll a;
+  a.across_nodes = group.nodes > 1;
+  a.bytes_per_token = top_k * token_bytes;
+  const double ranks = group.ranks;
+  const double per_node = a.across_nodes ? group.per_node : group.ranks;
+  a.nvlink_bytes_per_token = a.bytes_per_token * (per_node - 1) / ranks;
+  a.network_bytes_per_token = a.across_nodes ? a.bytes_per_token * (ranks - per_node) / ranks : 0;
+  const auto transfer_ns = [&](double bytes_per_token, double gbps) -> double {
+    if (bytes_per_token <= 0 || std::isinf(gbps)) return 0;
+    return bytes_per_token * tokens / gbps;  // GB/s = bytes/ns
+  };
+  const double nvlink = transfer_ns(a.nvlink_bytes_per_token,
+                                    Effective(intra_node.bandwidth_gbps, intra_node.efficiency));
+  const double network = transfer_ns(a.network_bytes_per_token,
+                                     Effective(network_gbps_per_gpu, inter_node.efficiency));
+  const TimeNs latency = (a.across_nodes ? inter_node : intra_node).CollectiveLatencyNs();
+  a.dispatch_ns = latency + static_cast<TimeNs>(std::llround(std::max(nvlink, network)));
+  a.combine_ns = a.dispatch_ns;
+  return a;
+}
+
+}  // namespace
+
 ExpertAllToAll ExpertAllToAllOf(const Link& intra_node, const Link& inter_node,
                                 double network_gbps_per_gpu, const ExpertAllToAllGroup& group,
                                 int experts, int top_k, int expert_groups, int topk_groups,
-                                int64_t hidden, int bytes_per_element, double tokens) {
+                                int64_t hidden, int bytes_per_element, double tokens,
+                                ExpertDispatcher dispatcher) {
   ExpertAllToAll a;
   if (group.ranks <= 1 || tokens <= 0) return a;
   const double token_bytes = static_cast<double>(hidden) * bytes_per_element;
+  if (dispatcher == ExpertDispatcher::kAllToAll) {
+    return NcclAllToAllOf(intra_node, inter_node, network_gbps_per_gpu, group, top_k, token_bytes,
+                          tokens);
+  }
   double dispatch_gbps = 0, combine_gbps = 0;
   TimeNs latency = 0;
   if (group.nodes == 1) {
     a.bytes_per_token = DistinctGroupsPerToken(experts, top_k, group.ranks) * token_bytes;
+    a.nvlink_bytes_per_token = a.bytes_per_token;
     const double nvlink = Effective(intra_node.bandwidth_gbps, intra_node.efficiency);
     dispatch_gbps = nvlink * (kDeepEpIntraDispatchGbps / kDeepEpNvlinkMaxGbps);
     combine_gbps = nvlink * (kDeepEpIntraCombineGbps / kDeepEpNvlinkMaxGbps);
@@ -250,6 +296,7 @@ ExpertAllToAll ExpertAllToAllOf(const Link& intra_node, const Link& inter_node,
                                        ? DistinctGroupsPerToken(experts, top_k, n)
                                        : DistinctGroupsPerToken(experts / n * limit, top_k, limit);
     a.bytes_per_token = nodes_per_token * token_bytes;
+    a.network_bytes_per_token = a.bytes_per_token;
     const DeepEpInternode& row = InternodeRow(group.ranks);
     const double network = network_gbps_per_gpu > 0 ? network_gbps_per_gpu : 0;
     const double nic = Effective(network, 1.0);

@@ -41,6 +41,8 @@
 #ifndef PIPECAST_SIM_COLLECTIVES_H_
 #define PIPECAST_SIM_COLLECTIVES_H_
 
+#include <optional>
+#include <string_view>
 #include <vector>
 
 #include "base/units.h"
@@ -121,6 +123,28 @@ TimeNs IntraNodeCollectiveNs(const Link& intra_node, Collective op, Bytes bytes,
 // fewer, 64 for more). Each all-to-all also pays the link's
 // collective_latency_us.
 
+// Megatron-LM's NCCL all-to-all dispatcher (--moe-token-dispatcher-type
+// alltoall; megatron/core/transformer/moe/token_dispatcher.py,
+// MoEAlltoAllTokenDispatcher, at d98e8a64) sends what DeepEP deduplicates:
+// its first permutation makes one row per (token, expert) pair
+// (num_out_tokens = tokens x top-k when dropless; capacity x experts, the
+// same at capacity factor 1, when padded) and all_to_all sends each row to
+// the rank holding its expert, so one GPU sends k x hidden x bytes per
+// element per token each way, whatever ep is. Of those rows, (per_node - 1)
+// / ep go to the other ranks of its node over NVLink and (ep - per_node) /
+// ep to other nodes over its NIC (experts spread evenly); its own ep-th is a
+// local copy, not charged. NCCL runs the two at once, so
+//   time = latency + max(NVLink rows / NVLink bandwidth x efficiency,
+//                        network rows / (the GPU's NIC share x efficiency))
+// at the rates the collectives above use (no DeepEP share); dispatch and
+// combine alike. Latency: the collective_latency_us of the link the
+// group's widest hop crosses.
+enum class ExpertDispatcher { kDeepEp, kAllToAll };
+// "deepep" or "alltoall".
+const char* ExpertDispatcherName(ExpertDispatcher dispatcher);
+// "deepep" or "alltoall"; nullopt for anything else.
+std::optional<ExpertDispatcher> ParseExpertDispatcher(std::string_view name);
+
 // Expected distinct groups (ranks or nodes) of E / n experts each that one
 // token's k experts fall on, out of n: n (1 - C(E - E/n, k) / C(E, k)).
 // REQUIRES: n >= 1 divides experts; 1 <= k <= experts.
@@ -138,9 +162,15 @@ ExpertAllToAllGroup ExpertGroupOf(int expert_parallel, int expert_tensor_paralle
 
 // One MoE layer's dispatch and combine on one GPU for `tokens` tokens.
 struct ExpertAllToAll {
-  // Bytes per token as DeepEP counts them (above): over NVLink when the
-  // group is inside one node, over the network otherwise.
+  // Bytes per token each way: DeepEP's count (above), or k x hidden x bytes
+  // per element for the all-to-all dispatcher.
   double bytes_per_token = 0;
+  // Of them, what crosses NVLink and what crosses the network: DeepEP's all
+  // over NVLink inside one node and all over the network across nodes; the
+  // all-to-all dispatcher's rows to the other ranks of the node and to other
+  // nodes (its own rows are in neither).
+  double nvlink_bytes_per_token = 0;
+  double network_bytes_per_token = 0;
   bool across_nodes = false;
   TimeNs dispatch_ns = 0;
   TimeNs combine_ns = 0;
@@ -149,7 +179,8 @@ struct ExpertAllToAll {
 ExpertAllToAll ExpertAllToAllOf(const Link& intra_node, const Link& inter_node,
                                 double network_gbps_per_gpu, const ExpertAllToAllGroup& group,
                                 int experts, int top_k, int expert_groups, int topk_groups,
-                                int64_t hidden, int bytes_per_element, double tokens);
+                                int64_t hidden, int bytes_per_element, double tokens,
+                                ExpertDispatcher dispatcher = ExpertDispatcher::kDeepEp);
 
 // nccl-tests' bus bandwidth, GB/s: V·bytes / ns (V above). 0 for ns <= 0 or
 // one GPU.

@@ -167,6 +167,7 @@ Status FillStatic(const Cluster& cluster, const Schedule& schedule, const SimOpt
   result->cp_algorithm = config.layout.cp_algorithm;
   result->expert_parallel = config.layout.expert_parallel;
   result->expert_tensor_parallel = config.layout.expert_tensor_parallel;
+  result->ep_dispatcher = config.layout.expert_dispatcher;
   result->sequence_parallel = config.layout.sequence_parallel;
   result->tp_comm_overlap = config.overlap.tp_comm_overlap;
   result->ep_overlap = config.ExpertOverlapOn() && config.layout.expert_parallel > 1;

@@ -206,6 +206,7 @@ struct SimResult {
   CpAlgorithm cp_algorithm = CpAlgorithm::kRing;
   int expert_parallel = 1;  // ep and etp (docs/simulator.md "Expert parallelism")
   int expert_tensor_parallel = 1;
+  ExpertDispatcher ep_dispatcher = ExpertDispatcher::kDeepEp;  // --ep-dispatcher
   // The expert-parallel all-to-alls of the busiest rank, per iteration
   // (0 at ep = 1).
   TimeNs ep_comm_ns = 0;

@@ -19,6 +19,7 @@ std::vector<std::string> StageCostTable::Notes() const {
   AddCostOriginNotes(&notes);
   AddTensorParallelNotes(&notes);
   AddContextParallelNote(&notes);
+  AddExpertDispatcherNote(&notes);
   AddRecomputeNotes(&notes);
   AddSplitBackwardNote(&notes);
   return notes;
@@ -87,6 +88,21 @@ void StageCostTable::AddContextParallelNote(std::vector<std::string>* notes) con
           : "Transformer Engine's ring, fused corrections",
       NsToUs(cp_merge_ns_.first), NsToUs(cp_merge_ns_.second),
       options_.hbm_bytes_per_s > 0 ? "" : " (not charged: the GPU's HBM bandwidth is unknown)"));
+}
+
+void StageCostTable::AddExpertDispatcherNote(std::vector<std::string>* notes) const {
+  if (options_.expert_parallel <= 1 || !ep_comm_ ||
+      options_.ep_dispatcher != ExpertDispatcher::kAllToAll) {
+    return;
+  }
+  const ExpertAllToAll& a = *ep_comm_;
+  notes->push_back(fmt::format(
+      "--ep-dispatcher alltoall: Megatron-LM's NCCL all-to-all sends one row per token and "
+      "expert, {:.0f} bytes per token each way ({:.0f} over NVLink, {:.0f} over the network, "
+      "the rest to the GPU itself); each MoE layer's dispatch and combine take {:.1f} us each "
+      "per micro-batch at NCCL's link rates (docs/simulator.md \"Expert parallelism\")",
+      a.bytes_per_token, a.nvlink_bytes_per_token, a.network_bytes_per_token,
+      NsToUs(a.dispatch_ns)));
 }
 
 void StageCostTable::AddRecomputeNotes(std::vector<std::string>* notes) const {

@@ -467,14 +467,16 @@ void StageCostTable::AddTensorParallelComm(LayerCost* c) const {
 }
 
 void StageCostTable::AddExpertParallelComm(const pipecast::Layer& layer, double tokens,
-                                           LayerCost* c) const {
+                                           LayerCost* c) {
   if (!layer.moe) return;
   const MoeRouting& m = *layer.moe;
   const StageCostOptions& o = options_;
-  const ExpertAllToAll a = ExpertAllToAllOf(
-      o.ep_intra_node, o.ep_inter_node, o.ep_network_gbps_per_gpu,
-      ExpertGroupOf(o.expert_parallel, o.expert_tensor_parallel, o.gpus_per_node), m.experts,
-      m.top_k, m.expert_groups, m.topk_groups, m.hidden, m.bytes_per_element, tokens);
+  const ExpertAllToAll a =
+      ExpertAllToAllOf(o.ep_intra_node, o.ep_inter_node, o.ep_network_gbps_per_gpu,
+                       ExpertGroupOf(o.expert_parallel, o.expert_tensor_parallel, o.gpus_per_node),
+                       m.experts, m.top_k, m.expert_groups, m.topk_groups, m.hidden,
+                       m.bytes_per_element, tokens, o.ep_dispatcher);
+  if (!ep_comm_) ep_comm_ = a;
   // The forward dispatches and combines; the backward sends the gradients
   // back the same two ways.
   c->ep_forward_ns = a.dispatch_ns + a.combine_ns;

@@ -93,6 +93,7 @@
 #include "base/status.h"
 #include "base/units.h"
 #include "sim/cluster.h"
+#include "sim/collectives.h"
 #include "sim/model.h"
 #include "sim/partition.h"
 #include "sim/schedule.h"
@@ -248,6 +249,9 @@ struct StageCostOptions {
   // GPUs of a node). At ep = 1 no layer changes.
   int expert_parallel = 1;
   int expert_tensor_parallel = 1;
+  // DeepEP's deduplicated sends or Megatron-LM's NCCL all-to-all of one row
+  // per (token, expert) (sim/collectives.h, ExpertDispatcher).
+  ExpertDispatcher ep_dispatcher = ExpertDispatcher::kDeepEp;
   Link ep_intra_node;
   Link ep_inter_node;
   double ep_network_gbps_per_gpu = 0;
@@ -486,7 +490,7 @@ class StageCostTable {
   // Adds an attention layer's context-parallel K/V exchange (cp > 1).
   void AddContextParallelComm(const pipecast::Layer& layer, LayerCost* c);
   // Adds an MoE layer's dispatch and combine all-to-alls (ep > 1).
-  void AddExpertParallelComm(const pipecast::Layer& layer, double tokens, LayerCost* c) const;
+  void AddExpertParallelComm(const pipecast::Layer& layer, double tokens, LayerCost* c);
   // What the checkpointing modes (every:K, full with a Megatron-LM method)
   // give a stage: what F keeps, the largest chunk B rebuilds, the rerun and
   // its tensor-parallel collectives.
@@ -500,11 +504,13 @@ class StageCostTable {
   // The rerun B (or I) adds under options_.recompute, for `stage`.
   TimeNs RecomputeNs(StageLayers stage, const Prefix& lo, const Prefix& hi) const;
   // The steps of Notes(), in order: unmeasured micro-batch sizes,
-  // tensor-parallel estimates, context parallelism's exchange, memory the
+  // tensor-parallel estimates, context parallelism's exchange, the all-to-all
+  // dispatcher (when not DeepEP), memory the
   // recomputation lacks figures for, memory the split backward lacks.
   void AddCostOriginNotes(std::vector<std::string>* notes) const;
   void AddTensorParallelNotes(std::vector<std::string>* notes) const;
   void AddContextParallelNote(std::vector<std::string>* notes) const;
+  void AddExpertDispatcherNote(std::vector<std::string>* notes) const;
   void AddRecomputeNotes(std::vector<std::string>* notes) const;
   void AddSplitBackwardNote(std::vector<std::string>* notes) const;
 
@@ -516,6 +522,8 @@ class StageCostTable {
   std::optional<CpAttentionComm> cp_comm_;
   std::string cp_from_;
   std::pair<TimeNs, TimeNs> cp_merge_ns_{0, 0};
+  // The first MoE layer's all-to-alls (ep > 1), for Notes().
+  std::optional<ExpertAllToAll> ep_comm_;
   // Per-layer maxima: workspace, activation, attention core bytes, parameters,
   // what the per-op policy rebuilds (activation less op_saved_bytes).
   RangeMax workspace_max_, activation_max_, attention_core_max_, parameters_max_, op_rebuilt_max_;

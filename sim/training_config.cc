@@ -21,6 +21,10 @@ Status CheckExpertLayout(const ParallelLayout& l) {
         "--expert-tensor-parallel is {}: must be from 1 (each expert whole on a GPU) to {}",
         l.expert_tensor_parallel, kMaxExpertParallel));
   }
+  if (l.expert_dispatcher != ExpertDispatcher::kDeepEp &&
+      l.expert_dispatcher != ExpertDispatcher::kAllToAll) {
+    return Status::InvalidArgument("--ep-dispatcher is not deepep or alltoall");
+  }
   const int64_t stage = int64_t{l.tensor_parallel} * l.context_parallel * l.data_parallel;
   const int64_t experts = int64_t{l.expert_parallel} * l.expert_tensor_parallel;
   if (stage % experts != 0) {
@@ -183,6 +187,7 @@ StageCostOptions StageCostOptionsFor(const TrainingConfig& config, const Cluster
   o.hbm_bytes_per_s = cluster.gpu.memory_bandwidth_gbps * 1e9;
   o.expert_parallel = config.layout.expert_parallel;
   o.expert_tensor_parallel = config.layout.expert_tensor_parallel;
+  o.ep_dispatcher = config.layout.expert_dispatcher;
   o.ep_intra_node = cluster.intra_node;
   o.ep_inter_node = cluster.inter_node;
   o.ep_network_gbps_per_gpu = cluster.NetworkGbpsPerGpu();

@@ -27,6 +27,7 @@
 #include "base/status.h"
 #include "base/units.h"
 #include "sim/cluster.h"
+#include "sim/collectives.h"
 #include "sim/memory.h"
 #include "sim/partition.h"
 #include "sim/schedule.h"
@@ -74,6 +75,11 @@ struct ParallelLayout {
   // t x cp x d and edp = t x cp x d / (etp x ep). Dense layers ignore both.
   int expert_parallel = 1;         // ep: each GPU holds experts / ep of a layer's experts
   int expert_tensor_parallel = 1;  // etp: each expert split over etp GPUs
+  // How the ep GPUs exchange tokens (--ep-dispatcher; sim/collectives.h):
+  // DeepEP's kernels (one copy per destination rank or node) or Megatron-LM's
+  // NCCL all-to-all (--moe-token-dispatcher-type alltoall: one row per
+  // token and expert). Used only at ep > 1.
+  ExpertDispatcher expert_dispatcher = ExpertDispatcher::kDeepEp;
 
   // t x cp x d / (etp x ep): the GPUs holding the same experts, over which
   // expert gradients are reduced and their ZeRO shards spread (Megatron-LM's

@@ -16,9 +16,11 @@
 // optimizer (ZeRO 1) or FSDP (ZeRO 3) as the FSDP column says, sequence parallelism at t > 1,
 // TE's userbuffers overlap replayed with the collectives exposed (the FP8 section's fitted
 // choice), every MoE row at --moe-imbalance 1.0 (the summaries force-balance the tokens or pad
-// to capacity 1), on the h100-sxm preset. Each row's prediction is held within kGuard of what
-// it was when this test was written, so that any change to the model is seen; the counts within 10%
-// and 15% are printed, not asserted.
+// to capacity 1), each MoE row with the token dispatcher its config ran (DispatcherOf:
+// Megatron-LM's all-to-all for Qwen3-235B, GPT-OSS and the ep8 Qwen3-30B rows, DeepEP-like
+// otherwise), on the h100-sxm preset. Each row's prediction is held within kGuard of what it was
+// when this test was written, so that any change to the model is seen; the counts within 10% and
+// 15% are printed, not asserted.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -32,6 +34,7 @@
 #include "profiler/analytic.h"
 #include "profiler/hf_config.h"
 #include "sim/cluster.h"
+#include "sim/collectives.h"
 #include "sim/memory.h"
 #include "sim/partition.h"
 #include "sim/schedule.h"
@@ -163,14 +166,44 @@ std::vector<StageLayers> DeepSeekV3Layout() {
   return out;
 }
 
+// The token dispatcher each row ran, from the scripts/performance configs of its container:
+// - DeepSeek-V3 (25.09): DeepEP (run_script.py @ fa0315ae: enable_deepep on h100, the flex
+//   dispatcher).
+// - Qwen3-235B-A22B and Qwen3-30B-A3B at 25.09: Megatron-LM's all-to-all
+//   (Qwen3MoEModelProvider's moe_token_dispatcher_type "alltoall" @ fa0315ae, with
+//   apply_moe_token_drop, which asserts alltoall).
+// - Qwen3-235B-A22B from 25.11 on: all-to-all (the H100 presets set no
+//   moe_flex_dispatcher_backend, qwen3_workload_base_configs.py @ 97ad8cc6, c0b9a0003,
+//   74695a06d, 21d102f5e, 63b08b39, so apply_flex_dispatcher_backend leaves the provider's
+//   "alltoall").
+// - GPT-OSS 120B: all-to-all (GPTOSSProvider's "alltoall"; the H100 preset sets no flex
+//   backend, gpt_oss_workload_base_configs.py @ 97ad8cc6 and 63b08b39).
+// - Qwen3-30B-A3B at 25.11: all-to-all (the H100 preset p2 v12 ep8 sets no backend @ 97ad8cc6);
+//   26.02 and 26.02.01 published the same p2 v12 ep8 layout although the 26.02 preset
+//   (c0b9a0003) is ep16 with HybridEP: replayed as the layout's own preset ran, all-to-all.
+// - Qwen3-30B-A3B ep16 (26.04 on): HybridEP ("hybridep", allowed on Hopper from 26.02,
+//   flex_dispatcher_backend.py @ c0b9a0003), deduplicating as DeepEP does: deepep.
+ExpertDispatcher DispatcherOf(const BridgeRow& row) {
+  switch (row.arch) {
+    case Arch::kQwen3_235b:
+    case Arch::kGptOss120b:
+      return ExpertDispatcher::kAllToAll;
+    case Arch::kQwen3_30b:
+      return row.ep == 8 ? ExpertDispatcher::kAllToAll : ExpertDispatcher::kDeepEp;
+    default:
+      return ExpertDispatcher::kDeepEp;
+  }
+}
+
 struct Prediction {
   double tokens_per_gpu = 0;
   double iteration_s = 0, busy_s = 0, tp_s = 0, ep_s = 0, reduce_s = 0, gather_s = 0,
          sharding_s = 0, bubble = 0;
 };
 
-// `row` at `recipe` (kNone: bf16); the rows' own is current scaling when row.fp8.
-Prediction Predict(const BridgeRow& row, Fp8Recipe recipe) {
+// `row` at `recipe` (kNone: bf16; the rows' own is current scaling when row.fp8) with
+// `dispatcher` (the row's own: DispatcherOf) in the profiler and the simulator.
+Prediction Predict(const BridgeRow& row, Fp8Recipe recipe, ExpertDispatcher dispatcher) {
   TransformerSpec spec = SpecFor(row.arch);
   spec.sequence_length = row.seq;
   spec.microbatch_sizes = {row.mbs};
@@ -179,6 +212,7 @@ Prediction Predict(const BridgeRow& row, Fp8Recipe recipe) {
   analytic.attention = Attention::kFlash3;
   analytic.fp8 = recipe;
   analytic.moe_imbalance = 1.0;  // force-balanced (dropless) or padded to capacity 1 (drop)
+  analytic.moe_dispatcher = dispatcher;
   const std::vector<int> degrees = row.t > 1 ? std::vector<int>{1, row.t} : std::vector<int>{1};
   Result<std::string> json = EstimateTransformerJson(spec, analytic, degrees);
   EXPECT_TRUE(json.ok()) << row.label << ": " << json.status().message();
@@ -201,6 +235,7 @@ Prediction Predict(const BridgeRow& row, Fp8Recipe recipe) {
   c.layout.cp_algorithm = CpAlgorithm::kRing;  // TE's default cp_comm_type p2p
   c.layout.data_parallel = d;
   c.layout.expert_parallel = row.ep;
+  c.layout.expert_dispatcher = dispatcher;
   c.recompute = row.recompute;
   if (row.recompute_block_layers > 0) {
     c.recompute_layers.method = RecomputeMethod::kBlock;
@@ -261,9 +296,9 @@ std::vector<BridgeRow> Rows() {
       {"25.09", "DeepSeek-V3 t2 p8 v4 ep64 (dropless)", A::kDeepSeekV3, true, 1024, 8192, 1, 4096,
        false, 2, 8, 1, 4, 64, 1297, 0.158},
       {"25.09", "Qwen3-30B-A3B p2 v24 ep8 (token drop)", A::kQwen3_30b, true, 16, 512, 2, 4096,
-       false, 1, 2, 1, 24, 8, 10494, 0.524},
+       false, 1, 2, 1, 24, 8, 10494, 0.339},
       {"25.09", "Qwen3-235B-A22B t2 p8 v4 ep32 (token drop)", A::kQwen3_235b, true, 256, 2048, 1,
-       4096, false, 2, 8, 1, 4, 32, 1204, 0.738},
+       4096, false, 2, 8, 1, 4, 32, 1204, 0.203},
       // 25.11: FP8-CS stated; every MoE run dropless and force-balanced.
       {"25.11", "Llama 3 8B FSDP 8", A::kLlama3_8b, true, 8, 128, 1, 8192, true, 1, 1, 1, 1, 1,
        14451, 0.087, Recompute::kFull, 5},
@@ -272,51 +307,51 @@ std::vector<BridgeRow> Rows() {
       {"25.11", "Llama 3.1 405B t8 p8 cp2 v8", A::kLlama31_405b, true, 1024, 512, 1, 8192, false, 8,
        8, 2, 8, 1, 292, 0.000},
       {"25.11", "GPT-OSS 120B p4 ep8 (bf16)", A::kGptOss120b, false, 64, 512, 4, 4096, false, 1, 4,
-       1, 1, 8, 5630, 0.514},
+       1, 1, 8, 5630, 0.463},
       {"25.11", "Qwen3-30B-A3B p2 v24 ep8", A::kQwen3_30b, true, 16, 512, 2, 4096, false, 1, 2, 1,
-       24, 8, 5275, 2.033},
+       24, 8, 5275, 1.664},
       {"25.11", "Qwen3-235B-A22B t2 p8 v4 ep32", A::kQwen3_235b, true, 256, 2048, 1, 4096, false, 2,
-       8, 1, 4, 32, 1575, 0.329},
+       8, 1, 4, 32, 1575, -0.080},
       // 26.02.
       {"26.02", "Llama 3 70B t4 p8 v5", A::kLlama3_70b, true, 64, 256, 1, 8192, false, 4, 8, 1, 5,
        1, 1621, -0.004},
       {"26.02", "Llama 3.1 405B t8 p8 cp2 v8", A::kLlama31_405b, true, 1024, 1536, 1, 8192, false,
        8, 8, 2, 8, 1, 311, 0.021},
       {"26.02", "GPT-OSS 120B p4 ep8 (bf16)", A::kGptOss120b, false, 64, 1280, 1, 4096, false, 1, 4,
-       1, 1, 8, 5993, 0.741},
+       1, 1, 8, 5993, 0.687},
       {"26.02", "Qwen3-30B-A3B p2 v12 ep8", A::kQwen3_30b, true, 16, 1024, 1, 4096, false, 1, 2, 1,
-       12, 8, 5113, 2.112},
+       12, 8, 5113, 1.735},
       {"26.02", "Qwen3-235B-A22B t2 p8 v4 ep32", A::kQwen3_235b, true, 256, 8192, 1, 4096, false, 2,
-       8, 1, 4, 32, 1633, 0.299},
+       8, 1, 4, 32, 1633, -0.103},
       // 26.02.01 (the 405B table is empty).
       {"26.02.01", "Llama 3 70B t4 p8 v5", A::kLlama3_70b, true, 64, 256, 1, 8192, false, 4, 8, 1,
        5, 1, 1639, -0.015},
       {"26.02.01", "GPT-OSS 120B p4 ep8 (bf16)", A::kGptOss120b, false, 64, 1280, 1, 4096, false, 1,
-       4, 1, 1, 8, 5984, 0.743},
+       4, 1, 1, 8, 5984, 0.689},
       {"26.02.01", "Qwen3-30B-A3B p2 v12 ep8", A::kQwen3_30b, true, 16, 1024, 1, 4096, false, 1, 2,
-       1, 12, 8, 9058, 0.756},
+       1, 12, 8, 9058, 0.544},
       {"26.02.01", "Qwen3-235B-A22B t2 p8 v4 ep32", A::kQwen3_235b, true, 256, 8192, 1, 4096, false,
-       2, 8, 1, 4, 32, 1611, 0.317},
+       2, 8, 1, 4, 32, 1611, -0.091},
       // 26.04 (the 405B table is empty).
       {"26.04", "Llama 3 70B t4 p8 v5", A::kLlama3_70b, true, 64, 256, 1, 8192, false, 4, 8, 1, 5,
        1, 1633, -0.012},
       {"26.04", "GPT-OSS 120B p4 ep8 (bf16)", A::kGptOss120b, false, 64, 1280, 1, 4096, false, 1, 4,
-       1, 1, 8, 5810, 0.795},
+       1, 1, 8, 5810, 0.740},
       {"26.04", "Qwen3-30B-A3B ep16", A::kQwen3_30b, true, 16, 1024, 1, 4096, false, 1, 1, 1, 1, 16,
        8901, 0.337},
       {"26.04", "Qwen3-235B-A22B t2 p8 v4 ep32", A::kQwen3_235b, true, 256, 8192, 1, 4096, false, 2,
-       8, 1, 4, 32, 1686, 0.259},
+       8, 1, 4, 32, 1686, -0.131},
       // 26.04.01.
       {"26.04.01", "Llama 3 70B t4 p8 v5", A::kLlama3_70b, true, 64, 256, 1, 8192, false, 4, 8, 1,
        5, 1, 1664, -0.030},
       {"26.04.01", "Llama 3.1 405B t8 p8 cp2 v8", A::kLlama31_405b, true, 1024, 1536, 1, 8192,
        false, 8, 8, 2, 8, 1, 328, -0.032},
       {"26.04.01", "GPT-OSS 120B p4 ep8 (bf16)", A::kGptOss120b, false, 64, 1280, 1, 4096, false, 1,
-       4, 1, 1, 8, 5824, 0.791},
+       4, 1, 1, 8, 5824, 0.736},
       {"26.04.01", "Qwen3-30B-A3B ep16", A::kQwen3_30b, true, 16, 1024, 1, 4096, false, 1, 1, 1, 1,
        16, 8960, 0.328},
       {"26.04.01", "Qwen3-235B-A22B t2 p8 v4 ep32", A::kQwen3_235b, true, 256, 8192, 1, 4096, false,
-       2, 8, 1, 4, 32, 1712, 0.239},
+       2, 8, 1, 4, 32, 1712, -0.144},
       // 26.06 (pre-training; its SFT and LoRA rows are fine-tuning, not replayed).
       {"26.06", "Llama 3.1 405B t8 p8 cp2 v8", A::kLlama31_405b, true, 1024, 1536, 1, 8192, false,
        8, 8, 2, 8, 1, 326, -0.026},
@@ -336,22 +371,31 @@ TEST(BridgeCalibration, DgxH100RowsHeldOut) {
       within_15 = 0;
   const std::vector<BridgeRow> rows = Rows();
   for (const BridgeRow& row : rows) {
-    const Prediction p = Predict(row, row.fp8 ? Fp8Recipe::kCurrent : Fp8Recipe::kNone);
+    const Fp8Recipe own = row.fp8 ? Fp8Recipe::kCurrent : Fp8Recipe::kNone;
+    const ExpertDispatcher dispatcher = DispatcherOf(row);
+    const Prediction p = Predict(row, own, dispatcher);
     const double error = p.tokens_per_gpu / row.published - 1;
     std::printf(
         "%-8s %-44s published %6.0f predicted %6.0f error %+6.1f%% | iteration %.2f s = busy "
         "%.2f (TP %.2f, EP a2a %.2f) bubble %.1f%% reduce %.2f gather %.2f sharding %.2f\n",
         row.container, row.label, row.published, p.tokens_per_gpu, error * 100, p.iteration_s,
         p.busy_s, p.tp_s, p.ep_s, p.bubble * 100, p.reduce_s, p.gather_s, p.sharding_s);
+    if (dispatcher == ExpertDispatcher::kAllToAll) {
+      // What the dispatcher moved: the same run charged at DeepEP's (printed only).
+      const Prediction deepep = Predict(row, own, ExpertDispatcher::kDeepEp);
+      std::printf("         dispatcher alltoall; at DeepEP's: %.0f (%+.1f%%), EP a2a %.2f s\n",
+                  deepep.tokens_per_gpu, (deepep.tokens_per_gpu / row.published - 1) * 100,
+                  deepep.ep_s);
+    }
     if (row.fp8 && IsMoe(row.arch)) {
       // What the model's FP8 gain is on an MoE row: the same run in bf16 (printed only).
-      const Prediction bf16 = Predict(row, Fp8Recipe::kNone);
+      const Prediction bf16 = Predict(row, Fp8Recipe::kNone, dispatcher);
       std::printf("         the same in bf16: %.0f (%+.1f%%); FP8 gain predicted %+.1f%%\n",
                   bf16.tokens_per_gpu, (bf16.tokens_per_gpu / row.published - 1) * 100,
                   (p.tokens_per_gpu / bf16.tokens_per_gpu - 1) * 100);
     }
     if (row.arch == Arch::kDeepSeekV3) {
-      const Prediction block = Predict(row, Fp8Recipe::kBlockwise);
+      const Prediction block = Predict(row, Fp8Recipe::kBlockwise, dispatcher);
       std::printf("         with the blockwise recipe (128x128 / 1x128): %.0f (%+.1f%%)\n",
                   block.tokens_per_gpu, (block.tokens_per_gpu / row.published - 1) * 100);
     }

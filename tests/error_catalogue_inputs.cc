@@ -210,6 +210,9 @@ std::vector<Case> BadNumberRows() {
   c.push_back(Row("profiler_moe_imbalance_below_one", kProfiler, {},
                   tiny + " --experts 4 --moe-imbalance 0.5 --out {dir}/m.json", 1,
                   "--moe-imbalance 0.5 must be from 1", After::kNoOutputs));
+  c.push_back(Row("profiler_moe_dispatcher_unknown", kProfiler, {},
+                  tiny + " --experts 4 --moe-dispatcher flex --out {dir}/m.json", 2,
+                  "--moe-dispatcher", After::kNoOutputs));
   // profiler cpu's tensor-parallel shards (issue 15 part 6): refused before
   // anything is measured.
   c.push_back(Row("profiler_cpu_tensor_parallel_not_dividing_ffn", kProfiler, {},

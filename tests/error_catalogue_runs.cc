@@ -272,6 +272,12 @@ std::vector<Case> MeasuredRunRows() {
   c.push_back(Row("ep_overlap_unknown", kPlanner, {kGoodModel},
                   "--model {dir}/m.json --gpus 2 --global-batch 8 --ep-overlap sometimes", 2,
                   "--ep-overlap"));
+  // The expert dispatcher (--ep-dispatcher): deepep or alltoall, nothing else.
+  c.push_back(Row("ep_dispatcher_unknown", kSimulator, {kGoodModel},
+                  std::string(kSim) + " --ep-dispatcher nccl", 2,
+                  "--ep-dispatcher: 'nccl' is not one of deepep, alltoall"));
+  c.push_back(Row("ep_dispatcher_empty", kSimulator, {kGoodModel},
+                  std::string(kSim) + " --ep-dispatcher ''", 2, "--ep-dispatcher"));
   c.push_back(Row("tensor_parallel_over_gpus", kPlanner, {kGoodModel},
                   "--model {dir}/m.json --gpus 2 --global-batch 8 --tensor-parallel 4", 2,
                   "--tensor-parallel 4 is more than --gpus 2: t x p x d must equal the GPUs"));

@@ -2,8 +2,9 @@
 // parallel folding checked once in TrainingConfig, the dispatch and combine
 // all-to-all bytes per token per layer worked by hand at ep = 8, 32 and 64
 // inside and across nodes (DeepEP's counting and bandwidths,
-// sim/collectives.h), what a stage's MoE layer pays at ep > 1, and expert
-// memory per GPU under folding.
+// sim/collectives.h) and for Megatron-LM's all-to-all dispatcher (one row per
+// token and expert at NCCL's rates), what a stage's MoE layer pays at ep > 1,
+// and expert memory per GPU under folding.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "formats/formats.h"
+#include "formats/result_json.h"
 #include "planner/passes.h"
 #include "planner/planner.h"
 #include "sim/cluster.h"
@@ -134,6 +136,71 @@ TEST(ExpertParallelTest, AllToAllBytesPerTokenPerLayerWorkedByHand) {
   EXPECT_EQ(AllToAll(DeepseekV3(), 1, 4096).dispatch_ns, 0);
 }
 
+ExpertAllToAll NcclAllToAll(const MoeRouting& m, int ep, double tokens) {
+  const Cluster c = H100();
+  return ExpertAllToAllOf(c.intra_node, c.inter_node, c.NetworkGbpsPerGpu(),
+                          ExpertGroupOf(ep, 1, c.gpus_per_node), m.experts, m.top_k,
+                          m.expert_groups, m.topk_groups, m.hidden, m.bytes_per_element, tokens,
+                          ExpertDispatcher::kAllToAll);
+}
+
+// Megatron-LM's --moe-token-dispatcher-type alltoall (MoEAlltoAllTokenDispatcher at d98e8a64):
+// one row per (token, expert), k x h x 2 B per token whatever ep is, no dedup per rank or node;
+// the rows to the node's other ranks over NVLink (360 GB/s: 450 x 0.8), those to other nodes
+// over the GPU's NIC (47.5 GB/s: 50 x 0.95), side by side; the GPU's own rows stay.
+TEST(ExpertParallelTest, AllToAllDispatcherSendsOneRowPerTokenAndExpert) {
+  // DeepSeek-V3's routing: 8 x 7168 x 2 = 114,688 B per token at every ep.
+  // ep 8 in one node: 7/8 of the rows leave the GPU over NVLink: 100,352 B per token, against
+  // DeepEP's 75,904 (one copy per distinct rank, the sender's included).
+  const ExpertAllToAll a8 = NcclAllToAll(DeepseekV3(), 8, 4096);
+  EXPECT_FALSE(a8.across_nodes);
+  EXPECT_DOUBLE_EQ(a8.bytes_per_token, 114'688);
+  EXPECT_DOUBLE_EQ(a8.nvlink_bytes_per_token, 100'352);
+  EXPECT_DOUBLE_EQ(a8.network_bytes_per_token, 0);
+  // 100,352 x 4096 / 360 = 1,141,783 ns + 8.4 us; combine the same (NCCL has one rate).
+  EXPECT_EQ(a8.dispatch_ns, 1'150'183);
+  EXPECT_EQ(a8.combine_ns, a8.dispatch_ns);
+  const ExpertAllToAll d8 = AllToAll(DeepseekV3(), 8, 4096);
+  EXPECT_NEAR(d8.bytes_per_token, 75'904.1, 0.1);
+  EXPECT_NEAR(d8.nvlink_bytes_per_token, d8.bytes_per_token, 1e-9);
+  EXPECT_GT(a8.dispatch_ns, d8.dispatch_ns);
+
+  // ep 32 over 4 nodes of 8: 7/32 of the rows to the node's other ranks (25,088 B), 24/32 to
+  // the other nodes (86,016 B), against DeepEP's 51,813 B per token over the network (3.61
+  // nodes x 14,336 B). The network sets the time: 86,016 x 4096 / 47.5 = 7,417,295 ns + 8.4 us
+  // (NVLink's 285,445 ns run beside it), about twice DeepEP's 3,667,496.
+  const ExpertAllToAll a32 = NcclAllToAll(DeepseekV3(), 32, 4096);
+  EXPECT_TRUE(a32.across_nodes);
+  EXPECT_DOUBLE_EQ(a32.bytes_per_token, 114'688);
+  EXPECT_DOUBLE_EQ(a32.nvlink_bytes_per_token, 25'088);
+  EXPECT_DOUBLE_EQ(a32.network_bytes_per_token, 86'016);
+  EXPECT_EQ(a32.dispatch_ns, 7'425'695);
+  const ExpertAllToAll d32 = AllToAll(DeepseekV3(), 32, 4096);
+  EXPECT_NEAR(d32.network_bytes_per_token, 51'813.4, 0.1);
+  EXPECT_NEAR(static_cast<double>(a32.dispatch_ns) / d32.dispatch_ns, 2.02, 0.01);
+
+  // ep 64 over 8 nodes: node-limited routing does not help the all-to-all dispatcher (each
+  // row goes to its expert's rank): 56/64 of the rows cross the network, 100,352 B per token
+  // against DeepEP's 52,026; 100,352 x 4096 / 47.5 = 8,653,511 ns + 8.4 us.
+  const ExpertAllToAll a64 = NcclAllToAll(DeepseekV3(), 64, 4096);
+  EXPECT_DOUBLE_EQ(a64.nvlink_bytes_per_token, 12'544);
+  EXPECT_DOUBLE_EQ(a64.network_bytes_per_token, 100'352);
+  EXPECT_EQ(a64.dispatch_ns, 8'661'911);
+  EXPECT_NEAR(AllToAll(DeepseekV3(), 64, 4096).network_bytes_per_token, 52'025.5, 0.1);
+
+  // Mixtral 8x7B at ep 8 (one expert per GPU, top-2): 2 x 4096 x 2 = 16,384 B per token, the
+  // same as DeepEP's count (2 distinct ranks), of which 7/8 leave the GPU.
+  const MoeRouting mixtral{.experts = 8, .top_k = 2, .hidden = 4096};
+  EXPECT_DOUBLE_EQ(NcclAllToAll(mixtral, 8, 4096).bytes_per_token, 16'384);
+  EXPECT_DOUBLE_EQ(NcclAllToAll(mixtral, 8, 4096).nvlink_bytes_per_token, 14'336);
+  // ep 1: nothing moves.
+  EXPECT_EQ(NcclAllToAll(DeepseekV3(), 1, 4096).dispatch_ns, 0);
+  EXPECT_EQ(ParseExpertDispatcher("alltoall"), ExpertDispatcher::kAllToAll);
+  EXPECT_EQ(ParseExpertDispatcher("deepep"), ExpertDispatcher::kDeepEp);
+  EXPECT_FALSE(ParseExpertDispatcher("flex").has_value());
+  EXPECT_STREQ(ExpertDispatcherName(ExpertDispatcher::kAllToAll), "alltoall");
+}
+
 TEST(ExpertParallelTest, GroupLaidOutAsMegatronLaysIt) {
   const ExpertAllToAllGroup in_node = ExpertGroupOf(8, 1, 8);
   EXPECT_EQ(in_node.nodes, 1);
@@ -250,6 +317,34 @@ TEST(ExpertParallelTest, SimulatorReportsEpAndRefusesBadDegrees) {
   bad = Simulate(dense, H100(), *schedule, options);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("no mixture-of-experts layer"), std::string::npos);
+}
+
+TEST(ExpertParallelTest, SimulatorCarriesTheAllToAllDispatcherIntoJsonAndNotes) {
+  const Model model = TwoLayers();
+  Result<Schedule> schedule = MakeSchedule(ScheduleKind::k1F1B, 2, 4);
+  ASSERT_TRUE(schedule.ok());
+  SimOptions options;
+  options.config = Layout(1, 1, 8, 8);
+  options.config.layout.expert_dispatcher = ExpertDispatcher::kAllToAll;
+  Result<SimResult> r = Simulate(model, H100(), *schedule, options);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->ep_dispatcher, ExpertDispatcher::kAllToAll);
+  // 8 experts, top-2, h 4096, 4096 tokens at ep 8 in a node: 16,384 B per token, 14,336 B of
+  // it to the other 7 GPUs over NVLink at 360 GB/s: 163,112 ns + 8.4 us each way; 4 forwards
+  // and 4 backwards on rank 1, each a dispatch and a combine.
+  EXPECT_EQ(r->ep_comm_ns, 16 * 171'512);
+  bool noted = false;
+  for (const std::string& n : r->notes) {
+    noted = noted || n.find("--ep-dispatcher alltoall") != std::string::npos;
+  }
+  EXPECT_TRUE(noted);
+  EXPECT_NE(ResultToJson(*r).find("\"ep_dispatcher\": \"alltoall\""), std::string::npos);
+  // DeepEP, the default: no key and no note, as before the flag.
+  options.config.layout.expert_dispatcher = ExpertDispatcher::kDeepEp;
+  Result<SimResult> d = Simulate(model, H100(), *schedule, options);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(ResultToJson(*d).find("ep_dispatcher"), std::string::npos);
+  for (const std::string& n : d->notes) EXPECT_EQ(n.find("--ep-dispatcher"), std::string::npos);
 }
 
 TEST(ExpertParallelTest, ModelJsonCarriesMoeAndRefusesBadValues) {

@@ -44,8 +44,9 @@ struct AnalyticFlags {
   bool rotary_positions = false;
   std::string attention = "flash2";
   std::string loss = "fused";
-  std::string precision = "bf16";        // bf16, or fp8 with --fp8-recipe
-  std::string fp8_recipe;                // empty: delayed with --precision fp8
+  std::string moe_dispatcher = "deepep";  // --moe-dispatcher: deepep or alltoall
+  std::string precision = "bf16";         // bf16, or fp8 with --fp8-recipe
+  std::string fp8_recipe;                 // empty: delayed with --precision fp8
   std::string time_model;                // empty: matmul, or flat when --matmul-efficiency is given
   bool matmul_efficiency_given = false;  // --matmul-efficiency on the command line
   std::vector<int> tensor_parallel = {1};
@@ -191,6 +192,12 @@ Result<AnalyticOptions> OptionsFromFlags(const AnalyticFlags& flags) {
   AnalyticOptions options = flags.options;
   PIPECAST_ASSIGN_OR_RETURN(options.attention, ParseAttention(flags.attention));
   PIPECAST_ASSIGN_OR_RETURN(options.loss, ParseLoss(flags.loss));
+  std::optional<ExpertDispatcher> dispatcher = ParseExpertDispatcher(flags.moe_dispatcher);
+  if (!dispatcher) {
+    return Status::InvalidArgument(
+        fmt::format("--moe-dispatcher {}: expected deepep or alltoall", flags.moe_dispatcher));
+  }
+  options.moe_dispatcher = *dispatcher;
   if (flags.precision == "fp8") {
     PIPECAST_ASSIGN_OR_RETURN(
         options.fp8, ParseFp8Recipe(flags.fp8_recipe.empty() ? "delayed" : flags.fp8_recipe));
@@ -334,6 +341,12 @@ void AddShapeFlags(CLI::App* cmd, AnalyticFlags& f) {
                   "the busiest expert's tokens over the mean: the routed experts' GEMMs and "
                   "activations are sized for it (default from a published measurement, "
                   "docs/profiler.md 'Mixture of experts')")
+      ->capture_default_str();
+  cmd->add_option("--moe-dispatcher", f.moe_dispatcher,
+                  "the run's token dispatcher: deepep (one permutation each side) or alltoall "
+                  "(Megatron-LM's --moe-token-dispatcher-type alltoall, which also sorts the "
+                  "received rows by local expert on each side; docs/profiler.md)")
+      ->check(CLI::IsMember({"deepep", "alltoall"}))
       ->capture_default_str();
 }
 

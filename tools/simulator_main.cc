@@ -167,6 +167,13 @@ std::vector<CLI::Option*> AddLayoutFlags(CLI::App& app, SimulatorToolOptions* f)
                      "dualpipe and dualpipev, whose pairs are made for it; docs/simulator.md)")
           ->check(OneOf({"auto", "on", "off"}))
           ->capture_default_str(),
+      app.add_option("--ep-dispatcher", f->ep_dispatcher,
+                     "how the expert all-to-alls send tokens: deepep (DeepEP's kernels, one copy "
+                     "per destination rank or node, at its published bandwidths) or alltoall "
+                     "(Megatron-LM's --moe-token-dispatcher-type alltoall: NCCL all-to-all of "
+                     "one row per token and expert; docs/simulator.md)")
+          ->check(OneOf({"deepep", "alltoall"}))
+          ->capture_default_str(),
   };
 }
 

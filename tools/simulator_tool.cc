@@ -73,8 +73,8 @@ Status RecomputeFromFlags(const Flags& flags, TrainingConfig* config) {
   return CheckRecompute(config->recompute, config->recompute_layers);
 }
 
-// --ep-overlap and the schedule kind --schedule or --schedule-in gives, into `config` (the
-// kind left as it is when --schedule names none: ConfigFromFlags says so).
+// --ep-overlap, --ep-dispatcher and the schedule kind --schedule or --schedule-in gives, into
+// `config` (the kind left as it is when --schedule names none: ConfigFromFlags says so).
 Status ExpertOverlapFromFlags(const Flags& flags, TrainingConfig* config) {
   std::optional<ExpertOverlap> overlap = ParseExpertOverlap(flags.ep_overlap);
   if (!overlap) {
@@ -82,6 +82,12 @@ Status ExpertOverlapFromFlags(const Flags& flags, TrainingConfig* config) {
         fmt::format("--ep-overlap {}: expected auto, on or off", flags.ep_overlap));
   }
   config->overlap.expert_overlap = *overlap;
+  std::optional<ExpertDispatcher> dispatcher = ParseExpertDispatcher(flags.ep_dispatcher);
+  if (!dispatcher) {
+    return Status::InvalidArgument(
+        fmt::format("--ep-dispatcher {}: expected deepep or alltoall", flags.ep_dispatcher));
+  }
+  config->layout.expert_dispatcher = *dispatcher;
   if (!flags.schedule_in.empty()) {
     config->schedule = ScheduleKind::kCustom;
   } else if (Result<ScheduleKind> kind = ParseScheduleKind(flags.schedule); kind.ok()) {

@@ -126,7 +126,7 @@ std::vector<StageCollectives> CollectivesOf(const Model& model, const PlanFile& 
         const MoeRouting& m = *model.layers[l].moe;
         const ExpertAllToAll a = ExpertAllToAllOf(
             o.ep_intra_node, o.ep_inter_node, o.ep_network_gbps_per_gpu, group, m.experts, m.top_k,
-            m.expert_groups, m.topk_groups, m.hidden, m.bytes_per_element, tokens);
+            m.expert_groups, m.topk_groups, m.hidden, m.bytes_per_element, tokens, o.ep_dispatcher);
         const Bytes bytes = std::llround(a.bytes_per_token * tokens);
         out[s].all_to_alls.insert(out[s].all_to_alls.end(), 2, bytes);  // dispatch, combine
       }

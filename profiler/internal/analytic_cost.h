@@ -163,6 +163,12 @@ MlpWidths MlpWidthsOf(const LayerShape& shape, double imbalance);
 // dense block.
 double MoeKeptBytes(const TransformerSpec& spec, const LayerShape& shape, const Dims& d,
                     double imbalance);
+// The all-to-all dispatcher's second sort (sort_chunks_by_idxs): the k
+// received rows per token reordered by local expert after the dispatch and
+// back before the combine (read and write k rows each), again in the
+// backward.
+void AddAllToAllSortKernels(const TransformerSpec& spec, const Dims& d, const Split& x,
+                            double imbalance, SampleCost* c);
 // The router's and the token permutation's memory-bound kernels.
 void AddMoeKernels(const TransformerSpec& spec, const Dims& d, const Split& x, double imbalance,
                    SampleCost* c);
@@ -173,8 +179,8 @@ void AddMoeRouting(const TransformerSpec& spec, const LayerShape& whole, const D
 // REQUIRES: `whole` is `shape` at t = 1. `imbalance`: the busiest expert's
 // tokens over the mean (AnalyticOptions::moe_imbalance), for MoE blocks.
 SampleCost BlockCost(const TransformerSpec& spec, const LayerShape& shape, const LayerShape& whole,
-                     const Dims& d, Attention kind, const Split& x, Fp8Recipe fp8,
-                     double imbalance);
+                     const Dims& d, Attention kind, const Split& x, Fp8Recipe fp8, double imbalance,
+                     ExpertDispatcher dispatcher = ExpertDispatcher::kDeepEp);
 SampleCost HeadCost(const LayerShape& shape, const Dims& d, const Split& x, Loss loss);
 
 // The layer at each micro-batch size in `sizes`, timed at `r`
