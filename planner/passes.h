@@ -111,11 +111,12 @@ bool PartitionForMemory(const Model& model, const Cluster& cluster, Bytes capaci
                         PartitionCache* cache = nullptr);
 
 // The most configurations a search enumerates. Each is held in memory while
-// the search runs (about 2.3 KB with its rejection, measured at 2.7 million:
-// 6 GB), and partitioned (about 14 us each): 100 000 is about 250 MB and a
-// few seconds, ten times the largest search of the shipped examples
-// (llama-70b on 1024 GPUs: 10 584). Past it the planner refuses at once,
-// before allocating anything (a list flag of 10^4 values once ran into
+// the search runs (a 240-byte candidate, about 1 KB with its rejection:
+// DeepSeek-V3 on 2048 GPUs, 134,004 configurations in 140 MB), and only those
+// whose bound reaches the top are partitioned (about 14 us each): 500 000 is
+// about 0.5 GB (100 000 before issue 26, when a candidate was 816 bytes and
+// every one was partitioned). Past it the planner refuses at once, before
+// allocating anything (a list flag of 10^4 values once ran into
 // std::bad_alloc and std::terminate after 8-28 s).
 inline constexpr int64_t kMaxConfigurations = 500'000;
 
