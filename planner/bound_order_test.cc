@@ -125,9 +125,10 @@ TEST(BoundOrder, BoundsBeforePartitioningNeverAboveThePartitionedOnesOrTheSimula
   }
   EXPECT_GE(checked, 1000);
   EXPECT_GE(pairs, 100);
-  std::printf("[ bound ] %d candidates, %d with overlapped pairs; bound before partitioning "
-              "within 10%% of the partitioned one for %d\n",
-              checked, pairs, tight);
+  std::printf(
+      "[ bound ] %d candidates, %d with overlapped pairs; bound before partitioning "
+      "within 10%% of the partitioned one for %d\n",
+      checked, pairs, tight);
 }
 
 // Hand-worked: four layers of F = 1 ms, B = 2 ms (T = 12 ms for the model) under 1F1B on

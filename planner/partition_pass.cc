@@ -115,8 +115,8 @@ Bytes StaticMemoryFloor(const StageCostTable& table, const Candidate& c, const S
   const int64_t stages = int64_t{p} * std::max(1, config.layout.chunks) * (two_copies ? 2 : 1);
   // Each stage rounds its six parts (three, for dense and expert parameters) to the byte, as
   // the whole does: at most 3 bytes each way per rounding set.
-  const Bytes sum = (two_copies ? 2 : 1) * (m.weights + m.gradients + m.optimizer) -
-                    3 * (stages + 1);
+  const Bytes sum =
+      (two_copies ? 2 : 1) * (m.weights + m.gradients + m.optimizer) - 3 * (stages + 1);
   return std::max<Bytes>(0, sum / p);
 }
 

@@ -17,7 +17,10 @@
 //                              does not fit
 //   rank       (rank.cc)       best throughput first; ties to less memory
 //   sweep      (sweep.cc)      the chosen layout at other micro-batch counts
-// RunPlanner() runs them in that order. Libraries never print; see
+// RunPlanner() runs them in that order, partition, prune and simulate
+// interleaved in lower-bound order (search_pass.cc: a candidate is bounded
+// before it is partitioned, and partitioned and simulated only when its bound
+// reaches the front). Libraries never print; see
 // explain.h for the text and JSON views of a PlanReport.
 //
 // Thread-safety: RunPlanner may use several threads internally; the result is

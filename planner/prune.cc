@@ -51,7 +51,9 @@ OpFloors FloorsOf(const StageCost& cost, bool overlapped_pairs, bool expert_comm
 bool Pairs(const Candidate& c) {
   return TraitsOf(c.config.schedule).overlapped_pairs || c.config.CombinesForwardBackward();
 }
-bool PairCommFloor(const Candidate& c) { return Pairs(c) && c.config.overlap.overlap_factor >= 1.0; }
+bool PairCommFloor(const Candidate& c) {
+  return Pairs(c) && c.config.overlap.overlap_factor >= 1.0;
+}
 
 }  // namespace
 
@@ -116,9 +118,9 @@ TimeNs UnpartitionedLowerBound(const StageCostTable& table, const Candidate& c,
   // A chunked recomputation's rerun is not a sum over layers (StageCostTable::CheckpointedStage):
   // no bound before the split.
   const StageCostOptions& o = table.options();
-  const bool chunked = o.recompute == Recompute::kEvery ||
-                       (o.recompute == Recompute::kFull &&
-                        o.recompute_layers.method != RecomputeMethod::kEachLayer);
+  const bool chunked =
+      o.recompute == Recompute::kEvery ||
+      (o.recompute == Recompute::kFull && o.recompute_layers.method != RecomputeMethod::kEachLayer);
   if (table.NumLayers() == 0 || chunked) return 0;
   const Schedule shape = ScheduleShape(c.config.schedule, c.config.layout.pipeline_stages,
                                        c.config.microbatches, c.config.layout.chunks);
@@ -126,9 +128,9 @@ TimeNs UnpartitionedLowerBound(const StageCostTable& table, const Candidate& c,
   // Every time the bound reads is a difference of prefix sums over the layers, so the whole
   // model's is the sum of any partition's stages'; Selective's rerun, 0 over a range with a
   // layer that gives no attention core, is at most that sum.
-  const OpFloors all = FloorsOf(
-      whole != nullptr ? *whole : table.Stage(StageLayers{0, table.NumLayers() - 1}), Pairs(c),
-      c.config.ExpertOverlapOn());
+  const OpFloors all =
+      FloorsOf(whole != nullptr ? *whole : table.Stage(StageLayers{0, table.NumLayers() - 1}),
+               Pairs(c), c.config.ExpertOverlapOn());
   // The micro-batches that run each layer: those through each virtual stage that holds it,
   // summed over its copies (two in a bidirectional schedule); the least over the model stages.
   std::vector<int64_t> through(shape.NumModelStages(), 0);

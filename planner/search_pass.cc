@@ -39,18 +39,18 @@ Rejection StaticMemoryRejection(const StageCost& all, Candidate c, Bytes floor, 
   MemoryParts parts;  // the whole model's shares, averaged over the ranks, for BindingPart
   const MemoryConfig memory = c.config.PerGpuMemory();
   const ShardedBytes per_param = ShardedBytesPerParam(memory, c.config.layout.GradientReplicas());
-  const ParameterMemory m = ParameterMemoryOf(
-      all.parameters, all.expert_parameters, per_param,
-      ExpertBytesPerParam(per_param, memory, c.config.layout.tensor_parallel,
-                          c.config.layout.ExpertShards()));
+  const ParameterMemory m =
+      ParameterMemoryOf(all.parameters, all.expert_parameters, per_param,
+                        ExpertBytesPerParam(per_param, memory, c.config.layout.tensor_parallel,
+                                            c.config.layout.ExpertShards()));
   parts.weights = m.weights / p;
   parts.gradients = m.gradients / p;
   parts.optimizer = m.optimizer / p;
-  std::string detail =
-      fmt::format("its weights, gradients and optimizer state alone need at least {:.2f} GiB "
-                  "of the {:.2f} GiB limit on its fullest rank, in any split (found before "
-                  "partitioning); {}",
-                  ToGiB(floor), ToGiB(capacity), BindingPart(parts, c));
+  std::string detail = fmt::format(
+      "its weights, gradients and optimizer state alone need at least {:.2f} GiB "
+      "of the {:.2f} GiB limit on its fullest rank, in any split (found before "
+      "partitioning); {}",
+      ToGiB(floor), ToGiB(capacity), BindingPart(parts, c));
   return Rejection{RejectReason::kOutOfMemory, std::move(c), std::move(detail),
                    static_cast<double>(floor) / static_cast<double>(capacity)};
 }
