@@ -478,6 +478,9 @@ std::vector<Candidate> Enumerate(const Model& model, const Cluster& cluster,
                                  std::vector<Rejection>* rejected,
                                  std::vector<std::string>* notes) {
   std::vector<Candidate> out;
+  // At most this many (passes.h: an upper count), held at once rather than grown by copies.
+  out.reserve(static_cast<size_t>(
+      std::min<int64_t>(CountConfigurations(model, cluster, options), kMaxConfigurations)));
   PlannerOptions with_experts = options;  // the expert-parallel degrees resolved
   with_experts.expert_parallel = ExpertParallelDegrees(model, options);
   EnumerateRequest at{.options = &with_experts,

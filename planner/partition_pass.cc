@@ -47,6 +47,15 @@ const std::vector<StageLayers>& PartitionCache::TimeBalanced(const Candidate& c,
   return it->second;
 }
 
+const StageCost& PartitionCache::Whole(const Candidate& c) {
+  auto [it, added] = whole_.try_emplace(KeyOf(c));
+  if (added) {
+    const StageCostTable& t = Table(c);
+    if (t.NumLayers() > 0) it->second = t.Stage(StageLayers{0, t.NumLayers() - 1});
+  }
+  return it->second;
+}
+
 Bytes EstimateStageMemory(const Model& model, const Cluster& cluster, const Candidate& c, int stage,
                           int first, int last) {
   const StageCostTable t(model, StageCostOptionsFor(c.config, cluster));
@@ -89,6 +98,27 @@ std::string BindingPart(const MemoryParts& parts, const Candidate& c) {
   }
   return fmt::format("largest part: {} {:.1f} GiB{}{}", top->name, ToGiB(top->bytes),
                      hint.empty() ? "" : " — ", hint);
+}
+
+Bytes StaticMemoryFloor(const StageCostTable& table, const Candidate& c, const StageCost* whole) {
+  if (table.NumLayers() == 0) return 0;
+  const StageCost all =
+      whole != nullptr ? *whole : table.Stage(StageLayers{0, table.NumLayers() - 1});
+  const TrainingConfig& config = c.config;
+  const MemoryConfig memory = config.PerGpuMemory();
+  const ShardedBytes per_param = ShardedBytesPerParam(memory, config.layout.GradientReplicas());
+  const ShardedBytes per_expert_param = ExpertBytesPerParam(
+      per_param, memory, config.layout.tensor_parallel, config.layout.ExpertShards());
+  const ParameterMemory m =
+      ParameterMemoryOf(all.parameters, all.expert_parameters, per_param, per_expert_param);
+  const bool two_copies = TraitsOf(config.schedule).bidirectional;
+  const int p = std::max(1, config.layout.pipeline_stages);
+  const int64_t stages = int64_t{p} * std::max(1, config.layout.chunks) * (two_copies ? 2 : 1);
+  // Each stage rounds its six parts (three, for dense and expert parameters) to the byte, as
+  // the whole does: at most 3 bytes each way per rounding set.
+  const Bytes sum =
+      (two_copies ? 2 : 1) * (m.weights + m.gradients + m.optimizer) - 3 * (stages + 1);
+  return std::max<Bytes>(0, sum / p);
 }
 
 bool PartitionForMemory(const Model& model, const Cluster& cluster, Bytes capacity, Candidate* c,

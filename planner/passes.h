@@ -86,12 +86,16 @@ class PartitionCache {
   // StageCostTable(model, StageCostOptionsFor(c.config, cluster)).
   const StageCostTable& Table(const Candidate& c);
   const std::vector<StageLayers>& TimeBalanced(const Candidate& c, int stages);
+  // Table(c).Stage() of every layer at once: the whole model as one stage, for the bounds
+  // before partitioning.
+  const StageCost& Whole(const Candidate& c);
 
  private:
   const Model& model_;
   const Cluster& cluster_;
   std::map<Key, std::unique_ptr<StageCostTable>> tables_;
   std::map<std::pair<Key, int>, std::vector<StageLayers>> splits_;
+  std::map<Key, StageCost> whole_;
 };
 
 // Fills candidate.partition by its configuration's rule (PartitionFor,
@@ -108,13 +112,14 @@ bool PartitionForMemory(const Model& model, const Cluster& cluster, Bytes capaci
                         PartitionCache* cache = nullptr);
 
 // The most configurations a search enumerates. Each is held in memory while
-// the search runs (about 2.3 KB with its rejection, measured at 2.7 million:
-// 6 GB), and partitioned (about 14 us each): 100 000 is about 250 MB and a
-// few seconds, ten times the largest search of the shipped examples
-// (llama-70b on 1024 GPUs: 10 584). Past it the planner refuses at once,
-// before allocating anything (a list flag of 10^4 values once ran into
+// the search runs (a 240-byte candidate, about 1 KB with its rejection:
+// DeepSeek-V3 on 2048 GPUs, 134,004 configurations in 140 MB), and only those
+// whose bound reaches the top are partitioned (about 14 us each): 500 000 is
+// about 0.5 GB (100 000 before issue 26, when a candidate was 816 bytes and
+// every one was partitioned). Past it the planner refuses at once, before
+// allocating anything (a list flag of 10^4 values once ran into
 // std::bad_alloc and std::terminate after 8-28 s).
-inline constexpr int64_t kMaxConfigurations = 100'000;
+inline constexpr int64_t kMaxConfigurations = 500'000;
 
 // How many configurations Enumerate() will produce, rejected ones included,
 // without producing them (saturating at INT64_MAX); with both partition rules
@@ -137,6 +142,51 @@ inline constexpr int64_t kMaxSearchEvents = int64_t{1} << 23;
 // stage boundary carries an activation and a gradient per micro-batch;
 // PipeDream's steady state is simulated over its iterations.
 int64_t SimulationEvents(const Candidate& c);
+
+// A lower bound on `c`'s simulated iteration (docs/planner.md, "prune"), from its partition and
+// `table` (the candidate's stage-cost table, PartitionCache::Table).
+TimeNs LowerBound(const StageCostTable& table, const Candidate& c);
+
+// A lower bound on `c`'s simulated iteration whatever its partition: at most LowerBound() for
+// every split of the layers (docs/planner.md, "Bounds before partitioning"): the busiest rank's
+// work at least the average, every layer's F + B (or, with overlapped pairs, its communication,
+// whichever is more) times the micro-batches that run it, over p ranks; for gpipe and 1f1b, the
+// fill and tail weighted over the ranks, T / (1 - (1 - 1/m)^p); naive m·T. 0 where it cannot
+// tell (a chunked recomputation's rerun).
+// `whole`: table.Stage() of every layer (PartitionCache::Whole), computed when not given.
+TimeNs UnpartitionedLowerBound(const StageCostTable& table, const Candidate& c,
+                               const StageCost* whole = nullptr);
+
+// A lower bound on the bytes of weights, gradients and optimizer state that `c`'s fullest rank
+// holds, whatever its partition: the whole model's (twice for a bidirectional schedule's two
+// copies), sharded as the simulator shards them (TrainingConfig::PerGpuMemory, the gradient
+// replicas, the expert shards), averaged over the p ranks, less the per-stage rounding. Every
+// rank's estimated and simulated peak include these bytes, so a candidate whose floor is over
+// the memory limit cannot fit in any split.
+Bytes StaticMemoryFloor(const StageCostTable& table, const Candidate& c,
+                        const StageCost* whole = nullptr);
+
+// What SearchInBoundOrder() leaves: the candidates simulated that fit (unranked) and how many
+// were simulated.
+struct SearchOutcome {
+  std::vector<Candidate> fitting;
+  int simulated = 0;
+};
+
+// The partition, prune and simulate passes over `candidates` in lower-bound order, best first
+// (docs/planner.md, "Bounds before partitioning"): each candidate is first bounded without a
+// partition (UnpartitionedLowerBound) and rejected as out of memory when its StaticMemoryFloor
+// is over the limit; a candidate is partitioned (PartitionForMemory) only when its bound reaches
+// the front, then bounded again with its partition (the larger bound kept) and queued for the
+// simulator; the simulator takes the front's partitioned candidates in chunks of 16 over
+// `options.threads`. Once top_k + 1 fitting candidates are simulated, the search stops at the
+// first bound over the (top_k + 1)-th best iteration: what is left cannot enter the top, and
+// goes to `rejected` as kPruned, saying whether it was partitioned. Candidates that tie in bound
+// go in enumeration order. The outcome (the fitting candidates' set, and so the ranking) does
+// not depend on the thread count, and the top_k + 1 best are those of simulating every candidate.
+SearchOutcome SearchInBoundOrder(const Model& model, const Cluster& cluster,
+                                 const PlannerOptions& options, std::vector<Candidate> candidates,
+                                 PartitionCache* cache, std::vector<Rejection>* rejected);
 
 // Fills lower_bound_ns for each candidate and sorts by it (ties by label).
 // The bound never exceeds the candidate's simulated iteration: from the

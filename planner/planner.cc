@@ -403,54 +403,6 @@ Status CheckSomeCanRun(const std::vector<Candidate>& candidates, const PlanRepor
       report.global_batch, options.gpus, report.rejected.front().detail));
 }
 
-// The partition pass over every candidate, with its progress: those that fit
-// come back; the others go to `rejected`.
-std::vector<Candidate> PartitionAll(const Model& model, const Cluster& cluster,
-                                    const PlannerOptions& options,
-                                    std::vector<Candidate> candidates,
-                                    passes::PartitionCache* cache,
-                                    std::vector<Rejection>* rejected) {
-  std::vector<Candidate> fitting;
-  const int total = static_cast<int>(candidates.size());
-  int partitioned = 0;
-  for (Candidate& c : candidates) {
-    if (options.progress) {
-      options.progress(SearchProgress{SearchProgress::Pass::kPartition, partitioned++, total});
-    }
-    Rejection why;
-    if (passes::PartitionForMemory(model, cluster, MemoryLimitBytes(cluster.gpu), &c, &why,
-                                   cache)) {
-      fitting.push_back(std::move(c));
-    } else {
-      rejected->push_back(std::move(why));
-    }
-  }
-  if (options.progress) {
-    options.progress(SearchProgress{SearchProgress::Pass::kPartition, total, total});
-  }
-  return fitting;
-}
-
-// The simulate pass, with its final progress line; returns how many
-// candidates were simulated (those pruned were not).
-int SimulatePass(const Model& model, const Cluster& cluster, const PlannerOptions& options,
-                 std::vector<Candidate>* candidates, std::vector<Rejection>* rejected) {
-  const size_t before = candidates->size();
-  const size_t rejected_before = rejected->size();
-  passes::SimulateAll(model, cluster, options, candidates, rejected);
-  size_t pruned = 0;
-  for (size_t i = rejected_before; i < rejected->size(); ++i) {
-    pruned += (*rejected)[i].reason == RejectReason::kPruned;
-  }
-  const int simulated = static_cast<int>(before - pruned);
-  if (options.progress) {
-    // The pass is over: every configuration is simulated or pruned.
-    options.progress(SearchProgress{SearchProgress::Pass::kSimulate, static_cast<int>(before),
-                                    static_cast<int>(before), static_cast<int>(pruned)});
-  }
-  return simulated;
-}
-
 // With both partition rules searched: which one the choice has, and the best
 // candidate of the other rule against it. `ranked` is best first.
 std::string PartitionRuleNote(const std::vector<Candidate>& ranked) {
@@ -518,16 +470,21 @@ Result<PlanReport> RunPlanner(const Model& model, const Cluster& cluster,
   PIPECAST_ASSIGN_OR_RETURN(PlannerOptions options, WithDefaults(model, given));
   PIPECAST_ASSIGN_OR_RETURN(PlanReport report, EmptyReport(model, cluster, options));
   PIPECAST_RETURN_IF_ERROR(CheckSearchSize(model, cluster, options));
-  // enumerate -> partition -> prune -> simulate -> rank -> sweep (planner.h).
+  // enumerate -> (bound -> partition -> prune -> simulate, in bound order) -> rank -> sweep
+  // (planner.h).
   std::vector<Candidate> candidates = passes::Enumerate(
       model, cluster, options, report.global_batch, &report.rejected, &report.notes);
   report.enumerated = static_cast<int>(candidates.size() + report.rejected.size());
   PIPECAST_RETURN_IF_ERROR(CheckSomeCanRun(candidates, report, options));
+  // Nearly every configuration ends up rejected: room for all at once, not grown by copies.
+  report.rejected.reserve(static_cast<size_t>(report.enumerated));
   passes::PartitionCache cache(model, cluster);
-  std::vector<Candidate> fitting =
-      PartitionAll(model, cluster, options, std::move(candidates), &cache, &report.rejected);
-  passes::Prune(model, cluster, &fitting, &cache);
-  report.simulated = SimulatePass(model, cluster, options, &fitting, &report.rejected);
+  // partition, prune and simulate in lower-bound order: a candidate is partitioned only when
+  // its bound reaches the front (passes.h, SearchInBoundOrder).
+  passes::SearchOutcome outcome = passes::SearchInBoundOrder(
+      model, cluster, options, std::move(candidates), &cache, &report.rejected);
+  report.simulated = outcome.simulated;
+  std::vector<Candidate> fitting = std::move(outcome.fitting);
   passes::Rank(&fitting);
   if (options.partition_rules.size() > 1 && !fitting.empty()) {
     report.notes.push_back(PartitionRuleNote(fitting));

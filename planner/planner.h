@@ -17,7 +17,10 @@
 //                              does not fit
 //   rank       (rank.cc)       best throughput first; ties to less memory
 //   sweep      (sweep.cc)      the chosen layout at other micro-batch counts
-// RunPlanner() runs them in that order. Libraries never print; see
+// RunPlanner() runs them in that order, partition, prune and simulate
+// interleaved in lower-bound order (search_pass.cc: a candidate is bounded
+// before it is partitioned, and partitioned and simulated only when its bound
+// reaches the front). Libraries never print; see
 // explain.h for the text and JSON views of a PlanReport.
 //
 // Thread-safety: RunPlanner may use several threads internally; the result is
@@ -30,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "base/heap_optional.h"
 #include "base/status.h"
 #include "sim/cluster.h"
 #include "sim/memory.h"
@@ -56,16 +60,17 @@ struct RecomputeChoice {
 };
 
 // Where a search stands, for a progress display: `done` of `total`
-// configurations through the partition pass, then through the simulate pass,
-// then `done` of `total` micro-batch counts of the chosen layout through the
-// sweep. Each pass ends with done == total.
+// configurations through the partition pass (partitioned, or rejected for their
+// static memory, in lower-bound order), then `done` of `total` partitioned ones
+// through the simulate pass, then `done` of `total` micro-batch counts of the
+// chosen layout through the sweep. Each pass ends with done == total.
 struct SearchProgress {
   enum class Pass { kPartition, kSimulate, kSweep };
   Pass pass = Pass::kPartition;
   int done = 0;
   int total = 0;
-  // Of `done`, those not simulated: configurations whose lower bound cannot
-  // reach the top, sweep points over the search's simulation limit.
+  // Of `done`, those not partitioned (partition pass) or not simulated: configurations whose
+  // lower bound cannot reach the top, sweep points over the search's simulation limit.
   int pruned = 0;
 };
 
@@ -168,7 +173,9 @@ struct Candidate {
   }();
   std::vector<StageLayers> partition;  // filled by the partition pass
   TimeNs lower_bound_ns = 0;           // filled by the prune pass
-  std::optional<SimResult> result;     // filled by the simulate pass
+  // Filled by the simulate pass; on the heap, since a search holds many candidates and
+  // simulates few (base/heap_optional.h).
+  HeapOptional<SimResult> result;
 
   // "p=4 d=2 1f1b mbs=2 m=16 recompute=off zero=1", "interleaved v=2";
   // with tensor parallelism prefixed "t=8 sp " (or "t=8 ").

@@ -7,6 +7,7 @@
 // from ScheduleShape() and TraitsOf(), the homes MakeSchedule builds from.
 // docs/planner.md ("prune") says why each term is a lower bound.
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "planner/passes.h"
@@ -25,19 +26,36 @@ namespace {
 // half's tensor-parallel communication, and with `expert_comm` its expert
 // all-to-alls, behind the other half's compute (OverlappedPairNs, at the
 // planner's overlap factor of 1), so there an op may be as short as its
-// compute alone.
+// compute alone; `comm` is what the halves may hide (F's and B's).
 struct OpFloors {
   TimeNs forward = 0, backward = 0;
+  TimeNs comm = 0;
 };
 
 OpFloors FloorsOf(const StageCost& cost, bool overlapped_pairs, bool expert_comm) {
-  OpFloors f{cost.forward_ns, cost.backward_ns};
+  OpFloors f{cost.forward_ns, cost.backward_ns, 0};
   if (overlapped_pairs) {
-    f.forward = std::max<TimeNs>(0, f.forward - cost.PairCommNs(OpKind::kForward, expert_comm));
-    f.backward = std::max<TimeNs>(0, f.backward - cost.PairCommNs(OpKind::kBackward, expert_comm));
+    const TimeNs forward_comm = cost.PairCommNs(OpKind::kForward, expert_comm);
+    const TimeNs backward_comm = cost.PairCommNs(OpKind::kBackward, expert_comm);
+    f.forward = std::max<TimeNs>(0, f.forward - forward_comm);
+    f.backward = std::max<TimeNs>(0, f.backward - backward_comm);
+    f.comm = forward_comm + backward_comm;
   }
   return f;
 }
+
+// Whether `c` runs overlapped pairs, and whether their halves hide at most their partner's
+// compute in full (overlap factor 1, the planner's), so that a pair lasts at least the two
+// halves' communication: F + B - min(Fc, B - Bc) - min(Bc, F - Fc) >= Fc + Bc
+// (OverlappedPairNs).
+bool Pairs(const Candidate& c) {
+  return TraitsOf(c.config.schedule).overlapped_pairs || c.config.CombinesForwardBackward();
+}
+bool PairCommFloor(const Candidate& c) {
+  return Pairs(c) && c.config.overlap.overlap_factor >= 1.0;
+}
+
+}  // namespace
 
 // A lower bound on the iteration time of `c`, counting communication, the
 // data-parallel collectives and the optimizer step as 0. Every rank runs its
@@ -49,6 +67,12 @@ OpFloors FloorsOf(const StageCost& cost, bool overlapped_pairs, bool expert_comm
 // its list follow (tail_k). An asynchronous schedule (no flush) repeats its
 // steady state: the busiest rank's work alone. Naive runs one micro-batch
 // at a time through every stage.
+//
+// With overlapped pairs a rank's ops also last at least their communication (PairCommFloor):
+// a pair of F of stage a and B of stage b at least Fc_a + Bc_b, an op outside a pair its whole
+// length; so W_k is also at least the sum over its stages of m_s·(Fc_s + Bc_s), and the bound
+// takes the larger sum.
+
 TimeNs LowerBound(const StageCostTable& table, const Candidate& c) {
   const ScheduleTraits& traits = TraitsOf(c.config.schedule);
   const Schedule shape = ScheduleShape(c.config.schedule, c.config.layout.pipeline_stages,
@@ -57,10 +81,9 @@ TimeNs LowerBound(const StageCostTable& table, const Candidate& c) {
   const int p = shape.num_ranks;
   std::vector<OpFloors> op(stages);
   for (int s = 0; s < stages; ++s) {
-    op[s] = FloorsOf(table.Stage(c.partition[s]),
-                     traits.overlapped_pairs || c.config.CombinesForwardBackward(),
-                     c.config.ExpertOverlapOn());
+    op[s] = FloorsOf(table.Stage(c.partition[s]), Pairs(c), c.config.ExpertOverlapOn());
   }
+  const bool comm_floor = PairCommFloor(c);
   if (c.config.schedule == ScheduleKind::kNaive) {
     TimeNs sum = 0;
     for (const OpFloors& o : op) sum += o.forward + o.backward;
@@ -68,17 +91,19 @@ TimeNs LowerBound(const StageCostTable& table, const Candidate& c) {
   }
   // Per rank: its work, and the least fill and tail over its stages (the
   // forwards, and backwards, of the stages before each on its path).
-  std::vector<TimeNs> work(p, 0), fill(p, -1), tail(p, -1);
+  std::vector<TimeNs> work(p, 0), comm(p, 0), fill(p, -1), tail(p, -1);
   TimeNs path_forward = 0, path_backward = 0;
   for (int s = 0; s < stages; ++s) {
     if (shape.IsFirstStage(s)) path_forward = path_backward = 0;
     const int k = shape.stage_rank[s];
     work[k] += TimeNs{shape.MicrobatchesThrough(s)} * (op[s].forward + op[s].backward);
+    if (comm_floor) comm[k] += TimeNs{shape.MicrobatchesThrough(s)} * op[s].comm;
     fill[k] = fill[k] < 0 ? path_forward : std::min(fill[k], path_forward);
     tail[k] = tail[k] < 0 ? path_backward : std::min(tail[k], path_backward);
     path_forward += op[s].forward;
     path_backward += op[s].backward;
   }
+  for (int k = 0; k < p; ++k) work[k] = std::max(work[k], comm[k]);
   if (!traits.flush) return *std::max_element(work.begin(), work.end());
   const bool with_tail = c.config.layout.chunks == 1 && !traits.splits_backward;
   TimeNs best = 0;
@@ -88,7 +113,56 @@ TimeNs LowerBound(const StageCostTable& table, const Candidate& c) {
   return best;
 }
 
-}  // namespace
+TimeNs UnpartitionedLowerBound(const StageCostTable& table, const Candidate& c,
+                               const StageCost* whole) {
+  // A chunked recomputation's rerun is not a sum over layers (StageCostTable::CheckpointedStage):
+  // no bound before the split.
+  const StageCostOptions& o = table.options();
+  const bool chunked =
+      o.recompute == Recompute::kEvery ||
+      (o.recompute == Recompute::kFull && o.recompute_layers.method != RecomputeMethod::kEachLayer);
+  if (table.NumLayers() == 0 || chunked) return 0;
+  const Schedule shape = ScheduleShape(c.config.schedule, c.config.layout.pipeline_stages,
+                                       c.config.microbatches, c.config.layout.chunks);
+  const int p = shape.num_ranks;
+  // Every time the bound reads is a difference of prefix sums over the layers, so the whole
+  // model's is the sum of any partition's stages'; Selective's rerun, 0 over a range with a
+  // layer that gives no attention core, is at most that sum.
+  const OpFloors all =
+      FloorsOf(whole != nullptr ? *whole : table.Stage(StageLayers{0, table.NumLayers() - 1}),
+               Pairs(c), c.config.ExpertOverlapOn());
+  // The micro-batches that run each layer: those through each virtual stage that holds it,
+  // summed over its copies (two in a bidirectional schedule); the least over the model stages.
+  std::vector<int64_t> through(shape.NumModelStages(), 0);
+  for (int s = 0; s < shape.num_stages; ++s) {
+    through[shape.ModelStage(s)] += shape.MicrobatchesThrough(s);
+  }
+  const int64_t runs = *std::min_element(through.begin(), through.end());
+  // Per layer and micro-batch: F + B at their floors, or with pairs at least their
+  // communication; a stage's floors clamp at 0 each, so their sum is at least the clamped sum.
+  TimeNs per_run = all.forward + all.backward;
+  if (PairCommFloor(c)) per_run = std::max(per_run, all.comm);
+  if (c.config.schedule == ScheduleKind::kNaive) return TimeNs{c.config.microbatches} * per_run;
+  // The busiest rank's work is at least the average of all of it (W_k summed over k is the
+  // work of every layer for every micro-batch that runs it).
+  TimeNs bound = runs * per_run / p;
+  const ScheduleTraits& traits = TraitsOf(c.config.schedule);
+  bool one_stage_per_rank = shape.num_stages == p && !shape.bidirectional;
+  for (int s = 0; one_stage_per_rank && s < p; ++s) one_stage_per_rank = shape.stage_rank[s] == s;
+  if (traits.flush && one_stage_per_rank && !traits.splits_backward && c.config.microbatches > 0) {
+    // gpipe and 1f1b: rank k ends no earlier than T_0..T_{k-1} + m·T_k (fill + work + tail, T =
+    // F + B). Weighting rank k by L_k = (c/m)(1 - 1/m)^(p-1-k), which sum to 1, gives every
+    // stage's T the weight m·L_j + sum_{k>j} L_k = c, so the largest rank's end is at least
+    // c·sum T = T / (1 - (1 - 1/m)^p), whatever the split; (m + p - 1)·T/p's first-order part.
+    const double m = c.config.microbatches;
+    const double weight = 1.0 / (1.0 - std::pow(1.0 - 1.0 / m, p));
+    // Rounded down, less a part in 10^9 for the floating point.
+    const TimeNs weighted =
+        static_cast<TimeNs>(static_cast<double>(all.forward + all.backward) * weight * (1 - 1e-9));
+    bound = std::max(bound, weighted - 1);
+  }
+  return std::max<TimeNs>(0, bound);
+}
 
 void Prune(const Model& model, const Cluster& cluster, std::vector<Candidate>* candidates,
            PartitionCache* cache) {

@@ -10,11 +10,14 @@ namespace pipecast {
 std::string SearchProgressText(const SearchProgress& progress) {
   const bool sweep = progress.pass == SearchProgress::Pass::kSweep;
   if (progress.pruned > 0) {
-    return fmt::format(
-        "{}/{} {} done: {} simulated, {} skipped ({})", progress.done, progress.total,
-        sweep ? "micro-batch counts of the chosen layout" : "configurations",
-        progress.done - progress.pruned, progress.pruned,
-        sweep ? "over the search's simulation limit" : "their lower bound cannot reach the top");
+    const bool partition = progress.pass == SearchProgress::Pass::kPartition;
+    return fmt::format("{}/{} {} done: {} {}, {} skipped ({})", progress.done, progress.total,
+                       sweep ? "micro-batch counts of the chosen layout" : "configurations",
+                       progress.done - progress.pruned, partition ? "partitioned" : "simulated",
+                       progress.pruned,
+                       sweep       ? "over the search's simulation limit"
+                       : partition ? "their lower bound cannot reach the top before partitioning"
+                                   : "their lower bound cannot reach the top");
   }
   if (sweep) {
     return fmt::format("{}/{} micro-batch counts of the chosen layout simulated", progress.done,

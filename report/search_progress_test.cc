@@ -22,6 +22,10 @@ SearchProgress Partitioned(int done, int total) {
 TEST(PlannerProgress, TextNamesThePass) {
   EXPECT_EQ(SearchProgressText(Simulated(1200, 5600)), "1200/5600 configurations simulated");
   EXPECT_EQ(SearchProgressText(Partitioned(3, 40)), "3/40 configurations partitioned");
+  // Issue 26: the partition pass ends counting what was never partitioned.
+  EXPECT_EQ(SearchProgressText(SearchProgress{SearchProgress::Pass::kPartition, 40, 40, 25}),
+            "40/40 configurations done: 15 partitioned, 25 skipped (their lower bound cannot "
+            "reach the top before partitioning)");
 }
 
 TEST(PlannerProgress, PlainLinesAfterTheDelayAtMostEveryInterval) {

@@ -50,6 +50,29 @@ TEST(Collectives, OneGpuPerNodeRingsOverItsOwnNic) {
   EXPECT_EQ(CollectiveNs(c, Collective::kReduceScatter, 800'000'000, g), 15'000 + 60'000'000);
 }
 
+// StridedGroup counts a data-parallel group's nodes by runs (the GPUs ascend) instead of
+// GroupOf's map: the same group for every start, stride, size and node size tried, uneven
+// spreads (a stride that does not divide the node) included.
+TEST(Collectives, StridedGroupIsGroupOfItsGpus) {
+  for (int per_node : {1, 2, 4, 8}) {
+    Cluster c = Plain();
+    c.gpus_per_node = per_node;
+    for (int first : {0, 1, 3, 7}) {
+      for (int stride : {1, 2, 3, 5, 8, 16}) {
+        for (int count : {1, 2, 3, 7, 16, 33}) {
+          std::vector<int> gpus;
+          for (int i = 0; i < count; ++i) gpus.push_back(first + i * stride);
+          const CollectiveGroup want = GroupOf(c, gpus);
+          const CollectiveGroup got = StridedGroup(c, first, stride, count);
+          EXPECT_EQ(got.ranks, want.ranks);
+          EXPECT_EQ(got.nodes, want.nodes) << per_node << " " << first << " " << stride;
+          EXPECT_EQ(got.per_node, want.per_node) << per_node << " " << first << " " << stride;
+        }
+      }
+    }
+  }
+}
+
 TEST(Collectives, AWholeNodesRingsUseAllItsNicsAtOnce) {
   // 16 GPUs in two nodes: the rings leave each node through its 8 NICs, so
   // the network carries 8 x 10 = 80 GB/s against NVLink's 100: 0.9375 x 800
