@@ -142,7 +142,8 @@ TEST(BoundOrder, OneFOneBBeforePartitioningWorkedByHand) {
   c.config.layout.pipeline_stages = 2;
   c.config.schedule = ScheduleKind::k1F1B;
   c.config.microbatches = 4;
-  PartitionCache cache(model, IdealCluster());
+  const Cluster cluster = IdealCluster();  // the cache keeps a reference to it
+  PartitionCache cache(model, cluster);
   const TimeNs before = UnpartitionedLowerBound(cache.Table(c), c);
   EXPECT_NEAR(static_cast<double>(before), 192.0 / 7 * kMs, 30.0);
   EXPECT_LE(before, 192 * kMs / 7);

@@ -83,6 +83,9 @@ class PartitionCache {
                          int, ExpertDispatcher>;
   // `model` and `cluster` must outlive the cache.
   PartitionCache(const Model& model, const Cluster& cluster) : model_(model), cluster_(cluster) {}
+  // A temporary would dangle: refused at compile time.
+  PartitionCache(const Model&&, const Cluster&) = delete;
+  PartitionCache(const Model&, const Cluster&&) = delete;
   // StageCostTable(model, StageCostOptionsFor(c.config, cluster)).
   const StageCostTable& Table(const Candidate& c);
   const std::vector<StageLayers>& TimeBalanced(const Candidate& c, int stages);
