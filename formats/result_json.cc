@@ -326,28 +326,23 @@ class KeyReader {
     out = *recipe;
   }
   void Algorithm(Key k, CpAlgorithm& out) {
-    if (!Present(k)) return;
-    const Json& name = obj_[k.name];
-    std::optional<CpAlgorithm> algorithm =
-        name.is_string() ? ParseCpAlgorithm(name.get<std::string>()) : std::nullopt;
-    if (!algorithm) {
-      Take(r_.Error(Member(path_, k.name),
-                    "expected \"ring\" or \"allgather\", got " + Shown(name)));
-      return;
-    }
-    out = *algorithm;
+    Named(k, out, ParseCpAlgorithm, "\"ring\" or \"allgather\"");
   }
   void Dispatcher(Key k, ExpertDispatcher& out) {
+    Named(k, out, ParseExpertDispatcher, "\"deepep\" or \"alltoall\"");
+  }
+  // An enum written by name: `parse` maps the name to the value or nullopt.
+  template <typename T, typename Parse>
+  void Named(Key k, T& out, Parse parse, const char* expected) {
     if (!Present(k)) return;
     const Json& name = obj_[k.name];
-    std::optional<ExpertDispatcher> dispatcher =
-        name.is_string() ? ParseExpertDispatcher(name.get<std::string>()) : std::nullopt;
-    if (!dispatcher) {
+    std::optional<T> value = name.is_string() ? parse(name.get<std::string>()) : std::nullopt;
+    if (!value) {
       Take(r_.Error(Member(path_, k.name),
-                    "expected \"deepep\" or \"alltoall\", got " + Shown(name)));
+                    std::string("expected ") + expected + ", got " + Shown(name)));
       return;
     }
-    out = *dispatcher;
+    out = *value;
   }
   // Derived, not read: `precision` from fp8_recipe, `fits_memory` from the ranks.
   template <typename T>
