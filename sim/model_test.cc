@@ -5,12 +5,27 @@
 namespace pipecast {
 namespace {
 
+// A profile of the first seven fields; the optional ones stay absent.
+LayerProfile Profile(int microbatch_size, TimeNs forward_ns, TimeNs backward_ns,
+                     std::optional<TimeNs> backward_weight_ns, Bytes activation_bytes,
+                     Bytes output_bytes, Bytes workspace_bytes) {
+  LayerProfile p;
+  p.microbatch_size = microbatch_size;
+  p.forward_ns = forward_ns;
+  p.backward_ns = backward_ns;
+  p.backward_weight_ns = backward_weight_ns;
+  p.activation_bytes = activation_bytes;
+  p.output_bytes = output_bytes;
+  p.workspace_bytes = workspace_bytes;
+  return p;
+}
+
 Layer TwoSizeLayer() {
   // Measured at sizes 2 and 6.
   Layer l;
   l.name = "block";
-  l.profiles.push_back(LayerProfile{2, 2000, 4000, 1000, 200, 20, 8});
-  l.profiles.push_back(LayerProfile{6, 5000, 12000, 5000, 600, 60, 8});
+  l.profiles.push_back(Profile(2, 2000, 4000, 1000, 200, 20, 8));
+  l.profiles.push_back(Profile(6, 5000, 12000, 5000, 600, 60, 8));
   return l;
 }
 
@@ -48,7 +63,7 @@ TEST(ModelCostAt, OutsideTheRangeIsProportionalToTheNearestSize) {
 
 TEST(ModelCostAt, NoSplitMeansZeroWeightGradient) {
   Layer l;
-  l.profiles.push_back(LayerProfile{1, 10, 20, std::nullopt, 0, 0, 0});
+  l.profiles.push_back(Profile(1, 10, 20, std::nullopt, 0, 0, 0));
   LayerCost c = CostAt(l, 1);
   EXPECT_FALSE(c.has_backward_split);
   EXPECT_EQ(c.backward_weight_ns, 0);
