@@ -1,5 +1,6 @@
-// FP8 against published runs (docs/calibration.md "FP8"). The FP8 constant
-// (kFp8Mainloop) comes from a GEMM benchmark (profiler/matmul_model.h); one
+// FP8 against published runs (docs/calibration.md "FP8"). The FP8 constants
+// (kFp8Mainloop, kFp8TileOverheadK) come from a GEMM benchmark table
+// (profiler/matmul_model.h); one
 // choice is fitted to two NeMo rows (below); everything else is held out.
 //
 // - NVIDIA's NeMo 24.07 performance summary (NVIDIA/NeMo

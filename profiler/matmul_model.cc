@@ -59,14 +59,13 @@ GemmPreset GemmPresetFor(const GpuSpec& gpu) {
 
 GemmPreset Fp8GemmPresetFor(const GpuSpec& gpu) {
   GemmPreset p = GemmPresetFor(gpu);
-  p.tile_overhead_k = kTileOverheadK * (gpu.peak_fp8_tflops * kFp8Mainloop) /
-                      (gpu.peak_tflops * p.mainloop_efficiency);
+  p.tile_overhead_k = kFp8TileOverheadK;
   p.mainloop_efficiency = kFp8Mainloop;
   p.source = fmt::format(
-      "FP8 products: {} SMs, tile 128 x 256, mainloop {} of the {:g} TFLOP/s FP8 peak, fitted to "
-      "4096 x 7168 x 16384 at 1470 TFLOP/s on H800 SXM (deepseek-ai/DeepGEMM#74); a tile's fixed "
-      "part the time it takes in bf16 ({:.0f} k-columns); the same for every recipe "
-      "(docs/calibration.md 'FP8')",
+      "FP8 products: {} SMs, tile 128 x 256, mainloop {} of the {:g} TFLOP/s FP8 peak and a "
+      "tile's fixed part of {:g} k-columns, fitted to the four dense shapes of one FP8 GEMM table "
+      "on H800 SXM (deepseek-ai/DeepGEMM#74: 4096 x 7168 x 16384 at 1470 TFLOP/s, k 512-2048 "
+      "at 748-1204); the same for every recipe (docs/calibration.md 'FP8')",
       p.sms, kFp8Mainloop, gpu.peak_fp8_tflops, p.tile_overhead_k);
   return p;
 }

@@ -44,8 +44,7 @@ struct GemmPreset {
   double mainloop_efficiency;  // share of per-SM peak in a tile's mainloop
   std::string source;          // where the numbers come from
   // A tile's fixed cost in k-columns at this preset's mainloop rate:
-  // kTileOverheadK for bf16; FP8 products pay the same time, so twice the
-  // k-columns (Fp8GemmPresetFor).
+  // kTileOverheadK for bf16, kFp8TileOverheadK for FP8 (Fp8GemmPresetFor).
   double tile_overhead_k = kTileOverheadK;
 };
 
@@ -54,22 +53,32 @@ struct GemmPreset {
 // GPU's own peak and bandwidth, 132 SMs) for any other GPU; the row says so.
 GemmPreset GemmPresetFor(const GpuSpec& gpu);
 
-// kFp8Mainloop: the share of the FP8 per-SM peak a tile's mainloop reaches
-// on Hopper, fitted to one published FP8 GEMM at a training shape:
-// 4096 x 7168 x 16384 at 1470 TFLOP/s on H800 SXM (132 SMs, 1979 TFLOP/s
-// FP8 dense, as H100 SXM), DeepGEMM's 1x128 / 128x128 block-scaled kernel
-// (deepseek-ai/DeepGEMM#74, the merged large-tile version), with the FP8
-// tile overhead below. Taken for the per-tensor recipes too: cuBLAS's
-// per-tensor FP8 kernels run 1.88-2.09x their bf16 rate at such shapes
-// (pytorch/FBGEMM#2546, H100), which the model's 2 x 0.778 / 0.763 = 2.04
-// matches (docs/calibration.md "FP8").
-inline constexpr double kFp8Mainloop = 0.778;
+// The FP8 products' two constants, fitted together (least squares in the
+// log of the rate) to the four dense shapes of one published FP8 GEMM table
+// on H800 SXM (132 SMs, 1979 TFLOP/s FP8 dense, as H100 SXM), DeepGEMM's
+// 1x128 / 128x128 block-scaled kernel (deepseek-ai/DeepGEMM#74, merged, the
+// "Opti" column): 4096 x 24576 x 1536 at 1166, 4096 x 32768 x 512 at 748,
+// 4096 x 7168 x 16384 at 1470 and 4096 x 7168 x 2048 at 1204 TFLOP/s; the
+// model reads them back at -2.4%, +0.8%, +0.7%, +1.0%. Held out, the same
+// table's grouped (MoE) rows: 4 x 8192 x 4096 x 7168 at 1381 (model +3.1%)
+// and 4 x 8192 x 7168 x 2048 at 1262 (-1.9%). Until session 8 the mainloop
+// (0.778) was fitted to the k = 16384 point alone with the fixed part set to
+// bf16's time (261 k-columns), which read the small-k shapes 9-32% fast.
+//
+// kFp8Mainloop: the share of the FP8 per-SM peak a tile's mainloop reaches.
+// Taken for the per-tensor recipes too: cuBLAS's per-tensor FP8 kernels run
+// 1.88-2.09x their bf16 rate at large shapes (pytorch/FBGEMM#2546, H100),
+// where the model gives 1.98-1.99x (docs/calibration.md "FP8").
+inline constexpr double kFp8Mainloop = 0.796;
+// kFp8TileOverheadK: an FP8 tile's fixed part (pipeline fill, scales, the
+// bf16 output tile) in k-columns at the FP8 mainloop rate: 525, about twice
+// the time bf16's kTileOverheadK takes (128 k-columns at the bf16 rate are
+// 267 at this FP8 rate on H100).
+inline constexpr double kFp8TileOverheadK = 525;
 
 // The GEMM table for FP8 products on `gpu`: GemmPresetFor's SMs and tile,
-// kFp8Mainloop, and its source. A tile's fixed part (filling the software
-// pipeline, writing the bf16 output tile) takes the time it takes in bf16,
-// so at the FP8 mainloop rate it is worth kTileOverheadK x (FP8 per-SM
-// rate / bf16 per-SM rate) k-columns, about 256 on H100. REQUIRES: gpu.peak_fp8_tflops > 0.
+// kFp8Mainloop, kFp8TileOverheadK, and their source. REQUIRES:
+// gpu.peak_fp8_tflops > 0.
 GemmPreset Fp8GemmPresetFor(const GpuSpec& gpu);
 
 // One product, or `batch` independent products of the same shape in one
