@@ -26,7 +26,9 @@ namespace {
 // half's tensor-parallel communication, and with `expert_comm` its expert
 // all-to-alls, behind the other half's compute (OverlappedPairNs, at the
 // planner's overlap factor of 1), so there an op may be as short as its
-// compute alone; `comm` is what the halves may hide (F's and B's).
+// compute alone; `comm` is what the halves may hide (F's and B's). The layered
+// rule (LayeredPairNs) hides no more: each half loses at most its own
+// all-to-alls and the pair lasts at least its all-to-alls on the one stream.
 struct OpFloors {
   TimeNs forward = 0, backward = 0;
   TimeNs comm = 0;
