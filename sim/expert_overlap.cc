@@ -13,7 +13,7 @@ namespace {
 
 // The two streams and each micro-batch's last recorded event.
 struct PairStreams {
-  TimeNs compute = 0, comm = 0;   // when each stream is free
+  TimeNs compute = 0, comm = 0;      // when each stream is free
   TimeNs forward = 0, backward = 0;  // each micro-batch's event: its last node's end
 
   // A node of `ns` on `stream` that waits for `event` and records it at its end

@@ -173,9 +173,12 @@ TEST(ExpertOverlapTest, CombinedOneFOneBOnOneStageHandWorked) {
 // The whole-compute rule hides min(1,100, 800) + min(1,100, 400) = 1,200: 2,200 us.
 TEST(ExpertOverlapTest, LayeredPairTwoLayersHandWorked) {
   const auto layer = [](TimeNs all_to_all_us) {
-    return PairLayerCost{.pre_forward = 100'000, .expert_forward = 100'000,
-                         .pre_backward = 200'000, .expert_backward = 200'000,
-                         .dispatch = all_to_all_us * 1000, .combine = all_to_all_us * 1000};
+    return PairLayerCost{.pre_forward = 100'000,
+                         .expert_forward = 100'000,
+                         .pre_backward = 200'000,
+                         .expert_backward = 200'000,
+                         .dispatch = all_to_all_us * 1000,
+                         .combine = all_to_all_us * 1000};
   };
   const std::vector<PairLayerCost> f{layer(500), layer(50)}, b{layer(50), layer(500)};
   EXPECT_EQ(LayeredPairNs(f, b, true), 2'600'000);
@@ -224,6 +227,9 @@ TEST(ExpertOverlapTest, LayeredRuleFromTheLayersFlopsHandWorked) {
   EXPECT_EQ(l.dispatch, 203'342);
   EXPECT_EQ(l.combine, 197'173);
   EXPECT_EQ(LayeredPairNs(cost.pair_layers, cost.pair_layers, true), 3'000'000);
+  // Beside an input-gradient backward I (no weight-gradient parts): expert_b 500-1250, Db
+  // 1250-1447.173, expert_f 1250-1750, C_f 1750-1947.173, pre_b 1750-2500: the compute, 2.5 ms.
+  EXPECT_EQ(LayeredPairNs(cost.pair_layers, cost.pair_layers, false), 2'500'000);
   Result<SimResult> got = Simulate(model, H100(), combined, on);
   ASSERT_TRUE(got.ok()) << got.status().message();
   EXPECT_EQ(got->pipeline_ns, 1'400'515 + 3 * 3'000'000 + 2'400'515);
@@ -315,6 +321,30 @@ TEST(ExpertOverlapTest, CombinedInterleavedPairsLastWhatTheModelGivesInBothEngin
 
 // DualPipeV's pairs are made to hide the all-to-all (deepseek-ai/DualPipe): auto turns the
 // overlap on there; off leaves the all-to-alls in their halves. Both engines agree either way.
+// And with the layers' FLOPs given (the layered rule): both engines agree, and the pairs still
+// hide part of the all-to-alls.
+TEST(ExpertOverlapTest, DualPipeVHidesTheAllToAllByDefaultLayered) {
+  const int p = 2, m = 8;
+  Model model = MoeLayers(2 * p);
+  for (Layer& l : model.layers) l.forward_flops = 286.72e9;
+  Result<Schedule> sched = MakeSchedule(ScheduleKind::kDualPipeV, p, m, 2);
+  ASSERT_TRUE(sched.ok());
+  TimeNs on_ns = 0;
+  for (ExpertOverlap overlap : {ExpertOverlap::kAuto, ExpertOverlap::kOff}) {
+    const SimOptions o = Ep8(ScheduleKind::kDualPipeV, overlap);
+    Result<SimResult> got = Simulate(model, H100(), *sched, o);
+    ASSERT_TRUE(got.ok()) << got.status().message();
+    Result<SimResult> reference = internal::ReferenceSimulate(model, H100(), *sched, o);
+    ASSERT_TRUE(reference.ok()) << reference.status().message();
+    EXPECT_EQ(reference->iteration_ns, got->iteration_ns);
+    if (overlap == ExpertOverlap::kAuto) {
+      on_ns = got->pipeline_ns;
+    } else {
+      EXPECT_GT(got->pipeline_ns, on_ns);
+    }
+  }
+}
+
 TEST(ExpertOverlapTest, DualPipeVHidesTheAllToAllByDefault) {
   const int p = 2, m = 8;
   const Model model = MoeLayers(2 * p);

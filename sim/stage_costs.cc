@@ -40,13 +40,13 @@ PairHalvesNs LayeredPairHalvesNs(const StageCost& f, const StageCost& b, OpKind 
   const TimeNs hidden =
       std::max<TimeNs>(0, in_turn - LayeredPairNs(f.pair_layers, b.pair_layers, b_weight));
   const TimeNs comm = f_comm + b_comm;
-  const TimeNs f_hidden =
-      comm > 0 ? static_cast<TimeNs>(std::llround(static_cast<double>(hidden) *
-                                                  static_cast<double>(f_comm) /
-                                                  static_cast<double>(comm)))
-               : 0;
-  return PairHalvesNs{.forward = Scaled(f.DurationNs(OpKind::kForward) - f_hidden, overlap.factor),
-                      .backward = Scaled(b.DurationNs(b_kind) - (hidden - f_hidden), overlap.factor)};
+  const TimeNs f_hidden = comm > 0 ? static_cast<TimeNs>(std::llround(static_cast<double>(hidden) *
+                                                                      static_cast<double>(f_comm) /
+                                                                      static_cast<double>(comm)))
+                                   : 0;
+  return PairHalvesNs{
+      .forward = Scaled(f.DurationNs(OpKind::kForward) - f_hidden, overlap.factor),
+      .backward = Scaled(b.DurationNs(b_kind) - (hidden - f_hidden), overlap.factor)};
 }
 
 PairHalvesNs OverlappedPairNs(const StageCost& f, const StageCost& b, OpKind b_kind,
@@ -518,8 +518,8 @@ void StageCostTable::AddExpertParallelComm(const pipecast::Layer& layer, double 
   // "mlp" node): their forward FLOPs, 2 x tokens x k x one expert's
   // parameters, over the layer's; time taken as proportional to FLOPs.
   if (layer.forward_flops && *layer.forward_flops > 0 && model_sequence_ > 0 && m.experts > 0) {
-    const double expert_flops = 2.0 * model_sequence_ * m.top_k *
-                                static_cast<double>(m.expert_parameters) / m.experts;
+    const double expert_flops =
+        2.0 * model_sequence_ * m.top_k * static_cast<double>(m.expert_parameters) / m.experts;
     c->expert_compute_share = std::min(1.0, expert_flops / *layer.forward_flops);
   }
   // The forward dispatches and combines; the backward sends the gradients
