@@ -37,8 +37,13 @@ struct OpFloors {
 OpFloors FloorsOf(const StageCost& cost, bool overlapped_pairs, bool expert_comm) {
   OpFloors f{cost.forward_ns, cost.backward_ns, 0};
   if (overlapped_pairs) {
-    const TimeNs forward_comm = cost.PairCommNs(OpKind::kForward, expert_comm);
-    const TimeNs backward_comm = cost.PairCommNs(OpKind::kBackward, expert_comm);
+    // The layered rule hides only the all-to-alls (tensor-parallel collectives stay in the
+    // compute): each half loses at most its own.
+    const bool layered = expert_comm && !cost.pair_layers.empty();
+    const TimeNs forward_comm =
+        layered ? cost.ep_forward_ns : cost.PairCommNs(OpKind::kForward, expert_comm);
+    const TimeNs backward_comm =
+        layered ? cost.ep_backward_ns : cost.PairCommNs(OpKind::kBackward, expert_comm);
     f.forward = std::max<TimeNs>(0, f.forward - forward_comm);
     f.backward = std::max<TimeNs>(0, f.backward - backward_comm);
     f.comm = forward_comm + backward_comm;
