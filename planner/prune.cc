@@ -26,7 +26,9 @@ namespace {
 // half's tensor-parallel communication, and with `expert_comm` its expert
 // all-to-alls, behind the other half's compute (OverlappedPairNs, at the
 // planner's overlap factor of 1), so there an op may be as short as its
-// compute alone; `comm` is what the halves may hide (F's and B's).
+// compute alone; `comm` is what the halves may hide (F's and B's). The layered
+// rule (LayeredPairNs) hides no more: each half loses at most its own
+// all-to-alls and the pair lasts at least its all-to-alls on the one stream.
 struct OpFloors {
   TimeNs forward = 0, backward = 0;
   TimeNs comm = 0;
@@ -35,8 +37,13 @@ struct OpFloors {
 OpFloors FloorsOf(const StageCost& cost, bool overlapped_pairs, bool expert_comm) {
   OpFloors f{cost.forward_ns, cost.backward_ns, 0};
   if (overlapped_pairs) {
-    const TimeNs forward_comm = cost.PairCommNs(OpKind::kForward, expert_comm);
-    const TimeNs backward_comm = cost.PairCommNs(OpKind::kBackward, expert_comm);
+    // The layered rule hides only the all-to-alls (tensor-parallel collectives stay in the
+    // compute): each half loses at most its own.
+    const bool layered = expert_comm && !cost.pair_layers.empty();
+    const TimeNs forward_comm =
+        layered ? cost.ep_forward_ns : cost.PairCommNs(OpKind::kForward, expert_comm);
+    const TimeNs backward_comm =
+        layered ? cost.ep_backward_ns : cost.PairCommNs(OpKind::kBackward, expert_comm);
     f.forward = std::max<TimeNs>(0, f.forward - forward_comm);
     f.backward = std::max<TimeNs>(0, f.backward - backward_comm);
     f.comm = forward_comm + backward_comm;

@@ -157,6 +157,91 @@ TEST(ExpertOverlapTest, CombinedOneFOneBOnOneStageHandWorked) {
   EXPECT_FALSE(off->ep_overlap);
 }
 
+// The layered rule (LayeredPairNs, Megatron-LM's TransformerLayerSchedulePlan.run at d98e8a64):
+// a forward over layers X0, X1 beside a backward over Y0, Y1 (Y1 first). Every layer computes
+// 100 + 100 us forward (before the dispatch, experts) and 200 + 200 us backward; X0 and Y1
+// dispatch and combine 500 us each, X1 and Y0 50 us. In us, streams and events from 0:
+//   layer pair 1 (X0 beside Y1): comm Cb(Y1) 0-500 | compute pre_f(X0) 0-100;
+//     expert_b(Y1) waits for Cb: 500-700; D_f(X0) 500-1000; Db(Y1) 1000-1500;
+//     expert_f(X0) waits for D_f: 1000-1100; C_f(X0) 1500-2000; pre_b(Y1) waits for Db: 1500-1700.
+//     The comm stream is busy 0-2000: 2,000 us of all-to-all beside 600 us of compute, 1,400 show.
+//   layer pair 2 (X1 beside Y0): Cb 2000-2050 | pre_f 2000-2100 (waits for C_f(X0));
+//     expert_b 2100-2300; D_f 2100-2150; Db 2300-2350; expert_f 2300-2400; C_f 2400-2450;
+//     pre_b 2400-2600. Its 200 us of all-to-all hide behind its 600 us of compute.
+// The pair lasts 2,600 us; in turn F = 1,200 + 300 = 1,500 and B = 1,400 + 500 = 1,900, so
+// 800 us hide, shared by the halves' all-to-alls (1,100 each): forward 1,100, backward 1,500.
+// The whole-compute rule hides min(1,100, 800) + min(1,100, 400) = 1,200: 2,200 us.
+TEST(ExpertOverlapTest, LayeredPairTwoLayersHandWorked) {
+  const auto layer = [](TimeNs all_to_all_us) {
+    return PairLayerCost{.pre_forward = 100'000,
+                         .expert_forward = 100'000,
+                         .pre_backward = 200'000,
+                         .expert_backward = 200'000,
+                         .dispatch = all_to_all_us * 1000,
+                         .combine = all_to_all_us * 1000};
+  };
+  const std::vector<PairLayerCost> f{layer(500), layer(50)}, b{layer(50), layer(500)};
+  EXPECT_EQ(LayeredPairNs(f, b, true), 2'600'000);
+  // Each alone: a layer's nodes in turn.
+  EXPECT_EQ(LayeredPairNs(f, {}, true), 1'500'000);
+  EXPECT_EQ(LayeredPairNs({}, b, true), 1'900'000);
+
+  StageCost fs = Costs(1'500'000, 1'100'000, 0, 0), bs = Costs(0, 0, 1'900'000, 1'100'000);
+  const PairHalvesNs whole = OverlappedPairNs(fs, bs, OpKind::kBackward, kHidesExperts);
+  EXPECT_EQ(whole.forward + whole.backward, 2'200'000);
+  fs.pair_layers = f;
+  bs.pair_layers = b;
+  const PairHalvesNs layered = OverlappedPairNs(fs, bs, OpKind::kBackward, kHidesExperts);
+  EXPECT_EQ(layered.forward, 1'100'000);
+  EXPECT_EQ(layered.backward, 1'500'000);
+  // Off: nothing of the all-to-alls hides, whatever the layers.
+  const PairHalvesNs off = OverlappedPairNs(fs, bs, OpKind::kBackward, PairOverlap{});
+  EXPECT_EQ(off.forward + off.backward, 3'400'000);
+}
+
+// The experts' share from the layer's FLOPs (StageCostTable): Mixtral's routing, 70M expert
+// parameters over 8 experts, top 2, 4096 tokens: 2 x 4096 x 2 x 8.75M = 143.36 GFLOP of the
+// layer's 286.72: half. Forward 1 ms: 500 us each side of the dispatch; backward 2 ms with a
+// 500 us weight part: 750 + 750 us and 250 + 250 us. On one stage's combined 1F1B each pair
+// (hand-worked in us: Cb 0-203.342 | pre_f 0-500; expert_b 500-1250, expert_b_w 1250-1500;
+// D_f 500-703.342; Db 1250-1447.173; expert_f 1500-2000; C_f 2000-2197.173; pre_b 2000-2750,
+// pre_b_w 2750-3000) still lasts 3 ms: 12,801,030 ns as above, in both engines.
+TEST(ExpertOverlapTest, LayeredRuleFromTheLayersFlopsHandWorked) {
+  Model model = MoeLayers(1);
+  model.layers[0].forward_flops = 286.72e9;
+  Result<Schedule> plain = MakeSchedule(ScheduleKind::k1F1B, 1, 4);
+  ASSERT_TRUE(plain.ok());
+  Schedule combined = *plain;
+  ASSERT_TRUE(CombineForwardBackward(&combined).ok());
+  const SimOptions on = Ep8(ScheduleKind::k1F1B, ExpertOverlap::kOn);
+  const StageCost cost =
+      StageCostTable(model, StageCostOptionsFor(on.config, H100())).Stage(StageLayers{0, 0});
+  ASSERT_EQ(cost.pair_layers.size(), 1u);
+  const PairLayerCost& l = cost.pair_layers[0];
+  EXPECT_EQ(l.pre_forward, 500'000);
+  EXPECT_EQ(l.expert_forward, 500'000);
+  EXPECT_EQ(l.pre_backward, 750'000);
+  EXPECT_EQ(l.expert_backward, 750'000);
+  EXPECT_EQ(l.pre_backward_weight, 250'000);
+  EXPECT_EQ(l.expert_backward_weight, 250'000);
+  EXPECT_EQ(l.dispatch, 203'342);
+  EXPECT_EQ(l.combine, 197'173);
+  EXPECT_EQ(LayeredPairNs(cost.pair_layers, cost.pair_layers, true), 3'000'000);
+  // Beside an input-gradient backward I (no weight-gradient parts): expert_b 500-1250, Db
+  // 1250-1447.173, expert_f 1250-1750, C_f 1750-1947.173, pre_b 1750-2500: the compute, 2.5 ms.
+  EXPECT_EQ(LayeredPairNs(cost.pair_layers, cost.pair_layers, false), 2'500'000);
+  Result<SimResult> got = Simulate(model, H100(), combined, on);
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  EXPECT_EQ(got->pipeline_ns, 1'400'515 + 3 * 3'000'000 + 2'400'515);
+  Result<SimResult> reference = internal::ReferenceSimulate(model, H100(), combined, on);
+  ASSERT_TRUE(reference.ok()) << reference.status().message();
+  EXPECT_EQ(reference->iteration_ns, got->iteration_ns);
+  // Without the layer's FLOPs the stage has no layers for the rule (the whole-compute one runs).
+  EXPECT_TRUE(StageCostTable(MoeLayers(1), StageCostOptionsFor(on.config, H100()))
+                  .Stage(StageLayers{0, 0})
+                  .pair_layers.empty());
+}
+
 // Megatron-LM's warm-up with the overlap (schedules.py, get_pp_rank_microbatches): rank r runs
 // (p - r - 1) x 2 + (v - 1) x p + 1 forwards before its first pair, one more than without;
 // every later forward is paired with a backward of another micro-batch.
@@ -236,6 +321,30 @@ TEST(ExpertOverlapTest, CombinedInterleavedPairsLastWhatTheModelGivesInBothEngin
 
 // DualPipeV's pairs are made to hide the all-to-all (deepseek-ai/DualPipe): auto turns the
 // overlap on there; off leaves the all-to-alls in their halves. Both engines agree either way.
+// And with the layers' FLOPs given (the layered rule): both engines agree, and the pairs still
+// hide part of the all-to-alls.
+TEST(ExpertOverlapTest, DualPipeVHidesTheAllToAllByDefaultLayered) {
+  const int p = 2, m = 8;
+  Model model = MoeLayers(2 * p);
+  for (Layer& l : model.layers) l.forward_flops = 286.72e9;
+  Result<Schedule> sched = MakeSchedule(ScheduleKind::kDualPipeV, p, m, 2);
+  ASSERT_TRUE(sched.ok());
+  TimeNs on_ns = 0;
+  for (ExpertOverlap overlap : {ExpertOverlap::kAuto, ExpertOverlap::kOff}) {
+    const SimOptions o = Ep8(ScheduleKind::kDualPipeV, overlap);
+    Result<SimResult> got = Simulate(model, H100(), *sched, o);
+    ASSERT_TRUE(got.ok()) << got.status().message();
+    Result<SimResult> reference = internal::ReferenceSimulate(model, H100(), *sched, o);
+    ASSERT_TRUE(reference.ok()) << reference.status().message();
+    EXPECT_EQ(reference->iteration_ns, got->iteration_ns);
+    if (overlap == ExpertOverlap::kAuto) {
+      on_ns = got->pipeline_ns;
+    } else {
+      EXPECT_GT(got->pipeline_ns, on_ns);
+    }
+  }
+}
+
 TEST(ExpertOverlapTest, DualPipeVHidesTheAllToAllByDefault) {
   const int p = 2, m = 8;
   const Model model = MoeLayers(2 * p);

@@ -227,6 +227,14 @@ struct LayerCost {
   // layer).
   TimeNs ep_forward_ns = 0;
   TimeNs ep_backward_ns = 0;
+  // Set by StageCostTable for an MoE layer at ep > 1: its dispatch and combine
+  // all-to-alls (ep_forward_ns = ep_backward_ns = their sum), and the share
+  // of its compute the routed experts take (the layered pair's "mlp" node,
+  // docs/simulator.md "Expert all-to-all overlap"): their forward FLOPs over
+  // the layer's, or -1 when the layer gives no forward_flops.
+  TimeNs ep_dispatch_ns = 0;
+  TimeNs ep_combine_ns = 0;
+  double expert_compute_share = -1;
 };
 
 // The costs at (microbatch_size, tensor_parallel, sequence_parallel): from

@@ -22,8 +22,39 @@ TimeNs Scaled(TimeNs d, double factor) {
 
 }  // namespace
 
+// The layered rule (LayeredPairNs): what the two-stream replay of the pair's layers saves
+// against running them in turn, shared between the halves in proportion to their all-to-alls.
+PairHalvesNs LayeredPairHalvesNs(const StageCost& f, const StageCost& b, OpKind b_kind,
+                                 const PairOverlap& overlap) {
+  const bool b_weight = b_kind == OpKind::kBackward;
+  TimeNs in_turn = 0, f_comm = 0, b_comm = 0;
+  for (const PairLayerCost& l : f.pair_layers) {
+    in_turn += l.pre_forward + l.expert_forward + l.dispatch + l.combine;
+    f_comm += l.dispatch + l.combine;
+  }
+  for (const PairLayerCost& l : b.pair_layers) {
+    in_turn += l.pre_backward + l.expert_backward + l.dispatch + l.combine;
+    if (b_weight) in_turn += l.pre_backward_weight + l.expert_backward_weight;
+    b_comm += l.dispatch + l.combine;
+  }
+  const TimeNs hidden =
+      std::max<TimeNs>(0, in_turn - LayeredPairNs(f.pair_layers, b.pair_layers, b_weight));
+  const TimeNs comm = f_comm + b_comm;
+  const TimeNs f_hidden = comm > 0 ? static_cast<TimeNs>(std::llround(static_cast<double>(hidden) *
+                                                                      static_cast<double>(f_comm) /
+                                                                      static_cast<double>(comm)))
+                                   : 0;
+  return PairHalvesNs{
+      .forward = Scaled(f.DurationNs(OpKind::kForward) - f_hidden, overlap.factor),
+      .backward = Scaled(b.DurationNs(b_kind) - (hidden - f_hidden), overlap.factor)};
+}
+
 PairHalvesNs OverlappedPairNs(const StageCost& f, const StageCost& b, OpKind b_kind,
                               const PairOverlap& overlap) {
+  if (overlap.expert_comm && !f.pair_layers.empty() && !b.pair_layers.empty() &&
+      b_kind != OpKind::kBackwardWeight) {
+    return LayeredPairHalvesNs(f, b, b_kind, overlap);
+  }
   const TimeNs f_ns = f.DurationNs(OpKind::kForward);
   const TimeNs f_comm = f.PairCommNs(OpKind::kForward, overlap.expert_comm);
   const TimeNs b_ns = b.DurationNs(b_kind), b_comm = b.PairCommNs(b_kind, overlap.expert_comm);
@@ -339,6 +370,7 @@ StageCostTable::StageCostTable(const Model& model, const StageCostOptions& optio
   layers_.reserve(n);
   prefix_.resize(n + 1);
   const double expert_tokens = options.expert_parallel > 1 ? ExpertTokensPerGpu(model, options) : 0;
+  model_sequence_ = static_cast<double>(SequenceOf(model));
   for (size_t l = 0; l < n; ++l) {
     LayerCost& c = layers_.emplace_back(CostAt(model.layers[l], options.microbatch_size,
                                                options.tensor_parallel, options.sequence_parallel));
@@ -367,6 +399,9 @@ StageCostTable::StageCostTable(const Model& model, const StageCostOptions& optio
     after.cp_backward_ns = before.cp_backward_ns + c.cp_backward_ns;
     after.ep_forward_ns = before.ep_forward_ns + c.ep_forward_ns;
     after.ep_backward_ns = before.ep_backward_ns + c.ep_backward_ns;
+    const bool moe = c.ep_dispatch_ns + c.ep_combine_ns > 0;
+    after.moe_layers = before.moe_layers + (moe ? 1 : 0);
+    after.moe_unshared = before.moe_unshared + (moe && c.expert_compute_share < 0 ? 1 : 0);
     after.expert_parameters = before.expert_parameters +
                               (model.layers[l].moe ? model.layers[l].moe->expert_parameters : 0);
     after.tp_scaled = before.tp_scaled + c.tp_scaled;
@@ -477,6 +512,16 @@ void StageCostTable::AddExpertParallelComm(const pipecast::Layer& layer, double 
                        m.experts, m.top_k, m.expert_groups, m.topk_groups, m.hidden,
                        m.bytes_per_element, tokens, o.ep_dispatcher);
   if (!ep_comm_) ep_comm_ = a;
+  c->ep_dispatch_ns = a.dispatch_ns;
+  c->ep_combine_ns = a.combine_ns;
+  // The routed experts' share of the layer's compute (the layered overlap's
+  // "mlp" node): their forward FLOPs, 2 x tokens x k x one expert's
+  // parameters, over the layer's; time taken as proportional to FLOPs.
+  if (layer.forward_flops && *layer.forward_flops > 0 && model_sequence_ > 0 && m.experts > 0) {
+    const double expert_flops =
+        2.0 * model_sequence_ * m.top_k * static_cast<double>(m.expert_parameters) / m.experts;
+    c->expert_compute_share = std::min(1.0, expert_flops / *layer.forward_flops);
+  }
   // The forward dispatches and combines; the backward sends the gradients
   // back the same two ways.
   c->ep_forward_ns = a.dispatch_ns + a.combine_ns;
@@ -605,6 +650,9 @@ StageCost StageCostTable::Stage(StageLayers stage) const {
   c.ep_forward_ns = hi.ep_forward_ns - lo.ep_forward_ns;
   c.ep_backward_ns = hi.ep_backward_ns - lo.ep_backward_ns;
   c.expert_parameters = hi.expert_parameters - lo.expert_parameters;
+  if (hi.moe_layers > lo.moe_layers && hi.moe_unshared == lo.moe_unshared) {
+    c.pair_layers = PairLayers(stage);
+  }
   if (ChunkedMode()) {
     const Checkpointed k = CheckpointedStage(stage);
     c.held_bytes = k.held;
@@ -622,6 +670,32 @@ StageCost StageCostTable::Stage(StageLayers stage) const {
   }
   c.backward_ns += c.recompute_ns;  // the rerun comes before the backward proper
   return c;
+}
+
+std::vector<PairLayerCost> StageCostTable::PairLayers(StageLayers stage) const {
+  std::vector<PairLayerCost> out;
+  out.reserve(static_cast<size_t>(stage.last_layer - stage.first_layer + 1));
+  const auto share_of = [](TimeNs ns, double share) {
+    return static_cast<TimeNs>(std::llround(static_cast<double>(ns) * share));
+  };
+  for (int i = stage.first_layer; i <= stage.last_layer; ++i) {
+    const LayerCost& c = layers_[i];
+    const double share = std::max(0.0, c.expert_compute_share);  // dense: all before the dispatch
+    const TimeNs forward = c.forward_ns - c.ep_forward_ns;
+    const TimeNs weight = c.has_backward_split ? c.backward_weight_ns : 0;
+    const TimeNs input = c.backward_ns - c.ep_backward_ns - weight;
+    PairLayerCost l;
+    l.expert_forward = share_of(forward, share);
+    l.pre_forward = forward - l.expert_forward;
+    l.expert_backward = share_of(input, share);
+    l.pre_backward = input - l.expert_backward;
+    l.expert_backward_weight = share_of(weight, share);
+    l.pre_backward_weight = weight - l.expert_backward_weight;
+    l.dispatch = c.ep_dispatch_ns;
+    l.combine = c.ep_combine_ns;
+    out.push_back(l);
+  }
+  return out;
 }
 
 std::vector<StageCost> StageCostTable::Stages(const std::vector<StageLayers>& partition) const {

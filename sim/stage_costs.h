@@ -307,6 +307,35 @@ Status CheckTensorParallelHeads(const Model& model, int tensor_parallel);
 Status CheckCostsWithinPeak(const Model& model, const GpuSpec& gpu, const std::string& gpu_label,
                             const std::string& model_gpu);
 
+// One layer of a stage as the layered expert overlap sees it (docs/simulator.md "Expert
+// all-to-all overlap"; Megatron-LM's fine_grained_callables.py at d98e8a64): the compute before
+// the dispatch ("pre_dispatch": attention, the pre-MLP norm, shared experts, router and
+// permutation; a dense layer's whole compute), the routed experts ("mlp"), each backward split
+// into its input-gradient part and its weight-gradient part (run after it without a sync point),
+// and the layer's dispatch and combine all-to-alls (0 in a dense layer). Tensor- and
+// context-parallel communication stays inside the compute it belongs to.
+struct PairLayerCost {
+  TimeNs pre_forward = 0, expert_forward = 0;
+  TimeNs pre_backward = 0, pre_backward_weight = 0;
+  TimeNs expert_backward = 0, expert_backward_weight = 0;
+  TimeNs dispatch = 0, combine = 0;
+};
+
+// The two-stream replay of an overlapped pair of a forward over `f`'s layers (in order) and a
+// backward over `b`'s layers (last first), Megatron-LM's TransformerLayerSchedulePlan.run and
+// TransformerModelChunkSchedulePlan.run (model_chunk_schedule_plan.py at d98e8a64, lines 236-304
+// and 554-594): forward layer i beside backward layer nb-1-i, the layers one of them has beyond
+// the other's count alone after (the backward's first). Per layer, in issue order, each node
+// waiting for its own micro-batch's previous node (the shared CUDA event, pipeline_parallel/
+// utils.py lines 336 and 345) and for its stream (FIFO):
+//   comm:    combine_bwd  | dispatch_fwd, dispatch_bwd               | combine_fwd
+//   compute: pre_fwd      | expert_bwd, expert_bwd_weight, expert_fwd | pre_bwd, pre_bwd_weight
+// the weight-gradient parts waiting for nothing but their stream (backward_dw records no event,
+// models/common/utils.py line 323). Returns the end of the last node, both inputs ready at 0 and
+// both streams free. `b_weight`: false for a backward without its weight gradient (I).
+TimeNs LayeredPairNs(const std::vector<PairLayerCost>& f, const std::vector<PairLayerCost>& b,
+                     bool b_weight);
+
 // Costs of one stage at one micro-batch size.
 struct StageCost {
   TimeNs forward_ns = 0;
@@ -340,6 +369,10 @@ struct StageCost {
   // Routed-expert parameters among `parameters` (unsharded, t = 1 counts),
   // which ep x etp GPUs share rather than t (StageParameterBytes).
   int64_t expert_parameters = 0;
+  // The stage's layers for the layered expert overlap (PairLayerCost), filled at ep > 1 when
+  // the stage has an MoE layer and each of its MoE layers gives its experts' share of the
+  // compute; empty otherwise (OverlappedPairNs then uses the whole-compute rule).
+  std::vector<PairLayerCost> pair_layers;
 
   // The tensor-parallel communication inside DurationNs(kind): F forward's,
   // B and I backward's, W none.
@@ -383,7 +416,10 @@ struct PairOverlap {
 // compute lasts:
 //   forward half  = F - min(F_comm, B - B_comm),  backward half = B - min(B_comm, F - F_comm),
 // each then scaled by overlap.factor and rounded to the nearest ns. Without such
-// communication the pair lasts factor x (F + B).
+// communication the pair lasts factor x (F + B). With overlap.expert_comm and both stages'
+// pair_layers known, the layered rule instead (docs/simulator.md "Expert all-to-all overlap"):
+// the pair hides H = (its layers' F and B in turn) - LayeredPairNs(...), shared between the
+// halves in proportion to their all-to-alls; tensor-parallel collectives stay in the compute.
 // REQUIRES: the pairs are well formed (ValidateSchedule).
 TimeNs ActionDurationNs(const std::vector<StageCost>& costs, const std::vector<Action>& list,
                         size_t i, const PairOverlap& overlap);
@@ -469,6 +505,8 @@ class StageCostTable {
     Bytes activation_bytes = 0;
     int64_t parameters = 0;
     int unsplit_layers = 0;  // layers without a measured weight-gradient part
+    // MoE layers with all-to-alls (ep > 1), and those without their experts' share.
+    int moe_layers = 0, moe_unshared = 0;
     Bytes checkpoint_bytes = 0, attention_core_bytes = 0, weight_grad_bytes = 0;
     TimeNs attention_core_ns = 0;
     TimeNs tp_forward_ns = 0, tp_backward_ns = 0;
@@ -524,6 +562,10 @@ class StageCostTable {
   std::pair<TimeNs, TimeNs> cp_merge_ns_{0, 0};
   // The first MoE layer's all-to-alls (ep > 1), for Notes().
   std::optional<ExpertAllToAll> ep_comm_;
+  // The model's sequence (0 when unknown): an expert's tokens per sample.
+  double model_sequence_ = 0;
+  // The stage's layers as the layered expert overlap sees them.
+  std::vector<PairLayerCost> PairLayers(StageLayers stage) const;
   // Per-layer maxima: workspace, activation, attention core bytes, parameters,
   // what the per-op policy rebuilds (activation less op_saved_bytes).
   RangeMax workspace_max_, activation_max_, attention_core_max_, parameters_max_, op_rebuilt_max_;
