@@ -49,6 +49,8 @@ struct PlannerToolOptions {
   int data_parallel = 0;                 // d pinned; 0: searched
   int microbatches = 0;                  // m pinned; 0: searched
   std::string ep_overlap = "auto";       // auto, on, off or both (PlannerOptions::expert_overlaps)
+  // deepep, alltoall or both (PlannerOptions::expert_dispatchers)
+  std::string ep_dispatcher = "deepep";
   std::string partition = "balanced";    // balanced, even or both
   bool json = false;                     // the report as one JSON object instead of text
   std::string out;                       // --out: the chosen plan (pipecast-plan/1)
