@@ -1,6 +1,7 @@
 // Megatron-LM's arguments for a plan (--export megatron): the layout and batch, the schedule
-// it runs, the partition, recomputation, the expert degrees and dispatcher, ZeRO through the distributed optimizer or
-// Megatron-FSDP, and the overlap switches, one argument a line (docs/frameworks.md).
+// it runs, the partition, recomputation, the expert degrees and dispatcher, ZeRO through the
+// distributed optimizer or Megatron-FSDP, and the overlap switches, one argument a line
+// (docs/frameworks.md).
 #include <fmt/format.h>
 
 #include <algorithm>

@@ -579,9 +579,10 @@ PlanFile ExpertPlan(ExpertDispatcher dispatcher, int ep = 4) {
 TEST(ExpertExport, MegatronWritesTheDegreesAndTheDispatcher) {
   const FrameworkExport deepep =
       ExportPlanWith(Framework::kMegatron, ExpertPlan(ExpertDispatcher::kDeepEp));
-  EXPECT_THAT(deepep.text,
-              HasSubstr("--expert-model-parallel-size 4\n--expert-tensor-parallel-size 1\n"
-                        "--moe-token-dispatcher-type flex\n--moe-flex-dispatcher-backend deepep\n"));
+  EXPECT_THAT(
+      deepep.text,
+      HasSubstr("--expert-model-parallel-size 4\n--expert-tensor-parallel-size 1\n"
+                "--moe-token-dispatcher-type flex\n--moe-flex-dispatcher-backend deepep\n"));
   EXPECT_EQ(ReadMegatron(deepep.text, 16).d, 2);  // every flag in the parser's list
   const FrameworkExport alltoall =
       ExportPlanWith(Framework::kMegatron, ExpertPlan(ExpertDispatcher::kAllToAll));

@@ -189,8 +189,10 @@ TEST(ExpertDispatcherPlanner, APlanAndItsLabelPinTheDispatcher) {
   ASSERT_TRUE(words.ok()) << words.status().message();
   EXPECT_EQ(words->expert_dispatchers, std::vector<ExpertDispatcher>{ExpertDispatcher::kAllToAll});
   EXPECT_EQ(words->expert_parallel, std::vector<int>{8});
-  EXPECT_NE(PinConfiguration(base, "ep-dispatcher=nccl").status().message().find(
-                "ep-dispatcher is deepep or alltoall"),
+  EXPECT_NE(PinConfiguration(base, "ep-dispatcher=nccl")
+                .status()
+                .message()
+                .find("ep-dispatcher is deepep or alltoall"),
             std::string::npos);
 }
 
