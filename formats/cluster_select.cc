@@ -104,7 +104,7 @@ std::string ModelDispatcherMismatch(const Model& model, const std::string& model
   const bool alltoall_missing = others.front() == ExpertDispatcher::kAllToAll;
   return fmt::format(
       "warning: {}'s MoE layer costs were made for the {} dispatcher (profiler analytic{}), "
-      "but {} runs at ep > 1 with --ep-dispatcher {}: those runs {} Megatron-LM's all-to-all "
+      "but {} uses --ep-dispatcher {} at ep > 1: those runs {} Megatron-LM's all-to-all "
       "dispatcher's second sort (its received rows ordered by local expert and back); "
       "re-profile with --moe-dispatcher {} for them (docs/planner.md, \"Expert dispatcher\")",
       model_path, ExpertDispatcherName(*made_for),

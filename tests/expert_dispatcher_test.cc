@@ -219,8 +219,8 @@ TEST(ExpertDispatcherModel, CostsMadeForTheOtherDispatcherAreWarnedAbout) {
   EXPECT_NE(lack.find("re-profile with --moe-dispatcher alltoall"), std::string::npos) << lack;
   const std::string both = ModelDispatcherMismatch(
       alltoall, "m.json", {ExpertDispatcher::kDeepEp, ExpertDispatcher::kAllToAll});
-  EXPECT_NE(both.find("part of the search runs at ep > 1 with --ep-dispatcher deepep: those runs "
-                      "are charged"),
+  EXPECT_NE(both.find("part of the search uses --ep-dispatcher deepep at ep > 1: those runs are "
+                      "charged"),
             std::string::npos)
       << both;
 }
