@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "base/units.h"
 #include "formats/formats.h"
@@ -73,6 +76,42 @@ std::string ModelGpuMismatch(const Model& model, const Cluster& cluster) {
       "times and MFU are {}'s; re-estimate the model for this GPU (profiler analytic --gpu "
       "{}) or choose --cluster {}",
       preset, made_for->gpu.name, cluster.name, cluster.gpu.name, preset, cluster.name, preset);
+}
+
+std::optional<ExpertDispatcher> ModelExpertDispatcher(const Model& model) {
+  auto it = model.source.details.find("moe");
+  if (it == model.source.details.end()) return std::nullopt;
+  const nlohmann::json moe = nlohmann::json::parse(it->second, nullptr, false);
+  if (!moe.is_object()) return std::nullopt;
+  const auto dispatcher = moe.find("dispatcher");
+  if (dispatcher == moe.end()) return ExpertDispatcher::kDeepEp;
+  if (!dispatcher->is_string()) return std::nullopt;
+  const std::string text = dispatcher->get<std::string>();
+  if (text.starts_with("alltoall")) return ExpertDispatcher::kAllToAll;
+  if (text.starts_with("deepep")) return ExpertDispatcher::kDeepEp;
+  return std::nullopt;
+}
+
+std::string ModelDispatcherMismatch(const Model& model, const std::string& model_path,
+                                    const std::vector<ExpertDispatcher>& used) {
+  const std::optional<ExpertDispatcher> made_for = ModelExpertDispatcher(model);
+  if (!made_for) return "";
+  std::vector<ExpertDispatcher> others;
+  for (ExpertDispatcher d : used) {
+    if (d != *made_for) others.push_back(d);
+  }
+  if (others.empty()) return "";
+  const bool alltoall_missing = others.front() == ExpertDispatcher::kAllToAll;
+  return fmt::format(
+      "warning: {}'s MoE layer costs were made for the {} dispatcher (profiler analytic{}), "
+      "but {} uses --ep-dispatcher {} at ep > 1: those runs {} Megatron-LM's all-to-all "
+      "dispatcher's second sort (its received rows ordered by local expert and back); "
+      "re-profile with --moe-dispatcher {} for them (docs/planner.md, \"Expert dispatcher\")",
+      model_path, ExpertDispatcherName(*made_for),
+      *made_for == ExpertDispatcher::kAllToAll ? " --moe-dispatcher alltoall" : "",
+      used.size() > others.size() ? "part of the search" : "the run",
+      ExpertDispatcherName(others.front()), alltoall_missing ? "lack" : "are charged",
+      ExpertDispatcherName(others.front()));
 }
 
 Result<ClusterSelection> SelectCluster(const std::string& cluster_flag, const Model& model,

@@ -6,10 +6,13 @@
 #ifndef PIPECAST_FORMATS_CLUSTER_SELECT_H_
 #define PIPECAST_FORMATS_CLUSTER_SELECT_H_
 
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "sim/cluster.h"
+#include "sim/collectives.h"
 #include "sim/model.h"
 
 namespace pipecast {
@@ -42,6 +45,20 @@ std::string ModelGpuPreset(const Model& model);
 // memory, and CheckCostsWithinPeak (sim/stage_costs.h) refuses the case
 // that gives impossible numbers (docs/errors.md).
 std::string ModelGpuMismatch(const Model& model, const Cluster& cluster);
+
+// The expert dispatcher the model's layer costs were made for: profiler analytic writes
+// source.details["moe"] for an MoE model, with a "dispatcher" entry starting "alltoall" for
+// --moe-dispatcher alltoall (the second sort charged) and none for deepep. nullopt when the
+// model does not say (a dense model, a measured or hand-written one).
+std::optional<ExpertDispatcher> ModelExpertDispatcher(const Model& model);
+
+// When the run uses (or the search tries) a dispatcher the model's costs were not made for
+// (ModelExpertDispatcher, at ep > 1): a warning naming both and what to do; empty otherwise. A
+// warning, not an error: the second sort is a small memory-bound term, and `both` must compare
+// the two dispatchers on one model file (docs/planner.md, "Expert dispatcher").
+// `used`: the dispatchers run at ep > 1 (empty: no expert parallelism, no warning).
+std::string ModelDispatcherMismatch(const Model& model, const std::string& model_path,
+                                    const std::vector<ExpertDispatcher>& used);
 
 // `cluster_flag`: the --cluster value (empty: choose by default).
 // `memory_gb`: the --memory-gb value, in GiB; < 0 keeps the cluster's.

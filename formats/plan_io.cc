@@ -194,6 +194,11 @@ std::string PlanToJson(const PlanFile& plan) {
     if (plan.config.overlap.expert_overlap != ExpertOverlap::kAuto) {  // absent: auto
       root["ep_overlap"] = ExpertOverlapName(plan.config.overlap.expert_overlap);
     }
+    // Absent: deepep, the default (--ep-dispatcher); no all-to-all at ep = 1.
+    if (plan.config.layout.expert_parallel > 1 &&
+        plan.config.layout.expert_dispatcher != ExpertDispatcher::kDeepEp) {
+      root["ep_dispatcher"] = ExpertDispatcherName(plan.config.layout.expert_dispatcher);
+    }
   }
   root["microbatch_size"] = plan.config.microbatch_size;
   root["microbatches"] = plan.config.microbatches;

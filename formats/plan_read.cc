@@ -156,7 +156,8 @@ Status ReadPartitionRule(const Reader& r, const json& root, PartitionSetting* ou
   return Status::Ok();
 }
 
-// Expert parallelism: optional, absent at ep = etp = 1; its overlap absent at auto.
+// Expert parallelism: optional, absent at ep = etp = 1; its overlap absent at auto, its
+// dispatcher absent at deepep.
 Status ReadExpertLayout(const Reader& r, const json& root, PlanFile* plan) {
   if (root.contains("expert_parallel")) {
     PIPECAST_RETURN_IF_ERROR(r.Int(root, "", "expert_parallel", 1, kMaxExpertParallel,
@@ -172,6 +173,18 @@ Status ReadExpertLayout(const Reader& r, const json& root, PlanFile* plan) {
     std::optional<ExpertOverlap> parsed = ParseExpertOverlap(overlap);
     if (!parsed) return r.Error("ep_overlap", "must be \"auto\", \"on\" or \"off\"");
     plan->config.overlap.expert_overlap = *parsed;
+  }
+  if (root.contains("ep_dispatcher")) {  // absent: deepep
+    std::string dispatcher;
+    PIPECAST_RETURN_IF_ERROR(r.String(root, "", "ep_dispatcher", &dispatcher));
+    std::optional<ExpertDispatcher> parsed = ParseExpertDispatcher(dispatcher);
+    if (!parsed) {
+      return r.Error("ep_dispatcher",
+                     fmt::format("expected \"deepep\" or \"alltoall\" (the expert dispatcher, "
+                                 "--ep-dispatcher), got \"{}\"",
+                                 dispatcher));
+    }
+    plan->config.layout.expert_dispatcher = *parsed;
   }
   return Status::Ok();
 }
@@ -593,6 +606,7 @@ Status ReadPlan(const Reader& r, const json& root, PlanFile* plan) {
                                         "expert_parallel",
                                         "expert_tensor_parallel",
                                         "ep_overlap",
+                                        "ep_dispatcher",
                                         "microbatch_size",
                                         "microbatches",
                                         "global_batch",

@@ -157,6 +157,26 @@ void DeepSpeedCheckpointing(const PlanFile& plan, nlohmann::ordered_json* j, Fra
   }
 }
 
+// Expert parallelism, said rather than written: DeepSpeed sets it in the model code
+// (deepspeed/moe/layer.py, MoE(ep_size=...)) or through AutoEP's `expert_parallel` section
+// (deepspeed/module_inject/auto_ep_config.py: enabled, autoep_size, expert_tensor_parallel_size),
+// which needs the model's MoE modules matched by a preset or patterns this export does not know.
+// Either dispatches with all_to_all_single of the permuted rows: no DeepEP.
+void DeepSpeedExperts(const PlanFile& plan, FrameworkExport* out) {
+  const ParallelLayout& l = plan.config.layout;
+  if (l.expert_parallel == 1 && l.expert_tensor_parallel == 1) return;
+  out->differences.push_back(fmt::format(
+      "DeepSpeed's expert parallelism is set in the model code (deepspeed.moe.layer.MoE "
+      "ep_size) or in AutoEP's expert_parallel section (enabled, autoep_size = {}, "
+      "expert_tensor_parallel_size = {}, with the model's MoE modules matched), not written "
+      "here{}",
+      l.expert_parallel, l.expert_tensor_parallel,
+      l.expert_parallel > 1 && l.expert_dispatcher == ExpertDispatcher::kDeepEp
+          ? "; it has no DeepEP dispatcher: both dispatch with all_to_all_single of one row per "
+            "token and expert (the plan's deepep is closest to --ep-dispatcher alltoall there)"
+          : ""));
+}
+
 }  // namespace
 
 FrameworkExport ExportDeepSpeed(const PlanFile& plan, const ExportRequest& request) {
@@ -177,6 +197,7 @@ FrameworkExport ExportDeepSpeed(const PlanFile& plan, const ExportRequest& reque
         "without it, on {} x fewer GPUs per replica",
         plan.config.layout.context_parallel, plan.config.layout.context_parallel));
   }
+  DeepSpeedExperts(plan, &out);
   DeepSpeedPipeline(plan, request, s, &j, &out);
   DeepSpeedCheckpointing(plan, &j, &out);
   out.text = j.dump(2) + "\n";

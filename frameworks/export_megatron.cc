@@ -1,6 +1,7 @@
 // Megatron-LM's arguments for a plan (--export megatron): the layout and batch, the schedule
-// it runs, the partition, recomputation, ZeRO through the distributed optimizer or
-// Megatron-FSDP, and the overlap switches, one argument a line (docs/frameworks.md).
+// it runs, the partition, recomputation, the expert degrees and dispatcher, ZeRO through the
+// distributed optimizer or Megatron-FSDP, and the overlap switches, one argument a line
+// (docs/frameworks.md).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -86,6 +87,19 @@ void MegatronLayoutFlags(const PlanFile& plan, const ExportRequest& request, con
     // pipecast's etp (1 unless set) stated: Megatron-LM's default is the tensor-parallel size.
     flag("--expert-tensor-parallel-size",
          std::to_string(plan.config.layout.expert_tensor_parallel));
+  }
+  // The dispatcher at ep > 1 (megatron/core/transformer/transformer_config.py at the commit
+  // FrameworkSource names): moe_token_dispatcher_type is allgather (Megatron-LM's default, which
+  // pipecast does not model), alltoall or flex; flex's backend is deepep by default, written
+  // out. --moe-enable-deepep still parses there but is deprecated for
+  // --moe-flex-dispatcher-backend deepep.
+  if (plan.config.layout.expert_parallel > 1) {
+    if (plan.config.layout.expert_dispatcher == ExpertDispatcher::kAllToAll) {
+      flag("--moe-token-dispatcher-type", "alltoall");
+    } else {
+      flag("--moe-token-dispatcher-type", "flex");
+      flag("--moe-flex-dispatcher-backend", "deepep");
+    }
   }
   flag("--micro-batch-size", std::to_string(s.mbs));
   flag("--global-batch-size", std::to_string(s.global_batch));

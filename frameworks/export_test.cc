@@ -567,11 +567,91 @@ TEST(ContextParallelExport, DeepSpeedSaysItDiffers) {
   EXPECT_TRUE(said);
 }
 
+// Expert parallelism (issue 26): ep 4 folded over the t 2 x d 2 GPUs of each 1F1B stage, on
+// each dispatcher; every Megatron-LM flag is checked against the parser's list by ReadMegatron.
+PlanFile ExpertPlan(ExpertDispatcher dispatcher, int ep = 4) {
+  PlanFile plan = MakePlan(OneFOneB());
+  plan.config.layout.expert_parallel = ep;
+  plan.config.layout.expert_dispatcher = dispatcher;
+  return plan;
+}
+
+TEST(ExpertExport, MegatronWritesTheDegreesAndTheDispatcher) {
+  const FrameworkExport deepep =
+      ExportPlanWith(Framework::kMegatron, ExpertPlan(ExpertDispatcher::kDeepEp));
+  EXPECT_THAT(
+      deepep.text,
+      HasSubstr("--expert-model-parallel-size 4\n--expert-tensor-parallel-size 1\n"
+                "--moe-token-dispatcher-type flex\n--moe-flex-dispatcher-backend deepep\n"));
+  EXPECT_EQ(ReadMegatron(deepep.text, 16).d, 2);  // every flag in the parser's list
+  const FrameworkExport alltoall =
+      ExportPlanWith(Framework::kMegatron, ExpertPlan(ExpertDispatcher::kAllToAll));
+  EXPECT_THAT(alltoall.text, HasSubstr("--moe-token-dispatcher-type alltoall\n"));
+  EXPECT_THAT(alltoall.text, Not(HasSubstr("flex")));
+  EXPECT_EQ(ReadMegatron(alltoall.text, 16).d, 2);
+  // ep = 1 (etp alone): no all-to-all, no dispatcher flag.
+  PlanFile etp_only = ExpertPlan(ExpertDispatcher::kAllToAll, 1);
+  etp_only.config.layout.expert_tensor_parallel = 2;
+  EXPECT_THAT(ExportPlanWith(Framework::kMegatron, etp_only).text,
+              Not(HasSubstr("--moe-token-dispatcher-type")));
+}
+
+TEST(ExpertExport, TorchtitanWritesTheDegreesAndTheCommBackend) {
+  const FrameworkExport deepep =
+      ExportPlanWith(Framework::kTorchtitan, ExpertPlan(ExpertDispatcher::kDeepEp));
+  const toml::table t = toml::parse(deepep.text);
+  EXPECT_EQ(t["parallelism"]["expert_parallel_degree"].value_or(0), 4);
+  EXPECT_EQ(t["parallelism"]["expert_tensor_parallel_degree"].value_or(0), 1);
+  EXPECT_EQ(t["parallelism"]["expert_parallel_comm_backend"].value_or(std::string()), "deepep");
+  const FrameworkExport alltoall =
+      ExportPlanWith(Framework::kTorchtitan, ExpertPlan(ExpertDispatcher::kAllToAll));
+  EXPECT_EQ(toml::parse(alltoall.text)["parallelism"]["expert_parallel_comm_backend"].value_or(
+                std::string()),
+            "standard");
+  // torchtitan runs etp = 1 or etp = t only (parallel_dims.py): at d = 4, ep 2 x etp 4 over a
+  // stage's t 2 x d 4 GPUs is said, ep 2 x etp 2 (etp = t) is not.
+  auto etp_said = [](int etp) {
+    PlanShape shape = OneFOneB();
+    shape.d = 4;
+    PlanFile plan = MakePlan(shape);
+    plan.config.layout.expert_parallel = 2;
+    plan.config.layout.expert_tensor_parallel = etp;
+    const FrameworkExport out = ExportPlanWith(Framework::kTorchtitan, plan);
+    return std::any_of(out.differences.begin(), out.differences.end(), [](const std::string& d) {
+      return d.find("only at etp = 1 or etp = t") != std::string::npos;
+    });
+  };
+  EXPECT_TRUE(etp_said(4));
+  EXPECT_FALSE(etp_said(2));
+  EXPECT_FALSE(etp_said(1));
+  // A plan without experts writes none of the keys.
+  EXPECT_THAT(Export(Framework::kTorchtitan, OneFOneB()).text, Not(HasSubstr("expert_")));
+}
+
+TEST(ExpertExport, DeepSpeedSaysItSetsExpertsInTheModelAndHasNoDeepEp) {
+  const FrameworkExport deepep =
+      ExportPlanWith(Framework::kDeepSpeed, ExpertPlan(ExpertDispatcher::kDeepEp));
+  auto experts_said = [](const FrameworkExport& out) {
+    for (const std::string& d : out.differences) {
+      if (d.find("autoep_size = 4") != std::string::npos) return d;
+    }
+    return std::string();
+  };
+  EXPECT_THAT(experts_said(deepep), HasSubstr("it has no DeepEP dispatcher"));
+  const FrameworkExport alltoall =
+      ExportPlanWith(Framework::kDeepSpeed, ExpertPlan(ExpertDispatcher::kAllToAll));
+  EXPECT_THAT(experts_said(alltoall), HasSubstr("expert_tensor_parallel_size = 1"));
+  EXPECT_THAT(experts_said(alltoall), Not(HasSubstr("DeepEP")));
+}
+
 TEST(MegatronFlagList, IsTheParsersList) {
   const std::set<std::string> flags = MegatronFlagList();
   EXPECT_GT(flags.size(), 500u);
   EXPECT_TRUE(flags.count("--pipeline-model-parallel-layout"));
   EXPECT_FALSE(flags.count("--data-parallel-size"));
+  // The dispatcher's flags at the fixture's commit (transformer_config.py).
+  EXPECT_TRUE(flags.count("--moe-token-dispatcher-type"));
+  EXPECT_TRUE(flags.count("--moe-flex-dispatcher-backend"));
 }
 
 }  // namespace

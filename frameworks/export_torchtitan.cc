@@ -1,5 +1,5 @@
 // torchtitan's job config for a plan (--export torchtitan): [training], [parallelism] (data,
-// tensor, context and pipeline parallelism with the schedule class, its CSV and the
+// tensor, context, expert and pipeline parallelism with the schedule class, its CSV and the
 // partition's module names) and [activation_checkpoint], as TOML (docs/frameworks.md).
 #include <fmt/format.h>
 
@@ -113,6 +113,31 @@ void TorchtitanDataParallel(const PlanFile& plan, const Shape& s,
   }
 }
 
+// Expert parallelism (torchtitan/config/job_config.py, Parallelism, and
+// torchtitan/distributed/parallel_dims.py at the commit FrameworkSource names): the degrees, and
+// at ep > 1 the dispatcher as expert_parallel_comm_backend: "deepep" (DeepEP's kernels) or
+// "standard" (PyTorch's all-to-all of the permuted rows, Megatron-LM's alltoall counterpart).
+void TorchtitanExperts(const PlanFile& plan, const Shape& s, std::vector<std::string>* parallelism,
+                       FrameworkExport* out) {
+  const ParallelLayout& l = plan.config.layout;
+  if (l.expert_parallel == 1 && l.expert_tensor_parallel == 1) return;
+  parallelism->push_back(fmt::format("expert_parallel_degree = {}", l.expert_parallel));
+  parallelism->push_back(
+      fmt::format("expert_tensor_parallel_degree = {}", l.expert_tensor_parallel));
+  if (l.expert_parallel > 1) {
+    parallelism->push_back(fmt::format(
+        "expert_parallel_comm_backend = {}",
+        TomlString(l.expert_dispatcher == ExpertDispatcher::kAllToAll ? "standard" : "deepep")));
+    if (l.expert_tensor_parallel != 1 && l.expert_tensor_parallel != s.t) {
+      out->differences.push_back(fmt::format(
+          "torchtitan runs expert tensor parallelism only at etp = 1 or etp = t "
+          "(parallel_dims.py); the plan's etp = {} with t = {} is written as planned and "
+          "torchtitan refuses it",
+          l.expert_tensor_parallel, s.t));
+    }
+  }
+}
+
 // Tensor and context parallelism.
 void TorchtitanTensorAndContext(const PlanFile& plan, const Shape& s,
                                 std::vector<std::string>* parallelism, FrameworkExport* out) {
@@ -127,6 +152,7 @@ void TorchtitanTensorAndContext(const PlanFile& plan, const Shape& s,
         TomlString(plan.config.layout.cp_algorithm == CpAlgorithm::kAllGather ? "allgather"
                                                                               : "alltoall")));
   }
+  TorchtitanExperts(plan, s, parallelism, out);
   if (s.t > 1 && !s.sp) {
     out->differences.push_back(
         "torchtitan's tensor parallelism always shards the norms over the sequence (sequence "

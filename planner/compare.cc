@@ -92,6 +92,12 @@ std::optional<Status> PinLayoutKey(const KeyValue& kv, PlannerOptions* o) {
   } else if (kv.key == "m") {
     PIPECAST_RETURN_IF_ERROR(kv.NeedNumber(1));
     o->microbatches = *kv.number;
+  } else if (kv.key == "ep") {
+    PIPECAST_RETURN_IF_ERROR(kv.NeedNumber(1));
+    o->expert_parallel = {*kv.number};
+  } else if (kv.key == "etp") {
+    PIPECAST_RETURN_IF_ERROR(kv.NeedNumber(1));
+    o->expert_tensor_parallel = {*kv.number};
   } else {
     return std::nullopt;
   }
@@ -133,6 +139,14 @@ std::optional<Status> PinRunKey(const KeyValue& kv, PlannerOptions* o) {
   } else if (kv.key == "shard-group") {
     PIPECAST_RETURN_IF_ERROR(kv.NeedNumber(0));
     o->sharding.shard_group = *kv.number;
+  } else if (kv.key == "ep-overlap") {
+    std::optional<ExpertOverlap> overlap = ParseExpertOverlap(kv.value);
+    if (!overlap) return BadWord(kv.word, "ep-overlap is auto, on or off");
+    o->expert_overlaps = {*overlap};
+  } else if (kv.key == "ep-dispatcher") {
+    std::optional<ExpertDispatcher> dispatcher = ParseExpertDispatcher(kv.value);
+    if (!dispatcher) return BadWord(kv.word, "ep-dispatcher is deepep or alltoall");
+    o->expert_dispatchers = {*dispatcher};
   } else {
     return std::nullopt;
   }
@@ -150,8 +164,9 @@ Status PinWord(const std::string& word, PlannerOptions* o) {
   if (std::optional<Status> pinned = PinLayoutKey(kv, o)) return *pinned;
   if (std::optional<Status> pinned = PinRunKey(kv, o)) return *pinned;
   return BadWord(word,
-                 "the keys are t, sp, p, d, v, mbs, m, schedule, recompute, zero, "
-                 "partition, reshard, prefetch, reduce and shard-group");
+                 "the keys are t, sp, p, d, v, mbs, m, ep, etp, schedule, recompute, zero, "
+                 "partition, reshard, prefetch, reduce, shard-group, ep-overlap and "
+                 "ep-dispatcher");
 }
 
 }  // namespace
@@ -201,6 +216,11 @@ PlannerOptions PinPlan(const PlannerOptions& base, const PlanFile& plan) {
     o.partition_rules = {c.partition.rule};
     if (c.partition.rule == PartitionRule::kEven) o.even = c.partition.even;
   }
+  // The plan's expert layout, overlap and dispatcher (the last matters at ep > 1 only).
+  o.expert_parallel = {c.layout.expert_parallel};
+  o.expert_tensor_parallel = {c.layout.expert_tensor_parallel};
+  o.expert_overlaps = {c.overlap.expert_overlap};
+  o.expert_dispatchers = {c.layout.expert_dispatcher};
   return o;
 }
 

@@ -301,21 +301,32 @@ void FillCandidateConfig(const PlannerOptions& options, const ParallelLayout& la
   config->optimizer_step = options.optimizer_step;
 }
 
+// The expert dispatchers `c` is tried with (PlannerOptions::expert_dispatchers): each at
+// ep > 1; at ep = 1, with no all-to-all, the first alone.
+int DispatchersAt(const PlannerOptions& options, int ep) {
+  return ep > 1 ? static_cast<int>(options.expert_dispatchers.size()) : 1;
+}
+
 // `c` once per expert overlap searched (PlannerOptions::expert_overlaps): on only where the
-// configuration can take it, rejected with the reason when on is pinned.
+// configuration can take it, rejected with the reason when on is pinned; and each once per
+// expert dispatcher it is tried with (DispatchersAt).
 void AddExpertOverlaps(const PlannerOptions& options, const Candidate& c,
                        std::vector<Candidate>* out, std::vector<Rejection>* rejected) {
+  const int dispatchers = DispatchersAt(options, c.config.layout.expert_parallel);
   for (ExpertOverlap overlap : options.expert_overlaps) {
-    Candidate with = c;
-    with.config.overlap.expert_overlap = overlap;
-    if (Status ok = with.config.CheckExpertOverlap(); !ok.ok()) {
-      if (options.expert_overlaps.size() == 1) {
-        rejected->push_back(
-            Rejection{RejectReason::kScheduleConstraint, std::move(with), ok.message(), 0});
+    for (int i = 0; i < dispatchers; ++i) {
+      Candidate with = c;
+      with.config.overlap.expert_overlap = overlap;
+      with.config.layout.expert_dispatcher = options.expert_dispatchers[i];
+      if (Status ok = with.config.CheckExpertOverlap(); !ok.ok()) {
+        if (options.expert_overlaps.size() == 1) {
+          rejected->push_back(
+              Rejection{RejectReason::kScheduleConstraint, std::move(with), ok.message(), 0});
+        }
+        continue;
       }
-      continue;
+      out->push_back(std::move(with));
     }
-    out->push_back(std::move(with));
   }
 }
 
@@ -463,8 +474,11 @@ int64_t CountConfigurations(const Model& model, const Cluster& cluster,
           zero +=
               static_cast<int64_t>(ShardingChoices(options, cluster, t * cp, p, d, level).size());
         }
-        const int64_t experts =
-            static_cast<int64_t>(ExpertLayouts(expert_options, int64_t{t} * cp * d).size());
+        int64_t experts = 0;  // (ep, etp, dispatcher) triples
+        for (const std::pair<int, int>& layout :
+             ExpertLayouts(expert_options, int64_t{t} * cp * d)) {
+          experts += DispatchersAt(options, layout.first);  // (ep, etp)
+        }
         const int64_t here = times(times(times(per_layout(p), zero), sp_modes), experts);
         count = here > kMax - count ? kMax : count + here;
       }

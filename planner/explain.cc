@@ -157,6 +157,16 @@ std::string ChosenSettings(const Candidate& c, const SimResult& r, bool pipeline
         c.config.layout.pipeline_stages, c.config.layout.data_parallel,
         c.config.layout.GradientReplicas());
   }
+  if (const ParallelLayout& l = c.config.layout; l.expert_parallel > 1) {
+    out += fmt::format(
+        "  expert parallelism   ep = {}, etp = {}, folded over each stage's t x cp x d = {} GPUs; "
+        "dispatcher {} (--ep-dispatcher)\n",
+        l.expert_parallel, l.expert_tensor_parallel,
+        int64_t{l.tensor_parallel} * l.context_parallel * l.data_parallel,
+        l.expert_dispatcher == ExpertDispatcher::kAllToAll
+            ? "alltoall: Megatron-LM's NCCL all-to-all, one row per token and expert"
+            : "deepep: DeepEP's deduplicated dispatch at its published bandwidths");
+  }
   if (pipeline) {
     out += fmt::format("  pipeline stages      {} (p), data-parallel degree {} (d): {}\n",
                        c.config.layout.pipeline_stages, c.config.layout.data_parallel,
@@ -394,6 +404,11 @@ Json CandidateJson(const Candidate& c, const Model& model, bool with_predicted) 
     j["expert_tensor_parallel"] = c.config.layout.expert_tensor_parallel;
     // Absent: the all-to-alls do not hide (--ep-overlap).
     if (c.config.ExpertOverlapOn()) j["ep_overlap"] = true;
+    // Absent: deepep (--ep-dispatcher).
+    if (c.config.layout.expert_parallel > 1 &&
+        c.config.layout.expert_dispatcher != ExpertDispatcher::kDeepEp) {
+      j["ep_dispatcher"] = ExpertDispatcherName(c.config.layout.expert_dispatcher);
+    }
   }
   j["pipeline_stages"] = c.config.layout.pipeline_stages;
   j["data_parallel"] = c.config.layout.data_parallel;

@@ -75,6 +75,9 @@ Status PlannerOptions::Validate() const {
       }
     }
   }
+  if (expert_dispatchers.empty()) {
+    return Status::InvalidArgument("--ep-dispatcher: no dispatcher to try (deepep, alltoall)");
+  }
   if (pipeline_stages < 0 || data_parallel < 0 || microbatches < 0) {
     return Status::InvalidArgument(
         "--pipeline-stages, --data-parallel and --microbatches must be at least 1 when given");
@@ -154,6 +157,9 @@ std::string Candidate::Label() const {
          (config.partition.rule == PartitionRule::kEven ? " partition=even" : "") +
          (config.overlap.expert_overlap != ExpertOverlap::kAuto && l.expert_parallel > 1
               ? fmt::format(" ep-overlap={}", ExpertOverlapName(config.overlap.expert_overlap))
+              : "") +
+         (l.expert_dispatcher != ExpertDispatcher::kDeepEp && l.expert_parallel > 1
+              ? fmt::format(" ep-dispatcher={}", ExpertDispatcherName(l.expert_dispatcher))
               : "") +
          (config.memory.zero >= 2 && !ShardingLabel(config.memory.sharding).empty()
               ? " " + ShardingLabel(config.memory.sharding)

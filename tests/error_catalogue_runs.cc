@@ -278,6 +278,15 @@ std::vector<Case> MeasuredRunRows() {
                   "--ep-dispatcher: 'nccl' is not one of deepep, alltoall"));
   c.push_back(Row("ep_dispatcher_empty", kSimulator, {kGoodModel},
                   std::string(kSim) + " --ep-dispatcher ''", 2, "--ep-dispatcher"));
+  c.push_back(Row("planner_ep_dispatcher_unknown", kPlanner, {kGoodModel},
+                  "--model {dir}/m.json --gpus 2 --global-batch 8 --ep-dispatcher nccl", 2,
+                  "--ep-dispatcher: 'nccl' is not one of deepep, alltoall, both"));
+  c.push_back(
+      Row("plan_ep_dispatcher_unknown", kSimulator,
+          {{"p.json", Baseline("\"placement\":", "\"ep_dispatcher\": \"nccl\", \"placement\":")}},
+          "--model {ex}/gpt-7b.json --plan {dir}/p.json", 1,
+          "--plan: {dir}/p.json: ep_dispatcher: expected \"deepep\" or \"alltoall\" (the expert "
+          "dispatcher, --ep-dispatcher), got \"nccl\""));
   c.push_back(Row("tensor_parallel_over_gpus", kPlanner, {kGoodModel},
                   "--model {dir}/m.json --gpus 2 --global-batch 8 --tensor-parallel 4", 2,
                   "--tensor-parallel 4 is more than --gpus 2: t x p x d must equal the GPUs"));

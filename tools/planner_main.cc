@@ -180,6 +180,12 @@ void AddLayoutFlags(CLI::App& app, PlannerToolOptions* f) {
                  "(each configuration with off and, where it can run it, on; docs/planner.md)")
       ->check(OneOf({"auto", "on", "off", "both"}))
       ->capture_default_str();
+  app.add_option("--ep-dispatcher", f->ep_dispatcher,
+                 "the expert dispatcher at ep > 1: deepep (DeepEP's deduplicated dispatch), "
+                 "alltoall (Megatron-LM's NCCL all-to-all, one row per token and expert), or both "
+                 "(each ep > 1 configuration with each; docs/planner.md)")
+      ->check(OneOf({"deepep", "alltoall", "both"}))
+      ->capture_default_str();
   app.add_option("--stages,--pipeline-stages", f->pipeline_stages,
                  "pin the pipeline degree p (a divisor of --gpus; default: searched)")
       ->check(IntRange(1));

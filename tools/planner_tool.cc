@@ -234,6 +234,14 @@ Result<PlannerOptions> MakeOptions(const PlannerToolOptions& flags,
     return Status::InvalidArgument(
         fmt::format("--ep-overlap '{}': expected auto, on, off or both", flags.ep_overlap));
   }
+  if (flags.ep_dispatcher == "both") {
+    o.expert_dispatchers = {ExpertDispatcher::kDeepEp, ExpertDispatcher::kAllToAll};
+  } else if (std::optional<ExpertDispatcher> d = ParseExpertDispatcher(flags.ep_dispatcher)) {
+    o.expert_dispatchers = {*d};
+  } else {
+    return Status::InvalidArgument(fmt::format(
+        "--ep-dispatcher '{}': expected deepep, alltoall or both", flags.ep_dispatcher));
+  }
   o.progress = flags.search_progress;
   PIPECAST_RETURN_IF_ERROR(o.Validate());
   return o;
@@ -246,6 +254,8 @@ struct Inputs {
   PlannerOptions options;
   ClusterSelection cluster;
   std::string gpu_warning;  // the model's costs were made for another GPU (CheckModelOnCluster)
+  // The model's costs were made for another expert dispatcher (ModelDispatcherMismatch).
+  std::string dispatcher_warning;
   std::optional<PlanFile> baseline;          // --check
   std::optional<PlannerOptions> compare_to;  // --compare-to, pinned
 };
@@ -277,6 +287,13 @@ Result<Inputs> LoadInputs(const PlannerToolOptions& flags, const PlannerProgress
   PIPECAST_ASSIGN_OR_RETURN(in.gpu_warning,
                             CheckModelOnCluster(in.model, flags.model_path, in.cluster.cluster));
   if (!in.gpu_warning.empty()) progress(in.gpu_warning);
+  // Searched at ep > 1 unless every --expert-parallel is 1.
+  const std::vector<int>& eps = in.options.expert_parallel;
+  if (eps.empty() || std::any_of(eps.begin(), eps.end(), [](int ep) { return ep > 1; })) {
+    in.dispatcher_warning =
+        ModelDispatcherMismatch(in.model, flags.model_path, in.options.expert_dispatchers);
+    if (!in.dispatcher_warning.empty()) progress(in.dispatcher_warning);
+  }
   // A pinned tensor-parallel degree obeys the heads rule the search applies.
   for (int t : in.options.tensor_parallel) {
     PIPECAST_RETURN_IF_ERROR(CheckTensorParallelHeads(in.model, t));
@@ -368,6 +385,7 @@ Result<PlanReport> Search(const PlannerToolOptions& flags, const Inputs& in,
   PIPECAST_ASSIGN_OR_RETURN(auto report, RunPlanner(in.model, in.cluster.cluster, in.options));
   if (!in.cluster.note.empty()) report.notes.push_back(in.cluster.note);
   if (!in.gpu_warning.empty()) report.notes.push_back(in.gpu_warning);
+  if (!in.dispatcher_warning.empty()) report.notes.push_back(in.dispatcher_warning);
   if (in.compare_to && report.Feasible()) {
     progress(fmt::format("searching the given configuration (--compare-to {})", flags.compare_to));
     PIPECAST_ASSIGN_OR_RETURN(

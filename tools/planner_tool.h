@@ -45,10 +45,12 @@ struct PlannerToolOptions {
   std::vector<int> expert_tensor_parallel;  // etp to try; empty: 1
   std::string sequence_parallel = "auto";   // auto, on or off (at t > 1)
   bool tp_comm_overlap = false;
-  int pipeline_stages = 0;               // p pinned; 0: searched
-  int data_parallel = 0;                 // d pinned; 0: searched
-  int microbatches = 0;                  // m pinned; 0: searched
-  std::string ep_overlap = "auto";       // auto, on, off or both (PlannerOptions::expert_overlaps)
+  int pipeline_stages = 0;          // p pinned; 0: searched
+  int data_parallel = 0;            // d pinned; 0: searched
+  int microbatches = 0;             // m pinned; 0: searched
+  std::string ep_overlap = "auto";  // auto, on, off or both (PlannerOptions::expert_overlaps)
+  // deepep, alltoall or both (PlannerOptions::expert_dispatchers)
+  std::string ep_dispatcher = "deepep";
   std::string partition = "balanced";    // balanced, even or both
   bool json = false;                     // the report as one JSON object instead of text
   std::string out;                       // --out: the chosen plan (pipecast-plan/1)

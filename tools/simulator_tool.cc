@@ -485,9 +485,16 @@ Result<SimulatorToolResult> RunSimulatorTool(const SimulatorToolOptions& flags,
   PIPECAST_ASSIGN_OR_RETURN(std::string gpu_warning,
                             CheckModelOnCluster(model, flags.model_path, setup.cluster));
   if (!gpu_warning.empty()) progress(gpu_warning);
+  const ParallelLayout& layout = setup.options.config.layout;
+  const std::string dispatcher_warning =
+      layout.expert_parallel > 1
+          ? ModelDispatcherMismatch(model, flags.model_path, {layout.expert_dispatcher})
+          : "";
+  if (!dispatcher_warning.empty()) progress(dispatcher_warning);
   PIPECAST_ASSIGN_OR_RETURN(auto result,
                             Simulate(model, setup.cluster, setup.schedule, setup.options));
   if (!gpu_warning.empty()) result.notes.push_back(gpu_warning);
+  if (!dispatcher_warning.empty()) result.notes.push_back(dispatcher_warning);
   PIPECAST_RETURN_IF_ERROR(WriteOutputs(flags, model, bytes, setup, result, progress));
   std::string out = flags.json ? ResultToJson(result) : ResultToText(result, setup.cluster);
   if (!flags.json) {
