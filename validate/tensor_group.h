@@ -20,7 +20,6 @@
 #define PIPECAST_VALIDATE_TENSOR_GROUP_H_
 
 #include <atomic>
-#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
@@ -74,11 +73,6 @@ class InProcessTensorGroup final : public TensorGroup {
   // becomes true (null: never gives up).
   Status ArriveAndWait(std::unique_lock<std::mutex>& lock, const std::atomic<bool>* abort);
 
-  // How long a member that arrived first spins (yielding) before it sleeps.
-  // 200 us: longer than two running threads take to meet, far shorter than a
-  // scheduler time slice.
-  static constexpr std::chrono::microseconds kSpin{200};
-
   const int size_;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -87,7 +81,7 @@ class InProcessTensorGroup final : public TensorGroup {
   std::vector<std::span<const float>> sends_;
   std::vector<std::span<const size_t>> send_counts_;
   int waiting_ = 0;                     // guarded by mu_
-  std::atomic<int64_t> generation_{0};  // advanced under mu_, read by spinning members
+  std::atomic<int64_t> generation_{0};  // advanced and read under mu_
 };
 
 }  // namespace pipecast::validate

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <thread>
 
 #include "validate/tensor_group.h"
 #include "validate/transport.h"
@@ -23,15 +22,13 @@ Status InProcessTensorGroup::ArriveAndWait(std::unique_lock<std::mutex>& lock,
     cv_.notify_all();
     return Status::Ok();
   }
-  // A member that is running arrives within microseconds: yield-spin for it
-  // first (no futex wake-up on the way), then sleep on the condition.
-  lock.unlock();
-  const auto spin_until = std::chrono::steady_clock::now() + kSpin;
-  while (generation_.load() == generation && !stop.load() &&
-         std::chrono::steady_clock::now() < spin_until) {
-    std::this_thread::yield();
-  }
-  lock.lock();
+  // Sleep on the condition at once, without spinning first. A yield-spin
+  // (it was 200 us of std::this_thread::yield) hands the core to any other
+  // runnable task for its whole time slice, milliseconds, however soon the
+  // partner arrives; with 128 barriers an iteration that cost the ep = 2 plan
+  // 40-200 ms (docs/validator.md, "Expert parallelism"). A sleeping member is
+  // woken by the last arrival's notify, which the generation, read and
+  // advanced under mu_, never loses; the timed wait only polls `stop`.
   while (generation_.load() == generation) {
     if (stop.load()) {
       --waiting_;
