@@ -35,6 +35,31 @@ inline Model UniformModel(int n, TimeNs forward_ns, TimeNs backward_ns, Bytes ac
 }
 
 // No communication cost, unlimited memory.
+// Two layers of 1 ms forward and 2 ms backward, the second an MoE layer with Mixtral's routing
+// (8 experts, top-2, h 4096) and 70% of its 1e9 parameters in the experts; 4096 tokens per sample.
+inline Model MoeTwoLayers() {
+  Model m;
+  m.name = "moe-two";
+  m.sequence_length = 4096;
+  for (int i = 0; i < 2; ++i) {
+    Layer l;
+    l.name = "block." + std::to_string(i);
+    l.parameters = 1'000'000'000;
+    LayerProfile p;
+    p.microbatch_size = 1;
+    p.forward_ns = 1'000'000;
+    p.backward_ns = 2'000'000;
+    p.activation_bytes = 1000;
+    l.profiles.push_back(p);
+    if (i == 1) {
+      l.moe =
+          MoeRouting{.experts = 8, .top_k = 2, .hidden = 4096, .expert_parameters = 700'000'000};
+    }
+    m.layers.push_back(l);
+  }
+  return m;
+}
+
 inline Cluster IdealCluster() {
   Cluster c;
   c.name = "ideal";

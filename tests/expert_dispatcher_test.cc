@@ -20,6 +20,7 @@
 #include "sim/model.h"
 #include "sim/schedule.h"
 #include "sim/simulator.h"
+#include "testing/sim_test_util.h"
 
 namespace pipecast {
 namespace {
@@ -30,30 +31,7 @@ Cluster H100() {
   return *c;
 }
 
-// A dense layer and an MoE layer with Mixtral's routing (8 experts, top-2, h 4096), 1 ms forward
-// and 2 ms backward each, 4096 tokens per sample (tests/expert_parallel_test.cc, TwoLayers).
-Model TwoLayers() {
-  Model m;
-  m.name = "moe-two";
-  m.sequence_length = 4096;
-  for (int i = 0; i < 2; ++i) {
-    Layer l;
-    l.name = "block." + std::to_string(i);
-    l.parameters = 1'000'000'000;
-    LayerProfile p;
-    p.microbatch_size = 1;
-    p.forward_ns = 1'000'000;
-    p.backward_ns = 2'000'000;
-    p.activation_bytes = 1000;
-    l.profiles.push_back(p);
-    if (i == 1) {
-      l.moe =
-          MoeRouting{.experts = 8, .top_k = 2, .hidden = 4096, .expert_parameters = 700'000'000};
-    }
-    m.layers.push_back(l);
-  }
-  return m;
-}
+Model TwoLayers() { return test_util::MoeTwoLayers(); }
 
 // The plan of 1F1B over 2 stages x d 8 at ep `ep` with `dispatcher`, written as plan.json.
 std::string PlanText(int ep, ExpertDispatcher dispatcher, SimResult* simulated = nullptr) {

@@ -24,6 +24,7 @@
 #include "sim/simulator.h"
 #include "sim/stage_costs.h"
 #include "sim/training_config.h"
+#include "testing/sim_test_util.h"
 
 namespace pipecast {
 namespace {
@@ -211,30 +212,7 @@ TEST(ExpertParallelTest, GroupLaidOutAsMegatronLaysIt) {
   EXPECT_EQ(ExpertGroupOf(64, 1, 8).nodes, 8);
 }
 
-// Two layers of 1 ms forward and 2 ms backward, the second an MoE layer with Mixtral's routing
-// and 70% of its 1e9 parameters in the experts; 4096 tokens per sample.
-Model TwoLayers() {
-  Model m;
-  m.name = "moe-two";
-  m.sequence_length = 4096;
-  for (int i = 0; i < 2; ++i) {
-    Layer l;
-    l.name = "block." + std::to_string(i);
-    l.parameters = 1'000'000'000;
-    LayerProfile p;
-    p.microbatch_size = 1;
-    p.forward_ns = 1'000'000;
-    p.backward_ns = 2'000'000;
-    p.activation_bytes = 1000;
-    l.profiles.push_back(p);
-    if (i == 1) {
-      l.moe =
-          MoeRouting{.experts = 8, .top_k = 2, .hidden = 4096, .expert_parameters = 700'000'000};
-    }
-    m.layers.push_back(l);
-  }
-  return m;
-}
+Model TwoLayers() { return test_util::MoeTwoLayers(); }
 
 TEST(ExpertParallelTest, MoeLayersPayDispatchAndCombineEachWay) {
   const Model model = TwoLayers();
