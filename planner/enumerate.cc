@@ -223,11 +223,11 @@ bool HasOpPolicy(const Model& model) {
 std::vector<RecomputeChoice> RecomputeModes(const Model& model, const PlannerOptions& options) {
   switch (options.recompute) {
     case RecomputeMode::kOff:
-      return {{Recompute::kOff}};
+      return {{Recompute::kOff, {}}};
     case RecomputeMode::kSelective:
-      return {{Recompute::kSelective}};
+      return {{Recompute::kSelective, {}}};
     case RecomputeMode::kFull:
-      return {{Recompute::kFull}};
+      return {{Recompute::kFull, {}}};
     case RecomputeMode::kListed:
       return options.recompute_listed;
     case RecomputeMode::kAuto:
@@ -235,10 +235,10 @@ std::vector<RecomputeChoice> RecomputeModes(const Model& model, const PlannerOpt
   }
   // Selective recomputation that drops nothing is off at a higher price; the
   // per-op policy is searched where the model says what it keeps.
-  std::vector<RecomputeChoice> modes = {{Recompute::kOff}};
-  if (HasAttentionCore(model)) modes.push_back({Recompute::kSelective});
-  modes.push_back({Recompute::kFull});
-  if (HasOpPolicy(model)) modes.push_back({Recompute::kOp});
+  std::vector<RecomputeChoice> modes = {{Recompute::kOff, {}}};
+  if (HasAttentionCore(model)) modes.push_back({Recompute::kSelective, {}});
+  modes.push_back({Recompute::kFull, {}});
+  if (HasOpPolicy(model)) modes.push_back({Recompute::kOp, {}});
   return modes;
 }
 
