@@ -23,16 +23,6 @@
 namespace pipecast {
 namespace {
 
-// The first three options by position, the rest at their defaults (no positional aggregate).
-StageCostOptions Options(int microbatch_size, Recompute recompute = Recompute::kOff,
-                         bool split_backward = false) {
-  StageCostOptions o;
-  o.microbatch_size = microbatch_size;
-  o.recompute = recompute;
-  o.split_backward = split_backward;
-  return o;
-}
-
 // The planner's partition as it was before issue 17: every cut of every
 // prefix, the smallest cut on ties. O(p n^2) calls of value and allowed.
 std::vector<StageLayers> MinMaxSplitReference(int n, int p,
@@ -143,7 +133,7 @@ TEST(PlannerScaling, MemoryAwarePartitionMatchesTheQuadraticProgrammeOnRandomCas
     const int n = pick(1, 14);
     const Model model = RandomModel(rng, n);
     const Recompute recompute = static_cast<Recompute>(pick(0, 2));
-    const StageCostTable table(model, Options(1, recompute));
+    const StageCostTable table(model, test_util::CostOptions(1, recompute));
     PipelineShape shape;
     shape.schedule = kinds[pick(0, static_cast<int>(kinds.size()) - 1)];
     shape.chunks = TraitsOf(shape.schedule).uses_chunks ? 2 : 1;
@@ -184,7 +174,7 @@ TEST(PlannerScaling, MemoryAwarePartitionMatchesTheQuadraticProgrammeOnRandomCas
 TEST(PlannerScaling, FullRecomputationSearchWorkIsLinearInLayers) {
   auto evaluations = [](int layers) {
     Model model = test_util::UniformModel(layers, 100, 200, 1 << 20, 1 << 16, 1'000'000);
-    const StageCostTable table(model, Options(1, Recompute::kFull));
+    const StageCostTable table(model, test_util::CostOptions(1, Recompute::kFull));
     PipelineShape shape;
     shape.schedule = ScheduleKind::k1F1B;
     shape.stages = 8;

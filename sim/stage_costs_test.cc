@@ -7,18 +7,10 @@
 
 #include <string>
 
+#include "testing/sim_test_util.h"
+
 namespace pipecast {
 namespace {
-
-// The first three options by position, the rest at their defaults (no positional aggregate).
-StageCostOptions Options(int microbatch_size, Recompute recompute = Recompute::kOff,
-                         bool split_backward = false) {
-  StageCostOptions o;
-  o.microbatch_size = microbatch_size;
-  o.recompute = recompute;
-  o.split_backward = split_backward;
-  return o;
-}
 
 // Layer l, measured at micro-batch sizes 1 and 3: forward (l+1) us, backward
 // 2(l+1) us of which (l+1)/2 us weight gradient, activations (l+1) MiB,
@@ -52,7 +44,7 @@ constexpr StageLayers kLast{1, 2};
 
 TEST(StageCosts, TimesAreSumsOfTheLayers) {
   // Given layers 1-2 at a measured size, without recomputation.
-  const StageCostTable table(ThreeLayers(), Options(1, Recompute::kOff));
+  const StageCostTable table(ThreeLayers(), test_util::CostOptions(1, Recompute::kOff));
   const StageCost c = table.Stage(kLast);
   // Then F = 2 + 3 us, B = 4 + 6 us, W = 1 + 1.5 us, I = B - W.
   EXPECT_EQ(c.forward_ns, 5000);
@@ -69,7 +61,7 @@ TEST(StageCosts, TimesAreSumsOfTheLayers) {
 }
 
 TEST(StageCosts, WithoutRecomputeForwardHoldsAllActivations) {
-  const StageCostTable table(ThreeLayers(), Options(1, Recompute::kOff));
+  const StageCostTable table(ThreeLayers(), test_util::CostOptions(1, Recompute::kOff));
   const StageCost c = table.Stage(kLast);
   EXPECT_EQ(c.activation_bytes, 5 * kMiB);
   EXPECT_EQ(c.held_bytes, 5 * kMiB);
@@ -82,7 +74,7 @@ TEST(StageCosts, WithoutRecomputeForwardHoldsAllActivations) {
 
 TEST(StageCosts, FullRecomputeWithoutCheckpointsHoldsTheStageInputAndRerunsTheForward) {
   // Given layers 1-2 with full recomputation.
-  const StageCostTable table(ThreeLayers(), Options(1, Recompute::kFull));
+  const StageCostTable table(ThreeLayers(), test_util::CostOptions(1, Recompute::kFull));
   const StageCost c = table.Stage(kLast);
   // Then F keeps only the input (layer 0's output, 10 KiB), B and I rebuild
   // the 5 MiB, and the backward pays one more forward.
@@ -99,7 +91,7 @@ TEST(StageCosts, FullRecomputeWithoutCheckpointsHoldsTheStageInputAndRerunsTheFo
 }
 
 TEST(StageCosts, FirstStageInputIsFree) {
-  const StageCostTable table(ThreeLayers(), Options(1, Recompute::kFull));
+  const StageCostTable table(ThreeLayers(), test_util::CostOptions(1, Recompute::kFull));
   const StageCost c = table.Stage(StageLayers{0, 0});
   EXPECT_EQ(c.input_bytes, 0);
   EXPECT_EQ(c.held_bytes, 0);
@@ -108,7 +100,8 @@ TEST(StageCosts, FirstStageInputIsFree) {
 
 TEST(StageCosts, BAndWFreeWhatFAndTheRecomputationAllocated) {
   for (Recompute recompute : {Recompute::kOff, Recompute::kFull}) {
-    const StageCost c = StageCostTable(ThreeLayers(), Options(1, recompute)).Stage(kLast);
+    const StageCost c =
+        StageCostTable(ThreeLayers(), test_util::CostOptions(1, recompute)).Stage(kLast);
     const Bytes all = c.held_bytes + c.recomputed_bytes;
     EXPECT_EQ(c.ActivationsFreedAtEnd(OpKind::kForward), 0);
     EXPECT_EQ(c.ActivationsFreedAtEnd(OpKind::kBackward), all);
@@ -127,19 +120,21 @@ TEST(StageCosts, WorkspaceIsTheLargestLayerAndOutputTheLastLayers) {
 
 TEST(StageCosts, InterpolatedSizesAreNoted) {
   // Given size 2, halfway between the measured 1 and 3: costs are the mean.
-  const StageCostTable table(ThreeLayers(), Options(2, Recompute::kOff));
+  const StageCostTable table(ThreeLayers(), test_util::CostOptions(2, Recompute::kOff));
   const StageCost c = table.Stage(kLast);
   EXPECT_EQ(c.forward_ns, 10000);
   EXPECT_EQ(c.activation_bytes, 10 * kMiB);
   EXPECT_EQ(c.workspace_bytes, 600);
   ASSERT_EQ(table.Notes().size(), 1u);
   EXPECT_NE(table.Notes()[0].find("interpolated"), std::string::npos);
-  EXPECT_TRUE(StageCostTable(ThreeLayers(), Options(3, Recompute::kOff)).Notes().empty());
-  ASSERT_EQ(StageCostTable(ThreeLayers(), Options(6, Recompute::kOff)).Notes().size(), 1u);
+  EXPECT_TRUE(
+      StageCostTable(ThreeLayers(), test_util::CostOptions(3, Recompute::kOff)).Notes().empty());
+  ASSERT_EQ(
+      StageCostTable(ThreeLayers(), test_util::CostOptions(6, Recompute::kOff)).Notes().size(), 1u);
 }
 
 TEST(StageCosts, StagesFollowThePartition) {
-  const StageCostTable table(ThreeLayers(), Options(1, Recompute::kFull));
+  const StageCostTable table(ThreeLayers(), test_util::CostOptions(1, Recompute::kFull));
   const std::vector<StageCost> costs = table.Stages({{0, 0}, {1, 2}});
   ASSERT_EQ(costs.size(), 2u);
   EXPECT_EQ(costs[1].held_bytes, costs[0].output_bytes);
@@ -166,7 +161,7 @@ Model WithMemoryFields(bool w_over = false) {
 
 TEST(StageCosts, FullRecomputeKeepsEachLayersCheckpointAndRebuildsOneLayerAtATime) {
   // Given layers 1-2 (2 and 3 MiB of activations) with checkpoints.
-  const StageCostTable table(WithMemoryFields(), Options(1, Recompute::kFull));
+  const StageCostTable table(WithMemoryFields(), test_util::CostOptions(1, Recompute::kFull));
   const StageCost c = table.Stage(kLast);
   // Then F keeps both checkpoints (128 + 192 KiB), B rebuilds the largest
   // layer (3 MiB), and the backward pays one more forward (2 + 3 us).
@@ -178,7 +173,7 @@ TEST(StageCosts, FullRecomputeKeepsEachLayersCheckpointAndRebuildsOneLayerAtATim
 }
 
 TEST(StageCosts, SelectiveRecomputeDropsTheAttentionCoreAndRerunsIt) {
-  const StageCostTable table(WithMemoryFields(), Options(1, Recompute::kSelective));
+  const StageCostTable table(WithMemoryFields(), test_util::CostOptions(1, Recompute::kSelective));
   const StageCost c = table.Stage(kLast);
   // Then F keeps 5 MiB less the cores (512 + 768 KiB); B rebuilds the larger
   // core (768 KiB) at the cost of both cores' forwards (200 + 300 ns).
@@ -198,7 +193,7 @@ TEST(StageCosts, SelectiveRecomputeWithoutAnAttentionCoreIsANoOpAndSaysSo) {
       p.attention_core_ns = 0;
     }
   }
-  const StageCostTable table(flash, Options(1, Recompute::kSelective));
+  const StageCostTable table(flash, test_util::CostOptions(1, Recompute::kSelective));
   const StageCost c = table.Stage(kLast);
   EXPECT_EQ(c.held_bytes, 5 * kMiB);
   EXPECT_EQ(c.recomputed_bytes, 0);
@@ -209,9 +204,9 @@ TEST(StageCosts, SelectiveRecomputeWithoutAnAttentionCoreIsANoOpAndSaysSo) {
 
 TEST(StageCosts, ModelsWithoutTheFieldsKeepTheOlderRulesWithANote) {
   // Given ThreeLayers() (no memory fields).
-  const StageCostTable full(ThreeLayers(), Options(1, Recompute::kFull));
-  const StageCostTable selective(ThreeLayers(), Options(1, Recompute::kSelective));
-  const StageCostTable split(ThreeLayers(), Options(1, Recompute::kOff, true));
+  const StageCostTable full(ThreeLayers(), test_util::CostOptions(1, Recompute::kFull));
+  const StageCostTable selective(ThreeLayers(), test_util::CostOptions(1, Recompute::kSelective));
+  const StageCostTable split(ThreeLayers(), test_util::CostOptions(1, Recompute::kOff, true));
   // Then full keeps the stage input, selective is off, I frees nothing.
   EXPECT_EQ(full.Stage(kLast).held_bytes, 10 * kKiB);
   EXPECT_EQ(selective.Stage(kLast).held_bytes, 5 * kMiB);
@@ -225,7 +220,7 @@ TEST(StageCosts, ModelsWithoutTheFieldsKeepTheOlderRulesWithANote) {
 
 TEST(StageCosts, InputGradientFreesWhatTheWeightGradientDoesNotNeed) {
   // Given layers 1-2 with W keeping 768 KiB per MiB of activations.
-  const StageCost c = StageCostTable(WithMemoryFields(), Options(1)).Stage(kLast);
+  const StageCost c = StageCostTable(WithMemoryFields(), test_util::CostOptions(1)).Stage(kLast);
   // Then F holds 5 MiB, I frees all but W's 3.75 MiB, W frees those.
   EXPECT_EQ(c.weight_grad_bytes, 3840 * kKiB);
   EXPECT_EQ(c.ActivationsAtStart(OpKind::kBackwardInput), 0);
@@ -241,7 +236,8 @@ TEST(StageCosts, InputGradientAllocatesWhatTheWeightGradientNeedsBeyondTheForwar
   // Given W keeping 7.5 MiB, more than the 5 MiB F kept (the gradients of
   // the outputs are new), and full recomputation (F keeps 320 KiB).
   const StageCost c =
-      StageCostTable(WithMemoryFields(true), Options(1, Recompute::kFull)).Stage(kLast);
+      StageCostTable(WithMemoryFields(true), test_util::CostOptions(1, Recompute::kFull))
+          .Stage(kLast);
   // Then I allocates one layer's rebuild (3 MiB) and W's bytes beyond the
   // checkpoints, and ends holding exactly W's 7.5 MiB.
   const Bytes w = 7680 * kKiB;
@@ -318,7 +314,7 @@ constexpr StageLayers kWhole{0, 7};
 constexpr TimeNs kWholeF = 65'500, kWholeB = 131'000;
 
 StageCost WholeStage(Recompute r, RecomputeLayers layers = {}) {
-  StageCostOptions o = Options(1, r);
+  StageCostOptions o = test_util::CostOptions(1, r);
   o.recompute_layers = layers;
   return StageCostTable(EndsAndSixBlocks(), o).Stage(kWhole);
 }
@@ -365,7 +361,7 @@ TEST(StageCostsCheckpointing, EveryKChecksPointsTheKthBlocksCountedFromOne) {
 }
 
 TEST(StageCostsCheckpointing, EveryKCountsTheBlocksOfEachStage) {
-  StageCostOptions o = Options(1, Recompute::kEvery);
+  StageCostOptions o = test_util::CostOptions(1, Recompute::kEvery);
   o.recompute_layers.every = 2;
   const StageCostTable table(EndsAndSixBlocks(), o);
   // Stages 0-3 (embedding, blocks 1-3) and 4-7 (blocks 4-6, head): each
@@ -410,7 +406,7 @@ TEST(StageCostsCheckpointing, MegatronBlockCheckpointsTheFirstNBlocksOfTheStage)
 
 TEST(StageCostsCheckpointing, ModelsWithoutTheNewFieldsFallBackWithANote) {
   // ThreeLayers gives neither checkpoint_bytes nor the op fields.
-  StageCostOptions o = Options(1, Recompute::kOp);
+  StageCostOptions o = test_util::CostOptions(1, Recompute::kOp);
   const StageCostTable op(ThreeLayers(), o);
   EXPECT_EQ(op.Stage(kLast).held_bytes, 5 * kMiB);  // as off
   EXPECT_EQ(op.Stage(kLast).recompute_ns, 0);

@@ -3,6 +3,7 @@
 #ifndef PIPECAST_TESTING_SIM_TEST_UTIL_H_
 #define PIPECAST_TESTING_SIM_TEST_UTIL_H_
 
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,7 @@
 #include "sim/cluster.h"
 #include "sim/model.h"
 #include "sim/schedule.h"
+#include "sim/stage_costs.h"
 
 namespace pipecast::test_util {
 
@@ -58,6 +60,24 @@ inline Model MoeTwoLayers() {
     m.layers.push_back(l);
   }
   return m;
+}
+
+// A cluster preset by name (sim/cluster.h); a name the presets lack throws, failing the test.
+inline Cluster PresetCluster(const std::string& name) {
+  Result<Cluster> c = ClusterPreset(name);
+  if (!c.ok()) throw std::runtime_error("no cluster preset " + name);
+  return *c;
+}
+
+// Stage-cost options from the first three fields, the rest at their defaults (a positional
+// aggregate would leave the others unnamed: -Wmissing-field-initializers).
+inline StageCostOptions CostOptions(int microbatch_size, Recompute recompute = Recompute::kOff,
+                                    bool split_backward = false) {
+  StageCostOptions o;
+  o.microbatch_size = microbatch_size;
+  o.recompute = recompute;
+  o.split_backward = split_backward;
+  return o;
 }
 
 inline Cluster IdealCluster() {

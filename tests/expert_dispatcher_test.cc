@@ -25,11 +25,7 @@
 namespace pipecast {
 namespace {
 
-Cluster H100() {
-  Result<Cluster> c = ClusterPreset("h100-sxm");
-  EXPECT_TRUE(c.ok());
-  return *c;
-}
+Cluster H100() { return test_util::PresetCluster("h100-sxm"); }
 
 Model TwoLayers() { return test_util::MoeTwoLayers(); }
 

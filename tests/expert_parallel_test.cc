@@ -29,11 +29,7 @@
 namespace pipecast {
 namespace {
 
-Cluster H100() {
-  Result<Cluster> c = ClusterPreset("h100-sxm");
-  EXPECT_TRUE(c.ok());
-  return *c;
-}
+Cluster H100() { return test_util::PresetCluster("h100-sxm"); }
 
 TrainingConfig Layout(int t, int cp, int d, int ep, int etp = 1) {
   TrainingConfig c;
