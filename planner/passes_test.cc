@@ -70,7 +70,7 @@ TEST(PassEnumerate, AutoSearchesOpWhereTheModelGivesItAndListsAreTriedAsGiven) {
   // three recomputations instead of two.
   o.recompute = RecomputeMode::kListed;
   o.recompute_listed = {{Recompute::kEvery, {2}},
-                        {Recompute::kOp},
+                        {Recompute::kOp, {}},
                         {Recompute::kFull, {0, RecomputeMethod::kUniform, 2}}};
   EXPECT_EQ(spec(RecomputeModes(model, o)), "every:2 op full-uniform:2 ");
   std::vector<Rejection> rejected;

@@ -604,7 +604,9 @@ TEST(SimulatorRecords, RankByRankInTheOrderTheyRanAndSendsInTheOrderSent) {
       const TransferRecord& a = r->transfers[k - 1];
       const TransferRecord& b = r->transfers[k];
       ASSERT_LE(a.src_rank, b.src_rank) << name << " transfer " << k;
-      if (a.src_rank == b.src_rank) EXPECT_LE(a.ready_ns, b.ready_ns) << name << " " << k;
+      if (a.src_rank == b.src_rank) {
+        EXPECT_LE(a.ready_ns, b.ready_ns) << name << " " << k;
+      }
     }
     for (const TransferRecord& t : r->transfers) {
       const TransferRecord*& last = last_on_link[{t.src_rank, t.dst_rank}];
@@ -667,7 +669,9 @@ TEST(SimulatorCriticalPath, OfOpsEndingTogetherTheLastStartedThenTheHighestRankW
       EXPECT_EQ(x.start_ns, y.start_ns) << k;
       EXPECT_EQ(x.end_ns, y.end_ns) << k;
       EXPECT_EQ(x.rank, y.rank) << k;
-      if (x.op >= 0) EXPECT_EQ((*order)[x.op].action, r.ops[y.op].action) << k;
+      if (x.op >= 0) {
+        EXPECT_EQ((*order)[x.op].action, r.ops[y.op].action) << k;
+      }
     }
     EXPECT_EQ(again.compute_by_rank, r.critical_path->compute_by_rank);
   }

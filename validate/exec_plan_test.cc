@@ -70,7 +70,9 @@ TEST(ExecPlan, TensorParallelOpsListTheirAllReducesAndExpandToWorkers) {
   // = 20 us + 13.1072 us = 33107 ns (rounded as the simulator rounds).
   EXPECT_NEAR(static_cast<double>(f0.tp_comm_ns), 4 * 33107.2, 4);
   for (const ExecOp& op : ep->per_rank[1].ops) {
-    if (op.action.kind == OpKind::kBackward) EXPECT_EQ(op.tp_collectives.size(), 4u);
+    if (op.action.kind == OpKind::kBackward) {
+      EXPECT_EQ(op.tp_collectives.size(), 4u);
+    }
   }
 
   // Expanded, worker 3 (rank 1, tensor rank 1) runs rank 1's ops, its

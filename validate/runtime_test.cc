@@ -174,7 +174,9 @@ TEST(Runtime, APairStartsWithBothInputsInAndSendsBothOutputsAtItsEnd) {
   // Rank 1's pair starts only once both have arrived.
   const OpTiming& f1 = Timed(r1, "1F3");
   for (const MessageTiming& m : r1.recvs) {
-    if (m.message.tag == act_tag || m.message.tag == grad_tag) EXPECT_LE(m.time_ns, f1.start_ns);
+    if (m.message.tag == act_tag || m.message.tag == grad_tag) {
+      EXPECT_LE(m.time_ns, f1.start_ns);
+    }
   }
 }
 

@@ -83,12 +83,12 @@ class MpiTransport final : public Transport {
       // caller that waits again must not wait for it twice).
       if (!cancelled && st.code() == StatusCode::kUnavailable) {
         Reap();
-        return std::move(buf);
+        return buf;
       }
       return st;
     }
     Reap();
-    return std::move(buf);
+    return buf;
   }
 
   Status FlushSends(int, TimeNs timeout_ns, const std::atomic<bool>& abort) override {
