@@ -10,7 +10,7 @@ namespace pipecast::validate {
 namespace {
 
 // How long a member that arrived first spins before it sleeps (2026-12-03,
-// the 2-core VM: 20 us took the ep = 2 plan's all-to-alls from 19 to 12 ms
+// the 2-core VM: 20 us took the ep = 2 plan's all-to-alls from 20 to 12 ms
 // an iteration, median, where its two threads had a core each; 50 us and
 // 200 us gained little more and cost more where they had not).
 constexpr int64_t kSpinNs = 20'000;
