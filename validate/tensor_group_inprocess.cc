@@ -7,6 +7,23 @@
 #include "validate/transport.h"
 
 namespace pipecast::validate {
+namespace {
+
+// How long a member that arrived first spins before it sleeps (2026-12-03,
+// the 2-core VM: 20 us took the ep = 2 plan's all-to-alls from 20 to 12 ms
+// an iteration, median, where its two threads had a core each; 50 us and
+// 200 us gained little more and cost more where they had not).
+constexpr int64_t kSpinNs = 20'000;
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
+}  // namespace
 
 InProcessTensorGroup::InProcessTensorGroup(int size)
     : size_(size), spans_(size), sends_(size), send_counts_(size) {}
@@ -22,13 +39,23 @@ Status InProcessTensorGroup::ArriveAndWait(std::unique_lock<std::mutex>& lock,
     cv_.notify_all();
     return Status::Ok();
   }
-  // Sleep on the condition at once, without spinning first. A yield-spin
-  // (it was 200 us of std::this_thread::yield) hands the core to any other
-  // runnable task for its whole time slice, milliseconds, however soon the
-  // partner arrives; with 128 barriers an iteration that cost the ep = 2 plan
-  // 40-200 ms (docs/validator.md, "Expert parallelism"). A sleeping member is
-  // woken by the last arrival's notify, which the generation, read and
-  // advanced under mu_, never loses; the timed wait only polls `stop`.
+  // Spin up to kSpinNs, then sleep on the condition. A yield-spin (it was
+  // 200 us of std::this_thread::yield) handed the core to any other runnable
+  // task for its whole time slice, milliseconds, however soon the partner
+  // arrived; with 128 barriers an iteration that cost the ep = 2 plan
+  // 40-200 ms. Sleeping at once costs a wake-up a barrier instead, which a
+  // short spin saves when both members have a core (docs/validator.md,
+  // "Expert parallelism", has the figures). A sleeping member is woken by
+  // the last arrival's notify, which the generation, read and advanced under
+  // mu_, never loses; the timed wait only polls `stop`. The spin reads the
+  // generation without the lock (it is atomic) and takes the lock again
+  // before returning, so what the other members posted under mu_ is seen.
+  lock.unlock();
+  const auto spin_until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(kSpinNs);
+  while (generation_.load() == generation && std::chrono::steady_clock::now() < spin_until) {
+    CpuRelax();
+  }
+  lock.lock();
   while (generation_.load() == generation) {
     if (stop.load()) {
       --waiting_;
