@@ -195,7 +195,8 @@ std::vector<std::vector<RankOpCount>> CountRankOps(const Candidate& c) {
 // With overlapped pairs a rank's ops also last at least their communication (PairCommFloor):
 // a pair of F of stage a and B of stage b at least Fc_a + Bc_b, an op outside a pair its whole
 // length; so W_k is also at least the sum over its stages of m_s·(Fc_s + Bc_s), and the bound
-// takes the larger sum.
+// takes the larger sum. And W_k is at least its ops as its schedule runs them (CountRankOps,
+// RankWork): alone at their full time, in pairs at PairFloorNs.
 
 TimeNs LowerBound(const StageCostTable& table, const Candidate& c, PartitionCache* cache) {
   const ScheduleTraits& traits = TraitsOf(c.config.schedule);
