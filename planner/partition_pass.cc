@@ -56,6 +56,15 @@ const StageCost& PartitionCache::Whole(const Candidate& c) {
   return it->second;
 }
 
+const std::vector<std::vector<RankOpCount>>& PartitionCache::RankOps(const Candidate& c) {
+  const TrainingConfig& config = c.config;
+  auto [it, added] = rank_ops_.try_emplace(
+      std::make_tuple(config.schedule, config.layout.pipeline_stages, config.microbatches,
+                      config.layout.chunks, config.CombinesForwardBackward()));
+  if (added) it->second = CountRankOps(c);
+  return it->second;
+}
+
 Bytes EstimateStageMemory(const Model& model, const Cluster& cluster, const Candidate& c, int stage,
                           int first, int last) {
   const StageCostTable t(model, StageCostOptionsFor(c.config, cluster));

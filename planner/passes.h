@@ -69,6 +69,21 @@ using MemoryParts = StageMemoryParts;
 // distributed optimizer keeps 1/d of it)".
 std::string BindingPart(const MemoryParts& parts, const Candidate& c);
 
+// One kind of op on a rank and how many times its list runs it (CountRankOps): an op alone, or
+// an overlapped pair, counted by its forward (stage, OpKind::kForward) with `partner` its
+// backward's stage and `partner_kind` that backward's kind (B or I).
+struct RankOpCount {
+  int stage = 0;
+  OpKind kind = OpKind::kForward;
+  int partner = -1;  // -1: the op runs alone
+  OpKind partner_kind = OpKind::kBackward;
+  int64_t count = 0;
+};
+// Per rank, the ops of `c`'s schedule (as SetUpCandidate builds it) counted by kind, for a
+// candidate with overlapped F&B pairs (dualpipe, dualpipev, the combined 1F1B); empty for
+// others, and for the kinds whose order comes from the stage costs.
+std::vector<std::vector<RankOpCount>> CountRankOps(const Candidate& c);
+
 // What the partition and prune passes reuse across candidates of one search:
 // the stage-cost table per (micro-batch size, recomputation) and the
 // time-balanced split per (size, recomputation, virtual stages). Not
@@ -92,6 +107,8 @@ class PartitionCache {
   // Table(c).Stage() of every layer at once: the whole model as one stage, for the bounds
   // before partitioning.
   const StageCost& Whole(const Candidate& c);
+  // CountRankOps(c), kept per schedule shape (kind, p, m, v and whether F and B combine).
+  const std::vector<std::vector<RankOpCount>>& RankOps(const Candidate& c);
 
  private:
   const Model& model_;
@@ -99,6 +116,8 @@ class PartitionCache {
   std::map<Key, std::unique_ptr<StageCostTable>> tables_;
   std::map<std::pair<Key, int>, std::vector<StageLayers>> splits_;
   std::map<Key, StageCost> whole_;
+  std::map<std::tuple<ScheduleKind, int, int, int, bool>, std::vector<std::vector<RankOpCount>>>
+      rank_ops_;
 };
 
 // Fills candidate.partition by its configuration's rule (PartitionFor,
@@ -147,8 +166,9 @@ inline constexpr int64_t kMaxSearchEvents = int64_t{1} << 23;
 int64_t SimulationEvents(const Candidate& c);
 
 // A lower bound on `c`'s simulated iteration (docs/planner.md, "prune"), from its partition and
-// `table` (the candidate's stage-cost table, PartitionCache::Table).
-TimeNs LowerBound(const StageCostTable& table, const Candidate& c);
+// `table` (the candidate's stage-cost table, PartitionCache::Table). With overlapped pairs a
+// rank's work counts its schedule's own ops (CountRankOps), kept in `cache` when given.
+TimeNs LowerBound(const StageCostTable& table, const Candidate& c, PartitionCache* cache = nullptr);
 
 // A lower bound on `c`'s simulated iteration whatever its partition: at most LowerBound() for
 // every split of the layers (docs/planner.md, "Bounds before partitioning"): the busiest rank's

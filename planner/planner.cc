@@ -216,7 +216,7 @@ double AffordableActivations(const Model& model, const Cluster& cluster, const C
     const int r = StageRank(placement, st, p);
     const StageMemoryParts parts =
         EstimateStageMemoryParts(table, shape, memory, st, c.partition[st]);
-    const StageCost cost = table.Stage(c.partition[st]);
+    const StageCost cost = table.StageWithoutPairLayers(c.partition[st]);
     fixed[r] += parts.Total() - parts.activations;
     held[r] += cost.held_bytes;
     recomputed[r] = std::max(recomputed[r], cost.recomputed_bytes);

@@ -8,6 +8,8 @@
 // docs/planner.md ("prune") says why each term is a lower bound.
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <tuple>
 #include <vector>
 
 #include "planner/passes.h"
@@ -51,6 +53,62 @@ OpFloors FloorsOf(const StageCost& cost, bool overlapped_pairs, bool expert_comm
   return f;
 }
 
+// The layered rule's floors (LayeredPairNs, docs/planner.md "prune"): with the expert overlap
+// on, a pair of two stages that both have pair_layers lasts what OverlappedPairNs gives for
+// those two stages, and its halves' hidden parts come from the stages' layers alone, which the
+// simulator's per-op collectives (ZeRO 2 and 3) never change: they lengthen F and B, and the
+// halves with them. A pair's partner is on the same rank (a rank runs a pair on its one
+// stream), so each stage's forward lasts at least the least of its whole F and its halves
+// beside the backward (B, or I then W) of every stage on its rank, and its backward likewise.
+// A pair under the whole-compute rule (a partner without pair_layers) keeps the generic floors,
+// which do not depend on the partner.
+void TightenLayeredFloors(const std::vector<StageCost>& costs, const Schedule& shape,
+                          const Candidate& c, std::vector<OpFloors>* op) {
+  const PairOverlap overlap = c.config.Pairs();
+  const bool may_split = TraitsOf(c.config.schedule).splits_backward;
+  const int stages = shape.num_stages;
+  std::vector<TimeNs> forward(stages), backward(stages);
+  for (int s = 0; s < stages; ++s) {
+    forward[s] = costs[s].forward_ns;
+    backward[s] = costs[s].backward_ns;
+  }
+  for (int f = 0; f < stages; ++f) {
+    if (costs[f].pair_layers.empty()) continue;
+    for (int b = 0; b < stages; ++b) {
+      if (shape.stage_rank[b] != shape.stage_rank[f] || costs[b].pair_layers.empty()) continue;
+      const PairHalvesNs whole = OverlappedPairNs(costs[f], costs[b], OpKind::kBackward, overlap);
+      forward[f] = std::min(forward[f], whole.forward);
+      backward[b] = std::min(backward[b], whole.backward);
+      if (!may_split) continue;
+      const PairHalvesNs input =
+          OverlappedPairNs(costs[f], costs[b], OpKind::kBackwardInput, overlap);
+      forward[f] = std::min(forward[f], input.forward);
+      backward[b] = std::min(backward[b], input.backward + costs[b].backward_weight_ns);
+    }
+  }
+  for (int s = 0; s < stages; ++s) {
+    if (costs[s].pair_layers.empty()) continue;
+    // Beside a partner without pair_layers the whole-compute rule: F - Fc and B - Bc at most.
+    bool whole_rule_partner = false;
+    for (int o = 0; o < stages; ++o) {
+      whole_rule_partner |=
+          shape.stage_rank[o] == shape.stage_rank[s] && costs[o].pair_layers.empty();
+    }
+    OpFloors& fl = (*op)[s];
+    if (whole_rule_partner) {
+      fl.forward = std::max<TimeNs>(
+          0,
+          std::min(forward[s], costs[s].forward_ns - costs[s].PairCommNs(OpKind::kForward, true)));
+      fl.backward = std::max<TimeNs>(
+          0, std::min(backward[s],
+                      costs[s].backward_ns - costs[s].PairCommNs(OpKind::kBackward, true)));
+    } else {
+      fl.forward = std::max<TimeNs>(0, forward[s]);
+      fl.backward = std::max<TimeNs>(0, backward[s]);
+    }
+  }
+}
+
 // Whether `c` runs overlapped pairs, and whether their halves hide at most their partner's
 // compute in full (overlap factor 1, the planner's), so that a pair lasts at least the two
 // halves' communication: F + B - min(Fc, B - Bc) - min(Bc, F - Fc) >= Fc + Bc
@@ -62,7 +120,66 @@ bool PairCommFloor(const Candidate& c) {
   return Pairs(c) && c.config.overlap.overlap_factor >= 1.0;
 }
 
+// The least an overlapped pair of a forward of `f` and a backward of kind `b_kind` of `b` lasts
+// in the simulator, both halves: under the layered rule its two halves (OverlappedPairNs, exact
+// but for the per-op collectives, which only lengthen them); under the whole-compute rule each
+// half at least its compute less what it may hide (F - Fc, B - Bc). REQUIRES: overlap factor 1
+// or more.
+TimeNs PairFloorNs(const StageCost& f, const StageCost& b, OpKind b_kind,
+                   const PairOverlap& overlap) {
+  if (overlap.expert_comm && !f.pair_layers.empty() && !b.pair_layers.empty()) {
+    const PairHalvesNs halves = OverlappedPairNs(f, b, b_kind, overlap);
+    return halves.forward + halves.backward;
+  }
+  return std::max<TimeNs>(0, f.DurationNs(OpKind::kForward) -
+                                 f.PairCommNs(OpKind::kForward, overlap.expert_comm)) +
+         std::max<TimeNs>(0, b.DurationNs(b_kind) - b.PairCommNs(b_kind, overlap.expert_comm));
+}
+
+// A rank's work: its ops (CountRankOps) each at the least the simulator runs it for, an op
+// alone its stage-cost time, a pair PairFloorNs.
+TimeNs RankWork(const std::vector<RankOpCount>& ops, const std::vector<StageCost>& costs,
+                const PairOverlap& overlap) {
+  TimeNs work = 0;
+  for (const RankOpCount& o : ops) {
+    const TimeNs each =
+        o.partner < 0 ? costs[o.stage].DurationNs(o.kind)
+                      : PairFloorNs(costs[o.stage], costs[o.partner], o.partner_kind, overlap);
+    work += o.count * each;
+  }
+  return work;
+}
+
 }  // namespace
+
+std::vector<std::vector<RankOpCount>> CountRankOps(const Candidate& c) {
+  const TrainingConfig& config = c.config;
+  const ScheduleTraits& traits = TraitsOf(config.schedule);
+  if (!Pairs(c) || traits.generate_from_costs != nullptr) return {};
+  Result<Schedule> schedule = MakeSchedule(config.schedule, config.layout.pipeline_stages,
+                                           config.microbatches, config.layout.chunks);
+  if (!schedule.ok()) return {};
+  if (config.CombinesForwardBackward() && !CombineForwardBackward(&*schedule).ok()) return {};
+  std::vector<std::vector<RankOpCount>> out(schedule->num_ranks);
+  for (int k = 0; k < schedule->num_ranks; ++k) {
+    const std::vector<Action>& list = schedule->actions[k];
+    std::map<std::tuple<int, OpKind, int, OpKind>, int64_t> counts;
+    for (size_t i = 0; i < list.size(); ++i) {
+      const Action& a = list[i];
+      if (a.overlapped && a.kind == OpKind::kForward && i + 1 < list.size()) {
+        ++counts[{a.stage, a.kind, list[i + 1].stage, list[i + 1].kind}];
+        ++i;  // the pair's backward half
+      } else {
+        ++counts[{a.stage, a.kind, -1, OpKind::kBackward}];
+      }
+    }
+    for (const auto& [key, n] : counts) {
+      const auto& [stage, kind, partner, partner_kind] = key;
+      out[k].push_back(RankOpCount{stage, kind, partner, partner_kind, n});
+    }
+  }
+  return out;
+}
 
 // A lower bound on the iteration time of `c`, counting communication, the
 // data-parallel collectives and the optimizer step as 0. Every rank runs its
@@ -78,18 +195,21 @@ bool PairCommFloor(const Candidate& c) {
 // With overlapped pairs a rank's ops also last at least their communication (PairCommFloor):
 // a pair of F of stage a and B of stage b at least Fc_a + Bc_b, an op outside a pair its whole
 // length; so W_k is also at least the sum over its stages of m_s·(Fc_s + Bc_s), and the bound
-// takes the larger sum.
+// takes the larger sum. And W_k is at least its ops as its schedule runs them (CountRankOps,
+// RankWork): alone at their full time, in pairs at PairFloorNs.
 
-TimeNs LowerBound(const StageCostTable& table, const Candidate& c) {
+TimeNs LowerBound(const StageCostTable& table, const Candidate& c, PartitionCache* cache) {
   const ScheduleTraits& traits = TraitsOf(c.config.schedule);
   const Schedule shape = ScheduleShape(c.config.schedule, c.config.layout.pipeline_stages,
                                        c.config.microbatches, c.config.layout.chunks);
   const int stages = shape.num_stages;
   const int p = shape.num_ranks;
   std::vector<OpFloors> op(stages);
+  std::vector<StageCost> costs = table.Stages(c.partition);
   for (int s = 0; s < stages; ++s) {
-    op[s] = FloorsOf(table.Stage(c.partition[s]), Pairs(c), c.config.ExpertOverlapOn());
+    op[s] = FloorsOf(costs[s], Pairs(c), c.config.ExpertOverlapOn());
   }
+  if (Pairs(c) && c.config.ExpertOverlapOn()) TightenLayeredFloors(costs, shape, c, &op);
   const bool comm_floor = PairCommFloor(c);
   if (c.config.schedule == ScheduleKind::kNaive) {
     TimeNs sum = 0;
@@ -111,6 +231,15 @@ TimeNs LowerBound(const StageCostTable& table, const Candidate& c) {
     path_backward += op[s].backward;
   }
   for (int k = 0; k < p; ++k) work[k] = std::max(work[k], comm[k]);
+  if (comm_floor) {
+    // The pairs' own schedule: each rank's ops alone and in pairs, counted.
+    std::vector<std::vector<RankOpCount>> own;
+    if (cache == nullptr) own = CountRankOps(c);
+    const std::vector<std::vector<RankOpCount>>& ops = cache != nullptr ? cache->RankOps(c) : own;
+    for (int k = 0; k < static_cast<int>(ops.size()) && k < p; ++k) {
+      work[k] = std::max(work[k], RankWork(ops[k], costs, c.config.Pairs()));
+    }
+  }
   if (!traits.flush) return *std::max_element(work.begin(), work.end());
   const bool with_tail = c.config.layout.chunks == 1 && !traits.splits_backward;
   TimeNs best = 0;
@@ -176,7 +305,7 @@ void Prune(const Model& model, const Cluster& cluster, std::vector<Candidate>* c
   PartitionCache own(model, cluster);
   if (cache == nullptr) cache = &own;
   for (Candidate& c : *candidates) {
-    c.lower_bound_ns = LowerBound(cache->Table(c), c);
+    c.lower_bound_ns = LowerBound(cache->Table(c), c, cache);
   }
   std::stable_sort(candidates->begin(), candidates->end(),
                    [](const Candidate& a, const Candidate& b) {

@@ -11,6 +11,7 @@
 #include <map>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "planner/passes.h"
@@ -206,6 +207,149 @@ TEST(PruneBound, NeverAboveTheSimulatedIterationOnRandomCases) {
   std::printf("[ bound ] %d candidates over %d cases; %d refused by the simulator%s%s\n",
               checked_total, kCases, refused_total, refused.empty() ? "" : ", e.g. ",
               refused.c_str());
+}
+
+// Random mixture-of-experts layers for the layered expert overlap: each layer dense or MoE (8
+// or 16 experts, top-2, h 1024-4096, 30-90% of its parameters in the experts) with its forward
+// FLOPs given, so that the routed experts' share of its compute is known (StageCost::
+// pair_layers); 4096 tokens a sample.
+Model RandomMoeModel(Draw& draw, int layers) {
+  Model model = RandomModel(draw, layers, /*two_sizes=*/false);
+  model.sequence_length = 4096;
+  for (Layer& l : model.layers) {
+    if (draw.OneIn(3)) continue;  // dense
+    l.moe = MoeRouting{.experts = draw.OneIn(2) ? 8 : 16,
+                       .top_k = 2,
+                       .hidden = draw.Between(1, 4) * 1024,
+                       .expert_parameters = l.parameters * draw.Between(30, 90) / 100};
+    // Expert FLOPs are 2 x 4096 x 2 x E_params / E: the share they make of the layer's, 10-100%.
+    const double expert_flops =
+        2.0 * 4096 * 2 * static_cast<double>(l.moe->expert_parameters) / l.moe->experts;
+    l.forward_flops = expert_flops * 100.0 / static_cast<double>(draw.Between(10, 100));
+  }
+  return model;
+}
+
+// Given random MoE models (4-10 layers, a third dense) on h100-sxm, with slow links between
+// nodes or not, 4, 8 and 16 GPUs, ep 2 and 4, t 1 and 2, ZeRO 0, 1 and 3 and every
+// recomputation, when the planner enumerates dualpipe, dualpipev and the combined 1F1B (1f1b
+// and interleaved with the expert overlap on): their pairs replayed by the layered rule, or the
+// whole-compute rule beside a dense stage, and a sample of each kind is split at random or
+// time-balanced, then no bound (LowerBound, which counts each rank's own ops alone and in
+// pairs) exceeds its simulated iteration.
+TEST(PruneBound, PairSchedulesWithTheExpertOverlapNeverAboveTheSimulation) {
+  Draw draw(20261203);
+  constexpr int kCases = 60;
+  int checked = 0, layered = 0, refused_total = 0;
+  std::map<ScheduleKind, int> by_kind;
+  for (int i = 0; i < kCases; ++i) {
+    const int layers = static_cast<int>(draw.Between(4, 10));
+    const Model model = RandomMoeModel(draw, layers);
+    std::string cluster_name = "h100-sxm";
+    Cluster cluster = *ClusterPreset("h100-sxm");
+    if (draw.OneIn(3)) {
+      cluster.name = "slow";
+      cluster.inter_node = Link{0.5, 200.0};
+      cluster_name = "slow";
+    }
+    PlannerOptions o;
+    o.gpus = static_cast<int>(draw.Pick(std::vector<int64_t>{4, 8, 16}));
+    o.schedules = {ScheduleKind::kDualPipeV, ScheduleKind::kDualPipe, ScheduleKind::k1F1B,
+                   ScheduleKind::kInterleaved1F1B};
+    o.microbatch_sizes = {1};
+    o.zero_levels = {0, 1, 3};
+    o.tensor_parallel = {1, 2};
+    o.expert_parallel = {2, 4};
+    o.expert_overlaps = {ExpertOverlap::kAuto, ExpertOverlap::kOn};  // on: the combined 1F1B
+    o.threads = 1;
+    const int64_t global_batch = o.gpus * draw.Between(1, 4) * 4;
+    std::vector<Rejection> rejected;
+    std::vector<Candidate> all = Enumerate(model, cluster, o, global_batch, &rejected);
+    std::shuffle(all.begin(), all.end(), draw.engine());
+    std::map<std::pair<ScheduleKind, bool>, int> taken;
+    std::vector<Candidate> cands;
+    for (Candidate& c : all) {
+      const bool pairs =
+          TraitsOf(c.config.schedule).overlapped_pairs || c.config.CombinesForwardBackward();
+      if (!pairs || !c.config.ExpertOverlapOn()) continue;
+      if (taken[{c.config.schedule, c.config.layout.tensor_parallel == 2}]++ >= 3) continue;
+      if (draw.OneIn(2)) {
+        c.partition = RandomPartition(draw, c, layers);
+      } else {
+        Rejection why;
+        ASSERT_TRUE(PartitionForMemory(model, cluster, /*capacity=*/0, &c, &why)) << c.Label();
+      }
+      cands.push_back(std::move(c));
+    }
+    Prune(model, cluster, &cands);
+    PartitionCache cache(model, cluster);
+    for (const Candidate& c : cands) {
+      Result<SimResult> r = SimulateCandidate(model, cluster, c, /*record_timeline=*/false);
+      if (!r.ok()) {
+        ++refused_total;
+        continue;
+      }
+      EXPECT_LE(c.lower_bound_ns, r->iteration_ns)
+          << "case " << i << " on " << cluster_name << ": " << c.Label() << ", layers " << layers;
+      EXPECT_EQ(c.lower_bound_ns, LowerBound(cache.Table(c), c));  // with and without the cache
+      const std::vector<StageCost> costs = cache.Table(c).Stages(c.partition);
+      layered += std::count_if(costs.begin(), costs.end(),
+                               [](const StageCost& s) { return !s.pair_layers.empty(); }) > 1;
+      ++by_kind[c.config.schedule];
+      ++checked;
+    }
+  }
+  for (ScheduleKind kind : {ScheduleKind::kDualPipeV, ScheduleKind::kDualPipe, ScheduleKind::k1F1B,
+                            ScheduleKind::kInterleaved1F1B}) {
+    EXPECT_GE(by_kind[kind], kCases / 2) << ScheduleKindName(kind);
+  }
+  EXPECT_GE(layered, checked / 2);
+  EXPECT_LE(refused_total * 20, checked);
+  std::printf(
+      "[ bound ] %d MoE candidates with the expert overlap over %d cases (%d with "
+      "layered pairs), %d refused by the simulator\n",
+      checked, kCases, layered, refused_total);
+}
+
+// DualPipeV on p = 2, m = 4, whose order scripts/dualpipe_order.py (a line-by-line port of
+// deepseek-ai/DualPipe's dualpipev.py step() at 3da1bbe) prints as
+//   rank 0: 0F0 0F1 0F2 3F0 3I0 3W0 3F1 (0F3;3B1) (3F2;0B0) 3B2 (3F3;0B1) 3B3 0I2 0W2 0I3 0W3
+//   rank 1: 1F0 2F0 1F1 2F1 1F2 2B0 (2F2;1B0) (1F3;2B1) (2F3;1B1) 2B2 1B2 2I3 1I3 2W3 1W3
+// (pairs in brackets): CountRankOps counts each rank's ops alone and its pairs by (forward's
+// stage, backward's stage and kind).
+TEST(PruneBound, CountRankOpsOfDualPipeVByHand) {
+  Candidate c;
+  c.config.layout.pipeline_stages = 2;
+  c.config.schedule = ScheduleKind::kDualPipeV;
+  c.config.layout.chunks = 2;
+  c.config.microbatches = 4;
+  const std::vector<std::vector<RankOpCount>> ops = CountRankOps(c);
+  ASSERT_EQ(ops.size(), 2u);
+  using Count = std::tuple<int, OpKind, int, OpKind, int64_t>;
+  const auto as_tuples = [](const std::vector<RankOpCount>& v) {
+    std::vector<Count> out;
+    for (const RankOpCount& o : v) {
+      out.emplace_back(o.stage, o.kind, o.partner,
+                       o.partner < 0 ? OpKind::kBackward : o.partner_kind, o.count);
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  constexpr OpKind F = OpKind::kForward, B = OpKind::kBackward, I = OpKind::kBackwardInput,
+                   W = OpKind::kBackwardWeight;
+  std::vector<Count> rank0 = {{0, F, -1, B, 3}, {0, F, 3, B, 1},  {0, I, -1, B, 2},
+                              {0, W, -1, B, 2}, {3, F, -1, B, 2}, {3, F, 0, B, 2},
+                              {3, B, -1, B, 2}, {3, I, -1, B, 1}, {3, W, -1, B, 1}};
+  std::vector<Count> rank1 = {
+      {1, F, -1, B, 3}, {1, F, 2, B, 1}, {1, B, -1, B, 1}, {1, I, -1, B, 1}, {1, W, -1, B, 1},
+      {2, F, -1, B, 2}, {2, F, 1, B, 2}, {2, B, -1, B, 2}, {2, I, -1, B, 1}, {2, W, -1, B, 1}};
+  std::sort(rank0.begin(), rank0.end());
+  std::sort(rank1.begin(), rank1.end());
+  EXPECT_EQ(as_tuples(ops[0]), rank0);
+  EXPECT_EQ(as_tuples(ops[1]), rank1);
+  // Schedules without pairs have no counts: their bound is the per-stage work.
+  c.config.schedule = ScheduleKind::kZBV;
+  EXPECT_TRUE(CountRankOps(c).empty());
 }
 
 // The V placement worked by hand. Four layers, one per virtual stage, with F = 1, 3, 1, 3 ms

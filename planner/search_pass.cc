@@ -136,7 +136,7 @@ class BoundOrderSearch {
       return;
     }
     ++partitioned_fits_;
-    c.lower_bound_ns = std::max(e.bound, LowerBound(cache_->Table(c), c));
+    c.lower_bound_ns = std::max(e.bound, LowerBound(cache_->Table(c), c, cache_));
     front_.push(Entry{c.lower_bound_ns, true, e.index});
   }
 

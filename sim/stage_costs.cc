@@ -20,6 +20,27 @@ TimeNs Scaled(TimeNs d, double factor) {
   return static_cast<TimeNs>(std::llround(static_cast<double>(d) * factor));
 }
 
+// One layer as the layered expert overlap sees it (PairLayerCost).
+PairLayerCost PairLayerOf(const LayerCost& c) {
+  const auto share_of = [](TimeNs ns, double share) {
+    return static_cast<TimeNs>(std::llround(static_cast<double>(ns) * share));
+  };
+  const double share = std::max(0.0, c.expert_compute_share);  // dense: all before the dispatch
+  const TimeNs forward = c.forward_ns - c.ep_forward_ns;
+  const TimeNs weight = c.has_backward_split ? c.backward_weight_ns : 0;
+  const TimeNs input = c.backward_ns - c.ep_backward_ns - weight;
+  PairLayerCost l;
+  l.expert_forward = share_of(forward, share);
+  l.pre_forward = forward - l.expert_forward;
+  l.expert_backward = share_of(input, share);
+  l.pre_backward = input - l.expert_backward;
+  l.expert_backward_weight = share_of(weight, share);
+  l.pre_backward_weight = weight - l.expert_backward_weight;
+  l.dispatch = c.ep_dispatch_ns;
+  l.combine = c.ep_combine_ns;
+  return l;
+}
+
 }  // namespace
 
 // The layered rule (LayeredPairNs): what the two-stream replay of the pair's layers saves
@@ -436,6 +457,10 @@ StageCostTable::StageCostTable(const Model& model, const StageCostOptions& optio
   attention_core_max_ = RangeMax(std::move(attention_core));
   parameters_max_ = RangeMax(std::move(parameters));
   op_rebuilt_max_ = RangeMax(std::move(op_rebuilt));
+  if (prefix_[n].moe_layers > 0) {
+    pair_layers_.reserve(n);
+    for (const LayerCost& c : layers_) pair_layers_.push_back(PairLayerOf(c));
+  }
 }
 
 bool StageCostTable::ChunkedMode() const {
@@ -598,7 +623,13 @@ TimeNs StageCostTable::TrainingTimeNs(StageLayers stage) const {
          RecomputeNs(stage, lo, hi);
 }
 
-StageCost StageCostTable::Stage(StageLayers stage) const {
+StageCost StageCostTable::Stage(StageLayers stage) const { return StageCosts(stage, true); }
+
+StageCost StageCostTable::StageWithoutPairLayers(StageLayers stage) const {
+  return StageCosts(stage, false);
+}
+
+StageCost StageCostTable::StageCosts(StageLayers stage, bool pair_layers) const {
   const Prefix& lo = prefix_[stage.first_layer];
   const Prefix& hi = prefix_[stage.last_layer + 1];
   StageCost c;
@@ -650,8 +681,9 @@ StageCost StageCostTable::Stage(StageLayers stage) const {
   c.ep_forward_ns = hi.ep_forward_ns - lo.ep_forward_ns;
   c.ep_backward_ns = hi.ep_backward_ns - lo.ep_backward_ns;
   c.expert_parameters = hi.expert_parameters - lo.expert_parameters;
-  if (hi.moe_layers > lo.moe_layers && hi.moe_unshared == lo.moe_unshared) {
-    c.pair_layers = PairLayers(stage);
+  if (pair_layers && hi.moe_layers > lo.moe_layers && hi.moe_unshared == lo.moe_unshared) {
+    c.pair_layers.assign(pair_layers_.begin() + stage.first_layer,
+                         pair_layers_.begin() + stage.last_layer + 1);
   }
   if (ChunkedMode()) {
     const Checkpointed k = CheckpointedStage(stage);
@@ -670,32 +702,6 @@ StageCost StageCostTable::Stage(StageLayers stage) const {
   }
   c.backward_ns += c.recompute_ns;  // the rerun comes before the backward proper
   return c;
-}
-
-std::vector<PairLayerCost> StageCostTable::PairLayers(StageLayers stage) const {
-  std::vector<PairLayerCost> out;
-  out.reserve(static_cast<size_t>(stage.last_layer - stage.first_layer + 1));
-  const auto share_of = [](TimeNs ns, double share) {
-    return static_cast<TimeNs>(std::llround(static_cast<double>(ns) * share));
-  };
-  for (int i = stage.first_layer; i <= stage.last_layer; ++i) {
-    const LayerCost& c = layers_[i];
-    const double share = std::max(0.0, c.expert_compute_share);  // dense: all before the dispatch
-    const TimeNs forward = c.forward_ns - c.ep_forward_ns;
-    const TimeNs weight = c.has_backward_split ? c.backward_weight_ns : 0;
-    const TimeNs input = c.backward_ns - c.ep_backward_ns - weight;
-    PairLayerCost l;
-    l.expert_forward = share_of(forward, share);
-    l.pre_forward = forward - l.expert_forward;
-    l.expert_backward = share_of(input, share);
-    l.pre_backward = input - l.expert_backward;
-    l.expert_backward_weight = share_of(weight, share);
-    l.pre_backward_weight = weight - l.expert_backward_weight;
-    l.dispatch = c.ep_dispatch_ns;
-    l.combine = c.ep_combine_ns;
-    out.push_back(l);
-  }
-  return out;
 }
 
 std::vector<StageCost> StageCostTable::Stages(const std::vector<StageLayers>& partition) const {

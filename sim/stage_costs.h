@@ -473,6 +473,9 @@ class StageCostTable {
   // stage.first_layer - 1.
   // REQUIRES: 0 <= first_layer <= last_layer < NumLayers().
   StageCost Stage(StageLayers stage) const;
+  // Stage() with pair_layers left empty: for callers that read its bytes, parameters and times
+  // but no overlapped pair (the memory estimates), without copying the layers.
+  StageCost StageWithoutPairLayers(StageLayers stage) const;
   // forward + backward (with recompute's extra forward) of the stage: the
   // time a partition balances. Equals Stage(stage).forward_ns + .backward_ns.
   TimeNs TrainingTimeNs(StageLayers stage) const;
@@ -564,8 +567,11 @@ class StageCostTable {
   std::optional<ExpertAllToAll> ep_comm_;
   // The model's sequence (0 when unknown): an expert's tokens per sample.
   double model_sequence_ = 0;
-  // The stage's layers as the layered expert overlap sees them.
-  std::vector<PairLayerCost> PairLayers(StageLayers stage) const;
+  // Stage(), with or without pair_layers.
+  StageCost StageCosts(StageLayers stage, bool pair_layers) const;
+  // Every layer as the layered expert overlap sees it (PairLayers), made once; empty for a model
+  // without MoE layers.
+  std::vector<PairLayerCost> pair_layers_;
   // Per-layer maxima: workspace, activation, attention core bytes, parameters,
   // what the per-op policy rebuilds (activation less op_saved_bytes).
   RangeMax workspace_max_, activation_max_, attention_core_max_, parameters_max_, op_rebuilt_max_;

@@ -206,7 +206,7 @@ std::vector<GradBucket> RankBuckets(const Schedule& schedule, const StageCostTab
     GradBucket open;
     for (int l = layers.last_layer; l >= layers.first_layer; --l) {
       done += share_of(l);
-      const StageCost one = table.Stage(StageLayers{l, l});
+      const StageCost one = table.StageWithoutPairLayers(StageLayers{l, l});
       open.parameters += ReducedParameters(one.parameters, one.expert_parameters, expert_scale);
       open.ready_ns =
           timed && total > 0
