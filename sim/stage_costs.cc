@@ -693,6 +693,7 @@ std::vector<PairLayerCost> StageCostTable::PairLayers(StageLayers stage) const {
     l.pre_backward_weight = weight - l.expert_backward_weight;
     l.dispatch = c.ep_dispatch_ns;
     l.combine = c.ep_combine_ns;
+    l.comm_sm_share = ExpertCommSmShare(options_.ep_dispatcher, options_.gpu_sms);
     out.push_back(l);
   }
   return out;
