@@ -32,7 +32,7 @@ struct PairNode {
 
 // The nodes in issue order, each micro-batch's last recorded event.
 struct PairNodes {
-  std::vector<PairNode> nodes;
+  std::vector<PairNode>& nodes;
   int forward = -1, backward = -1;
 
   // A node of `ns` that waits for `*event` and records it at its end
@@ -74,11 +74,24 @@ void RunLayer(const PairLayerCost* f, const PairLayerCost* b, bool b_weight, Pai
 // node it waits for has ended. A communication node lasts its ns; a compute node does its ns of
 // work at rate 1, or 1 - sm_share while a communication node runs (the SMs it leaves: the
 // fluid limit of the compute's waves on fewer SMs). Returns when the last node ends.
-TimeNs ReplayNs(const std::vector<PairNode>& nodes) {
-  constexpr double kNever = std::numeric_limits<double>::infinity();
+// The buffers of one replay, kept per thread: the planner replays pairs by the million.
+struct ReplayScratch {
+  std::vector<PairNode> nodes;
   std::array<std::vector<int>, 2> order;  // [0] compute, [1] communication
-  for (size_t i = 0; i < nodes.size(); ++i) order[nodes[i].comm ? 1 : 0].push_back(static_cast<int>(i));
-  std::vector<double> end(nodes.size(), -1);
+  std::vector<double> end;
+};
+
+TimeNs ReplayNs(ReplayScratch* scratch) {
+  constexpr double kNever = std::numeric_limits<double>::infinity();
+  const std::vector<PairNode>& nodes = scratch->nodes;
+  std::array<std::vector<int>, 2>& order = scratch->order;
+  order[0].clear();
+  order[1].clear();
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    order[nodes[i].comm ? 1 : 0].push_back(static_cast<int>(i));
+  }
+  std::vector<double>& end = scratch->end;
+  end.assign(nodes.size(), -1);
   std::array<size_t, 2> next{0, 0};
   std::array<bool, 2> running{false, false};
   std::array<double, 2> left{0, 0}, free_at{0, 0};
@@ -121,14 +134,16 @@ TimeNs ReplayNs(const std::vector<PairNode>& nodes) {
 
 TimeNs LayeredPairNs(const std::vector<PairLayerCost>& f, const std::vector<PairLayerCost>& b,
                      bool b_weight) {
-  PairNodes s;
+  thread_local ReplayScratch scratch;
+  scratch.nodes.clear();
+  PairNodes s{.nodes = scratch.nodes};
   const size_t nf = f.size(), nb = b.size(), both = std::min(nf, nb);
   // TransformerModelChunkSchedulePlan.run (lines 554-594): forward layer i beside backward layer
   // nb - 1 - i, then the backward's remaining layers, then the forward's.
   for (size_t i = 0; i < both; ++i) RunLayer(&f[i], &b[nb - 1 - i], b_weight, &s);
   for (size_t i = both; i < nb; ++i) RunLayer(nullptr, &b[nb - 1 - i], b_weight, &s);
   for (size_t i = both; i < nf; ++i) RunLayer(&f[i], nullptr, b_weight, &s);
-  return ReplayNs(s.nodes);
+  return ReplayNs(&scratch);
 }
 
 }  // namespace pipecast
