@@ -91,7 +91,8 @@ const std::vector<Cluster>& Presets() {
                   .memory_reserve_bytes = ReserveBytes(kCublasWorkspaceAmpere),
                   .memory_headroom = kAllocatorHeadroom,
                   .peak_tflops = 312,              // A100 datasheet: BF16 tensor, dense
-                  .memory_bandwidth_gbps = 2039},  // A100 80GB SXM datasheet
+                  .memory_bandwidth_gbps = 2039,  // A100 80GB SXM datasheet
+                  .sms = 108},                    // A100 SXM4: 108 SMs (whitepaper)
           // NVLink 3: 12 links, 600 GB/s bidirectional = 300 GB/s each way.
           .intra_node = {.bandwidth_gbps = 300,
                          .latency_us = 2,  // NCCL p2p over NVLink, small msg
@@ -118,7 +119,8 @@ const std::vector<Cluster>& Presets() {
                   .memory_headroom = kAllocatorHeadroom,
                   .peak_tflops = 989,             // H100 SXM datasheet: BF16, dense
                   .memory_bandwidth_gbps = 3350,  // H100 SXM datasheet
-                  .peak_fp8_tflops = 1979},       // H100 SXM datasheet: FP8, dense
+                  .peak_fp8_tflops = 1979,        // H100 SXM datasheet: FP8, dense
+                  .sms = 132},                    // H100 SXM5: 132 SMs (whitepaper)
           // NVLink 4: 18 links, 900 GB/s bidirectional = 450 GB/s each way.
           .intra_node = {.bandwidth_gbps = 450,
                          .latency_us = 2,  // NCCL p2p over NVLink, small msg
@@ -146,7 +148,8 @@ const std::vector<Cluster>& Presets() {
                   .memory_headroom = kAllocatorHeadroom,
                   .peak_tflops = 989,             // H200 SXM datasheet: BF16, dense
                   .memory_bandwidth_gbps = 4800,  // H200 SXM datasheet
-                  .peak_fp8_tflops = 1979},       // H200 SXM datasheet: FP8, dense
+                  .peak_fp8_tflops = 1979,        // H200 SXM datasheet: FP8, dense
+                  .sms = 132},                    // H200: the H100 SXM's GH100 die, 132 SMs
           // NVLink 4: 900 GB/s bidirectional = 450 GB/s each way.
           .intra_node = {.bandwidth_gbps = 450,
                          .latency_us = 2,  // NCCL p2p over NVLink, small msg

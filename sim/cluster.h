@@ -70,6 +70,9 @@ struct GpuSpec {
   // Tensor cores that scale FP8 in blocks of 32 in hardware (MXFP8,
   // Blackwell); --fp8-recipe mxfp8 needs it. No preset has it.
   bool mxfp8 = false;
+  // Streaming multiprocessors (datasheet); 0 = unknown. The layered expert overlap takes the
+  // communication kernels' SMs from it (ExpertCommSmShare, sim/stage_costs.h).
+  int sms = 0;
 };
 
 struct Cluster {

@@ -199,13 +199,68 @@ TEST(ExpertOverlapTest, LayeredPairTwoLayersHandWorked) {
   EXPECT_EQ(off.forward + off.backward, 3'400'000);
 }
 
+// The SMs the communication kernels take (ExpertCommSmShare): DeepEP's 20 of the GPU's SMs
+// (deepseek-ai/DeepEP deep_ep/buffer.py `Buffer.num_sms = 20`; Megatron-LM d98e8a64
+// token_dispatcher.py lines 1287-1292), none for NCCL's all-to-all (no fixed CTA count to cite)
+// or a GPU of unknown SMs; the presets' SM counts.
+TEST(ExpertOverlapTest, CommunicationSmShareOfTheGpu) {
+  EXPECT_EQ(kDeepEpNormalKernelSms, 20);
+  EXPECT_DOUBLE_EQ(ExpertCommSmShare(ExpertDispatcher::kDeepEp, 132), 20.0 / 132);
+  EXPECT_DOUBLE_EQ(ExpertCommSmShare(ExpertDispatcher::kDeepEp, 108), 20.0 / 108);
+  EXPECT_EQ(ExpertCommSmShare(ExpertDispatcher::kAllToAll, 132), 0);
+  EXPECT_EQ(ExpertCommSmShare(ExpertDispatcher::kDeepEp, 0), 0);
+  EXPECT_EQ(ClusterPreset("h100-sxm")->gpu.sms, 132);
+  EXPECT_EQ(ClusterPreset("h200")->gpu.sms, 132);
+  EXPECT_EQ(ClusterPreset("a100-80gb")->gpu.sms, 108);
+  EXPECT_EQ(ClusterPreset("ideal")->gpu.sms, 0);
+}
+
+// The first hand-worked pair (LayeredPairTwoLayersHandWorked) with the all-to-alls holding a
+// quarter of the SMs: a compute node beside one runs at 3/4 of its rate. In us:
+//   layer pair 1: Cb(Y1) 0-500 | pre_f(X0) 0-133.33 (100 / 0.75); expert_b(Y1) 500-766.67
+//     beside D_f(X0) 500-1000; Db(Y1) 1000-1500 beside expert_f(X0) 1000-1133.33; C_f(X0)
+//     1500-2000 beside pre_b(Y1) 1500-1766.67. The comm stream still ends at 2,000: the slower
+//     compute stays inside the all-to-alls it was already waiting for.
+//   layer pair 2: Cb(Y0) 2000-2050 beside pre_f(X1) 2000-2112.5 (37.5 done by 2050, then 62.5 at
+//     full rate); D_f 2112.5-2162.5 beside expert_b 2112.5-2325; Db 2325-2375 beside expert_f
+//     2325-2437.5; C_f 2437.5-2487.5 beside pre_b 2437.5-2650. Each 50 us all-to-all costs its
+//     compute node 12.5 us: 2,650 us where the SM-free replay gives 2,600.
+// A half alone has no compute beside its all-to-alls (each waits for the node before it): as
+// before, 1,500 and 1,900 us.
+TEST(ExpertOverlapTest, LayeredPairComputeRunsOnTheSmsTheAllToAllsLeave) {
+  const auto layer = [](TimeNs all_to_all_us) {
+    return PairLayerCost{.pre_forward = 100'000,
+                         .expert_forward = 100'000,
+                         .pre_backward = 200'000,
+                         .expert_backward = 200'000,
+                         .dispatch = all_to_all_us * 1000,
+                         .combine = all_to_all_us * 1000,
+                         .comm_sm_share = 0.25};
+  };
+  const std::vector<PairLayerCost> f{layer(500), layer(50)}, b{layer(50), layer(500)};
+  EXPECT_EQ(LayeredPairNs(f, b, true), 2'650'000);
+  EXPECT_EQ(LayeredPairNs(f, {}, true), 1'500'000);
+  EXPECT_EQ(LayeredPairNs({}, b, true), 1'900'000);
+  // The halves share what hides (3,400 - 2,650 = 750 us) by their all-to-alls, 1,100 each.
+  StageCost fs = Costs(1'500'000, 1'100'000, 0, 0), bs = Costs(0, 0, 1'900'000, 1'100'000);
+  fs.pair_layers = f;
+  bs.pair_layers = b;
+  const PairHalvesNs layered = OverlappedPairNs(fs, bs, OpKind::kBackward, kHidesExperts);
+  EXPECT_EQ(layered.forward, 1'500'000 - 375'000);
+  EXPECT_EQ(layered.backward, 1'900'000 - 375'000);
+}
+
 // The experts' share from the layer's FLOPs (StageCostTable): Mixtral's routing, 70M expert
 // parameters over 8 experts, top 2, 4096 tokens: 2 x 4096 x 2 x 8.75M = 143.36 GFLOP of the
 // layer's 286.72: half. Forward 1 ms: 500 us each side of the dispatch; backward 2 ms with a
-// 500 us weight part: 750 + 750 us and 250 + 250 us. On one stage's combined 1F1B each pair
-// (hand-worked in us: Cb 0-203.342 | pre_f 0-500; expert_b 500-1250, expert_b_w 1250-1500;
-// D_f 500-703.342; Db 1250-1447.173; expert_f 1500-2000; C_f 2000-2197.173; pre_b 2000-2750,
-// pre_b_w 2750-3000) still lasts 3 ms: 12,801,030 ns as above, in both engines.
+// 500 us weight part: 750 + 750 us and 250 + 250 us. DeepEP on h100-sxm holds 20 of the 132 SMs
+// (comm_sm_share 5/33): a compute node beside an all-to-all runs at 28/33 of its rate, so each
+// all-to-all that lies wholly inside a compute node lengthens it by 5/33 of the all-to-all.
+// On one stage's combined 1F1B each pair (hand-worked in us: Cb 0-203.342 | pre_f 0-530.809,
+// 30.809 = 5/33 of Cb later; D_f 530.809-734.151 beside expert_b 530.809-1311.619; Db
+// 1311.619-1508.792 beside expert_b_w 1311.619-1591.493; expert_f 1591.493-2091.493 alone; C_f
+// 2091.493-2288.666 beside pre_b 2091.493-2871.368; pre_b_w 2871.368-3121.368): the 3 ms of
+// compute + 5/33 x the four all-to-alls' 801.030 = 3,121,368 ns (3 ms with no SM share).
 TEST(ExpertOverlapTest, LayeredRuleFromTheLayersFlopsHandWorked) {
   Model model = MoeLayers(1);
   model.layers[0].forward_flops = 286.72e9;
@@ -226,13 +281,19 @@ TEST(ExpertOverlapTest, LayeredRuleFromTheLayersFlopsHandWorked) {
   EXPECT_EQ(l.expert_backward_weight, 250'000);
   EXPECT_EQ(l.dispatch, 203'342);
   EXPECT_EQ(l.combine, 197'173);
-  EXPECT_EQ(LayeredPairNs(cost.pair_layers, cost.pair_layers, true), 3'000'000);
-  // Beside an input-gradient backward I (no weight-gradient parts): expert_b 500-1250, Db
-  // 1250-1447.173, expert_f 1250-1750, C_f 1750-1947.173, pre_b 1750-2500: the compute, 2.5 ms.
-  EXPECT_EQ(LayeredPairNs(cost.pair_layers, cost.pair_layers, false), 2'500'000);
+  EXPECT_DOUBLE_EQ(l.comm_sm_share, 20.0 / 132);
+  EXPECT_EQ(LayeredPairNs(cost.pair_layers, cost.pair_layers, true), 3'121'368);
+  // Beside an input-gradient backward I (no weight-gradient parts): expert_b 530.809-1311.619,
+  // Db 1311.619-1508.792 beside expert_f 1311.619-1841.493, C_f 1841.493-2038.666 beside pre_b
+  // 1841.493-2621.368: the compute's 2.5 ms + 5/33 x 801.030 us, as above.
+  EXPECT_EQ(LayeredPairNs(cost.pair_layers, cost.pair_layers, false), 2'621'368);
+  std::vector<PairLayerCost> no_share = cost.pair_layers;
+  no_share[0].comm_sm_share = 0;
+  EXPECT_EQ(LayeredPairNs(no_share, no_share, true), 3'000'000);
+  EXPECT_EQ(LayeredPairNs(no_share, no_share, false), 2'500'000);
   Result<SimResult> got = Simulate(model, H100(), combined, on);
   ASSERT_TRUE(got.ok()) << got.status().message();
-  EXPECT_EQ(got->pipeline_ns, 1'400'515 + 3 * 3'000'000 + 2'400'515);
+  EXPECT_EQ(got->pipeline_ns, 1'400'515 + 3 * 3'121'368 + 2'400'515);
   Result<SimResult> reference = internal::ReferenceSimulate(model, H100(), combined, on);
   ASSERT_TRUE(reference.ok()) << reference.status().message();
   EXPECT_EQ(reference->iteration_ns, got->iteration_ns);

@@ -21,7 +21,7 @@ TimeNs Scaled(TimeNs d, double factor) {
 }
 
 // One layer as the layered expert overlap sees it (PairLayerCost).
-PairLayerCost PairLayerOf(const LayerCost& c) {
+PairLayerCost PairLayerOf(const LayerCost& c, double comm_sm_share) {
   const auto share_of = [](TimeNs ns, double share) {
     return static_cast<TimeNs>(std::llround(static_cast<double>(ns) * share));
   };
@@ -38,6 +38,7 @@ PairLayerCost PairLayerOf(const LayerCost& c) {
   l.pre_backward_weight = weight - l.expert_backward_weight;
   l.dispatch = c.ep_dispatch_ns;
   l.combine = c.ep_combine_ns;
+  l.comm_sm_share = comm_sm_share;
   return l;
 }
 
@@ -459,7 +460,8 @@ StageCostTable::StageCostTable(const Model& model, const StageCostOptions& optio
   op_rebuilt_max_ = RangeMax(std::move(op_rebuilt));
   if (prefix_[n].moe_layers > 0) {
     pair_layers_.reserve(n);
-    for (const LayerCost& c : layers_) pair_layers_.push_back(PairLayerOf(c));
+    const double comm_sm_share = ExpertCommSmShare(options_.ep_dispatcher, options_.gpu_sms);
+    for (const LayerCost& c : layers_) pair_layers_.push_back(PairLayerOf(c, comm_sm_share));
   }
 }
 

@@ -256,6 +256,9 @@ struct StageCostOptions {
   Link ep_inter_node;
   double ep_network_gbps_per_gpu = 0;
   int gpus_per_node = 8;
+  // The GPU's SMs (GpuSpec::sms; 0 = unknown): the layered expert overlap's compute beside a
+  // dispatch or combine runs on the SMs the communication kernels leave (ExpertCommSmShare).
+  int gpu_sms = 0;
 };
 
 // InvalidArgument naming --expert-parallel and the fix when ep > 1 and the
@@ -319,7 +322,24 @@ struct PairLayerCost {
   TimeNs pre_backward = 0, pre_backward_weight = 0;
   TimeNs expert_backward = 0, expert_backward_weight = 0;
   TimeNs dispatch = 0, combine = 0;
+  // The share of the GPU's SMs the dispatch and combine kernels hold while they run
+  // (ExpertCommSmShare): a compute node beside one of them runs at 1 - this share of its rate.
+  double comm_sm_share = 0;
 };
+
+// The SMs DeepEP's normal (high-throughput) dispatch and combine kernels take by default: 20,
+// DeepEP's `Buffer.num_sms` (deepseek-ai/DeepEP deep_ep/buffer.py line 30, from the initial
+// commit ebfe47e to 92fe2dea; one block per SM, num_sms / 2 channels), which Megatron-LM keeps
+// (moe_deepep_num_sms = 20 in transformer_config.py from 8333bd5b; at d98e8a64
+// token_dispatcher.py lines 1287-1292 set None -> 20). DeepSeek-V3's report (arXiv
+// 2412.19437, section 3.2.2) runs its all-to-alls on 20 SMs as well.
+inline constexpr int kDeepEpNormalKernelSms = 20;
+
+// The share of a GPU of `gpu_sms` SMs that the expert all-to-all kernels of `dispatcher` hold
+// while they run: DeepEP's kDeepEpNormalKernelSms / gpu_sms. 0 where no SM count is sourced
+// or known: NCCL's all-to-all (its CTAs, one per channel, depend on the topology NCCL finds:
+// no fixed default to cite) and a GPU of unknown SMs (gpu_sms <= 0).
+double ExpertCommSmShare(ExpertDispatcher dispatcher, int gpu_sms);
 
 // The two-stream replay of an overlapped pair of a forward over `f`'s layers (in order) and a
 // backward over `b`'s layers (last first), Megatron-LM's TransformerLayerSchedulePlan.run and
@@ -331,8 +351,11 @@ struct PairLayerCost {
 //   comm:    combine_bwd  | dispatch_fwd, dispatch_bwd               | combine_fwd
 //   compute: pre_fwd      | expert_bwd, expert_bwd_weight, expert_fwd | pre_bwd, pre_bwd_weight
 // the weight-gradient parts waiting for nothing but their stream (backward_dw records no event,
-// models/common/utils.py line 323). Returns the end of the last node, both inputs ready at 0 and
-// both streams free. `b_weight`: false for a backward without its weight gradient (I).
+// models/common/utils.py line 323). While a dispatch or combine runs, the compute node beside
+// it does its work at 1 - that node's comm_sm_share of its rate (the SMs the communication
+// kernels leave; a fluid rate, not the matmuls' waves recomputed); the communication nodes keep
+// their times. Returns the end of the last node (rounded to the nearest ns), both inputs ready
+// at 0 and both streams free. `b_weight`: false for a backward without its weight gradient (I).
 TimeNs LayeredPairNs(const std::vector<PairLayerCost>& f, const std::vector<PairLayerCost>& b,
                      bool b_weight);
 

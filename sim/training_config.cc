@@ -192,6 +192,7 @@ StageCostOptions StageCostOptionsFor(const TrainingConfig& config, const Cluster
   o.ep_inter_node = cluster.inter_node;
   o.ep_network_gbps_per_gpu = cluster.NetworkGbpsPerGpu();
   o.gpus_per_node = cluster.gpus_per_node;
+  o.gpu_sms = cluster.gpu.sms;
   return o;
 }
 
