@@ -173,15 +173,67 @@ Status ReadMemoryFields(const Reader& r, const json& v, const std::string& path,
   return Status::Ok();
 }
 
+// Megatron-LM's selective recomputation by module (docs/formats.md): what
+// the layernorm and moe_act checkpoints drop and rerun, each pair whole or
+// absent, within the activations and the forward.
+Status ReadModuleFields(const Reader& r, const json& v, const std::string& path, LayerProfile* p) {
+  struct Pair {
+    const char* bytes_key;
+    const char* us_key;
+    std::optional<Bytes>* bytes;
+    std::optional<TimeNs>* ns;
+  };
+  for (const Pair& m :
+       {Pair{"layernorm_bytes", "layernorm_us", &p->layernorm_bytes, &p->layernorm_ns},
+        Pair{"moe_act_bytes", "moe_act_us", &p->moe_act_bytes, &p->moe_act_ns}}) {
+    PIPECAST_RETURN_IF_ERROR(r.Integer(v, path, m.bytes_key, kSizeBytes, m.bytes));
+    PIPECAST_RETURN_IF_ERROR(r.Time(v, path, m.us_key, kTimeUs, m.ns));
+    if (m.bytes->has_value() != m.ns->has_value()) {
+      return r.Error(path, fmt::format("gives only one of {} and {}; give both (docs/formats.md, "
+                                       "recomputation by module) or neither",
+                                       m.bytes_key, m.us_key));
+    }
+    if (*m.bytes && **m.bytes > p->activation_bytes) {
+      return r.Error(Member(path, m.bytes_key),
+                     fmt::format("{} is more than activation_bytes ({}); it is part of what the "
+                                 "forward keeps, so it must be <= activation_bytes",
+                                 Shown(v[m.bytes_key]), Shown(v["activation_bytes"])));
+    }
+    if (*m.ns && **m.ns > p->forward_ns) {
+      return r.Error(Member(path, m.us_key),
+                     fmt::format("{} is more than forward_us ({}); it is part of the forward, so "
+                                 "it must be <= forward_us",
+                                 Shown(v[m.us_key]), Shown(v["forward_us"])));
+    }
+  }
+  return Status::Ok();
+}
+
 Status ReadProfile(const Reader& r, const json& v, const std::string& path, LayerProfile* p) {
   PIPECAST_RETURN_IF_ERROR(r.CheckObject(v, path));
-  PIPECAST_RETURN_IF_ERROR(
-      r.CheckKeys(v, path,
-                  {"microbatch_size", "tensor_parallel", "sequence_parallel", "forward_us",
-                   "backward_us", "backward_weight_us", "activation_bytes", "output_bytes",
-                   "workspace_bytes", "checkpoint_bytes", "attention_core_bytes",
-                   "attention_core_us", "weight_grad_bytes", "op_saved_bytes", "op_recompute_us",
-                   "tp_comm_bytes", "tp_forward_collectives", "tp_backward_collectives"}));
+  PIPECAST_RETURN_IF_ERROR(r.CheckKeys(v, path,
+                                       {"microbatch_size",
+                                        "tensor_parallel",
+                                        "sequence_parallel",
+                                        "forward_us",
+                                        "backward_us",
+                                        "backward_weight_us",
+                                        "activation_bytes",
+                                        "output_bytes",
+                                        "workspace_bytes",
+                                        "checkpoint_bytes",
+                                        "attention_core_bytes",
+                                        "attention_core_us",
+                                        "weight_grad_bytes",
+                                        "op_saved_bytes",
+                                        "op_recompute_us",
+                                        "tp_comm_bytes",
+                                        "tp_forward_collectives",
+                                        "tp_backward_collectives",
+                                        "layernorm_bytes",
+                                        "layernorm_us",
+                                        "moe_act_bytes",
+                                        "moe_act_us"}));
   PIPECAST_RETURN_IF_ERROR(
       r.Integer(v, path, "microbatch_size", kMicrobatchSize, &p->microbatch_size));
   std::optional<int> t;
@@ -211,7 +263,8 @@ Status ReadProfile(const Reader& r, const json& v, const std::string& path, Laye
   std::optional<Bytes> workspace;
   PIPECAST_RETURN_IF_ERROR(r.Integer(v, path, "workspace_bytes", kSizeBytes, &workspace));
   p->workspace_bytes = workspace.value_or(0);
-  return ReadMemoryFields(r, v, path, p);
+  PIPECAST_RETURN_IF_ERROR(ReadMemoryFields(r, v, path, p));
+  return ReadModuleFields(r, v, path, p);
 }
 
 // A layer's `moe` object (MoeRouting in sim/model.h).
@@ -630,6 +683,10 @@ std::string ModelToJson(const Model& model) {
       if (p.tp_comm_bytes) j["tp_comm_bytes"] = *p.tp_comm_bytes;
       if (p.tp_forward_collectives) j["tp_forward_collectives"] = *p.tp_forward_collectives;
       if (p.tp_backward_collectives) j["tp_backward_collectives"] = *p.tp_backward_collectives;
+      if (p.layernorm_bytes) j["layernorm_bytes"] = *p.layernorm_bytes;
+      if (p.layernorm_ns) j["layernorm_us"] = NsToUs(*p.layernorm_ns);
+      if (p.moe_act_bytes) j["moe_act_bytes"] = *p.moe_act_bytes;
+      if (p.moe_act_ns) j["moe_act_us"] = NsToUs(*p.moe_act_ns);
       profiles.push_back(std::move(j));
     }
     l["profiles"] = std::move(profiles);

@@ -108,6 +108,18 @@ void AddRecomputeJson(const TrainingConfig& config, json* root) {
     (*root)["recompute_method"] = RecomputeMethodName(recompute.method);
     (*root)["recompute_num_layers"] = recompute.num_layers;
   }
+  // Megatron-LM's --recompute-modules of selective, written only when they
+  // are not the default (core_attn).
+  if (recompute.modules != 0) {
+    json modules = json::array();
+    const std::string names = RecomputeModulesName(recompute.modules);
+    for (size_t start = 0; start <= names.size();) {
+      const size_t comma = std::min(names.find(',', start), names.size());
+      modules.push_back(names.substr(start, comma - start));
+      start = comma + 1;
+    }
+    (*root)["recompute_modules"] = std::move(modules);
+  }
 }
 
 // The partition per virtual stage and the rule that made it.

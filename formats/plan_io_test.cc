@@ -88,10 +88,12 @@ TEST(PlanFileTest, NewerRecomputeModesRoundTripWithTheirNumbers) {
     RecomputeLayers layers;
     const char* written;
   };
-  const Case cases[] = {{Recompute::kOp, {}, "op"},
-                        {Recompute::kEvery, {3}, "every:3"},
-                        {Recompute::kFull, {0, RecomputeMethod::kUniform, 2}, "full"},
-                        {Recompute::kFull, {0, RecomputeMethod::kBlock, 1}, "full"}};
+  const Case cases[] = {
+      {Recompute::kOp, {}, "op"},
+      {Recompute::kEvery, {3}, "every:3"},
+      {Recompute::kFull, {.method = RecomputeMethod::kUniform, .num_layers = 2}, "full"},
+      {Recompute::kFull, {.method = RecomputeMethod::kBlock, .num_layers = 1}, "full"},
+      {Recompute::kSelective, {.modules = kRecomputeLayernorm | kRecomputeMoeAct}, "selective"}};
   for (const Case& c : cases) {
     World w = MakeWorld();
     w.options.config.recompute = c.recompute;
@@ -108,6 +110,11 @@ TEST(PlanFileTest, NewerRecomputeModesRoundTripWithTheirNumbers) {
       EXPECT_EQ(j["recompute_method"], RecomputeMethodName(c.layers.method));
       EXPECT_EQ(j["recompute_num_layers"], c.layers.num_layers);
     }
+    // Megatron-LM's modules beside selective, as an array of its names,
+    EXPECT_EQ(j.contains("recompute_modules"), c.layers.modules != 0);
+    if (c.layers.modules != 0) {
+      EXPECT_EQ(j["recompute_modules"], json::array({"layernorm", "moe_act"}));
+    }
     // and reading it back gives the same mode and the same prediction.
     Result<PlanFile> parsed = ParsePlan(text, "plan.json");
     ASSERT_TRUE(parsed.ok()) << parsed.status().message();
@@ -121,9 +128,20 @@ TEST(PlanFileTest, NewerRecomputeModesRoundTripWithTheirNumbers) {
   }
   // A plan of the older modes has no new key.
   EXPECT_FALSE(json::parse(PlanText()).contains("recompute_method"));
+  EXPECT_FALSE(json::parse(PlanText()).contains("recompute_modules"));
 }
 
 TEST(PlanFileTest, BadRecomputeNumbersAreNamed) {
+  EXPECT_THAT(ErrorAfter([](json& j) {
+                j["recompute"] = "selective";
+                j["recompute_modules"] = json::array({"mlp"});
+              }),
+              HasSubstr("recompute_modules: --recompute-modules mlp: Megatron-LM's module 'mlp' "
+                        "is not modelled"));
+  EXPECT_THAT(ErrorAfter([](json& j) { j["recompute_modules"] = "layernorm"; }),
+              HasSubstr("recompute_modules: expected an array of Megatron-LM module names"));
+  EXPECT_THAT(ErrorAfter([](json& j) { j["recompute_modules"] = json::array({"layernorm"}); }),
+              HasSubstr("use it with --recompute selective (not full)"));
   EXPECT_THAT(ErrorAfter([](json& j) { j["recompute"] = "every:0"; }),
               HasSubstr("recompute: expected"));
   EXPECT_THAT(ErrorAfter([](json& j) { j["recompute_method"] = "chunked"; }),

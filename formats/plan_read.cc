@@ -69,6 +69,28 @@ Status ReadEmbeddedCluster(const Reader& r, const json& root, Cluster* cluster) 
   return Status::Ok();
 }
 
+// "recompute_modules": Megatron-LM's modules of selective recomputation, an
+// array of names ("layernorm", "moe_act", "core_attn").
+Status ReadRecomputeModules(const Reader& r, const json& value, RecomputeLayers* layers) {
+  std::string names;
+  bool strings = value.is_array() && !value.empty();
+  for (const json& item : strings ? value : json::array()) {
+    strings = strings && item.is_string();
+    if (!strings) break;
+    names += (names.empty() ? "" : ",") + item.get<std::string>();
+  }
+  if (!strings) {
+    return r.Error("recompute_modules",
+                   fmt::format("expected an array of Megatron-LM module names (\"layernorm\", "
+                               "\"moe_act\", \"core_attn\"), got {}",
+                               internal::Shown(value)));
+  }
+  Result<unsigned> modules = ParseRecomputeModules(names);
+  if (!modules.ok()) return r.Error("recompute_modules", modules.status().message());
+  layers->modules = *modules;
+  return Status::Ok();
+}
+
 // "recompute": "off", "selective", "full", "op" or "every:K", with
 // "recompute_method" ("uniform" or "block") and "recompute_num_layers" beside
 // "full" when a Megatron-LM method was chosen (written only then, so plans of
@@ -104,8 +126,13 @@ Status ReadRecompute(const Reader& r, const json& root, Recompute* out, Recomput
     PIPECAST_RETURN_IF_ERROR(
         r.Int(root, "", "recompute_num_layers", 1, kMaxCount, &layers->num_layers));
   }
+  if (root.contains("recompute_modules")) {
+    PIPECAST_RETURN_IF_ERROR(ReadRecomputeModules(r, root["recompute_modules"], layers));
+  }
   if (Status s = CheckRecompute(*out, *layers); !s.ok()) {
-    return r.Error(root.contains("recompute_method") ? "recompute_method" : "recompute_num_layers",
+    return r.Error(root.contains("recompute_modules")  ? "recompute_modules"
+                   : root.contains("recompute_method") ? "recompute_method"
+                                                       : "recompute_num_layers",
                    s.message());
   }
   return Status::Ok();
@@ -614,6 +641,7 @@ Status ReadPlan(const Reader& r, const json& root, PlanFile* plan) {
                                         "recompute",
                                         "recompute_method",
                                         "recompute_num_layers",
+                                        "recompute_modules",
                                         "partition",
                                         "partition_rule",
                                         "even_split",

@@ -167,6 +167,12 @@ void MegatronRecomputeFlags(const TrainingConfig& config, MegatronFlags& flag,
       break;
     case Recompute::kSelective:
       flag("--recompute-granularity", "selective");
+      if (config.recompute_layers.modules != 0) {
+        // Megatron-LM's list flag (nargs '*'): the names separated by spaces.
+        std::string modules = RecomputeModulesName(config.recompute_layers.modules);
+        std::replace(modules.begin(), modules.end(), ',', ' ');
+        flag("--recompute-modules", modules);
+      }
       break;
     case Recompute::kFull: {
       const RecomputeLayers& layers = config.recompute_layers;

@@ -42,6 +42,7 @@ struct PlanShape {
   int t = 1, p = 1, d = 1, v = 1, mbs = 1, m = 1, zero = 0;
   bool sp = false;
   Recompute recompute = Recompute::kOff;
+  RecomputeLayers recompute_layers;
   ShardingConfig sharding;
   std::vector<int> blocks;  // transformer layers per virtual stage; embedding first, head last
 };
@@ -77,6 +78,7 @@ PlanFile MakePlan(const PlanShape& shape) {
   c.microbatches = shape.m;
   c.schedule = shape.kind;
   c.recompute = shape.recompute;
+  c.recompute_layers = shape.recompute_layers;
   c.memory.zero = shape.zero;
   c.memory.sharding = shape.sharding;
   plan.gpus = shape.t * shape.p * shape.d;
@@ -274,6 +276,22 @@ TEST(MegatronExport, OneFOneBRoundTripsWithItsFlags) {
   EXPECT_THAT(out.text, HasSubstr("--num-layers 32\n"));
   EXPECT_THAT(out.text, HasSubstr("--seq-length 4096\n"));
   EXPECT_THAT(out.text, HasSubstr("# world size: 16 GPUs"));
+}
+
+// Selective recomputation of Megatron-LM's modules: its own flag, the names space-separated
+// (nargs '*'); the default modules (core_attn) write no --recompute-modules.
+TEST(MegatronExport, SelectiveModulesWriteRecomputeModules) {
+  PlanShape s = OneFOneB();
+  s.recompute = Recompute::kSelective;
+  s.recompute_layers.modules = kRecomputeLayernorm | kRecomputeMoeAct;
+  const FrameworkExport out = Export(Framework::kMegatron, s);
+  EXPECT_TRUE(out.RunsAsPlanned());
+  EXPECT_THAT(out.text, HasSubstr("--recompute-granularity selective\n"
+                                  "--recompute-modules layernorm moe_act\n"));
+  s.recompute_layers.modules = 0;
+  const FrameworkExport plain = Export(Framework::kMegatron, s);
+  EXPECT_THAT(plain.text, HasSubstr("--recompute-granularity selective\n"));
+  EXPECT_THAT(plain.text, Not(HasSubstr("--recompute-modules")));
 }
 
 // Interleaved 1F1B, p=4, v=2, m=8 over 32 blocks: 4 a virtual stage.

@@ -244,8 +244,13 @@ std::vector<std::string> TorchtitanCheckpoint(const TrainingConfig& config, Fram
       checkpoint.push_back("mode = \"selective\"");
       checkpoint.push_back("selective_ac_option = \"op\"");
       out->notes.push_back(
-          "torchtitan's selective (op) checkpointing keeps a policy's list of ops (matmuls, "
-          "attention), not exactly the plan's recomputed attention core");
+          config.recompute_layers.modules == 0
+              ? std::string("torchtitan's selective (op) checkpointing keeps a policy's list of "
+                            "ops (matmuls, attention), not exactly the plan's recomputed "
+                            "attention core")
+              : fmt::format("torchtitan's selective (op) checkpointing keeps a policy's list of "
+                            "ops (matmuls, attention), not the plan's Megatron-LM modules ({})",
+                            RecomputeModulesName(config.recompute_layers.modules)));
       break;
     case Recompute::kFull:
       checkpoint.push_back("mode = \"full\"");

@@ -42,6 +42,11 @@ std::string RecomputeText(Recompute r, const RecomputeLayers& layers) {
     case Recompute::kOff:
       return "off";
     case Recompute::kSelective:
+      if (layers.modules != 0) {
+        return fmt::format(
+            "selective of Megatron-LM's modules {} (their outputs freed, rerun in the backward)",
+            RecomputeModulesName(layers.modules));
+      }
       return "selective (the attention core is rerun in the backward)";
     case Recompute::kFull:
       switch (layers.method) {

@@ -71,7 +71,7 @@ TEST(PassEnumerate, AutoSearchesOpWhereTheModelGivesItAndListsAreTriedAsGiven) {
   o.recompute = RecomputeMode::kListed;
   o.recompute_listed = {{Recompute::kEvery, {2}},
                         {Recompute::kOp, {}},
-                        {Recompute::kFull, {0, RecomputeMethod::kUniform, 2}}};
+                        {Recompute::kFull, {.method = RecomputeMethod::kUniform, .num_layers = 2}}};
   EXPECT_EQ(spec(RecomputeModes(model, o)), "every:2 op full-uniform:2 ");
   std::vector<Rejection> rejected;
   std::vector<Candidate> c = Enumerate(model, IdealCluster(), o, 16, &rejected);

@@ -339,6 +339,40 @@ void AddRecomputeMemory(const TransformerSpec& spec, const LayerShape& shape,
   }
 }
 
+// Megatron-LM's selective recomputation by module (--recompute-modules;
+// NVIDIA/Megatron-LM @ d98e8a64): both modules are output-discarding
+// checkpoints (tensor_parallel.CheckpointWithoutOutput): the module's input
+// is kept, its output is freed once the next op has consumed it, and the
+// module's forward is rerun in the backward.
+//   layernorm (transformer_layer.py, recompute_input_layernorm and
+//   recompute_pre_mlp_layernorm): the outputs of the input and pre-MLP norms,
+//   the QKV product's input and the MLP's (fc1, or the router's and the
+//   dispatch's): BlockKeptBytes' product inputs, replicated (1/t with
+//   sequence parallelism), in the bytes the products keep (with FP8,
+//   Transformer Engine keeps the original input in place of its FP8 copy,
+//   set_save_original_input, and that is what is freed). Gemma's post-norms
+//   and the q/k norms are not in the module. Rerun: one norm kernel each.
+//   moe_act (moe/experts.py, activation_checkpoint): the routed experts'
+//   activation output, fc2's input (k copies per token at the busiest
+//   expert's share; shared experts are a plain MLP, not in the module).
+//   Rerun: the activation kernel over those copies.
+void AddModuleRecompute(const TransformerSpec& spec, const LayerShape& shape, const Dims& d,
+                        const Split& x, Fp8Recipe fp8, double imbalance, SampleCost* c) {
+  const double e_input = fp8 != Fp8Recipe::kNone ? Fp8KeptBytes(fp8) : d.e;
+  const double norms = spec.parallel_block && spec.block_norms == 1 ? 1 : 2;
+  const double full = x.Replicated() * d.s * d.h * d.e;  // one full-width tensor
+  c->layernorm_bytes = x.Replicated() * d.s * e_input * norms * d.h;
+  c->layernorm_kernels.assign(static_cast<size_t>(norms), MemoryKernel{2 * full});
+  double routed = 0;  // the routed experts' fc2 inputs per token, summed over its copies
+  for (const WeightProduct& p : shape.products) {
+    if (p.name == "expert_fc2") routed += static_cast<double>(p.in) * TokenCopies(p, imbalance);
+  }
+  if (routed == 0) return;
+  c->moe_act_bytes = d.s * e_input * routed / x.t;
+  const double e_split = d.s * d.e / x.t;
+  c->moe_act_kernels = {{(spec.gated_mlp ? 3 : 2) * routed * e_split}};
+}
+
 }  // namespace
 
 // REQUIRES: `whole` is `shape` at t = 1.
@@ -363,6 +397,7 @@ SampleCost BlockCost(const TransformerSpec& spec, const LayerShape& shape, const
   if (shape.moe) AddMoeRouting(spec, whole, d, &c);
   if (fp8 != Fp8Recipe::kNone) AddProductCasts(fp8, d, &c);
   AddRecomputeMemory(spec, shape, whole, d, x, imbalance, attention_kept, &c);
+  AddModuleRecompute(spec, shape, d, x, fp8, imbalance, &c);
   c.output_bytes = x.Replicated() * d.s * d.h * d.e;
   c.workspace_bytes = kMatmulWorkspaceBytes;
   // Two all-reduces in the forward (after attention and after the MLP) and

@@ -105,6 +105,16 @@ void AddRecomputeFormulas(std::map<std::string, std::string>* formulas) {
       "tensors]; op_recompute_us = the forward of the 2nd, 4th, ... matmul and of every "
       "element-wise forward kernel (norms, rotary, activation, residual adds, dropout); embedding "
       "and lm_head are not wrapped: op_saved_bytes = activation_bytes, op_recompute_us = 0";
+  (*formulas)["recompute_modules_formula"] =
+      "layernorm_bytes/us and moe_act_bytes/us (Megatron-LM --recompute-granularity selective "
+      "--recompute-modules, NVIDIA/Megatron-LM@d98e8a64 transformer_layer.py and "
+      "moe/experts.py, output-discarding checkpoints): block layernorm_bytes = 2*s*b*h*B [the "
+      "input and pre-MLP norms' outputs, the QKV and MLP inputs; replicated, /t with sequence "
+      "parallelism; FP8: the bytes the products keep], layernorm_us = the forward of those two "
+      "norm kernels; moe_act_bytes = s*b*k*f_e*B/t [the routed experts' activation output, fc2's "
+      "input, at the busiest expert's share], moe_act_us = the forward of the experts' "
+      "activation kernel; 0 where a layer has no such module (embedding, lm_head, moe_act in a "
+      "dense block)";
   (*formulas)["weight_grad_formula"] =
       "weight_grad_bytes (what the weight-gradient op W keeps after the input-gradient op, Qi et "
       "al., 'Zero Bubble Pipeline Parallelism', ICLR 2024, Table 1: 32*s*b*h per block for "

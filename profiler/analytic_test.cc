@@ -318,6 +318,64 @@ TEST(AnalyticTest, PerOpPolicyCountsGatedAndGroupedProjectionsApart) {
   EXPECT_EQ(p.op_saved_bytes, Bytes{1024} * (31744 * 2 + 32 * 4));
 }
 
+// Megatron-LM's selective recomputation by module (--recompute-modules,
+// NVIDIA/Megatron-LM @ d98e8a64): layernorm frees the input and pre-MLP
+// norms' outputs (the QKV and MLP inputs) and reruns the two norm kernels;
+// moe_act frees the routed experts' activation output (fc2's input) and
+// reruns the activation kernel. The tiny world, flat model on the unit GPU
+// (1 us per byte): s 8, h 4, bf16.
+TEST(AnalyticTest, RecomputeModulesHandWorkedForADenseBlock) {
+  const Model model = Estimate(TinySpec(), Eager(UnitOptions()));
+  const LayerProfile& block = model.layers[1].profiles.at(0);
+  // layernorm: 2 norm outputs x s x h x 2 bytes = 2 x 8 x 4 x 2 = 128 bytes
+  // (Korthikanti's 4sbh of the 34sbh, sbh = 32); each norm kernel reads x and
+  // writes y, 2 x 64 bytes, so the rerun is 2 x 128 bytes = 256 us.
+  EXPECT_EQ(block.layernorm_bytes, 128);
+  EXPECT_EQ(block.layernorm_ns, UsToNs(256));
+  // A dense block has no routed experts: moe_act drops and reruns nothing.
+  EXPECT_EQ(block.moe_act_bytes, 0);
+  EXPECT_EQ(block.moe_act_ns, 0);
+  // The embedding and the head are not in either module.
+  for (const Layer* layer : {&model.layers.front(), &model.layers.back()}) {
+    EXPECT_EQ(layer->profiles[0].layernorm_bytes, 0);
+    EXPECT_EQ(layer->profiles[0].layernorm_ns, 0);
+  }
+  EXPECT_THAT(model.source.details.at("recompute_modules_formula"),
+              HasSubstr("output-discarding"));
+}
+
+TEST(AnalyticTest, RecomputeModulesHandWorkedForAnMoeBlock) {
+  // The tiny world with a SwiGLU MoE MLP: 4 routed experts of f_e 8, top-2,
+  // one shared expert of 8, every expert at the mean load (imbalance 1).
+  TransformerSpec spec = TinySpec();
+  spec.gated_mlp = true;
+  spec.moe.experts = 4;
+  spec.moe.experts_per_token = 2;
+  spec.moe.expert_ffn = 8;
+  spec.moe.shared_experts = 1;
+  AnalyticOptions options = UnitOptions();
+  options.moe_imbalance = 1.0;
+  const Model model = Estimate(spec, options);
+  const LayerProfile& block = model.layers[1].profiles.at(0);
+  // layernorm as in the dense block: 128 bytes, 256 us.
+  EXPECT_EQ(block.layernorm_bytes, 128);
+  EXPECT_EQ(block.layernorm_ns, UsToNs(256));
+  // moe_act: each token's k = 2 copies of an 8-wide activation output, s = 8
+  // tokens, 2 bytes: 2 x 8 x 8 x 2 = 256 bytes (the shared expert's 8 columns
+  // are not in the module). Its SwiGLU kernel reads gate and up and writes
+  // the output: 3 x 256 = 768 bytes, 768 us.
+  EXPECT_EQ(block.moe_act_bytes, 256);
+  EXPECT_EQ(block.moe_act_ns, UsToNs(768));
+  // Tensor parallelism over 2 GPUs with sequence parallelism: the norms'
+  // outputs are 1/t of the tokens (64 bytes), the experts' activations 1/t
+  // of the columns (128 bytes).
+  Result<Model> split = EstimateTransformerAt(spec, options, {.degree = 2,
+                                                              .sequence_parallel = true});
+  ASSERT_TRUE(split.ok()) << split.status().message();
+  EXPECT_EQ(split->layers[1].profiles.at(0).layernorm_bytes, 64);
+  EXPECT_EQ(split->layers[1].profiles.at(0).moe_act_bytes, 128);
+}
+
 TEST(AnalyticTest, PytorchLossKeepsFp32LogSoftmaxAndHoldsTwoMoreAtBackward) {
   // cross_entropy(logits.float()) (torchtitan train.py @ 9dec370): the head
   // keeps its norm's and projection's inputs (2 x 2sbh) and the fp32

@@ -35,6 +35,8 @@ Gemm AtMicrobatch(const ProductShape& p, int b) {
 // policy reruns.
 struct LayerSeconds {
   double forward = 0, backward = 0, weight = 0, core = 0, op = 0;
+  // The forward kernels Megatron-LM's layernorm and moe_act checkpoints rerun.
+  double layernorm = 0, moe_act = 0;
 };
 
 LayerSeconds FlatSeconds(const SampleCost& c, const Rates& r, int b) {
@@ -49,6 +51,10 @@ LayerSeconds FlatSeconds(const SampleCost& c, const Rates& r, int b) {
   s.op =
       b * (c.op_rerun_flops / r.flops_per_s +
            (c.traffic_bytes - kTrafficPerActivationByte * c.attention_core_bytes) / r.bytes_per_s);
+  for (const MemoryKernel& k : c.layernorm_kernels) s.layernorm += b * k.bytes_per_sample;
+  for (const MemoryKernel& k : c.moe_act_kernels) s.moe_act += b * k.bytes_per_sample;
+  s.layernorm /= r.bytes_per_s;
+  s.moe_act /= r.bytes_per_s;
   return s;
 }
 
@@ -100,6 +106,8 @@ LayerSeconds MatmulSeconds(const SampleCost& c, const Rates& r, int b) {
   for (const MemoryKernel& k : c.backward_kernels) {
     (k.weight_gradient ? s.weight : other_backward) += memory(k);
   }
+  for (const MemoryKernel& k : c.layernorm_kernels) s.layernorm += memory(k);
+  for (const MemoryKernel& k : c.moe_act_kernels) s.moe_act += memory(k);
   s.backward = input_grad + s.weight + core_backward + other_backward;
   if (c.attention_core_flops > 0) s.core = core_forward;
   return s;
@@ -141,6 +149,12 @@ Result<LayerProfile> ProfileAt(const std::string& name, const SampleCost& c, con
     p.op_saved_bytes = std::min<Bytes>(p.activation_bytes, std::llround(b * c.op_saved_bytes));
     p.op_recompute_ns = std::min<TimeNs>(p.forward_ns, std::llround(sec.op * 1e9));
   }
+  // Megatron-LM's modules (0 in a layer without them: embedding, head, moe_act
+  // in a dense block).
+  p.layernorm_bytes = std::min<Bytes>(p.activation_bytes, std::llround(b * c.layernorm_bytes));
+  p.layernorm_ns = std::min<TimeNs>(p.forward_ns, std::llround(sec.layernorm * 1e9));
+  p.moe_act_bytes = std::min<Bytes>(p.activation_bytes, std::llround(b * c.moe_act_bytes));
+  p.moe_act_ns = std::min<TimeNs>(p.forward_ns, std::llround(sec.moe_act * 1e9));
   return p;
 }
 

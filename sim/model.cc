@@ -62,6 +62,10 @@ LayerCost FromProfile(const LayerProfile& p) {
   cost.weight_grad_bytes = p.weight_grad_bytes;
   cost.op_saved_bytes = p.op_saved_bytes;
   cost.op_recompute_ns = p.op_recompute_ns;
+  cost.layernorm_bytes = p.layernorm_bytes;
+  cost.layernorm_ns = p.layernorm_ns;
+  cost.moe_act_bytes = p.moe_act_bytes;
+  cost.moe_act_ns = p.moe_act_ns;
   cost.tp_comm_bytes = p.tp_comm_bytes;
   cost.tp_forward_collectives = p.tp_forward_collectives.value_or(0);
   cost.tp_backward_collectives = p.tp_backward_collectives.value_or(0);
@@ -110,6 +114,10 @@ LayerCost ScaleTokenCosts(LayerCost c, double f) {
   c.weight_grad_bytes = Scale(c.weight_grad_bytes, f);
   c.op_saved_bytes = Scale(c.op_saved_bytes, f);
   c.op_recompute_ns = Scale(c.op_recompute_ns, f);
+  c.layernorm_bytes = Scale(c.layernorm_bytes, f);
+  c.layernorm_ns = Scale(c.layernorm_ns, f);
+  c.moe_act_bytes = Scale(c.moe_act_bytes, f);
+  c.moe_act_ns = Scale(c.moe_act_ns, f);
   c.tp_comm_bytes = Scale(c.tp_comm_bytes, f);
   return c;
 }
@@ -153,6 +161,10 @@ LayerCost CostIn(ProfileIt first, ProfileIt last, int microbatch_size) {
   c.weight_grad_bytes = Lerp(a.weight_grad_bytes, b.weight_grad_bytes, t);
   c.op_saved_bytes = Lerp(a.op_saved_bytes, b.op_saved_bytes, t);
   c.op_recompute_ns = Lerp(a.op_recompute_ns, b.op_recompute_ns, t);
+  c.layernorm_bytes = Lerp(a.layernorm_bytes, b.layernorm_bytes, t);
+  c.layernorm_ns = Lerp(a.layernorm_ns, b.layernorm_ns, t);
+  c.moe_act_bytes = Lerp(a.moe_act_bytes, b.moe_act_bytes, t);
+  c.moe_act_ns = Lerp(a.moe_act_ns, b.moe_act_ns, t);
   c.tp_comm_bytes = Lerp(a.tp_comm_bytes, b.tp_comm_bytes, t);
   c.tp_forward_collectives = a.tp_forward_collectives;
   c.tp_backward_collectives = a.tp_backward_collectives;
@@ -202,6 +214,14 @@ LayerCost ScaleToTensorParallel(const LayerCost& c, int tensor_parallel, bool se
     const Bytes whole =
         sequence_parallel ? 0 : std::min(*c.op_saved_bytes, c.checkpoint_bytes.value_or(0));
     s.op_saved_bytes = std::min(s.activation_bytes, whole + Scale(*c.op_saved_bytes - whole, f));
+  }
+  // The norms' outputs are whole on every GPU without sequence parallelism
+  // (1/t of the tokens with it); the experts' activations divide.
+  if (sequence_parallel) s.layernorm_bytes = Scale(c.layernorm_bytes, f);
+  s.moe_act_bytes = Scale(c.moe_act_bytes, f);
+  for (std::optional<TimeNs>* ns : {&s.layernorm_ns, &s.moe_act_ns}) {
+    *ns = Scale(*ns, f);
+    if (*ns) **ns = std::min(**ns, s.forward_ns);
   }
   s.tp_scaled = true;
   return s;

@@ -69,6 +69,16 @@ struct LayerProfile {
   // initialisers keep their meaning).
   int tensor_parallel = 1;         // t, >= 1
   bool sequence_parallel = false;  // only with t > 1
+  // Megatron-LM's selective recomputation by module (--recompute-modules,
+  // docs/formats.md): what each module's output-discarding checkpoint drops
+  // from activation_bytes, and the forward time it reruns in the backward.
+  // layernorm: the outputs of the block's input and pre-MLP norms; moe_act:
+  // the routed experts' activation output (fc2's input). 0 in a layer
+  // without the module; absent when the profiler did not give them.
+  std::optional<Bytes> layernorm_bytes;
+  std::optional<TimeNs> layernorm_ns;
+  std::optional<Bytes> moe_act_bytes;
+  std::optional<TimeNs> moe_act_ns;
 };
 
 // Tensor-parallel communication a reader derived for a layer whose profiles
@@ -205,6 +215,10 @@ struct LayerCost {
   std::optional<Bytes> weight_grad_bytes;
   std::optional<Bytes> op_saved_bytes;
   std::optional<TimeNs> op_recompute_ns;
+  std::optional<Bytes> layernorm_bytes;
+  std::optional<TimeNs> layernorm_ns;
+  std::optional<Bytes> moe_act_bytes;
+  std::optional<TimeNs> moe_act_ns;
   CostOrigin origin = CostOrigin::kMeasured;
   // Tensor parallelism: the collective's bytes (absent: unknown) and counts,
   // whether they came from Layer::tp_comm_estimate, and whether the costs

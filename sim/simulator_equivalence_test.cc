@@ -282,11 +282,11 @@ void SetOtherRecompute(int which, TrainingConfig* config) {
       break;
     case 2:
       config->recompute = Recompute::kFull;
-      config->recompute_layers = {0, RecomputeMethod::kUniform, 2};
+      config->recompute_layers = {.method = RecomputeMethod::kUniform, .num_layers = 2};
       break;
     default:
       config->recompute = Recompute::kFull;
-      config->recompute_layers = {0, RecomputeMethod::kBlock, 1};
+      config->recompute_layers = {.method = RecomputeMethod::kBlock, .num_layers = 1};
       break;
   }
 }

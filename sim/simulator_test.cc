@@ -307,11 +307,16 @@ TEST(SimulatorHandWorked, EachCheckpointingModeKeepsAndRerunsItsClosedForm) {
       {"every:2", Recompute::kEvery, {2}, 2 * kAct + 2 * kMiB, kAct, 2 * kF},
       {"uniform:2",
        Recompute::kFull,
-       {0, RecomputeMethod::kUniform, 2},
+       {.method = RecomputeMethod::kUniform, .num_layers = 2},
        2 * kMiB,
        2 * kAct,
        4 * kF},
-      {"block:1", Recompute::kFull, {0, RecomputeMethod::kBlock, 1}, kMiB + 3 * kAct, kAct, kF},
+      {"block:1",
+       Recompute::kFull,
+       {.method = RecomputeMethod::kBlock, .num_layers = 1},
+       kMiB + 3 * kAct,
+       kAct,
+       kF},
   };
   for (const Case& c : cases) {
     SimOptions opts;

@@ -130,6 +130,23 @@ void StageCostTable::AddRecomputeNotes(std::vector<std::string>* notes) const {
         all.no_checkpoint, n));
   }
   if (options_.recompute != Recompute::kSelective) return;
+  const unsigned modules = options_.recompute_layers.modules;
+  if (modules != 0) {
+    const std::string listed = RecomputeModulesName(modules);
+    if (all.no_attention_core > 0) {
+      notes->push_back(fmt::format(
+          "{} of {} layers do not give what --recompute-modules {} drops and reruns "
+          "(layernorm_bytes/us, moe_act_bytes/us, attention_core_bytes): they are left as off; "
+          "re-profile (profiler analytic) to get the modules' figures",
+          all.no_attention_core, n, listed));
+    } else if (all.attention_core_bytes == 0) {
+      notes->push_back(fmt::format(
+          "--recompute-modules {} changes nothing here: no layer keeps an output of those "
+          "modules (e.g. moe_act in a dense model, core_attn with FlashAttention)",
+          listed));
+    }
+    return;
+  }
   if (all.no_attention_core > 0) {
     notes->push_back(fmt::format(
         "{} of {} layers give no attention_core_bytes: selective recomputation is estimated "

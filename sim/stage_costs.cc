@@ -245,6 +245,11 @@ std::string RecomputeSpec(Recompute recompute, const RecomputeLayers& layers) {
   if (recompute == Recompute::kFull && layers.method != RecomputeMethod::kEachLayer) {
     return fmt::format("full-{}:{}", RecomputeMethodName(layers.method), layers.num_layers);
   }
+  if (recompute == Recompute::kSelective && layers.modules != 0) {
+    std::string modules = RecomputeModulesName(layers.modules);
+    std::replace(modules.begin(), modules.end(), ',', '+');
+    return fmt::format("selective:{}", modules);
+  }
   return RecomputeName(recompute);
 }
 
@@ -289,6 +294,12 @@ Status CheckRecompute(Recompute recompute, const RecomputeLayers& layers) {
         "--recompute-method {} needs --recompute-num-layers N, N from 1 to {} (uniform: layers "
         "per checkpointed chunk; block: layers checkpointed per stage)",
         RecomputeMethodName(layers.method), kMaxRecomputeLayers));
+  }
+  if (layers.modules != 0 && recompute != Recompute::kSelective) {
+    return Status::InvalidArgument(fmt::format(
+        "--recompute-modules {} is Megatron-LM's choice of what selective recomputation "
+        "reruns: use it with --recompute selective (not {})",
+        RecomputeModulesName(layers.modules), RecomputeSpec(recompute, RecomputeLayers{})));
   }
   if (!method && layers.num_layers != 0) {
     return Status::InvalidArgument(
@@ -397,6 +408,9 @@ StageCostTable::StageCostTable(const Model& model, const StageCostOptions& optio
     LayerCost& c = layers_.emplace_back(CostAt(model.layers[l], options.microbatch_size,
                                                options.tensor_parallel, options.sequence_parallel));
     if (options.context_parallel > 1) c = ScaleToContextParallel(c, options.context_parallel);
+    if (options.recompute == Recompute::kSelective) {
+      ApplyRecomputeModules(options.recompute_layers.modules, &c);
+    }
     if (options.tensor_parallel > 1) AddTensorParallelComm(&c);
     if (options.context_parallel > 1) AddContextParallelComm(model.layers[l], &c);
     if (options.expert_parallel > 1) AddExpertParallelComm(model.layers[l], expert_tokens, &c);

@@ -117,18 +117,52 @@ const char* RecomputeMethodName(RecomputeMethod method);
 // "uniform" or "block"; nullopt for anything else.
 std::optional<RecomputeMethod> ParseRecomputeMethod(std::string_view name);
 
+// Megatron-LM's modules of selective recomputation (--recompute-modules,
+// megatron/core/transformer/transformer_config.py @ d98e8a64), as bits of
+// RecomputeLayers::modules. Modelled: core_attn (the attention core, Megatron's
+// default and pipecast's selective), layernorm (the outputs of each block's
+// input and pre-MLP norms) and moe_act (the routed experts' activation output);
+// docs/simulator.md "Activation memory". Megatron's other choices (mlp, moe,
+// shared_experts, mla_up_proj) are named so that a flag giving one gets a clear
+// error.
+enum RecomputeModule : unsigned {
+  kRecomputeCoreAttn = 1u << 0,
+  kRecomputeLayernorm = 1u << 1,
+  kRecomputeMoeAct = 1u << 2,
+};
+// The modules as Megatron-LM names them, comma-separated, in the order above
+// ("layernorm,moe_act"); "" for 0.
+std::string RecomputeModulesName(unsigned modules);
+// Parses a comma list of Megatron-LM module names into bits; InvalidArgument
+// naming --recompute-modules for an empty list, an unknown name, or one of
+// Megatron's modules pipecast does not model.
+Result<unsigned> ParseRecomputeModules(std::string_view text);
+
+// Selective recomputation of `modules` (RecomputeModule bits, 0: the
+// default core_attn, c unchanged): sets c's attention_core_bytes and
+// attention_core_ns, which selective recomputation drops and reruns, to the
+// sums of the modules' figures (absent when one of them is).
+void ApplyRecomputeModules(unsigned modules, LayerCost* c);
+
 // The numbers a recomputation mode takes: K of every:K, Megatron-LM's method
-// and N of full. Defaults: none (the modes off, selective, full, op).
+// and N of full, the modules of selective. Defaults: none (the modes off,
+// selective of the attention core, full, op).
 struct RecomputeLayers {
   int every = 0;                                         // K >= 1 with Recompute::kEvery, else 0
   RecomputeMethod method = RecomputeMethod::kEachLayer;  // only with kFull
   int num_layers = 0;                                    // N >= 1 with kUniform or kBlock, else 0
+  // RecomputeModule bits, only with kSelective; 0: Megatron-LM's default,
+  // core_attn alone (pipecast's selective before the modules were named).
+  unsigned modules = 0;
   auto operator<=>(const RecomputeLayers&) const = default;
 };
 
 // The recomputation as the flags and plan.json spell it: "off", "selective",
 // "full", "op", "every:K", and with a Megatron-LM method "full-uniform:N" or
-// "full-block:N" (the planner's candidate lines).
+// "full-block:N" (the planner's candidate lines); selective with modules other
+// than the default "selective:layernorm+moe_act" (a label only: the flags and
+// plan.json give the modules apart, --recompute-modules and
+// "recompute_modules").
 std::string RecomputeSpec(Recompute recompute, const RecomputeLayers& layers);
 // Parses "off", "selective", "full", "op" or "every:K" (K an integer >= 1)
 // into *recompute and layers->every; false for anything else.

@@ -202,6 +202,87 @@ TEST(StageCosts, SelectiveRecomputeWithoutAnAttentionCoreIsANoOpAndSaysSo) {
   EXPECT_NE(table.Notes()[0].find("changes nothing"), std::string::npos);
 }
 
+// WithMemoryFields() with Megatron-LM's modules (--recompute-modules): layer
+// l's norms' outputs are (l+1) x 128 KiB, rerun in (l+1) x 40 ns, its routed
+// experts' activation (l+1) x 64 KiB, rerun in (l+1) x 10 ns.
+Model WithModuleFields() {
+  Model m = WithMemoryFields();
+  for (int l = 0; l < 3; ++l) {
+    for (LayerProfile& p : m.layers[l].profiles) {
+      const int k = p.microbatch_size * (l + 1);
+      p.layernorm_bytes = k * 128 * kKiB;
+      p.layernorm_ns = k * 40;
+      p.moe_act_bytes = k * 64 * kKiB;
+      p.moe_act_ns = k * 10;
+    }
+  }
+  return m;
+}
+
+StageCostTable SelectiveOf(const Model& model, unsigned modules) {
+  StageCostOptions o = test_util::CostOptions(1, Recompute::kSelective);
+  o.recompute_layers.modules = modules;
+  return StageCostTable(model, o);
+}
+
+TEST(StageCosts, SelectiveRecomputeOfModulesDropsTheirOutputsAndRerunsThem) {
+  // Given layers 1-2 (2 and 3 MiB) and --recompute-modules layernorm,moe_act.
+  const StageCostTable table =
+      SelectiveOf(WithModuleFields(), kRecomputeLayernorm | kRecomputeMoeAct);
+  const StageCost c = table.Stage(kLast);
+  // Then F keeps 5 MiB less both modules' outputs, (2 + 3) x (128 + 64) KiB =
+  // 960 KiB (the attention cores stay: core_attn is not listed); B rebuilds
+  // the larger layer's (576 KiB) and reruns (2 + 3) x (40 + 10) = 250 ns.
+  EXPECT_EQ(c.held_bytes, 5 * kMiB - 960 * kKiB);
+  EXPECT_EQ(c.recomputed_bytes, 576 * kKiB);
+  EXPECT_EQ(c.recompute_ns, 250);
+  EXPECT_EQ(c.backward_ns, 10250);
+  EXPECT_EQ(table.TrainingTimeNs(kLast), 15250);
+  EXPECT_TRUE(table.Notes().empty());
+  // core_attn with layernorm: (2 + 3) x (256 + 128) KiB dropped, (2 + 3) x
+  // (100 + 40) ns rerun.
+  const StageCost both =
+      SelectiveOf(WithModuleFields(), kRecomputeCoreAttn | kRecomputeLayernorm).Stage(kLast);
+  EXPECT_EQ(both.held_bytes, 5 * kMiB - 1920 * kKiB);
+  EXPECT_EQ(both.recompute_ns, 700);
+  // core_attn alone is the default selective.
+  const StageCost core = SelectiveOf(WithModuleFields(), kRecomputeCoreAttn).Stage(kLast);
+  const StageCost plain = SelectiveOf(WithModuleFields(), 0).Stage(kLast);
+  EXPECT_EQ(core.held_bytes, plain.held_bytes);
+  EXPECT_EQ(core.recompute_ns, plain.recompute_ns);
+}
+
+TEST(StageCosts, SelectiveRecomputeOfModulesWithoutTheirFiguresIsOffAndSaysSo) {
+  const StageCostTable table = SelectiveOf(WithMemoryFields(), kRecomputeLayernorm);
+  const StageCost c = table.Stage(kLast);
+  EXPECT_EQ(c.held_bytes, 5 * kMiB);
+  EXPECT_EQ(c.recompute_ns, 0);
+  ASSERT_EQ(table.Notes().size(), 1u);
+  EXPECT_NE(table.Notes()[0].find("--recompute-modules layernorm"), std::string::npos);
+}
+
+TEST(StageCosts, RecomputeModulesParseAndRefuseWhatIsNotModelled) {
+  Result<unsigned> both = ParseRecomputeModules("layernorm,moe_act");
+  ASSERT_TRUE(both.ok());
+  EXPECT_EQ(*both, kRecomputeLayernorm | kRecomputeMoeAct);
+  EXPECT_EQ(RecomputeModulesName(*both), "layernorm,moe_act");
+  EXPECT_EQ(RecomputeSpec(Recompute::kSelective, {.modules = *both}),
+            "selective:layernorm+moe_act");
+  EXPECT_EQ(RecomputeSpec(Recompute::kSelective, {}), "selective");
+  Result<unsigned> mlp = ParseRecomputeModules("layernorm,mlp");
+  ASSERT_FALSE(mlp.ok());
+  EXPECT_NE(mlp.status().message().find("'mlp' is not modelled"), std::string::npos);
+  for (const char* bad : {"", "layernorm,", "norm", "layernorm moe_act"}) {
+    Result<unsigned> parsed = ParseRecomputeModules(bad);
+    ASSERT_FALSE(parsed.ok()) << bad;
+    EXPECT_NE(parsed.status().message().find("--recompute-modules"), std::string::npos);
+  }
+  EXPECT_TRUE(CheckRecompute(Recompute::kSelective, {.modules = kRecomputeMoeAct}).ok());
+  const Status full = CheckRecompute(Recompute::kFull, {.modules = kRecomputeMoeAct});
+  ASSERT_FALSE(full.ok());
+  EXPECT_NE(full.message().find("with --recompute selective"), std::string::npos);
+}
+
 TEST(StageCosts, ModelsWithoutTheFieldsKeepTheOlderRulesWithANote) {
   // Given ThreeLayers() (no memory fields).
   const StageCostTable full(ThreeLayers(), test_util::CostOptions(1, Recompute::kFull));
@@ -267,14 +348,23 @@ TEST(StageCosts, RecomputeSpecsRoundTripAndRefuseBadNumbers) {
   for (const char* bad : {"every", "every:", "every:0", "every:-1", "every:2x", "every:99999999"}) {
     EXPECT_FALSE(ParseRecomputeSpec(bad, &r, &l)) << bad;
   }
-  EXPECT_EQ(RecomputeSpec(Recompute::kFull, RecomputeLayers{0, RecomputeMethod::kUniform, 2}),
+  EXPECT_EQ(RecomputeSpec(Recompute::kFull,
+                          RecomputeLayers{.method = RecomputeMethod::kUniform, .num_layers = 2}),
             "full-uniform:2");
   EXPECT_EQ(RecomputeSpec(Recompute::kFull, RecomputeLayers{}), "full");
-  EXPECT_TRUE(CheckRecompute(Recompute::kFull, {0, RecomputeMethod::kBlock, 4}).ok());
-  EXPECT_FALSE(CheckRecompute(Recompute::kOp, {0, RecomputeMethod::kBlock, 4}).ok());
-  EXPECT_FALSE(CheckRecompute(Recompute::kFull, {0, RecomputeMethod::kUniform, 0}).ok());
-  EXPECT_FALSE(CheckRecompute(Recompute::kFull, {0, RecomputeMethod::kEachLayer, 2}).ok());
-  EXPECT_FALSE(CheckRecompute(Recompute::kEvery, {0, RecomputeMethod::kEachLayer, 0}).ok());
+  EXPECT_TRUE(
+      CheckRecompute(Recompute::kFull, {.method = RecomputeMethod::kBlock, .num_layers = 4}).ok());
+  EXPECT_FALSE(
+      CheckRecompute(Recompute::kOp, {.method = RecomputeMethod::kBlock, .num_layers = 4}).ok());
+  EXPECT_FALSE(
+      CheckRecompute(Recompute::kFull, {.method = RecomputeMethod::kUniform, .num_layers = 0})
+          .ok());
+  EXPECT_FALSE(
+      CheckRecompute(Recompute::kFull, {.method = RecomputeMethod::kEachLayer, .num_layers = 2})
+          .ok());
+  EXPECT_FALSE(
+      CheckRecompute(Recompute::kEvery, {.method = RecomputeMethod::kEachLayer, .num_layers = 0})
+          .ok());
 }
 
 // A small uniform model as the analytic profiler shapes one (sizes in KiB of
@@ -378,28 +468,29 @@ TEST(StageCostsCheckpointing, EveryKCountsTheBlocksOfEachStage) {
 TEST(StageCostsCheckpointing, MegatronUniformKeepsEachChunksInputAndRebuildsAChunk) {
   // N = 2: chunks {1,2} {3,4} {5,6}: three inputs kept, a chunk of two
   // blocks (3400 KiB) rebuilt at a time, every block rerun once.
-  StageCost c = WholeStage(Recompute::kFull, {0, RecomputeMethod::kUniform, 2});
+  StageCost c =
+      WholeStage(Recompute::kFull, {.method = RecomputeMethod::kUniform, .num_layers = 2});
   EXPECT_EQ(c.held_bytes, (100 + 3 * 100 + 500) * kKiB);
   EXPECT_EQ(c.recomputed_bytes, 3400 * kKiB);
   EXPECT_EQ(c.recompute_ns, 60'000);
   // N = 4: chunks {1-4} {5,6} (the last one shorter, as Megatron-LM's min()).
-  c = WholeStage(Recompute::kFull, {0, RecomputeMethod::kUniform, 4});
+  c = WholeStage(Recompute::kFull, {.method = RecomputeMethod::kUniform, .num_layers = 4});
   EXPECT_EQ(c.held_bytes, (100 + 2 * 100 + 500) * kKiB);
   EXPECT_EQ(c.recomputed_bytes, 4 * 1700 * kKiB);
   // N = 1 holds what full holds.
-  c = WholeStage(Recompute::kFull, {0, RecomputeMethod::kUniform, 1});
+  c = WholeStage(Recompute::kFull, {.method = RecomputeMethod::kUniform, .num_layers = 1});
   EXPECT_EQ(c.held_bytes, WholeStage(Recompute::kFull).held_bytes);
   EXPECT_EQ(c.recomputed_bytes, 1700 * kKiB);
 }
 
 TEST(StageCostsCheckpointing, MegatronBlockCheckpointsTheFirstNBlocksOfTheStage) {
   // N = 2: blocks 1 and 2 keep their inputs, blocks 3-6 all 1700 KiB.
-  StageCost c = WholeStage(Recompute::kFull, {0, RecomputeMethod::kBlock, 2});
+  StageCost c = WholeStage(Recompute::kFull, {.method = RecomputeMethod::kBlock, .num_layers = 2});
   EXPECT_EQ(c.held_bytes, (100 + 2 * 100 + 4 * 1700 + 500) * kKiB);
   EXPECT_EQ(c.recomputed_bytes, 1700 * kKiB);
   EXPECT_EQ(c.recompute_ns, 20'000);
   // N past the stage's six blocks: all of them, as uniform N = 1.
-  c = WholeStage(Recompute::kFull, {0, RecomputeMethod::kBlock, 8});
+  c = WholeStage(Recompute::kFull, {.method = RecomputeMethod::kBlock, .num_layers = 8});
   EXPECT_EQ(c.held_bytes, (100 + 6 * 100 + 500) * kKiB);
   EXPECT_EQ(c.recompute_ns, 60'000);
 }

@@ -447,6 +447,26 @@ std::vector<Case> UnknownNameRows() {
                   1,
                   "--recompute-method and --recompute-num-layers choose which layers full "
                   "recomputation checkpoints: list full in --recompute"));
+  // Megatron-LM's selective recomputation by module (--recompute-modules).
+  c.push_back(Row("recompute_modules_unmodelled", kSimulator, {kGoodModel},
+                  std::string(kSim) + " --recompute selective --recompute-modules layernorm,mlp",
+                  2,
+                  "--recompute-modules layernorm,mlp: Megatron-LM's module 'mlp' is not modelled "
+                  "by pipecast; the modelled ones are core_attn, layernorm and moe_act"));
+  c.push_back(Row("recompute_modules_unknown", kSimulator, {kGoodModel},
+                  std::string(kSim) + " --recompute selective --recompute-modules norm", 2,
+                  "--recompute-modules norm: 'norm' is not a module; expected a comma list of "
+                  "core_attn, layernorm, moe_act"));
+  c.push_back(Row("recompute_modules_without_selective", kSimulator, {kGoodModel},
+                  std::string(kSim) + " --recompute full --recompute-modules layernorm", 2,
+                  "--recompute-modules layernorm is Megatron-LM's choice of what selective "
+                  "recomputation reruns: use it with --recompute selective (not full)"));
+  c.push_back(Row("layernorm_fields_half_given", kSimulator,
+                  {{"m.json", Model(8, R"({"microbatch_size": 1, "forward_us": 100, )"
+                                       R"("backward_us": 200, "activation_bytes": 1024, )"
+                                       R"("output_bytes": 512, "layernorm_bytes": 64})")}},
+                  kSim, 1,
+                  "layers[0].profiles[0]: gives only one of layernorm_bytes and layernorm_us"));
   c.push_back(Row("op_saved_over_activations", kSimulator,
                   {{"m.json", Model(8, R"({"microbatch_size": 1, "forward_us": 100, )"
                                        R"("backward_us": 200, "activation_bytes": 1024, )"

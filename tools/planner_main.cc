@@ -123,6 +123,10 @@ void AddSearchFlags(CLI::App& app, PlannerToolOptions* f) {
   app.add_option("--recompute-num-layers", f->recompute_num_layers,
                  "N of --recompute-method (Megatron-LM --recompute-num-layers)")
       ->check(IntRange(1, 1 << 20));
+  app.add_option("--recompute-modules", f->recompute_modules,
+                 "Megatron-LM's modules for the selective entries of --recompute: a comma list "
+                 "of core_attn (the default), layernorm and moe_act (docs/simulator.md)")
+      ->option_text("MODULE[,MODULE...]");
   app.add_option("--partition", f->partition,
                  "how the layers split into stages: balanced (pipecast's: on time among the "
                  "splits that fit), even (Megatron-LM's even split of the decoder layers; see "

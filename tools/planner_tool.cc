@@ -62,8 +62,10 @@ Result<std::vector<RecomputeChoice>> ParseRecomputeList(std::string_view text) {
 namespace {
 
 // --recompute (auto, on, or a comma list of modes), --recompute-method and
-// --recompute-num-layers. A single off, selective or full (or on, the older
-// name of full) without a method pins it as before; anything else is a list.
+// --recompute-num-layers (for its full entries), --recompute-modules (for its
+// selective entries). A single off, selective or full (or on, the older name
+// of full) without a method or modules pins it as before; anything else is a
+// list.
 Status PlannerRecompute(const PlannerToolOptions& flags, PlannerOptions* o) {
   RecomputeLayers method;
   if (!flags.recompute_method.empty()) {
@@ -76,14 +78,23 @@ Status PlannerRecompute(const PlannerToolOptions& flags, PlannerOptions* o) {
   }
   method.num_layers = flags.recompute_num_layers;
   const bool has_method = method != RecomputeLayers{};
-  if (flags.recompute == "auto" && !has_method) {
+  unsigned modules = 0;  // --recompute-modules, for the selective entries
+  if (!flags.recompute_modules.empty()) {
+    Result<unsigned> parsed = ParseRecomputeModules(flags.recompute_modules);
+    if (!parsed.ok()) return parsed.status();
+    modules = *parsed;
+  }
+  if (flags.recompute == "auto" && !has_method && modules == 0) {
     o->recompute = RecomputeMode::kAuto;
     return Status::Ok();
   }
   if (flags.recompute == "auto") {
     return Status::InvalidArgument(
-        "--recompute-method and --recompute-num-layers choose which layers full recomputation "
-        "checkpoints: give --recompute full (or a list with full)");
+        has_method
+            ? "--recompute-method and --recompute-num-layers choose which layers full "
+              "recomputation checkpoints: give --recompute full (or a list with full)"
+            : "--recompute-modules chooses what selective recomputation reruns: give "
+              "--recompute selective (or a list with selective)");
   }
   auto listed = ParseRecomputeList(flags.recompute);
   if (!listed.ok()) return listed.status().WithPrefix("--recompute");
@@ -91,6 +102,15 @@ Status PlannerRecompute(const PlannerToolOptions& flags, PlannerOptions* o) {
   o->recompute_listed = std::move(listed.value());
   for (RecomputeChoice& choice : o->recompute_listed) {
     if (choice.recompute == Recompute::kFull) choice.layers = method;
+    if (choice.recompute == Recompute::kSelective) choice.layers.modules = modules;
+  }
+  const bool selective_listed =
+      std::any_of(o->recompute_listed.begin(), o->recompute_listed.end(),
+                  [](const RecomputeChoice& c) { return c.recompute == Recompute::kSelective; });
+  if (modules != 0 && !selective_listed) {
+    return Status::InvalidArgument(
+        "--recompute-modules chooses what selective recomputation reruns: list selective in "
+        "--recompute");
   }
   const bool full_listed =
       std::any_of(o->recompute_listed.begin(), o->recompute_listed.end(),
@@ -103,7 +123,7 @@ Status PlannerRecompute(const PlannerToolOptions& flags, PlannerOptions* o) {
   for (const RecomputeChoice& c : o->recompute_listed) {
     PIPECAST_RETURN_IF_ERROR(CheckRecompute(c.recompute, c.layers));
   }
-  if (o->recompute_listed.size() == 1 && !has_method) {
+  if (o->recompute_listed.size() == 1 && !has_method && modules == 0) {
     switch (o->recompute_listed[0].recompute) {
       case Recompute::kOff:
         o->recompute = RecomputeMode::kOff;

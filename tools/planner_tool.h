@@ -36,6 +36,9 @@ struct PlannerToolOptions {
   // and its N (0: not given).
   std::string recompute_method;
   int recompute_num_layers = 0;
+  // Megatron-LM's --recompute-modules for the selective entries of
+  // --recompute (a comma list; empty: core_attn).
+  std::string recompute_modules;
   int top = 3;
   int threads = 0;                          // 0: every core
   std::vector<int> zero;                    // ZeRO levels to try; empty: 0, 1 and 3 when d > 1

@@ -80,7 +80,7 @@ std::vector<CLI::Option*> AddScheduleFlags(CLI::App& app, SimulatorToolOptions* 
   };
 }
 
-// --recompute, --recompute-method, --recompute-num-layers.
+// --recompute, --recompute-method, --recompute-num-layers, --recompute-modules.
 std::vector<CLI::Option*> AddRecomputeFlags(CLI::App& app, SimulatorToolOptions* f) {
   return {
       app.add_option(
@@ -111,6 +111,11 @@ std::vector<CLI::Option*> AddRecomputeFlags(CLI::App& app, SimulatorToolOptions*
       app.add_option("--recompute-num-layers", f->recompute_num_layers,
                      "N of --recompute-method (Megatron-LM --recompute-num-layers)")
           ->check(IntRange(1, 1 << 20)),
+      app.add_option("--recompute-modules", f->recompute_modules,
+                     "with --recompute selective, Megatron-LM's modules to recompute, a comma "
+                     "list of core_attn (the default), layernorm (the input and pre-MLP norms' "
+                     "outputs) and moe_act (the routed experts' activation); docs/simulator.md")
+          ->option_text("MODULE[,MODULE...]"),
   };
 }
 

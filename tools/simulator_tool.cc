@@ -54,7 +54,8 @@ Result<Cluster> PickCluster(const Flags& flags, const Model& model,
 // bound to it, --schedule (kCustom for --schedule-in) and --recompute. The
 // shared flags fill the rest once the schedule is known (errors in that
 // order, as the user reads the flags).
-// --recompute, --recompute-method and --recompute-num-layers into `config`
+// --recompute, --recompute-method, --recompute-num-layers and
+// --recompute-modules into `config`
 // (CheckRecompute: which go together).
 Status RecomputeFromFlags(const Flags& flags, TrainingConfig* config) {
   if (!ParseRecomputeSpec(flags.recompute, &config->recompute, &config->recompute_layers)) {
@@ -70,6 +71,11 @@ Status RecomputeFromFlags(const Flags& flags, TrainingConfig* config) {
     config->recompute_layers.method = *method;
   }
   config->recompute_layers.num_layers = flags.recompute_num_layers;
+  if (!flags.recompute_modules.empty()) {
+    Result<unsigned> modules = ParseRecomputeModules(flags.recompute_modules);
+    if (!modules.ok()) return modules.status();
+    config->recompute_layers.modules = *modules;
+  }
   return CheckRecompute(config->recompute, config->recompute_layers);
 }
 

@@ -47,6 +47,9 @@ struct SimulatorToolOptions {
   // --recompute-num-layers (0: not given), with --recompute full.
   std::string recompute_method;
   int recompute_num_layers = 0;
+  // Megatron-LM's --recompute-modules, with --recompute selective (a comma
+  // list; empty: not given, core_attn).
+  std::string recompute_modules;
   // balanced or empty (the planner's), even (Megatron-LM's), or layer ranges.
   std::string partition;
   // How ZeRO 2 and 3 run (ShardingConfig in sim/memory.h), on or off; the

@@ -98,6 +98,13 @@ struct SampleCost {
   double op_saved_bytes = 0;
   std::vector<ProductShape> op_rerun_products;  // the mms the policy reruns
   double op_rerun_flops = 0;
+  // Megatron-LM's selective recomputation by module (--recompute-modules):
+  // what the layernorm and moe_act checkpoints drop, and the forward kernels
+  // each reruns in the backward (docs/profiler.md).
+  double layernorm_bytes = 0;
+  double moe_act_bytes = 0;
+  std::vector<MemoryKernel> layernorm_kernels;
+  std::vector<MemoryKernel> moe_act_kernels;
   double traffic_bytes = 0;  // forward element-wise HBM traffic
   double output_bytes = 0;   // sent to the next layer
   Bytes workspace_bytes = 0;
