@@ -41,6 +41,8 @@ FlashKernel FlashKernelOf(Attention attention) {
       return FlashKernel::kFlash3;
     case Attention::kTriton:
       return FlashKernel::kTriton;
+    case Attention::kSdpaFlash2:
+      return FlashKernel::kSdpaFlash2;
     default:
       return FlashKernel::kFlash2;
   }
@@ -149,7 +151,8 @@ Status AddLayers(const TransformerSpec& spec, const AnalyticOptions& options,
   const ModelShapes shapes = ShapesOf(spec, tp.degree);
   const ModelShapes whole = tp.degree == 1 ? shapes : ShapesOf(spec, 1);
   const SampleCost embedding_cost = EmbeddingCost(spec, shapes.embedding, dims, split);
-  const SampleCost head_cost = HeadCost(shapes.head, dims, split, options.loss);
+  const SampleCost head_cost =
+      HeadCost(spec, shapes.head, dims, split, options.loss, options.elementwise);
   PIPECAST_ASSIGN_OR_RETURN(Layer embedding, ToLayer("embedding", embedding_cost, rates, sizes));
   model->layers.push_back(std::move(embedding));
   // Blocks of one kind (window, experts) have the same cost: estimate each
@@ -159,7 +162,7 @@ Status AddLayers(const TransformerSpec& spec, const AnalyticOptions& options,
   for (size_t k = 0; k < shapes.block_kinds.size(); ++k) {
     kind_costs.push_back(BlockCost(spec, shapes.block_kinds[k], whole.block_kinds[k], dims,
                                    options.attention, split, options.fp8, options.moe_imbalance,
-                                   options.moe_dispatcher));
+                                   options.moe_dispatcher, options.elementwise));
     PIPECAST_ASSIGN_OR_RETURN(Layer block, ToLayer("block.0", kind_costs.back(), rates, sizes));
     kind_layers.push_back(std::move(block));
   }
@@ -196,6 +199,8 @@ const char* AttentionName(Attention attention) {
       return "flash3";
     case Attention::kTriton:
       return "triton";
+    case Attention::kSdpaFlash2:
+      return "sdpa-flash2";
     default:
       return "flash2";
   }
@@ -206,10 +211,11 @@ Result<Attention> ParseAttention(const std::string& name) {
   if (name == "flash3") return Attention::kFlash3;
   if (name == "triton") return Attention::kTriton;
   if (name == "eager") return Attention::kEager;
+  if (name == "sdpa-flash2") return Attention::kSdpaFlash2;
   return Status::InvalidArgument(
       fmt::format("--attention {}: use flash2 (FlashAttention-2; also 'flash'), flash3 "
                   "(FlashAttention-3, Hopper), triton (FlashAttention's Triton kernel, as "
-                  "llm-foundry ran it) or eager",
+                  "llm-foundry ran it), eager or sdpa-flash2 (PyTorch SDPA's flash backend)",
                   name));
 }
 
@@ -223,6 +229,21 @@ Result<Loss> ParseLoss(const std::string& name) {
       "--loss is '{}': expected fused (Megatron-LM's vocabulary-parallel cross-entropy, the "
       "default) or pytorch (torch.nn.functional.cross_entropy on fp32 logits, as torchtitan runs "
       "it)",
+      name));
+}
+
+const char* ElementwiseName(Elementwise elementwise) {
+  return elementwise == Elementwise::kEager ? "eager" : "fused";
+}
+
+Result<Elementwise> ParseElementwise(const std::string& name) {
+  for (Elementwise e : {Elementwise::kFused, Elementwise::kEager}) {
+    if (name == ElementwiseName(e)) return e;
+  }
+  return Status::InvalidArgument(fmt::format(
+      "--elementwise is '{}': expected fused (one kernel per norm, activation and rotary "
+      "embedding, the default) or eager (PyTorch eager mode, op by op, as torchtitan runs "
+      "without torch.compile)",
       name));
 }
 

@@ -227,8 +227,11 @@ enum class Attention {
   kFlash3,  // FlashAttention-3, Hopper only
   kTriton,  // FlashAttention's Triton kernel, as llm-foundry's MPT runs ran it
   kEager,   // softmax output, its dropout mask and output, s x s per head (Korthikanti)
+  // PyTorch SDPA's flash backend (its vendored FlashAttention-2): kFlash2's
+  // memory, at FlashKernel::kSdpaFlash2's speed (profiler/attention_rates.h)
+  kSdpaFlash2,
 };
-// "flash2", "flash3", "triton" or "eager".
+// "flash2", "flash3", "triton", "eager" or "sdpa-flash2".
 const char* AttentionName(Attention attention);
 // The Attention a name means ("flash" is FlashAttention-2, the default), or
 // InvalidArgument naming --attention.
@@ -255,6 +258,25 @@ const char* LossName(Loss loss);
 // The Loss a name means, or InvalidArgument naming --loss.
 [[nodiscard]] Result<Loss> ParseLoss(const std::string& name);
 
+// Which element-wise kernels a block and the output layer launch
+// (--elementwise; docs/profiler.md "Element-wise kernel sets").
+enum class Elementwise {
+  // One kernel per norm, activation, rotary embedding and residual add in
+  // each direction (Megatron-LM's and llm-foundry's fused kernels,
+  // torch.compile). The default.
+  kFused,
+  // PyTorch eager mode running torchtitan's Llama code op by op (torchtitan
+  // @ 9dec370 with norm_type = "rmsnorm"): RMSNorm as 8 kernels forward and
+  // 16 backward in fp32, rotary embeddings through fp32 complex numbers,
+  // SwiGLU as silu and mul, repeat_kv's copies of K and V, and with --loss
+  // pytorch the logits' fp32 upcast (profiler/eager_kernels.cc).
+  kEager,
+};
+// "fused" or "eager".
+const char* ElementwiseName(Elementwise elementwise);
+// The Elementwise a name means, or InvalidArgument naming --elementwise.
+[[nodiscard]] Result<Elementwise> ParseElementwise(const std::string& name);
+
 // How layer times are worked out (--time-model).
 enum class TimeModel {
   kMatmul,  // each product from its shape (profiler/matmul_model.h); the default
@@ -275,6 +297,7 @@ struct AnalyticOptions {
   int bytes_per_element = 2;
   Attention attention = Attention::kFlash2;  // --attention
   Loss loss = Loss::kFused;                  // --loss
+  Elementwise elementwise = Elementwise::kFused;  // --elementwise
   // --precision fp8 --fp8-recipe R: the blocks' weight products (QKV,
   // output projection, MLP) run in FP8 at the GPU's FP8 peak with the
   // recipe's quantisation kernels and keep their FP8 inputs for the

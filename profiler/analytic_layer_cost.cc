@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <vector>
 
+#include "profiler/eager_kernels.h"
 #include "profiler/internal/analytic_cost.h"
 
 namespace pipecast::internal {
@@ -101,8 +102,11 @@ KeptWidths WeightGradWidths(const LayerShape& shape, double imbalance) {
 // gradient per product with a bias. In the flags' classic shape
 // (ClassicShape) GPT-style blocks (a plain MLP) have the bias gradients and
 // LLaMA-style ones (a gated MLP) none, as those models are trained.
+// --elementwise eager swaps the norms', the activation's and rotary's
+// kernels for eager mode's and adds repeat_kv's (profiler/eager_kernels.h).
 void AddBlockKernels(const TransformerSpec& spec, const LayerShape& shape, const Dims& d,
-                     bool flash, const Split& x, double imbalance, SampleCost* c) {
+                     bool flash, const Split& x, double imbalance, Elementwise elementwise,
+                     SampleCost* c) {
   const AttentionCore& attention = shape.attention;
   const double a = attention.query_heads;
   const double q_width = a * attention.qk_dim;
@@ -125,23 +129,38 @@ void AddBlockKernels(const TransformerSpec& spec, const LayerShape& shape, const
   const double rotary = spec.learned_positions ? 0
                         : spec.mla.Enabled()   ? 2 * (a * rope + rope) * e_split
                                                : 2 * (q_width + kv_width) * e_split;
+  ElementwiseKernels k;
+  k.norm = {{norm}};
+  k.norm_backward = {{norm_backward}};
+  k.activation = {{activation}};
+  k.activation_backward = {{activation_backward}};
+  if (rotary > 0) k.rotary = k.rotary_backward = {{rotary}};
+  if (elementwise == Elementwise::kEager) {
+    k = EagerBlockKernels(spec, attention, full / d.e, x.Replicated() * d.s, d.e, e_split, f, k);
+  }
+  auto add = [](std::vector<MemoryKernel>* to, const std::vector<MemoryKernel>& kernels) {
+    to->insert(to->end(), kernels.begin(), kernels.end());
+  };
   // Two norms: before attention and before the MLP; one (Falcon-7B) shares
   // the first; more (Gemma: after each as well) follow.
-  c->forward_kernels = {{norm}, {residual_dropout}};
-  if (spec.block_norms >= 2) c->forward_kernels.push_back({norm});
-  c->forward_kernels.push_back({activation});
+  c->forward_kernels = k.norm;
   c->forward_kernels.push_back({residual_dropout});
-  for (int n = 2; n < spec.block_norms; ++n) c->forward_kernels.push_back({norm});
-  if (rotary > 0) c->forward_kernels.push_back({rotary});
-  c->backward_kernels = {{dropout_backward},
-                         {activation_backward},
-                         {norm_backward},
-                         {residual_backward},
-                         {dropout_backward}};
-  if (spec.block_norms >= 2) c->backward_kernels.push_back({norm_backward});
+  if (spec.block_norms >= 2) add(&c->forward_kernels, k.norm);
+  add(&c->forward_kernels, k.activation);
+  c->forward_kernels.push_back({residual_dropout});
+  for (int n = 2; n < spec.block_norms; ++n) add(&c->forward_kernels, k.norm);
+  add(&c->forward_kernels, k.rotary);
+  add(&c->forward_kernels, k.repeat_kv);
+  c->backward_kernels = {{dropout_backward}};
+  add(&c->backward_kernels, k.activation_backward);
+  add(&c->backward_kernels, k.norm_backward);
   c->backward_kernels.push_back({residual_backward});
-  for (int n = 2; n < spec.block_norms; ++n) c->backward_kernels.push_back({norm_backward});
-  if (rotary > 0) c->backward_kernels.push_back({rotary});
+  c->backward_kernels.push_back({dropout_backward});
+  if (spec.block_norms >= 2) add(&c->backward_kernels, k.norm_backward);
+  c->backward_kernels.push_back({residual_backward});
+  for (int n = 2; n < spec.block_norms; ++n) add(&c->backward_kernels, k.norm_backward);
+  add(&c->backward_kernels, k.rotary_backward);
+  add(&c->backward_kernels, k.repeat_kv_backward);
   if (shape.moe) AddMoeKernels(spec, d, x, imbalance, c);
   if (spec.qk_norm) {  // a norm over each query and key head
     c->forward_kernels.push_back({2 * (q_width + kv_width) * e_split});
@@ -378,7 +397,7 @@ void AddModuleRecompute(const TransformerSpec& spec, const LayerShape& shape, co
 // REQUIRES: `whole` is `shape` at t = 1.
 SampleCost BlockCost(const TransformerSpec& spec, const LayerShape& shape, const LayerShape& whole,
                      const Dims& d, Attention kind, const Split& x, Fp8Recipe fp8, double imbalance,
-                     ExpertDispatcher dispatcher) {
+                     ExpertDispatcher dispatcher, Elementwise elementwise) {
   const bool flash = kind != Attention::kEager;
   SampleCost c = BlockProducts(shape, whole, d, flash, x, imbalance);
   const double a = shape.attention.query_heads;
@@ -390,7 +409,7 @@ SampleCost BlockCost(const TransformerSpec& spec, const LayerShape& shape, const
   c.attention_core_bytes = flash ? 0 : core;
   c.attention_core_flops = flash ? 0 : c.other_flops;
   c.traffic_bytes = kTrafficPerActivationByte * c.activation_bytes;
-  AddBlockKernels(spec, shape, d, flash, x, imbalance, &c);
+  AddBlockKernels(spec, shape, d, flash, x, imbalance, elementwise, &c);
   if (shape.moe && dispatcher == ExpertDispatcher::kAllToAll) {
     AddAllToAllSortKernels(spec, d, x, imbalance, &c);
   }
@@ -410,7 +429,8 @@ SampleCost BlockCost(const TransformerSpec& spec, const LayerShape& shape, const
   return c;
 }
 
-SampleCost HeadCost(const LayerShape& shape, const Dims& d, const Split& x, Loss loss) {
+SampleCost HeadCost(const TransformerSpec& spec, const LayerShape& shape, const Dims& d,
+                    const Split& x, Loss loss, Elementwise elementwise) {
   const double rows = shape.products.front().OutAt(x.t);
   SampleCost c;
   // Replicated final norm; vocabulary-parallel projection.
@@ -436,6 +456,10 @@ SampleCost HeadCost(const LayerShape& shape, const Dims& d, const Split& x, Loss
   const double loss_bytes = d.s * rows * (d.e + kLossSoftmaxBytes);
   c.forward_kernels = {{2 * norm}, {loss_bytes}};
   c.backward_kernels = {{loss_bytes}, {3 * norm}};
+  if (elementwise == Elementwise::kEager) {
+    EagerHeadKernels(spec, loss, norm / d.e, x.Replicated() * d.s, d.e, d.s * rows,
+                     &c.forward_kernels, &c.backward_kernels);
+  }
   c.checkpoint_bytes = c.activation_bytes;                          // not recomputed
   c.weight_grad_bytes = d.s * d.e * (x.Replicated() * d.h + rows);  // projection input, logits grad
   c.output_bytes = 0;  // the last layer: only the loss leaves it

@@ -147,13 +147,34 @@ const char* FlashKernelName(FlashKernel kernel) {
       return "flash3";
     case FlashKernel::kTriton:
       return "triton";
+    case FlashKernel::kSdpaFlash2:
+      return "sdpa-flash2";
     default:
       return "flash2";
   }
 }
 
+std::array<double, 2> SdpaFlash2Factor(bool causal) {
+  const auto table = AtHeadDim(Family::kH100, FlashKernel::kFlash2, causal, kSdpaReferenceHeadDim,
+                               kSdpaReferenceSeq);
+  const double forward = causal ? kSdpaCausalForwardTflops : kSdpaForwardTflops;
+  const double backward = causal ? kSdpaCausalBackwardTflops : kSdpaBackwardTflops;
+  return {forward / (*table)[0], backward / (*table)[1]};
+}
+
 Result<FlashRates> FlashRatesFor(const GpuSpec& gpu, FlashKernel kernel, double seq,
                                  double head_dim, bool causal) {
+  if (kernel == FlashKernel::kSdpaFlash2) {
+    PIPECAST_ASSIGN_OR_RETURN(FlashRates rates,
+                              FlashRatesFor(gpu, FlashKernel::kFlash2, seq, head_dim, causal));
+    const std::array<double, 2> factor = SdpaFlash2Factor(causal);
+    rates.forward_flops_per_s *= factor[0];
+    rates.backward_flops_per_s *= factor[1];
+    rates.table += fmt::format(" x PyTorch SDPA's ({:.3f} forward, {:.3f} backward; "
+                               "pytorch/pytorch#128888, H100)",
+                               factor[0], factor[1]);
+    return rates;
+  }
   const bool a100 = gpu.name.find("A100") != std::string::npos;
   const bool hopper = gpu.name.find("H100") != std::string::npos ||
                       gpu.name.find("H200") != std::string::npos ||

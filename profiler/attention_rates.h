@@ -13,6 +13,7 @@
 #ifndef PIPECAST_PROFILER_ATTENTION_RATES_H_
 #define PIPECAST_PROFILER_ATTENTION_RATES_H_
 
+#include <array>
 #include <string>
 
 #include "base/status.h"
@@ -25,9 +26,14 @@ enum class FlashKernel {
   kFlash2,  // FlashAttention-2 (Dao 2023), CUDA; what PyTorch SDPA's flash backend runs
   kFlash3,  // FlashAttention-3 (Shah et al. 2024), Hopper only (wgmma, TMA)
   kTriton,  // FlashAttention's Triton kernel (flash_attn_triton.py), as llm-foundry ran it
+  // PyTorch SDPA's flash backend: the FlashAttention-2 PyTorch vendors
+  // (aten/src/ATen/native/transformers/cuda/flash_attn), as torchtitan's
+  // eager runs of late 2024 ran it: kFlash2's table times the measured
+  // ratios below.
+  kSdpaFlash2,
 };
 
-// "flash2", "flash3" or "triton".
+// "flash2", "flash3", "triton" or "sdpa-flash2".
 const char* FlashKernelName(FlashKernel kernel);
 
 // FlashAttention's backward over its forward in FLOPs: the forward runs two
@@ -43,6 +49,28 @@ inline constexpr double kCausalShare = 0.5;
 // without a causal mask runs its backward at 291 TFLOP/s and its forward at
 // 362 (Shah et al. 2024, Figures 5 and 6), 0.80.
 inline constexpr double kCombinedBackwardOverForward = 0.8;
+
+// PyTorch SDPA's flash backend on H100 SXM (bf16, head dim 128, s 4096,
+// batch 1 x 16 heads), TFLOP/s in the convention above: pytorch/pytorch#128888
+// (2024). Set against kFlash2's H100 table at the same s and head dim
+// (causal 319 / 269, no mask 368 / 310) they give the factors kSdpaFlash2
+// applies at every s, head dim and GPU (SdpaFlash2Factor): causal 0.64 /
+// 0.66, no mask 0.82 / 0.79. Caveat: that benchmark's grid is small (512
+// thread blocks against torchtitan's 4096 at s 8192, batch 2, 32 heads), so
+// the causal factors may be pessimistic; pytorch/benchmark#2296's 287-298
+// TFLOP/s forward without a mask (about 0.80) agrees with the no-mask one.
+// The factors were measured on H100 only; other GPUs are assumed the same.
+inline constexpr double kSdpaReferenceSeq = 4096;
+inline constexpr int kSdpaReferenceHeadDim = 128;
+inline constexpr double kSdpaCausalForwardTflops = 205.6;
+inline constexpr double kSdpaCausalBackwardTflops = 178.5;
+inline constexpr double kSdpaForwardTflops = 300.7;   // no mask
+inline constexpr double kSdpaBackwardTflops = 245.6;  // no mask
+
+// kSdpaFlash2's forward and backward speed over kFlash2's: the figures above
+// over kFlash2's H100 table at kSdpaReferenceSeq and kSdpaReferenceHeadDim.
+// Index 0 forward, 1 backward.
+std::array<double, 2> SdpaFlash2Factor(bool causal);
 
 struct FlashRates {
   double forward_flops_per_s = 0;   // FLOPs as above, per second

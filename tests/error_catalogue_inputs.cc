@@ -403,7 +403,11 @@ std::vector<Case> UnknownNameRows() {
   c.push_back(Row("unknown_attention_profiler", kProfiler, {},
                   "analytic --name x --layers 2 --hidden 64 --heads 8 --seq 8 --vocab 8 "
                   "--attention sparse",
-                  2, "--attention: sparse not in {flash,flash2,flash3,triton,eager}"));
+                  2, "--attention: sparse not in {flash,flash2,flash3,triton,eager,sdpa-flash2}"));
+  c.push_back(Row("unknown_elementwise_profiler", kProfiler, {},
+                  "analytic --name x --layers 2 --hidden 64 --heads 8 --seq 8 --vocab 8 "
+                  "--elementwise compiled",
+                  2, "--elementwise: compiled not in {fused,eager}"));
   c.push_back(Row("flash3_before_hopper", kProfiler, {},
                   "analytic --name x --layers 2 --hidden 64 --heads 8 --seq 8 --vocab 8 "
                   "--gpu a100-80gb --attention flash3",

@@ -44,6 +44,7 @@ struct AnalyticFlags {
   bool rotary_positions = false;
   std::string attention = "flash2";
   std::string loss = "fused";
+  std::string elementwise = "fused";
   std::string moe_dispatcher = "deepep";  // --moe-dispatcher: deepep or alltoall
   std::string precision = "bf16";         // bf16, or fp8 with --fp8-recipe
   std::string fp8_recipe;                 // empty: delayed with --precision fp8
@@ -192,6 +193,7 @@ Result<AnalyticOptions> OptionsFromFlags(const AnalyticFlags& flags) {
   AnalyticOptions options = flags.options;
   PIPECAST_ASSIGN_OR_RETURN(options.attention, ParseAttention(flags.attention));
   PIPECAST_ASSIGN_OR_RETURN(options.loss, ParseLoss(flags.loss));
+  PIPECAST_ASSIGN_OR_RETURN(options.elementwise, ParseElementwise(flags.elementwise));
   std::optional<ExpertDispatcher> dispatcher = ParseExpertDispatcher(flags.moe_dispatcher);
   if (!dispatcher) {
     return Status::InvalidArgument(
@@ -390,8 +392,10 @@ void AddEstimateFlags(CLI::App* cmd, AnalyticFlags& f) {
                   "Hopper only), triton (FlashAttention's Triton kernel, as llm-foundry's MPT runs "
                   "ran it): no s x s tensors kept, each at its published speed "
                   "(docs/calibration.md); or eager (softmax output and dropout kept, Korthikanti "
-                  "et al. 2022)")
-      ->check(CLI::IsMember({"flash", "flash2", "flash3", "triton", "eager"}))
+                  "et al. 2022), or sdpa-flash2 (PyTorch SDPA's flash backend, its vendored "
+                  "FlashAttention-2: flash2's table x pytorch/pytorch#128888's ratios, as "
+                  "torchtitan ran in 2024)")
+      ->check(CLI::IsMember({"flash", "flash2", "flash3", "triton", "eager", "sdpa-flash2"}))
       ->capture_default_str();
   cmd->add_option("--loss", f.loss,
                   "fused (Megatron-LM's vocabulary-parallel cross-entropy: the fp32 softmax and "
@@ -399,6 +403,14 @@ void AddEstimateFlags(CLI::App* cmd, AnalyticFlags& f) {
                   "runs it: the fp32 log-softmax kept, two more fp32 copies of the logits at the "
                   "backward's start; docs/profiler.md 'Memory')")
       ->check(CLI::IsMember({"fused", "pytorch"}))
+      ->capture_default_str();
+  cmd->add_option("--elementwise", f.elementwise,
+                  "fused (one kernel per norm, activation and rotary embedding each way, as "
+                  "Megatron-LM, llm-foundry and torch.compile run them) or eager (PyTorch eager "
+                  "mode op by op, as torchtitan runs without torch.compile: RMSNorm in 8 + 16 "
+                  "fp32 kernels, rotary via fp32 complex numbers, silu and mul, repeat_kv's "
+                  "copies; docs/profiler.md 'Element-wise kernel sets')")
+      ->check(CLI::IsMember({"fused", "eager"}))
       ->capture_default_str();
   cmd->add_option("--global-batch", s.global_batch,
                   "samples per iteration, written as the planner's default (default: omitted)");

@@ -187,8 +187,10 @@ void AddMoeRouting(const TransformerSpec& spec, const LayerShape& whole, const D
 // tokens over the mean (AnalyticOptions::moe_imbalance), for MoE blocks.
 SampleCost BlockCost(const TransformerSpec& spec, const LayerShape& shape, const LayerShape& whole,
                      const Dims& d, Attention kind, const Split& x, Fp8Recipe fp8, double imbalance,
-                     ExpertDispatcher dispatcher = ExpertDispatcher::kDeepEp);
-SampleCost HeadCost(const LayerShape& shape, const Dims& d, const Split& x, Loss loss);
+                     ExpertDispatcher dispatcher = ExpertDispatcher::kDeepEp,
+                     Elementwise elementwise = Elementwise::kFused);
+SampleCost HeadCost(const TransformerSpec& spec, const LayerShape& shape, const Dims& d,
+                    const Split& x, Loss loss, Elementwise elementwise = Elementwise::kFused);
 
 // The layer at each micro-batch size in `sizes`, timed at `r`
 // (profiler/analytic_time.cc); refused past model.json's limits.

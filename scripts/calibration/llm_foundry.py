@@ -55,6 +55,8 @@ def predict(row, profiler, simulator, profiler_args, simulator_args, workdir):
            "--seq", str(a["seq"]), "--vocab", str(a["vocab"]),
            "--microbatch-sizes", str(row["mbs"]), "--gpu", row["preset"],
            "--attention", row.get("attention", "flash2"), "--out", model]
+    if row.get("elementwise"):  # absent: the profiler's default (fused)
+        cmd += ["--elementwise", row["elementwise"]]
     if a.get("tied"):
         cmd.append("--tied-embeddings")
     if a.get("gated_mlp"):
