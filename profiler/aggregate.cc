@@ -212,7 +212,10 @@ Status AddProfiles(const Aggregation& aggregation, int microbatch_size, Model* m
   for (const LayerAggregate& l : aggregation.layers) {
     Layer* layer = nullptr;
     if (fresh) {
-      model->layers.push_back(Layer{l.name, l.parameters.value_or(0), std::nullopt, {}});
+      Layer added;
+      added.name = l.name;
+      added.parameters = l.parameters.value_or(0);
+      model->layers.push_back(std::move(added));
       layer = &model->layers.back();
     } else {
       for (Layer& m : model->layers) {

@@ -295,8 +295,8 @@ struct AnalyticOptions {
   // Size of one activation or weight element: 2 (bf16, the default), 1
   // (fp8) or 4 (fp32). Dropout masks are 1 byte whatever this is.
   int bytes_per_element = 2;
-  Attention attention = Attention::kFlash2;  // --attention
-  Loss loss = Loss::kFused;                  // --loss
+  Attention attention = Attention::kFlash2;       // --attention
+  Loss loss = Loss::kFused;                       // --loss
   Elementwise elementwise = Elementwise::kFused;  // --elementwise
   // --precision fp8 --fp8-recipe R: the blocks' weight products (QKV,
   // output projection, MLP) run in FP8 at the GPU's FP8 peak with the

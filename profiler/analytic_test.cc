@@ -340,8 +340,7 @@ TEST(AnalyticTest, RecomputeModulesHandWorkedForADenseBlock) {
     EXPECT_EQ(layer->profiles[0].layernorm_bytes, 0);
     EXPECT_EQ(layer->profiles[0].layernorm_ns, 0);
   }
-  EXPECT_THAT(model.source.details.at("recompute_modules_formula"),
-              HasSubstr("output-discarding"));
+  EXPECT_THAT(model.source.details.at("recompute_modules_formula"), HasSubstr("output-discarding"));
 }
 
 TEST(AnalyticTest, RecomputeModulesHandWorkedForAnMoeBlock) {
@@ -369,8 +368,8 @@ TEST(AnalyticTest, RecomputeModulesHandWorkedForAnMoeBlock) {
   // Tensor parallelism over 2 GPUs with sequence parallelism: the norms'
   // outputs are 1/t of the tokens (64 bytes), the experts' activations 1/t
   // of the columns (128 bytes).
-  Result<Model> split = EstimateTransformerAt(spec, options, {.degree = 2,
-                                                              .sequence_parallel = true});
+  Result<Model> split =
+      EstimateTransformerAt(spec, options, {.degree = 2, .sequence_parallel = true});
   ASSERT_TRUE(split.ok()) << split.status().message();
   EXPECT_EQ(split->layers[1].profiles.at(0).layernorm_bytes, 64);
   EXPECT_EQ(split->layers[1].profiles.at(0).moe_act_bytes, 128);
@@ -400,9 +399,11 @@ TEST(AnalyticTest, SelectiveRecomputeWithEagerAttentionDropsExactlyTheFiveAsSqua
   // Given two eager GPT-3 6.7B blocks as one stage at b = 2.
   const Model model = Estimate(Gpt3_6_7B(), Eager());
   const StageLayers blocks{1, 2};
-  const StageCost off = StageCostTable(model, StageCostOptions{2, Recompute::kOff}).Stage(blocks);
-  const StageCost selective =
-      StageCostTable(model, StageCostOptions{2, Recompute::kSelective}).Stage(blocks);
+  StageCostOptions options;
+  options.microbatch_size = 2;
+  const StageCost off = StageCostTable(model, options).Stage(blocks);
+  options.recompute = Recompute::kSelective;
+  const StageCost selective = StageCostTable(model, options).Stage(blocks);
   // Then the forward keeps 2 x 5as^2b less, and the backward rebuilds one
   // block's core: sbh(34 + 5as/h) becomes sbh * 34 per block (Korthikanti
   // Table 2, selective recomputation without tensor parallelism).

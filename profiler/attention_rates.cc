@@ -170,9 +170,10 @@ Result<FlashRates> FlashRatesFor(const GpuSpec& gpu, FlashKernel kernel, double 
     const std::array<double, 2> factor = SdpaFlash2Factor(causal);
     rates.forward_flops_per_s *= factor[0];
     rates.backward_flops_per_s *= factor[1];
-    rates.table += fmt::format(" x PyTorch SDPA's ({:.3f} forward, {:.3f} backward; "
-                               "pytorch/pytorch#128888, H100)",
-                               factor[0], factor[1]);
+    rates.table += fmt::format(
+        " x PyTorch SDPA's ({:.3f} forward, {:.3f} backward; "
+        "pytorch/pytorch#128888, H100)",
+        factor[0], factor[1]);
     return rates;
   }
   const bool a100 = gpu.name.find("A100") != std::string::npos;

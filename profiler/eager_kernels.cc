@@ -33,10 +33,9 @@ void Append(std::vector<MemoryKernel>* to, const std::vector<MemoryKernel>& kern
 //   * self.weight      read e, write e       2e     (the weight: h elements, left out)
 // = 36 B/element at e = 2 (the fused kernel: 2e = 4).
 std::vector<MemoryKernel> EagerRmsNorm(double elements, double rows, double e) {
-  return {{elements * (e + kFp32)},   {elements * 2 * kFp32},
-          {elements * kFp32 + rows * kFp32}, {rows * 2 * kFp32},
-          {rows * 2 * kFp32},         {elements * 2 * kFp32 + rows * kFp32},
-          {elements * (kFp32 + e)},   {elements * 2 * e}};
+  return {{elements * (e + kFp32)}, {elements * 2 * kFp32}, {elements * kFp32 + rows * kFp32},
+          {rows * 2 * kFp32},       {rows * 2 * kFp32},     {elements * 2 * kFp32 + rows * kFp32},
+          {elements * (kFp32 + e)}, {elements * 2 * e}};
 }
 
 // Its autograd backward, in the order autograd runs the formulas
@@ -120,7 +119,8 @@ ElementwiseKernels EagerBlockKernels(const TransformerSpec& spec, const Attentio
     for (double width : {static_cast<double>(attention.query_heads) * attention.qk_dim,
                          static_cast<double>(attention.kv_heads) * attention.qk_dim}) {
       const double elements = width * e_split * per;
-      Append(&k.rotary, {{elements * (e + kFp32)}, {elements * 2 * kFp32}, {elements * (kFp32 + e)}});
+      Append(&k.rotary,
+             {{elements * (e + kFp32)}, {elements * 2 * kFp32}, {elements * (kFp32 + e)}});
     }
     k.rotary_backward = k.rotary;
   }
@@ -131,7 +131,8 @@ ElementwiseKernels EagerBlockKernels(const TransformerSpec& spec, const Attentio
   // SDPA a transposed view of the gradient, which the flash backward takes
   // as it is (stride 1 in the last dimension): counted forward only
   // (uncertain).
-  k.repeat_kv.push_back({2 * static_cast<double>(attention.query_heads) * attention.v_dim * e_split});
+  k.repeat_kv.push_back(
+      {2 * static_cast<double>(attention.query_heads) * attention.v_dim * e_split});
   return k;
 }
 

@@ -30,8 +30,8 @@ TEST(EagerKernels, RmsNormForwardOfATinyLayer) {
 
 // Backward by hand, per element at e = 2: 4 + 6 + 2 + 6 + 8 + 12 + 4 + 4 + 8 + 8
 // + 12 + 12 + 6 = 92, x 32 = 2944; per row: three rsqrt-backward kernels of 8
-// and mean's backward reading 4: 4 * (24 + 4) = 112. 3056 bytes in 16 kernels, 8 * 32 = 256 of them the
-// weight gradient (dy * nb, 6 B/element, and its sum over tokens, 2).
+// and mean's backward reading 4: 4 * (24 + 4) = 112. 3056 bytes in 16 kernels, 8 * 32 = 256 of them
+// the weight gradient (dy * nb, 6 B/element, and its sum over tokens, 2).
 TEST(EagerKernels, RmsNormBackwardOfATinyLayer) {
   const std::vector<MemoryKernel> k = EagerRmsNormBackward(32, 4, 2);
   EXPECT_EQ(k.size(), 16u);

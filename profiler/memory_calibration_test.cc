@@ -103,8 +103,8 @@ struct Prediction {
 
 // The replay of two steps of the row's trace on its GPU's memory less the
 // runtime's (CUDA context, cuBLAS, NCCL).
-void Replay(const MemoryRow& row, const Model& model, const Cluster& cluster,
-            const SimOptions& sim, const DeviceMemory& device, Prediction* p) {
+void Replay(const MemoryRow& row, const Model& model, const Cluster& cluster, const SimOptions& sim,
+            const DeviceMemory& device, Prediction* p) {
   StepTraceOptions options;
   options.microbatch_size = row.mbs;
   options.data_parallel = row.d;
@@ -122,10 +122,11 @@ void Replay(const MemoryRow& row, const Model& model, const Cluster& cluster,
   }
   p->replay_allocated_gib = ToGiB(replay->run.peak_allocated);
   p->replay_reserved_gib = ToGiB(replay->run.peak_reserved + cublas);
-  std::printf("%s replay: step 1 allocated %.2f reserved %.2f; step 2 allocated %.2f reserved %.2f\n",
-              row.id.c_str(), ToGiB(replay->first_step.peak_allocated),
-              ToGiB(replay->first_step.peak_reserved), ToGiB(replay->last_step.peak_allocated),
-              ToGiB(replay->last_step.peak_reserved));
+  std::printf(
+      "%s replay: step 1 allocated %.2f reserved %.2f; step 2 allocated %.2f reserved %.2f\n",
+      row.id.c_str(), ToGiB(replay->first_step.peak_allocated),
+      ToGiB(replay->first_step.peak_reserved), ToGiB(replay->last_step.peak_allocated),
+      ToGiB(replay->last_step.peak_reserved));
 }
 
 // As docs/calibration.md gives the commands.

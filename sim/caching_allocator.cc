@@ -86,10 +86,10 @@ Result<int64_t> CachingAllocator::Malloc(Bytes orig_size, int stream) {
       address = NewSegment(segment_size, small, stream);
     }
     if (address < 0) {
-      return Status::FailedPrecondition(fmt::format(
-          "caching allocator: out of memory for {} B on stream {} ({} B reserved, {} B "
-          "allocated, capacity {} B)",
-          orig_size, stream, stats_.reserved, stats_.allocated, capacity_));
+      return Status::FailedPrecondition(
+          fmt::format("caching allocator: out of memory for {} B on stream {} ({} B reserved, {} B "
+                      "allocated, capacity {} B)",
+                      orig_size, stream, stats_.reserved, stats_.allocated, capacity_));
     }
   }
   Block& block = blocks_.at(address);

@@ -47,10 +47,10 @@
 namespace pipecast {
 
 // CUDACachingAllocator.cpp's constants.
-inline constexpr Bytes kAllocMinBlockSize = 512;            // kMinBlockSize
-inline constexpr Bytes kAllocSmallSize = Bytes{1} << 20;    // kSmallSize, 1 MiB
-inline constexpr Bytes kAllocSmallBuffer = Bytes{2} << 20;  // kSmallBuffer, 2 MiB
-inline constexpr Bytes kAllocLargeBuffer = Bytes{20} << 20;  // kLargeBuffer, 20 MiB
+inline constexpr Bytes kAllocMinBlockSize = 512;               // kMinBlockSize
+inline constexpr Bytes kAllocSmallSize = Bytes{1} << 20;       // kSmallSize, 1 MiB
+inline constexpr Bytes kAllocSmallBuffer = Bytes{2} << 20;     // kSmallBuffer, 2 MiB
+inline constexpr Bytes kAllocLargeBuffer = Bytes{20} << 20;    // kLargeBuffer, 20 MiB
 inline constexpr Bytes kAllocMinLargeAlloc = Bytes{10} << 20;  // kMinLargeAlloc, 10 MiB
 inline constexpr Bytes kAllocRoundLarge = Bytes{2} << 20;      // kRoundLarge, 2 MiB
 

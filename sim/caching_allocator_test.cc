@@ -26,11 +26,11 @@ TEST(CachingAllocator, RoundsRequestsTo512Bytes) {
 }
 
 TEST(CachingAllocator, SegmentSizes) {
-  EXPECT_EQ(AllocatorSegmentSize(512), 2 * kMiB_);             // small: kSmallBuffer
-  EXPECT_EQ(AllocatorSegmentSize(kMiB_), 2 * kMiB_);           // 1 MiB is still small
-  EXPECT_EQ(AllocatorSegmentSize(kMiB_ + 512), 20 * kMiB_);    // 1-10 MiB: kLargeBuffer
+  EXPECT_EQ(AllocatorSegmentSize(512), 2 * kMiB_);           // small: kSmallBuffer
+  EXPECT_EQ(AllocatorSegmentSize(kMiB_), 2 * kMiB_);         // 1 MiB is still small
+  EXPECT_EQ(AllocatorSegmentSize(kMiB_ + 512), 20 * kMiB_);  // 1-10 MiB: kLargeBuffer
   EXPECT_EQ(AllocatorSegmentSize(10 * kMiB_ - 512), 20 * kMiB_);
-  EXPECT_EQ(AllocatorSegmentSize(10 * kMiB_), 10 * kMiB_);     // rounded to 2 MiB
+  EXPECT_EQ(AllocatorSegmentSize(10 * kMiB_), 10 * kMiB_);  // rounded to 2 MiB
   EXPECT_EQ(AllocatorSegmentSize(10 * kMiB_ + 512), 12 * kMiB_);
 }
 

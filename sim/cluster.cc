@@ -90,7 +90,7 @@ const std::vector<Cluster>& Presets() {
                   .memory_bytes = 81049 * kMiB,
                   .memory_reserve_bytes = ReserveBytes(kCublasWorkspaceAmpere),
                   .memory_headroom = kAllocatorHeadroom,
-                  .peak_tflops = 312,              // A100 datasheet: BF16 tensor, dense
+                  .peak_tflops = 312,             // A100 datasheet: BF16 tensor, dense
                   .memory_bandwidth_gbps = 2039,  // A100 80GB SXM datasheet
                   .sms = 108},                    // A100 SXM4: 108 SMs (whitepaper)
           // NVLink 3: 12 links, 600 GB/s bidirectional = 300 GB/s each way.

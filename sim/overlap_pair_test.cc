@@ -135,7 +135,9 @@ TEST(OverlappedPairTest, DualPipeVPairsAtTensorParallelTwoLastWhatTheModelGives)
   Result<SimResult> got = Simulate(model, cluster, *sched, options);
   ASSERT_TRUE(got.ok()) << got.status().message();
 
-  StageCostOptions co{options.config.microbatch_size, options.config.recompute};
+  StageCostOptions co;
+  co.microbatch_size = options.config.microbatch_size;
+  co.recompute = options.config.recompute;
   co.tensor_parallel = 2;
   co.tp_link = cluster.intra_node;
   const std::vector<StageCost> costs = StageCostTable(model, co).Stages(options.partition);

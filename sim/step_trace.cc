@@ -56,7 +56,11 @@ class TraceWriter {
                  kComputeStream, fmt::format("layer {} Adam moments", i));
         }
       }
-      events_.push_back({.kind = TraceEvent::Kind::kStepEnd, .tensor = -1, .bytes = 0, .stream = 0, .what = "step end"});
+      events_.push_back({.kind = TraceEvent::Kind::kStepEnd,
+                         .tensor = -1,
+                         .bytes = 0,
+                         .stream = 0,
+                         .what = "step end"});
     }
     return std::move(events_);
   }
@@ -80,7 +84,8 @@ class TraceWriter {
   }
   void Free(int64_t id) {
     if (id >= 0) {
-      events_.push_back({.kind = TraceEvent::Kind::kFree, .tensor = id, .bytes = 0, .stream = 0, .what = "free"});
+      events_.push_back(
+          {.kind = TraceEvent::Kind::kFree, .tensor = id, .bytes = 0, .stream = 0, .what = "free"});
     }
   }
 
@@ -115,8 +120,8 @@ class TraceWriter {
       if (l.logits > 0) HeadLossForward(i);
       if (l.rebuilt > 0) Free(Malloc(l.rebuilt, kComputeStream, "transient"));
       Free(work);
-      input = l.output > 0 ? Malloc(l.output, kComputeStream, fmt::format("layer {} output", i))
-                           : -1;
+      input =
+          l.output > 0 ? Malloc(l.output, kComputeStream, fmt::format("layer {} output", i)) : -1;
       // Reshard after forward: every block but the last (torchtitan's
       // apply_fsdp); the root stays gathered.
       if (!IsRoot(i) && i + 2 != n) {
@@ -166,10 +171,10 @@ class TraceWriter {
       const int64_t rebuilt =
           l.rebuilt > 0 ? Malloc(l.rebuilt, kComputeStream, "rebuilt") : int64_t{-1};
       const int64_t work = Malloc(l.workspace, kComputeStream, "workspace");
-      const int64_t grad_in = i > 0 ? Malloc(layers_[i - 1].output, kComputeStream, "input grad")
-                                    : int64_t{-1};
-      const int64_t wgrad = Malloc(PerParam(l.parameters, m.GatherBytesPerParam()),
-                                   kComputeStream, fmt::format("layer {} unsharded grad", i));
+      const int64_t grad_in =
+          i > 0 ? Malloc(layers_[i - 1].output, kComputeStream, "input grad") : int64_t{-1};
+      const int64_t wgrad = Malloc(PerParam(l.parameters, m.GatherBytesPerParam()), kComputeStream,
+                                   fmt::format("layer {} unsharded grad", i));
       Free(work);
       Free(rebuilt);
       Free(logits_grad);
@@ -207,9 +212,8 @@ class TraceWriter {
 Result<std::vector<TraceEvent>> BuildStepTrace(const Model& model,
                                                const StepTraceOptions& options) {
   if (options.memory.zero != 3) {
-    return Status::InvalidArgument(
-        fmt::format("step trace: ZeRO level {} (--zero); the trace is FSDP's, level 3",
-                    options.memory.zero));
+    return Status::InvalidArgument(fmt::format(
+        "step trace: ZeRO level {} (--zero); the trace is FSDP's, level 3", options.memory.zero));
   }
   if (model.layers.size() < 3) {
     return Status::InvalidArgument("step trace: the model needs an embedding, blocks and a head");
@@ -223,8 +227,9 @@ Result<std::vector<TraceEvent>> BuildStepTrace(const Model& model,
     const LayerCost c = CostAt(layer, options.microbatch_size);
     LayerTerms t;
     t.parameters = layer.parameters;
-    t.kept = options.op_recompute && c.op_saved_bytes ? std::min(*c.op_saved_bytes, c.activation_bytes)
-                                                      : c.activation_bytes;
+    t.kept = options.op_recompute && c.op_saved_bytes
+                 ? std::min(*c.op_saved_bytes, c.activation_bytes)
+                 : c.activation_bytes;
     t.rebuilt = c.activation_bytes - t.kept;
     t.output = c.output_bytes;
     t.workspace = c.workspace_bytes;

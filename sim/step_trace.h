@@ -56,10 +56,10 @@ struct TraceEvent {
 
 struct StepTraceOptions {
   int microbatch_size = 1;
-  int data_parallel = 1;       // FSDP's shard group
-  MemoryConfig memory;         // zero must be 3
-  bool op_recompute = true;    // kept: op_saved_bytes; else activation_bytes
-  bool pytorch_loss = false;   // the head's loss as --loss pytorch writes it
+  int data_parallel = 1;      // FSDP's shard group
+  MemoryConfig memory;        // zero must be 3
+  bool op_recompute = true;   // kept: op_saved_bytes; else activation_bytes
+  bool pytorch_loss = false;  // the head's loss as --loss pytorch writes it
   int steps = 2;
   // Bytes per parameter of optimizer state made at the first step (Adam's
   // fp32 moments, 8), part of memory.optimizer_bytes_per_param.

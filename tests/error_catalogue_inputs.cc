@@ -453,8 +453,7 @@ std::vector<Case> UnknownNameRows() {
                   "recomputation checkpoints: list full in --recompute"));
   // Megatron-LM's selective recomputation by module (--recompute-modules).
   c.push_back(Row("recompute_modules_unmodelled", kSimulator, {kGoodModel},
-                  std::string(kSim) + " --recompute selective --recompute-modules layernorm,mlp",
-                  2,
+                  std::string(kSim) + " --recompute selective --recompute-modules layernorm,mlp", 2,
                   "--recompute-modules layernorm,mlp: Megatron-LM's module 'mlp' is not modelled "
                   "by pipecast; the modelled ones are core_attn, layernorm and moe_act"));
   c.push_back(Row("recompute_modules_unknown", kSimulator, {kGoodModel},

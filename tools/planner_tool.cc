@@ -90,11 +90,10 @@ Status PlannerRecompute(const PlannerToolOptions& flags, PlannerOptions* o) {
   }
   if (flags.recompute == "auto") {
     return Status::InvalidArgument(
-        has_method
-            ? "--recompute-method and --recompute-num-layers choose which layers full "
-              "recomputation checkpoints: give --recompute full (or a list with full)"
-            : "--recompute-modules chooses what selective recomputation reruns: give "
-              "--recompute selective (or a list with selective)");
+        has_method ? "--recompute-method and --recompute-num-layers choose which layers full "
+                     "recomputation checkpoints: give --recompute full (or a list with full)"
+                   : "--recompute-modules chooses what selective recomputation reruns: give "
+                     "--recompute selective (or a list with selective)");
   }
   auto listed = ParseRecomputeList(flags.recompute);
   if (!listed.ok()) return listed.status().WithPrefix("--recompute");
