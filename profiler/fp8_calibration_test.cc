@@ -1,4 +1,4 @@
-// FP8 against published runs (docs/calibration.md "FP8"). The FP8 constants
+// FP8 against published runs (docs/calibration-fp8.md "FP8"). The FP8 constants
 // (kFp8Mainloop, kFp8TileOverheadK) come from a GEMM benchmark table
 // (profiler/matmul_model.h); one
 // choice is fitted to two NeMo rows (below); everything else is held out.
@@ -54,7 +54,7 @@ namespace {
 // torchtitan). The NeMo rows with tensor parallelism come out within 15%
 // (Llama 3 70B with cp 2 among them: +10.4%); those at t = 1 (GPT-3 5B,
 // Llama 2 7B and 13B, Llama 3 8B with cp 2) 24-34% fast, and the bf16
-// model is what is fast there (docs/calibration.md "FP8" says so and why):
+// model is what is fast there (docs/calibration-fp8.md "FP8" says so and why):
 // the bounds below are the present errors, so that a change is seen, and
 // the count within the target is printed, not asserted.
 constexpr double kIssueRowTarget = 0.10;
@@ -361,7 +361,7 @@ TEST(Fp8Calibration, DgxcBf16AndFp8PairsAndTheirSpeedups) {
 // Llama 3.1 8B on 8 H100s with context parallelism 2 (DGX Cloud, s 8192,
 // GBS 128, t 1, so d 4): bf16 and FP8, replayed with Megatron's ring. A
 // context-parallel run: bf16 (+12.7%) is held to the issue's 15% for those;
-// FP8 (+18.7%) to the t = 1 rows' bound (docs/calibration.md "FP8", item 4).
+// FP8 (+18.7%) to the t = 1 rows' bound (docs/calibration-fp8.md "FP8", item 4).
 TEST(Fp8Calibration, DgxcLlama31Cp2OnEightGpus) {
   NemoRow row = {"dgxc-llama3.1-8b-cp2",
                  8,

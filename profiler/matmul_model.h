@@ -68,7 +68,7 @@ GemmPreset GemmPresetFor(const GpuSpec& gpu);
 // kFp8Mainloop: the share of the FP8 per-SM peak a tile's mainloop reaches.
 // Taken for the per-tensor recipes too: cuBLAS's per-tensor FP8 kernels run
 // 1.88-2.09x their bf16 rate at large shapes (pytorch/FBGEMM#2546, H100),
-// where the model gives 1.98-1.99x (docs/calibration.md "FP8").
+// where the model gives 1.98-1.99x (docs/calibration-fp8.md "FP8").
 inline constexpr double kFp8Mainloop = 0.796;
 // kFp8TileOverheadK: an FP8 tile's fixed part (pipeline fill, scales, the
 // bf16 output tile) in k-columns at the FP8 mainloop rate: 525, about twice

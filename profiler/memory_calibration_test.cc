@@ -1,4 +1,4 @@
-// The memory rows of docs/calibration.md ("Memory as the GPU reports it"):
+// The memory rows of docs/calibration-memory.md ("Memory as the GPU reports it"):
 // published per-GPU memory figures of runs by people outside the project,
 // each run pinned as it was made: `profiler analytic` from the model's
 // Hugging Face config with the row's sequence, micro-batch size, precision

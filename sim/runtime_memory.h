@@ -2,7 +2,7 @@
 // beside the bytes the plan's tensors take (the simulated peak, PyTorch's
 // max_memory_allocated). Each term is named, says where its figure comes from
 // and whether it is estimated (docs/simulator.md, "Memory as the GPU reports
-// it"; docs/calibration.md, "Memory as the GPU reports it"):
+// it"; docs/calibration-memory.md, "Memory as the GPU reports it"):
 //   allocated        the simulated peak (weights, gradients, optimizer state,
 //                    activations, communication buffers, workspace)
 //   allocator cache  reserved - allocated: PyTorch's caching allocator keeps

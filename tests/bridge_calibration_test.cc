@@ -1,5 +1,5 @@
 // Held-out: every DGX-H100 row of NVIDIA's later NeMo performance summaries
-// (docs/calibration.md "NeMo / Megatron-Bridge performance summaries, DGX-H100"). Never tuned
+// (docs/calibration-moe.md "NVIDIA's Megatron-Bridge performance summaries"). Never tuned
 // on; nothing in the model changed for them. Source: NVIDIA-NeMo/Megatron-Bridge
 // docs/performance-summary-archive.md at 067f987d (containers 25.09 to 26.06), the runs'
 // settings from the same repository's scripts/performance at the commit that published each

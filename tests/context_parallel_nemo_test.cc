@@ -1,6 +1,6 @@
 // Held-out: NVIDIA's long-sequence runs of Llama 2 7B with context parallelism
-// (docs/calibration.md "Context parallelism", "NeMo's Llama 2 7B at 4k-1024k tokens"). Never
-// tuned on; nothing in the model changed for them.
+// (docs/calibration-context.md "Context parallelism", "NeMo's Llama 2 7B at 4k-1024k tokens").
+// Never tuned on; nothing in the model changed for them.
 //
 // Source: NVIDIA/NeMo docs/source/performance/performance_long_sequence.md @ 19fadb67b0
 // (2025-05-08; the H100 table unchanged since 5b47a94c11, 2024-10-18, which first published it,

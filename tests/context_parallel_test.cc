@@ -398,13 +398,13 @@ TEST(ContextParallelPlanner, SearchesTCpPdAndPinsCp) {
   EXPECT_TRUE(CheckContextParallelChoices({2, 4}, 64).ok());
 }
 
-// Held-out published context-parallel runs (docs/calibration.md "Context parallelism"; never
-// tuned on): torchtitan's Llama 3.1 8B on 8 H100s of Grand Teton (96 GB HBM2e, 500 W),
-// FSDP 8/cp x CP cp, local batch 1, full activation checkpointing, torch.compile and Float8
-// (torchao, tensorwise dynamic scaling; FSDP Float8 all-gather), PyTorch's context parallel
-// SDPA (FlashAttention-2, round-robin load balancing, K/V all-gathered: torchtitan's default
-// rotate method). pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md, Table 2
-// (torchtitan 9dec370, 2024/12/26).
+// Held-out published context-parallel runs (docs/calibration-context.md "Context parallelism";
+// never tuned on): torchtitan's Llama 3.1 8B on 8 H100s of Grand Teton (96 GB HBM2e, 500 W), FSDP
+// 8/cp x CP cp, local batch 1, full activation checkpointing, torch.compile and Float8 (torchao,
+// tensorwise dynamic scaling; FSDP Float8 all-gather), PyTorch's context parallel SDPA
+// (FlashAttention-2, round-robin load balancing, K/V all-gathered: torchtitan's default rotate
+// method). pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md, Table 2 (torchtitan
+// 9dec370, 2024/12/26).
 struct TorchtitanCpRow {
   int cp;
   int seq;

@@ -1,4 +1,4 @@
-// Held-out published mixture-of-experts runs (docs/calibration.md "Mixture of experts"; never
+// Held-out published mixture-of-experts runs (docs/calibration-moe.md "Mixture of experts"; never
 // tuned on: the only fitted numbers of the MoE model are DeepEP's published dispatcher
 // bandwidths, sim/collectives.h; the all-to-all dispatcher's row runs at NCCL's link rates). Each
 // row goes from the publisher's HuggingFace config (examples/hf/) through `profiler analytic` and
@@ -149,7 +149,7 @@ TEST(MoeCalibration, Qwen3On256H100sHeldOut) {
               std::size(kQwen3Rows));
 }
 
-// Published per-GPU memory of MoE training runs (docs/calibration.md "MoE memory, held out").
+// Published per-GPU memory of MoE training runs (docs/calibration-moe.md "MoE memory, held out").
 // pytorch/torchtitan#1789 (2025-10-02): DeepSeek-V3 "16B" (torchtitan's flavor, the
 // DeepSeek-V2-Lite architecture: examples/hf/deepseek-v2-lite.json) on 8 H100 80GB HBM3 with
 // train_configs/deepseek_v3_16b.toml at 82a9530f6^ (FSDP over 8, ep 8, etp 1, seq 4096,
