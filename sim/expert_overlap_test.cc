@@ -81,6 +81,19 @@ constexpr PairOverlap kHidesExperts{.factor = 1.0, .expert_comm = true};
 // F = 1 ms of compute + 400,515 ns of all-to-all, B = 2 ms + 400,515 ns. The forward's
 // all-to-all hides behind the backward's 2 ms of compute, the backward's behind the forward's
 // 1 ms: the pair lasts its compute, 3 ms, not F + B = 3,801,030 ns.
+// One layer of the hand-worked two-layer pairs: 100 us before and 100 us of experts forward,
+// 200 and 200 us backward, dispatch and combine of `all_to_all_us` each, the compute beside an
+// all-to-all on 1 - `comm_sm_share` of the SMs.
+PairLayerCost TwoLayerPairLayer(TimeNs all_to_all_us, double comm_sm_share) {
+  return PairLayerCost{.pre_forward = 100'000,
+                       .expert_forward = 100'000,
+                       .pre_backward = 200'000,
+                       .expert_backward = 200'000,
+                       .dispatch = all_to_all_us * 1000,
+                       .combine = all_to_all_us * 1000,
+                       .comm_sm_share = comm_sm_share};
+}
+
 TEST(ExpertOverlapTest, AllToAllHiddenBehindThePartnersComputeHandWorked) {
   const StageCost f = Costs(1'000'000 + kAllToAllNs, kAllToAllNs, 0, 0);
   const StageCost b = Costs(0, 0, 2'000'000 + kAllToAllNs, kAllToAllNs);
@@ -172,14 +185,7 @@ TEST(ExpertOverlapTest, CombinedOneFOneBOnOneStageHandWorked) {
 // 800 us hide, shared by the halves' all-to-alls (1,100 each): forward 1,100, backward 1,500.
 // The whole-compute rule hides min(1,100, 800) + min(1,100, 400) = 1,200: 2,200 us.
 TEST(ExpertOverlapTest, LayeredPairTwoLayersHandWorked) {
-  const auto layer = [](TimeNs all_to_all_us) {
-    return PairLayerCost{.pre_forward = 100'000,
-                         .expert_forward = 100'000,
-                         .pre_backward = 200'000,
-                         .expert_backward = 200'000,
-                         .dispatch = all_to_all_us * 1000,
-                         .combine = all_to_all_us * 1000};
-  };
+  const auto layer = [](TimeNs all_to_all_us) { return TwoLayerPairLayer(all_to_all_us, 0); };
   const std::vector<PairLayerCost> f{layer(500), layer(50)}, b{layer(50), layer(500)};
   EXPECT_EQ(LayeredPairNs(f, b, true), 2'600'000);
   // Each alone: a layer's nodes in turn.
@@ -228,15 +234,7 @@ TEST(ExpertOverlapTest, CommunicationSmShareOfTheGpu) {
 // A half alone has no compute beside its all-to-alls (each waits for the node before it): as
 // before, 1,500 and 1,900 us.
 TEST(ExpertOverlapTest, LayeredPairComputeRunsOnTheSmsTheAllToAllsLeave) {
-  const auto layer = [](TimeNs all_to_all_us) {
-    return PairLayerCost{.pre_forward = 100'000,
-                         .expert_forward = 100'000,
-                         .pre_backward = 200'000,
-                         .expert_backward = 200'000,
-                         .dispatch = all_to_all_us * 1000,
-                         .combine = all_to_all_us * 1000,
-                         .comm_sm_share = 0.25};
-  };
+  const auto layer = [](TimeNs all_to_all_us) { return TwoLayerPairLayer(all_to_all_us, 0.25); };
   const std::vector<PairLayerCost> f{layer(500), layer(50)}, b{layer(50), layer(500)};
   EXPECT_EQ(LayeredPairNs(f, b, true), 2'650'000);
   EXPECT_EQ(LayeredPairNs(f, {}, true), 1'500'000);
