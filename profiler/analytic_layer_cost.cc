@@ -92,6 +92,30 @@ KeptWidths WeightGradWidths(const LayerShape& shape, double imbalance) {
   return w;
 }
 
+// The bias gradients' bytes: a reduction over the tokens of each output gradient (f: the
+// MLP width a token passes, as AddBlockKernels takes it).
+std::vector<double> BiasGradientBytes(const TransformerSpec& spec, const LayerShape& shape,
+                                      const Dims& d, const Split& x, double f) {
+  const AttentionCore& attention = shape.attention;
+  const double q_width = static_cast<double>(attention.query_heads) * attention.qk_dim;
+  const double kv_width = static_cast<double>(attention.kv_heads) * attention.qk_dim;
+  const double full = x.Replicated() * d.s * d.h * d.e;
+  const double e_split = d.s * d.e / x.t;
+  std::vector<double> bias_bytes;
+  if (ClassicShape(spec)) {
+    if (!spec.gated_mlp) bias_bytes = {full, f * e_split, full, (q_width + 2 * kv_width) * e_split};
+    return bias_bytes;
+  }
+  for (const WeightProduct& p : shape.products) {
+    if (!p.bias) continue;
+    const double out = static_cast<double>(p.out);
+    bias_bytes.push_back(p.split == TpSplit::kColumn ? out * e_split
+                         : p.split == TpSplit::kRow  ? x.Replicated() * d.s * out * d.e
+                                                     : d.s * out * d.e);
+  }
+  return bias_bytes;
+}
+
 // The memory-bound kernels of a block, per sample on one GPU of the group
 // (docs/profiler.md, "Time"). Full-width tensors (norms, residual adds,
 // dropout) are replicated over the group, or 1/t of the tokens with sequence
@@ -166,20 +190,7 @@ void AddBlockKernels(const TransformerSpec& spec, const LayerShape& shape, const
     c->forward_kernels.push_back({2 * (q_width + kv_width) * e_split});
     c->backward_kernels.push_back({3 * (q_width + kv_width) * e_split});
   }
-  // The bias gradients: a reduction over the tokens of each output gradient.
-  std::vector<double> bias_bytes;
-  if (ClassicShape(spec)) {
-    if (!spec.gated_mlp) bias_bytes = {full, f * e_split, full, (q_width + 2 * kv_width) * e_split};
-  } else {
-    for (const WeightProduct& p : shape.products) {
-      if (!p.bias) continue;
-      const double out = static_cast<double>(p.out);
-      bias_bytes.push_back(p.split == TpSplit::kColumn ? out * e_split
-                           : p.split == TpSplit::kRow  ? x.Replicated() * d.s * out * d.e
-                                                       : d.s * out * d.e);
-    }
-  }
-  for (double bytes : bias_bytes) {
+  for (double bytes : BiasGradientBytes(spec, shape, d, x, f)) {
     c->backward_kernels.push_back({.bytes_per_sample = bytes, .weight_gradient = true});
   }
   if (flash) {
