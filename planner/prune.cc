@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <tuple>
 #include <vector>
 
@@ -53,6 +54,28 @@ OpFloors FloorsOf(const StageCost& cost, bool overlapped_pairs, bool expert_comm
   return f;
 }
 
+// OverlappedPairNs of a forward of stage f beside a backward (B, or I) of stage b, each made
+// once per bound: the layered rule replays the pair's layers, and the floors and the ranks'
+// work ask for the same pairs.
+class PairHalvesMemo {
+ public:
+  PairHalvesMemo(const std::vector<StageCost>& costs, const PairOverlap& overlap)
+      : costs_(costs), overlap_(overlap), done_(costs.size() * costs.size() * kKinds) {}
+
+  const PairHalvesNs& Get(int f, int b, OpKind b_kind) {
+    std::optional<PairHalvesNs>& slot =
+        done_[(static_cast<size_t>(f) * costs_.size() + b) * kKinds + static_cast<size_t>(b_kind)];
+    if (!slot) slot = OverlappedPairNs(costs_[f], costs_[b], b_kind, overlap_);
+    return *slot;
+  }
+
+ private:
+  static constexpr size_t kKinds = 4;  // OpKind's values
+  const std::vector<StageCost>& costs_;
+  PairOverlap overlap_;
+  std::vector<std::optional<PairHalvesNs>> done_;
+};
+
 // The layered rule's floors (LayeredPairNs, docs/planner.md "prune"): with the expert overlap
 // on, a pair of two stages that both have pair_layers lasts what OverlappedPairNs gives for
 // those two stages, and its halves' hidden parts come from the stages' layers alone, which the
@@ -63,8 +86,7 @@ OpFloors FloorsOf(const StageCost& cost, bool overlapped_pairs, bool expert_comm
 // A pair under the whole-compute rule (a partner without pair_layers) keeps the generic floors,
 // which do not depend on the partner.
 void TightenLayeredFloors(const std::vector<StageCost>& costs, const Schedule& shape,
-                          const Candidate& c, std::vector<OpFloors>* op) {
-  const PairOverlap overlap = c.config.Pairs();
+                          const Candidate& c, PairHalvesMemo* memo, std::vector<OpFloors>* op) {
   const bool may_split = TraitsOf(c.config.schedule).splits_backward;
   const int stages = shape.num_stages;
   std::vector<TimeNs> forward(stages), backward(stages);
@@ -76,12 +98,11 @@ void TightenLayeredFloors(const std::vector<StageCost>& costs, const Schedule& s
     if (costs[f].pair_layers.empty()) continue;
     for (int b = 0; b < stages; ++b) {
       if (shape.stage_rank[b] != shape.stage_rank[f] || costs[b].pair_layers.empty()) continue;
-      const PairHalvesNs whole = OverlappedPairNs(costs[f], costs[b], OpKind::kBackward, overlap);
+      const PairHalvesNs& whole = memo->Get(f, b, OpKind::kBackward);
       forward[f] = std::min(forward[f], whole.forward);
       backward[b] = std::min(backward[b], whole.backward);
       if (!may_split) continue;
-      const PairHalvesNs input =
-          OverlappedPairNs(costs[f], costs[b], OpKind::kBackwardInput, overlap);
+      const PairHalvesNs& input = memo->Get(f, b, OpKind::kBackwardInput);
       forward[f] = std::min(forward[f], input.forward);
       backward[b] = std::min(backward[b], input.backward + costs[b].backward_weight_ns);
     }
@@ -125,10 +146,12 @@ bool PairCommFloor(const Candidate& c) {
 // but for the per-op collectives, which only lengthen them); under the whole-compute rule each
 // half at least its compute less what it may hide (F - Fc, B - Bc). REQUIRES: overlap factor 1
 // or more.
-TimeNs PairFloorNs(const StageCost& f, const StageCost& b, OpKind b_kind,
-                   const PairOverlap& overlap) {
+TimeNs PairFloorNs(const std::vector<StageCost>& costs, int f_stage, int b_stage, OpKind b_kind,
+                   const PairOverlap& overlap, PairHalvesMemo* memo) {
+  const StageCost& f = costs[f_stage];
+  const StageCost& b = costs[b_stage];
   if (overlap.expert_comm && !f.pair_layers.empty() && !b.pair_layers.empty()) {
-    const PairHalvesNs halves = OverlappedPairNs(f, b, b_kind, overlap);
+    const PairHalvesNs& halves = memo->Get(f_stage, b_stage, b_kind);
     return halves.forward + halves.backward;
   }
   return std::max<TimeNs>(0, f.DurationNs(OpKind::kForward) -
@@ -139,12 +162,12 @@ TimeNs PairFloorNs(const StageCost& f, const StageCost& b, OpKind b_kind,
 // A rank's work: its ops (CountRankOps) each at the least the simulator runs it for, an op
 // alone its stage-cost time, a pair PairFloorNs.
 TimeNs RankWork(const std::vector<RankOpCount>& ops, const std::vector<StageCost>& costs,
-                const PairOverlap& overlap) {
+                const PairOverlap& overlap, PairHalvesMemo* memo) {
   TimeNs work = 0;
   for (const RankOpCount& o : ops) {
-    const TimeNs each =
-        o.partner < 0 ? costs[o.stage].DurationNs(o.kind)
-                      : PairFloorNs(costs[o.stage], costs[o.partner], o.partner_kind, overlap);
+    const TimeNs each = o.partner < 0
+                            ? costs[o.stage].DurationNs(o.kind)
+                            : PairFloorNs(costs, o.stage, o.partner, o.partner_kind, overlap, memo);
     work += o.count * each;
   }
   return work;
@@ -209,7 +232,8 @@ TimeNs LowerBound(const StageCostTable& table, const Candidate& c, PartitionCach
   for (int s = 0; s < stages; ++s) {
     op[s] = FloorsOf(costs[s], Pairs(c), c.config.ExpertOverlapOn());
   }
-  if (Pairs(c) && c.config.ExpertOverlapOn()) TightenLayeredFloors(costs, shape, c, &op);
+  PairHalvesMemo memo(costs, c.config.Pairs());
+  if (Pairs(c) && c.config.ExpertOverlapOn()) TightenLayeredFloors(costs, shape, c, &memo, &op);
   const bool comm_floor = PairCommFloor(c);
   if (c.config.schedule == ScheduleKind::kNaive) {
     TimeNs sum = 0;
@@ -237,7 +261,7 @@ TimeNs LowerBound(const StageCostTable& table, const Candidate& c, PartitionCach
     if (cache == nullptr) own = CountRankOps(c);
     const std::vector<std::vector<RankOpCount>>& ops = cache != nullptr ? cache->RankOps(c) : own;
     for (int k = 0; k < static_cast<int>(ops.size()) && k < p; ++k) {
-      work[k] = std::max(work[k], RankWork(ops[k], costs, c.config.Pairs()));
+      work[k] = std::max(work[k], RankWork(ops[k], costs, c.config.Pairs(), &memo));
     }
   }
   if (!traits.flush) return *std::max_element(work.begin(), work.end());
