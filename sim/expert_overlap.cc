@@ -70,10 +70,6 @@ void RunLayer(const PairLayerCost* f, const PairLayerCost* b, bool b_weight, Pai
   }
 }
 
-// Runs the nodes on their two FIFO streams, each node starting when its stream is free and the
-// node it waits for has ended. A communication node lasts its ns; a compute node does its ns of
-// work at rate 1, or 1 - sm_share while a communication node runs (the SMs it leaves: the
-// fluid limit of the compute's waves on fewer SMs). Returns when the last node ends.
 // The buffers of one replay, kept per thread: the planner replays pairs by the million.
 struct ReplayScratch {
   std::vector<PairNode> nodes;
@@ -81,6 +77,10 @@ struct ReplayScratch {
   std::vector<double> end;
 };
 
+// Runs the nodes on their two FIFO streams, each node starting when its stream is free and the
+// node it waits for has ended. A communication node lasts its ns; a compute node does its ns of
+// work at rate 1, or 1 - sm_share while a communication node runs (the SMs it leaves: the
+// fluid limit of the compute's waves on fewer SMs). Returns when the last node ends.
 TimeNs ReplayNs(ReplayScratch* scratch) {
   constexpr double kNever = std::numeric_limits<double>::infinity();
   const std::vector<PairNode>& nodes = scratch->nodes;
