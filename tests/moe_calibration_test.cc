@@ -297,9 +297,9 @@ TEST(MoeCalibration, Qwen3LongContextForcedHeldOutDroplessFitted) {
         "  dropless: published %.2f s (%.0f TFLOP/s), +%.2f s over forced; pipecast adds %.2f s "
         "at %.2f (x %.3f with the moe rerun: %.2f s, dropless %+.1f%%); the row's imbalance "
         "%.3f, %.3f without the rerun\n",
-        dropless_s, row.dropless_tflops, dropless_s - forced_s, added,
-        kQwen3DroplessMoeImbalance, rerun, added * rerun,
-        ((forced.iteration_s + added * rerun) / dropless_s - 1) * 100, raw, fitted);
+        dropless_s, row.dropless_tflops, dropless_s - forced_s, added, kQwen3DroplessMoeImbalance,
+        rerun, added * rerun, ((forced.iteration_s + added * rerun) / dropless_s - 1) * 100, raw,
+        fitted);
     EXPECT_LT(std::abs(forced.iteration_s / forced_s - 1), kMoeRowTarget) << row.seq;
     EXPECT_NEAR(forced.iteration_s, row.present_flash3_s, kPresentHold * row.present_flash3_s);
     EXPECT_NEAR(flash2.iteration_s, row.present_flash2_s, kPresentHold * row.present_flash2_s);
