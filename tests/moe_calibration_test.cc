@@ -234,7 +234,7 @@ constexpr LongContextRow kLongContextRows[] = {
     {65536, 4, 368, 320, 70.38, 106.21},
     {131072, 8, 389, 357, 230.84, 373.47},
 };
-// How far each row's fitted imbalance may sit from the constant (it spans 1.728-1.752).
+// How far each row's fitted imbalance may sit from the constant (they span 1.729-1.755).
 constexpr double kImbalanceSpread = 0.03;
 
 // Megatron-LM's num_floating_point_operations (MoE, GQA; megatron/training/training.py) for one
@@ -247,7 +247,7 @@ double QwenMegatronFlopsPerSample(double s) {
 }
 
 TEST(MoeCalibration, QwenMegatronFlopCountWorkedByHand) {
-  // At 4096: 12 x 4096 x 94 x 4096^2 x (2.125 + 4.5 + 0.197) = 6.0635e14 per sample, so the
+  // At 4096: 12 x 4096 x 94 x 4096^2 x (3.125 + 4.5 + 0.197) = 6.0635e14 per sample, so the
   // 4096-token row's 2048 samples in 19.7 s on 256 GPUs are 246.2 TFLOP/s per GPU (245
   // published) and the overlap row's 17.6 s 275.6 (276 published).
   EXPECT_NEAR(QwenMegatronFlopsPerSample(4096), 6.0635e14, 1e10);
