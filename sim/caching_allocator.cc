@@ -49,6 +49,7 @@ Bytes CachingAllocator::NewSegment(Bytes segment_size, bool small, int stream) {
                            .small = small,
                            .allocated = false};
   stats_.reserved += segment_size;
+  reserved_by_stream_[stream] += segment_size;
   stats_.peak_reserved = std::max(stats_.peak_reserved, stats_.reserved);
   ++stats_.cuda_mallocs;
   return address;
@@ -67,6 +68,7 @@ void CachingAllocator::ReleaseCached() {
     for (const FreeKey& key : whole) {
       pool.erase(key);
       stats_.reserved -= std::get<1>(key);
+      reserved_by_stream_[std::get<0>(key)] -= std::get<1>(key);
       ++stats_.cuda_frees;
       blocks_.erase(std::get<2>(key));
     }

@@ -87,6 +87,9 @@ class CachingAllocator {
   const AllocatorStats& stats() const { return stats_; }
   // Live allocations.
   int64_t live() const { return static_cast<int64_t>(live_.size()); }
+  // The reserved bytes of each stream's segments now (a segment belongs to
+  // the stream that cudaMalloc'd it; its blocks serve only that stream).
+  const std::map<int, Bytes>& reserved_by_stream() const { return reserved_by_stream_; }
 
  private:
   struct Block {
@@ -115,6 +118,7 @@ class CachingAllocator {
   std::map<Bytes, Block> blocks_;  // by address: every block of every segment
   std::set<FreeKey> small_free_, large_free_;
   std::unordered_map<int64_t, Bytes> live_;  // id -> address
+  std::map<int, Bytes> reserved_by_stream_;
   AllocatorStats stats_;
 };
 

@@ -117,6 +117,19 @@ TEST(CachingAllocator, StreamsKeepTheirBlocks) {
   a.Free(Take(a, 100 * kMiB_, 0));
   Take(a, 100 * kMiB_, 1);
   EXPECT_EQ(a.stats().reserved, 200 * kMiB_);
+  EXPECT_EQ(a.reserved_by_stream().at(0), 100 * kMiB_);
+  EXPECT_EQ(a.reserved_by_stream().at(1), 100 * kMiB_);
+}
+
+// A released segment leaves its stream's reserved bytes: stream 1's cached
+// 100 MiB segment goes when stream 0 needs room under a 150 MiB capacity.
+TEST(CachingAllocator, ReleaseLeavesItsStreamsReservedBytes) {
+  CachingAllocator a(150 * kMiB_);
+  a.Free(Take(a, 100 * kMiB_, 1));
+  Take(a, 100 * kMiB_, 0);
+  EXPECT_EQ(a.reserved_by_stream().at(0), 100 * kMiB_);
+  EXPECT_EQ(a.reserved_by_stream().at(1), 0);
+  EXPECT_EQ(a.stats().retries, 1);
 }
 
 // At the capacity the cached whole segments are released and the cudaMalloc

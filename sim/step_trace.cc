@@ -257,6 +257,7 @@ Result<ReplayResult> ReplayTrace(const std::vector<TraceEvent>& trace, Bytes cap
   CachingAllocator allocator(capacity);
   std::unordered_map<int64_t, int64_t> ids;  // trace tensor -> allocator id
   ReplayResult out;
+  Bytes peak_reserved = 0;
   int step = 0;
   for (const TraceEvent& e : trace) {
     switch (e.kind) {
@@ -264,6 +265,11 @@ Result<ReplayResult> ReplayTrace(const std::vector<TraceEvent>& trace, Bytes cap
         Result<int64_t> id = allocator.Malloc(e.bytes, e.stream);
         if (!id.ok()) return Status::FailedPrecondition(e.what + ": " + id.status().message());
         ids[e.tensor] = *id;
+        if (allocator.stats().reserved > peak_reserved) {
+          peak_reserved = allocator.stats().reserved;
+          out.allocated_at_reserved_peak = allocator.stats().allocated;
+          out.reserved_by_stream_at_peak = allocator.reserved_by_stream();
+        }
         break;
       }
       case TraceEvent::Kind::kFree:
@@ -281,6 +287,7 @@ Result<ReplayResult> ReplayTrace(const std::vector<TraceEvent>& trace, Bytes cap
   }
   out.run.allocated = allocator.stats().allocated;
   out.run.reserved = allocator.stats().reserved;
+  out.reserved_by_stream_end = allocator.reserved_by_stream();
   return out;
 }
 

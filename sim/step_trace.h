@@ -34,6 +34,7 @@
 #define PIPECAST_SIM_STEP_TRACE_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,11 @@ struct ReplayResult {
   AllocatorStats first_step;  // peaks over step 1
   AllocatorStats last_step;   // peaks over the last step (reset after the one before)
   AllocatorStats run;         // peaks over the run: what max_memory_reserved reports
+  // At the run's reserved peak (the first time it is reached): the allocated
+  // bytes then and each stream's reserved bytes then.
+  Bytes allocated_at_reserved_peak = 0;
+  std::map<int, Bytes> reserved_by_stream_at_peak;
+  std::map<int, Bytes> reserved_by_stream_end;  // each stream's after the run
 };
 
 // Replays `trace` through a CachingAllocator of `capacity` (0: unlimited).
