@@ -65,10 +65,11 @@ class PairHalvesMemo {
       : costs_(costs),
         overlap_(overlap),
         c_(c),
-        cache_(cache),
-        done_(costs.size() * costs.size() * kKinds) {}
+        cache_(cache) {}
 
   const PairHalvesNs& Get(int f, int b, OpKind b_kind) {
+    // Made at the first pair: most bounds ask for none (32 stages: 100 KB to fill).
+    if (done_.empty()) done_.resize(costs_.size() * costs_.size() * kKinds);
     std::optional<PairHalvesNs>& slot =
         done_[(static_cast<size_t>(f) * costs_.size() + b) * kKinds + static_cast<size_t>(b_kind)];
     if (!slot) {
