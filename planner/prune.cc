@@ -61,11 +61,8 @@ OpFloors FloorsOf(const StageCost& cost, bool overlapped_pairs, bool expert_comm
 class PairHalvesMemo {
  public:
   PairHalvesMemo(const std::vector<StageCost>& costs, const PairOverlap& overlap,
-                 const Candidate& c, PartitionCache* cache)
-      : costs_(costs),
-        overlap_(overlap),
-        c_(c),
-        cache_(cache) {}
+                 const Candidate& c, const StageCostTable& table, PartitionCache* cache)
+      : costs_(costs), overlap_(overlap), c_(c), table_(table), cache_(cache) {}
 
   const PairHalvesNs& Get(int f, int b, OpKind b_kind) {
     // Made at the first pair: most bounds ask for none (32 stages: 100 KB to fill).
@@ -73,10 +70,9 @@ class PairHalvesMemo {
     std::optional<PairHalvesNs>& slot =
         done_[(static_cast<size_t>(f) * costs_.size() + b) * kKinds + static_cast<size_t>(b_kind)];
     if (!slot) {
-      slot = cache_ != nullptr
-                 ? cache_->PairHalves(c_, costs_[f], c_.partition[f], costs_[b], c_.partition[b],
-                                      b_kind, overlap_)
-                 : OverlappedPairNs(costs_[f], costs_[b], b_kind, overlap_);
+      slot = cache_ != nullptr ? cache_->PairHalves(table_, costs_[f], c_.partition[f], costs_[b],
+                                                    c_.partition[b], b_kind, overlap_)
+                               : OverlappedPairNs(costs_[f], costs_[b], b_kind, overlap_);
     }
     return *slot;
   }
@@ -86,7 +82,8 @@ class PairHalvesMemo {
   const std::vector<StageCost>& costs_;
   PairOverlap overlap_;
   const Candidate& c_;
-  PartitionCache* cache_;
+  const StageCostTable& table_;  // made costs_ from c_.partition
+  PartitionCache* cache_;        // table_'s, or none
   std::vector<std::optional<PairHalvesNs>> done_;
 };
 
@@ -247,7 +244,7 @@ TimeNs LowerBound(const StageCostTable& table, const Candidate& c, PartitionCach
     op[s] = FloorsOf(costs[s], Pairs(c), c.config.ExpertOverlapOn());
   }
   // The search-wide memo only where `table` is the cache's own for `c` (its key names it).
-  PairHalvesMemo memo(costs, c.config.Pairs(), c,
+  PairHalvesMemo memo(costs, c.config.Pairs(), c, table,
                       cache != nullptr && &cache->Table(c) == &table ? cache : nullptr);
   if (Pairs(c) && c.config.ExpertOverlapOn()) TightenLayeredFloors(costs, shape, c, &memo, &op);
   const bool comm_floor = PairCommFloor(c);

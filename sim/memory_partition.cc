@@ -245,7 +245,8 @@ class StageMemory {
   // Prefix sums over layers: parameters other than routed experts, routed experts.
   std::vector<int64_t> parameters_, expert_parameters_, held_, weight_grad_, activations_;
   RangeMax rebuilt_;
-  RangeMax gathered_;  // per layer, its unsharded bytes (ParameterBytes), when Gathers()
+  // Per layer, its unsharded bytes (ParameterBytes), when Gathers().
+  RangeMax gathered_;
   bool floor_ = true;                 // LowerBound may count activations
   bool whole_stage_rebuild_ = false;  // full recomputation by the whole-stage rule
   bool all_weight_grad_ = true;
