@@ -65,6 +65,17 @@ const std::vector<std::vector<RankOpCount>>& PartitionCache::RankOps(const Candi
   return it->second;
 }
 
+PairHalvesNs PartitionCache::PairHalves(const StageCostTable& table, const StageCost& f,
+                                        StageLayers f_layers, const StageCost& b,
+                                        StageLayers b_layers, OpKind b_kind,
+                                        const PairOverlap& overlap) {
+  auto [it, added] = pair_halves_.try_emplace(
+      std::make_tuple(&table, f_layers.first_layer, f_layers.last_layer, b_layers.first_layer,
+                      b_layers.last_layer, b_kind, overlap.factor, overlap.expert_comm));
+  if (added) it->second = OverlappedPairNs(f, b, b_kind, overlap);
+  return it->second;
+}
+
 Bytes EstimateStageMemory(const Model& model, const Cluster& cluster, const Candidate& c, int stage,
                           int first, int last) {
   const StageCostTable t(model, StageCostOptionsFor(c.config, cluster));

@@ -109,6 +109,14 @@ class PartitionCache {
   const StageCost& Whole(const Candidate& c);
   // CountRankOps(c), kept per schedule shape (kind, p, m, v and whether F and B combine).
   const std::vector<std::vector<RankOpCount>>& RankOps(const Candidate& c);
+  // OverlappedPairNs of `table`'s stages `f` (forward) and `b` (a backward of `b_kind`) under
+  // `overlap`: a function of the table and the two layer ranges alone, which the candidates of
+  // one table repeat (the split does not depend on d, m or ZeRO); under the layered rule each
+  // is a two-stream replay of the pair's layers. REQUIRES: `table` is one of this cache's
+  // (Table()), which live as long as it: the memo is keyed by its address.
+  PairHalvesNs PairHalves(const StageCostTable& table, const StageCost& f, StageLayers f_layers,
+                          const StageCost& b, StageLayers b_layers, OpKind b_kind,
+                          const PairOverlap& overlap);
 
  private:
   const Model& model_;
@@ -118,6 +126,9 @@ class PartitionCache {
   std::map<Key, StageCost> whole_;
   std::map<std::tuple<ScheduleKind, int, int, int, bool>, std::vector<std::vector<RankOpCount>>>
       rank_ops_;
+  std::map<std::tuple<const StageCostTable*, int, int, int, int, OpKind, double, bool>,
+           PairHalvesNs>
+      pair_halves_;
 };
 
 // Fills candidate.partition by its configuration's rule (PartitionFor,

@@ -56,16 +56,24 @@ OpFloors FloorsOf(const StageCost& cost, bool overlapped_pairs, bool expert_comm
 
 // OverlappedPairNs of a forward of stage f beside a backward (B, or I) of stage b, each made
 // once per bound: the layered rule replays the pair's layers, and the floors and the ranks'
-// work ask for the same pairs.
+// work ask for the same pairs. With `cache` (whose table made `costs` from `partition`) each
+// is made once per search: the candidates of one table share their splits.
 class PairHalvesMemo {
  public:
-  PairHalvesMemo(const std::vector<StageCost>& costs, const PairOverlap& overlap)
-      : costs_(costs), overlap_(overlap), done_(costs.size() * costs.size() * kKinds) {}
+  PairHalvesMemo(const std::vector<StageCost>& costs, const PairOverlap& overlap,
+                 const Candidate& c, const StageCostTable& table, PartitionCache* cache)
+      : costs_(costs), overlap_(overlap), c_(c), table_(table), cache_(cache) {}
 
   const PairHalvesNs& Get(int f, int b, OpKind b_kind) {
+    // Made at the first pair: most bounds ask for none (32 stages: 100 KB to fill).
+    if (done_.empty()) done_.resize(costs_.size() * costs_.size() * kKinds);
     std::optional<PairHalvesNs>& slot =
         done_[(static_cast<size_t>(f) * costs_.size() + b) * kKinds + static_cast<size_t>(b_kind)];
-    if (!slot) slot = OverlappedPairNs(costs_[f], costs_[b], b_kind, overlap_);
+    if (!slot) {
+      slot = cache_ != nullptr ? cache_->PairHalves(table_, costs_[f], c_.partition[f], costs_[b],
+                                                    c_.partition[b], b_kind, overlap_)
+                               : OverlappedPairNs(costs_[f], costs_[b], b_kind, overlap_);
+    }
     return *slot;
   }
 
@@ -73,6 +81,9 @@ class PairHalvesMemo {
   static constexpr size_t kKinds = 4;  // OpKind's values
   const std::vector<StageCost>& costs_;
   PairOverlap overlap_;
+  const Candidate& c_;
+  const StageCostTable& table_;  // made costs_ from c_.partition
+  PartitionCache* cache_;        // table_'s, or none
   std::vector<std::optional<PairHalvesNs>> done_;
 };
 
@@ -232,7 +243,9 @@ TimeNs LowerBound(const StageCostTable& table, const Candidate& c, PartitionCach
   for (int s = 0; s < stages; ++s) {
     op[s] = FloorsOf(costs[s], Pairs(c), c.config.ExpertOverlapOn());
   }
-  PairHalvesMemo memo(costs, c.config.Pairs());
+  // The search-wide memo only where `table` is the cache's own for `c` (its key names it).
+  PairHalvesMemo memo(costs, c.config.Pairs(), c, table,
+                      cache != nullptr && &cache->Table(c) == &table ? cache : nullptr);
   if (Pairs(c) && c.config.ExpertOverlapOn()) TightenLayeredFloors(costs, shape, c, &memo, &op);
   const bool comm_floor = PairCommFloor(c);
   if (c.config.schedule == ScheduleKind::kNaive) {

@@ -292,6 +292,9 @@ TEST(PruneBound, PairSchedulesWithTheExpertOverlapNeverAboveTheSimulation) {
       EXPECT_LE(c.lower_bound_ns, r->iteration_ns)
           << "case " << i << " on " << cluster_name << ": " << c.Label() << ", layers " << layers;
       EXPECT_EQ(c.lower_bound_ns, LowerBound(cache.Table(c), c));  // with and without the cache
+      // And with a cache that kept the pair halves (PartitionCache::PairHalves) of the case's
+      // earlier candidates, other splits of the same tables among them.
+      EXPECT_EQ(c.lower_bound_ns, LowerBound(cache.Table(c), c, &cache)) << c.Label();
       const std::vector<StageCost> costs = cache.Table(c).Stages(c.partition);
       layered += std::count_if(costs.begin(), costs.end(),
                                [](const StageCost& s) { return !s.pair_layers.empty(); }) > 1;

@@ -147,6 +147,16 @@ class StageMemory {
       activations_[l + 1] = activations_[l] + c.activation_bytes;
     }
     rebuilt_ = RangeMax(std::move(rebuilt));
+    if (Gathers()) {
+      // ParameterBytes grows with the count, so the largest layer's bytes are the largest of
+      // the layers' bytes: rounded once per layer here, not once per range the search asks.
+      std::vector<int64_t> gathered(n);
+      for (int l = 0; l < n; ++l) {
+        gathered[l] = ParameterBytes(t.LargestLayerParameters(StageLayers{l, l}),
+                                     memory_.GatherBytesPerParam());
+      }
+      gathered_ = RangeMax(std::move(gathered));
+    }
   }
 
   StageMemoryParts Parts(int stage, int first, int last) const {
@@ -222,12 +232,8 @@ class StageMemory {
     return traits_.inflight_microbatches(stage, shape_.stages, shape_.microbatches);
   }
   bool Gathers() const { return memory_.zero >= 3 && shape_.data_parallel > 1; }
-  // The unsharded bytes of the stage's largest layer (ParameterBytes grows
-  // with the count, so the largest count gives the largest bytes).
-  Bytes Gathered(int first, int last) const {
-    return ParameterBytes(t_.LargestLayerParameters(StageLayers{first, last}),
-                          memory_.GatherBytesPerParam());
-  }
+  // The unsharded bytes of the stage's largest layer. REQUIRES: Gathers().
+  Bytes Gathered(int first, int last) const { return gathered_.Max(first, last); }
 
   const StageCostTable& t_;
   PipelineShape shape_;
@@ -239,6 +245,8 @@ class StageMemory {
   // Prefix sums over layers: parameters other than routed experts, routed experts.
   std::vector<int64_t> parameters_, expert_parameters_, held_, weight_grad_, activations_;
   RangeMax rebuilt_;
+  // Per layer, its unsharded bytes (ParameterBytes), when Gathers().
+  RangeMax gathered_;
   bool floor_ = true;                 // LowerBound may count activations
   bool whole_stage_rebuild_ = false;  // full recomputation by the whole-stage rule
   bool all_weight_grad_ = true;
