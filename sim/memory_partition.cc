@@ -223,10 +223,15 @@ class StageMemory {
   }
   bool Gathers() const { return memory_.zero >= 3 && shape_.data_parallel > 1; }
   // The unsharded bytes of the stage's largest layer (ParameterBytes grows
-  // with the count, so the largest count gives the largest bytes).
+  // with the count, so the largest count gives the largest bytes); FP8
+  // gathers keep the embedding and the head in bf16 (KeptInBf16UnderFp8),
+  // as the simulator gathers them (sim/internal/data_parallel.cc).
   Bytes Gathered(int first, int last) const {
-    return ParameterBytes(t_.LargestLayerParameters(StageLayers{first, last}),
-                          memory_.GatherBytesPerParam());
+    const StageLayers stage{first, last};
+    return std::max(
+        ParameterBytes(t_.LargestLayerParameters(stage), memory_.GatherBytesPerParam()),
+        ParameterBytes(t_.LargestBf16UnderFp8Parameters(stage),
+                       memory_.KeptBf16GatherBytesPerParam()));
   }
 
   const StageCostTable& t_;
