@@ -219,16 +219,27 @@ Result<Attention> ParseAttention(const std::string& name) {
                   name));
 }
 
-const char* LossName(Loss loss) { return loss == Loss::kPytorch ? "pytorch" : "fused"; }
+const char* LossName(Loss loss) {
+  switch (loss) {
+    case Loss::kPytorch:
+      return "pytorch";
+    case Loss::kCompiled:
+      return "compiled";
+    case Loss::kFused:
+      break;
+  }
+  return "fused";
+}
 
 Result<Loss> ParseLoss(const std::string& name) {
-  for (Loss l : {Loss::kFused, Loss::kPytorch}) {
+  for (Loss l : {Loss::kFused, Loss::kPytorch, Loss::kCompiled}) {
     if (name == LossName(l)) return l;
   }
   return Status::InvalidArgument(fmt::format(
       "--loss is '{}': expected fused (Megatron-LM's vocabulary-parallel cross-entropy, the "
-      "default) or pytorch (torch.nn.functional.cross_entropy on fp32 logits, as torchtitan runs "
-      "it)",
+      "default), pytorch (torch.nn.functional.cross_entropy on fp32 logits, as torchtitan runs "
+      "it) or compiled (the same under torch.compile, as torchtitan runs it with "
+      "--training.compile)",
       name));
 }
 

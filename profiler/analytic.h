@@ -264,8 +264,17 @@ enum class Loss {
   // backward's start holds two more fp32 copies of the logits at once
   // (nll_loss's gradient, then log_softmax's), as the head's workspace.
   kPytorch,
+  // The same call under torch.compile, as torchtitan runs it with
+  // --training.compile (build_cross_entropy_loss, torchtitan/components/
+  // loss.py @ e7c0cae): AOTAutograd's min-cut partitioner saves the bf16
+  // logits (a graph input) and the per-token max and log-sum-exp (reductions,
+  // never recomputed), not the fp32 log-softmax (pointwise, recomputed), and
+  // the backward is one fused kernel writing the bf16 gradient (inductor's
+  // scatter_upon_const_tensor turns nll_loss's zero-and-scatter into a
+  // pointwise where): the bf16 logits kept, one bf16 copy at the backward.
+  kCompiled,
 };
-// "fused" or "pytorch".
+// "fused", "pytorch" or "compiled".
 const char* LossName(Loss loss);
 // The Loss a name means, or InvalidArgument naming --loss.
 [[nodiscard]] Result<Loss> ParseLoss(const std::string& name);

@@ -454,11 +454,18 @@ SampleCost HeadCost(const TransformerSpec& spec, const LayerShape& shape, const 
   // V/t columns): fused, the logits and the fp32 softmax; pytorch, the fp32
   // log-softmax only (log_softmax saves its output; the projection saves its
   // input, not the logits, which train.py frees), and at the backward's start
-  // nll_loss's fp32 gradient and log_softmax's fp32 result beside it.
+  // nll_loss's fp32 gradient and log_softmax's fp32 result beside it;
+  // compiled, the bf16 logits and each token's fp32 max and log-sum-exp
+  // (what the min-cut partitioner saves), and at the backward the bf16
+  // gradient one fused kernel writes beside them.
   const bool pytorch = loss == Loss::kPytorch;
-  c.activation_bytes = d.s * (x.Replicated() * 2 * d.e * d.h + (pytorch ? 0 : d.e * rows) +
-                              kLossSoftmaxBytes * rows);
+  const bool compiled = loss == Loss::kCompiled;
+  const double per_token = pytorch    ? kLossSoftmaxBytes * rows
+                           : compiled ? d.e * rows + kCompiledLossRowStatBytes
+                                      : (d.e + kLossSoftmaxBytes) * rows;
+  c.activation_bytes = d.s * (x.Replicated() * 2 * d.e * d.h + per_token);
   if (pytorch) c.workspace_bytes_per_sample = 2 * kLossSoftmaxBytes * d.s * rows;
+  if (compiled) c.workspace_bytes_per_sample = d.e * d.s * rows;
   c.traffic_bytes = kTrafficPerActivationByte * c.activation_bytes;
   // The final norm; the cross-entropy reads the logits and writes the fp32
   // softmax it keeps, and its backward reads that and writes the logits'

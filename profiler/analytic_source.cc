@@ -321,11 +321,17 @@ ModelSource MakeSource(const TransformerSpec& spec, const AnalyticOptions& optio
     source.details[key] = JsonText(text);
   }
   source.details["attention"] = JsonText(AttentionName(options.attention));
-  if (options.loss != Loss::kFused) {
+  if (options.loss == Loss::kPytorch) {
     source.details["loss"] = JsonText(
         "pytorch: cross_entropy(logits.float()); lm_head keeps s*b*4*V/t [fp32 log-softmax], "
         "not the bf16 logits, and holds 2 x s*b*4*V/t more at its backward's start [nll_loss's "
         "gradient and log_softmax's] as its workspace_bytes");
+  } else if (options.loss == Loss::kCompiled) {
+    source.details["loss"] = JsonText(
+        "compiled: torch.compile(cross_entropy(logits.float())); lm_head keeps s*b*B*V/t [the "
+        "bf16 logits, saved by the min-cut partitioner] + s*b*8 [each token's fp32 max and "
+        "log-sum-exp], not the fp32 log-softmax, and holds s*b*B*V/t more at its backward "
+        "[the bf16 gradient one fused kernel writes] as its workspace_bytes");
   }
   if (options.elementwise != Elementwise::kFused) {
     source.details["elementwise"] = JsonText(

@@ -395,6 +395,34 @@ TEST(AnalyticTest, PytorchLossKeepsFp32LogSoftmaxAndHoldsTwoMoreAtBackward) {
   EXPECT_FALSE(ParseLoss("fp32").ok());
 }
 
+TEST(AnalyticTest, CompiledLossKeepsBf16LogitsAndHoldsTheirBf16GradientAtBackward) {
+  // torch.compile(cross_entropy(logits.float())) (torchtitan loss.py @
+  // e7c0cae, build_cross_entropy_loss): the min-cut partitioner saves the
+  // bf16 logits (2sbV) and each token's fp32 max and log-sum-exp (8s), not
+  // the fp32 log-softmax; the backward's one fused kernel writes the bf16
+  // gradient (2sbV) beside them. Worked: GPT-3 6.7B at s = 2048, b = 1,
+  // h = 4096, V = 50,257: kept 2048 x (4 x 4096 + 2 x 50,257 + 8) =
+  // 239,423,488 B; workspace 32 MiB + 2048 x 2 x 50,257 = 239,407,104 B.
+  TransformerSpec spec = Gpt3_6_7B();
+  const Bytes s = spec.sequence_length, h = spec.hidden, v = spec.vocab;
+  ASSERT_EQ(s, 2048);
+  ASSERT_EQ(h, 4096);
+  ASSERT_EQ(v, 50257);
+  AnalyticOptions options;
+  options.loss = Loss::kCompiled;
+  const LayerProfile compiled = Estimate(spec, options).layers.back().profiles.at(0);
+  EXPECT_EQ(compiled.activation_bytes, s * (4 * h + 2 * v + 8));
+  EXPECT_EQ(compiled.activation_bytes, 239'423'488);
+  EXPECT_EQ(compiled.workspace_bytes, kMatmulWorkspaceBytes + 2 * s * v);
+  EXPECT_EQ(compiled.workspace_bytes, 239'407'104);
+  // The blocks do not change with the loss.
+  const Model fused = Estimate(spec);
+  EXPECT_EQ(Estimate(spec, options).layers[1].profiles.at(0).activation_bytes,
+            fused.layers[1].profiles.at(0).activation_bytes);
+  EXPECT_EQ(*ParseLoss("compiled"), Loss::kCompiled);
+  EXPECT_STREQ(LossName(Loss::kCompiled), "compiled");
+}
+
 TEST(AnalyticTest, SelectiveRecomputeWithEagerAttentionDropsExactlyTheFiveAsSquaredBTerm) {
   // Given two eager GPT-3 6.7B blocks as one stage at b = 2.
   const Model model = Estimate(Gpt3_6_7B(), Eager());

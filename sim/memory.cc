@@ -98,6 +98,18 @@ double MemoryConfig::GatherBytesPerParam() const {
   return fp8_param_gather && fp8_recipe != Fp8Recipe::kNone ? kFp8Bytes : weight_bytes_per_param;
 }
 
+bool KeptInBf16UnderFp8(const std::string& layer_name) {
+  return layer_name == "embedding" || layer_name == "lm_head";
+}
+
+double MemoryConfig::KeptBf16GatherBytesPerParam() const {
+  return fp8_param_gather && fp8_recipe != Fp8Recipe::kNone ? kHalfBytes : GatherBytesPerParam();
+}
+
+double MemoryConfig::GatherBytesPerParam(const std::string& layer_name) const {
+  return KeptInBf16UnderFp8(layer_name) ? KeptBf16GatherBytesPerParam() : GatherBytesPerParam();
+}
+
 MemoryConfig TensorParallelShare(const MemoryConfig& memory, int t) {
   MemoryConfig out = memory;
   const double share = t;

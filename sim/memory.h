@@ -131,11 +131,24 @@ struct MemoryConfig {
   // Bytes per parameter a ZeRO-3 all-gather moves and the gathered copy
   // holds: 1 (FP8) with fp8_param_gather, else weight_bytes_per_param.
   double GatherBytesPerParam() const;
+  // The same for a layer FP8 training keeps in bf16 (KeptInBf16UnderFp8):
+  // 2 B with fp8_param_gather, else GatherBytesPerParam().
+  double KeptBf16GatherBytesPerParam() const;
+  // The one of the two that the layer named `layer_name` gathers.
+  double GatherBytesPerParam(const std::string& layer_name) const;
 
   // InvalidArgument naming the setting for a negative byte count or a level
   // outside 0-3.
   Status Validate() const;
 };
+
+// Whether FP8 training keeps a layer's weights in bf16: the embedding and the
+// output head, named as pipecast's profilers name them ("embedding",
+// "lm_head"). torchao's convert_to_float8_training swaps only nn.Linear
+// modules and torchtitan filters the output out (filter_fqns = ["output"],
+// llama3_8b.toml @ e7c0cae), so FSDP2 gathers both in bf16; Megatron-LM's
+// FP8 modules are the blocks' Transformer Engine linears.
+bool KeptInBf16UnderFp8(const std::string& layer_name);
 
 // What one GPU keeps per parameter of its stages, after sharding.
 struct ShardedBytes {

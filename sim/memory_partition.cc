@@ -152,8 +152,13 @@ class StageMemory {
       // the layers' bytes: rounded once per layer here, not once per range the search asks.
       std::vector<int64_t> gathered(n);
       for (int l = 0; l < n; ++l) {
-        gathered[l] = ParameterBytes(t.LargestLayerParameters(StageLayers{l, l}),
-                                     memory_.GatherBytesPerParam());
+        // FP8 gathers keep the embedding and the head in bf16 (KeptInBf16UnderFp8), as the
+        // simulator gathers them (sim/internal/data_parallel.cc).
+        const StageLayers one{l, l};
+        gathered[l] = std::max(
+            ParameterBytes(t.LargestLayerParameters(one), memory_.GatherBytesPerParam()),
+            ParameterBytes(t.LargestBf16UnderFp8Parameters(one),
+                           memory_.KeptBf16GatherBytesPerParam()));
       }
       gathered_ = RangeMax(std::move(gathered));
     }

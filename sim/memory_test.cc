@@ -136,6 +136,27 @@ TEST(MemoryConfigFor, Fp8BytesPerParameterPerRecipe) {
   EXPECT_DOUBLE_EQ(ShardedBytesPerParam(MemoryConfigFor("bf16", "adam").value(), 1).fp8_weights, 0);
 }
 
+TEST(MemoryConfigFor, Fp8GathersKeepTheEmbeddingAndTheHeadInBf16) {
+  // torchao swaps only nn.Linear for Float8Linear and torchtitan filters the
+  // output out (filter_fqns = ["output"], llama3_8b.toml @ e7c0cae): with
+  // FP8 gathers a block gathers 1 B per parameter, the embedding and the
+  // head 2 B (bf16, FSDP2's param_dtype).
+  const MemoryConfig g = MemoryConfigFor("fp8", "adam", "fp32", "current", true).value();
+  EXPECT_DOUBLE_EQ(g.GatherBytesPerParam("block.0"), 1);
+  EXPECT_DOUBLE_EQ(g.GatherBytesPerParam("embedding"), 2);
+  EXPECT_DOUBLE_EQ(g.GatherBytesPerParam("lm_head"), 2);
+  EXPECT_DOUBLE_EQ(g.KeptBf16GatherBytesPerParam(), 2);
+  // Without FP8 gathers, and in bf16, every layer gathers its weights' 2 B.
+  for (const MemoryConfig& m : {MemoryConfigFor("fp8", "adam", "fp32", "current").value(),
+                                MemoryConfigFor("bf16", "adam").value()}) {
+    EXPECT_DOUBLE_EQ(m.GatherBytesPerParam("block.0"), 2);
+    EXPECT_DOUBLE_EQ(m.GatherBytesPerParam("embedding"), 2);
+    EXPECT_DOUBLE_EQ(m.KeptBf16GatherBytesPerParam(), 2);
+  }
+  EXPECT_TRUE(KeptInBf16UnderFp8("lm_head"));
+  EXPECT_FALSE(KeptInBf16UnderFp8("block.31"));
+}
+
 TEST(MemoryConfigFor, Fp8SettingsAreRefusedWithTheFlagNamed) {
   const Result<MemoryConfig> unknown = MemoryConfigFor("fp8", "adam", "fp32", "tensorwise");
   ASSERT_FALSE(unknown.ok());

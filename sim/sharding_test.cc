@@ -213,6 +213,31 @@ TEST(ShardingAsFrameworksRunIt, WithoutReshardingTheBackwardGathersNothingAndHol
   EXPECT_EQ(AtLevelThree({}, 2, nullptr, &four).per_rank[0].memory.gathered_weights, 100'000'000);
 }
 
+TEST(ShardingAsFrameworksRunIt, Fp8GathersKeepTheEmbeddingAndTheHeadInBf16) {
+  // An embedding and a head of 40M parameters around a 50M block, ZeRO 3
+  // over d = 2 with FP8 gathers (torchao's FSDP float8 all-gather): the
+  // block gathers 1 B per parameter (50 MB), the embedding and the head stay
+  // bf16 (torchao swaps only nn.Linear; torchtitan filters the output out):
+  // 80 MB each. Two gathered layers: 2 x 80 MB (not 2 x 50 MB); the stage
+  // held whole without resharding: 80 + 50 + 80 = 210 MB.
+  Model model = UniformModel(3, kMs, 2 * kMs, 0, 0, 40'000'000);
+  model.layers[0].name = "embedding";
+  model.layers[1].name = "block.0";
+  model.layers[1].parameters = 50'000'000;
+  model.layers[2].name = "lm_head";
+  const World w;
+  for (bool reshard : {true, false}) {
+    SimOptions o;
+    o.config.layout.data_parallel = 2;
+    o.config.memory = MemoryConfigFor("fp8", "adam", "fp32", "current", true).value();
+    o.config.memory.zero = 3;
+    o.config.memory.sharding.reshard_after_forward = reshard;
+    const SimResult r =
+        SimulateShape(model, w.cluster, ScheduleKind::kGPipe, 1, 2, o).value();
+    EXPECT_EQ(r.per_rank[0].memory.gathered_weights, reshard ? 160'000'000 : 210'000'000);
+  }
+}
+
 TEST(ShardingAsFrameworksRunIt, WithoutPrefetchEachLayerWaitsForItsCollectives) {
   // F 2 + 2, B 4 + 2 + 4: 2 ms exposed per F, 6 per B, 16 over the four ops.
   const SimResult r = AtLevelThree({.prefetch = false});

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "sim/collectives.h"
+#include "sim/memory.h"
 
 namespace pipecast {
 
@@ -460,6 +461,7 @@ StageCostTable::StageCostTable(const Model& model, const StageCostOptions& optio
     after.no_op = before.no_op + !op;
   }
   std::vector<int64_t> workspace(n), activation(n), attention_core(n), parameters(n), op_rebuilt(n);
+  std::vector<int64_t> bf16_under_fp8(n);
   checkpoint_.resize(n);
   block_.resize(n);
   for (size_t l = 0; l < n; ++l) {
@@ -468,6 +470,7 @@ StageCostTable::StageCostTable(const Model& model, const StageCostOptions& optio
     activation[l] = c.activation_bytes;
     attention_core[l] = c.attention_core_bytes.value_or(0);
     parameters[l] = model.layers[l].parameters;
+    bf16_under_fp8[l] = KeptInBf16UnderFp8(model.layers[l].name) ? parameters[l] : 0;
     const bool op = c.op_saved_bytes.has_value() && c.op_recompute_ns.has_value();
     op_rebuilt[l] = op ? std::max<Bytes>(0, c.activation_bytes - *c.op_saved_bytes) : 0;
     checkpoint_[l] = std::min(c.activation_bytes,
@@ -478,6 +481,7 @@ StageCostTable::StageCostTable(const Model& model, const StageCostOptions& optio
   activation_max_ = RangeMax(std::move(activation));
   attention_core_max_ = RangeMax(std::move(attention_core));
   parameters_max_ = RangeMax(std::move(parameters));
+  bf16_under_fp8_parameters_max_ = RangeMax(std::move(bf16_under_fp8));
   op_rebuilt_max_ = RangeMax(std::move(op_rebuilt));
   if (prefix_[n].moe_layers > 0) {
     pair_layers_.reserve(n);
@@ -531,6 +535,10 @@ StageCostTable::Checkpointed StageCostTable::CheckpointedStage(StageLayers stage
 
 int64_t StageCostTable::LargestLayerParameters(StageLayers stage) const {
   return parameters_max_.Max(stage.first_layer, stage.last_layer);
+}
+
+int64_t StageCostTable::LargestBf16UnderFp8Parameters(StageLayers stage) const {
+  return bf16_under_fp8_parameters_max_.Max(stage.first_layer, stage.last_layer);
 }
 
 void StageCostTable::AddTensorParallelComm(LayerCost* c) const {

@@ -539,6 +539,9 @@ class StageCostTable {
   // The largest parameter count of one layer in the stage (ZeRO-3 gathers
   // whole layers).
   int64_t LargestLayerParameters(StageLayers stage) const;
+  // The same over the stage's layers FP8 training keeps in bf16 (the
+  // embedding and the head, KeptInBf16UnderFp8); 0 when it has none.
+  int64_t LargestBf16UnderFp8Parameters(StageLayers stage) const;
   // Stage() of every stage of `partition`, in order.
   std::vector<StageCost> Stages(const std::vector<StageLayers>& partition) const;
 
@@ -632,6 +635,7 @@ class StageCostTable {
   // Per-layer maxima: workspace, activation, attention core bytes, parameters,
   // what the per-op policy rebuilds (activation less op_saved_bytes).
   RangeMax workspace_max_, activation_max_, attention_core_max_, parameters_max_, op_rebuilt_max_;
+  RangeMax bf16_under_fp8_parameters_max_;  // parameters of KeptInBf16UnderFp8 layers, else 0
   // Per layer, for the checkpointing modes: its checkpoint (checkpoint_bytes,
   // else its input) and whether it is a block (checkpoint < activations).
   std::vector<Bytes> checkpoint_;

@@ -399,10 +399,12 @@ void AddEstimateFlags(CLI::App* cmd, AnalyticFlags& f) {
       ->capture_default_str();
   cmd->add_option("--loss", f.loss,
                   "fused (Megatron-LM's vocabulary-parallel cross-entropy: the fp32 softmax and "
-                  "the bf16 logits kept) or pytorch (cross_entropy on fp32 logits, as torchtitan "
+                  "the bf16 logits kept), pytorch (cross_entropy on fp32 logits, as torchtitan "
                   "runs it: the fp32 log-softmax kept, two more fp32 copies of the logits at the "
-                  "backward's start; docs/profiler.md 'Memory')")
-      ->check(CLI::IsMember({"fused", "pytorch"}))
+                  "backward's start) or compiled (the same under torch.compile, as torchtitan "
+                  "runs it with --training.compile: the bf16 logits kept, their bf16 gradient at "
+                  "the backward; docs/profiler.md 'Embedding and lm_head')")
+      ->check(CLI::IsMember({"fused", "pytorch", "compiled"}))
       ->capture_default_str();
   cmd->add_option("--elementwise", f.elementwise,
                   "fused (one kernel per norm, activation and rotary embedding each way, as "

@@ -33,6 +33,10 @@ constexpr int64_t kMaxFileParameters = int64_t{1} << 50;
 constexpr double kTokenIdBytes = 8;      // int64 token ids, PyTorch's index type
 constexpr double kMaskBytes = 1;         // dropout masks, one byte per element (Korthikanti)
 constexpr double kLossSoftmaxBytes = 4;  // fp32 softmax the cross-entropy loss keeps
+// --loss compiled: the fp32 max and log-sum-exp of each token's row of
+// logits, which the min-cut partitioner saves (reductions are never
+// recomputed: should_ban_recomputation, torch/_functorch/partitioners.py).
+constexpr double kCompiledLossRowStatBytes = 2 * 4;
 // FlashAttention keeps the fp32 logsumexp of each query row of each head
 // (softmax_lse, float32) and a 2 x int64 RNG state per call for its dropout
 // (flash_attn_interface.py, ctx.save_for_backward).

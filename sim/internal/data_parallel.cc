@@ -110,11 +110,21 @@ void ApplyPerOpCollectives(const Model& model, const Cluster& cluster, const Sch
     const ShardGroups groups = ShardGroupsOf(cluster, schedule.num_ranks, rank, d, sharding,
                                              options.config.layout.context_parallel);
     const int layers = partition[s].last_layer - partition[s].first_layer + 1;
+    // Each layer gathered at its own bytes: FP8 gathers keep the embedding
+    // and the head in bf16 (KeptInBf16UnderFp8); the stage's sum moves only
+    // by those layers' difference, so every other run is byte-identical.
+    Bytes stage_gathered = ParameterBytes(c.parameters, memory.GatherBytesPerParam());
+    Bytes largest = 0;
+    for (int l = partition[s].first_layer; l <= partition[s].last_layer; ++l) {
+      const auto& layer = model.layers[l];
+      const Bytes b = ParameterBytes(layer.parameters, memory.GatherBytesPerParam(layer.name));
+      stage_gathered += b - ParameterBytes(layer.parameters, memory.GatherBytesPerParam());
+      largest = std::max(largest, b);
+    }
     const TimeNs gather =
-        memory.zero >= 3 ? CollectiveNs(cluster, Collective::kAllGather,
-                                        ParameterBytes(c.parameters, memory.GatherBytesPerParam()),
-                                        groups.shard, layers)
-                         : 0;
+        memory.zero >= 3
+            ? CollectiveNs(cluster, Collective::kAllGather, stage_gathered, groups.shard, layers)
+            : 0;
     // Without resharding after the forward the backward finds its parameters.
     const TimeNs backward_gather = sharding.reshard_after_forward ? gather : 0;
     const TimeNs scatter =
@@ -140,16 +150,11 @@ void ApplyPerOpCollectives(const Model& model, const Cluster& cluster, const Sch
       c.backward_ns = with(c.backward_ns, backward_gather + scatter);
     }
     if (memory.zero >= 3) {
-      Bytes largest = 0;
-      for (int l = partition[s].first_layer; l <= partition[s].last_layer; ++l) {
-        largest = std::max(
-            largest, ParameterBytes(model.layers[l].parameters, memory.GatherBytesPerParam()));
-      }
       MemoryBreakdown& m = result->per_rank[rank].memory;
       m.gathered_weights = std::max(m.gathered_weights, kGatheredLayers * largest);
       if (!sharding.reshard_after_forward) {
         // The stage's gathered parameters stay from its forwards to its backwards.
-        held_weights[rank] += ParameterBytes(c.parameters, memory.GatherBytesPerParam());
+        held_weights[rank] += stage_gathered;
         m.gathered_weights = std::max(m.gathered_weights, held_weights[rank]);
       }
     }
