@@ -560,7 +560,6 @@ Status ReadLink(const Reader& r, const json& root, const char* key, Link* link) 
   }
   return ReadNcclProto(r, *v, key, link);
 }
-}
 
 Status ReadGpu(const Reader& r, const json& root, GpuSpec* gpu) {
   const json* v = nullptr;
