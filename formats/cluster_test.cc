@@ -170,6 +170,38 @@ TEST(ClusterFormat, CollectiveFieldsAreOptionalAndChecked) {
   EXPECT_THAT(ParseClusterJson(bad).status().message(), testing::HasSubstr("nics_per_node"));
 }
 
+// `<link>.nccl_proto` lists NCCL's protocols as NCCL_PROTO does; without it
+// LL and LL128 are on. Written only when one is off, and read back alike.
+TEST(ClusterFormat, NcclProtoListsTheProtocols) {
+  json j = MinimalCluster();
+  j["inter_node"]["nccl_proto"] = "Simple";
+  j["intra_node"]["nccl_proto"] = "simple,LL128";
+  Result<Cluster> c = ParseClusterJson(j);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_FALSE(c->inter_node.protocol_ll);
+  EXPECT_FALSE(c->inter_node.protocol_ll128);
+  EXPECT_FALSE(c->intra_node.protocol_ll);
+  EXPECT_TRUE(c->intra_node.protocol_ll128);
+  const json written = ClusterJson(*c);
+  EXPECT_EQ(written["inter_node"]["nccl_proto"], "Simple");
+  EXPECT_EQ(written["intra_node"]["nccl_proto"], "LL128,Simple");
+  Result<Cluster> back = ParseCluster(written.dump(), "c.json");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->intra_node.protocol_ll128, true);
+  EXPECT_EQ(back->inter_node.protocol_ll128, false);
+  Result<Cluster> plain = ParseClusterJson(MinimalCluster());
+  ASSERT_TRUE(plain.ok());
+  EXPECT_TRUE(plain->inter_node.protocol_ll && plain->inter_node.protocol_ll128);
+  EXPECT_FALSE(ClusterJson(*plain)["inter_node"].contains("nccl_proto"));
+
+  json bad = MinimalCluster();
+  bad["inter_node"]["nccl_proto"] = "LL,LL128";
+  EXPECT_THAT(ParseClusterJson(bad).status().message(),
+              testing::HasSubstr("inter_node.nccl_proto"));
+  bad["inter_node"]["nccl_proto"] = "Simple,Tree";
+  EXPECT_THAT(ParseClusterJson(bad).status().message(), testing::HasSubstr("\"tree\""));
+}
+
 TEST(ClusterFormat, HbmBandwidthIsOptional) {
   json j = MinimalCluster();
   j["gpu"].erase("memory_bandwidth_gbps");

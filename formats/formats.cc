@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <exception>
@@ -497,6 +498,40 @@ Status ReadModel(const Reader& r, const json& root, Model* model) {
 // ---------------------------------------------------------------------------
 // cluster files
 
+// `<link>.nccl_proto`: the protocols as NCCL_PROTO lists them ("Simple",
+// "Simple,LL128", "LL,LL128,Simple"; any case), Simple among them.
+Status ReadNcclProto(const Reader& r, const json& v, const char* key, Link* link) {
+  std::optional<std::string> proto;
+  PIPECAST_RETURN_IF_ERROR(r.String(v, key, "nccl_proto", &proto));
+  if (!proto) return Status::Ok();
+  bool simple = false;
+  link->protocol_ll = link->protocol_ll128 = false;
+  std::string_view rest = *proto;
+  while (true) {
+    const size_t comma = rest.find(',');
+    std::string name(rest.substr(0, comma));
+    std::transform(name.begin(), name.end(), name.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    if (name == "simple") {
+      simple = true;
+    } else if (name == "ll") {
+      link->protocol_ll = true;
+    } else if (name == "ll128") {
+      link->protocol_ll128 = true;
+    } else {
+      return r.Error(Member(key, "nccl_proto"),
+                     fmt::format("\"{}\" is not a protocol; list LL, LL128, Simple, comma-separated",
+                                 name));
+    }
+    if (comma == std::string_view::npos) break;
+    rest.remove_prefix(comma + 1);
+  }
+  if (!simple) {
+    return r.Error(Member(key, "nccl_proto"), "Simple must be among the protocols (\"Simple\")");
+  }
+  return Status::Ok();
+}
+
 Status ReadLink(const Reader& r, const json& root, const char* key, Link* link) {
   const json* v = nullptr;
   PIPECAST_RETURN_IF_ERROR(
@@ -505,7 +540,7 @@ Status ReadLink(const Reader& r, const json& root, const char* key, Link* link) 
   PIPECAST_RETURN_IF_ERROR(
       r.CheckKeys(*v, key,
                   {"bandwidth_gbps", "latency_us", "efficiency", "step_latency_us",
-                   "collective_latency_us", "nvls_bandwidth_gbps"}));
+                   "collective_latency_us", "nvls_bandwidth_gbps", "nccl_proto"}));
   PIPECAST_RETURN_IF_ERROR(r.Number(*v, key, "bandwidth_gbps", kBandwidth, &link->bandwidth_gbps));
   PIPECAST_RETURN_IF_ERROR(r.Number(*v, key, "latency_us", kTimeUs, &link->latency_us));
   // Optional: how collectives run over the link (sim/collectives.h); a file
@@ -523,7 +558,7 @@ Status ReadLink(const Reader& r, const json& root, const char* key, Link* link) 
     return r.Error(Member(key, "nvls_bandwidth_gbps"),
                    "NVLink SHARP runs inside a node: give it on intra_node");
   }
-  return Status::Ok();
+  return ReadNcclProto(r, *v, key, link);
 }
 
 Status ReadGpu(const Reader& r, const json& root, GpuSpec* gpu) {
@@ -725,6 +760,11 @@ nlohmann::ordered_json LinkJson(const Link& link) {
   if (link.step_latency_us >= 0) out["step_latency_us"] = link.step_latency_us;
   if (link.collective_latency_us != 0) out["collective_latency_us"] = link.collective_latency_us;
   if (link.nvls_bandwidth_gbps != 0) out["nvls_bandwidth_gbps"] = link.nvls_bandwidth_gbps;
+  if (!link.protocol_ll || !link.protocol_ll128) {
+    std::string proto = link.protocol_ll ? "LL," : "";
+    if (link.protocol_ll128) proto += "LL128,";
+    out["nccl_proto"] = proto + "Simple";
+  }
   return out;
 }
 

@@ -45,6 +45,12 @@ struct Link {
   // itself, as its algorithm bandwidth (bytes all-reduced per second) in a
   // full node; 0 = none (A100, PCIe).
   double nvls_bandwidth_gbps = 0;
+  // The protocols NCCL may run besides Simple on a collective whose group
+  // uses this link (as collective_latency_us: the intra-node link's inside a
+  // node, the inter-node link's across nodes), as NCCL_PROTO allows them;
+  // they apply where collective_latency_us is given (sim/collectives.h).
+  bool protocol_ll = true;
+  bool protocol_ll128 = true;
 
   TimeNs LatencyNs() const { return UsToNs(latency_us); }
   TimeNs StepLatencyNs() const {

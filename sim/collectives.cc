@@ -37,13 +37,70 @@ double Volume(Collective op, int n) {
   return factor * (n - 1) / n;
 }
 
-TimeNs RingNs(const Fabric& f, Collective op, Bytes bytes, const CollectiveGroup& g, int pieces) {
-  const int factor = op == Collective::kAllReduce ? 2 : 1;
-  const int64_t steps = int64_t{factor} * (g.ranks - 1);
-  const int64_t inter_steps = g.nodes > 1 ? int64_t{factor} * (g.nodes - 1) : 0;
-  const TimeNs fixed = (g.nodes > 1 ? f.inter : f.intra).CollectiveLatencyNs() +
-                       (steps - inter_steps) * f.intra.StepLatencyNs() +
-                       inter_steps * f.inter.StepLatencyNs();
+// NCCL's tuning constants for the ring, per protocol (NVIDIA/nccl
+// src/graph/tuning.cc at 5067397c2676d5aed50042fc39e5c8ee96eb0027,
+// ncclTunerConstantsDefaults and ncclTopoTuneModel): baseLatencies[Ring],
+// hwLatencies[NVLINK][Ring], hwLatencies[NET][Ring] (hwLatencies[NET][Tree]
+// when one GPU per node: "With ppn=1 latencies are fully exposed"), and the
+// net overhead a step inside a node pays at least when the ring crosses
+// nodes (getNetOverhead: 1 us on an x86 Intel host, x3 for Simple). Microseconds.
+struct ProtocolLatencies {
+  double base, nvlink_step, net_step, net_step_one_per_node, net_overhead;
+};
+constexpr ProtocolLatencies kLl{6.6, 0.6, 2.7, 5.0, 1.0};
+constexpr ProtocolLatencies kLl128{14.0, 1.9, 4.0, 8.5, 1.0};
+constexpr ProtocolLatencies kSimple{8.4, 3.4, 14.0, 14.0, 3.0};
+// The ring's bus bandwidth under LL (half the bytes are flags) and LL128
+// (tuning.cc: busBw * 0.92, its comment "120.0/128.0"), as shares of Simple's.
+constexpr double kLlShare = 0.5;
+constexpr double kLl128Share = 0.92;
+// llMaxBws (GB/s of bus bandwidth): one node by GPU (Hopper 141.0, Ampere
+// 87.7), several by host CPU (Intel row: 39.0 for two nodes, 20.4 for more).
+constexpr double kLlMaxHopperGbps = 141.0;
+constexpr double kLlMaxAmpereGbps = 87.7;
+constexpr double kLlMaxTwoNodesGbps = 39.0;
+constexpr double kLlMaxMoreNodesGbps = 20.4;
+
+// The ring's latency under `p`, from the links' Simple latencies: a link's
+// fixed and NVLink step latencies beyond NCCL's Simple defaults are added to
+// every protocol's alike; a network step beyond NCCL's 14 us is the
+// network's own latency (NCCL's graph latencyInter), which Simple pays twice
+// (its flush) and LL and LL128 once. Simple's is the links' as given.
+struct RingLatency {
+  TimeNs fixed, intra_step, inter_step;
+};
+RingLatency RingLatencyOf(const Fabric& f, const CollectiveGroup& g, const ProtocolLatencies& p) {
+  const Link& outer = g.nodes > 1 ? f.inter : f.intra;
+  if (&p == &kSimple) {
+    return {outer.CollectiveLatencyNs(), f.intra.StepLatencyNs(), f.inter.StepLatencyNs()};
+  }
+  const auto us = [](double v) { return UsToNs(std::max(0.0, v)); };
+  const double fixed = outer.collective_latency_us - kSimple.base + p.base;
+  double intra = NsToUs(f.intra.StepLatencyNs()) - kSimple.nvlink_step + p.nvlink_step;
+  if (g.nodes > 1) intra = std::max(intra, p.net_overhead);
+  const double extra = (NsToUs(f.inter.StepLatencyNs()) - kSimple.net_step) / 2;
+  const double inter = (g.per_node == 1 ? p.net_step_one_per_node : p.net_step) + extra;
+  return {us(fixed), us(intra), us(inter)};
+}
+
+// LL and LL128 are NCCL's defaults on the presets' nodes (LL128 on Hopper
+// and on Ampere over NVLink with the NIC on the GPU's PCIe switch), unless
+// the group's link turns them off (NCCL_PROTO); a link without
+// collective_latency_us (a plain cluster file) keeps Simple alone.
+bool ProtocolOn(const Fabric& f, const CollectiveGroup& g, CollectiveProtocol p) {
+  const Link& link = g.nodes > 1 ? f.inter : f.intra;
+  if (!(link.collective_latency_us > 0)) return p == CollectiveProtocol::kSimple;
+  if (p == CollectiveProtocol::kLl) return link.protocol_ll;
+  if (p == CollectiveProtocol::kLl128) return link.protocol_ll128;
+  return true;
+}
+
+double LlMaxGbps(const Fabric& f, const CollectiveGroup& g) {
+  if (g.nodes == 1) return f.intra.nvls_bandwidth_gbps > 0 ? kLlMaxHopperGbps : kLlMaxAmpereGbps;
+  return g.nodes == 2 ? kLlMaxTwoNodesGbps : kLlMaxMoreNodesGbps;
+}
+
+double RingBusGbps(const Fabric& f, const CollectiveGroup& g) {
   double bus = std::numeric_limits<double>::infinity();
   if (g.per_node > 1 || g.nodes == 1) {
     bus = std::min(bus, Effective(f.intra.bandwidth_gbps, f.intra.efficiency));
@@ -53,6 +110,23 @@ TimeNs RingNs(const Fabric& f, Collective op, Bytes bytes, const CollectiveGroup
         g.per_node == 1 ? f.network_gbps_per_gpu : g.per_node * f.network_gbps_per_gpu;
     bus = std::min(bus, Effective(share, f.inter.efficiency));
   }
+  return bus;
+}
+
+TimeNs RingNs(const Fabric& f, Collective op, Bytes bytes, const CollectiveGroup& g, int pieces,
+              CollectiveProtocol protocol) {
+  const ProtocolLatencies& p = protocol == CollectiveProtocol::kLl      ? kLl
+                               : protocol == CollectiveProtocol::kLl128 ? kLl128
+                                                                        : kSimple;
+  const RingLatency lat = RingLatencyOf(f, g, p);
+  const int factor = op == Collective::kAllReduce ? 2 : 1;
+  const int64_t steps = int64_t{factor} * (g.ranks - 1);
+  const int64_t inter_steps = g.nodes > 1 ? int64_t{factor} * (g.nodes - 1) : 0;
+  const TimeNs fixed =
+      lat.fixed + (steps - inter_steps) * lat.intra_step + inter_steps * lat.inter_step;
+  double bus = RingBusGbps(f, g);
+  if (protocol == CollectiveProtocol::kLl) bus = std::min(bus * kLlShare, LlMaxGbps(f, g));
+  if (protocol == CollectiveProtocol::kLl128) bus *= kLl128Share;
   return pieces * fixed + VolumeNs(Volume(op, g.ranks), bytes, bus);
 }
 
@@ -75,7 +149,13 @@ TimeNs NvlsTreeNs(const Fabric& f, Bytes bytes, const CollectiveGroup& g, int pi
 CollectiveCost Best(const Fabric& f, Collective op, Bytes bytes, const CollectiveGroup& g,
                     int pieces) {
   if (g.ranks <= 1 || bytes <= 0) return {};
-  CollectiveCost best{RingNs(f, op, bytes, g, pieces), CollectiveAlgorithm::kRing};
+  CollectiveCost best{RingNs(f, op, bytes, g, pieces, CollectiveProtocol::kSimple),
+                      CollectiveAlgorithm::kRing, CollectiveProtocol::kSimple};
+  for (CollectiveProtocol p : {CollectiveProtocol::kLl128, CollectiveProtocol::kLl}) {
+    if (!ProtocolOn(f, g, p)) continue;
+    const TimeNs ns = RingNs(f, op, bytes, g, pieces, p);
+    if (ns < best.ns) best = {ns, CollectiveAlgorithm::kRing, p};
+  }
   const bool nvls = op == Collective::kAllReduce && f.intra.nvls_bandwidth_gbps > 0 &&
                     f.intra.bandwidth_gbps > 0 && g.per_node >= 2;
   if (nvls) {
@@ -98,6 +178,18 @@ const char* CollectiveName(Collective op) {
       return "all-gather";
     case Collective::kReduceScatter:
       return "reduce-scatter";
+  }
+  return "";
+}
+
+const char* CollectiveProtocolName(CollectiveProtocol protocol) {
+  switch (protocol) {
+    case CollectiveProtocol::kSimple:
+      return "Simple";
+    case CollectiveProtocol::kLl:
+      return "LL";
+    case CollectiveProtocol::kLl128:
+      return "LL128";
   }
   return "";
 }

@@ -33,9 +33,31 @@
 //     exchange once), 2 for more (NCCL's double binary tree sends each byte
 //     up and down); latency collective_latency_us + 2 NVLink steps +
 //     2·ceil(log2 N) network steps.
+// Each ring also runs in NCCL's three protocols, and the fastest (algorithm,
+// protocol) pair is taken, as ncclTopoTuneModel / ncclTopoGetAlgoTime do
+// (NVIDIA/nccl src/graph/tuning.cc at 5067397c2676d5aed50042fc39e5c8ee96eb0027,
+// constants in collectives.cc):
+//   - Simple: the ring above, the links' latencies and bus bandwidth as given.
+//   - LL128: bus bandwidth 0.92 x Simple's; latency NCCL's LL128 base 14 us,
+//     1.9 us per NVLink step, 4.0 us per network step (8.5 with one GPU
+//     per node).
+//   - LL: bus bandwidth half Simple's, at most NCCL's llMaxBw (one node:
+//     141 GB/s on Hopper, taken where the node has NVLS, else Ampere's 87.7;
+//     39.0 for two nodes, 20.4 for more, x86 Intel hosts); latency base
+//     6.6 us, 0.6 us per NVLink step, 2.7 per network step (5.0 with one GPU
+//     per node).
+//   Across nodes a step inside a node costs at least NCCL's net overhead
+//   (1 us, 3 for Simple). Latencies a link sets above NCCL's Simple defaults
+//   (8.4 us fixed, 3.4 per NVLink step) shift LL and LL128 alike; a network
+//   step above NCCL's 14 us is the network's own latency (latencyInter),
+//   which Simple pays twice and LL and LL128 once. NVLS and NVLS tree are
+//   Simple only. LL and LL128 are taken only where the group's link has a
+//   collective_latency_us (the presets); not modelled: NCCL's tree
+//   algorithm, the per-channel LL128 cap (36.7 GB/s a channel on Hopper, 20
+//   on Ampere), the ring Simple plateau factor (x1.4 across nodes).
 // A link's defaults (efficiency 1, step latency = latency_us, no fixed
 // latency, no NVLS) give the plain ring this replaced, so a cluster file
-// without the collective fields times exactly as before.
+// without the collective fields times exactly as before (Simple alone).
 //
 // Stateless functions, safe from several threads. Units: ns, bytes.
 #ifndef PIPECAST_SIM_COLLECTIVES_H_
@@ -73,9 +95,16 @@ CollectiveGroup StridedGroup(const Cluster& cluster, int first, int stride, int 
 // `ranks` GPUs of one node (tensor parallelism).
 CollectiveGroup OneNodeGroup(int ranks);
 
+// NCCL's protocols: Simple (the bulk one), LL (8-byte stores, half of them
+// flags) and LL128 (128-byte lines, 8 bytes of each a flag).
+enum class CollectiveProtocol { kSimple, kLl, kLl128 };
+// "Simple", "LL", "LL128".
+const char* CollectiveProtocolName(CollectiveProtocol protocol);
+
 struct CollectiveCost {
   TimeNs ns = 0;
   CollectiveAlgorithm algorithm = CollectiveAlgorithm::kNone;
+  CollectiveProtocol protocol = CollectiveProtocol::kSimple;
 };
 
 // `pieces` collectives of one kind over `group` whose sizes sum to `bytes`
