@@ -46,8 +46,10 @@ struct AnalyticFlags {
   std::string loss = "fused";
   std::string elementwise = "fused";
   std::string moe_dispatcher = "deepep";  // --moe-dispatcher: deepep, alltoall or allgather
-  std::string precision = "bf16";         // bf16, or fp8 with --fp8-recipe
-  std::string fp8_recipe;                 // empty: delayed with --precision fp8
+  double moe_capacity_factor = 0;         // --moe-capacity-factor, when given
+  CLI::Option* moe_capacity_factor_given = nullptr;
+  std::string precision = "bf16";        // bf16, or fp8 with --fp8-recipe
+  std::string fp8_recipe;                // empty: delayed with --precision fp8
   std::string time_model;                // empty: matmul, or flat when --matmul-efficiency is given
   bool matmul_efficiency_given = false;  // --matmul-efficiency on the command line
   std::vector<int> tensor_parallel = {1};
@@ -200,6 +202,9 @@ Result<AnalyticOptions> OptionsFromFlags(const AnalyticFlags& flags) {
         "--moe-dispatcher {}: expected deepep, alltoall or allgather", flags.moe_dispatcher));
   }
   options.moe_dispatcher = *dispatcher;
+  if (flags.moe_capacity_factor_given != nullptr && flags.moe_capacity_factor_given->count() > 0) {
+    options.moe_capacity_factor = flags.moe_capacity_factor;  // checked by Validate
+  }
   if (flags.precision == "fp8") {
     PIPECAST_ASSIGN_OR_RETURN(
         options.fp8, ParseFp8Recipe(flags.fp8_recipe.empty() ? "delayed" : flags.fp8_recipe));
@@ -351,10 +356,11 @@ void AddShapeFlags(CLI::App* cmd, AnalyticFlags& f) {
                   "allgather: one permutation of the gathered rows each side; docs/profiler.md)")
       ->check(CLI::IsMember({"deepep", "alltoall", "allgather"}))
       ->capture_default_str();
-  cmd->add_option("--moe-capacity-factor", o.moe_capacity_factor,
-                  "each expert's token capacity over the mean (Megatron-LM's "
-                  "--moe-expert-capacity-factor): tokens past it are dropped, so the routed "
-                  "experts are sized for min(--moe-imbalance, this); default: dropless");
+  f.moe_capacity_factor_given =
+      cmd->add_option("--moe-capacity-factor", f.moe_capacity_factor,
+                      "each expert's token capacity over the mean (Megatron-LM's "
+                      "--moe-expert-capacity-factor): tokens past it are dropped, so the routed "
+                      "experts are sized for min(--moe-imbalance, this); default: dropless");
   cmd->add_flag("--moe-pad-to-capacity", o.moe_pad_to_capacity,
                 "every expert computes exactly its capacity (Megatron-LM's "
                 "--moe-pad-expert-input-to-capacity); needs --moe-capacity-factor");
