@@ -88,17 +88,35 @@ std::optional<ExpertDispatcher> ModelExpertDispatcher(const Model& model) {
   if (!dispatcher->is_string()) return std::nullopt;
   const std::string text = dispatcher->get<std::string>();
   if (text.starts_with("alltoall")) return ExpertDispatcher::kAllToAll;
+  if (text.starts_with("allgather")) return ExpertDispatcher::kAllGather;
   if (text.starts_with("deepep")) return ExpertDispatcher::kDeepEp;
   return std::nullopt;
+}
+
+ModelCapacity ModelExpertCapacity(const Model& model) {
+  ModelCapacity c;
+  auto it = model.source.details.find("moe");
+  if (it == model.source.details.end()) return c;
+  const nlohmann::json moe = nlohmann::json::parse(it->second, nullptr, false);
+  if (!moe.is_object()) return c;
+  const auto factor = moe.find("capacity_factor");
+  if (factor == moe.end() || !factor->is_number()) return c;
+  c.factor = factor->get<double>();
+  const auto pad = moe.find("pad_to_capacity");
+  c.pad = pad != moe.end() && pad->is_boolean() && pad->get<bool>();
+  return c;
 }
 
 std::string ModelDispatcherMismatch(const Model& model, const std::string& model_path,
                                     const std::vector<ExpertDispatcher>& used) {
   const std::optional<ExpertDispatcher> made_for = ModelExpertDispatcher(model);
   if (!made_for) return "";
+  // Only the all-to-all dispatcher's second sort changes the profiler's costs: deepep and
+  // allgather costs are the same (one permutation each side).
+  const auto sorts = [](ExpertDispatcher d) { return d == ExpertDispatcher::kAllToAll; };
   std::vector<ExpertDispatcher> others;
   for (ExpertDispatcher d : used) {
-    if (d != *made_for) others.push_back(d);
+    if (sorts(d) != sorts(*made_for)) others.push_back(d);
   }
   if (others.empty()) return "";
   const bool alltoall_missing = others.front() == ExpertDispatcher::kAllToAll;
@@ -108,7 +126,9 @@ std::string ModelDispatcherMismatch(const Model& model, const std::string& model
       "dispatcher's second sort (its received rows ordered by local expert and back); "
       "re-profile with --moe-dispatcher {} for them (docs/planner.md, \"Expert dispatcher\")",
       model_path, ExpertDispatcherName(*made_for),
-      *made_for == ExpertDispatcher::kAllToAll ? " --moe-dispatcher alltoall" : "",
+      *made_for == ExpertDispatcher::kDeepEp
+          ? ""
+          : fmt::format(" --moe-dispatcher {}", ExpertDispatcherName(*made_for)),
       used.size() > others.size() ? "part of the search" : "the run",
       ExpertDispatcherName(others.front()), alltoall_missing ? "lack" : "are charged",
       ExpertDispatcherName(others.front()));

@@ -48,12 +48,23 @@ std::string ModelGpuMismatch(const Model& model, const Cluster& cluster);
 
 // The expert dispatcher the model's layer costs were made for: profiler analytic writes
 // source.details["moe"] for an MoE model, with a "dispatcher" entry starting "alltoall" for
-// --moe-dispatcher alltoall (the second sort charged) and none for deepep. nullopt when the
+// --moe-dispatcher alltoall (the second sort charged), "allgather" for --moe-dispatcher
+// allgather (costed as deepep) and none for deepep. nullopt when the
 // model does not say (a dense model, a measured or hand-written one).
 std::optional<ExpertDispatcher> ModelExpertDispatcher(const Model& model);
 
+// The expert capacity the model's layer costs were made for: profiler analytic
+// --moe-capacity-factor writes "capacity_factor" (and "pad_to_capacity") in
+// source.details["moe"]. factor unset when the model does not say (dropless).
+struct ModelCapacity {
+  std::optional<double> factor;
+  bool pad = false;
+};
+ModelCapacity ModelExpertCapacity(const Model& model);
+
 // When the run uses (or the search tries) a dispatcher the model's costs were not made for
-// (ModelExpertDispatcher, at ep > 1): a warning naming both and what to do; empty otherwise. A
+// (ModelExpertDispatcher, at ep > 1) and whose costs differ (alltoall against either other;
+// deepep and allgather cost the same): a warning naming both and what to do; empty otherwise. A
 // warning, not an error: the second sort is a small memory-bound term, and `both` must compare
 // the two dispatchers on one model file (docs/planner.md, "Expert dispatcher").
 // `used`: the dispatchers run at ep > 1 (empty: no expert parallelism, no warning).

@@ -207,8 +207,8 @@ Status ReadExpertLayout(const Reader& r, const json& root, PlanFile* plan) {
     std::optional<ExpertDispatcher> parsed = ParseExpertDispatcher(dispatcher);
     if (!parsed) {
       return r.Error("ep_dispatcher",
-                     fmt::format("expected \"deepep\" or \"alltoall\" (the expert dispatcher, "
-                                 "--ep-dispatcher), got \"{}\"",
+                     fmt::format("expected \"deepep\", \"alltoall\" or \"allgather\" (the expert "
+                                 "dispatcher, --ep-dispatcher), got \"{}\"",
                                  dispatcher));
     }
     plan->config.layout.expert_dispatcher = *parsed;

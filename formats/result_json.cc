@@ -132,7 +132,8 @@ void TotalsKeys(V& v, R& r) {
   v.Int(Key{"expert_parallel", ep}, r.expert_parallel, kMaxCount);
   v.Int(Key{"expert_tensor_parallel", ep}, r.expert_tensor_parallel, kMaxCount);
   v.Time(Key{"ep_comm_time_us", ep}, r.ep_comm_ns);
-  // Written only for the all-to-all dispatcher (--ep-dispatcher); absent reads as deepep.
+  // Written only for the all-to-all and all-gather dispatchers (--ep-dispatcher); absent reads as
+  // deepep.
   v.Dispatcher(Key{"ep_dispatcher", ep && r.ep_dispatcher != ExpertDispatcher::kDeepEp},
                r.ep_dispatcher);
   // Written only when the all-to-alls hide in overlapped pairs (--ep-overlap); absent: off.
@@ -329,7 +330,7 @@ class KeyReader {
     Named(k, out, ParseCpAlgorithm, "\"ring\" or \"allgather\"");
   }
   void Dispatcher(Key k, ExpertDispatcher& out) {
-    Named(k, out, ParseExpertDispatcher, "\"deepep\" or \"alltoall\"");
+    Named(k, out, ParseExpertDispatcher, "\"deepep\", \"alltoall\" or \"allgather\"");
   }
   // An enum written by name: `parse` maps the name to the value or nullopt.
   template <typename T, typename Parse>

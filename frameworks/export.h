@@ -15,6 +15,7 @@
 #define PIPECAST_FRAMEWORKS_EXPORT_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -48,6 +49,11 @@ struct ExportRequest {
   // pytorch-csv) that pipeline_parallel_schedule_csv names; empty: none (a
   // plan without pipeline parallelism needs none).
   std::string schedule_csv;
+  // The MoE model's expert capacity (model.json source.details "moe",
+  // profiler analytic --moe-capacity-factor, ModelExpertCapacity): unset for
+  // a dropless model; pad: every expert padded to its capacity.
+  std::optional<double> moe_capacity_factor;
+  bool moe_pad_to_capacity = false;
 };
 
 struct FrameworkExport {

@@ -174,6 +174,10 @@ void DeepSpeedExperts(const PlanFile& plan, FrameworkExport* out) {
       l.expert_parallel > 1 && l.expert_dispatcher == ExpertDispatcher::kDeepEp
           ? "; it has no DeepEP dispatcher: both dispatch with all_to_all_single of one row per "
             "token and expert (the plan's deepep is closest to --ep-dispatcher alltoall there)"
+      : l.expert_parallel > 1 && l.expert_dispatcher == ExpertDispatcher::kAllGather
+          ? "; it has no all-gather dispatcher: both dispatch with all_to_all_single of one row "
+            "per token and expert (the plan's allgather is closest to --ep-dispatcher alltoall "
+            "there)"
           : ""));
 }
 

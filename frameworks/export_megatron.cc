@@ -89,17 +89,26 @@ void MegatronLayoutFlags(const PlanFile& plan, const ExportRequest& request, con
          std::to_string(plan.config.layout.expert_tensor_parallel));
   }
   // The dispatcher at ep > 1 (megatron/core/transformer/transformer_config.py at the commit
-  // FrameworkSource names): moe_token_dispatcher_type is allgather (Megatron-LM's default, which
-  // pipecast does not model), alltoall or flex; flex's backend is deepep by default, written
-  // out. --moe-enable-deepep still parses there but is deprecated for
-  // --moe-flex-dispatcher-backend deepep.
+  // FrameworkSource names): moe_token_dispatcher_type is allgather (Megatron-LM's default),
+  // alltoall or flex; flex's backend is deepep by default, written out. --moe-enable-deepep
+  // still parses there but is deprecated for --moe-flex-dispatcher-backend deepep.
   if (plan.config.layout.expert_parallel > 1) {
     if (plan.config.layout.expert_dispatcher == ExpertDispatcher::kAllToAll) {
       flag("--moe-token-dispatcher-type", "alltoall");
+    } else if (plan.config.layout.expert_dispatcher == ExpertDispatcher::kAllGather) {
+      flag("--moe-token-dispatcher-type", "allgather");
     } else {
       flag("--moe-token-dispatcher-type", "flex");
       flag("--moe-flex-dispatcher-backend", "deepep");
     }
+  }
+  // The expert capacity the model was estimated at (profiler analytic --moe-capacity-factor):
+  // --moe-expert-capacity-factor and --moe-pad-expert-input-to-capacity (transformer_config.py:
+  // padding needs the factor). Dropped tokens go by the router's probs, Megatron-LM's default
+  // --moe-token-drop-policy.
+  if (request.moe_capacity_factor) {
+    flag("--moe-expert-capacity-factor", fmt::format("{}", *request.moe_capacity_factor));
+    if (request.moe_pad_to_capacity) flag("--moe-pad-expert-input-to-capacity");
   }
   flag("--micro-batch-size", std::to_string(s.mbs));
   flag("--global-batch-size", std::to_string(s.global_batch));

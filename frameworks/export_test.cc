@@ -607,11 +607,38 @@ TEST(ExpertExport, MegatronWritesTheDegreesAndTheDispatcher) {
   EXPECT_THAT(alltoall.text, HasSubstr("--moe-token-dispatcher-type alltoall\n"));
   EXPECT_THAT(alltoall.text, Not(HasSubstr("flex")));
   EXPECT_EQ(ReadMegatron(alltoall.text, 16).d, 2);
+  // Megatron-LM's all-gather dispatcher, its own default, written out.
+  const FrameworkExport allgather =
+      ExportPlanWith(Framework::kMegatron, ExpertPlan(ExpertDispatcher::kAllGather));
+  EXPECT_THAT(allgather.text, HasSubstr("--moe-token-dispatcher-type allgather\n"));
+  EXPECT_THAT(allgather.text, Not(HasSubstr("flex")));
+  EXPECT_TRUE(allgather.RunsAsPlanned());
+  EXPECT_EQ(ReadMegatron(allgather.text, 16).d, 2);
   // ep = 1 (etp alone): no all-to-all, no dispatcher flag.
   PlanFile etp_only = ExpertPlan(ExpertDispatcher::kAllToAll, 1);
   etp_only.config.layout.expert_tensor_parallel = 2;
   EXPECT_THAT(ExportPlanWith(Framework::kMegatron, etp_only).text,
               Not(HasSubstr("--moe-token-dispatcher-type")));
+}
+
+TEST(ExpertExport, MegatronWritesTheModelsCapacityFactor) {
+  // A model estimated with --moe-capacity-factor (ModelExpertCapacity) runs with Megatron-LM's
+  // --moe-expert-capacity-factor, and padded with --moe-pad-expert-input-to-capacity; a
+  // dropless model writes neither.
+  ExportRequest request;
+  request.layer_names = LayerNames(32);
+  request.moe_capacity_factor = 1.25;
+  const PlanFile plan = ExpertPlan(ExpertDispatcher::kAllToAll);
+  const FrameworkExport dropping = ExportPlan(Framework::kMegatron, plan, request);
+  EXPECT_THAT(dropping.text, HasSubstr("--moe-expert-capacity-factor 1.25\n"));
+  EXPECT_THAT(dropping.text, Not(HasSubstr("--moe-pad-expert-input-to-capacity")));
+  EXPECT_EQ(ReadMegatron(dropping.text, 16).d, 2);
+  request.moe_pad_to_capacity = true;
+  const FrameworkExport padded = ExportPlan(Framework::kMegatron, plan, request);
+  EXPECT_THAT(padded.text, HasSubstr("--moe-expert-capacity-factor 1.25\n"
+                                     "--moe-pad-expert-input-to-capacity\n"));
+  EXPECT_EQ(ReadMegatron(padded.text, 16).d, 2);
+  EXPECT_THAT(ExportPlanWith(Framework::kMegatron, plan).text, Not(HasSubstr("capacity")));
 }
 
 TEST(ExpertExport, TorchtitanWritesTheDegreesAndTheCommBackend) {
@@ -626,6 +653,16 @@ TEST(ExpertExport, TorchtitanWritesTheDegreesAndTheCommBackend) {
   EXPECT_EQ(toml::parse(alltoall.text)["parallelism"]["expert_parallel_comm_backend"].value_or(
                 std::string()),
             "standard");
+  // torchtitan has no all-gather dispatcher: standard, the closest, is written and said.
+  const FrameworkExport allgather =
+      ExportPlanWith(Framework::kTorchtitan, ExpertPlan(ExpertDispatcher::kAllGather));
+  EXPECT_EQ(toml::parse(allgather.text)["parallelism"]["expert_parallel_comm_backend"].value_or(
+                std::string()),
+            "standard");
+  EXPECT_TRUE(std::any_of(allgather.differences.begin(), allgather.differences.end(),
+                          [](const std::string& d) {
+                            return d.find("no all-gather dispatcher") != std::string::npos;
+                          }));
   // torchtitan runs etp = 1 or etp = t only (parallel_dims.py): at d = 4, ep 2 x etp 4 over a
   // stage's t 2 x d 4 GPUs is said, ep 2 x etp 2 (etp = t) is not.
   auto etp_said = [](int etp) {

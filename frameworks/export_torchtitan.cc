@@ -116,7 +116,8 @@ void TorchtitanDataParallel(const PlanFile& plan, const Shape& s,
 // Expert parallelism (torchtitan/config/job_config.py, Parallelism, and
 // torchtitan/distributed/parallel_dims.py at the commit FrameworkSource names): the degrees, and
 // at ep > 1 the dispatcher as expert_parallel_comm_backend: "deepep" (DeepEP's kernels) or
-// "standard" (PyTorch's all-to-all of the permuted rows, Megatron-LM's alltoall counterpart).
+// "standard" (PyTorch's all-to-all of the permuted rows, Megatron-LM's alltoall counterpart,
+// and the closest to its allgather).
 void TorchtitanExperts(const PlanFile& plan, const Shape& s, std::vector<std::string>* parallelism,
                        FrameworkExport* out) {
   const ParallelLayout& l = plan.config.layout;
@@ -127,7 +128,13 @@ void TorchtitanExperts(const PlanFile& plan, const Shape& s, std::vector<std::st
   if (l.expert_parallel > 1) {
     parallelism->push_back(fmt::format(
         "expert_parallel_comm_backend = {}",
-        TomlString(l.expert_dispatcher == ExpertDispatcher::kAllToAll ? "standard" : "deepep")));
+        TomlString(l.expert_dispatcher == ExpertDispatcher::kDeepEp ? "deepep" : "standard")));
+    if (l.expert_dispatcher == ExpertDispatcher::kAllGather) {
+      out->differences.push_back(
+          "torchtitan has no all-gather dispatcher (expert_parallel_comm_backend is standard or "
+          "deepep); the closest, written here: standard, an all-to-all of one row per token and "
+          "expert");
+    }
     if (l.expert_tensor_parallel != 1 && l.expert_tensor_parallel != s.t) {
       out->differences.push_back(fmt::format(
           "torchtitan runs expert tensor parallelism only at etp = 1 or etp = t "

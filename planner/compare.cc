@@ -145,7 +145,7 @@ std::optional<Status> PinRunKey(const KeyValue& kv, PlannerOptions* o) {
     o->expert_overlaps = {*overlap};
   } else if (kv.key == "ep-dispatcher") {
     std::optional<ExpertDispatcher> dispatcher = ParseExpertDispatcher(kv.value);
-    if (!dispatcher) return BadWord(kv.word, "ep-dispatcher is deepep or alltoall");
+    if (!dispatcher) return BadWord(kv.word, "ep-dispatcher is deepep, alltoall or allgather");
     o->expert_dispatchers = {*dispatcher};
   } else {
     return std::nullopt;

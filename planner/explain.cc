@@ -170,6 +170,8 @@ std::string ChosenSettings(const Candidate& c, const SimResult& r, bool pipeline
         int64_t{l.tensor_parallel} * l.context_parallel * l.data_parallel,
         l.expert_dispatcher == ExpertDispatcher::kAllToAll
             ? "alltoall: Megatron-LM's NCCL all-to-all, one row per token and expert"
+        : l.expert_dispatcher == ExpertDispatcher::kAllGather
+            ? "allgather: Megatron-LM's all-gather of every token over the etp x ep group"
             : "deepep: DeepEP's deduplicated dispatch at its published bandwidths");
   }
   if (pipeline) {

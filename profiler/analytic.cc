@@ -161,7 +161,7 @@ Status AddLayers(const TransformerSpec& spec, const AnalyticOptions& options,
   std::vector<Layer> kind_layers;
   for (size_t k = 0; k < shapes.block_kinds.size(); ++k) {
     kind_costs.push_back(BlockCost(spec, shapes.block_kinds[k], whole.block_kinds[k], dims,
-                                   options.attention, split, options.fp8, options.moe_imbalance,
+                                   options.attention, split, options.fp8, options.ExpertImbalance(),
                                    options.moe_dispatcher, options.elementwise));
     PIPECAST_ASSIGN_OR_RETURN(Layer block, ToLayer("block.0", kind_costs.back(), rates, sizes));
     kind_layers.push_back(std::move(block));
@@ -288,11 +288,28 @@ Status AnalyticOptions::Validate() const {
         "expert's tokens over the mean",
         moe_imbalance, kMaxMoeImbalance));
   }
+  if (moe_capacity_factor &&
+      !(*moe_capacity_factor > 0 && *moe_capacity_factor <= kMaxMoeImbalance)) {
+    return Status::InvalidArgument(fmt::format(
+        "--moe-capacity-factor {} must be above 0 and at most {}: each expert's token capacity "
+        "over the mean (Megatron-LM's --moe-expert-capacity-factor)",
+        *moe_capacity_factor, kMaxMoeImbalance));
+  }
+  if (moe_pad_to_capacity && !moe_capacity_factor) {
+    return Status::InvalidArgument(
+        "--moe-pad-to-capacity needs --moe-capacity-factor: the capacity each expert is padded "
+        "to");
+  }
   if (bytes_per_element != 1 && bytes_per_element != 2 && bytes_per_element != 4) {
     return Status::InvalidArgument(fmt::format(
         "--bytes-per-element {} must be 1 (fp8), 2 (bf16) or 4 (fp32)", bytes_per_element));
   }
   return Status::Ok();
+}
+
+double AnalyticOptions::ExpertImbalance() const {
+  if (!moe_capacity_factor) return moe_imbalance;
+  return moe_pad_to_capacity ? *moe_capacity_factor : std::min(moe_imbalance, *moe_capacity_factor);
 }
 
 Result<Model> EstimateTransformer(const TransformerSpec& spec, const AnalyticOptions& options) {

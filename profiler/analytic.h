@@ -47,6 +47,7 @@
 #define PIPECAST_PROFILER_ANALYTIC_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -335,9 +336,21 @@ struct AnalyticOptions {
   // deepep (the default) permutes each token's rows once on each side;
   // alltoall (Megatron-LM's MoEAlltoAllTokenDispatcher) also sorts the rows
   // it receives by local expert after the dispatch and back before the
-  // combine, two more memory-bound passes of k rows each way
-  // (docs/profiler.md "Mixture of experts").
+  // combine, two more memory-bound passes of k rows each way; allgather
+  // (MoEAllGatherTokenDispatcher) permutes its gathered rows once on each
+  // side, as deepep (docs/profiler.md "Mixture of experts").
   ExpertDispatcher moe_dispatcher = ExpertDispatcher::kDeepEp;
+  // Megatron-LM's --moe-expert-capacity-factor C (--moe-capacity-factor):
+  // each expert takes at most C x the mean tokens and drops the rest, so the
+  // busiest expert's share is min(moe_imbalance, C); unset: dropless. With
+  // --moe-pad-to-capacity (--moe-pad-expert-input-to-capacity) every expert
+  // computes exactly C x the mean. In (0, kMaxMoeImbalance].
+  std::optional<double> moe_capacity_factor;
+  bool moe_pad_to_capacity = false;
+  // The busiest expert's tokens over the mean that the routed experts'
+  // GEMMs, kernels and kept activations are sized for: moe_imbalance,
+  // bounded by the capacity factor (or equal to it when padded).
+  double ExpertImbalance() const;
 
   // OK, or InvalidArgument naming the flag of the first bad field.
   [[nodiscard]] Status Validate() const;

@@ -306,6 +306,25 @@ void AddMoeDetails(const TransformerSpec& spec, const AnalyticOptions& options,
     moe["dispatcher"] =
         "alltoall: Megatron-LM's all-to-all dispatcher, the received rows sorted by local expert "
         "after the dispatch and back before the combine (two more passes of k rows each way)";
+  } else if (options.moe_dispatcher == ExpertDispatcher::kAllGather) {
+    moe["dispatcher"] =
+        "allgather: Megatron-LM's all-gather dispatcher, the gathered rows of the local experts "
+        "permuted once each side (costed as deepep); its all-gather and reduce-scatter are the "
+        "simulator's";
+  }
+  if (options.moe_capacity_factor) {
+    moe["capacity_factor"] = *options.moe_capacity_factor;
+    moe["pad_to_capacity"] = options.moe_pad_to_capacity;
+    moe["expert_imbalance"] = options.ExpertImbalance();
+    moe["capacity_source"] =
+        options.moe_pad_to_capacity
+            ? "Megatron-LM's --moe-expert-capacity-factor with "
+              "--moe-pad-expert-input-to-capacity: every expert computes exactly capacity_factor "
+              "x the mean tokens; the routed experts are sized for expert_imbalance = "
+              "capacity_factor"
+            : "Megatron-LM's --moe-expert-capacity-factor: tokens past capacity_factor x the mean "
+              "are dropped; the routed experts are sized for expert_imbalance = min(imbalance, "
+              "capacity_factor)";
   }
   (*details)["moe"] = JsonText(moe);
 }

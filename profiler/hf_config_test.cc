@@ -408,6 +408,98 @@ TEST(HfConfigTest, AllToAllDispatcherSortsTheRowsOnEachSide) {
   EXPECT_THAT(a->source.details.at("moe"), Not(HasSubstr("\"dispatcher\"")));
 }
 
+TEST(HfConfigTest, AllGatherDispatcherCostsAsDeepEpAndSaysSo) {
+  // Megatron-LM's all-gather dispatcher permutes the gathered rows of its local experts once on
+  // each side (MoEAllGatherTokenDispatcher's permute and unpermute), as deepep does: the same
+  // layer costs; only the source says which dispatcher the estimate is for.
+  const TransformerSpec spec = Load("mixtral-8x7b.json");
+  AnalyticOptions deepep;
+  AnalyticOptions allgather;
+  allgather.moe_dispatcher = ExpertDispatcher::kAllGather;
+  Result<Model> a = EstimateTransformer(spec, deepep);
+  Result<Model> b = EstimateTransformer(spec, allgather);
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  EXPECT_EQ(b->layers[1].profiles[0].forward_ns, a->layers[1].profiles[0].forward_ns);
+  EXPECT_EQ(b->layers[1].profiles[0].backward_ns, a->layers[1].profiles[0].backward_ns);
+  EXPECT_EQ(b->layers[1].profiles[0].activation_bytes, a->layers[1].profiles[0].activation_bytes);
+  EXPECT_THAT(b->source.details.at("moe"), HasSubstr("\"dispatcher\":\"allgather:"));
+}
+
+TEST(HfConfigTest, CapacityFactorBoundsTheBusiestExpert) {
+  // Given Mixtral 8x7B at s = 4096 (top-2, h = 4096, f = 14336) with the busiest expert at
+  // twice the mean (--moe-imbalance 2), and Megatron-LM's --moe-expert-capacity-factor 1.25:
+  // each expert takes at most 1.25 x the mean tokens and drops the rest, so the routed experts
+  // are sized as at imbalance min(2, 1.25) = 1.25.
+  const TransformerSpec spec = Load("mixtral-8x7b.json");
+  AnalyticOptions skewed;
+  skewed.moe_imbalance = 2;
+  AnalyticOptions capped = skewed;
+  capped.moe_capacity_factor = 1.25;
+  AnalyticOptions at_capacity;
+  at_capacity.moe_imbalance = 1.25;
+  AnalyticOptions balanced;
+  balanced.moe_imbalance = 1;
+  EXPECT_DOUBLE_EQ(capped.ExpertImbalance(), 1.25);
+  Result<Model> s = EstimateTransformer(spec, skewed);
+  Result<Model> c = EstimateTransformer(spec, capped);
+  Result<Model> r = EstimateTransformer(spec, at_capacity);
+  Result<Model> b = EstimateTransformer(spec, balanced);
+  ASSERT_TRUE(s.ok() && c.ok() && r.ok() && b.ok());
+  const LayerProfile& pc = c->layers[1].profiles[0];
+  // Then the experts' time and memory are those at imbalance 1.25, below those at 2.
+  EXPECT_EQ(pc.forward_ns, r->layers[1].profiles[0].forward_ns);
+  EXPECT_EQ(pc.backward_ns, r->layers[1].profiles[0].backward_ns);
+  EXPECT_EQ(pc.activation_bytes, r->layers[1].profiles[0].activation_bytes);
+  EXPECT_LT(pc.forward_ns, s->layers[1].profiles[0].forward_ns);
+  // Memory worked by hand: each token copy above the mean keeps s x e x k x (h + 3f) =
+  // 771,751,936 B per sample (MixtureOfExpertsBlocksAreEstimatedWithTheirRouting), so 0.25 more
+  // copies than balanced keep 192,937,984 B more, and the capacity saves 0.75 copies' worth,
+  // 578,813,952 B, against imbalance 2.
+  EXPECT_NEAR(static_cast<double>(pc.activation_bytes - b->layers[1].profiles[0].activation_bytes),
+              192'937'984.0, 1.0);
+  EXPECT_NEAR(static_cast<double>(s->layers[1].profiles[0].activation_bytes - pc.activation_bytes),
+              578'813'952.0, 1.0);
+  // A capacity above the imbalance drops nothing: the estimate is the dropless one.
+  AnalyticOptions loose = skewed;
+  loose.moe_capacity_factor = 4;
+  EXPECT_DOUBLE_EQ(loose.ExpertImbalance(), 2);
+  // Padded to capacity (--moe-pad-expert-input-to-capacity) every expert computes exactly
+  // C x the mean, whatever the imbalance: at C = 1 the balanced estimate, at C = 4 four copies.
+  AnalyticOptions padded = skewed;
+  padded.moe_capacity_factor = 1;
+  padded.moe_pad_to_capacity = true;
+  EXPECT_DOUBLE_EQ(padded.ExpertImbalance(), 1);
+  Result<Model> p = EstimateTransformer(spec, padded);
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  EXPECT_EQ(p->layers[1].profiles[0].forward_ns, b->layers[1].profiles[0].forward_ns);
+  EXPECT_EQ(p->layers[1].profiles[0].activation_bytes, b->layers[1].profiles[0].activation_bytes);
+  loose.moe_pad_to_capacity = true;
+  EXPECT_DOUBLE_EQ(loose.ExpertImbalance(), 4);
+  // The FLOPs written are the useful ones; the source records the capacity.
+  EXPECT_EQ(c->layers[1].forward_flops, s->layers[1].forward_flops);
+  const std::string& details = c->source.details.at("moe");
+  EXPECT_THAT(details, HasSubstr("\"capacity_factor\":1.25"));
+  EXPECT_THAT(details, HasSubstr("\"pad_to_capacity\":false"));
+  EXPECT_THAT(details, HasSubstr("\"expert_imbalance\":1.25"));
+  EXPECT_THAT(s->source.details.at("moe"), Not(HasSubstr("capacity")));
+}
+
+TEST(HfConfigTest, BadCapacityFactorsAreCheckedByName) {
+  AnalyticOptions options;
+  for (double bad : {0.0, -1.0, std::nan(""), 65.0}) {
+    options.moe_capacity_factor = bad;
+    EXPECT_THAT(options.Validate().message(), HasSubstr("--moe-capacity-factor"));
+    EXPECT_THAT(options.Validate().message(), HasSubstr("must be above 0 and at most 64"));
+  }
+  options.moe_capacity_factor.reset();
+  options.moe_pad_to_capacity = true;
+  EXPECT_THAT(options.Validate().message(),
+              HasSubstr("--moe-pad-to-capacity needs --moe-capacity-factor"));
+  options.moe_capacity_factor = 0.5;  // below the mean: every expert drops, allowed
+  EXPECT_TRUE(options.Validate().ok());
+}
+
 TEST(HfConfigTest, MoeFlagsAndImbalanceAreCheckedByName) {
   TransformerSpec spec = Load("mixtral-8x7b.json");
   spec.moe.experts_per_token = 9;

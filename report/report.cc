@@ -165,6 +165,9 @@ std::string ParallelismLines(const SimResult& result) {
         result.ep_dispatcher == ExpertDispatcher::kAllToAll
             ? "--ep-dispatcher alltoall: Megatron-LM's NCCL all-to-all, one row per token and "
               "expert, at NCCL's NVLink and NIC rates"
+        : result.ep_dispatcher == ExpertDispatcher::kAllGather
+            ? "--ep-dispatcher allgather: Megatron-LM's all-gather of every token over the etp x "
+              "ep group and reduce-scatter of the output, through the collective model"
             : "DeepEP's published bandwidths");
     if (result.ep_overlap) {
       out += fmt::format(

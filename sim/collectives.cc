@@ -324,6 +324,7 @@ ExpertAllToAllGroup ExpertGroupOf(int expert_parallel, int expert_tensor_paralle
                                   int gpus_per_node) {
   ExpertAllToAllGroup g;
   g.ranks = expert_parallel;
+  g.tensor = std::max(1, expert_tensor_parallel);
   const int64_t span = int64_t{expert_parallel} * expert_tensor_parallel;
   const int node = std::max(1, gpus_per_node);
   if (span <= node) {
@@ -337,12 +338,21 @@ ExpertAllToAllGroup ExpertGroupOf(int expert_parallel, int expert_tensor_paralle
 }
 
 const char* ExpertDispatcherName(ExpertDispatcher dispatcher) {
-  return dispatcher == ExpertDispatcher::kAllToAll ? "alltoall" : "deepep";
+  switch (dispatcher) {
+    case ExpertDispatcher::kDeepEp:
+      return "deepep";
+    case ExpertDispatcher::kAllToAll:
+      return "alltoall";
+    case ExpertDispatcher::kAllGather:
+      return "allgather";
+  }
+  return "";
 }
 
 std::optional<ExpertDispatcher> ParseExpertDispatcher(std::string_view name) {
   if (name == "deepep") return ExpertDispatcher::kDeepEp;
   if (name == "alltoall") return ExpertDispatcher::kAllToAll;
+  if (name == "allgather") return ExpertDispatcher::kAllGather;
   return std::nullopt;
 }
 
@@ -374,6 +384,42 @@ ExpertAllToAll NcclAllToAllOf(const Link& intra_node, const Link& inter_node,
   return a;
 }
 
+// Megatron-LM's all-gather dispatcher (sim/collectives.h): over the etp x ep
+// group, all-gathers of the routing map, the probs and the hidden states, and
+// a reduce-scatter of the output, through the collective model.
+ExpertAllToAll AllGatherDispatchOf(const Link& intra_node, const Link& inter_node,
+                                   double network_gbps_per_gpu, const ExpertAllToAllGroup& group,
+                                   int experts, double token_bytes, int bytes_per_element,
+                                   double tokens) {
+  ExpertAllToAll a;
+  const int tensor = std::max(1, group.tensor);
+  const CollectiveGroup g{.ranks = group.ranks * tensor,
+                          .nodes = group.nodes,
+                          .per_node = (group.nodes > 1 ? group.per_node : group.ranks) * tensor};
+  a.across_nodes = g.nodes > 1;
+  const double others = g.ranks - 1;
+  a.bytes_per_token = others * token_bytes;
+  a.routing_bytes_per_token = others * experts * (bytes_per_element + 1.0);
+  // The other nodes' tokens enter a node once, over its per_node NICs (the rings leave through
+  // their own NICs, as the ring model takes them); the rest arrive over NVLink.
+  a.network_bytes_per_token =
+      a.across_nodes ? static_cast<double>(g.ranks - g.per_node) / g.per_node * token_bytes : 0;
+  a.nvlink_bytes_per_token = a.bytes_per_token - a.network_bytes_per_token;
+  const Fabric fabric{intra_node, inter_node, network_gbps_per_gpu};
+  // Each collective's S: the gathered (or scattered) buffer of all g GPUs.
+  const auto gathered = [&](double bytes_per_row) -> Bytes {
+    return std::llround(g.ranks * tokens * bytes_per_row);
+  };
+  const auto ns = [&](Collective op, double bytes_per_row) {
+    return Best(fabric, op, gathered(bytes_per_row), g, 1).ns;
+  };
+  a.dispatch_ns = ns(Collective::kAllGather, experts * 1.0) +
+                  ns(Collective::kAllGather, experts * static_cast<double>(bytes_per_element)) +
+                  ns(Collective::kAllGather, token_bytes);
+  a.combine_ns = ns(Collective::kReduceScatter, token_bytes);
+  return a;
+}
+
 }  // namespace
 
 ExpertAllToAll ExpertAllToAllOf(const Link& intra_node, const Link& inter_node,
@@ -384,6 +430,10 @@ ExpertAllToAll ExpertAllToAllOf(const Link& intra_node, const Link& inter_node,
   ExpertAllToAll a;
   if (group.ranks <= 1 || tokens <= 0) return a;
   const double token_bytes = static_cast<double>(hidden) * bytes_per_element;
+  if (dispatcher == ExpertDispatcher::kAllGather) {
+    return AllGatherDispatchOf(intra_node, inter_node, network_gbps_per_gpu, group, experts,
+                               token_bytes, bytes_per_element, tokens);
+  }
   if (dispatcher == ExpertDispatcher::kAllToAll) {
     return NcclAllToAllOf(intra_node, inter_node, network_gbps_per_gpu, group, top_k, token_bytes,
                           tokens);

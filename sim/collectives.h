@@ -168,10 +168,27 @@ TimeNs IntraNodeCollectiveNs(const Link& intra_node, Collective op, Bytes bytes,
 // at the rates the collectives above use (no DeepEP share); dispatch and
 // combine alike. Latency: the collective_latency_us of the link the
 // group's widest hop crosses.
-enum class ExpertDispatcher { kDeepEp, kAllToAll };
-// "deepep" or "alltoall".
+//
+// Megatron-LM's all-gather dispatcher (--moe-token-dispatcher-type
+// allgather, Megatron-LM's own default; token_dispatcher.py,
+// MoEAllGatherTokenDispatcher, read at 0014f137) routes nothing over the
+// wire: token_permutation all-gathers, over the expert-tensor x expert
+// group of g = etp x ep GPUs (tp_ep_group), the routing map ([tokens,
+// experts] bool), the probs ([tokens, experts], the activations' dtype) and
+// the hidden states ([tokens, hidden]); each GPU keeps the rows of its local
+// experts, computes them, and token_unpermutation reduce-scatters the
+// [g x tokens, hidden] output back over the same group (in the probs'
+// dtype). Every token moves whatever its routing: one GPU receives
+// (g - 1) x hidden x bytes per element per local token in the dispatch,
+// plus (g - 1) x experts x (bytes per element + 1) of routing map and probs,
+// and sends (g - 1) x hidden x bytes per element in the combine. Timed as
+// those collectives through the model above (three all-gathers, then one
+// reduce-scatter, each paying its fixed latency) on the group of g GPUs laid
+// out as the ep group (ExpertGroupOf, per_node x etp GPUs in each node).
+enum class ExpertDispatcher { kDeepEp, kAllToAll, kAllGather };
+// "deepep", "alltoall" or "allgather".
 const char* ExpertDispatcherName(ExpertDispatcher dispatcher);
-// "deepep" or "alltoall"; nullopt for anything else.
+// "deepep", "alltoall" or "allgather"; nullopt for anything else.
 std::optional<ExpertDispatcher> ParseExpertDispatcher(std::string_view name);
 
 // Expected distinct groups (ranks or nodes) of E / n experts each that one
@@ -183,6 +200,7 @@ struct ExpertAllToAllGroup {
   int ranks = 1;     // ep
   int nodes = 1;     // nodes the ep ranks span
   int per_node = 1;  // ep ranks in each node
+  int tensor = 1;    // etp: the all-gather dispatcher's group is etp x ep GPUs
 };
 // The ep group of (ep, etp) on a node of `gpus_per_node` GPUs, laid out as
 // above.
@@ -191,13 +209,19 @@ ExpertAllToAllGroup ExpertGroupOf(int expert_parallel, int expert_tensor_paralle
 
 // One MoE layer's dispatch and combine on one GPU for `tokens` tokens.
 struct ExpertAllToAll {
-  // Bytes per token each way: DeepEP's count (above), or k x hidden x bytes
-  // per element for the all-to-all dispatcher.
+  // Bytes per token each way: DeepEP's count (above), k x hidden x bytes
+  // per element for the all-to-all dispatcher, or (g - 1) x hidden x bytes
+  // per element for the all-gather dispatcher (its hidden states alone).
   double bytes_per_token = 0;
+  // The all-gather dispatcher's routing map and probs, dispatch only:
+  // (g - 1) x experts x (bytes per element + 1). 0 for the others.
+  double routing_bytes_per_token = 0;
   // Of them, what crosses NVLink and what crosses the network: DeepEP's all
   // over NVLink inside one node and all over the network across nodes; the
   // all-to-all dispatcher's rows to the other ranks of the node and to other
-  // nodes (its own rows are in neither).
+  // nodes (its own rows are in neither); of the all-gather dispatcher's
+  // hidden rows, the GPU's NIC share of the other nodes' tokens, which enter
+  // its node once ((g - per_node) / per_node rows), and the rest.
   double nvlink_bytes_per_token = 0;
   double network_bytes_per_token = 0;
   bool across_nodes = false;

@@ -92,10 +92,22 @@ void StageCostTable::AddContextParallelNote(std::vector<std::string>* notes) con
 
 void StageCostTable::AddExpertDispatcherNote(std::vector<std::string>* notes) const {
   if (options_.expert_parallel <= 1 || !ep_comm_ ||
-      options_.ep_dispatcher != ExpertDispatcher::kAllToAll) {
+      options_.ep_dispatcher == ExpertDispatcher::kDeepEp) {
     return;
   }
   const ExpertAllToAll& a = *ep_comm_;
+  if (options_.ep_dispatcher == ExpertDispatcher::kAllGather) {
+    notes->push_back(fmt::format(
+        "--ep-dispatcher allgather: Megatron-LM's all-gather dispatcher moves every token of the "
+        "etp x ep group whatever its routing, {:.0f} bytes of hidden states per token each way "
+        "({:.0f} over NVLink, {:.0f} over the network) and {:.0f} of routing map and probs in "
+        "the dispatch; each MoE layer's dispatch (three all-gathers) takes {:.1f} us and its "
+        "combine (a reduce-scatter) {:.1f} us per micro-batch (docs/simulator.md \"Expert "
+        "parallelism\")",
+        a.bytes_per_token, a.nvlink_bytes_per_token, a.network_bytes_per_token,
+        a.routing_bytes_per_token, NsToUs(a.dispatch_ns), NsToUs(a.combine_ns)));
+    return;
+  }
   notes->push_back(fmt::format(
       "--ep-dispatcher alltoall: Megatron-LM's NCCL all-to-all sends one row per token and "
       "expert, {:.0f} bytes per token each way ({:.0f} over NVLink, {:.0f} over the network, "

@@ -22,8 +22,9 @@ Status CheckExpertLayout(const ParallelLayout& l) {
         l.expert_tensor_parallel, kMaxExpertParallel));
   }
   if (l.expert_dispatcher != ExpertDispatcher::kDeepEp &&
-      l.expert_dispatcher != ExpertDispatcher::kAllToAll) {
-    return Status::InvalidArgument("--ep-dispatcher is not deepep or alltoall");
+      l.expert_dispatcher != ExpertDispatcher::kAllToAll &&
+      l.expert_dispatcher != ExpertDispatcher::kAllGather) {
+    return Status::InvalidArgument("--ep-dispatcher is not deepep, alltoall or allgather");
   }
   const int64_t stage = int64_t{l.tensor_parallel} * l.context_parallel * l.data_parallel;
   const int64_t experts = int64_t{l.expert_parallel} * l.expert_tensor_parallel;
@@ -173,6 +174,12 @@ Status TrainingConfig::CheckExpertOverlap() const {
     return Status::InvalidArgument(
         "--ep-overlap on with --recompute full: Megatron-LM's combined 1F1B refuses full "
         "recomputation; use --recompute selective or off");
+  }
+  if (combined && layout.expert_dispatcher == ExpertDispatcher::kAllGather) {
+    return Status::InvalidArgument(
+        "--ep-overlap on with --ep-dispatcher allgather: Megatron-LM's combined 1F1B "
+        "(--overlap-moe-expert-parallel-comm) runs with the alltoall or flex dispatcher only; "
+        "use --ep-dispatcher alltoall or deepep, or --ep-overlap off");
   }
   return Status::Ok();
 }

@@ -78,7 +78,9 @@ struct ParallelLayout {
   // How the ep GPUs exchange tokens (--ep-dispatcher; sim/collectives.h):
   // DeepEP's kernels (one copy per destination rank or node) or Megatron-LM's
   // NCCL all-to-all (--moe-token-dispatcher-type alltoall: one row per
-  // token and expert). Used only at ep > 1.
+  // token and expert) or its all-gather (allgather: every token of the
+  // etp x ep group gathered, the output reduce-scattered). Used only at
+  // ep > 1.
   ExpertDispatcher expert_dispatcher = ExpertDispatcher::kDeepEp;
 
   // t x cp x d / (etp x ep): the GPUs holding the same experts, over which

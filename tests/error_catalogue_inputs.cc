@@ -213,6 +213,15 @@ std::vector<Case> BadNumberRows() {
   c.push_back(Row("profiler_moe_dispatcher_unknown", kProfiler, {},
                   tiny + " --experts 4 --moe-dispatcher flex --out {dir}/m.json", 2,
                   "--moe-dispatcher", After::kNoOutputs));
+  c.push_back(Row("profiler_moe_capacity_factor_zero", kProfiler, {},
+                  tiny + " --experts 4 --moe-capacity-factor 0 --out {dir}/m.json", 1,
+                  "--moe-capacity-factor 0 must be above 0 and at most 64", After::kNoOutputs));
+  c.push_back(Row("profiler_moe_capacity_factor_nan", kProfiler, {},
+                  tiny + " --experts 4 --moe-capacity-factor nan --out {dir}/m.json", 1,
+                  "--moe-capacity-factor nan must be above 0", After::kNoOutputs));
+  c.push_back(Row("profiler_moe_pad_without_capacity", kProfiler, {},
+                  tiny + " --experts 4 --moe-pad-to-capacity --out {dir}/m.json", 1,
+                  "--moe-pad-to-capacity needs --moe-capacity-factor", After::kNoOutputs));
   // profiler cpu's tensor-parallel shards (issue 15 part 6): refused before
   // anything is measured.
   c.push_back(Row("profiler_cpu_tensor_parallel_not_dividing_ffn", kProfiler, {},

@@ -269,24 +269,29 @@ std::vector<Case> MeasuredRunRows() {
   c.push_back(Row("ep_overlap_1f1b_over_a_pipeline", kSimulator, {kGoodModel},
                   std::string(kSim) + " --data-parallel 2 --expert-parallel 2 --ep-overlap on", 2,
                   "--ep-overlap on with --schedule 1f1b over 2 stages"));
+  c.push_back(Row("ep_overlap_with_the_allgather_dispatcher", kSimulator, {kGoodModel},
+                  std::string(kSim) +
+                      " --data-parallel 2 --expert-parallel 2 --schedule interleaved "
+                      "--ep-overlap on --ep-dispatcher allgather",
+                  2, "--ep-overlap on with --ep-dispatcher allgather"));
   c.push_back(Row("ep_overlap_unknown", kPlanner, {kGoodModel},
                   "--model {dir}/m.json --gpus 2 --global-batch 8 --ep-overlap sometimes", 2,
                   "--ep-overlap"));
-  // The expert dispatcher (--ep-dispatcher): deepep or alltoall, nothing else.
+  // The expert dispatcher (--ep-dispatcher): deepep, alltoall or allgather, nothing else.
   c.push_back(Row("ep_dispatcher_unknown", kSimulator, {kGoodModel},
                   std::string(kSim) + " --ep-dispatcher nccl", 2,
-                  "--ep-dispatcher: 'nccl' is not one of deepep, alltoall"));
+                  "--ep-dispatcher: 'nccl' is not one of deepep, alltoall, allgather"));
   c.push_back(Row("ep_dispatcher_empty", kSimulator, {kGoodModel},
                   std::string(kSim) + " --ep-dispatcher ''", 2, "--ep-dispatcher"));
   c.push_back(Row("planner_ep_dispatcher_unknown", kPlanner, {kGoodModel},
                   "--model {dir}/m.json --gpus 2 --global-batch 8 --ep-dispatcher nccl", 2,
-                  "--ep-dispatcher: 'nccl' is not one of deepep, alltoall, both"));
+                  "--ep-dispatcher: 'nccl' is not one of deepep, alltoall, allgather, both, all"));
   c.push_back(
       Row("plan_ep_dispatcher_unknown", kSimulator,
           {{"p.json", Baseline("\"placement\":", "\"ep_dispatcher\": \"nccl\", \"placement\":")}},
           "--model {ex}/gpt-7b.json --plan {dir}/p.json", 1,
-          "--plan: {dir}/p.json: ep_dispatcher: expected \"deepep\" or \"alltoall\" (the expert "
-          "dispatcher, --ep-dispatcher), got \"nccl\""));
+          "--plan: {dir}/p.json: ep_dispatcher: expected \"deepep\", \"alltoall\" or "
+          "\"allgather\" (the expert dispatcher, --ep-dispatcher), got \"nccl\""));
   c.push_back(Row("tensor_parallel_over_gpus", kPlanner, {kGoodModel},
                   "--model {dir}/m.json --gpus 2 --global-batch 8 --tensor-parallel 4", 2,
                   "--tensor-parallel 4 is more than --gpus 2: t x p x d must equal the GPUs"));

@@ -65,6 +65,28 @@ TEST(ExpertDispatcherPlan, AllToAllRoundTripsAndReplaysTheSame) {
   EXPECT_EQ(replay->iteration_ns, simulated.iteration_ns);
 }
 
+TEST(ExpertDispatcherPlan, AllGatherRoundTripsAndReplaysTheSame) {
+  // An ep 8 plan on Megatron-LM's all-gather dispatcher: plan.json names it and reads back
+  // the same, and the replay times the all-gathers and reduce-scatters again.
+  SimResult simulated;
+  const std::string text = PlanText(8, ExpertDispatcher::kAllGather, &simulated);
+  EXPECT_NE(text.find("\"ep_dispatcher\": \"allgather\""), std::string::npos) << text;
+  Result<PlanFile> back = ParsePlan(text, "plan.json");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->config.layout.expert_dispatcher, ExpertDispatcher::kAllGather);
+  EXPECT_EQ(PlanToJson(*back), text);
+  Result<SimResult> replay =
+      Simulate(TwoLayers(), back->cluster, back->schedule, PlanSimOptions(*back));
+  ASSERT_TRUE(replay.ok()) << replay.status().message();
+  EXPECT_EQ(replay->ep_dispatcher, ExpertDispatcher::kAllGather);
+  EXPECT_EQ(replay->ep_comm_ns, simulated.ep_comm_ns);
+  EXPECT_EQ(replay->iteration_ns, simulated.iteration_ns);
+  // It differs from the all-to-all's: every token moves.
+  SimResult alltoall;
+  PlanText(8, ExpertDispatcher::kAllToAll, &alltoall);
+  EXPECT_NE(simulated.ep_comm_ns, alltoall.ep_comm_ns);
+}
+
 TEST(ExpertDispatcherPlan, DeepEpAndEpOneWriteNoKey) {
   // The default, deepep, is not written (plans and baselines read as before), and at ep = 1
   // there is no all-to-all to dispatch.
@@ -82,9 +104,9 @@ TEST(ExpertDispatcherPlan, ABadValueIsAnErrorNamingTheFieldAndTheValues) {
   Result<PlanFile> bad = ParsePlan(j.dump(2), "p.json");
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(bad.status().message().find("p.json: ep_dispatcher: expected \"deepep\" or "
-                                        "\"alltoall\" (the expert dispatcher, --ep-dispatcher), "
-                                        "got \"nccl\""),
+  EXPECT_NE(bad.status().message().find("p.json: ep_dispatcher: expected \"deepep\", "
+                                        "\"alltoall\" or \"allgather\" (the expert "
+                                        "dispatcher, --ep-dispatcher), got \"nccl\""),
             std::string::npos)
       << bad.status().message();
   j["ep_dispatcher"] = 2;
@@ -150,6 +172,27 @@ TEST(ExpertDispatcherPlanner, DefaultSearchesDeepEpAloneAndEpOneOnce) {
   EXPECT_EQ(PlanReportToText(*report, TwoLayers()).find("expert parallelism"), std::string::npos);
 }
 
+TEST(ExpertDispatcherPlanner, AllSearchesTheThreeAndLabelsTheAllGather) {
+  // --ep-dispatcher all: each ep > 1 configuration with each of the three dispatchers.
+  PlannerOptions options = OneStageAtEp8();
+  options.expert_dispatchers = {ExpertDispatcher::kDeepEp, ExpertDispatcher::kAllToAll,
+                                ExpertDispatcher::kAllGather};
+  Result<PlanReport> report = RunPlanner(TwoLayers(), H100(), options);
+  ASSERT_TRUE(report.ok()) << report.status().message();
+  ASSERT_EQ(report->ranked.size(), 3u);
+  std::set<ExpertDispatcher> seen;
+  for (const Candidate& c : report->ranked) {
+    seen.insert(c.config.layout.expert_dispatcher);
+    if (c.config.layout.expert_dispatcher == ExpertDispatcher::kAllGather) {
+      EXPECT_NE(c.Label().find(" ep-dispatcher=allgather"), std::string::npos) << c.Label();
+    }
+  }
+  EXPECT_EQ(seen.size(), 3u);
+  Result<PlannerOptions> words = PinConfiguration(OneStageAtEp8(), "ep-dispatcher=allgather");
+  ASSERT_TRUE(words.ok()) << words.status().message();
+  EXPECT_EQ(words->expert_dispatchers, std::vector<ExpertDispatcher>{ExpertDispatcher::kAllGather});
+}
+
 TEST(ExpertDispatcherPlanner, APlanAndItsLabelPinTheDispatcher) {
   Result<PlanFile> plan = ParsePlan(PlanText(8, ExpertDispatcher::kAllToAll), "p.json");
   ASSERT_TRUE(plan.ok()) << plan.status().message();
@@ -166,7 +209,7 @@ TEST(ExpertDispatcherPlanner, APlanAndItsLabelPinTheDispatcher) {
   EXPECT_NE(PinConfiguration(base, "ep-dispatcher=nccl")
                 .status()
                 .message()
-                .find("ep-dispatcher is deepep or alltoall"),
+                .find("ep-dispatcher is deepep, alltoall or allgather"),
             std::string::npos);
 }
 
@@ -197,6 +240,31 @@ TEST(ExpertDispatcherModel, CostsMadeForTheOtherDispatcherAreWarnedAbout) {
                       "charged"),
             std::string::npos)
       << both;
+  // allgather permutes once each side, as deepep: a model made for either serves the other;
+  // against alltoall it is warned about and names the flag it was made with.
+  Model allgather = TwoLayers();
+  allgather.source.details["moe"] = R"({"moe_blocks": 1, "dispatcher": "allgather: ..."})";
+  EXPECT_EQ(ModelExpertDispatcher(allgather), ExpertDispatcher::kAllGather);
+  EXPECT_EQ(ModelDispatcherMismatch(deepep, "m.json", {ExpertDispatcher::kAllGather}), "");
+  EXPECT_EQ(ModelDispatcherMismatch(allgather, "m.json", {ExpertDispatcher::kDeepEp}), "");
+  const std::string gather =
+      ModelDispatcherMismatch(allgather, "m.json", {ExpertDispatcher::kAllToAll});
+  EXPECT_NE(gather.find("made for the allgather dispatcher (profiler analytic --moe-dispatcher "
+                        "allgather)"),
+            std::string::npos)
+      << gather;
+}
+
+TEST(ExpertDispatcherModel, TheCapacityFactorIsReadFromTheModel) {
+  Model dropless = TwoLayers();
+  dropless.source.details["moe"] = R"({"moe_blocks": 1})";
+  EXPECT_FALSE(ModelExpertCapacity(dropless).factor.has_value());
+  EXPECT_FALSE(ModelExpertCapacity(TwoLayers()).factor.has_value());
+  Model padded = TwoLayers();
+  padded.source.details["moe"] =
+      R"({"moe_blocks": 1, "capacity_factor": 1.25, "pad_to_capacity": true})";
+  EXPECT_EQ(ModelExpertCapacity(padded).factor, 1.25);
+  EXPECT_TRUE(ModelExpertCapacity(padded).pad);
 }
 
 }  // namespace

@@ -198,6 +198,78 @@ TEST(ExpertParallelTest, AllToAllDispatcherSendsOneRowPerTokenAndExpert) {
   EXPECT_STREQ(ExpertDispatcherName(ExpertDispatcher::kAllToAll), "alltoall");
 }
 
+ExpertAllToAll AllGatherDispatch(const MoeRouting& m, int ep, int etp, double tokens) {
+  const Cluster c = H100();
+  return ExpertAllToAllOf(c.intra_node, c.inter_node, c.NetworkGbpsPerGpu(),
+                          ExpertGroupOf(ep, etp, c.gpus_per_node), m.experts, m.top_k,
+                          m.expert_groups, m.topk_groups, m.hidden, m.bytes_per_element, tokens,
+                          ExpertDispatcher::kAllGather);
+}
+
+// Megatron-LM's --moe-token-dispatcher-type allgather (MoEAllGatherTokenDispatcher,
+// megatron/core/transformer/moe/token_dispatcher.py read at 0014f137): token_permutation
+// all-gathers the routing map ([tokens, E] bool), the probs ([tokens, E], bf16) and the hidden
+// states ([tokens, h] bf16) over the etp x ep group of g GPUs; token_unpermutation
+// reduce-scatters the [g x tokens, h] output back. Every token moves, whatever its routing, so
+// one GPU receives (g - 1) x h x 2 B of hidden states per local token (and sends as much in the
+// combine) plus (g - 1) x E x 3 B of routing map and probs. Timed as ring collectives of the
+// collective model (sim/collectives.h): V = (g - 1) / g of the g x tokens x row bytes, on the
+// H100 preset at NVLink's 360 GB/s (450 x 0.8), each paying 8.4 us + its steps.
+TEST(ExpertParallelTest, AllGatherDispatcherMovesEveryTokenOfTheGroup) {
+  // DeepSeek-V3 (E 256, h 7168) at ep 8 in one node: 7 x 14,336 = 100,352 B of hidden states
+  // per token each way, all over NVLink, plus 7 x 256 x 3 = 5,376 B of routing map and probs.
+  const ExpertAllToAll g8 = AllGatherDispatch(DeepseekV3(), 8, 1, 4096);
+  EXPECT_FALSE(g8.across_nodes);
+  EXPECT_DOUBLE_EQ(g8.bytes_per_token, 100'352);
+  EXPECT_DOUBLE_EQ(g8.routing_bytes_per_token, 5'376);
+  EXPECT_DOUBLE_EQ(g8.nvlink_bytes_per_token, 100'352);
+  EXPECT_DOUBLE_EQ(g8.network_bytes_per_token, 0);
+  // 4096 tokens: the hidden all-gather's S = 8 x 4096 x 14,336 = 469,762,048 B, V.S = 7/8 of it
+  // = 411,041,792 B / 360 = 1,141,783 ns; the routing map's 7,340,032 B: 20,389 ns; the probs'
+  // 14,680,064 B: 40,778 ns; each pays 8.4 us + 7 NVLink steps of 3.4 us = 32,200 ns. The
+  // combine's reduce-scatter is the hidden all-gather's volume: 1,141,783 + 32,200 ns.
+  EXPECT_EQ(g8.dispatch_ns, 1'141'783 + 20'389 + 40'778 + 3 * 32'200);
+  EXPECT_EQ(g8.combine_ns, 1'141'783 + 32'200);
+  // At k = 8 = ep the same hidden bytes as the all-to-all dispatcher's (7 of a token's 8 rows
+  // leave the GPU) at the same NVLink rate; the all-gather pays for the routing map, the probs
+  // and its ring's steps on top.
+  EXPECT_DOUBLE_EQ(NcclAllToAll(DeepseekV3(), 8, 4096).nvlink_bytes_per_token, 100'352);
+
+  // ep 32 over 4 nodes of 8: 31 x 14,336 = 444,416 B per token received, 3.9x the all-to-all
+  // dispatcher's 114,688 B, and 31 x 768 = 23,808 B of routing map and probs. But the other 3
+  // nodes' 24 GPUs' tokens enter the node once, over its 8 NICs: 3 x 14,336 = 43,008 B per
+  // token on each GPU's NIC, half the all-to-all's 86,016 (6 of a token's 8 rows cross nodes);
+  // the other 28 rows, 401,408 B, over NVLink.
+  const ExpertAllToAll g32 = AllGatherDispatch(DeepseekV3(), 32, 1, 4096);
+  EXPECT_TRUE(g32.across_nodes);
+  EXPECT_DOUBLE_EQ(g32.bytes_per_token, 444'416);
+  EXPECT_DOUBLE_EQ(g32.routing_bytes_per_token, 23'808);
+  EXPECT_DOUBLE_EQ(g32.nvlink_bytes_per_token, 401'408);
+  EXPECT_DOUBLE_EQ(g32.network_bytes_per_token, 43'008);
+  // The ring over 4 nodes of 8: bus bandwidth min(NVLink 360, the node's 8 NICs x 50 x 0.95 =
+  // 380) = 360 GB/s; fixed 8.4 us + 28 NVLink steps x 3.4 + 3 network steps x 14 = 145,600 ns.
+  // Hidden: 31/32 x 32 x 4096 x 14,336 = 1,820,327,936 B / 360 = 5,056,467 ns; routing map
+  // 32,505,856 B: 90,295 ns; probs 65,011,712 B: 180,589 ns.
+  EXPECT_EQ(g32.dispatch_ns, 5'056'467 + 90'295 + 180'589 + 3 * 145'600);
+  EXPECT_EQ(g32.combine_ns, 5'056'467 + 145'600);
+  // So across nodes, at k = 8, it beats the all-to-all dispatcher's 7,425,695 ns (network-bound
+  // at one NIC per GPU); inside a node it loses (1,299,550 against 1,150,183 ns).
+  EXPECT_LT(g32.dispatch_ns, NcclAllToAll(DeepseekV3(), 32, 4096).dispatch_ns);
+  EXPECT_GT(g8.dispatch_ns, NcclAllToAll(DeepseekV3(), 8, 4096).dispatch_ns);
+
+  // The group is etp x ep (Megatron-LM's tp_ep_group): ep 8 at etp 2 gathers over 16 GPUs in
+  // 2 nodes, 15 x 14,336 B per token, the other node's 8 entering over its 8 NICs: 1 row each.
+  const ExpertAllToAll etp2 = AllGatherDispatch(DeepseekV3(), 8, 2, 4096);
+  EXPECT_TRUE(etp2.across_nodes);
+  EXPECT_DOUBLE_EQ(etp2.bytes_per_token, 15 * 14'336);
+  EXPECT_DOUBLE_EQ(etp2.nvlink_bytes_per_token, 14 * 14'336);
+  EXPECT_DOUBLE_EQ(etp2.network_bytes_per_token, 14'336);
+  // ep 1: nothing moves.
+  EXPECT_EQ(AllGatherDispatch(DeepseekV3(), 1, 1, 4096).dispatch_ns, 0);
+  EXPECT_EQ(ParseExpertDispatcher("allgather"), ExpertDispatcher::kAllGather);
+  EXPECT_STREQ(ExpertDispatcherName(ExpertDispatcher::kAllGather), "allgather");
+}
+
 TEST(ExpertParallelTest, GroupLaidOutAsMegatronLaysIt) {
   const ExpertAllToAllGroup in_node = ExpertGroupOf(8, 1, 8);
   EXPECT_EQ(in_node.nodes, 1);

@@ -45,9 +45,11 @@ struct AnalyticFlags {
   std::string attention = "flash2";
   std::string loss = "fused";
   std::string elementwise = "fused";
-  std::string moe_dispatcher = "deepep";  // --moe-dispatcher: deepep or alltoall
-  std::string precision = "bf16";         // bf16, or fp8 with --fp8-recipe
-  std::string fp8_recipe;                 // empty: delayed with --precision fp8
+  std::string moe_dispatcher = "deepep";  // --moe-dispatcher: deepep, alltoall or allgather
+  double moe_capacity_factor = 0;         // --moe-capacity-factor, when given
+  CLI::Option* moe_capacity_factor_given = nullptr;
+  std::string precision = "bf16";        // bf16, or fp8 with --fp8-recipe
+  std::string fp8_recipe;                // empty: delayed with --precision fp8
   std::string time_model;                // empty: matmul, or flat when --matmul-efficiency is given
   bool matmul_efficiency_given = false;  // --matmul-efficiency on the command line
   std::vector<int> tensor_parallel = {1};
@@ -196,10 +198,13 @@ Result<AnalyticOptions> OptionsFromFlags(const AnalyticFlags& flags) {
   PIPECAST_ASSIGN_OR_RETURN(options.elementwise, ParseElementwise(flags.elementwise));
   std::optional<ExpertDispatcher> dispatcher = ParseExpertDispatcher(flags.moe_dispatcher);
   if (!dispatcher) {
-    return Status::InvalidArgument(
-        fmt::format("--moe-dispatcher {}: expected deepep or alltoall", flags.moe_dispatcher));
+    return Status::InvalidArgument(fmt::format(
+        "--moe-dispatcher {}: expected deepep, alltoall or allgather", flags.moe_dispatcher));
   }
   options.moe_dispatcher = *dispatcher;
+  if (flags.moe_capacity_factor_given != nullptr && flags.moe_capacity_factor_given->count() > 0) {
+    options.moe_capacity_factor = flags.moe_capacity_factor;  // checked by Validate
+  }
   if (flags.precision == "fp8") {
     PIPECAST_ASSIGN_OR_RETURN(
         options.fp8, ParseFp8Recipe(flags.fp8_recipe.empty() ? "delayed" : flags.fp8_recipe));
@@ -345,11 +350,20 @@ void AddShapeFlags(CLI::App* cmd, AnalyticFlags& f) {
                   "docs/profiler.md 'Mixture of experts')")
       ->capture_default_str();
   cmd->add_option("--moe-dispatcher", f.moe_dispatcher,
-                  "the run's token dispatcher: deepep (one permutation each side) or alltoall "
+                  "the run's token dispatcher: deepep (one permutation each side), alltoall "
                   "(Megatron-LM's --moe-token-dispatcher-type alltoall, which also sorts the "
-                  "received rows by local expert on each side; docs/profiler.md)")
-      ->check(CLI::IsMember({"deepep", "alltoall"}))
+                  "received rows by local expert on each side) or allgather (Megatron-LM's "
+                  "allgather: one permutation of the gathered rows each side; docs/profiler.md)")
+      ->check(CLI::IsMember({"deepep", "alltoall", "allgather"}))
       ->capture_default_str();
+  f.moe_capacity_factor_given =
+      cmd->add_option("--moe-capacity-factor", f.moe_capacity_factor,
+                      "each expert's token capacity over the mean (Megatron-LM's "
+                      "--moe-expert-capacity-factor): tokens past it are dropped, so the routed "
+                      "experts are sized for min(--moe-imbalance, this); default: dropless");
+  cmd->add_flag("--moe-pad-to-capacity", o.moe_pad_to_capacity,
+                "every expert computes exactly its capacity (Megatron-LM's "
+                "--moe-pad-expert-input-to-capacity); needs --moe-capacity-factor");
 }
 
 // The time model, tensor parallelism, precision, attention, batch and output.

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 
+#include "formats/cluster_select.h"
 #include "formats/schedule_text.h"
 
 namespace pipecast {
@@ -74,6 +75,9 @@ Status WriteExports(const std::vector<ExportSpec>& specs, const PlanFile& plan, 
   } else if (model.source.architecture) {
     request.sequence_length = model.source.architecture->sequence_length;
   }
+  const ModelCapacity capacity = ModelExpertCapacity(model);
+  request.moe_capacity_factor = capacity.factor;
+  request.moe_pad_to_capacity = capacity.pad;
   for (const ExportSpec& spec : specs) {
     const char* name = FrameworkName(spec.framework);
     ExportRequest r = request;

@@ -255,11 +255,16 @@ Result<PlannerOptions> MakeOptions(const PlannerToolOptions& flags,
   }
   if (flags.ep_dispatcher == "both") {
     o.expert_dispatchers = {ExpertDispatcher::kDeepEp, ExpertDispatcher::kAllToAll};
+  } else if (flags.ep_dispatcher == "all") {
+    o.expert_dispatchers = {ExpertDispatcher::kDeepEp, ExpertDispatcher::kAllToAll,
+                            ExpertDispatcher::kAllGather};
   } else if (std::optional<ExpertDispatcher> d = ParseExpertDispatcher(flags.ep_dispatcher)) {
     o.expert_dispatchers = {*d};
   } else {
     return Status::InvalidArgument(fmt::format(
-        "--ep-dispatcher '{}': expected deepep, alltoall or both", flags.ep_dispatcher));
+        "--ep-dispatcher '{}': expected deepep, alltoall, allgather, both (deepep and alltoall) "
+        "or all",
+        flags.ep_dispatcher));
   }
   o.progress = flags.search_progress;
   PIPECAST_RETURN_IF_ERROR(o.Validate());

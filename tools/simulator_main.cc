@@ -174,10 +174,12 @@ std::vector<CLI::Option*> AddLayoutFlags(CLI::App& app, SimulatorToolOptions* f)
           ->capture_default_str(),
       app.add_option("--ep-dispatcher", f->ep_dispatcher,
                      "how the expert all-to-alls send tokens: deepep (DeepEP's kernels, one copy "
-                     "per destination rank or node, at its published bandwidths) or alltoall "
+                     "per destination rank or node, at its published bandwidths), alltoall "
                      "(Megatron-LM's --moe-token-dispatcher-type alltoall: NCCL all-to-all of "
-                     "one row per token and expert; docs/simulator.md)")
-          ->check(OneOf({"deepep", "alltoall"}))
+                     "one row per token and expert) or allgather (Megatron-LM's allgather: every "
+                     "token all-gathered over the etp x ep group, the output reduce-scattered; "
+                     "docs/simulator.md)")
+          ->check(OneOf({"deepep", "alltoall", "allgather"}))
           ->capture_default_str(),
   };
 }

@@ -90,8 +90,8 @@ Status ExpertOverlapFromFlags(const Flags& flags, TrainingConfig* config) {
   config->overlap.expert_overlap = *overlap;
   std::optional<ExpertDispatcher> dispatcher = ParseExpertDispatcher(flags.ep_dispatcher);
   if (!dispatcher) {
-    return Status::InvalidArgument(
-        fmt::format("--ep-dispatcher {}: expected deepep or alltoall", flags.ep_dispatcher));
+    return Status::InvalidArgument(fmt::format(
+        "--ep-dispatcher {}: expected deepep, alltoall or allgather", flags.ep_dispatcher));
   }
   config->layout.expert_dispatcher = *dispatcher;
   if (!flags.schedule_in.empty()) {

@@ -40,7 +40,7 @@ struct SimulatorToolOptions {
   std::string recompute = "off";  // off, selective, full, op or every:K
   // --ep-overlap: auto, on or off (config.overlap.expert_overlap; ParseExpertOverlap).
   std::string ep_overlap = "auto";
-  // --ep-dispatcher: deepep or alltoall (config.layout.expert_dispatcher;
+  // --ep-dispatcher: deepep, alltoall or allgather (config.layout.expert_dispatcher;
   // ParseExpertDispatcher).
   std::string ep_dispatcher = "deepep";
   // Megatron-LM's --recompute-method (uniform or block; empty: none) and
