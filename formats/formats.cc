@@ -519,9 +519,9 @@ Status ReadNcclProto(const Reader& r, const json& v, const char* key, Link* link
     } else if (name == "ll128") {
       link->protocol_ll128 = true;
     } else {
-      return r.Error(Member(key, "nccl_proto"),
-                     fmt::format("\"{}\" is not a protocol; list LL, LL128, Simple, comma-separated",
-                                 name));
+      return r.Error(
+          Member(key, "nccl_proto"),
+          fmt::format("\"{}\" is not a protocol; list LL, LL128, Simple, comma-separated", name));
     }
     if (comma == std::string_view::npos) break;
     rest.remove_prefix(comma + 1);

@@ -322,11 +322,11 @@ TEST(CollectivesCalibration, NcclTestsBusBandwidthWithinFifteenPercent) {
     const CollectiveCost cost = CollectiveCostOf(cluster, row.op, row.bytes, group);
     const double predicted = BusBandwidthGbps(row.op, row.bytes, row.gpus, cost.ns);
     const double error = predicted / row.published_gbps - 1;
-    std::printf("| %s | %s | %s | %lld B | %d GPUs, %d nodes | %.4g | %.4g (%s, %s) | %+.1f%%%s |\n",
-                row.source, row.cluster, CollectiveName(row.op), static_cast<long long>(row.bytes),
-                row.gpus, row.nodes, row.published_gbps, predicted,
-                CollectiveAlgorithmName(cost.algorithm), CollectiveProtocolName(cost.protocol),
-                100 * error, row.held ? "" : " (recorded)");
+    std::printf(
+        "| %s | %s | %s | %lld B | %d GPUs, %d nodes | %.4g | %.4g (%s, %s) | %+.1f%%%s |\n",
+        row.source, row.cluster, CollectiveName(row.op), static_cast<long long>(row.bytes),
+        row.gpus, row.nodes, row.published_gbps, predicted, CollectiveAlgorithmName(cost.algorithm),
+        CollectiveProtocolName(cost.protocol), 100 * error, row.held ? "" : " (recorded)");
     if (row.held) {
       EXPECT_LE(std::abs(error), kTolerance)
           << row.source << " " << row.cluster << " " << CollectiveName(row.op) << " " << row.bytes

@@ -155,10 +155,10 @@ class StageMemory {
         // FP8 gathers keep the embedding and the head in bf16 (KeptInBf16UnderFp8), as the
         // simulator gathers them (sim/internal/data_parallel.cc).
         const StageLayers one{l, l};
-        gathered[l] = std::max(
-            ParameterBytes(t.LargestLayerParameters(one), memory_.GatherBytesPerParam()),
-            ParameterBytes(t.LargestBf16UnderFp8Parameters(one),
-                           memory_.KeptBf16GatherBytesPerParam()));
+        gathered[l] =
+            std::max(ParameterBytes(t.LargestLayerParameters(one), memory_.GatherBytesPerParam()),
+                     ParameterBytes(t.LargestBf16UnderFp8Parameters(one),
+                                    memory_.KeptBf16GatherBytesPerParam()));
       }
       gathered_ = RangeMax(std::move(gathered));
     }

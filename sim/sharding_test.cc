@@ -232,8 +232,7 @@ TEST(ShardingAsFrameworksRunIt, Fp8GathersKeepTheEmbeddingAndTheHeadInBf16) {
     o.config.memory = MemoryConfigFor("fp8", "adam", "fp32", "current", true).value();
     o.config.memory.zero = 3;
     o.config.memory.sharding.reshard_after_forward = reshard;
-    const SimResult r =
-        SimulateShape(model, w.cluster, ScheduleKind::kGPipe, 1, 2, o).value();
+    const SimResult r = SimulateShape(model, w.cluster, ScheduleKind::kGPipe, 1, 2, o).value();
     EXPECT_EQ(r.per_rank[0].memory.gathered_weights, reshard ? 160'000'000 : 210'000'000);
   }
 }

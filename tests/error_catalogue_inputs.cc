@@ -565,6 +565,19 @@ std::vector<Case> UnknownNameRows() {
        {"c.json",
         ClusterWith("\"peak_tflops\": 989", "\"memory_headroom\": 1, \"peak_tflops\": 989")}},
       std::string(kSim) + " --cluster {dir}/c.json", 1, "gpu.memory_headroom: must be below 1"));
+  // NCCL_PROTO's list on a link: Simple must stay, and only NCCL's three names.
+  c.push_back(Row("cluster_nccl_proto_without_simple", kSimulator,
+                  {kGoodModel,
+                   {"c.json", ClusterWith("\"latency_us\": 5}",
+                                          "\"latency_us\": 5, \"nccl_proto\": \"LL,LL128\"}")}},
+                  std::string(kSim) + " --cluster {dir}/c.json", 1,
+                  "inter_node.nccl_proto: Simple must be among the protocols (\"Simple\")"));
+  c.push_back(Row("cluster_nccl_proto_unknown", kSimulator,
+                  {kGoodModel,
+                   {"c.json", ClusterWith("\"latency_us\": 5}",
+                                          "\"latency_us\": 5, \"nccl_proto\": \"Simple,Tree\"}")}},
+                  std::string(kSim) + " --cluster {dir}/c.json", 1,
+                  "\"tree\" is not a protocol; list LL, LL128, Simple, comma-separated"));
   return c;
 }
 

@@ -225,10 +225,14 @@ TEST(ExpertParallelTest, AllGatherDispatcherMovesEveryTokenOfTheGroup) {
   EXPECT_DOUBLE_EQ(g8.nvlink_bytes_per_token, 100'352);
   EXPECT_DOUBLE_EQ(g8.network_bytes_per_token, 0);
   // 4096 tokens: the hidden all-gather's S = 8 x 4096 x 14,336 = 469,762,048 B, V.S = 7/8 of it
-  // = 411,041,792 B / 360 = 1,141,783 ns; the routing map's 7,340,032 B: 20,389 ns; the probs'
-  // 14,680,064 B: 40,778 ns; each pays 8.4 us + 7 NVLink steps of 3.4 us = 32,200 ns. The
-  // combine's reduce-scatter is the hidden all-gather's volume: 1,141,783 + 32,200 ns.
-  EXPECT_EQ(g8.dispatch_ns, 1'141'783 + 20'389 + 40'778 + 3 * 32'200);
+  // = 411,041,792 B / 360 = 1,141,783 ns in NCCL's Simple protocol, which pays 8.4 us + 7 NVLink
+  // steps of 3.4 us = 32,200 ns (LL128 would take 411,041,792 / (360 x 0.92) + 27,300 ns:
+  // longer). The routing map's 7,340,032 B and the probs' 14,680,064 B are small enough for
+  // LL128 (sim/collectives.h, NCCL's tuner): at 0.92 x 360 = 331.2 GB/s, 22,162 and 44,324 ns,
+  // each paying 14 us + 7 NVLink steps of 1.9 us = 27,300 ns (in Simple 52,589 and 72,978 ns;
+  // LL, at its 141 GB/s cap, is slower still). The combine's reduce-scatter is the hidden
+  // all-gather's volume: 1,141,783 + 32,200 ns.
+  EXPECT_NEAR(g8.dispatch_ns, 1'141'783 + 32'200 + 22'161.9 + 27'300 + 44'323.9 + 27'300, 2);
   EXPECT_EQ(g8.combine_ns, 1'141'783 + 32'200);
   // At k = 8 = ep the same hidden bytes as the all-to-all dispatcher's (7 of a token's 8 rows
   // leave the GPU) at the same NVLink rate; the all-gather pays for the routing map, the probs
@@ -247,13 +251,16 @@ TEST(ExpertParallelTest, AllGatherDispatcherMovesEveryTokenOfTheGroup) {
   EXPECT_DOUBLE_EQ(g32.nvlink_bytes_per_token, 401'408);
   EXPECT_DOUBLE_EQ(g32.network_bytes_per_token, 43'008);
   // The ring over 4 nodes of 8: bus bandwidth min(NVLink 360, the node's 8 NICs x 50 x 0.95 =
-  // 380) = 360 GB/s; fixed 8.4 us + 28 NVLink steps x 3.4 + 3 network steps x 14 = 145,600 ns.
-  // Hidden: 31/32 x 32 x 4096 x 14,336 = 1,820,327,936 B / 360 = 5,056,467 ns; routing map
-  // 32,505,856 B: 90,295 ns; probs 65,011,712 B: 180,589 ns.
-  EXPECT_EQ(g32.dispatch_ns, 5'056'467 + 90'295 + 180'589 + 3 * 145'600);
+  // 380) = 360 GB/s; Simple's fixed 8.4 us + 28 NVLink steps x 3.4 + 3 network steps x 14 =
+  // 145,600 ns, LL128's 14 + 28 x 1.9 + 3 x 4.0 = 79,200 ns at 0.92 x 360 = 331.2 GB/s.
+  // Hidden: 31/32 x 32 x 4096 x 14,336 = 1,820,327,936 B / 360 = 5,056,467 ns in Simple (LL128:
+  // 5,496,159 + 79,200, longer); routing map 32,505,856 B in LL128: 98,146 + 79,200 ns (Simple
+  // 90,295 + 145,600); probs 65,011,712 B in LL128: 196,291 + 79,200 ns (Simple 180,589 +
+  // 145,600).
+  EXPECT_NEAR(g32.dispatch_ns, 5'056'467 + 145'600 + 98'145.7 + 79'200 + 196'291.4 + 79'200, 2);
   EXPECT_EQ(g32.combine_ns, 5'056'467 + 145'600);
   // So across nodes, at k = 8, it beats the all-to-all dispatcher's 7,425,695 ns (network-bound
-  // at one NIC per GPU); inside a node it loses (1,299,550 against 1,150,183 ns).
+  // at one NIC per GPU); inside a node it loses (1,295,069 against 1,150,183 ns).
   EXPECT_LT(g32.dispatch_ns, NcclAllToAll(DeepseekV3(), 32, 4096).dispatch_ns);
   EXPECT_GT(g8.dispatch_ns, NcclAllToAll(DeepseekV3(), 8, 4096).dispatch_ns);
 

@@ -121,10 +121,9 @@ void ApplyPerOpCollectives(const Model& model, const Cluster& cluster, const Sch
       stage_gathered += b - ParameterBytes(layer.parameters, memory.GatherBytesPerParam());
       largest = std::max(largest, b);
     }
-    const TimeNs gather =
-        memory.zero >= 3
-            ? CollectiveNs(cluster, Collective::kAllGather, stage_gathered, groups.shard, layers)
-            : 0;
+    const TimeNs gather = memory.zero >= 3 ? CollectiveNs(cluster, Collective::kAllGather,
+                                                          stage_gathered, groups.shard, layers)
+                                           : 0;
     // Without resharding after the forward the backward finds its parameters.
     const TimeNs backward_gather = sharding.reshard_after_forward ? gather : 0;
     const TimeNs scatter =
