@@ -148,18 +148,9 @@ class StageMemory {
     }
     rebuilt_ = RangeMax(std::move(rebuilt));
     if (Gathers()) {
-      // ParameterBytes grows with the count, so the largest layer's bytes are the largest of
-      // the layers' bytes: rounded once per layer here, not once per range the search asks.
+      // Each layer's gathered bytes rounded once here, not once per range the search asks.
       std::vector<int64_t> gathered(n);
-      for (int l = 0; l < n; ++l) {
-        // FP8 gathers keep the embedding and the head in bf16 (KeptInBf16UnderFp8), as the
-        // simulator gathers them (sim/internal/data_parallel.cc).
-        const StageLayers one{l, l};
-        gathered[l] =
-            std::max(ParameterBytes(t.LargestLayerParameters(one), memory_.GatherBytesPerParam()),
-                     ParameterBytes(t.LargestBf16UnderFp8Parameters(one),
-                                    memory_.KeptBf16GatherBytesPerParam()));
-      }
+      for (int l = 0; l < n; ++l) gathered[l] = t.GatheredBytes(l, memory_);
       gathered_ = RangeMax(std::move(gathered));
     }
   }

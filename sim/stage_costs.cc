@@ -460,8 +460,9 @@ StageCostTable::StageCostTable(const Model& model, const StageCostOptions& optio
     after.op_recompute_ns = before.op_recompute_ns + (op ? *c.op_recompute_ns : 0);
     after.no_op = before.no_op + !op;
   }
-  std::vector<int64_t> workspace(n), activation(n), attention_core(n), parameters(n), op_rebuilt(n);
-  std::vector<int64_t> bf16_under_fp8(n);
+  std::vector<int64_t> workspace(n), activation(n), attention_core(n), op_rebuilt(n);
+  parameters_.resize(n);
+  kept_in_bf16_under_fp8_.resize(n);
   checkpoint_.resize(n);
   block_.resize(n);
   for (size_t l = 0; l < n; ++l) {
@@ -469,8 +470,8 @@ StageCostTable::StageCostTable(const Model& model, const StageCostOptions& optio
     workspace[l] = c.workspace_bytes;
     activation[l] = c.activation_bytes;
     attention_core[l] = c.attention_core_bytes.value_or(0);
-    parameters[l] = model.layers[l].parameters;
-    bf16_under_fp8[l] = KeptInBf16UnderFp8(model.layers[l].name) ? parameters[l] : 0;
+    parameters_[l] = model.layers[l].parameters;
+    kept_in_bf16_under_fp8_[l] = KeptInBf16UnderFp8(model.layers[l].name);
     const bool op = c.op_saved_bytes.has_value() && c.op_recompute_ns.has_value();
     op_rebuilt[l] = op ? std::max<Bytes>(0, c.activation_bytes - *c.op_saved_bytes) : 0;
     checkpoint_[l] = std::min(c.activation_bytes,
@@ -480,8 +481,6 @@ StageCostTable::StageCostTable(const Model& model, const StageCostOptions& optio
   workspace_max_ = RangeMax(std::move(workspace));
   activation_max_ = RangeMax(std::move(activation));
   attention_core_max_ = RangeMax(std::move(attention_core));
-  parameters_max_ = RangeMax(std::move(parameters));
-  bf16_under_fp8_parameters_max_ = RangeMax(std::move(bf16_under_fp8));
   op_rebuilt_max_ = RangeMax(std::move(op_rebuilt));
   if (prefix_[n].moe_layers > 0) {
     pair_layers_.reserve(n);
@@ -533,12 +532,11 @@ StageCostTable::Checkpointed StageCostTable::CheckpointedStage(StageLayers stage
   return out;
 }
 
-int64_t StageCostTable::LargestLayerParameters(StageLayers stage) const {
-  return parameters_max_.Max(stage.first_layer, stage.last_layer);
-}
-
-int64_t StageCostTable::LargestBf16UnderFp8Parameters(StageLayers stage) const {
-  return bf16_under_fp8_parameters_max_.Max(stage.first_layer, stage.last_layer);
+Bytes StageCostTable::GatheredBytes(int layer, const MemoryConfig& memory) const {
+  const size_t l = static_cast<size_t>(layer);
+  return ParameterBytes(parameters_[l], kept_in_bf16_under_fp8_[l]
+                                            ? memory.KeptBf16GatherBytesPerParam()
+                                            : memory.GatherBytesPerParam());
 }
 
 void StageCostTable::AddTensorParallelComm(LayerCost* c) const {

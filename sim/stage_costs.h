@@ -100,6 +100,8 @@
 
 namespace pipecast {
 
+struct MemoryConfig;  // sim/memory.h
+
 // Activation recomputation granularity (see above).
 enum class Recompute { kOff, kSelective, kFull, kOp, kEvery };
 // "off", "selective", "full", "op", "every".
@@ -536,12 +538,11 @@ class StageCostTable {
   // forward + backward (with recompute's extra forward) of the stage: the
   // time a partition balances. Equals Stage(stage).forward_ns + .backward_ns.
   TimeNs TrainingTimeNs(StageLayers stage) const;
-  // The largest parameter count of one layer in the stage (ZeRO-3 gathers
-  // whole layers).
-  int64_t LargestLayerParameters(StageLayers stage) const;
-  // The same over the stage's layers FP8 training keeps in bf16 (the
-  // embedding and the head, KeptInBf16UnderFp8); 0 when it has none.
-  int64_t LargestBf16UnderFp8Parameters(StageLayers stage) const;
+  // The bytes a ZeRO-3 all-gather of layer `layer` moves and its gathered
+  // copy holds (ZeRO-3 gathers whole layers): its parameters at
+  // memory.GatherBytesPerParam(its name), so bf16 for the embedding and the
+  // head under FP8 gathers (KeptInBf16UnderFp8).
+  Bytes GatheredBytes(int layer, const MemoryConfig& memory) const;
   // Stage() of every stage of `partition`, in order.
   std::vector<StageCost> Stages(const std::vector<StageLayers>& partition) const;
 
@@ -632,10 +633,12 @@ class StageCostTable {
   // Every layer as the layered expert overlap sees it (PairLayers), made once; empty for a model
   // without MoE layers.
   std::vector<PairLayerCost> pair_layers_;
-  // Per-layer maxima: workspace, activation, attention core bytes, parameters,
+  // Per-layer maxima: workspace, activation, attention core bytes,
   // what the per-op policy rebuilds (activation less op_saved_bytes).
-  RangeMax workspace_max_, activation_max_, attention_core_max_, parameters_max_, op_rebuilt_max_;
-  RangeMax bf16_under_fp8_parameters_max_;  // parameters of KeptInBf16UnderFp8 layers, else 0
+  RangeMax workspace_max_, activation_max_, attention_core_max_, op_rebuilt_max_;
+  // Per layer: its parameter count and whether FP8 training keeps it in bf16.
+  std::vector<int64_t> parameters_;
+  std::vector<bool> kept_in_bf16_under_fp8_;
   // Per layer, for the checkpointing modes: its checkpoint (checkpoint_bytes,
   // else its input) and whether it is a block (checkpoint < activations).
   std::vector<Bytes> checkpoint_;
