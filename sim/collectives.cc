@@ -69,11 +69,12 @@ constexpr double kLlMaxMoreNodesGbps = 20.4;
 struct RingLatency {
   TimeNs fixed, intra_step, inter_step;
 };
-RingLatency RingLatencyOf(const Fabric& f, const CollectiveGroup& g, const ProtocolLatencies& p) {
+RingLatency RingLatencyOf(const Fabric& f, const CollectiveGroup& g, CollectiveProtocol protocol) {
   const Link& outer = g.nodes > 1 ? f.inter : f.intra;
-  if (&p == &kSimple) {
+  if (protocol == CollectiveProtocol::kSimple) {
     return {outer.CollectiveLatencyNs(), f.intra.StepLatencyNs(), f.inter.StepLatencyNs()};
   }
+  const ProtocolLatencies& p = protocol == CollectiveProtocol::kLl ? kLl : kLl128;
   const auto us = [](double v) { return UsToNs(std::max(0.0, v)); };
   const double fixed = outer.collective_latency_us - kSimple.base + p.base;
   double intra = NsToUs(f.intra.StepLatencyNs()) - kSimple.nvlink_step + p.nvlink_step;
@@ -115,10 +116,7 @@ double RingBusGbps(const Fabric& f, const CollectiveGroup& g) {
 
 TimeNs RingNs(const Fabric& f, Collective op, Bytes bytes, const CollectiveGroup& g, int pieces,
               CollectiveProtocol protocol) {
-  const ProtocolLatencies& p = protocol == CollectiveProtocol::kLl      ? kLl
-                               : protocol == CollectiveProtocol::kLl128 ? kLl128
-                                                                        : kSimple;
-  const RingLatency lat = RingLatencyOf(f, g, p);
+  const RingLatency lat = RingLatencyOf(f, g, protocol);
   const int factor = op == Collective::kAllReduce ? 2 : 1;
   const int64_t steps = int64_t{factor} * (g.ranks - 1);
   const int64_t inter_steps = g.nodes > 1 ? int64_t{factor} * (g.nodes - 1) : 0;
