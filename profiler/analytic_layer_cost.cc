@@ -233,13 +233,21 @@ void AddFp8Casts(Fp8Recipe recipe, double elements, double e, std::vector<Memory
   kernels->push_back({elements * (e + 2 * Fp8KeptBytes(recipe))});
 }
 
+// A routed expert product (one of E copies): a grouped GEMM over the token
+// copies the experts receive.
+bool IsGroupedExpertProduct(const WeightProduct& p) { return p.count > 1; }
+
 // The block's matrix products as the model calls them, one aten.mm each, per
 // GPU: what torchtitan's op policy counts. torchtitan's models call one
 // nn.Linear per projection (torchtitan/models/llama/model.py @ 9dec370:
 // `self.wq(x), self.wk(x), self.wv(x)`, then wo; the MLP
 // `self.w2(F.silu(self.w1(x)) * self.w3(x))`), so pipecast's fused "qkv"
-// product is three mms (q, k, v by their widths) and a gated "fc1" two (gate
-// w1, then up w3); every other product is one mm.
+// product is three mms (q, k, v by their widths) and a gated "fc1" or
+// "shared_fc1" two (gate w1, then up w3; a mixture's shared experts are one
+// FeedForward, torchtitan/models/moe.py @ 8a2686c4a); every other product is
+// one mm. The routed experts are not: torchtitan runs them as
+// torch._grouped_mm (`_run_experts_grouped_mm`, moe.py @ 8a2686c4a lines
+// 105-122), which the policy neither counts nor saves (IsGroupedExpertProduct).
 std::vector<ProductShape> OpPolicyMms(const TransformerSpec& spec, const LayerShape& shape,
                                       const std::vector<ProductShape>& per_gpu) {
   const AttentionCore& core = shape.attention;
@@ -247,12 +255,13 @@ std::vector<ProductShape> OpPolicyMms(const TransformerSpec& spec, const LayerSh
   for (size_t i = 0; i < shape.products.size() && i < per_gpu.size(); ++i) {
     const std::string& name = shape.products[i].name;
     const ProductShape& p = per_gpu[i];
+    if (IsGroupedExpertProduct(shape.products[i])) continue;
     if (name == "qkv") {
       const double q = static_cast<double>(core.query_heads) * core.qk_dim;
       const double k = static_cast<double>(core.kv_heads) * core.qk_dim;
       const double v = static_cast<double>(core.kv_heads) * core.v_dim;
       for (double width : {q, k, v}) mms.push_back({p.m, p.n * width / (q + k + v), p.k});
-    } else if (name == "fc1" && spec.gated_mlp) {
+    } else if ((name == "fc1" || name == "shared_fc1") && spec.gated_mlp) {
       mms.push_back({p.m, p.n / 2, p.k});  // w1, the gate
       mms.push_back({p.m, p.n / 2, p.k});  // w3, the up projection
     } else {
@@ -354,9 +363,20 @@ void AddRecomputeMemory(const TransformerSpec& spec, const LayerShape& shape,
   // s tensors) are kept; everything else (norms, rotary, activation, residual
   // adds, dropout) is rerun. The mms are counted as the model calls them
   // (OpPolicyMms): LLaMA's wq, wk, wv, wo, w1, w3, w2 keep wq, wv, w1, w2.
+  // A mixture's routed experts (torch._grouped_mm, not aten.mm) are neither
+  // counted nor kept: the backward reruns them. What torchtitan's DeepSeek-V3
+  // and Llama 4 lists add at ep > 1, the all-to-alls' outputs, is the
+  // simulator's (OpSavedAllToAllBytes, sim/stage_costs.h): no all-to-all
+  // runs in a profile of one GPU holding every expert.
   c->op_wrapped = true;
   c->op_saved_bytes =
       c->checkpoint_bytes + d.s * d.e * a * shape.attention.v_dim / t + attention_kept;
+  for (size_t i = 0; i < shape.products.size() && i < c->weight_products.size(); ++i) {
+    if (!IsGroupedExpertProduct(shape.products[i])) continue;
+    const ProductShape& p = c->weight_products[i];
+    c->op_rerun_products.push_back(p);
+    c->op_rerun_flops += 2 * p.m * p.n * p.k;
+  }
   const std::vector<ProductShape> mms = OpPolicyMms(spec, shape, c->weight_products);
   for (size_t i = 0; i < mms.size(); ++i) {
     const ProductShape& p = mms[i];

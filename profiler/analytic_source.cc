@@ -100,10 +100,15 @@ void AddRecomputeFormulas(std::map<std::string, std::string>* formulas) {
       "the outputs of matmuls and of the attention kernel are saved, except every second matmul): "
       "block op_saved_bytes = B*s*b*h [its input] + B*s*b*(outputs of the 1st, 3rd, ... matmul "
       "in the order the model calls them, one per projection as torchtitan's models do: q, k, v, "
-      "o, gate, up, down (a plain MLP fc1, fc2; MLA q_a, q_b, kv_a, kv_b, o)) + "
+      "o, gate, up, down (a plain MLP fc1, fc2; MLA q_a, q_b, kv_a, kv_b, o; an MoE block's "
+      "router gate, then its shared experts' gate, up, down)) + "
       "B*s*b*a*d_v [attention output] + 4*a*s*b [flash logsumexp] or 5*a*s^2*b [eager s x s "
-      "tensors]; op_recompute_us = the forward of the 2nd, 4th, ... matmul and of every "
-      "element-wise forward kernel (norms, rotary, activation, residual adds, dropout); embedding "
+      "tensors]; op_recompute_us = the forward of the 2nd, 4th, ... matmul, of the routed "
+      "experts' products (torch._grouped_mm, neither counted nor saved; models/moe.py at "
+      "pytorch/torchtitan@8a2686c4a) and of every element-wise forward kernel (norms, rotary, "
+      "activation, residual adds, dropout, the router's and the permutations'); at ep > 1 the "
+      "simulator adds the all-to-alls' outputs, which torchtitan's DeepSeek-V3 and Llama 4 lists "
+      "save (2*k*h*B per token); embedding "
       "and lm_head are not wrapped: op_saved_bytes = activation_bytes, op_recompute_us = 0";
   (*formulas)["recompute_modules_formula"] =
       "layernorm_bytes/us and moe_act_bytes/us (Megatron-LM --recompute-granularity selective "

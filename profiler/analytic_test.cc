@@ -318,6 +318,37 @@ TEST(AnalyticTest, PerOpPolicyCountsGatedAndGroupedProjectionsApart) {
   EXPECT_EQ(p.op_saved_bytes, Bytes{1024} * (31744 * 2 + 32 * 4));
 }
 
+TEST(AnalyticTest, PerOpPolicyReRunsTheGroupedExpertsOfAnMoeBlock) {
+  // The tiny world (s 8, h 4, 2 heads of 2, flash) with a SwiGLU MoE MLP: 4
+  // routed experts of f_e 8, top-2, one shared expert of 8, imbalance 1.
+  // torchtitan's MoE block (torchtitan/models/moe.py @ 8a2686c4a) calls, in
+  // order, the aten.mms wq, wk, wv, wo, the router's gate, then the shared
+  // expert's w1, w3, w2; the routed experts run as torch._grouped_mm, which
+  // the op policy neither counts nor saves. Kept per token, bf16 elements:
+  // the input (4), wq (4), wv (4), the gate's 4 scores, the shared w3 (8),
+  // the attention output (4): 28, x 8 tokens x 2 B = 448 B, plus the fp32
+  // logsumexp of 2 heads (8 x 2 x 4 = 64 B): 512 B. The all-to-alls' outputs,
+  // which the DeepSeek-V3 list also keeps, exist only at ep > 1: the
+  // simulator adds them (OpSavedAllToAllBytes).
+  TransformerSpec spec = TinySpec();
+  spec.gated_mlp = true;
+  spec.moe.experts = 4;
+  spec.moe.experts_per_token = 2;
+  spec.moe.expert_ffn = 8;
+  spec.moe.shared_experts = 1;
+  AnalyticOptions options = UnitOptions();
+  options.moe_imbalance = 1.0;
+  const LayerProfile block = Estimate(spec, options).layers[1].profiles.at(0);
+  EXPECT_EQ(block.op_saved_bytes, 512);
+  // The flat model on the unit GPU (1 FLOP and 1 byte per us): the rerun is
+  // the forward less what is kept, so forward - rerun = the kept mms' FLOPs
+  // (wq, wv: 2 x 8 x 4 x 4 = 256 each; the gate 256; the shared w3 2 x 8 x 4
+  // x 8 = 512) + the attention core's, which is saved (2 x s x s x heads x
+  // (qk + v) = 2 x 8 x 8 x 2 x 4 = 1024): 2304 us. The routed experts'
+  // 3072 FLOPs (2 x k x s x 3 x h x f_e) are in the rerun.
+  EXPECT_EQ(block.forward_ns - *block.op_recompute_ns, UsToNs(2304));
+}
+
 // Megatron-LM's selective recomputation by module (--recompute-modules,
 // NVIDIA/Megatron-LM @ d98e8a64): layernorm frees the input and pre-MLP
 // norms' outputs (the QKV and MLP inputs) and reruns the two norm kernels;

@@ -207,6 +207,11 @@ double ExpertTokensPerGpu(const Model& model, const StageCostOptions& options) {
          (static_cast<double>(options.tensor_parallel) * options.context_parallel);
 }
 
+Bytes OpSavedAllToAllBytes(const MoeRouting& routing, double tokens) {
+  return std::llround(2.0 * tokens * routing.top_k * static_cast<double>(routing.hidden) *
+                      routing.bytes_per_element);
+}
+
 namespace {
 // The names of the granularities, in Recompute order: one table for both directions.
 constexpr const char* kRecomputeNames[] = {"off", "selective", "full", "op", "every"};
@@ -421,7 +426,12 @@ StageCostTable::StageCostTable(const Model& model, const StageCostOptions& optio
     }
     if (options.tensor_parallel > 1) AddTensorParallelComm(&c);
     if (options.context_parallel > 1) AddContextParallelComm(model.layers[l], &c);
-    if (options.expert_parallel > 1) AddExpertParallelComm(model.layers[l], expert_tokens, &c);
+    if (options.expert_parallel > 1) {
+      AddExpertParallelComm(model.layers[l], expert_tokens, &c);
+      if (model.layers[l].moe && c.op_saved_bytes) {
+        *c.op_saved_bytes += OpSavedAllToAllBytes(*model.layers[l].moe, expert_tokens);
+      }
+    }
     if (c.tp_comm_estimated && tp_estimate_from_.empty()) {
       tp_estimate_from_ = model.layers[l].tp_comm_estimate->from;
     }

@@ -310,6 +310,16 @@ Status CheckExpertParallelCosts(const Model& model, int expert_parallel,
 // the t GPUs dispatching its s / t tokens). 0 when the sequence is unknown.
 double ExpertTokensPerGpu(const Model& model, const StageCostOptions& options);
 
+// What the per-op policy keeps of one mixture-of-experts layer at ep > 1
+// beyond its profile's op_saved_bytes (docs/simulator.md "Recomputation"):
+// torchtitan saves the outputs of `_c10d_functional.all_to_all_single`, so
+// the dispatched tokens and the combined ones stay, k x hidden elements per
+// token each, at `tokens` per GPU (ExpertTokensPerGpu; the dispatch side at
+// the mean, as the all-to-all's bytes are): 2 x tokens x k x hidden x
+// bytes_per_element. There is no all-to-all at ep = 1, so a profile (made
+// for one GPU holding every expert) cannot hold them.
+Bytes OpSavedAllToAllBytes(const MoeRouting& routing, double tokens);
+
 // InvalidArgument naming --context-parallel and the fix when cp > 1 and the
 // sequence (model.sequence_length, else source.architecture) is unknown or
 // not a multiple of 2 x cp (the chunks of the causal balancing), or no layer

@@ -309,6 +309,43 @@ TEST(ExpertParallelTest, MoeLayersPayDispatchAndCombineEachWay) {
   EXPECT_LT(t2.Layer(1).ep_forward_ns, pair);
 }
 
+TEST(ExpertParallelTest, PerOpPolicyKeepsTheAllToAllOutputsAtEpAboveOne) {
+  // torchtitan's DeepSeek-V3 and Llama 4 op policies save
+  // `_c10d_functional.all_to_all_single`'s outputs: at ep > 1 each MoE layer keeps the tokens it
+  // received (dispatch) and the ones it got back (combine), k x h elements per token each. The
+  // MoE layer of MoeTwoLayers (top-2, h 4096, bf16) at s 4096, b 1: 2 x 4096 x 2 x 4096 x 2 B
+  // = 134,217,728 B (128 MiB) on top of the profile's op_saved_bytes; none at ep 1, where no
+  // all-to-all runs, and none on the dense layer.
+  Model model = TwoLayers();
+  for (Layer& l : model.layers) {
+    l.profiles[0].activation_bytes = kGiB;
+    l.profiles[0].op_saved_bytes = 10 * kMiB;
+    l.profiles[0].op_recompute_ns = 100'000;
+  }
+  const Cluster cluster = H100();
+  TrainingConfig config = Layout(1, 1, 8, 8);
+  config.recompute = Recompute::kOp;
+  const StageCostTable ep8(model, StageCostOptionsFor(config, cluster));
+  EXPECT_EQ(OpSavedAllToAllBytes(*model.layers[1].moe, 4096), 128 * kMiB);
+  EXPECT_EQ(ep8.Layer(0).op_saved_bytes, 10 * kMiB);
+  EXPECT_EQ(ep8.Layer(1).op_saved_bytes, 138 * kMiB);
+  const StageCost stage = ep8.Stage(StageLayers{0, 1});
+  EXPECT_EQ(stage.held_bytes, 148 * kMiB);
+  // The backward rebuilds the rest of the larger of the two: 1 GiB - 10 MiB (the dense layer).
+  EXPECT_EQ(stage.recomputed_bytes, kGiB - 10 * kMiB);
+  config.layout.expert_parallel = 1;
+  const StageCostTable ep1(model, StageCostOptionsFor(config, cluster));
+  EXPECT_EQ(ep1.Stage(StageLayers{0, 1}).held_bytes, 20 * kMiB);
+  // t = 2 with sequence parallelism: each GPU dispatches and keeps half the tokens' copies.
+  TrainingConfig t2 = Layout(2, 1, 4, 8), t2_ep1 = Layout(2, 1, 4, 1);
+  t2.recompute = t2_ep1.recompute = Recompute::kOp;
+  const Bytes t2_kept =
+      *StageCostTable(model, StageCostOptionsFor(t2, cluster)).Layer(1).op_saved_bytes;
+  const Bytes t2_ep1_kept =
+      *StageCostTable(model, StageCostOptionsFor(t2_ep1, cluster)).Layer(1).op_saved_bytes;
+  EXPECT_EQ(t2_kept - t2_ep1_kept, 64 * kMiB);
+}
+
 TEST(ExpertParallelTest, ExpertMemoryPerGpuUnderFoldingWorkedByHand) {
   // bf16 with fp32 main gradients and Adam: 2 B weights, 4 B gradients, 12 B optimizer state
   // (fp32 main parameters and moments) per parameter. t = 2, d = 8, ep = 8: the 300M dense

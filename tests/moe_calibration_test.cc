@@ -307,81 +307,115 @@ TEST(MoeCalibration, Qwen3LongContextForcedHeldOutDroplessFitted) {
   }
 }
 
-// Published per-GPU memory of MoE training runs (docs/calibration-moe.md "MoE memory, held out").
-// pytorch/torchtitan#1789 (2025-10-02): DeepSeek-V3 "16B" (torchtitan's flavor, the
-// DeepSeek-V2-Lite architecture: examples/hf/deepseek-v2-lite.json) on 8 H100 80GB HBM3 with
-// train_configs/deepseek_v3_16b.toml at 82a9530f6^ (FSDP over 8, ep 8, etp 1, seq 4096,
-// op-level selective AC, AdamW, the loss compiled) and local_batch_size lowered to 4 (the value
-// torchtitan#1792 then set in the file): `memory: 73.32GiB` at steps 10-40, torchtitan's
-// max_reserved (PyTorch's reserved_bytes.all.peak), against DeviceMemory::ReservedBytes()
-// (allocated peak + allocator cache + cuBLAS workspaces). Not tuned on.
+// Published per-GPU memory of MoE training runs (docs/calibration-moe.md "MoE memory, held out"),
+// each replayed with its own configuration and compared in the metric it published. Not tuned on.
+// - pytorch/torchtitan#1789 (2025-10-02): DeepSeek-V3 "16B" (torchtitan's flavor, the
+//   DeepSeek-V2-Lite architecture: examples/hf/deepseek-v2-lite.json) on 8 H100 80GB HBM3 with
+//   train_configs/deepseek_v3_16b.toml at 82a9530f6^ (FSDP over 8, ep 8, etp 1, seq 4096,
+//   op-level selective AC, AdamW, the loss compiled: --loss compiled) and local_batch_size lowered
+//   to 4 (the value torchtitan#1792 then set in the file): `memory: 73.32GiB` at steps 10-40,
+//   torchtitan's max_reserved (PyTorch's reserved_bytes.all.peak), against
+//   DeviceMemory::ReservedBytes() (allocated peak + allocator cache + cuBLAS workspaces).
+// - modelscope/ms-swift's Qwen3 best practice (docs "MoE训练（Megatron-SWIFT）", its benchmark
+//   table: Megatron-LM "16×60GiB"): Qwen3-30B-A3B full fine-tuning on 2 nodes of 8 A800 80GiB,
+//   t 2 with sequence parallelism, ep 8, p 1 (so d 8), micro-batch 1, global batch 16 (2
+//   micro-batches), packed to 8192 tokens, full recomputation of every layer (uniform, 1),
+//   flash attention, the fused cross-entropy, Megatron's distributed optimizer (ms-swift's
+//   default, ZeRO 1). The metric is not stated: read as the whole device (nvidia-smi,
+//   DeviceMemory::Total()), reserved printed beside it.
+enum class MemoryMetric { kReserved, kDevice };
 struct MemoryRowMoe {
   const char* label;
   const char* hf_config;
-  int seq, mbs, d, ep;
+  const char* cluster;
+  int seq, mbs, microbatches, t, d, ep, zero;
   const char* recompute;
+  Loss loss;
+  MemoryMetric metric;
   double published_gib;
   // The run's step-1 figure, before AdamW's moments exist (0: not published).
   double published_step1_gib;
-  double present_gib;  // the prediction when the row was added (2026-12-03)
+  double present_gib;  // the prediction when the row was last changed (2026-12-03)
 };
 constexpr MemoryRowMoe kMoeMemoryRows[] = {
     {"torchtitan#1789 DeepSeek-V3 16B, 8 H100, FSDP 8, ep 8, bs 4, s 4096, op AC",
-     "examples/hf/deepseek-v2-lite.json", 4096, 4, 8, 8, "op", 73.32, 58.28, 71.37},
+     "examples/hf/deepseek-v2-lite.json", "h100-sxm", 4096, 4, 1, 1, 8, 8, 3, "op", Loss::kCompiled,
+     MemoryMetric::kReserved, 73.32, 58.28, 77.76},
+    {"ms-swift Qwen3-30B-A3B, 16 A800, t 2 SP, ep 8, d 8, mbs 1 x 2, s 8192, full AC, ZeRO 1",
+     "examples/hf/qwen3-30b-a3b.json", "a100-80gb", 8192, 1, 2, 2, 8, 8, 1, "full", Loss::kFused,
+     MemoryMetric::kDevice, 60.0, 0, 58.67},
 };
 constexpr double kMemoryTarget = 0.10;  // the issue's
 constexpr double kMemoryHold = 0.03;    // around the present prediction
 
-Bytes PredictReserved(const MemoryRowMoe& row, MemoryBreakdown* parts) {
+struct MemoryPrediction {
+  Bytes allocated = 0, reserved = 0, device = 0;
+  MemoryBreakdown parts;
+};
+
+MemoryPrediction Predict(const MemoryRowMoe& row) {
   Result<HfConfig> config = LoadHfConfig(SourcePath(row.hf_config));
   EXPECT_TRUE(config.ok()) << config.status().message();
-  if (!config.ok()) return 0;
+  if (!config.ok()) return {};
   TransformerSpec spec = config->architecture;
   spec.name = "moe-memory-row";
   spec.sequence_length = row.seq;
   spec.microbatch_sizes = {row.mbs};
   AnalyticOptions analytic;
-  analytic.gpu_preset = "h100-sxm";
-  Result<Model> model = EstimateTransformer(spec, analytic);
-  Result<Cluster> cluster = ClusterPreset("h100-sxm");
-  Result<Schedule> schedule = MakeSchedule(ScheduleKind::k1F1B, 1, 1, 1);
+  analytic.gpu_preset = row.cluster;
+  analytic.loss = row.loss;
+  const std::vector<int> degrees = row.t > 1 ? std::vector<int>{1, row.t} : std::vector<int>{1};
+  Result<std::string> json = EstimateTransformerJson(spec, analytic, degrees);
+  EXPECT_TRUE(json.ok()) << row.label << ": " << json.status().message();
+  if (!json.ok()) return {};
+  Result<Model> model = ParseModel(*json, spec.name);
+  Result<Cluster> cluster = ClusterPreset(row.cluster);
+  Result<Schedule> schedule = MakeSchedule(ScheduleKind::k1F1B, 1, row.microbatches, 1);
   EXPECT_TRUE(model.ok() && cluster.ok() && schedule.ok());
-  if (!model.ok() || !cluster.ok() || !schedule.ok()) return 0;
+  if (!model.ok() || !cluster.ok() || !schedule.ok()) return {};
   SimOptions sim;
   TrainingConfig& c = sim.config;
   c.microbatch_size = row.mbs;
+  c.layout.tensor_parallel = row.t;
+  c.layout.sequence_parallel = row.t > 1;
   c.layout.data_parallel = row.d;
   c.layout.expert_parallel = row.ep;
-  c.memory.zero = 3;
+  c.memory.zero = row.zero;
   EXPECT_TRUE(ParseRecomputeSpec(row.recompute, &c.recompute, &c.recompute_layers));
   sim.partition = {StageLayers{0, static_cast<int>(model->layers.size()) - 1}};
   sim.record_timeline = false;
   Result<SimResult> result = Simulate(*model, *cluster, *schedule, sim);
   EXPECT_TRUE(result.ok()) << result.status().message();
-  if (!result.ok()) return 0;
-  *parts = result->per_rank[0].memory;
-  const Bytes allocated = result->per_rank[0].peak_memory_bytes;
-  const DeviceMemory device = DeviceMemoryFor(*cluster, c, allocated, 0);
-  std::printf("  %s: allocated %.2f GiB, reserved %.2f GiB\n", row.label, ToGiB(allocated),
-              ToGiB(device.ReservedBytes()));
-  return device.ReservedBytes();
+  if (!result.ok()) return {};
+  MemoryPrediction p;
+  p.parts = result->per_rank[0].memory;
+  p.allocated = result->per_rank[0].peak_memory_bytes;
+  const DeviceMemory device = DeviceMemoryFor(*cluster, c, p.allocated, 0);
+  p.reserved = device.ReservedBytes();
+  p.device = device.Total();
+  return p;
 }
 
 TEST(MoeCalibration, PublishedMemoryHeldOut) {
   int within = 0;
   for (const MemoryRowMoe& row : kMoeMemoryRows) {
-    MemoryBreakdown parts;
-    const double predicted = ToGiB(PredictReserved(row, &parts));
+    const MemoryPrediction p = Predict(row);
+    const MemoryBreakdown& parts = p.parts;
+    const double predicted = ToGiB(row.metric == MemoryMetric::kReserved ? p.reserved : p.device);
     const double error = predicted / row.published_gib - 1;
     std::printf(
-        "%s: published %.2f GiB max_reserved, predicted %.2f GiB, error %+.1f%% (parts, GiB: "
-        "weights %.2f + gathered %.2f, gradients %.2f, optimizer %.2f, activations %.2f, "
-        "workspace %.2f)\n",
-        row.label, row.published_gib, predicted, error * 100, ToGiB(parts.weights),
-        ToGiB(parts.gathered_weights), ToGiB(parts.gradients), ToGiB(parts.optimizer),
-        ToGiB(parts.activations_peak), ToGiB(parts.workspace_peak));
+        "%s: published %.2f GiB (%s), predicted %.2f GiB, error %+.1f%% (allocated %.2f, "
+        "reserved %.2f, device %.2f; parts, GiB: weights %.2f + gathered %.2f, gradients %.2f, "
+        "optimizer %.2f, activations %.2f, workspace %.2f)\n",
+        row.label, row.published_gib,
+        row.metric == MemoryMetric::kReserved ? "max_reserved" : "device, metric not stated",
+        predicted, error * 100, ToGiB(p.allocated), ToGiB(p.reserved), ToGiB(p.device),
+        ToGiB(parts.weights), ToGiB(parts.gathered_weights), ToGiB(parts.gradients),
+        ToGiB(parts.optimizer), ToGiB(parts.activations_peak), ToGiB(parts.workspace_peak));
     within += std::abs(error) <= kMemoryTarget ? 1 : 0;
-    EXPECT_NEAR(predicted / row.present_gib, 1.0, kMemoryHold) << row.label;
+    if (row.present_gib > 0) {
+      EXPECT_NEAR(predicted / row.present_gib, 1.0, kMemoryHold) << row.label;
+    }
     // The one part the run's own log separates: step 1's max_reserved comes before AdamW's
     // moments exist (created in step 1's optimizer step, in blocks the backward freed), steps
     // 10-40 after; the difference against the moments pipecast counts (8 B per parameter of the
