@@ -206,8 +206,8 @@ std::string PlanToJson(const PlanFile& plan) {
     if (plan.config.overlap.expert_overlap != ExpertOverlap::kAuto) {  // absent: auto
       root["ep_overlap"] = ExpertOverlapName(plan.config.overlap.expert_overlap);
     }
-    // Absent: deepep, the default (--ep-dispatcher); no all-to-all at ep = 1.
-    if (plan.config.layout.expert_parallel > 1 &&
+    // Absent: deepep, the default (--ep-dispatcher); nothing moves at ep = etp = 1.
+    if (plan.config.layout.ExpertShards() > 1 &&
         plan.config.layout.expert_dispatcher != ExpertDispatcher::kDeepEp) {
       root["ep_dispatcher"] = ExpertDispatcherName(plan.config.layout.expert_dispatcher);
     }

@@ -301,10 +301,11 @@ void FillCandidateConfig(const PlannerOptions& options, const ParallelLayout& la
   config->optimizer_step = options.optimizer_step;
 }
 
-// The expert dispatchers `c` is tried with (PlannerOptions::expert_dispatchers): each at
-// ep > 1; at ep = 1, with no all-to-all, the first alone.
-int DispatchersAt(const PlannerOptions& options, int ep) {
-  return ep > 1 ? static_cast<int>(options.expert_dispatchers.size()) : 1;
+// The expert dispatchers `c` is tried with (PlannerOptions::expert_dispatchers): each where
+// the experts are split (ep > 1 or etp > 1: each dispatcher moves etp's rows its own way); at
+// ep = etp = 1, with nothing to move, the first alone.
+int DispatchersAt(const PlannerOptions& options, int ep, int etp) {
+  return ep * etp > 1 ? static_cast<int>(options.expert_dispatchers.size()) : 1;
 }
 
 // `c` once per expert overlap searched (PlannerOptions::expert_overlaps): on only where the
@@ -312,7 +313,8 @@ int DispatchersAt(const PlannerOptions& options, int ep) {
 // expert dispatcher it is tried with (DispatchersAt).
 void AddExpertOverlaps(const PlannerOptions& options, const Candidate& c,
                        std::vector<Candidate>* out, std::vector<Rejection>* rejected) {
-  const int dispatchers = DispatchersAt(options, c.config.layout.expert_parallel);
+  const int dispatchers = DispatchersAt(options, c.config.layout.expert_parallel,
+                                        c.config.layout.expert_tensor_parallel);
   for (ExpertOverlap overlap : options.expert_overlaps) {
     for (int i = 0; i < dispatchers; ++i) {
       Candidate with = c;
@@ -477,7 +479,7 @@ int64_t CountConfigurations(const Model& model, const Cluster& cluster,
         int64_t experts = 0;  // (ep, etp, dispatcher) triples
         for (const std::pair<int, int>& layout :
              ExpertLayouts(expert_options, int64_t{t} * cp * d)) {
-          experts += DispatchersAt(options, layout.first);  // (ep, etp)
+          experts += DispatchersAt(options, layout.first, layout.second);  // (ep, etp)
         }
         const int64_t here = times(times(times(per_layout(p), zero), sp_modes), experts);
         count = here > kMax - count ? kMax : count + here;

@@ -162,7 +162,7 @@ std::string ChosenSettings(const Candidate& c, const SimResult& r, bool pipeline
         c.config.layout.pipeline_stages, c.config.layout.data_parallel,
         c.config.layout.GradientReplicas());
   }
-  if (const ParallelLayout& l = c.config.layout; l.expert_parallel > 1) {
+  if (const ParallelLayout& l = c.config.layout; l.ExpertShards() > 1) {
     out += fmt::format(
         "  expert parallelism   ep = {}, etp = {}, folded over each stage's t x cp x d = {} GPUs; "
         "dispatcher {} (--ep-dispatcher)\n",
@@ -412,7 +412,7 @@ Json CandidateJson(const Candidate& c, const Model& model, bool with_predicted) 
     // Absent: the all-to-alls do not hide (--ep-overlap).
     if (c.config.ExpertOverlapOn()) j["ep_overlap"] = true;
     // Absent: deepep (--ep-dispatcher).
-    if (c.config.layout.expert_parallel > 1 &&
+    if (c.config.layout.ExpertShards() > 1 &&
         c.config.layout.expert_dispatcher != ExpertDispatcher::kDeepEp) {
       j["ep_dispatcher"] = ExpertDispatcherName(c.config.layout.expert_dispatcher);
     }

@@ -158,7 +158,7 @@ std::string Candidate::Label() const {
          (config.overlap.expert_overlap != ExpertOverlap::kAuto && l.expert_parallel > 1
               ? fmt::format(" ep-overlap={}", ExpertOverlapName(config.overlap.expert_overlap))
               : "") +
-         (l.expert_dispatcher != ExpertDispatcher::kDeepEp && l.expert_parallel > 1
+         (l.expert_dispatcher != ExpertDispatcher::kDeepEp && l.ExpertShards() > 1
               ? fmt::format(" ep-dispatcher={}", ExpertDispatcherName(l.expert_dispatcher))
               : "") +
          (config.memory.zero >= 2 && !ShardingLabel(config.memory.sharding).empty()

@@ -155,13 +155,14 @@ struct PlannerOptions {
   // the configuration can take it (TrainingConfig::CheckExpertOverlap); with
   // on alone, the others are rejected with its reason.
   std::vector<ExpertOverlap> expert_overlaps = {ExpertOverlap::kAuto};
-  // The expert dispatchers tried at ep > 1 (--ep-dispatcher; ParallelLayout::
-  // expert_dispatcher): DeepEP's alone by default, Megatron-LM's all-to-all
-  // pinned, or both, each ep > 1 configuration tried with each. At ep = 1
-  // (no all-to-all) a configuration is tried once, with the first. The
-  // model's layer costs are the same for every candidate: a profile made for
-  // one dispatcher (profiler analytic --moe-dispatcher) is warned about when
-  // another is searched (docs/planner.md).
+  // The expert dispatchers tried at ep > 1 or etp > 1 (--ep-dispatcher;
+  // ParallelLayout::expert_dispatcher): DeepEP's alone by default,
+  // Megatron-LM's all-to-all pinned, or both, each such configuration tried
+  // with each. At ep = etp = 1 (nothing moves) a configuration is tried
+  // once, with the first. The model's layer costs are the same for every
+  // candidate: a profile made for one dispatcher (profiler analytic
+  // --moe-dispatcher) is warned about when another is searched
+  // (docs/planner.md).
   std::vector<ExpertDispatcher> expert_dispatchers = {ExpertDispatcher::kDeepEp};
 
   Status Validate() const;

@@ -155,12 +155,15 @@ std::string ParallelismLines(const SimResult& result) {
   if (result.expert_parallel > 1 || result.expert_tensor_parallel > 1) {
     out += fmt::format(
         "expert parallelism  ep = {}, etp = {}, folded over each stage's GPUs (edp = {}); "
-        "dispatch and combine all-to-alls in the MoE layers' ops, {:.3f} ms per iteration on the "
-        "busiest rank ({}; docs/simulator.md)\n",
+        "dispatch and combine all-to-alls{} in the MoE layers' ops, {:.3f} ms per iteration on "
+        "the busiest rank ({}; docs/simulator.md)\n",
         result.expert_parallel, result.expert_tensor_parallel,
         static_cast<int64_t>(result.tensor_parallel) * result.context_parallel *
             result.data_parallel /
             (int64_t{result.expert_parallel} * result.expert_tensor_parallel),
+        result.expert_tensor_parallel > 1 && result.ep_dispatcher == ExpertDispatcher::kAllToAll
+            ? " and etp's all-gathers and reduce-scatters"
+            : "",
         NsToMs(result.ep_comm_ns),
         result.ep_dispatcher == ExpertDispatcher::kAllToAll
             ? "--ep-dispatcher alltoall: Megatron-LM's NCCL all-to-all, one row per token and "

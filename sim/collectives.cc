@@ -325,6 +325,7 @@ ExpertAllToAllGroup ExpertGroupOf(int expert_parallel, int expert_tensor_paralle
   g.tensor = std::max(1, expert_tensor_parallel);
   const int64_t span = int64_t{expert_parallel} * expert_tensor_parallel;
   const int node = std::max(1, gpus_per_node);
+  g.gpus_per_node = node;
   if (span <= node) {
     g.nodes = 1;
     g.per_node = expert_parallel;
@@ -418,6 +419,29 @@ ExpertAllToAll AllGatherDispatchOf(const Link& intra_node, const Link& inter_nod
   return a;
 }
 
+// The all-to-all dispatcher's etp collectives (sim/collectives.h): over the etp consecutive
+// GPUs, all-gathers of the k x tokens received rows and of their probs, and a reduce-scatter of
+// the partial outputs, through the collective model.
+void AddExpertTensorParallel(const Link& intra_node, const Link& inter_node,
+                             double network_gbps_per_gpu, const ExpertAllToAllGroup& group,
+                             int top_k, double token_bytes, int bytes_per_element, double tokens,
+                             ExpertAllToAll* a) {
+  const int etp = group.tensor;
+  if (etp <= 1) return;
+  const int node = std::max(1, group.gpus_per_node);
+  const CollectiveGroup g{
+      .ranks = etp, .nodes = (etp + node - 1) / node, .per_node = std::min(etp, node)};
+  const Fabric fabric{intra_node, inter_node, network_gbps_per_gpu};
+  const double rows = top_k * tokens;  // received in the all-to-all, experts spread evenly
+  const auto gathered = [&](double bytes_per_row) -> Bytes {
+    return std::llround(etp * rows * bytes_per_row);
+  };
+  a->etp_bytes_per_token = (etp - 1.0) * top_k * token_bytes;
+  a->etp_gather_ns = Best(fabric, Collective::kAllGather, gathered(token_bytes), g, 1).ns +
+                     Best(fabric, Collective::kAllGather, gathered(bytes_per_element), g, 1).ns;
+  a->etp_scatter_ns = Best(fabric, Collective::kReduceScatter, gathered(token_bytes), g, 1).ns;
+}
+
 }  // namespace
 
 ExpertAllToAll ExpertAllToAllOf(const Link& intra_node, const Link& inter_node,
@@ -426,20 +450,27 @@ ExpertAllToAll ExpertAllToAllOf(const Link& intra_node, const Link& inter_node,
                                 int64_t hidden, int bytes_per_element, double tokens,
                                 ExpertDispatcher dispatcher) {
   ExpertAllToAll a;
-  if (group.ranks <= 1 || tokens <= 0) return a;
+  const int etp = std::max(1, group.tensor);
+  if (group.ranks * etp <= 1 || tokens <= 0) return a;
   const double token_bytes = static_cast<double>(hidden) * bytes_per_element;
   if (dispatcher == ExpertDispatcher::kAllGather) {
     return AllGatherDispatchOf(intra_node, inter_node, network_gbps_per_gpu, group, experts,
                                token_bytes, bytes_per_element, tokens);
   }
   if (dispatcher == ExpertDispatcher::kAllToAll) {
-    return NcclAllToAllOf(intra_node, inter_node, network_gbps_per_gpu, group, top_k, token_bytes,
-                          tokens);
+    if (group.ranks > 1) {
+      a = NcclAllToAllOf(intra_node, inter_node, network_gbps_per_gpu, group, top_k, token_bytes,
+                         tokens);
+    }
+    AddExpertTensorParallel(intra_node, inter_node, network_gbps_per_gpu, group, top_k, token_bytes,
+                            bytes_per_element, tokens, &a);
+    return a;
   }
   double dispatch_gbps = 0, combine_gbps = 0;
   TimeNs latency = 0;
   if (group.nodes == 1) {
-    a.bytes_per_token = DistinctGroupsPerToken(experts, top_k, group.ranks) * token_bytes;
+    // One copy per destination GPU: each of the token's distinct ranks, etp GPUs each.
+    a.bytes_per_token = etp * DistinctGroupsPerToken(experts, top_k, group.ranks) * token_bytes;
     a.nvlink_bytes_per_token = a.bytes_per_token;
     const double nvlink = Effective(intra_node.bandwidth_gbps, intra_node.efficiency);
     dispatch_gbps = nvlink * (kDeepEpIntraDispatchGbps / kDeepEpNvlinkMaxGbps);
@@ -460,7 +491,7 @@ ExpertAllToAll ExpertAllToAllOf(const Link& intra_node, const Link& inter_node,
                                        : DistinctGroupsPerToken(experts / n * limit, top_k, limit);
     a.bytes_per_token = nodes_per_token * token_bytes;
     a.network_bytes_per_token = a.bytes_per_token;
-    const DeepEpInternode& row = InternodeRow(group.ranks);
+    const DeepEpInternode& row = InternodeRow(group.ranks * etp);  // DeepEP's group: etp x ep
     const double network = network_gbps_per_gpu > 0 ? network_gbps_per_gpu : 0;
     const double nic = Effective(network, 1.0);
     dispatch_gbps = nic * (row.dispatch_gbps / kDeepEpNicGbps);

@@ -185,6 +185,30 @@ TimeNs IntraNodeCollectiveNs(const Link& intra_node, Collective op, Bytes bytes,
 // those collectives through the model above (three all-gathers, then one
 // reduce-scatter, each paying its fixed latency) on the group of g GPUs laid
 // out as the ep group (ExpertGroupOf, per_node x etp GPUs in each node).
+//
+// Expert tensor parallelism (etp > 1: each expert's fc1 split by columns and
+// fc2 by rows over etp consecutive GPUs) as each dispatcher runs it
+// (token_dispatcher.py at d98e8a64):
+//   - alltoall (MoEAlltoAllTokenDispatcher): the ep all-to-all runs among the
+//     GPUs of one etp rank; then dispatch_postprocess all-gathers the
+//     received rows and their probs over the etp group (tp_group =
+//     expt_tp), and combine_preprocess reduce-scatters the experts' partial
+//     outputs back over it. Both sit inside routed_experts_compute, on the
+//     compute stream. A GPU receives k x tokens rows in the all-to-all
+//     (experts spread evenly), so the all-gather's S is etp x k x tokens
+//     rows of hidden x bytes per element (its probs one element a row),
+//     the reduce-scatter's the same hidden rows; timed through the
+//     collective model on the etp GPUs (inside a node when etp <= its
+//     GPUs). At ep = 1 only these remain (the all-to-all of one GPU is
+//     none).
+//   - deepep (MoEFlexTokenDispatcher): one all-to-all over the etp x ep
+//     GPUs (tp_ep_group), each token sent to every etp GPU of each rank
+//     holding one of its experts (the routing map expanded etp times,
+//     router_topk = etp x k), the combine summing the etp partial outputs:
+//     inside a node etp x R copies per token, across nodes R_N as above
+//     over the nodes of the etp x ep GPUs, DeepEP's row at etp x ep ranks.
+//     No separate collective.
+//   - allgather: already over the etp x ep group (above).
 enum class ExpertDispatcher { kDeepEp, kAllToAll, kAllGather };
 // "deepep", "alltoall" or "allgather".
 const char* ExpertDispatcherName(ExpertDispatcher dispatcher);
@@ -197,10 +221,11 @@ std::optional<ExpertDispatcher> ParseExpertDispatcher(std::string_view name);
 double DistinctGroupsPerToken(int experts, int top_k, int groups);
 
 struct ExpertAllToAllGroup {
-  int ranks = 1;     // ep
-  int nodes = 1;     // nodes the ep ranks span
-  int per_node = 1;  // ep ranks in each node
-  int tensor = 1;    // etp: the all-gather dispatcher's group is etp x ep GPUs
+  int ranks = 1;          // ep
+  int nodes = 1;          // nodes the ep ranks span
+  int per_node = 1;       // ep ranks in each node
+  int tensor = 1;         // etp: each ep rank's expert split over etp consecutive GPUs
+  int gpus_per_node = 1;  // the node's GPUs: the etp group spans ceil(etp / them) nodes
 };
 // The ep group of (ep, etp) on a node of `gpus_per_node` GPUs, laid out as
 // above.
@@ -227,8 +252,16 @@ struct ExpertAllToAll {
   bool across_nodes = false;
   TimeNs dispatch_ns = 0;
   TimeNs combine_ns = 0;
+  // The all-to-all dispatcher's etp collectives (0 at etp = 1 and for the
+  // other dispatchers): hidden bytes a GPU receives in the all-gather per
+  // token it dispatches, (etp - 1) x k x hidden x bytes per element (as
+  // many leave it in the reduce-scatter); the all-gathers of the rows and
+  // their probs, and the reduce-scatter of the partial outputs.
+  double etp_bytes_per_token = 0;
+  TimeNs etp_gather_ns = 0;
+  TimeNs etp_scatter_ns = 0;
 };
-// Zero at ep = 1. REQUIRES: ep divides experts; tokens >= 0.
+// Zero at ep = etp = 1. REQUIRES: ep divides experts; tokens >= 0.
 ExpertAllToAll ExpertAllToAllOf(const Link& intra_node, const Link& inter_node,
                                 double network_gbps_per_gpu, const ExpertAllToAllGroup& group,
                                 int experts, int top_k, int expert_groups, int topk_groups,

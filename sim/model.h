@@ -249,6 +249,12 @@ struct LayerCost {
   TimeNs ep_dispatch_ns = 0;
   TimeNs ep_combine_ns = 0;
   double expert_compute_share = -1;
+  // Set by StageCostTable for an MoE layer at etp > 1 with the all-to-all
+  // dispatcher: the etp all-gathers and reduce-scatter in forward_ns and
+  // backward_ns (the input-gradient part), which run on the compute stream
+  // inside the routed experts' node, so no overlap hides them.
+  TimeNs etp_forward_ns = 0;
+  TimeNs etp_backward_ns = 0;
 };
 
 // The costs at (microbatch_size, tensor_parallel, sequence_parallel): from

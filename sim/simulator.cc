@@ -411,9 +411,9 @@ void TensorParallelTimes(const Schedule& schedule, const std::vector<StageCost>&
     TimeNs ep = 0;
     for (const Action& a : schedule.actions[k]) {
       const StageCost& c = costs[a.stage];
-      ep += a.kind == OpKind::kForward          ? c.ep_forward_ns
+      ep += a.kind == OpKind::kForward          ? c.ep_forward_ns + c.etp_forward_ns
             : a.kind == OpKind::kBackwardWeight ? 0
-                                                : c.ep_backward_ns;
+                                                : c.ep_backward_ns + c.etp_backward_ns;
     }
     result->ep_comm_ns = std::max(result->ep_comm_ns, ep / std::max(1, schedule.iterations));
   }

@@ -207,8 +207,8 @@ struct SimResult {
   int expert_parallel = 1;  // ep and etp (docs/simulator.md "Expert parallelism")
   int expert_tensor_parallel = 1;
   ExpertDispatcher ep_dispatcher = ExpertDispatcher::kDeepEp;  // --ep-dispatcher
-  // The expert-parallel all-to-alls of the busiest rank, per iteration
-  // (0 at ep = 1).
+  // The expert-parallel all-to-alls of the busiest rank, with etp's
+  // all-gathers and reduce-scatters, per iteration (0 at ep = etp = 1).
   TimeNs ep_comm_ns = 0;
   // The expert all-to-alls hide in overlapped F&B pairs
   // (TrainingConfig::ExpertOverlapOn), and the order is Megatron-LM's

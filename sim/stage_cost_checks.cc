@@ -38,12 +38,12 @@ Status CheckExpertParallelCosts(const Model& model, int expert_parallel,
         expert_parallel > 1 ? expert_parallel : expert_tensor_parallel));
   }
   // The tokens each GPU dispatches follow from the sequence: none without it.
-  if (expert_parallel > 1 && ExpertTokensPerGpu(model, StageCostOptions{}) <= 0) {
+  if (ExpertTokensPerGpu(model, StageCostOptions{}) <= 0) {
     return Status::InvalidArgument(fmt::format(
-        "--expert-parallel {}: the model gives no sequence_length, so the tokens each GPU "
-        "dispatches are unknown; add sequence_length to model.json or profile it with "
-        "`profiler analytic --seq`",
-        expert_parallel));
+        "{} {}: the model gives no sequence_length, so the tokens each GPU dispatches are "
+        "unknown; add sequence_length to model.json or profile it with `profiler analytic --seq`",
+        expert_parallel > 1 ? "--expert-parallel" : "--expert-tensor-parallel",
+        expert_parallel > 1 ? expert_parallel : expert_tensor_parallel));
   }
   return Status::Ok();
 }

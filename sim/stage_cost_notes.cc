@@ -20,6 +20,7 @@ std::vector<std::string> StageCostTable::Notes() const {
   AddTensorParallelNotes(&notes);
   AddContextParallelNote(&notes);
   AddExpertDispatcherNote(&notes);
+  AddExpertTensorParallelNote(&notes);
   AddRecomputeNotes(&notes);
   AddSplitBackwardNote(&notes);
   return notes;
@@ -115,6 +116,39 @@ void StageCostTable::AddExpertDispatcherNote(std::vector<std::string>* notes) co
       "per micro-batch at NCCL's link rates (docs/simulator.md \"Expert parallelism\")",
       a.bytes_per_token, a.nvlink_bytes_per_token, a.network_bytes_per_token,
       NsToUs(a.dispatch_ns)));
+}
+
+void StageCostTable::AddExpertTensorParallelNote(std::vector<std::string>* notes) const {
+  const int etp = options_.expert_tensor_parallel;
+  if (etp <= 1 || !ep_comm_) return;
+  const ExpertAllToAll& a = *ep_comm_;
+  std::string comm;
+  switch (options_.ep_dispatcher) {
+    case ExpertDispatcher::kAllToAll:
+      comm = fmt::format(
+          "each MoE layer all-gathers the rows it received and their probs over the {} GPUs "
+          "({:.0f} bytes per token dispatched, {:.1f} us) and reduce-scatters the experts' "
+          "partial outputs ({:.1f} us) per micro-batch, the backward both again, on the compute "
+          "stream (--ep-overlap does not hide them)",
+          etp, a.etp_bytes_per_token, NsToUs(a.etp_gather_ns), NsToUs(a.etp_scatter_ns));
+      break;
+    case ExpertDispatcher::kDeepEp:
+      comm = fmt::format(
+          "DeepEP (Megatron-LM's flex dispatcher) sends each token to the {} GPUs of every rank "
+          "holding one of its experts and sums their partial outputs in the combine, {:.0f} "
+          "bytes per token each way",
+          etp, a.bytes_per_token);
+      break;
+    case ExpertDispatcher::kAllGather:
+      comm = fmt::format("the all-gather dispatcher's group is the {} x {} GPUs", etp,
+                         options_.expert_parallel);
+      break;
+  }
+  notes->push_back(fmt::format(
+      "--expert-tensor-parallel {}: {}; the routed experts keep the profile's time, the same "
+      "FLOPs per GPU ({} x the rows, 1/{} of each expert's width) at the profile's shapes (those "
+      "of etp = t = {}) (docs/simulator.md \"Expert parallelism\")",
+      etp, comm, etp, etp, options_.tensor_parallel));
 }
 
 void StageCostTable::AddRecomputeNotes(std::vector<std::string>* notes) const {

@@ -27,14 +27,15 @@ PairLayerCost PairLayerOf(const LayerCost& c, double comm_sm_share) {
     return static_cast<TimeNs>(std::llround(static_cast<double>(ns) * share));
   };
   const double share = std::max(0.0, c.expert_compute_share);  // dense: all before the dispatch
-  const TimeNs forward = c.forward_ns - c.ep_forward_ns;
+  // etp's collectives run inside the routed experts' node (routed_experts_compute), whole.
+  const TimeNs forward = c.forward_ns - c.ep_forward_ns - c.etp_forward_ns;
   const TimeNs weight = c.has_backward_split ? c.backward_weight_ns : 0;
-  const TimeNs input = c.backward_ns - c.ep_backward_ns - weight;
+  const TimeNs input = c.backward_ns - c.ep_backward_ns - c.etp_backward_ns - weight;
   PairLayerCost l;
-  l.expert_forward = share_of(forward, share);
-  l.pre_forward = forward - l.expert_forward;
-  l.expert_backward = share_of(input, share);
-  l.pre_backward = input - l.expert_backward;
+  l.expert_forward = share_of(forward, share) + c.etp_forward_ns;
+  l.pre_forward = forward - (l.expert_forward - c.etp_forward_ns);
+  l.expert_backward = share_of(input, share) + c.etp_backward_ns;
+  l.pre_backward = input - (l.expert_backward - c.etp_backward_ns);
   l.expert_backward_weight = share_of(weight, share);
   l.pre_backward_weight = weight - l.expert_backward_weight;
   l.dispatch = c.ep_dispatch_ns;
@@ -415,7 +416,8 @@ StageCostTable::StageCostTable(const Model& model, const StageCostOptions& optio
   const size_t n = model.layers.size();
   layers_.reserve(n);
   prefix_.resize(n + 1);
-  const double expert_tokens = options.expert_parallel > 1 ? ExpertTokensPerGpu(model, options) : 0;
+  const bool experts_split = options.expert_parallel > 1 || options.expert_tensor_parallel > 1;
+  const double expert_tokens = experts_split ? ExpertTokensPerGpu(model, options) : 0;
   model_sequence_ = static_cast<double>(SequenceOf(model));
   for (size_t l = 0; l < n; ++l) {
     LayerCost& c = layers_.emplace_back(CostAt(model.layers[l], options.microbatch_size,
@@ -426,11 +428,9 @@ StageCostTable::StageCostTable(const Model& model, const StageCostOptions& optio
     }
     if (options.tensor_parallel > 1) AddTensorParallelComm(&c);
     if (options.context_parallel > 1) AddContextParallelComm(model.layers[l], &c);
-    if (options.expert_parallel > 1) {
-      AddExpertParallelComm(model.layers[l], expert_tokens, &c);
-      if (model.layers[l].moe && c.op_saved_bytes) {
-        *c.op_saved_bytes += OpSavedAllToAllBytes(*model.layers[l].moe, expert_tokens);
-      }
+    if (experts_split) AddExpertParallelComm(model.layers[l], expert_tokens, &c);
+    if (options.expert_parallel > 1 && model.layers[l].moe && c.op_saved_bytes) {
+      *c.op_saved_bytes += OpSavedAllToAllBytes(*model.layers[l].moe, expert_tokens);
     }
     if (c.tp_comm_estimated && tp_estimate_from_.empty()) {
       tp_estimate_from_ = model.layers[l].tp_comm_estimate->from;
@@ -453,6 +453,8 @@ StageCostTable::StageCostTable(const Model& model, const StageCostOptions& optio
     after.cp_backward_ns = before.cp_backward_ns + c.cp_backward_ns;
     after.ep_forward_ns = before.ep_forward_ns + c.ep_forward_ns;
     after.ep_backward_ns = before.ep_backward_ns + c.ep_backward_ns;
+    after.etp_forward_ns = before.etp_forward_ns + c.etp_forward_ns;
+    after.etp_backward_ns = before.etp_backward_ns + c.etp_backward_ns;
     const bool moe = c.ep_dispatch_ns + c.ep_combine_ns > 0;
     after.moe_layers = before.moe_layers + (moe ? 1 : 0);
     after.moe_unshared = before.moe_unshared + (moe && c.expert_compute_share < 0 ? 1 : 0);
@@ -590,8 +592,12 @@ void StageCostTable::AddExpertParallelComm(const pipecast::Layer& layer, double 
   // back the same two ways.
   c->ep_forward_ns = a.dispatch_ns + a.combine_ns;
   c->ep_backward_ns = a.dispatch_ns + a.combine_ns;
-  c->forward_ns += c->ep_forward_ns;
-  c->backward_ns += c->ep_backward_ns;
+  // etp's all-gather and reduce-scatter (the all-to-all dispatcher): the backward runs each
+  // collective's adjoint (a reduce-scatter for the all-gather and back), the same bytes.
+  c->etp_forward_ns = a.etp_gather_ns + a.etp_scatter_ns;
+  c->etp_backward_ns = a.etp_gather_ns + a.etp_scatter_ns;
+  c->forward_ns += c->ep_forward_ns + c->etp_forward_ns;
+  c->backward_ns += c->ep_backward_ns + c->etp_backward_ns;
 }
 
 void StageCostTable::AddContextParallelComm(const pipecast::Layer& layer, LayerCost* c) {
@@ -719,6 +725,8 @@ StageCost StageCostTable::StageCosts(StageLayers stage, bool pair_layers) const 
   c.cp_backward_ns = hi.cp_backward_ns - lo.cp_backward_ns;
   c.ep_forward_ns = hi.ep_forward_ns - lo.ep_forward_ns;
   c.ep_backward_ns = hi.ep_backward_ns - lo.ep_backward_ns;
+  c.etp_forward_ns = hi.etp_forward_ns - lo.etp_forward_ns;
+  c.etp_backward_ns = hi.etp_backward_ns - lo.etp_backward_ns;
   c.expert_parameters = hi.expert_parameters - lo.expert_parameters;
   if (pair_layers && hi.moe_layers > lo.moe_layers && hi.moe_unshared == lo.moe_unshared) {
     c.pair_layers.assign(pair_layers_.begin() + stage.first_layer,
@@ -737,6 +745,7 @@ StageCost StageCostTable::StageCosts(StageLayers stage, bool pair_layers) const 
       c.tp_backward_ns += c.tp_forward_ns;
       c.cp_backward_ns += c.cp_forward_ns;
       c.ep_backward_ns += c.ep_forward_ns;
+      c.etp_backward_ns += c.etp_forward_ns;
     }
   }
   c.backward_ns += c.recompute_ns;  // the rerun comes before the backward proper

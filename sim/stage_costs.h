@@ -435,6 +435,12 @@ struct StageCost {
   // latter with a full recomputation's rerun); 0 at ep = 1.
   TimeNs ep_forward_ns = 0;
   TimeNs ep_backward_ns = 0;
+  // Expert-tensor-parallel all-gathers and reduce-scatters inside
+  // forward_ns and backward_ns (the latter with a full recomputation's
+  // rerun), on the compute stream: never in PairCommNs. 0 at etp = 1 and
+  // for the deepep and allgather dispatchers (their etp is in the above).
+  TimeNs etp_forward_ns = 0;
+  TimeNs etp_backward_ns = 0;
   // Routed-expert parameters among `parameters` (unsharded, t = 1 counts),
   // which ep x etp GPUs share rather than t (StageParameterBytes).
   int64_t expert_parameters = 0;
@@ -586,6 +592,7 @@ class StageCostTable {
     TimeNs tp_forward_ns = 0, tp_backward_ns = 0;
     TimeNs cp_forward_ns = 0, cp_backward_ns = 0;
     TimeNs ep_forward_ns = 0, ep_backward_ns = 0;
+    TimeNs etp_forward_ns = 0, etp_backward_ns = 0;
     int64_t expert_parameters = 0;
     int tp_scaled = 0, tp_comm_estimated = 0;  // layers
     // Layers without checkpoint_bytes, attention_core_bytes, weight_grad_bytes.
@@ -601,7 +608,8 @@ class StageCostTable {
   void AddTensorParallelComm(LayerCost* c) const;
   // Adds an attention layer's context-parallel K/V exchange (cp > 1).
   void AddContextParallelComm(const pipecast::Layer& layer, LayerCost* c);
-  // Adds an MoE layer's dispatch and combine all-to-alls (ep > 1).
+  // Adds an MoE layer's dispatch and combine all-to-alls and etp's
+  // collectives (ep > 1 or etp > 1).
   void AddExpertParallelComm(const pipecast::Layer& layer, double tokens, LayerCost* c);
   // What the checkpointing modes (every:K, full with a Megatron-LM method)
   // give a stage: what F keeps, the largest chunk B rebuilds, the rerun and
@@ -617,12 +625,14 @@ class StageCostTable {
   TimeNs RecomputeNs(StageLayers stage, const Prefix& lo, const Prefix& hi) const;
   // The steps of Notes(), in order: unmeasured micro-batch sizes,
   // tensor-parallel estimates, context parallelism's exchange, the all-to-all
-  // dispatcher (when not DeepEP), memory the
-  // recomputation lacks figures for, memory the split backward lacks.
+  // dispatcher (when not DeepEP), expert tensor parallelism (etp > 1),
+  // memory the recomputation lacks figures for, memory the split backward
+  // lacks.
   void AddCostOriginNotes(std::vector<std::string>* notes) const;
   void AddTensorParallelNotes(std::vector<std::string>* notes) const;
   void AddContextParallelNote(std::vector<std::string>* notes) const;
   void AddExpertDispatcherNote(std::vector<std::string>* notes) const;
+  void AddExpertTensorParallelNote(std::vector<std::string>* notes) const;
   void AddRecomputeNotes(std::vector<std::string>* notes) const;
   void AddSplitBackwardNote(std::vector<std::string>* notes) const;
 

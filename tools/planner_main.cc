@@ -185,11 +185,11 @@ void AddLayoutFlags(CLI::App& app, PlannerToolOptions* f) {
       ->check(OneOf({"auto", "on", "off", "both"}))
       ->capture_default_str();
   app.add_option("--ep-dispatcher", f->ep_dispatcher,
-                 "the expert dispatcher at ep > 1: deepep (DeepEP's deduplicated dispatch), "
-                 "alltoall (Megatron-LM's NCCL all-to-all, one row per token and expert), "
-                 "allgather (Megatron-LM's all-gather of every token over the etp x ep group), "
-                 "both (each ep > 1 configuration with deepep and alltoall) or all (with each of "
-                 "the three; docs/planner.md)")
+                 "the expert dispatcher at ep > 1 or etp > 1: deepep (DeepEP's deduplicated "
+                 "dispatch), alltoall (Megatron-LM's NCCL all-to-all, one row per token and "
+                 "expert), allgather (Megatron-LM's all-gather of every token over the etp x ep "
+                 "group), both (each such configuration with deepep and alltoall) or all (with "
+                 "each of the three; docs/planner.md)")
       ->check(OneOf({"deepep", "alltoall", "allgather", "both", "all"}))
       ->capture_default_str();
   app.add_option("--stages,--pipeline-stages", f->pipeline_stages,

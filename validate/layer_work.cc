@@ -79,7 +79,8 @@ Result<std::unique_ptr<LayerWork>> LayerWork::Make(const Model& model, const Pla
         "(they all-reduce whole activations): validate a plan made without --sequence-parallel");
   }
   const int ep = std::max(plan.config.layout.expert_parallel, 1);
-  if (ep > 1 && (t > 1 || plan.config.layout.expert_tensor_parallel > 1)) {
+  // etp's all-gather and reduce-scatter are not replayed: etp > 1 is refused at any ep.
+  if ((ep > 1 && t > 1) || plan.config.layout.expert_tensor_parallel > 1) {
     return Status::InvalidArgument(fmt::format(
         "the plan has expert_parallel {} with tensor_parallel {} and expert_tensor_parallel {}: "
         "the validator runs expert parallelism over data-parallel replicas of whole blocks; "

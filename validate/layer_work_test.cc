@@ -520,6 +520,12 @@ TEST(LayerWork, ExpertParallelismNeedsWholeBlocks) {
   work = LayerWork::Make(w.model, w.plan, &clock_);
   ASSERT_FALSE(work.ok());
   EXPECT_THAT(work.status().message(), ::testing::HasSubstr("does not divide the 4 experts"));
+  // etp > 1 is refused even at ep = 1: its all-gather and reduce-scatter are not replayed.
+  w.plan.config.layout.expert_parallel = 1;
+  w.plan.config.layout.expert_tensor_parallel = 2;
+  work = LayerWork::Make(w.model, w.plan, &clock_);
+  ASSERT_FALSE(work.ok());
+  EXPECT_THAT(work.status().message(), ::testing::HasSubstr("--expert-tensor-parallel 1"));
 }
 
 }  // namespace

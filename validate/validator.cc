@@ -131,7 +131,8 @@ Result<Model> LoadInputs(const ValidatorOptions& options, const Backend& backend
         options.plan_path));
   }
   const int ep = std::max(plan.config.layout.expert_parallel, 1);
-  if (ep > 1 && (tp > 1 || plan.config.layout.expert_tensor_parallel > 1)) {
+  // etp's all-gather and reduce-scatter are not replayed: etp > 1 is refused at any ep.
+  if ((ep > 1 && tp > 1) || plan.config.layout.expert_tensor_parallel > 1) {
     return Status::InvalidArgument(fmt::format(
         "{}: the plan has expert_parallel {} with tensor_parallel {} and expert_tensor_parallel "
         "{}, which the validator does not run (it runs expert parallelism over data-parallel "
