@@ -133,7 +133,7 @@ TimeNs ReplayNs(ReplayScratch* scratch) {
 }  // namespace
 
 TimeNs LayeredPairNs(const std::vector<PairLayerCost>& f, const std::vector<PairLayerCost>& b,
-                     bool b_weight) {
+                     bool b_weight, double comm_share_override) {
   thread_local ReplayScratch scratch;
   scratch.nodes.clear();
   PairNodes s{.nodes = scratch.nodes};
@@ -143,6 +143,11 @@ TimeNs LayeredPairNs(const std::vector<PairLayerCost>& f, const std::vector<Pair
   for (size_t i = 0; i < both; ++i) RunLayer(&f[i], &b[nb - 1 - i], b_weight, &s);
   for (size_t i = both; i < nb; ++i) RunLayer(nullptr, &b[nb - 1 - i], b_weight, &s);
   for (size_t i = both; i < nf; ++i) RunLayer(&f[i], nullptr, b_weight, &s);
+  if (comm_share_override >= 0) {
+    for (PairNode& n : scratch.nodes) {
+      if (n.comm && n.sm_share > 0) n.sm_share = comm_share_override;
+    }
+  }
   return ReplayNs(&scratch);
 }
 
