@@ -2,7 +2,8 @@
 // overlap"): Megatron-LM's combined 1F1B replayed node by node on a compute and a communication
 // stream (NVIDIA/Megatron-LM at d98e8a64, megatron/core/models/common/model_chunk_schedule_plan.py
 // TransformerLayerSchedulePlan.run, lines 236-304), the compute running on the SMs the
-// communication kernels leave while one runs beside it.
+// communication kernels leave while one runs beside it (for Megatron's combined 1F1B at the
+// fitted kCombined1F1BComputeLossBesideDeepEp instead, sim/stage_costs.h).
 #include <algorithm>
 #include <array>
 #include <cmath>
