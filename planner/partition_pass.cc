@@ -69,9 +69,9 @@ PairHalvesNs PartitionCache::PairHalves(const StageCostTable& table, const Stage
                                         StageLayers f_layers, const StageCost& b,
                                         StageLayers b_layers, OpKind b_kind,
                                         const PairOverlap& overlap) {
-  auto [it, added] = pair_halves_.try_emplace(
-      std::make_tuple(&table, f_layers.first_layer, f_layers.last_layer, b_layers.first_layer,
-                      b_layers.last_layer, b_kind, overlap.factor, overlap.expert_comm));
+  auto [it, added] = pair_halves_.try_emplace(std::make_tuple(
+      &table, f_layers.first_layer, f_layers.last_layer, b_layers.first_layer, b_layers.last_layer,
+      b_kind, overlap.factor, overlap.expert_comm, overlap.combined_1f1b));
   if (added) it->second = OverlappedPairNs(f, b, b_kind, overlap);
   return it->second;
 }

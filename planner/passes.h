@@ -126,7 +126,7 @@ class PartitionCache {
   std::map<Key, StageCost> whole_;
   std::map<std::tuple<ScheduleKind, int, int, int, bool>, std::vector<std::vector<RankOpCount>>>
       rank_ops_;
-  std::map<std::tuple<const StageCostTable*, int, int, int, int, OpKind, double, bool>,
+  std::map<std::tuple<const StageCostTable*, int, int, int, int, OpKind, double, bool, bool>,
            PairHalvesNs>
       pair_halves_;
 };

@@ -2,7 +2,8 @@
 // overlap"): Megatron-LM's combined 1F1B replayed node by node on a compute and a communication
 // stream (NVIDIA/Megatron-LM at d98e8a64, megatron/core/models/common/model_chunk_schedule_plan.py
 // TransformerLayerSchedulePlan.run, lines 236-304), the compute running on the SMs the
-// communication kernels leave while one runs beside it.
+// communication kernels leave while one runs beside it (for Megatron's combined 1F1B at the
+// fitted kCombined1F1BComputeLossBesideDeepEp instead, sim/stage_costs.h).
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -133,7 +134,7 @@ TimeNs ReplayNs(ReplayScratch* scratch) {
 }  // namespace
 
 TimeNs LayeredPairNs(const std::vector<PairLayerCost>& f, const std::vector<PairLayerCost>& b,
-                     bool b_weight) {
+                     bool b_weight, double comm_share_override) {
   thread_local ReplayScratch scratch;
   scratch.nodes.clear();
   PairNodes s{.nodes = scratch.nodes};
@@ -143,6 +144,11 @@ TimeNs LayeredPairNs(const std::vector<PairLayerCost>& f, const std::vector<Pair
   for (size_t i = 0; i < both; ++i) RunLayer(&f[i], &b[nb - 1 - i], b_weight, &s);
   for (size_t i = both; i < nb; ++i) RunLayer(nullptr, &b[nb - 1 - i], b_weight, &s);
   for (size_t i = both; i < nf; ++i) RunLayer(&f[i], nullptr, b_weight, &s);
+  if (comm_share_override >= 0) {
+    for (PairNode& n : scratch.nodes) {
+      if (n.comm && n.sm_share > 0) n.sm_share = comm_share_override;
+    }
+  }
   return ReplayNs(&scratch);
 }
 

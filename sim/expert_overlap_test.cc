@@ -258,7 +258,14 @@ TEST(ExpertOverlapTest, LayeredPairComputeRunsOnTheSmsTheAllToAllsLeave) {
 // 30.809 = 5/33 of Cb later; D_f 530.809-734.151 beside expert_b 530.809-1311.619; Db
 // 1311.619-1508.792 beside expert_b_w 1311.619-1591.493; expert_f 1591.493-2091.493 alone; C_f
 // 2091.493-2288.666 beside pre_b 2091.493-2871.368; pre_b_w 2871.368-3121.368): the 3 ms of
-// compute + 5/33 x the four all-to-alls' 801.030 = 3,121,368 ns (3 ms with no SM share).
+// compute + 5/33 x the four all-to-alls' 801.030 = 3,121,368 ns (3 ms with no SM share): the
+// rate DualPipe's pairs take. Megatron-LM's combined 1F1B (this one-stage 1f1b with the overlap
+// on) takes the fitted kCombined1F1BComputeLossBesideDeepEp = 0.62 instead: the same nodes, each
+// all-to-all still inside a compute node, so the pair lasts 3 ms + 0.62 x 801.030 us =
+// 3,496,638.6 ns (Cb 0-203.342 | pre_f 0-626.072, 0.62 x 203.342 later; D_f 626.072-829.414
+// beside expert_b 626.072-1502.144; Db 1502.144-1699.317 beside expert_b_w 1502.144-1874.391;
+// expert_f 1874.391-2374.391 alone; C_f 2374.391-2571.564 beside pre_b 2374.391-3246.639;
+// pre_b_w 3246.639-3496.639).
 TEST(ExpertOverlapTest, LayeredRuleFromTheLayersFlopsHandWorked) {
   Model model = MoeLayers(1);
   model.layers[0].forward_flops = 286.72e9;
@@ -289,9 +296,18 @@ TEST(ExpertOverlapTest, LayeredRuleFromTheLayersFlopsHandWorked) {
   no_share[0].comm_sm_share = 0;
   EXPECT_EQ(LayeredPairNs(no_share, no_share, true), 3'000'000);
   EXPECT_EQ(LayeredPairNs(no_share, no_share, false), 2'500'000);
+  EXPECT_EQ(
+      LayeredPairNs(cost.pair_layers, cost.pair_layers, true, kCombined1F1BComputeLossBesideDeepEp),
+      3'496'639);
+  EXPECT_EQ(LayeredPairNs(cost.pair_layers, cost.pair_layers, false,
+                          kCombined1F1BComputeLossBesideDeepEp),
+            2'996'639);
+  // The override leaves a layer without DeepEP's SMs (NCCL's all-to-all, share 0) alone.
+  EXPECT_EQ(LayeredPairNs(no_share, no_share, true, kCombined1F1BComputeLossBesideDeepEp),
+            3'000'000);
   Result<SimResult> got = Simulate(model, H100(), combined, on);
   ASSERT_TRUE(got.ok()) << got.status().message();
-  EXPECT_EQ(got->pipeline_ns, 1'400'515 + 3 * 3'121'368 + 2'400'515);
+  EXPECT_EQ(got->pipeline_ns, 1'400'515 + 3 * 3'496'639 + 2'400'515);
   Result<SimResult> reference = internal::ReferenceSimulate(model, H100(), combined, on);
   ASSERT_TRUE(reference.ok()) << reference.status().message();
   EXPECT_EQ(reference->iteration_ns, got->iteration_ns);
@@ -299,6 +315,30 @@ TEST(ExpertOverlapTest, LayeredRuleFromTheLayersFlopsHandWorked) {
   EXPECT_TRUE(StageCostTable(MoeLayers(1), StageCostOptionsFor(on.config, H100()))
                   .Stage(StageLayers{0, 0})
                   .pair_layers.empty());
+}
+
+// The fitted rate (kCombined1F1BComputeLossBesideDeepEp, fitted on the Megatron-MoE-ModelZoo
+// Qwen3-235B pair that the issue names: tests/moe_calibration_test.cc holds the fit) is
+// Megatron-LM's implementation's: only its combined 1F1B (1f1b or interleaved with the overlap
+// on) takes it; DualPipe's and DualPipeV's pairs keep DeepEP's SM share, and so do their
+// figures (schedule_zoo_dualpipe_test.cc, the DeepSeek profile's pair).
+TEST(ExpertOverlapTest, OnlyMegatronsCombinedOneFOneBTakesTheFittedRate) {
+  EXPECT_DOUBLE_EQ(kCombined1F1BComputeLossBesideDeepEp, 0.62);
+  EXPECT_GT(kCombined1F1BComputeLossBesideDeepEp,
+            ExpertCommSmShare(ExpertDispatcher::kDeepEp, 132));
+  for (ScheduleKind kind : {ScheduleKind::k1F1B, ScheduleKind::kInterleaved1F1B}) {
+    EXPECT_TRUE(Ep8(kind, ExpertOverlap::kOn).config.Pairs().combined_1f1b)
+        << ScheduleKindName(kind);
+    EXPECT_FALSE(Ep8(kind, ExpertOverlap::kOff).config.Pairs().combined_1f1b);
+    EXPECT_FALSE(Ep8(kind, ExpertOverlap::kAuto).config.Pairs().combined_1f1b);
+  }
+  for (ScheduleKind kind : {ScheduleKind::kDualPipe, ScheduleKind::kDualPipeV}) {
+    for (ExpertOverlap o : {ExpertOverlap::kAuto, ExpertOverlap::kOn}) {
+      const PairOverlap pairs = Ep8(kind, o).config.Pairs();
+      EXPECT_TRUE(pairs.expert_comm) << ScheduleKindName(kind);
+      EXPECT_FALSE(pairs.combined_1f1b) << ScheduleKindName(kind);
+    }
+  }
 }
 
 // Megatron-LM's warm-up with the overlap (schedules.py, get_pp_rank_microbatches): rank r runs

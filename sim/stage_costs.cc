@@ -61,8 +61,10 @@ PairHalvesNs LayeredPairHalvesNs(const StageCost& f, const StageCost& b, OpKind 
     if (b_weight) in_turn += l.pre_backward_weight + l.expert_backward_weight;
     b_comm += l.dispatch + l.combine;
   }
-  const TimeNs hidden =
-      std::max<TimeNs>(0, in_turn - LayeredPairNs(f.pair_layers, b.pair_layers, b_weight));
+  const TimeNs hidden = std::max<TimeNs>(
+      0,
+      in_turn - LayeredPairNs(f.pair_layers, b.pair_layers, b_weight,
+                              overlap.combined_1f1b ? kCombined1F1BComputeLossBesideDeepEp : -1));
   const TimeNs comm = f_comm + b_comm;
   const TimeNs f_hidden = comm > 0 ? static_cast<TimeNs>(std::llround(static_cast<double>(hidden) *
                                                                       static_cast<double>(f_comm) /

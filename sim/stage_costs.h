@@ -381,6 +381,22 @@ struct PairLayerCost {
 // 2412.19437, section 3.2.2) runs its all-to-alls on 20 SMs as well.
 inline constexpr int kDeepEpNormalKernelSms = 20;
 
+// Megatron-LM's combined 1F1B with DeepEP (--overlap-moe-expert-parallel-comm, flex dispatcher):
+// the share of a compute node's rate lost while a dispatch or combine of the other micro-batch
+// runs beside it, in place of the SM share alone (kDeepEpNormalKernelSms / SMs, 0.152 on an
+// H100). FITTED, the one fitted figure of the overlap (docs/calibration-moe.md "Megatron-MoE-
+// ModelZoo, Qwen3-235B-A22B on 256 H100s"): the readme the issue names (yanring/Megatron-MoE-
+// ModelZoo best_practice/qwen3/readme.md @ 020b8136) gives the same t2 ep32 p8 v4 run without
+// and with the overlap, 19.7 and 17.6 s, so the overlap hid 2.1 s; the layered replay hides
+// that much at 0.62 (2.11 s; 4.7 s at the SM share alone). Megatron's node order, streams and
+// events leave nearly every all-to-all beside a longer compute node (docs/simulator.md "Expert
+// all-to-all overlap"), so what the run did not hide is in the rate, not the structure: the SMs
+// (0.152), the compute's published slowdown beside communication (0.16-0.29) and what no
+// component figure isolates (the node-by-node Python launch with a host wait at every forward
+// dispatch, skew between the 32 EP ranks at each all-to-all, the norms' 24-SM margin).
+// DualPipe's pairs keep the SM share: the figure is Megatron's implementation's.
+inline constexpr double kCombined1F1BComputeLossBesideDeepEp = 0.62;
+
 // The share of a GPU of `gpu_sms` SMs that the expert all-to-all kernels of `dispatcher` hold
 // while they run: DeepEP's kDeepEpNormalKernelSms / gpu_sms. 0 where no SM count is sourced
 // or known: NCCL's all-to-all (its CTAs, one per channel, depend on the topology NCCL finds:
@@ -402,8 +418,10 @@ double ExpertCommSmShare(ExpertDispatcher dispatcher, int gpu_sms);
 // kernels leave; a fluid rate, not the matmuls' waves recomputed); the communication nodes keep
 // their times. Returns the end of the last node (rounded to the nearest ns), both inputs ready
 // at 0 and both streams free. `b_weight`: false for a backward without its weight gradient (I).
+// `comm_share_override` >= 0 replaces the share of every node whose comm_sm_share is above 0
+// (DeepEP's): kCombined1F1BComputeLossBesideDeepEp for Megatron-LM's combined 1F1B.
 TimeNs LayeredPairNs(const std::vector<PairLayerCost>& f, const std::vector<PairLayerCost>& b,
-                     bool b_weight);
+                     bool b_weight, double comm_share_override = -1);
 
 // Costs of one stage at one micro-batch size.
 struct StageCost {
@@ -481,6 +499,10 @@ struct StageCost {
 struct PairOverlap {
   double factor = 1.0;       // OverlapSettings::overlap_factor
   bool expert_comm = false;  // the expert all-to-alls hide too (--ep-overlap)
+  // The pairs are Megatron-LM's combined 1F1B (TrainingConfig::CombinesForwardBackward): in the
+  // layered rule a compute node beside a DeepEP dispatch or combine runs at
+  // 1 - kCombined1F1BComputeLossBesideDeepEp of its rate instead of the SM share alone.
+  bool combined_1f1b = false;
 };
 
 // How long action `i` of a rank's list runs: DurationNs(kind), or for a half of an overlapped

@@ -218,7 +218,9 @@ struct TrainingConfig {
   bool CombinesForwardBackward() const;
   // What an overlapped pair hides and its factor (OverlappedPairNs).
   PairOverlap Pairs() const {
-    return PairOverlap{.factor = overlap.overlap_factor, .expert_comm = ExpertOverlapOn()};
+    return PairOverlap{.factor = overlap.overlap_factor,
+                       .expert_comm = ExpertOverlapOn(),
+                       .combined_1f1b = CombinesForwardBackward()};
   }
   // InvalidArgument naming --ep-overlap when it is on where the run cannot
   // take it, as Megatron-LM refuses it (megatron/core/transformer/
