@@ -241,7 +241,7 @@ Result<ConfigurationComparison> CompareWithChoice(const Model& model, const Clus
     } else {
       const Rejection* r =
           groups.front().closest != nullptr ? groups.front().closest : groups.front().all.front();
-      out.why_not = fmt::format("{}: {}", r->candidate.Label(), r->detail);
+      out.why_not = fmt::format("{}: {}", r->candidate.Label(), r->Detail());
     }
     return out;
   }

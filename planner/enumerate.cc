@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/huge_pages.h"
 #include "base/text_table.h"
 #include "planner/passes.h"
 #include "sim/schedule_traits.h"
@@ -497,6 +498,7 @@ std::vector<Candidate> Enumerate(const Model& model, const Cluster& cluster,
   // At most this many (passes.h: an upper count), held at once rather than grown by copies.
   out.reserve(static_cast<size_t>(
       std::min<int64_t>(CountConfigurations(model, cluster, options), kMaxConfigurations)));
+  AdviseHugePages(out);                   // touched once, candidate by candidate: fewer page faults
   PlannerOptions with_experts = options;  // the expert-parallel degrees resolved
   with_experts.expert_parallel = ExpertParallelDegrees(model, options);
   EnumerateRequest at{.options = &with_experts,

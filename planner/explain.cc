@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <utility>
@@ -337,10 +338,10 @@ std::string RejectedText(const PlanReport& report) {
     out += fmt::format("  {}: {}\n", RejectReasonName(g.reason), g.all.size());
     if (g.closest) {
       out += fmt::format("    closest miss: {}: {}\n", g.closest->candidate.Label(),
-                         g.closest->detail);
+                         g.closest->Detail());
     }
     for (const Rejection* r : g.examples) {
-      out += fmt::format("    e.g. {}: {}\n", r->candidate.Label(), r->detail);
+      out += fmt::format("    e.g. {}: {}\n", r->candidate.Label(), r->Detail());
     }
     const size_t shown = g.examples.size() + (g.closest ? 1 : 0);
     if (g.all.size() > shown) out += fmt::format("    ... and {} more\n", g.all.size() - shown);
@@ -448,7 +449,7 @@ Json CandidateJson(const Candidate& c, const Model& model, bool with_predicted) 
 Json RejectedJson(const PlanReport& report) {
   Json list = Json::array();
   auto one = [](const Rejection& r) {
-    Json j{{"label", r.candidate.Label()}, {"detail", r.detail}};
+    Json j{{"label", r.candidate.Label()}, {"detail", r.Detail()}};
     if (r.reason == RejectReason::kOutOfMemory) j["memory_ratio"] = r.memory_ratio;
     return j;
   };
@@ -501,12 +502,21 @@ const char* RejectReasonId(RejectReason reason) {
 }
 
 std::vector<RejectGroup> GroupRejections(const std::vector<Rejection>& rejected) {
+  // One pass over the rejections (a search may have 100,000 and more), each to its reason's list.
+  constexpr size_t kCount = std::size(kReasons);
+  std::vector<const Rejection*> of[kCount];
+  size_t counts[kCount] = {};
+  auto slot = [](RejectReason reason) {
+    return static_cast<size_t>(std::find(std::begin(kReasons), std::end(kReasons), reason) -
+                               std::begin(kReasons));
+  };
+  for (const Rejection& r : rejected) ++counts[slot(r.reason)];
+  for (size_t i = 0; i < kCount; ++i) of[i].reserve(counts[i]);
+  for (const Rejection& r : rejected) of[slot(r.reason)].push_back(&r);
   std::vector<RejectGroup> groups;
-  for (RejectReason reason : kReasons) {
-    RejectGroup g{reason, {}, nullptr, {}};
-    for (const Rejection& r : rejected) {
-      if (r.reason == reason) g.all.push_back(&r);
-    }
+  for (size_t i = 0; i < kCount; ++i) {
+    const RejectReason reason = kReasons[i];
+    RejectGroup g{reason, std::move(of[i]), nullptr, {}};
     if (g.all.empty()) continue;
     // Closest miss: the least memory over capacity, or the best lower bound.
     for (const Rejection* r : g.all) {

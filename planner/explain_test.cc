@@ -84,7 +84,7 @@ TEST(ExplainText, ClosestMissIsTheSmallestMemoryOvershoot) {
   }
   ASSERT_NE(best, nullptr);
   EXPECT_THAT(PlanReportToText(report, model),
-              HasSubstr("closest miss: " + best->candidate.Label() + ": " + best->detail));
+              HasSubstr("closest miss: " + best->candidate.Label() + ": " + best->Detail()));
 }
 
 TEST(ExplainText, NothingFitsSaysSoWithReasonsAndSuggestions) {

@@ -122,8 +122,11 @@ std::string BindingPart(const MemoryParts& parts, const Candidate& c) {
 
 Bytes StaticMemoryFloor(const StageCostTable& table, const Candidate& c, const StageCost* whole) {
   if (table.NumLayers() == 0) return 0;
-  const StageCost all =
-      whole != nullptr ? *whole : table.Stage(StageLayers{0, table.NumLayers() - 1});
+  // Read in place: a copy of the whole model's StageCost copies its pair layers (a heap block
+  // per candidate, 123,726 of them for DeepSeek-V3 on 2048 GPUs).
+  StageCost own;
+  if (whole == nullptr) own = table.StageBytes(StageLayers{0, table.NumLayers() - 1});
+  const StageCost& all = whole != nullptr ? *whole : own;
   const TrainingConfig& config = c.config;
   const MemoryConfig memory = config.PerGpuMemory();
   const ShardedBytes per_param = ShardedBytesPerParam(memory, config.layout.GradientReplicas());

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <set>
 
+#include "base/huge_pages.h"
 #include "planner/passes.h"
 #include "sim/memory_partition.h"
 #include "sim/schedule_costs.h"
@@ -186,6 +187,15 @@ const char* RejectReasonName(RejectReason reason) {
       return "schedule constraint";
   }
   return "?";
+}
+
+std::string Rejection::Detail() const {
+  if (pruned.top == 0) return detail;
+  return fmt::format(
+      "its lower bound {:.3f} ms{} exceeds the iteration time {:.3f} ms of the top {} already "
+      "found",
+      NsToUs(candidate.lower_bound_ns) / 1e3, pruned.partitioned ? "" : " (before partitioning)",
+      NsToUs(pruned.top_ns) / 1e3, pruned.top);
 }
 
 SimOptions CandidateSimOptions(const Candidate& c) {
@@ -400,13 +410,13 @@ Status CheckSomeCanRun(const std::vector<Candidate>& candidates, const PlanRepor
     return Status::InvalidArgument(fmt::format(
         "no configuration of {} GPUs can run the requested schedules (e.g. {}: {}): allow more "
         "schedules with --schedules or change --gpus",
-        options.gpus, report.rejected.back().candidate.Label(), report.rejected.back().detail));
+        options.gpus, report.rejected.back().candidate.Label(), report.rejected.back().Detail()));
   }
   return Status::InvalidArgument(fmt::format(
       "--global-batch {} is not a multiple of any micro-batch size x data-parallel degree on "
       "{} GPUs (e.g. {}): choose a global batch divisible by the sizes in "
       "--microbatch-sizes times N/p",
-      report.global_batch, options.gpus, report.rejected.front().detail));
+      report.global_batch, options.gpus, report.rejected.front().Detail()));
 }
 
 // With both partition rules searched: which one the choice has, and the best
@@ -484,6 +494,7 @@ Result<PlanReport> RunPlanner(const Model& model, const Cluster& cluster,
   PIPECAST_RETURN_IF_ERROR(CheckSomeCanRun(candidates, report, options));
   // Nearly every configuration ends up rejected: room for all at once, not grown by copies.
   report.rejected.reserve(static_cast<size_t>(report.enumerated));
+  AdviseHugePages(report.rejected);  // touched once, entry by entry: fewer page faults
   passes::PartitionCache cache(model, cluster);
   // partition, prune and simulate in lower-bound order: a candidate is partitioned only when
   // its bound reaches the front (passes.h, SearchInBoundOrder).

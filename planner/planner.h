@@ -31,6 +31,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/heap_optional.h"
@@ -207,13 +208,37 @@ enum class RejectReason {
 const char* RejectReasonName(RejectReason reason);
 
 struct Rejection {
-  RejectReason reason;
+  Rejection() = default;
+  Rejection(RejectReason why, Candidate rejected, std::string said, double ratio = 0)
+      : reason(why), candidate(std::move(rejected)), detail(std::move(said)), memory_ratio(ratio) {}
+
+  RejectReason reason = RejectReason::kScheduleConstraint;
   Candidate candidate;
   // "stage 0 needs 97.3 GiB of the 73.3 GiB limit; largest part: optimizer state 38.4 GiB —
-  // try --zero 1"
+  // try --zero 1". Read it with Detail(): empty for a candidate the bound-order search pruned,
+  // whose words `pruned` keeps.
   std::string detail;
   // For kOutOfMemory: needed / capacity of the worst stage, for "closest miss".
   double memory_ratio = 0;
+  // A candidate the bound-order search pruned (kPruned; top > 0): its bound is
+  // candidate.lower_bound_ns, over `top_ns`, the iteration time of the `top`-th best found. Its
+  // detail is made only when read: a search prunes tens of thousands (DeepSeek-V3 on 2048 GPUs:
+  // 71,029) and the report prints one or four.
+  struct Pruned {
+    TimeNs top_ns = 0;
+    int top = 0;               // 0: not pruned by the search; `detail` says why
+    bool partitioned = false;  // bounded with its partition, or before partitioning
+  };
+  Pruned pruned;
+  // A kPruned rejection whose detail is made when read.
+  static Rejection PrunedBelow(Candidate c, Pruned pruned) {
+    Rejection r(RejectReason::kPruned, std::move(c), std::string());
+    r.pruned = pruned;
+    return r;
+  }
+
+  // What was wrong: `detail`, or a pruned candidate's bound against the top's iteration time.
+  std::string Detail() const;
 };
 
 // One point of the micro-batch count trade-off for the chosen layout.

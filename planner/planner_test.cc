@@ -54,6 +54,27 @@ TEST(Planner, IdealClusterPicksPureDataParallelAtTheClosedForm) {
   EXPECT_FALSE(r->sweep.empty());
 }
 
+// A pruned rejection keeps its numbers and says them when read: its bound (the candidate's
+// lower_bound_ns) against the top's iteration time, in ms to the microsecond.
+TEST(Planner, PrunedRejectionSaysItsBoundWhenRead) {
+  Candidate c;
+  c.lower_bound_ns = 6'007'186'400;  // 6007.1864 ms
+  const Rejection before =
+      Rejection::PrunedBelow(c, Rejection::Pruned{5'999'999'600, 4, /*partitioned=*/false});
+  EXPECT_EQ(before.reason, RejectReason::kPruned);
+  EXPECT_TRUE(before.detail.empty());  // made only when read
+  EXPECT_EQ(before.Detail(),
+            "its lower bound 6007.186 ms (before partitioning) exceeds the iteration time "
+            "6000.000 ms of the top 4 already found");
+  const Rejection after = Rejection::PrunedBelow(c, Rejection::Pruned{5'999'999'600, 4, true});
+  EXPECT_EQ(after.Detail(),
+            "its lower bound 6007.186 ms exceeds the iteration time 6000.000 ms of the top 4 "
+            "already found");
+  // Any other rejection says its detail as given.
+  EXPECT_EQ(Rejection(RejectReason::kOutOfMemory, c, "stage 0 needs more").Detail(),
+            "stage 0 needs more");
+}
+
 TEST(Planner, ModelTooBigForFewGpusGetsAtLeastFourStages) {
   // 8 layers of 1e9 parameters: 18 GB of weights, gradients and Adam state
   // each, 144 GB in all; unsharded (ZeRO 0), 40 GiB GPUs hold at most 2 layers.

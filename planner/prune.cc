@@ -301,9 +301,12 @@ TimeNs UnpartitionedLowerBound(const StageCostTable& table, const Candidate& c,
   // Every time the bound reads is a difference of prefix sums over the layers, so the whole
   // model's is the sum of any partition's stages'; Selective's rerun, 0 over a range with a
   // layer that gives no attention core, is at most that sum.
+  // `whole` read in place: a conditional of it and a temporary would copy it, pair layers and
+  // all (a heap block per candidate).
+  StageCost own;
+  if (whole == nullptr) own = table.Stage(StageLayers{0, table.NumLayers() - 1});
   const OpFloors all =
-      FloorsOf(whole != nullptr ? *whole : table.Stage(StageLayers{0, table.NumLayers() - 1}),
-               Pairs(c), c.config.ExpertOverlapOn());
+      FloorsOf(whole != nullptr ? *whole : own, Pairs(c), c.config.ExpertOverlapOn());
   // The micro-batches that run each layer: those through each virtual stage that holds it,
   // summed over its copies (two in a bidirectional schedule); the least over the model stages.
   std::vector<int64_t> through(shape.NumModelStages(), 0);

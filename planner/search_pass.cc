@@ -165,13 +165,10 @@ class BoundOrderSearch {
       front_.pop();
       Candidate& c = cands_[e.index];
       skipped_ += e.partitioned ? 0 : 1;
-      rejected_->push_back(Rejection{
-          RejectReason::kPruned, std::move(c),
-          fmt::format("its lower bound {:.3f} ms{} exceeds the iteration time {:.3f} ms of the "
-                      "top {} already found",
-                      NsToUs(e.bound) / 1e3, e.partitioned ? "" : " (before partitioning)",
-                      NsToUs(best_[keep_ - 1]) / 1e3, keep_),
-          0});
+      // Its detail is made when read (Rejection::Detail): most are only counted.
+      rejected_->push_back(Rejection::PrunedBelow(
+          std::move(c),
+          Rejection::Pruned{best_[keep_ - 1], static_cast<int>(keep_), e.partitioned}));
     }
   }
 

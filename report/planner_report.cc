@@ -248,7 +248,7 @@ std::string RejectedHtml(const PlanReport& report) {
       "<th>count</th><th class=\"l\">closest miss</th><th class=\"l\">for example</th></tr>\n",
       report.rejected.size(), report.rejected.size() == 1 ? " was" : "s were");
   auto one = [](const Rejection& r) {
-    return fmt::format("{}: {}", HtmlEscape(r.candidate.Label()), HtmlEscape(r.detail));
+    return fmt::format("{}: {}", HtmlEscape(r.candidate.Label()), HtmlEscape(r.Detail()));
   };
   for (const RejectGroup& g : GroupRejections(report.rejected)) {
     std::string examples;

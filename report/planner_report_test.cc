@@ -155,7 +155,7 @@ TEST(PlanReportHtml, RejectionsGroupedWithCountsAndClosestMiss) {
     total += groups[i].Int("data-count");
     if (want[i].closest != nullptr) {
       EXPECT_THAT(p.html, HasSubstr(HtmlEscape(want[i].closest->candidate.Label()) + ": " +
-                                    HtmlEscape(want[i].closest->detail)));
+                                    HtmlEscape(want[i].closest->Detail())));
     }
   }
   EXPECT_EQ(total, p.report.rejected.size());

@@ -139,7 +139,7 @@ class StageMemory {
       } else if (t.options().recompute == Recompute::kSelective && all_cores) {
         rebuilt[l] = c.attention_core_bytes.value_or(0);
       }
-      const StageCost one = t.StageWithoutPairLayers(StageLayers{l, l});
+      const StageCost one = t.StageBytes(StageLayers{l, l});
       parameters_[l + 1] = parameters_[l] + one.parameters - one.expert_parameters;
       expert_parameters_[l + 1] = expert_parameters_[l] + one.expert_parameters;
       held_[l + 1] = held_[l] + held;
@@ -156,7 +156,7 @@ class StageMemory {
   }
 
   StageMemoryParts Parts(int stage, int first, int last) const {
-    const StageCost sc = t_.StageWithoutPairLayers(StageLayers{first, last});
+    const StageCost sc = t_.StageBytes(StageLayers{first, last});  // no times read
     StageMemoryParts parts;
     const ParameterMemory m =
         ParameterMemoryOf(sc.parameters, sc.expert_parameters, per_param_, per_expert_param_);

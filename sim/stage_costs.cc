@@ -6,6 +6,7 @@
 #include <bit>
 #include <cmath>
 #include <iterator>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -676,14 +677,14 @@ StageCost StageCostTable::StageWithoutPairLayers(StageLayers stage) const {
   return StageCosts(stage, false);
 }
 
-StageCost StageCostTable::StageCosts(StageLayers stage, bool pair_layers) const {
+StageCost StageCostTable::StageBytes(StageLayers stage) const {
+  return StageCosts(stage, false, true);
+}
+
+StageCost StageCostTable::StageCosts(StageLayers stage, bool pair_layers, bool bytes_only) const {
   const Prefix& lo = prefix_[stage.first_layer];
   const Prefix& hi = prefix_[stage.last_layer + 1];
   StageCost c;
-  c.forward_ns = hi.forward_ns - lo.forward_ns;
-  c.backward_ns = hi.backward_ns - lo.backward_ns;
-  c.backward_weight_ns = hi.backward_weight_ns - lo.backward_weight_ns;
-  c.has_backward_split = hi.unsplit_layers == lo.unsplit_layers;
   c.activation_bytes = hi.activation_bytes - lo.activation_bytes;
   c.parameters = hi.parameters - lo.parameters;
   c.workspace_bytes = std::max<Bytes>(0, workspace_max_.Max(stage.first_layer, stage.last_layer));
@@ -721,6 +722,18 @@ StageCost StageCostTable::StageCosts(StageLayers stage, bool pair_layers) const 
       }
       break;
   }
+  c.expert_parameters = hi.expert_parameters - lo.expert_parameters;
+  std::optional<Checkpointed> chunked;
+  if (ChunkedMode()) {
+    chunked = CheckpointedStage(stage);
+    c.held_bytes = chunked->held;
+    c.recomputed_bytes = chunked->rebuilt;
+  }
+  if (bytes_only) return c;
+  c.forward_ns = hi.forward_ns - lo.forward_ns;
+  c.backward_ns = hi.backward_ns - lo.backward_ns;
+  c.backward_weight_ns = hi.backward_weight_ns - lo.backward_weight_ns;
+  c.has_backward_split = hi.unsplit_layers == lo.unsplit_layers;
   c.tp_forward_ns = hi.tp_forward_ns - lo.tp_forward_ns;
   c.tp_backward_ns = hi.tp_backward_ns - lo.tp_backward_ns;
   c.cp_forward_ns = hi.cp_forward_ns - lo.cp_forward_ns;
@@ -729,17 +742,13 @@ StageCost StageCostTable::StageCosts(StageLayers stage, bool pair_layers) const 
   c.ep_backward_ns = hi.ep_backward_ns - lo.ep_backward_ns;
   c.etp_forward_ns = hi.etp_forward_ns - lo.etp_forward_ns;
   c.etp_backward_ns = hi.etp_backward_ns - lo.etp_backward_ns;
-  c.expert_parameters = hi.expert_parameters - lo.expert_parameters;
   if (pair_layers && hi.moe_layers > lo.moe_layers && hi.moe_unshared == lo.moe_unshared) {
     c.pair_layers.assign(pair_layers_.begin() + stage.first_layer,
                          pair_layers_.begin() + stage.last_layer + 1);
   }
-  if (ChunkedMode()) {
-    const Checkpointed k = CheckpointedStage(stage);
-    c.held_bytes = k.held;
-    c.recomputed_bytes = k.rebuilt;
-    c.recompute_ns = k.rerun_ns;
-    c.tp_backward_ns += k.rerun_tp_ns;  // the rerun blocks' forward collectives
+  if (chunked) {
+    c.recompute_ns = chunked->rerun_ns;
+    c.tp_backward_ns += chunked->rerun_tp_ns;  // the rerun blocks' forward collectives
   } else {
     c.recompute_ns = RecomputeNs(stage, lo, hi);
     // A full recomputation reruns the forward with its collectives.

@@ -573,6 +573,11 @@ class StageCostTable {
   // Stage() with pair_layers left empty: for callers that read its bytes, parameters and times
   // but no overlapped pair (the memory estimates), without copying the layers.
   StageCost StageWithoutPairLayers(StageLayers stage) const;
+  // Stage()'s bytes and parameters alone (activation, held, recomputed, weight-gradient, input,
+  // output and workspace bytes, weight_grad_known, parameters, expert parameters), its times 0
+  // and pair_layers empty: for the memory estimates, which read nothing else and ask for many
+  // ranges (the memory-aware partition).
+  StageCost StageBytes(StageLayers stage) const;
   // forward + backward (with recompute's extra forward) of the stage: the
   // time a partition balances. Equals Stage(stage).forward_ns + .backward_ns.
   TimeNs TrainingTimeNs(StageLayers stage) const;
@@ -670,8 +675,8 @@ class StageCostTable {
   std::optional<ExpertAllToAll> ep_comm_;
   // The model's sequence (0 when unknown): an expert's tokens per sample.
   double model_sequence_ = 0;
-  // Stage(), with or without pair_layers.
-  StageCost StageCosts(StageLayers stage, bool pair_layers) const;
+  // Stage(), with or without pair_layers; with `bytes_only`, StageBytes().
+  StageCost StageCosts(StageLayers stage, bool pair_layers, bool bytes_only = false) const;
   // Every layer as the layered expert overlap sees it (PairLayers), made once; empty for a model
   // without MoE layers.
   std::vector<PairLayerCost> pair_layers_;
