@@ -356,14 +356,15 @@ std::optional<ExpertDispatcher> ParseExpertDispatcher(std::string_view name) {
 
 namespace {
 
-// Megatron-LM's all-to-all dispatcher (sim/collectives.h): k rows per token,
-// each to its expert's rank, NVLink and network side by side at NCCL's rates.
+// Megatron-LM's all-to-all dispatcher (sim/collectives.h): k rows per token
+// (x the capacity's rows per route), each to its expert's rank, NVLink and network side by side at
+// NCCL's rates.
 ExpertAllToAll NcclAllToAllOf(const Link& intra_node, const Link& inter_node,
                               double network_gbps_per_gpu, const ExpertAllToAllGroup& group,
-                              int top_k, double token_bytes, double tokens) {
+                              double rows_per_token, double token_bytes, double tokens) {
   ExpertAllToAll a;
   a.across_nodes = group.nodes > 1;
-  a.bytes_per_token = top_k * token_bytes;
+  a.bytes_per_token = rows_per_token * token_bytes;
   const double ranks = group.ranks;
   const double per_node = a.across_nodes ? group.per_node : group.ranks;
   a.nvlink_bytes_per_token = a.bytes_per_token * (per_node - 1) / ranks;
@@ -411,6 +412,7 @@ ExpertAllToAll AllGatherDispatchOf(const Link& intra_node, const Link& inter_nod
   const auto ns = [&](Collective op, double bytes_per_row) {
     return Best(fabric, op, gathered(bytes_per_row), g, 1).ns;
   };
+  a.workspace_bytes = gathered(token_bytes + experts * (bytes_per_element + 1.0));
   a.dispatch_ns = ns(Collective::kAllGather, experts * 1.0) +
                   ns(Collective::kAllGather, experts * static_cast<double>(bytes_per_element)) +
                   ns(Collective::kAllGather, token_bytes);
@@ -424,7 +426,7 @@ ExpertAllToAll ExpertAllToAllOf(const Link& intra_node, const Link& inter_node,
                                 double network_gbps_per_gpu, const ExpertAllToAllGroup& group,
                                 int experts, int top_k, int expert_groups, int topk_groups,
                                 int64_t hidden, int bytes_per_element, double tokens,
-                                ExpertDispatcher dispatcher) {
+                                ExpertDispatcher dispatcher, double rows_per_route) {
   ExpertAllToAll a;
   if (group.ranks <= 1 || tokens <= 0) return a;
   const double token_bytes = static_cast<double>(hidden) * bytes_per_element;
@@ -433,8 +435,8 @@ ExpertAllToAll ExpertAllToAllOf(const Link& intra_node, const Link& inter_node,
                                token_bytes, bytes_per_element, tokens);
   }
   if (dispatcher == ExpertDispatcher::kAllToAll) {
-    return NcclAllToAllOf(intra_node, inter_node, network_gbps_per_gpu, group, top_k, token_bytes,
-                          tokens);
+    return NcclAllToAllOf(intra_node, inter_node, network_gbps_per_gpu, group,
+                          top_k * rows_per_route, token_bytes, tokens);
   }
   double dispatch_gbps = 0, combine_gbps = 0;
   TimeNs latency = 0;

@@ -185,6 +185,29 @@ TimeNs IntraNodeCollectiveNs(const Link& intra_node, Collective op, Bytes bytes,
 // those collectives through the model above (three all-gathers, then one
 // reduce-scatter, each paying its fixed latency) on the group of g GPUs laid
 // out as the ep group (ExpertGroupOf, per_node x etp GPUs in each node).
+// Its gathered buffers, g x tokens rows of hidden states, routing map and
+// probs, (g x tokens) x (hidden x bytes per element + experts x (bytes per
+// element + 1)) bytes, are live from the first all-gather to the
+// permutation and, as the [g x tokens, hidden] unpermuted output, again
+// before the reduce-scatter: the layer's transient workspace
+// (ExpertAllToAll::workspace_bytes; the others' buffers are NCCL's or
+// DeepEP's, in the runtime reserve).
+//
+// Capacity (Megatron-LM's --moe-expert-capacity-factor C, MoeRouting::
+// capacity_factor; router.py apply_router_token_dropping and
+// token_dispatcher.py MoEAlltoAllTokenDispatcher.preprocess, at d98e8a64):
+// the all-to-all dispatcher padded to capacity
+// (--moe-pad-expert-input-to-capacity) sends capacity x experts rows, C x
+// tokens x k / E for each of the E experts: C x k rows per token (the ceil
+// of capacity ignored), `rows_per_route` = C. Dropping without padding
+// sends the routes the router kept, at most C x tokens x k (each expert
+// keeps at most C x its mean) and at most tokens x k: min(1, C), exact for
+// balanced routing, an upper bound otherwise. DeepEP sends the kept routes
+// of each token (dropped ones masked out, setup_metadata), never padding
+// (Megatron-LM refuses --moe-pad-expert-input-to-capacity with it): its
+// dropless count, an upper bound. The all-gather dispatcher gathers every
+// token whatever the capacity: unchanged. Rows per route therefore apply
+// to the all-to-all dispatcher only (ExpertRowsPerRoute, sim/model.h).
 enum class ExpertDispatcher { kDeepEp, kAllToAll, kAllGather };
 // "deepep", "alltoall" or "allgather".
 const char* ExpertDispatcherName(ExpertDispatcher dispatcher);
@@ -227,13 +250,20 @@ struct ExpertAllToAll {
   bool across_nodes = false;
   TimeNs dispatch_ns = 0;
   TimeNs combine_ns = 0;
+  // The all-gather dispatcher's gathered buffers (above), bytes on one GPU
+  // while the layer's dispatch or combine runs; 0 for the others.
+  Bytes workspace_bytes = 0;
 };
-// Zero at ep = 1. REQUIRES: ep divides experts; tokens >= 0.
+// Zero at ep = 1. `rows_per_route`: the all-to-all dispatcher's rows per
+// (token, expert) route under a capacity factor (above; 1 dropless),
+// ignored by the other dispatchers. REQUIRES: ep divides experts; tokens
+// >= 0; rows_per_route > 0.
 ExpertAllToAll ExpertAllToAllOf(const Link& intra_node, const Link& inter_node,
                                 double network_gbps_per_gpu, const ExpertAllToAllGroup& group,
                                 int experts, int top_k, int expert_groups, int topk_groups,
                                 int64_t hidden, int bytes_per_element, double tokens,
-                                ExpertDispatcher dispatcher = ExpertDispatcher::kDeepEp);
+                                ExpertDispatcher dispatcher = ExpertDispatcher::kDeepEp,
+                                double rows_per_route = 1);
 
 // nccl-tests' bus bandwidth, GB/s: V·bytes / ns (V above). 0 for ns <= 0 or
 // one GPU.
