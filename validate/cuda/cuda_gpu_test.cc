@@ -226,7 +226,9 @@ void ExpectExpertParallelTwoByTwoOverNccl(ExpertDispatcher dispatcher) {
         << "rank " << run.rank << " expert rank " << run.expert_rank << "\n"
         << notes;
   }
-  if (dispatcher == ExpertDispatcher::kAllGather) EXPECT_THAT(notes, HasSubstr("ncclAllGather"));
+  if (dispatcher == ExpertDispatcher::kAllGather) {
+    EXPECT_THAT(notes, HasSubstr("ncclAllGather"));
+  }
 }
 
 TEST(CudaBackendGpu, ExpertParallelTwoByTwoAllToAllsOverNccl) {
