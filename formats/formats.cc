@@ -57,6 +57,10 @@ constexpr IntRule kParameterCount = {0, kMaxParameters, "2^50", "a parameter cou
 // and the dispatched token's width (its kMaxSpecWidth).
 constexpr int kMaxExperts = 1 << 16;
 constexpr int64_t kMaxMoeHidden = 1 << 20;
+// A layer's `moe.capacity_factor`: Megatron-LM's --moe-expert-capacity-factor
+// (the analytic profiler's kMaxMoeImbalance bounds it).
+constexpr NumberRule kCapacityFactor = {0, true, 64, "64",
+                                        "each expert's token capacity over the mean, e.g. 1.25"};
 constexpr IntRule kMicrobatchSize = {1, kMaxMicrobatchSize, "2^20",
                                      "a micro-batch size in samples"};
 constexpr int64_t kMaxTensorParallel = 1 << 16;  // GPUs splitting one layer, as gpus_per_node
@@ -272,9 +276,10 @@ Status ReadProfile(const Reader& r, const json& v, const std::string& path, Laye
 Status ReadMoe(const Reader& r, const json& v, const std::string& path, int64_t parameters,
                MoeRouting* m) {
   PIPECAST_RETURN_IF_ERROR(r.CheckObject(v, path));
-  PIPECAST_RETURN_IF_ERROR(r.CheckKeys(v, path,
-                                       {"experts", "top_k", "expert_groups", "topk_groups",
-                                        "hidden", "expert_parameters", "bytes_per_element"}));
+  PIPECAST_RETURN_IF_ERROR(r.CheckKeys(
+      v, path,
+      {"experts", "top_k", "expert_groups", "topk_groups", "hidden", "expert_parameters",
+       "bytes_per_element", "capacity_factor", "pad_to_capacity"}));
   PIPECAST_RETURN_IF_ERROR(r.Int(v, path, "experts", 1, kMaxExperts, &m->experts));
   PIPECAST_RETURN_IF_ERROR(r.Int(v, path, "top_k", 1, m->experts, &m->top_k));
   std::optional<int> groups, topk_groups, bytes;
@@ -299,6 +304,17 @@ Status ReadMoe(const Reader& r, const json& v, const std::string& path, int64_t 
   PIPECAST_RETURN_IF_ERROR(
       r.Integer(v, path, "bytes_per_element", IntRule{1, 4, nullptr, ""}, &bytes));
   m->bytes_per_element = bytes.value_or(2);
+  std::optional<double> capacity;
+  PIPECAST_RETURN_IF_ERROR(r.Number(v, path, "capacity_factor", kCapacityFactor, &capacity));
+  m->capacity_factor = capacity.value_or(0);
+  if (v.contains("pad_to_capacity")) {
+    PIPECAST_RETURN_IF_ERROR(r.Bool(v, path, "pad_to_capacity", &m->pad_to_capacity));
+  }
+  if (m->pad_to_capacity && m->capacity_factor <= 0) {
+    return r.Error(Member(path, "pad_to_capacity"),
+                   "needs capacity_factor: each expert is padded to capacity_factor x its mean "
+                   "tokens (Megatron-LM's --moe-expert-capacity-factor)");
+  }
   return Status::Ok();
 }
 
@@ -693,6 +709,10 @@ std::string ModelToJson(const Model& model) {
       moe["hidden"] = m.hidden;
       moe["expert_parameters"] = m.expert_parameters;
       if (m.bytes_per_element != 2) moe["bytes_per_element"] = m.bytes_per_element;
+      if (m.capacity_factor > 0) {
+        moe["capacity_factor"] = m.capacity_factor;
+        moe["pad_to_capacity"] = m.pad_to_capacity;
+      }
       l["moe"] = std::move(moe);
     }
     json profiles = json::array();

@@ -164,6 +164,10 @@ Status AddLayers(const TransformerSpec& spec, const AnalyticOptions& options,
                                    options.attention, split, options.fp8, options.ExpertImbalance(),
                                    options.moe_dispatcher, options.elementwise));
     PIPECAST_ASSIGN_OR_RETURN(Layer block, ToLayer("block.0", kind_costs.back(), rates, sizes));
+    if (block.moe && options.moe_capacity_factor) {  // what the all-to-all dispatcher sends
+      block.moe->capacity_factor = *options.moe_capacity_factor;
+      block.moe->pad_to_capacity = options.moe_pad_to_capacity;
+    }
     kind_layers.push_back(std::move(block));
   }
   for (int i = 0; i < spec.layers; ++i) {

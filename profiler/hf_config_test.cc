@@ -483,6 +483,15 @@ TEST(HfConfigTest, CapacityFactorBoundsTheBusiestExpert) {
   EXPECT_THAT(details, HasSubstr("\"pad_to_capacity\":false"));
   EXPECT_THAT(details, HasSubstr("\"expert_imbalance\":1.25"));
   EXPECT_THAT(s->source.details.at("moe"), Not(HasSubstr("capacity")));
+  // And each MoE layer carries it, for the all-to-all dispatcher's rows
+  // (sim/collectives.h, "Capacity"): dropping, min(1, 1.25) = 1 row a route;
+  // padded at C = 1, 1.
+  ASSERT_TRUE(c->layers[1].moe.has_value());
+  EXPECT_DOUBLE_EQ(c->layers[1].moe->capacity_factor, 1.25);
+  EXPECT_FALSE(c->layers[1].moe->pad_to_capacity);
+  EXPECT_DOUBLE_EQ(ExpertRowsPerRoute(*c->layers[1].moe), 1);
+  EXPECT_TRUE(p->layers[1].moe->pad_to_capacity);
+  EXPECT_DOUBLE_EQ(s->layers[1].moe->capacity_factor, 0);
 }
 
 TEST(HfConfigTest, BadCapacityFactorsAreCheckedByName) {

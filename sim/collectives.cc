@@ -357,14 +357,15 @@ std::optional<ExpertDispatcher> ParseExpertDispatcher(std::string_view name) {
 
 namespace {
 
-// Megatron-LM's all-to-all dispatcher (sim/collectives.h): k rows per token,
-// each to its expert's rank, NVLink and network side by side at NCCL's rates.
+// Megatron-LM's all-to-all dispatcher (sim/collectives.h): k rows per token
+// (x the capacity's rows per route), each to its expert's rank, NVLink and network side by side at
+// NCCL's rates.
 ExpertAllToAll NcclAllToAllOf(const Link& intra_node, const Link& inter_node,
                               double network_gbps_per_gpu, const ExpertAllToAllGroup& group,
-                              int top_k, double token_bytes, double tokens) {
+                              double rows_per_token, double token_bytes, double tokens) {
   ExpertAllToAll a;
   a.across_nodes = group.nodes > 1;
-  a.bytes_per_token = top_k * token_bytes;
+  a.bytes_per_token = rows_per_token * token_bytes;
   const double ranks = group.ranks;
   const double per_node = a.across_nodes ? group.per_node : group.ranks;
   a.nvlink_bytes_per_token = a.bytes_per_token * (per_node - 1) / ranks;
@@ -412,6 +413,7 @@ ExpertAllToAll AllGatherDispatchOf(const Link& intra_node, const Link& inter_nod
   const auto ns = [&](Collective op, double bytes_per_row) {
     return Best(fabric, op, gathered(bytes_per_row), g, 1).ns;
   };
+  a.workspace_bytes = gathered(token_bytes + experts * (bytes_per_element + 1.0));
   a.dispatch_ns = ns(Collective::kAllGather, experts * 1.0) +
                   ns(Collective::kAllGather, experts * static_cast<double>(bytes_per_element)) +
                   ns(Collective::kAllGather, token_bytes);
@@ -424,19 +426,21 @@ ExpertAllToAll AllGatherDispatchOf(const Link& intra_node, const Link& inter_nod
 // the partial outputs, through the collective model.
 void AddExpertTensorParallel(const Link& intra_node, const Link& inter_node,
                              double network_gbps_per_gpu, const ExpertAllToAllGroup& group,
-                             int top_k, double token_bytes, int bytes_per_element, double tokens,
-                             ExpertAllToAll* a) {
+                             double rows_per_token, double token_bytes, int bytes_per_element,
+                             double tokens, ExpertAllToAll* a) {
   const int etp = group.tensor;
   if (etp <= 1) return;
   const int node = std::max(1, group.gpus_per_node);
   const CollectiveGroup g{
       .ranks = etp, .nodes = (etp + node - 1) / node, .per_node = std::min(etp, node)};
   const Fabric fabric{intra_node, inter_node, network_gbps_per_gpu};
-  const double rows = top_k * tokens;  // received in the all-to-all, experts spread evenly
+  // Received in the all-to-all, experts spread evenly (k rows per token, x C
+  // padded to capacity).
+  const double rows = rows_per_token * tokens;
   const auto gathered = [&](double bytes_per_row) -> Bytes {
     return std::llround(etp * rows * bytes_per_row);
   };
-  a->etp_bytes_per_token = (etp - 1.0) * top_k * token_bytes;
+  a->etp_bytes_per_token = (etp - 1.0) * rows_per_token * token_bytes;
   a->etp_gather_ns = Best(fabric, Collective::kAllGather, gathered(token_bytes), g, 1).ns +
                      Best(fabric, Collective::kAllGather, gathered(bytes_per_element), g, 1).ns;
   a->etp_scatter_ns = Best(fabric, Collective::kReduceScatter, gathered(token_bytes), g, 1).ns;
@@ -448,7 +452,7 @@ ExpertAllToAll ExpertAllToAllOf(const Link& intra_node, const Link& inter_node,
                                 double network_gbps_per_gpu, const ExpertAllToAllGroup& group,
                                 int experts, int top_k, int expert_groups, int topk_groups,
                                 int64_t hidden, int bytes_per_element, double tokens,
-                                ExpertDispatcher dispatcher) {
+                                ExpertDispatcher dispatcher, double rows_per_route) {
   ExpertAllToAll a;
   const int etp = std::max(1, group.tensor);
   if (group.ranks * etp <= 1 || tokens <= 0) return a;
@@ -458,12 +462,13 @@ ExpertAllToAll ExpertAllToAllOf(const Link& intra_node, const Link& inter_node,
                                token_bytes, bytes_per_element, tokens);
   }
   if (dispatcher == ExpertDispatcher::kAllToAll) {
+    const double rows_per_token = top_k * rows_per_route;
     if (group.ranks > 1) {
-      a = NcclAllToAllOf(intra_node, inter_node, network_gbps_per_gpu, group, top_k, token_bytes,
-                         tokens);
+      a = NcclAllToAllOf(intra_node, inter_node, network_gbps_per_gpu, group, rows_per_token,
+                         token_bytes, tokens);
     }
-    AddExpertTensorParallel(intra_node, inter_node, network_gbps_per_gpu, group, top_k, token_bytes,
-                            bytes_per_element, tokens, &a);
+    AddExpertTensorParallel(intra_node, inter_node, network_gbps_per_gpu, group, rows_per_token,
+                            token_bytes, bytes_per_element, tokens, &a);
     return a;
   }
   double dispatch_gbps = 0, combine_gbps = 0;

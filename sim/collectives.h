@@ -186,6 +186,31 @@ TimeNs IntraNodeCollectiveNs(const Link& intra_node, Collective op, Bytes bytes,
 // reduce-scatter, each paying its fixed latency) on the group of g GPUs laid
 // out as the ep group (ExpertGroupOf, per_node x etp GPUs in each node).
 //
+// Its gathered buffers, g x tokens rows of hidden states, routing map and
+// probs, (g x tokens) x (hidden x bytes per element + experts x (bytes per
+// element + 1)) bytes, are live from the first all-gather to the
+// permutation and, as the [g x tokens, hidden] unpermuted output, again
+// before the reduce-scatter: the layer's transient workspace
+// (ExpertAllToAll::workspace_bytes; the others' buffers are NCCL's or
+// DeepEP's, in the runtime reserve).
+//
+// Capacity (Megatron-LM's --moe-expert-capacity-factor C, MoeRouting::
+// capacity_factor; router.py apply_router_token_dropping and
+// token_dispatcher.py MoEAlltoAllTokenDispatcher.preprocess, at d98e8a64):
+// the all-to-all dispatcher padded to capacity
+// (--moe-pad-expert-input-to-capacity) sends capacity x experts rows, C x
+// tokens x k / E for each of the E experts: C x k rows per token (the ceil
+// of capacity ignored), `rows_per_route` = C. Dropping without padding
+// sends the routes the router kept, at most C x tokens x k (each expert
+// keeps at most C x its mean) and at most tokens x k: min(1, C), exact for
+// balanced routing, an upper bound otherwise. DeepEP sends the kept routes
+// of each token (dropped ones masked out, setup_metadata), never padding
+// (Megatron-LM refuses --moe-pad-expert-input-to-capacity with it): its
+// dropless count, an upper bound. The all-gather dispatcher gathers every
+// token whatever the capacity: unchanged. Rows per route therefore apply
+// to the all-to-all dispatcher only, its etp collectives included
+// (ExpertRowsPerRoute, sim/model.h).
+//
 // Expert tensor parallelism (etp > 1: each expert's fc1 split by columns and
 // fc2 by rows over etp consecutive GPUs) as each dispatcher runs it
 // (token_dispatcher.py at d98e8a64):
@@ -254,19 +279,26 @@ struct ExpertAllToAll {
   TimeNs combine_ns = 0;
   // The all-to-all dispatcher's etp collectives (0 at etp = 1 and for the
   // other dispatchers): hidden bytes a GPU receives in the all-gather per
-  // token it dispatches, (etp - 1) x k x hidden x bytes per element (as
-  // many leave it in the reduce-scatter); the all-gathers of the rows and
-  // their probs, and the reduce-scatter of the partial outputs.
+  // token it dispatches, (etp - 1) x k x rows per route x hidden x bytes per
+  // element (as many leave it in the reduce-scatter); the all-gathers of the
+  // rows and their probs, and the reduce-scatter of the partial outputs.
   double etp_bytes_per_token = 0;
   TimeNs etp_gather_ns = 0;
   TimeNs etp_scatter_ns = 0;
+  // The all-gather dispatcher's gathered buffers (above), bytes on one GPU
+  // while the layer's dispatch or combine runs; 0 for the others.
+  Bytes workspace_bytes = 0;
 };
-// Zero at ep = etp = 1. REQUIRES: ep divides experts; tokens >= 0.
+// Zero at ep = etp = 1. `rows_per_route`: the all-to-all dispatcher's rows
+// per (token, expert) route under a capacity factor (above; 1 dropless),
+// also the rows its etp collectives gather; ignored by the other
+// dispatchers. REQUIRES: ep divides experts; tokens >= 0; rows_per_route > 0.
 ExpertAllToAll ExpertAllToAllOf(const Link& intra_node, const Link& inter_node,
                                 double network_gbps_per_gpu, const ExpertAllToAllGroup& group,
                                 int experts, int top_k, int expert_groups, int topk_groups,
                                 int64_t hidden, int bytes_per_element, double tokens,
-                                ExpertDispatcher dispatcher = ExpertDispatcher::kDeepEp);
+                                ExpertDispatcher dispatcher = ExpertDispatcher::kDeepEp,
+                                double rows_per_route = 1);
 
 // nccl-tests' bus bandwidth, GB/s: V·bytes / ns (V above). 0 for ns <= 0 or
 // one GPU.

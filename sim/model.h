@@ -15,6 +15,7 @@
 #ifndef PIPECAST_SIM_MODEL_H_
 #define PIPECAST_SIM_MODEL_H_
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <string>
@@ -133,7 +134,20 @@ struct MoeRouting {
   int64_t hidden = 0;             // features of one dispatched token
   int64_t expert_parameters = 0;  // every routed expert's weights (t = 1), <= parameters
   int bytes_per_element = 2;      // of the dispatched and combined tokens (bf16)
+  // Megatron-LM's --moe-expert-capacity-factor C (0: dropless) and
+  // --moe-pad-expert-input-to-capacity: what the all-to-all dispatcher sends
+  // (ExpertRowsPerRoute).
+  double capacity_factor = 0;
+  bool pad_to_capacity = false;
 };
+
+// The all-to-all dispatcher's rows per (token, expert) route
+// (sim/collectives.h, "Capacity"): C padded to capacity, min(1, C) dropping
+// past it, 1 dropless.
+inline double ExpertRowsPerRoute(const MoeRouting& m) {
+  if (m.capacity_factor <= 0) return 1;
+  return m.pad_to_capacity ? m.capacity_factor : std::min(1.0, m.capacity_factor);
+}
 
 struct Layer {
   std::string name;

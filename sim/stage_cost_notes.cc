@@ -103,10 +103,10 @@ void StageCostTable::AddExpertDispatcherNote(std::vector<std::string>* notes) co
         "etp x ep group whatever its routing, {:.0f} bytes of hidden states per token each way "
         "({:.0f} over NVLink, {:.0f} over the network) and {:.0f} of routing map and probs in "
         "the dispatch; each MoE layer's dispatch (three all-gathers) takes {:.1f} us and its "
-        "combine (a reduce-scatter) {:.1f} us per micro-batch (docs/simulator.md \"Expert "
-        "parallelism\")",
+        "combine (a reduce-scatter) {:.1f} us per micro-batch; its gathered buffers, {} bytes, "
+        "are the layer's workspace (docs/simulator.md \"Expert parallelism\")",
         a.bytes_per_token, a.nvlink_bytes_per_token, a.network_bytes_per_token,
-        a.routing_bytes_per_token, NsToUs(a.dispatch_ns), NsToUs(a.combine_ns)));
+        a.routing_bytes_per_token, NsToUs(a.dispatch_ns), NsToUs(a.combine_ns), a.workspace_bytes));
     return;
   }
   notes->push_back(fmt::format(

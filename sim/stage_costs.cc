@@ -579,8 +579,10 @@ void StageCostTable::AddExpertParallelComm(const pipecast::Layer& layer, double 
       ExpertAllToAllOf(o.ep_intra_node, o.ep_inter_node, o.ep_network_gbps_per_gpu,
                        ExpertGroupOf(o.expert_parallel, o.expert_tensor_parallel, o.gpus_per_node),
                        m.experts, m.top_k, m.expert_groups, m.topk_groups, m.hidden,
-                       m.bytes_per_element, tokens, o.ep_dispatcher);
+                       m.bytes_per_element, tokens, o.ep_dispatcher, ExpertRowsPerRoute(m));
   if (!ep_comm_) ep_comm_ = a;
+  // The all-gather dispatcher's gathered buffers, held while the layer runs.
+  c->workspace_bytes += a.workspace_bytes;
   c->ep_dispatch_ns = a.dispatch_ns;
   c->ep_combine_ns = a.combine_ns;
   // The routed experts' share of the layer's compute (the layered overlap's

@@ -62,10 +62,12 @@ struct World {
 // all-to-alls are on TestCluster's link.
 inline World MakeWorld(const Model& model, const Schedule& schedule,
                        Recompute recompute = Recompute::kOff, int tensor_parallel = 1,
-                       int expert_parallel = 1) {
+                       int expert_parallel = 1,
+                       ExpertDispatcher dispatcher = ExpertDispatcher::kDeepEp) {
   World w;
   w.model = model;
   SimOptions o;
+  o.config.layout.expert_dispatcher = dispatcher;
   o.config.recompute = recompute;
   o.config.layout.tensor_parallel = tensor_parallel;
   o.config.layout.expert_parallel = expert_parallel;

@@ -277,6 +277,89 @@ TEST(ExpertParallelTest, AllGatherDispatcherMovesEveryTokenOfTheGroup) {
   EXPECT_STREQ(ExpertDispatcherName(ExpertDispatcher::kAllGather), "allgather");
 }
 
+ExpertAllToAll WithDispatcher(const MoeRouting& m, int ep, double tokens,
+                              ExpertDispatcher dispatcher) {
+  const Cluster c = H100();
+  return ExpertAllToAllOf(c.intra_node, c.inter_node, c.NetworkGbpsPerGpu(),
+                          ExpertGroupOf(ep, 1, c.gpus_per_node), m.experts, m.top_k,
+                          m.expert_groups, m.topk_groups, m.hidden, m.bytes_per_element, tokens,
+                          dispatcher, ExpertRowsPerRoute(m));
+}
+
+// Megatron-LM's capacity factor (router.py apply_router_token_dropping,
+// token_dispatcher.py MoEAlltoAllTokenDispatcher.preprocess, at d98e8a64):
+// padded to capacity (--moe-pad-expert-input-to-capacity) each rank sends
+// capacity x experts rows, capacity = C x tokens x k / E, i.e. C x k rows a
+// token; dropping without padding at most min(1, C) x k; DeepEP and the
+// all-gather dispatcher are unchanged (sim/collectives.h, "Capacity").
+TEST(ExpertParallelTest, CapacityScalesTheAllToAllDispatchersRowsHandWorked) {
+  MoeRouting padded{.experts = 8, .top_k = 2, .hidden = 4096};  // Mixtral 8x7B
+  padded.capacity_factor = 1.25;
+  padded.pad_to_capacity = true;
+  EXPECT_DOUBLE_EQ(ExpertRowsPerRoute(padded), 1.25);
+  // ep 8, 4096 tokens: 1.25 x 2 rows x 4096 x 2 B = 20,480 B per token, 7/8 of them to the
+  // node's other ranks, 17,920 B: 17,920 x 4096 / 360 GB/s = 203,890 ns + 8.4 us.
+  const ExpertAllToAll a = WithDispatcher(padded, 8, 4096, ExpertDispatcher::kAllToAll);
+  EXPECT_DOUBLE_EQ(a.bytes_per_token, 20'480);
+  EXPECT_DOUBLE_EQ(a.nvlink_bytes_per_token, 17'920);
+  EXPECT_EQ(a.dispatch_ns, 203'890 + 8'400);
+  EXPECT_EQ(a.combine_ns, a.dispatch_ns);
+  // Dropping past 1.25 x the mean, unpadded: at most every route, 16,384 B per token (14,336 B
+  // over NVLink: 163,112 ns + 8.4 us), as dropless.
+  MoeRouting dropping = padded;
+  dropping.pad_to_capacity = false;
+  EXPECT_DOUBLE_EQ(ExpertRowsPerRoute(dropping), 1);
+  const ExpertAllToAll d = WithDispatcher(dropping, 8, 4096, ExpertDispatcher::kAllToAll);
+  EXPECT_DOUBLE_EQ(d.bytes_per_token, 16'384);
+  EXPECT_EQ(d.dispatch_ns, 163'112 + 8'400);
+  // Capacity 0.5: each expert keeps at most half its mean, so at most half the rows: 8,192 B.
+  dropping.capacity_factor = 0.5;
+  EXPECT_DOUBLE_EQ(WithDispatcher(dropping, 8, 4096, ExpertDispatcher::kAllToAll).bytes_per_token,
+                   8'192);
+  // DeepEP sends each token's kept routes, never padding; the all-gather dispatcher gathers
+  // every token: both as dropless.
+  const MoeRouting dropless{.experts = 8, .top_k = 2, .hidden = 4096};
+  for (ExpertDispatcher other : {ExpertDispatcher::kDeepEp, ExpertDispatcher::kAllGather}) {
+    EXPECT_DOUBLE_EQ(WithDispatcher(padded, 8, 4096, other).bytes_per_token,
+                     WithDispatcher(dropless, 8, 4096, other).bytes_per_token);
+  }
+  // In a stage: MoeTwoLayers' MoE layer (the same routing, 4096 tokens a GPU) pays the padded
+  // dispatch and combine each way.
+  Model model = test_util::MoeTwoLayers();
+  model.layers[1].moe->capacity_factor = 1.25;
+  model.layers[1].moe->pad_to_capacity = true;
+  TrainingConfig config = Layout(1, 1, 8, 8);
+  config.layout.expert_dispatcher = ExpertDispatcher::kAllToAll;
+  const StageCostTable table(model, StageCostOptionsFor(config, H100()));
+  EXPECT_EQ(table.Layer(1).ep_forward_ns, 2 * (203'890 + 8'400));
+}
+
+// Megatron-LM's all-gather dispatcher holds, while a MoE layer runs, the
+// gathered routing map (g x tokens x E x 1 B), probs (x 2 B) and hidden states
+// (x h x 2 B), and later the [g x tokens, h] output before its reduce-scatter:
+// charged as the layer's workspace. The all-to-all dispatchers' buffers are
+// NCCL's or DeepEP's, in the runtime reserve: none.
+TEST(ExpertParallelTest, AllGatherDispatcherChargesItsGatheredBuffersAsWorkspace) {
+  // DeepSeek-V3 at ep 8, 4096 tokens: 8 x 4096 x (14,336 + 256 x 3) = 32,768 x 15,104 B.
+  EXPECT_EQ(AllGatherDispatch(DeepseekV3(), 8, 1, 4096).workspace_bytes, 494'927'872);
+  // ep 32: 131,072 rows of 15,104 B, 1.84 GiB.
+  EXPECT_EQ(AllGatherDispatch(DeepseekV3(), 32, 1, 4096).workspace_bytes, 1'979'711'488);
+  EXPECT_EQ(AllToAll(DeepseekV3(), 8, 4096).workspace_bytes, 0);
+  EXPECT_EQ(NcclAllToAll(DeepseekV3(), 8, 4096).workspace_bytes, 0);
+  // MoeTwoLayers at ep 8 (E 8, h 4096, bf16, 4096 tokens): 32,768 x (8,192 + 24) =
+  // 269,221,888 B on the MoE layer, none on the dense one; the stage's workspace is its
+  // largest layer's.
+  TrainingConfig config = Layout(1, 1, 8, 8);
+  config.layout.expert_dispatcher = ExpertDispatcher::kAllGather;
+  const Model model = test_util::MoeTwoLayers();
+  const StageCostTable gather(model, StageCostOptionsFor(config, H100()));
+  EXPECT_EQ(gather.Layer(0).workspace_bytes, 0);
+  EXPECT_EQ(gather.Layer(1).workspace_bytes, 269'221'888);
+  EXPECT_EQ(gather.Stage(StageLayers{0, 1}).workspace_bytes, 269'221'888);
+  config.layout.expert_dispatcher = ExpertDispatcher::kAllToAll;
+  EXPECT_EQ(StageCostTable(model, StageCostOptionsFor(config, H100())).Layer(1).workspace_bytes, 0);
+}
+
 TEST(ExpertParallelTest, GroupLaidOutAsMegatronLaysIt) {
   const ExpertAllToAllGroup in_node = ExpertGroupOf(8, 1, 8);
   EXPECT_EQ(in_node.nodes, 1);
@@ -453,6 +536,29 @@ TEST(ExpertParallelTest, ModelJsonCarriesMoeAndRefusesBadValues) {
   Result<Model> refused = ParseModel(bad, "two.json");
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("layers[1].moe.top_k"), std::string::npos)
+      << refused.status().message();
+}
+
+TEST(ExpertParallelTest, ModelJsonCarriesTheCapacityFactor) {
+  Model model = TwoLayers();
+  model.layers[1].moe->capacity_factor = 1.25;
+  model.layers[1].moe->pad_to_capacity = true;
+  const std::string text = ModelToJson(model);
+  Result<Model> back = ParseModel(text, "two.json");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_DOUBLE_EQ(back->layers[1].moe->capacity_factor, 1.25);
+  EXPECT_TRUE(back->layers[1].moe->pad_to_capacity);
+  // Dropless layers write neither key.
+  EXPECT_EQ(ModelToJson(TwoLayers()).find("capacity_factor"), std::string::npos);
+  // Padding needs a capacity to pad to.
+  std::string bad = text;
+  const size_t at = bad.find("\"capacity_factor\": 1.25,");
+  ASSERT_NE(at, std::string::npos);
+  bad.erase(at, std::string("\"capacity_factor\": 1.25,").size());
+  Result<Model> refused = ParseModel(bad, "two.json");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("layers[1].moe.pad_to_capacity: needs capacity_factor"),
+            std::string::npos)
       << refused.status().message();
 }
 

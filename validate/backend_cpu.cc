@@ -66,6 +66,7 @@ class CpuBackend final : public Backend {
     ranks_ = plan.ranks;
     tensor_parallel_ = plan.tensor_parallel;
     expert_parallel_ = plan.expert_parallel;
+    all_gather_ = plan.ep_dispatcher == ExpertDispatcher::kAllGather;
     return RunStages(plan, workers, options, env);
   }
 
@@ -85,10 +86,14 @@ class CpuBackend final : public Backend {
     if (expert_parallel_ > 1) {
       notes.push_back(fmt::format(
           "expert parallelism: {} worker threads a stage, each a data-parallel replica with its "
-          "own micro-batches, its own memory pool and 1/{} of every MoE layer's experts; an "
-          "all-to-all is an in-process exchange (between two barriers each thread copies its rows "
-          "out of every thread's send buffer)",
-          expert_parallel_, expert_parallel_));
+          "own micro-batches, its own memory pool and 1/{} of every MoE layer's experts; {}",
+          expert_parallel_, expert_parallel_,
+          all_gather_
+              ? "Megatron-LM's all-gather dispatcher: an all-gather is an in-process exchange "
+                "(between two barriers each thread copies every thread's send buffer), a "
+                "reduce-scatter likewise sums its block of every thread's buffer in thread order"
+              : "an all-to-all is an in-process exchange (between two barriers each thread "
+                "copies its rows out of every thread's send buffer)"));
     }
     return notes;
   }
@@ -99,6 +104,7 @@ class CpuBackend final : public Backend {
   int ranks_ = 0;
   int tensor_parallel_ = 1;
   int expert_parallel_ = 1;
+  bool all_gather_ = false;  // the plan's ep_dispatcher is allgather
 };
 
 }  // namespace

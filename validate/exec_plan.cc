@@ -103,14 +103,32 @@ void SetCostsAndMessages(const Schedule& schedule, int rank, const StageCost& sc
 }
 
 // Each stage's all-reduces per op kind, from its layers' costs at the plan's
-// t, and its all-to-alls at the plan's ep: per MoE layer a dispatch and a
-// combine, each the bytes one GPU sends as the simulator counts them
+// t, and its expert collectives at the plan's ep (ExecOp::ep_collectives):
+// per MoE layer, with an all-to-all dispatcher, a dispatch and a combine,
+// each the bytes one GPU sends as the simulator counts them
 // (ExpertAllToAllOf: bytes per token x the tokens a GPU dispatches), in the
-// forward and again in the backward.
+// forward and again in the backward; with the all-gather dispatcher its
+// all-gathers and reduce-scatter forward, their gradients' backward.
 struct StageCollectives {
   std::vector<Bytes> forward, backward;
-  std::vector<Bytes> all_to_alls;  // per op that has them (F, B, I): the same list
+  std::vector<ExpertCollective> expert_forward, expert_backward;
 };
+
+// One MoE layer's collectives under the all-gather dispatcher, per GPU of a
+// group of g dispatching `tokens` tokens.
+void AddAllGatherDispatch(const MoeRouting& m, double tokens, int g, StageCollectives* out) {
+  using Kind = ExpertCollective::Kind;
+  const double b = m.bytes_per_element;
+  const auto bytes = [&](double per_token) { return Bytes{std::llround(tokens * per_token)}; };
+  const Bytes hidden = bytes(static_cast<double>(m.hidden) * b);
+  out->expert_forward.push_back({Kind::kAllGather, bytes(m.experts * 1.0)});  // routing map
+  out->expert_forward.push_back({Kind::kAllGather, bytes(m.experts * b)});    // probs
+  out->expert_forward.push_back({Kind::kAllGather, hidden});
+  out->expert_forward.push_back({Kind::kReduceScatter, g * hidden});
+  out->expert_backward.push_back({Kind::kAllGather, hidden});  // the output's gradient
+  out->expert_backward.push_back({Kind::kReduceScatter, g * hidden});
+  out->expert_backward.push_back({Kind::kReduceScatter, g * bytes(m.experts * b)});
+}
 std::vector<StageCollectives> CollectivesOf(const Model& model, const PlanFile& plan,
                                             const std::vector<StageLayers>& partition,
                                             const Cluster& cluster) {
@@ -124,11 +142,19 @@ std::vector<StageCollectives> CollectivesOf(const Model& model, const PlanFile& 
       for (int l = partition[s].first_layer; l <= partition[s].last_layer; ++l) {
         if (!model.layers[l].moe) continue;
         const MoeRouting& m = *model.layers[l].moe;
-        const ExpertAllToAll a = ExpertAllToAllOf(
-            o.ep_intra_node, o.ep_inter_node, o.ep_network_gbps_per_gpu, group, m.experts, m.top_k,
-            m.expert_groups, m.topk_groups, m.hidden, m.bytes_per_element, tokens, o.ep_dispatcher);
-        const Bytes bytes = std::llround(a.bytes_per_token * tokens);
-        out[s].all_to_alls.insert(out[s].all_to_alls.end(), 2, bytes);  // dispatch, combine
+        const ExpertAllToAll a =
+            ExpertAllToAllOf(o.ep_intra_node, o.ep_inter_node, o.ep_network_gbps_per_gpu, group,
+                             m.experts, m.top_k, m.expert_groups, m.topk_groups, m.hidden,
+                             m.bytes_per_element, tokens, o.ep_dispatcher, ExpertRowsPerRoute(m));
+        if (o.ep_dispatcher == ExpertDispatcher::kAllGather) {
+          AddAllGatherDispatch(m, tokens, group.ranks * std::max(1, group.tensor), &out[s]);
+          continue;
+        }
+        const ExpertCollective one{ExpertCollective::Kind::kAllToAll,
+                                   std::llround(a.bytes_per_token * tokens)};
+        for (auto* list : {&out[s].expert_forward, &out[s].expert_backward}) {
+          list->insert(list->end(), 2, one);  // dispatch, combine
+        }
       }
     }
   }
@@ -221,6 +247,7 @@ Result<ExecPlan> BuildExecPlan(const Model& model, const PlanFile& plan, const S
   ep.iterations = schedule.iterations;
   ep.tensor_parallel = std::max(plan.config.layout.tensor_parallel, 1);
   ep.expert_parallel = std::max(plan.config.layout.expert_parallel, 1);
+  ep.ep_dispatcher = plan.config.layout.expert_dispatcher;
   for (int r = 0; r < schedule.num_ranks; ++r) {
     ExecStage st;
     st.rank = r;
@@ -246,8 +273,9 @@ Result<ExecPlan> BuildExecPlan(const Model& model, const PlanFile& plan, const S
       if (a.kind == OpKind::kBackward || a.kind == OpKind::kBackwardInput) {
         op.tp_collectives = collectives[model_stage].backward;
       }
-      if (a.kind != OpKind::kBackwardWeight) {
-        op.ep_all_to_alls = collectives[model_stage].all_to_alls;
+      if (a.kind == OpKind::kForward) op.ep_collectives = collectives[model_stage].expert_forward;
+      if (a.kind == OpKind::kBackward || a.kind == OpKind::kBackwardInput) {
+        op.ep_collectives = collectives[model_stage].expert_backward;
       }
       st.ops.push_back(op);
     }

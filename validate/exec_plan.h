@@ -32,6 +32,7 @@
 
 #include "base/status.h"
 #include "formats/plan.h"
+#include "sim/collectives.h"
 #include "sim/model.h"
 #include "sim/schedule.h"
 #include "sim/simulator.h"
@@ -47,6 +48,18 @@ struct Message {
   int dst_stage = 0;
   int microbatch = 0;
   bool present() const { return peer_rank >= 0; }
+};
+
+// One collective of an MoE layer's dispatch or combine over the stage's ep
+// workers, for the backends that run their own ops (cuda).
+struct ExpertCollective {
+  enum class Kind { kAllToAll, kAllGather, kReduceScatter };
+  Kind kind = Kind::kAllToAll;
+  // kAllToAll: the bytes one GPU sends in all; kAllGather: one GPU's
+  // contribution (it receives ep times as many); kReduceScatter: the whole
+  // buffer each GPU reduces (it keeps 1/ep of it).
+  Bytes bytes = 0;
+  bool operator==(const ExpertCollective&) const = default;
 };
 
 struct ExecOp {
@@ -66,13 +79,20 @@ struct ExecOp {
   // and 0 at t = 1. Backends that run their own ops (cuda) run these.
   std::vector<Bytes> tp_collectives;
   TimeNs tp_comm_ns = 0;
-  // Expert parallelism: the dispatch and combine all-to-alls the op runs, in
-  // layer order (per MoE layer a dispatch then a combine, in F and again in B
-  // and I; none in W), each the bytes one GPU sends as the simulator counts
-  // them, and the time the simulator gives them inside predicted_ns
-  // (StageCost::ep_forward_ns for F, ep_backward_ns for B and I). Empty and 0
-  // at ep = 1. Backends that run their own ops (cuda) run these.
-  std::vector<Bytes> ep_all_to_alls;
+  // Expert parallelism: the dispatch and combine collectives the op runs, in
+  // layer order, and the time the simulator gives them inside predicted_ns
+  // (StageCost::ep_forward_ns for F, ep_backward_ns for B and I). Per MoE
+  // layer, with the all-to-all dispatchers (deepep, alltoall), a dispatch and
+  // a combine all-to-all of the bytes one GPU sends as the simulator counts
+  // them, in F and again in B and I; with the all-gather dispatcher
+  // (Megatron-LM's MoEAllGatherTokenDispatcher) F all-gathers the routing map
+  // (tokens x experts x 1 B), the probs and the hidden states (x bytes per
+  // element) and reduce-scatters the output (ep x tokens x hidden x bytes per
+  // element), and B and I run their gradients' collectives: an all-gather of
+  // the output gradient, a reduce-scatter of the input gradient and one of
+  // the probs' gradient. None in W. Empty and 0 at ep = 1. Backends that run
+  // their own ops (cuda) run these.
+  std::vector<ExpertCollective> ep_collectives;
   TimeNs ep_comm_ns = 0;
 };
 
@@ -117,6 +137,10 @@ struct ExecPlan {
   // micro-batches, exchanging tokens with the rank's other workers by
   // all-to-all. Messages go to expert rank j of the peer rank, as with t.
   int expert_parallel = 1;
+  // How the ep workers exchange tokens (plan.json's ep_dispatcher): the
+  // all-to-alls of DeepEP's count or Megatron-LM's rows, or Megatron-LM's
+  // all-gathers and reduce-scatters (ExecOp::ep_collectives).
+  ExpertDispatcher ep_dispatcher = ExpertDispatcher::kDeepEp;
   std::vector<ExecStage> per_rank;
 
   // The workers of one rank (its TensorGroup): t, or ep (one of them is 1).

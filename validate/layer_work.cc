@@ -31,8 +31,26 @@ class GroupExchange final : public cpu::ExpertExchange {
     if (call_.collective_ns != nullptr) *call_.collective_ns += clock_->NowNs() - start;
     return st;
   }
+  Status AllGather(std::span<const float> send, std::span<float> recv) override {
+    return Timed([&](const std::atomic<bool>& abort) {
+      return call_.expert_group->AllGather(call_.expert_rank, send, recv, abort);
+    });
+  }
+  Status ReduceScatter(std::span<const float> send, std::span<float> recv) override {
+    return Timed([&](const std::atomic<bool>& abort) {
+      return call_.expert_group->ReduceScatter(call_.expert_rank, send, recv, abort);
+    });
+  }
 
  private:
+  template <typename Run>
+  Status Timed(Run run) {
+    static const std::atomic<bool> kNever{false};
+    const TimeNs start = clock_->NowNs();
+    Status st = run(call_.abort != nullptr ? *call_.abort : kNever);
+    if (call_.collective_ns != nullptr) *call_.collective_ns += clock_->NowNs() - start;
+    return st;
+  }
   const OpCall& call_;
   const Clock* clock_;
 };
@@ -41,7 +59,7 @@ class GroupExchange final : public cpu::ExpertExchange {
 // experts (cpu::Block::ExpertShard) and a whole copy of every dense layer, as
 // data-parallel replicas do.
 Result<std::vector<std::vector<cpu::Block>>> ExpertShards(const std::vector<cpu::Block>& blocks,
-                                                          int ep) {
+                                                          int ep, ExpertDispatcher dispatcher) {
   std::vector<std::vector<cpu::Block>> shards(static_cast<size_t>(ep));
   for (int j = 0; j < ep; ++j) {
     for (size_t l = 0; l < blocks.size(); ++l) {
@@ -49,7 +67,7 @@ Result<std::vector<std::vector<cpu::Block>>> ExpertShards(const std::vector<cpu:
         shards[j].push_back(blocks[l]);
         continue;
       }
-      Result<cpu::Block> shard = blocks[l].ExpertShard(ep, j);
+      Result<cpu::Block> shard = blocks[l].ExpertShard(ep, j, dispatcher);
       if (!shard.ok()) return shard.status().WithPrefix(fmt::format("layers[{}]", l));
       shards[j].push_back(std::move(*shard));
     }
@@ -109,7 +127,8 @@ Result<std::unique_ptr<LayerWork>> LayerWork::Make(const Model& model, const Pla
   }
   std::vector<std::vector<cpu::Block>> shards(static_cast<size_t>(t));
   if (ep > 1) {
-    PIPECAST_ASSIGN_OR_RETURN(shards, ExpertShards(blocks, ep));
+    PIPECAST_ASSIGN_OR_RETURN(shards,
+                              ExpertShards(blocks, ep, plan.config.layout.expert_dispatcher));
   } else if (t == 1) {
     shards[0] = std::move(blocks);
   }
@@ -353,16 +372,22 @@ std::string LayerWork::Description() const {
   const cpu::BlockShape& s = shards_.front().front().shape();
   const int t = static_cast<int>(shards_.size());
   if (s.moe()) {
+    const bool gather = shards_.front().front().all_gather_dispatch();
     return fmt::format(
         "ops run the real layers of the profiler's CPU workload ({} MoE blocks of {} experts, "
         "top-{} by a hash router, hidden {}, expert ffn {}, {} tokens per sample) on float32 "
         "buffers{}",
         shards_.front().size(), s.experts, s.top_k, s.hidden, s.ffn, s.tokens_per_sample,
-        expert_parallel_ ? fmt::format(", over {} expert-parallel workers ({} experts each, a "
-                                       "dispatch and a combine all-to-all in a block's forward "
-                                       "and in its backward)",
-                                       t, s.experts / t)
-                         : "");
+        expert_parallel_
+            ? fmt::format(", over {} expert-parallel workers ({} experts each, {})", t,
+                          s.experts / t,
+                          gather ? "Megatron-LM's all-gather dispatcher: all-gathers of the "
+                                   "routing map, probs and tokens and a reduce-scatter of the "
+                                   "outputs in a block's forward, an all-gather and a "
+                                   "reduce-scatter in its backward"
+                                 : "a dispatch and a combine all-to-all in a block's forward "
+                                   "and in its backward")
+            : "");
   }
   return fmt::format(
       "ops run the real layers of the profiler's CPU workload ({} MLP blocks, hidden {}, ffn {}, "

@@ -30,7 +30,9 @@
 // holding its 1/ep of every MoE layer's experts (cpu::Block::ExpertShard)
 // and whole dense layers; each MoE block's forward and input gradient
 // dispatch and combine tokens by all-to-all over the rank's group
-// (OpCall::expert_group), timed into OpCall::collective_ns.
+// (OpCall::expert_group), or, for a plan with Megatron-LM's all-gather
+// dispatcher (ep_dispatcher allgather), by all-gathers and a reduce-scatter
+// (cpu::Block::ExpertShard), timed into OpCall::collective_ns.
 //
 // Thread-safety: Run may be called concurrently for different workers (each
 // virtual stage's saved buffers at one tensor rank, and that tensor rank's

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -404,10 +405,12 @@ Model MoeWorkloadModel(int layers) {
   return m;
 }
 
-TEST(LayerWork, ExpertParallelWorkersGiveTheSequentialGradients) {
-  // Given 4 MoE layers on 2 ranks x ep 2 (2 data-parallel replicas, each
-  // holding 2 of a layer's 4 experts) under 1F1B with 3 micro-batches: 4
-  // worker threads, 2 in-process all-to-all groups.
+// Given 4 MoE layers on 2 ranks x ep 2 (2 data-parallel replicas, each
+// holding 2 of a layer's 4 experts) under 1F1B with 3 micro-batches: 4
+// worker threads, 2 in-process expert groups exchanging tokens as
+// `dispatcher` does. `collectives` checks each F, B and I's list.
+void ExpectExpertParallelGivesTheSequentialGradients(
+    ExpertDispatcher dispatcher, const std::function<void(const ExecOp&)>& collectives) {
   const int ep = 2;
   Result<Schedule> s = MakeSchedule(ScheduleKind::k1F1B, 2, 3);
   testing::World w;
@@ -415,6 +418,7 @@ TEST(LayerWork, ExpertParallelWorkersGiveTheSequentialGradients) {
   SimOptions o;
   o.config.layout.data_parallel = ep;
   o.config.layout.expert_parallel = ep;
+  o.config.layout.expert_dispatcher = dispatcher;
   Result<SimResult> sim = Simulate(w.model, testing::TestCluster(), *s, o);
   ASSERT_TRUE(sim.ok()) << sim.status().message();
   w.plan = MakePlanFile(w.model.name, "", testing::TestCluster(), *s, o, *sim);
@@ -424,12 +428,13 @@ TEST(LayerWork, ExpertParallelWorkersGiveTheSequentialGradients) {
   ASSERT_TRUE(exec.ok()) << exec.status().message();
   ASSERT_EQ(exec->expert_parallel, ep);
   ASSERT_EQ(exec->workers(), 4);
-  // Each F, B and I of a 2-layer stage runs 2 dispatches and 2 combines of
-  // R x T x H x 4 bytes, R = 2 (1 - C(2, 2) / C(4, 2)) = 5/3 members a token
-  // reaches: 5/3 x 6 tokens x 16 x 4 = 640 bytes; W none.
+  EXPECT_EQ(exec->ep_dispatcher, dispatcher);
   for (const ExecOp& op : exec->per_rank[0].ops) {
-    if (op.action.kind == OpKind::kBackwardWeight) continue;
-    EXPECT_EQ(op.ep_all_to_alls, (std::vector<Bytes>{640, 640, 640, 640})) << ActionName(op.action);
+    if (op.action.kind == OpKind::kBackwardWeight) {
+      EXPECT_TRUE(op.ep_collectives.empty());
+      continue;
+    }
+    collectives(op);
     EXPECT_GT(op.ep_comm_ns, 0);
   }
   Result<std::unique_ptr<LayerWork>> work = LayerWork::Make(w.model, w.plan, &clock_);
@@ -505,6 +510,42 @@ TEST(LayerWork, ExpertParallelWorkersGiveTheSequentialGradients) {
   }
   // Its static memory holds half the experts: 4 layers' 2048 expert parameters over ep 2.
   EXPECT_GT(exec->per_rank[0].static_bytes, 0);
+}
+
+TEST(LayerWork, ExpertParallelWorkersGiveTheSequentialGradients) {
+  // Each F, B and I of a 2-layer stage runs 2 dispatches and 2 combines of
+  // R x T x H x 4 bytes, R = 2 (1 - C(2, 2) / C(4, 2)) = 5/3 members a token
+  // reaches: 5/3 x 6 tokens x 16 x 4 = 640 bytes; W none.
+  ExpectExpertParallelGivesTheSequentialGradients(ExpertDispatcher::kDeepEp, [](const ExecOp& op) {
+    const ExpertCollective one{ExpertCollective::Kind::kAllToAll, 640};
+    EXPECT_EQ(op.ep_collectives, (std::vector<ExpertCollective>(4, one))) << ActionName(op.action);
+  });
+}
+
+// Megatron-LM's all-gather dispatcher on the same plan: the same gradients,
+// from all-gathers and reduce-scatters. Per MoE layer (6 tokens a GPU, 4
+// experts, hidden 16, 4-byte floats) F all-gathers the routing map (6 x 4 x
+// 1 = 24 B), the probs (6 x 4 x 4 = 96 B) and the tokens (6 x 16 x 4 = 384
+// B) and reduce-scatters the ep x 384 = 768 B output; B and I all-gather the
+// output's gradient (384 B) and reduce-scatter the input's (768 B) and the
+// probs' (2 x 96 = 192 B).
+TEST(LayerWork, AllGatherDispatcherWorkersGiveTheSequentialGradients) {
+  using Kind = ExpertCollective::Kind;
+  const std::vector<ExpertCollective> forward = {{Kind::kAllGather, 24},
+                                                 {Kind::kAllGather, 96},
+                                                 {Kind::kAllGather, 384},
+                                                 {Kind::kReduceScatter, 768}};
+  const std::vector<ExpertCollective> backward = {
+      {Kind::kAllGather, 384}, {Kind::kReduceScatter, 768}, {Kind::kReduceScatter, 192}};
+  ExpectExpertParallelGivesTheSequentialGradients(
+      ExpertDispatcher::kAllGather, [&](const ExecOp& op) {
+        std::vector<ExpertCollective> want;
+        for (int layer = 0; layer < 2; ++layer) {
+          const auto& one = op.action.kind == OpKind::kForward ? forward : backward;
+          want.insert(want.end(), one.begin(), one.end());
+        }
+        EXPECT_EQ(op.ep_collectives, want) << ActionName(op.action);
+      });
 }
 
 TEST(LayerWork, ExpertParallelismNeedsWholeBlocks) {

@@ -2,7 +2,8 @@
 // together, and their collectives. Tensor parallelism: the t workers that
 // split each layer Megatron-style all-reduce (sum) their partial sums.
 // Expert parallelism: the ep workers (data-parallel replicas) that hold a
-// layer's experts ep ways exchange tokens by all-to-all (AllToAll). The
+// layer's experts ep ways exchange tokens by all-to-all (AllToAll), or,
+// with Megatron-LM's all-gather dispatcher, by AllGather and ReduceScatter. The
 // workers are the group's members 0..n-1, member j being world rank
 // stage·n + j (innermost, as the simulator places GPUs).
 //
@@ -50,6 +51,15 @@ class TensorGroup {
   virtual Status AllToAll(int member, std::span<const float> send,
                           std::span<const size_t> send_counts, std::span<float> recv,
                           std::span<const size_t> recv_counts, const std::atomic<bool>& abort) = 0;
+  // MPI_Allgather's shape: every member sends as many floats; `recv` (size()
+  // x send.size()) gets every member's in member order. Errors as AllToAll's.
+  virtual Status AllGather(int member, std::span<const float> send, std::span<float> recv,
+                           const std::atomic<bool>& abort) = 0;
+  // MPI_Reduce_scatter_block's (sum): `send` holds size() blocks of
+  // recv.size() floats, block r for member r; `recv` gets the element-wise
+  // sum of every member's block for this member. Errors as AllToAll's.
+  virtual Status ReduceScatter(int member, std::span<const float> send, std::span<float> recv,
+                               const std::atomic<bool>& abort) = 0;
 };
 
 // Threads of one process: a shared-memory all-reduce with no buffer of its
@@ -67,8 +77,22 @@ class InProcessTensorGroup final : public TensorGroup {
   Status AllToAll(int member, std::span<const float> send, std::span<const size_t> send_counts,
                   std::span<float> recv, std::span<const size_t> recv_counts,
                   const std::atomic<bool>& abort) override;
+  // Between two barriers each member copies every member's send buffer into
+  // its receive buffer, in member order.
+  Status AllGather(int member, std::span<const float> send, std::span<float> recv,
+                   const std::atomic<bool>& abort) override;
+  // Between two barriers each member sums its block of every member's send
+  // buffer, in member order 0..n-1 (the same bits on every run).
+  Status ReduceScatter(int member, std::span<const float> send, std::span<float> recv,
+                       const std::atomic<bool>& abort) override;
 
  private:
+  // Posts `send` as this member's buffer, waits for every member's, runs
+  // `read` (which reads the posted buffers), then waits for every member to
+  // have read (not abortable: the others read this member's buffer).
+  template <typename Read>
+  Status Exchange(int member, std::span<const float> send, const std::atomic<bool>& abort,
+                  Read read);
   // Waits until every member has arrived at this barrier, or until *abort
   // becomes true (null: never gives up).
   Status ArriveAndWait(std::unique_lock<std::mutex>& lock, const std::atomic<bool>* abort);

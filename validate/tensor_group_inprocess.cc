@@ -136,4 +136,61 @@ Status InProcessTensorGroup::AllToAll(int member, std::span<const float> send,
   return st.ok() ? after : st;
 }
 
+template <typename Read>
+Status InProcessTensorGroup::Exchange(int member, std::span<const float> send,
+                                      const std::atomic<bool>& abort, Read read) {
+  if (member < 0 || member >= size_) {
+    return Status::Internal(fmt::format("expert rank {} is not in a group of {}", member, size_));
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  sends_[member] = send;
+  PIPECAST_RETURN_IF_ERROR(ArriveAndWait(lock, &abort));  // every member's buffer is posted
+  lock.unlock();
+  Status st = read();
+  lock.lock();
+  // Not abortable, as the all-to-all's second barrier.
+  Status after = ArriveAndWait(lock, nullptr);
+  return st.ok() ? after : st;
+}
+
+Status InProcessTensorGroup::AllGather(int member, std::span<const float> send,
+                                       std::span<float> recv, const std::atomic<bool>& abort) {
+  return Exchange(member, send, abort, [&]() -> Status {
+    if (recv.size() != send.size() * static_cast<size_t>(size_)) {
+      return Status::Internal(fmt::format("expert rank {} gathers {} floats into {}", member,
+                                          send.size(), recv.size()));
+    }
+    for (int src = 0; src < size_; ++src) {
+      if (sends_[src].size() != send.size()) {
+        return Status::Internal(fmt::format("expert rank {} all-gathers {} floats, rank {} {}",
+                                            member, send.size(), src, sends_[src].size()));
+      }
+      std::copy(sends_[src].begin(), sends_[src].end(),
+                recv.begin() + static_cast<std::ptrdiff_t>(src * send.size()));
+    }
+    return Status::Ok();
+  });
+}
+
+Status InProcessTensorGroup::ReduceScatter(int member, std::span<const float> send,
+                                           std::span<float> recv, const std::atomic<bool>& abort) {
+  return Exchange(member, send, abort, [&]() -> Status {
+    const size_t n = recv.size();
+    for (int src = 0; src < size_; ++src) {
+      if (sends_[src].size() != n * static_cast<size_t>(size_)) {
+        return Status::Internal(
+            fmt::format("expert rank {} reduce-scatters into {} floats, rank {} sends {}", member,
+                        n, src, sends_[src].size()));
+      }
+    }
+    const size_t at = n * static_cast<size_t>(member);
+    for (size_t i = 0; i < n; ++i) {
+      float sum = sends_[0][at + i];
+      for (int src = 1; src < size_; ++src) sum += sends_[src][at + i];
+      recv[i] = sum;
+    }
+    return Status::Ok();
+  });
+}
+
 }  // namespace pipecast::validate

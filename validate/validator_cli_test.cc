@@ -451,18 +451,23 @@ std::string ProfileMoeModel(const TempDir& dir) {
   return model;
 }
 
-// An ep = 2 plan over `stages` pipeline stages (d = 2: 2 x stages GPUs).
-std::string PlanExpertParallel(const TempDir& dir, const std::string& model, int stages) {
-  const std::string plan = dir.File("ep" + std::to_string(stages) + ".plan.json");
+// An ep = 2 plan over `stages` pipeline stages (d = 2: 2 x stages GPUs), its
+// tokens exchanged by `dispatcher` (the planner's --ep-dispatcher; "" for its
+// default).
+std::string PlanExpertParallel(const TempDir& dir, const std::string& model, int stages,
+                               const std::string& dispatcher = "") {
+  const std::string plan = dir.File("ep" + std::to_string(stages) + dispatcher + ".plan.json");
   cli_test::ToolRun r = RunTool(
       dir, PIPECAST_PLANNER_BIN,
       "--model " + Quote(model) + " --gpus " + std::to_string(2 * stages) +
           " --expert-parallel 2 --pipeline-stages " + std::to_string(stages) +
+          (dispatcher.empty() ? "" : " --ep-dispatcher " + dispatcher) +
           " --cluster local --zero 0 --schedules 1f1b --recompute off --out " + Quote(plan));
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("p=" + std::to_string(stages) + " d=2 1f1b"));
   const nlohmann::json j = nlohmann::json::parse(cli_test::ReadText(plan));
   EXPECT_EQ(j["expert_parallel"], 2);
+  if (!dispatcher.empty()) EXPECT_EQ(j["ep_dispatcher"], dispatcher);
   return plan;
 }
 
@@ -524,6 +529,24 @@ TEST_F(ValidatorExpertParallel, CpuBackendRunsOneStageOfTwoReplicas) {
   ExpectExpertParallelRows(r, 1);
 }
 
+// The same check with Megatron-LM's all-gather dispatcher: the workers
+// all-gather each MoE block's routing map, probs and tokens and reduce-scatter
+// its outputs (docs/validator.md, "Expert parallelism"); memory exact,
+// predicted against measured as with the all-to-alls. The gathered buffers
+// are the layer's workspace in the prediction (sim/collectives.h), which the
+// runtime allocates for each op as it allocates every workspace.
+TEST_F(ValidatorExpertParallel, CpuBackendRunsTheAllGatherDispatcher) {
+  TempDir dir;
+  const std::string plan = PlanExpertParallel(dir, ProfileMoeModel(dir), 1, "allgather");
+  const cli_test::ToolRun r = ExpectWithinLoopTolerances(
+      [&] { return Validator(dir, ValidatorArgs(dir, plan) + " --backend cpu"); },
+      kCpuExpertParallelTimeChecked && check_time_ && CoresForWorkers(2),
+      "real layers of the profiler's CPU workload", kRealLayerTimeTolerance,
+      /*sender_held_bytes=*/0, /*stages=*/1);
+  ExpectExpertParallelRows(r, 1);
+  EXPECT_THAT(r.out, HasSubstr("all-gather dispatcher"));
+}
+
 TEST_F(ValidatorExpertParallel, CpuBackendRunsTwoStagesOfTwoReplicas) {
   TempDir dir;
   const std::string plan = PlanExpertParallel(dir, ProfileMoeModel(dir), 2);
@@ -553,6 +576,17 @@ TEST_F(ValidatorExpertParallel, MpiBackendRunsMpiAlltoallvOnASubCommunicator) {
     ExpectExpertParallelRows(r, stages);
     EXPECT_THAT(r.out, HasSubstr("MPI_Ialltoallv"));
   }
+  // Megatron-LM's all-gather dispatcher: MPI_Iallgather and MPI_Ireduce_scatter_block on the
+  // same sub-communicators.
+  const std::string gather = PlanExpertParallel(dir, model, 1, "allgather");
+  const cli_test::ToolRun g = ExpectWithinLoopTolerances(
+      [&] {
+        return MpiValidator(dir, ValidatorArgs(dir, gather) + " --backend mpi", /*processes=*/2);
+      },
+      check_time_ && CoresForWorkers(2), "real layers of the profiler's CPU workload",
+      kRealLayerTimeTolerance, kMpiSenderHeldBytes, 1);
+  ExpectExpertParallelRows(g, 1);
+  EXPECT_THAT(g.out, HasSubstr("MPI_Iallgather"));
   // A process count that does not match the plan's stages x replicas is refused.
   const std::string plan = dir.File("ep2.plan.json");
   const cli_test::ToolRun wrong =

@@ -59,18 +59,48 @@ class PairExchange {
       g.meet_.arrive_and_wait();
       return Status::Ok();
     }
+    Status AllGather(std::span<const float> send, std::span<float> recv) override {
+      PairExchange& g = *group_;
+      g.send_[index_] = send;
+      g.gathered_floats_[index_] += send.size();
+      g.meet_.arrive_and_wait();
+      EXPECT_EQ(recv.size(), 2 * send.size());
+      for (int src = 0; src < 2; ++src) {
+        std::copy(g.send_[src].begin(), g.send_[src].end(),
+                  recv.begin() + static_cast<std::ptrdiff_t>(src * send.size()));
+      }
+      g.meet_.arrive_and_wait();
+      return Status::Ok();
+    }
+    Status ReduceScatter(std::span<const float> send, std::span<float> recv) override {
+      PairExchange& g = *group_;
+      g.send_[index_] = send;
+      g.scattered_floats_[index_] += send.size();
+      g.meet_.arrive_and_wait();
+      EXPECT_EQ(send.size(), 2 * recv.size());
+      const std::size_t at = index_ * recv.size();
+      for (std::size_t i = 0; i < recv.size(); ++i) {
+        recv[i] = g.send_[0][at + i] + g.send_[1][at + i];
+      }
+      g.meet_.arrive_and_wait();
+      return Status::Ok();
+    }
 
    private:
     PairExchange* group_;
     int index_;
   };
   std::size_t sent_floats(int member) const { return sent_floats_[member]; }
+  std::size_t gathered_floats(int member) const { return gathered_floats_[member]; }
+  std::size_t scattered_floats(int member) const { return scattered_floats_[member]; }
 
  private:
   std::barrier<> meet_{2};
   std::span<const float> send_[2];
   std::vector<std::size_t> counts_[2];
   std::size_t sent_floats_[2] = {0, 0};
+  std::size_t gathered_floats_[2] = {0, 0};
+  std::size_t scattered_floats_[2] = {0, 0};
 };
 
 TEST(MoeBlockTest, ValidateWantsBalancedHashRouting) {
@@ -173,7 +203,7 @@ TEST(MoeBlockTest, GradientsMatchFiniteDifferences) {
 // the dispatched rows DeepEP's count: a token reaches R = n (1 - C(E - E/n,
 // k) / C(E, k)) = 2 (1 - C(2, 2) / C(4, 2)) = 5/3 of the 2 members
 // (sim/collectives.h, DistinctGroupsPerToken).
-TEST(MoeBlockTest, AnExpertParallelPairEqualsTheWholeBlock) {
+void ExpectPairEqualsTheWholeBlock(ExpertDispatcher dispatcher, PairExchange& group) {
   const BlockShape shape = MoeShape();
   const int mbs = 2, tokens = 24, h = shape.hidden;
   Block whole(shape, 5);
@@ -188,12 +218,11 @@ TEST(MoeBlockTest, AnExpertParallelPairEqualsTheWholeBlock) {
   }
   std::vector<Block> shards;
   for (int j = 0; j < 2; ++j) {
-    Result<Block> shard = whole.ExpertShard(2, j);
+    Result<Block> shard = whole.ExpertShard(2, j, dispatcher);
     ASSERT_TRUE(shard.ok()) << shard.status().message();
     shards.push_back(std::move(*shard));
   }
   EXPECT_EQ(shards[0].Parameters(), whole.Parameters() / 2);
-  PairExchange group;
   std::vector<float> y[2], dx[2];
   std::int64_t kept[2] = {0, 0};
   auto member = [&](int j) {
@@ -220,9 +249,36 @@ TEST(MoeBlockTest, AnExpertParallelPairEqualsTheWholeBlock) {
       ASSERT_NEAR(shards[j].GradientW1()[i], whole.GradientW1()[j * per + i], 1e-5) << i;
       ASSERT_NEAR(shards[j].GradientW2()[i], whole.GradientW2()[j * per + i], 1e-5) << i;
     }
-    // Forward and backward each dispatch and combine: 4 all-to-alls of
-    // tokens x 5/3 rows of h floats.
-    EXPECT_EQ(group.sent_floats(j), static_cast<std::size_t>(4 * tokens * 5 / 3 * h));
+  }
+}
+
+TEST(MoeBlockTest, AnExpertParallelPairEqualsTheWholeBlock) {
+  PairExchange group;
+  ExpectPairEqualsTheWholeBlock(ExpertDispatcher::kDeepEp, group);
+  // Forward and backward each dispatch and combine: 4 all-to-alls of
+  // tokens x 5/3 rows of h floats.
+  const std::size_t tokens = 24, h = MoeShape().hidden;
+  for (int j = 0; j < 2; ++j) {
+    EXPECT_EQ(group.sent_floats(j), tokens * 5 / 3 * h * 4) << "member " << j;
+    EXPECT_EQ(group.gathered_floats(j), 0u);
+    EXPECT_EQ(group.scattered_floats(j), 0u);
+  }
+}
+
+// Megatron-LM's all-gather dispatcher (workload.h): the same results within
+// float rounding and the same rows kept, from other collectives. Each member
+// of the 2 sends, per forward, its routing map and probs (24 tokens x 4
+// experts = 96 floats each) and its x (24 x 8 = 192) to the all-gathers and
+// the 2 x 192 = 384 floats of the group's summed outputs to the
+// reduce-scatter; per backward dy (192) and dx's 384: 576 floats gathered
+// and 768 scattered, no all-to-all.
+TEST(MoeBlockTest, AnAllGatherDispatcherPairEqualsTheWholeBlock) {
+  PairExchange group;
+  ExpectPairEqualsTheWholeBlock(ExpertDispatcher::kAllGather, group);
+  for (int j = 0; j < 2; ++j) {
+    EXPECT_EQ(group.sent_floats(j), 0u) << "member " << j;
+    EXPECT_EQ(group.gathered_floats(j), 96u + 96u + 192u + 192u);
+    EXPECT_EQ(group.scattered_floats(j), 384u + 384u);
   }
 }
 

@@ -137,6 +137,16 @@ class SelfExchange final : public ExpertExchange {
     std::copy(send.begin(), send.end(), recv.begin());
     return Status::Ok();
   }
+  Status AllGather(std::span<const float> send, std::span<float> recv) override {
+    Require(send.size() == recv.size(), "SelfExchange: one member gathers what it sends");
+    std::copy(send.begin(), send.end(), recv.begin());
+    return Status::Ok();
+  }
+  Status ReduceScatter(std::span<const float> send, std::span<float> recv) override {
+    Require(send.size() == recv.size(), "SelfExchange: one member keeps its one block");
+    std::copy(send.begin(), send.end(), recv.begin());
+    return Status::Ok();
+  }
 };
 
 }  // namespace
@@ -589,21 +599,82 @@ Status Combine(const std::vector<std::vector<int>>& to, int me, const Buffer& su
   return Status::Ok();
 }
 
-// Adds each pair row of `rows_out` [P × h] into its (source, index) row of
-// `sums` [ep × to[me] × h], scaled by `scale`, expert by expert.
-void SumPairs(const std::vector<std::pair<int, int>>& pairs, std::size_t per_member,
-              const Buffer& rows_out, int h, float scale, Buffer* sums) {
+// Adds each pair row of `rows_out` [P × h], times its gate, into row
+// pair_row[p] of `sums` (zeroed first), pair by pair.
+void SumPairs(const std::vector<std::size_t>& pair_row, const std::vector<float>& gate,
+              const Buffer& rows_out, int h, Buffer* sums) {
   const std::size_t row = static_cast<std::size_t>(h);
   std::fill_n(sums->data(), sums->size(), 0.0f);
-  for (std::size_t p = 0; p < pairs.size(); ++p) {
-    const auto [src, idx] = pairs[p];
-    float* dst = sums->data() + (static_cast<std::size_t>(src) * per_member + idx) * row;
+  for (std::size_t p = 0; p < pair_row.size(); ++p) {
+    float* dst = sums->data() + pair_row[p] * row;
     const float* from = rows_out.data() + p * row;
-    for (int j = 0; j < h; ++j) dst[j] += scale * from[j];
+    for (int j = 0; j < h; ++j) dst[j] += gate[p] * from[j];
   }
 }
 
+// The all-gather dispatcher's combine: reduce-scatters `sums` [ep·T × h] and
+// adds this member's [T × h] block to `y`.
+Status ReduceScatterAdd(const Buffer& sums, ExpertExchange& exchange, std::span<float> y) {
+  Buffer mine(y.size());
+  PIPECAST_RETURN_IF_ERROR(exchange.ReduceScatter(sums.span(), mine.span()));
+  for (std::size_t i = 0; i < y.size(); ++i) y[i] += mine.data()[i];
+  return Status::Ok();
+}
+
 }  // namespace
+
+std::vector<std::size_t> Block::PairRows(const ExpertRows& rows, int tokens) const {
+  const std::vector<int>& mine = rows.to[ep_rank_];
+  std::vector<std::size_t> out;
+  out.reserve(rows.pair.size());
+  for (const auto& [src, idx] : rows.pair) {
+    // All-to-all: the received rows, per_member from each source; all-gather:
+    // the gathered micro-batches, `tokens` from each source.
+    out.push_back(all_gather_ ? static_cast<std::size_t>(src) * tokens + mine[idx]
+                              : static_cast<std::size_t>(src) * mine.size() + idx);
+  }
+  return out;
+}
+
+Status Block::GatherTokens(std::span<const float> x, int tokens, const ExpertRows& rows,
+                           ExpertExchange& exchange, Buffer* gathered,
+                           std::vector<std::size_t>* pair_row, std::vector<float>* gate) const {
+  const std::size_t e_all = static_cast<std::size_t>(shape_.experts);
+  const std::size_t t = static_cast<std::size_t>(tokens);
+  const std::size_t g = static_cast<std::size_t>(ep_);
+  // This member's routing map and probs, [T × E] each (1 and 1/k on a route).
+  Buffer map(t * e_all), probs(t * e_all);
+  std::fill_n(map.data(), map.size(), 0.0f);
+  std::fill_n(probs.data(), probs.size(), 0.0f);
+  const float k_gate = 1.0f / static_cast<float>(shape_.top_k);
+  for (std::size_t i = 0; i < t; ++i) {
+    for (int e : Route(static_cast<int>(i))) {
+      map.data()[i * e_all + e] = 1.0f;
+      probs.data()[i * e_all + e] = k_gate;
+    }
+  }
+  Buffer global_map(g * t * e_all), global_probs(g * t * e_all);
+  PIPECAST_RETURN_IF_ERROR(exchange.AllGather(map.span(), global_map.span()));
+  PIPECAST_RETURN_IF_ERROR(exchange.AllGather(probs.span(), global_probs.span()));
+  *gathered = Buffer(g * t * static_cast<std::size_t>(shape_.hidden));
+  PIPECAST_RETURN_IF_ERROR(exchange.AllGather(x, gathered->span()));
+  // The local experts' rows, read off the gathered map: expert by expert,
+  // gathered token by gathered token (member, then token).
+  pair_row->clear();
+  gate->clear();
+  const int local = LocalExperts();
+  for (int j = 0; j < local; ++j) {
+    const std::size_t e = static_cast<std::size_t>(ep_rank_ * local + j);
+    for (std::size_t r = 0; r < g * t; ++r) {
+      if (global_map.data()[r * e_all + e] == 0.0f) continue;
+      pair_row->push_back(r);
+      gate->push_back(global_probs.data()[r * e_all + e]);
+    }
+    Require(pair_row->size() == rows.first[j + 1],
+            "GatherTokens: the gathered routing map disagrees with the hash router");
+  }
+  return Status::Ok();
+}
 
 Status Block::Forward(std::span<const float> x, std::span<float> y, int microbatch_size,
                       ExpertExchange& exchange, Saved* saved) const {
@@ -615,17 +686,26 @@ Status Block::Forward(std::span<const float> x, std::span<float> y, int microbat
           "Forward: x and y hold tokens x hidden floats");
   *saved = Saved();
   const ExpertRows rows = RowsOf(t);
-  const std::size_t per_member = rows.to[ep_rank_].size();
-  Buffer received;
-  PIPECAST_RETURN_IF_ERROR(Dispatch(rows.to, ep_rank_, x, h, exchange, &received));
   const std::size_t pairs = rows.pair.size();
+  // `received`: the rows this member's experts read (all-to-all: ep x to[me]
+  // received; all-gather: the group's ep x T gathered); each pair's row of it
+  // and its gate.
+  Buffer received;
+  std::vector<std::size_t> pair_row;
+  std::vector<float> gate;
+  if (all_gather_) {
+    PIPECAST_RETURN_IF_ERROR(GatherTokens(x, t, rows, exchange, &received, &pair_row, &gate));
+  } else {
+    PIPECAST_RETURN_IF_ERROR(Dispatch(rows.to, ep_rank_, x, h, exchange, &received));
+    pair_row = PairRows(rows, t);
+    gate.assign(pairs, 1.0f / static_cast<float>(shape_.top_k));
+  }
+  const std::size_t received_rows = received.size() / static_cast<std::size_t>(h);
   Saved s;
   s.microbatch_size_ = microbatch_size;
   s.x_ = Buffer(pairs * h);
   for (std::size_t p = 0; p < pairs; ++p) {
-    const auto [src, idx] = rows.pair[p];
-    std::copy_n(received.data() + (static_cast<std::size_t>(src) * per_member + idx) * h, h,
-                s.x_.data() + p * h);
+    std::copy_n(received.data() + pair_row[p] * h, h, s.x_.data() + p * h);
   }
   received.Reset();
   s.a_ = Buffer(pairs * f);
@@ -640,11 +720,12 @@ Status Block::Forward(std::span<const float> x, std::span<float> y, int microbat
     for (std::size_t i = lo * f; i < (lo + m) * f; ++i) s.g_.data()[i] = Gelu(s.a_.data()[i]);
     MatMulAdd(s.g_.data() + lo * f, w2_.data() + e * Floats(f, h), out.data() + lo * h, m, f, h);
   }
-  Buffer sums(per_member * ep_ * h);
-  SumPairs(rows.pair, per_member, out, h, 1.0f / static_cast<float>(shape_.top_k), &sums);
+  Buffer sums(received_rows * h);
+  SumPairs(pair_row, gate, out, h, &sums);
   out.Reset();
   if (y.data() != x.data()) std::copy(x.begin(), x.end(), y.begin());  // the residual
-  PIPECAST_RETURN_IF_ERROR(Combine(rows.to, ep_rank_, sums, h, exchange, y));
+  PIPECAST_RETURN_IF_ERROR(all_gather_ ? ReduceScatterAdd(sums, exchange, y)
+                                       : Combine(rows.to, ep_rank_, sums, h, exchange, y));
   s.stage_ = Saved::Stage::kForwardDone;
   *saved = std::move(s);
   return Status::Ok();
@@ -660,16 +741,23 @@ Status Block::BackwardInput(Saved& saved, std::span<const float> dy, std::span<f
   Require(dy.size() == Floats(t, h) && dx.size() == Floats(t, h),
           "BackwardInput: dy and dx hold tokens x hidden floats");
   const ExpertRows rows = RowsOf(t);
-  const std::size_t per_member = rows.to[ep_rank_].size();
   const std::size_t pairs = rows.pair.size();
+  const std::vector<std::size_t> pair_row = PairRows(rows, t);
+  // dy's rows for this member's experts: all-to-all, as the forward's x;
+  // all-gather, the group's whole dy.
   Buffer received;
-  PIPECAST_RETURN_IF_ERROR(Dispatch(rows.to, ep_rank_, dy, h, exchange, &received));
+  if (all_gather_) {
+    received = Buffer(static_cast<std::size_t>(ep_) * dy.size());
+    PIPECAST_RETURN_IF_ERROR(exchange.AllGather(dy, received.span()));
+  } else {
+    PIPECAST_RETURN_IF_ERROR(Dispatch(rows.to, ep_rank_, dy, h, exchange, &received));
+  }
+  const std::size_t received_rows = received.size() / static_cast<std::size_t>(h);
   // Each pair's output gradient: its token's dy × the gate 1/k.
   const float gate = 1.0f / static_cast<float>(shape_.top_k);
   saved.dy_ = Buffer(pairs * h);
   for (std::size_t p = 0; p < pairs; ++p) {
-    const auto [src, idx] = rows.pair[p];
-    const float* from = received.data() + (static_cast<std::size_t>(src) * per_member + idx) * h;
+    const float* from = received.data() + pair_row[p] * h;
     for (int j = 0; j < h; ++j) saved.dy_.data()[p * h + j] = gate * from[j];
   }
   received.Reset();
@@ -688,16 +776,17 @@ Status Block::BackwardInput(Saved& saved, std::span<const float> dy, std::span<f
     MatMulAdd(da.data() + lo * f, w1t_.data() + e * Floats(f, h), dxe.data() + lo * h, m, f, h);
   }
   saved.a_ = std::move(da);
-  Buffer sums(per_member * ep_ * h);
-  SumPairs(rows.pair, per_member, dxe, h, 1.0f, &sums);
+  Buffer sums(received_rows * h);
+  SumPairs(pair_row, std::vector<float>(pairs, 1.0f), dxe, h, &sums);
   dxe.Reset();
   if (dx.data() != dy.data()) std::copy(dy.begin(), dy.end(), dx.begin());  // the residual
-  PIPECAST_RETURN_IF_ERROR(Combine(rows.to, ep_rank_, sums, h, exchange, dx));
+  PIPECAST_RETURN_IF_ERROR(all_gather_ ? ReduceScatterAdd(sums, exchange, dx)
+                                       : Combine(rows.to, ep_rank_, sums, h, exchange, dx));
   saved.stage_ = Saved::Stage::kInputGradientDone;
   return Status::Ok();
 }
 
-Result<Block> Block::ExpertShard(int ep, int index) const {
+Result<Block> Block::ExpertShard(int ep, int index, ExpertDispatcher dispatcher) const {
   if (!shape_.moe()) {
     return Status::InvalidArgument("expert shard of a dense block: only MoE blocks have experts");
   }
@@ -719,6 +808,7 @@ Result<Block> Block::ExpertShard(int ep, int index) const {
   s.routes_ = routes_;
   s.ep_ = ep;
   s.ep_rank_ = index;
+  s.all_gather_ = dispatcher == ExpertDispatcher::kAllGather;
   const auto from = static_cast<std::ptrdiff_t>(local * index * n);
   const auto count = static_cast<std::ptrdiff_t>(local * n);
   s.w1_.assign(w1_.begin() + from, w1_.begin() + from + count);

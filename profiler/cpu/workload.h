@@ -46,7 +46,17 @@
 // (token, destination), sim/collectives.h), runs its experts on the rows it
 // received, sums each token's local experts and combines the sums back, two
 // all-to-alls over an ExpertExchange; the input gradient does the same with
-// dy. What a forward keeps is per (token, local expert) pair: x_e [P×H],
+// dy. With Megatron-LM's all-gather dispatcher (ExpertShard(ep, j,
+// ExpertDispatcher::kAllGather); token_dispatcher.py,
+// MoEAllGatherTokenDispatcher) the forward instead all-gathers, over the
+// group, its routing map and probs ([T×E] each, floats: 1 and 1/k on a
+// token's route) and its x, takes the rows of its experts out of the
+// gathered [ep·T×H] by the gathered map, and reduce-scatters the
+// [ep·T×H] sum of their outputs x prob back; the input gradient
+// all-gathers dy and reduce-scatters dx: 3 all-gathers and 1
+// reduce-scatter forward, 1 and 1 backward. Each expert gets the same
+// rows, in the same order (member, then token), as with the all-to-alls.
+// What a forward keeps is per (token, local expert) pair: x_e [P×H],
 // a_e and g_e [P×F], P = T·k on every member when the routing is balanced
 // (the tokens of ep members reach E/ep experts each), so it is the same at
 // every ep: ActivationBytes = 4·T·k·(H + 2F).
@@ -66,6 +76,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "sim/collectives.h"
 #include "sim/model.h"
 
 namespace pipecast::cpu {
@@ -119,6 +130,13 @@ class ExpertExchange {
   virtual ~ExpertExchange() = default;
   virtual Status AllToAll(std::span<const float> send, std::span<const std::size_t> send_counts,
                           std::span<float> recv, std::span<const std::size_t> recv_counts) = 0;
+  // MPI_Allgather's shape: every member sends as many floats; `recv` (the
+  // group's size x send.size()) gets every member's in member order.
+  virtual Status AllGather(std::span<const float> send, std::span<float> recv) = 0;
+  // MPI_Reduce_scatter_block's (MPI_SUM): `send` holds the group's size
+  // blocks of recv.size() floats, block r for member r; `recv` gets the sum
+  // over the members of their block for this member.
+  virtual Status ReduceScatter(std::span<const float> send, std::span<float> recv) = 0;
 };
 
 // Live and peak bytes of the buffers charged to it: those allocated while it
@@ -263,10 +281,14 @@ class Block {
   Status BackwardInput(Saved& saved, std::span<const float> dy, std::span<float> dx,
                        ExpertExchange& exchange) const;
   // Member `index` of an `ep`-way expert-parallel group: a Block holding
-  // experts index·E/ep to (index+1)·E/ep (their weights, gradients zero).
+  // experts index·E/ep to (index+1)·E/ep (their weights, gradients zero),
+  // exchanging tokens as `dispatcher` does (kAllGather: all-gathers and
+  // reduce-scatters; the others: the all-to-alls of DeepEP's count).
   // InvalidArgument when the block is not MoE, ep < 1, index is not in
   // [0, ep) or ep does not divide the experts.
-  Result<Block> ExpertShard(int ep, int index) const;
+  Result<Block> ExpertShard(int ep, int index,
+                            ExpertDispatcher dispatcher = ExpertDispatcher::kDeepEp) const;
+  bool all_gather_dispatch() const { return all_gather_; }
   int expert_parallel() const { return ep_; }
   int expert_rank() const { return ep_rank_; }
 
@@ -302,6 +324,18 @@ class Block {
     std::vector<std::pair<int, int>> pair;
   };
   ExpertRows RowsOf(int tokens) const;
+  // Each pair of `rows` (micro-batches of `tokens`): its row in what the
+  // dispatch delivers (all-to-all: source · |to[me]| + index; all-gather:
+  // source · tokens + the token).
+  std::vector<std::size_t> PairRows(const ExpertRows& rows, int tokens) const;
+  // The all-gather dispatcher's dispatch: all-gathers the routing map, the
+  // probs and `x` [tokens × hidden] through `exchange`; `gathered` gets the
+  // group's [ep·tokens × hidden] and, for each pair of `rows` (expert by
+  // expert), its row there and its prob, read off the gathered map and probs.
+  // Errors are the exchange's.
+  Status GatherTokens(std::span<const float> x, int tokens, const ExpertRows& rows,
+                      ExpertExchange& exchange, Buffer* gathered,
+                      std::vector<std::size_t>* pair_row, std::vector<float>* gate) const;
   void TransposeExperts();  // w1t_ and w2t_ from w1_ and w2_, expert by expert
   int LocalExperts() const { return shape_.moe() ? shape_.experts / ep_ : 0; }
   BlockShape shape_;
@@ -309,6 +343,7 @@ class Block {
   std::vector<int> routes_;
   int ep_ = 1;
   int ep_rank_ = 0;
+  bool all_gather_ = false;  // Megatron-LM's all-gather dispatcher (above)
   // Both layouts of each weight, so that every product is an i-k-j loop over
   // contiguous rows: w1_ [H×F], w1t_ [F×H], w2_ [F×H], w2t_ [H×F].
   std::vector<float> w1_, w1t_, w2_, w2t_;

@@ -62,7 +62,7 @@ CudaWork::CudaWork(const std::vector<StageDevice>* devices, const ExecPlan& plan
                                              op.send.present() ? op.send.tag : -1,
                                              op.tp_collectives,
                                              op.tp_comm_ns,
-                                             op.ep_all_to_alls,
+                                             op.ep_collectives,
                                              op.ep_comm_ns};
     }
   }
@@ -112,7 +112,7 @@ Status CudaWork::Run(const OpCall& call) {
   PIPECAST_RETURN_IF_ERROR(MakeCurrent(d));
   const OpInfo& info = ops_.at(Key(call.rank, call.action));
   const bool all_reduces = tp_ != nullptr && !info.tp_collectives.empty();
-  const bool all_to_alls = tp_ != nullptr && !info.ep_all_to_alls.empty();
+  const bool all_to_alls = tp_ != nullptr && !info.ep_collectives.empty();
   if (!call.input.empty()) {
     PIPECAST_RETURN_IF_ERROR(
         Check(PipecastLaunchCheck(d.stream, call.input.data(), call.input.size(),
@@ -144,9 +144,9 @@ Status CudaWork::Run(const OpCall& call) {
   if (all_to_alls) {
     static const std::atomic<bool> kNever{false};
     const TimeNs t0 = clock_->NowNs();
-    PIPECAST_RETURN_IF_ERROR(tp_->AllToAll(call.rank, info.ep_all_to_alls, d.stream,
-                                           kNoAllReduceTimeoutNs,
-                                           call.abort != nullptr ? *call.abort : kNever));
+    PIPECAST_RETURN_IF_ERROR(tp_->ExpertCollectives(call.rank, info.ep_collectives, d.stream,
+                                                    kNoAllReduceTimeoutNs,
+                                                    call.abort != nullptr ? *call.abort : kNever));
     if (call.collective_ns != nullptr) *call.collective_ns += clock_->NowNs() - t0;
     PIPECAST_RETURN_IF_ERROR(MakeCurrent(d));
   }
@@ -281,14 +281,18 @@ Result<std::unique_ptr<DeviceTensorGroups>> ConnectGroups(const ExecPlan& plan,
   std::unique_ptr<DeviceTensorGroups> groups;
   const int t = setup.tensor_parallel;
   if (t > 1) {
-    // The scratch holds the largest all-reduce, or an all-to-all's send and receive halves.
+    // The scratch holds the largest all-reduce, or an expert collective's send and receive
+    // parts (DeviceTensorGroups::ScratchBytes).
     Bytes largest = 0;
-    bool all_to_all = false;
+    bool all_to_all = false, gathers = false;
     for (const ExecStage& st : plan.per_rank) {
       for (const ExecOp& op : st.ops) {
         for (Bytes b : op.tp_collectives) largest = std::max(largest, b);
-        for (Bytes b : op.ep_all_to_alls) largest = std::max(largest, 2 * b);
-        all_to_all = all_to_all || !op.ep_all_to_alls.empty();
+        for (const ExpertCollective& c : op.ep_collectives) {
+          largest = std::max(largest, DeviceTensorGroups::ScratchBytes(c, t));
+          gathers = gathers || c.kind != ExpertCollective::Kind::kAllToAll;
+        }
+        all_to_all = all_to_all || !op.ep_collectives.empty();
       }
     }
     groups = std::make_unique<DeviceTensorGroups>(devices, nccl, t);
@@ -298,10 +302,14 @@ Result<std::unique_ptr<DeviceTensorGroups>> ConnectGroups(const ExecPlan& plan,
       notes->push_back(fmt::format(
           "expert parallelism: {} workers a stage on distinct GPUs, one NCCL communicator per "
           "stage ({}, version {}); each op's kernel spins for its predicted time less its "
-          "predicted all-to-all time, then its MoE layers' dispatch and combine all-to-alls run "
-          "(grouped ncclSend/ncclRecv of bytes / {} to every member, on a scratch buffer of {} "
-          "bytes, not counted in the stage's memory)",
-          t, nccl->library, nccl->version, t, largest));
+          "predicted dispatch and combine time, then its MoE layers' {} run ({}, on a scratch "
+          "buffer of {} bytes, not counted in the stage's memory)",
+          t, nccl->library, nccl->version,
+          gathers ? "all-gathers and reduce-scatters (Megatron-LM's all-gather dispatcher)"
+                  : "dispatch and combine all-to-alls",
+          gathers ? "ncclAllGather, ncclReduceScatter of floats"
+                  : fmt::format("grouped ncclSend/ncclRecv of bytes / {} to every member", t),
+          largest));
     } else {
       notes->push_back(fmt::format(
           "tensor parallelism: {} workers a stage on distinct GPUs, one NCCL communicator per "

@@ -26,8 +26,8 @@ namespace pipecast::validate::cuda {
 // an op's kernel spins for its predicted time less its predicted all-reduce
 // time, then its all-reduces run over its stage's NCCL communicator
 // (DeviceTensorGroups), timed on the host into OpCall::collective_ns; with
-// expert parallelism likewise its all-to-alls (ExecOp::ep_all_to_alls,
-// ep_comm_ns) over the stage's expert-parallel communicator.
+// expert parallelism likewise its dispatch and combine collectives
+// (ExecOp::ep_collectives, ep_comm_ns) over the stage's expert-parallel communicator.
 class CudaWork final : public OpWork {
  public:
   CudaWork(const std::vector<StageDevice>* devices, const ExecPlan& plan,
@@ -54,7 +54,7 @@ class CudaWork final : public OpWork {
     int64_t send_tag = -1;
     std::vector<Bytes> tp_collectives;
     TimeNs tp_comm_ns = 0;
-    std::vector<Bytes> ep_all_to_alls;
+    std::vector<ExpertCollective> ep_collectives;
     TimeNs ep_comm_ns = 0;
   };
   struct PerRank {

@@ -179,9 +179,10 @@ TEST(CudaBackendGpu, OutOfDeviceMemoryIsReportedAsSuch) {
 // Expert parallelism on the device (issue 26 item 6): 4 MoE layers (8
 // experts, top-2, hidden 1024, 512 tokens a sample in bf16) on 2 stages x ep 2
 // (two replicas), 4 GPUs: each op's kernel, then its layers' dispatch and
-// combine as NCCL all-to-alls over its stage's communicator. Refused on fewer
+// combine as NCCL all-to-alls over its stage's communicator (with Megatron-LM's
+// all-gather dispatcher, ncclAllGather and ncclReduceScatter). Refused on fewer
 // GPUs than a stage's workers, as for tensor parallelism.
-TEST(CudaBackendGpu, ExpertParallelTwoByTwoAllToAllsOverNccl) {
+void ExpectExpertParallelTwoByTwoOverNccl(ExpertDispatcher dispatcher) {
   CUDA_BACKEND_OR_SKIP(backend);
   testing::LayerSpec spec;
   spec.forward_ns = 200'000;
@@ -200,8 +201,10 @@ TEST(CudaBackendGpu, ExpertParallelTwoByTwoAllToAllsOverNccl) {
   }
   Result<Schedule> s = MakeSchedule(ScheduleKind::k1F1B, 2, 4);
   ASSERT_TRUE(s.ok());
-  testing::World w = testing::MakeWorld(m, *s, Recompute::kOff, 1, /*expert_parallel=*/2);
+  testing::World w =
+      testing::MakeWorld(m, *s, Recompute::kOff, 1, /*expert_parallel=*/2, dispatcher);
   ASSERT_EQ(w.exec.expert_parallel, 2);
+  ASSERT_EQ(w.exec.ep_dispatcher, dispatcher);
   RuntimeOptions o;
   o.warmup_iterations = 1;
   o.iterations = 2;
@@ -223,6 +226,17 @@ TEST(CudaBackendGpu, ExpertParallelTwoByTwoAllToAllsOverNccl) {
         << "rank " << run.rank << " expert rank " << run.expert_rank << "\n"
         << notes;
   }
+  if (dispatcher == ExpertDispatcher::kAllGather) {
+    EXPECT_THAT(notes, HasSubstr("ncclAllGather"));
+  }
+}
+
+TEST(CudaBackendGpu, ExpertParallelTwoByTwoAllToAllsOverNccl) {
+  ExpectExpertParallelTwoByTwoOverNccl(ExpertDispatcher::kDeepEp);
+}
+
+TEST(CudaBackendGpu, ExpertParallelTwoByTwoAllGatherDispatcherOverNccl) {
+  ExpectExpertParallelTwoByTwoOverNccl(ExpertDispatcher::kAllGather);
 }
 
 TEST(CudaBackendGpu, TensorParallelTwoByTwoAllReducesOverNccl) {

@@ -102,10 +102,23 @@ Status DeviceTensorGroups::AllReduce(int worker, const std::vector<Bytes>& colle
   return WaitEvent(done, timeout_ns, abort);
 }
 
-Status DeviceTensorGroups::AllToAll(int worker, const std::vector<Bytes>& all_to_alls,
-                                    cudaStream_t after, TimeNs timeout_ns,
-                                    const std::atomic<bool>& abort) {
-  if (all_to_alls.empty()) return Status::Ok();
+Bytes DeviceTensorGroups::ScratchBytes(const ExpertCollective& c, int t) {
+  switch (c.kind) {
+    case ExpertCollective::Kind::kAllToAll:
+      return 2 * c.bytes;
+    case ExpertCollective::Kind::kAllGather:
+      return (t + 1) * c.bytes;
+    case ExpertCollective::Kind::kReduceScatter:
+      return c.bytes + (c.bytes + t - 1) / t;
+  }
+  return 0;
+}
+
+Status DeviceTensorGroups::ExpertCollectives(int worker,
+                                             const std::vector<ExpertCollective>& collectives,
+                                             cudaStream_t after, TimeNs timeout_ns,
+                                             const std::atomic<bool>& abort) {
+  if (collectives.empty()) return Status::Ok();
   auto it = members_.find(worker);
   if (it == members_.end()) {
     return Status::Internal(fmt::format("worker {} has no expert-parallel group", worker));
@@ -119,25 +132,51 @@ Status DeviceTensorGroups::AllToAll(int worker, const std::vector<Bytes>& all_to
   if (cudaError_t e = cudaStreamWaitEvent(m.stream, ready->get(), 0); e != cudaSuccess) {
     return Status::Internal("cudaStreamWaitEvent: " + CudaText(e));
   }
-  char* send = reinterpret_cast<char*>(m.scratch);
-  char* recv = send + m.scratch_bytes / 2;
-  for (Bytes bytes : all_to_alls) {
-    const size_t chunk =
-        static_cast<size_t>(std::max<Bytes>(std::min(bytes, m.scratch_bytes / 2) / t_, 1));
-    nccl_->GroupStart();
+  char* const base = reinterpret_cast<char*>(m.scratch);
+  for (const ExpertCollective& c : collectives) {
+    if (ScratchBytes(c, t_) > m.scratch_bytes) {
+      return Status::Internal(
+          fmt::format("worker {}'s scratch of {} bytes is too small for a "
+                      "collective of {} bytes",
+                      worker, m.scratch_bytes, c.bytes));
+    }
+    const Bytes bytes = c.bytes;
     ncclResult_t r = ncclSuccess;
-    for (int peer = 0; peer < t_ && r == ncclSuccess; ++peer) {
-      r = nccl_->Send(send + peer * chunk, chunk, ncclInt8, peer, m.comm, m.stream);
-      if (r == ncclSuccess) {
-        r = nccl_->Recv(recv + peer * chunk, chunk, ncclInt8, peer, m.comm, m.stream);
+    const char* what = "all-to-all";
+    switch (c.kind) {
+      case ExpertCollective::Kind::kAllToAll: {
+        const size_t chunk = static_cast<size_t>(std::max<Bytes>(bytes / t_, 1));
+        char* recv = base + m.scratch_bytes / 2;
+        nccl_->GroupStart();
+        for (int peer = 0; peer < t_ && r == ncclSuccess; ++peer) {
+          r = nccl_->Send(base + peer * chunk, chunk, ncclInt8, peer, m.comm, m.stream);
+          if (r == ncclSuccess) {
+            r = nccl_->Recv(recv + peer * chunk, chunk, ncclInt8, peer, m.comm, m.stream);
+          }
+        }
+        const ncclResult_t end = nccl_->GroupEnd();
+        if (r == ncclSuccess) r = end;
+        break;
+      }
+      case ExpertCollective::Kind::kAllGather: {
+        what = "all-gather";
+        const size_t count = static_cast<size_t>(std::max<Bytes>(bytes, 1));
+        r = nccl_->AllGather(base, base + count, count, ncclInt8, m.comm, m.stream);
+        break;
+      }
+      case ExpertCollective::Kind::kReduceScatter: {
+        what = "reduce-scatter";
+        // Floats, so that the sum is NCCL's reduction kernel, as Megatron-LM's.
+        const size_t block =
+            static_cast<size_t>(std::max<Bytes>(bytes / t_ / static_cast<Bytes>(sizeof(float)), 1));
+        r = nccl_->ReduceScatter(m.scratch, m.scratch + block * t_, block, ncclFloat, ncclSum,
+                                 m.comm, m.stream);
+        break;
       }
     }
-    const ncclResult_t end = nccl_->GroupEnd();
-    if (r == ncclSuccess) r = end;
     if (r != ncclSuccess) {
-      return Status::Internal(
-          fmt::format("NCCL all-to-all of {} bytes on stage {} expert rank {}: {}", bytes,
-                      worker / t_, worker % t_, nccl_->Text(r)));
+      return Status::Internal(fmt::format("NCCL {} of {} bytes on stage {} expert rank {}: {}",
+                                          what, c.bytes, worker / t_, worker % t_, nccl_->Text(r)));
     }
   }
   PIPECAST_ASSIGN_OR_RETURN(Event done, Event::RecordOn(m.stream));

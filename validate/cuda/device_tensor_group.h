@@ -1,5 +1,5 @@
 // DeviceTensorGroups: the cuda backend's tensor-parallel all-reduces and
-// expert-parallel all-to-alls (a plan with expert_parallel ep runs expanded
+// expert-parallel collectives (a plan with expert_parallel ep runs expanded
 // the same way, its ep workers a stage sharing one communicator). A plan
 // with tensor_parallel t runs expanded (ExpandTensorParallel, exec_plan.h):
 // worker w = k·t + j is tensor rank j of pipeline rank k, and the t workers
@@ -28,6 +28,7 @@
 #include "validate/cuda/device_state.h"
 #include "validate/cuda/device_transport.h"
 #include "validate/cuda/nccl_api.h"
+#include "validate/exec_plan.h"
 
 namespace pipecast::validate::cuda {
 
@@ -56,15 +57,23 @@ class DeviceTensorGroups {
   Status AllReduce(int worker, const std::vector<Bytes>& collectives, cudaStream_t after,
                    TimeNs timeout_ns, const std::atomic<bool>& abort);
 
-  // Runs the all-to-alls of `all_to_alls` (each the bytes one member sends in
-  // all) one after the other over `worker`'s group as `AllReduce` runs its
-  // all-reduces: NCCL has no all-to-all call, so each is one NCCL group of an
-  // ncclSend of bytes / t to every member and an ncclRecv of as many from
-  // every member, itself included (the composition NCCL's user guide gives,
-  // "Point-to-point communication"), from the scratch buffer's first half
-  // into its second. Errors as AllReduce's.
-  Status AllToAll(int worker, const std::vector<Bytes>& all_to_alls, cudaStream_t after,
-                  TimeNs timeout_ns, const std::atomic<bool>& abort);
+  // Runs `collectives` (ExecOp::ep_collectives) one after the other over
+  // `worker`'s group as `AllReduce` runs its all-reduces, on the scratch
+  // buffer (sends from its start, receives after them). An all-to-all is one
+  // NCCL group of an ncclSend of bytes / t to every member and an ncclRecv
+  // of as many from every member, itself included (NCCL has no all-to-all
+  // call; its user guide, "Point-to-point communication", composes one so);
+  // an all-gather is ncclAllGather of the bytes, a reduce-scatter
+  // ncclReduceScatter (sum of floats) of bytes / t to each member. Errors as
+  // AllReduce's.
+  Status ExpertCollectives(int worker, const std::vector<ExpertCollective>& collectives,
+                           cudaStream_t after, TimeNs timeout_ns, const std::atomic<bool>& abort);
+
+  // Scratch bytes one collective needs in a group of t: an all-to-all its
+  // send and receive halves (2 x bytes), an all-gather its contribution and
+  // the t gathered ((t + 1) x bytes), a reduce-scatter its buffer and its
+  // block (bytes + bytes / t).
+  static Bytes ScratchBytes(const ExpertCollective& c, int t);
 
   // Aborts the communicators (after a failed run). Idempotent.
   void Abort();

@@ -42,7 +42,8 @@ Result<const Nccl*> Open() {
       Sym(lib, "ncclGetErrorString", &n->GetErrorString) &&
       Sym(lib, "ncclGroupStart", &n->GroupStart) && Sym(lib, "ncclGroupEnd", &n->GroupEnd) &&
       Sym(lib, "ncclSend", &n->Send) && Sym(lib, "ncclRecv", &n->Recv) &&
-      Sym(lib, "ncclAllReduce", &n->AllReduce);
+      Sym(lib, "ncclAllReduce", &n->AllReduce) && Sym(lib, "ncclAllGather", &n->AllGather) &&
+      Sym(lib, "ncclReduceScatter", &n->ReduceScatter);
   if (!ok) {
     delete n;
     return Status::Unavailable(fmt::format("{} lacks an NCCL 2.x symbol ({})", used, dlerror()));

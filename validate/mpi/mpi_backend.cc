@@ -64,6 +64,7 @@ class MpiBackend final : public Backend {
       group = std::move(*made);
       tensor_parallel_ = plan.tensor_parallel;
       expert_parallel_ = plan.expert_parallel;
+      all_gather_ = plan.ep_dispatcher == ExpertDispatcher::kAllGather;
     }
     std::vector<TensorGroup*> groups(plan.ranks, nullptr);
     groups[rank / t] = group.get();
@@ -102,9 +103,12 @@ class MpiBackend final : public Backend {
     if (expert_parallel_ > 1) {
       notes.push_back(fmt::format(
           "expert parallelism: MPI_Comm_split into one communicator per stage (processes "
-          "stage x {} + j, each a data-parallel replica), MPI_Ialltoallv of each MoE layer's "
-          "dispatch and combine",
-          expert_parallel_));
+          "stage x {} + j, each a data-parallel replica), {}",
+          expert_parallel_,
+          all_gather_ ? "Megatron-LM's all-gather dispatcher: MPI_Iallgather of each MoE "
+                        "layer's routing map, probs and tokens and MPI_Ireduce_scatter_block "
+                        "(MPI_SUM) of its outputs, their gradients' pair in the backward"
+                      : "MPI_Ialltoallv of each MoE layer's dispatch and combine"));
     }
     return notes;
   }
@@ -118,6 +122,7 @@ class MpiBackend final : public Backend {
   std::string offsets_note_ = "not measured";
   int tensor_parallel_ = 1;
   int expert_parallel_ = 1;
+  bool all_gather_ = false;  // the plan's ep_dispatcher is allgather
 };
 
 }  // namespace

@@ -239,6 +239,34 @@ class MpiTensorGroup final : public TensorGroup {
     }
     return WaitRequest(&req, std::numeric_limits<TimeNs>::max() / 2, abort);
   }
+  // MPI_Iallgather and MPI_Ireduce_scatter_block (MPI_SUM) of floats on the
+  // same communicator, polled like the all-reduce.
+  Status AllGather(int, std::span<const float> send, std::span<float> recv,
+                   const std::atomic<bool>& abort) override {
+    if (recv.size() != send.size() * static_cast<size_t>(size_)) {
+      return Status::Internal("all-gather sizes do not match the group");
+    }
+    MPI_Request req;
+    const int rc =
+        MPI_Iallgather(send.data(), static_cast<int>(send.size()), MPI_FLOAT, recv.data(),
+                       static_cast<int>(send.size()), MPI_FLOAT, comm_, &req);
+    if (rc != MPI_SUCCESS)
+      return Status::Unavailable(fmt::format("MPI_Iallgather failed ({})", rc));
+    return WaitRequest(&req, std::numeric_limits<TimeNs>::max() / 2, abort);
+  }
+  Status ReduceScatter(int, std::span<const float> send, std::span<float> recv,
+                       const std::atomic<bool>& abort) override {
+    if (send.size() != recv.size() * static_cast<size_t>(size_)) {
+      return Status::Internal("reduce-scatter sizes do not match the group");
+    }
+    MPI_Request req;
+    const int rc = MPI_Ireduce_scatter_block(
+        send.data(), recv.data(), static_cast<int>(recv.size()), MPI_FLOAT, MPI_SUM, comm_, &req);
+    if (rc != MPI_SUCCESS) {
+      return Status::Unavailable(fmt::format("MPI_Ireduce_scatter_block failed ({})", rc));
+    }
+    return WaitRequest(&req, std::numeric_limits<TimeNs>::max() / 2, abort);
+  }
 
  private:
   MPI_Comm comm_;
