@@ -583,9 +583,10 @@ TEST_F(SimulatorCli, MemoryReplayGivesTorchtitansPublishedMaxReservedWithinFiveP
                                 " --seq 8192 --microbatch-sizes 2 --loss pytorch --gpu " + cluster +
                                 " --out " + Quote(model));
   ASSERT_EQ(profile.exit_code, 0) << profile.err;
-  const std::string run = "--model " + Quote(model) + " --cluster " + cluster +
-                          " --stages 1 --microbatches 1 --microbatch-size 2 --zero 3 "
-                          "--recompute op --memory-replay torchtitan-fsdp2 --data-parallel ";
+  const std::string common = "--model " + Quote(model) + " --cluster " + cluster +
+                             " --microbatches 1 --microbatch-size 2 --zero 3 "
+                             "--memory-replay torchtitan-fsdp2";
+  const std::string run = common + " --stages 1 --recompute op --data-parallel ";
   for (const auto& [d, published_gib] : {std::pair<int, double>{8, 82.4}, {128, 67.0}}) {
     ToolRun j = Sim(run + std::to_string(d) + " --json");
     ASSERT_EQ(j.exit_code, 0) << j.err;
@@ -609,11 +610,11 @@ TEST_F(SimulatorCli, MemoryReplayGivesTorchtitansPublishedMaxReservedWithinFiveP
   ASSERT_EQ(flat.exit_code, 0) << flat.err;
   EXPECT_FALSE(json::parse(flat.out).contains("memory_replay"));
   // A configuration the trace does not describe is refused, naming the flag.
-  ToolRun two = Sim(run + "8 --stages 2");
+  ToolRun two = Sim(common + " --stages 2 --recompute op --data-parallel 8");
   EXPECT_EQ(two.exit_code, 1);
   EXPECT_THAT(two.err, HasSubstr("--stages is 2: the trace is one stage holding every layer; "
                                  "give --stages 1"));
-  ToolRun full = Sim(run + "8 --recompute full");
+  ToolRun full = Sim(common + " --stages 1 --recompute full --data-parallel 8");
   EXPECT_EQ(full.exit_code, 1);
   EXPECT_THAT(full.err, HasSubstr("--recompute is full"));
 }
