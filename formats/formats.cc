@@ -119,8 +119,36 @@ Status ReadSource(const Reader& r, const json& v, ModelSource* source) {
       auto it = arch->find(key);
       return it != arch->end() && it->is_number_integer() ? it->get<int64_t>() : 0;
     };
-    source->architecture = ModelArchitecture{count("hidden"), count("sequence_length"),
-                                             count("heads"), count("kv_heads")};
+    auto flag = [&](const char* key) -> std::optional<bool> {
+      auto it = arch->find(key);
+      if (it == arch->end() || !it->is_boolean()) return std::nullopt;
+      return it->get<bool>();
+    };
+    ModelArchitecture a;
+    a.hidden = count("hidden");
+    a.sequence_length = count("sequence_length");
+    a.heads = count("heads");
+    a.kv_heads = count("kv_heads");
+    a.layers = count("layers");
+    a.ffn_hidden = count("ffn_hidden");
+    a.vocab = count("vocab");
+    a.head_dim = count("head_dim");
+    a.block_norms = count("block_norms");
+    a.sliding_window = count("sliding_window");
+    if (auto it = arch->find("norm"); it != arch->end() && it->is_string()) {
+      a.norm = it->get<std::string>();
+    }
+    a.gated_mlp = flag("gated_mlp");
+    a.tied_embeddings = flag("tied_embeddings");
+    a.learned_positions = flag("learned_positions");
+    a.qk_norm = flag("qk_norm");
+    a.qkv_bias = flag("qkv_bias");
+    a.output_bias = flag("output_bias");
+    a.mlp_bias = flag("mlp_bias");
+    a.parallel_block = flag("parallel_block");
+    a.moe = arch->contains("moe");
+    a.mla = arch->contains("mla");
+    source->architecture = std::move(a);
   }
   return Status::Ok();
 }

@@ -118,6 +118,74 @@ TEST(FormatsModel, ReadsEveryOptionalField) {
   EXPECT_THAT(text, HasSubstr("\"weight_grad_bytes\": 1500"));
 }
 
+// source.architecture typed: every key the analytic profiler writes that the
+// memory replay needs (docs/formats.md), and an older file with only the
+// first four still reads, the rest unstated.
+TEST(FormatsModel, ReadsTheArchitecturesShape) {
+  json j = MinimalModel();
+  j["source"] = {{"method", "analytic"},
+                 {"architecture",
+                  {{"layers", 32},
+                   {"hidden", 4096},
+                   {"heads", 32},
+                   {"kv_heads", 8},
+                   {"ffn_hidden", 14336},
+                   {"gated_mlp", true},
+                   {"sequence_length", 8192},
+                   {"vocab", 128256},
+                   {"tied_embeddings", false},
+                   {"learned_positions", false},
+                   {"head_dim", 128},
+                   {"norm", "rmsnorm"},
+                   {"block_norms", 2},
+                   {"qk_norm", false},
+                   {"qkv_bias", false},
+                   {"output_bias", false},
+                   {"mlp_bias", true},
+                   {"parallel_block", false},
+                   {"sliding_window", 0},
+                   {"moe", {{"experts", 8}}}}}};
+
+  Result<Model> model = Parse(j);
+
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  ASSERT_TRUE(model->source.architecture.has_value());
+  const ModelArchitecture& a = *model->source.architecture;
+  EXPECT_EQ(a.layers, 32);
+  EXPECT_EQ(a.hidden, 4096);
+  EXPECT_EQ(a.heads, 32);
+  EXPECT_EQ(a.kv_heads, 8);
+  EXPECT_EQ(a.ffn_hidden, 14336);
+  EXPECT_EQ(a.sequence_length, 8192);
+  EXPECT_EQ(a.vocab, 128256);
+  EXPECT_EQ(a.head_dim, 128);
+  EXPECT_EQ(a.block_norms, 2);
+  EXPECT_EQ(a.norm, "rmsnorm");
+  EXPECT_EQ(a.gated_mlp, true);
+  EXPECT_EQ(a.tied_embeddings, false);
+  EXPECT_EQ(a.mlp_bias, true);
+  EXPECT_EQ(a.qkv_bias, false);
+  EXPECT_TRUE(a.moe);
+  EXPECT_FALSE(a.mla);
+  // Kept verbatim and written back as it was.
+  EXPECT_THAT(ModelToJson(*model), HasSubstr("\"ffn_hidden\": 14336"));
+
+  json old = MinimalModel();
+  old["source"] = {
+      {"method", "analytic"},
+      {"architecture", {{"hidden", 256}, {"sequence_length", 128}, {"heads", 4}, {"kv_heads", 4}}}};
+  Result<Model> older = Parse(old);
+  ASSERT_TRUE(older.ok()) << older.status().message();
+  ASSERT_TRUE(older->source.architecture.has_value());
+  EXPECT_EQ(older->source.architecture->hidden, 256);
+  EXPECT_EQ(older->source.architecture->heads, 4);
+  EXPECT_EQ(older->source.architecture->layers, 0);
+  EXPECT_EQ(older->source.architecture->vocab, 0);
+  EXPECT_EQ(older->source.architecture->norm, "");
+  EXPECT_FALSE(older->source.architecture->gated_mlp.has_value());
+  EXPECT_FALSE(older->source.architecture->moe);
+}
+
 TEST(FormatsModel, SortsProfilesByMicrobatchSize) {
   json j = MinimalModel();
   j["layers"][0]["profiles"] = {Profile(4), Profile(1), Profile(2)};

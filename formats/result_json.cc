@@ -161,6 +161,11 @@ void TotalsKeys(V& v, R& r) {
   v.Number(Key{"memory_headroom"}, r.memory_headroom, kAnyNumber);
   v.Int(Key{"memory_headroom_bytes"}, r.memory_headroom_bytes, kMaxBytes);
   v.Int(Key{"memory_limit_bytes"}, r.memory_limit_bytes, kMaxBytes);
+  // Written only with --memory-replay: the reserved and allocated peaks it gives per GPU.
+  const bool replay = !r.memory_replay.empty();
+  v.Text(Key{"memory_replay", replay}, r.memory_replay);
+  v.Int(Key{"replay_reserved_peak_bytes", replay}, r.replay_reserved_peak_bytes, kMaxBytes);
+  v.Int(Key{"replay_allocated_peak_bytes", replay}, r.replay_allocated_peak_bytes, kMaxBytes);
   v.Constant(Key{"fits_memory"}, r.FitsMemory());  // every rank within the limit
   v.Int(Key{"iterations_simulated"}, r.iterations_simulated, kMaxCount);
   // With the warm-up, when more than one iteration was simulated.

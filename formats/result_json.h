@@ -23,6 +23,7 @@ inline constexpr char kSimulationFormat[] = "pipecast-simulation/1";
 // data_parallel, zero, allgather_time_us, sharding_exposed_time_us, global_batch, costs_measured,
 // notes, memory_capacity_bytes, memory_reserve_bytes, memory_headroom (fraction),
 // memory_headroom_bytes, memory_limit_bytes (capacity - reserve - headroom; 0 = unlimited),
+// with --memory-replay memory_replay, replay_reserved_peak_bytes and replay_allocated_peak_bytes,
 // fits_memory (every rank within the limit), iterations_simulated, and `stages`: per rank stage,
 // first_layer, last_layer, chunks, busy_us, first_start_us, last_end_us, bubble_ratio,
 // bubble_fraction_of_ideal, peak_inflight_microbatches, peak_memory_bytes, fits_memory (peak within

@@ -189,6 +189,9 @@ inline constexpr double kMaxSpecParameters = 9007199254740992.0;
 // source"). Readers take the keys they know: heads, kv_heads, hidden and
 // sequence_length are there since files first had them.
 std::string ArchitectureJson(const TransformerSpec& spec);
+// The same fields typed, as the model reader gives them back from that JSON
+// (formats/formats.h): what the simulator reads of the shape.
+ModelArchitecture ArchitectureOf(const TransformerSpec& spec);
 
 // Share of the GPU's dense peak reached by the matrix products of training:
 // Megatron-LM sustains 44-52% of A100 peak on GPT models from 1.7B to 1T

@@ -367,8 +367,7 @@ ModelSource MakeSource(const TransformerSpec& spec, const AnalyticOptions& optio
   }
   source.details["architecture"] = ArchitectureJson(spec);
   if (!spec.from.empty()) source.details["architecture_from"] = JsonText(spec.from);
-  source.architecture =
-      ModelArchitecture{spec.hidden, spec.sequence_length, spec.heads, spec.KvHeads()};
+  source.architecture = ArchitectureOf(spec);
   source.details["limitations"] = JsonText(Limitations(options));
   AddRateDetails(spec, options, gpu, rates, &source.details);
   source.details["memory_efficiency"] = JsonText(options.memory_efficiency);

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 
 #include "formats/file_util.h"
 #include "formats/formats.h"
@@ -570,6 +571,54 @@ TEST(AnalyticTest, ModelRoundTripsThroughModelJson) {
   EXPECT_EQ(parsed->layers[1].profiles[2].checkpoint_bytes, 4 * 2 * 32);    // 2sbh
   EXPECT_EQ(parsed->layers[1].profiles[2].attention_core_bytes, 0);
   EXPECT_EQ(parsed->source.details.at("peak_tflops"), "989.0");
+}
+
+// The typed source.architecture the profiler gives in memory is what the model reader gives
+// back from the JSON it writes (ArchitectureOf against ArchitectureJson), for a GPT and a
+// Llama-shaped spec: the simulator reads the same shape either way (--memory-replay).
+TEST(AnalyticTest, TheTypedArchitectureIsWhatTheReaderReadsBack) {
+  TransformerSpec llama = TinySpec();
+  llama.gated_mlp = true;
+  llama.kv_heads = 2;
+  llama.ffn_hidden = 96;
+  llama.norm = NormKind::kRmsNorm;
+  llama.learned_positions = false;
+  llama.qkv_bias = llama.output_bias = llama.mlp_bias = false;
+  for (const TransformerSpec& spec : {TinySpec(), llama}) {
+    const Model model = Estimate(spec);
+    Result<Model> parsed = ParseModel(ModelToJson(model), "estimate");
+    ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+    ASSERT_TRUE(model.source.architecture.has_value());
+    ASSERT_TRUE(parsed->source.architecture.has_value());
+    const ModelArchitecture& a = *model.source.architecture;
+    const ModelArchitecture& b = *parsed->source.architecture;
+    EXPECT_EQ(a.layers, spec.layers);
+    EXPECT_EQ(a.vocab, spec.vocab);
+    EXPECT_EQ(a.ffn_hidden, spec.FfnHidden());
+    EXPECT_EQ(a.gated_mlp, spec.gated_mlp);
+    const std::pair<int64_t, int64_t> sizes[] = {{a.layers, b.layers},
+                                                 {a.hidden, b.hidden},
+                                                 {a.sequence_length, b.sequence_length},
+                                                 {a.heads, b.heads},
+                                                 {a.kv_heads, b.kv_heads},
+                                                 {a.ffn_hidden, b.ffn_hidden},
+                                                 {a.vocab, b.vocab},
+                                                 {a.head_dim, b.head_dim},
+                                                 {a.block_norms, b.block_norms},
+                                                 {a.sliding_window, b.sliding_window}};
+    for (const auto& [x, y] : sizes) EXPECT_EQ(x, y);
+    EXPECT_EQ(a.norm, b.norm);
+    EXPECT_EQ(a.gated_mlp, b.gated_mlp);
+    EXPECT_EQ(a.tied_embeddings, b.tied_embeddings);
+    EXPECT_EQ(a.learned_positions, b.learned_positions);
+    EXPECT_EQ(a.qk_norm, b.qk_norm);
+    EXPECT_EQ(a.qkv_bias, b.qkv_bias);
+    EXPECT_EQ(a.output_bias, b.output_bias);
+    EXPECT_EQ(a.mlp_bias, b.mlp_bias);
+    EXPECT_EQ(a.parallel_block, b.parallel_block);
+    EXPECT_EQ(a.moe, b.moe);
+    EXPECT_EQ(a.mla, b.mla);
+  }
 }
 
 TEST(AnalyticTest, InvalidSpecsNameTheFlag) {

@@ -238,4 +238,30 @@ std::string ArchitectureJson(const TransformerSpec& spec) {
   return a.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
+ModelArchitecture ArchitectureOf(const TransformerSpec& spec) {
+  ModelArchitecture a;
+  a.hidden = spec.hidden;
+  a.sequence_length = spec.sequence_length;
+  a.heads = spec.heads;
+  a.kv_heads = spec.KvHeads();
+  a.layers = spec.layers;
+  a.ffn_hidden = spec.FfnHidden();
+  a.vocab = spec.vocab;
+  a.head_dim = spec.HeadDim();
+  a.block_norms = spec.block_norms;
+  a.sliding_window = spec.sliding_window;
+  a.norm = NormKindName(spec.norm);
+  a.gated_mlp = spec.gated_mlp;
+  a.tied_embeddings = spec.tied_embeddings;
+  a.learned_positions = spec.learned_positions;
+  a.qk_norm = spec.qk_norm;
+  a.qkv_bias = spec.qkv_bias;
+  a.output_bias = spec.output_bias;
+  a.mlp_bias = spec.mlp_bias;
+  a.parallel_block = spec.parallel_block;
+  a.moe = spec.moe.experts > 0;
+  a.mla = spec.mla.Enabled();
+  return a;
+}
+
 }  // namespace pipecast

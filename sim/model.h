@@ -172,6 +172,27 @@ struct ModelArchitecture {
   int64_t sequence_length = 0;
   int64_t heads = 0;     // attention heads: a tensor-parallel degree must divide them
   int64_t kv_heads = 0;  // key-value heads (grouped-query attention), likewise
+  // The rest of the shape, for what a step allocates tensor by tensor (the
+  // memory replay, sim/memory_replay.h). The analytic profiler has written
+  // these keys since its architecture record began; files without them still
+  // read (0, "" or nullopt: not stated).
+  int64_t layers = 0;      // transformer blocks
+  int64_t ffn_hidden = 0;  // the MLP's width (dense blocks)
+  int64_t vocab = 0;
+  int64_t head_dim = 0;
+  int64_t block_norms = 0;     // h-wide norms per block
+  int64_t sliding_window = 0;  // 0: every key
+  std::string norm;            // "rmsnorm", "layernorm"
+  std::optional<bool> gated_mlp;
+  std::optional<bool> tied_embeddings;
+  std::optional<bool> learned_positions;
+  std::optional<bool> qk_norm;
+  std::optional<bool> qkv_bias;
+  std::optional<bool> output_bias;
+  std::optional<bool> mlp_bias;
+  std::optional<bool> parallel_block;
+  bool moe = false;  // a "moe" object: routed experts
+  bool mla = false;  // an "mla" object: DeepSeek's latent attention
 };
 
 struct ModelSource {

@@ -129,6 +129,22 @@ DeviceMemory DeviceMemoryFor(const Cluster& cluster, const TrainingConfig& confi
   return out;
 }
 
+DeviceMemory DeviceMemoryFromReplay(const Cluster& cluster, const TrainingConfig& config,
+                                    Bytes allocated, Bytes reserved, const std::string& what,
+                                    int pipeline_neighbours) {
+  DeviceMemory out = DeviceMemoryFor(cluster, config, allocated, pipeline_neighbours);
+  out.terms[0] = {"allocated (replayed peak)", allocated, false,
+                  what + ": max_memory_allocated over two steps", true};
+  if (out.terms.size() > 1) {
+    out.terms[1] = {"allocator cache (reserved - allocated)", reserved - allocated, false,
+                    what +
+                        ": max_memory_reserved - max_memory_allocated, PyTorch's allocator "
+                        "rules (sim/caching_allocator.h)",
+                    true};
+  }
+  return out;
+}
+
 std::string DeviceMemoryText(const DeviceMemory& memory) {
   TextTable table;
   table.AddColumn("term", TextTable::kLeft);

@@ -93,6 +93,16 @@ int NcclPairConnections(const GpuSpec& gpu);
 DeviceMemory DeviceMemoryFor(const Cluster& cluster, const TrainingConfig& config, Bytes allocated,
                              int pipeline_neighbours);
 
+// The same terms with the allocated peak and the allocator's cache from a
+// replay of the step's own requests through the caching allocator
+// (sim/memory_replay.h, --memory-replay) in place of the simulated peak and
+// the flat margin: `allocated` and `reserved` are the replay's
+// max_memory_allocated and max_memory_reserved (without cuBLAS), `what`
+// names the replay. REQUIRES: reserved >= allocated.
+DeviceMemory DeviceMemoryFromReplay(const Cluster& cluster, const TrainingConfig& config,
+                                    Bytes allocated, Bytes reserved, const std::string& what,
+                                    int pipeline_neighbours);
+
 // The table of terms, GiB, one line each with "estimated" where it is.
 std::string DeviceMemoryText(const DeviceMemory& memory);
 

@@ -251,6 +251,13 @@ struct SimResult {
   Bytes memory_headroom_bytes = 0;  // the same in bytes
   // capacity - reserve - margin: what a rank's peak may reach; 0 = unlimited.
   Bytes memory_limit_bytes = 0;
+  // With --memory-replay (sim/memory_replay.h; the simulator tool fills them
+  // after the simulation): the replay's name ("" without one), and per GPU
+  // what it gives as PyTorch reports it: max_memory_reserved with the cuBLAS
+  // workspaces (DeviceMemory::ReservedBytes) and max_memory_allocated.
+  std::string memory_replay;
+  Bytes replay_reserved_peak_bytes = 0;
+  Bytes replay_allocated_peak_bytes = 0;
   bool costs_measured = true;      // false when any cost was estimated or interpolated
   std::vector<std::string> notes;  // e.g. which costs were interpolated
 

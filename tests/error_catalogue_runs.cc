@@ -461,6 +461,19 @@ std::vector<Case> MessageRows() {
                   "--model {dir}/m.json --schedule-in {dir}/s.csv --memory-limit 4", 1,
                   "--memory-limit applies to the schedules built from the stage costs (zb-auto, "
                   "zb-v-auto), not to --schedule-in {dir}/s.csv, whose order is given"));
+  // --memory-replay (sim/memory_replay.h): a configuration or a model the replay does not
+  // describe is refused, naming the setting or the field and what to do.
+  c.push_back(Row("memory_replay_two_stages", kSimulator, {kGoodModel},
+                  std::string(kSim) + " --memory-replay torchtitan-fsdp2", 1,
+                  "--memory-replay torchtitan-fsdp2 describes torchtitan's FSDP2 step only, but "
+                  "--stages is 2: the trace is one stage holding every layer; give --stages 1, "
+                  "or leave --memory-replay out for the flat allocator margin"));
+  c.push_back(Row("memory_replay_model_without_shape", kSimulator, {kGoodModel},
+                  "--model {dir}/m.json --stages 1 --microbatches 1 --zero 3 --recompute op "
+                  "--memory-replay torchtitan-fsdp2",
+                  1,
+                  "--memory-replay torchtitan-fsdp2 needs the model's shape, but the model has no "
+                  "source.architecture: make it with `profiler analytic`"));
   c.push_back(Row("empty_flag_value", kSimulator, {kGoodModel},
                   "--model {dir}/m.json --stages 4 --schedule zb-auto --memory-limit ''", 2,
                   "--memory-limit: the value is empty: give one (see --help)"));

@@ -209,6 +209,13 @@ std::vector<CLI::Option*> AddShardingFlags(CLI::App& app, SimulatorToolOptions* 
                      "off: once per step (FSDP no_sync)")
           ->check(OneOf({"on", "off"}))
           ->capture_default_str(),
+      app.add_option("--memory-replay", f->memory_replay,
+                     "memory as the GPU reports it from a replay of a framework's step through "
+                     "PyTorch's caching allocator instead of the flat allocator margin: "
+                     "torchtitan-fsdp2 (torchtitan's FSDP2 Llama step: --stages 1 "
+                     "--microbatches 1 --zero 3 --recompute op, bf16; docs/simulator.md)")
+          ->check(OneOf({"off", "torchtitan-fsdp2"}))
+          ->capture_default_str(),
       app.add_option("--shard-group", f->config.memory.sharding.shard_group,
                      "ZeRO 2/3: shard over groups of this many replicas and replicate across "
                      "them (FSDP HYBRID_SHARD, ZeRO++ hpZ); 0: all of them")

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <exception>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -24,6 +25,7 @@
 #include "report/trace.h"
 #include "sim/memory.h"
 #include "sim/memory_partition.h"
+#include "sim/memory_replay.h"
 #include "sim/partition.h"
 #include "sim/runtime_memory.h"
 #include "sim/schedule.h"
@@ -429,7 +431,8 @@ Status SimulatorToolOptions::Validate() const {
 // The fullest rank's memory as the GPU reports it (sim/runtime_memory.h), for the text summary;
 // "" when the GPU's memory is unlimited.
 std::string DeviceMemorySection(const SimResult& result, const Cluster& cluster,
-                                const TrainingConfig& config, const Schedule& schedule) {
+                                const TrainingConfig& config, const Schedule& schedule,
+                                const std::optional<ReplayedMemory>& replay) {
   if (cluster.gpu.memory_bytes <= 0 || result.per_rank.empty()) return "";
   const StageResult* fullest = &result.per_rank.front();
   for (const StageResult& r : result.per_rank) {
@@ -446,11 +449,17 @@ std::string DeviceMemorySection(const SimResult& result, const Cluster& cluster,
     neighbours = looped || (fullest->rank > 0 && fullest->rank < p - 1) ? 2 : 1;
   }
   const DeviceMemory memory =
-      DeviceMemoryFor(cluster, config, fullest->peak_memory_bytes, neighbours);
+      replay ? DeviceMemoryFromReplay(
+                   cluster, config, replay->allocated_peak, replay->reserved_peak,
+                   fmt::format("replay of {}", MemoryReplayName(replay->replay)), neighbours)
+             : DeviceMemoryFor(cluster, config, fullest->peak_memory_bytes, neighbours);
   return fmt::format(
-             "\nmemory as the GPU reports it (nvidia-smi), rank {}, per GPU; estimated terms say "
-             "so (docs/simulator.md):\n",
-             fullest->rank) +
+             "\nmemory as the GPU reports it (nvidia-smi), rank {}, per GPU{}; estimated terms "
+             "say so (docs/simulator.md):\n",
+             fullest->rank,
+             replay ? fmt::format(", from --memory-replay {} (reserved {:.2f} GiB)",
+                                  MemoryReplayName(replay->replay), ToGiB(memory.ReservedBytes()))
+                    : "") +
          DeviceMemoryText(memory);
 }
 
@@ -497,14 +506,33 @@ Result<SimulatorToolResult> RunSimulatorTool(const SimulatorToolOptions& flags,
           ? ModelDispatcherMismatch(model, flags.model_path, {layout.expert_dispatcher})
           : "";
   if (!dispatcher_warning.empty()) progress(dispatcher_warning);
+  // --memory-replay: refused before any work when the configuration is not the replay's.
+  std::optional<ReplayedMemory> replay;
+  if (std::optional<MemoryReplay> kind = ParseMemoryReplay(flags.memory_replay); !kind) {
+    return Status::InvalidArgument(
+        fmt::format("--memory-replay {}: expected off or torchtitan-fsdp2", flags.memory_replay));
+  } else if (*kind == MemoryReplay::kTorchtitanFsdp2) {
+    PIPECAST_ASSIGN_OR_RETURN(replay,
+                              ReplayTorchtitanFsdp2(model, setup.cluster, setup.options.config));
+  }
   PIPECAST_ASSIGN_OR_RETURN(auto result,
                             Simulate(model, setup.cluster, setup.schedule, setup.options));
+  if (replay) {
+    const DeviceMemory device =
+        DeviceMemoryFromReplay(setup.cluster, setup.options.config, replay->allocated_peak,
+                               replay->reserved_peak, "replay", 0);
+    result.memory_replay = MemoryReplayName(replay->replay);
+    result.replay_reserved_peak_bytes = device.ReservedBytes();
+    result.replay_allocated_peak_bytes = replay->allocated_peak;
+    result.notes.push_back(
+        ReplayedMemoryNote(*replay, device.ReservedBytes() - replay->reserved_peak));
+  }
   if (!gpu_warning.empty()) result.notes.push_back(gpu_warning);
   if (!dispatcher_warning.empty()) result.notes.push_back(dispatcher_warning);
   PIPECAST_RETURN_IF_ERROR(WriteOutputs(flags, model, bytes, setup, result, progress));
   std::string out = flags.json ? ResultToJson(result) : ResultToText(result, setup.cluster);
   if (!flags.json) {
-    out += DeviceMemorySection(result, setup.cluster, setup.options.config, setup.schedule);
+    out += DeviceMemorySection(result, setup.cluster, setup.options.config, setup.schedule, replay);
   }
   if (flags.gantt && !flags.json) {
     GanttOptions gantt;

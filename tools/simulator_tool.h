@@ -57,6 +57,10 @@ struct SimulatorToolOptions {
   std::string reshard_after_forward = "on";
   std::string shard_prefetch = "on";
   std::string reduce_every_microbatch = "on";
+  // --memory-replay: off, or torchtitan-fsdp2 (sim/memory_replay.h): memory as the GPU reports
+  // it from a replay of that framework's step through PyTorch's caching allocator, refused for a
+  // configuration the replay does not describe.
+  std::string memory_replay = "off";
   std::string trace_path;                // --trace: the Chrome trace
   std::string report_path;               // --report: the self-contained HTML report
   std::string command_line;              // as typed, shown in the report's inputs
