@@ -226,8 +226,7 @@ TEST(ClusterFormat, NcclAlgoListsTheAlgorithms) {
 
   json bad = MinimalCluster();
   bad["inter_node"]["nccl_algo"] = "Tree";
-  EXPECT_THAT(ParseClusterJson(bad).status().message(),
-              testing::HasSubstr("inter_node.nccl_algo"));
+  EXPECT_THAT(ParseClusterJson(bad).status().message(), testing::HasSubstr("inter_node.nccl_algo"));
   bad["inter_node"]["nccl_algo"] = "Ring,CollnetDirect";
   EXPECT_THAT(ParseClusterJson(bad).status().message(), testing::HasSubstr("\"collnetdirect\""));
 }

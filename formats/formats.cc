@@ -578,8 +578,7 @@ Status ReadLink(const Reader& r, const json& root, const char* key, Link* link) 
   PIPECAST_RETURN_IF_ERROR(
       r.CheckKeys(*v, key,
                   {"bandwidth_gbps", "latency_us", "efficiency", "step_latency_us",
-                   "collective_latency_us", "nvls_bandwidth_gbps", "nccl_proto",
-                   "nccl_algo"}));
+                   "collective_latency_us", "nvls_bandwidth_gbps", "nccl_proto", "nccl_algo"}));
   PIPECAST_RETURN_IF_ERROR(r.Number(*v, key, "bandwidth_gbps", kBandwidth, &link->bandwidth_gbps));
   PIPECAST_RETURN_IF_ERROR(r.Number(*v, key, "latency_us", kTimeUs, &link->latency_us));
   // Optional: how collectives run over the link (sim/collectives.h); a file

@@ -66,8 +66,8 @@
 //   which Simple pays twice and LL and LL128 once. NVLS and NVLS tree are
 //   Simple only. LL and LL128 are taken only where the group's link has a
 //   collective_latency_us (the presets); not modelled: NCCL's tree
-//   algorithm among the defaults (and its LL and LL128), the per-channel LL128 cap (36.7 GB/s a channel on Hopper, 20
-//   on Ampere), the ring Simple plateau factor (x1.4 across nodes).
+//   algorithm among the defaults (and its LL and LL128), the per-channel LL128 cap (36.7 GB/s a
+//   channel on Hopper, 20 on Ampere), the ring Simple plateau factor (x1.4 across nodes).
 // A link's defaults (efficiency 1, step latency = latency_us, no fixed
 // latency, no NVLS) give the plain ring this replaced, so a cluster file
 // without the collective fields times exactly as before (Simple alone).

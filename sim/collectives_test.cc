@@ -409,10 +409,9 @@ TEST(CollectivesCalibration, NcclTestsBusBandwidthWithinFifteenPercent) {
     ASSERT_EQ(group.nodes, row.nodes) << row.source;
     const CollectiveCost cost = CollectiveCostOf(cluster, row.op, row.bytes, group);
     const double predicted = BusBandwidthGbps(row.op, row.bytes, row.gpus, cost.ns);
-    const double published =
-        row.published_us > 0
-            ? BusBandwidthGbps(row.op, row.bytes, row.gpus, UsToNs(row.published_us))
-            : row.published_gbps;
+    const double published = row.published_us > 0 ? BusBandwidthGbps(row.op, row.bytes, row.gpus,
+                                                                     UsToNs(row.published_us))
+                                                  : row.published_gbps;
     const double error = predicted / published - 1;
     std::printf(
         "| %s | %s | %s | %lld B | %d GPUs, %d nodes | %.4g | %.4g (%s, %s; %.1f us) | "
