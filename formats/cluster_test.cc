@@ -202,6 +202,35 @@ TEST(ClusterFormat, NcclProtoListsTheProtocols) {
   EXPECT_THAT(ParseClusterJson(bad).status().message(), testing::HasSubstr("\"tree\""));
 }
 
+// `<link>.nccl_algo` lists NCCL's algorithms as NCCL_ALGO does (GCP's TCPXO
+// profile: "Ring,Tree", NVLS off); without it the model's default (ring,
+// NVLS, NVLS tree). Written only when it differs, and read back alike.
+TEST(ClusterFormat, NcclAlgoListsTheAlgorithms) {
+  json j = MinimalCluster();
+  j["inter_node"]["nccl_algo"] = "Ring,Tree";
+  j["intra_node"]["nccl_algo"] = "ring,nvls";
+  Result<Cluster> c = ParseClusterJson(j);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->inter_node.nccl_algos, kNcclAlgoRing | kNcclAlgoTree);
+  EXPECT_EQ(c->intra_node.nccl_algos, kNcclAlgoRing | kNcclAlgoNvls);
+  const json written = ClusterJson(*c);
+  EXPECT_EQ(written["inter_node"]["nccl_algo"], "Ring,Tree");
+  EXPECT_EQ(written["intra_node"]["nccl_algo"], "Ring,NVLS");
+  Result<Cluster> back = ParseCluster(written.dump(), "c.json");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->inter_node.nccl_algos, kNcclAlgoRing | kNcclAlgoTree);
+  Result<Cluster> plain = ParseClusterJson(MinimalCluster());
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->inter_node.nccl_algos, kNcclAlgoDefault);
+  EXPECT_FALSE(ClusterJson(*plain)["inter_node"].contains("nccl_algo"));
+
+  json bad = MinimalCluster();
+  bad["inter_node"]["nccl_algo"] = "Tree";
+  EXPECT_THAT(ParseClusterJson(bad).status().message(), testing::HasSubstr("inter_node.nccl_algo"));
+  bad["inter_node"]["nccl_algo"] = "Ring,CollnetDirect";
+  EXPECT_THAT(ParseClusterJson(bad).status().message(), testing::HasSubstr("\"collnetdirect\""));
+}
+
 TEST(ClusterFormat, HbmBandwidthIsOptional) {
   json j = MinimalCluster();
   j["gpu"].erase("memory_bandwidth_gbps");

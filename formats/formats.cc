@@ -576,6 +576,44 @@ Status ReadNcclProto(const Reader& r, const json& v, const char* key, Link* link
   return Status::Ok();
 }
 
+// `<link>.nccl_algo`: the algorithms as NCCL_ALGO lists them ("Ring,Tree",
+// "ring,nvls"; any case), Ring among them.
+Status ReadNcclAlgo(const Reader& r, const json& v, const char* key, Link* link) {
+  std::optional<std::string> algo;
+  PIPECAST_RETURN_IF_ERROR(r.String(v, key, "nccl_algo", &algo));
+  if (!algo) return Status::Ok();
+  link->nccl_algos = 0;
+  std::string_view rest = *algo;
+  while (true) {
+    const size_t comma = rest.find(',');
+    std::string name(rest.substr(0, comma));
+    std::transform(name.begin(), name.end(), name.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    if (name == "ring") {
+      link->nccl_algos |= kNcclAlgoRing;
+    } else if (name == "tree") {
+      link->nccl_algos |= kNcclAlgoTree;
+    } else if (name == "nvls") {
+      link->nccl_algos |= kNcclAlgoNvls;
+    } else if (name == "nvlstree") {
+      link->nccl_algos |= kNcclAlgoNvlsTree;
+    } else {
+      return r.Error(Member(key, "nccl_algo"),
+                     fmt::format("\"{}\" is not an algorithm pipecast times; list Ring, Tree, "
+                                 "NVLS, NVLSTree, comma-separated",
+                                 name));
+    }
+    if (comma == std::string_view::npos) break;
+    rest.remove_prefix(comma + 1);
+  }
+  if ((link->nccl_algos & kNcclAlgoRing) == 0) {
+    return r.Error(Member(key, "nccl_algo"),
+                   "Ring must be among the algorithms (\"Ring\"): all-gathers and "
+                   "reduce-scatters run only as rings");
+  }
+  return Status::Ok();
+}
+
 Status ReadLink(const Reader& r, const json& root, const char* key, Link* link) {
   const json* v = nullptr;
   PIPECAST_RETURN_IF_ERROR(
@@ -584,7 +622,7 @@ Status ReadLink(const Reader& r, const json& root, const char* key, Link* link) 
   PIPECAST_RETURN_IF_ERROR(
       r.CheckKeys(*v, key,
                   {"bandwidth_gbps", "latency_us", "efficiency", "step_latency_us",
-                   "collective_latency_us", "nvls_bandwidth_gbps", "nccl_proto"}));
+                   "collective_latency_us", "nvls_bandwidth_gbps", "nccl_proto", "nccl_algo"}));
   PIPECAST_RETURN_IF_ERROR(r.Number(*v, key, "bandwidth_gbps", kBandwidth, &link->bandwidth_gbps));
   PIPECAST_RETURN_IF_ERROR(r.Number(*v, key, "latency_us", kTimeUs, &link->latency_us));
   // Optional: how collectives run over the link (sim/collectives.h); a file
@@ -602,7 +640,8 @@ Status ReadLink(const Reader& r, const json& root, const char* key, Link* link) 
     return r.Error(Member(key, "nvls_bandwidth_gbps"),
                    "NVLink SHARP runs inside a node: give it on intra_node");
   }
-  return ReadNcclProto(r, *v, key, link);
+  PIPECAST_RETURN_IF_ERROR(ReadNcclProto(r, *v, key, link));
+  return ReadNcclAlgo(r, *v, key, link);
 }
 
 Status ReadGpu(const Reader& r, const json& root, GpuSpec* gpu) {
@@ -812,6 +851,13 @@ nlohmann::ordered_json LinkJson(const Link& link) {
     std::string proto = link.protocol_ll ? "LL," : "";
     if (link.protocol_ll128) proto += "LL128,";
     out["nccl_proto"] = proto + "Simple";
+  }
+  if (link.nccl_algos != kNcclAlgoDefault) {
+    std::string algo = "Ring";
+    if (link.nccl_algos & kNcclAlgoTree) algo += ",Tree";
+    if (link.nccl_algos & kNcclAlgoNvls) algo += ",NVLS";
+    if (link.nccl_algos & kNcclAlgoNvlsTree) algo += ",NVLSTree";
+    out["nccl_algo"] = algo;
   }
   return out;
 }

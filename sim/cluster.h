@@ -29,6 +29,14 @@ namespace pipecast {
 // The rest say how NCCL's collectives run over it (sim/collectives.h); their
 // defaults give the plain model (a ring at the full bandwidth, the point-to-
 // point latency per step), which is what a cluster file without them means.
+// Bits of Link::nccl_algos, NCCL_ALGO's names: "Ring", "Tree", "NVLS",
+// "NVLSTree".
+constexpr unsigned kNcclAlgoRing = 1;
+constexpr unsigned kNcclAlgoTree = 2;
+constexpr unsigned kNcclAlgoNvls = 4;
+constexpr unsigned kNcclAlgoNvlsTree = 8;
+constexpr unsigned kNcclAlgoDefault = kNcclAlgoRing | kNcclAlgoNvls | kNcclAlgoNvlsTree;
+
 struct Link {
   double bandwidth_gbps = 0;  // gigabytes (10^9 bytes) per second; 0 = infinite
   double latency_us = 0;
@@ -51,6 +59,13 @@ struct Link {
   // they apply where collective_latency_us is given (sim/collectives.h).
   bool protocol_ll = true;
   bool protocol_ll128 = true;
+  // The algorithms NCCL may run on a collective whose group uses this link
+  // (the link chosen as for the protocols), as NCCL_ALGO (and
+  // NCCL_NVLS_ENABLE=0) allow them: a mask of kNcclAlgo* bits, Ring always
+  // among them. The default is the model's own choice (ring, NVLS, NVLS tree:
+  // NCCL's plain tree is timed only where a cluster file names it;
+  // sim/collectives.h).
+  unsigned nccl_algos = kNcclAlgoDefault;
 
   TimeNs LatencyNs() const { return UsToNs(latency_us); }
   TimeNs StepLatencyNs() const {

@@ -144,6 +144,34 @@ TimeNs NvlsTreeNs(const Fabric& f, Bytes bytes, const CollectiveGroup& g, int pi
   return pieces * fixed + std::max(TransferNs(bytes, f.intra.nvls_bandwidth_gbps), network);
 }
 
+// NCCL's tree all-reduce across nodes (Simple): a chain through the p GPUs of
+// each node over NVLink, a tree (two nodes) or double binary tree (more)
+// across them. Each GPU sends the buffer twice over NVLink (up the chain
+// reducing, down it broadcasting), and each node's NICs carry it k times per
+// direction (k = 1 on two nodes, 2 on more), 1/p of it through each GPU's
+// share; the slower of the two sets the time. Latency: the fixed latency,
+// 2(p - 1) NVLink steps and 2 ceil(log2 N) network steps.
+TimeNs TreeNs(const Fabric& f, Bytes bytes, const CollectiveGroup& g, int pieces) {
+  const int depth = std::bit_width(static_cast<unsigned>(g.nodes - 1));  // ceil(log2 N)
+  const TimeNs fixed = f.inter.CollectiveLatencyNs() +
+                       2 * int64_t{g.per_node - 1} * f.intra.StepLatencyNs() +
+                       2 * int64_t{depth} * f.inter.StepLatencyNs();
+  const double crossings = g.nodes == 2 ? 1 : 2;
+  const TimeNs network = VolumeNs(crossings / g.per_node, bytes,
+                                  Effective(f.network_gbps_per_gpu, f.inter.efficiency));
+  const TimeNs nvlink =
+      g.per_node > 1 ? VolumeNs(2, bytes, Effective(f.intra.bandwidth_gbps, f.intra.efficiency))
+                     : 0;
+  return pieces * fixed + std::max(nvlink, network);
+}
+
+// The algorithms the group's link allows (Link::nccl_algos; the intra-node
+// link's inside a node, the inter-node link's across nodes).
+bool AlgorithmOn(const Fabric& f, const CollectiveGroup& g, unsigned algorithm) {
+  const Link& link = g.nodes > 1 ? f.inter : f.intra;
+  return (link.nccl_algos & algorithm) != 0;
+}
+
 CollectiveCost Best(const Fabric& f, Collective op, Bytes bytes, const CollectiveGroup& g,
                     int pieces) {
   if (g.ranks <= 1 || bytes <= 0) return {};
@@ -154,8 +182,14 @@ CollectiveCost Best(const Fabric& f, Collective op, Bytes bytes, const Collectiv
     const TimeNs ns = RingNs(f, op, bytes, g, pieces, p);
     if (ns < best.ns) best = {ns, CollectiveAlgorithm::kRing, p};
   }
-  const bool nvls = op == Collective::kAllReduce && f.intra.nvls_bandwidth_gbps > 0 &&
-                    f.intra.bandwidth_gbps > 0 && g.per_node >= 2;
+  if (op != Collective::kAllReduce) return best;
+  if (g.nodes > 1 && AlgorithmOn(f, g, kNcclAlgoTree)) {
+    const CollectiveCost tree{TreeNs(f, bytes, g, pieces), CollectiveAlgorithm::kTree};
+    if (tree.ns < best.ns) best = tree;
+  }
+  const bool nvls = f.intra.nvls_bandwidth_gbps > 0 && f.intra.bandwidth_gbps > 0 &&
+                    g.per_node >= 2 &&
+                    AlgorithmOn(f, g, g.nodes == 1 ? kNcclAlgoNvls : kNcclAlgoNvlsTree);
   if (nvls) {
     const CollectiveCost other =
         g.nodes == 1
@@ -202,6 +236,8 @@ const char* CollectiveAlgorithmName(CollectiveAlgorithm algorithm) {
       return "NVLS";
     case CollectiveAlgorithm::kNvlsTree:
       return "NVLS tree";
+    case CollectiveAlgorithm::kTree:
+      return "tree";
   }
   return "";
 }

@@ -33,6 +33,19 @@
 //     exchange once), 2 for more (NCCL's double binary tree sends each byte
 //     up and down); latency collective_latency_us + 2 NVLink steps +
 //     2·ceil(log2 N) network steps.
+//   - tree (all-reduce over nodes, only where the group's link lists "Tree"
+//     in nccl_algo): NCCL's tree without NVLS, a chain through each node's
+//     p GPUs over NVLink and a tree across nodes: the slower of 2·S over
+//     NVLink (each GPU sends the buffer up the chain and down it again;
+//     none with p = 1) and k·S / p over its NIC share, k as for NVLS tree;
+//     latency collective_latency_us + 2(p−1) NVLink steps + 2·ceil(log2 N)
+//     network steps; Simple only.
+// A link's nccl_algo (Link::nccl_algos, NCCL_ALGO; "NVLS"/"NVLSTree" left
+// out = NCCL_NVLS_ENABLE=0) limits the algorithms for a group that uses it
+// (the intra-node link's inside a node, the inter-node link's across nodes);
+// Ring is always among them. Without it the model chooses among ring, NVLS
+// and NVLS tree, not the plain tree: NCCL's default tuner would also weigh
+// the tree, which the model leaves to cluster files that name it.
 // Each ring also runs in NCCL's three protocols, and the fastest (algorithm,
 // protocol) pair is taken, as ncclTopoTuneModel / ncclTopoGetAlgoTime do
 // (NVIDIA/nccl src/graph/tuning.cc at 5067397c2676d5aed50042fc39e5c8ee96eb0027,
@@ -53,8 +66,8 @@
 //   which Simple pays twice and LL and LL128 once. NVLS and NVLS tree are
 //   Simple only. LL and LL128 are taken only where the group's link has a
 //   collective_latency_us (the presets); not modelled: NCCL's tree
-//   algorithm, the per-channel LL128 cap (36.7 GB/s a channel on Hopper, 20
-//   on Ampere), the ring Simple plateau factor (x1.4 across nodes).
+//   algorithm among the defaults (and its LL and LL128), the per-channel LL128 cap (36.7 GB/s a
+//   channel on Hopper, 20 on Ampere), the ring Simple plateau factor (x1.4 across nodes).
 // A link's defaults (efficiency 1, step latency = latency_us, no fixed
 // latency, no NVLS) give the plain ring this replaced, so a cluster file
 // without the collective fields times exactly as before (Simple alone).
@@ -76,8 +89,8 @@ enum class Collective { kAllReduce, kAllGather, kReduceScatter };
 // "all-reduce", "all-gather", "reduce-scatter".
 const char* CollectiveName(Collective op);
 
-enum class CollectiveAlgorithm { kNone, kRing, kNvls, kNvlsTree };
-// "none" (one GPU), "ring", "NVLS", "NVLS tree".
+enum class CollectiveAlgorithm { kNone, kRing, kNvls, kNvlsTree, kTree };
+// "none" (one GPU), "ring", "NVLS", "NVLS tree", "tree".
 const char* CollectiveAlgorithmName(CollectiveAlgorithm algorithm);
 
 // The GPUs of one collective: `ranks` of them over `nodes` nodes, at least

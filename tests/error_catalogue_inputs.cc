@@ -578,6 +578,19 @@ std::vector<Case> UnknownNameRows() {
                                           "\"latency_us\": 5, \"nccl_proto\": \"Simple,Tree\"}")}},
                   std::string(kSim) + " --cluster {dir}/c.json", 1,
                   "\"tree\" is not a protocol; list LL, LL128, Simple, comma-separated"));
+  // NCCL_ALGO's list on a link: Ring must stay, and only the algorithms pipecast times.
+  c.push_back(Row("cluster_nccl_algo_without_ring", kSimulator,
+                  {kGoodModel,
+                   {"c.json", ClusterWith("\"latency_us\": 5}",
+                                          "\"latency_us\": 5, \"nccl_algo\": \"Tree\"}")}},
+                  std::string(kSim) + " --cluster {dir}/c.json", 1,
+                  "inter_node.nccl_algo: Ring must be among the algorithms (\"Ring\")"));
+  c.push_back(Row("cluster_nccl_algo_unknown", kSimulator,
+                  {kGoodModel,
+                   {"c.json", ClusterWith("\"latency_us\": 5}",
+                                          "\"latency_us\": 5, \"nccl_algo\": \"Ring,PAT\"}")}},
+                  std::string(kSim) + " --cluster {dir}/c.json", 1,
+                  "\"pat\" is not an algorithm pipecast times; list Ring, Tree, NVLS, NVLSTree"));
   return c;
 }
 
