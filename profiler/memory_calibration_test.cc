@@ -179,7 +179,9 @@ Prediction Predict(const MemoryRow& row) {
   if (!result.ok()) return {};
   const Bytes allocated = result->per_rank[0].peak_memory_bytes;
   const DeviceMemory device = DeviceMemoryFor(*cluster, sim.config, allocated, 0);
-  Prediction p{.allocated_gib = ToGiB(allocated), .reserved_gib = ToGiB(device.ReservedBytes())};
+  Prediction p;
+  p.allocated_gib = ToGiB(allocated);
+  p.reserved_gib = ToGiB(device.ReservedBytes());
   Replay(row, *model, *cluster, sim, device, &p);
   // As `simulator --stages 1 --microbatches 1 ... --memory-replay torchtitan-fsdp2` completes
   // the configuration.

@@ -181,8 +181,12 @@ const Refusal kRefusals[] = {
     // A file written with the first four keys only.
     {"OlderArchitecture",
      [](Model& m, TrainingConfig&) {
-       m.source.architecture =
-           ModelArchitecture{.hidden = 4096, .sequence_length = 8192, .heads = 32, .kv_heads = 8};
+       ModelArchitecture a;
+       a.hidden = 4096;
+       a.sequence_length = 8192;
+       a.heads = 32;
+       a.kv_heads = 8;
+       m.source.architecture = a;
      },
      "source.architecture.layers is missing"},
     {"NoVocab", [](Model& m, TrainingConfig&) { m.source.architecture->vocab = 0; },

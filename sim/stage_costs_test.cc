@@ -594,7 +594,11 @@ TEST(CostsWithinPeak, TheWholeModelIsCheckedWhereOnlyItGivesFlops) {
 TEST(TensorParallelHeads, ADegreeMustDivideTheHeadsAndTheKeyValueHeads) {
   Model m = OneLayerOfATeraflop(1, 1, 1000);
   EXPECT_TRUE(CheckTensorParallelHeads(m, 3).ok());  // no architecture: not checked
-  m.source.architecture = ModelArchitecture{.hidden = 4096, .heads = 32, .kv_heads = 8};
+  ModelArchitecture architecture;
+  architecture.hidden = 4096;
+  architecture.heads = 32;
+  architecture.kv_heads = 8;
+  m.source.architecture = architecture;
   EXPECT_TRUE(CheckTensorParallelHeads(m, 8).ok());
   EXPECT_EQ(CheckTensorParallelHeads(m, 16).message(),
             "--tensor-parallel 16 does not divide the model's 8 key-value heads "

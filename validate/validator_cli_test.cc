@@ -467,7 +467,9 @@ std::string PlanExpertParallel(const TempDir& dir, const std::string& model, int
   EXPECT_THAT(r.out, HasSubstr("p=" + std::to_string(stages) + " d=2 1f1b"));
   const nlohmann::json j = nlohmann::json::parse(cli_test::ReadText(plan));
   EXPECT_EQ(j["expert_parallel"], 2);
-  if (!dispatcher.empty()) EXPECT_EQ(j["ep_dispatcher"], dispatcher);
+  if (!dispatcher.empty()) {
+    EXPECT_EQ(j["ep_dispatcher"], dispatcher);
+  }
   return plan;
 }
 
