@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <exception>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -542,76 +543,71 @@ Status ReadModel(const Reader& r, const json& root, Model* model) {
 // ---------------------------------------------------------------------------
 // cluster files
 
-// `<link>.nccl_proto`: the protocols as NCCL_PROTO lists them ("Simple",
-// "Simple,LL128", "LL,LL128,Simple"; any case), Simple among them.
-Status ReadNcclProto(const Reader& r, const json& v, const char* key, Link* link) {
-  std::optional<std::string> proto;
-  PIPECAST_RETURN_IF_ERROR(r.String(v, key, "nccl_proto", &proto));
-  if (!proto) return Status::Ok();
-  bool simple = false;
-  link->protocol_ll = link->protocol_ll128 = false;
-  std::string_view rest = *proto;
+// One name of an NCCL list setting and its bit.
+struct NcclName {
+  const char* name;  // lower case
+  unsigned bit;
+};
+
+// `<link>.<field>`: names as NCCL's environment variables list them,
+// comma-separated, any case, `required` among them. Sets `bits` to the names'
+// bits when the field is given and leaves it unchanged when not.
+Status ReadNcclList(const Reader& r, const json& v, const char* key, const char* field,
+                    std::span<const NcclName> names, const char* unknown, unsigned required,
+                    const char* missing, unsigned* bits) {
+  std::optional<std::string> list;
+  PIPECAST_RETURN_IF_ERROR(r.String(v, key, field, &list));
+  if (!list) return Status::Ok();
+  unsigned given = 0;
+  std::string_view rest = *list;
   while (true) {
     const size_t comma = rest.find(',');
     std::string name(rest.substr(0, comma));
     std::transform(name.begin(), name.end(), name.begin(),
                    [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    if (name == "simple") {
-      simple = true;
-    } else if (name == "ll") {
-      link->protocol_ll = true;
-    } else if (name == "ll128") {
-      link->protocol_ll128 = true;
-    } else {
-      return r.Error(
-          Member(key, "nccl_proto"),
-          fmt::format("\"{}\" is not a protocol; list LL, LL128, Simple, comma-separated", name));
+    const auto it =
+        std::find_if(names.begin(), names.end(), [&](const NcclName& n) { return name == n.name; });
+    if (it == names.end()) {
+      return r.Error(Member(key, field), fmt::format("\"{}\" {}", name, unknown));
     }
+    given |= it->bit;
     if (comma == std::string_view::npos) break;
     rest.remove_prefix(comma + 1);
   }
-  if (!simple) {
-    return r.Error(Member(key, "nccl_proto"), "Simple must be among the protocols (\"Simple\")");
-  }
+  if ((given & required) == 0) return r.Error(Member(key, field), missing);
+  *bits = given;
+  return Status::Ok();
+}
+
+// `<link>.nccl_proto`: the protocols as NCCL_PROTO lists them ("Simple",
+// "Simple,LL128", "LL,LL128,Simple"; any case), Simple among them.
+Status ReadNcclProto(const Reader& r, const json& v, const char* key, Link* link) {
+  constexpr unsigned kSimple = 1, kLl = 2, kLl128 = 4;
+  constexpr NcclName kProtocols[] = {{"simple", kSimple}, {"ll", kLl}, {"ll128", kLl128}};
+  unsigned bits = kSimple | (link->protocol_ll ? kLl : 0) | (link->protocol_ll128 ? kLl128 : 0);
+  PIPECAST_RETURN_IF_ERROR(
+      ReadNcclList(r, v, key, "nccl_proto", kProtocols,
+                   "is not a protocol; list LL, LL128, Simple, comma-separated", kSimple,
+                   "Simple must be among the protocols (\"Simple\")", &bits));
+  link->protocol_ll = (bits & kLl) != 0;
+  link->protocol_ll128 = (bits & kLl128) != 0;
   return Status::Ok();
 }
 
 // `<link>.nccl_algo`: the algorithms as NCCL_ALGO lists them ("Ring,Tree",
 // "ring,nvls"; any case), Ring among them.
 Status ReadNcclAlgo(const Reader& r, const json& v, const char* key, Link* link) {
-  std::optional<std::string> algo;
-  PIPECAST_RETURN_IF_ERROR(r.String(v, key, "nccl_algo", &algo));
-  if (!algo) return Status::Ok();
-  link->nccl_algos = 0;
-  std::string_view rest = *algo;
-  while (true) {
-    const size_t comma = rest.find(',');
-    std::string name(rest.substr(0, comma));
-    std::transform(name.begin(), name.end(), name.begin(),
-                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    if (name == "ring") {
-      link->nccl_algos |= kNcclAlgoRing;
-    } else if (name == "tree") {
-      link->nccl_algos |= kNcclAlgoTree;
-    } else if (name == "nvls") {
-      link->nccl_algos |= kNcclAlgoNvls;
-    } else if (name == "nvlstree") {
-      link->nccl_algos |= kNcclAlgoNvlsTree;
-    } else {
-      return r.Error(Member(key, "nccl_algo"),
-                     fmt::format("\"{}\" is not an algorithm pipecast times; list Ring, Tree, "
-                                 "NVLS, NVLSTree, comma-separated",
-                                 name));
-    }
-    if (comma == std::string_view::npos) break;
-    rest.remove_prefix(comma + 1);
-  }
-  if ((link->nccl_algos & kNcclAlgoRing) == 0) {
-    return r.Error(Member(key, "nccl_algo"),
-                   "Ring must be among the algorithms (\"Ring\"): all-gathers and "
-                   "reduce-scatters run only as rings");
-  }
-  return Status::Ok();
+  constexpr NcclName kAlgorithms[] = {{"ring", kNcclAlgoRing},
+                                      {"tree", kNcclAlgoTree},
+                                      {"nvls", kNcclAlgoNvls},
+                                      {"nvlstree", kNcclAlgoNvlsTree}};
+  return ReadNcclList(r, v, key, "nccl_algo", kAlgorithms,
+                      "is not an algorithm pipecast times; list Ring, Tree, NVLS, NVLSTree, "
+                      "comma-separated",
+                      kNcclAlgoRing,
+                      "Ring must be among the algorithms (\"Ring\"): all-gathers and "
+                      "reduce-scatters run only as rings",
+                      &link->nccl_algos);
 }
 
 Status ReadLink(const Reader& r, const json& root, const char* key, Link* link) {
