@@ -1,8 +1,8 @@
-// model.json and cluster files (formats/formats.h, docs/formats.md): their fields, ranges and
-// cross-field rules. The typed reads, the JSON parse and the wording of field errors come from
-// the formats part's one JSON reader (formats/internal/json_reader.h): nlohmann::json exceptions
-// are caught there and here, and every failure becomes a Status naming the file, the JSON path
-// and what to do. The cluster presets live in cluster.cc.
+// model.json (formats/formats.h, docs/formats.md): its fields, ranges and cross-field rules
+// (cluster files: formats/cluster_io.cc). The typed reads, the JSON parse and the wording of field
+// errors come from the formats part's one JSON reader (formats/internal/json_reader.h):
+// nlohmann::json exceptions are caught there and here, and every failure becomes a Status naming
+// the file, the JSON path and what to do. The cluster presets live in cluster.cc.
 #include "formats/formats.h"
 
 #include <fmt/format.h>
@@ -21,6 +21,7 @@
 
 #include "base/units.h"
 #include "formats/file_util.h"
+#include "formats/internal/format_rules.h"
 #include "formats/internal/json_reader.h"
 
 namespace pipecast {
@@ -33,65 +34,24 @@ using internal::IntRule;
 using internal::Join;
 using internal::Member;
 using internal::NumberRule;
+using internal::ParseWith;
 using internal::Shown;
 using internal::WithoutExceptionId;
 using Reader = internal::JsonReader;
-
-// Limits past which a number is a unit mistake, not a measurement. They also
-// keep every conversion to integer ns or bytes far from int64 overflow.
-constexpr double kMaxTimeUs = 1e12;                   // 11.6 days for one op
-constexpr int64_t kMaxBytes = int64_t{1} << 50;       // 1 PiB
-constexpr int64_t kMaxParameters = int64_t{1} << 50;  // ~1.1e15 in a layer
-constexpr int64_t kMaxMicrobatchSize = 1 << 20;       // samples in a micro-batch
-constexpr int64_t kMaxSequenceLength = 1 << 30;       // tokens in a sample
-constexpr int64_t kMaxGlobalBatch = 1 << 30;          // samples in an iteration
-constexpr int64_t kMaxGpusPerNode = 1 << 16;          // GPUs behind one fast link
-constexpr double kMaxFlops = 1e24;                    // FLOPs for one sample
-constexpr double kMaxBandwidthGbps = 1e6;             // 1 PB/s
-constexpr double kMaxTflops = 1e6;                    // 1 EFLOP/s per GPU
-constexpr Bytes kMinGpuMemoryBytes = kMiB;            // less is GB written as bytes
-
-constexpr std::string_view kSourceMethods[] = {"cupti", "cpu", "analytic", "manual", "trace"};
-
-constexpr IntRule kParameterCount = {0, kMaxParameters, "2^50", "a parameter count"};
-// A layer's `moe`: routed experts (kMaxSpecExperts of the analytic profiler)
-// and the dispatched token's width (its kMaxSpecWidth).
-constexpr int kMaxExperts = 1 << 16;
-constexpr int64_t kMaxMoeHidden = 1 << 20;
-// A layer's `moe.capacity_factor`: Megatron-LM's --moe-expert-capacity-factor
-// (the analytic profiler's kMaxMoeImbalance bounds it).
-constexpr NumberRule kCapacityFactor = {0, true, 64, "64",
-                                        "each expert's token capacity over the mean, e.g. 1.25"};
-constexpr IntRule kMicrobatchSize = {1, kMaxMicrobatchSize, "2^20",
-                                     "a micro-batch size in samples"};
-constexpr int64_t kMaxTensorParallel = 1 << 16;  // GPUs splitting one layer, as gpus_per_node
-constexpr IntRule kTensorParallel = {1, kMaxTensorParallel, "2^16",
-                                     "a tensor-parallel degree t (GPUs splitting the layer)"};
-constexpr IntRule kCollectives = {0, 1 << 10, "1024", "a number of collectives per micro-batch"};
-constexpr IntRule kSizeBytes = {0, kMaxBytes, "2^50 bytes (1 PiB)", "a size in bytes"};
-constexpr IntRule kMemoryBytes = {0, kMaxBytes, "2^50 bytes (1 PiB)",
-                                  "a size in bytes, 0 = unlimited"};
-constexpr IntRule kReserveBytes = {0, kMaxBytes, "2^50 bytes (1 PiB)",
-                                   "a size in bytes taken by the runtime before training"};
-constexpr NumberRule kHeadroom = {0, false, 1, "1",
-                                  "a fraction of memory_bytes kept free, e.g. 0.05 for 5%"};
-constexpr IntRule kSequenceLength = {1, kMaxSequenceLength, "2^30",
-                                     "a number of tokens per sample"};
-constexpr IntRule kGlobalBatch = {1, kMaxGlobalBatch, "2^30", "a number of samples per iteration"};
-constexpr IntRule kGpusPerNode = {1, kMaxGpusPerNode, "2^16", "a number of GPUs"};
-constexpr NumberRule kTimeUs = {0, false, kMaxTimeUs, "1e12 us (11.6 days)",
-                                "a time in microseconds"};
-constexpr NumberRule kLayerFlops = {0, false, kMaxFlops, "1e24", "forward FLOPs of one sample"};
-constexpr NumberRule kSampleFlops = {0, true, kMaxFlops, "1e24", "forward FLOPs of one sample"};
-constexpr NumberRule kBandwidth = {0, false, kMaxBandwidthGbps, "1e6 GB/s",
-                                   "gigabytes (10^9 bytes) per second per direction, 0 = infinite"};
-constexpr NumberRule kEfficiency = {0, true, 1, "1",
-                                    "the share of the bandwidth a collective reaches, e.g. 0.8"};
-constexpr IntRule kNicsPerNode = {1, kMaxGpusPerNode, "2^16", "a number of NICs per node"};
-constexpr NumberRule kHbmBandwidth = {0, false, kMaxBandwidthGbps, "1e6 GB/s",
-                                      "gigabytes (10^9 bytes) per second, 0 = unknown"};
-constexpr NumberRule kTflops = {0, false, kMaxTflops, "1e6 TFLOP/s",
-                                "dense bf16 TFLOP/s, 0 = unknown"};
+using internal::kCapacityFactor;
+using internal::kCollectives;
+using internal::kGlobalBatch;
+using internal::kLayerFlops;
+using internal::kMaxExperts;
+using internal::kMaxMoeHidden;
+using internal::kMicrobatchSize;
+using internal::kParameterCount;
+using internal::kSampleFlops;
+using internal::kSequenceLength;
+using internal::kSizeBytes;
+using internal::kSourceMethods;
+using internal::kTensorParallel;
+using internal::kTimeUs;
 
 // ---------------------------------------------------------------------------
 // model.json
@@ -540,194 +500,6 @@ Status ReadModel(const Reader& r, const json& root, Model* model) {
   return Status::Ok();
 }
 
-// ---------------------------------------------------------------------------
-// cluster files
-
-// One name of an NCCL list setting and its bit.
-struct NcclName {
-  const char* name;  // lower case
-  unsigned bit;
-};
-
-// `<link>.<field>`: names as NCCL's environment variables list them,
-// comma-separated, any case, `required` among them. Sets `bits` to the names'
-// bits when the field is given and leaves it unchanged when not.
-Status ReadNcclList(const Reader& r, const json& v, const char* key, const char* field,
-                    std::span<const NcclName> names, const char* unknown, unsigned required,
-                    const char* missing, unsigned* bits) {
-  std::optional<std::string> list;
-  PIPECAST_RETURN_IF_ERROR(r.String(v, key, field, &list));
-  if (!list) return Status::Ok();
-  unsigned given = 0;
-  std::string_view rest = *list;
-  while (true) {
-    const size_t comma = rest.find(',');
-    std::string name(rest.substr(0, comma));
-    std::transform(name.begin(), name.end(), name.begin(),
-                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    const auto it =
-        std::find_if(names.begin(), names.end(), [&](const NcclName& n) { return name == n.name; });
-    if (it == names.end()) {
-      return r.Error(Member(key, field), fmt::format("\"{}\" {}", name, unknown));
-    }
-    given |= it->bit;
-    if (comma == std::string_view::npos) break;
-    rest.remove_prefix(comma + 1);
-  }
-  if ((given & required) == 0) return r.Error(Member(key, field), missing);
-  *bits = given;
-  return Status::Ok();
-}
-
-// `<link>.nccl_proto`: the protocols as NCCL_PROTO lists them ("Simple",
-// "Simple,LL128", "LL,LL128,Simple"; any case), Simple among them.
-Status ReadNcclProto(const Reader& r, const json& v, const char* key, Link* link) {
-  constexpr unsigned kSimple = 1, kLl = 2, kLl128 = 4;
-  constexpr NcclName kProtocols[] = {{"simple", kSimple}, {"ll", kLl}, {"ll128", kLl128}};
-  unsigned bits = kSimple | (link->protocol_ll ? kLl : 0) | (link->protocol_ll128 ? kLl128 : 0);
-  PIPECAST_RETURN_IF_ERROR(
-      ReadNcclList(r, v, key, "nccl_proto", kProtocols,
-                   "is not a protocol; list LL, LL128, Simple, comma-separated", kSimple,
-                   "Simple must be among the protocols (\"Simple\")", &bits));
-  link->protocol_ll = (bits & kLl) != 0;
-  link->protocol_ll128 = (bits & kLl128) != 0;
-  return Status::Ok();
-}
-
-// `<link>.nccl_algo`: the algorithms as NCCL_ALGO lists them ("Ring,Tree",
-// "ring,nvls"; any case), Ring among them.
-Status ReadNcclAlgo(const Reader& r, const json& v, const char* key, Link* link) {
-  constexpr NcclName kAlgorithms[] = {{"ring", kNcclAlgoRing},
-                                      {"tree", kNcclAlgoTree},
-                                      {"nvls", kNcclAlgoNvls},
-                                      {"nvlstree", kNcclAlgoNvlsTree}};
-  return ReadNcclList(r, v, key, "nccl_algo", kAlgorithms,
-                      "is not an algorithm pipecast times; list Ring, Tree, NVLS, NVLSTree, "
-                      "comma-separated",
-                      kNcclAlgoRing,
-                      "Ring must be among the algorithms (\"Ring\"): all-gathers and "
-                      "reduce-scatters run only as rings",
-                      &link->nccl_algos);
-}
-
-Status ReadLink(const Reader& r, const json& root, const char* key, Link* link) {
-  const json* v = nullptr;
-  PIPECAST_RETURN_IF_ERROR(
-      r.Find(root, "", key, "an object {bandwidth_gbps, latency_us}", true, &v));
-  PIPECAST_RETURN_IF_ERROR(r.CheckObject(*v, key));
-  PIPECAST_RETURN_IF_ERROR(
-      r.CheckKeys(*v, key,
-                  {"bandwidth_gbps", "latency_us", "efficiency", "step_latency_us",
-                   "collective_latency_us", "nvls_bandwidth_gbps", "nccl_proto", "nccl_algo"}));
-  PIPECAST_RETURN_IF_ERROR(r.Number(*v, key, "bandwidth_gbps", kBandwidth, &link->bandwidth_gbps));
-  PIPECAST_RETURN_IF_ERROR(r.Number(*v, key, "latency_us", kTimeUs, &link->latency_us));
-  // Optional: how collectives run over the link (sim/collectives.h); a file
-  // without them keeps the plain ring, as before these fields existed.
-  std::optional<double> efficiency, step, fixed, nvls;
-  PIPECAST_RETURN_IF_ERROR(r.Number(*v, key, "efficiency", kEfficiency, &efficiency));
-  PIPECAST_RETURN_IF_ERROR(r.Number(*v, key, "step_latency_us", kTimeUs, &step));
-  PIPECAST_RETURN_IF_ERROR(r.Number(*v, key, "collective_latency_us", kTimeUs, &fixed));
-  PIPECAST_RETURN_IF_ERROR(r.Number(*v, key, "nvls_bandwidth_gbps", kBandwidth, &nvls));
-  link->efficiency = efficiency.value_or(1);
-  link->step_latency_us = step.value_or(-1);
-  link->collective_latency_us = fixed.value_or(0);
-  link->nvls_bandwidth_gbps = nvls.value_or(0);
-  if (link->nvls_bandwidth_gbps != 0 && std::string(key) != "intra_node") {
-    return r.Error(Member(key, "nvls_bandwidth_gbps"),
-                   "NVLink SHARP runs inside a node: give it on intra_node");
-  }
-  PIPECAST_RETURN_IF_ERROR(ReadNcclProto(r, *v, key, link));
-  return ReadNcclAlgo(r, *v, key, link);
-}
-
-Status ReadGpu(const Reader& r, const json& root, GpuSpec* gpu) {
-  const json* v = nullptr;
-  PIPECAST_RETURN_IF_ERROR(
-      r.Find(root, "", "gpu", "an object {name, memory_bytes, peak_tflops}", true, &v));
-  const std::string path = "gpu";
-  PIPECAST_RETURN_IF_ERROR(r.CheckObject(*v, path));
-  PIPECAST_RETURN_IF_ERROR(
-      r.CheckKeys(*v, path,
-                  {"name", "memory_bytes", "memory_reserve_bytes", "memory_headroom", "peak_tflops",
-                   "memory_bandwidth_gbps", "peak_fp8_tflops", "mxfp8"}));
-  PIPECAST_RETURN_IF_ERROR(r.String(*v, path, "name", "the GPU's name", &gpu->name));
-  PIPECAST_RETURN_IF_ERROR(r.Integer(*v, path, "memory_bytes", kMemoryBytes, &gpu->memory_bytes));
-  if (gpu->memory_bytes > 0 && gpu->memory_bytes < kMinGpuMemoryBytes) {
-    return r.Error(Member(path, "memory_bytes"),
-                   fmt::format("{} bytes is too little for a GPU; the unit is bytes (80 GiB is "
-                               "85899345920), and 0 means unlimited",
-                               gpu->memory_bytes));
-  }
-  // Optional: a file without them keeps its whole memory_bytes (as before
-  // these fields existed, so older plan files replay unchanged).
-  std::optional<Bytes> reserve;
-  PIPECAST_RETURN_IF_ERROR(r.Integer(*v, path, "memory_reserve_bytes", kReserveBytes, &reserve));
-  gpu->memory_reserve_bytes = reserve.value_or(0);
-  std::optional<double> headroom;
-  PIPECAST_RETURN_IF_ERROR(r.Number(*v, path, "memory_headroom", kHeadroom, &headroom));
-  gpu->memory_headroom = headroom.value_or(0);
-  if (gpu->memory_headroom >= 1) {
-    return r.Error(Member(path, "memory_headroom"),
-                   "must be below 1: it is the fraction of memory_bytes kept free");
-  }
-  if (gpu->memory_bytes > 0 &&
-      gpu->memory_reserve_bytes + MemoryHeadroomBytes(*gpu) >= gpu->memory_bytes) {
-    return r.Error(Member(path, "memory_reserve_bytes"),
-                   fmt::format("{} bytes and memory_headroom {} leave nothing of memory_bytes {}",
-                               gpu->memory_reserve_bytes, gpu->memory_headroom, gpu->memory_bytes));
-  }
-  PIPECAST_RETURN_IF_ERROR(r.Number(*v, path, "peak_tflops", kTflops, &gpu->peak_tflops));
-  std::optional<double> hbm;
-  PIPECAST_RETURN_IF_ERROR(r.Number(*v, path, "memory_bandwidth_gbps", kHbmBandwidth, &hbm));
-  gpu->memory_bandwidth_gbps = hbm.value_or(0);
-  // Optional, read only (written plans leave them out, so that their text
-  // stays as it was): the FP8 peak and MXFP8 support --precision fp8 needs.
-  std::optional<double> fp8;
-  PIPECAST_RETURN_IF_ERROR(r.Number(*v, path, "peak_fp8_tflops", kTflops, &fp8));
-  gpu->peak_fp8_tflops = fp8.value_or(0);
-  if (v->contains("mxfp8")) {
-    if (!(*v)["mxfp8"].is_boolean()) {
-      return r.Error(Member(path, "mxfp8"), "must be true or false (MXFP8 tensor cores)");
-    }
-    gpu->mxfp8 = (*v)["mxfp8"].get<bool>();
-  }
-  return Status::Ok();
-}
-
-Status ReadCluster(const Reader& r, const json& root, Cluster* cluster) {
-  PIPECAST_RETURN_IF_ERROR(r.CheckObject(root, ""));
-  PIPECAST_RETURN_IF_ERROR(r.Format(root, kClusterFormat));
-  PIPECAST_RETURN_IF_ERROR(r.CheckKeys(
-      root, "",
-      {"format", "name", "gpus_per_node", "gpu", "intra_node", "inter_node", "nics_per_node"}));
-  PIPECAST_RETURN_IF_ERROR(r.String(root, "", "name", "the cluster's name", &cluster->name));
-  PIPECAST_RETURN_IF_ERROR(
-      r.Integer(root, "", "gpus_per_node", kGpusPerNode, &cluster->gpus_per_node));
-  PIPECAST_RETURN_IF_ERROR(ReadGpu(r, root, &cluster->gpu));
-  PIPECAST_RETURN_IF_ERROR(ReadLink(r, root, "intra_node", &cluster->intra_node));
-  PIPECAST_RETURN_IF_ERROR(ReadLink(r, root, "inter_node", &cluster->inter_node));
-  std::optional<int64_t> nics;
-  PIPECAST_RETURN_IF_ERROR(r.Integer(root, "", "nics_per_node", kNicsPerNode, &nics));
-  cluster->nics_per_node = static_cast<int>(nics.value_or(0));
-  return Status::Ok();
-}
-
-// Runs `read` on the parsed text; no exception gets past this function.
-template <typename T, typename ReadFn>
-Result<T> ParseWith(const std::string& text, const std::string& origin, ReadFn read) {
-  const Reader reader(origin, internal::kModelWording);
-  try {
-    json root;
-    PIPECAST_RETURN_IF_ERROR(reader.Parse(text, &root));
-    T value;
-    PIPECAST_RETURN_IF_ERROR(read(reader, root, &value));
-    return value;
-  } catch (const std::exception& e) {
-    return Status::Internal(origin +
-                            ": unexpected error while reading: " + WithoutExceptionId(e.what()));
-  }
-}
-
 }  // namespace
 
 Result<Model> ParseModel(const std::string& text, const std::string& origin) {
@@ -813,70 +585,5 @@ std::string ModelToJson(const Model& model) {
   root["layers"] = std::move(layers);
   return Dump(root);
 }
-
-Result<Cluster> ParseCluster(const std::string& text, const std::string& origin) {
-  return ParseWith<Cluster>(text, origin, ReadCluster);
-}
-
-Result<Cluster> LoadCluster(const std::string& spec) {
-  Result<Cluster> preset = ClusterPreset(spec);
-  if (preset.ok()) return preset;
-  Result<std::string> text = ReadFile(spec);
-  if (!text.ok()) {
-    const std::vector<std::string> names = ClusterPresetNames();
-    return Status::NotFound(
-        fmt::format("cluster '{}' is neither a preset ({}) nor a readable "
-                    "pipecast-cluster/1 file: {}",
-                    spec, Join({names.begin(), names.end()}), text.status().message()));
-  }
-  return ParseCluster(*text, spec);
-}
-
-namespace {
-
-// A link's keys; the collective ones only where they differ from the plain
-// ring's defaults, so a file that had none is written as it was read.
-nlohmann::ordered_json LinkJson(const Link& link) {
-  nlohmann::ordered_json out = {{"bandwidth_gbps", link.bandwidth_gbps},
-                                {"latency_us", link.latency_us}};
-  if (link.efficiency != 1) out["efficiency"] = link.efficiency;
-  if (link.step_latency_us >= 0) out["step_latency_us"] = link.step_latency_us;
-  if (link.collective_latency_us != 0) out["collective_latency_us"] = link.collective_latency_us;
-  if (link.nvls_bandwidth_gbps != 0) out["nvls_bandwidth_gbps"] = link.nvls_bandwidth_gbps;
-  if (!link.protocol_ll || !link.protocol_ll128) {
-    std::string proto = link.protocol_ll ? "LL," : "";
-    if (link.protocol_ll128) proto += "LL128,";
-    out["nccl_proto"] = proto + "Simple";
-  }
-  if (link.nccl_algos != kNcclAlgoDefault) {
-    std::string algo = "Ring";
-    if (link.nccl_algos & kNcclAlgoTree) algo += ",Tree";
-    if (link.nccl_algos & kNcclAlgoNvls) algo += ",NVLS";
-    if (link.nccl_algos & kNcclAlgoNvlsTree) algo += ",NVLSTree";
-    out["nccl_algo"] = algo;
-  }
-  return out;
-}
-
-}  // namespace
-
-nlohmann::ordered_json ClusterJson(const Cluster& cluster) {
-  json root;
-  root["format"] = kClusterFormat;
-  root["name"] = cluster.name;
-  root["gpus_per_node"] = cluster.gpus_per_node;
-  root["gpu"] = {{"name", cluster.gpu.name},
-                 {"memory_bytes", cluster.gpu.memory_bytes},
-                 {"memory_reserve_bytes", cluster.gpu.memory_reserve_bytes},
-                 {"memory_headroom", cluster.gpu.memory_headroom},
-                 {"peak_tflops", cluster.gpu.peak_tflops},
-                 {"memory_bandwidth_gbps", cluster.gpu.memory_bandwidth_gbps}};
-  root["intra_node"] = LinkJson(cluster.intra_node);
-  root["inter_node"] = LinkJson(cluster.inter_node);
-  if (cluster.nics_per_node > 0) root["nics_per_node"] = cluster.nics_per_node;
-  return root;
-}
-
-std::string ClusterToJson(const Cluster& cluster) { return Dump(ClusterJson(cluster)); }
 
 }  // namespace pipecast
