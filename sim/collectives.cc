@@ -60,6 +60,15 @@ constexpr double kLlMaxHopperGbps = 141.0;
 constexpr double kLlMaxAmpereGbps = 87.7;
 constexpr double kLlMaxTwoNodesGbps = 39.0;
 constexpr double kLlMaxMoreNodesGbps = 20.4;
+// ncclTopoGetAlgoTime's "Plateau effect of ring": a Simple ring all-reduce
+// across nodes has its latency multiplied by 1.4 on Ampere and later (1.9
+// before; the presets are Ampere and Hopper) once it moves at least 64 bytes
+// per channel and rank (nBytes / (nChannels * nRanks) >= 64). The model has
+// no channel count; the threshold is taken with one channel, 64 bytes per
+// rank, which only a Simple-only link reaches first (elsewhere LL wins far
+// above it).
+constexpr double kRingPlateau = 1.4;
+constexpr Bytes kRingPlateauBytesPerRank = 64;
 
 // The ring's latency under `p`, from the links' Simple latencies: a link's
 // fixed and NVLink step latencies beyond NCCL's Simple defaults are added to
@@ -101,6 +110,18 @@ double LlMaxGbps(const Fabric& f, const CollectiveGroup& g) {
   return g.nodes == 2 ? kLlMaxTwoNodesGbps : kLlMaxMoreNodesGbps;
 }
 
+// The plateau (kRingPlateau) applies to a Simple ring all-reduce across
+// nodes, on a link NCCL's constants apply to (one with collective_latency_us,
+// as for LL and LL128: a plain cluster file keeps its ring as before).
+bool RingPlateauApplies(const Fabric& f, Collective op, Bytes bytes, const CollectiveGroup& g,
+                        CollectiveProtocol protocol) {
+  if (protocol != CollectiveProtocol::kSimple || op != Collective::kAllReduce || g.nodes <= 1) {
+    return false;
+  }
+  if (!(f.inter.collective_latency_us > 0)) return false;
+  return bytes / g.ranks >= kRingPlateauBytesPerRank;
+}
+
 double RingBusGbps(const Fabric& f, const CollectiveGroup& g) {
   double bus = std::numeric_limits<double>::infinity();
   if (g.per_node > 1 || g.nodes == 1) {
@@ -120,8 +141,10 @@ TimeNs RingNs(const Fabric& f, Collective op, Bytes bytes, const CollectiveGroup
   const int factor = op == Collective::kAllReduce ? 2 : 1;
   const int64_t steps = int64_t{factor} * (g.ranks - 1);
   const int64_t inter_steps = g.nodes > 1 ? int64_t{factor} * (g.nodes - 1) : 0;
-  const TimeNs fixed =
-      lat.fixed + (steps - inter_steps) * lat.intra_step + inter_steps * lat.inter_step;
+  TimeNs fixed = lat.fixed + (steps - inter_steps) * lat.intra_step + inter_steps * lat.inter_step;
+  if (RingPlateauApplies(f, op, bytes / std::max(1, pieces), g, protocol)) {
+    fixed = std::llround(kRingPlateau * static_cast<double>(fixed));
+  }
   double bus = RingBusGbps(f, g);
   if (protocol == CollectiveProtocol::kLl) bus = std::min(bus * kLlShare, LlMaxGbps(f, g));
   if (protocol == CollectiveProtocol::kLl128) bus *= kLl128Share;

@@ -59,15 +59,15 @@
 //     39.0 for two nodes, 20.4 for more, x86 Intel hosts); latency base
 //     6.6 us, 0.6 us per NVLink step, 2.7 per network step (5.0 with one GPU
 //     per node).
-//   Across nodes a step inside a node costs at least NCCL's net overhead
-//   (1 us, 3 for Simple). Latencies a link sets above NCCL's Simple defaults
-//   (8.4 us fixed, 3.4 per NVLink step) shift LL and LL128 alike; a network
-//   step above NCCL's 14 us is the network's own latency (latencyInter),
-//   which Simple pays twice and LL and LL128 once. NVLS and NVLS tree are
-//   Simple only. LL and LL128 are taken only where the group's link has a
-//   collective_latency_us (the presets); not modelled: NCCL's tree
-//   algorithm among the defaults (and its LL and LL128), the per-channel LL128 cap (36.7 GB/s a
-//   channel on Hopper, 20 on Ampere), the ring Simple plateau factor (x1.4 across nodes).
+//   Across nodes a step inside a node costs at least NCCL's net overhead (1 us, 3 for Simple), and
+//   a Simple ring all-reduce's latency is x1.4 (ncclTopoGetAlgoTime's ring plateau; from 64 bytes
+//   per rank, no channel count). A link's fixed and NVLink-step latencies above NCCL's Simple
+//   defaults (8.4, 3.4 us) shift LL and LL128 alike; a network step above 14 us is the network's
+//   own latency (latencyInter), paid twice by Simple, once by LL and LL128. NVLS and NVLS tree are
+//   Simple only. LL, LL128 and the plateau apply where the group's link has collective_latency_us
+//   (presets). Not modelled: NCCL's tree among the defaults (its bandwidth needs channel counts),
+//   the per-channel LL128 cap (36.7 GB/s a channel on Hopper, 20 on Ampere). On long rings NCCL's
+//   own formulas, followed here, miss small all-reduces ~2x fast (nccl#1368; docs/calibration.md).
 // A link's defaults (efficiency 1, step latency = latency_us, no fixed
 // latency, no NVLS) give the plain ring this replaced, so a cluster file
 // without the collective fields times exactly as before (Simple alone).

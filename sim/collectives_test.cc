@@ -202,7 +202,8 @@ TEST(Collectives, ProtocolChoiceOnOneA100NodeByHand) {
 // (two nodes), LL128's 0.92 x 190 = 174.8. 28 steps inside nodes at
 // max(NVLink, net overhead 1 us) for LL and LL128, 2 across: LL 6.6 + 28 x 1
 // + 2 x 2.7 = 40 us, LL128 14 + 28 x 1.9 + 2 x 4 = 75.2 us, Simple 8.4 + 28 x
-// 3.4 + 2 x 14 = 131.6 us.
+// 3.4 + 2 x 14 = 131.6 us, x 1.4 for NCCL's ring plateau (a Simple ring
+// all-reduce across nodes, ncclTopoGetAlgoTime): 184.24 us.
 TEST(Collectives, ProtocolChoiceAcrossTwoA100NodesByHand) {
   Cluster c = *ClusterPreset("a100-80gb");
   const CollectiveGroup g = StridedGroup(c, 0, 1, 16);
@@ -214,16 +215,60 @@ TEST(Collectives, ProtocolChoiceAcrossTwoA100NodesByHand) {
   cost = CollectiveCostOf(c, Collective::kAllReduce, 1 << 20, g);
   EXPECT_EQ(cost.protocol, CollectiveProtocol::kLl128);
   EXPECT_EQ(cost.ns, 75'200 + 11'248);
-  // 128 MiB: Simple, 131.6 us + 251658240 / 190 ns.
+  // 128 MiB: Simple, 184.24 us + 251658240 / 190 ns, under LL128's 75.2 us +
+  // 251658240 / 174.8 ns = 1514.9 us.
   cost = CollectiveCostOf(c, Collective::kAllReduce, 128 << 20, g);
   EXPECT_EQ(cost.protocol, CollectiveProtocol::kSimple);
-  EXPECT_EQ(cost.ns, 131'600 + 1'324'518);
+  EXPECT_EQ(cost.ns, 184'240 + 1'324'518);
   // NCCL_PROTO=Simple on the network link: the 1 MiB all-reduce is Simple,
-  // 131.6 us + 1966080 / 190 ns.
+  // 184.24 us + 1966080 / 190 ns.
   c.inter_node.protocol_ll = c.inter_node.protocol_ll128 = false;
   cost = CollectiveCostOf(c, Collective::kAllReduce, 1 << 20, g);
   EXPECT_EQ(cost.protocol, CollectiveProtocol::kSimple);
-  EXPECT_EQ(cost.ns, 131'600 + 10'348);
+  EXPECT_EQ(cost.ns, 184'240 + 10'348);
+  // The plateau is the all-reduce's alone: the all-gather's Simple ring (LL
+  // and LL128 still off) keeps 8.4 + 14 x 3.4 + 14 = 70 us (15 steps, one
+  // across nodes), + 0.9375 x 1 MiB / 190 ns.
+  cost = CollectiveCostOf(c, Collective::kAllGather, 1 << 20, g);
+  EXPECT_EQ(cost.protocol, CollectiveProtocol::kSimple);
+  EXPECT_EQ(cost.ns, 70'000 + 5'174);
+  // A plain cluster file's ring has no plateau (NCCL's constants are not its):
+  // Plain()'s 16-GPU ring, 28 x 2 + 2 x 5 us + 1.875 MiB / 80 GB/s.
+  EXPECT_EQ(CollectiveNs(Plain(), Collective::kAllReduce, 1 << 20, StridedGroup(Plain(), 0, 1, 16)),
+            66'000 + 24'576);
+}
+
+// A long ring (nccl#1368's shape): 5 h100-sxm nodes of 8 GPUs with four 400
+// Gb/s NICs each (a GPU's share 4 x 50 / 8 = 25 GB/s, the node's 190 GB/s at
+// 0.95), NCCL_ALGO=Ring, 1 MiB all-reduce: 78 steps, 8 of them across nodes;
+// V.S = 1.95 x 1048576 = 2044724 B. NCCL's formulas (tuning.cc at 5067397c):
+//   LL128: 14 + 70 x 1.9 + 8 x 4.0 = 179 us + V.S / (0.92 x 190) = 190.698 us
+//   LL:    6.6 + 70 x max(0.6, 1.0) + 8 x 2.7 = 98.2 us + V.S / 20.4 (llMaxBw,
+//          more than two nodes) = 198.432 us
+//   Simple: (8.4 + 70 x 3.4 + 8 x 14) x 1.4 (plateau) = 501.76 us + V.S / 190
+//          = 512.522 us
+// NCCL's tuner takes LL128 (NCCL 2.20, the thread's, gives 2 x 5 network steps
+// instead of 2 x 4 and still takes LL128); the run measured 354.9 us.
+TEST(Collectives, LongRingAcrossFiveNodesByHand) {
+  Cluster c = *ClusterPreset("h100-sxm");
+  c.nics_per_node = 4;
+  c.inter_node.bandwidth_gbps = 50;
+  c.intra_node.nccl_algos = c.inter_node.nccl_algos = kNcclAlgoRing;
+  const CollectiveGroup g = StridedGroup(c, 0, 1, 40);
+  ASSERT_EQ(g.nodes, 5);
+  ASSERT_EQ(g.per_node, 8);
+  CollectiveCost cost = CollectiveCostOf(c, Collective::kAllReduce, 1 << 20, g);
+  EXPECT_EQ(cost.algorithm, CollectiveAlgorithm::kRing);
+  EXPECT_EQ(cost.protocol, CollectiveProtocol::kLl128);
+  EXPECT_EQ(cost.ns, 179'000 + 11'698);
+  c.inter_node.protocol_ll128 = false;
+  cost = CollectiveCostOf(c, Collective::kAllReduce, 1 << 20, g);
+  EXPECT_EQ(cost.protocol, CollectiveProtocol::kLl);
+  EXPECT_EQ(cost.ns, 98'200 + 100'232);
+  c.inter_node.protocol_ll = false;
+  cost = CollectiveCostOf(c, Collective::kAllReduce, 1 << 20, g);
+  EXPECT_EQ(cost.protocol, CollectiveProtocol::kSimple);
+  EXPECT_EQ(cost.ns, 501'760 + 10'762);
 }
 
 // One GPU per node: NCCL charges the tree's network latency per step (LL 5
