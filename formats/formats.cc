@@ -206,8 +206,7 @@ Status ReadModuleFields(const Reader& r, const json& v, const std::string& path,
 // An MoE layer's `routed_experts` (RoutedExpertsCost in sim/model.h): one entry per
 // expert-tensor-parallel degree, each with its forward, whole backward and weight-gradient time,
 // one of them at the profile's own tensor_parallel (what its times hold, within them).
-Status ReadRoutedExperts(const Reader& r, const json& v, const std::string& path,
-                         LayerProfile* p) {
+Status ReadRoutedExperts(const Reader& r, const json& v, const std::string& path, LayerProfile* p) {
   const json* list = nullptr;
   PIPECAST_RETURN_IF_ERROR(r.Find(v, path, "routed_experts", "", false, &list));
   if (list == nullptr) return Status::Ok();
@@ -226,11 +225,11 @@ Status ReadRoutedExperts(const Reader& r, const json& v, const std::string& path
     PIPECAST_RETURN_IF_ERROR(r.CheckObject(e, at));
     PIPECAST_RETURN_IF_ERROR(r.CheckKeys(
         e, at, {"expert_tensor_parallel", "forward_us", "backward_us", "backward_weight_us"}));
-    PIPECAST_RETURN_IF_ERROR(r.Integer(
-        e, at, "expert_tensor_parallel",
-        IntRule{1, internal::kMaxTensorParallel, "2^16",
-                "an expert-tensor-parallel degree etp (GPUs splitting each expert)"},
-        &c.expert_tensor_parallel));
+    PIPECAST_RETURN_IF_ERROR(
+        r.Integer(e, at, "expert_tensor_parallel",
+                  IntRule{1, internal::kMaxTensorParallel, "2^16",
+                          "an expert-tensor-parallel degree etp (GPUs splitting each expert)"},
+                  &c.expert_tensor_parallel));
     PIPECAST_RETURN_IF_ERROR(r.Time(e, at, "forward_us", kTimeUs, &c.forward_ns));
     PIPECAST_RETURN_IF_ERROR(r.Time(e, at, "backward_us", kTimeUs, &c.backward_ns));
     PIPECAST_RETURN_IF_ERROR(r.Time(e, at, "backward_weight_us", kTimeUs, &c.backward_weight_ns));
@@ -263,12 +262,12 @@ Status ReadRoutedExperts(const Reader& r, const json& v, const std::string& path
   }
   if (own->forward_ns > p->forward_ns || own->backward_ns > p->backward_ns ||
       (p->backward_weight_ns && own->backward_weight_ns > *p->backward_weight_ns)) {
-    return r.Error(where,
-                   fmt::format("the entry at expert_tensor_parallel {} ({} / {} / {} us) is more "
-                               "than the profile's forward_us, backward_us or backward_weight_us; "
-                               "it is part of them",
-                               p->tensor_parallel, NsToUs(own->forward_ns),
-                               NsToUs(own->backward_ns), NsToUs(own->backward_weight_ns)));
+    return r.Error(
+        where, fmt::format("the entry at expert_tensor_parallel {} ({} / {} / {} us) is more "
+                           "than the profile's forward_us, backward_us or backward_weight_us; "
+                           "it is part of them",
+                           p->tensor_parallel, NsToUs(own->forward_ns), NsToUs(own->backward_ns),
+                           NsToUs(own->backward_weight_ns)));
   }
   return Status::Ok();
 }

@@ -75,8 +75,8 @@ void RecostExperts(const LayerProfile& p, int etp, LayerCost* cost) {
   }
   // torchtitan's op policy reruns the routed experts (their grouped products are not saved).
   if (cost->op_recompute_ns) {
-    cost->op_recompute_ns = std::clamp<TimeNs>(*cost->op_recompute_ns + forward, 0,
-                                               cost->forward_ns);
+    cost->op_recompute_ns =
+        std::clamp<TimeNs>(*cost->op_recompute_ns + forward, 0, cost->forward_ns);
   }
   cost->experts_etp_forward_ns = forward;
   cost->experts_etp_backward_ns = backward;

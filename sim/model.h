@@ -97,7 +97,7 @@ struct LayerProfile {
   // profiler timed, sorted by etp, one of them at etp = tensor_parallel; empty
   // when not given (older files: the profile's own shapes, those of etp = t,
   // whatever the run's etp).
-  std::vector<RoutedExpertsCost> routed_experts;
+  std::vector<RoutedExpertsCost> routed_experts = {};
 };
 
 // Tensor-parallel communication a reader derived for a layer whose profiles
@@ -162,7 +162,7 @@ struct MoeRouting {
   // older files: no per-group cost is charged. The simulator charges it for
   // the experts / ep local experts in each of the layer's six grouped calls
   // per micro-batch (fc1 and fc2: forward, input and weight gradient).
-  std::optional<TimeNs> group_gemm_ns;
+  std::optional<TimeNs> group_gemm_ns = std::nullopt;
 };
 
 // The all-to-all dispatcher's rows per (token, expert) route

@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "base/units.h"
-
 #include "sim/stage_costs.h"
 
 namespace pipecast {

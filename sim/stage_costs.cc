@@ -33,8 +33,7 @@ PairLayerCost PairLayerOf(const LayerCost& c, double comm_sm_share) {
   const TimeNs forward_whole = c.etp_forward_ns + c.expert_groups_forward_ns;
   const TimeNs input_whole = c.etp_backward_ns + c.expert_groups_input_ns;
   const TimeNs forward = c.forward_ns - c.ep_forward_ns - forward_whole;
-  const TimeNs weight =
-      c.has_backward_split ? c.backward_weight_ns - c.expert_groups_weight_ns : 0;
+  const TimeNs weight = c.has_backward_split ? c.backward_weight_ns - c.expert_groups_weight_ns : 0;
   const TimeNs weight_whole = c.has_backward_split ? c.expert_groups_weight_ns : 0;
   const TimeNs input = c.backward_ns - c.ep_backward_ns - input_whole - weight - weight_whole;
   PairLayerCost l;

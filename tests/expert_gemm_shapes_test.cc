@@ -4,19 +4,18 @@
 // ep, worked by hand from the tile model (profiler/matmul_model.h) and the constant; older
 // model.json files without them read and give the figures they gave; malformed fields are
 // refused naming the field.
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
-#include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <functional>
-#include <stdexcept>
-#include <utility>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "formats/formats.h"
@@ -251,8 +250,9 @@ TEST(ExpertGemmShapesTest, OlderModelWithoutTheFieldsReadsAsBefore) {
   StageCostOptions plain = o;
   const StageCostTable fresh(m, plain);
   EXPECT_EQ(table.Layer(1).ep_forward_ns, fresh.Layer(1).ep_forward_ns);
-  EXPECT_EQ(table.Layer(1).forward_ns - table.Layer(1).ep_forward_ns - table.Layer(1).etp_forward_ns,
-            block.profiles[0].forward_ns);
+  EXPECT_EQ(
+      table.Layer(1).forward_ns - table.Layer(1).ep_forward_ns - table.Layer(1).etp_forward_ns,
+      block.profiles[0].forward_ns);
   // And it writes back without them.
   EXPECT_THAT(ModelToJson(*old), ::testing::Not(HasSubstr("\"routed_experts\": [")));
 }
@@ -278,8 +278,7 @@ TEST(ExpertGemmShapesTest, MalformedFieldsAreRefusedNamingTheField) {
       {"twice", [](json& p) { p["routed_experts"][1]["expert_tensor_parallel"] = 1; },
        "routed_experts[1].expert_tensor_parallel: 1 is already given in "
        "layers[1].profiles[0].routed_experts[0]"},
-      {"weight over backward",
-       [](json& p) { p["routed_experts"][2]["backward_weight_us"] = 1e9; },
+      {"weight over backward", [](json& p) { p["routed_experts"][2]["backward_weight_us"] = 1e9; },
        "routed_experts[2].backward_weight_us: 1000000000.0 is more than backward_us"},
       {"no entry at t", [](json& p) { p["routed_experts"].erase(0); },
        "routed_experts: has no entry at expert_tensor_parallel 1"},
