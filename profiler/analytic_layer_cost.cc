@@ -441,7 +441,9 @@ void AddRoutedExpertsAtEtp(const LayerShape& shape, const Dims& d, const Split& 
   for (int etp : etps) {
     // Megatron-LM splits each expert's fc1 by columns and fc2 by rows over etp (experts.py):
     // every routed product's split width must divide (t always does: the profile has it).
-    ExpertProductsAtEtp at{.etp = etp, .own = etp == t};
+    ExpertProductsAtEtp at;
+    at.etp = etp;
+    at.own = etp == t;
     bool divides = true;
     for (const WeightProduct& p : shape.products) {
       if (!IsGroupedExpertProduct(p)) continue;
