@@ -203,6 +203,75 @@ Status ReadModuleFields(const Reader& r, const json& v, const std::string& path,
   return Status::Ok();
 }
 
+// An MoE layer's `routed_experts` (RoutedExpertsCost in sim/model.h): one entry per
+// expert-tensor-parallel degree, each with its forward, whole backward and weight-gradient time,
+// one of them at the profile's own tensor_parallel (what its times hold, within them).
+Status ReadRoutedExperts(const Reader& r, const json& v, const std::string& path, LayerProfile* p) {
+  const json* list = nullptr;
+  PIPECAST_RETURN_IF_ERROR(r.Find(v, path, "routed_experts", "", false, &list));
+  if (list == nullptr) return Status::Ok();
+  const std::string where = Member(path, "routed_experts");
+  if (!list->is_array() || list->empty()) {
+    return r.Error(where,
+                   "must be a non-empty list of {expert_tensor_parallel, forward_us, backward_us, "
+                   "backward_weight_us} (the routed experts at each etp), got " +
+                       Shown(*list) + "; drop it to keep the profile's own times");
+  }
+  p->routed_experts.assign(list->size(), RoutedExpertsCost{});
+  for (size_t i = 0; i < list->size(); ++i) {
+    const json& e = (*list)[i];
+    const std::string at = Element(where, i);
+    RoutedExpertsCost& c = p->routed_experts[i];
+    PIPECAST_RETURN_IF_ERROR(r.CheckObject(e, at));
+    PIPECAST_RETURN_IF_ERROR(r.CheckKeys(
+        e, at, {"expert_tensor_parallel", "forward_us", "backward_us", "backward_weight_us"}));
+    PIPECAST_RETURN_IF_ERROR(
+        r.Integer(e, at, "expert_tensor_parallel",
+                  IntRule{1, internal::kMaxTensorParallel, "2^16",
+                          "an expert-tensor-parallel degree etp (GPUs splitting each expert)"},
+                  &c.expert_tensor_parallel));
+    PIPECAST_RETURN_IF_ERROR(r.Time(e, at, "forward_us", kTimeUs, &c.forward_ns));
+    PIPECAST_RETURN_IF_ERROR(r.Time(e, at, "backward_us", kTimeUs, &c.backward_ns));
+    PIPECAST_RETURN_IF_ERROR(r.Time(e, at, "backward_weight_us", kTimeUs, &c.backward_weight_ns));
+    if (c.backward_weight_ns > c.backward_ns) {
+      return r.Error(Member(at, "backward_weight_us"),
+                     fmt::format("{} is more than backward_us ({}); it is the weight-gradient "
+                                 "part of the experts' backward, so it must be <= backward_us",
+                                 Shown(e["backward_weight_us"]), Shown(e["backward_us"])));
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (p->routed_experts[j].expert_tensor_parallel == c.expert_tensor_parallel) {
+        return r.Error(Member(at, "expert_tensor_parallel"),
+                       fmt::format("{} is already given in {}; keep one entry per etp",
+                                   c.expert_tensor_parallel, Element(where, j)));
+      }
+    }
+  }
+  std::sort(p->routed_experts.begin(), p->routed_experts.end(),
+            [](const RoutedExpertsCost& a, const RoutedExpertsCost& b) {
+              return a.expert_tensor_parallel < b.expert_tensor_parallel;
+            });
+  const auto own = std::find_if(
+      p->routed_experts.begin(), p->routed_experts.end(),
+      [&](const RoutedExpertsCost& c) { return c.expert_tensor_parallel == p->tensor_parallel; });
+  if (own == p->routed_experts.end()) {
+    return r.Error(where, fmt::format("has no entry at expert_tensor_parallel {} (the profile's "
+                                      "tensor_parallel): the profile's times hold the routed "
+                                      "experts at etp = t, and the other entries replace it",
+                                      p->tensor_parallel));
+  }
+  if (own->forward_ns > p->forward_ns || own->backward_ns > p->backward_ns ||
+      (p->backward_weight_ns && own->backward_weight_ns > *p->backward_weight_ns)) {
+    return r.Error(
+        where, fmt::format("the entry at expert_tensor_parallel {} ({} / {} / {} us) is more "
+                           "than the profile's forward_us, backward_us or backward_weight_us; "
+                           "it is part of them",
+                           p->tensor_parallel, NsToUs(own->forward_ns), NsToUs(own->backward_ns),
+                           NsToUs(own->backward_weight_ns)));
+  }
+  return Status::Ok();
+}
+
 Status ReadProfile(const Reader& r, const json& v, const std::string& path, LayerProfile* p) {
   PIPECAST_RETURN_IF_ERROR(r.CheckObject(v, path));
   PIPECAST_RETURN_IF_ERROR(r.CheckKeys(v, path,
@@ -227,7 +296,8 @@ Status ReadProfile(const Reader& r, const json& v, const std::string& path, Laye
                                         "layernorm_bytes",
                                         "layernorm_us",
                                         "moe_act_bytes",
-                                        "moe_act_us"}));
+                                        "moe_act_us",
+                                        "routed_experts"}));
   PIPECAST_RETURN_IF_ERROR(
       r.Integer(v, path, "microbatch_size", kMicrobatchSize, &p->microbatch_size));
   std::optional<int> t;
@@ -258,7 +328,8 @@ Status ReadProfile(const Reader& r, const json& v, const std::string& path, Laye
   PIPECAST_RETURN_IF_ERROR(r.Integer(v, path, "workspace_bytes", kSizeBytes, &workspace));
   p->workspace_bytes = workspace.value_or(0);
   PIPECAST_RETURN_IF_ERROR(ReadMemoryFields(r, v, path, p));
-  return ReadModuleFields(r, v, path, p);
+  PIPECAST_RETURN_IF_ERROR(ReadModuleFields(r, v, path, p));
+  return ReadRoutedExperts(r, v, path, p);
 }
 
 // A layer's `moe` object (MoeRouting in sim/model.h).
@@ -268,7 +339,7 @@ Status ReadMoe(const Reader& r, const json& v, const std::string& path, int64_t 
   PIPECAST_RETURN_IF_ERROR(r.CheckKeys(
       v, path,
       {"experts", "top_k", "expert_groups", "topk_groups", "hidden", "expert_parameters",
-       "bytes_per_element", "capacity_factor", "pad_to_capacity"}));
+       "bytes_per_element", "capacity_factor", "pad_to_capacity", "group_gemm_us"}));
   PIPECAST_RETURN_IF_ERROR(r.Int(v, path, "experts", 1, kMaxExperts, &m->experts));
   PIPECAST_RETURN_IF_ERROR(r.Int(v, path, "top_k", 1, m->experts, &m->top_k));
   std::optional<int> groups, topk_groups, bytes;
@@ -304,7 +375,11 @@ Status ReadMoe(const Reader& r, const json& v, const std::string& path, int64_t 
                    "needs capacity_factor: each expert is padded to capacity_factor x its mean "
                    "tokens (Megatron-LM's --moe-expert-capacity-factor)");
   }
-  return Status::Ok();
+  // A fixed cost per group of one grouped GEMM call: microseconds at most (2.19 us measured).
+  return r.Time(v, path, "group_gemm_us",
+                NumberRule{0, false, 1e3, "1000 us",
+                           "the fixed cost of one group (local expert) in one grouped GEMM call"},
+                &m->group_gemm_ns);
 }
 
 Status ReadLayer(const Reader& r, const json& v, const std::string& path, Layer* layer) {
@@ -548,6 +623,7 @@ std::string ModelToJson(const Model& model) {
         moe["capacity_factor"] = m.capacity_factor;
         moe["pad_to_capacity"] = m.pad_to_capacity;
       }
+      if (m.group_gemm_ns) moe["group_gemm_us"] = NsToUs(*m.group_gemm_ns);
       l["moe"] = std::move(moe);
     }
     json profiles = json::array();
@@ -577,6 +653,16 @@ std::string ModelToJson(const Model& model) {
       if (p.layernorm_ns) j["layernorm_us"] = NsToUs(*p.layernorm_ns);
       if (p.moe_act_bytes) j["moe_act_bytes"] = *p.moe_act_bytes;
       if (p.moe_act_ns) j["moe_act_us"] = NsToUs(*p.moe_act_ns);
+      if (!p.routed_experts.empty()) {
+        json experts = json::array();
+        for (const RoutedExpertsCost& e : p.routed_experts) {
+          experts.push_back({{"expert_tensor_parallel", e.expert_tensor_parallel},
+                             {"forward_us", NsToUs(e.forward_ns)},
+                             {"backward_us", NsToUs(e.backward_ns)},
+                             {"backward_weight_us", NsToUs(e.backward_weight_ns)}});
+        }
+        j["routed_experts"] = std::move(experts);
+      }
       profiles.push_back(std::move(j));
     }
     l["profiles"] = std::move(profiles);

@@ -221,17 +221,17 @@ inline constexpr Bytes kMatmulWorkspaceBytes = 32 * kMiB;
 // mean of 640; docs/profiler.md "Mixture of experts").
 inline constexpr double kDefaultMoeImbalance = 1.08;
 // Qwen3-235B-A22B trained dropless (Megatron-Core, aux-loss coefficient 1e-3,
-// no --moe-router-force-load-balancing): 1.74, fitted, not the default.
+// no --moe-router-force-load-balancing): 1.77, fitted, not the default.
 // Source: yanring/Megatron-MoE-ModelZoo best_practice/qwen3/readme.md
 // @ 020b8136, "Long Context", the same runs (256 H100s, t 4, ep 8, p 8, v 4)
 // with forced balance and dropless at 16k-128k tokens. The 2.78-22.19 s per
-// step that dropless adds is what 1.94-1.98 adds in pipecast, every length
+// step that dropless adds is what 1.98-2.02 adds in pipecast, every length
 // alike; the excess over 1 is then divided by 1.295, by which the runs'
 // `moe` recomputation (the MoE forward rerun, not modelled) grows the
 // imbalance-scaled work (docs/calibration-moe.md "Dropless imbalance").
 // Applied to a GPU's whole grouped GEMM, it is a rank-level figure (16
 // experts per GPU at ep 8) and carries the all-to-all's share of the cost.
-inline constexpr double kQwen3DroplessMoeImbalance = 1.74;
+inline constexpr double kQwen3DroplessMoeImbalance = 1.77;
 // Past this, --moe-imbalance is refused: every token on one of 64 experts.
 inline constexpr double kMaxMoeImbalance = 64;
 

@@ -2,7 +2,10 @@
 // sample on one GPU of a tensor-parallel group (SampleCost, closed forms
 // only): the embedding, a block with its memory-bound kernels and FP8 casts,
 // and the output head. docs/profiler.md derives every formula.
+#include <algorithm>
 #include <cstddef>
+#include <iterator>
+#include <utility>
 #include <vector>
 
 #include "profiler/eager_kernels.h"
@@ -425,6 +428,42 @@ void AddModuleRecompute(const TransformerSpec& spec, const LayerShape& shape, co
 
 }  // namespace
 
+// The expert-tensor-parallel degrees a profile times its routed experts at (beside t): Megatron's
+// etp runs inside an NVLink domain, 8 GPUs on the presets; others keep the profile's shapes.
+constexpr int kRoutedExpertsEtps[] = {1, 2, 4, 8};
+
+void AddRoutedExpertsAtEtp(const LayerShape& shape, const Dims& d, const Split& x, Fp8Recipe fp8,
+                           double imbalance, SampleCost* c) {
+  const int t = static_cast<int>(x.t);
+  std::vector<int> etps(std::begin(kRoutedExpertsEtps), std::end(kRoutedExpertsEtps));
+  if (std::find(etps.begin(), etps.end(), t) == etps.end()) etps.push_back(t);
+  std::sort(etps.begin(), etps.end());
+  for (int etp : etps) {
+    // Megatron-LM splits each expert's fc1 by columns and fc2 by rows over etp (experts.py):
+    // every routed product's split width must divide (t always does: the profile has it).
+    ExpertProductsAtEtp at;
+    at.etp = etp;
+    at.own = etp == t;
+    bool divides = true;
+    for (const WeightProduct& p : shape.products) {
+      if (!IsGroupedExpertProduct(p)) continue;
+      const int64_t width = p.split == TpSplit::kRow ? p.in : p.out;
+      if (etp != t && width % etp != 0) divides = false;
+      // etp GPUs share the rows of etp / t tensor-parallel ranks' tokens (the etp all-gather).
+      const double rows = d.s * TokenCopies(p, imbalance);
+      at.products.push_back({etp == t ? rows : rows * etp / x.t, p.OutAt(etp), p.InAt(etp)});
+    }
+    if (!divides || at.products.empty()) continue;
+    if (fp8 != Fp8Recipe::kNone) {
+      for (const ProductShape& p : at.products) {
+        AddFp8Casts(fp8, p.m * p.k, d.e, &at.forward_casts);
+        AddFp8Casts(fp8, p.m * p.n, d.e, &at.backward_casts);
+      }
+    }
+    c->routed_experts.push_back(std::move(at));
+  }
+}
+
 // REQUIRES: `whole` is `shape` at t = 1.
 SampleCost BlockCost(const TransformerSpec& spec, const LayerShape& shape, const LayerShape& whole,
                      const Dims& d, Attention kind, const Split& x, Fp8Recipe fp8, double imbalance,
@@ -445,6 +484,7 @@ SampleCost BlockCost(const TransformerSpec& spec, const LayerShape& shape, const
     AddAllToAllSortKernels(spec, d, x, imbalance, &c);
   }
   if (shape.moe) AddMoeRouting(spec, whole, d, &c);
+  if (shape.moe) AddRoutedExpertsAtEtp(shape, d, x, fp8, imbalance, &c);
   if (fp8 != Fp8Recipe::kNone) AddProductCasts(fp8, d, &c);
   AddRecomputeMemory(spec, shape, whole, d, x, imbalance, attention_kept, &c);
   AddModuleRecompute(spec, shape, d, x, fp8, imbalance, &c);

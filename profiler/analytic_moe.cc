@@ -3,6 +3,7 @@
 // sees, the MLP widths a token passes, the router's and the permutation's
 // memory-bound kernels, what the block keeps for its backward beyond a dense
 // block, and the routing model.json records for the simulator.
+#include <cmath>
 #include <optional>
 
 #include "profiler/internal/analytic_cost.h"
@@ -94,6 +95,7 @@ void AddMoeRouting(const TransformerSpec& spec, const LayerShape& whole, const D
     if (p.count > 1) r.expert_parameters += p.ParametersAt(1);
   }
   r.bytes_per_element = static_cast<int>(d.e);
+  r.group_gemm_ns = std::llround(kGroupedGemmGroupSeconds * 1e9);
   c->moe = r;
 }
 

@@ -113,6 +113,38 @@ LayerSeconds MatmulSeconds(const SampleCost& c, const Rates& r, int b) {
   return s;
 }
 
+// The routed experts at one etp for one micro-batch of b samples, as MatmulSeconds times the
+// same products and casts (the flat model: their FLOPs at its rate, twice that backward).
+RoutedExpertsCost ExpertsAt(const SampleCost& c, const ExpertProductsAtEtp& at, const Rates& r,
+                            int b) {
+  double forward = 0, input_grad = 0, weight = 0;
+  if (r.model == TimeModel::kFlat) {
+    for (const ProductShape& p : at.products) forward += b * 2 * p.m * p.n * p.k / r.flops_per_s;
+    input_grad = weight = forward;
+  } else {
+    auto kernel = [](double seconds) { return std::max(seconds, kMinKernelSeconds); };
+    const GemmRates& wg = c.fp8_products && r.fp8 != Fp8Recipe::kNone ? r.fp8_gemm : r.gemm;
+    auto gemm = [&](const Gemm& product) { return kernel(TimeGemm(wg, product).seconds); };
+    auto memory = [&](const MemoryKernel& k) {
+      return kernel((b * k.bytes_per_sample + k.bytes_per_call) / r.bytes_per_s);
+    };
+    for (const ProductShape& p : at.products) {
+      const Gemm f = AtMicrobatch(p, b);
+      forward += gemm(f);
+      input_grad += gemm(Gemm{f.m, f.k, f.n, 1});
+      weight += gemm(Gemm{f.k, f.n, f.m, 1});
+    }
+    for (const MemoryKernel& k : at.forward_casts) forward += memory(k);
+    for (const MemoryKernel& k : at.backward_casts) input_grad += memory(k);
+  }
+  RoutedExpertsCost e;
+  e.expert_tensor_parallel = at.etp;
+  e.forward_ns = std::llround(forward * 1e9);
+  e.backward_weight_ns = std::llround(weight * 1e9);
+  e.backward_ns = std::llround(input_grad * 1e9) + e.backward_weight_ns;
+  return e;
+}
+
 Result<LayerProfile> ProfileAt(const std::string& name, const SampleCost& c, const Rates& r,
                                int b) {
   const LayerSeconds sec =
@@ -155,6 +187,20 @@ Result<LayerProfile> ProfileAt(const std::string& name, const SampleCost& c, con
   p.layernorm_ns = std::min<TimeNs>(p.forward_ns, std::llround(sec.layernorm * 1e9));
   p.moe_act_bytes = std::min<Bytes>(p.activation_bytes, std::llround(b * c.moe_act_bytes));
   p.moe_act_ns = std::min<TimeNs>(p.forward_ns, std::llround(sec.moe_act * 1e9));
+  // The weight gradient keeps its etp = t time at every etp: a grouped kernel writes one gradient
+  // per local expert (in x out / etp each, over that expert's rows), so etp's shapes have 1/etp
+  // of the tiles of etp = 1 over etp x their k, the same waves x k while the tiles fill the GPU;
+  // the one product of all rows the profile times would shrink to a single expert's tiles (32 at
+  // etp 4 for Qwen3-30B-A3B) and charge wave quantisation a grouped kernel does not see.
+  TimeNs own_weight = 0;
+  for (const ExpertProductsAtEtp& at : c.routed_experts) {
+    p.routed_experts.push_back(ExpertsAt(c, at, r, b));
+    if (at.own) own_weight = p.routed_experts.back().backward_weight_ns;
+  }
+  for (RoutedExpertsCost& e : p.routed_experts) {
+    e.backward_ns += own_weight - e.backward_weight_ns;
+    e.backward_weight_ns = own_weight;
+  }
   return p;
 }
 

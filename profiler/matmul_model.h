@@ -76,6 +76,23 @@ inline constexpr double kFp8Mainloop = 0.796;
 // 267 at this FP8 rate on H100).
 inline constexpr double kFp8TileOverheadK = 525;
 
+// kGroupedGemmGroupSeconds: the fixed cost of one group (one local expert)
+// in one grouped GEMM call, on top of the one product of all its rows the
+// model times (TimeGemm of sum(m) x n x k). Fitted by least squares on the
+// two TE 2.7 points of NVIDIA/TransformerEngine#2045 (merged, TE 2.8; H100
+// SXM, bf16, CUDA 12.9, `general_grouped_gemm`'s multi-stream cuBLAS, TE's
+// default): 8 x 4096 x 768 x 2048 at 627.9 TFLOP/s (164.2 us against the
+// model's 149.6: 1.8 us per group) and 16 x 2048 x 768 x 2048 at 553.9
+// (186.1 us: 2.3 us per group); 2.19 us reads them back at -1.7% and +0.8%
+// (profiler/matmul_calibration_test.cc). Checked on a third, independent
+// point, tgale96/grouped_gemm#37 (128 groups of 512 rows, forward and
+// backward): 441 TFLOP/s, between its two kernels' ~390 and ~480. A
+// component benchmark, held for every GPU and for FP8 (no FP8 or non-H100
+// figure was found; docs/research/kernel-benchmarks.md section 3.1). The
+// profile writes it as the MoE layer's `group_gemm_us`; the simulator
+// charges it for the local experts (docs/simulator.md "Expert parallelism").
+inline constexpr double kGroupedGemmGroupSeconds = 2.19e-6;
+
 // The GEMM table for FP8 products on `gpu`: GemmPresetFor's SMs and tile,
 // kFp8Mainloop, kFp8TileOverheadK, and their source. REQUIRES:
 // gpu.peak_fp8_tflops > 0.

@@ -47,7 +47,43 @@ int64_t Scale(int64_t a, double factor) {
   return static_cast<int64_t>(std::llround(static_cast<double>(a) * factor));
 }
 
-LayerCost FromProfile(const LayerProfile& p) {
+const RoutedExpertsCost* RoutedExpertsAt(const LayerProfile& p, int etp) {
+  for (const RoutedExpertsCost& e : p.routed_experts) {
+    if (e.expert_tensor_parallel == etp) return &e;
+  }
+  return nullptr;
+}
+
+// The profile's costs with its routed experts at `etp` (> 0): its entry at
+// etp in place of the one at its own t, which its times hold.
+void RecostExperts(const LayerProfile& p, int etp, LayerCost* cost) {
+  if (etp <= 0 || p.routed_experts.empty()) return;
+  const RoutedExpertsCost* at = RoutedExpertsAt(p, etp);
+  const RoutedExpertsCost* own = RoutedExpertsAt(p, p.tensor_parallel);
+  if (at == nullptr || own == nullptr) {
+    cost->experts_etp_kept = true;
+    return;
+  }
+  const TimeNs forward = at->forward_ns - own->forward_ns;
+  const TimeNs backward = at->backward_ns - own->backward_ns;
+  const TimeNs weight = at->backward_weight_ns - own->backward_weight_ns;
+  cost->forward_ns = std::max<TimeNs>(0, cost->forward_ns + forward);
+  cost->backward_ns = std::max<TimeNs>(0, cost->backward_ns + backward);
+  if (cost->has_backward_split) {
+    cost->backward_weight_ns =
+        std::clamp<TimeNs>(cost->backward_weight_ns + weight, 0, cost->backward_ns);
+  }
+  // torchtitan's op policy reruns the routed experts (their grouped products are not saved).
+  if (cost->op_recompute_ns) {
+    cost->op_recompute_ns =
+        std::clamp<TimeNs>(*cost->op_recompute_ns + forward, 0, cost->forward_ns);
+  }
+  cost->experts_etp_forward_ns = forward;
+  cost->experts_etp_backward_ns = backward;
+  cost->experts_etp_recosted = true;
+}
+
+LayerCost FromProfile(const LayerProfile& p, int etp) {
   LayerCost cost;
   cost.forward_ns = p.forward_ns;
   cost.backward_ns = p.backward_ns;
@@ -69,6 +105,7 @@ LayerCost FromProfile(const LayerProfile& p) {
   cost.tp_comm_bytes = p.tp_comm_bytes;
   cost.tp_forward_collectives = p.tp_forward_collectives.value_or(0);
   cost.tp_backward_collectives = p.tp_backward_collectives.value_or(0);
+  RecostExperts(p, etp, &cost);
   return cost;
 }
 
@@ -119,21 +156,23 @@ LayerCost ScaleTokenCosts(LayerCost c, double f) {
   c.moe_act_bytes = Scale(c.moe_act_bytes, f);
   c.moe_act_ns = Scale(c.moe_act_ns, f);
   c.tp_comm_bytes = Scale(c.tp_comm_bytes, f);
+  c.experts_etp_forward_ns = Scale(c.experts_etp_forward_ns, f);
+  c.experts_etp_backward_ns = Scale(c.experts_etp_backward_ns, f);
   return c;
 }
 
 // CostAt() over one (t, sp)'s profiles [first, last), non-empty.
-LayerCost CostIn(ProfileIt first, ProfileIt last, int microbatch_size) {
+LayerCost CostIn(ProfileIt first, ProfileIt last, int microbatch_size, int etp) {
   auto it = std::lower_bound(first, last, microbatch_size, [](const LayerProfile& p, int size) {
     return p.microbatch_size < size;
   });
-  if (it != last && it->microbatch_size == microbatch_size) return FromProfile(*it);
+  if (it != last && it->microbatch_size == microbatch_size) return FromProfile(*it, etp);
 
   if (it == first || it == last) {
     // Outside the measured range: proportional to the nearest measured size.
     const LayerProfile& near = (it == first) ? *first : *(last - 1);
     double f = static_cast<double>(microbatch_size) / near.microbatch_size;
-    LayerCost c = ScaleTokenCosts(FromProfile(near), f);
+    LayerCost c = ScaleTokenCosts(FromProfile(near, etp), f);
     c.workspace_bytes = Scale(c.workspace_bytes, f);
     c.origin = CostOrigin::kExtrapolated;
     return c;
@@ -142,8 +181,8 @@ LayerCost CostIn(ProfileIt first, ProfileIt last, int microbatch_size) {
   const LayerProfile& hi = *it;
   double t = static_cast<double>(microbatch_size - lo.microbatch_size) /
              (hi.microbatch_size - lo.microbatch_size);
-  LayerCost a = FromProfile(lo);
-  LayerCost b = FromProfile(hi);
+  LayerCost a = FromProfile(lo, etp);
+  LayerCost b = FromProfile(hi, etp);
   LayerCost c;
   c.forward_ns = Lerp(a.forward_ns, b.forward_ns, t);
   c.backward_ns = Lerp(a.backward_ns, b.backward_ns, t);
@@ -168,6 +207,10 @@ LayerCost CostIn(ProfileIt first, ProfileIt last, int microbatch_size) {
   c.tp_comm_bytes = Lerp(a.tp_comm_bytes, b.tp_comm_bytes, t);
   c.tp_forward_collectives = a.tp_forward_collectives;
   c.tp_backward_collectives = a.tp_backward_collectives;
+  c.experts_etp_forward_ns = Lerp(a.experts_etp_forward_ns, b.experts_etp_forward_ns, t);
+  c.experts_etp_backward_ns = Lerp(a.experts_etp_backward_ns, b.experts_etp_backward_ns, t);
+  c.experts_etp_recosted = a.experts_etp_recosted && b.experts_etp_recosted;
+  c.experts_etp_kept = a.experts_etp_kept || b.experts_etp_kept;
   c.origin = CostOrigin::kInterpolated;
   return c;
 }
@@ -208,6 +251,8 @@ LayerCost ScaleToTensorParallel(const LayerCost& c, int tensor_parallel, bool se
   s.workspace_bytes = Scale(c.workspace_bytes, f);
   s.op_recompute_ns = Scale(c.op_recompute_ns, f);
   if (s.op_recompute_ns) s.op_recompute_ns = std::min(*s.op_recompute_ns, s.forward_ns);
+  s.experts_etp_forward_ns = Scale(c.experts_etp_forward_ns, f);
+  s.experts_etp_backward_ns = Scale(c.experts_etp_backward_ns, f);
   if (c.op_saved_bytes) {
     // Like the activations: with sequence parallelism all / t, else the
     // layer's input (its checkpoint) stays whole and the rest divides.
@@ -234,11 +279,11 @@ LayerCost ScaleToContextParallel(const LayerCost& c, int context_parallel) {
 }
 
 LayerCost CostAt(const Layer& layer, int microbatch_size, int tensor_parallel,
-                 bool sequence_parallel) {
+                 bool sequence_parallel, int expert_tensor_parallel) {
   auto [first, last] = ProfilesAt(layer, tensor_parallel, sequence_parallel);
   const bool measured = first != last;
   if (!measured) std::tie(first, last) = ProfilesAt(layer, 1, false);
-  LayerCost c = CostIn(first, last, microbatch_size);
+  LayerCost c = CostIn(first, last, microbatch_size, expert_tensor_parallel);
   if (!c.tp_comm_bytes && layer.tp_comm_estimate) {
     const TpCommEstimate& e = *layer.tp_comm_estimate;
     c.tp_comm_bytes = e.bytes_per_sample * microbatch_size;

@@ -25,6 +25,19 @@
 
 namespace pipecast {
 
+// A mixture-of-experts layer's routed experts (their grouped fc1 and fc2
+// products, with FP8's casts of their inputs and output gradients) timed at
+// one expert-tensor-parallel degree etp on one GPU of the profile's t-way
+// group: (etp / t) x the rows of etp = t, 1/etp of each expert's width
+// (docs/formats.md `routed_experts`). The entry at etp = t is the part of the
+// profile's own times the others replace (CostAt()).
+struct RoutedExpertsCost {
+  int expert_tensor_parallel = 1;  // etp, >= 1
+  TimeNs forward_ns = 0;
+  TimeNs backward_ns = 0;         // input and weight gradients
+  TimeNs backward_weight_ns = 0;  // the weight-gradient part of backward_ns
+};
+
 // One measurement of one layer at one micro-batch size, on one GPU of a
 // t-way tensor-parallel group (t = 1: the whole layer on one GPU). Times and
 // bytes are per GPU, tensor-parallel communication excluded.
@@ -80,6 +93,11 @@ struct LayerProfile {
   std::optional<TimeNs> layernorm_ns;
   std::optional<Bytes> moe_act_bytes;
   std::optional<TimeNs> moe_act_ns;
+  // An MoE layer's routed experts at each expert-tensor-parallel degree the
+  // profiler timed, sorted by etp, one of them at etp = tensor_parallel; empty
+  // when not given (older files: the profile's own shapes, those of etp = t,
+  // whatever the run's etp).
+  std::vector<RoutedExpertsCost> routed_experts = {};
 };
 
 // Tensor-parallel communication a reader derived for a layer whose profiles
@@ -139,6 +157,12 @@ struct MoeRouting {
   // (ExpertRowsPerRoute).
   double capacity_factor = 0;
   bool pad_to_capacity = false;
+  // The fixed cost of one group (one local expert) in one grouped GEMM call
+  // (`group_gemm_us`, the profiler's kGroupedGemmGroupSeconds); absent in
+  // older files: no per-group cost is charged. The simulator charges it for
+  // the experts / ep local experts in each of the layer's six grouped calls
+  // per micro-batch (fc1 and fc2: forward, input and weight gradient).
+  std::optional<TimeNs> group_gemm_ns = std::nullopt;
 };
 
 // The all-to-all dispatcher's rows per (token, expert) route
@@ -290,15 +314,35 @@ struct LayerCost {
   // inside the routed experts' node, so no overlap hides them.
   TimeNs etp_forward_ns = 0;
   TimeNs etp_backward_ns = 0;
+  // CostAt() at an expert-tensor-parallel degree (etp > 0): the routed
+  // experts re-costed from the profile's `routed_experts` at etp (the time
+  // added to forward_ns and backward_ns over the profile's own, those of
+  // etp = t: negative when etp's shapes run faster), or `experts_etp_kept`
+  // when a profile used gives no entry at etp (kept at its own shapes).
+  TimeNs experts_etp_forward_ns = 0;
+  TimeNs experts_etp_backward_ns = 0;
+  bool experts_etp_recosted = false;
+  bool experts_etp_kept = false;
+  // Set by StageCostTable for an MoE layer whose `moe` gives group_gemm_us:
+  // the grouped GEMMs' fixed cost per local expert in forward_ns (two calls),
+  // in the input-gradient part of backward_ns (two) and in backward_weight_ns
+  // (two).
+  TimeNs expert_groups_forward_ns = 0;
+  TimeNs expert_groups_input_ns = 0;
+  TimeNs expert_groups_weight_ns = 0;
 };
 
 // The costs at (microbatch_size, tensor_parallel, sequence_parallel): from
 // the layer's profiles at that (t, sp) when it has any, else the t = 1
-// profiles scaled by ScaleToTensorParallel().
+// profiles scaled by ScaleToTensorParallel(). With expert_tensor_parallel >
+// 0, each profile used first has its routed experts re-costed at that etp
+// (its `routed_experts` entry at etp in place of the one at its own t), so
+// interpolation, extrapolation and the t = 1 scaling carry the re-costed
+// times; 0 keeps every profile's own (those of etp = t).
 // REQUIRES: HasTensorParallelCosts(layer, tensor_parallel, sequence_parallel);
 // microbatch_size >= 1.
 LayerCost CostAt(const Layer& layer, int microbatch_size, int tensor_parallel = 1,
-                 bool sequence_parallel = false);
+                 bool sequence_parallel = false, int expert_tensor_parallel = 0);
 
 // Whether CostAt() can answer: profiles at (t, sp) or at t = 1.
 bool HasTensorParallelCosts(const Layer& layer, int tensor_parallel, bool sequence_parallel);

@@ -7,9 +7,11 @@
 // stage_costs.cc.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
+#include "base/units.h"
 #include "sim/stage_costs.h"
 
 namespace pipecast {
@@ -21,6 +23,7 @@ std::vector<std::string> StageCostTable::Notes() const {
   AddContextParallelNote(&notes);
   AddExpertDispatcherNote(&notes);
   AddExpertTensorParallelNote(&notes);
+  AddRoutedExpertsNote(&notes);
   AddRecomputeNotes(&notes);
   AddSplitBackwardNote(&notes);
   return notes;
@@ -145,10 +148,66 @@ void StageCostTable::AddExpertTensorParallelNote(std::vector<std::string>* notes
       break;
   }
   notes->push_back(fmt::format(
-      "--expert-tensor-parallel {}: {}; the routed experts keep the profile's time, the same "
-      "FLOPs per GPU ({} x the rows, 1/{} of each expert's width) at the profile's shapes (those "
-      "of etp = t = {}) (docs/simulator.md \"Expert parallelism\")",
-      etp, comm, etp, etp, options_.tensor_parallel));
+      "--expert-tensor-parallel {}: {} (docs/simulator.md \"Expert parallelism\")", etp, comm));
+}
+
+void StageCostTable::AddRoutedExpertsNote(std::vector<std::string>* notes) const {
+  int moe = 0, recosted = 0, kept = 0, grouped = 0;
+  const LayerCost* first = nullptr;  // the first re-costed MoE layer
+  const LayerCost* with_groups = nullptr;
+  for (const LayerCost& c : layers_) {
+    if (c.experts_etp_recosted && first == nullptr) first = &c;
+    if (c.expert_groups_forward_ns > 0 && with_groups == nullptr) with_groups = &c;
+    recosted += c.experts_etp_recosted;
+    kept += c.experts_etp_kept;
+    grouped += c.expert_groups_forward_ns > 0;
+  }
+  moe = moe_layer_count_;
+  if (moe == 0) return;
+  const int etp = std::max(1, options_.expert_tensor_parallel);
+  const int t = options_.tensor_parallel;
+  const int ep = std::max(1, options_.expert_parallel);
+  if (etp != t) {
+    if (recosted == moe && first != nullptr) {
+      notes->push_back(fmt::format(
+          "the routed experts run at etp {}'s shapes ({}/{} x the rows of etp = t, 1/{} of each "
+          "expert's width), re-costed from the profile's routed_experts: {:+.1f} us forward and "
+          "{:+.1f} us backward per MoE layer and micro-batch against the profile's shapes, those "
+          "of etp = t = {} (docs/simulator.md \"Expert parallelism\")",
+          etp, etp, t, etp, NsToUs(first->experts_etp_forward_ns),
+          NsToUs(first->experts_etp_backward_ns), t));
+    } else if (kept > 0) {
+      notes->push_back(fmt::format(
+          "{} of {} MoE layers give no routed_experts time at etp {} (the profiler times etp 1, "
+          "2, 4, 8 and t where they divide each expert's width): their routed experts keep the "
+          "profile's shapes, those of etp = t = {}, the same FLOPs per GPU",
+          kept, moe, etp, t));
+    } else if (recosted < moe) {
+      notes->push_back(fmt::format(
+          "{} of {} MoE layers give no routed_experts (a model.json from before they were "
+          "written): their routed experts keep the profile's time, the same FLOPs per GPU at the "
+          "shapes of etp = t = {} rather than etp {}'s; re-profile (profiler analytic) to re-cost "
+          "them at etp",
+          moe - recosted, moe, t, etp));
+    }
+  }
+  if (with_groups != nullptr) {
+    notes->push_back(fmt::format(
+        "the routed experts' grouped GEMMs pay a fixed cost per local expert and call "
+        "(moe.group_gemm_us, TransformerEngine#2045's H100 bf16 fit, taken for FP8 too): 2 calls "
+        "forward, 2 input-gradient and 2 weight-gradient x {} local experts (experts / ep {}) = "
+        "{:.1f} us per MoE layer and micro-batch",
+        first_local_experts_, ep,
+        NsToUs(with_groups->expert_groups_forward_ns + with_groups->expert_groups_input_ns +
+               with_groups->expert_groups_weight_ns)));
+  }
+  if (grouped < moe) {
+    notes->push_back(fmt::format(
+        "{} of {} MoE layers give no moe.group_gemm_us (a model.json from before it was "
+        "written): no per-expert cost of their grouped GEMMs is charged; re-profile (profiler "
+        "analytic) to charge it",
+        moe - grouped, moe));
+  }
 }
 
 void StageCostTable::AddRecomputeNotes(std::vector<std::string>* notes) const {

@@ -29,16 +29,20 @@ PairLayerCost PairLayerOf(const LayerCost& c, double comm_sm_share) {
   };
   const double share = std::max(0.0, c.expert_compute_share);  // dense: all before the dispatch
   // etp's collectives run inside the routed experts' node (routed_experts_compute), whole.
-  const TimeNs forward = c.forward_ns - c.ep_forward_ns - c.etp_forward_ns;
-  const TimeNs weight = c.has_backward_split ? c.backward_weight_ns : 0;
-  const TimeNs input = c.backward_ns - c.ep_backward_ns - c.etp_backward_ns - weight;
+  // So do the grouped GEMMs' per-expert costs: whole in the experts' node, beside the share.
+  const TimeNs forward_whole = c.etp_forward_ns + c.expert_groups_forward_ns;
+  const TimeNs input_whole = c.etp_backward_ns + c.expert_groups_input_ns;
+  const TimeNs forward = c.forward_ns - c.ep_forward_ns - forward_whole;
+  const TimeNs weight = c.has_backward_split ? c.backward_weight_ns - c.expert_groups_weight_ns : 0;
+  const TimeNs weight_whole = c.has_backward_split ? c.expert_groups_weight_ns : 0;
+  const TimeNs input = c.backward_ns - c.ep_backward_ns - input_whole - weight - weight_whole;
   PairLayerCost l;
-  l.expert_forward = share_of(forward, share) + c.etp_forward_ns;
-  l.pre_forward = forward - (l.expert_forward - c.etp_forward_ns);
-  l.expert_backward = share_of(input, share) + c.etp_backward_ns;
-  l.pre_backward = input - (l.expert_backward - c.etp_backward_ns);
-  l.expert_backward_weight = share_of(weight, share);
-  l.pre_backward_weight = weight - l.expert_backward_weight;
+  l.expert_forward = share_of(forward, share) + forward_whole;
+  l.pre_forward = forward - (l.expert_forward - forward_whole);
+  l.expert_backward = share_of(input, share) + input_whole;
+  l.pre_backward = input - (l.expert_backward - input_whole);
+  l.expert_backward_weight = share_of(weight, share) + weight_whole;
+  l.pre_backward_weight = weight - (l.expert_backward_weight - weight_whole);
   l.dispatch = c.ep_dispatch_ns;
   l.combine = c.ep_combine_ns;
   l.comm_sm_share = comm_sm_share;
@@ -423,9 +427,19 @@ StageCostTable::StageCostTable(const Model& model, const StageCostOptions& optio
   const double expert_tokens = experts_split ? ExpertTokensPerGpu(model, options) : 0;
   model_sequence_ = static_cast<double>(SequenceOf(model));
   for (size_t l = 0; l < n; ++l) {
-    LayerCost& c = layers_.emplace_back(CostAt(model.layers[l], options.microbatch_size,
-                                               options.tensor_parallel, options.sequence_parallel));
+    // An MoE layer's routed experts at the run's etp (CostAt re-costs them from the profile's
+    // routed_experts where it gives them).
+    const pipecast::Layer& layer = model.layers[l];
+    LayerCost& c = layers_.emplace_back(
+        CostAt(layer, options.microbatch_size, options.tensor_parallel, options.sequence_parallel,
+               layer.moe ? std::max(1, options.expert_tensor_parallel) : 0));
     if (options.context_parallel > 1) c = ScaleToContextParallel(c, options.context_parallel);
+    AddExpertGroupCost(layer, &c);
+    if (layer.moe) {
+      if (moe_layer_count_++ == 0) {
+        first_local_experts_ = layer.moe->experts / std::max(1, options.expert_parallel);
+      }
+    }
     if (options.recompute == Recompute::kSelective) {
       ApplyRecomputeModules(options.recompute_layers.modules, &c);
     }
@@ -568,6 +582,29 @@ void StageCostTable::AddTensorParallelComm(LayerCost* c) const {
   c->tp_backward_ns = exposed(c->tp_backward_collectives, c->backward_ns);
   c->forward_ns += c->tp_forward_ns;
   c->backward_ns += c->tp_backward_ns;  // the input-gradient part: W is unchanged
+}
+
+// Per local expert, the grouped GEMMs' fixed cost (moe.group_gemm_us): each of the routed
+// experts' two grouped products (fc1, fc2) runs one grouped call in the forward, one for its input
+// gradient and one for its weight gradient (Transformer Engine's GroupedLinear, one
+// general_grouped_gemm each: NVIDIA/TransformerEngine @ 0069563f,
+// transformer_engine/pytorch/module/grouped_linear.py), over the experts / ep experts each GPU
+// holds (Megatron-LM's num_local_experts; etp splits each of them, not their count). Per
+// micro-batch whatever its size; after cp's 1/cp (a call's cost is not per token).
+void StageCostTable::AddExpertGroupCost(const pipecast::Layer& layer, LayerCost* c) const {
+  if (!layer.moe || !layer.moe->group_gemm_ns || layer.moe->experts <= 0) return;
+  const int64_t local = layer.moe->experts / std::max(1, options_.expert_parallel);
+  const TimeNs two_calls = 2 * local * *layer.moe->group_gemm_ns;
+  c->expert_groups_forward_ns = two_calls;
+  c->expert_groups_input_ns = two_calls;
+  c->forward_ns += two_calls;
+  c->backward_ns += 2 * two_calls;
+  if (c->has_backward_split) {
+    c->expert_groups_weight_ns = two_calls;
+    c->backward_weight_ns += two_calls;
+  }
+  // torchtitan's op policy reruns the routed experts' forward (not saved).
+  if (c->op_recompute_ns) *c->op_recompute_ns += two_calls;
 }
 
 void StageCostTable::AddExpertParallelComm(const pipecast::Layer& layer, double tokens,

@@ -638,6 +638,8 @@ class StageCostTable {
   // Adds an MoE layer's dispatch and combine all-to-alls and etp's
   // collectives (ep > 1 or etp > 1).
   void AddExpertParallelComm(const pipecast::Layer& layer, double tokens, LayerCost* c);
+  // Adds an MoE layer's grouped GEMMs' fixed cost per local expert (moe.group_gemm_us).
+  void AddExpertGroupCost(const pipecast::Layer& layer, LayerCost* c) const;
   // What the checkpointing modes (every:K, full with a Megatron-LM method)
   // give a stage: what F keeps, the largest chunk B rebuilds, the rerun and
   // its tensor-parallel collectives.
@@ -660,6 +662,7 @@ class StageCostTable {
   void AddContextParallelNote(std::vector<std::string>* notes) const;
   void AddExpertDispatcherNote(std::vector<std::string>* notes) const;
   void AddExpertTensorParallelNote(std::vector<std::string>* notes) const;
+  void AddRoutedExpertsNote(std::vector<std::string>* notes) const;
   void AddRecomputeNotes(std::vector<std::string>* notes) const;
   void AddSplitBackwardNote(std::vector<std::string>* notes) const;
 
@@ -675,6 +678,9 @@ class StageCostTable {
   std::optional<ExpertAllToAll> ep_comm_;
   // The model's sequence (0 when unknown): an expert's tokens per sample.
   double model_sequence_ = 0;
+  // MoE layers (a `moe` key), and the first one's local experts, for Notes().
+  int moe_layer_count_ = 0;
+  int64_t first_local_experts_ = 0;
   // Stage(), with or without pair_layers; with `bytes_only`, StageBytes().
   StageCost StageCosts(StageLayers stage, bool pair_layers, bool bytes_only = false) const;
   // Every layer as the layered expert overlap sees it (PairLayers), made once; empty for a model

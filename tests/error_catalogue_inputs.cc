@@ -492,6 +492,24 @@ std::vector<Case> UnknownNameRows() {
                                        R"("output_bytes": 512, "op_recompute_us": 10})")}},
                   kSim, 1,
                   "layers[0].profiles[0]: gives only one of op_saved_bytes and op_recompute_us"));
+  c.push_back(Row("routed_experts_without_own_t", kSimulator,
+                  {{"m.json", Model(8, R"({"microbatch_size": 1, "forward_us": 100, )"
+                                       R"("backward_us": 200, "activation_bytes": 1024, )"
+                                       R"("output_bytes": 512, "routed_experts": [)"
+                                       R"({"expert_tensor_parallel": 2, "forward_us": 10, )"
+                                       R"("backward_us": 20, "backward_weight_us": 10}]})")}},
+                  kSim, 1,
+                  "layers[0].profiles[0].routed_experts: has no entry at expert_tensor_parallel "
+                  "1 (the profile's tensor_parallel)"));
+  c.push_back(Row("routed_experts_weight_over_backward", kSimulator,
+                  {{"m.json", Model(8, R"({"microbatch_size": 1, "forward_us": 100, )"
+                                       R"("backward_us": 200, "activation_bytes": 1024, )"
+                                       R"("output_bytes": 512, "routed_experts": [)"
+                                       R"({"expert_tensor_parallel": 1, "forward_us": 10, )"
+                                       R"("backward_us": 20, "backward_weight_us": 30}]})")}},
+                  kSim, 1,
+                  "layers[0].profiles[0].routed_experts[0].backward_weight_us: 30 is more than "
+                  "backward_us (20)"));
   c.push_back(
       Row("plan_recompute_method_unknown", kSimulator,
           {{"p.json", Baseline("\"recompute\": \"off\"",

@@ -284,7 +284,8 @@ constexpr LongContextRow kLongContextRows[] = {
     {65536, 4, 368, 320, 70.38, 106.21},
     {131072, 8, 389, 357, 230.84, 373.47},
 };
-// How far each row's fitted imbalance may sit from the constant (they span 1.729-1.755).
+// How far each row's fitted imbalance may sit from the constant (they span 1.757-1.785; 1.729-1.755
+// before the routed experts were re-costed at the runs' etp 1).
 constexpr double kImbalanceSpread = 0.03;
 
 // Megatron-LM's num_floating_point_operations (MoE, GQA; megatron/training/training.py) for one

@@ -81,6 +81,19 @@ struct MemoryKernel {
   bool weight_gradient = false;  // a backward kernel that belongs to the weight gradient
 };
 
+// An MoE block's routed experts at one expert-tensor-parallel degree etp on
+// one GPU of the t-way group (AddRoutedExpertsAtEtp): their grouped products
+// ((etp / t) x the token copies of etp = t, 1/etp of each expert's width) and,
+// with FP8, the casts of those products' inputs (forward) and output
+// gradients (backward).
+struct ExpertProductsAtEtp {
+  int etp = 1;
+  bool own = false;  // etp = t: the products above (weight_products) at these shapes
+  std::vector<ProductShape> products;
+  std::vector<MemoryKernel> forward_casts;
+  std::vector<MemoryKernel> backward_casts;
+};
+
 // One layer's cost for one sample on one GPU of a t-way group; memory and
 // FLOPs scale linearly to a micro-batch of b samples, times come from the
 // product shapes at each b (ProfileAt).
@@ -127,6 +140,9 @@ struct SampleCost {
   TensorParallelCost tp;
   // A mixture-of-experts block's routing, written as the layer's `moe`.
   std::optional<MoeRouting> moe;
+  // Its routed experts at each etp the profile times (`routed_experts`); one
+  // of them at etp = t, whose products and casts are those above.
+  std::vector<ExpertProductsAtEtp> routed_experts;
 };
 
 // Achievable throughput: FLOP/s for products, bytes/s for element-wise work
@@ -183,6 +199,11 @@ void AddAllToAllSortKernels(const TransformerSpec& spec, const Dims& d, const Sp
 // The router's and the token permutation's memory-bound kernels.
 void AddMoeKernels(const TransformerSpec& spec, const Dims& d, const Split& x, double imbalance,
                    SampleCost* c);
+// c->routed_experts: the routed experts' products (and FP8 casts) at etp =
+// 1, 2, 4, 8 and t, those that divide every routed expert's split width
+// (docs/profiler.md "Mixture of experts").
+void AddRoutedExpertsAtEtp(const LayerShape& shape, const Dims& d, const Split& x, Fp8Recipe fp8,
+                           double imbalance, SampleCost* c);
 // c->moe: the routing model.json records (sim/model.h MoeRouting).
 void AddMoeRouting(const TransformerSpec& spec, const LayerShape& whole, const Dims& d,
                    SampleCost* c);
