@@ -417,6 +417,7 @@ ExpertAllToAll NcclAllToAllOf(const Link& intra_node, const Link& inter_node,
   const TimeNs latency = (a.across_nodes ? inter_node : intra_node).CollectiveLatencyNs();
   a.dispatch_ns = latency + static_cast<TimeNs>(std::llround(std::max(nvlink, network)));
   a.combine_ns = a.dispatch_ns;
+  a.backward_ns = a.dispatch_ns + a.combine_ns;
   return a;
 }
 
@@ -454,6 +455,14 @@ ExpertAllToAll AllGatherDispatchOf(const Link& intra_node, const Link& inter_nod
                   ns(Collective::kAllGather, experts * static_cast<double>(bytes_per_element)) +
                   ns(Collective::kAllGather, token_bytes);
   a.combine_ns = ns(Collective::kReduceScatter, token_bytes);
+  // The backward runs the adjoints autograd records (Megatron-LM d98e8a64, token_dispatcher.py
+  // token_dispatch, tensor_parallel/mappings.py _GatherFromSequenceParallelRegion.backward): the
+  // output's reduce-scatter becomes an all-gather of its gradient, the hidden states' and the
+  // probs' all-gathers reduce-scatters of theirs (the probs carry the router's gradient); the
+  // routing map, gathered under torch.no_grad(), has none.
+  a.backward_ns = ns(Collective::kAllGather, token_bytes) +
+                  ns(Collective::kReduceScatter, token_bytes) +
+                  ns(Collective::kReduceScatter, experts * static_cast<double>(bytes_per_element));
   return a;
 }
 
@@ -546,6 +555,7 @@ ExpertAllToAll ExpertAllToAllOf(const Link& intra_node, const Link& inter_node,
   };
   a.dispatch_ns = time(dispatch_gbps);
   a.combine_ns = time(combine_gbps);
+  a.backward_ns = a.dispatch_ns + a.combine_ns;
   return a;
 }
 

@@ -290,6 +290,13 @@ struct ExpertAllToAll {
   bool across_nodes = false;
   TimeNs dispatch_ns = 0;
   TimeNs combine_ns = 0;
+  // The backward's collectives, the adjoints of those the forward's autograd
+  // records: the dispatch's and the combine's again for DeepEP and the
+  // all-to-all dispatcher; for the all-gather dispatcher an all-gather of the
+  // output's gradient (the combine's reduce-scatter's adjoint) and
+  // reduce-scatters of the hidden states' and the probs' gradients (the
+  // routing map is gathered without grad: no adjoint).
+  TimeNs backward_ns = 0;
   // The all-to-all dispatcher's etp collectives (0 at etp = 1 and for the
   // other dispatchers): hidden bytes a GPU receives in the all-gather per
   // token it dispatches, (etp - 1) x k x rows per route x hidden x bytes per
