@@ -502,9 +502,15 @@ ExpertAllToAll ExpertAllToAllOf(const Link& intra_node, const Link& inter_node,
   const int etp = std::max(1, group.tensor);
   if (group.ranks * etp <= 1 || tokens <= 0) return a;
   const double token_bytes = static_cast<double>(hidden) * bytes_per_element;
+  // The expert rows beyond etp = 1's each GPU keeps (sim/collectives.h).
+  const auto kept = [&](double rows_per_token) -> Bytes {
+    return std::llround((etp - 1) * rows_per_token * tokens * token_bytes);
+  };
   if (dispatcher == ExpertDispatcher::kAllGather) {
-    return AllGatherDispatchOf(intra_node, inter_node, network_gbps_per_gpu, group, experts,
-                               token_bytes, bytes_per_element, tokens);
+    a = AllGatherDispatchOf(intra_node, inter_node, network_gbps_per_gpu, group, experts,
+                            token_bytes, bytes_per_element, tokens);
+    a.etp_kept_bytes = kept(top_k);
+    return a;
   }
   if (dispatcher == ExpertDispatcher::kAllToAll) {
     const double rows_per_token = top_k * rows_per_route;
@@ -514,8 +520,10 @@ ExpertAllToAll ExpertAllToAllOf(const Link& intra_node, const Link& inter_node,
     }
     AddExpertTensorParallel(intra_node, inter_node, network_gbps_per_gpu, group, rows_per_token,
                             token_bytes, bytes_per_element, tokens, &a);
+    a.etp_kept_bytes = kept(rows_per_token);
     return a;
   }
+  a.etp_kept_bytes = kept(top_k);
   double dispatch_gbps = 0, combine_gbps = 0;
   TimeNs latency = 0;
   if (group.nodes == 1) {

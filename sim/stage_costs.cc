@@ -583,6 +583,9 @@ void StageCostTable::AddExpertParallelComm(const pipecast::Layer& layer, double 
   if (!ep_comm_) ep_comm_ = a;
   // The all-gather dispatcher's gathered buffers, held while the layer runs.
   c->workspace_bytes += a.workspace_bytes;
+  // etp's whole rows kept for the weight gradient: fc1's input, then fc2's output gradient too.
+  c->activation_bytes += a.etp_kept_bytes;
+  if (c->weight_grad_bytes) *c->weight_grad_bytes += 2 * a.etp_kept_bytes;
   c->ep_dispatch_ns = a.dispatch_ns;
   c->ep_combine_ns = a.combine_ns;
   // The routed experts' share of the layer's compute (the layered overlap's
