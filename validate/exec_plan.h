@@ -136,7 +136,12 @@ struct ExecPlan {
   // w = rank·ep + j is expert rank j, a replica of its own with its own
   // micro-batches, exchanging tokens with the rank's other workers by
   // all-to-all. Messages go to expert rank j of the peer rank, as with t.
+  // With expert tensor parallelism (etp > 1, t = 1) the rank's expert group
+  // is ep x etp workers, worker w = rank·ep·etp + j·etp + r being member
+  // (j, r) (etp innermost, as Megatron-LM lays it): expert_parallel holds
+  // ep x etp, the workers of the group, and expert_tensor_parallel etp.
   int expert_parallel = 1;
+  int expert_tensor_parallel = 1;
   // How the ep workers exchange tokens (plan.json's ep_dispatcher): the
   // all-to-alls of DeepEP's count or Megatron-LM's rows, or Megatron-LM's
   // all-gathers and reduce-scatters (ExecOp::ep_collectives).

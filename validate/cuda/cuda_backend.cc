@@ -95,6 +95,15 @@ Status CudaWork::Init(const std::vector<int>& local_ranks) {
 
 std::string CudaWork::Description() const { return KernelOpsDescription(); }
 
+Status RefuseExpertTensorParallel(const ExecPlan& plan) {
+  if (plan.expert_tensor_parallel <= 1) return Status::Ok();
+  return Status::InvalidArgument(fmt::format(
+      "the plan has expert_tensor_parallel {}, which the cuda backend does not run (its NCCL "
+      "communicator spans a stage's whole expert group, with none for the etp or ep "
+      "sub-groups); validate it with --backend cpu or mpi",
+      plan.expert_tensor_parallel));
+}
+
 std::string KernelOpsDescription() {
   return "ops are busy-work kernels of the profiled durations on the GPU (spinning on its timer "
          "over the stage's SMs), not real layers; with tensor parallelism each op's all-reduces, "
@@ -414,6 +423,7 @@ class CudaBackend final : public Backend {
   Result<std::vector<StageRun>> Run(const ExecPlan& plan, const RuntimeOptions& options,
                                     OpWork* /*busy-work is replaced by GPU kernels*/,
                                     Bytes memory_limit_bytes) override {
+    PIPECAST_RETURN_IF_ERROR(RefuseExpertTensorParallel(plan));
     // Tensor (expert) parallelism: every worker a rank of its own (ExpandTensorParallel).
     const int t = plan.workers_per_rank();
     const ExecPlan expanded = t > 1 ? ExpandTensorParallel(plan) : plan;
