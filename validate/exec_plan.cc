@@ -217,6 +217,15 @@ ExecPlan ExpandTensorParallel(const ExecPlan& plan) {
   return out;
 }
 
+Status RefuseExpertTensorParallel(const ExecPlan& plan) {
+  if (plan.expert_tensor_parallel <= 1) return Status::Ok();
+  return Status::InvalidArgument(fmt::format(
+      "the plan has expert_tensor_parallel {}, which the cuda backend does not run (its NCCL "
+      "communicator spans a stage's whole expert group, with none for the etp or ep "
+      "sub-groups); validate it with --backend cpu or mpi",
+      plan.expert_tensor_parallel));
+}
+
 int64_t MessageTag(int dst_stage, int microbatch, bool gradient, int num_stages) {
   return (int64_t{microbatch} * num_stages + dst_stage) * 2 + (gradient ? 1 : 0);
 }

@@ -155,6 +155,11 @@ struct ExecPlan {
 
 // The tag of the message into `dst_stage` for `microbatch`: unique per
 // (stage, micro-batch, direction).
+// The cuda backend's refusal of expert tensor parallelism (etp > 1):
+// InvalidArgument naming the fix, since its NCCL communicator spans a stage's
+// whole expert group, with none for the etp or ep sub-groups; OK otherwise.
+Status RefuseExpertTensorParallel(const ExecPlan& plan);
+
 int64_t MessageTag(int dst_stage, int microbatch, bool gradient, int num_stages);
 
 // The tag of the copy-reduce message that `src_rank` sends: above every

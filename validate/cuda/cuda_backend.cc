@@ -95,15 +95,6 @@ Status CudaWork::Init(const std::vector<int>& local_ranks) {
 
 std::string CudaWork::Description() const { return KernelOpsDescription(); }
 
-Status RefuseExpertTensorParallel(const ExecPlan& plan) {
-  if (plan.expert_tensor_parallel <= 1) return Status::Ok();
-  return Status::InvalidArgument(fmt::format(
-      "the plan has expert_tensor_parallel {}, which the cuda backend does not run (its NCCL "
-      "communicator spans a stage's whole expert group, with none for the etp or ep "
-      "sub-groups); validate it with --backend cpu or mpi",
-      plan.expert_tensor_parallel));
-}
-
 std::string KernelOpsDescription() {
   return "ops are busy-work kernels of the profiled durations on the GPU (spinning on its timer "
          "over the stage's SMs), not real layers; with tensor parallelism each op's all-reduces, "

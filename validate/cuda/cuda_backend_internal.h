@@ -98,10 +98,6 @@ Result<std::vector<StageRun>> RunOnDevices(const ExecPlan& plan, const RuntimeOp
 std::string KernelOpsDescription();
 // The report's line on how time and memory are read.
 std::string MeasurementNote();
-// InvalidArgument for a plan with expert tensor parallelism (etp > 1): its
-// sub-group collectives (the all-to-alls among one etp rank's GPUs, the etp
-// all-gathers and reduce-scatters) have no NCCL sub-communicators here.
-Status RefuseExpertTensorParallel(const ExecPlan& plan);
 // The count of CUDA devices, or Unavailable "no CUDA device ...".
 Status CheckCudaDevices(int* count);
 
