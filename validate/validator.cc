@@ -387,8 +387,10 @@ std::string ValidationText(const ValidationResult& r) {
       r.plan.schedule_name, r.plan.config.layout.pipeline_stages,
       r.plan.config.layout.tensor_parallel > 1
           ? fmt::format(" x {} tensor-parallel workers", r.plan.config.layout.tensor_parallel)
-      : r.plan.config.layout.expert_parallel > 1
-          ? fmt::format(" x {} expert-parallel workers", r.plan.config.layout.expert_parallel)
+      : r.plan.config.layout.expert_parallel * r.plan.config.layout.expert_tensor_parallel > 1
+          ? fmt::format(
+                " x {} expert-parallel workers",
+                r.plan.config.layout.expert_parallel * r.plan.config.layout.expert_tensor_parallel)
           : "",
       r.plan.config.microbatches, r.plan.config.microbatch_size);
   out += fmt::format("  {}\n", r.work);
