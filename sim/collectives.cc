@@ -440,6 +440,7 @@ ExpertAllToAll NcclAllToAllOf(const Link& intra_node, const Link& inter_node,
   const TimeNs latency = (a.across_nodes ? inter_node : intra_node).CollectiveLatencyNs();
   a.dispatch_ns = latency + static_cast<TimeNs>(std::llround(std::max(nvlink, network)));
   a.combine_ns = a.dispatch_ns;
+  a.backward_ns = a.dispatch_ns + a.combine_ns;
   return a;
 }
 
@@ -477,6 +478,14 @@ ExpertAllToAll AllGatherDispatchOf(const Link& intra_node, const Link& inter_nod
                   ns(Collective::kAllGather, experts * static_cast<double>(bytes_per_element)) +
                   ns(Collective::kAllGather, token_bytes);
   a.combine_ns = ns(Collective::kReduceScatter, token_bytes);
+  // The backward runs the adjoints autograd records (Megatron-LM d98e8a64, token_dispatcher.py
+  // token_dispatch, tensor_parallel/mappings.py _GatherFromSequenceParallelRegion.backward): the
+  // output's reduce-scatter becomes an all-gather of its gradient, the hidden states' and the
+  // probs' all-gathers reduce-scatters of theirs (the probs carry the router's gradient); the
+  // routing map, gathered under torch.no_grad(), has none.
+  a.backward_ns = ns(Collective::kAllGather, token_bytes) +
+                  ns(Collective::kReduceScatter, token_bytes) +
+                  ns(Collective::kReduceScatter, experts * static_cast<double>(bytes_per_element));
   return a;
 }
 
@@ -516,9 +525,15 @@ ExpertAllToAll ExpertAllToAllOf(const Link& intra_node, const Link& inter_node,
   const int etp = std::max(1, group.tensor);
   if (group.ranks * etp <= 1 || tokens <= 0) return a;
   const double token_bytes = static_cast<double>(hidden) * bytes_per_element;
+  // The expert rows beyond etp = 1's each GPU keeps (sim/collectives.h).
+  const auto kept = [&](double rows_per_token) -> Bytes {
+    return std::llround((etp - 1) * rows_per_token * tokens * token_bytes);
+  };
   if (dispatcher == ExpertDispatcher::kAllGather) {
-    return AllGatherDispatchOf(intra_node, inter_node, network_gbps_per_gpu, group, experts,
-                               token_bytes, bytes_per_element, tokens);
+    a = AllGatherDispatchOf(intra_node, inter_node, network_gbps_per_gpu, group, experts,
+                            token_bytes, bytes_per_element, tokens);
+    a.etp_kept_bytes = kept(top_k);
+    return a;
   }
   if (dispatcher == ExpertDispatcher::kAllToAll) {
     const double rows_per_token = top_k * rows_per_route;
@@ -528,8 +543,10 @@ ExpertAllToAll ExpertAllToAllOf(const Link& intra_node, const Link& inter_node,
     }
     AddExpertTensorParallel(intra_node, inter_node, network_gbps_per_gpu, group, rows_per_token,
                             token_bytes, bytes_per_element, tokens, &a);
+    a.etp_kept_bytes = kept(rows_per_token);
     return a;
   }
+  a.etp_kept_bytes = kept(top_k);
   double dispatch_gbps = 0, combine_gbps = 0;
   TimeNs latency = 0;
   if (group.nodes == 1) {
@@ -569,6 +586,7 @@ ExpertAllToAll ExpertAllToAllOf(const Link& intra_node, const Link& inter_node,
   };
   a.dispatch_ns = time(dispatch_gbps);
   a.combine_ns = time(combine_gbps);
+  a.backward_ns = a.dispatch_ns + a.combine_ns;
   return a;
 }
 

@@ -290,6 +290,13 @@ struct ExpertAllToAll {
   bool across_nodes = false;
   TimeNs dispatch_ns = 0;
   TimeNs combine_ns = 0;
+  // The backward's collectives, the adjoints of those the forward's autograd
+  // records: the dispatch's and the combine's again for DeepEP and the
+  // all-to-all dispatcher; for the all-gather dispatcher an all-gather of the
+  // output's gradient (the combine's reduce-scatter's adjoint) and
+  // reduce-scatters of the hidden states' and the probs' gradients (the
+  // routing map is gathered without grad: no adjoint).
+  TimeNs backward_ns = 0;
   // The all-to-all dispatcher's etp collectives (0 at etp = 1 and for the
   // other dispatchers): hidden bytes a GPU receives in the all-gather per
   // token it dispatches, (etp - 1) x k x rows per route x hidden x bytes per
@@ -298,6 +305,15 @@ struct ExpertAllToAll {
   double etp_bytes_per_token = 0;
   TimeNs etp_gather_ns = 0;
   TimeNs etp_scatter_ns = 0;
+  // etp > 1, any dispatcher: the bytes a GPU's experts keep beyond etp = 1's
+  // per micro-batch, (etp - 1) x k x rows per route (the all-to-all
+  // dispatcher's; 1 for the others) x tokens x hidden x bytes per element.
+  // Each GPU's experts run etp x the token copies (the etp group's rows,
+  // gathered or sent to it), each at F/etp: fc1's input and fc2's output
+  // gradient are whole rows, kept for the weight gradient, so the
+  // activations grow by this and the weight-gradient phase by twice it; a and
+  // gelu(a), F/etp wide, stay what etp = 1 keeps.
+  Bytes etp_kept_bytes = 0;
   // The all-gather dispatcher's gathered buffers (above), bytes on one GPU
   // while the layer's dispatch or combine runs; 0 for the others.
   Bytes workspace_bytes = 0;

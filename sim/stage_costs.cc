@@ -620,6 +620,9 @@ void StageCostTable::AddExpertParallelComm(const pipecast::Layer& layer, double 
   if (!ep_comm_) ep_comm_ = a;
   // The all-gather dispatcher's gathered buffers, held while the layer runs.
   c->workspace_bytes += a.workspace_bytes;
+  // etp's whole rows kept for the weight gradient: fc1's input, then fc2's output gradient too.
+  c->activation_bytes += a.etp_kept_bytes;
+  if (c->weight_grad_bytes) *c->weight_grad_bytes += 2 * a.etp_kept_bytes;
   c->ep_dispatch_ns = a.dispatch_ns;
   c->ep_combine_ns = a.combine_ns;
   // The routed experts' share of the layer's compute (the layered overlap's
@@ -630,10 +633,10 @@ void StageCostTable::AddExpertParallelComm(const pipecast::Layer& layer, double 
         2.0 * model_sequence_ * m.top_k * static_cast<double>(m.expert_parameters) / m.experts;
     c->expert_compute_share = std::min(1.0, expert_flops / *layer.forward_flops);
   }
-  // The forward dispatches and combines; the backward sends the gradients
-  // back the same two ways.
+  // The forward dispatches and combines; the backward runs their adjoints
+  // (the same two ways, or the all-gather dispatcher's three, sim/collectives.h).
   c->ep_forward_ns = a.dispatch_ns + a.combine_ns;
-  c->ep_backward_ns = a.dispatch_ns + a.combine_ns;
+  c->ep_backward_ns = a.backward_ns;
   // etp's all-gather and reduce-scatter (the all-to-all dispatcher): the backward runs each
   // collective's adjoint (a reduce-scatter for the all-gather and back), the same bytes.
   c->etp_forward_ns = a.etp_gather_ns + a.etp_scatter_ns;

@@ -259,6 +259,16 @@ TEST(ExpertParallelTest, AllGatherDispatcherMovesEveryTokenOfTheGroup) {
   // 145,600).
   EXPECT_NEAR(g32.dispatch_ns, 5'056'467 + 145'600 + 98'145.7 + 79'200 + 196'291.4 + 79'200, 2);
   EXPECT_EQ(g32.combine_ns, 5'056'467 + 145'600);
+  // The backward runs the adjoints autograd records (Megatron-LM d98e8a64,
+  // _GatherFromSequenceParallelRegion.backward): an all-gather of the output's gradient (the
+  // combine's reduce-scatter's), reduce-scatters of the hidden states' and the probs' gradients
+  // (the probs carry the router's), nothing for the routing map, gathered under no_grad. The
+  // ring's reduce-scatter costs what its all-gather does: ep 8, 2 x (1,141,783 + 32,200) +
+  // 44,324 + 27,300 = 2,419,590 ns (dispatch + combine: 2,469,052, the routing map's 49,462 ns
+  // more); ep 32, 2 x (5,056,467 + 145,600) + 196,291 + 79,200 = 10,679,625 ns (10,856,970).
+  EXPECT_NEAR(g8.backward_ns, 2 * (1'141'783 + 32'200) + 44'323.9 + 27'300, 2);
+  EXPECT_NEAR(g32.backward_ns, 2 * (5'056'467 + 145'600) + 196'291.4 + 79'200, 2);
+  EXPECT_EQ(g8.dispatch_ns + g8.combine_ns - g8.backward_ns, 22'162 + 27'300);
   // So across nodes, at k = 8, it beats the all-to-all dispatcher's 7,425,695 ns (network-bound
   // at one NIC per GPU); inside a node it loses (1,295,069 against 1,150,183 ns).
   EXPECT_LT(g32.dispatch_ns, NcclAllToAll(DeepseekV3(), 32, 4096).dispatch_ns);
@@ -356,6 +366,12 @@ TEST(ExpertParallelTest, AllGatherDispatcherChargesItsGatheredBuffersAsWorkspace
   EXPECT_EQ(gather.Layer(0).workspace_bytes, 0);
   EXPECT_EQ(gather.Layer(1).workspace_bytes, 269'221'888);
   EXPECT_EQ(gather.Stage(StageLayers{0, 1}).workspace_bytes, 269'221'888);
+  // Its backward is the adjoints' (AllGatherDispatcherMovesEveryTokenOfTheGroup): the forward
+  // less the routing map's all-gather.
+  const ExpertAllToAll a = AllGatherDispatch(*model.layers[1].moe, 8, 1, 4096);
+  EXPECT_EQ(gather.Layer(1).ep_forward_ns, a.dispatch_ns + a.combine_ns);
+  EXPECT_EQ(gather.Layer(1).ep_backward_ns, a.backward_ns);
+  EXPECT_LT(a.backward_ns, a.dispatch_ns + a.combine_ns);
   config.layout.expert_dispatcher = ExpertDispatcher::kAllToAll;
   EXPECT_EQ(StageCostTable(model, StageCostOptionsFor(config, H100())).Layer(1).workspace_bytes, 0);
 }

@@ -133,7 +133,7 @@ std::vector<StageCollectives> CollectivesOf(const Model& model, const PlanFile& 
                                             const std::vector<StageLayers>& partition,
                                             const Cluster& cluster) {
   std::vector<StageCollectives> out(partition.size());
-  if (plan.config.layout.expert_parallel > 1) {
+  if (plan.config.layout.expert_parallel * plan.config.layout.expert_tensor_parallel > 1) {
     const StageCostOptions o = StageCostOptionsFor(plan.config, cluster);
     const double tokens = ExpertTokensPerGpu(model, o);
     const ExpertAllToAllGroup group =
@@ -202,6 +202,7 @@ ExecPlan ExpandTensorParallel(const ExecPlan& plan) {
   out.ranks = plan.ranks * t;
   out.tensor_parallel = 1;
   out.expert_parallel = 1;
+  out.expert_tensor_parallel = 1;
   out.per_rank.clear();
   for (int w = 0; w < plan.ranks * t; ++w) {
     ExecStage st = plan.per_rank[w / t];
@@ -214,6 +215,15 @@ ExecPlan ExpandTensorParallel(const ExecPlan& plan) {
     out.per_rank.push_back(std::move(st));
   }
   return out;
+}
+
+Status RefuseExpertTensorParallel(const ExecPlan& plan) {
+  if (plan.expert_tensor_parallel <= 1) return Status::Ok();
+  return Status::InvalidArgument(fmt::format(
+      "the plan has expert_tensor_parallel {}, which the cuda backend does not run (its NCCL "
+      "communicator spans a stage's whole expert group, with none for the etp or ep "
+      "sub-groups); validate it with --backend cpu or mpi",
+      plan.expert_tensor_parallel));
 }
 
 int64_t MessageTag(int dst_stage, int microbatch, bool gradient, int num_stages) {
@@ -246,7 +256,8 @@ Result<ExecPlan> BuildExecPlan(const Model& model, const PlanFile& plan, const S
   ep.microbatches = schedule.num_microbatches;
   ep.iterations = schedule.iterations;
   ep.tensor_parallel = std::max(plan.config.layout.tensor_parallel, 1);
-  ep.expert_parallel = std::max(plan.config.layout.expert_parallel, 1);
+  ep.expert_tensor_parallel = std::max(plan.config.layout.expert_tensor_parallel, 1);
+  ep.expert_parallel = std::max(plan.config.layout.expert_parallel, 1) * ep.expert_tensor_parallel;
   ep.ep_dispatcher = plan.config.layout.expert_dispatcher;
   for (int r = 0; r < schedule.num_ranks; ++r) {
     ExecStage st;
@@ -266,9 +277,11 @@ Result<ExecPlan> BuildExecPlan(const Model& model, const PlanFile& plan, const S
       const int model_stage = schedule.ModelStage(a.stage);
       SetCostsAndMessages(schedule, r, costs[model_stage], &op);
       op.tp_comm_ns = costs[model_stage].TpCommNs(a.kind);
-      op.ep_comm_ns = a.kind == OpKind::kForward          ? costs[model_stage].ep_forward_ns
+      // The dispatcher's collectives and etp's all-gathers and reduce-scatters.
+      const StageCost& sc = costs[model_stage];
+      op.ep_comm_ns = a.kind == OpKind::kForward          ? sc.ep_forward_ns + sc.etp_forward_ns
                       : a.kind == OpKind::kBackwardWeight ? 0
-                                                          : costs[model_stage].ep_backward_ns;
+                                                          : sc.ep_backward_ns + sc.etp_backward_ns;
       if (a.kind == OpKind::kForward) op.tp_collectives = collectives[model_stage].forward;
       if (a.kind == OpKind::kBackward || a.kind == OpKind::kBackwardInput) {
         op.tp_collectives = collectives[model_stage].backward;

@@ -136,7 +136,12 @@ struct ExecPlan {
   // w = rank·ep + j is expert rank j, a replica of its own with its own
   // micro-batches, exchanging tokens with the rank's other workers by
   // all-to-all. Messages go to expert rank j of the peer rank, as with t.
+  // With expert tensor parallelism (etp > 1, t = 1) the rank's expert group
+  // is ep x etp workers, worker w = rank·ep·etp + j·etp + r being member
+  // (j, r) (etp innermost, as Megatron-LM lays it): expert_parallel holds
+  // ep x etp, the workers of the group, and expert_tensor_parallel etp.
   int expert_parallel = 1;
+  int expert_tensor_parallel = 1;
   // How the ep workers exchange tokens (plan.json's ep_dispatcher): the
   // all-to-alls of DeepEP's count or Megatron-LM's rows, or Megatron-LM's
   // all-gathers and reduce-scatters (ExecOp::ep_collectives).
@@ -150,6 +155,11 @@ struct ExecPlan {
 
 // The tag of the message into `dst_stage` for `microbatch`: unique per
 // (stage, micro-batch, direction).
+// The cuda backend's refusal of expert tensor parallelism (etp > 1):
+// InvalidArgument naming the fix, since its NCCL communicator spans a stage's
+// whole expert group, with none for the etp or ep sub-groups; OK otherwise.
+Status RefuseExpertTensorParallel(const ExecPlan& plan);
+
 int64_t MessageTag(int dst_stage, int microbatch, bool gradient, int num_stages);
 
 // The tag of the copy-reduce message that `src_rank` sends: above every

@@ -332,5 +332,19 @@ TEST(ExecPlan, APartitionBeyondTheModelIsRejected) {
   EXPECT_NE(ep.status().message().find("--model"), std::string::npos);
 }
 
+// The cuda backend refuses expert tensor parallelism before anything runs
+// (validate/cuda/cuda_backend.cc and cuda_mpi.cc call this first).
+TEST(ExecPlan, TheCudaBackendRefusesExpertTensorParallelWithTheFix) {
+  ExecPlan plan;
+  EXPECT_TRUE(RefuseExpertTensorParallel(plan).ok());
+  plan.expert_parallel = 4;
+  plan.expert_tensor_parallel = 2;
+  EXPECT_THAT(
+      RefuseExpertTensorParallel(plan).message(),
+      ::testing::HasSubstr("expert_tensor_parallel 2, which the cuda backend does not run"));
+  EXPECT_THAT(RefuseExpertTensorParallel(plan).message(),
+              ::testing::HasSubstr("validate it with --backend cpu or mpi"));
+}
+
 }  // namespace
 }  // namespace pipecast::validate

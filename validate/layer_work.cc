@@ -6,6 +6,8 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <optional>
+#include <utility>
 
 #include "base/text_table.h"
 
@@ -55,21 +57,100 @@ class GroupExchange final : public cpu::ExpertExchange {
   const Clock* clock_;
 };
 
+// One of the expert group's sub-groups (expert tensor parallelism: the ep
+// workers of one etp rank, or the etp workers of one expert rank), its
+// collectives run as all-to-alls of the whole group with nothing sent to the
+// other members, so every backend's AllToAll serves. A sub-group of one
+// copies (every member's sub-group has that size, so all skip alike).
+class SubgroupExchange final : public cpu::ExpertExchange {
+ public:
+  // `members`: the sub-group's members of the whole group, ascending; `me`
+  // this worker's index among them; `size` the whole group's.
+  SubgroupExchange(cpu::ExpertExchange& whole, std::vector<int> members, int me, int size)
+      : whole_(whole), members_(std::move(members)), me_(me), size_(size) {}
+  Status AllToAll(std::span<const float> send, std::span<const size_t> send_counts,
+                  std::span<float> recv, std::span<const size_t> recv_counts) override {
+    if (members_.size() == 1) {
+      std::copy(send.begin(), send.end(), recv.begin());
+      return Status::Ok();
+    }
+    // Members ascend, so the sub-group's consecutive blocks are the group's.
+    return whole_.AllToAll(send, Spread(send_counts), recv, Spread(recv_counts));
+  }
+  Status AllGather(std::span<const float> send, std::span<float> recv) override {
+    if (members_.size() == 1) return AllToAll(send, {}, recv, {});
+    std::vector<float> copies;
+    copies.reserve(send.size() * members_.size());
+    for (size_t i = 0; i < members_.size(); ++i)
+      copies.insert(copies.end(), send.begin(), send.end());
+    const std::vector<size_t> counts(members_.size(), send.size());
+    return whole_.AllToAll(copies, Spread(counts), recv, Spread(counts));
+  }
+  Status ReduceScatter(std::span<const float> send, std::span<float> recv) override {
+    if (members_.size() == 1) return AllToAll(send, {}, recv, {});
+    std::vector<float> blocks(recv.size() * members_.size());
+    const std::vector<size_t> counts(members_.size(), recv.size());
+    PIPECAST_RETURN_IF_ERROR(whole_.AllToAll(send, Spread(counts), blocks, Spread(counts)));
+    for (size_t i = 0; i < recv.size(); ++i) {  // summed in member order
+      float sum = 0;
+      for (size_t m = 0; m < members_.size(); ++m) sum += blocks[m * recv.size() + i];
+      recv[i] = sum;
+    }
+    return Status::Ok();
+  }
+
+ private:
+  std::vector<size_t> Spread(std::span<const size_t> counts) const {
+    std::vector<size_t> all(static_cast<size_t>(size_), 0);
+    for (size_t m = 0; m < members_.size(); ++m) all[static_cast<size_t>(members_[m])] = counts[m];
+    return all;
+  }
+  cpu::ExpertExchange& whole_;
+  std::vector<int> members_;
+  int me_;
+  int size_;
+};
+
+// A block's exchanges in the expert group: the whole group, or at etp > 1
+// with the all-to-alls its ep and etp sub-groups.
+class ExpertExchanges {
+ public:
+  ExpertExchanges(const cpu::Block& b, cpu::ExpertExchange& whole) : whole_(whole) {
+    const int etp = b.expert_tensor_parallel();
+    if (etp == 1 || b.all_gather_dispatch()) return;
+    const int ep = b.expert_parallel(), j = b.expert_rank(), r = b.expert_tensor_rank();
+    std::vector<int> ep_members, etp_members;
+    for (int i = 0; i < ep; ++i) ep_members.push_back(i * etp + r);
+    for (int i = 0; i < etp; ++i) etp_members.push_back(j * etp + i);
+    ep_.emplace(whole, std::move(ep_members), j, ep * etp);
+    etp_.emplace(whole, std::move(etp_members), r, ep * etp);
+  }
+  cpu::ExpertExchange& ep() { return ep_ ? static_cast<cpu::ExpertExchange&>(*ep_) : whole_; }
+  cpu::ExpertExchange* etp() { return etp_ ? &*etp_ : nullptr; }
+
+ private:
+  cpu::ExpertExchange& whole_;
+  std::optional<SubgroupExchange> ep_, etp_;
+};
+
 // Expert parallelism's members: each holds its 1/ep of every MoE layer's
 // experts (cpu::Block::ExpertShard) and a whole copy of every dense layer, as
 // data-parallel replicas do.
+// With etp > 1, worker m = j·etp + r of the group holds expert rank j's
+// experts' slice r (cpu::Block::ExpertShard).
 Result<std::vector<std::vector<cpu::Block>>> ExpertShards(const std::vector<cpu::Block>& blocks,
-                                                          int ep, ExpertDispatcher dispatcher) {
-  std::vector<std::vector<cpu::Block>> shards(static_cast<size_t>(ep));
-  for (int j = 0; j < ep; ++j) {
+                                                          int ep, int etp,
+                                                          ExpertDispatcher dispatcher) {
+  std::vector<std::vector<cpu::Block>> shards(static_cast<size_t>(ep * etp));
+  for (int m = 0; m < ep * etp; ++m) {
     for (size_t l = 0; l < blocks.size(); ++l) {
       if (!blocks[l].shape().moe()) {
-        shards[j].push_back(blocks[l]);
+        shards[m].push_back(blocks[l]);
         continue;
       }
-      Result<cpu::Block> shard = blocks[l].ExpertShard(ep, j, dispatcher);
+      Result<cpu::Block> shard = blocks[l].ExpertShard(ep, m / etp, dispatcher, etp, m % etp);
       if (!shard.ok()) return shard.status().WithPrefix(fmt::format("layers[{}]", l));
-      shards[j].push_back(std::move(*shard));
+      shards[m].push_back(std::move(*shard));
     }
   }
   return shards;
@@ -97,13 +178,20 @@ Result<std::unique_ptr<LayerWork>> LayerWork::Make(const Model& model, const Pla
         "(they all-reduce whole activations): validate a plan made without --sequence-parallel");
   }
   const int ep = std::max(plan.config.layout.expert_parallel, 1);
-  // etp's all-gather and reduce-scatter are not replayed: etp > 1 is refused at any ep.
-  if ((ep > 1 && t > 1) || plan.config.layout.expert_tensor_parallel > 1) {
+  const int etp = std::max(plan.config.layout.expert_tensor_parallel, 1);
+  if (ep * etp > 1 && t > 1) {
     return Status::InvalidArgument(fmt::format(
         "the plan has expert_parallel {} with tensor_parallel {} and expert_tensor_parallel {}: "
-        "the validator runs expert parallelism over data-parallel replicas of whole blocks; "
-        "validate a plan made with --tensor-parallel 1 and --expert-tensor-parallel 1",
-        ep, t, plan.config.layout.expert_tensor_parallel));
+        "the validator runs expert parallelism over data-parallel replicas; validate a plan made "
+        "with --tensor-parallel 1",
+        ep, t, etp));
+  }
+  if (etp > 1 && plan.config.layout.expert_dispatcher == ExpertDispatcher::kDeepEp) {
+    return Status::InvalidArgument(fmt::format(
+        "the plan has expert_tensor_parallel {} with the deepep dispatcher, whose wider "
+        "all-to-all the validator does not run; validate a plan made with --ep-dispatcher "
+        "alltoall or allgather",
+        etp));
   }
   std::vector<cpu::Block> blocks = spec.Build();
   for (size_t l = 0; l < blocks.size(); ++l) {
@@ -126,9 +214,9 @@ Result<std::unique_ptr<LayerWork>> LayerWork::Make(const Model& model, const Pla
     }
   }
   std::vector<std::vector<cpu::Block>> shards(static_cast<size_t>(t));
-  if (ep > 1) {
+  if (ep * etp > 1) {
     PIPECAST_ASSIGN_OR_RETURN(shards,
-                              ExpertShards(blocks, ep, plan.config.layout.expert_dispatcher));
+                              ExpertShards(blocks, ep, etp, plan.config.layout.expert_dispatcher));
   } else if (t == 1) {
     shards[0] = std::move(blocks);
   }
@@ -153,9 +241,9 @@ Result<std::unique_ptr<LayerWork>> LayerWork::Make(const Model& model, const Pla
   // virtual stages k and p+k must not accumulate into the same weight gradients.
   std::vector<std::vector<cpu::Block>> second;
   if (paths.bidirectional) second = shards;
-  return std::unique_ptr<LayerWork>(new LayerWork(std::move(shards), std::move(second),
-                                                  std::move(partition), std::move(paths),
-                                                  plan.config.microbatch_size, ep > 1, clock));
+  return std::unique_ptr<LayerWork>(
+      new LayerWork(std::move(shards), std::move(second), std::move(partition), std::move(paths),
+                    plan.config.microbatch_size, ep * etp > 1, clock));
 }
 
 LayerWork::LayerWork(std::vector<std::vector<cpu::Block>> shards,
@@ -234,10 +322,11 @@ Status LayerWork::Forward(const OpCall& call) {
           fmt::format("layer {} got {} input floats, expected {}", l, x.size(), n));
     }
     y.resize(n);
-    if (b.expert_parallel() > 1) {
-      GroupExchange exchange(call, clock_);
+    if (b.expert_group_size() > 1) {
+      GroupExchange whole(call, clock_);
+      ExpertExchanges ex(b, whole);
       cpu::Saved saved;
-      PIPECAST_RETURN_IF_ERROR(b.Forward(x, y, microbatch_size_, exchange, &saved));
+      PIPECAST_RETURN_IF_ERROR(b.Forward(x, y, microbatch_size_, ex.ep(), &saved, ex.etp()));
       cell.saved.push_back(std::move(saved));
     } else {
       cell.saved.push_back(b.Forward(x, y, microbatch_size_));
@@ -282,9 +371,10 @@ Status LayerWork::Backward(const OpCall& call, bool input, bool weight) {
         return Status::Internal(fmt::format("layer {} got a gradient of the wrong size", l));
       }
       dx.resize(dy.size());
-      if (b.expert_parallel() > 1) {
-        GroupExchange exchange(call, clock_);
-        PIPECAST_RETURN_IF_ERROR(b.BackwardInput(saved, dy, dx, exchange));
+      if (b.expert_group_size() > 1) {
+        GroupExchange whole(call, clock_);
+        ExpertExchanges ex(b, whole);
+        PIPECAST_RETURN_IF_ERROR(b.BackwardInput(saved, dy, dx, ex.ep(), ex.etp()));
       } else {
         b.BackwardInput(saved, dy, dx);
       }
@@ -372,15 +462,23 @@ std::string LayerWork::Description() const {
   const cpu::BlockShape& s = shards_.front().front().shape();
   const int t = static_cast<int>(shards_.size());
   if (s.moe()) {
-    const bool gather = shards_.front().front().all_gather_dispatch();
+    const cpu::Block& b = shards_.front().front();
+    const bool gather = b.all_gather_dispatch();
+    const int etp = b.expert_tensor_parallel();
     return fmt::format(
         "ops run the real layers of the profiler's CPU workload ({} MoE blocks of {} experts, "
         "top-{} by a hash router, hidden {}, expert ffn {}, {} tokens per sample) on float32 "
         "buffers{}",
-        shards_.front().size(), s.experts, s.top_k, s.hidden, s.ffn, s.tokens_per_sample,
+        shards_.front().size(), s.experts, s.top_k, s.hidden, s.ffn * etp, s.tokens_per_sample,
         expert_parallel_
-            ? fmt::format(", over {} expert-parallel workers ({} experts each, {})", t,
-                          s.experts / t,
+            ? fmt::format(", over {} expert-parallel workers ({} experts each{}, {})", t,
+                          s.experts / b.expert_parallel(),
+                          etp > 1 ? fmt::format(", split {} ways by expert tensor parallelism: "
+                                                "fc1's columns and fc2's rows; the all-to-alls' "
+                                                "received rows all-gathered and partial outputs "
+                                                "reduce-scattered over the etp workers",
+                                                etp)
+                                  : "",
                           gather ? "Megatron-LM's all-gather dispatcher: all-gathers of the "
                                    "routing map, probs and tokens and a reduce-scatter of the "
                                    "outputs in a block's forward, an all-gather and a "

@@ -410,14 +410,17 @@ Model MoeWorkloadModel(int layers) {
 // worker threads, 2 in-process expert groups exchanging tokens as
 // `dispatcher` does. `collectives` checks each F, B and I's list.
 void ExpectExpertParallelGivesTheSequentialGradients(
-    ExpertDispatcher dispatcher, const std::function<void(const ExecOp&)>& collectives) {
+    ExpertDispatcher dispatcher, const std::function<void(const ExecOp&)>& collectives,
+    int etp = 1) {
   const int ep = 2;
+  const int members = ep * etp;  // the group's workers, member m = j·etp + r
   Result<Schedule> s = MakeSchedule(ScheduleKind::k1F1B, 2, 3);
   testing::World w;
   w.model = MoeWorkloadModel(4);
   SimOptions o;
-  o.config.layout.data_parallel = ep;
+  o.config.layout.data_parallel = members;
   o.config.layout.expert_parallel = ep;
+  o.config.layout.expert_tensor_parallel = etp;
   o.config.layout.expert_dispatcher = dispatcher;
   Result<SimResult> sim = Simulate(w.model, testing::TestCluster(), *s, o);
   ASSERT_TRUE(sim.ok()) << sim.status().message();
@@ -426,8 +429,9 @@ void ExpectExpertParallelGivesTheSequentialGradients(
   w.predicted = *Simulate(w.model, testing::TestCluster(), *s, o);
   Result<ExecPlan> exec = BuildExecPlan(w.model, w.plan, *s, w.predicted, testing::TestCluster());
   ASSERT_TRUE(exec.ok()) << exec.status().message();
-  ASSERT_EQ(exec->expert_parallel, ep);
-  ASSERT_EQ(exec->workers(), 4);
+  ASSERT_EQ(exec->expert_parallel, members);
+  ASSERT_EQ(exec->expert_tensor_parallel, etp);
+  ASSERT_EQ(exec->workers(), 2 * members);
   EXPECT_EQ(exec->ep_dispatcher, dispatcher);
   for (const ExecOp& op : exec->per_rank[0].ops) {
     if (op.action.kind == OpKind::kBackwardWeight) {
@@ -442,17 +446,19 @@ void ExpectExpertParallelGivesTheSequentialGradients(
   SteadyClock clock;
   std::vector<std::unique_ptr<MemoryPool>> pools;
   std::vector<MemoryPool*> raw;
-  for (int i = 0; i < 4; ++i) {
+  std::vector<int> workers;
+  for (int i = 0; i < 2 * members; ++i) {
     pools.push_back(std::make_unique<MemoryPool>("worker " + std::to_string(i), 0, &clock));
     raw.push_back(pools.back().get());
+    workers.push_back(i);
   }
   InProcessTransport transport(raw);
-  InProcessTensorGroup g0(ep), g1(ep);
+  InProcessTensorGroup g0(members), g1(members);
   RuntimeOptions ro;
   ro.warmup_iterations = 0;
   ro.iterations = 1;
   Result<std::vector<StageRun>> runs =
-      RunStages(*exec, {0, 1, 2, 3}, ro,
+      RunStages(*exec, workers, ro,
                 RuntimeEnv{&transport, work->get(), &clock, raw, true, {&g0, &g1}, nullptr, {}});
   ASSERT_TRUE(runs.ok()) << runs.status().message();
 
@@ -467,7 +473,7 @@ void ExpectExpertParallelGivesTheSequentialGradients(
   const size_t n = 6 * 16;
   std::vector<float> grad(n, 1.0f / n);
   for (int mb = 0; mb < 3; ++mb) {
-    for (int j = 0; j < ep; ++j) {
+    for (int j = 0; j < members; ++j) {
       std::vector<float> x(n), y(n);
       for (size_t i = 0; i < n; ++i) {
         x[i] = std::sin(0.01f * static_cast<float>(i) + 0.37f * static_cast<float>(j));
@@ -489,18 +495,23 @@ void ExpectExpertParallelGivesTheSequentialGradients(
     float largest = 0;
     for (float g : want) largest = std::max(largest, std::abs(g));
     ASSERT_GT(largest, 0.0f);
-    for (int j = 0; j < ep; ++j) {
-      const auto got = (*work)->blocks(j)[l].GradientW2();
-      ASSERT_EQ(got.size(), want.size() / ep);
+    // Member (j, r) holds rows r·F/etp.. of each of expert rank j's experts' W2.
+    const size_t h = kMoeShape.hidden, f = kMoeShape.ffn / etp, local = kMoeShape.experts / ep;
+    for (int m = 0; m < members; ++m) {
+      const size_t j = m / etp, r = m % etp;
+      const auto got = (*work)->blocks(m)[l].GradientW2();
+      ASSERT_EQ(got.size(), want.size() / members);
       for (size_t i = 0; i < got.size(); ++i) {
-        ASSERT_NEAR(got[i], want[j * got.size() + i], 1e-4 * largest)
-            << "layer " << l << " expert rank " << j << " at " << i;
+        const size_t e = i / (f * h), row = i / h % f, c = i % h;
+        ASSERT_NEAR(got[i], want[((j * local + e) * kMoeShape.ffn + r * f + row) * h + c],
+                    1e-4 * largest)
+            << "layer " << l << " member " << m << " at " << i;
       }
     }
   }
   // And every worker held exactly the simulator's per-GPU activations (the
   // same T·k expert rows at ep = 2 as at 1) and spent time in all-to-alls.
-  ASSERT_EQ(runs->size(), 4u);
+  ASSERT_EQ(runs->size(), static_cast<size_t>(2 * members));
   for (const StageRun& run : *runs) {
     EXPECT_EQ(run.peak_activation_bytes, w.predicted.per_rank[run.rank].memory.activations_peak)
         << "rank " << run.rank << " expert rank " << run.expert_rank;
@@ -548,6 +559,33 @@ TEST(LayerWork, AllGatherDispatcherWorkersGiveTheSequentialGradients) {
       });
 }
 
+// Expert tensor parallelism (etp 2, ep 2: 4 workers a stage, p = 2) with the
+// all-to-all dispatcher: the all-to-alls among one etp rank's workers, the
+// etp all-gathers and reduce-scatters among one expert rank's; each member's
+// W2 rows are the sequential run's, and each worker's activation peak is the
+// simulator's, which counts etp x the expert rows of x
+// (ExpertAllToAll::etp_kept_bytes). The collectives the cuda backend would
+// replay are the all-to-alls' (it refuses etp > 1).
+TEST(LayerWork, ExpertTensorParallelWorkersGiveTheSequentialGradients) {
+  ExpectExpertParallelGivesTheSequentialGradients(
+      ExpertDispatcher::kAllToAll,
+      [](const ExecOp& op) {
+        EXPECT_EQ(op.ep_collectives.size(), 4u) << ActionName(op.action);  // 2 layers x 2
+      },
+      2);
+}
+
+// The all-gather dispatcher at etp 2, ep 2: its collectives span the 4 workers.
+TEST(LayerWork, AllGatherDispatcherEtpWorkersGiveTheSequentialGradients) {
+  ExpectExpertParallelGivesTheSequentialGradients(
+      ExpertDispatcher::kAllGather,
+      [](const ExecOp& op) {
+        EXPECT_EQ(op.ep_collectives.size(), op.action.kind == OpKind::kForward ? 8u : 6u)
+            << ActionName(op.action);
+      },
+      2);
+}
+
 TEST(LayerWork, ExpertParallelismNeedsWholeBlocks) {
   Result<Schedule> s = MakeSchedule(ScheduleKind::kGPipe, 2, 2);
   testing::World w = testing::MakeWorld(MoeWorkloadModel(2), *s);
@@ -561,12 +599,14 @@ TEST(LayerWork, ExpertParallelismNeedsWholeBlocks) {
   work = LayerWork::Make(w.model, w.plan, &clock_);
   ASSERT_FALSE(work.ok());
   EXPECT_THAT(work.status().message(), ::testing::HasSubstr("does not divide the 4 experts"));
-  // etp > 1 is refused even at ep = 1: its all-gather and reduce-scatter are not replayed.
+  // etp > 1 with DeepEP's wider all-to-all is refused (not emulated).
   w.plan.config.layout.expert_parallel = 1;
   w.plan.config.layout.expert_tensor_parallel = 2;
+  w.plan.config.layout.expert_dispatcher = ExpertDispatcher::kDeepEp;
   work = LayerWork::Make(w.model, w.plan, &clock_);
   ASSERT_FALSE(work.ok());
-  EXPECT_THAT(work.status().message(), ::testing::HasSubstr("--expert-tensor-parallel 1"));
+  EXPECT_THAT(work.status().message(),
+              ::testing::HasSubstr("--ep-dispatcher alltoall or allgather"));
 }
 
 }  // namespace

@@ -130,15 +130,23 @@ Result<Model> LoadInputs(const ValidatorOptions& options, const Backend& backend
         "validate a plan made without --tp-comm-overlap",
         options.plan_path));
   }
-  const int ep = std::max(plan.config.layout.expert_parallel, 1);
-  // etp's all-gather and reduce-scatter are not replayed: etp > 1 is refused at any ep.
-  if ((ep > 1 && tp > 1) || plan.config.layout.expert_tensor_parallel > 1) {
+  const int etp = std::max(plan.config.layout.expert_tensor_parallel, 1);
+  // The expert group's workers: ep x etp.
+  const int ep = std::max(plan.config.layout.expert_parallel, 1) * etp;
+  if (ep > 1 && tp > 1) {
     return Status::InvalidArgument(fmt::format(
         "{}: the plan has expert_parallel {} with tensor_parallel {} and expert_tensor_parallel "
         "{}, which the validator does not run (it runs expert parallelism over data-parallel "
-        "replicas of whole blocks; docs/validator.md): validate a plan made with "
-        "--tensor-parallel 1 and --expert-tensor-parallel 1",
-        options.plan_path, ep, tp, plan.config.layout.expert_tensor_parallel));
+        "replicas; docs/validator.md): validate a plan made with --tensor-parallel 1",
+        options.plan_path, plan.config.layout.expert_parallel, tp, etp));
+  }
+  if (etp > 1 && plan.config.layout.expert_dispatcher == ExpertDispatcher::kDeepEp) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: the plan has expert_tensor_parallel {} with the deepep dispatcher, whose wider "
+        "all-to-all over the etp x ep GPUs the validator does not run (it runs etp with the "
+        "alltoall and allgather dispatchers; docs/validator.md): validate a plan made with "
+        "--ep-dispatcher alltoall or allgather",
+        options.plan_path, etp));
   }
   PIPECAST_ASSIGN_OR_RETURN(Model model, LoadModel(options.model_path));
   out->model_name = model.name;
@@ -167,7 +175,9 @@ Status ChooseCluster(const ValidatorOptions& options, const Model& model, Backen
                      ValidationResult* out) {
   const PlanFile& plan = out->plan;
   const int tp = std::max(plan.config.layout.tensor_parallel, 1);
-  const int ep = std::max(plan.config.layout.expert_parallel, 1);
+  // The expert group's workers, ep x etp.
+  const int ep = std::max(plan.config.layout.expert_parallel, 1) *
+                 std::max(plan.config.layout.expert_tensor_parallel, 1);
   const int ranks = plan.schedule.num_ranks;
   if (!options.cluster.empty()) {
     Result<Cluster> c = LoadCluster(options.cluster);
@@ -208,7 +218,8 @@ Status Predict(const Model& model, ValidationResult* out) {
   }
   out->predicted = std::move(*predicted);
   for (const std::string& n : out->predicted.notes) out->notes.push_back("prediction: " + n);
-  const int ep = std::max(plan.config.layout.expert_parallel, 1);
+  const int etp = std::max(plan.config.layout.expert_tensor_parallel, 1);
+  const int ep = std::max(plan.config.layout.expert_parallel, 1) * etp;  // the group's workers
   if (plan.config.layout.data_parallel > 1) {
     out->notes.push_back(fmt::format(
         "the plan has {} data-parallel replicas: {} runs; its gradient all-reduce "
@@ -226,6 +237,20 @@ Status Predict(const Model& model, ValidationResult* out) {
         "over the workers) beside the predicted (per iteration {} on the busiest rank), "
         "reported, not checked; times are expert rank 0's",
         ep, ep, ep, TimeText(static_cast<double>(out->predicted.ep_comm_ns))));
+  }
+  if (etp > 1) {
+    out->notes.push_back(fmt::format(
+        "expert tensor parallelism: the {} workers are {} expert ranks x {} expert-tensor ranks "
+        "(etp innermost); each holds 1/{} of its expert rank's experts' fc1 columns and fc2 "
+        "rows; {}",
+        ep, ep / etp, etp, etp,
+        plan.config.layout.expert_dispatcher == ExpertDispatcher::kAllGather
+            ? "the all-gather dispatcher's collectives span all of them (tp_ep_group)"
+            : "the all-to-alls run among the workers of one expert-tensor rank, then the received "
+              "rows are all-gathered and the partial outputs reduce-scattered over the etp "
+              "workers of one expert rank (each as an all-to-all of the stage's group with "
+              "nothing sent to the others; the probs, the hash router's constant 1/k, are not "
+              "gathered)"));
   }
   if (plan.config.optimizer_step.time_ns > 0 || out->predicted.optimizer_ns > 0) {
     out->notes.push_back("the optimizer step is not executed; times compare the pipeline span");
@@ -362,8 +387,10 @@ std::string ValidationText(const ValidationResult& r) {
       r.plan.schedule_name, r.plan.config.layout.pipeline_stages,
       r.plan.config.layout.tensor_parallel > 1
           ? fmt::format(" x {} tensor-parallel workers", r.plan.config.layout.tensor_parallel)
-      : r.plan.config.layout.expert_parallel > 1
-          ? fmt::format(" x {} expert-parallel workers", r.plan.config.layout.expert_parallel)
+      : r.plan.config.layout.expert_parallel * r.plan.config.layout.expert_tensor_parallel > 1
+          ? fmt::format(
+                " x {} expert-parallel workers",
+                r.plan.config.layout.expert_parallel * r.plan.config.layout.expert_tensor_parallel)
           : "",
       r.plan.config.microbatches, r.plan.config.microbatch_size);
   out += fmt::format("  {}\n", r.work);

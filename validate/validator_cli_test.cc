@@ -559,6 +559,48 @@ TEST_F(ValidatorExpertParallel, CpuBackendRunsTwoStagesOfTwoReplicas) {
   ExpectExpertParallelRows(r, 2);
 }
 
+// Expert tensor parallelism: ep 2 x etp 2, one stage, the all-to-all dispatcher (d = 4: four
+// worker threads, member (j, r) holding slice r of expert rank j's experts). Memory exact as
+// at etp 1 (the simulator counts etp x the expert rows of x, ExpertAllToAll::etp_kept_bytes);
+// time within the real-layer tolerance where four cores time it; the 'ep all-to-all' row sums
+// the all-to-alls with etp's all-gathers and reduce-scatters, predicted and measured.
+TEST_F(ValidatorExpertParallel, CpuBackendRunsExpertTensorParallelism) {
+  TempDir dir;
+  const std::string model = ProfileMoeModel(dir);
+  const std::string plan = dir.File("etp.plan.json");
+  const cli_test::ToolRun p = RunTool(
+      dir, PIPECAST_PLANNER_BIN,
+      "--model " + Quote(model) +
+          " --gpus 4 --expert-parallel 2 --expert-tensor-parallel 2 --pipeline-stages 1 "
+          "--ep-dispatcher alltoall --cluster local --zero 0 --schedules 1f1b --recompute off "
+          "--out " +
+          Quote(plan));
+  ASSERT_EQ(p.exit_code, 0) << p.err;
+  const cli_test::ToolRun r = ExpectWithinLoopTolerances(
+      [&] { return Validator(dir, ValidatorArgs(dir, plan) + " --backend cpu"); },
+      kCpuExpertParallelTimeChecked && check_time_ && CoresForWorkers(4),
+      "real layers of the profiler's CPU workload", kRealLayerTimeTolerance,
+      /*sender_held_bytes=*/0, /*stages=*/1);
+  ASSERT_TRUE(r.exit_code == 0 || r.exit_code == 3) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["expert_parallel"], 2);
+  EXPECT_THAT(j["ops"].get<std::string>(), HasSubstr("over 4 expert-parallel workers"));
+  EXPECT_THAT(j["ops"].get<std::string>(), HasSubstr("split 2 ways by expert tensor parallelism"));
+  ASSERT_EQ(j["workers"].size(), 4u);
+  for (const auto& w : j["workers"]) {
+    EXPECT_EQ(w["peak_memory_bytes"], j["workers"][0]["peak_memory_bytes"]);
+  }
+  // DeepEP's wider all-to-all at etp is refused before anything runs.
+  nlohmann::json deepep = nlohmann::json::parse(cli_test::ReadText(plan));
+  deepep["ep_dispatcher"] = "deepep";
+  const std::string refused_plan = dir.File("etp-deepep.plan.json");
+  cli_test::WriteText(refused_plan, deepep.dump());
+  const cli_test::ToolRun refused =
+      Validator(dir, ValidatorArgs(dir, refused_plan) + " --backend cpu");
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_THAT(refused.err, HasSubstr("--ep-dispatcher alltoall or allgather"));
+}
+
 TEST_F(ValidatorExpertParallel, MpiBackendRunsMpiAlltoallvOnASubCommunicator) {
   if (!HaveMpirun()) GTEST_SKIP() << "no mpirun";
 #if defined(__SANITIZE_ADDRESS__)

@@ -21,12 +21,16 @@ Result<std::unique_ptr<OpWork>> MakeWork(const Model& model, const PlanFile& pla
         "measured by profiler cpu --tensor-parallel 1,{}, or a plan made with --tensor-parallel 1",
         plan.config.layout.tensor_parallel, plan.config.layout.tensor_parallel));
   }
-  if (plan.config.layout.expert_parallel > 1) {
+  if (plan.config.layout.expert_parallel * plan.config.layout.expert_tensor_parallel > 1) {
     return Status::InvalidArgument(fmt::format(
-        "the plan has expert_parallel {}, which the validator runs only with the real layers of "
+        "the plan has expert_parallel {}{}, which the validator runs only with the real layers of "
         "a 'profiler cpu' MoE model (busy-work has no tokens to route): validate a model "
         "measured by profiler cpu --experts E --top-k K, or a plan made with --expert-parallel 1",
-        plan.config.layout.expert_parallel));
+        plan.config.layout.expert_parallel,
+        plan.config.layout.expert_tensor_parallel > 1
+            ? fmt::format(" and expert_tensor_parallel {}",
+                          plan.config.layout.expert_tensor_parallel)
+            : ""));
   }
   return std::unique_ptr<OpWork>(std::make_unique<BusyWork>());
 }

@@ -8,6 +8,7 @@
 #include <barrier>
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <thread>
 #include <tuple>
 #include <vector>
@@ -32,11 +33,19 @@ BlockShape MoeShape() {
   return BlockShape{.hidden = 8, .ffn = 12, .tokens_per_sample = 12, .experts = 4, .top_k = 2};
 }
 
-// Two threads' all-to-all: each member posts what it sends, both meet, each
-// copies its part of every member's send into its receive buffer, both meet
-// again. Counts the floats sent, for the byte checks.
+// n threads' (2 unless given) all-to-all: each member posts what it sends,
+// all meet, each copies its part of every member's send into its receive
+// buffer, all meet again. Counts the floats sent, for the byte checks.
 class PairExchange {
  public:
+  explicit PairExchange(int n = 2)
+      : n_(n),
+        meet_(n),
+        send_(n),
+        counts_(n),
+        sent_floats_(n),
+        gathered_floats_(n),
+        scattered_floats_(n) {}
   class Member final : public ExpertExchange {
    public:
     Member(PairExchange* group, int index) : group_(group), index_(index) {}
@@ -48,7 +57,7 @@ class PairExchange {
       g.sent_floats_[index_] += send.size();
       g.meet_.arrive_and_wait();
       std::size_t at = 0;
-      for (int src = 0; src < 2; ++src) {
+      for (int src = 0; src < g.n_; ++src) {
         std::size_t offset = 0;
         for (int r = 0; r < index_; ++r) offset += g.counts_[src][r];
         EXPECT_EQ(g.counts_[src][index_], recv_counts[src]);
@@ -64,8 +73,8 @@ class PairExchange {
       g.send_[index_] = send;
       g.gathered_floats_[index_] += send.size();
       g.meet_.arrive_and_wait();
-      EXPECT_EQ(recv.size(), 2 * send.size());
-      for (int src = 0; src < 2; ++src) {
+      EXPECT_EQ(recv.size(), g.n_ * send.size());
+      for (int src = 0; src < g.n_; ++src) {
         std::copy(g.send_[src].begin(), g.send_[src].end(),
                   recv.begin() + static_cast<std::ptrdiff_t>(src * send.size()));
       }
@@ -77,10 +86,12 @@ class PairExchange {
       g.send_[index_] = send;
       g.scattered_floats_[index_] += send.size();
       g.meet_.arrive_and_wait();
-      EXPECT_EQ(send.size(), 2 * recv.size());
+      EXPECT_EQ(send.size(), g.n_ * recv.size());
       const std::size_t at = index_ * recv.size();
       for (std::size_t i = 0; i < recv.size(); ++i) {
-        recv[i] = g.send_[0][at + i] + g.send_[1][at + i];
+        float sum = 0;
+        for (int src = 0; src < g.n_; ++src) sum += g.send_[src][at + i];
+        recv[i] = sum;
       }
       g.meet_.arrive_and_wait();
       return Status::Ok();
@@ -95,12 +106,13 @@ class PairExchange {
   std::size_t scattered_floats(int member) const { return scattered_floats_[member]; }
 
  private:
-  std::barrier<> meet_{2};
-  std::span<const float> send_[2];
-  std::vector<std::size_t> counts_[2];
-  std::size_t sent_floats_[2] = {0, 0};
-  std::size_t gathered_floats_[2] = {0, 0};
-  std::size_t scattered_floats_[2] = {0, 0};
+  int n_;
+  std::barrier<> meet_;
+  std::vector<std::span<const float>> send_;
+  std::vector<std::vector<std::size_t>> counts_;
+  std::vector<std::size_t> sent_floats_;
+  std::vector<std::size_t> gathered_floats_;
+  std::vector<std::size_t> scattered_floats_;
 };
 
 TEST(MoeBlockTest, ValidateWantsBalancedHashRouting) {
@@ -282,6 +294,140 @@ TEST(MoeBlockTest, AnAllGatherDispatcherPairEqualsTheWholeBlock) {
   }
 }
 
+// Expert tensor parallelism (workload.h): an etp x ep group of members
+// (j, r), each with its own micro-batch, against the whole block run on each
+// micro-batch in turn. With the all-to-alls, ep groups of the same r
+// exchange tokens and etp groups of the same j gather and reduce-scatter;
+// with the all-gather dispatcher one group of ep x etp does all. Member
+// (j, r)'s weight gradients are columns r·F/etp.. of expert j·E/ep..'s dW1
+// and those rows of its dW2; outputs and input gradients the whole block's,
+// within float rounding; kept bytes etp·T·k rows of x (H) and of a, g (F/etp).
+struct EtpRun {
+  std::vector<std::size_t> sent, gathered, scattered;  // per member, ep then etp exchanges
+};
+EtpRun ExpectEtpGroupEqualsTheWholeBlock(int ep, int etp, ExpertDispatcher dispatcher) {
+  const BlockShape shape = MoeShape();
+  const int mbs = 2, tokens = 24, h = shape.hidden, f = shape.ffn / etp;
+  const int n = ep * etp;
+  Block whole(shape, 5);
+  std::vector<std::vector<float>> x(n), dy(n), y_ref(n), dx_ref(n), y(n), dx(n);
+  for (int m = 0; m < n; ++m) {
+    x[m] = Pattern(tokens * h, 6 + m);
+    dy[m] = Pattern(tokens * h, 16 + m);
+    y_ref[m].resize(x[m].size());
+    dx_ref[m].resize(x[m].size());
+    Saved s = whole.Forward(x[m], y_ref[m], mbs);
+    whole.Backward(s, dy[m], dx_ref[m]);
+  }
+  std::vector<Block> shards;
+  for (int m = 0; m < n; ++m) {
+    Result<Block> shard = whole.ExpertShard(ep, m / etp, dispatcher, etp, m % etp);
+    EXPECT_TRUE(shard.ok()) << shard.status().message();
+    if (!shard.ok()) return {};
+    shards.push_back(std::move(*shard));
+  }
+  EXPECT_EQ(shards[0].Parameters(), whole.Parameters() / n);
+  EXPECT_EQ(shards[0].expert_group_size(), n);
+  const bool gather = dispatcher == ExpertDispatcher::kAllGather;
+  // The all-to-alls: ep groups by etp rank and etp groups by ep rank; the
+  // all-gather dispatcher: one group of n.
+  std::vector<std::unique_ptr<PairExchange>> ep_groups, etp_groups;
+  for (int r = 0; r < (gather ? 1 : etp); ++r) {
+    ep_groups.push_back(std::make_unique<PairExchange>(gather ? n : ep));
+  }
+  for (int j = 0; j < ep; ++j) etp_groups.push_back(std::make_unique<PairExchange>(etp));
+  std::vector<std::int64_t> kept(n);
+  auto member = [&](int m) {
+    const int j = m / etp, r = m % etp;
+    PairExchange::Member ex(ep_groups[gather ? 0 : r].get(), gather ? m : j);
+    PairExchange::Member tensor(etp_groups[j].get(), r);
+    y[m].resize(x[m].size());
+    dx[m].resize(x[m].size());
+    Saved s;
+    ASSERT_TRUE(shards[m].Forward(x[m], y[m], mbs, ex, &s, &tensor).ok());
+    kept[m] = s.Bytes();
+    ASSERT_TRUE(shards[m].BackwardInput(s, dy[m], dx[m], ex, &tensor).ok());
+    shards[m].BackwardWeight(s);
+  };
+  std::vector<std::thread> others;
+  for (int m = 1; m < n; ++m) others.emplace_back(member, m);
+  member(0);
+  for (std::thread& t : others) t.join();
+  const int local = shape.experts / ep;
+  EtpRun run;
+  for (int m = 0; m < n; ++m) {
+    const int j = m / etp, r = m % etp;
+    EXPECT_EQ(kept[m], 4 * etp * mbs * shape.RowsPerSample() * (h + 2 * f)) << "member " << m;
+    EXPECT_EQ(kept[m], shards[m].ActivationBytes(mbs));
+    for (std::size_t i = 0; i < y[m].size(); ++i) {
+      EXPECT_NEAR(y[m][i], y_ref[m][i], 1e-5) << "y of member " << m << " at " << i;
+      EXPECT_NEAR(dx[m][i], dx_ref[m][i], 1e-5) << "dx of member " << m << " at " << i;
+    }
+    for (int e = 0; e < local; ++e) {
+      const std::size_t we = static_cast<std::size_t>(j * local + e);
+      for (int row = 0; row < h; ++row) {
+        for (int c = 0; c < f; ++c) {
+          EXPECT_NEAR(shards[m].GradientW1()[(e * h + row) * f + c],
+                      whole.GradientW1()[(we * h + row) * shape.ffn + r * f + c], 1e-5);
+        }
+      }
+      for (int row = 0; row < f; ++row) {
+        for (int c = 0; c < h; ++c) {
+          EXPECT_NEAR(shards[m].GradientW2()[(e * f + row) * h + c],
+                      whole.GradientW2()[(we * shape.ffn + r * f + row) * h + c], 1e-5);
+        }
+      }
+    }
+    const PairExchange& e1 = *ep_groups[gather ? 0 : r];
+    const PairExchange& e2 = *etp_groups[j];
+    const int i1 = gather ? m : j;
+    run.sent.push_back(e1.sent_floats(i1) + e2.sent_floats(r));
+    run.gathered.push_back(e1.gathered_floats(i1) + e2.gathered_floats(r));
+    run.scattered.push_back(e1.scattered_floats(i1) + e2.scattered_floats(r));
+  }
+  return run;
+}
+
+// ep 2 x etp 2 with the all-to-alls: each member dispatches DeepEP's count,
+// 24 x 5/3 rows of 8 floats, 4 times (320 floats each), as at etp 1; its etp
+// group gathers the 2 x 20 = 40 rows it received (320 floats) in the forward
+// and dy's 320 in the backward, and reduce-scatters 2 x 320 partial sums
+// each way.
+TEST(MoeBlockTest, AnEtpTwoEpTwoGroupEqualsTheWholeBlock) {
+  const EtpRun run = ExpectEtpGroupEqualsTheWholeBlock(2, 2, ExpertDispatcher::kAllToAll);
+  ASSERT_EQ(run.sent.size(), 4u);
+  for (int m = 0; m < 4; ++m) {
+    EXPECT_EQ(run.sent[m], 4u * 320u) << "member " << m;
+    EXPECT_EQ(run.gathered[m], 320u + 320u);
+    EXPECT_EQ(run.scattered[m], 640u + 640u);
+  }
+}
+
+// ep 1 x etp 2: the all-to-all of one member moves its own 24 rows (192
+// floats) 4 times; the etp collectives gather 192 and scatter 384 each way.
+TEST(MoeBlockTest, AnEtpTwoEpOneGroupEqualsTheWholeBlock) {
+  const EtpRun run = ExpectEtpGroupEqualsTheWholeBlock(1, 2, ExpertDispatcher::kAllToAll);
+  ASSERT_EQ(run.sent.size(), 2u);
+  for (int m = 0; m < 2; ++m) {
+    EXPECT_EQ(run.sent[m], 4u * 192u) << "member " << m;
+    EXPECT_EQ(run.gathered[m], 192u + 192u);
+    EXPECT_EQ(run.scattered[m], 384u + 384u);
+  }
+}
+
+// The all-gather dispatcher at ep 2 x etp 2: its group is the 4 members
+// (tp_ep_group): per forward the routing map and probs (96 floats each) and x
+// (192) gathered and 4 x 192 scattered; per backward dy's 192 and dx's 768.
+TEST(MoeBlockTest, AnAllGatherDispatcherEtpGroupEqualsTheWholeBlock) {
+  const EtpRun run = ExpectEtpGroupEqualsTheWholeBlock(2, 2, ExpertDispatcher::kAllGather);
+  ASSERT_EQ(run.sent.size(), 4u);
+  for (int m = 0; m < 4; ++m) {
+    EXPECT_EQ(run.sent[m], 0u) << "member " << m;
+    EXPECT_EQ(run.gathered[m], 96u + 96u + 192u + 192u);
+    EXPECT_EQ(run.scattered[m], 768u + 768u);
+  }
+}
+
 TEST(MoeBlockTest, ShardsNameWhatIsWrong) {
   const Block whole(MoeShape(), 1);
   EXPECT_THAT(whole.ExpertShard(3, 0).status().message(),
@@ -290,6 +436,10 @@ TEST(MoeBlockTest, ShardsNameWhatIsWrong) {
   EXPECT_TRUE(whole.Shard(1, 0).ok());
   const Block dense(BlockShape{}, 1);
   EXPECT_THAT(dense.ExpertShard(2, 0).status().message(), HasSubstr("dense block"));
+  EXPECT_THAT(whole.ExpertShard(2, 0, ExpertDispatcher::kAllToAll, 5, 0).status().message(),
+              HasSubstr("give etp >= 1 dividing ffn"));  // ffn 12
+  EXPECT_THAT(whole.ExpertShard(2, 0, ExpertDispatcher::kAllToAll, 2, 2).status().message(),
+              HasSubstr("a tensor rank in [0, etp)"));
 }
 
 TEST(MoeBlockTest, WorkloadSourceKeepsTheExperts) {

@@ -321,7 +321,8 @@ std::int64_t Block::Parameters() const {
 }
 
 std::int64_t Block::ActivationBytes(int microbatch_size) const {
-  return kFloatBytes * microbatch_size * shape_.RowsPerSample() *
+  // An etp shard keeps etp x the rows, each of F/etp (workload.h).
+  return kFloatBytes * microbatch_size * shape_.RowsPerSample() * etp_ *
          (std::int64_t{shape_.hidden} + 2 * std::int64_t{shape_.ffn});
 }
 
@@ -330,7 +331,7 @@ std::int64_t Block::OutputBytes(int microbatch_size) const {
 }
 
 std::int64_t Block::WeightGradientBytes(int microbatch_size) const {
-  return kFloatBytes * microbatch_size * shape_.RowsPerSample() *
+  return kFloatBytes * microbatch_size * shape_.RowsPerSample() * etp_ *
          (2 * std::int64_t{shape_.hidden} + 2 * std::int64_t{shape_.ffn});
 }
 
@@ -339,13 +340,13 @@ std::int64_t Block::TransientBytes(int microbatch_size) const {
 }
 
 std::int64_t Block::MultiplyAdds(int microbatch_size) const {
-  return 2 * microbatch_size * shape_.RowsPerSample() * shape_.hidden * shape_.ffn;
+  return 2 * microbatch_size * shape_.RowsPerSample() * etp_ * shape_.hidden * shape_.ffn;
 }
 
 Saved Block::Forward(std::span<const float> x, std::span<float> y, int microbatch_size) const {
   Require(microbatch_size >= 1, "Forward: microbatch_size >= 1");
   if (shape_.moe()) {
-    Require(ep_ == 1, "Forward: an expert shard needs its group's exchange");
+    Require(expert_group_size() == 1, "Forward: an expert shard needs its group's exchange");
     SelfExchange self;
     Saved saved;
     Require(Forward(x, y, microbatch_size, self, &saved).ok(), "Forward: a group of one");
@@ -381,7 +382,7 @@ Saved Block::Forward(std::span<const float> x, std::span<float> y, int microbatc
 void Block::BackwardInput(Saved& saved, std::span<const float> dy, std::span<float> dx) const {
   Require(saved.ready_for_input_gradient(), "BackwardInput: saved comes from Forward");
   if (shape_.moe()) {
-    Require(ep_ == 1, "BackwardInput: an expert shard needs its group's exchange");
+    Require(expert_group_size() == 1, "BackwardInput: an expert shard needs its group's exchange");
     SelfExchange self;
     Require(BackwardInput(saved, dy, dx, self).ok(), "BackwardInput: a group of one");
     return;
@@ -536,11 +537,14 @@ Block::ExpertRows Block::RowsOf(int tokens) const {
   const std::vector<int>& mine = rows.to[ep_rank_];
   rows.first.push_back(0);
   for (int e = ep_rank_ * local; e < (ep_rank_ + 1) * local; ++e) {
-    for (int src = 0; src < ep_; ++src) {
-      for (std::size_t idx = 0; idx < mine.size(); ++idx) {
-        const std::span<const int> route = Route(mine[idx]);
-        if (std::find(route.begin(), route.end(), e) != route.end()) {
-          rows.pair.emplace_back(src, static_cast<int>(idx));
+    for (int part = 0; part < Parts(); ++part) {
+      for (int src = 0; src < Sources(); ++src) {
+        for (std::size_t idx = 0; idx < mine.size(); ++idx) {
+          const std::span<const int> route = Route(mine[idx]);
+          if (std::find(route.begin(), route.end(), e) != route.end()) {
+            rows.pair.emplace_back(src, static_cast<int>(idx));
+            rows.part.push_back(part);
+          }
         }
       }
     }
@@ -623,15 +627,37 @@ Status ReduceScatterAdd(const Buffer& sums, ExpertExchange& exchange, std::span<
 
 }  // namespace
 
+Status Block::GatherParts(ExpertExchange* tensor, Buffer* rows) const {
+  if (etp_ == 1) return Status::Ok();
+  Require(tensor != nullptr, "an expert tensor shard needs its etp group's exchange");
+  Buffer gathered(rows->size() * static_cast<std::size_t>(etp_));
+  PIPECAST_RETURN_IF_ERROR(tensor->AllGather(rows->span(), gathered.span()));
+  *rows = std::move(gathered);
+  return Status::Ok();
+}
+
+Status Block::ScatterParts(ExpertExchange* tensor, Buffer* sums) const {
+  if (etp_ == 1) return Status::Ok();
+  Require(tensor != nullptr, "an expert tensor shard needs its etp group's exchange");
+  Buffer mine(sums->size() / static_cast<std::size_t>(etp_));
+  PIPECAST_RETURN_IF_ERROR(tensor->ReduceScatter(sums->span(), mine.span()));
+  *sums = std::move(mine);
+  return Status::Ok();
+}
+
 std::vector<std::size_t> Block::PairRows(const ExpertRows& rows, int tokens) const {
   const std::vector<int>& mine = rows.to[ep_rank_];
   std::vector<std::size_t> out;
   out.reserve(rows.pair.size());
-  for (const auto& [src, idx] : rows.pair) {
-    // All-to-all: the received rows, per_member from each source; all-gather:
-    // the gathered micro-batches, `tokens` from each source.
+  const std::size_t per_part = static_cast<std::size_t>(ep_) * mine.size();
+  for (std::size_t p = 0; p < rows.pair.size(); ++p) {
+    const auto& [src, idx] = rows.pair[p];
+    // All-to-all: the received rows, per_member from each source (at etp > 1
+    // etp such blocks, gathered in etp-rank order); all-gather: the gathered
+    // micro-batches, `tokens` from each source.
     out.push_back(all_gather_ ? static_cast<std::size_t>(src) * tokens + mine[idx]
-                              : static_cast<std::size_t>(src) * mine.size() + idx);
+                              : rows.part[p] * per_part +
+                                    static_cast<std::size_t>(src) * mine.size() + idx);
   }
   return out;
 }
@@ -641,7 +667,7 @@ Status Block::GatherTokens(std::span<const float> x, int tokens, const ExpertRow
                            std::vector<std::size_t>* pair_row, std::vector<float>* gate) const {
   const std::size_t e_all = static_cast<std::size_t>(shape_.experts);
   const std::size_t t = static_cast<std::size_t>(tokens);
-  const std::size_t g = static_cast<std::size_t>(ep_);
+  const std::size_t g = static_cast<std::size_t>(Sources());
   // This member's routing map and probs, [T × E] each (1 and 1/k on a route).
   Buffer map(t * e_all), probs(t * e_all);
   std::fill_n(map.data(), map.size(), 0.0f);
@@ -677,7 +703,7 @@ Status Block::GatherTokens(std::span<const float> x, int tokens, const ExpertRow
 }
 
 Status Block::Forward(std::span<const float> x, std::span<float> y, int microbatch_size,
-                      ExpertExchange& exchange, Saved* saved) const {
+                      ExpertExchange& exchange, Saved* saved, ExpertExchange* tensor) const {
   Require(shape_.moe() && microbatch_size >= 1, "Forward: an MoE block, microbatch_size >= 1");
   const int t = Tokens(microbatch_size);
   const int h = shape_.hidden;
@@ -697,6 +723,7 @@ Status Block::Forward(std::span<const float> x, std::span<float> y, int microbat
     PIPECAST_RETURN_IF_ERROR(GatherTokens(x, t, rows, exchange, &received, &pair_row, &gate));
   } else {
     PIPECAST_RETURN_IF_ERROR(Dispatch(rows.to, ep_rank_, x, h, exchange, &received));
+    PIPECAST_RETURN_IF_ERROR(GatherParts(tensor, &received));
     pair_row = PairRows(rows, t);
     gate.assign(pairs, 1.0f / static_cast<float>(shape_.top_k));
   }
@@ -724,6 +751,7 @@ Status Block::Forward(std::span<const float> x, std::span<float> y, int microbat
   SumPairs(pair_row, gate, out, h, &sums);
   out.Reset();
   if (y.data() != x.data()) std::copy(x.begin(), x.end(), y.begin());  // the residual
+  if (!all_gather_) PIPECAST_RETURN_IF_ERROR(ScatterParts(tensor, &sums));
   PIPECAST_RETURN_IF_ERROR(all_gather_ ? ReduceScatterAdd(sums, exchange, y)
                                        : Combine(rows.to, ep_rank_, sums, h, exchange, y));
   s.stage_ = Saved::Stage::kForwardDone;
@@ -732,7 +760,7 @@ Status Block::Forward(std::span<const float> x, std::span<float> y, int microbat
 }
 
 Status Block::BackwardInput(Saved& saved, std::span<const float> dy, std::span<float> dx,
-                            ExpertExchange& exchange) const {
+                            ExpertExchange& exchange, ExpertExchange* tensor) const {
   Require(shape_.moe() && saved.ready_for_input_gradient(),
           "BackwardInput: an MoE block, saved comes from Forward");
   const int t = Tokens(saved.microbatch_size_);
@@ -747,10 +775,11 @@ Status Block::BackwardInput(Saved& saved, std::span<const float> dy, std::span<f
   // all-gather, the group's whole dy.
   Buffer received;
   if (all_gather_) {
-    received = Buffer(static_cast<std::size_t>(ep_) * dy.size());
+    received = Buffer(static_cast<std::size_t>(Sources()) * dy.size());
     PIPECAST_RETURN_IF_ERROR(exchange.AllGather(dy, received.span()));
   } else {
     PIPECAST_RETURN_IF_ERROR(Dispatch(rows.to, ep_rank_, dy, h, exchange, &received));
+    PIPECAST_RETURN_IF_ERROR(GatherParts(tensor, &received));  // the reduce-scatter's adjoint
   }
   const std::size_t received_rows = received.size() / static_cast<std::size_t>(h);
   // Each pair's output gradient: its token's dy × the gate 1/k.
@@ -780,17 +809,19 @@ Status Block::BackwardInput(Saved& saved, std::span<const float> dy, std::span<f
   SumPairs(pair_row, std::vector<float>(pairs, 1.0f), dxe, h, &sums);
   dxe.Reset();
   if (dx.data() != dy.data()) std::copy(dy.begin(), dy.end(), dx.begin());  // the residual
+  if (!all_gather_) PIPECAST_RETURN_IF_ERROR(ScatterParts(tensor, &sums));  // the gather's adjoint
   PIPECAST_RETURN_IF_ERROR(all_gather_ ? ReduceScatterAdd(sums, exchange, dx)
                                        : Combine(rows.to, ep_rank_, sums, h, exchange, dx));
   saved.stage_ = Saved::Stage::kInputGradientDone;
   return Status::Ok();
 }
 
-Result<Block> Block::ExpertShard(int ep, int index, ExpertDispatcher dispatcher) const {
+Result<Block> Block::ExpertShard(int ep, int index, ExpertDispatcher dispatcher, int etp,
+                                 int tensor_rank) const {
   if (!shape_.moe()) {
     return Status::InvalidArgument("expert shard of a dense block: only MoE blocks have experts");
   }
-  if (ep < 1 || index < 0 || index >= ep || ep_ != 1) {
+  if (ep < 1 || index < 0 || index >= ep || expert_group_size() != 1) {
     return Status::InvalidArgument("expert shard " + std::to_string(index) + " of " +
                                    std::to_string(ep) +
                                    ": give ep >= 1 and an index in [0, ep) of a whole block");
@@ -802,8 +833,46 @@ Result<Block> Block::ExpertShard(int ep, int index, ExpertDispatcher dispatcher)
         " experts: each member holds experts / ep whole experts; use a divisor of " +
         std::to_string(shape_.experts));
   }
+  if (etp < 1 || tensor_rank < 0 || tensor_rank >= etp || shape_.ffn % etp != 0) {
+    return Status::InvalidArgument("expert tensor shard " + std::to_string(tensor_rank) + " of " +
+                                   std::to_string(etp) + " of an expert of ffn " +
+                                   std::to_string(shape_.ffn) +
+                                   ": give etp >= 1 dividing ffn and a tensor rank in [0, etp)");
+  }
   const std::size_t local = static_cast<std::size_t>(shape_.experts / ep);
   const std::size_t n = Floats(shape_.hidden, shape_.ffn);
+  if (etp > 1) {
+    // Each local expert's fc1 columns and fc2 rows r·F/etp .. (r+1)·F/etp.
+    const int h = shape_.hidden;
+    const int f = shape_.ffn / etp;
+    BlockShape shape = shape_;
+    shape.ffn = f;
+    Block s(shape);
+    s.routes_ = routes_;
+    s.ep_ = ep;
+    s.ep_rank_ = index;
+    s.etp_ = etp;
+    s.etp_rank_ = tensor_rank;
+    s.all_gather_ = dispatcher == ExpertDispatcher::kAllGather;
+    s.w1_.resize(local * Floats(h, f));
+    s.w2_.resize(local * Floats(f, h));
+    for (std::size_t e = 0; e < local; ++e) {
+      const std::size_t whole = (local * index + e) * n;
+      for (int r = 0; r < h; ++r) {  // W1 [H×F]: columns tensor_rank·f ..
+        std::copy_n(w1_.begin() + static_cast<std::ptrdiff_t>(whole) +
+                        static_cast<std::ptrdiff_t>(r) * shape_.ffn + tensor_rank * f,
+                    f, s.w1_.begin() + static_cast<std::ptrdiff_t>(e * Floats(h, f)) + r * f);
+      }
+      // W2 [F×H]: rows tensor_rank·f .., contiguous.
+      std::copy_n(w2_.begin() + static_cast<std::ptrdiff_t>(whole) +
+                      static_cast<std::ptrdiff_t>(tensor_rank) * f * h,
+                  Floats(f, h), s.w2_.begin() + static_cast<std::ptrdiff_t>(e * Floats(f, h)));
+    }
+    s.TransposeExperts();
+    s.grad_w1_.assign(s.w1_.size(), 0.0f);
+    s.grad_w2_.assign(s.w2_.size(), 0.0f);
+    return s;
+  }
   Block s(shape_);
   s.routes_ = routes_;
   s.ep_ = ep;

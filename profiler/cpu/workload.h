@@ -60,6 +60,23 @@
 // a_e and g_e [P×F], P = T·k on every member when the routing is balanced
 // (the tokens of ep members reach E/ep experts each), so it is the same at
 // every ep: ActivationBytes = 4·T·k·(H + 2F).
+// Expert tensor parallelism (ExpertShard(ep, j, dispatcher, etp, r);
+// Megatron-LM's experts.py: fc1 column-parallel, fc2 row-parallel over the
+// expert-tensor group): member (j, r) of an etp x ep group holds columns
+// r·F/etp.. of its experts' W1 and those rows of W2. With the all-to-all
+// dispatchers (MoEAlltoAllTokenDispatcher) the dispatch all-to-all runs over
+// the ep members of etp rank r (`exchange`), then the received rows are
+// all-gathered over the etp members of ep rank j (`tensor`), each expert
+// runs its F/etp slice on the etp·P gathered rows, the partial sums are
+// reduce-scattered back over etp and combined by all-to-all; the input
+// gradient likewise (the dy all-gather is the reduce-scatter's adjoint, the
+// dx reduce-scatter the gather's). The probs are not gathered (the hash
+// router's are the constant 1/k). With the all-gather dispatcher the group
+// is already the etp x ep members (tp_ep_group): `exchange` spans all of
+// them and each member computes its slice of its ep rank's experts for the
+// whole gathered batch; the reduce-scatter sums the slices. Either way a
+// member keeps etp·P rows of x and dy and etp·P x F/etp of a and g:
+// ActivationBytes = 4·T·k·(etp·H + 2F).
 //
 // Thread-safety: a Block's const methods may run concurrently (they read the
 // weights only); BackwardWeight and the mutators need exclusive access. The
@@ -276,21 +293,30 @@ class Block {
   // group's all-to-alls through `exchange` (the passes above run them on a
   // group of one). Errors are the exchange's (an aborted wait); `saved` is
   // then left empty.
+  // `tensor`: the expert-tensor group's exchange, required at etp > 1 with
+  // an all-to-all dispatcher (above); ignored otherwise.
   Status Forward(std::span<const float> x, std::span<float> y, int microbatch_size,
-                 ExpertExchange& exchange, Saved* saved) const;
+                 ExpertExchange& exchange, Saved* saved, ExpertExchange* tensor = nullptr) const;
   Status BackwardInput(Saved& saved, std::span<const float> dy, std::span<float> dx,
-                       ExpertExchange& exchange) const;
+                       ExpertExchange& exchange, ExpertExchange* tensor = nullptr) const;
   // Member `index` of an `ep`-way expert-parallel group: a Block holding
   // experts index·E/ep to (index+1)·E/ep (their weights, gradients zero),
   // exchanging tokens as `dispatcher` does (kAllGather: all-gathers and
   // reduce-scatters; the others: the all-to-alls of DeepEP's count).
+  // With etp > 1, member `tensor_rank` of the expert's etp-way split (above).
   // InvalidArgument when the block is not MoE, ep < 1, index is not in
-  // [0, ep) or ep does not divide the experts.
+  // [0, ep), ep does not divide the experts, etp < 1, tensor_rank is not in
+  // [0, etp) or etp does not divide ffn.
   Result<Block> ExpertShard(int ep, int index,
-                            ExpertDispatcher dispatcher = ExpertDispatcher::kDeepEp) const;
+                            ExpertDispatcher dispatcher = ExpertDispatcher::kDeepEp, int etp = 1,
+                            int tensor_rank = 0) const;
   bool all_gather_dispatch() const { return all_gather_; }
   int expert_parallel() const { return ep_; }
   int expert_rank() const { return ep_rank_; }
+  int expert_tensor_parallel() const { return etp_; }
+  int expert_tensor_rank() const { return etp_rank_; }
+  // The members an expert shard exchanges with: ep x etp (1 for a whole block).
+  int expert_group_size() const { return ep_ * etp_; }
 
   // Worker `index`'s shard of a `parts`-way tensor-parallel split (see
   // above): a Block of ffn F/parts holding its slice of the weights (its
@@ -315,13 +341,15 @@ class Block {
   std::span<const int> Route(int token) const;
   // Where an MoE pass's rows go for micro-batches of `tokens` tokens on every
   // member: to[r] the tokens (indices in a member's micro-batch) routed to
-  // member r, ascending; the rows of Saved, expert by expert (local expert e
+  // ep rank r, ascending; the rows of Saved, expert by expert (local expert e
   // has rows first[e] .. first[e+1]), each the pair (source member, index in
-  // to[this member]).
+  // to[this member's ep rank]), and its etp part (the etp member whose
+  // received rows it came from; 0 but for all-to-alls at etp > 1).
   struct ExpertRows {
     std::vector<std::vector<int>> to;
     std::vector<std::size_t> first;
     std::vector<std::pair<int, int>> pair;
+    std::vector<int> part;
   };
   ExpertRows RowsOf(int tokens) const;
   // Each pair of `rows` (micro-batches of `tokens`): its row in what the
@@ -336,13 +364,25 @@ class Block {
   Status GatherTokens(std::span<const float> x, int tokens, const ExpertRows& rows,
                       ExpertExchange& exchange, Buffer* gathered,
                       std::vector<std::size_t>* pair_row, std::vector<float>* gate) const;
+  // At etp > 1 with the all-to-alls: all-gathers `rows` (the received rows)
+  // over the etp group through `tensor`, and reduce-scatters `sums` (etp
+  // blocks of partial sums) back; no-ops at etp = 1. Errors are the exchange's.
+  Status GatherParts(ExpertExchange* tensor, Buffer* rows) const;
+  Status ScatterParts(ExpertExchange* tensor, Buffer* sums) const;
   void TransposeExperts();  // w1t_ and w2t_ from w1_ and w2_, expert by expert
   int LocalExperts() const { return shape_.moe() ? shape_.experts / ep_ : 0; }
+  // The members whose tokens reach this one's experts: ep, or ep x etp with
+  // the all-gather dispatcher; and the etp copies of received rows (etp with
+  // the all-to-alls, else 1).
+  int Sources() const { return all_gather_ ? ep_ * etp_ : ep_; }
+  int Parts() const { return all_gather_ ? 1 : etp_; }
   BlockShape shape_;
   // MoE: C(E,k) routes of k experts each, row-major; the group and member.
   std::vector<int> routes_;
   int ep_ = 1;
   int ep_rank_ = 0;
+  int etp_ = 1;  // expert tensor parallelism: ffn is the F/etp slice
+  int etp_rank_ = 0;
   bool all_gather_ = false;  // Megatron-LM's all-gather dispatcher (above)
   // Both layouts of each weight, so that every product is an i-k-j loop over
   // contiguous rows: w1_ [H×F], w1t_ [F×H], w2_ [F×H], w2t_ [H×F].

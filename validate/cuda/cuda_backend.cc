@@ -414,6 +414,7 @@ class CudaBackend final : public Backend {
   Result<std::vector<StageRun>> Run(const ExecPlan& plan, const RuntimeOptions& options,
                                     OpWork* /*busy-work is replaced by GPU kernels*/,
                                     Bytes memory_limit_bytes) override {
+    PIPECAST_RETURN_IF_ERROR(RefuseExpertTensorParallel(plan));
     // Tensor (expert) parallelism: every worker a rank of its own (ExpandTensorParallel).
     const int t = plan.workers_per_rank();
     const ExecPlan expanded = t > 1 ? ExpandTensorParallel(plan) : plan;

@@ -31,6 +31,7 @@ class CudaMpiBackend final : public Backend {
 
   Result<std::vector<StageRun>> Run(const ExecPlan& plan, const RuntimeOptions& options, OpWork*,
                                     Bytes memory_limit_bytes) override {
+    PIPECAST_RETURN_IF_ERROR(RefuseExpertTensorParallel(plan));
     const int rank = mpi_->rank();
     const int t = plan.workers_per_rank();
     if (plan.workers() != mpi_->size()) {
