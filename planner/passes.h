@@ -243,6 +243,34 @@ void Prune(const Model& model, const Cluster& cluster, std::vector<Candidate>* c
 void SimulateAll(const Model& model, const Cluster& cluster, const PlannerOptions& options,
                  std::vector<Candidate>* candidates, std::vector<Rejection>* rejected);
 
+// A floor on the peak memory the simulator finds for `c` run as `schedule` (SetUpCandidate's),
+// on its fullest rank: per rank the weights, gradients and optimizer state as Simulate() shards
+// them, ZeRO-3's gathered parameters, and the activations and workspace of its ops at their
+// fullest, replayed in the rank's list order (an op adds ActivationsAtStart and its workspace
+// when it starts and frees ActivationsFreedAtEnd and its workspace when it ends). The engine's
+// memory sweep applies the same changes in the same order, with communication buffers, which
+// only add, between them; so every rank's simulated peak (StageResult::peak_memory_bytes) is at
+// least its floor here (docs/planner.md, "The memory floor before simulating"). `parts` is the
+// fullest rank's, for BindingPart. Zero when the partition does not match the schedule.
+struct MemoryFloor {
+  Bytes bytes = 0;
+  int rank = 0;
+  MemoryParts parts;
+};
+MemoryFloor SimulatedMemoryFloor(const Model& model, const Cluster& cluster, const Candidate& c,
+                                 const Schedule& schedule);
+
+// The out-of-memory rejection of simulated `c` (its result's peak over `capacity`): the worst
+// rank's simulated peak and the part that binds.
+Rejection SimulatedOutOfMemory(Candidate c, Bytes capacity);
+
+// The out-of-memory rejections whose figures are a memory floor (Rejection::memory_floor) and
+// that the report shows (the closest miss and the examples, GroupRejections()), simulated so
+// that their words and ratio are the simulated ones, until every one shown is simulated: the
+// report is that of simulating every candidate the search sent to the simulator.
+void SettleShownMemoryFloors(const Model& model, const Cluster& cluster,
+                             std::vector<Rejection>* rejected);
+
 // Best throughput first; ties: less peak memory, then fewer stages, then label.
 void Rank(std::vector<Candidate>* candidates);
 
