@@ -239,6 +239,10 @@ void ExpectFloorsUnderPeaks(const Model& model, const Cluster& cluster, std::vec
     Result<SimResult> r = Simulate(model, cluster, setup->schedule, setup->options);
     if (!r.ok()) continue;  // refused by the simulator: proves nothing
     const MemoryFloor floor = SimulatedMemoryFloor(model, cluster, c, setup->schedule);
+    // The search's cached table (made without the schedule's split backward) gives the same.
+    EXPECT_EQ(SimulatedMemoryFloor(model, cluster, c, setup->schedule, &cache.Table(c)).bytes,
+              floor.bytes)
+        << what << ": " << c.Label();
     const StageResult& rank = r->per_rank[floor.rank];
     EXPECT_LE(floor.bytes, rank.peak_memory_bytes) << what << ": " << c.Label();
     EXPECT_LE(floor.bytes, SimulatedPeak(*r)) << what << ": " << c.Label();

@@ -146,18 +146,20 @@ Bytes StaticMemoryFloor(const StageCostTable& table, const Candidate& c, const S
 
 bool PartitionForMemory(const Model& model, const Cluster& cluster, Bytes capacity, Candidate* c,
                         Rejection* rejection, PartitionCache* cache) {
-  std::unique_ptr<StageCostTable> own;
-  const StageCostTable* t = nullptr;
-  const std::vector<StageLayers>* time_balanced = nullptr;
   if (cache != nullptr) {
-    t = &cache->Table(*c);
-    if (c->config.partition.rule != PartitionRule::kEven) {
-      time_balanced = &cache->TimeBalanced(*c, c->ModelStages());
-    }
-  } else {
-    own = std::make_unique<StageCostTable>(model, StageCostOptionsFor(c->config, cluster));
-    t = own.get();
+    const std::vector<StageLayers>* time_balanced = c->config.partition.rule != PartitionRule::kEven
+                                                        ? &cache->TimeBalanced(*c, c->ModelStages())
+                                                        : nullptr;
+    return PartitionWith(model, cache->Table(*c), time_balanced, capacity, c, rejection);
   }
+  const StageCostTable own(model, StageCostOptionsFor(c->config, cluster));
+  return PartitionWith(model, own, nullptr, capacity, c, rejection);
+}
+
+bool PartitionWith(const Model& model, const StageCostTable& table,
+                   const std::vector<StageLayers>* time_balanced, Bytes capacity, Candidate* c,
+                   Rejection* rejection) {
+  const StageCostTable* t = &table;
   const PipelineShape shape = ShapeOf(c->config);
   std::vector<int> stage_rank;
   if (c->config.partition.rule == PartitionRule::kEven) {

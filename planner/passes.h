@@ -144,6 +144,13 @@ bool PartitionForMemory(const Model& model, const Cluster& cluster, Bytes capaci
                         Candidate* candidate, Rejection* rejection,
                         PartitionCache* cache = nullptr);
 
+// PartitionForMemory with the candidate's stage-cost table and, for the balanced rule, its
+// time-balanced split (PartitionCache::TimeBalanced; null: made here) given: reads nothing
+// else, so that the search runs it on several threads over the cache's tables.
+bool PartitionWith(const Model& model, const StageCostTable& table,
+                   const std::vector<StageLayers>* time_balanced, Bytes capacity,
+                   Candidate* candidate, Rejection* rejection);
+
 // The most configurations a search enumerates. Each is held in memory while
 // the search runs (a 240-byte candidate, about 1 KB with its rejection:
 // DeepSeek-V3 on 2048 GPUs, 134,004 configurations in 140 MB), and only those
@@ -240,8 +247,12 @@ void Prune(const Model& model, const Cluster& cluster, std::vector<Candidate>* c
 // simulated peak memory exceeds the capacity go to `rejected` as
 // kOutOfMemory (over MemoryLimitBytes). The outcome does not depend on the
 // thread count.
+// Before each candidate is simulated its memory floor (SimulatedMemoryFloor) is checked: over
+// the limit, it is rejected as kOutOfMemory unsimulated (Rejection::memory_floor). `cache`,
+// when given, lends the floors its tables.
 void SimulateAll(const Model& model, const Cluster& cluster, const PlannerOptions& options,
-                 std::vector<Candidate>* candidates, std::vector<Rejection>* rejected);
+                 std::vector<Candidate>* candidates, std::vector<Rejection>* rejected,
+                 PartitionCache* cache = nullptr);
 
 // A floor on the peak memory the simulator finds for `c` run as `schedule` (SetUpCandidate's),
 // on its fullest rank: per rank the weights, gradients and optimizer state as Simulate() shards
@@ -257,8 +268,9 @@ struct MemoryFloor {
   int rank = 0;
   MemoryParts parts;
 };
+// `table`: the candidate's stage-cost table (PartitionCache::Table), made when not given.
 MemoryFloor SimulatedMemoryFloor(const Model& model, const Cluster& cluster, const Candidate& c,
-                                 const Schedule& schedule);
+                                 const Schedule& schedule, const StageCostTable* table = nullptr);
 
 // The out-of-memory rejection of simulated `c` (its result's peak over `capacity`): the worst
 // rank's simulated peak and the part that binds.

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <optional>
 #include <thread>
 
 #include "planner/explain.h"
@@ -22,14 +23,18 @@ int64_t SimulationEvents(const Candidate& c) {
 }
 
 MemoryFloor SimulatedMemoryFloor(const Model& model, const Cluster& cluster, const Candidate& c,
-                                 const Schedule& schedule) {
+                                 const Schedule& schedule, const StageCostTable* cached) {
   const TrainingConfig& config = c.config;
-  // As Simulate() makes them: the table with the schedule's split backward, the partition per
-  // virtual stage (a bidirectional schedule's stage p+k is model stage k again), the memory one
-  // GPU's share.
-  StageCostOptions cost_options = StageCostOptionsFor(config, cluster);
-  cost_options.split_backward = schedule.split_backward;
-  const StageCostTable table(model, cost_options);
+  // As Simulate() makes them: the table with the schedule's split backward (which changes its
+  // notes only: `cached` serves), the partition per virtual stage (a bidirectional schedule's
+  // stage p+k is model stage k again), the memory one GPU's share.
+  std::optional<StageCostTable> own;
+  if (cached == nullptr) {
+    StageCostOptions cost_options = StageCostOptionsFor(config, cluster);
+    cost_options.split_backward = schedule.split_backward;
+    own.emplace(model, cost_options);
+  }
+  const StageCostTable& table = cached != nullptr ? *cached : *own;
   std::vector<StageLayers> partition = c.partition;
   if (static_cast<int>(partition.size()) == schedule.NumModelStages()) {
     for (int s = schedule.NumModelStages(); s < schedule.num_stages; ++s) {
@@ -145,7 +150,8 @@ constexpr size_t kChunk = 16;
 // every thread's, so a chunk of large simulations does not go silent.
 void SimulateChunk(const Model& model, const Cluster& cluster, const PlannerOptions& options,
                    std::vector<Candidate>& cands, size_t begin, size_t end,
-                   std::vector<Status>& errors, std::vector<MemoryFloor>& floors) {
+                   std::vector<Status>& errors, std::vector<MemoryFloor>& floors,
+                   const std::vector<const StageCostTable*>& tables) {
   const Bytes capacity = MemoryLimitBytes(cluster.gpu);
   int threads =
       options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
@@ -169,7 +175,8 @@ void SimulateChunk(const Model& model, const Cluster& cluster, const PlannerOpti
       Result<CandidateSetup> setup = SetUpCandidate(model, cluster, c, /*record_timeline=*/false);
       if (!setup.ok()) {
         r = setup.status();
-      } else if (MemoryFloor floor = SimulatedMemoryFloor(model, cluster, c, setup->schedule);
+      } else if (MemoryFloor floor =
+                     SimulatedMemoryFloor(model, cluster, c, setup->schedule, tables[i]);
                  capacity > 0 && floor.bytes > capacity) {
         floors[i] = std::move(floor);
         ++done;
@@ -199,10 +206,16 @@ void SimulateChunk(const Model& model, const Cluster& cluster, const PlannerOpti
 }  // namespace
 
 void SimulateAll(const Model& model, const Cluster& cluster, const PlannerOptions& options,
-                 std::vector<Candidate>* candidates, std::vector<Rejection>* rejected) {
+                 std::vector<Candidate>* candidates, std::vector<Rejection>* rejected,
+                 PartitionCache* cache) {
   std::vector<Candidate>& cands = *candidates;
   std::vector<Status> errors(cands.size());
   std::vector<MemoryFloor> floors(cands.size());
+  // The cache's tables, looked up here: the threads only read them.
+  std::vector<const StageCostTable*> tables(cands.size(), nullptr);
+  if (cache != nullptr) {
+    for (size_t j = 0; j < cands.size(); ++j) tables[j] = &cache->Table(cands[j]);
+  }
   const size_t keep = static_cast<size_t>(options.top_k) + 1;
   std::vector<TimeNs> best;  // iteration times of fitting candidates, sorted
   const Bytes capacity = MemoryLimitBytes(cluster.gpu);
@@ -215,7 +228,7 @@ void SimulateAll(const Model& model, const Cluster& cluster, const PlannerOption
       options.progress(SearchProgress{SearchProgress::Pass::kSimulate, static_cast<int>(i),
                                       static_cast<int>(cands.size())});
     }
-    SimulateChunk(model, cluster, options, cands, i, end, errors, floors);
+    SimulateChunk(model, cluster, options, cands, i, end, errors, floors, tables);
     for (size_t j = i; j < end; ++j) {
       Candidate& c = cands[j];
       if (!errors[j].ok()) {
