@@ -103,6 +103,9 @@ class PartitionCache {
   PartitionCache(const Model&, const Cluster&&) = delete;
   // StageCostTable(model, StageCostOptionsFor(c.config, cluster)).
   const StageCostTable& Table(const Candidate& c);
+  // Table() of every candidate of `candidates` made at once, the tables spread over `threads`
+  // threads (each is a function of its key alone): the same tables as made one by one.
+  void MakeTables(const std::vector<Candidate>& candidates, int threads);
   const std::vector<StageLayers>& TimeBalanced(const Candidate& c, int stages);
   // Table(c).Stage() of every layer at once: the whole model as one stage, for the bounds
   // before partitioning.

@@ -117,6 +117,7 @@ class BoundOrderSearch {
   // Every candidate's bound before partitioning, and the rejection of those whose static memory
   // cannot fit.
   void BoundAll() {
+    cache_->MakeTables(cands_, threads_);
     std::vector<Entry> entries;
     entries.reserve(cands_.size());
     for (size_t i = 0; i < cands_.size(); ++i) {
