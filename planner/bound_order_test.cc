@@ -365,9 +365,11 @@ TEST(MemoryFloor, FloorRejectionsAreTheSimulatorsAndTheShownOnesAreSimulated) {
   ASSERT_TRUE(report.ok()) << report.status().message();
   const Bytes capacity = MemoryLimitBytes(h100.gpu);
   int floored = 0;
+  std::string first;
   for (const Rejection& r : report->rejected) {
     if (!r.memory_floor) continue;
     ASSERT_EQ(r.reason, RejectReason::kOutOfMemory);
+    if (first.empty()) first = r.candidate.Label() + ": " + r.Detail();
     if (++floored > 40) continue;  // the first 40 simulated: enough, and quick
     Result<SimResult> sim = SimulateCandidate(model, h100, r.candidate, false);
     ASSERT_TRUE(sim.ok()) << r.candidate.Label() << ": " << sim.status().message();
@@ -381,8 +383,9 @@ TEST(MemoryFloor, FloorRejectionsAreTheSimulatorsAndTheShownOnesAreSimulated) {
     if (g.closest != nullptr) EXPECT_FALSE(g.closest->memory_floor) << g.closest->Detail();
     for (const Rejection* r : g.examples) EXPECT_FALSE(r->memory_floor) << r->Detail();
   }
-  std::printf("[ floor ] deepseek-v3 on 256: %d rejected by the memory floor unsimulated\n",
-              floored);
+  std::printf(
+      "[ floor ] deepseek-v3 on 256: %d rejected by the memory floor unsimulated, e.g. %s\n",
+      floored, first.c_str());
 }
 
 }  // namespace
