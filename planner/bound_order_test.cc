@@ -379,6 +379,23 @@ TEST(MemoryFloor, FloorRejectionsAreTheSimulatorsAndTheShownOnesAreSimulated) {
         << r.candidate.Label();
   }
   EXPECT_GT(floored, 0);
+  // Shown alone, a floor rejection is settled to the simulator's words and ratio.
+  std::vector<Rejection> alone;
+  for (const Rejection& r : report->rejected) {
+    if (r.memory_floor && alone.size() < 2) alone.push_back(r);
+  }
+  ASSERT_EQ(alone.size(), 2u);
+  const double floor_ratio = alone[0].memory_ratio;
+  SettleShownMemoryFloors(model, h100, &alone);
+  for (const Rejection& r : alone) {
+    EXPECT_FALSE(r.memory_floor) << r.Detail();
+    EXPECT_NE(r.Detail().find("(simulated peak)"), std::string::npos) << r.Detail();
+  }
+  Result<SimResult> first_sim = SimulateCandidate(model, h100, alone[0].candidate, false);
+  ASSERT_TRUE(first_sim.ok());
+  EXPECT_EQ(alone[0].memory_ratio,
+            static_cast<double>(SimulatedPeak(*first_sim)) / static_cast<double>(capacity));
+  EXPECT_LE(floor_ratio, alone[0].memory_ratio);
   for (const RejectGroup& g : GroupRejections(report->rejected)) {
     if (g.closest != nullptr) EXPECT_FALSE(g.closest->memory_floor) << g.closest->Detail();
     for (const Rejection* r : g.examples) EXPECT_FALSE(r->memory_floor) << r->Detail();
