@@ -2,7 +2,9 @@
 // before partitioning never exceed what the candidate's own partition gives, nor its simulated
 // iteration; the static-memory floor never exceeds the simulated peak's static part; and the
 // pruned search chooses what simulating every candidate chooses (--top past the candidates:
-// nothing can be pruned), on random small cases and on the shipped mixture-of-experts examples.
+// nothing can be pruned), on random small cases and on the shipped mixture-of-experts examples;
+// and the memory floor the simulate pass checks before simulating never exceeds the simulated
+// peak, and the search's rejections by it are the simulator's.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,6 +17,7 @@
 #include <vector>
 
 #include "formats/formats.h"
+#include "planner/explain.h"
 #include "planner/passes.h"
 #include "sim/schedule_traits.h"
 #include "testing/sim_test_util.h"
@@ -211,6 +214,195 @@ TEST(BoundOrder, PrunedSearchChoosesWhatTheExhaustiveSearchChoosesOnMoeExamples)
     o.microbatch_sizes = {1};
     ExpectSameTopAsExhaustive(model, h100, o, file + " on " + std::to_string(gpus));
   }
+}
+
+// The fullest rank's simulated peak.
+Bytes SimulatedPeak(const SimResult& r) {
+  Bytes most = 0;
+  for (const StageResult& s : r.per_rank) most = std::max(most, s.peak_memory_bytes);
+  return most;
+}
+
+// Checks SimulatedMemoryFloor against the simulation for every candidate of `all`, partitioned
+// time-balanced (no memory limit): the floor at most the simulated peak of its rank and of the
+// fullest rank, its static part (weights with ZeRO-3's gathered copies, gradients, optimizer
+// state) that rank's simulated one exactly, PipeDream's stashed weight versions left out. Counts
+// the candidates checked, and those whose floor is within 10% of the simulated peak in `tight`.
+void ExpectFloorsUnderPeaks(const Model& model, const Cluster& cluster, std::vector<Candidate> all,
+                            const std::string& what, int* checked, int* tight) {
+  PartitionCache cache(model, cluster);
+  for (Candidate& c : all) {
+    Rejection why;
+    if (!PartitionForMemory(model, cluster, /*capacity=*/0, &c, &why, &cache)) continue;
+    Result<CandidateSetup> setup = SetUpCandidate(model, cluster, c, /*record_timeline=*/false);
+    if (!setup.ok()) continue;
+    Result<SimResult> r = Simulate(model, cluster, setup->schedule, setup->options);
+    if (!r.ok()) continue;  // refused by the simulator: proves nothing
+    const MemoryFloor floor = SimulatedMemoryFloor(model, cluster, c, setup->schedule);
+    // The search's cached table (made without the schedule's split backward) gives the same.
+    EXPECT_EQ(SimulatedMemoryFloor(model, cluster, c, setup->schedule, &cache.Table(c)).bytes,
+              floor.bytes)
+        << what << ": " << c.Label();
+    const StageResult& rank = r->per_rank[floor.rank];
+    EXPECT_LE(floor.bytes, rank.peak_memory_bytes) << what << ": " << c.Label();
+    EXPECT_LE(floor.bytes, SimulatedPeak(*r)) << what << ": " << c.Label();
+    // PipeDream's stashed weight versions are left out of the floor.
+    EXPECT_EQ(floor.parts.weights, rank.memory.weights + rank.memory.gathered_weights)
+        << what << ": " << c.Label();
+    EXPECT_EQ(floor.parts.gradients, rank.memory.gradients) << what << ": " << c.Label();
+    EXPECT_EQ(floor.parts.optimizer, rank.memory.optimizer) << what << ": " << c.Label();
+    EXPECT_LE(floor.parts.activations, rank.memory.activations_peak) << what << ": " << c.Label();
+    EXPECT_GT(floor.bytes, 0) << what << ": " << c.Label();
+    ++*checked;
+    *tight += floor.bytes * 10 >= SimulatedPeak(*r) * 9;
+  }
+}
+
+// Given random models on both clusters, every built-in schedule, micro-batch sizes 1 and 2,
+// every recomputation, t 1 and 2 and ZeRO levels 0, 1 and 3 (resharding on and off), when each
+// candidate is partitioned and simulated, then its memory floor is at most the simulated peak.
+TEST(MemoryFloor, NeverAboveTheSimulatedPeakOnRandomModels) {
+  std::mt19937_64 engine(20261204);
+  int checked = 0, tight = 0;
+  for (int i = 0; i < 40; ++i) {
+    const Model model = RandomModel(engine, static_cast<int>(Between(engine, 4, 10)));
+    const Cluster cluster = i % 2 == 0 ? IdealCluster() : *ClusterPreset("h100-sxm");
+    PlannerOptions o;
+    o.gpus = static_cast<int>(std::vector<int64_t>{2, 4, 8}[Between(engine, 0, 2)]);
+    o.schedules = BuiltinScheduleKinds();
+    o.microbatch_sizes = {1, 2};
+    o.zero_levels = {0, 1, 3};
+    o.tensor_parallel = {1, 2};
+    std::vector<Rejection> rejected;
+    std::vector<Candidate> all =
+        Enumerate(model, cluster, o, o.gpus * Between(engine, 1, 8) * 2, &rejected);
+    std::shuffle(all.begin(), all.end(), engine);
+    if (all.size() > 30) all.resize(30);
+    ExpectFloorsUnderPeaks(model, cluster, std::move(all), "case " + std::to_string(i), &checked,
+                           &tight);
+  }
+  EXPECT_GE(checked, 800);
+  std::printf("[ floor ] %d candidates; memory floor within 10%% of the simulated peak for %d\n",
+              checked, tight);
+}
+
+// The shipped mixture-of-experts examples (expert parallelism, DualPipe's pairs, per-op
+// recomputation keeping the all-to-all outputs), DeepSeek-V3 on 256 GPUs included.
+TEST(MemoryFloor, NeverAboveTheSimulatedPeakOnMoeExamples) {
+  const Cluster h100 = *ClusterPreset("h100-sxm");
+  std::mt19937_64 engine(26);
+  int checked = 0, tight = 0;
+  for (const auto& [file, gpus] : std::vector<std::pair<std::string, int>>{
+           {"mixtral-8x7b.json", 16}, {"qwen3-30b-a3b.json", 32}, {"deepseek-v3.json", 256}}) {
+    const Model model = Example(file);
+    ASSERT_FALSE(model.layers.empty()) << file;
+    PlannerOptions o;
+    o.gpus = gpus;
+    o.schedules = BuiltinScheduleKinds();
+    o.microbatch_sizes = {1};
+    std::vector<Rejection> rejected;
+    std::vector<Candidate> all =
+        Enumerate(model, h100, o, *model.global_batch / (gpus >= 256 ? 4 : 1), &rejected);
+    std::shuffle(all.begin(), all.end(), engine);
+    if (all.size() > 60) all.resize(60);
+    ExpectFloorsUnderPeaks(model, h100, std::move(all), file, &checked, &tight);
+  }
+  EXPECT_GE(checked, 120);
+  std::printf("[ floor ] MoE examples: %d candidates; floor within 10%% for %d\n", checked, tight);
+}
+
+// Hand-worked: four layers of 64 MiB activations, 8 MiB workspace and 100 M parameters, under
+// 1F1B on p = 2, m = 4, two layers a stage, on the ideal cluster (no limit, no buffers that
+// matter). Rank 0 holds min(p, m) = 2 micro-batches' activations at its second forward: 2 x 2 x
+// 64 MiB = 256 MiB, plus that forward's 8 MiB of workspace; rank 1 one micro-batch, 128 + 8 MiB.
+// The static part is the simulator's: 100 M parameters a layer at 18 bytes each (2 of bf16
+// weights, 4 of fp32 gradients, 12 of Adam state) x 2 layers = 3.6 GB.
+TEST(MemoryFloor, OneFOneBWorkedByHand) {
+  Model model = test_util::UniformModel(4, kMs, 2 * kMs);
+  for (Layer& l : model.layers) {
+    l.parameters = 100'000'000;
+    for (LayerProfile& p : l.profiles) {
+      p.activation_bytes = 64 * kMiB;
+      p.workspace_bytes = 8 * kMiB;
+      p.output_bytes = 0;
+    }
+  }
+  Candidate c;
+  c.config.layout.pipeline_stages = 2;
+  c.config.schedule = ScheduleKind::k1F1B;
+  c.config.microbatches = 4;
+  c.partition = {{0, 1}, {2, 3}};
+  const Cluster cluster = IdealCluster();
+  Result<CandidateSetup> setup = SetUpCandidate(model, cluster, c, false);
+  ASSERT_TRUE(setup.ok()) << setup.status().message();
+  const MemoryFloor floor = SimulatedMemoryFloor(model, cluster, c, setup->schedule);
+  EXPECT_EQ(floor.rank, 0);
+  EXPECT_EQ(floor.parts.activations, 256 * kMiB);
+  EXPECT_EQ(floor.parts.other, 8 * kMiB);
+  EXPECT_EQ(floor.parts.weights + floor.parts.gradients + floor.parts.optimizer,
+            Bytes{2} * 100'000'000 * 18);
+  Result<SimResult> r = Simulate(model, cluster, setup->schedule, setup->options);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  // No transfers hold buffers here (no output bytes): the floor is the simulated peak.
+  EXPECT_EQ(floor.bytes, r->per_rank[0].peak_memory_bytes);
+}
+
+// Given DeepSeek-V3 on 256 GPUs of h100-sxm, micro-batch size 1 (where most candidates the
+// simulate pass receives are over the limit), when the planner searches, then every candidate it
+// rejected by the memory floor unsimulated is over the limit when simulated, with a simulated
+// ratio at least its floor's, and the report's closest miss and examples carry simulated figures:
+// the report is that of simulating them all.
+TEST(MemoryFloor, FloorRejectionsAreTheSimulatorsAndTheShownOnesAreSimulated) {
+  const Cluster h100 = *ClusterPreset("h100-sxm");
+  const Model model = Example("deepseek-v3.json");
+  ASSERT_FALSE(model.layers.empty());
+  PlannerOptions o;
+  o.gpus = 256;
+  o.global_batch = 1024;
+  o.microbatch_sizes = {1};
+  o.threads = 2;
+  Result<PlanReport> report = RunPlanner(model, h100, o);
+  ASSERT_TRUE(report.ok()) << report.status().message();
+  const Bytes capacity = MemoryLimitBytes(h100.gpu);
+  int floored = 0;
+  std::string first;
+  for (const Rejection& r : report->rejected) {
+    if (!r.memory_floor) continue;
+    ASSERT_EQ(r.reason, RejectReason::kOutOfMemory);
+    if (first.empty()) first = r.candidate.Label() + ": " + r.Detail();
+    if (++floored > 40) continue;  // the first 40 simulated: enough, and quick
+    Result<SimResult> sim = SimulateCandidate(model, h100, r.candidate, false);
+    ASSERT_TRUE(sim.ok()) << r.candidate.Label() << ": " << sim.status().message();
+    EXPECT_GT(SimulatedPeak(*sim), capacity) << r.candidate.Label();
+    EXPECT_LE(r.memory_ratio,
+              static_cast<double>(SimulatedPeak(*sim)) / static_cast<double>(capacity))
+        << r.candidate.Label();
+  }
+  EXPECT_GT(floored, 0);
+  // Shown alone, a floor rejection is settled to the simulator's words and ratio.
+  std::vector<Rejection> alone;
+  for (const Rejection& r : report->rejected) {
+    if (r.memory_floor && alone.size() < 2) alone.push_back(r);
+  }
+  ASSERT_EQ(alone.size(), 2u);
+  const double floor_ratio = alone[0].memory_ratio;
+  SettleShownMemoryFloors(model, h100, &alone);
+  for (const Rejection& r : alone) {
+    EXPECT_FALSE(r.memory_floor) << r.Detail();
+    EXPECT_NE(r.Detail().find("(simulated peak)"), std::string::npos) << r.Detail();
+  }
+  Result<SimResult> first_sim = SimulateCandidate(model, h100, alone[0].candidate, false);
+  ASSERT_TRUE(first_sim.ok());
+  EXPECT_EQ(alone[0].memory_ratio,
+            static_cast<double>(SimulatedPeak(*first_sim)) / static_cast<double>(capacity));
+  EXPECT_LE(floor_ratio, alone[0].memory_ratio);
+  for (const RejectGroup& g : GroupRejections(report->rejected)) {
+    if (g.closest != nullptr) EXPECT_FALSE(g.closest->memory_floor) << g.closest->Detail();
+    for (const Rejection* r : g.examples) EXPECT_FALSE(r->memory_floor) << r->Detail();
+  }
+  std::printf(
+      "[ floor ] deepseek-v3 on 256: %d rejected by the memory floor unsimulated, e.g. %s\n",
+      floored, first.c_str());
 }
 
 }  // namespace

@@ -6,9 +6,12 @@
 // may take fewer layers than the last.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
+#include <thread>
 #include <tuple>
+#include <vector>
 
 #include "planner/passes.h"
 #include "sim/memory.h"
@@ -39,6 +42,31 @@ const StageCostTable& PartitionCache::Table(const Candidate& c) {
   std::unique_ptr<StageCostTable>& t = tables_[KeyOf(c)];
   if (!t) t = std::make_unique<StageCostTable>(model_, StageCostOptionsFor(c.config, cluster_));
   return *t;
+}
+
+void PartitionCache::MakeTables(const std::vector<Candidate>& candidates, int threads) {
+  std::vector<std::pair<Key, const Candidate*>> missing;
+  {
+    std::map<Key, const Candidate*> first;
+    for (const Candidate& c : candidates) {
+      const Key key = KeyOf(c);
+      if (tables_.find(key) == tables_.end()) first.try_emplace(key, &c);
+    }
+    missing.assign(first.begin(), first.end());
+  }
+  std::vector<std::unique_ptr<StageCostTable>> made(missing.size());
+  threads = std::max(1, std::min<int>(threads, static_cast<int>(missing.size())));
+  auto work = [&](int t) {
+    for (size_t i = t; i < missing.size(); i += threads) {
+      made[i] = std::make_unique<StageCostTable>(
+          model_, StageCostOptionsFor(missing[i].second->config, cluster_));
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(work, t);
+  work(0);
+  for (std::thread& th : pool) th.join();
+  for (size_t i = 0; i < missing.size(); ++i) tables_[missing[i].first] = std::move(made[i]);
 }
 
 const std::vector<StageLayers>& PartitionCache::TimeBalanced(const Candidate& c, int stages) {
@@ -146,18 +174,20 @@ Bytes StaticMemoryFloor(const StageCostTable& table, const Candidate& c, const S
 
 bool PartitionForMemory(const Model& model, const Cluster& cluster, Bytes capacity, Candidate* c,
                         Rejection* rejection, PartitionCache* cache) {
-  std::unique_ptr<StageCostTable> own;
-  const StageCostTable* t = nullptr;
-  const std::vector<StageLayers>* time_balanced = nullptr;
   if (cache != nullptr) {
-    t = &cache->Table(*c);
-    if (c->config.partition.rule != PartitionRule::kEven) {
-      time_balanced = &cache->TimeBalanced(*c, c->ModelStages());
-    }
-  } else {
-    own = std::make_unique<StageCostTable>(model, StageCostOptionsFor(c->config, cluster));
-    t = own.get();
+    const std::vector<StageLayers>* time_balanced = c->config.partition.rule != PartitionRule::kEven
+                                                        ? &cache->TimeBalanced(*c, c->ModelStages())
+                                                        : nullptr;
+    return PartitionWith(model, cache->Table(*c), time_balanced, capacity, c, rejection);
   }
+  const StageCostTable own(model, StageCostOptionsFor(c->config, cluster));
+  return PartitionWith(model, own, nullptr, capacity, c, rejection);
+}
+
+bool PartitionWith(const Model& model, const StageCostTable& table,
+                   const std::vector<StageLayers>* time_balanced, Bytes capacity, Candidate* c,
+                   Rejection* rejection) {
+  const StageCostTable* t = &table;
   const PipelineShape shape = ShapeOf(c->config);
   std::vector<int> stage_rank;
   if (c->config.partition.rule == PartitionRule::kEven) {

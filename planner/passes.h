@@ -103,6 +103,9 @@ class PartitionCache {
   PartitionCache(const Model&, const Cluster&&) = delete;
   // StageCostTable(model, StageCostOptionsFor(c.config, cluster)).
   const StageCostTable& Table(const Candidate& c);
+  // Table() of every candidate of `candidates` made at once, the tables spread over `threads`
+  // threads (each is a function of its key alone): the same tables as made one by one.
+  void MakeTables(const std::vector<Candidate>& candidates, int threads);
   const std::vector<StageLayers>& TimeBalanced(const Candidate& c, int stages);
   // Table(c).Stage() of every layer at once: the whole model as one stage, for the bounds
   // before partitioning.
@@ -143,6 +146,13 @@ class PartitionCache {
 bool PartitionForMemory(const Model& model, const Cluster& cluster, Bytes capacity,
                         Candidate* candidate, Rejection* rejection,
                         PartitionCache* cache = nullptr);
+
+// PartitionForMemory with the candidate's stage-cost table and, for the balanced rule, its
+// time-balanced split (PartitionCache::TimeBalanced; null: made here) given: reads nothing
+// else, so that the search runs it on several threads over the cache's tables.
+bool PartitionWith(const Model& model, const StageCostTable& table,
+                   const std::vector<StageLayers>* time_balanced, Bytes capacity,
+                   Candidate* candidate, Rejection* rejection);
 
 // The most configurations a search enumerates. Each is held in memory while
 // the search runs (a 240-byte candidate, about 1 KB with its rejection:
@@ -240,8 +250,41 @@ void Prune(const Model& model, const Cluster& cluster, std::vector<Candidate>* c
 // simulated peak memory exceeds the capacity go to `rejected` as
 // kOutOfMemory (over MemoryLimitBytes). The outcome does not depend on the
 // thread count.
+// Before each candidate is simulated its memory floor (SimulatedMemoryFloor) is checked: over
+// the limit, it is rejected as kOutOfMemory unsimulated (Rejection::memory_floor). `cache`,
+// when given, lends the floors its tables.
 void SimulateAll(const Model& model, const Cluster& cluster, const PlannerOptions& options,
-                 std::vector<Candidate>* candidates, std::vector<Rejection>* rejected);
+                 std::vector<Candidate>* candidates, std::vector<Rejection>* rejected,
+                 PartitionCache* cache = nullptr);
+
+// A floor on the peak memory the simulator finds for `c` run as `schedule` (SetUpCandidate's),
+// on its fullest rank: per rank the weights, gradients and optimizer state as Simulate() shards
+// them, ZeRO-3's gathered parameters, and the activations and workspace of its ops at their
+// fullest, replayed in the rank's list order (an op adds ActivationsAtStart and its workspace
+// when it starts and frees ActivationsFreedAtEnd and its workspace when it ends). The engine's
+// memory sweep applies the same changes in the same order, with communication buffers, which
+// only add, between them; so every rank's simulated peak (StageResult::peak_memory_bytes) is at
+// least its floor here (docs/planner.md, "The memory floor before simulating"). `parts` is the
+// fullest rank's, for BindingPart. Zero when the partition does not match the schedule.
+struct MemoryFloor {
+  Bytes bytes = 0;
+  int rank = 0;
+  MemoryParts parts;
+};
+// `table`: the candidate's stage-cost table (PartitionCache::Table), made when not given.
+MemoryFloor SimulatedMemoryFloor(const Model& model, const Cluster& cluster, const Candidate& c,
+                                 const Schedule& schedule, const StageCostTable* table = nullptr);
+
+// The out-of-memory rejection of simulated `c` (its result's peak over `capacity`): the worst
+// rank's simulated peak and the part that binds.
+Rejection SimulatedOutOfMemory(Candidate c, Bytes capacity);
+
+// The out-of-memory rejections whose figures are a memory floor (Rejection::memory_floor) and
+// that the report shows (the closest miss and the examples, GroupRejections()), simulated so
+// that their words and ratio are the simulated ones, until every one shown is simulated: the
+// report is that of simulating every candidate the search sent to the simulator.
+void SettleShownMemoryFloors(const Model& model, const Cluster& cluster,
+                             std::vector<Rejection>* rejected);
 
 // Best throughput first; ties: less peak memory, then fewer stages, then label.
 void Rank(std::vector<Candidate>* candidates);

@@ -500,6 +500,9 @@ Result<PlanReport> RunPlanner(const Model& model, const Cluster& cluster,
   // its bound reaches the front (passes.h, SearchInBoundOrder).
   passes::SearchOutcome outcome = passes::SearchInBoundOrder(
       model, cluster, options, std::move(candidates), &cache, &report.rejected);
+  // The out-of-memory rejections the report shows carry simulated figures, as if every
+  // candidate the search sent to the simulator had run (passes.h, SimulatedMemoryFloor).
+  passes::SettleShownMemoryFloors(model, cluster, &report.rejected);
   report.simulated = outcome.simulated;
   std::vector<Candidate> fitting = std::move(outcome.fitting);
   passes::Rank(&fitting);

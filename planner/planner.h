@@ -220,6 +220,10 @@ struct Rejection {
   std::string detail;
   // For kOutOfMemory: needed / capacity of the worst stage, for "closest miss".
   double memory_ratio = 0;
+  // For kOutOfMemory: `detail` and `memory_ratio` are a floor on the simulated peak
+  // (passes::SimulatedMemoryFloor), the candidate not simulated; RunPlanner simulates those the
+  // report shows, which then hold the simulated figures.
+  bool memory_floor = false;
   // A candidate the bound-order search pruned (kPruned; top > 0): its bound is
   // candidate.lower_bound_ns, over `top_ns`, the iteration time of the `top`-th best found. Its
   // detail is made only when read: a search prunes tens of thousands (DeepSeek-V3 on 2048 GPUs:

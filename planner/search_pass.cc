@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <queue>
 #include <string>
+#include <thread>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include "planner/passes.h"
@@ -19,6 +21,10 @@ namespace {
 // Candidates simulated between two pruning decisions, as SimulateAll: fixed, not tied to the
 // thread count, so the set simulated is the same on every machine.
 constexpr size_t kChunk = 16;
+
+// Candidates partitioned ahead at once on the options' threads: the front's next ones, whose
+// partitions the search takes when it reaches them.
+constexpr size_t kAhead = 64;
 
 // One entry of the search's front: a candidate's bound, whether it has its partition (and so
 // its partitioned bound), and its place in the enumeration, which breaks ties.
@@ -73,6 +79,9 @@ class BoundOrderSearch {
     // The simulator's progress lines would interleave with the search's.
     quiet_ = options;
     quiet_.progress = nullptr;
+    threads_ = options.threads > 0 ? options.threads
+                                   : static_cast<int>(std::thread::hardware_concurrency());
+    threads_ = std::max(1, threads_);
   }
 
   SearchOutcome Run() {
@@ -89,6 +98,7 @@ class BoundOrderSearch {
         chunk_.push_back(e.index);
         if (chunk_.size() == kChunk) SimulateChunk();
       } else {
+        if (threads_ > 1 && ahead_.find(e.index) == ahead_.end()) PartitionAhead(e);
         Partition(e);
       }
     }
@@ -107,6 +117,7 @@ class BoundOrderSearch {
   // Every candidate's bound before partitioning, and the rejection of those whose static memory
   // cannot fit.
   void BoundAll() {
+    cache_->MakeTables(cands_, threads_);
     std::vector<Entry> entries;
     entries.reserve(cands_.size());
     for (size_t i = 0; i < cands_.size(); ++i) {
@@ -126,12 +137,65 @@ class BoundOrderSearch {
     front_ = Front(std::greater<>(), std::move(entries));
   }
 
+  // Partitions `e` and the front's next unpartitioned candidates that can still reach the top,
+  // up to kAhead, on the threads, for Partition() to take as it reaches each: the order the
+  // search takes them in, and so everything it does, is that of partitioning one at a time
+  // (a partition reads only its candidate and the cache's table and split, looked up here).
+  // The front's entries are put back as they were; at most kAhead - 1 partitions are made for
+  // candidates the search then prunes unpartitioned.
+  void PartitionAhead(const Entry& e) {
+    std::vector<Entry> popped;
+    std::vector<size_t> batch{e.index};
+    while (batch.size() < kAhead && !front_.empty() && !Beyond(front_.top().bound)) {
+      const Entry next = front_.top();
+      front_.pop();
+      popped.push_back(next);
+      if (!next.partitioned && ahead_.find(next.index) == ahead_.end()) {
+        batch.push_back(next.index);
+      }
+    }
+    for (const Entry& p : popped) front_.push(p);
+    struct Lent {
+      const StageCostTable* table;
+      const std::vector<StageLayers>* time_balanced;
+    };
+    std::vector<Lent> lent;
+    lent.reserve(batch.size());
+    for (size_t i : batch) {
+      const Candidate& c = cands_[i];
+      lent.push_back(Lent{&cache_->Table(c), c.config.partition.rule != PartitionRule::kEven
+                                                 ? &cache_->TimeBalanced(c, c.ModelStages())
+                                                 : nullptr});
+    }
+    std::vector<Ahead> made(batch.size());
+    const int threads = std::min<int>(threads_, static_cast<int>(batch.size()));
+    auto work = [&](int t) {
+      for (size_t j = t; j < batch.size(); j += threads) {
+        made[j].fits = PartitionWith(model_, *lent[j].table, lent[j].time_balanced, capacity_,
+                                     &cands_[batch[j]], &made[j].why);
+      }
+    };
+    std::vector<std::thread> pool;
+    for (int t = 1; t < threads; ++t) pool.emplace_back(work, t);
+    work(0);
+    for (std::thread& th : pool) th.join();
+    for (size_t j = 0; j < batch.size(); ++j) ahead_.emplace(batch[j], std::move(made[j]));
+  }
+
   void Partition(const Entry& e) {
     Candidate& c = cands_[e.index];
     Rejection why;
     ++settled_;
     Progress(SearchProgress::Pass::kPartition, settled_, 0);
-    if (!PartitionForMemory(model_, cluster_, MemoryLimitBytes(cluster_.gpu), &c, &why, cache_)) {
+    bool fits = false;
+    if (auto it = ahead_.find(e.index); it != ahead_.end()) {
+      fits = it->second.fits;
+      why = std::move(it->second.why);
+      ahead_.erase(it);
+    } else {
+      fits = PartitionForMemory(model_, cluster_, capacity_, &c, &why, cache_);
+    }
+    if (!fits) {
       rejected_->push_back(std::move(why));
       return;
     }
@@ -148,7 +212,7 @@ class BoundOrderSearch {
     chunk_.clear();
     std::vector<Rejection> refused;
     const size_t before = batch.size();
-    SimulateAll(model_, cluster_, quiet_, &batch, &refused);
+    SimulateAll(model_, cluster_, quiet_, &batch, &refused, cache_);
     simulated_ += static_cast<int>(before);
     for (Rejection& r : refused) rejected_->push_back(std::move(r));
     for (Candidate& c : batch) {
@@ -164,6 +228,8 @@ class BoundOrderSearch {
       const Entry e = front_.top();
       front_.pop();
       Candidate& c = cands_[e.index];
+      // Partitioned ahead but pruned before the search reached it: as never partitioned.
+      if (!e.partitioned && ahead_.erase(e.index) > 0) c.partition.clear();
       skipped_ += e.partitioned ? 0 : 1;
       // Its detail is made when read (Rejection::Detail): most are only counted.
       rejected_->push_back(Rejection::PrunedBelow(
@@ -188,6 +254,13 @@ class BoundOrderSearch {
   std::vector<Rejection>* rejected_;
   const size_t keep_;
   const Bytes capacity_;
+  int threads_ = 1;
+  // Partitions made ahead (PartitionAhead), by candidate, until the search reaches them.
+  struct Ahead {
+    bool fits = false;
+    Rejection why;
+  };
+  std::unordered_map<size_t, Ahead> ahead_;
   Front front_;
   std::vector<size_t> chunk_;
   std::vector<TimeNs> best_;
