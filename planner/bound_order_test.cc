@@ -397,7 +397,9 @@ TEST(MemoryFloor, FloorRejectionsAreTheSimulatorsAndTheShownOnesAreSimulated) {
             static_cast<double>(SimulatedPeak(*first_sim)) / static_cast<double>(capacity));
   EXPECT_LE(floor_ratio, alone[0].memory_ratio);
   for (const RejectGroup& g : GroupRejections(report->rejected)) {
-    if (g.closest != nullptr) EXPECT_FALSE(g.closest->memory_floor) << g.closest->Detail();
+    if (g.closest != nullptr) {
+      EXPECT_FALSE(g.closest->memory_floor) << g.closest->Detail();
+    }
     for (const Rejection* r : g.examples) EXPECT_FALSE(r->memory_floor) << r->Detail();
   }
   std::printf(
