@@ -9,6 +9,7 @@
 
 #include "planner/explain.h"
 #include "planner/passes.h"
+#include "sim/gathered_bytes.h"
 #include "sim/schedule_traits.h"
 
 namespace pipecast::passes {
@@ -63,17 +64,10 @@ MemoryFloor SimulatedMemoryFloor(const Model& model, const Cluster& cluster, con
     parts[k].gradients += m.gradients;
     parts[k].optimizer += m.optimizer;
     if (!gathers) continue;
-    Bytes stage_gathered = ParameterBytes(costs[s].parameters, memory.GatherBytesPerParam());
-    Bytes largest = 0;
-    for (int l = partition[s].first_layer; l <= partition[s].last_layer; ++l) {
-      const auto& layer = model.layers[l];
-      const Bytes b = ParameterBytes(layer.parameters, memory.GatherBytesPerParam(layer.name));
-      stage_gathered += b - ParameterBytes(layer.parameters, memory.GatherBytesPerParam());
-      largest = std::max(largest, b);
-    }
-    gathered[k] = std::max(gathered[k], 2 * largest);
+    const StageGathered g = StageGatheredOf(model, partition[s], costs[s].parameters, memory);
+    gathered[k] = std::max(gathered[k], 2 * g.largest_layer);
     if (!memory.sharding.reshard_after_forward) {
-      held[k] += stage_gathered;
+      held[k] += g.whole;
       gathered[k] = std::max(gathered[k], held[k]);
     }
   }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "sim/gathered_bytes.h"
 #include "sim/memory.h"
 
 namespace pipecast::internal {
@@ -110,17 +111,9 @@ void ApplyPerOpCollectives(const Model& model, const Cluster& cluster, const Sch
     const ShardGroups groups = ShardGroupsOf(cluster, schedule.num_ranks, rank, d, sharding,
                                              options.config.layout.context_parallel);
     const int layers = partition[s].last_layer - partition[s].first_layer + 1;
-    // Each layer gathered at its own bytes: FP8 gathers keep the embedding
-    // and the head in bf16 (KeptInBf16UnderFp8); the stage's sum moves only
-    // by those layers' difference, so every other run is byte-identical.
-    Bytes stage_gathered = ParameterBytes(c.parameters, memory.GatherBytesPerParam());
-    Bytes largest = 0;
-    for (int l = partition[s].first_layer; l <= partition[s].last_layer; ++l) {
-      const auto& layer = model.layers[l];
-      const Bytes b = ParameterBytes(layer.parameters, memory.GatherBytesPerParam(layer.name));
-      stage_gathered += b - ParameterBytes(layer.parameters, memory.GatherBytesPerParam());
-      largest = std::max(largest, b);
-    }
+    const StageGathered g = StageGatheredOf(model, partition[s], c.parameters, memory);
+    const Bytes stage_gathered = g.whole;
+    const Bytes largest = g.largest_layer;
     const TimeNs gather = memory.zero >= 3 ? CollectiveNs(cluster, Collective::kAllGather,
                                                           stage_gathered, groups.shard, layers)
                                            : 0;
