@@ -385,17 +385,20 @@ inline constexpr int kDeepEpNormalKernelSms = 20;
 // the share of a compute node's rate lost while a dispatch or combine of the other micro-batch
 // runs beside it, in place of the SM share alone (kDeepEpNormalKernelSms / SMs, 0.152 on an
 // H100). FITTED, the one fitted figure of the overlap (docs/calibration-moe.md "Megatron-MoE-
-// ModelZoo, Qwen3-235B-A22B on 256 H100s"): the readme the issue names (yanring/Megatron-MoE-
-// ModelZoo best_practice/qwen3/readme.md @ 020b8136) gives the same t2 ep32 p8 v4 run without
-// and with the overlap, 19.7 and 17.6 s, so the overlap hid 2.1 s; the layered replay hides
-// that much at 0.62 (2.11 s; 4.7 s at the SM share alone). Megatron's node order, streams and
+// ModelZoo, Qwen3-235B-A22B on 256 H100s"): the table the issue names (yanring/Megatron-MoE-
+// ModelZoo examples/qwen3/readme.md @ 8017e11, now best_practice/qwen3/readme.md) gives the same
+// t2 ep32 p8 v4 run without and with the overlap, 19.7 and 17.6 s, so the overlap hid 2.1 s. Both
+// ran with forced balance (examples/qwen3/run_235b.sh @ 8017e11 lines 28 and 31), replayed at
+// imbalance 1; the layered replay then hides that much at 0.60 (2.10 s; 1.98 s at 0.62, 2.37 s
+// at 0.55, 4.58 s at the SM share alone). Megatron's node order, streams and
 // events leave nearly every all-to-all beside a longer compute node (docs/simulator.md "Expert
 // all-to-all overlap"), so what the run did not hide is in the rate, not the structure: the SMs
 // (0.152), the compute's published slowdown beside communication (0.16-0.29) and what no
 // component figure isolates (the node-by-node Python launch with a host wait at every forward
-// dispatch, skew between the 32 EP ranks at each all-to-all, the norms' 24-SM margin).
+// dispatch, skew between the 32 EP ranks at each all-to-all, the norms' SM margin if the run
+// set it: 20 in the config's note for the overlap at 8017e11, 24 in the later launcher).
 // DualPipe's pairs keep the SM share: the figure is Megatron's implementation's.
-inline constexpr double kCombined1F1BComputeLossBesideDeepEp = 0.62;
+inline constexpr double kCombined1F1BComputeLossBesideDeepEp = 0.60;
 
 // The share of a GPU of `gpu_sms` SMs that the expert all-to-all kernels of `dispatcher` hold
 // while they run: DeepEP's kDeepEpNormalKernelSms / gpu_sms. 0 where no SM count is sourced
