@@ -168,7 +168,7 @@ Status ReadMemoryFields(const Reader& r, const json& v, const std::string& path,
 }
 
 // Megatron-LM's selective recomputation by module (docs/formats.md): what
-// the layernorm and moe_act checkpoints drop and rerun, each pair whole or
+// the layernorm, moe_act, mla_up_proj and mlp checkpoints drop and rerun, each pair whole or
 // absent, within the activations and the forward.
 Status ReadModuleFields(const Reader& r, const json& v, const std::string& path, LayerProfile* p) {
   struct Pair {
@@ -179,7 +179,9 @@ Status ReadModuleFields(const Reader& r, const json& v, const std::string& path,
   };
   for (const Pair& m :
        {Pair{"layernorm_bytes", "layernorm_us", &p->layernorm_bytes, &p->layernorm_ns},
-        Pair{"moe_act_bytes", "moe_act_us", &p->moe_act_bytes, &p->moe_act_ns}}) {
+        Pair{"moe_act_bytes", "moe_act_us", &p->moe_act_bytes, &p->moe_act_ns},
+        Pair{"mla_up_proj_bytes", "mla_up_proj_us", &p->mla_up_proj_bytes, &p->mla_up_proj_ns},
+        Pair{"mlp_bytes", "mlp_us", &p->mlp_bytes, &p->mlp_ns}}) {
     PIPECAST_RETURN_IF_ERROR(r.Integer(v, path, m.bytes_key, kSizeBytes, m.bytes));
     PIPECAST_RETURN_IF_ERROR(r.Time(v, path, m.us_key, kTimeUs, m.ns));
     if (m.bytes->has_value() != m.ns->has_value()) {
@@ -297,6 +299,10 @@ Status ReadProfile(const Reader& r, const json& v, const std::string& path, Laye
                                         "layernorm_us",
                                         "moe_act_bytes",
                                         "moe_act_us",
+                                        "mla_up_proj_bytes",
+                                        "mla_up_proj_us",
+                                        "mlp_bytes",
+                                        "mlp_us",
                                         "routed_experts"}));
   PIPECAST_RETURN_IF_ERROR(
       r.Integer(v, path, "microbatch_size", kMicrobatchSize, &p->microbatch_size));
@@ -653,6 +659,10 @@ std::string ModelToJson(const Model& model) {
       if (p.layernorm_ns) j["layernorm_us"] = NsToUs(*p.layernorm_ns);
       if (p.moe_act_bytes) j["moe_act_bytes"] = *p.moe_act_bytes;
       if (p.moe_act_ns) j["moe_act_us"] = NsToUs(*p.moe_act_ns);
+      if (p.mla_up_proj_bytes) j["mla_up_proj_bytes"] = *p.mla_up_proj_bytes;
+      if (p.mla_up_proj_ns) j["mla_up_proj_us"] = NsToUs(*p.mla_up_proj_ns);
+      if (p.mlp_bytes) j["mlp_bytes"] = *p.mlp_bytes;
+      if (p.mlp_ns) j["mlp_us"] = NsToUs(*p.mlp_ns);
       if (!p.routed_experts.empty()) {
         json experts = json::array();
         for (const RoutedExpertsCost& e : p.routed_experts) {

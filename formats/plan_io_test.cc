@@ -134,9 +134,9 @@ TEST(PlanFileTest, NewerRecomputeModesRoundTripWithTheirNumbers) {
 TEST(PlanFileTest, BadRecomputeNumbersAreNamed) {
   EXPECT_THAT(ErrorAfter([](json& j) {
                 j["recompute"] = "selective";
-                j["recompute_modules"] = json::array({"mlp"});
+                j["recompute_modules"] = json::array({"moe"});
               }),
-              HasSubstr("recompute_modules: --recompute-modules mlp: Megatron-LM's module 'mlp' "
+              HasSubstr("recompute_modules: --recompute-modules moe: Megatron-LM's module 'moe' "
                         "is not modelled"));
   EXPECT_THAT(ErrorAfter([](json& j) { j["recompute_modules"] = "layernorm"; }),
               HasSubstr("recompute_modules: expected an array of Megatron-LM module names"));

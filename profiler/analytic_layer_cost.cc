@@ -409,20 +409,73 @@ void AddRecomputeMemory(const TransformerSpec& spec, const LayerShape& shape,
 //   activation output, fc2's input (k copies per token at the busiest
 //   expert's share; shared experts are a plain MLP, not in the module).
 //   Rerun: the activation kernel over those copies.
+// Two more use checkpoints of their own (NVIDIA/Megatron-LM @ d98e8a64):
+//   mla_up_proj (multi_latent_attention.py lines 171-174, 983-988, 455-458):
+//   an output-discarding checkpoint around qkv_up_proj_and_rope_apply, whose
+//   inputs are the normed latents (kept as before: BlockKeptBytes' latents)
+//   and whose outputs, the query, key and value the attention kernel keeps,
+//   are freed once the attention has run: a*qk + a*qk + a*v per token / t in
+//   bf16 (BlockKeptBytes' Q, K, V). Rerun: the up-projections (q_b, or q
+//   without a query latent, and kv_b) with their FP8 input casts, and the
+//   rotary kernel (Megatron's fused MLA rope, as AddBlockKernels times it).
+//   mlp (transformer_layer.py lines 537-539, 992-1011): a plain checkpoint
+//   (tensor_parallel.checkpoint, te_checkpoint with FP8) of the MLP of a
+//   block that is NOT an MoE layer (`if not self.is_moe_layer`): in an MoE
+//   block it does nothing. Its input is kept; with Transformer Engine's spec
+//   the pre-MLP norm is fused into fc1 (gpt_layer_specs.py line 282,
+//   pre_mlp_layernorm IdentityOp for a dense block), so that input is the
+//   norm's input, which the block keeps anyway; freed: fc1's input (the norm
+//   output, in the bytes the product keeps), fc1's outputs and fc2's input.
+//   Rerun: fc1 and fc2 with their FP8 input casts, the norm and the
+//   activation. The rerun's tensor-parallel collectives (sequence
+//   parallelism's all-gather before fc1 and reduce-scatter after fc2; the
+//   latents' gathers before the up-projections) are not charged.
 void AddModuleRecompute(const TransformerSpec& spec, const LayerShape& shape, const Dims& d,
                         const Split& x, Fp8Recipe fp8, double imbalance, SampleCost* c) {
   const double e_input = fp8 != Fp8Recipe::kNone ? Fp8KeptBytes(fp8) : d.e;
   const double norms = spec.parallel_block && spec.block_norms == 1 ? 1 : 2;
   const double full = x.Replicated() * d.s * d.h * d.e;  // one full-width tensor
+  const double e_split = d.s * d.e / x.t;                // bytes per split column
   c->layernorm_bytes = x.Replicated() * d.s * e_input * norms * d.h;
   c->layernorm_kernels.assign(static_cast<size_t>(norms), MemoryKernel{2 * full});
+  // The rerun of a module's weight products i: the forward's shapes, and its
+  // FP8 input casts.
+  auto rerun = [&](size_t i, std::vector<ProductShape>* products,
+                   std::vector<MemoryKernel>* kernels) {
+    const ProductShape& p = c->weight_products[i];
+    products->push_back(p);
+    if (fp8 != Fp8Recipe::kNone) AddFp8Casts(fp8, p.m * p.k, d.e, kernels);
+  };
+  for (size_t i = 0; i < shape.products.size() && i < c->weight_products.size(); ++i) {
+    const std::string& name = shape.products[i].name;
+    if (spec.mla.Enabled() && (name == "q_b" || name == "q" || name == "kv_b")) {
+      rerun(i, &c->mla_up_proj_products, &c->mla_up_proj_kernels);
+    }
+    if (!shape.moe && (name == "fc1" || name == "fc2")) {
+      rerun(i, &c->mlp_products, &c->mlp_kernels);
+    }
+  }
+  if (spec.mla.Enabled()) {
+    const AttentionCore& core = shape.attention;
+    const double a = core.query_heads, kv = core.kv_heads;
+    c->mla_up_proj_bytes = e_split * (a * core.qk_dim + kv * core.qk_dim + kv * core.v_dim);
+    const double rope = spec.mla.qk_rope_head_dim;
+    if (!spec.learned_positions)
+      c->mla_up_proj_kernels.push_back({2 * (a * rope + rope) * e_split});
+  }
+  if (!shape.moe) {
+    const MlpWidths mlp = MlpWidthsOf(shape, imbalance);
+    c->mlp_bytes = x.Replicated() * d.s * e_input * d.h + mlp.fc1_outputs * e_split +
+                   e_input * mlp.fc2_inputs * d.s / x.t;
+    c->mlp_kernels.push_back({2 * full});  // the pre-MLP norm, fused into fc1
+    c->mlp_kernels.push_back({(spec.gated_mlp ? 3 : 2) * mlp.fc2_inputs * e_split});
+  }
   double routed = 0;  // the routed experts' fc2 inputs per token, summed over its copies
   for (const WeightProduct& p : shape.products) {
     if (p.name == "expert_fc2") routed += static_cast<double>(p.in) * TokenCopies(p, imbalance);
   }
   if (routed == 0) return;
   c->moe_act_bytes = d.s * e_input * routed / x.t;
-  const double e_split = d.s * d.e / x.t;
   c->moe_act_kernels = {{(spec.gated_mlp ? 3 : 2) * routed * e_split}};
 }
 

@@ -111,15 +111,24 @@ void AddRecomputeFormulas(std::map<std::string, std::string>* formulas) {
       "save (2*k*h*B per token); embedding "
       "and lm_head are not wrapped: op_saved_bytes = activation_bytes, op_recompute_us = 0";
   (*formulas)["recompute_modules_formula"] =
-      "layernorm_bytes/us and moe_act_bytes/us (Megatron-LM --recompute-granularity selective "
+      "layernorm_bytes/us, moe_act_bytes/us, mla_up_proj_bytes/us and mlp_bytes/us (Megatron-LM "
+      "--recompute-granularity selective "
       "--recompute-modules, NVIDIA/Megatron-LM@d98e8a64 transformer_layer.py and "
       "moe/experts.py, output-discarding checkpoints): block layernorm_bytes = 2*s*b*h*B [the "
       "input and pre-MLP norms' outputs, the QKV and MLP inputs; replicated, /t with sequence "
       "parallelism; FP8: the bytes the products keep], layernorm_us = the forward of those two "
       "norm kernels; moe_act_bytes = s*b*k*f_e*B/t [the routed experts' activation output, fc2's "
       "input, at the busiest expert's share], moe_act_us = the forward of the experts' "
-      "activation kernel; 0 where a layer has no such module (embedding, lm_head, moe_act in a "
-      "dense block)";
+      "activation kernel; mla_up_proj_bytes = s*b*B*(2*a*(d_nope + d_rope) + a*d_v)/t [MLA's "
+      "query, key and value, the up-projections' and rotary's outputs the attention keeps; "
+      "multi_latent_attention.py, output-discarding], mla_up_proj_us = the forward of q_b (or q) "
+      "and kv_b with their FP8 casts and the rotary kernel; mlp_bytes = s*b*h*B_in [fc1's input, "
+      "replicated, /t with sequence parallelism] + s*b*(fc1 outputs*B + f*B_in)/t [a dense "
+      "block's MLP inside; transformer_layer.py, a plain checkpoint, only in a block that is not "
+      "MoE], mlp_us = the forward of fc1 and fc2 with their FP8 casts, the pre-MLP norm (fused "
+      "into fc1) and the activation (the rerun's tensor-parallel collectives not charged); 0 "
+      "where a layer has no such module (embedding, lm_head, moe_act or mlp in a block without "
+      "routed experts or without a dense MLP, mla_up_proj without latent attention)";
   (*formulas)["weight_grad_formula"] =
       "weight_grad_bytes (what the weight-gradient op W keeps after the input-gradient op, Qi et "
       "al., 'Zero Bubble Pipeline Parallelism', ICLR 2024, Table 1: 32*s*b*h per block for "

@@ -407,6 +407,64 @@ TEST(AnalyticTest, RecomputeModulesHandWorkedForAnMoeBlock) {
   EXPECT_EQ(split->layers[1].profiles.at(0).moe_act_bytes, 128);
 }
 
+// Megatron-LM's mlp (a plain checkpoint of a dense block's MLP; nothing in an
+// MoE block) and mla_up_proj (an output-discarding checkpoint of MLA's
+// up-projections and rotary) modules, NVIDIA/Megatron-LM @ d98e8a64
+// transformer_layer.py lines 537-539 and multi_latent_attention.py lines
+// 983-988. The tiny world (s 8, h 4, 2 heads, a plain MLP of 4h = 16, bf16),
+// flat model on the unit GPU (1 FLOP and 1 byte per us), with latent
+// attention of q_lora 2, kv_lora 2, nope 2, rope 2, v 2 per head.
+TEST(AnalyticTest, RecomputeModulesMlaUpProjAndMlpHandWorked) {
+  TransformerSpec spec = TinySpec();
+  spec.learned_positions = false;  // rotary, as MLA runs
+  spec.mla = {.q_lora_rank = 2,
+              .kv_lora_rank = 2,
+              .qk_nope_head_dim = 2,
+              .qk_rope_head_dim = 2,
+              .v_head_dim = 2};
+  const Model model = Estimate(spec, UnitOptions());
+  const LayerProfile& block = model.layers[1].profiles.at(0);
+  // mla_up_proj frees the attention's query (2 heads x (2 + 2)), key (the
+  // same) and value (2 x 2): 20 columns x 8 tokens x 2 bytes = 320 bytes. It
+  // reruns q_b (8 x 2 -> 8: 2 x 8 x 8 x 2 = 256 FLOPs) and kv_b (8 x 2 -> 2 x
+  // (2 + 2): 256 FLOPs) and the rotary kernel on the query's and the key's
+  // rotary channels, read and written: 2 x (2 x 2 + 2) x 8 x 2 = 192 bytes.
+  EXPECT_EQ(block.mla_up_proj_bytes, 320);
+  EXPECT_EQ(block.mla_up_proj_ns, UsToNs(512 + 192));
+  // mlp frees fc1's input (8 x 4 x 2 = 64 bytes), fc1's output and fc2's
+  // input (16 columns each: 2 x 8 x 16 x 2 = 512): 576 bytes. It reruns fc1
+  // and fc2 (2 x 8 x 4 x 16 FLOPs each, 2048), the pre-MLP norm fused into
+  // fc1 (read and write 8 x 4 x 2: 128 bytes) and the GeLU (read and write 8
+  // x 16 x 2: 512 bytes): 2688 us.
+  EXPECT_EQ(block.mlp_bytes, 576);
+  EXPECT_EQ(block.mlp_ns, UsToNs(2048 + 128 + 512));
+  // Without latent attention mla_up_proj is nothing; an MoE block's mlp is
+  // nothing (Megatron's `if not self.is_moe_layer`).
+  const LayerProfile plain = Estimate(TinySpec(), UnitOptions()).layers[1].profiles.at(0);
+  EXPECT_EQ(plain.mla_up_proj_bytes, 0);
+  EXPECT_EQ(plain.mla_up_proj_ns, 0);
+  EXPECT_EQ(plain.mlp_bytes, 576);
+  TransformerSpec moe = spec;
+  moe.gated_mlp = true;
+  moe.moe.experts = 4;
+  moe.moe.experts_per_token = 2;
+  moe.moe.expert_ffn = 8;
+  AnalyticOptions balanced = UnitOptions();
+  balanced.moe_imbalance = 1.0;
+  const LayerProfile routed = Estimate(moe, balanced).layers[1].profiles.at(0);
+  EXPECT_EQ(routed.mlp_bytes, 0);
+  EXPECT_EQ(routed.mlp_ns, 0);
+  EXPECT_EQ(routed.mla_up_proj_bytes, 320);
+  // Tensor parallelism over 2 GPUs with sequence parallelism: the query, key
+  // and value are split by heads (160 bytes); fc1's input is 1/t of the
+  // tokens and the MLP's inside 1/t of its columns (32 + 256 = 288 bytes).
+  Result<Model> split =
+      EstimateTransformerAt(spec, UnitOptions(), {.degree = 2, .sequence_parallel = true});
+  ASSERT_TRUE(split.ok()) << split.status().message();
+  EXPECT_EQ(split->layers[1].profiles.at(0).mla_up_proj_bytes, 160);
+  EXPECT_EQ(split->layers[1].profiles.at(0).mlp_bytes, 288);
+}
+
 TEST(AnalyticTest, PytorchLossKeepsFp32LogSoftmaxAndHoldsTwoMoreAtBackward) {
   // cross_entropy(logits.float()) (torchtitan train.py @ 9dec370): the head
   // keeps its norm's and projection's inputs (2 x 2sbh) and the fp32

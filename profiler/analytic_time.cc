@@ -35,9 +35,20 @@ Gemm AtMicrobatch(const ProductShape& p, int b) {
 // policy reruns.
 struct LayerSeconds {
   double forward = 0, backward = 0, weight = 0, core = 0, op = 0;
-  // The forward kernels Megatron-LM's layernorm and moe_act checkpoints rerun.
-  double layernorm = 0, moe_act = 0;
+  // The forward products and kernels Megatron-LM's layernorm, moe_act,
+  // mla_up_proj and mlp checkpoints rerun.
+  double layernorm = 0, moe_act = 0, mla_up_proj = 0, mlp = 0;
 };
+
+// A module's rerun on the flat model: its products' FLOPs at the flat rate and
+// its kernels' bytes at the memory rate.
+double FlatRerun(const std::vector<ProductShape>& products,
+                 const std::vector<MemoryKernel>& kernels, const Rates& r, int b) {
+  double flops = 0, bytes = 0;
+  for (const ProductShape& p : products) flops += 2 * p.m * p.n * p.k;
+  for (const MemoryKernel& k : kernels) bytes += k.bytes_per_sample;
+  return b * (flops / r.flops_per_s + bytes / r.bytes_per_s);
+}
 
 LayerSeconds FlatSeconds(const SampleCost& c, const Rates& r, int b) {
   LayerSeconds s;
@@ -55,6 +66,8 @@ LayerSeconds FlatSeconds(const SampleCost& c, const Rates& r, int b) {
   for (const MemoryKernel& k : c.moe_act_kernels) s.moe_act += b * k.bytes_per_sample;
   s.layernorm /= r.bytes_per_s;
   s.moe_act /= r.bytes_per_s;
+  s.mla_up_proj = FlatRerun(c.mla_up_proj_products, c.mla_up_proj_kernels, r, b);
+  s.mlp = FlatRerun(c.mlp_products, c.mlp_kernels, r, b);
   return s;
 }
 
@@ -108,6 +121,13 @@ LayerSeconds MatmulSeconds(const SampleCost& c, const Rates& r, int b) {
   }
   for (const MemoryKernel& k : c.layernorm_kernels) s.layernorm += memory(k);
   for (const MemoryKernel& k : c.moe_act_kernels) s.moe_act += memory(k);
+  // mla_up_proj and mlp rerun weight products as the forward runs them (FP8
+  // where the block's products are).
+  for (const ProductShape& p : c.mla_up_proj_products)
+    s.mla_up_proj += weight_gemm(AtMicrobatch(p, b));
+  for (const MemoryKernel& k : c.mla_up_proj_kernels) s.mla_up_proj += memory(k);
+  for (const ProductShape& p : c.mlp_products) s.mlp += weight_gemm(AtMicrobatch(p, b));
+  for (const MemoryKernel& k : c.mlp_kernels) s.mlp += memory(k);
   s.backward = input_grad + s.weight + core_backward + other_backward;
   if (c.attention_core_flops > 0) s.core = core_forward;
   return s;
@@ -182,11 +202,16 @@ Result<LayerProfile> ProfileAt(const std::string& name, const SampleCost& c, con
     p.op_recompute_ns = std::min<TimeNs>(p.forward_ns, std::llround(sec.op * 1e9));
   }
   // Megatron-LM's modules (0 in a layer without them: embedding, head, moe_act
-  // in a dense block).
+  // or mlp in a block without routed experts or without a dense MLP,
+  // mla_up_proj without latent attention).
   p.layernorm_bytes = std::min<Bytes>(p.activation_bytes, std::llround(b * c.layernorm_bytes));
   p.layernorm_ns = std::min<TimeNs>(p.forward_ns, std::llround(sec.layernorm * 1e9));
   p.moe_act_bytes = std::min<Bytes>(p.activation_bytes, std::llround(b * c.moe_act_bytes));
   p.moe_act_ns = std::min<TimeNs>(p.forward_ns, std::llround(sec.moe_act * 1e9));
+  p.mla_up_proj_bytes = std::min<Bytes>(p.activation_bytes, std::llround(b * c.mla_up_proj_bytes));
+  p.mla_up_proj_ns = std::min<TimeNs>(p.forward_ns, std::llround(sec.mla_up_proj * 1e9));
+  p.mlp_bytes = std::min<Bytes>(p.activation_bytes, std::llround(b * c.mlp_bytes));
+  p.mlp_ns = std::min<TimeNs>(p.forward_ns, std::llround(sec.mlp * 1e9));
   // The weight gradient keeps its etp = t time at every etp: a grouped kernel writes one gradient
   // per local expert (in x out / etp each, over that expert's rows), so etp's shapes have 1/etp
   // of the tiles of etp = 1 over etp x their k, the same waves x k while the tiles fill the GPU;

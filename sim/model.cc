@@ -102,6 +102,10 @@ LayerCost FromProfile(const LayerProfile& p, int etp) {
   cost.layernorm_ns = p.layernorm_ns;
   cost.moe_act_bytes = p.moe_act_bytes;
   cost.moe_act_ns = p.moe_act_ns;
+  cost.mla_up_proj_bytes = p.mla_up_proj_bytes;
+  cost.mla_up_proj_ns = p.mla_up_proj_ns;
+  cost.mlp_bytes = p.mlp_bytes;
+  cost.mlp_ns = p.mlp_ns;
   cost.tp_comm_bytes = p.tp_comm_bytes;
   cost.tp_forward_collectives = p.tp_forward_collectives.value_or(0);
   cost.tp_backward_collectives = p.tp_backward_collectives.value_or(0);
@@ -155,6 +159,10 @@ LayerCost ScaleTokenCosts(LayerCost c, double f) {
   c.layernorm_ns = Scale(c.layernorm_ns, f);
   c.moe_act_bytes = Scale(c.moe_act_bytes, f);
   c.moe_act_ns = Scale(c.moe_act_ns, f);
+  c.mla_up_proj_bytes = Scale(c.mla_up_proj_bytes, f);
+  c.mla_up_proj_ns = Scale(c.mla_up_proj_ns, f);
+  c.mlp_bytes = Scale(c.mlp_bytes, f);
+  c.mlp_ns = Scale(c.mlp_ns, f);
   c.tp_comm_bytes = Scale(c.tp_comm_bytes, f);
   c.experts_etp_forward_ns = Scale(c.experts_etp_forward_ns, f);
   c.experts_etp_backward_ns = Scale(c.experts_etp_backward_ns, f);
@@ -204,6 +212,10 @@ LayerCost CostIn(ProfileIt first, ProfileIt last, int microbatch_size, int etp) 
   c.layernorm_ns = Lerp(a.layernorm_ns, b.layernorm_ns, t);
   c.moe_act_bytes = Lerp(a.moe_act_bytes, b.moe_act_bytes, t);
   c.moe_act_ns = Lerp(a.moe_act_ns, b.moe_act_ns, t);
+  c.mla_up_proj_bytes = Lerp(a.mla_up_proj_bytes, b.mla_up_proj_bytes, t);
+  c.mla_up_proj_ns = Lerp(a.mla_up_proj_ns, b.mla_up_proj_ns, t);
+  c.mlp_bytes = Lerp(a.mlp_bytes, b.mlp_bytes, t);
+  c.mlp_ns = Lerp(a.mlp_ns, b.mlp_ns, t);
   c.tp_comm_bytes = Lerp(a.tp_comm_bytes, b.tp_comm_bytes, t);
   c.tp_forward_collectives = a.tp_forward_collectives;
   c.tp_backward_collectives = a.tp_backward_collectives;
@@ -261,10 +273,14 @@ LayerCost ScaleToTensorParallel(const LayerCost& c, int tensor_parallel, bool se
     s.op_saved_bytes = std::min(s.activation_bytes, whole + Scale(*c.op_saved_bytes - whole, f));
   }
   // The norms' outputs are whole on every GPU without sequence parallelism
-  // (1/t of the tokens with it); the experts' activations divide.
+  // (1/t of the tokens with it); the experts' activations divide, and so do
+  // MLA's query, key and value and the MLP's inside (its input, whole on every
+  // GPU without sequence parallelism, is divided with the rest: an estimate).
   if (sequence_parallel) s.layernorm_bytes = Scale(c.layernorm_bytes, f);
   s.moe_act_bytes = Scale(c.moe_act_bytes, f);
-  for (std::optional<TimeNs>* ns : {&s.layernorm_ns, &s.moe_act_ns}) {
+  s.mla_up_proj_bytes = Scale(c.mla_up_proj_bytes, f);
+  s.mlp_bytes = Scale(c.mlp_bytes, f);
+  for (std::optional<TimeNs>* ns : {&s.layernorm_ns, &s.moe_act_ns, &s.mla_up_proj_ns, &s.mlp_ns}) {
     *ns = Scale(*ns, f);
     if (*ns) **ns = std::min(**ns, s.forward_ns);
   }

@@ -87,12 +87,18 @@ struct LayerProfile {
   // docs/formats.md): what each module's output-discarding checkpoint drops
   // from activation_bytes, and the forward time it reruns in the backward.
   // layernorm: the outputs of the block's input and pre-MLP norms; moe_act:
-  // the routed experts' activation output (fc2's input). 0 in a layer
-  // without the module; absent when the profiler did not give them.
+  // the routed experts' activation output (fc2's input); mla_up_proj: MLA's
+  // query, key and value (the up-projections' and rotary's outputs); mlp: a
+  // dense block's MLP inside (fc1's input and output, fc2's input). 0 in a
+  // layer without the module; absent when the profiler did not give them.
   std::optional<Bytes> layernorm_bytes;
   std::optional<TimeNs> layernorm_ns;
   std::optional<Bytes> moe_act_bytes;
   std::optional<TimeNs> moe_act_ns;
+  std::optional<Bytes> mla_up_proj_bytes;
+  std::optional<TimeNs> mla_up_proj_ns;
+  std::optional<Bytes> mlp_bytes;
+  std::optional<TimeNs> mlp_ns;
   // An MoE layer's routed experts at each expert-tensor-parallel degree the
   // profiler timed, sorted by etp, one of them at etp = tensor_parallel; empty
   // when not given (older files: the profile's own shapes, those of etp = t,
@@ -278,6 +284,10 @@ struct LayerCost {
   std::optional<TimeNs> layernorm_ns;
   std::optional<Bytes> moe_act_bytes;
   std::optional<TimeNs> moe_act_ns;
+  std::optional<Bytes> mla_up_proj_bytes;
+  std::optional<TimeNs> mla_up_proj_ns;
+  std::optional<Bytes> mlp_bytes;
+  std::optional<TimeNs> mlp_ns;
   CostOrigin origin = CostOrigin::kMeasured;
   // Tensor parallelism: the collective's bytes (absent: unknown) and counts,
   // whether they came from Layer::tp_comm_estimate, and whether the costs

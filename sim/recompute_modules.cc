@@ -20,11 +20,13 @@ struct ModuleName {
 // The modules pipecast models, in RecomputeModule order.
 constexpr ModuleName kModules[] = {{kRecomputeCoreAttn, "core_attn"},
                                    {kRecomputeLayernorm, "layernorm"},
-                                   {kRecomputeMoeAct, "moe_act"}};
+                                   {kRecomputeMoeAct, "moe_act"},
+                                   {kRecomputeMlaUpProj, "mla_up_proj"},
+                                   {kRecomputeMlp, "mlp"}};
 // Megatron-LM's other choices (transformer_config.py @ d98e8a64,
 // recompute_modules): known, not modelled.
-constexpr const char* kUnmodelled[] = {"mlp",          "moe",     "shared_experts", "mla_up_proj",
-                                       "gdn_norm_out", "gdp_qkv", "gdp_in_proj",    "mhc"};
+constexpr const char* kUnmodelled[] = {"moe",     "shared_experts", "gdn_norm_out",
+                                       "gdp_qkv", "gdp_in_proj",    "mhc"};
 
 // a + b when both are given, else absent.
 std::optional<int64_t> Sum(std::optional<int64_t> a, std::optional<int64_t> b) {
@@ -60,12 +62,13 @@ Result<unsigned> ParseRecomputeModules(std::string_view text) {
     if (std::find(std::begin(kUnmodelled), std::end(kUnmodelled), item) != std::end(kUnmodelled)) {
       return Status::InvalidArgument(fmt::format(
           "--recompute-modules {}: Megatron-LM's module '{}' is not modelled by pipecast; the "
-          "modelled ones are core_attn, layernorm and moe_act",
+          "modelled ones are core_attn, layernorm, moe_act, mla_up_proj and mlp",
           text, item));
     }
     return Status::InvalidArgument(fmt::format(
         "--recompute-modules {}: '{}' is not a module; expected a comma list of core_attn, "
-        "layernorm, moe_act (Megatron-LM's names, e.g. --recompute-modules layernorm,moe_act)",
+        "layernorm, moe_act, mla_up_proj, mlp (Megatron-LM's names, e.g. --recompute-modules "
+        "layernorm,moe_act)",
         text, item));
   }
   return modules;
@@ -87,6 +90,14 @@ void ApplyRecomputeModules(unsigned modules, LayerCost* c) {
   if (modules & kRecomputeMoeAct) {
     bytes = Sum(bytes, c->moe_act_bytes);
     ns = Sum(ns, c->moe_act_ns);
+  }
+  if (modules & kRecomputeMlaUpProj) {
+    bytes = Sum(bytes, c->mla_up_proj_bytes);
+    ns = Sum(ns, c->mla_up_proj_ns);
+  }
+  if (modules & kRecomputeMlp) {
+    bytes = Sum(bytes, c->mlp_bytes);
+    ns = Sum(ns, c->mlp_ns);
   }
   // Selective recomputation reads the attention core's pair: what the
   // modules drop and rerun stand in for it. Absent when a module's figure is.

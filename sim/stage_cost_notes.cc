@@ -239,15 +239,17 @@ void StageCostTable::AddRecomputeNotes(std::vector<std::string>* notes) const {
   if (modules != 0) {
     const std::string listed = RecomputeModulesName(modules);
     if (all.no_attention_core > 0) {
-      notes->push_back(fmt::format(
-          "{} of {} layers do not give what --recompute-modules {} drops and reruns "
-          "(layernorm_bytes/us, moe_act_bytes/us, attention_core_bytes): they are left as off; "
-          "re-profile (profiler analytic) to get the modules' figures",
-          all.no_attention_core, n, listed));
+      notes->push_back(
+          fmt::format("{} of {} layers do not give what --recompute-modules {} drops and reruns "
+                      "(layernorm_bytes/us, moe_act_bytes/us, mla_up_proj_bytes/us, mlp_bytes/us, "
+                      "attention_core_bytes): they are left as off; "
+                      "re-profile (profiler analytic) to get the modules' figures",
+                      all.no_attention_core, n, listed));
     } else if (all.attention_core_bytes == 0) {
       notes->push_back(fmt::format(
           "--recompute-modules {} changes nothing here: no layer keeps an output of those "
-          "modules (e.g. moe_act in a dense model, core_attn with FlashAttention)",
+          "modules (e.g. moe_act in a dense model, mla_up_proj without latent attention, mlp "
+          "in an MoE model, core_attn with FlashAttention)",
           listed));
     }
     return;

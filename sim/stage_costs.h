@@ -123,17 +123,21 @@ std::optional<RecomputeMethod> ParseRecomputeMethod(std::string_view name);
 // megatron/core/transformer/transformer_config.py @ d98e8a64), as bits of
 // RecomputeLayers::modules. Modelled: core_attn (the attention core, Megatron's
 // default and pipecast's selective), layernorm (the outputs of each block's
-// input and pre-MLP norms) and moe_act (the routed experts' activation output);
-// docs/simulator.md "Activation memory". Megatron's other choices (mlp, moe,
-// shared_experts, mla_up_proj) are named so that a flag giving one gets a clear
+// input and pre-MLP norms), moe_act (the routed experts' activation output),
+// mla_up_proj (MLA's query, key and value, rebuilt from the latents by the
+// up-projections and rotary) and mlp (a dense block's whole MLP; nothing in an
+// MoE block); docs/simulator.md "Activation memory". Megatron's other choices
+// (moe, shared_experts, ...) are named so that a flag giving one gets a clear
 // error.
 enum RecomputeModule : unsigned {
   kRecomputeCoreAttn = 1u << 0,
   kRecomputeLayernorm = 1u << 1,
   kRecomputeMoeAct = 1u << 2,
+  kRecomputeMlaUpProj = 1u << 3,
+  kRecomputeMlp = 1u << 4,
 };
 // The modules as Megatron-LM names them, comma-separated, in the order above
-// ("layernorm,moe_act"); "" for 0.
+// ("layernorm,moe_act", "mla_up_proj,mlp"); "" for 0.
 std::string RecomputeModulesName(unsigned modules);
 // Parses a comma list of Megatron-LM module names into bits; InvalidArgument
 // naming --recompute-modules for an empty list, an unknown name, or one of

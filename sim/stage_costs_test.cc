@@ -204,7 +204,9 @@ TEST(StageCosts, SelectiveRecomputeWithoutAnAttentionCoreIsANoOpAndSaysSo) {
 
 // WithMemoryFields() with Megatron-LM's modules (--recompute-modules): layer
 // l's norms' outputs are (l+1) x 128 KiB, rerun in (l+1) x 40 ns, its routed
-// experts' activation (l+1) x 64 KiB, rerun in (l+1) x 10 ns.
+// experts' activation (l+1) x 64 KiB, rerun in (l+1) x 10 ns, its MLA query, key
+// and value (l+1) x 32 KiB, rerun in (l+1) x 20 ns, its dense MLP's inside (l+1) x
+// 16 KiB, rerun in (l+1) x 30 ns.
 Model WithModuleFields() {
   Model m = WithMemoryFields();
   for (int l = 0; l < 3; ++l) {
@@ -214,6 +216,10 @@ Model WithModuleFields() {
       p.layernorm_ns = k * 40;
       p.moe_act_bytes = k * 64 * kKiB;
       p.moe_act_ns = k * 10;
+      p.mla_up_proj_bytes = k * 32 * kKiB;
+      p.mla_up_proj_ns = k * 20;
+      p.mlp_bytes = k * 16 * kKiB;
+      p.mlp_ns = k * 30;
     }
   }
   return m;
@@ -250,6 +256,13 @@ TEST(StageCosts, SelectiveRecomputeOfModulesDropsTheirOutputsAndRerunsThem) {
   const StageCost plain = SelectiveOf(WithModuleFields(), 0).Stage(kLast);
   EXPECT_EQ(core.held_bytes, plain.held_bytes);
   EXPECT_EQ(core.recompute_ns, plain.recompute_ns);
+  // DeepSeek-V3's mla_up_proj,mlp (Megatron-Bridge's recipe): (2 + 3) x (32 + 16)
+  // KiB dropped, (2 + 3) x (20 + 30) ns rerun; the larger layer (3) rebuilds 144 KiB.
+  const StageCost dsv3 =
+      SelectiveOf(WithModuleFields(), kRecomputeMlaUpProj | kRecomputeMlp).Stage(kLast);
+  EXPECT_EQ(dsv3.held_bytes, 5 * kMiB - 240 * kKiB);
+  EXPECT_EQ(dsv3.recomputed_bytes, 144 * kKiB);
+  EXPECT_EQ(dsv3.recompute_ns, 250);
 }
 
 TEST(StageCosts, SelectiveRecomputeOfModulesWithoutTheirFiguresIsOffAndSaysSo) {
@@ -269,9 +282,13 @@ TEST(StageCosts, RecomputeModulesParseAndRefuseWhatIsNotModelled) {
   EXPECT_EQ(RecomputeSpec(Recompute::kSelective, {.modules = *both}),
             "selective:layernorm+moe_act");
   EXPECT_EQ(RecomputeSpec(Recompute::kSelective, {}), "selective");
-  Result<unsigned> mlp = ParseRecomputeModules("layernorm,mlp");
-  ASSERT_FALSE(mlp.ok());
-  EXPECT_NE(mlp.status().message().find("'mlp' is not modelled"), std::string::npos);
+  Result<unsigned> dsv3 = ParseRecomputeModules("mla_up_proj,mlp");
+  ASSERT_TRUE(dsv3.ok());
+  EXPECT_EQ(*dsv3, kRecomputeMlaUpProj | kRecomputeMlp);
+  EXPECT_EQ(RecomputeModulesName(*dsv3), "mla_up_proj,mlp");
+  Result<unsigned> shared = ParseRecomputeModules("layernorm,shared_experts");
+  ASSERT_FALSE(shared.ok());
+  EXPECT_NE(shared.status().message().find("'shared_experts' is not modelled"), std::string::npos);
   for (const char* bad : {"", "layernorm,", "norm", "layernorm moe_act"}) {
     Result<unsigned> parsed = ParseRecomputeModules(bad);
     ASSERT_FALSE(parsed.ok()) << bad;

@@ -19,7 +19,9 @@
 // to capacity 1), each MoE row with the token dispatcher its config ran (DispatcherOf:
 // Megatron-LM's all-to-all for Qwen3-235B, GPT-OSS and the ep8 Qwen3-30B rows, DeepEP-like
 // otherwise), the recomputation each recipe sets (Llama 3 8B at 25.11: 5 blocks per stage;
-// GPT-OSS: Megatron-LM's layernorm and moe_act modules), on the h100-sxm preset. Each row's
+// GPT-OSS: Megatron-LM's layernorm and moe_act modules; DeepSeek-V3: mla_up_proj and mlp),
+// DeepSeek-V3 as it ran (its MTP module's head and loss, the combined 1F1B all-to-all overlap,
+// the gradient reduction not overlapped: DeepSeekV3AsItRan), on the h100-sxm preset. Each row's
 // prediction is held within kGuard of what it was when this test was written, so that any change
 // to the model is seen; the counts within 10% and 15% are printed, not asserted.
 #include <gtest/gtest.h>
@@ -81,12 +83,34 @@ struct BridgeRow {
   Recompute recompute = Recompute::kOff;
   int recompute_block_layers = 0;  // Megatron's --recompute-method block, N layers
   unsigned recompute_modules = 0;  // RecomputeModule bits with Recompute::kSelective
+  // Megatron-LM's combined 1F1B all-to-all overlap (overlap_moe_expert_parallel_comm with
+  // delay_wgrad_compute): --ep-overlap on, the F&B pairs combined.
+  bool ep_overlap = false;
+  // overlap_grad_reduce = False (DeepSeek-V3 on H100, run_script.py @ fa0315ae line 100): the
+  // gradient reduce-scatter runs after the last backward, exposed. Otherwise the simulator's
+  // default, overlapped with the backward.
+  bool grad_reduce_exposed = false;
+};
+
+// What of a row's run the replay charges (all of it by default; the DeepSeek-V3 row prints
+// its parts with each left out in turn): its recomputation, the multi-token-prediction
+// module's second output head and loss (DeepSeek-V3), and its all-to-all overlap.
+struct Replay {
+  bool recompute = true;
+  bool mtp_head = true;
+  bool ep_overlap = true;
+  bool grad_reduce = true;  // the row's gradient-reduce overlap setting (else overlapped)
 };
 
 // GPT-OSS 120B's H100 presets recompute Megatron-LM's layernorm and moe_act modules
 // (recompute_modules=["layernorm", "moe_act"], gpt_oss_workload_base_configs.py @ 97ad8cc6 and
 // 63b08b39): `--recompute selective --recompute-modules layernorm,moe_act`.
 constexpr unsigned kGptOssModules = kRecomputeLayernorm | kRecomputeMoeAct;
+// DeepSeek-V3's 25.09 recipe recomputes Megatron-LM's mla_up_proj and mlp modules
+// (recompute_modules: [mla_up_proj, mlp], deepseek_v3 llm_pretrain config @ fa0315ae):
+// `--recompute selective --recompute-modules mla_up_proj,mlp`. mlp touches only the 3 dense
+// blocks (transformer_layer.py @ d98e8a64 line 538, `if not self.is_moe_layer`).
+constexpr unsigned kDeepSeekV3Modules = kRecomputeMlaUpProj | kRecomputeMlp;
 
 // The Llama rows keep Llama 3's vocabulary, 128,256 (the perf scripts set it from 25.11 on,
 // set_llama3_common_configs; the 25.09 recipe's NullTokenizer would give 32,000). The tables'
@@ -120,9 +144,9 @@ TransformerSpec SpecFor(Arch arch) {
       spec.ffn_hidden = 53248;
       break;
     case Arch::kDeepSeekV3:
-      // The run's multi-token-prediction module (mtp_num_layers 1, the layout's "m") stands
-      // in as a 62nd MoE block on the last virtual stage; its second output head and loss
-      // are not charged.
+      // The run's multi-token-prediction module (mtp_num_layers 1, the layout's "m"): its
+      // transformer layer is a 62nd MoE block on the last virtual stage; its norm, output
+      // head (the main head's weights) and loss are a second lm_head there (WithMtpHead).
       spec = load("examples/hf/deepseek-v3.json");
       spec.name = "deepseek-v3";
       spec.layers = 62;
@@ -165,12 +189,28 @@ TransformerSpec SpecFor(Arch arch) {
 
 // DeepSeek-V3's pipeline layout "Et|(tt|)*30mL" (Megatron-Bridge run_script.py @ fa0315ae):
 // virtual stage 0 the embedding and block 1, stages 1-30 two blocks each, stage 31 the MTP
-// stand-in (block 62) and the head. Model layers: 0 embedding, 1-62 blocks, 63 head.
-std::vector<StageLayers> DeepSeekV3Layout() {
+// module (block 62 and, with `mtp_head`, its head and loss, layer 63) and the head. Model
+// layers: 0 embedding, 1-62 blocks, then the head(s).
+std::vector<StageLayers> DeepSeekV3Layout(bool mtp_head) {
   std::vector<StageLayers> out = {StageLayers{0, 1}};
   for (int s = 1; s <= 30; ++s) out.push_back(StageLayers{2 * s, 2 * s + 1});
-  out.push_back(StageLayers{62, 63});
+  out.push_back(StageLayers{62, mtp_head ? 64 : 63});
   return out;
+}
+
+// The multi-token-prediction module's output head and loss (Megatron-LM @ d98e8a64,
+// multi_token_prediction.py lines 1012-1027: its hidden states through the model's
+// output_layer, with the main head's weight, and compute_language_model_loss on the labels
+// shifted once more; line 1247 its final_layernorm): the lm_head layer again, before the main
+// head, with no parameters of its own (the weight is shared: its gradient adds into the main
+// head's). Not charged: the module's eh_proj (2h -> h, column-parallel, line 1174: ~11% of
+// the head's FLOPs), its enorm and hnorm, and the embedding lookup of the shifted tokens with
+// the copy of the embedding table the last stage holds for it.
+void WithMtpHead(Model* model) {
+  Layer head = model->layers.back();
+  head.name = "mtp.lm_head";
+  head.parameters = 0;
+  model->layers.insert(model->layers.end() - 1, std::move(head));
 }
 
 // The token dispatcher each row ran, from the scripts/performance configs of its container:
@@ -206,11 +246,18 @@ struct Prediction {
   double tokens_per_gpu = 0;
   double iteration_s = 0, busy_s = 0, tp_s = 0, ep_s = 0, reduce_s = 0, gather_s = 0,
          sharding_s = 0, bubble = 0;
+  // The busiest rank: its busy time, of it tensor-parallel communication, and its idle
+  // time inside the pipeline's span; the largest peak memory of any rank.
+  double busiest_s = 0, busiest_tp_s = 0, busiest_idle_s = 0, peak_gib = 0;
 };
 
 // `row` at `recipe` (kNone: bf16; the rows' own is current scaling when row.fp8) with
-// `dispatcher` (the row's own: DispatcherOf) in the profiler and the simulator.
-Prediction Predict(const BridgeRow& row, Fp8Recipe recipe, ExpertDispatcher dispatcher) {
+// `dispatcher` (the row's own: DispatcherOf) in the profiler and the simulator, charging
+// what `replay` says of the run.
+Prediction Predict(const BridgeRow& row, Fp8Recipe recipe, ExpertDispatcher dispatcher,
+                   const Replay& replay = {}) {
+  const bool mtp_head = replay.mtp_head && row.arch == Arch::kDeepSeekV3;
+  const bool ep_overlap = replay.ep_overlap && row.ep_overlap;
   TransformerSpec spec = SpecFor(row.arch);
   spec.sequence_length = row.seq;
   spec.microbatch_sizes = {row.mbs};
@@ -232,6 +279,11 @@ Prediction Predict(const BridgeRow& row, Fp8Recipe recipe, ExpertDispatcher disp
   Result<Schedule> schedule = MakeSchedule(kind, row.p, m, row.v);
   EXPECT_TRUE(model.ok() && cluster.ok() && schedule.ok()) << row.label;
   if (!model.ok() || !cluster.ok() || !schedule.ok()) return {};
+  if (mtp_head) WithMtpHead(&*model);
+  if (ep_overlap) {
+    const Status combined = CombineForwardBackward(&*schedule);
+    EXPECT_TRUE(combined.ok()) << row.label << ": " << combined.message();
+  }
   SimOptions sim;
   TrainingConfig& c = sim.config;
   c.schedule = kind;
@@ -243,9 +295,11 @@ Prediction Predict(const BridgeRow& row, Fp8Recipe recipe, ExpertDispatcher disp
   c.layout.data_parallel = d;
   c.layout.expert_parallel = row.ep;
   c.layout.expert_dispatcher = dispatcher;
-  c.recompute = row.recompute;
-  c.recompute_layers.modules = row.recompute_modules;
-  if (row.recompute_block_layers > 0) {
+  c.recompute = replay.recompute ? row.recompute : Recompute::kOff;
+  if (replay.recompute) c.recompute_layers.modules = row.recompute_modules;
+  c.overlap.expert_overlap = ep_overlap ? ExpertOverlap::kOn : ExpertOverlap::kOff;
+  if (replay.grad_reduce && row.grad_reduce_exposed) c.overlap.overlap_grad_reduce = false;
+  if (replay.recompute && row.recompute_block_layers > 0) {
     c.recompute_layers.method = RecomputeMethod::kBlock;
     c.recompute_layers.num_layers = row.recompute_block_layers;
   }
@@ -260,7 +314,7 @@ Prediction Predict(const BridgeRow& row, Fp8Recipe recipe, ExpertDispatcher disp
   c.memory = *memory;
   c.memory.zero = row.fsdp ? 3 : 1;
   if (row.arch == Arch::kDeepSeekV3) {
-    sim.partition = DeepSeekV3Layout();
+    sim.partition = DeepSeekV3Layout(mtp_head);
   } else {
     c.partition.rule = PartitionRule::kEven;
     // account_for_{embedding,loss}_in_pipeline_split: True in the 405B and Qwen3-235B recipes.
@@ -284,7 +338,38 @@ Prediction Predict(const BridgeRow& row, Fp8Recipe recipe, ExpertDispatcher disp
   out.gather_s = static_cast<double>(result->allgather_ns) * 1e-9;
   out.sharding_s = static_cast<double>(result->sharding_exposed_ns) * 1e-9;
   out.bubble = result->bubble_ratio;
+  const StageResult* busiest = &result->per_rank[0];
+  for (const StageResult& r : result->per_rank) {
+    if (r.busy_ns > busiest->busy_ns) busiest = &r;
+    out.peak_gib = std::max(out.peak_gib, static_cast<double>(r.peak_memory_bytes) / (1 << 30));
+  }
+  out.busiest_s = static_cast<double>(busiest->busy_ns) * 1e-9;
+  out.busiest_tp_s = static_cast<double>(busiest->tp_comm_ns) * 1e-9;
+  out.busiest_idle_s = out.busiest_s * busiest->bubble_ratio / (1 - busiest->bubble_ratio);
   return out;
+}
+
+// One line of a replay's parts: the busiest rank's compute (busy less TP and the expert
+// all-to-all), TP, the all-to-all, the bubble, and the largest peak memory.
+void PrintParts(const char* what, const BridgeRow& row, const Prediction& p) {
+  std::printf(
+      "         %-40s %6.0f (%+5.1f%%) iteration %.2f s: busiest %.2f = compute %.2f + TP %.2f + "
+      "EP a2a %.2f; idle %.2f (bubble %.1f%%); reduce %.2f; peak %.1f GiB\n",
+      what, p.tokens_per_gpu, (p.tokens_per_gpu / row.published - 1) * 100, p.iteration_s,
+      p.busiest_s, p.busiest_s - p.busiest_tp_s - p.ep_s, p.busiest_tp_s, p.ep_s, p.busiest_idle_s,
+      p.bubble * 100, p.reduce_s, p.peak_gib);
+}
+
+// DeepSeek-V3's 25.09 H100 run as it ran (run_script.py @ fa0315ae lines 84-100): recompute
+// modules mla_up_proj and mlp, the combined 1F1B all-to-all overlap (A2A_1F1B on h100:
+// overlap_moe_expert_parallel_comm and delay_wgrad_compute), overlap_grad_reduce = False; the MTP
+// module's head and loss come with the architecture (Predict, WithMtpHead).
+BridgeRow DeepSeekV3AsItRan(BridgeRow row) {
+  row.recompute = Recompute::kSelective;
+  row.recompute_modules = kDeepSeekV3Modules;
+  row.ep_overlap = true;
+  row.grad_reduce_exposed = true;
+  return row;
 }
 
 // NVIDIA-NeMo/Megatron-Bridge docs/performance-summary-archive.md @ 067f987d, every DGX-H100
@@ -301,8 +386,10 @@ std::vector<BridgeRow> Rows() {
        1, 1619, -0.028},
       {"25.09", "Llama 3.1 405B t8 p8 cp2 v8", A::kLlama31_405b, true, 1024, 512, 1, 8192, false, 8,
        8, 2, 8, 1, 302, -0.036},
-      {"25.09", "DeepSeek-V3 t2 p8 v4 ep64 (dropless)", A::kDeepSeekV3, true, 1024, 8192, 1, 4096,
-       false, 2, 8, 1, 4, 64, 1297, 0.183},
+      // DeepSeek-V3 as it ran: its recompute modules, the MTP head and loss, and the combined
+      // 1F1B all-to-all overlap (overlap_moe_expert_parallel_comm, delay_wgrad_compute).
+      DeepSeekV3AsItRan({"25.09", "DeepSeek-V3 t2 p8 v4 ep64 (dropless)", A::kDeepSeekV3, true,
+                         1024, 8192, 1, 4096, false, 2, 8, 1, 4, 64, 1297, 0.198}),
       {"25.09", "Qwen3-30B-A3B p2 v24 ep8 (token drop)", A::kQwen3_30b, true, 16, 512, 2, 4096,
        false, 1, 2, 1, 24, 8, 10494, 0.301},
       {"25.09", "Qwen3-235B-A22B t2 p8 v4 ep32 (token drop)", A::kQwen3_235b, true, 256, 2048, 1,
@@ -403,6 +490,16 @@ TEST(BridgeCalibration, DgxH100RowsHeldOut) {
                   (p.tokens_per_gpu / bf16.tokens_per_gpu - 1) * 100);
     }
     if (row.arch == Arch::kDeepSeekV3) {
+      // The run's three settings the replay once left out, added one at a time.
+      PrintParts("none of them (session 12's replay)", row,
+                 Predict(row, own, dispatcher, {false, false, false, false}));
+      PrintParts("+ recompute mla_up_proj,mlp", row,
+                 Predict(row, own, dispatcher, {true, false, false, false}));
+      PrintParts("+ MTP head and loss", row,
+                 Predict(row, own, dispatcher, {true, true, false, false}));
+      PrintParts("+ gradient reduce not overlapped", row,
+                 Predict(row, own, dispatcher, {true, true, false, true}));
+      PrintParts("+ combined 1F1B a2a overlap (as it ran)", row, p);
       const Prediction block = Predict(row, Fp8Recipe::kBlockwise, dispatcher);
       std::printf("         with the blockwise recipe (128x128 / 1x128): %.0f (%+.1f%%)\n",
                   block.tokens_per_gpu, (block.tokens_per_gpu / row.published - 1) * 100);

@@ -461,14 +461,16 @@ std::vector<Case> UnknownNameRows() {
                   "--recompute-method and --recompute-num-layers choose which layers full "
                   "recomputation checkpoints: list full in --recompute"));
   // Megatron-LM's selective recomputation by module (--recompute-modules).
-  c.push_back(Row("recompute_modules_unmodelled", kSimulator, {kGoodModel},
-                  std::string(kSim) + " --recompute selective --recompute-modules layernorm,mlp", 2,
-                  "--recompute-modules layernorm,mlp: Megatron-LM's module 'mlp' is not modelled "
-                  "by pipecast; the modelled ones are core_attn, layernorm and moe_act"));
+  c.push_back(Row(
+      "recompute_modules_unmodelled", kSimulator, {kGoodModel},
+      std::string(kSim) + " --recompute selective --recompute-modules layernorm,shared_experts", 2,
+      "--recompute-modules layernorm,shared_experts: Megatron-LM's module "
+      "'shared_experts' is not modelled by pipecast; the modelled ones are core_attn, "
+      "layernorm, moe_act, mla_up_proj and mlp"));
   c.push_back(Row("recompute_modules_unknown", kSimulator, {kGoodModel},
                   std::string(kSim) + " --recompute selective --recompute-modules norm", 2,
                   "--recompute-modules norm: 'norm' is not a module; expected a comma list of "
-                  "core_attn, layernorm, moe_act"));
+                  "core_attn, layernorm, moe_act, mla_up_proj, mlp"));
   c.push_back(Row("recompute_modules_without_selective", kSimulator, {kGoodModel},
                   std::string(kSim) + " --recompute full --recompute-modules layernorm", 2,
                   "--recompute-modules layernorm is Megatron-LM's choice of what selective "

@@ -125,7 +125,8 @@ void AddSearchFlags(CLI::App& app, PlannerToolOptions* f) {
       ->check(IntRange(1, 1 << 20));
   app.add_option("--recompute-modules", f->recompute_modules,
                  "Megatron-LM's modules for the selective entries of --recompute: a comma list "
-                 "of core_attn (the default), layernorm and moe_act (docs/simulator.md)")
+                 "of core_attn (the default), layernorm, moe_act, mla_up_proj and mlp "
+                 "(docs/simulator.md)")
       ->option_text("MODULE[,MODULE...]");
   app.add_option("--partition", f->partition,
                  "how the layers split into stages: balanced (pipecast's: on time among the "

@@ -114,7 +114,9 @@ std::vector<CLI::Option*> AddRecomputeFlags(CLI::App& app, SimulatorToolOptions*
       app.add_option("--recompute-modules", f->recompute_modules,
                      "with --recompute selective, Megatron-LM's modules to recompute, a comma "
                      "list of core_attn (the default), layernorm (the input and pre-MLP norms' "
-                     "outputs) and moe_act (the routed experts' activation); docs/simulator.md")
+                     "outputs), moe_act (the routed experts' activation), mla_up_proj (MLA's "
+                     "up-projections and rotary) and mlp (a dense block's MLP); "
+                     "docs/simulator.md")
           ->option_text("MODULE[,MODULE...]"),
   };
 }

@@ -116,12 +116,18 @@ struct SampleCost {
   std::vector<ProductShape> op_rerun_products;  // the mms the policy reruns
   double op_rerun_flops = 0;
   // Megatron-LM's selective recomputation by module (--recompute-modules):
-  // what the layernorm and moe_act checkpoints drop, and the forward kernels
-  // each reruns in the backward (docs/profiler.md).
+  // what the layernorm, moe_act, mla_up_proj and mlp checkpoints drop, and the
+  // forward products and kernels each reruns in the backward (docs/profiler.md).
   double layernorm_bytes = 0;
   double moe_act_bytes = 0;
+  double mla_up_proj_bytes = 0;
+  double mlp_bytes = 0;
   std::vector<MemoryKernel> layernorm_kernels;
   std::vector<MemoryKernel> moe_act_kernels;
+  std::vector<ProductShape> mla_up_proj_products;  // weight products, per GPU
+  std::vector<MemoryKernel> mla_up_proj_kernels;
+  std::vector<ProductShape> mlp_products;
+  std::vector<MemoryKernel> mlp_kernels;
   double traffic_bytes = 0;  // forward element-wise HBM traffic
   double output_bytes = 0;   // sent to the next layer
   Bytes workspace_bytes = 0;
