@@ -59,16 +59,23 @@ inline cli_test::ToolRun Validator(const TempDir& dir, const std::string& args) 
   return RunTool(dir, "timeout", "120 " + Quote(PIPECAST_VALIDATOR_BIN) + " " + args);
 }
 
-// Validator processes under mpirun, allowed to run as root (CI does).
-inline cli_test::ToolRun MpiValidator(const TempDir& dir, const std::string& args,
-                                      int processes = 2) {
+// `program` in `processes` processes under mpirun, allowed to run as root (CI
+// does), ended after `timeout_s` seconds so that a hang fails the test.
+inline cli_test::ToolRun UnderMpirun(const TempDir& dir, const std::string& program,
+                                     const std::string& args, int processes, int timeout_s) {
   // OpenMPI keeps its allocations to the end: LeakSanitizer (the CI's ASan
   // pass) would fail every rank on them, so leak checks are off under mpirun.
   return RunTool(dir, "env",
                  "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
-                 "ASAN_OPTIONS=detect_leaks=0 timeout 120 mpirun --oversubscribe -x ASAN_OPTIONS "
-                 "-np " +
-                     std::to_string(processes) + " " + Quote(PIPECAST_VALIDATOR_BIN) + " " + args);
+                 "ASAN_OPTIONS=detect_leaks=0 timeout " +
+                     std::to_string(timeout_s) + " mpirun --oversubscribe -x ASAN_OPTIONS -np " +
+                     std::to_string(processes) + " " + Quote(program) + " " + args);
+}
+
+// Validator processes under mpirun.
+inline cli_test::ToolRun MpiValidator(const TempDir& dir, const std::string& args,
+                                      int processes = 2) {
+  return UnderMpirun(dir, PIPECAST_VALIDATOR_BIN, args, processes, /*timeout_s=*/120);
 }
 
 inline bool HaveMpirun() { return std::system("command -v mpirun >/dev/null 2>&1") == 0; }
