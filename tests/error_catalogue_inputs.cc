@@ -360,10 +360,10 @@ std::vector<Case> PartitionRows() {
                   "--partition: 'sometimes' is not one of balanced, even, both"));
   c.push_back(Row("planner_even_split_divides_no_configuration", kPlanner, {},
                   "--model {ex}/gpt-7b.json --gpus 3 --stages 3 --partition even", 4,
-                  "planner: 72 configurations, 0 simulated, none can run (the report says why)"));
+                  "planner: 108 configurations, 0 simulated, none can run (the report says why)"));
   // The examples come in the order the search partitioned them: lowest bound first (issue 26).
   c.back().output =
-      "schedule constraint: 72\n    e.g. p=3 d=1 interleaved v=2 mbs=8 m=64 recompute=off zero=0 "
+      "schedule constraint: 108\n    e.g. p=3 d=1 interleaved v=2 mbs=8 m=64 recompute=off zero=0 "
       "partition=even: --partition even: the model's 32 decoder layers do not divide evenly over 3 "
       "pipeline stages";
   c.push_back(Row(

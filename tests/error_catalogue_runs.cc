@@ -105,7 +105,7 @@ std::vector<Case> UnwritableOutputRows() {
     for (int i = 2; i <= 10000; ++i) sizes += "," + std::to_string(i);
     c.push_back(Row("planner_list_flag_of_10000_values", kPlanner, {},
                     "--model {ex}/gpt-7b.json --gpus 8 --microbatch-sizes " + sizes, 1,
-                    "the search would enumerate 4220000 configurations, over the limit of 500000"));
+                    "the search would enumerate 6330000 configurations, over the limit of 500000"));
   }
   return c;
 }

@@ -376,34 +376,8 @@ TEST(LayerWork, TensorParallelNeedsProfilesMeasuredAtThePlansDegree) {
   EXPECT_THAT(work.status().message(), ::testing::HasSubstr("--tensor-parallel 1,4"));
 }
 
-// A model of MoE blocks as `profiler cpu --experts 4 --top-k 2` writes it:
-// 4 experts of ffn 8, top-2 by the hash router, 6 tokens a sample (C(4, 2)).
-constexpr cpu::BlockShape kMoeShape{
-    .hidden = 16, .ffn = 8, .tokens_per_sample = 6, .experts = 4, .top_k = 2};
-
-Model MoeWorkloadModel(int layers) {
-  cpu::WorkloadSpec spec;
-  spec.shape = kMoeShape;
-  spec.layers = layers;
-  Model m = testing::UniformModel(layers);
-  m.name = "cpu-moe";
-  m.sequence_length = kMoeShape.tokens_per_sample;
-  m.source.method = "cpu";
-  m.source.details[cpu::kWorkloadSourceKey] = cpu::WorkloadToSourceJson(spec);
-  const cpu::Block block(kMoeShape, 1);
-  for (Layer& l : m.layers) {
-    l.parameters = block.Parameters();
-    l.profiles[0].activation_bytes = block.ActivationBytes(1);
-    l.profiles[0].output_bytes = block.OutputBytes(1);
-    l.profiles[0].workspace_bytes = block.OutputBytes(1);
-    l.moe = MoeRouting{.experts = 4,
-                       .top_k = 2,
-                       .hidden = kMoeShape.hidden,
-                       .expert_parameters = block.Parameters(),
-                       .bytes_per_element = 4};
-  }
-  return m;
-}
+using testing::kMoeShape;
+using testing::MoeWorkloadModel;
 
 // Given 4 MoE layers on 2 ranks x ep 2 (2 data-parallel replicas, each
 // holding 2 of a layer's 4 experts) under 1F1B with 3 micro-batches: 4
@@ -463,50 +437,13 @@ void ExpectExpertParallelGivesTheSequentialGradients(
   ASSERT_TRUE(runs.ok()) << runs.status().message();
 
   // Then the whole blocks, run on one thread over every replica's
-  // micro-batches in turn (replica j's input is the pattern of expert rank
-  // j), accumulate the gradients whose slices the members hold: expert rank j
-  // holds experts 2j and 2j+1. Not bit for bit: a token's two expert outputs
-  // are summed on their members before the combine adds them, another order
-  // of one float sum, which carries into the later layers' gradients.
-  std::vector<cpu::Block> ref;
-  for (int l = 0; l < 4; ++l) ref.emplace_back(kMoeShape, 1 + l);
-  const size_t n = 6 * 16;
-  std::vector<float> grad(n, 1.0f / n);
-  for (int mb = 0; mb < 3; ++mb) {
-    for (int j = 0; j < members; ++j) {
-      std::vector<float> x(n), y(n);
-      for (size_t i = 0; i < n; ++i) {
-        x[i] = std::sin(0.01f * static_cast<float>(i) + 0.37f * static_cast<float>(j));
-      }
-      std::vector<cpu::Saved> saved;
-      for (cpu::Block& b : ref) {
-        saved.push_back(b.Forward(x, y, 1));
-        x.swap(y);
-      }
-      std::vector<float> dy = grad, dx(n);
-      for (int l = 3; l >= 0; --l) {
-        ref[l].Backward(saved[l], dy, dx);
-        dy.swap(dx);
-      }
-    }
-  }
+  // micro-batches in turn, accumulate the gradients whose slices the members
+  // hold: member (j, r) holds rows r·F/etp.. of expert rank j's experts' W2.
+  const std::vector<cpu::Block> ref = testing::SequentialMoeBlocks(4, 3, members);
   for (int l = 0; l < 4; ++l) {
-    const auto want = ref[l].GradientW2();  // [4·F x H], expert-major
-    float largest = 0;
-    for (float g : want) largest = std::max(largest, std::abs(g));
-    ASSERT_GT(largest, 0.0f);
-    // Member (j, r) holds rows r·F/etp.. of each of expert rank j's experts' W2.
-    const size_t h = kMoeShape.hidden, f = kMoeShape.ffn / etp, local = kMoeShape.experts / ep;
     for (int m = 0; m < members; ++m) {
-      const size_t j = m / etp, r = m % etp;
-      const auto got = (*work)->blocks(m)[l].GradientW2();
-      ASSERT_EQ(got.size(), want.size() / members);
-      for (size_t i = 0; i < got.size(); ++i) {
-        const size_t e = i / (f * h), row = i / h % f, c = i % h;
-        ASSERT_NEAR(got[i], want[((j * local + e) * kMoeShape.ffn + r * f + row) * h + c],
-                    1e-4 * largest)
-            << "layer " << l << " member " << m << " at " << i;
-      }
+      ASSERT_NO_FATAL_FAILURE(
+          testing::ExpectExpertShardGradient(ref[l], (*work)->blocks(m)[l], m, ep, etp, l));
     }
   }
   // And every worker held exactly the simulator's per-GPU activations (the
