@@ -426,12 +426,11 @@ Status ReadMemory(const Reader& r, const json& root, PlanFile* plan) {
   const json* v = nullptr;
   PIPECAST_RETURN_IF_ERROR(r.Find(root, "", "memory", &v));
   PIPECAST_RETURN_IF_ERROR(r.CheckObject(*v, "memory"));
-  PIPECAST_RETURN_IF_ERROR(
-      r.CheckKeys(*v, "memory",
-                  {"weight_bytes_per_param", "gradient_bytes_per_param",
-                   "optimizer_bytes_per_param", "gradient_copy_bytes_per_param", "zero",
-                   "fp8_recipe", "fp8_weight_bytes_per_param", "fp8_param_gather", "sharding",
-                   "sharded_state"}));
+  PIPECAST_RETURN_IF_ERROR(r.CheckKeys(
+      *v, "memory",
+      {"weight_bytes_per_param", "gradient_bytes_per_param", "optimizer_bytes_per_param",
+       "gradient_copy_bytes_per_param", "zero", "fp8_recipe", "fp8_weight_bytes_per_param",
+       "fp8_param_gather", "sharding", "sharded_state"}));
   MemoryConfig& m = plan->config.memory;
   PIPECAST_RETURN_IF_ERROR(r.Number(*v, "memory", "weight_bytes_per_param", kMaxBytesPerParam,
                                     &m.weight_bytes_per_param));

@@ -321,9 +321,10 @@ TEST(MemoryFloor, NeverAboveTheSimulatedPeakOnRandomModelsUnderFsdp2) {
                            &checked, &tight);
   }
   EXPECT_GE(checked, 400);
-  std::printf("[ floor ] fsdp2: %d candidates; memory floor within 10%% of the simulated peak "
-              "for %d\n",
-              checked, tight);
+  std::printf(
+      "[ floor ] fsdp2: %d candidates; memory floor within 10%% of the simulated peak "
+      "for %d\n",
+      checked, tight);
 }
 
 // The shipped mixture-of-experts examples (expert parallelism, DualPipe's pairs, per-op

@@ -90,8 +90,7 @@ MemoryFloor SimulatedMemoryFloor(const Model& model, const Cluster& cluster, con
         top_grads = grads;
       }
       act -= cost.ActivationsFreedAtEnd(a.kind);
-      if (grads_pending > 0 &&
-          (a.kind == OpKind::kBackward || a.kind == OpKind::kBackwardWeight)) {
+      if (grads_pending > 0 && (a.kind == OpKind::kBackward || a.kind == OpKind::kBackwardWeight)) {
         grads = grads_pending;
         grads_pending = 0;
         if (act + grads > top_act + top_grads + top_ws) {

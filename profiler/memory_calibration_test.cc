@@ -257,10 +257,11 @@ TEST_P(MemoryRow_, HoldsItsBound) {
   // --sharded-state fsdp2: the allocated peak is the code's (the parts, not the sum's luck); the
   // reserved figure is then short by the allocator's cache beyond the flat 5% (held out).
   const double fsdp2_error = p.fsdp2_reserved_gib / row.published_gib - 1;
-  std::printf("%s --sharded-state fsdp2: allocated %.2f (the code's %.1f) reserved %.2f error "
-              "%+.1f%%\n",
-              row.id.c_str(), p.fsdp2_allocated_gib, row.code_allocated_gib, p.fsdp2_reserved_gib,
-              fsdp2_error * 100);
+  std::printf(
+      "%s --sharded-state fsdp2: allocated %.2f (the code's %.1f) reserved %.2f error "
+      "%+.1f%%\n",
+      row.id.c_str(), p.fsdp2_allocated_gib, row.code_allocated_gib, p.fsdp2_reserved_gib,
+      fsdp2_error * 100);
   EXPECT_NEAR(p.fsdp2_allocated_gib, row.code_allocated_gib, row.allocated_within_gib) << row.id;
   EXPECT_GE(fsdp2_error, row.fsdp2_low) << row.id << ": the fsdp2 row moved; update the docs";
   EXPECT_LE(fsdp2_error, row.fsdp2_high) << row.id << ": the fsdp2 row moved; update the docs";

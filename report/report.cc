@@ -197,8 +197,9 @@ std::string ParallelismLines(const SimResult& result) {
                          NsToMs(result.sharding_exposed_ns));
     }
     if (result.sharded_state == ShardedState::kFsdp2) {
-      out += "; FSDP2's sharded state (--sharded-state fsdp2): fp32 shards and the optimizer "
-             "state, gradients made at each rank's first backward";
+      out +=
+          "; FSDP2's sharded state (--sharded-state fsdp2): fp32 shards and the optimizer "
+          "state, gradients made at each rank's first backward";
     }
     out += "\n";
   }

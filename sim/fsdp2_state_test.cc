@@ -68,8 +68,7 @@ TEST(Fsdp2Bytes, RefusesWhatItCannotDescribeNamingTheFlags) {
   EXPECT_THAT(m.Validate().message(), ::testing::HasSubstr("--sharded-state fsdp2 needs --zero 3"));
   m = Fsdp2();
   m.sharding.reduce_every_microbatch = false;
-  EXPECT_THAT(m.Validate().message(),
-              ::testing::HasSubstr("needs --reduce-every-microbatch on"));
+  EXPECT_THAT(m.Validate().message(), ::testing::HasSubstr("needs --reduce-every-microbatch on"));
   m = MemoryConfigFor("bf16", "adam", "bf16").value();
   m.zero = 3;
   m.sharded_state = ShardedState::kFsdp2;
@@ -142,6 +141,7 @@ TEST(Fsdp2Peak, RefusedBelowZeroThreeBySimulate) {
 TEST(Fsdp2Peak, EngineMatchesTheReferenceSimulator) {
   Model model = UniformModel(8, kMs, 3 * kMs, 50 * kMB, 5 * kMB, 20'000'000);
   for (Layer& l : model.layers) l.profiles[0].backward_weight_ns = kMs;
+  int simulated = 0;
   for (ScheduleKind kind : {ScheduleKind::k1F1B, ScheduleKind::kGPipe, ScheduleKind::kZBH1,
                             ScheduleKind::kInterleaved1F1B, ScheduleKind::kZBV,
                             ScheduleKind::kDualPipeV, ScheduleKind::kDualPipe}) {
@@ -160,6 +160,7 @@ TEST(Fsdp2Peak, EngineMatchesTheReferenceSimulator) {
       Result<SimResult> want = internal::ReferenceSimulate(model, IdealCluster(), *schedule, o);
       ASSERT_EQ(got.ok(), want.ok()) << schedule->name;
       if (!got.ok()) continue;
+      ++simulated;
       for (size_t k = 0; k < got->per_rank.size(); ++k) {
         EXPECT_EQ(got->per_rank[k].peak_memory_bytes, want->per_rank[k].peak_memory_bytes)
             << schedule->name << " m=" << m << " rank " << k;
@@ -171,6 +172,7 @@ TEST(Fsdp2Peak, EngineMatchesTheReferenceSimulator) {
       }
     }
   }
+  EXPECT_GE(simulated, 15);
 }
 
 }  // namespace

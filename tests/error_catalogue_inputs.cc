@@ -569,9 +569,8 @@ std::vector<Case> UnknownNameRows() {
                   std::string(kSim) + " --data-parallel 2 --zero 1 --sharded-state fsdp2", 1,
                   "--sharded-state fsdp2 needs --zero 3 (--zero is 1)"));
   c.push_back(Row("sharded_state_fsdp2_reduce_once", kSimulator, {kGoodModel},
-                  std::string(kSim) +
-                      " --data-parallel 2 --zero 3 --sharded-state fsdp2 "
-                      "--reduce-every-microbatch off",
+                  std::string(kSim) + " --data-parallel 2 --zero 3 --sharded-state fsdp2 "
+                                      "--reduce-every-microbatch off",
                   1, "--sharded-state fsdp2 needs --reduce-every-microbatch on"));
   c.push_back(Row("sharded_state_fsdp2_half_gradients", kSimulator, {kGoodModel},
                   std::string(kSim) + " --data-parallel 2 --zero 3 --sharded-state fsdp2 "

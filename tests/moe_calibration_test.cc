@@ -497,12 +497,14 @@ TEST(MoeCalibration, PublishedMemoryHeldOutFsdp2) {
   const MemoryPrediction fsdp2 = Predict(row, ShardedState::kFsdp2);
   const double reserved = ToGiB(fsdp2.reserved);
   const double error = reserved / row.published_gib - 1;
-  std::printf("%s --sharded-state fsdp2: published %.2f GiB (max_reserved), predicted %.2f GiB, "
-              "error %+.1f%% (allocated %.2f; with the ZeRO accounting %.2f)\n",
-              row.label, row.published_gib, reserved, error * 100, ToGiB(fsdp2.allocated),
-              ToGiB(zero.allocated));
-  EXPECT_GE(error, -0.5) << "the fsdp2 row moved: update docs/calibration-moe.md";
-  EXPECT_LE(error, 0.5) << "the fsdp2 row moved: update docs/calibration-moe.md";
+  std::printf(
+      "%s --sharded-state fsdp2: published %.2f GiB (max_reserved), predicted %.2f GiB, "
+      "error %+.1f%% (allocated %.2f; with the ZeRO accounting %.2f)\n",
+      row.label, row.published_gib, reserved, error * 100, ToGiB(fsdp2.allocated),
+      ToGiB(zero.allocated));
+  // A listed miss (-9.7%, 2026-12-04), held in a guard of 2 points around it.
+  EXPECT_GE(error, -0.117) << "the fsdp2 row moved: update docs/calibration-moe.md";
+  EXPECT_LE(error, -0.077) << "the fsdp2 row moved: update docs/calibration-moe.md";
   const MemoryBreakdown& z = zero.parts;
   const MemoryBreakdown& f = fsdp2.parts;
   EXPECT_NEAR(static_cast<double>(f.weights + f.optimizer) * 18 /

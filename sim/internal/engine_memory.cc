@@ -87,8 +87,7 @@ void Engine::SweepRank(int rank) {
   int inflight = 0, peak_inflight = 0;
   // --sharded-state fsdp2: the rank's sharded gradients, made at its first
   // backward's end (B, or W where the backward is split), kept to the step's end.
-  Bytes grads_pending =
-      options_.config.memory.Fsdp2() ? out_->per_rank[rank].memory.gradients : 0;
+  Bytes grads_pending = options_.config.memory.Fsdp2() ? out_->per_rank[rank].memory.gradients : 0;
 
   // Stream 0 is the rank's ops; stream j > 0 is the link rank_links_[r][j-1].
   const int k = kWidth > 0 ? kWidth : static_cast<int>(rank_links_[rank].size()) + 1;
@@ -144,8 +143,8 @@ void Engine::SweepRank(int rank) {
           if (!SortTiedHeads<true>(n, t) ||
               (own == t && QuickTieBefore(streams[0].next, streams[order[0]].next) == kUnknown)) {
             const bool own_at = own == t || TimeOf(trigger) == t;
-            tie_.fits = InstantFits(Headroom(mem),
-                                    RiseAt(rank, t, n, started, own_at, grads_pending));
+            tie_.fits =
+                InstantFits(Headroom(mem), RiseAt(rank, t, n, started, own_at, grads_pending));
             if (!tie_.fits) SortTiedHeads<false>(n, t);
           }
           best = order[0];
