@@ -352,6 +352,32 @@ TEST(MemoryFloor, NeverAboveTheSimulatedPeakOnMoeExamples) {
   std::printf("[ floor ] MoE examples: %d candidates; floor within 10%% for %d\n", checked, tight);
 }
 
+// The MoE examples under --sharded-state fsdp2 (ZeRO 3 alone).
+TEST(MemoryFloor, NeverAboveTheSimulatedPeakOnMoeExamplesUnderFsdp2) {
+  const Cluster h100 = *ClusterPreset("h100-sxm");
+  std::mt19937_64 engine(27);
+  int checked = 0, tight = 0;
+  for (const auto& [file, gpus] : std::vector<std::pair<std::string, int>>{
+           {"mixtral-8x7b.json", 16}, {"qwen3-30b-a3b.json", 32}}) {
+    const Model model = Example(file);
+    ASSERT_FALSE(model.layers.empty()) << file;
+    PlannerOptions o;
+    o.gpus = gpus;
+    o.schedules = BuiltinScheduleKinds();
+    o.microbatch_sizes = {1};
+    o.memory.sharded_state = ShardedState::kFsdp2;
+    std::vector<Rejection> rejected;
+    std::vector<Candidate> all = Enumerate(model, h100, o, *model.global_batch, &rejected);
+    std::shuffle(all.begin(), all.end(), engine);
+    if (all.size() > 40) all.resize(40);
+    ExpectFloorsUnderPeaks(model, h100, std::move(all), std::string("fsdp2 ") + file, &checked,
+                           &tight);
+  }
+  EXPECT_GE(checked, 40);
+  std::printf("[ floor ] MoE examples, fsdp2: %d candidates; floor within 10%% for %d\n", checked,
+              tight);
+}
+
 // Hand-worked: four layers of 64 MiB activations, 8 MiB workspace and 100 M parameters, under
 // 1F1B on p = 2, m = 4, two layers a stage, on the ideal cluster (no limit, no buffers that
 // matter). Rank 0 holds min(p, m) = 2 micro-batches' activations at its second forward: 2 x 2 x
