@@ -5,6 +5,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <string>
+
 #include "sim/internal/reference_simulator.h"
 #include "sim/memory.h"
 #include "sim/schedule.h"
@@ -146,8 +149,14 @@ TEST(Fsdp2Peak, EngineMatchesTheReferenceSimulator) {
                             ScheduleKind::kInterleaved1F1B, ScheduleKind::kZBV,
                             ScheduleKind::kDualPipeV, ScheduleKind::kDualPipe}) {
     for (int m : {2, 4, 8}) {
-      Result<Schedule> schedule = MakeSchedule(kind, 2, m, 2);
-      if (!schedule.ok()) continue;
+      const bool one_chunk = kind == ScheduleKind::k1F1B || kind == ScheduleKind::kGPipe ||
+                             kind == ScheduleKind::kZBH1;
+      Result<Schedule> schedule = MakeSchedule(kind, 2, m, one_chunk ? 1 : 2);
+      if (!schedule.ok()) {
+        std::printf("%s m=%d: %s\n", ScheduleKindName(kind), m,
+                    std::string(schedule.status().message()).c_str());
+        continue;
+      }
       SimOptions o;
       o.config.layout.pipeline_stages = 2;
       o.config.layout.chunks = schedule->ChunksPerRank();
@@ -159,7 +168,11 @@ TEST(Fsdp2Peak, EngineMatchesTheReferenceSimulator) {
       Result<SimResult> got = Simulate(model, IdealCluster(), *schedule, o);
       Result<SimResult> want = internal::ReferenceSimulate(model, IdealCluster(), *schedule, o);
       ASSERT_EQ(got.ok(), want.ok()) << schedule->name;
-      if (!got.ok()) continue;
+      if (!got.ok()) {
+        std::printf("%s m=%d: %s\n", ScheduleKindName(kind), m,
+                    std::string(got.status().message()).c_str());
+        continue;
+      }
       ++simulated;
       for (size_t k = 0; k < got->per_rank.size(); ++k) {
         EXPECT_EQ(got->per_rank[k].peak_memory_bytes, want->per_rank[k].peak_memory_bytes)
@@ -172,7 +185,7 @@ TEST(Fsdp2Peak, EngineMatchesTheReferenceSimulator) {
       }
     }
   }
-  EXPECT_GE(simulated, 15);
+  EXPECT_GE(simulated, 19);  // all but dualpipev and dualpipe at m = 2
 }
 
 }  // namespace
