@@ -170,6 +170,8 @@ json MemoryJson(const MemoryConfig& config) {
     memory["fp8_weight_bytes_per_param"] = config.fp8_weight_bytes_per_param;
     memory["fp8_param_gather"] = config.fp8_param_gather;
   }
+  // Only under --sharded-state fsdp2: plans with the ZeRO accounting are written as before.
+  if (config.Fsdp2()) memory["sharded_state"] = ShardedStateName(config.sharded_state);
   // Only where a setting differs from FSDP's defaults: plans that keep them are written as
   // before.
   if (const ShardingConfig& sharding = config.sharding; sharding != ShardingConfig{}) {

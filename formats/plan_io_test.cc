@@ -345,6 +345,39 @@ TEST(PlanFileTest, Fp8MemorySettingsRoundTripAndBf16PlansHaveNone) {
               HasSubstr("memory.fp8_recipe"));
 }
 
+TEST(PlanFileTest, Fsdp2ShardedStateRoundTripsAndZeroPlansWriteNone) {
+  // Given a ZeRO-3 plan over d = 2 with FSDP2's sharded state
+  World w = MakeWorld();
+  w.options.config.memory.zero = 3;
+  w.options.config.memory.sharded_state = ShardedState::kFsdp2;
+  w.result = Simulate(w.model, w.cluster, w.schedule, w.options).value();
+  PlanFile made = MakePlanFile("uniform", "h", w.cluster, w.schedule, w.options, w.result);
+  // when written and read back
+  const std::string text = PlanToJson(made);
+  EXPECT_EQ(json::parse(text)["memory"]["sharded_state"], "fsdp2");
+  EXPECT_EQ(json::parse(text)["predicted"]["sharded_state"], "fsdp2");
+  Result<PlanFile> parsed = ParsePlan(text, "plan.json");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  // then the mode survives, the text is the same and the replay predicts the same peak
+  EXPECT_TRUE(parsed->config.memory.Fsdp2());
+  EXPECT_EQ(parsed->predicted.sharded_state, ShardedState::kFsdp2);
+  EXPECT_EQ(PlanToJson(*parsed), text);
+  SimResult replay =
+      Simulate(w.model, parsed->cluster, parsed->schedule, PlanSimOptions(*parsed)).value();
+  EXPECT_EQ(replay.per_rank[0].peak_memory_bytes, w.result.per_rank[0].peak_memory_bytes);
+  // and a plan with the ZeRO accounting writes no key; an absent key reads as zero
+  json plain = json::parse(PlanText());
+  EXPECT_EQ(plain["memory"].count("sharded_state"), 0);
+  EXPECT_FALSE(ParsePlan(plain.dump(), "old.json")->config.memory.Fsdp2());
+  EXPECT_THAT(ErrorAfter([](json& j) { j["memory"]["sharded_state"] = "fsdp1"; }),
+              HasSubstr("memory.sharded_state: must be \"zero\" or \"fsdp2\""));
+  EXPECT_THAT(ErrorAfter([](json& j) {
+                j["memory"]["zero"] = 1;
+                j["memory"]["sharded_state"] = "fsdp2";
+              }),
+              HasSubstr("memory.sharded_state: is \"fsdp2\", but memory.zero is 1"));
+}
+
 TEST(PlanFileTest, AnOldPlanWithoutTheSettingsReadsAsLevelZeroWithTheWholeMemory) {
   json j = json::parse(PlanText());
   j["memory"].erase("zero");

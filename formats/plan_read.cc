@@ -426,11 +426,11 @@ Status ReadMemory(const Reader& r, const json& root, PlanFile* plan) {
   const json* v = nullptr;
   PIPECAST_RETURN_IF_ERROR(r.Find(root, "", "memory", &v));
   PIPECAST_RETURN_IF_ERROR(r.CheckObject(*v, "memory"));
-  PIPECAST_RETURN_IF_ERROR(
-      r.CheckKeys(*v, "memory",
-                  {"weight_bytes_per_param", "gradient_bytes_per_param",
-                   "optimizer_bytes_per_param", "gradient_copy_bytes_per_param", "zero",
-                   "fp8_recipe", "fp8_weight_bytes_per_param", "fp8_param_gather", "sharding"}));
+  PIPECAST_RETURN_IF_ERROR(r.CheckKeys(
+      *v, "memory",
+      {"weight_bytes_per_param", "gradient_bytes_per_param", "optimizer_bytes_per_param",
+       "gradient_copy_bytes_per_param", "zero", "fp8_recipe", "fp8_weight_bytes_per_param",
+       "fp8_param_gather", "sharding", "sharded_state"}));
   MemoryConfig& m = plan->config.memory;
   PIPECAST_RETURN_IF_ERROR(r.Number(*v, "memory", "weight_bytes_per_param", kMaxBytesPerParam,
                                     &m.weight_bytes_per_param));
@@ -468,6 +468,21 @@ Status ReadMemory(const Reader& r, const json& root, PlanFile* plan) {
     PIPECAST_RETURN_IF_ERROR(r.Int(*v, "memory", "zero", 0, kMaxZeroLevel, &m.zero));
   }
   PIPECAST_RETURN_IF_ERROR(ReadSharding(r, *v, &m.sharding));
+  // Optional: written only for --sharded-state fsdp2; absent reads as zero.
+  m.sharded_state = ShardedState::kZero;
+  if (v->contains("sharded_state")) {
+    const json& name = (*v)["sharded_state"];
+    Result<ShardedState> state = name.is_string() ? ParseShardedState(name.get<std::string>())
+                                                  : Status::InvalidArgument("not a string");
+    if (!state.ok()) return r.Error("memory.sharded_state", "must be \"zero\" or \"fsdp2\"");
+    m.sharded_state = *state;
+    if (m.Fsdp2() && m.zero != kMaxZeroLevel) {
+      return r.Error("memory.sharded_state",
+                     fmt::format("is \"fsdp2\", but memory.zero is {}: FSDP2's sharded state "
+                                 "needs ZeRO 3",
+                                 m.zero));
+    }
+  }
   double us = 0;
   PIPECAST_RETURN_IF_ERROR(r.Number(root, "", "optimizer_step_us", kMaxTimeUs, &us));
   plan->config.optimizer_step.time_ns = UsToNs(us);

@@ -32,6 +32,7 @@ using internal::Shown;
 //   V::Recipe(k, f)           an Fp8Recipe, by name
 //   V::Algorithm(k, f)        a CpAlgorithm, by name
 //   V::Dispatcher(k, f)       an ExpertDispatcher, by name
+//   V::State(k, f)            a ShardedState, by name
 //   V::Constant(k, value)     written only; the reader derives it (e.g. fits_memory)
 //   V::Layers(stage)          a rank's first_layer, last_layer and `chunks`
 //   V::Object(name, fn)       a nested object whose keys fn(V&) lists
@@ -148,6 +149,8 @@ void TotalsKeys(V& v, R& r) {
   v.Constant(Key{"precision", fp8}, "fp8");
   v.Recipe(Key{"fp8_recipe", fp8}, r.fp8_recipe);
   v.Bool(Key{"fp8_param_gather", fp8}, r.fp8_param_gather);
+  // Written only under --sharded-state fsdp2; absent reads as zero.
+  v.State(Key{"sharded_state", r.sharded_state != ShardedState::kZero}, r.sharded_state);
   v.Time(Key{"allgather_time_us"}, r.allgather_ns);
   v.Time(Key{"sharding_exposed_time_us"}, r.sharding_exposed_ns);
   v.Bool(Key{"optimizer_estimated"}, r.optimizer_estimated);
@@ -207,6 +210,9 @@ class KeyWriter {
   }
   void Dispatcher(Key k, ExpertDispatcher v) {
     if (k.written) out_[k.name] = ExpertDispatcherName(v);
+  }
+  void State(Key k, ShardedState v) {
+    if (k.written) out_[k.name] = ShardedStateName(v);
   }
   template <typename T>
   void Constant(Key k, const T& v) {
@@ -336,6 +342,14 @@ class KeyReader {
   }
   void Dispatcher(Key k, ExpertDispatcher& out) {
     Named(k, out, ParseExpertDispatcher, "\"deepep\", \"alltoall\" or \"allgather\"");
+  }
+  void State(Key k, ShardedState& out) {
+    const auto parse = [](const std::string& name) -> std::optional<ShardedState> {
+      Result<ShardedState> state = ParseShardedState(name);
+      if (!state.ok()) return std::nullopt;
+      return *state;
+    };
+    Named(k, out, parse, "\"zero\" or \"fsdp2\"");
   }
   // An enum written by name: `parse` maps the name to the value or nullopt.
   template <typename T, typename Parse>

@@ -249,7 +249,13 @@ void ExpectFloorsUnderPeaks(const Model& model, const Cluster& cluster, std::vec
     // PipeDream's stashed weight versions are left out of the floor.
     EXPECT_EQ(floor.parts.weights, rank.memory.weights + rank.memory.gathered_weights)
         << what << ": " << c.Label();
-    EXPECT_EQ(floor.parts.gradients, rank.memory.gradients) << what << ": " << c.Label();
+    // --sharded-state fsdp2: the gradients are in the floor where its fullest point has them
+    // (from the rank's first backward's end), not in its static part.
+    if (c.config.memory.Fsdp2()) {
+      EXPECT_LE(floor.parts.gradients, rank.memory.gradients) << what << ": " << c.Label();
+    } else {
+      EXPECT_EQ(floor.parts.gradients, rank.memory.gradients) << what << ": " << c.Label();
+    }
     EXPECT_EQ(floor.parts.optimizer, rank.memory.optimizer) << what << ": " << c.Label();
     EXPECT_LE(floor.parts.activations, rank.memory.activations_peak) << what << ": " << c.Label();
     EXPECT_GT(floor.bytes, 0) << what << ": " << c.Label();
@@ -286,6 +292,41 @@ TEST(MemoryFloor, NeverAboveTheSimulatedPeakOnRandomModels) {
               checked, tight);
 }
 
+// The same under --sharded-state fsdp2 (ZeRO 3 alone, resharding on and off, shard groups): the
+// gradients join the floor's level at each rank's first backward's end, as the engine's sweep
+// adds them, so the floor stays at most the simulated peak.
+TEST(MemoryFloor, NeverAboveTheSimulatedPeakOnRandomModelsUnderFsdp2) {
+  std::mt19937_64 engine(20261205);
+  int checked = 0, tight = 0;
+  for (int i = 0; i < 30; ++i) {
+    const Model model = RandomModel(engine, static_cast<int>(Between(engine, 4, 10)));
+    const Cluster cluster = i % 2 == 0 ? IdealCluster() : *ClusterPreset("h100-sxm");
+    PlannerOptions o;
+    o.gpus = static_cast<int>(std::vector<int64_t>{2, 4, 8}[Between(engine, 0, 2)]);
+    o.schedules = BuiltinScheduleKinds();
+    o.microbatch_sizes = {1, 2};
+    o.memory.sharded_state = ShardedState::kFsdp2;
+    o.tensor_parallel = {1, 2};
+    ASSERT_TRUE(o.Validate().ok()) << o.Validate().message();
+    std::vector<Rejection> rejected;
+    std::vector<Candidate> all =
+        Enumerate(model, cluster, o, o.gpus * Between(engine, 1, 8) * 2, &rejected);
+    for (const Candidate& c : all) {
+      ASSERT_EQ(c.config.memory.zero, 3) << c.Label();
+      ASSERT_TRUE(c.config.memory.Fsdp2()) << c.Label();
+    }
+    std::shuffle(all.begin(), all.end(), engine);
+    if (all.size() > 30) all.resize(30);
+    ExpectFloorsUnderPeaks(model, cluster, std::move(all), "fsdp2 case " + std::to_string(i),
+                           &checked, &tight);
+  }
+  EXPECT_GE(checked, 400);
+  std::printf(
+      "[ floor ] fsdp2: %d candidates; memory floor within 10%% of the simulated peak "
+      "for %d\n",
+      checked, tight);
+}
+
 // The shipped mixture-of-experts examples (expert parallelism, DualPipe's pairs, per-op
 // recomputation keeping the all-to-all outputs), DeepSeek-V3 on 256 GPUs included.
 TEST(MemoryFloor, NeverAboveTheSimulatedPeakOnMoeExamples) {
@@ -309,6 +350,32 @@ TEST(MemoryFloor, NeverAboveTheSimulatedPeakOnMoeExamples) {
   }
   EXPECT_GE(checked, 120);
   std::printf("[ floor ] MoE examples: %d candidates; floor within 10%% for %d\n", checked, tight);
+}
+
+// The MoE examples under --sharded-state fsdp2 (ZeRO 3 alone).
+TEST(MemoryFloor, NeverAboveTheSimulatedPeakOnMoeExamplesUnderFsdp2) {
+  const Cluster h100 = *ClusterPreset("h100-sxm");
+  std::mt19937_64 engine(27);
+  int checked = 0, tight = 0;
+  for (const auto& [file, gpus] : std::vector<std::pair<std::string, int>>{
+           {"mixtral-8x7b.json", 16}, {"qwen3-30b-a3b.json", 32}}) {
+    const Model model = Example(file);
+    ASSERT_FALSE(model.layers.empty()) << file;
+    PlannerOptions o;
+    o.gpus = gpus;
+    o.schedules = BuiltinScheduleKinds();
+    o.microbatch_sizes = {1};
+    o.memory.sharded_state = ShardedState::kFsdp2;
+    std::vector<Rejection> rejected;
+    std::vector<Candidate> all = Enumerate(model, h100, o, *model.global_batch, &rejected);
+    std::shuffle(all.begin(), all.end(), engine);
+    if (all.size() > 40) all.resize(40);
+    ExpectFloorsUnderPeaks(model, h100, std::move(all), std::string("fsdp2 ") + file, &checked,
+                           &tight);
+  }
+  EXPECT_GE(checked, 40);
+  std::printf("[ floor ] MoE examples, fsdp2: %d candidates; floor within 10%% for %d\n", checked,
+              tight);
 }
 
 // Hand-worked: four layers of 64 MiB activations, 8 MiB workspace and 100 M parameters, under
@@ -344,6 +411,47 @@ TEST(MemoryFloor, OneFOneBWorkedByHand) {
   Result<SimResult> r = Simulate(model, cluster, setup->schedule, setup->options);
   ASSERT_TRUE(r.ok()) << r.status().message();
   // No transfers hold buffers here (no output bytes): the floor is the simulated peak.
+  EXPECT_EQ(floor.bytes, r->per_rank[0].peak_memory_bytes);
+}
+
+// Hand-worked under --sharded-state fsdp2: the model and schedule above at ZeRO 3 over d = 2
+// (4 GPUs). Per rank 2 layers x 100 M parameters: the fp32 shard 4 B and Adam's moments 8 B, / 2:
+// 1.2 GB static; the gradients, 4 B / 2 = 0.4 GB, made at the rank's first backward's end;
+// ZeRO-3's gathered copies, the largest layer twice at 2 B: 0.4 GB. Rank 0 (F0 F1 B0 F2 B1 F3 B2
+// B3): its fullest point is F2's start, after B0 made the gradients: 2 micro-batches' activations
+// (256 MiB) + 8 MiB of workspace + 0.4 GB of gradients. On the ideal cluster (no buffers) the
+// floor is the simulated peak: 1.2 + 0.4 + 0.4 GB + 264 MiB.
+TEST(MemoryFloor, OneFOneBUnderFsdp2WorkedByHand) {
+  Model model = test_util::UniformModel(4, kMs, 2 * kMs);
+  for (Layer& l : model.layers) {
+    l.parameters = 100'000'000;
+    for (LayerProfile& p : l.profiles) {
+      p.activation_bytes = 64 * kMiB;
+      p.workspace_bytes = 8 * kMiB;
+      p.output_bytes = 0;
+    }
+  }
+  Candidate c;
+  c.config.layout.pipeline_stages = 2;
+  c.config.layout.data_parallel = 2;
+  c.config.schedule = ScheduleKind::k1F1B;
+  c.config.microbatches = 4;
+  c.config.memory.zero = 3;
+  c.config.memory.sharded_state = ShardedState::kFsdp2;
+  c.partition = {{0, 1}, {2, 3}};
+  const Cluster cluster = IdealCluster();
+  Result<CandidateSetup> setup = SetUpCandidate(model, cluster, c, false);
+  ASSERT_TRUE(setup.ok()) << setup.status().message();
+  const MemoryFloor floor = SimulatedMemoryFloor(model, cluster, c, setup->schedule);
+  EXPECT_EQ(floor.rank, 0);
+  EXPECT_EQ(floor.parts.activations, 256 * kMiB);
+  EXPECT_EQ(floor.parts.other, 8 * kMiB);
+  EXPECT_EQ(floor.parts.gradients, Bytes{400'000'000});
+  EXPECT_EQ(floor.parts.optimizer, Bytes{800'000'000});
+  EXPECT_EQ(floor.parts.weights, Bytes{400'000'000} + Bytes{400'000'000});
+  EXPECT_EQ(floor.bytes, Bytes{2'000'000'000} + 264 * kMiB);
+  Result<SimResult> r = Simulate(model, cluster, setup->schedule, setup->options);
+  ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(floor.bytes, r->per_rank[0].peak_memory_bytes);
 }
 

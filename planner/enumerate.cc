@@ -52,9 +52,10 @@ std::string ScheduleConstraint(const Candidate& c, int layers, bool split) {
 // 1 and 3 (plain data parallelism, Megatron's distributed optimizer, FSDP)
 // when there are replicas to shard over. Level 2 is searched only when
 // named: at d > 1 it sits between 1 and 3 in memory and needs per-backward
-// reduce-scatters like 3.
+// reduce-scatters like 3. Under --sharded-state fsdp2, 3 alone (at any d).
 std::vector<int> ZeroLevels(const PlannerOptions& options, int d) {
   if (!options.zero_levels.empty()) return options.zero_levels;
+  if (options.memory.Fsdp2()) return {kMaxZeroLevel};  // --sharded-state fsdp2: ZeRO 3 alone
   if (d <= 1) return {0};
   return {0, 1, 3};
 }

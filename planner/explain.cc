@@ -202,7 +202,11 @@ std::string ChosenSettings(const Candidate& c, const SimResult& r, bool pipeline
   out += fmt::format("  recomputation        {}\n",
                      RecomputeText(c.config.recompute, c.config.recompute_layers));
   out += fmt::format("  sharding             {}{}\n",
-                     ZeroText(c.config.memory.zero, c.config.layout.GradientReplicas()),
+                     ZeroText(c.config.memory.zero, c.config.layout.GradientReplicas()) +
+                         (c.config.memory.Fsdp2() && c.config.memory.zero >= 3
+                              ? "; FSDP2's sharded state: fp32 shards and optimizer state, "
+                                "gradients made in the backward (--sharded-state fsdp2)"
+                              : ""),
                      c.config.memory.zero >= 2 && c.config.layout.data_parallel > 1 &&
                              !ShardingLabel(c.config.memory.sharding).empty()
                          ? " (" + ShardingLabel(c.config.memory.sharding) + ")"

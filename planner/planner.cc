@@ -61,7 +61,26 @@ Status PlannerOptions::Validate() const {
           fmt::format("--zero has {}: ZeRO levels are 0, 1, 2 and 3", level));
     }
   }
-  PIPECAST_RETURN_IF_ERROR(memory.Validate());
+  // --sharded-state fsdp2 is pinned, never searched: it describes a framework (FSDP2), not a
+  // setting a run chooses; every candidate runs at ZeRO 3 with a reduce-scatter per micro-batch.
+  MemoryConfig checked = memory;
+  if (memory.Fsdp2()) {
+    for (int level : zero_levels) {
+      if (level != kMaxZeroLevel) {
+        return Status::InvalidArgument(fmt::format(
+            "--sharded-state fsdp2 needs --zero 3, and --zero has {}: FSDP2 shards the "
+            "parameters, gradients and optimizer state (give --zero 3 or leave --zero out)",
+            level));
+      }
+    }
+    if (sharding.reduce_every_microbatch != Choice::kOn) {
+      return Status::InvalidArgument(
+          "--sharded-state fsdp2 needs --reduce-every-microbatch on: its sharded gradients are "
+          "reduce-scattered in each backward");
+    }
+    checked.zero = kMaxZeroLevel;
+  }
+  PIPECAST_RETURN_IF_ERROR(checked.Validate());
   if (top_k < 0) return Status::InvalidArgument("--top must be >= 0");
   PIPECAST_RETURN_IF_ERROR(CheckTensorParallelChoices(tensor_parallel, gpus, sequence_parallel,
                                                       overlap.tp_comm_overlap));
@@ -274,7 +293,9 @@ std::vector<std::string> Suggestions(const Model& model, const Cluster& cluster,
                                      const std::vector<Rejection>& rejected) {
   std::vector<std::string> out;
   const Bytes cap = MemoryLimitBytes(cluster.gpu);
-  const double per_param = ShardedBytesPerParam(options.memory, 1).Total();
+  MemoryConfig unsharded = options.memory;
+  if (unsharded.Fsdp2()) unsharded.zero = kMaxZeroLevel;  // FSDP2's 16 B, not 18
+  const double per_param = ShardedBytesPerParam(unsharded, 1).Total();
   const double fixed = static_cast<double>(model.TotalParameters()) * per_param;
   if (cap > 0) {
     const int need = static_cast<int>(std::ceil(fixed / static_cast<double>(cap)));

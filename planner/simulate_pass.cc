@@ -74,19 +74,35 @@ MemoryFloor SimulatedMemoryFloor(const Model& model, const Cluster& cluster, con
   for (int k = 0; k < p; ++k) {
     MemoryParts& part = parts[k];
     part.weights += gathered[k];
-    // The ops' activations and workspace in the rank's list order, at each op's start.
-    Bytes act = 0, top_act = 0, top_ws = 0;
+    // --sharded-state fsdp2: the gradients are made at the rank's first backward's end (as the
+    // engine's sweep adds them), so they join the level from there on, not the static part.
+    Bytes grads_pending = 0;
+    if (memory.Fsdp2()) std::swap(grads_pending, part.gradients);
+    // The ops' activations and workspace in the rank's list order, at each op's start, and
+    // (fsdp2) the level just after the first backward's end, when the gradients are made.
+    Bytes act = 0, grads = 0, top_act = 0, top_ws = 0, top_grads = 0;
     for (const Action& a : schedule.actions[k]) {
       const StageCost& cost = costs[a.stage];
       act += cost.ActivationsAtStart(a.kind);
-      if (act + cost.workspace_bytes > top_act + top_ws) {
+      if (act + grads + cost.workspace_bytes > top_act + top_grads + top_ws) {
         top_act = act;
         top_ws = cost.workspace_bytes;
+        top_grads = grads;
       }
       act -= cost.ActivationsFreedAtEnd(a.kind);
+      if (grads_pending > 0 && (a.kind == OpKind::kBackward || a.kind == OpKind::kBackwardWeight)) {
+        grads = grads_pending;
+        grads_pending = 0;
+        if (act + grads > top_act + top_grads + top_ws) {
+          top_act = act;
+          top_ws = 0;
+          top_grads = grads;
+        }
+      }
     }
     part.activations = top_act;
     part.other = top_ws;
+    if (memory.Fsdp2()) part.gradients = top_grads;
     if (k == 0 || part.Total() > floor.bytes) {
       floor.bytes = part.Total();
       floor.rank = k;

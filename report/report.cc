@@ -196,6 +196,11 @@ std::string ParallelismLines(const SimResult& result) {
       out += fmt::format("; per-op gathers/reduce-scatters not hidden by compute: {:.3f} ms",
                          NsToMs(result.sharding_exposed_ns));
     }
+    if (result.sharded_state == ShardedState::kFsdp2) {
+      out +=
+          "; FSDP2's sharded state (--sharded-state fsdp2): fp32 shards and the optimizer "
+          "state, gradients made at each rank's first backward";
+    }
     out += "\n";
   }
   return out;

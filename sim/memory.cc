@@ -98,6 +98,19 @@ double MemoryConfig::GatherBytesPerParam() const {
   return fp8_param_gather && fp8_recipe != Fp8Recipe::kNone ? kFp8Bytes : weight_bytes_per_param;
 }
 
+const char* ShardedStateName(ShardedState state) {
+  return state == ShardedState::kFsdp2 ? "fsdp2" : "zero";
+}
+
+Result<ShardedState> ParseShardedState(const std::string& name) {
+  if (name == "zero") return ShardedState::kZero;
+  if (name == "fsdp2") return ShardedState::kFsdp2;
+  return Status::InvalidArgument(
+      fmt::format("--sharded-state is '{}': expected zero (the ZeRO levels' accounting) or fsdp2 "
+                  "(PyTorch FSDP2's fp32 shards, gradients made in the backward; needs --zero 3)",
+                  name));
+}
+
 bool KeptInBf16UnderFp8(const std::string& layer_name) {
   return layer_name == "embedding" || layer_name == "lm_head";
 }
@@ -142,6 +155,25 @@ Status MemoryConfig::Validate() const {
         "parameters) inside a group and replicates across groups",
         sharding.shard_group));
   }
+  if (Fsdp2()) {
+    if (zero != kMaxZeroLevel) {
+      return Status::InvalidArgument(fmt::format(
+          "--sharded-state fsdp2 needs --zero 3 (--zero is {}): FSDP2 shards the parameters, "
+          "gradients and optimizer state; use --sharded-state zero below level 3",
+          zero));
+    }
+    if (!sharding.reduce_every_microbatch) {
+      return Status::InvalidArgument(
+          "--sharded-state fsdp2 needs --reduce-every-microbatch on: its sharded gradients are "
+          "reduce-scattered in each backward; FSDP2 without gradient sync accumulates unsharded "
+          "gradients, which this mode does not count");
+    }
+    if (gradient_copy_bytes_per_param > 0) {
+      return Status::InvalidArgument(
+          "--sharded-state fsdp2 needs --grad-dtype fp32: FSDP2 makes its sharded gradients in "
+          "the dtype of its fp32 sharded parameters, whatever the reduce dtype");
+    }
+  }
   return Status::Ok();
 }
 
@@ -156,6 +188,13 @@ ShardedBytes ShardedBytesPerParam(const MemoryConfig& memory, int data_parallel)
   // Gradients accumulated unsharded over the micro-batches (no_sync).
   const double g_shards = memory.sharding.reduce_every_microbatch ? d : 1.0;
   const double k = memory.optimizer_bytes_per_param;
+  if (memory.Fsdp2() && memory.zero >= kMaxZeroLevel) {
+    // FSDP2: the fp32 shard (the sharded gradients' dtype, so g bytes) is the optimizer's main
+    // copy in mixed precision (weights in another dtype than the gradients): that copy leaves
+    // the optimizer's bytes. No FP8 copies are kept.
+    const double main = memory.weight_bytes_per_param != g || f > 0 ? g : 0.0;
+    return {g / d, g / d, (k - main) / d, 0};
+  }
   switch (memory.zero) {
     case 0:  // Megatron without the distributed optimizer: 20, 18, 16
       return {w, g, k + memory.gradient_copy_bytes_per_param, f};

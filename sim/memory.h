@@ -108,6 +108,21 @@ double Fp8WeightCopyBytes(Fp8Recipe recipe);
 // is taken to run any recipe. kNone is always OK.
 [[nodiscard]] Status CheckFp8Support(Fp8Recipe recipe, const GpuSpec& gpu);
 
+// How ZeRO level 3 keeps the sharded state (--sharded-state; docs/simulator.md,
+// "FSDP2's sharded state"). kZero: the accounting of the levels above (a
+// half-precision shard beside the fp32 main copy, the optimizer state and
+// the main gradients, all held for the whole step). kFsdp2: PyTorch FSDP2 as
+// torchtitan runs it: the sharded parameters are fp32 (they are also the
+// optimizer's main copy), the sharded gradients are made in their dtype
+// during the backward and set to None by zero_grad, so a GPU keeps 12 B per
+// parameter / d (fp32 shard + Adam's moments) until the rank's first
+// backward ends and 16 B from there on. Only at level 3.
+enum class ShardedState { kZero, kFsdp2 };
+// "zero" or "fsdp2".
+const char* ShardedStateName(ShardedState state);
+// The state --sharded-state names, or InvalidArgument naming the flag.
+[[nodiscard]] Result<ShardedState> ParseShardedState(const std::string& name);
+
 struct MemoryConfig {
   double weight_bytes_per_param = 2;      // bf16 model parameters
   double gradient_bytes_per_param = 4;    // fp32 main gradients (--grad-dtype)
@@ -127,6 +142,9 @@ struct MemoryConfig {
   Fp8Recipe fp8_recipe = Fp8Recipe::kNone;
   double fp8_weight_bytes_per_param = 0;
   bool fp8_param_gather = false;
+  // How level 3 keeps its shards (ShardedState above).
+  ShardedState sharded_state = ShardedState::kZero;
+  bool Fsdp2() const { return sharded_state == ShardedState::kFsdp2; }
 
   // Bytes per parameter a ZeRO-3 all-gather moves and the gathered copy
   // holds: 1 (FP8) with fp8_param_gather, else weight_bytes_per_param.
@@ -138,7 +156,11 @@ struct MemoryConfig {
   double GatherBytesPerParam(const std::string& layer_name) const;
 
   // InvalidArgument naming the setting for a negative byte count or a level
-  // outside 0-3.
+  // outside 0-3, and naming the flags that --sharded-state fsdp2 cannot run
+  // with: a level below 3 (--zero), gradients accumulated unsharded
+  // (--reduce-every-microbatch off) and half-precision main gradients
+  // (--grad-dtype bf16/fp16; FSDP2 makes its sharded gradients in the fp32
+  // parameters' dtype).
   Status Validate() const;
 };
 
@@ -168,7 +190,16 @@ MemoryConfig TensorParallelShare(const MemoryConfig& memory, int t);
 // The bytes per parameter one of `data_parallel` replicas keeps at
 // `memory.zero`: divided by the shard group (memory.sharding.shard_group,
 // else d); at levels 2 and 3 without reduce_every_microbatch the gradients
-// are kept whole (accumulated unsharded).
+// are kept whole (accumulated unsharded). Under ShardedState::kFsdp2:
+// weights the fp32 shard (gradient_bytes_per_param: FSDP2's sharded
+// gradients have the parameters' dtype), optimizer the optimizer state
+// without the main copy the shard already is (the main copy is
+// gradient_bytes_per_param of optimizer_bytes_per_param in mixed precision,
+// when weight_bytes_per_param differs from it; none in fp32 training),
+// gradients the fp32 sharded gradients, no FP8 copies (torchao casts the
+// shard at each gather), all / d: 4 + 8 + 4 = 16 B / d for bf16 and Adam,
+// of which the gradients are live only from the backward on (the simulator
+// charges them at the end of each rank's first backward op).
 // REQUIRES: memory.Validate() is OK and data_parallel >= 1.
 ShardedBytes ShardedBytesPerParam(const MemoryConfig& memory, int data_parallel);
 

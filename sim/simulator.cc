@@ -177,6 +177,7 @@ Status FillStatic(const Cluster& cluster, const Schedule& schedule, const SimOpt
   result->zero = config.memory.zero;
   result->fp8_recipe = config.memory.fp8_recipe;
   result->fp8_param_gather = config.memory.fp8_param_gather;
+  result->sharded_state = config.memory.sharded_state;
   result->memory_capacity_bytes = cluster.gpu.memory_bytes;
   result->memory_reserve_bytes =
       cluster.gpu.memory_bytes > 0 ? cluster.gpu.memory_reserve_bytes : 0;
@@ -318,7 +319,10 @@ void PipelineMetrics(const ReplayInputs& in, EngineTotals* totals, SimResult* re
       sr.weight_versions = std::max(1, sr.peak_inflight_microbatches);
       sr.memory.stashed_weights = (sr.weight_versions - 1) * sr.memory.weights;
     }
-    sr.peak_memory_bytes = sr.memory.weights + sr.memory.stashed_weights + sr.memory.gradients +
+    // --sharded-state fsdp2: the gradients are made in the backward, in peak_live (the engine's
+    // sweep adds them at the rank's first backward's end).
+    const Bytes static_gradients = options.config.memory.Fsdp2() ? 0 : sr.memory.gradients;
+    sr.peak_memory_bytes = sr.memory.weights + sr.memory.stashed_weights + static_gradients +
                            sr.memory.optimizer + sr.memory.gathered_weights + t.peak_live;
     sr.fits_memory = r.memory_limit_bytes <= 0 || sr.peak_memory_bytes <= r.memory_limit_bytes;
     internal::TailCollectives(cluster, schedule, in.table, in.partition, costs, options, &sr);

@@ -230,6 +230,8 @@ struct SimResult {
   // and whether parameters are gathered in FP8.
   Fp8Recipe fp8_recipe = Fp8Recipe::kNone;
   bool fp8_param_gather = false;
+  // How level 3 kept its shards (--sharded-state, MemoryConfig::sharded_state).
+  ShardedState sharded_state = ShardedState::kZero;
   TimeNs optimizer_ns = 0;
   bool optimizer_estimated = false;     // optimizer_ns estimated from HBM bandwidth
   TimeNs allreduce_hidden_ns = 0;       // largest per-rank allreduce_hidden_ns

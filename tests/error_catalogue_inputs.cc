@@ -563,6 +563,24 @@ std::vector<Case> UnknownNameRows() {
   c.push_back(Row("planner_compare_to_missing_plan", kPlanner, {kGoodModel},
                   "--model {dir}/m.json --gpus 2 --global-batch 8 --compare-to {dir}/no.json", 1,
                   "--compare-to"));
+  // --sharded-state fsdp2 (FSDP2's sharded state) and what it cannot run with.
+  c.push_back(Row("flag_unknown_sharded_state", kSimulator, {kGoodModel},
+                  std::string(kSim) + " --sharded-state fsdp", 2,
+                  "--sharded-state: 'fsdp' is not one of zero, fsdp2"));
+  c.push_back(Row("sharded_state_fsdp2_below_zero3", kSimulator, {kGoodModel},
+                  std::string(kSim) + " --data-parallel 2 --zero 1 --sharded-state fsdp2", 1,
+                  "--sharded-state fsdp2 needs --zero 3 (--zero is 1)"));
+  c.push_back(Row("sharded_state_fsdp2_reduce_once", kSimulator, {kGoodModel},
+                  std::string(kSim) + " --data-parallel 2 --zero 3 --sharded-state fsdp2 "
+                                      "--reduce-every-microbatch off",
+                  1, "--sharded-state fsdp2 needs --reduce-every-microbatch on"));
+  c.push_back(Row("sharded_state_fsdp2_half_gradients", kSimulator, {kGoodModel},
+                  std::string(kSim) + " --data-parallel 2 --zero 3 --sharded-state fsdp2 "
+                                      "--grad-dtype bf16",
+                  1, "--sharded-state fsdp2 needs --grad-dtype fp32"));
+  c.push_back(Row("sharded_state_fsdp2_below_zero3_planner", kPlanner, {kGoodModel},
+                  "--model {dir}/m.json --gpus 2 --global-batch 8 --sharded-state fsdp2 --zero 1",
+                  1, "--sharded-state fsdp2 needs --zero 3, and --zero has 1"));
   c.push_back(Row("flag_unknown_grad_dtype", kSimulator, {kGoodModel},
                   std::string(kSim) + " --grad-dtype fp8", 2,
                   "--grad-dtype: 'fp8' is not one of fp32, bf16, fp16"));

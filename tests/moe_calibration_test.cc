@@ -507,7 +507,7 @@ struct MemoryPrediction {
   MemoryBreakdown parts;
 };
 
-MemoryPrediction Predict(const MemoryRowMoe& row) {
+MemoryPrediction Predict(const MemoryRowMoe& row, ShardedState state = ShardedState::kZero) {
   Result<HfConfig> config = LoadHfConfig(SourcePath(row.hf_config));
   EXPECT_TRUE(config.ok()) << config.status().message();
   if (!config.ok()) return {};
@@ -535,6 +535,7 @@ MemoryPrediction Predict(const MemoryRowMoe& row) {
   c.layout.data_parallel = row.d;
   c.layout.expert_parallel = row.ep;
   c.memory.zero = row.zero;
+  c.memory.sharded_state = state;
   EXPECT_TRUE(ParseRecomputeSpec(row.recompute, &c.recompute, &c.recompute_layers));
   sim.partition = {StageLayers{0, static_cast<int>(model->layers.size()) - 1}};
   sim.record_timeline = false;
@@ -585,6 +586,38 @@ TEST(MoeCalibration, PublishedMemoryHeldOut) {
   }
   std::printf("Published MoE memory rows within the issue's 10%%: %d of %zu\n", within,
               std::size(kMoeMemoryRows));
+}
+
+// torchtitan#1789 ran FSDP2 (docs/calibration-moe.md, "MoE memory, held out"): with
+// --sharded-state fsdp2 the sharded state at the peak is the code's 12 B per parameter / 8 (fp32
+// shard 4 B + AdamW 8 B, gradients None until the backward makes them) where ZeRO 3 counts 18 B.
+// Held out, nothing tuned: the reserved figure is held in a guard around its present error, and
+// the parts are checked: the sharded state (weights + optimizer) is 12/18 of ZeRO 3's, and
+// AdamW's moments (8 B of the 12) against the run's step 10 - step 1 difference.
+TEST(MoeCalibration, PublishedMemoryHeldOutFsdp2) {
+  const MemoryRowMoe& row = kMoeMemoryRows[0];
+  const MemoryPrediction zero = Predict(row);
+  const MemoryPrediction fsdp2 = Predict(row, ShardedState::kFsdp2);
+  const double reserved = ToGiB(fsdp2.reserved);
+  const double error = reserved / row.published_gib - 1;
+  std::printf(
+      "%s --sharded-state fsdp2: published %.2f GiB (max_reserved), predicted %.2f GiB, "
+      "error %+.1f%% (allocated %.2f; with the ZeRO accounting %.2f)\n",
+      row.label, row.published_gib, reserved, error * 100, ToGiB(fsdp2.allocated),
+      ToGiB(zero.allocated));
+  // A listed miss (-9.7%, 2026-12-04), held in a guard of 2 points around it.
+  EXPECT_GE(error, -0.117) << "the fsdp2 row moved: update docs/calibration-moe.md";
+  EXPECT_LE(error, -0.077) << "the fsdp2 row moved: update docs/calibration-moe.md";
+  const MemoryBreakdown& z = zero.parts;
+  const MemoryBreakdown& f = fsdp2.parts;
+  EXPECT_NEAR(static_cast<double>(f.weights + f.optimizer) * 18 /
+                  (12 * static_cast<double>(z.weights + z.gradients + z.optimizer)),
+              1.0, 1e-6);
+  const double moments = ToGiB(f.optimizer);
+  const double published_moments = row.published_gib - row.published_step1_gib;
+  std::printf("  AdamW moments: published step 10 - step 1 = %.2f GiB, fsdp2's %.2f GiB\n",
+              published_moments, moments);
+  EXPECT_NEAR(moments / published_moments, 1.0, 0.05);
 }
 
 }  // namespace

@@ -54,6 +54,14 @@ std::vector<CLI::Option*> AddTrainingFlags(CLI::App& app, TrainingFlags* flags,
           ->check(OneOf({"on", "off"}))
           ->capture_default_str());
   added.push_back(
+      app.add_option("--sharded-state", f.sharded_state,
+                     "how ZeRO 3 keeps its shards: zero (half-precision shard, fp32 main copy, "
+                     "Adam and gradients, 18 B per parameter / d for the whole step) or fsdp2 "
+                     "(PyTorch FSDP2: fp32 shard and Adam, 12 B / d, and fp32 sharded gradients, "
+                     "4 B / d, made in the backward); fsdp2 needs --zero 3 (docs/simulator.md)")
+          ->check(OneOf({"zero", "fsdp2"}))
+          ->capture_default_str());
+  added.push_back(
       app.add_option("--cp-algorithm", f.cp_algorithm,
                      "--context-parallel: how the cp GPUs exchange keys and values: ring (K/V "
                      "blocks passed around the ring beside the attention compute, Megatron-LM "
@@ -103,6 +111,7 @@ Status FillTrainingConfig(const TrainingFlags& flags, TrainingConfig* config) {
   // The bytes per parameter; how and over what the state is sharded stays.
   memory.zero = config->memory.zero;
   memory.sharding = config->memory.sharding;
+  PIPECAST_ASSIGN_OR_RETURN(memory.sharded_state, ParseShardedState(flags.sharded_state));
   config->memory = memory;
   config->overlap.overlap_grad_reduce = flags.overlap_grad_reduce == "on";
   config->overlap.grad_bucket_params = flags.grad_bucket_params;

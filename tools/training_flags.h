@@ -36,6 +36,9 @@ struct TrainingFlags {
   std::string grad_dtype = "fp32";  // main gradients: fp32 (Megatron's default) or bf16
   std::string fp8_recipe;           // --precision fp8: delayed (default), current, blockwise, mxfp8
   std::string fp8_param_gather = "off";  // on: FP8 primary weights, gathered in FP8
+  // How ZeRO 3 keeps its shards: zero (the ZeRO accounting) or fsdp2 (FSDP2's fp32 shards,
+  // gradients made in the backward); MemoryConfig::sharded_state.
+  std::string sharded_state = "zero";
   // How context parallelism exchanges keys and values: ring (p2p) or
   // allgather (all_gather); ParseCpAlgorithm.
   std::string cp_algorithm = "ring";
@@ -46,7 +49,8 @@ struct TrainingFlags {
 
 // Adds --cluster, --memory-gb (with the tool's help text), --optimizer-step-us,
 // --overlap-grad-reduce, --grad-bucket-params, --precision, --optimizer,
-// --grad-dtype, --fp8-recipe, --fp8-param-gather, --cp-algorithm, --memory-reserve-gb,
+// --grad-dtype, --fp8-recipe, --fp8-param-gather, --sharded-state, --cp-algorithm,
+// --memory-reserve-gb,
 // --memory-headroom and the even split's --first-stage-layers,
 // --last-stage-layers, --account-for-embedding and --account-for-loss, bound
 // to `flags`,
@@ -56,8 +60,8 @@ std::vector<CLI::Option*> AddTrainingFlags(CLI::App& app, TrainingFlags* flags,
                                            const char* memory_gb_help);
 
 // What the shared flags set in `config`: the bytes per parameter of
-// --precision, --optimizer and --grad-dtype (config->memory's ZeRO level and
-// sharding settings kept), the
+// --precision, --optimizer and --grad-dtype, --sharded-state (config->memory's ZeRO level
+// and sharding settings kept), the
 // gradient reduction's overlap and bucket size, and the optimizer step
 // (given by --optimizer-step-us, else estimated), the context-parallel
 // algorithm (config->layout.cp_algorithm; the degree is each tool's

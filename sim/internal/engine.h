@@ -247,7 +247,8 @@ class Engine {
   TimeNs FirstLinkTie(int n) const;
   template <bool kQuick>
   bool SortTiedHeads(int n, TimeNs t);
-  InstantRise RiseAt(int rank, TimeNs t, int n, int32_t started, bool own_at) const;
+  InstantRise RiseAt(int rank, TimeNs t, int n, int32_t started, bool own_at,
+                     Bytes grads_pending) const;
   int32_t ArrivalDelta(int hop, bool out, Bytes bytes);
   // A sweep stream with nothing left.
   static constexpr TimeNs kNoHead = std::numeric_limits<TimeNs>::max();

@@ -85,6 +85,9 @@ void Engine::SweepRank(int rank) {
     IndexOpDeltas(rank);
   }
   int inflight = 0, peak_inflight = 0;
+  // --sharded-state fsdp2: the rank's sharded gradients, made at its first
+  // backward's end (B, or W where the backward is split), kept to the step's end.
+  Bytes grads_pending = options_.config.memory.Fsdp2() ? out_->per_rank[rank].memory.gradients : 0;
 
   // Stream 0 is the rank's ops; stream j > 0 is the link rank_links_[r][j-1].
   const int k = kWidth > 0 ? kWidth : static_cast<int>(rank_links_[rank].size()) + 1;
@@ -140,7 +143,8 @@ void Engine::SweepRank(int rank) {
           if (!SortTiedHeads<true>(n, t) ||
               (own == t && QuickTieBefore(streams[0].next, streams[order[0]].next) == kUnknown)) {
             const bool own_at = own == t || TimeOf(trigger) == t;
-            tie_.fits = InstantFits(Headroom(mem), RiseAt(rank, t, n, started, own_at));
+            tie_.fits =
+                InstantFits(Headroom(mem), RiseAt(rank, t, n, started, own_at, grads_pending));
             if (!tie_.fits) SortTiedHeads<false>(n, t);
           }
           best = order[0];
@@ -164,8 +168,13 @@ void Engine::SweepRank(int rank) {
       ForEachSendAtEnd(list, id - first, [&](int32_t j) {
         mem.Change(t, 0, CostOf(list[j]).send, 0, DeltaOf<kRecord>(list[j], kOpSend));
       });
-      if (a.kind == OpKind::kBackward || a.kind == OpKind::kBackwardWeight) --inflight;
+      const bool weight_grads = a.kind == OpKind::kBackward || a.kind == OpKind::kBackwardWeight;
+      if (weight_grads) --inflight;
       mem.Change(t, oc.end_act, oc.recv_free, -oc.workspace, DeltaOf<kRecord>(a, kOpEnd));
+      if (weight_grads && grads_pending > 0) {
+        mem.AddGradients(grads_pending);
+        grads_pending = 0;
+      }
       head_time[0] = kNoHead;
       if (trigger == id) start(t);
       continue;
@@ -344,8 +353,10 @@ bool Engine::SortTiedHeads(int n, TimeNs t) {
 // What `rank`'s changes left at instant `t` can add (InstantRise): the arrivals into it at t on
 // the links whose heads are at t (the first of the n in order_; an arrival out of it frees its send
 // buffer) and, with `own_at` (its pending op end is at t or its next op starts at t), that op end
-// and that op's start. The sweep is at t: no event before it is left.
-InstantRise Engine::RiseAt(int rank, TimeNs t, int n, int32_t started, bool own_at) const {
+// (with `grads_pending`, the gradients its end makes when it is a backward) and that op's start.
+// The sweep is at t: no event before it is left.
+InstantRise Engine::RiseAt(int rank, TimeNs t, int n, int32_t started, bool own_at,
+                           Bytes grads_pending) const {
   const int* const order = order_.data();
   const TimeNs* const head = head_time_.data();
   const Event* const ev = ev_.data();
@@ -369,6 +380,10 @@ InstantRise Engine::RiseAt(int rank, TimeNs t, int n, int32_t started, bool own_
     ForEachSendAtEnd(list, end, [&](int32_t j) { rise.Add(0, CostOf(list[j]).send, 0); });
     const OpCost& oc = CostOf(list[end]);
     rise.Add(oc.end_act, oc.recv_free, -oc.workspace);
+    const OpKind kind = list[end].kind;
+    if (grads_pending > 0 && (kind == OpKind::kBackward || kind == OpKind::kBackwardWeight)) {
+      rise.total += grads_pending;
+    }
   }
   // The next op, when it starts at t. Only it can: the ops after it start
   // after its end, unless it has no duration (InstantRise::ordered).

@@ -17,6 +17,10 @@ namespace pipecast::internal {
 template <bool kRecord>
 struct LiveMemory {
   Bytes act = 0, comm = 0, ws = 0;
+  // Gradients made during the step (--sharded-state fsdp2: the rank's sharded
+  // gradients, from its first backward's end on; else 0, as they are static).
+  // In peak_total, in no category and not in the timeline.
+  Bytes grads = 0;
   Bytes peak_act = 0, peak_comm = 0, peak_ws = 0, peak_total = 0;
   // When recording: the next change to write, in the rank's slice of the
   // block sized to every rank's exact count of changes (SizeMemoryTimelines()).
@@ -35,12 +39,19 @@ struct LiveMemory {
     if (d_act > 0) peak_act = std::max(peak_act, act);
     if (d_comm > 0) peak_comm = std::max(peak_comm, comm);
     if (d_ws > 0) peak_ws = std::max(peak_ws, ws);
-    if (d_act > 0 || d_comm > 0 || d_ws > 0) peak_total = std::max(peak_total, act + comm + ws);
+    if (d_act > 0 || d_comm > 0 || d_ws > 0) {
+      peak_total = std::max(peak_total, act + comm + ws + grads);
+    }
     // Every change is kept, several per instant included, so a high that
     // lasts zero time (an op's output allocated before its workspace is
     // freed) still shows in the timeline as it does in the peak. 16 bytes
     // each: the levels are the running sums of the deltas (sim/memory_timeline.h).
     if constexpr (kRecord) *next++ = MemoryTimeline::Change{now, delta};
+  }
+  // The gradients are made: `bytes` join the total (not a timeline change).
+  void AddGradients(Bytes bytes) {
+    grads += bytes;
+    peak_total = std::max(peak_total, act + comm + ws + grads);
   }
 };
 
@@ -69,7 +80,7 @@ InstantRise Headroom(const LiveMemory<kRecord>& mem) {
   room.act = mem.peak_act - mem.act;
   room.comm = mem.peak_comm - mem.comm;
   room.ws = mem.peak_ws - mem.ws;
-  room.total = mem.peak_total - (mem.act + mem.comm + mem.ws);
+  room.total = mem.peak_total - (mem.act + mem.comm + mem.ws + mem.grads);
   return room;
 }
 

@@ -56,6 +56,8 @@ class Engine {
     bool running = false;
     TimeNs busy = 0, first_start = kNotYet, last_end = 0;
     Bytes act = 0, comm = 0, ws = 0;
+    Bytes grads = 0;  // --sharded-state fsdp2: the gradients made (in the total only)
+    bool grads_made = false;
     Bytes peak_act = 0, peak_comm = 0, peak_ws = 0, peak_total = 0;
     int inflight = 0;
   };
@@ -146,7 +148,7 @@ inline void Engine::ChangeMemory(int rank, TimeNs now, Bytes act, Bytes comm, By
     st.peak_act = std::max(st.peak_act, st.act);
     st.peak_comm = std::max(st.peak_comm, st.comm);
     st.peak_ws = std::max(st.peak_ws, st.ws);
-    st.peak_total = std::max(st.peak_total, st.act + st.comm + st.ws);
+    st.peak_total = std::max(st.peak_total, st.act + st.comm + st.ws + st.grads);
   }
   if (!options_.record_timeline) return;
   // Every change is kept, several per instant included, so a high that
@@ -213,6 +215,13 @@ void Engine::OnOpEnd(int rank, TimeNs now) {
   act = -costs_[a.stage].ActivationsFreedAtEnd(a.kind);
   if (a.kind == OpKind::kBackward || a.kind == OpKind::kBackwardWeight) --st.inflight;
   ChangeMemory(rank, now, act, comm, -costs_[a.stage].workspace_bytes);
+  // --sharded-state fsdp2: the rank's sharded gradients are made by its first backward.
+  if (options_.config.memory.Fsdp2() && !st.grads_made &&
+      (a.kind == OpKind::kBackward || a.kind == OpKind::kBackwardWeight)) {
+    st.grads_made = true;
+    st.grads = out_->per_rank[rank].memory.gradients;
+    st.peak_total = std::max(st.peak_total, st.act + st.comm + st.ws + st.grads);
+  }
   TryStart(rank, now);
 }
 
