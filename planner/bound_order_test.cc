@@ -359,8 +359,8 @@ TEST(MemoryFloor, ZeroThreeWithExpertParallelismGathersTheLocalExpertsOnly) {
     l.moe = MoeRouting{.experts = 8, .top_k = 2, .hidden = 1024, .expert_parameters = 40'000'000};
   }
   const Cluster cluster = IdealCluster();
-  for (const auto& [ep, gathered] : std::vector<std::pair<int, Bytes>>{{2, 120'000'000},
-                                                                       {4, 40'000'000}}) {
+  for (const auto& [ep, gathered] :
+       std::vector<std::pair<int, Bytes>>{{2, 120'000'000}, {4, 40'000'000}}) {
     for (bool reshard : {true, false}) {
       Candidate c;
       c.config.layout.data_parallel = 4;

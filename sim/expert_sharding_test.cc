@@ -75,9 +75,8 @@ TEST(ExpertSharding, ZeroThreeAtEpTwoGathersTheLocalExpertsOverEdp) {
   EXPECT_EQ(k.memory.weights, 50'000'000);
   EXPECT_EQ(k.memory.gradients, 100'000'000);
   EXPECT_EQ(k.memory.optimizer, 300'000'000);
-  EXPECT_EQ(k.peak_memory_bytes,
-            50'000'000 + 100'000'000 + 300'000'000 + 120'000'000 + k.memory.activations_peak +
-                k.memory.workspace_peak);
+  EXPECT_EQ(k.peak_memory_bytes, 50'000'000 + 100'000'000 + 300'000'000 + 120'000'000 +
+                                     k.memory.activations_peak + k.memory.workspace_peak);
 }
 
 // ep 4 at d 4: edp = 1, each GPU holds 2 experts (10M a layer) whole, so
@@ -92,8 +91,8 @@ TEST(ExpertSharding, ZeroThreeAtEdpOneGathersNoExpert) {
   EXPECT_EQ(k.sharding_exposed_ns, 4'800 * kNsPerUs);
   EXPECT_EQ(k.memory.gathered_weights, 40'000'000);
   EXPECT_EQ(k.memory.weights + k.memory.gradients + k.memory.optimizer, 450'000'000);
-  EXPECT_EQ(k.peak_memory_bytes, 450'000'000 + 40'000'000 + k.memory.activations_peak +
-                                     k.memory.workspace_peak);
+  EXPECT_EQ(k.peak_memory_bytes,
+            450'000'000 + 40'000'000 + k.memory.activations_peak + k.memory.workspace_peak);
 }
 
 // Without resharding after the forward (FSDP SHARD_GRAD_OP) the stage stays

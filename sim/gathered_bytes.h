@@ -55,16 +55,16 @@ inline StageGathered StageGatheredOf(const Model& model, const StageLayers& rang
                                      const StageCost& stage, const MemoryConfig& memory,
                                      double expert_scale) {
   StageGathered g;
-  g.whole = ParameterBytes(ReducedParameters(stage.parameters, stage.expert_parameters,
-                                             expert_scale),
-                           memory.GatherBytesPerParam());
-  g.experts = ParameterBytes(ReducedParameters(stage.expert_parameters, stage.expert_parameters,
-                                               expert_scale),
-                             memory.GatherBytesPerParam());
+  g.whole =
+      ParameterBytes(ReducedParameters(stage.parameters, stage.expert_parameters, expert_scale),
+                     memory.GatherBytesPerParam());
+  g.experts = ParameterBytes(
+      ReducedParameters(stage.expert_parameters, stage.expert_parameters, expert_scale),
+      memory.GatherBytesPerParam());
   for (int l = range.first_layer; l <= range.last_layer; ++l) {
     const auto& layer = model.layers[l];
-    const int64_t n = ReducedParameters(
-        layer.parameters, layer.moe ? layer.moe->expert_parameters : 0, expert_scale);
+    const int64_t n = ReducedParameters(layer.parameters,
+                                        layer.moe ? layer.moe->expert_parameters : 0, expert_scale);
     const Bytes b = ParameterBytes(n, memory.GatherBytesPerParam(layer.name));
     g.whole += b - ParameterBytes(n, memory.GatherBytesPerParam());
     g.largest_layer = std::max(g.largest_layer, b);

@@ -64,7 +64,7 @@ struct ModelZooRow {
   // 17.36, 19.05 and 20.50 s.
   double present_step_s = 0;
 };
-// "norm, act" (rows 1-3): replayed with the modules since issue 24 item 4 (2026-12-03); before,
+// "norm, act" (rows 1-3): replayed with the modules since issue 24 item 4 (2026-12-04); before,
 // as no recomputation: 18.60, 13.19 and 16.26 s at the imbalance of 1.08 (the norms' outputs and
 // the routed experts' activations, 88 of a block's 500 MB per GPU, freed; their 98 us of
 // kernels rerun per block and micro-batch).
@@ -386,12 +386,12 @@ struct MemoryRowMoe {
   double published_gib;
   // The run's step-1 figure, before AdamW's moments exist (0: not published).
   double published_step1_gib;
-  double present_gib;  // the prediction when the row was last changed (2026-12-03)
+  double present_gib;  // the prediction when the row was last changed (2026-12-04)
 };
 constexpr MemoryRowMoe kMoeMemoryRows[] = {
     {"torchtitan#1789 DeepSeek-V3 16B, 8 H100, FSDP 8, ep 8, bs 4, s 4096, op AC",
      "examples/hf/deepseek-v2-lite.json", "h100-sxm", 4096, 4, 1, 1, 8, 8, 3, "op", Loss::kCompiled,
-     MemoryMetric::kReserved, 73.32, 58.28, 77.76},
+     MemoryMetric::kReserved, 73.32, 58.28, 76.29},
     {"ms-swift Qwen3-30B-A3B, 16 A800, t 2 SP, ep 8, d 8, mbs 1 x 2, s 8192, full AC, ZeRO 1",
      "examples/hf/qwen3-30b-a3b.json", "a100-80gb", 8192, 1, 2, 2, 8, 8, 1, "full", Loss::kFused,
      MemoryMetric::kDevice, 60.0, 0, 58.67},
