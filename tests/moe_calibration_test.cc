@@ -64,7 +64,7 @@ struct ModelZooRow {
   // 17.36, 19.05 and 20.50 s.
   double present_step_s = 0;
 };
-// "norm, act" (rows 1-3): replayed with the modules since issue 24 item 4 (2026-12-04); before,
+// "norm, act" (rows 1-3): replayed with the modules since issue 24 item 4 (2026-12-03); before,
 // as no recomputation: 18.60, 13.19 and 16.26 s at the imbalance of 1.08 (the norms' outputs and
 // the routed experts' activations, 88 of a block's 500 MB per GPU, freed; their 98 us of
 // kernels rerun per block and micro-batch).
