@@ -455,6 +455,45 @@ TEST(MemoryFloor, OneFOneBUnderFsdp2WorkedByHand) {
   EXPECT_EQ(floor.bytes, r->per_rank[0].peak_memory_bytes);
 }
 
+// Hand-worked, ZeRO 3 with expert parallelism: two MoE layers of 50M parameters (40M of them 8
+// routed experts), one stage, d = 4, resharding on and off. The floor's static part is the
+// simulator's: 100M x 18 B / 4 = 450 MB sharded, plus the gathered copies of the local experts
+// only (StageGatheredOf): at ep 2 (edp 2) two layers of 10M + 20M at 2 B = 120 MB, at ep 4 (edp
+// 1, none gathered) 2 x 10M x 2 B = 40 MB; without resharding the stage's, the same here.
+TEST(MemoryFloor, ZeroThreeWithExpertParallelismGathersTheLocalExpertsOnly) {
+  Model model = test_util::UniformModel(2, kMs, 2 * kMs, 0, 0, 50'000'000);
+  model.sequence_length = 1024;
+  for (Layer& l : model.layers) {
+    l.moe = MoeRouting{.experts = 8, .top_k = 2, .hidden = 1024, .expert_parameters = 40'000'000};
+  }
+  const Cluster cluster = IdealCluster();
+  for (const auto& [ep, gathered] :
+       std::vector<std::pair<int, Bytes>>{{2, 120'000'000}, {4, 40'000'000}}) {
+    for (bool reshard : {true, false}) {
+      Candidate c;
+      c.config.layout.data_parallel = 4;
+      c.config.layout.expert_parallel = ep;
+      c.config.memory.zero = 3;
+      c.config.memory.sharding.reshard_after_forward = reshard;
+      c.config.schedule = ScheduleKind::k1F1B;
+      c.config.microbatches = 2;
+      c.partition = {{0, 1}};
+      Result<CandidateSetup> setup = SetUpCandidate(model, cluster, c, false);
+      ASSERT_TRUE(setup.ok()) << setup.status().message();
+      const MemoryFloor floor = SimulatedMemoryFloor(model, cluster, c, setup->schedule);
+      Result<SimResult> r = Simulate(model, cluster, setup->schedule, setup->options);
+      ASSERT_TRUE(r.ok()) << r.status().message();
+      const MemoryBreakdown& m = r->per_rank[0].memory;
+      EXPECT_EQ(m.gathered_weights, gathered) << "ep " << ep << " reshard " << reshard;
+      EXPECT_EQ(floor.parts.weights, m.weights + m.gathered_weights) << "ep " << ep;
+      EXPECT_EQ(floor.parts.weights + floor.parts.gradients + floor.parts.optimizer,
+                450'000'000 + gathered)
+          << "ep " << ep << " reshard " << reshard;
+      EXPECT_LE(floor.bytes, r->per_rank[0].peak_memory_bytes) << "ep " << ep;
+    }
+  }
+}
+
 // Given DeepSeek-V3 on 256 GPUs of h100-sxm, micro-batch size 1 (where most candidates the
 // simulate pass receives are over the limit), when the planner searches, then every candidate it
 // rejected by the memory floor unsimulated is over the limit when simulated, with a simulated

@@ -64,7 +64,8 @@ MemoryFloor SimulatedMemoryFloor(const Model& model, const Cluster& cluster, con
     parts[k].gradients += m.gradients;
     parts[k].optimizer += m.optimizer;
     if (!gathers) continue;
-    const StageGathered g = StageGatheredOf(model, partition[s], costs[s].parameters, memory);
+    const StageGathered g =
+        StageGatheredOf(model, partition[s], costs[s], memory, ExpertReductionScale(config.layout));
     gathered[k] = std::max(gathered[k], 2 * g.largest_layer);
     if (!memory.sharding.reshard_after_forward) {
       held[k] += g.whole;

@@ -489,12 +489,12 @@ struct MemoryRowMoe {
   double published_gib;
   // The run's step-1 figure, before AdamW's moments exist (0: not published).
   double published_step1_gib;
-  double present_gib;  // the prediction when the row was last changed (2026-12-03)
+  double present_gib;  // the prediction when the row was last changed (2026-12-04)
 };
 constexpr MemoryRowMoe kMoeMemoryRows[] = {
     {"torchtitan#1789 DeepSeek-V3 16B, 8 H100, FSDP 8, ep 8, bs 4, s 4096, op AC",
      "examples/hf/deepseek-v2-lite.json", "h100-sxm", 4096, 4, 1, 1, 8, 8, 3, "op", Loss::kCompiled,
-     MemoryMetric::kReserved, 73.32, 58.28, 77.76},
+     MemoryMetric::kReserved, 73.32, 58.28, 76.29},
     {"ms-swift Qwen3-30B-A3B, 16 A800, t 2 SP, ep 8, d 8, mbs 1 x 2, s 8192, full AC, ZeRO 1",
      "examples/hf/qwen3-30b-a3b.json", "a100-80gb", 8192, 1, 2, 2, 8, 8, 1, "full", Loss::kFused,
      MemoryMetric::kDevice, 60.0, 0, 58.67},
@@ -605,9 +605,10 @@ TEST(MoeCalibration, PublishedMemoryHeldOutFsdp2) {
       "error %+.1f%% (allocated %.2f; with the ZeRO accounting %.2f)\n",
       row.label, row.published_gib, reserved, error * 100, ToGiB(fsdp2.allocated),
       ToGiB(zero.allocated));
-  // A listed miss (-9.7%, 2026-12-04), held in a guard of 2 points around it.
-  EXPECT_GE(error, -0.117) << "the fsdp2 row moved: update docs/calibration-moe.md";
-  EXPECT_LE(error, -0.077) << "the fsdp2 row moved: update docs/calibration-moe.md";
+  // A listed miss (-11.7% since ZeRO 3 gathers only the local experts, 2026-12-04), held in a
+  // guard of 2 points around it.
+  EXPECT_GE(error, -0.137) << "the fsdp2 row moved: update docs/calibration-moe.md";
+  EXPECT_LE(error, -0.097) << "the fsdp2 row moved: update docs/calibration-moe.md";
   const MemoryBreakdown& z = zero.parts;
   const MemoryBreakdown& f = fsdp2.parts;
   EXPECT_NEAR(static_cast<double>(f.weights + f.optimizer) * 18 /

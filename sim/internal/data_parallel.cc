@@ -82,6 +82,23 @@ ShardGroups ShardGroupsOf(const Cluster& cluster, int ranks, int rank, int d,
   return groups;
 }
 
+CollectiveGroup ExpertDataParallelGroup(const Cluster& cluster, int ranks, int rank,
+                                        const ParallelLayout& layout) {
+  const int d = layout.data_parallel;
+  const int group = layout.tensor_parallel * layout.context_parallel;  // one simulated GPU's
+  const int shards = layout.ExpertShards();
+  const int edp = layout.ExpertDataParallel();
+  if (shards % group == 0) {  // every (ep x etp) / (t x cp)-th replica
+    return StridedGroup(cluster, rank, ranks * (shards / group), edp);
+  }
+  if (group % shards == 0) {  // (t x cp) / (ep x etp) GPUs of each replica's group
+    return WithContextParallel(cluster, StridedGroup(cluster, rank, ranks, d), group / shards);
+  }
+  CollectiveGroup g = DataParallelGroup(cluster, ranks, rank, d, layout.context_parallel);
+  g.ranks = edp;  // neither divides the other: the data-parallel group's placement, edp GPUs
+  return g;
+}
+
 TimeNs ShardedGradientReductionNs(const Cluster& cluster, const ShardGroups& groups,
                                   Bytes gradients, int pieces) {
   TimeNs ns = CollectiveNs(cluster, Collective::kReduceScatter, gradients, groups.shard, pieces);
@@ -100,6 +117,12 @@ void ApplyPerOpCollectives(const Model& model, const Cluster& cluster, const Sch
   const ShardingConfig& sharding = memory.sharding;
   if (memory.zero < 2 || options.config.layout.GradientReplicas() <= 1) return;
   const std::vector<StageCost> before = *costs;
+  // A GPU's routed experts are gathered and reduce-scattered over the edp GPUs holding the same
+  // experts (StageGatheredOf), none at edp = 1; without expert or tensor parallelism they are
+  // dense parameters of the shard group.
+  const ParallelLayout& layout = options.config.layout;
+  const double expert_scale = ExpertReductionScale(layout);
+  const bool separate_experts = layout.ExpertShards() > 1 || layout.tensor_parallel > 1;
   std::vector<Bytes> held_weights(schedule.num_ranks, 0);  // reshard off: the stages' weights
   bool split_ops = false;
   for (const std::vector<Action>& list : schedule.actions) {
@@ -111,20 +134,40 @@ void ApplyPerOpCollectives(const Model& model, const Cluster& cluster, const Sch
     const ShardGroups groups = ShardGroupsOf(cluster, schedule.num_ranks, rank, d, sharding,
                                              options.config.layout.context_parallel);
     const int layers = partition[s].last_layer - partition[s].first_layer + 1;
-    const StageGathered g = StageGatheredOf(model, partition[s], c.parameters, memory);
+    const StageGathered g = StageGatheredOf(model, partition[s], c, memory, expert_scale);
     const Bytes stage_gathered = g.whole;
     const Bytes largest = g.largest_layer;
-    const TimeNs gather = memory.zero >= 3 ? CollectiveNs(cluster, Collective::kAllGather,
-                                                          stage_gathered, groups.shard, layers)
-                                           : 0;
+    // The stage's local experts move over their edp group; the rest over the shard group.
+    const Bytes expert_gathered = separate_experts ? g.experts : 0;
+    const int64_t expert_params =
+        separate_experts ? ReducedParameters(c.expert_parameters, c.expert_parameters, expert_scale)
+                         : 0;
+    const int64_t dense_params =
+        (separate_experts ? c.parameters - c.expert_parameters
+                          : ReducedParameters(c.parameters, c.expert_parameters, expert_scale));
+    const CollectiveGroup experts =
+        separate_experts ? ExpertDataParallelGroup(cluster, schedule.num_ranks, rank, layout)
+                         : CollectiveGroup{};
+    TimeNs gather = 0;
+    if (memory.zero >= 3) {
+      gather = CollectiveNs(cluster, Collective::kAllGather, stage_gathered - expert_gathered,
+                            groups.shard, layers);
+      if (expert_gathered > 0) {
+        gather += CollectiveNs(cluster, Collective::kAllGather, expert_gathered, experts, layers);
+      }
+    }
     // Without resharding after the forward the backward finds its parameters.
     const TimeNs backward_gather = sharding.reshard_after_forward ? gather : 0;
-    const TimeNs scatter =
-        sharding.reduce_every_microbatch
-            ? ShardedGradientReductionNs(
-                  cluster, groups, ParameterBytes(c.parameters, memory.gradient_bytes_per_param),
-                  layers)
-            : 0;
+    TimeNs scatter = 0;
+    if (sharding.reduce_every_microbatch) {
+      scatter = ShardedGradientReductionNs(
+          cluster, groups, ParameterBytes(dense_params, memory.gradient_bytes_per_param), layers);
+      if (expert_params > 0) {
+        scatter += CollectiveNs(cluster, Collective::kReduceScatter,
+                                ParameterBytes(expert_params, memory.gradient_bytes_per_param),
+                                experts, layers);
+      }
+    }
     // With prefetch an op lasts the longer of its compute and its link time;
     // without, each layer waits for its gather and then reduce-scatters.
     const auto with = [&](TimeNs compute, TimeNs comm) {
@@ -192,26 +235,6 @@ TimeNs EstimateOptimizerStepNs(const Cluster& cluster, const SimOptions& options
 namespace {
 
 // The buckets of rank `sr` (TailCollectives' contract).
-// The parameters whose gradients the data-parallel group reduces, in units
-// of a dense parameter split over t: the routed experts' (held by ep x etp
-// GPUs, reduced over the edp that hold the same experts) x `expert_scale`
-// (ExpertReductionScale).
-int64_t ReducedParameters(int64_t parameters, int64_t expert_parameters, double expert_scale) {
-  if (expert_parameters == 0) return parameters;
-  return parameters - expert_parameters +
-         std::llround(static_cast<double>(expert_parameters) * expert_scale);
-}
-
-// t / (ep x etp) when edp > 1: a GPU's expert gradients, as a share of a
-// dense layer's per-GPU gradients, reduced over the d x cp group (the edp
-// GPUs holding the same experts are taken as that group: an approximation
-// when edp < d x cp); 0 when edp = 1 (no other GPU holds the same experts).
-double ExpertReductionScale(const ParallelLayout& l) {
-  if (l.ExpertShards() == 1 && l.tensor_parallel == 1) return 1;
-  if (l.ExpertDataParallel() <= 1) return 0;
-  return static_cast<double>(l.tensor_parallel) / l.ExpertShards();
-}
-
 std::vector<GradBucket> RankBuckets(const Schedule& schedule, const StageCostTable& table,
                                     const std::vector<StageLayers>& partition,
                                     const std::vector<StageCost>& costs, int64_t bucket_params,

@@ -30,6 +30,16 @@ CollectiveGroup DataParallelGroup(const Cluster& cluster, int ranks, int rank, i
 // (sim/simulator.h), so the group has cp x the ranks, in the same nodes.
 CollectiveGroup WithContextParallel(const Cluster& cluster, CollectiveGroup group, int cp);
 
+// The expert-data-parallel group of rank `rank` (the edp GPUs holding the
+// same routed experts; Megatron-LM's folding orders a stage's t x cp x d
+// GPUs etp, ep, edp from the inside, so they are every (ep x etp)-th GPU):
+// on the folded `cluster`, every (ep x etp) / (t x cp)-th replica, or
+// (t x cp) / (ep x etp) GPUs of each replica's group; where neither divides
+// the other, edp GPUs placed as the data-parallel group (an approximation).
+// REQUIRES: the folding rule holds (sim/training_config.h).
+CollectiveGroup ExpertDataParallelGroup(const Cluster& cluster, int ranks, int rank,
+                                        const ParallelLayout& layout);
+
 // The groups of sharded data parallelism (levels 2 and 3) for rank `rank`:
 // the shard group (the first memory.sharding.shard_group replicas, or all d)
 // that gathers and reduce-scatters, and the replicas of its shard across the
