@@ -378,13 +378,9 @@ TEST(MemoryFloor, NeverAboveTheSimulatedPeakOnMoeExamplesUnderFsdp2) {
               tight);
 }
 
-// Hand-worked: four layers of 64 MiB activations, 8 MiB workspace and 100 M parameters, under
-// 1F1B on p = 2, m = 4, two layers a stage, on the ideal cluster (no limit, no buffers that
-// matter). Rank 0 holds min(p, m) = 2 micro-batches' activations at its second forward: 2 x 2 x
-// 64 MiB = 256 MiB, plus that forward's 8 MiB of workspace; rank 1 one micro-batch, 128 + 8 MiB.
-// The static part is the simulator's: 100 M parameters a layer at 18 bytes each (2 of bf16
-// weights, 4 of fp32 gradients, 12 of Adam state) x 2 layers = 3.6 GB.
-TEST(MemoryFloor, OneFOneBWorkedByHand) {
+// The hand-worked floors' model: four layers of 100 M parameters, 64 MiB of activations and
+// 8 MiB of workspace each, no output kept.
+Model FourLayersOf100MParameters() {
   Model model = test_util::UniformModel(4, kMs, 2 * kMs);
   for (Layer& l : model.layers) {
     l.parameters = 100'000'000;
@@ -394,6 +390,17 @@ TEST(MemoryFloor, OneFOneBWorkedByHand) {
       p.output_bytes = 0;
     }
   }
+  return model;
+}
+
+// Hand-worked: four layers of 64 MiB activations, 8 MiB workspace and 100 M parameters, under
+// 1F1B on p = 2, m = 4, two layers a stage, on the ideal cluster (no limit, no buffers that
+// matter). Rank 0 holds min(p, m) = 2 micro-batches' activations at its second forward: 2 x 2 x
+// 64 MiB = 256 MiB, plus that forward's 8 MiB of workspace; rank 1 one micro-batch, 128 + 8 MiB.
+// The static part is the simulator's: 100 M parameters a layer at 18 bytes each (2 of bf16
+// weights, 4 of fp32 gradients, 12 of Adam state) x 2 layers = 3.6 GB.
+TEST(MemoryFloor, OneFOneBWorkedByHand) {
+  const Model model = FourLayersOf100MParameters();
   Candidate c;
   c.config.layout.pipeline_stages = 2;
   c.config.schedule = ScheduleKind::k1F1B;
@@ -422,15 +429,7 @@ TEST(MemoryFloor, OneFOneBWorkedByHand) {
 // (256 MiB) + 8 MiB of workspace + 0.4 GB of gradients. On the ideal cluster (no buffers) the
 // floor is the simulated peak: 1.2 + 0.4 + 0.4 GB + 264 MiB.
 TEST(MemoryFloor, OneFOneBUnderFsdp2WorkedByHand) {
-  Model model = test_util::UniformModel(4, kMs, 2 * kMs);
-  for (Layer& l : model.layers) {
-    l.parameters = 100'000'000;
-    for (LayerProfile& p : l.profiles) {
-      p.activation_bytes = 64 * kMiB;
-      p.workspace_bytes = 8 * kMiB;
-      p.output_bytes = 0;
-    }
-  }
+  const Model model = FourLayersOf100MParameters();
   Candidate c;
   c.config.layout.pipeline_stages = 2;
   c.config.layout.data_parallel = 2;
