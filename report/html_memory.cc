@@ -44,18 +44,22 @@ ChartSize ChartSizeFor(int ranks) {
   return {34, 6};
 }
 
-Bytes StaticBytes(const StageResult& s) {
-  return s.memory.weights + s.memory.stashed_weights + s.memory.gradients + s.memory.optimizer +
-         s.memory.gathered_weights;
-}
+// The static band: what the rank holds the whole step (StageResult::HeldAllStepBytes).
+Bytes StaticBytes(const StageResult& s) { return s.HeldAllStepBytes(); }
 
 Bytes Live(const MemorySample& m) { return m.activations + m.comm_buffers + m.workspace; }
 
-// The first sample with the largest live set (a zero sample when none).
+// What a sample adds on the static band: its live set, and the gradients where the step makes
+// them (--sharded-state fsdp2: from the rank's first backward's end on).
+Bytes Above(const StageResult& s, const MemorySample& m) {
+  return Live(m) + s.LateGradientsAt(m.time_ns);
+}
+
+// The first sample with the most above the static band (a zero sample when none).
 MemorySample PeakSample(const StageResult& s) {
   MemorySample best;
   for (const MemorySample& m : s.memory_timeline) {
-    if (Live(m) > Live(best)) best = m;
+    if (Above(s, m) > Above(s, best)) best = m;
   }
   return best;
 }
@@ -68,7 +72,7 @@ class MemoryChart {
     // so a rank far below the others is still readable; ticks say the scale.
     for (const StageResult& s : r.per_rank) {
       const Bytes top = std::max({r.memory_capacity_bytes, Bytes{1}, s.peak_memory_bytes,
-                                  StaticBytes(s) + Live(PeakSample(s))});
+                                  StaticBytes(s) + Above(s, PeakSample(s))});
       y_max_.push_back(static_cast<double>(top) * kHeadroom);
     }
   }
@@ -134,12 +138,12 @@ class MemoryChart {
     for (auto it = tl.begin(); it != tl.end();) {
       const double x = axis_.X(it->time_ns);
       const long column = static_cast<long>((x - kGutterPx) / kMemColumnPx);
-      Bytes high = Live(*it);
+      Bytes high = Above(s, *it);
       Bytes last = high;
       for (++it; it != tl.end() &&
                  static_cast<long>((axis_.X(it->time_ns) - kGutterPx) / kMemColumnPx) == column;
            ++it) {
-        last = Live(*it);
+        last = Above(s, *it);
         high = std::max(high, last);
       }
       add(x, y_prev);
@@ -154,7 +158,7 @@ class MemoryChart {
   std::string RankChart(const StageResult& s, double y0) const {
     const Bytes base = StaticBytes(s);
     const MemorySample peak = PeakSample(s);
-    const Bytes drawn_peak = base + Live(peak);
+    const Bytes drawn_peak = base + Above(s, peak);
     const double x0 = kGutterPx, x1 = axis_.X(axis_.end_ns());
     const std::string pts = Points(s, y0);
     std::string out =
@@ -166,11 +170,25 @@ class MemoryChart {
     out += Ticks(s.rank, y0, x0, x1);
     out += fmt::format(
         "<rect class=\"mem-static\" data-rank=\"{}\" data-bytes=\"{}\" x=\"{}\" y=\"{}\" "
-        "width=\"{}\" height=\"{}\"><title>rank {}: static {} (weights, gradients, optimizer "
+        "width=\"{}\" height=\"{}\"><title>rank {}: static {} (weights, {}optimizer "
         "state{})</title></rect>\n",
         s.rank, base, Px(x0), Px(Y(y0, base, s.rank)), Px(x1 - x0),
         Px(y0 + size_.h - Y(y0, base, s.rank)), s.rank, GiBWithUnit(base),
+        s.gradients_from_ns > 0 ? "" : "gradients, ",
         s.memory.stashed_weights > 0 ? ", stashed weight versions" : "");
+    if (s.gradients_from_ns > 0) {
+      // --sharded-state fsdp2: the gradients, from the first backward's end to the step's end.
+      const double xg = axis_.X(s.gradients_from_ns);
+      const double yg = Y(y0, base + s.memory.gradients, s.rank);
+      out += fmt::format(
+          "<rect class=\"mem-static mem-grads\" data-rank=\"{}\" data-bytes=\"{}\" "
+          "data-from-us=\"{}\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\"><title>rank {}: "
+          "gradients {}, made at the first backward's end ({}) and held to the step's end "
+          "(--sharded-state fsdp2)</title></rect>\n",
+          s.rank, s.memory.gradients, UsAttr(s.gradients_from_ns), Px(xg), Px(yg),
+          Px(std::max(0.0, x1 - xg)), Px(Y(y0, base, s.rank) - yg), s.rank,
+          GiBWithUnit(s.memory.gradients), axis_.Time(s.gradients_from_ns));
+    }
     // The dot is the simulator's peak; it sits above the line when the peak
     // was an allocation made and freed within one instant (see MemoryHtml).
     out += fmt::format(
@@ -233,7 +251,7 @@ std::string BreakdownTable(const SimResult& r) {
                        over ? "over" : "", s.rank, s.peak_memory_bytes, s.rank);
     out += Cell(s.memory.weights + s.memory.gathered_weights);
     if (stashed) out += Cell(s.memory.stashed_weights);
-    out += Cell(s.memory.gradients) + Cell(s.memory.optimizer) + Cell(peak.activations) +
+    out += Cell(s.GradientsAt(peak.time_ns)) + Cell(s.memory.optimizer) + Cell(peak.activations) +
            Cell(peak.comm_buffers) + Cell(peak.workspace) + Cell(s.peak_memory_bytes);
     out += r.memory_limit_bytes > 0
                ? fmt::format("<td>{}{}</td>",
@@ -258,6 +276,14 @@ std::string MemoryHtml(const SimResult& r) {
   bool stashed = false;
   for (const StageResult& s : r.per_rank) stashed = stashed || s.memory.stashed_weights > 0;
   if (stashed) caption += ", and the weight versions PipeDream stashes";
+  bool late_grads = false;
+  for (const StageResult& s : r.per_rank) late_grads = late_grads || s.gradients_from_ns > 0;
+  if (late_grads) {
+    caption +=
+        " (under --sharded-state fsdp2 the gradients are not in it: FSDP2 makes them in the "
+        "backward, so they join at each rank's first backward's end, the band's step, and are "
+        "held to the step's end)";
+  }
   caption +=
       "; the blue step line adds the live set: activations held for the backward, send and "
       "receive buffers, and the running op's workspace. The dot marks each rank's peak.";
@@ -277,7 +303,7 @@ std::string MemoryHtml(const SimResult& r) {
       "with grid lines labelled in GiB.";
   Bytes above = 0;
   for (const StageResult& s : r.per_rank) {
-    above = std::max(above, s.peak_memory_bytes - StaticBytes(s) - Live(PeakSample(s)));
+    above = std::max(above, s.peak_memory_bytes - StaticBytes(s) - Above(s, PeakSample(s)));
   }
   if (above > 0) {
     caption += fmt::format(

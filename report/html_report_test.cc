@@ -334,6 +334,52 @@ TEST(HtmlReportMemory, PolylinePeakIsTheRanksPeak) {
   }
 }
 
+// --sharded-state fsdp2: the gradients are not in the static band; a band of their own starts
+// at each rank's first backward's end (StageResult::gradients_from_ns), and the line adds them
+// from there on, so its highest point is the simulator's peak where that comes after them.
+TEST(HtmlReportMemory, Fsdp2GradientsJoinAtTheFirstBackwardsEnd) {
+  Simulation run;
+  run.model = UniformModel(4, kF, kB, kAct, 8 * kMiB, 100'000'000);
+  run.cluster = IdealCluster();
+  run.schedule = MakeSchedule(ScheduleKind::k1F1B, 2, 4).value();
+  run.options.config.layout.pipeline_stages = 2;
+  run.options.config.layout.data_parallel = 2;
+  run.options.config.microbatches = 4;
+  run.options.config.memory.zero = 3;
+  run.options.config.memory.sharded_state = ShardedState::kFsdp2;
+  run.result = Simulate(run.model, run.cluster, run.schedule, run.options).value();
+  run.html = SimulationReportHtml(
+      run.result, MakeReportInputs(run.model, run.cluster, run.schedule, run.options,
+                                   "simulator --model m.json --sharded-state fsdp2"));
+  const std::string html = WithoutZoomedCopies(run.html);
+  EXPECT_THAT(html, HasSubstr("under --sharded-state fsdp2 the gradients are not in it"));
+  const auto grads = FindElements(html, "rect", "mem-grads");
+  ASSERT_EQ(grads.size(), 2u);
+  for (const HtmlElement& e : grads) {
+    const StageResult& s = run.result.per_rank.at(e.Int("data-rank"));
+    // 2 layers x 100 M parameters x 4 B of fp32 gradients / d = 2.
+    EXPECT_EQ(s.memory.gradients, Bytes{400'000'000});
+    EXPECT_EQ(e.Int64("data-bytes"), s.memory.gradients);
+    EXPECT_GT(s.gradients_from_ns, 0);
+    EXPECT_EQ(e.Ns("data-from-us"), s.gradients_from_ns);
+  }
+  // Rank 1 (last stage): F0 at 2 ms, B0 from 4 ms to 8 ms (2 layers x 2 ms).
+  EXPECT_EQ(run.result.per_rank[1].gradients_from_ns, 8 * kF);
+  for (const HtmlElement& e : FindElements(html, "polyline", "mem")) {
+    const StageResult& s = run.result.per_rank.at(e.Int("data-rank"));
+    const Bytes base = s.memory.weights + s.memory.optimizer + s.memory.gathered_weights;
+    EXPECT_EQ(e.Int64("data-static-bytes"), base) << "rank " << s.rank;
+    Bytes above = 0;
+    for (const MemorySample& m : s.memory_timeline) {
+      const Bytes grads = m.time_ns >= s.gradients_from_ns ? s.memory.gradients : 0;
+      above = std::max(above, m.activations + m.comm_buffers + m.workspace + grads);
+    }
+    EXPECT_EQ(e.Int64("data-drawn-peak-bytes"), base + above) << "rank " << s.rank;
+    // 1F1B's peak comes after the first backward, gradients and all: the line reaches it.
+    EXPECT_EQ(e.Int64("data-drawn-peak-bytes"), s.peak_memory_bytes) << "rank " << s.rank;
+  }
+}
+
 TEST(HtmlReportMemory, CapacityLineOnlyWhenTheGpuHasACapacity) {
   const Simulation limited = Simulated(ScheduleKind::k1F1B, 4, 8);
   const auto lines = FindElements(limited.html, "line", "capacity");

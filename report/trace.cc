@@ -415,9 +415,11 @@ class TraceBuilder {
   }
 
   // The live set over time on top of the static memory (weights, gradients,
-  // optimizer state, stashed weight versions), so the counter's top is the
-  // rank's whole memory; and the capacity as a counter of its own (the
-  // samples' count and one past it).
+  // optimizer state, stashed weight versions, ZeRO-3's gathered copies; under
+  // --sharded-state fsdp2 the gradients a series of their own, from the
+  // rank's first backward's end), so the counter's top is the rank's whole
+  // memory; and the capacity as a counter of its own (the samples' count and
+  // one past it).
   // A counter holds one value per time: of several changes at one instant
   // (an op's end frees what the next op's start allocates) only the level
   // after the last is written, which is the level from then on.
@@ -463,13 +465,15 @@ class TraceBuilder {
       return e;
     }
     const MemorySample& sample = MemoryLevel(ev.index, ev.sub);
-    const MemoryBreakdown& m = stage.memory;
-    const Bytes static_bytes = m.weights + m.gradients + m.optimizer + m.stashed_weights;
     Json e = Timed(ev, "C", "memory", "memory");
-    e["args"] = {{"static", static_bytes},
+    e["args"] = {{"static", stage.HeldAllStepBytes()},
                  {"activations", sample.activations},
                  {"comm_buffers", sample.comm_buffers},
                  {"workspace", sample.workspace}};
+    // --sharded-state fsdp2: the gradients made in the step, a series of their own.
+    if (stage.gradients_from_ns > 0) {
+      e["args"]["gradients"] = stage.LateGradientsAt(sample.time_ns);
+    }
     return e;
   }
 

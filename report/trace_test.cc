@@ -292,6 +292,30 @@ TEST(TraceTest, StaticMemoryAndTheCapacityLineAreCounted) {
   EXPECT_DOUBLE_EQ(capacity[1]["ts"].get<double>(), 7.0);
 }
 
+TEST(TraceTest, ZeroThreesGatheredCopiesAndFsdp2sGradientsAreCounted) {
+  // Given rank 0 with 1000 B weights, 500 B of ZeRO-3 gathered copies, 6000 B optimizer state
+  // and 1000 B gradients made at 1000 ns (--sharded-state fsdp2): static = 7500 at every sample,
+  // and a gradients series, 0 at 0 ns, 1000 from 1000 ns on.
+  SimResult r = TinyResult();
+  StageResult& s = r.per_rank[0];
+  s.memory.weights = 1000;
+  s.memory.gathered_weights = 500;
+  s.memory.optimizer = 6000;
+  s.memory.gradients = 1000;
+  s.gradients_from_ns = 1000;
+  std::vector<json> memory = Events(Parse(TraceJson(r)), "C");
+  ASSERT_EQ(memory.size(), 3u);
+  for (const json& c : memory) EXPECT_EQ(c["args"]["static"], 7500);
+  EXPECT_EQ(memory[0]["args"]["gradients"], 0);
+  EXPECT_EQ(memory[1]["args"]["gradients"], 1000);
+  EXPECT_EQ(memory[2]["args"]["gradients"], 1000);
+  // Held the whole step (gradients_from_ns 0): in static, no series of their own.
+  s.gradients_from_ns = 0;
+  memory = Events(Parse(TraceJson(r)), "C");
+  EXPECT_EQ(memory[0]["args"]["static"], 8500);
+  EXPECT_FALSE(memory[0]["args"].contains("gradients"));
+}
+
 TEST(TraceTest, TheAllReduceAndTheOptimizerStepHaveTheirThread) {
   // Given rank r's all-reduce of 500 ns from its last op's end and a 300 ns
   // optimizer step ending the iteration at 8 us: slices on tid 2.

@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
@@ -127,6 +128,30 @@ TEST(Fsdp2Peak, LaterMicrobatchesRunBesideTheGradients) {
   EXPECT_EQ(zero.per_rank[0].peak_memory_bytes, 180 * kMB + 40 * kMB + 400 * kMB);
 }
 
+TEST(Fsdp2Peak, TheGradientsJoinAtTheFirstBackwardsEnd) {
+  // F0 B0 F1 B1 on the ideal cluster: F0 4 x 1 ms, B0 4 x 2 ms, so B0 ends at 12 ms, and the
+  // gradients (40 MB) are held from there on. Held the whole step: the 12 B / d (120 MB) and the
+  // 40 MB gathered. The timeline's live set plus the gradients held at each sample peaks at the
+  // simulated peak (F1 fills 400 MB beside them).
+  const SimResult r = OneStage(100 * kMB, 2, ShardedState::kFsdp2);
+  const StageResult& s = r.per_rank[0];
+  EXPECT_EQ(s.gradients_from_ns, 12 * kMs);
+  EXPECT_EQ(s.HeldAllStepBytes(), 160 * kMB);
+  EXPECT_EQ(s.GradientsAt(12 * kMs - 1), 0);
+  EXPECT_EQ(s.GradientsAt(12 * kMs), 40 * kMB);
+  Bytes above = 0;
+  for (const MemorySample& m : s.memory_timeline) {
+    above = std::max(above,
+                     m.activations + m.comm_buffers + m.workspace + s.LateGradientsAt(m.time_ns));
+  }
+  EXPECT_EQ(s.HeldAllStepBytes() + above, s.peak_memory_bytes);
+  // ZeRO's accounting holds them the whole step: 18 B / d + gathered.
+  const SimResult zero = OneStage(100 * kMB, 2, ShardedState::kZero);
+  EXPECT_EQ(zero.per_rank[0].gradients_from_ns, 0);
+  EXPECT_EQ(zero.per_rank[0].HeldAllStepBytes(), 220 * kMB);
+  EXPECT_EQ(zero.per_rank[0].LateGradientsAt(0), 0);
+}
+
 TEST(Fsdp2Peak, RefusedBelowZeroThreeBySimulate) {
   const Model model = UniformModel(2, kMs, 2 * kMs, 0, 0, 1000);
   SimOptions o;
@@ -177,6 +202,9 @@ TEST(Fsdp2Peak, EngineMatchesTheReferenceSimulator) {
       for (size_t k = 0; k < got->per_rank.size(); ++k) {
         EXPECT_EQ(got->per_rank[k].peak_memory_bytes, want->per_rank[k].peak_memory_bytes)
             << schedule->name << " m=" << m << " rank " << k;
+        EXPECT_EQ(got->per_rank[k].gradients_from_ns, want->per_rank[k].gradients_from_ns)
+            << schedule->name << " m=" << m << " rank " << k;
+        EXPECT_GT(got->per_rank[k].gradients_from_ns, 0) << schedule->name;
         // The gradients are in the peak: at least the 16 B / d of the rank's parameters.
         const MemoryBreakdown& b = got->per_rank[k].memory;
         EXPECT_GE(got->per_rank[k].peak_memory_bytes,

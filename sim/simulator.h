@@ -190,6 +190,21 @@ struct StageResult {
   TimeNs optimizer_ns = 0;         // this rank's optimizer step
   int weight_versions = 1;         // weight versions held at once (PipeDream: p - s)
   MemoryTimeline memory_timeline;  // when record_timeline
+  // When memory.gradients join the rank's memory: 0, held the whole step; under
+  // --sharded-state fsdp2 the end of the rank's first backward (B, or W where the backward is
+  // split), from which they are held to the step's end. Not in memory_timeline.
+  TimeNs gradients_from_ns = 0;
+
+  // The static memory held the whole step: weights, stashed weight versions, ZeRO-3's gathered
+  // copies, optimizer state, and the gradients unless they are made in the step.
+  Bytes HeldAllStepBytes() const {
+    return memory.weights + memory.stashed_weights + memory.gathered_weights + memory.optimizer +
+           (gradients_from_ns > 0 ? 0 : memory.gradients);
+  }
+  // The gradients held at time `t` of the step.
+  Bytes GradientsAt(TimeNs t) const { return t >= gradients_from_ns ? memory.gradients : 0; }
+  // The gradients made in the step, not held from its start (0 when held the whole step).
+  Bytes LateGradientsAt(TimeNs t) const { return gradients_from_ns > 0 ? GradientsAt(t) : 0; }
 };
 
 struct SimResult {

@@ -65,20 +65,11 @@ struct World {
 // `expert_parallel` > 1: expert_parallel x expert_tensor_parallel
 // data-parallel replicas, the expert group (the model needs MoE layers and a
 // sequence_length); its ExecPlan's all-to-alls are on TestCluster's link.
-inline World MakeWorld(const Model& model, const Schedule& schedule,
-                       Recompute recompute = Recompute::kOff, int tensor_parallel = 1,
-                       int expert_parallel = 1,
-                       ExpertDispatcher dispatcher = ExpertDispatcher::kDeepEp,
-                       int expert_tensor_parallel = 1) {
+// The world of `model` under `schedule` with the options `o` (their partition is set here).
+inline World MakeWorldWith(const Model& model, const Schedule& schedule, SimOptions o) {
   World w;
   w.model = model;
-  SimOptions o;
-  o.config.layout.expert_dispatcher = dispatcher;
-  o.config.recompute = recompute;
-  o.config.layout.tensor_parallel = tensor_parallel;
-  o.config.layout.expert_parallel = expert_parallel;
-  o.config.layout.expert_tensor_parallel = expert_tensor_parallel;
-  o.config.layout.data_parallel = expert_parallel * expert_tensor_parallel;
+  const int expert_parallel = o.config.layout.expert_parallel;
   Result<SimResult> sim = Simulate(model, TestCluster(), schedule, o);
   EXPECT_TRUE(sim.ok()) << sim.status().message();
   w.plan = MakePlanFile(model.name, "", TestCluster(), schedule, o, *sim);
@@ -90,6 +81,21 @@ inline World MakeWorld(const Model& model, const Schedule& schedule,
   EXPECT_TRUE(exec.ok()) << exec.status().message();
   if (exec.ok()) w.exec = *exec;
   return w;
+}
+
+inline World MakeWorld(const Model& model, const Schedule& schedule,
+                       Recompute recompute = Recompute::kOff, int tensor_parallel = 1,
+                       int expert_parallel = 1,
+                       ExpertDispatcher dispatcher = ExpertDispatcher::kDeepEp,
+                       int expert_tensor_parallel = 1) {
+  SimOptions o;
+  o.config.layout.expert_dispatcher = dispatcher;
+  o.config.recompute = recompute;
+  o.config.layout.tensor_parallel = tensor_parallel;
+  o.config.layout.expert_parallel = expert_parallel;
+  o.config.layout.expert_tensor_parallel = expert_tensor_parallel;
+  o.config.layout.data_parallel = expert_parallel * expert_tensor_parallel;
+  return MakeWorldWith(model, schedule, o);
 }
 
 inline World MakeWorld(ScheduleKind kind, int ranks, int microbatches, int chunks = 1,

@@ -262,9 +262,11 @@ Result<ExecPlan> BuildExecPlan(const Model& model, const PlanFile& plan, const S
   for (int r = 0; r < schedule.num_ranks; ++r) {
     ExecStage st;
     st.rank = r;
-    const MemoryBreakdown& m = predicted.per_rank[r].memory;
-    st.static_bytes =
-        m.weights + m.gradients + m.optimizer + m.stashed_weights + m.gathered_weights;
+    const StageResult& predicted_rank = predicted.per_rank[r];
+    st.static_bytes = predicted_rank.HeldAllStepBytes();
+    if (predicted_rank.gradients_from_ns > 0) {
+      st.gradient_bytes_made_in_step = predicted_rank.memory.gradients;
+    }
     for (const Action& a : schedule.actions[r]) {
       ExecOp op;
       op.action = a;

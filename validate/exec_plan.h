@@ -113,7 +113,13 @@ struct CopyExchange {
 struct ExecStage {
   int rank = 0;
   std::vector<ExecOp> ops;  // the plan's action list, in order
-  Bytes static_bytes = 0;   // weights + gradients + optimizer state (+ stashed weights)
+  // Held the whole run: weights + gradients + optimizer state (+ stashed weights, ZeRO-3's
+  // gathered copies); StageResult::HeldAllStepBytes.
+  Bytes static_bytes = 0;
+  // --sharded-state fsdp2: the gradients, not in static_bytes, allocated at the end of the
+  // rank's first backward (B, or W where split) of each iteration and freed at its end, where
+  // the simulator makes them (StageResult::gradients_from_ns); else 0.
+  Bytes gradient_bytes_made_in_step = 0;
   // Bidirectional schedules: one per partner rank, in rank order (DualPipe's V: rank p-1-r,
   // none for a middle rank that holds both copies); empty otherwise.
   std::vector<CopyExchange> copy_exchanges;

@@ -309,6 +309,9 @@ class Worker {
 
   Status RunIteration(int iteration) {
     Held held;
+    // --sharded-state fsdp2: the gradients the first backward makes, freed at the iteration's
+    // end (FSDP2's zero_grad: the next iteration makes them again).
+    Allocation grads;
     const std::vector<ExecOp>& ops = stage_.ops;
     for (size_t i = 0; i < ops.size(); ++i) {
       // An overlapped op is a pair's forward with its backward next (BuildExecPlan checks).
@@ -319,7 +322,9 @@ class Worker {
         steps[h].fault = FaultHere(ops[i + h]);
       }
       for (size_t h = 0; h < n; ++h) PIPECAST_RETURN_IF_ERROR(Receive(iteration, &steps[h]));
-      for (size_t h = 0; h < n; ++h) PIPECAST_RETURN_IF_ERROR(Compute(iteration, &steps[h], &held));
+      for (size_t h = 0; h < n; ++h) {
+        PIPECAST_RETURN_IF_ERROR(Compute(iteration, &steps[h], &held, &grads));
+      }
       for (size_t h = 0; h < n; ++h) PIPECAST_RETURN_IF_ERROR(SendOutput(iteration, &steps[h]));
       i += n - 1;
     }
@@ -373,7 +378,7 @@ class Worker {
 
   // Allocates the op's memory, runs its work, frees what it frees and times
   // it; its output buffer waits in `step` for SendOutput.
-  Status Compute(int iteration, Step* step, Held* held) {
+  Status Compute(int iteration, Step* step, Held* held, Allocation* grads) {
     const ExecOp& op = *step->op;
     const std::optional<Fault::Kind> fault = step->fault;
     const Clock& clock = *s_.env.clock;
@@ -439,6 +444,14 @@ class Worker {
                                 pool_->Allocate(op.kept_after_bytes, MemoryKind::kActivation,
                                                 "what W keeps of " + ActionName(op.action)));
       (*held)[key].push_back(std::move(kept));
+    }
+    // --sharded-state fsdp2: the first backward's end makes the rank's gradients.
+    const bool backward =
+        op.action.kind == OpKind::kBackward || op.action.kind == OpKind::kBackwardWeight;
+    if (backward && stage_.gradient_bytes_made_in_step > 0 && grads->size() == 0) {
+      PIPECAST_ASSIGN_OR_RETURN(
+          *grads, pool_->Allocate(stage_.gradient_bytes_made_in_step, MemoryKind::kStatic,
+                                  "the gradients FSDP2 makes in the backward"));
     }
     const TimeNs end = clock.NowNs();
     s_.control.Progress(end);

@@ -174,6 +174,7 @@ void Engine::SweepRank(int rank) {
       if (weight_grads && grads_pending > 0) {
         mem.AddGradients(grads_pending);
         grads_pending = 0;
+        out_->per_rank[rank].gradients_from_ns = t;
       }
       head_time[0] = kNoHead;
       if (trigger == id) start(t);

@@ -220,6 +220,7 @@ void Engine::OnOpEnd(int rank, TimeNs now) {
       (a.kind == OpKind::kBackward || a.kind == OpKind::kBackwardWeight)) {
     st.grads_made = true;
     st.grads = out_->per_rank[rank].memory.gradients;
+    out_->per_rank[rank].gradients_from_ns = now;
     st.peak_total = std::max(st.peak_total, st.act + st.comm + st.ws + st.grads);
   }
   TryStart(rank, now);
