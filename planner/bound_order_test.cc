@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -264,29 +265,48 @@ void ExpectFloorsUnderPeaks(const Model& model, const Cluster& cluster, std::vec
   }
 }
 
-// Given random models on both clusters, every built-in schedule, micro-batch sizes 1 and 2,
-// every recomputation, t 1 and 2 and ZeRO levels 0, 1 and 3 (resharding on and off), when each
-// candidate is partitioned and simulated, then its memory floor is at most the simulated peak.
-TEST(MemoryFloor, NeverAboveTheSimulatedPeakOnRandomModels) {
-  std::mt19937_64 engine(20261204);
-  int checked = 0, tight = 0;
-  for (int i = 0; i < 40; ++i) {
+// Random models (4-10 layers) on the ideal cluster and h100-sxm in turn, 2, 4 or 8 GPUs, every
+// built-in schedule, micro-batch sizes 1 and 2, t 1 and 2, `set` choosing the memory settings:
+// `cases` cases of at most 30 candidates each (`check` looks at each case's), every floor checked
+// against its simulated peak. Returns the candidates checked; `tight` counts floors within 10%.
+int FloorsUnderPeaksOnRandomModels(uint64_t seed, int cases, const std::string& label,
+                                   const std::function<void(PlannerOptions*)>& set,
+                                   const std::function<void(const Candidate&)>& check, int* tight) {
+  std::mt19937_64 engine(seed);
+  int checked = 0;
+  for (int i = 0; i < cases; ++i) {
     const Model model = RandomModel(engine, static_cast<int>(Between(engine, 4, 10)));
     const Cluster cluster = i % 2 == 0 ? IdealCluster() : *ClusterPreset("h100-sxm");
     PlannerOptions o;
     o.gpus = static_cast<int>(std::vector<int64_t>{2, 4, 8}[Between(engine, 0, 2)]);
     o.schedules = BuiltinScheduleKinds();
     o.microbatch_sizes = {1, 2};
-    o.zero_levels = {0, 1, 3};
     o.tensor_parallel = {1, 2};
+    set(&o);
+    EXPECT_TRUE(o.Validate().ok()) << o.Validate().message();
     std::vector<Rejection> rejected;
     std::vector<Candidate> all =
         Enumerate(model, cluster, o, o.gpus * Between(engine, 1, 8) * 2, &rejected);
+    for (const Candidate& c : all) check(c);
     std::shuffle(all.begin(), all.end(), engine);
     if (all.size() > 30) all.resize(30);
-    ExpectFloorsUnderPeaks(model, cluster, std::move(all), "case " + std::to_string(i), &checked,
-                           &tight);
+    ExpectFloorsUnderPeaks(model, cluster, std::move(all), label + " case " + std::to_string(i),
+                           &checked, tight);
   }
+  return checked;
+}
+
+// Given random models, every recomputation and ZeRO levels 0, 1 and 3 (resharding on and off),
+// when each candidate is partitioned and simulated, then its memory floor is at most the
+// simulated peak.
+TEST(MemoryFloor, NeverAboveTheSimulatedPeakOnRandomModels) {
+  int tight = 0;
+  const int checked = FloorsUnderPeaksOnRandomModels(
+      20261204, 40, "zero",
+      [](PlannerOptions* o) {
+        o->zero_levels = {0, 1, 3};
+      },
+      [](const Candidate&) {}, &tight);
   EXPECT_GE(checked, 800);
   std::printf("[ floor ] %d candidates; memory floor within 10%% of the simulated peak for %d\n",
               checked, tight);
@@ -296,30 +316,15 @@ TEST(MemoryFloor, NeverAboveTheSimulatedPeakOnRandomModels) {
 // gradients join the floor's level at each rank's first backward's end, as the engine's sweep
 // adds them, so the floor stays at most the simulated peak.
 TEST(MemoryFloor, NeverAboveTheSimulatedPeakOnRandomModelsUnderFsdp2) {
-  std::mt19937_64 engine(20261205);
-  int checked = 0, tight = 0;
-  for (int i = 0; i < 30; ++i) {
-    const Model model = RandomModel(engine, static_cast<int>(Between(engine, 4, 10)));
-    const Cluster cluster = i % 2 == 0 ? IdealCluster() : *ClusterPreset("h100-sxm");
-    PlannerOptions o;
-    o.gpus = static_cast<int>(std::vector<int64_t>{2, 4, 8}[Between(engine, 0, 2)]);
-    o.schedules = BuiltinScheduleKinds();
-    o.microbatch_sizes = {1, 2};
-    o.memory.sharded_state = ShardedState::kFsdp2;
-    o.tensor_parallel = {1, 2};
-    ASSERT_TRUE(o.Validate().ok()) << o.Validate().message();
-    std::vector<Rejection> rejected;
-    std::vector<Candidate> all =
-        Enumerate(model, cluster, o, o.gpus * Between(engine, 1, 8) * 2, &rejected);
-    for (const Candidate& c : all) {
-      ASSERT_EQ(c.config.memory.zero, 3) << c.Label();
-      ASSERT_TRUE(c.config.memory.Fsdp2()) << c.Label();
-    }
-    std::shuffle(all.begin(), all.end(), engine);
-    if (all.size() > 30) all.resize(30);
-    ExpectFloorsUnderPeaks(model, cluster, std::move(all), "fsdp2 case " + std::to_string(i),
-                           &checked, &tight);
-  }
+  int tight = 0;
+  const int checked = FloorsUnderPeaksOnRandomModels(
+      20261205, 30, "fsdp2",
+      [](PlannerOptions* o) { o->memory.sharded_state = ShardedState::kFsdp2; },
+      [](const Candidate& c) {
+        EXPECT_EQ(c.config.memory.zero, 3) << c.Label();
+        EXPECT_TRUE(c.config.memory.Fsdp2()) << c.Label();
+      },
+      &tight);
   EXPECT_GE(checked, 400);
   std::printf(
       "[ floor ] fsdp2: %d candidates; memory floor within 10%% of the simulated peak "
