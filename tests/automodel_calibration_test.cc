@@ -264,7 +264,7 @@ TransformerSpec KimiK2Spec() {
 // stages, VP 4; local batch 8; GBS 512 over d 32: GA 2; edp 1, the experts whole).
 TEST(AutoModelCalibration, KimiK2On256H100sHeldOut) {
   ReplayPipelined({"Kimi K2, 256 H100, p 8 v 4 ep 32 FSDP 32", KimiK2Spec(), 256, 512, 8, 4, 32,
-                   8.86, 924, 0, 0});
+                   8.86, 924, 9.83, 86.23});
 }
 
 // "DeepSeek V3 671B | 1024 | 8192 | 1 | 8 | 4 | 4096 | 1 | 4 | 1 | 64 | 8 | 256 | TE + DeepEP |
@@ -275,7 +275,7 @@ TEST(AutoModelCalibration, KimiK2On256H100sHeldOut) {
 // the table's VP 8, and is not used.
 TEST(AutoModelCalibration, DeepSeekV3On1024H100sHeldOut) {
   ReplayPipelined({"DeepSeek-V3, 1024 H100, p 4 v 8 ep 64 FSDP 256", DeepSeekV3Spec(), 1024, 8192,
-                   4, 8, 64, 37.87, 865, 0, 0});
+                   4, 8, 64, 37.87, 865, 34.37, 58.06});
 }
 
 }  // namespace
