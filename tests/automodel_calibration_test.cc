@@ -214,7 +214,8 @@ void ReplayPipelined(const PipelinedRow& row) {
       "  parts of one pass, s: pipeline %.2f, busiest rank's busy %.2f = compute about %.2f + "
       "TP %.2f + EP all-to-all %.2f + exposed sharding %.2f; bubble %.1f%%; after the pipeline "
       "%.2f (reduce-scatter %.2f); optimizer %.2f once a step%s\n"
-      "  memory, fullest rank %d: peak %.2f GiB (an 80 GB H100 is 74.51) = weights %.2f + "
+      "  memory, fullest rank %d: peak %.2f GiB (an H100 holds %.2f beside the runtime reserve; "
+      "the limit %.2f) = weights %.2f + "
       "gathered %.2f + gradients %.2f + optimizer %.2f + activations %.2f + workspace %.2f\n",
       row.label, d, ga, row.published_s, row.published_tokens, step_s, tokens,
       (step_s / row.published_s - 1) * 100, (tokens / row.published_tokens - 1) * 100,
@@ -222,8 +223,9 @@ void ReplayPipelined(const PipelinedRow& row) {
       s(r->ep_comm_ns), s(r->sharding_exposed_ns), r->bubble_ratio * 100,
       s(r->iteration_ns - r->pipeline_ns - r->optimizer_ns), s(r->allreduce_ns), s(r->optimizer_ns),
       r->optimizer_estimated ? " (estimated)" : "", fullest->rank, gib(fullest->peak_memory_bytes),
-      gib(mem.weights), gib(mem.gathered_weights), gib(mem.gradients), gib(mem.optimizer),
-      gib(mem.activations_peak), gib(mem.workspace_peak));
+      gib(cluster->gpu.memory_bytes - cluster->gpu.memory_reserve_bytes),
+      gib(MemoryLimitBytes(cluster->gpu)), gib(mem.weights), gib(mem.gathered_weights),
+      gib(mem.gradients), gib(mem.optimizer), gib(mem.activations_peak), gib(mem.workspace_peak));
   EXPECT_NEAR(step_s, row.present_s, kGuard * row.present_s) << row.label;
   EXPECT_NEAR(gib(fullest->peak_memory_bytes), row.present_peak_gib, kGuard * row.present_peak_gib)
       << row.label;

@@ -48,7 +48,6 @@ namespace pipecast {
 namespace {
 
 constexpr double kGuard = 0.03;
-constexpr double kH100GiB = 80e9 / (1 << 30);  // an 80 GB H100, in GiB
 
 std::string SourcePath(const std::string& relative) {
   const char* root = std::getenv("PIPECAST_SOURCE_DIR");
@@ -162,7 +161,8 @@ void Replay(const Row& row) {
       "  parts, s: pipeline %.2f = busy %.2f (compute about %.2f + TP %.2f + EP all-to-all %.2f "
       "+ exposed sharding %.2f), bubble %.1f%%; after the pipeline %.2f (gradient reduce %.2f, "
       "optimizer %.2f%s)\n"
-      "  memory: peak %.2f GiB of an 80 GB H100's %.2f = weights %.2f + gathered %.2f + "
+      "  memory: peak %.2f GiB (an H100 holds %.2f beside the runtime reserve; the limit with the "
+      "allocator margin %.2f) = weights %.2f + gathered %.2f + "
       "gradients %.2f + optimizer %.2f + activations %.2f + workspace %.2f\n",
       row.label, m, row.mbs, row.published_s, row.published_tokens, step_s, tokens,
       (step_s / row.published_s - 1) * 100, (tokens / row.published_tokens - 1) * 100,
@@ -170,9 +170,10 @@ void Replay(const Row& row) {
       s(k.busy_ns - r->ep_comm_ns - k.sharding_exposed_ns - k.tp_comm_ns), s(k.tp_comm_ns),
       s(r->ep_comm_ns), s(k.sharding_exposed_ns), r->bubble_ratio * 100,
       s(r->iteration_ns - r->pipeline_ns), s(r->allreduce_ns), s(r->optimizer_ns),
-      r->optimizer_estimated ? ", estimated" : "", gib(k.peak_memory_bytes), kH100GiB,
-      gib(mem.weights), gib(mem.gathered_weights), gib(mem.gradients), gib(mem.optimizer),
-      gib(mem.activations_peak), gib(mem.workspace_peak));
+      r->optimizer_estimated ? ", estimated" : "", gib(k.peak_memory_bytes),
+      gib(cluster->gpu.memory_bytes - cluster->gpu.memory_reserve_bytes),
+      gib(MemoryLimitBytes(cluster->gpu)), gib(mem.weights), gib(mem.gathered_weights),
+      gib(mem.gradients), gib(mem.optimizer), gib(mem.activations_peak), gib(mem.workspace_peak));
   EXPECT_NEAR(step_s, row.present_s, kGuard * row.present_s) << row.label;
   EXPECT_NEAR(gib(k.peak_memory_bytes), row.present_peak_gib, kGuard * row.present_peak_gib)
       << row.label;
