@@ -1,5 +1,8 @@
 // Held-out: NVIDIA NeMo AutoModel's DeepSeek-V3 on 256 H100s (docs/calibration-moe.md "NeMo
-// AutoModel's DeepSeek-V3, held out"). Never tuned on; nothing in the model changed for it.
+// AutoModel's DeepSeek-V3, held out"), and below it the table's two other pipelined MoE rows,
+// Kimi K2 on 256 and DeepSeek-V3 on 1024 (docs/calibration-moe.md "NeMo AutoModel's other MoE
+// rows"; the rows without a pipeline are in automodel_moe_rows_test.cc). Never tuned on;
+// nothing in the model changed for them.
 // Source: NVIDIA-NeMo/Automodel docs/performance-summary.md @ 89e3a9fdd, the DGX-H100 bf16 row
 // "DeepSeek V3 671B | 256 | 512 | 1 | 8 | 1 | 4096 | 1 | 4 | 1 | 64 | 8 | 64 | TE + DeepEP |
 // 8.18 | 250 | 1,002" (GPUs, GBS, MBS, local batch, ..., seq, TP, PP, CP, EP, VP, FSDP, kernels,
