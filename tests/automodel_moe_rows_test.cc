@@ -20,8 +20,12 @@
 // Common to the three (no pipeline): FSDP2 over all d GPUs with ep = d, so edp = 1 and each
 // block's FSDP unit leaves its routed experts out (ignored_params, nemo_automodel/components/
 // moe/parallelizer.py @ 79d0ccfdb, apply_fsdp): --zero 3, reshard_after_forward = not
-// pp_enabled = on; the recipe runs no no_sync, so each micro-batch's backward reduce-scatters
-// (--reduce-every-microbatch on) and FSDP2's sharded state applies (--sharded-state fsdp2);
+// pp_enabled = on. The recipe's gradient accumulation calls get_sync_ctx (nemo_automodel/
+// components/distributed/utils.py @ 79d0ccfdb lines 216-235), which turns the sync off only on
+// an FSDPModule or a DDP model; apply_fsdp shards model.model, not the ForCausalLM wrapper the
+// recipe hands it (parallelizer.py line 171), so the sync stays on: each micro-batch's backward
+// reduce-scatters (--reduce-every-microbatch on) and FSDP2's sharded state applies
+// (--sharded-state fsdp2);
 // fake_balanced_gate (--moe-imbalance 1.0), DeepEP; bf16 parameters, fp32 reduction, Adam.
 // TE attention runs at FlashAttention-3's published speed (as in the DeepSeek-V3 row);
 // FlexAttention (GPT-OSS) at FlashAttention-2's, pipecast having no FlexAttention rate.
