@@ -32,13 +32,10 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "formats/formats.h"
-#include "profiler/analytic.h"
-#include "profiler/hf_config.h"
 #include "sim/cluster.h"
 #include "sim/collectives.h"
 #include "sim/memory.h"
@@ -47,20 +44,12 @@
 #include "sim/simulator.h"
 #include "sim/stage_costs.h"
 #include "sim/training_config.h"
+#include "testing/published_models.h"
 
 namespace pipecast {
 namespace {
 
 constexpr double kGuard = 0.03;
-constexpr double kPublishedStepS = 8.18;         // s/step
-constexpr double kPublishedTokensPerGpu = 1002;  // tokens/s/GPU
-constexpr double kPresentStepS = 8.459;          // the prediction when this test was written
-constexpr double kPresentPeakGiB = 79.46;        // the fullest rank's peak then (allocated)
-
-std::string SourcePath(const std::string& relative) {
-  const char* root = std::getenv("PIPECAST_SOURCE_DIR");
-  return std::string(root != nullptr ? root : ".") + "/" + relative;
-}
 
 // AutoModel's split of 61 blocks over 32 virtual stages: stage 0 the embedding and blocks 0-1,
 // stages 1-28 two blocks each, stages 29-31 one block each, the head on stage 31. Model layers:
@@ -74,76 +63,7 @@ std::vector<StageLayers> AutoModelLayout() {
   return out;
 }
 
-TEST(AutoModelCalibration, DeepSeekV3On256H100sHeldOut) {
-  Result<HfConfig> config = LoadHfConfig(SourcePath("examples/hf/deepseek-v3.json"));
-  ASSERT_TRUE(config.ok()) << config.status().message();
-  TransformerSpec spec = config->architecture;
-  spec.name = "deepseek-v3";
-  spec.sequence_length = 4096;
-  spec.microbatch_sizes = {1};
-  AnalyticOptions analytic;
-  analytic.gpu_preset = "h100-sxm";
-  analytic.attention = Attention::kFlash3;
-  analytic.moe_imbalance = 1.0;
-  analytic.moe_dispatcher = ExpertDispatcher::kDeepEp;
-  Result<std::string> json = EstimateTransformerJson(spec, analytic, {1});
-  ASSERT_TRUE(json.ok()) << json.status().message();
-  Result<Model> model = ParseModel(*json, spec.name);
-  ASSERT_TRUE(model.ok()) << model.status().message();
-  ASSERT_EQ(model->layers.size(), 63u);
-  Result<Cluster> cluster = ClusterPreset("h100-sxm");
-  const int p = 4, v = 8, d = 64, m = 512 / d;
-  Result<Schedule> schedule = MakeSchedule(ScheduleKind::kInterleaved1F1B, p, m, v);
-  ASSERT_TRUE(cluster.ok() && schedule.ok());
-  SimOptions sim;
-  TrainingConfig& c = sim.config;
-  c.schedule = ScheduleKind::kInterleaved1F1B;
-  c.microbatch_size = 1;
-  c.layout.data_parallel = d;
-  c.layout.expert_parallel = 64;
-  c.layout.expert_dispatcher = ExpertDispatcher::kDeepEp;
-  c.recompute = Recompute::kFull;
-  Result<MemoryConfig> memory = MemoryConfigFor("bf16", "adam", "fp32");
-  ASSERT_TRUE(memory.ok()) << memory.status().message();
-  c.memory = *memory;
-  c.memory.zero = 3;
-  c.memory.sharding.reshard_after_forward = false;
-  c.memory.sharding.reduce_every_microbatch = false;
-  sim.partition = AutoModelLayout();
-  sim.record_timeline = false;
-  Result<SimResult> r = Simulate(*model, *cluster, *schedule, sim);
-  ASSERT_TRUE(r.ok()) << r.status().message();
-
-  const double step_s = static_cast<double>(r->iteration_ns) * 1e-9;
-  const double tokens = 512.0 * 4096 / step_s / 256;
-  TimeNs busy = 0;
-  const StageResult* fullest = &r->per_rank[0];
-  for (const StageResult& k : r->per_rank) {
-    busy = std::max(busy, k.busy_ns);
-    if (k.peak_memory_bytes > fullest->peak_memory_bytes) fullest = &k;
-  }
-  const MemoryBreakdown& mem = fullest->memory;
-  const auto gib = [](Bytes b) { return static_cast<double>(b) / (1 << 30); };
-  std::printf(
-      "NeMo AutoModel DeepSeek-V3, 256 H100, p 4 v 8 ep 64 FSDP 64: published %.2f s/step "
-      "(%.0f tokens/s/GPU), predicted %.2f s (%.0f), error %+.1f%% (tokens/s %+.1f%%)\n"
-      "  parts, s: busiest rank's busy %.2f, about compute %.2f + all-to-all %.2f + exposed "
-      "sharding %.2f (each the largest rank's); gradient reduce-scatter after the last op %.2f; "
-      "bubble %.1f%%\n"
-      "  memory, fullest rank %d: peak %.2f GiB = weights %.2f + gathered %.2f + gradients %.2f "
-      "+ optimizer %.2f + activations %.2f + workspace %.2f\n",
-      kPublishedStepS, kPublishedTokensPerGpu, step_s, tokens, (step_s / kPublishedStepS - 1) * 100,
-      (tokens / kPublishedTokensPerGpu - 1) * 100, static_cast<double>(busy) * 1e-9,
-      static_cast<double>(busy - r->ep_comm_ns - r->sharding_exposed_ns) * 1e-9,
-      static_cast<double>(r->ep_comm_ns) * 1e-9, static_cast<double>(r->sharding_exposed_ns) * 1e-9,
-      static_cast<double>(r->allreduce_ns) * 1e-9, r->bubble_ratio * 100, fullest->rank,
-      gib(fullest->peak_memory_bytes), gib(mem.weights), gib(mem.gathered_weights),
-      gib(mem.gradients), gib(mem.optimizer), gib(mem.activations_peak), gib(mem.workspace_peak));
-  EXPECT_NEAR(step_s, kPresentStepS, kGuard * kPresentStepS);
-  EXPECT_NEAR(gib(fullest->peak_memory_bytes), kPresentPeakGiB, kGuard * kPresentPeakGiB);
-}
-
-// The other pipelined MoE rows of the same table, read from the same files (see
+// The table's pipelined MoE rows, the one above and two others, read from the same files (see
 // docs/calibration-moe.md "NeMo AutoModel's MoE rows"): AutoModel's interleaved 1F1B with
 // pp_microbatch_size 1 over local batch 8 (8 micro-batches a pass), 2 layers per virtual stage
 // over 61 blocks (AutoModelLayout, 32 virtual stages), reshard_after_forward off, no_sync
@@ -161,17 +81,7 @@ struct PipelinedRow {
 };
 
 void ReplayPipelined(const PipelinedRow& row) {
-  TransformerSpec spec = row.spec;
-  spec.sequence_length = 4096;
-  spec.microbatch_sizes = {1};
-  AnalyticOptions analytic;
-  analytic.gpu_preset = "h100-sxm";
-  analytic.attention = Attention::kFlash3;
-  analytic.moe_imbalance = 1.0;
-  analytic.moe_dispatcher = ExpertDispatcher::kDeepEp;
-  Result<std::string> json = EstimateTransformerJson(spec, analytic, {1});
-  ASSERT_TRUE(json.ok()) << row.label << ": " << json.status().message();
-  Result<Model> model = ParseModel(*json, spec.name);
+  Result<Model> model = test_util::BalancedDeepEpProfile(row.spec, 1, Attention::kFlash3);
   ASSERT_TRUE(model.ok()) << row.label << ": " << model.status().message();
   ASSERT_EQ(model->layers.size(), 63u);
   Result<Cluster> cluster = ClusterPreset("h100-sxm");
@@ -235,11 +145,15 @@ void ReplayPipelined(const PipelinedRow& row) {
 }
 
 TransformerSpec DeepSeekV3Spec() {
-  Result<HfConfig> config = LoadHfConfig(SourcePath("examples/hf/deepseek-v3.json"));
-  EXPECT_TRUE(config.ok()) << config.status().message();
-  TransformerSpec spec = config.ok() ? config->architecture : TransformerSpec{};
+  TransformerSpec spec = test_util::HfExampleSpec("deepseek-v3.json");
   spec.name = "deepseek-v3";
   return spec;
+}
+
+// The row above the file's header: DeepSeek V3 671B on 256 GPUs, GBS 512 over d 64: GA 1.
+TEST(AutoModelCalibration, DeepSeekV3On256H100sHeldOut) {
+  ReplayPipelined({"DeepSeek-V3, 256 H100, p 4 v 8 ep 64 FSDP 64", DeepSeekV3Spec(), 256, 512, 4, 8,
+                   64, 8.18, 1002, 8.459, 79.46});
 }
 
 // Kimi K2 (moonshotai/Kimi-K2-Base, read by AutoModel's DeepseekV3ForCausalLM): DeepSeek-V3's

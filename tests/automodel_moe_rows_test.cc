@@ -35,65 +35,29 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "formats/formats.h"
-#include "profiler/analytic.h"
-#include "profiler/hf_config.h"
 #include "sim/cluster.h"
 #include "sim/memory.h"
 #include "sim/schedule.h"
 #include "sim/simulator.h"
 #include "sim/training_config.h"
+#include "testing/published_models.h"
 
 namespace pipecast {
 namespace {
 
 constexpr double kGuard = 0.03;
 
-std::string SourcePath(const std::string& relative) {
-  const char* root = std::getenv("PIPECAST_SOURCE_DIR");
-  return std::string(root != nullptr ? root : ".") + "/" + relative;
-}
-
 enum class Arch { kQwen3_30b, kGptOss20b, kGptOss120b };
 
-// openai/gpt-oss-120b and -20b config.json (as tests/bridge_calibration_test.cc types the
-// 120B): h 2880, 64 query heads of 64, 8 key/value heads, expert width 2880, top-4, vocabulary
-// 201088, sliding-window (128) and full attention alternating from a sliding first block; 120B
-// 36 blocks of 128 experts, 20B 24 blocks of 32 (the 20B's config.json as stored in the search
-// index, find_string id 31112482743: num_hidden_layers 24, num_local_experts 32). Attention
-// sinks, biases and the clamped SwiGLU are not modelled.
-TransformerSpec GptOss(int layers, int experts) {
-  TransformerSpec spec;
-  spec.name = layers == 36 ? "gpt-oss-120b" : "gpt-oss-20b";
-  spec.layers = layers;
-  spec.hidden = 2880;
-  spec.heads = 64;
-  spec.head_dim = 64;
-  spec.kv_heads = 8;
-  spec.ffn_hidden = 2880;
-  spec.vocab = 201088;
-  spec.learned_positions = false;
-  spec.gated_mlp = true;
-  spec.norm = NormKind::kRmsNorm;
-  spec.activation = "silu";
-  spec.sliding_window = 128;
-  for (int block = 1; block < layers; block += 2) spec.full_attention_layers.push_back(block);
-  spec.moe.experts = experts;
-  spec.moe.experts_per_token = 4;
-  spec.moe.expert_ffn = 2880;
-  return spec;
-}
-
+// GPT-OSS typed from its config.json (test_util::GptOssSpec); Qwen3-30B-A3B from examples/hf.
 TransformerSpec SpecFor(Arch arch) {
-  if (arch == Arch::kGptOss20b) return GptOss(24, 32);
-  if (arch == Arch::kGptOss120b) return GptOss(36, 128);
-  Result<HfConfig> config = LoadHfConfig(SourcePath("examples/hf/qwen3-30b-a3b.json"));
-  EXPECT_TRUE(config.ok()) << config.status().message();
-  TransformerSpec spec = config.ok() ? config->architecture : TransformerSpec{};
+  if (arch == Arch::kGptOss20b) return test_util::GptOssSpec(24, 32);
+  if (arch == Arch::kGptOss120b) return test_util::GptOssSpec(36, 128);
+  TransformerSpec spec = test_util::HfExampleSpec("qwen3-30b-a3b.json");
   spec.name = "qwen3-30b-a3b";
   return spec;
 }
@@ -118,17 +82,7 @@ constexpr Row kRows[] = {
 };
 
 void Replay(const Row& row) {
-  TransformerSpec spec = SpecFor(row.arch);
-  spec.sequence_length = 4096;
-  spec.microbatch_sizes = {row.mbs};
-  AnalyticOptions analytic;
-  analytic.gpu_preset = "h100-sxm";
-  analytic.attention = row.attention;
-  analytic.moe_imbalance = 1.0;
-  analytic.moe_dispatcher = ExpertDispatcher::kDeepEp;
-  Result<std::string> json = EstimateTransformerJson(spec, analytic, {1});
-  ASSERT_TRUE(json.ok()) << row.label << ": " << json.status().message();
-  Result<Model> model = ParseModel(*json, spec.name);
+  Result<Model> model = test_util::BalancedDeepEpProfile(SpecFor(row.arch), row.mbs, row.attention);
   ASSERT_TRUE(model.ok()) << row.label << ": " << model.status().message();
   Result<Cluster> cluster = ClusterPreset("h100-sxm");
   const int d = row.gpus, m = row.global_batch / (d * row.mbs);

@@ -35,7 +35,6 @@
 
 #include "formats/formats.h"
 #include "profiler/analytic.h"
-#include "profiler/hf_config.h"
 #include "sim/cluster.h"
 #include "sim/collectives.h"
 #include "sim/memory.h"
@@ -44,6 +43,7 @@
 #include "sim/simulator.h"
 #include "sim/stage_costs.h"
 #include "sim/training_config.h"
+#include "testing/published_models.h"
 
 namespace pipecast {
 namespace {
@@ -54,11 +54,6 @@ namespace {
 constexpr double kGuard = 0.03;
 constexpr double kFp8Target = 0.10;  // issue 25: NVIDIA's FP8 rows within 10%
 constexpr double kMoeTarget = 0.15;  // issue 26: published MoE runs within 15%
-
-std::string SourcePath(const std::string& relative) {
-  const char* root = std::getenv("PIPECAST_SOURCE_DIR");
-  return std::string(root != nullptr ? root : ".") + "/" + relative;
-}
 
 enum class Arch {
   kLlama3_8b,
@@ -118,25 +113,20 @@ constexpr unsigned kDeepSeekV3Modules = kRecomputeMlaUpProj | kRecomputeMlp;
 // token for Llama 3 8B is 6 x 6.98B block parameters + causal attention 6.4 + a 128,256 x 4096
 // head 3.2; with 32,000 it would be 49.1.
 TransformerSpec SpecFor(Arch arch) {
-  auto load = [](const char* file) {
-    Result<HfConfig> config = LoadHfConfig(SourcePath(file));
-    EXPECT_TRUE(config.ok()) << file << ": " << config.status().message();
-    return config.ok() ? config->architecture : TransformerSpec{};
-  };
   TransformerSpec spec;
   switch (arch) {
     case Arch::kLlama3_8b:
-      spec = load("examples/hf/llama-3.1-8b.json");  // Llama 3 8B's block and widths
+      spec = test_util::HfExampleSpec("llama-3.1-8b.json");  // Llama 3 8B's block and widths
       spec.name = "llama3-8b";
       break;
     case Arch::kLlama3_70b:
-      spec = load("examples/hf/llama-3.1-70b.json");
+      spec = test_util::HfExampleSpec("llama-3.1-70b.json");
       spec.name = "llama3-70b";
       break;
     case Arch::kLlama31_405b:
       // meta-llama/Llama-3.1-405B config.json: 126 layers, h 16384, 128 heads, 8 key/value
       // heads, MLP 53248; Llama 3.1 70B's block otherwise.
-      spec = load("examples/hf/llama-3.1-70b.json");
+      spec = test_util::HfExampleSpec("llama-3.1-70b.json");
       spec.name = "llama3.1-405b";
       spec.layers = 126;
       spec.hidden = 16384;
@@ -147,41 +137,20 @@ TransformerSpec SpecFor(Arch arch) {
       // The run's multi-token-prediction module (mtp_num_layers 1, the layout's "m"): its
       // transformer layer is a 62nd MoE block on the last virtual stage; its norm, output
       // head (the main head's weights) and loss are a second lm_head there (WithMtpHead).
-      spec = load("examples/hf/deepseek-v3.json");
+      spec = test_util::HfExampleSpec("deepseek-v3.json");
       spec.name = "deepseek-v3";
       spec.layers = 62;
       break;
     case Arch::kQwen3_30b:
-      spec = load("examples/hf/qwen3-30b-a3b.json");
+      spec = test_util::HfExampleSpec("qwen3-30b-a3b.json");
       spec.name = "qwen3-30b-a3b";
       break;
     case Arch::kQwen3_235b:
-      spec = load("examples/hf/qwen3-235b-a22b.json");
+      spec = test_util::HfExampleSpec("qwen3-235b-a22b.json");
       spec.name = "qwen3-235b-a22b";
       break;
     case Arch::kGptOss120b:
-      // openai/gpt-oss-120b config.json, typed here (examples/ has no gpt_oss reader): 36
-      // blocks, h 2880, 64 query heads of 64, 8 key/value heads, biases on attention and
-      // experts, 128 experts of width 2880, top-4, vocabulary 201088; sliding-window (128)
-      // and full attention alternate, the first block sliding. Attention sinks and the
-      // clamped SwiGLU are not modelled.
-      spec.name = "gpt-oss-120b";
-      spec.layers = 36;
-      spec.hidden = 2880;
-      spec.heads = 64;
-      spec.head_dim = 64;
-      spec.kv_heads = 8;
-      spec.ffn_hidden = 2880;
-      spec.vocab = 201088;
-      spec.learned_positions = false;
-      spec.gated_mlp = true;
-      spec.norm = NormKind::kRmsNorm;
-      spec.activation = "silu";
-      spec.sliding_window = 128;
-      for (int block = 1; block < 36; block += 2) spec.full_attention_layers.push_back(block);
-      spec.moe.experts = 128;
-      spec.moe.experts_per_token = 4;
-      spec.moe.expert_ffn = 2880;
+      spec = test_util::GptOssSpec(36, 128);  // typed from its config.json
       break;
   }
   return spec;
