@@ -67,6 +67,21 @@ std::string PlanExpertParallel(const TempDir& dir, const std::string& model, int
   return plan;
 }
 
+// An ep 2 x etp 2 plan of `model` on one stage (d = 4), `dispatcher` alltoall or allgather.
+std::string PlanExpertTensorParallel(const TempDir& dir, const std::string& model,
+                                     const std::string& dispatcher) {
+  const std::string plan = dir.File("etp-" + dispatcher + ".plan.json");
+  const cli_test::ToolRun p =
+      RunTool(dir, PIPECAST_PLANNER_BIN,
+              "--model " + Quote(model) +
+                  " --gpus 4 --expert-parallel 2 --expert-tensor-parallel 2 --pipeline-stages 1 "
+                  "--ep-dispatcher " +
+                  dispatcher + " --cluster local --zero 0 --schedules 1f1b --recompute off --out " +
+                  Quote(plan));
+  EXPECT_EQ(p.exit_code, 0) << p.err;
+  return plan;
+}
+
 // The rows an expert-parallel validation adds: an all-to-all time per stage,
 // measured beside predicted, and every worker's own peak (a stage's two hold
 // the same: the same static bytes, and the same 96 expert rows a micro-batch).
@@ -111,17 +126,25 @@ void ExpectExpertParallelRows(const cli_test::ToolRun& r, int stages) {
 // refuses to time there (docs/validator.md, "Expert parallelism").
 constexpr bool kCpuExpertParallelTimeChecked = true;
 
+// `plan` validated on the cpu backend, held to the loop's tolerances: memory, and time with
+// the real-layer tolerance where `workers` threads have a core each.
+cli_test::ToolRun ValidateOnCpu(const TempDir& dir, const std::string& plan, bool check_time,
+                                int workers, double sender_held_bytes, int stages) {
+  return ExpectWithinLoopTolerances(
+      [&] { return Validator(dir, ValidatorArgs(dir, plan) + " --backend cpu"); },
+      kCpuExpertParallelTimeChecked && check_time && CoresForWorkers(workers),
+      "real layers of the profiler's CPU workload", kRealLayerTimeTolerance, sender_held_bytes,
+      stages);
+}
+
 // The check: an ep = 2 plan of the MoE workload on the cpu backend,
 // memory exact (the loop's 1%) and time within the real-layer tolerance:
 // one stage, two worker threads, so two cores time it.
 TEST_F(ValidatorExpertParallel, CpuBackendRunsOneStageOfTwoReplicas) {
   TempDir dir;
   const std::string plan = PlanExpertParallel(dir, ProfileMoeModel(dir), 1);
-  const cli_test::ToolRun r = ExpectWithinLoopTolerances(
-      [&] { return Validator(dir, ValidatorArgs(dir, plan) + " --backend cpu"); },
-      kCpuExpertParallelTimeChecked && check_time_ && CoresForWorkers(2),
-      "real layers of the profiler's CPU workload", kRealLayerTimeTolerance,
-      /*sender_held_bytes=*/0, /*stages=*/1);
+  const cli_test::ToolRun r = ValidateOnCpu(dir, plan, check_time_, /*workers=*/2,
+                                            /*sender_held_bytes=*/0, /*stages=*/1);
   ExpectExpertParallelRows(r, 1);
 }
 
@@ -134,11 +157,8 @@ TEST_F(ValidatorExpertParallel, CpuBackendRunsOneStageOfTwoReplicas) {
 TEST_F(ValidatorExpertParallel, CpuBackendRunsTheAllGatherDispatcher) {
   TempDir dir;
   const std::string plan = PlanExpertParallel(dir, ProfileMoeModel(dir), 1, "allgather");
-  const cli_test::ToolRun r = ExpectWithinLoopTolerances(
-      [&] { return Validator(dir, ValidatorArgs(dir, plan) + " --backend cpu"); },
-      kCpuExpertParallelTimeChecked && check_time_ && CoresForWorkers(2),
-      "real layers of the profiler's CPU workload", kRealLayerTimeTolerance,
-      /*sender_held_bytes=*/0, /*stages=*/1);
+  const cli_test::ToolRun r = ValidateOnCpu(dir, plan, check_time_, /*workers=*/2,
+                                            /*sender_held_bytes=*/0, /*stages=*/1);
   ExpectExpertParallelRows(r, 1);
   EXPECT_THAT(r.out, HasSubstr("all-gather dispatcher"));
 }
@@ -146,10 +166,8 @@ TEST_F(ValidatorExpertParallel, CpuBackendRunsTheAllGatherDispatcher) {
 TEST_F(ValidatorExpertParallel, CpuBackendRunsTwoStagesOfTwoReplicas) {
   TempDir dir;
   const std::string plan = PlanExpertParallel(dir, ProfileMoeModel(dir), 2);
-  const cli_test::ToolRun r = ExpectWithinLoopTolerances(
-      [&] { return Validator(dir, ValidatorArgs(dir, plan) + " --backend cpu"); },
-      kCpuExpertParallelTimeChecked && check_time_ && CoresForWorkers(4),
-      "real layers of the profiler's CPU workload", kRealLayerTimeTolerance, kMoeMessageBytes);
+  const cli_test::ToolRun r =
+      ValidateOnCpu(dir, plan, check_time_, /*workers=*/4, kMoeMessageBytes, /*stages=*/2);
   ExpectExpertParallelRows(r, 2);
 }
 
@@ -161,20 +179,9 @@ TEST_F(ValidatorExpertParallel, CpuBackendRunsTwoStagesOfTwoReplicas) {
 TEST_F(ValidatorExpertParallel, CpuBackendRunsExpertTensorParallelism) {
   TempDir dir;
   const std::string model = ProfileMoeModel(dir);
-  const std::string plan = dir.File("etp.plan.json");
-  const cli_test::ToolRun p = RunTool(
-      dir, PIPECAST_PLANNER_BIN,
-      "--model " + Quote(model) +
-          " --gpus 4 --expert-parallel 2 --expert-tensor-parallel 2 --pipeline-stages 1 "
-          "--ep-dispatcher alltoall --cluster local --zero 0 --schedules 1f1b --recompute off "
-          "--out " +
-          Quote(plan));
-  ASSERT_EQ(p.exit_code, 0) << p.err;
-  const cli_test::ToolRun r = ExpectWithinLoopTolerances(
-      [&] { return Validator(dir, ValidatorArgs(dir, plan) + " --backend cpu"); },
-      kCpuExpertParallelTimeChecked && check_time_ && CoresForWorkers(4),
-      "real layers of the profiler's CPU workload", kRealLayerTimeTolerance,
-      /*sender_held_bytes=*/0, /*stages=*/1);
+  const std::string plan = PlanExpertTensorParallel(dir, model, "alltoall");
+  const cli_test::ToolRun r = ValidateOnCpu(dir, plan, check_time_, /*workers=*/4,
+                                            /*sender_held_bytes=*/0, /*stages=*/1);
   ASSERT_TRUE(r.exit_code == 0 || r.exit_code == 3) << r.err;
   const nlohmann::json j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["expert_parallel"], 2);
@@ -246,15 +253,7 @@ TEST_F(ValidatorExpertParallel, MpiBackendRunsExpertTensorParallelism) {
   TempDir dir;
   const std::string model = ProfileMoeModel(dir);
   for (const std::string dispatcher : {"alltoall", "allgather"}) {
-    const std::string plan = dir.File("etp-" + dispatcher + ".plan.json");
-    const cli_test::ToolRun p = RunTool(
-        dir, PIPECAST_PLANNER_BIN,
-        "--model " + Quote(model) +
-            " --gpus 4 --expert-parallel 2 --expert-tensor-parallel 2 --pipeline-stages 1 "
-            "--ep-dispatcher " +
-            dispatcher + " --cluster local --zero 0 --schedules 1f1b --recompute off --out " +
-            Quote(plan));
-    ASSERT_EQ(p.exit_code, 0) << p.err;
+    const std::string plan = PlanExpertTensorParallel(dir, model, dispatcher);
     const cli_test::ToolRun r = ExpectWithinLoopTolerances(
         [&] {
           return MpiValidator(dir, ValidatorArgs(dir, plan) + " --backend mpi", /*processes=*/4);
