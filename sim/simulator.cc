@@ -320,10 +320,8 @@ void PipelineMetrics(const ReplayInputs& in, EngineTotals* totals, SimResult* re
       sr.memory.stashed_weights = (sr.weight_versions - 1) * sr.memory.weights;
     }
     // --sharded-state fsdp2: the gradients are made in the backward, in peak_live (the engine's
-    // sweep adds them at the rank's first backward's end).
-    const Bytes static_gradients = options.config.memory.Fsdp2() ? 0 : sr.memory.gradients;
-    sr.peak_memory_bytes = sr.memory.weights + sr.memory.stashed_weights + static_gradients +
-                           sr.memory.optimizer + sr.memory.gathered_weights + t.peak_live;
+    // sweep adds them at the rank's first backward's end, gradients_from_ns), not held all step.
+    sr.peak_memory_bytes = sr.HeldAllStepBytes() + t.peak_live;
     sr.fits_memory = r.memory_limit_bytes <= 0 || sr.peak_memory_bytes <= r.memory_limit_bytes;
     internal::TailCollectives(cluster, schedule, in.table, in.partition, costs, options, &sr);
     r.allreduce_ns = std::max(r.allreduce_ns, sr.allreduce_ns);
